@@ -1,0 +1,1 @@
+//! A faithful model of PyTorch's CUDA caching allocator (placeholder; being written).

@@ -1,0 +1,1 @@
+//! Analyses of PyTorch memory snapshots (placeholder; being written).

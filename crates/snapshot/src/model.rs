@@ -1,0 +1,428 @@
+//! The in-memory model of a memory snapshot.
+//!
+//! Field names follow PyTorch's own (`segments`, `device_traces`, `requested_size`, ...).
+//! The model is built to stay small on multi-GB files: strings, frames and whole stacks
+//! are interned once in a [`FrameTable`], and a [`TraceEvent`] is a flat 56-byte record
+//! whose optional fields use sentinels instead of `Option<i64>`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
+
+use crate::pyobj::PyObj;
+
+/// An interned string (file names, function names, compile contexts, metadata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StrId(NonZeroU32);
+
+/// An interned `(filename, line, name)` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameId(NonZeroU32);
+
+/// An interned stack: a list of frames, innermost first, as PyTorch records them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(NonZeroU32);
+
+macro_rules! id_index {
+    ($t:ty) => {
+        impl $t {
+            fn from_index(i: usize) -> Self {
+                Self(NonZeroU32::new(u32::try_from(i + 1).expect("more than 4G interned items")).unwrap())
+            }
+            /// Position in its table (0-based).
+            pub fn index(self) -> usize {
+                self.0.get() as usize - 1
+            }
+        }
+    };
+}
+id_index!(StrId);
+id_index!(FrameId);
+id_index!(StackId);
+
+/// One Python/C++ frame of a recorded stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub filename: StrId,
+    pub line: i64,
+    pub name: StrId,
+}
+
+/// Interning tables shared by the whole snapshot. Real files reference the same frame
+/// lists thousands of times; interning keeps one copy.
+#[derive(Clone, Debug, Default)]
+pub struct FrameTable {
+    strings: Vec<Box<str>>,
+    string_index: HashMap<Box<str>, StrId>,
+    frames: Vec<Frame>,
+    frame_index: HashMap<Frame, FrameId>,
+    stacks: Vec<Box<[FrameId]>>,
+    stack_index: HashMap<Box<[FrameId]>, StackId>,
+}
+
+impl FrameTable {
+    pub fn intern_str(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.string_index.get(s) {
+            return id;
+        }
+        let id = StrId::from_index(self.strings.len());
+        self.strings.push(s.into());
+        self.string_index.insert(s.into(), id);
+        id
+    }
+    pub fn str(&self, id: StrId) -> &str {
+        &self.strings[id.index()]
+    }
+    pub fn intern_frame(&mut self, f: Frame) -> FrameId {
+        if let Some(&id) = self.frame_index.get(&f) {
+            return id;
+        }
+        let id = FrameId::from_index(self.frames.len());
+        self.frames.push(f);
+        self.frame_index.insert(f, id);
+        id
+    }
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        &self.frames[id.index()]
+    }
+    pub fn intern_stack(&mut self, frames: &[FrameId]) -> StackId {
+        if let Some(&id) = self.stack_index.get(frames) {
+            return id;
+        }
+        let id = StackId::from_index(self.stacks.len());
+        self.stacks.push(frames.into());
+        self.stack_index.insert(frames.into(), id);
+        id
+    }
+    /// Frames of a stack, innermost first.
+    pub fn stack(&self, id: StackId) -> &[FrameId] {
+        &self.stacks[id.index()]
+    }
+    /// Frames of a stack resolved to `(filename, line, name)`, innermost first.
+    pub fn resolved(&self, id: StackId) -> impl Iterator<Item = (&str, i64, &str)> + '_ {
+        self.stack(id).iter().map(move |&f| {
+            let fr = self.frame(f);
+            (self.str(fr.filename), fr.line, self.str(fr.name))
+        })
+    }
+    pub fn num_strings(&self) -> usize {
+        self.strings.len()
+    }
+    pub fn num_frames(&self) -> usize {
+        self.frames.len()
+    }
+    pub fn num_stacks(&self) -> usize {
+        self.stacks.len()
+    }
+}
+
+/// What a trace entry records (`action` in the pickle).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+    Annotate,
+    UserDefined,
+}
+
+impl Action {
+    pub const ALL: [Action; 11] = [
+        Action::Alloc,
+        Action::FreeRequested,
+        Action::FreeCompleted,
+        Action::SegmentAlloc,
+        Action::SegmentFree,
+        Action::SegmentMap,
+        Action::SegmentUnmap,
+        Action::Snapshot,
+        Action::Oom,
+        Action::Annotate,
+        Action::UserDefined,
+    ];
+    /// The name PyTorch writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+            Action::Annotate => "annotate",
+            Action::UserDefined => "user_defined",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+/// Sentinel for "no `time_us` key".
+pub const NO_TIME: i64 = i64::MIN;
+
+/// One entry of a device's trace ring buffer. Flat and small: multi-GB files hold
+/// tens of millions of these.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceEvent {
+    /// Block or segment address; for `oom`, the `device_free` bytes instead.
+    pub addr: u64,
+    /// As recorded: the unrounded request for alloc/free, segment bytes for segment events,
+    /// the rounded request for `oom`.
+    pub size: u64,
+    /// Raw `cudaStream_t` value (0 = legacy default stream).
+    pub stream: u64,
+    /// Microseconds since the epoch, or [`NO_TIME`].
+    pub time_us: i64,
+    /// `frames` of the entry; `None` when the key was absent (distinct from an empty stack).
+    pub stack: Option<StackId>,
+    pub compile_context: Option<StrId>,
+    pub user_metadata: Option<StrId>,
+    /// Index into [`Snapshot::pool_ids`] when the entry has `pool_id`.
+    pub pool: Option<NonZeroU32>,
+    pub action: Action,
+}
+
+impl TraceEvent {
+    pub fn new(action: Action, addr: u64, size: u64, stream: u64) -> Self {
+        TraceEvent {
+            addr,
+            size,
+            stream,
+            time_us: NO_TIME,
+            stack: None,
+            compile_context: None,
+            user_metadata: None,
+            pool: None,
+            action,
+        }
+    }
+    pub fn time(&self) -> Option<i64> {
+        (self.time_us != NO_TIME).then_some(self.time_us)
+    }
+    /// `device_free` of an `oom` entry.
+    pub fn device_free(&self) -> Option<u64> {
+        (self.action == Action::Oom).then_some(self.addr)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockState {
+    /// Held by a tensor.
+    ActiveAllocated,
+    /// Freed, waiting for `record_stream` events.
+    ActivePendingFree,
+    /// Free and reusable.
+    Inactive,
+}
+
+impl BlockState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "active_allocated" => Some(BlockState::ActiveAllocated),
+            // The docstring's name for the same state.
+            "active_pending_free" | "active_awaiting_free" => Some(BlockState::ActivePendingFree),
+            "inactive" => Some(BlockState::Inactive),
+            _ => None,
+        }
+    }
+    pub fn is_active(self) -> bool {
+        !matches!(self, BlockState::Inactive)
+    }
+}
+
+/// An entry of a 1.13/2.0 block `history` list.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryEntry {
+    pub addr: u64,
+    pub real_size: u64,
+    pub stack: Option<StackId>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    /// Absolute address. Older formats do not record it; the reader computes it as
+    /// segment address + sizes of the preceding blocks, as PyTorch does.
+    pub address: u64,
+    pub size: u64,
+    /// Unrounded request; stale for inactive blocks. `None` in 1.13 files.
+    pub requested_size: Option<u64>,
+    pub state: BlockState,
+    pub stack: Option<StackId>,
+    /// 1.13/2.0 form only.
+    pub history: Option<Vec<HistoryEntry>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SegmentType {
+    Small,
+    Large,
+}
+
+impl SegmentType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentType::Small => "small",
+            SegmentType::Large => "large",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    /// CUDA ordinal; -1 for pinned host segments.
+    pub device: i64,
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub active_size: u64,
+    pub requested_size: Option<u64>,
+    pub stream: u64,
+    pub segment_type: SegmentType,
+    /// `(0, 0)` for the default pools; `None` when the file predates the key.
+    pub segment_pool_id: Option<(u64, u64)>,
+    pub is_expandable: Option<bool>,
+    /// `frames` of the segment; `None` when the key was absent.
+    pub stack: Option<StackId>,
+    pub blocks: Vec<Block>,
+}
+
+/// One `record_function` enter/exit (`external_annotations`, 2.5+).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Annotation {
+    pub device: i64,
+    pub time_us: i64,
+    pub name: String,
+    /// `"START"` / `"END"` normally.
+    pub stage: String,
+    /// Any other keys, kept for the writer.
+    pub extra: Vec<(String, PyObj)>,
+}
+
+/// The shape the file had, so the writer can produce the same form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SourceFormat {
+    /// 2.x dict (`segments`, `device_traces`, ...).
+    #[default]
+    Dict,
+    /// 1.13: the top level is the list of segments.
+    SegmentList,
+    /// torch.profiler / Kineto chrome trace with `[memory]` events.
+    Kineto,
+}
+
+/// A sample of device totals reported by a profiler trace (Kineto `Total Allocated` /
+/// `Total Reserved`), for files that carry totals but not every address.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TotalsSample {
+    pub time_us: i64,
+    pub allocated: Option<u64>,
+    pub reserved: Option<u64>,
+}
+
+/// What the reader tolerated rather than refused. Unknown things are counted, never fatal.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReadNotes {
+    /// `"<where>.<key>"` → occurrences, e.g. `"trace.forward_frames"`.
+    pub unknown_keys: BTreeMap<String, u64>,
+    /// Trace actions this reader does not model, dropped from the trace.
+    pub unknown_actions: BTreeMap<String, u64>,
+    /// `"<where>.<key>"` → how many objects lacked an optional key.
+    pub missing_optional: BTreeMap<String, u64>,
+    /// Free-form notes (e.g. a Kineto file without addresses).
+    pub remarks: Vec<String>,
+}
+
+impl ReadNotes {
+    pub fn unknown_key(&mut self, at: &str, key: &str) {
+        *self.unknown_keys.entry(format!("{at}.{key}")).or_default() += 1;
+    }
+    pub fn missing(&mut self, at: &str, key: &str) {
+        *self.missing_optional.entry(format!("{at}.{key}")).or_default() += 1;
+    }
+}
+
+/// A whole memory snapshot (every device).
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// All devices, in file order (sorted by address per device).
+    pub segments: Vec<Segment>,
+    /// Index = device ordinal; entries oldest → newest.
+    pub device_traces: Vec<Vec<TraceEvent>>,
+    /// `allocator_settings` as written (2.3+); see [`crate::settings`] for typed access.
+    pub allocator_settings: Option<PyObj>,
+    /// Whether the file had an `external_annotations` key (even empty).
+    pub external_annotations: Option<Vec<Annotation>>,
+    pub host_segments: Option<Vec<Segment>>,
+    pub host_traces: Option<Vec<TraceEvent>>,
+    /// Top-level keys this model does not interpret, kept verbatim for the writer.
+    pub extra: Vec<(String, PyObj)>,
+    /// Interned `pool_id` pairs referenced by [`TraceEvent::pool`].
+    pub pool_ids: Vec<(u64, u64)>,
+    /// Device totals from profiler traces (index = device), empty for pickles.
+    pub totals: Vec<Vec<TotalsSample>>,
+    /// Device memory capacity when the file states it (Kineto `deviceProperties`).
+    pub device_capacity: BTreeMap<i64, u64>,
+    pub frames: FrameTable,
+    pub format: SourceFormat,
+    pub notes: ReadNotes,
+}
+
+impl Snapshot {
+    /// `pool_id` of an event, resolved.
+    pub fn pool_id(&self, ev: &TraceEvent) -> Option<(u64, u64)> {
+        ev.pool.map(|p| self.pool_ids[p.get() as usize - 1])
+    }
+    /// Interns a `pool_id` pair for a trace event.
+    pub fn intern_pool(&mut self, id: (u64, u64)) -> NonZeroU32 {
+        let pos = match self.pool_ids.iter().position(|&p| p == id) {
+            Some(p) => p,
+            None => {
+                self.pool_ids.push(id);
+                self.pool_ids.len() - 1
+            }
+        };
+        NonZeroU32::new(pos as u32 + 1).unwrap()
+    }
+    /// Devices that have segments or trace events, ascending.
+    pub fn devices(&self) -> Vec<i64> {
+        let mut d: Vec<i64> = self.segments.iter().map(|s| s.device).collect();
+        d.extend(
+            self.device_traces
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| !t.is_empty())
+                .map(|(i, _)| i as i64),
+        );
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+    /// Segments of one device, in file order.
+    pub fn device_segments(&self, device: i64) -> impl Iterator<Item = &Segment> {
+        self.segments.iter().filter(move |s| s.device == device)
+    }
+    /// Trace of one device (empty when none was recorded).
+    pub fn trace(&self, device: i64) -> &[TraceEvent] {
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| self.device_traces.get(d))
+            .map_or(&[], |t| t.as_slice())
+    }
+}
