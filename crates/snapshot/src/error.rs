@@ -1,0 +1,57 @@
+//! Why a file could not be read. Every variant renders as one line that a user can act on.
+
+use std::fmt;
+
+#[derive(Debug)]
+pub enum ReadError {
+    Io(std::io::Error),
+    Empty,
+    /// The pickle asked to import or call code; nothing was executed.
+    Refused { opcode: &'static str, offset: u64, what: &'static str },
+    /// A well-formed pickle that uses an opcode this reader does not accept.
+    Unsupported { what: String, offset: u64 },
+    /// The pickle stream is broken (bad opcode, stack underflow, ...).
+    Corrupt { what: String, offset: u64 },
+    /// The stream ended early.
+    Truncated { offset: u64 },
+    /// Not a pickle, not gzip, not JSON.
+    UnknownFormat { first_bytes: String },
+    /// A valid pickle or JSON that is not a memory snapshot (or profiler trace).
+    Shape(String),
+    Json(String),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "cannot read: {e}"),
+            ReadError::Empty => write!(f, "the file is empty"),
+            ReadError::Refused { opcode, offset, what } => {
+                write!(f, "pickle opcode {opcode} at byte {offset} would {what}; refusing")
+            }
+            ReadError::Unsupported { what, offset } => write!(f, "{what} at byte {offset} is not supported"),
+            ReadError::Corrupt { what, offset } => write!(f, "corrupt pickle at byte {offset}: {what}"),
+            ReadError::Truncated { offset } => {
+                write!(f, "truncated: the data ends at byte {offset} in the middle of the pickle")
+            }
+            ReadError::UnknownFormat { first_bytes } => write!(
+                f,
+                "unrecognised format (starts with {first_bytes}); expected a pickle from \
+                 torch.cuda.memory._dump_snapshot, optionally gzip-compressed, or a torch.profiler JSON trace"
+            ),
+            ReadError::Shape(s) => write!(f, "{s}"),
+            ReadError::Json(s) => write!(f, "invalid JSON: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl From<std::io::Error> for ReadError {
+    fn from(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            return ReadError::Truncated { offset: 0 };
+        }
+        ReadError::Io(e)
+    }
+}

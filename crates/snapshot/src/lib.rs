@@ -1,0 +1,112 @@
+//! Read and write PyTorch CUDA memory snapshots, safely and fast.
+//!
+//! A snapshot is what `torch.cuda.memory._dump_snapshot()` writes: a pickle of the
+//! caching allocator's segments and blocks plus a per-device ring buffer of allocator
+//! events. This crate reads every form PyTorch has produced (1.13's segment list, 2.0's
+//! per-block `history`, the 2.x dict with `device_traces`, `allocator_settings`,
+//! `external_annotations`, ...), pickle protocols 2–5, gzip-compressed or not, and
+//! torch.profiler (Kineto) JSON traces with `[memory]` events, into one [`Snapshot`] model.
+//!
+//! Reading never executes anything: the pickle reader accepts data opcodes only and
+//! refuses, by opcode and byte offset, any pickle that asks to import or call code.
+//! Memory stays below the file's size on multi-GB files, because stacks are interned
+//! once and trace entries become flat records as they are read.
+//!
+//! ```no_run
+//! let snap = fragscope_snapshot::read_path("snapshot.pickle".as_ref()).unwrap();
+//! for dev in snap.devices() {
+//!     println!("device {dev}: {} events", snap.trace(dev).len());
+//! }
+//! ```
+
+pub mod error;
+pub mod kineto;
+pub mod model;
+pub mod pickle;
+pub mod pyobj;
+pub mod settings;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+pub use error::ReadError;
+pub use model::*;
+pub use pyobj::PyObj;
+pub use settings::RecordedSettings;
+
+/// Reads a snapshot from a file: pickle or profiler JSON, optionally gzip-compressed.
+pub fn read_path(path: &Path) -> Result<Snapshot, ReadError> {
+    read_path_with_progress(path, &mut |_, _| {})
+}
+
+/// Like [`read_path`], calling `progress(bytes_read, file_size)` now and then.
+pub fn read_path_with_progress(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Snapshot, ReadError> {
+    let f = std::fs::File::open(path)?;
+    let total = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+        return Err(ReadError::Shape("is a directory".into()));
+    }
+    let counter = Counting { inner: f, read: 0, report: progress, total };
+    read_from(counter)
+}
+
+/// Counts bytes of the underlying file (compressed bytes for gzip), for progress.
+struct Counting<'a, R> {
+    inner: R,
+    read: u64,
+    total: u64,
+    report: &'a mut dyn FnMut(u64, u64),
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        (self.report)(self.read, self.total);
+        Ok(n)
+    }
+}
+
+/// Reads a snapshot from any byte stream, sniffing the format from its first bytes.
+pub fn read_from<R: Read>(r: R) -> Result<Snapshot, ReadError> {
+    let mut r = BufReader::with_capacity(1 << 16, r);
+    let head = r.fill_buf()?;
+    if head.is_empty() {
+        return Err(ReadError::Empty);
+    }
+    if head.starts_with(&[0x1f, 0x8b]) {
+        let gz = flate2::read::MultiGzDecoder::new(r);
+        let mut inner = BufReader::with_capacity(1 << 16, gz);
+        let head = inner.fill_buf().map_err(gzip_error)?;
+        if head.is_empty() {
+            return Err(ReadError::Shape("gzip file holds no data".into()));
+        }
+        if head.starts_with(&[0x1f, 0x8b]) {
+            return Err(ReadError::Shape("gzip inside gzip is not supported".into()));
+        }
+        return read_plain(inner);
+    }
+    read_plain(r)
+}
+
+fn gzip_error(e: std::io::Error) -> ReadError {
+    ReadError::Corrupt { what: format!("gzip stream: {e}"), offset: 0 }
+}
+
+fn read_plain<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
+    let head = r.fill_buf()?;
+    let first = head.iter().copied().find(|b| !b.is_ascii_whitespace());
+    match head.first() {
+        Some(0x80) => pickle::load::read_pickle(r, &mut |_| {}),
+        _ if matches!(first, Some(b'{') | Some(b'[')) => {
+            let mut bytes = Vec::new();
+            r.read_to_end(&mut bytes).map_err(gzip_error)?;
+            kineto::read_json(&bytes)
+        }
+        Some(_) => {
+            let shown: Vec<String> = head.iter().take(4).map(|b| format!("{b:02x}")).collect();
+            Err(ReadError::UnknownFormat { first_bytes: format!("bytes {}", shown.join(" ")) })
+        }
+        None => Err(ReadError::Empty),
+    }
+}

@@ -1,0 +1,600 @@
+//! From pickle values to the [`Snapshot`] model: every form PyTorch has written
+//! (1.13 segment list, 2.0 `history` blocks, 2.x dict), tolerant of unknown and missing
+//! optional keys, strict about shape.
+
+use std::collections::HashMap;
+use std::io::Read;
+
+use super::vm::{Absorb, Absorber, Handle, Value, Vm, VmState, MAX_DEPTH};
+use crate::error::ReadError;
+use crate::model::*;
+use crate::pyobj::PyObj;
+
+/// Well-known keys, interned once so that matching a key is an integer compare.
+struct Keys {
+    action: StrId,
+    addr: StrId,
+    device_free: StrId,
+    size: StrId,
+    stream: StrId,
+    time_us: StrId,
+    frames: StrId,
+    compile_context: StrId,
+    user_metadata: StrId,
+    pool_id: StrId,
+    filename: StrId,
+    line: StrId,
+    name: StrId,
+}
+
+/// Absorbs trace entries and frames as they are appended, so the pickle's object graph
+/// for them never exists all at once.
+struct SnapshotAbsorber {
+    k: Keys,
+    /// Events per list (by list arena index), in append order.
+    events: HashMap<u32, Vec<TraceEvent>>,
+    cur_list: u32,
+    cur_events: Vec<TraceEvent>,
+    unknown_trace_keys: HashMap<StrId, u64>,
+    unknown_actions: HashMap<StrId, u64>,
+    missing: HashMap<&'static str, u64>,
+    pool_ids: Vec<(u64, u64)>,
+    frame_buf: Vec<FrameId>,
+}
+
+fn int_of(st: &VmState, v: Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(i),
+        Value::Bool(b) => Some(b as i64),
+        Value::Big(i) => crate::pyobj::bigint_to_i64(&st.bigs[i as usize]),
+        _ => None,
+    }
+}
+
+/// Unsigned view of an integer: addresses and stream handles are unsigned in C++;
+/// a negative value (a stream handle written as signed) keeps its bit pattern.
+fn u64_of(st: &VmState, v: Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => Some(i as u64),
+        Value::Bool(b) => Some(b as u64),
+        Value::Big(i) => crate::pyobj::bigint_to_u64(&st.bigs[i as usize]),
+        _ => None,
+    }
+}
+
+fn pair_of(st: &VmState, v: Value) -> Option<(u64, u64)> {
+    match v {
+        Value::Pair(a, b) => Some((a as u64, b as u64)),
+        Value::Tuple(t) => match st.tuples[t as usize][..] {
+            [a, b] => Some((u64_of(st, a)?, u64_of(st, b)?)),
+            _ => None,
+        },
+        Value::List(h) => match st.list(h).ok()?.items[..] {
+            [a, b] => Some((u64_of(st, a)?, u64_of(st, b)?)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl SnapshotAbsorber {
+    fn new(st: &mut VmState) -> Self {
+        let t = &mut st.table;
+        let k = Keys {
+            action: t.intern_str("action"),
+            addr: t.intern_str("addr"),
+            device_free: t.intern_str("device_free"),
+            size: t.intern_str("size"),
+            stream: t.intern_str("stream"),
+            time_us: t.intern_str("time_us"),
+            frames: t.intern_str("frames"),
+            compile_context: t.intern_str("compile_context"),
+            user_metadata: t.intern_str("user_metadata"),
+            pool_id: t.intern_str("pool_id"),
+            filename: t.intern_str("filename"),
+            line: t.intern_str("line"),
+            name: t.intern_str("name"),
+        };
+        SnapshotAbsorber {
+            k,
+            events: HashMap::new(),
+            cur_list: u32::MAX,
+            cur_events: Vec::new(),
+            unknown_trace_keys: HashMap::new(),
+            unknown_actions: HashMap::new(),
+            missing: HashMap::new(),
+            pool_ids: Vec::new(),
+            frame_buf: Vec::new(),
+        }
+    }
+
+    /// A dict is a frame when it has `filename` and `name` and nothing but frame keys
+    /// (`line`, and the `fx_*` keys of `augment_with_fx_traces`).
+    fn as_frame(&self, st: &mut VmState, h: Handle) -> Result<Option<FrameId>, ReadError> {
+        let d = st.dict(h)?;
+        let (mut filename, mut line, mut name) = (None, None, None);
+        for &(k, v) in &d.items {
+            let Value::Str(k) = k else { return Ok(None) };
+            if k == self.k.filename {
+                filename = Some(v);
+            } else if k == self.k.line {
+                line = Some(v);
+            } else if k == self.k.name {
+                name = Some(v);
+            } else if !st.str(k).starts_with("fx_") {
+                return Ok(None);
+            }
+        }
+        let (Some(Value::Str(filename)), Some(Value::Str(name))) = (filename, name) else {
+            return Ok(None);
+        };
+        let line = line.and_then(|v| int_of(st, v)).unwrap_or(0);
+        let id = st.table.intern_frame(Frame { filename, line, name });
+        st.retire_dict(h, Value::Frame(id), false);
+        Ok(Some(id))
+    }
+
+    /// Interns a `frames` value (a list of frame dicts, usually shared via the memo).
+    fn stack_of(&mut self, st: &mut VmState, v: Value) -> Result<Option<StackId>, ReadError> {
+        let h = match v {
+            Value::Stack(s) => return Ok(Some(s)),
+            Value::List(h) => h,
+            Value::None => return Ok(None),
+            _ => return Err(st.corrupt("'frames' is not a list")),
+        };
+        self.frame_buf.clear();
+        let n = st.list(h)?.items.len();
+        for i in 0..n {
+            let item = st.resolve(st.list(h)?.items[i]);
+            match item {
+                Value::Frame(f) => self.frame_buf.push(f),
+                Value::Dict(dh) => match self.as_frame(st, dh)? {
+                    Some(f) => self.frame_buf.push(f),
+                    None => return Err(st.corrupt("a 'frames' entry is not a frame dict")),
+                },
+                // C++ frames in ≤2.0 `cpp_frames` are plain strings; a frames list never is.
+                _ => return Err(st.corrupt("a 'frames' entry is not a frame dict")),
+            }
+        }
+        let id = st.table.intern_stack(&self.frame_buf);
+        st.retire_list(h, Value::Stack(id));
+        Ok(Some(id))
+    }
+
+    fn as_event(&mut self, st: &mut VmState, h: Handle) -> Result<Option<Option<TraceEvent>>, ReadError> {
+        let d = st.dict(h)?;
+        let Some(&(_, Value::Str(action))) = d.items.iter().find(|(k, _)| *k == Value::Str(self.k.action)) else {
+            return Ok(None);
+        };
+        let Some(action) = Action::parse(st.str(action)) else {
+            *self.unknown_actions.entry(action).or_default() += 1;
+            st.retire_dict(h, Value::Consumed, true);
+            return Ok(Some(None));
+        };
+        let mut ev = TraceEvent::new(action, 0, 0, 0);
+        let (mut have_addr, mut have_size) = (false, false);
+        let n = d.items.len();
+        for i in 0..n {
+            let (k, v) = st.dict(h)?.items[i];
+            let Value::Str(k) = k else { continue };
+            let k_ = &self.k;
+            if k == k_.action {
+            } else if k == k_.addr || k == k_.device_free {
+                ev.addr = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'addr' is not an integer"))?;
+                have_addr = true;
+            } else if k == k_.size {
+                ev.size = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'size' is not an integer"))?;
+                have_size = true;
+            } else if k == k_.stream {
+                ev.stream = u64_of(st, v).unwrap_or(0);
+            } else if k == k_.time_us {
+                ev.time_us = int_of(st, v).unwrap_or(NO_TIME);
+            } else if k == k_.frames {
+                ev.stack = self.stack_of(st, v)?;
+            } else if k == k_.compile_context {
+                if let Value::Str(s) = v {
+                    ev.compile_context = Some(s);
+                }
+            } else if k == k_.user_metadata {
+                if let Value::Str(s) = v {
+                    ev.user_metadata = Some(s);
+                }
+            } else if k == k_.pool_id {
+                if let Some(p) = pair_of(st, v) {
+                    let pos = match self.pool_ids.iter().position(|&x| x == p) {
+                        Some(i) => i,
+                        None => {
+                            self.pool_ids.push(p);
+                            self.pool_ids.len() - 1
+                        }
+                    };
+                    ev.pool = std::num::NonZeroU32::new(pos as u32 + 1);
+                }
+            } else {
+                *self.unknown_trace_keys.entry(k).or_default() += 1;
+            }
+        }
+        if !have_addr {
+            *self.missing.entry("trace.addr").or_default() += 1;
+        }
+        if !have_size {
+            *self.missing.entry("trace.size").or_default() += 1;
+        }
+        st.retire_dict(h, Value::Consumed, true);
+        Ok(Some(Some(ev)))
+    }
+
+    fn take_events(&mut self, list: u32) -> Vec<TraceEvent> {
+        if self.cur_list == list {
+            self.cur_list = u32::MAX;
+            return std::mem::take(&mut self.cur_events);
+        }
+        self.events.remove(&list).unwrap_or_default()
+    }
+}
+
+impl Absorber for SnapshotAbsorber {
+    fn on_append(&mut self, st: &mut VmState, list: u32, item: Value) -> Result<Absorb, ReadError> {
+        let Value::Dict(h) = item else { return Ok(Absorb::Keep(item)) };
+        if let Some(ev) = self.as_event(st, h)? {
+            if let Some(ev) = ev {
+                if self.cur_list != list {
+                    let prev = std::mem::take(&mut self.cur_events);
+                    if self.cur_list != u32::MAX {
+                        self.events.insert(self.cur_list, prev);
+                    }
+                    self.cur_events = self.events.remove(&list).unwrap_or_default();
+                    self.cur_list = list;
+                }
+                self.cur_events.push(ev);
+            }
+            return Ok(Absorb::Taken);
+        }
+        if let Some(f) = self.as_frame(st, h)? {
+            return Ok(Absorb::Keep(Value::Frame(f)));
+        }
+        Ok(Absorb::Keep(item))
+    }
+}
+
+/// Reads a pickle stream (already decompressed) into a snapshot.
+pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Result<Snapshot, ReadError> {
+    let mut vm = Vm::new(r);
+    let mut abs = SnapshotAbsorber::new(&mut vm.state);
+    let top = vm.run(&mut abs, progress)?;
+    let mut b = Builder { st: &mut vm.state, abs: &mut abs, snap: Snapshot::default() };
+    b.build(top)?;
+    let mut snap = b.snap;
+    // Tolerated oddities, by name.
+    for (k, n) in abs.unknown_trace_keys {
+        *snap.notes.unknown_keys.entry(format!("trace.{}", vm.state.str(k))).or_default() += n;
+    }
+    for (k, n) in abs.unknown_actions {
+        *snap.notes.unknown_actions.entry(vm.state.str(k).to_string()).or_default() += n;
+    }
+    for (k, n) in abs.missing {
+        *snap.notes.missing_optional.entry(k.to_string()).or_default() += n;
+    }
+    snap.pool_ids = abs.pool_ids;
+    snap.frames = std::mem::take(&mut vm.state.table);
+    Ok(snap)
+}
+
+struct Builder<'a> {
+    st: &'a mut VmState,
+    abs: &'a mut SnapshotAbsorber,
+    snap: Snapshot,
+}
+
+fn type_name(v: Value) -> &'static str {
+    match v {
+        Value::None => "None",
+        Value::Bool(_) => "bool",
+        Value::Int(_) | Value::Big(_) => "int",
+        Value::Float(_) => "float",
+        Value::Str(_) => "str",
+        Value::Bytes(_) => "bytes",
+        Value::List(_) | Value::Stack(_) => "list",
+        Value::Dict(_) | Value::Frame(_) | Value::Consumed => "dict",
+        Value::Tuple(_) | Value::Pair(..) => "tuple",
+    }
+}
+
+impl Builder<'_> {
+    fn shape(&self, what: impl Into<String>) -> ReadError {
+        ReadError::Shape(what.into())
+    }
+
+    fn dict_items(&self, v: Value, what: &str) -> Result<Vec<(String, Value)>, ReadError> {
+        let v = self.st.resolve(v);
+        let Value::Dict(h) = v else {
+            return Err(self.shape(format!("{what} is a {} where a dict was expected", type_name(v))));
+        };
+        let d = self.st.dict(h)?;
+        let mut out = Vec::with_capacity(d.items.len());
+        for &(k, val) in &d.items {
+            match k {
+                Value::Str(s) => out.push((self.st.str(s).to_string(), val)),
+                _ => return Err(self.shape(format!("{what} has a non-string key"))),
+            }
+        }
+        Ok(out)
+    }
+
+    fn list_items(&self, v: Value, what: &str) -> Result<Vec<Value>, ReadError> {
+        match v {
+            Value::List(h) => Ok(self.st.list(h)?.items.clone()),
+            Value::Tuple(t) => Ok(self.st.tuples[t as usize].clone()),
+            _ => Err(self.shape(format!("{what} is a {} where a list was expected", type_name(v)))),
+        }
+    }
+
+    fn int(&self, v: Value, what: &str) -> Result<i64, ReadError> {
+        int_of(self.st, v).ok_or_else(|| self.shape(format!("{what} is a {}, not an int", type_name(v))))
+    }
+    fn uint(&self, v: Value, what: &str) -> Result<u64, ReadError> {
+        u64_of(self.st, v).ok_or_else(|| self.shape(format!("{what} is a {}, not an int", type_name(v))))
+    }
+    fn string(&self, v: Value, what: &str) -> Result<String, ReadError> {
+        match v {
+            Value::Str(s) => Ok(self.st.str(s).to_string()),
+            _ => Err(self.shape(format!("{what} is a {}, not a str", type_name(v)))),
+        }
+    }
+
+    fn build(&mut self, top: Value) -> Result<(), ReadError> {
+        match top {
+            Value::List(_) => {
+                self.snap.format = SourceFormat::SegmentList;
+                let segs = self.list_items(top, "the top-level list")?;
+                self.snap.segments = self.segments(&segs, "segments")?;
+                Ok(())
+            }
+            Value::Dict(_) => {
+                self.snap.format = SourceFormat::Dict;
+                let items = self.dict_items(top, "the top-level object")?;
+                if !items.iter().any(|(k, _)| k == "segments") {
+                    let keys: Vec<&str> = items.iter().map(|(k, _)| k.as_str()).take(8).collect();
+                    return Err(self.shape(format!(
+                        "a pickled dict without a 'segments' key (keys: {}), not a memory snapshot",
+                        if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
+                    )));
+                }
+                for (k, v) in items {
+                    match k.as_str() {
+                        "segments" => {
+                            let segs = self.list_items(v, "'segments'")?;
+                            self.snap.segments = self.segments(&segs, "segments")?;
+                        }
+                        "device_traces" => {
+                            for (i, t) in self.list_items(v, "'device_traces'")?.into_iter().enumerate() {
+                                let trace = self.trace(t, &format!("device_traces[{i}]"))?;
+                                self.snap.device_traces.push(trace);
+                            }
+                        }
+                        "allocator_settings" => self.snap.allocator_settings = Some(self.pyobj(v, 0)?),
+                        "external_annotations" => {
+                            let mut out = Vec::new();
+                            for a in self.list_items(v, "'external_annotations'")? {
+                                out.push(self.annotation(a)?);
+                            }
+                            self.snap.external_annotations = Some(out);
+                        }
+                        "host_segments" => {
+                            let segs = self.list_items(v, "'host_segments'")?;
+                            self.snap.host_segments = Some(self.segments(&segs, "host_segments")?);
+                        }
+                        "host_traces" => self.snap.host_traces = Some(self.trace(v, "host_traces")?),
+                        _ => {
+                            self.snap.notes.unknown_key("snapshot", &k);
+                            let obj = self.pyobj(v, 0)?;
+                            self.snap.extra.push((k, obj));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            other => Err(self.shape(format!("a pickled {}, not a memory snapshot", type_name(other)))),
+        }
+    }
+
+    fn trace(&mut self, v: Value, what: &str) -> Result<Vec<TraceEvent>, ReadError> {
+        let Value::List(h) = v else {
+            return Err(self.shape(format!("{what} is a {}, not a list", type_name(v))));
+        };
+        let leftovers = self.st.list(h)?.items.len();
+        if leftovers > 0 {
+            return Err(self.shape(format!("{what} holds {leftovers} items that are not trace entries")));
+        }
+        Ok(self.abs.take_events(h.idx))
+    }
+
+    fn annotation(&mut self, v: Value) -> Result<Annotation, ReadError> {
+        let mut a = Annotation { device: 0, time_us: NO_TIME, name: String::new(), stage: String::new(), extra: Vec::new() };
+        for (k, val) in self.dict_items(v, "an external annotation")? {
+            match k.as_str() {
+                "device" => a.device = self.int(val, "annotation 'device'")?,
+                "time_us" => a.time_us = self.int(val, "annotation 'time_us'")?,
+                "name" => a.name = self.string(val, "annotation 'name'")?,
+                "stage" => a.stage = self.string(val, "annotation 'stage'")?,
+                _ => {
+                    let obj = self.pyobj(val, 0)?;
+                    a.extra.push((k, obj));
+                }
+            }
+        }
+        Ok(a)
+    }
+
+    fn segments(&mut self, items: &[Value], what: &str) -> Result<Vec<Segment>, ReadError> {
+        let mut out = Vec::with_capacity(items.len());
+        for (i, &s) in items.iter().enumerate() {
+            out.push(self.segment(s, &format!("{what}[{i}]"))?);
+        }
+        Ok(out)
+    }
+
+    fn segment(&mut self, v: Value, what: &str) -> Result<Segment, ReadError> {
+        let items = self.dict_items(v, what)?;
+        let mut seg = Segment {
+            device: 0,
+            address: 0,
+            total_size: 0,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            segment_pool_id: None,
+            is_expandable: None,
+            stack: None,
+            blocks: Vec::new(),
+        };
+        let (mut have_addr, mut have_total, mut blocks_v, mut have) = (false, false, None, [false; 5]);
+        for (k, val) in items {
+            match k.as_str() {
+                "device" => (seg.device, have[0]) = (self.int(val, "segment 'device'")?, true),
+                "address" => (seg.address, have_addr) = (self.uint(val, "segment 'address'")?, true),
+                "total_size" => (seg.total_size, have_total) = (self.uint(val, "segment 'total_size'")?, true),
+                "allocated_size" => (seg.allocated_size, have[1]) = (self.uint(val, "segment 'allocated_size'")?, true),
+                "active_size" => (seg.active_size, have[2]) = (self.uint(val, "segment 'active_size'")?, true),
+                "requested_size" => seg.requested_size = Some(self.uint(val, "segment 'requested_size'")?),
+                "stream" => (seg.stream, have[3]) = (self.uint(val, "segment 'stream'")?, true),
+                "segment_type" => {
+                    have[4] = true;
+                    seg.segment_type = match self.string(val, "segment 'segment_type'")?.as_str() {
+                        "small" => SegmentType::Small,
+                        "large" => SegmentType::Large,
+                        other => return Err(self.shape(format!("{what}: unknown segment_type '{other}'"))),
+                    }
+                }
+                "segment_pool_id" => seg.segment_pool_id = pair_of(self.st, val),
+                "is_expandable" => seg.is_expandable = Some(self.int(val, "segment 'is_expandable'")? != 0),
+                "frames" => seg.stack = self.abs.stack_of(self.st, val)?,
+                "blocks" => blocks_v = Some(val),
+                _ => self.snap.notes.unknown_key("segment", &k),
+            }
+        }
+        if !have_addr || !have_total {
+            return Err(self.shape(format!(
+                "{what} lacks '{}': not a memory snapshot segment",
+                if have_addr { "total_size" } else { "address" }
+            )));
+        }
+        let Some(blocks_v) = blocks_v else {
+            return Err(self.shape(format!("{what} lacks 'blocks': not a memory snapshot segment")));
+        };
+        let mut addr = seg.address;
+        for (j, b) in self.list_items(blocks_v, "segment 'blocks'")?.into_iter().enumerate() {
+            let blk = self.block(b, addr, &format!("{what}.blocks[{j}]"))?;
+            addr = blk.address.wrapping_add(blk.size);
+            seg.blocks.push(blk);
+        }
+        for (i, name) in ["device", "allocated_size", "active_size", "stream", "segment_type"].iter().enumerate() {
+            if !have[i] {
+                self.snap.notes.missing("segment", name);
+            }
+        }
+        // Fill derivable sums the file omitted, the way PyTorch defines them.
+        if !have[1] {
+            seg.allocated_size = seg.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
+        }
+        if !have[2] {
+            seg.active_size = seg.blocks.iter().filter(|b| b.state.is_active()).map(|b| b.size).sum();
+        }
+        if !have[4] && seg.total_size == 2 << 20 && seg.blocks.iter().all(|b| b.size <= 1 << 20) {
+            seg.segment_type = SegmentType::Small;
+        }
+        Ok(seg)
+    }
+
+    fn block(&mut self, v: Value, next_addr: u64, what: &str) -> Result<Block, ReadError> {
+        let items = self.dict_items(v, what)?;
+        let mut b = Block { address: next_addr, size: 0, requested_size: None, state: BlockState::Inactive, stack: None, history: None };
+        let (mut have_size, mut have_state) = (false, false);
+        for (k, val) in items {
+            match k.as_str() {
+                "address" => b.address = self.uint(val, "block 'address'")?,
+                "size" => (b.size, have_size) = (self.uint(val, "block 'size'")?, true),
+                "requested_size" => b.requested_size = Some(self.uint(val, "block 'requested_size'")?),
+                "state" => {
+                    let s = self.string(val, "block 'state'")?;
+                    b.state = BlockState::parse(&s).ok_or_else(|| self.shape(format!("{what}: unknown block state '{s}'")))?;
+                    have_state = true;
+                }
+                "frames" => b.stack = self.abs.stack_of(self.st, val)?,
+                "history" => {
+                    let mut hist = Vec::new();
+                    for h in self.list_items(val, "block 'history'")? {
+                        let mut e = HistoryEntry { addr: 0, real_size: 0, stack: None };
+                        for (hk, hv) in self.dict_items(h, "a block history entry")? {
+                            match hk.as_str() {
+                                "addr" => e.addr = self.uint(hv, "history 'addr'")?,
+                                "real_size" => e.real_size = self.uint(hv, "history 'real_size'")?,
+                                "frames" => e.stack = self.abs.stack_of(self.st, hv)?,
+                                _ => self.snap.notes.unknown_key("history", &hk),
+                            }
+                        }
+                        hist.push(e);
+                    }
+                    b.history = Some(hist);
+                }
+                _ => self.snap.notes.unknown_key("block", &k),
+            }
+        }
+        if !have_size || !have_state {
+            return Err(self.shape(format!(
+                "{what} lacks '{}': not a memory snapshot block",
+                if have_size { "state" } else { "size" }
+            )));
+        }
+        Ok(b)
+    }
+
+    /// Deep conversion for the parts kept verbatim. Depth-limited: a hostile pickle can
+    /// nest a million lists in a few megabytes, or make a list contain itself.
+    fn pyobj(&mut self, v: Value, depth: usize) -> Result<PyObj, ReadError> {
+        if depth > MAX_DEPTH {
+            return Err(self.shape("nesting deeper than 256 levels: not a memory snapshot"));
+        }
+        Ok(match self.st.resolve(v) {
+            Value::None => PyObj::None,
+            Value::Bool(b) => PyObj::Bool(b),
+            Value::Int(i) => PyObj::Int(i),
+            Value::Big(i) => PyObj::BigInt(self.st.bigs[i as usize].clone()),
+            Value::Float(f) => PyObj::Float(f),
+            Value::Str(s) => PyObj::Str(self.st.str(s).to_string()),
+            Value::Bytes(i) => PyObj::Bytes(self.st.bytes[i as usize].clone()),
+            Value::Pair(a, b) => PyObj::Tuple(vec![PyObj::Int(a as i64), PyObj::Int(b as i64)]),
+            Value::Tuple(t) => {
+                let items = self.st.tuples[t as usize].clone();
+                PyObj::Tuple(items.into_iter().map(|x| self.pyobj(x, depth + 1)).collect::<Result<_, _>>()?)
+            }
+            Value::List(h) => {
+                let items = self.st.list(h)?.items.clone();
+                PyObj::List(items.into_iter().map(|x| self.pyobj(x, depth + 1)).collect::<Result<_, _>>()?)
+            }
+            Value::Dict(h) => {
+                let items = self.st.dict(h)?.items.clone();
+                let mut out = Vec::with_capacity(items.len());
+                for (k, x) in items {
+                    out.push((self.pyobj(k, depth + 1)?, self.pyobj(x, depth + 1)?));
+                }
+                PyObj::Dict(out)
+            }
+            Value::Frame(f) => {
+                let fr = *self.st.table.frame(f);
+                PyObj::Dict(vec![
+                    (PyObj::Str("filename".into()), PyObj::Str(self.st.str(fr.filename).into())),
+                    (PyObj::Str("line".into()), PyObj::Int(fr.line)),
+                    (PyObj::Str("name".into()), PyObj::Str(self.st.str(fr.name).into())),
+                ])
+            }
+            Value::Stack(s) => {
+                let ids = self.st.table.stack(s).to_vec();
+                PyObj::List(ids.into_iter().map(|f| self.pyobj(Value::Frame(f), depth + 1)).collect::<Result<_, _>>()?)
+            }
+            Value::Consumed => return Err(self.shape("a trace entry appears outside 'device_traces'")),
+        })
+    }
+}

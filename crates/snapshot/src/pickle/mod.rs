@@ -1,0 +1,5 @@
+//! Pickle support: a data-only reader ([`vm`], [`load`]) and a writer ([`write`]).
+
+pub(crate) mod load;
+pub(crate) mod vm;
+pub mod write;

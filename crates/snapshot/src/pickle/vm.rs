@@ -1,0 +1,661 @@
+//! A pickle virtual machine that accepts data opcodes only.
+//!
+//! Why not a generic pickle crate: a multi-GB snapshot holds tens of millions of small
+//! dicts, and a value tree of them costs 10–30× the file size. This VM keeps values as
+//! `Copy` handles into arenas and lets the snapshot layer *absorb* trace-entry dicts and
+//! frame dicts the moment they are appended to a list, so that what stays in memory is
+//! the compact model, not the pickle's object graph.
+//!
+//! Safety: every opcode that would import, call or build an object (GLOBAL, REDUCE, ...)
+//! is refused before anything else happens; nothing is ever executed. All sizes read from
+//! the stream are checked against the data actually present before memory is reserved.
+
+use std::io::Read;
+
+use crate::error::ReadError;
+use crate::model::{FrameId, FrameTable, StackId, StrId};
+
+/// A value on the VM stack or in the memo. `Copy`: containers are arena handles.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// Index into [`Vm::bigs`].
+    Big(u32),
+    Float(f64),
+    Str(StrId),
+    /// Index into [`Vm::bytes`].
+    Bytes(u32),
+    List(Handle),
+    Dict(Handle),
+    /// Index into [`Vm::tuples`].
+    Tuple(u32),
+    /// A 2-tuple of small non-negative ints (pool ids), kept inline: recent PyTorch writes
+    /// a fresh `pool_id` tuple for every trace entry.
+    Pair(u32, u32),
+    /// A frame dict that the snapshot layer has interned.
+    Frame(FrameId),
+    /// A frame list that the snapshot layer has interned.
+    Stack(StackId),
+    /// A dict absorbed into the compact model; referencing it again is unsupported.
+    Consumed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Handle {
+    pub idx: u32,
+    gen: u32,
+}
+
+const NO_MEMO: u32 = u32::MAX;
+
+pub(crate) struct DictSlot {
+    gen: u32,
+    memo: u32,
+    pub items: Vec<(Value, Value)>,
+    /// Set when the dict was absorbed but its slot is kept (frames are shared, and may be
+    /// referenced again in the same APPENDS batch): references resolve to this instead.
+    pub replaced: Option<Value>,
+}
+
+pub(crate) struct ListSlot {
+    gen: u32,
+    memo: u32,
+    pub items: Vec<Value>,
+}
+
+/// What the snapshot layer does with a value appended to a list.
+pub(crate) enum Absorb {
+    /// Keep it in the list.
+    Keep(Value),
+    /// The value was taken over (e.g. a trace entry); the list does not store it.
+    Taken,
+}
+
+/// The snapshot layer's hooks into the VM.
+pub(crate) trait Absorber {
+    /// Called for every item appended to list `list` (APPEND, APPENDS, LIST).
+    fn on_append(&mut self, vm: &mut VmState, list: u32, item: Value) -> Result<Absorb, ReadError>;
+}
+
+/// Arenas and tables, separate from the input so absorbers can borrow them.
+pub(crate) struct VmState {
+    pub dicts: Vec<DictSlot>,
+    free_dicts: Vec<u32>,
+    pub lists: Vec<ListSlot>,
+    pub tuples: Vec<Vec<Value>>,
+    pub bigs: Vec<Vec<u8>>,
+    pub bytes: Vec<Vec<u8>>,
+    pub memo: Vec<Value>,
+    pub table: FrameTable,
+    /// Offset of the opcode being executed, for messages.
+    pub offset: u64,
+}
+
+impl VmState {
+    pub fn dict(&self, h: Handle) -> Result<&DictSlot, ReadError> {
+        match self.dicts.get(h.idx as usize) {
+            Some(d) if d.gen == h.gen => Ok(d),
+            _ => Err(self.corrupt("reference to a dict that was already consumed")),
+        }
+    }
+    pub fn list(&self, h: Handle) -> Result<&ListSlot, ReadError> {
+        match self.lists.get(h.idx as usize) {
+            Some(l) if l.gen == h.gen => Ok(l),
+            _ => Err(self.corrupt("bad list reference")),
+        }
+    }
+    pub fn list_mut(&mut self, h: Handle) -> Result<&mut ListSlot, ReadError> {
+        let off = self.offset;
+        match self.lists.get_mut(h.idx as usize) {
+            Some(l) if l.gen == h.gen => Ok(l),
+            _ => Err(ReadError::Corrupt { what: "bad list reference".into(), offset: off }),
+        }
+    }
+    pub fn corrupt(&self, what: &str) -> ReadError {
+        ReadError::Corrupt { what: what.to_string(), offset: self.offset }
+    }
+    pub fn str(&self, id: StrId) -> &str {
+        self.table.str(id)
+    }
+    /// Releases a dict that was absorbed, replacing its memo entry with `replacement`
+    /// so later memo references see the compact form instead of the dict. A recycled slot
+    /// is reused for the next dict (trace entries: millions, never shared); a kept slot
+    /// forwards stale handles to `replacement` (frames: few, often shared).
+    pub fn retire_dict(&mut self, h: Handle, replacement: Value, recycle: bool) {
+        let slot = &mut self.dicts[h.idx as usize];
+        if slot.memo != NO_MEMO {
+            self.memo[slot.memo as usize] = replacement;
+        }
+        slot.items = Vec::new();
+        if recycle {
+            slot.gen = slot.gen.wrapping_add(1);
+            slot.memo = NO_MEMO;
+            self.free_dicts.push(h.idx);
+        } else {
+            slot.replaced = Some(replacement);
+        }
+    }
+    /// A dict handle whose dict was absorbed resolves to its compact form.
+    pub fn resolve(&self, v: Value) -> Value {
+        if let Value::Dict(h) = v {
+            if let Some(d) = self.dicts.get(h.idx as usize) {
+                if d.gen == h.gen {
+                    if let Some(r) = d.replaced {
+                        return r;
+                    }
+                }
+            }
+        }
+        v
+    }
+    /// Replaces a list's memo entry (after its content was interned as a stack).
+    pub fn retire_list(&mut self, h: Handle, replacement: Value) {
+        let slot = &mut self.lists[h.idx as usize];
+        if slot.memo != NO_MEMO {
+            self.memo[slot.memo as usize] = replacement;
+        }
+        slot.items = Vec::new();
+    }
+    fn new_dict(&mut self, items: Vec<(Value, Value)>) -> Value {
+        if let Some(idx) = self.free_dicts.pop() {
+            let slot = &mut self.dicts[idx as usize];
+            slot.items = items;
+            slot.replaced = None;
+            return Value::Dict(Handle { idx, gen: slot.gen });
+        }
+        let idx = self.dicts.len() as u32;
+        self.dicts.push(DictSlot { gen: 0, memo: NO_MEMO, items, replaced: None });
+        Value::Dict(Handle { idx, gen: 0 })
+    }
+    fn new_list(&mut self) -> (Value, u32) {
+        let idx = self.lists.len() as u32;
+        self.lists.push(ListSlot { gen: 0, memo: NO_MEMO, items: Vec::new() });
+        (Value::List(Handle { idx, gen: 0 }), idx)
+    }
+    fn new_tuple(&mut self, items: Vec<Value>) -> Value {
+        if let [Value::Int(a), Value::Int(b)] = items[..] {
+            if let (Ok(a), Ok(b)) = (u32::try_from(a), u32::try_from(b)) {
+                return Value::Pair(a, b);
+            }
+        }
+        self.tuples.push(items);
+        Value::Tuple(self.tuples.len() as u32 - 1)
+    }
+}
+
+/// Buffered input that tracks the byte offset and never reserves more memory than the
+/// data that actually arrived (a length field cannot make it allocate gigabytes).
+struct Input<R: Read> {
+    r: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    base: u64,
+}
+
+const CHUNK: usize = 1 << 18;
+
+impl<R: Read> Input<R> {
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+    #[inline]
+    fn byte(&mut self) -> Result<u8, ReadError> {
+        if self.pos < self.end {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(b);
+        }
+        self.fill(1)?;
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        Ok(b)
+    }
+    #[inline]
+    fn take(&mut self, n: usize) -> Result<&[u8], ReadError> {
+        if self.end - self.pos < n {
+            self.fill(n)?;
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    #[cold]
+    fn fill(&mut self, n: usize) -> Result<(), ReadError> {
+        let rem = self.end - self.pos;
+        self.buf.copy_within(self.pos..self.end, 0);
+        self.base += self.pos as u64;
+        self.pos = 0;
+        self.end = rem;
+        while self.end < n {
+            if self.end == self.buf.len() {
+                // Grow only by doubling what we already hold, so memory follows real data.
+                let grow = self.buf.len().max(CHUNK);
+                self.buf.resize(self.buf.len() + grow, 0);
+            }
+            let k = loop {
+                match self.r.read(&mut self.buf[self.end..]) {
+                    Ok(k) => break k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break 0,
+                    Err(e) => {
+                        // flate2 reports a damaged gzip stream as InvalidInput/InvalidData.
+                        return Err(match e.kind() {
+                            std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
+                                ReadError::Corrupt { what: format!("compressed stream: {e}"), offset: self.base + self.end as u64 }
+                            }
+                            _ => ReadError::Io(e),
+                        });
+                    }
+                }
+            };
+            if k == 0 {
+                return Err(ReadError::Truncated { offset: self.base + self.end as u64 });
+            }
+            self.end += k;
+        }
+        Ok(())
+    }
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn refuse(op: u8, offset: u64) -> Option<ReadError> {
+    let (opcode, what) = match op {
+        b'c' => ("GLOBAL", "import code"),
+        0x93 => ("STACK_GLOBAL", "import code"),
+        b'i' => ("INST", "import and call code"),
+        b'o' => ("OBJ", "call code"),
+        b'R' => ("REDUCE", "call code"),
+        b'b' => ("BUILD", "call code (__setstate__)"),
+        0x81 => ("NEWOBJ", "call code"),
+        0x92 => ("NEWOBJ_EX", "call code"),
+        0x82 => ("EXT1", "import code from the extension registry"),
+        0x83 => ("EXT2", "import code from the extension registry"),
+        0x84 => ("EXT4", "import code from the extension registry"),
+        b'P' => ("PERSID", "call a persistent-id loader"),
+        b'Q' => ("BINPERSID", "call a persistent-id loader"),
+        0x97 => ("NEXT_BUFFER", "read an out-of-band buffer"),
+        0x98 => ("READONLY_BUFFER", "read an out-of-band buffer"),
+        _ => return None,
+    };
+    Some(ReadError::Refused { opcode, offset, what })
+}
+
+/// Nesting deeper than this cannot come from PyTorch and would only serve to exhaust
+/// the native stack of a recursive consumer.
+pub(crate) const MAX_DEPTH: usize = 256;
+
+pub(crate) struct Vm<R: Read> {
+    input: Input<R>,
+    pub state: VmState,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+}
+
+impl<R: Read> Vm<R> {
+    pub fn new(r: R) -> Self {
+        Vm {
+            input: Input { r, buf: vec![0; CHUNK], pos: 0, end: 0, base: 0 },
+            state: VmState {
+                dicts: Vec::new(),
+                free_dicts: Vec::new(),
+                lists: Vec::new(),
+                tuples: Vec::new(),
+                bigs: Vec::new(),
+                bytes: Vec::new(),
+                memo: Vec::new(),
+                table: FrameTable::default(),
+                offset: 0,
+            },
+            stack: Vec::with_capacity(1024),
+            marks: Vec::with_capacity(64),
+        }
+    }
+
+    fn pop(&mut self) -> Result<Value, ReadError> {
+        self.stack.pop().ok_or_else(|| self.state.corrupt("stack underflow"))
+    }
+    fn top(&self) -> Result<Value, ReadError> {
+        self.stack.last().copied().ok_or_else(|| self.state.corrupt("stack underflow"))
+    }
+    fn pop_mark(&mut self) -> Result<usize, ReadError> {
+        self.marks.pop().ok_or_else(|| self.state.corrupt("MARK expected"))
+    }
+    fn push_str(&mut self, n: usize) -> Result<(), ReadError> {
+        let bytes = self.input.take(n)?;
+        // Python writes lone surrogates with 'surrogatepass'; keep such strings readable.
+        let id = match std::str::from_utf8(bytes) {
+            Ok(s) => self.state.table.intern_str(s),
+            Err(_) => {
+                let s = String::from_utf8_lossy(bytes).into_owned();
+                self.state.table.intern_str(&s)
+            }
+        };
+        self.stack.push(Value::Str(id));
+        Ok(())
+    }
+    fn push_long(&mut self, n: usize) -> Result<(), ReadError> {
+        let b = self.input.take(n)?;
+        let v = if n <= 8 {
+            Value::Int(crate::pyobj::bigint_to_i64(b).unwrap_or(0))
+        } else if let Some(i) = crate::pyobj::bigint_to_i64(b) {
+            Value::Int(i)
+        } else {
+            self.state.bigs.push(b.to_vec());
+            Value::Big(self.state.bigs.len() as u32 - 1)
+        };
+        self.stack.push(v);
+        Ok(())
+    }
+    fn memo_put(&mut self, idx: usize) -> Result<(), ReadError> {
+        let v = self.top()?;
+        if idx > self.state.memo.len() + (1 << 20) {
+            return Err(self.state.corrupt("memo index out of range"));
+        }
+        if idx >= self.state.memo.len() {
+            self.state.memo.resize(idx + 1, Value::None);
+        }
+        self.state.memo[idx] = v;
+        // Remember where containers live in the memo, so absorbing them can retire the entry.
+        match v {
+            Value::Dict(h) => {
+                let s = &mut self.state.dicts[h.idx as usize];
+                if s.memo == NO_MEMO {
+                    s.memo = idx as u32;
+                }
+            }
+            Value::List(h) => {
+                let s = &mut self.state.lists[h.idx as usize];
+                if s.memo == NO_MEMO {
+                    s.memo = idx as u32;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+    fn memo_get(&mut self, idx: usize) -> Result<(), ReadError> {
+        match self.state.memo.get(idx) {
+            Some(Value::Consumed) => Err(self.state.corrupt("memo reference to a trace entry that was already read")),
+            Some(&v) => {
+                self.stack.push(v);
+                Ok(())
+            }
+            None => Err(self.state.corrupt(&format!("memo key {idx} is not defined"))),
+        }
+    }
+    fn append_items<A: Absorber>(&mut self, list: Value, from: usize, abs: &mut A) -> Result<(), ReadError> {
+        let h = match list {
+            Value::List(h) => h,
+            _ => return Err(self.state.corrupt("APPEND to something that is not a list")),
+        };
+        self.state.list(h)?;
+        for i in from..self.stack.len() {
+            let item = self.state.resolve(self.stack[i]);
+            if let Absorb::Keep(v) = abs.on_append(&mut self.state, h.idx, item)? {
+                self.state.list_mut(h)?.items.push(v);
+            }
+        }
+        self.stack.truncate(from);
+        Ok(())
+    }
+    fn set_items(&mut self, dict: Value, from: usize) -> Result<(), ReadError> {
+        let h = match dict {
+            Value::Dict(h) => h,
+            _ => return Err(self.state.corrupt("SETITEM on something that is not a dict")),
+        };
+        if (self.stack.len() - from) % 2 != 0 {
+            return Err(self.state.corrupt("odd number of items for a dict"));
+        }
+        self.state.dict(h)?;
+        let slot = &mut self.state.dicts[h.idx as usize];
+        slot.items.extend(self.stack[from..].chunks_exact(2).map(|kv| (kv[0], kv[1])));
+        self.stack.truncate(from);
+        Ok(())
+    }
+
+    /// Runs to STOP and returns the top-level value. `progress` gets the byte offset now
+    /// and then.
+    pub fn run<A: Absorber>(&mut self, abs: &mut A, progress: &mut dyn FnMut(u64)) -> Result<Value, ReadError> {
+        let mut next_report = 0u64;
+        loop {
+            let off = self.input.offset();
+            self.state.offset = off;
+            if off >= next_report {
+                progress(off);
+                next_report = off + (8 << 20);
+            }
+            let op = self.input.byte()?;
+            match op {
+                // --- containers and their items (hot) ---
+                0x94 => {
+                    // MEMOIZE
+                    let n = self.state.memo.len();
+                    self.memo_put(n)?
+                }
+                b'h' => {
+                    let i = self.input.byte()? as usize;
+                    self.memo_get(i)?
+                }
+                b'j' => {
+                    let i = le_u32(self.input.take(4)?) as usize;
+                    self.memo_get(i)?
+                }
+                b'q' => {
+                    let i = self.input.byte()? as usize;
+                    self.memo_put(i)?
+                }
+                b'r' => {
+                    let i = le_u32(self.input.take(4)?) as usize;
+                    self.memo_put(i)?
+                }
+                b'(' => self.marks.push(self.stack.len()),
+                b'}' => {
+                    let d = self.state.new_dict(Vec::new());
+                    self.stack.push(d)
+                }
+                b']' => {
+                    let (l, _) = self.state.new_list();
+                    self.stack.push(l)
+                }
+                b'u' => {
+                    let m = self.pop_mark()?;
+                    if m == 0 {
+                        return Err(self.state.corrupt("SETITEMS without a dict"));
+                    }
+                    let d = self.stack[m - 1];
+                    self.set_items(d, m)?
+                }
+                b's' => {
+                    let n = self.stack.len();
+                    if n < 3 {
+                        return Err(self.state.corrupt("stack underflow"));
+                    }
+                    let d = self.stack[n - 3];
+                    self.set_items(d, n - 2)?
+                }
+                b'e' => {
+                    let m = self.pop_mark()?;
+                    if m == 0 {
+                        return Err(self.state.corrupt("APPENDS without a list"));
+                    }
+                    let l = self.stack[m - 1];
+                    self.append_items(l, m, abs)?
+                }
+                b'a' => {
+                    let n = self.stack.len();
+                    if n < 2 {
+                        return Err(self.state.corrupt("stack underflow"));
+                    }
+                    let l = self.stack[n - 2];
+                    self.append_items(l, n - 1, abs)?
+                }
+                0x8c => {
+                    let n = self.input.byte()? as usize;
+                    self.push_str(n)?
+                }
+                b'X' => {
+                    let n = le_u32(self.input.take(4)?) as usize;
+                    self.push_str(n)?
+                }
+                0x8d => {
+                    let b = self.input.take(8)?;
+                    let n = u64::from_le_bytes(b.try_into().unwrap());
+                    let n = usize::try_from(n).map_err(|_| self.state.corrupt("string length too large"))?;
+                    self.push_str(n)?
+                }
+                b'K' => {
+                    let v = self.input.byte()? as i64;
+                    self.stack.push(Value::Int(v))
+                }
+                b'M' => {
+                    let b = self.input.take(2)?;
+                    let v = u16::from_le_bytes([b[0], b[1]]) as i64;
+                    self.stack.push(Value::Int(v))
+                }
+                b'J' => {
+                    let v = le_u32(self.input.take(4)?) as i32 as i64;
+                    self.stack.push(Value::Int(v))
+                }
+                0x8a => {
+                    let n = self.input.byte()? as usize;
+                    self.push_long(n)?
+                }
+                0x8b => {
+                    let n = le_u32(self.input.take(4)?) as usize;
+                    if n > (1 << 20) {
+                        return Err(ReadError::Unsupported { what: format!("a {n}-byte integer"), offset: off });
+                    }
+                    self.push_long(n)?
+                }
+                b'G' => {
+                    let b = self.input.take(8)?;
+                    self.stack.push(Value::Float(f64::from_be_bytes(b.try_into().unwrap())))
+                }
+                0x88 => self.stack.push(Value::Bool(true)),
+                0x89 => self.stack.push(Value::Bool(false)),
+                b'N' => self.stack.push(Value::None),
+                b')' => {
+                    let t = self.state.new_tuple(Vec::new());
+                    self.stack.push(t)
+                }
+                0x85..=0x87 => {
+                    let k = (op - 0x84) as usize;
+                    if self.stack.len() < k {
+                        return Err(self.state.corrupt("stack underflow"));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - k);
+                    let t = self.state.new_tuple(items);
+                    self.stack.push(t)
+                }
+                b't' => {
+                    let m = self.pop_mark()?;
+                    let items = self.stack.split_off(m);
+                    let t = self.state.new_tuple(items);
+                    self.stack.push(t)
+                }
+                b'l' => {
+                    let m = self.pop_mark()?;
+                    let (l, _) = self.state.new_list();
+                    self.stack.insert(m, l);
+                    self.append_items(l, m + 1, abs)?;
+                }
+                b'd' => {
+                    let m = self.pop_mark()?;
+                    let d = self.state.new_dict(Vec::new());
+                    self.stack.insert(m, d);
+                    self.set_items(d, m + 1)?;
+                }
+                // --- framing and control ---
+                0x80 => {
+                    let p = self.input.byte()?;
+                    if !(2..=5).contains(&p) {
+                        return Err(ReadError::Unsupported { what: format!("pickle protocol {p}"), offset: off });
+                    }
+                }
+                0x95 => {
+                    // FRAME: a length hint; the data follows inline.
+                    self.input.take(8)?;
+                }
+                b'.' => {
+                    let v = self.pop()?;
+                    return Ok(v);
+                }
+                b'0' => {
+                    if self.stack.len() == self.marks.last().copied().unwrap_or(0) && !self.marks.is_empty() {
+                        // POP right after a MARK pops the mark, as CPython does.
+                        self.marks.pop();
+                    } else {
+                        self.pop()?;
+                    }
+                }
+                b'1' => {
+                    let m = self.pop_mark()?;
+                    self.stack.truncate(m);
+                }
+                b'2' => {
+                    let v = self.top()?;
+                    self.stack.push(v)
+                }
+                // --- plain data that snapshots never use but that is harmless ---
+                b'C' => {
+                    let n = self.input.byte()? as usize;
+                    self.push_bytes(n)?
+                }
+                b'B' => {
+                    let n = le_u32(self.input.take(4)?) as usize;
+                    self.push_bytes(n)?
+                }
+                0x8e | 0x96 => {
+                    let b = self.input.take(8)?;
+                    let n = usize::try_from(u64::from_le_bytes(b.try_into().unwrap()))
+                        .map_err(|_| self.state.corrupt("bytes length too large"))?;
+                    self.push_bytes(n)?
+                }
+                0x8f => {
+                    // EMPTY_SET: model sets as lists.
+                    let (l, _) = self.state.new_list();
+                    self.stack.push(l)
+                }
+                0x90 => {
+                    let m = self.pop_mark()?;
+                    if m == 0 {
+                        return Err(self.state.corrupt("ADDITEMS without a set"));
+                    }
+                    let l = self.stack[m - 1];
+                    self.append_items(l, m, abs)?
+                }
+                0x91 => {
+                    let m = self.pop_mark()?;
+                    let (l, _) = self.state.new_list();
+                    self.stack.insert(m, l);
+                    self.append_items(l, m + 1, abs)?;
+                }
+                _ => {
+                    if let Some(e) = refuse(op, off) {
+                        return Err(e);
+                    }
+                    return Err(match op {
+                        b'I' | b'L' | b'S' | b'T' | b'U' | b'V' | b'F' | b'g' | b'p' => ReadError::Unsupported {
+                            what: format!("text-mode pickle opcode {:?} (protocol 0/1)", op as char),
+                            offset: off,
+                        },
+                        _ => ReadError::Corrupt { what: format!("invalid pickle opcode 0x{op:02x}"), offset: off },
+                    });
+                }
+            }
+        }
+    }
+
+    fn push_bytes(&mut self, n: usize) -> Result<(), ReadError> {
+        let b = self.input.take(n)?.to_vec();
+        self.state.bytes.push(b);
+        self.stack.push(Value::Bytes(self.state.bytes.len() as u32 - 1));
+        Ok(())
+    }
+}

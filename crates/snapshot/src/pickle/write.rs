@@ -1,0 +1,1 @@
+//! Writer for snapshot pickles (protocol 4). Being written.
