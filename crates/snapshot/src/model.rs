@@ -6,6 +6,7 @@
 //! whose optional fields use sentinels instead of `Option<i64>`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroU32;
 
 use crate::pyobj::PyObj;
@@ -47,16 +48,62 @@ pub struct Frame {
     pub name: StrId,
 }
 
+/// A small, fast hasher for interning (the FxHash mix used by rustc). The keys are our
+/// own strings and ids, so HashDoS resistance buys nothing here, and SipHash was a
+/// measurable share of reading a multi-GB file.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 56));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64)
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(i as u64)
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i)
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64)
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// `HashMap` with [`FxHasher`].
+pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
 /// Interning tables shared by the whole snapshot. Real files reference the same frame
 /// lists thousands of times; interning keeps one copy.
 #[derive(Clone, Debug, Default)]
 pub struct FrameTable {
     strings: Vec<Box<str>>,
-    string_index: HashMap<Box<str>, StrId>,
+    string_index: FxHashMap<Box<str>, StrId>,
     frames: Vec<Frame>,
-    frame_index: HashMap<Frame, FrameId>,
+    frame_index: FxHashMap<Frame, FrameId>,
     stacks: Vec<Box<[FrameId]>>,
-    stack_index: HashMap<Box<[FrameId]>, StackId>,
+    stack_index: FxHashMap<Box<[FrameId]>, StackId>,
 }
 
 impl FrameTable {
@@ -103,6 +150,10 @@ impl FrameTable {
             let fr = self.frame(f);
             (self.str(fr.filename), fr.line, self.str(fr.name))
         })
+    }
+    /// String by table position (0-based), for tables parallel to the string table.
+    pub fn str_at(&self, i: usize) -> &str {
+        &self.strings[i]
     }
     pub fn num_strings(&self) -> usize {
         self.strings.len()
@@ -425,4 +476,123 @@ impl Snapshot {
             .and_then(|d| self.device_traces.get(d))
             .map_or(&[], |t| t.as_slice())
     }
+}
+
+// --- Comparison helpers (added for the writer's round-trip tests) --------------------
+
+/// A stack resolved to `(filename, line, name)` strings, innermost first.
+pub fn resolve_stack(t: &FrameTable, s: Option<StackId>) -> Option<Vec<(String, i64, String)>> {
+    s.map(|s| t.resolved(s).map(|(f, l, n)| (f.to_string(), l, n.to_string())).collect())
+}
+
+/// First difference between two snapshots as one line, or `None` when they hold the same
+/// data. Interning ids (stacks, strings, pools) differ between two reads of equivalent
+/// files, so everything is compared resolved. `notes` are not compared: they describe
+/// the file that was read (e.g. unknown keys that a writer does not reproduce).
+pub fn semantic_diff(a: &Snapshot, b: &Snapshot) -> Option<String> {
+    macro_rules! ne {
+        ($what:expr, $x:expr, $y:expr) => {
+            if $x != $y {
+                return Some(format!("{}: {:?} != {:?}", $what, $x, $y));
+            }
+        };
+    }
+    let (ta, tb) = (&a.frames, &b.frames);
+    let seg_diff = |what: &str, x: &[Segment], y: &[Segment]| -> Option<String> {
+        if x.len() != y.len() {
+            return Some(format!("{what}: {} segments != {}", x.len(), y.len()));
+        }
+        for (i, (s, t)) in x.iter().zip(y).enumerate() {
+            let w = format!("{what}[{i}]");
+            let key = |s: &Segment| {
+                (s.device, s.address, s.total_size, s.allocated_size, s.active_size, s.requested_size, s.stream, s.segment_type, s.segment_pool_id, s.is_expandable)
+            };
+            if key(s) != key(t) {
+                return Some(format!("{w}: {:?} != {:?}", key(s), key(t)));
+            }
+            if resolve_stack(ta, s.stack) != resolve_stack(tb, t.stack) {
+                return Some(format!("{w}.frames differ"));
+            }
+            if s.blocks.len() != t.blocks.len() {
+                return Some(format!("{w}: {} blocks != {}", s.blocks.len(), t.blocks.len()));
+            }
+            for (j, (p, q)) in s.blocks.iter().zip(&t.blocks).enumerate() {
+                let w = format!("{w}.blocks[{j}]");
+                let key = |b: &Block| (b.address, b.size, b.requested_size, b.state, b.history.as_ref().map(|h| h.len()));
+                if key(p) != key(q) {
+                    return Some(format!("{w}: {:?} != {:?}", key(p), key(q)));
+                }
+                if resolve_stack(ta, p.stack) != resolve_stack(tb, q.stack) {
+                    return Some(format!("{w}.frames differ"));
+                }
+                for (k, (h, g)) in p.history.iter().flatten().zip(q.history.iter().flatten()).enumerate() {
+                    if (h.addr, h.real_size) != (g.addr, g.real_size) || resolve_stack(ta, h.stack) != resolve_stack(tb, g.stack) {
+                        return Some(format!("{w}.history[{k}] differs"));
+                    }
+                }
+            }
+        }
+        None
+    };
+    let trace_diff = |what: &str, x: &[TraceEvent], y: &[TraceEvent]| -> Option<String> {
+        if x.len() != y.len() {
+            return Some(format!("{what}: {} events != {}", x.len(), y.len()));
+        }
+        for (i, (e, f)) in x.iter().zip(y).enumerate() {
+            let key = |s: &Snapshot, e: &TraceEvent| {
+                (
+                    e.action,
+                    e.addr,
+                    e.size,
+                    e.stream,
+                    e.time_us,
+                    e.compile_context.map(|c| s.frames.str(c).to_string()),
+                    e.user_metadata.map(|c| s.frames.str(c).to_string()),
+                    s.pool_id(e),
+                )
+            };
+            if key(a, e) != key(b, f) {
+                return Some(format!("{what}[{i}]: {:?} != {:?}", key(a, e), key(b, f)));
+            }
+            if resolve_stack(ta, e.stack) != resolve_stack(tb, f.stack) {
+                return Some(format!("{what}[{i}].frames differ"));
+            }
+        }
+        None
+    };
+    ne!("format", a.format, b.format);
+    if let Some(d) = seg_diff("segments", &a.segments, &b.segments) {
+        return Some(d);
+    }
+    // Trailing empty device lists carry no data but are part of the file's shape.
+    ne!("device_traces.len", a.device_traces.len(), b.device_traces.len());
+    for (d, (x, y)) in a.device_traces.iter().zip(&b.device_traces).enumerate() {
+        if let Some(e) = trace_diff(&format!("device_traces[{d}]"), x, y) {
+            return Some(e);
+        }
+    }
+    ne!("allocator_settings", a.allocator_settings, b.allocator_settings);
+    ne!("external_annotations", a.external_annotations, b.external_annotations);
+    match (&a.host_segments, &b.host_segments) {
+        (Some(x), Some(y)) => {
+            if let Some(d) = seg_diff("host_segments", x, y) {
+                return Some(d);
+            }
+        }
+        (None, None) => {}
+        _ => return Some("host_segments present in only one".into()),
+    }
+    match (&a.host_traces, &b.host_traces) {
+        (Some(x), Some(y)) => {
+            if let Some(d) = trace_diff("host_traces", x, y) {
+                return Some(d);
+            }
+        }
+        (None, None) => {}
+        _ => return Some("host_traces present in only one".into()),
+    }
+    ne!("extra", a.extra, b.extra);
+    ne!("totals", a.totals, b.totals);
+    ne!("device_capacity", a.device_capacity, b.device_capacity);
+    None
 }

@@ -40,7 +40,26 @@ struct SnapshotAbsorber {
     missing: HashMap<&'static str, u64>,
     pool_ids: Vec<(u64, u64)>,
     frame_buf: Vec<FrameId>,
+    key_codes: Vec<u8>,
+    /// Reusable `[k, v, ..]` buffer for dicts absorbed on the generic path.
+    flat: Vec<Value>,
+    /// Trace entries completed on the fast path, waiting for their APPENDS.
+    pending: Vec<TraceEvent>,
+    pending_live: usize,
 }
+
+/// Codes above K_POOL that are not actions: keys this reader does not model.
+const K_OTHER: u8 = 31;
+const K_ACTION: u8 = 1;
+const K_ADDR: u8 = 2;
+const K_SIZE: u8 = 3;
+const K_STREAM: u8 = 4;
+const K_TIME: u8 = 5;
+const K_FRAMES: u8 = 6;
+const K_CC: u8 = 7;
+const K_UM: u8 = 8;
+const K_POOL: u8 = 9;
+const K_FIRST_ACTION: u8 = 32;
 
 fn int_of(st: &VmState, v: Value) -> Option<i64> {
     match v {
@@ -105,38 +124,62 @@ impl SnapshotAbsorber {
             missing: HashMap::new(),
             pool_ids: Vec::new(),
             frame_buf: Vec::new(),
+            key_codes: Vec::new(),
+            flat: Vec::new(),
+            pending: Vec::new(),
+            pending_live: 0,
         }
     }
 
     /// A dict is a frame when it has `filename` and `name` and nothing but frame keys
-    /// (`line`, and the `fx_*` keys of `augment_with_fx_traces`).
-    fn as_frame(&self, st: &mut VmState, h: Handle) -> Result<Option<FrameId>, ReadError> {
-        let d = st.dict(h)?;
+    /// (`line`, and the `fx_*` keys of `augment_with_fx_traces`). `flat` is `[k, v, k, v, ..]`.
+    fn frame_from(&self, st: &mut VmState, flat: &[Value]) -> Option<FrameId> {
         let (mut filename, mut line, mut name) = (None, None, None);
-        for &(k, v) in &d.items {
-            let Value::Str(k) = k else { return Ok(None) };
+        for kv in flat.chunks_exact(2) {
+            let Value::Str(k) = kv[0] else { return None };
             if k == self.k.filename {
-                filename = Some(v);
+                filename = Some(kv[1]);
             } else if k == self.k.line {
-                line = Some(v);
+                line = Some(kv[1]);
             } else if k == self.k.name {
-                name = Some(v);
+                name = Some(kv[1]);
             } else if !st.str(k).starts_with("fx_") {
-                return Ok(None);
+                return None;
             }
         }
         let (Some(Value::Str(filename)), Some(Value::Str(name))) = (filename, name) else {
-            return Ok(None);
+            return None;
         };
-        let line = line.and_then(|v| int_of(st, v)).unwrap_or(0);
-        let id = st.table.intern_frame(Frame { filename, line, name });
-        st.retire_dict(h, Value::Frame(id), false);
-        Ok(Some(id))
+        // C++ frames without a line number carry 2^64−1 (an unsigned C++ field, a 9-byte
+        // LONG1): keep the bit pattern (-1 as i64) so the writer can restore it.
+        let line = line.and_then(|v| u64_of(st, v)).map_or(0, |l| l as i64);
+        Some(st.table.intern_frame(Frame { filename, line, name }))
+    }
+
+    fn flatten(&mut self, st: &VmState, h: Handle) -> Result<Vec<Value>, ReadError> {
+        let mut flat = std::mem::take(&mut self.flat);
+        flat.clear();
+        for &(k, v) in &st.dict(h)?.items {
+            flat.push(k);
+            flat.push(v);
+        }
+        Ok(flat)
+    }
+
+    fn as_frame(&mut self, st: &mut VmState, h: Handle) -> Result<Option<FrameId>, ReadError> {
+        let flat = self.flatten(st, h)?;
+        let f = self.frame_from(st, &flat);
+        self.flat = flat;
+        if let Some(id) = f {
+            st.retire_dict(h, Value::Frame(id), false);
+        }
+        Ok(f)
     }
 
     /// Interns a `frames` value (a list of frame dicts, usually shared via the memo).
     fn stack_of(&mut self, st: &mut VmState, v: Value) -> Result<Option<StackId>, ReadError> {
-        let h = match v {
+        // A handle taken before the list was interned (shared frame list) → its stack.
+        let h = match st.resolve(v) {
             Value::Stack(s) => return Ok(Some(s)),
             Value::List(h) => h,
             Value::None => return Ok(None),
@@ -161,67 +204,133 @@ impl SnapshotAbsorber {
         Ok(Some(id))
     }
 
-    fn as_event(&mut self, st: &mut VmState, h: Handle) -> Result<Option<Option<TraceEvent>>, ReadError> {
-        let d = st.dict(h)?;
-        let Some(&(_, Value::Str(action))) = d.items.iter().find(|(k, _)| *k == Value::Str(self.k.action)) else {
-            return Ok(None);
-        };
-        let Some(action) = Action::parse(st.str(action)) else {
-            *self.unknown_actions.entry(action).or_default() += 1;
-            st.retire_dict(h, Value::Consumed, true);
-            return Ok(Some(None));
-        };
-        let mut ev = TraceEvent::new(action, 0, 0, 0);
-        let (mut have_addr, mut have_size) = (false, false);
-        let n = d.items.len();
-        for i in 0..n {
-            let (k, v) = st.dict(h)?.items[i];
-            let Value::Str(k) = k else { continue };
-            let k_ = &self.k;
-            if k == k_.action {
-            } else if k == k_.addr || k == k_.device_free {
-                ev.addr = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'addr' is not an integer"))?;
-                have_addr = true;
-            } else if k == k_.size {
-                ev.size = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'size' is not an integer"))?;
-                have_size = true;
-            } else if k == k_.stream {
-                ev.stream = u64_of(st, v).unwrap_or(0);
-            } else if k == k_.time_us {
-                ev.time_us = int_of(st, v).unwrap_or(NO_TIME);
-            } else if k == k_.frames {
-                ev.stack = self.stack_of(st, v)?;
-            } else if k == k_.compile_context {
-                if let Value::Str(s) = v {
-                    ev.compile_context = Some(s);
-                }
-            } else if k == k_.user_metadata {
-                if let Value::Str(s) = v {
-                    ev.user_metadata = Some(s);
-                }
-            } else if k == k_.pool_id {
-                if let Some(p) = pair_of(st, v) {
-                    let pos = match self.pool_ids.iter().position(|&x| x == p) {
-                        Some(i) => i,
-                        None => {
-                            self.pool_ids.push(p);
-                            self.pool_ids.len() - 1
-                        }
-                    };
-                    ev.pool = std::num::NonZeroU32::new(pos as u32 + 1);
-                }
-            } else {
-                *self.unknown_trace_keys.entry(k).or_default() += 1;
+    /// What a string means as a trace-entry or frame key. A table indexed by string id,
+    /// extended as new strings are interned: one array load per key instead of a chain
+    /// of comparisons, on the hottest path of the reader.
+    #[inline(always)]
+    fn key_code(&mut self, st: &VmState, id: StrId) -> u8 {
+        match self.key_codes.get(id.index()) {
+            Some(&c) => c,
+            None => self.key_code_slow(st, id),
+        }
+    }
+
+    #[cold]
+    fn key_code_slow(&mut self, st: &VmState, id: StrId) -> u8 {
+        let i = id.index();
+        {
+            let k = &self.k;
+            let known = [
+                (k.action, K_ACTION),
+                (k.addr, K_ADDR),
+                (k.device_free, K_ADDR),
+                (k.size, K_SIZE),
+                (k.stream, K_STREAM),
+                (k.time_us, K_TIME),
+                (k.frames, K_FRAMES),
+                (k.compile_context, K_CC),
+                (k.user_metadata, K_UM),
+                (k.pool_id, K_POOL),
+            ];
+            for j in self.key_codes.len()..st.table.num_strings() {
+                let code = known.iter().find(|(s, _)| s.index() == j).map_or(K_OTHER, |&(_, c)| c);
+                // Action names get their own codes, so parsing an action is one lookup too.
+                let code = match Action::ALL.iter().position(|a| a.as_str() == st.table.str_at(j)) {
+                    Some(a) if code == K_OTHER => K_FIRST_ACTION + a as u8,
+                    _ => code,
+                };
+                self.key_codes.push(code);
             }
         }
-        if !have_addr {
-            *self.missing.entry("trace.addr").or_default() += 1;
+        self.key_codes[i]
+    }
+
+    /// `Some(Some(ev))` for a trace entry, `Some(None)` for an entry with an action this
+    /// reader does not model (counted, dropped), `None` when `flat` is not a trace entry.
+    fn event_from(&mut self, st: &mut VmState, flat: &[Value]) -> Result<Option<Option<TraceEvent>>, ReadError> {
+        // One pass sorts values by key code; nothing with side effects (interning a
+        // stack) happens until 'action' proves this is a trace entry, since block dicts
+        // share keys like 'size' and 'frames'.
+        let mut vals = [Value::Undef; K_POOL as usize + 1];
+        let mut unknown = false;
+        for kv in flat.chunks_exact(2) {
+            let Value::Str(k) = kv[0] else { continue };
+            let code = self.key_code(st, k);
+            if code <= K_POOL {
+                vals[code as usize] = kv[1];
+            } else {
+                unknown = true;
+            }
         }
-        if !have_size {
-            *self.missing.entry("trace.size").or_default() += 1;
+        let Value::Str(action_id) = vals[K_ACTION as usize] else { return Ok(None) };
+        let code = self.key_code(st, action_id);
+        if code < K_FIRST_ACTION {
+            *self.unknown_actions.entry(action_id).or_default() += 1;
+            return Ok(Some(None));
         }
-        st.retire_dict(h, Value::Consumed, true);
+        let mut ev = TraceEvent::new(Action::ALL[(code - K_FIRST_ACTION) as usize], 0, 0, 0);
+        match vals[K_ADDR as usize] {
+            Value::Undef => *self.missing.entry("trace.addr").or_default() += 1,
+            v => ev.addr = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'addr' is not an integer"))?,
+        }
+        match vals[K_SIZE as usize] {
+            Value::Undef => *self.missing.entry("trace.size").or_default() += 1,
+            v => ev.size = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'size' is not an integer"))?,
+        }
+        ev.stream = u64_of(st, vals[K_STREAM as usize]).unwrap_or(0);
+        ev.time_us = int_of(st, vals[K_TIME as usize]).unwrap_or(NO_TIME);
+        if let v @ (Value::Stack(_) | Value::List(_) | Value::None) = vals[K_FRAMES as usize] {
+            ev.stack = self.stack_of(st, v)?;
+        }
+        if let Value::Str(s) = vals[K_CC as usize] {
+            ev.compile_context = Some(s);
+        }
+        if let Value::Str(s) = vals[K_UM as usize] {
+            ev.user_metadata = Some(s);
+        }
+        if let Some(p) = pair_of(st, vals[K_POOL as usize]) {
+            let pos = match self.pool_ids.iter().position(|&x| x == p) {
+                Some(i) => i,
+                None => {
+                    self.pool_ids.push(p);
+                    self.pool_ids.len() - 1
+                }
+            };
+            ev.pool = std::num::NonZeroU32::new(pos as u32 + 1);
+        }
+        if unknown {
+            for kv in flat.chunks_exact(2) {
+                if let Value::Str(k) = kv[0] {
+                    if self.key_code(st, k) > K_POOL {
+                        *self.unknown_trace_keys.entry(k).or_default() += 1;
+                    }
+                }
+            }
+        }
         Ok(Some(Some(ev)))
+    }
+
+    fn as_event(&mut self, st: &mut VmState, h: Handle) -> Result<Option<Option<TraceEvent>>, ReadError> {
+        let flat = self.flatten(st, h)?;
+        let ev = self.event_from(st, &flat);
+        self.flat = flat;
+        let ev = ev?;
+        if ev.is_some() {
+            st.retire_dict(h, Value::Consumed, true);
+        }
+        Ok(ev)
+    }
+
+    fn push_event(&mut self, list: u32, ev: TraceEvent) {
+        if self.cur_list != list {
+            let prev = std::mem::take(&mut self.cur_events);
+            if self.cur_list != u32::MAX {
+                self.events.insert(self.cur_list, prev);
+            }
+            self.cur_events = self.events.remove(&list).unwrap_or_default();
+            self.cur_list = list;
+        }
+        self.cur_events.push(ev);
     }
 
     fn take_events(&mut self, list: u32) -> Vec<TraceEvent> {
@@ -235,18 +344,23 @@ impl SnapshotAbsorber {
 
 impl Absorber for SnapshotAbsorber {
     fn on_append(&mut self, st: &mut VmState, list: u32, item: Value) -> Result<Absorb, ReadError> {
-        let Value::Dict(h) = item else { return Ok(Absorb::Keep(item)) };
+        let h = match item {
+            Value::Event(i) => {
+                self.push_event(list, self.pending[i as usize]);
+                self.pending_live -= 1;
+                if self.pending_live == 0 {
+                    self.pending.clear();
+                }
+                return Ok(Absorb::Taken);
+            }
+            Value::Dict(h) => h,
+            // A trace entry with an action this reader does not model (already counted).
+            Value::Consumed => return Ok(Absorb::Taken),
+            _ => return Ok(Absorb::Keep(item)),
+        };
         if let Some(ev) = self.as_event(st, h)? {
             if let Some(ev) = ev {
-                if self.cur_list != list {
-                    let prev = std::mem::take(&mut self.cur_events);
-                    if self.cur_list != u32::MAX {
-                        self.events.insert(self.cur_list, prev);
-                    }
-                    self.cur_events = self.events.remove(&list).unwrap_or_default();
-                    self.cur_list = list;
-                }
-                self.cur_events.push(ev);
+                self.push_event(list, ev);
             }
             return Ok(Absorb::Taken);
         }
@@ -254,6 +368,20 @@ impl Absorber for SnapshotAbsorber {
             return Ok(Absorb::Keep(Value::Frame(f)));
         }
         Ok(Absorb::Keep(item))
+    }
+
+    fn on_dict(&mut self, st: &mut VmState, flat: &[Value]) -> Result<Option<(Value, Value)>, ReadError> {
+        match self.event_from(st, flat)? {
+            Some(Some(ev)) => {
+                self.pending.push(ev);
+                self.pending_live += 1;
+                return Ok(Some((Value::Event(self.pending.len() as u32 - 1), Value::Consumed)));
+            }
+            // An unmodelled action: counted; keep a placeholder that appends as nothing.
+            Some(None) => return Ok(Some((Value::Consumed, Value::Consumed))),
+            None => {}
+        }
+        Ok(self.frame_from(st, flat).map(|f| (Value::Frame(f), Value::Frame(f))))
     }
 }
 
@@ -296,6 +424,8 @@ fn type_name(v: Value) -> &'static str {
         Value::Bytes(_) => "bytes",
         Value::List(_) | Value::Stack(_) => "list",
         Value::Dict(_) | Value::Frame(_) | Value::Consumed => "dict",
+        Value::Undef => "undefined",
+        Value::Event(_) => "dict",
         Value::Tuple(_) | Value::Pair(..) => "tuple",
     }
 }
@@ -594,7 +724,7 @@ impl Builder<'_> {
                 let ids = self.st.table.stack(s).to_vec();
                 PyObj::List(ids.into_iter().map(|f| self.pyobj(Value::Frame(f), depth + 1)).collect::<Result<_, _>>()?)
             }
-            Value::Consumed => return Err(self.shape("a trace entry appears outside 'device_traces'")),
+            Value::Consumed | Value::Undef | Value::Event(_) => return Err(self.shape("a trace entry appears outside 'device_traces'")),
         })
     }
 }

@@ -12,6 +12,7 @@
 
 use std::io::Read;
 
+use super::memo::Memo;
 use crate::error::ReadError;
 use crate::model::{FrameId, FrameTable, StackId, StrId};
 
@@ -40,6 +41,11 @@ pub(crate) enum Value {
     Stack(StackId),
     /// A dict absorbed into the compact model; referencing it again is unsupported.
     Consumed,
+    /// A memo slot never written.
+    Undef,
+    /// A trace entry the absorber built as its dict completed, waiting to be appended
+    /// to its list (index into the absorber's pending entries).
+    Event(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +69,10 @@ pub(crate) struct ListSlot {
     gen: u32,
     memo: u32,
     pub items: Vec<Value>,
+    /// Set when the list was interned as a stack: handles to it taken before that (a
+    /// frame list shared by two entries of one APPENDS batch, or by two segments) must
+    /// resolve to the stack, not to the emptied list.
+    pub replaced: Option<Value>,
 }
 
 /// What the snapshot layer does with a value appended to a list.
@@ -77,6 +87,10 @@ pub(crate) enum Absorb {
 pub(crate) trait Absorber {
     /// Called for every item appended to list `list` (APPEND, APPENDS, LIST).
     fn on_append(&mut self, vm: &mut VmState, list: u32, item: Value) -> Result<Absorb, ReadError>;
+    /// Called when a flat dict (no nested containers built inline) completes on the fast
+    /// path. Returning `Some((pushed, memo))` absorbs it: `pushed` goes on the stack in its
+    /// place and `memo` into its memo slot. `None` keeps it as an ordinary dict.
+    fn on_dict(&mut self, vm: &mut VmState, items: &[Value]) -> Result<Option<(Value, Value)>, ReadError>;
 }
 
 /// Arenas and tables, separate from the input so absorbers can borrow them.
@@ -87,7 +101,7 @@ pub(crate) struct VmState {
     pub tuples: Vec<Vec<Value>>,
     pub bigs: Vec<Vec<u8>>,
     pub bytes: Vec<Vec<u8>>,
-    pub memo: Vec<Value>,
+    pub memo: Memo,
     pub table: FrameTable,
     /// Offset of the opcode being executed, for messages.
     pub offset: u64,
@@ -125,53 +139,70 @@ impl VmState {
     /// forwards stale handles to `replacement` (frames: few, often shared).
     pub fn retire_dict(&mut self, h: Handle, replacement: Value, recycle: bool) {
         let slot = &mut self.dicts[h.idx as usize];
-        if slot.memo != NO_MEMO {
-            self.memo[slot.memo as usize] = replacement;
-        }
-        slot.items = Vec::new();
+        let memo = slot.memo;
         if recycle {
+            // Keep the Vec's capacity: the next trace entry reuses it without allocating.
+            slot.items.clear();
             slot.gen = slot.gen.wrapping_add(1);
             slot.memo = NO_MEMO;
             self.free_dicts.push(h.idx);
         } else {
+            slot.items = Vec::new();
             slot.replaced = Some(replacement);
         }
+        if memo != NO_MEMO {
+            self.memo.set(memo as usize, replacement);
+        }
     }
-    /// A dict handle whose dict was absorbed resolves to its compact form.
+    /// A dict handle whose dict was absorbed, or a list handle whose list was interned
+    /// as a stack, resolves to its compact form.
     pub fn resolve(&self, v: Value) -> Value {
-        if let Value::Dict(h) = v {
-            if let Some(d) = self.dicts.get(h.idx as usize) {
-                if d.gen == h.gen {
-                    if let Some(r) = d.replaced {
-                        return r;
+        match v {
+            Value::Dict(h) => {
+                if let Some(d) = self.dicts.get(h.idx as usize) {
+                    if d.gen == h.gen {
+                        if let Some(r) = d.replaced {
+                            return r;
+                        }
                     }
                 }
             }
+            Value::List(h) => {
+                if let Some(l) = self.lists.get(h.idx as usize) {
+                    if l.gen == h.gen {
+                        if let Some(r) = l.replaced {
+                            return r;
+                        }
+                    }
+                }
+            }
+            _ => {}
         }
         v
     }
     /// Replaces a list's memo entry (after its content was interned as a stack).
     pub fn retire_list(&mut self, h: Handle, replacement: Value) {
         let slot = &mut self.lists[h.idx as usize];
-        if slot.memo != NO_MEMO {
-            self.memo[slot.memo as usize] = replacement;
-        }
         slot.items = Vec::new();
+        // Stale handles to this list (taken before interning) resolve to the stack.
+        slot.replaced = Some(replacement);
+        if slot.memo != NO_MEMO {
+            self.memo.set(slot.memo as usize, replacement);
+        }
     }
-    fn new_dict(&mut self, items: Vec<(Value, Value)>) -> Value {
+    fn new_dict(&mut self) -> Value {
         if let Some(idx) = self.free_dicts.pop() {
             let slot = &mut self.dicts[idx as usize];
-            slot.items = items;
             slot.replaced = None;
             return Value::Dict(Handle { idx, gen: slot.gen });
         }
         let idx = self.dicts.len() as u32;
-        self.dicts.push(DictSlot { gen: 0, memo: NO_MEMO, items, replaced: None });
+        self.dicts.push(DictSlot { gen: 0, memo: NO_MEMO, items: Vec::new(), replaced: None });
         Value::Dict(Handle { idx, gen: 0 })
     }
     fn new_list(&mut self) -> (Value, u32) {
         let idx = self.lists.len() as u32;
-        self.lists.push(ListSlot { gen: 0, memo: NO_MEMO, items: Vec::new() });
+        self.lists.push(ListSlot { gen: 0, memo: NO_MEMO, items: Vec::new(), replaced: None });
         (Value::List(Handle { idx, gen: 0 }), idx)
     }
     fn new_tuple(&mut self, items: Vec<Value>) -> Value {
@@ -308,7 +339,7 @@ impl<R: Read> Vm<R> {
                 tuples: Vec::new(),
                 bigs: Vec::new(),
                 bytes: Vec::new(),
-                memo: Vec::new(),
+                memo: Memo::new(),
                 table: FrameTable::default(),
                 offset: 0,
             },
@@ -342,7 +373,10 @@ impl<R: Read> Vm<R> {
     fn push_long(&mut self, n: usize) -> Result<(), ReadError> {
         let b = self.input.take(n)?;
         let v = if n <= 8 {
-            Value::Int(crate::pyobj::bigint_to_i64(b).unwrap_or(0))
+            // Sign-extend n little-endian bytes: addresses and times are 6–7 byte LONG1s.
+            let mut buf = [if n > 0 && b[n - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
+            buf[..n].copy_from_slice(b);
+            Value::Int(i64::from_le_bytes(buf))
         } else if let Some(i) = crate::pyobj::bigint_to_i64(b) {
             Value::Int(i)
         } else {
@@ -357,36 +391,42 @@ impl<R: Read> Vm<R> {
         if idx > self.state.memo.len() + (1 << 20) {
             return Err(self.state.corrupt("memo index out of range"));
         }
-        if idx >= self.state.memo.len() {
-            self.state.memo.resize(idx + 1, Value::None);
-        }
-        self.state.memo[idx] = v;
+        self.state.memo_put(idx, v);
+        Ok(())
+    }
+}
+
+impl VmState {
+    fn memo_put(&mut self, idx: usize, v: Value) {
+        self.memo.set(idx, v);
         // Remember where containers live in the memo, so absorbing them can retire the entry.
         match v {
             Value::Dict(h) => {
-                let s = &mut self.state.dicts[h.idx as usize];
+                let s = &mut self.dicts[h.idx as usize];
                 if s.memo == NO_MEMO {
                     s.memo = idx as u32;
                 }
             }
             Value::List(h) => {
-                let s = &mut self.state.lists[h.idx as usize];
+                let s = &mut self.lists[h.idx as usize];
                 if s.memo == NO_MEMO {
                     s.memo = idx as u32;
                 }
             }
             _ => {}
         }
-        Ok(())
     }
+}
+
+impl<R: Read> Vm<R> {
     fn memo_get(&mut self, idx: usize) -> Result<(), ReadError> {
         match self.state.memo.get(idx) {
-            Some(Value::Consumed) => Err(self.state.corrupt("memo reference to a trace entry that was already read")),
-            Some(&v) => {
+            Value::Consumed => Err(self.state.corrupt("memo reference to a trace entry that was already read")),
+            Value::Undef => Err(self.state.corrupt(&format!("memo key {idx} is not defined"))),
+            v => {
                 self.stack.push(v);
                 Ok(())
             }
-            None => Err(self.state.corrupt(&format!("memo key {idx} is not defined"))),
         }
     }
     fn append_items<A: Absorber>(&mut self, list: Value, from: usize, abs: &mut A) -> Result<(), ReadError> {
@@ -455,10 +495,7 @@ impl<R: Read> Vm<R> {
                     self.memo_put(i)?
                 }
                 b'(' => self.marks.push(self.stack.len()),
-                b'}' => {
-                    let d = self.state.new_dict(Vec::new());
-                    self.stack.push(d)
-                }
+                b'}' => self.dict_fast_path(abs)?,
                 b']' => {
                     let (l, _) = self.state.new_list();
                     self.stack.push(l)
@@ -567,7 +604,7 @@ impl<R: Read> Vm<R> {
                 }
                 b'd' => {
                     let m = self.pop_mark()?;
-                    let d = self.state.new_dict(Vec::new());
+                    let d = self.state.new_dict();
                     self.stack.insert(m, d);
                     self.set_items(d, m + 1)?;
                 }
@@ -650,6 +687,138 @@ impl<R: Read> Vm<R> {
                 }
             }
         }
+    }
+
+    /// Right after EMPTY_DICT. Trace entries and frames are flat dicts of memo references,
+    /// small ints and short strings, written as `MEMOIZE MARK (key value)* SETITEMS`. Decode
+    /// such a dict straight from the buffer and hand it to the absorber whole; on anything
+    /// else (a nested container, the buffer's end, a bad reference) put the partial state
+    /// on the stack exactly as the generic loop would have, and let it continue.
+    fn dict_fast_path<A: Absorber>(&mut self, abs: &mut A) -> Result<(), ReadError> {
+        let inp = &self.input;
+        let (buf, mut p, end) = (&inp.buf[..inp.end], inp.pos, inp.end);
+        if end - p < 64 || buf[p] != 0x94 || buf[p + 1] != b'(' {
+            let d = self.state.new_dict();
+            self.stack.push(d);
+            return Ok(());
+        }
+        p += 2;
+        let dict_memo = self.state.memo.len();
+        self.state.memo.set(dict_memo, Value::Undef);
+        let mut items = [Value::None; 32];
+        let mut n = 0usize;
+        let st = &mut self.state;
+        let complete = loop {
+            if end - p < 16 || n == items.len() {
+                break false;
+            }
+            let op = buf[p];
+            let v = match op {
+                b'h' => {
+                    let v = st.memo.get(buf[p + 1] as usize);
+                    p += 2;
+                    v
+                }
+                b'j' => {
+                    let v = st.memo.get(le_u32(&buf[p + 1..]) as usize);
+                    p += 5;
+                    v
+                }
+                b'K' => {
+                    p += 2;
+                    Value::Int(buf[p - 1] as i64)
+                }
+                b'M' => {
+                    p += 3;
+                    Value::Int(u16::from_le_bytes([buf[p - 2], buf[p - 1]]) as i64)
+                }
+                b'J' => {
+                    p += 5;
+                    Value::Int(le_u32(&buf[p - 4..]) as i32 as i64)
+                }
+                0x8a => {
+                    let k = buf[p + 1] as usize;
+                    if k > 8 {
+                        break false;
+                    }
+                    let b = &buf[p + 2..p + 2 + k];
+                    let mut w = [if k > 0 && b[k - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
+                    w[..k].copy_from_slice(b);
+                    p += 2 + k;
+                    Value::Int(i64::from_le_bytes(w))
+                }
+                0x8c => {
+                    let k = buf[p + 1] as usize;
+                    if end - p < k + 2 {
+                        break false;
+                    }
+                    let id = match std::str::from_utf8(&buf[p + 2..p + 2 + k]) {
+                        Ok(s) => st.table.intern_str(s),
+                        Err(_) => break false,
+                    };
+                    p += 2 + k;
+                    Value::Str(id)
+                }
+                0x88 => {
+                    p += 1;
+                    Value::Bool(true)
+                }
+                0x89 => {
+                    p += 1;
+                    Value::Bool(false)
+                }
+                b'N' => {
+                    p += 1;
+                    Value::None
+                }
+                b'G' => {
+                    p += 9;
+                    Value::Float(f64::from_be_bytes(buf[p - 8..p].try_into().unwrap()))
+                }
+                0x94 if n > 0 && matches!(items[n - 1], Value::Str(_)) => {
+                    let idx = st.memo.len();
+                    st.memo.set(idx, items[n - 1]);
+                    p += 1;
+                    continue;
+                }
+                0x95 => {
+                    p += 9;
+                    continue;
+                }
+                b'u' if n % 2 == 0 => {
+                    p += 1;
+                    break true;
+                }
+                _ => break false,
+            };
+            if matches!(v, Value::Undef | Value::Consumed) {
+                // Let the generic path report it, with the right offset.
+                p -= if op == b'h' { 2 } else { 5 };
+                break false;
+            }
+            items[n] = v;
+            n += 1;
+        };
+        self.input.pos = p;
+        if complete {
+            if let Some((pushed, memo)) = abs.on_dict(&mut self.state, &items[..n])? {
+                self.state.memo.set(dict_memo, memo);
+                self.stack.push(pushed);
+                return Ok(());
+            }
+        }
+        let d = self.state.new_dict();
+        self.state.memo_put(dict_memo, d);
+        self.stack.push(d);
+        if complete {
+            let Value::Dict(h) = d else { unreachable!() };
+            let slot = &mut self.state.dicts[h.idx as usize];
+            slot.items.extend(items[..n].chunks_exact(2).map(|kv| (kv[0], kv[1])));
+        } else {
+            self.marks.push(self.stack.len());
+            self.stack.extend_from_slice(&items[..n]);
+        }
+        Ok(())
     }
 
     fn push_bytes(&mut self, n: usize) -> Result<(), ReadError> {

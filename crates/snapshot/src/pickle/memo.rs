@@ -1,0 +1,68 @@
+//! The pickle memo, in chunks that are freed once every entry in them is consumed.
+//!
+//! Protocol 4 memoizes every dict, so a trace of N entries leaves N memo slots that the
+//! stream never references again once the entries are absorbed. Holding them would cost
+//! 16 bytes per event; dropping whole consumed chunks keeps memory proportional to what
+//! can still be referenced (strings, frames, shared stacks).
+
+use super::vm::Value;
+
+const SHIFT: usize = 10;
+const CHUNK: usize = 1 << SHIFT;
+
+pub(crate) struct Memo {
+    chunks: Vec<Option<Box<[Value; CHUNK]>>>,
+    /// Entries per chunk that hold `Consumed`; a chunk full of them is dropped.
+    consumed: Vec<u16>,
+    len: usize,
+}
+
+impl Memo {
+    pub fn new() -> Self {
+        Memo { chunks: Vec::new(), consumed: Vec::new(), len: 0 }
+    }
+    /// One past the highest index ever set (MEMOIZE's next index).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// The value at `idx`: [`Value::Undef`] if never set, [`Value::Consumed`] if absorbed.
+    #[inline(always)]
+    pub fn get(&self, idx: usize) -> Value {
+        match self.chunks.get(idx >> SHIFT) {
+            Some(Some(c)) => c[idx & (CHUNK - 1)],
+            Some(None) => Value::Consumed,
+            None => Value::Undef,
+        }
+    }
+    #[inline]
+    pub fn set(&mut self, idx: usize, v: Value) {
+        let ci = idx >> SHIFT;
+        if ci >= self.chunks.len() {
+            self.chunks.resize_with(ci + 1, || Some(Box::new([Value::Undef; CHUNK])));
+            self.consumed.resize(ci + 1, 0);
+        }
+        self.len = self.len.max(idx + 1);
+        let Some(chunk) = &mut self.chunks[ci] else {
+            // Writing into a dropped chunk (BINPUT reusing an old index): revive it.
+            let mut c = Box::new([Value::Consumed; CHUNK]);
+            c[idx & (CHUNK - 1)] = v;
+            self.consumed[ci] = CHUNK as u16 - u16::from(!matches!(v, Value::Consumed));
+            self.chunks[ci] = Some(c);
+            return;
+        };
+        let slot = &mut chunk[idx & (CHUNK - 1)];
+        let was = matches!(slot, Value::Consumed);
+        let now = matches!(v, Value::Consumed);
+        *slot = v;
+        if was != now {
+            if now {
+                self.consumed[ci] += 1;
+                if self.consumed[ci] as usize == CHUNK {
+                    self.chunks[ci] = None;
+                }
+            } else {
+                self.consumed[ci] -= 1;
+            }
+        }
+    }
+}
