@@ -61,6 +61,14 @@ const K_UM: u8 = 8;
 const K_POOL: u8 = 9;
 const K_FIRST_ACTION: u8 = 32;
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EntryKind {
+    Entry,
+    /// A trace entry whose action this reader does not model: counted, dropped.
+    UnknownAction,
+    NotAnEntry,
+}
+
 fn int_of(st: &VmState, v: Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(i),
@@ -245,9 +253,8 @@ impl SnapshotAbsorber {
         self.key_codes[i]
     }
 
-    /// `Some(Some(ev))` for a trace entry, `Some(None)` for an entry with an action this
-    /// reader does not model (counted, dropped), `None` when `flat` is not a trace entry.
-    fn event_from(&mut self, st: &mut VmState, flat: &[Value]) -> Result<Option<Option<TraceEvent>>, ReadError> {
+    /// Decodes a trace entry from `flat` into `ev`; says whether `flat` was one.
+    fn event_from(&mut self, st: &mut VmState, flat: &[Value], ev: &mut TraceEvent) -> Result<EntryKind, ReadError> {
         // One pass sorts values by key code; nothing with side effects (interning a
         // stack) happens until 'action' proves this is a trace entry, since block dicts
         // share keys like 'size' and 'frames'.
@@ -262,13 +269,13 @@ impl SnapshotAbsorber {
                 unknown = true;
             }
         }
-        let Value::Str(action_id) = vals[K_ACTION as usize] else { return Ok(None) };
+        let Value::Str(action_id) = vals[K_ACTION as usize] else { return Ok(EntryKind::NotAnEntry) };
         let code = self.key_code(st, action_id);
         if code < K_FIRST_ACTION {
             *self.unknown_actions.entry(action_id).or_default() += 1;
-            return Ok(Some(None));
+            return Ok(EntryKind::UnknownAction);
         }
-        let mut ev = TraceEvent::new(Action::ALL[(code - K_FIRST_ACTION) as usize], 0, 0, 0);
+        *ev = TraceEvent::new(Action::ALL[(code - K_FIRST_ACTION) as usize], 0, 0, 0);
         match vals[K_ADDR as usize] {
             Value::Undef => *self.missing.entry("trace.addr").or_default() += 1,
             v => ev.addr = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'addr' is not an integer"))?,
@@ -307,18 +314,18 @@ impl SnapshotAbsorber {
                 }
             }
         }
-        Ok(Some(Some(ev)))
+        Ok(EntryKind::Entry)
     }
 
-    fn as_event(&mut self, st: &mut VmState, h: Handle) -> Result<Option<Option<TraceEvent>>, ReadError> {
+    fn as_event(&mut self, st: &mut VmState, h: Handle, ev: &mut TraceEvent) -> Result<EntryKind, ReadError> {
         let flat = self.flatten(st, h)?;
-        let ev = self.event_from(st, &flat);
+        let kind = self.event_from(st, &flat, ev);
         self.flat = flat;
-        let ev = ev?;
-        if ev.is_some() {
+        let kind = kind?;
+        if kind != EntryKind::NotAnEntry {
             st.retire_dict(h, Value::Consumed, true);
         }
-        Ok(ev)
+        Ok(kind)
     }
 
     fn push_event(&mut self, list: u32, ev: TraceEvent) {
@@ -358,11 +365,14 @@ impl Absorber for SnapshotAbsorber {
             Value::Consumed => return Ok(Absorb::Taken),
             _ => return Ok(Absorb::Keep(item)),
         };
-        if let Some(ev) = self.as_event(st, h)? {
-            if let Some(ev) = ev {
+        let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        match self.as_event(st, h, &mut ev)? {
+            EntryKind::Entry => {
                 self.push_event(list, ev);
+                return Ok(Absorb::Taken);
             }
-            return Ok(Absorb::Taken);
+            EntryKind::UnknownAction => return Ok(Absorb::Taken),
+            EntryKind::NotAnEntry => {}
         }
         if let Some(f) = self.as_frame(st, h)? {
             return Ok(Absorb::Keep(Value::Frame(f)));
@@ -371,15 +381,24 @@ impl Absorber for SnapshotAbsorber {
     }
 
     fn on_dict(&mut self, st: &mut VmState, flat: &[Value]) -> Result<Option<(Value, Value)>, ReadError> {
-        match self.event_from(st, flat)? {
-            Some(Some(ev)) => {
-                self.pending.push(ev);
+        self.pending.push(TraceEvent::new(Action::Alloc, 0, 0, 0));
+        let slot = self.pending.len() - 1;
+        let mut ev = self.pending[slot];
+        let kind = self.event_from(st, flat, &mut ev)?;
+        match kind {
+            EntryKind::Entry => {
+                self.pending[slot] = ev;
                 self.pending_live += 1;
-                return Ok(Some((Value::Event(self.pending.len() as u32 - 1), Value::Consumed)));
+                return Ok(Some((Value::Event(slot as u32), Value::Consumed)));
             }
             // An unmodelled action: counted; keep a placeholder that appends as nothing.
-            Some(None) => return Ok(Some((Value::Consumed, Value::Consumed))),
-            None => {}
+            EntryKind::UnknownAction => {
+                self.pending.pop();
+                return Ok(Some((Value::Consumed, Value::Consumed)));
+            }
+            EntryKind::NotAnEntry => {
+                self.pending.pop();
+            }
         }
         Ok(self.frame_from(st, flat).map(|f| (Value::Frame(f), Value::Frame(f))))
     }

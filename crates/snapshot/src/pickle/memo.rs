@@ -25,6 +25,29 @@ impl Memo {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Takes the next index without writing it (MEMOIZE of a dict that may be absorbed).
+    #[inline]
+    pub fn reserve(&mut self) -> usize {
+        self.len += 1;
+        self.len - 1
+    }
+    /// Marks an entry consumed: cheaper than `set`, and the common case on large traces.
+    #[inline]
+    pub fn consume(&mut self, idx: usize) {
+        let ci = idx >> SHIFT;
+        if let Some(Some(chunk)) = self.chunks.get_mut(ci) {
+            let slot = &mut chunk[idx & (CHUNK - 1)];
+            if !matches!(slot, Value::Consumed) {
+                *slot = Value::Consumed;
+                self.consumed[ci] += 1;
+                if self.consumed[ci] as usize == CHUNK {
+                    self.chunks[ci] = None;
+                }
+            }
+            return;
+        }
+        self.set(idx, Value::Consumed);
+    }
     /// The value at `idx`: [`Value::Undef`] if never set, [`Value::Consumed`] if absorbed.
     #[inline(always)]
     pub fn get(&self, idx: usize) -> Value {

@@ -321,11 +321,16 @@ fn refuse(op: u8, offset: u64) -> Option<ReadError> {
 /// the native stack of a recursive consumer.
 pub(crate) const MAX_DEPTH: usize = 256;
 
+/// Key/value slots the dict fast path decodes before handing over to the generic loop.
+const FAST_ITEMS: usize = 64;
+
 pub(crate) struct Vm<R: Read> {
     input: Input<R>,
     pub state: VmState,
     stack: Vec<Value>,
     marks: Vec<usize>,
+    /// Scratch for the dict fast path, reused so no entry allocates.
+    items: Box<[Value; FAST_ITEMS]>,
 }
 
 impl<R: Read> Vm<R> {
@@ -345,6 +350,7 @@ impl<R: Read> Vm<R> {
             },
             stack: Vec::with_capacity(1024),
             marks: Vec::with_capacity(64),
+            items: Box::new([Value::None; FAST_ITEMS]),
         }
     }
 
@@ -703,52 +709,53 @@ impl<R: Read> Vm<R> {
             return Ok(());
         }
         p += 2;
-        let dict_memo = self.state.memo.len();
-        self.state.memo.set(dict_memo, Value::Undef);
-        let mut items = [Value::None; 32];
+        let dict_memo = self.state.memo.reserve();
+        let items = &mut self.items;
         let mut n = 0usize;
         let st = &mut self.state;
         let complete = loop {
-            if end - p < 16 || n == items.len() {
+            if end - p < 16 || n == FAST_ITEMS {
                 break false;
             }
-            let op = buf[p];
-            let v = match op {
+            // A fixed window: every read below is at a constant offset, so none needs a
+            // bounds check of its own.
+            let w: &[u8; 16] = buf[p..p + 16].try_into().unwrap();
+            let v = match w[0] {
                 b'h' => {
-                    let v = st.memo.get(buf[p + 1] as usize);
                     p += 2;
-                    v
+                    st.memo.get(w[1] as usize)
                 }
                 b'j' => {
-                    let v = st.memo.get(le_u32(&buf[p + 1..]) as usize);
                     p += 5;
-                    v
+                    st.memo.get(u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as usize)
                 }
                 b'K' => {
                     p += 2;
-                    Value::Int(buf[p - 1] as i64)
+                    Value::Int(w[1] as i64)
                 }
                 b'M' => {
                     p += 3;
-                    Value::Int(u16::from_le_bytes([buf[p - 2], buf[p - 1]]) as i64)
+                    Value::Int(u16::from_le_bytes([w[1], w[2]]) as i64)
                 }
                 b'J' => {
                     p += 5;
-                    Value::Int(le_u32(&buf[p - 4..]) as i32 as i64)
+                    Value::Int(i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64)
                 }
                 0x8a => {
-                    let k = buf[p + 1] as usize;
+                    let k = w[1] as usize;
                     if k > 8 {
                         break false;
                     }
-                    let b = &buf[p + 2..p + 2 + k];
-                    let mut w = [if k > 0 && b[k - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
-                    w[..k].copy_from_slice(b);
+                    // Sign-extend k little-endian bytes (addresses and times are 6–7 bytes).
+                    let mut x = [0u8; 8];
+                    x[..k].copy_from_slice(&w[2..2 + k]);
+                    let v = i64::from_le_bytes(x);
+                    let shift = 64 - 8 * k as u32;
                     p += 2 + k;
-                    Value::Int(i64::from_le_bytes(w))
+                    Value::Int(if k == 0 { 0 } else { (v << (shift % 64)) >> (shift % 64) })
                 }
                 0x8c => {
-                    let k = buf[p + 1] as usize;
+                    let k = w[1] as usize;
                     if end - p < k + 2 {
                         break false;
                     }
@@ -773,7 +780,7 @@ impl<R: Read> Vm<R> {
                 }
                 b'G' => {
                     p += 9;
-                    Value::Float(f64::from_be_bytes(buf[p - 8..p].try_into().unwrap()))
+                    Value::Float(f64::from_be_bytes([w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]]))
                 }
                 0x94 if n > 0 && matches!(items[n - 1], Value::Str(_)) => {
                     let idx = st.memo.len();
@@ -793,7 +800,7 @@ impl<R: Read> Vm<R> {
             };
             if matches!(v, Value::Undef | Value::Consumed) {
                 // Let the generic path report it, with the right offset.
-                p -= if op == b'h' { 2 } else { 5 };
+                p -= if w[0] == b'h' { 2 } else { 5 };
                 break false;
             }
             items[n] = v;
@@ -801,8 +808,12 @@ impl<R: Read> Vm<R> {
         };
         self.input.pos = p;
         if complete {
-            if let Some((pushed, memo)) = abs.on_dict(&mut self.state, &items[..n])? {
-                self.state.memo.set(dict_memo, memo);
+            if let Some((pushed, memo)) = abs.on_dict(&mut self.state, &self.items[..n])? {
+                if memo == Value::Consumed {
+                    self.state.memo.consume(dict_memo);
+                } else {
+                    self.state.memo.set(dict_memo, memo);
+                }
                 self.stack.push(pushed);
                 return Ok(());
             }
@@ -813,10 +824,10 @@ impl<R: Read> Vm<R> {
         if complete {
             let Value::Dict(h) = d else { unreachable!() };
             let slot = &mut self.state.dicts[h.idx as usize];
-            slot.items.extend(items[..n].chunks_exact(2).map(|kv| (kv[0], kv[1])));
+            slot.items.extend(self.items[..n].chunks_exact(2).map(|kv| (kv[0], kv[1])));
         } else {
             self.marks.push(self.stack.len());
-            self.stack.extend_from_slice(&items[..n]);
+            self.stack.extend_from_slice(&self.items[..n]);
         }
         Ok(())
     }
