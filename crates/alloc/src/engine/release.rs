@@ -1,0 +1,140 @@
+//! Returning memory to the device (spec §5): whole-segment release, the
+//! `empty_cache` walk, the max_split fallback and garbage collection.
+
+use super::block::{State, NIL};
+use super::{CachingAllocator, Event};
+use crate::device::DeviceMemory;
+use crate::StreamId;
+
+impl<D: DeviceMemory> CachingAllocator<D> {
+    /// §5.1: release one whole free non-expandable segment.
+    pub(super) fn release_block(&mut self, i: u32) {
+        debug_assert!(!self.is_split(i) && !self.blocks[i].expandable);
+        self.remove_free(i);
+        let b = self.blocks.remove(i);
+        let small = self.pools[b.pool as usize].small;
+        self.emit(Event::SegmentFree { addr: b.addr, size: b.size, stream: b.stream });
+        self.device.free(b.addr, b.size);
+        self.stats.segment.decrease(small, 1);
+        self.stats.reserved_bytes.decrease(small, b.size);
+        if b.size >= self.max_split {
+            self.stats.oversize_segments.decrease(1);
+        }
+        self.stats.num_device_free += 1;
+        self.total_reserved -= b.size;
+        self.drop_segment(b.seg);
+    }
+
+    /// §5.2 step 2 for one pool: whole segments go, expandable free blocks are
+    /// unmapped afterwards (unmapping changes the set being walked).
+    fn release_blocks(&mut self, p: u32) {
+        let walk: Vec<u32> = self.pools[p as usize].free.iter().map(|k| k.4).collect();
+        let mut to_unmap = Vec::new();
+        for i in walk {
+            if self.blocks[i].expandable {
+                to_unmap.push(i);
+            } else if !self.is_split(i) {
+                self.release_block(i);
+            }
+        }
+        for i in to_unmap {
+            let u = self.unmap_block(i);
+            if self.blocks[u].prev == NIL && self.blocks[u].next == NIL && self.blocks[u].state == State::Unmapped {
+                self.release_expandable_segment(u);
+            }
+        }
+    }
+
+    /// §5.2 / `empty_cache`: sync events, then large pool before small pool,
+    /// then freeable private pools (small before large).
+    pub(super) fn release_cached_blocks(&mut self) {
+        self.synchronize_and_free_events();
+        self.release_blocks(0);
+        self.release_blocks(1);
+        let freeable: Vec<u32> = self
+            .freeable
+            .iter()
+            .filter_map(|id| self.private_pools.get(id).copied())
+            .collect();
+        for large in freeable {
+            self.release_blocks(large + 1);
+            self.release_blocks(large);
+        }
+    }
+
+    /// §5.3: free just enough oversize cached segments of this stream.
+    /// Only called when max_split_size is set.
+    pub(super) fn release_available_cached_blocks(&mut self, p: u32, stream: StreamId, s: u64) -> bool {
+        let target = s.max(self.max_split);
+        let pool = &self.pools[p as usize];
+        let first = pool.free.range((stream, target, 0, 0, 0)..).next().copied();
+        if let Some(k) = first {
+            if k.0 == stream && !self.blocks[k.4].expandable {
+                // A split piece can never be ≥ max_split_size in a PyTorch run;
+                // refuse rather than free half a segment if a seed made one.
+                if self.is_split(k.4) {
+                    return false;
+                }
+                self.release_block(k.4);
+                return true;
+            }
+        }
+        // Walk down from the largest block of this stream below the target.
+        let victims: Vec<u32> = pool
+            .free
+            .range(..(stream, target, 0, 0, 0))
+            .rev()
+            .take_while(|k| k.0 == stream && k.1 >= self.max_split)
+            .map(|k| k.4)
+            .collect();
+        let mut released = 0u64;
+        for i in victims {
+            if released >= target {
+                break;
+            }
+            if self.blocks[i].expandable || self.is_split(i) {
+                continue;
+            }
+            released += self.blocks[i].size;
+            self.release_block(i);
+        }
+        released >= target
+    }
+
+    /// §5.5: release aged whole segments of the default large pool until
+    /// reserved memory is back under the threshold (passes do not stop early).
+    pub(super) fn garbage_collect_cached_blocks(&mut self) {
+        let limit = (self.cfg.garbage_collection_threshold * self.allowed_max as f64) as u64;
+        if self.total_reserved <= limit {
+            return;
+        }
+        let target = self.total_reserved - limit;
+        let count = self.pools[0].search_count;
+        let age = |a: &Self, i: u32| count - a.blocks[i].gc_base;
+        let candidate = |a: &Self, i: u32| !a.is_split(i) && !a.blocks[i].expandable;
+        let mut total_age = 0u64;
+        let mut freeable = 0u64;
+        for k in &self.pools[0].free {
+            if candidate(self, k.4) {
+                total_age += age(self, k.4);
+                freeable += 1;
+            }
+        }
+        let mut reclaimed = 0u64;
+        let mut freed = true;
+        while reclaimed < target && freed && freeable > 0 {
+            let threshold = total_age as f64 / freeable as f64;
+            freed = false;
+            let walk: Vec<u32> = self.pools[0].free.iter().map(|k| k.4).collect();
+            for i in walk {
+                if candidate(self, i) && age(self, i) as f64 >= threshold {
+                    freed = true;
+                    reclaimed += self.blocks[i].size;
+                    total_age -= age(self, i);
+                    freeable -= 1;
+                    self.release_block(i);
+                }
+            }
+        }
+    }
+}

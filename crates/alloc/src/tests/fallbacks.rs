@@ -1,0 +1,197 @@
+//! Fallback order (§3.7), memory fraction, GC (§5.5), OOM events.
+
+use super::*;
+use crate::{Event, SimulatedDevice};
+
+fn oracle(c: AllocatorConfig) -> CachingAllocator<SimulatedDevice> {
+    CachingAllocator::new(c, SimulatedDevice::oracle(80 * GIB))
+}
+
+#[test]
+fn oracle_failure_release_retry_then_oom() {
+    let mut a = oracle(AllocatorConfig::default());
+    a.device_mut().push_oracle_segment(A0, 12 * MIB);
+    let p = a.malloc(12 * MIB, 0).unwrap();
+    a.free(p).unwrap();
+    a.drain_events();
+    // Nothing queued: cudaMalloc fails → release_cached_blocks → retry fails → OOM.
+    let err = a.malloc(30 * MIB, 0).unwrap_err();
+    assert_eq!(err.alloc_size, 30 * MIB);
+    assert!(!err.rejected);
+    assert_eq!(
+        a.drain_events(),
+        vec![
+            Event::SegmentFree { addr: A0, size: 12 * MIB, stream: 0 },
+            Event::Oom { size: 30 * MIB, device_free: 80 * GIB, stream: 0 },
+        ]
+    );
+    let st = a.stats();
+    assert_eq!((st.num_alloc_retries, st.num_ooms, st.num_sync_all_streams), (1, 1, 1));
+    assert_eq!(a.device().malloc_calls(), 3);
+    ok(&a);
+}
+
+#[test]
+fn retry_succeeds_after_release_without_re_search() {
+    let mut a = oracle(AllocatorConfig::default());
+    a.device_mut().push_oracle_segment(A0, 12 * MIB);
+    let p = a.malloc(12 * MIB, 0).unwrap();
+    a.free_requested(p).unwrap();
+    a.drain_events();
+    // The pending block is unusable; cudaMalloc fails; the sync inside
+    // release_cached_blocks completes p and its segment goes back; the retry
+    // gets the recorded address. The free list is not searched again.
+    a.device_mut().fail_next_malloc();
+    a.device_mut().push_oracle_segment(A0 + GIB, 12 * MIB);
+    let q = a.malloc(12 * MIB, 0).unwrap();
+    assert_eq!(q, A0 + GIB);
+    assert_eq!(
+        a.drain_events(),
+        vec![
+            Event::FreeCompleted { addr: A0, size: 12 * MIB, stream: 0 },
+            Event::SegmentFree { addr: A0, size: 12 * MIB, stream: 0 },
+            Event::SegmentAlloc { addr: A0 + GIB, size: 12 * MIB, stream: 0 },
+            Event::Alloc { addr: A0 + GIB, size: 12 * MIB, stream: 0 },
+        ]
+    );
+    assert_eq!(a.stats().num_alloc_retries, 1);
+    assert_eq!(a.stats().num_ooms, 0);
+    ok(&a);
+}
+
+#[test]
+fn release_available_frees_one_large_enough_block() {
+    let mut a = oracle(cfg("max_split_size_mb:100"));
+    a.device_mut().push_oracle_segment(A0, 200 * MIB);
+    a.device_mut().push_oracle_segment(A0 + GIB, 300 * MIB);
+    let p = a.malloc(200 * MIB, 0).unwrap();
+    let q = a.malloc(300 * MIB, 0).unwrap();
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    a.drain_events();
+    // 250 MiB: no fit (300 ≥ 250 + 20). cudaMalloc fails; release_available
+    // releases the first block ≥ 250 (300 MiB); the second cudaMalloc succeeds.
+    a.device_mut().fail_next_malloc();
+    a.device_mut().push_oracle_segment(A0 + 2 * GIB, 250 * MIB);
+    let r = a.malloc(250 * MIB, 0).unwrap();
+    assert_eq!(r, A0 + 2 * GIB);
+    assert_eq!(
+        a.drain_events(),
+        vec![
+            Event::SegmentFree { addr: A0 + GIB, size: 300 * MIB, stream: 0 },
+            Event::SegmentAlloc { addr: A0 + 2 * GIB, size: 250 * MIB, stream: 0 },
+            Event::Alloc { addr: A0 + 2 * GIB, size: 250 * MIB, stream: 0 },
+        ]
+    );
+    assert_eq!(a.stats().num_alloc_retries, 0, "release_available is not a retry");
+    ok(&a);
+}
+
+#[test]
+fn release_available_walks_down_from_the_largest() {
+    let mut a = oracle(cfg("max_split_size_mb:100"));
+    for (k, mb) in [(0u64, 120u64), (1, 130), (2, 140)] {
+        a.device_mut().push_oracle_segment(A0 + k * GIB, mb * MIB);
+    }
+    let ps: Vec<u64> = [120u64, 130, 140].iter().map(|&mb| a.malloc(mb * MIB, 0).unwrap()).collect();
+    for p in ps {
+        a.free(p).unwrap();
+    }
+    a.drain_events();
+    // 250 MiB: no single block; release 140 then 130 (270 ≥ 250) and stop.
+    a.device_mut().fail_next_malloc();
+    a.device_mut().push_oracle_segment(A0 + 5 * GIB, 250 * MIB);
+    a.malloc(250 * MIB, 0).unwrap();
+    let ev = a.drain_events();
+    assert_eq!(
+        &ev[..2],
+        &[
+            Event::SegmentFree { addr: A0 + 2 * GIB, size: 140 * MIB, stream: 0 },
+            Event::SegmentFree { addr: A0 + GIB, size: 130 * MIB, stream: 0 },
+        ]
+    );
+    assert_eq!(a.segments().len(), 2);
+    ok(&a);
+}
+
+#[test]
+fn memory_fraction_fails_before_cuda() {
+    let mut a = sim(AllocatorConfig::default());
+    a.set_memory_fraction(0.5); // 40 GiB
+    let p = a.malloc(30 * GIB, 0).unwrap();
+    let calls = a.device().malloc_calls();
+    let e = a.malloc(20 * GIB, 0).unwrap_err();
+    assert_eq!(a.device().malloc_calls(), calls, "the fraction check fails before cudaMalloc");
+    assert_eq!(e.alloc_size, 20 * GIB);
+    assert_eq!(a.stats().num_ooms, 1);
+    a.free(p).unwrap();
+    ok(&a);
+}
+
+#[test]
+fn throw_on_cudamalloc_oom_rejects_without_fallbacks() {
+    let mut a = sim(cfg("throw_on_cudamalloc_oom:True"));
+    let _p = a.malloc(60 * GIB, 0).unwrap();
+    a.drain_events();
+    let e = a.malloc(30 * GIB, 0).unwrap_err();
+    assert!(e.rejected);
+    assert!(a.drain_events().is_empty(), "no oom entry, no release");
+    assert_eq!((a.stats().num_oom_rejections, a.stats().num_ooms), (1, 0));
+}
+
+#[test]
+fn gc_releases_old_whole_segments_by_mean_age() {
+    // 1 GiB device, fraction 0.5 → 512 MiB allowed; GC threshold 0.5 → 256 MiB.
+    let mut c = cfg("garbage_collection_threshold:0.5");
+    c.per_process_memory_fraction = 0.5;
+    let mut a = CachingAllocator::new(c, SimulatedDevice::synthetic(GIB));
+    // A small-pool miss also runs GC: create the small segment first.
+    let s = a.malloc(1000, 20).unwrap();
+    a.free(s).unwrap();
+    let old = a.malloc(100 * MIB, 10).unwrap(); // large-pool search 1
+    let mid = a.malloc(100 * MIB, 11).unwrap(); // 2
+    let young = a.malloc(60 * MIB, 12).unwrap(); // 3
+    let t = a.malloc(12 * MIB, 20).unwrap(); // 4
+    a.free(old).unwrap(); // enters the free set at count 4
+    a.free(t).unwrap();
+    for _ in 0..3 {
+        let t = a.malloc(12 * MIB, 20).unwrap(); // searches 5, 6, 7 (hits)
+        a.free(t).unwrap();
+    }
+    a.free(mid).unwrap(); // count 7
+    for _ in 0..2 {
+        let t = a.malloc(12 * MIB, 20).unwrap(); // 8, 9
+        a.free(t).unwrap();
+    }
+    a.free(young).unwrap(); // count 9
+    for _ in 0..5 {
+        let s = a.malloc(1000, 20).unwrap(); // small-pool hits do not age large blocks
+        a.free(s).unwrap();
+    }
+    a.drain_events();
+    assert_eq!(a.reserved_bytes(), 274 * MIB);
+    // Next miss (search 10): ages old 6, mid 3, young 1, t 1; mean 2.75 → old
+    // and mid go in one pass (set order), which reclaims more than 18 MiB.
+    let n = a.malloc(30 * MIB, 1).unwrap();
+    let ev = a.drain_events();
+    assert_eq!(
+        ev,
+        vec![
+            Event::SegmentFree { addr: old, size: 100 * MIB, stream: 10 },
+            Event::SegmentFree { addr: mid, size: 100 * MIB, stream: 11 },
+            Event::SegmentAlloc { addr: n, size: 30 * MIB, stream: 1 },
+            Event::Alloc { addr: n, size: 30 * MIB, stream: 1 },
+        ]
+    );
+    ok(&a);
+}
+
+#[test]
+fn gc_is_off_without_a_fraction() {
+    let mut a = sim(cfg("garbage_collection_threshold:0.1"));
+    let p = a.malloc(100 * MIB, 0).unwrap();
+    a.free(p).unwrap();
+    a.drain_events();
+    a.malloc(30 * MIB, 1).unwrap();
+    assert!(!a.drain_events().iter().any(|e| matches!(e, Event::SegmentFree { .. })));
+}
