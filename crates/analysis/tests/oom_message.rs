@@ -1,0 +1,794 @@
+//! Tests for `oom_message`: one real message per form where one could be found (fixtures in
+//! `tests/data/oom/`, each starting with a `# source:` line naming the issue it was quoted
+//! from; `synthetic-*` fixtures are built from the spec's template because no real example
+//! was found). Byte figures below are the printed value × unit, rounded to the byte, worked
+//! out independently of the parser (exact decimal arithmetic).
+
+use fragscope_analysis::oom_message::{
+    explain, format_size, parse, parse_all, parse_size, printed_precision, Likely, MessageForm,
+    OomMessage, ParseError, ProcessUse,
+};
+use std::path::PathBuf;
+
+const MIB: u64 = 1024 * 1024;
+const GIB: u64 = 1024 * MIB;
+
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/oom")
+}
+
+/// The fixture's text without its `# source:` line.
+fn fixture(name: &str) -> String {
+    let text = std::fs::read_to_string(data_dir().join(name))
+        .unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+    let (first, rest) = text
+        .split_once('\n')
+        .expect("fixture has a source line and a body");
+    assert!(
+        first.starts_with("# source: "),
+        "{name}: first line must be '# source: ...'"
+    );
+    rest.to_string()
+}
+
+fn parsed(name: &str) -> OomMessage {
+    parse(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn every_fixture_names_its_source() {
+    for entry in std::fs::read_dir(data_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let first = text.lines().next().unwrap_or("");
+        if name.starts_with("synthetic-") {
+            assert!(first.starts_with("# source: synthetic"), "{name}: {first}");
+        } else {
+            assert!(
+                first.starts_with("# source: https://github.com/"),
+                "{name}: {first}"
+            );
+        }
+        // and every fixture parses
+        parse(&fixture(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ≤ 2.0
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn legacy_2_0() {
+    let m = parsed("legacy-2.0.txt");
+    assert_eq!(m.form, MessageForm::Legacy);
+    assert_eq!(m.device, Some(0));
+    assert_eq!(m.tried_to_allocate, Some(1836098519)); // 1.71 GiB
+    assert_eq!(m.total_capacity, Some(6442450944)); // 6.00 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(3747358966)); // 3.49 GiB
+    assert_eq!(m.free, Some(1116691497)); // 1.04 GiB
+    assert_eq!(m.reserved_total, Some(3758096384)); // 3.50 GiB
+    assert_eq!(m.reserved_unallocated, Some(3758096384 - 3747358966)); // derived R − A
+    assert_eq!(m.allowed, None);
+    assert_eq!(m.private_pools, None);
+    assert!(m.processes.is_empty());
+    assert!(!m.expandable_segments_hint);
+    assert_eq!(m.exception.as_deref(), Some("OutOfMemoryError"));
+    assert!(m
+        .raw
+        .starts_with("CUDA out of memory. Tried to allocate 1.71 GiB (GPU 0;"));
+    assert!(m
+        .raw
+        .ends_with("See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"));
+
+    // 1.46 GiB of a 6 GiB card is in use outside PyTorch: that, not fragmentation, is short.
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
+    // ≤ 2.0: the 2.0 recording API
+    let steps = e.next_steps.join("\n");
+    assert!(steps.contains(
+        "torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=100000)"
+    ));
+    assert!(steps.contains("pickle.dump(torch.cuda.memory._snapshot(), f)"));
+    assert!(steps.contains("fragscope analyze oom.pickle"));
+}
+
+#[test]
+fn legacy_fragmentation_suggests_max_split_size() {
+    let m = parsed("legacy-fragmented.txt");
+    assert_eq!(m.form, MessageForm::Legacy);
+    assert_eq!(m.tried_to_allocate, Some(11639361372)); // 10.84 GiB
+    assert_eq!(m.total_capacity, Some(25393994138)); // 23.65 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(1138166333)); // 1.06 GiB
+    assert_eq!(m.free, Some(11016591114)); // 10.26 GiB
+    assert_eq!(m.reserved_total, Some(13453985055)); // 12.53 GiB
+    assert_eq!(m.reserved_unallocated, Some(13453985055 - 1138166333));
+    assert_eq!(m.exception, None);
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Fragmentation, "{e}");
+    let steps = e.next_steps.join("\n");
+    assert!(steps.contains("max_split_size_mb"), "{steps}");
+    assert!(
+        !steps.contains("Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`"),
+        "no expandable segments in ≤ 2.0: {steps}"
+    );
+    assert!(steps.contains("fragscope analyze oom.pickle"));
+    assert!(e.headline.contains("11.47 GiB"), "{}", e.headline); // R − A, PyTorch style
+}
+
+#[test]
+fn legacy_cached_wording() {
+    // Very old builds: "X cached" meant held-but-unused, i.e. the later R − A.
+    let m = parsed("legacy-cached.txt");
+    assert_eq!(m.form, MessageForm::Legacy);
+    assert_eq!(m.tried_to_allocate, Some(MIB)); // 1024.00 KiB
+    assert_eq!(m.total_capacity, Some(11993696174)); // 11.17 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(11703785882)); // 10.90 GiB
+    assert_eq!(m.free, Some(589824)); // 576.00 KiB
+    assert_eq!(m.reserved_unallocated, Some(32463913)); // 30.96 MiB
+    assert_eq!(m.reserved_total, Some(11703785882 + 32463913));
+    assert_eq!(m.exception.as_deref(), Some("RuntimeError"));
+
+    // 31 MiB of slack in an 11 GiB card is not the problem: the card is full.
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Exhaustion, "{e}");
+    assert!(e.next_steps.iter().any(|s| s.contains("older than 1.13")));
+}
+
+#[test]
+fn legacy_wrapped_in_comment_lines() {
+    // Wrapped over four '# '-commented lines in a script.
+    let m = parsed("legacy-wrapped-comment.txt");
+    assert_eq!(m.form, MessageForm::Legacy);
+    assert_eq!(m.tried_to_allocate, Some(37748736)); // 36.00 MiB
+    assert_eq!(m.total_capacity, Some(8514772664)); // 7.93 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(136681882)); // 130.35 MiB (split over two lines)
+    assert_eq!(m.free, Some(49345987)); // 47.06 MiB
+    assert_eq!(m.reserved_total, Some(197132288)); // 188.00 MiB
+    assert_eq!(m.exception.as_deref(), Some("RuntimeError"));
+    assert!(m.raw.contains('\n'), "raw keeps the original line breaks");
+    assert!(m.raw.ends_with("PYTORCH_CUDA_ALLOC_CONF"), "{}", m.raw);
+
+    // 7.7 GiB of 7.93 GiB held elsewhere dwarfs the 58 MiB stranded in the cache.
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
+    assert!(e
+        .findings
+        .iter()
+        .any(|f| f.contains("Fragmentation also played a part")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2.1
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn v2_1_capacty_typo_fragmentation() {
+    let m = parsed("v2.1-capacty.txt");
+    assert_eq!(m.form, MessageForm::V2_1);
+    assert_eq!(m.device, Some(0));
+    assert_eq!(m.tried_to_allocate, Some(1825361101)); // 1.70 GiB
+    assert_eq!(m.total_capacity, Some(6442450944)); // 6.00 GiB
+    assert_eq!(m.free, Some(0)); // "0 bytes"
+    assert_eq!(m.allocated_by_pytorch, Some(3146063544)); // 2.93 GiB
+    assert_eq!(m.reserved_unallocated, Some(2469606195)); // 2.30 GiB
+    assert_eq!(m.reserved_total, Some(3146063544 + 2469606195));
+    assert_eq!(m.exception.as_deref(), Some("torch.cuda.OutOfMemoryError"));
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Fragmentation, "{e}");
+    let steps = e.next_steps.join("\n");
+    assert!(
+        steps.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+        "{steps}"
+    );
+    assert!(steps.contains("torch.cuda.memory._record_memory_history(max_entries=100000)"));
+    assert!(steps.contains("torch.cuda.memory._dump_snapshot(\"oom.pickle\")"));
+    assert!(steps.contains("fragscope analyze oom.pickle"));
+    assert!(e
+        .findings
+        .iter()
+        .any(|f| f.contains("reserved but unallocated")));
+}
+
+#[test]
+fn v2_1_process_lines() {
+    let m = parsed("v2.1-processes.txt");
+    assert_eq!(m.form, MessageForm::V2_1);
+    assert_eq!(m.tried_to_allocate, Some(137438953472)); // 128.00 GiB
+    assert_eq!(m.total_capacity, Some(25393994138)); // 23.65 GiB
+    assert_eq!(m.free, Some(8536247501)); // 7.95 GiB
+    assert_eq!(
+        m.processes,
+        vec![
+            ProcessUse {
+                pid: Some(1957120),
+                bytes: 7623566950
+            }, // 7.10 GiB
+            ProcessUse {
+                pid: None,
+                bytes: 9212704850
+            }, // this process, 8.58 GiB
+        ]
+    );
+    assert_eq!(m.allocated_by_pytorch, Some(8729521029)); // 8.13 GiB
+    assert_eq!(m.reserved_unallocated, Some(9374269)); // 8.94 MiB
+    assert_eq!(m.other_process_bytes(), Some(7623566950));
+    assert_eq!(m.exception, None);
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Exhaustion, "{e}"); // 128 GiB on a 23.65 GiB card
+    assert!(e.headline.contains("128.00 GiB") && e.headline.contains("23.65 GiB"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2.2 – 2.4 layout
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn v2_2_fragmentation() {
+    let m = parsed("v2.2-fragmentation.txt");
+    assert_eq!(m.form, MessageForm::V2_2);
+    assert_eq!(m.tried_to_allocate, Some(2136746230)); // 1.99 GiB
+    assert_eq!(m.total_capacity, Some(25297357373)); // 23.56 GiB
+    assert_eq!(m.free, Some(1320702444)); // 1.23 GiB
+    assert_eq!(
+        m.processes,
+        vec![ProcessUse {
+            pid: None,
+            bytes: 23912230420
+        }]
+    ); // 22.27 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(15816217068)); // 14.73 GiB
+    assert_eq!(m.reserved_unallocated, Some(6861210255)); // 6.39 GiB
+    assert_eq!(m.reserved_total, Some(15816217068 + 6861210255));
+    assert!(
+        !m.expandable_segments_hint,
+        "the 2.2 text *suggests* expandable segments"
+    );
+    assert!(m.raw.ends_with("#environment-variables)"), "{}", m.raw);
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Fragmentation, "{e}");
+    assert!(
+        e.headline.contains("6.39 GiB") && e.headline.contains("1.99 GiB"),
+        "{}",
+        e.headline
+    );
+    let steps = e.next_steps.join("\n");
+    assert!(steps.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+    assert!(
+        steps.contains("except torch.OutOfMemoryError:"),
+        "uses the type the message had"
+    );
+}
+
+#[test]
+fn v2_2_exhaustion() {
+    let m = parsed("v2.2-exhaustion.txt");
+    assert_eq!(m.form, MessageForm::V2_2);
+    assert_eq!(m.tried_to_allocate, Some(17179869184)); // 16.00 GiB
+    assert_eq!(m.total_capacity, Some(47813723423)); // 44.53 GiB
+    assert_eq!(m.free, Some(197069373)); // 187.94 MiB
+    assert_eq!(
+        m.processes,
+        vec![ProcessUse {
+            pid: Some(3910771),
+            bytes: 47609712476
+        }]
+    );
+    assert_eq!(m.allocated_by_pytorch, Some(46890305454)); // 43.67 GiB
+    assert_eq!(m.reserved_unallocated, Some(351346360)); // 335.07 MiB
+                                                         // In a container the own process shows as "Process <host pid>".
+    assert_eq!(m.probable_own_process(), Some(0));
+    assert_eq!(m.other_process_bytes(), Some(0));
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Exhaustion, "{e}");
+    assert!(e.headline.contains("43.67 GiB"), "{}", e.headline);
+    assert!(e
+        .next_steps
+        .iter()
+        .any(|s| s.contains("activation checkpointing")));
+    assert!(e
+        .findings
+        .iter()
+        .any(|f| f.contains("probably this process")));
+}
+
+#[test]
+fn v2_2_other_processes() {
+    let m = parsed("v2.2-other-processes.txt");
+    assert_eq!(m.form, MessageForm::V2_2);
+    assert_eq!(m.tried_to_allocate, Some(2791728742)); // 2.60 GiB
+    assert_eq!(m.total_capacity, Some(15826954486)); // 14.74 GiB
+    assert_eq!(m.free, Some(2619930051)); // 2.44 GiB
+    assert_eq!(
+        m.processes,
+        vec![
+            ProcessUse {
+                pid: Some(21197),
+                bytes: 383778816
+            }, // 366.00 MiB
+            ProcessUse {
+                pid: Some(21194),
+                bytes: 8665096520
+            }, // 8.07 GiB
+            ProcessUse {
+                pid: Some(21200),
+                bytes: 3650722202
+            }, // 3.40 GiB
+            ProcessUse {
+                pid: Some(21203),
+                bytes: 507510784
+            }, // 484.00 MiB
+        ]
+    );
+    assert_eq!(m.allocated_by_pytorch, Some(8428873318)); // 7.85 GiB
+    assert_eq!(m.reserved_unallocated, Some(91121254)); // 86.90 MiB
+                                                        // 21194 (8.07 GiB) matches PyTorch's 7.94 GiB reserved: that one is us.
+    assert_eq!(m.probable_own_process(), Some(1));
+    assert_eq!(
+        m.other_process_bytes(),
+        Some(383778816 + 3650722202 + 507510784)
+    );
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
+    assert!(e.next_steps.iter().any(|s| s.contains("nvidia-smi")));
+}
+
+#[test]
+fn v2_2_request_larger_than_gpu_with_process_lines() {
+    let m = parsed("v2.2-request-larger-than-gpu.txt");
+    assert_eq!(m.tried_to_allocate, Some(121214714511)); // 112.89 GiB
+    assert_eq!(m.total_capacity, Some(84975927951)); // 79.14 GiB
+    assert_eq!(m.free, Some(62910533468)); // 58.59 GiB
+    assert_eq!(
+        m.processes,
+        vec![
+            ProcessUse {
+                pid: Some(4078482),
+                bytes: 12122545193
+            }, // "Process 4078482 has 11.29 GiB"
+            ProcessUse {
+                pid: None,
+                bytes: 9932111872
+            }, // this process, 9.25 GiB
+        ]
+    );
+    assert_eq!(m.allocated_by_pytorch, Some(8879844884)); // 8.27 GiB
+    assert_eq!(m.reserved_unallocated, Some(524686459)); // 500.38 MiB
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Exhaustion, "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2.5+, recent
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn v2_5_allowed_and_private_pools_hip() {
+    let m = parsed("v2.5-hip-allowed-private-pools.txt");
+    assert_eq!(m.form, MessageForm::V2_5);
+    assert_eq!(m.accelerator, "HIP");
+    assert_eq!(m.tried_to_allocate, Some(2 * MIB));
+    assert_eq!(m.total_capacity, Some(274856432108)); // 255.98 GiB
+    assert_eq!(m.free, Some(262690937242)); // 244.65 GiB
+    assert_eq!(m.allowed, Some(1127428915)); // 1.05 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(1066412278)); // 1017.01 MiB (includes P)
+    assert_eq!(m.private_pools, Some(17825792)); // 17.00 MiB
+    assert_eq!(m.reserved_unallocated, Some(57661194)); // 54.99 MiB
+    assert_eq!(m.reserved_total, Some(1066412278 + 57661194));
+    assert_eq!(m.live_allocated(), Some(1066412278 - 17825792));
+    assert!(m.processes.is_empty());
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::MemoryFractionCap, "{e}");
+    assert!(e.headline.contains("1.05 GiB"), "{}", e.headline);
+    assert!(e.findings.iter().any(|f| f.contains("private pools")));
+    assert!(
+        e.findings.iter().any(|f| f.contains("small pool")),
+        "2.00 MiB = small request"
+    );
+}
+
+#[test]
+fn recent_docs_url() {
+    let m = parsed("recent-docs-url.txt");
+    assert_eq!(m.form, MessageForm::Recent);
+    assert_eq!(m.tried_to_allocate, Some(131071664456)); // 122.07 GiB
+    assert_eq!(m.total_capacity, Some(274856432108)); // 255.98 GiB
+    assert_eq!(m.free, Some(54374285967)); // 50.64 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(132864813302)); // 123.74 GiB
+    assert_eq!(m.reserved_unallocated, Some(9374269)); // 8.94 MiB
+    assert!(!m.expandable_segments_hint);
+    assert!(m
+        .raw
+        .ends_with("#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"));
+
+    // ~81.6 GiB in use outside PyTorch's allocator on a shared CI machine.
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
+    assert!(e
+        .next_steps
+        .join("\n")
+        .contains("except torch.OutOfMemoryError:"));
+}
+
+#[test]
+fn recent_expandable_enabled_synthetic() {
+    let m = parsed("synthetic-recent-expandable-enabled.txt");
+    assert_eq!(m.form, MessageForm::Recent);
+    assert!(m.expandable_segments_hint);
+    assert!(m.exceeds_expandable_reserve);
+    assert_eq!(m.expandable_reserve, Some(2 * GIB));
+    assert_eq!(m.tried_to_allocate, Some(4 * GIB));
+    assert_eq!(m.total_capacity, Some(85029615043)); // 79.19 GiB
+    assert_eq!(m.free, Some(3350074491)); // 3.12 GiB
+    assert_eq!(
+        m.processes,
+        vec![
+            ProcessUse {
+                pid: None,
+                bytes: 78458315080
+            }, // 73.07 GiB
+            ProcessUse {
+                pid: Some(4242),
+                bytes: 3 * GIB
+            },
+        ]
+    );
+    assert_eq!(m.allocated_by_pytorch, Some(73282879488)); // 68.25 GiB
+    assert_eq!(m.private_pools, Some(512 * MIB));
+    assert_eq!(m.reserved_unallocated, Some(4563402752)); // 4.25 GiB
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Fragmentation, "{e}");
+    let steps = e.next_steps.join("\n");
+    // already enabled: do not tell the user to enable it
+    assert!(
+        !steps.contains("Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`"),
+        "{steps}"
+    );
+    assert!(steps.contains("already on"));
+    assert!(steps.contains("expandable-segment reserve"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Other forms
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn too_large_1eb() {
+    let m = parsed("too-large-1eb.txt");
+    assert_eq!(m.form, MessageForm::TooLarge1EB);
+    assert_eq!(m.tried_to_allocate, None);
+    assert_eq!(m.exception.as_deref(), Some("torch.cuda.OutOfMemoryError"));
+    assert_eq!(
+        m.raw,
+        "CUDA out of memory. Tried to allocate more than 1EB memory"
+    );
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Exhaustion);
+    assert!(e.findings.iter().any(|f| f.contains("negative dimension")));
+}
+
+#[test]
+fn preemptive_rejection_synthetic() {
+    let m = parsed("synthetic-preemptive-rejection.txt");
+    assert_eq!(m.form, MessageForm::PreemptiveRejection);
+    assert_eq!(m.tried_to_allocate, Some(1610612736)); // 1.50 GiB
+    assert_eq!(m.device, None);
+    assert!(m.raw.ends_with("Requested size: 1.50 GiB"));
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::MemoryFractionCap);
+    assert!(e
+        .next_steps
+        .join("\n")
+        .contains("except torch.OutOfMemoryError:"));
+}
+
+#[test]
+fn cuda_malloc_async_multiline() {
+    let m = parsed("cudamallocasync.txt");
+    assert_eq!(m.form, MessageForm::CudaMallocAsync);
+    assert_eq!(m.device, Some(0));
+    assert_eq!(m.allocated_by_pytorch, Some(7398081167)); // 6.89 GiB
+    assert_eq!(m.tried_to_allocate, Some(320 * MIB));
+    assert_eq!(m.total_capacity, Some(25436943811)); // 23.69 GiB
+    assert_eq!(m.free, Some(3082813)); // 2.94 MiB
+    assert_eq!(
+        m.allowed, None,
+        "SIZE_MAX (17179869184.00 GiB) means no fraction set"
+    );
+    assert_eq!(m.reserved_unallocated, None);
+    assert_eq!(m.exception.as_deref(), Some("torch.cuda.OutOfMemoryError"));
+    assert!(m.raw.ends_with("17179869184.00 GiB"), "{}", m.raw);
+    assert_eq!(m.raw.lines().count(), 7);
+
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
+    let steps = e.next_steps.join("\n");
+    assert!(steps.contains("backend:cudaMallocAsync"), "{steps}");
+    assert!(steps.contains("_record_memory_history(max_entries=100000)"));
+}
+
+#[test]
+fn cuda_malloc_async_collapsed_to_one_line() {
+    let m = parsed("cudamallocasync-one-line.txt");
+    assert_eq!(m.form, MessageForm::CudaMallocAsync);
+    assert_eq!(m.allocated_by_pytorch, Some(13099650253)); // 12.20 GiB
+    assert_eq!(m.tried_to_allocate, Some(2018634629)); // 1.88 GiB
+    assert_eq!(m.total_capacity, Some(16 * GIB));
+    assert_eq!(m.free, Some(0));
+    assert_eq!(m.allowed, None);
+    assert_eq!(m.exception.as_deref(), Some("OutOfMemoryError"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding the message in surrounding text
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn full_traceback_with_cpp_stack() {
+    // A constructed traceback around a real message (v2.1-capacty.txt), followed by the
+    // C++ frames newer builds append and a chained exception.
+    let msg = fixture("v2.1-capacty.txt");
+    let text = format!(
+        "Traceback (most recent call last):\n\
+         \x20 File \"train.py\", line 42, in <module>\n\
+         \x20   loss = model(batch).sum()\n\
+         \x20 File \"/usr/lib/python3.10/site-packages/torch/nn/modules/module.py\", line 1518, in _wrapped_call_impl\n\
+         \x20   return self._call_impl(*args, **kwargs)\n\
+         {}\
+         Exception raised from malloc at ../c10/cuda/CUDACachingAllocator.cpp:1100 (most recent call first):\n\
+         frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f1 in libc10.so)\n\
+         frame #1: <unknown function> + 0x2b4d4 (0x7f2 in libc10_cuda.so)\n\
+         \n\
+         During handling of the above exception, another exception occurred:\n\
+         RuntimeError: something else\n",
+        msg
+    );
+    let m = parse(&text).unwrap();
+    assert_eq!(m, parse(&msg).unwrap(), "same figures as the bare message");
+    assert_eq!(m.exception.as_deref(), Some("torch.cuda.OutOfMemoryError"));
+    assert!(!m.raw.contains("Exception raised from"), "{}", m.raw);
+    assert!(!m.raw.contains("frame #"));
+}
+
+#[test]
+fn message_wrapped_by_a_terminal() {
+    // The v2.2 fragmentation message hard-wrapped at 80 columns, mid-sentence, with the
+    // process line on its own line.
+    let text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.99 GiB. GPU 0 has\n\
+                a total capacity of 23.56 GiB of which 1.23 GiB is free.\n\
+                Including non-PyTorch memory, this process has 22.27 GiB memory in use. Of the\n\
+                allocated memory 14.73 GiB is allocated by PyTorch, and 6.39 GiB is reserved by\n\
+                PyTorch but unallocated. If reserved but unallocated memory is large try setting\n\
+                PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See\n\
+                documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n";
+    let m = parse(text).unwrap();
+    let mut expected = parsed("v2.2-fragmentation.txt");
+    expected.raw = m.raw.clone();
+    assert_eq!(m, expected);
+    assert!(m.raw.ends_with("#environment-variables)"));
+}
+
+#[test]
+fn process_lines_other_processes_and_own() {
+    // The brief's example shape: several "Process N has X memory in use" sentences, each on
+    // its own line, plus this process.
+    let text = "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 1 has a total capacity of 23.64 GiB of which 2.06 GiB is free.\n\
+                Process 1234 has 3.00 GiB memory in use.\n\
+                Process 5678 has 5.50 GiB memory in use.\n\
+                Including non-PyTorch memory, this process has 13.06 GiB memory in use.\n\
+                Of the allocated memory 11.80 GiB is allocated by PyTorch, and 720.00 MiB is reserved by PyTorch but unallocated.";
+    let m = parse(text).unwrap();
+    assert_eq!(m.form, MessageForm::V2_2);
+    assert_eq!(m.device, Some(1));
+    assert_eq!(
+        m.processes,
+        vec![
+            ProcessUse {
+                pid: Some(1234),
+                bytes: 3 * GIB
+            },
+            ProcessUse {
+                pid: Some(5678),
+                bytes: 5 * GIB + GIB / 2
+            },
+            ProcessUse {
+                pid: None,
+                bytes: 14023068221
+            }, // 13.06 GiB
+        ]
+    );
+    assert_eq!(m.other_process_bytes(), Some(8 * GIB + GIB / 2));
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
+    assert!(
+        e.headline.contains("8.50 GiB of it by other processes"),
+        "{}",
+        e.headline
+    );
+}
+
+#[test]
+fn no_message_is_an_error_naming_the_expected_forms() {
+    let err = parse("Traceback (most recent call last):\nValueError: bad shape\n").unwrap_err();
+    assert_eq!(err, ParseError::NoMessage);
+    let text = err.to_string();
+    assert!(
+        text.starts_with("no CUDA out-of-memory message found"),
+        "{text}"
+    );
+    assert!(text.contains("'CUDA out of memory. Tried to allocate ...'"));
+    assert!(text.contains("Allocation on device N would exceed allowed memory"));
+
+    assert_eq!(parse("").unwrap_err(), ParseError::NoMessage);
+    // prose that mentions the phrase without the sentence is not a message
+    assert!(parse("we sometimes see Allocation on device errors").is_err());
+}
+
+#[test]
+fn cuda_runtime_oom_is_recognised_but_refused() {
+    let err = parse("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported").unwrap_err();
+    match &err {
+        ParseError::CudaRuntimeError { line } => {
+            assert_eq!(line, "RuntimeError: CUDA error: out of memory")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("no allocator figures"));
+}
+
+#[test]
+fn truncated_message_is_partial() {
+    let m = parse("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 218.96 GiB")
+        .unwrap();
+    assert_eq!(m.form, MessageForm::Partial);
+    assert_eq!(m.tried_to_allocate, Some(235106509783)); // 218.96 GiB
+    assert_eq!(m.total_capacity, None);
+    assert_eq!(explain(&m).verdict, Likely::Unclear);
+}
+
+#[test]
+fn parse_all_finds_every_message_and_keeps_them_apart() {
+    // A truncated message followed by a complete one: the first must not borrow figures.
+    let text = format!(
+        "WARNING: CUDA out of memory. Tried to allocate 20.00 MiB\n{}\n{}",
+        fixture("legacy-2.0.txt"),
+        fixture("cudamallocasync.txt")
+    );
+    let all = parse_all(&text);
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[0].form, MessageForm::Partial);
+    assert_eq!(all[0].tried_to_allocate, Some(20 * MIB));
+    assert_eq!(all[0].total_capacity, None);
+    assert_eq!(all[1].form, MessageForm::Legacy);
+    assert_eq!(all[2].form, MessageForm::CudaMallocAsync);
+    assert_eq!(
+        parse(&text).unwrap().form,
+        MessageForm::Partial,
+        "parse returns the first"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sizes, output
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn sizes_round_trip_in_pytorch_style() {
+    assert_eq!(format_size(0), "0 bytes");
+    assert_eq!(format_size(512), "512 bytes");
+    assert_eq!(format_size(1024), "1024 bytes");
+    assert_eq!(format_size(MIB), "1024.00 KiB"); // §13.1: exactly 1 MiB prints as KiB
+    assert_eq!(format_size(12 * MIB + MIB / 2), "12.50 MiB");
+    assert_eq!(format_size(GIB + GIB / 2), "1.50 GiB");
+    assert_eq!(parse_size("12.50 MiB"), Some(12 * MIB + MIB / 2));
+    assert_eq!(parse_size("512 bytes"), Some(512));
+    assert_eq!(parse_size("1.20 GiB"), Some(1288490189));
+    assert_eq!(parse_size("1.20 parsecs"), None);
+    assert_eq!(parse_size("GiB"), None);
+    // SIZE_MAX as the cudaMallocAsync backend prints it saturates instead of overflowing
+    assert_eq!(parse_size("17179869184.00 GiB"), Some(u64::MAX));
+    // ± half a unit of the second decimal
+    assert_eq!(printed_precision(512), 0);
+    assert_eq!(printed_precision(100 * MIB), 5243);
+    assert_eq!(printed_precision(2 * GIB), 5368710);
+    for b in [1536u64, 3 * MIB + 12345, 7 * GIB + 987654321] {
+        let back = parse_size(&format_size(b)).unwrap();
+        assert!(back.abs_diff(b) <= printed_precision(b), "{b} -> {back}");
+    }
+}
+
+#[test]
+fn json_output() {
+    let m = parsed("v2.5-hip-allowed-private-pools.txt");
+    let v = serde_json::to_value(&m).unwrap();
+    assert_eq!(v["form"], "v2.5");
+    assert_eq!(v["allowed"], 1127428915u64);
+    assert_eq!(v["private_pools"], 17825792u64);
+    assert_eq!(v["accelerator"], "HIP");
+    let e = serde_json::to_value(explain(&m)).unwrap();
+    assert_eq!(e["verdict"], "memory_fraction_cap");
+    assert!(e["next_steps"].as_array().unwrap().len() >= 2);
+    let p = serde_json::to_value(&parsed("v2.1-processes.txt").processes).unwrap();
+    assert_eq!(p[1]["pid"], serde_json::Value::Null);
+}
+
+#[test]
+fn every_explanation_ends_with_the_recording_recipe() {
+    for entry in std::fs::read_dir(data_dir()).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        let e = explain(&parsed(&name));
+        assert!(!e.headline.is_empty(), "{name}");
+        let steps = e.next_steps.join("\n");
+        assert!(steps.contains("_record_memory_history("), "{name}: {steps}");
+        assert_eq!(
+            e.next_steps.last().unwrap(),
+            "Then run `fragscope analyze oom.pickle`.",
+            "{name}"
+        );
+        // rendered text is PyTorch-styled and non-empty
+        assert!(e.to_string().contains("Next steps:"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Robustness: pasted text is arbitrary; the parser must never panic.
+// ---------------------------------------------------------------------------------------------
+
+mod no_panic {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn all_fixtures() -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(data_dir())
+            .unwrap()
+            .map(|e| fixture(&e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn arbitrary_text(s in "\\PC{0,300}") {
+            if let Ok(m) = parse(&s) { let _ = explain(&m); }
+        }
+
+        #[test]
+        fn truncated_and_mutated_fixtures(
+            idx in 0usize..64, cut in 0usize..2000, pos in 0usize..2000, ins in "[ 0-9.;:()\\n]{0,3}|é|GiB|9999999999999999999999 GiB"
+        ) {
+            let fx = all_fixtures();
+            let base = &fx[idx % fx.len()];
+            let mut t: String = base.chars().take(cut % (base.chars().count() + 1)).collect();
+            let at = t.char_indices().map(|(i, _)| i).nth(pos % (t.chars().count() + 1)).unwrap_or(t.len());
+            t.insert_str(at, &ins);
+            if let Ok(m) = parse(&t) {
+                let e = explain(&m);
+                prop_assert!(!e.headline.is_empty());
+                let _ = serde_json::to_string(&m).unwrap();
+            }
+            let _ = parse_all(&t);
+        }
+    }
+}
+
+#[test]
+fn absurd_figures_do_not_overflow() {
+    let m = parse(
+        "CUDA out of memory. Tried to allocate 17179869184.00 GiB. GPU 0 has a total capacity of 17179869184.00 GiB of which 17179869184.00 GiB is free. Of the allocated memory 17179869184.00 GiB is allocated by PyTorch, and 17179869184.00 GiB is reserved by PyTorch but unallocated.",
+    )
+    .unwrap();
+    assert_eq!(m.tried_to_allocate, Some(u64::MAX));
+    let _ = explain(&m);
+}
