@@ -328,6 +328,138 @@ impl SnapshotAbsorber {
         Ok(kind)
     }
 
+    /// The trace-entry decoder for the common case, straight from the bytes: every key a
+    /// memo reference to a known key, every value a small int, a memo reference or a short
+    /// string. Nearly every entry of a real file has this shape, and decoding it without the
+    /// generic machinery is what makes multi-GB files fast. Anything else (a new frames
+    /// list, a pool id, an unknown key or action, a missing addr) returns `None` before
+    /// any state changes, and the generic path takes over.
+    fn decode_entry(&mut self, st: &mut VmState, buf: &[u8]) -> Option<(usize, TraceEvent)> {
+        debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
+        let mut p = 2;
+        let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        let (mut have_action, mut have_addr, mut have_size) = (false, false, false);
+        // Strings memoized inside the entry, applied only on success.
+        let mut new_memos = [None::<StrId>; 4];
+        let mut n_memos = 0;
+        // A memo reference or a fresh short string, as a string id.
+        #[inline(always)]
+        fn string_at(st: &mut VmState, buf: &[u8], p: &mut usize, memos: &mut [Option<StrId>; 4], n: &mut usize) -> Option<StrId> {
+            let v = match buf[*p] {
+                b'h' => {
+                    *p += 2;
+                    st.memo.get(buf[*p - 1] as usize)
+                }
+                b'j' => {
+                    *p += 5;
+                    st.memo.get(u32::from_le_bytes(buf[*p - 4..*p].try_into().unwrap()) as usize)
+                }
+                0x8c => {
+                    let k = buf[*p + 1] as usize;
+                    let s = std::str::from_utf8(buf.get(*p + 2..*p + 2 + k)?).ok()?;
+                    let id = st.table.intern_str(s);
+                    *p += 2 + k;
+                    if buf.get(*p) == Some(&0x94) {
+                        if *n == memos.len() {
+                            return None;
+                        }
+                        memos[*n] = Some(id);
+                        *n += 1;
+                        *p += 1;
+                    }
+                    Value::Str(id)
+                }
+                _ => return None,
+            };
+            match v {
+                Value::Str(id) => Some(id),
+                _ => None,
+            }
+        }
+        loop {
+            if buf.len() - p < 32 {
+                return None;
+            }
+            if buf[p] == 0x95 {
+                p += 9;
+                continue;
+            }
+            if buf[p] == b'u' {
+                p += 1;
+                break;
+            }
+            let key = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
+            let code = *self.key_codes.get(key.index())?;
+            if buf[p] == 0x95 {
+                p += 9;
+            }
+            match code {
+                K_ACTION => {
+                    let a = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
+                    let c = *self.key_codes.get(a.index())?;
+                    if c < K_FIRST_ACTION {
+                        return None;
+                    }
+                    ev.action = Action::ALL[(c - K_FIRST_ACTION) as usize];
+                    have_action = true;
+                }
+                K_ADDR | K_SIZE | K_STREAM | K_TIME => {
+                    let w = &buf[p..p + 10];
+                    let (v, len) = match w[0] {
+                        b'K' => (w[1] as i64, 2),
+                        b'M' => (u16::from_le_bytes([w[1], w[2]]) as i64, 3),
+                        b'J' => (i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64, 5),
+                        0x8a if w[1] <= 8 => {
+                            let k = w[1] as usize;
+                            let mut x = [0u8; 8];
+                            x[..k].copy_from_slice(&w[2..2 + k]);
+                            let shift = (64 - 8 * k as u32) % 64;
+                            let v = if k == 0 { 0 } else { (i64::from_le_bytes(x) << shift) >> shift };
+                            (v, 2 + k)
+                        }
+                        _ => return None,
+                    };
+                    p += len;
+                    match code {
+                        K_ADDR => (ev.addr, have_addr) = (v as u64, true),
+                        K_SIZE => (ev.size, have_size) = (v as u64, true),
+                        K_STREAM => ev.stream = v as u64,
+                        _ => ev.time_us = v,
+                    }
+                }
+                K_FRAMES => {
+                    let v = match buf[p] {
+                        b'h' => {
+                            p += 2;
+                            st.memo.get(buf[p - 1] as usize)
+                        }
+                        b'j' => {
+                            p += 5;
+                            st.memo.get(u32::from_le_bytes(buf[p - 4..p].try_into().unwrap()) as usize)
+                        }
+                        _ => return None,
+                    };
+                    let Value::Stack(id) = v else { return None };
+                    ev.stack = Some(id);
+                }
+                K_CC => ev.compile_context = Some(string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?),
+                K_UM => ev.user_metadata = Some(string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?),
+                _ => return None,
+            }
+        }
+        if !(have_action && have_addr && have_size) {
+            return None;
+        }
+        // Commit, in stream order: the dict's MEMOIZE came first, then its strings'.
+        let dict_memo = st.memo.reserve();
+        for id in new_memos[..n_memos].iter().flatten() {
+            let i = st.memo.len();
+            st.memo.set(i, Value::Str(*id));
+        }
+        st.memo.consume(dict_memo);
+        Some((p, ev))
+    }
+
     fn push_event(&mut self, list: u32, ev: TraceEvent) {
         if self.cur_list != list {
             let prev = std::mem::take(&mut self.cur_events);
@@ -378,6 +510,14 @@ impl Absorber for SnapshotAbsorber {
             return Ok(Absorb::Keep(Value::Frame(f)));
         }
         Ok(Absorb::Keep(item))
+    }
+
+    #[inline]
+    fn try_flat_entry(&mut self, st: &mut VmState, buf: &[u8]) -> Option<(usize, Value)> {
+        let (used, ev) = self.decode_entry(st, buf)?;
+        self.pending.push(ev);
+        self.pending_live += 1;
+        Some((used, Value::Event(self.pending.len() as u32 - 1)))
     }
 
     fn on_dict(&mut self, st: &mut VmState, flat: &[Value]) -> Result<Option<(Value, Value)>, ReadError> {

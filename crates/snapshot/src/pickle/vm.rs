@@ -91,6 +91,10 @@ pub(crate) trait Absorber {
     /// path. Returning `Some((pushed, memo))` absorbs it: `pushed` goes on the stack in its
     /// place and `memo` into its memo slot. `None` keeps it as an ordinary dict.
     fn on_dict(&mut self, vm: &mut VmState, items: &[Value]) -> Result<Option<(Value, Value)>, ReadError>;
+    /// A chance to decode the dict starting at `buf[0]` (its MEMOIZE) entirely by itself.
+    /// On success it has done the dict's memo bookkeeping and returns the bytes consumed
+    /// (through SETITEMS) and the value to push; on `None` it must have changed nothing.
+    fn try_flat_entry(&mut self, vm: &mut VmState, buf: &[u8]) -> Option<(usize, Value)>;
 }
 
 /// Arenas and tables, separate from the input so absorbers can borrow them.
@@ -361,7 +365,13 @@ impl<R: Read> Vm<R> {
         self.stack.last().copied().ok_or_else(|| self.state.corrupt("stack underflow"))
     }
     fn pop_mark(&mut self) -> Result<usize, ReadError> {
-        self.marks.pop().ok_or_else(|| self.state.corrupt("MARK expected"))
+        let m = self.marks.pop().ok_or_else(|| self.state.corrupt("MARK expected"))?;
+        // Opcodes such as TUPLE1 or SETITEM can pop below an open MARK; the mark then
+        // points past the stack's end (CPython's "fence" check refuses the same).
+        if m > self.stack.len() {
+            return Err(self.state.corrupt("stack underflow below a MARK"));
+        }
+        Ok(m)
     }
     fn push_str(&mut self, n: usize) -> Result<(), ReadError> {
         let bytes = self.input.take(n)?;
@@ -706,6 +716,11 @@ impl<R: Read> Vm<R> {
         if end - p < 64 || buf[p] != 0x94 || buf[p + 1] != b'(' {
             let d = self.state.new_dict();
             self.stack.push(d);
+            return Ok(());
+        }
+        if let Some((used, v)) = abs.try_flat_entry(&mut self.state, &buf[p..end]) {
+            self.input.pos = p + used;
+            self.stack.push(v);
             return Ok(());
         }
         p += 2;
