@@ -99,7 +99,7 @@ pub(crate) fn write_pyobj<W: Write>(obj: &PyObj, w: W) -> io::Result<()> {
     let table = FrameTable::default();
     let mut p = Pickler::new(w, &table);
     p.out.write_all(&[PROTO, 4])?;
-    p.obj(obj, 0)?;
+    p.obj(obj)?;
     p.byte(STOP);
     p.commit_frame()?;
     p.out.flush()
@@ -454,7 +454,7 @@ impl<'t, W: Write> Pickler<'t, W> {
             Field::StrId(s) => self.str_id(s),
             Field::Stack(s) => self.stack(s),
             Field::Pair(a, b) => self.pair(a, b),
-            Field::Obj(o) => self.obj(o, 0),
+            Field::Obj(o) => self.obj(o),
             Field::Blocks(b, legacy) => self.blocks(b, legacy),
             Field::History(h) => self.history(h),
         }
@@ -504,8 +504,9 @@ impl<'t, W: Write> Pickler<'t, W> {
         Ok(())
     }
 
-    /// Verbatim values. Depth is bounded by how the reader built them (≤ 256 levels).
-    fn obj(&mut self, o: &PyObj, depth: usize) -> io::Result<()> {
+    /// Verbatim values. Recursive: depth is bounded by how they were built (the pickle
+    /// reader stops at 256 levels, serde_json at 128).
+    fn obj(&mut self, o: &PyObj) -> io::Result<()> {
         self.boundary()?;
         match o {
             PyObj::None => self.none(),
@@ -515,7 +516,7 @@ impl<'t, W: Write> Pickler<'t, W> {
             PyObj::Float(f) => self.float(*f),
             PyObj::Str(s) => self.str(s),
             PyObj::Bytes(b) => self.bytes_obj(b),
-            PyObj::List(items) => self.list(items.len(), |p, i| p.obj(&items[i], depth + 1)).map(|_| ()),
+            PyObj::List(items) => self.list(items.len(), |p, i| p.obj(&items[i])).map(|_| ()),
             PyObj::Tuple(items) => {
                 if items.is_empty() {
                     self.byte(EMPTY_TUPLE);
@@ -523,13 +524,13 @@ impl<'t, W: Write> Pickler<'t, W> {
                 }
                 if items.len() <= 3 {
                     for it in items {
-                        self.obj(it, depth + 1)?;
+                        self.obj(it)?;
                     }
                     self.byte(TUPLE1 + items.len() as u8 - 1);
                 } else {
                     self.byte(MARK);
                     for it in items {
-                        self.obj(it, depth + 1)?;
+                        self.obj(it)?;
                     }
                     self.byte(TUPLE);
                 }
@@ -537,8 +538,8 @@ impl<'t, W: Write> Pickler<'t, W> {
                 Ok(())
             }
             PyObj::Dict(items) => self.dict(items.len(), |p, i| {
-                p.obj(&items[i].0, depth + 1)?;
-                p.obj(&items[i].1, depth + 1)
+                p.obj(&items[i].0)?;
+                p.obj(&items[i].1)
             }),
         }
     }
@@ -578,7 +579,7 @@ impl<'t, W: Write> Pickler<'t, W> {
             match v {
                 Top::Segments => p.segments(&snap.segments, legacy_blocks, snap),
                 Top::Traces => p.list(snap.device_traces.len(), |p, d| p.trace(&snap.device_traces[d], snap)).map(|_| ()),
-                Top::Settings(o) | Top::Extra(o) => p.obj(o, 0),
+                Top::Settings(o) | Top::Extra(o) => p.obj(o),
                 Top::Annotations(a) => p.list(a.len(), |p, j| p.annotation(&a[j])).map(|_| ()),
                 Top::HostSegments(h) => p.segments(h, legacy_blocks, snap),
                 Top::HostTraces(t) => p.trace(t, snap),

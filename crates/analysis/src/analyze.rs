@@ -1,0 +1,338 @@
+//! `fragscope analyze`: every finding about one snapshot, most important first.
+//!
+//! Per device:
+//! 1. the OOM ([`crate::oom`]): verdict, state at the failure, measured fixes;
+//! 2. fragmentation over time ([`crate::timeline`]): the allocated / active / requested /
+//!    reserved curves, peak fragmentation (1 − peak allocated / peak reserved), the
+//!    free space at the reserved peak (rebuilt by the backward walk of §10.12), and
+//!    pinned segments by call site ([`crate::attribution`]);
+//! 3. leak suspects ([`crate::leaks`]);
+//! 4. who holds the memory at the allocated and the reserved peaks, by call site and by
+//!    `record_function` scope ([`crate::attribution`]);
+//! 5. recommended settings ([`crate::recommend`]), measured by replay.
+//!
+//! Replays are the expensive part: they run only for a device with a recorded OOM (the
+//! fixes and the recommendations share them), or for every device with
+//! [`AnalyzeOptions::what_if`]. Everything else is a few O(events) walks.
+
+use serde::Serialize;
+
+use fragscope_snapshot::{Snapshot, SourceFormat};
+
+use crate::attribution::{self, AttributionOptions, PeakAttribution, PinnedSegments};
+use crate::leaks::{self, Iterations, LeakSuspect};
+use crate::oom::{self, OomFinding, OomOptions, StateFigures};
+use crate::oom_message::format_size as fs;
+use crate::recommend::{self, Era, Recommendations};
+use crate::replay;
+use crate::timeline::{self, DeviceTimeline, TimelineOptions};
+
+/// Schema name of `fragscope analyze --json`.
+pub const SCHEMA: &str = "fragscope.analyze/1";
+
+/// Options of [`analyze`].
+#[derive(Clone, Copy, Debug)]
+pub struct AnalyzeOptions {
+    /// Call sites / scopes / suspects listed per table.
+    pub top: usize,
+    /// Replay candidate settings on every device, not only on devices with an OOM.
+    pub what_if: bool,
+    /// Threads for replays and independent analyses.
+    pub threads: usize,
+    /// Points of the downsampled curves.
+    pub points: usize,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions { top: 10, what_if: false, threads: 2, points: timeline::DEFAULT_POINTS }
+    }
+}
+
+/// One line of the findings list.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// `"oom"`, `"fragmentation"`, `"pinned_segments"`, `"leak"`, `"peak"`, `"recommendation"`.
+    pub kind: &'static str,
+    /// `"high"`, `"medium"` or `"info"`.
+    pub severity: &'static str,
+    pub headline: String,
+}
+
+/// Fragmentation over time.
+#[derive(Clone, Debug, Serialize)]
+pub struct FragmentationFindings {
+    /// Curves, peaks, `peak_fragmentation`, `fragmentation_at_reserved_peak`, series.
+    pub timeline: DeviceTimeline,
+    /// Free space at the reserved peak (backward walk); `null` when it could not be rebuilt.
+    pub at_reserved_peak: Option<StateFigures>,
+    pub at_reserved_peak_note: Option<String>,
+    pub pinned_segments: PinnedSegments,
+}
+
+/// Who holds the memory at the peaks.
+#[derive(Clone, Debug, Serialize)]
+pub struct Peaks {
+    pub allocated_peak: PeakAttribution,
+    pub reserved_peak: PeakAttribution,
+}
+
+/// Everything about one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceAnalysis {
+    pub device: i64,
+    /// Headlines, most important first.
+    pub findings: Vec<Finding>,
+    pub oom: Option<OomFinding>,
+    /// `1 − peak allocated / peak reserved`; `null` when nothing was reserved.
+    pub peak_fragmentation: Option<f64>,
+    pub fragmentation: FragmentationFindings,
+    pub leak_suspects: Vec<LeakSuspect>,
+    pub iterations: Iterations,
+    pub leak_threshold_bytes_per_iteration: u64,
+    pub peaks: Peaks,
+    pub recommendations: Recommendations,
+}
+
+/// The analysis of a file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Analysis {
+    /// `"dict"`, `"segment_list"` or `"kineto"`.
+    pub format: &'static str,
+    pub era: Era,
+    /// Recorded `PYTORCH_CUDA_ALLOC_CONF` (canonical; `null` before 2.3 files).
+    pub recorded_config: Option<String>,
+    pub devices: Vec<DeviceAnalysis>,
+}
+
+fn format_name(f: SourceFormat) -> &'static str {
+    match f {
+        SourceFormat::Dict => "dict",
+        SourceFormat::SegmentList => "segment_list",
+        SourceFormat::Kineto => "kineto",
+    }
+}
+
+/// Analyses every device of `snap`.
+pub fn analyze(snap: &Snapshot, opts: &AnalyzeOptions) -> Analysis {
+    Analysis {
+        format: format_name(snap.format),
+        era: recommend::infer_era(snap),
+        recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
+        devices: snap.devices().into_iter().map(|d| analyze_device(snap, d, opts)).collect(),
+    }
+}
+
+/// Analyses one device.
+pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> DeviceAnalysis {
+    let threads = opts.threads.max(1);
+    let aopts = AttributionOptions { top: opts.top };
+    // Leak detection does not need the timeline: its threshold (a share of the peak
+    // allocated bytes) only filters suspects, so it runs with the smallest threshold
+    // beside the timeline and the filter is applied afterwards.
+    let part_leaks = || leaks::leaks_device(snap, device, 0);
+    // The timeline, then attribution at its peaks and the free space at the reserved peak.
+    let part_main = || {
+        let tl = timeline::timeline(snap, device, &TimelineOptions { points: opts.points.max(1) });
+        let attr = attribution::attribute(snap, &tl, &aopts);
+        let (at_peak, note) = if tl.reserved_source == "segments" && tl.peak_reserved.bytes > 0 {
+            match oom::allocator_state_at(snap, device, tl.peak_reserved.event_index) {
+                Ok(st) => (Some(oom::state_figures(&st, None)), None),
+                Err(e) => (None, Some(format!("free space at the reserved peak unknown: {e}"))),
+            }
+        } else {
+            (None, Some("no segments recorded: free space unknown".to_string()))
+        };
+        (tl, attr, at_peak, note)
+    };
+    // The OOM, with its replays (only for a device whose trace has an `oom` entry).
+    let part_oom = || {
+        let mut f = oom::oom_finding(snap, device, &OomOptions { top: opts.top, replay: false, threads })?;
+        let cfg = replay::recorded_config(snap);
+        let era = recommend::infer_era(snap);
+        let cands = recommend::candidates(&cfg, &era);
+        let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
+        oom::apply_trials(&mut f, base, trials);
+        Some(f)
+    };
+    let ((tl, attr, at_peak, at_peak_note), mut lk, oom_f) = if threads > 1 {
+        std::thread::scope(|s| {
+            let h_leaks = s.spawn(part_leaks);
+            let main = part_main();
+            let lk = h_leaks.join().expect("leaks thread");
+            // The OOM replays start once the cheap parts are done, so they do not
+            // compete with them for the cores (they use `threads` threads themselves).
+            (main, lk, part_oom())
+        })
+    } else {
+        (part_main(), part_leaks(), part_oom())
+    };
+    let threshold = (1u64 << 20).min(tl.peak_allocated.bytes / 100).max(1);
+    lk.threshold_bytes_per_iteration = threshold;
+    lk.suspects.retain(|s| s.growth_bytes_per_iteration >= threshold);
+
+    let recommendations = match &oom_f {
+        Some(f) => {
+            let mut r = recommend::Recommendations {
+                device,
+                measured: false,
+                note: None,
+                era: recommend::infer_era(snap),
+                capacity_bytes: Some(f.capacity_bytes),
+                baseline: None,
+                recommended: Vec::new(),
+                tried: Vec::new(),
+            };
+            if let Some(base) = &f.baseline {
+                recommend::from_trials(&mut r, base.clone(), f.fixes_tried.clone(), Some(f.event_index));
+            }
+            r
+        }
+        None => {
+            let cap = snap.device_capacity.get(&device).copied();
+            recommend::recommend(snap, device, opts.what_if, cap, threads)
+        }
+    };
+
+    let frag = FragmentationFindings {
+        timeline: tl,
+        at_reserved_peak: at_peak,
+        at_reserved_peak_note: at_peak_note,
+        pinned_segments: attr.pinned_segments,
+    };
+    let mut leak_suspects = lk.suspects;
+    let threshold = lk.threshold_bytes_per_iteration;
+    let iterations = lk.iterations;
+    leak_suspects.truncate(opts.top);
+    let mut d = DeviceAnalysis {
+        device,
+        findings: Vec::new(),
+        oom: oom_f,
+        peak_fragmentation: frag.timeline.peak_fragmentation,
+        fragmentation: frag,
+        leak_suspects,
+        iterations,
+        leak_threshold_bytes_per_iteration: threshold,
+        peaks: Peaks { allocated_peak: attr.allocated_peak, reserved_peak: attr.reserved_peak },
+        recommendations,
+    };
+    d.findings = findings(&d);
+    d
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// The headline list of a device, most important first.
+pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
+    let mut v = Vec::new();
+    if let Some(o) = &d.oom {
+        v.push(Finding { kind: "oom", severity: "high", headline: o.explanation.clone() });
+        if !o.fixes.is_empty() {
+            let names: Vec<&str> = o.fixes.iter().map(|f| f.setting.as_str()).collect();
+            v.push(Finding {
+                kind: "oom",
+                severity: "high",
+                headline: format!("Replaying the trace, these settings would have avoided it: {}.", names.join(", ")),
+            });
+        } else if o.replay_reproduces_oom == Some(true) {
+            v.push(Finding {
+                kind: "oom",
+                severity: "high",
+                headline: format!(
+                    "No allocator setting tried avoids it in the replay; the live set at the OOM must shrink by {} (top holder: {}).",
+                    fs(o.bytes_over_capacity),
+                    o.top_sites.first().map_or("unknown", |s| s.site.site.as_str())
+                ),
+            });
+        }
+    }
+    let tl = &d.fragmentation.timeline;
+    if let Some(pf) = tl.peak_fragmentation {
+        let waste = tl.peak_reserved.bytes.saturating_sub(tl.peak_allocated.bytes);
+        let severity = if pf >= 0.3 && waste >= 1 << 30 {
+            "high"
+        } else if pf >= 0.1 && waste >= 256 << 20 {
+            "medium"
+        } else {
+            "info"
+        };
+        let mut h = format!(
+            "Peak fragmentation {}: PyTorch reserved up to {} but tensors never held more than {} at once ({} never used together).",
+            pct(pf),
+            fs(tl.peak_reserved.bytes),
+            fs(tl.peak_allocated.bytes),
+            fs(waste)
+        );
+        if let Some(s) = &d.fragmentation.at_reserved_peak {
+            if s.cached_free_bytes > 0 {
+                h.push_str(&format!(
+                    " At the reserved peak {} was free in the cache and the largest free block was {}.",
+                    fs(s.cached_free_bytes),
+                    fs(s.largest_free_block_bytes)
+                ));
+            }
+        }
+        v.push(Finding { kind: "fragmentation", severity, headline: h });
+    }
+    let p = &d.fragmentation.pinned_segments;
+    if p.segments > 0 {
+        let mut h = format!(
+            "{} segment{} ({}) {} kept reserved by a few small live blocks ({} free inside, which empty_cache() cannot return).",
+            p.segments,
+            if p.segments == 1 { "" } else { "s" },
+            fs(p.reserved_bytes),
+            if p.segments == 1 { "is" } else { "are" },
+            fs(p.free_bytes)
+        );
+        if let Some(g) = p.by_site.first() {
+            h.push_str(&format!(" Largest group: {}.", g.describe(fs)));
+        }
+        let severity = if p.free_bytes >= 1 << 30 { "medium" } else { "info" };
+        v.push(Finding { kind: "pinned_segments", severity, headline: h });
+    }
+    for s in d.leak_suspects.iter().take(3) {
+        v.push(Finding {
+            kind: "leak",
+            severity: if s.confidence >= 0.5 { "high" } else { "medium" },
+            headline: format!(
+                "Possible leak: {} grows by {} per iteration over {} iterations ({} → {}, confidence {:.2}).",
+                s.site.site,
+                fs(s.growth_bytes_per_iteration),
+                s.iterations,
+                fs(s.first_bytes),
+                fs(s.last_bytes),
+                s.confidence
+            ),
+        });
+    }
+    let ap = &d.peaks.allocated_peak;
+    if let Some(top) = ap.sites.first() {
+        v.push(Finding {
+            kind: "peak",
+            severity: "info",
+            headline: format!(
+                "At the allocated peak ({}), {} holds the most: {} ({}).",
+                fs(ap.live_bytes),
+                top.site.site,
+                fs(top.bytes),
+                pct(top.share)
+            ),
+        });
+    }
+    let r = &d.recommendations;
+    if let Some(best) = r.recommended.first() {
+        v.push(Finding {
+            kind: "recommendation",
+            severity: if best.avoids_oom { "high" } else { "medium" },
+            headline: format!(
+                "Set {}{}: {}.",
+                best.paste,
+                best.extra_call.as_ref().map_or(String::new(), |c| format!(" and call {c}")),
+                best.reason
+            ),
+        });
+    }
+    v
+}

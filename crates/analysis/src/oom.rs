@@ -1,0 +1,466 @@
+//! The OOM finding: what the allocator held when a recorded `oom` entry was written,
+//! why the request could not be served, and which settings would have avoided it.
+//!
+//! # Where the facts come from
+//!
+//! * **The request.** An `oom` trace entry records `size` = the rounded request `s`
+//!   (§10.5) and, in place of `addr`, `device_free` (what `cudaMemGetInfo` said was free).
+//!   `request_bytes` is `size` exactly as recorded; `alloc_size_bytes` is what PyTorch
+//!   asked of CUDA for it and printed as "Tried to allocate" (§1.5 `get_allocation_size`).
+//!   The stream, the private pool (`pool_id`, when recorded) and the stack come from the
+//!   same entry.
+//! * **The allocator state at the OOM.** The entry is written after every fallback ran
+//!   (§3.7: `release_cached_blocks` already returned whole free segments, and those
+//!   `segment_free` / `segment_unmap` entries precede the `oom` one), so the state *after*
+//!   the entry is the state the failure saw. It is rebuilt by the backward walk of §10.12
+//!   ([`crate::replay::state`]): the final `segments`, with every later trace entry
+//!   undone. That gives reserved bytes (segments), allocated bytes (blocks in use), and
+//!   the free blocks per `(stream, pool)`. When the walk finds the trace inconsistent
+//!   with the final state, the totals come from [`crate::timeline::levels_at`] instead
+//!   and the free-block detail is absent (`state_source: "timeline"`).
+//! * **Capacity.** Stated by the file (Kineto `deviceProperties`), else estimated as
+//!   `reserved + device_free` at the OOM: what this process held plus what CUDA still had.
+//!   The estimate is a lower bound (other processes and the CUDA context are not in it)
+//!   and is labelled as such (`capacity_source`).
+//!
+//! # Verdict
+//!
+//! With `s` the rounded request, `active` the bytes of blocks in use (allocated or
+//! waiting for a cross-stream free), `C` the capacity, and free bytes counted in free
+//! cached blocks:
+//!
+//! 1. `exhaustion`: `active + s > C`: the live tensors plus the request need more than
+//!    the GPU has, whatever the allocator does with its cache.
+//! 2. `fragmentation`: free cached bytes on the request's stream and pool, plus
+//!    `device_free`, cover `s`, yet the request failed: the free bytes were there but no
+//!    single free block (or growable run) was large enough.
+//! 3. `stranded`: only counting free cached bytes of other streams or pools is there
+//!    enough in total; a block never crosses streams or pools (§2.2, §7).
+//! 4. Otherwise `exhaustion` as well: the rest of the GPU was held outside this
+//!    allocator (other processes, the CUDA context), which `bytes_outside_allocator`
+//!    quantifies when the capacity is known.
+//!
+//! # Fixes
+//!
+//! Each candidate setting of [`crate::recommend::candidates`] is replayed through the
+//! allocator model ([`crate::replay::simulate`]) on a device of the capacity above. A
+//! setting counts as a fix only if the replay of the *recorded* settings reproduces an
+//! OOM at or before the recorded one (otherwise the model cannot tell), and the replay
+//! with the setting serves the recorded OOM's request and does not run out of memory
+//! before or at that entry.
+
+use fragscope_alloc::rounding::{allocation_size, is_small};
+use fragscope_alloc::DEFAULT_POOL;
+use fragscope_snapshot::{Action, FrameTable, Snapshot, StackId};
+use serde::Serialize;
+
+use crate::attribution::{self, is_library_frame, Site, SiteBytes};
+use crate::oom_message::format_size;
+use crate::recommend::{self, Trial};
+use crate::replay::state::{backward_walk, BState, RecordedState};
+use crate::replay::{recorded_config, with_rules};
+use crate::timeline;
+
+/// `oom` verdicts (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Fragmentation,
+    Exhaustion,
+    Stranded,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Fragmentation => "fragmentation",
+            Verdict::Exhaustion => "exhaustion",
+            Verdict::Stranded => "stranded",
+        }
+    }
+}
+
+/// Free cached memory of one `(stream, pool)` at the OOM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FreeSpace {
+    pub stream: u64,
+    /// `segment_pool_id`; `[0, 0]` = the default pools.
+    pub pool_id: (u64, u64),
+    /// `"large"` or `"small"`.
+    pub pool: &'static str,
+    pub segments: u64,
+    pub reserved_bytes: u64,
+    pub free_bytes: u64,
+    pub free_blocks: u64,
+    pub largest_free_block_bytes: u64,
+    /// This is the stream and pool the failed request was for.
+    pub is_request_pool: bool,
+}
+
+/// Free space of a rebuilt allocator state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StateFigures {
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    /// Allocated + pending-free (blocks a request cannot use).
+    pub active_bytes: u64,
+    /// Bytes of free (inactive) cached blocks, all streams and pools.
+    pub cached_free_bytes: u64,
+    pub largest_free_block_bytes: u64,
+    /// `1 − largest free block / cached free`; `null` when nothing is free.
+    pub free_space_fragmentation: Option<f64>,
+    /// Per `(stream, pool)`, most free bytes first.
+    pub free_by_stream_pool: Vec<FreeSpace>,
+}
+
+/// The allocator state after trace entry `after_event` (`None` = before the first), by
+/// the backward walk from the final `segments` (§10.12). `Err` names the entry that could
+/// not be undone.
+pub fn allocator_state_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Result<RecordedState, String> {
+    let trace = snap.trace(device);
+    let from = after_event.map_or(0, |i| (i + 1).min(trace.len()));
+    let cfg = recorded_config(snap);
+    let fin = RecordedState::from_snapshot(snap, device);
+    let pool_of = |e: &fragscope_snapshot::TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
+    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &pool_of, r))
+        .map(|i| i.state)
+        .map_err(|e| format!("trace entry {} ({}) cannot be undone: {}", e.index + from, e.event.action.as_str(), e.reason))
+}
+
+/// Figures of a rebuilt state; `request` marks the `(stream, pool, small)` of a request.
+pub fn state_figures(st: &RecordedState, request: Option<(u64, (u64, u64), bool)>) -> StateFigures {
+    let mut f = StateFigures::default();
+    let mut groups: Vec<FreeSpace> = Vec::new();
+    for seg in st.segs.values() {
+        f.reserved_bytes += seg.size;
+        let pool = if seg.small { "small" } else { "large" };
+        let gi = match groups.iter().position(|g| g.stream == seg.stream && g.pool_id == seg.pool && g.pool == pool) {
+            Some(i) => i,
+            None => {
+                groups.push(FreeSpace {
+                    stream: seg.stream,
+                    pool_id: seg.pool,
+                    pool,
+                    segments: 0,
+                    reserved_bytes: 0,
+                    free_bytes: 0,
+                    free_blocks: 0,
+                    largest_free_block_bytes: 0,
+                    is_request_pool: request == Some((seg.stream, seg.pool, seg.small)),
+                });
+                groups.len() - 1
+            }
+        };
+        let g = &mut groups[gi];
+        g.segments += 1;
+        g.reserved_bytes += seg.size;
+        for b in &seg.blocks {
+            match b.state {
+                BState::Free => {
+                    g.free_bytes += b.size;
+                    g.free_blocks += 1;
+                    g.largest_free_block_bytes = g.largest_free_block_bytes.max(b.size);
+                }
+                BState::Allocated => {
+                    f.allocated_bytes += b.size;
+                    f.active_bytes += b.size;
+                }
+                BState::Pending => f.active_bytes += b.size,
+            }
+        }
+    }
+    f.cached_free_bytes = groups.iter().map(|g| g.free_bytes).sum();
+    f.largest_free_block_bytes = groups.iter().map(|g| g.largest_free_block_bytes).max().unwrap_or(0);
+    f.free_space_fragmentation =
+        (f.cached_free_bytes > 0).then(|| 1.0 - f.largest_free_block_bytes as f64 / f.cached_free_bytes as f64);
+    groups.sort_by(|a, b| b.free_bytes.cmp(&a.free_bytes).then_with(|| (a.stream, a.pool_id, a.pool).cmp(&(b.stream, b.pool_id, b.pool))));
+    f.free_by_stream_pool = groups;
+    f
+}
+
+/// A stack as `file:line:function` strings, innermost first, each run of library frames
+/// (see [`attribution::is_library_frame`]) folded into one `… N library frames` entry.
+pub fn folded_frames(frames: &FrameTable, stack: Option<StackId>) -> Vec<String> {
+    let Some(id) = stack else { return Vec::new() };
+    let mut out = Vec::new();
+    let mut run = 0usize;
+    let flush = |run: &mut usize, out: &mut Vec<String>| {
+        if *run > 0 {
+            out.push(format!("… {} library frame{}", *run, if *run == 1 { "" } else { "s" }));
+            *run = 0;
+        }
+    };
+    for (file, line, name) in frames.resolved(id) {
+        if is_library_frame(file, line) {
+            run += 1;
+        } else {
+            flush(&mut run, &mut out);
+            let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
+            out.push(format!("{base}:{line}:{name}"));
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+/// A setting that replay showed would have avoided the OOM.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fix {
+    /// The option changed (`expandable_segments:True`).
+    pub setting: String,
+    /// The line to paste: `PYTORCH_CUDA_ALLOC_CONF=...` with the recorded options kept.
+    pub paste: String,
+    /// A call the setting needs besides the variable (GC needs a memory fraction).
+    pub extra_call: Option<String>,
+    pub peak_reserved_bytes: u64,
+    pub cuda_mallocs: u64,
+}
+
+/// The OOM of one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct OomFinding {
+    pub device: i64,
+    /// `"trace_oom_entry"`.
+    pub source: &'static str,
+    /// Index of the (first) `oom` entry in the device's trace.
+    pub event_index: usize,
+    /// `oom` entries in the trace (the first is analysed).
+    pub oom_entries: u64,
+    pub time_us: Option<i64>,
+    /// The `oom` entry's `size`, as recorded: the rounded request.
+    pub request_bytes: u64,
+    /// What PyTorch asked CUDA for ("Tried to allocate", §1.5).
+    pub alloc_size_bytes: u64,
+    /// `"large"` or `"small"`.
+    pub pool: &'static str,
+    pub pool_id: (u64, u64),
+    pub stream: u64,
+    /// The failing allocation's call site and stack (innermost first, library runs folded).
+    pub site: Site,
+    pub stack: Vec<String>,
+    pub capacity_bytes: u64,
+    /// `"file"` (stated by the file) or `"estimate_reserved_plus_device_free"`.
+    pub capacity_source: &'static str,
+    pub device_free_bytes: u64,
+    /// `"backward_walk"` (full block state) or `"timeline"` (totals only).
+    pub state_source: &'static str,
+    pub state_note: Option<String>,
+    /// Allocator state right at the OOM.
+    #[serde(flatten)]
+    pub state: StateFigures,
+    /// Free cached bytes the request's stream and pool could use.
+    pub usable_free_bytes: u64,
+    /// Free cached bytes on other streams or pools.
+    pub stranded_free_bytes: u64,
+    /// `capacity − reserved − device_free` when the capacity is known (0 for an estimate).
+    pub bytes_outside_allocator: u64,
+    pub verdict: Verdict,
+    /// Plain-words explanation.
+    pub explanation: String,
+    /// `active + request − capacity`: how much smaller the live set would have had to be.
+    pub bytes_over_capacity: u64,
+    /// Call sites holding the most live bytes at the OOM.
+    pub top_sites: Vec<SiteBytes>,
+    /// Whether the replay of the recorded settings reproduces an OOM at or before this one
+    /// (without it, fixes cannot be measured).
+    pub replay_reproduces_oom: Option<bool>,
+    /// Settings the replay showed would have avoided the OOM.
+    pub fixes: Vec<Fix>,
+    /// Every setting replayed, with its outcome.
+    pub fixes_tried: Vec<Trial>,
+    /// The replay of the recorded settings on the same device size.
+    pub baseline: Option<Trial>,
+}
+
+/// Options of [`oom_finding`].
+#[derive(Clone, Copy, Debug)]
+pub struct OomOptions {
+    /// Call sites listed.
+    pub top: usize,
+    /// Replay candidate settings to find fixes.
+    pub replay: bool,
+    /// Threads for the replays.
+    pub threads: usize,
+}
+
+impl Default for OomOptions {
+    fn default() -> Self {
+        OomOptions { top: 10, replay: true, threads: 2 }
+    }
+}
+
+/// The OOM finding of `device`, or `None` when its trace has no `oom` entry.
+///
+/// A snapshot dumped from an OOM handler without a trace entry (e.g. a 2.0 file with a
+/// one-entry ring buffer) carries no signal that proves it was taken at an OOM, so no
+/// finding is made for it.
+pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<OomFinding> {
+    let trace = snap.trace(device);
+    let idx = trace.iter().position(|e| e.action == Action::Oom)?;
+    let ev = &trace[idx];
+    let oom_entries = trace.iter().filter(|e| e.action == Action::Oom).count() as u64;
+    let cfg = recorded_config(snap);
+    let s = ev.size;
+    let small = is_small(s);
+    let pool_id = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
+    let device_free = ev.device_free().unwrap_or(0);
+
+    let (state_source, state_note, state) = match allocator_state_at(snap, device, Some(idx)) {
+        Ok(st) => ("backward_walk", None, state_figures(&st, Some((ev.stream, pool_id, small)))),
+        Err(e) => {
+            let l = timeline::levels_at(snap, device, Some(idx));
+            let f = StateFigures {
+                reserved_bytes: l.reserved,
+                allocated_bytes: l.allocated,
+                active_bytes: l.active,
+                cached_free_bytes: l.reserved.saturating_sub(l.active),
+                ..StateFigures::default()
+            };
+            ("timeline", Some(format!("free blocks unknown: {e}")), f)
+        }
+    };
+    let (capacity, capacity_source) = match snap.device_capacity.get(&device) {
+        Some(&c) => (c, "file"),
+        None => (state.reserved_bytes + device_free, "estimate_reserved_plus_device_free"),
+    };
+    let detailed = state_source == "backward_walk";
+    let usable_cached: u64 = if detailed {
+        state.free_by_stream_pool.iter().filter(|g| g.is_request_pool).map(|g| g.free_bytes).sum()
+    } else {
+        state.cached_free_bytes
+    };
+    let stranded_free = state.cached_free_bytes - usable_cached.min(state.cached_free_bytes);
+    let outside = if capacity_source == "file" { capacity.saturating_sub(state.reserved_bytes + device_free) } else { 0 };
+    let over = (state.active_bytes + s).saturating_sub(capacity);
+    let verdict = if over > 0 {
+        Verdict::Exhaustion
+    } else if usable_cached + device_free >= s {
+        Verdict::Fragmentation
+    } else if state.cached_free_bytes + device_free >= s {
+        Verdict::Stranded
+    } else {
+        Verdict::Exhaustion
+    };
+    let largest_usable = state
+        .free_by_stream_pool
+        .iter()
+        .filter(|g| g.is_request_pool)
+        .map(|g| g.largest_free_block_bytes)
+        .max()
+        .unwrap_or(0);
+    let fsz = format_size;
+    let cap_words = if capacity_source == "file" { format!("the GPU's {}", fsz(capacity)) } else { format!("about {} the GPU could give this process (reserved + free at the OOM, an estimate)", fsz(capacity)) };
+    let explanation = match verdict {
+        Verdict::Exhaustion if over > 0 => format!(
+            "This OOM was exhaustion: tensors in use held {} and the request needed {} more, {} over {}. \
+             Only {} was free in PyTorch's cache and {} on the device; no allocator setting can fit this, \
+             the live set must shrink by at least {}.",
+            fsz(state.active_bytes),
+            fsz(s),
+            fsz(over),
+            cap_words,
+            fsz(state.cached_free_bytes),
+            fsz(device_free),
+            fsz(over)
+        ),
+        Verdict::Exhaustion => format!(
+            "This OOM was exhaustion of the memory this process could get: {} was free in PyTorch's cache and {} on \
+             the device, less than the {} requested; {} of the GPU was held outside this allocator (other processes, \
+             the CUDA context).",
+            fsz(state.cached_free_bytes),
+            fsz(device_free),
+            fsz(s),
+            fsz(outside)
+        ),
+        Verdict::Fragmentation => format!(
+            "This OOM was fragmentation: {} was free in PyTorch's cache for this request's stream and pool (plus {} free \
+             on the device) but the largest free block was {}; the request needed {} in one piece.",
+            fsz(usable_cached),
+            fsz(device_free),
+            fsz(largest_usable),
+            fsz(s)
+        ),
+        Verdict::Stranded => format!(
+            "This OOM was stranded memory: {} was free in PyTorch's cache, but {} of it belongs to other streams or \
+             private pools, which a request on stream {} ({} pool{}) cannot use; its own stream and pool had {} free \
+             (plus {} on the device) for a {} request.",
+            fsz(state.cached_free_bytes),
+            fsz(stranded_free),
+            ev.stream,
+            if small { "small" } else { "large" },
+            if pool_id == DEFAULT_POOL { String::new() } else { format!(", private pool {:?}", pool_id) },
+            fsz(usable_cached),
+            fsz(device_free),
+            fsz(s)
+        ),
+    };
+    let live = timeline::live_at(snap, device, Some(idx));
+    let mut top_sites = attribution::bytes_by_site(snap, &live);
+    top_sites.truncate(opts.top);
+
+    let mut finding = OomFinding {
+        device,
+        source: "trace_oom_entry",
+        event_index: idx,
+        oom_entries,
+        time_us: ev.time(),
+        request_bytes: s,
+        alloc_size_bytes: allocation_size(s, &cfg),
+        pool: if small { "small" } else { "large" },
+        pool_id,
+        stream: ev.stream,
+        site: attribution::site_of(&snap.frames, ev.stack),
+        stack: folded_frames(&snap.frames, ev.stack),
+        capacity_bytes: capacity,
+        capacity_source,
+        device_free_bytes: device_free,
+        state_source,
+        state_note,
+        state,
+        usable_free_bytes: usable_cached,
+        stranded_free_bytes: stranded_free,
+        bytes_outside_allocator: outside,
+        verdict,
+        explanation,
+        bytes_over_capacity: over,
+        top_sites,
+        replay_reproduces_oom: None,
+        fixes: Vec::new(),
+        fixes_tried: Vec::new(),
+        baseline: None,
+    };
+    if opts.replay {
+        let era = recommend::infer_era(snap);
+        let cands = recommend::candidates(&cfg, &era);
+        let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(capacity), opts.threads);
+        apply_trials(&mut finding, base, trials);
+    }
+    Some(finding)
+}
+
+/// Fills `fixes` from replays already made (baseline = recorded settings).
+pub fn apply_trials(f: &mut OomFinding, base: Trial, trials: Vec<Trial>) {
+    let idx = f.event_index;
+    let reproduces = base.first_oom_index.is_some_and(|i| i <= idx);
+    f.replay_reproduces_oom = Some(reproduces);
+    if reproduces {
+        f.fixes = trials
+            .iter()
+            .filter(|t| avoids(t, idx))
+            .map(|t| Fix {
+                setting: t.setting.clone(),
+                paste: t.paste.clone(),
+                extra_call: t.extra_call.clone(),
+                peak_reserved_bytes: t.peak_reserved_bytes,
+                cuda_mallocs: t.cuda_mallocs,
+            })
+            .collect();
+    }
+    f.baseline = Some(base);
+    f.fixes_tried = trials;
+}
+
+/// Did this replay get past the recorded OOM at `idx` (serving its request)?
+pub fn avoids(t: &Trial, idx: usize) -> bool {
+    t.first_oom_index.map_or(true, |i| i > idx) && t.recorded_ooms_that_fit > 0
+}

@@ -1,0 +1,596 @@
+//! The forward replay of [`verify`]: drive the allocator model with the recorded
+//! events and compare each decision.
+//!
+//! How recorded events map onto model calls:
+//!
+//! * `segment_*` entries are not acted on when they are read; they are buffered and
+//!   become the segment events the model must reproduce at the next *trigger*.
+//! * `alloc` (trigger): the buffered `segment_alloc`s are queued in the oracle device
+//!   (the model's `cudaMalloc` succeeds only with a queued address, so "no cudaMalloc
+//!   here" and a recorded failure happen by construction); a buffered `segment_map`
+//!   outside every known reservation gives the base of a new reservation. Buffered
+//!   `segment_free`/`segment_unmap`s in front are either an explicit `empty_cache()`
+//!   (when the request would hit the cache, or no new memory follows) or the
+//!   `release_cached_blocks` fallback after a failed `cudaMalloc` (we make the first
+//!   device call fail). Both release the same segments in the same order.
+//! * `oom` (trigger): the request (`size` = rounded) is replayed with a device that
+//!   has no memory left, so the model runs its fallbacks and fails.
+//! * `free_requested` / `free_completed` (triggers): a buffered burst of releases in
+//!   front of them is an explicit `empty_cache()`; then the free is replayed as is.
+//!
+//! On a divergence the model is rebuilt from the *recorded* state right after the
+//! diverging entry ([`RecordedState::apply`] from the state at entry 0), so the rest
+//! of the trace is still compared step by step.
+
+use std::collections::HashSet;
+
+use fragscope_alloc::rounding::{is_small, round_size, SMALL_BUFFER};
+use fragscope_alloc::{
+    AllocatorConfig, BlockState as EBlockState, CachingAllocator, DeviceMemory, Event, SeedBlock, SeedSegment,
+    SimulatedDevice, DEFAULT_POOL,
+};
+use fragscope_snapshot::{Action, Snapshot, TraceEvent};
+
+use super::state::{backward_walk, BState, Inconsistency, RecordedState};
+use super::{recorded_config, with_rules, Divergence, EventView, ReplayOptions, VerifyReport, DEFAULT_CAPACITY};
+
+type Engine = CachingAllocator<SimulatedDevice>;
+
+/// Replay `device`'s trace through the model and compare every decision.
+pub fn verify(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> VerifyReport {
+    verify_inner(snap, device, opts).0
+}
+
+/// What the replay inferred about the recording, reused by the what-if mode.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Inferred {
+    /// `empty_cache()` was called right before these trace entries (len = at the end).
+    pub empty_cache_before: Vec<usize>,
+    /// State at entry 0, if the backward walk succeeded.
+    pub initial: Option<RecordedState>,
+}
+
+/// Device memory for the replay: given, else stated by the file, else inferred from
+/// the layout of expandable reservations, else [`DEFAULT_CAPACITY`].
+pub(crate) fn capacity_for(snap: &Snapshot, device: i64, given: Option<u64>, cfg: &AllocatorConfig) -> u64 {
+    given
+        .or_else(|| snap.device_capacity.get(&device).copied())
+        .or_else(|| infer_expandable_capacity(snap, device, cfg))
+        .unwrap_or(DEFAULT_CAPACITY)
+}
+
+/// Expandable reservations are `ceil(9/8 · total / page)` pages each (§6.1) and never
+/// overlap, so the distance from the first address of one reservation kind
+/// (stream, pool, small/large) to the next kind's first address bounds the device's
+/// total memory. The trace does not state the total; this is the largest total that
+/// keeps the recorded reservations apart.
+pub fn infer_expandable_capacity(snap: &Snapshot, device: i64, cfg: &AllocatorConfig) -> Option<u64> {
+    let trace = snap.trace(device);
+    let mut first: Vec<((u64, (u64, u64), bool), u64)> = Vec::new();
+    let mut note = |kind: (u64, (u64, u64), bool), addr: u64| match first.iter_mut().find(|(k, _)| *k == kind) {
+        Some((_, a)) => *a = (*a).min(addr),
+        None => first.push((kind, addr)),
+    };
+    for s in snap.device_segments(device).filter(|s| s.is_expandable == Some(true)) {
+        let small = s.segment_type == fragscope_snapshot::SegmentType::Small;
+        note((s.stream, s.segment_pool_id.unwrap_or(DEFAULT_POOL), small), s.address);
+    }
+    for (i, e) in trace.iter().enumerate() {
+        if e.action != Action::SegmentMap {
+            continue;
+        }
+        // The map serves the next allocation on its stream.
+        if let Some(a) = trace[i + 1..].iter().find(|a| a.action == Action::Alloc && a.stream == e.stream) {
+            let small = is_small(round_size(a.size, cfg));
+            note((e.stream, snap.pool_id(e).unwrap_or(DEFAULT_POOL), small), e.addr);
+        }
+    }
+    first.sort_by_key(|&(_, a)| a);
+    let mut bound: Option<u64> = None;
+    for w in first.windows(2) {
+        let ((k, a), (_, b)) = (w[0], w[1]);
+        let page = if k.2 { SMALL_BUFFER } else { cfg.large_segment_size };
+        let room = (b - a) / page * page;
+        let t = (room as u128 * 8 / 9) as u64;
+        bound = Some(bound.map_or(t, |x| x.min(t)));
+    }
+    bound
+}
+
+pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> (VerifyReport, Inferred) {
+    let cfg = opts.config.clone().unwrap_or_else(|| recorded_config(snap));
+    let trace = snap.trace(device);
+    let mut rep = VerifyReport {
+        device,
+        config: cfg.to_conf_string(),
+        events: trace.len(),
+        allocs: 0,
+        allocs_matched: 0,
+        segment_events: 0,
+        segment_events_matched: 0,
+        ooms: 0,
+        ooms_matched: 0,
+        divergences: 0,
+        first_divergence: None,
+        undecidable: None,
+        empty_cache_calls: 0,
+        ambiguous_block_sizes: 0,
+        final_state_matches: None,
+        initial_segments: 0,
+        notes: Vec::new(),
+    };
+    for e in trace {
+        match e.action {
+            Action::Alloc => rep.allocs += 1,
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => rep.segment_events += 1,
+            Action::Oom => rep.ooms += 1,
+            _ => {}
+        }
+    }
+    let pool_of = |e: &TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
+    let final_state = RecordedState::from_snapshot(snap, device);
+    if final_state.segs.is_empty() && rep.segment_events == 0 && rep.allocs > 0 {
+        rep.undecidable = Some(
+            "undecidable at event 0 because the file records no segments and no segment events \
+             (allocations without allocator state, e.g. a profiler trace)"
+                .to_string(),
+        );
+        return (rep, Inferred::default());
+    }
+    let initial = with_rules(&cfg, |r| backward_walk(final_state, trace, &pool_of, r));
+    let initial = match initial {
+        Ok(i) => i,
+        Err(inc) => {
+            rep.undecidable = Some(undecidable_text(&inc));
+            return (rep, Inferred::default());
+        }
+    };
+    // Only blocks alive at entry 0 matter: for the others the alloc is in the trace.
+    let mut initial = initial;
+    if !initial.ambiguous.is_empty() {
+        let mut first_alloc: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+        for (i, e) in trace.iter().enumerate() {
+            if e.action == Action::Alloc {
+                first_alloc.entry(e.addr).or_insert(i);
+            }
+        }
+        initial.ambiguous.retain(|a| first_alloc.get(&a.addr).map_or(true, |&k| k > a.index));
+    }
+    rep.ambiguous_block_sizes = initial.ambiguous.len() as u64;
+    if let Some(a) = initial.ambiguous.first() {
+        rep.notes.push(format!(
+            "{} block(s) alive before the trace were freed with a size the trace does not fix; \
+             the rounded request was used (first: event {} at {:#x}, {} B, could be up to {} B)",
+            initial.ambiguous.len(),
+            a.index,
+            a.addr,
+            a.chosen,
+            a.max_possible
+        ));
+    }
+    rep.initial_segments = initial.state.segs.len();
+    let capacity = capacity_for(snap, device, opts.capacity, &cfg);
+    let mut d = Driver {
+        snap,
+        trace,
+        cfg: cfg.clone(),
+        capacity,
+        eng: new_engine(&cfg, capacity),
+        pend: Vec::new(),
+        evbuf: Vec::new(),
+        rep,
+        cursor: initial.state.clone(),
+        cursor_pos: 0,
+        resv: Vec::new(),
+        inferred: Inferred { empty_cache_before: Vec::new(), initial: Some(initial.state.clone()) },
+        stopped: false,
+        no_resync: opts.no_resync,
+    };
+    if let Err(e) = d.reseed(&initial.state) {
+        d.rep.undecidable = Some(format!("undecidable at event 0 because the initial state cannot be seeded: {e}"));
+        return (d.rep, d.inferred);
+    }
+    d.run();
+    let Driver { mut rep, inferred, eng, stopped, .. } = d;
+    if !stopped {
+        rep.final_state_matches = Some(same_state(&eng, &RecordedState::from_snapshot(snap, device)));
+    }
+    (rep, inferred)
+}
+
+fn undecidable_text(inc: &Inconsistency) -> String {
+    format!(
+        "undecidable at event {} because the trace and the final state disagree: {} ({} at {:#x}, {} B)",
+        inc.index,
+        inc.reason,
+        inc.event.action.as_str(),
+        inc.event.addr,
+        inc.event.size
+    )
+}
+
+pub(crate) fn new_engine(cfg: &AllocatorConfig, capacity: u64) -> Engine {
+    CachingAllocator::new(cfg.clone(), SimulatedDevice::oracle(capacity))
+}
+
+/// Size of a new expandable reservation (§6.1), as the engine computes it.
+pub(crate) fn reservation_size(capacity: u64, page: u64) -> u64 {
+    (capacity + capacity / 8).div_ceil(page).max(1) * page
+}
+
+pub(crate) fn seed_segments<D: DeviceMemory>(eng: &mut CachingAllocator<D>, st: &RecordedState) -> Result<(), String> {
+    for s in st.segs.values() {
+        let seed = SeedSegment {
+            address: s.addr,
+            size: s.size,
+            stream: s.stream,
+            pool: s.pool,
+            is_large: !s.small,
+            is_expandable: s.expandable,
+            registration: None,
+            blocks: s
+                .blocks
+                .iter()
+                .map(|b| SeedBlock {
+                    address: b.addr,
+                    size: b.size,
+                    requested_size: b.requested,
+                    state: match b.state {
+                        BState::Free => EBlockState::Free,
+                        BState::Allocated => EBlockState::Allocated,
+                        BState::Pending => EBlockState::PendingFree,
+                    },
+                })
+                .collect(),
+        };
+        eng.seed_segment(seed).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn same_state(eng: &Engine, want: &RecordedState) -> bool {
+    let got = eng.segments();
+    if got.len() != want.segs.len() {
+        return false;
+    }
+    got.iter().zip(want.segs.values()).all(|(g, w)| {
+        g.address == w.addr
+            && g.total_size == w.size
+            && g.blocks.len() == w.blocks.len()
+            && g.blocks.iter().zip(&w.blocks).all(|(gb, wb)| {
+                gb.address == wb.addr
+                    && gb.size == wb.size
+                    && matches!(
+                        (gb.state, wb.state),
+                        (EBlockState::Free, BState::Free)
+                            | (EBlockState::Allocated, BState::Allocated)
+                            | (EBlockState::PendingFree, BState::Pending)
+                    )
+            })
+    })
+}
+
+fn same_segment_event(r: &TraceEvent, m: &Event) -> bool {
+    let (a, addr, size, stream) = match *m {
+        Event::SegmentAlloc { addr, size, stream } => (Action::SegmentAlloc, addr, size, stream),
+        Event::SegmentFree { addr, size, stream } => (Action::SegmentFree, addr, size, stream),
+        Event::SegmentMap { addr, size, stream } => (Action::SegmentMap, addr, size, stream),
+        Event::SegmentUnmap { addr, size, stream } => (Action::SegmentUnmap, addr, size, stream),
+        _ => return false,
+    };
+    r.action == a && r.addr == addr && r.size == size && r.stream == stream
+}
+
+fn model_segment_event(m: &Event) -> bool {
+    matches!(m, Event::SegmentAlloc { .. } | Event::SegmentFree { .. } | Event::SegmentMap { .. } | Event::SegmentUnmap { .. })
+}
+
+struct Driver<'a> {
+    snap: &'a Snapshot,
+    trace: &'a [TraceEvent],
+    cfg: AllocatorConfig,
+    capacity: u64,
+    eng: Engine,
+    /// Recorded segment events not yet reproduced (indices into the trace).
+    pend: Vec<usize>,
+    evbuf: Vec<Event>,
+    rep: VerifyReport,
+    /// Recorded state at `cursor_pos` (for re-seeding).
+    cursor: RecordedState,
+    cursor_pos: usize,
+    /// Known expandable reservations `(base, size, stream, pool, small)`.
+    resv: Vec<(u64, u64, u64, (u64, u64), bool)>,
+    inferred: Inferred,
+    stopped: bool,
+    no_resync: bool,
+}
+
+impl Driver<'_> {
+    fn run(&mut self) {
+        let trace = self.trace;
+        for i in 0..trace.len() {
+            if self.stopped {
+                break;
+            }
+            let ev = &trace[i];
+            match ev.action {
+                Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => self.pend.push(i),
+                Action::Alloc => self.step_malloc(i, false),
+                Action::Oom => self.step_malloc(i, true),
+                Action::FreeRequested | Action::FreeCompleted => {
+                    if !self.pend.is_empty() {
+                        self.flush(i);
+                        if self.stopped {
+                            break;
+                        }
+                    }
+                    let r = if ev.action == Action::FreeRequested {
+                        self.eng.free_requested(ev.addr)
+                    } else {
+                        self.eng.free_completed(ev.addr)
+                    };
+                    self.evbuf.clear();
+                    self.eng.drain_events_into(&mut self.evbuf);
+                    if let Err(e) = r {
+                        self.diverged(i, &[], format!("the model cannot replay it: {e}"), None, i + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !self.stopped && !self.pend.is_empty() {
+            self.flush(trace.len());
+        }
+    }
+
+    fn pool_of(&self, e: &TraceEvent) -> (u64, u64) {
+        self.snap.pool_id(e).unwrap_or(DEFAULT_POOL)
+    }
+
+    /// Compare the model's segment events in `evbuf` with the buffered recorded ones.
+    /// Returns true when they agree exactly; counts positional matches.
+    fn compare_segments(&mut self) -> bool {
+        let mut k = 0;
+        let mut ok = true;
+        for m in self.evbuf.iter().filter(|m| model_segment_event(m)) {
+            match self.pend.get(k) {
+                Some(&ri) if same_segment_event(&self.trace[ri], m) => self.rep.segment_events_matched += 1,
+                _ => ok = false,
+            }
+            k += 1;
+        }
+        ok && k == self.pend.len()
+    }
+
+    /// A burst of releases no malloc explains: an explicit `empty_cache()`.
+    fn flush(&mut self, at: usize) {
+        let trace = self.trace;
+        let unexplained_new = self.pend.iter().any(|&k| matches!(trace[k].action, Action::SegmentAlloc | Action::SegmentMap));
+        self.eng.empty_cache();
+        self.rep.empty_cache_calls += 1;
+        self.inferred.empty_cache_before.push(at);
+        self.evbuf.clear();
+        self.eng.drain_events_into(&mut self.evbuf);
+        let ok = self.compare_segments();
+        if !ok || unexplained_new {
+            let what = if unexplained_new {
+                "recorded new memory with no allocation after it".to_string()
+            } else {
+                "empty_cache() released other segments".to_string()
+            };
+            let idx = self.pend[0];
+            let pend = std::mem::take(&mut self.pend);
+            // Re-seed with the whole burst applied (state right before `at`).
+            self.diverged(idx, &pend, what, None, at);
+        }
+        self.pend.clear();
+    }
+
+    fn in_known_reservation(&self, addr: u64, stream: u64, pool: (u64, u64), small: bool) -> bool {
+        self.resv.iter().any(|&(b, s, st, p, sm)| addr >= b && addr < b + s && st == stream && p == pool && sm == small)
+    }
+
+    fn step_malloc(&mut self, i: usize, recorded_oom: bool) {
+        let trace = self.trace;
+        let ev = &trace[i];
+        let pool = self.pool_of(ev);
+        let (n, stream) = (ev.size, ev.stream);
+        let s = round_size(n, &self.cfg);
+        let page = if is_small(s) { SMALL_BUFFER } else { self.cfg.large_segment_size };
+        // Oracle: the recorded new memory of this step.
+        self.eng.device_mut().clear_oracle();
+        let mut has_release = false;
+        let mut has_new = false;
+        for idx in 0..self.pend.len() {
+            let r = trace[self.pend[idx]];
+            match r.action {
+                Action::SegmentAlloc => {
+                    has_new = true;
+                    self.eng.device_mut().push_oracle_segment(r.addr, r.size);
+                }
+                Action::SegmentMap => {
+                    has_new = true;
+                    let small = is_small(s);
+                    if !self.in_known_reservation(r.addr, stream, pool, small) {
+                        self.eng.device_mut().push_oracle_reservation(r.addr);
+                        self.resv.push((r.addr, reservation_size(self.capacity, page), stream, pool, small));
+                    }
+                }
+                _ => has_release = true,
+            }
+        }
+        self.evbuf.clear();
+        let mut fallback = false;
+        if has_release && !recorded_oom {
+            if !has_new || self.eng.would_hit_cache(n, stream, pool) {
+                self.eng.empty_cache();
+                self.rep.empty_cache_calls += 1;
+                self.inferred.empty_cache_before.push(i);
+            } else {
+                fallback = true;
+                if self.cfg.expandable_segments {
+                    self.eng.device_mut().fail_next_map();
+                } else {
+                    self.eng.device_mut().fail_next_malloc();
+                }
+            }
+        }
+        let _ = fallback;
+        let r = if recorded_oom {
+            // No memory left on the device: the model runs its fallbacks and fails.
+            let dev = self.eng.device_mut();
+            dev.set_enforce_capacity(true);
+            dev.set_capacity(0);
+            let r = self.eng.malloc_in_pool(n, stream, pool);
+            let cap = self.capacity;
+            let dev = self.eng.device_mut();
+            dev.set_capacity(cap);
+            dev.set_enforce_capacity(false);
+            r
+        } else {
+            self.eng.malloc_in_pool(n, stream, pool)
+        };
+        self.eng.drain_events_into(&mut self.evbuf);
+        let seg_ok = self.compare_segments();
+        let (main_ok, what) = if recorded_oom {
+            let oom_ok = r.is_err() && self.evbuf.iter().any(|e| matches!(e, Event::Oom { size, .. } if *size == s));
+            if oom_ok {
+                self.rep.ooms_matched += 1;
+                (true, String::new())
+            } else {
+                match r {
+                    Ok(a) => (false, format!("the model allocated at {a:#x} where the recording ran out of memory")),
+                    Err(_) => (false, "the model ran out of memory with another size".to_string()),
+                }
+            }
+        } else {
+            match r {
+                Ok(a) if a == ev.addr => {
+                    self.rep.allocs_matched += 1;
+                    (true, String::new())
+                }
+                Ok(a) => (false, format!("the model allocated at {a:#x} (offset {:+} B)", a as i128 - ev.addr as i128)),
+                Err(o) => (false, format!("the model ran out of memory (asked the device for {} B)", o.alloc_size)),
+            }
+        };
+        if seg_ok && main_ok {
+            self.pend.clear();
+            return;
+        }
+        let what = if main_ok { "the model's segment events differ".to_string() } else { what };
+        let pend = std::mem::take(&mut self.pend);
+        self.diverged(i, &pend, what, Some((n, stream, pool)), i + 1);
+    }
+
+    /// Record a divergence at entry `i`, then re-seed from the recorded state after it.
+    fn diverged(
+        &mut self,
+        i: usize,
+        pend: &[usize],
+        what: String,
+        request: Option<(u64, u64, (u64, u64))>,
+        resync_at: usize,
+    ) {
+        self.rep.divergences += 1;
+        let first = self.rep.first_divergence.is_none();
+        if first {
+            // Candidates in the state right before the step (recorded = model state
+            // up to here, since every earlier step matched).
+            let candidates = match request {
+                Some((n, stream, pool)) => {
+                    let start = pend.first().copied().unwrap_or(i).min(i);
+                    match self.advance_cursor(start) {
+                        Ok(()) => {
+                            let mut e = new_engine(&self.cfg, self.capacity);
+                            match seed_segments(&mut e, &self.cursor) {
+                                Ok(()) => e.free_candidates(n, stream, pool),
+                                Err(_) => Vec::new(),
+                            }
+                        }
+                        Err(_) => Vec::new(),
+                    }
+                }
+                None => Vec::new(),
+            };
+            self.rep.first_divergence = Some(Divergence {
+                index: i,
+                recorded: EventView::of_trace(&self.trace[i]),
+                recorded_segment_events: pend.iter().map(|&k| EventView::of_trace(&self.trace[k])).collect(),
+                model: what,
+                model_events: self.evbuf.iter().map(EventView::of_model).collect(),
+                candidates,
+                resynchronised: !self.no_resync,
+            });
+        }
+        if self.no_resync {
+            self.stop(resync_at);
+            return;
+        }
+        self.resync_to(resync_at);
+    }
+
+    fn advance_cursor(&mut self, to: usize) -> Result<(), Inconsistency> {
+        if to < self.cursor_pos {
+            return Ok(());
+        }
+        let (trace, snap, cfg) = (self.trace, self.snap, self.cfg.clone());
+        let from = self.cursor_pos;
+        let cursor = &mut self.cursor;
+        let res = with_rules(&cfg, |r| {
+            for (k, ev) in trace.iter().enumerate().take(to).skip(from) {
+                cursor.apply(k, ev, snap.pool_id(ev).unwrap_or(DEFAULT_POOL), r)?;
+            }
+            Ok(())
+        });
+        self.cursor_pos = to;
+        res
+    }
+
+    fn resync_to(&mut self, to: usize) {
+        match self.advance_cursor(to) {
+            Ok(()) => {
+                let st = std::mem::take(&mut self.cursor);
+                let r = self.reseed(&st);
+                self.cursor = st;
+                if let Err(e) = r {
+                    self.rep.notes.push(format!("re-seeding after event {} failed: {e}; comparison stopped", to - 1));
+                    self.stop(to);
+                }
+            }
+            Err(inc) => {
+                self.rep.notes.push(format!(
+                    "the recorded state cannot be rebuilt after event {}: {}; comparison stopped",
+                    inc.index, inc.reason
+                ));
+                self.stop(to);
+            }
+        }
+    }
+
+    fn reseed(&mut self, st: &RecordedState) -> Result<(), String> {
+        self.eng = new_engine(&self.cfg, self.capacity);
+        self.resv.clear();
+        for s in st.segs.values().filter(|s| s.expandable) {
+            if !self.in_known_reservation(s.addr, s.stream, s.pool, s.small) {
+                let page = if s.small { SMALL_BUFFER } else { self.cfg.large_segment_size };
+                self.resv.push((s.addr, reservation_size(self.capacity, page), s.stream, s.pool, s.small));
+            }
+        }
+        self.pend.clear();
+        seed_segments(&mut self.eng, st)
+    }
+
+    /// Stop comparing at entry `from`: the events not compared count as unmatched.
+    fn stop(&mut self, _from: usize) {
+        self.stopped = true;
+        self.rep.final_state_matches = None;
+    }
+}
+
+/// Devices whose trace a replay can check, ascending.
+pub fn replayable_devices(snap: &Snapshot) -> Vec<i64> {
+    let set: HashSet<i64> = snap.devices().into_iter().filter(|&d| super::has_replayable_trace(snap, d)).collect();
+    let mut v: Vec<i64> = set.into_iter().collect();
+    v.sort_unstable();
+    v
+}

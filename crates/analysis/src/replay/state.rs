@@ -1,0 +1,570 @@
+//! A policy-free model of one device's allocator state, driven by recorded trace
+//! events only: the backward walk of spec §10.12 (undo each event, from the final
+//! `segments` back to the state at the first trace entry) and its inverse (apply a
+//! recorded event forwards), which the replay uses to resynchronise after a divergence.
+//!
+//! Nothing here chooses a block: every address comes from the trace. The only policy
+//! facts used are the rounding of the request and the split rule (§3.8), needed to
+//! recover the size of a block the trace does not state (§10.11 "rounded sizes are
+//! absent").
+
+use std::collections::BTreeMap;
+
+use fragscope_snapshot::{Action, BlockState, Snapshot, TraceEvent};
+
+/// Small-pool segment size (kSmallBuffer, §1.1).
+pub const SMALL_BUFFER: u64 = 2 << 20;
+/// Large-pool split threshold (§3.8: split iff remainder > 1 MiB).
+pub const SPLIT_LARGE_MIN: u64 = 1 << 20;
+/// kMinBlockSize.
+pub const MIN_BLOCK: u64 = 512;
+
+/// State of a block in the recorded model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BState {
+    Free,
+    Allocated,
+    /// `free_requested` seen, `free_completed` not yet.
+    Pending,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockRec {
+    pub addr: u64,
+    pub size: u64,
+    /// Unrounded request of the (last) allocation; for free blocks, informative only.
+    pub requested: u64,
+    pub state: BState,
+}
+
+/// A segment: one `cudaMalloc`, or one contiguous mapped range of an expandable
+/// reservation (as the snapshot lists them, §6.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegRec {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: (u64, u64),
+    pub small: bool,
+    pub expandable: bool,
+    /// In address order, covering the segment exactly.
+    pub blocks: Vec<BlockRec>,
+}
+
+impl SegRec {
+    pub fn end(&self) -> u64 {
+        self.addr + self.size
+    }
+    fn whole_free(addr: u64, size: u64, stream: u64, pool: (u64, u64), small: bool, expandable: bool) -> SegRec {
+        SegRec {
+            addr,
+            size,
+            stream,
+            pool,
+            small,
+            expandable,
+            blocks: vec![BlockRec { addr, size, requested: 0, state: BState::Free }],
+        }
+    }
+    /// Index of the block containing `addr`.
+    fn block_at(&self, addr: u64) -> Option<usize> {
+        let i = self.blocks.partition_point(|b| b.addr <= addr);
+        (i > 0 && addr < self.blocks[i - 1].addr + self.blocks[i - 1].size).then(|| i - 1)
+    }
+    /// Merge block `j` (free) with free neighbours; returns the index of the merged block.
+    fn merge_free(&mut self, mut j: usize) -> usize {
+        if j + 1 < self.blocks.len() && self.blocks[j + 1].state == BState::Free {
+            let n = self.blocks.remove(j + 1);
+            self.blocks[j].size += n.size;
+        }
+        if j > 0 && self.blocks[j - 1].state == BState::Free {
+            let b = self.blocks.remove(j);
+            j -= 1;
+            self.blocks[j].size += b.size;
+        }
+        j
+    }
+    pub fn is_whole_free(&self) -> bool {
+        self.blocks.len() == 1 && self.blocks[0].state == BState::Free
+    }
+}
+
+/// The rules the model needs from the allocator configuration.
+pub struct SplitRules<'a> {
+    /// `round_size` of the configuration in force.
+    pub round: &'a dyn Fn(u64) -> u64,
+    /// `max_split_size`; `None` = unlimited.
+    pub max_split_size: Option<u64>,
+    /// `max_non_split_rounding` (oversize slack, §3.3 step 4).
+    pub max_non_split_rounding: u64,
+}
+
+impl SplitRules<'_> {
+    /// §3.8 `should_split` for a block of size `b` serving rounded request `s`.
+    pub fn should_split(&self, seg_small: bool, expandable: bool, b: u64, s: u64) -> bool {
+        let r = b - s;
+        if seg_small || expandable {
+            r >= MIN_BLOCK
+        } else {
+            self.max_split_size.map_or(true, |m| s < m) && r > SPLIT_LARGE_MIN
+        }
+    }
+}
+
+/// The trace and the final state disagree: the event cannot be undone/applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inconsistency {
+    pub index: usize,
+    pub event: TraceEvent,
+    pub reason: String,
+}
+
+/// A block size the backward walk had to choose (§10.11: a reused cached block may
+/// have been taken whole, and the trace does not say how big it was).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ambiguity {
+    pub index: usize,
+    pub addr: u64,
+    /// Size chosen (the rounded request).
+    pub chosen: u64,
+    /// Largest size that would also have been consistent.
+    pub max_possible: u64,
+}
+
+/// One device's segments, keyed by address.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecordedState {
+    pub segs: BTreeMap<u64, SegRec>,
+}
+
+fn err(index: usize, ev: &TraceEvent, reason: impl Into<String>) -> Inconsistency {
+    Inconsistency { index, event: *ev, reason: reason.into() }
+}
+
+impl RecordedState {
+    /// The final state of `device` as the snapshot's `segments` give it.
+    pub fn from_snapshot(snap: &Snapshot, device: i64) -> RecordedState {
+        let mut segs = BTreeMap::new();
+        for s in snap.device_segments(device) {
+            let mut blocks: Vec<BlockRec> = s
+                .blocks
+                .iter()
+                .map(|b| BlockRec {
+                    addr: b.address,
+                    size: b.size,
+                    requested: b.requested_size.unwrap_or(b.size),
+                    state: match b.state {
+                        BlockState::ActiveAllocated => BState::Allocated,
+                        BlockState::ActivePendingFree => BState::Pending,
+                        BlockState::Inactive => BState::Free,
+                    },
+                })
+                .collect();
+            if blocks.is_empty() {
+                blocks.push(BlockRec { addr: s.address, size: s.total_size, requested: 0, state: BState::Free });
+            }
+            let expandable = s.is_expandable.unwrap_or(false);
+            segs.insert(
+                s.address,
+                SegRec {
+                    addr: s.address,
+                    size: s.total_size,
+                    stream: s.stream,
+                    pool: s.segment_pool_id.unwrap_or((0, 0)),
+                    small: s.segment_type == fragscope_snapshot::SegmentType::Small,
+                    expandable,
+                    blocks,
+                },
+            );
+        }
+        RecordedState { segs }
+    }
+
+    /// Address of the segment containing `addr`.
+    pub fn seg_key(&self, addr: u64) -> Option<u64> {
+        let (&k, s) = self.segs.range(..=addr).next_back()?;
+        (addr < s.end()).then_some(k)
+    }
+
+    fn overlaps(&self, addr: u64, size: u64) -> bool {
+        if let Some((_, s)) = self.segs.range(..addr + size).next_back() {
+            return s.end() > addr;
+        }
+        false
+    }
+
+    /// Bytes in segments.
+    pub fn reserved(&self) -> u64 {
+        self.segs.values().map(|s| s.size).sum()
+    }
+    /// Bytes in allocated or pending blocks.
+    pub fn active(&self) -> u64 {
+        self.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free).map(|b| b.size).sum()
+    }
+
+    /// Undo one event (backward walk). `ambiguous` collects size choices.
+    pub fn undo(
+        &mut self,
+        index: usize,
+        ev: &TraceEvent,
+        pool: (u64, u64),
+        rules: &SplitRules,
+        ambiguous: &mut Vec<Ambiguity>,
+    ) -> Result<(), Inconsistency> {
+        match ev.action {
+            Action::Alloc => {
+                let k = self.seg_key(ev.addr).ok_or_else(|| err(index, ev, "alloc of an address in no segment"))?;
+                let seg = self.segs.get_mut(&k).unwrap();
+                let j = seg.block_at(ev.addr).unwrap();
+                let b = &mut seg.blocks[j];
+                if b.addr != ev.addr || b.state != BState::Allocated {
+                    return Err(err(index, ev, format!("alloc, but no allocated block starts there later ({:?} block at {:#x})", b.state, b.addr)));
+                }
+                b.state = BState::Free;
+                seg.merge_free(j);
+            }
+            Action::FreeRequested => {
+                let k = self.seg_key(ev.addr).ok_or_else(|| err(index, ev, "free_requested of an address in no segment"))?;
+                let seg = self.segs.get_mut(&k).unwrap();
+                let j = seg.block_at(ev.addr).unwrap();
+                let b = &mut seg.blocks[j];
+                if b.addr != ev.addr || b.state != BState::Pending {
+                    return Err(err(index, ev, format!("free_requested, but the block is {:?} at {:#x} later", b.state, b.addr)));
+                }
+                b.state = BState::Allocated;
+            }
+            Action::FreeCompleted => {
+                let k = self
+                    .seg_key(ev.addr)
+                    .ok_or_else(|| err(index, ev, "free_completed of an address in no segment"))?;
+                let seg = self.segs.get_mut(&k).unwrap();
+                let j = seg.block_at(ev.addr).unwrap();
+                let f = seg.blocks[j].clone();
+                if f.state != BState::Free {
+                    return Err(err(index, ev, format!("free_completed, but the block is still {:?} later", f.state)));
+                }
+                let s = (rules.round)(ev.size);
+                let avail = f.addr + f.size - ev.addr;
+                if avail < s {
+                    return Err(err(index, ev, format!("free_completed of {} B, but only {avail} B are free there later", ev.size)));
+                }
+                let b = if seg.small || seg.expandable {
+                    // Remainders ≥ 512 are always split: the block was exactly `s`.
+                    s
+                } else {
+                    let oversize = rules.max_split_size.is_some_and(|m| s >= m);
+                    let slack = if oversize { rules.max_non_split_rounding } else { SPLIT_LARGE_MIN + 1 };
+                    let tail = avail - s;
+                    if tail == 0 {
+                        s
+                    } else if tail < slack && (oversize || tail <= SPLIT_LARGE_MIN) {
+                        // Free large-pool blocks are always > 1 MiB, so a shorter tail
+                        // cannot exist: the block took the whole free block.
+                        avail
+                    } else {
+                        // Either split (size s) or took a cached block up to s+slack
+                        // whole; the trace cannot tell. Prefer the split.
+                        let max_possible = (s + slack - 1).min(avail - SPLIT_LARGE_MIN - 1) / MIN_BLOCK * MIN_BLOCK;
+                        if max_possible > s {
+                            ambiguous.push(Ambiguity { index, addr: ev.addr, chosen: s, max_possible });
+                        }
+                        s
+                    }
+                };
+                let before = (ev.addr > f.addr)
+                    .then(|| BlockRec { addr: f.addr, size: ev.addr - f.addr, requested: 0, state: BState::Free });
+                let after = (avail > b)
+                    .then(|| BlockRec { addr: ev.addr + b, size: avail - b, requested: 0, state: BState::Free });
+                let me = BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending };
+                seg.blocks.splice(j..=j, before.into_iter().chain(std::iter::once(me)).chain(after));
+            }
+            Action::SegmentFree => {
+                if self.overlaps(ev.addr, ev.size) {
+                    return Err(err(index, ev, "segment_free of a range that overlaps a later segment"));
+                }
+                let small = ev.size == SMALL_BUFFER;
+                self.segs
+                    .insert(ev.addr, SegRec::whole_free(ev.addr, ev.size, ev.stream, pool, small, false));
+            }
+            Action::SegmentAlloc => match self.segs.get(&ev.addr) {
+                Some(s) if s.size == ev.size && s.is_whole_free() => {
+                    self.segs.remove(&ev.addr);
+                }
+                Some(s) => {
+                    return Err(err(
+                        index,
+                        ev,
+                        format!("segment_alloc, but the segment later is {} B with {} blocks", s.size, s.blocks.len()),
+                    ))
+                }
+                None => return Err(err(index, ev, "segment_alloc of a segment absent later")),
+            },
+            Action::SegmentMap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r))?,
+            Action::SegmentUnmap => self.insert_range(ev.addr, ev.size, ev.stream, pool).map_err(|r| err(index, ev, r))?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Apply one recorded event forwards (the inverse of [`Self::undo`]).
+    pub fn apply(&mut self, index: usize, ev: &TraceEvent, pool: (u64, u64), rules: &SplitRules) -> Result<(), Inconsistency> {
+        match ev.action {
+            Action::Alloc => {
+                let k = self.seg_key(ev.addr).ok_or_else(|| err(index, ev, "alloc in no segment"))?;
+                let seg = self.segs.get_mut(&k).unwrap();
+                let j = seg.block_at(ev.addr).unwrap();
+                let f = seg.blocks[j].clone();
+                if f.addr != ev.addr || f.state != BState::Free {
+                    return Err(err(index, ev, format!("alloc, but no free block starts there ({:?} at {:#x})", f.state, f.addr)));
+                }
+                let s = (rules.round)(ev.size);
+                if f.size < s {
+                    return Err(err(index, ev, format!("alloc of {s} B into a free block of {} B", f.size)));
+                }
+                let (small, exp) = (seg.small, seg.expandable);
+                if rules.should_split(small, exp, f.size, s) {
+                    seg.blocks[j] = BlockRec { addr: f.addr, size: s, requested: ev.size, state: BState::Allocated };
+                    seg.blocks.insert(j + 1, BlockRec { addr: f.addr + s, size: f.size - s, requested: 0, state: BState::Free });
+                } else {
+                    seg.blocks[j] = BlockRec { requested: ev.size, state: BState::Allocated, ..f };
+                }
+            }
+            Action::FreeRequested => {
+                let b = self.block_starting_mut(ev.addr).ok_or_else(|| err(index, ev, "free_requested of no block"))?;
+                if b.state != BState::Allocated {
+                    return Err(err(index, ev, format!("free_requested of a {:?} block", b.state)));
+                }
+                b.state = BState::Pending;
+            }
+            Action::FreeCompleted => {
+                let k = self.seg_key(ev.addr).ok_or_else(|| err(index, ev, "free_completed in no segment"))?;
+                let seg = self.segs.get_mut(&k).unwrap();
+                let j = seg.block_at(ev.addr).unwrap();
+                if seg.blocks[j].addr != ev.addr || seg.blocks[j].state == BState::Free {
+                    return Err(err(index, ev, "free_completed of no live block"));
+                }
+                seg.blocks[j].state = BState::Free;
+                seg.merge_free(j);
+            }
+            Action::SegmentAlloc => {
+                if self.overlaps(ev.addr, ev.size) {
+                    return Err(err(index, ev, "segment_alloc overlapping a live segment"));
+                }
+                let small = ev.size == SMALL_BUFFER;
+                self.segs.insert(ev.addr, SegRec::whole_free(ev.addr, ev.size, ev.stream, pool, small, false));
+            }
+            Action::SegmentFree => match self.segs.get(&ev.addr) {
+                Some(s) if s.size == ev.size && s.is_whole_free() => {
+                    self.segs.remove(&ev.addr);
+                }
+                _ => return Err(err(index, ev, "segment_free of no whole free segment")),
+            },
+            Action::SegmentMap => self.insert_range(ev.addr, ev.size, ev.stream, pool).map_err(|r| err(index, ev, r))?,
+            Action::SegmentUnmap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r))?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn block_starting_mut(&mut self, addr: u64) -> Option<&mut BlockRec> {
+        let k = self.seg_key(addr)?;
+        let seg = self.segs.get_mut(&k)?;
+        let j = seg.block_at(addr)?;
+        let b = &mut seg.blocks[j];
+        (b.addr == addr).then_some(b)
+    }
+
+    /// Remove a free mapped range from an expandable segment (undo map / apply unmap).
+    fn cut_range(&mut self, addr: u64, size: u64) -> Result<(), String> {
+        let k = self.seg_key(addr).ok_or("range is in no segment")?;
+        let mut seg = self.segs.remove(&k).unwrap();
+        let end = addr + size;
+        let j = seg.block_at(addr).unwrap();
+        let f = &seg.blocks[j];
+        if f.state != BState::Free || f.addr + f.size < end {
+            let msg = format!("range is not free ({:?} block {:#x}+{})", f.state, f.addr, f.size);
+            self.segs.insert(k, seg);
+            return Err(msg);
+        }
+        let (fa, fs) = (f.addr, f.size);
+        let mut left: Vec<BlockRec> = seg.blocks.drain(..j).collect();
+        let mut right: Vec<BlockRec> = seg.blocks.drain(1..).collect();
+        if fa < addr {
+            left.push(BlockRec { addr: fa, size: addr - fa, requested: 0, state: BState::Free });
+        }
+        if fa + fs > end {
+            right.insert(0, BlockRec { addr: end, size: fa + fs - end, requested: 0, state: BState::Free });
+        }
+        if !left.is_empty() {
+            self.segs.insert(seg.addr, SegRec { size: addr - seg.addr, blocks: left, ..seg.clone() });
+        }
+        if !right.is_empty() {
+            self.segs.insert(end, SegRec { addr: end, size: seg.end() - end, blocks: right, ..seg });
+        }
+        Ok(())
+    }
+
+    /// Add a free mapped range to expandable memory, merging with adjacent mapped
+    /// ranges of the same stream and pool (undo unmap / apply map).
+    fn insert_range(&mut self, addr: u64, size: u64, stream: u64, pool: (u64, u64)) -> Result<(), String> {
+        if self.overlaps(addr, size) {
+            return Err("range overlaps a mapped segment".into());
+        }
+        let end = addr + size;
+        let prev = self
+            .segs
+            .range(..addr)
+            .next_back()
+            .filter(|(_, s)| s.expandable && s.end() == addr && s.stream == stream && s.pool == pool)
+            .map(|(&k, _)| k);
+        let next = self.segs.get(&end).filter(|s| s.expandable && s.stream == stream && s.pool == pool).map(|s| s.addr);
+        let small = match (prev, next) {
+            (Some(p), _) => self.segs[&p].small,
+            (_, Some(n)) => self.segs[&n].small,
+            _ => size % (20 << 20) != 0,
+        };
+        let mut seg = match prev {
+            Some(p) => self.segs.remove(&p).unwrap(),
+            None => SegRec { addr, size: 0, stream, pool, small, expandable: true, blocks: Vec::new() },
+        };
+        seg.size += size;
+        seg.blocks.push(BlockRec { addr, size, requested: 0, state: BState::Free });
+        let j = seg.blocks.len() - 1;
+        seg.merge_free(j);
+        if let Some(n) = next {
+            let nseg = self.segs.remove(&n).unwrap();
+            seg.size += nseg.size;
+            let j = seg.blocks.len() - 1;
+            seg.blocks.extend(nseg.blocks);
+            seg.merge_free(j);
+        }
+        self.segs.insert(seg.addr, seg);
+        Ok(())
+    }
+}
+
+/// The state at the first trace event, by the backward walk (§10.12).
+#[derive(Debug)]
+pub struct Initial {
+    pub state: RecordedState,
+    pub ambiguous: Vec<Ambiguity>,
+}
+
+/// Walk `trace` backwards from `final_state`. On an inconsistency, returns it (the
+/// index is that of the event that could not be undone).
+pub fn backward_walk(
+    final_state: RecordedState,
+    trace: &[TraceEvent],
+    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    rules: &SplitRules,
+) -> Result<Initial, Inconsistency> {
+    let mut state = final_state;
+    let mut ambiguous = Vec::new();
+    for (i, ev) in trace.iter().enumerate().rev() {
+        state.undo(i, ev, pool_of(ev), rules, &mut ambiguous)?;
+    }
+    Ok(Initial { state, ambiguous })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round512(n: u64) -> u64 {
+        n.max(1).div_ceil(512) * 512
+    }
+    fn rules() -> SplitRules<'static> {
+        SplitRules { round: &round512, max_split_size: None, max_non_split_rounding: 20 << 20 }
+    }
+    const MIB: u64 = 1 << 20;
+
+    fn ev(a: Action, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent::new(a, addr, size, 0)
+    }
+
+    /// Forward-apply a trace to the initial state, then walk it back: we must get
+    /// the initial state again, and forward again the same final state.
+    fn roundtrip(trace: &[TraceEvent]) -> (RecordedState, RecordedState) {
+        let r = rules();
+        let mut s = RecordedState::default();
+        for (i, e) in trace.iter().enumerate() {
+            s.apply(i, e, (0, 0), &r).unwrap();
+        }
+        let fin = s.clone();
+        let init = backward_walk(s, trace, &|_| (0, 0), &r).unwrap();
+        assert_eq!(init.state, RecordedState::default());
+        (fin, init.state)
+    }
+
+    #[test]
+    fn split_and_merge_round_trip() {
+        let a = 0x7000_0000;
+        let t = vec![
+            ev(Action::SegmentAlloc, a, 20 * MIB),
+            ev(Action::Alloc, a, 5 * MIB),
+            ev(Action::Alloc, a + 5 * MIB, 12 * MIB),
+            ev(Action::FreeRequested, a, 5 * MIB),
+            ev(Action::FreeCompleted, a, 5 * MIB),
+            ev(Action::FreeRequested, a + 5 * MIB, 12 * MIB),
+            ev(Action::FreeCompleted, a + 5 * MIB, 12 * MIB),
+            ev(Action::SegmentFree, a, 20 * MIB),
+        ];
+        let (fin, _) = roundtrip(&t);
+        assert!(fin.segs.is_empty());
+    }
+
+    #[test]
+    fn unsplit_tail_is_recovered_from_the_neighbour() {
+        // 19.5 MiB in a 20 MiB segment: not split (remainder 0.5 MiB ≤ 1 MiB).
+        let a = 0x7000_0000;
+        let t = vec![ev(Action::SegmentAlloc, a, 20 * MIB), ev(Action::Alloc, a, 19 * MIB + MIB / 2)];
+        let r = rules();
+        let mut s = RecordedState::default();
+        for (i, e) in t.iter().enumerate() {
+            s.apply(i, e, (0, 0), &r).unwrap();
+        }
+        assert_eq!(s.segs[&a].blocks.len(), 1);
+        // A block alive before the trace whose free we see: the walk must give it the whole segment.
+        let mut fin = s.clone();
+        fin.apply(2, &ev(Action::FreeRequested, a, 19 * MIB + MIB / 2), (0, 0), &r).unwrap();
+        fin.apply(3, &ev(Action::FreeCompleted, a, 19 * MIB + MIB / 2), (0, 0), &r).unwrap();
+        let frees = [ev(Action::FreeRequested, a, 19 * MIB + MIB / 2), ev(Action::FreeCompleted, a, 19 * MIB + MIB / 2)];
+        let init = backward_walk(fin, &frees, &|_| (0, 0), &r).unwrap();
+        assert_eq!(init.state, s);
+        assert!(init.ambiguous.is_empty());
+    }
+
+    #[test]
+    fn expandable_map_unmap() {
+        let a = 0x7f00_0000_0000;
+        let p = 20 * MIB;
+        let t = vec![
+            ev(Action::SegmentMap, a, p),
+            ev(Action::Alloc, a, 5 * MIB),
+            ev(Action::SegmentMap, a + p, 2 * p),
+            ev(Action::Alloc, a + 5 * MIB, 30 * MIB),
+            ev(Action::FreeRequested, a + 5 * MIB, 30 * MIB),
+            ev(Action::FreeCompleted, a + 5 * MIB, 30 * MIB),
+            ev(Action::SegmentUnmap, a + p, 2 * p),
+        ];
+        let r = rules();
+        let mut s = RecordedState::default();
+        for (i, e) in t.iter().enumerate() {
+            s.apply(i, e, (0, 0), &r).unwrap();
+        }
+        assert_eq!(s.segs.len(), 1);
+        assert_eq!(s.segs[&a].size, p);
+        let init = backward_walk(s, &t, &|_| (0, 0), &r).unwrap();
+        assert!(init.state.segs.is_empty());
+    }
+
+    #[test]
+    fn inconsistency_is_reported_with_its_index() {
+        let a = 0x7000_0000;
+        let t = vec![ev(Action::SegmentAlloc, a, 2 * MIB), ev(Action::Alloc, a, 1000)];
+        let r = rules();
+        // Final state lacks the segment: the alloc cannot be undone.
+        let e = backward_walk(RecordedState::default(), &t, &|_| (0, 0), &r).unwrap_err();
+        assert_eq!(e.index, 1);
+    }
+}

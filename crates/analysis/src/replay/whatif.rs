@@ -1,0 +1,283 @@
+//! "What if": the recorded workload under another allocator configuration and/or
+//! another device size, with synthetic addresses.
+//!
+//! The workload is the sequence of requests and frees of the trace; the state at the
+//! first entry (blocks alive before recording began) comes from the backward walk
+//! under the *recorded* configuration, since it is what really existed. Explicit
+//! `empty_cache()` calls inferred by the verify replay are made at the same places;
+//! every other segment decision is the simulated allocator's own.
+
+use std::collections::HashMap;
+
+use fragscope_alloc::{AllocatorConfig, BlockState as EBlockState, CachingAllocator, Event, SimulatedDevice, DEFAULT_POOL};
+use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
+use serde::Serialize;
+
+use super::driver::{seed_segments, verify_inner};
+use super::ReplayOptions;
+
+/// Capacity used when none is given: large enough that nothing runs out.
+pub const UNLIMITED: u64 = 1 << 50;
+
+#[derive(Clone, Debug, Default)]
+pub struct SimOptions {
+    /// Device memory; `None` = unlimited.
+    pub capacity: Option<u64>,
+    /// Keep the simulated events and final state as a [`Snapshot`].
+    pub collect_snapshot: bool,
+}
+
+/// The first request the simulated allocator could not serve.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimOom {
+    /// Index of the trace entry.
+    pub index: usize,
+    /// Unrounded request.
+    pub requested: u64,
+    pub rounded: u64,
+    /// What was asked of the device ("Tried to allocate").
+    pub alloc_size: u64,
+    pub stream: u64,
+    pub reserved: u64,
+    pub allocated: u64,
+    /// Allocation stack, innermost first, `file:line:name`.
+    pub stack: Vec<String>,
+}
+
+/// Result of [`simulate`] for one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct WhatIf {
+    pub device: i64,
+    pub config: String,
+    pub capacity: Option<u64>,
+    pub peak_reserved: u64,
+    pub peak_allocated: u64,
+    /// 1 − peak allocated / peak reserved.
+    pub peak_fragmentation: f64,
+    pub final_reserved: u64,
+    /// `cudaMalloc` calls (including expandable page maps).
+    pub cuda_mallocs: u64,
+    /// `cudaFree` calls (including expandable unmaps).
+    pub cuda_frees: u64,
+    pub alloc_retries: u64,
+    pub ooms: u64,
+    pub first_oom: Option<SimOom>,
+    /// Recorded OOMs whose request the simulated allocator could serve.
+    pub recorded_ooms_that_fit: u64,
+    pub empty_cache_calls: u64,
+    pub notes: Vec<String>,
+    /// The simulated run as a snapshot (with `SimOptions::collect_snapshot`).
+    #[serde(skip)]
+    pub snapshot: Option<Snapshot>,
+}
+
+/// Replay `device`'s workload under `cfg` on a device of `capacity` bytes (unlimited
+/// when `None`), with synthetic addresses.
+pub fn simulate(snap: &Snapshot, device: i64, cfg: AllocatorConfig, capacity: Option<u64>) -> WhatIf {
+    simulate_with(snap, device, cfg, &SimOptions { capacity, collect_snapshot: false })
+}
+
+pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &SimOptions) -> WhatIf {
+    let trace = snap.trace(device);
+    let (vrep, inferred) = verify_inner(snap, device, &ReplayOptions::default());
+    let mut notes = Vec::new();
+    // A memory fraction (and so GC) means nothing on an unlimited device: use the
+    // replay's device size for it.
+    let cap = match opts.capacity {
+        Some(c) => c,
+        None if cfg.per_process_memory_fraction < 1.0 => {
+            let c = super::driver::capacity_for(snap, device, None, &cfg);
+            notes.push(format!("memory fraction taken of a {c}-byte device (no capacity given)"));
+            c
+        }
+        None => UNLIMITED,
+    };
+    let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+    eng.set_record_events(opts.collect_snapshot);
+    match &inferred.initial {
+        Some(st) => {
+            if let Err(e) = seed_segments(&mut eng, st) {
+                notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
+                eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+                eng.set_record_events(opts.collect_snapshot);
+            }
+        }
+        None => notes.push(format!(
+            "the state before the trace is unknown ({}); started empty",
+            vrep.undecidable.as_deref().unwrap_or("no trace")
+        )),
+    }
+    // Recorded address → simulated address (None: its allocation failed).
+    let mut addr_map: HashMap<u64, Option<u64>> = HashMap::new();
+    let mut ec = inferred.empty_cache_before.iter().copied().peekable();
+    let mut out_events: Vec<TraceEvent> = Vec::new();
+    let mut evbuf: Vec<Event> = Vec::new();
+    let mut first_oom = None;
+    let mut recorded_fit = 0;
+    let mut skipped_frees = 0u64;
+    let mut empty_cache_calls = 0;
+    for (i, ev) in trace.iter().enumerate() {
+        while ec.peek().is_some_and(|&k| k <= i) {
+            ec.next();
+            eng.empty_cache();
+            empty_cache_calls += 1;
+        }
+        let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
+        match ev.action {
+            Action::Alloc | Action::Oom => {
+                match eng.malloc_in_pool(ev.size, ev.stream, pool) {
+                    Ok(a) => {
+                        if ev.action == Action::Oom {
+                            recorded_fit += 1;
+                            let _ = eng.free(a);
+                        } else {
+                            addr_map.insert(ev.addr, Some(a));
+                        }
+                    }
+                    Err(o) => {
+                        if ev.action == Action::Alloc {
+                            addr_map.insert(ev.addr, None);
+                        }
+                        if first_oom.is_none() {
+                            first_oom = Some(SimOom {
+                                index: i,
+                                requested: o.requested,
+                                rounded: o.rounded,
+                                alloc_size: o.alloc_size,
+                                stream: o.stream,
+                                reserved: o.reserved,
+                                allocated: o.allocated,
+                                stack: ev
+                                    .stack
+                                    .map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect())
+                                    .unwrap_or_default(),
+                            });
+                        }
+                    }
+                }
+            }
+            Action::FreeRequested | Action::FreeCompleted => {
+                let sim = match addr_map.get(&ev.addr) {
+                    Some(&Some(a)) => Some(a),
+                    Some(&None) => None,
+                    None => Some(ev.addr), // alive before the trace: seeded at its own address
+                };
+                let ok = match sim {
+                    Some(a) if ev.action == Action::FreeRequested => eng.free_requested(a).is_ok(),
+                    Some(a) => eng.free_completed(a).is_ok(),
+                    None => false,
+                };
+                if ev.action == Action::FreeCompleted {
+                    addr_map.remove(&ev.addr);
+                }
+                if !ok {
+                    skipped_frees += 1;
+                }
+            }
+            _ => {}
+        }
+        if opts.collect_snapshot {
+            evbuf.clear();
+            eng.drain_events_into(&mut evbuf);
+            for m in &evbuf {
+                let mut t = to_trace_event(m);
+                if matches!(m, Event::Alloc { .. } | Event::Oom { .. }) || t.action == ev.action {
+                    t.stack = ev.stack;
+                    t.time_us = ev.time_us;
+                }
+                out_events.push(t);
+            }
+        }
+    }
+    for _ in ec {
+        eng.empty_cache();
+        empty_cache_calls += 1;
+    }
+    if skipped_frees > 0 {
+        notes.push(format!("{skipped_frees} free(s) skipped: their allocation failed in the simulation"));
+    }
+    let st = eng.stats().clone();
+    let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
+    let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
+    let snapshot = opts.collect_snapshot.then(|| {
+        evbuf.clear();
+        eng.drain_events_into(&mut evbuf);
+        out_events.extend(evbuf.iter().map(to_trace_event));
+        build_snapshot(snap, device, &eng, out_events)
+    });
+    WhatIf {
+        device,
+        config: cfg.to_conf_string(),
+        capacity: opts.capacity,
+        peak_reserved,
+        peak_allocated,
+        peak_fragmentation: if peak_reserved == 0 { 0.0 } else { 1.0 - peak_allocated as f64 / peak_reserved as f64 },
+        final_reserved: eng.reserved_bytes(),
+        cuda_mallocs: st.num_device_alloc,
+        cuda_frees: st.num_device_free,
+        alloc_retries: st.num_alloc_retries,
+        ooms: st.num_ooms,
+        first_oom,
+        recorded_ooms_that_fit: recorded_fit,
+        empty_cache_calls,
+        notes,
+        snapshot,
+    }
+}
+
+fn to_trace_event(m: &Event) -> TraceEvent {
+    let (a, addr, size, stream) = match *m {
+        Event::Alloc { addr, size, stream } => (Action::Alloc, addr, size, stream),
+        Event::FreeRequested { addr, size, stream } => (Action::FreeRequested, addr, size, stream),
+        Event::FreeCompleted { addr, size, stream } => (Action::FreeCompleted, addr, size, stream),
+        Event::SegmentAlloc { addr, size, stream } => (Action::SegmentAlloc, addr, size, stream),
+        Event::SegmentFree { addr, size, stream } => (Action::SegmentFree, addr, size, stream),
+        Event::SegmentMap { addr, size, stream } => (Action::SegmentMap, addr, size, stream),
+        Event::SegmentUnmap { addr, size, stream } => (Action::SegmentUnmap, addr, size, stream),
+        Event::Oom { size, device_free, stream } => (Action::Oom, device_free, size, stream),
+    };
+    TraceEvent::new(a, addr, size, stream)
+}
+
+/// The simulated run as a snapshot of one device: its trace and final segments.
+fn build_snapshot(src: &Snapshot, device: i64, eng: &CachingAllocator<SimulatedDevice>, events: Vec<TraceEvent>) -> Snapshot {
+    let segments = eng
+        .segments()
+        .into_iter()
+        .map(|s| {
+            let blocks: Vec<Block> = s
+                .blocks
+                .iter()
+                .map(|b| Block {
+                    address: b.address,
+                    size: b.size,
+                    requested_size: Some(b.requested_size),
+                    state: match b.state {
+                        EBlockState::Allocated => BlockState::ActiveAllocated,
+                        EBlockState::PendingFree => BlockState::ActivePendingFree,
+                        EBlockState::Free => BlockState::Inactive,
+                    },
+                    stack: None,
+                    history: None,
+                })
+                .collect();
+            Segment {
+                device,
+                address: s.address,
+                total_size: s.total_size,
+                allocated_size: s.allocated_size(),
+                active_size: s.active_size(),
+                requested_size: Some(s.requested_size()),
+                stream: s.stream,
+                segment_type: if s.is_large { SegmentType::Large } else { SegmentType::Small },
+                segment_pool_id: Some(s.pool),
+                is_expandable: Some(s.is_expandable),
+                stack: None,
+                blocks,
+            }
+        })
+        .collect();
+    let mut traces = vec![Vec::new(); (device.max(0) as usize) + 1];
+    traces[device.max(0) as usize] = events;
+    Snapshot { segments, device_traces: traces, frames: src.frames.clone(), ..Default::default() }
+}

@@ -1,0 +1,667 @@
+//! Memory over time: the `allocated`, `active`, `requested` and `reserved` curves of one
+//! device, rebuilt from the trace's bookkeeping (not from the allocator's policy), their
+//! peaks, and the set of live blocks at any trace position.
+//!
+//! # What is replayed
+//!
+//! Only what the trace says happened: `alloc` adds a block, `free_requested` ends its
+//! `allocated` life, `free_completed` its `active` life; `segment_alloc`/`segment_map`
+//! add reserved bytes, `segment_free`/`segment_unmap` remove them. Which free block the
+//! allocator chose does not matter for these sums, so no allocator model is involved and
+//! the walk is O(events) time and O(live blocks) memory.
+//!
+//! # Block sizes (`allocated_size_basis`)
+//!
+//! The trace records the unrounded request, not the block size (spec §10.11). A block
+//! still live in the final snapshot gets its real size from there; every other block gets
+//! the request rounded by PyTorch's rule ([`round_size`] with the recorded
+//! `allocator_settings`). The two differ only for large blocks that were not split
+//! (up to 1 MiB more, or more above `max_split_size`), so `allocated` can be slightly
+//! below PyTorch's `allocated_bytes` while such blocks are live. `requested` is exact.
+//!
+//! # The state before recording began
+//!
+//! A trace starts when recording started or when the ring buffer last wrapped, so blocks
+//! may already be live at its first entry. They are seeded at t = 0:
+//! * blocks live in the final snapshot whose `alloc` is not in the trace (their real size,
+//!   their allocation stack from the snapshot);
+//! * blocks the trace frees without having allocated them ("frees of unknown
+//!   addresses"): their request from the free entry, rounded; no stack (a free entry's
+//!   `frames` are the *free* stack when recorded with `context="all"`, which would
+//!   misattribute them). A block whose first entry is `free_completed` was already
+//!   pending-free at t = 0: it counts as active, not allocated.
+//!
+//! Reserved bytes at t = 0 are the final segments' bytes minus the trace's net segment
+//! growth (raised if needed so the curve never goes below zero). A profiler trace (Kineto)
+//! has no segments: its `Total Reserved` samples are used instead (`reserved_source`).
+//!
+//! `history_complete` is true when nothing had to be seeded: no unknown frees, no
+//! untraced live blocks, no `segment_free` of a segment never allocated in the trace.
+
+use fragscope_alloc::rounding::round_size;
+use fragscope_alloc::AllocatorConfig;
+use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, StackId, TotalsSample, TraceEvent, NO_TIME};
+use serde::Serialize;
+
+use crate::summary::request_of;
+
+/// Default number of points of [`DeviceTimeline::series`].
+pub const DEFAULT_POINTS: usize = 60;
+
+/// Options of [`timeline`].
+#[derive(Clone, Copy, Debug)]
+pub struct TimelineOptions {
+    /// At most this many points in the downsampled series (≥ 1).
+    pub points: usize,
+}
+
+impl Default for TimelineOptions {
+    fn default() -> Self {
+        TimelineOptions { points: DEFAULT_POINTS }
+    }
+}
+
+/// The four curves at one position.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Levels {
+    /// Bytes of blocks allocated and not yet `free_requested` (block sizes, see module doc).
+    pub allocated: u64,
+    /// Bytes of blocks not yet `free_completed` (allocated + pending-free).
+    pub active: u64,
+    /// Unrounded requests of active blocks (PyTorch's `requested_bytes`).
+    pub requested: u64,
+    /// Bytes held from CUDA.
+    pub reserved: u64,
+}
+
+/// The maximum of one curve and where it first happens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Peak {
+    pub bytes: u64,
+    /// Index (in the device's trace) of the event after which the peak holds; `null`
+    /// when the peak is the state before the first event (e.g. a state-only snapshot).
+    pub event_index: Option<usize>,
+    /// `time_us` of that event, when recorded.
+    pub time_us: Option<i64>,
+}
+
+/// One bucket of the downsampled series: the maximum of each curve over the states
+/// `first_event..=last_event` (state *i* = after event *i*; `first_event` is `null` for
+/// a bucket that starts with the state before the first event).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SeriesPoint {
+    pub first_event: Option<usize>,
+    pub last_event: Option<usize>,
+    /// `time_us` of the bucket's first event that has one.
+    pub time_us: Option<i64>,
+    #[serde(flatten)]
+    pub max: Levels,
+}
+
+/// What had to be assumed about the state before the first trace entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Seeded {
+    /// Blocks live at t = 0 (both kinds below).
+    pub blocks: u64,
+    /// Their `allocated` bytes at t = 0 (pending-free ones excluded).
+    pub allocated_bytes: u64,
+    /// Their `active` bytes at t = 0.
+    pub active_bytes: u64,
+    /// Blocks freed in the trace without an `alloc` in it (counted once per block).
+    pub frees_of_unknown_blocks: u64,
+    pub frees_of_unknown_bytes: u64,
+    /// Blocks live at the end whose `alloc` is not in the trace.
+    pub untraced_live_blocks: u64,
+    pub untraced_live_bytes: u64,
+    /// `segment_free`/`segment_unmap` of memory the trace never saw reserved.
+    pub segment_frees_of_unknown_segments: u64,
+    /// Reserved bytes at t = 0.
+    pub reserved_bytes: u64,
+    /// Profiler traces only: bytes the profiler's `Total Allocated` counts that no
+    /// recorded block explains (allocated before profiling began), added to
+    /// `allocated` and `active` from t = 0 without blocks.
+    pub profiler_baseline_bytes: u64,
+    /// Entries that contradict the rest (an `alloc` at a live address, a block the
+    /// final state holds at an address the trace freed last, ...). 0 in every real file
+    /// except the trimmed fixture.
+    pub inconsistencies: u64,
+}
+
+/// The timeline of one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceTimeline {
+    pub device: i64,
+    /// Trace entries of this device.
+    pub events: usize,
+    /// True when no block or segment had to be seeded (see [`Seeded`]).
+    pub history_complete: bool,
+    pub seeded: Seeded,
+    /// `"final_block_size_else_rounded_request"`: see the module doc.
+    pub allocated_size_basis: &'static str,
+    /// `"segments"` (segment events + final segments), `"profiler_totals"` (Kineto
+    /// `Total Reserved`) or `"none"` (nothing says what was reserved).
+    pub reserved_source: &'static str,
+    /// Levels before the first event and after the last.
+    pub start: Levels,
+    pub end: Levels,
+    pub peak_allocated: Peak,
+    pub peak_active: Peak,
+    pub peak_requested: Peak,
+    pub peak_reserved: Peak,
+    /// `1 − peak_allocated / peak_reserved` (the GMLake / STAlloc definition: the share of
+    /// the memory PyTorch had to reserve that tensors never used at once); `null` when
+    /// nothing was reserved.
+    pub peak_fragmentation: Option<f64>,
+    /// `1 − allocated / reserved` at the reserved peak: how much of the reserved memory
+    /// was unused at the moment the most was reserved.
+    pub fragmentation_at_reserved_peak: Option<f64>,
+    /// Downsampled curves (≤ `points` buckets, maximum per bucket), for sparklines.
+    pub series: Vec<SeriesPoint>,
+}
+
+/// Timelines of every device that has segments or trace events.
+pub fn timelines(snap: &Snapshot, opts: &TimelineOptions) -> Vec<DeviceTimeline> {
+    snap.devices().into_iter().map(|d| timeline(snap, d, opts)).collect()
+}
+
+/// A live block at some trace position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Live {
+    /// Block size (see module doc).
+    pub size: u64,
+    pub request: u64,
+    pub stack: Option<StackId>,
+    /// `time_us` of its `alloc`, [`NO_TIME`] when unknown.
+    pub time_us: i64,
+    /// Index of its `alloc` entry; `usize::MAX` for blocks seeded at t = 0.
+    pub alloc_event: usize,
+    /// Not yet `free_requested`.
+    pub allocated: bool,
+}
+
+impl Live {
+    pub fn before_trace(&self) -> bool {
+        self.alloc_event == usize::MAX
+    }
+}
+
+/// The bookkeeping replay shared by the timeline, attribution and leak analyses.
+pub(crate) struct Replayer<'a> {
+    pub trace: &'a [TraceEvent],
+    cfg: AllocatorConfig,
+    /// Alloc event index → real block size, for blocks still live at the end.
+    final_sizes: FxHashMap<usize, u64>,
+    pub live: FxHashMap<u64, Live>,
+    pub cur: Levels,
+    totals: &'a [TotalsSample],
+    totals_pos: usize,
+    pub reserved_source: &'static str,
+    pub seeded: Seeded,
+}
+
+impl<'a> Replayer<'a> {
+    /// Pass 1: works out the state at t = 0 (module doc). O(events), O(live) memory.
+    pub fn new(snap: &'a Snapshot, device: i64) -> Self {
+        let trace = snap.trace(device);
+        let cfg = crate::replay::recorded_config(snap);
+        let mut seeded = Seeded::default();
+        // Address → (alloc index, free_requested seen) for blocks the trace allocated.
+        let mut traced: FxHashMap<u64, usize> = FxHashMap::default();
+        // Address → seeded block for frees of unknown addresses still pending.
+        let mut initial: FxHashMap<u64, Live> = FxHashMap::default();
+        let mut orphan_pending: FxHashMap<u64, ()> = FxHashMap::default();
+        let (mut net, mut min_net) = (0i128, 0i128);
+        let mut seg_seen: FxHashMap<u64, ()> = FxHashMap::default();
+        let mut has_segment_events = false;
+        let seed = |e: &TraceEvent, allocated: bool, cfg: &AllocatorConfig| Live {
+            size: round_size(e.size, cfg),
+            request: e.size,
+            stack: None,
+            time_us: NO_TIME,
+            alloc_event: usize::MAX,
+            allocated,
+        };
+        for (i, e) in trace.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    if traced.insert(e.addr, i).is_some() {
+                        seeded.inconsistencies += 1;
+                    }
+                }
+                Action::FreeRequested => {
+                    if !traced.contains_key(&e.addr) && !orphan_pending.contains_key(&e.addr) {
+                        seeded.frees_of_unknown_blocks += 1;
+                        if initial.insert(e.addr, seed(e, true, &cfg)).is_some() {
+                            seeded.inconsistencies += 1;
+                        }
+                        orphan_pending.insert(e.addr, ());
+                    }
+                }
+                Action::FreeCompleted => {
+                    if traced.remove(&e.addr).is_none() && orphan_pending.remove(&e.addr).is_none() {
+                        // Its free_requested happened before recording: pending at t = 0.
+                        seeded.frees_of_unknown_blocks += 1;
+                        if initial.insert(e.addr, seed(e, false, &cfg)).is_some() {
+                            seeded.inconsistencies += 1;
+                        }
+                    }
+                }
+                Action::SegmentAlloc | Action::SegmentMap => {
+                    has_segment_events = true;
+                    net += e.size as i128;
+                    seg_seen.insert(e.addr, ());
+                }
+                Action::SegmentFree | Action::SegmentUnmap => {
+                    has_segment_events = true;
+                    net -= e.size as i128;
+                    min_net = min_net.min(net);
+                    if seg_seen.remove(&e.addr).is_none() && e.action == Action::SegmentFree {
+                        seeded.segment_frees_of_unknown_segments += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        seeded.frees_of_unknown_bytes = initial.values().map(|b| b.size).sum();
+
+        // Final state: real sizes of traced blocks, and untraced live blocks to seed.
+        let mut final_sizes = FxHashMap::default();
+        let mut final_reserved = 0u64;
+        let mut has_segments = false;
+        for seg in snap.device_segments(device) {
+            has_segments = true;
+            final_reserved += seg.total_size;
+            for b in seg.blocks.iter().filter(|b| b.state.is_active()) {
+                if let Some(&idx) = traced.get(&b.address) {
+                    final_sizes.insert(idx, b.size);
+                } else if initial.contains_key(&b.address) {
+                    // A pending free of a pre-recording block, still pending: already seeded.
+                    if !orphan_pending.contains_key(&b.address) {
+                        seeded.inconsistencies += 1;
+                    }
+                } else {
+                    let stack = b.stack.or_else(|| b.history.as_ref().and_then(|h| h.first()).and_then(|h| h.stack));
+                    seeded.untraced_live_blocks += 1;
+                    seeded.untraced_live_bytes += b.size;
+                    initial.insert(
+                        b.address,
+                        Live {
+                            size: b.size,
+                            request: request_of(b),
+                            stack,
+                            time_us: NO_TIME,
+                            alloc_event: usize::MAX,
+                            allocated: b.state == BlockState::ActiveAllocated,
+                        },
+                    );
+                }
+            }
+        }
+        if has_segments {
+            let final_live: FxHashMap<u64, ()> = snap
+                .device_segments(device)
+                .flat_map(|s| s.blocks.iter().filter(|b| b.state.is_active()).map(|b| (b.address, ())))
+                .collect();
+            // Blocks the trace leaves live that the final state lacks (a trimmed file).
+            seeded.inconsistencies += traced.keys().filter(|a| !final_live.contains_key(a)).count() as u64;
+        }
+        let totals: &[TotalsSample] = usize::try_from(device).ok().and_then(|d| snap.totals.get(d)).map_or(&[], |t| t.as_slice());
+        let reserved_from_totals = !has_segments && !has_segment_events && totals.iter().any(|t| t.reserved.is_some());
+        let reserved_source = if reserved_from_totals {
+            "profiler_totals"
+        } else if has_segments || has_segment_events {
+            "segments"
+        } else {
+            "none"
+        };
+        let reserved0 = if reserved_from_totals {
+            0
+        } else {
+            let r = final_reserved as i128 - net;
+            r.max(-min_net).max(0) as u64
+        };
+        let mut cur = Levels { reserved: reserved0, ..Levels::default() };
+        for b in initial.values() {
+            cur.active += b.size;
+            cur.requested += b.request;
+            if b.allocated {
+                cur.allocated += b.size;
+            }
+        }
+        seeded.blocks = initial.len() as u64;
+        seeded.allocated_bytes = cur.allocated;
+        seeded.active_bytes = cur.active;
+        seeded.reserved_bytes = reserved0;
+        let mut r = Replayer {
+            trace,
+            cfg,
+            final_sizes,
+            live: initial,
+            cur,
+            totals: if reserved_from_totals { totals } else { &[] },
+            totals_pos: 0,
+            reserved_source,
+            seeded,
+        };
+        if reserved_from_totals {
+            // One totals sample per profiler event (an alloc, or a free that the reader
+            // split into free_requested + free_completed). The first sample's
+            // `Total Allocated` minus what the first event leaves allocated is memory
+            // allocated before profiling began: seed it.
+            let first = trace.iter().position(|e| matches!(e.action, Action::Alloc | Action::FreeCompleted));
+            if let (Some(i), Some(a)) = (first, totals.first().and_then(|t| t.allocated)) {
+                let mut probe = Levels::default();
+                let e = &trace[i];
+                if e.action == Action::Alloc {
+                    probe.allocated = round_size(e.size, &r.cfg);
+                }
+                let base = a.saturating_sub(probe.allocated);
+                r.seeded.profiler_baseline_bytes = base;
+                r.cur.allocated += base;
+                r.cur.active += base;
+                r.seeded.allocated_bytes += base;
+                r.seeded.active_bytes += base;
+            }
+            r.advance_totals(trace.first().map_or(i64::MIN, |e| e.time_us));
+        }
+        r
+    }
+
+    pub fn history_complete(&self) -> bool {
+        let s = &self.seeded;
+        s.blocks == 0 && s.segment_frees_of_unknown_segments == 0 && s.profiler_baseline_bytes == 0
+    }
+
+    fn advance_totals(&mut self, t: i64) {
+        while let Some(s) = self.totals.get(self.totals_pos) {
+            if s.time_us > t {
+                break;
+            }
+            if let Some(r) = s.reserved {
+                self.cur.reserved = r;
+            }
+            self.totals_pos += 1;
+        }
+    }
+
+    /// Applies event `i`. `on_change(block, +1/−1)` is told when a block enters or leaves
+    /// the allocated set (what attribution counts as live).
+    pub fn step(&mut self, i: usize, on_change: &mut impl FnMut(&Live, i64)) {
+        let e = &self.trace[i];
+        let c = &mut self.cur;
+        match e.action {
+            Action::Alloc => {
+                let size = self.final_sizes.get(&i).copied().unwrap_or_else(|| round_size(e.size, &self.cfg));
+                let b = Live { size, request: e.size, stack: e.stack, time_us: e.time_us, alloc_event: i, allocated: true };
+                if let Some(old) = self.live.insert(e.addr, b) {
+                    // A free fell out of the trace: end the old block here.
+                    c.active = c.active.saturating_sub(old.size);
+                    c.requested = c.requested.saturating_sub(old.request);
+                    if old.allocated {
+                        c.allocated = c.allocated.saturating_sub(old.size);
+                        on_change(&old, -1);
+                    }
+                }
+                c.allocated += size;
+                c.active += size;
+                c.requested += e.size;
+                on_change(&b, 1);
+            }
+            Action::FreeRequested => {
+                if let Some(b) = self.live.get_mut(&e.addr) {
+                    if b.allocated {
+                        b.allocated = false;
+                        c.allocated = c.allocated.saturating_sub(b.size);
+                        let b = *b;
+                        on_change(&b, -1);
+                    }
+                }
+            }
+            Action::FreeCompleted => {
+                if let Some(b) = self.live.remove(&e.addr) {
+                    c.active = c.active.saturating_sub(b.size);
+                    c.requested = c.requested.saturating_sub(b.request);
+                    if b.allocated {
+                        // No free_requested recorded (e.g. skip_actions): it ends here.
+                        c.allocated = c.allocated.saturating_sub(b.size);
+                        on_change(&b, -1);
+                    }
+                }
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                if self.totals.is_empty() {
+                    c.reserved += e.size;
+                }
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                if self.totals.is_empty() {
+                    c.reserved = c.reserved.saturating_sub(e.size);
+                }
+            }
+            _ => {}
+        }
+        if !self.totals.is_empty() {
+            self.advance_totals(e.time_us);
+        }
+    }
+}
+
+fn opt_time(t: i64) -> Option<i64> {
+    (t != NO_TIME).then_some(t)
+}
+
+/// The timeline of one device: O(events) time, O(live blocks + points) memory.
+pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
+    let mut r = Replayer::new(snap, device);
+    let n = r.trace.len();
+    let states = n + 1;
+    let buckets = opts.points.max(1).min(states);
+    let mut series: Vec<SeriesPoint> = Vec::with_capacity(buckets);
+    let start = r.cur;
+    let mut peaks = [Peak::default(); 4];
+    let levels = |l: &Levels| [l.allocated, l.active, l.requested, l.reserved];
+    let record = |state: usize, l: &Levels, t: i64, series: &mut Vec<SeriesPoint>, peaks: &mut [Peak; 4]| {
+        let ev = state.checked_sub(1);
+        for (p, v) in peaks.iter_mut().zip(levels(l)) {
+            // The first maximum wins (state 0 always sets the starting value).
+            if state == 0 || v > p.bytes {
+                *p = Peak { bytes: v, event_index: ev, time_us: opt_time(t) };
+            }
+        }
+        let b = state * buckets / states;
+        if series.len() <= b {
+            series.push(SeriesPoint { first_event: ev, last_event: ev, time_us: opt_time(t), max: *l });
+        } else {
+            let s = series.last_mut().unwrap();
+            s.last_event = ev;
+            if s.time_us.is_none() {
+                s.time_us = opt_time(t);
+            }
+            s.max.allocated = s.max.allocated.max(l.allocated);
+            s.max.active = s.max.active.max(l.active);
+            s.max.requested = s.max.requested.max(l.requested);
+            s.max.reserved = s.max.reserved.max(l.reserved);
+        }
+    };
+    record(0, &start, NO_TIME, &mut series, &mut peaks);
+    for i in 0..n {
+        r.step(i, &mut |_, _| {});
+        let t = r.trace[i].time_us;
+        let cur = r.cur;
+        record(i + 1, &cur, t, &mut series, &mut peaks);
+    }
+    let [pa, pact, preq, pres] = peaks;
+    // Allocated at the reserved peak needs a second look only when they differ in place;
+    // the series does not have it, so replay to that point (still O(events)).
+    let alloc_at_res_peak = if pres.event_index == pa.event_index {
+        pa.bytes
+    } else {
+        levels_at(snap, device, pres.event_index).allocated
+    };
+    let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
+    DeviceTimeline {
+        device,
+        events: n,
+        history_complete: r.history_complete(),
+        seeded: r.seeded,
+        allocated_size_basis: "final_block_size_else_rounded_request",
+        reserved_source: r.reserved_source,
+        start,
+        end: r.cur,
+        peak_allocated: pa,
+        peak_active: pact,
+        peak_requested: preq,
+        peak_reserved: pres,
+        peak_fragmentation: frac(pa.bytes, pres.bytes),
+        fragmentation_at_reserved_peak: frac(alloc_at_res_peak, pres.bytes),
+        series,
+    }
+}
+
+/// The four levels after event `after_event` (`None` = before the first event).
+pub fn levels_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Levels {
+    let mut r = Replayer::new(snap, device);
+    let stop = after_event.map_or(0, |i| (i + 1).min(r.trace.len()));
+    for i in 0..stop {
+        r.step(i, &mut |_, _| {});
+    }
+    r.cur
+}
+
+/// A block counted in `allocated` at some trace position.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LiveBlock {
+    pub address: u64,
+    /// Block size (see the module doc for the basis).
+    pub size: u64,
+    /// Unrounded request.
+    pub requested: u64,
+    /// Allocation stack (interned in the snapshot's frame table).
+    #[serde(skip)]
+    pub stack: Option<StackId>,
+    /// Index of its `alloc` entry; `null` when it was live before the trace began.
+    pub alloc_event: Option<usize>,
+    pub alloc_time_us: Option<i64>,
+    /// Innermost `external_annotations` scope open when it was allocated.
+    pub annotation: Option<String>,
+}
+
+/// The allocated blocks after each of the given events (`None` = before the first),
+/// in one walk. Results are in the order asked, blocks sorted by address.
+pub fn live_sets_at(snap: &Snapshot, device: i64, positions: &[Option<usize>]) -> Vec<Vec<LiveBlock>> {
+    let mut r = Replayer::new(snap, device);
+    let n = r.trace.len();
+    let state_of = |p: &Option<usize>| p.map_or(0, |i| (i + 1).min(n));
+    let mut order: Vec<(usize, usize)> = positions.iter().enumerate().map(|(k, p)| (state_of(p), k)).collect();
+    order.sort_unstable();
+    let scopes = crate::attribution::Scopes::new(snap, device);
+    let mut out: Vec<Vec<LiveBlock>> = vec![Vec::new(); positions.len()];
+    let mut state = 0usize;
+    for (target, k) in order {
+        while state < target {
+            r.step(state, &mut |_, _| {});
+            state += 1;
+        }
+        let mut v: Vec<LiveBlock> = r
+            .live
+            .iter()
+            .filter(|(_, b)| b.allocated)
+            .map(|(&a, b)| LiveBlock {
+                address: a,
+                size: b.size,
+                requested: b.request,
+                stack: b.stack,
+                alloc_event: (!b.before_trace()).then_some(b.alloc_event),
+                alloc_time_us: opt_time(b.time_us),
+                annotation: scopes.innermost_at(b.time_us).map(str::to_string),
+            })
+            .collect();
+        v.sort_unstable_by_key(|b| b.address);
+        out[k] = v;
+    }
+    out
+}
+
+/// The allocated blocks after `after_event` (`None` = before the first event).
+pub fn live_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Vec<LiveBlock> {
+    live_sets_at(snap, device, &[after_event]).pop().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_snapshot::{Block, Segment, SegmentType};
+
+    fn ev(a: Action, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent::new(a, addr, size, 0)
+    }
+
+    fn seg(address: u64, total: u64, blocks: Vec<Block>) -> Segment {
+        Segment {
+            device: 0,
+            address,
+            total_size: total,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            segment_pool_id: Some((0, 0)),
+            is_expandable: Some(false),
+            stack: None,
+            blocks,
+        }
+    }
+
+    fn blk(address: u64, size: u64, state: BlockState) -> Block {
+        Block { address, size, requested_size: Some(size), state, stack: None, history: None }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn seeds_keep_curves_nonnegative_and_peaks_are_found() {
+        // Before recording: a 4 MiB block at 0x100 (freed in the trace) and an 8 MiB
+        // block at 0x9000 (live at the end, never in the trace); one 20 MiB segment at
+        // 0 existed, a second is allocated then freed.
+        let mut snap = Snapshot::default();
+        snap.segments.push(seg(0, 20 * MIB, vec![blk(0x9000, 8 * MIB, BlockState::ActiveAllocated), blk(0x9000 + 8 * MIB, 12 * MIB, BlockState::Inactive)]));
+        snap.device_traces.push(vec![
+            ev(Action::SegmentAlloc, 1 << 30, 40 * MIB),
+            ev(Action::Alloc, 1 << 30, 30 * MIB),
+            ev(Action::FreeRequested, 0x100, 4 * MIB),
+            ev(Action::FreeCompleted, 0x100, 4 * MIB),
+            ev(Action::FreeRequested, 1 << 30, 30 * MIB),
+            ev(Action::FreeCompleted, 1 << 30, 30 * MIB),
+            ev(Action::SegmentFree, 1 << 30, 40 * MIB),
+        ]);
+        let t = timeline(&snap, 0, &TimelineOptions { points: 3 });
+        assert!(!t.history_complete);
+        assert_eq!(t.seeded.frees_of_unknown_blocks, 1);
+        assert_eq!(t.seeded.untraced_live_blocks, 1);
+        assert_eq!(t.start, Levels { allocated: 12 * MIB, active: 12 * MIB, requested: 12 * MIB, reserved: 20 * MIB });
+        assert_eq!(t.peak_allocated, Peak { bytes: 42 * MIB, event_index: Some(1), time_us: None });
+        assert_eq!(t.peak_reserved.bytes, 60 * MIB);
+        assert_eq!(t.peak_reserved.event_index, Some(0));
+        assert_eq!(t.end, Levels { allocated: 8 * MIB, active: 8 * MIB, requested: 8 * MIB, reserved: 20 * MIB });
+        assert!((t.peak_fragmentation.unwrap() - (1.0 - 42.0 / 60.0)).abs() < 1e-12);
+        // At the reserved peak (after event 0) 12 MiB of 60 were allocated.
+        assert!((t.fragmentation_at_reserved_peak.unwrap() - 0.8).abs() < 1e-12);
+        assert_eq!(t.series.len(), 3);
+        assert_eq!(t.series.iter().map(|p| p.max.allocated).max(), Some(42 * MIB));
+        let live = live_at(&snap, 0, Some(1));
+        assert_eq!(live.iter().map(|b| b.size).sum::<u64>(), 42 * MIB);
+        assert_eq!(live.iter().filter(|b| b.alloc_event.is_none()).count(), 2);
+    }
+
+    #[test]
+    fn state_only_snapshot_peaks_at_start() {
+        let mut snap = Snapshot::default();
+        snap.segments.push(seg(0, 2 * MIB, vec![blk(0, MIB, BlockState::ActiveAllocated), blk(MIB, MIB, BlockState::Inactive)]));
+        let t = timeline(&snap, 0, &TimelineOptions::default());
+        assert_eq!(t.events, 0);
+        assert_eq!(t.peak_allocated, Peak { bytes: MIB, event_index: None, time_us: None });
+        assert_eq!(t.peak_fragmentation, Some(0.5));
+        assert_eq!(t.series.len(), 1);
+    }
+}

@@ -1,0 +1,436 @@
+//! `fragscope analyze FILE [--json] [--top N] [--what-if]`: explain a snapshot: the OOM
+//! (verdict, state at the failure, fixes measured by replay), fragmentation over time,
+//! leak suspects, who holds the memory at the peaks, and recommended settings.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use fragscope_analysis::analyze::{self, Analysis, AnalyzeOptions, DeviceAnalysis};
+use fragscope_analysis::attribution::PeakAttribution;
+use fragscope_analysis::oom::OomFinding;
+use fragscope_analysis::timeline::SeriesPoint;
+use serde::Serialize;
+
+use crate::output::{bytes, grouped, percent};
+use crate::{input, CliError};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Snapshot files (`torch.cuda.memory._dump_snapshot` pickles, optionally gzipped, or
+    /// torch.profiler JSON traces).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Print JSON (schema `fragscope.analyze/1`, see docs/json-schema.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Call sites, scopes and leak suspects listed per table.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub top: u64,
+    /// Measure recommended settings by replay on every device, not only on devices with an OOM.
+    #[arg(long)]
+    pub what_if: bool,
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    schema: &'static str,
+    files: Vec<FileOut<'a>>,
+}
+
+#[derive(Serialize)]
+struct FileOut<'a> {
+    file: String,
+    #[serde(flatten)]
+    analysis: &'a Analysis,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    let opts = AnalyzeOptions { top: args.top as usize, what_if: args.what_if, ..AnalyzeOptions::default() };
+    let mut results = Vec::new();
+    for f in &args.files {
+        let snap = input::load(f, args.json)?;
+        results.push((f.display().to_string(), analyze::analyze(&snap, &opts)));
+    }
+    let text = if args.json {
+        let out = JsonOut {
+            schema: analyze::SCHEMA,
+            files: results.iter().map(|(file, a)| FileOut { file: file.clone(), analysis: a }).collect(),
+        };
+        let mut s = serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        let mut s = String::new();
+        for (i, (file, a)) in results.iter().enumerate() {
+            if i > 0 {
+                s.push('\n');
+            }
+            s.push_str(&render_text(file, a));
+        }
+        s
+    };
+    crate::print_stdout(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// One sparkline over `values`, scaled to `max` (shared by the curves so they compare).
+pub fn sparkline(values: &[u64], max: u64) -> String {
+    values
+        .iter()
+        .map(|&v| {
+            if max == 0 {
+                BARS[0]
+            } else {
+                let k = ((v as f64 / max as f64) * (BARS.len() - 1) as f64).round() as usize;
+                BARS[k.min(BARS.len() - 1)]
+            }
+        })
+        .collect()
+}
+
+fn ev_at(i: Option<usize>) -> String {
+    i.map_or("before the first trace entry".to_string(), |i| format!("after trace entry {i}"))
+}
+
+pub fn render_text(file: &str, a: &Analysis) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "fragscope analyze of {file} ({} file, PyTorch {}{})",
+        a.format,
+        a.era.label,
+        match &a.recorded_config {
+            Some(c) if !c.is_empty() => format!("; recorded PYTORCH_CUDA_ALLOC_CONF={c}"),
+            Some(_) => "; default allocator settings".to_string(),
+            None => String::new(),
+        }
+    );
+    if a.devices.is_empty() {
+        let _ = writeln!(o, "\nNo device has segments or trace events in this file.");
+    }
+    for d in &a.devices {
+        o.push('\n');
+        o.push_str(&device_text(d));
+    }
+    o
+}
+
+fn device_text(d: &DeviceAnalysis) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "=== Device {} ===\n", d.device);
+    let _ = writeln!(o, "Findings, most important first:");
+    if d.findings.is_empty() {
+        let _ = writeln!(o, "  (nothing notable)");
+    }
+    for (i, f) in d.findings.iter().enumerate() {
+        let _ = writeln!(o, "  {}. [{}] {}", i + 1, f.severity, f.headline);
+    }
+    o.push('\n');
+    let mut n = 1;
+    if let Some(f) = &d.oom {
+        let _ = writeln!(o, "{n}. The OOM");
+        o.push_str(&oom_text(f));
+        o.push('\n');
+        n += 1;
+    }
+    let _ = writeln!(o, "{n}. Fragmentation over time");
+    o.push_str(&fragmentation_text(d));
+    o.push('\n');
+    n += 1;
+    let _ = writeln!(o, "{n}. Leak suspects");
+    if d.leak_suspects.is_empty() {
+        let why = match d.iterations.source {
+            "none" => format!("no iterations found ({})", d.iterations.reason.as_deref().unwrap_or("no repeating pattern")),
+            src => format!(
+                "none over {} iterations (found by {}); threshold {} per iteration",
+                d.iterations.boundaries.len(),
+                src,
+                bytes(d.leak_threshold_bytes_per_iteration)
+            ),
+        };
+        let _ = writeln!(o, "  {why}");
+    } else {
+        let _ = writeln!(
+            o,
+            "  over {} iterations (found by {}); sites whose live bytes grow step after step:",
+            d.iterations.boundaries.len(),
+            d.iterations.source
+        );
+        for s in &d.leak_suspects {
+            let _ = writeln!(
+                o,
+                "  {:>12}/iter  {} → {}  confidence {:.2}  {}",
+                bytes(s.growth_bytes_per_iteration),
+                bytes(s.first_bytes),
+                bytes(s.last_bytes),
+                s.confidence,
+                s.site.site
+            );
+            let _ = writeln!(o, "                 stack: {}", s.site.stack);
+        }
+    }
+    o.push('\n');
+    n += 1;
+    let _ = writeln!(o, "{n}. The peaks");
+    o.push_str(&peak_text("allocated peak", &d.peaks.allocated_peak));
+    if d.peaks.reserved_peak.event_index != d.peaks.allocated_peak.event_index {
+        o.push_str(&peak_text("reserved peak", &d.peaks.reserved_peak));
+    } else {
+        let _ = writeln!(o, "  The reserved peak is at the same moment.");
+    }
+    o.push('\n');
+    n += 1;
+    let _ = writeln!(o, "{n}. Recommendations");
+    o.push_str(&recommend_text(d));
+    o
+}
+
+fn oom_text(f: &OomFinding) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "  {}", f.explanation);
+    let _ = writeln!(o, "  Verdict                 {}", f.verdict.as_str());
+    let _ = writeln!(
+        o,
+        "  Request                 {} ({} bytes, rounded, as recorded at trace entry {}{}); PyTorch tried to allocate {}",
+        bytes(f.request_bytes),
+        grouped(f.request_bytes),
+        f.event_index,
+        if f.oom_entries > 1 { format!(", the first of {} OOMs", f.oom_entries) } else { String::new() },
+        bytes(f.alloc_size_bytes)
+    );
+    let _ = writeln!(
+        o,
+        "  Stream / pool           stream {}, {} pool{}",
+        f.stream,
+        f.pool,
+        if f.pool_id == (0, 0) { String::new() } else { format!(", private pool ({}, {})", f.pool_id.0, f.pool_id.1) }
+    );
+    let _ = writeln!(
+        o,
+        "  Device capacity         {}{}",
+        bytes(f.capacity_bytes),
+        if f.capacity_source == "file" { " (stated by the file)" } else { " (estimate: reserved + device free at the OOM; a lower bound)" }
+    );
+    let _ = writeln!(o, "  Device free (CUDA)      {}", bytes(f.device_free_bytes));
+    let s = &f.state;
+    let _ = writeln!(o, "  Reserved at the OOM     {}", bytes(s.reserved_bytes));
+    let _ = writeln!(
+        o,
+        "  Allocated at the OOM    {}{}",
+        bytes(s.allocated_bytes),
+        if s.active_bytes != s.allocated_bytes { format!(" (+{} waiting for cross-stream frees)", bytes(s.active_bytes - s.allocated_bytes)) } else { String::new() }
+    );
+    let _ = writeln!(o, "  Free in the cache       {} (largest free block {})", bytes(s.cached_free_bytes), bytes(s.largest_free_block_bytes));
+    if f.bytes_over_capacity > 0 {
+        let _ = writeln!(o, "  Over capacity by        {} (the live set would have to be this much smaller)", bytes(f.bytes_over_capacity));
+    }
+    if let Some(n) = &f.state_note {
+        let _ = writeln!(o, "  Note                    {n}");
+    }
+    if !s.free_by_stream_pool.is_empty() {
+        let _ = writeln!(o, "  Free space by stream and pool at the OOM:");
+        for g in &s.free_by_stream_pool {
+            let _ = writeln!(
+                o,
+                "    stream {:<6} {} pool{:<12} {:>12} free in {} block{}, largest {}, of {} reserved{}",
+                g.stream,
+                g.pool,
+                if g.pool_id == (0, 0) { String::new() } else { format!(" ({},{})", g.pool_id.0, g.pool_id.1) },
+                bytes(g.free_bytes),
+                g.free_blocks,
+                if g.free_blocks == 1 { "" } else { "s" },
+                bytes(g.largest_free_block_bytes),
+                bytes(g.reserved_bytes),
+                if g.is_request_pool { "  <- the request's" } else { "" }
+            );
+        }
+    }
+    let _ = writeln!(o, "  Failing allocation at   {}", f.site.site);
+    for fr in f.stack.iter().take(12) {
+        let _ = writeln!(o, "      {fr}");
+    }
+    if f.stack.len() > 12 {
+        let _ = writeln!(o, "      … {} more", f.stack.len() - 12);
+    }
+    if !f.top_sites.is_empty() {
+        let _ = writeln!(o, "  Live bytes by call site at the OOM:");
+        for s in &f.top_sites {
+            let _ = writeln!(o, "    {:>12} {:>6}  {}", bytes(s.bytes), percent(s.share), s.site.site);
+        }
+    }
+    match (&f.baseline, f.replay_reproduces_oom) {
+        (Some(b), Some(rep)) => {
+            let _ = writeln!(
+                o,
+                "  Fixes measured by replaying the trace on a {} device (recorded settings: {}):",
+                bytes(f.capacity_bytes),
+                if rep {
+                    format!("OOM at entry {}", b.first_oom_index.map_or("?".into(), |i| i.to_string()))
+                } else {
+                    "no OOM in the model, so fixes cannot be measured".to_string()
+                }
+            );
+            for t in &f.fixes_tried {
+                let outcome = if rep && fragscope_analysis::oom::avoids(t, f.event_index) {
+                    "avoids the OOM".to_string()
+                } else {
+                    match t.first_oom_index {
+                        Some(i) => format!("OOM at entry {i}"),
+                        None if t.recorded_ooms_that_fit == 0 => "request still fails".to_string(),
+                        None => "no OOM".to_string(),
+                    }
+                };
+                let _ = writeln!(
+                    o,
+                    "    {:<36} {:<22} peak reserved {:>11}  {} cudaMalloc",
+                    t.setting,
+                    outcome,
+                    bytes(t.peak_reserved_bytes),
+                    t.cuda_mallocs
+                );
+            }
+            if f.fixes.is_empty() {
+                let _ = writeln!(o, "    No setting avoids it.");
+            } else {
+                for x in &f.fixes {
+                    let _ = writeln!(o, "    Fix: {}{}", x.paste, x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}")));
+                }
+            }
+        }
+        _ => {}
+    }
+    o
+}
+
+fn fragmentation_text(d: &DeviceAnalysis) -> String {
+    let mut o = String::new();
+    let tl = &d.fragmentation.timeline;
+    let series: &[SeriesPoint] = &tl.series;
+    let max = series.iter().map(|p| p.max.reserved.max(p.max.active)).max().unwrap_or(0);
+    let curves: [(&str, Vec<u64>, u64); 4] = [
+        ("reserved", series.iter().map(|p| p.max.reserved).collect(), tl.peak_reserved.bytes),
+        ("active", series.iter().map(|p| p.max.active).collect(), tl.peak_active.bytes),
+        ("allocated", series.iter().map(|p| p.max.allocated).collect(), tl.peak_allocated.bytes),
+        ("requested", series.iter().map(|p| p.max.requested).collect(), tl.peak_requested.bytes),
+    ];
+    let _ = writeln!(o, "  {} trace entries; curves show the maximum per bucket, one scale:", grouped(tl.events as u64));
+    for (name, v, peak) in &curves {
+        let _ = writeln!(o, "  {name:<10} {}  peak {}", sparkline(v, max), bytes(*peak));
+    }
+    if tl.reserved_source != "segments" {
+        let _ = writeln!(o, "  (reserved from: {})", tl.reserved_source);
+    }
+    match tl.peak_fragmentation {
+        Some(pf) => {
+            let _ = writeln!(
+                o,
+                "  Peak fragmentation      {} (1 − peak allocated {} / peak reserved {})",
+                percent(pf),
+                bytes(tl.peak_allocated.bytes),
+                bytes(tl.peak_reserved.bytes)
+            );
+        }
+        None => {
+            let _ = writeln!(o, "  Peak fragmentation      n/a (nothing reserved)");
+        }
+    }
+    if let Some(f) = tl.fragmentation_at_reserved_peak {
+        let _ = writeln!(o, "  At the reserved peak    {} of reserved memory unallocated ({})", percent(f), ev_at(tl.peak_reserved.event_index));
+    }
+    if let Some(s) = &d.fragmentation.at_reserved_peak {
+        let _ = writeln!(
+            o,
+            "  Free space there        {} free in the cache, largest free block {}, free-space fragmentation {}",
+            bytes(s.cached_free_bytes),
+            bytes(s.largest_free_block_bytes),
+            s.free_space_fragmentation.map_or("n/a".to_string(), |x| format!("{x:.3}"))
+        );
+    } else if let Some(n) = &d.fragmentation.at_reserved_peak_note {
+        let _ = writeln!(o, "  Free space there        {n}");
+    }
+    if !tl.history_complete {
+        let _ = writeln!(
+            o,
+            "  Note: recording began mid-run; {} blocks ({}) live before the trace were seeded from the final state.",
+            tl.seeded.blocks,
+            bytes(tl.seeded.allocated_bytes)
+        );
+    }
+    let p = &d.fragmentation.pinned_segments;
+    if p.segments == 0 {
+        let _ = writeln!(o, "  Pinned segments         none at the end");
+    } else {
+        let _ = writeln!(
+            o,
+            "  Pinned segments         {} ({} reserved, {} of it free) kept by a few small live blocks:",
+            p.segments,
+            bytes(p.reserved_bytes),
+            bytes(p.free_bytes)
+        );
+        for g in &p.by_site {
+            let _ = writeln!(o, "    {}", g.describe(bytes));
+        }
+    }
+    o
+}
+
+fn peak_text(name: &str, p: &PeakAttribution) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "  At the {name} ({}): {} live in {} blocks{}",
+        ev_at(p.event_index),
+        bytes(p.live_bytes),
+        p.live_blocks,
+        if p.before_trace_bytes > 0 { format!(", {} of it allocated before recording", bytes(p.before_trace_bytes)) } else { String::new() }
+    );
+    for s in &p.sites {
+        let _ = writeln!(o, "    {:>12} {:>6}  {:>5} blocks  {}", bytes(s.bytes), percent(s.share), s.blocks, s.site.site);
+        let _ = writeln!(o, "                                      {}", s.site.stack);
+    }
+    if p.other_sites > 0 {
+        let _ = writeln!(o, "    {:>12}         {} more sites", bytes(p.other_sites_bytes), p.other_sites);
+    }
+    if !p.open_annotations.is_empty() {
+        let _ = writeln!(o, "    Open record_function scopes: {}", p.open_annotations.join(" > "));
+    }
+    if !p.by_annotation.is_empty() {
+        let _ = writeln!(o, "    By record_function scope (where the live blocks were allocated):");
+        for a in &p.by_annotation {
+            let _ = writeln!(o, "    {:>12}  {:>5} blocks  {}", bytes(a.bytes), a.blocks, a.name);
+        }
+    }
+    o
+}
+
+fn recommend_text(d: &DeviceAnalysis) -> String {
+    let mut o = String::new();
+    let r = &d.recommendations;
+    if r.recommended.is_empty() {
+        let _ = writeln!(o, "  {}", r.note.as_deref().unwrap_or("nothing to recommend"));
+    }
+    for x in &r.recommended {
+        let _ = writeln!(o, "  {}. {}", x.rank, x.paste);
+        if let Some(c) = &x.extra_call {
+            let _ = writeln!(o, "     and call {c}");
+        }
+        let _ = writeln!(o, "     {} (PyTorch ≥ {})", x.reason, x.min_version.unwrap_or("?"));
+    }
+    if r.measured && !r.tried.is_empty() {
+        if let Some(b) = &r.baseline {
+            let _ = writeln!(
+                o,
+                "  Replayed {} settings against the recorded ones (peak reserved {}, {} cudaMalloc{}) on {}.",
+                r.tried.len(),
+                bytes(b.peak_reserved_bytes),
+                b.cuda_mallocs,
+                b.first_oom_index.map_or(String::new(), |i| format!(", OOM at entry {i}")),
+                r.capacity_bytes.map_or("an unlimited device".to_string(), |c| format!("a {} device", bytes(c)))
+            );
+        }
+    }
+    o
+}

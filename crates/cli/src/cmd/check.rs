@@ -1,0 +1,117 @@
+//! `fragscope check FILE [--max-reserved SIZE] [--max-allocated SIZE]
+//! [--max-fragmentation F] [--no-leaks] [--json]`: a memory budget gate for CI.
+//!
+//! Exit 0 with one `check passed: ...` line when every device is within the limits,
+//! exit 1 with one `check failed: ...` line naming the first broken limit and the
+//! measured value (`(and N more)` when several broke), exit 2 on unreadable input or a
+//! bad limit. Both lines go to stdout. `--json` prints the result object
+//! (`fragscope_analysis::check::CheckResult`) instead, with the same exit codes.
+//!
+//! Sizes: plain bytes, binary units `KiB MiB GiB TiB` (and `K M G T`), decimal units
+//! `KB MB GB TB` (`20GB` = 20,000,000,000 bytes). Fragmentation: `0.15` or `15%`,
+//! compared with `1 − peak allocated / peak reserved`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use fragscope_analysis::check::{self, Failure, Limits, Value};
+
+use crate::output::bytes;
+use crate::{input, CliError, EXIT_GATE_FAILED};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Snapshot file (pickle from torch.cuda.memory._dump_snapshot, or a profiler trace).
+    pub file: PathBuf,
+    /// Fail when peak reserved memory exceeds SIZE (e.g. 20GiB, 20GB, 512MiB, bytes).
+    #[arg(long, value_name = "SIZE")]
+    pub max_reserved: Option<String>,
+    /// Fail when peak allocated memory exceeds SIZE.
+    #[arg(long, value_name = "SIZE")]
+    pub max_allocated: Option<String>,
+    /// Fail when 1 − peak allocated / peak reserved exceeds F (0.15 or 15%).
+    #[arg(long, value_name = "F")]
+    pub max_fragmentation: Option<String>,
+    /// Fail when any call site's live memory grows from iteration to iteration.
+    #[arg(long)]
+    pub no_leaks: bool,
+    /// Print the result object as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn flag(limit: &str) -> &'static str {
+    match limit {
+        "max_reserved" => "--max-reserved",
+        "max_allocated" => "--max-allocated",
+        "max_fragmentation" => "--max-fragmentation",
+        _ => "--no-leaks",
+    }
+}
+
+fn value(v: &Value) -> String {
+    match *v {
+        Value::Bytes(b) => bytes(b),
+        Value::Ratio(r) => format!("{r:.4}"),
+        Value::Count(c) => c.to_string(),
+    }
+}
+
+fn failure_line(f: &Failure) -> String {
+    match f.limit {
+        "no_leaks" => format!("{} leak suspect(s) on device {} (--no-leaks)", value(&f.measured), f.device),
+        l => {
+            let what = match l {
+                "max_reserved" => "peak reserved",
+                "max_allocated" => "peak allocated",
+                _ => "peak fragmentation",
+            };
+            format!("{what} {} on device {} exceeds {} {}", value(&f.measured), f.device, flag(l), value(&f.allowed))
+        }
+    }
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    let size = |s: &Option<String>, name: &str| -> Result<Option<u64>, CliError> {
+        s.as_deref().map(|v| check::parse_size(v).map_err(|e| CliError::usage(format!("{name}: {e}")))).transpose()
+    };
+    let limits = Limits {
+        max_reserved: size(&args.max_reserved, "--max-reserved")?,
+        max_allocated: size(&args.max_allocated, "--max-allocated")?,
+        max_fragmentation: args
+            .max_fragmentation
+            .as_deref()
+            .map(|v| check::parse_fraction(v).map_err(|e| CliError::usage(format!("--max-fragmentation: {e}"))))
+            .transpose()?,
+        no_leaks: args.no_leaks,
+    };
+    let snap = input::load(&args.file, args.json)?;
+    let result = check::check(&snap, &limits);
+    let text = if args.json {
+        let mut s = serde_json::to_string_pretty(&result).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else if let Some(first) = result.failures.first() {
+        let more = result.failures.len() - 1;
+        let suffix = if more > 0 { format!(" (and {more} more)") } else { String::new() };
+        format!("check failed: {}{suffix}\n", failure_line(first))
+    } else {
+        let devs: Vec<String> = result
+            .devices
+            .iter()
+            .map(|d| {
+                let frag = d.peak_fragmentation.map_or("n/a".to_string(), |f| format!("{f:.4}"));
+                format!(
+                    "device {}: peak reserved {}, peak allocated {}, fragmentation {frag}",
+                    d.device,
+                    bytes(d.peak_reserved),
+                    bytes(d.peak_allocated)
+                )
+            })
+            .collect();
+        let body = if devs.is_empty() { "no device memory recorded".to_string() } else { devs.join("; ") };
+        format!("check passed: {}: {body}\n", args.file.display())
+    };
+    crate::print_stdout(&text)?;
+    Ok(if result.ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_GATE_FAILED) })
+}

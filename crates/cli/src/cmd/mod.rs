@@ -1,0 +1,13 @@
+//! One module per subcommand. Each has `Args` (clap derive) and
+//! `run(&Args) -> Result<ExitCode, CliError>`; `main.rs` registers it with one enum variant.
+//!
+//! `replay`, `analyze`, `oom`, `diff` and `check` are placeholders, not registered yet:
+//! their owners fill them in and add the variant in `main.rs`.
+
+pub mod summary;
+
+pub mod analyze;
+pub mod check;
+pub mod diff;
+pub mod oom;
+pub mod replay;

@@ -1,0 +1,140 @@
+//! `fragscope oom [TEXT] [--json]`: explain a CUDA out-of-memory error from its text alone.
+//!
+//! TEXT is the error message (any PyTorch form, a whole traceback or log is fine); without
+//! it, or with `-`, the text is read from stdin; if TEXT names an existing file, that file
+//! is read. Prints the figures, what "reserved but unallocated" means in this message,
+//! whether fragmentation is the likely cause, and the exact calls that record a snapshot
+//! at the next OOM. Text with no OOM message in it: one line on stderr, exit code 2.
+
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+
+use fragscope_analysis::oom_message::{self, Likely, OomExplanation, OomMessage};
+use serde::Serialize;
+
+use crate::output::{bytes, grouped};
+use crate::CliError;
+
+/// Schema name of `fragscope oom --json`.
+pub const SCHEMA: &str = "fragscope.oom/1";
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The error text (quote it), a file holding it, or `-` / nothing to read stdin.
+    pub text: Option<String>,
+    /// Print JSON (schema `fragscope.oom/1`, see docs/json-schema.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    schema: &'static str,
+    message: &'a OomMessage,
+    /// `live_allocated`: allocated by PyTorch minus private-pool free bytes.
+    live_allocated: Option<u64>,
+    /// `total − free − reserved`.
+    outside_allocator: Option<u64>,
+    explanation: &'a OomExplanation,
+    /// The verdict is `fragmentation`.
+    fragmentation_likely: bool,
+    /// What "reserved but unallocated" means in this message, in words.
+    reserved_unallocated_meaning: Option<String>,
+}
+
+fn read_input(args: &Args) -> Result<String, CliError> {
+    match args.text.as_deref() {
+        None | Some("-") => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
+            Ok(s)
+        }
+        Some(t) if !t.contains('\n') && t.len() < 4096 && Path::new(t).is_file() => std::fs::read(t)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| CliError::usage(format!("cannot read {t}: {e}"))),
+        Some(t) => Ok(t.to_string()),
+    }
+}
+
+fn meaning(m: &OomMessage) -> Option<String> {
+    let u = m.reserved_unallocated?;
+    let r = m.reserved_total.map(|r| format!(" of the {} PyTorch held", bytes(r))).unwrap_or_default();
+    let req = m.tried_to_allocate.map(|s| format!(" The failed request needed {} in one piece.", bytes(s))).unwrap_or_default();
+    Some(format!(
+        "{}{} was reserved but unallocated: memory PyTorch got from CUDA and keeps cached as free \
+         blocks for reuse instead of returning it. Before raising this error PyTorch already \
+         returned every completely free segment and retried, so these bytes sit in segments that \
+         also hold live tensors; they help only a request that fits inside one free block.{}",
+        bytes(u),
+        r,
+        req
+    ))
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    let text = read_input(args)?;
+    let msg = oom_message::parse(&text).map_err(|e| CliError::usage(e.to_string()))?;
+    let ex = oom_message::explain(&msg);
+    let frag = ex.verdict == Likely::Fragmentation;
+    let out = if args.json {
+        let j = JsonOut {
+            schema: SCHEMA,
+            message: &msg,
+            live_allocated: msg.live_allocated(),
+            outside_allocator: msg.outside_allocator(),
+            explanation: &ex,
+            fragmentation_likely: frag,
+            reserved_unallocated_meaning: meaning(&msg),
+        };
+        let mut s = serde_json::to_string_pretty(&j).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        render_text(&msg, &ex)
+    };
+    crate::print_stdout(&out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "CUDA out-of-memory error ({} message form, PyTorch {})\n", m.form, m.form.versions());
+    let _ = writeln!(o, "Figures in the message:");
+    let mut row = |name: &str, v: Option<u64>, note: &str| {
+        if let Some(v) = v {
+            let _ = writeln!(o, "  {name:<28} {:>12}  {:>20} bytes{}", bytes(v), grouped(v), if note.is_empty() { String::new() } else { format!("  ({note})") });
+        }
+    };
+    row("Tried to allocate", m.tried_to_allocate, "segment size asked of CUDA");
+    row("Total capacity", m.total_capacity, "");
+    row("Free (CUDA)", m.free, "");
+    row("Allowed (memory fraction)", m.allowed, "");
+    row("Allocated by PyTorch", m.allocated_by_pytorch, "");
+    row("Private pools (free)", m.private_pools, "");
+    row("Reserved but unallocated", m.reserved_unallocated, "");
+    row("Reserved in total", m.reserved_total, "");
+    row("Outside this allocator", m.outside_allocator(), "total − free − reserved");
+    if let Some(d) = m.device {
+        let _ = writeln!(o, "  {:<28} {d}", "Device");
+    }
+    for p in &m.processes {
+        let who = p.pid.map_or("this process".to_string(), |pid| format!("process {pid}"));
+        let _ = writeln!(o, "  {:<28} {:>12}", format!("In use by {who}"), bytes(p.bytes));
+    }
+    o.push('\n');
+    if let Some(s) = meaning(m) {
+        let _ = writeln!(o, "What \"reserved but unallocated\" means here:\n  {s}\n");
+    }
+    let _ = writeln!(
+        o,
+        "Fragmentation the likely cause: {} (verdict: {})\n",
+        if ex.verdict == Likely::Fragmentation { "yes" } else { "no" },
+        ex.verdict
+    );
+    let _ = write!(o, "{ex}");
+    o
+}

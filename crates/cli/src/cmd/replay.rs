@@ -1,0 +1,312 @@
+//! `fragscope replay FILE ...`: replay a snapshot's trace through the allocator model.
+//!
+//! * `--verify`: check the model against the recording (per device: allocations at the
+//!   recorded address, segment events matched, first divergence).
+//! * default ("what if"): the same workload under other `PYTORCH_CUDA_ALLOC_CONF`
+//!   settings (`--config`, repeatable; without it the recorded settings and common
+//!   alternatives) and/or another device size (`--capacity`).
+//! * `--fidelity-table`: the Markdown table of docs/fidelity.md.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use fragscope_alloc::AllocatorConfig;
+use fragscope_analysis::replay::{
+    self, fidelity, recorded_config, replayable_devices, simulate_with, ReplayOptions, SimOptions, VerifyReport, WhatIf,
+};
+use fragscope_snapshot::Snapshot;
+use serde::Serialize;
+
+use crate::output::{self, Align, Table};
+use crate::{input, print_stdout, CliError};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Snapshot files (pickles from torch.cuda.memory._dump_snapshot).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Check the allocator model against the recording instead of simulating.
+    #[arg(long)]
+    pub verify: bool,
+    /// Print the Markdown fidelity table (docs/fidelity.md) for all FILEs.
+    #[arg(long, conflicts_with_all = ["verify", "config", "save_snapshot"])]
+    pub fidelity_table: bool,
+    /// PYTORCH_CUDA_ALLOC_CONF string to simulate (repeatable). Applied on top of the
+    /// recorded settings. Without it: the recorded settings and common alternatives.
+    #[arg(long = "config", value_name = "STRING")]
+    pub config: Vec<String>,
+    /// Device memory: bytes with a unit (80GiB, 40GB, 24G) or a GPU name (H100-80GB,
+    /// A100-40GB, A100-80GB, H200, L4, T4, RTX-4090, V100-32GB, ...).
+    #[arg(long, value_name = "SIZE|GPU")]
+    pub capacity: Option<String>,
+    /// Only this device.
+    #[arg(long)]
+    pub device: Option<i64>,
+    /// Write the simulated run (first --config) as a snapshot pickle.
+    #[arg(long, value_name = "OUT")]
+    pub save_snapshot: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Memory totals as `nvidia-smi` reports them (MiB × 2^20).
+const GPUS: &[(&str, u64)] = &[
+    ("H100-80GB", 81_559),
+    ("H100", 81_559),
+    ("H100-94GB", 95_830),
+    ("H200", 143_771),
+    ("A100-40GB", 40_960),
+    ("A100-80GB", 81_920),
+    ("A100", 81_920),
+    ("L4", 23_034),
+    ("L40S", 46_068),
+    ("A10", 23_028),
+    ("A6000", 49_140),
+    ("T4", 15_360),
+    ("V100-16GB", 16_384),
+    ("V100-32GB", 32_768),
+    ("RTX-3090", 24_576),
+    ("RTX-4090", 24_564),
+    ("RTX-5090", 32_607),
+];
+
+/// `80GiB`, `80GB` (decimal), `80G` (= GiB), `1234` (bytes), or a GPU name.
+pub fn parse_capacity(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if let Some(&(_, mib)) = GPUS.iter().find(|(n, _)| n.eq_ignore_ascii_case(t)) {
+        return Ok(mib << 20);
+    }
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("invalid capacity '{s}' (use e.g. 80GiB, 40GB or H100-80GB)"))?;
+    let mul: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => (1u64 << 30) as f64,
+        "t" | "tib" => (1u64 << 40) as f64,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return Err(format!("invalid capacity '{s}' (use e.g. 80GiB, 40GB or H100-80GB)")),
+    };
+    Ok((v * mul) as u64)
+}
+
+/// The alternatives tried when no `--config` is given: (label, string added on top of
+/// the recorded settings, needs a memory fraction / capacity).
+const ALTERNATIVES: &[&str] = &[
+    "expandable_segments:True",
+    "max_split_size_mb:128",
+    "max_split_size_mb:512",
+    "roundup_power2_divisions:4",
+    "garbage_collection_threshold:0.8,per_process_memory_fraction:0.95",
+];
+
+fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, CliError> {
+    let b = base.to_conf_string();
+    let joined = if b.is_empty() { extra.to_string() } else { format!("{b},{extra}") };
+    fragscope_alloc::parse_config(&joined).map_err(|e| CliError::usage(e.to_string()))
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    schema: &'static str,
+    files: Vec<JsonFile<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonFile<'a> {
+    file: String,
+    devices: Vec<JsonDevice<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonDevice<'a> {
+    #[serde(flatten)]
+    verify: &'a VerifyReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    whatif: Option<&'a [WhatIf]>,
+}
+
+struct DeviceResult {
+    verify: VerifyReport,
+    whatif: Option<Vec<WhatIf>>,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    // Bad config strings are bad usage: check them before any work.
+    for c in &args.config {
+        fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
+    }
+    let capacity = args.capacity.as_deref().map(parse_capacity).transpose().map_err(CliError::usage)?;
+    if args.fidelity_table {
+        let mut files = Vec::new();
+        for f in &args.files {
+            let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
+            let snap = fragscope_snapshot::read_path(f).map_err(|e| e.to_string());
+            files.push((name, snap));
+        }
+        print_stdout(&fidelity::fidelity_table(&files))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out: Vec<(String, Vec<DeviceResult>)> = Vec::new();
+    let mut saved: Option<Snapshot> = None;
+    for f in &args.files {
+        let snap = input::load(f, args.json)?;
+        let mut devs = replayable_devices(&snap);
+        if let Some(d) = args.device {
+            devs.retain(|&x| x == d);
+        }
+        let mut results = Vec::new();
+        for d in devs {
+            let verify = replay::verify(&snap, d, &ReplayOptions { capacity, ..Default::default() });
+            let whatif = if args.verify {
+                None
+            } else {
+                let recorded = recorded_config(&snap);
+                let mut cfgs: Vec<AllocatorConfig> = Vec::new();
+                if args.config.is_empty() {
+                    cfgs.push(recorded.clone());
+                    for alt in ALTERNATIVES {
+                        let c = config_on_top(&recorded, alt)?;
+                        if c != recorded {
+                            cfgs.push(c);
+                        }
+                    }
+                } else {
+                    for c in &args.config {
+                        cfgs.push(config_on_top(&recorded, c)?);
+                    }
+                }
+                let mut runs = Vec::new();
+                for (k, c) in cfgs.into_iter().enumerate() {
+                    let collect = k == 0 && args.save_snapshot.is_some();
+                    let mut w = simulate_with(&snap, d, c, &SimOptions { capacity, collect_snapshot: collect });
+                    if let Some(s) = w.snapshot.take() {
+                        merge_into(&mut saved, s);
+                    }
+                    runs.push(w);
+                }
+                Some(runs)
+            };
+            results.push(DeviceResult { verify, whatif });
+        }
+        out.push((f.display().to_string(), results));
+    }
+    if let (Some(path), Some(s)) = (&args.save_snapshot, &saved) {
+        fragscope_snapshot::pickle::write::write_path(s, path)
+            .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))?;
+    }
+    let text = if args.json {
+        let j = JsonOut {
+            schema: if args.verify { "fragscope.replay.verify/1" } else { "fragscope.replay.whatif/1" },
+            files: out
+                .iter()
+                .map(|(file, rs)| JsonFile {
+                    file: file.clone(),
+                    devices: rs.iter().map(|r| JsonDevice { verify: &r.verify, whatif: r.whatif.as_deref() }).collect(),
+                })
+                .collect(),
+        };
+        let mut s = serde_json::to_string_pretty(&j).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        render_text(&out, args.verify)
+    };
+    print_stdout(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn merge_into(acc: &mut Option<Snapshot>, s: Snapshot) {
+    match acc {
+        None => *acc = Some(s),
+        Some(a) => {
+            a.segments.extend(s.segments);
+            for (i, t) in s.device_traces.into_iter().enumerate() {
+                if a.device_traces.len() <= i {
+                    a.device_traces.resize(i + 1, Vec::new());
+                }
+                if !t.is_empty() {
+                    a.device_traces[i] = t;
+                }
+            }
+        }
+    }
+}
+
+fn frac(a: u64, b: u64) -> String {
+    if b == 0 {
+        "—".into()
+    } else {
+        format!("{a}/{b} ({})", output::percent(a as f64 / b as f64))
+    }
+}
+
+fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String {
+    let mut s = String::new();
+    for (file, rs) in out {
+        let _ = writeln!(s, "{file}");
+        if rs.is_empty() {
+            let _ = writeln!(s, "  no allocation trace to replay (state-only snapshot)\n");
+            continue;
+        }
+        let mut t = Table::new(&[
+            ("device", Align::Right),
+            ("allocs matched", Align::Right),
+            ("segment events matched", Align::Right),
+            ("OOMs", Align::Right),
+            ("first divergence", Align::Left),
+        ]);
+        for r in rs {
+            let v = &r.verify;
+            t.row([
+                v.device.to_string(),
+                frac(v.allocs_matched, v.allocs),
+                frac(v.segment_events_matched, v.segment_events),
+                frac(v.ooms_matched, v.ooms),
+                fidelity::verdict(v).replace("exact", "none"),
+            ]);
+        }
+        s.push_str(&t.render());
+        if !verify_only {
+            for r in rs {
+                let Some(runs) = &r.whatif else { continue };
+                let _ = writeln!(s, "\n  device {}: what if", r.verify.device);
+                let mut t = Table::new(&[
+                    ("PYTORCH_CUDA_ALLOC_CONF", Align::Left),
+                    ("peak reserved", Align::Right),
+                    ("peak allocated", Align::Right),
+                    ("fragmentation", Align::Right),
+                    ("cudaMalloc", Align::Right),
+                    ("cudaFree", Align::Right),
+                    ("retries", Align::Right),
+                    ("first OOM", Align::Left),
+                ]);
+                for w in runs {
+                    let name = if w.config.is_empty() { "(defaults)".to_string() } else { w.config.clone() };
+                    t.row([
+                        name,
+                        output::bytes(w.peak_reserved),
+                        output::bytes(w.peak_allocated),
+                        output::percent(w.peak_fragmentation),
+                        w.cuda_mallocs.to_string(),
+                        w.cuda_frees.to_string(),
+                        w.alloc_retries.to_string(),
+                        match &w.first_oom {
+                            None => "none".into(),
+                            Some(o) => format!("event {}: {}", o.index, output::bytes(o.requested)),
+                        },
+                    ]);
+                }
+                s.push_str(&t.render());
+            }
+        }
+        s.push('\n');
+    }
+    s
+}

@@ -1,0 +1,318 @@
+//! `fragscope summary [FILE ...] [--json]`: the memory_summary() figures a snapshot can
+//! give, the fragmentation PyTorch never printed, the trace and the allocator settings.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use fragscope_analysis::summary::{self, DeviceSummary, PoolFigures, Summary};
+use serde::Serialize;
+
+use crate::output::{self, Align, Table};
+use crate::{input, CliError};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Snapshot files (`torch.cuda.memory._dump_snapshot` pickles, optionally gzipped, or
+    /// torch.profiler JSON traces). Without FILE: the built-in example snapshot.
+    pub files: Vec<PathBuf>,
+    /// Print JSON (schema `fragscope.summary/1`, see docs/json-schema.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Top level of `--json`.
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    schema: &'static str,
+    files: Vec<FileOut<'a>>,
+}
+
+#[derive(Serialize)]
+struct FileOut<'a> {
+    /// The path as given, or `"<built-in example>"`.
+    file: String,
+    /// True for the example snapshot shipped with fragscope.
+    example: bool,
+    #[serde(flatten)]
+    summary: &'a Summary,
+}
+
+pub const EXAMPLE_NAME: &str = "<built-in example>";
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    let mut results: Vec<(String, bool, Summary)> = Vec::new();
+    if args.files.is_empty() {
+        results.push((EXAMPLE_NAME.to_string(), true, summary::summarize(&crate::example::snapshot())));
+    }
+    for f in &args.files {
+        let snap = input::load(f, args.json)?;
+        results.push((f.display().to_string(), false, summary::summarize(&snap)));
+    }
+    let text = if args.json {
+        let out = JsonOut {
+            schema: summary::SCHEMA,
+            files: results.iter().map(|(file, example, s)| FileOut { file: file.clone(), example: *example, summary: s }).collect(),
+        };
+        let mut s = serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        let mut s = String::new();
+        for (i, (file, example, sum)) in results.iter().enumerate() {
+            if i > 0 {
+                s.push('\n');
+            }
+            s.push_str(&render_text(file, *example, sum));
+        }
+        s
+    };
+    crate::print_stdout(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn format_name(f: &str) -> &'static str {
+    match f {
+        "dict" => "PyTorch 2.x snapshot",
+        "segment_list" => "PyTorch 1.13 snapshot (segment list)",
+        "kineto" => "torch.profiler trace",
+        _ => "snapshot",
+    }
+}
+
+/// The whole text report of one file.
+pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
+    let mut o = String::new();
+    if example {
+        let _ = writeln!(
+            o,
+            "fragscope summary of the built-in example snapshot (a toy training loop made by \
+             fragscope's own code).\nRun `fragscope summary FILE` on a snapshot from \
+             torch.cuda.memory._dump_snapshot().\n"
+        );
+    } else {
+        let _ = writeln!(o, "fragscope summary of {file} ({})\n", format_name(s.format));
+    }
+    if s.devices.is_empty() {
+        let _ = writeln!(o, "No device has segments or trace events in this file.");
+    }
+    for d in &s.devices {
+        o.push_str(&device_table(file, example, d));
+        o.push('\n');
+        o.push_str(&fragmentation_text(d));
+        o.push('\n');
+        o.push_str(&trace_text(d));
+        o.push('\n');
+    }
+    o.push_str(&settings_text(s));
+    if s.devices.iter().any(|d| d.all.segments > 0) {
+        let _ = writeln!(o, "\n_memory_viz.py stats would print (all devices):");
+        for l in &s.memviz_stats.lines {
+            let _ = writeln!(o, "  {l}");
+        }
+    }
+    let notes = notes_text(s);
+    if !notes.is_empty() {
+        o.push('\n');
+        o.push_str(&notes);
+    }
+    o
+}
+
+/// memory_summary()'s table, current values only, with an exact column.
+fn device_table(file: &str, example: bool, d: &DeviceSummary) -> String {
+    let mut t = Table::new(&[("Metric", Align::Left), ("Cur Usage", Align::Right), ("Exact", Align::Right)]);
+    t.banner(format!("PyTorch CUDA memory summary, device ID {}", d.device));
+    t.banner(if example { "(built-in example snapshot)".to_string() } else { format!("from {}", short_name(file)) });
+    type Get = fn(&PoolFigures) -> u64;
+    let byte_rows: [(&str, Get); 5] = [
+        ("Allocated memory", |p| p.allocated_bytes),
+        ("Active memory", |p| p.active_bytes),
+        ("Requested memory", |p| p.requested_bytes),
+        ("GPU reserved memory", |p| p.reserved_bytes),
+        ("Non-releasable memory", |p| p.inactive_split_bytes),
+    ];
+    let count_rows: [(&str, Get); 5] = [
+        ("Allocations", |p| p.allocations),
+        ("Active allocs", |p| p.active_blocks),
+        ("GPU reserved segments", |p| p.segments),
+        ("Non-releasable allocs", |p| p.inactive_split_blocks),
+        ("Blocks", |p| p.blocks),
+    ];
+    let pools = [("", &d.all), ("      from large pool", &d.pools.large), ("      from small pool", &d.pools.small)];
+    for (name, get) in byte_rows {
+        t.rule();
+        let pref = get(&d.all);
+        for (label, p) in pools {
+            let label = if label.is_empty() { name } else { label };
+            t.row([label.to_string(), output::summary_bytes(get(p), pref), output::grouped(get(p))]);
+        }
+    }
+    for (name, get) in count_rows {
+        t.rule();
+        let pref = get(&d.all);
+        for (label, p) in pools {
+            let label = if label.is_empty() { name } else { label };
+            t.row([label.to_string(), output::summary_count(get(p), pref), output::grouped(get(p))]);
+        }
+    }
+    t.render()
+}
+
+fn short_name(file: &str) -> &str {
+    std::path::Path::new(file).file_name().and_then(|n| n.to_str()).unwrap_or(file)
+}
+
+fn fragmentation_text(d: &DeviceSummary) -> String {
+    let f = &d.fragmentation;
+    let mut o = String::new();
+    let _ = writeln!(o, "Fragmentation, device {} (not in memory_summary):", d.device);
+    let rows: Vec<(String, String)> = vec![
+        (
+            "Reserved but unallocated".into(),
+            format!("{}  (reserved − allocated: what nvidia-smi shows as used but no tensor holds)", output::bytes(f.reserved_minus_allocated_bytes)),
+        ),
+        (
+            "Free inside segments".into(),
+            format!(
+                "{}  = {} external (blocks not allocated) + {} internal (rounding slack, {} of free)",
+                output::bytes(f.free_bytes),
+                output::bytes(f.external_free_bytes),
+                output::bytes(f.internal_free_bytes),
+                output::percent(f.internal_free_share)
+            ),
+        ),
+        ("Cached free blocks".into(), format!("{}  (state inactive: reusable without cudaMalloc)", output::bytes(f.inactive_bytes))),
+        (
+            "Largest free block".into(),
+            format!("{}  (the largest request served without new memory)", output::bytes(f.largest_free_block_bytes)),
+        ),
+        (
+            "Free-space fragmentation".into(),
+            format!("{:.3}  (1 − largest free block / cached free; 0 = one contiguous block)", f.free_space_fragmentation),
+        ),
+        (
+            "Pinned segments".into(),
+            format!(
+                "{} of {}, {} reserved, {} of it free  (≤ 10% live, or ≤ 2 live blocks holding ≤ 25%: \
+                 empty_cache() cannot release them)",
+                f.pinned_segments,
+                d.all.segments,
+                output::bytes(f.pinned_reserved_bytes),
+                output::bytes(f.pinned_free_bytes)
+            ),
+        ),
+    ];
+    push_rows(&mut o, &rows);
+    o
+}
+
+fn push_rows(o: &mut String, rows: &[(String, String)]) {
+    let w = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
+    for (k, v) in rows {
+        let _ = writeln!(o, "  {k:<w$}  {v}");
+    }
+}
+
+fn trace_text(d: &DeviceSummary) -> String {
+    let t = &d.trace;
+    let mut o = String::new();
+    let _ = writeln!(o, "Trace, device {} (device_traces[{}]):", d.device, d.device);
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let actions: Vec<String> = t.by_action.iter().map(|(a, n)| format!("{a} {}", output::grouped(*n))).collect();
+    rows.push((
+        "Events".into(),
+        if t.events == 0 { "0".into() } else { format!("{}  ({})", output::grouped(t.events), actions.join(", ")) },
+    ));
+    if let Some(span) = t.span_us {
+        rows.push(("Time span".into(), format!("{:.3} s  (time_us {} … {})", span as f64 / 1e6, t.first_time_us.unwrap_or(0), t.last_time_us.unwrap_or(0))));
+    } else if t.events > 0 {
+        rows.push(("Time span".into(), "not recorded (no time_us: PyTorch before 2.2)".into()));
+    }
+    let history = match t.history {
+        "none" => "no trace recorded (history off, or enabled=\"state\" with nothing after the last event)".to_string(),
+        "single_entry" => "only the last event (enabled=\"state\" or the legacy 1-entry ring buffer)".to_string(),
+        "complete" => "complete: every free and every live block has its alloc in the trace".to_string(),
+        _ => "began mid-run: recording started (or the ring buffer wrapped) after memory was in use".to_string(),
+    };
+    rows.push(("History".into(), history));
+    if t.events > 0 {
+        rows.push((
+            "Frees of unknown blocks".into(),
+            format!("{}  (+ {} segment_free of unknown segments)", output::grouped(t.frees_of_unknown_blocks), t.segment_frees_of_unknown_segments),
+        ));
+    }
+    let coverage = t.live_bytes_coverage.map_or("-".to_string(), output::percent);
+    rows.push((
+        "Live blocks".into(),
+        if t.events == 0 {
+            format!("{} ({})", output::grouped(t.live_blocks), output::bytes(t.live_bytes))
+        } else {
+            format!(
+            "{} ({}), {} allocated before the trace; the trace covers {} of live bytes",
+            output::grouped(t.live_blocks),
+            output::bytes(t.live_bytes),
+            output::grouped(t.live_blocks_untraced),
+            coverage
+            )
+        },
+    ));
+    if t.trace_live_missing_from_state > 0 {
+        rows.push((
+            "Inconsistent".into(),
+            format!("{} blocks left live by the trace are missing from the final state", t.trace_live_missing_from_state),
+        ));
+    }
+    push_rows(&mut o, &rows);
+    o
+}
+
+fn settings_text(s: &Summary) -> String {
+    let mut o = String::new();
+    let Some(st) = &s.settings else {
+        let _ = writeln!(o, "Allocator settings: not recorded (allocator_settings appeared in PyTorch 2.3).");
+        return o;
+    };
+    let _ = writeln!(o, "Allocator settings (allocator_settings):");
+    let divs: Vec<String> = st.roundup_power2_divisions.iter().filter(|(_, d)| *d != 0).map(|(k, d)| format!("{k}MiB:{d}")).collect();
+    let rows = vec![
+        (
+            "PYTORCH_CUDA_ALLOC_CONF".to_string(),
+            match st.conf.as_deref() {
+                Some("") | None => "(not set)".to_string(),
+                Some(c) => format!("\"{c}\""),
+            },
+        ),
+        ("max_split_size".into(), st.max_split_size.map_or("unlimited".into(), output::bytes)),
+        ("expandable_segments".into(), st.expandable_segments.map_or("-".into(), |b| if b { "True" } else { "False" }.into())),
+        (
+            "garbage_collection_threshold".into(),
+            st.garbage_collection_threshold.map_or("-".into(), |g| if g == 0.0 { "0 (off)".into() } else { format!("{g}") }),
+        ),
+        ("roundup_power2_divisions".into(), if divs.is_empty() { "none".into() } else { divs.join(", ") }),
+    ];
+    push_rows(&mut o, &rows);
+    o
+}
+
+fn notes_text(s: &Summary) -> String {
+    let n = &s.notes;
+    let mut o = String::new();
+    let fmt = |m: &std::collections::BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k} ×{v}")).collect::<Vec<_>>().join(", ");
+    if !n.unknown_keys.is_empty() {
+        let _ = writeln!(o, "  keys this reader does not interpret (kept): {}", fmt(&n.unknown_keys));
+    }
+    if !n.unknown_actions.is_empty() {
+        let _ = writeln!(o, "  trace actions not modelled (skipped): {}", fmt(&n.unknown_actions));
+    }
+    if !n.missing_optional.is_empty() {
+        let _ = writeln!(o, "  optional keys missing: {}", fmt(&n.missing_optional));
+    }
+    for r in &n.remarks {
+        let _ = writeln!(o, "  {r}");
+    }
+    if o.is_empty() {
+        return o;
+    }
+    format!("Reader notes:\n{o}")
+}

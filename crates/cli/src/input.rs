@@ -1,0 +1,42 @@
+//! Loading a snapshot file for a command: a progress bar on a terminal for large files,
+//! and the one-line error (exit code 2) when the file cannot be read.
+
+use std::io::IsTerminal;
+use std::path::Path;
+
+use fragscope_snapshot::{ReadError, Snapshot};
+
+use crate::CliError;
+
+/// Files larger than this get a progress bar (on a terminal, not with `--json`).
+pub const PROGRESS_THRESHOLD: u64 = 64 * 1024 * 1024;
+
+/// Reads a snapshot; `quiet` (e.g. `--json`) never shows a progress bar.
+pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let show = !quiet && size > PROGRESS_THRESHOLD && std::io::stderr().is_terminal();
+    let result = if show {
+        let bar = indicatif::ProgressBar::with_draw_target(Some(size), indicatif::ProgressDrawTarget::stderr());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({eta})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_message(format!("reading {}", path.display()));
+        let r = fragscope_snapshot::read_path_with_progress(path, &mut |done, _total| bar.set_position(done));
+        bar.finish_and_clear();
+        r
+    } else {
+        fragscope_snapshot::read_path(path)
+    };
+    result.map_err(|e| read_error(path, &e))
+}
+
+/// The one line for a file that cannot be used (without the `error: ` prefix).
+pub fn read_error(path: &Path, e: &ReadError) -> CliError {
+    let msg = match e {
+        ReadError::Io(io) => format!("cannot read {}: {io}", path.display()),
+        other => format!("{} is not a memory snapshot: {other}", path.display()),
+    };
+    CliError::usage(msg)
+}

@@ -1,0 +1,209 @@
+//! Text output helpers shared by every command: byte figures in PyTorch's styles and a
+//! small table printer.
+
+/// PyTorch's `format_size` (OOM messages): `≤ 1024` → `"<n> bytes"`, then two decimals
+/// with KiB / MiB / GiB (`"1.50 GiB"`; exactly 1 MiB prints `"1024.00 KiB"`).
+pub fn bytes(n: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * 1024;
+    const GIB: u64 = 1024 * 1024 * 1024;
+    if n <= KIB {
+        format!("{n} bytes")
+    } else if n <= MIB {
+        format!("{:.2} KiB", n as f64 / KIB as f64)
+    } else if n <= GIB {
+        format!("{:.2} MiB", n as f64 / MIB as f64)
+    } else {
+        format!("{:.2} GiB", n as f64 / GIB as f64)
+    }
+}
+
+/// A byte cell of `torch.cuda.memory_summary()`: integer (width 6), a space and a unit
+/// chosen from `pref` (the `all` row's value): move to the next unit while `pref` ≥
+/// 768 × 1024 of the current unit, dividing with floor (`"  1536 MiB"`).
+pub fn summary_bytes(value: u64, pref: u64) -> String {
+    let units = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let (mut v, mut p, mut unit) = (value, pref as f64, units[0]);
+    for u in &units[1..] {
+        if p < 768.0 * 1024.0 {
+            break;
+        }
+        unit = u;
+        v /= 1024;
+        p /= 1024.0;
+    }
+    format!("{v:6} {unit}")
+}
+
+/// A count cell of `torch.cuda.memory_summary()`: width 7, then `""`, `"K"` or `"M"`
+/// (threshold 750 × 1000 of `pref`), then a space.
+pub fn summary_count(value: u64, pref: u64) -> String {
+    let units = [" ", "K", "M"];
+    let (mut v, mut p, mut unit) = (value, pref as f64, units[0]);
+    for u in &units[1..] {
+        if p < 750.0 * 1000.0 {
+            break;
+        }
+        unit = u;
+        v /= 1000;
+        p /= 1000.0;
+    }
+    format!("{v:7} {unit} ")
+}
+
+/// An integer with `_`-free thousands separators (`1,234,567`), for exact figures.
+pub fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A percentage with one decimal (`"12.5%"`).
+pub fn percent(part: f64) -> String {
+    format!("{:.1}%", part * 100.0)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// A fixed-width table in memory_summary's style: `|`-bordered, `=` at top and bottom,
+/// `-` between groups.
+#[derive(Debug, Default)]
+pub struct Table {
+    columns: Vec<(String, Align)>,
+    rows: Vec<Row>,
+}
+
+#[derive(Debug)]
+enum Row {
+    Cells(Vec<String>),
+    Rule,
+    /// A line spanning the whole table.
+    Banner(String),
+}
+
+impl Table {
+    pub fn new(columns: &[(&str, Align)]) -> Self {
+        Table { columns: columns.iter().map(|(h, a)| (h.to_string(), *a)).collect(), rows: Vec::new() }
+    }
+    pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
+        self.rows.push(Row::Cells(cells.into_iter().map(Into::into).collect()));
+    }
+    /// A `-` separator line.
+    pub fn rule(&mut self) {
+        self.rows.push(Row::Rule);
+    }
+    pub fn banner(&mut self, text: impl Into<String>) {
+        self.rows.push(Row::Banner(text.into()));
+    }
+
+    fn widths(&self) -> Vec<usize> {
+        let mut w: Vec<usize> = self.columns.iter().map(|(h, _)| h.chars().count()).collect();
+        for r in &self.rows {
+            if let Row::Cells(c) = r {
+                for (i, cell) in c.iter().enumerate().take(w.len()) {
+                    w[i] = w[i].max(cell.chars().count());
+                }
+            }
+        }
+        w
+    }
+
+    pub fn render(&self) -> String {
+        let mut w = self.widths();
+        let mut inner: usize = w.iter().map(|x| x + 2).sum::<usize>() + w.len().saturating_sub(1);
+        let banner_w = self
+            .rows
+            .iter()
+            .filter_map(|r| if let Row::Banner(b) = r { Some(b.chars().count() + 2) } else { None })
+            .max()
+            .unwrap_or(0);
+        if banner_w > inner {
+            if let Some(first) = w.first_mut() {
+                *first += banner_w - inner;
+            }
+            inner = banner_w;
+        }
+        let line = |c: char| format!("|{}|\n", c.to_string().repeat(inner));
+        let cells = |c: &[String]| {
+            let mut s = String::from("|");
+            for (i, width) in w.iter().enumerate() {
+                let text = c.get(i).map(String::as_str).unwrap_or("");
+                let pad = width.saturating_sub(text.chars().count());
+                let align = self.columns.get(i).map_or(Align::Left, |x| x.1);
+                match align {
+                    Align::Left => s.push_str(&format!(" {text}{} |", " ".repeat(pad))),
+                    Align::Right => s.push_str(&format!(" {}{text} |", " ".repeat(pad))),
+                }
+            }
+            s.push('\n');
+            s
+        };
+        let mut out = line('=');
+        let header: Vec<String> = self.columns.iter().map(|(h, _)| h.clone()).collect();
+        let mut header_done = false;
+        for r in &self.rows {
+            match r {
+                Row::Banner(b) => {
+                    let pad = inner.saturating_sub(b.chars().count());
+                    let left = pad / 2;
+                    out.push_str(&format!("|{}{b}{}|\n", " ".repeat(left), " ".repeat(pad - left)));
+                }
+                Row::Rule | Row::Cells(_) if !header_done => {
+                    out.push_str(&line('='));
+                    out.push_str(&cells(&header));
+                    header_done = true;
+                    match r {
+                        Row::Cells(c) => out.push_str(&cells(c)),
+                        _ => out.push_str(&line('-')),
+                    }
+                }
+                Row::Rule => out.push_str(&line('-')),
+                Row::Cells(c) => out.push_str(&cells(c)),
+            }
+        }
+        out.push_str(&line('='));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pytorch_styles() {
+        assert_eq!(bytes(1024), "1024 bytes");
+        assert_eq!(bytes(1 << 20), "1024.00 KiB");
+        assert_eq!(bytes(3 << 29), "1.50 GiB");
+        assert_eq!(summary_bytes(1536 << 20, 1536 << 20), "  1536 MiB");
+        assert_eq!(summary_bytes(512, 512), "   512 B  ");
+        assert_eq!(summary_bytes(1 << 20, 800 << 20), "     1 MiB");
+        assert_eq!(summary_count(12, 12), "     12   ");
+        assert_eq!(summary_count(800_000, 800_000), "    800 K ");
+        assert_eq!(grouped(1234567), "1,234,567");
+        assert_eq!(grouped(12), "12");
+    }
+
+    #[test]
+    fn table_renders_aligned() {
+        let mut t = Table::new(&[("Metric", Align::Left), ("Cur Usage", Align::Right)]);
+        t.banner("title");
+        t.row(["a", "1"]);
+        t.rule();
+        t.row(["bbb", "22"]);
+        let s = t.render();
+        let lens: Vec<usize> = s.lines().map(|l| l.chars().count()).collect();
+        assert!(lens.iter().all(|&l| l == lens[0]), "{s}");
+        assert!(s.contains("| bbb    |        22 |"), "{s}");
+    }
+}

@@ -1,0 +1,130 @@
+//! Command-line behaviour: exit codes, one-line errors, JSON schema keys, the example.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fragscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fragscope")).args(args).output().unwrap()
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fragscope-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn assert_one_line_error(out: &Output, expect: &str) {
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one line on stderr, got: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(expect), "expected {expect:?} in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+}
+
+#[test]
+fn empty_file_is_refused() {
+    let p = temp_file("empty.pickle", b"");
+    let out = fragscope(&["summary", p.to_str().unwrap()]);
+    assert_one_line_error(&out, &format!("{} is not a memory snapshot: the file is empty", p.display()));
+}
+
+#[test]
+fn random_bytes_are_refused() {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let bytes: Vec<u8> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    let p = temp_file("random.bin", &bytes);
+    let out = fragscope(&["summary", "--json", p.to_str().unwrap()]);
+    assert_one_line_error(&out, "is not a memory snapshot: ");
+}
+
+#[test]
+fn global_pickle_is_refused_without_running_it() {
+    // pickle.dumps of os.system("touch ...") via __reduce__, protocol 2 (GLOBAL + REDUCE).
+    let marker = std::env::temp_dir().join(format!("fragscope-pwned-{}", std::process::id()));
+    let cmd = format!("touch {}", marker.display());
+    let mut bytes = b"\x80\x02cposix\nsystem\nq\x00X".to_vec();
+    bytes.extend((cmd.len() as u32).to_le_bytes());
+    bytes.extend(cmd.as_bytes());
+    bytes.extend(b"q\x01\x85q\x02Rq\x03.");
+    let p = temp_file("evil.pickle", &bytes);
+    let out = fragscope(&["summary", p.to_str().unwrap()]);
+    assert_one_line_error(&out, "is not a memory snapshot: pickle opcode GLOBAL");
+    assert!(!marker.exists(), "the pickle was executed");
+}
+
+#[test]
+fn missing_file_is_an_io_error() {
+    let out = fragscope(&["summary", "/nonexistent/fragscope/snap.pickle"]);
+    assert_one_line_error(&out, "cannot read /nonexistent/fragscope/snap.pickle: ");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = fragscope(&["summary", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = fragscope(&["no-such-command"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = fragscope(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(fragscope(&["--help"]).status.code(), Some(0));
+}
+
+#[test]
+fn example_runs_without_file() {
+    let out = fragscope(&["summary"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("built-in example"), "{text}");
+    assert!(text.contains("PyTorch CUDA memory summary, device ID 0"));
+    assert!(text.contains("Fragmentation"));
+    assert!(text.contains("train.py") || text.contains("Trace"));
+    assert!(out.stderr.is_empty(), "no progress bar or noise on stderr");
+}
+
+#[test]
+fn json_has_the_documented_keys() {
+    let out = fragscope(&["summary", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "fragscope.summary/1");
+    let f = &v["files"][0];
+    assert_eq!(f["example"], true);
+    for k in ["file", "format", "devices", "memviz_stats", "settings", "notes"] {
+        assert!(f.get(k).is_some(), "file key {k}");
+    }
+    let d = &f["devices"][0];
+    for k in [
+        "device",
+        "segments",
+        "blocks",
+        "reserved_bytes",
+        "allocated_bytes",
+        "active_bytes",
+        "requested_bytes",
+        "inactive_split_bytes",
+        "largest_free_block_bytes",
+        "trace_events",
+    ] {
+        assert!(d[k].is_u64() || d[k].is_i64(), "device key {k} is an integer: {}", d[k]);
+    }
+    for k in ["pools", "fragmentation", "trace"] {
+        assert!(d[k].is_object(), "device key {k}");
+    }
+    for k in ["internal_free_bytes", "external_free_bytes", "free_space_fragmentation", "pinned_segments"] {
+        assert!(d["fragmentation"].get(k).is_some(), "fragmentation.{k}");
+    }
+    for k in ["events", "by_action", "history", "live_bytes_coverage", "first_time_us"] {
+        assert!(d["trace"].get(k).is_some(), "trace.{k}");
+    }
+}

@@ -1,0 +1,90 @@
+//! Shared helpers for the integration tests.
+//!
+//! The real snapshots live in `../shared/traces` next to the workspace and are never
+//! copied into the repository (several have no licence). Tests read them in place. When
+//! the folder is missing, a test prints a note and skips — except under CI (`CI` set),
+//! where a missing folder is a failure: a green CI run must mean the real files were read.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn traces_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{} is missing: CI must run the real-file tests", dir.display());
+    }
+    eprintln!("note: {} not found; skipping real-file test", dir.display());
+    None
+}
+
+/// Every real pickle (`*.pickle`, `*.pkl`), sorted by name.
+pub fn real_pickles() -> Vec<PathBuf> {
+    let Some(dir) = traces_dir() else { return Vec::new() };
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("pickle" | "pkl")))
+        .collect();
+    v.sort();
+    assert!(v.len() >= 20, "expected the real pickles in {}", dir.display());
+    v
+}
+
+/// Real pickles no bigger than `max` bytes.
+pub fn small_pickles(max: u64) -> Vec<PathBuf> {
+    real_pickles().into_iter().filter(|p| std::fs::metadata(p).unwrap().len() <= max).collect()
+}
+
+pub fn real_file(name: &str) -> Option<PathBuf> {
+    traces_dir().map(|d| d.join(name))
+}
+
+/// A fresh scratch directory under the system temp dir.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("fragscope-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `python3`, if it runs. Like the traces, required under CI.
+pub fn python3() -> Option<&'static str> {
+    let ok = Command::new("python3").arg("-c").arg("import pickle").output().map(|o| o.status.success()).unwrap_or(false);
+    if ok {
+        return Some("python3");
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("python3 is needed under CI for the CPython compatibility checks");
+    }
+    eprintln!("note: python3 not available; skipping CPython check");
+    None
+}
+
+/// Runs a Python script with arguments; panics with its output on failure.
+pub fn run_python(py: &str, script: &str, args: &[&Path]) -> String {
+    let out = Command::new(py).arg("-c").arg(script).args(args).output().expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "python failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// `pickle.dumps(obj, protocol=p)` of a Python expression, built at test time.
+pub fn python_pickle(py: &str, expr: &str, protocol: u8) -> Vec<u8> {
+    let script = format!("import pickle, sys; sys.stdout.buffer.write(pickle.dumps({expr}, protocol={protocol}))");
+    let out = Command::new(py).arg("-c").arg(&script).output().expect("python3 runs");
+    assert!(out.status.success(), "python failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}

@@ -1,0 +1,163 @@
+//! Bounded mutation fuzzing (the fuzz pass CI runs): real pickles from ../shared/traces,
+//! with random byte flips, insertions, deletions, duplicated spans and truncations, must
+//! make `read_from` return Ok or Err — never panic, hang or abort.
+//!
+//! Sized to finish in well under 20 s in the default test profile. Set
+//! `FRAGSCOPE_FUZZ_CASES` to run more (e.g. 100000 for a long local session). The
+//! cargo-fuzz target in `fuzz/` is the unbounded, coverage-guided version of this.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+/// Small real files (fast to parse, so many mutations per second), plus the same files
+/// as our writer writes them (a different opcode mix: shared stacks, long memo refs).
+fn corpus() -> &'static Vec<(String, Vec<u8>)> {
+    static C: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
+    C.get_or_init(|| {
+        let mut v = Vec::new();
+        for p in common::small_pickles(80_000) {
+            let bytes = std::fs::read(&p).unwrap();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if let Ok(snap) = fragscope_snapshot::read_from(&bytes[..]) {
+                let mut w = Vec::new();
+                fragscope_snapshot::pickle::write::write_snapshot(&snap, &mut w).unwrap();
+                v.push((format!("{name} (rewritten)"), w));
+            }
+            v.push((name, bytes));
+        }
+        v
+    })
+}
+
+#[derive(Clone, Debug)]
+enum Mutation {
+    Flip { pos: usize, xor: u8 },
+    Set { pos: usize, byte: u8 },
+    Insert { pos: usize, bytes: Vec<u8> },
+    Delete { pos: usize, len: usize },
+    /// Copies a span elsewhere (repeats real opcode sequences, e.g. MARKs and memo refs).
+    Duplicate { from: usize, len: usize, to: usize },
+    Truncate { at: usize },
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    // Positions are fractions of the input length, resolved when applied.
+    let pos = any::<usize>();
+    prop_oneof![
+        4 => (pos, 1u8..).prop_map(|(pos, xor)| Mutation::Flip { pos, xor }),
+        // Interesting bytes: opcodes that change structure or lengths.
+        3 => (pos, prop::sample::select(vec![0x00, 0xff, b'(', b'e', b'u', b'a', b's', b'h', b'j', 0x94, 0x95, 0x8c, 0x8a, b'.', b'0', b'1', b'2', b'}', b']', b')', 0x85, 0x86, 0x87, b't', b'l', b'd'])).prop_map(|(pos, byte)| Mutation::Set { pos, byte }),
+        2 => (pos, prop::collection::vec(any::<u8>(), 1..8)).prop_map(|(pos, bytes)| Mutation::Insert { pos, bytes }),
+        2 => (pos, 1usize..64).prop_map(|(pos, len)| Mutation::Delete { pos, len }),
+        1 => (pos, 1usize..256, pos).prop_map(|(from, len, to)| Mutation::Duplicate { from, len, to }),
+        1 => pos.prop_map(|at| Mutation::Truncate { at }),
+    ]
+}
+
+fn apply(input: &[u8], muts: &[Mutation]) -> Vec<u8> {
+    let mut b = input.to_vec();
+    for m in muts {
+        if b.is_empty() {
+            break;
+        }
+        let at = |p: usize, b: &Vec<u8>| p % b.len();
+        match m {
+            Mutation::Flip { pos, xor } => {
+                let i = at(*pos, &b);
+                b[i] ^= xor;
+            }
+            Mutation::Set { pos, byte } => {
+                let i = at(*pos, &b);
+                b[i] = *byte;
+            }
+            Mutation::Insert { pos, bytes } => {
+                let i = at(*pos, &b);
+                b.splice(i..i, bytes.iter().copied());
+            }
+            Mutation::Delete { pos, len } => {
+                let i = at(*pos, &b);
+                let j = (i + len).min(b.len());
+                b.drain(i..j);
+            }
+            Mutation::Duplicate { from, len, to } => {
+                let i = at(*from, &b);
+                let span: Vec<u8> = b[i..(i + len).min(b.len())].to_vec();
+                let t = at(*to, &b);
+                b.splice(t..t, span);
+            }
+            Mutation::Truncate { at: p } => {
+                let i = at(*p, &b);
+                b.truncate(i);
+            }
+        }
+    }
+    b
+}
+
+#[test]
+fn mutated_real_pickles_never_panic() {
+    let files = corpus();
+    if files.is_empty() {
+        return; // traces_dir() printed why (and fails under CI)
+    }
+    let cases: u32 = std::env::var("FRAGSCOPE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(5000);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None, // never write regression files into the repository
+        // Deterministic by default so a CI failure reproduces; `PROPTEST_RNG_SEED` varies it.
+        rng_algorithm: proptest::test_runner::RngAlgorithm::ChaCha,
+        ..Config::default()
+    });
+    let strategy = (0..files.len(), prop::collection::vec(mutation(), 1..6), any::<bool>());
+    let start = Instant::now();
+    let mut stats = (0u64, 0u64, 0u64); // (ok, err, bytes)
+    let stats_ref = std::cell::RefCell::new(&mut stats);
+    let result = runner.run(&strategy, |(fi, muts, gz)| {
+        let (_, input) = &files[fi];
+        let mut data = apply(input, &muts);
+        // Sometimes behind gzip, to exercise the decompressing path too.
+        if gz {
+            data = common::gzip(&data);
+        }
+        let r = fragscope_snapshot::read_from(&data[..]);
+        let mut s = stats_ref.borrow_mut();
+        match r {
+            Ok(_) => s.0 += 1,
+            Err(e) => {
+                let m = e.to_string();
+                prop_assert!(!m.contains('\n'), "multi-line message: {m}");
+                s.1 += 1;
+            }
+        }
+        s.2 += data.len() as u64;
+        Ok(())
+    });
+    let elapsed = start.elapsed();
+    eprintln!(
+        "fuzz: {} mutated inputs ({} ok, {} refused, {:.1} MB) from {} seed files in {:.2?}",
+        stats.0 + stats.1,
+        stats.0,
+        stats.1,
+        stats.2 as f64 / 1e6,
+        files.len(),
+        elapsed
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Truncation at every byte of the smallest real file: the parser's resume points.
+#[test]
+fn every_truncation_of_a_small_file() {
+    let Some(p) = common::real_file("selectn-gpt2-generate-stateonly.pickle") else { return };
+    let full = std::fs::read(&p).unwrap();
+    for cut in 0..full.len() {
+        assert!(fragscope_snapshot::read_from(&full[..cut]).is_err(), "cut {cut} accepted");
+    }
+}
