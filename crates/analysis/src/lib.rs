@@ -1,5 +1,15 @@
-//! Analyses of PyTorch memory snapshots (placeholder; being written).
+//! What happened to the memory: analyses of PyTorch memory snapshots.
+//!
+//! Everything here works on the [`fragscope_snapshot::Snapshot`] model and returns plain
+//! data (serde-serialisable) for the front ends to render: the `memory_summary()`
+//! figures plus fragmentation ([`summary`]), timelines and peaks ([`timeline`]), who holds
+//! the memory ([`attribution`]), leak suspects ([`leaks`]), the OOM and its fixes
+//! ([`oom`], [`recommend`], [`analyze`]), comparisons and CI gates ([`diff`], [`check`]),
+//! the OOM error text ([`oom_message`]), and replay of traces through the allocator model
+//! ([`replay`], [`recorder`]).
+
 pub mod oom_message;
+pub mod recorder;
 
 pub mod replay;
 pub mod summary;
