@@ -461,9 +461,7 @@ pub fn pinned_segments(snap: &Snapshot, device: i64, top: usize) -> PinnedSegmen
         let live: Vec<_> = seg.blocks.iter().filter(|b| b.state.is_active()).collect();
         let live_bytes: u64 = live.iter().map(|b| b.size).sum();
         let total = seg.total_size;
-        let pinned = !live.is_empty()
-            && (live_bytes.saturating_mul(10) <= total || (live.len() <= 2 && live_bytes.saturating_mul(4) <= total));
-        if !pinned {
+        if !crate::summary::is_pinned(seg, live.len(), live_bytes) {
             continue;
         }
         n += 1;

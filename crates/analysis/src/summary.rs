@@ -253,10 +253,7 @@ fn fragmentation(segs: &[&Segment], all: &PoolFigures) -> Fragmentation {
             }
         }
         let total = seg.total_size;
-        if live_n > 0
-            && seg.is_expandable != Some(true)
-            && (live_bytes.saturating_mul(10) <= total || (live_n <= 2 && live_bytes.saturating_mul(4) <= total))
-        {
+        if is_pinned(seg, live_n as usize, live_bytes) {
             pinned += 1;
             pinned_reserved += total;
             pinned_free += total.saturating_sub(live_bytes);
@@ -276,6 +273,17 @@ fn fragmentation(segs: &[&Segment], all: &PoolFigures) -> Fragmentation {
         pinned_reserved_bytes: pinned_reserved,
         pinned_free_bytes: pinned_free,
     }
+}
+
+/// A segment that `empty_cache()` cannot release although it is mostly free: it holds
+/// live (active) blocks whose bytes are at most 10% of the segment, or at most 2 live
+/// blocks holding at most 25% of it. Expandable segments are excluded: their free pages
+/// can be unmapped. `live_blocks` / `live_bytes` count active blocks of `seg`.
+pub fn is_pinned(seg: &Segment, live_blocks: usize, live_bytes: u64) -> bool {
+    let total = seg.total_size;
+    live_blocks > 0
+        && seg.is_expandable != Some(true)
+        && (live_bytes.saturating_mul(10) <= total || (live_blocks <= 2 && live_bytes.saturating_mul(4) <= total))
 }
 
 fn trace_summary(segs: &[&Segment], trace: &[TraceEvent]) -> TraceSummary {

@@ -3,20 +3,7 @@
 
 /// PyTorch's `format_size` (OOM messages): `≤ 1024` → `"<n> bytes"`, then two decimals
 /// with KiB / MiB / GiB (`"1.50 GiB"`; exactly 1 MiB prints `"1024.00 KiB"`).
-pub fn bytes(n: u64) -> String {
-    const KIB: u64 = 1024;
-    const MIB: u64 = 1024 * 1024;
-    const GIB: u64 = 1024 * 1024 * 1024;
-    if n <= KIB {
-        format!("{n} bytes")
-    } else if n <= MIB {
-        format!("{:.2} KiB", n as f64 / KIB as f64)
-    } else if n <= GIB {
-        format!("{:.2} MiB", n as f64 / MIB as f64)
-    } else {
-        format!("{:.2} GiB", n as f64 / GIB as f64)
-    }
-}
+pub use fragscope_analysis::oom_message::format_size as bytes;
 
 /// A byte cell of `torch.cuda.memory_summary()`: integer (width 6), a space and a unit
 /// chosen from `pref` (the `all` row's value): move to the next unit while `pref` ≥
