@@ -221,10 +221,12 @@ pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> De
 }
 
 fn pct(x: f64) -> String {
-    format!("{:.0}%", x * 100.0)
+    format!("{:.1}%", x * 100.0)
 }
 
-/// The headline list of a device, most important first.
+/// The headline list of a device, most important first: by severity (`high`,
+/// `medium`, `info`), then in section order (OOM, fragmentation, pinned segments, leaks,
+/// peak, recommendation).
 pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
     let mut v = Vec::new();
     if let Some(o) = &d.oom {
@@ -334,5 +336,12 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
             ),
         });
     }
+    // Most important first: by severity, keeping the section order within a severity.
+    let rank = |s: &str| match s {
+        "high" => 0,
+        "medium" => 1,
+        _ => 2,
+    };
+    v.sort_by_key(|f| rank(f.severity));
     v
 }

@@ -464,3 +464,99 @@ pub fn apply_trials(f: &mut OomFinding, base: Trial, trials: Vec<Trial>) {
 pub fn avoids(t: &Trial, idx: usize) -> bool {
     t.first_oom_index.map_or(true, |i| i > idx) && t.recorded_ooms_that_fit > 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, TraceEvent};
+
+    const MIB: u64 = 1 << 20;
+
+    fn seg(address: u64, stream: u64, blocks: &[(u64, BlockState)]) -> Segment {
+        let mut a = address;
+        let blocks: Vec<Block> = blocks
+            .iter()
+            .map(|&(size, state)| {
+                let b = Block { address: a, size, requested_size: Some(size), state, stack: None, history: None };
+                a += size;
+                b
+            })
+            .collect();
+        Segment {
+            device: 0,
+            address,
+            total_size: a - address,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream,
+            segment_type: SegmentType::Large,
+            segment_pool_id: Some((0, 0)),
+            is_expandable: Some(false),
+            stack: None,
+            blocks,
+        }
+    }
+
+    /// A snapshot taken right after an OOM of `request` bytes on stream 0.
+    fn snap(segments: Vec<Segment>, request: u64, device_free: u64) -> Snapshot {
+        let mut s = Snapshot::default();
+        s.segments = segments;
+        s.device_traces = vec![vec![TraceEvent::new(Action::Oom, device_free, request, 0)]];
+        s
+    }
+
+    const NO_REPLAY: OomOptions = OomOptions { top: 5, replay: false, threads: 1 };
+
+    #[test]
+    fn free_bytes_in_pieces_on_the_same_stream_is_fragmentation() {
+        use BlockState::*;
+        // Two 20 MiB segments, each 12 MiB live + 8 MiB free: 16 MiB free, largest 8 MiB.
+        let s = snap(
+            vec![seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]), seg(2 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)])],
+            16 * MIB,
+            0,
+        );
+        let f = oom_finding(&s, 0, &NO_REPLAY).unwrap();
+        assert_eq!(f.verdict, Verdict::Fragmentation);
+        assert_eq!(f.request_bytes, 16 * MIB);
+        assert_eq!(f.alloc_size_bytes, 16 * MIB);
+        assert_eq!(f.capacity_bytes, 40 * MIB);
+        assert_eq!(f.capacity_source, "estimate_reserved_plus_device_free");
+        assert_eq!(f.state.cached_free_bytes, 16 * MIB);
+        assert_eq!(f.state.largest_free_block_bytes, 8 * MIB);
+        assert_eq!(f.state.allocated_bytes, 24 * MIB);
+        assert!(f.explanation.contains("fragmentation"), "{}", f.explanation);
+    }
+
+    #[test]
+    fn free_bytes_on_another_stream_is_stranded() {
+        use BlockState::*;
+        let s = snap(
+            vec![seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]), seg(2 << 30, 7, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)])],
+            12 * MIB,
+            2 * MIB,
+        );
+        let f = oom_finding(&s, 0, &NO_REPLAY).unwrap();
+        assert_eq!(f.verdict, Verdict::Stranded);
+        assert_eq!(f.usable_free_bytes, 8 * MIB);
+        assert_eq!(f.stranded_free_bytes, 8 * MIB);
+        assert_eq!(f.state.free_by_stream_pool.iter().filter(|g| g.is_request_pool).count(), 1);
+    }
+
+    #[test]
+    fn live_set_plus_request_over_capacity_is_exhaustion() {
+        use BlockState::*;
+        let s = snap(vec![seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)])], 32 * MIB, MIB);
+        let f = oom_finding(&s, 0, &NO_REPLAY).unwrap();
+        assert_eq!(f.verdict, Verdict::Exhaustion);
+        assert_eq!(f.bytes_over_capacity, 12 * MIB + 32 * MIB - 21 * MIB);
+    }
+
+    #[test]
+    fn no_oom_entry_no_finding() {
+        let mut s = snap(vec![], MIB, 0);
+        s.device_traces[0].clear();
+        assert!(oom_finding(&s, 0, &NO_REPLAY).is_none());
+    }
+}

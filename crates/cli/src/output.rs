@@ -137,21 +137,25 @@ impl Table {
         };
         let mut out = line('=');
         let header: Vec<String> = self.columns.iter().map(|(h, _)| h.clone()).collect();
-        let mut header_done = false;
+        let (mut header_done, mut had_banner) = (false, false);
         for r in &self.rows {
             match r {
                 Row::Banner(b) => {
                     let pad = inner.saturating_sub(b.chars().count());
                     let left = pad / 2;
                     out.push_str(&format!("|{}{b}{}|\n", " ".repeat(left), " ".repeat(pad - left)));
+                    had_banner = true;
                 }
                 Row::Rule | Row::Cells(_) if !header_done => {
-                    out.push_str(&line('='));
+                    // A banner is closed by its own rule; the top border needs no second one.
+                    if had_banner {
+                        out.push_str(&line('='));
+                    }
                     out.push_str(&cells(&header));
+                    out.push_str(&line('-'));
                     header_done = true;
-                    match r {
-                        Row::Cells(c) => out.push_str(&cells(c)),
-                        _ => out.push_str(&line('-')),
+                    if let Row::Cells(c) = r {
+                        out.push_str(&cells(c));
                     }
                 }
                 Row::Rule => out.push_str(&line('-')),

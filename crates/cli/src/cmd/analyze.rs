@@ -388,7 +388,7 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
         if p.before_trace_bytes > 0 { format!(", {} of it allocated before recording", bytes(p.before_trace_bytes)) } else { String::new() }
     );
     for s in &p.sites {
-        let _ = writeln!(o, "    {:>12} {:>6}  {:>5} blocks  {}", bytes(s.bytes), percent(s.share), s.blocks, s.site.site);
+        let _ = writeln!(o, "    {:>12} {:>6}  {:>5} block{} {}", bytes(s.bytes), percent(s.share), s.blocks, if s.blocks == 1 { " " } else { "s" }, s.site.site);
         let _ = writeln!(o, "                                      {}", s.site.stack);
     }
     if p.other_sites > 0 {

@@ -102,7 +102,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 
 fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "CUDA out-of-memory error ({} message form, PyTorch {})\n", m.form, m.form.versions());
+    let _ = writeln!(o, "CUDA out-of-memory error ({} message form: {})\n", m.form, m.form.versions());
     let _ = writeln!(o, "Figures in the message:");
     let mut row = |name: &str, v: Option<u64>, note: &str| {
         if let Some(v) = v {
