@@ -41,7 +41,10 @@
 //! from periodicity and, between the first and last boundary, live bytes grow by more
 //! than [`MAX_RETAINED_SHARE`] of the bytes allocated, nothing is reported and
 //! `iterations.reason` says why (`retained_share` gives the figure). A real step frees
-//! its temporaries; a leak keeps a small part of what a step allocates.
+//! its temporaries; a leak keeps a small part of what a step allocates. And a suspect
+//! found over periodicity-derived iterations counts only if the rest of memory is steady
+//! across the boundaries (slope at most [`MAX_REST_TREND`] of the suspect's): in the
+//! backward pass of one step, gradients grow layer by layer while activations shrink.
 //! Memory: one u32 signature per `alloc` for the periodicity search, and one counter per
 //! site per boundary (boundaries are thinned evenly to at most [`MAX_SAMPLES`]).
 
@@ -51,6 +54,9 @@ use serde::Serialize;
 use crate::attribution::{Scopes, Site, SiteTable};
 use crate::timeline::{self, Replayer, TimelineOptions};
 
+/// With periodicity-derived iterations, the rest of memory may trend by at most this
+/// share of a suspect's own growth per iteration (see `leaks_device`).
+pub const MAX_REST_TREND: f64 = 0.25;
 /// Fewest iterations worth analysing.
 pub const MIN_ITERATIONS: usize = 3;
 /// Weakest autocorrelation accepted as a period.
@@ -353,6 +359,17 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
             let (slope, r2) = fit(&yf);
             if slope < threshold as f64 {
                 continue;
+            }
+            // Periodicity also finds the layers of one pass (backward: each layer frees
+            // activations and keeps gradients). Across real steps everything else returns
+            // to the same level at each boundary; across layers it trends. So with
+            // periodicity-derived iterations, the rest of memory must be steady.
+            if it.source == "periodicity" {
+                let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v as f64).collect();
+                let (rest_slope, _) = fit(&rest);
+                if rest_slope.abs() > (threshold as f64).max(slope * MAX_REST_TREND) {
+                    continue;
+                }
             }
             suspects.push(LeakSuspect {
                 site: table.sites[s].clone(),

@@ -40,3 +40,15 @@ pub fn read_error(path: &Path, e: &ReadError) -> CliError {
     };
     CliError::usage(msg)
 }
+
+/// Name shown for the built-in example snapshot.
+pub const EXAMPLE_NAME: &str = "<built-in example>";
+
+/// The snapshots a command works on: each FILE in order, or, with none given, the
+/// built-in example (so every command can be tried without a snapshot at hand).
+pub fn load_or_example(files: &[std::path::PathBuf], quiet: bool) -> Result<Vec<(String, Snapshot)>, CliError> {
+    if files.is_empty() {
+        return Ok(vec![(EXAMPLE_NAME.to_string(), crate::example::snapshot())]);
+    }
+    files.iter().map(|f| Ok((f.display().to_string(), load(f, quiet)?))).collect()
+}

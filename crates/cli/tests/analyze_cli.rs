@@ -106,7 +106,17 @@ fn analyze_bad_input_exits_2() {
     let out = run(&["analyze", "/nonexistent/snapshot.pickle"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out).1.lines().count(), 1);
-    assert_eq!(run(&["analyze"]).status.code(), Some(2));
+}
+
+#[test]
+fn analyze_without_file_runs_on_the_example_and_finds_its_leak() {
+    let out = run(&["analyze", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let suspects = v["files"][0]["devices"][0]["leak_suspects"].as_array().unwrap();
+    // The example keeps every step's loss alive at train.py:63 (see crates/cli/src/example.rs).
+    assert_eq!(suspects.len(), 1, "{suspects:?}");
+    assert_eq!(suspects[0]["site"], "train.py:63:<listcomp>");
 }
 
 fn fixtures() -> Vec<(String, String)> {

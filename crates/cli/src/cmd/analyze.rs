@@ -19,7 +19,7 @@ use crate::{input, CliError};
 pub struct Args {
     /// Snapshot files (`torch.cuda.memory._dump_snapshot` pickles, optionally gzipped, or
     /// torch.profiler JSON traces).
-    #[arg(required = true)]
+    /// Without FILE: the built-in example snapshot.
     pub files: Vec<PathBuf>,
     /// Print JSON (schema `fragscope.analyze/1`, see docs/json-schema.md) instead of text.
     #[arg(long)]
@@ -48,9 +48,8 @@ struct FileOut<'a> {
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { top: args.top as usize, what_if: args.what_if, ..AnalyzeOptions::default() };
     let mut results = Vec::new();
-    for f in &args.files {
-        let snap = input::load(f, args.json)?;
-        results.push((f.display().to_string(), analyze::analyze(&snap, &opts)));
+    for (name, snap) in input::load_or_example(&args.files, args.json)? {
+        results.push((name, analyze::analyze(&snap, &opts)));
     }
     let text = if args.json {
         let out = JsonOut {

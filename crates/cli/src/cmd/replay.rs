@@ -23,8 +23,8 @@ use crate::{input, print_stdout, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Snapshot files (pickles from torch.cuda.memory._dump_snapshot).
-    #[arg(required = true)]
+    /// Snapshot files (pickles from torch.cuda.memory._dump_snapshot). Without FILE: the
+    /// built-in example snapshot.
     pub files: Vec<PathBuf>,
     /// Check the allocator model against the recording instead of simulating.
     #[arg(long)]
@@ -155,8 +155,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     }
     let mut out: Vec<(String, Vec<DeviceResult>)> = Vec::new();
     let mut saved: Option<Snapshot> = None;
-    for f in &args.files {
-        let snap = input::load(f, args.json)?;
+    for (name, snap) in input::load_or_example(&args.files, args.json)? {
         let mut devs = replayable_devices(&snap);
         if let Some(d) = args.device {
             devs.retain(|&x| x == d);
@@ -195,7 +194,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             };
             results.push(DeviceResult { verify, whatif });
         }
-        out.push((f.display().to_string(), results));
+        out.push((name, results));
     }
     if let (Some(path), Some(s)) = (&args.save_snapshot, &saved) {
         fragscope_snapshot::pickle::write::write_path(s, path)

@@ -38,17 +38,15 @@ struct FileOut<'a> {
     summary: &'a Summary,
 }
 
-pub const EXAMPLE_NAME: &str = "<built-in example>";
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
-    let mut results: Vec<(String, bool, Summary)> = Vec::new();
-    if args.files.is_empty() {
-        results.push((EXAMPLE_NAME.to_string(), true, summary::summarize(&crate::example::snapshot())));
-    }
-    for f in &args.files {
-        let snap = input::load(f, args.json)?;
-        results.push((f.display().to_string(), false, summary::summarize(&snap)));
-    }
+    let results: Vec<(String, bool, Summary)> = input::load_or_example(&args.files, args.json)?
+        .into_iter()
+        .map(|(name, snap)| {
+            let example = args.files.is_empty();
+            (name, example, summary::summarize(&snap))
+        })
+        .collect();
     let text = if args.json {
         let out = JsonOut {
             schema: summary::SCHEMA,
