@@ -41,6 +41,11 @@ struct SnapshotAbsorber {
     pool_ids: Vec<(u64, u64)>,
     frame_buf: Vec<FrameId>,
     key_codes: Vec<u8>,
+    /// Key references of the last decoded trace entry: `(opcode << 32 | memo index, key code)`.
+    tmpl: Vec<(u64, u8)>,
+    /// `Memo::string_overwrites` when `tmpl` was built.
+    tmpl_gen: u64,
+
     /// Reusable `[k, v, ..]` buffer for dicts absorbed on the generic path.
     flat: Vec<Value>,
     /// Trace entries completed on the fast path, waiting for their APPENDS.
@@ -133,6 +138,9 @@ impl SnapshotAbsorber {
             pool_ids: Vec::new(),
             frame_buf: Vec::new(),
             key_codes: Vec::new(),
+            tmpl: Vec::new(),
+            tmpl_gen: 0,
+
             flat: Vec::new(),
             pending: Vec::new(),
             pending_live: 0,
@@ -376,23 +384,44 @@ impl SnapshotAbsorber {
                 _ => None,
             }
         }
+        // Entries repeat the same keys in the same order, as the same memo references:
+        // compare the raw reference with the previous entry's before resolving it.
+        if self.tmpl_gen != st.memo.string_overwrites {
+            self.tmpl.clear();
+            self.tmpl_gen = st.memo.string_overwrites;
+        }
+        let mut j = 0usize;
         loop {
             if buf.len() - p < 32 {
                 return None;
             }
-            if buf[p] == 0x95 {
-                p += 9;
-                continue;
-            }
-            if buf[p] == b'u' {
-                p += 1;
-                break;
-            }
-            let key = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
-            let code = *self.key_codes.get(key.index())?;
-            if buf[p] == 0x95 {
-                p += 9;
-            }
+            // A FRAME opcode (0x95) or anything unexpected here falls through to `None`:
+            // an entry that straddles a protocol-4 frame boundary takes the generic path.
+            let (raw, len) = match buf[p] {
+                b'h' => ((b'h' as u64) << 32 | buf[p + 1] as u64, 2),
+                b'j' => ((b'j' as u64) << 32 | u32::from_le_bytes(buf[p + 1..p + 5].try_into().unwrap()) as u64, 5),
+                b'u' => {
+                    p += 1;
+                    break;
+                }
+                _ => (0, 0),
+            };
+            let code = match self.tmpl.get(j) {
+                Some(&(r, c)) if len > 0 && r == raw => {
+                    p += len;
+                    c
+                }
+                _ => {
+                    let key = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
+                    let c = *self.key_codes.get(key.index())?;
+                    if len > 0 {
+                        self.tmpl.truncate(j);
+                        self.tmpl.push((raw, c));
+                    }
+                    c
+                }
+            };
+            j += 1;
             match code {
                 K_ACTION => {
                     let a = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;

@@ -11,6 +11,9 @@ const SHIFT: usize = 10;
 const CHUNK: usize = 1 << SHIFT;
 
 pub(crate) struct Memo {
+    /// Bumped whenever a slot holding a string or stack is overwritten, so caches of resolved
+    /// memo references (the trace-entry key templates) know to drop what they hold.
+    pub string_overwrites: u64,
     chunks: Vec<Option<Box<[Value; CHUNK]>>>,
     /// Entries per chunk that hold `Consumed`; a chunk full of them is dropped.
     consumed: Vec<u16>,
@@ -19,7 +22,7 @@ pub(crate) struct Memo {
 
 impl Memo {
     pub fn new() -> Self {
-        Memo { chunks: Vec::new(), consumed: Vec::new(), len: 0 }
+        Memo { string_overwrites: 0, chunks: Vec::new(), consumed: Vec::new(), len: 0 }
     }
     /// One past the highest index ever set (MEMOIZE's next index).
     pub fn len(&self) -> usize {
@@ -74,6 +77,9 @@ impl Memo {
             return;
         };
         let slot = &mut chunk[idx & (CHUNK - 1)];
+        if matches!(slot, Value::Str(_) | Value::Stack(_)) {
+            self.string_overwrites += 1;
+        }
         let was = matches!(slot, Value::Consumed);
         let now = matches!(v, Value::Consumed);
         *slot = v;
