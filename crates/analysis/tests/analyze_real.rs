@@ -3,7 +3,9 @@
 //! The traces are not in the repository: when the folder is missing the tests fail if
 //! `CI` is set, and otherwise print a note and pass.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use fragscope_testdata::traces_dir;
 
 use fragscope_analysis::analyze::{analyze, AnalyzeOptions};
 use fragscope_analysis::oom::{allocator_state_at, oom_finding, OomOptions, Verdict};
@@ -11,18 +13,6 @@ use fragscope_analysis::recommend::{candidates, infer_era};
 use fragscope_analysis::replay::recorded_config;
 use fragscope_analysis::timeline;
 use fragscope_snapshot::{Action, Snapshot};
-
-fn traces_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{} is missing; CI must provide the shared traces", dir.display());
-    }
-    eprintln!("note: {} not found; skipping", dir.display());
-    None
-}
 
 fn load(name: &str) -> Option<Snapshot> {
     let p = traces_dir()?.join(name);

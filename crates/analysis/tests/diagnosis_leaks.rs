@@ -1,7 +1,7 @@
 //! Leak detection on real traces: none on the steady decomfl run, and a leak planted
 //! into it (in memory) is found at the planted site with the planted growth.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use fragscope_alloc::rounding::round_size;
 use fragscope_analysis::attribution::site_of;
@@ -10,15 +10,7 @@ use fragscope_analysis::replay::recorded_config;
 use fragscope_snapshot::{Action, Block, BlockState, FxHashMap, Segment, SegmentType, Snapshot};
 
 fn read(name: &str) -> Option<Snapshot> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if !dir.is_dir() {
-        if std::env::var_os("CI").is_some() {
-            panic!("{} is missing; CI must provide the shared traces", dir.display());
-        }
-        eprintln!("note: {} not found; skipping", dir.display());
-        return None;
-    }
-    let p: PathBuf = dir.join(name);
+    let p: PathBuf = fragscope_testdata::real_file(name)?;
     Some(fragscope_snapshot::read_path(&p).unwrap())
 }
 

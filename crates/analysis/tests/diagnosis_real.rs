@@ -4,22 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
+use fragscope_testdata::traces_dir;
+
 use fragscope_analysis::attribution::{self, AttributionOptions};
 use fragscope_analysis::timeline::{self, TimelineOptions};
 use fragscope_analysis::{check, diff, leaks, summary};
 use fragscope_snapshot::Snapshot;
-
-fn traces_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{} is missing; CI must provide the shared traces", dir.display());
-    }
-    eprintln!("note: {} not found; skipping", dir.display());
-    None
-}
 
 #[allow(dead_code)]
 fn read(name: &str) -> Option<Snapshot> {

@@ -6,6 +6,8 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use fragscope_testdata::traces_dir;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
@@ -22,18 +24,6 @@ fn run_stdin(args: &[&str], input: &str) -> Output {
     let mut c = bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     c.wait_with_output().unwrap()
-}
-
-fn traces_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{} is missing; CI must provide the shared traces", dir.display());
-    }
-    eprintln!("note: {} not found; skipping", dir.display());
-    None
 }
 
 fn text(o: &Output) -> (String, String) {

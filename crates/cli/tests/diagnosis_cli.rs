@@ -1,19 +1,11 @@
 //! `fragscope check` exit codes (0 / 1 / 2) and `fragscope diff` on real files from
 //! `../shared/traces` (fail when missing and `CI` is set, else skip).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn trace(name: &str) -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if !dir.is_dir() {
-        if std::env::var_os("CI").is_some() {
-            panic!("{} is missing; CI must provide the shared traces", dir.display());
-        }
-        eprintln!("note: {} not found; skipping", dir.display());
-        return None;
-    }
-    Some(dir.join(name))
+    fragscope_testdata::real_file(name)
 }
 
 fn fragscope(args: &[&str]) -> Output {

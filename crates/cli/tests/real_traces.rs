@@ -6,34 +6,14 @@
 //! `CI` is set, and otherwise prints a note and passes.
 
 use std::path::{Path, PathBuf};
+
+use fragscope_testdata::traces_dir;
 use std::process::Command;
 
 use serde_json::Value;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn traces_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{} is missing; CI must provide the shared traces", dir.display());
-    }
-    eprintln!("note: {} not found; skipping the real-trace comparison", dir.display());
-    None
-}
-
-fn pickles(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("pickle" | "pkl")))
-        .collect();
-    v.sort();
-    v
 }
 
 /// Flattens nested objects into dotted keys (`pools.large.reserved_bytes`).
@@ -62,7 +42,7 @@ fn same(a: &Value, b: &Value) -> bool {
 #[test]
 fn summary_matches_independent_python_on_every_real_pickle() {
     let Some(dir) = traces_dir() else { return };
-    let files = pickles(&dir);
+    let files = fragscope_testdata::pickles_in(&dir);
     assert!(files.len() >= 22, "expected the 22 real pickles in {}, found {}", dir.display(), files.len());
 
     let rust = Command::new(env!("CARGO_BIN_EXE_fragscope")).arg("summary").arg("--json").args(&files).output().unwrap();

@@ -9,38 +9,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub fn traces_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{} is missing: CI must run the real-file tests", dir.display());
-    }
-    eprintln!("note: {} not found; skipping real-file test", dir.display());
-    None
-}
-
-/// Every real pickle (`*.pickle`, `*.pkl`), sorted by name.
-pub fn real_pickles() -> Vec<PathBuf> {
-    let Some(dir) = traces_dir() else { return Vec::new() };
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("pickle" | "pkl")))
-        .collect();
-    v.sort();
-    assert!(v.len() >= 20, "expected the real pickles in {}", dir.display());
-    v
-}
+#[allow(unused_imports)] // each test binary uses a different subset
+pub use fragscope_testdata::{real_file, real_pickles, traces_dir};
 
 /// Real pickles no bigger than `max` bytes.
 pub fn small_pickles(max: u64) -> Vec<PathBuf> {
     real_pickles().into_iter().filter(|p| std::fs::metadata(p).unwrap().len() <= max).collect()
-}
-
-pub fn real_file(name: &str) -> Option<PathBuf> {
-    traces_dir().map(|d| d.join(name))
 }
 
 /// A fresh scratch directory under the system temp dir.
