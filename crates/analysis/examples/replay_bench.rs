@@ -1,27 +1,119 @@
-//! Replay speed: `cargo run --release -p fragscope-analysis --example replay_bench -- FILE...`
-//! replays each file's traces (verify: backward walk, seeding, forward replay, final
-//! comparison) in a loop until at least 5 M events have gone through, then prints events/s.
-use std::time::Instant;
+//! Replay speed, on CPU time (this machine's wall clock is shared and noisy):
+//!
+//! `cargo run --release -p fragscope-analysis --example replay_bench -- [--mode M] [--min-events N] FILE...`
+//!
+//! Each file is read once (timed apart), then its replayable devices are replayed in a
+//! loop until at least N trace events (default 5 M) have gone through. Modes:
+//!
+//! * `verify` (default): [`verify`](fragscope_analysis::replay::verify) — backward walk,
+//!   seeding, forward replay comparing every decision, final-state comparison;
+//! * `simulate`: [`simulate`](fragscope_analysis::replay::simulate) under the recorded
+//!   settings (synthetic addresses; includes the verify pass it builds on);
+//! * `walk`: the backward walk alone (the part of `verify` that rebuilds the initial state).
+//!
+//! events/s = trace events replayed / CPU seconds of the replay loop
+//! (`CLOCK_PROCESS_CPUTIME_ID`), excluding reading. One machine-readable line per file:
+//! `RESULT file=... mode=... events=... reps=... read_cpu_s=... replay_cpu_s=...
+//! events_per_s=... rss_after_read_mb=... peak_rss_mb=... allocs=... matched=...`.
+use fragscope_analysis::replay;
+
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+
+extern "C" {
+    fn clock_gettime(clk: i32, ts: *mut Timespec) -> i32;
+}
+
+/// CPU seconds used by this process (all threads).
+fn cpu_seconds() -> f64 {
+    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: plain libc call with a valid out pointer.
+    unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.sec as f64 + ts.nsec as f64 * 1e-9
+}
+
+/// Peak resident set (VmHWM) in MB.
+fn peak_rss_mb() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb * 1024.0 / 1e6)
+}
 
 fn main() {
-    for p in std::env::args().skip(1) {
+    let mut mode = "verify".to_string();
+    let mut min_events = 5_000_000usize;
+    let mut files = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--mode" => mode = args.next().expect("--mode verify|simulate|walk"),
+            "--min-events" => min_events = args.next().and_then(|v| v.parse().ok()).expect("--min-events N"),
+            _ => files.push(a),
+        }
+    }
+    for p in files {
+        let t0 = cpu_seconds();
         let snap = fragscope_snapshot::read_path(p.as_ref()).expect("readable snapshot");
-        let devs = fragscope_analysis::replay::replayable_devices(&snap);
+        let read_cpu = cpu_seconds() - t0;
+        let rss_after_read = peak_rss_mb();
+        let devs = replay::replayable_devices(&snap);
         let per: usize = devs.iter().map(|&d| snap.trace(d).len()).sum();
         if per == 0 {
             continue;
         }
-        let (mut events, mut reps) = (0usize, 0usize);
-        let t = Instant::now();
-        while events < 5_000_000 {
+        let (mut events, mut reps, mut allocs, mut matched) = (0usize, 0usize, 0u64, 0u64);
+        let t = cpu_seconds();
+        while events < min_events.max(1) {
             for &d in &devs {
-                let r = fragscope_analysis::replay::verify(&snap, d, &Default::default());
-                std::hint::black_box(&r);
+                match mode.as_str() {
+                    "verify" => {
+                        let r = replay::verify(&snap, d, &Default::default());
+                        allocs = r.allocs;
+                        matched = r.allocs_matched;
+                        std::hint::black_box(&r);
+                    }
+                    "simulate" => {
+                        let c = replay::recorded_config(&snap);
+                        let r = replay::simulate(&snap, d, c, None);
+                        std::hint::black_box(&r);
+                    }
+                    "walk" => {
+                        let c = replay::recorded_config(&snap);
+                        let round = |n: u64| fragscope_alloc::rounding::round_size(n, &c);
+                        let rules = replay::state::SplitRules {
+                            round: &round,
+                            max_split_size: c.max_split_size,
+                            max_non_split_rounding: c.max_non_split_rounding,
+                        };
+                        let fin = replay::state::RecordedState::from_snapshot(&snap, d);
+                        let pool_of = |e: &fragscope_snapshot::TraceEvent| snap.pool_id(e).unwrap_or(fragscope_alloc::DEFAULT_POOL);
+                        let r = replay::state::backward_walk(fin, snap.trace(d), &pool_of, &rules);
+                        std::hint::black_box(&r.is_ok());
+                    }
+                    m => panic!("unknown mode {m}"),
+                }
             }
             events += per;
             reps += 1;
         }
-        let s = t.elapsed().as_secs_f64();
-        println!("{:<50} {per:>7} events x {reps:>4}: {:>6.1} M events/s", p.rsplit('/').next().unwrap(), events as f64 / s / 1e6);
+        let s = cpu_seconds() - t;
+        let name = p.rsplit('/').next().unwrap();
+        println!(
+            "{name:<50} {mode:<8} {per:>8} events x {reps:>3}: {:>6.2} M events/CPU-s (read {read_cpu:.2} CPU-s, peak RSS {:.0} MB)",
+            events as f64 / s / 1e6,
+            peak_rss_mb()
+        );
+        println!(
+            "RESULT file={name} mode={mode} events={per} reps={reps} read_cpu_s={read_cpu:.4} replay_cpu_s={s:.4} \
+             events_per_s={:.0} rss_after_read_mb={rss_after_read:.1} peak_rss_mb={:.1} allocs={allocs} matched={matched}",
+            events as f64 / s,
+            peak_rss_mb()
+        );
     }
 }

@@ -80,7 +80,10 @@ impl Hasher for FxHasher {
         self.add(i as u64)
     }
     fn finish(&self) -> u64 {
-        self.0
+        // hashbrown picks buckets from the low bits, and the product keeps the low zero
+        // bits of its input: addresses are multiples of 512, so without this rotation
+        // every address would land in the same few buckets.
+        self.0.rotate_left(26)
     }
 }
 

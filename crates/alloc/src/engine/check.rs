@@ -58,7 +58,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 let p = b.pool as usize;
                 match b.state {
                     State::Free => {
-                        if !self.pools[p].free.contains(&self.free_key(i)) {
+                        if !self.pools[p].free.contains(b.stream, &self.free_key(i), i) {
                             return Err(format!("free block {:#x} missing from the free set", b.addr));
                         }
                         free_count[p] += 1;
@@ -97,7 +97,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                             }
                         } else {
                             pending_count += 1;
-                            if self.pending.get(&b.pending_seq) != Some(&i) {
+                            if self.pending.get(b.pending_seq) != Some(i) {
                                 return Err(format!("pending block {:#x} missing from the pending map", b.addr));
                             }
                         }
@@ -120,7 +120,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if self.active.len() != active_count || self.pending.len() != pending_count {
             return Err("active or pending map has stale entries".into());
         }
-        let auto = self.pending.values().filter(|&&i| self.blocks[i].auto_complete).count();
+        let auto = self.pending.values().filter(|&i| self.blocks[i].auto_complete).count();
         if auto != self.auto_pending {
             return Err("auto-pending count is off".into());
         }

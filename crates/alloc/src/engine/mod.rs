@@ -20,7 +20,7 @@ use crate::rounding::{allocation_size, is_small, round_size, MIN_BLOCK_SIZE, SMA
 use crate::stats::Stats;
 use crate::{Addr, PoolId, StreamId, DEFAULT_POOL};
 use block::{AddrMap, Block, Segment, Slab, State, NIL};
-use pool::{BlockPool, FreeKey};
+use pool::{BlockPool, FreeKey, PendingQueue};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -171,7 +171,7 @@ pub struct CachingAllocator<D: DeviceMemory> {
     /// Allocated and pending-free blocks by address.
     active: AddrMap<u32>,
     /// Pending frees in request order (seq → block).
-    pending: BTreeMap<u64, u32>,
+    pending: PendingQueue,
     pending_seq: u64,
     auto_pending: usize,
     /// Process-wide registration counter (§2.2), starting at 0.
@@ -202,7 +202,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             private_pools: BTreeMap::new(),
             freeable: Default::default(),
             active: AddrMap::default(),
-            pending: BTreeMap::new(),
+            pending: PendingQueue::default(),
             pending_seq: 0,
             auto_pending: 0,
             reg_counter: 0,
@@ -392,12 +392,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     pub fn free_candidates(&self, n: u64, stream: StreamId, pool: PoolId) -> Vec<(Addr, u64)> {
         let s = round_size(n, &self.cfg);
         let Some(p) = self.find_pool_index(pool, is_small(s)) else { return Vec::new() };
-        self.pools[p as usize]
-            .free
-            .range((stream, s, 0, 0, 0)..)
-            .take_while(|k| k.0 == stream)
-            .map(|k| (k.3, k.1))
-            .collect()
+        self.pools[p as usize].free.at_least(stream, s).map(|(size, i)| (self.blocks[i].addr, size)).collect()
     }
 
     /// Would step 2 (the free-list search) succeed now? No side effects.
@@ -530,7 +525,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             TieBreak::Address => 0,
             TieBreak::RegistrationOrder => b.reg,
         };
-        (b.stream, b.size, reg, b.addr, i)
+        pool::free_key(b.size, reg, b.addr)
     }
 
     #[inline]
@@ -548,7 +543,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let b = &mut self.blocks[i];
         b.state = State::Free;
         b.gc_base = count;
-        self.pools[p].free.insert(key);
+        let stream = b.stream;
+        self.pools[p].free.insert(stream, key, i);
         if !self.blocks[i].expandable && self.is_split(i) {
             let small = self.pool_small(i);
             let size = self.blocks[i].size;
@@ -560,8 +556,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// Take a block out of its free set (its state is the caller's business).
     fn remove_free(&mut self, i: u32) {
         let key = self.free_key(i);
-        let p = self.blocks[i].pool as usize;
-        let removed = self.pools[p].free.remove(&key);
+        let (p, stream) = (self.blocks[i].pool as usize, self.blocks[i].stream);
+        let removed = self.pools[p].free.remove(stream, &key);
         debug_assert!(removed, "block not in free set");
         if !self.blocks[i].expandable && self.is_split(i) {
             let small = self.pool_small(i);
@@ -697,21 +693,19 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     // ----- internals: the malloc path ------------------------------------------
 
     /// Step 2 lookup without side effects (§3.3 steps 2–4).
+    #[inline]
     fn find_free_block(&self, p: u32, stream: StreamId, s: u64) -> Option<u32> {
         let pool = &self.pools[p as usize];
-        let mut it = pool.free.range((stream, s, 0, 0, 0)..);
-        let mut cur = *it.next()?;
-        if cur.0 != stream {
-            return None;
-        }
-        if self.blocks[cur.4].expandable {
+        let mut it = pool.free.at_least(stream, s);
+        let (mut size, mut cur) = it.next()?;
+        if self.blocks[cur].expandable {
             if self.cfg.expandable_segments {
                 // Prefer a block that cannot grow over a growable tail (§3.3 step 3).
                 let mut it = it.peekable();
-                while self.blocks[cur.4].expandable {
+                while self.blocks[cur].expandable {
                     match it.peek() {
-                        Some(&&nx) if nx.0 == stream && self.potential_size(nx.4) < self.potential_size(cur.4) => {
-                            cur = nx;
+                        Some(&(nsize, nx)) if self.potential_size(nx) < self.potential_size(cur) => {
+                            (size, cur) = (nsize, nx);
                             it.next();
                         }
                         _ => break,
@@ -719,23 +713,19 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 }
             } else {
                 // Expandable turned off: skip expandable blocks on this stream.
-                while self.blocks[cur.4].expandable {
-                    cur = *it.next()?;
-                    if cur.0 != stream {
-                        return None;
-                    }
+                while self.blocks[cur].expandable {
+                    (size, cur) = it.next()?;
                 }
             }
         }
         // Oversize rules (§3.3 step 4); inert when max_split_size is unlimited.
-        let size = self.blocks[cur.4].size;
         if s < self.max_split && size >= self.max_split {
             return None;
         }
         if s >= self.max_split && size >= s.saturating_add(self.cfg.max_non_split_rounding) {
             return None;
         }
-        Some(cur.4)
+        Some(cur)
     }
 
     /// Size plus an immediately following unmapped block (§3.3 step 3).
@@ -868,7 +858,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             let seq = self.pending_seq;
             b.pending_seq = seq;
             self.pending_seq += 1;
-            self.pending.insert(seq, i);
+            self.pending.push(seq, i);
             if auto {
                 self.auto_pending += 1;
             }
@@ -888,7 +878,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let (addr, size, req, stream) = (b.addr, b.size, b.requested, b.stream);
         if b.state == State::Pending {
             let (seq, auto) = (b.pending_seq, b.auto_complete);
-            self.pending.remove(&seq);
+            self.pending.remove(seq);
             if auto {
                 self.auto_pending -= 1;
             }
@@ -911,7 +901,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// Step 0 (§3.1): complete every free waiting on events. The simulator
     /// assumes the events of `free` + `record_stream` are done by the next malloc.
     fn process_events(&mut self) {
-        let ready: Vec<u32> = self.pending.values().copied().filter(|&i| self.blocks[i].auto_complete).collect();
+        let ready: Vec<u32> = self.pending.values().filter(|&i| self.blocks[i].auto_complete).collect();
         for i in ready {
             self.complete_free(i);
         }
@@ -920,7 +910,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// §5.4: wait on every outstanding event, completing frees in request order.
     fn synchronize_and_free_events(&mut self) {
         self.stats.num_sync_all_streams += 1;
-        while let Some((_, &i)) = self.pending.iter().next() {
+        while let Some(i) = self.pending.first() {
             self.complete_free(i);
         }
     }

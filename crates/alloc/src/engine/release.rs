@@ -28,7 +28,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// §5.2 step 2 for one pool: whole segments go, expandable free blocks are
     /// unmapped afterwards (unmapping changes the set being walked).
     fn release_blocks(&mut self, p: u32) {
-        let walk: Vec<u32> = self.pools[p as usize].free.iter().map(|k| k.4).collect();
+        let walk: Vec<u32> = self.pools[p as usize].free.iter().collect();
         let mut to_unmap = Vec::new();
         for i in walk {
             if self.blocks[i].expandable {
@@ -67,25 +67,24 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     pub(super) fn release_available_cached_blocks(&mut self, p: u32, stream: StreamId, s: u64) -> bool {
         let target = s.max(self.max_split);
         let pool = &self.pools[p as usize];
-        let first = pool.free.range((stream, target, 0, 0, 0)..).next().copied();
-        if let Some(k) = first {
-            if k.0 == stream && !self.blocks[k.4].expandable {
+        let first = pool.free.at_least(stream, target).next();
+        if let Some((_, i)) = first {
+            if !self.blocks[i].expandable {
                 // A split piece can never be ≥ max_split_size in a PyTorch run;
                 // refuse rather than free half a segment if a seed made one.
-                if self.is_split(k.4) {
+                if self.is_split(i) {
                     return false;
                 }
-                self.release_block(k.4);
+                self.release_block(i);
                 return true;
             }
         }
         // Walk down from the largest block of this stream below the target.
         let victims: Vec<u32> = pool
             .free
-            .range(..(stream, target, 0, 0, 0))
-            .rev()
-            .take_while(|k| k.0 == stream && k.1 >= self.max_split)
-            .map(|k| k.4)
+            .below_desc(stream, target)
+            .take_while(|&(size, _)| size >= self.max_split)
+            .map(|(_, i)| i)
             .collect();
         let mut released = 0u64;
         for i in victims {
@@ -114,9 +113,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let candidate = |a: &Self, i: u32| !a.is_split(i) && !a.blocks[i].expandable;
         let mut total_age = 0u64;
         let mut freeable = 0u64;
-        for k in &self.pools[0].free {
-            if candidate(self, k.4) {
-                total_age += age(self, k.4);
+        for i in self.pools[0].free.iter() {
+            if candidate(self, i) {
+                total_age += age(self, i);
                 freeable += 1;
             }
         }
@@ -125,7 +124,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         while reclaimed < target && freed && freeable > 0 {
             let threshold = total_age as f64 / freeable as f64;
             freed = false;
-            let walk: Vec<u32> = self.pools[0].free.iter().map(|k| k.4).collect();
+            let walk: Vec<u32> = self.pools[0].free.iter().collect();
             for i in walk {
                 if candidate(self, i) && age(self, i) as f64 >= threshold {
                     freed = true;

@@ -236,7 +236,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                         self.blocks[i].state = State::Pending;
                         self.blocks[i].pending_seq = seq;
                         self.blocks[i].auto_complete = false;
-                        self.pending.insert(seq, i);
+                        self.pending.push(seq, i);
                     }
                 }
                 BlockState::Free => {

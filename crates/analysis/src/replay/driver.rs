@@ -145,17 +145,8 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
             return (rep, Inferred::default());
         }
     };
-    // Only blocks alive at entry 0 matter: for the others the alloc is in the trace.
-    let mut initial = initial;
-    if !initial.ambiguous.is_empty() {
-        let mut first_alloc: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-        for (i, e) in trace.iter().enumerate() {
-            if e.action == Action::Alloc {
-                first_alloc.entry(e.addr).or_insert(i);
-            }
-        }
-        initial.ambiguous.retain(|a| first_alloc.get(&a.addr).map_or(true, |&k| k > a.index));
-    }
+    // `initial.ambiguous` lists only blocks alive at entry 0: for the others the
+    // alloc is in the trace (the walk drops those choices as it passes the alloc).
     rep.ambiguous_block_sizes = initial.ambiguous.len() as u64;
     if let Some(a) = initial.ambiguous.first() {
         rep.notes.push(format!(

@@ -26,6 +26,10 @@ use fragscope_alloc::AllocatorConfig;
 use fragscope_snapshot::{Snapshot, TraceEvent};
 use serde::Serialize;
 
+/// Hash state for maps keyed by 512-aligned addresses (the snapshot crate's Fx hasher,
+/// whose `finish` moves the well-mixed high bits down to where the table looks).
+pub(crate) type AddrBuild = std::hash::BuildHasherDefault<fragscope_snapshot::FxHasher>;
+
 pub use driver::{infer_expandable_capacity, replayable_devices, verify};
 pub use fidelity::fidelity_table;
 pub use whatif::{simulate, simulate_with, SimOptions, WhatIf};

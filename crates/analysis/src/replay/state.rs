@@ -28,7 +28,7 @@ pub enum BState {
     Pending,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockRec {
     pub addr: u64,
     pub size: u64,
@@ -180,6 +180,13 @@ impl RecordedState {
         RecordedState { segs }
     }
 
+    /// The segment containing `addr` (one tree descent).
+    #[inline]
+    fn seg_mut(&mut self, addr: u64) -> Option<&mut SegRec> {
+        let (_, s) = self.segs.range_mut(..=addr).next_back()?;
+        (addr < s.end()).then_some(s)
+    }
+
     /// Address of the segment containing `addr`.
     pub fn seg_key(&self, addr: u64) -> Option<u64> {
         let (&k, s) = self.segs.range(..=addr).next_back()?;
@@ -213,8 +220,7 @@ impl RecordedState {
     ) -> Result<(), Inconsistency> {
         match ev.action {
             Action::Alloc => {
-                let k = self.seg_key(ev.addr).ok_or_else(|| err(index, ev, "alloc of an address in no segment"))?;
-                let seg = self.segs.get_mut(&k).unwrap();
+                let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "alloc of an address in no segment"))?;
                 let j = seg.block_at(ev.addr).unwrap();
                 let b = &mut seg.blocks[j];
                 if b.addr != ev.addr || b.state != BState::Allocated {
@@ -224,8 +230,7 @@ impl RecordedState {
                 seg.merge_free(j);
             }
             Action::FreeRequested => {
-                let k = self.seg_key(ev.addr).ok_or_else(|| err(index, ev, "free_requested of an address in no segment"))?;
-                let seg = self.segs.get_mut(&k).unwrap();
+                let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "free_requested of an address in no segment"))?;
                 let j = seg.block_at(ev.addr).unwrap();
                 let b = &mut seg.blocks[j];
                 if b.addr != ev.addr || b.state != BState::Pending {
@@ -234,10 +239,9 @@ impl RecordedState {
                 b.state = BState::Allocated;
             }
             Action::FreeCompleted => {
-                let k = self
-                    .seg_key(ev.addr)
+                let seg = self
+                    .seg_mut(ev.addr)
                     .ok_or_else(|| err(index, ev, "free_completed of an address in no segment"))?;
-                let seg = self.segs.get_mut(&k).unwrap();
                 let j = seg.block_at(ev.addr).unwrap();
                 let f = seg.blocks[j].clone();
                 if f.state != BState::Free {
@@ -271,12 +275,26 @@ impl RecordedState {
                         s
                     }
                 };
-                let before = (ev.addr > f.addr)
-                    .then(|| BlockRec { addr: f.addr, size: ev.addr - f.addr, requested: 0, state: BState::Free });
-                let after = (avail > b)
-                    .then(|| BlockRec { addr: ev.addr + b, size: avail - b, requested: 0, state: BState::Free });
+                // Replace the free block by [before] me [after], shifting the tail once.
                 let me = BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending };
-                seg.blocks.splice(j..=j, before.into_iter().chain(std::iter::once(me)).chain(after));
+                let after = BlockRec { addr: ev.addr + b, size: avail - b, requested: 0, state: BState::Free };
+                let (has_before, has_after) = (ev.addr > f.addr, avail > b);
+                let extra = has_before as usize + has_after as usize;
+                let blocks = &mut seg.blocks;
+                if extra > 0 {
+                    let old_len = blocks.len();
+                    blocks.resize(old_len + extra, BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free });
+                    blocks.copy_within(j + 1..old_len, j + 1 + extra);
+                }
+                let mut at = j;
+                if has_before {
+                    blocks[at] = BlockRec { addr: f.addr, size: ev.addr - f.addr, requested: 0, state: BState::Free };
+                    at += 1;
+                }
+                blocks[at] = me;
+                if has_after {
+                    blocks[at + 1] = after;
+                }
             }
             Action::SegmentFree => {
                 if self.overlaps(ev.addr, ev.size) {
@@ -310,8 +328,7 @@ impl RecordedState {
     pub fn apply(&mut self, index: usize, ev: &TraceEvent, pool: (u64, u64), rules: &SplitRules) -> Result<(), Inconsistency> {
         match ev.action {
             Action::Alloc => {
-                let k = self.seg_key(ev.addr).ok_or_else(|| err(index, ev, "alloc in no segment"))?;
-                let seg = self.segs.get_mut(&k).unwrap();
+                let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "alloc in no segment"))?;
                 let j = seg.block_at(ev.addr).unwrap();
                 let f = seg.blocks[j].clone();
                 if f.addr != ev.addr || f.state != BState::Free {
@@ -337,8 +354,7 @@ impl RecordedState {
                 b.state = BState::Pending;
             }
             Action::FreeCompleted => {
-                let k = self.seg_key(ev.addr).ok_or_else(|| err(index, ev, "free_completed in no segment"))?;
-                let seg = self.segs.get_mut(&k).unwrap();
+                let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "free_completed in no segment"))?;
                 let j = seg.block_at(ev.addr).unwrap();
                 if seg.blocks[j].addr != ev.addr || seg.blocks[j].state == BState::Free {
                     return Err(err(index, ev, "free_completed of no live block"));
@@ -367,8 +383,7 @@ impl RecordedState {
     }
 
     fn block_starting_mut(&mut self, addr: u64) -> Option<&mut BlockRec> {
-        let k = self.seg_key(addr)?;
-        let seg = self.segs.get_mut(&k)?;
+        let seg = self.seg_mut(addr)?;
         let j = seg.block_at(addr)?;
         let b = &mut seg.blocks[j];
         (b.addr == addr).then_some(b)
@@ -447,6 +462,9 @@ impl RecordedState {
 #[derive(Debug)]
 pub struct Initial {
     pub state: RecordedState,
+    /// Size choices for blocks alive at the first entry (latest entry first). A
+    /// choice for a block whose alloc is in the trace does not matter (the forward
+    /// replay makes that block itself) and is not listed.
     pub ambiguous: Vec<Ambiguity>,
 }
 
@@ -459,10 +477,26 @@ pub fn backward_walk(
     rules: &SplitRules,
 ) -> Result<Initial, Inconsistency> {
     let mut state = final_state;
-    let mut ambiguous = Vec::new();
+    let mut scratch = Vec::new();
+    // Choices whose block has no alloc earlier in the trace yet (walking back):
+    // at most the live blocks, so memory does not grow with the trace.
+    let mut open: std::collections::HashMap<u64, Vec<Ambiguity>, super::AddrBuild> = Default::default();
     for (i, ev) in trace.iter().enumerate().rev() {
-        state.undo(i, ev, pool_of(ev), rules, &mut ambiguous)?;
+        state.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+        match ev.action {
+            Action::FreeCompleted if !scratch.is_empty() => {
+                for a in scratch.drain(..) {
+                    open.entry(a.addr).or_default().push(a);
+                }
+            }
+            Action::Alloc if !open.is_empty() => {
+                open.remove(&ev.addr);
+            }
+            _ => {}
+        }
     }
+    let mut ambiguous: Vec<Ambiguity> = open.into_values().flatten().collect();
+    ambiguous.sort_by(|a, b| b.index.cmp(&a.index));
     Ok(Initial { state, ambiguous })
 }
 

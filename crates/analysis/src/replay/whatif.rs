@@ -7,13 +7,15 @@
 //! `empty_cache()` calls inferred by the verify replay are made at the same places;
 //! every other segment decision is the simulated allocator's own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use super::AddrBuild;
 
 use fragscope_alloc::{AllocatorConfig, BlockState as EBlockState, CachingAllocator, Event, SimulatedDevice, DEFAULT_POOL};
 use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
 use serde::Serialize;
 
 use super::driver::{seed_segments, verify_inner};
+use super::state::BState;
 use super::ReplayOptions;
 
 /// Capacity used when none is given: large enough that nothing runs out.
@@ -94,12 +96,21 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     };
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     eng.set_record_events(opts.collect_snapshot);
+    // Blocks alive before the trace, seeded at their recorded address. Only these
+    // may be freed without an alloc in the trace, and only once: a free of an
+    // address that is neither mapped nor seeded-and-live is skipped, so it can
+    // never hit a simulated block that merely happens to sit at that address.
+    let mut pre_live: HashSet<u64, AddrBuild> = HashSet::default();
     match &inferred.initial {
         Some(st) => {
             if let Err(e) = seed_segments(&mut eng, st) {
                 notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
                 eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
                 eng.set_record_events(opts.collect_snapshot);
+            } else {
+                pre_live.extend(
+                    st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free).map(|b| b.addr),
+                );
             }
         }
         None => notes.push(format!(
@@ -107,8 +118,11 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
             vrep.undecidable.as_deref().unwrap_or("no trace")
         )),
     }
-    // Recorded address → simulated address (None: its allocation failed).
-    let mut addr_map: HashMap<u64, Option<u64>> = HashMap::new();
+    // Recorded address → simulated address (None: its allocation failed). A
+    // recorded address allocated again while still mapped (a trace that is not
+    // allocator-consistent, e.g. a plain repetition) maps to the newest block;
+    // the older simulated block stays allocated, as it does in the recording.
+    let mut addr_map: HashMap<u64, Option<u64>, AddrBuild> = HashMap::default();
     let mut ec = inferred.empty_cache_before.iter().copied().peekable();
     let mut out_events: Vec<TraceEvent> = Vec::new();
     let mut evbuf: Vec<Event> = Vec::new();
@@ -132,11 +146,13 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                             let _ = eng.free(a);
                         } else {
                             addr_map.insert(ev.addr, Some(a));
+                            pre_live.remove(&ev.addr);
                         }
                     }
                     Err(o) => {
                         if ev.action == Action::Alloc {
                             addr_map.insert(ev.addr, None);
+                            pre_live.remove(&ev.addr);
                         }
                         if first_oom.is_none() {
                             first_oom = Some(SimOom {
@@ -160,7 +176,8 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                 let sim = match addr_map.get(&ev.addr) {
                     Some(&Some(a)) => Some(a),
                     Some(&None) => None,
-                    None => Some(ev.addr), // alive before the trace: seeded at its own address
+                    // Alive before the trace: seeded at its own address.
+                    None => pre_live.contains(&ev.addr).then_some(ev.addr),
                 };
                 let ok = match sim {
                     Some(a) if ev.action == Action::FreeRequested => eng.free_requested(a).is_ok(),
@@ -169,6 +186,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                 };
                 if ev.action == Action::FreeCompleted {
                     addr_map.remove(&ev.addr);
+                    pre_live.remove(&ev.addr);
                 }
                 if !ok {
                     skipped_frees += 1;
