@@ -172,9 +172,7 @@ impl Tokens {
         if self.get(i) == Some(c) {
             Ok(())
         } else {
-            Err(ConfigError::new(format!(
-                "Error parsing CachingAllocator::AllocatorConfig settings, expected {c}"
-            )))
+            Err(ConfigError::new(format!("Error parsing CachingAllocator::AllocatorConfig settings, expected {c}")))
         }
     }
     fn value(&self, i: usize, key: &str) -> Result<&str, ConfigError> {
@@ -190,8 +188,7 @@ impl Tokens {
     }
     fn float(&self, i: usize, key: &str) -> Result<f64, ConfigError> {
         let v = self.value(i, key)?;
-        v.parse::<f64>()
-            .map_err(|_| ConfigError::new(format!("Invalid value '{v}' for {key}: expected a number")))
+        v.parse::<f64>().map_err(|_| ConfigError::new(format!("Invalid value '{v}' for {key}: expected a number")))
     }
     fn boolean(&self, i: usize, key: &str) -> Result<bool, ConfigError> {
         match self.get(i) {
@@ -272,9 +269,7 @@ pub fn parse(s: &str) -> Result<AllocatorConfig, ConfigError> {
                 i += 2;
                 let v = toks.float(i, &key)?;
                 if !(v > 0.0 && v < 1.0) {
-                    return Err(ConfigError::new(
-                        "garbage_collect_threshold is invalid, set it in (0.0, 1.0)",
-                    ));
+                    return Err(ConfigError::new("garbage_collect_threshold is invalid, set it in (0.0, 1.0)"));
                 }
                 cfg.garbage_collection_threshold = v;
             }
@@ -313,9 +308,7 @@ pub fn parse(s: &str) -> Result<AllocatorConfig, ConfigError> {
                 i += 2;
                 let v = toks.uint(i, &key)?;
                 if !v.is_power_of_two() {
-                    return Err(ConfigError::new(format!(
-                        "Number of register threads has to be power of 2, got {v}"
-                    )));
+                    return Err(ConfigError::new(format!("Number of register threads has to be power of 2, got {v}")));
                 }
                 if v > 128 {
                     return Err(ConfigError::new(format!(
@@ -368,9 +361,7 @@ pub fn parse(s: &str) -> Result<AllocatorConfig, ConfigError> {
                 i += 2;
                 let v = toks.float(i, &key)?;
                 if !(0.0..=1.0).contains(&v) {
-                    return Err(ConfigError::new(
-                        "per_process_memory_fraction is invalid, set it in [0.0, 1.0]",
-                    ));
+                    return Err(ConfigError::new("per_process_memory_fraction is invalid, set it in [0.0, 1.0]"));
                 }
                 cfg.per_process_memory_fraction = v;
             }
@@ -454,13 +445,9 @@ fn parse_divisions(toks: &Tokens, mut i: usize, table: &mut [u64; DIVISION_INTER
         let interval = toks.get(i).unwrap_or_default();
         toks.expect(i + 1, ":")?;
         i += 2;
-        let v = toks
-            .uint(i, KEY)
-            .map_err(|_| ConfigError::new("Error parsing roundup_power2_divisions value"))?;
+        let v = toks.uint(i, KEY).map_err(|_| ConfigError::new("Error parsing roundup_power2_divisions value"))?;
         if v != 0 && !v.is_power_of_two() {
-            return Err(ConfigError::new(
-                "For roundups, the divisons has to be power of 2 or 0 to disable roundup ",
-            ));
+            return Err(ConfigError::new("For roundups, the divisons has to be power of 2 or 0 to disable roundup "));
         }
         if interval == ">" {
             // The source fills from the last listed index *inclusive* (it uses
@@ -469,9 +456,8 @@ fn parse_divisions(toks: &Tokens, mut i: usize, table: &mut [u64; DIVISION_INTER
                 *d = v;
             }
         } else {
-            let k: u64 = interval
-                .parse()
-                .map_err(|_| ConfigError::new("For roundups, the intervals have to be power of 2 "))?;
+            let k: u64 =
+                interval.parse().map_err(|_| ConfigError::new("For roundups, the intervals have to be power of 2 "))?;
             if !k.is_power_of_two() {
                 return Err(ConfigError::new("For roundups, the intervals have to be power of 2 "));
             }
@@ -617,10 +603,7 @@ mod tests {
     #[test]
     fn unknown_key_and_bool_errors() {
         assert_eq!(err("foo:1"), "Unrecognized key 'foo' in CUDA allocator config.");
-        assert_eq!(
-            err("malloc_fraction=0.5"),
-            "Unrecognized key 'malloc_fraction=0.5' in CUDA allocator config."
-        );
+        assert_eq!(err("malloc_fraction=0.5"), "Unrecognized key 'malloc_fraction=0.5' in CUDA allocator config.");
         let e = err("expandable_segments:true");
         assert!(e.starts_with("Expected 'True' or 'False'"), "{e}");
         assert!(e.contains("'true'"), "{e}");
@@ -653,10 +636,16 @@ mod tests {
     #[test]
     fn gc_and_fraction() {
         assert_eq!(parse("garbage_collection_threshold:0.6").unwrap().garbage_collection_threshold, 0.6);
-        assert_eq!(err("garbage_collection_threshold:1.0"), "garbage_collect_threshold is invalid, set it in (0.0, 1.0)");
+        assert_eq!(
+            err("garbage_collection_threshold:1.0"),
+            "garbage_collect_threshold is invalid, set it in (0.0, 1.0)"
+        );
         assert_eq!(err("garbage_collection_threshold:0"), "garbage_collect_threshold is invalid, set it in (0.0, 1.0)");
         assert_eq!(parse("per_process_memory_fraction:0.5").unwrap().per_process_memory_fraction, 0.5);
-        assert_eq!(err("per_process_memory_fraction:1.5"), "per_process_memory_fraction is invalid, set it in [0.0, 1.0]");
+        assert_eq!(
+            err("per_process_memory_fraction:1.5"),
+            "per_process_memory_fraction is invalid, set it in [0.0, 1.0]"
+        );
     }
 
     #[test]
@@ -674,7 +663,9 @@ mod tests {
         assert_eq!(&c.roundup_power2_divisions[..6], &[8; 6]);
         assert_eq!(&c.roundup_power2_divisions[6..], &[0; 10]);
         assert_eq!(err("roundup_power2_divisions:[3:4]"), "For roundups, the intervals have to be power of 2 ");
-        assert!(err("roundup_power2_divisions:[4:3]").starts_with("For roundups, the divisons has to be power of 2 or 0"));
+        assert!(
+            err("roundup_power2_divisions:[4:3]").starts_with("For roundups, the divisons has to be power of 2 or 0")
+        );
         assert!(parse("roundup_power2_divisions:[4:4").is_err());
         let c = parse("roundup_power2_divisions:[1:4,2:8],expandable_segments:True").unwrap();
         assert_eq!(c.roundup_power2_divisions[0], 4);
@@ -704,7 +695,10 @@ mod tests {
         assert_eq!(c.expandable_segments_reserve, Some(ReserveSpec::Fraction(0.5)));
         assert_eq!(c.expandable_segments_reserve_by_class.len(), 2);
         assert_eq!(err("pinned_num_register_threads:3"), "Number of register threads has to be power of 2, got 3");
-        assert_eq!(err("pinned_num_register_threads:256"), "Number of register threads should be less than or equal to 128, got 256");
+        assert_eq!(
+            err("pinned_num_register_threads:256"),
+            "Number of register threads should be less than or equal to 128, got 256"
+        );
         assert_eq!(err("pinned_reserve_segment_size_mb:0"), "Pinned reserve segment size has to be greater than 0");
         assert_eq!(err("backend:foo"), "Unknown allocator backend, options are native and cudaMallocAsync");
         // Bad reserve values only warn in PyTorch.

@@ -285,7 +285,10 @@ mod tests {
         d.push_oracle_segment(0x2000_0000, 20 << 20);
         assert_eq!(d.malloc(2 << 20), Some(0x1000_0000));
         assert_eq!(d.malloc(4 << 20), Some(0x2000_0000));
-        assert_eq!(d.mismatches(), &[OracleMismatch { addr: 0x2000_0000, recorded_size: 20 << 20, requested_size: 4 << 20 }]);
+        assert_eq!(
+            d.mismatches(),
+            &[OracleMismatch { addr: 0x2000_0000, recorded_size: 20 << 20, requested_size: 4 << 20 }]
+        );
         d.push_oracle_segment(0x3000_0000, 2 << 20);
         d.fail_next_malloc();
         assert!(d.malloc(2 << 20).is_none());

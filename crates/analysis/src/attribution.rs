@@ -92,7 +92,13 @@ fn frame_label(file: &str, line: i64, name: &str) -> String {
 
 /// The site of a stack (module doc).
 pub fn site_of(frames: &FrameTable, stack: Option<StackId>) -> Site {
-    let placeholder = |s: &str| Site { site: s.to_string(), file: String::new(), line: 0, function: String::new(), stack: s.to_string() };
+    let placeholder = |s: &str| Site {
+        site: s.to_string(),
+        file: String::new(),
+        line: 0,
+        function: String::new(),
+        stack: s.to_string(),
+    };
     let Some(id) = stack else { return placeholder(NO_STACK) };
     let all: Vec<(&str, i64, &str)> = frames.resolved(id).collect();
     if all.is_empty() {
@@ -128,7 +134,13 @@ pub fn site_of(frames: &FrameTable, stack: Option<StackId>) -> Site {
         }
     }
     parts.reverse();
-    Site { site: frame_label(file, line, function), file: file.to_string(), line, function: function.to_string(), stack: parts.join(";") }
+    Site {
+        site: frame_label(file, line, function),
+        file: file.to_string(),
+        line,
+        function: function.to_string(),
+        stack: parts.join(";"),
+    }
 }
 
 /// Interns sites: stack → site index, site string → index.
@@ -196,7 +208,8 @@ pub(crate) struct Scopes {
 
 impl Scopes {
     pub fn new(snap: &Snapshot, device: i64) -> Self {
-        let anns: Vec<&Annotation> = snap.external_annotations.iter().flatten().filter(|a| a.device == device || a.device < 0).collect();
+        let anns: Vec<&Annotation> =
+            snap.external_annotations.iter().flatten().filter(|a| a.device == device || a.device < 0).collect();
         Self::from_annotations(&anns)
     }
 
@@ -414,7 +427,14 @@ pub fn bytes_by_site(snap: &Snapshot, blocks: &[LiveBlock]) -> Vec<SiteBytes> {
     v
 }
 
-fn peak_attribution(snap: &Snapshot, scopes: &Scopes, at: &'static str, peak: &Peak, blocks: &[LiveBlock], top: usize) -> PeakAttribution {
+fn peak_attribution(
+    snap: &Snapshot,
+    scopes: &Scopes,
+    at: &'static str,
+    peak: &Peak,
+    blocks: &[LiveBlock],
+    top: usize,
+) -> PeakAttribution {
     let mut sites = bytes_by_site(snap, blocks);
     let rest = if sites.len() > top { sites.split_off(top) } else { Vec::new() };
     let mut by_name: BTreeMap<usize, (u64, u64)> = BTreeMap::new();
@@ -428,8 +448,10 @@ fn peak_attribution(snap: &Snapshot, scopes: &Scopes, at: &'static str, peak: &P
             e.1 += 1;
         }
     }
-    let mut by_annotation: Vec<AnnotationBytes> =
-        by_name.into_iter().map(|(n, (bytes, blocks))| AnnotationBytes { name: scopes.names[n].clone(), bytes, blocks }).collect();
+    let mut by_annotation: Vec<AnnotationBytes> = by_name
+        .into_iter()
+        .map(|(n, (bytes, blocks))| AnnotationBytes { name: scopes.names[n].clone(), bytes, blocks })
+        .collect();
     by_annotation.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
     by_annotation.truncate(top);
     let live_bytes: u64 = blocks.iter().map(|b| b.size).sum();
@@ -444,7 +466,11 @@ fn peak_attribution(snap: &Snapshot, scopes: &Scopes, at: &'static str, peak: &P
         sites,
         other_sites: rest.len() as u64,
         other_sites_bytes: rest.iter().map(|s| s.bytes).sum(),
-        open_annotations: scopes.open_at(peak.time_us.unwrap_or(NO_TIME)).into_iter().map(|n| scopes.names[n].clone()).collect(),
+        open_annotations: scopes
+            .open_at(peak.time_us.unwrap_or(NO_TIME))
+            .into_iter()
+            .map(|n| scopes.names[n].clone())
+            .collect(),
         by_annotation,
     }
 }

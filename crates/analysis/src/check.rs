@@ -72,19 +72,39 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
         let d = tl.device;
         let (pa, pr, pf) = (tl.peak_allocated.bytes, tl.peak_reserved.bytes, tl.peak_fragmentation);
         if let Some(m) = limits.max_reserved.filter(|&m| pr > m) {
-            failures.push(Failure { limit: "max_reserved", device: d, measured: Value::Bytes(pr), allowed: Value::Bytes(m) });
+            failures.push(Failure {
+                limit: "max_reserved",
+                device: d,
+                measured: Value::Bytes(pr),
+                allowed: Value::Bytes(m),
+            });
         }
         if let Some(m) = limits.max_allocated.filter(|&m| pa > m) {
-            failures.push(Failure { limit: "max_allocated", device: d, measured: Value::Bytes(pa), allowed: Value::Bytes(m) });
+            failures.push(Failure {
+                limit: "max_allocated",
+                device: d,
+                measured: Value::Bytes(pa),
+                allowed: Value::Bytes(m),
+            });
         }
         if let (Some(m), Some(f)) = (limits.max_fragmentation, pf) {
             if f > m {
-                failures.push(Failure { limit: "max_fragmentation", device: d, measured: Value::Ratio(f), allowed: Value::Ratio(m) });
+                failures.push(Failure {
+                    limit: "max_fragmentation",
+                    device: d,
+                    measured: Value::Ratio(f),
+                    allowed: Value::Ratio(m),
+                });
             }
         }
         let leak_suspects = limits.no_leaks.then(|| leaks::leaks_device(snap, d, pa).suspects.len() as u64);
         if let Some(n) = leak_suspects.filter(|&n| n > 0) {
-            failures.push(Failure { limit: "no_leaks", device: d, measured: Value::Count(n), allowed: Value::Count(0) });
+            failures.push(Failure {
+                limit: "no_leaks",
+                device: d,
+                measured: Value::Count(n),
+                allowed: Value::Count(0),
+            });
         }
         devices.push(DeviceCheck {
             device: d,
@@ -119,7 +139,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        _ => return Err(format!("invalid size {s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
     };
     if num.is_empty() || num.matches('.').count() > 1 {
         return Err(format!("invalid size {s:?}: expected a number with an optional unit, e.g. 20GiB"));

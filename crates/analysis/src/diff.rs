@@ -96,7 +96,13 @@ fn i(x: u64) -> i64 {
 }
 
 /// One device pair.
-pub fn diff_device(a: &Snapshot, ta: &DeviceTimeline, b: &Snapshot, tb: &DeviceTimeline, opts: &DiffOptions) -> DeviceDiff {
+pub fn diff_device(
+    a: &Snapshot,
+    ta: &DeviceTimeline,
+    b: &Snapshot,
+    tb: &DeviceTimeline,
+    opts: &DiffOptions,
+) -> DeviceDiff {
     let la = timeline::live_at(a, ta.device, ta.peak_allocated.event_index);
     let lb = timeline::live_at(b, tb.device, tb.peak_allocated.event_index);
     let mut m: BTreeMap<String, SiteDelta> = BTreeMap::new();
@@ -129,7 +135,9 @@ pub fn diff_device(a: &Snapshot, ta: &DeviceTimeline, b: &Snapshot, tb: &DeviceT
         })
         .filter(|s| s.delta != 0)
         .collect();
-    sites.sort_by(|x, y| y.delta.unsigned_abs().cmp(&x.delta.unsigned_abs()).then_with(|| x.site.site.cmp(&y.site.site)));
+    sites.sort_by(|x, y| {
+        y.delta.unsigned_abs().cmp(&x.delta.unsigned_abs()).then_with(|| x.site.site.cmp(&y.site.site))
+    });
     let rest: i64 = sites.iter().skip(opts.top).map(|s| s.delta).sum();
     sites.truncate(opts.top);
     let (fa, fb) = (Figures::of(ta), Figures::of(tb));

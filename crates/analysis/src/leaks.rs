@@ -139,8 +139,12 @@ fn from_annotations(snap: &Snapshot, device: i64) -> Option<Iterations> {
             starts.entry(normalize_scope(&scopes.names[n])).or_default().push(s);
         }
     }
-    let (name, times) = starts.into_iter().filter(|(_, v)| v.len() >= MIN_ITERATIONS).max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(&a.0)))?;
-    let mut boundaries: Vec<usize> = times.iter().map(|&t| trace.partition_point(|e| e.time_us < t)).filter(|&i| i < trace.len()).collect();
+    let (name, times) = starts
+        .into_iter()
+        .filter(|(_, v)| v.len() >= MIN_ITERATIONS)
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(&a.0)))?;
+    let mut boundaries: Vec<usize> =
+        times.iter().map(|&t| trace.partition_point(|e| e.time_us < t)).filter(|&i| i < trace.len()).collect();
     boundaries.dedup();
     (boundaries.len() >= MIN_ITERATIONS).then(|| Iterations {
         source: "annotation",
@@ -382,7 +386,9 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
                 last_bytes: y[steps],
             });
         }
-        suspects.sort_by(|a, b| b.growth_bytes_per_iteration.cmp(&a.growth_bytes_per_iteration).then_with(|| a.site.site.cmp(&b.site.site)));
+        suspects.sort_by(|a, b| {
+            b.growth_bytes_per_iteration.cmp(&a.growth_bytes_per_iteration).then_with(|| a.site.site.cmp(&b.site.site))
+        });
     }
     DeviceLeaks { device, iterations: it, threshold_bytes_per_iteration: threshold, suspects }
 }

@@ -122,9 +122,9 @@ pub fn allocator_state_at(snap: &Snapshot, device: i64, after_event: Option<usiz
     let cfg = recorded_config(snap);
     let fin = RecordedState::from_snapshot(snap, device);
     let pool_of = |e: &fragscope_snapshot::TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
-    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &pool_of, r))
-        .map(|i| i.state)
-        .map_err(|e| format!("trace entry {} ({}) cannot be undone: {}", e.index + from, e.event.action.as_str(), e.reason))
+    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &pool_of, r)).map(|i| i.state).map_err(|e| {
+        format!("trace entry {} ({}) cannot be undone: {}", e.index + from, e.event.action.as_str(), e.reason)
+    })
 }
 
 /// Figures of a rebuilt state; `request` marks the `(stream, pool, small)` of a request.
@@ -173,7 +173,9 @@ pub fn state_figures(st: &RecordedState, request: Option<(u64, (u64, u64), bool)
     f.largest_free_block_bytes = groups.iter().map(|g| g.largest_free_block_bytes).max().unwrap_or(0);
     f.free_space_fragmentation =
         (f.cached_free_bytes > 0).then(|| 1.0 - f.largest_free_block_bytes as f64 / f.cached_free_bytes as f64);
-    groups.sort_by(|a, b| b.free_bytes.cmp(&a.free_bytes).then_with(|| (a.stream, a.pool_id, a.pool).cmp(&(b.stream, b.pool_id, b.pool))));
+    groups.sort_by(|a, b| {
+        b.free_bytes.cmp(&a.free_bytes).then_with(|| (a.stream, a.pool_id, a.pool).cmp(&(b.stream, b.pool_id, b.pool)))
+    });
     f.free_by_stream_pool = groups;
     f
 }
@@ -330,7 +332,8 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
         state.cached_free_bytes
     };
     let stranded_free = state.cached_free_bytes - usable_cached.min(state.cached_free_bytes);
-    let outside = if capacity_source == "file" { capacity.saturating_sub(state.reserved_bytes + device_free) } else { 0 };
+    let outside =
+        if capacity_source == "file" { capacity.saturating_sub(state.reserved_bytes + device_free) } else { 0 };
     let over = (state.active_bytes + s).saturating_sub(capacity);
     let verdict = if over > 0 {
         Verdict::Exhaustion
@@ -349,7 +352,11 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
         .max()
         .unwrap_or(0);
     let fsz = format_size;
-    let cap_words = if capacity_source == "file" { format!("the GPU's {}", fsz(capacity)) } else { format!("about {} the GPU could give this process (reserved + free at the OOM, an estimate)", fsz(capacity)) };
+    let cap_words = if capacity_source == "file" {
+        format!("the GPU's {}", fsz(capacity))
+    } else {
+        format!("about {} the GPU could give this process (reserved + free at the OOM, an estimate)", fsz(capacity))
+    };
     let explanation = match verdict {
         Verdict::Exhaustion if over > 0 => format!(
             "This OOM was exhaustion: tensors in use held {} and the request needed {} more, {} over {}. \
@@ -513,7 +520,10 @@ mod tests {
         use BlockState::*;
         // Two 20 MiB segments, each 12 MiB live + 8 MiB free: 16 MiB free, largest 8 MiB.
         let s = snap(
-            vec![seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]), seg(2 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)])],
+            vec![
+                seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]),
+                seg(2 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]),
+            ],
             16 * MIB,
             0,
         );
@@ -533,7 +543,10 @@ mod tests {
     fn free_bytes_on_another_stream_is_stranded() {
         use BlockState::*;
         let s = snap(
-            vec![seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]), seg(2 << 30, 7, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)])],
+            vec![
+                seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]),
+                seg(2 << 30, 7, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]),
+            ],
             12 * MIB,
             2 * MIB,
         );

@@ -101,11 +101,7 @@ impl MessageForm {
     pub fn is_caching_allocator_report(self) -> bool {
         matches!(
             self,
-            MessageForm::Legacy
-                | MessageForm::V2_1
-                | MessageForm::V2_2
-                | MessageForm::V2_5
-                | MessageForm::Recent
+            MessageForm::Legacy | MessageForm::V2_1 | MessageForm::V2_2 | MessageForm::V2_5 | MessageForm::Recent
         )
     }
 
@@ -177,8 +173,7 @@ impl OomMessage {
     /// Bytes held by live tensors: "allocated by PyTorch" minus the private-pool share that
     /// 2.5+ folds into it (those bytes are free blocks owned by CUDA graphs / MemPools).
     pub fn live_allocated(&self) -> Option<u64> {
-        self.allocated_by_pytorch
-            .map(|a| a.saturating_sub(self.private_pools.unwrap_or(0)))
+        self.allocated_by_pytorch.map(|a| a.saturating_sub(self.private_pools.unwrap_or(0)))
     }
 
     /// GPU memory not held by this process's caching allocator: `total − free − reserved`.
@@ -221,9 +216,7 @@ impl OomMessage {
         self.processes
             .iter()
             .enumerate()
-            .filter(|(_, p)| {
-                p.bytes.saturating_add(slack) >= r && p.bytes <= r.saturating_add(2 * GIB)
-            })
+            .filter(|(_, p)| p.bytes.saturating_add(slack) >= r && p.bytes <= r.saturating_add(2 * GIB))
             .min_by_key(|(_, p)| p.bytes)
             .map(|(i, _)| i)
     }
@@ -463,10 +456,7 @@ fn flatten(src: &str) -> Flat {
 /// Byte offset where the run of trailing characters satisfying `keep` starts (a char
 /// boundary, whatever the characters before it are).
 fn start_of_trailing(s: &str, keep: impl Fn(char) -> bool) -> usize {
-    s.char_indices()
-        .rev()
-        .find(|&(_, c)| !keep(c))
-        .map_or(0, |(k, c)| k + c.len_utf8())
+    s.char_indices().rev().find(|&(_, c)| !keep(c)).map_or(0, |(k, c)| k + c.len_utf8())
 }
 
 /// ASCII case-insensitive `find` from `from`, bounded by `limit`.
@@ -518,11 +508,7 @@ fn expect_ci(s: &str, pos: usize, needle: &str) -> Option<usize> {
 enum Anchor {
     /// `CUDA out of memory.` / `HIP out of memory.`; `start` is at the accelerator word,
     /// `after` just past the full stop.
-    Native {
-        start: usize,
-        after: usize,
-        hip: bool,
-    },
+    Native { start: usize, after: usize, hip: bool },
     /// `Allocation on device N would exceed allowed memory`.
     Async { start: usize },
 }
@@ -572,14 +558,7 @@ fn next_anchor(flat: &str, from: usize) -> Option<Anchor> {
             };
             at = i + 1;
             // require the rest of the sentence, so prose mentioning the phrase is skipped
-            if find_ci(
-                flat,
-                "would exceed allowed memory",
-                i,
-                (i + 80).min(flat.len()),
-            )
-            .is_some()
-            {
+            if find_ci(flat, "would exceed allowed memory", i, (i + 80).min(flat.len())).is_some() {
                 break Some(Anchor::Async { start: i });
             }
         }
@@ -601,9 +580,7 @@ pub fn parse(text: &str) -> Result<OomMessage, ParseError> {
     if let Some(i) = find_ci(text, "CUDA error: out of memory", 0, text.len()) {
         let line_start = text[..i].rfind('\n').map_or(0, |k| k + 1);
         let line_end = text[i..].find('\n').map_or(text.len(), |k| i + k);
-        return Err(ParseError::CudaRuntimeError {
-            line: text[line_start..line_end].trim().to_string(),
-        });
+        return Err(ParseError::CudaRuntimeError { line: text[line_start..line_end].trim().to_string() });
     }
     Err(ParseError::NoMessage)
 }
@@ -635,10 +612,7 @@ fn original_slice(text: &str, flat: &Flat, start: usize, end: usize) -> String {
     let a = flat.map[start];
     let last = flat.map[end - 1];
     // extend to the end of the UTF-8 character at `last`
-    let b = text[last..]
-        .char_indices()
-        .nth(1)
-        .map_or(text.len(), |(k, _)| last + k);
+    let b = text[last..].char_indices().nth(1).map_or(text.len(), |(k, _)| last + k);
     text[a..b].trim().to_string()
 }
 
@@ -646,9 +620,7 @@ fn original_slice(text: &str, flat: &Flat, start: usize, end: usize) -> String {
 fn exception_before(s: &str, start: usize) -> Option<String> {
     let before = s[..start].trim_end_matches(' ');
     let before = before.strip_suffix(':')?;
-    let tok_start = start_of_trailing(before, |c| {
-        c.is_ascii_alphanumeric() || c == '_' || c == '.'
-    });
+    let tok_start = start_of_trailing(before, |c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
     let tok = &before[tok_start..];
     (tok.ends_with("Error") || tok.ends_with("Exception")).then(|| tok.to_string())
 }
@@ -676,13 +648,7 @@ fn empty_message(form: MessageForm, hip: bool) -> OomMessage {
 }
 
 /// Everything that starts `CUDA out of memory.`; returns the message and the end offset.
-fn parse_native(
-    s: &str,
-    start: usize,
-    after: usize,
-    hip: bool,
-    limit: usize,
-) -> (OomMessage, usize) {
+fn parse_native(s: &str, start: usize, after: usize, hip: bool, limit: usize) -> (OomMessage, usize) {
     let mut m = empty_message(MessageForm::Partial, hip);
     let mut end = after;
 
@@ -765,11 +731,7 @@ fn parse_legacy(s: &str, open: usize, limit: usize, m: &mut OomMessage, end: &mu
         }
     }
     // Derive the half the message did not print (both are exact sums of printed figures).
-    match (
-        m.allocated_by_pytorch,
-        m.reserved_total,
-        m.reserved_unallocated,
-    ) {
+    match (m.allocated_by_pytorch, m.reserved_total, m.reserved_unallocated) {
         (Some(a), Some(r), None) => m.reserved_unallocated = Some(r.saturating_sub(a)),
         (Some(a), None, Some(u)) => m.reserved_total = Some(a.saturating_add(u)),
         _ => {}
@@ -778,8 +740,7 @@ fn parse_legacy(s: &str, open: usize, limit: usize, m: &mut OomMessage, end: &mu
     // " If reserved memory is >> allocated memory try setting max_split_size_mb to avoid
     // fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
     if let Some(p) = expect_ci(s, *end, "If reserved memory is") {
-        *end = find_ci(s, "fragmentation.", p, limit.min(p + 200))
-            .map_or(p, |k| k + "fragmentation.".len());
+        *end = find_ci(s, "fragmentation.", p, limit.min(p + 200)).map_or(p, |k| k + "fragmentation.".len());
     }
     *end = documentation_tail(s, *end, limit);
 }
@@ -797,10 +758,7 @@ fn parse_v2(s: &str, p: usize, start: usize, limit: usize, m: &mut OomMessage, e
         return;
     };
     m.device = Some(dev);
-    m.form = if s.as_bytes()[cap..]
-        .get(..2)
-        .is_some_and(|t| t.eq_ignore_ascii_case(b"ty"))
-    {
+    m.form = if s.as_bytes()[cap..].get(..2).is_some_and(|t| t.eq_ignore_ascii_case(b"ty")) {
         MessageForm::V2_1 // "capacty": the 2.1 typo
     } else {
         MessageForm::V2_2
@@ -845,12 +803,7 @@ fn parse_v2(s: &str, p: usize, start: usize, limit: usize, m: &mut OomMessage, e
         m.allocated_by_pytorch = Some(a);
         *end = q2;
     }
-    let unalloc = find_ci(
-        s,
-        "is reserved by PyTorch but unallocated",
-        q,
-        limit.min(q + 400),
-    );
+    let unalloc = find_ci(s, "is reserved by PyTorch but unallocated", q, limit.min(q + 400));
     if let Some(k) = find_ci(s, "allocated in private pools", q, unalloc.unwrap_or(limit)) {
         m.private_pools = size_before(s, k);
     }
@@ -871,36 +824,15 @@ fn finish_v2(s: &str, start: usize, limit: usize, m: &mut OomMessage, end: &mut 
     // characters); the recent "expandable_segments is enabled" paragraph is longer, so the
     // window grows only when that paragraph is there. A short window keeps a truncated
     // message from swallowing unrelated text that follows it.
-    let long = find_ci(
-        s,
-        "expandable_segments is enabled",
-        *end,
-        limit.min(*end + 300),
-    )
-    .is_some();
+    let long = find_ci(s, "expandable_segments is enabled", *end, limit.min(*end + 300)).is_some();
     let window = if long { 1500 } else { 300 };
-    let hint_end = find_ci(
-        s,
-        "See documentation for Memory Management",
-        *end,
-        limit.min(*end + window),
-    )
-    .unwrap_or(*end);
-    if let Some(k) = find_ci(
-        s,
-        "expandable_segments is enabled",
-        start,
-        hint_end.max(*end),
-    ) {
+    let hint_end =
+        find_ci(s, "See documentation for Memory Management", *end, limit.min(*end + window)).unwrap_or(*end);
+    if let Some(k) = find_ci(s, "expandable_segments is enabled", start, hint_end.max(*end)) {
         m.expandable_segments_hint = true;
         *end = (*end).max(k + "expandable_segments is enabled".len());
     }
-    if let Some(k) = find_ci(
-        s,
-        "exceeds the expandable-segment reserve",
-        start,
-        hint_end.max(*end),
-    ) {
+    if let Some(k) = find_ci(s, "exceeds the expandable-segment reserve", start, hint_end.max(*end)) {
         m.exceeds_expandable_reserve = true;
         let after = k + "exceeds the expandable-segment reserve".len();
         if let Some(q) = expect_ci(s, after, "of") {
@@ -929,12 +861,7 @@ fn finish_v2(s: &str, start: usize, limit: usize, m: &mut OomMessage, end: &mut 
 /// return the offset after it and its tail (` and PYTORCH_CUDA_ALLOC_CONF` or ` (URL)`).
 fn documentation_tail(s: &str, from: usize, limit: usize) -> usize {
     let from = from.min(s.len());
-    let Some(k) = find_ci(
-        s,
-        "See documentation for Memory Management",
-        from,
-        limit.min(from + 400),
-    ) else {
+    let Some(k) = find_ci(s, "See documentation for Memory Management", from, limit.min(from + 400)) else {
         return from;
     };
     let mut e = k + "See documentation for Memory Management".len();
@@ -1134,12 +1061,7 @@ pub fn explain(msg: &OomMessage) -> OomExplanation {
     let mut x = Explainer::new(msg);
     x.run();
     x.next_steps.extend(recording_steps(msg));
-    OomExplanation {
-        verdict: x.verdict,
-        headline: x.headline,
-        findings: x.findings,
-        next_steps: x.next_steps,
-    }
+    OomExplanation { verdict: x.verdict, headline: x.headline, findings: x.findings, next_steps: x.next_steps }
 }
 
 struct Explainer<'a> {
@@ -1163,13 +1085,7 @@ fn pct(part: u64, whole: u64) -> String {
 
 impl<'a> Explainer<'a> {
     fn new(m: &'a OomMessage) -> Self {
-        Explainer {
-            m,
-            verdict: Likely::Unclear,
-            headline: String::new(),
-            findings: Vec::new(),
-            next_steps: Vec::new(),
-        }
+        Explainer { m, verdict: Likely::Unclear, headline: String::new(), findings: Vec::new(), next_steps: Vec::new() }
     }
 
     fn set(&mut self, v: Likely, headline: String) {
@@ -1205,10 +1121,7 @@ impl<'a> Explainer<'a> {
             _ => {}
         }
         let (Some(s), Some(t)) = (m.tried_to_allocate, m.total_capacity) else {
-            self.set(
-                Likely::Unclear,
-                "The message lacks the request or the GPU capacity; no verdict.".into(),
-            );
+            self.set(Likely::Unclear, "The message lacks the request or the GPU capacity; no verdict.".into());
             return;
         };
         let gpu = self.gpu();
@@ -1217,11 +1130,7 @@ impl<'a> Explainer<'a> {
         if clearly_gt(s, t, &[s, t]) {
             self.set(
                 Likely::Exhaustion,
-                format!(
-                    "Exhaustion: a single allocation of {} is larger than all of {gpu} ({} total).",
-                    fs(s),
-                    fs(t)
-                ),
+                format!("Exhaustion: a single allocation of {} is larger than all of {gpu} ({} total).", fs(s), fs(t)),
             );
             self.findings.push(
                 "No allocator setting can make this fit. Such sizes usually come from a shape \
@@ -1349,10 +1258,7 @@ impl<'a> Explainer<'a> {
 
         // Stranded cache bytes plus CUDA's free memory would have been enough.
         if let Some(f) = m.free {
-            if stranded > 0
-                && stranded_matters
-                && roughly_ge(stranded.saturating_add(f), s, &[u, p, f, s])
-            {
+            if stranded > 0 && stranded_matters && roughly_ge(stranded.saturating_add(f), s, &[u, p, f, s]) {
                 if outside_large && outside.unwrap_or(0) > stranded {
                     return self.other_processes(s, t, outside.unwrap_or(0));
                 }
@@ -1363,11 +1269,7 @@ impl<'a> Explainer<'a> {
                          {gpu} would hold the {} request, had the cached part not been split \
                          among live tensors.",
                         fs(u),
-                        if p > 0 {
-                            format!(" and {} free in private pools", fs(p))
-                        } else {
-                            String::new()
-                        },
+                        if p > 0 { format!(" and {} free in private pools", fs(p)) } else { String::new() },
                         fs(f),
                         fs(s)
                     ),
@@ -1426,11 +1328,7 @@ impl<'a> Explainer<'a> {
         // Builds old enough to say "cached" (before ~1.5) printed the rounded request here,
         // not the segment size (a 1 MiB request shows as 1024.00 KiB, not 2.00 MiB).
         let says_cached = m.raw.to_ascii_lowercase().contains("cached)");
-        if let (Some(s), true, false) = (
-            m.tried_to_allocate,
-            m.form.is_caching_allocator_report(),
-            says_cached,
-        ) {
+        if let (Some(s), true, false) = (m.tried_to_allocate, m.form.is_caching_allocator_report(), says_cached) {
             let mut line = format!(
                 "'Tried to allocate {}' is the segment size PyTorch asked for, not the tensor's \
                  size: ≤ 1 MiB requests ask for 2 MiB, 1–10 MiB for 20 MiB, larger ones are \
@@ -1499,8 +1397,7 @@ impl<'a> Explainer<'a> {
                     Some(pid) => format!("process {pid} {}", fs(p.bytes)),
                 })
                 .collect();
-            self.findings
-                .push(format!("Processes on the GPU (NVML): {}.", list.join(", ")));
+            self.findings.push(format!("Processes on the GPU (NVML): {}.", list.join(", ")));
             if own.is_some() && m.processes[own.unwrap()].pid.is_some() {
                 self.findings.push(
                     "No 'this process' line was printed; inside a container NVML shows host \
@@ -1511,17 +1408,14 @@ impl<'a> Explainer<'a> {
             }
         }
         if m.expandable_segments_hint {
-            self.findings
-                .push("Expandable segments were already enabled for this run.".into());
+            self.findings.push("Expandable segments were already enabled for this run.".into());
         }
         if m.exceeds_expandable_reserve {
             self.findings.push(format!(
                 "The request exceeds the expandable-segment reserve{} (the virtual address range \
                  one expandable segment may grow to); the message names the \
                  PYTORCH_CUDA_ALLOC_CONF option that raises it.",
-                m.expandable_reserve
-                    .map(|r| format!(" of {}", fs(r)))
-                    .unwrap_or_default()
+                m.expandable_reserve.map(|r| format!(" of {}", fs(r))).unwrap_or_default()
             ));
             self.next_steps.push(
                 "Raise the expandable-segment reserve with the PYTORCH_CUDA_ALLOC_CONF option \
@@ -1644,11 +1538,8 @@ impl<'a> Explainer<'a> {
     }
 
     fn preemptive(&mut self) {
-        let req = self
-            .m
-            .tried_to_allocate
-            .map(|s| format!(" a request of {}", fs(s)))
-            .unwrap_or_else(|| " a request".into());
+        let req =
+            self.m.tried_to_allocate.map(|s| format!(" a request of {}", fs(s))).unwrap_or_else(|| " a request".into());
         self.set(
             Likely::MemoryFractionCap,
             format!(
@@ -1758,8 +1649,7 @@ fn recording_steps(m: &OomMessage) -> Vec<String> {
                  \x20   raise"
             )];
             // RuntimeError (no OutOfMemoryError class yet) or the "cached" wording: < 1.13
-            let old = m.exception.as_deref() == Some("RuntimeError")
-                || m.raw.to_ascii_lowercase().contains("cached)");
+            let old = m.exception.as_deref() == Some("RuntimeError") || m.raw.to_ascii_lowercase().contains("cached)");
             if old {
                 v.push(
                     "This message probably comes from a PyTorch older than 1.13 (it was \
@@ -1785,18 +1675,10 @@ fn recording_steps(m: &OomMessage) -> Vec<String> {
             // torch.cuda.OutOfMemoryError works on every 2.x, so 2.1–2.4 messages get that.
             let exc = match m.exception.as_deref() {
                 Some(e) if e.ends_with("OutOfMemoryError") && e.starts_with("torch.") => e,
-                _ if matches!(m.form, MessageForm::V2_1 | MessageForm::V2_2) => {
-                    "torch.cuda.OutOfMemoryError"
-                }
+                _ if matches!(m.form, MessageForm::V2_1 | MessageForm::V2_2) => "torch.cuda.OutOfMemoryError",
                 _ => "torch.OutOfMemoryError",
             };
-            vec![
-                format!(
-                    "Record a snapshot at the next OOM:\n{}",
-                    record_snippet(exc)
-                ),
-                analyze,
-            ]
+            vec![format!("Record a snapshot at the next OOM:\n{}", record_snippet(exc)), analyze]
         }
     }
 }

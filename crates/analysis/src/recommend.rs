@@ -69,7 +69,12 @@ pub fn infer_era(snap: &Snapshot) -> Era {
     };
     match snap.format {
         SourceFormat::Kineto => {
-            return Era { min: [0, 0], max: None, label: "unknown".into(), evidence: vec!["profiler trace: no allocator format".into()] }
+            return Era {
+                min: [0, 0],
+                max: None,
+                label: "unknown".into(),
+                evidence: vec!["profiler trace: no allocator format".into()],
+            }
         }
         SourceFormat::SegmentList => {
             return Era {
@@ -87,7 +92,9 @@ pub fn infer_era(snap: &Snapshot) -> Era {
         max = Some([2, 0]);
         ev.push("blocks carry `history` lists → 2.0".into());
     }
-    if snap.segments.iter().any(|s| s.is_expandable.is_some()) || events().any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap)) {
+    if snap.segments.iter().any(|s| s.is_expandable.is_some())
+        || events().any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
+    {
         raise([2, 1], "segments have `is_expandable` / segment_map entries", &mut min, &mut ev);
     }
     let has_events = events().any(|e| e.action != Action::Snapshot);
@@ -162,8 +169,9 @@ pub fn candidates(recorded: &AllocatorConfig, era: &Era) -> Vec<Candidate> {
         if c.per_process_memory_fraction >= 1.0 {
             c.per_process_memory_fraction = GC_FRACTION;
         }
-        let extra = (recorded.per_process_memory_fraction >= 1.0)
-            .then(|| format!("torch.cuda.set_per_process_memory_fraction({GC_FRACTION}) (GC runs only under a memory fraction)"));
+        let extra = (recorded.per_process_memory_fraction >= 1.0).then(|| {
+            format!("torch.cuda.set_per_process_memory_fraction({GC_FRACTION}) (GC runs only under a memory fraction)")
+        });
         push(format!("garbage_collection_threshold:{t}"), c, extra, "1.12");
     }
     {
@@ -204,7 +212,9 @@ fn trial_of(setting: &str, cand: Option<&Candidate>, cfg: &AllocatorConfig, w: r
     // A fraction the candidate set for GC is pasted as the call in `extra_call` (the
     // `per_process_memory_fraction` key exists only from 2.10).
     let paste_cfg = match cand {
-        Some(c) if c.extra_call.is_some() => AllocatorConfig { per_process_memory_fraction: 1.0, ..cfg.clone() }.to_conf_string(),
+        Some(c) if c.extra_call.is_some() => {
+            AllocatorConfig { per_process_memory_fraction: 1.0, ..cfg.clone() }.to_conf_string()
+        }
         _ => config.clone(),
     };
     Trial {
@@ -384,7 +394,13 @@ pub fn rank(base: &Trial, trials: &[Trial], oom_at: Option<usize>) -> Vec<Recomm
 
 /// Recommendations of `device`: replays (on `threads` threads) when `measure`.
 /// `capacity` = the device size to replay on (`None` = unlimited).
-pub fn recommend(snap: &Snapshot, device: i64, measure: bool, capacity: Option<u64>, threads: usize) -> Recommendations {
+pub fn recommend(
+    snap: &Snapshot,
+    device: i64,
+    measure: bool,
+    capacity: Option<u64>,
+    threads: usize,
+) -> Recommendations {
     let era = infer_era(snap);
     let mut r = Recommendations {
         device,
@@ -401,7 +417,9 @@ pub fn recommend(snap: &Snapshot, device: i64, measure: bool, capacity: Option<u
         return r;
     }
     if !measure {
-        r.note = Some("settings are measured by replay only for a device with an OOM; run with --what-if to measure them".into());
+        r.note = Some(
+            "settings are measured by replay only for a device with an OOM; run with --what-if to measure them".into(),
+        );
         return r;
     }
     let cfg = replay::recorded_config(snap);

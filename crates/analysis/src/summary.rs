@@ -505,7 +505,10 @@ mod tests {
         let mib = 1u64 << 20;
         let s = seg(
             0,
-            vec![blk(0, 12 * mib, 11 * mib, BlockState::ActiveAllocated), blk(12 * mib, 8 * mib, 0, BlockState::Inactive)],
+            vec![
+                blk(0, 12 * mib, 11 * mib, BlockState::ActiveAllocated),
+                blk(12 * mib, 8 * mib, 0, BlockState::Inactive),
+            ],
             SegmentType::Large,
         );
         let m = memviz_stats(std::slice::from_ref(&s));
@@ -531,10 +534,14 @@ mod tests {
         ));
         snap.segments.push(seg(
             1 << 30,
-            vec![blk(1 << 30, 512, 500, BlockState::ActiveAllocated), blk((1 << 30) + 512, 2 * mib - 512, 0, BlockState::Inactive)],
+            vec![
+                blk(1 << 30, 512, 500, BlockState::ActiveAllocated),
+                blk((1 << 30) + 512, 2 * mib - 512, 0, BlockState::Inactive),
+            ],
             SegmentType::Small,
         ));
-        let mut t = vec![TraceEvent::new(Action::FreeCompleted, 77, 5, 0), TraceEvent::new(Action::Alloc, 0, mib - 100, 0)];
+        let mut t =
+            vec![TraceEvent::new(Action::FreeCompleted, 77, 5, 0), TraceEvent::new(Action::Alloc, 0, mib - 100, 0)];
         t[1].time_us = 10;
         snap.device_traces.push(t);
         let s = summarize(&snap);

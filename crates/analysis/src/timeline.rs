@@ -305,7 +305,8 @@ impl<'a> Replayer<'a> {
             // Blocks the trace leaves live that the final state lacks (a trimmed file).
             seeded.inconsistencies += traced.keys().filter(|a| !final_live.contains_key(a)).count() as u64;
         }
-        let totals: &[TotalsSample] = usize::try_from(device).ok().and_then(|d| snap.totals.get(d)).map_or(&[], |t| t.as_slice());
+        let totals: &[TotalsSample] =
+            usize::try_from(device).ok().and_then(|d| snap.totals.get(d)).map_or(&[], |t| t.as_slice());
         let reserved_from_totals = !has_segments && !has_segment_events && totals.iter().any(|t| t.reserved.is_some());
         let reserved_source = if reserved_from_totals {
             "profiler_totals"
@@ -392,7 +393,8 @@ impl<'a> Replayer<'a> {
         match e.action {
             Action::Alloc => {
                 let size = self.final_sizes.get(&i).copied().unwrap_or_else(|| round_size(e.size, &self.cfg));
-                let b = Live { size, request: e.size, stack: e.stack, time_us: e.time_us, alloc_event: i, allocated: true };
+                let b =
+                    Live { size, request: e.size, stack: e.stack, time_us: e.time_us, alloc_event: i, allocated: true };
                 if let Some(old) = self.live.insert(e.addr, b) {
                     // A free fell out of the trace: end the old block here.
                     c.active = c.active.saturating_sub(old.size);
@@ -493,11 +495,8 @@ pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceT
     let [pa, pact, preq, pres] = peaks;
     // Allocated at the reserved peak needs a second look only when they differ in place;
     // the series does not have it, so replay to that point (still O(events)).
-    let alloc_at_res_peak = if pres.event_index == pa.event_index {
-        pa.bytes
-    } else {
-        levels_at(snap, device, pres.event_index).allocated
-    };
+    let alloc_at_res_peak =
+        if pres.event_index == pa.event_index { pa.bytes } else { levels_at(snap, device, pres.event_index).allocated };
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
     DeviceTimeline {
         device,
@@ -625,7 +624,14 @@ mod tests {
         // block at 0x9000 (live at the end, never in the trace); one 20 MiB segment at
         // 0 existed, a second is allocated then freed.
         let mut snap = Snapshot::default();
-        snap.segments.push(seg(0, 20 * MIB, vec![blk(0x9000, 8 * MIB, BlockState::ActiveAllocated), blk(0x9000 + 8 * MIB, 12 * MIB, BlockState::Inactive)]));
+        snap.segments.push(seg(
+            0,
+            20 * MIB,
+            vec![
+                blk(0x9000, 8 * MIB, BlockState::ActiveAllocated),
+                blk(0x9000 + 8 * MIB, 12 * MIB, BlockState::Inactive),
+            ],
+        ));
         snap.device_traces.push(vec![
             ev(Action::SegmentAlloc, 1 << 30, 40 * MIB),
             ev(Action::Alloc, 1 << 30, 30 * MIB),
@@ -657,7 +663,11 @@ mod tests {
     #[test]
     fn state_only_snapshot_peaks_at_start() {
         let mut snap = Snapshot::default();
-        snap.segments.push(seg(0, 2 * MIB, vec![blk(0, MIB, BlockState::ActiveAllocated), blk(MIB, MIB, BlockState::Inactive)]));
+        snap.segments.push(seg(
+            0,
+            2 * MIB,
+            vec![blk(0, MIB, BlockState::ActiveAllocated), blk(MIB, MIB, BlockState::Inactive)],
+        ));
         let t = timeline(&snap, 0, &TimelineOptions::default());
         assert_eq!(t.events, 0);
         assert_eq!(t.peak_allocated, Peak { bytes: MIB, event_index: None, time_us: None });

@@ -113,7 +113,8 @@ fn eras_and_candidates_follow_the_file_format() {
 #[test]
 fn analyze_every_real_snapshot() {
     let Some(dir) = traces_dir() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
     files.sort();
     let mut analysed = 0;
     for p in files {
@@ -131,7 +132,11 @@ fn analyze_every_real_snapshot() {
                     assert_eq!(o.request_bytes, trace[i].size, "{name}");
                 }
                 (None, None) => {}
-                (o, i) => panic!("{name} dev {}: oom finding {:?} vs trace oom at {i:?}", d.device, o.as_ref().map(|o| o.event_index)),
+                (o, i) => panic!(
+                    "{name} dev {}: oom finding {:?} vs trace oom at {i:?}",
+                    d.device,
+                    o.as_ref().map(|o| o.event_index)
+                ),
             }
             let tl = &d.fragmentation.timeline;
             assert_eq!(d.peak_fragmentation, tl.peak_fragmentation, "{name}");
@@ -146,7 +151,12 @@ fn analyze_every_real_snapshot() {
             for s in &d.leak_suspects {
                 assert!(s.growth_bytes_per_iteration >= d.leak_threshold_bytes_per_iteration, "{name}");
                 assert!(s.last_bytes > s.first_bytes, "{name}");
-                assert_eq!(s.site.site.matches(':').count() >= 2 || s.site.site.starts_with('<'), true, "{name}: {}", s.site.site);
+                assert_eq!(
+                    s.site.site.matches(':').count() >= 2 || s.site.site.starts_with('<'),
+                    true,
+                    "{name}: {}",
+                    s.site.site
+                );
             }
             if let Some(s) = &d.fragmentation.at_reserved_peak {
                 assert_eq!(s.reserved_bytes, tl.peak_reserved.bytes, "{name} dev {}", d.device);

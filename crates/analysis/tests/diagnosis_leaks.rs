@@ -62,7 +62,14 @@ fn plant(snap: &mut Snapshot, site: &str, boundaries: &[usize]) -> Vec<u64> {
                 moved.insert(e.addr, ());
                 let size = round_size(e.size, &cfg);
                 e.addr = next;
-                blocks.push(Block { address: next, size, requested_size: Some(e.size), state: BlockState::ActiveAllocated, stack: e.stack, history: None });
+                blocks.push(Block {
+                    address: next,
+                    size,
+                    requested_size: Some(e.size),
+                    state: BlockState::ActiveAllocated,
+                    stack: e.stack,
+                    history: None,
+                });
                 next += size;
                 let k = boundaries.partition_point(|&b| b <= i) - 1;
                 per_iter[k] += size;

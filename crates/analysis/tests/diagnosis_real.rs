@@ -20,7 +20,11 @@ fn read(name: &str) -> Option<Snapshot> {
 #[test]
 fn every_real_file_no_crash_and_consistent() {
     let Some(dir) = traces_dir() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file() && !p.ends_with("SOURCES.md")).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && !p.ends_with("SOURCES.md"))
+        .collect();
     files.sort();
     for f in files {
         let Ok(snap) = fragscope_snapshot::read_path(&f) else { continue };
@@ -36,14 +40,21 @@ fn every_real_file_no_crash_and_consistent() {
                 lk.iterations.boundaries.len(), lk.iterations.source, lk.iterations.period_allocs.or(None), lk.suspects.len(), att.pinned_segments.segments, lk.iterations.retained_share, lk.iterations.reason
             );
             for s in lk.suspects.iter().take(3) {
-                eprintln!("   suspect {} {} x{} conf {:.2}", s.site.site, s.growth_bytes_per_iteration, s.iterations, s.confidence);
+                eprintln!(
+                    "   suspect {} {} x{} conf {:.2}",
+                    s.site.site, s.growth_bytes_per_iteration, s.iterations, s.confidence
+                );
             }
             for s in att.allocated_peak.sites.iter().take(3) {
                 eprintln!("   site {} {} {}", s.site.site, s.bytes, s.site.stack);
             }
             assert!(tl.series.len() <= 60);
             assert!(tl.peak_allocated.bytes <= tl.peak_active.bytes.max(tl.peak_allocated.bytes));
-            assert_eq!(att.allocated_peak.live_bytes + att.allocated_peak.unattributed_bytes, tl.peak_allocated.bytes, "{name}: live set at the peak sums to the peak");
+            assert_eq!(
+                att.allocated_peak.live_bytes + att.allocated_peak.unattributed_bytes,
+                tl.peak_allocated.bytes,
+                "{name}: live set at the peak sums to the peak"
+            );
             let d = sum.devices.iter().find(|d| d.device == tl.device).unwrap();
             assert_eq!(att.pinned_segments.segments, d.fragmentation.pinned_segments, "{name}");
             if tl.reserved_source == "segments" {
@@ -115,7 +126,10 @@ fn peaks_match_independent_computations() {
 
 #[test]
 fn diff_fp32_vs_bf16_forward() {
-    let (Some(a), Some(b)) = (read("cs336-2.7b-fwd-ctx128-fp32.pickle"), read("cs336-2.7b-fwd-ctx128-bf16.pickle")) else { return };
+    let (Some(a), Some(b)) = (read("cs336-2.7b-fwd-ctx128-fp32.pickle"), read("cs336-2.7b-fwd-ctx128-bf16.pickle"))
+    else {
+        return;
+    };
     let d = diff::diff(&a, &b, &diff::DiffOptions::default());
     assert_eq!(d.devices.len(), 1);
     let dev = &d.devices[0];
@@ -138,7 +152,12 @@ fn check_limits_on_a_real_file() {
     assert!(!r.ok);
     assert_eq!(r.failures[0].limit, "max_reserved");
     assert_eq!(r.failures[0].measured, check::Value::Bytes(24245174272));
-    let lim = check::Limits { max_reserved: Some(30 << 30), max_fragmentation: Some(0.15), no_leaks: true, ..Default::default() };
+    let lim = check::Limits {
+        max_reserved: Some(30 << 30),
+        max_fragmentation: Some(0.15),
+        no_leaks: true,
+        ..Default::default()
+    };
     let r = check::check(&snap, &lim);
     assert!(r.ok, "{:?}", r.failures);
 }

@@ -5,8 +5,8 @@
 //! out independently of the parser (exact decimal arithmetic).
 
 use fragscope_analysis::oom_message::{
-    explain, format_size, parse, parse_all, parse_size, printed_precision, Likely, MessageForm,
-    OomMessage, ParseError, ProcessUse,
+    explain, format_size, parse, parse_all, parse_size, printed_precision, Likely, MessageForm, OomMessage, ParseError,
+    ProcessUse,
 };
 use std::path::PathBuf;
 
@@ -19,15 +19,9 @@ fn data_dir() -> PathBuf {
 
 /// The fixture's text without its `# source:` line.
 fn fixture(name: &str) -> String {
-    let text = std::fs::read_to_string(data_dir().join(name))
-        .unwrap_or_else(|e| panic!("fixture {name}: {e}"));
-    let (first, rest) = text
-        .split_once('\n')
-        .expect("fixture has a source line and a body");
-    assert!(
-        first.starts_with("# source: "),
-        "{name}: first line must be '# source: ...'"
-    );
+    let text = std::fs::read_to_string(data_dir().join(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+    let (first, rest) = text.split_once('\n').expect("fixture has a source line and a body");
+    assert!(first.starts_with("# source: "), "{name}: first line must be '# source: ...'");
     rest.to_string()
 }
 
@@ -45,10 +39,7 @@ fn every_fixture_names_its_source() {
         if name.starts_with("synthetic-") {
             assert!(first.starts_with("# source: synthetic"), "{name}: {first}");
         } else {
-            assert!(
-                first.starts_with("# source: https://github.com/"),
-                "{name}: {first}"
-            );
+            assert!(first.starts_with("# source: https://github.com/"), "{name}: {first}");
         }
         // and every fixture parses
         parse(&fixture(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -75,21 +66,15 @@ fn legacy_2_0() {
     assert!(m.processes.is_empty());
     assert!(!m.expandable_segments_hint);
     assert_eq!(m.exception.as_deref(), Some("OutOfMemoryError"));
-    assert!(m
-        .raw
-        .starts_with("CUDA out of memory. Tried to allocate 1.71 GiB (GPU 0;"));
-    assert!(m
-        .raw
-        .ends_with("See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"));
+    assert!(m.raw.starts_with("CUDA out of memory. Tried to allocate 1.71 GiB (GPU 0;"));
+    assert!(m.raw.ends_with("See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"));
 
     // 1.46 GiB of a 6 GiB card is in use outside PyTorch: that, not fragmentation, is short.
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
     // ≤ 2.0: the 2.0 recording API
     let steps = e.next_steps.join("\n");
-    assert!(steps.contains(
-        "torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=100000)"
-    ));
+    assert!(steps.contains("torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=100000)"));
     assert!(steps.contains("pickle.dump(torch.cuda.memory._snapshot(), f)"));
     assert!(steps.contains("fragscope analyze oom.pickle"));
 }
@@ -154,10 +139,7 @@ fn legacy_wrapped_in_comment_lines() {
     // 7.7 GiB of 7.93 GiB held elsewhere dwarfs the 58 MiB stranded in the cache.
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
-    assert!(e
-        .findings
-        .iter()
-        .any(|f| f.contains("Fragmentation also played a part")));
+    assert!(e.findings.iter().any(|f| f.contains("Fragmentation also played a part")));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,17 +162,11 @@ fn v2_1_capacty_typo_fragmentation() {
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::Fragmentation, "{e}");
     let steps = e.next_steps.join("\n");
-    assert!(
-        steps.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-        "{steps}"
-    );
+    assert!(steps.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), "{steps}");
     assert!(steps.contains("torch.cuda.memory._record_memory_history(max_entries=100000)"));
     assert!(steps.contains("torch.cuda.memory._dump_snapshot(\"oom.pickle\")"));
     assert!(steps.contains("fragscope analyze oom.pickle"));
-    assert!(e
-        .findings
-        .iter()
-        .any(|f| f.contains("reserved but unallocated")));
+    assert!(e.findings.iter().any(|f| f.contains("reserved but unallocated")));
 }
 
 #[test]
@@ -203,14 +179,8 @@ fn v2_1_process_lines() {
     assert_eq!(
         m.processes,
         vec![
-            ProcessUse {
-                pid: Some(1957120),
-                bytes: 7623566950
-            }, // 7.10 GiB
-            ProcessUse {
-                pid: None,
-                bytes: 9212704850
-            }, // this process, 8.58 GiB
+            ProcessUse { pid: Some(1957120), bytes: 7623566950 }, // 7.10 GiB
+            ProcessUse { pid: None, bytes: 9212704850 },          // this process, 8.58 GiB
         ]
     );
     assert_eq!(m.allocated_by_pytorch, Some(8729521029)); // 8.13 GiB
@@ -234,35 +204,19 @@ fn v2_2_fragmentation() {
     assert_eq!(m.tried_to_allocate, Some(2136746230)); // 1.99 GiB
     assert_eq!(m.total_capacity, Some(25297357373)); // 23.56 GiB
     assert_eq!(m.free, Some(1320702444)); // 1.23 GiB
-    assert_eq!(
-        m.processes,
-        vec![ProcessUse {
-            pid: None,
-            bytes: 23912230420
-        }]
-    ); // 22.27 GiB
+    assert_eq!(m.processes, vec![ProcessUse { pid: None, bytes: 23912230420 }]); // 22.27 GiB
     assert_eq!(m.allocated_by_pytorch, Some(15816217068)); // 14.73 GiB
     assert_eq!(m.reserved_unallocated, Some(6861210255)); // 6.39 GiB
     assert_eq!(m.reserved_total, Some(15816217068 + 6861210255));
-    assert!(
-        !m.expandable_segments_hint,
-        "the 2.2 text *suggests* expandable segments"
-    );
+    assert!(!m.expandable_segments_hint, "the 2.2 text *suggests* expandable segments");
     assert!(m.raw.ends_with("#environment-variables)"), "{}", m.raw);
 
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::Fragmentation, "{e}");
-    assert!(
-        e.headline.contains("6.39 GiB") && e.headline.contains("1.99 GiB"),
-        "{}",
-        e.headline
-    );
+    assert!(e.headline.contains("6.39 GiB") && e.headline.contains("1.99 GiB"), "{}", e.headline);
     let steps = e.next_steps.join("\n");
     assert!(steps.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
-    assert!(
-        steps.contains("except torch.OutOfMemoryError:"),
-        "uses the type the message had"
-    );
+    assert!(steps.contains("except torch.OutOfMemoryError:"), "uses the type the message had");
 }
 
 #[test]
@@ -272,13 +226,7 @@ fn v2_2_exhaustion() {
     assert_eq!(m.tried_to_allocate, Some(17179869184)); // 16.00 GiB
     assert_eq!(m.total_capacity, Some(47813723423)); // 44.53 GiB
     assert_eq!(m.free, Some(197069373)); // 187.94 MiB
-    assert_eq!(
-        m.processes,
-        vec![ProcessUse {
-            pid: Some(3910771),
-            bytes: 47609712476
-        }]
-    );
+    assert_eq!(m.processes, vec![ProcessUse { pid: Some(3910771), bytes: 47609712476 }]);
     assert_eq!(m.allocated_by_pytorch, Some(46890305454)); // 43.67 GiB
     assert_eq!(m.reserved_unallocated, Some(351346360)); // 335.07 MiB
                                                          // In a container the own process shows as "Process <host pid>".
@@ -288,14 +236,8 @@ fn v2_2_exhaustion() {
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::Exhaustion, "{e}");
     assert!(e.headline.contains("43.67 GiB"), "{}", e.headline);
-    assert!(e
-        .next_steps
-        .iter()
-        .any(|s| s.contains("activation checkpointing")));
-    assert!(e
-        .findings
-        .iter()
-        .any(|f| f.contains("probably this process")));
+    assert!(e.next_steps.iter().any(|s| s.contains("activation checkpointing")));
+    assert!(e.findings.iter().any(|f| f.contains("probably this process")));
 }
 
 #[test]
@@ -308,32 +250,17 @@ fn v2_2_other_processes() {
     assert_eq!(
         m.processes,
         vec![
-            ProcessUse {
-                pid: Some(21197),
-                bytes: 383778816
-            }, // 366.00 MiB
-            ProcessUse {
-                pid: Some(21194),
-                bytes: 8665096520
-            }, // 8.07 GiB
-            ProcessUse {
-                pid: Some(21200),
-                bytes: 3650722202
-            }, // 3.40 GiB
-            ProcessUse {
-                pid: Some(21203),
-                bytes: 507510784
-            }, // 484.00 MiB
+            ProcessUse { pid: Some(21197), bytes: 383778816 },  // 366.00 MiB
+            ProcessUse { pid: Some(21194), bytes: 8665096520 }, // 8.07 GiB
+            ProcessUse { pid: Some(21200), bytes: 3650722202 }, // 3.40 GiB
+            ProcessUse { pid: Some(21203), bytes: 507510784 },  // 484.00 MiB
         ]
     );
     assert_eq!(m.allocated_by_pytorch, Some(8428873318)); // 7.85 GiB
     assert_eq!(m.reserved_unallocated, Some(91121254)); // 86.90 MiB
                                                         // 21194 (8.07 GiB) matches PyTorch's 7.94 GiB reserved: that one is us.
     assert_eq!(m.probable_own_process(), Some(1));
-    assert_eq!(
-        m.other_process_bytes(),
-        Some(383778816 + 3650722202 + 507510784)
-    );
+    assert_eq!(m.other_process_bytes(), Some(383778816 + 3650722202 + 507510784));
 
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
@@ -349,14 +276,8 @@ fn v2_2_request_larger_than_gpu_with_process_lines() {
     assert_eq!(
         m.processes,
         vec![
-            ProcessUse {
-                pid: Some(4078482),
-                bytes: 12122545193
-            }, // "Process 4078482 has 11.29 GiB"
-            ProcessUse {
-                pid: None,
-                bytes: 9932111872
-            }, // this process, 9.25 GiB
+            ProcessUse { pid: Some(4078482), bytes: 12122545193 }, // "Process 4078482 has 11.29 GiB"
+            ProcessUse { pid: None, bytes: 9932111872 },           // this process, 9.25 GiB
         ]
     );
     assert_eq!(m.allocated_by_pytorch, Some(8879844884)); // 8.27 GiB
@@ -389,10 +310,7 @@ fn v2_5_allowed_and_private_pools_hip() {
     assert_eq!(e.verdict, Likely::MemoryFractionCap, "{e}");
     assert!(e.headline.contains("1.05 GiB"), "{}", e.headline);
     assert!(e.findings.iter().any(|f| f.contains("private pools")));
-    assert!(
-        e.findings.iter().any(|f| f.contains("small pool")),
-        "2.00 MiB = small request"
-    );
+    assert!(e.findings.iter().any(|f| f.contains("small pool")), "2.00 MiB = small request");
 }
 
 #[test]
@@ -405,17 +323,12 @@ fn recent_docs_url() {
     assert_eq!(m.allocated_by_pytorch, Some(132864813302)); // 123.74 GiB
     assert_eq!(m.reserved_unallocated, Some(9374269)); // 8.94 MiB
     assert!(!m.expandable_segments_hint);
-    assert!(m
-        .raw
-        .ends_with("#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"));
+    assert!(m.raw.ends_with("#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"));
 
     // ~81.6 GiB in use outside PyTorch's allocator on a shared CI machine.
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
-    assert!(e
-        .next_steps
-        .join("\n")
-        .contains("except torch.OutOfMemoryError:"));
+    assert!(e.next_steps.join("\n").contains("except torch.OutOfMemoryError:"));
 }
 
 #[test]
@@ -431,14 +344,8 @@ fn recent_expandable_enabled_synthetic() {
     assert_eq!(
         m.processes,
         vec![
-            ProcessUse {
-                pid: None,
-                bytes: 78458315080
-            }, // 73.07 GiB
-            ProcessUse {
-                pid: Some(4242),
-                bytes: 3 * GIB
-            },
+            ProcessUse { pid: None, bytes: 78458315080 }, // 73.07 GiB
+            ProcessUse { pid: Some(4242), bytes: 3 * GIB },
         ]
     );
     assert_eq!(m.allocated_by_pytorch, Some(73282879488)); // 68.25 GiB
@@ -449,10 +356,7 @@ fn recent_expandable_enabled_synthetic() {
     assert_eq!(e.verdict, Likely::Fragmentation, "{e}");
     let steps = e.next_steps.join("\n");
     // already enabled: do not tell the user to enable it
-    assert!(
-        !steps.contains("Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`"),
-        "{steps}"
-    );
+    assert!(!steps.contains("Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`"), "{steps}");
     assert!(steps.contains("already on"));
     assert!(steps.contains("expandable-segment reserve"));
 }
@@ -467,10 +371,7 @@ fn too_large_1eb() {
     assert_eq!(m.form, MessageForm::TooLarge1EB);
     assert_eq!(m.tried_to_allocate, None);
     assert_eq!(m.exception.as_deref(), Some("torch.cuda.OutOfMemoryError"));
-    assert_eq!(
-        m.raw,
-        "CUDA out of memory. Tried to allocate more than 1EB memory"
-    );
+    assert_eq!(m.raw, "CUDA out of memory. Tried to allocate more than 1EB memory");
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::Exhaustion);
     assert!(e.findings.iter().any(|f| f.contains("negative dimension")));
@@ -485,10 +386,7 @@ fn preemptive_rejection_synthetic() {
     assert!(m.raw.ends_with("Requested size: 1.50 GiB"));
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::MemoryFractionCap);
-    assert!(e
-        .next_steps
-        .join("\n")
-        .contains("except torch.OutOfMemoryError:"));
+    assert!(e.next_steps.join("\n").contains("except torch.OutOfMemoryError:"));
 }
 
 #[test]
@@ -500,10 +398,7 @@ fn cuda_malloc_async_multiline() {
     assert_eq!(m.tried_to_allocate, Some(320 * MIB));
     assert_eq!(m.total_capacity, Some(25436943811)); // 23.69 GiB
     assert_eq!(m.free, Some(3082813)); // 2.94 MiB
-    assert_eq!(
-        m.allowed, None,
-        "SIZE_MAX (17179869184.00 GiB) means no fraction set"
-    );
+    assert_eq!(m.allowed, None, "SIZE_MAX (17179869184.00 GiB) means no fraction set");
     assert_eq!(m.reserved_unallocated, None);
     assert_eq!(m.exception.as_deref(), Some("torch.cuda.OutOfMemoryError"));
     assert!(m.raw.ends_with("17179869184.00 GiB"), "{}", m.raw);
@@ -592,28 +487,15 @@ fn process_lines_other_processes_and_own() {
     assert_eq!(
         m.processes,
         vec![
-            ProcessUse {
-                pid: Some(1234),
-                bytes: 3 * GIB
-            },
-            ProcessUse {
-                pid: Some(5678),
-                bytes: 5 * GIB + GIB / 2
-            },
-            ProcessUse {
-                pid: None,
-                bytes: 14023068221
-            }, // 13.06 GiB
+            ProcessUse { pid: Some(1234), bytes: 3 * GIB },
+            ProcessUse { pid: Some(5678), bytes: 5 * GIB + GIB / 2 },
+            ProcessUse { pid: None, bytes: 14023068221 }, // 13.06 GiB
         ]
     );
     assert_eq!(m.other_process_bytes(), Some(8 * GIB + GIB / 2));
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::OtherProcesses, "{e}");
-    assert!(
-        e.headline.contains("8.50 GiB of it by other processes"),
-        "{}",
-        e.headline
-    );
+    assert!(e.headline.contains("8.50 GiB of it by other processes"), "{}", e.headline);
 }
 
 #[test]
@@ -621,10 +503,7 @@ fn no_message_is_an_error_naming_the_expected_forms() {
     let err = parse("Traceback (most recent call last):\nValueError: bad shape\n").unwrap_err();
     assert_eq!(err, ParseError::NoMessage);
     let text = err.to_string();
-    assert!(
-        text.starts_with("no CUDA out-of-memory message found"),
-        "{text}"
-    );
+    assert!(text.starts_with("no CUDA out-of-memory message found"), "{text}");
     assert!(text.contains("'CUDA out of memory. Tried to allocate ...'"));
     assert!(text.contains("Allocation on device N would exceed allowed memory"));
 
@@ -635,7 +514,8 @@ fn no_message_is_an_error_naming_the_expected_forms() {
 
 #[test]
 fn cuda_runtime_oom_is_recognised_but_refused() {
-    let err = parse("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported").unwrap_err();
+    let err = parse("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported")
+        .unwrap_err();
     match &err {
         ParseError::CudaRuntimeError { line } => {
             assert_eq!(line, "RuntimeError: CUDA error: out of memory")
@@ -647,8 +527,7 @@ fn cuda_runtime_oom_is_recognised_but_refused() {
 
 #[test]
 fn truncated_message_is_partial() {
-    let m = parse("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 218.96 GiB")
-        .unwrap();
+    let m = parse("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 218.96 GiB").unwrap();
     assert_eq!(m.form, MessageForm::Partial);
     assert_eq!(m.tried_to_allocate, Some(235106509783)); // 218.96 GiB
     assert_eq!(m.total_capacity, None);
@@ -670,11 +549,7 @@ fn parse_all_finds_every_message_and_keeps_them_apart() {
     assert_eq!(all[0].total_capacity, None);
     assert_eq!(all[1].form, MessageForm::Legacy);
     assert_eq!(all[2].form, MessageForm::CudaMallocAsync);
-    assert_eq!(
-        parse(&text).unwrap().form,
-        MessageForm::Partial,
-        "parse returns the first"
-    );
+    assert_eq!(parse(&text).unwrap().form, MessageForm::Partial, "parse returns the first");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -729,11 +604,7 @@ fn every_explanation_ends_with_the_recording_recipe() {
         assert!(!e.headline.is_empty(), "{name}");
         let steps = e.next_steps.join("\n");
         assert!(steps.contains("_record_memory_history("), "{name}: {steps}");
-        assert_eq!(
-            e.next_steps.last().unwrap(),
-            "Then run `fragscope analyze oom.pickle`.",
-            "{name}"
-        );
+        assert_eq!(e.next_steps.last().unwrap(), "Then run `fragscope analyze oom.pickle`.", "{name}");
         // rendered text is PyTorch-styled and non-empty
         assert!(e.to_string().contains("Next steps:"));
     }

@@ -113,7 +113,10 @@ fn what_if_is_deterministic_and_recorded_config_peaks_match_reality() {
     let cfg = fragscope_analysis::replay::recorded_config(&snap);
     let a = simulate(&snap, 0, cfg.clone(), None);
     let b = simulate(&snap, 0, cfg, None);
-    assert_eq!((a.peak_reserved, a.peak_allocated, a.cuda_mallocs), (b.peak_reserved, b.peak_allocated, b.cuda_mallocs));
+    assert_eq!(
+        (a.peak_reserved, a.peak_allocated, a.cuda_mallocs),
+        (b.peak_reserved, b.peak_allocated, b.cuda_mallocs)
+    );
     // Synthetic addresses change best-fit tie-breaks and an unlimited device never needs
     // the recorded fallback releases, so counts differ from the recording; peaks exist.
     assert!(a.peak_reserved >= a.peak_allocated && a.peak_allocated > 0);

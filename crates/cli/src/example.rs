@@ -21,9 +21,11 @@ pub fn snapshot() -> Snapshot {
     let mut r = Recorder::new("", CAPACITY, 1_718_000_000_000_000, 37).expect("empty config is valid");
     let main = ("train.py", 120, "<module>");
     let s_init = r.stack(&[main, ("train.py", 21, "build_model"), ("model.py", 14, "__init__")]);
-    let s_qkv = r.stack(&[main, ("train.py", 57, "train_step"), ("model.py", 31, "forward"), ("model.py", 66, "attention")]);
+    let s_qkv =
+        r.stack(&[main, ("train.py", 57, "train_step"), ("model.py", 31, "forward"), ("model.py", 66, "attention")]);
     let s_mlp = r.stack(&[main, ("train.py", 57, "train_step"), ("model.py", 33, "forward"), ("model.py", 80, "mlp")]);
-    let s_tmp = r.stack(&[main, ("train.py", 57, "train_step"), ("model.py", 34, "forward"), ("functional.py", 2900, "gelu")]);
+    let s_tmp =
+        r.stack(&[main, ("train.py", 57, "train_step"), ("model.py", 34, "forward"), ("functional.py", 2900, "gelu")]);
     let s_logits = r.stack(&[main, ("train.py", 57, "train_step"), ("model.py", 40, "head")]);
     let s_loss = r.stack(&[main, ("train.py", 58, "train_step"), ("train.py", 47, "loss_fn")]);
     let s_grad = r.stack(&[main, ("train.py", 59, "train_step"), ("autograd/__init__.py", 266, "backward")]);

@@ -33,7 +33,8 @@ fn text(o: &Output) -> (String, String) {
 #[test]
 fn analyze_json_on_every_real_trace() {
     let Some(dir) = traces_dir() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
     files.sort();
     let mut ok = 0;
     for p in files {

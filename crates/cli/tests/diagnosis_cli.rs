@@ -25,7 +25,17 @@ fn check_exit_codes() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stdout(&o), "check failed: peak reserved 22.58 GiB on device 0 exceeds --max-reserved 20.00 GiB\n");
 
-    let o = fragscope(&["check", f, "--max-reserved", "30GiB", "--max-allocated", "23GiB", "--max-fragmentation", "0.15", "--no-leaks"]);
+    let o = fragscope(&[
+        "check",
+        f,
+        "--max-reserved",
+        "30GiB",
+        "--max-allocated",
+        "23GiB",
+        "--max-fragmentation",
+        "0.15",
+        "--no-leaks",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert_eq!(stdout(&o).lines().count(), 1);
     assert!(stdout(&o).starts_with("check passed: "));
@@ -35,7 +45,12 @@ fn check_exit_codes() {
     assert_eq!(o.status.code(), Some(1));
     let o = fragscope(&["check", f, "--max-reserved", "25GB", "--max-fragmentation", "0.5%"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stdout(&o).starts_with("check failed: peak fragmentation 0.0091 on device 0 exceeds --max-fragmentation 0.0050"), "{}", stdout(&o));
+    assert!(
+        stdout(&o)
+            .starts_with("check failed: peak fragmentation 0.0091 on device 0 exceeds --max-fragmentation 0.0050"),
+        "{}",
+        stdout(&o)
+    );
 
     let o = fragscope(&["check", f, "--max-reserved", "20GiB", "--max-allocated", "1GiB", "--json"]);
     assert_eq!(o.status.code(), Some(1));
@@ -46,7 +61,11 @@ fn check_exit_codes() {
     assert_eq!(v["failures"][1]["limit"], "max_allocated");
     assert_eq!(v["devices"][0]["peak_allocated"], 24023981056u64);
 
-    for bad in [&["check", f, "--max-reserved", "20 lightyears"][..], &["check", f, "--max-fragmentation", "1.5"], &["check", "/nonexistent.pickle"]] {
+    for bad in [
+        &["check", f, "--max-reserved", "20 lightyears"][..],
+        &["check", f, "--max-fragmentation", "1.5"],
+        &["check", "/nonexistent.pickle"],
+    ] {
         let o = fragscope(bad);
         assert_eq!(o.status.code(), Some(2), "{bad:?}");
         let err = String::from_utf8_lossy(&o.stderr);
@@ -57,7 +76,10 @@ fn check_exit_codes() {
 
 #[test]
 fn diff_of_two_real_files() {
-    let (Some(a), Some(b)) = (trace("cs336-2.7b-fwd-ctx128-fp32.pickle"), trace("cs336-2.7b-fwd-ctx128-bf16.pickle")) else { return };
+    let (Some(a), Some(b)) = (trace("cs336-2.7b-fwd-ctx128-fp32.pickle"), trace("cs336-2.7b-fwd-ctx128-bf16.pickle"))
+    else {
+        return;
+    };
     let o = fragscope(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "--json"]);
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

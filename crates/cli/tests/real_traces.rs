@@ -45,7 +45,8 @@ fn summary_matches_independent_python_on_every_real_pickle() {
     let files = fragscope_testdata::pickles_in(&dir);
     assert!(files.len() >= 22, "expected the 22 real pickles in {}, found {}", dir.display(), files.len());
 
-    let rust = Command::new(env!("CARGO_BIN_EXE_fragscope")).arg("summary").arg("--json").args(&files).output().unwrap();
+    let rust =
+        Command::new(env!("CARGO_BIN_EXE_fragscope")).arg("summary").arg("--json").args(&files).output().unwrap();
     assert!(rust.status.success(), "fragscope failed: {}", String::from_utf8_lossy(&rust.stderr));
     let rust: Value = serde_json::from_slice(&rust.stdout).expect("fragscope --json is JSON");
     assert_eq!(rust["schema"], "fragscope.summary/1");
@@ -84,7 +85,8 @@ fn summary_matches_independent_python_on_every_real_pickle() {
                 compared += 1;
                 match flat.get(k) {
                     Some(rv) if same(rv, pv) => {}
-                    other => mismatches.push(format!("{name} device {}: {k}: fragscope {other:?}, python {pv}", rd["device"])),
+                    other => mismatches
+                        .push(format!("{name} device {}: {k}: fragscope {other:?}, python {pv}", rd["device"])),
                 }
             }
             // Every by_action key fragscope reports must be in the Python count too.
@@ -95,10 +97,20 @@ fn summary_matches_independent_python_on_every_real_pickle() {
             }
         }
         // What `_memory_viz.py stats` prints, computed as §11.3 defines it.
-        for k in ["segments", "total_reserved_bytes", "total_allocated_bytes", "free_internal_bytes", "free_external_bytes", "lines"] {
+        for k in [
+            "segments",
+            "total_reserved_bytes",
+            "total_allocated_bytes",
+            "free_internal_bytes",
+            "free_external_bytes",
+            "lines",
+        ] {
             compared += 1;
             if r["memviz_stats"][k] != p["memviz_stats"][k] {
-                mismatches.push(format!("{name}: memviz_stats.{k}: fragscope {}, python {}", r["memviz_stats"][k], p["memviz_stats"][k]));
+                mismatches.push(format!(
+                    "{name}: memviz_stats.{k}: fragscope {}, python {}",
+                    r["memviz_stats"][k], p["memviz_stats"][k]
+                ));
             }
         }
         // Our own figures agree with _memory_viz's totals.

@@ -7,15 +7,29 @@ pub enum ReadError {
     Io(std::io::Error),
     Empty,
     /// The pickle asked to import or call code; nothing was executed.
-    Refused { opcode: &'static str, offset: u64, what: &'static str },
+    Refused {
+        opcode: &'static str,
+        offset: u64,
+        what: &'static str,
+    },
     /// A well-formed pickle that uses an opcode this reader does not accept.
-    Unsupported { what: String, offset: u64 },
+    Unsupported {
+        what: String,
+        offset: u64,
+    },
     /// The pickle stream is broken (bad opcode, stack underflow, ...).
-    Corrupt { what: String, offset: u64 },
+    Corrupt {
+        what: String,
+        offset: u64,
+    },
     /// The stream ended early.
-    Truncated { offset: u64 },
+    Truncated {
+        offset: u64,
+    },
     /// Not a pickle, not gzip, not JSON.
-    UnknownFormat { first_bytes: String },
+    UnknownFormat {
+        first_bytes: String,
+    },
     /// A valid pickle or JSON that is not a memory snapshot (or profiler trace).
     Shape(String),
     Json(String),

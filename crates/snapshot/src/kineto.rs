@@ -140,7 +140,8 @@ pub fn read_json(bytes: &[u8]) -> Result<Snapshot, ReadError> {
 
     let mut snap = Snapshot { format: SourceFormat::Kineto, ..Snapshot::default() };
     for p in top.device_properties.iter().flatten() {
-        if let (Some(id), Some(mem)) = (p.id.as_ref().and_then(num_i64), p.total_global_mem.as_ref().and_then(num_u64)) {
+        if let (Some(id), Some(mem)) = (p.id.as_ref().and_then(num_i64), p.total_global_mem.as_ref().and_then(num_u64))
+        {
             snap.device_capacity.insert(id, mem);
         }
     }

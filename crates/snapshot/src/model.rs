@@ -457,13 +457,7 @@ impl Snapshot {
     /// Devices that have segments or trace events, ascending.
     pub fn devices(&self) -> Vec<i64> {
         let mut d: Vec<i64> = self.segments.iter().map(|s| s.device).collect();
-        d.extend(
-            self.device_traces
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| !t.is_empty())
-                .map(|(i, _)| i as i64),
-        );
+        d.extend(self.device_traces.iter().enumerate().filter(|(_, t)| !t.is_empty()).map(|(i, _)| i as i64));
         d.sort_unstable();
         d.dedup();
         d
@@ -474,10 +468,7 @@ impl Snapshot {
     }
     /// Trace of one device (empty when none was recorded).
     pub fn trace(&self, device: i64) -> &[TraceEvent] {
-        usize::try_from(device)
-            .ok()
-            .and_then(|d| self.device_traces.get(d))
-            .map_or(&[], |t| t.as_slice())
+        usize::try_from(device).ok().and_then(|d| self.device_traces.get(d)).map_or(&[], |t| t.as_slice())
     }
 }
 
@@ -508,7 +499,18 @@ pub fn semantic_diff(a: &Snapshot, b: &Snapshot) -> Option<String> {
         for (i, (s, t)) in x.iter().zip(y).enumerate() {
             let w = format!("{what}[{i}]");
             let key = |s: &Segment| {
-                (s.device, s.address, s.total_size, s.allocated_size, s.active_size, s.requested_size, s.stream, s.segment_type, s.segment_pool_id, s.is_expandable)
+                (
+                    s.device,
+                    s.address,
+                    s.total_size,
+                    s.allocated_size,
+                    s.active_size,
+                    s.requested_size,
+                    s.stream,
+                    s.segment_type,
+                    s.segment_pool_id,
+                    s.is_expandable,
+                )
             };
             if key(s) != key(t) {
                 return Some(format!("{w}: {:?} != {:?}", key(s), key(t)));
@@ -521,7 +523,8 @@ pub fn semantic_diff(a: &Snapshot, b: &Snapshot) -> Option<String> {
             }
             for (j, (p, q)) in s.blocks.iter().zip(&t.blocks).enumerate() {
                 let w = format!("{w}.blocks[{j}]");
-                let key = |b: &Block| (b.address, b.size, b.requested_size, b.state, b.history.as_ref().map(|h| h.len()));
+                let key =
+                    |b: &Block| (b.address, b.size, b.requested_size, b.state, b.history.as_ref().map(|h| h.len()));
                 if key(p) != key(q) {
                     return Some(format!("{w}: {:?} != {:?}", key(p), key(q)));
                 }
@@ -529,7 +532,9 @@ pub fn semantic_diff(a: &Snapshot, b: &Snapshot) -> Option<String> {
                     return Some(format!("{w}.frames differ"));
                 }
                 for (k, (h, g)) in p.history.iter().flatten().zip(q.history.iter().flatten()).enumerate() {
-                    if (h.addr, h.real_size) != (g.addr, g.real_size) || resolve_stack(ta, h.stack) != resolve_stack(tb, g.stack) {
+                    if (h.addr, h.real_size) != (g.addr, g.real_size)
+                        || resolve_stack(ta, h.stack) != resolve_stack(tb, g.stack)
+                    {
                         return Some(format!("{w}.history[{k}] differs"));
                     }
                 }

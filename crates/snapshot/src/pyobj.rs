@@ -22,10 +22,7 @@ impl PyObj {
     /// Value of a string key in a dict.
     pub fn get(&self, key: &str) -> Option<&PyObj> {
         match self {
-            PyObj::Dict(items) => items
-                .iter()
-                .find(|(k, _)| matches!(k, PyObj::Str(s) if s == key))
-                .map(|(_, v)| v),
+            PyObj::Dict(items) => items.iter().find(|(k, _)| matches!(k, PyObj::Str(s) if s == key)).map(|(_, v)| v),
             _ => None,
         }
     }

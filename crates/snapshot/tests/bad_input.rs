@@ -104,7 +104,10 @@ fn gzip_of_truncated_file_and_truncated_gzip() {
 
 #[test]
 fn json_that_is_not_a_trace() {
-    refused(br#"{"actions": [0, 1, 0], "elements_size": [512]}"#, "JSON without 'traceEvents': not a torch.profiler trace");
+    refused(
+        br#"{"actions": [0, 1, 0], "elements_size": [512]}"#,
+        "JSON without 'traceEvents': not a torch.profiler trace",
+    );
     refused(br#"  {"traceEvents": [{"name": "aten::add", "ph": "X", "ts": 3}]}"#, "profile_memory=True was not set");
     refused(b"{\"traceEvents\": [1, ", "invalid JSON");
 }
@@ -157,7 +160,12 @@ fn code_opcodes_are_refused_with_offset() {
     let n = s("os").len() + 1; // + MEMOIZE
     let cases: Vec<(Vec<u8>, &str, u64, &str)> = vec![
         (p4(b"cos\nsystem\n"), "GLOBAL", 2, "import code"),
-        (p4(&[s("os"), b"\x94".to_vec(), s("system"), b"\x94\x93".to_vec()].concat()), "STACK_GLOBAL", (2 + n + s("system").len() + 1) as u64, "import code"),
+        (
+            p4(&[s("os"), b"\x94".to_vec(), s("system"), b"\x94\x93".to_vec()].concat()),
+            "STACK_GLOBAL",
+            (2 + n + s("system").len() + 1) as u64,
+            "import code",
+        ),
         (p4(b"N)R"), "REDUCE", 4, "call code"),
         (p4(b"}\x94}b"), "BUILD", 5, "call code (__setstate__)"),
         (p4(b"(ios\nsystem\n"), "INST", 3, "import and call code"),

@@ -36,13 +36,31 @@ fn corpus() -> &'static Vec<(String, Vec<u8>)> {
 
 #[derive(Clone, Debug)]
 enum Mutation {
-    Flip { pos: usize, xor: u8 },
-    Set { pos: usize, byte: u8 },
-    Insert { pos: usize, bytes: Vec<u8> },
-    Delete { pos: usize, len: usize },
+    Flip {
+        pos: usize,
+        xor: u8,
+    },
+    Set {
+        pos: usize,
+        byte: u8,
+    },
+    Insert {
+        pos: usize,
+        bytes: Vec<u8>,
+    },
+    Delete {
+        pos: usize,
+        len: usize,
+    },
     /// Copies a span elsewhere (repeats real opcode sequences, e.g. MARKs and memo refs).
-    Duplicate { from: usize, len: usize, to: usize },
-    Truncate { at: usize },
+    Duplicate {
+        from: usize,
+        len: usize,
+        to: usize,
+    },
+    Truncate {
+        at: usize,
+    },
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {

@@ -22,9 +22,18 @@ fn assert_pairs_by_address(t: &[TraceEvent]) -> usize {
                 peak_live = peak_live.max(live.len());
             }
             Action::FreeRequested => {
-                assert_eq!(live.get(&e.addr), Some(&e.size), "event {i}: free of {:#x} does not match an alloc", e.addr);
+                assert_eq!(
+                    live.get(&e.addr),
+                    Some(&e.size),
+                    "event {i}: free of {:#x} does not match an alloc",
+                    e.addr
+                );
                 let next = &t[i + 1];
-                assert_eq!((next.action, next.addr, next.size), (Action::FreeCompleted, e.addr, e.size), "free_requested is followed by its free_completed");
+                assert_eq!(
+                    (next.action, next.addr, next.size),
+                    (Action::FreeCompleted, e.addr, e.size),
+                    "free_requested is followed by its free_completed"
+                );
             }
             Action::FreeCompleted => {
                 live.remove(&e.addr);
@@ -58,7 +67,11 @@ fn hta_ddp_trace_with_addresses() {
     assert!(tot.iter().all(|x| x.reserved == Some(12_782_141_440)));
     assert_eq!(tot.iter().filter_map(|x| x.allocated).max(), Some(6_629_508_096));
     // 1,240 CPU events counted and skipped.
-    assert!(s.notes.remarks.iter().any(|r| r.contains("skipped 1240 [memory] events that are not CUDA")), "{:?}", s.notes.remarks);
+    assert!(
+        s.notes.remarks.iter().any(|r| r.contains("skipped 1240 [memory] events that are not CUDA")),
+        "{:?}",
+        s.notes.remarks
+    );
     // Tesla V100-SXM2-32GB.
     assert_eq!(s.device_capacity.get(&1), Some(&34_089_730_048));
     assert_eq!(s.device_capacity.get(&0), Some(&34_089_730_048));
@@ -79,7 +92,11 @@ fn tbplugin_trace_without_addresses() {
     assert_eq!(tot.iter().filter_map(|x| x.allocated).max(), Some(2_791_636_480));
     assert_eq!(tot.last().unwrap().allocated, Some(0), "everything freed by the end");
     assert!(tot.iter().all(|x| x.reserved.is_none()));
-    assert!(s.notes.remarks.iter().any(|r| r.contains("profiler trace has no addresses: only totals are available")), "{:?}", s.notes.remarks);
+    assert!(
+        s.notes.remarks.iter().any(|r| r.contains("profiler trace has no addresses: only totals are available")),
+        "{:?}",
+        s.notes.remarks
+    );
     assert!(s.notes.remarks.iter().any(|r| r.contains("skipped 4618 [memory] events that are not CUDA")));
     // Tesla V100-DGXS-32GB ×4.
     assert_eq!(s.device_capacity.len(), 4);
@@ -102,7 +119,10 @@ fn kineto_snapshot_writes_as_dict_pickle() {
 #[test]
 fn json_that_is_not_a_trace() {
     for (json, want) in [
-        (&br#"{"actions": [1, 2], "elements_size": [3]}"#[..], "JSON without 'traceEvents': not a torch.profiler trace"),
+        (
+            &br#"{"actions": [1, 2], "elements_size": [3]}"#[..],
+            "JSON without 'traceEvents': not a torch.profiler trace",
+        ),
         (b"[1, 2, 3]", "JSON without 'traceEvents': not a torch.profiler trace"),
         (br#"{"traceEvents": [{"name": "aten::mm", "ph": "X", "ts": 1, "args": {"x": [1]}}]}"#, "profile_memory=True"),
         (br#"{"traceEvents": []}"#, "profile_memory=True"),
@@ -118,7 +138,11 @@ fn json_that_is_not_a_trace() {
 
 #[test]
 fn real_non_trace_json_files_are_refused() {
-    for name in ["zdevito-toy-trace-plot-alloc-data.json", "zdevito-cudagraph-trace-plot-alloc-data.json", "hta-export-memory-timeline.raw.gz"] {
+    for name in [
+        "zdevito-toy-trace-plot-alloc-data.json",
+        "zdevito-cudagraph-trace-plot-alloc-data.json",
+        "hta-export-memory-timeline.raw.gz",
+    ] {
         let Some(p) = common::real_file(name) else { return };
         let e = read_path(&p).unwrap_err().to_string();
         assert_eq!(e, "JSON without 'traceEvents': not a torch.profiler trace", "{name}");
@@ -137,11 +161,14 @@ fn small_synthetic_traces() {
       ]}"#;
     let s = kineto::read_json(json).unwrap();
     let t = s.trace(0);
-    assert_eq!(t.iter().map(|e| (e.action, e.addr, e.size, e.time_us)).collect::<Vec<_>>(), vec![
-        (Action::Alloc, 4096, 512, 10),
-        (Action::FreeRequested, 4096, 512, 20),
-        (Action::FreeCompleted, 4096, 512, 20),
-    ]);
+    assert_eq!(
+        t.iter().map(|e| (e.action, e.addr, e.size, e.time_us)).collect::<Vec<_>>(),
+        vec![
+            (Action::Alloc, 4096, 512, 10),
+            (Action::FreeRequested, 4096, 512, 20),
+            (Action::FreeCompleted, 4096, 512, 20),
+        ]
+    );
     assert_eq!(s.totals[0][0], TotalsSample { time_us: 10, allocated: Some(512), reserved: Some(2097152) });
     assert_eq!(s.device_capacity[&0], 1000);
     assert!(s.notes.remarks.iter().any(|r| r.contains("skipped 1 [memory] events that are not CUDA (Device Type 0)")));

@@ -128,7 +128,12 @@ fn synthetic() -> Snapshot {
     let pool = s.intern_pool((0, 3));
     let mut trace = Vec::new();
     for i in 0..2500u64 {
-        let mut e = TraceEvent::new(Action::ALL[(i % 7) as usize], 0x7f12_3456_0000 + i * 512, i * 3, if i % 3 == 0 { 0 } else { u64::MAX - 5 });
+        let mut e = TraceEvent::new(
+            Action::ALL[(i % 7) as usize],
+            0x7f12_3456_0000 + i * 512,
+            i * 3,
+            if i % 3 == 0 { 0 } else { u64::MAX - 5 },
+        );
         if i % 2 == 0 {
             e.time_us = 1_700_000_000_000_000 + i as i64;
         }
@@ -156,8 +161,22 @@ fn synthetic() -> Snapshot {
         is_expandable: Some(false),
         stack: Some(st),
         blocks: vec![
-            Block { address: u64::MAX - 4095, size: 512, requested_size: Some(500), state: BlockState::ActiveAllocated, stack: Some(st), history: None },
-            Block { address: u64::MAX - 3583, size: (2 << 20) - 512, requested_size: None, state: BlockState::Inactive, stack: None, history: None },
+            Block {
+                address: u64::MAX - 4095,
+                size: 512,
+                requested_size: Some(500),
+                state: BlockState::ActiveAllocated,
+                stack: Some(st),
+                history: None,
+            },
+            Block {
+                address: u64::MAX - 3583,
+                size: (2 << 20) - 512,
+                requested_size: None,
+                state: BlockState::Inactive,
+                stack: None,
+                history: None,
+            },
         ],
     });
     let mut big_long = vec![0xff; 8];
@@ -166,12 +185,21 @@ fn synthetic() -> Snapshot {
         (PyObj::Str("max_split_size".into()), PyObj::BigInt(big_long)),
         (PyObj::Str("garbage_collection_threshold".into()), PyObj::Float(0.6)),
         (PyObj::Str("neg".into()), PyObj::Int(i64::MIN)),
-        (PyObj::Str("t".into()), PyObj::Tuple(vec![PyObj::Int(1), PyObj::None, PyObj::Bool(true), PyObj::Str("four".into())])),
+        (
+            PyObj::Str("t".into()),
+            PyObj::Tuple(vec![PyObj::Int(1), PyObj::None, PyObj::Bool(true), PyObj::Str("four".into())]),
+        ),
         (PyObj::Str("t0".into()), PyObj::Tuple(vec![])),
         (PyObj::Str("b".into()), PyObj::Bytes(vec![0, 1, 2])),
         (PyObj::Str("nested".into()), PyObj::List(vec![PyObj::List(vec![PyObj::Int(-129)]); 3])),
     ]));
-    s.external_annotations = Some(vec![Annotation { device: 1, time_us: 5, name: "fwd".into(), stage: "START".into(), extra: vec![("k".into(), PyObj::Int(1))] }]);
+    s.external_annotations = Some(vec![Annotation {
+        device: 1,
+        time_us: 5,
+        name: "fwd".into(),
+        stage: "START".into(),
+        extra: vec![("k".into(), PyObj::Int(1))],
+    }]);
     s.extra.push(("custom_key".into(), PyObj::Str("kept".into())));
     s
 }
@@ -229,7 +257,10 @@ print(pickle.dumps(o, protocol=4) == raw)
 /// The 1.13 top-level list and the 2.0 `history` blocks are written back in their form.
 #[test]
 fn legacy_forms_are_written_in_their_form() {
-    for (name, want) in [("layoutedit-sd-lcm-segments-list.pkl", SourceFormat::SegmentList), ("flexgen-opt-oom-v2.0-history-format.pickle", SourceFormat::Dict)] {
+    for (name, want) in [
+        ("layoutedit-sd-lcm-segments-list.pkl", SourceFormat::SegmentList),
+        ("flexgen-opt-oom-v2.0-history-format.pickle", SourceFormat::Dict),
+    ] {
         let Some(p) = common::real_file(name) else { return };
         let a = read_path(&p).unwrap();
         assert_eq!(a.format, want);

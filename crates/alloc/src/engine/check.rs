@@ -52,7 +52,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 if b.addr != at || b.size == 0 {
                     return Err(format!("segment {base:#x}: block at {:#x} expected at {at:#x}", b.addr));
                 }
-                if matches!((prev_state, b.state), (Some(State::Free), State::Free) | (Some(State::Unmapped), State::Unmapped)) {
+                if matches!(
+                    (prev_state, b.state),
+                    (Some(State::Free), State::Free) | (Some(State::Unmapped), State::Unmapped)
+                ) {
                     return Err(format!("block {:#x}: unmerged neighbour of the same state", b.addr));
                 }
                 let p = b.pool as usize;

@@ -30,17 +30,49 @@ pub use seed::{SeedBlock, SeedError, SeedSegment};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     /// `alloc`: size is the unrounded request `n`.
-    Alloc { addr: Addr, size: u64, stream: StreamId },
+    Alloc {
+        addr: Addr,
+        size: u64,
+        stream: StreamId,
+    },
     /// `free_requested`: size is the block's requested size.
-    FreeRequested { addr: Addr, size: u64, stream: StreamId },
+    FreeRequested {
+        addr: Addr,
+        size: u64,
+        stream: StreamId,
+    },
     /// `free_completed`: size is the block's requested size.
-    FreeCompleted { addr: Addr, size: u64, stream: StreamId },
-    SegmentAlloc { addr: Addr, size: u64, stream: StreamId },
-    SegmentFree { addr: Addr, size: u64, stream: StreamId },
-    SegmentMap { addr: Addr, size: u64, stream: StreamId },
-    SegmentUnmap { addr: Addr, size: u64, stream: StreamId },
+    FreeCompleted {
+        addr: Addr,
+        size: u64,
+        stream: StreamId,
+    },
+    SegmentAlloc {
+        addr: Addr,
+        size: u64,
+        stream: StreamId,
+    },
+    SegmentFree {
+        addr: Addr,
+        size: u64,
+        stream: StreamId,
+    },
+    SegmentMap {
+        addr: Addr,
+        size: u64,
+        stream: StreamId,
+    },
+    SegmentUnmap {
+        addr: Addr,
+        size: u64,
+        stream: StreamId,
+    },
     /// `oom`: size is the rounded size `s`; device_free from `cudaMemGetInfo`.
-    Oom { size: u64, device_free: u64, stream: StreamId },
+    Oom {
+        size: u64,
+        device_free: u64,
+        stream: StreamId,
+    },
 }
 
 /// A failed allocation: everything the CUDA OOM message (§13) is built from.
@@ -748,7 +780,14 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     /// Step 5 (§3.6). `Ok(None)` = no memory; `Err(())` = preemptive rejection.
-    fn alloc_block(&mut self, p: u32, stream: StreamId, s: u64, alloc_size: u64, retry: bool) -> Result<Option<u32>, ()> {
+    fn alloc_block(
+        &mut self,
+        p: u32,
+        stream: StreamId,
+        s: u64,
+        alloc_size: u64,
+        retry: bool,
+    ) -> Result<Option<u32>, ()> {
         if retry {
             self.stats.num_alloc_retries += 1;
         }
@@ -756,9 +795,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if self.fraction_in_force() && wanted > self.allowed_max {
             return Ok(None);
         }
-        if self.cfg.throw_on_cudamalloc_oom
-            && wanted as f64 > self.fraction * self.device.total_memory() as f64
-        {
+        if self.cfg.throw_on_cudamalloc_oom && wanted as f64 > self.fraction * self.device.total_memory() as f64 {
             self.stats.num_oom_rejections += 1;
             return Err(());
         }

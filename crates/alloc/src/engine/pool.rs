@@ -78,10 +78,7 @@ impl FreeSet {
     /// Blocks of `stream` with size ≥ `size`, in set order: `(size, slab index)`.
     #[inline]
     pub fn at_least(&self, stream: StreamId, size: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.map(stream)
-            .into_iter()
-            .flat_map(move |m| m.range(free_key(size, 0, 0)..))
-            .map(|(k, &i)| (key_size(k), i))
+        self.map(stream).into_iter().flat_map(move |m| m.range(free_key(size, 0, 0)..)).map(|(k, &i)| (key_size(k), i))
     }
 
     /// Blocks of `stream` with size < `size`, largest first: `(size, slab index)`.

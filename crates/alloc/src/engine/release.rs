@@ -51,11 +51,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.synchronize_and_free_events();
         self.release_blocks(0);
         self.release_blocks(1);
-        let freeable: Vec<u32> = self
-            .freeable
-            .iter()
-            .filter_map(|id| self.private_pools.get(id).copied())
-            .collect();
+        let freeable: Vec<u32> = self.freeable.iter().filter_map(|id| self.private_pools.get(id).copied()).collect();
         for large in freeable {
             self.release_blocks(large + 1);
             self.release_blocks(large);

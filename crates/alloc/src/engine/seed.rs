@@ -34,14 +34,26 @@ pub struct SeedSegment {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SeedError {
-    EmptySegment { address: Addr },
+    EmptySegment {
+        address: Addr,
+    },
     /// Blocks leave a gap, overlap, or do not end at the segment end.
-    BadTiling { address: Addr, at: Addr },
-    ZeroSizeBlock { address: Addr },
+    BadTiling {
+        address: Addr,
+        at: Addr,
+    },
+    ZeroSizeBlock {
+        address: Addr,
+    },
     /// The range overlaps a segment already present (or mapped memory of a reservation).
-    Overlap { address: Addr, existing: Addr },
+    Overlap {
+        address: Addr,
+        existing: Addr,
+    },
     /// Address range wraps around u64.
-    AddressOverflow { address: Addr },
+    AddressOverflow {
+        address: Addr,
+    },
 }
 
 impl fmt::Display for SeedError {
@@ -252,7 +264,16 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn raw_block(&self, seg: u32, pool: u32, stream: StreamId, addr: Addr, size: u64, reg: u64, expandable: bool) -> Block {
+    fn raw_block(
+        &self,
+        seg: u32,
+        pool: u32,
+        stream: StreamId,
+        addr: Addr,
+        size: u64,
+        reg: u64,
+        expandable: bool,
+    ) -> Block {
         Block {
             addr,
             size,

@@ -12,7 +12,10 @@ fn spec_3_8_default_sequence() {
     assert_eq!(p1, A0);
     assert_eq!(
         a.drain_events(),
-        vec![Event::SegmentAlloc { addr: A0, size: 2 * MIB, stream: 0 }, Event::Alloc { addr: A0, size: 1000, stream: 0 }]
+        vec![
+            Event::SegmentAlloc { addr: A0, size: 2 * MIB, stream: 0 },
+            Event::Alloc { addr: A0, size: 1000, stream: 0 }
+        ]
     );
     let seg = &a.segments()[0];
     assert_eq!(seg.blocks.len(), 2);
@@ -25,7 +28,10 @@ fn spec_3_8_default_sequence() {
     assert_eq!(p2, b);
     assert_eq!(
         a.drain_events(),
-        vec![Event::SegmentAlloc { addr: b, size: 20 * MIB, stream: 0 }, Event::Alloc { addr: b, size: 5 * MIB, stream: 0 }]
+        vec![
+            Event::SegmentAlloc { addr: b, size: 20 * MIB, stream: 0 },
+            Event::Alloc { addr: b, size: 5 * MIB, stream: 0 }
+        ]
     );
     // 12 MiB → best fit is the 15 MiB remainder, no CUDA call, R = 3 MiB split.
     let p3 = a.malloc(12 * MIB, 0).unwrap();
@@ -37,7 +43,10 @@ fn spec_3_8_default_sequence() {
     assert_eq!(p4, c);
     assert_eq!(
         a.drain_events(),
-        vec![Event::SegmentAlloc { addr: c, size: 16 * MIB, stream: 0 }, Event::Alloc { addr: c, size: 29 * MIB / 2, stream: 0 }]
+        vec![
+            Event::SegmentAlloc { addr: c, size: 16 * MIB, stream: 0 },
+            Event::Alloc { addr: c, size: 29 * MIB / 2, stream: 0 }
+        ]
     );
     let segs = a.segments();
     assert_eq!(segs.len(), 3);
@@ -186,7 +195,10 @@ fn merge_prev_then_next_and_whole_segment_again() {
     assert_eq!(a.stats().inactive_split_bytes.all().current as u64, 4 * MIB + 12 * MIB);
     a.free(p2).unwrap(); // merges prev and next: whole segment
     let segs = a.segments();
-    assert_eq!(segs[0].blocks, vec![crate::BlockInfo { address: p1, size: 20 * MIB, requested_size: 4 * MIB, state: BlockState::Free }]);
+    assert_eq!(
+        segs[0].blocks,
+        vec![crate::BlockInfo { address: p1, size: 20 * MIB, requested_size: 4 * MIB, state: BlockState::Free }]
+    );
     assert_eq!(a.stats().inactive_split.all().current, 0);
     assert_eq!(a.stats().inactive_split_bytes.all().current, 0);
     ok(&a);
@@ -335,7 +347,8 @@ fn seeding_counts_stats_without_events() {
     use crate::{SeedBlock, SeedSegment};
     let mut a = sim(AllocatorConfig::default());
     let base = 0x1_0000_0000;
-    let blk = |off: u64, size: u64, req: u64, state| SeedBlock { address: base + off, size, requested_size: req, state };
+    let blk =
+        |off: u64, size: u64, req: u64, state| SeedBlock { address: base + off, size, requested_size: req, state };
     a.seed_segment(SeedSegment {
         address: base,
         size: 20 * MIB,

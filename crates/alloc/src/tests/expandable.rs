@@ -19,7 +19,10 @@ fn maps_pages_and_grows_in_place() {
     assert_eq!(p, A0);
     assert_eq!(
         a.drain_events(),
-        vec![Event::SegmentMap { addr: A0, size: 20 * MIB, stream: 0 }, Event::Alloc { addr: A0, size: 5 * MIB, stream: 0 }]
+        vec![
+            Event::SegmentMap { addr: A0, size: 20 * MIB, stream: 0 },
+            Event::Alloc { addr: A0, size: 5 * MIB, stream: 0 }
+        ]
     );
     assert_eq!(a.stats().segment.all().current, 0, "mappings are not segments");
     assert_eq!(a.stats().reserved_bytes.large_pool().current as u64, 20 * MIB);
@@ -28,7 +31,10 @@ fn maps_pages_and_grows_in_place() {
     assert_eq!(q, A0 + 5 * MIB);
     assert_eq!(
         a.drain_events(),
-        vec![Event::SegmentMap { addr: A0 + 20 * MIB, size: 20 * MIB, stream: 0 }, Event::Alloc { addr: q, size: 30 * MIB, stream: 0 }]
+        vec![
+            Event::SegmentMap { addr: A0 + 20 * MIB, size: 20 * MIB, stream: 0 },
+            Event::Alloc { addr: q, size: 30 * MIB, stream: 0 }
+        ]
     );
     let segs = a.segments();
     assert_eq!(segs.len(), 1);
@@ -176,7 +182,10 @@ fn seeded_expandable_ranges_share_a_reservation() {
     assert_eq!(p, base + 8 * MIB);
     assert_eq!(
         a.drain_events(),
-        vec![Event::SegmentMap { addr: base + 20 * MIB, size: 20 * MIB, stream: 0 }, Event::Alloc { addr: p, size: 30 * MIB, stream: 0 }]
+        vec![
+            Event::SegmentMap { addr: base + 20 * MIB, size: 20 * MIB, stream: 0 },
+            Event::Alloc { addr: p, size: 30 * MIB, stream: 0 }
+        ]
     );
     ok(&a);
 }

@@ -61,7 +61,9 @@ fn check_view(a: &CachingAllocator<SimulatedDevice>) {
     assert_eq!(st.active_bytes.all().current as u64, active);
     assert_eq!(st.reserved_bytes.all().current as u64, reserved);
     assert_eq!(st.requested_bytes.all().current as u64, requested);
-    for arr in [&st.allocated_bytes, &st.reserved_bytes, &st.active_bytes, &st.requested_bytes, &st.inactive_split_bytes] {
+    for arr in
+        [&st.allocated_bytes, &st.reserved_bytes, &st.active_bytes, &st.requested_bytes, &st.inactive_split_bytes]
+    {
         for s in &arr.0 {
             assert!(s.peak >= s.current && s.current >= 0);
         }

@@ -122,7 +122,9 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
     for e in trace {
         match e.action {
             Action::Alloc => rep.allocs += 1,
-            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => rep.segment_events += 1,
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => {
+                rep.segment_events += 1
+            }
             Action::Oom => rep.ooms += 1,
             _ => {}
         }
@@ -273,7 +275,10 @@ fn same_segment_event(r: &TraceEvent, m: &Event) -> bool {
 }
 
 fn model_segment_event(m: &Event) -> bool {
-    matches!(m, Event::SegmentAlloc { .. } | Event::SegmentFree { .. } | Event::SegmentMap { .. } | Event::SegmentUnmap { .. })
+    matches!(
+        m,
+        Event::SegmentAlloc { .. } | Event::SegmentFree { .. } | Event::SegmentMap { .. } | Event::SegmentUnmap { .. }
+    )
 }
 
 struct Driver<'a> {
@@ -305,7 +310,9 @@ impl Driver<'_> {
             }
             let ev = &trace[i];
             match ev.action {
-                Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => self.pend.push(i),
+                Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => {
+                    self.pend.push(i)
+                }
                 Action::Alloc => self.step_malloc(i, false),
                 Action::Oom => self.step_malloc(i, true),
                 Action::FreeRequested | Action::FreeCompleted => {
@@ -356,7 +363,8 @@ impl Driver<'_> {
     /// A burst of releases no malloc explains: an explicit `empty_cache()`.
     fn flush(&mut self, at: usize) {
         let trace = self.trace;
-        let unexplained_new = self.pend.iter().any(|&k| matches!(trace[k].action, Action::SegmentAlloc | Action::SegmentMap));
+        let unexplained_new =
+            self.pend.iter().any(|&k| matches!(trace[k].action, Action::SegmentAlloc | Action::SegmentMap));
         self.eng.empty_cache();
         self.rep.empty_cache_calls += 1;
         self.inferred.empty_cache_before.push(at);

@@ -129,7 +129,9 @@ pub struct VerifyReport {
 
 impl VerifyReport {
     pub fn fully_matched(&self) -> bool {
-        self.undecidable.is_none() && self.allocs_matched == self.allocs && self.segment_events_matched == self.segment_events
+        self.undecidable.is_none()
+            && self.allocs_matched == self.allocs
+            && self.segment_events_matched == self.segment_events
     }
 }
 
@@ -139,11 +141,7 @@ pub fn recorded_config(snap: &Snapshot) -> AllocatorConfig {
     // Keys without a typed field (large_segment_size_mb, max_non_split_rounding_mb, ...)
     // come from the string; the typed fields win because `_set_allocator_settings`
     // may have changed them after the environment variable was read.
-    let mut cfg = rs
-        .conf
-        .as_deref()
-        .and_then(|c| fragscope_alloc::parse_config(c).ok())
-        .unwrap_or_default();
+    let mut cfg = rs.conf.as_deref().and_then(|c| fragscope_alloc::parse_config(c).ok()).unwrap_or_default();
     cfg.max_split_size = rs.max_split_size;
     if let Some(g) = rs.garbage_collection_threshold {
         cfg.garbage_collection_threshold = g;

@@ -224,17 +224,30 @@ impl RecordedState {
                 let j = seg.block_at(ev.addr).unwrap();
                 let b = &mut seg.blocks[j];
                 if b.addr != ev.addr || b.state != BState::Allocated {
-                    return Err(err(index, ev, format!("alloc, but no allocated block starts there later ({:?} block at {:#x})", b.state, b.addr)));
+                    return Err(err(
+                        index,
+                        ev,
+                        format!(
+                            "alloc, but no allocated block starts there later ({:?} block at {:#x})",
+                            b.state, b.addr
+                        ),
+                    ));
                 }
                 b.state = BState::Free;
                 seg.merge_free(j);
             }
             Action::FreeRequested => {
-                let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "free_requested of an address in no segment"))?;
+                let seg = self
+                    .seg_mut(ev.addr)
+                    .ok_or_else(|| err(index, ev, "free_requested of an address in no segment"))?;
                 let j = seg.block_at(ev.addr).unwrap();
                 let b = &mut seg.blocks[j];
                 if b.addr != ev.addr || b.state != BState::Pending {
-                    return Err(err(index, ev, format!("free_requested, but the block is {:?} at {:#x} later", b.state, b.addr)));
+                    return Err(err(
+                        index,
+                        ev,
+                        format!("free_requested, but the block is {:?} at {:#x} later", b.state, b.addr),
+                    ));
                 }
                 b.state = BState::Allocated;
             }
@@ -250,7 +263,11 @@ impl RecordedState {
                 let s = (rules.round)(ev.size);
                 let avail = f.addr + f.size - ev.addr;
                 if avail < s {
-                    return Err(err(index, ev, format!("free_completed of {} B, but only {avail} B are free there later", ev.size)));
+                    return Err(err(
+                        index,
+                        ev,
+                        format!("free_completed of {} B, but only {avail} B are free there later", ev.size),
+                    ));
                 }
                 let b = if seg.small || seg.expandable {
                     // Remainders ≥ 512 are always split: the block was exactly `s`.
@@ -301,8 +318,7 @@ impl RecordedState {
                     return Err(err(index, ev, "segment_free of a range that overlaps a later segment"));
                 }
                 let small = ev.size == SMALL_BUFFER;
-                self.segs
-                    .insert(ev.addr, SegRec::whole_free(ev.addr, ev.size, ev.stream, pool, small, false));
+                self.segs.insert(ev.addr, SegRec::whole_free(ev.addr, ev.size, ev.stream, pool, small, false));
             }
             Action::SegmentAlloc => match self.segs.get(&ev.addr) {
                 Some(s) if s.size == ev.size && s.is_whole_free() => {
@@ -318,21 +334,33 @@ impl RecordedState {
                 None => return Err(err(index, ev, "segment_alloc of a segment absent later")),
             },
             Action::SegmentMap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r))?,
-            Action::SegmentUnmap => self.insert_range(ev.addr, ev.size, ev.stream, pool).map_err(|r| err(index, ev, r))?,
+            Action::SegmentUnmap => {
+                self.insert_range(ev.addr, ev.size, ev.stream, pool).map_err(|r| err(index, ev, r))?
+            }
             _ => {}
         }
         Ok(())
     }
 
     /// Apply one recorded event forwards (the inverse of [`Self::undo`]).
-    pub fn apply(&mut self, index: usize, ev: &TraceEvent, pool: (u64, u64), rules: &SplitRules) -> Result<(), Inconsistency> {
+    pub fn apply(
+        &mut self,
+        index: usize,
+        ev: &TraceEvent,
+        pool: (u64, u64),
+        rules: &SplitRules,
+    ) -> Result<(), Inconsistency> {
         match ev.action {
             Action::Alloc => {
                 let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "alloc in no segment"))?;
                 let j = seg.block_at(ev.addr).unwrap();
                 let f = seg.blocks[j].clone();
                 if f.addr != ev.addr || f.state != BState::Free {
-                    return Err(err(index, ev, format!("alloc, but no free block starts there ({:?} at {:#x})", f.state, f.addr)));
+                    return Err(err(
+                        index,
+                        ev,
+                        format!("alloc, but no free block starts there ({:?} at {:#x})", f.state, f.addr),
+                    ));
                 }
                 let s = (rules.round)(ev.size);
                 if f.size < s {
@@ -341,7 +369,10 @@ impl RecordedState {
                 let (small, exp) = (seg.small, seg.expandable);
                 if rules.should_split(small, exp, f.size, s) {
                     seg.blocks[j] = BlockRec { addr: f.addr, size: s, requested: ev.size, state: BState::Allocated };
-                    seg.blocks.insert(j + 1, BlockRec { addr: f.addr + s, size: f.size - s, requested: 0, state: BState::Free });
+                    seg.blocks.insert(
+                        j + 1,
+                        BlockRec { addr: f.addr + s, size: f.size - s, requested: 0, state: BState::Free },
+                    );
                 } else {
                     seg.blocks[j] = BlockRec { requested: ev.size, state: BState::Allocated, ..f };
                 }
@@ -375,7 +406,9 @@ impl RecordedState {
                 }
                 _ => return Err(err(index, ev, "segment_free of no whole free segment")),
             },
-            Action::SegmentMap => self.insert_range(ev.addr, ev.size, ev.stream, pool).map_err(|r| err(index, ev, r))?,
+            Action::SegmentMap => {
+                self.insert_range(ev.addr, ev.size, ev.stream, pool).map_err(|r| err(index, ev, r))?
+            }
             Action::SegmentUnmap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r))?,
             _ => {}
         }
@@ -562,7 +595,8 @@ mod tests {
         let mut fin = s.clone();
         fin.apply(2, &ev(Action::FreeRequested, a, 19 * MIB + MIB / 2), (0, 0), &r).unwrap();
         fin.apply(3, &ev(Action::FreeCompleted, a, 19 * MIB + MIB / 2), (0, 0), &r).unwrap();
-        let frees = [ev(Action::FreeRequested, a, 19 * MIB + MIB / 2), ev(Action::FreeCompleted, a, 19 * MIB + MIB / 2)];
+        let frees =
+            [ev(Action::FreeRequested, a, 19 * MIB + MIB / 2), ev(Action::FreeCompleted, a, 19 * MIB + MIB / 2)];
         let init = backward_walk(fin, &frees, &|_| (0, 0), &r).unwrap();
         assert_eq!(init.state, s);
         assert!(init.ambiguous.is_empty());

@@ -7,10 +7,12 @@
 //! `empty_cache()` calls inferred by the verify replay are made at the same places;
 //! every other segment decision is the simulated allocator's own.
 
-use std::collections::{HashMap, HashSet};
 use super::AddrBuild;
+use std::collections::{HashMap, HashSet};
 
-use fragscope_alloc::{AllocatorConfig, BlockState as EBlockState, CachingAllocator, Event, SimulatedDevice, DEFAULT_POOL};
+use fragscope_alloc::{
+    AllocatorConfig, BlockState as EBlockState, CachingAllocator, Event, SimulatedDevice, DEFAULT_POOL,
+};
 use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
 use serde::Serialize;
 
@@ -138,40 +140,38 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         }
         let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
         match ev.action {
-            Action::Alloc | Action::Oom => {
-                match eng.malloc_in_pool(ev.size, ev.stream, pool) {
-                    Ok(a) => {
-                        if ev.action == Action::Oom {
-                            recorded_fit += 1;
-                            let _ = eng.free(a);
-                        } else {
-                            addr_map.insert(ev.addr, Some(a));
-                            pre_live.remove(&ev.addr);
-                        }
-                    }
-                    Err(o) => {
-                        if ev.action == Action::Alloc {
-                            addr_map.insert(ev.addr, None);
-                            pre_live.remove(&ev.addr);
-                        }
-                        if first_oom.is_none() {
-                            first_oom = Some(SimOom {
-                                index: i,
-                                requested: o.requested,
-                                rounded: o.rounded,
-                                alloc_size: o.alloc_size,
-                                stream: o.stream,
-                                reserved: o.reserved,
-                                allocated: o.allocated,
-                                stack: ev
-                                    .stack
-                                    .map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect())
-                                    .unwrap_or_default(),
-                            });
-                        }
+            Action::Alloc | Action::Oom => match eng.malloc_in_pool(ev.size, ev.stream, pool) {
+                Ok(a) => {
+                    if ev.action == Action::Oom {
+                        recorded_fit += 1;
+                        let _ = eng.free(a);
+                    } else {
+                        addr_map.insert(ev.addr, Some(a));
+                        pre_live.remove(&ev.addr);
                     }
                 }
-            }
+                Err(o) => {
+                    if ev.action == Action::Alloc {
+                        addr_map.insert(ev.addr, None);
+                        pre_live.remove(&ev.addr);
+                    }
+                    if first_oom.is_none() {
+                        first_oom = Some(SimOom {
+                            index: i,
+                            requested: o.requested,
+                            rounded: o.rounded,
+                            alloc_size: o.alloc_size,
+                            stream: o.stream,
+                            reserved: o.reserved,
+                            allocated: o.allocated,
+                            stack: ev
+                                .stack
+                                .map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect())
+                                .unwrap_or_default(),
+                        });
+                    }
+                }
+            },
             Action::FreeRequested | Action::FreeCompleted => {
                 let sim = match addr_map.get(&ev.addr) {
                     Some(&Some(a)) => Some(a),
@@ -258,7 +258,12 @@ fn to_trace_event(m: &Event) -> TraceEvent {
 }
 
 /// The simulated run as a snapshot of one device: its trace and final segments.
-fn build_snapshot(src: &Snapshot, device: i64, eng: &CachingAllocator<SimulatedDevice>, events: Vec<TraceEvent>) -> Snapshot {
+fn build_snapshot(
+    src: &Snapshot,
+    device: i64,
+    eng: &CachingAllocator<SimulatedDevice>,
+    events: Vec<TraceEvent>,
+) -> Snapshot {
     let segments = eng
         .segments()
         .into_iter()

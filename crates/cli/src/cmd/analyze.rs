@@ -56,7 +56,8 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             schema: analyze::SCHEMA,
             files: results.iter().map(|(file, a)| FileOut { file: file.clone(), analysis: a }).collect(),
         };
-        let mut s = serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        let mut s =
+            serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
         s.push('\n');
         s
     } else {
@@ -142,7 +143,9 @@ fn device_text(d: &DeviceAnalysis) -> String {
     let _ = writeln!(o, "{n}. Leak suspects");
     if d.leak_suspects.is_empty() {
         let why = match d.iterations.source {
-            "none" => format!("no iterations found ({})", d.iterations.reason.as_deref().unwrap_or("no repeating pattern")),
+            "none" => {
+                format!("no iterations found ({})", d.iterations.reason.as_deref().unwrap_or("no repeating pattern"))
+            }
             src => format!(
                 "none over {} iterations (found by {}); threshold {} per iteration",
                 d.iterations.boundaries.len(),
@@ -211,7 +214,11 @@ fn oom_text(f: &OomFinding) -> String {
         o,
         "  Device capacity         {}{}",
         bytes(f.capacity_bytes),
-        if f.capacity_source == "file" { " (stated by the file)" } else { " (estimate: reserved + device free at the OOM; a lower bound)" }
+        if f.capacity_source == "file" {
+            " (stated by the file)"
+        } else {
+            " (estimate: reserved + device free at the OOM; a lower bound)"
+        }
     );
     let _ = writeln!(o, "  Device free (CUDA)      {}", bytes(f.device_free_bytes));
     let s = &f.state;
@@ -220,11 +227,24 @@ fn oom_text(f: &OomFinding) -> String {
         o,
         "  Allocated at the OOM    {}{}",
         bytes(s.allocated_bytes),
-        if s.active_bytes != s.allocated_bytes { format!(" (+{} waiting for cross-stream frees)", bytes(s.active_bytes - s.allocated_bytes)) } else { String::new() }
+        if s.active_bytes != s.allocated_bytes {
+            format!(" (+{} waiting for cross-stream frees)", bytes(s.active_bytes - s.allocated_bytes))
+        } else {
+            String::new()
+        }
     );
-    let _ = writeln!(o, "  Free in the cache       {} (largest free block {})", bytes(s.cached_free_bytes), bytes(s.largest_free_block_bytes));
+    let _ = writeln!(
+        o,
+        "  Free in the cache       {} (largest free block {})",
+        bytes(s.cached_free_bytes),
+        bytes(s.largest_free_block_bytes)
+    );
     if f.bytes_over_capacity > 0 {
-        let _ = writeln!(o, "  Over capacity by        {} (the live set would have to be this much smaller)", bytes(f.bytes_over_capacity));
+        let _ = writeln!(
+            o,
+            "  Over capacity by        {} (the live set would have to be this much smaller)",
+            bytes(f.bytes_over_capacity)
+        );
     }
     if let Some(n) = &f.state_note {
         let _ = writeln!(o, "  Note                    {n}");
@@ -295,7 +315,12 @@ fn oom_text(f: &OomFinding) -> String {
                 let _ = writeln!(o, "    No setting avoids it.");
             } else {
                 for x in &f.fixes {
-                    let _ = writeln!(o, "    Fix: {}{}", x.paste, x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}")));
+                    let _ = writeln!(
+                        o,
+                        "    Fix: {}{}",
+                        x.paste,
+                        x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}"))
+                    );
                 }
             }
         }
@@ -315,7 +340,8 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
         ("allocated", series.iter().map(|p| p.max.allocated).collect(), tl.peak_allocated.bytes),
         ("requested", series.iter().map(|p| p.max.requested).collect(), tl.peak_requested.bytes),
     ];
-    let _ = writeln!(o, "  {} trace entries; curves show the maximum per bucket, one scale:", grouped(tl.events as u64));
+    let _ =
+        writeln!(o, "  {} trace entries; curves show the maximum per bucket, one scale:", grouped(tl.events as u64));
     for (name, v, peak) in &curves {
         let _ = writeln!(o, "  {name:<10} {}  peak {}", sparkline(v, max), bytes(*peak));
     }
@@ -337,7 +363,12 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
         }
     }
     if let Some(f) = tl.fragmentation_at_reserved_peak {
-        let _ = writeln!(o, "  At the reserved peak    {} of reserved memory unallocated ({})", percent(f), ev_at(tl.peak_reserved.event_index));
+        let _ = writeln!(
+            o,
+            "  At the reserved peak    {} of reserved memory unallocated ({})",
+            percent(f),
+            ev_at(tl.peak_reserved.event_index)
+        );
     }
     if let Some(s) = &d.fragmentation.at_reserved_peak {
         let _ = writeln!(
@@ -384,10 +415,22 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
         ev_at(p.event_index),
         bytes(p.live_bytes),
         p.live_blocks,
-        if p.before_trace_bytes > 0 { format!(", {} of it allocated before recording", bytes(p.before_trace_bytes)) } else { String::new() }
+        if p.before_trace_bytes > 0 {
+            format!(", {} of it allocated before recording", bytes(p.before_trace_bytes))
+        } else {
+            String::new()
+        }
     );
     for s in &p.sites {
-        let _ = writeln!(o, "    {:>12} {:>6}  {:>5} block{} {}", bytes(s.bytes), percent(s.share), s.blocks, if s.blocks == 1 { " " } else { "s" }, s.site.site);
+        let _ = writeln!(
+            o,
+            "    {:>12} {:>6}  {:>5} block{} {}",
+            bytes(s.bytes),
+            percent(s.share),
+            s.blocks,
+            if s.blocks == 1 { " " } else { "s" },
+            s.site.site
+        );
         let _ = writeln!(o, "                                      {}", s.site.stack);
     }
     if p.other_sites > 0 {

@@ -88,7 +88,8 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let snap = input::load(&args.file, args.json)?;
     let result = check::check(&snap, &limits);
     let text = if args.json {
-        let mut s = serde_json::to_string_pretty(&result).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        let mut s =
+            serde_json::to_string_pretty(&result).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
         s.push('\n');
         s
     } else if let Some(first) = result.failures.first() {

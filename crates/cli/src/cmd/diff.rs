@@ -54,18 +54,31 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let b = input::load(&args.b, args.json)?;
     let d = diff::diff(&a, &b, &DiffOptions { top: args.top });
     let text = if args.json {
-        let out = JsonOut { schema: SCHEMA, a: args.a.display().to_string(), b: args.b.display().to_string(), diff: &d };
-        let mut s = serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        let out =
+            JsonOut { schema: SCHEMA, a: args.a.display().to_string(), b: args.b.display().to_string(), diff: &d };
+        let mut s =
+            serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
         s.push('\n');
         s
     } else {
         let mut s = String::new();
         let _ = writeln!(s, "A: {}\nB: {}", args.a.display(), args.b.display());
         for dev in &d.devices {
-            let mut t = Table::new(&[("", Align::Left), ("A", Align::Right), ("B", Align::Right), ("B - A", Align::Right)]);
+            let mut t =
+                Table::new(&[("", Align::Left), ("A", Align::Right), ("B", Align::Right), ("B - A", Align::Right)]);
             t.banner(format!("device {} (A) vs device {} (B)", dev.a.device, dev.b.device));
-            t.row(["peak allocated".to_string(), bytes(dev.a.peak_allocated), bytes(dev.b.peak_allocated), signed(dev.delta.peak_allocated)]);
-            t.row(["peak reserved".to_string(), bytes(dev.a.peak_reserved), bytes(dev.b.peak_reserved), signed(dev.delta.peak_reserved)]);
+            t.row([
+                "peak allocated".to_string(),
+                bytes(dev.a.peak_allocated),
+                bytes(dev.b.peak_allocated),
+                signed(dev.delta.peak_allocated),
+            ]);
+            t.row([
+                "peak reserved".to_string(),
+                bytes(dev.a.peak_reserved),
+                bytes(dev.b.peak_reserved),
+                signed(dev.delta.peak_reserved),
+            ]);
             t.row([
                 "peak fragmentation".to_string(),
                 frag(dev.a.peak_fragmentation),
@@ -74,7 +87,12 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             ]);
             s.push_str(&t.render());
             if !dev.sites.is_empty() {
-                let mut t = Table::new(&[("call site", Align::Left), ("A", Align::Right), ("B", Align::Right), ("B - A", Align::Right)]);
+                let mut t = Table::new(&[
+                    ("call site", Align::Left),
+                    ("A", Align::Right),
+                    ("B", Align::Right),
+                    ("B - A", Align::Right),
+                ]);
                 t.banner("live bytes at the allocated peak, largest changes");
                 for x in &dev.sites {
                     t.row([x.site.site.clone(), bytes(x.bytes_a), bytes(x.bytes_b), signed(x.delta)]);

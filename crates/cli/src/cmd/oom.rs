@@ -48,9 +48,7 @@ fn read_input(args: &Args) -> Result<String, CliError> {
     match args.text.as_deref() {
         None | Some("-") => {
             let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
+            std::io::stdin().read_to_string(&mut s).map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
             Ok(s)
         }
         Some(t) if !t.contains('\n') && t.len() < 4096 && Path::new(t).is_file() => std::fs::read(t)
@@ -63,7 +61,10 @@ fn read_input(args: &Args) -> Result<String, CliError> {
 fn meaning(m: &OomMessage) -> Option<String> {
     let u = m.reserved_unallocated?;
     let r = m.reserved_total.map(|r| format!(" of the {} PyTorch held", bytes(r))).unwrap_or_default();
-    let req = m.tried_to_allocate.map(|s| format!(" The failed request needed {} in one piece.", bytes(s))).unwrap_or_default();
+    let req = m
+        .tried_to_allocate
+        .map(|s| format!(" The failed request needed {} in one piece.", bytes(s)))
+        .unwrap_or_default();
     Some(format!(
         "{}{} was reserved but unallocated: memory PyTorch got from CUDA and keeps cached as free \
          blocks for reuse instead of returning it. Before raising this error PyTorch already \
@@ -106,7 +107,13 @@ fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
     let _ = writeln!(o, "Figures in the message:");
     let mut row = |name: &str, v: Option<u64>, note: &str| {
         if let Some(v) = v {
-            let _ = writeln!(o, "  {name:<28} {:>12}  {:>20} bytes{}", bytes(v), grouped(v), if note.is_empty() { String::new() } else { format!("  ({note})") });
+            let _ = writeln!(
+                o,
+                "  {name:<28} {:>12}  {:>20} bytes{}",
+                bytes(v),
+                grouped(v),
+                if note.is_empty() { String::new() } else { format!("  ({note})") }
+            );
         }
     };
     row("Tried to allocate", m.tried_to_allocate, "segment size asked of CUDA");

@@ -38,7 +38,6 @@ struct FileOut<'a> {
     summary: &'a Summary,
 }
 
-
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let results: Vec<(String, bool, Summary)> = input::load_or_example(&args.files, args.json)?
         .into_iter()
@@ -50,9 +49,13 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let text = if args.json {
         let out = JsonOut {
             schema: summary::SCHEMA,
-            files: results.iter().map(|(file, example, s)| FileOut { file: file.clone(), example: *example, summary: s }).collect(),
+            files: results
+                .iter()
+                .map(|(file, example, s)| FileOut { file: file.clone(), example: *example, summary: s })
+                .collect(),
         };
-        let mut s = serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
+        let mut s =
+            serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
         s.push('\n');
         s
     } else {
@@ -168,7 +171,10 @@ fn fragmentation_text(d: &DeviceSummary) -> String {
     let rows: Vec<(String, String)> = vec![
         (
             "Reserved but unallocated".into(),
-            format!("{}  (reserved − allocated: what nvidia-smi shows as used but no tensor holds)", output::bytes(f.reserved_minus_allocated_bytes)),
+            format!(
+                "{}  (reserved − allocated: what nvidia-smi shows as used but no tensor holds)",
+                output::bytes(f.reserved_minus_allocated_bytes)
+            ),
         ),
         (
             "Free inside segments".into(),
@@ -180,14 +186,20 @@ fn fragmentation_text(d: &DeviceSummary) -> String {
                 output::percent(f.internal_free_share)
             ),
         ),
-        ("Cached free blocks".into(), format!("{}  (state inactive: reusable without cudaMalloc)", output::bytes(f.inactive_bytes))),
+        (
+            "Cached free blocks".into(),
+            format!("{}  (state inactive: reusable without cudaMalloc)", output::bytes(f.inactive_bytes)),
+        ),
         (
             "Largest free block".into(),
             format!("{}  (the largest request served without new memory)", output::bytes(f.largest_free_block_bytes)),
         ),
         (
             "Free-space fragmentation".into(),
-            format!("{:.3}  (1 − largest free block / cached free; 0 = one contiguous block)", f.free_space_fragmentation),
+            format!(
+                "{:.3}  (1 − largest free block / cached free; 0 = one contiguous block)",
+                f.free_space_fragmentation
+            ),
         ),
         (
             "Pinned segments".into(),
@@ -223,7 +235,15 @@ fn trace_text(d: &DeviceSummary) -> String {
         if t.events == 0 { "0".into() } else { format!("{}  ({})", output::grouped(t.events), actions.join(", ")) },
     ));
     if let Some(span) = t.span_us {
-        rows.push(("Time span".into(), format!("{:.3} s  (time_us {} … {})", span as f64 / 1e6, t.first_time_us.unwrap_or(0), t.last_time_us.unwrap_or(0))));
+        rows.push((
+            "Time span".into(),
+            format!(
+                "{:.3} s  (time_us {} … {})",
+                span as f64 / 1e6,
+                t.first_time_us.unwrap_or(0),
+                t.last_time_us.unwrap_or(0)
+            ),
+        ));
     } else if t.events > 0 {
         rows.push(("Time span".into(), "not recorded (no time_us: PyTorch before 2.2)".into()));
     }
@@ -237,7 +257,11 @@ fn trace_text(d: &DeviceSummary) -> String {
     if t.events > 0 {
         rows.push((
             "Frees of unknown blocks".into(),
-            format!("{}  (+ {} segment_free of unknown segments)", output::grouped(t.frees_of_unknown_blocks), t.segment_frees_of_unknown_segments),
+            format!(
+                "{}  (+ {} segment_free of unknown segments)",
+                output::grouped(t.frees_of_unknown_blocks),
+                t.segment_frees_of_unknown_segments
+            ),
         ));
     }
     let coverage = t.live_bytes_coverage.map_or("-".to_string(), output::percent);
@@ -247,18 +271,21 @@ fn trace_text(d: &DeviceSummary) -> String {
             format!("{} ({})", output::grouped(t.live_blocks), output::bytes(t.live_bytes))
         } else {
             format!(
-            "{} ({}), {} allocated before the trace; the trace covers {} of live bytes",
-            output::grouped(t.live_blocks),
-            output::bytes(t.live_bytes),
-            output::grouped(t.live_blocks_untraced),
-            coverage
+                "{} ({}), {} allocated before the trace; the trace covers {} of live bytes",
+                output::grouped(t.live_blocks),
+                output::bytes(t.live_bytes),
+                output::grouped(t.live_blocks_untraced),
+                coverage
             )
         },
     ));
     if t.trace_live_missing_from_state > 0 {
         rows.push((
             "Inconsistent".into(),
-            format!("{} blocks left live by the trace are missing from the final state", t.trace_live_missing_from_state),
+            format!(
+                "{} blocks left live by the trace are missing from the final state",
+                t.trace_live_missing_from_state
+            ),
         ));
     }
     push_rows(&mut o, &rows);
@@ -272,7 +299,8 @@ fn settings_text(s: &Summary) -> String {
         return o;
     };
     let _ = writeln!(o, "Allocator settings (allocator_settings):");
-    let divs: Vec<String> = st.roundup_power2_divisions.iter().filter(|(_, d)| *d != 0).map(|(k, d)| format!("{k}MiB:{d}")).collect();
+    let divs: Vec<String> =
+        st.roundup_power2_divisions.iter().filter(|(_, d)| *d != 0).map(|(k, d)| format!("{k}MiB:{d}")).collect();
     let rows = vec![
         (
             "PYTORCH_CUDA_ALLOC_CONF".to_string(),
@@ -282,10 +310,19 @@ fn settings_text(s: &Summary) -> String {
             },
         ),
         ("max_split_size".into(), st.max_split_size.map_or("unlimited".into(), output::bytes)),
-        ("expandable_segments".into(), st.expandable_segments.map_or("-".into(), |b| if b { "True" } else { "False" }.into())),
+        (
+            "expandable_segments".into(),
+            st.expandable_segments.map_or("-".into(), |b| if b { "True" } else { "False" }.into()),
+        ),
         (
             "garbage_collection_threshold".into(),
-            st.garbage_collection_threshold.map_or("-".into(), |g| if g == 0.0 { "0 (off)".into() } else { format!("{g}") }),
+            st.garbage_collection_threshold.map_or("-".into(), |g| {
+                if g == 0.0 {
+                    "0 (off)".into()
+                } else {
+                    format!("{g}")
+                }
+            }),
         ),
         ("roundup_power2_divisions".into(), if divs.is_empty() { "none".into() } else { divs.join(", ") }),
     ];
@@ -296,7 +333,9 @@ fn settings_text(s: &Summary) -> String {
 fn notes_text(s: &Summary) -> String {
     let n = &s.notes;
     let mut o = String::new();
-    let fmt = |m: &std::collections::BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k} ×{v}")).collect::<Vec<_>>().join(", ");
+    let fmt = |m: &std::collections::BTreeMap<String, u64>| {
+        m.iter().map(|(k, v)| format!("{k} ×{v}")).collect::<Vec<_>>().join(", ")
+    };
     if !n.unknown_keys.is_empty() {
         let _ = writeln!(o, "  keys this reader does not interpret (kept): {}", fmt(&n.unknown_keys));
     }

@@ -352,7 +352,13 @@ impl SnapshotAbsorber {
         let mut n_memos = 0;
         // A memo reference or a fresh short string, as a string id.
         #[inline(always)]
-        fn string_at(st: &mut VmState, buf: &[u8], p: &mut usize, memos: &mut [Option<StrId>; 4], n: &mut usize) -> Option<StrId> {
+        fn string_at(
+            st: &mut VmState,
+            buf: &[u8],
+            p: &mut usize,
+            memos: &mut [Option<StrId>; 4],
+            n: &mut usize,
+        ) -> Option<StrId> {
             let v = match buf[*p] {
                 b'h' => {
                     *p += 2;
@@ -728,7 +734,8 @@ impl Builder<'_> {
     }
 
     fn annotation(&mut self, v: Value) -> Result<Annotation, ReadError> {
-        let mut a = Annotation { device: 0, time_us: NO_TIME, name: String::new(), stage: String::new(), extra: Vec::new() };
+        let mut a =
+            Annotation { device: 0, time_us: NO_TIME, name: String::new(), stage: String::new(), extra: Vec::new() };
         for (k, val) in self.dict_items(v, "an external annotation")? {
             match k.as_str() {
                 "device" => a.device = self.int(val, "annotation 'device'")?,
@@ -815,7 +822,8 @@ impl Builder<'_> {
         }
         // Fill derivable sums the file omitted, the way PyTorch defines them.
         if !have[1] {
-            seg.allocated_size = seg.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
+            seg.allocated_size =
+                seg.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
         }
         if !have[2] {
             seg.active_size = seg.blocks.iter().filter(|b| b.state.is_active()).map(|b| b.size).sum();
@@ -828,7 +836,14 @@ impl Builder<'_> {
 
     fn block(&mut self, v: Value, next_addr: u64, what: &str) -> Result<Block, ReadError> {
         let items = self.dict_items(v, what)?;
-        let mut b = Block { address: next_addr, size: 0, requested_size: None, state: BlockState::Inactive, stack: None, history: None };
+        let mut b = Block {
+            address: next_addr,
+            size: 0,
+            requested_size: None,
+            state: BlockState::Inactive,
+            stack: None,
+            history: None,
+        };
         let (mut have_size, mut have_state) = (false, false);
         for (k, val) in items {
             match k.as_str() {
@@ -837,7 +852,8 @@ impl Builder<'_> {
                 "requested_size" => b.requested_size = Some(self.uint(val, "block 'requested_size'")?),
                 "state" => {
                     let s = self.string(val, "block 'state'")?;
-                    b.state = BlockState::parse(&s).ok_or_else(|| self.shape(format!("{what}: unknown block state '{s}'")))?;
+                    b.state = BlockState::parse(&s)
+                        .ok_or_else(|| self.shape(format!("{what}: unknown block state '{s}'")))?;
                     have_state = true;
                 }
                 "frames" => b.stack = self.abs.stack_of(self.st, val)?,
@@ -912,7 +928,9 @@ impl Builder<'_> {
                 let ids = self.st.table.stack(s).to_vec();
                 PyObj::List(ids.into_iter().map(|f| self.pyobj(Value::Frame(f), depth + 1)).collect::<Result<_, _>>()?)
             }
-            Value::Consumed | Value::Undef | Value::Event(_) => return Err(self.shape("a trace entry appears outside 'device_traces'")),
+            Value::Consumed | Value::Undef | Value::Event(_) => {
+                return Err(self.shape("a trace entry appears outside 'device_traces'"))
+            }
         })
     }
 }

@@ -278,9 +278,10 @@ impl<R: Read> Input<R> {
                     Err(e) => {
                         // flate2 reports a damaged gzip stream as InvalidInput/InvalidData.
                         return Err(match e.kind() {
-                            std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
-                                ReadError::Corrupt { what: format!("compressed stream: {e}"), offset: self.base + self.end as u64 }
-                            }
+                            std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => ReadError::Corrupt {
+                                what: format!("compressed stream: {e}"),
+                                offset: self.base + self.end as u64,
+                            },
                             _ => ReadError::Io(e),
                         });
                     }

@@ -167,7 +167,8 @@ struct SegmentKeys {
 impl SegmentKeys {
     fn of(snap: &Snapshot) -> Self {
         let n = (snap.segments.len() + snap.host_segments.as_ref().map_or(0, |s| s.len())) as u64;
-        let has = |k: &str| n == 0 || snap.notes.missing_optional.get(&format!("segment.{k}")).copied().unwrap_or(0) < n;
+        let has =
+            |k: &str| n == 0 || snap.notes.missing_optional.get(&format!("segment.{k}")).copied().unwrap_or(0) < n;
         SegmentKeys {
             device: has("device"),
             allocated_size: has("allocated_size"),
@@ -485,7 +486,11 @@ impl<'t, W: Write> Pickler<'t, W> {
         // `line` is unsigned in PyTorch (2^64−1 = unknown, on C++ frames); the model keeps
         // the bit pattern in an i64 (see the reader), so write it back unsigned.
         let memo_at = self.memo_len; // the dict's MEMOIZE comes first
-        self.fields(&[("name", Field::StrId(fr.name)), ("filename", Field::StrId(fr.filename)), ("line", Field::UInt(fr.line as u64))])?;
+        self.fields(&[
+            ("name", Field::StrId(fr.name)),
+            ("filename", Field::StrId(fr.filename)),
+            ("line", Field::UInt(fr.line as u64)),
+        ])?;
         self.frames[f.index()] = memo_at;
         Ok(())
     }
@@ -578,7 +583,9 @@ impl<'t, W: Write> Pickler<'t, W> {
             p.str(k)?;
             match v {
                 Top::Segments => p.segments(&snap.segments, legacy_blocks, snap),
-                Top::Traces => p.list(snap.device_traces.len(), |p, d| p.trace(&snap.device_traces[d], snap)).map(|_| ()),
+                Top::Traces => {
+                    p.list(snap.device_traces.len(), |p, d| p.trace(&snap.device_traces[d], snap)).map(|_| ())
+                }
                 Top::Settings(o) | Top::Extra(o) => p.obj(o),
                 Top::Annotations(a) => p.list(a.len(), |p, j| p.annotation(&a[j])).map(|_| ()),
                 Top::HostSegments(h) => p.segments(h, legacy_blocks, snap),
@@ -656,7 +663,8 @@ impl<'t, W: Write> Pickler<'t, W> {
     fn history(&mut self, h: &[HistoryEntry]) -> io::Result<()> {
         self.list(h.len(), |p, i| {
             let e = &h[i];
-            let mut f: Vec<(&str, Field<'_>)> = vec![("addr", Field::UInt(e.addr)), ("real_size", Field::UInt(e.real_size))];
+            let mut f: Vec<(&str, Field<'_>)> =
+                vec![("addr", Field::UInt(e.addr)), ("real_size", Field::UInt(e.real_size))];
             if let Some(st) = e.stack {
                 f.push(("frames", Field::Stack(st)));
             }
@@ -695,7 +703,8 @@ impl<'t, W: Write> Pickler<'t, W> {
     }
 
     fn annotation(&mut self, a: &Annotation) -> io::Result<()> {
-        let mut f: Vec<(&str, Field<'_>)> = vec![("stage", Field::Str(&a.stage)), ("name", Field::Str(&a.name)), ("device", Field::Int(a.device))];
+        let mut f: Vec<(&str, Field<'_>)> =
+            vec![("stage", Field::Str(&a.stage)), ("name", Field::Str(&a.name)), ("device", Field::Int(a.device))];
         if a.time_us != NO_TIME {
             f.push(("time_us", Field::Int(a.time_us)));
         }

@@ -29,7 +29,8 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
 
 /// `python3`, if it runs. Like the traces, required under CI.
 pub fn python3() -> Option<&'static str> {
-    let ok = Command::new("python3").arg("-c").arg("import pickle").output().map(|o| o.status.success()).unwrap_or(false);
+    let ok =
+        Command::new("python3").arg("-c").arg("import pickle").output().map(|o| o.status.success()).unwrap_or(false);
     if ok {
         return Some("python3");
     }
