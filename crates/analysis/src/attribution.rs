@@ -176,7 +176,7 @@ impl SiteTable {
     /// Site of a live block: its stack, or [`BEFORE_RECORDING`] for a block seeded at
     /// t = 0 without one.
     pub fn of_block(&mut self, frames: &FrameTable, stack: Option<StackId>, before_trace: bool) -> usize {
-        let empty = stack.map_or(true, |s| frames.stack(s).is_empty());
+        let empty = stack.is_none_or(|s| frames.stack(s).is_empty());
         if empty && before_trace {
             if let Some(i) = self.before {
                 return i;

@@ -469,7 +469,7 @@ pub fn apply_trials(f: &mut OomFinding, base: Trial, trials: Vec<Trial>) {
 
 /// Did this replay get past the recorded OOM at `idx` (serving its request)?
 pub fn avoids(t: &Trial, idx: usize) -> bool {
-    t.first_oom_index.map_or(true, |i| i > idx) && t.recorded_ooms_that_fit > 0
+    t.first_oom_index.is_none_or(|i| i > idx) && t.recorded_ooms_that_fit > 0
 }
 
 #[cfg(test)]

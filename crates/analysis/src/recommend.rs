@@ -330,7 +330,7 @@ fn avoids_baseline_oom(base: &Trial, t: &Trial, oom_at: Option<usize>) -> bool {
         return false;
     }
     match oom_at {
-        Some(r) => t.first_oom_index.map_or(true, |i| i > r) && t.recorded_ooms_that_fit > 0,
+        Some(r) => t.first_oom_index.is_none_or(|i| i > r) && t.recorded_ooms_that_fit > 0,
         None => t.ooms == 0,
     }
 }

@@ -308,24 +308,18 @@ fn trace_summary(segs: &[&Segment], trace: &[TraceEvent]) -> TraceSummary {
             Action::Alloc => {
                 live.insert(e.addr, e.size);
             }
-            Action::FreeRequested => {
-                if !live.contains_key(&e.addr) {
-                    unknown_frees += 1;
-                    orphan_pending.insert(e.addr, ());
-                }
+            Action::FreeRequested if !live.contains_key(&e.addr) => {
+                unknown_frees += 1;
+                orphan_pending.insert(e.addr, ());
             }
-            Action::FreeCompleted => {
-                if live.remove(&e.addr).is_none() && orphan_pending.remove(&e.addr).is_none() {
-                    unknown_frees += 1;
-                }
+            Action::FreeCompleted if live.remove(&e.addr).is_none() && orphan_pending.remove(&e.addr).is_none() => {
+                unknown_frees += 1;
             }
             Action::SegmentAlloc => {
                 seg_seen.insert(e.addr, ());
             }
-            Action::SegmentFree => {
-                if seg_seen.remove(&e.addr).is_none() {
-                    unknown_seg_frees += 1;
-                }
+            Action::SegmentFree if seg_seen.remove(&e.addr).is_none() => {
+                unknown_seg_frees += 1;
             }
             _ => {}
         }

@@ -223,27 +223,23 @@ impl<'a> Replayer<'a> {
         };
         for (i, e) in trace.iter().enumerate() {
             match e.action {
-                Action::Alloc => {
-                    if traced.insert(e.addr, i).is_some() {
+                Action::Alloc if traced.insert(e.addr, i).is_some() => {
+                    seeded.inconsistencies += 1;
+                }
+                Action::FreeRequested if !traced.contains_key(&e.addr) && !orphan_pending.contains_key(&e.addr) => {
+                    seeded.frees_of_unknown_blocks += 1;
+                    if initial.insert(e.addr, seed(e, true, &cfg)).is_some() {
                         seeded.inconsistencies += 1;
                     }
+                    orphan_pending.insert(e.addr, ());
                 }
-                Action::FreeRequested => {
-                    if !traced.contains_key(&e.addr) && !orphan_pending.contains_key(&e.addr) {
-                        seeded.frees_of_unknown_blocks += 1;
-                        if initial.insert(e.addr, seed(e, true, &cfg)).is_some() {
-                            seeded.inconsistencies += 1;
-                        }
-                        orphan_pending.insert(e.addr, ());
-                    }
-                }
-                Action::FreeCompleted => {
-                    if traced.remove(&e.addr).is_none() && orphan_pending.remove(&e.addr).is_none() {
-                        // Its free_requested happened before recording: pending at t = 0.
-                        seeded.frees_of_unknown_blocks += 1;
-                        if initial.insert(e.addr, seed(e, false, &cfg)).is_some() {
-                            seeded.inconsistencies += 1;
-                        }
+                Action::FreeCompleted
+                    if traced.remove(&e.addr).is_none() && orphan_pending.remove(&e.addr).is_none() =>
+                {
+                    // Its free_requested happened before recording: pending at t = 0.
+                    seeded.frees_of_unknown_blocks += 1;
+                    if initial.insert(e.addr, seed(e, false, &cfg)).is_some() {
+                        seeded.inconsistencies += 1;
                     }
                 }
                 Action::SegmentAlloc | Action::SegmentMap => {
@@ -274,26 +270,23 @@ impl<'a> Replayer<'a> {
             for b in seg.blocks.iter().filter(|b| b.state.is_active()) {
                 if let Some(&idx) = traced.get(&b.address) {
                     final_sizes.insert(idx, b.size);
-                } else if initial.contains_key(&b.address) {
+                } else if let std::collections::hash_map::Entry::Vacant(e) = initial.entry(b.address) {
+                    let stack = b.stack.or_else(|| b.history.as_ref().and_then(|h| h.first()).and_then(|h| h.stack));
+                    seeded.untraced_live_blocks += 1;
+                    seeded.untraced_live_bytes += b.size;
+                    e.insert(Live {
+                        size: b.size,
+                        request: request_of(b),
+                        stack,
+                        time_us: NO_TIME,
+                        alloc_event: usize::MAX,
+                        allocated: b.state == BlockState::ActiveAllocated,
+                    });
+                } else {
                     // A pending free of a pre-recording block, still pending: already seeded.
                     if !orphan_pending.contains_key(&b.address) {
                         seeded.inconsistencies += 1;
                     }
-                } else {
-                    let stack = b.stack.or_else(|| b.history.as_ref().and_then(|h| h.first()).and_then(|h| h.stack));
-                    seeded.untraced_live_blocks += 1;
-                    seeded.untraced_live_bytes += b.size;
-                    initial.insert(
-                        b.address,
-                        Live {
-                            size: b.size,
-                            request: request_of(b),
-                            stack,
-                            time_us: NO_TIME,
-                            alloc_event: usize::MAX,
-                            allocated: b.state == BlockState::ActiveAllocated,
-                        },
-                    );
                 }
             }
         }
@@ -430,15 +423,11 @@ impl<'a> Replayer<'a> {
                     }
                 }
             }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                if self.totals.is_empty() {
-                    c.reserved += e.size;
-                }
+            Action::SegmentAlloc | Action::SegmentMap if self.totals.is_empty() => {
+                c.reserved += e.size;
             }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                if self.totals.is_empty() {
-                    c.reserved = c.reserved.saturating_sub(e.size);
-                }
+            Action::SegmentFree | Action::SegmentUnmap if self.totals.is_empty() => {
+                c.reserved = c.reserved.saturating_sub(e.size);
             }
             _ => {}
         }

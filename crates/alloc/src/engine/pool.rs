@@ -110,7 +110,7 @@ const HOLE: u32 = u32::MAX;
 impl PendingQueue {
     #[inline]
     pub fn push(&mut self, seq: u64, i: u32) {
-        debug_assert!(self.q.back().map_or(true, |b| b.0 < seq));
+        debug_assert!(self.q.back().is_none_or(|b| b.0 < seq));
         self.q.push_back((seq, i));
         self.live += 1;
     }

@@ -106,7 +106,7 @@ impl SplitRules<'_> {
         if seg_small || expandable {
             r >= MIN_BLOCK
         } else {
-            self.max_split_size.map_or(true, |m| s < m) && r > SPLIT_LARGE_MIN
+            self.max_split_size.is_none_or(|m| s < m) && r > SPLIT_LARGE_MIN
         }
     }
 }
@@ -256,7 +256,7 @@ impl RecordedState {
                     .seg_mut(ev.addr)
                     .ok_or_else(|| err(index, ev, "free_completed of an address in no segment"))?;
                 let j = seg.block_at(ev.addr).unwrap();
-                let f = seg.blocks[j].clone();
+                let f = seg.blocks[j];
                 if f.state != BState::Free {
                     return Err(err(index, ev, format!("free_completed, but the block is still {:?} later", f.state)));
                 }
@@ -354,7 +354,7 @@ impl RecordedState {
             Action::Alloc => {
                 let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "alloc in no segment"))?;
                 let j = seg.block_at(ev.addr).unwrap();
-                let f = seg.blocks[j].clone();
+                let f = seg.blocks[j];
                 if f.addr != ev.addr || f.state != BState::Free {
                     return Err(err(
                         index,
@@ -469,7 +469,7 @@ impl RecordedState {
         let small = match (prev, next) {
             (Some(p), _) => self.segs[&p].small,
             (_, Some(n)) => self.segs[&n].small,
-            _ => size % (20 << 20) != 0,
+            _ => !size.is_multiple_of(20 << 20),
         };
         let mut seg = match prev {
             Some(p) => self.segs.remove(&p).unwrap(),
@@ -584,7 +584,7 @@ mod tests {
     fn unsplit_tail_is_recovered_from_the_neighbour() {
         // 19.5 MiB in a 20 MiB segment: not split (remainder 0.5 MiB ≤ 1 MiB).
         let a = 0x7000_0000;
-        let t = vec![ev(Action::SegmentAlloc, a, 20 * MIB), ev(Action::Alloc, a, 19 * MIB + MIB / 2)];
+        let t = [ev(Action::SegmentAlloc, a, 20 * MIB), ev(Action::Alloc, a, 19 * MIB + MIB / 2)];
         let r = rules();
         let mut s = RecordedState::default();
         for (i, e) in t.iter().enumerate() {

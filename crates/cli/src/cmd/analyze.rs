@@ -280,51 +280,48 @@ fn oom_text(f: &OomFinding) -> String {
             let _ = writeln!(o, "    {:>12} {:>6}  {}", bytes(s.bytes), percent(s.share), s.site.site);
         }
     }
-    match (&f.baseline, f.replay_reproduces_oom) {
-        (Some(b), Some(rep)) => {
+    if let (Some(b), Some(rep)) = (&f.baseline, f.replay_reproduces_oom) {
+        let _ = writeln!(
+            o,
+            "  Fixes measured by replaying the trace on a {} device (recorded settings: {}):",
+            bytes(f.capacity_bytes),
+            if rep {
+                format!("OOM at entry {}", b.first_oom_index.map_or("?".into(), |i| i.to_string()))
+            } else {
+                "no OOM in the model, so fixes cannot be measured".to_string()
+            }
+        );
+        for t in &f.fixes_tried {
+            let outcome = if rep && fragscope_analysis::oom::avoids(t, f.event_index) {
+                "avoids the OOM".to_string()
+            } else {
+                match t.first_oom_index {
+                    Some(i) => format!("OOM at entry {i}"),
+                    None if t.recorded_ooms_that_fit == 0 => "request still fails".to_string(),
+                    None => "no OOM".to_string(),
+                }
+            };
             let _ = writeln!(
                 o,
-                "  Fixes measured by replaying the trace on a {} device (recorded settings: {}):",
-                bytes(f.capacity_bytes),
-                if rep {
-                    format!("OOM at entry {}", b.first_oom_index.map_or("?".into(), |i| i.to_string()))
-                } else {
-                    "no OOM in the model, so fixes cannot be measured".to_string()
-                }
+                "    {:<36} {:<22} peak reserved {:>11}  {} cudaMalloc",
+                t.setting,
+                outcome,
+                bytes(t.peak_reserved_bytes),
+                t.cuda_mallocs
             );
-            for t in &f.fixes_tried {
-                let outcome = if rep && fragscope_analysis::oom::avoids(t, f.event_index) {
-                    "avoids the OOM".to_string()
-                } else {
-                    match t.first_oom_index {
-                        Some(i) => format!("OOM at entry {i}"),
-                        None if t.recorded_ooms_that_fit == 0 => "request still fails".to_string(),
-                        None => "no OOM".to_string(),
-                    }
-                };
+        }
+        if f.fixes.is_empty() {
+            let _ = writeln!(o, "    No setting avoids it.");
+        } else {
+            for x in &f.fixes {
                 let _ = writeln!(
                     o,
-                    "    {:<36} {:<22} peak reserved {:>11}  {} cudaMalloc",
-                    t.setting,
-                    outcome,
-                    bytes(t.peak_reserved_bytes),
-                    t.cuda_mallocs
+                    "    Fix: {}{}",
+                    x.paste,
+                    x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}"))
                 );
             }
-            if f.fixes.is_empty() {
-                let _ = writeln!(o, "    No setting avoids it.");
-            } else {
-                for x in &f.fixes {
-                    let _ = writeln!(
-                        o,
-                        "    Fix: {}{}",
-                        x.paste,
-                        x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}"))
-                    );
-                }
-            }
         }
-        _ => {}
     }
     o
 }

@@ -466,7 +466,7 @@ impl<R: Read> Vm<R> {
             Value::Dict(h) => h,
             _ => return Err(self.state.corrupt("SETITEM on something that is not a dict")),
         };
-        if (self.stack.len() - from) % 2 != 0 {
+        if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(self.state.corrupt("odd number of items for a dict"));
         }
         self.state.dict(h)?;
@@ -808,7 +808,7 @@ impl<R: Read> Vm<R> {
                     p += 9;
                     continue;
                 }
-                b'u' if n % 2 == 0 => {
+                b'u' if n.is_multiple_of(2) => {
                     p += 1;
                     break true;
                 }
