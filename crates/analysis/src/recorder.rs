@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use fragscope_alloc::{
-    AllocatorConfig, BlockState as EBlockState, CachingAllocator, Event, FreeError, Oom, SimulatedDevice,
+    AllocatorConfig, BlockState as EBlockState, CachingAllocator, DeviceMemory, Event, FreeError, Oom, SimulatedDevice,
 };
 use fragscope_snapshot::{
     Action, Annotation, Block, BlockState, Frame, PyObj, Segment, SegmentType, Snapshot, StackId, TraceEvent,
@@ -70,17 +70,8 @@ impl Recorder {
     fn record(&mut self, stack: Option<StackId>) {
         self.eng.drain_events_into(&mut self.events);
         for ev in self.events.drain(..) {
-            let (action, addr, size, stream) = match ev {
-                Event::Alloc { addr, size, stream } => (Action::Alloc, addr, size, stream),
-                Event::FreeRequested { addr, size, stream } => (Action::FreeRequested, addr, size, stream),
-                Event::FreeCompleted { addr, size, stream } => (Action::FreeCompleted, addr, size, stream),
-                Event::SegmentAlloc { addr, size, stream } => (Action::SegmentAlloc, addr, size, stream),
-                Event::SegmentFree { addr, size, stream } => (Action::SegmentFree, addr, size, stream),
-                Event::SegmentMap { addr, size, stream } => (Action::SegmentMap, addr, size, stream),
-                Event::SegmentUnmap { addr, size, stream } => (Action::SegmentUnmap, addr, size, stream),
-                Event::Oom { size, device_free, stream } => (Action::Oom, device_free, size, stream),
-            };
-            let mut te = TraceEvent::new(action, addr, size, stream);
+            let mut te = trace_event(&ev);
+            let (action, addr) = (te.action, te.addr);
             te.time_us = self.time_us;
             self.time_us += self.tick_us;
             // context="alloc": frees carry the stack of the allocation they free.
@@ -146,47 +137,8 @@ impl Recorder {
     /// live blocks, the trace, annotations and `allocator_settings`.
     pub fn finish(mut self) -> Snapshot {
         let cfg = self.eng.config().clone();
-        self.snap.segments = self
-            .eng
-            .segments()
-            .into_iter()
-            .map(|s| {
-                let blocks: Vec<Block> = s
-                    .blocks
-                    .iter()
-                    .map(|b| {
-                        let state = match b.state {
-                            EBlockState::Allocated => BlockState::ActiveAllocated,
-                            EBlockState::PendingFree => BlockState::ActivePendingFree,
-                            EBlockState::Free => BlockState::Inactive,
-                        };
-                        Block {
-                            address: b.address,
-                            size: b.size,
-                            requested_size: Some(b.requested_size),
-                            state,
-                            // Inactive blocks carry no frames in real snapshots.
-                            stack: if state.is_active() { self.block_stacks.get(&b.address).copied() } else { None },
-                            history: None,
-                        }
-                    })
-                    .collect();
-                Segment {
-                    device: 0,
-                    address: s.address,
-                    total_size: s.total_size,
-                    allocated_size: s.allocated_size(),
-                    active_size: s.active_size(),
-                    requested_size: Some(s.requested_size()),
-                    stream: s.stream,
-                    segment_type: if s.is_large { SegmentType::Large } else { SegmentType::Small },
-                    segment_pool_id: Some(s.pool),
-                    is_expandable: Some(s.is_expandable),
-                    stack: self.segment_stacks.get(&s.address).copied(),
-                    blocks,
-                }
-            })
-            .collect();
+        let (blocks, segs) = (&self.block_stacks, &self.segment_stacks);
+        self.snap.segments = segments_of(&self.eng, 0, |a| blocks.get(&a).copied(), |a| segs.get(&a).copied());
         let s = |x: &str| PyObj::Str(x.to_string());
         let divisions = (0..16)
             .map(|i| (s(&(1u64 << i).to_string()), PyObj::Int(cfg.roundup_power2_divisions[i] as i64)))
@@ -203,4 +155,69 @@ impl Recorder {
         ]));
         self.snap
     }
+}
+
+/// An allocator event as PyTorch writes it to the trace (`oom` puts `device_free` where
+/// other entries have the address).
+pub fn trace_event(ev: &Event) -> TraceEvent {
+    let (action, addr, size, stream) = match *ev {
+        Event::Alloc { addr, size, stream } => (Action::Alloc, addr, size, stream),
+        Event::FreeRequested { addr, size, stream } => (Action::FreeRequested, addr, size, stream),
+        Event::FreeCompleted { addr, size, stream } => (Action::FreeCompleted, addr, size, stream),
+        Event::SegmentAlloc { addr, size, stream } => (Action::SegmentAlloc, addr, size, stream),
+        Event::SegmentFree { addr, size, stream } => (Action::SegmentFree, addr, size, stream),
+        Event::SegmentMap { addr, size, stream } => (Action::SegmentMap, addr, size, stream),
+        Event::SegmentUnmap { addr, size, stream } => (Action::SegmentUnmap, addr, size, stream),
+        Event::Oom { size, device_free, stream } => (Action::Oom, device_free, size, stream),
+    };
+    TraceEvent::new(action, addr, size, stream)
+}
+
+/// The allocator's state as a snapshot's `segments` for `device`. `block_stack` gives the
+/// allocation stack of a live block and `segment_stack` the stack of the malloc that made
+/// a segment, where known (inactive blocks never carry frames, as in real snapshots).
+pub fn segments_of<D: DeviceMemory>(
+    eng: &CachingAllocator<D>,
+    device: i64,
+    block_stack: impl Fn(u64) -> Option<StackId>,
+    segment_stack: impl Fn(u64) -> Option<StackId>,
+) -> Vec<Segment> {
+    eng.segments()
+        .into_iter()
+        .map(|s| {
+            let blocks: Vec<Block> = s
+                .blocks
+                .iter()
+                .map(|b| {
+                    let state = match b.state {
+                        EBlockState::Allocated => BlockState::ActiveAllocated,
+                        EBlockState::PendingFree => BlockState::ActivePendingFree,
+                        EBlockState::Free => BlockState::Inactive,
+                    };
+                    Block {
+                        address: b.address,
+                        size: b.size,
+                        requested_size: Some(b.requested_size),
+                        state,
+                        stack: if state.is_active() { block_stack(b.address) } else { None },
+                        history: None,
+                    }
+                })
+                .collect();
+            Segment {
+                device,
+                address: s.address,
+                total_size: s.total_size,
+                allocated_size: s.allocated_size(),
+                active_size: s.active_size(),
+                requested_size: Some(s.requested_size()),
+                stream: s.stream,
+                segment_type: if s.is_large { SegmentType::Large } else { SegmentType::Small },
+                segment_pool_id: Some(s.pool),
+                is_expandable: Some(s.is_expandable),
+                stack: segment_stack(s.address),
+                blocks,
+            }
+        })
+        .collect()
 }

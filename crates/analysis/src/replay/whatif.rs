@@ -10,10 +10,8 @@
 use super::AddrBuild;
 use std::collections::{HashMap, HashSet};
 
-use fragscope_alloc::{
-    AllocatorConfig, BlockState as EBlockState, CachingAllocator, Event, SimulatedDevice, DEFAULT_POOL,
-};
-use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
+use fragscope_alloc::{AllocatorConfig, CachingAllocator, Event, SimulatedDevice, DEFAULT_POOL};
+use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 use serde::Serialize;
 
 use super::driver::{seed_segments, verify_inner};
@@ -198,7 +196,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
             evbuf.clear();
             eng.drain_events_into(&mut evbuf);
             for m in &evbuf {
-                let mut t = to_trace_event(m);
+                let mut t = crate::recorder::trace_event(m);
                 if matches!(m, Event::Alloc { .. } | Event::Oom { .. }) || t.action == ev.action {
                     t.stack = ev.stack;
                     t.time_us = ev.time_us;
@@ -220,7 +218,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     let snapshot = opts.collect_snapshot.then(|| {
         evbuf.clear();
         eng.drain_events_into(&mut evbuf);
-        out_events.extend(evbuf.iter().map(to_trace_event));
+        out_events.extend(evbuf.iter().map(crate::recorder::trace_event));
         build_snapshot(snap, device, &eng, out_events)
     });
     WhatIf {
@@ -243,20 +241,6 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     }
 }
 
-fn to_trace_event(m: &Event) -> TraceEvent {
-    let (a, addr, size, stream) = match *m {
-        Event::Alloc { addr, size, stream } => (Action::Alloc, addr, size, stream),
-        Event::FreeRequested { addr, size, stream } => (Action::FreeRequested, addr, size, stream),
-        Event::FreeCompleted { addr, size, stream } => (Action::FreeCompleted, addr, size, stream),
-        Event::SegmentAlloc { addr, size, stream } => (Action::SegmentAlloc, addr, size, stream),
-        Event::SegmentFree { addr, size, stream } => (Action::SegmentFree, addr, size, stream),
-        Event::SegmentMap { addr, size, stream } => (Action::SegmentMap, addr, size, stream),
-        Event::SegmentUnmap { addr, size, stream } => (Action::SegmentUnmap, addr, size, stream),
-        Event::Oom { size, device_free, stream } => (Action::Oom, device_free, size, stream),
-    };
-    TraceEvent::new(a, addr, size, stream)
-}
-
 /// The simulated run as a snapshot of one device: its trace and final segments.
 fn build_snapshot(
     src: &Snapshot,
@@ -264,42 +248,7 @@ fn build_snapshot(
     eng: &CachingAllocator<SimulatedDevice>,
     events: Vec<TraceEvent>,
 ) -> Snapshot {
-    let segments = eng
-        .segments()
-        .into_iter()
-        .map(|s| {
-            let blocks: Vec<Block> = s
-                .blocks
-                .iter()
-                .map(|b| Block {
-                    address: b.address,
-                    size: b.size,
-                    requested_size: Some(b.requested_size),
-                    state: match b.state {
-                        EBlockState::Allocated => BlockState::ActiveAllocated,
-                        EBlockState::PendingFree => BlockState::ActivePendingFree,
-                        EBlockState::Free => BlockState::Inactive,
-                    },
-                    stack: None,
-                    history: None,
-                })
-                .collect();
-            Segment {
-                device,
-                address: s.address,
-                total_size: s.total_size,
-                allocated_size: s.allocated_size(),
-                active_size: s.active_size(),
-                requested_size: Some(s.requested_size()),
-                stream: s.stream,
-                segment_type: if s.is_large { SegmentType::Large } else { SegmentType::Small },
-                segment_pool_id: Some(s.pool),
-                is_expandable: Some(s.is_expandable),
-                stack: None,
-                blocks,
-            }
-        })
-        .collect();
+    let segments = crate::recorder::segments_of(eng, device, |_| None, |_| None);
     let mut traces = vec![Vec::new(); (device.max(0) as usize) + 1];
     traces[device.max(0) as usize] = events;
     Snapshot { segments, device_traces: traces, frames: src.frames.clone(), ..Default::default() }
