@@ -139,20 +139,7 @@ impl Recorder {
         let cfg = self.eng.config().clone();
         let (blocks, segs) = (&self.block_stacks, &self.segment_stacks);
         self.snap.segments = segments_of(&self.eng, 0, |a| blocks.get(&a).copied(), |a| segs.get(&a).copied());
-        let s = |x: &str| PyObj::Str(x.to_string());
-        let divisions = (0..16)
-            .map(|i| (s(&(1u64 << i).to_string()), PyObj::Int(cfg.roundup_power2_divisions[i] as i64)))
-            .collect();
-        self.snap.allocator_settings = Some(PyObj::Dict(vec![
-            (s("PYTORCH_CUDA_ALLOC_CONF"), s(&self.conf)),
-            (s("max_split_size"), PyObj::Int(cfg.max_split_size.map_or(-1, |v| v as i64))),
-            (s("garbage_collection_threshold"), PyObj::Float(cfg.garbage_collection_threshold)),
-            (s("expandable_segments"), PyObj::Bool(cfg.expandable_segments)),
-            (s("pinned_num_register_threads"), PyObj::Int(cfg.pinned_num_register_threads as i64)),
-            (s("release_lock_on_cudamalloc"), PyObj::Bool(cfg.release_lock_on_cudamalloc)),
-            (s("pinned_use_cuda_host_register"), PyObj::Bool(cfg.pinned_use_cuda_host_register)),
-            (s("roundup_power2_divisions"), PyObj::Dict(divisions)),
-        ]));
+        self.snap.allocator_settings = Some(allocator_settings(&cfg, &self.conf));
         self.snap
     }
 }
@@ -220,4 +207,22 @@ pub fn segments_of<D: DeviceMemory>(
             }
         })
         .collect()
+}
+
+/// `allocator_settings` as PyTorch 2.3+ writes it, for a configuration and the
+/// `PYTORCH_CUDA_ALLOC_CONF` string it came from.
+pub fn allocator_settings(cfg: &AllocatorConfig, conf: &str) -> PyObj {
+    let s = |x: &str| PyObj::Str(x.to_string());
+    let divisions =
+        (0..16).map(|i| (s(&(1u64 << i).to_string()), PyObj::Int(cfg.roundup_power2_divisions[i] as i64))).collect();
+    PyObj::Dict(vec![
+        (s("PYTORCH_CUDA_ALLOC_CONF"), s(conf)),
+        (s("max_split_size"), PyObj::Int(cfg.max_split_size.map_or(-1, |v| v as i64))),
+        (s("garbage_collection_threshold"), PyObj::Float(cfg.garbage_collection_threshold)),
+        (s("expandable_segments"), PyObj::Bool(cfg.expandable_segments)),
+        (s("pinned_num_register_threads"), PyObj::Int(cfg.pinned_num_register_threads as i64)),
+        (s("release_lock_on_cudamalloc"), PyObj::Bool(cfg.release_lock_on_cudamalloc)),
+        (s("pinned_use_cuda_host_register"), PyObj::Bool(cfg.pinned_use_cuda_host_register)),
+        (s("roundup_power2_divisions"), PyObj::Dict(divisions)),
+    ])
 }

@@ -251,5 +251,14 @@ fn build_snapshot(
     let segments = crate::recorder::segments_of(eng, device, |_| None, |_| None);
     let mut traces = vec![Vec::new(); (device.max(0) as usize) + 1];
     traces[device.max(0) as usize] = events;
-    Snapshot { segments, device_traces: traces, frames: src.frames.clone(), ..Default::default() }
+    // The settings travel with the run, so a replay of the saved file uses them.
+    let cfg = eng.config();
+    let settings = crate::recorder::allocator_settings(cfg, &cfg.to_conf_string());
+    Snapshot {
+        segments,
+        device_traces: traces,
+        allocator_settings: Some(settings),
+        frames: src.frames.clone(),
+        ..Default::default()
+    }
 }

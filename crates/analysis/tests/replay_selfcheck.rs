@@ -1,0 +1,38 @@
+//! The model against itself, under settings no recording has: simulate a real trace under
+//! several `PYTORCH_CUDA_ALLOC_CONF` settings, save each run as a snapshot with the
+//! project's writer, read it back, and `verify` it. Every allocation must land where the
+//! simulation put it and every segment event must match: the what-if figures come from a
+//! run that is itself a consistent, replayable snapshot (what `--save-snapshot` promises).
+
+use fragscope_analysis::replay::{simulate_with, verify, ReplayOptions, SimOptions};
+use fragscope_snapshot::pickle::write::write_snapshot;
+
+const FILES: &[&str] = &["decomfl-opt-zeroth-order-windows.pickle", "cs336-2.7b-fwd-ctx128-bf16.pickle"];
+const CONFIGS: &[&str] = &[
+    "",
+    "expandable_segments:True",
+    "max_split_size_mb:128",
+    "roundup_power2_divisions:4",
+    "max_split_size_mb:64,expandable_segments:True",
+];
+
+#[test]
+fn simulated_runs_replay_exactly_after_a_write_and_read() {
+    for name in FILES {
+        let Some(path) = fragscope_testdata::real_file(name) else { return };
+        let snap = fragscope_snapshot::read_path(&path).unwrap();
+        for conf in CONFIGS {
+            let cfg = fragscope_alloc::parse_config(conf).unwrap();
+            let w = simulate_with(&snap, 0, cfg, &SimOptions { capacity: None, collect_snapshot: true });
+            let sim = w.snapshot.expect("collect_snapshot keeps the run");
+            let mut bytes = Vec::new();
+            write_snapshot(&sim, &mut bytes).unwrap();
+            let back = fragscope_snapshot::read_from(&bytes[..]).unwrap();
+            let r = verify(&back, 0, &ReplayOptions::default());
+            assert!(r.allocs > 0, "{name} [{conf}]: nothing replayed");
+            assert_eq!(r.allocs_matched, r.allocs, "{name} [{conf}]: {:?}", r.first_divergence);
+            assert_eq!(r.segment_events_matched, r.segment_events, "{name} [{conf}]: {:?}", r.first_divergence);
+            assert!(r.first_divergence.is_none() && r.undecidable.is_none(), "{name} [{conf}]");
+        }
+    }
+}
