@@ -260,17 +260,31 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
         } else {
             "info"
         };
-        let mut h = format!(
-            "Peak fragmentation {}: PyTorch reserved up to {} but tensors never held more than {} at once ({} never used together).",
-            pct(pf),
-            fs(tl.peak_reserved.bytes),
-            fs(tl.peak_allocated.bytes),
-            fs(waste)
-        );
+        // Say only what the file shows: a snapshot without a trace has one moment, and a
+        // trace that began mid-run shows peaks of the recorded window only.
+        let mut h = if tl.events == 0 {
+            format!(
+                "Fragmentation {} at the snapshot: PyTorch reserved {} while tensors held {} ({} reserved but unallocated; the file has no trace, so this is one moment, not a peak).",
+                pct(pf),
+                fs(tl.peak_reserved.bytes),
+                fs(tl.peak_allocated.bytes),
+                fs(waste)
+            )
+        } else {
+            format!(
+                "Peak fragmentation {}: PyTorch reserved up to {} but tensors never held more than {} at once{} ({} never used together).",
+                pct(pf),
+                fs(tl.peak_reserved.bytes),
+                fs(tl.peak_allocated.bytes),
+                if tl.history_complete { "" } else { " during the recorded trace" },
+                fs(waste)
+            )
+        };
         if let Some(s) = &d.fragmentation.at_reserved_peak {
             if s.cached_free_bytes > 0 {
                 h.push_str(&format!(
-                    " At the reserved peak {} was free in the cache and the largest free block was {}.",
+                    " {} {} was free in the cache and the largest free block was {}.",
+                    if tl.events == 0 { "There" } else { "At the reserved peak" },
                     fs(s.cached_free_bytes),
                     fs(s.largest_free_block_bytes)
                 ));
@@ -314,12 +328,16 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
         v.push(Finding {
             kind: "peak",
             severity: "info",
+            // Profiler traces can hold bytes allocated before profiling that no block
+            // explains; name the peak as the timeline measured it, not the attributed sum.
             headline: format!(
-                "At the allocated peak ({}), {} holds the most: {} ({}).",
-                fs(ap.live_bytes),
+                "{} ({}), {} holds the most: {} ({} of the attributed {}).",
+                if tl.events == 0 { "At the snapshot" } else { "At the allocated peak" },
+                fs(tl.peak_allocated.bytes.max(ap.live_bytes)),
                 top.site.site,
                 fs(top.bytes),
-                pct(top.share)
+                pct(top.share),
+                fs(ap.live_bytes)
             ),
         });
     }
