@@ -43,6 +43,42 @@ pub struct Summary {
     pub notes: Notes,
     /// `"dict"` (2.x), `"segment_list"` (1.13) or `"kineto"` (profiler trace).
     pub format: &'static str,
+    /// Device totals a profiler trace reported (`Total Allocated` / `Total Reserved`, or the
+    /// running sum of `Bytes` when the old schema has nothing else); empty for snapshots.
+    pub profiler_totals: Vec<ProfilerTotals>,
+}
+
+/// What a torch.profiler trace says about one device's totals: all a user with only a
+/// profiler trace (even one without addresses) can learn about peaks.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfilerTotals {
+    pub device: i64,
+    pub samples: u64,
+    pub peak_allocated_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub last_allocated_bytes: Option<u64>,
+    /// `totalGlobalMem` from the trace's `deviceProperties`.
+    pub device_capacity_bytes: Option<u64>,
+    pub first_time_us: Option<i64>,
+    pub last_time_us: Option<i64>,
+}
+
+fn profiler_totals(snap: &Snapshot) -> Vec<ProfilerTotals> {
+    snap.totals
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.is_empty())
+        .map(|(d, t)| ProfilerTotals {
+            device: d as i64,
+            samples: t.len() as u64,
+            peak_allocated_bytes: t.iter().filter_map(|x| x.allocated).max(),
+            peak_reserved_bytes: t.iter().filter_map(|x| x.reserved).max(),
+            last_allocated_bytes: t.iter().rev().find_map(|x| x.allocated),
+            device_capacity_bytes: snap.device_capacity.get(&(d as i64)).copied(),
+            first_time_us: t.first().map(|x| x.time_us),
+            last_time_us: t.last().map(|x| x.time_us),
+        })
+        .collect()
 }
 
 /// Figures of one pool (or of all pools) of one device, as `memory_stats()` names them
@@ -414,6 +450,7 @@ pub fn summarize(snap: &Snapshot) -> Summary {
             fragscope_snapshot::SourceFormat::SegmentList => "segment_list",
             fragscope_snapshot::SourceFormat::Kineto => "kineto",
         },
+        profiler_totals: profiler_totals(snap),
     }
 }
 

@@ -121,3 +121,29 @@ fn summary_matches_independent_python_on_every_real_pickle() {
     assert!(mismatches.is_empty(), "{} of {compared} figures differ:\n{}", mismatches.len(), mismatches.join("\n"));
     eprintln!("compared {compared} figures over {} files: all equal", files.len());
 }
+
+/// A user with only a profiler trace gets its totals: the peaks the profiler recorded
+/// (`Total Allocated` / `Total Reserved`), or for the old schema without addresses, the
+/// running sum of `Bytes`. Figures as counted independently in ../shared/traces/SOURCES.md
+/// and by the Kineto reader's tests.
+#[test]
+fn profiler_traces_report_their_totals() {
+    let Some(dir) = traces_dir() else { return };
+    let cases = [
+        ("kineto-hta-ddp-v100-rank1-profile-memory.json.gz", 1, 6_629_508_096u64, Some(12_782_141_440u64)),
+        ("kineto-tbplugin-resnet50-v100-no-addr.pt.trace.json.gz", 0, 2_791_636_480, None),
+    ];
+    for (name, device, peak_alloc, peak_reserved) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fragscope"))
+            .args(["summary", "--json"])
+            .arg(dir.join(name))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let totals = v["files"][0]["profiler_totals"].as_array().unwrap();
+        let t = totals.iter().find(|t| t["device"] == device).unwrap_or_else(|| panic!("{name}: {totals:?}"));
+        assert_eq!(t["peak_allocated_bytes"].as_u64(), Some(peak_alloc), "{name}");
+        assert_eq!(t["peak_reserved_bytes"].as_u64(), peak_reserved, "{name}");
+    }
+}

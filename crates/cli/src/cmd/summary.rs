@@ -97,6 +97,20 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
     if s.devices.is_empty() {
         let _ = writeln!(o, "No device has segments or trace events in this file.");
     }
+    for t in &s.profiler_totals {
+        let opt = |v: Option<u64>| v.map_or("—".to_string(), output::bytes);
+        let _ = writeln!(o, "Profiler totals, device {} ({} samples):", t.device, t.samples);
+        let _ = writeln!(o, "  Peak allocated     {}", opt(t.peak_allocated_bytes));
+        let _ = writeln!(o, "  Peak reserved      {}", opt(t.peak_reserved_bytes));
+        let _ = writeln!(o, "  Allocated at end   {}", opt(t.last_allocated_bytes));
+        if let Some(c) = t.device_capacity_bytes {
+            let _ = writeln!(o, "  Device capacity    {} (deviceProperties.totalGlobalMem)", output::bytes(c));
+        }
+        if let (Some(a), Some(b)) = (t.first_time_us, t.last_time_us) {
+            let _ = writeln!(o, "  Time span          {:.3} s", (b - a) as f64 / 1e6);
+        }
+        o.push('\n');
+    }
     for d in &s.devices {
         o.push_str(&device_table(file, example, d));
         o.push('\n');
