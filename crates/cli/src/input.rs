@@ -11,8 +11,13 @@ use crate::CliError;
 /// Files larger than this get a progress bar (on a terminal, not with `--json`).
 pub const PROGRESS_THRESHOLD: u64 = 64 * 1024 * 1024;
 
-/// Reads a snapshot; `quiet` (e.g. `--json`) never shows a progress bar.
+/// Reads a snapshot; `quiet` (e.g. `--json`) never shows a progress bar. `-` reads
+/// standard input, as `_memory_viz.py` does (`ssh gpu cat snap.pickle | fragscope summary -`).
 pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
+    if path.as_os_str() == "-" {
+        return fragscope_snapshot::read_from(std::io::stdin().lock())
+            .map_err(|e| read_error(Path::new("<stdin>"), &e));
+    }
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let show = !quiet && size > PROGRESS_THRESHOLD && std::io::stderr().is_terminal();
     let result = if show {

@@ -128,3 +128,41 @@ fn json_has_the_documented_keys() {
         assert!(d["trace"].get(k).is_some(), "trace.{k}");
     }
 }
+
+/// `-` reads the snapshot from standard input (as `_memory_viz.py` does); a snapshot
+/// piped in gives the same figures as the file, and bad input on stdin the same one line.
+#[test]
+fn dash_reads_standard_input() {
+    use std::io::Write;
+    // Write the built-in example as a pickle through replay --save-snapshot, then pipe it.
+    let pickle = std::env::temp_dir().join(format!("fragscope-stdin-{}.pickle", std::process::id()));
+    let saved = fragscope(&["replay", "--config", "", "--save-snapshot", pickle.to_str().unwrap()]);
+    assert!(saved.status.success(), "{}", String::from_utf8_lossy(&saved.stderr));
+    let bytes = std::fs::read(&pickle).unwrap();
+    let by_path = fragscope(&["summary", "--json", pickle.to_str().unwrap()]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fragscope"))
+        .args(["summary", "--json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let piped = child.wait_with_output().unwrap();
+    assert!(piped.status.success());
+    let figures = |o: &Output| {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["files"][0]["devices"].clone()
+    };
+    assert_eq!(figures(&piped), figures(&by_path));
+    let _ = std::fs::remove_file(&pickle);
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fragscope"))
+        .args(["summary", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"not a pickle").unwrap();
+    let bad = child.wait_with_output().unwrap();
+    assert_one_line_error(&bad, "<stdin> is not a memory snapshot");
+}
