@@ -3,19 +3,21 @@
 //! It is made here, by fragscope's own code: a small deterministic workload (a toy
 //! transformer trained with AdamW on variable sequence lengths — the classic
 //! fragmentation trigger — plus a loss kept in a Python list every step, a deliberate
-//! leak) run through fragscope's faithful model of PyTorch's caching allocator
+//! leak, and a final evaluation request that runs out of memory by fragmentation) run
+//! through fragscope's faithful model of PyTorch's caching allocator
 //! (`fragscope-alloc`) and recorded as `_record_memory_history` would record it. No file
 //! from anyone else is involved.
 
 use fragscope_analysis::recorder::Recorder;
 use fragscope_snapshot::Snapshot;
 
-const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
 /// The example's device: an L4-sized GPU, so the numbers look like a real small run.
 pub const CAPACITY: u64 = 22 * GIB + 500 * MIB;
+/// The evaluation request that fails (see the end of [`snapshot`]).
+pub const EVAL_REQUEST: u64 = 20_100 * MIB;
 
 pub fn snapshot() -> Snapshot {
     let mut r = Recorder::new("", CAPACITY, 1_718_000_000_000_000, 37).expect("empty config is valid");
@@ -95,9 +97,14 @@ pub fn snapshot() -> Snapshot {
             r.free(g).unwrap();
         }
         r.annotate(&name, "END");
-        let _ = KIB;
     }
     let _ = (weights, kept_losses);
+    // Evaluation asks for one 19.6 GiB buffer. About 20.1 GiB is free in total (cache plus
+    // device), but the kept losses pin the cached segments, so no piece is big enough: a
+    // fragmentation OOM, recorded like `_dump_snapshot` in an `except OutOfMemoryError`.
+    let s_eval = r.stack(&[main, ("train.py", 95, "evaluate"), ("model.py", 40, "head")]);
+    let oom = r.malloc(EVAL_REQUEST, 0, s_eval);
+    debug_assert!(oom.is_err(), "the example is meant to end in an OOM");
     r.finish()
 }
 
@@ -124,6 +131,9 @@ mod tests {
         let live = s.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == BlockState::ActiveAllocated).count();
         assert_eq!(allocs - frees, live, "the trace explains every live block");
         assert!(t.iter().any(|e| e.action == Action::SegmentAlloc));
+        let oom = t.last().unwrap();
+        assert_eq!(oom.action, Action::Oom, "the example ends in the evaluation OOM");
+        assert_eq!(oom.size, EVAL_REQUEST, "oom entries carry the rounded request");
     }
 
     #[test]

@@ -108,6 +108,13 @@ fn analyze_without_file_runs_on_the_example_and_finds_its_leak() {
     // The example keeps every step's loss alive at train.py:63 (see crates/cli/src/example.rs).
     assert_eq!(suspects.len(), 1, "{suspects:?}");
     assert_eq!(suspects[0]["site"], "train.py:63:<listcomp>");
+    // It ends in an evaluation request that fails by fragmentation, and replay shows that
+    // expandable segments would have fitted it (see crates/cli/src/example.rs).
+    let oom = &v["files"][0]["devices"][0]["oom"];
+    assert_eq!(oom["verdict"], "fragmentation", "{oom}");
+    assert_eq!(oom["request_bytes"], 20_100u64 << 20);
+    let fixes: Vec<&str> = oom["fixes"].as_array().unwrap().iter().filter_map(|f| f["setting"].as_str()).collect();
+    assert!(fixes.contains(&"expandable_segments:True"), "{oom}");
 }
 
 fn fixtures() -> Vec<(String, String)> {
