@@ -74,26 +74,16 @@ const GPUS: &[(&str, u64)] = &[
 
 /// `80GiB`, `80GB` (decimal), `80G` (= GiB), `1234` (bytes), or a GPU name.
 pub fn parse_capacity(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    if let Some(&(_, mib)) = GPUS.iter().find(|(n, _)| n.eq_ignore_ascii_case(t)) {
+    // GPU names compare without case, spaces, '-' or '_': "RTX 4090", "rtx-4090", "H100_80GB".
+    let key = |n: &str| n.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_uppercase();
+    let want = key(s);
+    if let Some(&(_, mib)) = GPUS.iter().find(|(n, _)| key(n) == want) {
         return Ok(mib << 20);
     }
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("invalid capacity '{s}' (use e.g. 80GiB, 40GB or H100-80GB)"))?;
-    let mul: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => (1u64 << 30) as f64,
-        "t" | "tib" => (1u64 << 40) as f64,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        _ => return Err(format!("invalid capacity '{s}' (use e.g. 80GiB, 40GB or H100-80GB)")),
-    };
-    Ok((v * mul) as u64)
+    fragscope_analysis::check::parse_size(s).map_err(|e| {
+        let names: Vec<&str> = GPUS.iter().map(|(n, _)| *n).collect();
+        format!("invalid capacity '{s}': {e}; or a GPU name: {}", names.join(", "))
+    })
 }
 
 /// The alternatives tried when no `--config` is given: (label, string added on top of
@@ -308,4 +298,20 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
         s.push('\n');
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_capacity;
+
+    #[test]
+    fn capacities_by_size_or_gpu_name() {
+        assert_eq!(parse_capacity("80GiB"), Ok(80 << 30));
+        assert_eq!(parse_capacity("40GB"), Ok(40_000_000_000));
+        // GPU names ignore case, spaces, '-' and '_' (the issue writes "RTX 4090").
+        assert_eq!(parse_capacity("RTX 4090"), parse_capacity("RTX-4090"));
+        assert_eq!(parse_capacity("h100_80gb"), Ok(81_559 << 20));
+        let e = parse_capacity("bogus").unwrap_err();
+        assert!(e.contains("H100-80GB") && e.contains("GiB"), "{e}");
+    }
 }
