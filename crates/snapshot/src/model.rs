@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::num::NonZeroU32;
+use std::num::{NonZeroU16, NonZeroU32};
 
 use crate::pyobj::PyObj;
 
@@ -221,6 +221,19 @@ impl Action {
     }
 }
 
+/// Interns a `pool_id` pair in `table` (1-based id); `None` past 65,535 distinct pools.
+pub fn intern_pool_id(table: &mut Vec<(u64, u64)>, id: (u64, u64)) -> Option<NonZeroU16> {
+    let pos = match table.iter().position(|&p| p == id) {
+        Some(p) => p,
+        None if table.len() < u16::MAX as usize => {
+            table.push(id);
+            table.len() - 1
+        }
+        None => return None,
+    };
+    NonZeroU16::new(pos as u16 + 1)
+}
+
 /// Sentinel for "no `time_us` key".
 pub const NO_TIME: i64 = i64::MIN;
 
@@ -241,8 +254,9 @@ pub struct TraceEvent {
     pub stack: Option<StackId>,
     pub compile_context: Option<StrId>,
     pub user_metadata: Option<StrId>,
-    /// Index into [`Snapshot::pool_ids`] when the entry has `pool_id`.
-    pub pool: Option<NonZeroU32>,
+    /// Index into [`Snapshot::pool_ids`] when the entry has `pool_id`. 16 bits keep the
+    /// record at 48 bytes (a file has a handful of pools, not 65,535).
+    pub pool: Option<NonZeroU16>,
     pub action: Action,
 }
 
@@ -443,16 +457,9 @@ impl Snapshot {
     pub fn pool_id(&self, ev: &TraceEvent) -> Option<(u64, u64)> {
         ev.pool.map(|p| self.pool_ids[p.get() as usize - 1])
     }
-    /// Interns a `pool_id` pair for a trace event.
-    pub fn intern_pool(&mut self, id: (u64, u64)) -> NonZeroU32 {
-        let pos = match self.pool_ids.iter().position(|&p| p == id) {
-            Some(p) => p,
-            None => {
-                self.pool_ids.push(id);
-                self.pool_ids.len() - 1
-            }
-        };
-        NonZeroU32::new(pos as u32 + 1).unwrap()
+    /// Interns a `pool_id` pair for a trace event; `None` past 65,535 distinct pools.
+    pub fn intern_pool(&mut self, id: (u64, u64)) -> Option<NonZeroU16> {
+        intern_pool_id(&mut self.pool_ids, id)
     }
     /// Devices that have segments or trace events, ascending.
     pub fn devices(&self) -> Vec<i64> {
@@ -603,4 +610,13 @@ pub fn semantic_diff(a: &Snapshot, b: &Snapshot) -> Option<String> {
     ne!("totals", a.totals, b.totals);
     ne!("device_capacity", a.device_capacity, b.device_capacity);
     None
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Tens of millions of these live at once on multi-GB files: every byte counts.
+    #[test]
+    fn trace_event_is_48_bytes() {
+        assert_eq!(std::mem::size_of::<super::TraceEvent>(), 48);
+    }
 }

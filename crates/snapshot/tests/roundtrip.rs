@@ -142,7 +142,7 @@ fn synthetic() -> Snapshot {
         }
         if i % 11 == 0 {
             e.compile_context = Some(cc);
-            e.pool = Some(pool);
+            e.pool = pool;
         }
         trace.push(e);
     }

@@ -304,14 +304,10 @@ impl SnapshotAbsorber {
             ev.user_metadata = Some(s);
         }
         if let Some(p) = pair_of(st, vals[K_POOL as usize]) {
-            let pos = match self.pool_ids.iter().position(|&x| x == p) {
-                Some(i) => i,
-                None => {
-                    self.pool_ids.push(p);
-                    self.pool_ids.len() - 1
-                }
-            };
-            ev.pool = std::num::NonZeroU32::new(pos as u32 + 1);
+            ev.pool = intern_pool_id(&mut self.pool_ids, p);
+            if ev.pool.is_none() {
+                *self.missing.entry("trace.pool_id (more than 65535 distinct pools)").or_default() += 1;
+            }
         }
         if unknown {
             for kv in flat.chunks_exact(2) {
