@@ -2,10 +2,11 @@
 //! [`DeviceMemory`].
 //!
 //! Layout: blocks live in a slab and are linked by index into segments; each
-//! block pool keeps its free blocks in a `BTreeSet` ordered like PyTorch's
-//! free set, so best fit is one `range` lookup; the active set is a hash map
-//! from address to block. Every operation is O(log n) apart from releases,
-//! which walk a pool.
+//! block pool keeps its free blocks in an ordered set ordered like PyTorch's
+//! free set (per stream: sorted size buckets, a B-tree past 512 blocks; see
+//! `pool.rs`), so best fit is one lookup; the active set is a hash map from
+//! address to block. Operations are O(log n) plus a bounded move, apart from
+//! releases, which walk a pool.
 
 mod block;
 mod check;

@@ -23,29 +23,206 @@ pub(crate) fn key_size(k: &FreeKey) -> u64 {
 /// Unmapped-set key (§2.3): (stream, address, slab index).
 pub(crate) type UnmappedKey = (StreamId, Addr, u32);
 
+/// One stream's free blocks in key order. Free sets on real traces hold a few
+/// dozen blocks per stream in about ten distinct sizes, so blocks are grouped by
+/// exact size: a sorted vector of sizes, and per size a sorted vector of
+/// `(registration, address, slab index)` (binary searches, short moves, no tree
+/// descent). A stream that grows past `PROMOTE` blocks moves to a B-tree (and
+/// back below `DEMOTE`) so no trace pays O(n) per operation. Both hold the same
+/// keys in the same order.
+#[derive(Clone, Debug)]
+enum StreamFree {
+    Buckets(Buckets),
+    Tree(BTreeMap<FreeKey, u32>),
+}
+
+const PROMOTE: usize = 512;
+const DEMOTE: usize = 128;
+
+impl Default for StreamFree {
+    fn default() -> Self {
+        StreamFree::Buckets(Buckets::default())
+    }
+}
+
+/// `(registration, address, slab index)` within one size.
+type Entry = (u64, Addr, u32);
+
+#[derive(Clone, Debug, Default)]
+struct Buckets {
+    /// Distinct sizes present, ascending.
+    sizes: Vec<u64>,
+    /// Blocks of `sizes[k]`, by (registration, address); never empty.
+    lists: Vec<Vec<Entry>>,
+    /// Emptied lists kept for reuse (no allocation when a size comes back).
+    spare: Vec<Vec<Entry>>,
+    len: usize,
+}
+
+impl Buckets {
+    #[inline]
+    fn find(&self, size: u64) -> (usize, bool) {
+        let p = self.sizes.partition_point(|&s| s < size);
+        (p, p < self.sizes.len() && self.sizes[p] == size)
+    }
+
+    #[inline]
+    fn insert(&mut self, key: FreeKey, i: u32) -> bool {
+        let (size, reg, addr) = key;
+        let (p, hit) = self.find(size);
+        if !hit {
+            let mut l = self.spare.pop().unwrap_or_default();
+            l.push((reg, addr, i));
+            self.sizes.insert(p, size);
+            self.lists.insert(p, l);
+            self.len += 1;
+            return true;
+        }
+        let l = &mut self.lists[p];
+        let q = l.partition_point(|e| (e.0, e.1) < (reg, addr));
+        if q < l.len() && (l[q].0, l[q].1) == (reg, addr) {
+            l[q].2 = i;
+            return false;
+        }
+        l.insert(q, (reg, addr, i));
+        self.len += 1;
+        true
+    }
+
+    #[inline]
+    fn remove(&mut self, key: &FreeKey) -> bool {
+        let (size, reg, addr) = *key;
+        let (p, hit) = self.find(size);
+        if !hit {
+            return false;
+        }
+        let l = &mut self.lists[p];
+        let q = l.partition_point(|e| (e.0, e.1) < (reg, addr));
+        if q == l.len() || (l[q].0, l[q].1) != (reg, addr) {
+            return false;
+        }
+        l.remove(q);
+        self.len -= 1;
+        if l.is_empty() {
+            self.sizes.remove(p);
+            let l = self.lists.remove(p);
+            self.spare.push(l);
+        }
+        true
+    }
+
+    fn get(&self, key: &FreeKey) -> Option<u32> {
+        let (size, reg, addr) = *key;
+        let (p, hit) = self.find(size);
+        if !hit {
+            return None;
+        }
+        let l = &self.lists[p];
+        let q = l.partition_point(|e| (e.0, e.1) < (reg, addr));
+        (q < l.len() && (l[q].0, l[q].1) == (reg, addr)).then(|| l[q].2)
+    }
+
+    /// From keys in ascending order.
+    fn from_sorted(it: impl Iterator<Item = (FreeKey, u32)>) -> Self {
+        let mut b = Buckets::default();
+        for ((size, reg, addr), i) in it {
+            if b.sizes.last() != Some(&size) {
+                b.sizes.push(size);
+                b.lists.push(Vec::new());
+            }
+            b.lists.last_mut().expect("just pushed").push((reg, addr, i));
+            b.len += 1;
+        }
+        b
+    }
+
+    fn drain_sorted(&mut self) -> impl Iterator<Item = (FreeKey, u32)> + '_ {
+        self.sizes
+            .iter()
+            .zip(self.lists.iter())
+            .flat_map(|(&size, l)| l.iter().map(move |&(reg, addr, i)| (free_key(size, reg, addr), i)))
+    }
+}
+
+impl StreamFree {
+    #[inline]
+    fn insert(&mut self, key: FreeKey, i: u32) -> bool {
+        match self {
+            StreamFree::Buckets(b) => {
+                let fresh = b.insert(key, i);
+                if b.len > PROMOTE {
+                    let t: BTreeMap<FreeKey, u32> = b.drain_sorted().collect();
+                    *self = StreamFree::Tree(t);
+                }
+                fresh
+            }
+            StreamFree::Tree(t) => t.insert(key, i).is_none(),
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, key: &FreeKey) -> bool {
+        match self {
+            StreamFree::Buckets(b) => b.remove(key),
+            StreamFree::Tree(t) => {
+                let removed = t.remove(key).is_some();
+                if t.len() < DEMOTE {
+                    let b = Buckets::from_sorted(t.iter().map(|(&k, &i)| (k, i)));
+                    *self = StreamFree::Buckets(b);
+                }
+                removed
+            }
+        }
+    }
+
+    fn get(&self, key: &FreeKey) -> Option<u32> {
+        match self {
+            StreamFree::Buckets(b) => b.get(key),
+            StreamFree::Tree(t) => t.get(key).copied(),
+        }
+    }
+}
+
+/// Iterator over either representation of a stream's free blocks.
+enum Either<A, B> {
+    A(A),
+    B(B),
+}
+
+impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> {
+    type Item = T;
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            Either::A(a) => a.next(),
+            Either::B(b) => b.next(),
+        }
+    }
+}
+
 /// One pool's free blocks ordered like PyTorch's free set, (stream, size,
-/// [registration,] address): one ordered map per stream, streams ascending, so
+/// [registration,] address): one ordered set per stream, streams ascending, so
 /// a lookup never compares stream ids and whole-pool walks keep the set order.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FreeSet {
-    streams: Vec<(StreamId, BTreeMap<FreeKey, u32>)>,
+    streams: Vec<(StreamId, StreamFree)>,
     len: usize,
 }
 
 impl FreeSet {
     #[inline]
-    fn map(&self, stream: StreamId) -> Option<&BTreeMap<FreeKey, u32>> {
+    fn map(&self, stream: StreamId) -> Option<&StreamFree> {
         // Few streams: a linear scan beats any index.
         self.streams.iter().find(|s| s.0 == stream).map(|s| &s.1)
     }
 
     #[inline]
-    fn map_mut(&mut self, stream: StreamId) -> &mut BTreeMap<FreeKey, u32> {
+    fn map_mut(&mut self, stream: StreamId) -> &mut StreamFree {
         let pos = match self.streams.iter().position(|s| s.0 == stream) {
             Some(p) => p,
             None => {
                 let at = self.streams.partition_point(|s| s.0 < stream);
-                self.streams.insert(at, (stream, BTreeMap::new()));
+                self.streams.insert(at, (stream, StreamFree::default()));
                 at
             }
         };
@@ -54,7 +231,7 @@ impl FreeSet {
 
     #[inline]
     pub fn insert(&mut self, stream: StreamId, key: FreeKey, i: u32) -> bool {
-        let fresh = self.map_mut(stream).insert(key, i).is_none();
+        let fresh = self.map_mut(stream).insert(key, i);
         self.len += fresh as usize;
         fresh
     }
@@ -62,13 +239,13 @@ impl FreeSet {
     #[inline]
     pub fn remove(&mut self, stream: StreamId, key: &FreeKey) -> bool {
         let Some(s) = self.streams.iter_mut().find(|s| s.0 == stream) else { return false };
-        let removed = s.1.remove(key).is_some();
+        let removed = s.1.remove(key);
         self.len -= removed as usize;
         removed
     }
 
     pub fn contains(&self, stream: StreamId, key: &FreeKey, i: u32) -> bool {
-        self.map(stream).and_then(|m| m.get(key)) == Some(&i)
+        self.map(stream).and_then(|m| m.get(key)) == Some(i)
     }
 
     pub fn len(&self) -> usize {
@@ -78,20 +255,40 @@ impl FreeSet {
     /// Blocks of `stream` with size ≥ `size`, in set order: `(size, slab index)`.
     #[inline]
     pub fn at_least(&self, stream: StreamId, size: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.map(stream).into_iter().flat_map(move |m| m.range(free_key(size, 0, 0)..)).map(|(k, &i)| (key_size(k), i))
+        self.map(stream).into_iter().flat_map(move |m| match m {
+            StreamFree::Buckets(b) => {
+                let p = b.sizes.partition_point(|&s| s < size);
+                Either::A(
+                    b.sizes[p..].iter().zip(b.lists[p..].iter()).flat_map(|(&s, l)| l.iter().map(move |e| (s, e.2))),
+                )
+            }
+            StreamFree::Tree(t) => Either::B(t.range(free_key(size, 0, 0)..).map(|(k, &i)| (key_size(k), i))),
+        })
     }
 
     /// Blocks of `stream` with size < `size`, largest first: `(size, slab index)`.
     pub fn below_desc(&self, stream: StreamId, size: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.map(stream)
-            .into_iter()
-            .flat_map(move |m| m.range(..free_key(size, 0, 0)).rev())
-            .map(|(k, &i)| (key_size(k), i))
+        self.map(stream).into_iter().flat_map(move |m| match m {
+            StreamFree::Buckets(b) => {
+                let p = b.sizes.partition_point(|&s| s < size);
+                Either::A(
+                    b.sizes[..p]
+                        .iter()
+                        .zip(b.lists[..p].iter())
+                        .rev()
+                        .flat_map(|(&s, l)| l.iter().rev().map(move |e| (s, e.2))),
+                )
+            }
+            StreamFree::Tree(t) => Either::B(t.range(..free_key(size, 0, 0)).rev().map(|(k, &i)| (key_size(k), i))),
+        })
     }
 
     /// Every block in set order (stream, then key).
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.streams.iter().flat_map(|s| s.1.values().copied())
+        self.streams.iter().flat_map(|s| match &s.1 {
+            StreamFree::Buckets(b) => Either::A(b.lists.iter().flat_map(|l| l.iter().map(|e| e.2))),
+            StreamFree::Tree(t) => Either::B(t.values().copied()),
+        })
     }
 }
 
@@ -177,5 +374,76 @@ pub(crate) struct BlockPool {
 impl BlockPool {
     pub fn new(id: PoolId, small: bool) -> Self {
         BlockPool { id, small, free: FreeSet::default(), unmapped: BTreeSet::new(), search_count: 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The free set against a plain ordered map, through promotion to the
+    /// B-tree and demotion back, with many repeated sizes and duplicate inserts.
+    #[test]
+    fn free_set_matches_ordered_map() {
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut fs = FreeSet::default();
+        let mut reference: BTreeMap<(StreamId, FreeKey), u32> = BTreeMap::new();
+        for step in 0..60_000u32 {
+            // Grow for a while (past PROMOTE), then shrink (below DEMOTE), twice.
+            let grow = (step / 15_000) % 2 == 0;
+            let stream = (next() % 2) as StreamId;
+            let r = next();
+            let key = free_key((r % 40 + 1) * 512, (r >> 8) % 3, ((r >> 16) % 4096) * 512);
+            if next() % 100 < if grow { 70 } else { 10 } {
+                let fresh = fs.insert(stream, key, step);
+                assert_eq!(fresh, reference.insert((stream, key), step).is_none());
+            } else {
+                // Remove an existing key when there is one on this stream, else a random one.
+                let existing = reference
+                    .range((stream, key)..)
+                    .next()
+                    .or_else(|| reference.range((stream, free_key(0, 0, 0))..).next())
+                    .map(|(k, _)| *k)
+                    .filter(|k| k.0 == stream);
+                let k = if !grow || next() % 2 == 0 { existing.map_or(key, |k| k.1) } else { key };
+                assert_eq!(fs.remove(stream, &k), reference.remove(&(stream, k)).is_some());
+            }
+            assert_eq!(fs.len(), reference.len());
+            let trees = fs.streams.iter().filter(|s| matches!(s.1, StreamFree::Tree(_))).count();
+            if step == 14_999 {
+                assert_eq!(trees, 2, "both streams promoted to the B-tree");
+            }
+            if step == 29_999 {
+                assert_eq!(trees, 0, "both streams demoted to buckets");
+            }
+            if step % 97 == 0 {
+                let all: Vec<u32> = reference.values().copied().collect();
+                assert_eq!(fs.iter().collect::<Vec<_>>(), all);
+                for s in 0..2 as StreamId {
+                    let size = (next() % 42) * 512;
+                    let want: Vec<(u64, u32)> = reference
+                        .range((s, free_key(size, 0, 0))..)
+                        .take_while(|(k, _)| k.0 == s)
+                        .map(|(k, &i)| (k.1 .0, i))
+                        .collect();
+                    assert_eq!(fs.at_least(s, size).collect::<Vec<_>>(), want);
+                    let want: Vec<(u64, u32)> = reference
+                        .range((s, free_key(0, 0, 0))..(s, free_key(size, 0, 0)))
+                        .rev()
+                        .map(|(k, &i)| (k.1 .0, i))
+                        .collect();
+                    assert_eq!(fs.below_desc(s, size).collect::<Vec<_>>(), want);
+                    for (k, &i) in reference.range((s, free_key(0, 0, 0))..).take_while(|(k, _)| k.0 == s).take(5) {
+                        assert!(fs.contains(s, &k.1, i));
+                    }
+                }
+            }
+        }
     }
 }
