@@ -385,16 +385,26 @@ impl<'t, W: Write> Pickler<'t, W> {
     // --- containers -----------------------------------------------------------------
 
     /// A list of `n` items, each written by `item(self, i)`, batched like CPython.
-    fn list<F>(&mut self, n: usize, mut item: F) -> io::Result<u32>
+    fn list<F>(&mut self, n: usize, item: F) -> io::Result<u32>
     where
         F: FnMut(&mut Self, usize) -> io::Result<()>,
     {
         self.boundary()?;
         self.byte(EMPTY_LIST);
         let idx = self.memoize();
+        self.batched(n, APPEND, APPENDS, item)?;
+        Ok(idx)
+    }
+
+    /// CPython's batching of container items: one item is followed by `single`
+    /// (APPEND / SETITEM); more go in groups of 1000 between MARK and `many`.
+    fn batched<F>(&mut self, n: usize, single: u8, many: u8, mut item: F) -> io::Result<()>
+    where
+        F: FnMut(&mut Self, usize) -> io::Result<()>,
+    {
         if n == 1 {
             item(self, 0)?;
-            self.byte(APPEND);
+            self.byte(single);
         } else if n > 1 {
             let mut i = 0;
             while i < n {
@@ -403,36 +413,22 @@ impl<'t, W: Write> Pickler<'t, W> {
                 for j in i..end {
                     item(self, j)?;
                 }
-                self.byte(APPENDS);
+                self.byte(many);
                 i = end;
             }
         }
-        Ok(idx)
+        Ok(())
     }
 
     /// A dict whose `n` key/value pairs are written by `kv(self, i)`, batched like CPython.
-    fn dict<F>(&mut self, n: usize, mut kv: F) -> io::Result<()>
+    fn dict<F>(&mut self, n: usize, kv: F) -> io::Result<()>
     where
         F: FnMut(&mut Self, usize) -> io::Result<()>,
     {
         self.boundary()?;
         self.byte(EMPTY_DICT);
         self.memoize();
-        if n == 1 {
-            kv(self, 0)?;
-            self.byte(SETITEM);
-        } else if n > 1 {
-            let mut i = 0;
-            while i < n {
-                self.byte(MARK);
-                let end = (i + BATCHSIZE).min(n);
-                for j in i..end {
-                    kv(self, j)?;
-                }
-                self.byte(SETITEMS);
-                i = end;
-            }
-        }
+        self.batched(n, SETITEM, SETITEMS, kv)?;
         Ok(())
     }
 
