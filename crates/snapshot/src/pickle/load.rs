@@ -48,6 +48,11 @@ struct SnapshotAbsorber {
 
     /// Reusable `[k, v, ..]` buffer for dicts absorbed on the generic path.
     flat: Vec<Value>,
+    /// Pre-faults the pages of the growing event array on the second core.
+    prefault: Option<super::prefault::Prefaulter>,
+    prefault_tried: bool,
+    /// `cur_events`' capacity when the pre-fault helper was last told.
+    pf_cap: usize,
     /// Trace entries completed on the fast path, waiting for their APPENDS.
     pending: Vec<TraceEvent>,
     pending_live: usize,
@@ -144,6 +149,9 @@ impl SnapshotAbsorber {
             flat: Vec::new(),
             pending: Vec::new(),
             pending_live: 0,
+            prefault: None,
+            prefault_tried: false,
+            pf_cap: 0,
         }
     }
 
@@ -501,6 +509,29 @@ impl SnapshotAbsorber {
             self.cur_list = list;
         }
         self.cur_events.push(ev);
+        // Tell the pre-fault helper where the array is, now and then (every 4096 entries,
+        // and whenever it moved): cheap enough for the hottest path of the reader.
+        let len = self.cur_events.len();
+        if len & 4095 == 0 || self.cur_events.capacity() != self.pf_cap {
+            self.follow_events();
+        }
+    }
+
+    #[cold]
+    fn follow_events(&mut self) {
+        let size = std::mem::size_of::<TraceEvent>();
+        let cap = self.cur_events.capacity();
+        self.pf_cap = cap;
+        if cap * size < super::prefault::MIN_BYTES {
+            return;
+        }
+        if self.prefault.is_none() && !self.prefault_tried {
+            self.prefault_tried = true;
+            self.prefault = super::prefault::Prefaulter::start();
+        }
+        if let Some(p) = &self.prefault {
+            p.follow(self.cur_events.as_ptr() as usize, self.cur_events.len() * size, cap * size);
+        }
     }
 
     fn take_events(&mut self, list: u32) -> Vec<TraceEvent> {
@@ -580,6 +611,7 @@ pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Resul
     let mut vm = Vm::new(r);
     let mut abs = SnapshotAbsorber::new(&mut vm.state);
     let top = vm.run(&mut abs, progress)?;
+    abs.prefault = None; // parsing is done: stop and join the helper
     let mut b = Builder { st: &mut vm.state, abs: &mut abs, snap: Snapshot::default() };
     b.build(top)?;
     let mut snap = b.snap;

@@ -2,5 +2,6 @@
 
 pub(crate) mod load;
 mod memo;
+mod prefault;
 pub(crate) mod vm;
 pub mod write;
