@@ -47,6 +47,29 @@ pub(crate) struct Block {
     pub reg: u64,
 }
 
+impl Block {
+    /// The one block a new segment (or expandable reservation) starts as: all of it.
+    pub fn spanning(seg: u32, s: &Segment, state: State) -> Block {
+        Block {
+            addr: s.base,
+            size: s.size,
+            requested: 0,
+            stream: s.stream,
+            pool: s.pool,
+            seg,
+            prev: NIL,
+            next: NIL,
+            state,
+            expandable: s.expandable,
+            extra_streams: false,
+            auto_complete: false,
+            pending_seq: 0,
+            gc_base: 0,
+            reg: s.reg,
+        }
+    }
+}
+
 /// One `cudaMalloc` segment, or one expandable VA reservation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Segment {

@@ -75,23 +75,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let base = self.device.reserve(size)?;
         let reg = self.next_registration();
         let seg = self.new_segment(Segment { base, size, stream, pool: p, expandable: true, page, reg, head: NIL });
-        let b = self.blocks.insert(Block {
-            addr: base,
-            size,
-            requested: 0,
-            stream,
-            pool: p,
-            seg,
-            prev: NIL,
-            next: NIL,
-            state: State::Unmapped,
-            expandable: true,
-            extra_streams: false,
-            auto_complete: false,
-            pending_seq: 0,
-            gc_base: 0,
-            reg,
-        });
+        let b = self.blocks.insert(Block::spanning(seg, &self.segs[seg], State::Unmapped));
         self.segs[seg].head = b;
         self.insert_unmapped(b);
         Some(b)

@@ -815,23 +815,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             reg,
             head: NIL,
         });
-        let b = self.blocks.insert(Block {
-            addr,
-            size: alloc_size,
-            requested: 0,
-            stream,
-            pool: p,
-            seg,
-            prev: NIL,
-            next: NIL,
-            state: State::Allocated,
-            expandable: false,
-            extra_streams: false,
-            auto_complete: false,
-            pending_seq: 0,
-            gc_base: 0,
-            reg,
-        });
+        let b = self.blocks.insert(Block::spanning(seg, &self.segs[seg], State::Allocated));
         self.segs[seg].head = b;
         let small = self.pools[p as usize].small;
         self.stats.segment.increase(small, 1);
