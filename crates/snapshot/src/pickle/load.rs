@@ -43,7 +43,9 @@ struct SnapshotAbsorber {
     key_codes: Vec<u8>,
     /// Key references of the last decoded trace entry: `(opcode << 32 | memo index, key code)`.
     tmpl: Vec<(u64, u8)>,
-    /// `Memo::string_overwrites` when `tmpl` was built.
+    /// Action references seen lately, direct-mapped: `(raw reference, action index)`.
+    action_refs: [(u64, u8); 8],
+    /// `Memo::string_overwrites` when `tmpl` and `action_refs` were built.
     tmpl_gen: u64,
 
     /// Reusable `[k, v, ..]` buffer for dicts absorbed on the generic path.
@@ -114,6 +116,85 @@ fn pair_of(st: &VmState, v: Value) -> Option<(u64, u64)> {
     }
 }
 
+/// No memo reference (a raw reference is the index, with bit 32 set for LONG_BINGET).
+const NO_REF: u64 = u64::MAX;
+
+/// A BINGET/LONG_BINGET at `w[0]`: its raw reference and length, or `(NO_REF, 0)`.
+#[inline(always)]
+fn memo_ref(w: &[u8]) -> (u64, usize) {
+    match w[0] {
+        b'h' => (w[1] as u64, 2),
+        b'j' => (1 << 32 | u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as u64, 5),
+        _ => (NO_REF, 0),
+    }
+}
+
+/// An int opcode at `v[0]` that fits an i64 (every address, size, stream and time PyTorch
+/// writes): its value and length.
+#[inline(always)]
+fn small_int(v: &[u8; 16]) -> Option<(i64, usize)> {
+    Some(match v[0] {
+        b'K' => (v[1] as i64, 2),
+        b'M' => (u16::from_le_bytes([v[1], v[2]]) as i64, 3),
+        b'J' => (i32::from_le_bytes([v[1], v[2], v[3], v[4]]) as i64, 5),
+        // LONG1 of k <= 8 little-endian bytes, sign-extended: load 8, shift the rest out.
+        0x8a => match v[1] as u32 {
+            0 => (0, 2),
+            k @ 1..=8 => {
+                let x = u64::from_le_bytes([v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]]);
+                let s = 64 - 8 * k;
+                (((x << s) as i64) >> s, 2 + k as usize)
+            }
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
+/// A memo reference or a fresh short string at `buf[*p]`, as a string id; a fresh string
+/// memoized right after is recorded in `memos`, to be applied if the entry succeeds.
+#[inline(always)]
+fn string_at(
+    st: &mut VmState,
+    buf: &[u8],
+    p: &mut usize,
+    memos: &mut [Option<StrId>; 4],
+    n: &mut usize,
+) -> Option<StrId> {
+    let v = match *buf.get(*p)? {
+        b'h' => {
+            let i = *buf.get(*p + 1)? as usize;
+            *p += 2;
+            st.memo.get(i)
+        }
+        b'j' => {
+            let i = u32::from_le_bytes(buf.get(*p + 1..*p + 5)?.try_into().unwrap()) as usize;
+            *p += 5;
+            st.memo.get(i)
+        }
+        0x8c => {
+            let k = *buf.get(*p + 1)? as usize;
+            let s = std::str::from_utf8(buf.get(*p + 2..*p + 2 + k)?).ok()?;
+            if *n == memos.len() {
+                return None;
+            }
+            let id = st.table.intern_str(s);
+            *p += 2 + k;
+            if buf.get(*p) == Some(&0x94) {
+                memos[*n] = Some(id);
+                *n += 1;
+                *p += 1;
+            }
+            Value::Str(id)
+        }
+        _ => return None,
+    };
+    match v {
+        Value::Str(id) => Some(id),
+        _ => None,
+    }
+}
+
 impl SnapshotAbsorber {
     fn new(st: &mut VmState) -> Self {
         let t = &mut st.table;
@@ -144,6 +225,7 @@ impl SnapshotAbsorber {
             frame_buf: Vec::new(),
             key_codes: Vec::new(),
             tmpl: Vec::new(),
+            action_refs: [(NO_REF, 0); 8],
             tmpl_gen: 0,
 
             flat: Vec::new(),
@@ -344,80 +426,45 @@ impl SnapshotAbsorber {
     /// memo reference to a known key, every value a small int, a memo reference or a short
     /// string. Nearly every entry of a real file has this shape, and decoding it without the
     /// generic machinery is what makes multi-GB files fast. Anything else (a new frames
-    /// list, a pool id, an unknown key or action, a missing addr) returns `None` before
-    /// any state changes, and the generic path takes over.
-    fn decode_entry(&mut self, st: &mut VmState, buf: &[u8]) -> Option<(usize, TraceEvent)> {
+    /// list, a pool id, an unknown key or action, a missing addr, the buffer's end) returns
+    /// `None` before any state changes, and the generic path takes over. `buf[0]` is the
+    /// dict's MEMOIZE; on success `ev` holds the entry and the bytes used are returned.
+    fn decode_entry(&mut self, st: &mut VmState, buf: &[u8], ev: &mut TraceEvent) -> Option<usize> {
         debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
         let mut p = 2;
-        let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
-        let (mut have_action, mut have_addr, mut have_size) = (false, false, false);
+        *ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        // addr, size, stream, time_us, by `code - K_ADDR`.
+        let mut ints = [0, 0, 0, ev.time_us];
+        let mut seen = 0u32;
         // Strings memoized inside the entry, applied only on success.
         let mut new_memos = [None::<StrId>; 4];
         let mut n_memos = 0;
-        // A memo reference or a fresh short string, as a string id.
-        #[inline(always)]
-        fn string_at(
-            st: &mut VmState,
-            buf: &[u8],
-            p: &mut usize,
-            memos: &mut [Option<StrId>; 4],
-            n: &mut usize,
-        ) -> Option<StrId> {
-            let v = match buf[*p] {
-                b'h' => {
-                    *p += 2;
-                    st.memo.get(buf[*p - 1] as usize)
-                }
-                b'j' => {
-                    *p += 5;
-                    st.memo.get(u32::from_le_bytes(buf[*p - 4..*p].try_into().unwrap()) as usize)
-                }
-                0x8c => {
-                    let k = buf[*p + 1] as usize;
-                    let s = std::str::from_utf8(buf.get(*p + 2..*p + 2 + k)?).ok()?;
-                    let id = st.table.intern_str(s);
-                    *p += 2 + k;
-                    if buf.get(*p) == Some(&0x94) {
-                        if *n == memos.len() {
-                            return None;
-                        }
-                        memos[*n] = Some(id);
-                        *n += 1;
-                        *p += 1;
-                    }
-                    Value::Str(id)
-                }
-                _ => return None,
-            };
-            match v {
-                Value::Str(id) => Some(id),
-                _ => None,
-            }
-        }
         // Entries repeat the same keys in the same order, as the same memo references:
-        // compare the raw reference with the previous entry's before resolving it.
+        // compare the raw reference with the previous entry's before resolving it. Actions
+        // are a handful of memoized strings: the same shortcut, keyed by the reference.
         if self.tmpl_gen != st.memo.string_overwrites {
             self.tmpl.clear();
+            self.action_refs = [(NO_REF, 0); 8];
             self.tmpl_gen = st.memo.string_overwrites;
         }
         let mut j = 0usize;
         loop {
-            if buf.len() - p < 32 {
-                return None;
-            }
-            // A FRAME opcode (0x95) or anything unexpected here falls through to `None`:
-            // an entry that straddles a protocol-4 frame boundary takes the generic path.
-            let (raw, len) = match buf[p] {
-                b'h' => ((b'h' as u64) << 32 | buf[p + 1] as u64, 2),
-                b'j' => ((b'j' as u64) << 32 | u32::from_le_bytes(buf[p + 1..p + 5].try_into().unwrap()) as u64, 5),
+            let w: &[u8; 8] = buf.get(p..p + 8)?.try_into().unwrap();
+            let (raw, len) = match w[0] {
                 b'u' => {
                     p += 1;
                     break;
                 }
-                _ => (0, 0),
+                // CPython's framer may end a protocol-4 frame after any key or value: skip
+                // the FRAME opcode (its 8-byte length is only a hint) wherever one can be.
+                0x95 => {
+                    p += 9;
+                    continue;
+                }
+                _ => memo_ref(w),
             };
             let code = match self.tmpl.get(j) {
-                Some(&(r, c)) if len > 0 && r == raw => {
+                Some(&(r, c)) if r == raw => {
                     p += len;
                     c
                 }
@@ -432,63 +479,55 @@ impl SnapshotAbsorber {
                 }
             };
             j += 1;
+            if *buf.get(p)? == 0x95 {
+                p += 9;
+            }
+            let v: &[u8; 16] = buf.get(p..p + 16)?.try_into().unwrap();
             match code {
-                K_ACTION => {
-                    let a = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
-                    let c = *self.key_codes.get(a.index())?;
-                    if c < K_FIRST_ACTION {
-                        return None;
-                    }
-                    ev.action = Action::ALL[(c - K_FIRST_ACTION) as usize];
-                    have_action = true;
-                }
-                K_ADDR | K_SIZE | K_STREAM | K_TIME => {
-                    let w = &buf[p..p + 10];
-                    let (v, len) = match w[0] {
-                        b'K' => (w[1] as i64, 2),
-                        b'M' => (u16::from_le_bytes([w[1], w[2]]) as i64, 3),
-                        b'J' => (i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64, 5),
-                        0x8a if w[1] <= 8 => {
-                            let k = w[1] as usize;
-                            let mut x = [0u8; 8];
-                            x[..k].copy_from_slice(&w[2..2 + k]);
-                            let shift = (64 - 8 * k as u32) % 64;
-                            let v = if k == 0 { 0 } else { (i64::from_le_bytes(x) << shift) >> shift };
-                            (v, 2 + k)
-                        }
-                        _ => return None,
-                    };
+                K_ADDR..=K_TIME => {
+                    let (x, len) = small_int(v)?;
                     p += len;
-                    match code {
-                        K_ADDR => (ev.addr, have_addr) = (v as u64, true),
-                        K_SIZE => (ev.size, have_size) = (v as u64, true),
-                        K_STREAM => ev.stream = v as u64,
-                        _ => ev.time_us = v,
-                    }
+                    ints[(code - K_ADDR) as usize] = x;
+                }
+                K_ACTION => {
+                    let (raw, len) = memo_ref(v);
+                    let slot = &mut self.action_refs[(raw & 7) as usize];
+                    let a = if len > 0 && slot.0 == raw {
+                        p += len;
+                        slot.1
+                    } else {
+                        let s = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
+                        let c = (*self.key_codes.get(s.index())?).checked_sub(K_FIRST_ACTION)?;
+                        if len > 0 {
+                            self.action_refs[(raw & 7) as usize] = (raw, c);
+                        }
+                        c
+                    };
+                    ev.action = Action::ALL[a as usize];
                 }
                 K_FRAMES => {
-                    let v = match buf[p] {
-                        b'h' => {
-                            p += 2;
-                            st.memo.get(buf[p - 1] as usize)
-                        }
-                        b'j' => {
-                            p += 5;
-                            st.memo.get(u32::from_le_bytes(buf[p - 4..p].try_into().unwrap()) as usize)
-                        }
-                        _ => return None,
-                    };
-                    let Value::Stack(id) = v else { return None };
+                    let (raw, len) = memo_ref(v);
+                    if len == 0 {
+                        return None;
+                    }
+                    let Value::Stack(id) = st.memo.get((raw & u32::MAX as u64) as usize) else { return None };
+                    p += len;
                     ev.stack = Some(id);
                 }
                 K_CC => ev.compile_context = Some(string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?),
                 K_UM => ev.user_metadata = Some(string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?),
                 _ => return None,
             }
+            seen |= 1 << code;
         }
-        if !(have_action && have_addr && have_size) {
+        const NEED: u32 = 1 << K_ACTION | 1 << K_ADDR | 1 << K_SIZE;
+        if seen & NEED != NEED {
             return None;
         }
+        ev.addr = ints[0] as u64;
+        ev.size = ints[1] as u64;
+        ev.stream = ints[2] as u64;
+        ev.time_us = ints[3];
         // Commit, in stream order: the dict's MEMOIZE came first, then its strings'.
         let dict_memo = st.memo.reserve();
         for id in new_memos[..n_memos].iter().flatten() {
@@ -496,7 +535,7 @@ impl SnapshotAbsorber {
             st.memo.set(i, Value::Str(*id));
         }
         st.memo.consume(dict_memo);
-        Some((p, ev))
+        Some(p)
     }
 
     fn push_event(&mut self, list: u32, ev: TraceEvent) {
@@ -574,9 +613,59 @@ impl Absorber for SnapshotAbsorber {
         Ok(Absorb::Keep(item))
     }
 
+    fn takes_batches(&self, list: u32) -> bool {
+        list == self.cur_list
+    }
+
+    fn absorb_batch(&mut self, st: &mut VmState, list: u32, buf: &[u8]) -> (usize, usize, bool) {
+        debug_assert_eq!(list, self.cur_list);
+        let start = self.cur_events.len();
+        let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        let mut p = 0;
+        let complete = loop {
+            // Room for any entry the decoder takes (it wants 32 bytes ahead of each key).
+            if buf.len() - p < 64 {
+                break false;
+            }
+            match buf[p] {
+                b'}' if buf[p + 1] == 0x94 && buf[p + 2] == b'(' => match self.decode_entry(st, &buf[p + 1..], &mut ev)
+                {
+                    Some(used) => {
+                        self.cur_events.push(ev);
+                        p += 1 + used;
+                    }
+                    None => break false,
+                },
+                // FRAME: a protocol-4 length hint between two entries.
+                0x95 => p += 9,
+                b'e' => {
+                    p += 1;
+                    break true;
+                }
+                _ => break false,
+            }
+        };
+        let len = self.cur_events.len();
+        if self.cur_events.capacity() != self.pf_cap || len >> 12 != start >> 12 {
+            self.follow_events();
+        }
+        (p, len - start, complete)
+    }
+
+    fn unabsorb(&mut self, list: u32, n: usize, stack: &mut Vec<Value>) {
+        debug_assert_eq!(list, self.cur_list);
+        let from = self.cur_events.len() - n;
+        for ev in self.cur_events.drain(from..) {
+            self.pending.push(ev);
+            self.pending_live += 1;
+            stack.push(Value::Event(self.pending.len() as u32 - 1));
+        }
+    }
+
     #[inline]
     fn try_flat_entry(&mut self, st: &mut VmState, buf: &[u8]) -> Option<(usize, Value)> {
-        let (used, ev) = self.decode_entry(st, buf)?;
+        let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        let used = self.decode_entry(st, buf, &mut ev)?;
         self.pending.push(ev);
         self.pending_live += 1;
         Some((used, Value::Event(self.pending.len() as u32 - 1)))

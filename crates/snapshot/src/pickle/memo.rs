@@ -38,15 +38,28 @@ impl Memo {
     #[inline]
     pub fn consume(&mut self, idx: usize) {
         let ci = idx >> SHIFT;
-        if let Some(Some(chunk)) = self.chunks.get_mut(ci) {
-            let slot = &mut chunk[idx & (CHUNK - 1)];
-            if !matches!(slot, Value::Consumed) {
-                *slot = Value::Consumed;
-                self.consumed[ci] += 1;
-                if self.consumed[ci] as usize == CHUNK {
-                    self.chunks[ci] = None;
+        match self.chunks.get_mut(ci) {
+            Some(Some(chunk)) => {
+                let slot = &mut chunk[idx & (CHUNK - 1)];
+                if !matches!(slot, Value::Consumed) {
+                    *slot = Value::Consumed;
+                    self.consumed[ci] += 1;
+                    if self.consumed[ci] as usize == CHUNK {
+                        self.chunks[ci] = None;
+                    }
                 }
+                return;
             }
+            // A dropped chunk holds nothing but consumed slots already.
+            Some(None) => return,
+            None => {}
+        }
+        if ci == self.chunks.len() {
+            // The next chunk, not made yet: trace entries fill new chunks with nothing but
+            // consumed slots, so start it dropped rather than allocating it just to drop it
+            // 1,024 entries later. A string memoized into it later revives it (`set`).
+            self.chunks.push(None);
+            self.consumed.push(CHUNK as u16);
             return;
         }
         self.set(idx, Value::Consumed);
