@@ -3,7 +3,7 @@
 //!
 //! Layout: blocks live in a slab and are linked by index into segments; each
 //! block pool keeps its free blocks in an ordered set ordered like PyTorch's
-//! free set (per stream: sorted size buckets, a B-tree past 512 blocks; see
+//! free set (per stream: sorted size buckets, a B-tree past 256 sizes; see
 //! `pool.rs`), so best fit is one lookup; the active set is a hash map from
 //! address to block. Operations are O(log n) plus a bounded move, apart from
 //! releases, which walk a pool.
@@ -729,9 +729,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     #[inline]
     fn find_free_block(&self, p: u32, stream: StreamId, s: u64) -> Option<u32> {
         let pool = &self.pools[p as usize];
-        let mut it = pool.free.at_least(stream, s);
-        let (mut size, mut cur) = it.next()?;
+        let (mut size, mut cur) = pool.free.first_at_least(stream, s)?;
         if self.blocks[cur].expandable {
+            // Rare enough for the general iterator (its first item is `cur` again).
+            let mut it = pool.free.at_least(stream, s).skip(1);
             if self.cfg.expandable_segments {
                 // Prefer a block that cannot grow over a growable tail (§3.3 step 3).
                 let mut it = it.peekable();

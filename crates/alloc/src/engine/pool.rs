@@ -23,21 +23,21 @@ pub(crate) fn key_size(k: &FreeKey) -> u64 {
 /// Unmapped-set key (§2.3): (stream, address, slab index).
 pub(crate) type UnmappedKey = (StreamId, Addr, u32);
 
-/// One stream's free blocks in key order. Free sets on real traces hold a few
-/// dozen blocks per stream in about ten distinct sizes, so blocks are grouped by
-/// exact size: a sorted vector of sizes, and per size a sorted vector of
-/// `(registration, address, slab index)` (binary searches, short moves, no tree
-/// descent). A stream that grows past `PROMOTE` blocks moves to a B-tree (and
-/// back below `DEMOTE`) so no trace pays O(n) per operation. Both hold the same
-/// keys in the same order.
+/// One stream's free blocks in key order. Free sets hold a few to a few dozen
+/// distinct sizes per stream (8–30 on real traces, also on long runs with
+/// thousands of free blocks), so blocks are grouped by exact size: a sorted
+/// vector of sizes, and per size a [`SizeList`] ordered by (registration,
+/// address). A stream whose distinct sizes grow past `PROMOTE` moves to a
+/// B-tree (and back below `DEMOTE` blocks) so no trace pays O(n) per operation.
+/// Both hold the same keys in the same order.
 #[derive(Clone, Debug)]
 enum StreamFree {
     Buckets(Buckets),
     Tree(BTreeMap<FreeKey, u32>),
 }
 
-const PROMOTE: usize = 512;
-const DEMOTE: usize = 128;
+const PROMOTE: usize = 256;
+const DEMOTE: usize = 64;
 
 impl Default for StreamFree {
     fn default() -> Self {
@@ -48,14 +48,108 @@ impl Default for StreamFree {
 /// `(registration, address, slab index)` within one size.
 type Entry = (u64, Addr, u32);
 
+/// Most entries in one chunk of a [`SizeList`].
+const CHUNK: usize = 64;
+
+/// The blocks of one size in (registration, address) order, in chunks of at most
+/// `CHUNK` entries: a long run of one size (thousands of 512-byte blocks on a
+/// long run) costs a short move per insert or remove, not a move of the run.
+/// Chunks in use are never empty; a list kept for reuse has one empty chunk.
+#[derive(Clone, Debug)]
+struct SizeList {
+    chunks: Vec<Vec<Entry>>,
+}
+
+impl Default for SizeList {
+    fn default() -> Self {
+        SizeList { chunks: vec![Vec::new()] }
+    }
+}
+
+impl SizeList {
+    /// The chunk where `(reg, addr)` is or would go: the first whose last entry
+    /// is not below it, else the last chunk.
+    #[inline]
+    fn chunk_for(&self, reg: u64, addr: Addr) -> usize {
+        if self.chunks.len() == 1 {
+            return 0;
+        }
+        let k = self.chunks.partition_point(|c| c.last().is_some_and(|e| (e.0, e.1) < (reg, addr)));
+        k.min(self.chunks.len() - 1)
+    }
+
+    /// Insert; a duplicate key replaces the index (returns false).
+    #[inline]
+    fn insert(&mut self, reg: u64, addr: Addr, i: u32) -> bool {
+        let k = self.chunk_for(reg, addr);
+        let c = &mut self.chunks[k];
+        let q = c.partition_point(|e| (e.0, e.1) < (reg, addr));
+        if q < c.len() && (c[q].0, c[q].1) == (reg, addr) {
+            c[q].2 = i;
+            return false;
+        }
+        c.insert(q, (reg, addr, i));
+        if c.len() > CHUNK {
+            let tail = c.split_off(CHUNK / 2);
+            self.chunks.insert(k + 1, tail);
+        }
+        true
+    }
+
+    /// Remove; returns whether the key was there.
+    #[inline]
+    fn remove(&mut self, reg: u64, addr: Addr) -> bool {
+        let k = self.chunk_for(reg, addr);
+        let c = &mut self.chunks[k];
+        let q = c.partition_point(|e| (e.0, e.1) < (reg, addr));
+        if q == c.len() || (c[q].0, c[q].1) != (reg, addr) {
+            return false;
+        }
+        c.remove(q);
+        if c.is_empty() && self.chunks.len() > 1 {
+            self.chunks.remove(k);
+        }
+        true
+    }
+
+    fn get(&self, reg: u64, addr: Addr) -> Option<u32> {
+        let c = &self.chunks[self.chunk_for(reg, addr)];
+        let q = c.partition_point(|e| (e.0, e.1) < (reg, addr));
+        (q < c.len() && (c[q].0, c[q].1) == (reg, addr)).then(|| c[q].2)
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.chunks[0].is_empty()
+    }
+
+    #[inline]
+    fn first(&self) -> u32 {
+        self.chunks[0][0].2
+    }
+
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
+        self.chunks.iter().flatten()
+    }
+
+    fn push_back(&mut self, e: Entry) {
+        let last = self.chunks.last_mut().expect("a list has a chunk");
+        if last.len() < CHUNK {
+            last.push(e);
+        } else {
+            self.chunks.push(vec![e]);
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct Buckets {
     /// Distinct sizes present, ascending.
     sizes: Vec<u64>,
-    /// Blocks of `sizes[k]`, by (registration, address); never empty.
-    lists: Vec<Vec<Entry>>,
+    /// Blocks of `sizes[k]`; never empty.
+    lists: Vec<SizeList>,
     /// Emptied lists kept for reuse (no allocation when a size comes back).
-    spare: Vec<Vec<Entry>>,
+    spare: Vec<SizeList>,
     len: usize,
 }
 
@@ -72,38 +166,26 @@ impl Buckets {
         let (p, hit) = self.find(size);
         if !hit {
             let mut l = self.spare.pop().unwrap_or_default();
-            l.push((reg, addr, i));
+            l.chunks[0].push((reg, addr, i));
             self.sizes.insert(p, size);
             self.lists.insert(p, l);
             self.len += 1;
             return true;
         }
-        let l = &mut self.lists[p];
-        let q = l.partition_point(|e| (e.0, e.1) < (reg, addr));
-        if q < l.len() && (l[q].0, l[q].1) == (reg, addr) {
-            l[q].2 = i;
-            return false;
-        }
-        l.insert(q, (reg, addr, i));
-        self.len += 1;
-        true
+        let fresh = self.lists[p].insert(reg, addr, i);
+        self.len += fresh as usize;
+        fresh
     }
 
     #[inline]
     fn remove(&mut self, key: &FreeKey) -> bool {
         let (size, reg, addr) = *key;
         let (p, hit) = self.find(size);
-        if !hit {
+        if !hit || !self.lists[p].remove(reg, addr) {
             return false;
         }
-        let l = &mut self.lists[p];
-        let q = l.partition_point(|e| (e.0, e.1) < (reg, addr));
-        if q == l.len() || (l[q].0, l[q].1) != (reg, addr) {
-            return false;
-        }
-        l.remove(q);
         self.len -= 1;
-        if l.is_empty() {
+        if self.lists[p].is_empty() {
             self.sizes.remove(p);
             let l = self.lists.remove(p);
             self.spare.push(l);
@@ -117,9 +199,7 @@ impl Buckets {
         if !hit {
             return None;
         }
-        let l = &self.lists[p];
-        let q = l.partition_point(|e| (e.0, e.1) < (reg, addr));
-        (q < l.len() && (l[q].0, l[q].1) == (reg, addr)).then(|| l[q].2)
+        self.lists[p].get(reg, addr)
     }
 
     /// From keys in ascending order.
@@ -128,9 +208,9 @@ impl Buckets {
         for ((size, reg, addr), i) in it {
             if b.sizes.last() != Some(&size) {
                 b.sizes.push(size);
-                b.lists.push(Vec::new());
+                b.lists.push(SizeList::default());
             }
-            b.lists.last_mut().expect("just pushed").push((reg, addr, i));
+            b.lists.last_mut().expect("just pushed").push_back((reg, addr, i));
             b.len += 1;
         }
         b
@@ -150,7 +230,7 @@ impl StreamFree {
         match self {
             StreamFree::Buckets(b) => {
                 let fresh = b.insert(key, i);
-                if b.len > PROMOTE {
+                if b.sizes.len() > PROMOTE {
                     let t: BTreeMap<FreeKey, u32> = b.drain_sorted().collect();
                     *self = StreamFree::Tree(t);
                 }
@@ -250,6 +330,18 @@ impl FreeSet {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The first block of `stream` with size ≥ `size` (best fit): `(size, slab index)`.
+    #[inline]
+    pub fn first_at_least(&self, stream: StreamId, size: u64) -> Option<(u64, u32)> {
+        match self.map(stream)? {
+            StreamFree::Buckets(b) => {
+                let p = b.sizes.partition_point(|&s| s < size);
+                Some((*b.sizes.get(p)?, b.lists[p].first()))
+            }
+            StreamFree::Tree(t) => t.range(free_key(size, 0, 0)..).next().map(|(k, &i)| (key_size(k), i)),
+        }
     }
 
     /// Blocks of `stream` with size ≥ `size`, in set order: `(size, slab index)`.
@@ -381,8 +473,9 @@ impl BlockPool {
 mod tests {
     use super::*;
 
-    /// The free set against a plain ordered map, through promotion to the
-    /// B-tree and demotion back, with many repeated sizes and duplicate inserts.
+    /// The free set against a plain ordered map: through promotion to the B-tree
+    /// (many distinct sizes) and demotion back, and through long runs of a few
+    /// sizes (chunk splits and removals), with duplicate inserts.
     #[test]
     fn free_set_matches_ordered_map() {
         let mut rng = 0x2545_F491_4F6C_DD1Du64;
@@ -394,12 +487,16 @@ mod tests {
         };
         let mut fs = FreeSet::default();
         let mut reference: BTreeMap<(StreamId, FreeKey), u32> = BTreeMap::new();
-        for step in 0..60_000u32 {
-            // Grow for a while (past PROMOTE), then shrink (below DEMOTE), twice.
-            let grow = (step / 15_000) % 2 == 0;
+        for step in 0..120_000u32 {
+            // Phases of 15,000 steps: grow with many sizes (past PROMOTE distinct
+            // sizes), shrink (below DEMOTE blocks), grow with 3 sizes (runs of
+            // thousands of blocks, many chunks), shrink; twice.
+            let phase = (step / 15_000) % 4;
+            let grow = phase % 2 == 0;
+            let sizes = if phase < 2 { 600 } else { 3 };
             let stream = (next() % 2) as StreamId;
             let r = next();
-            let key = free_key((r % 40 + 1) * 512, (r >> 8) % 3, ((r >> 16) % 4096) * 512);
+            let key = free_key((r % sizes + 1) * 512, (r >> 12) % 3, ((r >> 16) % 65536) * 512);
             if next() % 100 < if grow { 70 } else { 10 } {
                 let fresh = fs.insert(stream, key, step);
                 assert_eq!(fresh, reference.insert((stream, key), step).is_none());
@@ -416,17 +513,28 @@ mod tests {
             }
             assert_eq!(fs.len(), reference.len());
             let trees = fs.streams.iter().filter(|s| matches!(s.1, StreamFree::Tree(_))).count();
-            if step == 14_999 {
+            if step % 60_000 == 14_999 {
                 assert_eq!(trees, 2, "both streams promoted to the B-tree");
             }
-            if step == 29_999 {
+            if step % 60_000 == 29_999 {
                 assert_eq!(trees, 0, "both streams demoted to buckets");
+            }
+            if step % 60_000 == 44_999 {
+                let chunks: usize = fs
+                    .streams
+                    .iter()
+                    .map(|s| match &s.1 {
+                        StreamFree::Buckets(b) => b.lists.iter().map(|l| l.chunks.len()).sum(),
+                        StreamFree::Tree(_) => 0,
+                    })
+                    .sum();
+                assert!(chunks > 50, "long runs are chunked ({chunks} chunks)");
             }
             if step % 97 == 0 {
                 let all: Vec<u32> = reference.values().copied().collect();
                 assert_eq!(fs.iter().collect::<Vec<_>>(), all);
                 for s in 0..2 as StreamId {
-                    let size = (next() % 42) * 512;
+                    let size = (next() % (sizes + 2)) * 512;
                     let want: Vec<(u64, u32)> = reference
                         .range((s, free_key(size, 0, 0))..)
                         .take_while(|(k, _)| k.0 == s)
@@ -442,6 +550,12 @@ mod tests {
                     for (k, &i) in reference.range((s, free_key(0, 0, 0))..).take_while(|(k, _)| k.0 == s).take(5) {
                         assert!(fs.contains(s, &k.1, i));
                     }
+                    let first = reference
+                        .range((s, free_key(size, 0, 0))..)
+                        .next()
+                        .filter(|(k, _)| k.0 == s)
+                        .map(|(k, &i)| (k.1 .0, i));
+                    assert_eq!(fs.first_at_least(s, size), first);
                 }
             }
         }
