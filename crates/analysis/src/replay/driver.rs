@@ -327,10 +327,11 @@ impl Driver<'_> {
                     } else {
                         self.eng.free_completed(ev.addr)
                     };
-                    self.evbuf.clear();
-                    self.eng.drain_events_into(&mut self.evbuf);
                     if let Err(e) = r {
+                        self.take_model_events();
                         self.diverged(i, &[], format!("the model cannot replay it: {e}"), None, i + 1);
+                    } else {
+                        self.eng.clear_events();
                     }
                 }
                 _ => {}
@@ -345,12 +346,20 @@ impl Driver<'_> {
         self.snap.pool_id(e).unwrap_or(DEFAULT_POOL)
     }
 
-    /// Compare the model's segment events in `evbuf` with the buffered recorded ones.
-    /// Returns true when they agree exactly; counts positional matches.
+    /// The model's events of this step, for a divergence report (the engine's
+    /// buffer holds them; it is read in place and cleared when the step matched).
+    fn take_model_events(&mut self) {
+        self.evbuf.clear();
+        self.eng.drain_events_into(&mut self.evbuf);
+    }
+
+    /// Compare the model's segment events of this step (still in the engine's
+    /// buffer) with the buffered recorded ones. Returns true when they agree
+    /// exactly; counts positional matches.
     fn compare_segments(&mut self) -> bool {
         let mut k = 0;
         let mut ok = true;
-        for m in self.evbuf.iter().filter(|m| model_segment_event(m)) {
+        for m in self.eng.events().iter().filter(|m| model_segment_event(m)) {
             match self.pend.get(k) {
                 Some(&ri) if same_segment_event(&self.trace[ri], m) => self.rep.segment_events_matched += 1,
                 _ => ok = false,
@@ -368,10 +377,9 @@ impl Driver<'_> {
         self.eng.empty_cache();
         self.rep.empty_cache_calls += 1;
         self.inferred.empty_cache_before.push(at);
-        self.evbuf.clear();
-        self.eng.drain_events_into(&mut self.evbuf);
         let ok = self.compare_segments();
         if !ok || unexplained_new {
+            self.take_model_events();
             let what = if unexplained_new {
                 "recorded new memory with no allocation after it".to_string()
             } else {
@@ -381,6 +389,8 @@ impl Driver<'_> {
             let pend = std::mem::take(&mut self.pend);
             // Re-seed with the whole burst applied (state right before `at`).
             self.diverged(idx, &pend, what, None, at);
+        } else {
+            self.eng.clear_events();
         }
         self.pend.clear();
     }
@@ -418,7 +428,6 @@ impl Driver<'_> {
                 _ => has_release = true,
             }
         }
-        self.evbuf.clear();
         let mut fallback = false;
         if has_release && !recorded_oom {
             if !has_new || self.eng.would_hit_cache(n, stream, pool) {
@@ -449,10 +458,10 @@ impl Driver<'_> {
         } else {
             self.eng.malloc_in_pool(n, stream, pool)
         };
-        self.eng.drain_events_into(&mut self.evbuf);
         let seg_ok = self.compare_segments();
         let (main_ok, what) = if recorded_oom {
-            let oom_ok = r.is_err() && self.evbuf.iter().any(|e| matches!(e, Event::Oom { size, .. } if *size == s));
+            let oom_ok =
+                r.is_err() && self.eng.events().iter().any(|e| matches!(e, Event::Oom { size, .. } if *size == s));
             if oom_ok {
                 self.rep.ooms_matched += 1;
                 (true, String::new())
@@ -474,8 +483,10 @@ impl Driver<'_> {
         };
         if seg_ok && main_ok {
             self.pend.clear();
+            self.eng.clear_events();
             return;
         }
+        self.take_model_events();
         let what = if main_ok { "the model's segment events differ".to_string() } else { what };
         let pend = std::mem::take(&mut self.pend);
         self.diverged(i, &pend, what, Some((n, stream, pool)), i + 1);
