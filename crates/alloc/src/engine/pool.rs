@@ -26,8 +26,8 @@ pub(crate) type UnmappedKey = (StreamId, Addr, u32);
 /// One stream's free blocks in key order. Free sets hold a few to a few dozen
 /// distinct sizes per stream (8–30 on real traces, also on long runs with
 /// thousands of free blocks), so blocks are grouped by exact size: a sorted
-/// vector of sizes, and per size a [`SizeList`] ordered by (registration,
-/// address). A stream whose distinct sizes grow past `PROMOTE` moves to a
+/// vector of [`Bucket`]s, one per size, each with its first block inline and the
+/// others in a [`SizeList`], in (registration, address) order. A stream whose distinct sizes grow past `PROMOTE` moves to a
 /// B-tree (and back below `DEMOTE` blocks) so no trace pays O(n) per operation.
 /// Both hold the same keys in the same order.
 #[derive(Clone, Debug)]
@@ -123,9 +123,14 @@ impl SizeList {
         self.chunks[0].is_empty()
     }
 
+    /// Take the first entry (the list must not be empty).
     #[inline]
-    fn first(&self) -> u32 {
-        self.chunks[0][0].2
+    fn pop_front(&mut self) -> Entry {
+        let e = self.chunks[0].remove(0);
+        if self.chunks[0].is_empty() && self.chunks.len() > 1 {
+            self.chunks.remove(0);
+        }
+        e
     }
 
     fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
@@ -142,22 +147,50 @@ impl SizeList {
     }
 }
 
+/// "No list" in [`Bucket::rest`].
+const NO_LIST: u32 = u32::MAX;
+
+/// One size present in a stream's free set. Most sizes hold one block (the
+/// remainders of splits), so the first block in (registration, address) order is
+/// kept inline: best fit reads it without another indirection, and a size that
+/// comes and goes touches only the bucket vector. Further blocks of the size go
+/// to a [`SizeList`] in `Buckets::lists` (all entries after `first`).
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    size: u64,
+    reg: u64,
+    addr: Addr,
+    idx: u32,
+    /// Index into `Buckets::lists`, or `NO_LIST`.
+    rest: u32,
+}
+
 #[derive(Clone, Debug, Default)]
 struct Buckets {
-    /// Distinct sizes present, ascending.
-    sizes: Vec<u64>,
-    /// Blocks of `sizes[k]`; never empty.
+    /// One per distinct size present, ascending.
+    buckets: Vec<Bucket>,
+    /// Lists of the sizes with more than one block (a slab; emptied lists are
+    /// kept for reuse, listed in `spare`).
     lists: Vec<SizeList>,
-    /// Emptied lists kept for reuse (no allocation when a size comes back).
-    spare: Vec<SizeList>,
+    spare: Vec<u32>,
     len: usize,
 }
 
 impl Buckets {
     #[inline]
     fn find(&self, size: u64) -> (usize, bool) {
-        let p = self.sizes.partition_point(|&s| s < size);
-        (p, p < self.sizes.len() && self.sizes[p] == size)
+        let p = self.buckets.partition_point(|b| b.size < size);
+        (p, p < self.buckets.len() && self.buckets[p].size == size)
+    }
+
+    fn new_list(&mut self) -> u32 {
+        match self.spare.pop() {
+            Some(l) => l,
+            None => {
+                self.lists.push(SizeList::default());
+                (self.lists.len() - 1) as u32
+            }
+        }
     }
 
     #[inline]
@@ -165,14 +198,24 @@ impl Buckets {
         let (size, reg, addr) = key;
         let (p, hit) = self.find(size);
         if !hit {
-            let mut l = self.spare.pop().unwrap_or_default();
-            l.chunks[0].push((reg, addr, i));
-            self.sizes.insert(p, size);
-            self.lists.insert(p, l);
+            self.buckets.insert(p, Bucket { size, reg, addr, idx: i, rest: NO_LIST });
             self.len += 1;
             return true;
         }
-        let fresh = self.lists[p].insert(reg, addr, i);
+        let b = self.buckets[p];
+        if (reg, addr) == (b.reg, b.addr) {
+            self.buckets[p].idx = i;
+            return false;
+        }
+        let l = if b.rest == NO_LIST { self.new_list() } else { b.rest };
+        self.buckets[p].rest = l;
+        let fresh = if (reg, addr) < (b.reg, b.addr) {
+            // The new block comes first; the old first leads the rest.
+            self.buckets[p] = Bucket { size, reg, addr, idx: i, rest: l };
+            self.lists[l as usize].insert(b.reg, b.addr, b.idx)
+        } else {
+            self.lists[l as usize].insert(reg, addr, i)
+        };
         self.len += fresh as usize;
         fresh
     }
@@ -181,15 +224,34 @@ impl Buckets {
     fn remove(&mut self, key: &FreeKey) -> bool {
         let (size, reg, addr) = *key;
         let (p, hit) = self.find(size);
-        if !hit || !self.lists[p].remove(reg, addr) {
+        if !hit {
             return false;
         }
-        self.len -= 1;
-        if self.lists[p].is_empty() {
-            self.sizes.remove(p);
-            let l = self.lists.remove(p);
-            self.spare.push(l);
+        let b = self.buckets[p];
+        if (reg, addr) == (b.reg, b.addr) {
+            if b.rest == NO_LIST {
+                self.buckets.remove(p);
+            } else {
+                let list = &mut self.lists[b.rest as usize];
+                let (nreg, naddr, nidx) = list.pop_front();
+                let rest = if list.is_empty() {
+                    self.spare.push(b.rest);
+                    NO_LIST
+                } else {
+                    b.rest
+                };
+                self.buckets[p] = Bucket { size, reg: nreg, addr: naddr, idx: nidx, rest };
+            }
+        } else {
+            if b.rest == NO_LIST || !self.lists[b.rest as usize].remove(reg, addr) {
+                return false;
+            }
+            if self.lists[b.rest as usize].is_empty() {
+                self.spare.push(b.rest);
+                self.buckets[p].rest = NO_LIST;
+            }
         }
+        self.len -= 1;
         true
     }
 
@@ -199,28 +261,42 @@ impl Buckets {
         if !hit {
             return None;
         }
-        self.lists[p].get(reg, addr)
+        let b = &self.buckets[p];
+        if (reg, addr) == (b.reg, b.addr) {
+            return Some(b.idx);
+        }
+        self.rest(b).and_then(|l| l.get(reg, addr))
+    }
+
+    #[inline]
+    fn rest(&self, b: &Bucket) -> Option<&SizeList> {
+        (b.rest != NO_LIST).then(|| &self.lists[b.rest as usize])
+    }
+
+    /// A bucket's blocks in order: `(registration, address, slab index)`.
+    fn entries<'a>(&'a self, b: &'a Bucket) -> impl DoubleEndedIterator<Item = Entry> + 'a {
+        std::iter::once((b.reg, b.addr, b.idx)).chain(self.rest(b).into_iter().flat_map(|l| l.iter().copied()))
     }
 
     /// From keys in ascending order.
     fn from_sorted(it: impl Iterator<Item = (FreeKey, u32)>) -> Self {
-        let mut b = Buckets::default();
+        let mut bs = Buckets::default();
         for ((size, reg, addr), i) in it {
-            if b.sizes.last() != Some(&size) {
-                b.sizes.push(size);
-                b.lists.push(SizeList::default());
+            match bs.buckets.last().copied() {
+                Some(b) if b.size == size => {
+                    let l = if b.rest == NO_LIST { bs.new_list() } else { b.rest };
+                    bs.buckets.last_mut().expect("checked").rest = l;
+                    bs.lists[l as usize].push_back((reg, addr, i));
+                }
+                _ => bs.buckets.push(Bucket { size, reg, addr, idx: i, rest: NO_LIST }),
             }
-            b.lists.last_mut().expect("just pushed").push_back((reg, addr, i));
-            b.len += 1;
+            bs.len += 1;
         }
-        b
+        bs
     }
 
     fn drain_sorted(&mut self) -> impl Iterator<Item = (FreeKey, u32)> + '_ {
-        self.sizes
-            .iter()
-            .zip(self.lists.iter())
-            .flat_map(|(&size, l)| l.iter().map(move |&(reg, addr, i)| (free_key(size, reg, addr), i)))
+        self.buckets.iter().flat_map(|b| self.entries(b).map(move |(reg, addr, i)| (free_key(b.size, reg, addr), i)))
     }
 }
 
@@ -230,7 +306,7 @@ impl StreamFree {
         match self {
             StreamFree::Buckets(b) => {
                 let fresh = b.insert(key, i);
-                if b.sizes.len() > PROMOTE {
+                if b.buckets.len() > PROMOTE {
                     let t: BTreeMap<FreeKey, u32> = b.drain_sorted().collect();
                     *self = StreamFree::Tree(t);
                 }
@@ -337,8 +413,8 @@ impl FreeSet {
     pub fn first_at_least(&self, stream: StreamId, size: u64) -> Option<(u64, u32)> {
         match self.map(stream)? {
             StreamFree::Buckets(b) => {
-                let p = b.sizes.partition_point(|&s| s < size);
-                Some((*b.sizes.get(p)?, b.lists[p].first()))
+                let p = b.buckets.partition_point(|x| x.size < size);
+                b.buckets.get(p).map(|x| (x.size, x.idx))
             }
             StreamFree::Tree(t) => t.range(free_key(size, 0, 0)..).next().map(|(k, &i)| (key_size(k), i)),
         }
@@ -349,10 +425,8 @@ impl FreeSet {
     pub fn at_least(&self, stream: StreamId, size: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
         self.map(stream).into_iter().flat_map(move |m| match m {
             StreamFree::Buckets(b) => {
-                let p = b.sizes.partition_point(|&s| s < size);
-                Either::A(
-                    b.sizes[p..].iter().zip(b.lists[p..].iter()).flat_map(|(&s, l)| l.iter().map(move |e| (s, e.2))),
-                )
+                let p = b.buckets.partition_point(|x| x.size < size);
+                Either::A(b.buckets[p..].iter().flat_map(move |x| b.entries(x).map(move |e| (x.size, e.2))))
             }
             StreamFree::Tree(t) => Either::B(t.range(free_key(size, 0, 0)..).map(|(k, &i)| (key_size(k), i))),
         })
@@ -362,14 +436,8 @@ impl FreeSet {
     pub fn below_desc(&self, stream: StreamId, size: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
         self.map(stream).into_iter().flat_map(move |m| match m {
             StreamFree::Buckets(b) => {
-                let p = b.sizes.partition_point(|&s| s < size);
-                Either::A(
-                    b.sizes[..p]
-                        .iter()
-                        .zip(b.lists[..p].iter())
-                        .rev()
-                        .flat_map(|(&s, l)| l.iter().rev().map(move |e| (s, e.2))),
-                )
+                let p = b.buckets.partition_point(|x| x.size < size);
+                Either::A(b.buckets[..p].iter().rev().flat_map(move |x| b.entries(x).rev().map(move |e| (x.size, e.2))))
             }
             StreamFree::Tree(t) => Either::B(t.range(..free_key(size, 0, 0)).rev().map(|(k, &i)| (key_size(k), i))),
         })
@@ -378,7 +446,7 @@ impl FreeSet {
     /// Every block in set order (stream, then key).
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.streams.iter().flat_map(|s| match &s.1 {
-            StreamFree::Buckets(b) => Either::A(b.lists.iter().flat_map(|l| l.iter().map(|e| e.2))),
+            StreamFree::Buckets(b) => Either::A(b.buckets.iter().flat_map(move |x| b.entries(x).map(|e| e.2))),
             StreamFree::Tree(t) => Either::B(t.values().copied()),
         })
     }
