@@ -284,3 +284,89 @@ fn memo_and_length_bombs() {
     // A FRAME claiming 2^64−1 bytes is only a hint.
     refused(&p4(b"\x95\xff\xff\xff\xff\xff\xff\xff\xffN."), "a pickled None");
 }
+
+/// Trace entries in APPENDS batches, as `_dump_snapshot` writes them, with the first
+/// entry's keys written out as fresh strings, one of them longer than the decoder's
+/// look-ahead window, FRAME opcodes between keys and values, and every int width: the
+/// fast entry decoder must give what the generic path gives, and never read past a window.
+#[test]
+fn trace_batches_with_long_keys_and_frames() {
+    let long_key = "an_unknown_key_that_is_longer_than_any_window";
+    let mut body = b"}\x94(".to_vec();
+    body.extend(s("segments"));
+    body.extend(b"\x94]\x94");
+    body.extend(s("device_traces"));
+    body.extend(b"\x94]\x94(]\x94(");
+    let mut memo = 6u32; // top dict, 'segments', [], 'device_traces', outer and inner list
+                         // The long key first, so that it is still a fresh string when the decoder meets it
+                         // (it holds at most four fresh strings per entry).
+    let keys = [long_key, "action", "addr", "size", "stream", "time_us"];
+    let mut key_memo = [0u32; 6];
+    let mut alloc_memo = 0u8;
+    let n = 2500;
+    for i in 0..n {
+        body.extend(b"}\x94(");
+        memo += 1;
+        // The long key only in the first entries: the rest take the fast path.
+        for (k, key) in keys.iter().enumerate().skip(if i < 3 { 0 } else { 1 }) {
+            if i == 0 {
+                body.extend(s(key));
+                body.push(0x94);
+                key_memo[k] = memo;
+                memo += 1;
+            } else {
+                body.push(b'j');
+                body.extend(key_memo[k].to_le_bytes());
+            }
+            if i % 7 == 3 {
+                // FRAME between a key and its value (length is only a hint).
+                body.push(0x95);
+                body.extend(0u64.to_le_bytes());
+            }
+            match k {
+                0 => body.extend(b"K\x01"),
+                1 => {
+                    if i == 0 {
+                        body.extend(s("alloc"));
+                        body.push(0x94);
+                        alloc_memo = memo as u8;
+                        memo += 1;
+                    } else {
+                        body.extend([b'h', alloc_memo]);
+                    }
+                }
+                2 => {
+                    body.extend(b"\x8a\x06");
+                    body.extend(&(0x7f00_0000_0000u64 + 512 * i as u64).to_le_bytes()[..6]);
+                }
+                3 => match i % 4 {
+                    0 => body.extend([b'K', (i % 256) as u8]),
+                    1 => body.extend([b'M', 1, 2]),
+                    2 => body.extend([b'J', 0, 0, 0x10, 0]),
+                    _ => body.extend(b"\x8a\x05\x00\x00\x00\x00\x01"),
+                },
+                4 => body.extend(b"K\x00"),
+                _ => {
+                    // A negative LONG1 and a plain int, alternately.
+                    if i % 2 == 0 {
+                        body.extend(b"\x8a\x02\x00\xff");
+                    } else {
+                        body.extend(b"J\x10\x27\x00\x00");
+                    }
+                }
+            }
+        }
+        body.push(b'u');
+        if i % 1000 == 999 {
+            body.extend(b"e(");
+        }
+    }
+    body.extend(b"eeu.");
+    let snap = read_from(&p4(&body)[..]).expect("a valid trace");
+    let t = &snap.device_traces[0];
+    assert_eq!(t.len(), n);
+    assert_eq!(t[5].addr, 0x7f00_0000_0000 + 512 * 5);
+    assert_eq!((t[0].size, t[1].size, t[2].size, t[3].size), (0, 0x0201, 0x10_0000, 1 << 32));
+    assert_eq!((t[2].time_us, t[3].time_us), (-256, 10_000));
+    assert_eq!(snap.notes.unknown_keys.get(&format!("trace.{long_key}")), Some(&3));
+}

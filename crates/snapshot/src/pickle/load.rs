@@ -41,8 +41,8 @@ struct SnapshotAbsorber {
     pool_ids: Vec<(u64, u64)>,
     frame_buf: Vec<FrameId>,
     key_codes: Vec<u8>,
-    /// Key references of the last decoded trace entry: `(opcode << 32 | memo index, key code)`.
-    tmpl: Vec<(u64, u8)>,
+    /// Keys of the last decoded trace entry, in order, as the bytes of their memo references.
+    tmpl: Vec<KeyTemplate>,
     /// Action references seen lately, direct-mapped: `(raw reference, action index)`.
     action_refs: [(u64, u8); 8],
     /// `Memo::string_overwrites` when `tmpl` and `action_refs` were built.
@@ -116,6 +116,16 @@ fn pair_of(st: &VmState, v: Value) -> Option<(u64, u64)> {
     }
 }
 
+/// A trace-entry key as the bytes that refer to it (`BINGET i` or `LONG_BINGET i`).
+#[derive(Clone, Copy)]
+struct KeyTemplate {
+    /// The opcode and index bytes, little-endian, under `mask`.
+    bytes: u64,
+    mask: u64,
+    len: usize,
+    code: u8,
+}
+
 /// No memo reference (a raw reference is the index, with bit 32 set for LONG_BINGET).
 const NO_REF: u64 = u64::MAX;
 
@@ -133,20 +143,31 @@ fn memo_ref(w: &[u8]) -> (u64, usize) {
 /// writes): its value and length.
 #[inline(always)]
 fn small_int(v: &[u8; 16]) -> Option<(i64, usize)> {
+    /// The low `n` bytes.
+    const LOW: [u64; 9] = {
+        let mut t = [u64::MAX; 9];
+        let mut n = 0;
+        while n < 8 {
+            t[n] = (1u64 << (8 * n)) - 1;
+            n += 1;
+        }
+        t
+    };
     Some(match v[0] {
+        // LONG1 of n <= 8 little-endian two's-complement bytes: load 8, keep n, and fill
+        // the rest with the sign (addresses and times are 6-7 bytes, never negative).
+        0x8a => {
+            let n = v[1] as usize;
+            if n > 8 {
+                return None;
+            }
+            let x = u64::from_le_bytes([v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]]) & LOW[n];
+            let negative = n > 0 && v[1 + n] & 0x80 != 0;
+            ((x | (!LOW[n] & 0u64.wrapping_sub(negative as u64))) as i64, 2 + n)
+        }
         b'K' => (v[1] as i64, 2),
         b'M' => (u16::from_le_bytes([v[1], v[2]]) as i64, 3),
         b'J' => (i32::from_le_bytes([v[1], v[2], v[3], v[4]]) as i64, 5),
-        // LONG1 of k <= 8 little-endian bytes, sign-extended: load 8, shift the rest out.
-        0x8a => match v[1] as u32 {
-            0 => (0, 2),
-            k @ 1..=8 => {
-                let x = u64::from_le_bytes([v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]]);
-                let s = 64 - 8 * k;
-                (((x << s) as i64) >> s, 2 + k as usize)
-            }
-            _ => return None,
-        },
         _ => return None,
     })
 }
@@ -449,40 +470,51 @@ impl SnapshotAbsorber {
         }
         let mut j = 0usize;
         loop {
-            let w: &[u8; 8] = buf.get(p..p + 8)?.try_into().unwrap();
-            let (raw, len) = match w[0] {
-                b'u' => {
-                    p += 1;
-                    break;
-                }
-                // CPython's framer may end a protocol-4 frame after any key or value: skip
-                // the FRAME opcode (its 8-byte length is only a hint) wherever one can be.
-                0x95 => {
-                    p += 9;
-                    continue;
-                }
-                _ => memo_ref(w),
-            };
-            let code = match self.tmpl.get(j) {
-                Some(&(r, c)) if r == raw => {
-                    p += len;
-                    c
-                }
-                _ => {
-                    let key = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
-                    let c = *self.key_codes.get(key.index())?;
-                    if len > 0 {
-                        self.tmpl.truncate(j);
-                        self.tmpl.push((raw, c));
+            // One bounds check per key and value: a key (≤ 5 bytes), a FRAME (9) and an
+            // int (≤ 10) fit in the window; longer strings are read with checks of their own.
+            let w: &[u8; 40] = buf.get(p..p + 40)?.try_into().unwrap();
+            let head = u64::from_le_bytes(w[..8].try_into().unwrap());
+            let (code, klen) = match self.tmpl.get(j) {
+                // The same key bytes as the previous entry's key here: the same key.
+                Some(t) if head & t.mask == t.bytes => (t.code, t.len),
+                _ => match w[0] {
+                    b'u' => {
+                        p += 1;
+                        break;
                     }
-                    c
-                }
+                    // CPython's framer may end a protocol-4 frame after any key or value:
+                    // skip the FRAME opcode (its 8-byte length is only a hint).
+                    0x95 => {
+                        p += 9;
+                        continue;
+                    }
+                    _ => {
+                        let (_, len) = memo_ref(w);
+                        let mut q = p;
+                        let key = string_at(st, buf, &mut q, &mut new_memos, &mut n_memos)?;
+                        let c = self.key_code(st, key);
+                        if len > 0 {
+                            let mask = if len == 2 { 0xffff } else { 0xff_ffff_ffff };
+                            self.tmpl.truncate(j);
+                            self.tmpl.push(KeyTemplate { bytes: head & mask, mask, len, code: c });
+                        }
+                        (c, q - p)
+                    }
+                },
             };
             j += 1;
-            if *buf.get(p)? == 0x95 {
-                p += 9;
+            // A key written out as a fresh string can be long: look at what follows it anew.
+            let (w, mut k): (&[u8; 40], usize) = if klen <= 8 {
+                (w, klen)
+            } else {
+                p += klen;
+                (buf.get(p..p + 40)?.try_into().unwrap(), 0)
+            };
+            if w[k] == 0x95 {
+                k += 9;
             }
-            let v: &[u8; 16] = buf.get(p..p + 16)?.try_into().unwrap();
+            let v: &[u8; 16] = w[k..k + 16].try_into().unwrap();
+            p += k;
             match code {
                 K_ADDR..=K_TIME => {
                     let (x, len) = small_int(v)?;
@@ -497,7 +529,7 @@ impl SnapshotAbsorber {
                         slot.1
                     } else {
                         let s = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
-                        let c = (*self.key_codes.get(s.index())?).checked_sub(K_FIRST_ACTION)?;
+                        let c = self.key_code(st, s).checked_sub(K_FIRST_ACTION)?;
                         if len > 0 {
                             self.action_refs[(raw & 7) as usize] = (raw, c);
                         }
@@ -511,8 +543,8 @@ impl SnapshotAbsorber {
                         return None;
                     }
                     let Value::Stack(id) = st.memo.get((raw & u32::MAX as u64) as usize) else { return None };
-                    p += len;
                     ev.stack = Some(id);
+                    p += len;
                 }
                 K_CC => ev.compile_context = Some(string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?),
                 K_UM => ev.user_metadata = Some(string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?),
