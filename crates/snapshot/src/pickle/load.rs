@@ -116,6 +116,17 @@ fn pair_of(st: &VmState, v: Value) -> Option<(u64, u64)> {
     }
 }
 
+/// What a trace entry's values have given so far.
+struct EntryValues {
+    /// addr, size, stream, time_us, by `code - K_ADDR`.
+    ints: [i64; 4],
+    /// A bit per key code seen.
+    seen: u32,
+    /// Strings memoized inside the entry, applied only on success.
+    new_memos: [Option<StrId>; 4],
+    n_memos: usize,
+}
+
 /// A trace-entry key as the bytes that refer to it (`BINGET i` or `LONG_BINGET i`).
 #[derive(Clone, Copy)]
 struct KeyTemplate {
@@ -443,6 +454,57 @@ impl SnapshotAbsorber {
         Ok(kind)
     }
 
+    /// The value of a trace-entry key with code `code`, at `buf[*p]`.
+    #[inline(always)]
+    fn entry_value(
+        &mut self,
+        st: &mut VmState,
+        buf: &[u8],
+        p: &mut usize,
+        code: u8,
+        ev: &mut TraceEvent,
+        vals: &mut EntryValues,
+    ) -> Option<()> {
+        let v: &[u8; 16] = buf.get(*p..*p + 16)?.try_into().unwrap();
+        match code {
+            K_ADDR..=K_TIME => {
+                let (x, len) = small_int(v)?;
+                *p += len;
+                vals.ints[(code - K_ADDR) as usize] = x;
+            }
+            K_ACTION => {
+                let (raw, len) = memo_ref(v);
+                let slot = &mut self.action_refs[(raw & 7) as usize];
+                let a = if len > 0 && slot.0 == raw {
+                    *p += len;
+                    slot.1
+                } else {
+                    let s = string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?;
+                    let c = self.key_code(st, s).checked_sub(K_FIRST_ACTION)?;
+                    if len > 0 {
+                        self.action_refs[(raw & 7) as usize] = (raw, c);
+                    }
+                    c
+                };
+                ev.action = Action::ALL[a as usize];
+            }
+            K_FRAMES => {
+                let (raw, len) = memo_ref(v);
+                if len == 0 {
+                    return None;
+                }
+                let Value::Stack(id) = st.memo.get((raw & u32::MAX as u64) as usize) else { return None };
+                ev.stack = Some(id);
+                *p += len;
+            }
+            K_CC => ev.compile_context = Some(string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?),
+            K_UM => ev.user_metadata = Some(string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?),
+            _ => return None,
+        }
+        vals.seen |= 1 << code;
+        Some(())
+    }
+
     /// The trace-entry decoder for the common case, straight from the bytes: every key a
     /// memo reference to a known key, every value a small int, a memo reference or a short
     /// string. Nearly every entry of a real file has this shape, and decoding it without the
@@ -455,11 +517,10 @@ impl SnapshotAbsorber {
         let mut p = 2;
         *ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
         // addr, size, stream, time_us, by `code - K_ADDR`.
-        let mut ints = [0, 0, 0, ev.time_us];
-        let mut seen = 0u32;
+        let ints = [0, 0, 0, ev.time_us];
         // Strings memoized inside the entry, applied only on success.
-        let mut new_memos = [None::<StrId>; 4];
-        let mut n_memos = 0;
+        let new_memos = [None::<StrId>; 4];
+        let n_memos = 0;
         // Entries repeat the same keys in the same order, as the same memo references:
         // compare the raw reference with the previous entry's before resolving it. Actions
         // are a handful of memoized strings: the same shortcut, keyed by the reference.
@@ -469,89 +530,57 @@ impl SnapshotAbsorber {
             self.tmpl_gen = st.memo.string_overwrites;
         }
         let mut j = 0usize;
+        let mut vals = EntryValues { ints, seen: 0, new_memos, n_memos };
+        // The common case first: the keys of the previous entry, in the same order, as the
+        // same memo-reference bytes. One window and one compare per key.
+        while j < self.tmpl.len() {
+            let t = self.tmpl[j];
+            let head = u64::from_le_bytes(buf.get(p..p + 8)?.try_into().unwrap());
+            if head & t.mask != t.bytes {
+                break;
+            }
+            p += t.len;
+            if *buf.get(p)? == 0x95 {
+                p += 9;
+            }
+            self.entry_value(st, buf, &mut p, t.code, ev, &mut vals)?;
+            j += 1;
+        }
+        // Anything else, key by key: the end of the entry, a FRAME, a key resolved anew.
         loop {
-            // One bounds check per key and value: a key (≤ 5 bytes), a FRAME (9) and an
-            // int (≤ 10) fit in the window; longer strings are read with checks of their own.
-            let w: &[u8; 40] = buf.get(p..p + 40)?.try_into().unwrap();
-            let head = u64::from_le_bytes(w[..8].try_into().unwrap());
-            let (code, klen) = match self.tmpl.get(j) {
-                // The same key bytes as the previous entry's key here: the same key.
-                Some(t) if head & t.mask == t.bytes => (t.code, t.len),
-                _ => match w[0] {
-                    b'u' => {
-                        p += 1;
-                        break;
+            let w: &[u8; 8] = buf.get(p..p + 8)?.try_into().unwrap();
+            let code = match w[0] {
+                b'u' => {
+                    p += 1;
+                    break;
+                }
+                // CPython's framer may end a protocol-4 frame after any key or value:
+                // skip the FRAME opcode (its 8-byte length is only a hint).
+                0x95 => {
+                    p += 9;
+                    continue;
+                }
+                _ => {
+                    let head = u64::from_le_bytes(*w);
+                    let (_, len) = memo_ref(w);
+                    let key = string_at(st, buf, &mut p, &mut vals.new_memos, &mut vals.n_memos)?;
+                    let c = self.key_code(st, key);
+                    if len > 0 {
+                        // Remember it for the next entry's key at this position.
+                        let mask = if len == 2 { 0xffff } else { 0xff_ffff_ffff };
+                        self.tmpl.truncate(j);
+                        self.tmpl.push(KeyTemplate { bytes: head & mask, mask, len, code: c });
                     }
-                    // CPython's framer may end a protocol-4 frame after any key or value:
-                    // skip the FRAME opcode (its 8-byte length is only a hint).
-                    0x95 => {
-                        p += 9;
-                        continue;
-                    }
-                    _ => {
-                        let (_, len) = memo_ref(w);
-                        let mut q = p;
-                        let key = string_at(st, buf, &mut q, &mut new_memos, &mut n_memos)?;
-                        let c = self.key_code(st, key);
-                        if len > 0 {
-                            let mask = if len == 2 { 0xffff } else { 0xff_ffff_ffff };
-                            self.tmpl.truncate(j);
-                            self.tmpl.push(KeyTemplate { bytes: head & mask, mask, len, code: c });
-                        }
-                        (c, q - p)
-                    }
-                },
+                    c
+                }
             };
             j += 1;
-            // A key written out as a fresh string can be long: look at what follows it anew.
-            let (w, mut k): (&[u8; 40], usize) = if klen <= 8 {
-                (w, klen)
-            } else {
-                p += klen;
-                (buf.get(p..p + 40)?.try_into().unwrap(), 0)
-            };
-            if w[k] == 0x95 {
-                k += 9;
+            if *buf.get(p)? == 0x95 {
+                p += 9;
             }
-            let v: &[u8; 16] = w[k..k + 16].try_into().unwrap();
-            p += k;
-            match code {
-                K_ADDR..=K_TIME => {
-                    let (x, len) = small_int(v)?;
-                    p += len;
-                    ints[(code - K_ADDR) as usize] = x;
-                }
-                K_ACTION => {
-                    let (raw, len) = memo_ref(v);
-                    let slot = &mut self.action_refs[(raw & 7) as usize];
-                    let a = if len > 0 && slot.0 == raw {
-                        p += len;
-                        slot.1
-                    } else {
-                        let s = string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?;
-                        let c = self.key_code(st, s).checked_sub(K_FIRST_ACTION)?;
-                        if len > 0 {
-                            self.action_refs[(raw & 7) as usize] = (raw, c);
-                        }
-                        c
-                    };
-                    ev.action = Action::ALL[a as usize];
-                }
-                K_FRAMES => {
-                    let (raw, len) = memo_ref(v);
-                    if len == 0 {
-                        return None;
-                    }
-                    let Value::Stack(id) = st.memo.get((raw & u32::MAX as u64) as usize) else { return None };
-                    ev.stack = Some(id);
-                    p += len;
-                }
-                K_CC => ev.compile_context = Some(string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?),
-                K_UM => ev.user_metadata = Some(string_at(st, buf, &mut p, &mut new_memos, &mut n_memos)?),
-                _ => return None,
-            }
-            seen |= 1 << code;
+            self.entry_value(st, buf, &mut p, code, ev, &mut vals)?;
         }
+        let (ints, seen, new_memos, n_memos) = (vals.ints, vals.seen, vals.new_memos, vals.n_memos);
         const NEED: u32 = 1 << K_ACTION | 1 << K_ADDR | 1 << K_SIZE;
         if seen & NEED != NEED {
             return None;
