@@ -323,23 +323,19 @@ pub fn is_pinned(seg: &Segment, live_blocks: usize, live_bytes: u64) -> bool {
 }
 
 fn trace_summary(segs: &[&Segment], trace: &[TraceEvent]) -> TraceSummary {
-    // Count by the action's discriminant: a map lookup per event is a visible cost on
-    // traces of millions of events.
-    let mut counts = [0u64; Action::ALL.len()];
-    for e in trace {
-        counts[e.action as usize] += 1;
-    }
-    let by_action: BTreeMap<&'static str, u64> =
-        Action::ALL.iter().filter(|a| counts[**a as usize] > 0).map(|a| (a.as_str(), counts[*a as usize])).collect();
     let first_time_us = trace.iter().find_map(TraceEvent::time);
     let last_time_us = trace.iter().rev().find_map(TraceEvent::time);
 
-    // Walk the trace: which blocks does it leave live, and which frees has it no alloc for.
+    // One walk over the trace (millions of events: each pass is a visible cost): events
+    // by action, counted by the action's discriminant; which blocks it leaves live; which
+    // frees it has no alloc for.
+    let mut counts = [0u64; Action::ALL.len()];
     let mut live: FxHashMap<u64, u64> = FxHashMap::default();
     let mut orphan_pending: FxHashMap<u64, ()> = FxHashMap::default();
     let mut seg_seen: FxHashMap<u64, ()> = FxHashMap::default();
     let (mut unknown_frees, mut unknown_seg_frees) = (0u64, 0u64);
     for e in trace {
+        counts[e.action as usize] += 1;
         match e.action {
             Action::Alloc => {
                 live.insert(e.addr, e.size);
@@ -360,6 +356,8 @@ fn trace_summary(segs: &[&Segment], trace: &[TraceEvent]) -> TraceSummary {
             _ => {}
         }
     }
+    let by_action: BTreeMap<&'static str, u64> =
+        Action::ALL.iter().filter(|a| counts[**a as usize] > 0).map(|a| (a.as_str(), counts[*a as usize])).collect();
     let mut state_live: HashMap<u64, u64> = HashMap::new();
     for seg in segs {
         for b in seg.blocks.iter().filter(|b| b.state.is_active()) {
