@@ -19,7 +19,12 @@ pub(crate) enum State {
     Unmapped,
 }
 
+/// 64 bytes, aligned to a cache line: the replay touches blocks all over a slab
+/// of a hundred thousand of them, and an 80-byte block straddled two lines at
+/// most accesses. Fields that only some states need share a slot (`stamp`), and
+/// the registration counter is read from the segment (it is the segment's).
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 pub(crate) struct Block {
     pub addr: Addr,
     pub size: u64,
@@ -39,13 +44,13 @@ pub(crate) struct Block {
     /// Pending free completes by itself at the next malloc (set by `free`),
     /// rather than only by `free_completed` or a sync (set by `free_requested`).
     pub auto_complete: bool,
-    /// Key of this block in the pending map while `Pending`.
-    pub pending_seq: u64,
-    /// Pool search counter when the block entered the free set (GC age, §5.5).
-    pub gc_base: u64,
-    /// Registration counter of the segment (§2.2).
-    pub reg: u64,
+    /// While `Pending`: the block's key in the pending queue. While `Free`: the
+    /// pool search counter when it entered the free set (GC age, §5.5). Read
+    /// only in those states, and set on entering them.
+    pub stamp: u64,
 }
+
+const _: () = assert!(std::mem::size_of::<Block>() == 64);
 
 impl Block {
     /// The one block a new segment (or expandable reservation) starts as: all of it.
@@ -63,9 +68,7 @@ impl Block {
             expandable: s.expandable,
             extra_streams: false,
             auto_complete: false,
-            pending_seq: 0,
-            gc_base: 0,
-            reg: s.reg,
+            stamp: 0,
         }
     }
 }

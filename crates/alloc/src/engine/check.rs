@@ -46,7 +46,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 if b.prev != prev || b.seg != si || b.pool != seg.pool || b.stream != seg.stream {
                     return Err(format!("block {:#x}: bad links or identity", b.addr));
                 }
-                if b.expandable != seg.expandable || b.reg != seg.reg {
+                if b.expandable != seg.expandable {
                     return Err(format!("block {:#x}: segment identity differs", b.addr));
                 }
                 if b.addr != at || b.size == 0 {
@@ -100,7 +100,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                             }
                         } else {
                             pending_count += 1;
-                            if self.pending.get(b.pending_seq) != Some(i) {
+                            if self.pending.get(b.stamp) != Some(i) {
                                 return Err(format!("pending block {:#x} missing from the pending map", b.addr));
                             }
                         }

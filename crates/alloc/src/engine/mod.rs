@@ -556,7 +556,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let b = &self.blocks[i];
         let reg = match self.cfg.tie_break {
             TieBreak::Address => 0,
-            TieBreak::RegistrationOrder => b.reg,
+            TieBreak::RegistrationOrder => self.segs[b.seg].reg,
         };
         pool::free_key(b.size, reg, b.addr)
     }
@@ -575,7 +575,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let count = self.pools[p].search_count;
         let b = &mut self.blocks[i];
         b.state = State::Free;
-        b.gc_base = count;
+        b.stamp = count;
         let stream = b.stream;
         self.pools[p].free.insert(stream, key, i);
         if !self.blocks[i].expandable && self.is_split(i) {
@@ -659,9 +659,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             expandable: b.expandable,
             extra_streams: false,
             auto_complete: false,
-            pending_seq: 0,
-            gc_base: 0,
-            reg: b.reg,
+            stamp: 0,
         }
     }
 
@@ -879,7 +877,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             b.state = State::Pending;
             b.auto_complete = auto;
             let seq = self.pending_seq;
-            b.pending_seq = seq;
+            b.stamp = seq;
             self.pending_seq += 1;
             self.pending.push(seq, i);
             if auto {
@@ -900,7 +898,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let b = &self.blocks[i];
         let (addr, size, req, stream) = (b.addr, b.size, b.requested, b.stream);
         if b.state == State::Pending {
-            let (seq, auto) = (b.pending_seq, b.auto_complete);
+            let (seq, auto) = (b.stamp, b.auto_complete);
             self.pending.remove(seq);
             if auto {
                 self.auto_pending -= 1;

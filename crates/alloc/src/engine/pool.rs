@@ -55,14 +55,20 @@ const CHUNK: usize = 64;
 /// `CHUNK` entries: a long run of one size (thousands of 512-byte blocks on a
 /// long run) costs a short move per insert or remove, not a move of the run.
 /// Chunks in use are never empty; a list kept for reuse has one empty chunk.
+/// The last key of each chunk is kept apart in `lasts`, so finding the chunk
+/// is a binary search over one contiguous array rather than a cache miss into
+/// every chunk it probes (the lists hold hundreds of blocks on long runs).
 #[derive(Clone, Debug)]
 struct SizeList {
     chunks: Vec<Vec<Entry>>,
+    /// `(registration, address)` of the last entry of each chunk ((0, 0) for
+    /// the empty chunk of an empty list, never read: one chunk needs no search).
+    lasts: Vec<(u64, Addr)>,
 }
 
 impl Default for SizeList {
     fn default() -> Self {
-        SizeList { chunks: vec![Vec::new()] }
+        SizeList { chunks: vec![Vec::new()], lasts: vec![(0, 0)] }
     }
 }
 
@@ -74,8 +80,14 @@ impl SizeList {
         if self.chunks.len() == 1 {
             return 0;
         }
-        let k = self.chunks.partition_point(|c| c.last().is_some_and(|e| (e.0, e.1) < (reg, addr)));
+        let k = self.lasts.partition_point(|&l| l < (reg, addr));
         k.min(self.chunks.len() - 1)
+    }
+
+    /// Refresh `lasts[k]` after chunk `k` changed.
+    #[inline]
+    fn sync_last(&mut self, k: usize) {
+        self.lasts[k] = self.chunks[k].last().map_or((0, 0), |e| (e.0, e.1));
     }
 
     /// Insert; a duplicate key replaces the index (returns false).
@@ -92,7 +104,10 @@ impl SizeList {
         if c.len() > CHUNK {
             let tail = c.split_off(CHUNK / 2);
             self.chunks.insert(k + 1, tail);
+            self.lasts.insert(k + 1, (0, 0));
+            self.sync_last(k + 1);
         }
+        self.sync_last(k);
         true
     }
 
@@ -108,6 +123,9 @@ impl SizeList {
         c.remove(q);
         if c.is_empty() && self.chunks.len() > 1 {
             self.chunks.remove(k);
+            self.lasts.remove(k);
+        } else {
+            self.sync_last(k);
         }
         true
     }
@@ -129,6 +147,9 @@ impl SizeList {
         let e = self.chunks[0].remove(0);
         if self.chunks[0].is_empty() && self.chunks.len() > 1 {
             self.chunks.remove(0);
+            self.lasts.remove(0);
+        } else {
+            self.sync_last(0);
         }
         e
     }
@@ -143,7 +164,9 @@ impl SizeList {
             last.push(e);
         } else {
             self.chunks.push(vec![e]);
+            self.lasts.push((0, 0));
         }
+        self.sync_last(self.chunks.len() - 1);
     }
 }
 

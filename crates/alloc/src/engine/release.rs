@@ -105,7 +105,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         let target = self.total_reserved - limit;
         let count = self.pools[0].search_count;
-        let age = |a: &Self, i: u32| count - a.blocks[i].gc_base;
+        let age = |a: &Self, i: u32| count - a.blocks[i].stamp;
         let candidate = |a: &Self, i: u32| !a.is_split(i) && !a.blocks[i].expandable;
         let mut total_age = 0u64;
         let mut freeable = 0u64;

@@ -147,7 +147,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                         head: NIL,
                     });
                     self.device.adopt_reservation(addr, rsize);
-                    let u = self.blocks.insert(self.raw_block(si, p, seg.stream, addr, rsize, reg, true));
+                    let u = self.blocks.insert(self.raw_block(si, p, seg.stream, addr, rsize, true));
                     self.segs[si].head = u;
                     self.insert_unmapped(u);
                     (si, Some(u))
@@ -213,8 +213,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                         u
                     }
                     None => {
-                        let reg = self.segs[seg_idx].reg;
-                        let i = self.blocks.insert(self.raw_block(seg_idx, p, seg.stream, addr, sb.size, reg, false));
+                        let i = self.blocks.insert(self.raw_block(seg_idx, p, seg.stream, addr, sb.size, false));
                         self.segs[seg_idx].head = i;
                         i
                     }
@@ -246,7 +245,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                         let seq = self.pending_seq;
                         self.pending_seq += 1;
                         self.blocks[i].state = State::Pending;
-                        self.blocks[i].pending_seq = seq;
+                        self.blocks[i].stamp = seq;
                         self.blocks[i].auto_complete = false;
                         self.pending.push(seq, i);
                     }
@@ -263,17 +262,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn raw_block(
-        &self,
-        seg: u32,
-        pool: u32,
-        stream: StreamId,
-        addr: Addr,
-        size: u64,
-        reg: u64,
-        expandable: bool,
-    ) -> Block {
+    fn raw_block(&self, seg: u32, pool: u32, stream: StreamId, addr: Addr, size: u64, expandable: bool) -> Block {
         Block {
             addr,
             size,
@@ -287,9 +276,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             expandable,
             extra_streams: false,
             auto_complete: false,
-            pending_seq: 0,
-            gc_base: 0,
-            reg,
+            stamp: 0,
         }
     }
 
