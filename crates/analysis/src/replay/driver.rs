@@ -31,7 +31,7 @@ use fragscope_alloc::{
 };
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 
-use super::state::{backward_walk, BState, Inconsistency, RecordedState};
+use super::state::{backward_walk_counted, BState, Inconsistency, RecordedState, TraceCounts};
 use super::{recorded_config, with_rules, Divergence, EventView, ReplayOptions, VerifyReport, DEFAULT_CAPACITY};
 
 type Engine = CachingAllocator<SimulatedDevice>;
@@ -53,9 +53,21 @@ pub(crate) struct Inferred {
 /// Device memory for the replay: given, else stated by the file, else inferred from
 /// the layout of expandable reservations, else [`DEFAULT_CAPACITY`].
 pub(crate) fn capacity_for(snap: &Snapshot, device: i64, given: Option<u64>, cfg: &AllocatorConfig) -> u64 {
+    capacity_knowing_maps(snap, device, given, cfg, true)
+}
+
+/// [`capacity_for`]; `has_maps = false` says the trace holds no `segment_map`
+/// (counted by the walk), so the inference skips its pass over the trace.
+fn capacity_knowing_maps(
+    snap: &Snapshot,
+    device: i64,
+    given: Option<u64>,
+    cfg: &AllocatorConfig,
+    has_maps: bool,
+) -> u64 {
     given
         .or_else(|| snap.device_capacity.get(&device).copied())
-        .or_else(|| infer_expandable_capacity(snap, device, cfg))
+        .or_else(|| infer_capacity(snap, device, cfg, has_maps))
         .unwrap_or(DEFAULT_CAPACITY)
 }
 
@@ -65,7 +77,13 @@ pub(crate) fn capacity_for(snap: &Snapshot, device: i64, given: Option<u64>, cfg
 /// total memory. The trace does not state the total; this is the largest total that
 /// keeps the recorded reservations apart.
 pub fn infer_expandable_capacity(snap: &Snapshot, device: i64, cfg: &AllocatorConfig) -> Option<u64> {
-    let trace = snap.trace(device);
+    infer_capacity(snap, device, cfg, true)
+}
+
+/// [`infer_expandable_capacity`]; the trace is scanned for `segment_map`s only
+/// when `has_maps` (without any, the scan finds nothing).
+fn infer_capacity(snap: &Snapshot, device: i64, cfg: &AllocatorConfig, has_maps: bool) -> Option<u64> {
+    let trace = if has_maps { snap.trace(device) } else { &[] };
     let mut first: Vec<((u64, (u64, u64), bool), u64)> = Vec::new();
     let mut note = |kind: (u64, (u64, u64), bool), addr: u64| match first.iter_mut().find(|(k, _)| *k == kind) {
         Some((_, a)) => *a = (*a).min(addr),
@@ -119,34 +137,37 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
         initial_segments: 0,
         notes: Vec::new(),
     };
-    for e in trace {
-        match e.action {
-            Action::Alloc => rep.allocs += 1,
-            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => {
-                rep.segment_events += 1
-            }
-            Action::Oom => rep.ooms += 1,
-            _ => {}
-        }
-    }
+    let set_counts = |rep: &mut VerifyReport, c: TraceCounts| {
+        rep.allocs = c.allocs;
+        rep.segment_events = c.segment_events;
+        rep.ooms = c.ooms;
+    };
     let pool_of = |e: &TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
     let final_state = RecordedState::from_snapshot(snap, device);
-    if final_state.segs.is_empty() && rep.segment_events == 0 && rep.allocs > 0 {
-        rep.undecidable = Some(
-            "undecidable at event 0 because the file records no segments and no segment events \
-             (allocations without allocator state, e.g. a profiler trace)"
-                .to_string(),
-        );
-        return (rep, Inferred::default());
+    if final_state.segs.is_empty() {
+        // The test below needs the counts before the walk (rare: no segments).
+        let c = TraceCounts::of(trace);
+        if c.segment_events == 0 && c.allocs > 0 {
+            set_counts(&mut rep, c);
+            rep.undecidable = Some(
+                "undecidable at event 0 because the file records no segments and no segment events \
+                 (allocations without allocator state, e.g. a profiler trace)"
+                    .to_string(),
+            );
+            return (rep, Inferred::default());
+        }
     }
-    let initial = with_rules(&cfg, |r| backward_walk(final_state, trace, &pool_of, r));
-    let initial = match initial {
+    // The walk counts the entries as it goes (one pass over the trace, not two).
+    let initial = with_rules(&cfg, |r| backward_walk_counted(final_state, trace, &pool_of, r));
+    let (initial, counts) = match initial {
         Ok(i) => i,
         Err(inc) => {
+            set_counts(&mut rep, TraceCounts::of(trace));
             rep.undecidable = Some(undecidable_text(&inc));
             return (rep, Inferred::default());
         }
     };
+    set_counts(&mut rep, counts);
     // `initial.ambiguous` lists only blocks alive at entry 0: for the others the
     // alloc is in the trace (the walk drops those choices as it passes the alloc).
     rep.ambiguous_block_sizes = initial.ambiguous.len() as u64;
@@ -162,7 +183,7 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
         ));
     }
     rep.initial_segments = initial.state.segs.len();
-    let capacity = capacity_for(snap, device, opts.capacity, &cfg);
+    let capacity = capacity_knowing_maps(snap, device, opts.capacity, &cfg, counts.segment_maps > 0);
     let mut d = Driver {
         snap,
         trace,

@@ -627,6 +627,40 @@ pub struct Initial {
     pub ambiguous: Vec<Ambiguity>,
 }
 
+/// Entries of a trace by kind, counted by [`backward_walk_counted`] as it passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceCounts {
+    pub allocs: u64,
+    /// `segment_alloc`, `segment_free`, `segment_map` and `segment_unmap`.
+    pub segment_events: u64,
+    pub segment_maps: u64,
+    pub ooms: u64,
+}
+
+impl TraceCounts {
+    /// Count `trace` in a pass of its own (when no walk goes over all of it).
+    pub fn of(trace: &[TraceEvent]) -> TraceCounts {
+        let mut c = TraceCounts::default();
+        for e in trace {
+            c.add(e.action);
+        }
+        c
+    }
+    #[inline]
+    fn add(&mut self, a: Action) {
+        match a {
+            Action::Alloc => self.allocs += 1,
+            Action::SegmentMap => {
+                self.segment_events += 1;
+                self.segment_maps += 1;
+            }
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentUnmap => self.segment_events += 1,
+            Action::Oom => self.ooms += 1,
+            _ => {}
+        }
+    }
+}
+
 /// Walk `trace` backwards from `final_state`. On an inconsistency, returns it (the
 /// index is that of the event that could not be undone).
 pub fn backward_walk(
@@ -635,6 +669,19 @@ pub fn backward_walk(
     pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
     rules: &SplitRules,
 ) -> Result<Initial, Inconsistency> {
+    backward_walk_counted(final_state, trace, pool_of, rules).map(|(i, _)| i)
+}
+
+/// [`backward_walk`], also counting the entries by kind on the way: the walk
+/// reads every entry anyway, and a trace of millions of entries is hundreds of
+/// MB, so a separate counting pass costs a read of all of it from memory.
+pub fn backward_walk_counted(
+    final_state: RecordedState,
+    trace: &[TraceEvent],
+    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    rules: &SplitRules,
+) -> Result<(Initial, TraceCounts), Inconsistency> {
+    let mut counts = TraceCounts::default();
     let mut state = final_state;
     let mut scratch = Vec::new();
     // Choices whose block has no alloc earlier in the trace yet (walking back):
@@ -642,6 +689,7 @@ pub fn backward_walk(
     let mut open: std::collections::HashMap<u64, Vec<Ambiguity>, super::AddrBuild> = Default::default();
     for (i, ev) in trace.iter().enumerate().rev() {
         state.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+        counts.add(ev.action);
         match ev.action {
             Action::FreeCompleted if !scratch.is_empty() => {
                 for a in scratch.drain(..) {
@@ -656,7 +704,7 @@ pub fn backward_walk(
     }
     let mut ambiguous: Vec<Ambiguity> = open.into_values().flatten().collect();
     ambiguous.sort_by(|a, b| b.index.cmp(&a.index));
-    Ok(Initial { state, ambiguous })
+    Ok((Initial { state, ambiguous }, counts))
 }
 
 #[cfg(test)]
