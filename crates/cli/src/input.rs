@@ -49,11 +49,21 @@ pub fn read_error(path: &Path, e: &ReadError) -> CliError {
 /// Name shown for the built-in example snapshot.
 pub const EXAMPLE_NAME: &str = "<built-in example>";
 
-/// The snapshots a command works on: each FILE in order, or, with none given, the
-/// built-in example (so every command can be tried without a snapshot at hand).
-pub fn load_or_example(files: &[std::path::PathBuf], quiet: bool) -> Result<Vec<(String, Snapshot)>, CliError> {
+/// Runs `f` on the snapshots a command works on: each FILE in order, or, with none given,
+/// the built-in example (so every command can be tried without a snapshot at hand). One
+/// snapshot is in memory at a time.
+pub fn each_snapshot<R>(
+    files: &[std::path::PathBuf],
+    quiet: bool,
+    mut f: impl FnMut(String, &Snapshot) -> Result<R, CliError>,
+) -> Result<Vec<R>, CliError> {
     if files.is_empty() {
-        return Ok(vec![(EXAMPLE_NAME.to_string(), crate::example::snapshot())]);
+        return Ok(vec![f(EXAMPLE_NAME.to_string(), &crate::example::snapshot())?]);
     }
-    files.iter().map(|f| Ok((f.display().to_string(), load(f, quiet)?))).collect()
+    let mut out = Vec::with_capacity(files.len());
+    for file in files {
+        let snap = load(file, quiet)?;
+        out.push(f(file.display().to_string(), &snap)?);
+    }
+    Ok(out)
 }

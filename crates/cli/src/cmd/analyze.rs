@@ -47,10 +47,7 @@ struct FileOut<'a> {
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { top: args.top as usize, what_if: args.what_if, ..AnalyzeOptions::default() };
-    let mut results = Vec::new();
-    for (name, snap) in input::load_or_example(&args.files, args.json)? {
-        results.push((name, analyze::analyze(&snap, &opts)));
-    }
+    let results = input::each_snapshot(&args.files, args.json, |name, snap| Ok((name, analyze::analyze(snap, &opts))))?;
     let text = if args.json {
         let out = JsonOut {
             schema: analyze::SCHEMA,

@@ -143,20 +143,19 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         print_stdout(&fidelity::fidelity_table(&files))?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut out: Vec<(String, Vec<DeviceResult>)> = Vec::new();
     let mut saved: Option<Snapshot> = None;
-    for (name, snap) in input::load_or_example(&args.files, args.json)? {
-        let mut devs = replayable_devices(&snap);
+    let out: Vec<(String, Vec<DeviceResult>)> = input::each_snapshot(&args.files, args.json, |name, snap| {
+        let mut devs = replayable_devices(snap);
         if let Some(d) = args.device {
             devs.retain(|&x| x == d);
         }
         let mut results = Vec::new();
         for d in devs {
-            let verify = replay::verify(&snap, d, &ReplayOptions { capacity, ..Default::default() });
+            let verify = replay::verify(snap, d, &ReplayOptions { capacity, ..Default::default() });
             let whatif = if args.verify {
                 None
             } else {
-                let recorded = recorded_config(&snap);
+                let recorded = recorded_config(snap);
                 let mut cfgs: Vec<AllocatorConfig> = Vec::new();
                 if args.config.is_empty() {
                     cfgs.push(recorded.clone());
@@ -174,7 +173,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
                 let mut runs = Vec::new();
                 for (k, c) in cfgs.into_iter().enumerate() {
                     let collect = k == 0 && args.save_snapshot.is_some();
-                    let mut w = simulate_with(&snap, d, c, &SimOptions { capacity, collect_snapshot: collect });
+                    let mut w = simulate_with(snap, d, c, &SimOptions { capacity, collect_snapshot: collect });
                     if let Some(s) = w.snapshot.take() {
                         merge_into(&mut saved, s);
                     }
@@ -184,8 +183,8 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             };
             results.push(DeviceResult { verify, whatif });
         }
-        out.push((name, results));
-    }
+        Ok((name, results))
+    })?;
     if let (Some(path), Some(s)) = (&args.save_snapshot, &saved) {
         fragscope_snapshot::pickle::write::write_path(s, path)
             .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))?;

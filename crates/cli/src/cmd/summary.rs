@@ -39,13 +39,9 @@ struct FileOut<'a> {
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
-    let results: Vec<(String, bool, Summary)> = input::load_or_example(&args.files, args.json)?
-        .into_iter()
-        .map(|(name, snap)| {
-            let example = args.files.is_empty();
-            (name, example, summary::summarize(&snap))
-        })
-        .collect();
+    let example = args.files.is_empty();
+    let results: Vec<(String, bool, Summary)> =
+        input::each_snapshot(&args.files, args.json, |name, snap| Ok((name, example, summary::summarize(snap))))?;
     let text = if args.json {
         let out = JsonOut {
             schema: summary::SCHEMA,
