@@ -45,6 +45,8 @@ struct SnapshotAbsorber {
     tmpl: Vec<KeyTemplate>,
     /// Action references seen lately, direct-mapped: `(raw reference, action index)`.
     action_refs: [(u64, u8); 8],
+    /// The last `compile_context` reference and its string.
+    cc_ref: (u64, StrId),
     /// `Memo::string_overwrites` when `tmpl` and `action_refs` were built.
     tmpl_gen: u64,
 
@@ -245,7 +247,9 @@ impl SnapshotAbsorber {
             line: t.intern_str("line"),
             name: t.intern_str("name"),
         };
+        let any = k.action;
         SnapshotAbsorber {
+            cc_ref: (NO_REF, any),
             k,
             events: HashMap::new(),
             cur_list: u32::MAX,
@@ -497,7 +501,20 @@ impl SnapshotAbsorber {
                 ev.stack = Some(id);
                 *p += len;
             }
-            K_CC => ev.compile_context = Some(string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?),
+            K_CC => {
+                // Usually the same memoized string entry after entry.
+                let (raw, len) = memo_ref(v);
+                if len > 0 && self.cc_ref.0 == raw {
+                    *p += len;
+                    ev.compile_context = Some(self.cc_ref.1);
+                } else {
+                    let s = string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?;
+                    if len > 0 {
+                        self.cc_ref = (raw, s);
+                    }
+                    ev.compile_context = Some(s);
+                }
+            }
             K_UM => ev.user_metadata = Some(string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?),
             _ => return None,
         }
@@ -512,6 +529,7 @@ impl SnapshotAbsorber {
     /// list, a pool id, an unknown key or action, a missing addr, the buffer's end) returns
     /// `None` before any state changes, and the generic path takes over. `buf[0]` is the
     /// dict's MEMOIZE; on success `ev` holds the entry and the bytes used are returned.
+    #[inline(always)]
     fn decode_entry(&mut self, st: &mut VmState, buf: &[u8], ev: &mut TraceEvent) -> Option<usize> {
         debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
         let mut p = 2;
@@ -527,6 +545,7 @@ impl SnapshotAbsorber {
         if self.tmpl_gen != st.memo.string_overwrites {
             self.tmpl.clear();
             self.action_refs = [(NO_REF, 0); 8];
+            self.cc_ref.0 = NO_REF;
             self.tmpl_gen = st.memo.string_overwrites;
         }
         let mut j = 0usize;
