@@ -30,6 +30,20 @@ fn corpus() -> &'static Vec<(String, Vec<u8>)> {
             }
             v.push((name, bytes));
         }
+        // A trace of a few thousand entries, so that mutations also reach the reader's
+        // batch decoder (whole APPENDS batches of 1,000 entries, after the first).
+        let long = common::small_pickles(80_000).into_iter().find_map(|p| {
+            let mut snap = fragscope_snapshot::read_path(&p).ok()?;
+            let t = snap.device_traces.iter_mut().find(|t| t.len() >= 20)?;
+            let base = t.clone();
+            while t.len() < 2500 {
+                t.extend_from_slice(&base);
+            }
+            let mut w = Vec::new();
+            fragscope_snapshot::pickle::write::write_snapshot(&snap, &mut w).ok()?;
+            Some((format!("{} (trace repeated)", p.display()), w))
+        });
+        v.extend(long);
         v
     })
 }
