@@ -703,7 +703,8 @@ impl Absorber for SnapshotAbsorber {
         let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
         let mut p = 0;
         let complete = loop {
-            // Room for any entry the decoder takes (it wants 32 bytes ahead of each key).
+            // Near the end of the buffer the generic path takes over (the decoder checks
+            // its own windows too; this keeps whole short entries off its slow exits).
             if buf.len() - p < 64 {
                 break false;
             }
