@@ -534,11 +534,7 @@ impl SnapshotAbsorber {
         debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
         let mut p = 2;
         *ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
-        // addr, size, stream, time_us, by `code - K_ADDR`.
-        let ints = [0, 0, 0, ev.time_us];
-        // Strings memoized inside the entry, applied only on success.
-        let new_memos = [None::<StrId>; 4];
-        let n_memos = 0;
+        let mut vals = EntryValues { ints: [0, 0, 0, ev.time_us], seen: 0, new_memos: [None; 4], n_memos: 0 };
         // Entries repeat the same keys in the same order, as the same memo references:
         // compare the raw reference with the previous entry's before resolving it. Actions
         // are a handful of memoized strings: the same shortcut, keyed by the reference.
@@ -549,7 +545,6 @@ impl SnapshotAbsorber {
             self.tmpl_gen = st.memo.string_overwrites;
         }
         let mut j = 0usize;
-        let mut vals = EntryValues { ints, seen: 0, new_memos, n_memos };
         // The common case first: the keys of the previous entry, in the same order, as the
         // same memo-reference bytes. One window and one compare per key.
         while j < self.tmpl.len() {
@@ -599,18 +594,15 @@ impl SnapshotAbsorber {
             }
             self.entry_value(st, buf, &mut p, code, ev, &mut vals)?;
         }
-        let (ints, seen, new_memos, n_memos) = (vals.ints, vals.seen, vals.new_memos, vals.n_memos);
         const NEED: u32 = 1 << K_ACTION | 1 << K_ADDR | 1 << K_SIZE;
-        if seen & NEED != NEED {
+        if vals.seen & NEED != NEED {
             return None;
         }
-        ev.addr = ints[0] as u64;
-        ev.size = ints[1] as u64;
-        ev.stream = ints[2] as u64;
-        ev.time_us = ints[3];
+        let [addr, size, stream, time_us] = vals.ints;
+        (ev.addr, ev.size, ev.stream, ev.time_us) = (addr as u64, size as u64, stream as u64, time_us);
         // Commit, in stream order: the dict's MEMOIZE came first, then its strings'.
         let dict_memo = st.memo.reserve();
-        for id in new_memos[..n_memos].iter().flatten() {
+        for id in vals.new_memos[..vals.n_memos].iter().flatten() {
             let i = st.memo.len();
             st.memo.set(i, Value::Str(*id));
         }
