@@ -31,7 +31,10 @@ use fragscope_alloc::{
 };
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 
-use super::state::{backward_walk_counted, BState, Inconsistency, RecordedState, TraceCounts};
+use super::state::{
+    backward_walk_counted, bstate_of, walk_live_at_start, BState, Inconsistency, Initial, RecordedState, TraceCounts,
+    TraceScan,
+};
 use super::{recorded_config, with_rules, Divergence, EventView, ReplayOptions, VerifyReport, DEFAULT_CAPACITY};
 
 type Engine = CachingAllocator<SimulatedDevice>;
@@ -137,11 +140,9 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
         initial_segments: 0,
         notes: Vec::new(),
     };
-    let set_counts = |rep: &mut VerifyReport, c: TraceCounts| {
-        rep.allocs = c.allocs;
-        rep.segment_events = c.segment_events;
-        rep.ooms = c.ooms;
-    };
+    if let Some(done) = verify_fast(snap, device, opts, &cfg, &rep) {
+        return done;
+    }
     let pool_of = |e: &TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
     let final_state = RecordedState::from_snapshot(snap, device);
     if final_state.segs.is_empty() {
@@ -167,6 +168,74 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
             return (rep, Inferred::default());
         }
     };
+    let d = replay_forward(snap, device, opts, &cfg, rep, initial, counts, false);
+    let Driver { rep, inferred, .. } = d;
+    (rep, inferred)
+}
+
+fn set_counts(rep: &mut VerifyReport, c: TraceCounts) {
+    rep.allocs = c.allocs;
+    rep.segment_events = c.segment_events;
+    rep.ooms = c.ooms;
+}
+
+/// `verify` without the full backward walk, for traces where that walk is
+/// implied by the forward replay: the walk rebuilds only the segments that exist
+/// at entry 0 ([`walk_live_at_start`]); the forward replay then runs in a strict
+/// mode where it gives up at the first difference of any kind (a divergence, an
+/// event the model emits that the trace does not hold in full: address, size,
+/// stream, a final state that differs, pool kind included). When it does not
+/// give up, every entry inside a segment the trace creates is a step of the
+/// model from a whole free segment to the recorded final state (or to a whole
+/// free segment at its `segment_free`), and the full walk over those entries
+/// succeeds (see [`walk_live_at_start`]), so the report is the one the full
+/// path gives; otherwise `None`, and the caller takes the full path.
+///
+/// Only without expandable segments and `max_split_size` (an oversize block
+/// taken whole can have a free neighbour that the walk's size choice would
+/// swallow) and with the final segments in strictly ascending address order.
+fn verify_fast(
+    snap: &Snapshot,
+    device: i64,
+    opts: &ReplayOptions,
+    cfg: &AllocatorConfig,
+    rep: &VerifyReport,
+) -> Option<(VerifyReport, Inferred)> {
+    if cfg.expandable_segments || cfg.max_split_size.is_some() {
+        return None;
+    }
+    let mut last = None;
+    for s in snap.device_segments(device) {
+        if s.is_expandable == Some(true) || last.is_some_and(|a| a >= s.address) {
+            return None;
+        }
+        last = Some(s.address);
+    }
+    last?;
+    let trace = snap.trace(device);
+    let scan = TraceScan::of(trace);
+    let pool_of = |e: &TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
+    let initial = with_rules(cfg, |r| walk_live_at_start(snap, device, trace, &scan, &pool_of, r))?;
+    let d = replay_forward(snap, device, opts, cfg, rep.clone(), initial, scan.counts, true);
+    if d.bailed || d.stopped || d.rep.final_state_matches != Some(true) || d.rep.undecidable.is_some() {
+        return None;
+    }
+    let Driver { rep, inferred, .. } = d;
+    Some((rep, inferred))
+}
+
+/// Seed the model with `initial` and replay the trace forwards (see [`Driver`]).
+#[allow(clippy::too_many_arguments)]
+fn replay_forward<'a>(
+    snap: &'a Snapshot,
+    device: i64,
+    opts: &ReplayOptions,
+    cfg: &AllocatorConfig,
+    mut rep: VerifyReport,
+    initial: Initial,
+    counts: TraceCounts,
+    strict: bool,
+) -> Driver<'a> {
     set_counts(&mut rep, counts);
     // `initial.ambiguous` lists only blocks alive at entry 0: for the others the
     // alloc is in the trace (the walk drops those choices as it passes the alloc).
@@ -183,33 +252,37 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
         ));
     }
     rep.initial_segments = initial.state.segs.len();
-    let capacity = capacity_knowing_maps(snap, device, opts.capacity, &cfg, counts.segment_maps > 0);
+    let capacity = capacity_knowing_maps(snap, device, opts.capacity, cfg, counts.segment_maps > 0);
     let mut d = Driver {
         snap,
-        trace,
+        trace: snap.trace(device),
         cfg: cfg.clone(),
         capacity,
-        eng: new_engine(&cfg, capacity),
+        eng: new_engine(cfg, capacity),
         pend: Vec::new(),
         evbuf: Vec::new(),
         rep,
-        cursor: initial.state.clone(),
+        cursor: None,
         cursor_pos: 0,
         resv: Vec::new(),
-        inferred: Inferred { empty_cache_before: Vec::new(), initial: Some(initial.state.clone()) },
+        inferred: Inferred { empty_cache_before: Vec::new(), initial: Some(initial.state) },
         stopped: false,
         no_resync: opts.no_resync,
+        strict,
+        bailed: false,
     };
-    if let Err(e) = d.reseed(&initial.state) {
+    let st = d.inferred.initial.take().expect("just set");
+    let r = d.reseed(&st);
+    d.inferred.initial = Some(st);
+    if let Err(e) = r {
         d.rep.undecidable = Some(format!("undecidable at event 0 because the initial state cannot be seeded: {e}"));
-        return (d.rep, d.inferred);
+        return d;
     }
     d.run();
-    let Driver { mut rep, inferred, eng, stopped, .. } = d;
-    if !stopped {
-        rep.final_state_matches = Some(same_state(&eng, &RecordedState::from_snapshot(snap, device)));
+    if !d.stopped {
+        d.rep.final_state_matches = Some(same_state(&d.eng, snap, device, strict));
     }
-    (rep, inferred)
+    d
 }
 
 fn undecidable_text(inc: &Inconsistency) -> String {
@@ -262,7 +335,49 @@ pub(crate) fn seed_segments<D: DeviceMemory>(eng: &mut CachingAllocator<D>, st: 
     Ok(())
 }
 
-fn same_state(eng: &Engine, want: &RecordedState) -> bool {
+/// The model's segments and blocks equal the snapshot's `segments` (as
+/// [`RecordedState::from_snapshot`] reads them: by address, a later segment at
+/// the same address replacing an earlier one, a segment without blocks being
+/// one free block). `pool_kind`: the pool kinds (small / large) must agree too.
+fn same_state(eng: &Engine, snap: &Snapshot, device: i64, pool_kind: bool) -> bool {
+    let want: Vec<&fragscope_snapshot::Segment> = snap.device_segments(device).collect();
+    if !want.windows(2).all(|w| w[0].address < w[1].address) {
+        // Unusual order or duplicate addresses: compare with the state as read.
+        return !pool_kind && same_recorded_state(eng, &RecordedState::from_snapshot(snap, device));
+    }
+    let got = eng.segments();
+    if got.len() != want.len() {
+        return false;
+    }
+    got.iter().zip(want).all(|(g, w)| {
+        let same_blocks = if w.blocks.is_empty() {
+            g.blocks.len() == 1
+                && g.blocks[0].address == w.address
+                && g.blocks[0].size == w.total_size
+                && g.blocks[0].state == EBlockState::Free
+        } else {
+            g.blocks.len() == w.blocks.len()
+                && g.blocks.iter().zip(&w.blocks).all(|(gb, wb)| {
+                    gb.address == wb.address && gb.size == wb.size && same_block_state(gb.state, bstate_of(wb.state))
+                })
+        };
+        g.address == w.address
+            && g.total_size == w.total_size
+            && same_blocks
+            && (!pool_kind || g.is_large == (w.segment_type != fragscope_snapshot::SegmentType::Small))
+    })
+}
+
+fn same_block_state(g: EBlockState, w: BState) -> bool {
+    matches!(
+        (g, w),
+        (EBlockState::Free, BState::Free)
+            | (EBlockState::Allocated, BState::Allocated)
+            | (EBlockState::PendingFree, BState::Pending)
+    )
+}
+
+fn same_recorded_state(eng: &Engine, want: &RecordedState) -> bool {
     let got = eng.segments();
     if got.len() != want.segs.len() {
         return false;
@@ -271,16 +386,10 @@ fn same_state(eng: &Engine, want: &RecordedState) -> bool {
         g.address == w.addr
             && g.total_size == w.size
             && g.blocks.len() == w.blocks.len()
-            && g.blocks.iter().zip(&w.blocks).all(|(gb, wb)| {
-                gb.address == wb.addr
-                    && gb.size == wb.size
-                    && matches!(
-                        (gb.state, wb.state),
-                        (EBlockState::Free, BState::Free)
-                            | (EBlockState::Allocated, BState::Allocated)
-                            | (EBlockState::PendingFree, BState::Pending)
-                    )
-            })
+            && g.blocks
+                .iter()
+                .zip(&w.blocks)
+                .all(|(gb, wb)| gb.address == wb.addr && gb.size == wb.size && same_block_state(gb.state, wb.state))
     })
 }
 
@@ -312,14 +421,19 @@ struct Driver<'a> {
     pend: Vec<usize>,
     evbuf: Vec<Event>,
     rep: VerifyReport,
-    /// Recorded state at `cursor_pos` (for re-seeding).
-    cursor: RecordedState,
+    /// Recorded state at `cursor_pos` (for re-seeding); made from the initial
+    /// state at the first divergence.
+    cursor: Option<RecordedState>,
     cursor_pos: usize,
     /// Known expandable reservations `(base, size, stream, pool, small)`.
     resv: Vec<(u64, u64, u64, (u64, u64), bool)>,
     inferred: Inferred,
     stopped: bool,
     no_resync: bool,
+    /// Give up at the first difference of any kind (see [`verify_fast`]).
+    strict: bool,
+    /// Gave up (strict mode only).
+    bailed: bool,
 }
 
 impl Driver<'_> {
@@ -352,6 +466,9 @@ impl Driver<'_> {
                         self.take_model_events();
                         self.diverged(i, &[], format!("the model cannot replay it: {e}"), None, i + 1);
                     } else {
+                        if self.strict {
+                            self.strict_check(Some(ev));
+                        }
                         self.eng.clear_events();
                     }
                 }
@@ -411,6 +528,9 @@ impl Driver<'_> {
             // Re-seed with the whole burst applied (state right before `at`).
             self.diverged(idx, &pend, what, None, at);
         } else {
+            if self.strict {
+                self.strict_check(None);
+            }
             self.eng.clear_events();
         }
         self.pend.clear();
@@ -503,6 +623,9 @@ impl Driver<'_> {
             }
         };
         if seg_ok && main_ok {
+            if self.strict {
+                self.strict_check(Some(ev));
+            }
             self.pend.clear();
             self.eng.clear_events();
             return;
@@ -522,6 +645,10 @@ impl Driver<'_> {
         request: Option<(u64, u64, (u64, u64))>,
         resync_at: usize,
     ) {
+        if self.strict {
+            self.bail();
+            return;
+        }
         self.rep.divergences += 1;
         let first = self.rep.first_divergence.is_none();
         if first {
@@ -533,7 +660,7 @@ impl Driver<'_> {
                     match self.advance_cursor(start) {
                         Ok(()) => {
                             let mut e = new_engine(&self.cfg, self.capacity);
-                            match seed_segments(&mut e, &self.cursor) {
+                            match seed_segments(&mut e, self.cursor.as_ref().expect("advanced")) {
                                 Ok(()) => e.free_candidates(n, stream, pool),
                                 Err(_) => Vec::new(),
                             }
@@ -566,7 +693,10 @@ impl Driver<'_> {
         }
         let (trace, snap, cfg) = (self.trace, self.snap, self.cfg.clone());
         let from = self.cursor_pos;
-        let cursor = &mut self.cursor;
+        if self.cursor.is_none() {
+            self.cursor = self.inferred.initial.clone();
+        }
+        let cursor = self.cursor.as_mut().expect("the initial state is known");
         let res = with_rules(&cfg, |r| {
             for (k, ev) in trace.iter().enumerate().take(to).skip(from) {
                 cursor.apply(k, ev, snap.pool_id(ev).unwrap_or(DEFAULT_POOL), r)?;
@@ -580,9 +710,9 @@ impl Driver<'_> {
     fn resync_to(&mut self, to: usize) {
         match self.advance_cursor(to) {
             Ok(()) => {
-                let st = std::mem::take(&mut self.cursor);
+                let st = self.cursor.take().expect("advanced");
                 let r = self.reseed(&st);
-                self.cursor = st;
+                self.cursor = Some(st);
                 if let Err(e) = r {
                     self.rep.notes.push(format!("re-seeding after event {} failed: {e}; comparison stopped", to - 1));
                     self.stop(to);
@@ -609,6 +739,42 @@ impl Driver<'_> {
         }
         self.pend.clear();
         seed_segments(&mut self.eng, st)
+    }
+
+    /// Strict mode: give up (the caller takes the full path).
+    #[cold]
+    fn bail(&mut self) {
+        self.bailed = true;
+        self.stopped = true;
+    }
+
+    /// Strict mode: the model's events of a step are the recorded segment events
+    /// (already compared) and then exactly `want`, the step's own entry, if any.
+    fn strict_check(&mut self, want: Option<&TraceEvent>) {
+        let evs = self.eng.events();
+        let own = evs.iter().filter(|m| !model_segment_event(m)).count();
+        let ok = match want {
+            None => own == 0,
+            Some(r) => {
+                own == 1
+                    && evs.last().is_some_and(|m| match *m {
+                        Event::Alloc { addr, size, stream } => {
+                            r.action == Action::Alloc && (r.addr, r.size, r.stream) == (addr, size, stream)
+                        }
+                        Event::FreeRequested { addr, size, stream } => {
+                            r.action == Action::FreeRequested && (r.addr, r.size, r.stream) == (addr, size, stream)
+                        }
+                        Event::FreeCompleted { addr, size, stream } => {
+                            r.action == Action::FreeCompleted && (r.addr, r.size, r.stream) == (addr, size, stream)
+                        }
+                        Event::Oom { size, .. } => r.action == Action::Oom && r.size == size,
+                        _ => false,
+                    })
+            }
+        };
+        if !ok {
+            self.bail();
+        }
     }
 
     /// Stop comparing at entry `from`: the events not compared count as unmatched.

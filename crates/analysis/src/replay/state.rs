@@ -273,41 +273,51 @@ fn err(index: usize, ev: &TraceEvent, reason: impl Into<String>) -> Inconsistenc
     Inconsistency { index, event: *ev, reason: reason.into() }
 }
 
+/// The state of a recorded block (`active_allocated`, `active_pending_free`, `inactive`).
+pub(crate) fn bstate_of(s: BlockState) -> BState {
+    match s {
+        BlockState::ActiveAllocated => BState::Allocated,
+        BlockState::ActivePendingFree => BState::Pending,
+        BlockState::Inactive => BState::Free,
+    }
+}
+
+/// A snapshot segment as the model holds it; without its blocks (an empty list,
+/// which no real record has) when `blocks` is false.
+fn seg_rec_of(s: &fragscope_snapshot::Segment, blocks: bool) -> SegRec {
+    let mut list: Vec<BlockRec> = Vec::new();
+    if blocks {
+        list = s
+            .blocks
+            .iter()
+            .map(|b| BlockRec {
+                addr: b.address,
+                size: b.size,
+                requested: b.requested_size.unwrap_or(b.size),
+                state: bstate_of(b.state),
+            })
+            .collect();
+        if list.is_empty() {
+            list.push(BlockRec { addr: s.address, size: s.total_size, requested: 0, state: BState::Free });
+        }
+    }
+    SegRec {
+        addr: s.address,
+        size: s.total_size,
+        stream: s.stream,
+        pool: s.segment_pool_id.unwrap_or((0, 0)),
+        small: s.segment_type == fragscope_snapshot::SegmentType::Small,
+        expandable: s.is_expandable.unwrap_or(false),
+        blocks: list,
+    }
+}
+
 impl RecordedState {
     /// The final state of `device` as the snapshot's `segments` give it.
     pub fn from_snapshot(snap: &Snapshot, device: i64) -> RecordedState {
         let mut segs = SegMap::default();
         for s in snap.device_segments(device) {
-            let mut blocks: Vec<BlockRec> = s
-                .blocks
-                .iter()
-                .map(|b| BlockRec {
-                    addr: b.address,
-                    size: b.size,
-                    requested: b.requested_size.unwrap_or(b.size),
-                    state: match b.state {
-                        BlockState::ActiveAllocated => BState::Allocated,
-                        BlockState::ActivePendingFree => BState::Pending,
-                        BlockState::Inactive => BState::Free,
-                    },
-                })
-                .collect();
-            if blocks.is_empty() {
-                blocks.push(BlockRec { addr: s.address, size: s.total_size, requested: 0, state: BState::Free });
-            }
-            let expandable = s.is_expandable.unwrap_or(false);
-            segs.insert(
-                s.address,
-                SegRec {
-                    addr: s.address,
-                    size: s.total_size,
-                    stream: s.stream,
-                    pool: s.segment_pool_id.unwrap_or((0, 0)),
-                    small: s.segment_type == fragscope_snapshot::SegmentType::Small,
-                    expandable,
-                    blocks,
-                },
-            );
+            segs.insert(s.address, seg_rec_of(s, true));
         }
         RecordedState { segs }
     }
@@ -707,6 +717,167 @@ pub fn backward_walk_counted(
     Ok((Initial { state, ambiguous }, counts))
 }
 
+/// What one forward pass over a trace gives the segment-by-segment walk
+/// ([`walk_live_at_start`]): the counts by kind and where the segment events are.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TraceScan {
+    pub counts: TraceCounts,
+    /// Indices of the `segment_alloc`, `segment_free`, `segment_map` and
+    /// `segment_unmap` entries, ascending.
+    pub seg_events: Vec<usize>,
+    pub unmaps: u64,
+}
+
+impl TraceScan {
+    pub fn of(trace: &[TraceEvent]) -> TraceScan {
+        let mut sc = TraceScan::default();
+        for (i, e) in trace.iter().enumerate() {
+            match e.action {
+                Action::Alloc => sc.counts.allocs += 1,
+                Action::Oom => sc.counts.ooms += 1,
+                Action::FreeRequested | Action::FreeCompleted => {}
+                Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => {
+                    sc.counts.add(e.action);
+                    sc.unmaps += (e.action == Action::SegmentUnmap) as u64;
+                    sc.seg_events.push(i);
+                }
+                _ => {}
+            }
+        }
+        sc
+    }
+}
+
+/// The backward walk of [`backward_walk`], block by block only in the segments
+/// that exist at the first entry (the only ones the state at entry 0 holds).
+/// A segment that a `segment_alloc` of the trace creates (at its address,
+/// before the point where the walk meets it) is kept as an address range with
+/// no blocks: the walk checks its size when it undoes that `segment_alloc` and
+/// the overlaps of other segments against it, and skips the entries inside it.
+/// Before the latest point where a segment living at entry 0 exists, the walk
+/// reads every entry; after it, only the segment entries.
+///
+/// `None` when the walk meets something it cannot undo, or a `segment_map` /
+/// `segment_unmap` (expandable segments are left to the full walk).
+///
+/// When this walk succeeds and the forward replay seeded with its result then
+/// reproduces every recorded entry of the trace in full (see
+/// `driver::verify_fast`), the full walk would have succeeded with the same
+/// state and the same size choices: in a segment the model created, the full
+/// walk's blocks start where the model's do, in the same states, never larger
+/// (a size choice only shortens a block, leaving a free gap inside the model's
+/// block), so each check it makes holds.
+pub(crate) fn walk_live_at_start(
+    snap: &Snapshot,
+    device: i64,
+    trace: &[TraceEvent],
+    scan: &TraceScan,
+    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    rules: &SplitRules,
+) -> Option<Initial> {
+    if scan.counts.segment_maps > 0 || scan.unmaps > 0 {
+        return None;
+    }
+    let n = trace.len();
+    // `(address, index)` of every segment_alloc, ascending.
+    let mut created: Vec<(u64, usize)> = scan
+        .seg_events
+        .iter()
+        .filter(|&&i| trace[i].action == Action::SegmentAlloc)
+        .map(|&i| (trace[i].addr, i))
+        .collect();
+    created.sort_unstable();
+    // Is the segment at `addr` that exists right before entry `at` one the trace
+    // creates (a segment_alloc at its address earlier)?
+    let created_before = |addr: u64, at: usize| {
+        let k = created.partition_point(|&c| c < (addr, at));
+        k > 0 && created[k - 1].0 == addr
+    };
+    let mut state = RecordedState::default();
+    // Entries below `full_from` are walked one by one.
+    let mut full_from = 0;
+    for s in snap.device_segments(device) {
+        let live_at_start = !created_before(s.address, n);
+        if live_at_start {
+            full_from = n;
+        }
+        state.segs.insert(s.address, seg_rec_of(s, live_at_start));
+    }
+    for &f in &scan.seg_events {
+        let e = &trace[f];
+        if e.action == Action::SegmentFree && !created_before(e.addr, f) {
+            full_from = full_from.max(f);
+        }
+    }
+    let mut scratch = Vec::new();
+    let mut open: std::collections::HashMap<u64, Vec<Ambiguity>, super::AddrBuild> = Default::default();
+    let tail = scan.seg_events.partition_point(|&i| i < full_from);
+    for &i in scan.seg_events[tail..].iter().rev() {
+        state.undo_by_segment(i, &trace[i], pool_of(&trace[i]), rules, &mut scratch, &created_before)?;
+    }
+    for (i, ev) in trace[..full_from].iter().enumerate().rev() {
+        state.undo_by_segment(i, ev, pool_of(ev), rules, &mut scratch, &created_before)?;
+        match ev.action {
+            Action::FreeCompleted if !scratch.is_empty() => {
+                for a in scratch.drain(..) {
+                    open.entry(a.addr).or_default().push(a);
+                }
+            }
+            Action::Alloc if !open.is_empty() => {
+                open.remove(&ev.addr);
+            }
+            _ => {}
+        }
+    }
+    let mut ambiguous: Vec<Ambiguity> = open.into_values().flatten().collect();
+    ambiguous.sort_by(|a, b| b.index.cmp(&a.index));
+    Some(Initial { state, ambiguous })
+}
+
+impl RecordedState {
+    /// [`Self::undo`] for [`walk_live_at_start`]: segments without blocks (made
+    /// by the trace) are ranges whose inner entries are skipped.
+    fn undo_by_segment(
+        &mut self,
+        index: usize,
+        ev: &TraceEvent,
+        pool: (u64, u64),
+        rules: &SplitRules,
+        ambiguous: &mut Vec<Ambiguity>,
+        created_before: &dyn Fn(u64, usize) -> bool,
+    ) -> Option<()> {
+        match ev.action {
+            Action::Alloc | Action::FreeRequested | Action::FreeCompleted => {
+                if self.seg_mut(ev.addr)?.blocks.is_empty() {
+                    return Some(());
+                }
+            }
+            Action::SegmentFree if created_before(ev.addr, index) => {
+                if self.overlaps(ev.addr, ev.size) {
+                    return None;
+                }
+                let small = ev.size == SMALL_BUFFER;
+                let mut rec = SegRec::whole_free(ev.addr, ev.size, ev.stream, pool, small, false);
+                rec.blocks.clear();
+                self.segs.insert(ev.addr, rec);
+                return Some(());
+            }
+            Action::SegmentAlloc => {
+                if let Some(s) = self.segs.get(&ev.addr).filter(|s| s.blocks.is_empty()) {
+                    if s.size != ev.size {
+                        return None;
+                    }
+                    self.segs.remove(&ev.addr);
+                    return Some(());
+                }
+            }
+            Action::SegmentMap | Action::SegmentUnmap => return None,
+            _ => {}
+        }
+        self.undo(index, ev, pool, rules, ambiguous).ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -829,6 +1000,132 @@ mod tests {
             same.insert(s.addr, s.clone());
         }
         assert_eq!(m, same);
+    }
+
+    /// A snapshot whose final segments are `st` and whose trace is `trace`.
+    fn snapshot_of(st: &RecordedState, trace: &[TraceEvent]) -> Snapshot {
+        use fragscope_snapshot::{Block, Segment, SegmentType};
+        let mut snap = Snapshot::default();
+        for s in st.segs.values() {
+            snap.segments.push(Segment {
+                device: 0,
+                address: s.addr,
+                total_size: s.size,
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: None,
+                stream: s.stream,
+                segment_type: if s.small { SegmentType::Small } else { SegmentType::Large },
+                segment_pool_id: Some(s.pool),
+                is_expandable: Some(false),
+                stack: None,
+                blocks: s
+                    .blocks
+                    .iter()
+                    .map(|b| Block {
+                        address: b.addr,
+                        size: b.size,
+                        requested_size: Some(b.requested),
+                        state: match b.state {
+                            BState::Free => BlockState::Inactive,
+                            BState::Allocated => BlockState::ActiveAllocated,
+                            BState::Pending => BlockState::ActivePendingFree,
+                        },
+                        stack: None,
+                        history: None,
+                    })
+                    .collect(),
+            });
+        }
+        snap.device_traces = vec![trace.to_vec()];
+        snap
+    }
+
+    /// The walk of the segments alive at entry 0 gives the full walk's state and
+    /// size choices: segments made by the trace (one made, one freed and made
+    /// again) are skipped, segments alive at the start are walked block by block.
+    #[test]
+    fn walk_of_segments_alive_at_start_equals_the_full_walk() {
+        let r = rules();
+        let (a, b, c, d) = (0x7000_0000u64, 0x7200_0000u64, 0x7400_0000u64, 0x7600_0000u64);
+        let mut start = RecordedState::default();
+        let mut sa = SegRec::whole_free(a, 20 * MIB, 0, (0, 0), false, false);
+        sa.blocks = vec![
+            BlockRec { addr: a, size: 5 * MIB, requested: 5 * MIB, state: BState::Allocated },
+            BlockRec { addr: a + 5 * MIB, size: 15 * MIB, requested: 0, state: BState::Free },
+        ];
+        start.segs.insert(a, sa);
+        start.segs.insert(c, SegRec::whole_free(c, 2 * MIB, 0, (0, 0), true, false));
+        let t = vec![
+            ev(Action::SegmentAlloc, b, 20 * MIB),
+            ev(Action::Alloc, b, 4 * MIB),
+            ev(Action::FreeRequested, a, 5 * MIB),
+            ev(Action::FreeCompleted, a, 5 * MIB),
+            ev(Action::SegmentFree, c, 2 * MIB),
+            ev(Action::SegmentAlloc, c, 2 * MIB),
+            ev(Action::Alloc, c, 512),
+            ev(Action::Alloc, a, 3 * MIB),
+            ev(Action::SegmentAlloc, d, 2 * MIB),
+            ev(Action::Alloc, d, 1024),
+            ev(Action::FreeRequested, b, 4 * MIB),
+            ev(Action::FreeCompleted, b, 4 * MIB),
+            ev(Action::FreeRequested, d, 1024),
+            ev(Action::FreeCompleted, d, 1024),
+            ev(Action::SegmentFree, d, 2 * MIB),
+        ];
+        let mut fin = start.clone();
+        for (i, e) in t.iter().enumerate() {
+            fin.apply(i, e, (0, 0), &r).unwrap();
+        }
+        let snap = snapshot_of(&fin, &t);
+        let full = backward_walk(RecordedState::from_snapshot(&snap, 0), &t, &|_| (0, 0), &r).unwrap();
+        let scan = TraceScan::of(&t);
+        assert_eq!(scan.seg_events, vec![0, 4, 5, 8, 14]);
+        let lazy = walk_live_at_start(&snap, 0, &t, &scan, &|_| (0, 0), &r).unwrap();
+        assert_eq!(lazy.state, full.state);
+        assert_eq!(lazy.ambiguous, full.ambiguous);
+        assert_eq!(full.ambiguous.len(), 1, "the freed 5 MiB block could have been larger");
+        assert_eq!(lazy.state, start);
+        // Only segments the trace makes: the walk reads the segment entries alone.
+        let t2: Vec<TraceEvent> = t[8..10].iter().chain(&t[12..]).copied().collect();
+        let mut fin2 = RecordedState::default();
+        for (i, e) in t2.iter().enumerate() {
+            fin2.apply(i, e, (0, 0), &r).unwrap();
+        }
+        let snap2 = snapshot_of(&fin2, &t2);
+        let lazy2 = walk_live_at_start(&snap2, 0, &t2, &TraceScan::of(&t2), &|_| (0, 0), &r).unwrap();
+        assert!(lazy2.state.segs.is_empty());
+    }
+
+    /// A trace the forward model replays without a difference in its decisions,
+    /// but whose free sizes the full walk rejects, is still undecidable: the
+    /// verify that skips the walk of segments made by the trace gives up on the
+    /// size the model's event does not share, and the full walk decides.
+    #[test]
+    fn verify_without_the_full_walk_keeps_its_verdicts() {
+        let r = rules();
+        let b = 0x7200_0000u64;
+        let mut t = vec![
+            ev(Action::SegmentAlloc, b, 20 * MIB),
+            ev(Action::Alloc, b, 4 * MIB),
+            ev(Action::FreeRequested, b, 4 * MIB),
+            ev(Action::FreeCompleted, b, 4 * MIB),
+        ];
+        let mut fin = RecordedState::default();
+        for (i, e) in t.iter().enumerate() {
+            fin.apply(i, e, (0, 0), &r).unwrap();
+        }
+        let ok = crate::replay::verify(&snapshot_of(&fin, &t), 0, &Default::default());
+        assert!(ok.fully_matched() && ok.final_state_matches == Some(true), "{ok:?}");
+        t[3].size = 30 * MIB;
+        let bad = crate::replay::verify(&snapshot_of(&fin, &t), 0, &Default::default());
+        assert_eq!(
+            bad.undecidable.as_deref(),
+            Some(
+                "undecidable at event 3 because the trace and the final state disagree: free_completed of \
+                 31457280 B, but only 20971520 B are free there later (free_completed at 0x72000000, 31457280 B)"
+            )
+        );
     }
 
     #[test]
