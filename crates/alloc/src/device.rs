@@ -136,9 +136,14 @@ impl SimulatedDevice {
     pub fn pending_oracle_segments(&self) -> usize {
         self.oracle_segments.len()
     }
+    #[inline]
     pub fn clear_oracle(&mut self) {
-        self.oracle_segments.clear();
-        self.oracle_reservations.clear();
+        if !self.oracle_segments.is_empty() {
+            self.oracle_segments.clear();
+        }
+        if !self.oracle_reservations.is_empty() {
+            self.oracle_reservations.clear();
+        }
     }
     /// The next `malloc` fails (whatever the mode), e.g. a recorded OOM.
     pub fn fail_next_malloc(&mut self) {

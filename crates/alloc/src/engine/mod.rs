@@ -218,6 +218,9 @@ pub struct CachingAllocator<D: DeviceMemory> {
     allowed_max: u64,
     /// Cached `max_split_size` with `u64::MAX` for "unlimited".
     max_split: u64,
+    /// Slab index of the block of the last `free_requested` (`NIL` before any),
+    /// checked before use: `free_completed` usually follows it.
+    last_requested: u32,
 }
 
 impl<D: DeviceMemory> CachingAllocator<D> {
@@ -246,6 +249,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             fraction: 1.0,
             allowed_max: 0,
             max_split,
+            last_requested: NIL,
         };
         a.set_memory_fraction(fraction);
         a
@@ -403,12 +407,21 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     pub fn free_requested(&mut self, addr: Addr) -> Result<(), FreeError> {
         let i = self.allocated_block(addr)?;
         self.request_free(i, Some(false));
+        self.last_requested = i;
         Ok(())
     }
 
     /// Replay of a `free_completed` entry: merge and return the block to its pool.
     pub fn free_completed(&mut self, addr: Addr) -> Result<(), FreeError> {
-        let &i = self.active.get(&addr).ok_or(FreeError::UnknownAddress(addr))?;
+        // Usually the block whose free was requested last: a pending block's
+        // slot holds that block until its free completes, so a slot that is
+        // pending at this address is the active block here.
+        let c = self.last_requested;
+        let i = if c != NIL && self.blocks[c].addr == addr && self.blocks[c].state == State::Pending {
+            c
+        } else {
+            *self.active.get(&addr).ok_or(FreeError::UnknownAddress(addr))?
+        };
         if self.blocks[i].state != State::Pending {
             return Err(FreeError::NotPending(addr));
         }

@@ -192,6 +192,14 @@ struct Bucket {
 struct Buckets {
     /// One per distinct size present, ascending.
     buckets: Vec<Bucket>,
+    /// `buckets[k].size`, in an array of their own: the search for a size reads
+    /// one or two cache lines, and below `LINEAR` sizes it counts the smaller
+    /// sizes without branches instead of a binary search (a chain of dependent
+    /// loads that stalled every free-set operation).
+    sizes: Vec<u64>,
+    /// Position of the bucket found last (checked before use): the removal of
+    /// the block a best-fit lookup found reuses its position.
+    hint: std::cell::Cell<u32>,
     /// Lists of the sizes with more than one block (a slab; emptied lists are
     /// kept for reuse, listed in `spare`).
     lists: Vec<SizeList>,
@@ -199,11 +207,32 @@ struct Buckets {
     len: usize,
 }
 
+/// Up to this many distinct sizes, a lookup counts the smaller ones.
+const LINEAR: usize = 32;
+
 impl Buckets {
+    /// Position of the first size ≥ `size`.
+    #[inline]
+    fn lower_bound(&self, size: u64) -> usize {
+        let h = self.hint.get() as usize;
+        if let Some(&hs) = self.sizes.get(h) {
+            if hs == size && (h == 0 || self.sizes[h - 1] < size) {
+                return h;
+            }
+        }
+        let p = if self.sizes.len() <= LINEAR {
+            self.sizes.iter().map(|&x| (x < size) as usize).sum()
+        } else {
+            self.sizes.partition_point(|&x| x < size)
+        };
+        self.hint.set(p as u32);
+        p
+    }
+
     #[inline]
     fn find(&self, size: u64) -> (usize, bool) {
-        let p = self.buckets.partition_point(|b| b.size < size);
-        (p, p < self.buckets.len() && self.buckets[p].size == size)
+        let p = self.lower_bound(size);
+        (p, p < self.sizes.len() && self.sizes[p] == size)
     }
 
     fn new_list(&mut self) -> u32 {
@@ -222,6 +251,7 @@ impl Buckets {
         let (p, hit) = self.find(size);
         if !hit {
             self.buckets.insert(p, Bucket { size, reg, addr, idx: i, rest: NO_LIST });
+            self.sizes.insert(p, size);
             self.len += 1;
             return true;
         }
@@ -254,6 +284,7 @@ impl Buckets {
         if (reg, addr) == (b.reg, b.addr) {
             if b.rest == NO_LIST {
                 self.buckets.remove(p);
+                self.sizes.remove(p);
             } else {
                 let list = &mut self.lists[b.rest as usize];
                 let (nreg, naddr, nidx) = list.pop_front();
@@ -311,7 +342,10 @@ impl Buckets {
                     bs.buckets.last_mut().expect("checked").rest = l;
                     bs.lists[l as usize].push_back((reg, addr, i));
                 }
-                _ => bs.buckets.push(Bucket { size, reg, addr, idx: i, rest: NO_LIST }),
+                _ => {
+                    bs.buckets.push(Bucket { size, reg, addr, idx: i, rest: NO_LIST });
+                    bs.sizes.push(size);
+                }
             }
             bs.len += 1;
         }
@@ -436,7 +470,7 @@ impl FreeSet {
     pub fn first_at_least(&self, stream: StreamId, size: u64) -> Option<(u64, u32)> {
         match self.map(stream)? {
             StreamFree::Buckets(b) => {
-                let p = b.buckets.partition_point(|x| x.size < size);
+                let p = b.lower_bound(size);
                 b.buckets.get(p).map(|x| (x.size, x.idx))
             }
             StreamFree::Tree(t) => t.range(free_key(size, 0, 0)..).next().map(|(k, &i)| (key_size(k), i)),
@@ -503,6 +537,15 @@ impl PendingQueue {
 
     #[inline]
     pub fn remove(&mut self, seq: u64) -> bool {
+        // The newest entry (a free completed right after its request) first.
+        if self.q.back().is_some_and(|b| b.0 == seq && b.1 != HOLE) {
+            self.q.pop_back();
+            self.live -= 1;
+            while self.q.back().is_some_and(|e| e.1 == HOLE) {
+                self.q.pop_back();
+            }
+            return true;
+        }
         let Some(p) = self.position(seq) else { return false };
         self.live -= 1;
         if p == 0 {
