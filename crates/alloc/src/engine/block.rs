@@ -142,26 +142,173 @@ impl<T: Copy> std::ops::IndexMut<u32> for Slab<T> {
     }
 }
 
-/// Hasher for address keys: addresses are 512-aligned, so mix high bits down
-/// before the table takes the low ones. Fixed seed keeps runs deterministic.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct AddrHasher(u64);
+/// Address → slab index for the active blocks: open addressing with linear
+/// probing in one array of `(address, index)` slots (one cache line per lookup
+/// as a rule, where a general hash map reads a control byte and then the slot),
+/// Fibonacci hashing of the address without its 512-byte alignment, removal by
+/// backward shift (no tombstones), at most half full. Holds one entry per
+/// active block, like the map it replaces; never iterated.
+#[derive(Clone, Debug)]
+pub(crate) struct AddrTable {
+    slots: Vec<(Addr, u32)>,
+    /// 64 − log2(slots.len()).
+    shift: u32,
+    len: usize,
+    /// The value at the address that marks empty slots, kept apart.
+    at_max: Option<u32>,
+}
 
-impl std::hash::Hasher for AddrHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        let x = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        x ^ (x >> 29) ^ (x >> 47)
+/// An empty slot (no block starts at the last address).
+const EMPTY: Addr = Addr::MAX;
+
+impl Default for AddrTable {
+    fn default() -> Self {
+        AddrTable { slots: vec![(EMPTY, 0); 16], shift: 64 - 4, len: 0, at_max: None }
     }
 }
 
-pub(crate) type AddrMap<V> = std::collections::HashMap<Addr, V, std::hash::BuildHasherDefault<AddrHasher>>;
+impl AddrTable {
+    #[inline]
+    fn home(&self, a: Addr) -> usize {
+        ((a >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+    #[inline]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    pub fn get(&self, a: &Addr) -> Option<&u32> {
+        let a = *a;
+        if a == EMPTY {
+            return self.at_max.as_ref();
+        }
+        let mask = self.mask();
+        let mut i = self.home(a);
+        loop {
+            let s = &self.slots[i];
+            if s.0 == a {
+                return Some(&s.1);
+            }
+            if s.0 == EMPTY {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+    /// Insert or replace; the previous value if any.
+    #[inline]
+    pub fn insert(&mut self, a: Addr, v: u32) -> Option<u32> {
+        if a == EMPTY {
+            let old = self.at_max.replace(v);
+            self.len += old.is_none() as usize;
+            return old;
+        }
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let mask = self.mask();
+        let mut i = self.home(a);
+        loop {
+            let s = &mut self.slots[i];
+            if s.0 == a {
+                return Some(std::mem::replace(&mut s.1, v));
+            }
+            if s.0 == EMPTY {
+                *s = (a, v);
+                self.len += 1;
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+    #[inline]
+    pub fn remove(&mut self, a: &Addr) -> Option<u32> {
+        let a = *a;
+        if a == EMPTY {
+            let old = self.at_max.take();
+            self.len -= old.is_some() as usize;
+            return old;
+        }
+        let mask = self.mask();
+        let mut i = self.home(a);
+        loop {
+            let s = self.slots[i];
+            if s.0 == a {
+                break;
+            }
+            if s.0 == EMPTY {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+        let v = self.slots[i].1;
+        // Backward shift: move later entries of the run into the hole when
+        // their home is not after it.
+        let mut hole = i;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let k = self.slots[j].0;
+            if k == EMPTY {
+                break;
+            }
+            let home = self.home(k);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = self.slots[j];
+                hole = j;
+            }
+        }
+        self.slots[hole] = (EMPTY, 0);
+        self.len -= 1;
+        Some(v)
+    }
+    #[cold]
+    fn grow(&mut self) {
+        let cap = self.slots.len() * 2;
+        let old = std::mem::replace(&mut self.slots, vec![(EMPTY, 0); cap]);
+        self.shift -= 1;
+        self.len = self.at_max.is_some() as usize;
+        for (a, v) in old {
+            if a != EMPTY {
+                self.insert(a, v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table against a hash map: inserts, replacements, removals (runs
+    /// that wrap around the end, backward shifts), growth.
+    #[test]
+    fn addr_table_matches_a_map() {
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut t = AddrTable::default();
+        let mut m = std::collections::HashMap::new();
+        for step in 0..200_000u32 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // Few distinct addresses in some phases (dense runs), many in others.
+            let span = if (step / 20_000) % 2 == 0 { 3_000 } else { 300_000 };
+            let a = if step % 5000 == 7 { Addr::MAX } else { 0x7f00_0000_0000 + (rng % span) * 512 };
+            if rng >> 60 < 9 {
+                assert_eq!(t.insert(a, step), m.insert(a, step));
+            } else {
+                assert_eq!(t.remove(&a), m.remove(&a));
+            }
+            assert_eq!(t.len(), m.len());
+            if step % 1000 == 0 {
+                for (k, v) in &m {
+                    assert_eq!(t.get(k), Some(v));
+                }
+            }
+            assert_eq!(t.get(&a), m.get(&a));
+        }
+    }
+}

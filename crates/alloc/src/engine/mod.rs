@@ -20,7 +20,7 @@ use crate::device::DeviceMemory;
 use crate::rounding::{allocation_size, is_small, round_size, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::stats::Stats;
 use crate::{Addr, PoolId, StreamId, DEFAULT_POOL};
-use block::{AddrMap, Block, Segment, Slab, State, NIL};
+use block::{AddrTable, Block, Segment, Slab, State, NIL};
 use pool::{BlockPool, FreeKey, PendingQueue};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -202,7 +202,7 @@ pub struct CachingAllocator<D: DeviceMemory> {
     /// Private pools whose use count dropped to zero (§5.2 step 3).
     freeable: std::collections::BTreeSet<PoolId>,
     /// Allocated and pending-free blocks by address.
-    active: AddrMap<u32>,
+    active: AddrTable,
     /// Pending frees in request order (seq → block).
     pending: PendingQueue,
     pending_seq: u64,
@@ -237,7 +237,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             pools: vec![BlockPool::new(DEFAULT_POOL, false), BlockPool::new(DEFAULT_POOL, true)],
             private_pools: BTreeMap::new(),
             freeable: Default::default(),
-            active: AddrMap::default(),
+            active: AddrTable::default(),
             pending: PendingQueue::default(),
             pending_seq: 0,
             auto_pending: 0,
