@@ -15,9 +15,10 @@ Builds the inputs when missing:
 Then times, with the replay_bench example (library calls, file read once and timed
 apart), on CPU time (CLOCK_PROCESS_CPUTIME_ID, not wall time: the machine is shared):
 
-* verify   on LARGE-SIM: backward walk + seeding + forward replay comparing every
-                         decision + final-state comparison;
-* walk     on LARGE-SIM: the backward walk alone (part of verify);
+* verify   on LARGE-SIM: walk of the segments alive at entry 0 + seeding + forward
+                         replay comparing every decision + final-state comparison;
+* walk     on LARGE-SIM: the full backward walk alone (verify's fallback when its
+                         strict forward replay gives up; large-sim never needs it);
 * simulate on LARGE:     what-if under the recorded settings (synthetic addresses;
                          includes its verify pre-pass, here cut short: undecidable);
 
@@ -103,8 +104,8 @@ def main():
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     what = {
-        "verify": "`verify` (backward walk + forward replay comparing every decision + final state)",
-        "walk": "backward walk alone (part of `verify`)",
+        "verify": "`verify` (walk of the segments alive at entry 0 + forward replay comparing every decision + final state)",
+        "walk": "full backward walk alone (what `verify` falls back on when its strict replay gives up; not in the row above)",
         "simulate": "`simulate` under the recorded settings (synthetic addresses)",
     }
     for mode, path, r in rows:

@@ -5,11 +5,12 @@
 //! Each file is read once (timed apart), then its replayable devices are replayed in a
 //! loop until at least N trace events (default 5 M) have gone through. Modes:
 //!
-//! * `verify` (default): [`verify`](fragscope_analysis::replay::verify) — backward walk,
+//! * `verify` (default): [`verify`](fragscope_analysis::replay::verify) — walk of the
+//!   segments alive at entry 0 (the full backward walk when the strict replay gives up),
 //!   seeding, forward replay comparing every decision, final-state comparison;
 //! * `simulate`: [`simulate`](fragscope_analysis::replay::simulate) under the recorded
 //!   settings (synthetic addresses; includes the verify pass it builds on);
-//! * `walk`: the backward walk alone (the part of `verify` that rebuilds the initial state).
+//! * `walk`: the full backward walk alone (what `verify` falls back on; `oom` analysis uses it).
 //!
 //! events/s = trace events replayed / CPU seconds of the replay loop
 //! (`CLOCK_PROCESS_CPUTIME_ID`), excluding reading. One machine-readable line per file:
