@@ -779,19 +779,7 @@ impl Driver<'_> {
         let evs = self.eng.events();
         // The usual step: the model emitted exactly the entry.
         if let (Some(r), [m]) = (want, evs) {
-            let same = match *m {
-                Event::Alloc { addr, size, stream } => {
-                    r.action == Action::Alloc && (r.addr, r.size, r.stream) == (addr, size, stream)
-                }
-                Event::FreeRequested { addr, size, stream } => {
-                    r.action == Action::FreeRequested && (r.addr, r.size, r.stream) == (addr, size, stream)
-                }
-                Event::FreeCompleted { addr, size, stream } => {
-                    r.action == Action::FreeCompleted && (r.addr, r.size, r.stream) == (addr, size, stream)
-                }
-                _ => false,
-            };
-            if same {
+            if is_entry(r, m) {
                 return;
             }
         }
@@ -805,22 +793,7 @@ impl Driver<'_> {
         let own = evs.iter().filter(|m| !model_segment_event(m)).count();
         let ok = match want {
             None => own == 0,
-            Some(r) => {
-                own == 1
-                    && evs.last().is_some_and(|m| match *m {
-                        Event::Alloc { addr, size, stream } => {
-                            r.action == Action::Alloc && (r.addr, r.size, r.stream) == (addr, size, stream)
-                        }
-                        Event::FreeRequested { addr, size, stream } => {
-                            r.action == Action::FreeRequested && (r.addr, r.size, r.stream) == (addr, size, stream)
-                        }
-                        Event::FreeCompleted { addr, size, stream } => {
-                            r.action == Action::FreeCompleted && (r.addr, r.size, r.stream) == (addr, size, stream)
-                        }
-                        Event::Oom { size, .. } => r.action == Action::Oom && r.size == size,
-                        _ => false,
-                    })
-            }
+            Some(r) => own == 1 && evs.last().is_some_and(|m| is_entry(r, m)),
         };
         if !ok {
             self.bail();
@@ -840,4 +813,22 @@ pub fn replayable_devices(snap: &Snapshot) -> Vec<i64> {
     let mut v: Vec<i64> = set.into_iter().collect();
     v.sort_unstable();
     v
+}
+
+/// Whether the model's event `m` is the recorded entry `r`: the same action, and the same
+/// address, size and stream (the same size, for an OOM).
+fn is_entry(r: &TraceEvent, m: &Event) -> bool {
+    match *m {
+        Event::Alloc { addr, size, stream } => {
+            r.action == Action::Alloc && (r.addr, r.size, r.stream) == (addr, size, stream)
+        }
+        Event::FreeRequested { addr, size, stream } => {
+            r.action == Action::FreeRequested && (r.addr, r.size, r.stream) == (addr, size, stream)
+        }
+        Event::FreeCompleted { addr, size, stream } => {
+            r.action == Action::FreeCompleted && (r.addr, r.size, r.stream) == (addr, size, stream)
+        }
+        Event::Oom { size, .. } => r.action == Action::Oom && r.size == size,
+        _ => false,
+    }
 }

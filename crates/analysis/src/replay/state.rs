@@ -694,27 +694,41 @@ pub fn backward_walk_counted(
     let mut counts = TraceCounts::default();
     let mut state = final_state;
     let mut scratch = Vec::new();
-    // Choices whose block has no alloc earlier in the trace yet (walking back):
-    // at most the live blocks, so memory does not grow with the trace.
-    let mut open: std::collections::HashMap<u64, Vec<Ambiguity>, super::AddrBuild> = Default::default();
+    let mut open = OpenChoices::default();
     for (i, ev) in trace.iter().enumerate().rev() {
         state.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
         counts.add(ev.action);
+        open.step(ev, &mut scratch);
+    }
+    Ok((Initial { state, ambiguous: open.into_sorted() }, counts))
+}
+
+/// Choices whose block has no alloc earlier in the trace yet (walking back): at most the
+/// live blocks, so memory does not grow with the trace.
+#[derive(Default)]
+struct OpenChoices(std::collections::HashMap<u64, Vec<Ambiguity>, super::AddrBuild>);
+
+impl OpenChoices {
+    /// After undoing `ev`: a free's new choices open, an alloc closes its block's.
+    fn step(&mut self, ev: &TraceEvent, scratch: &mut Vec<Ambiguity>) {
         match ev.action {
             Action::FreeCompleted if !scratch.is_empty() => {
                 for a in scratch.drain(..) {
-                    open.entry(a.addr).or_default().push(a);
+                    self.0.entry(a.addr).or_default().push(a);
                 }
             }
-            Action::Alloc if !open.is_empty() => {
-                open.remove(&ev.addr);
+            Action::Alloc if !self.0.is_empty() => {
+                self.0.remove(&ev.addr);
             }
             _ => {}
         }
     }
-    let mut ambiguous: Vec<Ambiguity> = open.into_values().flatten().collect();
-    ambiguous.sort_by(|a, b| b.index.cmp(&a.index));
-    Ok((Initial { state, ambiguous }, counts))
+    /// The choices still open, latest entry first.
+    fn into_sorted(self) -> Vec<Ambiguity> {
+        let mut ambiguous: Vec<Ambiguity> = self.0.into_values().flatten().collect();
+        ambiguous.sort_by_key(|a| std::cmp::Reverse(a.index));
+        ambiguous
+    }
 }
 
 /// What one forward pass over a trace gives the segment-by-segment walk
@@ -810,28 +824,16 @@ pub(crate) fn walk_live_at_start(
         }
     }
     let mut scratch = Vec::new();
-    let mut open: std::collections::HashMap<u64, Vec<Ambiguity>, super::AddrBuild> = Default::default();
+    let mut open = OpenChoices::default();
     let tail = scan.seg_events.partition_point(|&i| i < full_from);
     for &i in scan.seg_events[tail..].iter().rev() {
         state.undo_by_segment(i, &trace[i], pool_of(&trace[i]), rules, &mut scratch, &created_before)?;
     }
     for (i, ev) in trace[..full_from].iter().enumerate().rev() {
         state.undo_by_segment(i, ev, pool_of(ev), rules, &mut scratch, &created_before)?;
-        match ev.action {
-            Action::FreeCompleted if !scratch.is_empty() => {
-                for a in scratch.drain(..) {
-                    open.entry(a.addr).or_default().push(a);
-                }
-            }
-            Action::Alloc if !open.is_empty() => {
-                open.remove(&ev.addr);
-            }
-            _ => {}
-        }
+        open.step(ev, &mut scratch);
     }
-    let mut ambiguous: Vec<Ambiguity> = open.into_values().flatten().collect();
-    ambiguous.sort_by(|a, b| b.index.cmp(&a.index));
-    Some(Initial { state, ambiguous })
+    Some(Initial { state, ambiguous: open.into_sorted() })
 }
 
 impl RecordedState {
