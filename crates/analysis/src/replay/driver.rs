@@ -83,12 +83,17 @@ pub fn infer_expandable_capacity(snap: &Snapshot, device: i64, cfg: &AllocatorCo
     infer_capacity(snap, device, cfg, true)
 }
 
+/// A memory pool id as PyTorch writes it: `(graph id, pool id)`.
+type PoolId = (u64, u64);
+/// What makes expandable reservations separate: `(stream, pool, small)`.
+type ReservationKind = (u64, PoolId, bool);
+
 /// [`infer_expandable_capacity`]; the trace is scanned for `segment_map`s only
 /// when `has_maps` (without any, the scan finds nothing).
 fn infer_capacity(snap: &Snapshot, device: i64, cfg: &AllocatorConfig, has_maps: bool) -> Option<u64> {
     let trace = if has_maps { snap.trace(device) } else { &[] };
-    let mut first: Vec<((u64, (u64, u64), bool), u64)> = Vec::new();
-    let mut note = |kind: (u64, (u64, u64), bool), addr: u64| match first.iter_mut().find(|(k, _)| *k == kind) {
+    let mut first: Vec<(ReservationKind, u64)> = Vec::new();
+    let mut note = |kind: ReservationKind, addr: u64| match first.iter_mut().find(|(k, _)| *k == kind) {
         Some((_, a)) => *a = (*a).min(addr),
         None => first.push((kind, addr)),
     };
@@ -426,7 +431,7 @@ struct Driver<'a> {
     cursor: Option<RecordedState>,
     cursor_pos: usize,
     /// Known expandable reservations `(base, size, stream, pool, small)`.
-    resv: Vec<(u64, u64, u64, (u64, u64), bool)>,
+    resv: Vec<(u64, u64, u64, PoolId, bool)>,
     inferred: Inferred,
     stopped: bool,
     no_resync: bool,
@@ -439,11 +444,10 @@ struct Driver<'a> {
 impl Driver<'_> {
     fn run(&mut self) {
         let trace = self.trace;
-        for i in 0..trace.len() {
+        for (i, ev) in trace.iter().enumerate() {
             if self.stopped {
                 break;
             }
-            let ev = &trace[i];
             match ev.action {
                 Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => {
                     self.pend.push(i)

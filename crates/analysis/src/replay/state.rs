@@ -849,10 +849,10 @@ impl RecordedState {
         created_before: &dyn Fn(u64, usize) -> bool,
     ) -> Option<()> {
         match ev.action {
-            Action::Alloc | Action::FreeRequested | Action::FreeCompleted => {
-                if self.seg_mut(ev.addr)?.blocks.is_empty() {
-                    return Some(());
-                }
+            Action::Alloc | Action::FreeRequested | Action::FreeCompleted
+                if self.seg_mut(ev.addr)?.blocks.is_empty() =>
+            {
+                return Some(());
             }
             Action::SegmentFree if created_before(ev.addr, index) => {
                 if self.overlaps(ev.addr, ev.size) {
