@@ -458,7 +458,7 @@ impl SnapshotAbsorber {
         Ok(kind)
     }
 
-    /// The value of a trace-entry key with code `code`, at `buf[*p]`.
+    /// The value of a trace-entry key with code `code`, at `buf[*p]` (after a FRAME, if any).
     #[inline(always)]
     fn entry_value(
         &mut self,
@@ -469,6 +469,10 @@ impl SnapshotAbsorber {
         ev: &mut TraceEvent,
         vals: &mut EntryValues,
     ) -> Option<()> {
+        // CPython's framer may also end a frame between a key and its value.
+        if *buf.get(*p)? == 0x95 {
+            *p += 9;
+        }
         let v: &[u8; 16] = buf.get(*p..*p + 16)?.try_into().unwrap();
         match code {
             K_ADDR..=K_TIME => {
@@ -554,9 +558,6 @@ impl SnapshotAbsorber {
                 break;
             }
             p += t.len;
-            if *buf.get(p)? == 0x95 {
-                p += 9;
-            }
             self.entry_value(st, buf, &mut p, t.code, ev, &mut vals)?;
             j += 1;
         }
@@ -589,9 +590,6 @@ impl SnapshotAbsorber {
                 }
             };
             j += 1;
-            if *buf.get(p)? == 0x95 {
-                p += 9;
-            }
             self.entry_value(st, buf, &mut p, code, ev, &mut vals)?;
         }
         const NEED: u32 = 1 << K_ACTION | 1 << K_ADDR | 1 << K_SIZE;
