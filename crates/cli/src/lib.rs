@@ -1,0 +1,126 @@
+//! `fragscope`: explain CUDA out-of-memory errors and fragmentation from PyTorch memory
+//! snapshots (`torch.cuda.memory._dump_snapshot`).
+//!
+//! The command line lives in this library so that every front end runs the same code:
+//! the `fragscope` binary (`src/main.rs`) and the Python package's `fragscope` command
+//! both call [`run_cli`] with their arguments.
+//!
+//! Adding a command: write `cmd/<name>.rs` with `Args` (clap) and
+//! `run(&Args) -> Result<ExitCode, CliError>`, then add one variant to [`Command`] and
+//! one arm to [`Command::run`].
+//!
+//! Exit codes: 0 ok, 1 a `check` gate failed, 2 bad usage or unreadable input.
+
+pub mod cmd;
+pub mod example;
+pub mod input;
+pub mod output;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "fragscope", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Memory figures of a snapshot as memory_summary() names them, fragmentation, and
+    /// what the recorded trace covers. Without FILE: the built-in example.
+    Summary(cmd::summary::Args),
+    /// Replay a snapshot's trace through the allocator model: --verify checks the model
+    /// against the recording; otherwise simulate other settings (--config) or GPU sizes
+    /// (--capacity).
+    Replay(cmd::replay::Args),
+    /// Explain a snapshot, most important first: the OOM (fragmentation, exhaustion or
+    /// stranded memory, and the settings a replay shows would have avoided it),
+    /// fragmentation over time, leak suspects, call sites at the peaks, recommendations.
+    Analyze(cmd::analyze::Args),
+    /// Explain a CUDA out-of-memory error from its text (argument, file or stdin): the
+    /// figures, whether fragmentation is the likely cause, and what to record next.
+    Oom(cmd::oom::Args),
+    /// Compare two snapshots: peak allocated / reserved / fragmentation per device and
+    /// the call sites whose live memory at the peak changed most.
+    Diff(cmd::diff::Args),
+    /// Gate for CI: exit 1 when a snapshot breaks a memory budget (--max-reserved,
+    /// --max-allocated, --max-fragmentation, --no-leaks), 0 otherwise.
+    Check(cmd::check::Args),
+}
+
+impl Command {
+    fn run(&self) -> Result<ExitCode, CliError> {
+        match self {
+            Command::Summary(a) => cmd::summary::run(a),
+            Command::Replay(a) => cmd::replay::run(a),
+            Command::Analyze(a) => cmd::analyze::run(a),
+            Command::Oom(a) => cmd::oom::run(a),
+            Command::Diff(a) => cmd::diff::run(a),
+            Command::Check(a) => cmd::check::run(a),
+        }
+    }
+}
+
+/// An error that ends the command with one line on stderr.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: String,
+    pub code: u8,
+}
+
+impl CliError {
+    /// Bad usage or unreadable input (exit code 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError { message: message.into(), code: 2 }
+    }
+}
+
+/// Exit code for a `check` gate that failed.
+pub const EXIT_GATE_FAILED: u8 = 1;
+
+/// Runs the command line on `args` (the program name first, as in `std::env::args_os`) and
+/// returns its exit code: 0 ok, 1 a `check` gate failed, 2 bad usage or unreadable input.
+/// Errors are printed as one line on stderr; `--help` and usage errors are printed by clap.
+pub fn run_cli<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap's own rendering: usage errors exit 2, --help / --version exit 0.
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match cli.command.run() {
+        Ok(code) => {
+            if code == ExitCode::SUCCESS {
+                0
+            } else if code == ExitCode::from(EXIT_GATE_FAILED) {
+                EXIT_GATE_FAILED
+            } else {
+                2
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {}", e.message);
+            e.code
+        }
+    }
+}
+
+/// Writes to stdout; a closed pipe (`fragscope summary | head`) ends quietly.
+pub fn print_stdout(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError { message: format!("cannot write output: {e}"), code: 2 }),
+    }
+}
