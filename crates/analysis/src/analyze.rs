@@ -153,6 +153,7 @@ pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> De
         let cands = recommend::candidates(&cfg, &era);
         let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
         oom::apply_trials(&mut f, base, trials);
+        oom::advise(snap, device, &mut f);
         Some(f)
     };
     let ((tl, attr, at_peak, at_peak_note), mut lk, oom_f) = if threads > 1 {
@@ -248,6 +249,9 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
                     o.top_sites.first().map_or("unknown", |s| s.site.site.as_str())
                 ),
             });
+        }
+        if let Some(a) = &o.advice_summary {
+            v.push(Finding { kind: "advice", severity: "high", headline: a.clone() });
         }
     }
     let tl = &d.fragmentation.timeline;

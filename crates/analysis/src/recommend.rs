@@ -198,6 +198,12 @@ pub struct Trial {
     pub peak_allocated_bytes: u64,
     pub peak_fragmentation: f64,
     pub cuda_mallocs: u64,
+    /// `cudaFree` calls (released segments and unmapped pages).
+    pub cuda_frees: u64,
+    /// `empty_cache()` calls made (the recording's own, as inferred, plus any added).
+    pub empty_cache_calls: u64,
+    /// Estimated seconds of driver calls (`replay::cost`): an estimate, not a measurement.
+    pub est_driver_seconds: f64,
     pub alloc_retries: u64,
     pub ooms: u64,
     /// Trace index of the first request the replay could not serve.
@@ -228,6 +234,9 @@ fn trial_of(setting: &str, cand: Option<&Candidate>, cfg: &AllocatorConfig, w: r
         peak_allocated_bytes: w.peak_allocated,
         peak_fragmentation: w.peak_fragmentation,
         cuda_mallocs: w.cuda_mallocs,
+        cuda_frees: w.cuda_frees,
+        empty_cache_calls: w.empty_cache_calls,
+        est_driver_seconds: w.est_driver_seconds,
         alloc_retries: w.alloc_retries,
         ooms: w.ooms,
         first_oom_index: w.first_oom.as_ref().map(|o| o.index),

@@ -118,15 +118,20 @@ fn empty_cache_does_not_avoid_the_recorded_exhaustion_oom() {
     let cfg = recorded_config(&snap);
     let base = simulate(&snap, 1, cfg.clone(), cap);
     let oom_at = base.first_oom.as_ref().expect("the recorded settings reproduce the OOM").index;
-    for at in [EmptyCacheAt::Iterations, EmptyCacheAt::Annotation { name: "nonexistent".into(), at_end: false }] {
-        match simulate_empty_cache(&snap, 1, cfg.clone(), cap, &at) {
-            Ok(w) => {
-                assert!(w.first_oom.as_ref().is_some_and(|o| o.index <= oom_at), "{at:?}: {:?}", w.first_oom);
-                assert_eq!(w.recorded_ooms_that_fit, 0);
-            }
-            Err(e) => assert!(e.contains("annotation") || e.contains("iterations"), "{e}"),
-        }
+    // Right before the failing request, and before every allocation of the trace.
+    let allocs: Vec<usize> = (0..=oom_at).collect();
+    for at in [EmptyCacheAt::Entries(vec![oom_at]), EmptyCacheAt::Entries(allocs)] {
+        let w = simulate_empty_cache(&snap, 1, cfg.clone(), cap, &at).unwrap();
+        assert_eq!(w.first_oom.as_ref().map(|o| o.index), Some(oom_at), "{at:?}");
+        assert_eq!(w.recorded_ooms_that_fit, 0);
+        assert!(w.cuda_frees >= base.cuda_frees);
     }
+    // This device has too few allocations for iterations: said, not guessed.
+    let e = simulate_empty_cache(&snap, 1, cfg, cap, &EmptyCacheAt::Iterations).unwrap_err();
+    assert!(e.contains("no iterations found"), "{e}");
+    // No caching: the live set alone does not fit either.
+    let nc = simulate_uncached(&snap, 1, cap);
+    assert_eq!(nc.first_oom.as_ref().map(|o| o.index), Some(oom_at));
 }
 
 /// An annotated real trace: `empty_cache()` placed at the starts of a recorded scope.

@@ -35,6 +35,9 @@ pub enum EmptyCacheAt {
     /// When a `record_function` scope of this name starts (or ends, `at_end`). A name
     /// ending in `#N` matches every numbered instance (`ProfilerStep#N`).
     Annotation { name: String, at_end: bool },
+    /// Right before these trace entries (`entry:421`): e.g. just before a failing request,
+    /// to show that the release PyTorch makes itself before raising an OOM changes nothing.
+    Entries(Vec<usize>),
 }
 
 impl EmptyCacheAt {
@@ -46,6 +49,12 @@ impl EmptyCacheAt {
         }
         if s == "iteration" || s == "iterations" {
             return Ok(EmptyCacheAt::Iterations);
+        }
+        if let Some(list) = s.strip_prefix("entry:") {
+            let v: Result<Vec<usize>, _> = list.split(',').map(|x| x.trim().parse::<usize>()).collect();
+            return v
+                .map(EmptyCacheAt::Entries)
+                .map_err(|_| format!("invalid --empty-cache-at '{s}': entry:N[,N...] takes trace entry indexes"));
         }
         match s.strip_suffix("@end") {
             Some(n) if !n.is_empty() => Ok(EmptyCacheAt::Annotation { name: n.to_string(), at_end: true }),
@@ -59,6 +68,8 @@ impl EmptyCacheAt {
             EmptyCacheAt::Iterations => "empty_cache() at every iteration boundary".into(),
             EmptyCacheAt::Annotation { name, at_end: false } => format!("empty_cache() before each \"{name}\""),
             EmptyCacheAt::Annotation { name, at_end: true } => format!("empty_cache() after each \"{name}\""),
+            EmptyCacheAt::Entries(v) if v.len() == 1 => format!("empty_cache() before entry {}", v[0]),
+            EmptyCacheAt::Entries(v) => format!("empty_cache() before {} chosen entries", v.len()),
         }
     }
 }
@@ -81,6 +92,16 @@ fn scope_matches(pattern: &str, name: &str) -> bool {
 pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Result<(Vec<usize>, String), String> {
     let trace = snap.trace(device);
     match at {
+        EmptyCacheAt::Entries(v) => {
+            let mut pts: Vec<usize> = v.iter().copied().filter(|&i| i <= trace.len()).collect();
+            pts.sort_unstable();
+            pts.dedup();
+            if pts.is_empty() {
+                return Err(format!("the trace has {} entries", trace.len()));
+            }
+            let n = pts.len();
+            Ok((pts, format!("{n} chosen trace entr{}", if n == 1 { "y" } else { "ies" })))
+        }
         EmptyCacheAt::Iterations => {
             let it = crate::leaks::iterations(snap, device);
             if it.boundaries.is_empty() {

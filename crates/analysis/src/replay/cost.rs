@@ -28,6 +28,9 @@ pub const CUDA_MALLOC_US: f64 = 50.0;
 /// device synchronisation it implies.
 pub const CUDA_FREE_US: f64 = 50.0;
 
+/// The line printed under every table with an estimate.
+pub const ESTIMATE_NOTE: &str = "driver time (est.): an estimate, 50 µs per cudaMalloc/cudaFree/map/unmap from published measurements (docs/GUIDE.md), not counting the device synchronisation each cudaFree adds";
+
 /// Estimated seconds spent in `mallocs` + `frees` driver calls (module doc).
 pub fn driver_seconds(mallocs: u64, frees: u64) -> f64 {
     (mallocs as f64 * CUDA_MALLOC_US + frees as f64 * CUDA_FREE_US) / 1e6

@@ -300,12 +300,35 @@ fn oom_text(f: &OomFinding) -> String {
             };
             let _ = writeln!(
                 o,
-                "    {:<36} {:<22} peak reserved {:>11}  {} cudaMalloc",
+                "    {:<36} {:<22} peak reserved {:>11}  {} cudaMalloc  {} cudaFree  ≈{} driver time",
                 t.setting,
                 outcome,
                 bytes(t.peak_reserved_bytes),
-                t.cuda_mallocs
+                t.cuda_mallocs,
+                t.cuda_frees,
+                fragscope_analysis::replay::cost::format_seconds(t.est_driver_seconds)
             );
+        }
+        if !f.advice.is_empty() {
+            let _ = writeln!(o, "  The usual advice, replayed the same way:");
+            for a in &f.advice {
+                let outcome = if a.avoids_oom {
+                    "avoids the OOM".to_string()
+                } else {
+                    a.first_oom_index.map_or("request still fails".into(), |i| format!("OOM at entry {i}"))
+                };
+                let _ = writeln!(
+                    o,
+                    "    {:<36} {:<22} peak reserved {:>11}  {} cudaMalloc  {} cudaFree  ≈{} driver time",
+                    a.advice,
+                    outcome,
+                    bytes(a.peak_reserved_bytes),
+                    a.cuda_mallocs,
+                    a.cuda_frees,
+                    fragscope_analysis::replay::cost::format_seconds(a.est_driver_seconds)
+                );
+            }
+            let _ = writeln!(o, "    ({})", fragscope_analysis::replay::cost::ESTIMATE_NOTE);
         }
         if f.fixes.is_empty() {
             let _ = writeln!(o, "    No setting avoids it.");
