@@ -327,7 +327,7 @@ pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
         match simulate_empty_cache(snap, device, cfg.clone(), cap, &at) {
             Ok(mut w) => {
                 if matches!(at, EmptyCacheAt::Entries(_)) {
-                    w.advice = Some("empty_cache() right before the request".into());
+                    w.advice = Some("empty_cache() before the request".into());
                 }
                 f.advice.push(outcome(w))
             }

@@ -309,6 +309,18 @@ fn oom_text(f: &OomFinding) -> String {
                 fragscope_analysis::replay::cost::format_seconds(t.est_driver_seconds)
             );
         }
+        if f.fixes.is_empty() {
+            let _ = writeln!(o, "    No setting avoids it.");
+        } else {
+            for x in &f.fixes {
+                let _ = writeln!(
+                    o,
+                    "    Fix: {}{}",
+                    x.paste,
+                    x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}"))
+                );
+            }
+        }
         if !f.advice.is_empty() {
             let _ = writeln!(o, "  The usual advice, replayed the same way:");
             for a in &f.advice {
@@ -329,18 +341,6 @@ fn oom_text(f: &OomFinding) -> String {
                 );
             }
             let _ = writeln!(o, "    ({})", fragscope_analysis::replay::cost::ESTIMATE_NOTE);
-        }
-        if f.fixes.is_empty() {
-            let _ = writeln!(o, "    No setting avoids it.");
-        } else {
-            for x in &f.fixes {
-                let _ = writeln!(
-                    o,
-                    "    Fix: {}{}",
-                    x.paste,
-                    x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}"))
-                );
-            }
         }
     }
     o
