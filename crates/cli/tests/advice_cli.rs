@@ -48,6 +48,21 @@ fn replay_shows_the_advice_with_its_cost() {
 }
 
 #[test]
+fn analyze_what_if_weighs_the_advice_on_a_run_without_oom() {
+    let Some(f) = real_file("cs336-2.7b-trainstep-ctx128-fp32.pickle") else { return };
+    let t = run(&["analyze", "--what-if", f.to_str().unwrap()]);
+    assert!(
+        t.contains("empty_cache() at every iteration boundary would lower the peak memory taken from CUDA from 56.91 GiB to 51.67 GiB"),
+        "{t}"
+    );
+    assert!(t.contains("for 6770 cudaMalloc + 5894 cudaFree instead of 782 + 430"), "{t}");
+    // Where it makes things worse, it says so.
+    let Some(g) = real_file("pytorchblog-resnet50-train-cppframes.pickle") else { return };
+    let t = run(&["analyze", "--what-if", g.to_str().unwrap()]);
+    assert!(t.contains("empty_cache() at every iteration boundary would raise the peak memory taken from CUDA"), "{t}");
+}
+
+#[test]
 fn replay_refuses_a_bad_empty_cache_point() {
     let o = Command::new(env!("CARGO_BIN_EXE_fragscope")).args(["replay", "--empty-cache-at", "entry:x"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
