@@ -353,7 +353,8 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
     {
         // Advice that lowers the peak by at least the ranking's threshold is worth reading.
         let helps = r.advice.iter().any(|t| {
-            t.ooms == 0 && (t.peak_reserved_bytes as f64) <= base.peak_reserved_bytes as f64 * (1.0 - recommend::MIN_GAIN)
+            t.ooms == 0
+                && (t.peak_reserved_bytes as f64) <= base.peak_reserved_bytes as f64 * (1.0 - recommend::MIN_GAIN)
         });
         v.push(Finding { kind: "advice", severity: if helps { "medium" } else { "info" }, headline: h });
     }

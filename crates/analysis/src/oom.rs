@@ -365,7 +365,11 @@ pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
             parts.join("; ")
         )
     } else {
-        format!("Of the usual advice, {} would have avoided this OOM in the replay: {}", helped.join(" and "), parts.join("; "))
+        format!(
+            "Of the usual advice, {} would have avoided this OOM in the replay: {}",
+            helped.join(" and "),
+            parts.join("; ")
+        )
     };
     if let Some(live) = live_at_oom.filter(|_| helped.is_empty()) {
         s.push_str(&format!(

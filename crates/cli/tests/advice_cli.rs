@@ -32,14 +32,16 @@ fn replay_shows_the_advice_with_its_cost() {
     let Some(f) = real_file("cs336-2.7b-trainstep-ctx128-fp32.pickle") else { return };
     let t = run(&["replay", f.to_str().unwrap()]);
     assert!(t.contains("driver time (est.)"), "{t}");
-    let row = |key: &str| t.lines().find(|l| l.contains(key)).unwrap_or_else(|| panic!("no {key} row: {t}")).to_string();
+    let row =
+        |key: &str| t.lines().find(|l| l.contains(key)).unwrap_or_else(|| panic!("no {key} row: {t}")).to_string();
     // No caching: one cudaMalloc per alloc entry (6,770) and one cudaFree per free (5,894),
     // the figures the independent walk (tests/independent/no_caching.py) computes.
     let nc = row("PYTORCH_NO_CUDA_MEMORY_CACHING=1");
     assert!(nc.contains("|       6770 |     5894 |"), "{nc}");
     let ec = row("empty_cache() at every iteration boundary");
     assert!(ec.contains("calls)"), "{ec}");
-    let j: Value = serde_json::from_str(&run(&["replay", f.to_str().unwrap(), "--json", "--no-caching", "--config", ""])).unwrap();
+    let j: Value =
+        serde_json::from_str(&run(&["replay", f.to_str().unwrap(), "--json", "--no-caching", "--config", ""])).unwrap();
     let w = &j["files"][0]["devices"][0]["whatif"];
     let nc = w.as_array().unwrap().iter().find(|r| r["advice"] == "PYTORCH_NO_CUDA_MEMORY_CACHING=1").unwrap();
     assert_eq!(nc["cuda_mallocs"], 6770);
@@ -64,7 +66,8 @@ fn analyze_what_if_weighs_the_advice_on_a_run_without_oom() {
 
 #[test]
 fn replay_refuses_a_bad_empty_cache_point() {
-    let o = Command::new(env!("CARGO_BIN_EXE_fragscope")).args(["replay", "--empty-cache-at", "entry:x"]).output().unwrap();
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_fragscope")).args(["replay", "--empty-cache-at", "entry:x"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).starts_with("error: "));
 }

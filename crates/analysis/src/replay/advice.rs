@@ -168,7 +168,8 @@ pub fn simulate_empty_cache(
 ) -> Result<WhatIf, String> {
     let (points, how) = empty_cache_points(snap, device, at)?;
     let added = points.len();
-    let mut w = simulate_with(snap, device, cfg, &SimOptions { capacity, empty_cache_at: points, ..Default::default() });
+    let mut w =
+        simulate_with(snap, device, cfg, &SimOptions { capacity, empty_cache_at: points, ..Default::default() });
     w.advice = Some(at.describe());
     w.notes.insert(0, format!("{added} empty_cache() calls added: {how}"));
     Ok(w)
@@ -183,7 +184,8 @@ pub fn simulate_empty_cache(
 pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) -> WhatIf {
     let trace = snap.trace(device);
     let (vrep, inferred) = verify_inner(snap, device, &ReplayOptions::default());
-    let mut notes = vec!["driver page granularity not modelled: bytes held are the requests' sum (a lower bound)".into()];
+    let mut notes =
+        vec!["driver page granularity not modelled: bytes held are the requests' sum (a lower bound)".into()];
     let mut a = UncachedAllocator::new(capacity.unwrap_or(UNLIMITED));
     // Recorded address → simulated address (None: its cudaMalloc failed).
     let mut map: HashMap<u64, Option<u64>> = HashMap::new();
@@ -214,10 +216,7 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
                         stream: ev.stream,
                         reserved: a.in_use,
                         allocated: a.in_use,
-                        stack: ev
-                            .stack
-                            .map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect())
-                            .unwrap_or_default(),
+                        stack: super::whatif::stack_strings(snap, ev.stack),
                     });
                 }
                 match (ev.action, got) {
@@ -270,3 +269,25 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
 
 /// The label of the no-caching alternative.
 pub const NO_CACHING: &str = "PYTORCH_NO_CUDA_MEMORY_CACHING=1";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn where_to_call_empty_cache() {
+        assert_eq!(EmptyCacheAt::parse("iteration"), Ok(EmptyCacheAt::Iterations));
+        assert_eq!(EmptyCacheAt::parse("eval@end"), Ok(EmptyCacheAt::Annotation { name: "eval".into(), at_end: true }));
+        assert_eq!(
+            EmptyCacheAt::parse("ProfilerStep#N"),
+            Ok(EmptyCacheAt::Annotation { name: "ProfilerStep#N".into(), at_end: false })
+        );
+        assert_eq!(EmptyCacheAt::parse("entry:3,1"), Ok(EmptyCacheAt::Entries(vec![3, 1])));
+        assert!(EmptyCacheAt::parse("entry:x").is_err());
+        assert!(EmptyCacheAt::parse(" ").is_err());
+        assert!(scope_matches("ProfilerStep#N", "ProfilerStep#12"));
+        assert!(!scope_matches("ProfilerStep#N", "ProfilerStep#"));
+        assert!(!scope_matches("ProfilerStep#N", "Other#3"));
+        assert!(scope_matches("forward", "forward"));
+    }
+}

@@ -175,10 +175,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                             stream: o.stream,
                             reserved: o.reserved,
                             allocated: o.allocated,
-                            stack: ev
-                                .stack
-                                .map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect())
-                                .unwrap_or_default(),
+                            stack: stack_strings(snap, ev.stack),
                         });
                     }
                 }
@@ -254,6 +251,11 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         notes,
         snapshot,
     }
+}
+
+/// An allocation stack as `file:line:name` strings, innermost first.
+pub(crate) fn stack_strings(snap: &Snapshot, stack: Option<fragscope_snapshot::StackId>) -> Vec<String> {
+    stack.map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect()).unwrap_or_default()
 }
 
 /// The simulated run as a snapshot of one device: its trace and final segments.

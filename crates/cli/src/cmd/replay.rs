@@ -201,7 +201,12 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
                 let mut runs = Vec::new();
                 for (k, c) in cfgs.into_iter().enumerate() {
                     let collect = k == 0 && args.save_snapshot.is_some();
-                    let mut w = simulate_with(snap, d, c, &SimOptions { capacity, collect_snapshot: collect, ..SimOptions::default() });
+                    let mut w = simulate_with(
+                        snap,
+                        d,
+                        c,
+                        &SimOptions { capacity, collect_snapshot: collect, ..SimOptions::default() },
+                    );
                     if let Some(s) = w.snapshot.take() {
                         merge_into(&mut saved, s);
                     }
