@@ -311,7 +311,6 @@ pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
     let idx = f.event_index;
     let cap = Some(f.capacity_bytes);
     let cfg = recorded_config(snap);
-    let base_calls = f.baseline.as_ref().map_or(0, |b| b.empty_cache_calls);
     let outcome = |w: crate::replay::WhatIf| AdviceOutcome {
         advice: w.advice.clone().unwrap_or_default(),
         avoids_oom: w.first_oom.as_ref().is_none_or(|o| o.index > idx) && w.recorded_ooms_that_fit > 0,
@@ -319,7 +318,7 @@ pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
         peak_reserved_bytes: w.peak_reserved,
         cuda_mallocs: w.cuda_mallocs,
         cuda_frees: w.cuda_frees,
-        empty_cache_calls_added: w.empty_cache_calls.saturating_sub(base_calls),
+        empty_cache_calls_added: w.empty_cache_added,
         est_driver_seconds: w.est_driver_seconds,
     };
     let mut notes = Vec::new();

@@ -95,6 +95,7 @@ fn empty_cache_every_iteration_on_real_runs() {
             let w = simulate_empty_cache(&snap, d, cfg, None, &EmptyCacheAt::Iterations).unwrap();
             let name = format!("{} device {d}", f.display());
             assert_eq!(w.empty_cache_calls, base.empty_cache_calls + points.len() as u64, "{name}");
+            assert_eq!(w.empty_cache_added, points.len() as u64, "{name}");
             assert!(w.cuda_frees >= base.cuda_frees, "{name}: {} < {}", w.cuda_frees, base.cuda_frees);
             assert!(w.cuda_mallocs >= base.cuda_mallocs, "{name}: {} < {}", w.cuda_mallocs, base.cuda_mallocs);
             // The same workload: the bytes the tensors need do not change.

@@ -172,6 +172,7 @@ pub fn simulate_empty_cache(
         simulate_with(snap, device, cfg, &SimOptions { capacity, empty_cache_at: points, ..Default::default() });
     w.advice = Some(at.describe());
     w.notes.insert(0, format!("{added} empty_cache() calls added: {how}"));
+    w.advice_points = Some(how);
     Ok(w)
 }
 
@@ -261,6 +262,8 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
         recorded_ooms_that_fit: recorded_fit,
         empty_cache_calls: 0,
         advice: Some(NO_CACHING.into()),
+        advice_points: None,
+        empty_cache_added: 0,
         est_driver_seconds: super::cost::driver_seconds(a.cuda_mallocs, a.cuda_frees),
         notes,
         snapshot: None,

@@ -74,6 +74,12 @@ pub struct WhatIf {
     /// (`empty_cache() at every iteration boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advice: Option<String>,
+    /// How the advice's `empty_cache()` points were found (`32 iterations of 109
+    /// allocations (periodicity)`, `3 starts of "eval"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice_points: Option<String>,
+    /// `empty_cache()` calls the advice added (on top of the recording's own).
+    pub empty_cache_added: u64,
     /// Estimated seconds in driver calls ([`super::cost`]): an estimate, not a measurement.
     pub est_driver_seconds: f64,
     pub notes: Vec<String>,
@@ -247,6 +253,8 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         recorded_ooms_that_fit: recorded_fit,
         empty_cache_calls,
         advice: None,
+        advice_points: None,
+        empty_cache_added: opts.empty_cache_at.len() as u64,
         est_driver_seconds: super::cost::driver_seconds(st.num_device_alloc, st.num_device_free),
         notes,
         snapshot,

@@ -382,10 +382,7 @@ fn run_advice(
 /// The row name of a what-if: its advice, else its configuration string.
 fn whatif_label(w: &WhatIf) -> String {
     match &w.advice {
-        Some(a) if a.starts_with("empty_cache") => {
-            let n = w.notes.first().and_then(|n| n.split(' ').next()).unwrap_or("?");
-            format!("{a} ({n} calls)")
-        }
+        Some(a) if w.advice_points.is_some() => format!("{a} ({} calls)", w.empty_cache_added),
         Some(a) => a.clone(),
         None if w.config.is_empty() => "(defaults)".to_string(),
         None => w.config.clone(),
@@ -421,7 +418,7 @@ fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
             let base = replay::simulate(&snap, d, cfg.clone(), capacity);
             let (iters, ec) =
                 match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Iterations) {
-                    Ok(w) => (w.notes[0].split(": ").nth(1).unwrap_or("").to_string(), cell(&w)),
+                    Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
                     Err(e) => (e, "—".to_string()),
                 };
             let nc = advice::simulate_uncached(&snap, d, capacity);
