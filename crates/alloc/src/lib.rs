@@ -33,6 +33,7 @@ pub mod device;
 pub mod engine;
 pub mod rounding;
 pub mod stats;
+pub mod uncached;
 
 #[cfg(test)]
 mod tests;
@@ -52,3 +53,4 @@ pub use engine::{
     BlockInfo, BlockState, CachingAllocator, Event, FreeError, Oom, SeedBlock, SeedError, SeedSegment, SegmentInfo,
 };
 pub use stats::{Stat, StatArray, Stats};
+pub use uncached::UncachedAllocator;

@@ -153,6 +153,7 @@ pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> De
         let cands = recommend::candidates(&cfg, &era);
         let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
         oom::apply_trials(&mut f, base, trials);
+        oom::advise(snap, device, &mut f);
         Some(f)
     };
     let ((tl, attr, at_peak, at_peak_note), mut lk, oom_f) = if threads > 1 {
@@ -182,6 +183,8 @@ pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> De
                 baseline: None,
                 recommended: Vec::new(),
                 tried: Vec::new(),
+                advice: Vec::new(),
+                advice_notes: Vec::new(),
             };
             if let Some(base) = &f.baseline {
                 recommend::from_trials(&mut r, base.clone(), f.fixes_tried.clone(), Some(f.event_index));
@@ -248,6 +251,9 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
                     o.top_sites.first().map_or("unknown", |s| s.site.site.as_str())
                 ),
             });
+        }
+        if let Some(a) = &o.advice_summary {
+            v.push(Finding { kind: "advice", severity: "high", headline: a.clone() });
         }
     }
     let tl = &d.fragmentation.timeline;
@@ -342,6 +348,16 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
         });
     }
     let r = &d.recommendations;
+    if let (None, Some(base), Some(h)) =
+        (&d.oom, &r.baseline, r.baseline.as_ref().and_then(|b| recommend::advice_headline(b, &r.advice)))
+    {
+        // Advice that lowers the peak by at least the ranking's threshold is worth reading.
+        let helps = r.advice.iter().any(|t| {
+            t.ooms == 0
+                && (t.peak_reserved_bytes as f64) <= base.peak_reserved_bytes as f64 * (1.0 - recommend::MIN_GAIN)
+        });
+        v.push(Finding { kind: "advice", severity: if helps { "medium" } else { "info" }, headline: h });
+    }
     if let Some(best) = r.recommended.first() {
         v.push(Finding {
             kind: "recommendation",

@@ -6,7 +6,8 @@
 //! the memory ([`attribution`]), leak suspects ([`leaks`]), the OOM and its fixes
 //! ([`oom`], [`recommend`], [`analyze`]), comparisons and CI gates ([`diff`], [`check`]),
 //! the OOM error text ([`oom_message`]), and replay of traces through the allocator model
-//! ([`replay`], [`recorder`]).
+//! ([`replay`], [`recorder`]); the usual advice (`empty_cache`, no caching) judged from an
+//! OOM message ([`advice`]) or replayed ([`replay::advice`]).
 
 pub mod oom_message;
 pub mod recorder;
@@ -20,6 +21,7 @@ pub mod diff;
 pub mod leaks;
 pub mod timeline;
 
+pub mod advice;
 pub mod analyze;
 pub mod oom;
 pub mod recommend;

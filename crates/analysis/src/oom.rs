@@ -272,6 +272,116 @@ pub struct OomFinding {
     pub fixes_tried: Vec<Trial>,
     /// The replay of the recorded settings on the same device size.
     pub baseline: Option<Trial>,
+    /// The advice users are given (`empty_cache()`, no caching), replayed at this OOM
+    /// ([`advise`]).
+    pub advice: Vec<AdviceOutcome>,
+    /// One plain sentence: would that advice have helped here, with the figures.
+    pub advice_summary: Option<String>,
+}
+
+/// One piece of the usual advice, replayed up to this OOM on the same device size.
+#[derive(Clone, Debug, Serialize)]
+pub struct AdviceOutcome {
+    /// `empty_cache() at every iteration boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`, ...
+    pub advice: String,
+    /// The replay got past the recorded OOM, serving its request.
+    pub avoids_oom: bool,
+    pub first_oom_index: Option<usize>,
+    /// Peak reserved (no caching: peak bytes held by tensors).
+    pub peak_reserved_bytes: u64,
+    pub cuda_mallocs: u64,
+    pub cuda_frees: u64,
+    /// `empty_cache()` calls the advice added.
+    pub empty_cache_calls_added: u64,
+    /// Estimated seconds of driver calls (`replay::cost`): an estimate.
+    pub est_driver_seconds: f64,
+}
+
+/// Replays the usual advice up to the OOM of `f` (same device size as the fixes):
+/// `empty_cache()` right before the failing request (what PyTorch already does before
+/// raising), at every iteration boundary when iterations are found, and
+/// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`; fills `advice` and `advice_summary`. Needs the
+/// baseline replay to reproduce the OOM (otherwise nothing can be measured).
+pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
+    use crate::replay::advice::{simulate_empty_cache, simulate_uncached, EmptyCacheAt};
+    use crate::replay::cost::format_seconds;
+    if f.replay_reproduces_oom != Some(true) {
+        return;
+    }
+    let idx = f.event_index;
+    let cap = Some(f.capacity_bytes);
+    let cfg = recorded_config(snap);
+    let outcome = |w: crate::replay::WhatIf| AdviceOutcome {
+        advice: w.advice.clone().unwrap_or_default(),
+        avoids_oom: w.first_oom.as_ref().is_none_or(|o| o.index > idx) && w.recorded_ooms_that_fit > 0,
+        first_oom_index: w.first_oom.as_ref().map(|o| o.index),
+        peak_reserved_bytes: w.peak_reserved,
+        cuda_mallocs: w.cuda_mallocs,
+        cuda_frees: w.cuda_frees,
+        empty_cache_calls_added: w.empty_cache_added,
+        est_driver_seconds: w.est_driver_seconds,
+    };
+    let mut notes = Vec::new();
+    for at in [EmptyCacheAt::Entries(vec![idx]), EmptyCacheAt::Iterations] {
+        match simulate_empty_cache(snap, device, cfg.clone(), cap, &at) {
+            Ok(mut w) => {
+                if matches!(at, EmptyCacheAt::Entries(_)) {
+                    w.advice = Some("empty_cache() before the request".into());
+                }
+                f.advice.push(outcome(w))
+            }
+            Err(e) => notes.push(format!("{} was not replayed: {e}", at.describe())),
+        }
+    }
+    let uncached = simulate_uncached(snap, device, cap);
+    let live_at_oom = uncached.first_oom.as_ref().filter(|o| o.index == idx).map(|o| o.reserved);
+    f.advice.push(outcome(uncached));
+    let part = |a: &AdviceOutcome| {
+        let result = if a.avoids_oom {
+            format!("avoids it (peak {})", format_size(a.peak_reserved_bytes))
+        } else {
+            match a.first_oom_index {
+                Some(i) if i == idx => format!("still fails at entry {i}"),
+                Some(i) => format!("fails earlier, at entry {i}"),
+                None => "the request still fails".to_string(),
+            }
+        };
+        format!(
+            "{}: {result}, {} cudaMalloc + {} cudaFree (≈{} of driver calls, an estimate)",
+            a.advice,
+            a.cuda_mallocs,
+            a.cuda_frees,
+            format_seconds(a.est_driver_seconds)
+        )
+    };
+    let parts: Vec<String> = f.advice.iter().map(part).collect();
+    let helped: Vec<&str> = f.advice.iter().filter(|a| a.avoids_oom).map(|a| a.advice.as_str()).collect();
+    let mut s = if helped.is_empty() {
+        format!(
+            "The usual advice would not have avoided this OOM, replayed on this run: {}. PyTorch already frees every \
+             cached segment that holds no tensor and retries before it raises an OOM, so calling \
+             torch.cuda.empty_cache() yourself cannot make this request fit",
+            parts.join("; ")
+        )
+    } else {
+        format!(
+            "Of the usual advice, {} would have avoided this OOM in the replay: {}",
+            helped.join(" and "),
+            parts.join("; ")
+        )
+    };
+    if let Some(live) = live_at_oom.filter(|_| helped.is_empty()) {
+        s.push_str(&format!(
+            "; without caching the tensors alive at the OOM already hold {} and the request needs {} more",
+            format_size(live),
+            format_size(f.request_bytes)
+        ));
+    }
+    for n in notes {
+        s.push_str(&format!("; {n}"));
+    }
+    s.push('.');
+    f.advice_summary = Some(s);
 }
 
 /// Options of [`oom_finding`].
@@ -435,6 +545,8 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
         fixes: Vec::new(),
         fixes_tried: Vec::new(),
         baseline: None,
+        advice: Vec::new(),
+        advice_summary: None,
     };
     if opts.replay {
         let era = recommend::infer_era(snap);

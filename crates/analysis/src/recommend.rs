@@ -198,6 +198,12 @@ pub struct Trial {
     pub peak_allocated_bytes: u64,
     pub peak_fragmentation: f64,
     pub cuda_mallocs: u64,
+    /// `cudaFree` calls (released segments and unmapped pages).
+    pub cuda_frees: u64,
+    /// `empty_cache()` calls made (the recording's own, as inferred, plus any added).
+    pub empty_cache_calls: u64,
+    /// Estimated seconds of driver calls (`replay::cost`): an estimate, not a measurement.
+    pub est_driver_seconds: f64,
     pub alloc_retries: u64,
     pub ooms: u64,
     /// Trace index of the first request the replay could not serve.
@@ -228,6 +234,9 @@ fn trial_of(setting: &str, cand: Option<&Candidate>, cfg: &AllocatorConfig, w: r
         peak_allocated_bytes: w.peak_allocated,
         peak_fragmentation: w.peak_fragmentation,
         cuda_mallocs: w.cuda_mallocs,
+        cuda_frees: w.cuda_frees,
+        empty_cache_calls: w.empty_cache_calls,
+        est_driver_seconds: w.est_driver_seconds,
         alloc_retries: w.alloc_retries,
         ooms: w.ooms,
         first_oom_index: w.first_oom.as_ref().map(|o| o.index),
@@ -316,6 +325,12 @@ pub struct Recommendations {
     pub baseline: Option<Trial>,
     pub recommended: Vec<Recommendation>,
     pub tried: Vec<Trial>,
+    /// The usual advice replayed beside the settings (`setting` = the advice in words:
+    /// `empty_cache()` at every iteration, no caching); never ranked as a recommendation,
+    /// compared with `baseline` in [`advice_headline`].
+    pub advice: Vec<Trial>,
+    /// Advice that could not be replayed, and why.
+    pub advice_notes: Vec<String>,
 }
 
 /// Does the baseline run out of memory where `t` does not (at or before `oom_at`, the
@@ -411,6 +426,8 @@ pub fn recommend(
         baseline: None,
         recommended: Vec::new(),
         tried: Vec::new(),
+        advice: Vec::new(),
+        advice_notes: Vec::new(),
     };
     if !replay::has_replayable_trace(snap, device) {
         r.note = Some("no allocation trace to replay on this device".into());
@@ -426,7 +443,74 @@ pub fn recommend(
     let cands = candidates(&cfg, &r.era);
     let (base, trials) = run_trials(snap, device, &cfg, &cands, capacity, threads);
     from_trials(&mut r, base, trials, None);
+    let (advice, notes) = advice_trials(snap, device, &cfg, capacity);
+    r.advice = advice;
+    r.advice_notes = notes;
     r
+}
+
+/// `empty_cache()` at every iteration boundary and `PYTORCH_NO_CUDA_MEMORY_CACHING=1`,
+/// replayed under `cfg` (`replay::advice`), as trials; and why any could not be.
+pub fn advice_trials(
+    snap: &Snapshot,
+    device: i64,
+    cfg: &AllocatorConfig,
+    capacity: Option<u64>,
+) -> (Vec<Trial>, Vec<String>) {
+    use replay::advice::{simulate_empty_cache, simulate_uncached, EmptyCacheAt, NO_CACHING};
+    let mut v = Vec::new();
+    let mut notes = Vec::new();
+    let at = EmptyCacheAt::Iterations;
+    match simulate_empty_cache(snap, device, cfg.clone(), capacity, &at) {
+        Ok(w) => v.push(trial_of(&at.describe(), None, cfg, w)),
+        Err(e) => notes.push(format!("{} was not replayed: {e}", at.describe())),
+    }
+    let w = simulate_uncached(snap, device, capacity);
+    let mut t = trial_of(NO_CACHING, None, cfg, w);
+    t.paste = NO_CACHING.to_string();
+    v.push(t);
+    (v, notes)
+}
+
+/// One sentence per piece of advice against the recorded settings: what it saves in
+/// peak reserved and what it costs in driver calls (an estimate in time).
+pub fn advice_headline(base: &Trial, advice: &[Trial]) -> Option<String> {
+    let fs = crate::oom_message::format_size;
+    let parts: Vec<String> = advice
+        .iter()
+        .map(|t| {
+            let effect = if base.ooms == 0 && t.ooms > 0 {
+                format!("would run out of memory at entry {}", t.first_oom_index.map_or("?".into(), |i| i.to_string()))
+            } else if t.peak_reserved_bytes < base.peak_reserved_bytes {
+                let saved = base.peak_reserved_bytes - t.peak_reserved_bytes;
+                format!(
+                    "would lower the peak memory taken from CUDA from {} to {} ({:.1}% less)",
+                    fs(base.peak_reserved_bytes),
+                    fs(t.peak_reserved_bytes),
+                    saved as f64 * 100.0 / base.peak_reserved_bytes as f64
+                )
+            } else if t.peak_reserved_bytes == base.peak_reserved_bytes {
+                format!("would not change the peak memory taken from CUDA ({})", fs(base.peak_reserved_bytes))
+            } else {
+                format!(
+                    "would raise the peak memory taken from CUDA from {} to {}",
+                    fs(base.peak_reserved_bytes),
+                    fs(t.peak_reserved_bytes)
+                )
+            };
+            format!(
+                "{} {effect}, for {} cudaMalloc + {} cudaFree instead of {} + {} (≈{} of driver calls instead of ≈{}, an estimate)",
+                t.setting,
+                t.cuda_mallocs,
+                t.cuda_frees,
+                base.cuda_mallocs,
+                base.cuda_frees,
+                replay::cost::format_seconds(t.est_driver_seconds),
+                replay::cost::format_seconds(base.est_driver_seconds)
+            )
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("Replayed on this run: {}.", parts.join("; ")))
 }
 
 /// Fills `r` from replays already made.

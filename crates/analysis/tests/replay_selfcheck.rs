@@ -23,7 +23,7 @@ fn simulated_runs_replay_exactly_after_a_write_and_read() {
         let snap = fragscope_snapshot::read_path(&path).unwrap();
         for conf in CONFIGS {
             let cfg = fragscope_alloc::parse_config(conf).unwrap();
-            let w = simulate_with(&snap, 0, cfg, &SimOptions { capacity: None, collect_snapshot: true });
+            let w = simulate_with(&snap, 0, cfg, &SimOptions { capacity: None, collect_snapshot: true, ..SimOptions::default() });
             let sim = w.snapshot.expect("collect_snapshot keeps the run");
             let mut bytes = Vec::new();
             write_snapshot(&sim, &mut bytes).unwrap();

@@ -16,6 +16,8 @@
 //!   device size, with synthetic addresses: peaks, fragmentation, cudaMalloc counts,
 //!   first OOM.
 
+pub mod advice;
+pub mod cost;
 pub mod driver;
 pub mod fidelity;
 pub mod state;

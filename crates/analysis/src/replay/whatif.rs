@@ -27,6 +27,9 @@ pub struct SimOptions {
     pub capacity: Option<u64>,
     /// Keep the simulated events and final state as a [`Snapshot`].
     pub collect_snapshot: bool,
+    /// Call `torch.cuda.empty_cache()` right before these trace entries (ascending), on
+    /// top of the calls the recording itself made ([`super::advice`]).
+    pub empty_cache_at: Vec<usize>,
 }
 
 /// The first request the simulated allocator could not serve.
@@ -67,6 +70,18 @@ pub struct WhatIf {
     /// Recorded OOMs whose request the simulated allocator could serve.
     pub recorded_ooms_that_fit: u64,
     pub empty_cache_calls: u64,
+    /// The advice replayed instead of (or besides) a configuration, in words
+    /// (`empty_cache() at every iteration boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
+    /// How the advice's `empty_cache()` points were found (`32 iterations of 109
+    /// allocations (periodicity)`, `3 starts of "eval"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice_points: Option<String>,
+    /// `empty_cache()` calls the advice added (on top of the recording's own).
+    pub empty_cache_added: u64,
+    /// Estimated seconds in driver calls ([`super::cost`]): an estimate, not a measurement.
+    pub est_driver_seconds: f64,
     pub notes: Vec<String>,
     /// The simulated run as a snapshot (with `SimOptions::collect_snapshot`).
     #[serde(skip)]
@@ -76,7 +91,7 @@ pub struct WhatIf {
 /// Replay `device`'s workload under `cfg` on a device of `capacity` bytes (unlimited
 /// when `None`), with synthetic addresses.
 pub fn simulate(snap: &Snapshot, device: i64, cfg: AllocatorConfig, capacity: Option<u64>) -> WhatIf {
-    simulate_with(snap, device, cfg, &SimOptions { capacity, collect_snapshot: false })
+    simulate_with(snap, device, cfg, &SimOptions { capacity, ..SimOptions::default() })
 }
 
 pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &SimOptions) -> WhatIf {
@@ -123,7 +138,11 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     // allocator-consistent, e.g. a plain repetition) maps to the newest block;
     // the older simulated block stays allocated, as it does in the recording.
     let mut addr_map: HashMap<u64, Option<u64>, AddrBuild> = HashMap::default();
-    let mut ec = inferred.empty_cache_before.iter().copied().peekable();
+    // The recording's own empty_cache() calls and the ones asked for, in trace order.
+    let mut points: Vec<usize> = inferred.empty_cache_before.clone();
+    points.extend(opts.empty_cache_at.iter().copied());
+    points.sort_unstable();
+    let mut ec = points.into_iter().peekable();
     let mut out_events: Vec<TraceEvent> = Vec::new();
     let mut evbuf: Vec<Event> = Vec::new();
     let mut first_oom = None;
@@ -162,10 +181,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                             stream: o.stream,
                             reserved: o.reserved,
                             allocated: o.allocated,
-                            stack: ev
-                                .stack
-                                .map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect())
-                                .unwrap_or_default(),
+                            stack: stack_strings(snap, ev.stack),
                         });
                     }
                 }
@@ -236,9 +252,18 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         first_oom,
         recorded_ooms_that_fit: recorded_fit,
         empty_cache_calls,
+        advice: None,
+        advice_points: None,
+        empty_cache_added: opts.empty_cache_at.len() as u64,
+        est_driver_seconds: super::cost::driver_seconds(st.num_device_alloc, st.num_device_free),
         notes,
         snapshot,
     }
+}
+
+/// An allocation stack as `file:line:name` strings, innermost first.
+pub(crate) fn stack_strings(snap: &Snapshot, stack: Option<fragscope_snapshot::StackId>) -> Vec<String> {
+    stack.map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect()).unwrap_or_default()
 }
 
 /// The simulated run as a snapshot of one device: its trace and final segments.

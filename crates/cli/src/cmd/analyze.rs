@@ -298,13 +298,14 @@ fn oom_text(f: &OomFinding) -> String {
                     None => "no OOM".to_string(),
                 }
             };
-            let _ = writeln!(
-                o,
-                "    {:<36} {:<22} peak reserved {:>11}  {} cudaMalloc",
-                t.setting,
-                outcome,
-                bytes(t.peak_reserved_bytes),
-                t.cuda_mallocs
+            replay_row(
+                &mut o,
+                &t.setting,
+                &outcome,
+                t.peak_reserved_bytes,
+                t.cuda_mallocs,
+                t.cuda_frees,
+                t.est_driver_seconds,
             );
         }
         if f.fixes.is_empty() {
@@ -319,8 +320,38 @@ fn oom_text(f: &OomFinding) -> String {
                 );
             }
         }
+        if !f.advice.is_empty() {
+            let _ = writeln!(o, "  The usual advice, replayed the same way:");
+            for a in &f.advice {
+                let outcome = if a.avoids_oom {
+                    "avoids the OOM".to_string()
+                } else {
+                    a.first_oom_index.map_or("request still fails".into(), |i| format!("OOM at entry {i}"))
+                };
+                replay_row(
+                    &mut o,
+                    &a.advice,
+                    &outcome,
+                    a.peak_reserved_bytes,
+                    a.cuda_mallocs,
+                    a.cuda_frees,
+                    a.est_driver_seconds,
+                );
+            }
+            let _ = writeln!(o, "    ({})", fragscope_analysis::replay::cost::ESTIMATE_NOTE);
+        }
     }
     o
+}
+
+/// One replayed alternative at the OOM: outcome, peak, driver calls and their estimated time.
+fn replay_row(o: &mut String, name: &str, outcome: &str, peak: u64, mallocs: u64, frees: u64, est: f64) {
+    let _ = writeln!(
+        o,
+        "    {name:<36} {outcome:<22} peak reserved {:>11}  {mallocs} cudaMalloc  {frees} cudaFree  ≈{} driver time",
+        bytes(peak),
+        fragscope_analysis::replay::cost::format_seconds(est)
+    );
 }
 
 fn fragmentation_text(d: &DeviceAnalysis) -> String {

@@ -79,7 +79,9 @@ fn meaning(m: &OomMessage) -> Option<String> {
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let text = read_input(args)?;
     let msg = oom_message::parse(&text).map_err(|e| CliError::usage(e.to_string()))?;
-    let ex = oom_message::explain(&msg);
+    let mut ex = oom_message::explain(&msg);
+    // The usual advice (empty_cache, no caching), judged from the message's own figures.
+    ex.findings.extend(fragscope_analysis::advice::message_advice(&msg));
     let frag = ex.verdict == Likely::Fragmentation;
     let out = if args.json {
         let j = JsonOut {

@@ -6,6 +6,9 @@
 //!   settings (`--config`, repeatable; without it the recorded settings and common
 //!   alternatives) and/or another device size (`--capacity`).
 //! * `--fidelity-table`: the Markdown table of docs/fidelity.md.
+//! * `--empty-cache-at WHERE` / `--no-caching`: the advice users are given, replayed
+//!   beside the settings (`replay::advice`); `--advice-table`: the Markdown table of what
+//!   that advice costs and saves on each FILE.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -13,7 +16,8 @@ use std::process::ExitCode;
 
 use fragscope_alloc::AllocatorConfig;
 use fragscope_analysis::replay::{
-    self, fidelity, recorded_config, replayable_devices, simulate_with, ReplayOptions, SimOptions, VerifyReport, WhatIf,
+    self, advice, cost, fidelity, recorded_config, replayable_devices, simulate_with, ReplayOptions, SimOptions,
+    VerifyReport, WhatIf,
 };
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
@@ -46,6 +50,20 @@ pub struct Args {
     /// Write the simulated run (first --config) as a snapshot pickle.
     #[arg(long, value_name = "OUT")]
     pub save_snapshot: Option<PathBuf>,
+    /// Also replay with torch.cuda.empty_cache() called at WHERE: `iteration` (every
+    /// iteration boundary), a record_function name (when it starts) or NAME@end
+    /// (repeatable). Without --config and these flags: iteration and --no-caching are
+    /// replayed beside the alternatives.
+    #[arg(long = "empty-cache-at", value_name = "WHERE")]
+    pub empty_cache_at: Vec<String>,
+    /// Also replay with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every allocation a cudaMalloc,
+    /// every free a cudaFree).
+    #[arg(long)]
+    pub no_caching: bool,
+    /// Print the Markdown table of what empty_cache() per iteration and no caching cost
+    /// and save on each FILE.
+    #[arg(long, conflicts_with_all = ["verify", "fidelity_table", "config", "save_snapshot"])]
+    pub advice_table: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -120,11 +138,15 @@ struct JsonDevice<'a> {
     verify: &'a VerifyReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     whatif: Option<&'a [WhatIf]>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    advice_notes: &'a [String],
 }
 
 struct DeviceResult {
     verify: VerifyReport,
     whatif: Option<Vec<WhatIf>>,
+    /// Advice that could not be replayed on this device, and why.
+    notes: Vec<String>,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
@@ -133,6 +155,11 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
     }
     let capacity = args.capacity.as_deref().map(parse_capacity).transpose().map_err(CliError::usage)?;
+    let advice = advice_requested(args)?;
+    if args.advice_table {
+        print_stdout(&advice_table(&args.files, capacity))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.fidelity_table {
         let mut files = Vec::new();
         for f in &args.files {
@@ -152,6 +179,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         let mut results = Vec::new();
         for d in devs {
             let verify = replay::verify(snap, d, &ReplayOptions { capacity, ..Default::default() });
+            let mut notes = Vec::new();
             let whatif = if args.verify {
                 None
             } else {
@@ -173,15 +201,21 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
                 let mut runs = Vec::new();
                 for (k, c) in cfgs.into_iter().enumerate() {
                     let collect = k == 0 && args.save_snapshot.is_some();
-                    let mut w = simulate_with(snap, d, c, &SimOptions { capacity, collect_snapshot: collect });
+                    let mut w = simulate_with(
+                        snap,
+                        d,
+                        c,
+                        &SimOptions { capacity, collect_snapshot: collect, ..SimOptions::default() },
+                    );
                     if let Some(s) = w.snapshot.take() {
                         merge_into(&mut saved, s);
                     }
                     runs.push(w);
                 }
+                runs.extend(run_advice(snap, d, &recorded, capacity, &advice, &mut notes));
                 Some(runs)
             };
-            results.push(DeviceResult { verify, whatif });
+            results.push(DeviceResult { verify, whatif, notes });
         }
         Ok((name, results))
     })?;
@@ -196,7 +230,10 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
                 .iter()
                 .map(|(file, rs)| JsonFile {
                     file: file.clone(),
-                    devices: rs.iter().map(|r| JsonDevice { verify: &r.verify, whatif: r.whatif.as_deref() }).collect(),
+                    devices: rs
+                        .iter()
+                        .map(|r| JsonDevice { verify: &r.verify, whatif: r.whatif.as_deref(), advice_notes: &r.notes })
+                        .collect(),
                 })
                 .collect(),
         };
@@ -272,11 +309,12 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
                     ("fragmentation", Align::Right),
                     ("cudaMalloc", Align::Right),
                     ("cudaFree", Align::Right),
+                    ("driver time (est.)", Align::Right),
                     ("retries", Align::Right),
                     ("first OOM", Align::Left),
                 ]);
                 for w in runs {
-                    let name = if w.config.is_empty() { "(defaults)".to_string() } else { w.config.clone() };
+                    let name = whatif_label(w);
                     t.row([
                         name,
                         output::bytes(w.peak_reserved),
@@ -284,6 +322,7 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
                         output::percent(w.peak_fragmentation),
                         w.cuda_mallocs.to_string(),
                         w.cuda_frees.to_string(),
+                        cost::format_seconds(w.est_driver_seconds),
                         w.alloc_retries.to_string(),
                         match &w.first_oom {
                             None => "none".into(),
@@ -292,10 +331,101 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
                     ]);
                 }
                 s.push_str(&t.render());
+                for n in &r.notes {
+                    let _ = writeln!(s, "  {n}");
+                }
+                if runs.iter().any(|w| w.advice.is_some()) || !r.notes.is_empty() {
+                    let _ = writeln!(s, "  {}", cost::ESTIMATE_NOTE);
+                }
             }
         }
         s.push('\n');
     }
+    s
+}
+
+/// The advice to replay: (`empty_cache()` points, no caching). Without `--config` and
+/// without the flags, both defaults (every iteration, no caching).
+fn advice_requested(args: &Args) -> Result<(Vec<advice::EmptyCacheAt>, bool), CliError> {
+    if args.config.is_empty() && args.empty_cache_at.is_empty() && !args.no_caching {
+        return Ok((vec![advice::EmptyCacheAt::Iterations], true));
+    }
+    let at = args
+        .empty_cache_at
+        .iter()
+        .map(|s| advice::EmptyCacheAt::parse(s).map_err(CliError::usage))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((at, args.no_caching))
+}
+
+fn run_advice(
+    snap: &Snapshot,
+    d: i64,
+    recorded: &AllocatorConfig,
+    capacity: Option<u64>,
+    (at, no_caching): &(Vec<advice::EmptyCacheAt>, bool),
+    notes: &mut Vec<String>,
+) -> Vec<WhatIf> {
+    let mut runs = Vec::new();
+    for a in at {
+        match advice::simulate_empty_cache(snap, d, recorded.clone(), capacity, a) {
+            Ok(w) => runs.push(w),
+            Err(e) => notes.push(format!("{}: not replayed, {e}", a.describe())),
+        }
+    }
+    if *no_caching {
+        runs.push(advice::simulate_uncached(snap, d, capacity));
+    }
+    runs
+}
+
+/// The row name of a what-if: its advice, else its configuration string.
+fn whatif_label(w: &WhatIf) -> String {
+    match &w.advice {
+        Some(a) if w.advice_points.is_some() => format!("{a} ({} calls)", w.empty_cache_added),
+        Some(a) => a.clone(),
+        None if w.config.is_empty() => "(defaults)".to_string(),
+        None => w.config.clone(),
+    }
+}
+
+/// `--advice-table`: per file and device with a trace, the recorded settings against
+/// empty_cache() at every iteration and no caching (Markdown).
+fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
+    let mut s = String::from(
+        "| file | device | iterations | recorded: peak reserved, cudaMalloc+cudaFree, est. | empty_cache() every iteration: peak reserved, cudaMalloc+cudaFree, est. | no caching: peak held, cudaMalloc+cudaFree, est. |\n|---|---|---|---|---|---|\n",
+    );
+    let cell = |w: &WhatIf| {
+        format!(
+            "{}, {}+{}, {}",
+            output::bytes(w.peak_reserved),
+            w.cuda_mallocs,
+            w.cuda_frees,
+            cost::format_seconds(w.est_driver_seconds)
+        )
+    };
+    for f in files {
+        let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let snap = match fragscope_snapshot::read_path(f) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = writeln!(s, "| {name} | — | unreadable: {e} | | | |");
+                continue;
+            }
+        };
+        for d in replayable_devices(&snap) {
+            let cfg = recorded_config(&snap);
+            let base = replay::simulate(&snap, d, cfg.clone(), capacity);
+            let (iters, ec) =
+                match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Iterations) {
+                    Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
+                    Err(e) => (e, "—".to_string()),
+                };
+            let nc = advice::simulate_uncached(&snap, d, capacity);
+            let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
+        }
+    }
+    let _ = writeln!(s, "\n{}", cost::ESTIMATE_NOTE);
     s
 }
 

@@ -1,0 +1,296 @@
+//! The advice users are given, replayed on their own run.
+//!
+//! * `torch.cuda.empty_cache()` at every iteration boundary ([`EmptyCacheAt::Iterations`],
+//!   iterations as [`crate::leaks::iterations`] finds them) or when a `record_function`
+//!   scope starts or ends ([`EmptyCacheAt::Annotation`]): the recorded workload is
+//!   replayed under the recorded settings with `empty_cache()` called there. The model's
+//!   `empty_cache` is PyTorch's `release_cached_blocks` (spec §5.2): it releases only
+//!   free blocks that are whole segments (a segment split between a live tensor and free
+//!   space stays), and unmaps the free pages of expandable segments. PyTorch also does
+//!   this itself before raising an OOM (spec §3.7: release, then retry), so calling it
+//!   earlier rarely changes whether a request fits; what it changes is the layout the
+//!   next iteration starts from, and the number of driver calls.
+//! * `PYTORCH_NO_CUDA_MEMORY_CACHING=1` ([`simulate_uncached`]): every allocation is a
+//!   `cudaMalloc` of the requested size and every free a `cudaFree`
+//!   ([`fragscope_alloc::UncachedAllocator`]).
+//!
+//! Each returns a [`WhatIf`] with the driver calls and their estimated time
+//! ([`super::cost`]), comparable with the configuration alternatives.
+
+use std::collections::HashMap;
+
+use fragscope_alloc::{AllocatorConfig, UncachedAllocator};
+use fragscope_snapshot::{Action, Snapshot, NO_TIME};
+
+use super::driver::verify_inner;
+use super::state::BState;
+use super::whatif::{simulate_with, SimOom, SimOptions, WhatIf, UNLIMITED};
+use super::ReplayOptions;
+
+/// Where `empty_cache()` is inserted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmptyCacheAt {
+    /// Before the first entry of every iteration.
+    Iterations,
+    /// When a `record_function` scope of this name starts (or ends, `at_end`). A name
+    /// ending in `#N` matches every numbered instance (`ProfilerStep#N`).
+    Annotation { name: String, at_end: bool },
+    /// Right before these trace entries (`entry:421`): e.g. just before a failing request,
+    /// to show that the release PyTorch makes itself before raising an OOM changes nothing.
+    Entries(Vec<usize>),
+}
+
+impl EmptyCacheAt {
+    /// `iteration` (or `iterations`), `NAME` (at each start of the scope), `NAME@end`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err("--empty-cache-at needs `iteration` or a record_function name".into());
+        }
+        if s == "iteration" || s == "iterations" {
+            return Ok(EmptyCacheAt::Iterations);
+        }
+        if let Some(list) = s.strip_prefix("entry:") {
+            let v: Result<Vec<usize>, _> = list.split(',').map(|x| x.trim().parse::<usize>()).collect();
+            return v
+                .map(EmptyCacheAt::Entries)
+                .map_err(|_| format!("invalid --empty-cache-at '{s}': entry:N[,N...] takes trace entry indexes"));
+        }
+        match s.strip_suffix("@end") {
+            Some(n) if !n.is_empty() => Ok(EmptyCacheAt::Annotation { name: n.to_string(), at_end: true }),
+            _ => Ok(EmptyCacheAt::Annotation { name: s.trim_end_matches("@start").to_string(), at_end: false }),
+        }
+    }
+
+    /// `empty_cache() at every iteration boundary`, `empty_cache() before each "eval"`.
+    pub fn describe(&self) -> String {
+        match self {
+            EmptyCacheAt::Iterations => "empty_cache() at every iteration boundary".into(),
+            EmptyCacheAt::Annotation { name, at_end: false } => format!("empty_cache() before each \"{name}\""),
+            EmptyCacheAt::Annotation { name, at_end: true } => format!("empty_cache() after each \"{name}\""),
+            EmptyCacheAt::Entries(v) if v.len() == 1 => format!("empty_cache() before entry {}", v[0]),
+            EmptyCacheAt::Entries(v) => format!("empty_cache() before {} chosen entries", v.len()),
+        }
+    }
+}
+
+fn scope_matches(pattern: &str, name: &str) -> bool {
+    if pattern == name {
+        return true;
+    }
+    // `ProfilerStep#N` matches `ProfilerStep#12`.
+    match (pattern.strip_suffix("#N"), name.rfind('#')) {
+        (Some(base), Some(p)) => {
+            &name[..p] == base && name.len() > p + 1 && name[p + 1..].bytes().all(|b| b.is_ascii_digit())
+        }
+        _ => false,
+    }
+}
+
+/// Trace indexes of `device` before which `empty_cache()` is called for `at`, with a
+/// phrase saying how they were found; `Err` says why there are none.
+pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Result<(Vec<usize>, String), String> {
+    let trace = snap.trace(device);
+    match at {
+        EmptyCacheAt::Entries(v) => {
+            let mut pts: Vec<usize> = v.iter().copied().filter(|&i| i <= trace.len()).collect();
+            pts.sort_unstable();
+            pts.dedup();
+            if pts.is_empty() {
+                return Err(format!("the trace has {} entries", trace.len()));
+            }
+            let n = pts.len();
+            Ok((pts, format!("{n} chosen trace entr{}", if n == 1 { "y" } else { "ies" })))
+        }
+        EmptyCacheAt::Iterations => {
+            let it = crate::leaks::iterations(snap, device);
+            if it.boundaries.is_empty() {
+                return Err(format!(
+                    "no iterations found ({})",
+                    it.reason.as_deref().unwrap_or("no annotation or periodic pattern")
+                ));
+            }
+            let how = match (&it.scope, it.period_allocs) {
+                (Some(s), _) => format!("{} iterations from the record_function scope \"{s}\"", it.boundaries.len()),
+                (None, Some(p)) => format!("{} iterations of {p} allocations (periodicity)", it.boundaries.len()),
+                _ => format!("{} iterations", it.boundaries.len()),
+            };
+            Ok((it.boundaries, how))
+        }
+        EmptyCacheAt::Annotation { name, at_end } => {
+            if trace.is_empty() {
+                return Err("no trace".into());
+            }
+            if trace.iter().any(|e| e.time_us == NO_TIME) {
+                return Err("the trace has no times, so annotations cannot be placed in it".into());
+            }
+            let stage = if *at_end { "END" } else { "START" };
+            let times: Vec<i64> = snap
+                .external_annotations
+                .iter()
+                .flatten()
+                .filter(|a| (a.device == device || a.device < 0) && a.stage == stage && scope_matches(name, &a.name))
+                .map(|a| a.time_us)
+                .collect();
+            if times.is_empty() {
+                let mut known: Vec<&str> = snap
+                    .external_annotations
+                    .iter()
+                    .flatten()
+                    .filter(|a| a.device == device || a.device < 0)
+                    .map(|a| a.name.as_str())
+                    .collect();
+                known.sort_unstable();
+                known.dedup();
+                known.truncate(12);
+                return Err(if known.is_empty() {
+                    "the snapshot has no record_function annotations (external_annotations, 2.5+)".into()
+                } else {
+                    format!("no annotation \"{name}\" on this device; names recorded: {}", known.join(", "))
+                });
+            }
+            let mut pts: Vec<usize> = times.iter().map(|&t| trace.partition_point(|e| e.time_us < t)).collect();
+            pts.sort_unstable();
+            pts.dedup();
+            let n = pts.len();
+            Ok((pts, format!("{n} {} of \"{name}\"", if *at_end { "ends" } else { "starts" })))
+        }
+    }
+}
+
+/// The recorded workload of `device` under `cfg` with `empty_cache()` added at `at`.
+pub fn simulate_empty_cache(
+    snap: &Snapshot,
+    device: i64,
+    cfg: AllocatorConfig,
+    capacity: Option<u64>,
+    at: &EmptyCacheAt,
+) -> Result<WhatIf, String> {
+    let (points, how) = empty_cache_points(snap, device, at)?;
+    let added = points.len();
+    let mut w =
+        simulate_with(snap, device, cfg, &SimOptions { capacity, empty_cache_at: points, ..Default::default() });
+    w.advice = Some(at.describe());
+    w.notes.insert(0, format!("{added} empty_cache() calls added: {how}"));
+    w.advice_points = Some(how);
+    Ok(w)
+}
+
+/// The recorded workload of `device` with `PYTORCH_NO_CUDA_MEMORY_CACHING=1` on a device
+/// of `capacity` bytes (unlimited when `None`). Tensors alive before the trace (from the
+/// backward walk) are held from the start without a counted `cudaMalloc`. A tensor's
+/// memory goes back at `free_requested` (the deleter runs `cudaFree` at once; no stream
+/// event defers it). A recorded `oom` request is tried (and released) like the caching
+/// replays do. Peak "reserved" is the peak of the requested bytes held.
+pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) -> WhatIf {
+    let trace = snap.trace(device);
+    let (vrep, inferred) = verify_inner(snap, device, &ReplayOptions::default());
+    let mut notes =
+        vec!["driver page granularity not modelled: bytes held are the requests' sum (a lower bound)".into()];
+    let mut a = UncachedAllocator::new(capacity.unwrap_or(UNLIMITED));
+    // Recorded address → simulated address (None: its cudaMalloc failed).
+    let mut map: HashMap<u64, Option<u64>> = HashMap::new();
+    match &inferred.initial {
+        Some(st) => {
+            for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state == BState::Allocated) {
+                let sim = a.adopt(b.requested);
+                map.insert(b.addr, Some(sim));
+            }
+        }
+        None => notes.push(format!(
+            "the state before the trace is unknown ({}); started empty",
+            vrep.undecidable.as_deref().unwrap_or("no trace")
+        )),
+    }
+    let mut first_oom = None;
+    let mut recorded_fit = 0;
+    for (i, ev) in trace.iter().enumerate() {
+        match ev.action {
+            Action::Alloc | Action::Oom => {
+                let got = a.malloc(ev.size);
+                if got.is_none() && first_oom.is_none() {
+                    first_oom = Some(SimOom {
+                        index: i,
+                        requested: ev.size,
+                        rounded: ev.size,
+                        alloc_size: ev.size,
+                        stream: ev.stream,
+                        reserved: a.in_use,
+                        allocated: a.in_use,
+                        stack: super::whatif::stack_strings(snap, ev.stack),
+                    });
+                }
+                match (ev.action, got) {
+                    (Action::Oom, Some(p)) => {
+                        recorded_fit += 1;
+                        a.free(p);
+                    }
+                    (Action::Alloc, g) => {
+                        map.insert(ev.addr, g);
+                    }
+                    _ => {}
+                }
+            }
+            Action::FreeRequested => {
+                if let Some(Some(p)) = map.remove(&ev.addr) {
+                    a.free(p);
+                }
+            }
+            // Normally already freed at its `free_requested`; a completion with no request
+            // in the trace frees here.
+            Action::FreeCompleted => {
+                if let Some(Some(p)) = map.remove(&ev.addr) {
+                    a.free(p);
+                }
+            }
+            _ => {}
+        }
+    }
+    WhatIf {
+        device,
+        config: String::new(),
+        capacity,
+        peak_reserved: a.peak,
+        peak_allocated: a.peak,
+        peak_fragmentation: 0.0,
+        final_reserved: a.in_use,
+        cuda_mallocs: a.cuda_mallocs,
+        cuda_frees: a.cuda_frees,
+        alloc_retries: 0,
+        ooms: a.ooms,
+        first_oom,
+        recorded_ooms_that_fit: recorded_fit,
+        empty_cache_calls: 0,
+        advice: Some(NO_CACHING.into()),
+        advice_points: None,
+        empty_cache_added: 0,
+        est_driver_seconds: super::cost::driver_seconds(a.cuda_mallocs, a.cuda_frees),
+        notes,
+        snapshot: None,
+    }
+}
+
+/// The label of the no-caching alternative.
+pub const NO_CACHING: &str = "PYTORCH_NO_CUDA_MEMORY_CACHING=1";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn where_to_call_empty_cache() {
+        assert_eq!(EmptyCacheAt::parse("iteration"), Ok(EmptyCacheAt::Iterations));
+        assert_eq!(EmptyCacheAt::parse("eval@end"), Ok(EmptyCacheAt::Annotation { name: "eval".into(), at_end: true }));
+        assert_eq!(
+            EmptyCacheAt::parse("ProfilerStep#N"),
+            Ok(EmptyCacheAt::Annotation { name: "ProfilerStep#N".into(), at_end: false })
+        );
+        assert_eq!(EmptyCacheAt::parse("entry:3,1"), Ok(EmptyCacheAt::Entries(vec![3, 1])));
+        assert!(EmptyCacheAt::parse("entry:x").is_err());
+        assert!(EmptyCacheAt::parse(" ").is_err());
+        assert!(scope_matches("ProfilerStep#N", "ProfilerStep#12"));
+        assert!(!scope_matches("ProfilerStep#N", "ProfilerStep#"));
+        assert!(!scope_matches("ProfilerStep#N", "Other#3"));
+        assert!(scope_matches("forward", "forward"));
+    }
+}
