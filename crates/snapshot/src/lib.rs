@@ -31,6 +31,7 @@ use std::path::Path;
 
 pub use error::ReadError;
 pub use model::*;
+pub use pickle::load::{FeedValue, Feeder};
 pub use pyobj::PyObj;
 pub use settings::RecordedSettings;
 
