@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 
 def make(snapshot_file: Optional[str] = None, cuda: bool = True, stats: Optional[Dict[str, int]] = None) -> types.ModuleType:
+    has_cuda = cuda
     torch = types.ModuleType("torch")
     torch.__dict__["FAKE"] = True
     calls: List[tuple] = []
@@ -44,7 +45,7 @@ def make(snapshot_file: Optional[str] = None, cuda: bool = True, stats: Optional
         _snapshot=_snapshot,
     )
     cuda = types.SimpleNamespace(
-        is_available=lambda: cuda,
+        is_available=lambda: has_cuda,
         synchronize=lambda *a: calls.append(("synchronize",)),
         reset_peak_memory_stats=lambda *a: calls.append(("reset_peak_memory_stats",)),
         memory_stats=lambda device=None: dict(stats_now),
@@ -68,7 +69,14 @@ def make(snapshot_file: Optional[str] = None, cuda: bool = True, stats: Optional
     return torch
 
 
+LAST: Optional[types.ModuleType] = None
+
+
 def install(**kw: Any) -> types.ModuleType:
+    """Puts a fake torch in sys.modules; `LAST` keeps it for the test to inspect after a
+    pytester run has restored sys.modules."""
+    global LAST
     t = make(**kw)
     sys.modules["torch"] = t
+    LAST = t
     return t
