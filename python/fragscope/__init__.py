@@ -22,7 +22,7 @@ import html
 import json
 import os
 import statistics
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from fragscope import _native
 from fragscope._native import FragscopeError
@@ -44,6 +44,7 @@ __all__ = [
     "from_dict",
     "example",
     "analyze_many",
+    "analyze_file",
     "run_cli",
 ]
 
@@ -461,6 +462,17 @@ def _rank_figures(body: Optional[Dict[str, Any]]) -> Dict[str, Any]:
                 sites[s["site"]] = sites.get(s["site"], 0) + s["bytes"]
             out.update(peak_reserved=reserved, peak_allocated=allocated, device=d["device"], _sites=sites)
     return out
+
+
+def analyze_file(path: PathLike, top: int = 10, what_if: bool = False) -> Tuple[bool, str]:
+    """The per-file step of :func:`analyze_many`: ``(True, analyze --json text)`` or
+    ``(False, the error line)``. Small, picklable in and out: run it as Dask or Ray tasks
+    and build :class:`RankSummary` from the outcomes (docs/python.md)."""
+    p = os.fspath(path)
+    try:
+        return True, load(p).analyze(top=top, what_if=what_if).to_json()
+    except FragscopeError as e:
+        return False, str(e)
 
 
 def analyze_many(

@@ -84,3 +84,26 @@ def test_thread_count_does_not_change_results():
     every = fragscope.analyze_many(few, threads=0)
     assert [a.to_json() for a in one.analyses] == [a.to_json() for a in every.analyses]
     assert one.to_dict() == every.to_dict()
+
+
+def test_analyze_file_is_analyze_many_per_file(tmp_path):
+    if not RANKS:
+        pytest.skip("no real snapshots")
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(b"")
+    paths = [str(RANKS[0]), str(bad), str(RANKS[-1])]
+    outcomes = [fragscope.analyze_file(p) for p in paths]
+    assert fragscope.RankSummary(paths, outcomes).to_dict() == fragscope.analyze_many(paths).to_dict()
+
+
+def test_dask_local_cluster():
+    """The documented way past one machine: analyze_file as Dask tasks."""
+    distributed = pytest.importorskip("dask.distributed", reason="dask[distributed] not installed: Dask path not tested")
+    if not RANKS:
+        pytest.skip("no real snapshots")
+    paths = [str(p) for p in RANKS[:6]]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            futures = client.map(fragscope.analyze_file, paths, pure=False)
+            ranks = fragscope.RankSummary(paths, client.gather(futures))
+    assert ranks.to_dict() == fragscope.analyze_many(paths).to_dict()

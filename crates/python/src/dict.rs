@@ -3,9 +3,10 @@
 //! handed to [`fragscope_snapshot::Feeder`], the pickle reader's own absorber and builder,
 //! so the model is the one reading a pickle of the same objects gives.
 //!
-//! Objects met twice (a frame list shared by a block and its trace entry, as pickle's memo
+//! Lists met twice (a frame list shared by a block and its trace entries, as pickle's memo
 //! shares them) are handed over once, found by identity; strings too, so each distinct key
-//! object is converted and interned once. Everything walked is kept alive by `obj` for the
+//! object is converted and interned once. A dict is walked each time it is met (a frame
+//! dict interns to the same frame again; a dict containing itself ends at the depth limit). Everything walked is kept alive by `obj` for the
 //! whole walk, which makes identity (the object's address) a sound key.
 
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ const MAX_DEPTH: usize = 256;
 
 struct Walk {
     feeder: Feeder,
-    /// Containers and strings already converted, by address.
+    /// Lists and strings already converted, by address.
     seen: HashMap<usize, FeedValue>,
 }
 
@@ -49,8 +50,9 @@ impl Walk {
             return self.int(o);
         }
         if let Ok(d) = o.downcast::<PyDict>() {
+            // Dicts are not remembered: millions of trace entries are never shared, and a
+            // shared frame dict converted twice interns to the same frame.
             let v = self.feeder.dict();
-            self.seen.insert(id, v);
             for (k, x) in d.iter() {
                 let k = self.value(&k, depth + 1)?;
                 let x = self.value(&x, depth + 1)?;
