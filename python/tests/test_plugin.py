@@ -94,21 +94,21 @@ def fake_conftest(pytester, cuda=True):
     """))
 
 
-def test_plugin_skips_without_torch_and_says_so(pytester, monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, as without PyTorch
+@pytest.mark.parametrize(
+    "torch_kind, says",
+    [("absent", "*fragscope: fragscope.torch needs PyTorch*cuda_memory limits of this test were not checked*"),
+     ("fake-without-cuda", "*fragscope: CUDA is not available*cuda_memory limits of this test were not checked*")],
+)
+def test_plugin_skips_without_cuda_and_says_so(pytester, monkeypatch, torch_kind, says):
+    if torch_kind == "absent":
+        monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, as without PyTorch
+    else:
+        need(SNAP)
+        fake_conftest(pytester, cuda=False)
     pytester.makepyfile(MARKED.format(limit="1GiB"))
     r = pytester.runpytest_inprocess("-rs")
     r.assert_outcomes(passed=1, skipped=1)
-    r.stdout.fnmatch_lines(["*fragscope: fragscope.torch needs PyTorch*cuda_memory limits of this test were not checked*"])
-
-
-def test_plugin_skips_with_fake_torch_without_cuda(pytester):
-    need(SNAP)
-    fake_conftest(pytester, cuda=False)
-    pytester.makepyfile(MARKED.format(limit="1GiB"))
-    r = pytester.runpytest_inprocess("-rs")
-    r.assert_outcomes(passed=1, skipped=1)
-    r.stdout.fnmatch_lines(["*CUDA is not available*not checked*"])
+    r.stdout.fnmatch_lines([says])
 
 
 def test_plugin_passes_within_limits_fake_torch(pytester):
