@@ -17,17 +17,24 @@ installed or CUDA is not available, instead of failing somewhere inside PyTorch.
   fragmentation or retries climb.
 * :func:`phase` — ``torch.profiler.record_function`` under a name, so that iterations and
   phases are found from annotations in the snapshot.
+* :func:`who_holds` — from a tensor, or a block's address in a snapshot (a leak suspect,
+  a large holder at the peak), to the chains of Python objects that keep it alive
+  (:mod:`fragscope.holders`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
+
+if TYPE_CHECKING:
+    from fragscope.holders import Chain
 
 import fragscope
 
@@ -42,6 +49,8 @@ __all__ = [
     "StepTracker",
     "StepSample",
     "phase",
+    "tensors_in",
+    "who_holds",
 ]
 
 
@@ -287,3 +296,36 @@ def phase(name: str) -> Iterator[None]:
     torch = _torch()
     with torch.profiler.record_function(name):
         yield
+
+
+def tensors_in(address: int, size: int = 1) -> List[Any]:
+    """The live CUDA tensors whose storage starts in ``[address, address + size)``: the
+    tensors of a snapshot block (its ``address`` and ``size``)."""
+    torch = _torch()
+    out = []
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, torch.Tensor) and o.is_cuda:
+                ptr = o.untyped_storage().data_ptr()
+                if address <= ptr < address + max(size, 1):
+                    out.append(o)
+        except Exception:  # a half-built or exotic tensor subclass: not ours to judge
+            continue
+    return out
+
+
+def who_holds(target: Any, size: int = 1, max_depth: int = 10, max_chains: int = 8) -> List["Chain"]:
+    """Who keeps a tensor alive: the chains of referrers from roots (a module global, a
+    running frame's variable, a reference cycle) to it. ``target`` is a tensor, or the
+    address of a snapshot block (then ``size`` is the block's size and every tensor whose
+    storage starts in it is followed)."""
+    from fragscope.holders import referrer_chains
+
+    if isinstance(target, int):
+        chains = []
+        found = tensors_in(target, size)
+        for t in found:
+            chains += referrer_chains(t, max_depth=max_depth, max_chains=max_chains)
+        del found
+        return chains
+    return referrer_chains(target, max_depth=max_depth, max_chains=max_chains)

@@ -66,6 +66,18 @@ def make(snapshot_file: Optional[str] = None, cuda: bool = True, stats: Optional
         yield
 
     torch.profiler = types.SimpleNamespace(record_function=record_function)
+
+    class Tensor:
+        """A stand-in with the two things who_holds reads: is_cuda and the storage pointer."""
+
+        def __init__(self, ptr: int) -> None:
+            self.is_cuda = True
+            self._ptr = ptr
+
+        def untyped_storage(self) -> Any:
+            return types.SimpleNamespace(data_ptr=lambda: self._ptr)
+
+    torch.Tensor = Tensor
     return torch
 
 
