@@ -154,11 +154,11 @@ def referrer_chains(target: Any, max_depth: int = 10, max_chains: int = 8) -> Li
                     steps = _render(["", how] + _path(towards, oid))
                     chains.append(Chain("module global", modules[id(r)], steps))
                 elif id(r) in objs:
-                    # Back to an object on the chain: a reference cycle through it.
+                    # Reached already: a cycle when r lies between this object and the target.
                     if id(r) in _ids_on(towards, oid):
-                        steps = _render([_edge(r, child) or ""] + _path(towards, oid))
-                        chains.append(Chain("reference cycle", _short(r), steps))
-                    continue
+                        cycle = Chain("reference cycle", _short(r), _render([_edge(r, child) or ""] + _path(towards, oid)))
+                        if all(c.path != cycle.path for c in chains):
+                            chains.append(cycle)
                 else:
                     how = _edge(r, child)
                     if how is None:
@@ -166,6 +166,9 @@ def referrer_chains(target: Any, max_depth: int = 10, max_chains: int = 8) -> Li
                     objs[id(r)] = r
                     towards[id(r)] = (oid, how)
                     nxt_frontier.append(id(r))
+                    cycle = _cycle_through(r, towards)
+                    if cycle is not None and all(c.path != cycle.path for c in chains):
+                        chains.append(cycle)
                 if len(chains) >= max_chains:
                     return chains
             del refs
@@ -190,6 +193,28 @@ def _path(towards: Dict[int, Tuple[int, str]], i: int) -> List[str]:
         i, how = towards[i][0], towards[i][1]
         steps.append(how)
     return steps
+
+
+def _cycle_through(r: Any, towards: Dict[int, Tuple[int, str]]) -> Optional[Chain]:
+    """A chain when ``r`` refers back to itself or to an object between it and the target
+    (a reference cycle keeps the target alive until the cycle collector runs). Found from
+    ``r``'s referents rather than its referrers: an instance's attribute dict made on demand
+    is not always visible to ``gc.get_referrers``."""
+    on_path = _ids_on(towards, id(r))
+    # r refers to the next object on the path by construction: that is not a cycle.
+    on_path.discard(towards[id(r)][0])
+    on_path.add(id(r))
+    try:
+        attrs = list(vars(r).values())
+    except TypeError:
+        attrs = []
+    for x in gc.get_referents(r) + attrs:
+        if id(x) in on_path:
+            how = _edge(r, x)
+            if how is None:
+                continue
+            return Chain("reference cycle", _short(r), _render([how] + _path(towards, id(x))))
+    return None
 
 
 def _ids_on(towards: Dict[int, Tuple[int, str]], i: int) -> set:

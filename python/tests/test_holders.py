@@ -61,7 +61,20 @@ def test_closure(module):
     assert paths(target).get("train_script.hook.__closure__[0]") == "module global"
 
 
-def test_reference_cycle():
+@pytest.fixture
+def no_collection():
+    """A cycle is garbage: the collector may free it at any allocation. What who_holds
+    reports is the moment before that, so hold the collector off for these tests."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    yield
+    if was:
+        gc.enable()
+
+
+def test_reference_cycle(no_collection):
     class Node:
         pass
 
@@ -96,3 +109,18 @@ def test_who_holds_block_address_fake_torch(module, monkeypatch):
     chains = ft.who_holds(0x7F00_0000_0000, size=2 << 20)
     assert any(c.path == "train_script.kv_cache['layer0']" for c in chains), [str(c) for c in chains]
     assert any(c.path == "train_script.other[0]" for c in ft.who_holds(module.other[0]))
+
+
+def test_two_object_cycle(no_collection):
+    class A:
+        pass
+
+    class B:
+        pass
+
+    a, b = A(), B()
+    a.b, b.a, b.t = b, a, Blob()
+    target = b.t
+    del a, b
+    cyc = [c for c in referrer_chains(target) if c.kind == "reference cycle"]
+    assert any(c.steps in ([".b", ".a", ".b", ".t"], [".a", ".b", ".t"]) for c in cyc), [str(c) for c in cyc]
