@@ -10,6 +10,7 @@
 //! whole walk, which makes identity (the object's address) a sound key.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use fragscope_snapshot::{FeedValue, Feeder, Snapshot};
 use pyo3::prelude::*;
@@ -21,12 +22,32 @@ const MAX_DEPTH: usize = 256;
 struct Walk {
     feeder: Feeder,
     /// Lists and strings already converted, by address.
-    seen: HashMap<usize, FeedValue>,
+    seen: HashMap<usize, FeedValue, BuildHasherDefault<AddrHasher>>,
+}
+
+/// Hashes an object address with one multiply: SipHash's resistance to chosen keys buys
+/// nothing for addresses, and this map is probed for every key and string of every entry.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        // Addresses are 16-byte aligned: drop the zero bits, spread the rest to the top.
+        self.0 = ((n as u64) >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 /// Walks `obj` into a [`Snapshot`]; the error is the reader's message.
 pub fn snapshot_from_py(obj: &Bound<'_, PyAny>) -> Result<Snapshot, String> {
-    let mut w = Walk { feeder: Feeder::new(), seen: HashMap::new() };
+    let mut w = Walk { feeder: Feeder::new(), seen: HashMap::default() };
     let top = w.value(obj, 0)?;
     w.feeder.finish(top).map_err(|e| e.to_string())
 }
@@ -37,17 +58,18 @@ impl Walk {
             return Err("nesting deeper than 256 levels: not a memory snapshot".into());
         }
         let id = o.as_ptr() as usize;
+        // Exact types first (the common case, one pointer compare each); subclasses after.
+        // Ints are never shared in a way that matters: no lookup for them.
+        if o.is_exact_instance_of::<PyInt>() {
+            return self.int(o);
+        }
         if let Some(&v) = self.seen.get(&id) {
             return Ok(v);
         }
-        // Exact types first (the common case, one pointer compare each); subclasses after.
         if let Ok(s) = o.downcast_exact::<PyString>() {
             let v = self.feeder.str(&s.to_cow().map_err(|e| e.to_string())?);
             self.seen.insert(id, v);
             return Ok(v);
-        }
-        if o.is_exact_instance_of::<PyInt>() {
-            return self.int(o);
         }
         if let Ok(d) = o.downcast::<PyDict>() {
             // Dicts are not remembered: millions of trace entries are never shared, and a
