@@ -322,6 +322,13 @@ class Snapshot:
         """``fragscope diff --json A B`` with this snapshot as A and ``other`` as B."""
         return Diff(self._native.diff_json(other._native, top))
 
+    def blocks(self, site: Optional[str] = None, allocated_only: bool = True) -> List[Dict[str, Any]]:
+        """Blocks of the allocator state at the dump (``device``, ``address``, ``size``,
+        ``state``, ``site``): with ``site`` (as analyses name it, ``"train.py:63:step"``)
+        only that call site's, e.g. a leak suspect's or a large holder at the peak."""
+        keys = ("device", "address", "size", "state", "site")
+        return [dict(zip(keys, b)) for b in self._native.blocks(site, allocated_only)]
+
     def save(self, path: PathLike) -> None:
         """Writes the snapshot as a pickle (protocol 2) that PyTorch's viewers read."""
         self._native.save(os.fspath(path))

@@ -51,6 +51,7 @@ __all__ = [
     "phase",
     "tensors_in",
     "who_holds",
+    "who_holds_site",
 ]
 
 
@@ -329,3 +330,17 @@ def who_holds(target: Any, size: int = 1, max_depth: int = 10, max_chains: int =
         del found
         return chains
     return referrer_chains(target, max_depth=max_depth, max_chains=max_chains)
+
+
+def who_holds_site(site: str, snap: "Optional[fragscope.Snapshot]" = None, max_chains: int = 8) -> Dict[str, List["Chain"]]:
+    """Who keeps the memory of a call site alive (a leak suspect's site, a large holder at
+    the peak, as ``analyze`` names it): for each of its allocated blocks in ``snap`` (default:
+    the live allocator now), the referrer chains of the tensors stored there, keyed by
+    ``"device D block 0xADDR (SIZE)"``."""
+    if snap is None:
+        snap = snapshot()
+    out: Dict[str, List[Any]] = {}
+    for b in snap.blocks(site=site):
+        key = f"device {b['device']} block {b['address']:#x} ({fragscope._fmt_bytes(b['size'])})"
+        out[key] = who_holds(b["address"], size=b["size"], max_chains=max_chains)
+    return out

@@ -194,6 +194,29 @@ impl Snapshot {
             .map_err(err)
     }
 
+    /// The blocks of the allocator state at the dump, as `(device, address, size, state,
+    /// site)`: `state` as PyTorch names it (`active_allocated`, ...), `site` the call site
+    /// analyses report (`file.py:line:function`). With `site`, only that site's blocks;
+    /// with `allocated_only`, only `active_allocated` blocks.
+    #[pyo3(signature = (site = None, allocated_only = true))]
+    fn blocks(&self, site: Option<String>, allocated_only: bool) -> Vec<(i64, u64, u64, &'static str, String)> {
+        let snap = &self.inner;
+        let mut out = Vec::new();
+        for seg in &snap.segments {
+            for b in &seg.blocks {
+                if allocated_only && b.state != fragscope_snapshot::BlockState::ActiveAllocated {
+                    continue;
+                }
+                let here = fragscope_analysis::attribution::site_of(&snap.frames, b.stack).site;
+                if site.as_deref().is_some_and(|s| s != here) {
+                    continue;
+                }
+                out.push((seg.device, b.address, b.size, b.state.as_str(), here));
+            }
+        }
+        out
+    }
+
     /// Writes this snapshot as a pickle that PyTorch's viewers read.
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let snap = self.inner.clone();
