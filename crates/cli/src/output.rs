@@ -51,6 +51,15 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// A `--json` document as every command prints it: serde_json's pretty form and a newline.
+/// The Python package returns exactly this text from its results' `to_json()`.
+pub fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, crate::CliError> {
+    let mut s =
+        serde_json::to_string_pretty(value).map_err(|e| crate::CliError::usage(format!("cannot write JSON: {e}")))?;
+    s.push('\n');
+    Ok(s)
+}
+
 /// A percentage with one decimal (`"12.5%"`).
 pub fn percent(part: f64) -> String {
     format!("{:.1}%", part * 100.0)

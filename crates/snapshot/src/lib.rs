@@ -7,6 +7,9 @@
 //! `external_annotations`, ...), pickle protocols 2–5, gzip-compressed or not, and
 //! torch.profiler (Kineto) JSON traces with `[memory]` events, into one [`Snapshot`] model.
 //!
+//! [`Feeder`] builds the same model from values walked elsewhere (the Python package's
+//! `from_dict` walks the live dict of `torch.cuda.memory._snapshot()` into it).
+//!
 //! Reading never executes anything: the pickle reader accepts data opcodes only and
 //! refuses, by opcode and byte offset, any pickle that asks to import or call code.
 //! Memory stays below the file's size on multi-GB files, because stacks are interned
@@ -31,6 +34,7 @@ use std::path::Path;
 
 pub use error::ReadError;
 pub use model::*;
+pub use pickle::load::{FeedValue, Feeder};
 pub use pyobj::PyObj;
 pub use settings::RecordedSettings;
 

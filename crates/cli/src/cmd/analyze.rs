@@ -49,14 +49,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { top: args.top as usize, what_if: args.what_if, ..AnalyzeOptions::default() };
     let results = input::each_snapshot(&args.files, args.json, |name, snap| Ok((name, analyze::analyze(snap, &opts))))?;
     let text = if args.json {
-        let out = JsonOut {
-            schema: analyze::SCHEMA,
-            files: results.iter().map(|(file, a)| FileOut { file: file.clone(), analysis: a }).collect(),
-        };
-        let mut s =
-            serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
-        s.push('\n');
-        s
+        json(&results)?
     } else {
         let mut s = String::new();
         for (i, (file, a)) in results.iter().enumerate() {
@@ -69,6 +62,16 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     };
     crate::print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `--json` document (schema `fragscope.analyze/1`) of `(file name, analysis)` per
+/// file: what `fragscope analyze --json` prints.
+pub fn json(results: &[(String, Analysis)]) -> Result<String, CliError> {
+    let out = JsonOut {
+        schema: analyze::SCHEMA,
+        files: results.iter().map(|(file, a)| FileOut { file: file.clone(), analysis: a }).collect(),
+    };
+    crate::output::json_text(&out)
 }
 
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];

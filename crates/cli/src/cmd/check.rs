@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_analysis::check::{self, Failure, Limits, Value};
+use fragscope_analysis::check::{self, CheckResult, Failure, Limits, Value};
 
 use crate::output::bytes;
 use crate::{input, CliError, EXIT_GATE_FAILED};
@@ -57,7 +57,8 @@ fn value(v: &Value) -> String {
     }
 }
 
-fn failure_line(f: &Failure) -> String {
+/// The `check failed: ...` text of one broken limit (without the prefix).
+pub fn failure_line(f: &Failure) -> String {
     match f.limit {
         "no_leaks" => format!("{} leak suspect(s) on device {} (--no-leaks)", value(&f.measured), f.device),
         l => {
@@ -71,11 +72,12 @@ fn failure_line(f: &Failure) -> String {
     }
 }
 
-pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+/// The limits of `args`, or the one-line error for a malformed size or fraction.
+pub fn limits(args: &Args) -> Result<Limits, CliError> {
     let size = |s: &Option<String>, name: &str| -> Result<Option<u64>, CliError> {
         s.as_deref().map(|v| check::parse_size(v).map_err(|e| CliError::usage(format!("{name}: {e}")))).transpose()
     };
-    let limits = Limits {
+    Ok(Limits {
         max_reserved: size(&args.max_reserved, "--max-reserved")?,
         max_allocated: size(&args.max_allocated, "--max-allocated")?,
         max_fragmentation: args
@@ -84,14 +86,20 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             .map(|v| check::parse_fraction(v).map_err(|e| CliError::usage(format!("--max-fragmentation: {e}"))))
             .transpose()?,
         no_leaks: args.no_leaks,
-    };
+    })
+}
+
+/// The `--json` document of a check: what `fragscope check --json` prints.
+pub fn json(result: &CheckResult) -> Result<String, CliError> {
+    crate::output::json_text(result)
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    let limits = limits(args)?;
     let snap = input::load(&args.file, args.json)?;
     let result = check::check(&snap, &limits);
     let text = if args.json {
-        let mut s =
-            serde_json::to_string_pretty(&result).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
-        s.push('\n');
-        s
+        json(&result)?
     } else if let Some(first) = result.failures.first() {
         let more = result.failures.len() - 1;
         let suffix = if more > 0 { format!(" (and {more} more)") } else { String::new() };

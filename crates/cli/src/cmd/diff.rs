@@ -37,6 +37,12 @@ struct JsonOut<'a> {
     diff: &'a Diff,
 }
 
+/// The `--json` document (schema `fragscope.diff/1`) of a diff of snapshots named `a` and
+/// `b`: what `fragscope diff --json` prints.
+pub fn json(a: &str, b: &str, diff: &Diff) -> Result<String, CliError> {
+    crate::output::json_text(&JsonOut { schema: SCHEMA, a: a.to_string(), b: b.to_string(), diff })
+}
+
 fn signed(d: i64) -> String {
     if d < 0 {
         format!("-{}", bytes(d.unsigned_abs()))
@@ -54,12 +60,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let b = input::load(&args.b, args.json)?;
     let d = diff::diff(&a, &b, &DiffOptions { top: args.top });
     let text = if args.json {
-        let out =
-            JsonOut { schema: SCHEMA, a: args.a.display().to_string(), b: args.b.display().to_string(), diff: &d };
-        let mut s =
-            serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
-        s.push('\n');
-        s
+        json(&args.a.display().to_string(), &args.b.display().to_string(), &d)?
     } else {
         let mut s = String::new();
         let _ = writeln!(s, "A: {}\nB: {}", args.a.display(), args.b.display());

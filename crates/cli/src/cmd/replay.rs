@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::output::{self, Align, Table};
 use crate::{input, print_stdout, CliError};
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Default)]
 pub struct Args {
     /// Snapshot files (pickles from torch.cuda.memory._dump_snapshot). Without FILE: the
     /// built-in example snapshot.
@@ -142,20 +142,18 @@ struct JsonDevice<'a> {
     advice_notes: &'a [String],
 }
 
-struct DeviceResult {
-    verify: VerifyReport,
-    whatif: Option<Vec<WhatIf>>,
+/// One device's replay: the verification and, unless `--verify`, the what-if runs.
+pub struct DeviceResult {
+    pub verify: VerifyReport,
+    pub whatif: Option<Vec<WhatIf>>,
     /// Advice that could not be replayed on this device, and why.
-    notes: Vec<String>,
+    pub notes: Vec<String>,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     // Bad config strings are bad usage: check them before any work.
-    for c in &args.config {
-        fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
-    }
-    let capacity = args.capacity.as_deref().map(parse_capacity).transpose().map_err(CliError::usage)?;
-    let advice = advice_requested(args)?;
+    let capacity = capacity_of(args)?;
+    advice_requested(args)?;
     if args.advice_table {
         print_stdout(&advice_table(&args.files, capacity))?;
         return Ok(ExitCode::SUCCESS);
@@ -172,79 +170,107 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     }
     let mut saved: Option<Snapshot> = None;
     let out: Vec<(String, Vec<DeviceResult>)> = input::each_snapshot(&args.files, args.json, |name, snap| {
-        let mut devs = replayable_devices(snap);
-        if let Some(d) = args.device {
-            devs.retain(|&x| x == d);
-        }
-        let mut results = Vec::new();
-        for d in devs {
-            let verify = replay::verify(snap, d, &ReplayOptions { capacity, ..Default::default() });
-            let mut notes = Vec::new();
-            let whatif = if args.verify {
-                None
-            } else {
-                let recorded = recorded_config(snap);
-                let mut cfgs: Vec<AllocatorConfig> = Vec::new();
-                if args.config.is_empty() {
-                    cfgs.push(recorded.clone());
-                    for alt in ALTERNATIVES {
-                        let c = config_on_top(&recorded, alt)?;
-                        if c != recorded {
-                            cfgs.push(c);
-                        }
-                    }
-                } else {
-                    for c in &args.config {
-                        cfgs.push(config_on_top(&recorded, c)?);
-                    }
-                }
-                let mut runs = Vec::new();
-                for (k, c) in cfgs.into_iter().enumerate() {
-                    let collect = k == 0 && args.save_snapshot.is_some();
-                    let mut w = simulate_with(
-                        snap,
-                        d,
-                        c,
-                        &SimOptions { capacity, collect_snapshot: collect, ..SimOptions::default() },
-                    );
-                    if let Some(s) = w.snapshot.take() {
-                        merge_into(&mut saved, s);
-                    }
-                    runs.push(w);
-                }
-                runs.extend(run_advice(snap, d, &recorded, capacity, &advice, &mut notes));
-                Some(runs)
-            };
-            results.push(DeviceResult { verify, whatif, notes });
-        }
-        Ok((name, results))
+        Ok((name, replay_snapshot(args, capacity, snap, &mut saved)?))
     })?;
-    if let (Some(path), Some(s)) = (&args.save_snapshot, &saved) {
+    save(args, saved.as_ref())?;
+    let text = if args.json { json(&out, args.verify)? } else { render_text(&out, args.verify) };
+    print_stdout(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Checks `args`' config strings and returns its capacity (`--capacity` parsed): the
+/// usage errors of `replay`, found before any work.
+pub fn capacity_of(args: &Args) -> Result<Option<u64>, CliError> {
+    for c in &args.config {
+        fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
+    }
+    args.capacity.as_deref().map(parse_capacity).transpose().map_err(CliError::usage)
+}
+
+/// Replays one snapshot as `args` asks (verify, and unless `--verify` the what-if runs),
+/// per replayable device. With `--save-snapshot`, the first config's simulated run is
+/// merged into `saved` (see [`save`]).
+pub fn replay_snapshot(
+    args: &Args,
+    capacity: Option<u64>,
+    snap: &Snapshot,
+    saved: &mut Option<Snapshot>,
+) -> Result<Vec<DeviceResult>, CliError> {
+    let mut devs = replayable_devices(snap);
+    if let Some(d) = args.device {
+        devs.retain(|&x| x == d);
+    }
+    let advice = advice_requested(args)?;
+    let mut results = Vec::new();
+    for d in devs {
+        let verify = replay::verify(snap, d, &ReplayOptions { capacity, ..Default::default() });
+        let mut notes = Vec::new();
+        let whatif = if args.verify {
+            None
+        } else {
+            let recorded = recorded_config(snap);
+            let mut cfgs: Vec<AllocatorConfig> = Vec::new();
+            if args.config.is_empty() {
+                cfgs.push(recorded.clone());
+                for alt in ALTERNATIVES {
+                    let c = config_on_top(&recorded, alt)?;
+                    if c != recorded {
+                        cfgs.push(c);
+                    }
+                }
+            } else {
+                for c in &args.config {
+                    cfgs.push(config_on_top(&recorded, c)?);
+                }
+            }
+            let mut runs = Vec::new();
+            for (k, c) in cfgs.into_iter().enumerate() {
+                let collect = k == 0 && args.save_snapshot.is_some();
+                let mut w = simulate_with(
+                    snap,
+                    d,
+                    c,
+                    &SimOptions { capacity, collect_snapshot: collect, ..SimOptions::default() },
+                );
+                if let Some(s) = w.snapshot.take() {
+                    merge_into(saved, s);
+                }
+                runs.push(w);
+            }
+            runs.extend(run_advice(snap, d, &recorded, capacity, &advice, &mut notes));
+            Some(runs)
+        };
+        results.push(DeviceResult { verify, whatif, notes });
+    }
+    Ok(results)
+}
+
+/// Writes the simulated run to `--save-snapshot`, when asked and there is one.
+pub fn save(args: &Args, saved: Option<&Snapshot>) -> Result<(), CliError> {
+    if let (Some(path), Some(s)) = (&args.save_snapshot, saved) {
         fragscope_snapshot::pickle::write::write_path(s, path)
             .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))?;
     }
-    let text = if args.json {
-        let j = JsonOut {
-            schema: if args.verify { "fragscope.replay.verify/1" } else { "fragscope.replay.whatif/1" },
-            files: out
-                .iter()
-                .map(|(file, rs)| JsonFile {
-                    file: file.clone(),
-                    devices: rs
-                        .iter()
-                        .map(|r| JsonDevice { verify: &r.verify, whatif: r.whatif.as_deref(), advice_notes: &r.notes })
-                        .collect(),
-                })
-                .collect(),
-        };
-        let mut s = serde_json::to_string_pretty(&j).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
-        s.push('\n');
-        s
-    } else {
-        render_text(&out, args.verify)
+    Ok(())
+}
+
+/// The `--json` document (`fragscope.replay.verify/1` with `verify`, else
+/// `fragscope.replay.whatif/1`) of `(file name, device results)` per file.
+pub fn json(out: &[(String, Vec<DeviceResult>)], verify: bool) -> Result<String, CliError> {
+    let j = JsonOut {
+        schema: if verify { "fragscope.replay.verify/1" } else { "fragscope.replay.whatif/1" },
+        files: out
+            .iter()
+            .map(|(file, rs)| JsonFile {
+                file: file.clone(),
+                devices: rs
+                    .iter()
+                    .map(|r| JsonDevice { verify: &r.verify, whatif: r.whatif.as_deref(), advice_notes: &r.notes })
+                    .collect(),
+            })
+            .collect(),
     };
-    print_stdout(&text)?;
-    Ok(ExitCode::SUCCESS)
+    crate::output::json_text(&j)
 }
 
 fn merge_into(acc: &mut Option<Snapshot>, s: Snapshot) {

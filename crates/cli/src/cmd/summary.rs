@@ -43,17 +43,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let results: Vec<(String, bool, Summary)> =
         input::each_snapshot(&args.files, args.json, |name, snap| Ok((name, example, summary::summarize(snap))))?;
     let text = if args.json {
-        let out = JsonOut {
-            schema: summary::SCHEMA,
-            files: results
-                .iter()
-                .map(|(file, example, s)| FileOut { file: file.clone(), example: *example, summary: s })
-                .collect(),
-        };
-        let mut s =
-            serde_json::to_string_pretty(&out).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
-        s.push('\n');
-        s
+        json(&results)?
     } else {
         let mut s = String::new();
         for (i, (file, example, sum)) in results.iter().enumerate() {
@@ -66,6 +56,19 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     };
     crate::print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `--json` document (schema `fragscope.summary/1`) of `(file name, is the built-in
+/// example, summary)` per file: what `fragscope summary --json` prints.
+pub fn json(results: &[(String, bool, Summary)]) -> Result<String, CliError> {
+    let out = JsonOut {
+        schema: summary::SCHEMA,
+        files: results
+            .iter()
+            .map(|(file, example, s)| FileOut { file: file.clone(), example: *example, summary: s })
+            .collect(),
+    };
+    output::json_text(&out)
 }
 
 fn format_name(f: &str) -> &'static str {

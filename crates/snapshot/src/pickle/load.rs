@@ -772,22 +772,116 @@ pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Resul
     let mut abs = SnapshotAbsorber::new(&mut vm.state);
     let top = vm.run(&mut abs, progress)?;
     abs.prefault = None; // parsing is done: stop and join the helper
-    let mut b = Builder { st: &mut vm.state, abs: &mut abs, snap: Snapshot::default() };
+    finish(&mut vm.state, abs, top)
+}
+
+/// The model of the top-level value `top`, once every list has been absorbed (shared by
+/// the pickle reader and [`Feeder`]).
+fn finish(st: &mut VmState, mut abs: SnapshotAbsorber, top: Value) -> Result<Snapshot, ReadError> {
+    let mut b = Builder { st, abs: &mut abs, snap: Snapshot::default() };
     b.build(top)?;
     let mut snap = b.snap;
     // Tolerated oddities, by name.
     for (k, n) in abs.unknown_trace_keys {
-        *snap.notes.unknown_keys.entry(format!("trace.{}", vm.state.str(k))).or_default() += n;
+        *snap.notes.unknown_keys.entry(format!("trace.{}", st.str(k))).or_default() += n;
     }
     for (k, n) in abs.unknown_actions {
-        *snap.notes.unknown_actions.entry(vm.state.str(k).to_string()).or_default() += n;
+        *snap.notes.unknown_actions.entry(st.str(k).to_string()).or_default() += n;
     }
     for (k, n) in abs.missing {
         *snap.notes.missing_optional.entry(k.to_string()).or_default() += n;
     }
     snap.pool_ids = abs.pool_ids;
-    snap.frames = std::mem::take(&mut vm.state.table);
+    snap.frames = std::mem::take(&mut st.table);
     Ok(snap)
+}
+
+/// A value handed to a [`Feeder`] (opaque: an arena handle, like a pickle memo entry).
+#[derive(Clone, Copy, Debug)]
+pub struct FeedValue(Value);
+
+/// Builds a [`Snapshot`] from values walked elsewhere — the Python package walks the live
+/// dict of `torch.cuda.memory._snapshot()` — through the pickle reader's own arenas,
+/// absorber and builder: trace entries and frames are absorbed as they are appended to
+/// their lists, exactly as when a pickle's APPEND runs, so the model is the one
+/// [`crate::read_from`] builds from a pickle of the same objects.
+///
+/// Build children before their container (a dict's items, then append the dict), and
+/// hand the same [`FeedValue`] again for an object met twice (a shared frame list), as a
+/// pickle's memo would.
+pub struct Feeder {
+    st: VmState,
+    abs: SnapshotAbsorber,
+}
+
+impl Default for Feeder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Feeder {
+    pub fn new() -> Self {
+        let mut st = VmState::new();
+        let abs = SnapshotAbsorber::new(&mut st);
+        Feeder { st, abs }
+    }
+    pub fn none(&self) -> FeedValue {
+        FeedValue(Value::None)
+    }
+    pub fn bool(&self, b: bool) -> FeedValue {
+        FeedValue(Value::Bool(b))
+    }
+    pub fn int(&self, i: i64) -> FeedValue {
+        FeedValue(Value::Int(i))
+    }
+    /// An integer outside `i64`, as little-endian two's complement bytes.
+    pub fn big_int(&mut self, le_bytes: Vec<u8>) -> FeedValue {
+        self.st.bigs.push(le_bytes);
+        FeedValue(Value::Big(self.st.bigs.len() as u32 - 1))
+    }
+    pub fn float(&self, f: f64) -> FeedValue {
+        FeedValue(Value::Float(f))
+    }
+    pub fn str(&mut self, s: &str) -> FeedValue {
+        FeedValue(Value::Str(self.st.table.intern_str(s)))
+    }
+    pub fn bytes(&mut self, b: Vec<u8>) -> FeedValue {
+        self.st.bytes.push(b);
+        FeedValue(Value::Bytes(self.st.bytes.len() as u32 - 1))
+    }
+    pub fn tuple(&mut self, items: Vec<FeedValue>) -> FeedValue {
+        FeedValue(self.st.new_tuple(items.into_iter().map(|v| v.0).collect()))
+    }
+    /// An empty list; fill it with [`Feeder::append`].
+    pub fn list(&mut self) -> FeedValue {
+        FeedValue(self.st.new_list().0)
+    }
+    /// Appends `item` to `list` (a trace entry or frame dict is absorbed here).
+    pub fn append(&mut self, list: FeedValue, item: FeedValue) -> Result<(), ReadError> {
+        let Value::List(h) = list.0 else { return Err(self.st.corrupt("append to something that is not a list")) };
+        self.st.list(h)?;
+        let item = self.st.resolve(item.0);
+        if let Absorb::Keep(v) = self.abs.on_append(&mut self.st, h.idx, item)? {
+            self.st.list_mut(h)?.items.push(v);
+        }
+        Ok(())
+    }
+    /// An empty dict; fill it with [`Feeder::set_item`].
+    pub fn dict(&mut self) -> FeedValue {
+        FeedValue(self.st.new_dict())
+    }
+    pub fn set_item(&mut self, dict: FeedValue, key: FeedValue, value: FeedValue) -> Result<(), ReadError> {
+        let Value::Dict(h) = dict.0 else { return Err(self.st.corrupt("set_item on something that is not a dict")) };
+        self.st.dict(h)?;
+        self.st.dicts[h.idx as usize].items.push((key.0, value.0));
+        Ok(())
+    }
+    /// The snapshot whose top-level object is `top` (the 2.x dict, or 1.13's segment list).
+    pub fn finish(mut self, top: FeedValue) -> Result<Snapshot, ReadError> {
+        self.abs.prefault = None;
+        finish(&mut self.st, self.abs, top.0)
+    }
 }
 
 struct Builder<'a> {

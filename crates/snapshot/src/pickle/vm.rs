@@ -124,6 +124,19 @@ pub(crate) struct VmState {
 }
 
 impl VmState {
+    pub fn new() -> Self {
+        VmState {
+            dicts: Vec::new(),
+            free_dicts: Vec::new(),
+            lists: Vec::new(),
+            tuples: Vec::new(),
+            bigs: Vec::new(),
+            bytes: Vec::new(),
+            memo: Memo::new(),
+            table: FrameTable::default(),
+            offset: 0,
+        }
+    }
     pub fn dict(&self, h: Handle) -> Result<&DictSlot, ReadError> {
         match self.dicts.get(h.idx as usize) {
             Some(d) if d.gen == h.gen => Ok(d),
@@ -206,7 +219,7 @@ impl VmState {
             self.memo.set(slot.memo as usize, replacement);
         }
     }
-    fn new_dict(&mut self) -> Value {
+    pub(crate) fn new_dict(&mut self) -> Value {
         if let Some(idx) = self.free_dicts.pop() {
             let slot = &mut self.dicts[idx as usize];
             slot.replaced = None;
@@ -216,12 +229,12 @@ impl VmState {
         self.dicts.push(DictSlot { gen: 0, memo: NO_MEMO, items: Vec::new(), replaced: None });
         Value::Dict(Handle { idx, gen: 0 })
     }
-    fn new_list(&mut self) -> (Value, u32) {
+    pub(crate) fn new_list(&mut self) -> (Value, u32) {
         let idx = self.lists.len() as u32;
         self.lists.push(ListSlot { gen: 0, memo: NO_MEMO, items: Vec::new(), replaced: None });
         (Value::List(Handle { idx, gen: 0 }), idx)
     }
-    fn new_tuple(&mut self, items: Vec<Value>) -> Value {
+    pub(crate) fn new_tuple(&mut self, items: Vec<Value>) -> Value {
         if let [Value::Int(a), Value::Int(b)] = items[..] {
             if let (Ok(a), Ok(b)) = (u32::try_from(a), u32::try_from(b)) {
                 return Value::Pair(a, b);
@@ -371,17 +384,7 @@ impl<R: Read> Vm<R> {
     pub fn new(r: R) -> Self {
         Vm {
             input: Input { r, buf: vec![0; CHUNK], pos: 0, end: 0, base: 0 },
-            state: VmState {
-                dicts: Vec::new(),
-                free_dicts: Vec::new(),
-                lists: Vec::new(),
-                tuples: Vec::new(),
-                bigs: Vec::new(),
-                bytes: Vec::new(),
-                memo: Memo::new(),
-                table: FrameTable::default(),
-                offset: 0,
-            },
+            state: VmState::new(),
             stack: Vec::with_capacity(1024),
             marks: Vec::with_capacity(64),
             items: Box::new([Value::None; FAST_ITEMS]),

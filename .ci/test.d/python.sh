@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The Python package's tests, as a user installs it: a fresh virtual environment, the
+# pinned build/test tools, `pip install .` from the repository root, then pytest over
+# python/tests (every real snapshot of ../shared/traces against the CLI's JSON).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+PY="${PYTHON:-python3}"
+VENV=target/py-venv
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -r python/requirements-test.txt
+"$VENV/bin/python" -m pip install --quiet .
+
+# The installed command and `python -m fragscope` run the Rust CLI.
+"$VENV/bin/fragscope" --version
+"$VENV/bin/python" -m fragscope summary --json > /dev/null
+"$VENV/bin/fragscope" summary > /dev/null
+
+# Tests run against the installed package, not the source folder: from another directory.
+# pytest exits 5 when it collects nothing; with `set -e` that fails the suite, as it must.
+FRAGSCOPE_REPO="$PWD" "$VENV/bin/python" -m pytest -p pytester -q -ra python/tests "$@"

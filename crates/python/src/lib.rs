@@ -1,0 +1,343 @@
+//! `fragscope._native`: the Rust half of the `fragscope` Python package.
+//!
+//! The pure-Python package (`python/fragscope/`) wraps what this module exports:
+//!
+//! * [`run_cli`]: the command line itself ([`fragscope::run_cli`]), for the `fragscope`
+//!   console script and `python -m fragscope`: the same code as the Rust binary.
+//! * [`Snapshot`]: a snapshot loaded from a path ([`load`]), from bytes ([`loads`]) or from
+//!   the live dict of `torch.cuda.memory._snapshot()` ([`from_dict`], see [`dict`]). Its
+//!   methods return the `--json` documents of the CLI's commands, built by the same public
+//!   functions the CLI prints (`fragscope::cmd::*::json`), so a Python result's `to_json()`
+//!   is byte for byte what `fragscope <command> --json` prints.
+//! * [`analyze_many`]: `analyze` of many files on every core.
+//!
+//! Every analysis runs with the GIL released. Errors are `FragscopeError` (a `ValueError`)
+//! carrying the CLI's one-line message, without the `error: ` prefix.
+
+pub mod dict;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fragscope::cmd;
+use fragscope::CliError;
+use fragscope_analysis::analyze::{self, AnalyzeOptions};
+use fragscope_analysis::{check, diff, summary};
+use fragscope_snapshot::Snapshot as Snap;
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+create_exception!(
+    _native,
+    FragscopeError,
+    PyValueError,
+    "A snapshot that cannot be read, or a bad argument (size, fraction, allocator config). \
+     The message is the one line the `fragscope` command prints after `error: `."
+);
+
+fn err(e: CliError) -> PyErr {
+    FragscopeError::new_err(e.message)
+}
+
+/// Threads for one analysis, as the CLI uses (`AnalyzeOptions::default().threads`).
+fn analyze_options(top: usize, what_if: bool) -> AnalyzeOptions {
+    AnalyzeOptions { top, what_if, ..AnalyzeOptions::default() }
+}
+
+/// A loaded memory snapshot. Immutable; analyses may run on it from several threads.
+#[pyclass(frozen, module = "fragscope._native")]
+pub struct Snapshot {
+    inner: Arc<Snap>,
+    /// The name results carry as `file` (the path as given, `<bytes>`, `<dict>`).
+    name: String,
+    /// The built-in example (summary's `example` field says so).
+    example: bool,
+}
+
+#[pymethods]
+impl Snapshot {
+    /// The name results carry in their `file` field.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The source format: `dict`, `segment_list` or `kineto`.
+    #[getter]
+    fn format(&self) -> &'static str {
+        match self.inner.format {
+            fragscope_snapshot::SourceFormat::Dict => "dict",
+            fragscope_snapshot::SourceFormat::SegmentList => "segment_list",
+            fragscope_snapshot::SourceFormat::Kineto => "kineto",
+        }
+    }
+
+    /// CUDA devices that have segments or trace events.
+    #[getter]
+    fn devices(&self) -> Vec<i64> {
+        self.inner.devices()
+    }
+
+    /// Trace entries recorded, all devices together.
+    #[getter]
+    fn trace_events(&self) -> usize {
+        self.inner.device_traces.iter().map(Vec::len).sum()
+    }
+
+    /// Segments in the allocator state at the time of the dump.
+    #[getter]
+    fn segments(&self) -> usize {
+        self.inner.segments.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<fragscope Snapshot {} ({}, devices {:?}, {} segments, {} trace events)>",
+            self.name,
+            self.format(),
+            self.devices(),
+            self.segments(),
+            self.trace_events()
+        )
+    }
+
+    /// `fragscope summary --json` of this snapshot.
+    fn summary_json(&self, py: Python<'_>) -> PyResult<String> {
+        let (snap, name, example) = (self.inner.clone(), self.name.clone(), self.example);
+        py.allow_threads(move || cmd::summary::json(&[(name, example, summary::summarize(&snap))])).map_err(err)
+    }
+
+    /// `fragscope analyze --json [--top N] [--what-if]` of this snapshot.
+    #[pyo3(signature = (top = 10, what_if = false))]
+    fn analyze_json(&self, py: Python<'_>, top: usize, what_if: bool) -> PyResult<String> {
+        if !(1..=1000).contains(&top) {
+            return Err(FragscopeError::new_err(format!("top: {top} is not in 1..=1000")));
+        }
+        let (snap, name) = (self.inner.clone(), self.name.clone());
+        py.allow_threads(move || cmd::analyze::json(&[(name, analyze::analyze(&snap, &analyze_options(top, what_if)))]))
+            .map_err(err)
+    }
+
+    /// `fragscope replay --json` of this snapshot: `--verify`, `--config` (repeatable),
+    /// `--capacity`, `--device`, `--save-snapshot`, `--empty-cache-at` (repeatable),
+    /// `--no-caching`.
+    #[pyo3(signature = (verify = false, configs = Vec::new(), capacity = None, device = None, save_snapshot = None, empty_cache_at = Vec::new(), no_caching = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn replay_json(
+        &self,
+        py: Python<'_>,
+        verify: bool,
+        configs: Vec<String>,
+        capacity: Option<String>,
+        device: Option<i64>,
+        save_snapshot: Option<PathBuf>,
+        empty_cache_at: Vec<String>,
+        no_caching: bool,
+    ) -> PyResult<String> {
+        // Every other flag at its CLI default, so flags added to `replay` later keep
+        // their command-line meaning here.
+        let args = cmd::replay::Args {
+            verify,
+            config: configs,
+            capacity,
+            device,
+            save_snapshot,
+            empty_cache_at,
+            no_caching,
+            json: true,
+            ..Default::default()
+        };
+        let (snap, name) = (self.inner.clone(), self.name.clone());
+        py.allow_threads(move || {
+            let capacity = cmd::replay::capacity_of(&args)?;
+            let mut saved = None;
+            let devices = cmd::replay::replay_snapshot(&args, capacity, &snap, &mut saved)?;
+            cmd::replay::save(&args, saved.as_ref())?;
+            cmd::replay::json(&[(name, devices)], verify)
+        })
+        .map_err(err)
+    }
+
+    /// `fragscope check --json` of this snapshot: the JSON document, whether every limit
+    /// held, and the line the CLI prints for the first broken limit (`None` when it passed).
+    #[pyo3(signature = (max_reserved = None, max_allocated = None, max_fragmentation = None, no_leaks = false))]
+    fn check_json(
+        &self,
+        py: Python<'_>,
+        max_reserved: Option<String>,
+        max_allocated: Option<String>,
+        max_fragmentation: Option<String>,
+        no_leaks: bool,
+    ) -> PyResult<(String, bool, Option<String>)> {
+        let args = cmd::check::Args {
+            file: PathBuf::from(&self.name),
+            max_reserved,
+            max_allocated,
+            max_fragmentation,
+            no_leaks,
+            json: true,
+        };
+        let snap = self.inner.clone();
+        py.allow_threads(move || {
+            let limits = cmd::check::limits(&args)?;
+            let result = check::check(&snap, &limits);
+            let first = result.failures.first().map(|f| {
+                let more = result.failures.len() - 1;
+                let suffix = if more > 0 { format!(" (and {more} more)") } else { String::new() };
+                format!("check failed: {}{suffix}", cmd::check::failure_line(f))
+            });
+            Ok((cmd::check::json(&result)?, result.ok, first))
+        })
+        .map_err(err)
+    }
+
+    /// `fragscope diff --json [--top N] A B` with this snapshot as A.
+    #[pyo3(signature = (other, top = 10))]
+    fn diff_json(&self, py: Python<'_>, other: &Snapshot, top: usize) -> PyResult<String> {
+        let (a, b) = (self.inner.clone(), other.inner.clone());
+        let (na, nb) = (self.name.clone(), other.name.clone());
+        py.allow_threads(move || cmd::diff::json(&na, &nb, &diff::diff(&a, &b, &diff::DiffOptions { top })))
+            .map_err(err)
+    }
+
+    /// The blocks of the allocator state at the dump, as `(device, address, size, state,
+    /// site)`: `state` as PyTorch names it (`active_allocated`, ...), `site` the call site
+    /// analyses report (`file.py:line:function`). With `site`, only that site's blocks;
+    /// with `allocated_only`, only `active_allocated` blocks.
+    #[pyo3(signature = (site = None, allocated_only = true))]
+    fn blocks(&self, site: Option<String>, allocated_only: bool) -> Vec<(i64, u64, u64, &'static str, String)> {
+        let snap = &self.inner;
+        let mut out = Vec::new();
+        for seg in &snap.segments {
+            for b in &seg.blocks {
+                if allocated_only && b.state != fragscope_snapshot::BlockState::ActiveAllocated {
+                    continue;
+                }
+                let here = fragscope_analysis::attribution::site_of(&snap.frames, b.stack).site;
+                if site.as_deref().is_some_and(|s| s != here) {
+                    continue;
+                }
+                out.push((seg.device, b.address, b.size, b.state.as_str(), here));
+            }
+        }
+        out
+    }
+
+    /// Writes this snapshot as a pickle that PyTorch's viewers read.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let snap = self.inner.clone();
+        py.allow_threads(move || {
+            fragscope_snapshot::pickle::write::write_path(&snap, &path)
+                .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))
+        })
+        .map_err(err)
+    }
+}
+
+fn read_file(path: &Path, name: String) -> Result<Snapshot, CliError> {
+    let snap = fragscope_snapshot::read_path(path).map_err(|e| fragscope::input::read_error(path, &e))?;
+    Ok(Snapshot { inner: Arc::new(snap), name, example: false })
+}
+
+/// Loads a snapshot file (pickle from `torch.cuda.memory._dump_snapshot`, gzipped or not,
+/// or a torch.profiler JSON trace). `name` defaults to the path as given.
+#[pyfunction]
+#[pyo3(signature = (path, name = None))]
+fn load(py: Python<'_>, path: PathBuf, name: Option<String>) -> PyResult<Snapshot> {
+    let name = name.unwrap_or_else(|| path.display().to_string());
+    py.allow_threads(move || read_file(&path, name)).map_err(err)
+}
+
+/// Loads a snapshot from the bytes of a file (what `load` would read).
+#[pyfunction]
+#[pyo3(signature = (data, name = None))]
+fn loads(py: Python<'_>, data: &[u8], name: Option<String>) -> PyResult<Snapshot> {
+    let name = name.unwrap_or_else(|| "<bytes>".to_string());
+    py.allow_threads(|| {
+        let snap = fragscope_snapshot::read_from(std::io::Cursor::new(data))
+            .map_err(|e| fragscope::input::read_error(Path::new(&name), &e))?;
+        Ok(Snapshot { inner: Arc::new(snap), name: name.clone(), example: false })
+    })
+    .map_err(err)
+}
+
+/// The snapshot of the dict `torch.cuda.memory._snapshot()` returns (or a `pickle.load`
+/// of a snapshot file), walked in Rust into the model the pickle reader builds.
+#[pyfunction]
+#[pyo3(signature = (obj, name = None))]
+fn from_dict(obj: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<Snapshot> {
+    let name = name.unwrap_or_else(|| "<dict>".to_string());
+    let snap = dict::snapshot_from_py(obj)
+        .map_err(|e| FragscopeError::new_err(format!("{name} is not a memory snapshot: {e}")))?;
+    Ok(Snapshot { inner: Arc::new(snap), name, example: false })
+}
+
+/// The built-in example snapshot (a toy training loop made by fragscope's own code).
+#[pyfunction]
+fn example() -> Snapshot {
+    Snapshot {
+        inner: Arc::new(fragscope::example::snapshot()),
+        name: fragscope::input::EXAMPLE_NAME.to_string(),
+        example: true,
+    }
+}
+
+/// `fragscope analyze --json` of each file, on up to `threads` cores (0: all of them),
+/// one file per core at a time. Returns, per path in order, `(True, json)` or
+/// `(False, error line)`: one unreadable rank does not lose the others.
+#[pyfunction]
+#[pyo3(signature = (paths, top = 10, what_if = false, threads = 0))]
+fn analyze_many(py: Python<'_>, paths: Vec<PathBuf>, top: usize, what_if: bool, threads: usize) -> Vec<(bool, String)> {
+    py.allow_threads(move || {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = if threads == 0 { cores } else { threads }.clamp(1, paths.len().max(1));
+        // Several files at once, one thread each: the per-file analysis' own threads
+        // would only compete for the same cores.
+        let opts = AnalyzeOptions { threads: 1, ..analyze_options(top, what_if) };
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<std::sync::Mutex<Option<(bool, String)>>> =
+            paths.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(path) = paths.get(i) else { break };
+                    let name = path.display().to_string();
+                    let r = read_file(path, name.clone())
+                        .and_then(|snap| cmd::analyze::json(&[(name, analyze::analyze(&snap.inner, &opts))]));
+                    let r = match r {
+                        Ok(j) => (true, j),
+                        Err(e) => (false, e.message),
+                    };
+                    *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                });
+            }
+        });
+        results
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or((false, "not analysed".into())))
+            .collect()
+    })
+}
+
+/// Runs the `fragscope` command line on `argv` (program name first) and returns its exit
+/// code: 0 ok, 1 a `check` gate failed, 2 bad usage or unreadable input.
+#[pyfunction]
+fn run_cli(py: Python<'_>, argv: Vec<String>) -> u8 {
+    py.allow_threads(move || fragscope::run_cli(argv))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("FragscopeError", m.py().get_type::<FragscopeError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Snapshot>()?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(loads, m)?)?;
+    m.add_function(wrap_pyfunction!(from_dict, m)?)?;
+    m.add_function(wrap_pyfunction!(example, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze_many, m)?)?;
+    m.add_function(wrap_pyfunction!(run_cli, m)?)?;
+    Ok(())
+}

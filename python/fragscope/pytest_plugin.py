@@ -1,0 +1,195 @@
+"""fragscope's pytest plugin: CUDA memory limits per test (registered through ``pytest11``).
+
+Mark a test::
+
+    @pytest.mark.cuda_memory(max_reserved="2GiB", max_allocated="1.5GiB",
+                             max_fragmentation=0.2, max_growth="64MiB")
+    def test_train_step(): ...
+
+The test runs with allocator history recorded (bounded, Python stacks); afterwards the
+snapshot is checked with the same gate as ``fragscope check`` (peak reserved / allocated,
+peak fragmentation ``1 - allocated / reserved``) and ``max_growth`` against the largest
+step-to-step growth of a call site (the leak suspects of ``fragscope analyze``). A test
+over a limit fails with the limit, the measured value and the top call sites at the peak.
+``--fragscope-keep-snapshots=DIR`` keeps the snapshot of each failing test.
+
+Without torch or CUDA a marked test is skipped, and the skip says why. The limit logic
+itself is :func:`evaluate` (on a :class:`fragscope.Snapshot`) and :func:`evaluate_stats`
+(on a ``torch.cuda.memory_stats()`` dict), usable without pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+import pytest
+
+import fragscope
+
+MARKER = "cuda_memory"
+LIMIT_NAMES = ("max_reserved", "max_allocated", "max_fragmentation", "max_growth")
+
+
+@dataclass
+class Verdict:
+    """Whether a test stayed within its limits; ``lines`` name each broken limit,
+    ``sites`` the top call sites at the allocated peak (``"site: bytes"``)."""
+
+    ok: bool
+    lines: List[str] = field(default_factory=list)
+    sites: List[str] = field(default_factory=list)
+
+    def message(self) -> str:
+        out = ["fragscope: CUDA memory limit exceeded:"] + [f"  {line}" for line in self.lines]
+        if self.sites:
+            out.append("  top call sites at the allocated peak:")
+            out += [f"    {s}" for s in self.sites]
+        return "\n".join(out)
+
+
+def _parsed(limits: Dict[str, Any]) -> Dict[str, Any]:
+    """Sizes (``2GiB``, ``2GB``, bytes) and fractions (``0.2``, ``20%``) parsed by the Rust
+    parser ``fragscope check`` uses: the limits a check on the built-in example reports."""
+    sized = {k: limits.get(k) for k in ("max_reserved", "max_allocated")}
+    got = fragscope.example().check(max_fragmentation=limits.get("max_fragmentation"), **sized).to_dict()["limits"]
+    growth = limits.get("max_growth")
+    if growth is not None:
+        got["max_growth"] = fragscope.example().check(max_reserved=growth).to_dict()["limits"]["max_reserved"]
+    return got
+
+
+def _fmt(n: float) -> str:
+    return fragscope._fmt_bytes(int(n))
+
+
+def evaluate(snap: "fragscope.Snapshot", limits: Dict[str, Any], top: int = 5) -> Verdict:
+    """Checks a snapshot against ``limits`` (any of :data:`LIMIT_NAMES`)."""
+    unknown = set(limits) - set(LIMIT_NAMES)
+    if unknown:
+        raise TypeError(f"unknown cuda_memory limit(s): {', '.join(sorted(unknown))}; known: {', '.join(LIMIT_NAMES)}")
+    lines: List[str] = []
+    gate = snap.check(
+        max_reserved=limits.get("max_reserved"),
+        max_allocated=limits.get("max_allocated"),
+        max_fragmentation=limits.get("max_fragmentation"),
+    )
+    for f in gate.to_dict()["failures"]:
+        lines.append(_failure_text(f))
+    analysis = snap.analyze(top=top).to_dict()["files"][0]
+    if limits.get("max_growth") is not None:
+        allowed = _parsed(limits)["max_growth"]
+        for d in analysis["devices"]:
+            for s in d["leak_suspects"]:
+                if s["growth_bytes_per_iteration"] > allowed:
+                    lines.append(
+                        f"step-to-step growth {_fmt(s['growth_bytes_per_iteration'])}/iteration of "
+                        f"{s['site']} on device {d['device']} exceeds max_growth {_fmt(allowed)}"
+                    )
+    sites: List[str] = []
+    if lines:
+        for d in analysis["devices"]:
+            for s in d["peaks"]["allocated_peak"]["sites"][:top]:
+                sites.append(f"device {d['device']}: {s['site']}: {_fmt(s['bytes'])} ({s['share']:.1%})")
+    return Verdict(ok=not lines, lines=lines, sites=sites)
+
+
+def _failure_text(f: Dict[str, Any]) -> str:
+    """A ``fragscope check`` failure (its JSON) as one line."""
+    what = {"max_reserved": "peak reserved", "max_allocated": "peak allocated", "max_fragmentation": "peak fragmentation"}
+    name = f["limit"]
+    show = _fmt if name in ("max_reserved", "max_allocated") else (lambda v: f"{v:.4f}")
+    return f"{what.get(name, name)} {show(f['measured'])} on device {f['device']} exceeds {name} {show(f['allowed'])}"
+
+
+def evaluate_stats(stats: Dict[str, Any], limits: Dict[str, Any]) -> Verdict:
+    """Checks a ``torch.cuda.memory_stats()`` dict (peaks since the last
+    ``reset_peak_memory_stats``) against ``max_reserved`` / ``max_allocated`` /
+    ``max_fragmentation``: the cheap check when no history was recorded. ``max_growth``
+    needs a snapshot's trace and is not checked here."""
+    lim = _parsed(limits)
+    lines = []
+    reserved = int(stats.get("reserved_bytes.all.peak", 0))
+    allocated = int(stats.get("allocated_bytes.all.peak", 0))
+    if lim["max_reserved"] is not None and reserved > lim["max_reserved"]:
+        lines.append(f"peak reserved {_fmt(reserved)} exceeds max_reserved {_fmt(lim['max_reserved'])}")
+    if lim["max_allocated"] is not None and allocated > lim["max_allocated"]:
+        lines.append(f"peak allocated {_fmt(allocated)} exceeds max_allocated {_fmt(lim['max_allocated'])}")
+    if lim["max_fragmentation"] is not None and reserved:
+        frag = 1.0 - allocated / reserved
+        if frag > lim["max_fragmentation"]:
+            lines.append(f"peak fragmentation {frag:.4f} exceeds max_fragmentation {lim['max_fragmentation']:.4f}")
+    return Verdict(ok=not lines, lines=lines)
+
+
+def pytest_addoption(parser: Any) -> None:
+    group = parser.getgroup("fragscope", "CUDA memory limits (fragscope)")
+    group.addoption(
+        "--fragscope-keep-snapshots",
+        metavar="DIR",
+        default=None,
+        help="write the CUDA memory snapshot of each test that breaks a cuda_memory limit to DIR",
+    )
+    group.addoption(
+        "--fragscope-max-entries",
+        type=int,
+        default=100_000,
+        help="allocator history entries recorded per marked test (default 100000)",
+    )
+
+
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(max_reserved=None, max_allocated=None, max_fragmentation=None, max_growth=None): "
+        "fail the test when its CUDA memory breaks a limit (fragscope); skipped without CUDA",
+    )
+
+
+def _cuda_torch() -> Any:
+    from fragscope.torch import CudaUnavailable, _torch
+
+    try:
+        return _torch(), None
+    except CudaUnavailable as e:
+        return None, str(e)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: Any):
+    marker = item.get_closest_marker(MARKER)
+    if marker is None:
+        yield
+        return
+    if marker.args:
+        raise TypeError(f"{MARKER} takes keyword limits only ({', '.join(LIMIT_NAMES)})")
+    limits = dict(marker.kwargs)
+    torch, why = _cuda_torch()
+    if torch is None:
+        pytest.skip(f"fragscope: {why}; the {MARKER} limits of this test were not checked")
+    max_entries = item.config.getoption("--fragscope-max-entries")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=max_entries)
+    try:
+        outcome = yield
+        if outcome.excinfo is not None:
+            return  # the test failed by itself; its own error is the one to see
+        torch.cuda.synchronize()
+        data = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    snap = fragscope.from_dict(data, name=item.nodeid)
+    verdict = evaluate(snap, limits)
+    if verdict.ok:
+        return
+    msg = verdict.message()
+    keep = item.config.getoption("--fragscope-keep-snapshots")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        path = os.path.join(keep, re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid) + ".pickle")
+        snap.save(path)
+        msg += f"\n  snapshot kept: {path} (fragscope analyze {path})"
+    pytest.fail(msg, pytrace=False)

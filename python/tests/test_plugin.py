@@ -1,0 +1,149 @@
+"""The pytest plugin: limit logic on real snapshots and stat dicts, and its pass / fail /
+skip paths through pytester. The pass and fail runs use a FAKE torch module (see
+fake_torch.py) whose `_snapshot()` returns a real snapshot: no GPU is involved, so the
+plugin's real-GPU path is not exercised here."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import fragscope
+from fragscope.pytest_plugin import evaluate, evaluate_stats
+import fake_torch
+from conftest import TRACES
+
+HERE = Path(__file__).resolve().parent
+SNAP = TRACES / "codeloc-qwen3-gnn-expandable-oom-3gpu.pickle"
+
+
+def need(path: Path) -> Path:
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    return path
+
+
+# --- the limit logic ------------------------------------------------------------------
+
+
+def test_evaluate_real_snapshot_against_check():
+    snap = fragscope.load(need(SNAP))
+    figures = snap.check().to_dict()["devices"]
+    top_reserved = max(d["peak_reserved"] for d in figures)
+    assert evaluate(snap, {"max_reserved": top_reserved}).ok
+    v = evaluate(snap, {"max_reserved": top_reserved - 1})
+    assert not v.ok and len(v.lines) == 1 and "peak reserved" in v.lines[0]
+    # The failure names the call sites holding the most at the peak, as analyze lists them.
+    first_site = snap.analyze().to_dict()["files"][0]["devices"][0]["peaks"]["allocated_peak"]["sites"][0]["site"]
+    assert v.sites and any(first_site in s for s in v.sites)
+    assert first_site in v.message()
+    # Sizes as strings go through the CLI's parser.
+    assert not evaluate(snap, {"max_allocated": "1GiB"}).ok
+    assert evaluate(snap, {"max_allocated": "1TiB", "max_fragmentation": "50%"}).ok
+    frag = max(d["peak_fragmentation"] for d in figures)
+    assert not evaluate(snap, {"max_fragmentation": frag / 2}).ok
+    with pytest.raises(TypeError, match="max_reserve"):
+        evaluate(snap, {"max_reserve": 1})
+    with pytest.raises(fragscope.FragscopeError):
+        evaluate(snap, {"max_reserved": "lots"})
+
+
+def test_evaluate_growth_on_the_leaking_example():
+    """The built-in example leaks at one call site; max_growth catches it."""
+    snap = fragscope.example()
+    growth = max(s["growth_bytes_per_iteration"] for d in snap.analyze().to_dict()["files"][0]["devices"]
+                 for s in d["leak_suspects"])
+    assert evaluate(snap, {"max_growth": growth}).ok
+    v = evaluate(snap, {"max_growth": growth - 1})
+    assert not v.ok and "step-to-step growth" in v.lines[0] and "max_growth" in v.lines[0]
+
+
+def test_evaluate_stats():
+    stats = {"reserved_bytes.all.peak": 10 << 30, "allocated_bytes.all.peak": 6 << 30}
+    assert evaluate_stats(stats, {"max_reserved": "10GiB", "max_allocated": "6GiB", "max_fragmentation": 0.5}).ok
+    v = evaluate_stats(stats, {"max_reserved": "8GiB", "max_fragmentation": "30%"})
+    assert not v.ok
+    assert v.lines == ["peak reserved 10.00 GiB exceeds max_reserved 8.00 GiB",
+                       "peak fragmentation 0.4000 exceeds max_fragmentation 0.3000"]
+    assert evaluate_stats({}, {"max_reserved": 1}).ok
+
+
+# --- pytester: skip, pass, fail -------------------------------------------------------
+
+MARKED = """
+import pytest
+
+@pytest.mark.cuda_memory(max_reserved={limit!r})
+def test_marked():
+    pass
+
+def test_unmarked():
+    pass
+"""
+
+
+def fake_conftest(pytester, cuda=True):
+    pytester.makeconftest(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(HERE)!r})
+        import fake_torch
+        fake_torch.install(snapshot_file={str(SNAP)!r}, cuda={cuda!r})
+    """))
+
+
+@pytest.mark.parametrize(
+    "torch_kind, says",
+    [("absent", "*fragscope: fragscope.torch needs PyTorch*cuda_memory limits of this test were not checked*"),
+     ("fake-without-cuda", "*fragscope: CUDA is not available*cuda_memory limits of this test were not checked*")],
+)
+def test_plugin_skips_without_cuda_and_says_so(pytester, monkeypatch, torch_kind, says):
+    if torch_kind == "absent":
+        monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, as without PyTorch
+    else:
+        need(SNAP)
+        fake_conftest(pytester, cuda=False)
+    pytester.makepyfile(MARKED.format(limit="1GiB"))
+    r = pytester.runpytest_inprocess("-rs")
+    r.assert_outcomes(passed=1, skipped=1)
+    r.stdout.fnmatch_lines([says])
+
+
+def test_plugin_passes_within_limits_fake_torch(pytester):
+    need(SNAP)
+    fake_conftest(pytester)
+    pytester.makepyfile(MARKED.format(limit="1TiB"))
+    r = pytester.runpytest_inprocess()
+    r.assert_outcomes(passed=2)
+    calls = [c[0] for c in fake_torch.LAST.calls]
+    # Recording was started, the snapshot taken, and recording stopped again.
+    assert calls.count("_record_memory_history") == 2 and "_snapshot" in calls
+    assert fake_torch.LAST.calls[-1][:2] == ("_record_memory_history", None)
+
+
+def test_plugin_fails_over_limit_names_sites_and_keeps_snapshot_fake_torch(pytester, tmp_path):
+    need(SNAP)
+    fake_conftest(pytester)
+    pytester.makepyfile(MARKED.format(limit="1GiB"))
+    keep = tmp_path / "kept"
+    r = pytester.runpytest_inprocess(f"--fragscope-keep-snapshots={keep}")
+    r.assert_outcomes(passed=1, failed=1)
+    r.stdout.fnmatch_lines([
+        "*fragscope: CUDA memory limit exceeded:*",
+        "*peak reserved * on device 0 exceeds max_reserved 1024.00 MiB*",
+        "*top call sites at the allocated peak:*",
+        "*modeling_utils.py:4346:to*",
+        "*snapshot kept:*",
+    ])
+    kept = list(keep.glob("*.pickle"))
+    assert len(kept) == 1
+    # The kept snapshot is the one the test saw.
+    assert fragscope.load(kept[0]).summary().to_dict()["files"][0]["devices"] == \
+        fragscope.load(SNAP).summary().to_dict()["files"][0]["devices"]
+
+
+def test_plugin_marker_is_registered(pytester):
+    r = pytester.runpytest_inprocess("--markers")
+    r.stdout.fnmatch_lines(["*@pytest.mark.cuda_memory(max_reserved=None*"])
