@@ -575,6 +575,28 @@ pub fn live_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Vec<
     live_sets_at(snap, device, &[after_event]).pop().unwrap_or_default()
 }
 
+/// Walks `device`'s trace with the same bookkeeping as [`timeline`], for front ends that
+/// draw more than the downsampled series (the HTML report). `on_change(state, stack,
+/// size, ±1)` is told when a block enters or leaves the allocated set (blocks live before
+/// the trace at state 0); `on_state(state, levels)` follows, once per state 0..=events
+/// (state `i + 1` is after event `i`).
+pub fn walk_states(
+    snap: &Snapshot,
+    device: i64,
+    mut on_change: impl FnMut(usize, Option<StackId>, u64, i64),
+    mut on_state: impl FnMut(usize, &Levels),
+) {
+    let mut r = Replayer::new(snap, device);
+    for b in r.live.values().filter(|b| b.allocated) {
+        on_change(0, b.stack, b.size, 1);
+    }
+    on_state(0, &r.cur);
+    for i in 0..r.trace.len() {
+        r.step(i, &mut |b, d| on_change(i + 1, b.stack, b.size, d));
+        on_state(i + 1, &r.cur);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
