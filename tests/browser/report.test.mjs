@@ -185,9 +185,33 @@ for (const name of files) {
   });
 }
 
-test('built-in example and two files side by side', async () => {
+test('built-in example: what-if curves drawn, search by frame text and by address', async () => {
   const ex = join(OUT, 'example.html');
   assert.equal(report([], ex).status, 0);
+  const ana = json(['analyze', '--json']).files[0].devices[0];
+  const { page, errors, requests } = await open(ctx, ex);
+  // One curve per replay analyze ran (the recorded settings and each alternative tried).
+  const curves = await page.$eval('canvas.wi', (c) => Number(c.dataset.curves));
+  assert.equal(curves, 1 + ana.recommendations.tried.length);
+  await page.fill('#search', 'attention');
+  await page.press('#search', 'Enter');
+  const hits = await page.$eval('#hits', (x) => x.textContent);
+  assert.match(hits, /[1-9]\d* stacks contain “attention”/);
+  // An address inside the largest allocated block at the end finds that block.
+  await page.click('[data-jump="end"]');
+  const big = await page.evaluate(() => window.fragscope.blockRects().filter((b) => b.state === 1).sort((a, b) => b.w - a.w)[0]);
+  assert.ok(big, 'an allocated block to look for');
+  const hex = '0x' + (big.addr + 512).toString(16);
+  await page.fill('#search', hex);
+  await page.press('#search', 'Enter');
+  const found = await page.$eval('#hits', (x) => x.textContent);
+  assert.ok(found.includes('allocated block 0x' + big.addr.toString(16)), `search ${hex}: ${found.slice(0, 200)}`);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, ['file://' + ex]);
+  await page.close();
+});
+
+test('two files side by side, compared', async () => {
   const two = join(OUT, 'two.html');
   const a = join(TRACES, 'cs336-2.7b-fwd-ctx128-bf16.pickle');
   const b = join(TRACES, 'cs336-2.7b-fwd-ctx128-fp32.pickle');
@@ -196,6 +220,13 @@ test('built-in example and two files side by side', async () => {
   const rows = await page.$$eval('#ranks tr[data-file]', (els) => els.map((e) => Number(e.dataset.peakReserved)));
   const peaks = [a, b].map((f) => Math.max(...json(['analyze', '--json', f]).files[0].devices.map((d) => d.fragmentation.timeline.peak_reserved.bytes)));
   assert.deepEqual(rows, peaks);
+  // The comparison drawn is `fragscope diff`'s.
+  const d = json(['diff', '--json', a, b]);
+  const shown = await page.$$eval('#diff [data-delta-peak-reserved]', (els) => els.map((e) => Number(e.dataset.deltaPeakReserved)));
+  assert.deepEqual(shown, d.devices.map((x) => x.delta.peak_reserved));
+  const sites = await page.$$eval('#diff tr[data-delta]', (els) => els.map((e) => Number(e.dataset.delta)));
+  assert.deepEqual(sites, d.devices.flatMap((x) => x.sites.map((s) => s.delta)));
+  assert.ok(sites.length > 0, 'the diff lists call sites');
   await page.click('#files button:nth-child(2)');
   assert.match(await page.$eval('#figures h2', (x) => x.textContent), /fp32/);
   assert.deepEqual(errors, []);

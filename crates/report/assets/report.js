@@ -251,6 +251,7 @@
       el('button', { id: 'zoom-out', onclick: () => zoomBy(2) }, 'zoom out'),
       el('button', { id: 'zoom-reset', onclick: () => { S.x0 = 0; S.x1 = c.states; redrawTimed(); } }, 'reset'),
       'x axis', axis, 'call-site bands', bands, info));
+    if (c.states === 1) sec.append(el('p', { class: 'note' }, 'No trace was recorded (state only): the timeline has one point, the snapshot itself. Record with torch.cuda.memory._record_memory_history() for the history.'));
     sec.append(cv);
     sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated (bands: call sites with most live bytes; grey: the rest)',
       el('i', { style: 'background:var(--req)' }), 'requested', ' · wheel: zoom, drag: pan, click: stack of a band · ', `${c.states - 1} events, finest level ${c.levels[0].n} buckets (max of each)`));
@@ -358,7 +359,8 @@
     for (let t = 0; t <= 5; t++) {
       const s = S.x0 + ((S.x1 - S.x0) * t) / 5;
       const x = TL_LEFT + (pw * t) / 5;
-      let label = String(Math.floor(s));
+      if (c.states < 6 && t > 0) break;
+      let label = String(Math.min(Math.floor(s), c.states - 1));
       if (S.axis === 'time') {
         const L = c.levels[0];
         let lo = 0, hi = L.n - 1;
@@ -437,7 +439,7 @@
       const b = pick(rects, e.clientX - r.left, e.clientY - r.top);
       if (b) blockInfo(file, c, b);
     });
-    api.blockRects = () => rects.map((b) => ({ x: b.x, y: b.y, w: b.w, h: b.h, state: b.st, stack: b.stack }));
+    api.blockRects = () => rects.map((b) => ({ x: b.x, y: b.y, w: b.w, h: b.h, state: b.st, stack: b.stack, addr: b.addr }));
     views.state = () => { rects = drawState(file, dev, c, cv, label, figs); };
     return sec;
   }
@@ -454,7 +456,6 @@
     // Segments laid left to right in address order, wrapping at a row width of at least
     // the largest segment, so a few hundred segments fit in ~60 rows.
     const rowBytes = Math.max(maxSeg, total / 60);
-    const rowH = 14, gap = 3;
     const place = [];
     let row = 0, used = 0;
     for (let i = 0; i < nseg; i++) {
@@ -463,6 +464,8 @@
       place.push([row, used]); used += sz + rowBytes * 0.004;
     }
     const rows = nseg ? row + 1 : 0;
+    // Thinner rows when there are many, so the view stays within ~700 px.
+    const rowH = Math.max(3, Math.min(14, Math.floor(700 / Math.max(rows, 1)) - 3)), gap = rowH > 6 ? 3 : 1;
     cv.style.height = Math.max(40, rows * (rowH + gap) + 6) + 'px';
     const { g, w } = ctxOf(cv);
     const sx = (w - 4) / (rowBytes * 1.004);
@@ -482,7 +485,7 @@
         const slack = (blocks[i + 2] - blocks[i + 3]) * sx;
         g.fillStyle = 'rgba(30,41,59,0.55)'; g.fillRect(x + bw - slack, y + rowH / 2, slack, rowH / 2);
       }
-      rects.push({ x, y, w: bw, h: rowH, st, stack, i, seg: si });
+      rects.push({ x, y, w: bw, h: rowH, st, stack, i, seg: si, addr: blocks[i + 1] });
     }
     const f = m.fig;
     const kinds = m.kinds.filter((k) => k !== 'step').join(', ');
@@ -587,8 +590,42 @@
         el('td', {}, el('span', { class: 'bar', style: `width:${(200 * (x.peak_reserved_bytes || 0)) / peak}px;background:${x.baseline ? '#ef4444' : '#7c3aed'}` })),
         el('td', { class: 'n' }, x.cuda_mallocs ?? '—'), el('td', {}, oom)));
     }
+    if (dev.whatif && dev.whatif.length) sec.append(whatIfChart(dev, r.capacity_bytes));
     sec.append(t, el('p', { class: 'note' }, `Capacity ${bytes(r.capacity_bytes)}. ` + (r.recommended || []).map((x) => `${x.setting}: ${x.reason}.`).join(' ')));
     return sec;
+  }
+  // Reserved curves of the replays, each against the fraction of its own trace (a replay
+  // makes its own segment events); × marks the first OOM of each.
+  function whatIfChart(dev, capacity) {
+    const PALETTE = ['#ef4444', '#0ea5e9', '#8b5cf6', '#f97316', '#65a30d', '#14b8a6', '#ca8a04', '#ec4899', '#6366f1', '#78716c'];
+    const curves = dev.whatif.map((w, i) => ({ ...w, xs: f64(w.x), ys: f64(w.reserved), col: PALETTE[i % PALETTE.length] }));
+    const cv = canvas('wi', 220);
+    cv.dataset.curves = String(curves.length);
+    const legend = el('div', { class: 'legend note' });
+    for (const c of curves) legend.append(el('i', { style: `background:${c.col}` }), `${c.setting} (peak ${bytes(c.peak_reserved_bytes)}${c.first_oom_index != null ? ', OOM at event ' + c.first_oom_index : ''})`);
+    legend.append(' · x: share of each replay’s own trace; dashed: device capacity');
+    views.whatif = () => {
+      const { g, w, h } = ctxOf(cv);
+      const ph = h - TL_TOP - TL_BOTTOM, pw = w - TL_LEFT;
+      let ymax = Math.max(1, capacity || 0);
+      for (const c of curves) for (const y of c.ys) ymax = Math.max(ymax, y);
+      ymax *= 1.05;
+      const Y = (v) => TL_TOP + ph - (v / ymax) * ph, X = (f) => TL_LEFT + f * pw;
+      g.font = '10px sans-serif'; g.fillStyle = '#667085';
+      for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4); g.fillText(bytes(v), 2, Y(v) + 3); }
+      if (capacity) { g.strokeStyle = '#111'; g.setLineDash([5, 4]); g.beginPath(); g.moveTo(TL_LEFT, Y(capacity)); g.lineTo(w, Y(capacity)); g.stroke(); g.setLineDash([]); }
+      // The recorded settings last, on top: the alternatives often follow it for a while.
+      for (const c of [...curves.slice(1), curves[0]]) {
+        g.strokeStyle = c.col; g.lineWidth = c === curves[0] ? 2.5 : 1.5; g.beginPath();
+        for (let i = 0; i < c.ys.length; i++) { const x = X(c.xs[i]), y = Y(c.ys[i]); if (i) g.lineTo(x, y); else g.moveTo(x, y); }
+        g.stroke();
+        if (c.first_oom_index != null) {
+          const x = X(c.first_oom_index / Math.max(1, dev.events)), y = Y(c.ys.reduce((a, b) => Math.max(a, b), 0));
+          g.lineWidth = 2; g.beginPath(); g.moveTo(x - 5, y - 5); g.lineTo(x + 5, y + 5); g.moveTo(x + 5, y - 5); g.lineTo(x - 5, y + 5); g.stroke();
+        }
+      }
+    };
+    return el('div', {}, cv, legend);
   }
 
   // ---------- 5. findings ----------
@@ -671,10 +708,51 @@
       const out = rows.length > 2 && median > 0 && r.res > 1.1 * median;
       t.append(el('tr', { 'data-file': String(r.i), 'data-peak-reserved': String(r.res) }, el('td', {}, el('a', { href: '#', onclick: (e) => { e.preventDefault(); S.file = r.i; S.dev = 0; build(); } }, r.name)),
         el('td', { class: 'n' }, bytes(r.res)), el('td', {}, el('span', { class: 'bar', style: `width:${(160 * r.res) / maxRes}px;background:${out ? '#ef4444' : '#3b82f6'}` })),
-        el('td', { class: 'n' }, bytes(r.alloc)), el('td', {}, r.top), el('td', { class: 'sev-high' }, out ? `outlier: ${(r.res / median).toFixed(2)}× the median` : '')));
+        el('td', { class: 'n' }, bytes(r.alloc)), el('td', {}, r.top), el('td', { class: 'sev-high' }, out ? `outlier: ${(r.res / median).toFixed(2)}× the median${whyOutlier(r.i)}` : '')));
     }
     sec.append(t);
+    if (DATA.diff) sec.append(diffView(DATA.diff));
     return sec;
+  }
+  // Two runs compared: B − A at each device's peaks, and the call sites whose live bytes
+  // at the allocated peak changed most (bars left: less in B, right: more in B).
+  function diffView(d) {
+    const div = el('div', { id: 'diff' });
+    const [A, B] = DATA.files.map((f) => f.name.replace(/^.*\//, ''));
+    div.append(el('h3', {}, `Compared: B = ${B} against A = ${A}`));
+    for (const x of d.devices) {
+      const sign = (v) => (v > 0 ? '+' : '') + bytes(v);
+      div.append(el('p', { 'data-delta-peak-reserved': String(x.delta.peak_reserved), 'data-delta-peak-allocated': String(x.delta.peak_allocated) },
+        `cuda:${x.a.device}: peak reserved ${bytes(x.a.peak_reserved)} → ${bytes(x.b.peak_reserved)} (${sign(x.delta.peak_reserved)}), peak allocated ${bytes(x.a.peak_allocated)} → ${bytes(x.b.peak_allocated)} (${sign(x.delta.peak_allocated)})`));
+      const m = Math.max(1, ...x.sites.map((s) => Math.abs(s.delta)));
+      const t = el('table', {}, el('tr', {}, el('th', {}, 'call site'), el('th', { class: 'n' }, 'A'), el('th', { class: 'n' }, 'B'), el('th', {}, 'B − A')));
+      for (const s of x.sites) {
+        const w = (120 * Math.abs(s.delta)) / m;
+        const bar = el('span', { class: 'bar', style: `width:${w}px;background:${s.delta > 0 ? '#ef4444' : '#10b981'};margin-left:${s.delta > 0 ? 120 : 120 - w}px` });
+        t.append(el('tr', { 'data-delta': String(s.delta) }, el('td', { title: s.stack }, s.site), el('td', { class: 'n' }, bytes(s.bytes_a)), el('td', { class: 'n' }, bytes(s.bytes_b)), el('td', {}, bar, ' ', sign(s.delta))));
+      }
+      div.append(t);
+    }
+    if (d.only_in_a.length || d.only_in_b.length) div.append(el('p', { class: 'note' }, `Devices only in A: ${d.only_in_a.join(', ') || 'none'}; only in B: ${d.only_in_b.join(', ') || 'none'}.`));
+    return div;
+  }
+  // The call site whose live bytes at the allocated peak exceed most the median of the
+  // same site in the other files.
+  function whyOutlier(i) {
+    const sites = (f) => {
+      const m = new Map();
+      for (const d of f.analysis.devices || []) for (const s of d.peaks.allocated_peak.sites) m.set(s.site, (m.get(s.site) || 0) + s.bytes);
+      return m;
+    };
+    const mine = sites(DATA.files[i]);
+    const others = DATA.files.filter((_, j) => j !== i).map(sites);
+    let best = null;
+    for (const [site, b] of mine) {
+      const v = others.map((o) => o.get(site) || 0).sort((x, y) => x - y);
+      const ex = b - v[Math.floor((v.length - 1) / 2)];
+      if (!best || ex > best.ex) best = { site, ex };
+    }
+    return best && best.ex > 0 ? `; ${best.site} holds ${bytes(best.ex)} more than on the median file` : '';
   }
   function topSite(f) {
     const d = (f.analysis.devices || [])[0];

@@ -26,6 +26,7 @@
 pub mod curves;
 pub mod encode;
 pub mod state;
+pub mod whatif;
 
 use std::collections::HashMap;
 
@@ -119,6 +120,8 @@ pub struct DeviceData {
     /// Distinct request sizes and how often each was made, for "which requests could
     /// this free block have served": `[size, count]` pairs, base64 Float64Array.
     pub requests: String,
+    /// Reserved curves of the replays `analyze` ran (recorded settings first).
+    pub whatif: Vec<whatif::WhatIfCurve>,
 }
 
 /// One file of the report.
@@ -152,6 +155,7 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             moments_note,
             allocations: largest_allocations(snap, d, opts.top_allocations, &mut table),
             requests: request_sizes(snap, d),
+            whatif: whatif::curves(snap, d, &ana),
         });
     }
     FileData {
@@ -254,13 +258,20 @@ const JS: &str = include_str!("../assets/report.js");
 
 /// The whole HTML page for the given files (one or several: ranks side by side).
 pub fn render(files: &[FileData]) -> String {
+    render_with_diff(files, None)
+}
+
+/// [`render`], with the comparison of two runs (`fragscope diff`'s result, A = the first
+/// file, B = the second) drawn beside the files.
+pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_analysis::diff::Diff>) -> String {
     #[derive(Serialize)]
     struct Page<'a> {
         schema: &'static str,
         version: &'static str,
         files: &'a [FileData],
+        diff: Option<&'a fragscope_analysis::diff::Diff>,
     }
-    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files };
+    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff };
     let json = serde_json::to_string(&page).unwrap_or_else(|_| "{}".into());
     let title = match files {
         [one] if one.example => "fragscope report: built-in example".to_string(),

@@ -1,13 +1,15 @@
 //! `fragscope report [FILE ...] [-o report.html]`: one self-contained HTML file (no
 //! network request, opens from `file://`) with the memory timeline, the allocator state
 //! at any moment, fragmentation over time and the findings. Several files are shown side
-//! by side (ranks). The page is built by the `fragscope-report` crate.
+//! by side (ranks); two files are also compared (`diff`). The page is built by the
+//! `fragscope-report` crate.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use fragscope_report::{file_data, render, ReportOptions};
+use fragscope_analysis::diff::{diff, DiffOptions};
+use fragscope_report::{file_data, render, render_with_diff, ReportOptions};
 
 use crate::{input, CliError};
 
@@ -24,8 +26,19 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let example = args.files.is_empty();
     let opts = ReportOptions::default();
-    let data = input::each_snapshot(&args.files, false, |name, snap| Ok(file_data(&name, example, snap, &opts)))?;
-    let html = render(&data);
+    let html = if let [a, b] = args.files.as_slice() {
+        // Two runs: both in memory once, for the comparison of their peaks.
+        let (sa, sb) = (input::load(a, false)?, input::load(b, false)?);
+        let d = diff(&sa, &sb, &DiffOptions::default());
+        let data = [
+            file_data(&a.display().to_string(), false, &sa, &opts),
+            file_data(&b.display().to_string(), false, &sb, &opts),
+        ];
+        render_with_diff(&data, Some(&d))
+    } else {
+        let data = input::each_snapshot(&args.files, false, |name, snap| Ok(file_data(&name, example, snap, &opts)))?;
+        render(&data)
+    };
     write_atomically(&args.output, html.as_bytes())?;
     eprintln!("wrote {} ({} bytes)", args.output.display(), html.len());
     Ok(ExitCode::SUCCESS)
