@@ -7,10 +7,8 @@
 //! largest request made inside it. The levels are [`fragscope_analysis::timeline`]'s own
 //! bookkeeping, so the peaks drawn are the peaks `summary` and `analyze` print.
 
-use std::collections::HashMap;
-
 use fragscope_analysis::timeline::walk_states;
-use fragscope_snapshot::{Action, Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::{encode, ReportOptions, StackTable};
@@ -42,8 +40,8 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
     let trace = snap.trace(device);
     let states = trace.len() + 1;
     // Pass 1: the call sites with the most live bytes at their own peak.
-    let mut live: HashMap<Option<StackId>, i128> = HashMap::new();
-    let mut best: HashMap<Option<StackId>, i128> = HashMap::new();
+    let mut live: FxHashMap<Option<StackId>, i128> = FxHashMap::default();
+    let mut best: FxHashMap<Option<StackId>, i128> = FxHashMap::default();
     walk_states(
         snap,
         device,
@@ -58,7 +56,7 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
     let mut ranked: Vec<(Option<StackId>, i128)> = best.into_iter().filter(|&(_, b)| b > 0).collect();
     ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.truncate(opts.top_sites);
-    let slot: HashMap<Option<StackId>, usize> = ranked.iter().enumerate().map(|(k, (s, _))| (*s, k)).collect();
+    let slot: FxHashMap<Option<StackId>, usize> = ranked.iter().enumerate().map(|(k, (s, _))| (*s, k)).collect();
     let k = ranked.len();
 
     // Pass 2: bucketed maxima.

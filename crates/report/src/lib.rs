@@ -28,11 +28,11 @@ pub mod encode;
 pub mod state;
 pub mod whatif;
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 
 use fragscope_analysis::analyze::{self, AnalyzeOptions};
 use fragscope_analysis::summary;
-use fragscope_snapshot::{Action, Snapshot, StackId};
+use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use serde::Serialize;
 
 /// Schema name written into the page's data (`fragscope.report/1`).
@@ -140,21 +140,33 @@ pub struct FileData {
 /// Builds one file's report data (summary, analysis, curves, state moments, phases).
 pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOptions) -> FileData {
     let sum = summary::summarize(snap);
-    let ana = analyze::analyze(snap, &AnalyzeOptions::default());
     let mut table = StackTable::default();
+    // `analyze` (the longest part) runs beside the report's own walks of the trace.
+    let (ana, parts) = std::thread::scope(|s| {
+        let analysis = s.spawn(|| analyze::analyze(snap, &AnalyzeOptions::default()));
+        let parts: Vec<_> = snap
+            .devices()
+            .into_iter()
+            .map(|d| {
+                let c = curves::curves(snap, d, opts, &mut table);
+                let allocations = largest_allocations(snap, d, opts.top_allocations, &mut table);
+                (d, c, allocations, request_sizes(snap, d), phases(snap, d))
+            })
+            .collect();
+        (analysis.join().expect("the analysis thread panicked"), parts)
+    });
     let mut devices = Vec::new();
-    for d in snap.devices() {
-        let curves = curves::curves(snap, d, opts, &mut table);
+    for (d, curves, allocations, requests, phases) in parts {
         let (moments, moments_note) = state::moments(snap, d, &ana, opts, &mut table);
         devices.push(DeviceData {
             device: d,
             events: snap.trace(d).len(),
             curves,
-            phases: phases(snap, d),
+            phases,
             moments,
             moments_note,
-            allocations: largest_allocations(snap, d, opts.top_allocations, &mut table),
-            requests: request_sizes(snap, d),
+            allocations,
+            requests,
             whatif: whatif::curves(snap, d, &ana),
         });
     }
@@ -174,9 +186,8 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
 pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
     let trace = snap.trace(device);
     let Some(anns) = &snap.external_annotations else { return Vec::new() };
-    let times: Vec<i64> = trace.iter().map(|e| e.time_us).collect();
     // Trace times are recorded in order; a file where they are not gets approximate bands.
-    let state_at = |t: i64| times.partition_point(|&x| x < t);
+    let state_at = |t: i64| trace.partition_point(|e| e.time_us < t);
     let mut open: Vec<(String, usize)> = Vec::new();
     let mut out = Vec::new();
     let mut sorted: Vec<_> = anns.iter().filter(|a| a.device == device || a.device < 0).collect();
@@ -204,26 +215,44 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
 /// The `top` largest allocations of the trace with their lifetimes (see [`DeviceData`]).
 fn largest_allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTable) -> String {
     let trace = snap.trace(device);
-    let mut open: HashMap<u64, usize> = HashMap::new();
-    let mut lives: Vec<(usize, usize)> = Vec::new(); // (alloc index, free state)
+    // The `top` largest lives, kept in a min-heap as they end: millions of lives on a long
+    // trace, nearly all rejected by one comparison with the smallest kept.
+    // Key: (size, earlier alloc first), then the life (alloc index, free state).
+    type Key = (u64, std::cmp::Reverse<usize>);
+    let mut heap: BinaryHeap<std::cmp::Reverse<(Key, usize)>> = BinaryHeap::with_capacity(top + 1);
+    let mut keep = |j: usize, free: usize| {
+        if top == 0 {
+            return;
+        }
+        let key = (trace[j].size, std::cmp::Reverse(j));
+        if heap.len() < top {
+            heap.push(std::cmp::Reverse((key, free)));
+        } else if heap.peek().is_some_and(|m| key > m.0 .0) {
+            heap.pop();
+            heap.push(std::cmp::Reverse((key, free)));
+        }
+    };
+    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
     for (i, e) in trace.iter().enumerate() {
         match e.action {
             Action::Alloc => {
                 if let Some(j) = open.insert(e.addr, i) {
-                    lives.push((j, i + 1));
+                    keep(j, i + 1);
                 }
             }
             Action::FreeRequested => {
                 if let Some(j) = open.remove(&e.addr) {
-                    lives.push((j, i + 1));
+                    keep(j, i + 1);
                 }
             }
             _ => {}
         }
     }
-    lives.extend(open.into_values().map(|j| (j, usize::MAX)));
-    lives.sort_unstable_by(|a, b| trace[b.0].size.cmp(&trace[a.0].size).then(a.0.cmp(&b.0)));
-    lives.truncate(top);
+    for (_, j) in open {
+        keep(j, usize::MAX);
+    }
+    let mut lives: Vec<(usize, usize)> =
+        heap.into_iter().map(|std::cmp::Reverse(((_, std::cmp::Reverse(j)), free))| (j, free)).collect();
     lives.sort_unstable();
     let cfg = fragscope_analysis::replay::recorded_config(snap);
     let mut v = Vec::with_capacity(lives.len() * 6);
@@ -243,7 +272,7 @@ fn largest_allocations(snap: &Snapshot, device: i64, top: usize, table: &mut Sta
 
 /// Distinct request sizes of the trace's `alloc` entries with their counts.
 fn request_sizes(snap: &Snapshot, device: i64) -> String {
-    let mut m: HashMap<u64, u64> = HashMap::new();
+    let mut m: FxHashMap<u64, u64> = FxHashMap::default();
     for e in snap.trace(device).iter().filter(|e| e.action == Action::Alloc) {
         *m.entry(e.size).or_default() += 1;
     }

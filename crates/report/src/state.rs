@@ -11,13 +11,11 @@
 //! forward pass over the trace; blocks allocated before recording began keep the stack
 //! the final state records for them, when they are still there).
 
-use std::collections::HashMap;
-
 use fragscope_alloc::rounding::round_size;
 use fragscope_analysis::analyze::Analysis;
 use fragscope_analysis::replay::recorded_config;
 use fragscope_analysis::replay::state::{BState, RecordedState, SegRec, SplitRules};
-use fragscope_snapshot::{Action, Snapshot, StackId};
+use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use serde::Serialize;
 
 use crate::{encode, ReportOptions, StackTable};
@@ -120,11 +118,10 @@ pub fn moments(
     captured.reverse();
 
     // Stacks of the blocks: the latest alloc at each address before the moment.
-    let mut stack_at: HashMap<u64, Option<StackId>> = HashMap::new();
-    let traced: std::collections::HashSet<u64> =
-        trace.iter().filter(|e| e.action == Action::Alloc).map(|e| e.addr).collect();
+    let mut stack_at: FxHashMap<u64, Option<StackId>> = FxHashMap::default();
+    let traced: FxHashMap<u64, ()> = trace.iter().filter(|e| e.action == Action::Alloc).map(|e| (e.addr, ())).collect();
     for s in snap.device_segments(device) {
-        for b in s.blocks.iter().filter(|b| b.state.is_active() && !traced.contains(&b.address)) {
+        for b in s.blocks.iter().filter(|b| b.state.is_active() && !traced.contains_key(&b.address)) {
             stack_at.insert(b.address, b.stack);
         }
     }
