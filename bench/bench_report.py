@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Speed and size of `fragscope report` (a benchmark, not a timed test).
 
-For each FILE: wall and CPU time of `fragscope summary FILE` and of `fragscope report
-FILE -o OUT` in the same run (best of REPEAT, alternating, so both see the same machine
+For each FILE: wall and CPU time of `fragscope summary FILE`, of `fragscope analyze FILE`
+(whose findings the report embeds) and of `fragscope report FILE -o OUT` in the same run (best of REPEAT, alternating, so both see the same machine
 load), the ratio report/summary (target <= 2), the HTML size (target < 25 MB), then in
 headless Chromium (Debian's, through tests/browser/bench_page.mjs with playwright-core):
 the time from navigation start to the first complete drawing of the page (the page's
@@ -49,9 +49,13 @@ def main():
     for f in a.files:
         size_mb = os.path.getsize(f) / 1e6
         html = os.path.join(out_dir, os.path.basename(f) + ".html")
-        best = {"summary": None, "report": None}
+        best = {"summary": None, "analyze": None, "report": None}
         for _ in range(a.repeat):
-            for name, cmd in (("summary", [a.bin, "summary", f]), ("report", [a.bin, "report", f, "-o", html])):
+            for name, cmd in (
+                ("summary", [a.bin, "summary", f]),
+                ("analyze", [a.bin, "analyze", f]),
+                ("report", [a.bin, "report", f, "-o", html]),
+            ):
                 w, c, _ = timed(cmd)
                 if best[name] is None or w < best[name][0]:
                     best[name] = (w, c)
@@ -67,6 +71,7 @@ def main():
         ratio = best["report"][0] / best["summary"][0]
         print(f"{os.path.basename(f)} ({size_mb:.0f} MB)")
         print(f"  summary   wall {best['summary'][0]:7.2f} s  cpu {best['summary'][1]:7.2f} s")
+        print(f"  analyze   wall {best['analyze'][0]:7.2f} s  cpu {best['analyze'][1]:7.2f} s  (the report includes its findings)")
         print(f"  report    wall {best['report'][0]:7.2f} s  cpu {best['report'][1]:7.2f} s  ratio {ratio:.2f} (target <= 2)")
         print(f"  html      {html_mb:.1f} MB (target < 25)")
         print(f"  browser   load -> first drawing {p['firstDrawnMs']:.0f} ms (target <= 2000), "

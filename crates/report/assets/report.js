@@ -370,7 +370,7 @@
         const tt = L.time[lo];
         label = isNaN(tt) || isNaN(t0) ? 'no time' : ((tt - t0) / 1e6).toFixed(3) + ' s';
       }
-      g.fillText(label, Math.min(x, w - 40), h - 4);
+      g.fillText(label, Math.max(0, Math.min(x, w - g.measureText(label).width - 2)), h - 4);
     }
   }
   function timelineClick(file, dev, c, x, y, w, h) {
