@@ -69,6 +69,15 @@ async function checkDevice(page, name, fi, di, sum, ana) {
   assert.equal(num(f.findings), a.findings.length, `${where}: findings`);
   const shown = await page.$$eval('#finding-list li', (els) => els.map((e) => e.textContent));
   assert.deepEqual(shown, a.findings.map((x) => `${x.severity} ${x.headline}`), `${where}: finding headlines`);
+  // Leak suspects: the drawn per-iteration curve starts and ends at analyze's figures.
+  const sparks = await page.$$eval('#leaks canvas.spark', (els) => els.map((e) => ({ first: Number(e.dataset.first), last: Number(e.dataset.last), n: Number(e.dataset.samples) })));
+  assert.equal(sparks.length, a.leak_suspects.length, `${where}: one curve per leak suspect`);
+  sparks.forEach((sp, k) => {
+    const l = a.leak_suspects[k];
+    assert.equal(sp.n, l.iterations, `${where}: ${l.site} samples`);
+    assert.equal(sp.first, l.first_bytes, `${where}: ${l.site} first`);
+    assert.equal(sp.last, l.last_bytes, `${where}: ${l.site} last`);
+  });
   // The drawn curves (the report's own walk, merged up to the coarsest zoom level) peak
   // where analyze's timeline does.
   const tl = await page.$eval('canvas.tl', (c) => ({ ...c.dataset }));
@@ -206,6 +215,18 @@ test('built-in example: what-if curves drawn, search by frame text and by addres
   await page.press('#search', 'Enter');
   const found = await page.$eval('#hits', (x) => x.textContent);
   assert.ok(found.includes('allocated block 0x' + big.addr.toString(16)), `search ${hex}: ${found.slice(0, 200)}`);
+  // Hovering a free block says which recorded requests it could have served.
+  const free = await page.evaluate(() => window.fragscope.blockRects().filter((b) => b.state === 0).sort((a, b) => b.w - a.w)[0]);
+  const st = await page.$eval('canvas.st', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { x: r.left, y: r.top }; });
+  await page.mouse.move(st.x + free.x + free.w / 2, st.y + free.y + free.h / 2);
+  assert.ok(Number(await page.$eval('#detail-body [data-free-serves]', (x) => x.dataset.freeServes)) > 0, 'the largest free block could serve requests');
+  // Everything the real files are checked for, on the example too (it has the OOM and a
+  // leak suspect that no real file has).
+  const sum = json(['summary', '--json']).files[0];
+  const all = json(['analyze', '--json']).files[0];
+  assert.ok(all.devices[0].leak_suspects.length > 0 && all.devices[0].oom, 'the example has a leak suspect and an OOM');
+  await page.evaluate(() => window.fragscope.select(0, 0));
+  await checkDevice(page, 'example', 0, 0, sum, all);
   assert.deepEqual(errors, []);
   assert.deepEqual(requests, ['file://' + ex]);
   await page.close();

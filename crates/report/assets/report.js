@@ -639,8 +639,12 @@
     sec.append(ul);
     if (a.oom) sec.append(el('p', {}, el('b', {}, 'OOM: '), a.oom.explanation || a.oom.verdict));
     if (a.leak_suspects.length) {
-      const t = el('table', { id: 'leaks' }, el('tr', {}, el('th', {}, 'leak suspect'), el('th', { class: 'n' }, 'growth / iteration'), el('th', { class: 'n' }, 'first → last'), el('th', { class: 'n' }, 'confidence')));
-      for (const l of a.leak_suspects) t.append(el('tr', {}, el('td', { title: l.stack }, l.site), el('td', { class: 'n' }, bytes(l.growth_bytes_per_iteration)), el('td', { class: 'n' }, `${bytes(l.first_bytes)} → ${bytes(l.last_bytes)}`), el('td', { class: 'n' }, pct(l.confidence))));
+      const t = el('table', { id: 'leaks' }, el('tr', {}, el('th', {}, 'leak suspect'), el('th', { class: 'n' }, 'growth / iteration'), el('th', { class: 'n' }, 'first → last'), el('th', { class: 'n' }, 'confidence'), el('th', {}, 'live bytes at each iteration start')));
+      for (const l of a.leak_suspects) {
+        const curve = (dev.leaks || []).find((c) => c.site === l.site);
+        const spark = curve ? sparkline(f64(curve.bytes)) : null;
+        t.append(el('tr', {}, el('td', { title: l.stack }, l.site), el('td', { class: 'n' }, bytes(l.growth_bytes_per_iteration)), el('td', { class: 'n' }, `${bytes(l.first_bytes)} → ${bytes(l.last_bytes)}`), el('td', { class: 'n' }, pct(l.confidence)), el('td', {}, spark)));
+      }
       sec.append(el('h3', {}, `Leak suspects (${a.iterations.boundaries ? a.iterations.boundaries.length : '?'} iteration boundaries, ${a.iterations.source})`), t);
     }
     for (const [key, p] of [['allocated peak', a.peaks.allocated_peak], ['reserved peak', a.peaks.reserved_peak]]) {
@@ -649,6 +653,19 @@
       sec.append(flame(p));
     }
     return sec;
+  }
+  // A small curve of a leak suspect's live bytes per iteration (its samples in data-*).
+  function sparkline(ys) {
+    const cv = el('canvas', { class: 'spark', 'data-samples': String(ys.length), 'data-first': String(ys[0] ?? ''), 'data-last': String(ys[ys.length - 1] ?? '') });
+    cv.style.width = '220px'; cv.style.height = '28px';
+    views['spark' + Math.random()] = () => {
+      const { g, w, h } = ctxOf(cv);
+      const m = Math.max(1, ...ys);
+      g.strokeStyle = '#b42318'; g.lineWidth = 1.5; g.beginPath();
+      ys.forEach((y, i) => { const x = 2 + (i / Math.max(1, ys.length - 1)) * (w - 4), yy = h - 2 - (y / m) * (h - 4); if (i) g.lineTo(x, yy); else g.moveTo(x, yy); });
+      g.stroke();
+    };
+    return cv;
   }
   // Icicle of live bytes by folded stack, outer frames on top.
   function flame(p) {

@@ -45,10 +45,10 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
     walk_states(
         snap,
         device,
-        |_, s, size, d| {
-            let v = live.entry(s).or_default();
-            *v += size as i128 * d as i128;
-            let b = best.entry(s).or_default();
+        |_, c| {
+            let v = live.entry(c.stack).or_default();
+            *v += c.size as i128 * c.delta as i128;
+            let b = best.entry(c.stack).or_default();
             *b = (*b).max(*v);
         },
         |_, _| {},
@@ -73,9 +73,9 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
     walk_states(
         snap,
         device,
-        |_, s, size, d| {
-            if let Some(&j) = slot.get(&s) {
-                cur.borrow_mut()[j] += size as i128 * d as i128;
+        |_, c| {
+            if let Some(&j) = slot.get(&c.stack) {
+                cur.borrow_mut()[j] += c.size as i128 * c.delta as i128;
             }
         },
         |state, l| {

@@ -25,6 +25,7 @@
 
 pub mod curves;
 pub mod encode;
+pub mod leakcurves;
 pub mod state;
 pub mod whatif;
 
@@ -122,6 +123,10 @@ pub struct DeviceData {
     pub requests: String,
     /// Reserved curves of the replays `analyze` ran (recorded settings first).
     pub whatif: Vec<whatif::WhatIfCurve>,
+    /// Trace states of the iteration boundaries sampled for `leaks`.
+    pub leak_boundaries: Vec<usize>,
+    /// Live bytes of each leak suspect's call site at those boundaries.
+    pub leaks: Vec<leakcurves::LeakCurve>,
 }
 
 /// One file of the report.
@@ -158,6 +163,7 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
     let mut devices = Vec::new();
     for (d, curves, allocations, requests, phases) in parts {
         let (moments, moments_note) = state::moments(snap, d, &ana, opts, &mut table);
+        let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana);
         devices.push(DeviceData {
             device: d,
             events: snap.trace(d).len(),
@@ -168,6 +174,8 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             allocations,
             requests,
             whatif: whatif::curves(snap, d, &ana),
+            leak_boundaries,
+            leaks,
         });
     }
     FileData {
