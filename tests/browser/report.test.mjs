@@ -220,6 +220,14 @@ test('built-in example: what-if curves drawn, search by frame text and by addres
   const st = await page.$eval('canvas.st', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { x: r.left, y: r.top }; });
   await page.mouse.move(st.x + free.x + free.w / 2, st.y + free.y + free.h / 2);
   assert.ok(Number(await page.$eval('#detail-body [data-free-serves]', (x) => x.dataset.freeServes)) > 0, 'the largest free block could serve requests');
+  // Linked views: a click on the timeline moves the state view to the nearest moment, and
+  // a click on a call-site band dims the other sites' blocks.
+  await page.click('[data-jump="end"]');
+  const endState = await page.$eval('canvas.st', (c) => c.dataset.state);
+  const tl = await page.$eval('canvas.tl', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { x: r.left, y: r.top, w: r.width, h: r.height }; });
+  await page.mouse.click(tl.x + 64 + (tl.w - 64) * 0.45, tl.y + tl.h - 24);
+  assert.notEqual(await page.$eval('canvas.st', (c) => c.dataset.state), endState, 'timeline click moves the state view');
+  assert.ok(await page.$('#detail-body [data-stack]'), 'a band clicked shows its stack');
   // Everything the real files are checked for, on the example too (it has the OOM and a
   // leak suspect that no real file has).
   const sum = json(['summary', '--json']).files[0];

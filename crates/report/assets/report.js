@@ -386,10 +386,23 @@
       if (v >= base && v < base + b) { hit = j; break; }
       base += b;
     }
+    // Linked by time: the state view moves to the captured moment nearest the click.
+    if (c.moments.length) {
+      let best = 0;
+      c.moments.forEach((m, j) => { if (Math.abs(m.state - s) < Math.abs(c.moments[best].state - s)) best = j; });
+      S.moment = best;
+      const sl = document.getElementById('moment');
+      if (sl) sl.value = String(best);
+      redrawAll();
+    }
     const head = el('div', {}, el('div', {}, `Event ${Math.floor(s)}: allocated ${bytes(lv.alloc[lo])}, requested ${bytes(lv.req[lo])}, reserved ${bytes(lv.res[lo])} (maxima of this bucket)`));
     if (hit != null) {
       const si = dev.curves.site_stacks[hit];
+      // Linked by call site: the state view dims every block of other sites.
+      S.highlight = new Set([si]);
+      redrawAll();
       showStack(file, si, `Call site ${siteName(file, si)}: ${bytes(lv.sites[lo * c.k + hit])} live here`, head);
+      detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));
     } else {
       detail.textContent = '';
       detail.append(head, el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Grey band: allocations outside the top call sites.' : 'Click a coloured band for its stack.'));
@@ -480,7 +493,9 @@
       const x = 2 + (off + (blocks[i + 1] - segs[4 * si])) * sx, bw = blocks[i + 2] * sx, y = 3 + r * (rowH + gap);
       const st = blocks[i + 4], stack = blocks[i + 5];
       g.fillStyle = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : color(stack);
+      g.globalAlpha = S.highlight && st !== 0 && !S.highlight.has(stack) ? 0.2 : 1;
       g.fillRect(x, y, Math.max(bw - (bw > 3 ? 1 : 0), 0.6), rowH);
+      g.globalAlpha = 1;
       if (st === 1 && blocks[i + 3] < blocks[i + 2] && bw > 2) {
         const slack = (blocks[i + 2] - blocks[i + 3]) * sx;
         g.fillStyle = 'rgba(30,41,59,0.55)'; g.fillRect(x + bw - slack, y + rowH / 2, slack, rowH / 2);
@@ -504,7 +519,11 @@
     const head = el('div', {}, el('div', {}, `${st} block ${hex(B[i + 1])}, ${bytes(B[i + 2])}` + (B[i + 4] === 1 ? ` (request ${bytes(B[i + 3])}, slack ${bytes(B[i + 2] - B[i + 3])})` : '')),
       el('div', { class: 'note' }, `segment ${hex(m.segs[4 * b.seg])}, ${bytes(m.segs[4 * b.seg + 1])}, stream ${m.segs[4 * b.seg + 2]}${m.segs[4 * b.seg + 3] & 1 ? ', small pool' : ', large pool'}${m.segs[4 * b.seg + 3] & 2 ? ', expandable' : ''}${m.segs[4 * b.seg + 3] & 4 ? ', private pool' : ''}`));
     if (B[i + 4] === 0) { detail.textContent = ''; detail.append(head); return; }
+    // Linked by call site: the timeline dims the other sites' bands.
+    S.highlight = new Set([B[i + 5]]);
+    redrawAll();
     showStack(file, B[i + 5], 'Allocated at ' + siteName(file, B[i + 5]), head);
+    detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));
   }
   function freeBlockInfo(file, dev, c, b) {
     const m = c.moments[S.moment], B = m.blocks, size = B[b.i + 2];
