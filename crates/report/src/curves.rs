@@ -35,31 +35,84 @@ pub struct Curves {
     pub sites: String,
 }
 
-/// See the module doc.
+/// Per call site bookkeeping of the single walk in [`curves`] (see there).
+#[derive(Default)]
+struct SiteLog {
+    /// Call site (allocation stack) of each site id.
+    keys: Vec<Option<StackId>>,
+    ids: FxHashMap<Option<StackId>, u32>,
+    /// Live bytes now, and the most at any state.
+    cur: Vec<i128>,
+    best: Vec<i128>,
+    /// Sites changed between the previous bucket's maximum and this bucket's current one.
+    dirty: Vec<u32>,
+    /// `dirty_mark[site] == bucket + 1` when `site` is in `dirty`.
+    dirty_mark: Vec<u32>,
+    /// Changes after this bucket's current maximum: (site, delta).
+    after: Vec<(u32, i128)>,
+    /// (bucket, site, live bytes at the bucket's maximum) for the sites that changed.
+    values: Vec<(u32, u32, f64)>,
+}
+
+impl SiteLog {
+    fn change(&mut self, stack: Option<StackId>, delta: i128) {
+        let n = self.keys.len() as u32;
+        let id = *self.ids.entry(stack).or_insert(n);
+        if id == n {
+            self.keys.push(stack);
+            self.cur.push(0);
+            self.best.push(0);
+            self.dirty_mark.push(0);
+        }
+        let i = id as usize;
+        self.cur[i] += delta;
+        self.best[i] = self.best[i].max(self.cur[i]);
+        self.after.push((id, delta));
+    }
+    fn mark(&mut self, bucket: usize, site: u32) {
+        if self.dirty_mark[site as usize] != bucket as u32 + 1 {
+            self.dirty_mark[site as usize] = bucket as u32 + 1;
+            self.dirty.push(site);
+        }
+    }
+    /// A new maximum of `bucket` at the current state: what changed since the previous
+    /// one now counts up to it.
+    fn new_max(&mut self, bucket: usize) {
+        let after = std::mem::take(&mut self.after);
+        for &(site, _) in &after {
+            self.mark(bucket, site);
+        }
+        self.after = after;
+        self.after.clear();
+    }
+    /// `bucket` is over: record its sites' values at its maximum (now minus what changed
+    /// after it); the sites changed after the maximum start the next bucket's list.
+    fn close(&mut self, bucket: usize) {
+        let mut undo: FxHashMap<u32, i128> = FxHashMap::default();
+        for &(site, d) in &self.after {
+            *undo.entry(site).or_default() += d;
+        }
+        for &site in &self.dirty {
+            let v = self.cur[site as usize] - undo.get(&site).copied().unwrap_or(0);
+            self.values.push((bucket as u32, site, v.max(0) as f64));
+        }
+        self.dirty.clear();
+        let after = std::mem::take(&mut self.after);
+        for &(site, _) in &after {
+            self.mark(bucket + 1, site);
+        }
+        self.after = after;
+        self.after.clear();
+    }
+}
+
+/// See the module doc. One walk of the trace: the live bytes of every call site are
+/// logged, at each bucket's maximum, only for the sites that changed since the previous
+/// bucket's; the top sites are chosen (most live bytes at their own peak) after the walk
+/// and their values filled in from that log.
 pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut StackTable) -> Curves {
     let trace = snap.trace(device);
     let states = trace.len() + 1;
-    // Pass 1: the call sites with the most live bytes at their own peak.
-    let mut live: FxHashMap<Option<StackId>, i128> = FxHashMap::default();
-    let mut best: FxHashMap<Option<StackId>, i128> = FxHashMap::default();
-    walk_states(
-        snap,
-        device,
-        |_, c| {
-            let v = live.entry(c.stack).or_default();
-            *v += c.size as i128 * c.delta as i128;
-            let b = best.entry(c.stack).or_default();
-            *b = (*b).max(*v);
-        },
-        |_, _| {},
-    );
-    let mut ranked: Vec<(Option<StackId>, i128)> = best.into_iter().filter(|&(_, b)| b > 0).collect();
-    ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    ranked.truncate(opts.top_sites);
-    let slot: FxHashMap<Option<StackId>, usize> = ranked.iter().enumerate().map(|(k, (s, _))| (*s, k)).collect();
-    let k = ranked.len();
-
-    // Pass 2: bucketed maxima.
     let n = opts.buckets.max(1).min(states);
     let mut first = vec![f64::NAN; n];
     let mut time = vec![f64::NAN; n];
@@ -67,19 +120,20 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
     let mut req = vec![0.0f64; n];
     let mut res = vec![0.0f64; n];
     let mut max_request = vec![0.0f64; n];
-    let mut sites = vec![0.0f64; n * k];
-    // Both callbacks of the walk see the per-site live bytes.
-    let cur = std::cell::RefCell::new(vec![0i128; k]);
+    // Both callbacks of the walk use the log.
+    let log = std::cell::RefCell::new(SiteLog::default());
+    let mut bucket = 0usize;
     walk_states(
         snap,
         device,
-        |_, c| {
-            if let Some(&j) = slot.get(&c.stack) {
-                cur.borrow_mut()[j] += c.size as i128 * c.delta as i128;
-            }
-        },
+        |_, c| log.borrow_mut().change(c.stack, c.size as i128 * c.delta as i128),
         |state, l| {
             let b = state * n / states;
+            let mut log = log.borrow_mut();
+            while bucket < b {
+                log.close(bucket);
+                bucket += 1;
+            }
             if first[b].is_nan() {
                 first[b] = state as f64;
             }
@@ -94,14 +148,39 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
             }
             if l.allocated as f64 > alloc[b] {
                 alloc[b] = l.allocated as f64;
-                for (dst, &v) in sites[b * k..(b + 1) * k].iter_mut().zip(cur.borrow().iter()) {
-                    *dst = v.max(0) as f64;
-                }
+                log.new_max(b);
             }
             req[b] = req[b].max(l.requested as f64);
             res[b] = res[b].max(l.reserved as f64);
         },
     );
+    let mut log = log.into_inner();
+    log.close(bucket);
+    // The call sites with the most live bytes at their own peak.
+    let mut ranked: Vec<(Option<StackId>, i128, u32)> =
+        (0..log.keys.len()).filter(|&i| log.best[i] > 0).map(|i| (log.keys[i], log.best[i], i as u32)).collect();
+    ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked.truncate(opts.top_sites);
+    let k = ranked.len();
+    let mut slot = vec![usize::MAX; log.keys.len()];
+    for (j, r) in ranked.iter().enumerate() {
+        slot[r.2 as usize] = j;
+    }
+    let mut sites = vec![0.0f64; n * k];
+    let mut vals = vec![0.0f64; k];
+    let mut pos = 0usize;
+    for b in 0..n {
+        while let Some(&(vb, site, v)) = log.values.get(pos) {
+            if vb as usize != b {
+                break;
+            }
+            if slot[site as usize] != usize::MAX {
+                vals[slot[site as usize]] = v;
+            }
+            pos += 1;
+        }
+        sites[b * k..(b + 1) * k].copy_from_slice(&vals);
+    }
     Curves {
         n,
         states,
@@ -111,7 +190,7 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
         requested: encode::f64s(&req),
         reserved: encode::f64s(&res),
         max_request: encode::f64s(&max_request),
-        site_stacks: ranked.iter().map(|(s, _)| table.index(snap, *s)).collect(),
+        site_stacks: ranked.iter().map(|(s, _, _)| table.index(snap, *s)).collect(),
         sites: encode::f64s(&sites),
     }
 }
