@@ -575,6 +575,46 @@ pub fn live_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Vec<
     live_sets_at(snap, device, &[after_event]).pop().unwrap_or_default()
 }
 
+/// Walks `device`'s trace with the same bookkeeping as [`timeline`], for front ends that
+/// draw more than the downsampled series (the HTML report). `on_change(state, block)` is
+/// told when a block enters or leaves the allocated set (blocks live before the trace at
+/// state 0); `on_state(state, levels)` follows, once per state 0..=events (state `i + 1`
+/// is after event `i`).
+pub fn walk_states(
+    snap: &Snapshot,
+    device: i64,
+    mut on_change: impl FnMut(usize, &AllocatedChange),
+    mut on_state: impl FnMut(usize, &Levels),
+) {
+    let change = |b: &Live, delta: i64| AllocatedChange {
+        stack: b.stack,
+        size: b.size,
+        delta,
+        before_trace: b.before_trace(),
+    };
+    let mut r = Replayer::new(snap, device);
+    for b in r.live.values().filter(|b| b.allocated) {
+        on_change(0, &change(b, 1));
+    }
+    on_state(0, &r.cur);
+    for i in 0..r.trace.len() {
+        r.step(i, &mut |b, d| on_change(i + 1, &change(b, d)));
+        on_state(i + 1, &r.cur);
+    }
+}
+
+/// A block entering (`delta` +1) or leaving (−1) the allocated set, for [`walk_states`].
+#[derive(Clone, Copy, Debug)]
+pub struct AllocatedChange {
+    /// Allocation stack.
+    pub stack: Option<StackId>,
+    /// Block size (see the module doc for the basis).
+    pub size: u64,
+    pub delta: i64,
+    /// Allocated before the trace began (seeded at state 0).
+    pub before_trace: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

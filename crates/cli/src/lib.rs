@@ -50,6 +50,9 @@ enum Command {
     /// Gate for CI: exit 1 when a snapshot breaks a memory budget (--max-reserved,
     /// --max-allocated, --max-fragmentation, --no-leaks), 0 otherwise.
     Check(cmd::check::Args),
+    /// One self-contained HTML file (offline, opens from file://): memory timeline,
+    /// allocator state at any moment, fragmentation, findings. Without FILE: the example.
+    Report(cmd::report::Args),
 }
 
 impl Command {
@@ -61,6 +64,7 @@ impl Command {
             Command::Oom(a) => cmd::oom::run(a),
             Command::Diff(a) => cmd::diff::run(a),
             Command::Check(a) => cmd::check::run(a),
+            Command::Report(a) => cmd::report::run(a),
         }
     }
 }

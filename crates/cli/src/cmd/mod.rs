@@ -11,3 +11,4 @@ pub mod check;
 pub mod diff;
 pub mod oom;
 pub mod replay;
+pub mod report;

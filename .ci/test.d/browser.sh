@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Browser tests of `fragscope report` in real headless Chromium: Debian's chromium,
+# driven by playwright-core (pinned in tests/browser/package-lock.json). Installs what it
+# needs on a fresh machine, builds the release binary, and runs tests/browser/*.test.mjs
+# on every real file of ../shared/traces.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ ! -x /usr/bin/chromium ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update
+    $SUDO apt-get install -y chromium
+fi
+(cd tests/browser && npm ci --no-audit --no-fund)
+cargo build --release
+node --test --test-concurrency=1 tests/browser/report.test.mjs

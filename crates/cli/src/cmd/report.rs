@@ -1,0 +1,65 @@
+//! `fragscope report [FILE ...] [-o report.html]`: one self-contained HTML file (no
+//! network request, opens from `file://`) with the memory timeline, the allocator state
+//! at any moment, fragmentation over time and the findings. Several files are shown side
+//! by side (ranks); two files are also compared (`diff`). The page is built by the
+//! `fragscope-report` crate.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use fragscope_analysis::diff::{diff, DiffOptions};
+use fragscope_report::{file_data, render, render_with_diff, ReportOptions};
+
+use crate::{input, CliError};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Snapshot files (pickles, optionally gzipped, or torch.profiler JSON traces).
+    /// Without FILE: the built-in example snapshot.
+    pub files: Vec<PathBuf>,
+    /// Where to write the HTML file.
+    #[arg(short = 'o', long = "output", default_value = "report.html")]
+    pub output: PathBuf,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    let example = args.files.is_empty();
+    let opts = ReportOptions::default();
+    let html = if let [a, b] = args.files.as_slice() {
+        // Two runs: both in memory once, for the comparison of their peaks.
+        let (sa, sb) = (input::load(a, false)?, input::load(b, false)?);
+        let d = diff(&sa, &sb, &DiffOptions::default());
+        let data = [
+            file_data(&a.display().to_string(), false, &sa, &opts),
+            file_data(&b.display().to_string(), false, &sb, &opts),
+        ];
+        render_with_diff(&data, Some(&d))
+    } else {
+        let data = input::each_snapshot(&args.files, false, |name, snap| Ok(file_data(&name, example, snap, &opts)))?;
+        render(&data)
+    };
+    write_atomically(&args.output, html.as_bytes())?;
+    eprintln!("wrote {} ({} bytes)", args.output.display(), html.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`, so a
+/// failed run never leaves a partial report behind.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().ok_or_else(|| CliError::usage(format!("{} is not a file name", path.display())))?;
+    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    let fail = |e: std::io::Error| CliError::usage(format!("cannot write {}: {e}", path.display()));
+    let result = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(e));
+    }
+    Ok(())
+}

@@ -1,0 +1,862 @@
+// fragscope report: owned script, inlined by crates/report. No external resource, no
+// network request: everything it draws comes from the JSON in #fragscope-data, which
+// crates/report computed (curves per bucket, allocator states at chosen moments).
+// Views: figures, timeline (zoom/pan/search/click), allocator state (slider, hover,
+// click), fragmentation over time, what-if, findings, and a table of files (ranks).
+'use strict';
+(function () {
+  const DATA = JSON.parse(document.getElementById('fragscope-data').textContent);
+  const main = document.getElementById('main');
+  const detail = document.getElementById('detail-body');
+  const T0 = performance.now();
+  const api = (window.fragscope = { ready: false, drawMs: {}, firstPaintMs: null });
+
+  // ---------- helpers ----------
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === 'class') e.className = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v);
+    }
+    for (const k of kids) if (k != null) e.append(k instanceof Node ? k : String(k));
+    return e;
+  }
+  function f64(b64) {
+    if (!b64) return new Float64Array(0);
+    const s = atob(b64);
+    const u = new Uint8Array(s.length);
+    for (let i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
+    return new Float64Array(u.buffer);
+  }
+  function bytes(n) {
+    if (n == null || isNaN(n)) return '—';
+    const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0, v = Math.abs(n);
+    while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+    return (n < 0 ? '-' : '') + (i ? v.toFixed(2) : v.toFixed(0)) + ' ' + u[i];
+  }
+  const pct = (x) => (x == null || isNaN(x) ? '—' : (100 * x).toFixed(1) + '%');
+  const hex = (a) => '0x' + Math.round(a).toString(16);
+  function color(i) {
+    if (i < 0) return '#9ca3af';
+    // Golden-angle hues, skipping the reds of the reserved curve.
+    const h = 20 + ((i * 137.508) % 300);
+    return `hsl(${h.toFixed(0)},62%,${52 + (i % 3) * 6}%)`;
+  }
+  function fig(key, value, label, shown) {
+    return el('div', { class: 'fig', 'data-fig': key, 'data-value': String(value) }, el('b', {}, shown), el('span', {}, label));
+  }
+  function canvas(cls, h) {
+    const c = el('canvas', { class: cls });
+    c.style.height = h + 'px';
+    return c;
+  }
+  function ctxOf(c) {
+    const dpr = window.devicePixelRatio || 1;
+    const w = c.clientWidth || 800, h = c.clientHeight;
+    if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) {
+      c.width = Math.round(w * dpr);
+      c.height = Math.round(h * dpr);
+    }
+    const g = c.getContext('2d');
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, w, h);
+    return { g, w, h };
+  }
+  function timed(name, fn) {
+    const t = performance.now();
+    fn();
+    api.drawMs[name] = performance.now() - t;
+  }
+
+  // ---------- per-file decoding ----------
+  function stackOf(file, i) {
+    if (i == null || i < 0 || !file.stacks[i]) return null;
+    return file.stacks[i].map((k) => file.frames[k]);
+  }
+  function siteName(file, i) {
+    const s = stackOf(file, i);
+    if (!s) return i === -1 ? '(no stack recorded)' : '(unknown)';
+    const user = s.find((f) => !/torch\/|site-packages|^\?\?:|<built-in|:0:/.test(f)) || s[0];
+    return user ? user.replace(/^.*\//, '') : '(empty stack)';
+  }
+  function decodeDevice(dev) {
+    if (dev._c) return dev._c;
+    const c = dev.curves;
+    const k = c.site_stacks.length;
+    const lvl0 = {
+      n: c.n, first: f64(c.first), time: f64(c.time), alloc: f64(c.allocated), req: f64(c.requested),
+      res: f64(c.reserved), maxreq: f64(c.max_request), sites: f64(c.sites),
+    };
+    // Coarser levels by pairwise maxima (sites follow the bucket with more allocated).
+    const levels = [lvl0];
+    while (levels[levels.length - 1].n > 64) {
+      const p = levels[levels.length - 1], n = Math.ceil(p.n / 2);
+      const q = { n, first: new Float64Array(n), time: new Float64Array(n), alloc: new Float64Array(n), req: new Float64Array(n),
+        res: new Float64Array(n), maxreq: new Float64Array(n), sites: new Float64Array(n * k) };
+      for (let i = 0; i < n; i++) {
+        const a = 2 * i, b = Math.min(2 * i + 1, p.n - 1);
+        q.first[i] = p.first[a];
+        q.time[i] = isNaN(p.time[a]) ? p.time[b] : p.time[a];
+        const m = p.alloc[b] > p.alloc[a] ? b : a;
+        q.alloc[i] = p.alloc[m];
+        for (let j = 0; j < k; j++) q.sites[i * k + j] = p.sites[m * k + j];
+        q.req[i] = Math.max(p.req[a], p.req[b]);
+        q.res[i] = Math.max(p.res[a], p.res[b]);
+        q.maxreq[i] = Math.max(p.maxreq[a], p.maxreq[b]);
+      }
+      levels.push(q);
+    }
+    const allocs = f64(dev.allocations);
+    const requests = f64(dev.requests);
+    const moments = dev.moments.map((m) => ({ state: m.state, kinds: m.kinds, segs: f64(m.segments), blocks: f64(m.blocks) }));
+    for (const m of moments) m.fig = momentFigures(m);
+    dev._c = { k, levels, states: c.states, allocs, requests, moments };
+    return dev._c;
+  }
+  function momentFigures(m) {
+    let reserved = 0, allocated = 0, pending = 0, free = 0, largest = 0, slack = 0;
+    for (let i = 0; i < m.segs.length; i += 4) reserved += m.segs[i + 1];
+    for (let i = 0; i < m.blocks.length; i += 6) {
+      const size = m.blocks[i + 2], st = m.blocks[i + 4];
+      if (st === 0) { free += size; largest = Math.max(largest, size); }
+      else if (st === 1) { allocated += size; slack += Math.max(0, size - m.blocks[i + 3]); }
+      else pending += size;
+    }
+    return { reserved, allocated, pending, free, largest, slack, fsf: free > 0 ? 1 - largest / free : 0 };
+  }
+
+  // ---------- page state ----------
+  const S = { file: 0, dev: 0, x0: 0, x1: 1, axis: 'events', bands: 12, moment: 0, highlight: null, hits: [] };
+  const views = {};
+
+  function build() {
+    const nav = document.getElementById('files');
+    nav.textContent = '';
+    if (DATA.files.length > 1) {
+      DATA.files.forEach((f, i) => nav.append(el('button', { class: i === S.file ? 'on' : '', onclick: () => { S.file = i; S.dev = 0; build(); } }, f.name.replace(/^.*\//, ''))));
+    }
+    const file = DATA.files[S.file];
+    const ds = document.getElementById('devsel');
+    ds.textContent = '';
+    if (file.devices.length > 1) {
+      file.devices.forEach((d, i) => ds.append(el('button', { class: i === S.dev ? 'on' : '', onclick: () => { S.dev = i; build(); } }, 'cuda:' + d.device)));
+    }
+    main.textContent = '';
+    for (const k of Object.keys(views)) delete views[k];
+    if (DATA.files.length > 1) main.append(ranksView());
+    main.append(figuresView(file));
+    const dev = file.devices[S.dev];
+    if (!dev) {
+      main.append(el('p', { class: 'note' }, 'This file has no device with segments or trace events.'));
+    } else {
+      const c = decodeDevice(dev);
+      S.x0 = 0; S.x1 = c.states; S.bands = Math.min(S.bands, c.k);
+      const pre = c.moments.findIndex((m) => m.kinds.includes('oom'));
+      const rp = c.moments.findIndex((m) => m.kinds.includes('reserved_peak'));
+      S.moment = pre >= 0 ? pre : rp >= 0 ? rp : Math.max(0, c.moments.length - 1);
+      main.append(timelineView(file, dev, c), stateView(file, dev, c), fragView(file, dev, c), whatIfView(file, dev), findingsView(file, dev));
+    }
+    redrawAll();
+  }
+
+  function summaryDev(file) {
+    const d = file.devices[S.dev];
+    return d && file.summary.devices ? file.summary.devices.find((x) => x.device === d.device) : null;
+  }
+  function analysisDev(file) {
+    const d = file.devices[S.dev];
+    return d && file.analysis.devices ? file.analysis.devices.find((x) => x.device === d.device) : null;
+  }
+
+  // ---------- figures ----------
+  function figuresView(file) {
+    const sec = el('section', { id: 'figures' });
+    const title = file.example ? 'Built-in example (a toy training loop made by fragscope)' : file.name;
+    sec.append(el('h2', {}, title + ' — ' + ({ dict: 'PyTorch 2.x snapshot', segment_list: 'PyTorch 1.13 snapshot', kineto: 'torch.profiler trace' }[file.summary.format] || file.summary.format)));
+    const figs = el('div', { class: 'figs' });
+    const s = summaryDev(file), a = analysisDev(file);
+    if (s) {
+      figs.append(
+        fig('reserved_bytes', s.reserved_bytes, 'reserved at the end', bytes(s.reserved_bytes)),
+        fig('allocated_bytes', s.allocated_bytes, 'allocated at the end', bytes(s.allocated_bytes)),
+        fig('active_bytes', s.active_bytes, 'active at the end', bytes(s.active_bytes)),
+        fig('segments', s.segments, 'segments', String(s.segments)),
+        fig('largest_free_block_bytes', s.fragmentation.largest_free_block_bytes, 'largest free block', bytes(s.fragmentation.largest_free_block_bytes)),
+        fig('free_space_fragmentation', s.fragmentation.free_space_fragmentation, 'free-space fragmentation', pct(s.fragmentation.free_space_fragmentation)),
+        fig('trace_events', s.trace_events, 'trace events', String(s.trace_events)),
+      );
+    }
+    if (a) {
+      const t = a.fragmentation.timeline;
+      figs.append(
+        fig('peak_reserved_bytes', t.peak_reserved.bytes, 'peak reserved', bytes(t.peak_reserved.bytes)),
+        fig('peak_allocated_bytes', t.peak_allocated.bytes, 'peak allocated', bytes(t.peak_allocated.bytes)),
+        fig('peak_fragmentation', a.peak_fragmentation == null ? 'null' : a.peak_fragmentation, '1 − peak alloc / peak reserved', pct(a.peak_fragmentation)),
+        fig('findings', a.findings.length, 'findings', String(a.findings.length)),
+      );
+    }
+    for (const p of file.summary.profiler_totals || []) {
+      figs.append(fig('profiler_peak_reserved_bytes', p.peak_reserved_bytes ?? 'null', `profiler peak reserved (device ${p.device})`, bytes(p.peak_reserved_bytes)),
+        fig('profiler_peak_allocated_bytes', p.peak_allocated_bytes ?? 'null', `profiler peak allocated (device ${p.device})`, bytes(p.peak_allocated_bytes)));
+    }
+    sec.append(figs);
+    return sec;
+  }
+
+  // ---------- 1. timeline ----------
+  function levelFor(c, w) {
+    const span = (S.x1 - S.x0) / c.states;
+    let L = 0;
+    while (L < c.levels.length - 1 && c.levels[L].n * span > w) L++;
+    return L;
+  }
+  function xOf(state, w) { return ((state - S.x0) / (S.x1 - S.x0)) * w; }
+  function stateAt(x, w) { return S.x0 + (x / w) * (S.x1 - S.x0); }
+  function bucketRange(lv, c) {
+    // Buckets whose states intersect [x0, x1].
+    let i0 = 0, i1 = lv.n - 1;
+    const f = lv.first;
+    let lo = 0, hi = lv.n - 1;
+    while (lo < hi) { const m = (lo + hi + 1) >> 1; if (f[m] <= S.x0) lo = m; else hi = m - 1; }
+    i0 = lo;
+    lo = i0; hi = lv.n - 1;
+    while (lo < hi) { const m = (lo + hi) >> 1; if (f[m] >= S.x1) hi = m; else lo = m + 1; }
+    i1 = hi;
+    return [i0, i1];
+  }
+  function timelineView(file, dev, c) {
+    const sec = el('section', { id: 'timeline' });
+    sec.append(el('h2', {}, '1. Active memory over time'));
+    const cv = canvas('tl', 300);
+    const info = el('span', { id: 'tl-range' });
+    const bands = el('input', { type: 'range', min: '0', max: String(c.k), value: String(S.bands), id: 'tl-bands' });
+    bands.addEventListener('input', () => { S.bands = +bands.value; redrawAll(); });
+    const axis = el('select', { id: 'tl-axis' }, el('option', { value: 'events' }, 'event order'), el('option', { value: 'time' }, 'wall clock'));
+    axis.addEventListener('change', () => { S.axis = axis.value; redrawAll(); });
+    const zoomBy = (f, at) => {
+      const mid = at == null ? (S.x0 + S.x1) / 2 : at;
+      let span = Math.max(4, (S.x1 - S.x0) * f);
+      span = Math.min(span, c.states);
+      let x0 = mid - (mid - S.x0) * (span / (S.x1 - S.x0));
+      x0 = Math.max(0, Math.min(x0, c.states - span));
+      S.x0 = x0; S.x1 = x0 + span;
+      redrawTimed();
+    };
+    api.zoom = (f, at) => zoomBy(f, at);
+    api.view = () => ({ x0: S.x0, x1: S.x1, states: c.states });
+    sec.append(el('div', { class: 'controls' },
+      el('button', { id: 'zoom-in', onclick: () => zoomBy(0.5) }, 'zoom in'),
+      el('button', { id: 'zoom-out', onclick: () => zoomBy(2) }, 'zoom out'),
+      el('button', { id: 'zoom-reset', onclick: () => { S.x0 = 0; S.x1 = c.states; redrawTimed(); } }, 'reset'),
+      'x axis', axis, 'call-site bands', bands, info));
+    if (c.states === 1) sec.append(el('p', { class: 'note' }, 'No trace was recorded (state only): the timeline has one point, the snapshot itself. Record with torch.cuda.memory._record_memory_history() for the history.'));
+    sec.append(cv);
+    sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated (bands: call sites with most live bytes; grey: the rest)',
+      el('i', { style: 'background:var(--req)' }), 'requested', ' · wheel: zoom, drag: pan, click: stack of a band · ', `${c.states - 1} events, finest level ${c.levels[0].n} buckets (max of each)`));
+    let drag = null;
+    cv.addEventListener('wheel', (e) => { e.preventDefault(); const r = cv.getBoundingClientRect(); zoomBy(e.deltaY < 0 ? 0.7 : 1 / 0.7, stateAt(e.clientX - r.left, r.width)); }, { passive: false });
+    cv.addEventListener('mousedown', (e) => { drag = { x: e.clientX, x0: S.x0, x1: S.x1, moved: false }; });
+    window.addEventListener('mouseup', () => { setTimeout(() => (drag = null), 0); });
+    cv.addEventListener('mousemove', (e) => {
+      if (!drag || !(e.buttons & 1)) return;
+      const r = cv.getBoundingClientRect();
+      const d = ((e.clientX - drag.x) / r.width) * (drag.x1 - drag.x0);
+      if (Math.abs(e.clientX - drag.x) > 3) drag.moved = true;
+      const span = drag.x1 - drag.x0;
+      S.x0 = Math.max(0, Math.min(drag.x0 - d, c.states - span)); S.x1 = S.x0 + span;
+      redrawTimed();
+    });
+    cv.addEventListener('click', (e) => {
+      if (drag && drag.moved) return;
+      const r = cv.getBoundingClientRect();
+      timelineClick(file, dev, c, e.clientX - r.left, e.clientY - r.top, r.width, r.height);
+    });
+    views.timeline = () => drawTimeline(file, dev, c, cv, info);
+    return sec;
+  }
+  const TL_TOP = 16, TL_BOTTOM = 18, TL_LEFT = 64;
+  function tlGeom(c, w, h) {
+    const lv = c.levels[levelFor(c, w - TL_LEFT)];
+    const [i0, i1] = bucketRange(lv, c);
+    let ymax = 1;
+    for (let i = i0; i <= i1; i++) ymax = Math.max(ymax, lv.res[i], lv.alloc[i], lv.req[i]);
+    return { lv, i0, i1, ymax: ymax * 1.05, pw: w - TL_LEFT, ph: h - TL_TOP - TL_BOTTOM };
+  }
+  function drawTimeline(file, dev, c, cv, info) {
+    const { g, w, h } = ctxOf(cv);
+    const G = tlGeom(c, w, h), { lv, i0, i1, ymax, pw, ph } = G;
+    const Y = (v) => TL_TOP + ph - (v / ymax) * ph;
+    const X = (s) => TL_LEFT + xOf(s, pw);
+    const next = (i) => (i + 1 < lv.n ? lv.first[i + 1] : c.states);
+    const k = c.k;
+    // Phases.
+    for (const p of dev.phases) {
+      if (p.end < S.x0 || p.start > S.x1) continue;
+      const a = Math.max(TL_LEFT, X(p.start)), b = Math.min(w, X(p.end + 1));
+      g.fillStyle = p.depth % 2 ? 'rgba(148,163,184,0.10)' : 'rgba(99,102,241,0.08)';
+      g.fillRect(a, TL_TOP, Math.max(1, b - a), ph);
+      g.fillStyle = '#475467'; g.font = '10px sans-serif';
+      if (b - a > 30) g.fillText(p.name.slice(0, Math.floor((b - a) / 6)), a + 2, 10 + (p.depth % 2) * 0);
+    }
+    // Stacked call-site bands, then the rest of allocated.
+    const hl = S.highlight;
+    for (let i = i0; i <= i1; i++) {
+      const xa = Math.max(TL_LEFT, X(lv.first[i])), xb = Math.min(w, X(next(i)));
+      const bw = Math.max(1, xb - xa);
+      let base = 0;
+      for (let j = 0; j < S.bands && j < k; j++) {
+        const v = lv.sites[i * k + j];
+        if (v <= 0) continue;
+        const si = dev.curves.site_stacks[j];
+        g.globalAlpha = hl && !hl.has(si) ? 0.25 : 1;
+        g.fillStyle = color(si);
+        g.fillRect(xa, Y(base + v), bw, Y(base) - Y(base + v));
+        base += v;
+      }
+      g.globalAlpha = hl ? 0.25 : 1;
+      const rest = lv.alloc[i] - base;
+      if (rest > 0) { g.fillStyle = '#cbd5e1'; g.fillRect(xa, Y(base + rest), bw, Y(base) - Y(base + rest)); }
+      g.globalAlpha = 1;
+    }
+    // Curves (step lines at bucket maxima).
+    const line = (arr, col, dash) => {
+      g.strokeStyle = col; g.lineWidth = 1.5; g.setLineDash(dash || []); g.beginPath();
+      for (let i = i0; i <= i1; i++) {
+        const xa = Math.max(TL_LEFT, X(lv.first[i])), xb = Math.min(w, X(next(i)));
+        if (i === i0) g.moveTo(xa, Y(arr[i])); else g.lineTo(xa, Y(arr[i]));
+        g.lineTo(xb, Y(arr[i]));
+      }
+      g.stroke(); g.setLineDash([]);
+    };
+    line(lv.res, '#ef4444');
+    line(lv.req, '#10b981', [4, 3]);
+    line(lv.alloc, '#1d4ed8');
+    // Search hits: lifetimes of matching allocations.
+    for (const hit of S.hits) {
+      if (hit.free >= 0 && hit.free < S.x0) continue;
+      const a = Math.max(TL_LEFT, X(hit.alloc)), b = Math.min(w, X(hit.free < 0 ? c.states : hit.free));
+      g.fillStyle = 'rgba(234,88,12,0.8)'; g.fillRect(a, TL_TOP + ph - 4, Math.max(2, b - a), 4);
+    }
+    // Moment marker.
+    const m = c.moments[S.moment];
+    if (m) { g.strokeStyle = '#111'; g.setLineDash([2, 2]); g.beginPath(); g.moveTo(X(m.state), TL_TOP); g.lineTo(X(m.state), TL_TOP + ph); g.stroke(); g.setLineDash([]); }
+    axes(g, w, h, ph, ymax, c, lv, pw);
+    info.textContent = `events ${Math.floor(S.x0)}–${Math.ceil(S.x1) - 1}`;
+    cv.dataset.x0 = S.x0; cv.dataset.x1 = S.x1; cv.dataset.buckets = i1 - i0 + 1;
+    cv.dataset.level = c.levels.indexOf(lv);
+    cv.dataset.peakReserved = Math.max(...Array.from(c.levels[c.levels.length - 1].res));
+    cv.dataset.peakAllocated = Math.max(...Array.from(c.levels[c.levels.length - 1].alloc));
+  }
+  function axes(g, w, h, ph, ymax, c, lv, pw) {
+    g.fillStyle = '#667085'; g.strokeStyle = '#e4e7ec'; g.font = '10px sans-serif'; g.lineWidth = 1;
+    for (let t = 0; t <= 4; t++) {
+      const v = (ymax / 1.05) * (t / 4), y = TL_TOP + ph - (v / ymax) * ph;
+      g.beginPath(); g.moveTo(TL_LEFT, y); g.lineTo(w, y); g.stroke();
+      g.fillText(bytes(v), 2, y + 3);
+    }
+    for (let t = 0; t <= 5; t++) {
+      const s = S.x0 + ((S.x1 - S.x0) * t) / 5;
+      const x = TL_LEFT + (pw * t) / 5;
+      if (c.states < 6 && t > 0) break;
+      let label = String(Math.min(Math.floor(s), c.states - 1));
+      if (S.axis === 'time') {
+        const L = c.levels[0];
+        let lo = 0, hi = L.n - 1;
+        while (lo < hi) { const m = (lo + hi + 1) >> 1; if (L.first[m] <= s) lo = m; else hi = m - 1; }
+        let t0 = NaN;
+        for (let i = 0; i < L.n && isNaN(t0); i++) t0 = L.time[i];
+        const tt = L.time[lo];
+        label = isNaN(tt) || isNaN(t0) ? 'no time' : ((tt - t0) / 1e6).toFixed(3) + ' s';
+      }
+      g.fillText(label, Math.max(0, Math.min(x, w - g.measureText(label).width - 2)), h - 4);
+    }
+  }
+  function timelineClick(file, dev, c, x, y, w, h) {
+    if (x < TL_LEFT) return;
+    const G = tlGeom(c, w, h), { lv, ymax, ph } = G;
+    const s = stateAt(x - TL_LEFT, w - TL_LEFT);
+    let lo = 0, hi = lv.n - 1;
+    while (lo < hi) { const m = (lo + hi + 1) >> 1; if (lv.first[m] <= s) lo = m; else hi = m - 1; }
+    const v = ((TL_TOP + ph - y) / ph) * ymax;
+    let base = 0, hit = null;
+    for (let j = 0; j < S.bands && j < c.k; j++) {
+      const b = lv.sites[lo * c.k + j];
+      if (v >= base && v < base + b) { hit = j; break; }
+      base += b;
+    }
+    // Linked by time: the state view moves to the captured moment nearest the click.
+    if (c.moments.length) {
+      let best = 0;
+      c.moments.forEach((m, j) => { if (Math.abs(m.state - s) < Math.abs(c.moments[best].state - s)) best = j; });
+      S.moment = best;
+      const sl = document.getElementById('moment');
+      if (sl) sl.value = String(best);
+      redrawAll();
+    }
+    const head = el('div', {}, el('div', {}, `Event ${Math.floor(s)}: allocated ${bytes(lv.alloc[lo])}, requested ${bytes(lv.req[lo])}, reserved ${bytes(lv.res[lo])} (maxima of this bucket)`));
+    if (hit != null) {
+      const si = dev.curves.site_stacks[hit];
+      // Linked by call site: the state view dims every block of other sites.
+      S.highlight = new Set([si]);
+      redrawAll();
+      showStack(file, si, `Call site ${siteName(file, si)}: ${bytes(lv.sites[lo * c.k + hit])} live here`, head);
+      detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));
+    } else {
+      detail.textContent = '';
+      detail.append(head, el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Grey band: allocations outside the top call sites.' : 'Click a coloured band for its stack.'));
+    }
+  }
+  function showStack(file, si, title, extra) {
+    detail.textContent = '';
+    if (extra) detail.append(extra);
+    detail.append(el('h3', {}, title));
+    const s = stackOf(file, si);
+    detail.append(s ? el('div', { class: 'stack', 'data-stack': String(si) }, s.length ? s.join('\n') : '(the recorded stack has no frames)') : el('p', { class: 'note', 'data-stack': 'none' }, 'No stack recorded for this block (record with torch.cuda.memory._record_memory_history(stacks="python")).'));
+  }
+
+  // ---------- 2. allocator state ----------
+  function stateView(file, dev, c) {
+    const sec = el('section', { id: 'state' });
+    sec.append(el('h2', {}, '2. Allocator state at a moment'));
+    if (!c.moments.length) {
+      sec.append(el('p', { class: 'note' }, 'No allocator state to show: ' + (dev.moments_note || 'no segments.')));
+      views.state = () => {};
+      return sec;
+    }
+    const slider = el('input', { type: 'range', min: '0', max: String(c.moments.length - 1), value: String(S.moment), id: 'moment' });
+    const label = el('span', { id: 'moment-label' });
+    slider.addEventListener('input', () => { S.moment = +slider.value; redrawAll(); });
+    const jumps = el('span', {});
+    const names = { oom: 'OOM', reserved_peak: 'reserved peak', allocated_peak: 'allocated peak', end: 'end' };
+    for (const kind of ['oom', 'reserved_peak', 'allocated_peak', 'end']) {
+      const i = c.moments.findIndex((m) => m.kinds.includes(kind));
+      if (i >= 0) jumps.append(el('button', { 'data-jump': kind, onclick: () => { S.moment = i; slider.value = String(i); redrawAll(); } }, names[kind]));
+    }
+    const figs = el('div', { class: 'figs', id: 'moment-figs' });
+    sec.append(el('div', { class: 'controls' }, 'moment', slider, label, jumps), figs);
+    if (dev.moments_note) sec.append(el('p', { class: 'note' }, dev.moments_note));
+    const cv = canvas('st', 200);
+    sec.append(cv, el('div', { class: 'legend note' }, el('i', { style: 'background:#e5e7eb' }), 'free', el('i', { style: 'background:var(--pend)' }), 'pending free',
+      el('i', { style: 'background:#64748b' }), 'rounding slack (block − request); allocated blocks coloured by call site · hover a free block: which requests it could serve · click a block: its stack'));
+    let rects = [];
+    cv.addEventListener('mousemove', (e) => {
+      const r = cv.getBoundingClientRect();
+      const b = pick(rects, e.clientX - r.left, e.clientY - r.top);
+      cv.style.cursor = b ? 'pointer' : 'default';
+      if (b && b.st === 0) freeBlockInfo(file, dev, c, b);
+    });
+    cv.addEventListener('click', (e) => {
+      const r = cv.getBoundingClientRect();
+      const b = pick(rects, e.clientX - r.left, e.clientY - r.top);
+      if (b) blockInfo(file, c, b);
+    });
+    api.blockRects = () => rects.map((b) => ({ x: b.x, y: b.y, w: b.w, h: b.h, state: b.st, stack: b.stack, addr: b.addr }));
+    views.state = () => { rects = drawState(file, dev, c, cv, label, figs); };
+    return sec;
+  }
+  function pick(rects, x, y) {
+    for (const b of rects) if (x >= b.x && x < b.x + Math.max(b.w, 1) && y >= b.y && y < b.y + b.h) return b;
+    return null;
+  }
+  function drawState(file, dev, c, cv, label, figs) {
+    const m = c.moments[S.moment];
+    const segs = m.segs, blocks = m.blocks;
+    const nseg = segs.length / 4;
+    let maxSeg = 0, total = 0;
+    for (let i = 0; i < nseg; i++) { maxSeg = Math.max(maxSeg, segs[4 * i + 1]); total += segs[4 * i + 1]; }
+    // Segments laid left to right in address order, wrapping at a row width of at least
+    // the largest segment, so a few hundred segments fit in ~60 rows.
+    const rowBytes = Math.max(maxSeg, total / 60);
+    const place = [];
+    let row = 0, used = 0;
+    for (let i = 0; i < nseg; i++) {
+      const sz = segs[4 * i + 1];
+      if (used > 0 && used + sz > rowBytes) { row++; used = 0; }
+      place.push([row, used]); used += sz + rowBytes * 0.004;
+    }
+    const rows = nseg ? row + 1 : 0;
+    // Thinner rows when there are many, so the view stays within ~700 px.
+    const rowH = Math.max(3, Math.min(14, Math.floor(700 / Math.max(rows, 1)) - 3)), gap = rowH > 6 ? 3 : 1;
+    cv.style.height = Math.max(40, rows * (rowH + gap) + 6) + 'px';
+    const { g, w } = ctxOf(cv);
+    const sx = (w - 4) / (rowBytes * 1.004);
+    const rects = [];
+    for (let i = 0; i < nseg; i++) {
+      const [r, off] = place[i];
+      g.fillStyle = '#f1f5f9';
+      g.fillRect(2 + off * sx, 3 + r * (rowH + gap), Math.max(1, segs[4 * i + 1] * sx), rowH);
+    }
+    for (let i = 0; i < blocks.length; i += 6) {
+      const si = blocks[i], [r, off] = place[si];
+      const x = 2 + (off + (blocks[i + 1] - segs[4 * si])) * sx, bw = blocks[i + 2] * sx, y = 3 + r * (rowH + gap);
+      const st = blocks[i + 4], stack = blocks[i + 5];
+      g.fillStyle = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : color(stack);
+      g.globalAlpha = S.highlight && st !== 0 && !S.highlight.has(stack) ? 0.2 : 1;
+      g.fillRect(x, y, Math.max(bw - (bw > 3 ? 1 : 0), 0.6), rowH);
+      g.globalAlpha = 1;
+      if (st === 1 && blocks[i + 3] < blocks[i + 2] && bw > 2) {
+        const slack = (blocks[i + 2] - blocks[i + 3]) * sx;
+        g.fillStyle = 'rgba(30,41,59,0.55)'; g.fillRect(x + bw - slack, y + rowH / 2, slack, rowH / 2);
+      }
+      rects.push({ x, y, w: bw, h: rowH, st, stack, i, seg: si, addr: blocks[i + 1] });
+    }
+    const f = m.fig;
+    const kinds = m.kinds.filter((k) => k !== 'step').join(', ');
+    label.textContent = `event state ${m.state} of ${c.states - 1}${kinds ? ' — ' + kinds.replace(/_/g, ' ') : ''} (${S.moment + 1}/${c.moments.length})`;
+    cv.dataset.moment = String(S.moment); cv.dataset.state = String(m.state); cv.dataset.blocks = String(blocks.length / 6);
+    figs.textContent = '';
+    figs.append(fig('moment_reserved_bytes', f.reserved, 'reserved', bytes(f.reserved)), fig('moment_allocated_bytes', f.allocated, 'allocated', bytes(f.allocated)),
+      fig('moment_pending_bytes', f.pending, 'pending free', bytes(f.pending)), fig('moment_free_bytes', f.free, 'free in cache', bytes(f.free)),
+      fig('moment_largest_free_bytes', f.largest, 'largest free block', bytes(f.largest)), fig('moment_fsf', f.fsf, 'free-space fragmentation', pct(f.fsf)),
+      fig('moment_slack_bytes', f.slack, 'rounding slack', bytes(f.slack)), fig('moment_segments', nseg, 'segments', String(nseg)));
+    return rects;
+  }
+  function blockInfo(file, c, b) {
+    const m = c.moments[S.moment], B = m.blocks, i = b.i;
+    const st = ['free', 'allocated', 'pending free'][B[i + 4]];
+    const head = el('div', {}, el('div', {}, `${st} block ${hex(B[i + 1])}, ${bytes(B[i + 2])}` + (B[i + 4] === 1 ? ` (request ${bytes(B[i + 3])}, slack ${bytes(B[i + 2] - B[i + 3])})` : '')),
+      el('div', { class: 'note' }, `segment ${hex(m.segs[4 * b.seg])}, ${bytes(m.segs[4 * b.seg + 1])}, stream ${m.segs[4 * b.seg + 2]}${m.segs[4 * b.seg + 3] & 1 ? ', small pool' : ', large pool'}${m.segs[4 * b.seg + 3] & 2 ? ', expandable' : ''}${m.segs[4 * b.seg + 3] & 4 ? ', private pool' : ''}`));
+    if (B[i + 4] === 0) { detail.textContent = ''; detail.append(head); return; }
+    // Linked by call site: the timeline dims the other sites' bands.
+    S.highlight = new Set([B[i + 5]]);
+    redrawAll();
+    showStack(file, B[i + 5], 'Allocated at ' + siteName(file, B[i + 5]), head);
+    detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));
+  }
+  function freeBlockInfo(file, dev, c, b) {
+    const m = c.moments[S.moment], B = m.blocks, size = B[b.i + 2];
+    const small = m.segs[4 * b.seg + 3] & 1;
+    // PyTorch serves requests ≤ 1 MiB from the small pool, larger ones from the large pool.
+    let n = 0, kinds = 0, biggest = 0;
+    for (let i = 0; i < c.requests.length; i += 2) {
+      const r = c.requests[i];
+      if ((small ? r <= 1048576 : r > 1048576) && r <= size) { n += c.requests[i + 1]; kinds++; biggest = r; }
+    }
+    detail.textContent = '';
+    detail.append(el('div', {}, `free block ${hex(B[b.i + 1])}, ${bytes(size)} in a ${small ? 'small' : 'large'}-pool segment`),
+      el('p', { 'data-free-serves': String(n) }, n ? `It could have served ${n} of the trace's requests (${kinds} distinct sizes, the largest ${bytes(biggest)}): those of its pool and stream no larger than it.` : 'No request recorded in the trace was small enough and of its pool.'));
+  }
+
+  // ---------- 3. fragmentation over time ----------
+  function fragView(file, dev, c) {
+    const sec = el('section', { id: 'fragmentation' });
+    sec.append(el('h2', {}, '3. Fragmentation over time'));
+    const a = analysisDev(file);
+    const cv = canvas('fr', 180);
+    sec.append(cv, el('div', { class: 'legend note' }, el('i', { style: 'background:#7c3aed' }), 'fragmentation 1 − allocated/reserved (bucket maxima)',
+      el('i', { style: 'background:#0ea5e9' }), 'largest free block at the captured moments', el('i', { style: 'background:#f97316' }), 'largest request in the bucket'));
+    if (a) {
+      const p = a.fragmentation.pinned_segments;
+      const at = a.fragmentation.at_reserved_peak;
+      sec.append(el('div', { class: 'figs' },
+        fig('fragmentation_at_reserved_peak', a.fragmentation.timeline.fragmentation_at_reserved_peak ?? 'null', 'fragmentation at the reserved peak', pct(a.fragmentation.timeline.fragmentation_at_reserved_peak)),
+        at ? fig('largest_free_at_reserved_peak', at.largest_free_block_bytes, 'largest free block at the reserved peak', bytes(at.largest_free_block_bytes)) : null,
+        p ? fig('pinned_segments', p.segments ?? p.count ?? 0, 'pinned segments (one live block keeps them)', String(p.segments ?? p.count ?? 0)) : null));
+    }
+    views.frag = () => drawFrag(c, cv);
+    return sec;
+  }
+  function drawFrag(c, cv) {
+    const { g, w, h } = ctxOf(cv);
+    const lv = c.levels[levelFor(c, w - TL_LEFT)];
+    const [i0, i1] = bucketRange(lv, c);
+    const ph = h - TL_TOP - TL_BOTTOM, pw = w - TL_LEFT;
+    const X = (s) => TL_LEFT + xOf(s, pw);
+    const next = (i) => (i + 1 < lv.n ? lv.first[i + 1] : c.states);
+    g.strokeStyle = '#7c3aed'; g.lineWidth = 1.5; g.beginPath();
+    for (let i = i0; i <= i1; i++) {
+      const f = lv.res[i] > 0 ? Math.max(0, 1 - lv.alloc[i] / lv.res[i]) : 0;
+      const y = TL_TOP + ph * (1 - f);
+      if (i === i0) g.moveTo(Math.max(TL_LEFT, X(lv.first[i])), y); else g.lineTo(X(lv.first[i]), y);
+      g.lineTo(Math.min(w, X(next(i))), y);
+    }
+    g.stroke();
+    let bmax = 1;
+    for (let i = i0; i <= i1; i++) bmax = Math.max(bmax, lv.maxreq[i]);
+    for (const m of c.moments) bmax = Math.max(bmax, m.fig.largest);
+    const YB = (v) => TL_TOP + ph * (1 - v / (bmax * 1.05));
+    g.fillStyle = 'rgba(249,115,22,0.7)';
+    for (let i = i0; i <= i1; i++) if (lv.maxreq[i] > 0) g.fillRect(Math.max(TL_LEFT, X(lv.first[i])), YB(lv.maxreq[i]) - 1, Math.max(1.5, X(next(i)) - X(lv.first[i])), 2);
+    g.strokeStyle = '#0ea5e9'; g.beginPath();
+    c.moments.forEach((m, j) => { const x = X(m.state), y = YB(m.fig.largest); if (j === 0) g.moveTo(x, y); else g.lineTo(x, y); });
+    g.stroke();
+    g.fillStyle = '#0ea5e9';
+    for (const m of c.moments) if (m.state >= S.x0 && m.state <= S.x1) g.fillRect(X(m.state) - 2, YB(m.fig.largest) - 2, 4, 4);
+    g.fillStyle = '#667085'; g.font = '10px sans-serif';
+    g.fillText('100%', 2, TL_TOP + 3); g.fillText('0%', 2, TL_TOP + ph + 3);
+    g.fillText('bytes ≤ ' + bytes(bmax * 1.05), TL_LEFT + 4, TL_TOP - 4);
+    cv.dataset.x0 = S.x0; cv.dataset.x1 = S.x1;
+  }
+
+  // ---------- 4. what-if ----------
+  function whatIfView(file, dev) {
+    const sec = el('section', { id: 'whatif' });
+    sec.append(el('h2', {}, '4. What if: the replay under other settings'));
+    const a = analysisDev(file);
+    const r = a && a.recommendations;
+    if (!r || !r.baseline) {
+      sec.append(el('p', { class: 'note' }, (r && r.note) || 'No replay was run for this device (replays run on devices with an OOM; `fragscope analyze --what-if` runs them everywhere).'));
+      return sec;
+    }
+    const rows = [Object.assign({ setting: 'recorded settings', baseline: true }, r.baseline)].concat(r.recommended || []);
+    const peak = Math.max(...rows.map((x) => x.peak_reserved_bytes || 0), 1);
+    const t = el('table', {}, el('tr', {}, el('th', {}, 'setting'), el('th', { class: 'n' }, 'peak reserved'), el('th', {}, ''), el('th', { class: 'n' }, 'cudaMalloc'), el('th', {}, 'OOM')));
+    for (const x of rows) {
+      const oom = x.baseline ? (x.ooms ? `OOM at event ${x.first_oom_index}` : 'no OOM') : x.avoids_oom ? 'gets past the OOM' : x.avoids_oom === false ? 'still OOMs' : '';
+      t.append(el('tr', { 'data-setting': x.setting }, el('td', {}, x.setting), el('td', { class: 'n' }, bytes(x.peak_reserved_bytes)),
+        el('td', {}, el('span', { class: 'bar', style: `width:${(200 * (x.peak_reserved_bytes || 0)) / peak}px;background:${x.baseline ? '#ef4444' : '#7c3aed'}` })),
+        el('td', { class: 'n' }, x.cuda_mallocs ?? '—'), el('td', {}, oom)));
+    }
+    if (dev.whatif && dev.whatif.length) sec.append(whatIfChart(dev, r.capacity_bytes));
+    sec.append(t, el('p', { class: 'note' }, `Capacity ${bytes(r.capacity_bytes)}. ` + (r.recommended || []).map((x) => `${x.setting}: ${x.reason}.`).join(' ')));
+    return sec;
+  }
+  // Reserved curves of the replays, each against the fraction of its own trace (a replay
+  // makes its own segment events); × marks the first OOM of each.
+  function whatIfChart(dev, capacity) {
+    const PALETTE = ['#ef4444', '#0ea5e9', '#8b5cf6', '#f97316', '#65a30d', '#14b8a6', '#ca8a04', '#ec4899', '#6366f1', '#78716c'];
+    const curves = dev.whatif.map((w, i) => ({ ...w, xs: f64(w.x), ys: f64(w.reserved), col: PALETTE[i % PALETTE.length] }));
+    const cv = canvas('wi', 220);
+    cv.dataset.curves = String(curves.length);
+    const legend = el('div', { class: 'legend note' });
+    for (const c of curves) legend.append(el('i', { style: `background:${c.col}` }), `${c.setting} (peak ${bytes(c.peak_reserved_bytes)}${c.first_oom_index != null ? ', OOM at event ' + c.first_oom_index : ''})`);
+    legend.append(' · x: share of each replay’s own trace; dashed: device capacity');
+    views.whatif = () => {
+      const { g, w, h } = ctxOf(cv);
+      const ph = h - TL_TOP - TL_BOTTOM, pw = w - TL_LEFT;
+      let ymax = Math.max(1, capacity || 0);
+      for (const c of curves) for (const y of c.ys) ymax = Math.max(ymax, y);
+      ymax *= 1.05;
+      const Y = (v) => TL_TOP + ph - (v / ymax) * ph, X = (f) => TL_LEFT + f * pw;
+      g.font = '10px sans-serif'; g.fillStyle = '#667085';
+      for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4); g.fillText(bytes(v), 2, Y(v) + 3); }
+      if (capacity) { g.strokeStyle = '#111'; g.setLineDash([5, 4]); g.beginPath(); g.moveTo(TL_LEFT, Y(capacity)); g.lineTo(w, Y(capacity)); g.stroke(); g.setLineDash([]); }
+      // The recorded settings last, on top: the alternatives often follow it for a while.
+      for (const c of [...curves.slice(1), curves[0]]) {
+        g.strokeStyle = c.col; g.lineWidth = c === curves[0] ? 2.5 : 1.5; g.beginPath();
+        for (let i = 0; i < c.ys.length; i++) { const x = X(c.xs[i]), y = Y(c.ys[i]); if (i) g.lineTo(x, y); else g.moveTo(x, y); }
+        g.stroke();
+        if (c.first_oom_index != null) {
+          const x = X(c.first_oom_index / Math.max(1, dev.events)), y = Y(c.ys.reduce((a, b) => Math.max(a, b), 0));
+          g.lineWidth = 2; g.beginPath(); g.moveTo(x - 5, y - 5); g.lineTo(x + 5, y + 5); g.moveTo(x + 5, y - 5); g.lineTo(x - 5, y + 5); g.stroke();
+        }
+      }
+    };
+    return el('div', {}, cv, legend);
+  }
+
+  // ---------- 5. findings ----------
+  function findingsView(file, dev) {
+    const sec = el('section', { id: 'findings' });
+    sec.append(el('h2', {}, '5. Findings'));
+    const a = analysisDev(file);
+    if (!a) { sec.append(el('p', { class: 'note' }, 'No analysis for this device.')); return sec; }
+    const ul = el('ul', { id: 'finding-list' });
+    for (const f of a.findings) ul.append(el('li', { 'data-kind': f.kind }, el('span', { class: 'sev-' + f.severity }, f.severity), ' ', f.headline));
+    sec.append(ul);
+    if (a.oom) sec.append(el('p', {}, el('b', {}, 'OOM: '), a.oom.explanation || a.oom.verdict));
+    if (a.leak_suspects.length) {
+      const t = el('table', { id: 'leaks' }, el('tr', {}, el('th', {}, 'leak suspect'), el('th', { class: 'n' }, 'growth / iteration'), el('th', { class: 'n' }, 'first → last'), el('th', { class: 'n' }, 'confidence'), el('th', {}, 'live bytes at each iteration start')));
+      for (const l of a.leak_suspects) {
+        const curve = (dev.leaks || []).find((c) => c.site === l.site);
+        const spark = curve ? sparkline(f64(curve.bytes)) : null;
+        t.append(el('tr', {}, el('td', { title: l.stack }, l.site), el('td', { class: 'n' }, bytes(l.growth_bytes_per_iteration)), el('td', { class: 'n' }, `${bytes(l.first_bytes)} → ${bytes(l.last_bytes)}`), el('td', { class: 'n' }, pct(l.confidence)), el('td', {}, spark)));
+      }
+      sec.append(el('h3', {}, `Leak suspects (${a.iterations.boundaries ? a.iterations.boundaries.length : '?'} iteration boundaries, ${a.iterations.source})`), t);
+    }
+    for (const [key, p] of [['allocated peak', a.peaks.allocated_peak], ['reserved peak', a.peaks.reserved_peak]]) {
+      if (!p) continue;
+      sec.append(el('h3', {}, `Live at the ${key} (${bytes(p.live_bytes)} in ${p.live_blocks} blocks${p.event_index != null ? ', event ' + p.event_index : ''})`));
+      sec.append(flame(p));
+    }
+    return sec;
+  }
+  // A small curve of a leak suspect's live bytes per iteration (its samples in data-*).
+  function sparkline(ys) {
+    const cv = el('canvas', { class: 'spark', 'data-samples': String(ys.length), 'data-first': String(ys[0] ?? ''), 'data-last': String(ys[ys.length - 1] ?? '') });
+    cv.style.width = '220px'; cv.style.height = '28px';
+    views['spark' + Math.random()] = () => {
+      const { g, w, h } = ctxOf(cv);
+      const m = Math.max(1, ...ys);
+      g.strokeStyle = '#b42318'; g.lineWidth = 1.5; g.beginPath();
+      ys.forEach((y, i) => { const x = 2 + (i / Math.max(1, ys.length - 1)) * (w - 4), yy = h - 2 - (y / m) * (h - 4); if (i) g.lineTo(x, yy); else g.moveTo(x, yy); });
+      g.stroke();
+    };
+    return cv;
+  }
+  // Icicle of live bytes by folded stack, outer frames on top.
+  function flame(p) {
+    const root = { name: 'all', bytes: 0, kids: new Map() };
+    for (const s of p.sites) {
+      root.bytes += s.bytes;
+      let n = root;
+      for (const fr of (s.stack || s.site).split(';')) {
+        if (!n.kids.has(fr)) n.kids.set(fr, { name: fr, bytes: 0, kids: new Map() });
+        n = n.kids.get(fr); n.bytes += s.bytes;
+      }
+    }
+    if (p.other_sites_bytes) root.kids.set('(other sites)', { name: `(${p.other_sites} other sites)`, bytes: p.other_sites_bytes, kids: new Map() }), (root.bytes += p.other_sites_bytes);
+    const div = el('div', { class: 'flame' });
+    const cv = canvas('fl', 10);
+    div.append(cv);
+    let depth = 0;
+    (function d(n, k) { depth = Math.max(depth, k); for (const c of n.kids.values()) d(c, k + 1); })(root, 0);
+    depth = Math.min(depth, 40);
+    cv.style.height = (depth + 1) * 16 + 'px';
+    const boxes = [];
+    views['flame' + Math.random()] = () => {
+      const { g, w } = ctxOf(cv);
+      boxes.length = 0;
+      (function d(n, x, k, span) {
+        if (k > depth) return;
+        g.fillStyle = k === 0 ? '#94a3b8' : `hsl(${(n.name.length * 37 + k * 13) % 50 + 10},80%,${60 + (k % 3) * 5}%)`;
+        g.fillRect(x, k * 16, Math.max(span - 1, 0.5), 15);
+        boxes.push({ x, y: k * 16, w: span, n });
+        if (span > 40) { g.fillStyle = '#111'; g.font = '10px sans-serif'; g.fillText(`${n.name.replace(/^.*\//, '')} ${bytes(n.bytes)}`.slice(0, Math.floor(span / 6)), x + 2, k * 16 + 11); }
+        let cx = x;
+        for (const c of n.kids.values()) { const s = (span * c.bytes) / (n.bytes || 1); d(c, cx, k + 1, s); cx += s; }
+      })(root, 0, 0, w);
+    };
+    cv.addEventListener('click', (e) => {
+      const r = cv.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+      const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + 16);
+      if (b) { detail.textContent = ''; detail.append(el('h3', {}, b.n.name), el('p', {}, `${bytes(b.n.bytes)} live under this frame`)); }
+    });
+    return div;
+  }
+
+  // ---------- 6. several files ----------
+  function ranksView() {
+    const sec = el('section', { id: 'ranks' });
+    sec.append(el('h2', {}, `6. ${DATA.files.length} files side by side`));
+    const rows = DATA.files.map((f, i) => {
+      const peaks = (f.analysis.devices || []).map((d) => d.fragmentation.timeline.peak_reserved.bytes);
+      const alloc = (f.analysis.devices || []).map((d) => d.fragmentation.timeline.peak_allocated.bytes);
+      return { i, name: f.name, res: Math.max(0, ...peaks), alloc: Math.max(0, ...alloc), top: topSite(f) };
+    });
+    const sorted = rows.map((r) => r.res).sort((a, b) => a - b);
+    const median = sorted[Math.floor((sorted.length - 1) / 2)] || 0;
+    const maxRes = Math.max(1, ...rows.map((r) => r.res));
+    const t = el('table', {}, el('tr', {}, el('th', {}, 'file'), el('th', { class: 'n' }, 'peak reserved'), el('th', {}, ''), el('th', { class: 'n' }, 'peak allocated'), el('th', {}, 'largest site at the allocated peak'), el('th', {}, '')));
+    for (const r of rows) {
+      const out = rows.length > 2 && median > 0 && r.res > 1.1 * median;
+      t.append(el('tr', { 'data-file': String(r.i), 'data-peak-reserved': String(r.res) }, el('td', {}, el('a', { href: '#', onclick: (e) => { e.preventDefault(); S.file = r.i; S.dev = 0; build(); } }, r.name)),
+        el('td', { class: 'n' }, bytes(r.res)), el('td', {}, el('span', { class: 'bar', style: `width:${(160 * r.res) / maxRes}px;background:${out ? '#ef4444' : '#3b82f6'}` })),
+        el('td', { class: 'n' }, bytes(r.alloc)), el('td', {}, r.top), el('td', { class: 'sev-high' }, out ? `outlier: ${(r.res / median).toFixed(2)}× the median${whyOutlier(r.i)}` : '')));
+    }
+    sec.append(t);
+    if (DATA.diff) sec.append(diffView(DATA.diff));
+    return sec;
+  }
+  // Two runs compared: B − A at each device's peaks, and the call sites whose live bytes
+  // at the allocated peak changed most (bars left: less in B, right: more in B).
+  function diffView(d) {
+    const div = el('div', { id: 'diff' });
+    const [A, B] = DATA.files.map((f) => f.name.replace(/^.*\//, ''));
+    div.append(el('h3', {}, `Compared: B = ${B} against A = ${A}`));
+    for (const x of d.devices) {
+      const sign = (v) => (v > 0 ? '+' : '') + bytes(v);
+      div.append(el('p', { 'data-delta-peak-reserved': String(x.delta.peak_reserved), 'data-delta-peak-allocated': String(x.delta.peak_allocated) },
+        `cuda:${x.a.device}: peak reserved ${bytes(x.a.peak_reserved)} → ${bytes(x.b.peak_reserved)} (${sign(x.delta.peak_reserved)}), peak allocated ${bytes(x.a.peak_allocated)} → ${bytes(x.b.peak_allocated)} (${sign(x.delta.peak_allocated)})`));
+      const m = Math.max(1, ...x.sites.map((s) => Math.abs(s.delta)));
+      const t = el('table', {}, el('tr', {}, el('th', {}, 'call site'), el('th', { class: 'n' }, 'A'), el('th', { class: 'n' }, 'B'), el('th', {}, 'B − A')));
+      for (const s of x.sites) {
+        const w = (120 * Math.abs(s.delta)) / m;
+        const bar = el('span', { class: 'bar', style: `width:${w}px;background:${s.delta > 0 ? '#ef4444' : '#10b981'};margin-left:${s.delta > 0 ? 120 : 120 - w}px` });
+        t.append(el('tr', { 'data-delta': String(s.delta) }, el('td', { title: s.stack }, s.site), el('td', { class: 'n' }, bytes(s.bytes_a)), el('td', { class: 'n' }, bytes(s.bytes_b)), el('td', {}, bar, ' ', sign(s.delta))));
+      }
+      div.append(t);
+    }
+    if (d.only_in_a.length || d.only_in_b.length) div.append(el('p', { class: 'note' }, `Devices only in A: ${d.only_in_a.join(', ') || 'none'}; only in B: ${d.only_in_b.join(', ') || 'none'}.`));
+    return div;
+  }
+  // The call site whose live bytes at the allocated peak exceed most the median of the
+  // same site in the other files.
+  function whyOutlier(i) {
+    const sites = (f) => {
+      const m = new Map();
+      for (const d of f.analysis.devices || []) for (const s of d.peaks.allocated_peak.sites) m.set(s.site, (m.get(s.site) || 0) + s.bytes);
+      return m;
+    };
+    const mine = sites(DATA.files[i]);
+    const others = DATA.files.filter((_, j) => j !== i).map(sites);
+    let best = null;
+    for (const [site, b] of mine) {
+      const v = others.map((o) => o.get(site) || 0).sort((x, y) => x - y);
+      const ex = b - v[Math.floor((v.length - 1) / 2)];
+      if (!best || ex > best.ex) best = { site, ex };
+    }
+    return best && best.ex > 0 ? `; ${best.site} holds ${bytes(best.ex)} more than on the median file` : '';
+  }
+  function topSite(f) {
+    const d = (f.analysis.devices || [])[0];
+    const s = d && d.peaks.allocated_peak.sites[0];
+    return s ? `${s.site} (${bytes(s.bytes)})` : '—';
+  }
+
+  // ---------- search ----------
+  function search(q) {
+    const file = DATA.files[S.file], dev = file.devices[S.dev];
+    S.hits = []; S.highlight = null;
+    if (!dev || !q.trim()) { redrawAll(); return; }
+    const c = decodeDevice(dev);
+    const out = el('div', { class: 'hits', id: 'hits' });
+    q = q.trim();
+    if (/^0x[0-9a-f]+$/i.test(q)) {
+      const a = parseInt(q, 16);
+      const A = c.allocs;
+      for (let i = 0; i < A.length; i += 6) {
+        if (a >= A[i] && a < A[i] + A[i + 1]) S.hits.push({ alloc: A[i + 3], free: A[i + 4], stack: A[i + 5], size: A[i + 1], addr: A[i] });
+      }
+      c.moments.forEach((m, mi) => {
+        for (let i = 0; i < m.blocks.length; i += 6) {
+          if (a >= m.blocks[i + 1] && a < m.blocks[i + 1] + m.blocks[i + 2]) {
+            out.append(el('div', { onclick: () => { S.moment = mi; const s = document.getElementById('moment'); if (s) s.value = String(mi); redrawAll(); blockInfo(file, c, { i, seg: m.blocks[i] }); } },
+              `moment ${mi} (event state ${m.state}): ${['free', 'allocated', 'pending'][m.blocks[i + 4]]} block ${hex(m.blocks[i + 1])} ${bytes(m.blocks[i + 2])}`));
+          }
+        }
+      });
+      for (const h of S.hits) out.prepend(el('div', { onclick: () => { const span = Math.max(8, (h.free < 0 ? c.states : h.free) - h.alloc); S.x0 = Math.max(0, h.alloc - span); S.x1 = Math.min(c.states, h.alloc + 2 * span); redrawAll(); showStack(file, h.stack, `${hex(h.addr)} ${bytes(h.size)}, events ${h.alloc}–${h.free < 0 ? 'end' : h.free}`); } },
+        `allocation ${hex(h.addr)} ${bytes(h.size)} at event ${h.alloc - 1}`));
+    } else {
+      const ql = q.toLowerCase();
+      const match = new Set();
+      file.stacks.forEach((s, i) => { if (s.some((k) => file.frames[k].toLowerCase().includes(ql))) match.add(i); });
+      S.highlight = match;
+      const A = c.allocs;
+      for (let i = 0; i < A.length; i += 6) if (match.has(A[i + 5])) S.hits.push({ alloc: A[i + 3], free: A[i + 4], stack: A[i + 5], size: A[i + 1], addr: A[i] });
+      out.append(el('div', {}, `${match.size} stacks contain “${q}”; ${S.hits.length} of the ${A.length / 6} largest allocations come from them (marked under the timeline).`));
+      for (const si of Array.from(match).slice(0, 50)) out.append(el('div', { onclick: () => showStack(file, si, siteName(file, si)) }, siteName(file, si)));
+    }
+    detail.textContent = '';
+    detail.append(el('h3', {}, `Search: ${q}`), out);
+    out.dataset.count = String(out.children.length);
+    redrawAll();
+  }
+  document.getElementById('search').addEventListener('change', (e) => search(e.target.value));
+
+  // ---------- drawing ----------
+  function redrawAll() {
+    for (const [k, f] of Object.entries(views)) timed(k, f);
+  }
+  function redrawTimed() {
+    const t = performance.now();
+    for (const k of ['timeline', 'frag']) if (views[k]) views[k]();
+    api.lastZoomMs = performance.now() - t;
+  }
+  window.addEventListener('resize', redrawAll);
+  api.select = (file, dev) => { S.file = file; S.dev = dev; build(); };
+  api.devices = () => DATA.files.map((f) => f.devices.map((d) => ({ device: d.device, moments: d.moments.length, events: d.events })));
+  try {
+    build();
+    api.firstPaintMs = performance.now() - T0;
+    api.sinceNavigationMs = performance.now();
+    document.body.dataset.ready = '1';
+    api.ready = true;
+  } catch (e) {
+    main.textContent = 'The report could not be drawn: ' + e.message;
+    throw e;
+  }
+})();

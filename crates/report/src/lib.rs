@@ -1,0 +1,328 @@
+//! One self-contained HTML file that shows PyTorch memory snapshots: `fragscope report`.
+//!
+//! Everything the page needs is inline: the data (compact JSON, large arrays as base64
+//! typed arrays), the JavaScript and the CSS (owned source files under `assets/`, pulled
+//! in with `include_str!`). The page makes no network request and works from `file://`.
+//!
+//! The layout and the levels of detail are computed here, in Rust, so that a trace of
+//! millions of events becomes a few MB the browser can draw with Canvas 2D:
+//!
+//! * [`curves::Curves`]: the allocated / requested / reserved curves of one device in
+//!   fixed buckets of trace states (the maximum of each bucket, as
+//!   [`fragscope_analysis::timeline`] counts them), with the live bytes of the top call
+//!   sites at each bucket's allocated maximum; the page builds coarser zoom levels from
+//!   these by pairwise maxima.
+//! * [`state::Moment`]: the allocator state (segments split into blocks) at chosen trace
+//!   positions — the OOM, the reserved and allocated peaks, evenly spaced moments and the
+//!   end — rebuilt by walking the trace backwards from the snapshot's final `segments`.
+//! * [`FileData`]: one file's report data: those two plus the `summary` and `analyze`
+//!   results, phases from `external_annotations`, the largest allocations and the stacks
+//!   they reference.
+//!
+//! [`render`] turns a list of [`FileData`] (several files: ranks side by side) into the
+//! HTML text; [`file_data`] builds one from a snapshot, so that a caller holding many
+//! large files keeps only one snapshot in memory at a time.
+
+pub mod curves;
+pub mod encode;
+pub mod leakcurves;
+pub mod state;
+pub mod whatif;
+
+use std::collections::{BinaryHeap, HashMap};
+
+use fragscope_analysis::analyze::{self, AnalyzeOptions};
+use fragscope_analysis::summary;
+use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
+use serde::Serialize;
+
+/// Schema name written into the page's data (`fragscope.report/1`).
+pub const SCHEMA: &str = "fragscope.report/1";
+
+/// Options of [`file_data`].
+#[derive(Clone, Copy, Debug)]
+pub struct ReportOptions {
+    /// Buckets of the finest curve level (the page merges them for coarser zoom levels).
+    pub buckets: usize,
+    /// Call sites whose live bytes are drawn as their own band (the rest: one band).
+    pub top_sites: usize,
+    /// Largest allocations listed (searchable by address, drawn as lifetimes).
+    pub top_allocations: usize,
+    /// Evenly spaced moments of the state view, at most (fewer on files with many blocks).
+    pub moments: usize,
+    /// Block records kept over all moments of one device, at most.
+    pub block_budget: usize,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions { buckets: 8192, top_sites: 12, top_allocations: 2000, moments: 24, block_budget: 400_000 }
+    }
+}
+
+/// Interned stacks referenced by the page, as indices into its frame-string table.
+#[derive(Default)]
+pub struct StackTable {
+    frames: Vec<String>,
+    frame_index: HashMap<String, u32>,
+    /// Each stack: frame indices, innermost first.
+    stacks: Vec<Vec<u32>>,
+    by_id: HashMap<StackId, u32>,
+}
+
+impl StackTable {
+    /// Page index of a stack (`-1` for none).
+    pub fn index(&mut self, snap: &Snapshot, s: Option<StackId>) -> i64 {
+        let Some(id) = s else { return -1 };
+        if let Some(&i) = self.by_id.get(&id) {
+            return i as i64;
+        }
+        let mut v = Vec::new();
+        for (file, line, name) in snap.frames.resolved(id) {
+            let text = format!("{file}:{line}:{name}");
+            let n = self.frames.len() as u32;
+            let k = *self.frame_index.entry(text.clone()).or_insert_with(|| n);
+            if k == n {
+                self.frames.push(text);
+            }
+            v.push(k);
+        }
+        let i = self.stacks.len() as u32;
+        self.stacks.push(v);
+        self.by_id.insert(id, i);
+        i as i64
+    }
+}
+
+/// One `record_function` scope, in trace states.
+#[derive(Serialize)]
+pub struct Phase {
+    pub name: String,
+    /// First and last trace state inside the scope.
+    pub start: usize,
+    pub end: usize,
+    /// Nesting depth (0 = outermost).
+    pub depth: usize,
+}
+
+/// Everything the page shows about one device.
+#[derive(Serialize)]
+pub struct DeviceData {
+    pub device: i64,
+    pub events: usize,
+    pub curves: curves::Curves,
+    pub phases: Vec<Phase>,
+    pub moments: Vec<state::Moment>,
+    /// Why the state view has fewer moments than asked (e.g. the backward walk stopped).
+    pub moments_note: Option<String>,
+    /// Largest allocations: `[address, size, requested, alloc state, free state (−1 =
+    /// still live), stack]` each, flattened, base64 Float64Array.
+    pub allocations: String,
+    /// Distinct request sizes and how often each was made, for "which requests could
+    /// this free block have served": `[size, count]` pairs, base64 Float64Array.
+    pub requests: String,
+    /// Reserved curves of the replays `analyze` ran (recorded settings first).
+    pub whatif: Vec<whatif::WhatIfCurve>,
+    /// Trace states of the iteration boundaries sampled for `leaks`.
+    pub leak_boundaries: Vec<usize>,
+    /// Live bytes of each leak suspect's call site at those boundaries.
+    pub leaks: Vec<leakcurves::LeakCurve>,
+}
+
+/// One file of the report.
+#[derive(Serialize)]
+pub struct FileData {
+    pub name: String,
+    pub example: bool,
+    pub summary: serde_json::Value,
+    pub analysis: serde_json::Value,
+    pub devices: Vec<DeviceData>,
+    /// Frame strings (`file:line:name`) and stacks (indices, innermost first).
+    pub frames: Vec<String>,
+    pub stacks: Vec<Vec<u32>>,
+}
+
+/// Builds one file's report data (summary, analysis, curves, state moments, phases).
+pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOptions) -> FileData {
+    let sum = summary::summarize(snap);
+    let mut table = StackTable::default();
+    // `analyze` (the longest part) runs beside the report's own walks of the trace.
+    let (ana, parts) = std::thread::scope(|s| {
+        let analysis = s.spawn(|| analyze::analyze(snap, &AnalyzeOptions::default()));
+        let parts: Vec<_> = snap
+            .devices()
+            .into_iter()
+            .map(|d| {
+                let c = curves::curves(snap, d, opts, &mut table);
+                let allocations = largest_allocations(snap, d, opts.top_allocations, &mut table);
+                (d, c, allocations, request_sizes(snap, d), phases(snap, d))
+            })
+            .collect();
+        (analysis.join().expect("the analysis thread panicked"), parts)
+    });
+    let mut devices = Vec::new();
+    for (d, curves, allocations, requests, phases) in parts {
+        let (moments, moments_note) = state::moments(snap, d, &ana, opts, &mut table);
+        let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana);
+        devices.push(DeviceData {
+            device: d,
+            events: snap.trace(d).len(),
+            curves,
+            phases,
+            moments,
+            moments_note,
+            allocations,
+            requests,
+            whatif: whatif::curves(snap, d, &ana),
+            leak_boundaries,
+            leaks,
+        });
+    }
+    FileData {
+        name: name.to_string(),
+        example,
+        summary: serde_json::to_value(&sum).unwrap_or(serde_json::Value::Null),
+        analysis: serde_json::to_value(&ana).unwrap_or(serde_json::Value::Null),
+        devices,
+        frames: table.frames,
+        stacks: table.stacks,
+    }
+}
+
+/// `record_function` scopes of a device from `external_annotations`, placed on the trace
+/// by time (the first state at or after the START, the last before the END).
+pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
+    let trace = snap.trace(device);
+    let Some(anns) = &snap.external_annotations else { return Vec::new() };
+    // Trace times are recorded in order; a file where they are not gets approximate bands.
+    let state_at = |t: i64| trace.partition_point(|e| e.time_us < t);
+    let mut open: Vec<(String, usize)> = Vec::new();
+    let mut out = Vec::new();
+    let mut sorted: Vec<_> = anns.iter().filter(|a| a.device == device || a.device < 0).collect();
+    sorted.sort_by_key(|a| a.time_us);
+    for a in sorted {
+        match a.stage.as_str() {
+            "START" => open.push((a.name.clone(), state_at(a.time_us))),
+            "END" => {
+                if let Some(k) = open.iter().rposition(|(n, _)| *n == a.name) {
+                    let (name, start) = open.remove(k);
+                    out.push(Phase { name, start, end: state_at(a.time_us).max(start), depth: k });
+                }
+            }
+            _ => {}
+        }
+    }
+    // Scopes never closed run to the end of the trace.
+    for (k, (name, start)) in open.into_iter().enumerate() {
+        out.push(Phase { name, start, end: trace.len(), depth: k });
+    }
+    out.sort_by_key(|p| (p.start, p.depth));
+    out
+}
+
+/// The `top` largest allocations of the trace with their lifetimes (see [`DeviceData`]).
+fn largest_allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTable) -> String {
+    let trace = snap.trace(device);
+    // The `top` largest lives, kept in a min-heap as they end: millions of lives on a long
+    // trace, nearly all rejected by one comparison with the smallest kept.
+    // Key: (size, earlier alloc first), then the life (alloc index, free state).
+    type Key = (u64, std::cmp::Reverse<usize>);
+    let mut heap: BinaryHeap<std::cmp::Reverse<(Key, usize)>> = BinaryHeap::with_capacity(top + 1);
+    let mut keep = |j: usize, free: usize| {
+        if top == 0 {
+            return;
+        }
+        let key = (trace[j].size, std::cmp::Reverse(j));
+        if heap.len() < top {
+            heap.push(std::cmp::Reverse((key, free)));
+        } else if heap.peek().is_some_and(|m| key > m.0 .0) {
+            heap.pop();
+            heap.push(std::cmp::Reverse((key, free)));
+        }
+    };
+    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                if let Some(j) = open.insert(e.addr, i) {
+                    keep(j, i + 1);
+                }
+            }
+            Action::FreeRequested => {
+                if let Some(j) = open.remove(&e.addr) {
+                    keep(j, i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (_, j) in open {
+        keep(j, usize::MAX);
+    }
+    let mut lives: Vec<(usize, usize)> =
+        heap.into_iter().map(|std::cmp::Reverse(((_, std::cmp::Reverse(j)), free))| (j, free)).collect();
+    lives.sort_unstable();
+    let cfg = fragscope_analysis::replay::recorded_config(snap);
+    let mut v = Vec::with_capacity(lives.len() * 6);
+    for (j, free) in lives {
+        let e = &trace[j];
+        v.extend([
+            e.addr as f64,
+            fragscope_alloc::rounding::round_size(e.size, &cfg) as f64,
+            e.size as f64,
+            (j + 1) as f64,
+            if free == usize::MAX { -1.0 } else { free as f64 },
+            table.index(snap, e.stack) as f64,
+        ]);
+    }
+    encode::f64s(&v)
+}
+
+/// Distinct request sizes of the trace's `alloc` entries with their counts.
+fn request_sizes(snap: &Snapshot, device: i64) -> String {
+    let mut m: FxHashMap<u64, u64> = FxHashMap::default();
+    for e in snap.trace(device).iter().filter(|e| e.action == Action::Alloc) {
+        *m.entry(e.size).or_default() += 1;
+    }
+    let mut v: Vec<(u64, u64)> = m.into_iter().collect();
+    v.sort_unstable();
+    encode::f64s(&v.iter().flat_map(|&(s, c)| [s as f64, c as f64]).collect::<Vec<_>>())
+}
+
+const TEMPLATE: &str = include_str!("../assets/report.html");
+const CSS: &str = include_str!("../assets/report.css");
+const JS: &str = include_str!("../assets/report.js");
+
+/// The whole HTML page for the given files (one or several: ranks side by side).
+pub fn render(files: &[FileData]) -> String {
+    render_with_diff(files, None)
+}
+
+/// [`render`], with the comparison of two runs (`fragscope diff`'s result, A = the first
+/// file, B = the second) drawn beside the files.
+pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_analysis::diff::Diff>) -> String {
+    #[derive(Serialize)]
+    struct Page<'a> {
+        schema: &'static str,
+        version: &'static str,
+        files: &'a [FileData],
+        diff: Option<&'a fragscope_analysis::diff::Diff>,
+    }
+    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff };
+    let json = serde_json::to_string(&page).unwrap_or_else(|_| "{}".into());
+    let title = match files {
+        [one] if one.example => "fragscope report: built-in example".to_string(),
+        [one] => format!("fragscope report: {}", one.name),
+        many => format!("fragscope report: {} files", many.len()),
+    };
+    TEMPLATE
+        .replace("{{TITLE}}", &html_escape(&title))
+        .replace("{{CSS}}", CSS)
+        .replace("{{JS}}", &JS.replace("</script", "<\\/script"))
+        // `</` cannot end the data's script element: JSON allows `<\/`.
+        .replace("{{DATA}}", &json.replace("</", "<\\/"))
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}

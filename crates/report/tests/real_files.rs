@@ -1,0 +1,63 @@
+//! The report's data on every real pickle: the curves peak where `analyze`'s timeline
+//! does, the state at the end sums to `summary`'s totals, and the page is well formed.
+//! (The browser tests in tests/browser check the drawn page itself.)
+
+use fragscope_analysis::analyze::{analyze, AnalyzeOptions};
+use fragscope_analysis::summary::summarize;
+use fragscope_report::{file_data, render, ReportOptions};
+
+fn f64s(b64: &str) -> Vec<f64> {
+    // Decoding here keeps the test independent of the encoder's own code path.
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let mut bytes = Vec::new();
+    for chunk in b64.as_bytes().chunks(4) {
+        let pad = chunk.iter().filter(|&&c| c == b'=').count();
+        let n = chunk.iter().fold(0u32, |n, &c| n << 6 | if c == b'=' { 0 } else { val(c) as u32 });
+        bytes.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
+    }
+    bytes.chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn report_data_agrees_with_summary_and_analyze() {
+    let files = fragscope_testdata::real_pickles();
+    for path in &files {
+        let snap = fragscope_snapshot::read_path(path).unwrap();
+        let data = file_data(&path.display().to_string(), false, &snap, &ReportOptions::default());
+        let sum = summarize(&snap);
+        let ana = analyze(&snap, &AnalyzeOptions::default());
+        for d in &data.devices {
+            let a = ana.devices.iter().find(|x| x.device == d.device).unwrap();
+            let t = &a.fragmentation.timeline;
+            let max = |s: &str| f64s(s).into_iter().fold(0.0f64, f64::max) as u64;
+            assert_eq!(max(&d.curves.reserved), t.peak_reserved.bytes, "{}: reserved peak", path.display());
+            assert_eq!(max(&d.curves.allocated), t.peak_allocated.bytes, "{}: allocated peak", path.display());
+            if let Some(end) = d.moments.iter().find(|m| m.kinds.contains(&"end")) {
+                let s = sum.devices.iter().find(|x| x.device == d.device).unwrap();
+                let segs = f64s(&end.segments);
+                let blocks = f64s(&end.blocks);
+                let reserved: f64 = segs.chunks(4).map(|c| c[1]).sum();
+                let allocated: f64 = blocks.chunks(6).filter(|b| b[4] == 1.0).map(|b| b[2]).sum();
+                assert_eq!(reserved as u64, s.all.reserved_bytes, "{}: reserved at the end", path.display());
+                assert_eq!(allocated as u64, s.all.allocated_bytes, "{}: allocated at the end", path.display());
+            }
+        }
+        let html = render(&[data]);
+        assert!(!html.contains("{{"), "{}: a placeholder was left", path.display());
+        assert_eq!(html.matches("</script>").count(), 2, "{}: data or code closed a script early", path.display());
+        assert!(
+            !html.contains("http://") && !html.contains("https://"),
+            "{}: the page names a web address",
+            path.display()
+        );
+    }
+    if files.is_empty() {
+        eprintln!("note: no real pickles; nothing checked");
+    }
+}

@@ -1,0 +1,271 @@
+// Browser tests of `fragscope report` in real headless Chromium (Debian's, driven by
+// playwright-core). Run by .ci/test.d/browser.sh after `cargo build --release`.
+//
+// On every file of ../shared/traces that `fragscope summary` reads: the report loads with
+// no console error and no request but the page itself; the figures it shows equal
+// `summary --json` / `analyze --json` (and the state view's own sums of blocks at the end
+// equal summary's totals); clicking a block shows its stack; the slider changes the state
+// view; zoom changes the timeline. Files summary refuses must be refused by report too,
+// with one line, exit 2 and no output file.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { launch, open } from './chromium.mjs';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const BIN = process.env.FRAGSCOPE || join(ROOT, 'target/release/fragscope');
+const TRACES = process.env.TRACES || resolve(ROOT, '../shared/traces');
+const OUT = mkdtempSync(join(tmpdir(), 'fragscope-reports-'));
+
+assert.ok(existsSync(BIN), `${BIN} missing: run cargo build --release first`);
+assert.ok(existsSync(TRACES), `${TRACES} missing: the tests read the real snapshots from there`);
+
+const files = readdirSync(TRACES)
+  .filter((n) => !n.endsWith('.md') && statSync(join(TRACES, n)).isFile())
+  .sort();
+assert.ok(files.length >= 20, `expected the real files in ${TRACES}, found ${files.length}`);
+
+function json(args) {
+  return JSON.parse(execFileSync(BIN, args, { maxBuffer: 1 << 30 }).toString());
+}
+function report(inputs, out) {
+  return spawnSync(BIN, ['report', ...inputs, '-o', out], { maxBuffer: 1 << 28 });
+}
+
+let ctx;
+before(async () => { ctx = await launch(); });
+after(async () => { await ctx.close(); });
+
+/** Figures shown for the selected device: data-fig → data-value. */
+async function figures(page) {
+  return page.$$eval('[data-fig]', (els) => Object.fromEntries(els.map((e) => [e.dataset.fig, e.dataset.value])));
+}
+const num = (v) => (v === 'null' ? null : Number(v));
+
+async function checkDevice(page, name, fi, di, sum, ana) {
+  const dev = (await page.evaluate(() => window.fragscope.devices()))[fi][di];
+  const f = await figures(page);
+  const s = sum.devices.find((d) => d.device === dev.device);
+  const a = ana.devices.find((d) => d.device === dev.device);
+  const where = `${name} device ${dev.device}`;
+  if (s) {
+    assert.equal(num(f.reserved_bytes), s.reserved_bytes, `${where}: reserved`);
+    assert.equal(num(f.allocated_bytes), s.allocated_bytes, `${where}: allocated`);
+    assert.equal(num(f.active_bytes), s.active_bytes, `${where}: active`);
+    assert.equal(num(f.segments), s.segments, `${where}: segments`);
+    assert.equal(num(f.largest_free_block_bytes), s.fragmentation.largest_free_block_bytes, `${where}: largest free`);
+    assert.equal(num(f.free_space_fragmentation), s.fragmentation.free_space_fragmentation, `${where}: fsf`);
+    assert.equal(num(f.trace_events), s.trace_events, `${where}: trace events`);
+  }
+  assert.ok(a, `${where}: analyze has the device`);
+  const t = a.fragmentation.timeline;
+  assert.equal(num(f.peak_reserved_bytes), t.peak_reserved.bytes, `${where}: peak reserved`);
+  assert.equal(num(f.peak_allocated_bytes), t.peak_allocated.bytes, `${where}: peak allocated`);
+  assert.equal(num(f.peak_fragmentation), a.peak_fragmentation, `${where}: peak fragmentation`);
+  assert.equal(num(f.findings), a.findings.length, `${where}: findings`);
+  const shown = await page.$$eval('#finding-list li', (els) => els.map((e) => e.textContent));
+  assert.deepEqual(shown, a.findings.map((x) => `${x.severity} ${x.headline}`), `${where}: finding headlines`);
+  // Leak suspects: the drawn per-iteration curve starts and ends at analyze's figures.
+  const sparks = await page.$$eval('#leaks canvas.spark', (els) => els.map((e) => ({ first: Number(e.dataset.first), last: Number(e.dataset.last), n: Number(e.dataset.samples) })));
+  assert.equal(sparks.length, a.leak_suspects.length, `${where}: one curve per leak suspect`);
+  sparks.forEach((sp, k) => {
+    const l = a.leak_suspects[k];
+    assert.equal(sp.n, l.iterations, `${where}: ${l.site} samples`);
+    assert.equal(sp.first, l.first_bytes, `${where}: ${l.site} first`);
+    assert.equal(sp.last, l.last_bytes, `${where}: ${l.site} last`);
+  });
+  // The drawn curves (the report's own walk, merged up to the coarsest zoom level) peak
+  // where analyze's timeline does.
+  const tl = await page.$eval('canvas.tl', (c) => ({ ...c.dataset }));
+  assert.equal(Number(tl.peakReserved), t.peak_reserved.bytes, `${where}: curve's reserved peak`);
+  assert.equal(Number(tl.peakAllocated), t.peak_allocated.bytes, `${where}: curve's allocated peak`);
+
+  if (dev.moments > 0) {
+    // The state view at the end: its own sums over the drawn blocks equal summary's totals.
+    await page.click('[data-jump="end"]');
+    const e = await figures(page);
+    if (s) {
+      assert.equal(num(e.moment_reserved_bytes), s.reserved_bytes, `${where}: state view reserved at the end`);
+      assert.equal(num(e.moment_allocated_bytes), s.allocated_bytes, `${where}: state view allocated at the end`);
+      assert.equal(num(e.moment_largest_free_bytes), s.fragmentation.largest_free_block_bytes, `${where}: state view largest free`);
+      assert.equal(num(e.moment_segments), s.segments, `${where}: state view segments`);
+    }
+    // Clicking a block shows its stack (a block with a recorded stack when there is one).
+    const rects = await page.evaluate(() => window.fragscope.blockRects());
+    const live = rects.filter((r) => r.state === 1 && r.w >= 2);
+    const withStack = live.filter((r) => r.stack >= 0);
+    const target = withStack[0] || live[0];
+    if (target) {
+      const box = await page.$eval('canvas.st', (c) => { const r = c.getBoundingClientRect(); return { x: r.left, y: r.top }; });
+      await page.$eval('canvas.st', (c) => c.scrollIntoView());
+      const b2 = await page.$eval('canvas.st', (c) => { const r = c.getBoundingClientRect(); return { x: r.left, y: r.top }; });
+      await page.mouse.click(b2.x + target.x + Math.min(target.w / 2, 4), b2.y + target.y + target.h / 2);
+      const stack = await page.$eval('#detail-body [data-stack]', (x) => ({ id: x.dataset.stack, text: x.textContent }));
+      if (target.stack >= 0) {
+        assert.equal(stack.id, String(target.stack), `${where}: clicked block's stack`);
+        assert.ok(stack.text.trim().length > 0, `${where}: stack text shown`);
+      } else {
+        assert.equal(stack.id, 'none', `${where}: a block without stack says so`);
+        console.log(`# ${where}: no block has a recorded stack; checked the "no stack" message`);
+      }
+      void box;
+    } else {
+      console.log(`# ${where}: no allocated block at the end to click`);
+    }
+    if (dev.moments > 1) {
+      // Move the slider until the picture changes; every moment must at least change the
+      // position shown, and a moment whose figures differ must change the picture.
+      const grab = () => page.$eval('canvas.st', (c) => ({ state: c.dataset.state, img: c.toDataURL() }));
+      const start = await grab();
+      const startFigs = await figures(page);
+      let changed = false;
+      for (let m = 0; m < dev.moments && !changed; m++) {
+        await page.$eval('#moment', (x, v) => { x.value = String(v); x.dispatchEvent(new Event('input')); }, m);
+        const now = await grab();
+        const f = await figures(page);
+        if (now.state === start.state) continue;
+        // Other segments (or sizes of them) must show; a few blocks of a few KiB may not
+        // change a pixel on a GiB-wide row.
+        const segsDiffer = ['moment_reserved_bytes', 'moment_segments'].some((k) => f[k] !== startFigs[k]);
+        if (segsDiffer) assert.ok(now.img !== start.img, `${where}: moment ${m} has other segments but the same picture`);
+        changed = now.img !== start.img;
+      }
+      if (!changed) console.log(`# ${where}: all ${dev.moments} moments have the same layout; slider checked for position only`);
+    } else {
+      console.log(`# ${where}: one moment only (no trace), slider not exercised`);
+    }
+  } else {
+    const note = await page.$eval('#state', (x) => x.textContent);
+    assert.match(note, /No allocator state/, `${where}: says why there is no state view`);
+    console.log(`# ${where}: no segments, state view absent (${note.slice(0, 80)})`);
+  }
+
+  if (dev.events >= 8) {
+    const v0 = await page.$eval('canvas.tl', (c) => ({ x0: +c.dataset.x0, x1: +c.dataset.x1, img: c.toDataURL() }));
+    await page.click('#zoom-in');
+    const v1 = await page.$eval('canvas.tl', (c) => ({ x0: +c.dataset.x0, x1: +c.dataset.x1, img: c.toDataURL() }));
+    assert.ok(Math.abs((v1.x1 - v1.x0) - (v0.x1 - v0.x0) / 2) < 1e-6, `${where}: zoom in halves the span`);
+    assert.notEqual(v1.img, v0.img, `${where}: zoom redraws the timeline`);
+    await page.click('#zoom-reset');
+  } else {
+    console.log(`# ${where}: ${dev.events} trace events, zoom not exercised`);
+  }
+}
+
+for (const name of files) {
+  test(`report of ${name}`, async () => {
+    const path = join(TRACES, name);
+    const out = join(OUT, name + '.html');
+    const probe = spawnSync(BIN, ['summary', '--json', path], { maxBuffer: 1 << 30 });
+    if (probe.status !== 0) {
+      // Not a snapshot fragscope reads: report must refuse it the same way.
+      const r = report([path], out);
+      assert.equal(r.status, 2, `${name}: report exit code`);
+      const err = r.stderr.toString().trim().split('\n');
+      assert.equal(err.length, 1, `${name}: one line`);
+      assert.match(err[0], /^error: /);
+      assert.ok(!existsSync(out), `${name}: no output file left`);
+      console.log(`# ${name}: not a snapshot (${err[0]}); refused with exit 2`);
+      return;
+    }
+    const sum = JSON.parse(probe.stdout.toString()).files[0];
+    const ana = json(['analyze', '--json', path]).files[0];
+    const r = report([path], out);
+    assert.equal(r.status, 0, `${name}: ${r.stderr}`);
+    const { page, errors, requests } = await open(ctx, out);
+    assert.deepEqual(errors, [], `${name}: console errors`);
+    const devices = (await page.evaluate(() => window.fragscope.devices()))[0];
+    assert.equal(devices.length, ana.devices.length, `${name}: devices shown`);
+    if (devices.length === 0) {
+      const text = await page.$eval('#main', (x) => x.textContent);
+      assert.match(text, /no device/, `${name}: says there is no device`);
+    }
+    for (let di = 0; di < devices.length; di++) {
+      await page.evaluate((d) => window.fragscope.select(0, d), di);
+      await checkDevice(page, name, 0, di, sum, ana);
+    }
+    assert.deepEqual(errors, [], `${name}: console errors after interaction`);
+    assert.deepEqual(requests, ['file://' + out], `${name}: the only request is the page itself`);
+    await page.close();
+  });
+}
+
+test('built-in example: what-if curves drawn, search by frame text and by address', async () => {
+  const ex = join(OUT, 'example.html');
+  assert.equal(report([], ex).status, 0);
+  const ana = json(['analyze', '--json']).files[0].devices[0];
+  const { page, errors, requests } = await open(ctx, ex);
+  // One curve per replay analyze ran (the recorded settings and each alternative tried).
+  const curves = await page.$eval('canvas.wi', (c) => Number(c.dataset.curves));
+  assert.equal(curves, 1 + ana.recommendations.tried.length);
+  await page.fill('#search', 'attention');
+  await page.press('#search', 'Enter');
+  const hits = await page.$eval('#hits', (x) => x.textContent);
+  assert.match(hits, /[1-9]\d* stacks contain “attention”/);
+  // An address inside the largest allocated block at the end finds that block.
+  await page.click('[data-jump="end"]');
+  const big = await page.evaluate(() => window.fragscope.blockRects().filter((b) => b.state === 1).sort((a, b) => b.w - a.w)[0]);
+  assert.ok(big, 'an allocated block to look for');
+  const hex = '0x' + (big.addr + 512).toString(16);
+  await page.fill('#search', hex);
+  await page.press('#search', 'Enter');
+  const found = await page.$eval('#hits', (x) => x.textContent);
+  assert.ok(found.includes('allocated block 0x' + big.addr.toString(16)), `search ${hex}: ${found.slice(0, 200)}`);
+  // Hovering a free block says which recorded requests it could have served.
+  const free = await page.evaluate(() => window.fragscope.blockRects().filter((b) => b.state === 0).sort((a, b) => b.w - a.w)[0]);
+  const st = await page.$eval('canvas.st', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { x: r.left, y: r.top }; });
+  await page.mouse.move(st.x + free.x + free.w / 2, st.y + free.y + free.h / 2);
+  assert.ok(Number(await page.$eval('#detail-body [data-free-serves]', (x) => x.dataset.freeServes)) > 0, 'the largest free block could serve requests');
+  // Linked views: a click on the timeline moves the state view to the nearest moment, and
+  // a click on a call-site band dims the other sites' blocks.
+  await page.click('[data-jump="end"]');
+  const endState = await page.$eval('canvas.st', (c) => c.dataset.state);
+  const tl = await page.$eval('canvas.tl', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { x: r.left, y: r.top, w: r.width, h: r.height }; });
+  await page.mouse.click(tl.x + 64 + (tl.w - 64) * 0.45, tl.y + tl.h - 24);
+  assert.notEqual(await page.$eval('canvas.st', (c) => c.dataset.state), endState, 'timeline click moves the state view');
+  assert.ok(await page.$('#detail-body [data-stack]'), 'a band clicked shows its stack');
+  // Everything the real files are checked for, on the example too (it has the OOM and a
+  // leak suspect that no real file has).
+  const sum = json(['summary', '--json']).files[0];
+  const all = json(['analyze', '--json']).files[0];
+  assert.ok(all.devices[0].leak_suspects.length > 0 && all.devices[0].oom, 'the example has a leak suspect and an OOM');
+  await page.evaluate(() => window.fragscope.select(0, 0));
+  await checkDevice(page, 'example', 0, 0, sum, all);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, ['file://' + ex]);
+  await page.close();
+});
+
+test('two files side by side, compared', async () => {
+  const two = join(OUT, 'two.html');
+  const a = join(TRACES, 'cs336-2.7b-fwd-ctx128-bf16.pickle');
+  const b = join(TRACES, 'cs336-2.7b-fwd-ctx128-fp32.pickle');
+  assert.equal(report([a, b], two).status, 0);
+  const { page, errors, requests } = await open(ctx, two);
+  const rows = await page.$$eval('#ranks tr[data-file]', (els) => els.map((e) => Number(e.dataset.peakReserved)));
+  const peaks = [a, b].map((f) => Math.max(...json(['analyze', '--json', f]).files[0].devices.map((d) => d.fragmentation.timeline.peak_reserved.bytes)));
+  assert.deepEqual(rows, peaks);
+  // The comparison drawn is `fragscope diff`'s.
+  const d = json(['diff', '--json', a, b]);
+  const shown = await page.$$eval('#diff [data-delta-peak-reserved]', (els) => els.map((e) => Number(e.dataset.deltaPeakReserved)));
+  assert.deepEqual(shown, d.devices.map((x) => x.delta.peak_reserved));
+  const sites = await page.$$eval('#diff tr[data-delta]', (els) => els.map((e) => Number(e.dataset.delta)));
+  assert.deepEqual(sites, d.devices.flatMap((x) => x.sites.map((s) => s.delta)));
+  assert.ok(sites.length > 0, 'the diff lists call sites');
+  await page.click('#files button:nth-child(2)');
+  assert.match(await page.$eval('#figures h2', (x) => x.textContent), /fp32/);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, ['file://' + two]);
+  await page.close();
+});
+
+test('a file that cannot be written leaves nothing behind', () => {
+  const r = report([], join(OUT, 'no-such-dir', 'r.html'));
+  assert.equal(r.status, 2);
+  assert.match(r.stderr.toString(), /^error: cannot write/);
+  assert.ok(!existsSync(join(OUT, 'no-such-dir')));
+});
