@@ -49,7 +49,7 @@ pub fn curves(snap: &Snapshot, device: i64, ana: &Analysis) -> Vec<WhatIfCurve> 
             configs.push((c.setting, c.config));
         }
     }
-    let opts = SimOptions { capacity: r.capacity_bytes, collect_snapshot: true };
+    let opts = SimOptions { capacity: r.capacity_bytes, collect_snapshot: true, ..SimOptions::default() };
     configs
         .into_iter()
         .filter_map(|(setting, cfg)| {
