@@ -50,6 +50,10 @@ enum Command {
     /// Gate for CI: exit 1 when a snapshot breaks a memory budget (--max-reserved,
     /// --max-allocated, --max-fragmentation, --no-leaks), 0 otherwise.
     Check(cmd::check::Args),
+    /// (For testing the leak detector.) Drop the frees of a call site's allocations in a
+    /// snapshot's trace, keeping the final state consistent, and write the result.
+    #[command(name = "plant-leak", hide = true)]
+    PlantLeak(cmd::plant::Args),
 }
 
 impl Command {
@@ -61,6 +65,7 @@ impl Command {
             Command::Oom(a) => cmd::oom::run(a),
             Command::Diff(a) => cmd::diff::run(a),
             Command::Check(a) => cmd::check::run(a),
+            Command::PlantLeak(a) => cmd::plant::run(a),
         }
     }
 }

@@ -10,4 +10,5 @@ pub mod analyze;
 pub mod check;
 pub mod diff;
 pub mod oom;
+pub mod plant;
 pub mod replay;
