@@ -167,9 +167,9 @@ pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> De
     } else {
         (part_main(), part_leaks(), part_oom())
     };
-    let threshold = (1u64 << 20).min(tl.peak_allocated.bytes / 100).max(1);
+    let threshold = leaks::growth_threshold(tl.peak_allocated.bytes);
     lk.threshold_bytes_per_iteration = threshold;
-    lk.suspects.retain(|s| s.growth_bytes_per_iteration >= threshold);
+    lk.suspects.retain(|s| leaks::reportable(s, tl.peak_allocated.bytes));
 
     let recommendations = match &oom_f {
         Some(f) => {

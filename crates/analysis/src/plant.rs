@@ -198,7 +198,9 @@ pub fn strip_python_frames(snap: &mut Snapshot, device: i64, site: &str) -> usiz
                         .stack(st)
                         .iter()
                         .copied()
-                        .filter(|&f| !snap.frames.str(snap.frames.frame(f).filename).to_ascii_lowercase().ends_with(".py"))
+                        .filter(|&f| {
+                            !snap.frames.str(snap.frames.frame(f).filename).to_ascii_lowercase().ends_with(".py")
+                        })
                         .collect();
                     (!frames.is_empty()).then(|| snap.frames.intern_stack(&frames))
                 } else {
