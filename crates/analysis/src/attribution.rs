@@ -104,20 +104,34 @@ fn cpp_site(all: &[(&str, i64, &str)]) -> Option<String> {
         (end > 0).then(|| rest[..end].to_string())
     };
     let op = all.iter().find_map(|(_, _, n)| between(n, "at::_ops::"));
-    let node = all.iter().find_map(|(_, _, n)| between(n, "torch::autograd::generated::"));
+    // `generated::details::` holds helpers shared by many nodes, not a node.
+    let node = all.iter().filter_map(|(_, _, n)| between(n, "torch::autograd::generated::")).find(|x| x != "details");
     match (op, node) {
         (Some(o), Some(n)) => Some(format!("{o} ({n})")),
         (Some(o), None) => Some(o),
         (None, Some(n)) => Some(n),
         (None, None) => {
             let machinery = [
-                "torch::unwind", "torch::CapturedTraceback", "torch::cuda::", "c10::", "at::detail::",
-                "at::TensorBase at::detail", "at::empty", "at::native::empty", "unwind", "gather",
+                "torch::unwind",
+                "torch::CapturedTraceback",
+                "torch::cuda::",
+                "c10::",
+                "at::detail::",
+                "at::TensorBase at::detail",
+                "at::empty",
+                "at::native::empty",
+                "unwind",
+                "gather",
             ];
-            all.iter().map(|(_, _, n)| *n).find(|n| !n.is_empty() && !machinery.iter().any(|m| n.starts_with(m) || n.contains("CachingAllocator"))).map(|n| {
-                let short = n.split('(').next().unwrap_or(n);
-                short.chars().take(80).collect()
-            })
+            all.iter()
+                .map(|(_, _, n)| *n)
+                .find(|n| {
+                    !n.is_empty() && !machinery.iter().any(|m| n.starts_with(m) || n.contains("CachingAllocator"))
+                })
+                .map(|n| {
+                    let short = n.split('(').next().unwrap_or(n);
+                    short.chars().take(80).collect()
+                })
         }
     }
 }

@@ -85,7 +85,6 @@ pub const MIN_ACCUMULATION_WINDOWS: usize = 3;
 /// Without iterations, a site that keeps blocks from its first activity on is a
 /// suspect only when they were allocated in this many windows of [`WINDOWS`] ...
 pub const MIN_SPREAD_WINDOWS: usize = 5;
-const STRICT_WINDOWS_DISABLED: bool = true;
 /// A gap of more than 1/this of the trace between two allocs of a site starts a new
 /// phase of its activity (see `outliving`).
 pub const PHASE_GAP_DIVISOR: usize = 40;
@@ -154,9 +153,14 @@ pub struct LeakSuspect {
     /// windows of the run), at most [`CURVE_POINTS`] of them, then at the end
     /// (`entry` null).
     pub curve: Vec<CurvePoint>,
+    /// `"iteration"` (the curve's points are iteration boundaries) or `"window"`.
+    pub curve_unit: &'static str,
     /// When it grew: the never-freed blocks grouped by the iteration (or window) that
     /// allocated them, at most [`MAX_SPANS`].
     pub grew_in: Vec<GrowthSpan>,
+    /// `"iteration"` or `"window"` (of [`WINDOWS`] equal shares of the trace): what
+    /// `grew_in[].window` counts.
+    pub grew_in_unit: &'static str,
 }
 
 /// Live bytes of a site just before a trace entry (`entry` null: at the end).
@@ -523,6 +527,7 @@ fn outliving(
     n: usize,
     positions: &[usize],
     iterations: bool,
+    annotated: bool,
 ) -> Result<Vec<usize>, String> {
     // Frees of the site, sorted; freed blocks counted from the end in alloc order.
     let mut frees: Vec<usize> = site_blocks.iter().filter_map(|&k| blocks[k].free).collect();
@@ -531,8 +536,8 @@ fn outliving(
     for j in (0..site_blocks.len()).rev() {
         freed_after[j] = freed_after[j + 1] + blocks[site_blocks[j]].free.is_some() as usize;
     }
-    // (index in blocks, followed by enough freed siblings, window)
-    let kept: Vec<(usize, bool, usize)> = site_blocks
+    // (index in blocks, followed by enough freed siblings, window, index in site_blocks)
+    let kept: Vec<(usize, bool, usize, usize)> = site_blocks
         .iter()
         .enumerate()
         .filter_map(|(j, &k)| {
@@ -544,14 +549,24 @@ fn outliving(
             let long =
                 if iterations { after_boundaries >= 1 } else { (n - b.alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64 };
             let window = positions.partition_point(|&x| x <= b.alloc);
-            long.then_some((k, freed_after[j + 1] >= MIN_FREED_AFTER, window))
+            long.then_some((k, freed_after[j + 1] >= MIN_FREED_AFTER, window, j))
         })
         .collect();
-    let Some(&(_, _, w0)) = kept.first() else { return Err("no block kept long enough".into()) };
+    let Some(&(_, _, w0, _)) = kept.first() else {
+        let never: Vec<usize> =
+            site_blocks.iter().filter(|&&k| blocks[k].free.is_none()).map(|&k| blocks[k].alloc).collect();
+        return Err(format!(
+            "no block kept long enough ({} never freed, first at {:?} of {n}, first free {:?})",
+            never.len(),
+            never.first(),
+            frees.first()
+        ));
+    };
     let mut windows: Vec<usize> = kept.iter().map(|x| x.2).collect();
     windows.dedup();
     // Windows a kept block can be in (those followed by a boundary, or early enough).
-    let eligible = if iterations { positions.len() } else { positions.len() - (MIN_OUTLIVED_SHARE * WINDOWS as f64) as usize };
+    let eligible =
+        if iterations { positions.len() } else { positions.len() - (MIN_OUTLIVED_SHARE * WINDOWS as f64) as usize };
     let accumulates = windows.len() >= MIN_ACCUMULATION_WINDOWS.min(eligible.saturating_sub(1)).max(2);
     // Blocks kept from the first window (iteration) the site keeps anything in, with
     // no free of the site before that window, are how the site starts: state made
@@ -561,12 +576,6 @@ fn outliving(
     // windows), which one-time state is not.
     let start = if w0 == 0 { 0 } else { positions[w0 - 1] };
     let freed_before_w0 = frees.partition_point(|&f| f < start) >= MIN_FREED_AFTER;
-    let first = blocks[kept[0].0].alloc;
-    let last = blocks[kept[kept.len() - 1].0].alloc;
-    let spread = windows.len() >= MIN_SPREAD_WINDOWS && (last - first) as f64 >= MIN_SPREAD_SHARE * n as f64;
-    if std::env::var_os("FRAGSCOPE_LEAK_DEBUG").is_some() {
-        eprintln!("leaks:   w0 {w0} freed_before_w0 {freed_before_w0} accumulates {accumulates} spread {spread} windows {windows:?}");
-    }
     // Phases of the site's activity: runs of its allocs with no gap over
     // max(n / PHASE_GAP_DIVISOR, 8 × its median gap). A site used once per step
     // (forward, backward, optimizer) has one phase per step; one-time state is made
@@ -583,19 +592,19 @@ fn outliving(
         }
         phase_of.push(phase);
     }
-    let mut kept_phases: Vec<usize> =
-        kept.iter().map(|&(k, _, _)| phase_of[site_blocks.iter().position(|&x| x == k).unwrap_or(0)]).collect();
+    let mut kept_phases: Vec<usize> = kept.iter().map(|&(_, _, _, j)| phase_of[j]).collect();
     kept_phases.dedup();
     let repeated = kept_phases.len() >= 2;
-    if !freed_before_w0 && !(iterations && accumulates) && !repeated {
+    // Periodicity can take the layers of one backward pass for iterations, so only
+    // iterations from loop annotations vouch for an accumulation on their own.
+    if !freed_before_w0 && !(annotated && accumulates) && !repeated {
         return Err(format!(
-            "kept from its first active window {w0} with no earlier free ({} windows, spread {:.2})",
-            windows.len(),
-            (last - first) as f64 / n as f64
+            "kept from its first active window {w0} with no earlier free, in {} windows and one phase",
+            windows.len()
         ));
     }
     let v: Vec<usize> =
-        kept.into_iter().filter(|&(_, followed, _)| followed || accumulates || repeated).map(|x| x.0).collect();
+        kept.into_iter().filter(|&(_, followed, _, _)| followed || accumulates || repeated).map(|x| x.0).collect();
     if v.is_empty() {
         return Err(format!("kept blocks not followed by {MIN_FREED_AFTER} freed ones and not accumulating"));
     }
@@ -654,6 +663,29 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
         by_site[b.site].push(k);
     }
 
+    // Transient memory (blocks the trace frees later) at each sample position. Across
+    // real steps it returns to one level at each boundary whatever leaks beside it;
+    // across the layers of one pass it trends (activations saved, then freed).
+    let mut diff = vec![0i128; used.len() + 1];
+    for b in w.blocks.iter() {
+        if let Some(f) = b.free {
+            // Live at sample position p when alloc < p <= free.
+            let from = used.partition_point(|&p| p <= b.alloc);
+            let to = used.partition_point(|&p| p <= f);
+            diff[from] += b.size as i128;
+            diff[to] -= b.size as i128;
+        }
+    }
+    let mut acc = 0i128;
+    let transient: Vec<f64> = diff[..used.len()]
+        .iter()
+        .map(|d| {
+            acc += d;
+            acc as f64
+        })
+        .collect();
+    let transient_slope = if transient.len() >= 2 { fit(&transient).0 } else { 0.0 };
+
     // 1. Growth across iterations (module doc).
     let mut grows: Vec<Option<(f64, f64, usize)>> = vec![None; nsites];
     for (s, g) in grows.iter_mut().enumerate().filter(|_| has_iterations && !builds_up) {
@@ -679,7 +711,8 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
         if it.source == "periodicity" {
             let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v as f64).collect();
             let (rest_slope, _) = fit(&rest);
-            if rest_slope.abs() > (threshold as f64).max(slope * MAX_REST_TREND) {
+            let allowed = (threshold as f64).max(slope * MAX_REST_TREND);
+            if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
                 continue;
             }
         }
@@ -692,22 +725,17 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
     // containing TEXT (for tuning on planted files).
     let debug = std::env::var("FRAGSCOPE_LEAK_DEBUG").ok();
     let mut kept: Vec<Vec<usize>> = vec![Vec::new(); nsites];
-    // Live bytes per site at the window positions and at the end (the walk's own
-    // samples when there are no iterations).
-    let win_samples: Vec<Vec<u64>> = if has_iterations {
-        walk(snap, device, &windows).samples
-    } else {
-        let mut v = samples.clone();
-        v.push(at_end.clone());
-        v
-    };
     // Per site: kept blocks and whether they were judged over iterations (else over
     // windows of the run). Both axes are tried: periodicity can find the layers of
     // one pass rather than steps, and then the windows still see a leak.
     let mut over_iterations = vec![false; nsites];
     let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
     for s in 0..nsites {
-        let mut by_iter = if steps { outliving(&w.blocks, &by_site[s], n, &used, true) } else { Err("no iterations".into()) };
+        let mut by_iter = if steps {
+            outliving(&w.blocks, &by_site[s], n, &used, true, it.source == "annotation")
+        } else {
+            Err("no iterations".into())
+        };
         // With periodicity-derived iterations the rest of memory must be steady across
         // them (as for the growth test): in one backward pass, gradients are kept layer
         // by layer while activations are freed.
@@ -716,32 +744,23 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
             let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v).collect();
             let (site_slope, _) = fit(&y);
             let (rest_slope, _) = fit(&rest);
-            if rest_slope.abs() > (threshold as f64).max(site_slope.abs() * MAX_REST_TREND) {
-                by_iter = Err(format!("rest of memory trends {rest_slope:.0} B/iteration"));
+            let allowed = (threshold as f64).max(site_slope.abs() * MAX_REST_TREND);
+            if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
+                by_iter = Err(format!(
+                    "rest of memory trends {rest_slope:.0} B/iteration (blocks freed later: {transient_slope:.0})"
+                ));
             }
         }
-        let mut by_win = outliving(&w.blocks, &by_site[s], n, &windows, false);
-        // Over windows too, the rest of memory must not trend while the site keeps
-        // blocks (from the window of its first kept block to the end): a backward
-        // pass keeps gradients while it frees activations; a leak in a running loop
-        // sits on a rest that goes up and down around a level.
-        if let Ok(v) = &by_win {
-            let w0 = windows.partition_point(|&p| p <= w.blocks[v[0]].alloc).saturating_sub(1);
-            let rows = &win_samples[w0..];
-            if rows.len() >= 3 {
-                let y: Vec<f64> = rows.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect();
-                let rest: Vec<f64> = rows.iter().zip(&y).map(|(row, &v)| total(row) - v).collect();
-                let (site_slope, _) = fit(&y);
-                let (rest_slope, _) = fit(&rest);
-                if debug.is_some() { eprintln!("leaks: windows rest {rest_slope:.0} site {site_slope:.0} rows {}", rows.len()); }
-                if rest_slope.abs() > (threshold as f64).max(site_slope.abs() * MAX_REST_TREND) && !STRICT_WINDOWS_DISABLED {
-                    by_win = Err(format!("rest of memory trends {rest_slope:.0} B/window while the site keeps blocks"));
-                }
-            }
-        }
+        let by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
         if let Some(d) = debug.as_deref().filter(|d| w.table.sites[s].site.contains(d)) {
-            let show = |r: &Result<Vec<usize>, String>| r.as_ref().map(|v| (v.len(), bytes_of(v))).map_err(String::clone);
-            eprintln!("leaks: {d}: {}: iterations {:?}, windows {:?} (min {min_kept} bytes)", w.table.sites[s].site, show(&by_iter), show(&by_win));
+            let show =
+                |r: &Result<Vec<usize>, String>| r.as_ref().map(|v| (v.len(), bytes_of(v))).map_err(String::clone);
+            eprintln!(
+                "leaks: {d}: {}: iterations {:?}, windows {:?} (min {min_kept} bytes)",
+                w.table.sites[s].site,
+                show(&by_iter),
+                show(&by_win)
+            );
         }
         let bi = by_iter.as_deref().map_or(0, bytes_of);
         let bw = by_win.as_deref().map_or(0, bytes_of);
@@ -752,28 +771,51 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
         kept[s] = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
     }
     // Build-up check: of what the whole device allocates after a candidate's first
-    // never-freed block (all candidates' never-freed blocks left out), at most
-    // MAX_RETAINED_SHARE may still be live at the end. A forward pass that keeps its
-    // activations keeps most of it; a run that goes on in steps frees it.
-    let mut suffix_alloc = vec![0u64; w.blocks.len() + 1];
-    let mut suffix_live = vec![0u64; w.blocks.len() + 1];
-    for k in (0..w.blocks.len()).rev() {
-        let b = &w.blocks[k];
-        suffix_alloc[k] = suffix_alloc[k + 1] + b.size;
-        suffix_live[k] = suffix_live[k + 1] + if b.free.is_none() { b.size } else { 0 };
-    }
+    // never-freed block, at most MAX_RETAINED_SHARE may still be live at the end. A
+    // forward pass that keeps its activations keeps most of it; a run that goes on in
+    // steps frees it. The site's own never-freed blocks are left out, and so are those
+    // of sites already confirmed (several leaks at once must not hide each other);
+    // confirmation repeats until nothing changes.
+    let mut confirmed = vec![false; nsites];
     let mut kept_after_share: Vec<Option<f64>> = vec![None; nsites];
-    for s in 0..nsites {
-        let Some(&k0) = kept[s].first() else { continue };
-        // The site's own never-freed blocks are left out.
-        let own: u64 = kept[s].iter().map(|&k| w.blocks[k].size).sum();
-        let (a, l) = (suffix_alloc[k0] - own, suffix_live[k0] - own);
-        let share = if a == 0 { 0.0 } else { l as f64 / a as f64 };
-        kept_after_share[s] = Some(share);
-        if share > MAX_RETAINED_SHARE {
-            if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
+    loop {
+        let mut excluded = vec![false; w.blocks.len()];
+        for s in (0..nsites).filter(|&s| confirmed[s]) {
+            for &k in &kept[s] {
+                excluded[k] = true;
+            }
+        }
+        let mut suffix_alloc = vec![0u64; w.blocks.len() + 1];
+        let mut suffix_live = vec![0u64; w.blocks.len() + 1];
+        for k in (0..w.blocks.len()).rev() {
+            let b = &w.blocks[k];
+            let (a, l) = if excluded[k] { (0, 0) } else { (b.size, if b.free.is_none() { b.size } else { 0 }) };
+            suffix_alloc[k] = suffix_alloc[k + 1] + a;
+            suffix_live[k] = suffix_live[k + 1] + l;
+        }
+        let mut changed = false;
+        for s in 0..nsites {
+            if confirmed[s] {
+                continue;
+            }
+            let Some(&k0) = kept[s].first() else { continue };
+            let own: u64 = kept[s].iter().map(|&k| w.blocks[k].size).sum();
+            let (a, l) = (suffix_alloc[k0] - own, suffix_live[k0] - own);
+            let share = if a == 0 { 0.0 } else { l as f64 / a as f64 };
+            kept_after_share[s] = Some(share);
+            if share <= MAX_RETAINED_SHARE {
+                confirmed[s] = true;
+                changed = true;
+            } else if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
                 eprintln!("leaks: {}: the rest keeps {share:.2} of what it allocates after", w.table.sites[s].site);
             }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for s in 0..nsites {
+        if !confirmed[s] {
             kept[s].clear();
         }
     }
@@ -865,6 +907,8 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
                 c
             },
             grew_in: grew,
+            grew_in_unit: if over_iterations[s] { "iteration" } else { "window" },
+            curve_unit: if has_iterations { "iteration" } else { "window" },
         });
     }
     suspects.sort_by(|a, b| {

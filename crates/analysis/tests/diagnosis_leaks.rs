@@ -55,8 +55,12 @@ fn planted_leak_is_found_at_its_site() {
     let early: Vec<u64> = pt
         .iter()
         .enumerate()
-        .filter(|(i, e)| e.action == fragscope_snapshot::Action::Alloc && fresh.contains(&e.addr) && (pt.len() - i) * 5 >= pt.len())
-        .map(|(_, e)| fragscope_alloc::rounding::round_size(e.size, &fragscope_analysis::replay::recorded_config(&planted)))
+        .filter(|(i, e)| {
+            e.action == fragscope_snapshot::Action::Alloc && fresh.contains(&e.addr) && (pt.len() - i) * 5 >= pt.len()
+        })
+        .map(|(_, e)| {
+            fragscope_alloc::rounding::round_size(e.size, &fragscope_analysis::replay::recorded_config(&planted))
+        })
         .collect();
     assert_eq!((s.never_freed_blocks, s.never_freed_bytes), (early.len() as u64, early.iter().sum::<u64>()));
     assert_eq!(s.end_bytes, what.bytes);

@@ -136,7 +136,9 @@ fn choose(snap: &mut Snapshot, device: i64, shape: &str, rng: &mut Rng) -> Resul
             let a = 0.15 + 0.35 * rng.unit();
             Shape::Windows(vec![(a, a + 0.25)]).pick(&s.freed, len)
         }),
-        "burst" => pick_site(rng, &el, &|s, rng| Shape::Burst { at: 0.2 + 0.4 * rng.unit(), count: 16 }.pick(&s.freed, len)),
+        "burst" => {
+            pick_site(rng, &el, &|s, rng| Shape::Burst { at: 0.2 + 0.4 * rng.unit(), count: 16 }.pick(&s.freed, len))
+        }
         "small" => {
             // The eligible site whose leak from the second tenth on is smallest but
             // still worth reporting.
@@ -162,7 +164,8 @@ fn choose(snap: &mut Snapshot, device: i64, shape: &str, rng: &mut Rng) -> Resul
             (used.len() == 3).then_some(all)
         }
         "uneven" => {
-            let un: Vec<&SiteAllocs> = el.iter().copied().filter(|s| s.max_request >= 4 * s.min_request.max(1)).collect();
+            let un: Vec<&SiteAllocs> =
+                el.iter().copied().filter(|s| s.max_request >= 4 * s.min_request.max(1)).collect();
             pick_site(rng, &un, &|s, _| Shape::Stride(2).pick(&s.freed, len))
         }
         "cpp" => {
@@ -222,7 +225,10 @@ fn run(traces: &[(&str, i64)], seeds: u64) -> (String, Vec<String>, BTreeMap<Str
             base.iterations.source,
             base.iterations.boundaries.len(),
             base.iterations.reason.as_ref().map_or(String::new(), |r| format!(" [{r}]")),
-            base.suspects.iter().map(|s| (&s.site.site, s.never_freed_bytes, s.detected_by.clone())).collect::<Vec<_>>()
+            base.suspects
+                .iter()
+                .map(|s| (&s.site.site, s.never_freed_bytes, s.detected_by.clone()))
+                .collect::<Vec<_>>()
         ));
         for shape in SHAPES {
             for seed in 0..seeds {
@@ -301,7 +307,12 @@ fn planted_files_are_consistent() {
         fragscope_snapshot::pickle::write::write_snapshot(&p, &mut buf).unwrap();
         let back = fragscope_snapshot::read_from(&buf[..]).unwrap();
         assert_eq!(fragscope_snapshot::semantic_diff(&p, &back), None);
-        eprintln!("{name}: planted {} blocks, {} B; replay: {} divergences", what.allocs.len(), what.bytes, v.divergences);
+        eprintln!(
+            "{name}: planted {} blocks, {} B; replay: {} divergences",
+            what.allocs.len(),
+            what.bytes,
+            v.divergences
+        );
     }
 }
 
@@ -312,7 +323,11 @@ fn planted_leak_suite() {
     let traces: Vec<(&str, i64)> = if sweep > 0 {
         TRACES.to_vec()
     } else {
-        eprintln!("note: default set ({} traces, 1 seed); FRAGSCOPE_LEAK_SWEEP=N runs N seeds on all {}", DEFAULT_TRACES.len(), TRACES.len());
+        eprintln!(
+            "note: default set ({} traces, 1 seed); FRAGSCOPE_LEAK_SWEEP=N runs N seeds on all {}",
+            DEFAULT_TRACES.len(),
+            TRACES.len()
+        );
         TRACES.iter().copied().filter(|(n, _)| DEFAULT_TRACES.contains(n)).collect()
     };
     let (table, failures, tallies) = run(&traces, sweep.max(1));
@@ -324,7 +339,12 @@ fn planted_leak_suite() {
     // False positives fail the suite; misses are counted against a floor (the share
     // found when the floor was last raised, measured on this set).
     let fps: Vec<&String> = failures.iter().filter(|f| !f.contains(": missed ")).collect();
-    assert!(fps.is_empty(), "{} false positives:\n{}", fps.len(), fps.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"));
+    assert!(
+        fps.is_empty(),
+        "{} false positives:\n{}",
+        fps.len(),
+        fps.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+    );
     let (found, tried) = tallies.values().fold((0, 0), |(f, t), x| (f + x.found, t + x.found + x.missed));
     let share = found as f64 / tried.max(1) as f64;
     eprintln!("found {found} of {tried} planted leaks ({:.0}%); misses:\n{}", share * 100.0, failures.join("\n"));
