@@ -1,52 +1,72 @@
-//! Leak suspects: call sites whose live bytes grow from one iteration to the next.
+//! Leak suspects: call sites that keep memory they do not give back, found on runs of
+//! any shape: with iterations (a training loop) or without (one phase, a burst, a run
+//! whose loop the trace does not show).
 //!
 //! # Iterations
 //!
 //! 1. From `external_annotations` (`record_function` scopes) when the trace has times:
-//!    the scope name that starts most often at the top level (no other scope open), if
-//!    it starts at least [`MIN_ITERATIONS`] times. Names ending in `#<digits>`
-//!    (`ProfilerStep#12`) are counted as one name (`ProfilerStep#N`). Iteration *k* starts
-//!    at the first trace entry at or after the scope's *k*-th START. Nested scopes
-//!    (`pad_mm_benchmark` inside a `torch.compile`, a per-layer scope inside `forward`)
-//!    are not iterations and are ignored.
+//!    the scope name that starts most often at the top level (no other scope open) and
+//!    repeats like a loop (below). Names ending in `#<digits>` (`ProfilerStep#12`) are
+//!    counted as one name (`ProfilerStep#N`). Compiler and library internals are never
+//!    iterations ([`is_internal_scope`]: `torch.compile`'s `... (dynamo_timed)` phases,
+//!    `CachingAutotuner.benchmark_all_configs`, Inductor/dynamo scopes, aten ops,
+//!    collectives, FSDP's per-module scopes). Nested scopes are ignored.
 //! 2. Otherwise from the trace's periodicity: each `alloc` gets a signature (request
 //!    size, allocation stack). Candidate periods are the most common gaps between two
 //!    occurrences of the same signature; the period is the smallest candidate whose
-//!    autocorrelation (share of positions *i* with `sig[i] == sig[i + p]`) is within 5% of
-//!    the best one and at least [`MIN_AUTOCORRELATION`]. Taking the smallest near-best
-//!    lag skips multiples of the period; requiring near-best skips sub-periods such as a
-//!    transformer layer, which match only inside the layer stack. Boundaries are the
-//!    occurrences of one anchor signature, the one whose gaps equal the period most
-//!    often (earliest on ties), so the phase stays put even when an iteration has a few
-//!    extra allocations.
+//!    autocorrelation is within 5% of the best one and at least [`MIN_AUTOCORRELATION`].
+//!    Boundaries are the occurrences of one anchor signature.
 //!
-//! # Suspects
+//! Either way the boundaries must look like a loop: at least [`MIN_ITERATIONS`],
+//! covering at least [`MIN_LOOP_COVERAGE`] of the trace, with no gap over
+//! [`MAX_GAP_RATIO`] median gaps. A short pattern repeated in one or two clusters (the
+//! layers of two forward passes, with the growth in between) is rejected, and
+//! `iterations.reason` says why; the analysis then reads the run in [`WINDOWS`]
+//! equal windows. Periodicity also finds the layers of a single pass; when periods keep
+//! more than [`MAX_RETAINED_SHARE`] of what they allocate (a build-up), or when the
+//! memory the trace frees later ("transient") trends across them, they are not taken
+//! for steps.
 //!
-//! At each boundary (the state just before the iteration's first entry) live bytes are
-//! summed per call site (innermost user frame, see [`crate::attribution`]; the same
-//! `allocated` set and block sizes as [`crate::timeline`]). With samples y₀…y_K, a site is
-//! a suspect when
-//! * it grows (y_{j+1} > y_j) in at least 75% of the K steps,
-//! * y_K > y₀, and
-//! * at the end of the trace it still holds at least half of that growth (what the
-//!   backward pass gives back was activations, not a leak), and
-//! * the least-squares slope is at least the threshold: min(1 MiB, 1% of the device's
-//!   peak allocated) per iteration.
+//! # Two tests
 //!
-//! `confidence` = (share of growing steps) × R² of the linear fit, in 0–1.
+//! Every block the trace allocates is followed to its free (or the end). Sites are the
+//! innermost user frame ([`crate::attribution`]; C++-only stacks by operator and
+//! autograd node).
 //!
-//! Periodicity cannot tell the steps of a training loop from the layers of a single
-//! forward pass (same code, same sizes, repeated): with autograd on, every layer keeps
-//! its activations, which looks like a leak per "iteration". So when iterations come
-//! from periodicity and, between the first and last boundary, live bytes grow by more
-//! than [`MAX_RETAINED_SHARE`] of the bytes allocated, nothing is reported and
-//! `iterations.reason` says why (`retained_share` gives the figure). A real step frees
-//! its temporaries; a leak keeps a small part of what a step allocates. And a suspect
-//! found over periodicity-derived iterations counts only if the rest of memory is steady
-//! across the boundaries (slope at most [`MAX_REST_TREND`] of the suspect's): in the
-//! backward pass of one step, gradients grow layer by layer while activations shrink.
-//! Memory: one u32 signature per `alloc` for the periodicity search, and one counter per
-//! site per boundary (boundaries are thinned evenly to at most [`MAX_SAMPLES`]).
+//! * **growth** (needs iterations): live bytes of the site at each boundary, y₀…y_K,
+//!   grow in at least [`MIN_GROWING_SHARE`] of the steps, y_K > y₀, at least half of the
+//!   growth is still held at the end, the least-squares slope is at least
+//!   [`growth_threshold`], and with periodicity-derived iterations the rest of memory
+//!   and the transient memory are steady (slope at most [`MAX_REST_TREND`] of the
+//!   site's). `confidence` = share of growing steps × R².
+//! * **never freed** (iterations or none): blocks of the site never freed that
+//!   - come after at least one free of the same site (the site makes temporaries),
+//!   - outlived at least one iteration boundary (without iterations: at least
+//!     [`MIN_OUTLIVED_SHARE`] of the trace), and
+//!   - were followed by at least [`MIN_FREED_AFTER`] freed allocations of the same site
+//!     (a burst or a phase that kept what the site normally frees), or belong to an
+//!     accumulation (kept blocks in [`MIN_ACCUMULATION_WINDOWS`] iterations) or to
+//!     several phases of the site's activity.
+//!
+//!   A site that keeps blocks from its first active window on, with no earlier free,
+//!   is how state starts (optimizer state, the gradients of a first backward) unless
+//!   they accumulate over annotated iterations or recur in two or more separate phases
+//!   of the site's activity (a gap over 1/[`PHASE_GAP_DIVISOR`] of the trace). The kept
+//!   bytes must reach [`never_freed_threshold`], and of what the device allocates after
+//!   the first kept block (the site's own and already confirmed suspects' kept blocks
+//!   left out) at most [`MAX_RETAINED_SHARE`] may still be live at the end: a forward
+//!   pass keeps its activations, a run that goes on frees what it allocates.
+//!   `confidence` = 1 − that share.
+//!
+//! Each suspect carries its evidence: the blocks never freed (count, bytes, first and
+//! last `alloc` entry), its freed allocations, its live bytes per iteration or window
+//! (`curve`) and when it grew (`grew_in`).
+//!
+//! Memory: one u32 signature per `alloc` for the periodicity search, one record per
+//! traced block, and one counter per site per sample (boundaries thinned evenly to at
+//! most [`MAX_SAMPLES`]). `FRAGSCOPE_LEAK_DEBUG=TEXT` prints the never-freed test's
+//! decision for sites containing TEXT (for tuning on planted files,
+//! [`crate::plant`]).
 
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
@@ -88,6 +108,9 @@ pub const MIN_SPREAD_WINDOWS: usize = 5;
 /// A gap of more than 1/this of the trace between two allocs of a site starts a new
 /// phase of its activity (see `outliving`).
 pub const PHASE_GAP_DIVISOR: usize = 40;
+/// Periodicity-derived iterations are trusted as steps when transient memory drifts by
+/// at most this share of its peak across them.
+pub const MAX_TRANSIENT_DRIFT: f64 = 0.1;
 /// ... spanning at least this share of the trace.
 pub const MIN_SPREAD_SHARE: f64 = 0.4;
 /// Points of a suspect's curve, at most.
@@ -596,7 +619,7 @@ fn outliving(
     kept_phases.dedup();
     let repeated = kept_phases.len() >= 2;
     // Periodicity can take the layers of one backward pass for iterations, so only
-    // iterations from loop annotations vouch for an accumulation on their own.
+    // trusted iterations (`annotated`) vouch for an accumulation on their own.
     if !freed_before_w0 && !(annotated && accumulates) && !repeated {
         return Err(format!(
             "kept from its first active window {w0} with no earlier free, in {} windows and one phase",
@@ -685,6 +708,13 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
         })
         .collect();
     let transient_slope = if transient.len() >= 2 { fit(&transient).0 } else { 0.0 };
+    // Iterations vouch for an accumulation on their own when they come from loop
+    // annotations, or from periodicity with transient memory that drifts by at most
+    // MAX_TRANSIENT_DRIFT of its peak over the whole run (steps, not layers).
+    let peak_transient = transient.iter().copied().fold(0.0, f64::max);
+    let trusted_steps = steps
+        && (it.source == "annotation"
+            || (transient_slope.abs() * transient.len() as f64) <= MAX_TRANSIENT_DRIFT * peak_transient);
 
     // 1. Growth across iterations (module doc).
     let mut grows: Vec<Option<(f64, f64, usize)>> = vec![None; nsites];
@@ -732,7 +762,7 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
     let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
     for s in 0..nsites {
         let mut by_iter = if steps {
-            outliving(&w.blocks, &by_site[s], n, &used, true, it.source == "annotation")
+            outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
         } else {
             Err("no iterations".into())
         };
@@ -814,6 +844,47 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
             break;
         }
     }
+    // Several large leaks at once can each keep the others' blocks above the share.
+    // Left out all together, they still count when the rest of the run frees what it
+    // allocates and frees more than all of them keep (a forward pass keeps more
+    // activations than it frees temporaries, so it stays out).
+    let all: Vec<bool> = {
+        let mut v = vec![false; w.blocks.len()];
+        for ks in &kept {
+            for &k in ks {
+                v[k] = true;
+            }
+        }
+        v
+    };
+    let mut suffix = vec![(0u64, 0u64, 0u64, 0u64); w.blocks.len() + 1]; // (alloc, live, freed, kept) of the rest / of the candidates
+    for k in (0..w.blocks.len()).rev() {
+        let b = &w.blocks[k];
+        let mut x = suffix[k + 1];
+        if all[k] {
+            x.3 += b.size;
+        } else {
+            x.0 += b.size;
+            if b.free.is_none() {
+                x.1 += b.size;
+            } else {
+                x.2 += b.size;
+            }
+        }
+        suffix[k] = x;
+    }
+    for s in 0..nsites {
+        if confirmed[s] {
+            continue;
+        }
+        let Some(&k0) = kept[s].first() else { continue };
+        let (a, l, f, c) = suffix[k0];
+        let share = if a == 0 { 1.0 } else { l as f64 / a as f64 };
+        if share <= MAX_RETAINED_SHARE && f > c {
+            kept_after_share[s] = Some(share);
+            confirmed[s] = true;
+        }
+    }
     for s in 0..nsites {
         if !confirmed[s] {
             kept[s].clear();
@@ -878,7 +949,7 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
                 let (_, r2) = fit(&yf);
                 let growing = y_end.windows(2).filter(|w| w[1] > w[0]).count();
                 // Never-freed: how cleanly the rest of the run frees what it allocates.
-                let conf = 1.0 - kept_after_share[s].unwrap_or(1.0) / MAX_RETAINED_SHARE * 0.5;
+                let conf = 1.0 - kept_after_share[s].unwrap_or(1.0);
                 (nf_bytes as f64 / spans, conf.clamp(0.0, 1.0), growing, r2)
             }
         };

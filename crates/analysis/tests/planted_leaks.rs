@@ -333,7 +333,11 @@ fn planted_leak_suite() {
     let (table, failures, tallies) = run(&traces, sweep.max(1));
     eprintln!("{table}\n{}", summary(&tallies));
     if std::env::var_os("FRAGSCOPE_LEAK_REPORT_ONLY").is_some() {
-        eprintln!("note: FRAGSCOPE_LEAK_REPORT_ONLY set: {} failures not asserted", failures.len());
+        eprintln!(
+            "note: FRAGSCOPE_LEAK_REPORT_ONLY set: {} failures not asserted:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
         return;
     }
     // False positives fail the suite; misses are counted against a floor (the share
