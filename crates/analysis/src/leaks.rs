@@ -620,7 +620,8 @@ fn outliving(
     let repeated = kept_phases.len() >= 2;
     // Periodicity can take the layers of one backward pass for iterations, so only
     // trusted iterations (`annotated`) vouch for an accumulation on their own.
-    if !freed_before_w0 && !(annotated && accumulates) && !repeated {
+    let vouched = freed_before_w0 || (annotated && accumulates) || repeated;
+    if !vouched {
         return Err(format!(
             "kept from its first active window {w0} with no earlier free, in {} windows and one phase",
             windows.len()

@@ -355,3 +355,31 @@ fn planted_leak_suite() {
     assert!(tried > 0, "no leak could be planted");
     assert!(share >= MIN_FOUND_SHARE, "found {found} of {tried} planted leaks, below the floor of {MIN_FOUND_SHARE}");
 }
+
+/// No suspect on any device of any untouched real file (every form the reader takes:
+/// pickles, profiler traces, exported JSON).
+#[test]
+fn untouched_real_files_have_no_suspects() {
+    let Some(dir) = fragscope_testdata::traces_dir() else { return };
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.extension().is_none_or(|e| e != "md"))
+        .collect();
+    files.sort();
+    let mut checked = 0;
+    let mut found = Vec::new();
+    for f in &files {
+        let Ok(snap) = fragscope_snapshot::read_path(f) else { continue };
+        for d in snap.devices() {
+            let l = leaks::leaks_device(&snap, d, peak_allocated(&snap, d));
+            checked += 1;
+            for s in &l.suspects {
+                found.push(format!("{} device {d}: {} ({:?})", f.display(), s.site.site, s.detected_by));
+            }
+        }
+    }
+    eprintln!("{checked} devices of {} files checked", files.len());
+    assert!(checked >= 30, "only {checked} devices read");
+    assert!(found.is_empty(), "suspects on untouched files:\n{}", found.join("\n"));
+}
