@@ -50,7 +50,8 @@
 //!
 //!   A site that keeps blocks from its first active window on, with no earlier free,
 //!   is how state starts (optimizer state, the gradients of a first backward) unless
-//!   they accumulate over annotated iterations or recur in two or more separate phases
+//!   they accumulate over trusted iterations (loop annotations, or periodicity with
+//!   level transient memory) or recur in two or more separate phases
 //!   of the site's activity (a gap over 1/[`PHASE_GAP_DIVISOR`] of the trace). The kept
 //!   bytes must reach [`never_freed_threshold`], and of what the device allocates after
 //!   the first kept block (the site's own and already confirmed suspects' kept blocks
@@ -102,17 +103,12 @@ pub const MIN_FREED_AFTER: usize = 3;
 /// Never-freed blocks allocated in at least this many iterations (or windows) are an
 /// accumulation, followed by freed siblings or not.
 pub const MIN_ACCUMULATION_WINDOWS: usize = 3;
-/// Without iterations, a site that keeps blocks from its first activity on is a
-/// suspect only when they were allocated in this many windows of [`WINDOWS`] ...
-pub const MIN_SPREAD_WINDOWS: usize = 5;
 /// A gap of more than 1/this of the trace between two allocs of a site starts a new
 /// phase of its activity (see `outliving`).
 pub const PHASE_GAP_DIVISOR: usize = 40;
 /// Periodicity-derived iterations are trusted as steps when transient memory drifts by
 /// at most this share of its peak across them.
 pub const MAX_TRANSIENT_DRIFT: f64 = 0.1;
-/// ... spanning at least this share of the trace.
-pub const MIN_SPREAD_SHARE: f64 = 0.4;
 /// Points of a suspect's curve, at most.
 pub const CURVE_POINTS: usize = 48;
 /// Growth spans listed per suspect, at most.
@@ -542,15 +538,17 @@ fn sample_positions(it: &Iterations, n: usize) -> Vec<usize> {
 /// allocation, that outlived at least one iteration boundary (without iterations,
 /// [`MIN_OUTLIVED_SHARE`] of the run), and that either were followed by at least
 /// [`MIN_FREED_AFTER`] freed allocations of the same site (a burst or a phase that
-/// kept what the site normally frees) or belong to an accumulation: such blocks
-/// allocated in at least [`MIN_ACCUMULATION_WINDOWS`] iterations (or windows).
+/// kept what the site normally frees) or belong to an accumulation (such blocks
+/// allocated in at least [`MIN_ACCUMULATION_WINDOWS`] iterations or windows) or to
+/// several phases of the site's activity. `trusted`: the iterations are trusted as
+/// steps. The error says why nothing qualified (`FRAGSCOPE_LEAK_DEBUG`).
 fn outliving(
     blocks: &[BlockLife],
     site_blocks: &[usize],
     n: usize,
     positions: &[usize],
     iterations: bool,
-    annotated: bool,
+    trusted: bool,
 ) -> Result<Vec<usize>, String> {
     // Frees of the site, sorted; freed blocks counted from the end in alloc order.
     let mut frees: Vec<usize> = site_blocks.iter().filter_map(|&k| blocks[k].free).collect();
@@ -594,9 +592,8 @@ fn outliving(
     // Blocks kept from the first window (iteration) the site keeps anything in, with
     // no free of the site before that window, are how the site starts: state made
     // once (optimizer state, gradients of a first backward), not a leak. An
-    // accumulation over real iterations counts anyway, and without iterations one
-    // spread over much of the run ([`MIN_SPREAD_SHARE`], in [`MIN_SPREAD_WINDOWS`]
-    // windows), which one-time state is not.
+    // accumulation over trusted iterations counts anyway, and so do kept blocks in two
+    // or more separate phases of the site's activity, which one-time state is not.
     let start = if w0 == 0 { 0 } else { positions[w0 - 1] };
     let freed_before_w0 = frees.partition_point(|&f| f < start) >= MIN_FREED_AFTER;
     // Phases of the site's activity: runs of its allocs with no gap over
@@ -619,8 +616,8 @@ fn outliving(
     kept_phases.dedup();
     let repeated = kept_phases.len() >= 2;
     // Periodicity can take the layers of one backward pass for iterations, so only
-    // trusted iterations (`annotated`) vouch for an accumulation on their own.
-    let vouched = freed_before_w0 || (annotated && accumulates) || repeated;
+    // trusted iterations vouch for an accumulation on their own.
+    let vouched = freed_before_w0 || (trusted && accumulates) || repeated;
     if !vouched {
         return Err(format!(
             "kept from its first active window {w0} with no earlier free, in {} windows and one phase",
