@@ -4,6 +4,7 @@
 //! other, and the untouched traces must have no suspect at all.
 //!
 //! Shapes: `steady` (every alloc of the site from the second tenth of the run on),
+//! `all` (every freed alloc of the site, from its first use),
 //! `some_iters` (three tenths of the run only), `phase` (one quarter of the run),
 //! `burst` (16 consecutive allocs), `small` (the site with the fewest bytes that still
 //! makes a 4 MiB leak, under everything else the run allocates), `multi` (three sites
@@ -48,7 +49,7 @@ const DEFAULT_TRACES: &[&str] = &[
     "sqattn-qwen2-compress-segment-churn.pickle",
 ];
 
-const SHAPES: &[&str] = &["steady", "some_iters", "phase", "burst", "small", "multi", "cpp", "uneven"];
+const SHAPES: &[&str] = &["steady", "all", "some_iters", "phase", "burst", "small", "multi", "cpp", "uneven"];
 
 const MIB: u64 = 1 << 20;
 
@@ -123,6 +124,7 @@ fn choose(snap: &mut Snapshot, device: i64, shape: &str, rng: &mut Rng) -> Resul
     let from_second_tenth = |s: &SiteAllocs, _: &mut Rng| Shape::Windows(vec![(0.1, 1.0)]).pick(&s.freed, len);
     let v = match shape {
         "steady" => pick_site(rng, &el, &from_second_tenth),
+        "all" => pick_site(rng, &el, &|s, _| Shape::All.pick(&s.freed, len)),
         "some_iters" => pick_site(rng, &el, &|s, rng| {
             let mut slots: Vec<usize> = (1..9).collect();
             let mut w = Vec::new();
