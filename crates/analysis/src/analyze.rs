@@ -168,9 +168,9 @@ pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> De
     } else {
         (part_main(), part_leaks(), part_oom())
     };
-    let threshold = (1u64 << 20).min(tl.peak_allocated.bytes / 100).max(1);
+    let threshold = leaks::growth_threshold(tl.peak_allocated.bytes);
     lk.threshold_bytes_per_iteration = threshold;
-    lk.suspects.retain(|s| s.growth_bytes_per_iteration >= threshold);
+    lk.suspects.retain(|s| leaks::reportable(s, tl.peak_allocated.bytes));
 
     let recommendations = match &oom_f {
         Some(f) => {
@@ -315,10 +315,8 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
         v.push(Finding { kind: "pinned_segments", severity, headline: h });
     }
     for s in d.leak_suspects.iter().take(3) {
-        v.push(Finding {
-            kind: "leak",
-            severity: if s.confidence >= 0.5 { "high" } else { "medium" },
-            headline: format!(
+        let headline = if s.detected_by.contains(&"growth") {
+            format!(
                 "Possible leak: {} grows by {} per iteration over {} iterations ({} → {}, confidence {:.2}).",
                 s.site.site,
                 fs(s.growth_bytes_per_iteration),
@@ -326,8 +324,20 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
                 fs(s.first_bytes),
                 fs(s.last_bytes),
                 s.confidence
-            ),
-        });
+            )
+        } else {
+            format!(
+                "Possible leak: {} never freed {} ({} blocks allocated at trace entries {}–{}) while {} of its allocations were freed (confidence {:.2}).",
+                s.site.site,
+                fs(s.never_freed_bytes),
+                s.never_freed_blocks,
+                s.first_never_freed_entry.unwrap_or(0),
+                s.last_never_freed_entry.unwrap_or(0),
+                s.freed_blocks,
+                s.confidence
+            )
+        };
+        v.push(Finding { kind: "leak", severity: if s.confidence >= 0.5 { "high" } else { "medium" }, headline });
     }
     let ap = &d.peaks.allocated_peak;
     if let Some(top) = ap.sites.first() {

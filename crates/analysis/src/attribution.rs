@@ -11,10 +11,12 @@
 //! Python standard library (`lib/python3.x/` outside `site-packages`, on Windows
 //! `<prefix>\Lib\` outside `site-packages`, `runpy`),
 //! `<frozen ...>` and other `<...>` pseudo-files, `??`, and C/C++ frames (a line of 0
-//! without a `.py` file, or a `.c`/`.cc`/`.cpp`/`.h`/`.cu` file). Third-party Python
+//! without a `.py` file, or a `.c`/`.cc`/`.cpp`/`.h`/`.cu`/`.S` file). Third-party Python
 //! packages (transformers, peft, ...) count as user code: for their users that is where
 //! the tensor was made. When every frame is library code, the innermost Python frame is
-//! used, and a stack of C++ frames only is `<no python frames>`; a block without frames
+//! used, and a stack of C++ frames only is `<no python frames> OP (Node)`: the
+//! innermost `at::_ops::OP` frame and autograd node (`<no python frames>` alone when
+//! neither is found); a block without frames
 //! is `<no stack>`, unless it was live before the trace began (then
 //! `<allocated before recording>`: the trace has no allocation stack for it).
 //!
@@ -69,7 +71,7 @@ pub fn is_library_frame(file: &str, line: i64) -> bool {
         || f == "??"
         || f.starts_with('<')
         || (line == 0 && !py)
-        || [".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".cuh"].iter().any(|x| lower.ends_with(x))
+        || [".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".cuh", ".s", ".asm"].iter().any(|x| lower.ends_with(x))
         || lower.starts_with("torch/")
         || lower.contains("/torch/")
         || lower.contains("torchinductor_")
@@ -88,6 +90,50 @@ fn base_name(file: &str) -> &str {
 
 fn frame_label(file: &str, line: i64, name: &str) -> String {
     format!("{}:{line}:{name}", base_name(file))
+}
+
+/// The operator of a C++-only stack (innermost first): the innermost
+/// `at::_ops::<op>::` frame, with the innermost autograd node
+/// (`torch::autograd::generated::<Node>`) when there is one, as `op (Node)`; else the
+/// innermost frame outside the allocator and tensor-factory machinery.
+fn cpp_site(all: &[(&str, i64, &str)]) -> Option<String> {
+    let between = |name: &str, prefix: &str| -> Option<String> {
+        let p = name.find(prefix)? + prefix.len();
+        let rest = &name[p..];
+        let end = rest.find([':', '(', '<', ' ']).unwrap_or(rest.len());
+        (end > 0).then(|| rest[..end].to_string())
+    };
+    let op = all.iter().find_map(|(_, _, n)| between(n, "at::_ops::"));
+    // `generated::details::` holds helpers shared by many nodes, not a node.
+    let node = all.iter().filter_map(|(_, _, n)| between(n, "torch::autograd::generated::")).find(|x| x != "details");
+    match (op, node) {
+        (Some(o), Some(n)) => Some(format!("{o} ({n})")),
+        (Some(o), None) => Some(o),
+        (None, Some(n)) => Some(n),
+        (None, None) => {
+            let machinery = [
+                "torch::unwind",
+                "torch::CapturedTraceback",
+                "torch::cuda::",
+                "c10::",
+                "at::detail::",
+                "at::TensorBase at::detail",
+                "at::empty",
+                "at::native::empty",
+                "unwind",
+                "gather",
+            ];
+            all.iter()
+                .map(|(_, _, n)| *n)
+                .find(|n| {
+                    !n.is_empty() && !machinery.iter().any(|m| n.starts_with(m) || n.contains("CachingAllocator"))
+                })
+                .map(|n| {
+                    let short = n.split('(').next().unwrap_or(n);
+                    short.chars().take(80).collect()
+                })
+        }
+    }
 }
 
 /// The site of a stack (module doc).
@@ -112,7 +158,15 @@ pub fn site_of(frames: &FrameTable, stack: Option<StackId>) -> Site {
         .unwrap_or(0);
     if !user[pick] && !all[pick].0.to_ascii_lowercase().ends_with(".py") {
         // Only C++ frames (e.g. `torch::unwind::unwind`): no Python caller was recorded.
-        return placeholder(NO_PYTHON);
+        // Name the operator (and the autograd node running it) so that different C++
+        // call paths stay apart.
+        return match cpp_site(&all) {
+            Some(op) => {
+                let label = format!("{NO_PYTHON} {op}");
+                Site { site: label.clone(), file: String::new(), line: 0, function: op, stack: label }
+            }
+            None => placeholder(NO_PYTHON),
+        };
     }
     let (file, line, function) = all[pick];
     // Outer → inner, library runs collapsed.

@@ -1,52 +1,73 @@
-//! Leak suspects: call sites whose live bytes grow from one iteration to the next.
+//! Leak suspects: call sites that keep memory they do not give back, found on runs of
+//! any shape: with iterations (a training loop) or without (one phase, a burst, a run
+//! whose loop the trace does not show).
 //!
 //! # Iterations
 //!
 //! 1. From `external_annotations` (`record_function` scopes) when the trace has times:
-//!    the scope name that starts most often at the top level (no other scope open), if
-//!    it starts at least [`MIN_ITERATIONS`] times. Names ending in `#<digits>`
-//!    (`ProfilerStep#12`) are counted as one name (`ProfilerStep#N`). Iteration *k* starts
-//!    at the first trace entry at or after the scope's *k*-th START. Nested scopes
-//!    (`pad_mm_benchmark` inside a `torch.compile`, a per-layer scope inside `forward`)
-//!    are not iterations and are ignored.
+//!    the scope name that starts most often at the top level (no other scope open) and
+//!    repeats like a loop (below). Names ending in `#<digits>` (`ProfilerStep#12`) are
+//!    counted as one name (`ProfilerStep#N`). Compiler and library internals are never
+//!    iterations ([`is_internal_scope`]: `torch.compile`'s `... (dynamo_timed)` phases,
+//!    `CachingAutotuner.benchmark_all_configs`, Inductor/dynamo scopes, aten ops,
+//!    collectives, FSDP's per-module scopes). Nested scopes are ignored.
 //! 2. Otherwise from the trace's periodicity: each `alloc` gets a signature (request
 //!    size, allocation stack). Candidate periods are the most common gaps between two
 //!    occurrences of the same signature; the period is the smallest candidate whose
-//!    autocorrelation (share of positions *i* with `sig[i] == sig[i + p]`) is within 5% of
-//!    the best one and at least [`MIN_AUTOCORRELATION`]. Taking the smallest near-best
-//!    lag skips multiples of the period; requiring near-best skips sub-periods such as a
-//!    transformer layer, which match only inside the layer stack. Boundaries are the
-//!    occurrences of one anchor signature, the one whose gaps equal the period most
-//!    often (earliest on ties), so the phase stays put even when an iteration has a few
-//!    extra allocations.
+//!    autocorrelation is within 5% of the best one and at least [`MIN_AUTOCORRELATION`].
+//!    Boundaries are the occurrences of one anchor signature.
 //!
-//! # Suspects
+//! Either way the boundaries must look like a loop: at least [`MIN_ITERATIONS`],
+//! covering at least [`MIN_LOOP_COVERAGE`] of the trace, with no gap over
+//! [`MAX_GAP_RATIO`] median gaps. A short pattern repeated in one or two clusters (the
+//! layers of two forward passes, with the growth in between) is rejected, and
+//! `iterations.reason` says why; the analysis then reads the run in [`WINDOWS`]
+//! equal windows. Periodicity also finds the layers of a single pass; when periods keep
+//! more than [`MAX_RETAINED_SHARE`] of what they allocate (a build-up), or when the
+//! memory the trace frees later ("transient") trends across them, they are not taken
+//! for steps.
 //!
-//! At each boundary (the state just before the iteration's first entry) live bytes are
-//! summed per call site (innermost user frame, see [`crate::attribution`]; the same
-//! `allocated` set and block sizes as [`crate::timeline`]). With samples y₀…y_K, a site is
-//! a suspect when
-//! * it grows (y_{j+1} > y_j) in at least 75% of the K steps,
-//! * y_K > y₀, and
-//! * at the end of the trace it still holds at least half of that growth (what the
-//!   backward pass gives back was activations, not a leak), and
-//! * the least-squares slope is at least the threshold: min(1 MiB, 1% of the device's
-//!   peak allocated) per iteration.
+//! # Two tests
 //!
-//! `confidence` = (share of growing steps) × R² of the linear fit, in 0–1.
+//! Every block the trace allocates is followed to its free (or the end). Sites are the
+//! innermost user frame ([`crate::attribution`]; C++-only stacks by operator and
+//! autograd node).
 //!
-//! Periodicity cannot tell the steps of a training loop from the layers of a single
-//! forward pass (same code, same sizes, repeated): with autograd on, every layer keeps
-//! its activations, which looks like a leak per "iteration". So when iterations come
-//! from periodicity and, between the first and last boundary, live bytes grow by more
-//! than [`MAX_RETAINED_SHARE`] of the bytes allocated, nothing is reported and
-//! `iterations.reason` says why (`retained_share` gives the figure). A real step frees
-//! its temporaries; a leak keeps a small part of what a step allocates. And a suspect
-//! found over periodicity-derived iterations counts only if the rest of memory is steady
-//! across the boundaries (slope at most [`MAX_REST_TREND`] of the suspect's): in the
-//! backward pass of one step, gradients grow layer by layer while activations shrink.
-//! Memory: one u32 signature per `alloc` for the periodicity search, and one counter per
-//! site per boundary (boundaries are thinned evenly to at most [`MAX_SAMPLES`]).
+//! * **growth** (needs iterations): live bytes of the site at each boundary, y₀…y_K,
+//!   grow in at least [`MIN_GROWING_SHARE`] of the steps, y_K > y₀, at least half of the
+//!   growth is still held at the end, the least-squares slope is at least
+//!   [`growth_threshold`], and with periodicity-derived iterations the rest of memory
+//!   and the transient memory are steady (slope at most [`MAX_REST_TREND`] of the
+//!   site's). `confidence` = share of growing steps × R².
+//! * **never freed** (iterations or none): blocks of the site never freed that
+//!   - come after at least one free of the same site (the site makes temporaries),
+//!   - outlived at least one iteration boundary (without iterations: at least
+//!     [`MIN_OUTLIVED_SHARE`] of the trace), and
+//!   - were followed by at least [`MIN_FREED_AFTER`] freed allocations of the same site
+//!     (a burst or a phase that kept what the site normally frees), or belong to an
+//!     accumulation (kept blocks in [`MIN_ACCUMULATION_WINDOWS`] iterations) or to
+//!     several phases of the site's activity.
+//!
+//!   A site that keeps blocks from its first active window on, with no earlier free,
+//!   is how state starts (optimizer state, the gradients of a first backward) unless
+//!   they accumulate over trusted iterations (loop annotations, or periodicity with
+//!   level transient memory) or recur in two or more separate phases
+//!   of the site's activity (a gap over 1/[`PHASE_GAP_DIVISOR`] of the trace). The kept
+//!   bytes must reach [`never_freed_threshold`], and of what the device allocates after
+//!   the first kept block (the site's own and already confirmed suspects' kept blocks
+//!   left out) at most [`MAX_RETAINED_SHARE`] may still be live at the end: a forward
+//!   pass keeps its activations, a run that goes on frees what it allocates.
+//!   `confidence` = 1 − that share.
+//!
+//! Each suspect carries its evidence: the blocks never freed (count, bytes, first and
+//! last `alloc` entry), its freed allocations, its live bytes per iteration or window
+//! (`curve`) and when it grew (`grew_in`).
+//!
+//! Memory: one u32 signature per `alloc` for the periodicity search, one record per
+//! traced block, and one counter per site per sample (boundaries thinned evenly to at
+//! most [`MAX_SAMPLES`]). `FRAGSCOPE_LEAK_DEBUG=TEXT` prints the never-freed test's
+//! decision for sites containing TEXT (for tuning on planted files,
+//! [`crate::plant`]).
 
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
@@ -68,6 +89,30 @@ pub const MAX_SAMPLES: usize = 4096;
 pub const MAX_RETAINED_SHARE: f64 = 0.5;
 /// Share of growing steps a suspect needs.
 pub const MIN_GROWING_SHARE: f64 = 0.75;
+/// Iterations must cover at least this share of the trace.
+pub const MIN_LOOP_COVERAGE: f64 = 0.5;
+/// No gap between two iteration boundaries may exceed this many median gaps.
+pub const MAX_GAP_RATIO: usize = 4;
+/// Without iterations, the never-freed test samples the run at this many windows.
+pub const WINDOWS: usize = 20;
+/// Without iterations, a never-freed block must have outlived this share of the trace.
+pub const MIN_OUTLIVED_SHARE: f64 = 0.2;
+/// A never-freed block must be followed by at least this many allocations of the same
+/// site that the trace frees.
+pub const MIN_FREED_AFTER: usize = 3;
+/// Never-freed blocks allocated in at least this many iterations (or windows) are an
+/// accumulation, followed by freed siblings or not.
+pub const MIN_ACCUMULATION_WINDOWS: usize = 3;
+/// A gap of more than 1/this of the trace between two allocs of a site starts a new
+/// phase of its activity (see `outliving`).
+pub const PHASE_GAP_DIVISOR: usize = 40;
+/// Periodicity-derived iterations are trusted as steps when transient memory drifts by
+/// at most this share of its peak across them.
+pub const MAX_TRANSIENT_DRIFT: f64 = 0.1;
+/// Points of a suspect's curve, at most.
+pub const CURVE_POINTS: usize = 48;
+/// Growth spans listed per suspect, at most.
+pub const MAX_SPANS: usize = 32;
 
 /// How the iterations were found.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -104,6 +149,55 @@ pub struct LeakSuspect {
     /// Live bytes of the site at the first and last boundary.
     pub first_bytes: u64,
     pub last_bytes: u64,
+    /// Which tests found it: `"growth"` (live bytes grow across iterations) and/or
+    /// `"never_freed"` (blocks kept while the site's later allocations are freed).
+    pub detected_by: Vec<&'static str>,
+    /// Blocks of the site allocated in the trace and never freed: those the
+    /// never-freed test counted, else every one live at the end.
+    pub never_freed_blocks: u64,
+    pub never_freed_bytes: u64,
+    /// Trace entries of the first and last of their `alloc`s.
+    pub first_never_freed_entry: Option<usize>,
+    pub last_never_freed_entry: Option<usize>,
+    pub first_never_freed_time_us: Option<i64>,
+    /// The site's allocations that the trace frees.
+    pub freed_blocks: u64,
+    /// Live bytes of the site at the end of the trace.
+    pub end_bytes: u64,
+    /// Never-freed test: of what the device allocated after the first never-freed
+    /// block (never-freed blocks of all suspects left out), the share still live at
+    /// the end (a build-up keeps most of it; a run that goes on frees it).
+    pub kept_share_after: Option<f64>,
+    /// Live bytes of the site at each iteration boundary (or each of [`WINDOWS`]
+    /// windows of the run), at most [`CURVE_POINTS`] of them, then at the end
+    /// (`entry` null).
+    pub curve: Vec<CurvePoint>,
+    /// `"iteration"` (the curve's points are iteration boundaries) or `"window"`.
+    pub curve_unit: &'static str,
+    /// When it grew: the never-freed blocks grouped by the iteration (or window) that
+    /// allocated them, at most [`MAX_SPANS`].
+    pub grew_in: Vec<GrowthSpan>,
+    /// `"iteration"` or `"window"` (of [`WINDOWS`] equal shares of the trace): what
+    /// `grew_in[].window` counts.
+    pub grew_in_unit: &'static str,
+}
+
+/// Live bytes of a site just before a trace entry (`entry` null: at the end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CurvePoint {
+    pub entry: Option<usize>,
+    pub bytes: u64,
+}
+
+/// Never-freed blocks allocated in one iteration (or window) of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct GrowthSpan {
+    /// Index of the iteration (or window; see `iterations.source`).
+    pub window: usize,
+    pub first_entry: usize,
+    pub last_entry: usize,
+    pub blocks: u64,
+    pub bytes: u64,
 }
 
 /// Leak analysis of one device.
@@ -127,6 +221,51 @@ fn normalize_scope(name: &str) -> String {
     name.to_string()
 }
 
+/// Scope names that mark compiler or library internals, not the user's loop:
+/// `torch.compile`'s timed phases (`... (dynamo_timed)`, `CachingAutotuner.*`,
+/// `pad_mm_benchmark`), Inductor / dynamo / compiled regions, aten ops, collectives and
+/// FSDP's per-module scopes (they repeat per layer, not per step).
+pub fn is_internal_scope(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    ["dynamo", "inductor", "autotun", "benchmark", "compile", "graphlowering", "cudagraph", "triton"]
+        .iter()
+        .any(|k| l.contains(k))
+        || ["aten::", "nccl:", "fsdp::", "c10d::", "cuda", "memcpy", "memset"].iter().any(|p| l.starts_with(p))
+}
+
+/// Iterations must look like a loop over the run: at least [`MIN_ITERATIONS`], covering
+/// at least [`MIN_LOOP_COVERAGE`] of the trace, with no gap between two boundaries
+/// over [`MAX_GAP_RATIO`] times the median gap (a short pattern repeated in one or two
+/// clusters, with the run's real work in between, is not a loop).
+fn looks_like_a_loop(b: &[usize], n: usize) -> Result<(), String> {
+    if b.len() < MIN_ITERATIONS {
+        return Err(format!("{} repeats are too few", b.len()));
+    }
+    let mut gaps: Vec<usize> = b.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2].max(1);
+    let largest = *gaps.last().unwrap();
+    let covered = b.last().unwrap() - b[0] + median;
+    if covered * 100 < n * (MIN_LOOP_COVERAGE * 100.0) as usize {
+        return Err(format!(
+            "{} repeats cover {:.0}% of the trace (a loop covers at least {:.0}%)",
+            b.len(),
+            100.0 * covered as f64 / n.max(1) as f64,
+            MIN_LOOP_COVERAGE * 100.0
+        ));
+    }
+    if largest > MAX_GAP_RATIO * median {
+        return Err(format!(
+            "{} repeats are clustered: one gap is {} entries, {}x the median gap of {}",
+            b.len(),
+            largest,
+            largest / median,
+            median
+        ));
+    }
+    Ok(())
+}
+
 fn from_annotations(snap: &Snapshot, device: i64) -> Option<Iterations> {
     let trace = snap.trace(device);
     if trace.is_empty() || trace.iter().any(|e| e.time_us == NO_TIME) {
@@ -135,23 +274,24 @@ fn from_annotations(snap: &Snapshot, device: i64) -> Option<Iterations> {
     let scopes = Scopes::new(snap, device);
     let mut starts: FxHashMap<String, Vec<i64>> = FxHashMap::default();
     for (s, _, n, depth) in scopes.occurrences() {
-        if depth == 0 && s != i64::MIN {
+        if depth == 0 && s != i64::MIN && !is_internal_scope(&scopes.names[n]) {
             starts.entry(normalize_scope(&scopes.names[n])).or_default().push(s);
         }
     }
-    let (name, times) = starts
+    // The most frequent top-level name that repeats like a loop.
+    let mut cands: Vec<(String, Vec<usize>)> = starts
         .into_iter()
-        .filter(|(_, v)| v.len() >= MIN_ITERATIONS)
-        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(&a.0)))?;
-    let mut boundaries: Vec<usize> =
-        times.iter().map(|&t| trace.partition_point(|e| e.time_us < t)).filter(|&i| i < trace.len()).collect();
-    boundaries.dedup();
-    (boundaries.len() >= MIN_ITERATIONS).then(|| Iterations {
-        source: "annotation",
-        scope: Some(name),
-        boundaries,
-        ..Iterations::default()
-    })
+        .map(|(name, times)| {
+            let mut b: Vec<usize> =
+                times.iter().map(|&t| trace.partition_point(|e| e.time_us < t)).filter(|&i| i < trace.len()).collect();
+            b.dedup();
+            (name, b)
+        })
+        .filter(|(_, b)| looks_like_a_loop(b, trace.len()).is_ok())
+        .collect();
+    cands.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    let (name, boundaries) = cands.into_iter().next()?;
+    Some(Iterations { source: "annotation", scope: Some(name), boundaries, ..Iterations::default() })
 }
 
 fn from_periodicity(snap: &Snapshot, device: i64) -> Result<Iterations, String> {
@@ -241,15 +381,38 @@ pub fn iterations(snap: &Snapshot, device: i64) -> Iterations {
     if let Some(it) = from_annotations(snap, device) {
         return it;
     }
-    match from_periodicity(snap, device) {
+    let n = snap.trace(device).len();
+    match from_periodicity(snap, device).and_then(|it| looks_like_a_loop(&it.boundaries, n).map(|_| it)) {
         Ok(it) => it,
         Err(reason) => Iterations { source: "none", reason: Some(reason), ..Iterations::default() },
     }
 }
 
-/// Live bytes per site at each boundary: (site table, samples[boundary][site]).
-/// Also returns the bytes allocated between the first and the last boundary.
-pub(crate) fn site_bytes_at(snap: &Snapshot, device: i64, boundaries: &[usize]) -> (SiteTable, Vec<Vec<u64>>, u64) {
+/// One block allocated in the trace: its site, `alloc` entry, size and the entry that
+/// ended its `allocated` life (`None`: live at the end).
+#[derive(Clone, Copy, Debug)]
+struct BlockLife {
+    site: usize,
+    alloc: usize,
+    size: u64,
+    free: Option<usize>,
+    time_us: i64,
+}
+
+/// What one walk over the trace gives the leak analysis.
+struct Walk {
+    table: SiteTable,
+    /// Live bytes per site at each sample position, then one more row: the end.
+    samples: Vec<Vec<u64>>,
+    /// Bytes allocated between the first and the last sample position.
+    allocated_between: u64,
+    /// Blocks allocated in the trace, in `alloc` order.
+    blocks: Vec<BlockLife>,
+}
+
+/// Live bytes per site at each position (the state before that trace entry) and at the
+/// end, and the life of every block the trace allocates. O(events).
+fn walk(snap: &Snapshot, device: i64, positions: &[usize]) -> Walk {
     let mut r = Replayer::new(snap, device);
     let mut table = SiteTable::default();
     let mut bytes: Vec<i128> = Vec::new();
@@ -261,40 +424,54 @@ pub(crate) fn site_bytes_at(snap: &Snapshot, device: i64, boundaries: &[usize]) 
         }
         bytes[i] += b.size as i128;
     }
-    let mut samples = Vec::with_capacity(boundaries.len());
-    let mut state = 0usize;
+    let mut samples = Vec::with_capacity(positions.len() + 1);
     let mut allocated_between = 0u64;
-    let first = boundaries.first().copied().unwrap_or(0);
+    let first = positions.first().copied().unwrap_or(0);
+    let last = positions.last().copied().unwrap_or(0);
     let frames = &snap.frames;
-    for &b in boundaries {
-        while state < b.min(r.trace.len()) {
-            r.step(state, &mut |blk, sign| {
-                let i = table.of_block(frames, blk.stack, blk.before_trace());
-                if bytes.len() <= i {
-                    bytes.resize(i + 1, 0);
-                }
-                bytes[i] += sign as i128 * blk.size as i128;
-                if sign > 0 && state >= first {
-                    allocated_between += blk.size;
-                }
-            });
-            state += 1;
+    let mut blocks: Vec<BlockLife> = Vec::new();
+    let mut by_alloc: FxHashMap<usize, usize> = FxHashMap::default();
+    let n = r.trace.len();
+    let mut next = 0usize;
+    for state in 0..=n {
+        while next < positions.len() && positions[next] <= state {
+            samples.push(bytes.iter().map(|&v| v.max(0) as u64).collect());
+            next += 1;
         }
-        samples.push(bytes.iter().map(|&v| v.max(0) as u64).collect());
-    }
-    // One more sample: the end of the trace (see `leaks_device`).
-    while state < r.trace.len() {
+        if state == n {
+            break;
+        }
         r.step(state, &mut |blk, sign| {
             let i = table.of_block(frames, blk.stack, blk.before_trace());
             if bytes.len() <= i {
                 bytes.resize(i + 1, 0);
             }
             bytes[i] += sign as i128 * blk.size as i128;
+            if sign > 0 && state >= first && state < last {
+                allocated_between += blk.size;
+            }
+            if !blk.before_trace() {
+                if sign > 0 {
+                    by_alloc.insert(blk.alloc_event, blocks.len());
+                    blocks.push(BlockLife {
+                        site: i,
+                        alloc: blk.alloc_event,
+                        size: blk.size,
+                        free: None,
+                        time_us: blk.time_us,
+                    });
+                } else if let Some(&k) = by_alloc.get(&blk.alloc_event) {
+                    blocks[k].free = Some(state);
+                }
+            }
         });
-        state += 1;
     }
+    while samples.len() < positions.len() {
+        samples.push(bytes.iter().map(|&v| v.max(0) as u64).collect());
+    }
+    // The end of the trace.
     samples.push(bytes.iter().map(|&v| v.max(0) as u64).collect());
-    (table, samples, allocated_between)
+    Walk { table, samples, allocated_between, blocks }
 }
 
 /// Least squares of y against 0..n: (slope, R²).
@@ -318,78 +495,494 @@ fn fit(y: &[f64]) -> (f64, f64) {
     (slope, r2)
 }
 
-/// Leak suspects of one device; `peak_allocated` sets the threshold (module doc).
-pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> DeviceLeaks {
-    let threshold = (1u64 << 20).min(peak_allocated / 100).max(1);
-    let mut it = iterations(snap, device);
-    let mut suspects = Vec::new();
-    if it.boundaries.len() >= MIN_ITERATIONS {
-        // Thin evenly to at most MAX_SAMPLES boundaries.
-        let b = &it.boundaries;
-        let used: Vec<usize> = if b.len() <= MAX_SAMPLES {
+/// Smallest growth per iteration reported by the growth test: min(1 MiB, 1% of the
+/// device's peak allocated bytes).
+pub fn growth_threshold(peak_allocated: u64) -> u64 {
+    (1u64 << 20).min(peak_allocated / 100).max(1)
+}
+
+/// Fewest never-freed bytes reported by the never-freed test: 4 MiB, or 0.1% of the
+/// device's peak allocated bytes when that is more (a few MB kept for good is not a
+/// problem on a GPU of tens of GB; a few MB per step is, and the growth test sees it).
+pub fn never_freed_threshold(peak_allocated: u64) -> u64 {
+    (4u64 << 20).max(peak_allocated / 1000)
+}
+
+/// Whether a suspect clears the thresholds of a device whose peak allocated bytes are
+/// `peak_allocated` (`leaks_device` computes suspects against its own thresholds;
+/// `analyze` runs it before the peak is known and filters with this).
+pub fn reportable(s: &LeakSuspect, peak_allocated: u64) -> bool {
+    (s.detected_by.contains(&"growth") && s.growth_bytes_per_iteration >= growth_threshold(peak_allocated))
+        || (s.detected_by.contains(&"never_freed") && s.never_freed_bytes >= never_freed_threshold(peak_allocated))
+}
+
+/// Sample positions: the iteration boundaries (thinned evenly to [`MAX_SAMPLES`]), else
+/// [`WINDOWS`] + 1 evenly spaced trace positions.
+fn sample_positions(it: &Iterations, n: usize) -> Vec<usize> {
+    let b = &it.boundaries;
+    if b.len() >= MIN_ITERATIONS {
+        if b.len() <= MAX_SAMPLES {
             b.clone()
         } else {
             (0..MAX_SAMPLES).map(|k| b[k * (b.len() - 1) / (MAX_SAMPLES - 1)]).collect()
-        };
-        let (table, mut samples, allocated_between) = site_bytes_at(snap, device, &used);
-        let at_end = samples.pop().unwrap();
-        let nsites = table.sites.len();
-        // A "period" that keeps most of what it allocates is a stack of layers in one
-        // forward pass (saved activations) or a loading phase, not a training step:
-        // a step frees its temporaries, and a leak keeps a small part of them.
-        let total = |row: &Vec<u64>| row.iter().sum::<u64>() as f64;
-        let kept = total(samples.last().unwrap()) - total(&samples[0]);
-        let retained = if allocated_between == 0 { 0.0 } else { kept / allocated_between as f64 };
+        }
+    } else {
+        let mut v: Vec<usize> = (0..=WINDOWS).map(|k| k * n / WINDOWS).collect();
+        v.dedup();
+        v
+    }
+}
+
+/// The never-freed test of one site (module doc). Returns the indices (into `blocks`)
+/// of the site's blocks that were never freed although the site had freed an earlier
+/// allocation, that outlived at least one iteration boundary (without iterations,
+/// [`MIN_OUTLIVED_SHARE`] of the run), and that either were followed by at least
+/// [`MIN_FREED_AFTER`] freed allocations of the same site (a burst or a phase that
+/// kept what the site normally frees) or belong to an accumulation (such blocks
+/// allocated in at least [`MIN_ACCUMULATION_WINDOWS`] iterations or windows) or to
+/// several phases of the site's activity. `trusted`: the iterations are trusted as
+/// steps. The error says why nothing qualified (`FRAGSCOPE_LEAK_DEBUG`).
+fn outliving(
+    blocks: &[BlockLife],
+    site_blocks: &[usize],
+    n: usize,
+    positions: &[usize],
+    iterations: bool,
+    trusted: bool,
+) -> Result<Vec<usize>, String> {
+    // Frees of the site, sorted; freed blocks counted from the end in alloc order.
+    let mut frees: Vec<usize> = site_blocks.iter().filter_map(|&k| blocks[k].free).collect();
+    frees.sort_unstable();
+    let mut freed_after = vec![0usize; site_blocks.len() + 1];
+    for j in (0..site_blocks.len()).rev() {
+        freed_after[j] = freed_after[j + 1] + blocks[site_blocks[j]].free.is_some() as usize;
+    }
+    // (index in blocks, followed by enough freed siblings, window, index in site_blocks)
+    let kept: Vec<(usize, bool, usize, usize)> = site_blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(j, &k)| {
+            let b = &blocks[k];
+            if b.free.is_some() || frees.partition_point(|&f| f < b.alloc) == 0 {
+                return None;
+            }
+            let after_boundaries = positions.len() - positions.partition_point(|&x| x <= b.alloc);
+            let long =
+                if iterations { after_boundaries >= 1 } else { (n - b.alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64 };
+            let window = positions.partition_point(|&x| x <= b.alloc);
+            long.then_some((k, freed_after[j + 1] >= MIN_FREED_AFTER, window, j))
+        })
+        .collect();
+    let Some(&(_, _, w0, _)) = kept.first() else {
+        let never: Vec<usize> =
+            site_blocks.iter().filter(|&&k| blocks[k].free.is_none()).map(|&k| blocks[k].alloc).collect();
+        return Err(format!(
+            "no block kept long enough ({} never freed, first at {:?} of {n}, first free {:?})",
+            never.len(),
+            never.first(),
+            frees.first()
+        ));
+    };
+    let mut windows: Vec<usize> = kept.iter().map(|x| x.2).collect();
+    windows.dedup();
+    // Windows a kept block can be in (those followed by a boundary, or early enough).
+    let eligible =
+        if iterations { positions.len() } else { positions.len() - (MIN_OUTLIVED_SHARE * WINDOWS as f64) as usize };
+    let accumulates = windows.len() >= MIN_ACCUMULATION_WINDOWS.min(eligible.saturating_sub(1)).max(2);
+    // Blocks kept from the first window (iteration) the site keeps anything in, with
+    // no free of the site before that window, are how the site starts: state made
+    // once (optimizer state, gradients of a first backward), not a leak. An
+    // accumulation over trusted iterations counts anyway, and so do kept blocks in two
+    // or more separate phases of the site's activity, which one-time state is not.
+    let start = if w0 == 0 { 0 } else { positions[w0 - 1] };
+    let freed_before_w0 = frees.partition_point(|&f| f < start) >= MIN_FREED_AFTER;
+    // Phases of the site's activity: runs of its allocs with no gap over
+    // max(n / PHASE_GAP_DIVISOR, 8 × its median gap). A site used once per step
+    // (forward, backward, optimizer) has one phase per step; one-time state is made
+    // in one phase.
+    let allocs: Vec<usize> = site_blocks.iter().map(|&k| blocks[k].alloc).collect();
+    let mut gaps: Vec<usize> = allocs.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort_unstable();
+    let gap = (n / PHASE_GAP_DIVISOR).max(8 * gaps.get(gaps.len() / 2).copied().unwrap_or(0)).max(1);
+    let mut phase_of = Vec::with_capacity(allocs.len());
+    let mut phase = 0usize;
+    for (j, &a) in allocs.iter().enumerate() {
+        if j > 0 && a - allocs[j - 1] > gap {
+            phase += 1;
+        }
+        phase_of.push(phase);
+    }
+    let mut kept_phases: Vec<usize> = kept.iter().map(|&(_, _, _, j)| phase_of[j]).collect();
+    kept_phases.dedup();
+    let repeated = kept_phases.len() >= 2;
+    // Periodicity can take the layers of one backward pass for iterations, so only
+    // trusted iterations vouch for an accumulation on their own.
+    let vouched = freed_before_w0 || (trusted && accumulates) || repeated;
+    if !vouched {
+        return Err(format!(
+            "kept from its first active window {w0} with no earlier free, in {} windows and one phase",
+            windows.len()
+        ));
+    }
+    let v: Vec<usize> =
+        kept.into_iter().filter(|&(_, followed, _, _)| followed || accumulates || repeated).map(|x| x.0).collect();
+    if v.is_empty() {
+        return Err(format!("kept blocks not followed by {MIN_FREED_AFTER} freed ones and not accumulating"));
+    }
+    Ok(v)
+}
+
+/// Downsamples a curve to at most [`CURVE_POINTS`] points (evenly, keeping both ends).
+fn thin_curve(pos: &[usize], y: &[u64]) -> Vec<CurvePoint> {
+    let n = y.len();
+    let pick: Vec<usize> = if n <= CURVE_POINTS {
+        (0..n).collect()
+    } else {
+        (0..CURVE_POINTS).map(|k| k * (n - 1) / (CURVE_POINTS - 1)).collect()
+    };
+    pick.into_iter().map(|k| CurvePoint { entry: pos.get(k).copied(), bytes: y[k] }).collect()
+}
+
+/// Leak suspects of one device; `peak_allocated` sets the thresholds (module doc).
+pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> DeviceLeaks {
+    let threshold = growth_threshold(peak_allocated);
+    let mut it = iterations(snap, device);
+    let n = snap.trace(device).len();
+    let mut suspects: Vec<LeakSuspect> = Vec::new();
+    if n == 0 {
+        return DeviceLeaks { device, iterations: it, threshold_bytes_per_iteration: threshold, suspects };
+    }
+    let has_iterations = it.boundaries.len() >= MIN_ITERATIONS;
+    let used = sample_positions(&it, n);
+    let w = walk(snap, device, &used);
+    let mut samples = w.samples;
+    let at_end = samples.pop().unwrap();
+    let nsites = w.table.sites.len();
+    let total = |row: &Vec<u64>| row.iter().sum::<u64>() as f64;
+    // A "period" that keeps most of what it allocates is a stack of layers in one
+    // forward pass (saved activations) or a loading phase, not a training step:
+    // a step frees its temporaries, and a leak keeps a small part of them.
+    let kept = total(samples.last().unwrap()) - total(&samples[0]);
+    let retained = if w.allocated_between == 0 { 0.0 } else { kept / w.allocated_between as f64 };
+    let builds_up = has_iterations && it.source == "periodicity" && retained > MAX_RETAINED_SHARE;
+    if has_iterations {
         it.retained_share = Some(retained);
-        let builds_up = it.source == "periodicity" && retained > MAX_RETAINED_SHARE;
         if builds_up {
             it.reason = Some(format!(
-                "each period keeps {:.0}% of the bytes it allocates: a build-up (layers of one pass, loading), not repeated steps; no suspects reported",
+                "each period keeps {:.0}% of the bytes it allocates: a build-up (layers of one pass, loading), not repeated steps; growth per iteration not tested",
                 retained * 100.0
             ));
         }
-        for s in (0..nsites).filter(|_| !builds_up) {
-            let y: Vec<u64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0)).collect();
-            let steps = y.len() - 1;
-            let growing = y.windows(2).filter(|w| w[1] > w[0]).count();
-            let share = growing as f64 / steps as f64;
-            // Growth handed back before the trace ends (activations freed by the
-            // backward pass) is not a leak: keep at least half of it at the end.
-            let end = at_end.get(s).copied().unwrap_or(0);
-            if share < MIN_GROWING_SHARE || y[steps] <= y[0] || end < y[0] + (y[steps] - y[0]) / 2 {
-                continue;
-            }
-            let yf: Vec<f64> = y.iter().map(|&v| v as f64).collect();
-            let (slope, r2) = fit(&yf);
-            if slope < threshold as f64 {
-                continue;
-            }
-            // Periodicity also finds the layers of one pass (backward: each layer frees
-            // activations and keeps gradients). Across real steps everything else returns
-            // to the same level at each boundary; across layers it trends. So with
-            // periodicity-derived iterations, the rest of memory must be steady.
-            if it.source == "periodicity" {
-                let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v as f64).collect();
-                let (rest_slope, _) = fit(&rest);
-                if rest_slope.abs() > (threshold as f64).max(slope * MAX_REST_TREND) {
-                    continue;
-                }
-            }
-            suspects.push(LeakSuspect {
-                site: table.sites[s].clone(),
-                growth_bytes_per_iteration: slope.round() as u64,
-                iterations: y.len(),
-                confidence: (share * r2).clamp(0.0, 1.0),
-                growing_steps: growing,
-                r_squared: r2,
-                first_bytes: y[0],
-                last_bytes: y[steps],
-            });
+    }
+    // The never-freed test's time axis: iterations when they are steps, else windows.
+    let steps = has_iterations && !builds_up;
+    let windows: Vec<usize> = sample_positions(&Iterations::default(), n);
+
+    // Blocks of each site, in alloc order.
+    let mut by_site: Vec<Vec<usize>> = vec![Vec::new(); nsites];
+    for (k, b) in w.blocks.iter().enumerate() {
+        by_site[b.site].push(k);
+    }
+
+    // Transient memory (blocks the trace frees later) at each sample position. Across
+    // real steps it returns to one level at each boundary whatever leaks beside it;
+    // across the layers of one pass it trends (activations saved, then freed).
+    let mut diff = vec![0i128; used.len() + 1];
+    for b in w.blocks.iter() {
+        if let Some(f) = b.free {
+            // Live at sample position p when alloc < p <= free.
+            let from = used.partition_point(|&p| p <= b.alloc);
+            let to = used.partition_point(|&p| p <= f);
+            diff[from] += b.size as i128;
+            diff[to] -= b.size as i128;
         }
-        suspects.sort_by(|a, b| {
-            b.growth_bytes_per_iteration.cmp(&a.growth_bytes_per_iteration).then_with(|| a.site.site.cmp(&b.site.site))
+    }
+    let mut acc = 0i128;
+    let transient: Vec<f64> = diff[..used.len()]
+        .iter()
+        .map(|d| {
+            acc += d;
+            acc as f64
+        })
+        .collect();
+    let transient_slope = if transient.len() >= 2 { fit(&transient).0 } else { 0.0 };
+    // Iterations vouch for an accumulation on their own when they come from loop
+    // annotations, or from periodicity with transient memory that drifts by at most
+    // MAX_TRANSIENT_DRIFT of its peak over the whole run (steps, not layers).
+    let peak_transient = transient.iter().copied().fold(0.0, f64::max);
+    let trusted_steps = steps
+        && (it.source == "annotation"
+            || (transient_slope.abs() * transient.len() as f64) <= MAX_TRANSIENT_DRIFT * peak_transient);
+
+    // 1. Growth across iterations (module doc).
+    let mut grows: Vec<Option<(f64, f64, usize)>> = vec![None; nsites];
+    for (s, g) in grows.iter_mut().enumerate().filter(|_| has_iterations && !builds_up) {
+        let y: Vec<u64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0)).collect();
+        let steps = y.len() - 1;
+        let growing = y.windows(2).filter(|w| w[1] > w[0]).count();
+        let share = growing as f64 / steps as f64;
+        // Growth handed back before the trace ends (activations freed by the
+        // backward pass) is not a leak: keep at least half of it at the end.
+        let end = at_end.get(s).copied().unwrap_or(0);
+        if share < MIN_GROWING_SHARE || y[steps] <= y[0] || end < y[0] + (y[steps] - y[0]) / 2 {
+            continue;
+        }
+        let yf: Vec<f64> = y.iter().map(|&v| v as f64).collect();
+        let (slope, r2) = fit(&yf);
+        if slope < threshold as f64 {
+            continue;
+        }
+        // Periodicity also finds the layers of one pass (backward: each layer frees
+        // activations and keeps gradients). Across real steps everything else returns
+        // to the same level at each boundary; across layers it trends. So with
+        // periodicity-derived iterations, the rest of memory must be steady.
+        if it.source == "periodicity" {
+            let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v as f64).collect();
+            let (rest_slope, _) = fit(&rest);
+            let allowed = (threshold as f64).max(slope * MAX_REST_TREND);
+            if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
+                continue;
+            }
+        }
+        *g = Some((slope, (share * r2).clamp(0.0, 1.0), growing));
+    }
+
+    // 2. Blocks never freed while the site's later allocations are (module doc).
+    let min_kept = never_freed_threshold(peak_allocated);
+    // FRAGSCOPE_LEAK_DEBUG=TEXT prints the never-freed test's decision for sites
+    // containing TEXT (for tuning on planted files).
+    let debug = std::env::var("FRAGSCOPE_LEAK_DEBUG").ok();
+    let mut kept: Vec<Vec<usize>> = vec![Vec::new(); nsites];
+    // Per site: kept blocks and whether they were judged over iterations (else over
+    // windows of the run). Both axes are tried: periodicity can find the layers of
+    // one pass rather than steps, and then the windows still see a leak.
+    let mut over_iterations = vec![false; nsites];
+    let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
+    for s in 0..nsites {
+        let mut by_iter = if steps {
+            outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
+        } else {
+            Err("no iterations".into())
+        };
+        // With periodicity-derived iterations the rest of memory must be steady across
+        // them (as for the growth test): in one backward pass, gradients are kept layer
+        // by layer while activations are freed.
+        if it.source == "periodicity" && by_iter.is_ok() {
+            let y: Vec<f64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect();
+            let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v).collect();
+            let (site_slope, _) = fit(&y);
+            let (rest_slope, _) = fit(&rest);
+            let allowed = (threshold as f64).max(site_slope.abs() * MAX_REST_TREND);
+            if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
+                by_iter = Err(format!(
+                    "rest of memory trends {rest_slope:.0} B/iteration (blocks freed later: {transient_slope:.0})"
+                ));
+            }
+        }
+        let by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
+        if let Some(d) = debug.as_deref().filter(|d| w.table.sites[s].site.contains(d)) {
+            let show =
+                |r: &Result<Vec<usize>, String>| r.as_ref().map(|v| (v.len(), bytes_of(v))).map_err(String::clone);
+            eprintln!(
+                "leaks: {d}: {}: iterations {:?}, windows {:?} (min {min_kept} bytes)",
+                w.table.sites[s].site,
+                show(&by_iter),
+                show(&by_win)
+            );
+        }
+        let bi = by_iter.as_deref().map_or(0, bytes_of);
+        let bw = by_win.as_deref().map_or(0, bytes_of);
+        if bi.max(bw) < min_kept {
+            continue;
+        }
+        over_iterations[s] = bi >= bw;
+        kept[s] = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+    }
+    // Build-up check: of what the whole device allocates after a candidate's first
+    // never-freed block, at most MAX_RETAINED_SHARE may still be live at the end. A
+    // forward pass that keeps its activations keeps most of it; a run that goes on in
+    // steps frees it. The site's own never-freed blocks are left out, and so are those
+    // of sites already confirmed (several leaks at once must not hide each other);
+    // confirmation repeats until nothing changes.
+    let mut confirmed = vec![false; nsites];
+    let mut kept_after_share: Vec<Option<f64>> = vec![None; nsites];
+    loop {
+        let mut excluded = vec![false; w.blocks.len()];
+        for s in (0..nsites).filter(|&s| confirmed[s]) {
+            for &k in &kept[s] {
+                excluded[k] = true;
+            }
+        }
+        let mut suffix_alloc = vec![0u64; w.blocks.len() + 1];
+        let mut suffix_live = vec![0u64; w.blocks.len() + 1];
+        for k in (0..w.blocks.len()).rev() {
+            let b = &w.blocks[k];
+            let (a, l) = if excluded[k] { (0, 0) } else { (b.size, if b.free.is_none() { b.size } else { 0 }) };
+            suffix_alloc[k] = suffix_alloc[k + 1] + a;
+            suffix_live[k] = suffix_live[k + 1] + l;
+        }
+        let mut changed = false;
+        for s in 0..nsites {
+            if confirmed[s] {
+                continue;
+            }
+            let Some(&k0) = kept[s].first() else { continue };
+            let own: u64 = kept[s].iter().map(|&k| w.blocks[k].size).sum();
+            let (a, l) = (suffix_alloc[k0] - own, suffix_live[k0] - own);
+            let share = if a == 0 { 0.0 } else { l as f64 / a as f64 };
+            kept_after_share[s] = Some(share);
+            if share <= MAX_RETAINED_SHARE {
+                confirmed[s] = true;
+                changed = true;
+            } else if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
+                eprintln!("leaks: {}: the rest keeps {share:.2} of what it allocates after", w.table.sites[s].site);
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // Several large leaks at once can each keep the others' blocks above the share.
+    // Left out all together, they still count when the rest of the run frees what it
+    // allocates and frees more than all of them keep (a forward pass keeps more
+    // activations than it frees temporaries, so it stays out).
+    let all: Vec<bool> = {
+        let mut v = vec![false; w.blocks.len()];
+        for ks in &kept {
+            for &k in ks {
+                v[k] = true;
+            }
+        }
+        v
+    };
+    let mut suffix = vec![(0u64, 0u64, 0u64, 0u64); w.blocks.len() + 1]; // (alloc, live, freed, kept) of the rest / of the candidates
+    for k in (0..w.blocks.len()).rev() {
+        let b = &w.blocks[k];
+        let mut x = suffix[k + 1];
+        if all[k] {
+            x.3 += b.size;
+        } else {
+            x.0 += b.size;
+            if b.free.is_none() {
+                x.1 += b.size;
+            } else {
+                x.2 += b.size;
+            }
+        }
+        suffix[k] = x;
+    }
+    for s in 0..nsites {
+        if confirmed[s] {
+            continue;
+        }
+        let Some(&k0) = kept[s].first() else { continue };
+        let (a, l, f, c) = suffix[k0];
+        let share = if a == 0 { 1.0 } else { l as f64 / a as f64 };
+        if share <= MAX_RETAINED_SHARE && f > c {
+            kept_after_share[s] = Some(share);
+            confirmed[s] = true;
+        }
+    }
+    for s in 0..nsites {
+        if !confirmed[s] {
+            kept[s].clear();
+        }
+    }
+
+    for s in 0..nsites {
+        let g = grows[s];
+        if g.is_none() && kept[s].is_empty() {
+            continue;
+        }
+        let y: Vec<u64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0)).collect();
+        let mut curve_pos = used.clone();
+        curve_pos.truncate(y.len());
+        let mut y_end = y.clone();
+        y_end.push(at_end.get(s).copied().unwrap_or(0));
+        // The evidence: the site's blocks never freed (the never-freed test's, else
+        // every traced block of the site live at the end), its freed blocks, and where
+        // the kept ones were allocated.
+        let nf: Vec<usize> = if kept[s].is_empty() {
+            by_site[s].iter().copied().filter(|&k| w.blocks[k].free.is_none()).collect()
+        } else {
+            kept[s].clone()
+        };
+        let freed_blocks = by_site[s].iter().filter(|&&k| w.blocks[k].free.is_some()).count() as u64;
+        let mut grew: Vec<GrowthSpan> = Vec::new();
+        for &k in &nf {
+            let b = &w.blocks[k];
+            let axis = if over_iterations[s] { &used } else { &windows };
+            let slot = axis.partition_point(|&p| p <= b.alloc).saturating_sub(1);
+            match grew.last_mut() {
+                Some(g) if g.window == slot => {
+                    g.last_entry = b.alloc;
+                    g.blocks += 1;
+                    g.bytes += b.size;
+                }
+                _ => grew.push(GrowthSpan {
+                    window: slot,
+                    first_entry: b.alloc,
+                    last_entry: b.alloc,
+                    blocks: 1,
+                    bytes: b.size,
+                }),
+            }
+        }
+        let nf_bytes: u64 = nf.iter().map(|&k| w.blocks[k].size).sum();
+        let mut detected_by = Vec::new();
+        if g.is_some() {
+            detected_by.push("growth");
+        }
+        if !kept[s].is_empty() {
+            detected_by.push("never_freed");
+        }
+        let spans = y.len().saturating_sub(1).max(1) as f64;
+        let (slope, confidence, growing, r2) = match g {
+            Some((slope, conf, growing)) => {
+                let yf: Vec<f64> = y.iter().map(|&v| v as f64).collect();
+                (slope, conf, growing, fit(&yf).1)
+            }
+            None => {
+                let yf: Vec<f64> = y_end.iter().map(|&v| v as f64).collect();
+                let (_, r2) = fit(&yf);
+                let growing = y_end.windows(2).filter(|w| w[1] > w[0]).count();
+                // Never-freed: how cleanly the rest of the run frees what it allocates.
+                let conf = 1.0 - kept_after_share[s].unwrap_or(1.0);
+                (nf_bytes as f64 / spans, conf.clamp(0.0, 1.0), growing, r2)
+            }
+        };
+        grew.truncate(MAX_SPANS);
+        suspects.push(LeakSuspect {
+            site: w.table.sites[s].clone(),
+            growth_bytes_per_iteration: slope.round().max(0.0) as u64,
+            iterations: y.len(),
+            confidence,
+            growing_steps: growing,
+            r_squared: r2,
+            first_bytes: y[0],
+            last_bytes: *y.last().unwrap(),
+            detected_by,
+            never_freed_blocks: nf.len() as u64,
+            never_freed_bytes: nf_bytes,
+            first_never_freed_entry: nf.first().map(|&k| w.blocks[k].alloc),
+            last_never_freed_entry: nf.last().map(|&k| w.blocks[k].alloc),
+            first_never_freed_time_us: nf.first().map(|&k| w.blocks[k].time_us).filter(|&t| t != NO_TIME),
+            freed_blocks,
+            end_bytes: at_end.get(s).copied().unwrap_or(0),
+            kept_share_after: kept_after_share[s],
+            curve: {
+                let mut c = thin_curve(&curve_pos, &y);
+                c.push(CurvePoint { entry: None, bytes: at_end.get(s).copied().unwrap_or(0) });
+                c
+            },
+            grew_in: grew,
+            grew_in_unit: if over_iterations[s] { "iteration" } else { "window" },
+            curve_unit: if has_iterations { "iteration" } else { "window" },
         });
     }
+    suspects.sort_by(|a, b| {
+        b.growth_bytes_per_iteration.cmp(&a.growth_bytes_per_iteration).then_with(|| a.site.site.cmp(&b.site.site))
+    });
     DeviceLeaks { device, iterations: it, threshold_bytes_per_iteration: threshold, suspects }
 }
 

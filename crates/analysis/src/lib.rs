@@ -5,7 +5,8 @@
 //! figures plus fragmentation ([`summary`]), timelines and peaks ([`timeline`]), who holds
 //! the memory ([`attribution`]), leak suspects ([`leaks`]), the OOM and its fixes
 //! ([`oom`], [`recommend`], [`analyze`]), comparisons and CI gates ([`diff`], [`check`]),
-//! the OOM error text ([`oom_message`]), and replay of traces through the allocator model
+//! the OOM error text ([`oom_message`]), leaks planted into real files to test the
+//! leak detector ([`plant`]), and replay of traces through the allocator model
 //! ([`replay`], [`recorder`]); the usual advice (`empty_cache`, no caching) judged from an
 //! OOM message ([`advice`]) or replayed ([`replay::advice`]).
 
@@ -19,6 +20,7 @@ pub mod attribution;
 pub mod check;
 pub mod diff;
 pub mod leaks;
+pub mod plant;
 pub mod timeline;
 
 pub mod advice;

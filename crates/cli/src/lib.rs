@@ -53,6 +53,10 @@ enum Command {
     /// One self-contained HTML file (offline, opens from file://): memory timeline,
     /// allocator state at any moment, fragmentation, findings. Without FILE: the example.
     Report(cmd::report::Args),
+    /// (For testing the leak detector.) Drop the frees of a call site's allocations in a
+    /// snapshot's trace, keeping the final state consistent, and write the result.
+    #[command(name = "plant-leak", hide = true)]
+    PlantLeak(cmd::plant::Args),
 }
 
 impl Command {
@@ -65,6 +69,7 @@ impl Command {
             Command::Diff(a) => cmd::diff::run(a),
             Command::Check(a) => cmd::check::run(a),
             Command::Report(a) => cmd::report::run(a),
+            Command::PlantLeak(a) => cmd::plant::run(a),
         }
     }
 }

@@ -155,22 +155,28 @@ fn device_text(d: &DeviceAnalysis) -> String {
         };
         let _ = writeln!(o, "  {why}");
     } else {
-        let _ = writeln!(
-            o,
-            "  over {} iterations (found by {}); sites whose live bytes grow step after step:",
-            d.iterations.boundaries.len(),
-            d.iterations.source
-        );
+        let over = match d.iterations.source {
+            "none" => format!(
+                "no iterations ({}); the run is read in windows",
+                d.iterations.reason.as_deref().unwrap_or("no repeating pattern")
+            ),
+            src => format!("over {} iterations (found by {src})", d.iterations.boundaries.len()),
+        };
+        let _ = writeln!(o, "  {over}; sites that keep memory they do not give back:");
         for s in &d.leak_suspects {
+            let per = if s.detected_by.contains(&"growth") { "/iter" } else { " kept" };
+            let shown =
+                if s.detected_by.contains(&"growth") { s.growth_bytes_per_iteration } else { s.never_freed_bytes };
             let _ = writeln!(
                 o,
-                "  {:>12}/iter  {} → {}  confidence {:.2}  {}",
-                bytes(s.growth_bytes_per_iteration),
+                "  {:>12}{per}  {} → {}  confidence {:.2}  {}",
+                bytes(shown),
                 bytes(s.first_bytes),
                 bytes(s.last_bytes),
                 s.confidence,
                 s.site.site
             );
+            o.push_str(&leak_evidence(s));
             let _ = writeln!(o, "                 stack: {}", s.site.stack);
         }
     }
@@ -431,6 +437,35 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
         for g in &p.by_site {
             let _ = writeln!(o, "    {}", g.describe(bytes));
         }
+    }
+    o
+}
+
+/// Why a leak suspect is one: the blocks it never freed, when it grew, its curve.
+fn leak_evidence(s: &fragscope_analysis::leaks::LeakSuspect) -> String {
+    let mut o = String::new();
+    let pad = "                 ";
+    if let (Some(a), Some(b)) = (s.first_never_freed_entry, s.last_never_freed_entry) {
+        let _ = writeln!(
+            o,
+            "{pad}why: {} ({} blocks allocated at trace entries {a}–{b}) never freed, while {} of its allocations were freed{}",
+            bytes(s.never_freed_bytes),
+            s.never_freed_blocks,
+            s.freed_blocks,
+            if s.detected_by.contains(&"growth") { "; live bytes grew in most iterations" } else { "" }
+        );
+    }
+    if !s.grew_in.is_empty() {
+        let unit = if s.grew_in_unit == "iteration" { "iteration" } else { "window" };
+        let spans: Vec<String> =
+            s.grew_in.iter().take(8).map(|g| format!("{unit} {} +{}", g.window, bytes(g.bytes))).collect();
+        let more = if s.grew_in.len() > 8 { format!(", … ({} in all)", s.grew_in.len()) } else { String::new() };
+        let _ = writeln!(o, "{pad}grew in: {}{more}", spans.join(", "));
+    }
+    if s.curve.len() > 1 {
+        let pts: Vec<String> = s.curve.iter().map(|p| bytes(p.bytes)).collect();
+        let unit = if s.curve_unit == "iteration" { "iteration" } else { "window" };
+        let _ = writeln!(o, "{pad}live bytes at each {unit} start, then at the end: {}", pts.join(" "));
     }
     o
 }

@@ -10,5 +10,6 @@ pub mod analyze;
 pub mod check;
 pub mod diff;
 pub mod oom;
+pub mod plant;
 pub mod replay;
 pub mod report;
