@@ -1,0 +1,208 @@
+//! [`Planned`]: the offline plan. The whole workload is known in advance; every block
+//! gets a fixed offset in one arena per stream, chosen by decreasing-size best fit over
+//! lifetimes ([`plan_offsets`], the order and fit of XLA's heap simulator).
+
+use super::best_fit::StreamArenas;
+use super::workload::Life;
+use super::{round512, round_page, DriverCalls, FastMap, Policy, PolicyOom, UnknownBlock, Workload};
+use crate::device::{DeviceMemory, SimulatedDevice};
+use crate::{Addr, StreamId};
+
+/// Trace ops per leaf of the time index.
+const LEAF_OPS: u32 = 16;
+
+/// Offsets for blocks with the given lifetimes (one stream), and the arena size they
+/// need. Blocks are taken largest first (earlier start, then lower index on ties); each
+/// goes into the smallest gap, among the blocks already placed that are live at the same
+/// time, that holds it, else above all of them.
+///
+/// Placed blocks are kept in a segment tree over time (leaves of [`LEAF_OPS`] ops, a block
+/// in the canonical nodes of its interval) with a count of blocks per subtree, so a query
+/// visits only the nodes its interval meets that hold something.
+pub fn plan_offsets(lives: &[Life]) -> (Vec<u64>, u64) {
+    let n = lives.len();
+    let mut off = vec![0u64; n];
+    let Some(t_end) = lives.iter().map(|l| l.end.max(l.start + 1)).max() else { return (off, 0) };
+    let leaves = ((t_end / LEAF_OPS) as usize + 1).next_power_of_two();
+    let mut nodes: Vec<Vec<u32>> = vec![Vec::new(); 2 * leaves];
+    let mut sub = vec![0u32; 2 * leaves];
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        let (x, y) = (&lives[a as usize], &lives[b as usize]);
+        y.size.cmp(&x.size).then(x.start.cmp(&y.start)).then(a.cmp(&b))
+    });
+    let mut stamp = vec![0u32; n];
+    let mut cand: Vec<(u64, u64)> = Vec::new();
+    let mut stack: Vec<(usize, usize, usize)> = Vec::new();
+    let mut top = 0u64;
+    for (q, &b) in order.iter().enumerate() {
+        let q = q as u32 + 1;
+        let l = lives[b as usize];
+        let end = l.end.max(l.start + 1);
+        let (lo, hi) = ((l.start / LEAF_OPS) as usize, ((end - 1) / LEAF_OPS) as usize);
+        cand.clear();
+        stack.clear();
+        stack.push((1, 0, leaves - 1));
+        while let Some((node, nlo, nhi)) = stack.pop() {
+            if nhi < lo || nlo > hi || sub[node] == 0 {
+                continue;
+            }
+            for &p in &nodes[node] {
+                let pl = &lives[p as usize];
+                if stamp[p as usize] != q && pl.start < end && l.start < pl.end.max(pl.start + 1) {
+                    stamp[p as usize] = q;
+                    cand.push((off[p as usize], off[p as usize] + pl.size));
+                }
+            }
+            if node < leaves {
+                let mid = (nlo + nhi) / 2;
+                stack.push((2 * node, nlo, mid));
+                stack.push((2 * node + 1, mid + 1, nhi));
+            }
+        }
+        cand.sort_unstable();
+        let (mut cur, mut best) = (0u64, None::<(u64, u64)>);
+        for &(a, z) in &cand {
+            if a > cur {
+                let gap = a - cur;
+                if gap >= l.size && best.is_none_or(|(_, g)| gap < g) {
+                    best = Some((cur, gap));
+                }
+            }
+            cur = cur.max(z);
+        }
+        let o = best.map_or(cur, |(s, _)| s);
+        off[b as usize] = o;
+        top = top.max(o + l.size);
+        // Insert into the canonical nodes of [lo, hi], counting it in their ancestors.
+        let (mut x, mut y) = (lo + leaves, hi + leaves + 1);
+        while x < y {
+            if x & 1 == 1 {
+                add(&mut nodes, &mut sub, x, b);
+                x += 1;
+            }
+            if y & 1 == 1 {
+                y -= 1;
+                add(&mut nodes, &mut sub, y, b);
+            }
+            x >>= 1;
+            y >>= 1;
+        }
+    }
+    (off, top)
+}
+
+fn add(nodes: &mut [Vec<u32>], sub: &mut [u32], node: usize, b: u32) {
+    nodes[node].push(b);
+    let mut k = node;
+    while k >= 1 {
+        sub[k] += 1;
+        k >>= 1;
+    }
+}
+
+/// Serves the `k`-th request from the plan of the workload it was built from (one
+/// `cudaMalloc` per stream for the whole arena, at the stream's first request); a request
+/// that does not match the plan (other size or stream) goes to a best-fit arena instead.
+pub struct Planned<D: DeviceMemory = SimulatedDevice> {
+    dev: D,
+    /// By request number: (stream, rounded size, offset in its stream's arena).
+    plan: Vec<(StreamId, u64, u64)>,
+    /// (stream, arena bytes, base once allocated).
+    arenas: Vec<(StreamId, u64, Option<Addr>)>,
+    next: usize,
+    planned_live: FastMap<Addr, ()>,
+    fallback: StreamArenas,
+    /// Requests that did not match the plan.
+    pub unplanned: u64,
+    calls: DriverCalls,
+}
+
+impl<D: DeviceMemory> Planned<D> {
+    /// Plan `w` (all of it, in advance).
+    pub fn new(w: &Workload, dev: D) -> Self {
+        let lives = w.lives();
+        let mut plan: Vec<(StreamId, u64, u64)> = lives.iter().map(|l| (l.stream, l.size, 0)).collect();
+        let mut arenas = Vec::new();
+        for s in w.streams() {
+            let ids: Vec<usize> = (0..lives.len()).filter(|&i| lives[i].stream == s).collect();
+            let mine: Vec<Life> = ids.iter().map(|&i| lives[i]).collect();
+            let (offs, size) = plan_offsets(&mine);
+            for (&i, o) in ids.iter().zip(offs) {
+                plan[i].2 = o;
+            }
+            arenas.push((s, round_page(size), None));
+        }
+        Planned {
+            dev,
+            plan,
+            arenas,
+            next: 0,
+            planned_live: FastMap::default(),
+            fallback: StreamArenas::default(),
+            unplanned: 0,
+            calls: DriverCalls::default(),
+        }
+    }
+
+    /// Bytes of every stream's arena (what the plan reserves once all streams ran).
+    pub fn planned_bytes(&self) -> u64 {
+        self.arenas.iter().map(|a| a.1).sum()
+    }
+}
+
+impl<D: DeviceMemory> Policy for Planned<D> {
+    fn name(&self) -> String {
+        "planned".into()
+    }
+    fn malloc(&mut self, size: u64, stream: StreamId) -> Result<Addr, PolicyOom> {
+        let r = round512(size);
+        let k = self.next;
+        self.next += 1;
+        let oom = |me: &Self| PolicyOom { requested: size, stream, reserved: me.reserved() };
+        match self.plan.get(k) {
+            Some(&(s, sz, off)) if s == stream && sz == r => {
+                let j = self.arenas.iter().position(|a| a.0 == stream).expect("planned stream");
+                let base = match self.arenas[j].2 {
+                    Some(b) => b,
+                    None => {
+                        let bytes = self.arenas[j].1;
+                        self.calls.cuda_malloc += 1;
+                        let b = match self.dev.malloc(bytes) {
+                            Some(b) => b,
+                            None => {
+                                self.fallback.trim(&mut self.dev, &mut self.calls);
+                                self.calls.cuda_malloc += 1;
+                                self.dev.malloc(bytes).ok_or_else(|| oom(self))?
+                            }
+                        };
+                        self.arenas[j].2 = Some(b);
+                        b
+                    }
+                };
+                self.planned_live.insert(base + off, ());
+                Ok(base + off)
+            }
+            _ => {
+                self.unplanned += 1;
+                self.fallback.malloc(r, stream, &mut self.dev, &mut self.calls).ok_or_else(|| oom(self))
+            }
+        }
+    }
+    fn free(&mut self, addr: Addr) -> Result<(), UnknownBlock> {
+        if self.planned_live.remove(&addr).is_some() || self.fallback.free(addr) {
+            Ok(())
+        } else {
+            Err(UnknownBlock(addr))
+        }
+    }
+    fn reserved(&self) -> u64 {
+        self.arenas.iter().filter(|a| a.2.is_some()).map(|a| a.1).sum::<u64>() + self.fallback.mapped()
+    }
+    fn calls(&self) -> DriverCalls {
+        self.calls
+    }
+    fn check(&self) -> Result<(), String> {
+        self.fallback.check()
+    }
+}
