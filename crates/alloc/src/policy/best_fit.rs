@@ -52,7 +52,7 @@ impl PagedArena {
     }
 
     pub fn check(&self) -> Result<(), String> {
-        if self.mapped < round_page(self.arena.top()) || self.mapped % PAGE != 0 {
+        if self.mapped < round_page(self.arena.top()) || !self.mapped.is_multiple_of(PAGE) {
             return Err(format!("arena at {:#x}: top {} above mapped {}", self.base, self.arena.top(), self.mapped));
         }
         Ok(())

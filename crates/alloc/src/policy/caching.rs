@@ -45,3 +45,10 @@ impl<D: DeviceMemory> Policy for PyTorchCaching<D> {
         self.eng.check_invariants()
     }
 }
+
+impl<D: DeviceMemory> PyTorchCaching<D> {
+    /// `torch.cuda.empty_cache()`: give back every segment with no live block.
+    pub fn empty_cache(&mut self) {
+        self.eng.empty_cache();
+    }
+}

@@ -79,7 +79,8 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
                     }
                     run.peak_live = run.peak_live.max(live + round512(size));
                     run.peak_reserved = run.peak_reserved.max(p.reserved());
-                    p.free(a).map_err(|e| format!("op {i}: policy does not know the block it just gave, {:#x}", e.0))?;
+                    p.free(a)
+                        .map_err(|e| format!("op {i}: policy does not know the block it just gave, {:#x}", e.0))?;
                 }
             }
             Op::Free { id } => {

@@ -11,6 +11,9 @@ use crate::{Addr, StreamId};
 /// backward pass, parameters, gradients and optimizer state for thousands.
 pub const LONG_LIVED_REQUESTS: u64 = 256;
 
+/// A live block: (arena index, long-lived?, size, request number, (site, size) key).
+type LiveBlock = (u32, bool, u64, u64, (u64, u64));
+
 /// Two growable best-fit arenas per stream (short-lived, long-lived). A (site, size) key
 /// is predicted by the last block of that key that was freed; a key never freed yet is
 /// predicted short-lived, and a key still live after [`LONG_LIVED_REQUESTS`] is learned as
@@ -19,8 +22,7 @@ pub struct LifetimeSegregated<D: DeviceMemory = SimulatedDevice> {
     dev: D,
     /// `(stream, short arena, long arena)`.
     arenas: Vec<(StreamId, PagedArena, PagedArena)>,
-    /// Live block → (arena index, long?, size, request number, key).
-    live: FastMap<Addr, (u32, bool, u64, u64, (u64, u64))>,
+    live: FastMap<Addr, LiveBlock>,
     learned: FastMap<(u64, u64), bool>,
     site: u64,
     requests: u64,

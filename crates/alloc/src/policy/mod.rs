@@ -38,7 +38,7 @@ pub use caching::PyTorchCaching;
 pub use drive::{drive, Run};
 pub use lifetime::LifetimeSegregated;
 pub use page_remap::PageRemap;
-pub use planned::{plan_offsets, Planned};
+pub use planned::{plan_best, plan_in_order, plan_offsets, Order, Planned};
 pub use workload::{Bounds, Op, Workload};
 
 use crate::{Addr, StreamId};

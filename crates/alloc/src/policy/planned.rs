@@ -20,6 +20,35 @@ const LEAF_OPS: u32 = 16;
 /// in the canonical nodes of its interval) with a count of blocks per subtree, so a query
 /// visits only the nodes its interval meets that hold something.
 pub fn plan_offsets(lives: &[Life]) -> (Vec<u64>, u64) {
+    plan_in_order(lives, Order::Size)
+}
+
+/// The order blocks are placed in. XLA's heap simulator tries several and keeps the
+/// smallest heap; so does [`plan_best`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Decreasing size (then earlier start).
+    Size,
+    /// Decreasing lifetime, then decreasing size: long-lived blocks at the bottom.
+    Lifetime,
+    /// Decreasing size × lifetime.
+    Area,
+}
+
+/// [`plan_in_order`] in every [`Order`]; the smallest arena wins (earlier order on ties).
+pub fn plan_best(lives: &[Life]) -> (Vec<u64>, u64) {
+    let mut best = plan_in_order(lives, Order::Size);
+    for o in [Order::Lifetime, Order::Area] {
+        let p = plan_in_order(lives, o);
+        if p.1 < best.1 {
+            best = p;
+        }
+    }
+    best
+}
+
+/// Best fit over lifetimes, blocks taken in `order`.
+pub fn plan_in_order(lives: &[Life], order_by: Order) -> (Vec<u64>, u64) {
     let n = lives.len();
     let mut off = vec![0u64; n];
     let Some(t_end) = lives.iter().map(|l| l.end.max(l.start + 1)).max() else { return (off, 0) };
@@ -27,9 +56,15 @@ pub fn plan_offsets(lives: &[Life]) -> (Vec<u64>, u64) {
     let mut nodes: Vec<Vec<u32>> = vec![Vec::new(); 2 * leaves];
     let mut sub = vec![0u32; 2 * leaves];
     let mut order: Vec<u32> = (0..n as u32).collect();
+    let len = |l: &Life| (l.end.max(l.start + 1) - l.start) as u64;
     order.sort_unstable_by(|&a, &b| {
         let (x, y) = (&lives[a as usize], &lives[b as usize]);
-        y.size.cmp(&x.size).then(x.start.cmp(&y.start)).then(a.cmp(&b))
+        let first = match order_by {
+            Order::Size => y.size.cmp(&x.size),
+            Order::Lifetime => len(y).cmp(&len(x)).then(y.size.cmp(&x.size)),
+            Order::Area => (y.size as u128 * len(y) as u128).cmp(&(x.size as u128 * len(x) as u128)),
+        };
+        first.then(y.size.cmp(&x.size)).then(x.start.cmp(&y.start)).then(a.cmp(&b))
     });
     let mut stamp = vec![0u32; n];
     let mut cand: Vec<(u64, u64)> = Vec::new();
@@ -127,7 +162,7 @@ impl<D: DeviceMemory> Planned<D> {
         for s in w.streams() {
             let ids: Vec<usize> = (0..lives.len()).filter(|&i| lives[i].stream == s).collect();
             let mine: Vec<Life> = ids.iter().map(|&i| lives[i]).collect();
-            let (offs, size) = plan_offsets(&mine);
+            let (offs, size) = plan_best(&mine);
             for (&i, o) in ids.iter().zip(offs) {
                 plan[i].2 = o;
             }

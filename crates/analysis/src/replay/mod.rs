@@ -18,6 +18,7 @@
 
 pub mod driver;
 pub mod fidelity;
+pub mod lab;
 pub mod state;
 pub mod whatif;
 

@@ -9,5 +9,6 @@ pub mod summary;
 pub mod analyze;
 pub mod check;
 pub mod diff;
+pub mod lab;
 pub mod oom;
 pub mod replay;

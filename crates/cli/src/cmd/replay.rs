@@ -49,6 +49,11 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Allocator lab: serve the workload with this allocation policy (repeatable; `all` =
+    /// every one): pytorch, expandable, pytorch:CONF, best-fit, page-remap, lifetime,
+    /// planned. See docs/allocator-lab.md.
+    #[arg(long = "allocator", value_name = "NAME", conflicts_with_all = ["verify", "config", "save_snapshot", "fidelity_table"])]
+    pub allocator: Vec<String>,
 }
 
 /// Memory totals as `nvidia-smi` reports them (MiB × 2^20).
@@ -133,6 +138,9 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
     }
     let capacity = args.capacity.as_deref().map(parse_capacity).transpose().map_err(CliError::usage)?;
+    if !args.allocator.is_empty() {
+        return super::lab::run(args, capacity);
+    }
     if args.fidelity_table {
         let mut files = Vec::new();
         for f in &args.files {
