@@ -3,7 +3,9 @@
 //! the policy's own accounting), on an unlimited device and on the recorded capacity, and
 //! the bounds compared with every policy.
 
-use fragscope_alloc::policy::{drive, BestFitArenas, LifetimeSegregated, PageRemap, Planned, Policy, PyTorchCaching};
+use fragscope_alloc::policy::{
+    drive, BestFitArenas, Hybrid, LifetimeSegregated, PageRemap, Planned, Policy, PyTorchCaching,
+};
 use fragscope_alloc::SimulatedDevice;
 use fragscope_analysis::replay::lab::{lab, parse_policy, workload_of};
 use fragscope_analysis::replay::{recorded_config, replayable_devices};
@@ -34,6 +36,7 @@ fn every_policy_is_sound_on_every_real_trace() {
                     Box::new(PageRemap::new(dev())),
                     Box::new(LifetimeSegregated::new(dev())),
                     Box::new(Planned::new(w, dev())),
+                    Box::new(Hybrid::new(w, dev())),
                 ];
                 for mut p in ps {
                     let pn = p.name();

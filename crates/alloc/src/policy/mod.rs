@@ -17,7 +17,7 @@
 //!   request), [`LifetimeSegregated`] (short- and long-lived blocks in separate arenas,
 //!   the class learned from call site and size), [`Planned`] (offline: every block at a
 //!   fixed offset, decreasing-size best fit over lifetimes as XLA's heap simulator) and
-//!   `Hybrid` (the plan of one recorded iteration, the rest online).
+//!   [`Hybrid`] (the plan of one recorded iteration, the rest online).
 //!
 //! Every policy but the PyTorch one keeps streams apart (as PyTorch does: a block freed on
 //! one stream may still be in use by kernels queued on it, so only that stream may reuse
@@ -27,6 +27,7 @@ mod arena;
 mod best_fit;
 mod caching;
 mod drive;
+mod hybrid;
 mod lifetime;
 mod page_remap;
 mod planned;
@@ -36,6 +37,7 @@ pub use arena::Arena;
 pub use best_fit::BestFitArenas;
 pub use caching::PyTorchCaching;
 pub use drive::{drive, Run};
+pub use hybrid::{request_period, Hybrid};
 pub use lifetime::LifetimeSegregated;
 pub use page_remap::PageRemap;
 pub use planned::{plan_best, plan_in_order, plan_offsets, Order, Planned};

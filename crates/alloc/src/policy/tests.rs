@@ -66,6 +66,7 @@ fn policies(w: &Workload, cap: u64) -> Vec<Box<dyn Policy>> {
         Box::new(PageRemap::new(dev())),
         Box::new(LifetimeSegregated::new(dev())),
         Box::new(Planned::new(w, dev())),
+        Box::new(Hybrid::new(w, dev())),
     ]
 }
 
@@ -165,4 +166,25 @@ fn page_remap_reuses_any_free_page() {
     let c = p.calls();
     assert_eq!((c.map, c.unmap), (12, 6));
     p.check().unwrap();
+}
+
+#[test]
+fn hybrid_plans_the_repeating_iteration() {
+    // Five iterations of: a long-lived block (never freed), then temporaries.
+    let mut w = Workload::new();
+    for _ in 0..5 {
+        w.malloc(3 * MIB, 0, 1);
+        let a = w.malloc(5 * MIB, 0, 2);
+        let b = w.malloc(MIB, 0, 3);
+        w.free(a);
+        let c = w.malloc(4 * MIB, 0, 4);
+        w.free(b);
+        w.free(c);
+    }
+    let mut h = Hybrid::new(&w, SimulatedDevice::synthetic(1 << 40));
+    assert_eq!(h.period(), 4);
+    let r = drive(&mut h, &w, true, 1).unwrap();
+    assert_eq!(h.planned, 4 * 3, "the three temporaries of iterations 2..5 come from the plan");
+    assert_eq!(r.ooms, 0);
+    assert_eq!(request_period(&[(1, 0), (2, 0), (1, 0), (3, 0)]), None);
 }

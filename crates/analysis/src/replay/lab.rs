@@ -19,8 +19,8 @@
 use std::collections::HashMap;
 
 use fragscope_alloc::policy::{
-    drive, BestFitArenas, Bounds, DriverCalls, LifetimeSegregated, Op, PageRemap, Planned, Policy, PyTorchCaching,
-    Workload,
+    drive, BestFitArenas, Bounds, DriverCalls, Hybrid, LifetimeSegregated, Op, PageRemap, Planned, Policy,
+    PyTorchCaching, Workload,
 };
 use fragscope_alloc::{AllocatorConfig, SimulatedDevice};
 use fragscope_snapshot::{Action, BlockState, Snapshot};
@@ -37,10 +37,12 @@ pub enum PolicySpec {
     PageRemap,
     Lifetime,
     Planned,
+    Hybrid,
 }
 
 /// Names `--allocator` takes (besides `pytorch:CONF`).
-pub const POLICY_NAMES: &[&str] = &["pytorch", "expandable", "best-fit", "page-remap", "lifetime", "planned", "all"];
+pub const POLICY_NAMES: &[&str] =
+    &["pytorch", "expandable", "best-fit", "page-remap", "lifetime", "planned", "hybrid", "all"];
 
 /// `NAME` → policies (`all` is every one; `pytorch:CONF` PyTorch with CONF on top of the
 /// recorded settings; `expandable` = `pytorch:expandable_segments:True`).
@@ -53,6 +55,7 @@ pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
             PolicySpec::PageRemap,
             PolicySpec::Lifetime,
             PolicySpec::Planned,
+            PolicySpec::Hybrid,
         ],
         "pytorch" => vec![PolicySpec::PyTorch(String::new())],
         "expandable" => vec![PolicySpec::PyTorch("expandable_segments:True".into())],
@@ -60,6 +63,7 @@ pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
         "page-remap" => vec![PolicySpec::PageRemap],
         "lifetime" => vec![PolicySpec::Lifetime],
         "planned" => vec![PolicySpec::Planned],
+        "hybrid" => vec![PolicySpec::Hybrid],
         _ => match name.strip_prefix("pytorch:") {
             Some(conf) => {
                 fragscope_alloc::parse_config(conf).map_err(|e| e.to_string())?;
@@ -262,6 +266,7 @@ fn make(spec: &PolicySpec, base: &AllocatorConfig, w: &Workload, cap: u64) -> Bo
         PolicySpec::PageRemap => Box::new(PageRemap::new(dev)),
         PolicySpec::Lifetime => Box::new(LifetimeSegregated::new(dev)),
         PolicySpec::Planned => Box::new(Planned::new(w, dev)),
+        PolicySpec::Hybrid => Box::new(Hybrid::new(w, dev)),
     }
 }
 
