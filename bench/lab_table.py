@@ -18,7 +18,8 @@ import subprocess
 import sys
 
 START, END = "<!-- lab-table:start -->", "<!-- lab-table:end -->"
-COLS = ["pytorch", "expandable", "best-fit", "page-remap", "lifetime", "planned"]
+COLS = ["pytorch", "expandable", "best-fit", "page-remap", "paged-best-fit", "lifetime", "planned", "hybrid"]
+ONLINE = ["best-fit", "page-remap", "paged-best-fit", "lifetime"]
 
 
 def column(policy):
@@ -53,15 +54,15 @@ def main():
             live = b["live"]
             ratios = {}
             verdicts = {}
-            for row in dev["rows"]:
-                c = column(row["policy"])
-                ratios[c] = row["peak_reserved"] / live
-                verdicts[c] = row["verdict"]
-            # With expandable segments recorded, the recorded settings are the expandable column.
-            if "expandable" not in ratios and "pytorch" in ratios:
-                pass
-            if "pytorch" in ratios and "expandable" not in ratios:
-                ratios["expandable"] = ratios["pytorch"]
+            for k, row in enumerate(dev["rows"]):
+                # The first row is PyTorch with the recorded settings; when they already
+                # have expandable segments it is also the expandable column.
+                cs = ["pytorch"] if k == 0 else []
+                if column(row["policy"]) != "pytorch" or k != 0:
+                    cs.append(column(row["policy"]))
+                for c in cs:
+                    ratios[c] = row["peak_reserved"] / live
+                    verdicts[c] = row["verdict"]
             rows.append((f.name, dev, ratios))
             if dev["recorded_ooms"] or any("none recorded" in v for v in verdicts.values()):
                 ooms.append((f.name, dev, verdicts))
@@ -73,11 +74,11 @@ def main():
         b = dev["bounds"]
         cells = [name, str(dev["device"]), f"{dev['requests']:,}", str(dev["streams"]), gib(b["live"]),
                  f"{b['per_stream'] / b['live']:.3f}", f"{b['pages'] / b['live']:.3f}"]
-        best_online = min(ratios.get(c, math.inf) for c in ["best-fit", "page-remap", "lifetime"])
+        best_online = min(ratios.get(c, math.inf) for c in ONLINE)
         for c in COLS:
             v = ratios.get(c)
             s = "—" if v is None else f"{v:.3f}"
-            if v is not None and c in ("best-fit", "page-remap", "lifetime") and v == best_online:
+            if v is not None and c in ONLINE and v == best_online:
                 s = f"**{s}**"
             cells.append(s)
         out.append("| " + " | ".join(cells) + " |")
@@ -85,7 +86,7 @@ def main():
     out.append("")
     out.append("| policy | geometric mean | worst | traces ≤ 1.02 | traces ≤ 1.05 |")
     out.append("|---|---:|---:|---:|---:|")
-    extra = {"best online": lambda r: min(r.get(c, math.inf) for c in ["best-fit", "page-remap", "lifetime"])}
+    extra = {"best online": lambda r: min(r.get(c, math.inf) for c in ONLINE)}
     for c in COLS + list(extra):
         vals = [extra[c](r) if c in extra else r.get(c) for _, _, r in rows]
         vals = [v for v in vals if v is not None and v != math.inf]
@@ -102,7 +103,7 @@ def main():
         out.append("|---|---:|---:|" + "---|" * len(COLS))
         for name, dev, verdicts in ooms:
             cells = [name, str(dev["device"]), gib(dev["capacity"])]
-            cells += [verdicts.get(c, verdicts.get("pytorch", "—") if c == "expandable" else "—") for c in COLS]
+            cells += [verdicts.get(c, "—") for c in COLS]
             out.append("| " + " | ".join(cells) + " |")
     text = "\n".join(out) + "\n"
     if a.write:

@@ -4,7 +4,7 @@
 //! the bounds compared with every policy.
 
 use fragscope_alloc::policy::{
-    drive, BestFitArenas, Hybrid, LifetimeSegregated, PageRemap, Planned, Policy, PyTorchCaching,
+    drive, BestFitArenas, Hybrid, LifetimeSegregated, PageRemap, PagedBestFit, Planned, Policy, PyTorchCaching,
 };
 use fragscope_alloc::SimulatedDevice;
 use fragscope_analysis::replay::lab::{lab, parse_policy, workload_of};
@@ -34,6 +34,7 @@ fn every_policy_is_sound_on_every_real_trace() {
                     Box::new(PyTorchCaching::new(exp.clone(), dev())),
                     Box::new(BestFitArenas::new(dev())),
                     Box::new(PageRemap::new(dev())),
+                    Box::new(PagedBestFit::new(dev())),
                     Box::new(LifetimeSegregated::new(dev())),
                     Box::new(Planned::new(w, dev())),
                     Box::new(Hybrid::new(w, dev())),
@@ -99,7 +100,7 @@ fn inversions_between_plan_and_online_policies_are_explained() {
                     continue;
                 }
                 inversions += 1;
-                let why = if row.policy == "page-remap" {
+                let why = if row.policy.starts_with("page-remap") || row.policy == "paged-best-fit" {
                     "not contiguous"
                 } else if plan.peak_reserved <= floor {
                     "plan at its per-stream floor"

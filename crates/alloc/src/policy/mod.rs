@@ -14,7 +14,8 @@
 //! * The policies: [`PyTorchCaching`] (the engine of this crate under any
 //!   `PYTORCH_CUDA_ALLOC_CONF`), [`BestFitArenas`] (one growable best-fit arena per
 //!   stream), [`PageRemap`] (GMLake-style: any free 2 MiB physical page serves any large
-//!   request), [`LifetimeSegregated`] (short- and long-lived blocks in separate arenas,
+//!   request), [`PagedBestFit`] (best fit in virtual addresses, physical pages only under
+//!   live blocks, idle pages remapped where needed), [`LifetimeSegregated`] (short- and long-lived blocks in separate arenas,
 //!   the class learned from call site and size), [`Planned`] (offline: every block at a
 //!   fixed offset, decreasing-size best fit over lifetimes as XLA's heap simulator) and
 //!   [`Hybrid`] (the plan of one recorded iteration, the rest online).
@@ -30,6 +31,7 @@ mod drive;
 mod hybrid;
 mod lifetime;
 mod page_remap;
+mod paged;
 mod planned;
 mod workload;
 
@@ -40,6 +42,7 @@ pub use drive::{drive, Run};
 pub use hybrid::{request_period, Hybrid};
 pub use lifetime::LifetimeSegregated;
 pub use page_remap::PageRemap;
+pub use paged::PagedBestFit;
 pub use planned::{plan_best, plan_in_order, plan_offsets, Order, Planned};
 pub use workload::{Bounds, Op, Workload};
 

@@ -41,11 +41,27 @@ pub struct PageRemap<D: DeviceMemory = SimulatedDevice> {
     /// Live block → (stream index, rounded size, pages if large, else 0).
     live: FastMap<Addr, (u32, u64, u64)>,
     calls: DriverCalls,
+    large_min: u64,
 }
 
 impl<D: DeviceMemory> PageRemap<D> {
+    /// Every request of 2 MiB or more gets pages.
     pub fn new(dev: D) -> Self {
-        PageRemap { dev, streams: Vec::new(), live: FastMap::default(), calls: DriverCalls::default() }
+        Self::with_threshold(dev, PAGE)
+    }
+
+    /// Requests of `large_min` bytes or more (rounded to 512) get pages; smaller ones go
+    /// to the stream's best-fit arena, whose pages come from the same pool. A high
+    /// threshold bounds the waste of a large block's last page (at most 2 MiB of
+    /// `large_min`) and keeps mid-sized blocks packed.
+    pub fn with_threshold(dev: D, large_min: u64) -> Self {
+        PageRemap {
+            dev,
+            streams: Vec::new(),
+            live: FastMap::default(),
+            calls: DriverCalls::default(),
+            large_min: large_min.max(PAGE),
+        }
     }
 
     fn stream_index(&mut self, stream: StreamId) -> Option<usize> {
@@ -162,13 +178,17 @@ impl<D: DeviceMemory> PageRemap<D> {
 
 impl<D: DeviceMemory> Policy for PageRemap<D> {
     fn name(&self) -> String {
-        "page-remap".into()
+        if self.large_min == PAGE {
+            "page-remap".into()
+        } else {
+            format!("page-remap:{}", self.large_min >> 20)
+        }
     }
     fn malloc(&mut self, size: u64, stream: StreamId) -> Result<Addr, PolicyOom> {
         let r = round512(size);
         let oom = |me: &Self| PolicyOom { requested: size, stream, reserved: me.reserved() };
         let Some(k) = self.stream_index(stream) else { return Err(oom(self)) };
-        let (addr, pages) = if r >= PAGE {
+        let (addr, pages) = if r >= self.large_min {
             let n = r.div_ceil(PAGE);
             (self.large(k, n), n)
         } else {

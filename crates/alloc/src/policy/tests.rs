@@ -64,6 +64,8 @@ fn policies(w: &Workload, cap: u64) -> Vec<Box<dyn Policy>> {
         Box::new(PyTorchCaching::new(exp, dev())),
         Box::new(BestFitArenas::new(dev())),
         Box::new(PageRemap::new(dev())),
+        Box::new(PageRemap::with_threshold(dev(), 32 * MIB)),
+        Box::new(PagedBestFit::new(dev())),
         Box::new(LifetimeSegregated::new(dev())),
         Box::new(Planned::new(w, dev())),
         Box::new(Hybrid::new(w, dev())),

@@ -19,8 +19,8 @@
 use std::collections::HashMap;
 
 use fragscope_alloc::policy::{
-    drive, BestFitArenas, Bounds, DriverCalls, Hybrid, LifetimeSegregated, Op, PageRemap, Planned, Policy,
-    PyTorchCaching, Workload,
+    drive, BestFitArenas, Bounds, DriverCalls, Hybrid, LifetimeSegregated, Op, PageRemap, PagedBestFit, Planned,
+    Policy, PyTorchCaching, Workload,
 };
 use fragscope_alloc::{AllocatorConfig, SimulatedDevice};
 use fragscope_snapshot::{Action, BlockState, Snapshot};
@@ -34,7 +34,9 @@ pub enum PolicySpec {
     /// PyTorch's caching allocator: the recorded settings with this string on top.
     PyTorch(String),
     BestFit,
-    PageRemap,
+    PagedBestFit,
+    /// Page remapping for requests of at least this many bytes.
+    PageRemap(u64),
     Lifetime,
     Planned,
     Hybrid,
@@ -42,7 +44,7 @@ pub enum PolicySpec {
 
 /// Names `--allocator` takes (besides `pytorch:CONF`).
 pub const POLICY_NAMES: &[&str] =
-    &["pytorch", "expandable", "best-fit", "page-remap", "lifetime", "planned", "hybrid", "all"];
+    &["pytorch", "expandable", "best-fit", "page-remap", "paged-best-fit", "lifetime", "planned", "hybrid", "all"];
 
 /// `NAME` → policies (`all` is every one; `pytorch:CONF` PyTorch with CONF on top of the
 /// recorded settings; `expandable` = `pytorch:expandable_segments:True`).
@@ -52,7 +54,8 @@ pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
             PolicySpec::PyTorch(String::new()),
             PolicySpec::PyTorch("expandable_segments:True".into()),
             PolicySpec::BestFit,
-            PolicySpec::PageRemap,
+            PolicySpec::PageRemap(2 << 20),
+            PolicySpec::PagedBestFit,
             PolicySpec::Lifetime,
             PolicySpec::Planned,
             PolicySpec::Hybrid,
@@ -60,17 +63,29 @@ pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
         "pytorch" => vec![PolicySpec::PyTorch(String::new())],
         "expandable" => vec![PolicySpec::PyTorch("expandable_segments:True".into())],
         "best-fit" => vec![PolicySpec::BestFit],
-        "page-remap" => vec![PolicySpec::PageRemap],
+        "paged-best-fit" => vec![PolicySpec::PagedBestFit],
+        "page-remap" => vec![PolicySpec::PageRemap(2 << 20)],
         "lifetime" => vec![PolicySpec::Lifetime],
         "planned" => vec![PolicySpec::Planned],
         "hybrid" => vec![PolicySpec::Hybrid],
+        _ if name.starts_with("page-remap:") => {
+            let mib = name["page-remap:".len()..]
+                .parse::<u64>()
+                .ok()
+                .filter(|&m| (2..=1 << 20).contains(&m))
+                .ok_or_else(|| format!("page-remap:MIB takes a size in MiB from 2 to 1048576, not '{name}'"))?;
+            vec![PolicySpec::PageRemap(mib << 20)]
+        }
         _ => match name.strip_prefix("pytorch:") {
             Some(conf) => {
                 fragscope_alloc::parse_config(conf).map_err(|e| e.to_string())?;
                 vec![PolicySpec::PyTorch(conf.to_string())]
             }
             None => {
-                return Err(format!("unknown allocator '{name}'; one of: {}, or pytorch:CONF", POLICY_NAMES.join(", ")))
+                return Err(format!(
+                    "unknown allocator '{name}'; one of: {}, pytorch:CONF or page-remap:MIB",
+                    POLICY_NAMES.join(", ")
+                ))
             }
         },
     })
@@ -263,7 +278,8 @@ fn make(spec: &PolicySpec, base: &AllocatorConfig, w: &Workload, cap: u64) -> Bo
     match spec {
         PolicySpec::PyTorch(extra) => Box::new(PyTorchCaching::new(config_on_top(base, extra), dev)),
         PolicySpec::BestFit => Box::new(BestFitArenas::new(dev)),
-        PolicySpec::PageRemap => Box::new(PageRemap::new(dev)),
+        PolicySpec::PagedBestFit => Box::new(PagedBestFit::new(dev)),
+        PolicySpec::PageRemap(min) => Box::new(PageRemap::with_threshold(dev, *min)),
         PolicySpec::Lifetime => Box::new(LifetimeSegregated::new(dev)),
         PolicySpec::Planned => Box::new(Planned::new(w, dev)),
         PolicySpec::Hybrid => Box::new(Hybrid::new(w, dev)),
