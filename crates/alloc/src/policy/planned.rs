@@ -2,6 +2,8 @@
 //! gets a fixed offset in one arena per stream, chosen by decreasing-size best fit over
 //! lifetimes ([`plan_offsets`], the order and fit of XLA's heap simulator).
 
+use std::collections::BTreeMap;
+
 use super::best_fit::StreamArenas;
 use super::workload::Life;
 use super::{round512, round_page, DriverCalls, FastMap, Policy, PolicyOom, UnknownBlock, Workload};
@@ -15,10 +17,6 @@ const LEAF_OPS: u32 = 16;
 /// need. Blocks are taken largest first (earlier start, then lower index on ties); each
 /// goes into the smallest gap, among the blocks already placed that are live at the same
 /// time, that holds it, else above all of them.
-///
-/// Placed blocks are kept in a segment tree over time (leaves of [`LEAF_OPS`] ops, a block
-/// in the canonical nodes of its interval) with a count of blocks per subtree, so a query
-/// visits only the nodes its interval meets that hold something.
 pub fn plan_offsets(lives: &[Life]) -> (Vec<u64>, u64) {
     plan_in_order(lives, Order::Size)
 }
@@ -48,13 +46,29 @@ pub fn plan_best(lives: &[Life]) -> (Vec<u64>, u64) {
 }
 
 /// Best fit over lifetimes, blocks taken in `order`.
+///
+/// Placed blocks are kept in a segment tree over time whose leaves are [`LEAF_OPS`] ops
+/// wide. A block is stored in the canonical nodes of the leaves it covers whole, as offset
+/// ranges merged with those of the other blocks there (every block of a node is live over
+/// all of the node's time, so their ranges never overlap and only touch), and, at its
+/// first and last leaf when it covers them in part, with its exact times. A query collects
+/// the merged ranges of every node its interval meets (all of them are live with it) and
+/// the partial entries of its edge leaves that overlap it exactly; a count of blocks per
+/// subtree prunes empty subtrees. Long-lived blocks thus cost a query a few merged runs,
+/// not one entry each.
 pub fn plan_in_order(lives: &[Life], order_by: Order) -> (Vec<u64>, u64) {
     let n = lives.len();
     let mut off = vec![0u64; n];
     let Some(t_end) = lives.iter().map(|l| l.end.max(l.start + 1)).max() else { return (off, 0) };
-    let leaves = ((t_end / LEAF_OPS) as usize + 1).next_power_of_two();
-    let mut nodes: Vec<Vec<u32>> = vec![Vec::new(); 2 * leaves];
+    let w = LEAF_OPS;
+    let leaves = ((t_end / w) as usize + 1).next_power_of_two();
+    let mut full: Vec<Vec<(u64, u64)>> = vec![Vec::new(); 2 * leaves];
+    let mut part: Vec<Vec<(u32, u32, u64, u64)>> = vec![Vec::new(); leaves];
     let mut sub = vec![0u32; 2 * leaves];
+    // Union of the offset ranges of every block stored in a node's subtree: what a query
+    // covering the node's whole time must avoid, without visiting the subtree.
+    let mut agg: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); 2 * leaves];
+    let mut touched: Vec<usize> = Vec::new();
     let mut order: Vec<u32> = (0..n as u32).collect();
     let len = |l: &Life| (l.end.max(l.start + 1) - l.start) as u64;
     order.sort_unstable_by(|&a, &b| {
@@ -66,30 +80,29 @@ pub fn plan_in_order(lives: &[Life], order_by: Order) -> (Vec<u64>, u64) {
         };
         first.then(y.size.cmp(&x.size)).then(x.start.cmp(&y.start)).then(a.cmp(&b))
     });
-    let mut stamp = vec![0u32; n];
     let mut cand: Vec<(u64, u64)> = Vec::new();
     let mut stack: Vec<(usize, usize, usize)> = Vec::new();
     let mut top = 0u64;
-    for (q, &b) in order.iter().enumerate() {
-        let q = q as u32 + 1;
+    for &b in &order {
         let l = lives[b as usize];
-        let end = l.end.max(l.start + 1);
-        let (lo, hi) = ((l.start / LEAF_OPS) as usize, ((end - 1) / LEAF_OPS) as usize);
+        let (s, e) = (l.start, l.end.max(l.start + 1));
+        let (qlo, qhi) = ((s / w) as usize, ((e - 1) / w) as usize);
         cand.clear();
         stack.clear();
         stack.push((1, 0, leaves - 1));
         while let Some((node, nlo, nhi)) = stack.pop() {
-            if nhi < lo || nlo > hi || sub[node] == 0 {
+            if nhi < qlo || nlo > qhi || sub[node] == 0 {
                 continue;
             }
-            for &p in &nodes[node] {
-                let pl = &lives[p as usize];
-                if stamp[p as usize] != q && pl.start < end && l.start < pl.end.max(pl.start + 1) {
-                    stamp[p as usize] = q;
-                    cand.push((off[p as usize], off[p as usize] + pl.size));
-                }
+            // Inside the query without its edge leaves: every block below is live with it.
+            if nlo > qlo && nhi < qhi {
+                cand.extend(agg[node].iter().map(|(&a, &z)| (a, z)));
+                continue;
             }
-            if node < leaves {
+            cand.extend_from_slice(&full[node]);
+            if node >= leaves {
+                cand.extend(part[node - leaves].iter().filter(|p| p.0 < e && s < p.1).map(|p| (p.2, p.3)));
+            } else {
                 let mid = (nlo + nhi) / 2;
                 stack.push((2 * node, nlo, mid));
                 stack.push((2 * node + 1, mid + 1, nhi));
@@ -109,26 +122,96 @@ pub fn plan_in_order(lives: &[Life], order_by: Order) -> (Vec<u64>, u64) {
         let o = best.map_or(cur, |(s, _)| s);
         off[b as usize] = o;
         top = top.max(o + l.size);
-        // Insert into the canonical nodes of [lo, hi], counting it in their ancestors.
-        let (mut x, mut y) = (lo + leaves, hi + leaves + 1);
-        while x < y {
-            if x & 1 == 1 {
-                add(&mut nodes, &mut sub, x, b);
-                x += 1;
+        let range = (o, o + l.size);
+        touched.clear();
+        // Leaves covered whole: [ceil(s/w), floor(e/w)).
+        let (f_lo, f_hi) = (s.div_ceil(w) as usize, (e / w) as usize);
+        if f_lo < f_hi {
+            let (mut x, mut y) = (f_lo + leaves, f_hi + leaves);
+            while x < y {
+                if x & 1 == 1 {
+                    merge_into(&mut full[x], range);
+                    count(&mut sub, x);
+                    touched.push(x);
+                    x += 1;
+                }
+                if y & 1 == 1 {
+                    y -= 1;
+                    merge_into(&mut full[y], range);
+                    count(&mut sub, y);
+                    touched.push(y);
+                }
+                x >>= 1;
+                y >>= 1;
             }
-            if y & 1 == 1 {
-                y -= 1;
-                add(&mut nodes, &mut sub, y, b);
+        }
+        // Leaves covered in part.
+        let first = (s / w) as usize;
+        if (first as u32) * w != s || f_lo >= f_hi {
+            part[first].push((s, e, range.0, range.1));
+            count(&mut sub, first + leaves);
+            touched.push(first + leaves);
+        }
+        let last = ((e - 1) / w) as usize;
+        if last != first && last >= f_hi {
+            part[last].push((s, e, range.0, range.1));
+            count(&mut sub, last + leaves);
+            touched.push(last + leaves);
+        }
+        // The block's range joins the union of every node above where it was stored.
+        let mut ups: Vec<usize> = Vec::new();
+        for &t in &touched {
+            let mut k = t;
+            while k >= 1 {
+                ups.push(k);
+                k >>= 1;
             }
-            x >>= 1;
-            y >>= 1;
+        }
+        ups.sort_unstable();
+        ups.dedup();
+        for k in ups {
+            merge_map(&mut agg[k], range);
         }
     }
     (off, top)
 }
 
-fn add(nodes: &mut [Vec<u32>], sub: &mut [u32], node: usize, b: u32) {
-    nodes[node].push(b);
+/// Add `r` to sorted, disjoint ranges, merging it with the ranges it touches.
+fn merge_into(v: &mut Vec<(u64, u64)>, r: (u64, u64)) {
+    let i = v.partition_point(|x| x.1 < r.0);
+    let mut j = i;
+    let (mut a, mut z) = r;
+    while j < v.len() && v[j].0 <= z {
+        a = a.min(v[j].0);
+        z = z.max(v[j].1);
+        j += 1;
+    }
+    v.splice(i..j, std::iter::once((a, z)));
+}
+
+/// [`merge_into`] for a map from range start to range end.
+fn merge_map(m: &mut BTreeMap<u64, u64>, r: (u64, u64)) {
+    let (mut a, mut z) = r;
+    // A range starting at or before `a` that reaches it.
+    if let Some((&pa, &pz)) = m.range(..=a).next_back() {
+        if pz >= a {
+            if pz >= z {
+                return;
+            }
+            a = pa;
+            z = z.max(pz);
+            m.remove(&pa);
+        }
+    }
+    // Ranges starting inside [a, z].
+    while let Some((&na, &nz)) = m.range(a..=z).next() {
+        z = z.max(nz);
+        m.remove(&na);
+    }
+    m.insert(a, z);
+}
+
+fn count(sub: &mut [u32], node: usize) {
     let mut k = node;
     while k >= 1 {
         sub[k] += 1;

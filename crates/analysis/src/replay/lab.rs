@@ -246,6 +246,11 @@ pub struct LabRow {
     pub seconds: f64,
     /// Workload ops per second of [`LabRow::seconds`].
     pub ops_per_second: f64,
+    /// CPU seconds of the same run (10 ms resolution; null where unknown).
+    pub cpu_seconds: Option<f64>,
+    /// Trace events per CPU second (null when the run took under 0.1 CPU-s or CPU time
+    /// is unknown).
+    pub events_per_cpu_second: Option<f64>,
     /// Requests refused on the recorded capacity (recorded OOMs aside).
     pub ooms_at_capacity: u64,
     pub first_oom_at_capacity: Option<LabOom>,
@@ -295,6 +300,18 @@ fn config_on_top(base: &AllocatorConfig, extra: &str) -> AllocatorConfig {
         (false, false) => format!("{b},{extra}"),
     };
     fragscope_alloc::parse_config(&joined).unwrap_or_else(|_| base.clone())
+}
+
+/// CPU seconds (user + system) of the calling thread from `/proc/thread-self/stat`, in
+/// clock ticks of 10 ms; `None` where that file does not exist (not Linux).
+pub fn thread_cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at its closing ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// Seconds since the first call (wall time of this thread's work; on an idle machine the
@@ -364,10 +381,11 @@ pub fn lab(snap: &Snapshot, device: i64, specs: &[PolicySpec], capacity: Option<
             }
             confs_run.push(conf);
         }
-        let t0 = seconds();
+        let (t0, c0) = (seconds(), thread_cpu_seconds());
         let mut p = make(spec, &cfg, w, super::whatif::UNLIMITED);
         let run = drive(p.as_mut(), w, false, 0);
         let secs = seconds() - t0;
+        let cpu = c0.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
         let name = p.name();
         let run = match run {
             Ok(r) => r,
@@ -398,6 +416,8 @@ pub fn lab(snap: &Snapshot, device: i64, specs: &[PolicySpec], capacity: Option<
             calls: run.calls.into(),
             seconds: secs,
             ops_per_second: if secs > 0.0 { w.ops.len() as f64 / secs } else { 0.0 },
+            cpu_seconds: cpu,
+            events_per_cpu_second: cpu.filter(|&c| c >= 0.1).map(|c| snap.trace(device).len() as f64 / c),
             ooms_at_capacity: at.ooms,
             first_oom_at_capacity: first,
             recorded_ooms_served: at.probes_served,
