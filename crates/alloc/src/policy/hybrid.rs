@@ -38,6 +38,10 @@ pub fn request_period(reqs: &[(u64, StreamId)]) -> Option<usize> {
     None
 }
 
+/// A stream's planned arena: (stream, bytes, base once allocated, live planned ranges
+/// offset → end).
+type PlanArena = (StreamId, u64, Option<Addr>, BTreeMap<u64, u64>);
+
 /// What a profile-guided allocator does in PyTorch: the first iteration is served online
 /// and recorded; the blocks it both allocated and freed (its transients) are planned with
 /// [`plan_best`] into one arena per stream; in later iterations the request at the same
@@ -49,8 +53,7 @@ pub struct Hybrid<D: DeviceMemory = SimulatedDevice> {
     period: usize,
     /// By position in the iteration: (stream, rounded size, offset), when planned.
     plan: Vec<Option<(StreamId, u64, u64)>>,
-    /// (stream, arena bytes, base once allocated, live planned ranges offset → end).
-    arenas: Vec<(StreamId, u64, Option<Addr>, BTreeMap<u64, u64>)>,
+    arenas: Vec<PlanArena>,
     next: usize,
     /// Live planned block → (arena index, offset).
     planned_live: FastMap<Addr, (usize, u64)>,
@@ -108,7 +111,7 @@ impl<D: DeviceMemory> Hybrid<D> {
         self.period
     }
 
-    fn from_plan(&mut self, k: usize, r: u64, stream: StreamId) -> Option<Addr> {
+    fn serve_planned(&mut self, k: usize, r: u64, stream: StreamId) -> Option<Addr> {
         if self.period == 0 || k < self.period {
             return None;
         }
@@ -146,7 +149,7 @@ impl<D: DeviceMemory> Policy for Hybrid<D> {
         let r = round512(size);
         let k = self.next;
         self.next += 1;
-        if let Some(a) = self.from_plan(k, r, stream) {
+        if let Some(a) = self.serve_planned(k, r, stream) {
             return Ok(a);
         }
         match self.online.malloc(r, stream, &mut self.dev, &mut self.calls) {

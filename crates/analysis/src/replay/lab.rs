@@ -278,7 +278,9 @@ pub struct LabReport {
     pub notes: Vec<String>,
 }
 
-fn make(spec: &PolicySpec, base: &AllocatorConfig, w: &Workload, cap: u64) -> Box<dyn Policy> {
+/// A fresh policy for `spec` (PyTorch's on top of `base`, the recorded settings) on a
+/// simulated device of `cap` bytes; `w` is what the plan-based policies plan.
+pub fn make_policy(spec: &PolicySpec, base: &AllocatorConfig, w: &Workload, cap: u64) -> Box<dyn Policy> {
     let dev = SimulatedDevice::synthetic(cap);
     match spec {
         PolicySpec::PyTorch(extra) => Box::new(PyTorchCaching::new(config_on_top(base, extra), dev)),
@@ -382,7 +384,7 @@ pub fn lab(snap: &Snapshot, device: i64, specs: &[PolicySpec], capacity: Option<
             confs_run.push(conf);
         }
         let (t0, c0) = (seconds(), thread_cpu_seconds());
-        let mut p = make(spec, &cfg, w, super::whatif::UNLIMITED);
+        let mut p = make_policy(spec, &cfg, w, super::whatif::UNLIMITED);
         let run = drive(p.as_mut(), w, false, 0);
         let secs = seconds() - t0;
         let cpu = c0.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
@@ -394,7 +396,7 @@ pub fn lab(snap: &Snapshot, device: i64, specs: &[PolicySpec], capacity: Option<
                 continue;
             }
         };
-        let mut pc = make(spec, &cfg, w, cap);
+        let mut pc = make_policy(spec, &cfg, w, cap);
         let at = match drive(pc.as_mut(), w, false, 0) {
             Ok(r) => r,
             Err(e) => {
