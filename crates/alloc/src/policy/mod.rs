@@ -43,7 +43,7 @@ pub use hybrid::{request_period, Hybrid};
 pub use lifetime::LifetimeSegregated;
 pub use page_remap::PageRemap;
 pub use paged::PagedBestFit;
-pub use planned::{plan_best, plan_in_order, plan_offsets, Order, Planned};
+pub use planned::{plan_best, plan_in_order, plan_offsets, Order, Planned, STACK_FOREVER};
 pub use workload::{Bounds, Op, Workload};
 
 use crate::{Addr, StreamId};

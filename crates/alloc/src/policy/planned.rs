@@ -10,6 +10,10 @@ use super::{round512, round_page, DriverCalls, FastMap, Policy, PolicyOom, Unkno
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::{Addr, StreamId};
 
+/// More blocks than this live to the end of the workload are stacked below the plan
+/// instead of planned with the others (see [`Planned::new`]).
+pub const STACK_FOREVER: usize = 4096;
+
 /// Trace ops per leaf of the time index.
 const LEAF_OPS: u32 = 16;
 
@@ -237,19 +241,35 @@ pub struct Planned<D: DeviceMemory = SimulatedDevice> {
 }
 
 impl<D: DeviceMemory> Planned<D> {
-    /// Plan `w` (all of it, in advance).
+    /// Plan `w` (all of it, in advance), one arena per stream. When more than
+    /// [`STACK_FOREVER`] blocks of a stream live to the end, those are stacked at the
+    /// bottom of its arena in request order and the others planned above them.
     pub fn new(w: &Workload, dev: D) -> Self {
         let lives = w.lives();
         let mut plan: Vec<(StreamId, u64, u64)> = lives.iter().map(|l| (l.stream, l.size, 0)).collect();
         let mut arenas = Vec::new();
+        let end = w.ops.len() as u32;
         for s in w.streams() {
-            let ids: Vec<usize> = (0..lives.len()).filter(|&i| lives[i].stream == s).collect();
+            let mut ids: Vec<usize> = (0..lives.len()).filter(|&i| lives[i].stream == s).collect();
+            // Blocks live to the end only accumulate: stacked in allocation order they
+            // take no more than they need at any time. Many of them (a leak, a trace
+            // repeated without its frees) would make every placement scan them all, so
+            // past STACK_FOREVER they go to the bottom and the rest is planned above.
+            let forever: Vec<usize> = ids.iter().copied().filter(|&i| lives[i].end >= end).collect();
+            let mut base = 0u64;
+            if forever.len() > STACK_FOREVER {
+                for &i in &forever {
+                    plan[i].2 = base;
+                    base += lives[i].size;
+                }
+                ids.retain(|&i| lives[i].end < end);
+            }
             let mine: Vec<Life> = ids.iter().map(|&i| lives[i]).collect();
             let (offs, size) = plan_best(&mine);
             for (&i, o) in ids.iter().zip(offs) {
-                plan[i].2 = o;
+                plan[i].2 = base + o;
             }
-            arenas.push((s, round_page(size), None));
+            arenas.push((s, round_page(base + size), None));
         }
         Planned {
             dev,

@@ -190,3 +190,19 @@ fn hybrid_plans_the_repeating_iteration() {
     assert_eq!(r.ooms, 0);
     assert_eq!(request_period(&[(1, 0), (2, 0), (1, 0), (3, 0)]), None);
 }
+
+#[test]
+fn planned_stacks_many_blocks_that_live_to_the_end() {
+    // 5,000 blocks never freed among transients: stacked at the bottom, sound, and the
+    // plan still within a page of the bound (they only accumulate).
+    let mut w = Workload::new();
+    for k in 0..(STACK_FOREVER as u64 + 904) {
+        w.malloc(4096 + (k % 5) * 512, 0, 0);
+        let t = w.malloc(MIB + (k % 3) * 4096, 0, 1);
+        w.free(t);
+    }
+    let mut p = Planned::new(&w, SimulatedDevice::synthetic(1 << 40));
+    let r = drive(&mut p, &w, true, 97).unwrap();
+    let b = w.bounds();
+    assert!(r.peak_reserved >= b.per_stream && r.peak_reserved <= round_page(b.per_stream), "{r:?} {b:?}");
+}
