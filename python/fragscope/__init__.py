@@ -36,6 +36,7 @@ __all__ = [
     "Summary",
     "Analysis",
     "Replay",
+    "Lab",
     "Diff",
     "Check",
     "RankSummary",
@@ -213,6 +214,11 @@ class Replay(Result):
     """``fragscope replay --json``: the allocator model checked (verify) and what-if runs."""
 
 
+class Lab(Result):
+    """``fragscope replay --allocator ... --json``: the allocator lab — each policy's peak
+    reserved against the bounds no allocator beats, driver calls, and the recorded OOM."""
+
+
 class Diff(Result):
     """``fragscope diff --json``: peaks and call sites of snapshot A against B."""
 
@@ -312,6 +318,21 @@ class Snapshot:
                 no_caching,
             )
         )
+
+    def lab(
+        self,
+        allocators: Union[str, Sequence[str]] = "all",
+        capacity: Union[int, str, None] = None,
+        device: Optional[int] = None,
+    ) -> Lab:
+        """``fragscope replay --allocator NAME --json``: the trace served by allocation
+        policies (``"all"``, ``"pytorch"``, ``"pytorch:expandable_segments:True"``,
+        ``"best-fit"``, ``"paged-best-fit"``, ``"page-remap"``, ``"lifetime"``, ``"planned"``,
+        ``"hybrid"``, ...) against the bounds, on a device of ``capacity`` (default: the
+        recorded one)."""
+        if isinstance(allocators, str):
+            allocators = [allocators]
+        return Lab(self._native.lab_json(list(allocators), _size(capacity), device))
 
     def check(
         self,

@@ -30,6 +30,12 @@ class Snapshot:
         empty_cache_at: List[str] = ...,
         no_caching: bool = False,
     ) -> str: ...
+    def lab_json(
+        self,
+        allocators: List[str],
+        capacity: Optional[str] = None,
+        device: Optional[int] = None,
+    ) -> str: ...
     def check_json(
         self,
         max_reserved: Optional[str] = None,

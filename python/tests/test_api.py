@@ -31,6 +31,18 @@ def cli_json(*args: str):
     return p.stdout, None
 
 
+TIMING_KEYS = {"seconds", "ops_per_second", "cpu_seconds", "events_per_cpu_second"}
+
+
+def without_timings(v):
+    """A JSON value with the lab's per-run timing fields removed (they differ run to run)."""
+    if isinstance(v, dict):
+        return {k: without_timings(x) for k, x in v.items() if k not in TIMING_KEYS}
+    if isinstance(v, list):
+        return [without_timings(x) for x in v]
+    return v
+
+
 def same_as_cli(cli_args, api_call):
     """The API's to_json() is byte for byte the CLI's --json; an error is the same line."""
     out, err = cli_json(*cli_args)
@@ -122,6 +134,10 @@ def test_replay_and_check_equal_cli(path, tmp_path):
         ["replay", "--json", "--empty-cache-at", "iteration", "--no-caching", str(path)],
         lambda: snap_fn().replay(empty_cache_at="iteration", no_caching=True),
     )
+    # The allocator lab: equal to the CLI's but for its timing fields (measured per run).
+    out, err = cli_json("replay", "--json", "--allocator", "best-fit", "--allocator", "expandable", str(path))
+    assert err is None, err
+    assert without_timings(snap_fn().lab(["best-fit", "expandable"]).to_dict()) == without_timings(json.loads(out))
     limits = ["--max-reserved", "1GiB", "--max-fragmentation", "10%", "--no-leaks"]
     p = run_cli("check", "--json", *limits, str(path))
     assert p.returncode in (0, 1), p.stderr

@@ -31,6 +31,7 @@
 pub mod config;
 pub mod device;
 pub mod engine;
+pub mod policy;
 pub mod rounding;
 pub mod stats;
 pub mod uncached;

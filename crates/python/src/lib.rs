@@ -159,6 +159,27 @@ impl Snapshot {
         .map_err(err)
     }
 
+    /// `fragscope replay --allocator NAME... --json` of this snapshot: the allocator lab
+    /// (policies repeatable, `all` for every one), `--capacity`, `--device`.
+    #[pyo3(signature = (allocators, capacity = None, device = None))]
+    fn lab_json(
+        &self,
+        py: Python<'_>,
+        allocators: Vec<String>,
+        capacity: Option<String>,
+        device: Option<i64>,
+    ) -> PyResult<String> {
+        let args = cmd::replay::Args { allocator: allocators, capacity, device, json: true, ..Default::default() };
+        let (snap, name) = (self.inner.clone(), self.name.clone());
+        py.allow_threads(move || {
+            let capacity = cmd::replay::capacity_of(&args)?;
+            let specs = cmd::lab::specs_of(&args)?;
+            let devices = cmd::lab::lab_snapshot(&args, capacity, &snap, &specs);
+            cmd::lab::json(&[(name, devices)])
+        })
+        .map_err(err)
+    }
+
     /// `fragscope check --json` of this snapshot: the JSON document, whether every limit
     /// held, and the line the CLI prints for the first broken limit (`None` when it passed).
     #[pyo3(signature = (max_reserved = None, max_allocated = None, max_fragmentation = None, no_leaks = false))]

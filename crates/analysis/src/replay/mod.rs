@@ -20,6 +20,7 @@ pub mod advice;
 pub mod cost;
 pub mod driver;
 pub mod fidelity;
+pub mod lab;
 pub mod state;
 pub mod whatif;
 

@@ -9,6 +9,7 @@ pub mod summary;
 pub mod analyze;
 pub mod check;
 pub mod diff;
+pub mod lab;
 pub mod oom;
 pub mod plant;
 pub mod replay;

@@ -67,6 +67,11 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Allocator lab: serve the workload with this allocation policy (repeatable; `all` =
+    /// every one): pytorch, expandable, pytorch:CONF, best-fit, page-remap, lifetime,
+    /// planned. See docs/allocator-lab.md.
+    #[arg(long = "allocator", value_name = "NAME", conflicts_with_all = ["verify", "config", "save_snapshot", "fidelity_table"])]
+    pub allocator: Vec<String>,
 }
 
 /// Memory totals as `nvidia-smi` reports them (MiB × 2^20).
@@ -157,6 +162,9 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     if args.advice_table {
         print_stdout(&advice_table(&args.files, capacity))?;
         return Ok(ExitCode::SUCCESS);
+    }
+    if !args.allocator.is_empty() {
+        return super::lab::run(args, capacity);
     }
     if args.fidelity_table {
         let mut files = Vec::new();

@@ -1,0 +1,140 @@
+//! Allocation policies for the allocator lab: the same workload served by other
+//! allocators than PyTorch's, over the same [`SimulatedDevice`], to measure what each
+//! would have reserved.
+//!
+//! Principal types:
+//!
+//! * [`Policy`]: what an allocator serves — `malloc(size, stream)` (a device address or
+//!   [`PolicyOom`]), `free(addr)`, the bytes it holds from the device
+//!   ([`Policy::reserved`]) and the driver calls it made ([`DriverCalls`], the cost proxy).
+//!   A policy is written once against this trait and [`DeviceMemory`], so it can serve a
+//!   real allocator later (a `CUDAPluggableAllocator` or a `MemPool` segment provider).
+//! * [`Workload`]: a trace reduced to requests and frees ([`Op`]), and [`Bounds`], the
+//!   peaks of live bytes no allocator can go below.
+//! * The policies: [`PyTorchCaching`] (the engine of this crate under any
+//!   `PYTORCH_CUDA_ALLOC_CONF`), [`BestFitArenas`] (one growable best-fit arena per
+//!   stream), [`PageRemap`] (GMLake-style: any free 2 MiB physical page serves any large
+//!   request), [`PagedBestFit`] (best fit in virtual addresses, physical pages only under
+//!   live blocks, idle pages remapped where needed), [`LifetimeSegregated`] (short- and long-lived blocks in separate arenas,
+//!   the class learned from call site and size), [`Planned`] (offline: every block at a
+//!   fixed offset, decreasing-size best fit over lifetimes as XLA's heap simulator) and
+//!   [`Hybrid`] (the plan of one recorded iteration, the rest online).
+//!
+//! Every policy but the PyTorch one keeps streams apart (as PyTorch does: a block freed on
+//! one stream may still be in use by kernels queued on it, so only that stream may reuse
+//! it without synchronising) and rounds requests to 512 bytes.
+
+mod arena;
+mod best_fit;
+mod caching;
+mod drive;
+mod hybrid;
+mod lifetime;
+mod page_remap;
+mod paged;
+mod planned;
+mod workload;
+
+pub use arena::Arena;
+pub use best_fit::BestFitArenas;
+pub use caching::PyTorchCaching;
+pub use drive::{drive, Run};
+pub use hybrid::{request_period, Hybrid};
+pub use lifetime::LifetimeSegregated;
+pub use page_remap::PageRemap;
+pub use paged::PagedBestFit;
+pub use planned::{plan_best, plan_in_order, plan_offsets, Order, Planned, STACK_FOREVER};
+pub use workload::{Bounds, Op, Workload};
+
+use crate::{Addr, StreamId};
+
+/// Granularity of physical pages (`cuMemCreate` on current GPUs) and of `cudaMalloc`.
+pub const PAGE: u64 = 2 << 20;
+/// Every block is a multiple of this (PyTorch's `kMinBlockSize`).
+pub const ALIGN: u64 = 512;
+
+/// `size` rounded up to 512 bytes (at least 512).
+#[inline]
+pub fn round512(size: u64) -> u64 {
+    size.max(1).div_ceil(ALIGN).saturating_mul(ALIGN)
+}
+
+/// `size` rounded up to whole 2 MiB pages.
+#[inline]
+pub fn round_page(size: u64) -> u64 {
+    size.div_ceil(PAGE).saturating_mul(PAGE)
+}
+
+/// Driver calls a policy made: the cost proxy. `map`/`unmap` count 2 MiB pages
+/// (`cuMemCreate`+`cuMemMap` and `cuMemUnmap` are per handle).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverCalls {
+    pub cuda_malloc: u64,
+    pub cuda_free: u64,
+    pub map: u64,
+    pub unmap: u64,
+}
+
+/// A request the policy could not serve on this device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyOom {
+    pub requested: u64,
+    pub stream: StreamId,
+    /// Bytes the policy held when it gave up.
+    pub reserved: u64,
+}
+
+/// `free` of an address that is not a live block of the policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownBlock(pub Addr);
+
+/// An allocation policy serving requests over simulated (or, later, real) device memory.
+pub trait Policy {
+    /// Short name, as `--allocator` takes it.
+    fn name(&self) -> String;
+    /// Serve `size` bytes on `stream`.
+    fn malloc(&mut self, size: u64, stream: StreamId) -> Result<Addr, PolicyOom>;
+    /// The block at `addr` is free and its stream's work on it is complete.
+    fn free(&mut self, addr: Addr) -> Result<(), UnknownBlock>;
+    /// Bytes held from the device (segments and mapped pages), as `memory_reserved()`.
+    fn reserved(&self) -> u64;
+    fn calls(&self) -> DriverCalls;
+    /// The call site of the next request (an opaque key; 0 = unknown). Policies that
+    /// predict lifetimes use it; the others ignore it.
+    fn hint_site(&mut self, _site: u64) {}
+    /// Internal consistency (for tests): accounting agrees with the device.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Hash maps keyed by addresses and small keys: a multiplicative hash whose halves are
+/// swapped, so the well-mixed high bits pick the bucket (addresses are 512-aligned).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<MulHasher>>;
+
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MulHasher(u64);
+
+impl std::hash::Hasher for MulHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(32)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    #[inline]
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64)
+    }
+}

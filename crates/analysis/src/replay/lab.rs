@@ -1,0 +1,455 @@
+//! Allocator lab: a device's recorded workload served by each allocation policy of
+//! [`fragscope_alloc::policy`], against the bounds no allocator beats.
+//!
+//! [`workload_of`] reduces a trace to requests and frees: each `alloc` is a request, its
+//! `free_completed` (its `free_requested` in traces without completions) the moment its
+//! memory may be reused, each recorded `oom` a request the recording could not serve
+//! (a probe: served and freed at once by a policy that can). Blocks alive before the
+//! trace (freed in it without being allocated in it, or live in the final `segments`
+//! without an `alloc`) are requested first, in address order. Pools are ignored: every
+//! request goes to its stream's default pool.
+//!
+//! [`lab`] runs every asked policy twice: on an unlimited device (peak reserved, the
+//! ratio to peak live bytes, driver calls, speed) and on the recorded capacity (does the
+//! recorded OOM, or none, happen?). The recorded capacity of a trace with an OOM is what
+//! the process could have had: PyTorch's reserved bytes just before the OOM (recorded
+//! settings, after its release of free cached segments) plus the free memory the OOM
+//! recorded; otherwise the device size ([`super::driver::capacity_for`]).
+
+use std::collections::HashMap;
+
+use fragscope_alloc::policy::{
+    drive, BestFitArenas, Bounds, DriverCalls, Hybrid, LifetimeSegregated, Op, PageRemap, PagedBestFit, Planned,
+    Policy, PyTorchCaching, Workload,
+};
+use fragscope_alloc::{AllocatorConfig, SimulatedDevice};
+use fragscope_snapshot::{Action, BlockState, Snapshot};
+use serde::Serialize;
+
+use super::{recorded_config, AddrBuild};
+
+/// A policy to run, as `--allocator` names it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicySpec {
+    /// PyTorch's caching allocator: the recorded settings with this string on top.
+    PyTorch(String),
+    BestFit,
+    PagedBestFit,
+    /// Page remapping for requests of at least this many bytes.
+    PageRemap(u64),
+    Lifetime,
+    Planned,
+    Hybrid,
+}
+
+/// Names `--allocator` takes (besides `pytorch:CONF`).
+pub const POLICY_NAMES: &[&str] =
+    &["pytorch", "expandable", "best-fit", "page-remap", "paged-best-fit", "lifetime", "planned", "hybrid", "all"];
+
+/// `NAME` → policies (`all` is every one; `pytorch:CONF` PyTorch with CONF on top of the
+/// recorded settings; `expandable` = `pytorch:expandable_segments:True`).
+pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
+    Ok(match name {
+        "all" => vec![
+            PolicySpec::PyTorch(String::new()),
+            PolicySpec::PyTorch("expandable_segments:True".into()),
+            PolicySpec::BestFit,
+            PolicySpec::PageRemap(2 << 20),
+            PolicySpec::PagedBestFit,
+            PolicySpec::Lifetime,
+            PolicySpec::Planned,
+            PolicySpec::Hybrid,
+        ],
+        "pytorch" => vec![PolicySpec::PyTorch(String::new())],
+        "expandable" => vec![PolicySpec::PyTorch("expandable_segments:True".into())],
+        "best-fit" => vec![PolicySpec::BestFit],
+        "paged-best-fit" => vec![PolicySpec::PagedBestFit],
+        "page-remap" => vec![PolicySpec::PageRemap(2 << 20)],
+        "lifetime" => vec![PolicySpec::Lifetime],
+        "planned" => vec![PolicySpec::Planned],
+        "hybrid" => vec![PolicySpec::Hybrid],
+        _ if name.starts_with("page-remap:") => {
+            let mib = name["page-remap:".len()..]
+                .parse::<u64>()
+                .ok()
+                .filter(|&m| (2..=1 << 20).contains(&m))
+                .ok_or_else(|| format!("page-remap:MIB takes a size in MiB from 2 to 1048576, not '{name}'"))?;
+            vec![PolicySpec::PageRemap(mib << 20)]
+        }
+        _ => match name.strip_prefix("pytorch:") {
+            Some(conf) => {
+                fragscope_alloc::parse_config(conf).map_err(|e| e.to_string())?;
+                vec![PolicySpec::PyTorch(conf.to_string())]
+            }
+            None => {
+                return Err(format!(
+                    "unknown allocator '{name}'; one of: {}, pytorch:CONF or page-remap:MIB",
+                    POLICY_NAMES.join(", ")
+                ))
+            }
+        },
+    })
+}
+
+/// The workload of one device's trace, with where each op came from.
+pub struct LabWorkload {
+    pub workload: Workload,
+    /// Trace index of each op (0 for the blocks alive before the trace).
+    pub trace_index: Vec<usize>,
+    /// Blocks alive before the trace.
+    pub pre_existing: u64,
+    /// Recorded OOMs: (trace index, `device_free` it recorded).
+    pub recorded_ooms: Vec<(usize, u64)>,
+    pub notes: Vec<String>,
+}
+
+/// Reduce `device`'s trace to a [`Workload`] (see the module doc).
+pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
+    let trace = snap.trace(device);
+    let release = if trace.iter().any(|e| e.action == Action::FreeCompleted) {
+        Action::FreeCompleted
+    } else {
+        Action::FreeRequested
+    };
+    let site = |e: &fragscope_snapshot::TraceEvent| e.stack.map_or(0, |s| s.index() as u64 + 1);
+    // Blocks alive before the trace: freed before any alloc of their address.
+    let mut seen: HashMap<u64, bool, AddrBuild> = HashMap::default(); // addr -> currently live in trace
+    let mut pre: Vec<(u64, u64, u64)> = Vec::new(); // (addr, size, stream)
+    for e in trace {
+        match e.action {
+            Action::Alloc => {
+                seen.insert(e.addr, true);
+            }
+            a if a == release => {
+                if !seen.contains_key(&e.addr) {
+                    pre.push((e.addr, e.size, e.stream));
+                }
+                seen.insert(e.addr, false);
+            }
+            _ => {}
+        }
+    }
+    let n_freed_pre = pre.len();
+    for seg in snap.segments.iter().filter(|s| s.device == device) {
+        for b in &seg.blocks {
+            if b.state != BlockState::Inactive && !seen.contains_key(&b.address) {
+                pre.push((b.address, b.requested_size.filter(|&r| r > 0).unwrap_or(b.size), seg.stream));
+            }
+        }
+    }
+    pre.sort_unstable();
+    let mut w = Workload::new();
+    let mut trace_index = Vec::with_capacity(trace.len() + pre.len());
+    let mut live: HashMap<u64, u32, AddrBuild> = HashMap::default();
+    for &(addr, size, stream) in &pre {
+        live.insert(addr, w.malloc(size, stream, 0));
+        trace_index.push(0);
+    }
+    let mut notes = Vec::new();
+    if !pre.is_empty() {
+        notes.push(format!(
+            "{} block(s) alive before the trace ({} freed in it), requested first",
+            pre.len(),
+            n_freed_pre
+        ));
+    }
+    let mut recorded_ooms = Vec::new();
+    let mut realloc = 0u64;
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                // An address allocated again while live (not allocator-consistent): the
+                // older block stays live, as in the recording.
+                if live.insert(e.addr, w.malloc(e.size, e.stream, site(e))).is_some() {
+                    realloc += 1;
+                }
+                trace_index.push(i);
+            }
+            Action::Oom => {
+                w.probe(e.size, e.stream, site(e));
+                recorded_ooms.push((i, e.addr));
+                trace_index.push(i);
+            }
+            a if a == release => {
+                if let Some(id) = live.remove(&e.addr) {
+                    if w.free(id) {
+                        trace_index.push(i);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if realloc > 0 {
+        notes.push(format!("{realloc} alloc(s) at an address still live: the older block was kept live"));
+    }
+    if release == Action::FreeRequested && trace.iter().any(|e| e.action == Action::FreeRequested) {
+        notes.push("no free_completed in the trace: memory taken as reusable at free_requested".into());
+    }
+    if trace.iter().any(|e| e.pool.is_some() && snap.pool_id(e).is_some_and(|p| p != fragscope_alloc::DEFAULT_POOL)) {
+        notes.push("requests of private pools (CUDA graphs, MemPools) served as ordinary requests".into());
+    }
+    LabWorkload { workload: w, trace_index, pre_existing: pre.len() as u64, recorded_ooms, notes }
+}
+
+/// Driver calls, for reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Calls {
+    pub cuda_malloc: u64,
+    pub cuda_free: u64,
+    pub map: u64,
+    pub unmap: u64,
+}
+
+impl From<DriverCalls> for Calls {
+    fn from(c: DriverCalls) -> Self {
+        Calls { cuda_malloc: c.cuda_malloc, cuda_free: c.cuda_free, map: c.map, unmap: c.unmap }
+    }
+}
+
+/// The bounds, for reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LabBounds {
+    pub live: u64,
+    pub live_512: u64,
+    pub per_stream: u64,
+    pub pages: u64,
+}
+
+impl From<Bounds> for LabBounds {
+    fn from(b: Bounds) -> Self {
+        LabBounds { live: b.live, live_512: b.live_512, per_stream: b.per_stream, pages: b.pages }
+    }
+}
+
+/// A policy's first refused request on the recorded capacity.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LabOom {
+    /// Index of the trace entry (0 for a block alive before the trace).
+    pub index: usize,
+    pub requested: u64,
+    pub reserved: u64,
+}
+
+/// One policy on one device.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LabRow {
+    pub policy: String,
+    /// On an unlimited device.
+    pub peak_reserved: u64,
+    /// `peak_reserved / bounds.live`.
+    pub ratio: f64,
+    pub final_reserved: u64,
+    pub calls: Calls,
+    /// Seconds of the unlimited run, construction included (the plan for `planned`):
+    /// wall time of one thread, so at least its CPU time.
+    pub seconds: f64,
+    /// Workload ops per second of [`LabRow::seconds`].
+    pub ops_per_second: f64,
+    /// CPU seconds of the same run (10 ms resolution; null where unknown).
+    pub cpu_seconds: Option<f64>,
+    /// Trace events per CPU second (null when the run took under 0.1 CPU-s or CPU time
+    /// is unknown).
+    pub events_per_cpu_second: Option<f64>,
+    /// Requests refused on the recorded capacity (recorded OOMs aside).
+    pub ooms_at_capacity: u64,
+    pub first_oom_at_capacity: Option<LabOom>,
+    /// Recorded OOM requests served on the recorded capacity.
+    pub recorded_ooms_served: u64,
+    /// In words: does the recorded OOM (or none) happen on the recorded capacity?
+    pub verdict: String,
+}
+
+/// [`lab`] for one device.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LabReport {
+    pub device: i64,
+    pub trace_events: usize,
+    pub ops: usize,
+    pub requests: u64,
+    pub streams: usize,
+    pub pre_existing_blocks: u64,
+    pub recorded_ooms: usize,
+    pub capacity: u64,
+    /// How `capacity` was found.
+    pub capacity_source: String,
+    pub bounds: LabBounds,
+    pub rows: Vec<LabRow>,
+    pub notes: Vec<String>,
+}
+
+/// A fresh policy for `spec` (PyTorch's on top of `base`, the recorded settings) on a
+/// simulated device of `cap` bytes; `w` is what the plan-based policies plan.
+pub fn make_policy(spec: &PolicySpec, base: &AllocatorConfig, w: &Workload, cap: u64) -> Box<dyn Policy> {
+    let dev = SimulatedDevice::synthetic(cap);
+    match spec {
+        PolicySpec::PyTorch(extra) => Box::new(PyTorchCaching::new(config_on_top(base, extra), dev)),
+        PolicySpec::BestFit => Box::new(BestFitArenas::new(dev)),
+        PolicySpec::PagedBestFit => Box::new(PagedBestFit::new(dev)),
+        PolicySpec::PageRemap(min) => Box::new(PageRemap::with_threshold(dev, *min)),
+        PolicySpec::Lifetime => Box::new(LifetimeSegregated::new(dev)),
+        PolicySpec::Planned => Box::new(Planned::new(w, dev)),
+        PolicySpec::Hybrid => Box::new(Hybrid::new(w, dev)),
+    }
+}
+
+/// `extra` on top of `base` (both valid: `extra` was checked by [`parse_policy`]).
+fn config_on_top(base: &AllocatorConfig, extra: &str) -> AllocatorConfig {
+    let b = base.to_conf_string();
+    let joined = match (b.is_empty(), extra.is_empty()) {
+        (_, true) => return base.clone(),
+        (true, false) => extra.to_string(),
+        (false, false) => format!("{b},{extra}"),
+    };
+    fragscope_alloc::parse_config(&joined).unwrap_or_else(|_| base.clone())
+}
+
+/// CPU seconds (user + system) of the calling thread from `/proc/thread-self/stat`, in
+/// clock ticks of 10 ms; `None` where that file does not exist (not Linux).
+pub fn thread_cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at its closing ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
+/// Seconds since the first call (wall time of this thread's work; on an idle machine the
+/// same as its CPU time, on a busy one more, so rates from it are conservative).
+pub fn seconds() -> f64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
+}
+
+/// The capacity the process could have had (see the module doc) and how it was found.
+fn recorded_capacity(snap: &Snapshot, device: i64, lw: &LabWorkload, cfg: &AllocatorConfig) -> (u64, String) {
+    if let Some(&(index, device_free)) = lw.recorded_ooms.first() {
+        let k = lw.trace_index.iter().position(|&t| t == index).unwrap_or(lw.trace_index.len());
+        let mut before = Workload::new();
+        let mut ids: Vec<u32> = Vec::new();
+        for op in &lw.workload.ops[..k] {
+            match *op {
+                Op::Malloc { size, stream, site, .. } => ids.push(before.malloc(size, stream, site)),
+                Op::Probe { size, stream, site, .. } => ids.push(before.probe(size, stream, site)),
+                Op::Free { id } => {
+                    before.free(ids[id as usize]);
+                }
+            }
+        }
+        let mut p = PyTorchCaching::new(cfg.clone(), SimulatedDevice::synthetic(super::whatif::UNLIMITED));
+        if drive(&mut p, &before, false, 0).is_ok() {
+            p.empty_cache();
+            let held = p.reserved();
+            return (
+                held + device_free,
+                format!(
+                    "PyTorch's reserved bytes before the recorded OOM at event {index} ({held}, recorded settings, \
+                     free cached segments released) + the free memory it recorded ({device_free})"
+                ),
+            );
+        }
+    }
+    let c = super::driver::capacity_for(snap, device, None, cfg);
+    let how = if snap.device_capacity.contains_key(&device) {
+        "the device size the file records"
+    } else {
+        "the device size (inferred or the 80 GiB default)"
+    };
+    (c, how.to_string())
+}
+
+/// Run `specs` on `device`'s workload. `capacity` replaces the recorded capacity.
+pub fn lab(snap: &Snapshot, device: i64, specs: &[PolicySpec], capacity: Option<u64>) -> LabReport {
+    let lw = workload_of(snap, device);
+    let cfg = recorded_config(snap);
+    let w = &lw.workload;
+    let bounds = w.bounds();
+    let (cap, capacity_source) = match capacity {
+        Some(c) => (c, "given".to_string()),
+        None => recorded_capacity(snap, device, &lw, &cfg),
+    };
+    let mut notes = lw.notes.clone();
+    let mut rows = Vec::new();
+    let mut confs_run: Vec<String> = Vec::new();
+    for spec in specs {
+        if let PolicySpec::PyTorch(extra) = spec {
+            // `all` asks for expandable segments beside the recorded settings: once is
+            // enough when the recording already had them.
+            let conf = config_on_top(&cfg, extra).to_conf_string();
+            if confs_run.contains(&conf) {
+                continue;
+            }
+            confs_run.push(conf);
+        }
+        let (t0, c0) = (seconds(), thread_cpu_seconds());
+        let mut p = make_policy(spec, &cfg, w, super::whatif::UNLIMITED);
+        let run = drive(p.as_mut(), w, false, 0);
+        let secs = seconds() - t0;
+        let cpu = c0.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
+        let name = p.name();
+        let run = match run {
+            Ok(r) => r,
+            Err(e) => {
+                notes.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let mut pc = make_policy(spec, &cfg, w, cap);
+        let at = match drive(pc.as_mut(), w, false, 0) {
+            Ok(r) => r,
+            Err(e) => {
+                notes.push(format!("{name} on the recorded capacity: {e}"));
+                continue;
+            }
+        };
+        let first = at.first_oom.map(|(i, o)| LabOom {
+            index: lw.trace_index.get(i).copied().unwrap_or(0),
+            requested: o.requested,
+            reserved: o.reserved,
+        });
+        let verdict = verdict(&lw, at.probes_served, first.as_ref());
+        rows.push(LabRow {
+            policy: name,
+            peak_reserved: run.peak_reserved,
+            ratio: if bounds.live == 0 { 0.0 } else { run.peak_reserved as f64 / bounds.live as f64 },
+            final_reserved: run.final_reserved,
+            calls: run.calls.into(),
+            seconds: secs,
+            ops_per_second: if secs > 0.0 { w.ops.len() as f64 / secs } else { 0.0 },
+            cpu_seconds: cpu,
+            events_per_cpu_second: cpu.filter(|&c| c >= 0.1).map(|c| snap.trace(device).len() as f64 / c),
+            ooms_at_capacity: at.ooms,
+            first_oom_at_capacity: first,
+            recorded_ooms_served: at.probes_served,
+            verdict,
+        });
+    }
+    LabReport {
+        device,
+        trace_events: snap.trace(device).len(),
+        ops: w.ops.len(),
+        requests: w.requests as u64,
+        streams: w.streams().len(),
+        pre_existing_blocks: lw.pre_existing,
+        recorded_ooms: lw.recorded_ooms.len(),
+        capacity: cap,
+        capacity_source,
+        bounds: bounds.into(),
+        rows,
+        notes,
+    }
+}
+
+fn verdict(lw: &LabWorkload, probes_served: u64, first: Option<&LabOom>) -> String {
+    let recorded = lw.recorded_ooms.len() as u64;
+    match (recorded, first) {
+        (0, None) => "no OOM, as recorded".into(),
+        (0, Some(o)) => format!("OOM at event {} (none recorded)", o.index),
+        (r, None) if probes_served == r => "recorded OOM avoided".into(),
+        (_, None) => "OOM as recorded".into(),
+        (r, Some(o)) if probes_served == r => format!("recorded OOM avoided, but OOM at event {}", o.index),
+        (_, Some(o)) => format!("OOM as recorded, and at event {}", o.index),
+    }
+}

@@ -1,0 +1,155 @@
+//! `fragscope replay FILE --allocator NAME ...`: the allocator lab. Each device's
+//! workload served by the named allocation policies (PyTorch's caching allocator under
+//! any settings, best-fit arenas, page remapping, lifetime segregation, the offline plan)
+//! against the bounds no allocator beats: peak reserved, its ratio to peak live bytes,
+//! driver calls, speed, and whether the recorded OOM (or none) happens on the recorded
+//! capacity. Text table or `--json` (schema `fragscope.replay.lab/1`,
+//! docs/json-schema.md).
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use fragscope_analysis::replay::lab::{lab, parse_policy, LabReport, PolicySpec};
+use fragscope_analysis::replay::replayable_devices;
+use fragscope_snapshot::Snapshot;
+use serde::Serialize;
+
+use super::replay::Args;
+use crate::output::{self, Align, Table};
+use crate::{input, print_stdout, CliError};
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    schema: &'static str,
+    files: Vec<JsonFile<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonFile<'a> {
+    file: &'a str,
+    devices: &'a [LabReport],
+}
+
+pub fn run(args: &Args, capacity: Option<u64>) -> Result<ExitCode, CliError> {
+    let specs = specs_of(args)?;
+    let out: Vec<(String, Vec<LabReport>)> = input::each_snapshot(&args.files, args.json, |name, snap| {
+        Ok((name, lab_snapshot(args, capacity, snap, &specs)))
+    })?;
+    let text = if args.json { json(&out)? } else { render(&out) };
+    print_stdout(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The policies `--allocator` names (repeatable, `all`), each once: a bad name is bad usage.
+pub fn specs_of(args: &Args) -> Result<Vec<PolicySpec>, CliError> {
+    let mut specs: Vec<PolicySpec> = Vec::new();
+    for n in &args.allocator {
+        for s in parse_policy(n).map_err(CliError::usage)? {
+            if !specs.contains(&s) {
+                specs.push(s);
+            }
+        }
+    }
+    Ok(specs)
+}
+
+/// One snapshot through the lab: every replayable device (or `--device`) served by `specs`.
+pub fn lab_snapshot(args: &Args, capacity: Option<u64>, snap: &Snapshot, specs: &[PolicySpec]) -> Vec<LabReport> {
+    let mut devs = replayable_devices(snap);
+    if let Some(d) = args.device {
+        devs.retain(|&x| x == d);
+    }
+    devs.into_iter().map(|d| lab(snap, d, specs, capacity)).collect()
+}
+
+/// The `--json` document (`fragscope.replay.lab/1`) of `(file name, device reports)` per file.
+pub fn json(out: &[(String, Vec<LabReport>)]) -> Result<String, CliError> {
+    let j = JsonOut {
+        schema: "fragscope.replay.lab/1",
+        files: out.iter().map(|(f, r)| JsonFile { file: f, devices: r }).collect(),
+    };
+    output::json_text(&j)
+}
+
+fn ratio(a: u64, live: u64) -> String {
+    if live == 0 {
+        "—".into()
+    } else {
+        format!("{:.3}", a as f64 / live as f64)
+    }
+}
+
+fn render(out: &[(String, Vec<LabReport>)]) -> String {
+    let mut s = String::new();
+    for (file, reps) in out {
+        let _ = writeln!(s, "{file}");
+        if reps.is_empty() {
+            let _ = writeln!(s, "  no allocation trace (state-only snapshot)\n");
+            continue;
+        }
+        for r in reps {
+            let _ = writeln!(
+                s,
+                "  device {}: {} trace events, {} requests on {} stream(s), {} block(s) alive before the trace, \
+                 {} recorded OOM(s)",
+                r.device,
+                output::grouped(r.trace_events as u64),
+                output::grouped(r.requests),
+                r.streams,
+                r.pre_existing_blocks,
+                r.recorded_ooms
+            );
+            let _ = writeln!(s, "  recorded capacity {}: {}", output::bytes(r.capacity), r.capacity_source);
+            let mut t = Table::new(&[
+                ("allocator", Align::Left),
+                ("peak reserved", Align::Right),
+                ("÷ live", Align::Right),
+                ("cudaMalloc", Align::Right),
+                ("cudaFree", Align::Right),
+                ("map", Align::Right),
+                ("unmap", Align::Right),
+                ("M ops/s", Align::Right),
+                ("on the recorded capacity", Align::Left),
+            ]);
+            let b = &r.bounds;
+            for (name, v) in [
+                ("bound: live as requested", b.live),
+                ("bound: live, 512 B each", b.live_512),
+                ("bound: per-stream peaks", b.per_stream),
+                ("bound: 2 MiB pages", b.pages),
+            ] {
+                t.row([
+                    name.to_string(),
+                    output::bytes(v),
+                    ratio(v, b.live),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ]);
+            }
+            t.rule();
+            for row in &r.rows {
+                t.row([
+                    row.policy.clone(),
+                    output::bytes(row.peak_reserved),
+                    ratio(row.peak_reserved, b.live),
+                    row.calls.cuda_malloc.to_string(),
+                    row.calls.cuda_free.to_string(),
+                    row.calls.map.to_string(),
+                    row.calls.unmap.to_string(),
+                    format!("{:.1}", row.ops_per_second / 1e6),
+                    row.verdict.clone(),
+                ]);
+            }
+            s.push_str(&t.render());
+            for n in &r.notes {
+                let _ = writeln!(s, "  note: {n}");
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
