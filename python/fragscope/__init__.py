@@ -37,6 +37,7 @@ __all__ = [
     "Analysis",
     "Replay",
     "Lab",
+    "Report",
     "Diff",
     "Check",
     "RankSummary",
@@ -45,6 +46,7 @@ __all__ = [
     "from_dict",
     "example",
     "analyze_many",
+    "report",
     "analyze_file",
     "run_cli",
 ]
@@ -241,6 +243,37 @@ class Check(Result):
         return f"<fragscope Check ok={self._data['ok']}{': ' + self.message if self.message else ''}>"
 
 
+class Report:
+    """A ``fragscope report`` page: ``html`` is the whole self-contained HTML file (data,
+    script and styles inline; it makes no network request). ``save(path)`` writes it; in
+    Jupyter the page itself is shown, in a sandboxed iframe."""
+
+    def __init__(self, html: str) -> None:
+        self.html = html
+
+    def save(self, path: PathLike) -> None:
+        """Writes the page to ``path`` (through a temporary file beside it, renamed over
+        ``path``, so a failure never leaves a partial page)."""
+        path = os.fspath(path)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(self.html)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def _repr_html_(self) -> str:
+        return (
+            '<iframe sandbox="allow-scripts" style="width:100%;height:720px;border:1px solid #ccc" '
+            f'srcdoc="{html.escape(self.html, quote=True)}"></iframe>'
+        )
+
+    def __repr__(self) -> str:
+        return f"<fragscope.Report: {len(self.html):,} bytes of HTML>"
+
+
 def _size(v: Union[int, str, None]) -> Optional[str]:
     return None if v is None else str(v)
 
@@ -333,6 +366,11 @@ class Snapshot:
         if isinstance(allocators, str):
             allocators = [allocators]
         return Lab(self._native.lab_json(list(allocators), _size(capacity), device))
+
+    def report(self) -> Report:
+        """``fragscope report``: the self-contained HTML page of this snapshot (memory
+        timeline, allocator state at any moment, fragmentation, what-if, findings)."""
+        return Report(self._native.report_html())
 
     def check(
         self,
@@ -510,6 +548,16 @@ def analyze_file(path: PathLike, top: int = 10, what_if: bool = False) -> Tuple[
         return True, load(p).analyze(top=top, what_if=what_if).to_json()
     except FragscopeError as e:
         return False, str(e)
+
+
+def report(snapshots: Iterable[Union["Snapshot", PathLike]], path: Optional[PathLike] = None) -> Report:
+    """``fragscope report A B ...``: one page for several snapshots (or paths): ranks side
+    by side, and two runs compared as ``diff``. Written to ``path`` when given."""
+    snaps = [s if isinstance(s, Snapshot) else load(s) for s in snapshots]
+    r = Report(_native.report_html_many([s._native for s in snaps]))
+    if path is not None:
+        r.save(path)
+    return r
 
 
 def analyze_many(

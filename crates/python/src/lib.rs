@@ -180,6 +180,15 @@ impl Snapshot {
         .map_err(err)
     }
 
+    /// `fragscope report` of this snapshot: the self-contained HTML page, as a string.
+    fn report_html(&self, py: Python<'_>) -> String {
+        let (snap, name, example) = (self.inner.clone(), self.name.clone(), self.example);
+        py.allow_threads(move || {
+            let data = fragscope_report::file_data(&name, example, &snap, &fragscope_report::ReportOptions::default());
+            fragscope_report::render(&[data])
+        })
+    }
+
     /// `fragscope check --json` of this snapshot: the JSON document, whether every limit
     /// held, and the line the CLI prints for the first broken limit (`None` when it passed).
     #[pyo3(signature = (max_reserved = None, max_allocated = None, max_fragmentation = None, no_leaks = false))]
@@ -349,6 +358,24 @@ fn run_cli(py: Python<'_>, argv: Vec<String>) -> u8 {
     py.allow_threads(move || fragscope::run_cli(argv))
 }
 
+/// `fragscope report A B ...` of several snapshots in one page (ranks side by side; two
+/// snapshots are also compared, as `diff`), as a string.
+#[pyfunction]
+fn report_html_many(py: Python<'_>, snapshots: Vec<PyRef<'_, Snapshot>>) -> String {
+    let snaps: Vec<(Arc<Snap>, String, bool)> =
+        snapshots.iter().map(|s| (s.inner.clone(), s.name.clone(), s.example)).collect();
+    py.allow_threads(move || {
+        let opts = fragscope_report::ReportOptions::default();
+        let data: Vec<_> = snaps.iter().map(|(s, n, e)| fragscope_report::file_data(n, *e, s, &opts)).collect();
+        if let [(a, _, _), (b, _, _)] = snaps.as_slice() {
+            let d = fragscope_analysis::diff::diff(a, b, &fragscope_analysis::diff::DiffOptions::default());
+            fragscope_report::render_with_diff(&data, Some(&d))
+        } else {
+            fragscope_report::render(&data)
+        }
+    })
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FragscopeError", m.py().get_type::<FragscopeError>())?;
@@ -359,6 +386,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_dict, m)?)?;
     m.add_function(wrap_pyfunction!(example, m)?)?;
     m.add_function(wrap_pyfunction!(analyze_many, m)?)?;
+    m.add_function(wrap_pyfunction!(report_html_many, m)?)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     Ok(())
 }

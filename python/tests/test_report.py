@@ -1,0 +1,44 @@
+"""``Snapshot.report()`` / ``fragscope.report()``: the same page ``fragscope report`` writes."""
+
+from __future__ import annotations
+
+import pytest
+
+import fragscope
+from conftest import TRACES, params, real_pickles, run_cli
+
+PICKLES = real_pickles()
+
+
+@pytest.mark.parametrize("path", params(PICKLES[:6]))
+def test_report_equals_cli(path, tmp_path):
+    out = tmp_path / "cli.html"
+    p = run_cli("report", str(path), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    r = fragscope.load(str(path)).report()
+    assert r.html == out.read_text(encoding="utf-8")
+    # Saved through the API: the same bytes, and no temporary file left beside it.
+    r.save(tmp_path / "api.html")
+    assert (tmp_path / "api.html").read_text(encoding="utf-8") == r.html
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["api.html", "cli.html"]
+
+
+def test_two_runs_compared_as_cli(tmp_path):
+    a, b = TRACES / "cs336-2.7b-fwd-ctx128-bf16.pickle", TRACES / "cs336-2.7b-fwd-ctx128-fp32.pickle"
+    if not a.is_file():
+        pytest.skip(f"{a} not found")
+    out = tmp_path / "cli.html"
+    p = run_cli("report", str(a), str(b), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    r = fragscope.report([str(a), fragscope.load(str(b))], tmp_path / "api.html")
+    assert r.html == out.read_text(encoding="utf-8")
+    assert (tmp_path / "api.html").read_text(encoding="utf-8") == r.html
+
+
+def test_jupyter_shows_the_page_in_a_sandboxed_iframe():
+    r = fragscope.example().report()
+    shown = r._repr_html_()
+    assert shown.startswith('<iframe sandbox="allow-scripts"')
+    # The whole page is inside srcdoc, escaped: no raw tag of the page leaks out.
+    assert "<script" not in shown and "&lt;script" in shown
+    assert len(r.html) > 10_000 and r.html.lstrip().lower().startswith("<!doctype html")
