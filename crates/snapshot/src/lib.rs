@@ -19,6 +19,7 @@
 //! }
 //! ```
 
+pub mod bounds;
 pub mod error;
 pub mod kineto;
 pub mod model;
@@ -93,7 +94,13 @@ fn gzip_error(e: std::io::Error) -> ReadError {
     ReadError::Corrupt { what: format!("gzip stream: {e}"), offset: 0 }
 }
 
-fn read_plain<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
+fn read_plain<R: BufRead>(r: R) -> Result<Snapshot, ReadError> {
+    let snap = read_format(r)?;
+    bounds::check(&snap)?;
+    Ok(snap)
+}
+
+fn read_format<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
     let head = r.fill_buf()?;
     let first = head.iter().copied().find(|b| !b.is_ascii_whitespace());
     match head.first() {
