@@ -77,7 +77,7 @@ pub fn read_legacy<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
 /// accepted.
 fn skip_header_pickle<R: BufRead>(r: &mut R, start: u64) -> Result<u64, ReadError> {
     let mut n = 0u64;
-    let mut byte = |r: &mut R, n: &mut u64| -> Result<u8, ReadError> {
+    let byte = |r: &mut R, n: &mut u64| -> Result<u8, ReadError> {
         let mut b = [0u8; 1];
         r.read_exact(&mut b)?;
         *n += 1;
