@@ -12,6 +12,7 @@ pub mod oom_message;
 pub mod recorder;
 
 pub mod replay;
+pub mod memstats;
 pub mod summary;
 
 pub mod attribution;

@@ -331,6 +331,15 @@ impl RecordedState {
         self.segs.containing_mut(addr)
     }
 
+    /// The block starting at `addr` (size, whether its segment is in the small pool, and
+    /// whether the segment is expandable), for the statistics of `memstats`.
+    pub fn block_starting(&self, addr: u64) -> Option<(BlockRec, bool, bool)> {
+        let seg = self.segs.containing(addr)?;
+        let j = seg.block_at(addr)?;
+        let b = seg.blocks[j];
+        (b.addr == addr).then_some((b, seg.small, seg.expandable))
+    }
+
     /// Address of the segment containing `addr`.
     pub fn seg_key(&self, addr: u64) -> Option<u64> {
         self.segs.containing(addr).map(|s| s.addr)
