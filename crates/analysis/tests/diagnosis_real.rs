@@ -13,7 +13,7 @@ use fragscope_snapshot::Snapshot;
 
 #[allow(dead_code)]
 fn read(name: &str) -> Option<Snapshot> {
-    let p = traces_dir()?.join(name);
+    let p = fragscope_testdata::real_file(name)?;
     Some(fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
 }
 
@@ -102,7 +102,7 @@ fn peaks_match_independent_computations() {
             compared += 1;
         }
     }
-    assert!(compared >= 20, "compared {compared} devices");
+    assert!(compared >= fragscope_testdata::min_files(20), "compared {compared} devices");
     // Pinned figures: cs336 bf16 forward peaks at 22.58 GiB reserved (the file's final
     // state), fragmentation 1 − peak allocated / peak reserved ≈ 0.9%.
     let snap = read("cs336-2.7b-fwd-ctx128-bf16.pickle").unwrap();

@@ -89,6 +89,16 @@ pub fn real_file(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// How many real files (or devices) a test over "every real file" should at least have
+/// read: `with_corpus` on the full corpus, 5 on the in-repository set.
+pub fn min_files(with_corpus: usize) -> usize {
+    if has_corpus() {
+        with_corpus
+    } else {
+        5
+    }
+}
+
 /// Every real pickle (`*.pickle`, `*.pkl`) in `dir`, sorted by name.
 pub fn pickles_in(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
