@@ -409,8 +409,16 @@ impl RecordedState {
                 if f.state != BState::Free {
                     return Err(err(index, ev, format!("free_completed, but the block is still {:?} later", f.state)));
                 }
-                let s = (rules.round)(ev.size);
                 let avail = f.addr + f.size - ev.addr;
+                // A block alive before the recording may have been rounded under another
+                // configuration (one changed at run time by `_set_allocator_settings`, or a
+                // simulated run under other settings seeded with the recorded blocks): when
+                // the configuration's rounding does not fit but a 512-byte rounding does, the
+                // block is the free space there.
+                let s = match (rules.round)(ev.size) {
+                    s if s > avail && avail >= ev.size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK => avail,
+                    s => s,
+                };
                 if avail < s {
                     return Err(err(
                         index,
