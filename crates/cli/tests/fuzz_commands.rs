@@ -97,17 +97,7 @@ fn mutate(s: &mut Snapshot, r: &mut Rng) -> String {
                 format!("trace[{d}][{i}] swapped with the next")
             }
             _ => {
-                const A: [Action; 8] = [
-                    Action::Alloc,
-                    Action::FreeRequested,
-                    Action::FreeCompleted,
-                    Action::SegmentAlloc,
-                    Action::SegmentFree,
-                    Action::SegmentMap,
-                    Action::SegmentUnmap,
-                    Action::Oom,
-                ];
-                let a = A[r.below(A.len())];
+                let a = Action::ALL[r.below(Action::ALL.len())];
                 t[i].action = a;
                 format!("trace[{d}][{i}].action = {}", a.as_str())
             }
