@@ -237,7 +237,8 @@ fn mutated_real_snapshots_through_every_command() {
             bytes[i] ^= x;
             what.push(format!("byte {i} ^= {x:#x}"));
         }
-        let m = match fragscope_snapshot::read_from(&bytes[..]) {
+        // Read and checked as the CLI's `input::load` does.
+        let m = match fragscope_snapshot::read_from(&bytes[..]).and_then(|m| fragscope_snapshot::bounds::check(&m).map(|()| m)) {
             Ok(m) => m,
             Err(_) => {
                 refused += 1;
@@ -258,4 +259,34 @@ fn mutated_real_snapshots_through_every_command() {
         failures.len()
     );
     assert!(failures.is_empty(), "{} panics:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// An impossible size (the fuzzer's 2^64 − 1 block) is one `error:` line and exit code 2
+/// from every command that loads a file, not an overflow in the arithmetic after it.
+#[test]
+fn impossible_sizes_are_refused_by_every_command() {
+    let Some(p) = fragscope_testdata::real_file("decomfl-opt-zeroth-order-windows.pickle") else { return };
+    let mut s = fragscope_snapshot::read_path(&p).unwrap();
+    s.segments[0].blocks[0].size = u64::MAX;
+    let dir = std::env::temp_dir().join(format!("fragscope-bounds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("huge.pickle");
+    fragscope_snapshot::pickle::write::write_path(&s, &f).unwrap();
+    let f = f.to_str().unwrap();
+    let good = p.to_str().unwrap();
+    for args in [
+        vec!["summary", f],
+        vec!["analyze", f],
+        vec!["replay", "--verify", f],
+        vec!["replay", f],
+        vec!["diff", good, f],
+        vec!["check", f, "--max-reserved", "1GiB"],
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fragscope")).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("segments[0] block 0 size") && err.contains("over 256 TiB"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,5 +1,7 @@
-//! Magnitude limits a real snapshot always meets, checked once after reading so that the
-//! analyses can add byte counts and addresses without overflow checks at every sum.
+//! Magnitude limits a real snapshot always meets, checked once before analysing (the CLI
+//! does it when it loads a file) so that the analyses can add byte counts and addresses
+//! without overflow checks at every sum. The reader itself accepts any value (the writer
+//! and reader round-trip edge values exactly).
 //!
 //! No device has 256 TiB ([`MAX_BYTES`]), and no CUDA virtual address reaches 2^57
 //! ([`MAX_ADDRESS`]: 5-level paging's user space ends below it). A file beyond either

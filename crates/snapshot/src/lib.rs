@@ -53,9 +53,7 @@ pub fn read_path_with_progress(path: &Path, progress: &mut dyn FnMut(u64, u64)) 
     let n = f.read(&mut head)?;
     f.seek(std::io::SeekFrom::Start(0))?;
     if head[..n] == *torchsave::ZIP_MAGIC {
-        let snap = torchsave::read_zip(f)?;
-        bounds::check(&snap)?;
-        return Ok(snap);
+        return torchsave::read_zip(f);
     }
     let counter = Counting { inner: f, read: 0, report: progress, total };
     read_from(counter)
@@ -104,13 +102,7 @@ fn gzip_error(e: std::io::Error) -> ReadError {
     ReadError::Corrupt { what: format!("gzip stream: {e}"), offset: 0 }
 }
 
-fn read_plain<R: BufRead>(r: R) -> Result<Snapshot, ReadError> {
-    let snap = read_format(r)?;
-    bounds::check(&snap)?;
-    Ok(snap)
-}
-
-fn read_format<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
+fn read_plain<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
     let head = r.fill_buf()?;
     let first = head.iter().copied().find(|b| !b.is_ascii_whitespace());
     if head.starts_with(torchsave::LEGACY_MAGIC) {
