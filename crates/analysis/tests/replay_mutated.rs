@@ -17,7 +17,9 @@ fn last_block_event(s: &Snapshot) -> (usize, usize) {
         if !matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted) {
             continue;
         }
-        if let Some(k) = s.segments.iter().position(|g| g.device == 0 && g.address <= e.addr && e.addr < g.address + g.total_size) {
+        if let Some(k) =
+            s.segments.iter().position(|g| g.device == 0 && g.address <= e.addr && e.addr < g.address + g.total_size)
+        {
             return (i, k);
         }
     }

@@ -37,8 +37,7 @@ fn divisions_read_back_round_as_the_config() {
         let canonical = cfg.to_conf_string();
         let reparsed = parse_config(&canonical).unwrap_or_else(|e| panic!("{canonical}: {e}"));
         assert_eq!(reparsed.roundup_power2_divisions, cfg.roundup_power2_divisions, "{conf} -> {canonical}");
-        let mut snap = Snapshot::default();
-        snap.allocator_settings = Some(allocator_settings(&cfg, &canonical));
+        let snap = Snapshot { allocator_settings: Some(allocator_settings(&cfg, &canonical)), ..Default::default() };
         let mut bytes = Vec::new();
         fragscope_snapshot::pickle::write::write_snapshot(&snap, &mut bytes).unwrap();
         let back = fragscope_snapshot::read_from(&bytes[..]).unwrap();

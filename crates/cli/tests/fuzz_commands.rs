@@ -18,7 +18,9 @@ use fragscope_alloc::parse_config;
 use fragscope_analysis::analyze::{analyze, AnalyzeOptions};
 use fragscope_analysis::check::{check, Limits};
 use fragscope_analysis::diff::{diff, DiffOptions};
-use fragscope_analysis::replay::{recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions};
+use fragscope_analysis::replay::{
+    recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions,
+};
 use fragscope_analysis::summary::summarize;
 use fragscope_snapshot::{Action, BlockState, Snapshot};
 
@@ -175,7 +177,12 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
     }
     let dd = diff(orig, m, &DiffOptions { top: 5 });
     let _ = serde_json::to_string(&dd).expect("diff JSON");
-    let lim = Limits { max_reserved: Some(1 << 30), max_allocated: Some(1 << 30), max_fragmentation: Some(0.3), no_leaks: true };
+    let lim = Limits {
+        max_reserved: Some(1 << 30),
+        max_allocated: Some(1 << 30),
+        max_fragmentation: Some(0.3),
+        no_leaks: true,
+    };
     let _ = serde_json::to_string(&check(m, &lim)).expect("check JSON");
 }
 
@@ -238,7 +245,9 @@ fn mutated_real_snapshots_through_every_command() {
             what.push(format!("byte {i} ^= {x:#x}"));
         }
         // Read and checked as the CLI's `input::load` does.
-        let m = match fragscope_snapshot::read_from(&bytes[..]).and_then(|m| fragscope_snapshot::bounds::check(&m).map(|()| m)) {
+        let m = match fragscope_snapshot::read_from(&bytes[..])
+            .and_then(|m| fragscope_snapshot::bounds::check(&m).map(|()| m))
+        {
             Ok(m) => m,
             Err(_) => {
                 refused += 1;

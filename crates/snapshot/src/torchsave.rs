@@ -36,7 +36,8 @@ pub fn read_zip<R: Read + Seek>(r: R) -> Result<Snapshot, ReadError> {
     let mut z = zip::ZipArchive::new(r).map_err(|e| shape(format!("unreadable zip archive: {e}")))?;
     // `<archive>/data.pkl` (torch.save), or a bare `data.pkl`; never one in a deeper folder.
     let names: Vec<String> = z.file_names().map(str::to_string).collect();
-    let Some(name) = names.iter().find(|n| n.split('/').count() <= 2 && n.rsplit('/').next() == Some("data.pkl")) else {
+    let Some(name) = names.iter().find(|n| n.split('/').count() <= 2 && n.rsplit('/').next() == Some("data.pkl"))
+    else {
         let mut shown: Vec<&str> = names.iter().map(String::as_str).take(4).collect();
         if names.len() > 4 {
             shown.push("...");
