@@ -14,6 +14,7 @@ pub mod oom_message;
 pub mod recorder;
 
 pub mod replay;
+pub mod memstats;
 pub mod summary;
 
 pub mod attribution;

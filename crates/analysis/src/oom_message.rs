@@ -167,6 +167,16 @@ pub struct OomMessage {
     /// The message as found in the input (from `CUDA out of memory` / `Allocation on device`
     /// to its last recognised word), line breaks included.
     pub raw: String,
+    /// The log-line prefix the message's lines carried (`rank1` for `[rank1]: ...`) when a
+    /// log interleaved several processes' output; each process's lines are read apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_prefix: Option<String>,
+    /// The `CUDA out of memory.` sentence was not in the text: the figures were found on
+    /// their own (a paste that started mid-message).
+    pub headerless: bool,
+    /// Figures this form prints that the text did not contain (a truncated or partial
+    /// paste), by name; the verdict uses only the figures present.
+    pub missing: Vec<String>,
 }
 
 impl OomMessage {
@@ -413,29 +423,22 @@ fn flatten(src: &str) -> Flat {
     for (n, line) in src.split('\n').enumerate() {
         let line_start = offset;
         offset += line.len() + 1;
-        let mut body = line.trim_end_matches('\r');
-        let mut skipped = 0;
-        if n > 0 {
-            // Continuation lines: drop indentation and quote/comment markers that wrap a
-            // pasted message (`# `, `// `, `> `).
-            let t = body.trim_start();
-            skipped += body.len() - t.len();
-            body = t;
-            for marker in ["//", "#", ">"] {
-                if let Some(rest) = body.strip_prefix(marker) {
-                    let t = rest.trim_start();
-                    skipped += body.len() - t.len();
-                    body = t;
-                    break;
-                }
-            }
-        }
+        let body = line.trim_end_matches('\r');
+        // Drop what wraps a pasted line: indentation, a log prefix (`[rank1]: `), quote and
+        // comment markers (`> `, `# `, `// `) and list bullets (`- `, `* `, `+ `), in any
+        // nesting (`> - `).
+        let skipped = line_prefix_len(body);
+        let body = &body[skipped..];
         if n > 0 && !text.ends_with(' ') && !text.is_empty() {
             text.push(' ');
             map.push(line_start.saturating_sub(1));
         }
         let base = line_start + skipped;
         for (k, ch) in body.char_indices() {
+            if ch == '`' {
+                // Markdown code spans (`...`): never part of PyTorch's text.
+                continue;
+            }
             if ch.is_whitespace() {
                 if !text.ends_with(' ') {
                     text.push(' ');
@@ -451,6 +454,37 @@ fn flatten(src: &str) -> Flat {
         }
     }
     Flat { text, map }
+}
+
+/// `[rank1]:`, `[default0]:`, `[RANK 3]:` at the start of `s`: the prefix launchers such as
+/// torchrun put on each line of a process's output. Returns the name and the length.
+fn log_prefix(s: &str) -> Option<(&str, usize)> {
+    let rest = s.strip_prefix('[')?;
+    let close = rest.find(']')?;
+    let name = &rest[..close];
+    let ok = (1..=24).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ' ' || c == '-')
+        && name.chars().any(|c| c.is_ascii_digit());
+    let after = rest[close + 1..].strip_prefix(':')?;
+    ok.then(|| (name, 1 + close + 1 + 1 + (after.len() - after.trim_start().len())))
+}
+
+/// Length of the wrapping in front of a pasted line (see [`flatten`]).
+fn line_prefix_len(line: &str) -> usize {
+    let mut i = 0;
+    loop {
+        let t = &line[i..];
+        let trimmed = t.trim_start();
+        i += t.len() - trimmed.len();
+        if let Some((_, n)) = log_prefix(trimmed) {
+            i += n;
+            continue;
+        }
+        match ["//", "#", ">", "- ", "* ", "+ "].iter().find(|m| trimmed.starts_with(**m)) {
+            Some(m) => i += m.len(),
+            None => return i,
+        }
+    }
 }
 
 /// Byte offset where the run of trailing characters satisfying `keep` starts (a char
@@ -511,12 +545,16 @@ enum Anchor {
     Native { start: usize, after: usize, hip: bool },
     /// `Allocation on device N would exceed allowed memory`.
     Async { start: usize },
+    /// The figures without the `CUDA out of memory.` sentence before them: `Tried to
+    /// allocate S`, or, when that is missing too, `GPU N has a total capacity` or `Of the
+    /// allocated memory`; `after` is past the phrase.
+    Headerless { start: usize, after: usize },
 }
 
 impl Anchor {
     fn start(self) -> usize {
         match self {
-            Anchor::Native { start, .. } | Anchor::Async { start } => start,
+            Anchor::Native { start, .. } | Anchor::Async { start } | Anchor::Headerless { start, .. } => start,
         }
     }
 
@@ -526,8 +564,61 @@ impl Anchor {
         match self {
             Anchor::Native { after, .. } => after,
             Anchor::Async { start } => start + "Allocation on device".len(),
+            Anchor::Headerless { after, .. } => after,
         }
     }
+}
+
+/// How far back a header or an earlier figure makes a figure part of the same message
+/// (a whole 2.x message is about 500 characters; its figures sit within 300 of each other).
+const SAME_MESSAGE: usize = 300;
+
+/// The first figure phrase at or after `from` that no `out of memory.` header (and, for the
+/// later phrases, no `Tried to allocate`) precedes closely: the start of a message pasted
+/// without its first sentence.
+fn next_headerless(flat: &str, from: usize) -> Option<Anchor> {
+    let near_before = |i: usize, needle: &str| {
+        let mut lo = i.saturating_sub(SAME_MESSAGE);
+        while !flat.is_char_boundary(lo) {
+            lo -= 1;
+        }
+        find_ci(flat, needle, lo, i).is_some()
+    };
+    let mut best: Option<Anchor> = None;
+    for (phrase, needs_size) in [("Tried to allocate", true), ("has a total capac", false), ("Of the allocated memory", true)]
+    {
+        let mut at = from;
+        while let Some(i) = find_ci(flat, phrase, at, flat.len()) {
+            at = i + 1;
+            let after = i + phrase.len();
+            // "GPU N has a total capacity": start at "GPU".
+            let start = if phrase == "has a total capac" {
+                let before = flat[..i].trim_end_matches(' ');
+                let num = start_of_trailing(before, |c| c.is_ascii_digit());
+                let word = flat[..num].trim_end_matches(' ');
+                if num == before.len() || !word.to_ascii_uppercase().ends_with("GPU") {
+                    continue;
+                }
+                word.len() - 3
+            } else {
+                i
+            };
+            if needs_size && size_at(flat, after).is_none() {
+                continue;
+            }
+            if near_before(start, "out of memory.")
+                || (phrase != "Tried to allocate" && near_before(start, "Tried to allocate"))
+                || (phrase == "Of the allocated memory" && near_before(start, "has a total capac"))
+            {
+                continue;
+            }
+            if best.is_none_or(|b| start < b.start()) {
+                best = Some(Anchor::Headerless { start, after });
+            }
+            break;
+        }
+    }
+    best
 }
 
 fn next_anchor(flat: &str, from: usize) -> Option<Anchor> {
@@ -563,10 +654,7 @@ fn next_anchor(flat: &str, from: usize) -> Option<Anchor> {
             }
         }
     };
-    match (native, async_) {
-        (Some(a), Some(b)) => Some(if a.start() <= b.start() { a } else { b }),
-        (a, b) => a.or(b),
-    }
+    [native, async_, next_headerless(flat, from)].into_iter().flatten().min_by_key(|a| a.start())
 }
 
 /// Parse the first PyTorch OOM message found in `text` (a bare message, a Python traceback,
@@ -586,7 +674,36 @@ pub fn parse(text: &str) -> Result<OomMessage, ParseError> {
 }
 
 /// Every OOM message in `text`, in order (logs often repeat the OOM once per retry or rank).
+/// When lines carry launcher prefixes of several processes (`[rank0]:`, `[rank1]:`), each
+/// process's lines are read on their own, so interleaved messages do not mix; those
+/// messages come grouped by process, in order of each process's first line.
 pub fn parse_all(text: &str) -> Vec<OomMessage> {
+    let mut groups: Vec<(Option<String>, String)> = Vec::new();
+    for line in text.split('\n') {
+        let t = line.trim_start();
+        let key = log_prefix(t).map(|(name, _)| name.to_string());
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, body)) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            None => groups.push((key, format!("{line}\n"))),
+        }
+    }
+    if groups.iter().filter(|(k, _)| k.is_some()).count() < 2 {
+        return parse_all_in(text);
+    }
+    let mut out = Vec::new();
+    for (key, body) in groups {
+        for mut m in parse_all_in(&body) {
+            m.log_prefix = key.clone();
+            out.push(m);
+        }
+    }
+    out
+}
+
+fn parse_all_in(text: &str) -> Vec<OomMessage> {
     let flat = flatten(text);
     let s = flat.text.as_str();
     let mut out = Vec::new();
@@ -598,14 +715,129 @@ pub fn parse_all(text: &str) -> Vec<OomMessage> {
         let (mut msg, end) = match anchor {
             Anchor::Native { start, after, hip } => parse_native(s, start, after, hip, limit),
             Anchor::Async { start } => parse_async(s, start, limit),
+            Anchor::Headerless { start, .. } => {
+                let (mut m, mut end) = parse_native(s, start, start, false, limit);
+                if m.tried_to_allocate.is_none() {
+                    parse_v2(s, start, start, limit, &mut m, &mut end);
+                }
+                m.headerless = true;
+                (m, end)
+            }
         };
+        let end = sweep(s, anchor.start(), limit, &mut msg).max(end);
         let end = end.clamp(anchor.start() + 1, s.len());
         msg.raw = original_slice(text, &flat, anchor.start(), end);
         msg.exception = exception_before(s, anchor.start());
+        msg.missing = missing_figures(&msg);
         out.push(msg);
         from = end.max(anchor.search_past());
     }
     out
+}
+
+/// Every figure phrase of the 2.x layout within `[start, limit)` that the in-order parse
+/// did not reach (a line broken by a traceback, a paste that lost a sentence): each figure
+/// the text holds is used. Returns the end of the last phrase read.
+fn sweep(s: &str, start: usize, limit: usize, m: &mut OomMessage) -> usize {
+    if !matches!(m.form, MessageForm::Partial | MessageForm::V2_1 | MessageForm::V2_2 | MessageForm::V2_5 | MessageForm::Recent)
+    {
+        return start;
+    }
+    let mut end = start;
+    let mut found = false;
+    let mut at_phrase = |phrase: &str| -> Option<usize> {
+        let k = find_ci(s, phrase, start, limit)?;
+        end = end.max(k + phrase.len());
+        Some(k)
+    };
+    if m.tried_to_allocate.is_none() {
+        if let Some(k) = at_phrase("Tried to allocate") {
+            m.tried_to_allocate = size_at(s, k + "Tried to allocate".len()).map(|(v, _)| v);
+        }
+    }
+    if m.total_capacity.is_none() {
+        if let Some(k) = at_phrase("has a total capac") {
+            if let Some(of) = find_ci(s, " of ", k, limit.min(k + 30)) {
+                m.total_capacity = size_at(s, of + 4).map(|(v, _)| v);
+                found |= m.total_capacity.is_some();
+            }
+            if m.device.is_none() {
+                let before = s[..k].trim_end_matches(' ');
+                let num = start_of_trailing(before, |c| c.is_ascii_digit());
+                m.device = before[num..].parse().ok();
+            }
+            if s.as_bytes()[k + "has a total capac".len()..].get(..2).is_some_and(|t| t.eq_ignore_ascii_case(b"ty")) {
+                m.form = MessageForm::V2_1;
+            }
+        }
+    }
+    if m.free.is_none() {
+        if let Some(k) = at_phrase("is free") {
+            if let Some(w) = s[start..k].rfind("of which") {
+                m.free = size_at(s, start + w + "of which".len()).map(|(v, _)| v);
+                found |= m.free.is_some();
+            }
+        }
+    }
+    if m.allocated_by_pytorch.is_none() {
+        if let Some(k) = at_phrase("is allocated by PyTorch") {
+            m.allocated_by_pytorch = size_before(s, k);
+            found |= m.allocated_by_pytorch.is_some();
+        }
+    }
+    if m.reserved_unallocated.is_none() {
+        // The phrase may be cut after "PyTorch" in a truncated paste; the figure is before it.
+        if let Some(k) = at_phrase("is reserved by PyTorch") {
+            m.reserved_unallocated = size_before(s, k);
+            found |= m.reserved_unallocated.is_some();
+        }
+    }
+    if m.private_pools.is_none() {
+        if let Some(k) = at_phrase("allocated in private pools") {
+            m.private_pools = size_before(s, k);
+        }
+    }
+    if m.allowed.is_none() {
+        if let Some(k) = at_phrase("allowed;") {
+            m.allowed = size_before(s, k);
+        }
+    }
+    if m.processes.is_empty() {
+        parse_processes(s, start, limit, m);
+    }
+    if m.reserved_total.is_none() {
+        if let (Some(a), Some(u)) = (m.allocated_by_pytorch, m.reserved_unallocated) {
+            m.reserved_total = Some(a.saturating_add(u));
+        }
+    }
+    // Figures of the 2.x layout were found after all: say so (a truncated legacy message
+    // stays partial, since its figures sit inside one parenthesis).
+    if found && m.form == MessageForm::Partial {
+        m.form = if m.allowed.is_some() || m.private_pools.is_some() { MessageForm::V2_5 } else { MessageForm::V2_2 };
+    }
+    end
+}
+
+/// The figures `m`'s form prints that it lacks, by the names the text gives them.
+fn missing_figures(m: &OomMessage) -> Vec<String> {
+    let figures: &[(&str, bool)] = match m.form {
+        MessageForm::Partial | MessageForm::Legacy => &[
+            ("Tried to allocate", m.tried_to_allocate.is_some()),
+            ("total capacity", m.total_capacity.is_some()),
+            ("free", m.free.is_some()),
+            ("allocated by PyTorch", m.allocated_by_pytorch.is_some()),
+            ("reserved by PyTorch", m.reserved_total.is_some()),
+        ],
+        MessageForm::V2_1 | MessageForm::V2_2 | MessageForm::V2_5 | MessageForm::Recent => &[
+            ("Tried to allocate", m.tried_to_allocate.is_some()),
+            ("total capacity", m.total_capacity.is_some()),
+            ("free", m.free.is_some()),
+            ("allocated by PyTorch", m.allocated_by_pytorch.is_some()),
+            ("reserved by PyTorch but unallocated", m.reserved_unallocated.is_some()),
+        ],
+        _ => &[],
+    };
+    figures.iter().filter(|(_, present)| !present).map(|(name, _)| name.to_string()).collect()
 }
 
 fn original_slice(text: &str, flat: &Flat, start: usize, end: usize) -> String {
@@ -644,6 +876,9 @@ fn empty_message(form: MessageForm, hip: bool) -> OomMessage {
         exception: None,
         accelerator: if hip { "HIP" } else { "CUDA" }.to_string(),
         raw: String::new(),
+        log_prefix: None,
+        headerless: false,
+        missing: Vec::new(),
     }
 }
 
@@ -1106,23 +1341,28 @@ impl<'a> Explainer<'a> {
         match m.form {
             MessageForm::TooLarge1EB => return self.too_large(),
             MessageForm::PreemptiveRejection => return self.preemptive(),
-            MessageForm::Partial => {
-                self.set(
-                    Likely::Unclear,
-                    "Only the start of the OOM message was found; its figures are missing.".into(),
-                );
-                self.findings.push(
-                    "Paste the whole message (from 'CUDA out of memory' to 'See documentation \
-                     for Memory Management ...') to get a verdict."
-                        .into(),
-                );
-                return;
-            }
             _ => {}
         }
-        let (Some(s), Some(t)) = (m.tried_to_allocate, m.total_capacity) else {
-            self.set(Likely::Unclear, "The message lacks the request or the GPU capacity; no verdict.".into());
+        if !m.missing.is_empty() {
+            self.findings.push(format!(
+                "The text is incomplete: it lacks {} ({}). The verdict uses only the figures \
+                 present; paste the whole message (from 'CUDA out of memory' to 'See \
+                 documentation for Memory Management ...') for a full one.",
+                m.missing.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>().join(", "),
+                if m.headerless { "and the 'CUDA out of memory.' sentence" } else { "truncated or partly pasted" }
+            ));
+        }
+        let Some(s) = m.tried_to_allocate else {
+            self.set(
+                Likely::Unclear,
+                "Unclear: the text lacks the request size ('Tried to allocate'), so no figure can \
+                 be compared with it."
+                    .into(),
+            );
             return;
+        };
+        let Some(t) = m.total_capacity else {
+            return self.without_capacity(s);
         };
         let gpu = self.gpu();
 
@@ -1424,6 +1664,39 @@ impl<'a> Explainer<'a> {
                     .into(),
             );
         }
+    }
+
+    /// The request is known but not the GPU's capacity (a truncated or partial paste):
+    /// fragmentation can still be shown by the cache figures alone; exhaustion cannot.
+    fn without_capacity(&mut self, s: u64) {
+        let m = self.m;
+        let u = m.reserved_unallocated.unwrap_or(0);
+        let r = m.reserved_total.unwrap_or(0);
+        if roughly_ge(u, s, &[u, s]) && (u.saturating_mul(10) >= r || u >= GIB) {
+            self.set(
+                Likely::Fragmentation,
+                format!(
+                    "Fragmentation likely: PyTorch held {} reserved but unallocated, more than the \
+                     {} it tried to allocate, but no cached block fit (the GPU's total capacity \
+                     is not in the text, so memory used outside PyTorch cannot be weighed).",
+                    fs(u),
+                    fs(s)
+                ),
+            );
+            return self.fragmentation_advice();
+        }
+        self.set(
+            Likely::Unclear,
+            format!(
+                "Unclear: without the GPU's total capacity the text cannot tell exhaustion from \
+                 memory held elsewhere{}.",
+                if m.reserved_unallocated.is_some() {
+                    format!("; the {} reserved but unallocated is less than the {} request", fs(u), fs(s))
+                } else {
+                    String::new()
+                }
+            ),
+        );
     }
 
     fn fragmentation_advice(&mut self) {

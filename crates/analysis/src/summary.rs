@@ -122,6 +122,10 @@ pub struct DeviceSummary {
     pub trace_events: u64,
     pub fragmentation: Fragmentation,
     pub trace: TraceSummary,
+    /// memory_summary()'s Cur/Peak/Tot Alloc/Tot Freed over the recorded window (see
+    /// [`crate::memstats`]); `None` without a trace or when the trace and the state disagree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_table: Option<crate::memstats::MemoryTable>,
 }
 
 /// Where the reserved-but-unallocated memory is.
@@ -419,6 +423,7 @@ pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
         trace_events: trace.events,
         fragmentation,
         trace,
+        memory_table: crate::memstats::memory_table(snap, device).ok(),
     }
 }
 

@@ -15,7 +15,7 @@ use fragscope_analysis::timeline;
 use fragscope_snapshot::{Action, Snapshot};
 
 fn load(name: &str) -> Option<Snapshot> {
-    let p = traces_dir()?.join(name);
+    let p = fragscope_testdata::real_file(name)?;
     Some(fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{name}: {e}")))
 }
 
@@ -168,7 +168,7 @@ fn analyze_every_real_snapshot() {
             assert!(!d.findings.is_empty() || d.fragmentation.timeline.peak_fragmentation.is_none(), "{name}");
         }
     }
-    assert!(analysed >= 20, "only {analysed} files could be read");
+    assert!(analysed >= fragscope_testdata::min_files(20), "only {analysed} files could be read");
 }
 
 #[test]

@@ -13,7 +13,7 @@ use fragscope_snapshot::Snapshot;
 
 #[allow(dead_code)]
 fn read(name: &str) -> Option<Snapshot> {
-    let p = traces_dir()?.join(name);
+    let p = fragscope_testdata::real_file(name)?;
     Some(fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
 }
 
@@ -102,19 +102,21 @@ fn peaks_match_independent_computations() {
             compared += 1;
         }
     }
-    assert!(compared >= 20, "compared {compared} devices");
+    assert!(compared >= fragscope_testdata::min_files(20), "compared {compared} devices");
     // Pinned figures: cs336 bf16 forward peaks at 22.58 GiB reserved (the file's final
     // state), fragmentation 1 − peak allocated / peak reserved ≈ 0.9%.
-    let snap = read("cs336-2.7b-fwd-ctx128-bf16.pickle").unwrap();
-    let tl = timeline::timeline(&snap, 0, &TimelineOptions::default());
-    assert_eq!(tl.peak_reserved.bytes, 24245174272);
-    assert_eq!(tl.peak_allocated.bytes, 24023981056);
-    assert!((tl.peak_fragmentation.unwrap() - (1.0 - 24023981056.0 / 24245174272.0)).abs() < 1e-12);
+    // (Files only the full corpus has: `read` skips them visibly without it.)
+    if let Some(snap) = read("cs336-2.7b-fwd-ctx128-bf16.pickle") {
+        let tl = timeline::timeline(&snap, 0, &TimelineOptions::default());
+        assert_eq!(tl.peak_reserved.bytes, 24245174272);
+        assert_eq!(tl.peak_allocated.bytes, 24023981056);
+        assert!((tl.peak_fragmentation.unwrap() - (1.0 - 24023981056.0 / 24245174272.0)).abs() < 1e-12);
+    }
 
     // Kineto: peak allocated from the events (seeded with the profiler's baseline at
     // the first sample) = the maximum `Total Allocated` the profiler itself wrote
     // (6.63 GB per SOURCES.md); reserved = its constant `Total Reserved`.
-    let snap = read("kineto-hta-ddp-v100-rank1-profile-memory.json.gz").unwrap();
+    let Some(snap) = read("kineto-hta-ddp-v100-rank1-profile-memory.json.gz") else { return };
     let tl = timeline::timeline(&snap, 1, &TimelineOptions::default());
     let max_alloc = snap.totals[1].iter().filter_map(|t| t.allocated).max().unwrap();
     let max_res = snap.totals[1].iter().filter_map(|t| t.reserved).max().unwrap();

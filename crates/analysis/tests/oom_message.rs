@@ -663,3 +663,104 @@ fn absurd_figures_do_not_overflow() {
     assert_eq!(m.tried_to_allocate, Some(u64::MAX));
     let _ = explain(&m);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Messages as users paste them (issue 12): bullets, backticks, no header, wrapped, truncated,
+// quoted, interleaved, several in one log
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn markdown_bullets_in_backticks_use_every_figure() {
+    let m = parsed("synthetic-pasted-markdown-bullets.txt");
+    assert_eq!(m.tried_to_allocate, Some(764 * MIB));
+    assert_eq!(m.total_capacity, Some(50863150203)); // 47.37 GiB
+    assert_eq!(m.free, Some(464393339)); // 442.88 MiB
+    assert_eq!(m.allocated_by_pytorch, Some(45526653338)); // 42.40 GiB
+    assert_eq!(m.reserved_unallocated, Some(3478923510)); // 3.24 GiB
+    assert!(m.missing.is_empty(), "{:?}", m.missing);
+    // 3.24 GiB reserved but unallocated against a 764 MiB request: fragmentation, not
+    // exhaustion (the line that says so was ignored before).
+    assert_eq!(explain(&m).verdict, Likely::Fragmentation);
+}
+
+#[test]
+fn headerless_wrapped_truncated_message_is_read() {
+    let m = parsed("pasted-headerless-wrapped-truncated.txt");
+    assert!(m.headerless);
+    assert_eq!(m.form, MessageForm::V2_2);
+    assert_eq!(m.tried_to_allocate, Some(1002 * MIB));
+    assert_eq!(m.total_capacity, Some(8 * GIB));
+    assert_eq!(m.free, Some(0));
+    assert_eq!(m.allocated_by_pytorch, Some(15010910700)); // 13.98 GiB
+    assert_eq!(m.reserved_unallocated, Some(135769620)); // 129.48 MiB
+    // 13.98 GiB live on an 8 GiB GPU (Windows shared memory): exhaustion.
+    assert_eq!(explain(&m).verdict, Likely::Exhaustion);
+}
+
+#[test]
+fn quoted_reply_with_traceback_after_it() {
+    let m = parsed("pasted-quoted-with-traceback.txt");
+    assert_eq!(m.exception.as_deref(), Some("torch.OutOfMemoryError"));
+    assert_eq!(m.tried_to_allocate, Some(24459838751)); // 22.78 GiB
+    assert_eq!(m.total_capacity, Some(33790655201)); // 31.47 GiB
+    assert_eq!(m.free, Some(13668733420)); // 12.73 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(9749575762)); // 9.08 GiB
+    assert_eq!(m.reserved_unallocated, Some(10039486054)); // 9.35 GiB
+    assert_eq!(m.processes, vec![ProcessUse { pid: None, bytes: 20111184364 }]); // 18.73 GiB
+    assert!(m.missing.is_empty());
+}
+
+#[test]
+fn interleaved_ranks_are_each_explained_with_their_own_figures() {
+    let all = parse_all(&fixture("pasted-two-ranks-interleaved.txt"));
+    assert_eq!(all.len(), 2, "{all:#?}");
+    let r1 = all.iter().find(|m| m.log_prefix.as_deref() == Some("rank1")).unwrap();
+    let r0 = all.iter().find(|m| m.log_prefix.as_deref() == Some("rank0")).unwrap();
+    assert_eq!(r1.form, MessageForm::V2_1);
+    assert_eq!(r1.tried_to_allocate, Some(496 * MIB));
+    assert_eq!(r1.total_capacity, Some(15837691904)); // 14.75 GiB
+    assert_eq!(r1.allocated_by_pytorch, Some(15096810045)); // 14.06 GiB
+    assert_eq!(r1.reserved_unallocated, Some(346470482)); // 330.42 MiB
+    assert_eq!(r1.processes, vec![ProcessUse { pid: Some(20398), bytes: 15590731284 }]); // 14.52 GiB
+    assert_eq!(r0.tried_to_allocate, Some(14 * MIB));
+    assert_eq!(r0.total_capacity, Some(4 * GIB));
+    assert_eq!(r0.allocated_by_pytorch, Some(7483980513)); // 6.97 GiB
+    assert_eq!(r0.reserved_unallocated, Some(193703444)); // 184.73 MiB
+    for m in [r0, r1] {
+        assert!(m.missing.is_empty(), "{:?}", m.missing);
+        assert_ne!(explain(m).verdict, Likely::Unclear);
+    }
+}
+
+#[test]
+fn a_figure_cut_mid_sentence_is_still_used() {
+    let t = "CUDA out of memory. Tried to allocate 764.00 MiB. GPU 0 has a total capacity of 47.37 GiB of \
+             which 442.88 MiB is free. Of the allocated memory 42.40 GiB is allocated by PyTorch, and 3.24 GiB \
+             is reserved by PyTorch but unall";
+    let m = parse(t).unwrap();
+    assert_eq!(m.reserved_unallocated, Some(3478923510));
+    assert_eq!(explain(&m).verdict, Likely::Fragmentation);
+}
+
+#[test]
+fn partial_messages_give_the_verdict_their_figures_allow_and_name_what_is_missing() {
+    // No total capacity: the cache figures alone show fragmentation.
+    let m = parse("Tried to allocate 764.00 MiB ... 42.40 GiB is allocated by PyTorch, and 3.24 GiB is reserved by PyTorch but unallocated").unwrap();
+    assert!(m.headerless);
+    assert_eq!(m.missing, vec!["total capacity".to_string(), "free".to_string()]);
+    let ex = explain(&m);
+    assert_eq!(ex.verdict, Likely::Fragmentation);
+    assert!(ex.headline.contains("total capacity is not in the text"), "{}", ex.headline);
+    assert!(ex.findings.iter().any(|f| f.contains("'total capacity'") && f.contains("'free'")), "{:?}", ex.findings);
+    // Only the cache sentence: no request, no verdict, and the text says what is missing.
+    let m = parse("Of the allocated memory 2.93 GiB is allocated by PyTorch, and 2.30 GiB is reserved by PyTorch but unallocated.").unwrap();
+    assert!(m.missing.contains(&"Tried to allocate".to_string()));
+    let ex = explain(&m);
+    assert_eq!(ex.verdict, Likely::Unclear);
+    assert!(ex.headline.contains("Tried to allocate"), "{}", ex.headline);
+    // Request and capacity but the cache figures cut off: exhaustion cannot be claimed from
+    // missing figures when live + request fit the GPU.
+    let m = parse("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 4.00 GiB is free.").unwrap();
+    assert!(m.missing.contains(&"allocated by PyTorch".to_string()));
+    assert_eq!(explain(&m).verdict, Likely::Unclear, "free covers the request");
+}

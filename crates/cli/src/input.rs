@@ -15,8 +15,9 @@ pub const PROGRESS_THRESHOLD: u64 = 64 * 1024 * 1024;
 /// standard input, as `_memory_viz.py` does (`ssh gpu cat snap.pickle | fragscope summary -`).
 pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
     if path.as_os_str() == "-" {
-        return fragscope_snapshot::read_from(std::io::stdin().lock())
-            .map_err(|e| read_error(Path::new("<stdin>"), &e));
+        let snap = fragscope_snapshot::read_from(std::io::stdin().lock())
+            .map_err(|e| read_error(Path::new("<stdin>"), &e))?;
+        return checked(Path::new("<stdin>"), snap);
     }
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let show = !quiet && size > PROGRESS_THRESHOLD && std::io::stderr().is_terminal();
@@ -34,7 +35,14 @@ pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
     } else {
         fragscope_snapshot::read_path(path)
     };
-    result.map_err(|e| read_error(path, &e))
+    checked(path, result.map_err(|e| read_error(path, &e))?)
+}
+
+/// Refuses a snapshot with impossible sizes or addresses (`fragscope_snapshot::bounds`),
+/// so that no command's arithmetic meets them.
+fn checked(path: &Path, snap: Snapshot) -> Result<Snapshot, CliError> {
+    fragscope_snapshot::bounds::check(&snap).map_err(|e| read_error(path, &e))?;
+    Ok(snap)
 }
 
 /// The one line for a file that cannot be used (without the `error: ` prefix).

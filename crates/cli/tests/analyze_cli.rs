@@ -65,13 +65,12 @@ fn analyze_json_on_every_real_trace() {
         }
         ok += 1;
     }
-    assert!(ok >= 20, "{ok}");
+    assert!(ok >= fragscope_testdata::min_files(20), "{ok}");
 }
 
 #[test]
 fn analyze_codeloc_oom() {
-    let Some(dir) = traces_dir() else { return };
-    let path = dir.join("codeloc-qwen3-gnn-expandable-oom-3gpu.pickle");
+    let Some(path) = fragscope_testdata::real_file("codeloc-qwen3-gnn-expandable-oom-3gpu.pickle") else { return };
     let out = run(&["analyze", "--json", "--top", "3", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -43,7 +43,7 @@ fn same(a: &Value, b: &Value) -> bool {
 fn summary_matches_independent_python_on_every_real_pickle() {
     let Some(dir) = traces_dir() else { return };
     let files = fragscope_testdata::pickles_in(&dir);
-    assert!(files.len() >= 22, "expected the 22 real pickles in {}, found {}", dir.display(), files.len());
+    assert!(files.len() >= fragscope_testdata::min_files(22), "expected the real pickles in {}, found {}", dir.display(), files.len());
 
     let rust =
         Command::new(env!("CARGO_BIN_EXE_fragscope")).arg("summary").arg("--json").args(&files).output().unwrap();
@@ -128,7 +128,6 @@ fn summary_matches_independent_python_on_every_real_pickle() {
 /// and by the Kineto reader's tests.
 #[test]
 fn profiler_traces_report_their_totals() {
-    let Some(dir) = traces_dir() else { return };
     let cases = [
         ("kineto-hta-ddp-v100-rank1-profile-memory.json.gz", 1, 6_629_508_096u64, Some(12_782_141_440u64)),
         ("kineto-tbplugin-resnet50-v100-no-addr.pt.trace.json.gz", 0, 2_791_636_480, None),
@@ -136,7 +135,10 @@ fn profiler_traces_report_their_totals() {
     for (name, device, peak_alloc, peak_reserved) in cases {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_fragscope"))
             .args(["summary", "--json"])
-            .arg(dir.join(name))
+            .arg(match fragscope_testdata::real_file(name) {
+                Some(p) => p,
+                None => continue,
+            })
             .output()
             .unwrap();
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));

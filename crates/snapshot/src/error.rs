@@ -51,7 +51,8 @@ impl fmt::Display for ReadError {
             ReadError::UnknownFormat { first_bytes } => write!(
                 f,
                 "unrecognised format (starts with {first_bytes}); expected a pickle from \
-                 torch.cuda.memory._dump_snapshot, optionally gzip-compressed, or a torch.profiler JSON trace"
+                 torch.cuda.memory._dump_snapshot (optionally gzip-compressed), a torch.save file (.pt/.pth) \
+                 of torch.cuda.memory_snapshot(), or a torch.profiler JSON trace"
             ),
             ReadError::Shape(s) => write!(f, "{s}"),
             ReadError::Json(s) => write!(f, "invalid JSON: {s}"),

@@ -22,14 +22,16 @@
 //! }
 //! ```
 
+pub mod bounds;
 pub mod error;
 pub mod kineto;
 pub mod model;
 pub mod pickle;
 pub mod pyobj;
 pub mod settings;
+pub mod torchsave;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Seek};
 use std::path::Path;
 
 pub use error::ReadError;
@@ -45,10 +47,17 @@ pub fn read_path(path: &Path) -> Result<Snapshot, ReadError> {
 
 /// Like [`read_path`], calling `progress(bytes_read, file_size)` now and then.
 pub fn read_path_with_progress(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Snapshot, ReadError> {
-    let f = std::fs::File::open(path)?;
+    let mut f = std::fs::File::open(path)?;
     let total = f.metadata().map(|m| m.len()).unwrap_or(0);
     if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
         return Err(ReadError::Shape("is a directory".into()));
+    }
+    // A torch.save zip archive is read in place (the zip reader seeks), not buffered.
+    let mut head = [0u8; 4];
+    let n = f.read(&mut head)?;
+    f.seek(std::io::SeekFrom::Start(0))?;
+    if head[..n] == *torchsave::ZIP_MAGIC {
+        return torchsave::read_zip(f);
     }
     let counter = Counting { inner: f, read: 0, report: progress, total };
     read_from(counter)
@@ -100,6 +109,15 @@ fn gzip_error(e: std::io::Error) -> ReadError {
 fn read_plain<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
     let head = r.fill_buf()?;
     let first = head.iter().copied().find(|b| !b.is_ascii_whitespace());
+    if head.starts_with(torchsave::LEGACY_MAGIC) {
+        return torchsave::read_legacy(r);
+    }
+    if head.starts_with(torchsave::ZIP_MAGIC) {
+        // From a stream (stdin): the zip reader needs to seek, so buffer the archive.
+        let mut bytes = Vec::new();
+        r.read_to_end(&mut bytes)?;
+        return torchsave::read_zip(std::io::Cursor::new(bytes));
+    }
     match head.first() {
         Some(0x80) => pickle::load::read_pickle(r, &mut |_| {}),
         _ if matches!(first, Some(b'{') | Some(b'[')) => {

@@ -1,31 +1,102 @@
 //! Where fragscope's tests find real snapshots.
 //!
-//! The real recordings live in `../shared/traces` beside the checkout and are never
-//! copied into the repository (several have no licence). Tests read them in place. When
-//! the folder is missing a test prints a note and skips — except under CI (`CI` set),
-//! where a missing folder is a failure: a green CI run must mean the real files were read.
+//! Two sets:
+//! * the **in-repository set**, `crates/testdata/real/` (a few MB of licence-compatible real
+//!   snapshots, attribution in its `NOTICE.md`), always present, so the real-data tests run
+//!   from a fresh clone;
+//! * the **full corpus**, `../shared/traces` beside the checkout (never copied into the
+//!   repository: several files have no licence), used when it exists.
+//!
+//! [`traces_dir`] gives the full corpus when present, else the in-repository set. A test
+//! that needs a file only the corpus has calls [`real_file`], which skips *visibly*: the
+//! note is written straight to the terminal (past libtest's output capture) with a running
+//! count of skips, so `cargo test` shows each one. Under CI (`CI` set) a missing corpus is
+//! a failure instead: a green CI run must mean every real file was read.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// `../shared/traces`, or `None` (with a note) when it is absent outside CI.
-///
-/// # Panics
-/// When the folder is missing and `CI` is set.
-pub fn traces_dir() -> Option<PathBuf> {
+/// `crates/testdata/real`: the real snapshots shipped with the repository.
+pub fn in_repo_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("real")
+}
+
+/// `../shared/traces` when it exists.
+pub fn corpus_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
     if dir.is_dir() {
         return Some(dir);
     }
     if std::env::var_os("CI").is_some() {
-        panic!("{} is missing: CI must run the real-file tests", dir.display());
+        panic!("{} is missing: CI must run the real-file tests on the full corpus", dir.display());
     }
-    eprintln!("note: {} not found; skipping real-file test", dir.display());
     None
 }
 
-/// A file of `../shared/traces` by name (see [`traces_dir`]).
+/// Whether the full corpus is here (tests that check figures of corpus files use it).
+pub fn has_corpus() -> bool {
+    corpus_dir().is_some()
+}
+
+static SKIPS: AtomicU32 = AtomicU32::new(0);
+
+/// Reports a skipped test (or part of one) on the terminal, whatever the capture, and
+/// counts it. Returns the count so far in this test binary.
+pub fn skip(what: &str) -> u32 {
+    let n = SKIPS.fetch_add(1, Ordering::Relaxed) + 1;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED ({n} in this test binary): {what} — needs the full corpus ../shared/traces, absent"
+    );
+    n
+}
+
+/// Skips counted so far in this test binary.
+pub fn skip_count() -> u32 {
+    SKIPS.load(Ordering::Relaxed)
+}
+
+/// The folder of real snapshots to test on: the full corpus when present, else the
+/// in-repository set (announced once per test binary). Never `None`; kept an `Option` so
+/// that callers written for a skippable folder still read naturally.
+pub fn traces_dir() -> Option<PathBuf> {
+    if let Some(d) = corpus_dir() {
+        return Some(d);
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "note: ../shared/traces absent; real-data tests run on the in-repository set {}",
+            in_repo_dir().display()
+        );
+    });
+    Some(in_repo_dir())
+}
+
+/// A real file by name: from the corpus when present, else from the in-repository set;
+/// `None` (a visible, counted skip) when neither has it.
 pub fn real_file(name: &str) -> Option<PathBuf> {
-    traces_dir().map(|d| d.join(name))
+    if let Some(d) = corpus_dir() {
+        return Some(d.join(name));
+    }
+    let p = in_repo_dir().join(name);
+    if p.is_file() {
+        return Some(p);
+    }
+    skip(&format!("test on {name}"));
+    None
+}
+
+/// How many real files (or devices) a test over "every real file" should at least have
+/// read: `with_corpus` on the full corpus, 5 on the in-repository set.
+pub fn min_files(with_corpus: usize) -> usize {
+    if has_corpus() {
+        with_corpus
+    } else {
+        5
+    }
 }
 
 /// Every real pickle (`*.pickle`, `*.pkl`) in `dir`, sorted by name.
@@ -39,10 +110,34 @@ pub fn pickles_in(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// Every real pickle of `../shared/traces` (empty when skipped).
+/// Every real pickle to test on: the corpus's (at least 20) when present, else the
+/// in-repository set's.
 pub fn real_pickles() -> Vec<PathBuf> {
-    let Some(dir) = traces_dir() else { return Vec::new() };
+    let dir = traces_dir().expect("always a folder");
     let v = pickles_in(&dir);
-    assert!(v.len() >= 20, "expected the real pickles in {}", dir.display());
+    if has_corpus() {
+        assert!(v.len() >= 20, "expected the real pickles in {}", dir.display());
+    } else {
+        assert!(v.len() >= 5, "expected the in-repository pickles in {}", dir.display());
+    }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-repository set is complete and every file is attributed in NOTICE.md.
+    #[test]
+    fn in_repo_set_present_and_attributed() {
+        let notice = std::fs::read_to_string(in_repo_dir().join("NOTICE.md")).unwrap();
+        let files = pickles_in(&in_repo_dir());
+        assert!(files.len() >= 5, "{files:?}");
+        let total: u64 = files.iter().map(|p| std::fs::metadata(p).unwrap().len()).sum();
+        assert!(total < 8_000_000, "the in-repository set should stay a few MB: {total} B");
+        for p in files {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(notice.contains(&format!("`{name}`")), "{name} lacks attribution in NOTICE.md");
+        }
+    }
 }

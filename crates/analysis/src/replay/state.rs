@@ -269,6 +269,9 @@ impl std::ops::Index<&u64> for SegMap {
     }
 }
 
+/// A segment whose blocks leave a gap at the entry's address (a corrupt final state).
+const UNCOVERED: &str = "address inside a segment that no block of the snapshot covers";
+
 fn err(index: usize, ev: &TraceEvent, reason: impl Into<String>) -> Inconsistency {
     Inconsistency { index, event: *ev, reason: reason.into() }
 }
@@ -328,6 +331,15 @@ impl RecordedState {
         self.segs.containing_mut(addr)
     }
 
+    /// The block starting at `addr` (size, whether its segment is in the small pool, and
+    /// whether the segment is expandable), for the statistics of `memstats`.
+    pub fn block_starting(&self, addr: u64) -> Option<(BlockRec, bool, bool)> {
+        let seg = self.segs.containing(addr)?;
+        let j = seg.block_at(addr)?;
+        let b = seg.blocks[j];
+        (b.addr == addr).then_some((b, seg.small, seg.expandable))
+    }
+
     /// Address of the segment containing `addr`.
     pub fn seg_key(&self, addr: u64) -> Option<u64> {
         self.segs.containing(addr).map(|s| s.addr)
@@ -358,7 +370,7 @@ impl RecordedState {
         match ev.action {
             Action::Alloc => {
                 let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "alloc of an address in no segment"))?;
-                let j = seg.block_at(ev.addr).unwrap();
+                let j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
                 let b = &mut seg.blocks[j];
                 if b.addr != ev.addr || b.state != BState::Allocated {
                     return Err(err(
@@ -377,7 +389,7 @@ impl RecordedState {
                 let seg = self
                     .seg_mut(ev.addr)
                     .ok_or_else(|| err(index, ev, "free_requested of an address in no segment"))?;
-                let j = seg.block_at(ev.addr).unwrap();
+                let j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
                 let b = &mut seg.blocks[j];
                 if b.addr != ev.addr || b.state != BState::Pending {
                     return Err(err(
@@ -392,13 +404,21 @@ impl RecordedState {
                 let seg = self
                     .seg_mut(ev.addr)
                     .ok_or_else(|| err(index, ev, "free_completed of an address in no segment"))?;
-                let j = seg.block_at(ev.addr).unwrap();
+                let j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
                 let f = seg.blocks[j];
                 if f.state != BState::Free {
                     return Err(err(index, ev, format!("free_completed, but the block is still {:?} later", f.state)));
                 }
-                let s = (rules.round)(ev.size);
                 let avail = f.addr + f.size - ev.addr;
+                // A block alive before the recording may have been rounded under another
+                // configuration (one changed at run time by `_set_allocator_settings`, or a
+                // simulated run under other settings seeded with the recorded blocks): when
+                // the configuration's rounding does not fit but a 512-byte rounding does, the
+                // block is the free space there.
+                let s = match (rules.round)(ev.size) {
+                    s if s > avail && avail >= ev.size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK => avail,
+                    s => s,
+                };
                 if avail < s {
                     return Err(err(
                         index,
@@ -490,7 +510,7 @@ impl RecordedState {
         match ev.action {
             Action::Alloc => {
                 let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "alloc in no segment"))?;
-                let j = seg.block_at(ev.addr).unwrap();
+                let j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
                 let f = seg.blocks[j];
                 if f.addr != ev.addr || f.state != BState::Free {
                     return Err(err(
@@ -523,7 +543,7 @@ impl RecordedState {
             }
             Action::FreeCompleted => {
                 let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "free_completed in no segment"))?;
-                let j = seg.block_at(ev.addr).unwrap();
+                let j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
                 if seg.blocks[j].addr != ev.addr || seg.blocks[j].state == BState::Free {
                     return Err(err(index, ev, "free_completed of no live block"));
                 }
@@ -562,9 +582,9 @@ impl RecordedState {
     /// Remove a free mapped range from an expandable segment (undo map / apply unmap).
     fn cut_range(&mut self, addr: u64, size: u64) -> Result<(), String> {
         let k = self.seg_key(addr).ok_or("range is in no segment")?;
-        let mut seg = self.segs.remove(&k).unwrap();
+        let j = self.segs.get(&k).and_then(|s| s.block_at(addr)).ok_or(UNCOVERED)?;
+        let Some(mut seg) = self.segs.remove(&k) else { return Err("range is in no segment".into()) };
         let end = addr + size;
-        let j = seg.block_at(addr).unwrap();
         let f = &seg.blocks[j];
         if f.state != BState::Free || f.addr + f.size < end {
             let msg = format!("range is not free ({:?} block {:#x}+{})", f.state, f.addr, f.size);

@@ -29,9 +29,19 @@ pub struct Args {
     pub json: bool,
 }
 
+/// The JSON of one message; the first message's fields are also the top level (the
+/// schema's original single-message shape), and `messages` lists every message found.
 #[derive(Serialize)]
 struct JsonOut<'a> {
     schema: &'static str,
+    #[serde(flatten)]
+    first: JsonMessage<'a>,
+    /// Every message in the text, in order (a log often holds several: retries, ranks).
+    messages: Vec<JsonMessage<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonMessage<'a> {
     message: &'a OomMessage,
     /// `live_allocated`: allocated by PyTorch minus private-pool free bytes.
     live_allocated: Option<u64>,
@@ -78,26 +88,46 @@ fn meaning(m: &OomMessage) -> Option<String> {
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let text = read_input(args)?;
-    let msg = oom_message::parse(&text).map_err(|e| CliError::usage(e.to_string()))?;
-    let mut ex = oom_message::explain(&msg);
-    // The usual advice (empty_cache, no caching), judged from the message's own figures.
-    ex.findings.extend(fragscope_analysis::advice::message_advice(&msg));
-    let frag = ex.verdict == Likely::Fragmentation;
+    let msgs = oom_message::parse_all(&text);
+    if msgs.is_empty() {
+        // `parse` gives the more useful error (e.g. only the runtime's own OOM line).
+        let e = oom_message::parse(&text).err().map_or_else(|| "no OOM message found".to_string(), |e| e.to_string());
+        return Err(CliError::usage(e));
+    }
+    let explained: Vec<(OomMessage, OomExplanation)> = msgs
+        .into_iter()
+        .map(|m| {
+            let mut ex = oom_message::explain(&m);
+            // The usual advice (empty_cache, no caching), judged from the message's own figures.
+            ex.findings.extend(fragscope_analysis::advice::message_advice(&m));
+            (m, ex)
+        })
+        .collect();
     let out = if args.json {
-        let j = JsonOut {
-            schema: SCHEMA,
-            message: &msg,
-            live_allocated: msg.live_allocated(),
-            outside_allocator: msg.outside_allocator(),
-            explanation: &ex,
-            fragmentation_likely: frag,
-            reserved_unallocated_meaning: meaning(&msg),
-        };
+        fn one((msg, ex): &(OomMessage, OomExplanation)) -> JsonMessage<'_> {
+            JsonMessage {
+                message: msg,
+                live_allocated: msg.live_allocated(),
+                outside_allocator: msg.outside_allocator(),
+                explanation: ex,
+                fragmentation_likely: ex.verdict == Likely::Fragmentation,
+                reserved_unallocated_meaning: meaning(msg),
+            }
+        }
+        let j = JsonOut { schema: SCHEMA, first: one(&explained[0]), messages: explained.iter().map(one).collect() };
         let mut s = serde_json::to_string_pretty(&j).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
         s.push('\n');
         s
+    } else if explained.len() == 1 {
+        render_text(&explained[0].0, &explained[0].1)
     } else {
-        render_text(&msg, &ex)
+        let mut o = format!("{} out-of-memory messages in the text; each is explained on its own.\n", explained.len());
+        for (i, (m, ex)) in explained.iter().enumerate() {
+            let from = m.log_prefix.as_deref().map(|p| format!(" (lines prefixed [{p}])")).unwrap_or_default();
+            let _ = write!(o, "\n=== Message {} of {}{from}\n", i + 1, explained.len());
+            o.push_str(&render_text(m, ex));
+        }
+        o
     };
     crate::print_stdout(&out)?;
     Ok(ExitCode::SUCCESS)
@@ -105,7 +135,14 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 
 fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "CUDA out-of-memory error ({} message form: {})\n", m.form, m.form.versions());
+    let _ = writeln!(o, "CUDA out-of-memory error ({} message form: {})", m.form, m.form.versions());
+    if m.headerless {
+        let _ = writeln!(o, "(the 'CUDA out of memory.' sentence is not in the text; its figures were read on their own)");
+    }
+    if !m.missing.is_empty() {
+        let _ = writeln!(o, "Missing from the text: {}", m.missing.join(", "));
+    }
+    o.push('\n');
     let _ = writeln!(o, "Figures in the message:");
     let mut row = |name: &str, v: Option<u64>, note: &str| {
         if let Some(v) = v {

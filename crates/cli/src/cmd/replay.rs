@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long = "config", value_name = "STRING")]
     pub config: Vec<String>,
     /// Device memory: bytes with a unit (80GiB, 40GB, 24G) or a GPU name (H100-80GB,
-    /// A100-40GB, A100-80GB, H200, L4, T4, RTX-4090, V100-32GB, ...).
+    /// A100-40GB, A100-80GB, L40S, T4, RTX-4090, V100-32GB, ...), which gives the total a
+    /// PyTorch process sees (the "total capacity" of its OOM messages).
     #[arg(long, value_name = "SIZE|GPU")]
     pub capacity: Option<String>,
     /// Only this device.
@@ -74,34 +75,63 @@ pub struct Args {
     pub allocator: Vec<String>,
 }
 
-/// Memory totals as `nvidia-smi` reports them (MiB × 2^20).
+/// Device memory a PyTorch process sees, per GPU: the "total capacity" its CUDA OOM
+/// messages print (`cudaMemGetInfo`'s total), in hundredths of a GiB as printed. This is
+/// less than nvidia-smi's MiB figure (the driver keeps a share: an H100 80GB shows 81,559
+/// MiB = 79.65 GiB in nvidia-smi but 79.11 GiB to PyTorch), and less than the marketing
+/// size. Each figure is quoted from a real OOM message in a public issue:
+///
+/// | name | printed | issue |
+/// |---|---|---|
+/// | H100-80GB | 79.11 GiB | <https://github.com/vllm-project/vllm/issues/27508> |
+/// | H100-NVL (94 GB) | 93.00 GiB | <https://github.com/ali-vilab/VACE/issues/56> |
+/// | A100-80GB | 79.25 GiB | <https://github.com/levihsu/OOTDiffusion/issues/235> |
+/// | A100-40GB | 39.50 GiB | <https://github.com/TianheWu/CoSeR/issues/10> |
+/// | L40S | 44.53 GiB | <https://github.com/Wan-Video/Wan2.1/issues/205> |
+/// | L40 | 44.40 GiB | <https://github.com/QwenLM/Qwen3-VL/issues/2097> |
+/// | A30 | 23.53 GiB | <https://github.com/google/RB-Modulation/issues/5> |
+/// | A10 | 21.99 GiB | <https://github.com/zai-org/CogVLM/issues/236> |
+/// | T4 | 14.75 GiB | <https://github.com/hpcaitech/Open-Sora/issues/697>, <https://github.com/googlecolab/colabtools/issues/3439> |
+/// | V100-32GB | 31.74 GiB | <https://github.com/liucongg/ChatGLM-Finetuning/issues/73>, <https://github.com/haotian-liu/LLaVA/issues/812> |
+/// | V100-16GB | 15.78 GiB | <https://github.com/kchengiva/Shift-GCN/issues/34> |
+/// | RTX-4090 | 23.64 GiB | <https://github.com/3DTopia/Phidias-Diffusion/issues/8> |
+/// | RTX-3090 | 23.70 GiB | <https://github.com/GaoLii/DSP/issues/10>, <https://github.com/xiaoxiangAQ/GAS-Net/issues/7> |
+///
+/// GPUs without such a message found (H200, L4, RTX A6000, RTX 5090) are not listed: give
+/// their size in bytes (`--capacity 139.8GiB`) from an OOM message of your own.
 const GPUS: &[(&str, u64)] = &[
-    ("H100-80GB", 81_559),
-    ("H100", 81_559),
-    ("H100-94GB", 95_830),
-    ("H200", 143_771),
-    ("A100-40GB", 40_960),
-    ("A100-80GB", 81_920),
-    ("A100", 81_920),
-    ("L4", 23_034),
-    ("L40S", 46_068),
-    ("A10", 23_028),
-    ("A6000", 49_140),
-    ("T4", 15_360),
-    ("V100-16GB", 16_384),
-    ("V100-32GB", 32_768),
-    ("RTX-3090", 24_576),
-    ("RTX-4090", 24_564),
-    ("RTX-5090", 32_607),
+    ("H100-80GB", 7911),
+    ("H100", 7911),
+    ("H100-NVL", 9300),
+    ("H100-94GB", 9300),
+    ("A100-80GB", 7925),
+    ("A100", 7925),
+    ("A100-40GB", 3950),
+    ("L40S", 4453),
+    ("L40", 4440),
+    ("A30", 2353),
+    ("A10", 2199),
+    ("T4", 1475),
+    ("V100-32GB", 3174),
+    ("V100-16GB", 1578),
+    ("V100", 1578),
+    ("RTX-4090", 2364),
+    ("RTX-3090", 2370),
 ];
+
+/// Bytes of a printed "X.YZ GiB" given in hundredths (rounded to the byte, as the parser
+/// of OOM messages reads it).
+fn gib_hundredths(h: u64) -> u64 {
+    (h * (1 << 30) + 50) / 100
+}
 
 /// `80GiB`, `80GB` (decimal), `80G` (= GiB), `1234` (bytes), or a GPU name.
 pub fn parse_capacity(s: &str) -> Result<u64, String> {
     // GPU names compare without case, spaces, '-' or '_': "RTX 4090", "rtx-4090", "H100_80GB".
     let key = |n: &str| n.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_uppercase();
     let want = key(s);
-    if let Some(&(_, mib)) = GPUS.iter().find(|(n, _)| key(n) == want) {
-        return Ok(mib << 20);
+    if let Some(&(_, h)) = GPUS.iter().find(|(n, _)| key(n) == want) {
+        return Ok(gib_hundredths(h));
     }
     fragscope_analysis::check::parse_size(s).map_err(|e| {
         let names: Vec<&str> = GPUS.iter().map(|(n, _)| *n).collect();
@@ -170,7 +200,9 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         let mut files = Vec::new();
         for f in &args.files {
             let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
-            let snap = fragscope_snapshot::read_path(f).map_err(|e| e.to_string());
+            let snap = fragscope_snapshot::read_path(f)
+                .and_then(|s| fragscope_snapshot::bounds::check(&s).map(|()| s))
+                .map_err(|e| e.to_string());
             files.push((name, snap));
         }
         print_stdout(&fidelity::fidelity_table(&files))?;
@@ -473,8 +505,28 @@ mod tests {
         assert_eq!(parse_capacity("40GB"), Ok(40_000_000_000));
         // GPU names ignore case, spaces, '-' and '_' (the issue writes "RTX 4090").
         assert_eq!(parse_capacity("RTX 4090"), parse_capacity("RTX-4090"));
-        assert_eq!(parse_capacity("h100_80gb"), Ok(81_559 << 20));
+        // 79.11 GiB, as PyTorch prints it, not nvidia-smi's 81,559 MiB.
+        assert_eq!(parse_capacity("h100_80gb"), Ok(84_943_715_697));
+        assert!(parse_capacity("H200").is_err(), "uncited GPUs are not guessed");
         let e = parse_capacity("bogus").unwrap_err();
         assert!(e.contains("H100-80GB") && e.contains("GiB"), "{e}");
+    }
+
+    /// The named capacities equal the "total capacity" of the real OOM messages they cite,
+    /// read by fragscope's own OOM-text parser.
+    #[test]
+    fn gpu_names_give_the_total_real_oom_messages_print() {
+        use fragscope_analysis::oom_message::parse;
+        let cases = [
+            ("H100-80GB", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB. GPU 0 has a total capacity of 79.11 GiB of which 140.75 MiB is free."),
+            ("V100-32GB", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB (GPU 0; 31.74 GiB total capacity; 30.41 GiB already allocated; 98.12 MiB free; 30.53 GiB reserved in total by PyTorch)"),
+            ("V100-16GB", "RuntimeError: CUDA out of memory. Tried to allocate 236.00 MiB (GPU 0; 15.78 GiB total capacity; 14.25 GiB already allocated; 183.50 MiB free; 14.34 GiB reserved in total by PyTorch)"),
+            ("T4", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 160.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which 73.06 MiB is free."),
+            ("A100-40GB", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 80.00 GiB. GPU 0 has a total capacity of 39.50 GiB of which 25.24 GiB is free."),
+        ];
+        for (name, text) in cases {
+            let m = parse(text).unwrap();
+            assert_eq!(parse_capacity(name).ok(), m.total_capacity, "{name}");
+        }
     }
 }

@@ -113,6 +113,10 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
     for d in &s.devices {
         o.push_str(&device_table(file, example, d));
         o.push('\n');
+        if let Some(t) = &d.memory_table {
+            o.push_str(&window_table(t));
+            o.push('\n');
+        }
         o.push_str(&fragmentation_text(d));
         o.push('\n');
         o.push_str(&trace_text(d));
@@ -131,6 +135,39 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
         o.push_str(&notes);
     }
     o
+}
+
+/// memory_summary()'s whole table (Cur / Peak / Tot Alloc / Tot Freed) over the recorded
+/// window, with the large- and small-pool rows.
+fn window_table(t: &fragscope_analysis::memstats::MemoryTable) -> String {
+    use fragscope_analysis::memstats::StatRow;
+    let mut tb = Table::new(&[
+        ("Metric (over the recorded window)", Align::Left),
+        ("Cur Usage", Align::Right),
+        ("Peak Usage", Align::Right),
+        ("Tot Alloc", Align::Right),
+        ("Tot Freed", Align::Right),
+    ]);
+    tb.banner(format!(
+        "memory_summary() over the recorded window ({} trace entries), not the whole process",
+        output::grouped(t.entries)
+    ));
+    let rows: [(&str, &StatRow, bool); 7] = [
+        ("Allocated memory", &t.allocated_bytes, true),
+        ("Active memory", &t.active_bytes, true),
+        ("Requested memory", &t.requested_bytes, true),
+        ("GPU reserved memory", &t.reserved_bytes, true),
+        ("Allocations", &t.allocations, false),
+        ("Active allocs", &t.active_allocs, false),
+        ("GPU reserved segments", &t.segments, false),
+    ];
+    for (name, r, is_bytes) in rows {
+        let f = |v: u64| if is_bytes { output::bytes(v) } else { output::grouped(v) };
+        for (label, st) in [(name.to_string(), &r.all), ("  from large pool".into(), &r.large_pool), ("  from small pool".into(), &r.small_pool)] {
+            tb.row([label, f(st.current), f(st.peak), f(st.allocated), f(st.freed)]);
+        }
+    }
+    tb.render()
 }
 
 /// memory_summary()'s table, current values only, with an exact column.
