@@ -450,13 +450,18 @@ pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceT
     let mut series: Vec<SeriesPoint> = Vec::with_capacity(buckets);
     let start = r.cur;
     let mut peaks = [Peak::default(); 4];
+    // Allocated bytes at the (first) reserved peak, kept as the peak moves.
+    let mut alloc_at_res_peak = 0u64;
     let levels = |l: &Levels| [l.allocated, l.active, l.requested, l.reserved];
-    let record = |state: usize, l: &Levels, t: i64, series: &mut Vec<SeriesPoint>, peaks: &mut [Peak; 4]| {
+    let mut record = |state: usize, l: &Levels, t: i64, series: &mut Vec<SeriesPoint>, peaks: &mut [Peak; 4]| {
         let ev = state.checked_sub(1);
-        for (p, v) in peaks.iter_mut().zip(levels(l)) {
+        for (k, (p, v)) in peaks.iter_mut().zip(levels(l)).enumerate() {
             // The first maximum wins (state 0 always sets the starting value).
             if state == 0 || v > p.bytes {
                 *p = Peak { bytes: v, event_index: ev, time_us: opt_time(t) };
+                if k == 3 {
+                    alloc_at_res_peak = l.allocated;
+                }
             }
         }
         let b = state * buckets / states;
@@ -482,10 +487,6 @@ pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceT
         record(i + 1, &cur, t, &mut series, &mut peaks);
     }
     let [pa, pact, preq, pres] = peaks;
-    // Allocated at the reserved peak needs a second look only when they differ in place;
-    // the series does not have it, so replay to that point (still O(events)).
-    let alloc_at_res_peak =
-        if pres.event_index == pa.event_index { pa.bytes } else { levels_at(snap, device, pres.event_index).allocated };
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
     DeviceTimeline {
         device,
