@@ -443,7 +443,30 @@ fn opt_time(t: i64) -> Option<i64> {
 
 /// The timeline of one device: O(events) time, O(live blocks + points) memory.
 pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
+    timeline_walk(snap, device, opts, |_, _| {}, |_, _| {})
+}
+
+/// [`timeline`] and [`walk_states`] in one walk of the trace, for a front end that
+/// draws more than the downsampled series and also needs the timeline (the HTML report
+/// gives it to `analyze`, see [`crate::analyze::analyze_with_timelines`]). The
+/// callbacks are called as by [`walk_states`].
+pub fn timeline_walk(
+    snap: &Snapshot,
+    device: i64,
+    opts: &TimelineOptions,
+    mut on_change: impl FnMut(usize, &AllocatedChange),
+    mut on_state: impl FnMut(usize, &Levels),
+) -> DeviceTimeline {
+    let change = |b: &Live, delta: i64| AllocatedChange {
+        stack: b.stack,
+        size: b.size,
+        delta,
+        before_trace: b.before_trace(),
+    };
     let mut r = Replayer::new(snap, device);
+    for b in r.live.values().filter(|b| b.allocated) {
+        on_change(0, &change(b, 1));
+    }
     let n = r.trace.len();
     let states = n + 1;
     let buckets = opts.points.max(1).min(states);
@@ -480,11 +503,13 @@ pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceT
         }
     };
     record(0, &start, NO_TIME, &mut series, &mut peaks);
+    on_state(0, &start);
     for i in 0..n {
-        r.step(i, &mut |_, _| {});
+        r.step(i, &mut |b, d| on_change(i + 1, &change(b, d)));
         let t = r.trace[i].time_us;
         let cur = r.cur;
         record(i + 1, &cur, t, &mut series, &mut peaks);
+        on_state(i + 1, &cur);
     }
     let [pa, pact, preq, pres] = peaks;
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
@@ -584,24 +609,10 @@ pub fn live_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Vec<
 pub fn walk_states(
     snap: &Snapshot,
     device: i64,
-    mut on_change: impl FnMut(usize, &AllocatedChange),
-    mut on_state: impl FnMut(usize, &Levels),
+    on_change: impl FnMut(usize, &AllocatedChange),
+    on_state: impl FnMut(usize, &Levels),
 ) {
-    let change = |b: &Live, delta: i64| AllocatedChange {
-        stack: b.stack,
-        size: b.size,
-        delta,
-        before_trace: b.before_trace(),
-    };
-    let mut r = Replayer::new(snap, device);
-    for b in r.live.values().filter(|b| b.allocated) {
-        on_change(0, &change(b, 1));
-    }
-    on_state(0, &r.cur);
-    for i in 0..r.trace.len() {
-        r.step(i, &mut |b, d| on_change(i + 1, &change(b, d)));
-        on_state(i + 1, &r.cur);
-    }
+    timeline_walk(snap, device, &TimelineOptions { points: 1 }, on_change, on_state);
 }
 
 /// A block entering (`delta` +1) or leaving (−1) the allocated set, for [`walk_states`].
