@@ -27,7 +27,12 @@ fn simulated_runs_replay_exactly_after_a_write_and_read() {
         let snap = fragscope_snapshot::read_path(&path).unwrap();
         for conf in CONFIGS {
             let cfg = fragscope_alloc::parse_config(conf).unwrap();
-            let w = simulate_with(&snap, 0, cfg, &SimOptions { capacity: None, collect_snapshot: true, ..SimOptions::default() });
+            let w = simulate_with(
+                &snap,
+                0,
+                cfg,
+                &SimOptions { capacity: None, collect_snapshot: true, ..SimOptions::default() },
+            );
             let sim = w.snapshot.expect("collect_snapshot keeps the run");
             let mut bytes = Vec::new();
             write_snapshot(&sim, &mut bytes).unwrap();
@@ -50,7 +55,12 @@ fn blocks_from_before_the_recording_keep_their_size_under_other_rounding() {
     let snap = fragscope_snapshot::read_path(&path).unwrap();
     for conf in ["roundup_power2_divisions:4", "roundup_power2_divisions:8", "roundup_power2_divisions:[64:2,>:16]"] {
         let cfg = fragscope_alloc::parse_config(conf).unwrap();
-        let w = simulate_with(&snap, 0, cfg, &SimOptions { capacity: None, collect_snapshot: true });
+        let w = simulate_with(
+            &snap,
+            0,
+            cfg,
+            &SimOptions { capacity: None, collect_snapshot: true, ..SimOptions::default() },
+        );
         let mut bytes = Vec::new();
         write_snapshot(&w.snapshot.unwrap(), &mut bytes).unwrap();
         let back = fragscope_snapshot::read_from(&bytes[..]).unwrap();

@@ -18,6 +18,8 @@ use fragscope_alloc::parse_config;
 use fragscope_analysis::analyze::{analyze, AnalyzeOptions};
 use fragscope_analysis::check::{check, Limits};
 use fragscope_analysis::diff::{diff, DiffOptions};
+use fragscope_analysis::replay::advice;
+use fragscope_analysis::replay::lab::{lab, parse_policy};
 use fragscope_analysis::replay::{
     recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions,
 };
@@ -166,15 +168,40 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
         rec.to_conf_string(),
         if rec.to_conf_string().is_empty() { "" } else { "," }
     ));
+    let all_policies = parse_policy("all").expect("the lab's `all`");
     for d in replayable_devices(m) {
         let v = verify(m, d, &ReplayOptions::default());
         let _ = serde_json::to_string(&v).expect("verify JSON");
-        let w = simulate_with(m, d, rec.clone(), &SimOptions { capacity: None, collect_snapshot: true });
+        let w = simulate_with(
+            m,
+            d,
+            rec.clone(),
+            &SimOptions { capacity: None, collect_snapshot: true, ..SimOptions::default() },
+        );
         let _ = serde_json::to_string(&w).expect("what-if JSON");
         if let Ok(c) = &alt {
-            let _ = simulate_with(m, d, c.clone(), &SimOptions { capacity: Some(16 << 30), collect_snapshot: false });
+            let _ = simulate_with(
+                m,
+                d,
+                c.clone(),
+                &SimOptions { capacity: Some(16 << 30), collect_snapshot: false, ..SimOptions::default() },
+            );
         }
+        // The advice what-ifs (`--empty-cache-at iteration`, `--no-caching`).
+        let _ = advice::simulate_empty_cache(m, d, rec.clone(), Some(16 << 30), &advice::EmptyCacheAt::Iterations);
+        let _ = serde_json::to_string(&advice::simulate_uncached(m, d, None)).expect("no-caching JSON");
+        // The allocator lab (`--allocator all`).
+        let lab_rows = lab(m, d, &all_policies, Some(16 << 30));
+        let _ = serde_json::to_string(&lab_rows).expect("lab JSON");
     }
+    // `fragscope report`: the page's data and the page.
+    let page = fragscope_report::render(&[fragscope_report::file_data(
+        "f",
+        false,
+        m,
+        &fragscope_report::ReportOptions::default(),
+    )]);
+    assert!(page.contains("</html>"), "report page cut short");
     let dd = diff(orig, m, &DiffOptions { top: 5 });
     let _ = serde_json::to_string(&dd).expect("diff JSON");
     let lim = Limits {
