@@ -115,16 +115,40 @@ fn format_name(f: SourceFormat) -> &'static str {
 
 /// Analyses every device of `snap`.
 pub fn analyze(snap: &Snapshot, opts: &AnalyzeOptions) -> Analysis {
+    analyze_inner(snap, opts, None)
+}
+
+/// A device's timeline made by the caller (see [`analyze_with_timelines`]).
+pub type TimelineOf<'a> = &'a (dyn Fn(i64) -> timeline::DeviceTimeline + Sync);
+
+/// [`analyze`], with each device's timeline made by `timeline_of(device)`, which must
+/// return what [`timeline::timeline`] returns with `opts.points`: for a front end that
+/// walks the trace itself and gets the timeline from the same walk
+/// ([`timeline::timeline_walk`]; the HTML report) instead of walking it twice.
+pub fn analyze_with_timelines(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: TimelineOf) -> Analysis {
+    analyze_inner(snap, opts, Some(timeline_of))
+}
+
+fn analyze_inner(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: Option<TimelineOf>) -> Analysis {
     Analysis {
         format: format_name(snap.format),
         era: recommend::infer_era(snap),
         recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
-        devices: snap.devices().into_iter().map(|d| analyze_device(snap, d, opts)).collect(),
+        devices: snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, timeline_of)).collect(),
     }
 }
 
 /// Analyses one device.
 pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> DeviceAnalysis {
+    analyze_device_inner(snap, device, opts, None)
+}
+
+fn analyze_device_inner(
+    snap: &Snapshot,
+    device: i64,
+    opts: &AnalyzeOptions,
+    timeline_of: Option<TimelineOf>,
+) -> DeviceAnalysis {
     let threads = opts.threads.max(1);
     let aopts = AttributionOptions { top: opts.top };
     // Leak detection does not need the timeline: its threshold (a share of the peak
@@ -133,7 +157,10 @@ pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> De
     let part_leaks = || leaks::leaks_device(snap, device, 0);
     // The timeline, then attribution at its peaks and the free space at the reserved peak.
     let part_main = || {
-        let tl = timeline::timeline(snap, device, &TimelineOptions { points: opts.points.max(1) });
+        let tl = match timeline_of {
+            Some(f) => f(device),
+            None => timeline::timeline(snap, device, &TimelineOptions { points: opts.points.max(1) }),
+        };
         let attr = attribution::attribute(snap, &tl, &aopts);
         let (at_peak, note) = if tl.reserved_source == "segments" && tl.peak_reserved.bytes > 0 {
             match oom::allocator_state_at(snap, device, tl.peak_reserved.event_index) {

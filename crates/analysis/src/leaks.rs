@@ -430,7 +430,10 @@ fn walk(snap: &Snapshot, device: i64, positions: &[usize]) -> Walk {
     let last = positions.last().copied().unwrap_or(0);
     let frames = &snap.frames;
     let mut blocks: Vec<BlockLife> = Vec::new();
-    let mut by_alloc: FxHashMap<usize, usize> = FxHashMap::default();
+    // `alloc` entry → 1 + index in `blocks` (0: none). A flat array: a hash map of
+    // millions of entries cost more than the rest of the walk (zeroed pages are only
+    // touched where the trace allocates).
+    let mut by_alloc: Vec<u32> = vec![0; r.trace.len()];
     let n = r.trace.len();
     let mut next = 0usize;
     for state in 0..=n {
@@ -452,7 +455,7 @@ fn walk(snap: &Snapshot, device: i64, positions: &[usize]) -> Walk {
             }
             if !blk.before_trace() {
                 if sign > 0 {
-                    by_alloc.insert(blk.alloc_event, blocks.len());
+                    by_alloc[blk.alloc_event] = blocks.len() as u32 + 1;
                     blocks.push(BlockLife {
                         site: i,
                         alloc: blk.alloc_event,
@@ -460,8 +463,8 @@ fn walk(snap: &Snapshot, device: i64, positions: &[usize]) -> Walk {
                         free: None,
                         time_us: blk.time_us,
                     });
-                } else if let Some(&k) = by_alloc.get(&blk.alloc_event) {
-                    blocks[k].free = Some(state);
+                } else if let Some(k) = by_alloc[blk.alloc_event].checked_sub(1) {
+                    blocks[k as usize].free = Some(state);
                 }
             }
         });

@@ -443,20 +443,48 @@ fn opt_time(t: i64) -> Option<i64> {
 
 /// The timeline of one device: O(events) time, O(live blocks + points) memory.
 pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
+    timeline_walk(snap, device, opts, |_, _| {}, |_, _| {})
+}
+
+/// [`timeline`] and [`walk_states`] in one walk of the trace, for a front end that
+/// draws more than the downsampled series and also needs the timeline (the HTML report
+/// gives it to `analyze`, see [`crate::analyze::analyze_with_timelines`]). The
+/// callbacks are called as by [`walk_states`].
+pub fn timeline_walk(
+    snap: &Snapshot,
+    device: i64,
+    opts: &TimelineOptions,
+    mut on_change: impl FnMut(usize, &AllocatedChange),
+    mut on_state: impl FnMut(usize, &Levels),
+) -> DeviceTimeline {
+    let change = |b: &Live, delta: i64| AllocatedChange {
+        stack: b.stack,
+        size: b.size,
+        delta,
+        before_trace: b.before_trace(),
+    };
     let mut r = Replayer::new(snap, device);
+    for b in r.live.values().filter(|b| b.allocated) {
+        on_change(0, &change(b, 1));
+    }
     let n = r.trace.len();
     let states = n + 1;
     let buckets = opts.points.max(1).min(states);
     let mut series: Vec<SeriesPoint> = Vec::with_capacity(buckets);
     let start = r.cur;
     let mut peaks = [Peak::default(); 4];
+    // Allocated bytes at the (first) reserved peak, kept as the peak moves.
+    let mut alloc_at_res_peak = 0u64;
     let levels = |l: &Levels| [l.allocated, l.active, l.requested, l.reserved];
-    let record = |state: usize, l: &Levels, t: i64, series: &mut Vec<SeriesPoint>, peaks: &mut [Peak; 4]| {
+    let mut record = |state: usize, l: &Levels, t: i64, series: &mut Vec<SeriesPoint>, peaks: &mut [Peak; 4]| {
         let ev = state.checked_sub(1);
-        for (p, v) in peaks.iter_mut().zip(levels(l)) {
+        for (k, (p, v)) in peaks.iter_mut().zip(levels(l)).enumerate() {
             // The first maximum wins (state 0 always sets the starting value).
             if state == 0 || v > p.bytes {
                 *p = Peak { bytes: v, event_index: ev, time_us: opt_time(t) };
+                if k == 3 {
+                    alloc_at_res_peak = l.allocated;
+                }
             }
         }
         let b = state * buckets / states;
@@ -475,17 +503,15 @@ pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceT
         }
     };
     record(0, &start, NO_TIME, &mut series, &mut peaks);
+    on_state(0, &start);
     for i in 0..n {
-        r.step(i, &mut |_, _| {});
+        r.step(i, &mut |b, d| on_change(i + 1, &change(b, d)));
         let t = r.trace[i].time_us;
         let cur = r.cur;
         record(i + 1, &cur, t, &mut series, &mut peaks);
+        on_state(i + 1, &cur);
     }
     let [pa, pact, preq, pres] = peaks;
-    // Allocated at the reserved peak needs a second look only when they differ in place;
-    // the series does not have it, so replay to that point (still O(events)).
-    let alloc_at_res_peak =
-        if pres.event_index == pa.event_index { pa.bytes } else { levels_at(snap, device, pres.event_index).allocated };
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
     DeviceTimeline {
         device,
@@ -583,24 +609,10 @@ pub fn live_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Vec<
 pub fn walk_states(
     snap: &Snapshot,
     device: i64,
-    mut on_change: impl FnMut(usize, &AllocatedChange),
-    mut on_state: impl FnMut(usize, &Levels),
+    on_change: impl FnMut(usize, &AllocatedChange),
+    on_state: impl FnMut(usize, &Levels),
 ) {
-    let change = |b: &Live, delta: i64| AllocatedChange {
-        stack: b.stack,
-        size: b.size,
-        delta,
-        before_trace: b.before_trace(),
-    };
-    let mut r = Replayer::new(snap, device);
-    for b in r.live.values().filter(|b| b.allocated) {
-        on_change(0, &change(b, 1));
-    }
-    on_state(0, &r.cur);
-    for i in 0..r.trace.len() {
-        r.step(i, &mut |b, d| on_change(i + 1, &change(b, d)));
-        on_state(i + 1, &r.cur);
-    }
+    timeline_walk(snap, device, &TimelineOptions { points: 1 }, on_change, on_state);
 }
 
 /// A block entering (`delta` +1) or leaving (−1) the allocated set, for [`walk_states`].

@@ -7,7 +7,7 @@
 //! largest request made inside it. The levels are [`fragscope_analysis::timeline`]'s own
 //! bookkeeping, so the peaks drawn are the peaks `summary` and `analyze` print.
 
-use fragscope_analysis::timeline::walk_states;
+use fragscope_analysis::timeline::{timeline_walk, DeviceTimeline, TimelineOptions};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
@@ -111,6 +111,28 @@ impl SiteLog {
 /// bucket's; the top sites are chosen (most live bytes at their own peak) after the walk
 /// and their values filled in from that log.
 pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut StackTable) -> Curves {
+    let (curves, sites, _) = curves_and_timeline(snap, device, opts, 1);
+    curves.with_stacks(snap, &sites, table)
+}
+
+impl Curves {
+    /// Sets [`Curves::site_stacks`] from the call sites [`curves_and_timeline`] returned
+    /// (kept apart so that the page's stack table is filled in a fixed order).
+    pub fn with_stacks(mut self, snap: &Snapshot, sites: &[Option<StackId>], table: &mut StackTable) -> Curves {
+        self.site_stacks = sites.iter().map(|s| table.index(snap, *s)).collect();
+        self
+    }
+}
+
+/// [`curves`] without `site_stacks` (the drawn call sites are returned instead, for
+/// [`Curves::with_stacks`]), and `analyze`'s timeline with `points` points from the same
+/// walk of the trace ([`timeline_walk`]), so the report walks it once for both.
+pub fn curves_and_timeline(
+    snap: &Snapshot,
+    device: i64,
+    opts: &ReportOptions,
+    points: usize,
+) -> (Curves, Vec<Option<StackId>>, DeviceTimeline) {
     let trace = snap.trace(device);
     let states = trace.len() + 1;
     let n = opts.buckets.max(1).min(states);
@@ -123,9 +145,10 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
     // Both callbacks of the walk use the log.
     let log = std::cell::RefCell::new(SiteLog::default());
     let mut bucket = 0usize;
-    walk_states(
+    let tl = timeline_walk(
         snap,
         device,
+        &TimelineOptions { points: points.max(1) },
         |_, c| log.borrow_mut().change(c.stack, c.size as i128 * c.delta as i128),
         |state, l| {
             let b = state * n / states;
@@ -181,7 +204,7 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
         }
         sites[b * k..(b + 1) * k].copy_from_slice(&vals);
     }
-    Curves {
+    let curves = Curves {
         n,
         states,
         first: encode::f64s(&first),
@@ -190,7 +213,8 @@ pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut St
         requested: encode::f64s(&req),
         reserved: encode::f64s(&res),
         max_request: encode::f64s(&max_request),
-        site_stacks: ranked.iter().map(|(s, _, _)| table.index(snap, *s)).collect(),
+        site_stacks: Vec::new(),
         sites: encode::f64s(&sites),
-    }
+    };
+    (curves, ranked.iter().map(|(s, _, _)| *s).collect(), tl)
 }

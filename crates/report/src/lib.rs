@@ -144,22 +144,41 @@ pub struct FileData {
 
 /// Builds one file's report data (summary, analysis, curves, state moments, phases).
 pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOptions) -> FileData {
-    let sum = summary::summarize(snap);
     let mut table = StackTable::default();
-    // `analyze` (the longest part) runs beside the report's own walks of the trace.
-    let (ana, parts) = std::thread::scope(|s| {
-        let analysis = s.spawn(|| analyze::analyze(snap, &AnalyzeOptions::default()));
+    let aopts = AnalyzeOptions::default();
+    // `analyze` runs beside the report's other walks of the trace; the curves are drawn
+    // in the walk that makes analyze's timeline (one walk for both).
+    let walked = std::sync::Mutex::new(FxHashMap::default());
+    let timeline_of = |d: i64| {
+        let (c, sites, tl) = curves::curves_and_timeline(snap, d, opts, aopts.points);
+        walked.lock().expect("curves lock").insert(d, (c, sites));
+        tl
+    };
+    let (ana, sum, parts) = std::thread::scope(|s| {
+        let analysis = s.spawn(|| analyze::analyze_with_timelines(snap, &aopts, &timeline_of));
+        let sum = summary::summarize(snap);
         let parts: Vec<_> = snap
             .devices()
             .into_iter()
-            .map(|d| {
-                let c = curves::curves(snap, d, opts, &mut table);
-                let allocations = largest_allocations(snap, d, opts.top_allocations, &mut table);
-                (d, c, allocations, request_sizes(snap, d), phases(snap, d))
-            })
+            .map(|d| (d, largest_lives(snap, d, opts.top_allocations), request_sizes(snap, d), phases(snap, d)))
             .collect();
-        (analysis.join().expect("the analysis thread panicked"), parts)
+        (analysis.join().expect("the analysis thread panicked"), sum, parts)
     });
+    let mut walked = walked.into_inner().expect("curves lock");
+    // Page stack indices are given in a fixed order (each device's curve sites, then
+    // its largest allocations), so the page does not depend on the threads' timing.
+    let parts: Vec<_> = parts
+        .into_iter()
+        .map(|(d, lives, requests, phases)| {
+            let curves = match walked.remove(&d) {
+                Some((c, sites)) => c.with_stacks(snap, &sites, &mut table),
+                // A device analyze did not walk (none today): its own walk.
+                None => curves::curves(snap, d, opts, &mut table),
+            };
+            let allocations = encode_allocations(snap, d, lives, &mut table);
+            (d, curves, allocations, requests, phases)
+        })
+        .collect::<Vec<_>>();
     let mut devices = Vec::new();
     for (d, curves, allocations, requests, phases) in parts {
         let (moments, moments_note) = state::moments(snap, d, &ana, opts, &mut table);
@@ -220,8 +239,9 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
     out
 }
 
-/// The `top` largest allocations of the trace with their lifetimes (see [`DeviceData`]).
-fn largest_allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTable) -> String {
+/// The `top` largest allocations of the trace with their lifetimes: (alloc entry, state
+/// of its free or `usize::MAX`), in trace order.
+fn largest_lives(snap: &Snapshot, device: i64, top: usize) -> Vec<(usize, usize)> {
     let trace = snap.trace(device);
     // The `top` largest lives, kept in a min-heap as they end: millions of lives on a long
     // trace, nearly all rejected by one comparison with the smallest kept.
@@ -262,6 +282,12 @@ fn largest_allocations(snap: &Snapshot, device: i64, top: usize, table: &mut Sta
     let mut lives: Vec<(usize, usize)> =
         heap.into_iter().map(|std::cmp::Reverse(((_, std::cmp::Reverse(j)), free))| (j, free)).collect();
     lives.sort_unstable();
+    lives
+}
+
+/// [`largest_lives`] as the page gets them (see [`DeviceData::allocations`]).
+fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, table: &mut StackTable) -> String {
+    let trace = snap.trace(device);
     let cfg = fragscope_analysis::replay::recorded_config(snap);
     let mut v = Vec::with_capacity(lives.len() * 6);
     for (j, free) in lives {
