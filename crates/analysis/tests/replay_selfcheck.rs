@@ -50,7 +50,7 @@ fn blocks_from_before_the_recording_keep_their_size_under_other_rounding() {
     let snap = fragscope_snapshot::read_path(&path).unwrap();
     for conf in ["roundup_power2_divisions:4", "roundup_power2_divisions:8", "roundup_power2_divisions:[64:2,>:16]"] {
         let cfg = fragscope_alloc::parse_config(conf).unwrap();
-        let w = simulate_with(&snap, 0, cfg, &SimOptions { capacity: None, collect_snapshot: true });
+        let w = simulate_with(&snap, 0, cfg, &SimOptions { collect_snapshot: true, ..Default::default() });
         let mut bytes = Vec::new();
         write_snapshot(&w.snapshot.unwrap(), &mut bytes).unwrap();
         let back = fragscope_snapshot::read_from(&bytes[..]).unwrap();

@@ -169,10 +169,10 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
     for d in replayable_devices(m) {
         let v = verify(m, d, &ReplayOptions::default());
         let _ = serde_json::to_string(&v).expect("verify JSON");
-        let w = simulate_with(m, d, rec.clone(), &SimOptions { capacity: None, collect_snapshot: true });
+        let w = simulate_with(m, d, rec.clone(), &SimOptions { collect_snapshot: true, ..Default::default() });
         let _ = serde_json::to_string(&w).expect("what-if JSON");
         if let Ok(c) = &alt {
-            let _ = simulate_with(m, d, c.clone(), &SimOptions { capacity: Some(16 << 30), collect_snapshot: false });
+            let _ = simulate_with(m, d, c.clone(), &SimOptions { capacity: Some(16 << 30), ..Default::default() });
         }
     }
     let dd = diff(orig, m, &DiffOptions { top: 5 });
