@@ -38,7 +38,9 @@
 //!   growth is still held at the end, the least-squares slope is at least
 //!   [`growth_threshold`], and with periodicity-derived iterations the rest of memory
 //!   and the transient memory are steady (slope at most [`MAX_REST_TREND`] of the
-//!   site's). `confidence` = share of growing steps × R².
+//!   site's). `confidence` = share of growing steps × R². (The never-freed test's
+//!   over-iterations check of the rest leaves the other candidates out of the rest,
+//!   so that several leaks at once do not make each other's rest trend.)
 //! * **never freed** (iterations or none): blocks of the site never freed that
 //!   - come after at least one free of the same site (the site makes temporaries),
 //!   - outlived at least one iteration boundary (without iterations: at least
@@ -889,51 +891,75 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
     let mut over_iterations = vec![false; nsites];
     let mut spread = vec![false; nsites];
     let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
-    for s in 0..nsites {
-        let mut by_iter = if steps {
-            outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
-        } else {
-            Err("no iterations".into())
-        };
-        // With periodicity-derived iterations the rest of memory must be steady across
-        // them (as for the growth test): in one backward pass, gradients are kept layer
-        // by layer while activations are freed.
-        if it.source == "periodicity" && by_iter.is_ok() {
-            let y: Vec<f64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect();
-            let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v).collect();
-            let (site_slope, _) = fit(&y);
-            let (rest_slope, _) = fit(&rest);
-            let allowed = (threshold as f64).max(site_slope.abs() * MAX_REST_TREND);
-            if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
-                by_iter = Err(format!(
-                    "rest of memory trends {rest_slope:.0} B/iteration (blocks freed later: {transient_slope:.0})"
-                ));
+    // Several leaks at once: each is part of the others' "rest of memory", which then
+    // trends. Candidates (kept blocks on either axis, or growth) are taken out of the
+    // rest and the sites that failed only on the rest's trend are tried again, until
+    // nothing changes. The build-up check below still judges every candidate.
+    let site_row = |s: usize| samples.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect::<Vec<_>>();
+    let mut out_of_rest = vec![0f64; samples.len()];
+    for s in (0..nsites).filter(|&s| grows[s].is_some()) {
+        out_of_rest.iter_mut().zip(site_row(s)).for_each(|(o, v)| *o += v);
+    }
+    let mut rest_trended = vec![true; nsites];
+    let mut again = true;
+    while again {
+        let taken_out = out_of_rest.clone();
+        let todo: Vec<usize> = (0..nsites).filter(|&s| rest_trended[s]).collect();
+        for s in todo {
+            rest_trended[s] = false;
+            let mut by_iter = if steps {
+                outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
+            } else {
+                Err("no iterations".into())
+            };
+            // With periodicity-derived iterations the rest of memory must be steady across
+            // them (as for the growth test): in one backward pass, gradients are kept layer
+            // by layer while activations are freed.
+            if it.source == "periodicity" && by_iter.is_ok() {
+                let y: Vec<f64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect();
+                let rest: Vec<f64> =
+                    samples.iter().zip(&y).zip(&taken_out).map(|((row, &v), &o)| total(row) - v - o).collect();
+                let (site_slope, _) = fit(&y);
+                let (rest_slope, _) = fit(&rest);
+                let allowed = (threshold as f64).max(site_slope.abs() * MAX_REST_TREND);
+                if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
+                    rest_trended[s] = transient_slope.abs() <= allowed;
+                    by_iter = Err(format!(
+                        "rest of memory trends {rest_slope:.0} B/iteration (blocks freed later: {transient_slope:.0})"
+                    ));
+                }
+            }
+            let mut by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
+            if let Some(v) = spread_over_run(&w.blocks, &by_site[s], n, &windows, &troughs) {
+                if by_win.as_deref().map_or(0, bytes_of) < bytes_of(&v) {
+                    by_win = Ok(v);
+                    spread[s] = true;
+                }
+            }
+            if let Some(d) = debug.as_deref().filter(|d| w.table.sites[s].site.contains(d)) {
+                let show =
+                    |r: &Result<Vec<usize>, String>| r.as_ref().map(|v| (v.len(), bytes_of(v))).map_err(String::clone);
+                eprintln!(
+                    "leaks: {d}: {}: iterations {:?}, windows {:?} (min {min_kept} bytes)",
+                    w.table.sites[s].site,
+                    show(&by_iter),
+                    show(&by_win)
+                );
+            }
+            let bi = by_iter.as_deref().map_or(0, bytes_of);
+            let bw = by_win.as_deref().map_or(0, bytes_of);
+            if bi.max(bw) < min_kept {
+                continue;
+            }
+            over_iterations[s] = bi >= bw;
+            let was_kept = !kept[s].is_empty();
+            kept[s] = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+            if !was_kept && grows[s].is_none() {
+                out_of_rest.iter_mut().zip(site_row(s)).for_each(|(o, v)| *o += v);
             }
         }
-        let mut by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
-        if let Some(v) = spread_over_run(&w.blocks, &by_site[s], n, &windows, &troughs) {
-            if by_win.as_deref().map_or(0, bytes_of) < bytes_of(&v) {
-                by_win = Ok(v);
-                spread[s] = true;
-            }
-        }
-        if let Some(d) = debug.as_deref().filter(|d| w.table.sites[s].site.contains(d)) {
-            let show =
-                |r: &Result<Vec<usize>, String>| r.as_ref().map(|v| (v.len(), bytes_of(v))).map_err(String::clone);
-            eprintln!(
-                "leaks: {d}: {}: iterations {:?}, windows {:?} (min {min_kept} bytes)",
-                w.table.sites[s].site,
-                show(&by_iter),
-                show(&by_win)
-            );
-        }
-        let bi = by_iter.as_deref().map_or(0, bytes_of);
-        let bw = by_win.as_deref().map_or(0, bytes_of);
-        if bi.max(bw) < min_kept {
-            continue;
-        }
-        over_iterations[s] = bi >= bw;
-        kept[s] = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+        // Another pass only when a site was taken out of the rest in this one.
+        again = rest_trended.iter().any(|&r| r) && out_of_rest != taken_out;
     }
     // Build-up check: of what the whole device allocates after a candidate's first
     // never-freed block, at most MAX_RETAINED_SHARE may still be live at the end. A
