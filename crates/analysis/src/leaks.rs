@@ -38,7 +38,9 @@
 //!   growth is still held at the end, the least-squares slope is at least
 //!   [`growth_threshold`], and with periodicity-derived iterations the rest of memory
 //!   and the transient memory are steady (slope at most [`MAX_REST_TREND`] of the
-//!   site's). `confidence` = share of growing steps × R².
+//!   site's). `confidence` = share of growing steps × R². (The never-freed test's
+//!   over-iterations check of the rest leaves the other candidates out of the rest,
+//!   so that several leaks at once do not make each other's rest trend.)
 //! * **never freed** (iterations or none): blocks of the site never freed that
 //!   - come after at least one free of the same site (the site makes temporaries),
 //!   - outlived at least one iteration boundary (without iterations: at least
@@ -58,6 +60,19 @@
 //!   left out) at most [`MAX_RETAINED_SHARE`] may still be live at the end: a forward
 //!   pass keeps its activations, a run that goes on frees what it allocates.
 //!   `confidence` = 1 − that share.
+//!
+//!   On the windows of the run a site may also be kept by the **spread** rule, which needs no
+//!   free of the site (a site whose every allocation leaks): its never-freed blocks
+//!   were allocated all over the run rather than at one time (at least
+//!   [`MIN_SPREAD_WINDOWS`] windows, at least half of those between the first and the
+//!   last, [`MIN_SPREAD_SHARE`] of the trace apart, no window with more than
+//!   [`MAX_SPREAD_WINDOW_SHARE`] of the bytes) and across a trough of transient
+//!   memory (a step boundary: one pass, a forward or one backward, has none at
+//!   [`TROUGH_DEPTH`] of its peak). State is made once, when its site first runs; a
+//!   leak goes on over the steps. Such a site is judged once against everything else
+//!   the device keeps, other candidates included, with the stricter
+//!   [`MAX_SPREAD_RETAINED_SHARE`] (passes that each keep their activations do not
+//!   vouch for each other).
 //!
 //! Each suspect carries its evidence: the blocks never freed (count, bytes, first and
 //! last `alloc` entry), its freed allocations, its live bytes per iteration or window
@@ -109,6 +124,21 @@ pub const PHASE_GAP_DIVISOR: usize = 40;
 /// Periodicity-derived iterations are trusted as steps when transient memory drifts by
 /// at most this share of its peak across them.
 pub const MAX_TRANSIENT_DRIFT: f64 = 0.1;
+/// Never-freed blocks of a site allocated in at least this many windows of the run
+/// (see `spread_over_run`) are a leak that goes on over the run, not state made once.
+pub const MIN_SPREAD_WINDOWS: usize = 5;
+/// ... with the first and the last at least this share of the trace apart.
+pub const MIN_SPREAD_SHARE: f64 = 0.4;
+/// ... and no window holding more than this share of their bytes.
+pub const MAX_SPREAD_WINDOW_SHARE: f64 = 0.5;
+/// A trough of transient memory must be this share of its peak below the highs on
+/// both sides (see `transient_troughs`).
+pub const TROUGH_DEPTH: f64 = 0.25;
+/// Positions at which transient memory is sampled to find troughs.
+pub const TROUGH_SAMPLES: usize = 400;
+/// Of what the device allocates after the first block kept by the spread rule, at
+/// most this share may still be live at the end (see `leaks_device`).
+pub const MAX_SPREAD_RETAINED_SHARE: f64 = 0.25;
 /// Points of a suspect's curve, at most.
 pub const CURVE_POINTS: usize = 48;
 /// Growth spans listed per suspect, at most.
@@ -536,6 +566,107 @@ fn sample_positions(it: &Iterations, n: usize) -> Vec<usize> {
     }
 }
 
+/// The spread rule of the never-freed test, on the windows of the run (module doc):
+/// the site's blocks never freed that outlived [`MIN_OUTLIVED_SHARE`] of the run, when
+/// they were allocated over the run rather than at one time. State is made once, when
+/// its site first runs (weights loaded, optimizer state at the first step, gradients
+/// at the first backward): one or two windows. A leak goes on allocating while the
+/// run goes on: the kept blocks fall in at least [`MIN_SPREAD_WINDOWS`] windows, in at
+/// least half of the windows between the first and the last of them, at least
+/// [`MIN_SPREAD_SHARE`] of the trace apart, with no window holding more than
+/// [`MAX_SPREAD_WINDOW_SHARE`] of their bytes, with at least one of `troughs`
+/// ([`transient_troughs`]: step boundaries) between the first and the last. This
+/// needs no free of the site at all (a site whose every allocation leaks).
+fn spread_over_run(
+    blocks: &[BlockLife],
+    site_blocks: &[usize],
+    n: usize,
+    windows: &[usize],
+    troughs: &[usize],
+) -> Option<Vec<usize>> {
+    let kept: Vec<usize> = site_blocks
+        .iter()
+        .copied()
+        .filter(|&k| blocks[k].free.is_none() && (n - blocks[k].alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64)
+        .collect();
+    let (first, last) = (blocks[*kept.first()?].alloc, blocks[*kept.last()?].alloc);
+    // A trough of transient memory between them: kept in two or more steps.
+    let cycles = troughs.partition_point(|&t| t <= last) - troughs.partition_point(|&t| t <= first);
+    if ((last - first) as f64) < MIN_SPREAD_SHARE * n as f64 || cycles == 0 {
+        return None;
+    }
+    let mut per_window: Vec<(usize, u64)> = Vec::new();
+    for &k in &kept {
+        let w = windows.partition_point(|&x| x <= blocks[k].alloc);
+        match per_window.last_mut() {
+            Some((lw, b)) if *lw == w => *b += blocks[k].size,
+            _ => per_window.push((w, blocks[k].size)),
+        }
+    }
+    let total: u64 = per_window.iter().map(|x| x.1).sum();
+    let (w0, w1) = (per_window[0].0, per_window[per_window.len() - 1].0);
+    let biggest = per_window.iter().map(|x| x.1).max().unwrap_or(0);
+    (per_window.len() >= MIN_SPREAD_WINDOWS
+        && 2 * per_window.len() > w1 - w0
+        && biggest as f64 <= MAX_SPREAD_WINDOW_SHARE * total as f64)
+        .then_some(kept)
+}
+
+/// Trace positions where transient memory (blocks the trace frees later) is at the
+/// bottom of a full cycle: it rose by at least [`TROUGH_DEPTH`] of its peak since the
+/// previous trough and fell back by as much. A training step's forward builds
+/// activations up and its backward frees them; one pass (a forward, one backward)
+/// has no trough inside, a loop has one between each two steps. Sampled at
+/// [`TROUGH_SAMPLES`] positions.
+fn transient_troughs(blocks: &[BlockLife], n: usize) -> Vec<usize> {
+    let pos: Vec<usize> = (0..=TROUGH_SAMPLES).map(|k| k * n / TROUGH_SAMPLES).collect();
+    let mut diff = vec![0i128; pos.len() + 1];
+    for b in blocks {
+        if let Some(f) = b.free {
+            diff[pos.partition_point(|&p| p <= b.alloc)] += b.size as i128;
+            diff[pos.partition_point(|&p| p <= f)] -= b.size as i128;
+        }
+    }
+    let mut acc = 0i128;
+    let y: Vec<i128> = diff[..pos.len()]
+        .iter()
+        .map(|d| {
+            acc += d;
+            acc
+        })
+        .collect();
+    let peak = y.iter().copied().max().unwrap_or(0);
+    let h = (peak as f64 * TROUGH_DEPTH) as i128;
+    if h <= 0 {
+        return Vec::new();
+    }
+    // Looking for a rise (high = None) from the lowest point so far, or for a fall
+    // from the highest; a low counts as a trough once a peak came before it and the
+    // curve rose again after it.
+    let mut out = Vec::new();
+    let (mut low, mut low_at) = (y[0], 0usize);
+    let mut high: Option<i128> = None;
+    let mut had_peak = false;
+    for (k, &v) in y.iter().enumerate() {
+        match high {
+            None if v < low => (low, low_at) = (v, k),
+            None if v >= low + h => {
+                if had_peak {
+                    out.push(pos[low_at]);
+                }
+                high = Some(v);
+            }
+            Some(hi) if v > hi => high = Some(v),
+            Some(hi) if v <= hi - h => {
+                had_peak = true;
+                (low, low_at, high) = (v, k, None);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The never-freed test of one site (module doc). Returns the indices (into `blocks`)
 /// of the site's blocks that were never freed although the site had freed an earlier
 /// allocation, that outlived at least one iteration boundary (without iterations,
@@ -751,6 +882,7 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
     }
 
     // 2. Blocks never freed while the site's later allocations are (module doc).
+    let troughs = transient_troughs(&w.blocks, n);
     let min_kept = never_freed_threshold(peak_allocated);
     // FRAGSCOPE_LEAK_DEBUG=TEXT prints the never-freed test's decision for sites
     // containing TEXT (for tuning on planted files).
@@ -760,46 +892,77 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
     // windows of the run). Both axes are tried: periodicity can find the layers of
     // one pass rather than steps, and then the windows still see a leak.
     let mut over_iterations = vec![false; nsites];
+    let mut spread = vec![false; nsites];
     let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
-    for s in 0..nsites {
-        let mut by_iter = if steps {
-            outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
-        } else {
-            Err("no iterations".into())
-        };
-        // With periodicity-derived iterations the rest of memory must be steady across
-        // them (as for the growth test): in one backward pass, gradients are kept layer
-        // by layer while activations are freed.
-        if it.source == "periodicity" && by_iter.is_ok() {
-            let y: Vec<f64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect();
-            let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v).collect();
-            let (site_slope, _) = fit(&y);
-            let (rest_slope, _) = fit(&rest);
-            let allowed = (threshold as f64).max(site_slope.abs() * MAX_REST_TREND);
-            if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
-                by_iter = Err(format!(
-                    "rest of memory trends {rest_slope:.0} B/iteration (blocks freed later: {transient_slope:.0})"
-                ));
+    // Several leaks at once: each is part of the others' "rest of memory", which then
+    // trends. Candidates (kept blocks on either axis, or growth) are taken out of the
+    // rest and the sites that failed only on the rest's trend are tried again, until
+    // nothing changes. The build-up check below still judges every candidate.
+    let site_row = |s: usize| samples.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect::<Vec<_>>();
+    let mut out_of_rest = vec![0f64; samples.len()];
+    for s in (0..nsites).filter(|&s| grows[s].is_some()) {
+        out_of_rest.iter_mut().zip(site_row(s)).for_each(|(o, v)| *o += v);
+    }
+    let mut rest_trended = vec![true; nsites];
+    let mut again = true;
+    while again {
+        let taken_out = out_of_rest.clone();
+        let todo: Vec<usize> = (0..nsites).filter(|&s| rest_trended[s]).collect();
+        for s in todo {
+            rest_trended[s] = false;
+            let mut by_iter = if steps {
+                outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
+            } else {
+                Err("no iterations".into())
+            };
+            // With periodicity-derived iterations the rest of memory must be steady across
+            // them (as for the growth test): in one backward pass, gradients are kept layer
+            // by layer while activations are freed.
+            if it.source == "periodicity" && by_iter.is_ok() {
+                let y: Vec<f64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect();
+                let rest: Vec<f64> =
+                    samples.iter().zip(&y).zip(&taken_out).map(|((row, &v), &o)| total(row) - v - o).collect();
+                let (site_slope, _) = fit(&y);
+                let (rest_slope, _) = fit(&rest);
+                let allowed = (threshold as f64).max(site_slope.abs() * MAX_REST_TREND);
+                if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
+                    rest_trended[s] = transient_slope.abs() <= allowed;
+                    by_iter = Err(format!(
+                        "rest of memory trends {rest_slope:.0} B/iteration (blocks freed later: {transient_slope:.0})"
+                    ));
+                }
+            }
+            let mut by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
+            if let Some(v) = spread_over_run(&w.blocks, &by_site[s], n, &windows, &troughs) {
+                if by_win.as_deref().map_or(0, bytes_of) < bytes_of(&v) {
+                    by_win = Ok(v);
+                    spread[s] = true;
+                }
+            }
+            if let Some(d) = debug.as_deref().filter(|d| w.table.sites[s].site.contains(d)) {
+                let show =
+                    |r: &Result<Vec<usize>, String>| r.as_ref().map(|v| (v.len(), bytes_of(v))).map_err(String::clone);
+                eprintln!(
+                    "leaks: {d}: {}: iterations {:?}, windows {:?} (min {min_kept} bytes)",
+                    w.table.sites[s].site,
+                    show(&by_iter),
+                    show(&by_win)
+                );
+            }
+            let bi = by_iter.as_deref().map_or(0, bytes_of);
+            let bw = by_win.as_deref().map_or(0, bytes_of);
+            if bi.max(bw) < min_kept {
+                continue;
+            }
+            over_iterations[s] = bi >= bw;
+            let was_kept = !kept[s].is_empty();
+            kept[s] = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+            if !was_kept && grows[s].is_none() {
+                out_of_rest.iter_mut().zip(site_row(s)).for_each(|(o, v)| *o += v);
             }
         }
-        let by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
-        if let Some(d) = debug.as_deref().filter(|d| w.table.sites[s].site.contains(d)) {
-            let show =
-                |r: &Result<Vec<usize>, String>| r.as_ref().map(|v| (v.len(), bytes_of(v))).map_err(String::clone);
-            eprintln!(
-                "leaks: {d}: {}: iterations {:?}, windows {:?} (min {min_kept} bytes)",
-                w.table.sites[s].site,
-                show(&by_iter),
-                show(&by_win)
-            );
-        }
-        let bi = by_iter.as_deref().map_or(0, bytes_of);
-        let bw = by_win.as_deref().map_or(0, bytes_of);
-        if bi.max(bw) < min_kept {
-            continue;
-        }
-        over_iterations[s] = bi >= bw;
-        kept[s] = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+        // Another pass only when a site was taken out of the rest in this one.
+        again = rest_trended.iter().any(|&r| r) && out_of_rest != taken_out;
     }
     // Build-up check: of what the whole device allocates after a candidate's first
     // never-freed block, at most MAX_RETAINED_SHARE may still be live at the end. A
@@ -807,8 +970,14 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
     // steps frees it. The site's own never-freed blocks are left out, and so are those
     // of sites already confirmed (several leaks at once must not hide each other);
     // confirmation repeats until nothing changes.
+    // Sites kept by the spread rule alone have no free of their own to compare with:
+    // they are judged once, against everything else the device keeps (other
+    // candidates included), with the stricter MAX_SPREAD_RETAINED_SHARE; several
+    // passes that each keep their activations do not confirm each other.
+    let by_spread: Vec<bool> = (0..nsites).map(|s| spread[s] && !over_iterations[s]).collect();
     let mut confirmed = vec![false; nsites];
     let mut kept_after_share: Vec<Option<f64>> = vec![None; nsites];
+    let mut first_round = true;
     loop {
         let mut excluded = vec![false; w.blocks.len()];
         for s in (0..nsites).filter(|&s| confirmed[s]) {
@@ -826,7 +995,7 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
         }
         let mut changed = false;
         for s in 0..nsites {
-            if confirmed[s] {
+            if confirmed[s] || (by_spread[s] && !first_round) {
                 continue;
             }
             let Some(&k0) = kept[s].first() else { continue };
@@ -834,13 +1003,14 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
             let (a, l) = (suffix_alloc[k0] - own, suffix_live[k0] - own);
             let share = if a == 0 { 0.0 } else { l as f64 / a as f64 };
             kept_after_share[s] = Some(share);
-            if share <= MAX_RETAINED_SHARE {
+            if share <= if by_spread[s] { MAX_SPREAD_RETAINED_SHARE } else { MAX_RETAINED_SHARE } {
                 confirmed[s] = true;
                 changed = true;
             } else if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
                 eprintln!("leaks: {}: the rest keeps {share:.2} of what it allocates after", w.table.sites[s].site);
             }
         }
+        first_round = false;
         if !changed {
             break;
         }
@@ -875,7 +1045,7 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
         suffix[k] = x;
     }
     for s in 0..nsites {
-        if confirmed[s] {
+        if confirmed[s] || by_spread[s] {
             continue;
         }
         let Some(&k0) = kept[s].first() else { continue };
