@@ -56,23 +56,7 @@ const MIB: u64 = 1 << 20;
 /// Share of planted leaks the detector must find (see `planted_leak_suite`).
 const MIN_FOUND_SHARE: f64 = 0.5;
 
-/// splitmix64: a seeded choice without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use fragscope_testdata::Rng;
 
 fn read(name: &str) -> Option<Snapshot> {
     let p = fragscope_testdata::real_file(name)?;

@@ -26,37 +26,21 @@ use fragscope_analysis::replay::{
 use fragscope_analysis::summary::summarize;
 use fragscope_snapshot::{Action, BlockState, Snapshot};
 
-/// splitmix64: deterministic, no dependency, good enough to pick mutations.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-    /// A new value near `v`: small steps (a block's worth), powers of two, or extremes.
-    fn nudge(&mut self, v: u64) -> u64 {
-        match self.below(16) {
-            0 | 1 => v.wrapping_add(512),
-            2 | 3 => v.wrapping_sub(512),
-            4 | 5 => v.wrapping_add(1 << 20),
-            6 => v.wrapping_sub(2 << 20),
-            7 | 8 => v.saturating_mul(2),
-            9 | 10 => v / 2,
-            11 => 0,
-            // Past the reader's bounds (refused) or just under them.
-            12 => [u64::MAX, 1 << 63, (1 << 48) + 1, 1 << 48][self.below(4)],
-            _ => v ^ (1 << self.below(40)),
-        }
+use fragscope_testdata::Rng;
+
+/// A new value near `v`: small steps (a block's worth), powers of two, or extremes.
+fn nudge(r: &mut Rng, v: u64) -> u64 {
+    match r.below(16) {
+        0 | 1 => v.wrapping_add(512),
+        2 | 3 => v.wrapping_sub(512),
+        4 | 5 => v.wrapping_add(1 << 20),
+        6 => v.wrapping_sub(2 << 20),
+        7 | 8 => v.saturating_mul(2),
+        9 | 10 => v / 2,
+        11 => 0,
+        // Past the reader's bounds (refused) or just under them.
+        12 => [u64::MAX, 1 << 63, (1 << 48) + 1, 1 << 48][r.below(4)],
+        _ => v ^ (1 << r.below(40)),
     }
 }
 
@@ -70,7 +54,7 @@ fn mutate(s: &mut Snapshot, r: &mut Rng) -> String {
         let i = r.below(t.len());
         return match kind {
             0 => {
-                let v = r.nudge(t[i].addr);
+                let v = nudge(r, t[i].addr);
                 t[i].addr = v;
                 format!("trace[{d}][{i}].addr = {v:#x}")
             }
@@ -81,7 +65,7 @@ fn mutate(s: &mut Snapshot, r: &mut Rng) -> String {
                 format!("trace[{d}][{i}].addr = trace[{j}].addr")
             }
             2 => {
-                let v = r.nudge(t[i].size);
+                let v = nudge(r, t[i].size);
                 t[i].size = v;
                 format!("trace[{d}][{i}].size = {v}")
             }
@@ -114,24 +98,24 @@ fn mutate(s: &mut Snapshot, r: &mut Rng) -> String {
     let seg = &mut s.segments[k];
     match kind % 6 {
         0 => {
-            let v = r.nudge(seg.total_size);
+            let v = nudge(r, seg.total_size);
             seg.total_size = v;
             format!("segments[{k}].total_size = {v}")
         }
         1 => {
-            let v = r.nudge(seg.address);
+            let v = nudge(r, seg.address);
             seg.address = v;
             format!("segments[{k}].address = {v:#x}")
         }
         2 if !seg.blocks.is_empty() => {
             let b = r.below(seg.blocks.len());
-            let v = r.nudge(seg.blocks[b].size);
+            let v = nudge(r, seg.blocks[b].size);
             seg.blocks[b].size = v;
             format!("segments[{k}].blocks[{b}].size = {v}")
         }
         3 if !seg.blocks.is_empty() => {
             let b = r.below(seg.blocks.len());
-            let v = r.nudge(seg.blocks[b].address);
+            let v = nudge(r, seg.blocks[b].address);
             seg.blocks[b].address = v;
             format!("segments[{k}].blocks[{b}].address = {v:#x}")
         }
