@@ -366,6 +366,6 @@ fn untouched_real_files_have_no_suspects() {
         }
     }
     eprintln!("{checked} devices of {} files checked", files.len());
-    assert!(checked >= 30, "only {checked} devices read");
+    assert!(checked >= fragscope_testdata::min_count(30, 7), "only {checked} devices read");
     assert!(found.is_empty(), "suspects on untouched files:\n{}", found.join("\n"));
 }

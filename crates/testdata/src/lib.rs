@@ -99,6 +99,17 @@ pub fn min_files(with_corpus: usize) -> usize {
     }
 }
 
+/// The least a test over "every real file" must count (devices, traces): `with_corpus` on
+/// the full corpus, `in_repo` on the in-repository set (what that set holds, so a test
+/// that silently reads fewer still fails).
+pub fn min_count(with_corpus: usize, in_repo: usize) -> usize {
+    if has_corpus() {
+        with_corpus
+    } else {
+        in_repo
+    }
+}
+
 /// Every real pickle (`*.pickle`, `*.pkl`) in `dir`, sorted by name.
 pub fn pickles_in(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
