@@ -48,7 +48,12 @@ fn main() {
         }
     }
     let b = w.bounds();
-    println!("{path} x{repeat}: {} ops, {} requests, {events} trace events, peak live {} B", w.ops.len(), w.requests, b.live);
+    println!(
+        "{path} x{repeat}: {} ops, {} requests, {events} trace events, peak live {} B",
+        w.ops.len(),
+        w.requests,
+        b.live
+    );
     let snap_cfg = fragscope_analysis::replay::recorded_config(&snap);
     for name in &names {
         for spec in parse_policy(name).unwrap_or_else(|e| {

@@ -145,7 +145,12 @@ fn main() {
             println!("== {name} simulate dev {d}\n{w:?}");
             for conf in CONFIGS {
                 let cfg = fragscope_alloc::parse_config(conf).unwrap();
-                let w = replay::simulate_with(&snap, d, cfg, &SimOptions { capacity: None, collect_snapshot: true, ..SimOptions::default() });
+                let w = replay::simulate_with(
+                    &snap,
+                    d,
+                    cfg,
+                    &SimOptions { capacity: None, collect_snapshot: true, ..SimOptions::default() },
+                );
                 let Some(sim) = w.snapshot.clone() else { continue };
                 let mut w = w;
                 w.snapshot = None;

@@ -13,8 +13,8 @@
 pub mod oom_message;
 pub mod recorder;
 
-pub mod replay;
 pub mod memstats;
+pub mod replay;
 pub mod summary;
 
 pub mod attribution;

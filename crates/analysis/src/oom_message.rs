@@ -585,7 +585,8 @@ fn next_headerless(flat: &str, from: usize) -> Option<Anchor> {
         find_ci(flat, needle, lo, i).is_some()
     };
     let mut best: Option<Anchor> = None;
-    for (phrase, needs_size) in [("Tried to allocate", true), ("has a total capac", false), ("Of the allocated memory", true)]
+    for (phrase, needs_size) in
+        [("Tried to allocate", true), ("has a total capac", false), ("Of the allocated memory", true)]
     {
         let mut at = from;
         while let Some(i) = find_ci(flat, phrase, at, flat.len()) {
@@ -739,8 +740,10 @@ fn parse_all_in(text: &str) -> Vec<OomMessage> {
 /// did not reach (a line broken by a traceback, a paste that lost a sentence): each figure
 /// the text holds is used. Returns the end of the last phrase read.
 fn sweep(s: &str, start: usize, limit: usize, m: &mut OomMessage) -> usize {
-    if !matches!(m.form, MessageForm::Partial | MessageForm::V2_1 | MessageForm::V2_2 | MessageForm::V2_5 | MessageForm::Recent)
-    {
+    if !matches!(
+        m.form,
+        MessageForm::Partial | MessageForm::V2_1 | MessageForm::V2_2 | MessageForm::V2_5 | MessageForm::Recent
+    ) {
         return start;
     }
     let mut end = start;

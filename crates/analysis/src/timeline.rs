@@ -457,12 +457,8 @@ pub fn timeline_walk(
     mut on_change: impl FnMut(usize, &AllocatedChange),
     mut on_state: impl FnMut(usize, &Levels),
 ) -> DeviceTimeline {
-    let change = |b: &Live, delta: i64| AllocatedChange {
-        stack: b.stack,
-        size: b.size,
-        delta,
-        before_trace: b.before_trace(),
-    };
+    let change =
+        |b: &Live, delta: i64| AllocatedChange { stack: b.stack, size: b.size, delta, before_trace: b.before_trace() };
     let mut r = Replayer::new(snap, device);
     for b in r.live.values().filter(|b| b.allocated) {
         on_change(0, &change(b, 1));

@@ -68,7 +68,10 @@ fn every_policy_is_sound_on_every_real_trace() {
         }
     }
     eprintln!("checked {checked} device traces");
-    assert!(files.is_empty() || checked >= fragscope_testdata::min_count(15, 4), "only {checked} device traces checked");
+    assert!(
+        files.is_empty() || checked >= fragscope_testdata::min_count(15, 4),
+        "only {checked} device traces checked"
+    );
 }
 
 /// Where an online policy reserves less than the plan, the inversion must have one of two

@@ -693,7 +693,7 @@ fn headerless_wrapped_truncated_message_is_read() {
     assert_eq!(m.free, Some(0));
     assert_eq!(m.allocated_by_pytorch, Some(15010910700)); // 13.98 GiB
     assert_eq!(m.reserved_unallocated, Some(135769620)); // 129.48 MiB
-    // 13.98 GiB live on an 8 GiB GPU (Windows shared memory): exhaustion.
+                                                         // 13.98 GiB live on an 8 GiB GPU (Windows shared memory): exhaustion.
     assert_eq!(explain(&m).verdict, Likely::Exhaustion);
 }
 

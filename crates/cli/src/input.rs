@@ -15,8 +15,8 @@ pub const PROGRESS_THRESHOLD: u64 = 64 * 1024 * 1024;
 /// standard input, as `_memory_viz.py` does (`ssh gpu cat snap.pickle | fragscope summary -`).
 pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
     if path.as_os_str() == "-" {
-        let snap = fragscope_snapshot::read_from(std::io::stdin().lock())
-            .map_err(|e| read_error(Path::new("<stdin>"), &e))?;
+        let snap =
+            fragscope_snapshot::read_from(std::io::stdin().lock()).map_err(|e| read_error(Path::new("<stdin>"), &e))?;
         return checked(Path::new("<stdin>"), snap);
     }
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);

@@ -43,7 +43,12 @@ fn same(a: &Value, b: &Value) -> bool {
 fn summary_matches_independent_python_on_every_real_pickle() {
     let Some(dir) = traces_dir() else { return };
     let files = fragscope_testdata::pickles_in(&dir);
-    assert!(files.len() >= fragscope_testdata::min_files(22), "expected the real pickles in {}, found {}", dir.display(), files.len());
+    assert!(
+        files.len() >= fragscope_testdata::min_files(22),
+        "expected the real pickles in {}, found {}",
+        dir.display(),
+        files.len()
+    );
 
     let rust =
         Command::new(env!("CARGO_BIN_EXE_fragscope")).arg("summary").arg("--json").args(&files).output().unwrap();

@@ -137,7 +137,8 @@ fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "CUDA out-of-memory error ({} message form: {})", m.form, m.form.versions());
     if m.headerless {
-        let _ = writeln!(o, "(the 'CUDA out of memory.' sentence is not in the text; its figures were read on their own)");
+        let _ =
+            writeln!(o, "(the 'CUDA out of memory.' sentence is not in the text; its figures were read on their own)");
     }
     if !m.missing.is_empty() {
         let _ = writeln!(o, "Missing from the text: {}", m.missing.join(", "));

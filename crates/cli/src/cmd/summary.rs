@@ -163,7 +163,11 @@ fn window_table(t: &fragscope_analysis::memstats::MemoryTable) -> String {
     ];
     for (name, r, is_bytes) in rows {
         let f = |v: u64| if is_bytes { output::bytes(v) } else { output::grouped(v) };
-        for (label, st) in [(name.to_string(), &r.all), ("  from large pool".into(), &r.large_pool), ("  from small pool".into(), &r.small_pool)] {
+        for (label, st) in [
+            (name.to_string(), &r.all),
+            ("  from large pool".into(), &r.large_pool),
+            ("  from small pool".into(), &r.small_pool),
+        ] {
             tb.row([label, f(st.current), f(st.peak), f(st.allocated), f(st.freed)]);
         }
     }
