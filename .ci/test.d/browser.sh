@@ -6,12 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-if [ ! -x /usr/bin/chromium ]; then
-    SUDO=""
-    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update
-    $SUDO apt-get install -y chromium
-fi
-(cd tests/browser && npm ci --no-audit --no-fund)
+bash .ci/setup-browser
 cargo build --release
 node --test --test-concurrency=1 tests/browser/report.test.mjs
