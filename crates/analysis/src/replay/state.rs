@@ -26,14 +26,31 @@ pub enum BState {
     Pending,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct BlockRec {
     pub addr: u64,
     pub size: u64,
     /// Unrounded request of the (last) allocation; for free blocks, informative only.
     pub requested: u64,
     pub state: BState,
+    /// Set by the backward walk on an oversize block it gave the whole free space
+    /// after it (an unsplit cached block, the usual case), when the block could also
+    /// have been exactly its rounded request next to a free block: a segment made
+    /// under another `max_split_size` before the recording, or before the setting
+    /// changed at run time. An earlier entry inside that tail proves the second
+    /// reading, and the walk revises the block ([`SegRec::revise_whole_take`]).
+    pub guessed: bool,
 }
+
+/// Equality of what the allocator holds: `guessed` is how the walk came to it, and a
+/// free block's `requested` is only what its last allocation asked.
+impl PartialEq for BlockRec {
+    fn eq(&self, o: &BlockRec) -> bool {
+        let requested = |b: &BlockRec| if b.state == BState::Free { 0 } else { b.requested };
+        (self.addr, self.size, requested(self), self.state) == (o.addr, o.size, requested(o), o.state)
+    }
+}
+impl Eq for BlockRec {}
 
 /// A segment: one `cudaMalloc`, or one contiguous mapped range of an expandable
 /// reservation (as the snapshot lists them, §6.5).
@@ -61,7 +78,7 @@ impl SegRec {
             pool,
             small,
             expandable,
-            blocks: vec![BlockRec { addr, size, requested: 0, state: BState::Free }],
+            blocks: vec![BlockRec { addr, size, requested: 0, state: BState::Free, guessed: false }],
         }
     }
     /// Index of the block containing `addr`.
@@ -81,6 +98,24 @@ impl SegRec {
             self.blocks[j].size += b.size;
         }
         j
+    }
+    /// Block `j` is allocated (walking back) over `addr`, where an earlier entry needs
+    /// free space. If the walk gave `j` the whole free space as a guess (see
+    /// [`BlockRec::guessed`]) and `addr` lies past its rounded request, the entry
+    /// proves that the block was exactly its request with a free block after it:
+    /// shrink it, free the tail, and return the index of the block now at `addr`.
+    fn revise_whole_take(&mut self, j: usize, addr: u64, rules: &SplitRules) -> Option<usize> {
+        let b = self.blocks[j];
+        let exact = (rules.round)(b.requested);
+        let tail = b.size.checked_sub(exact)?;
+        if !b.guessed || addr < b.addr + exact || tail <= SPLIT_LARGE_MIN {
+            return None;
+        }
+        self.blocks[j] = BlockRec { size: exact, guessed: false, ..b };
+        let free = BlockRec { addr: b.addr + exact, size: tail, requested: 0, state: BState::Free, guessed: false };
+        self.blocks.insert(j + 1, free);
+        self.merge_free(j + 1);
+        self.block_at(addr)
     }
     /// An empty record for a vacant slab slot (no allocation).
     fn placeholder() -> SegRec {
@@ -298,10 +333,17 @@ fn seg_rec_of(s: &fragscope_snapshot::Segment, blocks: bool) -> SegRec {
                 size: b.size,
                 requested: b.requested_size.unwrap_or(b.size),
                 state: bstate_of(b.state),
+                guessed: false,
             })
             .collect();
         if list.is_empty() {
-            list.push(BlockRec { addr: s.address, size: s.total_size, requested: 0, state: BState::Free });
+            list.push(BlockRec {
+                addr: s.address,
+                size: s.total_size,
+                requested: 0,
+                state: BState::Free,
+                guessed: false,
+            });
         }
     }
     SegRec {
@@ -404,7 +446,12 @@ impl RecordedState {
                 let seg = self
                     .seg_mut(ev.addr)
                     .ok_or_else(|| err(index, ev, "free_completed of an address in no segment"))?;
-                let j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
+                let mut j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
+                if seg.blocks[j].state != BState::Free {
+                    if let Some(k) = seg.revise_whole_take(j, ev.addr, rules) {
+                        j = k;
+                    }
+                }
                 let f = seg.blocks[j];
                 if f.state != BState::Free {
                     return Err(err(index, ev, format!("free_completed, but the block is still {:?} later", f.state)));
@@ -426,6 +473,7 @@ impl RecordedState {
                         format!("free_completed of {} B, but only {avail} B are free there later", ev.size),
                     ));
                 }
+                let mut guessed = false;
                 let b = if seg.small || seg.expandable {
                     // Remainders ≥ 512 are always split: the block was exactly `s`.
                     s
@@ -437,7 +485,10 @@ impl RecordedState {
                         s
                     } else if tail < slack && (oversize || tail <= SPLIT_LARGE_MIN) {
                         // Free large-pool blocks are always > 1 MiB, so a shorter tail
-                        // cannot exist: the block took the whole free block.
+                        // cannot exist: the block took the whole free block. An oversize
+                        // block never splits, so it took it whole too, unless its segment
+                        // was carved under another `max_split_size`: kept revisable.
+                        guessed = oversize && tail > SPLIT_LARGE_MIN;
                         avail
                     } else {
                         // Either split (size s) or took a cached block up to s+slack
@@ -450,19 +501,29 @@ impl RecordedState {
                     }
                 };
                 // Replace the free block by [before] me [after], shifting the tail once.
-                let me = BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending };
-                let after = BlockRec { addr: ev.addr + b, size: avail - b, requested: 0, state: BState::Free };
+                let me = BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending, guessed };
+                let after =
+                    BlockRec { addr: ev.addr + b, size: avail - b, requested: 0, state: BState::Free, guessed: false };
                 let (has_before, has_after) = (ev.addr > f.addr, avail > b);
                 let extra = has_before as usize + has_after as usize;
                 let blocks = &mut seg.blocks;
                 if extra > 0 {
                     let old_len = blocks.len();
-                    blocks.resize(old_len + extra, BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free });
+                    blocks.resize(
+                        old_len + extra,
+                        BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free, guessed: false },
+                    );
                     blocks.copy_within(j + 1..old_len, j + 1 + extra);
                 }
                 let mut at = j;
                 if has_before {
-                    blocks[at] = BlockRec { addr: f.addr, size: ev.addr - f.addr, requested: 0, state: BState::Free };
+                    blocks[at] = BlockRec {
+                        addr: f.addr,
+                        size: ev.addr - f.addr,
+                        requested: 0,
+                        state: BState::Free,
+                        guessed: false,
+                    };
                     at += 1;
                 }
                 blocks[at] = me;
@@ -525,10 +586,22 @@ impl RecordedState {
                 }
                 let (small, exp) = (seg.small, seg.expandable);
                 if rules.should_split(small, exp, f.size, s) {
-                    seg.blocks[j] = BlockRec { addr: f.addr, size: s, requested: ev.size, state: BState::Allocated };
+                    seg.blocks[j] = BlockRec {
+                        addr: f.addr,
+                        size: s,
+                        requested: ev.size,
+                        state: BState::Allocated,
+                        guessed: false,
+                    };
                     seg.blocks.insert(
                         j + 1,
-                        BlockRec { addr: f.addr + s, size: f.size - s, requested: 0, state: BState::Free },
+                        BlockRec {
+                            addr: f.addr + s,
+                            size: f.size - s,
+                            requested: 0,
+                            state: BState::Free,
+                            guessed: false,
+                        },
                     );
                 } else {
                     seg.blocks[j] = BlockRec { requested: ev.size, state: BState::Allocated, ..f };
@@ -595,10 +668,13 @@ impl RecordedState {
         let mut left: Vec<BlockRec> = seg.blocks.drain(..j).collect();
         let mut right: Vec<BlockRec> = seg.blocks.drain(1..).collect();
         if fa < addr {
-            left.push(BlockRec { addr: fa, size: addr - fa, requested: 0, state: BState::Free });
+            left.push(BlockRec { addr: fa, size: addr - fa, requested: 0, state: BState::Free, guessed: false });
         }
         if fa + fs > end {
-            right.insert(0, BlockRec { addr: end, size: fa + fs - end, requested: 0, state: BState::Free });
+            right.insert(
+                0,
+                BlockRec { addr: end, size: fa + fs - end, requested: 0, state: BState::Free, guessed: false },
+            );
         }
         if !left.is_empty() {
             self.segs.insert(seg.addr, SegRec { size: addr - seg.addr, blocks: left, ..seg.clone() });
@@ -632,7 +708,7 @@ impl RecordedState {
             None => SegRec { addr, size: 0, stream, pool, small, expandable: true, blocks: Vec::new() },
         };
         seg.size += size;
-        seg.blocks.push(BlockRec { addr, size, requested: 0, state: BState::Free });
+        seg.blocks.push(BlockRec { addr, size, requested: 0, state: BState::Free, guessed: false });
         let j = seg.blocks.len() - 1;
         seg.merge_free(j);
         if let Some(n) = next {
@@ -969,6 +1045,53 @@ mod tests {
         assert!(init.ambiguous.is_empty());
     }
 
+    /// An oversize block (never split under `max_split_size`) whose free leaves free
+    /// space with a tail under `max_non_split_rounding`: the walk first gives it the
+    /// whole space (an unsplit cached block). When an earlier entry frees a block in
+    /// that tail while the oversize block was alive, the block was exactly its request
+    /// next to a free block (a segment carved before `max_split_size` was set): the
+    /// walk revises its guess instead of calling the trace undecidable.
+    #[test]
+    fn oversize_whole_take_is_revised_when_the_tail_was_used() {
+        let round = |n: u64| n.max(1).div_ceil(2 * MIB) * (2 * MIB);
+        let r = SplitRules { round: &round, max_split_size: Some(64 * MIB), max_non_split_rounding: 20 * MIB };
+        let a = 0x7000_0000;
+        let (big, small) = (100 * MIB, 10 * MIB);
+        // Before the recording: one 110 MiB segment holding the 100 MiB block, carved
+        // when no max_split_size applied, and a free 10 MiB tail.
+        let mut start = RecordedState::default();
+        let mut seg = SegRec::whole_free(a, big + small, 0, (0, 0), false, false);
+        seg.blocks = vec![
+            BlockRec { addr: a, size: big, requested: big, state: BState::Allocated, guessed: false },
+            BlockRec { addr: a + big, size: small, requested: 0, state: BState::Free, guessed: false },
+        ];
+        start.segs.insert(a, seg);
+        let t = [
+            ev(Action::Alloc, a + big, small),
+            ev(Action::FreeRequested, a + big, small),
+            ev(Action::FreeCompleted, a + big, small),
+            ev(Action::FreeRequested, a, big),
+            ev(Action::FreeCompleted, a, big),
+        ];
+        let mut fin = start.clone();
+        for (i, e) in t.iter().enumerate() {
+            fin.apply(i, e, (0, 0), &r).unwrap();
+        }
+        assert!(fin.segs.get(&a).unwrap().is_whole_free());
+        let init = backward_walk(fin.clone(), &t, &|_| (0, 0), &r).expect("a valid trace is decidable");
+        assert_eq!(init.state, start, "the 100 MiB block and its free tail are recovered");
+        // Without the entries in the tail the whole-take reading stands (the usual case).
+        let init = backward_walk(fin, &t[3..], &|_| (0, 0), &r).unwrap();
+        assert_eq!(init.state.segs.get(&a).unwrap().blocks[0].size, big + small);
+        // A block the snapshot itself records (not a guess) is never shrunk: the same
+        // entries against a final state holding a 110 MiB block are an inconsistency.
+        let mut held = RecordedState::default();
+        let mut seg = SegRec::whole_free(a, big + small, 0, (0, 0), false, false);
+        seg.blocks[0] = BlockRec { requested: big, state: BState::Allocated, ..seg.blocks[0] };
+        held.segs.insert(a, seg);
+        assert!(backward_walk(held, &t[..3], &|_| (0, 0), &r).is_err());
+    }
+
     #[test]
     fn expandable_map_unmap() {
         let a = 0x7f00_0000_0000;
@@ -1073,8 +1196,8 @@ mod tests {
         let mut start = RecordedState::default();
         let mut sa = SegRec::whole_free(a, 20 * MIB, 0, (0, 0), false, false);
         sa.blocks = vec![
-            BlockRec { addr: a, size: 5 * MIB, requested: 5 * MIB, state: BState::Allocated },
-            BlockRec { addr: a + 5 * MIB, size: 15 * MIB, requested: 0, state: BState::Free },
+            BlockRec { addr: a, size: 5 * MIB, requested: 5 * MIB, state: BState::Allocated, guessed: false },
+            BlockRec { addr: a + 5 * MIB, size: 15 * MIB, requested: 0, state: BState::Free, guessed: false },
         ];
         start.segs.insert(a, sa);
         start.segs.insert(c, SegRec::whole_free(c, 2 * MIB, 0, (0, 0), true, false));
