@@ -619,10 +619,11 @@ mod tests {
 
     /// A snapshot taken right after an OOM of `request` bytes on stream 0.
     fn snap(segments: Vec<Segment>, request: u64, device_free: u64) -> Snapshot {
-        let mut s = Snapshot::default();
-        s.segments = segments;
-        s.device_traces = vec![vec![TraceEvent::new(Action::Oom, device_free, request, 0)]];
-        s
+        Snapshot {
+            segments,
+            device_traces: vec![vec![TraceEvent::new(Action::Oom, device_free, request, 0)]],
+            ..Snapshot::default()
+        }
     }
 
     const NO_REPLAY: OomOptions = OomOptions { top: 5, replay: false, threads: 1 };
