@@ -189,9 +189,24 @@ impl OomMessage {
     /// GPU memory not held by this process's caching allocator: `total − free − reserved`.
     /// That is other processes, this process's CUDA context and library workspaces, and any
     /// allocation made outside PyTorch's allocator.
+    /// `None` when free + reserved clearly exceed the total (beyond the message's rounding):
+    /// the device then lent memory it does not have (see [`OomMessage::over_capacity`]),
+    /// and no figure outside the allocator can be read.
     pub fn outside_allocator(&self) -> Option<u64> {
         let (t, f, r) = (self.total_capacity?, self.free?, self.reserved_total?);
+        if clearly_gt(f.saturating_add(r), t, &[t, f, r]) {
+            return None;
+        }
         Some(t.saturating_sub(f).saturating_sub(r))
+    }
+
+    /// Bytes PyTorch reserved beyond the device's total capacity, when the message says it
+    /// reserved clearly more than the GPU has. A discrete GPU cannot: this is Windows' WDDM
+    /// driver backing device memory with system RAM ("shared GPU memory") once the GPU is
+    /// full, or a device whose memory is the host's (unified memory).
+    pub fn over_capacity(&self) -> Option<u64> {
+        let (t, r) = (self.total_capacity?, self.reserved_total?);
+        clearly_gt(r, t, &[t, r]).then(|| r - t)
     }
 
     /// Bytes of the listed processes that are probably *other* processes.
@@ -1595,6 +1610,18 @@ impl<'a> Explainer<'a> {
                 fs(t),
                 m.accelerator,
                 pct(t.saturating_sub(f), t)
+            ));
+        }
+        if let (Some(over), Some(t), Some(r)) = (m.over_capacity(), m.total_capacity, m.reserved_total) {
+            self.findings.push(format!(
+                "PyTorch reports {} reserved on a device of {}, {} more than it has: the driver \
+                 was backing GPU memory with system RAM (Windows' \"shared GPU memory\", or a \
+                 unified-memory device), which slows every kernel touching it long before this \
+                 error. The figures still hold as PyTorch counted them; the memory outside the \
+                 allocator cannot be worked out from them.",
+                fs(r),
+                fs(t),
+                fs(over)
             ));
         }
         if m.form.is_caching_allocator_report() {

@@ -764,3 +764,24 @@ fn partial_messages_give_the_verdict_their_figures_allow_and_name_what_is_missin
     assert!(m.missing.contains(&"allocated by PyTorch".to_string()));
     assert_eq!(explain(&m).verdict, Likely::Unclear, "free covers the request");
 }
+
+/// A real message whose figures exceed the device: 19.15 GiB reserved on an 8 GiB GPU
+/// (Windows lends system RAM as "shared GPU memory"). The request alone exceeds the GPU, so
+/// the verdict stays exhaustion; what must not happen is a figure read as if the device
+/// were consistent: nothing is "outside the allocator" (8.00 − 0 − 19.15 is not 0 bytes),
+/// and the explanation says the device was over-committed.
+#[test]
+fn reserved_over_capacity_is_named_not_clamped() {
+    let m = parsed("legacy-reserved-over-capacity.txt");
+    assert_eq!(m.total_capacity, Some(8 * GIB));
+    assert_eq!(m.reserved_total, Some(20562155930)); // 19.15 GiB
+    assert_eq!(m.outside_allocator(), None);
+    assert_eq!(m.over_capacity(), Some(20562155930 - 8 * GIB));
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Exhaustion, "{e}");
+    assert!(e.findings.iter().any(|f| f.contains("11.15 GiB more than it has") && f.contains("system RAM")), "{e}");
+    assert!(!e.findings.iter().any(|f| f.contains("outside this allocator")), "{e}");
+    // A consistent message (outside = 8.00 − 1.04 − 3.50 GiB, rounding allowed) keeps its figure.
+    let ok = parsed("legacy-2.0.txt");
+    assert!(ok.outside_allocator().is_some() && ok.over_capacity().is_none());
+}
