@@ -596,7 +596,12 @@ impl PinnedGroup {
 /// Attribution of one device, given its timeline (for the peak positions).
 pub fn attribute(snap: &Snapshot, tl: &DeviceTimeline, opts: &AttributionOptions) -> DeviceAttribution {
     let device = tl.device;
-    let sets = timeline::live_sets_at(snap, device, &[tl.peak_allocated.event_index, tl.peak_reserved.event_index]);
+    let at = [tl.peak_allocated.event_index, tl.peak_reserved.event_index];
+    // The lives of the timeline's own walk when it kept them, else a walk of the trace.
+    let sets = match &tl.lives {
+        Some(l) => l.live_sets_at(snap, &at),
+        None => timeline::live_sets_at(snap, device, &at),
+    };
     let scopes = Scopes::new(snap, device);
     DeviceAttribution {
         device,
