@@ -50,7 +50,7 @@ impl TracedLife {
 }
 
 /// The `allocated` lives of every block of one device's trace (module doc).
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct BlockLives {
     pub device: i64,
     /// Blocks allocated at state 0, in the order the timeline seeds them.
@@ -193,4 +193,49 @@ pub(crate) fn live_bytes_at(
         }
     }
     diff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_testdata::Rng;
+
+    #[test]
+    fn live_bytes_at_agrees_with_counting_each_position() {
+        let mut rng = Rng(7);
+        for _ in 0..200 {
+            let n = 1 + rng.below(60);
+            let keys = 1 + rng.below(5);
+            let mut positions: Vec<usize> = (0..rng.below(8)).map(|_| rng.below(n + 3)).collect();
+            positions.sort_unstable();
+            let lives: Vec<(usize, Option<usize>, usize, u64)> = (0..rng.below(30))
+                .map(|_| {
+                    let alloc = (rng.below(4) > 0).then(|| rng.below(n));
+                    let end = if rng.below(3) == 0 { LIVE_AT_END } else { alloc.unwrap_or(0) + rng.below(n) };
+                    (rng.below(keys), alloc, end.min(LIVE_AT_END), 1 + rng.below(1000) as u64)
+                })
+                .collect();
+            let got = live_bytes_at(&positions, keys, lives.iter().copied());
+            // Naively: a life counts at state p when it began before p and had not ended
+            // by the entry before p; the last row is the end (what never ended).
+            let mut want = Vec::new();
+            for &p in &positions {
+                let mut row = vec![0u64; keys];
+                for &(k, a, e, size) in &lives {
+                    if a.is_none_or(|a| a < p) && (e == LIVE_AT_END || e >= p) {
+                        row[k] += size;
+                    }
+                }
+                want.push(row);
+            }
+            let mut end = vec![0u64; keys];
+            for &(k, _, e, size) in &lives {
+                if e == LIVE_AT_END {
+                    end[k] += size;
+                }
+            }
+            want.push(end);
+            assert_eq!(got, want, "positions {positions:?} lives {lives:?}");
+        }
+    }
 }
