@@ -445,7 +445,6 @@ struct Walk {
 /// end, and the life of every block the trace allocates, from the block lives
 /// ([`crate::lives`]). O(blocks · log positions + positions · sites).
 fn walk(snap: &Snapshot, lives: &BlockLives, positions: &[usize]) -> Walk {
-    let trace = snap.trace(lives.device);
     let frames = &snap.frames;
     // Sites are numbered in the order the blocks appear: those live at t = 0, then the
     // blocks the trace allocates, in `alloc` order.
@@ -454,15 +453,12 @@ fn walk(snap: &Snapshot, lives: &BlockLives, positions: &[usize]) -> Walk {
     let blocks: Vec<BlockLife> = lives
         .traced
         .iter()
-        .map(|l| {
-            let e = &trace[l.alloc];
-            BlockLife {
-                site: table.of_block(frames, e.stack, false),
-                alloc: l.alloc,
-                size: l.size,
-                free: l.end_entry(),
-                time_us: e.time_us,
-            }
+        .map(|l| BlockLife {
+            site: table.of_block(frames, l.stack, false),
+            alloc: l.alloc,
+            size: l.size,
+            free: l.end_entry(),
+            time_us: l.time_us,
         })
         .collect();
     let first = positions.first().copied().unwrap_or(0);

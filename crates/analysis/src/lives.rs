@@ -20,12 +20,16 @@ use crate::timeline::{Live, LiveBlock, Replayer};
 /// A block allocated by the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TracedLife {
-    /// Index of its `alloc` entry (address, request, stack and time are that entry's).
+    /// Index of its `alloc` entry (address and request are that entry's).
     pub alloc: usize,
     /// Index of the entry that ended its `allocated` life; [`LIVE_AT_END`] when none did.
     pub end: usize,
     /// Block size (see [`crate::timeline`]'s module doc for the basis).
     pub size: u64,
+    /// The `alloc` entry's `time_us` and stack, kept here because leak detection reads
+    /// them for every block: from the trace they would cost a cache miss each.
+    pub time_us: i64,
+    pub stack: Option<StackId>,
 }
 
 /// A block seeded as allocated at state 0 (live before the trace began).
@@ -94,7 +98,9 @@ impl LivesRecorder {
         if delta > 0 {
             // Only `alloc` entries add blocks after state 0, numbered in trace order.
             debug_assert_eq!(b.life as usize, self.lives.traced.len());
-            self.lives.traced.push(TracedLife { alloc: b.alloc_event, end: LIVE_AT_END, size: b.size });
+            let l =
+                TracedLife { alloc: b.alloc_event, end: LIVE_AT_END, size: b.size, time_us: b.time_us, stack: b.stack };
+            self.lives.traced.push(l);
         } else if b.before_trace() {
             self.lives.seeded[b.life as usize].end = entry;
         } else {
@@ -148,10 +154,10 @@ impl BlockLives {
                         address: e.addr,
                         size: l.size,
                         requested: e.size,
-                        stack: e.stack,
+                        stack: l.stack,
                         alloc_event: Some(l.alloc),
-                        alloc_time_us: opt_time(e.time_us),
-                        annotation: scopes.innermost_at(e.time_us).map(str::to_string),
+                        alloc_time_us: opt_time(l.time_us),
+                        annotation: scopes.innermost_at(l.time_us).map(str::to_string),
                     }
                 });
                 let mut v: Vec<LiveBlock> = seeded.chain(traced).collect();
@@ -173,13 +179,14 @@ pub(crate) fn live_bytes_at(
     lives: impl Iterator<Item = (usize, Option<usize>, usize, u64)>,
 ) -> Vec<Vec<u64>> {
     let rows = positions.len() + 1;
+    let after = PositionIndex::new(positions);
     // Differences between consecutive rows (one spare row past the end). Wrapping
     // arithmetic: every prefix sum is a true byte count, whatever the order of terms.
     let mut diff = vec![vec![0u64; keys]; rows + 1];
     for (key, alloc, end, size) in lives {
         // Live at position p when alloc < p <= end (a seeded block from position 0).
-        let from = alloc.map_or(0, |a| positions.partition_point(|&p| p <= a));
-        let to = if end == LIVE_AT_END { rows } else { positions.partition_point(|&p| p <= end) };
+        let from = alloc.map_or(0, |a| after.count_le(a));
+        let to = if end == LIVE_AT_END { rows } else { after.count_le(end) };
         if from < to {
             diff[from][key] = diff[from][key].wrapping_add(size);
             diff[to][key] = diff[to][key].wrapping_sub(size);
@@ -193,6 +200,48 @@ pub(crate) fn live_bytes_at(
         }
     }
     diff
+}
+
+/// How many of a sorted list of positions are ≤ x, for millions of x: a binary search
+/// inside the range a coarse table gives (positions spread over the trace leave a few
+/// per cell), instead of over the whole list.
+struct PositionIndex<'a> {
+    positions: &'a [usize],
+    /// `x >> shift` → how many positions are below `cell << shift`.
+    below_cell: Vec<usize>,
+    shift: u32,
+}
+
+impl<'a> PositionIndex<'a> {
+    fn new(positions: &'a [usize]) -> Self {
+        let top = positions.last().copied().unwrap_or(0);
+        // About 4 cells per position, at most 2^16 cells.
+        let cells_wanted = (positions.len() * 4).clamp(4, 1 << 16);
+        let mut shift = 0u32;
+        while (top >> shift) + 1 > cells_wanted {
+            shift += 1;
+        }
+        let cells = (top >> shift) + 2;
+        let mut below_cell = Vec::with_capacity(cells);
+        let mut k = 0usize;
+        for c in 0..cells {
+            while k < positions.len() && positions[k] < c << shift {
+                k += 1;
+            }
+            below_cell.push(k);
+        }
+        PositionIndex { positions, below_cell, shift }
+    }
+
+    fn count_le(&self, x: usize) -> usize {
+        let c = x >> self.shift;
+        if c >= self.below_cell.len() - 1 {
+            // Past the last position's cell: every position is ≤ x.
+            return self.positions.len();
+        }
+        let (lo, hi) = (self.below_cell[c], self.below_cell[c + 1]);
+        lo + self.positions[lo..hi].partition_point(|&p| p <= x)
+    }
 }
 
 #[cfg(test)]
@@ -236,6 +285,25 @@ mod tests {
             }
             want.push(end);
             assert_eq!(got, want, "positions {positions:?} lives {lives:?}");
+        }
+    }
+
+    #[test]
+    fn position_index_counts_like_a_binary_search() {
+        let mut rng = Rng(11);
+        for _ in 0..300 {
+            let bits = rng.below(40) + 1;
+            let span = 1 + rng.below(1 << bits);
+            let mut positions: Vec<usize> = (0..rng.below(300)).map(|_| rng.below(span)).collect();
+            positions.sort_unstable();
+            let idx = PositionIndex::new(&positions);
+            for _ in 0..50 {
+                let x = if rng.below(4) == 0 { usize::MAX - rng.below(3) } else { rng.below(span + 10) };
+                assert_eq!(idx.count_le(x), positions.partition_point(|&p| p <= x), "x {x} positions {positions:?}");
+            }
+            for &p in &positions {
+                assert_eq!(idx.count_le(p), positions.partition_point(|&q| q <= p));
+            }
         }
     }
 }
