@@ -13,7 +13,9 @@
 //!
 //! Replays are the expensive part: they run only for a device with a recorded OOM (the
 //! fixes and the recommendations share them), or for every device with
-//! [`AnalyzeOptions::what_if`]. Everything else is a few O(events) walks.
+//! [`AnalyzeOptions::what_if`]. Everything else is a few O(events) walks; the trace's
+//! bookkeeping is replayed once per device, by the timeline, which keeps every block's
+//! life ([`crate::lives`]) for attribution and leak detection.
 
 use serde::Serialize;
 use std::sync::Arc;
@@ -126,7 +128,9 @@ pub type TimelineOf<'a> = &'a (dyn Fn(i64) -> timeline::DeviceTimeline + Sync);
 /// [`analyze`], with each device's timeline made by `timeline_of(device)`, which must
 /// return what [`timeline::timeline`] returns with `opts.points`: for a front end that
 /// walks the trace itself and gets the timeline from the same walk
-/// ([`timeline::timeline_walk`]; the HTML report) instead of walking it twice.
+/// ([`timeline::timeline_walk`]; the HTML report) instead of walking it twice. When the
+/// timeline comes without its [`DeviceTimeline::lives`], attribution and leak detection
+/// replay the trace for them.
 pub fn analyze_with_timelines(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: TimelineOf) -> Analysis {
     analyze_inner(snap, opts, Some(timeline_of))
 }
