@@ -261,7 +261,7 @@ mod tests {
                 .map(|_| {
                     let alloc = (rng.below(4) > 0).then(|| rng.below(n));
                     let end = if rng.below(3) == 0 { LIVE_AT_END } else { alloc.unwrap_or(0) + rng.below(n) };
-                    (rng.below(keys), alloc, end.min(LIVE_AT_END), 1 + rng.below(1000) as u64)
+                    (rng.below(keys), alloc, end, 1 + rng.below(1000) as u64)
                 })
                 .collect();
             let got = live_bytes_at(&positions, keys, lives.iter().copied());
