@@ -13,14 +13,18 @@
 //!
 //! Replays are the expensive part: they run only for a device with a recorded OOM (the
 //! fixes and the recommendations share them), or for every device with
-//! [`AnalyzeOptions::what_if`]. Everything else is a few O(events) walks.
+//! [`AnalyzeOptions::what_if`]. Everything else is a few O(events) walks; the trace's
+//! bookkeeping is replayed once per device, by the timeline, which keeps every block's
+//! life ([`crate::lives`]) for attribution and leak detection.
 
 use serde::Serialize;
+use std::sync::Arc;
 
 use fragscope_snapshot::{Snapshot, SourceFormat};
 
 use crate::attribution::{self, AttributionOptions, PeakAttribution, PinnedSegments};
 use crate::leaks::{self, Iterations, LeakSuspect};
+use crate::lives::BlockLives;
 use crate::oom::{self, OomFinding, OomOptions, StateFigures};
 use crate::oom_message::format_size as fs;
 use crate::recommend::{self, Era, Recommendations};
@@ -124,44 +128,51 @@ pub type TimelineOf<'a> = &'a (dyn Fn(i64) -> timeline::DeviceTimeline + Sync);
 /// [`analyze`], with each device's timeline made by `timeline_of(device)`, which must
 /// return what [`timeline::timeline`] returns with `opts.points`: for a front end that
 /// walks the trace itself and gets the timeline from the same walk
-/// ([`timeline::timeline_walk`]; the HTML report) instead of walking it twice.
+/// ([`timeline::timeline_walk`]; the HTML report) instead of walking it twice. When the
+/// timeline comes without its [`DeviceTimeline::lives`], attribution and leak detection
+/// replay the trace for them.
 pub fn analyze_with_timelines(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: TimelineOf) -> Analysis {
     analyze_inner(snap, opts, Some(timeline_of))
 }
 
 fn analyze_inner(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: Option<TimelineOf>) -> Analysis {
+    // One look at every trace entry for the era, shared by the devices.
+    let era = recommend::infer_era(snap);
     Analysis {
         format: format_name(snap.format),
-        era: recommend::infer_era(snap),
         recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
-        devices: snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, timeline_of)).collect(),
+        devices: snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &era, timeline_of)).collect(),
+        era,
     }
 }
 
 /// Analyses one device.
 pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> DeviceAnalysis {
-    analyze_device_inner(snap, device, opts, None)
+    analyze_device_inner(snap, device, opts, &recommend::infer_era(snap), None)
 }
 
 fn analyze_device_inner(
     snap: &Snapshot,
     device: i64,
     opts: &AnalyzeOptions,
+    era: &Era,
     timeline_of: Option<TimelineOf>,
 ) -> DeviceAnalysis {
     let threads = opts.threads.max(1);
     let aopts = AttributionOptions { top: opts.top };
-    // Leak detection does not need the timeline: its threshold (a share of the peak
-    // allocated bytes) only filters suspects, so it runs with the smallest threshold
-    // beside the timeline and the filter is applied afterwards.
-    let part_leaks = || leaks::leaks_device(snap, device, 0);
-    // The timeline, then attribution at its peaks and the free space at the reserved peak.
-    let part_main = || {
-        let tl = match timeline_of {
-            Some(f) => f(device),
-            None => timeline::timeline(snap, device, &TimelineOptions { points: opts.points.max(1) }),
-        };
-        let attr = attribution::attribute(snap, &tl, &aopts);
+    // The timeline keeps the lives of every block ([`crate::lives`]): attribution and
+    // leak detection read them instead of walking the trace again.
+    let part_timeline = || match timeline_of {
+        Some(f) => f(device),
+        None => timeline::timeline_with_lives(snap, device, &TimelineOptions { points: opts.points.max(1) }),
+    };
+    // Leak detection does not need the timeline's figures: its threshold (a share of the
+    // peak allocated bytes) only filters suspects, so it runs with the smallest threshold
+    // and the filter is applied afterwards.
+    let part_leaks = |it: Iterations, lives: &BlockLives| leaks::leaks_device_with(snap, device, 0, it, lives);
+    // Attribution at the timeline's peaks and the free space at the reserved peak.
+    let part_main = |tl: &DeviceTimeline| {
+        let attr = attribution::attribute(snap, tl, &aopts);
         let (at_peak, note) = if tl.reserved_source == "segments" && tl.peak_reserved.bytes > 0 {
             match oom::allocator_state_at(snap, device, tl.peak_reserved.event_index) {
                 Ok(st) => (Some(oom::state_figures(&st, None)), None),
@@ -170,31 +181,42 @@ fn analyze_device_inner(
         } else {
             (None, Some("no segments recorded: free space unknown".to_string()))
         };
-        (tl, attr, at_peak, note)
+        (attr, at_peak, note)
     };
+    let lives_of = |tl: &DeviceTimeline| tl.lives.clone().unwrap_or_else(|| Arc::new(BlockLives::replay(snap, device)));
     // The OOM, with its replays (only for a device whose trace has an `oom` entry).
     let part_oom = || {
         let mut f = oom::oom_finding(snap, device, &OomOptions { top: opts.top, replay: false, threads })?;
         let cfg = replay::recorded_config(snap);
-        let era = recommend::infer_era(snap);
-        let cands = recommend::candidates(&cfg, &era);
+        let cands = recommend::candidates(&cfg, era);
         let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
         oom::apply_trials(&mut f, base, trials);
         oom::advise(snap, device, &mut f);
         Some(f)
     };
-    let ((tl, attr, at_peak, at_peak_note), mut lk, oom_f) = if threads > 1 {
+    let (mut tl, (attr, at_peak, at_peak_note), mut lk, oom_f) = if threads > 1 {
         std::thread::scope(|s| {
-            let h_leaks = s.spawn(part_leaks);
-            let main = part_main();
+            // The iterations (no walk of the lives) beside the timeline walk, then the
+            // leak tests beside attribution.
+            let h_it = s.spawn(|| leaks::iterations(snap, device));
+            let tl = part_timeline();
+            let lives = lives_of(&tl);
+            let it = h_it.join().expect("iterations thread");
+            let h_leaks = s.spawn(move || part_leaks(it, &lives));
+            let main = part_main(&tl);
             let lk = h_leaks.join().expect("leaks thread");
             // The OOM replays start once the cheap parts are done, so they do not
             // compete with them for the cores (they use `threads` threads themselves).
-            (main, lk, part_oom())
+            (tl, main, lk, part_oom())
         })
     } else {
-        (part_main(), part_leaks(), part_oom())
+        let tl = part_timeline();
+        let lk = part_leaks(leaks::iterations(snap, device), &lives_of(&tl));
+        let main = part_main(&tl);
+        (tl, main, lk, part_oom())
     };
+    // The lives are for this function only: the analysis does not carry them.
+    tl.lives = None;
     let threshold = leaks::growth_threshold(tl.peak_allocated.bytes);
     lk.threshold_bytes_per_iteration = threshold;
     lk.suspects.retain(|s| leaks::reportable(s, tl.peak_allocated.bytes));
@@ -205,7 +227,7 @@ fn analyze_device_inner(
                 device,
                 measured: false,
                 note: None,
-                era: recommend::infer_era(snap),
+                era: era.clone(),
                 capacity_bytes: Some(f.capacity_bytes),
                 baseline: None,
                 recommended: Vec::new(),
@@ -220,7 +242,7 @@ fn analyze_device_inner(
         }
         None => {
             let cap = snap.device_capacity.get(&device).copied();
-            recommend::recommend(snap, device, opts.what_if, cap, threads)
+            recommend::recommend_in_era(snap, device, era.clone(), opts.what_if, cap, threads)
         }
     };
 

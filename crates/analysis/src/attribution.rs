@@ -200,7 +200,9 @@ pub fn site_of(frames: &FrameTable, stack: Option<StackId>) -> Site {
 /// Interns sites: stack → site index, site string → index.
 #[derive(Default)]
 pub(crate) struct SiteTable {
-    by_stack: FxHashMap<Option<StackId>, usize>,
+    /// Site of each stack seen: at `1 + stack index` (0: no stack), `u32::MAX` when not
+    /// yet seen. Indexed, not hashed: it is asked once per block of the trace.
+    by_stack: Vec<u32>,
     by_name: FxHashMap<String, usize>,
     pub sites: Vec<Site>,
     before: Option<usize>,
@@ -208,12 +210,16 @@ pub(crate) struct SiteTable {
 
 impl SiteTable {
     pub fn id(&mut self, frames: &FrameTable, stack: Option<StackId>) -> usize {
-        if let Some(&i) = self.by_stack.get(&stack) {
-            return i;
+        let k = stack.map_or(0, |s| s.index() + 1);
+        if let Some(&i) = self.by_stack.get(k).filter(|&&i| i != u32::MAX) {
+            return i as usize;
         }
         let s = site_of(frames, stack);
         let i = self.intern(s);
-        self.by_stack.insert(stack, i);
+        if self.by_stack.len() <= k {
+            self.by_stack.resize(k + 1, u32::MAX);
+        }
+        self.by_stack[k] = u32::try_from(i).unwrap_or(u32::MAX);
         i
     }
     fn intern(&mut self, s: Site) -> usize {
@@ -230,8 +236,7 @@ impl SiteTable {
     /// Site of a live block: its stack, or [`BEFORE_RECORDING`] for a block seeded at
     /// t = 0 without one.
     pub fn of_block(&mut self, frames: &FrameTable, stack: Option<StackId>, before_trace: bool) -> usize {
-        let empty = stack.is_none_or(|s| frames.stack(s).is_empty());
-        if empty && before_trace {
+        if before_trace && stack.is_none_or(|s| frames.stack(s).is_empty()) {
             if let Some(i) = self.before {
                 return i;
             }
@@ -596,7 +601,12 @@ impl PinnedGroup {
 /// Attribution of one device, given its timeline (for the peak positions).
 pub fn attribute(snap: &Snapshot, tl: &DeviceTimeline, opts: &AttributionOptions) -> DeviceAttribution {
     let device = tl.device;
-    let sets = timeline::live_sets_at(snap, device, &[tl.peak_allocated.event_index, tl.peak_reserved.event_index]);
+    let at = [tl.peak_allocated.event_index, tl.peak_reserved.event_index];
+    // The lives of the timeline's own walk when it kept them, else a walk of the trace.
+    let sets = match &tl.lives {
+        Some(l) => l.live_sets_at(snap, &at),
+        None => timeline::live_sets_at(snap, device, &at),
+    };
     let scopes = Scopes::new(snap, device);
     DeviceAttribution {
         device,

@@ -88,7 +88,8 @@ use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::attribution::{Scopes, Site, SiteTable};
-use crate::timeline::{self, Replayer, TimelineOptions};
+use crate::lives::{self, BlockLives};
+use crate::timeline::{self, TimelineOptions};
 
 /// With periodicity-derived iterations, the rest of memory may trend by at most this
 /// share of a suspect's own growth per iteration (see `leaks_device`).
@@ -441,69 +442,38 @@ struct Walk {
 }
 
 /// Live bytes per site at each position (the state before that trace entry) and at the
-/// end, and the life of every block the trace allocates. O(events).
-fn walk(snap: &Snapshot, device: i64, positions: &[usize]) -> Walk {
-    let mut r = Replayer::new(snap, device);
+/// end, and the life of every block the trace allocates, from the block lives
+/// ([`crate::lives`]). O(blocks · log positions + positions · sites).
+fn walk(snap: &Snapshot, lives: &BlockLives, positions: &[usize]) -> Walk {
+    let frames = &snap.frames;
+    // Sites are numbered in the order the blocks appear: those live at t = 0, then the
+    // blocks the trace allocates, in `alloc` order.
     let mut table = SiteTable::default();
-    let mut bytes: Vec<i128> = Vec::new();
-    // Blocks live at t = 0.
-    for b in r.live.values().filter(|b| b.allocated) {
-        let i = table.of_block(&snap.frames, b.stack, b.before_trace());
-        if bytes.len() <= i {
-            bytes.resize(i + 1, 0);
-        }
-        bytes[i] += b.size as i128;
-    }
-    let mut samples = Vec::with_capacity(positions.len() + 1);
-    let mut allocated_between = 0u64;
+    let seeded: Vec<usize> = lives.seeded.iter().map(|b| table.of_block(frames, b.stack, true)).collect();
+    let blocks: Vec<BlockLife> = lives
+        .traced
+        .iter()
+        .map(|l| BlockLife {
+            site: table.of_block(frames, l.stack, false),
+            alloc: l.alloc,
+            size: l.size,
+            free: l.end_entry(),
+            time_us: l.time_us,
+        })
+        .collect();
     let first = positions.first().copied().unwrap_or(0);
     let last = positions.last().copied().unwrap_or(0);
-    let frames = &snap.frames;
-    let mut blocks: Vec<BlockLife> = Vec::new();
-    // `alloc` entry → 1 + index in `blocks` (0: none). A flat array: a hash map of
-    // millions of entries cost more than the rest of the walk (zeroed pages are only
-    // touched where the trace allocates).
-    let mut by_alloc: Vec<u32> = vec![0; r.trace.len()];
-    let n = r.trace.len();
-    let mut next = 0usize;
-    for state in 0..=n {
-        while next < positions.len() && positions[next] <= state {
-            samples.push(bytes.iter().map(|&v| v.max(0) as u64).collect());
-            next += 1;
-        }
-        if state == n {
-            break;
-        }
-        r.step(state, &mut |blk, sign| {
-            let i = table.of_block(frames, blk.stack, blk.before_trace());
-            if bytes.len() <= i {
-                bytes.resize(i + 1, 0);
-            }
-            bytes[i] += sign as i128 * blk.size as i128;
-            if sign > 0 && state >= first && state < last {
-                allocated_between += blk.size;
-            }
-            if !blk.before_trace() {
-                if sign > 0 {
-                    by_alloc[blk.alloc_event] = blocks.len() as u32 + 1;
-                    blocks.push(BlockLife {
-                        site: i,
-                        alloc: blk.alloc_event,
-                        size: blk.size,
-                        free: None,
-                        time_us: blk.time_us,
-                    });
-                } else if let Some(k) = by_alloc[blk.alloc_event].checked_sub(1) {
-                    blocks[k as usize].free = Some(state);
-                }
-            }
-        });
-    }
-    while samples.len() < positions.len() {
-        samples.push(bytes.iter().map(|&v| v.max(0) as u64).collect());
-    }
-    // The end of the trace.
-    samples.push(bytes.iter().map(|&v| v.max(0) as u64).collect());
+    let allocated_between = blocks.iter().filter(|b| b.alloc >= first && b.alloc < last).map(|b| b.size).sum();
+    let samples = lives::live_bytes_at(
+        positions,
+        table.sites.len(),
+        lives
+            .seeded
+            .iter()
+            .zip(&seeded)
+            .map(|(b, &site)| (site, None, b.end, b.size))
+            .chain(lives.traced.iter().zip(&blocks).map(|(l, b)| (b.site, Some(l.alloc), l.end, l.size))),
+    );
     Walk { table, samples, allocated_between, blocks }
 }
 
@@ -779,8 +749,19 @@ fn thin_curve(pos: &[usize], y: &[u64]) -> Vec<CurvePoint> {
 
 /// Leak suspects of one device; `peak_allocated` sets the thresholds (module doc).
 pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> DeviceLeaks {
+    leaks_device_with(snap, device, peak_allocated, iterations(snap, device), &BlockLives::replay(snap, device))
+}
+
+/// [`leaks_device`] given the device's [`iterations`] and its block lives (`analyze`
+/// takes them from its timeline walk, [`crate::timeline::timeline_with_lives`]).
+pub fn leaks_device_with(
+    snap: &Snapshot,
+    device: i64,
+    peak_allocated: u64,
+    mut it: Iterations,
+    lives: &BlockLives,
+) -> DeviceLeaks {
     let threshold = growth_threshold(peak_allocated);
-    let mut it = iterations(snap, device);
     let n = snap.trace(device).len();
     let mut suspects: Vec<LeakSuspect> = Vec::new();
     if n == 0 {
@@ -788,7 +769,7 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
     }
     let has_iterations = it.boundaries.len() >= MIN_ITERATIONS;
     let used = sample_positions(&it, n);
-    let w = walk(snap, device, &used);
+    let w = walk(snap, lives, &used);
     let mut samples = w.samples;
     let at_end = samples.pop().unwrap();
     let nsites = w.table.sites.len();

@@ -3,7 +3,7 @@
 //! Everything here works on the [`fragscope_snapshot::Snapshot`] model and returns plain
 //! data (serde-serialisable) for the front ends to render: the `memory_summary()`
 //! figures plus fragmentation ([`summary`]), timelines and peaks ([`timeline`]), who holds
-//! the memory ([`attribution`]), leak suspects ([`leaks`]), the OOM and its fixes
+//! the memory ([`attribution`]), leak suspects ([`leaks`]), block lives shared by them ([`lives`]), the OOM and its fixes
 //! ([`oom`], [`recommend`], [`analyze`]), comparisons and CI gates ([`diff`], [`check`]),
 //! the OOM error text ([`oom_message`]), leaks planted into real files to test the
 //! leak detector ([`plant`]), and replay of traces through the allocator model
@@ -21,6 +21,7 @@ pub mod attribution;
 pub mod check;
 pub mod diff;
 pub mod leaks;
+pub mod lives;
 pub mod plant;
 pub mod timeline;
 

@@ -86,22 +86,36 @@ pub fn infer_era(snap: &Snapshot) -> Era {
         }
         SourceFormat::Dict => raise([2, 0], "dict with segments/device_traces", &mut min, &mut ev),
     }
-    let events = || snap.device_traces.iter().flatten();
+    // What the trace entries show, in one pass over them (millions on a long trace).
+    #[derive(Default)]
+    struct Seen {
+        segment_map: bool,
+        non_snapshot: bool,
+        time: bool,
+        stack: bool,
+        compile_context: bool,
+        user_metadata: bool,
+    }
+    let mut seen = Seen::default();
+    for e in snap.device_traces.iter().flatten() {
+        seen.segment_map |= matches!(e.action, Action::SegmentMap | Action::SegmentUnmap);
+        seen.non_snapshot |= e.action != Action::Snapshot;
+        seen.time |= e.time().is_some();
+        seen.stack |= e.stack.is_some();
+        seen.compile_context |= e.compile_context.is_some();
+        seen.user_metadata |= e.user_metadata.is_some();
+    }
     let any_block_history = snap.segments.iter().flat_map(|s| &s.blocks).any(|b| b.history.is_some());
     if any_block_history {
         max = Some([2, 0]);
         ev.push("blocks carry `history` lists → 2.0".into());
     }
-    if snap.segments.iter().any(|s| s.is_expandable.is_some())
-        || events().any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
-    {
+    if snap.segments.iter().any(|s| s.is_expandable.is_some()) || seen.segment_map {
         raise([2, 1], "segments have `is_expandable` / segment_map entries", &mut min, &mut ev);
     }
-    let has_events = events().any(|e| e.action != Action::Snapshot);
-    let any_time = events().any(|e| e.time().is_some());
-    if any_time {
+    if seen.time {
         raise([2, 2], "trace entries have `time_us`", &mut min, &mut ev);
-    } else if has_events && events().any(|e| e.stack.is_some()) && max.is_none() {
+    } else if seen.non_snapshot && seen.stack && max.is_none() {
         max = Some([2, 1]);
         ev.push("trace entries have `frames` but no `time_us` → ≤ 2.1".into());
     }
@@ -114,10 +128,10 @@ pub fn infer_era(snap: &Snapshot) -> Era {
     if snap.external_annotations.is_some() {
         raise([2, 5], "`external_annotations`", &mut min, &mut ev);
     }
-    if events().any(|e| e.compile_context.is_some()) {
+    if seen.compile_context {
         raise([2, 8], "trace entries have `compile_context`", &mut min, &mut ev);
     }
-    if events().any(|e| e.user_metadata.is_some()) {
+    if seen.user_metadata {
         raise([2, 10], "trace entries have `user_metadata`", &mut min, &mut ev);
     }
     if let Some(m) = max {
@@ -416,7 +430,19 @@ pub fn recommend(
     capacity: Option<u64>,
     threads: usize,
 ) -> Recommendations {
-    let era = infer_era(snap);
+    recommend_in_era(snap, device, infer_era(snap), measure, capacity, threads)
+}
+
+/// [`recommend`] with the file's era already inferred ([`infer_era`] looks at every
+/// trace entry).
+pub fn recommend_in_era(
+    snap: &Snapshot,
+    device: i64,
+    era: Era,
+    measure: bool,
+    capacity: Option<u64>,
+    threads: usize,
+) -> Recommendations {
     let mut r = Recommendations {
         device,
         measured: false,

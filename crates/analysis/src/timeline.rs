@@ -42,7 +42,9 @@ use fragscope_alloc::rounding::round_size;
 use fragscope_alloc::AllocatorConfig;
 use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, StackId, TotalsSample, TraceEvent, NO_TIME};
 use serde::Serialize;
+use std::sync::Arc;
 
+use crate::lives::{BlockLives, LivesRecorder};
 use crate::summary::request_of;
 
 /// Default number of points of [`DeviceTimeline::series`].
@@ -157,6 +159,10 @@ pub struct DeviceTimeline {
     pub fragmentation_at_reserved_peak: Option<f64>,
     /// Downsampled curves (≤ `points` buckets, maximum per bucket), for sparklines.
     pub series: Vec<SeriesPoint>,
+    /// The lives of every block, kept by [`timeline_with_lives`] and [`timeline_walk`]
+    /// for attribution and leak detection (not serialised; `None` from [`timeline`]).
+    #[serde(skip)]
+    pub lives: Option<Arc<BlockLives>>,
 }
 
 /// Timelines of every device that has segments or trace events.
@@ -177,6 +183,10 @@ pub(crate) struct Live {
     pub alloc_event: usize,
     /// Not yet `free_requested`.
     pub allocated: bool,
+    /// Number of the block's life ([`crate::lives`]): traced blocks in `alloc` order,
+    /// seeded ones as [`crate::lives::LivesRecorder::start`] numbers them. 32 bits: a
+    /// trace of 4 G entries (48 bytes each in memory) could not be loaded.
+    pub life: u32,
 }
 
 impl Live {
@@ -197,6 +207,8 @@ pub(crate) struct Replayer<'a> {
     totals_pos: usize,
     pub reserved_source: &'static str,
     pub seeded: Seeded,
+    /// [`Live::life`] of the next `alloc`.
+    next_life: u32,
 }
 
 impl<'a> Replayer<'a> {
@@ -220,6 +232,7 @@ impl<'a> Replayer<'a> {
             time_us: NO_TIME,
             alloc_event: usize::MAX,
             allocated,
+            life: 0,
         };
         for (i, e) in trace.iter().enumerate() {
             match e.action {
@@ -281,6 +294,7 @@ impl<'a> Replayer<'a> {
                         time_us: NO_TIME,
                         alloc_event: usize::MAX,
                         allocated: b.state == BlockState::ActiveAllocated,
+                        life: 0,
                     });
                 } else {
                     // A pending free of a pre-recording block, still pending: already seeded.
@@ -336,6 +350,7 @@ impl<'a> Replayer<'a> {
             totals_pos: 0,
             reserved_source,
             seeded,
+            next_life: 0,
         };
         if reserved_from_totals {
             // One totals sample per profiler event (an alloc, or a free that the reader
@@ -386,8 +401,16 @@ impl<'a> Replayer<'a> {
         match e.action {
             Action::Alloc => {
                 let size = self.final_sizes.get(&i).copied().unwrap_or_else(|| round_size(e.size, &self.cfg));
-                let b =
-                    Live { size, request: e.size, stack: e.stack, time_us: e.time_us, alloc_event: i, allocated: true };
+                let b = Live {
+                    size,
+                    request: e.size,
+                    stack: e.stack,
+                    time_us: e.time_us,
+                    alloc_event: i,
+                    allocated: true,
+                    life: self.next_life,
+                };
+                self.next_life = self.next_life.wrapping_add(1);
                 if let Some(old) = self.live.insert(e.addr, b) {
                     // A free fell out of the trace: end the old block here.
                     c.active = c.active.saturating_sub(old.size);
@@ -443,23 +466,42 @@ fn opt_time(t: i64) -> Option<i64> {
 
 /// The timeline of one device: O(events) time, O(live blocks + points) memory.
 pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
-    timeline_walk(snap, device, opts, |_, _| {}, |_, _| {})
+    walk(snap, device, opts, false, |_, _| {}, |_, _| {})
+}
+
+/// [`timeline`] with [`DeviceTimeline::lives`] kept (for `analyze`, whose attribution
+/// and leak detection read them instead of walking the trace again).
+pub fn timeline_with_lives(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
+    walk(snap, device, opts, true, |_, _| {}, |_, _| {})
 }
 
 /// [`timeline`] and [`walk_states`] in one walk of the trace, for a front end that
 /// draws more than the downsampled series and also needs the timeline (the HTML report
 /// gives it to `analyze`, see [`crate::analyze::analyze_with_timelines`]). The
-/// callbacks are called as by [`walk_states`].
+/// callbacks are called as by [`walk_states`]. The timeline keeps its
+/// [`DeviceTimeline::lives`], as [`timeline_with_lives`].
 pub fn timeline_walk(
     snap: &Snapshot,
     device: i64,
     opts: &TimelineOptions,
+    on_change: impl FnMut(usize, &AllocatedChange),
+    on_state: impl FnMut(usize, &Levels),
+) -> DeviceTimeline {
+    walk(snap, device, opts, true, on_change, on_state)
+}
+
+fn walk(
+    snap: &Snapshot,
+    device: i64,
+    opts: &TimelineOptions,
+    keep_lives: bool,
     mut on_change: impl FnMut(usize, &AllocatedChange),
     mut on_state: impl FnMut(usize, &Levels),
 ) -> DeviceTimeline {
     let change =
         |b: &Live, delta: i64| AllocatedChange { stack: b.stack, size: b.size, delta, before_trace: b.before_trace() };
     let mut r = Replayer::new(snap, device);
+    let mut lives = keep_lives.then(|| LivesRecorder::start(&mut r, device));
     for b in r.live.values().filter(|b| b.allocated) {
         on_change(0, &change(b, 1));
     }
@@ -501,7 +543,12 @@ pub fn timeline_walk(
     record(0, &start, NO_TIME, &mut series, &mut peaks);
     on_state(0, &start);
     for i in 0..n {
-        r.step(i, &mut |b, d| on_change(i + 1, &change(b, d)));
+        r.step(i, &mut |b, d| {
+            if let Some(l) = lives.as_mut() {
+                l.change(i, b, d);
+            }
+            on_change(i + 1, &change(b, d))
+        });
         let t = r.trace[i].time_us;
         let cur = r.cur;
         record(i + 1, &cur, t, &mut series, &mut peaks);
@@ -525,6 +572,7 @@ pub fn timeline_walk(
         peak_fragmentation: frac(pa.bytes, pres.bytes),
         fragmentation_at_reserved_peak: frac(alloc_at_res_peak, pres.bytes),
         series,
+        lives: lives.map(|l| Arc::new(l.finish())),
     }
 }
 
@@ -608,7 +656,7 @@ pub fn walk_states(
     on_change: impl FnMut(usize, &AllocatedChange),
     on_state: impl FnMut(usize, &Levels),
 ) {
-    timeline_walk(snap, device, &TimelineOptions { points: 1 }, on_change, on_state);
+    walk(snap, device, &TimelineOptions { points: 1 }, false, on_change, on_state);
 }
 
 /// A block entering (`delta` +1) or leaving (−1) the allocated set, for [`walk_states`].

@@ -1,0 +1,309 @@
+//! Block lives: when each block of one device's trace was in the `allocated` set, kept
+//! from the timeline's walk of the trace ([`crate::timeline::timeline_with_lives`]) so
+//! that attribution (the live blocks at the peaks) and leak detection (live bytes per
+//! call site at the iteration boundaries, the life of every block) read them instead of
+//! replaying the trace again, each with its own address-keyed hash map.
+//!
+//! A life is the `allocated` life of [`crate::timeline`]'s bookkeeping: from the `alloc`
+//! entry to the entry that ended it (its `free_requested`; its `free_completed` when
+//! none was recorded; an `alloc` at the same address when the free fell out of the
+//! trace). Blocks live before the trace began are seeded at state 0, as the timeline
+//! seeds them. State *s* is the state after the first *s* entries, so a traced block is
+//! live at state *s* when `alloc < s <= end`.
+//!
+//! Principal type: [`BlockLives`].
+
+use fragscope_snapshot::{Snapshot, StackId, NO_TIME};
+
+use crate::timeline::{Live, LiveBlock, Replayer};
+
+/// A block allocated by the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracedLife {
+    /// Index of its `alloc` entry (address and request are that entry's).
+    pub alloc: usize,
+    /// Index of the entry that ended its `allocated` life; [`LIVE_AT_END`] when none did.
+    pub end: usize,
+    /// Block size (see [`crate::timeline`]'s module doc for the basis).
+    pub size: u64,
+    /// The `alloc` entry's `time_us` and stack, kept here because leak detection reads
+    /// them for every block: from the trace they would cost a cache miss each.
+    pub time_us: i64,
+    pub stack: Option<StackId>,
+}
+
+/// A block seeded as allocated at state 0 (live before the trace began).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeededLife {
+    pub address: u64,
+    pub size: u64,
+    pub request: u64,
+    pub stack: Option<StackId>,
+    /// As [`TracedLife::end`].
+    pub end: usize,
+}
+
+/// [`TracedLife::end`] of a block still allocated after the last entry.
+pub const LIVE_AT_END: usize = usize::MAX;
+
+impl TracedLife {
+    /// The entry that ended its life, `None` when it is live at the end.
+    pub fn end_entry(&self) -> Option<usize> {
+        (self.end != LIVE_AT_END).then_some(self.end)
+    }
+}
+
+/// The `allocated` lives of every block of one device's trace (module doc).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct BlockLives {
+    pub device: i64,
+    /// Blocks allocated at state 0, in the order the timeline seeds them.
+    pub seeded: Vec<SeededLife>,
+    /// Blocks the trace allocates, in `alloc` order.
+    pub traced: Vec<TracedLife>,
+}
+
+impl std::fmt::Debug for BlockLives {
+    // Millions of lives on a long trace: their count, not their list.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockLives")
+            .field("device", &self.device)
+            .field("seeded", &self.seeded.len())
+            .field("traced", &self.traced.len())
+            .finish()
+    }
+}
+
+/// Records the lives during a [`Replayer`] walk: [`LivesRecorder::start`] before the
+/// first step, [`LivesRecorder::change`] from every `on_change` of the steps.
+pub(crate) struct LivesRecorder {
+    lives: BlockLives,
+}
+
+impl LivesRecorder {
+    /// Takes the blocks seeded as allocated; numbers them ([`Live::life`]) in the order
+    /// the replay lists them, which is the order its walks report them at state 0.
+    pub fn start(r: &mut Replayer, device: i64) -> Self {
+        let mut seeded = Vec::new();
+        for (&address, b) in r.live.iter_mut().filter(|(_, b)| b.allocated) {
+            b.life = seeded.len() as u32;
+            seeded.push(SeededLife { address, size: b.size, request: b.request, stack: b.stack, end: LIVE_AT_END });
+        }
+        let traced = Vec::with_capacity(r.trace.len() / 3);
+        LivesRecorder { lives: BlockLives { device, seeded, traced } }
+    }
+
+    /// Block `b` entered (`delta` > 0) or left the allocated set at entry `entry`.
+    pub fn change(&mut self, entry: usize, b: &Live, delta: i64) {
+        if delta > 0 {
+            // Only `alloc` entries add blocks after state 0, numbered in trace order.
+            debug_assert_eq!(b.life as usize, self.lives.traced.len());
+            let l =
+                TracedLife { alloc: b.alloc_event, end: LIVE_AT_END, size: b.size, time_us: b.time_us, stack: b.stack };
+            self.lives.traced.push(l);
+        } else if b.before_trace() {
+            self.lives.seeded[b.life as usize].end = entry;
+        } else {
+            self.lives.traced[b.life as usize].end = entry;
+        }
+    }
+
+    pub fn finish(self) -> BlockLives {
+        self.lives
+    }
+}
+
+impl BlockLives {
+    /// The lives of `device`'s blocks by a walk of its own (for callers without a
+    /// timeline walk to take them from).
+    pub fn replay(snap: &Snapshot, device: i64) -> BlockLives {
+        let mut r = Replayer::new(snap, device);
+        let mut rec = LivesRecorder::start(&mut r, device);
+        for i in 0..r.trace.len() {
+            r.step(i, &mut |b, d| rec.change(i, b, d));
+        }
+        rec.finish()
+    }
+
+    /// What [`crate::timeline::live_sets_at`] returns, from the lives: the allocated
+    /// blocks after each of the given entries (`None` = before the first), blocks
+    /// sorted by address.
+    pub fn live_sets_at(&self, snap: &Snapshot, positions: &[Option<usize>]) -> Vec<Vec<LiveBlock>> {
+        let trace = snap.trace(self.device);
+        let n = trace.len();
+        let scopes = crate::attribution::Scopes::new(snap, self.device);
+        let opt_time = |t: i64| (t != NO_TIME).then_some(t);
+        positions
+            .iter()
+            .map(|p| {
+                let s = p.map_or(0, |i| (i + 1).min(n));
+                let seeded = self.seeded.iter().filter(|b| b.end >= s).map(|b| LiveBlock {
+                    address: b.address,
+                    size: b.size,
+                    requested: b.request,
+                    stack: b.stack,
+                    alloc_event: None,
+                    alloc_time_us: None,
+                    annotation: scopes.innermost_at(NO_TIME).map(str::to_string),
+                });
+                // Traced lives are in `alloc` order: those allocated before `s` are a prefix.
+                let k = self.traced.partition_point(|l| l.alloc < s);
+                let traced = self.traced[..k].iter().filter(|l| l.end >= s).map(|l| {
+                    let e = &trace[l.alloc];
+                    LiveBlock {
+                        address: e.addr,
+                        size: l.size,
+                        requested: e.size,
+                        stack: l.stack,
+                        alloc_event: Some(l.alloc),
+                        alloc_time_us: opt_time(l.time_us),
+                        annotation: scopes.innermost_at(l.time_us).map(str::to_string),
+                    }
+                });
+                let mut v: Vec<LiveBlock> = seeded.chain(traced).collect();
+                // Addresses of live blocks are distinct: the order is the replay's.
+                v.sort_unstable_by_key(|b| b.address);
+                v
+            })
+            .collect()
+    }
+}
+
+/// Live bytes per key at each of `positions` (ascending; position *p* = state *p*, the
+/// state before entry *p*; past the end = the end), then one more row: the end of the
+/// trace. `lives` gives (key < `keys`, alloc entry or `None` for a seeded block, end
+/// entry or [`LIVE_AT_END`], size). O(lives · log positions + positions · keys).
+pub(crate) fn live_bytes_at(
+    positions: &[usize],
+    keys: usize,
+    lives: impl Iterator<Item = (usize, Option<usize>, usize, u64)>,
+) -> Vec<Vec<u64>> {
+    let rows = positions.len() + 1;
+    let after = PositionIndex::new(positions);
+    // Differences between consecutive rows (one spare row past the end). Wrapping
+    // arithmetic: every prefix sum is a true byte count, whatever the order of terms.
+    let mut diff = vec![vec![0u64; keys]; rows + 1];
+    for (key, alloc, end, size) in lives {
+        // Live at position p when alloc < p <= end (a seeded block from position 0).
+        let from = alloc.map_or(0, |a| after.count_le(a));
+        let to = if end == LIVE_AT_END { rows } else { after.count_le(end) };
+        if from < to {
+            diff[from][key] = diff[from][key].wrapping_add(size);
+            diff[to][key] = diff[to][key].wrapping_sub(size);
+        }
+    }
+    diff.pop();
+    for r in 1..rows {
+        let (done, rest) = diff.split_at_mut(r);
+        for (v, p) in rest[0].iter_mut().zip(&done[r - 1]) {
+            *v = v.wrapping_add(*p);
+        }
+    }
+    diff
+}
+
+/// How many of a sorted list of positions are ≤ x, for millions of x: a binary search
+/// inside the range a coarse table gives (positions spread over the trace leave a few
+/// per cell), instead of over the whole list.
+struct PositionIndex<'a> {
+    positions: &'a [usize],
+    /// `x >> shift` → how many positions are below `cell << shift`.
+    below_cell: Vec<usize>,
+    shift: u32,
+}
+
+impl<'a> PositionIndex<'a> {
+    fn new(positions: &'a [usize]) -> Self {
+        let top = positions.last().copied().unwrap_or(0);
+        // About 4 cells per position, at most 2^16 cells.
+        let cells_wanted = (positions.len() * 4).clamp(4, 1 << 16);
+        let mut shift = 0u32;
+        while (top >> shift) + 1 > cells_wanted {
+            shift += 1;
+        }
+        let cells = (top >> shift) + 2;
+        let mut below_cell = Vec::with_capacity(cells);
+        let mut k = 0usize;
+        for c in 0..cells {
+            while k < positions.len() && positions[k] < c << shift {
+                k += 1;
+            }
+            below_cell.push(k);
+        }
+        PositionIndex { positions, below_cell, shift }
+    }
+
+    fn count_le(&self, x: usize) -> usize {
+        let c = x >> self.shift;
+        if c >= self.below_cell.len() - 1 {
+            // Past the last position's cell: every position is ≤ x.
+            return self.positions.len();
+        }
+        let (lo, hi) = (self.below_cell[c], self.below_cell[c + 1]);
+        lo + self.positions[lo..hi].partition_point(|&p| p <= x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_testdata::Rng;
+
+    #[test]
+    fn live_bytes_at_agrees_with_counting_each_position() {
+        let mut rng = Rng(7);
+        for _ in 0..200 {
+            let n = 1 + rng.below(60);
+            let keys = 1 + rng.below(5);
+            let mut positions: Vec<usize> = (0..rng.below(8)).map(|_| rng.below(n + 3)).collect();
+            positions.sort_unstable();
+            let lives: Vec<(usize, Option<usize>, usize, u64)> = (0..rng.below(30))
+                .map(|_| {
+                    let alloc = (rng.below(4) > 0).then(|| rng.below(n));
+                    let end = if rng.below(3) == 0 { LIVE_AT_END } else { alloc.unwrap_or(0) + rng.below(n) };
+                    (rng.below(keys), alloc, end, 1 + rng.below(1000) as u64)
+                })
+                .collect();
+            let got = live_bytes_at(&positions, keys, lives.iter().copied());
+            // Naively: a life counts at state p when it began before p and had not ended
+            // by the entry before p; the last row is the end (what never ended).
+            let mut want = Vec::new();
+            for &p in &positions {
+                let mut row = vec![0u64; keys];
+                for &(k, a, e, size) in &lives {
+                    if a.is_none_or(|a| a < p) && (e == LIVE_AT_END || e >= p) {
+                        row[k] += size;
+                    }
+                }
+                want.push(row);
+            }
+            let mut end = vec![0u64; keys];
+            for &(k, _, e, size) in &lives {
+                if e == LIVE_AT_END {
+                    end[k] += size;
+                }
+            }
+            want.push(end);
+            assert_eq!(got, want, "positions {positions:?} lives {lives:?}");
+        }
+    }
+
+    #[test]
+    fn position_index_counts_like_a_binary_search() {
+        let mut rng = Rng(11);
+        for _ in 0..300 {
+            let bits = rng.below(40) + 1;
+            let span = 1 + rng.below(1 << bits);
+            let mut positions: Vec<usize> = (0..rng.below(300)).map(|_| rng.below(span)).collect();
+            positions.sort_unstable();
+            let idx = PositionIndex::new(&positions);
+            for _ in 0..50 {
+                let x = if rng.below(4) == 0 { usize::MAX - rng.below(3) } else { rng.below(span + 10) };
+                assert_eq!(idx.count_le(x), positions.partition_point(|&p| p <= x), "x {x} positions {positions:?}");
+            }
+            for &p in &positions {
+                assert_eq!(idx.count_le(p), positions.partition_point(|&q| q <= p));
+            }
+        }
+    }
+}
