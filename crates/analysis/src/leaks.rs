@@ -241,14 +241,28 @@ pub struct DeviceLeaks {
     pub suspects: Vec<LeakSuspect>,
 }
 
+/// One name for every numbered occurrence of a scope: a trailing number after `#`, a
+/// space, `_`, `-`, `:` or `=` (`ProfilerStep#12`, `iteration 3`, `step_7`,
+/// `epoch=2`) becomes `N`.
 fn normalize_scope(name: &str) -> String {
-    if let Some(p) = name.rfind('#') {
-        let tail = &name[p + 1..];
-        if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) {
-            return format!("{}#N", &name[..p]);
-        }
+    let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let head = &name[..name.len() - digits];
+    if digits > 0 && head.ends_with(['#', ' ', '_', '-', ':', '=']) {
+        return format!("{head}N");
     }
     name.to_string()
+}
+
+/// Whether a scope name says it is a step of a loop (`step`, `iteration`, `epoch`,
+/// `batch`, a training or forward/backward marker, or a number: `ProfilerStep#3`).
+/// Nested scopes must, to be iterations: a named scope inside a step is a phase or a
+/// layer of it.
+fn step_like(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    normalize_scope(name) != name
+        || ["step", "iter", "epoch", "batch", "train", "forward", "fwd", "backward", "bwd", "loop"]
+            .iter()
+            .any(|k| l.contains(k))
 }
 
 /// Scope names that mark compiler or library internals, not the user's loop:
@@ -302,25 +316,40 @@ fn from_annotations(snap: &Snapshot, device: i64) -> Option<Iterations> {
         return None;
     }
     let scopes = Scopes::new(snap, device);
-    let mut starts: FxHashMap<String, Vec<i64>> = FxHashMap::default();
-    for (s, _, n, depth) in scopes.occurrences() {
-        if depth == 0 && s != i64::MIN && !is_internal_scope(&scopes.names[n]) {
-            starts.entry(normalize_scope(&scopes.names[n])).or_default().push(s);
+    // Outermost occurrences of each name (a scope inside another of the same name is
+    // the same step), with the smallest depth the name was seen at. Top-level names
+    // count whatever they are called; nested ones only when they say they are steps
+    // (`step_like`: a user's `record_function("step")` inside `"train"`).
+    let mut starts: FxHashMap<String, (usize, Vec<(i64, i64)>)> = FxHashMap::default();
+    for (s, e, n, depth) in scopes.occurrences() {
+        let name = &scopes.names[n];
+        if s == i64::MIN || is_internal_scope(name) || (depth > 0 && !step_like(name)) {
+            continue;
+        }
+        let entry = starts.entry(normalize_scope(name)).or_insert((depth, Vec::new()));
+        entry.0 = entry.0.min(depth);
+        if entry.1.last().is_none_or(|&(_, end)| s >= end) {
+            entry.1.push((s, e));
         }
     }
-    // The most frequent top-level name that repeats like a loop.
-    let mut cands: Vec<(String, Vec<usize>)> = starts
+    // The outermost name that repeats like a loop (the most frequent at that depth):
+    // an outer `train` scope that runs once does not hide the `step`s inside it, and
+    // the steps win over the phases or layers inside them.
+    let mut cands: Vec<(usize, String, Vec<usize>)> = starts
         .into_iter()
-        .map(|(name, times)| {
-            let mut b: Vec<usize> =
-                times.iter().map(|&t| trace.partition_point(|e| e.time_us < t)).filter(|&i| i < trace.len()).collect();
+        .map(|(name, (depth, times))| {
+            let mut b: Vec<usize> = times
+                .iter()
+                .map(|&(t, _)| trace.partition_point(|e| e.time_us < t))
+                .filter(|&i| i < trace.len())
+                .collect();
             b.dedup();
-            (name, b)
+            (depth, name, b)
         })
-        .filter(|(_, b)| looks_like_a_loop(b, trace.len()).is_ok())
+        .filter(|(_, _, b)| looks_like_a_loop(b, trace.len()).is_ok())
         .collect();
-    cands.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
-    let (name, boundaries) = cands.into_iter().next()?;
+    cands.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.len().cmp(&a.2.len())).then_with(|| a.1.cmp(&b.1)));
+    let (_, name, boundaries) = cands.into_iter().next()?;
     Some(Iterations { source: "annotation", scope: Some(name), boundaries, ..Iterations::default() })
 }
 
@@ -798,7 +827,10 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
     // a step frees its temporaries, and a leak keeps a small part of them.
     let kept = total(samples.last().unwrap()) - total(&samples[0]);
     let retained = if w.allocated_between == 0 { 0.0 } else { kept / w.allocated_between as f64 };
-    let builds_up = has_iterations && it.source == "periodicity" && retained > MAX_RETAINED_SHARE;
+    // Annotation scopes that do not say they are steps (`attn`, `layer_N`) can be the
+    // layers of one pass as well, and are judged the same way.
+    let inferred = it.source == "periodicity" || it.scope.as_deref().is_some_and(|n| !step_like(n));
+    let builds_up = has_iterations && inferred && retained > MAX_RETAINED_SHARE;
     if has_iterations {
         it.retained_share = Some(retained);
         if builds_up {
@@ -1176,6 +1208,102 @@ mod tests {
     fn scope_names_with_step_numbers_are_one_name() {
         assert_eq!(normalize_scope("ProfilerStep#12"), "ProfilerStep#N");
         assert_eq!(normalize_scope("Optimizer.step#AdamW.step"), "Optimizer.step#AdamW.step");
+    }
+
+    #[test]
+    fn numbered_scopes_are_one_name_and_steps() {
+        for (name, norm) in [
+            ("iteration 3", "iteration N"),
+            ("step_17", "step_N"),
+            ("epoch=2", "epoch=N"),
+            ("## forward ##", "## forward ##"),
+            ("conv1", "conv1"),
+        ] {
+            assert_eq!(normalize_scope(name), norm, "{name}");
+        }
+        for name in ["ProfilerStep#3", "## forward ##", "step", "iteration 4", "train_batch", "layer_7"] {
+            assert!(step_like(name), "{name}");
+        }
+        for name in ["attention", "mlp", "## loss ##"] {
+            assert!(!step_like(name), "{name}");
+        }
+    }
+
+    /// A trace of `steps` steps of 4 allocs each (freed at once), annotated with
+    /// `scopes`: (name, depth); `{k}` in a name is the step's number. Depth 0 wraps
+    /// each step; depth 1 the same inside one outer `"train"` scope around the whole
+    /// run; `None`: one scope per alloc inside the step (the layers of a pass).
+    fn annotated(names: &[(&str, Option<usize>)], steps: usize) -> Snapshot {
+        use fragscope_snapshot::Annotation;
+        let mut snap = Snapshot::default();
+        let mut t = Vec::new();
+        let mut anns = Vec::new();
+        let ann = |name: &str, time_us: i64, stage: &str| Annotation {
+            device: 0,
+            time_us,
+            name: name.to_string(),
+            stage: stage.to_string(),
+            extra: Vec::new(),
+        };
+        if names.iter().any(|n| n.1 == Some(1)) {
+            anns.push(ann("train", 0, "START"));
+            anns.push(ann("train", (steps * 10) as i64 + 5, "END"));
+        }
+        for k in 0..steps {
+            let t0 = (k * 10) as i64 + 1;
+            for &(name, depth) in names {
+                let name = name.replace("{k}", &k.to_string());
+                if depth.is_some() {
+                    anns.push(ann(&name, t0, "START"));
+                    anns.push(ann(&name, t0 + 8, "END"));
+                } else {
+                    for j in 0..4 {
+                        anns.push(ann(&name, t0 + 2 * j, "START"));
+                        anns.push(ann(&name, t0 + 2 * j + 1, "END"));
+                    }
+                }
+            }
+            for j in 0..4u64 {
+                let addr = (k as u64) << 24 | j << 20;
+                let mut e = TraceEvent::new(Action::Alloc, addr, 1 << 20, 0);
+                e.time_us = t0 + 2 * j as i64;
+                t.push(e);
+                let mut f = TraceEvent::new(Action::FreeCompleted, addr, 1 << 20, 0);
+                f.time_us = t0 + 2 * j as i64 + 1;
+                t.push(f);
+            }
+        }
+        snap.device_traces.push(t);
+        snap.external_annotations = Some(anns);
+        snap
+    }
+
+    #[test]
+    fn loop_annotations_are_iterations_and_compiler_scopes_are_not() {
+        for (names, want) in [
+            (vec![("ProfilerStep#{k}", Some(0))], Some("ProfilerStep#N")),
+            (vec![("## forward ##", Some(0))], Some("## forward ##")),
+            (vec![("iteration {k}", Some(0))], Some("iteration N")),
+            (vec![("step", Some(0))], Some("step")),
+            // Inside an outer scope that runs once.
+            (vec![("step", Some(1))], Some("step")),
+            (vec![("step_{k}", Some(1)), ("## attention ##", None)], Some("step_N")),
+            // Compiler internals, and named phases nested in something else.
+            (vec![("CachingAutotuner.benchmark_all_configs (dynamo_timed)", Some(0))], None),
+            (vec![("compile_fx_inner (dynamo_timed)", Some(0))], None),
+            (vec![("torch._inductor.some_pass", Some(0))], None),
+            (vec![("## attention ##", Some(1))], None),
+        ] {
+            let it = iterations(&annotated(&names, 8), 0);
+            match want {
+                Some(scope) => {
+                    assert_eq!(it.source, "annotation", "{names:?}: {it:?}");
+                    assert_eq!(it.scope.as_deref(), Some(scope), "{names:?}");
+                    assert_eq!(it.boundaries.len(), 8, "{names:?}");
+                }
+                None => assert_ne!(it.source, "annotation", "{names:?}: {it:?}"),
+            }
+        }
     }
 
     #[test]
