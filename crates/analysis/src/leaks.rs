@@ -353,16 +353,32 @@ fn from_annotations(snap: &Snapshot, device: i64) -> Option<Iterations> {
     Some(Iterations { source: "annotation", scope: Some(name), boundaries, ..Iterations::default() })
 }
 
-fn from_periodicity(snap: &Snapshot, device: i64) -> Result<Iterations, String> {
+/// Iterations from the trace's periodicity. `sized`: an alloc's signature is its request
+/// size and stack; otherwise its site alone (the innermost user frame): a loop whose
+/// shapes or call paths change from step to step (variable sequence lengths, a model
+/// run at growing resolutions) repeats its sites.
+fn from_periodicity(snap: &Snapshot, device: i64, sized: bool) -> Result<Iterations, String> {
     let trace = snap.trace(device);
     // Signatures of allocs, interned to small ids.
-    let mut ids: FxHashMap<(u64, Option<StackId>), u32> = FxHashMap::default();
+    let mut ids: FxHashMap<(u64, u64), u32> = FxHashMap::default();
+    let mut sites = SiteTable::default();
+    let mut site_of_stack: FxHashMap<Option<StackId>, u64> = FxHashMap::default();
     let mut seq: Vec<u32> = Vec::new();
     let mut pos: Vec<usize> = Vec::new(); // trace index of each alloc
     for (i, e) in trace.iter().enumerate() {
         if e.action == Action::Alloc {
             let n = ids.len() as u32;
-            seq.push(*ids.entry((e.size, e.stack)).or_insert(n));
+            let key = if sized {
+                (e.size, e.stack.map_or(0, |s| s.index() as u64 + 1))
+            } else {
+                (
+                    0,
+                    *site_of_stack
+                        .entry(e.stack)
+                        .or_insert_with(|| sites.of_block(&snap.frames, e.stack, false) as u64),
+                )
+            };
+            seq.push(*ids.entry(key).or_insert(n));
             pos.push(i);
         }
     }
@@ -440,10 +456,18 @@ pub fn iterations(snap: &Snapshot, device: i64) -> Iterations {
     if let Some(it) = from_annotations(snap, device) {
         return it;
     }
-    let n = snap.trace(device).len();
-    match from_periodicity(snap, device).and_then(|it| looks_like_a_loop(&it.boundaries, n).map(|_| it)) {
+    let trace = snap.trace(device);
+    let n = trace.len();
+    let periodic =
+        |sized| from_periodicity(snap, device, sized).and_then(|it| looks_like_a_loop(&it.boundaries, n).map(|_| it));
+    match periodic(true) {
         Ok(it) => it,
-        Err(reason) => Iterations { source: "none", reason: Some(reason), ..Iterations::default() },
+        // Steps whose request sizes change (the same code on other shapes) repeat
+        // their stacks only.
+        Err(reason) => match periodic(false).ok().filter(|_| trace.iter().any(|e| e.stack.is_some())) {
+            Some(it) => it,
+            None => Iterations { source: "none", reason: Some(reason), ..Iterations::default() },
+        },
     }
 }
 
