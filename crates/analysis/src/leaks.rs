@@ -984,6 +984,19 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
             .collect::<Vec<f64>>()
     };
     let kept_total = kept_row(&mut (0..w.blocks.len()));
+    // The never-freed test over iterations, once per site (it does not depend on the
+    // rest); sites it keeps enough of are left out of each other's rest below.
+    let over_iters: Vec<Result<Vec<usize>, String>> = (0..nsites)
+        .map(|s| {
+            if steps {
+                outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
+            } else {
+                Err("no iterations".into())
+            }
+        })
+        .collect();
+    let provisional: Vec<bool> =
+        over_iters.iter().map(|r| r.as_deref().is_ok_and(|v| bytes_of(v) >= min_kept)).collect();
     let mut rest_trended = vec![true; nsites];
     let mut again = true;
     while again {
@@ -991,11 +1004,7 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
         let todo: Vec<usize> = (0..nsites).filter(|&s| rest_trended[s]).collect();
         for s in todo {
             rest_trended[s] = false;
-            let mut by_iter = if steps {
-                outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
-            } else {
-                Err("no iterations".into())
-            };
+            let mut by_iter = over_iters[s].clone();
             // With periodicity-derived iterations the rest of memory must be steady across
             // them (as for the growth test): in one backward pass, gradients are kept layer
             // by layer while activations are freed.
@@ -1012,8 +1021,9 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
                 // for good at each boundary (gradients) while transient memory falls
                 // (activations freed).
                 let steps_of_changing_size = || {
-                    let mut others =
-                        (0..nsites).filter(|&x| x == s || taken[x]).flat_map(|x| by_site[x].iter().copied());
+                    let mut others = (0..nsites)
+                        .filter(|&x| x == s || taken[x] || provisional[x])
+                        .flat_map(|x| by_site[x].iter().copied());
                     let own = kept_row(&mut others);
                     let rest_kept: Vec<f64> = kept_total.iter().zip(&own).map(|(t, o)| t - o).collect();
                     fit(&rest_kept).0.abs() <= allowed && transient_slope >= -allowed
