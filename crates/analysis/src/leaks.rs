@@ -820,6 +820,18 @@ fn outliving(
     // trusted iterations vouch for an accumulation on their own.
     let vouched = freed_before_w0 || (trusted && accumulates) || repeated;
     if !vouched {
+        // What the site kept in its first iteration may be state made once; what it
+        // keeps again in later iterations, after freeing in the first, accumulates.
+        let later: Vec<usize> = kept.iter().filter(|x| x.2 > w0).map(|x| x.0).collect();
+        let mut later_windows: Vec<usize> = kept.iter().filter(|x| x.2 > w0).map(|x| x.2).collect();
+        later_windows.dedup();
+        if iterations
+            && w0 < positions.len()
+            && later_windows.len() >= MIN_ACCUMULATION_WINDOWS
+            && frees.partition_point(|&f| f < positions[w0]) >= 1
+        {
+            return Ok(later);
+        }
         return Err(format!(
             "kept from its first active window {w0} with no earlier free, in {} windows and one phase",
             windows.len()
