@@ -491,6 +491,8 @@ struct Walk {
     allocated_between: u64,
     /// Blocks allocated in the trace, in `alloc` order.
     blocks: Vec<BlockLife>,
+    /// Sizes of the blocks allocated before the trace began (weights, state).
+    resident: Vec<u64>,
 }
 
 /// Live bytes per site at each position (the state before that trace entry) and at the
@@ -503,7 +505,9 @@ fn walk(snap: &Snapshot, device: i64, positions: &[usize]) -> Walk {
     let mut table = SiteTable::default();
     let mut bytes: Vec<i128> = Vec::new();
     // Blocks live at t = 0.
+    let mut resident = Vec::new();
     for b in r.live.values().filter(|b| b.allocated) {
+        resident.push(b.size);
         let i = table.of_block(&snap.frames, b.stack, b.before_trace());
         if bytes.len() <= i {
             bytes.resize(i + 1, 0);
@@ -560,7 +564,7 @@ fn walk(snap: &Snapshot, device: i64, positions: &[usize]) -> Walk {
     }
     // The end of the trace.
     samples.push(bytes.iter().map(|&v| v.max(0) as u64).collect());
-    Walk { table, samples, allocated_between, blocks }
+    Walk { table, samples, allocated_between, blocks, resident }
 }
 
 /// Least squares of y against 0..n: (slope, R²).
@@ -845,6 +849,34 @@ fn outliving(
     Ok(v)
 }
 
+/// Whether the kept blocks `chosen` of site `site` are one per tensor already held
+/// (the blocks from before the trace and other sites' blocks kept from before the
+/// first of them), size for size, for at least 90% of their bytes: gradients of the
+/// weights at a first backward, optimizer state at a first step. A leak keeps more
+/// than one block per weight, or blocks of other sizes (activations).
+fn shadows_resident(blocks: &[BlockLife], resident: &[u64], site: usize, chosen: &[usize]) -> bool {
+    let Some(&first) = chosen.first() else { return false };
+    let mut held: FxHashMap<u64, u32> = FxHashMap::default();
+    for &size in resident {
+        *held.entry(size).or_default() += 1;
+    }
+    for b in &blocks[..first] {
+        if b.free.is_none() && b.site != site {
+            *held.entry(b.size).or_default() += 1;
+        }
+    }
+    let (mut matched, mut total) = (0u64, 0u64);
+    for &k in chosen {
+        let size = blocks[k].size;
+        total += size;
+        if let Some(c) = held.get_mut(&size).filter(|c| **c > 0) {
+            *c -= 1;
+            matched += size;
+        }
+    }
+    matched * 10 >= total * 9
+}
+
 /// Downsamples a curve to at most [`CURVE_POINTS`] points (evenly, keeping both ends).
 fn thin_curve(pos: &[usize], y: &[u64]) -> Vec<CurvePoint> {
     let n = y.len();
@@ -1085,9 +1117,38 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
             if bi.max(bw) < min_kept {
                 continue;
             }
+            let chosen = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+            // A leak makes the site hold more: from just before its first kept block to
+            // the end, its live bytes (blocks from before the trace included) grow by at
+            // least half of what it keeps. A site that keeps a new block for each old
+            // one it frees (optimizer state replaced, a cache rebuilt) does not grow.
+            let before = used.partition_point(|&p| p <= w.blocks[chosen[0]].alloc).saturating_sub(1);
+            let held_before = samples.get(before).and_then(|row| row.get(s)).copied().unwrap_or(0);
+            let grew = at_end.get(s).copied().unwrap_or(0).saturating_sub(held_before);
+            // State is made when its site first runs: only kept blocks that start within
+            // a tenth of the trace of the site's first allocation can be state.
+            let first_use = by_site[s].first().map_or(0, |&k| w.blocks[k].alloc);
+            let shadows =
+                w.blocks[chosen[0]].alloc - first_use <= n / 10 && shadows_resident(&w.blocks, &w.resident, s, &chosen);
+            if shadows && debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
+                eprintln!("leaks: {}: one kept block per tensor held before: state", w.table.sites[s].site);
+            }
+            if shadows {
+                continue;
+            }
+            if 2 * grew < bytes_of(&chosen) {
+                if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
+                    eprintln!(
+                        "leaks: {}: live bytes grew by {grew} only, keeping {}",
+                        w.table.sites[s].site,
+                        bytes_of(&chosen)
+                    );
+                }
+                continue;
+            }
             over_iterations[s] = bi >= bw;
             let was_kept = !kept[s].is_empty();
-            kept[s] = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+            kept[s] = chosen;
             if !was_kept && grows[s].is_none() {
                 out_of_rest.iter_mut().zip(site_row(s)).for_each(|(o, v)| *o += v);
                 taken[s] = true;
