@@ -850,19 +850,23 @@ fn outliving(
 }
 
 /// Whether the kept blocks `chosen` of site `site` are one per tensor already held
-/// (the blocks from before the trace and other sites' blocks kept from before the
-/// first of them), size for size, for at least 90% of their bytes: gradients of the
+/// (`resident`: sizes of the blocks from before the trace, counted; and of
+/// `kept_for_good`, the traced blocks never freed in alloc order, those of other sites
+/// allocated before the first of them), size for size, for at least 90% of their bytes: gradients of the
 /// weights at a first backward, optimizer state at a first step. A leak keeps more
 /// than one block per weight, or blocks of other sizes (activations).
-fn shadows_resident(blocks: &[BlockLife], resident: &[u64], site: usize, chosen: &[usize]) -> bool {
+fn shadows_resident(
+    blocks: &[BlockLife],
+    resident: &FxHashMap<u64, u32>,
+    kept_for_good: &[usize],
+    site: usize,
+    chosen: &[usize],
+) -> bool {
     let Some(&first) = chosen.first() else { return false };
-    let mut held: FxHashMap<u64, u32> = FxHashMap::default();
-    for &size in resident {
-        *held.entry(size).or_default() += 1;
-    }
-    for b in &blocks[..first] {
-        if b.free.is_none() && b.site != site {
-            *held.entry(b.size).or_default() += 1;
+    let mut held = resident.clone();
+    for &k in kept_for_good.iter().take_while(|&&k| k < first) {
+        if blocks[k].site != site {
+            *held.entry(blocks[k].size).or_default() += 1;
         }
     }
     let (mut matched, mut total) = (0u64, 0u64);
@@ -1041,6 +1045,9 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
             })
             .collect::<Vec<f64>>()
     };
+    // Tensors held for good (sizes of the blocks from before the trace; the traced
+    // blocks never freed), for `shadows_resident`: computed when first needed.
+    let held = std::cell::OnceCell::new();
     // Only needed when a site's rest trends (rare on a steady run): computed then.
     let kept_total = std::cell::OnceCell::new();
     // The never-freed test over iterations, once per site (it does not depend on the
@@ -1125,17 +1132,6 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
             let before = used.partition_point(|&p| p <= w.blocks[chosen[0]].alloc).saturating_sub(1);
             let held_before = samples.get(before).and_then(|row| row.get(s)).copied().unwrap_or(0);
             let grew = at_end.get(s).copied().unwrap_or(0).saturating_sub(held_before);
-            // State is made when its site first runs: only kept blocks that start within
-            // a tenth of the trace of the site's first allocation can be state.
-            let first_use = by_site[s].first().map_or(0, |&k| w.blocks[k].alloc);
-            let shadows =
-                w.blocks[chosen[0]].alloc - first_use <= n / 10 && shadows_resident(&w.blocks, &w.resident, s, &chosen);
-            if shadows && debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
-                eprintln!("leaks: {}: one kept block per tensor held before: state", w.table.sites[s].site);
-            }
-            if shadows {
-                continue;
-            }
             if 2 * grew < bytes_of(&chosen) {
                 if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
                     eprintln!(
@@ -1145,6 +1141,25 @@ pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> Device
                     );
                 }
                 continue;
+            }
+            // State is made when its site first runs: only kept blocks that start within
+            // a tenth of the trace of the site's first allocation can be state.
+            let first_use = by_site[s].first().map_or(0, |&k| w.blocks[k].alloc);
+            if w.blocks[chosen[0]].alloc - first_use <= n / 10 {
+                let (resident, kept_for_good) = held.get_or_init(|| {
+                    let mut r: FxHashMap<u64, u32> = FxHashMap::default();
+                    for &size in &w.resident {
+                        *r.entry(size).or_default() += 1;
+                    }
+                    let k: Vec<usize> = (0..w.blocks.len()).filter(|&k| w.blocks[k].free.is_none()).collect();
+                    (r, k)
+                });
+                if shadows_resident(&w.blocks, resident, kept_for_good, s, &chosen) {
+                    if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
+                        eprintln!("leaks: {}: one kept block per tensor held before: state", w.table.sites[s].site);
+                    }
+                    continue;
+                }
             }
             over_iterations[s] = bi >= bw;
             let was_kept = !kept[s].is_empty();
