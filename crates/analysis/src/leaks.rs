@@ -5,17 +5,25 @@
 //! # Iterations
 //!
 //! 1. From `external_annotations` (`record_function` scopes) when the trace has times:
-//!    the scope name that starts most often at the top level (no other scope open) and
-//!    repeats like a loop (below). Names ending in `#<digits>` (`ProfilerStep#12`) are
-//!    counted as one name (`ProfilerStep#N`). Compiler and library internals are never
-//!    iterations ([`is_internal_scope`]: `torch.compile`'s `... (dynamo_timed)` phases,
-//!    `CachingAutotuner.benchmark_all_configs`, Inductor/dynamo scopes, aten ops,
-//!    collectives, FSDP's per-module scopes). Nested scopes are ignored.
+//!    the outermost scope name that repeats like a loop (below), the most frequent at
+//!    that depth. Top-level names count whatever they are called; a nested name only
+//!    when it says it is a step (`step_like`: `step`, `iteration`, `epoch`, `batch`,
+//!    `train`, `forward`, a number), so a `step` inside one outer `train` scope is found
+//!    and the layers inside a step are not. Numbered names are one name (`ProfilerStep#12`,
+//!    `iteration 3`, `step_7` become `ProfilerStep#N`, `iteration N`, `step_N`).
+//!    Compiler and library internals are never iterations ([`is_internal_scope`]:
+//!    `torch.compile`'s `... (dynamo_timed)` phases, `CachingAutotuner.benchmark_all_configs`,
+//!    Inductor/dynamo scopes, aten ops, collectives, FSDP's per-module scopes). Scopes
+//!    that do not say they are steps (`attention`) get the build-up check below, as
+//!    periodicity does.
 //! 2. Otherwise from the trace's periodicity: each `alloc` gets a signature (request
 //!    size, allocation stack). Candidate periods are the most common gaps between two
 //!    occurrences of the same signature; the period is the smallest candidate whose
 //!    autocorrelation is within 5% of the best one and at least [`MIN_AUTOCORRELATION`].
-//!    Boundaries are the occurrences of one anchor signature.
+//!    Boundaries are the occurrences of one anchor signature. When that finds no loop,
+//!    the signature is the site alone (innermost user frame): a loop whose shapes or
+//!    call paths change from step to step (variable lengths, a model run at growing
+//!    resolutions) repeats its sites, not its sizes.
 //!
 //! Either way the boundaries must look like a loop: at least [`MIN_ITERATIONS`],
 //! covering at least [`MIN_LOOP_COVERAGE`] of the trace, with no gap over
@@ -73,6 +81,23 @@
 //!   the device keeps, other candidates included, with the stricter
 //!   [`MAX_SPREAD_RETAINED_SHARE`] (passes that each keep their activations do not
 //!   vouch for each other).
+//!
+//!   Over periodicity iterations whose rest and transient memory trend (steps that
+//!   change size), a site still counts when what the rest keeps for good does not
+//!   trend (other candidates left out) and transient memory does not fall: a backward
+//!   pass keeps gradients at each boundary while it frees activations, a loop over
+//!   growing shapes does neither. Over iterations, kept blocks in three or more
+//!   iterations after the first one the site kept in (whose blocks may be state) count
+//!   once the site has freed something before them.
+//!
+//!   Two checks say "state, not a leak" for any candidate: its live bytes (blocks from
+//!   before the trace included) do not grow by half of what it keeps from just before
+//!   the first kept block to the end (a new block for each old one: optimizer state
+//!   replaced); or its kept blocks start within a tenth of the trace of the site's first
+//!   use and are, for 90% of their bytes, one per tensor already held, size for size
+//!   (`shadows_resident`: the weights' gradients of a first backward, optimizer state
+//!   at a first step; a trace whose ring buffer dropped the start of a training step
+//!   shows these without the step before them).
 //!
 //! Each suspect carries its evidence: the blocks never freed (count, bytes, first and
 //! last `alloc` entry), its freed allocations, its live bytes per iteration or window
