@@ -1507,6 +1507,61 @@ mod tests {
         }
     }
 
+    /// A loop of `steps` steps over growing shapes (step k allocates k+1 times more):
+    /// each step allocates at `model.py:10` and `:11` (freed in the step) and at `:12`,
+    /// freed too unless `leak` and the step is odd (every other one kept).
+    fn growing_loop(steps: u64, leak: bool) -> Snapshot {
+        use fragscope_snapshot::Frame;
+        let mut snap = Snapshot::default();
+        let mut site = |line: i64| {
+            let t = &mut snap.frames;
+            let frame = Frame { filename: t.intern_str("/home/u/model.py"), line, name: t.intern_str("forward") };
+            let f = t.intern_frame(frame);
+            t.intern_stack(&[f])
+        };
+        let stacks = [site(10), site(11), site(12)];
+        let mib = 1u64 << 20;
+        let mut t = Vec::new();
+        let ev = |action, addr, size, stack| {
+            let mut e = TraceEvent::new(action, addr, size, 0);
+            e.stack = Some(stack);
+            e
+        };
+        for k in 0..steps {
+            let base = (k + 1) << 36;
+            let sizes = [2 * (k + 1) * mib, 4 * (k + 1) * mib, (k + 1) * mib];
+            let mut addr = base;
+            let mut live = Vec::new();
+            for (j, &size) in sizes.iter().enumerate() {
+                t.push(ev(Action::Alloc, addr, size, stacks[j]));
+                live.push((addr, size, stacks[j], j == 2 && leak && k % 2 == 1));
+                addr += size;
+            }
+            for (a, size, stack, kept) in live {
+                if !kept {
+                    t.push(ev(Action::FreeRequested, a, size, stack));
+                    t.push(ev(Action::FreeCompleted, a, size, stack));
+                }
+            }
+        }
+        snap.device_traces.push(t);
+        snap
+    }
+
+    #[test]
+    fn loop_over_growing_shapes_and_its_leak() {
+        let steady = growing_loop(12, false);
+        let it = iterations(&steady, 0);
+        // Sizes never repeat: the iterations come from the sites.
+        assert_eq!((it.source, it.boundaries.len()), ("periodicity", 12), "{it:?}");
+        assert!(leaks_device(&steady, 0, 100 << 20).suspects.is_empty());
+        let leaky = growing_loop(12, true);
+        let l = leaks_device(&leaky, 0, 100 << 20);
+        let sites: Vec<&str> = l.suspects.iter().map(|s| s.site.site.as_str()).collect();
+        assert_eq!(sites, ["model.py:12:forward"], "{:?}", l.suspects);
+        assert!(l.suspects[0].detected_by.contains(&"never_freed"));
+    }
+
     #[test]
     fn even_slots_are_the_search() {
         for n in [1usize, 7, 400, 401, 999, 123_457] {
