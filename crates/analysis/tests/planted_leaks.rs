@@ -47,14 +47,17 @@ const DEFAULT_TRACES: &[&str] = &[
     "pytorchblog-resnet50-train-cppframes.pickle",
     "ftcourse-llama-qlora-notebook.pickle",
     "sqattn-qwen2-compress-segment-churn.pickle",
+    // A loop over growing shapes (iterations from its call sites).
+    "octree-nca-inference-huge-allocs.pickle",
 ];
 
 const SHAPES: &[&str] = &["steady", "all", "some_iters", "phase", "burst", "small", "multi", "cpp", "uneven"];
 
 const MIB: u64 = 1 << 20;
 
-/// Share of planted leaks the detector must find (see `planted_leak_suite`).
-const MIN_FOUND_SHARE: f64 = 0.5;
+/// Share of planted leaks the detector must find (see `planted_leak_suite`): the default
+/// set measured 36 of 44 (82%) when this floor was raised from 0.5.
+const MIN_FOUND_SHARE: f64 = 0.7;
 
 use fragscope_testdata::Rng;
 
