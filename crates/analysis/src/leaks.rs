@@ -5,17 +5,25 @@
 //! # Iterations
 //!
 //! 1. From `external_annotations` (`record_function` scopes) when the trace has times:
-//!    the scope name that starts most often at the top level (no other scope open) and
-//!    repeats like a loop (below). Names ending in `#<digits>` (`ProfilerStep#12`) are
-//!    counted as one name (`ProfilerStep#N`). Compiler and library internals are never
-//!    iterations ([`is_internal_scope`]: `torch.compile`'s `... (dynamo_timed)` phases,
-//!    `CachingAutotuner.benchmark_all_configs`, Inductor/dynamo scopes, aten ops,
-//!    collectives, FSDP's per-module scopes). Nested scopes are ignored.
+//!    the outermost scope name that repeats like a loop (below), the most frequent at
+//!    that depth. Top-level names count whatever they are called; a nested name only
+//!    when it says it is a step (`step_like`: `step`, `iteration`, `epoch`, `batch`,
+//!    `train`, `forward`, a number), so a `step` inside one outer `train` scope is found
+//!    and the layers inside a step are not. Numbered names are one name (`ProfilerStep#12`,
+//!    `iteration 3`, `step_7` become `ProfilerStep#N`, `iteration N`, `step_N`).
+//!    Compiler and library internals are never iterations ([`is_internal_scope`]:
+//!    `torch.compile`'s `... (dynamo_timed)` phases, `CachingAutotuner.benchmark_all_configs`,
+//!    Inductor/dynamo scopes, aten ops, collectives, FSDP's per-module scopes). Scopes
+//!    that do not say they are steps (`attention`) get the build-up check below, as
+//!    periodicity does.
 //! 2. Otherwise from the trace's periodicity: each `alloc` gets a signature (request
 //!    size, allocation stack). Candidate periods are the most common gaps between two
 //!    occurrences of the same signature; the period is the smallest candidate whose
 //!    autocorrelation is within 5% of the best one and at least [`MIN_AUTOCORRELATION`].
-//!    Boundaries are the occurrences of one anchor signature.
+//!    Boundaries are the occurrences of one anchor signature. When that finds no loop,
+//!    the signature is the site alone (innermost user frame): a loop whose shapes or
+//!    call paths change from step to step (variable lengths, a model run at growing
+//!    resolutions) repeats its sites, not its sizes.
 //!
 //! Either way the boundaries must look like a loop: at least [`MIN_ITERATIONS`],
 //! covering at least [`MIN_LOOP_COVERAGE`] of the trace, with no gap over
@@ -73,6 +81,23 @@
 //!   the device keeps, other candidates included, with the stricter
 //!   [`MAX_SPREAD_RETAINED_SHARE`] (passes that each keep their activations do not
 //!   vouch for each other).
+//!
+//!   Over periodicity iterations whose rest and transient memory trend (steps that
+//!   change size), a site still counts when what the rest keeps for good does not
+//!   trend (other candidates left out) and transient memory does not fall: a backward
+//!   pass keeps gradients at each boundary while it frees activations, a loop over
+//!   growing shapes does neither. Over iterations, kept blocks in three or more
+//!   iterations after the first one the site kept in (whose blocks may be state) count
+//!   once the site has freed something before them.
+//!
+//!   Two checks say "state, not a leak" for any candidate: its live bytes (blocks from
+//!   before the trace included) do not grow by half of what it keeps from just before
+//!   the first kept block to the end (a new block for each old one: optimizer state
+//!   replaced); or its kept blocks start within a tenth of the trace of the site's first
+//!   use and are, for 90% of their bytes, one per tensor already held, size for size
+//!   (`shadows_resident`: the weights' gradients of a first backward, optimizer state
+//!   at a first step; a trace whose ring buffer dropped the start of a training step
+//!   shows these without the step before them).
 //!
 //! Each suspect carries its evidence: the blocks never freed (count, bytes, first and
 //! last `alloc` entry), its freed allocations, its live bytes per iteration or window
@@ -242,14 +267,28 @@ pub struct DeviceLeaks {
     pub suspects: Vec<LeakSuspect>,
 }
 
+/// One name for every numbered occurrence of a scope: a trailing number after `#`, a
+/// space, `_`, `-`, `:` or `=` (`ProfilerStep#12`, `iteration 3`, `step_7`,
+/// `epoch=2`) becomes `N`.
 fn normalize_scope(name: &str) -> String {
-    if let Some(p) = name.rfind('#') {
-        let tail = &name[p + 1..];
-        if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) {
-            return format!("{}#N", &name[..p]);
-        }
+    let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let head = &name[..name.len() - digits];
+    if digits > 0 && head.ends_with(['#', ' ', '_', '-', ':', '=']) {
+        return format!("{head}N");
     }
     name.to_string()
+}
+
+/// Whether a scope name says it is a step of a loop (`step`, `iteration`, `epoch`,
+/// `batch`, a training or forward/backward marker, or a number: `ProfilerStep#3`).
+/// Nested scopes must, to be iterations: a named scope inside a step is a phase or a
+/// layer of it.
+fn step_like(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    normalize_scope(name) != name
+        || ["step", "iter", "epoch", "batch", "train", "forward", "fwd", "backward", "bwd", "loop"]
+            .iter()
+            .any(|k| l.contains(k))
 }
 
 /// Scope names that mark compiler or library internals, not the user's loop:
@@ -303,38 +342,69 @@ fn from_annotations(snap: &Snapshot, device: i64) -> Option<Iterations> {
         return None;
     }
     let scopes = Scopes::new(snap, device);
-    let mut starts: FxHashMap<String, Vec<i64>> = FxHashMap::default();
-    for (s, _, n, depth) in scopes.occurrences() {
-        if depth == 0 && s != i64::MIN && !is_internal_scope(&scopes.names[n]) {
-            starts.entry(normalize_scope(&scopes.names[n])).or_default().push(s);
+    // Outermost occurrences of each name (a scope inside another of the same name is
+    // the same step), with the smallest depth the name was seen at. Top-level names
+    // count whatever they are called; nested ones only when they say they are steps
+    // (`step_like`: a user's `record_function("step")` inside `"train"`).
+    let mut starts: FxHashMap<String, (usize, Vec<(i64, i64)>)> = FxHashMap::default();
+    for (s, e, n, depth) in scopes.occurrences() {
+        let name = &scopes.names[n];
+        if s == i64::MIN || is_internal_scope(name) || (depth > 0 && !step_like(name)) {
+            continue;
+        }
+        let entry = starts.entry(normalize_scope(name)).or_insert((depth, Vec::new()));
+        entry.0 = entry.0.min(depth);
+        if entry.1.last().is_none_or(|&(_, end)| s >= end) {
+            entry.1.push((s, e));
         }
     }
-    // The most frequent top-level name that repeats like a loop.
-    let mut cands: Vec<(String, Vec<usize>)> = starts
+    // The outermost name that repeats like a loop (the most frequent at that depth):
+    // an outer `train` scope that runs once does not hide the `step`s inside it, and
+    // the steps win over the phases or layers inside them.
+    let mut cands: Vec<(usize, String, Vec<usize>)> = starts
         .into_iter()
-        .map(|(name, times)| {
-            let mut b: Vec<usize> =
-                times.iter().map(|&t| trace.partition_point(|e| e.time_us < t)).filter(|&i| i < trace.len()).collect();
+        .map(|(name, (depth, times))| {
+            let mut b: Vec<usize> = times
+                .iter()
+                .map(|&(t, _)| trace.partition_point(|e| e.time_us < t))
+                .filter(|&i| i < trace.len())
+                .collect();
             b.dedup();
-            (name, b)
+            (depth, name, b)
         })
-        .filter(|(_, b)| looks_like_a_loop(b, trace.len()).is_ok())
+        .filter(|(_, _, b)| looks_like_a_loop(b, trace.len()).is_ok())
         .collect();
-    cands.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
-    let (name, boundaries) = cands.into_iter().next()?;
+    cands.sort_by(|a, b| a.0.cmp(&b.0).then(b.2.len().cmp(&a.2.len())).then_with(|| a.1.cmp(&b.1)));
+    let (_, name, boundaries) = cands.into_iter().next()?;
     Some(Iterations { source: "annotation", scope: Some(name), boundaries, ..Iterations::default() })
 }
 
-fn from_periodicity(snap: &Snapshot, device: i64) -> Result<Iterations, String> {
+/// Iterations from the trace's periodicity. `sized`: an alloc's signature is its request
+/// size and stack; otherwise its site alone (the innermost user frame): a loop whose
+/// shapes or call paths change from step to step (variable sequence lengths, a model
+/// run at growing resolutions) repeats its sites.
+fn from_periodicity(snap: &Snapshot, device: i64, sized: bool) -> Result<Iterations, String> {
     let trace = snap.trace(device);
     // Signatures of allocs, interned to small ids.
-    let mut ids: FxHashMap<(u64, Option<StackId>), u32> = FxHashMap::default();
+    let mut ids: FxHashMap<(u64, u64), u32> = FxHashMap::default();
+    let mut sites = SiteTable::default();
+    let mut site_of_stack: FxHashMap<Option<StackId>, u64> = FxHashMap::default();
     let mut seq: Vec<u32> = Vec::new();
     let mut pos: Vec<usize> = Vec::new(); // trace index of each alloc
     for (i, e) in trace.iter().enumerate() {
         if e.action == Action::Alloc {
             let n = ids.len() as u32;
-            seq.push(*ids.entry((e.size, e.stack)).or_insert(n));
+            let key = if sized {
+                (e.size, e.stack.map_or(0, |s| s.index() as u64 + 1))
+            } else {
+                (
+                    0,
+                    *site_of_stack
+                        .entry(e.stack)
+                        .or_insert_with(|| sites.of_block(&snap.frames, e.stack, false) as u64),
+                )
+            };
+            seq.push(*ids.entry(key).or_insert(n));
             pos.push(i);
         }
     }
@@ -412,10 +482,18 @@ pub fn iterations(snap: &Snapshot, device: i64) -> Iterations {
     if let Some(it) = from_annotations(snap, device) {
         return it;
     }
-    let n = snap.trace(device).len();
-    match from_periodicity(snap, device).and_then(|it| looks_like_a_loop(&it.boundaries, n).map(|_| it)) {
+    let trace = snap.trace(device);
+    let n = trace.len();
+    let periodic =
+        |sized| from_periodicity(snap, device, sized).and_then(|it| looks_like_a_loop(&it.boundaries, n).map(|_| it));
+    match periodic(true) {
         Ok(it) => it,
-        Err(reason) => Iterations { source: "none", reason: Some(reason), ..Iterations::default() },
+        // Steps whose request sizes change (the same code on other shapes) repeat
+        // their stacks only.
+        Err(reason) => match periodic(false).ok().filter(|_| trace.iter().any(|e| e.stack.is_some())) {
+            Some(it) => it,
+            None => Iterations { source: "none", reason: Some(reason), ..Iterations::default() },
+        },
     }
 }
 
@@ -439,6 +517,8 @@ struct Walk {
     allocated_between: u64,
     /// Blocks allocated in the trace, in `alloc` order.
     blocks: Vec<BlockLife>,
+    /// Sizes of the blocks allocated before the trace began (weights, state).
+    resident: Vec<u64>,
 }
 
 /// Live bytes per site at each position (the state before that trace entry) and at the
@@ -474,7 +554,8 @@ fn walk(snap: &Snapshot, lives: &BlockLives, positions: &[usize]) -> Walk {
             .map(|(b, &site)| (site, None, b.end, b.size))
             .chain(lives.traced.iter().zip(&blocks).map(|(l, b)| (b.site, Some(l.alloc), l.end, l.size))),
     );
-    Walk { table, samples, allocated_between, blocks }
+    let resident = lives.seeded.iter().map(|b| b.size).collect();
+    Walk { table, samples, allocated_between, blocks, resident }
 }
 
 /// Least squares of y against 0..n: (slope, R²).
@@ -582,6 +663,14 @@ fn spread_over_run(
         .then_some(kept)
 }
 
+/// `pos.partition_point(|&p| p <= x)` for the evenly spaced positions
+/// `k * n / TROUGH_SAMPLES`, k = 0..=TROUGH_SAMPLES, without a search: the number of k
+/// with k·n < (x + 1)·TROUGH_SAMPLES.
+fn even_slot(x: usize, n: usize) -> usize {
+    let s = TROUGH_SAMPLES as u128;
+    (((x as u128 + 1) * s).div_ceil(n.max(1) as u128)).min(s + 1) as usize
+}
+
 /// Trace positions where transient memory (blocks the trace frees later) is at the
 /// bottom of a full cycle: it rose by at least [`TROUGH_DEPTH`] of its peak since the
 /// previous trough and fell back by as much. A training step's forward builds
@@ -593,8 +682,8 @@ fn transient_troughs(blocks: &[BlockLife], n: usize) -> Vec<usize> {
     let mut diff = vec![0i128; pos.len() + 1];
     for b in blocks {
         if let Some(f) = b.free {
-            diff[pos.partition_point(|&p| p <= b.alloc)] += b.size as i128;
-            diff[pos.partition_point(|&p| p <= f)] -= b.size as i128;
+            diff[even_slot(b.alloc, n)] += b.size as i128;
+            diff[even_slot(f, n)] -= b.size as i128;
         }
     }
     let mut acc = 0i128;
@@ -699,7 +788,10 @@ fn outliving(
     // accumulation over trusted iterations counts anyway, and so do kept blocks in two
     // or more separate phases of the site's activity, which one-time state is not.
     let start = if w0 == 0 { 0 } else { positions[w0 - 1] };
-    let freed_before_w0 = frees.partition_point(|&f| f < start) >= MIN_FREED_AFTER;
+    // Over iterations, one earlier free is enough for blocks kept in several of them:
+    // a site that keeps every other allocation keeps its third after freeing its second.
+    let freed_before = frees.partition_point(|&f| f < start);
+    let freed_before_w0 = freed_before >= MIN_FREED_AFTER || (iterations && accumulates && freed_before >= 1);
     // Phases of the site's activity: runs of its allocs with no gap over
     // max(n / PHASE_GAP_DIVISOR, 8 × its median gap). A site used once per step
     // (forward, backward, optimizer) has one phase per step; one-time state is made
@@ -723,6 +815,18 @@ fn outliving(
     // trusted iterations vouch for an accumulation on their own.
     let vouched = freed_before_w0 || (trusted && accumulates) || repeated;
     if !vouched {
+        // What the site kept in its first iteration may be state made once; what it
+        // keeps again in later iterations, after freeing in the first, accumulates.
+        let later: Vec<usize> = kept.iter().filter(|x| x.2 > w0).map(|x| x.0).collect();
+        let mut later_windows: Vec<usize> = kept.iter().filter(|x| x.2 > w0).map(|x| x.2).collect();
+        later_windows.dedup();
+        if iterations
+            && w0 < positions.len()
+            && later_windows.len() >= MIN_ACCUMULATION_WINDOWS
+            && frees.partition_point(|&f| f < positions[w0]) >= 1
+        {
+            return Ok(later);
+        }
         return Err(format!(
             "kept from its first active window {w0} with no earlier free, in {} windows and one phase",
             windows.len()
@@ -734,6 +838,38 @@ fn outliving(
         return Err(format!("kept blocks not followed by {MIN_FREED_AFTER} freed ones and not accumulating"));
     }
     Ok(v)
+}
+
+/// Whether the kept blocks `chosen` of site `site` are one per tensor already held
+/// (`resident`: sizes of the blocks from before the trace, counted; and of
+/// `kept_for_good`, the traced blocks never freed in alloc order, those of other sites
+/// allocated before the first of them), size for size, for at least 90% of their bytes: gradients of the
+/// weights at a first backward, optimizer state at a first step. A leak keeps more
+/// than one block per weight, or blocks of other sizes (activations).
+fn shadows_resident(
+    blocks: &[BlockLife],
+    resident: &FxHashMap<u64, u32>,
+    kept_for_good: &[usize],
+    site: usize,
+    chosen: &[usize],
+) -> bool {
+    let Some(&first) = chosen.first() else { return false };
+    let mut held = resident.clone();
+    for &k in kept_for_good.iter().take_while(|&&k| k < first) {
+        if blocks[k].site != site {
+            *held.entry(blocks[k].size).or_default() += 1;
+        }
+    }
+    let (mut matched, mut total) = (0u64, 0u64);
+    for &k in chosen {
+        let size = blocks[k].size;
+        total += size;
+        if let Some(c) = held.get_mut(&size).filter(|c| **c > 0) {
+            *c -= 1;
+            matched += size;
+        }
+    }
+    matched * 10 >= total * 9
 }
 
 /// Downsamples a curve to at most [`CURVE_POINTS`] points (evenly, keeping both ends).
@@ -779,7 +915,10 @@ pub fn leaks_device_with(
     // a step frees its temporaries, and a leak keeps a small part of them.
     let kept = total(samples.last().unwrap()) - total(&samples[0]);
     let retained = if w.allocated_between == 0 { 0.0 } else { kept / w.allocated_between as f64 };
-    let builds_up = has_iterations && it.source == "periodicity" && retained > MAX_RETAINED_SHARE;
+    // Annotation scopes that do not say they are steps (`attn`, `layer_N`) can be the
+    // layers of one pass as well, and are judged the same way.
+    let inferred = it.source == "periodicity" || it.scope.as_deref().is_some_and(|n| !step_like(n));
+    let builds_up = has_iterations && inferred && retained > MAX_RETAINED_SHARE;
     if has_iterations {
         it.retained_share = Some(retained);
         if builds_up {
@@ -803,11 +942,14 @@ pub fn leaks_device_with(
     // real steps it returns to one level at each boundary whatever leaks beside it;
     // across the layers of one pass it trends (activations saved, then freed).
     let mut diff = vec![0i128; used.len() + 1];
+    let mut from = 0usize; // blocks come in alloc order: no search for the alloc side
     for b in w.blocks.iter() {
+        while from < used.len() && used[from] <= b.alloc {
+            from += 1;
+        }
         if let Some(f) = b.free {
             // Live at sample position p when alloc < p <= free.
-            let from = used.partition_point(|&p| p <= b.alloc);
-            let to = used.partition_point(|&p| p <= f);
+            let to = if f < used.last().copied().unwrap_or(0) { used.partition_point(|&p| p <= f) } else { used.len() };
             diff[from] += b.size as i128;
             diff[to] -= b.size as i128;
         }
@@ -881,9 +1023,48 @@ pub fn leaks_device_with(
     // nothing changes. The build-up check below still judges every candidate.
     let site_row = |s: usize| samples.iter().map(|row| row.get(s).copied().unwrap_or(0) as f64).collect::<Vec<_>>();
     let mut out_of_rest = vec![0f64; samples.len()];
+    let mut taken = vec![false; nsites];
     for s in (0..nsites).filter(|&s| grows[s].is_some()) {
         out_of_rest.iter_mut().zip(site_row(s)).for_each(|(o, v)| *o += v);
+        taken[s] = true;
     }
+    // Bytes of blocks never freed (kept to the end) at each sample position: of one
+    // site, and of the whole device.
+    let kept_row = |blocks: &mut dyn Iterator<Item = usize>| {
+        let mut d = vec![0f64; used.len() + 1];
+        for k in blocks {
+            let b = &w.blocks[k];
+            if b.free.is_none() {
+                d[used.partition_point(|&p| p <= b.alloc)] += b.size as f64;
+            }
+        }
+        let mut acc = 0.0;
+        d[..used.len()]
+            .iter()
+            .map(|x| {
+                acc += x;
+                acc
+            })
+            .collect::<Vec<f64>>()
+    };
+    // Tensors held for good (sizes of the blocks from before the trace; the traced
+    // blocks never freed), for `shadows_resident`: computed when first needed.
+    let held = std::cell::OnceCell::new();
+    // Only needed when a site's rest trends (rare on a steady run): computed then.
+    let kept_total = std::cell::OnceCell::new();
+    // The never-freed test over iterations, once per site (it does not depend on the
+    // rest); sites it keeps enough of are left out of each other's rest below.
+    let over_iters: Vec<Result<Vec<usize>, String>> = (0..nsites)
+        .map(|s| {
+            if steps {
+                outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
+            } else {
+                Err("no iterations".into())
+            }
+        })
+        .collect();
+    let provisional: Vec<bool> =
+        over_iters.iter().map(|r| r.as_deref().is_ok_and(|v| bytes_of(v) >= min_kept)).collect();
     let mut rest_trended = vec![true; nsites];
     let mut again = true;
     while again {
@@ -891,11 +1072,7 @@ pub fn leaks_device_with(
         let todo: Vec<usize> = (0..nsites).filter(|&s| rest_trended[s]).collect();
         for s in todo {
             rest_trended[s] = false;
-            let mut by_iter = if steps {
-                outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
-            } else {
-                Err("no iterations".into())
-            };
+            let mut by_iter = over_iters[s].clone();
             // With periodicity-derived iterations the rest of memory must be steady across
             // them (as for the growth test): in one backward pass, gradients are kept layer
             // by layer while activations are freed.
@@ -906,7 +1083,21 @@ pub fn leaks_device_with(
                 let (site_slope, _) = fit(&y);
                 let (rest_slope, _) = fit(&rest);
                 let allowed = (threshold as f64).max(site_slope.abs() * MAX_REST_TREND);
-                if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
+                // Steps whose sizes change (a loop over growing resolutions, variable
+                // lengths) make the rest and the transient memory trend as well. What a
+                // backward pass shows, and a loop does not, is the rest keeping more
+                // for good at each boundary (gradients) while transient memory falls
+                // (activations freed).
+                let steps_of_changing_size = || {
+                    let mut others = (0..nsites)
+                        .filter(|&x| x == s || taken[x] || provisional[x])
+                        .flat_map(|x| by_site[x].iter().copied());
+                    let own = kept_row(&mut others);
+                    let all = kept_total.get_or_init(|| kept_row(&mut (0..w.blocks.len())));
+                    let rest_kept: Vec<f64> = all.iter().zip(&own).map(|(t, o)| t - o).collect();
+                    fit(&rest_kept).0.abs() <= allowed && transient_slope >= -allowed
+                };
+                if (rest_slope.abs() > allowed || transient_slope.abs() > allowed) && !steps_of_changing_size() {
                     rest_trended[s] = transient_slope.abs() <= allowed;
                     by_iter = Err(format!(
                         "rest of memory trends {rest_slope:.0} B/iteration (blocks freed later: {transient_slope:.0})"
@@ -935,11 +1126,49 @@ pub fn leaks_device_with(
             if bi.max(bw) < min_kept {
                 continue;
             }
+            let chosen = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+            // A leak makes the site hold more: from just before its first kept block to
+            // the end, its live bytes (blocks from before the trace included) grow by at
+            // least half of what it keeps. A site that keeps a new block for each old
+            // one it frees (optimizer state replaced, a cache rebuilt) does not grow.
+            let before = used.partition_point(|&p| p <= w.blocks[chosen[0]].alloc).saturating_sub(1);
+            let held_before = samples.get(before).and_then(|row| row.get(s)).copied().unwrap_or(0);
+            let grew = at_end.get(s).copied().unwrap_or(0).saturating_sub(held_before);
+            if 2 * grew < bytes_of(&chosen) {
+                if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
+                    eprintln!(
+                        "leaks: {}: live bytes grew by {grew} only, keeping {}",
+                        w.table.sites[s].site,
+                        bytes_of(&chosen)
+                    );
+                }
+                continue;
+            }
+            // State is made when its site first runs: only kept blocks that start within
+            // a tenth of the trace of the site's first allocation can be state.
+            let first_use = by_site[s].first().map_or(0, |&k| w.blocks[k].alloc);
+            if w.blocks[chosen[0]].alloc - first_use <= n / 10 {
+                let (resident, kept_for_good) = held.get_or_init(|| {
+                    let mut r: FxHashMap<u64, u32> = FxHashMap::default();
+                    for &size in &w.resident {
+                        *r.entry(size).or_default() += 1;
+                    }
+                    let k: Vec<usize> = (0..w.blocks.len()).filter(|&k| w.blocks[k].free.is_none()).collect();
+                    (r, k)
+                });
+                if shadows_resident(&w.blocks, resident, kept_for_good, s, &chosen) {
+                    if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
+                        eprintln!("leaks: {}: one kept block per tensor held before: state", w.table.sites[s].site);
+                    }
+                    continue;
+                }
+            }
             over_iterations[s] = bi >= bw;
             let was_kept = !kept[s].is_empty();
-            kept[s] = if bi >= bw { by_iter.unwrap_or_default() } else { by_win.unwrap_or_default() };
+            kept[s] = chosen;
             if !was_kept && grows[s].is_none() {
                 out_of_rest.iter_mut().zip(site_row(s)).for_each(|(o, v)| *o += v);
+                taken[s] = true;
             }
         }
         // Another pass only when a site was taken out of the rest in this one.
@@ -1157,6 +1386,167 @@ mod tests {
     fn scope_names_with_step_numbers_are_one_name() {
         assert_eq!(normalize_scope("ProfilerStep#12"), "ProfilerStep#N");
         assert_eq!(normalize_scope("Optimizer.step#AdamW.step"), "Optimizer.step#AdamW.step");
+    }
+
+    #[test]
+    fn numbered_scopes_are_one_name_and_steps() {
+        for (name, norm) in [
+            ("iteration 3", "iteration N"),
+            ("step_17", "step_N"),
+            ("epoch=2", "epoch=N"),
+            ("## forward ##", "## forward ##"),
+            ("conv1", "conv1"),
+        ] {
+            assert_eq!(normalize_scope(name), norm, "{name}");
+        }
+        for name in ["ProfilerStep#3", "## forward ##", "step", "iteration 4", "train_batch", "layer_7"] {
+            assert!(step_like(name), "{name}");
+        }
+        for name in ["attention", "mlp", "## loss ##"] {
+            assert!(!step_like(name), "{name}");
+        }
+    }
+
+    /// A trace of `steps` steps of 4 allocs each (freed at once), annotated with
+    /// `scopes`: (name, depth); `{k}` in a name is the step's number. Depth 0 wraps
+    /// each step; depth 1 the same inside one outer `"train"` scope around the whole
+    /// run; `None`: one scope per alloc inside the step (the layers of a pass).
+    fn annotated(names: &[(&str, Option<usize>)], steps: usize) -> Snapshot {
+        use fragscope_snapshot::Annotation;
+        let mut snap = Snapshot::default();
+        let mut t = Vec::new();
+        let mut anns = Vec::new();
+        let ann = |name: &str, time_us: i64, stage: &str| Annotation {
+            device: 0,
+            time_us,
+            name: name.to_string(),
+            stage: stage.to_string(),
+            extra: Vec::new(),
+        };
+        if names.iter().any(|n| n.1 == Some(1)) {
+            anns.push(ann("train", 0, "START"));
+            anns.push(ann("train", (steps * 10) as i64 + 5, "END"));
+        }
+        for k in 0..steps {
+            let t0 = (k * 10) as i64 + 1;
+            for &(name, depth) in names {
+                let name = name.replace("{k}", &k.to_string());
+                if depth.is_some() {
+                    anns.push(ann(&name, t0, "START"));
+                    anns.push(ann(&name, t0 + 8, "END"));
+                } else {
+                    for j in 0..4 {
+                        anns.push(ann(&name, t0 + 2 * j, "START"));
+                        anns.push(ann(&name, t0 + 2 * j + 1, "END"));
+                    }
+                }
+            }
+            for j in 0..4u64 {
+                let addr = (k as u64) << 24 | j << 20;
+                let mut e = TraceEvent::new(Action::Alloc, addr, 1 << 20, 0);
+                e.time_us = t0 + 2 * j as i64;
+                t.push(e);
+                let mut f = TraceEvent::new(Action::FreeCompleted, addr, 1 << 20, 0);
+                f.time_us = t0 + 2 * j as i64 + 1;
+                t.push(f);
+            }
+        }
+        snap.device_traces.push(t);
+        snap.external_annotations = Some(anns);
+        snap
+    }
+
+    #[test]
+    fn loop_annotations_are_iterations_and_compiler_scopes_are_not() {
+        for (names, want) in [
+            (vec![("ProfilerStep#{k}", Some(0))], Some("ProfilerStep#N")),
+            (vec![("## forward ##", Some(0))], Some("## forward ##")),
+            (vec![("iteration {k}", Some(0))], Some("iteration N")),
+            (vec![("step", Some(0))], Some("step")),
+            // Inside an outer scope that runs once.
+            (vec![("step", Some(1))], Some("step")),
+            (vec![("step_{k}", Some(1)), ("## attention ##", None)], Some("step_N")),
+            // Compiler internals, and named phases nested in something else.
+            (vec![("CachingAutotuner.benchmark_all_configs (dynamo_timed)", Some(0))], None),
+            (vec![("compile_fx_inner (dynamo_timed)", Some(0))], None),
+            (vec![("torch._inductor.some_pass", Some(0))], None),
+            (vec![("## attention ##", Some(1))], None),
+        ] {
+            let it = iterations(&annotated(&names, 8), 0);
+            match want {
+                Some(scope) => {
+                    assert_eq!(it.source, "annotation", "{names:?}: {it:?}");
+                    assert_eq!(it.scope.as_deref(), Some(scope), "{names:?}");
+                    assert_eq!(it.boundaries.len(), 8, "{names:?}");
+                }
+                None => assert_ne!(it.source, "annotation", "{names:?}: {it:?}"),
+            }
+        }
+    }
+
+    /// A loop of `steps` steps over growing shapes (step k allocates k+1 times more):
+    /// each step allocates at `model.py:10` and `:11` (freed in the step) and at `:12`,
+    /// freed too unless `leak` and the step is odd (every other one kept).
+    fn growing_loop(steps: u64, leak: bool) -> Snapshot {
+        use fragscope_snapshot::Frame;
+        let mut snap = Snapshot::default();
+        let mut site = |line: i64| {
+            let t = &mut snap.frames;
+            let frame = Frame { filename: t.intern_str("/home/u/model.py"), line, name: t.intern_str("forward") };
+            let f = t.intern_frame(frame);
+            t.intern_stack(&[f])
+        };
+        let stacks = [site(10), site(11), site(12)];
+        let mib = 1u64 << 20;
+        let mut t = Vec::new();
+        let ev = |action, addr, size, stack| {
+            let mut e = TraceEvent::new(action, addr, size, 0);
+            e.stack = Some(stack);
+            e
+        };
+        for k in 0..steps {
+            let base = (k + 1) << 36;
+            let sizes = [2 * (k + 1) * mib, 4 * (k + 1) * mib, (k + 1) * mib];
+            let mut addr = base;
+            let mut live = Vec::new();
+            for (j, &size) in sizes.iter().enumerate() {
+                t.push(ev(Action::Alloc, addr, size, stacks[j]));
+                live.push((addr, size, stacks[j], j == 2 && leak && k % 2 == 1));
+                addr += size;
+            }
+            for (a, size, stack, kept) in live {
+                if !kept {
+                    t.push(ev(Action::FreeRequested, a, size, stack));
+                    t.push(ev(Action::FreeCompleted, a, size, stack));
+                }
+            }
+        }
+        snap.device_traces.push(t);
+        snap
+    }
+
+    #[test]
+    fn loop_over_growing_shapes_and_its_leak() {
+        let steady = growing_loop(12, false);
+        let it = iterations(&steady, 0);
+        // Sizes never repeat: the iterations come from the sites.
+        assert_eq!((it.source, it.boundaries.len()), ("periodicity", 12), "{it:?}");
+        assert!(leaks_device(&steady, 0, 100 << 20).suspects.is_empty());
+        let leaky = growing_loop(12, true);
+        let l = leaks_device(&leaky, 0, 100 << 20);
+        let sites: Vec<&str> = l.suspects.iter().map(|s| s.site.site.as_str()).collect();
+        assert_eq!(sites, ["model.py:12:forward"], "{:?}", l.suspects);
+        assert!(l.suspects[0].detected_by.contains(&"never_freed"));
+    }
+
+    #[test]
+    fn even_slots_are_the_search() {
+        for n in [1usize, 7, 400, 401, 999, 123_457] {
+            let pos: Vec<usize> = (0..=TROUGH_SAMPLES).map(|k| k * n / TROUGH_SAMPLES).collect();
+            for x in (0..n + 3).step_by((n / 500).max(1)) {
+                assert_eq!(even_slot(x, n), pos.partition_point(|&p| p <= x), "n {n} x {x}");
+            }
+        }
     }
 
     #[test]

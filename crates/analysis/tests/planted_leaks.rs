@@ -47,14 +47,17 @@ const DEFAULT_TRACES: &[&str] = &[
     "pytorchblog-resnet50-train-cppframes.pickle",
     "ftcourse-llama-qlora-notebook.pickle",
     "sqattn-qwen2-compress-segment-churn.pickle",
+    // A loop over growing shapes (iterations from its call sites).
+    "octree-nca-inference-huge-allocs.pickle",
 ];
 
 const SHAPES: &[&str] = &["steady", "all", "some_iters", "phase", "burst", "small", "multi", "cpp", "uneven"];
 
 const MIB: u64 = 1 << 20;
 
-/// Share of planted leaks the detector must find (see `planted_leak_suite`).
-const MIN_FOUND_SHARE: f64 = 0.5;
+/// Share of planted leaks the detector must find (see `planted_leak_suite`): the default
+/// set measured 36 of 44 (82%) when this floor was raised from 0.5.
+const MIN_FOUND_SHARE: f64 = 0.7;
 
 use fragscope_testdata::Rng;
 
@@ -191,7 +194,7 @@ struct Tally {
 
 /// Plants every shape into each trace (`seeds` seeds) and returns the table and the
 /// failures.
-fn run(traces: &[(&str, i64)], seeds: u64) -> (String, Vec<String>, BTreeMap<String, Tally>) {
+fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<String>, BTreeMap<String, Tally>) {
     let mut table = String::new();
     let mut failures = Vec::new();
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
@@ -217,7 +220,7 @@ fn run(traces: &[(&str, i64)], seeds: u64) -> (String, Vec<String>, BTreeMap<Str
                 .collect::<Vec<_>>()
         ));
         for shape in SHAPES {
-            for seed in 0..seeds {
+            for seed in seeds.clone() {
                 let mut rng = Rng(seed.wrapping_mul(0x1000_0000_01b3) ^ name.len() as u64 ^ (shape.len() as u64) << 32);
                 let mut s = snap.clone();
                 let t = tallies.entry(shape.to_string()).or_default();
@@ -232,7 +235,20 @@ fn run(traces: &[(&str, i64)], seeds: u64) -> (String, Vec<String>, BTreeMap<Str
                 let (planted_snap, p) = plant::plant(&s, device, &allocs).unwrap();
                 let l = leaks::leaks_device(&planted_snap, device, peak_allocated(&planted_snap, device));
                 let flagged: Vec<&str> = l.suspects.iter().map(|x| x.site.site.as_str()).collect();
-                let missed: Vec<&String> = p.sites.iter().filter(|x| !flagged.contains(&x.as_str())).collect();
+                // A planted site must be named when its own planted bytes reach the
+                // reporting threshold; a C++-only site split by operator can leave a
+                // few KiB at a side operator (flagging it is no false positive).
+                let min = leaks::never_freed_threshold(peak_allocated(&planted_snap, device));
+                let mut per_site: BTreeMap<String, u64> = BTreeMap::new();
+                for &i in &allocs {
+                    let site = fragscope_analysis::attribution::site_of(&s.frames, s.trace(device)[i].stack).site;
+                    *per_site.entry(site).or_default() += bytes_of(&s, device, &[i]);
+                }
+                let missed: Vec<&String> = p
+                    .sites
+                    .iter()
+                    .filter(|x| per_site.get(*x).copied().unwrap_or(0) >= min && !flagged.contains(&x.as_str()))
+                    .collect();
                 let fps: Vec<&&str> = flagged.iter().filter(|x| !p.sites.iter().any(|y| y == **x)).collect();
                 let verdict = if missed.is_empty() { "found" } else { "MISSED" };
                 if missed.is_empty() {
@@ -316,7 +332,20 @@ fn planted_leak_suite() {
         );
         TRACES.iter().copied().filter(|(n, _)| DEFAULT_TRACES.contains(n)).collect()
     };
-    let (table, failures, tallies) = run(&traces, sweep.max(1));
+    // FRAGSCOPE_LEAK_SEED_BASE=B draws the sites with seeds B.. instead of 0.. (a held-out
+    // draw: sites nobody looked at while tuning).
+    let base: u64 = std::env::var("FRAGSCOPE_LEAK_SEED_BASE").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    if base > 0 {
+        eprintln!("note: FRAGSCOPE_LEAK_SEED_BASE={base}: seeds {base}..{}", base + sweep.max(1));
+    }
+    // FRAGSCOPE_LEAK_TRACES=TEXT keeps the traces whose name contains TEXT (debugging).
+    let only = std::env::var("FRAGSCOPE_LEAK_TRACES").ok();
+    let traces: Vec<(&str, i64)> =
+        traces.into_iter().filter(|(n, _)| only.as_deref().is_none_or(|o| n.contains(o))).collect();
+    if let Some(o) = &only {
+        eprintln!("note: FRAGSCOPE_LEAK_TRACES={o}: {} traces", traces.len());
+    }
+    let (table, failures, tallies) = run(&traces, base..base + sweep.max(1));
     eprintln!("{table}\n{}", summary(&tallies));
     if std::env::var_os("FRAGSCOPE_LEAK_REPORT_ONLY").is_some() {
         eprintln!(
@@ -368,4 +397,32 @@ fn untouched_real_files_have_no_suspects() {
     eprintln!("{checked} devices of {} files checked", files.len());
     assert!(checked >= fragscope_testdata::min_count(30, 7), "only {checked} devices read");
     assert!(found.is_empty(), "suspects on untouched files:\n{}", found.join("\n"));
+}
+
+/// A trace whose ring buffer dropped its first entries (`max_entries` reached) is as
+/// steady as the whole one: no suspect on any untouched trace with its first quarter,
+/// half or three quarters cut off (the blocks allocated there become state from before
+/// the trace; a single training step cut there starts in its backward or optimizer step).
+#[test]
+fn untouched_traces_cut_at_the_start_have_no_suspects() {
+    let mut checked = 0;
+    let mut found = Vec::new();
+    for &(name, device) in TRACES {
+        let Some(snap) = read(name) else { continue };
+        for (num, den) in [(1usize, 4usize), (1, 2), (3, 4)] {
+            let mut s = snap.clone();
+            let Ok(d) = usize::try_from(device) else { continue };
+            let n = s.device_traces[d].len();
+            s.device_traces[d].drain(..n * num / den);
+            let l = leaks::leaks_device(&s, device, peak_allocated(&s, device));
+            checked += 1;
+            for x in &l.suspects {
+                found.push(format!("{name} without its first {num}/{den}: {} ({:?})", x.site.site, x.detected_by));
+            }
+        }
+    }
+    eprintln!("{checked} cut traces checked");
+    // 15 traces × 3 cuts with the corpus; decomfl and effdl in the repository's own set.
+    assert!(checked >= fragscope_testdata::min_count(45, 6), "only {checked} cut traces checked");
+    assert!(found.is_empty(), "suspects on cut traces:\n{}", found.join("\n"));
 }
