@@ -30,6 +30,9 @@ pub struct Curves {
     pub reserved: String,
     /// Largest `alloc` request inside each bucket (0 when none).
     pub max_request: String,
+    /// The state of each bucket where allocated is highest (the state `sites` and the
+    /// page's summarised band of small allocations are taken at).
+    pub amax: String,
     /// Page stack index of each drawn call site (−1: no stack recorded).
     pub site_stacks: Vec<i64>,
     pub sites: String,
@@ -142,6 +145,7 @@ pub fn curves_and_timeline(
     let mut req = vec![0.0f64; n];
     let mut res = vec![0.0f64; n];
     let mut max_request = vec![0.0f64; n];
+    let mut amax = vec![0.0f64; n];
     // Both callbacks of the walk use the log.
     let log = std::cell::RefCell::new(SiteLog::default());
     let mut bucket = 0usize;
@@ -171,6 +175,7 @@ pub fn curves_and_timeline(
             }
             if l.allocated as f64 > alloc[b] {
                 alloc[b] = l.allocated as f64;
+                amax[b] = state as f64;
                 log.new_max(b);
             }
             req[b] = req[b].max(l.requested as f64);
@@ -213,6 +218,7 @@ pub fn curves_and_timeline(
         requested: encode::f64s(&req),
         reserved: encode::f64s(&res),
         max_request: encode::f64s(&max_request),
+        amax: encode::f64s(&amax),
         site_stacks: Vec::new(),
         sites: encode::f64s(&sites),
     };

@@ -21,10 +21,30 @@ pub struct Args {
     /// Where to write the HTML file.
     #[arg(short = 'o', long = "output", default_value = "report.html")]
     pub output: PathBuf,
+    /// Instead of writing the page: print, as JSON, the allocator state of each device
+    /// at trace state N (0 = before the first event; N = after event N − 1), as the
+    /// page's state view shows it there (its totals and every block), from its own
+    /// backward walk.
+    #[arg(long = "state-at", value_name = "N")]
+    pub state_at: Option<usize>,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let example = args.files.is_empty();
+    if let Some(n) = args.state_at {
+        let files = input::each_snapshot(&args.files, false, |name, snap| {
+            let devices = snap
+                .devices()
+                .into_iter()
+                .map(|d| {
+                    fragscope_report::state::state_at(snap, d, n).map_err(|e| CliError::usage(format!("{name}: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(serde_json::json!({ "file": name, "devices": devices }))
+        })?;
+        println!("{}", serde_json::json!({ "state": n, "files": files }));
+        return Ok(ExitCode::SUCCESS);
+    }
     let opts = ReportOptions::default();
     let html = if let [a, b] = args.files.as_slice() {
         // Two runs: both in memory once, for the comparison of their peaks.
