@@ -29,6 +29,11 @@
     for (let i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
     return new Float64Array(u.buffer);
   }
+  function concatF64(a, b) {
+    const r = new Float64Array(a.length + b.length);
+    r.set(a); r.set(b, a.length);
+    return r;
+  }
   function bytes(n) {
     if (n == null || isNaN(n)) return '—';
     const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -109,7 +114,8 @@
       }
       levels.push(q);
     }
-    const allocs = f64(dev.allocations);
+    // Allocations live before the trace (alloc state 0) first: they sit at the bottom.
+    const allocs = concatF64(f64(dev.initial_allocations), f64(dev.allocations));
     const requests = f64(dev.requests);
     const moments = dev.moments.map((m) => ({ state: m.state, kinds: m.kinds, segs: f64(m.segments), blocks: f64(m.blocks) }));
     for (const m of moments) m.fig = momentFigures(m);
@@ -685,7 +691,7 @@
     const head = el('div', { id: 'alloc-info', 'data-alloc-addr': String(A[o]), 'data-alloc-size': String(A[o + 1]), 'data-alloc-request': String(A[o + 2]),
       'data-alloc-state': String(A[o + 3]), 'data-free-state': String(A[o + 4]), 'data-alloc-index': String(i) },
     el('div', {}, `Allocation ${hex(A[o])}: ${bytes(A[o + 1])} (request ${bytes(A[o + 2])}, ${A[o + 2]} B)`),
-    el('div', {}, `allocated at event ${A[o + 3] - 1}${when(A[o + 6])}; ${freed}`));
+    el('div', {}, `${A[o + 3] > 0 ? `allocated at event ${A[o + 3] - 1}${when(A[o + 6])}` : 'allocated before the trace began'}; ${freed}`));
     showStack(file, A[o + 5], 'Allocated at ' + siteName(file, A[o + 5]), extra ? el('div', {}, extra, head) : head);
     detail.append(el('button', { onclick: () => { S.highlight = null; S.sel = -1; redrawAll(); } }, 'clear highlight'));
   }
@@ -1143,7 +1149,7 @@
         }
       }
       for (const h of S.hits) out.prepend(el('div', { onclick: () => { const span = Math.max(8, (h.free < 0 ? c.states : h.free) - h.alloc); S.x0 = Math.max(0, h.alloc - span); S.x1 = Math.min(c.states, h.alloc + 2 * span); redrawAll(); showStack(file, h.stack, `${hex(h.addr)} ${bytes(h.size)}, events ${h.alloc}–${h.free < 0 ? 'end' : h.free}`); } },
-        `allocation ${hex(h.addr)} ${bytes(h.size)} at event ${h.alloc - 1}`));
+        `allocation ${hex(h.addr)} ${bytes(h.size)} ${h.alloc > 0 ? 'at event ' + (h.alloc - 1) : 'from before the trace'}`));
     } else {
       const ql = q.toLowerCase();
       const match = new Set();

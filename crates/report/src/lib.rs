@@ -25,6 +25,7 @@
 
 pub mod curves;
 pub mod encode;
+pub mod initial;
 pub mod leakcurves;
 pub mod state;
 pub mod whatif;
@@ -122,6 +123,9 @@ pub struct DeviceData {
     /// still live), stack, alloc time_us, free time_us (NaN = none)]` each, flattened,
     /// base64 Float64Array. The timeline draws them stacked, one polygon each.
     pub allocations: String,
+    /// The largest allocations live before the trace begins, as `allocations` (alloc
+    /// state 0), see [`initial`].
+    pub initial_allocations: String,
     /// Distinct request sizes and how often each was made, for "which requests could
     /// this free block have served": `[size, count]` pairs, base64 Float64Array.
     pub requests: String,
@@ -180,11 +184,12 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
                 None => curves::curves(snap, d, opts, &mut table),
             };
             let allocations = encode_allocations(snap, d, lives, &mut table);
-            (d, curves, allocations, requests, phases)
+            let initial = initial::allocations(snap, d, opts.top_allocations, &mut table);
+            (d, curves, (allocations, initial), requests, phases)
         })
         .collect::<Vec<_>>();
     let mut devices = Vec::new();
-    for (d, curves, allocations, requests, phases) in parts {
+    for (d, curves, (allocations, initial_allocations), requests, phases) in parts {
         let (moments, moments_note, state_ops) = state::moments(snap, d, &ana, opts, &mut table);
         let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana);
         devices.push(DeviceData {
@@ -196,6 +201,7 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             moments_note,
             state_ops,
             allocations,
+            initial_allocations,
             requests,
             whatif: whatif::curves(snap, d, &ana),
             leak_boundaries,
