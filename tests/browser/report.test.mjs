@@ -363,6 +363,24 @@ test('built-in example: what-if curves drawn, search by frame text and by addres
   await page.close();
 });
 
+test('a state budget too small for every event: the state view snaps to keyframes and says so', async () => {
+  const path = join(TRACES, 'decomfl-opt-zeroth-order-windows.pickle');
+  const out = join(OUT, 'snapped.html');
+  const r = spawnSync(BIN, ['report', path, '--state-budget', '30000', '-o', out]);
+  assert.equal(r.status, 0, String(r.stderr));
+  const sum = json(['summary', '--json', path]).files[0];
+  const ana = json(['analyze', '--json', path]).files[0];
+  const { page, errors, requests } = await open(ctx, out);
+  const dev = (await page.evaluate(() => window.fragscope.devices()))[0][0];
+  assert.equal(dev.exact, false, 'no per-event changes within this budget');
+  assert.ok(dev.moments > 24, `${dev.moments} keyframes`);
+  assert.match(await page.$eval('#state-mode', (x) => x.textContent), /snaps to the nearest of \d+ keyframes/);
+  await checkDevice(page, 'decomfl (budget 30000)', 0, 0, sum, ana, path);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, ['file://' + out]);
+  await page.close();
+});
+
 test('two files side by side, compared', async () => {
   const two = join(OUT, 'two.html');
   const a = join(TRACES, 'cs336-2.7b-fwd-ctx128-bf16.pickle');

@@ -27,6 +27,11 @@ pub struct Args {
     /// backward walk.
     #[arg(long = "state-at", value_name = "N")]
     pub state_at: Option<usize>,
+    /// Size budget of the state view of each device, in 8-byte values (default 1.2 M,
+    /// about 13 MB of page): keyframes plus every event's changes when they fit, else
+    /// as many keyframes as fit (the page then snaps to the nearest one).
+    #[arg(long = "state-budget", value_name = "VALUES")]
+    pub state_budget: Option<usize>,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
@@ -45,7 +50,10 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         println!("{}", serde_json::json!({ "state": n, "files": files }));
         return Ok(ExitCode::SUCCESS);
     }
-    let opts = ReportOptions::default();
+    let mut opts = ReportOptions::default();
+    if let Some(v) = args.state_budget {
+        opts.state_values = v;
+    }
     let html = if let [a, b] = args.files.as_slice() {
         // Two runs: both in memory once, for the comparison of their peaks.
         let (sa, sb) = (input::load(a, false)?, input::load(b, false)?);
