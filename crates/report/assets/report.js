@@ -386,6 +386,9 @@
       for (let i = 0; i < q.n; i++) q.drawn[i] = p.drawn[q.pick[i]];
     }
     c.drawn = drawn; c.pts = pts; c.N = N;
+    let np = 0;
+    for (const P of pts.values()) np += P.length / 2;
+    c.points = np;
   }
   // Bottom of drawn allocation i at state s (null when not live there).
   function allocOffset(c, i, s) {
@@ -539,13 +542,24 @@
         g.fillStyle = color(A[i * AL + 5]);
         g.globalAlpha = dimAlloc(c, i) ? 0.2 : 1;
         shown++;
-        for (let q = 0; q < P.length; q += 2) {
-          const sa = P[q], sb = q + 2 < P.length ? P[q + 2] : end;
-          if (sb < S.x0 || sa > S.x1) continue;
+        // Level of detail: steps narrower than a pixel are merged into one rectangle
+        // spanning their offsets (an allocation dropping many times inside one pixel
+        // column), so a redraw costs pixels, not steps.
+        let q = 0;
+        if (P.length > 2 && P[2] < S.x0) { let lo = 0, hi = P.length / 2 - 1; while (lo < hi) { const h = (lo + hi + 1) >> 1; if (P[2 * h] <= S.x0) lo = h; else hi = h - 1; } q = 2 * lo; }
+        let rx = -1, rxb = 0, rlo = 0, rhi = 0;
+        const flush = () => { if (rx >= 0) g.fillRect(rx, Y(rhi), Math.max(0.7, rxb - rx), Math.max(0.5, Y(rlo) - Y(rhi))); rx = -1; };
+        for (; q < P.length; q += 2) {
+          const sa = P[q];
+          if (sa > S.x1) break;
+          const sb = q + 2 < P.length ? P[q + 2] : end;
+          if (sb < S.x0) continue;
           const xa = Math.max(TL_LEFT, X(sa)), xb = Math.min(w, X(sb)), off = P[q + 1];
-          const ya = Y(off + size), yb = Y(off);
-          g.fillRect(xa, ya, Math.max(0.7, xb - xa), Math.max(0.5, yb - ya));
+          if (rx >= 0 && xa - rx < 1) { rxb = xb; rlo = Math.min(rlo, off); rhi = Math.max(rhi, off + size); continue; }
+          flush();
+          rx = xa; rxb = xb; rlo = off; rhi = off + size;
         }
+        flush();
         if (i === S.sel) {
           g.globalAlpha = 1; g.strokeStyle = '#111'; g.lineWidth = 1.5;
           for (let q = 0; q < P.length; q += 2) {
@@ -1181,6 +1195,7 @@
   api.select = (file, dev) => { S.file = file; S.dev = dev; build(); };
   api.devices = () => DATA.files.map((f) => f.devices.map((d) => ({ device: d.device, moments: d.moments.length, events: d.events,
     exact: !!(d.state_ops && d.state_ops.exact), first: d.state_ops ? d.state_ops.first : 0, allocations: d.allocations.length ? decodeDevice(d).na : 0 })));
+  api.points = () => (S.c ? S.c.points : 0);
   api.keyframes = () => (S.c ? S.c.moments.map((m) => m.state) : []);
   api.file = () => DATA.files[S.file];
   // For the tests: the drawn allocations' dimming (the search's highlight).
