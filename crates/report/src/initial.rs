@@ -29,12 +29,11 @@ pub fn allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTa
             Action::Alloc => {
                 open.insert(e.addr, true);
             }
-            Action::FreeRequested => {
-                if open.insert(e.addr, false).is_none() {
-                    let t = if e.time_us == NO_TIME { f64::NAN } else { e.time_us as f64 };
-                    let size = round_size(e.size, &cfg) as f64;
-                    lives.push([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t]);
-                }
+            // A free of an address the trace never allocated: live from the start.
+            Action::FreeRequested if open.insert(e.addr, false).is_none() => {
+                let t = if e.time_us == NO_TIME { f64::NAN } else { e.time_us as f64 };
+                let size = round_size(e.size, &cfg) as f64;
+                lives.push([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t]);
             }
             _ => {}
         }
