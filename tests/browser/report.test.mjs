@@ -261,6 +261,11 @@ async function checkAllocations(page, where, dev, path, a) {
     assert.ok(Math.abs(x.x / x.w - (tt - t0) / (t1 - t0)) < 1e-9, `${where}: event ${p.event_index} placed by time`);
     if (Math.abs(x.x / x.w - st / dev.events) > 0.01) differs = true;
   }
+  // Pauses between events are shaded as gaps (codeloc's device 0 waits 0.44 s after its
+  // first events; a screenshot shows it).
+  const gaps = await page.$eval('canvas.tl', (c) => Number(c.dataset.gaps));
+  if (where.startsWith('codeloc') && dev.device === 0) assert.ok(gaps > 0, `${where}: pauses shown as gaps`);
+  console.log(`# ${where}: ${gaps} pauses shaded on the wall-clock axis`);
   console.log(`# ${where}: wall-clock axis checked at ${pts.length} peaks${exactClock ? ' (times exact)' : ' (interpolated inside buckets)'}; ${differs ? 'positions differ from event order' : 'times nearly uniform here'}`);
   await page.selectOption('#tl-axis', 'events');
 }

@@ -162,7 +162,7 @@
       while (hi - lo > 1) { const h = (lo + hi) >> 1; if (KT[h] <= t) lo = h; else hi = h; }
       return KT[hi] > KT[lo] ? KS[lo] + ((KS[hi] - KS[lo]) * (t - KT[lo])) / (KT[hi] - KT[lo]) : KS[lo];
     };
-    return { at, inv, t0: KT[0], t1: KT[m - 1], exact: L.n === states };
+    return { at, inv, t0: KT[0], t1: KT[m - 1], exact: L.n === states, KS, KT };
   }
 
   // The allocator state at trace state s: from the nearest keyframe at or before it plus
@@ -522,6 +522,22 @@
       g.fillStyle = '#475467'; g.font = '10px sans-serif';
       if (b - a > 30) g.fillText(p.name.slice(0, Math.floor((b - a) / 6)), a + 2, 10 + (p.depth % 2) * 0);
     }
+    // Wall clock: pauses (consecutive events far apart in time) shaded, so they read as
+    // gaps rather than as memory held. Only where the knots are consecutive states.
+    let gaps = 0;
+    if (timeAxis()) {
+      const { KS, KT } = c.clock;
+      g.fillStyle = 'rgba(100,116,139,0.13)'; g.font = '10px sans-serif';
+      for (let i = 0; i + 1 < KS.length; i++) {
+        if (KS[i + 1] < S.x0 || KS[i] > S.x1 || KS[i + 1] - KS[i] > 1) continue;
+        const xa = X(KS[i]), xb = X(KS[i + 1]);
+        if (xb - xa < 12) continue;
+        gaps++;
+        g.fillRect(xa, TL_TOP, xb - xa, ph);
+        if (xb - xa > 70) { g.fillStyle = '#475467'; g.fillText(`no event for ${((KT[i + 1] - KT[i]) / 1e6).toFixed(3)} s`, xa + 3, TL_TOP + 22); g.fillStyle = 'rgba(100,116,139,0.13)'; }
+      }
+    }
+    cv.dataset.gaps = String(gaps);
     const hl = S.highlight || S.hitAllocs;
     if (S.stack === 'allocation') {
       // The summarised band (bucket level), then each drawn allocation (its own steps).
