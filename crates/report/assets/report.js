@@ -124,7 +124,7 @@
     const na = allocs.length / AL;
     const order = Array.from({ length: na }, (_, i) => i).sort((a, b) => allocs[b * AL + 1] - allocs[a * AL + 1] || a - b);
     dev._c = { k, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
-      clock: clockOf(lvl0, c.states) };
+      clock: clockOf(lvl0, c.states, [f64(c.gap_from), f64(c.gap_to), f64(c.gap_t0), f64(c.gap_t1)]) };
     return dev._c;
   }
   // Values per allocation record (DeviceData.allocations): address, size, requested,
@@ -136,15 +136,20 @@
   // Wall clock: the time of a trace state, from the finest level's first timed event of
   // each bucket (exact per state on traces of ≤ 8192 events, interpolated between
   // buckets on longer ones), and back.
-  function clockOf(L, states) {
+  // The longest pause of each bucket adds two exact knots around it (Curves.gap_*).
+  function clockOf(L, states, gaps) {
+    const pts = [];
+    for (let i = 0; i < L.n; i++) if (!isNaN(L.time[i])) pts.push([Math.max(1, L.first[i]), L.time[i]]);
+    const [gf, gt, g0, g1] = gaps;
+    for (let i = 0; i < gf.length; i++) if (gf[i] >= 1) pts.push([gf[i], g0[i]], [gt[i], g1[i]]);
+    pts.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     const ks = [], ts = [];
     let last = -Infinity;
-    for (let i = 0; i < L.n; i++) {
-      const t = L.time[i];
-      if (isNaN(t)) continue;
+    for (const [k, t] of pts) {
       // Times are recorded in order; a file where they are not gets a monotone axis.
       last = Math.max(last, t);
-      ks.push(Math.max(1, L.first[i])); ts.push(last);
+      if (ks.length && ks[ks.length - 1] === k) { ts[ts.length - 1] = last; continue; }
+      ks.push(k); ts.push(last);
     }
     if (ks.length < 2 || ts[ts.length - 1] <= ts[0]) return null;
     const KS = Float64Array.from(ks), KT = Float64Array.from(ts), m = KS.length;
