@@ -46,7 +46,12 @@ async function figures(page) {
 }
 const num = (v) => (v === 'null' ? null : Number(v));
 
-async function checkDevice(page, name, fi, di, sum, ana) {
+/** `fragscope report FILE --state-at N`: Rust's own state of each device at trace state N. */
+function rustStateAt(path, n) {
+  return json(['report', ...(path ? [path] : []), '--state-at', String(n)]).files[0].devices;
+}
+
+async function checkDevice(page, name, fi, di, sum, ana, path) {
   const dev = (await page.evaluate(() => window.fragscope.devices()))[fi][di];
   const f = await figures(page);
   const s = sum.devices.find((d) => d.device === dev.device);
@@ -116,33 +121,59 @@ async function checkDevice(page, name, fi, di, sum, ana) {
     } else {
       console.log(`# ${where}: no allocated block at the end to click`);
     }
-    if (dev.moments > 1) {
-      // Move the slider until the picture changes; every moment must at least change the
-      // position shown, and a moment whose figures differ must change the picture.
+    if (dev.events > 0) {
+      // The state view reaches arbitrary events (not only the keyframes): what it shows
+      // there equals Rust's own backward walk to that event (`report --state-at`). On a
+      // trace too long to embed every event's changes it snaps to a keyframe and says so.
+      const keys = await page.evaluate(() => window.fragscope.keyframes());
+      for (const frac of [0.37, 0.61, 0.93]) {
+        let asked = dev.first + Math.floor((dev.events - dev.first) * frac);
+        while (keys.includes(asked) && asked < dev.events) asked++;
+        await page.$eval('#moment', (x, v) => { x.value = String(v); x.dispatchEvent(new Event('input')); }, asked);
+        const shown = await page.$eval('canvas.st', (c) => ({ state: Number(c.dataset.state), snapped: c.dataset.snapped === '1' }));
+        if (dev.exact) assert.equal(shown.state, asked, `${where}: the slider reaches event state ${asked}`);
+        else {
+          assert.ok(shown.snapped || keys.includes(asked), `${where}: snapped`);
+          assert.match(await page.$eval('#moment-label', (x) => x.textContent), new RegExp(`snapped from ${asked} to the nearest keyframe, event state ${shown.state}`));
+        }
+        const f = await figures(page);
+        const r = rustStateAt(path, shown.state).find((x) => x.device === dev.device);
+        assert.equal(num(f.moment_reserved_bytes), r.reserved_bytes, `${where}: reserved at state ${shown.state}`);
+        assert.equal(num(f.moment_allocated_bytes), r.allocated_bytes, `${where}: allocated at state ${shown.state}`);
+        assert.equal(num(f.moment_pending_bytes), r.pending_free_bytes, `${where}: pending free at state ${shown.state}`);
+        assert.equal(num(f.moment_largest_free_bytes), r.largest_free_block_bytes, `${where}: largest free at state ${shown.state}`);
+        assert.equal(num(f.moment_segments), r.segments, `${where}: segments at state ${shown.state}`);
+        assert.equal(await page.$eval('canvas.st', (c) => Number(c.dataset.blocks)), r.blocks.length, `${where}: blocks at state ${shown.state}`);
+      }
+      console.log(`# ${where}: state view checked at 3 events against report --state-at (${dev.exact ? 'every event reachable' : 'keyframes only, snapped'})`);
+      // Moving the slider changes the picture where the segments differ.
       const grab = () => page.$eval('canvas.st', (c) => ({ state: c.dataset.state, img: c.toDataURL() }));
+      await page.click('[data-jump="end"]');
       const start = await grab();
       const startFigs = await figures(page);
       let changed = false;
-      for (let m = 0; m < dev.moments && !changed; m++) {
-        await page.$eval('#moment', (x, v) => { x.value = String(v); x.dispatchEvent(new Event('input')); }, m);
+      for (const k of keys) {
+        if (changed) break;
+        await page.$eval('#moment', (x, v) => { x.value = String(v); x.dispatchEvent(new Event('input')); }, k);
         const now = await grab();
         const f = await figures(page);
         if (now.state === start.state) continue;
-        // Other segments (or sizes of them) must show; a few blocks of a few KiB may not
-        // change a pixel on a GiB-wide row.
-        const segsDiffer = ['moment_reserved_bytes', 'moment_segments'].some((k) => f[k] !== startFigs[k]);
-        if (segsDiffer) assert.ok(now.img !== start.img, `${where}: moment ${m} has other segments but the same picture`);
+        const segsDiffer = ['moment_reserved_bytes', 'moment_segments'].some((x) => f[x] !== startFigs[x]);
+        if (segsDiffer) assert.ok(now.img !== start.img, `${where}: state ${k} has other segments but the same picture`);
         changed = now.img !== start.img;
       }
-      if (!changed) console.log(`# ${where}: all ${dev.moments} moments have the same layout; slider checked for position only`);
+      if (!changed) console.log(`# ${where}: all keyframes have the same layout; slider checked for position only`);
     } else {
-      console.log(`# ${where}: one moment only (no trace), slider not exercised`);
+      console.log(`# ${where}: no trace, one state only; slider not exercised`);
     }
   } else {
     const note = await page.$eval('#state', (x) => x.textContent);
     assert.match(note, /No allocator state/, `${where}: says why there is no state view`);
     console.log(`# ${where}: no segments, state view absent (${note.slice(0, 80)})`);
   }
+
+  if (dev.allocations > 0) await checkAllocations(page, where, dev, path, a);
+  else console.log(`# ${where}: no allocation in the trace; the timeline stacks nothing one by one`);
 
   if (dev.events >= 8) {
     const v0 = await page.$eval('canvas.tl', (c) => ({ x0: +c.dataset.x0, x1: +c.dataset.x1, img: c.toDataURL() }));
@@ -154,6 +185,90 @@ async function checkDevice(page, name, fi, di, sum, ana) {
   } else {
     console.log(`# ${where}: ${dev.events} trace events, zoom not exercised`);
   }
+}
+
+/** Click the tallest drawn allocation: its address, size and events, and its whole stack. */
+async function clickAllocation(page, where, dev, path) {
+  // The tallest one at least 3 px wide, clicked at a whole page pixel inside it (mouse
+  // positions are whole pixels; on a 48 GiB scale a 30 MiB allocation is under one).
+  const tl = await page.$eval('canvas.tl', (c) => { const r = c.getBoundingClientRect(); return { x: r.left, y: r.top }; });
+  const boxes = await page.evaluate(() => window.fragscope.allocBoxes());
+  const big = boxes
+    .filter((b) => b.w >= 3)
+    .map((b) => ({ ...b, py: Math.ceil(tl.y + b.y - b.h / 2 + 0.01) }))
+    .filter((b) => b.py + 0.5 < tl.y + b.y + b.h / 2)
+    .sort((x, y) => y.h - x.h)[0];
+  if (!big) {
+    console.log(`# ${where}: no drawn allocation covers a whole pixel row at this scale (${boxes.length} drawn); click not exercised here`);
+    return;
+  }
+  await page.mouse.click(Math.round(tl.x + big.x), big.py);
+  const info = await page.$eval('#alloc-info', (x) => ({ ...x.dataset }));
+  assert.equal(Number(info.allocIndex), big.index, `${where}: the clicked allocation is shown`);
+  const stack = await page.$eval('#detail-body [data-stack]', (x) => ({ id: x.dataset.stack, text: x.textContent }));
+  if (big.stack >= 0) {
+    const frames = await page.evaluate((si) => { const f = window.fragscope.file(); return f.stacks[si].map((k) => f.frames[k]); }, big.stack);
+    assert.equal(stack.id, String(big.stack), `${where}: the allocation's stack`);
+    assert.equal(stack.text, frames.length ? frames.join('\n') : '(the recorded stack has no frames)', `${where}: every frame shown`);
+  } else {
+    assert.equal(stack.id, 'none', `${where}: an allocation without stack says so`);
+  }
+  // Rust's backward walk has an allocated block of that request at that address just
+  // after the allocation (when the walk reaches back that far).
+  if (Number(info.allocState) >= dev.first) {
+    const r = rustStateAt(path, Number(info.allocState)).find((x) => x.device === dev.device);
+    const block = r.blocks.find((b) => b[0] === Number(info.allocAddr));
+    assert.ok(block, `${where}: a block at ${info.allocAddr} after its alloc`);
+    assert.equal(block[3], 1, `${where}: that block is allocated`);
+    assert.equal(block[2], Number(info.allocRequest), `${where}: with the request shown`);
+  }
+}
+
+/** The timeline stacked by allocation: N adjustable, a click shows one allocation. */
+async function checkAllocations(page, where, dev, path, a) {
+  await page.$eval('canvas.tl', (c) => c.scrollIntoView());
+  // N is adjustable: none drawn, then all embedded.
+  await page.$eval('#tl-n', (x) => { x.value = '0'; x.dispatchEvent(new Event('input')); });
+  const none = await page.$eval('canvas.tl', (c) => ({ shown: Number(c.dataset.allocsShown), img: c.toDataURL() }));
+  assert.equal(none.shown, 0, `${where}: N = 0 draws no allocation`);
+  await page.$eval('#tl-n', (x, v) => { x.value = String(v); x.dispatchEvent(new Event('input')); }, dev.allocations);
+  const all = await page.$eval('canvas.tl', (c) => ({ shown: Number(c.dataset.allocsShown), img: c.toDataURL() }));
+  assert.ok(all.shown > 0, `${where}: N = ${dev.allocations} draws allocations`);
+  assert.match(await page.$eval('#tl-n-label', (x) => x.textContent), new RegExp(`largest ${dev.allocations} of ${dev.allocations} allocations`));
+  assert.notEqual(all.img, none.img, `${where}: N changes the picture`);
+  await clickAllocation(page, where, dev, path);
+  await page.$eval('#tl-n', (x) => { x.value = '200'; x.dispatchEvent(new Event('input')); });
+  // Wall clock: where the trace has times, points are placed by time.
+  const clock = await page.evaluate(() => window.fragscope.timeOfState(1));
+  if (clock == null) {
+    assert.ok(await page.$eval('#tl-axis', (x) => x.disabled), `${where}: no times, wall clock disabled`);
+    console.log(`# ${where}: the trace records no times; wall-clock axis disabled`);
+    return;
+  }
+  await page.selectOption('#tl-axis', 'time');
+  assert.equal(await page.$eval('canvas.tl', (c) => c.dataset.axis), 'time', `${where}: wall-clock axis on`);
+  const t = a.fragmentation.timeline;
+  const pts = [t.peak_allocated, t.peak_reserved].filter((p) => p.event_index != null && p.time_us != null);
+  const exactClock = dev.events + 1 <= 8192;
+  const t0 = await page.evaluate(() => window.fragscope.timeOfState(0));
+  const t1 = await page.evaluate((n) => window.fragscope.timeOfState(n), dev.events);
+  let differs = false;
+  for (const p of pts) {
+    const st = p.event_index + 1;
+    const tt = await page.evaluate((s) => window.fragscope.timeOfState(s), st);
+    if (exactClock) assert.equal(tt, p.time_us, `${where}: time of event ${p.event_index}`);
+    const x = await page.evaluate((s) => window.fragscope.xOfState(s), st);
+    assert.ok(Math.abs(x.x / x.w - (tt - t0) / (t1 - t0)) < 1e-9, `${where}: event ${p.event_index} placed by time`);
+    if (Math.abs(x.x / x.w - st / dev.events) > 0.01) differs = true;
+  }
+  // Pauses between events are shaded as gaps (codeloc's device 0 waits 0.44 s after its
+  // first events; decomfl, 23 k events in 8192 buckets, pauses 0.245 s: screenshots
+  // show both).
+  const gaps = await page.$eval('canvas.tl', (c) => Number(c.dataset.gaps));
+  if ((where.startsWith('codeloc') && dev.device === 0) || where.startsWith('decomfl')) assert.ok(gaps > 0, `${where}: pauses shown as gaps`);
+  console.log(`# ${where}: ${gaps} pauses shaded on the wall-clock axis`);
+  console.log(`# ${where}: wall-clock axis checked at ${pts.length} peaks${exactClock ? ' (times exact)' : ' (interpolated inside buckets)'}; ${differs ? 'positions differ from event order' : 'times nearly uniform here'}`);
+  await page.selectOption('#tl-axis', 'events');
 }
 
 for (const name of files) {
@@ -186,7 +301,7 @@ for (const name of files) {
     }
     for (let di = 0; di < devices.length; di++) {
       await page.evaluate((d) => window.fragscope.select(0, d), di);
-      await checkDevice(page, name, 0, di, sum, ana);
+      await checkDevice(page, name, 0, di, sum, ana, path);
     }
     assert.deepEqual(errors, [], `${name}: console errors after interaction`);
     assert.deepEqual(requests, ['file://' + out], `${name}: the only request is the page itself`);
@@ -206,6 +321,18 @@ test('built-in example: what-if curves drawn, search by frame text and by addres
   await page.press('#search', 'Enter');
   const hits = await page.$eval('#hits', (x) => x.textContent);
   assert.match(hits, /[1-9]\d* stacks contain “attention”/);
+  // Search by frame text highlights exactly the drawn allocations whose stack has it.
+  const dims = await page.evaluate(() => { const f = window.fragscope.file(); return window.fragscope.dimmed().map((d) => ({ ...d, has: d.stack >= 0 && f.stacks[d.stack].some((k) => f.frames[k].toLowerCase().includes('attention')) })); });
+  assert.ok(dims.some((d) => d.has), 'some drawn allocation comes from an "attention" frame');
+  for (const d of dims) assert.equal(d.dim, !d.has, `allocation ${d.index}: dimmed unless its stack has the text`);
+  // Search by address highlights the allocations that covered it.
+  const box = (await page.evaluate(() => window.fragscope.allocBoxes())).sort((x, y) => y.area - x.area)[0];
+  await page.fill('#search', '0x' + (box.addr + 256).toString(16));
+  await page.press('#search', 'Enter');
+  const dimA = await page.evaluate(() => window.fragscope.dimmed());
+  assert.equal(dimA.find((d) => d.index === box.index).dim, false, 'the allocation at the address is highlighted');
+  const covered = await page.evaluate((a) => { const f = window.fragscope.file(); return window.fragscope.dimmed().filter((d) => !d.dim).length; }, box.addr);
+  assert.ok(covered >= 1 && covered < dimA.length, `address search highlights ${covered} of ${dimA.length}`);
   // An address inside the largest allocated block at the end finds that block.
   await page.click('[data-jump="end"]');
   const big = await page.evaluate(() => window.fragscope.blockRects().filter((b) => b.state === 1).sort((a, b) => b.w - a.w)[0]);
@@ -224,19 +351,39 @@ test('built-in example: what-if curves drawn, search by frame text and by addres
   // a click on a call-site band dims the other sites' blocks.
   await page.click('[data-jump="end"]');
   const endState = await page.$eval('canvas.st', (c) => c.dataset.state);
+  await page.selectOption('#tl-stack', 'site');
   const tl = await page.$eval('canvas.tl', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { x: r.left, y: r.top, w: r.width, h: r.height }; });
   await page.mouse.click(tl.x + 64 + (tl.w - 64) * 0.45, tl.y + tl.h - 24);
   assert.notEqual(await page.$eval('canvas.st', (c) => c.dataset.state), endState, 'timeline click moves the state view');
   assert.ok(await page.$('#detail-body [data-stack]'), 'a band clicked shows its stack');
+  await page.selectOption('#tl-stack', 'allocation');
   // Everything the real files are checked for, on the example too (it has the OOM and a
   // leak suspect that no real file has).
   const sum = json(['summary', '--json']).files[0];
   const all = json(['analyze', '--json']).files[0];
   assert.ok(all.devices[0].leak_suspects.length > 0 && all.devices[0].oom, 'the example has a leak suspect and an OOM');
   await page.evaluate(() => window.fragscope.select(0, 0));
-  await checkDevice(page, 'example', 0, 0, sum, all);
+  await checkDevice(page, 'example', 0, 0, sum, all, null);
   assert.deepEqual(errors, []);
   assert.deepEqual(requests, ['file://' + ex]);
+  await page.close();
+});
+
+test('a state budget too small for every event: the state view snaps to keyframes and says so', async () => {
+  const path = join(TRACES, 'decomfl-opt-zeroth-order-windows.pickle');
+  const out = join(OUT, 'snapped.html');
+  const r = spawnSync(BIN, ['report', path, '--state-budget', '30000', '-o', out]);
+  assert.equal(r.status, 0, String(r.stderr));
+  const sum = json(['summary', '--json', path]).files[0];
+  const ana = json(['analyze', '--json', path]).files[0];
+  const { page, errors, requests } = await open(ctx, out);
+  const dev = (await page.evaluate(() => window.fragscope.devices()))[0][0];
+  assert.equal(dev.exact, false, 'no per-event changes within this budget');
+  assert.ok(dev.moments > 24, `${dev.moments} keyframes`);
+  assert.match(await page.$eval('#state-mode', (x) => x.textContent), /snaps to the nearest of \d+ keyframes/);
+  await checkDevice(page, 'decomfl (budget 30000)', 0, 0, sum, ana, path);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, ['file://' + out]);
   await page.close();
 });
 

@@ -29,6 +29,11 @@
     for (let i = 0; i < s.length; i++) u[i] = s.charCodeAt(i);
     return new Float64Array(u.buffer);
   }
+  function concatF64(a, b) {
+    const r = new Float64Array(a.length + b.length);
+    r.set(a); r.set(b, a.length);
+    return r;
+  }
   function bytes(n) {
     if (n == null || isNaN(n)) return '—';
     const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -87,20 +92,21 @@
     const k = c.site_stacks.length;
     const lvl0 = {
       n: c.n, first: f64(c.first), time: f64(c.time), alloc: f64(c.allocated), req: f64(c.requested),
-      res: f64(c.reserved), maxreq: f64(c.max_request), sites: f64(c.sites),
+      res: f64(c.reserved), maxreq: f64(c.max_request), sites: f64(c.sites), amax: f64(c.amax), pick: null,
     };
     // Coarser levels by pairwise maxima (sites follow the bucket with more allocated).
     const levels = [lvl0];
     while (levels[levels.length - 1].n > 64) {
       const p = levels[levels.length - 1], n = Math.ceil(p.n / 2);
       const q = { n, first: new Float64Array(n), time: new Float64Array(n), alloc: new Float64Array(n), req: new Float64Array(n),
-        res: new Float64Array(n), maxreq: new Float64Array(n), sites: new Float64Array(n * k) };
+        res: new Float64Array(n), maxreq: new Float64Array(n), sites: new Float64Array(n * k), amax: new Float64Array(n), pick: new Int32Array(n) };
       for (let i = 0; i < n; i++) {
         const a = 2 * i, b = Math.min(2 * i + 1, p.n - 1);
         q.first[i] = p.first[a];
         q.time[i] = isNaN(p.time[a]) ? p.time[b] : p.time[a];
         const m = p.alloc[b] > p.alloc[a] ? b : a;
         q.alloc[i] = p.alloc[m];
+        q.amax[i] = p.amax[m]; q.pick[i] = m;
         for (let j = 0; j < k; j++) q.sites[i * k + j] = p.sites[m * k + j];
         q.req[i] = Math.max(p.req[a], p.req[b]);
         q.res[i] = Math.max(p.res[a], p.res[b]);
@@ -108,13 +114,109 @@
       }
       levels.push(q);
     }
-    const allocs = f64(dev.allocations);
+    // Allocations live before the trace (alloc state 0) first: they sit at the bottom.
+    const allocs = concatF64(f64(dev.initial_allocations), f64(dev.allocations));
     const requests = f64(dev.requests);
     const moments = dev.moments.map((m) => ({ state: m.state, kinds: m.kinds, segs: f64(m.segments), blocks: f64(m.blocks) }));
     for (const m of moments) m.fig = momentFigures(m);
-    dev._c = { k, levels, states: c.states, allocs, requests, moments };
+    const so = dev.state_ops || { exact: false, first: 0, ops: '', count: 0 };
+    // Allocations drawn one by one on the timeline, largest first (the order N cuts).
+    const na = allocs.length / AL;
+    const order = Array.from({ length: na }, (_, i) => i).sort((a, b) => allocs[b * AL + 1] - allocs[a * AL + 1] || a - b);
+    dev._c = { k, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
+      clock: clockOf(lvl0, c.states, [f64(c.gap_from), f64(c.gap_to), f64(c.gap_t0), f64(c.gap_t1)]) };
     return dev._c;
   }
+  // Values per allocation record (DeviceData.allocations): address, size, requested,
+  // alloc state, free state (−1: live at the end), stack, alloc time_us, free time_us.
+  const AL = 8;
+  // Values per state delta record (StateOps.ops): event, kind, address, size, a, b, stack.
+  const OP = 7;
+
+  // Wall clock: the time of a trace state, from the finest level's first timed event of
+  // each bucket (exact per state on traces of ≤ 8192 events, interpolated between
+  // buckets on longer ones), and back.
+  // The longest pause of each bucket adds two exact knots around it (Curves.gap_*).
+  function clockOf(L, states, gaps) {
+    const pts = [];
+    for (let i = 0; i < L.n; i++) if (!isNaN(L.time[i])) pts.push([Math.max(1, L.first[i]), L.time[i]]);
+    const [gf, gt, g0, g1] = gaps;
+    for (let i = 0; i < gf.length; i++) if (gf[i] >= 1) pts.push([gf[i], g0[i]], [gt[i], g1[i]]);
+    pts.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    const ks = [], ts = [];
+    let last = -Infinity;
+    for (const [k, t] of pts) {
+      // Times are recorded in order; a file where they are not gets a monotone axis.
+      last = Math.max(last, t);
+      if (ks.length && ks[ks.length - 1] === k) { ts[ts.length - 1] = last; continue; }
+      ks.push(k); ts.push(last);
+    }
+    if (ks.length < 2 || ts[ts.length - 1] <= ts[0]) return null;
+    const KS = Float64Array.from(ks), KT = Float64Array.from(ts), m = KS.length;
+    const at = (s) => {
+      if (s <= KS[0]) return KT[0];
+      if (s >= KS[m - 1]) return KT[m - 1];
+      let lo = 0, hi = m - 1;
+      while (hi - lo > 1) { const h = (lo + hi) >> 1; if (KS[h] <= s) lo = h; else hi = h; }
+      return KT[lo] + ((KT[hi] - KT[lo]) * (s - KS[lo])) / (KS[hi] - KS[lo]);
+    };
+    const inv = (t) => {
+      if (t <= KT[0]) return 0;
+      if (t >= KT[m - 1]) return states;
+      let lo = 0, hi = m - 1;
+      while (hi - lo > 1) { const h = (lo + hi) >> 1; if (KT[h] <= t) lo = h; else hi = h; }
+      return KT[hi] > KT[lo] ? KS[lo] + ((KS[hi] - KS[lo]) * (t - KT[lo])) / (KT[hi] - KT[lo]) : KS[lo];
+    };
+    return { at, inv, t0: KT[0], t1: KT[m - 1], exact: L.n === states, KS, KT };
+  }
+
+  // The allocator state at trace state s: from the nearest keyframe at or before it plus
+  // the events' deltas (exact), or the nearest keyframe (when the file was too long for
+  // deltas: `snapped` says so).
+  function stateOf(c, s) {
+    const K = c.moments;
+    s = Math.max(c.first, Math.min(c.states - 1, Math.round(s)));
+    if (c._st && c._st.asked === s) return c._st;
+    let lo = 0, hi = K.length - 1;
+    while (lo < hi) { const h = (lo + hi + 1) >> 1; if (K[h].state <= s) lo = h; else hi = h - 1; }
+    let out;
+    if (K[lo].state === s) out = K[lo];
+    else if (!c.exact) {
+      const j = lo + 1 < K.length && K[lo + 1].state - s < s - K[lo].state ? lo + 1 : lo;
+      out = K[j];
+    } else out = applyOps(c, K[lo], s);
+    const r = Object.assign({}, out, { asked: s, snapped: out.state !== s });
+    c._st = r;
+    return r;
+  }
+  function applyOps(c, key, s) {
+    const segs = new Map(), blocks = new Map();
+    for (let i = 0; i < key.segs.length; i += 4) segs.set(key.segs[i], [key.segs[i], key.segs[i + 1], key.segs[i + 2], key.segs[i + 3]]);
+    for (let i = 0; i < key.blocks.length; i += 6) blocks.set(key.blocks[i + 1], [key.blocks[i + 1], key.blocks[i + 2], key.blocks[i + 3], key.blocks[i + 4], key.blocks[i + 5]]);
+    const O = c.ops, n = O.length / OP;
+    let lo = 0, hi = n;
+    while (lo < hi) { const h = (lo + hi) >> 1; if (O[h * OP] < key.state) lo = h + 1; else hi = h; }
+    for (let r = lo; r < n && O[r * OP] < s; r++) {
+      const o = r * OP, kind = O[o + 1], addr = O[o + 2], size = O[o + 3];
+      if (kind === 0) blocks.delete(addr);
+      else if (kind === 1) blocks.set(addr, [addr, size, O[o + 4], O[o + 5], O[o + 6]]);
+      else if (kind === 2) { segs.delete(addr); for (const a of Array.from(blocks.keys())) if (a >= addr && a < addr + size) blocks.delete(a); }
+      else segs.set(addr, [addr, size, O[o + 4], O[o + 5]]);
+    }
+    const sl = Array.from(segs.values()).sort((a, b) => a[0] - b[0]);
+    const bl = Array.from(blocks.values()).sort((a, b) => a[0] - b[0]);
+    const S4 = new Float64Array(sl.length * 4), B6 = new Float64Array(bl.length * 6);
+    sl.forEach((x, i) => S4.set(x, 4 * i));
+    let si = 0;
+    bl.forEach((b, i) => {
+      while (si + 1 < sl.length && sl[si + 1][0] <= b[0]) si++;
+      B6.set([si, b[0], b[1], b[2], b[3], b[4]], 6 * i);
+    });
+    const m = { state: s, kinds: [], segs: S4, blocks: B6 };
+    m.fig = momentFigures(m);
+    return m;
+  }
+
   function momentFigures(m) {
     let reserved = 0, allocated = 0, pending = 0, free = 0, largest = 0, slack = 0;
     for (let i = 0; i < m.segs.length; i += 4) reserved += m.segs[i + 1];
@@ -128,7 +230,9 @@
   }
 
   // ---------- page state ----------
-  const S = { file: 0, dev: 0, x0: 0, x1: 1, axis: 'events', bands: 12, moment: 0, highlight: null, hits: [] };
+  // Page state. `state`: the trace state the state view shows; `stack`: the timeline
+  // stacked by allocation (`n` of them drawn) or by call site (`bands` of them).
+  const S = { file: 0, dev: 0, x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, c: null };
   const views = {};
 
   function build() {
@@ -152,10 +256,12 @@
       main.append(el('p', { class: 'note' }, 'This file has no device with segments or trace events.'));
     } else {
       const c = decodeDevice(dev);
-      S.x0 = 0; S.x1 = c.states; S.bands = Math.min(S.bands, c.k);
-      const pre = c.moments.findIndex((m) => m.kinds.includes('oom'));
-      const rp = c.moments.findIndex((m) => m.kinds.includes('reserved_peak'));
-      S.moment = pre >= 0 ? pre : rp >= 0 ? rp : Math.max(0, c.moments.length - 1);
+      S.x0 = 0; S.x1 = c.states; S.bands = Math.min(S.bands, c.k); S.c = c; S.sel = -1; S.hitAllocs = null;
+      if (S.axis === 'time' && !c.clock) S.axis = 'events';
+      const pre = c.moments.find((m) => m.kinds.includes('oom'));
+      const rp = c.moments.find((m) => m.kinds.includes('reserved_peak'));
+      S.state = pre ? pre.state : rp ? rp.state : c.states - 1;
+      layoutAllocs(c, S.n);
       main.append(timelineView(file, dev, c), stateView(file, dev, c), fragView(file, dev, c), whatIfView(file, dev), findingsView(file, dev));
     }
     redrawAll();
@@ -212,8 +318,23 @@
     while (L < c.levels.length - 1 && c.levels[L].n * span > w) L++;
     return L;
   }
-  function xOf(state, w) { return ((state - S.x0) / (S.x1 - S.x0)) * w; }
-  function stateAt(x, w) { return S.x0 + (x / w) * (S.x1 - S.x0); }
+  // The x axis: trace states in event order, or placed by wall-clock time (then a pause
+  // between events shows as a gap). `S.x0`/`S.x1` are always trace states.
+  const timeAxis = () => S.axis === 'time' && S.c && S.c.clock;
+  function xOf(state, w) {
+    if (timeAxis()) {
+      const k = S.c.clock, a = k.at(S.x0), b = k.at(S.x1);
+      return b > a ? ((k.at(state) - a) / (b - a)) * w : 0;
+    }
+    return ((state - S.x0) / (S.x1 - S.x0)) * w;
+  }
+  function stateAt(x, w) {
+    if (timeAxis()) {
+      const k = S.c.clock, a = k.at(S.x0), b = k.at(S.x1);
+      return Math.max(S.x0, Math.min(S.x1, k.inv(a + (x / w) * (b - a))));
+    }
+    return S.x0 + (x / w) * (S.x1 - S.x0);
+  }
   function bucketRange(lv, c) {
     // Buckets whose states intersect [x0, x1].
     let i0 = 0, i1 = lv.n - 1;
@@ -226,17 +347,101 @@
     i1 = hi;
     return [i0, i1];
   }
+
+  // Stacked by allocation, as PyTorch's memory_viz draws it: the N largest allocations
+  // each get a polygon; one made while others are live sits on top of them, and when one
+  // below it is freed it drops by that size. Everything else allocated is one summarised
+  // band above them (allocated − the drawn allocations live at each bucket's maximum).
+  // Points: per drawn allocation, [state, offset, state, offset, ...] (bottom of the
+  // polygon from that state on); it ends at its free state or the end of the trace.
+  function layoutAllocs(c, N) {
+    const A = c.allocs;
+    N = Math.max(0, Math.min(N, c.na));
+    const drawn = c.order.slice(0, N);
+    const ev = [];
+    for (const i of drawn) {
+      ev.push([A[i * AL + 3], 1, i]);
+      if (A[i * AL + 4] >= 0) ev.push([A[i * AL + 4], 0, i]);
+    }
+    ev.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    const pts = new Map(), live = [];
+    let total = 0;
+    for (const [s, add, i] of ev) {
+      const size = A[i * AL + 1];
+      if (add) { pts.set(i, [s, total]); live.push(i); total += size; continue; }
+      const p = live.indexOf(i);
+      if (p < 0) continue;
+      live.splice(p, 1);
+      total -= size;
+      for (let q = p; q < live.length; q++) { const P = pts.get(live[q]); P.push(s, P[P.length - 1] - size); }
+    }
+    // Drawn bytes live at each bucket's allocated maximum, finest level by one sweep, then
+    // the coarser levels follow the bucket they took their maximum from.
+    const L0 = c.levels[0];
+    const d0 = new Float64Array(L0.n);
+    let e = 0, run = 0;
+    for (let b = 0; b < L0.n; b++) {
+      while (e < ev.length && ev[e][0] <= L0.amax[b]) { run += (ev[e][1] ? 1 : -1) * A[ev[e][2] * AL + 1]; e++; }
+      d0[b] = run;
+    }
+    L0.drawn = d0;
+    for (let l = 1; l < c.levels.length; l++) {
+      const q = c.levels[l], p = c.levels[l - 1];
+      q.drawn = new Float64Array(q.n);
+      for (let i = 0; i < q.n; i++) q.drawn[i] = p.drawn[q.pick[i]];
+    }
+    c.drawn = drawn; c.pts = pts; c.N = N;
+    let np = 0;
+    for (const P of pts.values()) np += P.length / 2;
+    c.points = np;
+  }
+  // Bottom of drawn allocation i at state s (null when not live there).
+  function allocOffset(c, i, s) {
+    const A = c.allocs, P = c.pts.get(i);
+    const end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states;
+    if (!P || s < P[0] || s >= end) return null;
+    let off = P[1];
+    for (let k = 2; k < P.length && P[k] <= s; k += 2) off = P[k + 1];
+    return off;
+  }
+
   function timelineView(file, dev, c) {
     const sec = el('section', { id: 'timeline' });
     sec.append(el('h2', {}, '1. Active memory over time'));
     const cv = canvas('tl', 300);
     const info = el('span', { id: 'tl-range' });
+    const mode = el('select', { id: 'tl-stack' }, el('option', { value: 'allocation' }, 'allocation'), el('option', { value: 'site' }, 'call site'));
+    mode.value = S.stack;
+    const nIn = el('input', { type: 'range', min: '0', max: String(c.na), value: String(Math.min(S.n, c.na)), id: 'tl-n', title: 'allocations drawn one by one' });
+    const nLabel = el('span', { id: 'tl-n-label' });
     const bands = el('input', { type: 'range', min: '0', max: String(c.k), value: String(S.bands), id: 'tl-bands' });
-    bands.addEventListener('input', () => { S.bands = +bands.value; redrawAll(); });
+    const showMode = () => {
+      const byAlloc = S.stack === 'allocation';
+      nIn.style.display = byAlloc ? '' : 'none'; bands.style.display = byAlloc ? 'none' : '';
+      nLabel.textContent = byAlloc ? `largest ${c.N} of ${c.na} allocations drawn` : `${S.bands} of ${c.k} call sites`;
+    };
+    mode.addEventListener('change', () => { S.stack = mode.value; showMode(); redrawAll(); });
+    nIn.addEventListener('input', () => { S.n = +nIn.value; layoutAllocs(c, S.n); showMode(); redrawAll(); });
+    bands.addEventListener('input', () => { S.bands = +bands.value; showMode(); redrawAll(); });
+    api.setAllocations = (n) => { S.n = n; nIn.value = String(n); layoutAllocs(c, n); showMode(); redrawAll(); return c.N; };
     const axis = el('select', { id: 'tl-axis' }, el('option', { value: 'events' }, 'event order'), el('option', { value: 'time' }, 'wall clock'));
+    axis.value = S.axis;
+    if (!c.clock) { axis.disabled = true; axis.title = 'the trace records no times'; }
     axis.addEventListener('change', () => { S.axis = axis.value; redrawAll(); });
     const zoomBy = (f, at) => {
       const mid = at == null ? (S.x0 + S.x1) / 2 : at;
+      if (timeAxis()) {
+        // Zoom in time: the span of wall-clock time shown scales by f around `at`.
+        const k = c.clock, a = k.at(S.x0), b = k.at(S.x1), tm = k.at(mid);
+        const span = Math.min(k.t1 - k.t0, (b - a) * f);
+        let t0 = tm - (tm - a) * (span / Math.max(b - a, 1e-9));
+        t0 = Math.max(k.t0, Math.min(t0, k.t1 - span));
+        let x0 = t0 <= k.t0 ? 0 : k.inv(t0), x1 = t0 + span >= k.t1 ? c.states : k.inv(t0 + span);
+        if (x1 - x0 < 4) { const m = (x0 + x1) / 2; x0 = Math.max(0, m - 2); x1 = Math.min(c.states, x0 + 4); }
+        S.x0 = x0; S.x1 = x1;
+        redrawTimed();
+        return;
+      }
       let span = Math.max(4, (S.x1 - S.x0) * f);
       span = Math.min(span, c.states);
       let x0 = mid - (mid - S.x0) * (span / (S.x1 - S.x0));
@@ -246,32 +451,47 @@
     };
     api.zoom = (f, at) => zoomBy(f, at);
     api.view = () => ({ x0: S.x0, x1: S.x1, states: c.states });
+    api.setAxis = (a) => { S.axis = a; axis.value = a; redrawAll(); return S.axis; };
+    // Plot x (pixels from the plot's left edge, plot width) of a trace state, and the
+    // wall-clock time the page gives a state.
+    api.xOfState = (s) => { const w = cv.clientWidth - TL_LEFT; return { x: xOf(s, w), w }; };
+    api.timeOfState = (s) => (c.clock ? c.clock.at(s) : null);
     sec.append(el('div', { class: 'controls' },
       el('button', { id: 'zoom-in', onclick: () => zoomBy(0.5) }, 'zoom in'),
       el('button', { id: 'zoom-out', onclick: () => zoomBy(2) }, 'zoom out'),
       el('button', { id: 'zoom-reset', onclick: () => { S.x0 = 0; S.x1 = c.states; redrawTimed(); } }, 'reset'),
-      'x axis', axis, 'call-site bands', bands, info));
+      'x axis', axis, 'stacked by', mode, nIn, bands, nLabel, info));
+    showMode();
     if (c.states === 1) sec.append(el('p', { class: 'note' }, 'No trace was recorded (state only): the timeline has one point, the snapshot itself. Record with torch.cuda.memory._record_memory_history() for the history.'));
     sec.append(cv);
-    sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated (bands: call sites with most live bytes; grey: the rest)',
-      el('i', { style: 'background:var(--req)' }), 'requested', ' · wheel: zoom, drag: pan, click: stack of a band · ', `${c.states - 1} events, finest level ${c.levels[0].n} buckets (max of each)`));
+    sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated',
+      el('i', { style: 'background:var(--req)' }), 'requested', el('i', { style: 'background:#cbd5e1' }), 'the rest of allocated (summarised)',
+      ' · allocations and bands coloured by call site · wheel: zoom, drag: pan, click: an allocation\u2019s stack · ',
+      `${c.states - 1} events, finest level ${c.levels[0].n} buckets (max of each)` + (c.clock && !c.clock.exact ? '; wall clock interpolated inside buckets' : '')));
     let drag = null;
-    cv.addEventListener('wheel', (e) => { e.preventDefault(); const r = cv.getBoundingClientRect(); zoomBy(e.deltaY < 0 ? 0.7 : 1 / 0.7, stateAt(e.clientX - r.left, r.width)); }, { passive: false });
+    cv.addEventListener('wheel', (e) => { e.preventDefault(); const r = cv.getBoundingClientRect(); zoomBy(e.deltaY < 0 ? 0.7 : 1 / 0.7, stateAt(e.clientX - r.left - cv.clientLeft - TL_LEFT, cv.clientWidth - TL_LEFT)); }, { passive: false });
     cv.addEventListener('mousedown', (e) => { drag = { x: e.clientX, x0: S.x0, x1: S.x1, moved: false }; });
     window.addEventListener('mouseup', () => { setTimeout(() => (drag = null), 0); });
     cv.addEventListener('mousemove', (e) => {
       if (!drag || !(e.buttons & 1)) return;
       const r = cv.getBoundingClientRect();
-      const d = ((e.clientX - drag.x) / r.width) * (drag.x1 - drag.x0);
       if (Math.abs(e.clientX - drag.x) > 3) drag.moved = true;
       const span = drag.x1 - drag.x0;
-      S.x0 = Math.max(0, Math.min(drag.x0 - d, c.states - span)); S.x1 = S.x0 + span;
+      if (timeAxis()) {
+        const k = c.clock, a = k.at(drag.x0), b = k.at(drag.x1), dt = ((e.clientX - drag.x) / (r.width - TL_LEFT)) * (b - a);
+        const t0 = Math.max(k.t0, Math.min(a - dt, k.t1 - (b - a)));
+        S.x0 = t0 <= k.t0 ? 0 : k.inv(t0); S.x1 = t0 + (b - a) >= k.t1 ? c.states : Math.max(S.x0 + 1, k.inv(t0 + (b - a)));
+      } else {
+        const d = ((e.clientX - drag.x) / (r.width - TL_LEFT)) * span;
+        S.x0 = Math.max(0, Math.min(drag.x0 - d, c.states - span)); S.x1 = S.x0 + span;
+      }
       redrawTimed();
     });
     cv.addEventListener('click', (e) => {
       if (drag && drag.moved) return;
+      // Inside the border, in the drawing's own size (ctxOf draws clientWidth wide).
       const r = cv.getBoundingClientRect();
-      timelineClick(file, dev, c, e.clientX - r.left, e.clientY - r.top, r.width, r.height);
+      timelineClick(file, dev, c, e.clientX - r.left - cv.clientLeft, e.clientY - r.top - cv.clientTop, cv.clientWidth, cv.clientHeight);
     });
     views.timeline = () => drawTimeline(file, dev, c, cv, info);
     return sec;
@@ -284,6 +504,11 @@
     for (let i = i0; i <= i1; i++) ymax = Math.max(ymax, lv.res[i], lv.alloc[i], lv.req[i]);
     return { lv, i0, i1, ymax: ymax * 1.05, pw: w - TL_LEFT, ph: h - TL_TOP - TL_BOTTOM };
   }
+  // Whether an allocation is dimmed by the current highlight (search or click).
+  function dimAlloc(c, i) {
+    if (S.hitAllocs) return !S.hitAllocs.has(i);
+    return S.highlight ? !S.highlight.has(c.allocs[i * AL + 5]) : false;
+  }
   function drawTimeline(file, dev, c, cv, info) {
     const { g, w, h } = ctxOf(cv);
     const G = tlGeom(c, w, h), { lv, i0, i1, ymax, pw, ph } = G;
@@ -291,6 +516,8 @@
     const X = (s) => TL_LEFT + xOf(s, pw);
     const next = (i) => (i + 1 < lv.n ? lv.first[i + 1] : c.states);
     const k = c.k;
+    g.save();
+    g.beginPath(); g.rect(TL_LEFT, 0, pw, h); g.clip();
     // Phases.
     for (const p of dev.phases) {
       if (p.end < S.x0 || p.start > S.x1) continue;
@@ -300,25 +527,90 @@
       g.fillStyle = '#475467'; g.font = '10px sans-serif';
       if (b - a > 30) g.fillText(p.name.slice(0, Math.floor((b - a) / 6)), a + 2, 10 + (p.depth % 2) * 0);
     }
-    // Stacked call-site bands, then the rest of allocated.
-    const hl = S.highlight;
-    for (let i = i0; i <= i1; i++) {
-      const xa = Math.max(TL_LEFT, X(lv.first[i])), xb = Math.min(w, X(next(i)));
-      const bw = Math.max(1, xb - xa);
-      let base = 0;
-      for (let j = 0; j < S.bands && j < k; j++) {
-        const v = lv.sites[i * k + j];
-        if (v <= 0) continue;
-        const si = dev.curves.site_stacks[j];
-        g.globalAlpha = hl && !hl.has(si) ? 0.25 : 1;
-        g.fillStyle = color(si);
-        g.fillRect(xa, Y(base + v), bw, Y(base) - Y(base + v));
-        base += v;
+    // Wall clock: pauses (consecutive events far apart in time) shaded, so they read as
+    // gaps rather than as memory held. Only where the knots are consecutive states.
+    let gaps = 0;
+    if (timeAxis()) {
+      const { KS, KT } = c.clock;
+      g.fillStyle = 'rgba(100,116,139,0.13)'; g.font = '10px sans-serif';
+      for (let i = 0; i + 1 < KS.length; i++) {
+        if (KS[i + 1] < S.x0 || KS[i] > S.x1 || KS[i + 1] - KS[i] > 1) continue;
+        const xa = X(KS[i]), xb = X(KS[i + 1]);
+        if (xb - xa < 12) continue;
+        gaps++;
+        g.fillRect(xa, TL_TOP, xb - xa, ph);
+        if (xb - xa > 70) { g.fillStyle = '#475467'; g.fillText(`no event for ${((KT[i + 1] - KT[i]) / 1e6).toFixed(3)} s`, xa + 3, TL_TOP + 22); g.fillStyle = 'rgba(100,116,139,0.13)'; }
       }
-      g.globalAlpha = hl ? 0.25 : 1;
-      const rest = lv.alloc[i] - base;
-      if (rest > 0) { g.fillStyle = '#cbd5e1'; g.fillRect(xa, Y(base + rest), bw, Y(base) - Y(base + rest)); }
+    }
+    cv.dataset.gaps = String(gaps);
+    const hl = S.highlight || S.hitAllocs;
+    if (S.stack === 'allocation') {
+      // The summarised band (bucket level), then each drawn allocation (its own steps).
+      g.fillStyle = '#cbd5e1'; g.globalAlpha = hl ? 0.4 : 1;
+      for (let i = i0; i <= i1; i++) {
+        const rest = lv.alloc[i] - lv.drawn[i];
+        if (rest <= 0) continue;
+        // Whole pixels, so that adjacent buckets leave no seam.
+        const xa = Math.floor(Math.max(TL_LEFT, X(lv.first[i]))), xb = Math.ceil(Math.min(w, X(next(i))));
+        g.fillRect(xa, Y(lv.drawn[i] + rest), Math.max(1, xb - xa), Y(lv.drawn[i]) - Y(lv.drawn[i] + rest));
+      }
+      const A = c.allocs;
+      let shown = 0;
+      for (const i of c.drawn) {
+        const a = A[i * AL + 3], end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states;
+        if (end < S.x0 || a > S.x1) continue;
+        const P = c.pts.get(i), size = A[i * AL + 1];
+        g.fillStyle = color(A[i * AL + 5]);
+        g.globalAlpha = dimAlloc(c, i) ? 0.2 : 1;
+        shown++;
+        // Level of detail: steps narrower than a pixel are merged into one rectangle
+        // spanning their offsets (an allocation dropping many times inside one pixel
+        // column), so a redraw costs pixels, not steps.
+        let q = 0;
+        if (P.length > 2 && P[2] < S.x0) { let lo = 0, hi = P.length / 2 - 1; while (lo < hi) { const h = (lo + hi + 1) >> 1; if (P[2 * h] <= S.x0) lo = h; else hi = h - 1; } q = 2 * lo; }
+        let rx = -1, rxb = 0, rlo = 0, rhi = 0;
+        const flush = () => { if (rx >= 0) g.fillRect(rx, Y(rhi), Math.max(0.7, rxb - rx), Math.max(0.5, Y(rlo) - Y(rhi))); rx = -1; };
+        for (; q < P.length; q += 2) {
+          const sa = P[q];
+          if (sa > S.x1) break;
+          const sb = q + 2 < P.length ? P[q + 2] : end;
+          if (sb < S.x0) continue;
+          const xa = Math.max(TL_LEFT, X(sa)), xb = Math.min(w, X(sb)), off = P[q + 1];
+          if (rx >= 0 && xa - rx < 1) { rxb = xb; rlo = Math.min(rlo, off); rhi = Math.max(rhi, off + size); continue; }
+          flush();
+          rx = xa; rxb = xb; rlo = off; rhi = off + size;
+        }
+        flush();
+        if (i === S.sel) {
+          g.globalAlpha = 1; g.strokeStyle = '#111'; g.lineWidth = 1.5;
+          for (let q = 0; q < P.length; q += 2) {
+            const sb = q + 2 < P.length ? P[q + 2] : end, off = P[q + 1];
+            g.strokeRect(Math.max(TL_LEFT, X(P[q])), Y(off + size), Math.max(1, Math.min(w, X(sb)) - Math.max(TL_LEFT, X(P[q]))), Math.max(1, Y(off) - Y(off + size)));
+          }
+        }
+      }
       g.globalAlpha = 1;
+      cv.dataset.allocsShown = String(shown);
+    } else {
+      // Stacked call-site bands, then the rest of allocated.
+      for (let i = i0; i <= i1; i++) {
+        const xa = Math.max(TL_LEFT, X(lv.first[i])), xb = Math.min(w, X(next(i)));
+        const bw = Math.max(1, xb - xa);
+        let base = 0;
+        for (let j = 0; j < S.bands && j < k; j++) {
+          const v = lv.sites[i * k + j];
+          if (v <= 0) continue;
+          const si = dev.curves.site_stacks[j];
+          g.globalAlpha = S.highlight && !S.highlight.has(si) ? 0.25 : 1;
+          g.fillStyle = color(si);
+          g.fillRect(xa, Y(base + v), bw, Y(base) - Y(base + v));
+          base += v;
+        }
+        g.globalAlpha = hl ? 0.25 : 1;
+        const rest = lv.alloc[i] - base;
+        if (rest > 0) { g.fillStyle = '#cbd5e1'; g.fillRect(xa, Y(base + rest), bw, Y(base) - Y(base + rest)); }
+        g.globalAlpha = 1;
+      }
     }
     // Curves (step lines at bucket maxima).
     const line = (arr, col, dash) => {
@@ -339,13 +631,16 @@
       const a = Math.max(TL_LEFT, X(hit.alloc)), b = Math.min(w, X(hit.free < 0 ? c.states : hit.free));
       g.fillStyle = 'rgba(234,88,12,0.8)'; g.fillRect(a, TL_TOP + ph - 4, Math.max(2, b - a), 4);
     }
-    // Moment marker.
-    const m = c.moments[S.moment];
-    if (m) { g.strokeStyle = '#111'; g.setLineDash([2, 2]); g.beginPath(); g.moveTo(X(m.state), TL_TOP); g.lineTo(X(m.state), TL_TOP + ph); g.stroke(); g.setLineDash([]); }
+    // The state view's position.
+    if (c.moments.length) {
+      const x = X(stateOf(c, S.state).state);
+      g.strokeStyle = '#111'; g.setLineDash([2, 2]); g.beginPath(); g.moveTo(x, TL_TOP); g.lineTo(x, TL_TOP + ph); g.stroke(); g.setLineDash([]);
+    }
+    g.restore();
     axes(g, w, h, ph, ymax, c, lv, pw);
     info.textContent = `events ${Math.floor(S.x0)}–${Math.ceil(S.x1) - 1}`;
     cv.dataset.x0 = S.x0; cv.dataset.x1 = S.x1; cv.dataset.buckets = i1 - i0 + 1;
-    cv.dataset.level = c.levels.indexOf(lv);
+    cv.dataset.level = c.levels.indexOf(lv); cv.dataset.axis = timeAxis() ? 'time' : 'events';
     cv.dataset.peakReserved = Math.max(...Array.from(c.levels[c.levels.length - 1].res));
     cv.dataset.peakAllocated = Math.max(...Array.from(c.levels[c.levels.length - 1].alloc));
   }
@@ -356,19 +651,18 @@
       g.beginPath(); g.moveTo(TL_LEFT, y); g.lineTo(w, y); g.stroke();
       g.fillText(bytes(v), 2, y + 3);
     }
+    const k = timeAxis() ? c.clock : null;
     for (let t = 0; t <= 5; t++) {
-      const s = S.x0 + ((S.x1 - S.x0) * t) / 5;
       const x = TL_LEFT + (pw * t) / 5;
       if (c.states < 6 && t > 0) break;
-      let label = String(Math.min(Math.floor(s), c.states - 1));
-      if (S.axis === 'time') {
-        const L = c.levels[0];
-        let lo = 0, hi = L.n - 1;
-        while (lo < hi) { const m = (lo + hi + 1) >> 1; if (L.first[m] <= s) lo = m; else hi = m - 1; }
-        let t0 = NaN;
-        for (let i = 0; i < L.n && isNaN(t0); i++) t0 = L.time[i];
-        const tt = L.time[lo];
-        label = isNaN(tt) || isNaN(t0) ? 'no time' : ((tt - t0) / 1e6).toFixed(3) + ' s';
+      let label;
+      if (k) {
+        // Evenly spaced in time: seconds since the first timed event.
+        const a = k.at(S.x0), b = k.at(S.x1);
+        label = ((a + ((b - a) * t) / 5 - k.t0) / 1e6).toFixed(b - a < 5e3 ? 6 : b - a < 5e6 ? 3 : 1) + ' s';
+      } else {
+        const s = S.x0 + ((S.x1 - S.x0) * t) / 5;
+        label = String(Math.min(Math.floor(s), c.states - 1));
       }
       g.fillText(label, Math.max(0, Math.min(x, w - g.measureText(label).width - 2)), h - 4);
     }
@@ -380,22 +674,33 @@
     let lo = 0, hi = lv.n - 1;
     while (lo < hi) { const m = (lo + hi + 1) >> 1; if (lv.first[m] <= s) lo = m; else hi = m - 1; }
     const v = ((TL_TOP + ph - y) / ph) * ymax;
+    // Linked by time: the state view moves to the clicked event.
+    if (c.moments.length) {
+      S.state = Math.floor(s);
+      const sl = document.getElementById('moment');
+      if (sl) sl.value = String(stateOf(c, S.state).state);
+    }
+    const head = el('div', {}, el('div', {}, `Event ${Math.floor(s)}: allocated ${bytes(lv.alloc[lo])}, requested ${bytes(lv.req[lo])}, reserved ${bytes(lv.res[lo])} (maxima of this bucket)`));
+    if (S.stack === 'allocation') {
+      let hit = -1;
+      for (const i of c.drawn) {
+        const off = allocOffset(c, i, s);
+        if (off != null && v >= off && v < off + c.allocs[i * AL + 1]) { hit = i; break; }
+      }
+      if (hit >= 0) { allocInfo(file, c, hit, head); return; }
+      S.sel = -1;
+      redrawAll();
+      detail.textContent = '';
+      detail.append(head, el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Grey band: allocations smaller than the drawn ones (raise the number drawn to see them one by one).' : 'Click an allocation for its stack.'));
+      return;
+    }
     let base = 0, hit = null;
     for (let j = 0; j < S.bands && j < c.k; j++) {
       const b = lv.sites[lo * c.k + j];
       if (v >= base && v < base + b) { hit = j; break; }
       base += b;
     }
-    // Linked by time: the state view moves to the captured moment nearest the click.
-    if (c.moments.length) {
-      let best = 0;
-      c.moments.forEach((m, j) => { if (Math.abs(m.state - s) < Math.abs(c.moments[best].state - s)) best = j; });
-      S.moment = best;
-      const sl = document.getElementById('moment');
-      if (sl) sl.value = String(best);
-      redrawAll();
-    }
-    const head = el('div', {}, el('div', {}, `Event ${Math.floor(s)}: allocated ${bytes(lv.alloc[lo])}, requested ${bytes(lv.req[lo])}, reserved ${bytes(lv.res[lo])} (maxima of this bucket)`));
+    redrawAll();
     if (hit != null) {
       const si = dev.curves.site_stacks[hit];
       // Linked by call site: the state view dims every block of other sites.
@@ -408,6 +713,44 @@
       detail.append(head, el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Grey band: allocations outside the top call sites.' : 'Click a coloured band for its stack.'));
     }
   }
+  // One allocation of the timeline: address, size, its alloc and free events and times,
+  // and its whole stack; its call site is highlighted in both views.
+  function allocInfo(file, c, i, extra) {
+    const A = c.allocs, o = i * AL;
+    S.sel = i;
+    S.highlight = new Set([A[o + 5]]);
+    redrawAll();
+    const t0 = c.clock ? c.clock.t0 : NaN;
+    const when = (t) => (isNaN(t) ? '' : isNaN(t0) ? ` (time ${t} µs)` : ` (t = ${((t - t0) / 1e6).toFixed(6)} s)`);
+    const freed = A[o + 4] >= 0 ? `freed at event ${A[o + 4] - 1}${when(A[o + 7])}` : 'still allocated at the end of the trace';
+    const head = el('div', { id: 'alloc-info', 'data-alloc-addr': String(A[o]), 'data-alloc-size': String(A[o + 1]), 'data-alloc-request': String(A[o + 2]),
+      'data-alloc-state': String(A[o + 3]), 'data-free-state': String(A[o + 4]), 'data-alloc-index': String(i) },
+    el('div', {}, `Allocation ${hex(A[o])}: ${bytes(A[o + 1])} (request ${bytes(A[o + 2])}, ${A[o + 2]} B)`),
+    el('div', {}, `${A[o + 3] > 0 ? `allocated at event ${A[o + 3] - 1}${when(A[o + 6])}` : 'allocated before the trace began'}; ${freed}`));
+    showStack(file, A[o + 5], 'Allocated at ' + siteName(file, A[o + 5]), extra ? el('div', {}, extra, head) : head);
+    detail.append(el('button', { onclick: () => { S.highlight = null; S.sel = -1; redrawAll(); } }, 'clear highlight'));
+  }
+  // For the tests: the drawn allocations visible now, each with a point inside it (page
+  // pixels relative to the canvas) on its widest step.
+  api.allocBoxes = () => {
+    const c = S.c, cv = document.querySelector('canvas.tl');
+    if (!c || !cv || !c.drawn) return [];
+    const w = cv.clientWidth, h = cv.clientHeight, G = tlGeom(c, w, h);
+    const Y = (v) => TL_TOP + G.ph - (v / G.ymax) * G.ph, X = (s) => TL_LEFT + xOf(s, G.pw);
+    const out = [];
+    for (const i of c.drawn) {
+      const A = c.allocs, P = c.pts.get(i), end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states, size = A[i * AL + 1];
+      let best = null;
+      for (let q = 0; q < P.length; q += 2) {
+        const sa = Math.max(P[q], S.x0), sb = Math.min(q + 2 < P.length ? P[q + 2] : end, S.x1);
+        if (sb <= sa) continue;
+        const xa = X(sa), xb = X(sb), ya = Y(P[q + 1] + size), yb = Y(P[q + 1]);
+        if (!best || (xb - xa) * (yb - ya) > best.area) best = { area: (xb - xa) * (yb - ya), x: (xa + xb) / 2, y: (ya + yb) / 2, w: xb - xa, h: yb - ya };
+      }
+      if (best) out.push({ index: i, addr: A[i * AL], size, stack: A[i * AL + 5], ...best, x: best.x + cv.clientLeft, y: best.y + cv.clientTop });
+    }
+    return out;
+  };
   function showStack(file, si, title, extra) {
     detail.textContent = '';
     if (extra) detail.append(extra);
@@ -425,18 +768,31 @@
       views.state = () => {};
       return sec;
     }
-    const slider = el('input', { type: 'range', min: '0', max: String(c.moments.length - 1), value: String(S.moment), id: 'moment' });
+    // Any trace state from the first one that can be rebuilt to the end (the slider, the
+    // number box and the arrows step one event).
+    const last = c.states - 1;
+    const slider = el('input', { type: 'range', min: String(c.first), max: String(last), value: String(S.state), id: 'moment' });
+    const box = el('input', { type: 'number', min: String(c.first), max: String(last), value: String(S.state), id: 'state-input', style: 'width:8em' });
     const label = el('span', { id: 'moment-label' });
-    slider.addEventListener('input', () => { S.moment = +slider.value; redrawAll(); });
+    const go = (v) => { S.state = Math.max(c.first, Math.min(last, Math.round(+v))); redrawAll(); };
+    slider.addEventListener('input', () => go(slider.value));
+    box.addEventListener('change', () => go(box.value));
+    api.setState = (v) => { go(v); return stateOf(c, S.state).state; };
     const jumps = el('span', {});
     const names = { oom: 'OOM', reserved_peak: 'reserved peak', allocated_peak: 'allocated peak', end: 'end' };
     for (const kind of ['oom', 'reserved_peak', 'allocated_peak', 'end']) {
-      const i = c.moments.findIndex((m) => m.kinds.includes(kind));
-      if (i >= 0) jumps.append(el('button', { 'data-jump': kind, onclick: () => { S.moment = i; slider.value = String(i); redrawAll(); } }, names[kind]));
+      const m = c.moments.find((m) => m.kinds.includes(kind));
+      if (m) jumps.append(el('button', { 'data-jump': kind, onclick: () => go(m.state) }, names[kind]));
     }
+    const step = (d) => { const cur = stateOf(c, S.state); go(c.exact ? cur.state + d : (c.moments[Math.max(0, Math.min(c.moments.length - 1, c.moments.indexOf(c.moments.find((m) => m.state === cur.state)) + d))] || cur).state); };
     const figs = el('div', { class: 'figs', id: 'moment-figs' });
-    sec.append(el('div', { class: 'controls' }, 'moment', slider, label, jumps), figs);
+    views.stateControls = () => { const st = stateOf(c, S.state).state; slider.value = String(st); box.value = String(st); };
+    sec.append(el('div', { class: 'controls' }, 'trace state', slider, el('button', { id: 'state-prev', onclick: () => step(-1) }, '◀'), box,
+      el('button', { id: 'state-next', onclick: () => step(1) }, '▶'), jumps), el('div', { class: 'controls' }, label), figs);
     if (dev.moments_note) sec.append(el('p', { class: 'note' }, dev.moments_note));
+    sec.append(el('p', { class: 'note', id: 'state-mode' }, c.exact
+      ? `Every event from ${c.first} to ${last} can be shown: the page rebuilds the state from the nearest of ${c.moments.length} keyframes and the events' changes.`
+      : `This trace is too long to embed every event's changes: the view snaps to the nearest of ${c.moments.length} keyframes (about every ${Math.round(c.states / Math.max(1, c.moments.length))} events) and says which event it shows.`));
     const cv = canvas('st', 200);
     sec.append(cv, el('div', { class: 'legend note' }, el('i', { style: 'background:#e5e7eb' }), 'free', el('i', { style: 'background:var(--pend)' }), 'pending free',
       el('i', { style: 'background:#64748b' }), 'rounding slack (block − request); allocated blocks coloured by call site · hover a free block: which requests it could serve · click a block: its stack'));
@@ -461,7 +817,7 @@
     return null;
   }
   function drawState(file, dev, c, cv, label, figs) {
-    const m = c.moments[S.moment];
+    const m = stateOf(c, S.state);
     const segs = m.segs, blocks = m.blocks;
     const nseg = segs.length / 4;
     let maxSeg = 0, total = 0;
@@ -504,8 +860,10 @@
     }
     const f = m.fig;
     const kinds = m.kinds.filter((k) => k !== 'step').join(', ');
-    label.textContent = `event state ${m.state} of ${c.states - 1}${kinds ? ' — ' + kinds.replace(/_/g, ' ') : ''} (${S.moment + 1}/${c.moments.length})`;
-    cv.dataset.moment = String(S.moment); cv.dataset.state = String(m.state); cv.dataset.blocks = String(blocks.length / 6);
+    const after = m.state === 0 ? 'before the first event' : `after event ${m.state - 1}`;
+    label.textContent = `trace state ${m.state} of ${c.states - 1} (${after})${kinds ? ' — ' + kinds.replace(/_/g, ' ') : ''}` +
+      (m.snapped ? ` — snapped from ${m.asked} to the nearest keyframe, event state ${m.state}` : '');
+    cv.dataset.state = String(m.state); cv.dataset.asked = String(m.asked); cv.dataset.snapped = m.snapped ? '1' : '0'; cv.dataset.blocks = String(blocks.length / 6);
     figs.textContent = '';
     figs.append(fig('moment_reserved_bytes', f.reserved, 'reserved', bytes(f.reserved)), fig('moment_allocated_bytes', f.allocated, 'allocated', bytes(f.allocated)),
       fig('moment_pending_bytes', f.pending, 'pending free', bytes(f.pending)), fig('moment_free_bytes', f.free, 'free in cache', bytes(f.free)),
@@ -514,7 +872,7 @@
     return rects;
   }
   function blockInfo(file, c, b) {
-    const m = c.moments[S.moment], B = m.blocks, i = b.i;
+    const m = stateOf(c, S.state), B = m.blocks, i = b.i;
     const st = ['free', 'allocated', 'pending free'][B[i + 4]];
     const head = el('div', {}, el('div', {}, `${st} block ${hex(B[i + 1])}, ${bytes(B[i + 2])}` + (B[i + 4] === 1 ? ` (request ${bytes(B[i + 3])}, slack ${bytes(B[i + 2] - B[i + 3])})` : '')),
       el('div', { class: 'note' }, `segment ${hex(m.segs[4 * b.seg])}, ${bytes(m.segs[4 * b.seg + 1])}, stream ${m.segs[4 * b.seg + 2]}${m.segs[4 * b.seg + 3] & 1 ? ', small pool' : ', large pool'}${m.segs[4 * b.seg + 3] & 2 ? ', expandable' : ''}${m.segs[4 * b.seg + 3] & 4 ? ', private pool' : ''}`));
@@ -526,7 +884,7 @@
     detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));
   }
   function freeBlockInfo(file, dev, c, b) {
-    const m = c.moments[S.moment], B = m.blocks, size = B[b.i + 2];
+    const m = stateOf(c, S.state), B = m.blocks, size = B[b.i + 2];
     const small = m.segs[4 * b.seg + 3] & 1;
     // PyTorch serves requests ≤ 1 MiB from the small pool, larger ones from the large pool.
     let n = 0, kinds = 0, biggest = 0;
@@ -799,7 +1157,7 @@
   // ---------- search ----------
   function search(q) {
     const file = DATA.files[S.file], dev = file.devices[S.dev];
-    S.hits = []; S.highlight = null;
+    S.hits = []; S.highlight = null; S.hitAllocs = null; S.sel = -1;
     if (!dev || !q.trim()) { redrawAll(); return; }
     const c = decodeDevice(dev);
     const out = el('div', { class: 'hits', id: 'hits' });
@@ -807,32 +1165,40 @@
     if (/^0x[0-9a-f]+$/i.test(q)) {
       const a = parseInt(q, 16);
       const A = c.allocs;
-      for (let i = 0; i < A.length; i += 6) {
-        if (a >= A[i] && a < A[i] + A[i + 1]) S.hits.push({ alloc: A[i + 3], free: A[i + 4], stack: A[i + 5], size: A[i + 1], addr: A[i] });
+      // The allocations (of the largest ones embedded) that covered the address: they
+      // are highlighted on the timeline.
+      S.hitAllocs = new Set();
+      for (let i = 0; i < A.length; i += AL) {
+        if (a >= A[i] && a < A[i] + A[i + 1]) { S.hits.push({ alloc: A[i + 3], free: A[i + 4], stack: A[i + 5], size: A[i + 1], addr: A[i] }); S.hitAllocs.add(i / AL); }
       }
-      c.moments.forEach((m, mi) => {
-        for (let i = 0; i < m.blocks.length; i += 6) {
+      // Blocks holding it now (the state view's position), then at the keyframes.
+      const cur = stateOf(c, S.state);
+      let lines = 0;
+      for (const m of [cur, ...c.moments.filter((m) => m.state !== cur.state)]) {
+        for (let i = 0; i < m.blocks.length && lines < 50; i += 6) {
           if (a >= m.blocks[i + 1] && a < m.blocks[i + 1] + m.blocks[i + 2]) {
-            out.append(el('div', { onclick: () => { S.moment = mi; const s = document.getElementById('moment'); if (s) s.value = String(mi); redrawAll(); blockInfo(file, c, { i, seg: m.blocks[i] }); } },
-              `moment ${mi} (event state ${m.state}): ${['free', 'allocated', 'pending'][m.blocks[i + 4]]} block ${hex(m.blocks[i + 1])} ${bytes(m.blocks[i + 2])}`));
+            lines++;
+            out.append(el('div', { onclick: () => { S.state = m.state; redrawAll(); blockInfo(file, c, { i, seg: m.blocks[i] }); } },
+              `event state ${m.state}${m === cur ? ' (shown now)' : ''}: ${['free', 'allocated', 'pending'][m.blocks[i + 4]]} block ${hex(m.blocks[i + 1])} ${bytes(m.blocks[i + 2])}`));
           }
         }
-      });
+      }
       for (const h of S.hits) out.prepend(el('div', { onclick: () => { const span = Math.max(8, (h.free < 0 ? c.states : h.free) - h.alloc); S.x0 = Math.max(0, h.alloc - span); S.x1 = Math.min(c.states, h.alloc + 2 * span); redrawAll(); showStack(file, h.stack, `${hex(h.addr)} ${bytes(h.size)}, events ${h.alloc}–${h.free < 0 ? 'end' : h.free}`); } },
-        `allocation ${hex(h.addr)} ${bytes(h.size)} at event ${h.alloc - 1}`));
+        `allocation ${hex(h.addr)} ${bytes(h.size)} ${h.alloc > 0 ? 'at event ' + (h.alloc - 1) : 'from before the trace'}`));
     } else {
       const ql = q.toLowerCase();
       const match = new Set();
       file.stacks.forEach((s, i) => { if (s.some((k) => file.frames[k].toLowerCase().includes(ql))) match.add(i); });
       S.highlight = match;
       const A = c.allocs;
-      for (let i = 0; i < A.length; i += 6) if (match.has(A[i + 5])) S.hits.push({ alloc: A[i + 3], free: A[i + 4], stack: A[i + 5], size: A[i + 1], addr: A[i] });
-      out.append(el('div', {}, `${match.size} stacks contain “${q}”; ${S.hits.length} of the ${A.length / 6} largest allocations come from them (marked under the timeline).`));
+      for (let i = 0; i < A.length; i += AL) if (match.has(A[i + 5])) S.hits.push({ alloc: A[i + 3], free: A[i + 4], stack: A[i + 5], size: A[i + 1], addr: A[i] });
+      out.append(el('div', {}, `${match.size} stacks contain “${q}”; ${S.hits.length} of the ${c.na} largest allocations come from them (highlighted on the timeline, their lifetimes marked under it).`));
       for (const si of Array.from(match).slice(0, 50)) out.append(el('div', { onclick: () => showStack(file, si, siteName(file, si)) }, siteName(file, si)));
     }
     detail.textContent = '';
     detail.append(el('h3', {}, `Search: ${q}`), out);
     out.dataset.count = String(out.children.length);
+    out.dataset.allocs = String(S.hits.length);
     redrawAll();
   }
   document.getElementById('search').addEventListener('change', (e) => search(e.target.value));
@@ -848,7 +1214,13 @@
   }
   window.addEventListener('resize', redrawAll);
   api.select = (file, dev) => { S.file = file; S.dev = dev; build(); };
-  api.devices = () => DATA.files.map((f) => f.devices.map((d) => ({ device: d.device, moments: d.moments.length, events: d.events })));
+  api.devices = () => DATA.files.map((f) => f.devices.map((d) => ({ device: d.device, moments: d.moments.length, events: d.events,
+    exact: !!(d.state_ops && d.state_ops.exact), first: d.state_ops ? d.state_ops.first : 0, allocations: d.allocations.length ? decodeDevice(d).na : 0 })));
+  api.points = () => (S.c ? S.c.points : 0);
+  api.keyframes = () => (S.c ? S.c.moments.map((m) => m.state) : []);
+  api.file = () => DATA.files[S.file];
+  // For the tests: the drawn allocations' dimming (the search's highlight).
+  api.dimmed = () => (S.c && S.c.drawn ? S.c.drawn.map((i) => ({ index: i, stack: S.c.allocs[i * AL + 5], dim: dimAlloc(S.c, i) })) : []);
   try {
     build();
     api.firstPaintMs = performance.now() - T0;

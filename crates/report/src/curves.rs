@@ -30,6 +30,17 @@ pub struct Curves {
     pub reserved: String,
     /// Largest `alloc` request inside each bucket (0 when none).
     pub max_request: String,
+    /// The state of each bucket where allocated is highest (the state `sites` and the
+    /// page's summarised band of small allocations are taken at).
+    pub amax: String,
+    /// The longest pause of each bucket, for the wall-clock axis: the states of the two
+    /// timed events around it (`gap_from` = −1 when the bucket has none) and their
+    /// times, so that the page places the pause exactly even when a bucket holds many
+    /// events.
+    pub gap_from: String,
+    pub gap_to: String,
+    pub gap_t0: String,
+    pub gap_t1: String,
     /// Page stack index of each drawn call site (−1: no stack recorded).
     pub site_stacks: Vec<i64>,
     pub sites: String,
@@ -142,6 +153,11 @@ pub fn curves_and_timeline(
     let mut req = vec![0.0f64; n];
     let mut res = vec![0.0f64; n];
     let mut max_request = vec![0.0f64; n];
+    let mut amax = vec![0.0f64; n];
+    let (mut gap_from, mut gap_to) = (vec![-1.0f64; n], vec![-1.0f64; n]);
+    let (mut gap_t0, mut gap_t1) = (vec![f64::NAN; n], vec![f64::NAN; n]);
+    let mut gap_len = vec![0i64; n];
+    let mut last_timed: Option<(usize, i64)> = None;
     // Both callbacks of the walk use the log.
     let log = std::cell::RefCell::new(SiteLog::default());
     let mut bucket = 0usize;
@@ -165,12 +181,23 @@ pub fn curves_and_timeline(
                 if time[b].is_nan() && e.time_us != NO_TIME {
                     time[b] = e.time_us as f64;
                 }
+                if e.time_us != NO_TIME {
+                    if let Some((ps, pt)) = last_timed {
+                        if e.time_us - pt > gap_len[b] {
+                            gap_len[b] = e.time_us - pt;
+                            (gap_from[b], gap_to[b]) = (ps as f64, state as f64);
+                            (gap_t0[b], gap_t1[b]) = (pt as f64, e.time_us as f64);
+                        }
+                    }
+                    last_timed = Some((state, e.time_us));
+                }
                 if e.action == Action::Alloc {
                     max_request[b] = max_request[b].max(e.size as f64);
                 }
             }
             if l.allocated as f64 > alloc[b] {
                 alloc[b] = l.allocated as f64;
+                amax[b] = state as f64;
                 log.new_max(b);
             }
             req[b] = req[b].max(l.requested as f64);
@@ -213,6 +240,11 @@ pub fn curves_and_timeline(
         requested: encode::f64s(&req),
         reserved: encode::f64s(&res),
         max_request: encode::f64s(&max_request),
+        amax: encode::f64s(&amax),
+        gap_from: encode::f64s(&gap_from),
+        gap_to: encode::f64s(&gap_to),
+        gap_t0: encode::f64s(&gap_t0),
+        gap_t1: encode::f64s(&gap_t1),
         site_stacks: Vec::new(),
         sites: encode::f64s(&sites),
     };

@@ -25,6 +25,7 @@
 
 pub mod curves;
 pub mod encode;
+pub mod initial;
 pub mod leakcurves;
 pub mod state;
 pub mod whatif;
@@ -50,13 +51,14 @@ pub struct ReportOptions {
     pub top_allocations: usize,
     /// Evenly spaced moments of the state view, at most (fewer on files with many blocks).
     pub moments: usize,
-    /// Block records kept over all moments of one device, at most.
-    pub block_budget: usize,
+    /// Size budget of the state view of one device, in f64 values: keyframes plus
+    /// per-event deltas (see [`state`]); ~8 bytes of data, 10.7 in the page, each.
+    pub state_values: usize,
 }
 
 impl Default for ReportOptions {
     fn default() -> Self {
-        ReportOptions { buckets: 8192, top_sites: 12, top_allocations: 2000, moments: 24, block_budget: 400_000 }
+        ReportOptions { buckets: 8192, top_sites: 12, top_allocations: 2000, moments: 24, state_values: 1_200_000 }
     }
 }
 
@@ -115,9 +117,15 @@ pub struct DeviceData {
     pub moments: Vec<state::Moment>,
     /// Why the state view has fewer moments than asked (e.g. the backward walk stopped).
     pub moments_note: Option<String>,
+    /// Per-event deltas between the moments (the state at any event), when they fit.
+    pub state_ops: state::StateOps,
     /// Largest allocations: `[address, size, requested, alloc state, free state (−1 =
-    /// still live), stack]` each, flattened, base64 Float64Array.
+    /// still live), stack, alloc time_us, free time_us (NaN = none)]` each, flattened,
+    /// base64 Float64Array. The timeline draws them stacked, one polygon each.
     pub allocations: String,
+    /// The largest allocations live before the trace begins, as `allocations` (alloc
+    /// state 0), see [`initial`].
+    pub initial_allocations: String,
     /// Distinct request sizes and how often each was made, for "which requests could
     /// this free block have served": `[size, count]` pairs, base64 Float64Array.
     pub requests: String,
@@ -176,12 +184,13 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
                 None => curves::curves(snap, d, opts, &mut table),
             };
             let allocations = encode_allocations(snap, d, lives, &mut table);
-            (d, curves, allocations, requests, phases)
+            let initial = initial::allocations(snap, d, opts.top_allocations, &mut table);
+            (d, curves, (allocations, initial), requests, phases)
         })
         .collect::<Vec<_>>();
     let mut devices = Vec::new();
-    for (d, curves, allocations, requests, phases) in parts {
-        let (moments, moments_note) = state::moments(snap, d, &ana, opts, &mut table);
+    for (d, curves, (allocations, initial_allocations), requests, phases) in parts {
+        let (moments, moments_note, state_ops) = state::moments(snap, d, &ana, opts, &mut table);
         let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana);
         devices.push(DeviceData {
             device: d,
@@ -190,7 +199,9 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             phases,
             moments,
             moments_note,
+            state_ops,
             allocations,
+            initial_allocations,
             requests,
             whatif: whatif::curves(snap, d, &ana),
             leak_boundaries,
@@ -240,7 +251,10 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
 }
 
 /// The `top` largest allocations of the trace with their lifetimes: (alloc entry, state
-/// of its free or `usize::MAX`), in trace order.
+/// of its free or `usize::MAX`), in trace order. Importance is size alone, as PyTorch's
+/// memory_viz picks the allocations it draws (`max_entries`): the timeline draws these
+/// one polygon each, and size (not bytes × lifetime) keeps the short-lived large
+/// activations that make the peaks rather than only the long-lived weights.
 fn largest_lives(snap: &Snapshot, device: i64, top: usize) -> Vec<(usize, usize)> {
     let trace = snap.trace(device);
     // The `top` largest lives, kept in a min-heap as they end: millions of lives on a long
@@ -289,7 +303,11 @@ fn largest_lives(snap: &Snapshot, device: i64, top: usize) -> Vec<(usize, usize)
 fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, table: &mut StackTable) -> String {
     let trace = snap.trace(device);
     let cfg = fragscope_analysis::replay::recorded_config(snap);
-    let mut v = Vec::with_capacity(lives.len() * 6);
+    let mut v = Vec::with_capacity(lives.len() * 8);
+    let time = |i: usize| match trace.get(i).map(|e| e.time_us) {
+        Some(t) if t != fragscope_snapshot::NO_TIME => t as f64,
+        _ => f64::NAN,
+    };
     for (j, free) in lives {
         let e = &trace[j];
         v.extend([
@@ -299,6 +317,8 @@ fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, 
             (j + 1) as f64,
             if free == usize::MAX { -1.0 } else { free as f64 },
             table.index(snap, e.stack) as f64,
+            time(j),
+            if free == usize::MAX { f64::NAN } else { time(free - 1) },
         ]);
     }
     encode::f64s(&v)

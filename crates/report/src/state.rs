@@ -1,20 +1,32 @@
-//! The allocator state at chosen moments: segments as rows of blocks.
+//! The allocator state at any trace position: segments as rows of blocks.
 //!
 //! The snapshot's `segments` are the state at the end of the trace. Earlier states are
 //! rebuilt by undoing trace events from there (the backward walk of
-//! [`fragscope_analysis::replay::state`], spec §10.12), and captured at the OOM, the
-//! reserved and allocated peaks, evenly spaced moments, and the end. A file whose trace
-//! and final state disagree gets the moments after the disagreement only (said in
-//! [`crate::DeviceData::moments_note`]).
+//! [`fragscope_analysis::replay::state`], spec §10.12). The page gets two things:
+//!
+//! * **keyframes** ([`Moment`]): full states (every segment and block) at chosen trace
+//!   positions — the OOM, the reserved and allocated peaks, the end, and evenly spaced
+//!   positions;
+//! * **deltas** ([`StateOps`]), when they fit the size budget: for every event, the blocks
+//!   and segments it removed and added. The page rebuilds the state at *any* event from
+//!   the nearest keyframe before it ([`StateOps::exact`]). On a trace too long for that,
+//!   there are no deltas and the keyframes are as dense as the budget allows; the page
+//!   snaps to the nearest keyframe and says to which event.
+//!
+//! A file whose trace and final state disagree gets the positions after the disagreement
+//! only (said in [`crate::DeviceData::moments_note`]).
 //!
 //! Allocated and pending-free blocks carry the stack of the `alloc` that made them (a
 //! forward pass over the trace; blocks allocated before recording began keep the stack
 //! the final state records for them, when they are still there).
+//!
+//! [`state_at`] is the same backward walk stopped at one position, for the page's tests
+//! and for `fragscope report --state-at`.
 
 use fragscope_alloc::rounding::round_size;
 use fragscope_analysis::analyze::Analysis;
 use fragscope_analysis::replay::recorded_config;
-use fragscope_analysis::replay::state::{BState, RecordedState, SegRec, SplitRules};
+use fragscope_analysis::replay::state::{BState, BlockRec, RecordedState, SegRec, SplitRules};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use serde::Serialize;
 
@@ -23,7 +35,15 @@ use crate::{encode, ReportOptions, StackTable};
 /// `pool_id` of the default pools.
 const DEFAULT_POOL: (u64, u64) = (0, 0);
 
-/// One captured state.
+/// Values (f64) of one delta record (see [`StateOps::ops`]).
+pub const OP_LEN: usize = 7;
+/// Values of one block record of a keyframe (see [`Moment::blocks`]).
+const BLOCK_LEN: usize = 6;
+/// In exact mode, one keyframe every this many events at least (the page applies at
+/// most this many events' deltas after a keyframe: a few thousand records, < 1 ms).
+const EXACT_KEY_EVERY: usize = 2048;
+
+/// One captured state (a keyframe).
 #[derive(Serialize)]
 pub struct Moment {
     /// Trace state (0 = before the first event, `events` = the end).
@@ -38,19 +58,120 @@ pub struct Moment {
     pub blocks: String,
 }
 
-/// The moments of one device (module doc) and a note when some could not be rebuilt.
-pub fn moments(
-    snap: &Snapshot,
-    device: i64,
-    ana: &Analysis,
-    opts: &ReportOptions,
-    table: &mut StackTable,
-) -> (Vec<Moment>, Option<String>) {
+/// The per-event changes of the state between keyframes.
+#[derive(Serialize, Default)]
+pub struct StateOps {
+    /// Every trace state from `first` to the end can be rebuilt exactly (deltas of every
+    /// event are embedded); when false, the page can show the keyframes only.
+    pub exact: bool,
+    /// Earliest state that can be shown (0 unless the backward walk stopped).
+    pub first: usize,
+    /// Records, in event order, `[event, kind, address, size, a, b, stack]` each (base64
+    /// `Float64Array`): event `i` turns state `i` into state `i + 1`. Kinds: 0 remove the
+    /// block at address; 1 add a block (a = requested, b = state as in [`Moment::blocks`]);
+    /// 2 remove the segment at address with all its blocks; 3 add a segment (a = stream,
+    /// b = flags as in [`Moment::segments`]). Removals come before additions.
+    pub ops: String,
+    /// Number of records.
+    pub count: usize,
+}
+
+/// One delta record before its stack is known: (event, kind, address, size, a, b).
+type RawOp = (usize, u8, u64, u64, u64, u64);
+
+/// What the backward walk produced (see [`walk`]).
+pub struct Walk {
+    /// Keyframes in trace order: (state, kinds, segments).
+    pub captured: Vec<(usize, Vec<&'static str>, Vec<SegRec>)>,
+    /// Deltas in event order (empty unless `exact`).
+    pub ops: Vec<RawOp>,
+    pub exact: bool,
+    pub first: usize,
+    pub note: Option<String>,
+}
+
+fn seg_flags(s: &SegRec) -> u64 {
+    s.small as u64 | (s.expandable as u64) << 1 | ((s.pool != DEFAULT_POOL) as u64) << 2
+}
+fn state_code(b: BState) -> u64 {
+    match b {
+        BState::Free => 0,
+        BState::Allocated => 1,
+        BState::Pending => 2,
+    }
+}
+
+/// Forward deltas of event `i` from `old` (the segments it touched, state `i`) to `new`
+/// (the same range, state `i + 1`). Both in address order.
+fn diff_segments(i: usize, old: &[SegRec], new: &[SegRec], out: &mut Vec<RawOp>) {
+    let same_header = |a: &SegRec, b: &SegRec| {
+        a.addr == b.addr && a.size == b.size && a.stream == b.stream && seg_flags(a) == seg_flags(b)
+    };
+    let mut adds = Vec::new();
+    for o in old {
+        match new.iter().find(|n| same_header(o, n)) {
+            Some(n) => {
+                // Same segment: only the blocks between the common prefix and suffix changed.
+                let p = o.blocks.iter().zip(&n.blocks).take_while(|(a, b)| a == b).count();
+                let rest = (o.blocks.len() - p).min(n.blocks.len() - p);
+                let s = o.blocks.iter().rev().zip(n.blocks.iter().rev()).take(rest).take_while(|(a, b)| a == b).count();
+                for b in &o.blocks[p..o.blocks.len() - s] {
+                    out.push((i, 0, b.addr, b.size, 0, 0));
+                }
+                adds.extend(n.blocks[p..n.blocks.len() - s].iter().copied());
+            }
+            None => out.push((i, 2, o.addr, o.size, 0, 0)),
+        }
+    }
+    for n in new {
+        if !old.iter().any(|o| same_header(o, n)) {
+            out.push((i, 3, n.addr, n.size, n.stream, seg_flags(n)));
+            adds.extend(n.blocks.iter().copied());
+        }
+    }
+    for b in adds {
+        out.push((i, 1, b.addr, b.size, b.requested, state_code(b.state)));
+    }
+}
+
+/// The segments event `ev` can change, cloned: the one holding its block, or for a
+/// segment event every segment touching its range (an expandable segment's map or unmap
+/// can grow, shrink, split or join segments).
+fn touched(st: &RecordedState, ev: &fragscope_snapshot::TraceEvent) -> Vec<SegRec> {
+    match ev.action {
+        Action::Alloc | Action::FreeRequested | Action::FreeCompleted => {
+            st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).into_iter().cloned().collect()
+        }
+        Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => {
+            let (lo, hi) = (ev.addr, ev.addr.saturating_add(ev.size));
+            st.segs.values().filter(|s| s.addr <= hi && s.end() >= lo).cloned().collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Undo rules of the recorded allocator settings.
+fn with_rules<R>(snap: &Snapshot, f: impl FnOnce(&SplitRules) -> R) -> R {
+    let cfg = recorded_config(snap);
+    let round = |x: u64| round_size(x, &cfg);
+    let rules = SplitRules {
+        round: &round,
+        max_split_size: cfg.max_split_size,
+        max_non_split_rounding: cfg.max_non_split_rounding,
+    };
+    f(&rules)
+}
+
+/// The backward walk of one device: keyframes (module doc) and, when they fit
+/// `opts.state_values`, every event's deltas.
+pub fn walk(snap: &Snapshot, device: i64, ana: &Analysis, opts: &ReportOptions) -> Walk {
     let trace = snap.trace(device);
     let n = trace.len();
     let final_state = RecordedState::from_snapshot(snap, device);
+    let mut w = Walk { captured: Vec::new(), ops: Vec::new(), exact: false, first: n, note: None };
     if final_state.segs.is_empty() {
-        return (Vec::new(), Some("the file records no segments for this device".into()));
+        w.note = Some("the file records no segments for this device".into());
+        return w;
     }
     // Which states to capture.
     let mut wanted: Vec<(usize, &'static str)> = vec![(n, "end")];
@@ -62,26 +183,22 @@ pub fn moments(
         wanted.push((t.peak_reserved.event_index.map_or(0, |i| i + 1), "reserved_peak"));
         wanted.push((t.peak_allocated.event_index.map_or(0, |i| i + 1), "allocated_peak"));
     }
-    let end_blocks: usize = final_state.segs.values().map(|s| s.blocks.len()).sum::<usize>().max(1);
+    // The size budget (in f64 values): deltas (~3 records per event) plus keyframes
+    // of about the final state's size each. Exact when they fit, else as many evenly
+    // spaced keyframes as fit (at least `opts.moments`).
+    let end_values = BLOCK_LEN * final_state.segs.values().map(|s| s.blocks.len()).sum::<usize>().max(1);
+    let exact_keys = n / EXACT_KEY_EVERY + 1;
+    let exact_cost = 3 * n * OP_LEN + exact_keys * end_values;
+    w.exact = n > 0 && exact_cost <= opts.state_values;
     if n > 0 {
-        let steps = (opts.block_budget / end_blocks).clamp(1, opts.moments.max(1));
+        let steps = if w.exact { exact_keys } else { (opts.state_values / end_values).clamp(opts.moments.max(1), n) };
         for k in 0..steps {
             wanted.push((k * n / steps, "step"));
         }
     }
     wanted.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
 
-    // Backward walk, capturing on the way.
-    let cfg = recorded_config(snap);
-    let round = |x: u64| round_size(x, &cfg);
-    let rules = SplitRules {
-        round: &round,
-        max_split_size: cfg.max_split_size,
-        max_non_split_rounding: cfg.max_non_split_rounding,
-    };
     let mut st = final_state;
-    let mut captured: Vec<(usize, Vec<&'static str>, Vec<SegRec>)> = Vec::new();
-    let mut note = None;
     let mut want = wanted.iter().peekable();
     let mut scratch = Vec::new();
     let mut take =
@@ -97,27 +214,72 @@ pub fn moments(
                 want.next();
             }
             if !kinds.is_empty() {
-                captured.push((state, kinds, st.segs.values().cloned().collect()));
+                w.captured.push((state, kinds, st.segs.values().cloned().collect()));
             }
         };
     take(n, &st, &mut want);
-    for i in (0..n).rev() {
-        if want.peek().is_none() {
-            break;
+    w.first = n;
+    // Deltas are collected backwards (newest first) and reversed after the walk.
+    let mut ops: Vec<RawOp> = Vec::new();
+    let budget_ops = opts.state_values / OP_LEN;
+    with_rules(snap, |rules| {
+        for i in (0..n).rev() {
+            if want.peek().is_none() && !w.exact {
+                break;
+            }
+            let ev = &trace[i];
+            let new = if w.exact { touched(&st, ev) } else { Vec::new() };
+            if let Err(inc) = st.undo(i, ev, snap.pool_id(ev).unwrap_or(DEFAULT_POOL), rules, &mut scratch) {
+                w.note = Some(format!(
+                    "the state before trace event {} could not be rebuilt ({}); earlier positions are not shown",
+                    inc.index, inc.reason
+                ));
+                break;
+            }
+            if w.exact {
+                let old = touched(&st, ev);
+                let at = ops.len();
+                diff_segments(i, &old, &new, &mut ops);
+                // This event's records in forward order once the whole list is reversed.
+                ops[at..].reverse();
+                if ops.len() > budget_ops {
+                    // More changes than estimated: keyframes only (those captured so far
+                    // are exact positions; the rest come evenly spaced from `wanted`).
+                    w.exact = false;
+                    ops = Vec::new();
+                }
+            }
+            w.first = i;
+            take(i, &st, &mut want);
         }
-        let ev = &trace[i];
-        if let Err(inc) = st.undo(i, ev, snap.pool_id(ev).unwrap_or(DEFAULT_POOL), &rules, &mut scratch) {
-            note = Some(format!(
-                "the state before trace event {} could not be rebuilt ({}); earlier moments are not shown",
-                inc.index, inc.reason
-            ));
-            break;
-        }
-        take(i, &st, &mut want);
+    });
+    // States before `first` cannot be shown; deltas are kept only down to the earliest
+    // keyframe (the page starts from a keyframe).
+    ops.reverse();
+    if w.exact {
+        let k0 = w.captured.last().map_or(n, |c| c.0);
+        ops.retain(|o| o.0 >= k0);
+        w.first = k0;
+    } else {
+        w.first = w.captured.last().map_or(n, |c| c.0);
     }
-    captured.reverse();
+    w.ops = ops;
+    w.captured.reverse();
+    w
+}
 
-    // Stacks of the blocks: the latest alloc at each address before the moment.
+/// The keyframes and deltas of one device as the page gets them (module doc) and a note
+/// when some positions could not be rebuilt.
+pub fn moments(
+    snap: &Snapshot,
+    device: i64,
+    ana: &Analysis,
+    opts: &ReportOptions,
+    table: &mut StackTable,
+) -> (Vec<Moment>, Option<String>, StateOps) {
+    let trace = snap.trace(device);
+    let w = walk(snap, device, ana, opts);
+    // Stacks of the blocks: the latest alloc at each address before the position.
     let mut stack_at: FxHashMap<u64, Option<StackId>> = FxHashMap::default();
     let traced: FxHashMap<u64, ()> = trace.iter().filter(|e| e.action == Action::Alloc).map(|e| (e.addr, ())).collect();
     for s in snap.device_segments(device) {
@@ -125,31 +287,109 @@ pub fn moments(
             stack_at.insert(b.address, b.stack);
         }
     }
+    let stack_of = |addr: u64, code: u64, table: &mut StackTable, stack_at: &FxHashMap<u64, Option<StackId>>| {
+        if code == 0 {
+            -1
+        } else {
+            stack_at.get(&addr).map_or(-1, |&s| table.index(snap, s))
+        }
+    };
+    // One forward pass over the trace serves the keyframes and the deltas, in order.
     let mut pos = 0usize;
-    let mut out = Vec::with_capacity(captured.len());
-    for (state, kinds, segs) in captured {
-        while pos < state {
-            let e = &trace[pos];
+    let advance = |to: usize, pos: &mut usize, stack_at: &mut FxHashMap<u64, Option<StackId>>| {
+        while *pos < to {
+            let e = &trace[*pos];
             if e.action == Action::Alloc {
                 stack_at.insert(e.addr, e.stack);
             }
-            pos += 1;
+            *pos += 1;
         }
+    };
+    let mut out = Vec::with_capacity(w.captured.len());
+    let mut ov = Vec::with_capacity(w.ops.len() * OP_LEN);
+    let mut oi = 0usize;
+    let mut emit_ops_until =
+        |state: usize, pos: &mut usize, stack_at: &mut FxHashMap<u64, Option<StackId>>, table: &mut StackTable| {
+            while let Some(&(i, kind, addr, size, a, b)) = w.ops.get(oi) {
+                if i >= state {
+                    break;
+                }
+                advance(i + 1, pos, stack_at);
+                let stack = if kind == 1 { stack_of(addr, b, table, stack_at) } else { -1 };
+                ov.extend([i as f64, kind as f64, addr as f64, size as f64, a as f64, b as f64, stack as f64]);
+                oi += 1;
+            }
+        };
+    for (state, kinds, segs) in &w.captured {
+        emit_ops_until(*state, &mut pos, &mut stack_at, table);
+        advance(*state, &mut pos, &mut stack_at);
         let mut sv = Vec::with_capacity(segs.len() * 4);
         let mut bv = Vec::new();
         for (si, s) in segs.iter().enumerate() {
-            let flags = s.small as u8 | (s.expandable as u8) << 1 | ((s.pool != DEFAULT_POOL) as u8) << 2;
-            sv.extend([s.addr as f64, s.size as f64, s.stream as f64, flags as f64]);
+            sv.extend([s.addr as f64, s.size as f64, s.stream as f64, seg_flags(s) as f64]);
             for b in &s.blocks {
-                let (code, stack) = match b.state {
-                    BState::Free => (0.0, -1),
-                    BState::Allocated => (1.0, stack_at.get(&b.addr).map_or(-1, |&s| table.index(snap, s))),
-                    BState::Pending => (2.0, stack_at.get(&b.addr).map_or(-1, |&s| table.index(snap, s))),
-                };
-                bv.extend([si as f64, b.addr as f64, b.size as f64, b.requested as f64, code, stack as f64]);
+                let code = state_code(b.state);
+                let stack = stack_of(b.addr, code, table, &stack_at);
+                bv.extend([si as f64, b.addr as f64, b.size as f64, b.requested as f64, code as f64, stack as f64]);
             }
         }
-        out.push(Moment { state, kinds, segments: encode::f64s(&sv), blocks: encode::f64s(&bv) });
+        out.push(Moment {
+            state: *state,
+            kinds: kinds.clone(),
+            segments: encode::f64s(&sv),
+            blocks: encode::f64s(&bv),
+        });
     }
-    (out, note)
+    emit_ops_until(usize::MAX, &mut pos, &mut stack_at, table);
+    let count = ov.len() / OP_LEN;
+    let ops = StateOps { exact: w.exact, first: w.first, ops: encode::f64s(&ov), count };
+    (out, w.note, ops)
+}
+
+/// Figures of the allocator state at one trace position (what the page's state view
+/// shows there), from its own backward walk.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct StateFigures {
+    pub device: i64,
+    pub state: usize,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub pending_free_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_block_bytes: u64,
+    pub segments: usize,
+    /// `[address, size, requested, state]` of every block (state 0 free, 1 allocated,
+    /// 2 pending free), in address order.
+    pub blocks: Vec<[u64; 4]>,
+}
+
+/// The state of `device` at trace state `state` (clamped to the end), or why it cannot
+/// be rebuilt.
+pub fn state_at(snap: &Snapshot, device: i64, state: usize) -> Result<StateFigures, String> {
+    let trace = snap.trace(device);
+    let state = state.min(trace.len());
+    let mut st = RecordedState::from_snapshot(snap, device);
+    let mut scratch = Vec::new();
+    with_rules(snap, |rules| {
+        for i in (state..trace.len()).rev() {
+            let ev = &trace[i];
+            st.undo(i, ev, snap.pool_id(ev).unwrap_or(DEFAULT_POOL), rules, &mut scratch).map_err(|inc| {
+                format!("the state before trace event {} cannot be rebuilt ({})", inc.index, inc.reason)
+            })?;
+        }
+        Ok::<_, String>(())
+    })?;
+    let blocks: Vec<&BlockRec> = st.segs.values().flat_map(|s| &s.blocks).collect();
+    let sum = |c: BState| blocks.iter().filter(|b| b.state == c).map(|b| b.size).sum::<u64>();
+    Ok(StateFigures {
+        device,
+        state,
+        reserved_bytes: st.reserved(),
+        allocated_bytes: sum(BState::Allocated),
+        pending_free_bytes: sum(BState::Pending),
+        free_bytes: sum(BState::Free),
+        largest_free_block_bytes: blocks.iter().filter(|b| b.state == BState::Free).map(|b| b.size).max().unwrap_or(0),
+        segments: st.segs.len(),
+        blocks: blocks.iter().map(|b| [b.addr, b.size, b.requested, state_code(b.state)]).collect(),
+    })
 }

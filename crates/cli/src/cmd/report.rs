@@ -21,11 +21,39 @@ pub struct Args {
     /// Where to write the HTML file.
     #[arg(short = 'o', long = "output", default_value = "report.html")]
     pub output: PathBuf,
+    /// Instead of writing the page: print, as JSON, the allocator state of each device
+    /// at trace state N (0 = before the first event; N = after event N − 1), as the
+    /// page's state view shows it there (its totals and every block), from its own
+    /// backward walk.
+    #[arg(long = "state-at", value_name = "N")]
+    pub state_at: Option<usize>,
+    /// Size budget of the state view of each device, in 8-byte values (default 1.2 M,
+    /// about 13 MB of page): keyframes plus every event's changes when they fit, else
+    /// as many keyframes as fit (the page then snaps to the nearest one).
+    #[arg(long = "state-budget", value_name = "VALUES")]
+    pub state_budget: Option<usize>,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let example = args.files.is_empty();
-    let opts = ReportOptions::default();
+    if let Some(n) = args.state_at {
+        let files = input::each_snapshot(&args.files, false, |name, snap| {
+            let devices = snap
+                .devices()
+                .into_iter()
+                .map(|d| {
+                    fragscope_report::state::state_at(snap, d, n).map_err(|e| CliError::usage(format!("{name}: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(serde_json::json!({ "file": name, "devices": devices }))
+        })?;
+        println!("{}", serde_json::json!({ "state": n, "files": files }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut opts = ReportOptions::default();
+    if let Some(v) = args.state_budget {
+        opts.state_values = v;
+    }
     let html = if let [a, b] = args.files.as_slice() {
         // Two runs: both in memory once, for the comparison of their peaks.
         let (sa, sb) = (input::load(a, false)?, input::load(b, false)?);

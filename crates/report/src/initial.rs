@@ -1,0 +1,55 @@
+//! Allocations live before the trace begins, for the timeline stacked by allocation.
+//!
+//! A trace starts when recording started or when its ring buffer last wrapped, so blocks
+//! may already be allocated at its first entry (often most of the memory: the weights).
+//! PyTorch's memory_viz draws them at the bottom of the stack from the first moment; so
+//! does the page. They are, as [`fragscope_analysis::timeline`] seeds them:
+//! * blocks allocated in the final snapshot whose address no trace entry allocates or
+//!   frees (live the whole trace; their real size, request and stack from the snapshot);
+//! * frees of addresses the trace never allocated before (live until that free; the
+//!   request of the free entry, rounded; no stack, as a free entry's frames are the free
+//!   stack when recorded with `context="all"`).
+//!
+//! Records as [`crate::DeviceData::allocations`], with alloc state 0 and no alloc time.
+
+use fragscope_alloc::rounding::round_size;
+use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, NO_TIME};
+
+use crate::{encode, StackTable};
+
+/// The `top` largest allocations live at state 0 of `device`, encoded for the page.
+pub fn allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTable) -> String {
+    let trace = snap.trace(device);
+    let cfg = fragscope_analysis::replay::recorded_config(snap);
+    // One pass: addresses the trace allocates, and frees of addresses not allocated yet.
+    let mut open: FxHashMap<u64, bool> = FxHashMap::default();
+    let mut lives: Vec<[f64; 8]> = Vec::new();
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                open.insert(e.addr, true);
+            }
+            // A free of an address the trace never allocated: live from the start.
+            Action::FreeRequested if open.insert(e.addr, false).is_none() => {
+                let t = if e.time_us == NO_TIME { f64::NAN } else { e.time_us as f64 };
+                let size = round_size(e.size, &cfg) as f64;
+                lives.push([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t]);
+            }
+            _ => {}
+        }
+    }
+    for s in snap.device_segments(device) {
+        for b in s.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated) {
+            if !open.contains_key(&b.address) {
+                let stack = table.index(snap, b.stack) as f64;
+                let req = b.requested_size.unwrap_or(b.size) as f64;
+                lives.push([b.address as f64, b.size as f64, req, 0.0, -1.0, stack, f64::NAN, f64::NAN]);
+            }
+        }
+    }
+    // The largest, then back in address order for a stable page.
+    lives.sort_unstable_by(|a, b| b[1].total_cmp(&a[1]).then(a[0].total_cmp(&b[0])));
+    lives.truncate(top);
+    lives.sort_unstable_by(|a, b| a[0].total_cmp(&b[0]));
+    encode::f64s(&lives.concat())
+}
