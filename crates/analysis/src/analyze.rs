@@ -169,7 +169,7 @@ fn analyze_device_inner(
     // Leak detection does not need the timeline's figures: its threshold (a share of the
     // peak allocated bytes) only filters suspects, so it runs with the smallest threshold
     // and the filter is applied afterwards.
-    let part_leaks = |it: Iterations, lives: &BlockLives| leaks::leaks_device_with(snap, device, 0, it, lives);
+    let part_leaks = |it: Iterations, lives: &BlockLives| leaks::leaks_device_with(snap, device, 0, it, lives, threads);
     // Attribution at the timeline's peaks and the free space at the reserved peak.
     let part_main = |tl: &DeviceTimeline| {
         let attr = attribution::attribute(snap, tl, &aopts);

@@ -113,7 +113,7 @@ use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::attribution::{Scopes, Site, SiteTable};
-use crate::lives::{self, BlockLives};
+use crate::lives::{self, BlockLives, LIVE_AT_END};
 use crate::timeline::{self, TimelineOptions};
 
 /// With periodicity-derived iterations, the rest of memory may trend by at most this
@@ -498,14 +498,55 @@ pub fn iterations(snap: &Snapshot, device: i64) -> Iterations {
 }
 
 /// One block allocated in the trace: its site, `alloc` entry, size and the entry that
-/// ended its `allocated` life (`None`: live at the end).
+/// ended its `allocated` life. 32 bytes: millions of them are made per device (its
+/// `time_us` is read from the block lives, which are in the same order).
 #[derive(Clone, Copy, Debug)]
 struct BlockLife {
-    site: usize,
+    site: u32,
     alloc: usize,
     size: u64,
-    free: Option<usize>,
-    time_us: i64,
+    /// [`crate::lives::TracedLife::end`]: [`LIVE_AT_END`] when none ended it.
+    end: usize,
+}
+
+impl BlockLife {
+    /// The entry that ended its life (`None`: live at the end).
+    fn free(&self) -> Option<usize> {
+        (self.end != LIVE_AT_END).then_some(self.end)
+    }
+}
+
+/// The blocks of each site, in alloc order: `by_site[s]` is a slice of block indices
+/// (one list for all sites, cut at `start`, instead of a vector per site).
+struct BySite {
+    start: Vec<usize>,
+    blocks: Vec<usize>,
+}
+
+impl BySite {
+    fn new(blocks: &[BlockLife], nsites: usize) -> Self {
+        let mut start = vec![0usize; nsites + 1];
+        for b in blocks {
+            start[b.site as usize + 1] += 1;
+        }
+        for s in 0..nsites {
+            start[s + 1] += start[s];
+        }
+        let mut next = start.clone();
+        let mut list = vec![0usize; blocks.len()];
+        for (k, b) in blocks.iter().enumerate() {
+            list[next[b.site as usize]] = k;
+            next[b.site as usize] += 1;
+        }
+        BySite { start, blocks: list }
+    }
+}
+
+impl std::ops::Index<usize> for BySite {
+    type Output = [usize];
+    fn index(&self, s: usize) -> &[usize] {
+        &self.blocks[self.start[s]..self.start[s + 1]]
+    }
 }
 
 /// What one walk over the trace gives the leak analysis.
@@ -534,11 +575,11 @@ fn walk(snap: &Snapshot, lives: &BlockLives, positions: &[usize]) -> Walk {
         .traced
         .iter()
         .map(|l| BlockLife {
-            site: table.of_block(frames, l.stack, false),
+            // Sites are far fewer than 2^32 (they are distinct call stacks).
+            site: table.of_block(frames, l.stack, false) as u32,
             alloc: l.alloc,
             size: l.size,
-            free: l.end_entry(),
-            time_us: l.time_us,
+            end: l.end,
         })
         .collect();
     let first = positions.first().copied().unwrap_or(0);
@@ -552,13 +593,89 @@ fn walk(snap: &Snapshot, lives: &BlockLives, positions: &[usize]) -> Walk {
             .iter()
             .zip(&seeded)
             .map(|(b, &site)| (site, None, b.end, b.size))
-            .chain(lives.traced.iter().zip(&blocks).map(|(l, b)| (b.site, Some(l.alloc), l.end, l.size))),
+            .chain(lives.traced.iter().zip(&blocks).map(|(l, b)| (b.site as usize, Some(l.alloc), l.end, l.size))),
     );
     let resident = lives.seeded.iter().map(|b| b.size).collect();
     Walk { table, samples, allocated_between, blocks, resident }
 }
 
 /// Least squares of y against 0..n: (slope, R²).
+/// Bytes of blocks from some block index to the last (blocks in `alloc` order): all of
+/// them, those still live at the end, those freed.
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+struct Sums {
+    alloc: u64,
+    live: u64,
+    freed: u64,
+}
+
+impl Sums {
+    fn add(&mut self, b: &BlockLife) {
+        self.alloc += b.size;
+        if b.free().is_none() {
+            self.live += b.size;
+        } else {
+            self.freed += b.size;
+        }
+    }
+}
+
+/// [`Sums`] from each of a few block indices to the end, from one pass over the blocks.
+struct SuffixSums {
+    /// (block index, sums from it to the end), by index.
+    at: Vec<(usize, Sums)>,
+}
+
+impl SuffixSums {
+    fn new(blocks: &[BlockLife], from: &[usize]) -> Self {
+        let mut idx = from.to_vec();
+        idx.sort_unstable();
+        idx.dedup();
+        // Sums before each index, then the total: suffix = total − prefix.
+        let mut before = Vec::with_capacity(idx.len());
+        let mut acc = Sums::default();
+        let mut next = idx.iter().peekable();
+        for (k, b) in blocks.iter().enumerate() {
+            while next.next_if(|&&i| i == k).is_some() {
+                before.push((k, acc));
+            }
+            acc.add(b);
+        }
+        let at = before
+            .into_iter()
+            .map(|(k, p)| (k, Sums { alloc: acc.alloc - p.alloc, live: acc.live - p.live, freed: acc.freed - p.freed }))
+            .collect();
+        SuffixSums { at }
+    }
+
+    fn at(&self, k: usize) -> Sums {
+        self.at.binary_search_by_key(&k, |x| x.0).map_or(Sums::default(), |i| self.at[i].1)
+    }
+}
+
+/// [`Sums`] of a few blocks (sorted indices) from any block index to the end.
+struct SubsetSums {
+    idx: Vec<usize>,
+    /// `suffix[j]`: sums of the blocks `idx[j..]`.
+    suffix: Vec<Sums>,
+}
+
+impl SubsetSums {
+    fn new(blocks: &[BlockLife], mut idx: Vec<usize>) -> Self {
+        idx.sort_unstable();
+        let mut suffix = vec![Sums::default(); idx.len() + 1];
+        for j in (0..idx.len()).rev() {
+            suffix[j] = suffix[j + 1];
+            suffix[j].add(&blocks[idx[j]]);
+        }
+        SubsetSums { idx, suffix }
+    }
+
+    fn from(&self, k: usize) -> Sums {
+        self.suffix[self.idx.partition_point(|&j| j < k)]
+    }
+}
+
 fn fit(y: &[f64]) -> (f64, f64) {
     let n = y.len() as f64;
     let mx = (n - 1.0) / 2.0;
@@ -638,7 +755,7 @@ fn spread_over_run(
     let kept: Vec<usize> = site_blocks
         .iter()
         .copied()
-        .filter(|&k| blocks[k].free.is_none() && (n - blocks[k].alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64)
+        .filter(|&k| blocks[k].free().is_none() && (n - blocks[k].alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64)
         .collect();
     let (first, last) = (blocks[*kept.first()?].alloc, blocks[*kept.last()?].alloc);
     // A trough of transient memory between them: kept in two or more steps.
@@ -667,6 +784,11 @@ fn spread_over_run(
 /// `k * n / TROUGH_SAMPLES`, k = 0..=TROUGH_SAMPLES, without a search: the number of k
 /// with k·n < (x + 1)·TROUGH_SAMPLES.
 fn even_slot(x: usize, n: usize) -> usize {
+    // In 64 bits when the product fits (always, for real traces): a 128-bit division
+    // per block was a visible share of the leak tests.
+    if let Some(p) = (x as u64).checked_add(1).and_then(|x1| x1.checked_mul(TROUGH_SAMPLES as u64)) {
+        return p.div_ceil(n.max(1) as u64).min(TROUGH_SAMPLES as u64 + 1) as usize;
+    }
     let s = TROUGH_SAMPLES as u128;
     (((x as u128 + 1) * s).div_ceil(n.max(1) as u128)).min(s + 1) as usize
 }
@@ -681,7 +803,7 @@ fn transient_troughs(blocks: &[BlockLife], n: usize) -> Vec<usize> {
     let pos: Vec<usize> = (0..=TROUGH_SAMPLES).map(|k| k * n / TROUGH_SAMPLES).collect();
     let mut diff = vec![0i128; pos.len() + 1];
     for b in blocks {
-        if let Some(f) = b.free {
+        if let Some(f) = b.free() {
             diff[even_slot(b.alloc, n)] += b.size as i128;
             diff[even_slot(f, n)] -= b.size as i128;
         }
@@ -743,12 +865,22 @@ fn outliving(
     iterations: bool,
     trusted: bool,
 ) -> Result<Vec<usize>, String> {
-    // Frees of the site, sorted; freed blocks counted from the end in alloc order.
-    let mut frees: Vec<usize> = site_blocks.iter().filter_map(|&k| blocks[k].free).collect();
-    frees.sort_unstable();
+    // Most sites free everything they allocate: they keep nothing (the answer below,
+    // without its per-block work).
+    if site_blocks.iter().all(|&k| blocks[k].free().is_some()) {
+        let first_free = site_blocks.iter().filter_map(|&k| blocks[k].free()).min();
+        return Err(format!(
+            "no block kept long enough (0 never freed, first at None of {n}, first free {first_free:?})"
+        ));
+    }
+    // Frees of the site (only the first and counts before a position are asked, so they
+    // are not sorted); freed blocks counted from the end in alloc order.
+    let frees: Vec<usize> = site_blocks.iter().filter_map(|&k| blocks[k].free()).collect();
+    let first_free = frees.iter().copied().min();
+    let frees_before = |x: usize| frees.iter().filter(|&&f| f < x).count();
     let mut freed_after = vec![0usize; site_blocks.len() + 1];
     for j in (0..site_blocks.len()).rev() {
-        freed_after[j] = freed_after[j + 1] + blocks[site_blocks[j]].free.is_some() as usize;
+        freed_after[j] = freed_after[j + 1] + blocks[site_blocks[j]].free().is_some() as usize;
     }
     // (index in blocks, followed by enough freed siblings, window, index in site_blocks)
     let kept: Vec<(usize, bool, usize, usize)> = site_blocks
@@ -756,7 +888,7 @@ fn outliving(
         .enumerate()
         .filter_map(|(j, &k)| {
             let b = &blocks[k];
-            if b.free.is_some() || frees.partition_point(|&f| f < b.alloc) == 0 {
+            if b.free().is_some() || first_free.is_none_or(|f| f >= b.alloc) {
                 return None;
             }
             let after_boundaries = positions.len() - positions.partition_point(|&x| x <= b.alloc);
@@ -768,12 +900,12 @@ fn outliving(
         .collect();
     let Some(&(_, _, w0, _)) = kept.first() else {
         let never: Vec<usize> =
-            site_blocks.iter().filter(|&&k| blocks[k].free.is_none()).map(|&k| blocks[k].alloc).collect();
+            site_blocks.iter().filter(|&&k| blocks[k].free().is_none()).map(|&k| blocks[k].alloc).collect();
         return Err(format!(
             "no block kept long enough ({} never freed, first at {:?} of {n}, first free {:?})",
             never.len(),
             never.first(),
-            frees.first()
+            first_free
         ));
     };
     let mut windows: Vec<usize> = kept.iter().map(|x| x.2).collect();
@@ -790,7 +922,7 @@ fn outliving(
     let start = if w0 == 0 { 0 } else { positions[w0 - 1] };
     // Over iterations, one earlier free is enough for blocks kept in several of them:
     // a site that keeps every other allocation keeps its third after freeing its second.
-    let freed_before = frees.partition_point(|&f| f < start);
+    let freed_before = frees_before(start);
     let freed_before_w0 = freed_before >= MIN_FREED_AFTER || (iterations && accumulates && freed_before >= 1);
     // Phases of the site's activity: runs of its allocs with no gap over
     // max(n / PHASE_GAP_DIVISOR, 8 × its median gap). A site used once per step
@@ -798,8 +930,10 @@ fn outliving(
     // in one phase.
     let allocs: Vec<usize> = site_blocks.iter().map(|&k| blocks[k].alloc).collect();
     let mut gaps: Vec<usize> = allocs.windows(2).map(|w| w[1] - w[0]).collect();
-    gaps.sort_unstable();
-    let gap = (n / PHASE_GAP_DIVISOR).max(8 * gaps.get(gaps.len() / 2).copied().unwrap_or(0)).max(1);
+    // The median gap (the element a sort would put in the middle).
+    let mid = gaps.len() / 2;
+    let median = if gaps.is_empty() { 0 } else { *gaps.select_nth_unstable(mid).1 };
+    let gap = (n / PHASE_GAP_DIVISOR).max(8 * median).max(1);
     let mut phase_of = Vec::with_capacity(allocs.len());
     let mut phase = 0usize;
     for (j, &a) in allocs.iter().enumerate() {
@@ -823,7 +957,7 @@ fn outliving(
         if iterations
             && w0 < positions.len()
             && later_windows.len() >= MIN_ACCUMULATION_WINDOWS
-            && frees.partition_point(|&f| f < positions[w0]) >= 1
+            && first_free.is_some_and(|f| f < positions[w0])
         {
             return Ok(later);
         }
@@ -856,7 +990,7 @@ fn shadows_resident(
     let Some(&first) = chosen.first() else { return false };
     let mut held = resident.clone();
     for &k in kept_for_good.iter().take_while(|&&k| k < first) {
-        if blocks[k].site != site {
+        if blocks[k].site as usize != site {
             *held.entry(blocks[k].size).or_default() += 1;
         }
     }
@@ -885,7 +1019,7 @@ fn thin_curve(pos: &[usize], y: &[u64]) -> Vec<CurvePoint> {
 
 /// Leak suspects of one device; `peak_allocated` sets the thresholds (module doc).
 pub fn leaks_device(snap: &Snapshot, device: i64, peak_allocated: u64) -> DeviceLeaks {
-    leaks_device_with(snap, device, peak_allocated, iterations(snap, device), &BlockLives::replay(snap, device))
+    leaks_device_with(snap, device, peak_allocated, iterations(snap, device), &BlockLives::replay(snap, device), 2)
 }
 
 /// [`leaks_device`] given the device's [`iterations`] and its block lives (`analyze`
@@ -896,6 +1030,7 @@ pub fn leaks_device_with(
     peak_allocated: u64,
     mut it: Iterations,
     lives: &BlockLives,
+    threads: usize,
 ) -> DeviceLeaks {
     let threshold = growth_threshold(peak_allocated);
     let n = snap.trace(device).len();
@@ -933,79 +1068,116 @@ pub fn leaks_device_with(
     let windows: Vec<usize> = sample_positions(&Iterations::default(), n);
 
     // Blocks of each site, in alloc order.
-    let mut by_site: Vec<Vec<usize>> = vec![Vec::new(); nsites];
-    for (k, b) in w.blocks.iter().enumerate() {
-        by_site[b.site].push(k);
-    }
+    let by_site = BySite::new(&w.blocks, nsites);
+    let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
 
-    // Transient memory (blocks the trace frees later) at each sample position. Across
-    // real steps it returns to one level at each boundary whatever leaks beside it;
-    // across the layers of one pass it trends (activations saved, then freed).
-    let mut diff = vec![0i128; used.len() + 1];
-    let mut from = 0usize; // blocks come in alloc order: no search for the alloc side
-    for b in w.blocks.iter() {
-        while from < used.len() && used[from] <= b.alloc {
-            from += 1;
-        }
-        if let Some(f) = b.free {
-            // Live at sample position p when alloc < p <= free.
-            let to = if f < used.last().copied().unwrap_or(0) { used.partition_point(|&p| p <= f) } else { used.len() };
-            diff[from] += b.size as i128;
-            diff[to] -= b.size as i128;
-        }
-    }
-    let mut acc = 0i128;
-    let transient: Vec<f64> = diff[..used.len()]
-        .iter()
-        .map(|d| {
-            acc += d;
-            acc as f64
-        })
-        .collect();
-    let transient_slope = if transient.len() >= 2 { fit(&transient).0 } else { 0.0 };
-    // Iterations vouch for an accumulation on their own when they come from loop
-    // annotations, or from periodicity with transient memory that drifts by at most
-    // MAX_TRANSIENT_DRIFT of its peak over the whole run (steps, not layers).
-    let peak_transient = transient.iter().copied().fold(0.0, f64::max);
-    let trusted_steps = steps
-        && (it.source == "annotation"
-            || (transient_slope.abs() * transient.len() as f64) <= MAX_TRANSIENT_DRIFT * peak_transient);
+    // The never-freed test over windows of the run (and the spread rule) does not depend
+    // on the iterations or on the rest of memory: once per site, on a second thread
+    // beside the transient-memory, growth and over-iterations tests.
+    let by_windows = || -> Vec<(Result<Vec<usize>, String>, bool)> {
+        let troughs = transient_troughs(&w.blocks, n);
+        (0..nsites)
+            .map(|s| {
+                let mut by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
+                let mut spread = false;
+                if let Some(v) = spread_over_run(&w.blocks, &by_site[s], n, &windows, &troughs) {
+                    if by_win.as_deref().map_or(0, bytes_of) < bytes_of(&v) {
+                        by_win = Ok(v);
+                        spread = true;
+                    }
+                }
+                (by_win, spread)
+            })
+            .collect()
+    };
+    let (transient_slope, grows, over_iters, by_win_of) = std::thread::scope(|scope| {
+        let windows_thread = (threads > 1).then(|| scope.spawn(by_windows));
 
-    // 1. Growth across iterations (module doc).
-    let mut grows: Vec<Option<(f64, f64, usize)>> = vec![None; nsites];
-    for (s, g) in grows.iter_mut().enumerate().filter(|_| has_iterations && !builds_up) {
-        let y: Vec<u64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0)).collect();
-        let steps = y.len() - 1;
-        let growing = y.windows(2).filter(|w| w[1] > w[0]).count();
-        let share = growing as f64 / steps as f64;
-        // Growth handed back before the trace ends (activations freed by the
-        // backward pass) is not a leak: keep at least half of it at the end.
-        let end = at_end.get(s).copied().unwrap_or(0);
-        if share < MIN_GROWING_SHARE || y[steps] <= y[0] || end < y[0] + (y[steps] - y[0]) / 2 {
-            continue;
-        }
-        let yf: Vec<f64> = y.iter().map(|&v| v as f64).collect();
-        let (slope, r2) = fit(&yf);
-        if slope < threshold as f64 {
-            continue;
-        }
-        // Periodicity also finds the layers of one pass (backward: each layer frees
-        // activations and keeps gradients). Across real steps everything else returns
-        // to the same level at each boundary; across layers it trends. So with
-        // periodicity-derived iterations, the rest of memory must be steady.
-        if it.source == "periodicity" {
-            let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v as f64).collect();
-            let (rest_slope, _) = fit(&rest);
-            let allowed = (threshold as f64).max(slope * MAX_REST_TREND);
-            if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
-                continue;
+        // Transient memory (blocks the trace frees later) at each sample position. Across
+        // real steps it returns to one level at each boundary whatever leaks beside it;
+        // across the layers of one pass it trends (activations saved, then freed).
+        let mut diff = vec![0i128; used.len() + 1];
+        let mut from = 0usize; // blocks come in alloc order: no search for the alloc side
+        let after = lives::PositionIndex::new(&used);
+        for b in w.blocks.iter() {
+            while from < used.len() && used[from] <= b.alloc {
+                from += 1;
+            }
+            if let Some(f) = b.free() {
+                // Live at sample position p when alloc < p <= free.
+                let to = after.count_le(f);
+                diff[from] += b.size as i128;
+                diff[to] -= b.size as i128;
             }
         }
-        *g = Some((slope, (share * r2).clamp(0.0, 1.0), growing));
-    }
+        let mut acc = 0i128;
+        let transient: Vec<f64> = diff[..used.len()]
+            .iter()
+            .map(|d| {
+                acc += d;
+                acc as f64
+            })
+            .collect();
+        let transient_slope = if transient.len() >= 2 { fit(&transient).0 } else { 0.0 };
+        // Iterations vouch for an accumulation on their own when they come from loop
+        // annotations, or from periodicity with transient memory that drifts by at most
+        // MAX_TRANSIENT_DRIFT of its peak over the whole run (steps, not layers).
+        let peak_transient = transient.iter().copied().fold(0.0, f64::max);
+        let trusted_steps = steps
+            && (it.source == "annotation"
+                || (transient_slope.abs() * transient.len() as f64) <= MAX_TRANSIENT_DRIFT * peak_transient);
 
-    // 2. Blocks never freed while the site's later allocations are (module doc).
-    let troughs = transient_troughs(&w.blocks, n);
+        // 1. Growth across iterations (module doc).
+        let mut grows: Vec<Option<(f64, f64, usize)>> = vec![None; nsites];
+        for (s, g) in grows.iter_mut().enumerate().filter(|_| has_iterations && !builds_up) {
+            let y: Vec<u64> = samples.iter().map(|row| row.get(s).copied().unwrap_or(0)).collect();
+            let steps = y.len() - 1;
+            let growing = y.windows(2).filter(|w| w[1] > w[0]).count();
+            let share = growing as f64 / steps as f64;
+            // Growth handed back before the trace ends (activations freed by the
+            // backward pass) is not a leak: keep at least half of it at the end.
+            let end = at_end.get(s).copied().unwrap_or(0);
+            if share < MIN_GROWING_SHARE || y[steps] <= y[0] || end < y[0] + (y[steps] - y[0]) / 2 {
+                continue;
+            }
+            let yf: Vec<f64> = y.iter().map(|&v| v as f64).collect();
+            let (slope, r2) = fit(&yf);
+            if slope < threshold as f64 {
+                continue;
+            }
+            // Periodicity also finds the layers of one pass (backward: each layer frees
+            // activations and keeps gradients). Across real steps everything else returns
+            // to the same level at each boundary; across layers it trends. So with
+            // periodicity-derived iterations, the rest of memory must be steady.
+            if it.source == "periodicity" {
+                let rest: Vec<f64> = samples.iter().zip(&y).map(|(row, &v)| total(row) - v as f64).collect();
+                let (rest_slope, _) = fit(&rest);
+                let allowed = (threshold as f64).max(slope * MAX_REST_TREND);
+                if rest_slope.abs() > allowed || transient_slope.abs() > allowed {
+                    continue;
+                }
+            }
+            *g = Some((slope, (share * r2).clamp(0.0, 1.0), growing));
+        }
+
+        // 2. Blocks never freed while the site's later allocations are (module doc).
+        // The never-freed test over iterations, once per site (it does not depend on the
+        // rest); sites it keeps enough of are left out of each other's rest below.
+        let over_iters: Vec<Result<Vec<usize>, String>> = (0..nsites)
+            .map(|s| {
+                if steps {
+                    outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
+                } else {
+                    Err("no iterations".into())
+                }
+            })
+            .collect();
+        let by_win_of = match windows_thread {
+            Some(h) => h.join().expect("the leak tests' second thread panicked"),
+            None => by_windows(),
+        };
+        (transient_slope, grows, over_iters, by_win_of)
+    });
     let min_kept = never_freed_threshold(peak_allocated);
     // FRAGSCOPE_LEAK_DEBUG=TEXT prints the never-freed test's decision for sites
     // containing TEXT (for tuning on planted files).
@@ -1016,7 +1188,6 @@ pub fn leaks_device_with(
     // one pass rather than steps, and then the windows still see a leak.
     let mut over_iterations = vec![false; nsites];
     let mut spread = vec![false; nsites];
-    let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
     // Several leaks at once: each is part of the others' "rest of memory", which then
     // trends. Candidates (kept blocks on either axis, or growth) are taken out of the
     // rest and the sites that failed only on the rest's trend are tried again, until
@@ -1034,7 +1205,7 @@ pub fn leaks_device_with(
         let mut d = vec![0f64; used.len() + 1];
         for k in blocks {
             let b = &w.blocks[k];
-            if b.free.is_none() {
+            if b.free().is_none() {
                 d[used.partition_point(|&p| p <= b.alloc)] += b.size as f64;
             }
         }
@@ -1052,17 +1223,6 @@ pub fn leaks_device_with(
     let held = std::cell::OnceCell::new();
     // Only needed when a site's rest trends (rare on a steady run): computed then.
     let kept_total = std::cell::OnceCell::new();
-    // The never-freed test over iterations, once per site (it does not depend on the
-    // rest); sites it keeps enough of are left out of each other's rest below.
-    let over_iters: Vec<Result<Vec<usize>, String>> = (0..nsites)
-        .map(|s| {
-            if steps {
-                outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
-            } else {
-                Err("no iterations".into())
-            }
-        })
-        .collect();
     let provisional: Vec<bool> =
         over_iters.iter().map(|r| r.as_deref().is_ok_and(|v| bytes_of(v) >= min_kept)).collect();
     let mut rest_trended = vec![true; nsites];
@@ -1104,13 +1264,8 @@ pub fn leaks_device_with(
                     ));
                 }
             }
-            let mut by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
-            if let Some(v) = spread_over_run(&w.blocks, &by_site[s], n, &windows, &troughs) {
-                if by_win.as_deref().map_or(0, bytes_of) < bytes_of(&v) {
-                    by_win = Ok(v);
-                    spread[s] = true;
-                }
-            }
+            let (by_win, spread_won) = by_win_of[s].clone();
+            spread[s] |= spread_won;
             if let Some(d) = debug.as_deref().filter(|d| w.table.sites[s].site.contains(d)) {
                 let show =
                     |r: &Result<Vec<usize>, String>| r.as_ref().map(|v| (v.len(), bytes_of(v))).map_err(String::clone);
@@ -1153,7 +1308,7 @@ pub fn leaks_device_with(
                     for &size in &w.resident {
                         *r.entry(size).or_default() += 1;
                     }
-                    let k: Vec<usize> = (0..w.blocks.len()).filter(|&k| w.blocks[k].free.is_none()).collect();
+                    let k: Vec<usize> = (0..w.blocks.len()).filter(|&k| w.blocks[k].free().is_none()).collect();
                     (r, k)
                 });
                 if shadows_resident(&w.blocks, resident, kept_for_good, s, &chosen) {
@@ -1188,21 +1343,14 @@ pub fn leaks_device_with(
     let mut confirmed = vec![false; nsites];
     let mut kept_after_share: Vec<Option<f64>> = vec![None; nsites];
     let mut first_round = true;
+    // Sums over the blocks from each candidate's first kept block to the end: of all
+    // blocks, once, less those of the few blocks left out in each round (kept blocks),
+    // instead of suffix sums over millions of blocks per round.
+    let firsts: Vec<usize> = kept.iter().filter_map(|v| v.first().copied()).collect();
+    let from_first = SuffixSums::new(&w.blocks, &firsts);
     loop {
-        let mut excluded = vec![false; w.blocks.len()];
-        for s in (0..nsites).filter(|&s| confirmed[s]) {
-            for &k in &kept[s] {
-                excluded[k] = true;
-            }
-        }
-        let mut suffix_alloc = vec![0u64; w.blocks.len() + 1];
-        let mut suffix_live = vec![0u64; w.blocks.len() + 1];
-        for k in (0..w.blocks.len()).rev() {
-            let b = &w.blocks[k];
-            let (a, l) = if excluded[k] { (0, 0) } else { (b.size, if b.free.is_none() { b.size } else { 0 }) };
-            suffix_alloc[k] = suffix_alloc[k + 1] + a;
-            suffix_live[k] = suffix_live[k + 1] + l;
-        }
+        let excluded =
+            SubsetSums::new(&w.blocks, (0..nsites).filter(|&s| confirmed[s]).flat_map(|s| kept[s].clone()).collect());
         let mut changed = false;
         for s in 0..nsites {
             if confirmed[s] || (by_spread[s] && !first_round) {
@@ -1210,7 +1358,8 @@ pub fn leaks_device_with(
             }
             let Some(&k0) = kept[s].first() else { continue };
             let own: u64 = kept[s].iter().map(|&k| w.blocks[k].size).sum();
-            let (a, l) = (suffix_alloc[k0] - own, suffix_live[k0] - own);
+            let (all, out) = (from_first.at(k0), excluded.from(k0));
+            let (a, l) = (all.alloc - out.alloc - own, all.live - out.live - own);
             let share = if a == 0 { 0.0 } else { l as f64 / a as f64 };
             kept_after_share[s] = Some(share);
             if share <= if by_spread[s] { MAX_SPREAD_RETAINED_SHARE } else { MAX_RETAINED_SHARE } {
@@ -1229,37 +1378,15 @@ pub fn leaks_device_with(
     // Left out all together, they still count when the rest of the run frees what it
     // allocates and frees more than all of them keep (a forward pass keeps more
     // activations than it frees temporaries, so it stays out).
-    let all: Vec<bool> = {
-        let mut v = vec![false; w.blocks.len()];
-        for ks in &kept {
-            for &k in ks {
-                v[k] = true;
-            }
-        }
-        v
-    };
-    let mut suffix = vec![(0u64, 0u64, 0u64, 0u64); w.blocks.len() + 1]; // (alloc, live, freed, kept) of the rest / of the candidates
-    for k in (0..w.blocks.len()).rev() {
-        let b = &w.blocks[k];
-        let mut x = suffix[k + 1];
-        if all[k] {
-            x.3 += b.size;
-        } else {
-            x.0 += b.size;
-            if b.free.is_none() {
-                x.1 += b.size;
-            } else {
-                x.2 += b.size;
-            }
-        }
-        suffix[k] = x;
-    }
+    let candidates = SubsetSums::new(&w.blocks, kept.iter().flatten().copied().collect());
     for s in 0..nsites {
         if confirmed[s] || by_spread[s] {
             continue;
         }
         let Some(&k0) = kept[s].first() else { continue };
-        let (a, l, f, c) = suffix[k0];
+        let (all, c) = (from_first.at(k0), candidates.from(k0));
+        // (alloc, live, freed) of the rest, and what the candidates keep.
+        let (a, l, f, c) = (all.alloc - c.alloc, all.live - c.live, all.freed - c.freed, c.alloc);
         let share = if a == 0 { 1.0 } else { l as f64 / a as f64 };
         if share <= MAX_RETAINED_SHARE && f > c {
             kept_after_share[s] = Some(share);
@@ -1286,11 +1413,11 @@ pub fn leaks_device_with(
         // every traced block of the site live at the end), its freed blocks, and where
         // the kept ones were allocated.
         let nf: Vec<usize> = if kept[s].is_empty() {
-            by_site[s].iter().copied().filter(|&k| w.blocks[k].free.is_none()).collect()
+            by_site[s].iter().copied().filter(|&k| w.blocks[k].free().is_none()).collect()
         } else {
             kept[s].clone()
         };
-        let freed_blocks = by_site[s].iter().filter(|&&k| w.blocks[k].free.is_some()).count() as u64;
+        let freed_blocks = by_site[s].iter().filter(|&&k| w.blocks[k].free().is_some()).count() as u64;
         let mut grew: Vec<GrowthSpan> = Vec::new();
         for &k in &nf {
             let b = &w.blocks[k];
@@ -1349,7 +1476,7 @@ pub fn leaks_device_with(
             never_freed_bytes: nf_bytes,
             first_never_freed_entry: nf.first().map(|&k| w.blocks[k].alloc),
             last_never_freed_entry: nf.last().map(|&k| w.blocks[k].alloc),
-            first_never_freed_time_us: nf.first().map(|&k| w.blocks[k].time_us).filter(|&t| t != NO_TIME),
+            first_never_freed_time_us: nf.first().map(|&k| lives.traced[k].time_us).filter(|&t| t != NO_TIME),
             freed_blocks,
             end_bytes: at_end.get(s).copied().unwrap_or(0),
             kept_share_after: kept_after_share[s],

@@ -89,7 +89,7 @@ impl LivesRecorder {
             b.life = seeded.len() as u32;
             seeded.push(SeededLife { address, size: b.size, request: b.request, stack: b.stack, end: LIVE_AT_END });
         }
-        let traced = Vec::with_capacity(r.trace.len() / 3);
+        let traced = Vec::with_capacity(r.allocs);
         LivesRecorder { lives: BlockLives { device, seeded, traced } }
     }
 
@@ -173,7 +173,7 @@ impl BlockLives {
 /// state before entry *p*; past the end = the end), then one more row: the end of the
 /// trace. `lives` gives (key < `keys`, alloc entry or `None` for a seeded block, end
 /// entry or [`LIVE_AT_END`], size). O(lives · log positions + positions · keys).
-pub(crate) fn live_bytes_at(
+pub fn live_bytes_at(
     positions: &[usize],
     keys: usize,
     lives: impl Iterator<Item = (usize, Option<usize>, usize, u64)>,
@@ -205,7 +205,7 @@ pub(crate) fn live_bytes_at(
 /// How many of a sorted list of positions are ≤ x, for millions of x: a binary search
 /// inside the range a coarse table gives (positions spread over the trace leave a few
 /// per cell), instead of over the whole list.
-struct PositionIndex<'a> {
+pub(crate) struct PositionIndex<'a> {
     positions: &'a [usize],
     /// `x >> shift` → how many positions are below `cell << shift`.
     below_cell: Vec<usize>,
@@ -213,7 +213,7 @@ struct PositionIndex<'a> {
 }
 
 impl<'a> PositionIndex<'a> {
-    fn new(positions: &'a [usize]) -> Self {
+    pub(crate) fn new(positions: &'a [usize]) -> Self {
         let top = positions.last().copied().unwrap_or(0);
         // About 4 cells per position, at most 2^16 cells.
         let cells_wanted = (positions.len() * 4).clamp(4, 1 << 16);
@@ -233,7 +233,7 @@ impl<'a> PositionIndex<'a> {
         PositionIndex { positions, below_cell, shift }
     }
 
-    fn count_le(&self, x: usize) -> usize {
+    pub(crate) fn count_le(&self, x: usize) -> usize {
         let c = x >> self.shift;
         if c >= self.below_cell.len() - 1 {
             // Past the last position's cell: every position is ≤ x.

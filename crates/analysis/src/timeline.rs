@@ -199,8 +199,11 @@ impl Live {
 pub(crate) struct Replayer<'a> {
     pub trace: &'a [TraceEvent],
     cfg: AllocatorConfig,
-    /// Alloc event index → real block size, for blocks still live at the end.
-    final_sizes: FxHashMap<usize, u64>,
+    /// (alloc event index, real block size) of the blocks still live at the end, by
+    /// index: steps go through the trace in order, so a cursor finds each (a hash
+    /// lookup per `alloc` was a visible share of the walk on long traces).
+    final_sizes: Vec<(usize, u64)>,
+    final_pos: usize,
     pub live: FxHashMap<u64, Live>,
     pub cur: Levels,
     totals: &'a [TotalsSample],
@@ -209,6 +212,10 @@ pub(crate) struct Replayer<'a> {
     pub seeded: Seeded,
     /// [`Live::life`] of the next `alloc`.
     next_life: u32,
+    /// `alloc` entries in the trace (counted in pass 1, so that the block lives are
+    /// made at their size: growing a vector of millions of lives copies and faults in
+    /// as much memory again).
+    pub allocs: usize,
 }
 
 impl<'a> Replayer<'a> {
@@ -234,7 +241,9 @@ impl<'a> Replayer<'a> {
             allocated,
             life: 0,
         };
+        let mut allocs = 0usize;
         for (i, e) in trace.iter().enumerate() {
+            allocs += (e.action == Action::Alloc) as usize;
             match e.action {
                 Action::Alloc if traced.insert(e.addr, i).is_some() => {
                     seeded.inconsistencies += 1;
@@ -274,7 +283,7 @@ impl<'a> Replayer<'a> {
         seeded.frees_of_unknown_bytes = initial.values().map(|b| b.size).sum();
 
         // Final state: real sizes of traced blocks, and untraced live blocks to seed.
-        let mut final_sizes = FxHashMap::default();
+        let mut final_sizes = Vec::new();
         let mut final_reserved = 0u64;
         let mut has_segments = false;
         for seg in snap.device_segments(device) {
@@ -282,7 +291,7 @@ impl<'a> Replayer<'a> {
             final_reserved += seg.total_size;
             for b in seg.blocks.iter().filter(|b| b.state.is_active()) {
                 if let Some(&idx) = traced.get(&b.address) {
-                    final_sizes.insert(idx, b.size);
+                    final_sizes.push((idx, b.size));
                 } else if let std::collections::hash_map::Entry::Vacant(e) = initial.entry(b.address) {
                     let stack = b.stack.or_else(|| b.history.as_ref().and_then(|h| h.first()).and_then(|h| h.stack));
                     seeded.untraced_live_blocks += 1;
@@ -343,7 +352,11 @@ impl<'a> Replayer<'a> {
         let mut r = Replayer {
             trace,
             cfg,
-            final_sizes,
+            final_sizes: {
+                final_sizes.sort_unstable();
+                final_sizes
+            },
+            final_pos: 0,
             live: initial,
             cur,
             totals: if reserved_from_totals { totals } else { &[] },
@@ -351,6 +364,7 @@ impl<'a> Replayer<'a> {
             reserved_source,
             seeded,
             next_life: 0,
+            allocs,
         };
         if reserved_from_totals {
             // One totals sample per profiler event (an alloc, or a free that the reader
@@ -394,13 +408,21 @@ impl<'a> Replayer<'a> {
     }
 
     /// Applies event `i`. `on_change(block, +1/−1)` is told when a block enters or leaves
-    /// the allocated set (what attribution counts as live).
+    /// the allocated set (what attribution counts as live). Events are applied in trace
+    /// order, each once, from 0.
+    #[inline(always)]
     pub fn step(&mut self, i: usize, on_change: &mut impl FnMut(&Live, i64)) {
         let e = &self.trace[i];
         let c = &mut self.cur;
         match e.action {
             Action::Alloc => {
-                let size = self.final_sizes.get(&i).copied().unwrap_or_else(|| round_size(e.size, &self.cfg));
+                while self.final_sizes.get(self.final_pos).is_some_and(|&(j, _)| j < i) {
+                    self.final_pos += 1;
+                }
+                let size = match self.final_sizes.get(self.final_pos) {
+                    Some(&(j, size)) if j == i => size,
+                    _ => round_size(e.size, &self.cfg),
+                };
                 let b = Live {
                     size,
                     request: e.size,
@@ -513,6 +535,7 @@ fn walk(
     let mut peaks = [Peak::default(); 4];
     // Allocated bytes at the (first) reserved peak, kept as the peak moves.
     let mut alloc_at_res_peak = 0u64;
+    let mut next_point = 0usize;
     let levels = |l: &Levels| [l.allocated, l.active, l.requested, l.reserved];
     let mut record = |state: usize, l: &Levels, t: i64, series: &mut Vec<SeriesPoint>, peaks: &mut [Peak; 4]| {
         let ev = state.checked_sub(1);
@@ -525,8 +548,11 @@ fn walk(
                 }
             }
         }
-        let b = state * buckets / states;
-        if series.len() <= b {
+        // The point of `state` is `state * buckets / states` (at most one more than the
+        // last one's, as buckets <= states); its first state is followed instead of a
+        // division per event.
+        if state >= next_point {
+            next_point = ((series.len() + 1) * states).div_ceil(buckets);
             series.push(SeriesPoint { first_event: ev, last_event: ev, time_us: opt_time(t), max: *l });
         } else {
             let s = series.last_mut().unwrap();

@@ -7,8 +7,9 @@
 //! largest request made inside it. The levels are [`fragscope_analysis::timeline`]'s own
 //! bookkeeping, so the peaks drawn are the peaks `summary` and `analyze` print.
 
+use fragscope_analysis::lives::BlockLives;
 use fragscope_analysis::timeline::{timeline_walk, DeviceTimeline, TimelineOptions};
-use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{Action, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::{encode, ReportOptions, StackTable};
@@ -46,83 +47,86 @@ pub struct Curves {
     pub sites: String,
 }
 
-/// Per call site bookkeeping of the single walk in [`curves`] (see there).
-#[derive(Default)]
-struct SiteLog {
-    /// Call site (allocation stack) of each site id.
-    keys: Vec<Option<StackId>>,
-    ids: FxHashMap<Option<StackId>, u32>,
-    /// Live bytes now, and the most at any state.
-    cur: Vec<i128>,
-    best: Vec<i128>,
-    /// Sites changed between the previous bucket's maximum and this bucket's current one.
-    dirty: Vec<u32>,
-    /// `dirty_mark[site] == bucket + 1` when `site` is in `dirty`.
-    dirty_mark: Vec<u32>,
-    /// Changes after this bucket's current maximum: (site, delta).
-    after: Vec<(u32, i128)>,
-    /// (bucket, site, live bytes at the bucket's maximum) for the sites that changed.
-    values: Vec<(u32, u32, f64)>,
+/// Index of a call site in [`SitePeaks::ids`]: 0 for no stack, else the stack's index + 1.
+fn site_slot(stack: Option<StackId>) -> usize {
+    stack.map_or(0, |s| s.index() + 1)
 }
 
-impl SiteLog {
-    fn change(&mut self, stack: Option<StackId>, delta: i128) {
-        let n = self.keys.len() as u32;
-        let id = *self.ids.entry(stack).or_insert(n);
-        if id == n {
+/// The most live bytes of each call site at any state, kept during the walk (the drawn
+/// sites are those with the most); their values at each bucket's maximum are filled in
+/// afterwards from the block lives ([`CurvesWalk::finish`]), off the walk.
+#[derive(Default)]
+struct SitePeaks {
+    /// Call site (allocation stack) of each site id.
+    keys: Vec<Option<StackId>>,
+    /// Site id + 1 of each stack by [`site_slot`] (0: not seen yet); stacks are dense
+    /// indices, and a hash lookup per change was a visible share of the walk.
+    ids: Vec<u32>,
+    /// Live bytes now, and the most at any state.
+    cur: Vec<i64>,
+    best: Vec<i64>,
+}
+
+impl SitePeaks {
+    fn change(&mut self, stack: Option<StackId>, delta: i64) {
+        let slot = site_slot(stack);
+        if slot >= self.ids.len() {
+            self.ids.resize(slot + 1, 0);
+        }
+        if self.ids[slot] == 0 {
             self.keys.push(stack);
             self.cur.push(0);
             self.best.push(0);
-            self.dirty_mark.push(0);
+            self.ids[slot] = self.keys.len() as u32;
         }
-        let i = id as usize;
+        let i = self.ids[slot] as usize - 1;
         self.cur[i] += delta;
         self.best[i] = self.best[i].max(self.cur[i]);
-        self.after.push((id, delta));
-    }
-    fn mark(&mut self, bucket: usize, site: u32) {
-        if self.dirty_mark[site as usize] != bucket as u32 + 1 {
-            self.dirty_mark[site as usize] = bucket as u32 + 1;
-            self.dirty.push(site);
-        }
-    }
-    /// A new maximum of `bucket` at the current state: what changed since the previous
-    /// one now counts up to it.
-    fn new_max(&mut self, bucket: usize) {
-        let after = std::mem::take(&mut self.after);
-        for &(site, _) in &after {
-            self.mark(bucket, site);
-        }
-        self.after = after;
-        self.after.clear();
-    }
-    /// `bucket` is over: record its sites' values at its maximum (now minus what changed
-    /// after it); the sites changed after the maximum start the next bucket's list.
-    fn close(&mut self, bucket: usize) {
-        let mut undo: FxHashMap<u32, i128> = FxHashMap::default();
-        for &(site, d) in &self.after {
-            *undo.entry(site).or_default() += d;
-        }
-        for &site in &self.dirty {
-            let v = self.cur[site as usize] - undo.get(&site).copied().unwrap_or(0);
-            self.values.push((bucket as u32, site, v.max(0) as f64));
-        }
-        self.dirty.clear();
-        let after = std::mem::take(&mut self.after);
-        for &(site, _) in &after {
-            self.mark(bucket + 1, site);
-        }
-        self.after = after;
-        self.after.clear();
     }
 }
 
-/// See the module doc. One walk of the trace: the live bytes of every call site are
-/// logged, at each bucket's maximum, only for the sites that changed since the previous
-/// bucket's; the top sites are chosen (most live bytes at their own peak) after the walk
-/// and their values filled in from that log.
+/// [`Curves`] as the walk leaves them: everything but [`Curves::sites`], which
+/// [`CurvesWalk::finish`] computes from the block lives.
+pub struct CurvesWalk {
+    curves: Curves,
+    /// The drawn call sites, most live bytes at their own peak first.
+    sites: Vec<Option<StackId>>,
+    /// The state of each bucket where allocated is highest (strictly increasing).
+    amax: Vec<usize>,
+}
+
+impl CurvesWalk {
+    /// The curves with the drawn sites' live bytes at each bucket's allocated maximum
+    /// (from `lives`, the lives of the walk that made this), and those sites.
+    pub fn finish(mut self, lives: &BlockLives) -> (Curves, Vec<Option<StackId>>) {
+        let k = self.sites.len();
+        let mut slot = vec![usize::MAX; self.sites.iter().map(|&s| site_slot(s) + 1).max().unwrap_or(0)];
+        for (j, &s) in self.sites.iter().enumerate() {
+            slot[site_slot(s)] = j;
+        }
+        let key = |s: Option<StackId>| slot.get(site_slot(s)).copied().filter(|&j| j != usize::MAX);
+        let rows = fragscope_analysis::lives::live_bytes_at(
+            &self.amax,
+            k,
+            lives
+                .seeded
+                .iter()
+                .filter_map(|b| Some((key(b.stack)?, None, b.end, b.size)))
+                .chain(lives.traced.iter().filter_map(|l| Some((key(l.stack)?, Some(l.alloc), l.end, l.size)))),
+        );
+        // One row per bucket (the last row is the end of the trace).
+        let sites: Vec<f64> = rows.iter().take(self.amax.len()).flat_map(|r| r.iter().map(|&v| v as f64)).collect();
+        self.curves.sites = encode::f64s(&sites);
+        (self.curves, self.sites)
+    }
+}
+
+/// See the module doc. One walk of the trace, which keeps each call site's most live
+/// bytes; the top sites are chosen (most live bytes at their own peak) after the walk
+/// and their values at each bucket's maximum counted from the block lives.
 pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut StackTable) -> Curves {
-    let (curves, sites, _) = curves_and_timeline(snap, device, opts, 1);
+    let (walked, tl) = curves_and_timeline(snap, device, opts, 1);
+    let (curves, sites) = walked.finish(tl.lives.as_deref().expect("the curves walk keeps the lives"));
     curves.with_stacks(snap, &sites, table)
 }
 
@@ -143,7 +147,7 @@ pub fn curves_and_timeline(
     device: i64,
     opts: &ReportOptions,
     points: usize,
-) -> (Curves, Vec<Option<StackId>>, DeviceTimeline) {
+) -> (CurvesWalk, DeviceTimeline) {
     let trace = snap.trace(device);
     let states = trace.len() + 1;
     let n = opts.buckets.max(1).min(states);
@@ -153,25 +157,25 @@ pub fn curves_and_timeline(
     let mut req = vec![0.0f64; n];
     let mut res = vec![0.0f64; n];
     let mut max_request = vec![0.0f64; n];
-    let mut amax = vec![0.0f64; n];
+    let mut amax = vec![0usize; n];
     let (mut gap_from, mut gap_to) = (vec![-1.0f64; n], vec![-1.0f64; n]);
     let (mut gap_t0, mut gap_t1) = (vec![f64::NAN; n], vec![f64::NAN; n]);
     let mut gap_len = vec![0i64; n];
     let mut last_timed: Option<(usize, i64)> = None;
-    // Both callbacks of the walk use the log.
-    let log = std::cell::RefCell::new(SiteLog::default());
-    let mut bucket = 0usize;
+    let mut peaks = SitePeaks::default();
+    // The bucket of `state` is `state * n / states`; it is followed with the first state
+    // of the next bucket instead of a division per event.
+    let mut b = 0usize;
+    let mut next = states.div_ceil(n);
     let tl = timeline_walk(
         snap,
         device,
         &TimelineOptions { points: points.max(1) },
-        |_, c| log.borrow_mut().change(c.stack, c.size as i128 * c.delta as i128),
+        |_, c| peaks.change(c.stack, c.size as i64 * c.delta),
         |state, l| {
-            let b = state * n / states;
-            let mut log = log.borrow_mut();
-            while bucket < b {
-                log.close(bucket);
-                bucket += 1;
+            while state >= next {
+                b += 1;
+                next = ((b + 1) * states).div_ceil(n);
             }
             if first[b].is_nan() {
                 first[b] = state as f64;
@@ -197,40 +201,18 @@ pub fn curves_and_timeline(
             }
             if l.allocated as f64 > alloc[b] {
                 alloc[b] = l.allocated as f64;
-                amax[b] = state as f64;
-                log.new_max(b);
+                amax[b] = state;
             }
             req[b] = req[b].max(l.requested as f64);
             res[b] = res[b].max(l.reserved as f64);
         },
     );
-    let mut log = log.into_inner();
-    log.close(bucket);
     // The call sites with the most live bytes at their own peak.
-    let mut ranked: Vec<(Option<StackId>, i128, u32)> =
-        (0..log.keys.len()).filter(|&i| log.best[i] > 0).map(|i| (log.keys[i], log.best[i], i as u32)).collect();
+    let mut ranked: Vec<(Option<StackId>, i64)> =
+        (0..peaks.keys.len()).filter(|&i| peaks.best[i] > 0).map(|i| (peaks.keys[i], peaks.best[i])).collect();
     ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.truncate(opts.top_sites);
-    let k = ranked.len();
-    let mut slot = vec![usize::MAX; log.keys.len()];
-    for (j, r) in ranked.iter().enumerate() {
-        slot[r.2 as usize] = j;
-    }
-    let mut sites = vec![0.0f64; n * k];
-    let mut vals = vec![0.0f64; k];
-    let mut pos = 0usize;
-    for b in 0..n {
-        while let Some(&(vb, site, v)) = log.values.get(pos) {
-            if vb as usize != b {
-                break;
-            }
-            if slot[site as usize] != usize::MAX {
-                vals[slot[site as usize]] = v;
-            }
-            pos += 1;
-        }
-        sites[b * k..(b + 1) * k].copy_from_slice(&vals);
-    }
+    let amax_f: Vec<f64> = amax.iter().map(|&a| a as f64).collect();
     let curves = Curves {
         n,
         states,
@@ -240,13 +222,13 @@ pub fn curves_and_timeline(
         requested: encode::f64s(&req),
         reserved: encode::f64s(&res),
         max_request: encode::f64s(&max_request),
-        amax: encode::f64s(&amax),
+        amax: encode::f64s(&amax_f),
         gap_from: encode::f64s(&gap_from),
         gap_to: encode::f64s(&gap_to),
         gap_t0: encode::f64s(&gap_t0),
         gap_t1: encode::f64s(&gap_t1),
         site_stacks: Vec::new(),
-        sites: encode::f64s(&sites),
+        sites: String::new(),
     };
-    (curves, ranked.iter().map(|(s, _, _)| *s).collect(), tl)
+    (CurvesWalk { curves, sites: ranked.iter().map(|(s, _)| *s).collect(), amax }, tl)
 }

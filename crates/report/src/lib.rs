@@ -155,24 +155,38 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
     let mut table = StackTable::default();
     let aopts = AnalyzeOptions::default();
     // `analyze` runs beside the report's other walks of the trace; the curves are drawn
-    // in the walk that makes analyze's timeline (one walk for both).
-    let walked = std::sync::Mutex::new(FxHashMap::default());
-    let timeline_of = |d: i64| {
-        let (c, sites, tl) = curves::curves_and_timeline(snap, d, opts, aopts.points);
-        walked.lock().expect("curves lock").insert(d, (c, sites));
-        tl
-    };
-    let (ana, sum, parts) = std::thread::scope(|s| {
-        let analysis = s.spawn(|| analyze::analyze_with_timelines(snap, &aopts, &timeline_of));
+    // in the walk that makes analyze's timeline (one walk for both). Each walked device's
+    // curves are finished here (their call sites' values, from the walk's block lives)
+    // while the analysis goes on with the leak tests and attribution.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ana, sum, parts, mut walked) = std::thread::scope(|s| {
+        let analysis = s.spawn(move || {
+            // Sent from the analysis thread; dropped with it, which ends the loop below.
+            let tx = std::sync::Mutex::new(tx);
+            let timeline_of = |d: i64| {
+                let (c, tl) = curves::curves_and_timeline(snap, d, opts, aopts.points);
+                // The receiver lives until this thread ends: a failed send cannot happen.
+                let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone()));
+                tl
+            };
+            analyze::analyze_with_timelines(snap, &aopts, &timeline_of)
+        });
         let sum = summary::summarize(snap);
         let parts: Vec<_> = snap
             .devices()
             .into_iter()
             .map(|d| (d, largest_lives(snap, d, opts.top_allocations), request_sizes(snap, d), phases(snap, d)))
             .collect();
-        (analysis.join().expect("the analysis thread panicked"), sum, parts)
+        let mut walked = FxHashMap::default();
+        for (d, c, lives) in rx {
+            let finished = match lives {
+                Some(l) => c.finish(&l),
+                None => c.finish(&fragscope_analysis::lives::BlockLives::replay(snap, d)),
+            };
+            walked.insert(d, finished);
+        }
+        (analysis.join().expect("the analysis thread panicked"), sum, parts, walked)
     });
-    let mut walked = walked.into_inner().expect("curves lock");
     // Page stack indices are given in a fixed order (each device's curve sites, then
     // its largest allocations), so the page does not depend on the threads' timing.
     let parts: Vec<_> = parts
