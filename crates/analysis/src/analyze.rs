@@ -136,26 +136,63 @@ pub fn analyze_with_timelines(snap: &Snapshot, opts: &AnalyzeOptions, timeline_o
 }
 
 fn analyze_inner(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: Option<TimelineOf>) -> Analysis {
-    // One look at every trace entry for the era, shared by the devices.
-    let era = recommend::infer_era(snap);
-    Analysis {
-        format: format_name(snap.format),
-        recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
-        devices: snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &era, timeline_of)).collect(),
-        era,
+    // One look at every trace entry for the era, shared by the devices: with threads to
+    // spare, beside the first device's walks (only its recommendations need it).
+    std::thread::scope(|s| {
+        let era = LazyEra::new(snap, opts.threads > 1, s);
+        let devices =
+            snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &era, timeline_of)).collect();
+        Analysis {
+            format: format_name(snap.format),
+            recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
+            devices,
+            era: era.get().clone(),
+        }
+    })
+}
+
+/// The file's [`Era`], inferred on a thread of its own when one is given and taken from
+/// it on first use.
+struct LazyEra<'scope> {
+    era: std::sync::OnceLock<Era>,
+    thread: std::sync::Mutex<Option<std::thread::ScopedJoinHandle<'scope, Era>>>,
+}
+
+impl<'scope> LazyEra<'scope> {
+    fn new<'env>(snap: &'env Snapshot, spawn: bool, s: &'scope std::thread::Scope<'scope, 'env>) -> Self {
+        let era = std::sync::OnceLock::new();
+        let thread = if spawn {
+            Some(s.spawn(|| recommend::infer_era(snap)))
+        } else {
+            let _ = era.set(recommend::infer_era(snap));
+            None
+        };
+        LazyEra { era, thread: std::sync::Mutex::new(thread) }
+    }
+
+    fn get(&self) -> &Era {
+        self.era.get_or_init(|| {
+            let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            // Set at construction or spawned there: one of the two holds.
+            match h.map(|h| h.join()) {
+                Some(Ok(era)) => era,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => unreachable!("the era is set or its thread spawned at construction"),
+            }
+        })
     }
 }
 
 /// Analyses one device.
 pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> DeviceAnalysis {
-    analyze_device_inner(snap, device, opts, &recommend::infer_era(snap), None)
+    std::thread::scope(|s| analyze_device_inner(snap, device, opts, &LazyEra::new(snap, false, s), None))
 }
 
 fn analyze_device_inner(
     snap: &Snapshot,
     device: i64,
     opts: &AnalyzeOptions,
-    era: &Era,
+    era: &LazyEra,
     timeline_of: Option<TimelineOf>,
 ) -> DeviceAnalysis {
     let threads = opts.threads.max(1);
@@ -188,13 +225,18 @@ fn analyze_device_inner(
     let part_oom = || {
         let mut f = oom::oom_finding(snap, device, &OomOptions { top: opts.top, replay: false, threads })?;
         let cfg = replay::recorded_config(snap);
-        let cands = recommend::candidates(&cfg, era);
+        let cands = recommend::candidates(&cfg, era.get());
         let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
         oom::apply_trials(&mut f, base, trials);
         oom::advise(snap, device, &mut f);
         Some(f)
     };
-    let (mut tl, (attr, at_peak, at_peak_note), mut lk, oom_f) = if threads > 1 {
+    // Recommendations of a device without an OOM (measured by replay with --what-if).
+    let part_recommendations = || {
+        let cap = snap.device_capacity.get(&device).copied();
+        recommend::recommend_in_era(snap, device, era.get().clone(), opts.what_if, cap, threads)
+    };
+    let (mut tl, (attr, at_peak, at_peak_note), mut lk, oom_f, quick_recommendations) = if threads > 1 {
         std::thread::scope(|s| {
             // The iterations (no walk of the lives) beside the timeline walk, then the
             // leak tests beside attribution.
@@ -204,16 +246,21 @@ fn analyze_device_inner(
             let it = h_it.join().expect("iterations thread");
             let h_leaks = s.spawn(move || part_leaks(it, &lives));
             let main = part_main(&tl);
+            // Without an OOM entry (and without --what-if) nothing is replayed: the
+            // recommendations are a look at the trace, taken while the leak tests run.
+            // (`oom::oom_finding` makes a finding exactly for the trace's first `oom` entry.)
+            let quick = (!opts.what_if && tl.first_oom.is_none()).then(&part_recommendations);
             let lk = h_leaks.join().expect("leaks thread");
             // The OOM replays start once the cheap parts are done, so they do not
             // compete with them for the cores (they use `threads` threads themselves).
-            (tl, main, lk, part_oom())
+            let oom_f = if quick.is_some() { None } else { part_oom() };
+            (tl, main, lk, oom_f, quick)
         })
     } else {
         let tl = part_timeline();
         let lk = part_leaks(leaks::iterations(snap, device), &lives_of(&tl));
         let main = part_main(&tl);
-        (tl, main, lk, part_oom())
+        (tl, main, lk, part_oom(), None)
     };
     // The lives are for this function only: the analysis does not carry them.
     tl.lives = None;
@@ -227,7 +274,7 @@ fn analyze_device_inner(
                 device,
                 measured: false,
                 note: None,
-                era: era.clone(),
+                era: era.get().clone(),
                 capacity_bytes: Some(f.capacity_bytes),
                 baseline: None,
                 recommended: Vec::new(),
@@ -240,10 +287,7 @@ fn analyze_device_inner(
             }
             r
         }
-        None => {
-            let cap = snap.device_capacity.get(&device).copied();
-            recommend::recommend_in_era(snap, device, era.clone(), opts.what_if, cap, threads)
-        }
+        None => quick_recommendations.unwrap_or_else(part_recommendations),
     };
 
     let frag = FragmentationFindings {

@@ -163,6 +163,10 @@ pub struct DeviceTimeline {
     /// for attribution and leak detection (not serialised; `None` from [`timeline`]).
     #[serde(skip)]
     pub lives: Option<Arc<BlockLives>>,
+    /// The first `oom` entry of the trace ([`crate::oom::oom_entry`]), seen in the walk
+    /// so that callers need not look through millions of entries again (not serialised).
+    #[serde(skip)]
+    pub first_oom: Option<usize>,
 }
 
 /// Timelines of every device that has segments or trace events.
@@ -566,6 +570,7 @@ fn walk(
             s.max.reserved = s.max.reserved.max(l.reserved);
         }
     };
+    let mut first_oom = None;
     record(0, &start, NO_TIME, &mut series, &mut peaks);
     on_state(0, &start);
     for i in 0..n {
@@ -575,7 +580,11 @@ fn walk(
             }
             on_change(i + 1, &change(b, d))
         });
-        let t = r.trace[i].time_us;
+        let e = &r.trace[i];
+        if e.action == Action::Oom && first_oom.is_none() {
+            first_oom = Some(i);
+        }
+        let t = e.time_us;
         let cur = r.cur;
         record(i + 1, &cur, t, &mut series, &mut peaks);
         on_state(i + 1, &cur);
@@ -599,6 +608,7 @@ fn walk(
         fragmentation_at_reserved_peak: frac(alloc_at_res_peak, pres.bytes),
         series,
         lives: lives.map(|l| Arc::new(l.finish())),
+        first_oom,
     }
 }
 

@@ -154,57 +154,52 @@ pub struct FileData {
 pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOptions) -> FileData {
     let mut table = StackTable::default();
     let aopts = AnalyzeOptions::default();
+    let device_list = snap.devices();
     // `analyze` runs beside the report's other walks of the trace; the curves are drawn
-    // in the walk that makes analyze's timeline (one walk for both). Each walked device's
-    // curves are finished here (their call sites' values, from the walk's block lives)
-    // while the analysis goes on with the leak tests and attribution.
+    // in the walk that makes analyze's timeline (one walk for both). Once every device
+    // is walked, its curves are finished (their call sites' values, from the walk's
+    // block lives) and its state view built here, while the analysis goes on with the
+    // leak tests.
     let (tx, rx) = std::sync::mpsc::channel();
-    let (ana, sum, parts, mut walked) = std::thread::scope(|s| {
+    let (ana, sum, drawn) = std::thread::scope(|s| {
         let analysis = s.spawn(move || {
-            // Sent from the analysis thread; dropped with it, which ends the loop below.
             let tx = std::sync::Mutex::new(tx);
             let timeline_of = |d: i64| {
                 let (c, tl) = curves::curves_and_timeline(snap, d, opts, aopts.points);
-                // The receiver lives until this thread ends: a failed send cannot happen.
-                let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone()));
+                // The receiver waits for every device: a failed send cannot happen.
+                let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone(), state::Marks::new(snap, &tl)));
                 tl
             };
             analyze::analyze_with_timelines(snap, &aopts, &timeline_of)
         });
         let sum = summary::summarize(snap);
-        let parts: Vec<_> = snap
-            .devices()
-            .into_iter()
-            .map(|d| (d, largest_lives(snap, d, opts.top_allocations), request_sizes(snap, d), phases(snap, d)))
+        let parts: Vec<_> = device_list
+            .iter()
+            .map(|&d| {
+                let (lives, requests) = largest_lives(snap, d, opts.top_allocations);
+                (d, lives, requests, phases(snap, d))
+            })
             .collect();
+        // The analysis walks every device, in this order, one message each (fewer only
+        // when its thread ended early: it panicked, and the join below says so).
         let mut walked = FxHashMap::default();
-        for (d, c, lives) in rx {
+        for _ in 0..device_list.len() {
+            let Ok((d, c, lives, marks)) = rx.recv() else { break };
             let finished = match lives {
                 Some(l) => c.finish(&l),
                 None => c.finish(&fragscope_analysis::lives::BlockLives::replay(snap, d)),
             };
-            walked.insert(d, finished);
+            walked.insert(d, (finished, marks));
         }
-        (analysis.join().expect("the analysis thread panicked"), sum, parts, walked)
+        let drawn = draw(snap, opts, parts, walked, &mut table);
+        (analysis.join().expect("the analysis thread panicked"), sum, drawn)
     });
-    // Page stack indices are given in a fixed order (each device's curve sites, then
-    // its largest allocations), so the page does not depend on the threads' timing.
-    let parts: Vec<_> = parts
-        .into_iter()
-        .map(|(d, lives, requests, phases)| {
-            let curves = match walked.remove(&d) {
-                Some((c, sites)) => c.with_stacks(snap, &sites, &mut table),
-                // A device analyze did not walk (none today): its own walk.
-                None => curves::curves(snap, d, opts, &mut table),
-            };
-            let allocations = encode_allocations(snap, d, lives, &mut table);
-            let initial = initial::allocations(snap, d, opts.top_allocations, &mut table);
-            (d, curves, (allocations, initial), requests, phases)
-        })
-        .collect::<Vec<_>>();
     let mut devices = Vec::new();
-    for (d, curves, (allocations, initial_allocations), requests, phases) in parts {
-        let (moments, moments_note, state_ops) = state::moments(snap, d, &ana, opts, &mut table);
+    for (d, curves, allocations, initial_allocations, requests, phases, (marks, state)) in drawn {
+        // The state view was built with the peaks of the walk the analysis took its
+        // timeline from, and the trace's OOM entry: the analysis' own.
+        debug_assert_eq!(Some(marks), state::Marks::of(snap, d, &ana), "device {d}");
+        let (moments, moments_note, state_ops) = state;
         let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana);
         devices.push(DeviceData {
             device: d,
@@ -231,6 +226,54 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
         frames: table.frames,
         stacks: table.stacks,
     }
+}
+
+/// A device's largest allocations (see [`largest_lives`]), request sizes and phases,
+/// found beside the analysis.
+type Part = (i64, Vec<(usize, usize)>, String, Vec<Phase>);
+
+/// A walked device's finished curves, their call sites and the state view's marks.
+type Walked = ((curves::Curves, Vec<Option<StackId>>), state::Marks);
+
+/// What [`file_data`] draws of a device before its analysis is done.
+type Drawn = (i64, curves::Curves, String, String, String, Vec<Phase>, (state::Marks, state::StateView));
+
+/// The curves, the largest allocations and the state view of every device, with page
+/// stack indices given in a fixed order (each device's curve sites, its largest
+/// allocations and those from before the trace; then each device's state view), so
+/// that the page does not depend on the threads' timing.
+fn draw(
+    snap: &Snapshot,
+    opts: &ReportOptions,
+    parts: Vec<Part>,
+    mut walked: FxHashMap<i64, Walked>,
+    table: &mut StackTable,
+) -> Vec<Drawn> {
+    let drawn: Vec<_> = parts
+        .into_iter()
+        .map(|(d, lives, requests, phases)| {
+            let (curves, marks) = match walked.remove(&d) {
+                Some(((c, sites), marks)) => (c.with_stacks(snap, &sites, table), marks),
+                // A device the analysis did not walk (none today): its own walk.
+                None => {
+                    let (c, tl) = curves::curves_and_timeline(snap, d, opts, 1);
+                    let marks = state::Marks::new(snap, &tl);
+                    let (c, sites) = c.finish(tl.lives.as_deref().expect("the curves walk keeps the lives"));
+                    (c.with_stacks(snap, &sites, table), marks)
+                }
+            };
+            let allocations = encode_allocations(snap, d, lives, table);
+            let initial = initial::allocations(snap, d, opts.top_allocations, table);
+            (d, curves, allocations, initial, requests, phases, marks)
+        })
+        .collect();
+    drawn
+        .into_iter()
+        .map(|(d, curves, allocations, initial, requests, phases, marks)| {
+            let view = state::moments_at(snap, d, Some(marks), opts, table);
+            (d, curves, allocations, initial, requests, phases, (marks, view))
+        })
+        .collect()
 }
 
 /// `record_function` scopes of a device from `external_annotations`, placed on the trace
@@ -265,11 +308,12 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
 }
 
 /// The `top` largest allocations of the trace with their lifetimes: (alloc entry, state
-/// of its free or `usize::MAX`), in trace order. Importance is size alone, as PyTorch's
+/// of its free or `usize::MAX`), in trace order; and the request sizes ([`encode_requests`]) from the
+/// same look at the trace (millions of entries: each pass costs). Importance is size alone, as PyTorch's
 /// memory_viz picks the allocations it draws (`max_entries`): the timeline draws these
 /// one polygon each, and size (not bytes × lifetime) keeps the short-lived large
 /// activations that make the peaks rather than only the long-lived weights.
-fn largest_lives(snap: &Snapshot, device: i64, top: usize) -> Vec<(usize, usize)> {
+fn largest_lives(snap: &Snapshot, device: i64, top: usize) -> (Vec<(usize, usize)>, String) {
     let trace = snap.trace(device);
     // The `top` largest lives, kept in a min-heap as they end: millions of lives on a long
     // trace, nearly all rejected by one comparison with the smallest kept.
@@ -289,9 +333,11 @@ fn largest_lives(snap: &Snapshot, device: i64, top: usize) -> Vec<(usize, usize)
         }
     };
     let mut open: FxHashMap<u64, usize> = FxHashMap::default();
+    let mut requests: FxHashMap<u64, u64> = FxHashMap::default();
     for (i, e) in trace.iter().enumerate() {
         match e.action {
             Action::Alloc => {
+                *requests.entry(e.size).or_default() += 1;
                 if let Some(j) = open.insert(e.addr, i) {
                     keep(j, i + 1);
                 }
@@ -310,7 +356,7 @@ fn largest_lives(snap: &Snapshot, device: i64, top: usize) -> Vec<(usize, usize)
     let mut lives: Vec<(usize, usize)> =
         heap.into_iter().map(|std::cmp::Reverse(((_, std::cmp::Reverse(j)), free))| (j, free)).collect();
     lives.sort_unstable();
-    lives
+    (lives, encode_requests(requests))
 }
 
 /// [`largest_lives`] as the page gets them (see [`DeviceData::allocations`]).
@@ -338,12 +384,9 @@ fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, 
     encode::f64s(&v)
 }
 
-/// Distinct request sizes of the trace's `alloc` entries with their counts.
-fn request_sizes(snap: &Snapshot, device: i64) -> String {
-    let mut m: FxHashMap<u64, u64> = FxHashMap::default();
-    for e in snap.trace(device).iter().filter(|e| e.action == Action::Alloc) {
-        *m.entry(e.size).or_default() += 1;
-    }
+/// Distinct request sizes of the trace's `alloc` entries with their counts, as the page
+/// gets them ([`DeviceData::requests`]).
+fn encode_requests(m: FxHashMap<u64, u64>) -> String {
     let mut v: Vec<(u64, u64)> = m.into_iter().collect();
     v.sort_unstable();
     encode::f64s(&v.iter().flat_map(|&(s, c)| [s as f64, c as f64]).collect::<Vec<_>>())

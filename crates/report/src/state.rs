@@ -27,6 +27,7 @@ use fragscope_alloc::rounding::round_size;
 use fragscope_analysis::analyze::Analysis;
 use fragscope_analysis::replay::recorded_config;
 use fragscope_analysis::replay::state::{BState, BlockRec, RecordedState, SegRec, SplitRules};
+use fragscope_analysis::timeline::DeviceTimeline;
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use serde::Serialize;
 
@@ -162,9 +163,47 @@ fn with_rules<R>(snap: &Snapshot, f: impl FnOnce(&SplitRules) -> R) -> R {
     f(&rules)
 }
 
+/// The trace positions the state view preselects besides the end: the OOM, the
+/// reserved and the allocated peaks (states, as the page counts them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Marks {
+    pub oom: Option<usize>,
+    pub reserved_peak: usize,
+    pub allocated_peak: usize,
+}
+
+impl Marks {
+    /// From a device's timeline and its trace's first `oom` entry (what `analyze`
+    /// reports: its OOM finding is made exactly for that entry).
+    pub fn new(snap: &Snapshot, timeline: &DeviceTimeline) -> Marks {
+        let trace = snap.trace(timeline.device);
+        Marks {
+            oom: timeline.first_oom.map(|i| i.min(trace.len())),
+            reserved_peak: timeline.peak_reserved.event_index.map_or(0, |i| i + 1),
+            allocated_peak: timeline.peak_allocated.event_index.map_or(0, |i| i + 1),
+        }
+    }
+
+    /// From `analyze`'s results (`None` for a device it did not analyse).
+    pub fn of(snap: &Snapshot, device: i64, ana: &Analysis) -> Option<Marks> {
+        let d = ana.devices.iter().find(|d| d.device == device)?;
+        let t = &d.fragmentation.timeline;
+        Some(Marks {
+            oom: d.oom.as_ref().map(|o| o.event_index.min(snap.trace(device).len())),
+            reserved_peak: t.peak_reserved.event_index.map_or(0, |i| i + 1),
+            allocated_peak: t.peak_allocated.event_index.map_or(0, |i| i + 1),
+        })
+    }
+}
+
 /// The backward walk of one device: keyframes (module doc) and, when they fit
 /// `opts.state_values`, every event's deltas.
 pub fn walk(snap: &Snapshot, device: i64, ana: &Analysis, opts: &ReportOptions) -> Walk {
+    walk_at(snap, device, Marks::of(snap, device, ana), opts)
+}
+
+/// [`walk`], given the positions to preselect.
+pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &ReportOptions) -> Walk {
     let trace = snap.trace(device);
     let n = trace.len();
     let final_state = RecordedState::from_snapshot(snap, device);
@@ -175,13 +214,12 @@ pub fn walk(snap: &Snapshot, device: i64, ana: &Analysis, opts: &ReportOptions) 
     }
     // Which states to capture.
     let mut wanted: Vec<(usize, &'static str)> = vec![(n, "end")];
-    if let Some(d) = ana.devices.iter().find(|d| d.device == device) {
-        if let Some(o) = &d.oom {
-            wanted.push((o.event_index.min(n), "oom"));
+    if let Some(m) = marks {
+        if let Some(o) = m.oom {
+            wanted.push((o, "oom"));
         }
-        let t = &d.fragmentation.timeline;
-        wanted.push((t.peak_reserved.event_index.map_or(0, |i| i + 1), "reserved_peak"));
-        wanted.push((t.peak_allocated.event_index.map_or(0, |i| i + 1), "allocated_peak"));
+        wanted.push((m.reserved_peak, "reserved_peak"));
+        wanted.push((m.allocated_peak, "allocated_peak"));
     }
     // The size budget (in f64 values): deltas (~3 records per event) plus keyframes
     // of about the final state's size each. Exact when they fit, else as many evenly
@@ -277,8 +315,23 @@ pub fn moments(
     opts: &ReportOptions,
     table: &mut StackTable,
 ) -> (Vec<Moment>, Option<String>, StateOps) {
+    moments_at(snap, device, Marks::of(snap, device, ana), opts, table)
+}
+
+/// What [`moments`] returns: the keyframes, a note when some positions could not be
+/// rebuilt, and the deltas.
+pub type StateView = (Vec<Moment>, Option<String>, StateOps);
+
+/// [`moments`], given the positions to preselect.
+pub fn moments_at(
+    snap: &Snapshot,
+    device: i64,
+    marks: Option<Marks>,
+    opts: &ReportOptions,
+    table: &mut StackTable,
+) -> StateView {
     let trace = snap.trace(device);
-    let w = walk(snap, device, ana, opts);
+    let w = walk_at(snap, device, marks, opts);
     // Stacks of the blocks: the latest alloc at each address before the position.
     let mut stack_at: FxHashMap<u64, Option<StackId>> = FxHashMap::default();
     let traced: FxHashMap<u64, ()> = trace.iter().filter(|e| e.action == Action::Alloc).map(|e| (e.addr, ())).collect();
