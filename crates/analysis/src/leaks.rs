@@ -113,7 +113,7 @@ use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::attribution::{Scopes, Site, SiteTable};
-use crate::lives::{self, BlockLives, LIVE_AT_END};
+use crate::lives::{self, BlockLives, TracedLife};
 use crate::timeline::{self, TimelineOptions};
 
 /// With periodicity-derived iterations, the rest of memory may trend by at most this
@@ -497,25 +497,6 @@ pub fn iterations(snap: &Snapshot, device: i64) -> Iterations {
     }
 }
 
-/// One block allocated in the trace: its site, `alloc` entry, size and the entry that
-/// ended its `allocated` life. 32 bytes: millions of them are made per device (its
-/// `time_us` is read from the block lives, which are in the same order).
-#[derive(Clone, Copy, Debug)]
-struct BlockLife {
-    site: u32,
-    alloc: usize,
-    size: u64,
-    /// [`crate::lives::TracedLife::end`]: [`LIVE_AT_END`] when none ended it.
-    end: usize,
-}
-
-impl BlockLife {
-    /// The entry that ended its life (`None`: live at the end).
-    fn free(&self) -> Option<usize> {
-        (self.end != LIVE_AT_END).then_some(self.end)
-    }
-}
-
 /// The blocks of each site, in alloc order: `by_site[s]` is a slice of block indices
 /// (one list for all sites, cut at `start`, instead of a vector per site).
 struct BySite {
@@ -524,19 +505,19 @@ struct BySite {
 }
 
 impl BySite {
-    fn new(blocks: &[BlockLife], nsites: usize) -> Self {
+    fn new(sites: &[u32], nsites: usize) -> Self {
         let mut start = vec![0usize; nsites + 1];
-        for b in blocks {
-            start[b.site as usize + 1] += 1;
+        for &site in sites {
+            start[site as usize + 1] += 1;
         }
         for s in 0..nsites {
             start[s + 1] += start[s];
         }
         let mut next = start.clone();
-        let mut list = vec![0usize; blocks.len()];
-        for (k, b) in blocks.iter().enumerate() {
-            list[next[b.site as usize]] = k;
-            next[b.site as usize] += 1;
+        let mut list = vec![0usize; sites.len()];
+        for (k, &site) in sites.iter().enumerate() {
+            list[next[site as usize]] = k;
+            next[site as usize] += 1;
         }
         BySite { start, blocks: list }
     }
@@ -550,14 +531,16 @@ impl std::ops::Index<usize> for BySite {
 }
 
 /// What one walk over the trace gives the leak analysis.
-struct Walk {
+struct Walk<'a> {
     table: SiteTable,
     /// Live bytes per site at each sample position, then one more row: the end.
     samples: Vec<Vec<u64>>,
     /// Bytes allocated between the first and the last sample position.
     allocated_between: u64,
-    /// Blocks allocated in the trace, in `alloc` order.
-    blocks: Vec<BlockLife>,
+    /// Blocks allocated in the trace, in `alloc` order (the block lives, read in place:
+    /// millions per device), and the site of each.
+    blocks: &'a [TracedLife],
+    sites: Vec<u32>,
     /// Sizes of the blocks allocated before the trace began (weights, state).
     resident: Vec<u64>,
 }
@@ -565,23 +548,15 @@ struct Walk {
 /// Live bytes per site at each position (the state before that trace entry) and at the
 /// end, and the life of every block the trace allocates, from the block lives
 /// ([`crate::lives`]). O(blocks · log positions + positions · sites).
-fn walk(snap: &Snapshot, lives: &BlockLives, positions: &[usize]) -> Walk {
+fn walk<'a>(snap: &Snapshot, lives: &'a BlockLives, positions: &[usize]) -> Walk<'a> {
     let frames = &snap.frames;
     // Sites are numbered in the order the blocks appear: those live at t = 0, then the
     // blocks the trace allocates, in `alloc` order.
     let mut table = SiteTable::default();
     let seeded: Vec<usize> = lives.seeded.iter().map(|b| table.of_block(frames, b.stack, true)).collect();
-    let blocks: Vec<BlockLife> = lives
-        .traced
-        .iter()
-        .map(|l| BlockLife {
-            // Sites are far fewer than 2^32 (they are distinct call stacks).
-            site: table.of_block(frames, l.stack, false) as u32,
-            alloc: l.alloc,
-            size: l.size,
-            end: l.end,
-        })
-        .collect();
+    let blocks = lives.traced.as_slice();
+    // Sites are far fewer than 2^32 (they are distinct call stacks).
+    let sites: Vec<u32> = blocks.iter().map(|l| table.of_block(frames, l.stack, false) as u32).collect();
     let first = positions.first().copied().unwrap_or(0);
     let last = positions.last().copied().unwrap_or(0);
     let allocated_between = blocks.iter().filter(|b| b.alloc >= first && b.alloc < last).map(|b| b.size).sum();
@@ -593,10 +568,10 @@ fn walk(snap: &Snapshot, lives: &BlockLives, positions: &[usize]) -> Walk {
             .iter()
             .zip(&seeded)
             .map(|(b, &site)| (site, None, b.end, b.size))
-            .chain(lives.traced.iter().zip(&blocks).map(|(l, b)| (b.site as usize, Some(l.alloc), l.end, l.size))),
+            .chain(blocks.iter().zip(&sites).map(|(l, &site)| (site as usize, Some(l.alloc), l.end, l.size))),
     );
     let resident = lives.seeded.iter().map(|b| b.size).collect();
-    Walk { table, samples, allocated_between, blocks, resident }
+    Walk { table, samples, allocated_between, blocks, sites, resident }
 }
 
 /// Least squares of y against 0..n: (slope, R²).
@@ -610,9 +585,9 @@ struct Sums {
 }
 
 impl Sums {
-    fn add(&mut self, b: &BlockLife) {
+    fn add(&mut self, b: &TracedLife) {
         self.alloc += b.size;
-        if b.free().is_none() {
+        if b.end_entry().is_none() {
             self.live += b.size;
         } else {
             self.freed += b.size;
@@ -627,7 +602,7 @@ struct SuffixSums {
 }
 
 impl SuffixSums {
-    fn new(blocks: &[BlockLife], from: &[usize]) -> Self {
+    fn new(blocks: &[TracedLife], from: &[usize]) -> Self {
         let mut idx = from.to_vec();
         idx.sort_unstable();
         idx.dedup();
@@ -661,7 +636,7 @@ struct SubsetSums {
 }
 
 impl SubsetSums {
-    fn new(blocks: &[BlockLife], mut idx: Vec<usize>) -> Self {
+    fn new(blocks: &[TracedLife], mut idx: Vec<usize>) -> Self {
         idx.sort_unstable();
         let mut suffix = vec![Sums::default(); idx.len() + 1];
         for j in (0..idx.len()).rev() {
@@ -746,7 +721,7 @@ fn sample_positions(it: &Iterations, n: usize) -> Vec<usize> {
 /// ([`transient_troughs`]: step boundaries) between the first and the last. This
 /// needs no free of the site at all (a site whose every allocation leaks).
 fn spread_over_run(
-    blocks: &[BlockLife],
+    blocks: &[TracedLife],
     site_blocks: &[usize],
     n: usize,
     windows: &[usize],
@@ -755,7 +730,7 @@ fn spread_over_run(
     let kept: Vec<usize> = site_blocks
         .iter()
         .copied()
-        .filter(|&k| blocks[k].free().is_none() && (n - blocks[k].alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64)
+        .filter(|&k| blocks[k].end_entry().is_none() && (n - blocks[k].alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64)
         .collect();
     let (first, last) = (blocks[*kept.first()?].alloc, blocks[*kept.last()?].alloc);
     // A trough of transient memory between them: kept in two or more steps.
@@ -799,11 +774,11 @@ fn even_slot(x: usize, n: usize) -> usize {
 /// activations up and its backward frees them; one pass (a forward, one backward)
 /// has no trough inside, a loop has one between each two steps. Sampled at
 /// [`TROUGH_SAMPLES`] positions.
-fn transient_troughs(blocks: &[BlockLife], n: usize) -> Vec<usize> {
+fn transient_troughs(blocks: &[TracedLife], n: usize) -> Vec<usize> {
     let pos: Vec<usize> = (0..=TROUGH_SAMPLES).map(|k| k * n / TROUGH_SAMPLES).collect();
     let mut diff = vec![0i128; pos.len() + 1];
     for b in blocks {
-        if let Some(f) = b.free() {
+        if let Some(f) = b.end_entry() {
             diff[even_slot(b.alloc, n)] += b.size as i128;
             diff[even_slot(f, n)] -= b.size as i128;
         }
@@ -858,7 +833,7 @@ fn transient_troughs(blocks: &[BlockLife], n: usize) -> Vec<usize> {
 /// several phases of the site's activity. `trusted`: the iterations are trusted as
 /// steps. The error says why nothing qualified (`FRAGSCOPE_LEAK_DEBUG`).
 fn outliving(
-    blocks: &[BlockLife],
+    blocks: &[TracedLife],
     site_blocks: &[usize],
     n: usize,
     positions: &[usize],
@@ -867,20 +842,20 @@ fn outliving(
 ) -> Result<Vec<usize>, String> {
     // Most sites free everything they allocate: they keep nothing (the answer below,
     // without its per-block work).
-    if site_blocks.iter().all(|&k| blocks[k].free().is_some()) {
-        let first_free = site_blocks.iter().filter_map(|&k| blocks[k].free()).min();
+    if site_blocks.iter().all(|&k| blocks[k].end_entry().is_some()) {
+        let first_free = site_blocks.iter().filter_map(|&k| blocks[k].end_entry()).min();
         return Err(format!(
             "no block kept long enough (0 never freed, first at None of {n}, first free {first_free:?})"
         ));
     }
     // Frees of the site (only the first and counts before a position are asked, so they
     // are not sorted); freed blocks counted from the end in alloc order.
-    let frees: Vec<usize> = site_blocks.iter().filter_map(|&k| blocks[k].free()).collect();
+    let frees: Vec<usize> = site_blocks.iter().filter_map(|&k| blocks[k].end_entry()).collect();
     let first_free = frees.iter().copied().min();
     let frees_before = |x: usize| frees.iter().filter(|&&f| f < x).count();
     let mut freed_after = vec![0usize; site_blocks.len() + 1];
     for j in (0..site_blocks.len()).rev() {
-        freed_after[j] = freed_after[j + 1] + blocks[site_blocks[j]].free().is_some() as usize;
+        freed_after[j] = freed_after[j + 1] + blocks[site_blocks[j]].end_entry().is_some() as usize;
     }
     // (index in blocks, followed by enough freed siblings, window, index in site_blocks)
     let kept: Vec<(usize, bool, usize, usize)> = site_blocks
@@ -888,7 +863,7 @@ fn outliving(
         .enumerate()
         .filter_map(|(j, &k)| {
             let b = &blocks[k];
-            if b.free().is_some() || first_free.is_none_or(|f| f >= b.alloc) {
+            if b.end_entry().is_some() || first_free.is_none_or(|f| f >= b.alloc) {
                 return None;
             }
             let after_boundaries = positions.len() - positions.partition_point(|&x| x <= b.alloc);
@@ -900,7 +875,7 @@ fn outliving(
         .collect();
     let Some(&(_, _, w0, _)) = kept.first() else {
         let never: Vec<usize> =
-            site_blocks.iter().filter(|&&k| blocks[k].free().is_none()).map(|&k| blocks[k].alloc).collect();
+            site_blocks.iter().filter(|&&k| blocks[k].end_entry().is_none()).map(|&k| blocks[k].alloc).collect();
         return Err(format!(
             "no block kept long enough ({} never freed, first at {:?} of {n}, first free {:?})",
             never.len(),
@@ -981,7 +956,8 @@ fn outliving(
 /// weights at a first backward, optimizer state at a first step. A leak keeps more
 /// than one block per weight, or blocks of other sizes (activations).
 fn shadows_resident(
-    blocks: &[BlockLife],
+    blocks: &[TracedLife],
+    sites: &[u32],
     resident: &FxHashMap<u64, u32>,
     kept_for_good: &[usize],
     site: usize,
@@ -990,7 +966,7 @@ fn shadows_resident(
     let Some(&first) = chosen.first() else { return false };
     let mut held = resident.clone();
     for &k in kept_for_good.iter().take_while(|&&k| k < first) {
-        if blocks[k].site as usize != site {
+        if sites[k] as usize != site {
             *held.entry(blocks[k].size).or_default() += 1;
         }
     }
@@ -1068,19 +1044,19 @@ pub fn leaks_device_with(
     let windows: Vec<usize> = sample_positions(&Iterations::default(), n);
 
     // Blocks of each site, in alloc order.
-    let by_site = BySite::new(&w.blocks, nsites);
+    let by_site = BySite::new(&w.sites, nsites);
     let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
 
     // The never-freed test over windows of the run (and the spread rule) does not depend
     // on the iterations or on the rest of memory: once per site, on a second thread
     // beside the transient-memory, growth and over-iterations tests.
     let by_windows = || -> Vec<(Result<Vec<usize>, String>, bool)> {
-        let troughs = transient_troughs(&w.blocks, n);
+        let troughs = transient_troughs(w.blocks, n);
         (0..nsites)
             .map(|s| {
-                let mut by_win = outliving(&w.blocks, &by_site[s], n, &windows, false, false);
+                let mut by_win = outliving(w.blocks, &by_site[s], n, &windows, false, false);
                 let mut spread = false;
-                if let Some(v) = spread_over_run(&w.blocks, &by_site[s], n, &windows, &troughs) {
+                if let Some(v) = spread_over_run(w.blocks, &by_site[s], n, &windows, &troughs) {
                     if by_win.as_deref().map_or(0, bytes_of) < bytes_of(&v) {
                         by_win = Ok(v);
                         spread = true;
@@ -1103,7 +1079,7 @@ pub fn leaks_device_with(
             while from < used.len() && used[from] <= b.alloc {
                 from += 1;
             }
-            if let Some(f) = b.free() {
+            if let Some(f) = b.end_entry() {
                 // Live at sample position p when alloc < p <= free.
                 let to = after.count_le(f);
                 diff[from] += b.size as i128;
@@ -1166,7 +1142,7 @@ pub fn leaks_device_with(
         let over_iters: Vec<Result<Vec<usize>, String>> = (0..nsites)
             .map(|s| {
                 if steps {
-                    outliving(&w.blocks, &by_site[s], n, &used, true, trusted_steps)
+                    outliving(w.blocks, &by_site[s], n, &used, true, trusted_steps)
                 } else {
                     Err("no iterations".into())
                 }
@@ -1204,8 +1180,8 @@ pub fn leaks_device_with(
     let kept_row = |blocks: &mut dyn Iterator<Item = usize>| {
         let mut d = vec![0f64; used.len() + 1];
         for k in blocks {
-            let b = &w.blocks[k];
-            if b.free().is_none() {
+            let b = w.blocks[k];
+            if b.end_entry().is_none() {
                 d[used.partition_point(|&p| p <= b.alloc)] += b.size as f64;
             }
         }
@@ -1308,10 +1284,10 @@ pub fn leaks_device_with(
                     for &size in &w.resident {
                         *r.entry(size).or_default() += 1;
                     }
-                    let k: Vec<usize> = (0..w.blocks.len()).filter(|&k| w.blocks[k].free().is_none()).collect();
+                    let k: Vec<usize> = (0..w.blocks.len()).filter(|&k| w.blocks[k].end_entry().is_none()).collect();
                     (r, k)
                 });
-                if shadows_resident(&w.blocks, resident, kept_for_good, s, &chosen) {
+                if shadows_resident(w.blocks, &w.sites, resident, kept_for_good, s, &chosen) {
                     if debug.as_deref().is_some_and(|d| w.table.sites[s].site.contains(d)) {
                         eprintln!("leaks: {}: one kept block per tensor held before: state", w.table.sites[s].site);
                     }
@@ -1347,10 +1323,10 @@ pub fn leaks_device_with(
     // blocks, once, less those of the few blocks left out in each round (kept blocks),
     // instead of suffix sums over millions of blocks per round.
     let firsts: Vec<usize> = kept.iter().filter_map(|v| v.first().copied()).collect();
-    let from_first = SuffixSums::new(&w.blocks, &firsts);
+    let from_first = SuffixSums::new(w.blocks, &firsts);
     loop {
         let excluded =
-            SubsetSums::new(&w.blocks, (0..nsites).filter(|&s| confirmed[s]).flat_map(|s| kept[s].clone()).collect());
+            SubsetSums::new(w.blocks, (0..nsites).filter(|&s| confirmed[s]).flat_map(|s| kept[s].clone()).collect());
         let mut changed = false;
         for s in 0..nsites {
             if confirmed[s] || (by_spread[s] && !first_round) {
@@ -1378,7 +1354,7 @@ pub fn leaks_device_with(
     // Left out all together, they still count when the rest of the run frees what it
     // allocates and frees more than all of them keep (a forward pass keeps more
     // activations than it frees temporaries, so it stays out).
-    let candidates = SubsetSums::new(&w.blocks, kept.iter().flatten().copied().collect());
+    let candidates = SubsetSums::new(w.blocks, kept.iter().flatten().copied().collect());
     for s in 0..nsites {
         if confirmed[s] || by_spread[s] {
             continue;
@@ -1413,14 +1389,14 @@ pub fn leaks_device_with(
         // every traced block of the site live at the end), its freed blocks, and where
         // the kept ones were allocated.
         let nf: Vec<usize> = if kept[s].is_empty() {
-            by_site[s].iter().copied().filter(|&k| w.blocks[k].free().is_none()).collect()
+            by_site[s].iter().copied().filter(|&k| w.blocks[k].end_entry().is_none()).collect()
         } else {
             kept[s].clone()
         };
-        let freed_blocks = by_site[s].iter().filter(|&&k| w.blocks[k].free().is_some()).count() as u64;
+        let freed_blocks = by_site[s].iter().filter(|&&k| w.blocks[k].end_entry().is_some()).count() as u64;
         let mut grew: Vec<GrowthSpan> = Vec::new();
         for &k in &nf {
-            let b = &w.blocks[k];
+            let b = w.blocks[k];
             let axis = if over_iterations[s] { &used } else { &windows };
             let slot = axis.partition_point(|&p| p <= b.alloc).saturating_sub(1);
             match grew.last_mut() {
@@ -1476,7 +1452,7 @@ pub fn leaks_device_with(
             never_freed_bytes: nf_bytes,
             first_never_freed_entry: nf.first().map(|&k| w.blocks[k].alloc),
             last_never_freed_entry: nf.last().map(|&k| w.blocks[k].alloc),
-            first_never_freed_time_us: nf.first().map(|&k| lives.traced[k].time_us).filter(|&t| t != NO_TIME),
+            first_never_freed_time_us: nf.first().map(|&k| w.blocks[k].time_us).filter(|&t| t != NO_TIME),
             freed_blocks,
             end_bytes: at_end.get(s).copied().unwrap_or(0),
             kept_share_after: kept_after_share[s],
