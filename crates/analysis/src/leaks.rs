@@ -413,16 +413,18 @@ fn from_periodicity(snap: &Snapshot, device: i64, sized: bool) -> Result<Iterati
         return Err(format!("{n} allocations are too few to find iterations"));
     }
     // Gap histogram between consecutive occurrences of each signature.
+    // (Counted in an array: gaps are at most n / MIN_ITERATIONS, and a hash update per
+    // allocation was most of this function's time on a long trace.)
     let mut last: Vec<usize> = vec![usize::MAX; ids.len()];
-    let mut gaps: FxHashMap<usize, u64> = FxHashMap::default();
+    let mut gaps: Vec<u64> = vec![0; n / MIN_ITERATIONS + 1];
     for (i, &s) in seq.iter().enumerate() {
         let l = last[s as usize];
         if l != usize::MAX && i - l <= n / MIN_ITERATIONS {
-            *gaps.entry(i - l).or_default() += 1;
+            gaps[i - l] += 1;
         }
         last[s as usize] = i;
     }
-    let mut cand: Vec<(usize, u64)> = gaps.into_iter().collect();
+    let mut cand: Vec<(usize, u64)> = gaps.iter().enumerate().filter(|g| *g.1 > 0).map(|(g, &c)| (g, c)).collect();
     cand.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     cand.truncate(24);
     if cand.is_empty() {
@@ -430,7 +432,8 @@ fn from_periodicity(snap: &Snapshot, device: i64, sized: bool) -> Result<Iterati
     }
     let ac = |p: usize| {
         let m = n - p;
-        let same = (0..m).filter(|&i| seq[i] == seq[i + p]).count();
+        // Pairwise over two slices, which the compiler turns into vector compares.
+        let same = seq[..m].iter().zip(&seq[p..]).filter(|(a, b)| a == b).count();
         same as f64 / m as f64
     };
     let scored: Vec<(usize, f64)> = cand.iter().map(|&(p, _)| (p, ac(p))).collect();
