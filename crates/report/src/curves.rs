@@ -121,6 +121,50 @@ impl CurvesWalk {
     }
 }
 
+/// The figures of the bucket being walked (see [`curves_and_timeline`]).
+struct Bucket {
+    first: usize,
+    /// `time_us` of its first timed event.
+    time: Option<i64>,
+    /// The most allocated bytes and the first state with them.
+    amax: Option<(u64, usize)>,
+    req: u64,
+    res: u64,
+    max_request: u64,
+    /// Its longest pause between timed events: (state before, state after, times).
+    gap: Option<(usize, usize, i64, i64)>,
+    gap_len: i64,
+}
+
+impl Bucket {
+    fn starting_at(first: usize) -> Self {
+        Bucket { first, time: None, amax: None, req: 0, res: 0, max_request: 0, gap: None, gap_len: 0 }
+    }
+
+    fn store(
+        &self,
+        b: usize,
+        first: &mut [f64],
+        time: &mut [f64],
+        alloc: &mut [f64],
+        amax: &mut [usize],
+        max_request: &mut [f64],
+    ) {
+        first[b] = self.first as f64;
+        time[b] = self.time.map_or(f64::NAN, |t| t as f64);
+        if let Some((a, s)) = self.amax {
+            (alloc[b], amax[b]) = (a as f64, s);
+        }
+        max_request[b] = self.max_request as f64;
+    }
+
+    fn store_gap(&self, b: usize, from: &mut [f64], to: &mut [f64], t0: &mut [f64], t1: &mut [f64]) {
+        if let Some((s0, s1, a, z)) = self.gap {
+            (from[b], to[b], t0[b], t1[b]) = (s0 as f64, s1 as f64, a as f64, z as f64);
+        }
+    }
+}
+
 /// See the module doc. One walk of the trace, which keeps each call site's most live
 /// bytes; the top sites are chosen (most live bytes at their own peak) after the walk
 /// and their values at each bucket's maximum counted from the block lives.
@@ -154,59 +198,63 @@ pub fn curves_and_timeline(
     let mut first = vec![f64::NAN; n];
     let mut time = vec![f64::NAN; n];
     let mut alloc = vec![-1.0f64; n];
-    let mut req = vec![0.0f64; n];
-    let mut res = vec![0.0f64; n];
+    let mut req = vec![0u64; n];
+    let mut res = vec![0u64; n];
     let mut max_request = vec![0.0f64; n];
     let mut amax = vec![0usize; n];
     let (mut gap_from, mut gap_to) = (vec![-1.0f64; n], vec![-1.0f64; n]);
     let (mut gap_t0, mut gap_t1) = (vec![f64::NAN; n], vec![f64::NAN; n]);
-    let mut gap_len = vec![0i64; n];
     let mut last_timed: Option<(usize, i64)> = None;
     let mut peaks = SitePeaks::default();
     // The bucket of `state` is `state * n / states`; it is followed with the first state
-    // of the next bucket instead of a division per event.
+    // of the next bucket instead of a division per event, and the current bucket's
+    // figures are kept in `cur` and stored when it ends.
     let mut b = 0usize;
     let mut next = states.div_ceil(n);
+    let mut cur = Bucket::starting_at(0);
     let tl = timeline_walk(
         snap,
         device,
         &TimelineOptions { points: points.max(1) },
         |_, c| peaks.change(c.stack, c.size as i64 * c.delta),
         |state, l| {
-            while state >= next {
+            if state >= next {
+                cur.store(b, &mut first, &mut time, &mut alloc, &mut amax, &mut max_request);
+                cur.store_gap(b, &mut gap_from, &mut gap_to, &mut gap_t0, &mut gap_t1);
+                (req[b], res[b]) = (cur.req, cur.res);
+                // At most one bucket per state: n <= states.
                 b += 1;
                 next = ((b + 1) * states).div_ceil(n);
-            }
-            if first[b].is_nan() {
-                first[b] = state as f64;
+                cur = Bucket::starting_at(state);
             }
             if state > 0 {
                 let e = &trace[state - 1];
-                if time[b].is_nan() && e.time_us != NO_TIME {
-                    time[b] = e.time_us as f64;
-                }
                 if e.time_us != NO_TIME {
+                    if cur.time.is_none() {
+                        cur.time = Some(e.time_us);
+                    }
                     if let Some((ps, pt)) = last_timed {
-                        if e.time_us - pt > gap_len[b] {
-                            gap_len[b] = e.time_us - pt;
-                            (gap_from[b], gap_to[b]) = (ps as f64, state as f64);
-                            (gap_t0[b], gap_t1[b]) = (pt as f64, e.time_us as f64);
+                        if e.time_us - pt > cur.gap_len {
+                            cur.gap_len = e.time_us - pt;
+                            cur.gap = Some((ps, state, pt, e.time_us));
                         }
                     }
                     last_timed = Some((state, e.time_us));
                 }
-                if e.action == Action::Alloc {
-                    max_request[b] = max_request[b].max(e.size as f64);
+                if e.action == Action::Alloc && e.size > cur.max_request {
+                    cur.max_request = e.size;
                 }
             }
-            if l.allocated as f64 > alloc[b] {
-                alloc[b] = l.allocated as f64;
-                amax[b] = state;
+            if cur.amax.is_none_or(|(a, _)| l.allocated > a) {
+                cur.amax = Some((l.allocated, state));
             }
-            req[b] = req[b].max(l.requested as f64);
-            res[b] = res[b].max(l.reserved as f64);
+            cur.req = cur.req.max(l.requested);
+            cur.res = cur.res.max(l.reserved);
         },
     );
+    cur.store(b, &mut first, &mut time, &mut alloc, &mut amax, &mut max_request);
+    cur.store_gap(b, &mut gap_from, &mut gap_to, &mut gap_t0, &mut gap_t1);
+    (req[b], res[b]) = (cur.req, cur.res);
     // The call sites with the most live bytes at their own peak.
     let mut ranked: Vec<(Option<StackId>, i64)> =
         (0..peaks.keys.len()).filter(|&i| peaks.best[i] > 0).map(|i| (peaks.keys[i], peaks.best[i])).collect();
@@ -219,8 +267,8 @@ pub fn curves_and_timeline(
         first: encode::f64s(&first),
         time: encode::f64s(&time),
         allocated: encode::f64s(&alloc),
-        requested: encode::f64s(&req),
-        reserved: encode::f64s(&res),
+        requested: encode::f64s(&req.iter().map(|&v| v as f64).collect::<Vec<_>>()),
+        reserved: encode::f64s(&res.iter().map(|&v| v as f64).collect::<Vec<_>>()),
         max_request: encode::f64s(&max_request),
         amax: encode::f64s(&amax_f),
         gap_from: encode::f64s(&gap_from),

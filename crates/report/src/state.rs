@@ -333,12 +333,20 @@ pub fn moments_at(
     let trace = snap.trace(device);
     let w = walk_at(snap, device, marks, opts);
     // Stacks of the blocks: the latest alloc at each address before the position.
+    // Blocks of the final state at addresses no `alloc` entry names start with their
+    // own stack (a small set, looked up per alloc, rather than a set of every address
+    // the trace allocates).
     let mut stack_at: FxHashMap<u64, Option<StackId>> = FxHashMap::default();
-    let traced: FxHashMap<u64, ()> = trace.iter().filter(|e| e.action == Action::Alloc).map(|e| (e.addr, ())).collect();
     for s in snap.device_segments(device) {
-        for b in s.blocks.iter().filter(|b| b.state.is_active() && !traced.contains_key(&b.address)) {
+        for b in s.blocks.iter().filter(|b| b.state.is_active()) {
             stack_at.insert(b.address, b.stack);
         }
+    }
+    for e in trace.iter().filter(|e| e.action == Action::Alloc) {
+        if stack_at.is_empty() {
+            break;
+        }
+        stack_at.remove(&e.addr);
     }
     let stack_of = |addr: u64, code: u64, table: &mut StackTable, stack_at: &FxHashMap<u64, Option<StackId>>| {
         if code == 0 {
