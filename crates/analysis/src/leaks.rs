@@ -113,7 +113,7 @@ use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::attribution::{Scopes, Site, SiteTable};
-use crate::lives::{self, BlockLives, TracedLife};
+use crate::lives::{self, BlockLives, TracedLife, LIVE_AT_END};
 use crate::timeline::{self, TimelineOptions};
 
 /// With periodicity-derived iterations, the rest of memory may trend by at most this
@@ -505,13 +505,24 @@ pub fn iterations(snap: &Snapshot, device: i64) -> Iterations {
 struct BySite {
     start: Vec<usize>,
     blocks: Vec<usize>,
+    /// Per site: how many of its blocks are never freed, and its first free (the
+    /// never-freed tests start from these, and most sites keep nothing).
+    never_freed: Vec<usize>,
+    first_free: Vec<Option<usize>>,
 }
 
 impl BySite {
-    fn new(sites: &[u32], nsites: usize) -> Self {
+    fn new(blocks: &[TracedLife], sites: &[u32], nsites: usize) -> Self {
         let mut start = vec![0usize; nsites + 1];
-        for &site in sites {
-            start[site as usize + 1] += 1;
+        let mut never_freed = vec![0usize; nsites];
+        let mut first_free: Vec<Option<usize>> = vec![None; nsites];
+        for (b, &site) in blocks.iter().zip(sites) {
+            let s = site as usize;
+            start[s + 1] += 1;
+            match b.end_entry() {
+                None => never_freed[s] += 1,
+                Some(f) => first_free[s] = Some(first_free[s].map_or(f, |x| x.min(f))),
+            }
         }
         for s in 0..nsites {
             start[s + 1] += start[s];
@@ -522,7 +533,7 @@ impl BySite {
             list[next[site as usize]] = k;
             next[site as usize] += 1;
         }
-        BySite { start, blocks: list }
+        BySite { start, blocks: list, never_freed, first_free }
     }
 }
 
@@ -837,48 +848,48 @@ fn transient_troughs(blocks: &[TracedLife], n: usize) -> Vec<usize> {
 /// steps. The error says why nothing qualified (`FRAGSCOPE_LEAK_DEBUG`).
 fn outliving(
     blocks: &[TracedLife],
-    site_blocks: &[usize],
+    by_site: &BySite,
+    site: usize,
     n: usize,
     positions: &[usize],
     iterations: bool,
     trusted: bool,
 ) -> Result<Vec<usize>, String> {
-    // Most sites free everything they allocate: they keep nothing (the answer below,
-    // without its per-block work).
-    if site_blocks.iter().all(|&k| blocks[k].end_entry().is_some()) {
-        let first_free = site_blocks.iter().filter_map(|&k| blocks[k].end_entry()).min();
+    let site_blocks = &by_site[site];
+    let first_free = by_site.first_free[site];
+    // Most sites free everything they allocate: they keep nothing.
+    if by_site.never_freed[site] == 0 {
         return Err(format!(
             "no block kept long enough (0 never freed, first at None of {n}, first free {first_free:?})"
         ));
     }
+    // The site's blocks' (alloc, end), gathered once: the passes below read them in
+    // order instead of looking each up among millions of blocks again.
+    let own: Vec<(usize, usize)> = site_blocks.iter().map(|&k| (blocks[k].alloc, blocks[k].end)).collect();
+    let freed = |j: usize| own[j].1 != LIVE_AT_END;
     // Frees of the site (only the first and counts before a position are asked, so they
     // are not sorted); freed blocks counted from the end in alloc order.
-    let frees: Vec<usize> = site_blocks.iter().filter_map(|&k| blocks[k].end_entry()).collect();
-    let first_free = frees.iter().copied().min();
-    let frees_before = |x: usize| frees.iter().filter(|&&f| f < x).count();
-    let mut freed_after = vec![0usize; site_blocks.len() + 1];
-    for j in (0..site_blocks.len()).rev() {
-        freed_after[j] = freed_after[j + 1] + blocks[site_blocks[j]].end_entry().is_some() as usize;
+    let frees_before = |x: usize| own.iter().filter(|&&(_, e)| e != LIVE_AT_END && e < x).count();
+    let mut freed_after = vec![0usize; own.len() + 1];
+    for j in (0..own.len()).rev() {
+        freed_after[j] = freed_after[j + 1] + freed(j) as usize;
     }
     // (index in blocks, followed by enough freed siblings, window, index in site_blocks)
-    let kept: Vec<(usize, bool, usize, usize)> = site_blocks
-        .iter()
-        .enumerate()
-        .filter_map(|(j, &k)| {
-            let b = &blocks[k];
-            if b.end_entry().is_some() || first_free.is_none_or(|f| f >= b.alloc) {
+    let kept: Vec<(usize, bool, usize, usize)> = (0..own.len())
+        .filter_map(|j| {
+            let alloc = own[j].0;
+            if freed(j) || first_free.is_none_or(|f| f >= alloc) {
                 return None;
             }
-            let after_boundaries = positions.len() - positions.partition_point(|&x| x <= b.alloc);
+            let window = positions.partition_point(|&x| x <= alloc);
+            let after_boundaries = positions.len() - window;
             let long =
-                if iterations { after_boundaries >= 1 } else { (n - b.alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64 };
-            let window = positions.partition_point(|&x| x <= b.alloc);
-            long.then_some((k, freed_after[j + 1] >= MIN_FREED_AFTER, window, j))
+                if iterations { after_boundaries >= 1 } else { (n - alloc) as f64 >= MIN_OUTLIVED_SHARE * n as f64 };
+            long.then_some((site_blocks[j], freed_after[j + 1] >= MIN_FREED_AFTER, window, j))
         })
         .collect();
     let Some(&(_, _, w0, _)) = kept.first() else {
-        let never: Vec<usize> =
-            site_blocks.iter().filter(|&&k| blocks[k].end_entry().is_none()).map(|&k| blocks[k].alloc).collect();
+        let never: Vec<usize> = own.iter().filter(|&&(_, e)| e == LIVE_AT_END).map(|&(a, _)| a).collect();
         return Err(format!(
             "no block kept long enough ({} never freed, first at {:?} of {n}, first free {:?})",
             never.len(),
@@ -906,7 +917,7 @@ fn outliving(
     // max(n / PHASE_GAP_DIVISOR, 8 × its median gap). A site used once per step
     // (forward, backward, optimizer) has one phase per step; one-time state is made
     // in one phase.
-    let allocs: Vec<usize> = site_blocks.iter().map(|&k| blocks[k].alloc).collect();
+    let allocs: Vec<usize> = own.iter().map(|&(a, _)| a).collect();
     let mut gaps: Vec<usize> = allocs.windows(2).map(|w| w[1] - w[0]).collect();
     // The median gap (the element a sort would put in the middle).
     let mid = gaps.len() / 2;
@@ -1047,7 +1058,7 @@ pub fn leaks_device_with(
     let windows: Vec<usize> = sample_positions(&Iterations::default(), n);
 
     // Blocks of each site, in alloc order.
-    let by_site = BySite::new(&w.sites, nsites);
+    let by_site = BySite::new(w.blocks, &w.sites, nsites);
     let bytes_of = |v: &[usize]| v.iter().map(|&k| w.blocks[k].size).sum::<u64>();
 
     // The never-freed test over windows of the run (and the spread rule) does not depend
@@ -1057,9 +1068,10 @@ pub fn leaks_device_with(
         let troughs = transient_troughs(w.blocks, n);
         (0..nsites)
             .map(|s| {
-                let mut by_win = outliving(w.blocks, &by_site[s], n, &windows, false, false);
+                let mut by_win = outliving(w.blocks, &by_site, s, n, &windows, false, false);
                 let mut spread = false;
-                if let Some(v) = spread_over_run(w.blocks, &by_site[s], n, &windows, &troughs) {
+                let spread_of = || spread_over_run(w.blocks, &by_site[s], n, &windows, &troughs);
+                if let Some(v) = (by_site.never_freed[s] > 0).then(spread_of).flatten() {
                     if by_win.as_deref().map_or(0, bytes_of) < bytes_of(&v) {
                         by_win = Ok(v);
                         spread = true;
@@ -1145,7 +1157,7 @@ pub fn leaks_device_with(
         let over_iters: Vec<Result<Vec<usize>, String>> = (0..nsites)
             .map(|s| {
                 if steps {
-                    outliving(w.blocks, &by_site[s], n, &used, true, trusted_steps)
+                    outliving(w.blocks, &by_site, s, n, &used, true, trusted_steps)
                 } else {
                     Err("no iterations".into())
                 }
