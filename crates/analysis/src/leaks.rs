@@ -1467,7 +1467,10 @@ pub fn leaks_device_with(
             never_freed_bytes: nf_bytes,
             first_never_freed_entry: nf.first().map(|&k| w.blocks[k].alloc),
             last_never_freed_entry: nf.last().map(|&k| w.blocks[k].alloc),
-            first_never_freed_time_us: nf.first().map(|&k| w.blocks[k].time_us).filter(|&t| t != NO_TIME),
+            first_never_freed_time_us: nf
+                .first()
+                .map(|&k| snap.trace(device)[w.blocks[k].alloc].time_us)
+                .filter(|&t| t != NO_TIME),
             freed_blocks,
             end_bytes: at_end.get(s).copied().unwrap_or(0),
             kept_share_after: kept_after_share[s],

@@ -68,6 +68,8 @@ struct SitePeaks {
 }
 
 impl SitePeaks {
+    // Once per alloc and free of the walk: inlined into it (see LivesRecorder::change).
+    #[inline(always)]
     fn change(&mut self, stack: Option<StackId>, delta: i64) {
         let slot = site_slot(stack);
         if slot >= self.ids.len() {
