@@ -4,12 +4,13 @@
 //! draw the growth the suspect was reported for.
 //!
 //! Call sites are `analyze`'s ([`site_of`], by its `file:line:function` name); blocks
-//! allocated before the trace began belong to no suspect, as in `analyze`.
+//! allocated before the trace began belong to no suspect, as in `analyze`. The bytes are
+//! counted from the block lives ([`BlockLives`]) of the walk the analysis made.
 
 use fragscope_analysis::analyze::Analysis;
 use fragscope_analysis::attribution::site_of;
 use fragscope_analysis::leaks::MAX_SAMPLES;
-use fragscope_analysis::timeline::walk_states;
+use fragscope_analysis::lives::{live_bytes_at, BlockLives};
 use fragscope_snapshot::{FxHashMap, Snapshot, StackId};
 use serde::Serialize;
 
@@ -25,7 +26,12 @@ pub struct LeakCurve {
 }
 
 /// Trace states sampled, and one curve per suspect (empty when `analyze` found none).
-pub fn curves(snap: &Snapshot, device: i64, ana: &Analysis) -> (Vec<usize>, Vec<LeakCurve>) {
+pub fn curves(
+    snap: &Snapshot,
+    device: i64,
+    ana: &Analysis,
+    lives: Option<&BlockLives>,
+) -> (Vec<usize>, Vec<LeakCurve>) {
     let Some(d) = ana.devices.iter().find(|d| d.device == device) else { return (Vec::new(), Vec::new()) };
     if d.leak_suspects.is_empty() {
         return (Vec::new(), Vec::new());
@@ -37,34 +43,30 @@ pub fn curves(snap: &Snapshot, device: i64, ana: &Analysis) -> (Vec<usize>, Vec<
         (0..MAX_SAMPLES).map(|k| b[k * (b.len() - 1) / (MAX_SAMPLES - 1)]).collect()
     };
     let names: Vec<&str> = d.leak_suspects.iter().map(|s| s.site.site.as_str()).collect();
+    // The block lives of the walk the analysis made (else a replay for them): the live
+    // bytes of each suspect's blocks at each boundary, without another walk.
+    let replayed;
+    let lives = match lives {
+        Some(l) => l,
+        None => {
+            replayed = BlockLives::replay(snap, device);
+            &replayed
+        }
+    };
     let mut suspect_of: FxHashMap<Option<StackId>, Option<usize>> = FxHashMap::default();
-    let live = std::cell::RefCell::new(vec![0i128; names.len()]);
-    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(used.len()); names.len()];
-    let mut next = 0usize;
-    walk_states(
-        snap,
-        device,
-        |_, c| {
-            if c.before_trace {
-                return;
-            }
-            let k = *suspect_of.entry(c.stack).or_insert_with(|| {
-                let site = site_of(&snap.frames, c.stack).site;
-                names.iter().position(|n| *n == site)
-            });
-            if let Some(k) = k {
-                live.borrow_mut()[k] += c.size as i128 * c.delta as i128;
-            }
-        },
-        |state, _| {
-            while next < used.len() && used[next] == state {
-                for (s, &v) in samples.iter_mut().zip(live.borrow().iter()) {
-                    s.push(v.max(0) as f64);
-                }
-                next += 1;
-            }
-        },
+    let mut suspect = |stack: Option<StackId>| {
+        *suspect_of.entry(stack).or_insert_with(|| {
+            let site = site_of(&snap.frames, stack).site;
+            names.iter().position(|n| *n == site)
+        })
+    };
+    let rows = live_bytes_at(
+        &used,
+        names.len(),
+        lives.traced.iter().filter_map(|l| Some((suspect(l.stack)?, Some(l.alloc), l.end, l.size))),
     );
+    let samples: Vec<Vec<f64>> =
+        (0..names.len()).map(|k| rows.iter().take(used.len()).map(|r| r[k] as f64).collect()).collect();
     let curves =
         names.iter().zip(samples).map(|(n, s)| LeakCurve { site: n.to_string(), bytes: encode::f64s(&s) }).collect();
     (used, curves)

@@ -161,7 +161,7 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
     // block lives) and its state view built here, while the analysis goes on with the
     // leak tests.
     let (tx, rx) = std::sync::mpsc::channel();
-    let (ana, sum, drawn) = std::thread::scope(|s| {
+    let (ana, sum, drawn, lives_of) = std::thread::scope(|s| {
         let analysis = s.spawn(move || {
             let tx = std::sync::Mutex::new(tx);
             let timeline_of = |d: i64| {
@@ -183,16 +183,17 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
         // The analysis walks every device, in this order, one message each (fewer only
         // when its thread ended early: it panicked, and the join below says so).
         let mut walked = FxHashMap::default();
+        let mut lives_of = FxHashMap::default();
         for _ in 0..device_list.len() {
             let Ok((d, c, lives, marks)) = rx.recv() else { break };
-            let finished = match lives {
-                Some(l) => c.finish(&l),
-                None => c.finish(&fragscope_analysis::lives::BlockLives::replay(snap, d)),
-            };
-            walked.insert(d, (finished, marks));
+            let lives =
+                lives.unwrap_or_else(|| std::sync::Arc::new(fragscope_analysis::lives::BlockLives::replay(snap, d)));
+            walked.insert(d, (c.finish(&lives), marks));
+            // Kept for the leak suspects' curves, once the analysis has named them.
+            lives_of.insert(d, lives);
         }
         let drawn = draw(snap, opts, parts, walked, &mut table);
-        (analysis.join().expect("the analysis thread panicked"), sum, drawn)
+        (analysis.join().expect("the analysis thread panicked"), sum, drawn, lives_of)
     });
     let mut devices = Vec::new();
     for (d, curves, allocations, initial_allocations, requests, phases, (marks, state)) in drawn {
@@ -200,7 +201,7 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
         // timeline from, and the trace's OOM entry: the analysis' own.
         debug_assert_eq!(Some(marks), state::Marks::of(snap, d, &ana), "device {d}");
         let (moments, moments_note, state_ops) = state;
-        let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana);
+        let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana, lives_of.get(&d).map(|l| &**l));
         devices.push(DeviceData {
             device: d,
             events: snap.trace(d).len(),
