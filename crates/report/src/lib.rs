@@ -172,7 +172,6 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             };
             analyze::analyze_with_timelines(snap, &aopts, &timeline_of)
         });
-        let sum = summary::summarize(snap);
         let parts: Vec<_> = device_list
             .iter()
             .map(|&d| {
@@ -192,6 +191,9 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             // Kept for the leak suspects' curves, once the analysis has named them.
             lives_of.insert(d, lives);
         }
+        // The summary waits for the walks (it is needed last, and the walk of each
+        // device is the longest step: measured, slightly faster on a 32 M-entry file).
+        let sum = summary::summarize(snap);
         let drawn = draw(snap, opts, parts, walked, &mut table);
         (analysis.join().expect("the analysis thread panicked"), sum, drawn, lives_of)
     });
