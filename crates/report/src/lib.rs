@@ -33,6 +33,7 @@ pub mod whatif;
 use std::collections::{BinaryHeap, HashMap};
 
 use fragscope_analysis::analyze::{self, AnalyzeOptions};
+use fragscope_analysis::lives::BlockLives;
 use fragscope_analysis::summary;
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use serde::Serialize;
@@ -172,13 +173,6 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             };
             analyze::analyze_with_timelines(snap, &aopts, &timeline_of)
         });
-        let parts: Vec<_> = device_list
-            .iter()
-            .map(|&d| {
-                let (lives, requests) = largest_lives(snap, d, opts.top_allocations);
-                (d, lives, requests, phases(snap, d))
-            })
-            .collect();
         // The analysis walks every device, in this order, one message each (fewer only
         // when its thread ended early: it panicked, and the join below says so).
         let mut walked = FxHashMap::default();
@@ -191,6 +185,22 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             // Kept for the leak suspects' curves, once the analysis has named them.
             lives_of.insert(d, lives);
         }
+        // The largest allocations and request sizes, from each device's lives.
+        let parts: Vec<_> = device_list
+            .iter()
+            .map(|&d| {
+                let replayed;
+                let lives = match lives_of.get(&d) {
+                    Some(l) => &**l,
+                    None => {
+                        replayed = BlockLives::replay(snap, d);
+                        &replayed
+                    }
+                };
+                let (lives, requests) = largest_lives(snap, d, lives, opts.top_allocations);
+                (d, lives, requests, phases(snap, d))
+            })
+            .collect();
         // The summary waits for the walks (it is needed last, and the walk of each
         // device is the longest step: measured, slightly faster on a 32 M-entry file).
         let sum = summary::summarize(snap);
@@ -311,55 +321,75 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
 }
 
 /// The `top` largest allocations of the trace with their lifetimes: (alloc entry, state
-/// of its free or `usize::MAX`), in trace order; and the request sizes ([`encode_requests`]) from the
-/// same look at the trace (millions of entries: each pass costs). Importance is size alone, as PyTorch's
-/// memory_viz picks the allocations it draws (`max_entries`): the timeline draws these
-/// one polygon each, and size (not bytes × lifetime) keeps the short-lived large
-/// activations that make the peaks rather than only the long-lived weights.
-fn largest_lives(snap: &Snapshot, device: i64, top: usize) -> (Vec<(usize, usize)>, String) {
+/// of its free or `usize::MAX`), in trace order; and the request sizes
+/// ([`encode_requests`]). Importance is size alone, as PyTorch's memory_viz picks the
+/// allocations it draws (`max_entries`): the timeline draws these one polygon each, and
+/// size (not bytes × lifetime) keeps the short-lived large activations that make the
+/// peaks rather than only the long-lived weights.
+///
+/// A life ends at the first `free_requested` or `alloc` at its address (memory_viz's
+/// pairing). Both are read from the walk's block lives (one per `alloc` entry, in
+/// order), whose ends agree except for a block whose `free_completed` came with no
+/// `free_requested`: those few of the chosen are looked up in the trace.
+fn largest_lives(snap: &Snapshot, device: i64, lives: &BlockLives, top: usize) -> (Vec<(usize, usize)>, String) {
     let trace = snap.trace(device);
-    // The `top` largest lives, kept in a min-heap as they end: millions of lives on a long
-    // trace, nearly all rejected by one comparison with the smallest kept.
-    // Key: (size, earlier alloc first), then the life (alloc index, free state).
+    // The `top` largest, kept in a min-heap: millions of lives on a long trace, nearly
+    // all rejected by one comparison with the smallest kept.
+    // Key: (size, earlier alloc first), then the life's index.
     type Key = (u64, std::cmp::Reverse<usize>);
     let mut heap: BinaryHeap<std::cmp::Reverse<(Key, usize)>> = BinaryHeap::with_capacity(top + 1);
-    let mut keep = |j: usize, free: usize| {
-        if top == 0 {
-            return;
-        }
-        let key = (trace[j].size, std::cmp::Reverse(j));
+    let mut requests: FxHashMap<u64, u64> = FxHashMap::default();
+    for (k, l) in lives.traced.iter().enumerate() {
+        let size = trace[l.alloc].size;
+        *requests.entry(size).or_default() += 1;
+        let key = (size, std::cmp::Reverse(l.alloc));
         if heap.len() < top {
-            heap.push(std::cmp::Reverse((key, free)));
+            heap.push(std::cmp::Reverse((key, k)));
         } else if heap.peek().is_some_and(|m| key > m.0 .0) {
             heap.pop();
-            heap.push(std::cmp::Reverse((key, free)));
-        }
-    };
-    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
-    let mut requests: FxHashMap<u64, u64> = FxHashMap::default();
-    for (i, e) in trace.iter().enumerate() {
-        match e.action {
-            Action::Alloc => {
-                *requests.entry(e.size).or_default() += 1;
-                if let Some(j) = open.insert(e.addr, i) {
-                    keep(j, i + 1);
-                }
-            }
-            Action::FreeRequested => {
-                if let Some(j) = open.remove(&e.addr) {
-                    keep(j, i + 1);
-                }
-            }
-            _ => {}
+            heap.push(std::cmp::Reverse((key, k)));
         }
     }
-    for (_, j) in open {
-        keep(j, usize::MAX);
+    let mut chosen: Vec<(usize, usize)> = Vec::with_capacity(heap.len());
+    // Address → (entry of its `free_completed`, index in `chosen`) of lives still open
+    // for memory_viz after the lives' end.
+    let mut open: FxHashMap<u64, Vec<(usize, usize)>> = FxHashMap::default();
+    for std::cmp::Reverse((_, k)) in heap {
+        let l = &lives.traced[k];
+        let free = match l.end_entry() {
+            None => usize::MAX,
+            Some(e) if trace[e].action == Action::FreeCompleted => {
+                open.entry(trace[l.alloc].addr).or_default().push((e, chosen.len()));
+                usize::MAX
+            }
+            Some(e) => e + 1,
+        };
+        chosen.push((l.alloc, free));
     }
-    let mut lives: Vec<(usize, usize)> =
-        heap.into_iter().map(|std::cmp::Reverse(((_, std::cmp::Reverse(j)), free))| (j, free)).collect();
-    lives.sort_unstable();
-    (lives, encode_requests(requests))
+    if let Some(from) = open.values().flatten().map(|&(e, _)| e + 1).min() {
+        for (i, e) in trace.iter().enumerate().skip(from) {
+            if !matches!(e.action, Action::Alloc | Action::FreeRequested) {
+                continue;
+            }
+            if let Some(v) = open.get_mut(&e.addr) {
+                v.retain(|&(after, at)| {
+                    let ends = after < i;
+                    if ends {
+                        chosen[at].1 = i + 1;
+                    }
+                    !ends
+                });
+                if v.is_empty() {
+                    open.remove(&e.addr);
+                    if open.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    chosen.sort_unstable();
+    (chosen, encode_requests(requests))
 }
 
 /// [`largest_lives`] as the page gets them (see [`DeviceData::allocations`]).
@@ -431,4 +461,67 @@ pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_analysis::di
 
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_snapshot::TraceEvent;
+    use fragscope_testdata::Rng;
+
+    /// memory_viz's pairing, by a walk of its own: a life ends at the first
+    /// `free_requested` or `alloc` at its address; `free_completed` ends nothing.
+    fn paired(trace: &[TraceEvent]) -> Vec<(usize, usize)> {
+        let mut open: FxHashMap<u64, usize> = FxHashMap::default();
+        let mut out = Vec::new();
+        for (i, e) in trace.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    if let Some(j) = open.insert(e.addr, i) {
+                        out.push((j, i + 1));
+                    }
+                }
+                Action::FreeRequested => {
+                    if let Some(j) = open.remove(&e.addr) {
+                        out.push((j, i + 1));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.extend(open.into_values().map(|j| (j, usize::MAX)));
+        out
+    }
+
+    #[test]
+    fn largest_lives_from_the_walk_pair_as_memory_viz() {
+        let mut rng = Rng(11);
+        for round in 0..300 {
+            // Few addresses, so that they are reused; frees with and without their
+            // `free_requested`, frees of unknown blocks, allocs over live blocks.
+            let mut trace = Vec::new();
+            for _ in 0..rng.below(80) {
+                let addr = (1 + rng.below(6) as u64) << 20;
+                let size = 512 * (1 + rng.below(40) as u64);
+                let action = match rng.below(5) {
+                    0 | 1 => Action::Alloc,
+                    2 => Action::FreeRequested,
+                    _ => Action::FreeCompleted,
+                };
+                trace.push(TraceEvent::new(action, addr, size, 0));
+            }
+            let mut snap = Snapshot::default();
+            snap.device_traces.push(trace);
+            let trace = snap.trace(0);
+            let lives = BlockLives::replay(&snap, 0);
+            for top in [0, 1, 3, 1000] {
+                let (got, _) = largest_lives(&snap, 0, &lives, top);
+                let mut want = paired(trace);
+                want.sort_by_key(|&(j, _)| (std::cmp::Reverse(trace[j].size), j));
+                want.truncate(top);
+                want.sort_unstable();
+                assert_eq!(got, want, "round {round}, top {top}");
+            }
+        }
+    }
 }
