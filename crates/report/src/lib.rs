@@ -173,6 +173,9 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             };
             analyze::analyze_with_timelines(snap, &aopts, &timeline_of)
         });
+        // The summary on a thread of its own, beside the walks (the core the walk does
+        // not use has room for it).
+        let summary_thread = s.spawn(|| summary::summarize(snap));
         // The analysis walks every device, in this order, one message each (fewer only
         // when its thread ended early: it panicked, and the join below says so).
         let mut walked = FxHashMap::default();
@@ -201,10 +204,8 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
                 (d, lives, requests, phases(snap, d))
             })
             .collect();
-        // The summary waits for the walks (it is needed last, and the walk of each
-        // device is the longest step: measured, slightly faster on a 32 M-entry file).
-        let sum = summary::summarize(snap);
         let drawn = draw(snap, opts, parts, walked, &mut table);
+        let sum = summary_thread.join().expect("the summary thread panicked");
         (analysis.join().expect("the analysis thread panicked"), sum, drawn, lives_of)
     });
     let mut devices = Vec::new();
