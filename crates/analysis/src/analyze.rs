@@ -136,56 +136,38 @@ pub fn analyze_with_timelines(snap: &Snapshot, opts: &AnalyzeOptions, timeline_o
 }
 
 fn analyze_inner(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: Option<TimelineOf>) -> Analysis {
-    // One look at every trace entry for the era, shared by the devices: with threads to
-    // spare, beside the first device's walks (only its recommendations need it).
-    std::thread::scope(|s| {
-        let era = LazyEra::new(snap, opts.threads > 1, s);
-        let devices =
-            snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &era, timeline_of)).collect();
-        Analysis {
-            format: format_name(snap.format),
-            recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
-            devices,
-            era: era.get().clone(),
-        }
-    })
+    // One look at every trace entry for the era, shared by the devices; with threads to
+    // spare it is taken on the thread that finds the first device's iterations, beside
+    // its walk (only the recommendations need it).
+    let era = LazyEra::new(snap);
+    let devices = snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &era, timeline_of)).collect();
+    Analysis {
+        format: format_name(snap.format),
+        recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
+        devices,
+        era: era.get().clone(),
+    }
 }
 
-/// The file's [`Era`], inferred on a thread of its own when one is given and taken from
-/// it on first use.
-struct LazyEra<'scope> {
+/// The file's [`Era`], inferred on first use (by whichever thread asks first).
+struct LazyEra<'a> {
+    snap: &'a Snapshot,
     era: std::sync::OnceLock<Era>,
-    thread: std::sync::Mutex<Option<std::thread::ScopedJoinHandle<'scope, Era>>>,
 }
 
-impl<'scope> LazyEra<'scope> {
-    fn new<'env>(snap: &'env Snapshot, spawn: bool, s: &'scope std::thread::Scope<'scope, 'env>) -> Self {
-        let era = std::sync::OnceLock::new();
-        let thread = if spawn {
-            Some(s.spawn(|| recommend::infer_era(snap)))
-        } else {
-            let _ = era.set(recommend::infer_era(snap));
-            None
-        };
-        LazyEra { era, thread: std::sync::Mutex::new(thread) }
+impl<'a> LazyEra<'a> {
+    fn new(snap: &'a Snapshot) -> Self {
+        LazyEra { snap, era: std::sync::OnceLock::new() }
     }
 
     fn get(&self) -> &Era {
-        self.era.get_or_init(|| {
-            let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-            // Set at construction or spawned there: one of the two holds.
-            match h.map(|h| h.join()) {
-                Some(Ok(era)) => era,
-                Some(Err(panic)) => std::panic::resume_unwind(panic),
-                None => unreachable!("the era is set or its thread spawned at construction"),
-            }
-        })
+        self.era.get_or_init(|| recommend::infer_era(self.snap))
     }
 }
 
 /// Analyses one device.
 pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> DeviceAnalysis {
-    std::thread::scope(|s| analyze_device_inner(snap, device, opts, &LazyEra::new(snap, false, s), None))
+    analyze_device_inner(snap, device, opts, &LazyEra::new(snap), None)
 }
 
 fn analyze_device_inner(
@@ -240,7 +222,13 @@ fn analyze_device_inner(
         std::thread::scope(|s| {
             // The iterations (no walk of the lives) beside the timeline walk, then the
             // leak tests beside attribution.
-            let h_it = s.spawn(|| leaks::iterations(snap, device));
+            let h_it = s.spawn(|| {
+                let it = leaks::iterations(snap, device);
+                // The era too (a look at every entry), here rather than on a thread of
+                // its own: one helper beside the walk keeps the walk's core to itself.
+                era.get();
+                it
+            });
             let tl = part_timeline();
             let lives = lives_of(&tl);
             let it = h_it.join().expect("iterations thread");
