@@ -119,11 +119,15 @@ fn format_name(f: SourceFormat) -> &'static str {
 
 /// Analyses every device of `snap`.
 pub fn analyze(snap: &Snapshot, opts: &AnalyzeOptions) -> Analysis {
-    analyze_inner(snap, opts, None)
+    analyze_inner(snap, opts, None, None)
 }
 
 /// A device's timeline made by the caller (see [`analyze_with_timelines`]).
 pub type TimelineOf<'a> = &'a (dyn Fn(i64) -> timeline::DeviceTimeline + Sync);
+
+/// Work of the caller's, run once beside the first device's walk (see
+/// [`analyze_with_timelines`]).
+pub type Beside<'a> = &'a (dyn Fn() + Sync);
 
 /// [`analyze`], with each device's timeline made by `timeline_of(device)`, which must
 /// return what [`timeline::timeline`] returns with `opts.points`: for a front end that
@@ -131,50 +135,76 @@ pub type TimelineOf<'a> = &'a (dyn Fn(i64) -> timeline::DeviceTimeline + Sync);
 /// ([`timeline::timeline_walk`]; the HTML report) instead of walking it twice. When the
 /// timeline comes without its [`DeviceTimeline::lives`], attribution and leak detection
 /// replay the trace for them.
-pub fn analyze_with_timelines(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: TimelineOf) -> Analysis {
-    analyze_inner(snap, opts, Some(timeline_of))
+///
+/// `beside`, when given, runs once on the thread that works beside the first device's
+/// walk (after the iterations and the era; on this thread when there are no devices or
+/// no threads to spare): the front end's own look at the trace, kept off the walk's core.
+pub fn analyze_with_timelines(
+    snap: &Snapshot,
+    opts: &AnalyzeOptions,
+    timeline_of: TimelineOf,
+    beside: Option<Beside>,
+) -> Analysis {
+    analyze_inner(snap, opts, Some(timeline_of), beside)
 }
 
-fn analyze_inner(snap: &Snapshot, opts: &AnalyzeOptions, timeline_of: Option<TimelineOf>) -> Analysis {
+fn analyze_inner(
+    snap: &Snapshot,
+    opts: &AnalyzeOptions,
+    timeline_of: Option<TimelineOf>,
+    beside: Option<Beside>,
+) -> Analysis {
     // One look at every trace entry for the era, shared by the devices; with threads to
     // spare it is taken on the thread that finds the first device's iterations, beside
     // its walk (only the recommendations need it).
-    let era = LazyEra::new(snap);
-    let devices = snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &era, timeline_of)).collect();
+    let work = FileWork::new(snap, beside);
+    let devices = snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
+    work.beside_walk();
     Analysis {
         format: format_name(snap.format),
         recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
         devices,
-        era: era.get().clone(),
+        era: work.era().clone(),
     }
 }
 
-/// The file's [`Era`], inferred on first use (by whichever thread asks first).
-struct LazyEra<'a> {
+/// The file's [`Era`], inferred on first use (by whichever thread asks first), and the
+/// caller's work to run beside the first walk.
+struct FileWork<'a> {
     snap: &'a Snapshot,
     era: std::sync::OnceLock<Era>,
+    beside: Option<Beside<'a>>,
+    beside_done: std::sync::Once,
 }
 
-impl<'a> LazyEra<'a> {
-    fn new(snap: &'a Snapshot) -> Self {
-        LazyEra { snap, era: std::sync::OnceLock::new() }
+impl<'a> FileWork<'a> {
+    fn new(snap: &'a Snapshot, beside: Option<Beside<'a>>) -> Self {
+        FileWork { snap, era: std::sync::OnceLock::new(), beside, beside_done: std::sync::Once::new() }
     }
 
-    fn get(&self) -> &Era {
+    fn era(&self) -> &Era {
         self.era.get_or_init(|| recommend::infer_era(self.snap))
+    }
+
+    /// The era, then the caller's work (once): what a thread beside a walk does.
+    fn beside_walk(&self) {
+        self.era();
+        if let Some(f) = self.beside {
+            self.beside_done.call_once(f);
+        }
     }
 }
 
 /// Analyses one device.
 pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> DeviceAnalysis {
-    analyze_device_inner(snap, device, opts, &LazyEra::new(snap), None)
+    analyze_device_inner(snap, device, opts, &FileWork::new(snap, None), None)
 }
 
 fn analyze_device_inner(
     snap: &Snapshot,
     device: i64,
     opts: &AnalyzeOptions,
-    era: &LazyEra,
+    work: &FileWork,
     timeline_of: Option<TimelineOf>,
 ) -> DeviceAnalysis {
     let threads = opts.threads.max(1);
@@ -207,7 +237,7 @@ fn analyze_device_inner(
     let part_oom = || {
         let mut f = oom::oom_finding(snap, device, &OomOptions { top: opts.top, replay: false, threads })?;
         let cfg = replay::recorded_config(snap);
-        let cands = recommend::candidates(&cfg, era.get());
+        let cands = recommend::candidates(&cfg, work.era());
         let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
         oom::apply_trials(&mut f, base, trials);
         oom::advise(snap, device, &mut f);
@@ -216,7 +246,7 @@ fn analyze_device_inner(
     // Recommendations of a device without an OOM (measured by replay with --what-if).
     let part_recommendations = || {
         let cap = snap.device_capacity.get(&device).copied();
-        recommend::recommend_in_era(snap, device, era.get().clone(), opts.what_if, cap, threads)
+        recommend::recommend_in_era(snap, device, work.era().clone(), opts.what_if, cap, threads)
     };
     let (mut tl, (attr, at_peak, at_peak_note), mut lk, oom_f, quick_recommendations) = if threads > 1 {
         std::thread::scope(|s| {
@@ -224,9 +254,10 @@ fn analyze_device_inner(
             // leak tests beside attribution.
             let h_it = s.spawn(|| {
                 let it = leaks::iterations(snap, device);
-                // The era too (a look at every entry), here rather than on a thread of
-                // its own: one helper beside the walk keeps the walk's core to itself.
-                era.get();
+                // The era (a look at every entry) and the caller's work too, here rather
+                // than on threads of their own: one helper beside the walk keeps the
+                // walk's core to itself.
+                work.beside_walk();
                 it
             });
             let tl = part_timeline();
@@ -262,7 +293,7 @@ fn analyze_device_inner(
                 device,
                 measured: false,
                 note: None,
-                era: era.get().clone(),
+                era: work.era().clone(),
                 capacity_bytes: Some(f.capacity_bytes),
                 baseline: None,
                 recommended: Vec::new(),

@@ -162,7 +162,9 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
     // block lives) and its state view built here, while the analysis goes on with the
     // leak tests.
     let (tx, rx) = std::sync::mpsc::channel();
-    let (ana, sum, drawn, lives_of) = std::thread::scope(|s| {
+    let summary_cell = std::sync::OnceLock::new();
+    let summary_slot = &summary_cell;
+    let (ana, drawn, lives_of) = std::thread::scope(|s| {
         let analysis = s.spawn(move || {
             let tx = std::sync::Mutex::new(tx);
             let timeline_of = |d: i64| {
@@ -171,11 +173,13 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
                 let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone(), state::Marks::new(snap, &tl)));
                 tl
             };
-            analyze::analyze_with_timelines(snap, &aopts, &timeline_of)
+            // The summary, on the analysis' thread beside the first walk (the core the
+            // walk does not use has room for it; a thread of its own would share).
+            let beside = || {
+                let _ = summary_slot.set(summary::summarize(snap));
+            };
+            analyze::analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
         });
-        // The summary on a thread of its own, beside the walks (the core the walk does
-        // not use has room for it).
-        let summary_thread = s.spawn(|| summary::summarize(snap));
         // The analysis walks every device, in this order, one message each (fewer only
         // when its thread ended early: it panicked, and the join below says so).
         let mut walked = FxHashMap::default();
@@ -205,9 +209,10 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             })
             .collect();
         let drawn = draw(snap, opts, parts, walked, &mut table);
-        let sum = summary_thread.join().expect("the summary thread panicked");
-        (analysis.join().expect("the analysis thread panicked"), sum, drawn, lives_of)
+        (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
+    // The analysis runs `beside` exactly once.
+    let sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize(snap));
     let mut devices = Vec::new();
     for (d, curves, allocations, initial_allocations, requests, phases, (marks, state)) in drawn {
         // The state view was built with the peaks of the walk the analysis took its
