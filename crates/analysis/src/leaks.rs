@@ -588,7 +588,6 @@ fn walk<'a>(snap: &Snapshot, lives: &'a BlockLives, positions: &[usize]) -> Walk
     Walk { table, samples, allocated_between, blocks, sites, resident }
 }
 
-/// Least squares of y against 0..n: (slope, R²).
 /// Bytes of blocks from some block index to the last (blocks in `alloc` order): all of
 /// them, those still live at the end, those freed.
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
@@ -665,6 +664,7 @@ impl SubsetSums {
     }
 }
 
+/// Least squares of y against 0..n: (slope, R²).
 fn fit(y: &[f64]) -> (f64, f64) {
     let n = y.len() as f64;
     let mx = (n - 1.0) / 2.0;

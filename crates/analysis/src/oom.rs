@@ -401,12 +401,6 @@ impl Default for OomOptions {
     }
 }
 
-/// The trace entry an OOM finding is about: the first `oom` entry ([`oom_finding`]
-/// makes a finding exactly when there is one).
-pub fn oom_entry(trace: &[fragscope_snapshot::TraceEvent]) -> Option<usize> {
-    trace.iter().position(|e| e.action == Action::Oom)
-}
-
 /// The OOM finding of `device`, or `None` when its trace has no `oom` entry.
 ///
 /// A snapshot dumped from an OOM handler without a trace entry (e.g. a 2.0 file with a
@@ -414,7 +408,7 @@ pub fn oom_entry(trace: &[fragscope_snapshot::TraceEvent]) -> Option<usize> {
 /// finding is made for it.
 pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<OomFinding> {
     let trace = snap.trace(device);
-    let idx = oom_entry(trace)?;
+    let idx = trace.iter().position(|e| e.action == Action::Oom)?;
     let ev = &trace[idx];
     let oom_entries = trace.iter().filter(|e| e.action == Action::Oom).count() as u64;
     let cfg = recorded_config(snap);

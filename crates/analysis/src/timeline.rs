@@ -163,7 +163,8 @@ pub struct DeviceTimeline {
     /// for attribution and leak detection (not serialised; `None` from [`timeline`]).
     #[serde(skip)]
     pub lives: Option<Arc<BlockLives>>,
-    /// The first `oom` entry of the trace ([`crate::oom::oom_entry`]), seen in the walk
+    /// The first `oom` entry of the trace (the one [`crate::oom::oom_finding`] is about),
+    /// seen in the walk
     /// so that callers need not look through millions of entries again (not serialised).
     #[serde(skip)]
     pub first_oom: Option<usize>,

@@ -26,12 +26,7 @@ pub struct LeakCurve {
 }
 
 /// Trace states sampled, and one curve per suspect (empty when `analyze` found none).
-pub fn curves(
-    snap: &Snapshot,
-    device: i64,
-    ana: &Analysis,
-    lives: Option<&BlockLives>,
-) -> (Vec<usize>, Vec<LeakCurve>) {
+pub fn curves(snap: &Snapshot, device: i64, ana: &Analysis, lives: &BlockLives) -> (Vec<usize>, Vec<LeakCurve>) {
     let Some(d) = ana.devices.iter().find(|d| d.device == device) else { return (Vec::new(), Vec::new()) };
     if d.leak_suspects.is_empty() {
         return (Vec::new(), Vec::new());
@@ -43,16 +38,8 @@ pub fn curves(
         (0..MAX_SAMPLES).map(|k| b[k * (b.len() - 1) / (MAX_SAMPLES - 1)]).collect()
     };
     let names: Vec<&str> = d.leak_suspects.iter().map(|s| s.site.site.as_str()).collect();
-    // The block lives of the walk the analysis made (else a replay for them): the live
-    // bytes of each suspect's blocks at each boundary, without another walk.
-    let replayed;
-    let lives = match lives {
-        Some(l) => l,
-        None => {
-            replayed = BlockLives::replay(snap, device);
-            &replayed
-        }
-    };
+    // The live bytes of each suspect's blocks at each boundary, from the block lives
+    // of the walk the analysis made (`lives`), without another walk.
     let mut suspect_of: FxHashMap<Option<StackId>, Option<usize>> = FxHashMap::default();
     let mut suspect = |stack: Option<StackId>| {
         *suspect_of.entry(stack).or_insert_with(|| {

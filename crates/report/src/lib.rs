@@ -31,6 +31,7 @@ pub mod state;
 pub mod whatif;
 
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 
 use fragscope_analysis::analyze::{self, AnalyzeOptions};
 use fragscope_analysis::lives::BlockLives;
@@ -184,27 +185,26 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
         // when its thread ended early: it panicked, and the join below says so).
         let mut walked = FxHashMap::default();
         let mut lives_of = FxHashMap::default();
-        for _ in 0..device_list.len() {
-            let Ok((d, c, lives, marks)) = rx.recv() else { break };
-            let lives =
-                lives.unwrap_or_else(|| std::sync::Arc::new(fragscope_analysis::lives::BlockLives::replay(snap, d)));
+        for (d, c, lives, marks) in rx.iter().take(device_list.len()) {
+            let lives = lives.unwrap_or_else(|| Arc::new(BlockLives::replay(snap, d)));
             walked.insert(d, (c.finish(&lives), marks));
-            // Kept for the leak suspects' curves, once the analysis has named them.
+            // Kept for the largest allocations and the leak suspects' curves.
             lives_of.insert(d, lives);
+        }
+        // A device the analysis did not walk (none today): its own walk.
+        for &d in &device_list {
+            if let std::collections::hash_map::Entry::Vacant(slot) = lives_of.entry(d) {
+                let (c, tl) = curves::curves_and_timeline(snap, d, opts, aopts.points);
+                let lives = tl.lives.clone().unwrap_or_else(|| Arc::new(BlockLives::replay(snap, d)));
+                walked.insert(d, (c.finish(&lives), state::Marks::new(snap, &tl)));
+                slot.insert(lives);
+            }
         }
         // The largest allocations and request sizes, from each device's lives.
         let parts: Vec<_> = device_list
             .iter()
             .map(|&d| {
-                let replayed;
-                let lives = match lives_of.get(&d) {
-                    Some(l) => &**l,
-                    None => {
-                        replayed = BlockLives::replay(snap, d);
-                        &replayed
-                    }
-                };
-                let (lives, requests) = largest_lives(snap, d, lives, opts.top_allocations);
+                let (lives, requests) = largest_lives(snap, d, &lives_of[&d], opts.top_allocations);
                 (d, lives, requests, phases(snap, d))
             })
             .collect();
@@ -219,7 +219,7 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
         // timeline from, and the trace's OOM entry: the analysis' own.
         debug_assert_eq!(Some(marks), state::Marks::of(snap, d, &ana), "device {d}");
         let (moments, moments_note, state_ops) = state;
-        let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana, lives_of.get(&d).map(|l| &**l));
+        let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana, &lives_of[&d]);
         devices.push(DeviceData {
             device: d,
             events: snap.trace(d).len(),
@@ -271,16 +271,8 @@ fn draw(
     let drawn: Vec<_> = parts
         .into_iter()
         .map(|(d, lives, requests, phases)| {
-            let (curves, marks) = match walked.remove(&d) {
-                Some(((c, sites), marks)) => (c.with_stacks(snap, &sites, table), marks),
-                // A device the analysis did not walk (none today): its own walk.
-                None => {
-                    let (c, tl) = curves::curves_and_timeline(snap, d, opts, 1);
-                    let marks = state::Marks::new(snap, &tl);
-                    let (c, sites) = c.finish(tl.lives.as_deref().expect("the curves walk keeps the lives"));
-                    (c.with_stacks(snap, &sites, table), marks)
-                }
-            };
+            let ((c, sites), marks) = walked.remove(&d).expect("every device is walked before it is drawn");
+            let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, lives, table);
             let initial = initial::allocations(snap, d, opts.top_allocations, table);
             (d, curves, allocations, initial, requests, phases, marks)

@@ -176,23 +176,21 @@ impl Marks {
     /// From a device's timeline and its trace's first `oom` entry (what `analyze`
     /// reports: its OOM finding is made exactly for that entry).
     pub fn new(snap: &Snapshot, timeline: &DeviceTimeline) -> Marks {
-        let trace = snap.trace(timeline.device);
-        Marks {
-            oom: timeline.first_oom.map(|i| i.min(trace.len())),
-            reserved_peak: timeline.peak_reserved.event_index.map_or(0, |i| i + 1),
-            allocated_peak: timeline.peak_allocated.event_index.map_or(0, |i| i + 1),
-        }
+        Marks::at(snap, timeline, timeline.first_oom)
     }
 
     /// From `analyze`'s results (`None` for a device it did not analyse).
     pub fn of(snap: &Snapshot, device: i64, ana: &Analysis) -> Option<Marks> {
         let d = ana.devices.iter().find(|d| d.device == device)?;
-        let t = &d.fragmentation.timeline;
-        Some(Marks {
-            oom: d.oom.as_ref().map(|o| o.event_index.min(snap.trace(device).len())),
+        Some(Marks::at(snap, &d.fragmentation.timeline, d.oom.as_ref().map(|o| o.event_index)))
+    }
+
+    fn at(snap: &Snapshot, t: &DeviceTimeline, oom: Option<usize>) -> Marks {
+        Marks {
+            oom: oom.map(|i| i.min(snap.trace(t.device).len())),
             reserved_peak: t.peak_reserved.event_index.map_or(0, |i| i + 1),
             allocated_peak: t.peak_allocated.event_index.map_or(0, |i| i + 1),
-        })
+        }
     }
 }
 
