@@ -13,17 +13,34 @@
 //! Records as [`crate::DeviceData::allocations`], with alloc state 0 and no alloc time.
 
 use fragscope_alloc::rounding::round_size;
-use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, NO_TIME};
+use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, StackId, NO_TIME};
 
 use crate::{encode, StackTable};
 
 /// The `top` largest allocations live at state 0 of `device`, encoded for the page.
 pub fn allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTable) -> String {
+    scan(snap, device, top).encode(snap, table)
+}
+
+/// The `top` largest allocations live at state 0 of a device, found from its trace and
+/// final state alone (one pass over the trace, no walk of the blocks' lives), so that
+/// the report can look for them beside the analysis' walk; [`Initial::encode`] gives
+/// them their page stack indices afterwards, in the page's fixed order.
+pub struct Initial {
+    /// Records as [`crate::DeviceData::allocations`], in address order, with the stack
+    /// field left at −1.
+    lives: Vec<[f64; 8]>,
+    /// The stack of each record (`None` for a free of an unknown address).
+    stacks: Vec<Option<StackId>>,
+}
+
+/// See [`Initial`].
+pub fn scan(snap: &Snapshot, device: i64, top: usize) -> Initial {
     let trace = snap.trace(device);
     let cfg = fragscope_analysis::replay::recorded_config(snap);
     // One pass: addresses the trace allocates, and frees of addresses not allocated yet.
     let mut open: FxHashMap<u64, bool> = FxHashMap::default();
-    let mut lives: Vec<[f64; 8]> = Vec::new();
+    let mut lives: Vec<([f64; 8], Option<StackId>)> = Vec::new();
     for (i, e) in trace.iter().enumerate() {
         match e.action {
             Action::Alloc => {
@@ -33,7 +50,7 @@ pub fn allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTa
             Action::FreeRequested if open.insert(e.addr, false).is_none() => {
                 let t = if e.time_us == NO_TIME { f64::NAN } else { e.time_us as f64 };
                 let size = round_size(e.size, &cfg) as f64;
-                lives.push([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t]);
+                lives.push(([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t], None));
             }
             _ => {}
         }
@@ -41,15 +58,25 @@ pub fn allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTa
     for s in snap.device_segments(device) {
         for b in s.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated) {
             if !open.contains_key(&b.address) {
-                let stack = table.index(snap, b.stack) as f64;
                 let req = b.requested_size.unwrap_or(b.size) as f64;
-                lives.push([b.address as f64, b.size as f64, req, 0.0, -1.0, stack, f64::NAN, f64::NAN]);
+                lives.push(([b.address as f64, b.size as f64, req, 0.0, -1.0, -1.0, f64::NAN, f64::NAN], b.stack));
             }
         }
     }
     // The largest, then back in address order for a stable page.
-    lives.sort_unstable_by(|a, b| b[1].total_cmp(&a[1]).then(a[0].total_cmp(&b[0])));
+    lives.sort_unstable_by(|(a, _), (b, _)| b[1].total_cmp(&a[1]).then(a[0].total_cmp(&b[0])));
     lives.truncate(top);
-    lives.sort_unstable_by(|a, b| a[0].total_cmp(&b[0]));
-    encode::f64s(&lives.concat())
+    lives.sort_unstable_by(|(a, _), (b, _)| a[0].total_cmp(&b[0]));
+    let (lives, stacks) = lives.into_iter().unzip();
+    Initial { lives, stacks }
+}
+
+impl Initial {
+    /// The records for the page, their stacks entered in `table` in address order.
+    pub fn encode(mut self, snap: &Snapshot, table: &mut StackTable) -> String {
+        for (l, s) in self.lives.iter_mut().zip(&self.stacks) {
+            l[5] = table.index(snap, *s) as f64;
+        }
+        encode::f64s(&self.lives.concat())
+    }
 }

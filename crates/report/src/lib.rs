@@ -36,7 +36,7 @@ use std::sync::Arc;
 use fragscope_analysis::analyze::{self, AnalyzeOptions};
 use fragscope_analysis::lives::BlockLives;
 use fragscope_analysis::summary;
-use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
+use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, TraceEvent};
 use serde::Serialize;
 
 /// Schema name written into the page's data (`fragscope.report/1`).
@@ -163,8 +163,10 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
     // block lives) and its state view built here, while the analysis goes on with the
     // leak tests.
     let (tx, rx) = std::sync::mpsc::channel();
+    let (scan_tx, scan_rx) = std::sync::mpsc::channel();
     let summary_cell = std::sync::OnceLock::new();
     let summary_slot = &summary_cell;
+    let devices_scanned = &device_list;
     let (ana, drawn, lives_of) = std::thread::scope(|s| {
         let analysis = s.spawn(move || {
             let tx = std::sync::Mutex::new(tx);
@@ -174,9 +176,16 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
                 let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone(), state::Marks::new(snap, &tl)));
                 tl
             };
-            // The summary, on the analysis' thread beside the first walk (the core the
-            // walk does not use has room for it; a thread of its own would share).
-            let beside = || {
+            // What is read from the traces alone, then the summary, on the analysis'
+            // thread beside the first walk (the core the walk does not use has room for
+            // them; a thread of their own would share). The scans are sent as soon as
+            // they are done: they are drawn once the walk ends.
+            let scan_tx = std::sync::Mutex::new(scan_tx);
+            let beside = move || {
+                let scans: FxHashMap<i64, TraceScan> =
+                    devices_scanned.iter().map(|&d| (d, TraceScan::new(snap, d, opts))).collect();
+                // Received below, unless that thread has already failed.
+                let _ = scan_tx.lock().expect("scan channel").send(scans);
                 let _ = summary_slot.set(summary::summarize(snap));
             };
             analyze::analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
@@ -200,12 +209,15 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
                 slot.insert(lives);
             }
         }
-        // The largest allocations and request sizes, from each device's lives.
+        // The trace scans (done beside the walk, unless the analysis ended without
+        // them: then here), and the largest allocations' ends from each device's lives.
+        let mut scans = scan_rx.recv().unwrap_or_default();
         let parts: Vec<_> = device_list
             .iter()
             .map(|&d| {
-                let (lives, requests) = largest_lives(snap, d, &lives_of[&d], opts.top_allocations);
-                (d, lives, requests, phases(snap, d))
+                let scan = scans.remove(&d).unwrap_or_else(|| TraceScan::new(snap, d, opts));
+                let lives = largest_lives(snap.trace(d), &lives_of[&d], scan.largest);
+                (d, lives, scan.requests, scan.initial, scan.phases)
             })
             .collect();
         let drawn = draw(snap, opts, parts, walked, &mut table);
@@ -247,9 +259,9 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
     }
 }
 
-/// A device's largest allocations (see [`largest_lives`]), request sizes and phases,
-/// found beside the analysis.
-type Part = (i64, Vec<(usize, usize)>, String, Vec<Phase>);
+/// A device's largest allocations (see [`largest_lives`]), request sizes, allocations
+/// live at state 0 and phases, found beside the analysis.
+type Part = (i64, Vec<(usize, usize)>, String, initial::Initial, Vec<Phase>);
 
 /// A walked device's finished curves, their call sites and the state view's marks.
 type Walked = ((curves::Curves, Vec<Option<StackId>>), state::Marks);
@@ -270,11 +282,11 @@ fn draw(
 ) -> Vec<Drawn> {
     let drawn: Vec<_> = parts
         .into_iter()
-        .map(|(d, lives, requests, phases)| {
+        .map(|(d, lives, requests, initial, phases)| {
             let ((c, sites), marks) = walked.remove(&d).expect("every device is walked before it is drawn");
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, lives, table);
-            let initial = initial::allocations(snap, d, opts.top_allocations, table);
+            let initial = initial.encode(snap, table);
             (d, curves, allocations, initial, requests, phases, marks)
         })
         .collect();
@@ -318,51 +330,80 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
     out
 }
 
-/// The `top` largest allocations of the trace with their lifetimes: (alloc entry, state
-/// of its free or `usize::MAX`), in trace order; and the request sizes
-/// ([`encode_requests`]). Importance is size alone, as PyTorch's memory_viz picks the
-/// allocations it draws (`max_entries`): the timeline draws these one polygon each, and
-/// size (not bytes × lifetime) keeps the short-lived large activations that make the
-/// peaks rather than only the long-lived weights.
+/// What the page shows of a device that is read from its trace (and final state)
+/// alone, without the block lives: found beside the analysis' walk ([`file_data`]).
+struct TraceScan {
+    /// Entries of the largest `alloc`s (see [`largest_allocs`]).
+    largest: Vec<usize>,
+    /// [`DeviceData::requests`].
+    requests: String,
+    initial: initial::Initial,
+    phases: Vec<Phase>,
+}
+
+impl TraceScan {
+    fn new(snap: &Snapshot, device: i64, opts: &ReportOptions) -> Self {
+        let (largest, requests) = largest_allocs(snap.trace(device), opts.top_allocations);
+        TraceScan {
+            largest,
+            requests,
+            initial: initial::scan(snap, device, opts.top_allocations),
+            phases: phases(snap, device),
+        }
+    }
+}
+
+/// The `top` largest `alloc` entries of a trace (by request, the earlier first among
+/// equals), and its distinct request sizes with their counts ([`encode_requests`]).
+/// Importance is size alone, as PyTorch's memory_viz picks the allocations it draws
+/// (`max_entries`): the timeline draws these one polygon each, and size (not bytes ×
+/// lifetime) keeps the short-lived large activations that make the peaks rather than
+/// only the long-lived weights.
+fn largest_allocs(trace: &[TraceEvent], top: usize) -> (Vec<usize>, String) {
+    // The `top` largest, kept in a min-heap: millions of entries on a long trace, nearly
+    // all rejected by one comparison with the smallest kept.
+    // Key: (size, earlier alloc first).
+    type Key = (u64, std::cmp::Reverse<usize>);
+    let mut heap: BinaryHeap<std::cmp::Reverse<Key>> = BinaryHeap::with_capacity(top + 1);
+    let mut requests: FxHashMap<u64, u64> = FxHashMap::default();
+    for (j, e) in trace.iter().enumerate().filter(|(_, e)| e.action == Action::Alloc) {
+        *requests.entry(e.size).or_default() += 1;
+        let key = (e.size, std::cmp::Reverse(j));
+        if heap.len() < top {
+            heap.push(std::cmp::Reverse(key));
+        } else if heap.peek().is_some_and(|m| key > m.0) {
+            heap.pop();
+            heap.push(std::cmp::Reverse(key));
+        }
+    }
+    (heap.into_iter().map(|std::cmp::Reverse((_, std::cmp::Reverse(j)))| j).collect(), encode_requests(requests))
+}
+
+/// The lifetimes of the given `alloc` entries (the largest, [`largest_allocs`]): (alloc
+/// entry, state of its free or `usize::MAX`), in trace order.
 ///
 /// A life ends at the first `free_requested` or `alloc` at its address (memory_viz's
 /// pairing). Both are read from the walk's block lives (one per `alloc` entry, in
 /// order), whose ends agree except for a block whose `free_completed` came with no
 /// `free_requested`: those few of the chosen are looked up in the trace.
-fn largest_lives(snap: &Snapshot, device: i64, lives: &BlockLives, top: usize) -> (Vec<(usize, usize)>, String) {
-    let trace = snap.trace(device);
-    // The `top` largest, kept in a min-heap: millions of lives on a long trace, nearly
-    // all rejected by one comparison with the smallest kept.
-    // Key: (size, earlier alloc first), then the life's index.
-    type Key = (u64, std::cmp::Reverse<usize>);
-    let mut heap: BinaryHeap<std::cmp::Reverse<(Key, usize)>> = BinaryHeap::with_capacity(top + 1);
-    let mut requests: FxHashMap<u64, u64> = FxHashMap::default();
-    for (k, l) in lives.traced.iter().enumerate() {
-        let size = trace[l.alloc].size;
-        *requests.entry(size).or_default() += 1;
-        let key = (size, std::cmp::Reverse(l.alloc));
-        if heap.len() < top {
-            heap.push(std::cmp::Reverse((key, k)));
-        } else if heap.peek().is_some_and(|m| key > m.0 .0) {
-            heap.pop();
-            heap.push(std::cmp::Reverse((key, k)));
-        }
-    }
-    let mut chosen: Vec<(usize, usize)> = Vec::with_capacity(heap.len());
+fn largest_lives(trace: &[TraceEvent], lives: &BlockLives, allocs: Vec<usize>) -> Vec<(usize, usize)> {
+    let mut chosen: Vec<(usize, usize)> = Vec::with_capacity(allocs.len());
     // Address → (entry of its `free_completed`, index in `chosen`) of lives still open
     // for memory_viz after the lives' end.
     let mut open: FxHashMap<u64, Vec<(usize, usize)>> = FxHashMap::default();
-    for std::cmp::Reverse((_, k)) in heap {
-        let l = &lives.traced[k];
+    for j in allocs {
+        // The lives are one per `alloc` entry, in order.
+        let l = &lives.traced[lives.traced.partition_point(|l| l.alloc < j)];
+        debug_assert_eq!(l.alloc, j);
         let free = match l.end_entry() {
             None => usize::MAX,
             Some(e) if trace[e].action == Action::FreeCompleted => {
-                open.entry(trace[l.alloc].addr).or_default().push((e, chosen.len()));
+                open.entry(trace[j].addr).or_default().push((e, chosen.len()));
                 usize::MAX
             }
             Some(e) => e + 1,
         };
-        chosen.push((l.alloc, free));
+        chosen.push((j, free));
     }
     if let Some(from) = open.values().flatten().map(|&(e, _)| e + 1).min() {
         for (i, e) in trace.iter().enumerate().skip(from) {
@@ -387,7 +428,7 @@ fn largest_lives(snap: &Snapshot, device: i64, lives: &BlockLives, top: usize) -
         }
     }
     chosen.sort_unstable();
-    (chosen, encode_requests(requests))
+    chosen
 }
 
 /// [`largest_lives`] as the page gets them (see [`DeviceData::allocations`]).
@@ -513,7 +554,7 @@ mod tests {
             let trace = snap.trace(0);
             let lives = BlockLives::replay(&snap, 0);
             for top in [0, 1, 3, 1000] {
-                let (got, _) = largest_lives(&snap, 0, &lives, top);
+                let got = largest_lives(trace, &lives, largest_allocs(trace, top).0);
                 let mut want = paired(trace);
                 want.sort_by_key(|&(j, _)| (std::cmp::Reverse(trace[j].size), j));
                 want.truncate(top);
