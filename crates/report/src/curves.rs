@@ -9,7 +9,7 @@
 
 use fragscope_analysis::lives::BlockLives;
 use fragscope_analysis::timeline::{timeline_walk, DeviceTimeline, TimelineOptions};
-use fragscope_snapshot::{Action, Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
 use serde::Serialize;
 
 use crate::{encode, ReportOptions, StackTable};
@@ -87,20 +87,28 @@ impl SitePeaks {
     }
 }
 
-/// [`Curves`] as the walk leaves them: everything but [`Curves::sites`], which
-/// [`CurvesWalk::finish`] computes from the block lives.
+/// [`Curves`] as the walk leaves them: the levels of each bucket. What is read from the
+/// trace alone ([`TraceBuckets`], found beside the walk) and [`Curves::sites`] (from
+/// the block lives) are added by [`CurvesWalk::finish`].
 pub struct CurvesWalk {
-    curves: Curves,
+    n: usize,
+    states: usize,
+    /// The most allocated bytes of each bucket, and the first state with them
+    /// (strictly increasing).
+    alloc: Vec<f64>,
+    amax: Vec<usize>,
+    req: Vec<u64>,
+    res: Vec<u64>,
     /// The drawn call sites, most live bytes at their own peak first.
     sites: Vec<Option<StackId>>,
-    /// The state of each bucket where allocated is highest (strictly increasing).
-    amax: Vec<usize>,
 }
 
 impl CurvesWalk {
-    /// The curves with the drawn sites' live bytes at each bucket's allocated maximum
-    /// (from `lives`, the lives of the walk that made this), and those sites.
-    pub fn finish(mut self, lives: &BlockLives) -> (Curves, Vec<Option<StackId>>) {
+    /// The curves, with the figures read from the trace and the drawn sites' live bytes
+    /// at each bucket's allocated maximum (from `lives`, the lives of the walk that made
+    /// this), and those sites.
+    pub fn finish(self, lives: &BlockLives, trace: TraceBuckets) -> (Curves, Vec<Option<StackId>>) {
+        debug_assert_eq!(trace.n, self.n, "the trace's buckets are the walk's");
         let k = self.sites.len();
         let mut slot = vec![usize::MAX; self.sites.iter().map(|&s| site_slot(s) + 1).max().unwrap_or(0)];
         for (j, &s) in self.sites.iter().enumerate() {
@@ -118,51 +126,114 @@ impl CurvesWalk {
         );
         // One row per bucket (the last row is the end of the trace).
         let sites: Vec<f64> = rows.iter().take(self.amax.len()).flat_map(|r| r.iter().map(|&v| v as f64)).collect();
-        self.curves.sites = encode::f64s(&sites);
-        (self.curves, self.sites)
+        let as_f64 = |v: &[u64]| encode::f64s(&v.iter().map(|&x| x as f64).collect::<Vec<_>>());
+        let amax: Vec<f64> = self.amax.iter().map(|&a| a as f64).collect();
+        let curves = Curves {
+            n: self.n,
+            states: self.states,
+            first: trace.first,
+            time: trace.time,
+            allocated: encode::f64s(&self.alloc),
+            requested: as_f64(&self.req),
+            reserved: as_f64(&self.res),
+            max_request: trace.max_request,
+            amax: encode::f64s(&amax),
+            gap_from: trace.gap_from,
+            gap_to: trace.gap_to,
+            gap_t0: trace.gap_t0,
+            gap_t1: trace.gap_t1,
+            site_stacks: Vec::new(),
+            sites: encode::f64s(&sites),
+        };
+        (curves, self.sites)
     }
 }
 
-/// The figures of the bucket being walked (see [`curves_and_timeline`]).
-struct Bucket {
+/// The figures of each bucket that are read from the trace alone, encoded for the page:
+/// its first state, the time of its first timed entry, its largest request and its
+/// longest pause. One pass over the entries, no bookkeeping of blocks: the report finds
+/// them beside the analysis' walk.
+pub struct TraceBuckets {
+    n: usize,
+    first: String,
+    time: String,
+    max_request: String,
+    gap_from: String,
+    gap_to: String,
+    gap_t0: String,
+    gap_t1: String,
+}
+
+/// The figures of the bucket being read (see [`TraceBuckets`]).
+struct TraceBucket {
     first: usize,
-    /// `time_us` of its first timed event.
+    /// `time_us` of its first timed entry.
     time: Option<i64>,
-    /// The most allocated bytes and the first state with them.
-    amax: Option<(u64, usize)>,
-    req: u64,
-    res: u64,
     max_request: u64,
-    /// Its longest pause between timed events: (state before, state after, times).
+    /// Its longest pause between timed entries: (state before, state after, times).
     gap: Option<(usize, usize, i64, i64)>,
     gap_len: i64,
 }
 
-impl Bucket {
-    fn starting_at(first: usize) -> Self {
-        Bucket { first, time: None, amax: None, req: 0, res: 0, max_request: 0, gap: None, gap_len: 0 }
-    }
-
-    fn store(
-        &self,
-        b: usize,
-        first: &mut [f64],
-        time: &mut [f64],
-        alloc: &mut [f64],
-        amax: &mut [usize],
-        max_request: &mut [f64],
-    ) {
-        first[b] = self.first as f64;
-        time[b] = self.time.map_or(f64::NAN, |t| t as f64);
-        if let Some((a, s)) = self.amax {
-            (alloc[b], amax[b]) = (a as f64, s);
+impl TraceBuckets {
+    /// The buckets of `trace` as [`curves_and_timeline`] splits it with `opts`.
+    pub fn new(trace: &[TraceEvent], opts: &ReportOptions) -> Self {
+        let states = trace.len() + 1;
+        let n = opts.buckets.max(1).min(states);
+        let mut first = vec![f64::NAN; n];
+        let mut time = vec![f64::NAN; n];
+        let mut max_request = vec![0.0f64; n];
+        let (mut gap_from, mut gap_to) = (vec![-1.0f64; n], vec![-1.0f64; n]);
+        let (mut gap_t0, mut gap_t1) = (vec![f64::NAN; n], vec![f64::NAN; n]);
+        let mut store = |b: usize, c: &TraceBucket| {
+            first[b] = c.first as f64;
+            time[b] = c.time.map_or(f64::NAN, |t| t as f64);
+            max_request[b] = c.max_request as f64;
+            if let Some((s0, s1, a, z)) = c.gap {
+                (gap_from[b], gap_to[b], gap_t0[b], gap_t1[b]) = (s0 as f64, s1 as f64, a as f64, z as f64);
+            }
+        };
+        let start = |first: usize| TraceBucket { first, time: None, max_request: 0, gap: None, gap_len: 0 };
+        // Buckets followed as in the walk (state 0, the state before the first entry, is
+        // the first of bucket 0 and has no entry).
+        let (mut b, mut next) = (0usize, states.div_ceil(n));
+        let mut cur = start(0);
+        let mut last_timed: Option<(usize, i64)> = None;
+        for (i, e) in trace.iter().enumerate() {
+            let state = i + 1;
+            if state >= next {
+                store(b, &cur);
+                b += 1;
+                next = ((b + 1) * states).div_ceil(n);
+                cur = start(state);
+            }
+            if e.time_us != NO_TIME {
+                if cur.time.is_none() {
+                    cur.time = Some(e.time_us);
+                }
+                if let Some((ps, pt)) = last_timed {
+                    if e.time_us - pt > cur.gap_len {
+                        cur.gap_len = e.time_us - pt;
+                        cur.gap = Some((ps, state, pt, e.time_us));
+                    }
+                }
+                last_timed = Some((state, e.time_us));
+            }
+            if e.action == Action::Alloc && e.size > cur.max_request {
+                cur.max_request = e.size;
+            }
         }
-        max_request[b] = self.max_request as f64;
-    }
-
-    fn store_gap(&self, b: usize, from: &mut [f64], to: &mut [f64], t0: &mut [f64], t1: &mut [f64]) {
-        if let Some((s0, s1, a, z)) = self.gap {
-            (from[b], to[b], t0[b], t1[b]) = (s0 as f64, s1 as f64, a as f64, z as f64);
+        store(b, &cur);
+        let f = encode::f64s;
+        TraceBuckets {
+            n,
+            first: f(&first),
+            time: f(&time),
+            max_request: f(&max_request),
+            gap_from: f(&gap_from),
+            gap_to: f(&gap_to),
+            gap_t0: f(&gap_t0),
+            gap_t1: f(&gap_t1),
         }
     }
 }
@@ -172,7 +243,8 @@ impl Bucket {
 /// and their values at each bucket's maximum counted from the block lives.
 pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut StackTable) -> Curves {
     let (walked, tl) = curves_and_timeline(snap, device, opts, 1);
-    let (curves, sites) = walked.finish(tl.lives.as_deref().expect("the curves walk keeps the lives"));
+    let lives = tl.lives.as_deref().expect("the curves walk keeps the lives");
+    let (curves, sites) = walked.finish(lives, TraceBuckets::new(snap.trace(device), opts));
     curves.with_stacks(snap, &sites, table)
 }
 
@@ -194,26 +266,28 @@ pub fn curves_and_timeline(
     opts: &ReportOptions,
     points: usize,
 ) -> (CurvesWalk, DeviceTimeline) {
-    let trace = snap.trace(device);
-    let states = trace.len() + 1;
+    let states = snap.trace(device).len() + 1;
     let n = opts.buckets.max(1).min(states);
-    let mut first = vec![f64::NAN; n];
-    let mut time = vec![f64::NAN; n];
     let mut alloc = vec![-1.0f64; n];
+    let mut amax = vec![0usize; n];
     let mut req = vec![0u64; n];
     let mut res = vec![0u64; n];
-    let mut max_request = vec![0.0f64; n];
-    let mut amax = vec![0usize; n];
-    let (mut gap_from, mut gap_to) = (vec![-1.0f64; n], vec![-1.0f64; n]);
-    let (mut gap_t0, mut gap_t1) = (vec![f64::NAN; n], vec![f64::NAN; n]);
-    let mut last_timed: Option<(usize, i64)> = None;
     let mut peaks = SitePeaks::default();
     // The bucket of `state` is `state * n / states`; it is followed with the first state
     // of the next bucket instead of a division per event, and the current bucket's
-    // figures are kept in `cur` and stored when it ends.
+    // levels are kept here and stored when it ends. (What is read from the trace alone,
+    // [`TraceBuckets`], is not done here: this walk is the report's longest wait.)
     let mut b = 0usize;
     let mut next = states.div_ceil(n);
-    let mut cur = Bucket::starting_at(0);
+    // The most allocated bytes and the first state with them; the most requested and
+    // reserved bytes.
+    let mut cur: (Option<(u64, usize)>, u64, u64) = (None, 0, 0);
+    let mut store = |b: usize, cur: &(Option<(u64, usize)>, u64, u64)| {
+        if let Some((a, s)) = cur.0 {
+            (alloc[b], amax[b]) = (a as f64, s);
+        }
+        (req[b], res[b]) = (cur.1, cur.2);
+    };
     let tl = timeline_walk(
         snap,
         device,
@@ -221,64 +295,25 @@ pub fn curves_and_timeline(
         |_, c| peaks.change(c.stack, c.size as i64 * c.delta),
         |state, l| {
             if state >= next {
-                cur.store(b, &mut first, &mut time, &mut alloc, &mut amax, &mut max_request);
-                cur.store_gap(b, &mut gap_from, &mut gap_to, &mut gap_t0, &mut gap_t1);
-                (req[b], res[b]) = (cur.req, cur.res);
+                store(b, &cur);
                 // At most one bucket per state: n <= states.
                 b += 1;
                 next = ((b + 1) * states).div_ceil(n);
-                cur = Bucket::starting_at(state);
+                cur = (None, 0, 0);
             }
-            if state > 0 {
-                let e = &trace[state - 1];
-                if e.time_us != NO_TIME {
-                    if cur.time.is_none() {
-                        cur.time = Some(e.time_us);
-                    }
-                    if let Some((ps, pt)) = last_timed {
-                        if e.time_us - pt > cur.gap_len {
-                            cur.gap_len = e.time_us - pt;
-                            cur.gap = Some((ps, state, pt, e.time_us));
-                        }
-                    }
-                    last_timed = Some((state, e.time_us));
-                }
-                if e.action == Action::Alloc && e.size > cur.max_request {
-                    cur.max_request = e.size;
-                }
+            if cur.0.is_none_or(|(a, _)| l.allocated > a) {
+                cur.0 = Some((l.allocated, state));
             }
-            if cur.amax.is_none_or(|(a, _)| l.allocated > a) {
-                cur.amax = Some((l.allocated, state));
-            }
-            cur.req = cur.req.max(l.requested);
-            cur.res = cur.res.max(l.reserved);
+            cur.1 = cur.1.max(l.requested);
+            cur.2 = cur.2.max(l.reserved);
         },
     );
-    cur.store(b, &mut first, &mut time, &mut alloc, &mut amax, &mut max_request);
-    cur.store_gap(b, &mut gap_from, &mut gap_to, &mut gap_t0, &mut gap_t1);
-    (req[b], res[b]) = (cur.req, cur.res);
+    store(b, &cur);
     // The call sites with the most live bytes at their own peak.
     let mut ranked: Vec<(Option<StackId>, i64)> =
         (0..peaks.keys.len()).filter(|&i| peaks.best[i] > 0).map(|i| (peaks.keys[i], peaks.best[i])).collect();
     ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.truncate(opts.top_sites);
-    let amax_f: Vec<f64> = amax.iter().map(|&a| a as f64).collect();
-    let curves = Curves {
-        n,
-        states,
-        first: encode::f64s(&first),
-        time: encode::f64s(&time),
-        allocated: encode::f64s(&alloc),
-        requested: encode::f64s(&req.iter().map(|&v| v as f64).collect::<Vec<_>>()),
-        reserved: encode::f64s(&res.iter().map(|&v| v as f64).collect::<Vec<_>>()),
-        max_request: encode::f64s(&max_request),
-        amax: encode::f64s(&amax_f),
-        gap_from: encode::f64s(&gap_from),
-        gap_to: encode::f64s(&gap_to),
-        gap_t0: encode::f64s(&gap_t0),
-        gap_t1: encode::f64s(&gap_t1),
-        site_stacks: Vec::new(),
-        sites: String::new(),
-    };
-    (CurvesWalk { curves, sites: ranked.iter().map(|(s, _)| *s).collect(), amax }, tl)
+    let sites = ranked.iter().map(|(s, _)| *s).collect();
+    (CurvesWalk { n, states, alloc, amax, req, res, sites }, tl)
 }

@@ -196,8 +196,9 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
         let mut lives_of = FxHashMap::default();
         for (d, c, lives, marks) in rx.iter().take(device_list.len()) {
             let lives = lives.unwrap_or_else(|| Arc::new(BlockLives::replay(snap, d)));
-            walked.insert(d, (c.finish(&lives), marks));
-            // Kept for the largest allocations and the leak suspects' curves.
+            walked.insert(d, (c, marks));
+            // Kept for the curves' call sites, the largest allocations and the leak
+            // suspects' curves.
             lives_of.insert(d, lives);
         }
         // A device the analysis did not walk (none today): its own walk.
@@ -205,7 +206,7 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             if let std::collections::hash_map::Entry::Vacant(slot) = lives_of.entry(d) {
                 let (c, tl) = curves::curves_and_timeline(snap, d, opts, aopts.points);
                 let lives = tl.lives.clone().unwrap_or_else(|| Arc::new(BlockLives::replay(snap, d)));
-                walked.insert(d, (c.finish(&lives), state::Marks::new(snap, &tl)));
+                walked.insert(d, (c, state::Marks::new(snap, &tl)));
                 slot.insert(lives);
             }
         }
@@ -216,11 +217,11 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             .iter()
             .map(|&d| {
                 let scan = scans.remove(&d).unwrap_or_else(|| TraceScan::new(snap, d, opts));
-                let lives = largest_lives(snap.trace(d), &lives_of[&d], scan.largest);
-                (d, lives, scan.requests, scan.initial, scan.phases)
+                let largest = largest_lives(snap.trace(d), &lives_of[&d], &scan.largest);
+                Part { device: d, largest, scan }
             })
             .collect();
-        let drawn = draw(snap, opts, parts, walked, &mut table);
+        let drawn = draw(snap, opts, parts, walked, &lives_of, &mut table);
         (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
     // The analysis runs `beside` exactly once.
@@ -259,12 +260,16 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
     }
 }
 
-/// A device's largest allocations (see [`largest_lives`]), request sizes, allocations
-/// live at state 0 and phases, found beside the analysis.
-type Part = (i64, Vec<(usize, usize)>, String, initial::Initial, Vec<Phase>);
+/// What is drawn of a device besides its walk's curves: its trace scan (found beside the
+/// analysis' walk) and its largest allocations' lives ([`largest_lives`]).
+struct Part {
+    device: i64,
+    largest: Vec<(usize, usize)>,
+    scan: TraceScan,
+}
 
-/// A walked device's finished curves, their call sites and the state view's marks.
-type Walked = ((curves::Curves, Vec<Option<StackId>>), state::Marks);
+/// A walked device's curves as the walk leaves them and the state view's marks.
+type Walked = (curves::CurvesWalk, state::Marks);
 
 /// What [`file_data`] draws of a device before its analysis is done.
 type Drawn = (i64, curves::Curves, String, String, String, Vec<Phase>, (state::Marks, state::StateView));
@@ -278,16 +283,18 @@ fn draw(
     opts: &ReportOptions,
     parts: Vec<Part>,
     mut walked: FxHashMap<i64, Walked>,
+    lives_of: &FxHashMap<i64, Arc<BlockLives>>,
     table: &mut StackTable,
 ) -> Vec<Drawn> {
     let drawn: Vec<_> = parts
         .into_iter()
-        .map(|(d, lives, requests, initial, phases)| {
-            let ((c, sites), marks) = walked.remove(&d).expect("every device is walked before it is drawn");
+        .map(|Part { device: d, largest, scan }| {
+            let (c, marks) = walked.remove(&d).expect("every device is walked before it is drawn");
+            let (c, sites) = c.finish(&lives_of[&d], scan.buckets);
             let curves = c.with_stacks(snap, &sites, table);
-            let allocations = encode_allocations(snap, d, lives, table);
-            let initial = initial.encode(snap, table);
-            (d, curves, allocations, initial, requests, phases, marks)
+            let allocations = encode_allocations(snap, d, largest, table);
+            let initial = scan.initial.encode(snap, table);
+            (d, curves, allocations, initial, scan.requests, scan.phases, marks)
         })
         .collect();
     drawn
@@ -339,6 +346,8 @@ struct TraceScan {
     requests: String,
     initial: initial::Initial,
     phases: Vec<Phase>,
+    /// The figures of the curves' buckets read from the trace.
+    buckets: curves::TraceBuckets,
 }
 
 impl TraceScan {
@@ -349,6 +358,7 @@ impl TraceScan {
             requests,
             initial: initial::scan(snap, device, opts.top_allocations),
             phases: phases(snap, device),
+            buckets: curves::TraceBuckets::new(snap.trace(device), opts),
         }
     }
 }
@@ -386,12 +396,12 @@ fn largest_allocs(trace: &[TraceEvent], top: usize) -> (Vec<usize>, String) {
 /// pairing). Both are read from the walk's block lives (one per `alloc` entry, in
 /// order), whose ends agree except for a block whose `free_completed` came with no
 /// `free_requested`: those few of the chosen are looked up in the trace.
-fn largest_lives(trace: &[TraceEvent], lives: &BlockLives, allocs: Vec<usize>) -> Vec<(usize, usize)> {
+fn largest_lives(trace: &[TraceEvent], lives: &BlockLives, allocs: &[usize]) -> Vec<(usize, usize)> {
     let mut chosen: Vec<(usize, usize)> = Vec::with_capacity(allocs.len());
     // Address → (entry of its `free_completed`, index in `chosen`) of lives still open
     // for memory_viz after the lives' end.
     let mut open: FxHashMap<u64, Vec<(usize, usize)>> = FxHashMap::default();
-    for j in allocs {
+    for &j in allocs {
         // The lives are one per `alloc` entry, in order.
         let l = &lives.traced[lives.traced.partition_point(|l| l.alloc < j)];
         debug_assert_eq!(l.alloc, j);
@@ -554,7 +564,7 @@ mod tests {
             let trace = snap.trace(0);
             let lives = BlockLives::replay(&snap, 0);
             for top in [0, 1, 3, 1000] {
-                let got = largest_lives(trace, &lives, largest_allocs(trace, top).0);
+                let got = largest_lives(trace, &lives, &largest_allocs(trace, top).0);
                 let mut want = paired(trace);
                 want.sort_by_key(|&(j, _)| (std::cmp::Reverse(trace[j].size), j));
                 want.truncate(top);
