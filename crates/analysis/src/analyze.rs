@@ -252,17 +252,20 @@ fn analyze_device_inner(
         std::thread::scope(|s| {
             // The iterations (no walk of the lives) beside the timeline walk, then the
             // leak tests beside attribution.
-            let h_it = s.spawn(|| {
-                let it = leaks::iterations(snap, device);
+            let (it_tx, it_rx) = std::sync::mpsc::sync_channel(1);
+            let h_it = s.spawn(move || {
+                // Sent as soon as found: the leak tests start when the walk ends, even if
+                // the work below is not done.
+                let _ = it_tx.send(leaks::iterations(snap, device));
                 // The era (a look at every entry) and the caller's work too, here rather
                 // than on threads of their own: one helper beside the walk keeps the
                 // walk's core to itself.
                 work.beside_walk();
-                it
             });
             let tl = part_timeline();
             let lives = lives_of(&tl);
-            let it = h_it.join().expect("iterations thread");
+            // No iterations only when that thread panicked: its panic, here.
+            let it = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
             let h_leaks = s.spawn(move || part_leaks(it, &lives));
             let main = part_main(&tl);
             // Without an OOM entry (and without --what-if) nothing is replayed: the
