@@ -317,3 +317,79 @@ pub fn curves_and_timeline(
     let sites = ranked.iter().map(|(s, _)| *s).collect();
     (CurvesWalk { n, states, alloc, amax, req, res, sites }, tl)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_testdata::Rng;
+
+    /// [`TraceBuckets`] against each bucket's figures taken from their definitions: the
+    /// bucket of state `s` is `s * n / states`; its time is that of its first timed
+    /// entry, its largest request that of its `alloc`s, its pause the longest between
+    /// two consecutive timed entries that ends in it (the first of equals).
+    #[test]
+    fn trace_buckets_follow_their_definitions() {
+        let mut rng = Rng(7);
+        for round in 0..300 {
+            let len = rng.below(60);
+            let mut t = 1_000i64;
+            let trace: Vec<TraceEvent> = (0..len)
+                .map(|_| {
+                    let action = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc]
+                        [rng.below(4)];
+                    let mut e = TraceEvent::new(action, 512 * rng.below(8) as u64, 512 * rng.below(50) as u64, 0);
+                    // Untimed entries, repeated times and pauses of several lengths.
+                    if rng.below(4) != 0 {
+                        t += [0, 1, 5, 40][rng.below(4)];
+                        e.time_us = t;
+                    }
+                    e
+                })
+                .collect();
+            let states = len + 1;
+            for buckets in [1, 2, 3, 7, 1000] {
+                let n = buckets.min(states);
+                let bucket = |s: usize| s * n / states;
+                let mut first = vec![f64::NAN; n];
+                let mut time = vec![f64::NAN; n];
+                let mut max_request = vec![0.0; n];
+                let mut gap = vec![(-1.0, -1.0, f64::NAN, f64::NAN); n];
+                let mut gap_len = vec![0i64; n];
+                for s in (0..states).rev() {
+                    first[bucket(s)] = s as f64;
+                }
+                let timed: Vec<(usize, i64)> = (1..states)
+                    .filter(|&s| trace[s - 1].time_us != NO_TIME)
+                    .map(|s| (s, trace[s - 1].time_us))
+                    .collect();
+                for &(s, t) in timed.iter().rev() {
+                    time[bucket(s)] = t as f64;
+                }
+                for s in 1..states {
+                    let e = &trace[s - 1];
+                    if e.action == Action::Alloc {
+                        max_request[bucket(s)] = f64::max(max_request[bucket(s)], e.size as f64);
+                    }
+                }
+                for w in timed.windows(2) {
+                    let ((s0, t0), (s1, t1)) = (w[0], w[1]);
+                    if t1 - t0 > gap_len[bucket(s1)] {
+                        gap_len[bucket(s1)] = t1 - t0;
+                        gap[bucket(s1)] = (s0 as f64, s1 as f64, t0 as f64, t1 as f64);
+                    }
+                }
+                let got = TraceBuckets::new(&trace, &ReportOptions { buckets, ..ReportOptions::default() });
+                let f = encode::f64s;
+                let label = format!("round {round}, {len} entries, {buckets} buckets");
+                assert_eq!(got.n, n, "{label}");
+                assert_eq!(got.first, f(&first), "{label}: first");
+                assert_eq!(got.time, f(&time), "{label}: time");
+                assert_eq!(got.max_request, f(&max_request), "{label}: max_request");
+                assert_eq!(got.gap_from, f(&gap.iter().map(|g| g.0).collect::<Vec<_>>()), "{label}: gap_from");
+                assert_eq!(got.gap_to, f(&gap.iter().map(|g| g.1).collect::<Vec<_>>()), "{label}: gap_to");
+                assert_eq!(got.gap_t0, f(&gap.iter().map(|g| g.2).collect::<Vec<_>>()), "{label}: gap_t0");
+                assert_eq!(got.gap_t1, f(&gap.iter().map(|g| g.3).collect::<Vec<_>>()), "{label}: gap_t1");
+            }
+        }
+    }
+}
