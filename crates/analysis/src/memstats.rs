@@ -16,10 +16,10 @@
 //! Principal types: [`MemoryTable`] (one per device) of [`StatRow`]s, each with `all`,
 //! `large_pool` and `small_pool` [`Stat`]s.
 
-use fragscope_snapshot::{Action, Snapshot, TraceEvent};
+use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
 
-use crate::replay::state::{backward_walk, RecordedState};
+use crate::replay::state::{backward_walk, BlockRec, RecordedState};
 use crate::replay::{recorded_config, with_rules};
 
 /// One counter over the window: as `memory_stats()` names the metrics.
@@ -158,16 +158,36 @@ pub fn memory_table(snap: &Snapshot, device: i64) -> Result<MemoryTable, String>
             active_allocs: row(5),
             segments: row(6),
         };
+        // The block each address holds from its `alloc` to its `free_completed` (its
+        // size, request and pool do not change meanwhile): frees read it here rather
+        // than search the segments again. Blocks from before the trace are searched for.
+        let mut held: FxHashMap<u64, (BlockRec, bool)> = FxHashMap::default();
         for (i, ev) in trace.iter().enumerate() {
-            // Sizes of the block before the entry changes it (frees) ...
-            let before = st.block_starting(ev.addr);
-            let seg_small_before = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).map(|s| s.small);
+            // The block before the entry changes it (frees), and the pool of a segment
+            // before it goes: looked up for those entries only (each lookup is a search
+            // of the segments, and this loop runs once per entry of the trace).
+            let before = match ev.action {
+                Action::FreeRequested => {
+                    held.get(&ev.addr).copied().or_else(|| st.block_starting(ev.addr).map(|(b, small, _)| (b, small)))
+                }
+                Action::FreeCompleted => {
+                    held.remove(&ev.addr).or_else(|| st.block_starting(ev.addr).map(|(b, small, _)| (b, small)))
+                }
+                _ => None,
+            };
+            let seg_small_before = match ev.action {
+                Action::SegmentFree | Action::SegmentUnmap => {
+                    st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).map(|s| s.small)
+                }
+                _ => None,
+            };
             st.apply(i, ev, pool_of(ev), rules)
                 .map_err(|e| format!("the trace cannot be replayed at entry {}: {}", e.index, e.reason))?;
             match ev.action {
                 Action::Alloc => {
                     // ... and after it (the block an alloc made or took).
                     let Some((b, small, _)) = st.block_starting(ev.addr) else { continue };
+                    held.insert(ev.addr, (b, small));
                     t.allocated_bytes.add(small, b.size);
                     t.active_bytes.add(small, b.size);
                     t.requested_bytes.add(small, ev.size);
@@ -175,13 +195,13 @@ pub fn memory_table(snap: &Snapshot, device: i64) -> Result<MemoryTable, String>
                     t.active_allocs.add(small, 1);
                 }
                 Action::FreeRequested => {
-                    if let Some((b, small, _)) = before {
+                    if let Some((b, small)) = before {
                         t.allocated_bytes.sub(small, b.size);
                         t.allocations.sub(small, 1);
                     }
                 }
                 Action::FreeCompleted => {
-                    if let Some((b, small, _)) = before {
+                    if let Some((b, small)) = before {
                         t.active_bytes.sub(small, b.size);
                         t.requested_bytes.sub(small, b.requested);
                         t.active_allocs.sub(small, 1);
