@@ -402,10 +402,11 @@ fn largest_lives(trace: &[TraceEvent], lives: &BlockLives, allocs: &[usize]) -> 
     // for memory_viz after the lives' end.
     let mut open: FxHashMap<u64, Vec<(usize, usize)>> = FxHashMap::default();
     for &j in allocs {
-        // The lives are one per `alloc` entry, in order.
-        let l = &lives.traced[lives.traced.partition_point(|l| l.alloc < j)];
-        debug_assert_eq!(l.alloc, j);
-        let free = match l.end_entry() {
+        // The lives are one per `alloc` entry, in order (the walk of the same trace made
+        // them); an entry without one would be drawn as never freed.
+        let life = lives.traced.get(lives.traced.partition_point(|l| l.alloc < j)).filter(|l| l.alloc == j);
+        debug_assert!(life.is_some(), "alloc entry {j} has no life");
+        let free = match life.and_then(|l| l.end_entry()) {
             None => usize::MAX,
             Some(e) if trace[e].action == Action::FreeCompleted => {
                 open.entry(trace[j].addr).or_default().push((e, chosen.len()));
