@@ -164,8 +164,8 @@ pub struct DeviceTimeline {
     #[serde(skip)]
     pub lives: Option<Arc<BlockLives>>,
     /// The first `oom` entry of the trace (the one [`crate::oom::oom_finding`] is about),
-    /// seen in the walk
-    /// so that callers need not look through millions of entries again (not serialised).
+    /// seen in the walk so that callers need not look through millions of entries again
+    /// (not serialised).
     #[serde(skip)]
     pub first_oom: Option<usize>,
 }
@@ -502,10 +502,12 @@ pub fn timeline_with_lives(snap: &Snapshot, device: i64, opts: &TimelineOptions)
     walk(snap, device, opts, true, |_, _| {}, |_, _| {})
 }
 
-/// [`timeline`] and [`walk_states`] in one walk of the trace, for a front end that
-/// draws more than the downsampled series and also needs the timeline (the HTML report
-/// gives it to `analyze`, see [`crate::analyze::analyze_with_timelines`]). The
-/// callbacks are called as by [`walk_states`]. The timeline keeps its
+/// [`timeline`], and every state of the walk that makes it, for a front end that draws
+/// more than the downsampled series and also needs the timeline (the HTML report gives
+/// it to `analyze`, see [`crate::analyze::analyze_with_timelines`]): `on_change(state,
+/// block)` is told when a block enters or leaves the allocated set (blocks live before
+/// the trace at state 0); `on_state(state, levels)` follows, once per state 0..=events
+/// (state `i + 1` is after event `i`). The timeline keeps its
 /// [`DeviceTimeline::lives`], as [`timeline_with_lives`].
 pub fn timeline_walk(
     snap: &Snapshot,
@@ -682,21 +684,7 @@ pub fn live_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Vec<
     live_sets_at(snap, device, &[after_event]).pop().unwrap_or_default()
 }
 
-/// Walks `device`'s trace with the same bookkeeping as [`timeline`], for front ends that
-/// draw more than the downsampled series (the HTML report). `on_change(state, block)` is
-/// told when a block enters or leaves the allocated set (blocks live before the trace at
-/// state 0); `on_state(state, levels)` follows, once per state 0..=events (state `i + 1`
-/// is after event `i`).
-pub fn walk_states(
-    snap: &Snapshot,
-    device: i64,
-    on_change: impl FnMut(usize, &AllocatedChange),
-    on_state: impl FnMut(usize, &Levels),
-) {
-    walk(snap, device, &TimelineOptions { points: 1 }, false, on_change, on_state);
-}
-
-/// A block entering (`delta` +1) or leaving (−1) the allocated set, for [`walk_states`].
+/// A block entering (`delta` +1) or leaving (−1) the allocated set, for [`timeline_walk`].
 #[derive(Clone, Copy, Debug)]
 pub struct AllocatedChange {
     /// Allocation stack.
