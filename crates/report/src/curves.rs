@@ -175,77 +175,121 @@ struct TraceBucket {
     gap_len: i64,
 }
 
-impl TraceBuckets {
-    /// The buckets of `trace` as [`curves_and_timeline`] splits it with `opts`.
-    pub fn new(trace: &[TraceEvent], opts: &ReportOptions) -> Self {
-        let states = trace.len() + 1;
-        let n = opts.buckets.max(1).min(states);
-        let mut first = vec![f64::NAN; n];
-        let mut time = vec![f64::NAN; n];
-        let mut max_request = vec![0.0f64; n];
-        let (mut gap_from, mut gap_to) = (vec![-1.0f64; n], vec![-1.0f64; n]);
-        let (mut gap_t0, mut gap_t1) = (vec![f64::NAN; n], vec![f64::NAN; n]);
-        let mut store = |b: usize, c: &TraceBucket| {
-            first[b] = c.first as f64;
-            time[b] = c.time.map_or(f64::NAN, |t| t as f64);
-            max_request[b] = c.max_request as f64;
-            if let Some((s0, s1, a, z)) = c.gap {
-                (gap_from[b], gap_to[b], gap_t0[b], gap_t1[b]) = (s0 as f64, s1 as f64, a as f64, z as f64);
-            }
-        };
-        let start = |first: usize| TraceBucket { first, time: None, max_request: 0, gap: None, gap_len: 0 };
-        // Buckets followed as in the walk (state 0, the state before the first entry, is
-        // the first of bucket 0 and has no entry).
-        let (mut b, mut next) = (0usize, states.div_ceil(n));
-        let mut cur = start(0);
-        let mut last_timed: Option<(usize, i64)> = None;
-        for (i, e) in trace.iter().enumerate() {
-            let state = i + 1;
-            if state >= next {
-                store(b, &cur);
-                b += 1;
-                next = ((b + 1) * states).div_ceil(n);
-                cur = start(state);
-            }
-            if e.time_us != NO_TIME {
-                if cur.time.is_none() {
-                    cur.time = Some(e.time_us);
-                }
-                if let Some((ps, pt)) = last_timed {
-                    if e.time_us - pt > cur.gap_len {
-                        cur.gap_len = e.time_us - pt;
-                        cur.gap = Some((ps, state, pt, e.time_us));
-                    }
-                }
-                last_timed = Some((state, e.time_us));
-            }
-            if e.action == Action::Alloc && e.size > cur.max_request {
-                cur.max_request = e.size;
-            }
+impl TraceBucket {
+    fn starting_at(first: usize) -> Self {
+        TraceBucket { first, time: None, max_request: 0, gap: None, gap_len: 0 }
+    }
+}
+
+/// [`TraceBuckets`] being read, entry by entry ([`TraceBuckets::scan`]), so that the
+/// report reads them in the same pass over the trace as its other figures.
+pub struct TraceBucketScan {
+    states: usize,
+    first: Vec<f64>,
+    time: Vec<f64>,
+    max_request: Vec<f64>,
+    gap_from: Vec<f64>,
+    gap_to: Vec<f64>,
+    gap_t0: Vec<f64>,
+    gap_t1: Vec<f64>,
+    /// The bucket being read and the first state of the next one (followed as in the
+    /// walk; state 0, the state before the first entry, is the first of bucket 0 and
+    /// has no entry).
+    b: usize,
+    next: usize,
+    cur: TraceBucket,
+    last_timed: Option<(usize, i64)>,
+}
+
+impl TraceBucketScan {
+    /// Entry `i` of the trace, in order from 0.
+    #[inline]
+    pub fn entry(&mut self, i: usize, e: &TraceEvent) {
+        let state = i + 1;
+        if state >= self.next {
+            self.store();
+            self.b += 1;
+            self.next = ((self.b + 1) * self.states).div_ceil(self.first.len());
+            self.cur = TraceBucket::starting_at(state);
         }
-        store(b, &cur);
+        let cur = &mut self.cur;
+        if e.time_us != NO_TIME {
+            if cur.time.is_none() {
+                cur.time = Some(e.time_us);
+            }
+            if let Some((ps, pt)) = self.last_timed {
+                if e.time_us - pt > cur.gap_len {
+                    cur.gap_len = e.time_us - pt;
+                    cur.gap = Some((ps, state, pt, e.time_us));
+                }
+            }
+            self.last_timed = Some((state, e.time_us));
+        }
+        if e.action == Action::Alloc && e.size > cur.max_request {
+            cur.max_request = e.size;
+        }
+    }
+
+    fn store(&mut self) {
+        let (b, c) = (self.b, &self.cur);
+        self.first[b] = c.first as f64;
+        self.time[b] = c.time.map_or(f64::NAN, |t| t as f64);
+        self.max_request[b] = c.max_request as f64;
+        if let Some((s0, s1, a, z)) = c.gap {
+            (self.gap_from[b], self.gap_to[b], self.gap_t0[b], self.gap_t1[b]) =
+                (s0 as f64, s1 as f64, a as f64, z as f64);
+        }
+    }
+
+    /// The buckets, once every entry has been read.
+    pub fn finish(mut self) -> TraceBuckets {
+        self.store();
         let f = encode::f64s;
         TraceBuckets {
-            n,
-            first: f(&first),
-            time: f(&time),
-            max_request: f(&max_request),
-            gap_from: f(&gap_from),
-            gap_to: f(&gap_to),
-            gap_t0: f(&gap_t0),
-            gap_t1: f(&gap_t1),
+            n: self.first.len(),
+            first: f(&self.first),
+            time: f(&self.time),
+            max_request: f(&self.max_request),
+            gap_from: f(&self.gap_from),
+            gap_to: f(&self.gap_to),
+            gap_t0: f(&self.gap_t0),
+            gap_t1: f(&self.gap_t1),
         }
     }
 }
 
-/// See the module doc. One walk of the trace, which keeps each call site's most live
-/// bytes; the top sites are chosen (most live bytes at their own peak) after the walk
-/// and their values at each bucket's maximum counted from the block lives.
-pub fn curves(snap: &Snapshot, device: i64, opts: &ReportOptions, table: &mut StackTable) -> Curves {
-    let (walked, tl) = curves_and_timeline(snap, device, opts, 1);
-    let lives = tl.lives.as_deref().expect("the curves walk keeps the lives");
-    let (curves, sites) = walked.finish(lives, TraceBuckets::new(snap.trace(device), opts));
-    curves.with_stacks(snap, &sites, table)
+impl TraceBuckets {
+    /// All of `trace` through [`TraceBuckets::scan`] (for the tests; the report feeds
+    /// the scan from its one pass over the trace).
+    #[cfg(test)]
+    fn new(trace: &[TraceEvent], opts: &ReportOptions) -> Self {
+        let mut scan = TraceBuckets::scan(trace.len(), opts);
+        for (i, e) in trace.iter().enumerate() {
+            scan.entry(i, e);
+        }
+        scan.finish()
+    }
+
+    /// The buckets of a trace of `entries` entries, as [`curves_and_timeline`] splits it
+    /// with `opts`, read one entry at a time ([`TraceBucketScan::entry`]).
+    pub fn scan(entries: usize, opts: &ReportOptions) -> TraceBucketScan {
+        let states = entries + 1;
+        let n = opts.buckets.max(1).min(states);
+        TraceBucketScan {
+            states,
+            first: vec![f64::NAN; n],
+            time: vec![f64::NAN; n],
+            max_request: vec![0.0; n],
+            gap_from: vec![-1.0; n],
+            gap_to: vec![-1.0; n],
+            gap_t0: vec![f64::NAN; n],
+            gap_t1: vec![f64::NAN; n],
+            b: 0,
+            next: states.div_ceil(n),
+            cur: TraceBucket::starting_at(0),
+            last_timed: None,
+        }
+    }
 }
 
 impl Curves {
@@ -257,9 +301,11 @@ impl Curves {
     }
 }
 
-/// [`curves`] without `site_stacks` (the drawn call sites are returned instead, for
-/// [`Curves::with_stacks`]), and `analyze`'s timeline with `points` points from the same
-/// walk of the trace ([`timeline_walk`]), so the report walks it once for both.
+/// The walk's part of a device's [`Curves`] (see the module doc; the call sites with the
+/// most live bytes at their own peak are chosen here, their values at each bucket's
+/// maximum counted by [`CurvesWalk::finish`] from the block lives), and `analyze`'s
+/// timeline with `points` points from the same walk of the trace ([`timeline_walk`]),
+/// so the report walks it once for both.
 pub fn curves_and_timeline(
     snap: &Snapshot,
     device: i64,

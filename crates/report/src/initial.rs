@@ -13,19 +13,14 @@
 //! Records as [`crate::DeviceData::allocations`], with alloc state 0 and no alloc time.
 
 use fragscope_alloc::rounding::round_size;
-use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, StackId, TraceEvent, NO_TIME};
 
 use crate::{encode, StackTable};
 
-/// The `top` largest allocations live at state 0 of `device`, encoded for the page.
-pub fn allocations(snap: &Snapshot, device: i64, top: usize, table: &mut StackTable) -> String {
-    scan(snap, device, top).encode(snap, table)
-}
-
 /// The `top` largest allocations live at state 0 of a device, found from its trace and
-/// final state alone (one pass over the trace, no walk of the blocks' lives), so that
-/// the report can look for them beside the analysis' walk; [`Initial::encode`] gives
-/// them their page stack indices afterwards, in the page's fixed order.
+/// final state alone ([`InitialScan`]: no walk of the blocks' lives), so that the report
+/// can look for them beside the analysis' walk; [`Initial::encode`] gives them their
+/// page stack indices afterwards, in the page's fixed order.
 pub struct Initial {
     /// Records as [`crate::DeviceData::allocations`], in address order, with the stack
     /// field left at −1.
@@ -34,41 +29,59 @@ pub struct Initial {
     stacks: Vec<Option<StackId>>,
 }
 
-/// See [`Initial`].
-pub fn scan(snap: &Snapshot, device: i64, top: usize) -> Initial {
-    let trace = snap.trace(device);
-    let cfg = fragscope_analysis::replay::recorded_config(snap);
-    // One pass: addresses the trace allocates, and frees of addresses not allocated yet.
-    let mut open: FxHashMap<u64, bool> = FxHashMap::default();
-    let mut lives: Vec<([f64; 8], Option<StackId>)> = Vec::new();
-    for (i, e) in trace.iter().enumerate() {
+/// [`Initial`] being read, entry by entry, in the same pass over the trace as the
+/// report's other figures: addresses the trace allocates, and frees of addresses not
+/// allocated yet.
+pub struct InitialScan {
+    cfg: fragscope_alloc::AllocatorConfig,
+    open: FxHashMap<u64, bool>,
+    lives: Vec<([f64; 8], Option<StackId>)>,
+}
+
+impl InitialScan {
+    pub fn new(snap: &Snapshot) -> Self {
+        InitialScan {
+            cfg: fragscope_analysis::replay::recorded_config(snap),
+            open: FxHashMap::default(),
+            lives: Vec::new(),
+        }
+    }
+
+    /// Entry `i` of the device's trace, in order from 0.
+    #[inline]
+    pub fn entry(&mut self, i: usize, e: &TraceEvent) {
         match e.action {
             Action::Alloc => {
-                open.insert(e.addr, true);
+                self.open.insert(e.addr, true);
             }
             // A free of an address the trace never allocated: live from the start.
-            Action::FreeRequested if open.insert(e.addr, false).is_none() => {
+            Action::FreeRequested if self.open.insert(e.addr, false).is_none() => {
                 let t = if e.time_us == NO_TIME { f64::NAN } else { e.time_us as f64 };
-                let size = round_size(e.size, &cfg) as f64;
-                lives.push(([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t], None));
+                let size = round_size(e.size, &self.cfg) as f64;
+                self.lives.push(([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t], None));
             }
             _ => {}
         }
     }
-    for s in snap.device_segments(device) {
-        for b in s.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated) {
-            if !open.contains_key(&b.address) {
-                let req = b.requested_size.unwrap_or(b.size) as f64;
-                lives.push(([b.address as f64, b.size as f64, req, 0.0, -1.0, -1.0, f64::NAN, f64::NAN], b.stack));
+
+    /// The `top` largest, once every entry of `device`'s trace has been read.
+    pub fn finish(self, snap: &Snapshot, device: i64, top: usize) -> Initial {
+        let (open, mut lives) = (self.open, self.lives);
+        for s in snap.device_segments(device) {
+            for b in s.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated) {
+                if !open.contains_key(&b.address) {
+                    let req = b.requested_size.unwrap_or(b.size) as f64;
+                    lives.push(([b.address as f64, b.size as f64, req, 0.0, -1.0, -1.0, f64::NAN, f64::NAN], b.stack));
+                }
             }
         }
+        // The largest, then back in address order for a stable page.
+        lives.sort_unstable_by(|(a, _), (b, _)| b[1].total_cmp(&a[1]).then(a[0].total_cmp(&b[0])));
+        lives.truncate(top);
+        lives.sort_unstable_by(|(a, _), (b, _)| a[0].total_cmp(&b[0]));
+        let (lives, stacks) = lives.into_iter().unzip();
+        Initial { lives, stacks }
     }
-    // The largest, then back in address order for a stable page.
-    lives.sort_unstable_by(|(a, _), (b, _)| b[1].total_cmp(&a[1]).then(a[0].total_cmp(&b[0])));
-    lives.truncate(top);
-    lives.sort_unstable_by(|(a, _), (b, _)| a[0].total_cmp(&b[0]));
-    let (lives, stacks) = lives.into_iter().unzip();
-    Initial { lives, stacks }
 }
 
 impl Initial {

@@ -340,7 +340,7 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
 /// What the page shows of a device that is read from its trace (and final state)
 /// alone, without the block lives: found beside the analysis' walk ([`file_data`]).
 struct TraceScan {
-    /// Entries of the largest `alloc`s (see [`largest_allocs`]).
+    /// Entries of the largest `alloc`s (see [`LargestAllocs`]).
     largest: Vec<usize>,
     /// [`DeviceData::requests`].
     requests: String,
@@ -352,44 +352,82 @@ struct TraceScan {
 
 impl TraceScan {
     fn new(snap: &Snapshot, device: i64, opts: &ReportOptions) -> Self {
-        let (largest, requests) = largest_allocs(snap.trace(device), opts.top_allocations);
+        let trace = snap.trace(device);
+        let mut largest = LargestAllocs::new(opts.top_allocations);
+        let mut initial = initial::InitialScan::new(snap);
+        let mut buckets = curves::TraceBuckets::scan(trace.len(), opts);
+        // One pass over the entries for all three: a long trace is hundreds of MB, read
+        // once rather than three times.
+        for (i, e) in trace.iter().enumerate() {
+            largest.entry(i, e);
+            initial.entry(i, e);
+            buckets.entry(i, e);
+        }
+        let (largest, requests) = largest.finish();
         TraceScan {
             largest,
             requests,
-            initial: initial::scan(snap, device, opts.top_allocations),
+            initial: initial.finish(snap, device, opts.top_allocations),
             phases: phases(snap, device),
-            buckets: curves::TraceBuckets::new(snap.trace(device), opts),
+            buckets: buckets.finish(),
         }
     }
+}
+
+/// All of `trace` through [`LargestAllocs`] (for the tests).
+#[cfg(test)]
+fn largest_allocs(trace: &[TraceEvent], top: usize) -> (Vec<usize>, String) {
+    let mut largest = LargestAllocs::new(top);
+    for (j, e) in trace.iter().enumerate() {
+        largest.entry(j, e);
+    }
+    largest.finish()
 }
 
 /// The `top` largest `alloc` entries of a trace (by request, the earlier first among
-/// equals), and its distinct request sizes with their counts ([`encode_requests`]).
-/// Importance is size alone, as PyTorch's memory_viz picks the allocations it draws
-/// (`max_entries`): the timeline draws these one polygon each, and size (not bytes ×
-/// lifetime) keeps the short-lived large activations that make the peaks rather than
-/// only the long-lived weights.
-fn largest_allocs(trace: &[TraceEvent], top: usize) -> (Vec<usize>, String) {
-    // The `top` largest, kept in a min-heap: millions of entries on a long trace, nearly
-    // all rejected by one comparison with the smallest kept.
-    // Key: (size, earlier alloc first).
-    type Key = (u64, std::cmp::Reverse<usize>);
-    let mut heap: BinaryHeap<std::cmp::Reverse<Key>> = BinaryHeap::with_capacity(top + 1);
-    let mut requests: FxHashMap<u64, u64> = FxHashMap::default();
-    for (j, e) in trace.iter().enumerate().filter(|(_, e)| e.action == Action::Alloc) {
-        *requests.entry(e.size).or_default() += 1;
-        let key = (e.size, std::cmp::Reverse(j));
-        if heap.len() < top {
-            heap.push(std::cmp::Reverse(key));
-        } else if heap.peek().is_some_and(|m| key > m.0) {
-            heap.pop();
-            heap.push(std::cmp::Reverse(key));
-        }
-    }
-    (heap.into_iter().map(|std::cmp::Reverse((_, std::cmp::Reverse(j)))| j).collect(), encode_requests(requests))
+/// equals), and its distinct request sizes with their counts ([`encode_requests`]), read
+/// entry by entry (in [`TraceScan::new`]'s one pass). Importance is size alone, as
+/// PyTorch's memory_viz picks the allocations it draws (`max_entries`): the timeline
+/// draws these one polygon each, and size (not bytes × lifetime) keeps the short-lived
+/// large activations that make the peaks rather than only the long-lived weights.
+struct LargestAllocs {
+    top: usize,
+    /// The `top` largest, kept in a min-heap: millions of entries on a long trace, nearly
+    /// all rejected by one comparison with the smallest kept. Key: (size, earlier alloc
+    /// first).
+    heap: BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<usize>)>>,
+    requests: FxHashMap<u64, u64>,
 }
 
-/// The lifetimes of the given `alloc` entries (the largest, [`largest_allocs`]): (alloc
+impl LargestAllocs {
+    fn new(top: usize) -> Self {
+        LargestAllocs { top, heap: BinaryHeap::with_capacity(top + 1), requests: FxHashMap::default() }
+    }
+
+    /// Entry `j` of the trace, in order from 0.
+    #[inline]
+    fn entry(&mut self, j: usize, e: &TraceEvent) {
+        if e.action != Action::Alloc {
+            return;
+        }
+        *self.requests.entry(e.size).or_default() += 1;
+        let key = (e.size, std::cmp::Reverse(j));
+        if self.heap.len() < self.top {
+            self.heap.push(std::cmp::Reverse(key));
+        } else if self.heap.peek().is_some_and(|m| key > m.0) {
+            self.heap.pop();
+            self.heap.push(std::cmp::Reverse(key));
+        }
+    }
+
+    /// The entries kept and the request sizes, encoded.
+    fn finish(self) -> (Vec<usize>, String) {
+        let largest = self.heap.into_iter().map(|std::cmp::Reverse((_, std::cmp::Reverse(j)))| j).collect();
+        (largest, encode_requests(self.requests))
+    }
+}
+
+/// The lifetimes of the given `alloc` entries (the largest, [`LargestAllocs`]): (alloc
 /// entry, state of its free or `usize::MAX`), in trace order.
 ///
 /// A life ends at the first `free_requested` or `alloc` at its address (memory_viz's
