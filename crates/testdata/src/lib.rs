@@ -89,6 +89,22 @@ pub fn real_file(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// A file of the grids (the same program recorded at several sizes and precisions, see
+/// `../shared/traces/grids/GRIDS.md`) by name: from the corpus's `grids/` when present, else
+/// from the in-repository `real/grids/` (the MIT-licensed `niu-*` grids); `None` (a visible,
+/// counted skip) when neither has it.
+pub fn grid_file(name: &str) -> Option<PathBuf> {
+    if let Some(d) = corpus_dir() {
+        return Some(d.join("grids").join(name));
+    }
+    let p = in_repo_dir().join("grids").join(name);
+    if p.is_file() {
+        return Some(p);
+    }
+    skip(&format!("test on grids/{name}"));
+    None
+}
+
 /// How many real files (or devices) a test over "every real file" should at least have
 /// read: `with_corpus` on the full corpus, 5 on the in-repository set.
 pub fn min_files(with_corpus: usize) -> usize {
