@@ -128,6 +128,15 @@ impl Recorder {
         self.snap.external_annotations.as_mut().unwrap().push(a);
     }
 
+    /// Forget the trace recorded so far, as when `_record_memory_history` is turned on
+    /// mid-run (or its ring buffer of `max_entries` has dropped the oldest entries):
+    /// the snapshot's trace begins here, with the allocator's state at this point
+    /// (blocks alive, cached blocks) known only from the final `segments` and the
+    /// entries that follow.
+    pub fn begin_trace_here(&mut self) {
+        self.snap.device_traces[0].clear();
+    }
+
     /// The engine, for stats.
     pub fn allocator(&self) -> &CachingAllocator<SimulatedDevice> {
         &self.eng

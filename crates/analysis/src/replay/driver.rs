@@ -256,6 +256,18 @@ fn replay_forward<'a>(
             a.max_possible
         ));
     }
+    if let Some((a, size)) = initial.decided.first() {
+        rep.notes.push(format!(
+            "{} block(s) alive before the trace hold an unsplit remainder (a cached block taken whole, \
+             the ≤ 1 MiB rest kept, §3.8) that a later placement proves (first: event {} at {:#x}, \
+             {} B rounded request, {} B block)",
+            initial.decided.len(),
+            a.index,
+            a.addr,
+            a.chosen,
+            size
+        ));
+    }
     rep.initial_segments = initial.state.segs.len();
     let capacity = capacity_knowing_maps(snap, device, opts.capacity, cfg, counts.segment_maps > 0);
     let mut d = Driver {
@@ -271,6 +283,7 @@ fn replay_forward<'a>(
         cursor_pos: 0,
         resv: Vec::new(),
         inferred: Inferred { empty_cache_before: Vec::new(), initial: Some(initial.state) },
+        unknown_sizes: initial.ambiguous,
         stopped: false,
         no_resync: opts.no_resync,
         strict,
@@ -433,6 +446,9 @@ struct Driver<'a> {
     /// Known expandable reservations `(base, size, stream, pool, small)`.
     resv: Vec<(u64, u64, u64, PoolId, bool)>,
     inferred: Inferred,
+    /// Blocks alive at entry 0 whose size the trace does not fix (the walk's
+    /// choices), to say so at a divergence next to one.
+    unknown_sizes: Vec<super::state::Ambiguity>,
     stopped: bool,
     no_resync: bool,
     /// Give up at the first difference of any kind (see [`verify_fast`]).
@@ -659,9 +675,29 @@ impl Driver<'_> {
             return;
         }
         self.take_model_events();
+        if let Ok(a) = r {
+            self.note_unknown_size(i, a);
+        }
         let what = if main_ok { "the model's segment events differ".to_string() } else { what };
         let pend = std::mem::take(&mut self.pend);
         self.diverged(i, &pend, what, Some((n, stream, pool)), i + 1);
+    }
+
+    /// The model served entry `i` at `addr`, against the recording: when `addr` is
+    /// the free space right after a live block whose size the trace does not fix
+    /// (the walk gave it its rounded request; it may hold an unsplit remainder),
+    /// the divergence may come from that size, and the report says so.
+    fn note_unknown_size(&mut self, i: usize, addr: u64) {
+        let Some(a) = self.unknown_sizes.iter().find(|a| i < a.index && a.addr + a.chosen == addr) else { return };
+        let note = format!(
+            "the divergence at event {i} may come from a block alive before the trace whose size the trace \
+             does not fix: the model placed the request right after the block at {:#x}, given {} B, which \
+             could be up to {} B (freed at event {})",
+            a.addr, a.chosen, a.max_possible, a.index
+        );
+        if self.rep.notes.iter().filter(|n| n.contains("whose size the trace does not fix")).count() < 3 {
+            self.rep.notes.push(note);
+        }
     }
 
     /// Record a divergence at entry `i`, then re-seed from the recorded state after it.

@@ -40,6 +40,14 @@ pub struct BlockRec {
     /// changed at run time. An earlier entry inside that tail proves the second
     /// reading, and the walk revises the block ([`SegRec::revise_whole_take`]).
     pub guessed: bool,
+    /// Set by the backward walk on a large-pool block it gave its rounded request
+    /// where the trace also allows a larger block (a cached block taken whole, its
+    /// remainder ≤ 1 MiB or, oversize, under `max_non_split_rounding` kept unsplit,
+    /// §3.8): how many bytes larger, in units of 512 (0 = the size is fixed). An
+    /// earlier entry that leaves a free piece of ≤ 1 MiB right after the block
+    /// proves the larger reading, since no large-pool block is that small, and the
+    /// walk grows the block over the piece ([`SegRec::grow_over_remainder`]).
+    pub may_grow: u32,
 }
 
 /// Equality of what the allocator holds: `guessed` is how the walk came to it, and a
@@ -78,7 +86,7 @@ impl SegRec {
             pool,
             small,
             expandable,
-            blocks: vec![BlockRec { addr, size, requested: 0, state: BState::Free, guessed: false }],
+            blocks: vec![BlockRec { addr, size, requested: 0, state: BState::Free, guessed: false, may_grow: 0 }],
         }
     }
     /// Index of the block containing `addr`.
@@ -112,10 +120,38 @@ impl SegRec {
             return None;
         }
         self.blocks[j] = BlockRec { size: exact, guessed: false, ..b };
-        let free = BlockRec { addr: b.addr + exact, size: tail, requested: 0, state: BState::Free, guessed: false };
+        let free = BlockRec {
+            addr: b.addr + exact,
+            size: tail,
+            requested: 0,
+            state: BState::Free,
+            guessed: false,
+            may_grow: 0,
+        };
         self.blocks.insert(j + 1, free);
         self.merge_free(j + 1);
         self.block_at(addr)
+    }
+    /// Blocks `j - 1` and `j` are a live block the walk gave its rounded request
+    /// ([`BlockRec::may_grow`]) and a free block; an earlier entry needs the free
+    /// block to start at `addr`. A large-pool segment holds no block of ≤ 1 MiB
+    /// (requests there are > 1 MiB and a split leaves > 1 MiB), so when the piece
+    /// `[blocks[j].addr, addr)` is that small it is the live block's unsplit
+    /// remainder: grow the block over it. Returns the piece's size when it did.
+    fn grow_over_remainder(&mut self, j: usize, addr: u64) -> Option<u64> {
+        if self.small || j == 0 {
+            return None;
+        }
+        let f = self.blocks[j];
+        let piece = addr.checked_sub(f.addr).filter(|&p| p > 0 && p <= SPLIT_LARGE_MIN)?;
+        let prev = &mut self.blocks[j - 1];
+        if prev.state == BState::Free || piece > u64::from(prev.may_grow) * MIN_BLOCK {
+            return None;
+        }
+        prev.size += piece;
+        prev.may_grow = 0;
+        self.blocks[j] = BlockRec { addr, size: f.size - piece, ..f };
+        Some(piece)
     }
     /// An empty record for a vacant slab slot (no allocation).
     fn placeholder() -> SegRec {
@@ -334,6 +370,7 @@ fn seg_rec_of(s: &fragscope_snapshot::Segment, blocks: bool) -> SegRec {
                 requested: b.requested_size.unwrap_or(b.size),
                 state: bstate_of(b.state),
                 guessed: false,
+                may_grow: 0,
             })
             .collect();
         if list.is_empty() {
@@ -343,6 +380,7 @@ fn seg_rec_of(s: &fragscope_snapshot::Segment, blocks: bool) -> SegRec {
                 requested: 0,
                 state: BState::Free,
                 guessed: false,
+                may_grow: 0,
             });
         }
     }
@@ -456,6 +494,10 @@ impl RecordedState {
                 if f.state != BState::Free {
                     return Err(err(index, ev, format!("free_completed, but the block is still {:?} later", f.state)));
                 }
+                let mut f = f;
+                if ev.addr > f.addr && !seg.expandable && seg.grow_over_remainder(j, ev.addr).is_some() {
+                    f = seg.blocks[j];
+                }
                 let avail = f.addr + f.size - ev.addr;
                 // A block alive before the recording may have been rounded under another
                 // configuration (one changed at run time by `_set_allocator_settings`, or a
@@ -473,7 +515,7 @@ impl RecordedState {
                         format!("free_completed of {} B, but only {avail} B are free there later", ev.size),
                     ));
                 }
-                let mut guessed = false;
+                let (mut guessed, mut may_grow) = (false, 0);
                 let b = if seg.small || seg.expandable {
                     // Remainders ≥ 512 are always split: the block was exactly `s`.
                     s
@@ -496,14 +538,22 @@ impl RecordedState {
                         let max_possible = (s + slack - 1).min(avail - SPLIT_LARGE_MIN - 1) / MIN_BLOCK * MIN_BLOCK;
                         if max_possible > s {
                             ambiguous.push(Ambiguity { index, addr: ev.addr, chosen: s, max_possible });
+                            may_grow = u32::try_from((max_possible - s) / MIN_BLOCK).unwrap_or(u32::MAX);
                         }
                         s
                     }
                 };
                 // Replace the free block by [before] me [after], shifting the tail once.
-                let me = BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending, guessed };
-                let after =
-                    BlockRec { addr: ev.addr + b, size: avail - b, requested: 0, state: BState::Free, guessed: false };
+                let me =
+                    BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending, guessed, may_grow };
+                let after = BlockRec {
+                    addr: ev.addr + b,
+                    size: avail - b,
+                    requested: 0,
+                    state: BState::Free,
+                    guessed: false,
+                    may_grow: 0,
+                };
                 let (has_before, has_after) = (ev.addr > f.addr, avail > b);
                 let extra = has_before as usize + has_after as usize;
                 let blocks = &mut seg.blocks;
@@ -511,7 +561,7 @@ impl RecordedState {
                     let old_len = blocks.len();
                     blocks.resize(
                         old_len + extra,
-                        BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free, guessed: false },
+                        BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free, guessed: false, may_grow: 0 },
                     );
                     blocks.copy_within(j + 1..old_len, j + 1 + extra);
                 }
@@ -523,6 +573,7 @@ impl RecordedState {
                         requested: 0,
                         state: BState::Free,
                         guessed: false,
+                        may_grow: 0,
                     };
                     at += 1;
                 }
@@ -592,6 +643,7 @@ impl RecordedState {
                         requested: ev.size,
                         state: BState::Allocated,
                         guessed: false,
+                        may_grow: 0,
                     };
                     seg.blocks.insert(
                         j + 1,
@@ -601,6 +653,7 @@ impl RecordedState {
                             requested: 0,
                             state: BState::Free,
                             guessed: false,
+                            may_grow: 0,
                         },
                     );
                 } else {
@@ -668,12 +721,26 @@ impl RecordedState {
         let mut left: Vec<BlockRec> = seg.blocks.drain(..j).collect();
         let mut right: Vec<BlockRec> = seg.blocks.drain(1..).collect();
         if fa < addr {
-            left.push(BlockRec { addr: fa, size: addr - fa, requested: 0, state: BState::Free, guessed: false });
+            left.push(BlockRec {
+                addr: fa,
+                size: addr - fa,
+                requested: 0,
+                state: BState::Free,
+                guessed: false,
+                may_grow: 0,
+            });
         }
         if fa + fs > end {
             right.insert(
                 0,
-                BlockRec { addr: end, size: fa + fs - end, requested: 0, state: BState::Free, guessed: false },
+                BlockRec {
+                    addr: end,
+                    size: fa + fs - end,
+                    requested: 0,
+                    state: BState::Free,
+                    guessed: false,
+                    may_grow: 0,
+                },
             );
         }
         if !left.is_empty() {
@@ -708,7 +775,7 @@ impl RecordedState {
             None => SegRec { addr, size: 0, stream, pool, small, expandable: true, blocks: Vec::new() },
         };
         seg.size += size;
-        seg.blocks.push(BlockRec { addr, size, requested: 0, state: BState::Free, guessed: false });
+        seg.blocks.push(BlockRec { addr, size, requested: 0, state: BState::Free, guessed: false, may_grow: 0 });
         let j = seg.blocks.len() - 1;
         seg.merge_free(j);
         if let Some(n) = next {
@@ -731,6 +798,9 @@ pub struct Initial {
     /// choice for a block whose alloc is in the trace does not matter (the forward
     /// replay makes that block itself) and is not listed.
     pub ambiguous: Vec<Ambiguity>,
+    /// Choices for blocks alive at the first entry that an earlier entry decided
+    /// ([`BlockRec::may_grow`]): the choice first made, and the size proven.
+    pub decided: Vec<(Ambiguity, u64)>,
 }
 
 /// Entries of a trace by kind, counted by [`backward_walk_counted`] as it passes.
@@ -796,7 +866,8 @@ pub fn backward_walk_counted(
         counts.add(ev.action);
         open.step(ev, &mut scratch);
     }
-    Ok((Initial { state, ambiguous: open.into_sorted() }, counts))
+    let (ambiguous, decided) = open.finish(&state);
+    Ok((Initial { state, ambiguous, decided }, counts))
 }
 
 /// Choices whose block has no alloc earlier in the trace yet (walking back): at most the
@@ -819,11 +890,20 @@ impl OpenChoices {
             _ => {}
         }
     }
-    /// The choices still open, latest entry first.
-    fn into_sorted(self) -> Vec<Ambiguity> {
+    /// The choices still open at the state of the first entry, and those an earlier
+    /// entry decided (the block there is no longer the size chosen), latest entry first.
+    fn finish(self, state: &RecordedState) -> (Vec<Ambiguity>, Vec<(Ambiguity, u64)>) {
         let mut ambiguous: Vec<Ambiguity> = self.0.into_values().flatten().collect();
         ambiguous.sort_by_key(|a| std::cmp::Reverse(a.index));
-        ambiguous
+        let mut decided = Vec::new();
+        ambiguous.retain(|a| match state.block_starting(a.addr) {
+            Some((b, _, _)) if b.size != a.chosen && b.state != BState::Free => {
+                decided.push((a.clone(), b.size));
+                false
+            }
+            _ => true,
+        });
+        (ambiguous, decided)
     }
 }
 
@@ -929,7 +1009,8 @@ pub(crate) fn walk_live_at_start(
         state.undo_by_segment(i, ev, pool_of(ev), rules, &mut scratch, &created_before)?;
         open.step(ev, &mut scratch);
     }
-    Some(Initial { state, ambiguous: open.into_sorted() })
+    let (ambiguous, decided) = open.finish(&state);
+    Some(Initial { state, ambiguous, decided })
 }
 
 impl RecordedState {
@@ -1062,8 +1143,8 @@ mod tests {
         let mut start = RecordedState::default();
         let mut seg = SegRec::whole_free(a, big + small, 0, (0, 0), false, false);
         seg.blocks = vec![
-            BlockRec { addr: a, size: big, requested: big, state: BState::Allocated, guessed: false },
-            BlockRec { addr: a + big, size: small, requested: 0, state: BState::Free, guessed: false },
+            BlockRec { addr: a, size: big, requested: big, state: BState::Allocated, guessed: false, may_grow: 0 },
+            BlockRec { addr: a + big, size: small, requested: 0, state: BState::Free, guessed: false, may_grow: 0 },
         ];
         start.segs.insert(a, seg);
         let t = [
@@ -1196,8 +1277,22 @@ mod tests {
         let mut start = RecordedState::default();
         let mut sa = SegRec::whole_free(a, 20 * MIB, 0, (0, 0), false, false);
         sa.blocks = vec![
-            BlockRec { addr: a, size: 5 * MIB, requested: 5 * MIB, state: BState::Allocated, guessed: false },
-            BlockRec { addr: a + 5 * MIB, size: 15 * MIB, requested: 0, state: BState::Free, guessed: false },
+            BlockRec {
+                addr: a,
+                size: 5 * MIB,
+                requested: 5 * MIB,
+                state: BState::Allocated,
+                guessed: false,
+                may_grow: 0,
+            },
+            BlockRec {
+                addr: a + 5 * MIB,
+                size: 15 * MIB,
+                requested: 0,
+                state: BState::Free,
+                guessed: false,
+                may_grow: 0,
+            },
         ];
         start.segs.insert(a, sa);
         start.segs.insert(c, SegRec::whole_free(c, 2 * MIB, 0, (0, 0), true, false));
