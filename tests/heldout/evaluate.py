@@ -227,6 +227,11 @@ def evaluate(binary, planted_dir, gt_path):
         plant.main(["--bin", binary, "--out", planted_dir])
     with open(manifest_path) as f:
         manifest = json.load(f)
+    if manifest.get("seed") != plant.SEED:
+        print(f"{manifest_path} was planted with another seed: planting again")
+        plant.main(["--bin", binary, "--out", planted_dir])
+        with open(manifest_path) as f:
+            manifest = json.load(f)
     with open(gt_path) as f:
         gt = json.load(f)["traces"]
     report = {"binary": binary, "seed": manifest["seed"], "planted": [], "untouched": [],
