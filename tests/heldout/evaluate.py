@@ -227,6 +227,11 @@ def evaluate(binary, planted_dir, gt_path):
         plant.main(["--bin", binary, "--out", planted_dir])
     with open(manifest_path) as f:
         manifest = json.load(f)
+    if manifest.get("seed") != plant.SEED:
+        print(f"{manifest_path} was planted with another seed: planting again")
+        plant.main(["--bin", binary, "--out", planted_dir])
+        with open(manifest_path) as f:
+            manifest = json.load(f)
     with open(gt_path) as f:
         gt = json.load(f)["traces"]
     report = {"binary": binary, "seed": manifest["seed"], "planted": [], "untouched": [],
@@ -251,6 +256,13 @@ def evaluate(binary, planted_dir, gt_path):
             report["untouched"].append(row)
             continue
         devs = devices_of(doc)
+        if devs and "steps" not in devs[0] and isinstance(doc["files"][0], dict) \
+                and "steps" in doc["files"][0]:
+            devs = [dict(devs[0], steps=doc["files"][0]["steps"])] + devs[1:]
+        it = devs[0].get("iterations") if devs else None
+        if isinstance(it, dict) and isinstance(it.get("boundaries"), list):
+            # the older `iterations` object (periodicity, not steps): shown, never scored
+            row["iterations_note"] = f"{len(it['boundaries'])} boundaries ({it.get('source')})"
         row["false_suspects"] = sum(len(suspects_of(d)) for d in devs)
         row["suspect_sites"] = [s.get("site") for d in devs for s in suspects_of(d)]
         host_runs[name] = devs
@@ -307,6 +319,9 @@ def evaluate(binary, planted_dir, gt_path):
             continue
         devs = devices_of(doc)
         pdev = next((d for d in devs if d.get("device") == rec["device"]), None)
+        if pdev is not None and "steps" not in pdev and isinstance(doc["files"][0], dict) \
+                and "steps" in doc["files"][0]:
+            pdev = dict(pdev, steps=doc["files"][0]["steps"])
         hdevs = host_runs.get(rec["host"])
         hdev = next((d for d in hdevs if d.get("device") == rec["device"]), None) if hdevs else None
         if hdevs is None:
@@ -318,6 +333,14 @@ def evaluate(binary, planted_dir, gt_path):
         row["steps_reported"] = steps_reported(pdev or {})
         report["planted"].append(row)
 
+    report["by_host"] = {}
+    for row in report["planted"]:
+        h = report["by_host"].setdefault(row["host"], {"positives": 0, "found": 0,
+                                                       "negatives": 0, "flagged": 0})
+        neg = row["shape"] in plant.NEGATIVE
+        h["negatives" if neg else "positives"] += 1
+        if "error" not in row and row["hit"]:
+            h["flagged" if neg else "found"] += 1
     for row in report["planted"]:
         b = report["by_shape"].setdefault(row["shape"], {"planted": 0, "hit": 0, "errors": 0,
                                                          "new_unmatched": 0})
@@ -354,6 +377,9 @@ def print_text(rep):
     neg = [b for s, b in rep["by_shape"].items() if s in plant.NEGATIVE]
     print(f"{'positives total':22} {sum(b['hit'] for b in pos):>4}/{sum(b['planted'] for b in pos):<3}found")
     print(f"{'negatives total':22} {sum(b['hit'] for b in neg):>4}/{sum(b['planted'] for b in neg):<3}flagged")
+    print("\nPer host")
+    for host, h in rep.get("by_host", {}).items():
+        print(f"  {host:40} found {h['found']}/{h['positives']}  flagged {h['flagged']}/{h['negatives']}")
     print("\nPer planted file")
     for r in rep["planted"]:
         if "error" in r:
@@ -381,6 +407,8 @@ def print_text(rep):
             truth = r.get("steps_accept") or r.get("steps_truth")
             rs = r["steps_reported"]
             extra += f" steps {('not reported' if rs is None else rs)} (truth {truth})"
+            if rs is None and r.get("iterations_note"):
+                extra += f" [iterations: {r['iterations_note']}]"
         for role, v in (r.get("roles") or {}).items():
             got = v["reported"]
             extra += f" {role} {'not reported' if got is None else fmt_bytes(got)}/{fmt_bytes(v['truth'])}" \
