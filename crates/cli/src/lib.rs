@@ -53,6 +53,10 @@ enum Command {
     /// One self-contained HTML file (offline, opens from file://): memory timeline,
     /// allocator state at any moment, fragmentation, findings. Without FILE: the example.
     Report(cmd::report::Args),
+    /// Predict memory at a size nobody recorded (batch size, sequence length, ...) from
+    /// recordings of the same program at two or more sizes, replayed through the
+    /// allocator model; --capacity says whether it fits, --max-fit finds the largest size.
+    Predict(cmd::predict::Args),
     /// (For testing the leak detector.) Drop the frees of a call site's allocations in a
     /// snapshot's trace, keeping the final state consistent, and write the result.
     #[command(name = "plant-leak", hide = true)]
@@ -69,6 +73,7 @@ impl Command {
             Command::Diff(a) => cmd::diff::run(a),
             Command::Check(a) => cmd::check::run(a),
             Command::Report(a) => cmd::report::run(a),
+            Command::Predict(a) => cmd::predict::run(a),
             Command::PlantLeak(a) => cmd::plant::run(a),
         }
     }
