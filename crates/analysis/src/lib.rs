@@ -24,6 +24,7 @@ pub mod leaks;
 pub mod lives;
 pub mod plant;
 pub mod timeline;
+pub mod window;
 
 pub mod advice;
 pub mod analyze;

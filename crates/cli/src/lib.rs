@@ -15,6 +15,7 @@ pub mod cmd;
 pub mod example;
 pub mod input;
 pub mod output;
+pub mod windowed;
 
 use std::io::Write;
 use std::process::ExitCode;
