@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package's tests, as a user installs it: a fresh virtual environment, the
 # pinned build/test tools, `pip install .` from the repository root, then pytest over
-# python/tests (every real snapshot of ../shared/traces against the CLI's JSON).
+# python/tests (every real snapshot of ../shared/traces against the CLI's JSON; outside CI
+# without that corpus, the in-repository crates/testdata/real/, skips listed by -rs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -20,4 +21,4 @@ rm -rf "$VENV"
 
 # Tests run against the installed package, not the source folder: from another directory.
 # pytest exits 5 when it collects nothing; with `set -e` that fails the suite, as it must.
-FRAGSCOPE_REPO="$PWD" "$VENV/bin/python" -m pytest -p pytester -q -ra python/tests "$@"
+FRAGSCOPE_REPO="$PWD" "$VENV/bin/python" -m pytest -q -ra python/tests "$@"

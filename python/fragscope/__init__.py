@@ -10,9 +10,12 @@ The same Rust engine as the ``fragscope`` command, from Python::
 
 Every result's ``to_json()`` is byte for byte what ``fragscope <command> --json`` prints
 (the CLI and this package call the same Rust functions), ``to_dict()`` is its parsed form,
-and attributes read its fields (``result.devices[0].peaks``). Errors raise
-:class:`FragscopeError` (a ``ValueError``) with the CLI's one-line message. Analyses release
-the GIL. Recording helpers live in :mod:`fragscope.torch` (imported on demand: torch is
+and attributes read its fields (``result.devices[0].peaks``; nested objects are dicts
+with attribute access, typed by the TypedDicts of :mod:`fragscope.schema`). ``repr()``
+prints each result's headline figures, and Jupyter shows a compact table. Errors raise
+:class:`FragscopeError` (a ``ValueError``; :class:`SnapshotError`,
+:class:`RefusedPickleError`, :class:`ArgumentError` by kind) with the CLI's one-line
+message. Analyses release the GIL. Recording helpers live in :mod:`fragscope.torch` (imported on demand: torch is
 optional). See docs/python.md.
 """
 
@@ -22,15 +25,32 @@ import html
 import json
 import os
 import statistics
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+# The exceptions first: the Rust module raises these classes (it imports them from here).
+from fragscope._errors import ArgumentError, FragscopeError, RefusedPickleError, SnapshotError
 from fragscope import _native
-from fragscope._native import FragscopeError
+
+if TYPE_CHECKING:
+    from fragscope.schema import (
+        AnalyzeDoc,
+        CheckDoc,
+        DeviceAnalysis,
+        DeviceSummary,
+        DiffDoc,
+        LabDoc,
+        LabReport,
+        ReplayDoc,
+        SummaryDoc,
+    )
 
 __version__: str = _native.__version__
 
 __all__ = [
     "FragscopeError",
+    "SnapshotError",
+    "RefusedPickleError",
+    "ArgumentError",
     "Snapshot",
     "Result",
     "Summary",
@@ -54,48 +74,67 @@ __all__ = [
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class Fields:
-    """Read-only attribute view of a JSON object (``f.peaks.allocated_peak.sites``)."""
+class Fields(dict):  # type: ignore[type-arg]
+    """A JSON object of a result: a ``dict`` (typed by the TypedDicts of
+    :mod:`fragscope.schema`) whose keys also read as attributes
+    (``f.peaks.allocated_peak.sites``). Nested objects read as ``Fields`` too."""
 
-    __slots__ = ("_d",)
-
-    def __init__(self, d: Dict[str, Any]) -> None:
-        object.__setattr__(self, "_d", d)
+    __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return _wrap(self._d[name])
+            return _wrap(dict.__getitem__(self, name))
         except KeyError:
-            raise AttributeError(f"no field {name!r}; fields: {', '.join(self._d)}") from None
+            raise AttributeError(f"no field {name!r}; fields: {', '.join(self)}") from None
 
     def __getitem__(self, key: str) -> Any:
-        return _wrap(self._d[key])
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._d
+        return _wrap(dict.__getitem__(self, key))
 
     def __dir__(self) -> List[str]:
-        return list(self._d)
-
-    def keys(self) -> Iterable[str]:
-        return self._d.keys()
+        return list(self)
 
     def to_dict(self) -> Dict[str, Any]:
-        return json.loads(json.dumps(self._d))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Fields) and other._d == self._d
+        """A plain, deep copy."""
+        return json.loads(json.dumps(self))
 
     def __repr__(self) -> str:
-        return f"Fields({', '.join(self._d)})"
+        return f"Fields({_short_items(self)})"
+
+
+def _short(v: Any) -> str:
+    """A value as a repr shows it: scalars in full (long strings cut), containers by size."""
+    if isinstance(v, dict):
+        return f"{{{len(v)} keys}}"
+    if isinstance(v, list):
+        return f"[{len(v)} items]"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, str) and len(v) > 60:
+        return repr(v[:57] + "...")
+    return repr(v)
+
+
+def _short_items(d: Dict[str, Any], limit: int = 8) -> str:
+    items = [f"{k}={_short(v)}" for k, v in list(d.items())[:limit]]
+    if len(d) > limit:
+        items.append(f"... {len(d) - limit} more")
+    return ", ".join(items)
 
 
 def _wrap(v: Any) -> Any:
-    if isinstance(v, dict):
+    if isinstance(v, dict) and not isinstance(v, Fields):
         return Fields(v)
     if isinstance(v, list):
         return [_wrap(x) for x in v]
     return v
+
+
+def _pct(v: Optional[float]) -> str:
+    return "—" if v is None else f"{v:.1%}"
+
+
+def _cut(text: str, n: int = 90) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _fmt_bytes(n: Optional[int]) -> str:
@@ -120,7 +159,8 @@ class Result:
     """A command's result: the CLI's ``--json`` document, with attribute access.
 
     Attributes read the fields of the (single) file entry for summary / analyze / replay,
-    and of the document itself for diff / check.
+    and of the document itself for diff / check. ``repr()`` gives the headline figures;
+    ``_repr_html_`` (Jupyter) a compact table.
     """
 
     def __init__(self, text: str) -> None:
@@ -129,6 +169,7 @@ class Result:
 
     @property
     def schema(self) -> str:
+        """The document's schema name and version (docs/json-schema.md)."""
         return self._data["schema"]
 
     def to_json(self) -> str:
@@ -158,79 +199,264 @@ class Result:
     def __dir__(self) -> List[str]:
         return sorted(set(super().__dir__()) | set(self._body()))
 
+    def _devices(self) -> List[Dict[str, Any]]:
+        return list(self._body().get("devices") or [])
+
+    def _headline(self) -> str:
+        """The figures ``repr()`` shows after the file name."""
+        return _short_items(self._body(), limit=6)
+
     def __repr__(self) -> str:
-        return f"<fragscope {type(self).__name__} {self.schema} of {self._body().get('file', '?')}>"
+        return f"<fragscope.{type(self).__name__} of {self._body().get('file', '?')}: {self._headline()}>"
+
+    def _html_rows(self) -> Tuple[Sequence[str], List[Sequence[Any]]]:
+        rows = [(k, _short(v)) for k, v in self._body().items()]
+        return ["field", "value"], rows
 
     def _repr_html_(self) -> str:
-        rows = []
-        for k, v in self._body().items():
-            if isinstance(v, (dict, list)):
-                v = f"{type(v).__name__} of {len(v)}"
-            rows.append((k, v))
-        return f"<b>{html.escape(repr(self))}</b>" + _table(["field", "value"], rows)
+        heads, rows = self._html_rows()
+        title = f"fragscope {type(self).__name__.lower()} of {self._body().get('file', '?')}"
+        body = _table(heads, rows) if rows else "<p>No device has segments or trace events here.</p>"
+        return f"<b>{html.escape(title)}</b>{body}"
 
 
 class Summary(Result):
-    """``fragscope summary --json``: memory_summary() figures and fragmentation per device."""
+    """``fragscope summary --json``: memory_summary() figures and fragmentation per device.
 
-    def _repr_html_(self) -> str:
+    Fields (docs/json-schema.md, FileSummary): ``file``, ``example``, ``format``,
+    ``devices`` (DeviceSummary: ``device``, ``reserved_bytes``, ``allocated_bytes``,
+    ``fragmentation``, ``trace``, ...), ``memviz_stats``, ``settings``, ``notes``.
+    """
+
+    if TYPE_CHECKING:
+
+        def to_dict(self) -> "SummaryDoc": ...
+
+    @property
+    def file(self) -> str:
+        return self._body()["file"]
+
+    @property
+    def devices(self) -> List["DeviceSummary"]:
+        """One per device with segments or trace events, ascending."""
+        return _wrap(self._devices())
+
+    def _headline(self) -> str:
+        parts = [
+            f"device {d['device']}: reserved {_fmt_bytes(d['reserved_bytes'])}, allocated {_fmt_bytes(d['allocated_bytes'])}, "
+            f"free-space fragmentation {d['fragmentation']['free_space_fragmentation']:.3f}, {d['trace']['events']:,} trace events"
+            for d in self._devices()[:4]
+        ]
+        more = len(self._devices()) - 4
+        return "; ".join(parts + ([f"{more} more devices"] if more > 0 else [])) or "no device"
+
+    def _html_rows(self) -> Tuple[Sequence[str], List[Sequence[Any]]]:
         rows = []
-        for d in self._body().get("devices", []):
-            a, f = d, d["fragmentation"]
+        for d in self._devices():
+            f = d["fragmentation"]
             rows.append(
                 (
                     d["device"],
-                    _fmt_bytes(a["allocated_bytes"]),
-                    _fmt_bytes(a["reserved_bytes"]),
-                    a["segments"],
+                    _fmt_bytes(d["allocated_bytes"]),
+                    _fmt_bytes(d["reserved_bytes"]),
+                    d["segments"],
                     _fmt_bytes(f["largest_free_block_bytes"]),
                     f"{f['free_space_fragmentation']:.3f}",
-                    d["trace"]["events"],
+                    f"{d['trace']['events']:,}",
                 )
             )
-        heads = ["device", "allocated", "reserved", "segments", "largest free block", "free-space frag.", "events"]
-        return f"<b>fragscope summary of {html.escape(self._body()['file'])}</b>" + _table(heads, rows)
+        heads = ["device", "allocated", "reserved", "segments", "largest free block", "free-space fragmentation", "trace events"]
+        return heads, rows
+
+
+def _verdict(d: Dict[str, Any]) -> str:
+    return f"OOM ({d['oom']['verdict']})" if d.get("oom") else "no OOM"
 
 
 class Analysis(Result):
-    """``fragscope analyze --json``: OOM verdict, fragmentation, leaks, peaks, recommendations."""
+    """``fragscope analyze --json``: OOM verdict, fragmentation, leaks, peaks, recommendations.
+
+    Fields (DeviceAnalysis, per device): ``device``, ``findings`` (``kind``, ``severity``,
+    ``headline``), ``oom``, ``peak_fragmentation``, ``fragmentation``, ``leak_suspects``,
+    ``iterations``, ``peaks``, ``recommendations``.
+    """
+
+    if TYPE_CHECKING:
+
+        def to_dict(self) -> "AnalyzeDoc": ...
+
+    @property
+    def file(self) -> str:
+        return self._body()["file"]
+
+    @property
+    def devices(self) -> List["DeviceAnalysis"]:
+        """One per device with segments or trace events, ascending."""
+        return _wrap(self._devices())
+
+    def _headline(self) -> str:
+        parts = []
+        for d in self._devices()[:4]:
+            tl = d["fragmentation"]["timeline"]
+            first = d["findings"][0]["headline"] if d["findings"] else "no finding"
+            parts.append(
+                f"device {d['device']}: {_verdict(d)}, peak reserved {_fmt_bytes(tl['peak_reserved']['bytes'])}, "
+                f"peak allocated {_fmt_bytes(tl['peak_allocated']['bytes'])}, peak fragmentation {_pct(d['peak_fragmentation'])}; "
+                f"{len(d['findings'])} findings, first: {_cut(first, 80)!r}"
+            )
+        more = len(self._devices()) - 4
+        return "; ".join(parts + ([f"{more} more devices"] if more > 0 else [])) or "no device"
 
     def _repr_html_(self) -> str:
         parts = [f"<b>fragscope analyze of {html.escape(self._body()['file'])}</b>"]
-        if not self._body().get("devices"):
+        if not self._devices():
             parts.append("<p>No device has segments or trace events in this file.</p>")
-        for d in self._body().get("devices", []):
-            parts.append(f"<h4>Device {d['device']}</h4>")
+        for d in self._devices():
+            tl = d["fragmentation"]["timeline"]
+            parts.append(
+                f"<h4>Device {d['device']}: {html.escape(_verdict(d))}, peak reserved "
+                f"{_fmt_bytes(tl['peak_reserved']['bytes'])}, peak allocated {_fmt_bytes(tl['peak_allocated']['bytes'])}</h4>"
+            )
             parts.append(_table(["severity", "finding"], [(f["severity"], f["headline"]) for f in d["findings"]]))
             sites = d["peaks"]["allocated_peak"]["sites"]
             parts.append(
                 _table(
                     ["call site at the allocated peak", "bytes", "share"],
-                    [(s["site"], _fmt_bytes(s["bytes"]), f"{s['share']:.1%}") for s in sites],
+                    [(s["site"], _fmt_bytes(s["bytes"]), f"{s['share']:.1%}") for s in sites[:10]],
                 )
             )
         return "".join(parts)
 
 
 class Replay(Result):
-    """``fragscope replay --json``: the allocator model checked (verify) and what-if runs."""
+    """``fragscope replay --json``: the allocator model checked against the recording
+    (``verify``) and, unless verify only, the what-if runs (``whatif``) per device."""
+
+    if TYPE_CHECKING:
+
+        def to_dict(self) -> "ReplayDoc": ...
+
+    @property
+    def devices(self) -> List[Fields]:
+        return _wrap(self._devices())
+
+    def _headline(self) -> str:
+        parts = []
+        for d in self._devices()[:4]:
+            p = f"device {d['device']}: model matches {d['allocs_matched']}/{d['allocs']} allocations, {d['divergences']} divergences"
+            runs = d.get("whatif") or []
+            if runs:
+                p += "; peak reserved " + ", ".join(f"{_run_name(w)} {_fmt_bytes(w['peak_reserved'])}" for w in runs[:4])
+                if len(runs) > 4:
+                    p += f", {len(runs) - 4} more"
+            parts.append(p)
+        return "; ".join(parts) or "no replayable device"
+
+    def _html_rows(self) -> Tuple[Sequence[str], List[Sequence[Any]]]:
+        rows: List[Sequence[Any]] = []
+        for d in self._devices():
+            rows.append((d["device"], "recorded (verify)", f"{d['allocs_matched']}/{d['allocs']} allocations matched, {d['divergences']} divergences", "", "", ""))
+            for w in d.get("whatif") or []:
+                rows.append((d["device"], _run_name(w), "", _fmt_bytes(w["peak_reserved"]), f"{w['cuda_mallocs']:,}", w["ooms"]))
+        return ["device", "run", "model check", "peak reserved", "cudaMalloc calls", "OOMs"], rows
+
+
+def _run_name(w: Dict[str, Any]) -> str:
+    return w.get("advice") or w.get("config") or "recorded settings"
 
 
 class Lab(Result):
     """``fragscope replay --allocator ... --json``: the allocator lab — each policy's peak
-    reserved against the bounds no allocator beats, driver calls, and the recorded OOM."""
+    reserved against the bounds no allocator beats, driver calls, and the recorded OOM.
+
+    Fields (LabReport, per device): ``device``, ``bounds``, ``rows`` (LabRow: ``policy``,
+    ``peak_reserved``, ``ratio``, ``calls``, ``verdict``, ...), ``notes``.
+    """
+
+    if TYPE_CHECKING:
+
+        def to_dict(self) -> "LabDoc": ...
+
+    @property
+    def devices(self) -> List["LabReport"]:
+        return _wrap(self._devices())
+
+    def _headline(self) -> str:
+        parts = []
+        for d in self._devices()[:4]:
+            rows = ", ".join(f"{r['policy']} {_fmt_bytes(r['peak_reserved'])} (x{r['ratio']:.3f})" for r in d["rows"][:6])
+            parts.append(f"device {d['device']}: live bound {_fmt_bytes(d['bounds']['live'])}; {rows}")
+        return "; ".join(parts) or "no device with a trace"
+
+    def _html_rows(self) -> Tuple[Sequence[str], List[Sequence[Any]]]:
+        rows = [
+            (d["device"], r["policy"], _fmt_bytes(r["peak_reserved"]), f"{r['ratio']:.3f}", _fmt_bytes(d["bounds"]["live"]), r["verdict"])
+            for d in self._devices()
+            for r in d["rows"]
+        ]
+        return ["device", "policy", "peak reserved", "x live bound", "live bound", "verdict"], rows
 
 
 class Diff(Result):
-    """``fragscope diff --json``: peaks and call sites of snapshot A against B."""
+    """``fragscope diff --json``: peaks and call sites of snapshot A against B.
+
+    Fields: ``a``, ``b`` (the names), ``devices`` (``a``, ``b``, ``delta`` figures and
+    ``sites``), ``only_in_a``, ``only_in_b``.
+    """
+
+    if TYPE_CHECKING:
+
+        def to_dict(self) -> "DiffDoc": ...
+
+    def _headline(self) -> str:
+        parts = []
+        for d in self._devices()[:4]:
+            a, b = d["a"] or {}, d["b"] or {}
+            dev = a.get("device", b.get("device"))
+            parts.append(
+                f"device {dev}: peak reserved {_fmt_bytes(a.get('peak_reserved'))} -> {_fmt_bytes(b.get('peak_reserved'))}, "
+                f"peak allocated {_fmt_bytes(a.get('peak_allocated'))} -> {_fmt_bytes(b.get('peak_allocated'))}"
+            )
+        return "; ".join(parts) or "no device in common"
+
+    def __repr__(self) -> str:
+        return f"<fragscope.Diff {self._data['a']} -> {self._data['b']}: {self._headline()}>"
+
+    def _repr_html_(self) -> str:
+        rows = []
+        for d in self._devices():
+            a, b = d["a"] or {}, d["b"] or {}
+            for key in ("peak_reserved", "peak_allocated"):
+                rows.append((a.get("device", b.get("device")), key.replace("_", " "), _fmt_bytes(a.get(key)), _fmt_bytes(b.get(key))))
+        sites = [
+            (s["site"], _fmt_bytes(s["bytes_a"]), _fmt_bytes(s["bytes_b"]), _signed_bytes(s["delta"]))
+            for d in self._devices()
+            for s in d.get("sites", [])[:10]
+        ]
+        title = f"fragscope diff: A = {self._data['a']}, B = {self._data['b']}"
+        return (
+            f"<b>{html.escape(title)}</b>"
+            + _table(["device", "figure", "A", "B"], rows)
+            + _table(["call site", "A", "B", "B − A"], sites)
+        )
+
+
+def _signed_bytes(n: int) -> str:
+    return ("+" if n > 0 else "−" if n < 0 else "") + _fmt_bytes(abs(n))
 
 
 class Check(Result):
     """``fragscope check --json``: a memory budget gate. ``bool(check)`` is ``check.ok``.
 
     ``message`` is the line the CLI prints: ``check failed: ...`` for the first broken
-    limit, or ``None`` when every limit held.
+    limit, or ``None`` when every limit held. Fields: ``ok``, ``limits``, ``devices``
+    (``device``, ``peak_reserved``, ``peak_allocated``, ``peak_fragmentation``, ...),
+    ``failures``.
     """
+
+    if TYPE_CHECKING:
+
+        def to_dict(self) -> "CheckDoc": ...
 
     def __init__(self, text: str, ok: bool, message: Optional[str]) -> None:
         super().__init__(text)
@@ -239,14 +465,41 @@ class Check(Result):
     def __bool__(self) -> bool:
         return bool(self._data["ok"])
 
+    @property
+    def ok(self) -> bool:
+        """Every limit held."""
+        return bool(self._data["ok"])
+
+    def _headline(self) -> str:
+        peaks = ", ".join(
+            f"device {d['device']} peak reserved {_fmt_bytes(d['peak_reserved'])}" for d in self._data.get("devices", [])[:4]
+        )
+        return ("passed" if self.ok else self.message or "failed") + (f" ({peaks})" if peaks else "")
+
     def __repr__(self) -> str:
-        return f"<fragscope Check ok={self._data['ok']}{': ' + self.message if self.message else ''}>"
+        return f"<fragscope.Check ok={self.ok}: {self._headline()}>"
+
+    def _repr_html_(self) -> str:
+        rows = [
+            (d["device"], _fmt_bytes(d["peak_reserved"]), _fmt_bytes(d["peak_allocated"]), _pct(d.get("peak_fragmentation")))
+            for d in self._data.get("devices", [])
+        ]
+        head = html.escape("check passed" if self.ok else (self.message or "check failed"))
+        return f"<b>fragscope check: {head}</b>" + _table(["device", "peak reserved", "peak allocated", "peak fragmentation"], rows)
 
 
 class Report:
     """A ``fragscope report`` page: ``html`` is the whole self-contained HTML file (data,
-    script and styles inline; it makes no network request). ``save(path)`` writes it; in
-    Jupyter the page itself is shown, in a sandboxed iframe."""
+    script and styles inline; it makes no network request). ``save(path)`` writes it.
+
+    In Jupyter a page up to :attr:`max_inline_bytes` is shown inline, in a sandboxed
+    iframe; a larger one (real snapshots give 4–9 MB, which would go into the notebook
+    file) is not: the cell says how to :meth:`save` it, and ``show(path)`` saves it and
+    shows it in an iframe that loads the file.
+    """
+
+    #: The largest page embedded in a notebook cell (bytes).
+    max_inline_bytes: int = 1 << 20
 
     def __init__(self, html: str) -> None:
         self.html = html
@@ -264,7 +517,20 @@ class Report:
             if os.path.exists(tmp):
                 os.remove(tmp)
 
+    def show(self, path: PathLike = "fragscope-report.html", height: int = 720) -> "_IFrame":
+        """Saves the page to ``path`` (relative to the notebook's folder, so that Jupyter
+        serves it) and returns an iframe of it: the notebook holds only the iframe tag."""
+        self.save(path)
+        return _IFrame(os.fspath(path), height)
+
     def _repr_html_(self) -> str:
+        if len(self.html) > self.max_inline_bytes:
+            return (
+                f"<p><b>fragscope report</b>: {len(self.html) / (1 << 20):.1f} MiB of HTML, over "
+                f"Report.max_inline_bytes ({self.max_inline_bytes:,} bytes), so not embedded in the notebook. "
+                "Use <code>report.show(\"fragscope-report.html\")</code> (saves it and shows it in an iframe) "
+                "or <code>report.save(path)</code> and open the file.</p>"
+            )
         return (
             '<iframe sandbox="allow-scripts" style="width:100%;height:720px;border:1px solid #ccc" '
             f'srcdoc="{html.escape(self.html, quote=True)}"></iframe>'
@@ -274,12 +540,76 @@ class Report:
         return f"<fragscope.Report: {len(self.html):,} bytes of HTML>"
 
 
-def _size(v: Union[int, str, None]) -> Optional[str]:
-    return None if v is None else str(v)
+class _IFrame:
+    """An iframe of a saved report page (what :meth:`Report.show` returns)."""
+
+    def __init__(self, path: str, height: int) -> None:
+        self.path, self.height = path, height
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe sandbox="allow-scripts" src="{html.escape(self.path, quote=True)}" '
+            f'style="width:100%;height:{int(self.height)}px;border:1px solid #ccc"></iframe>'
+        )
+
+    def __repr__(self) -> str:
+        return f"<fragscope report page {self.path}>"
 
 
-def _fraction(v: Union[float, str, None]) -> Optional[str]:
-    return None if v is None else (repr(float(v)) if isinstance(v, (int, float)) else str(v))
+def _size(what: str, v: Union[int, str, None]) -> Optional[str]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ArgumentError(f"{what} must be bytes (an int) or a size such as \"20GiB\", not {_kind(v)}")
+    return str(v)
+
+
+def _fraction(what: str, v: Union[float, str, None]) -> Optional[str]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ArgumentError(f"{what} must be a fraction such as 0.15 or \"15%\", not {_kind(v)}")
+    return repr(float(v)) if isinstance(v, (int, float)) else v
+
+
+def _kind(v: Any) -> str:
+    """``None``, or the type and a short repr of a bad argument."""
+    return "None" if v is None else f"{type(v).__name__} {_cut(repr(v), 40)}"
+
+
+def _top(top: Any) -> int:
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= 1000:
+        raise ArgumentError(f"top must be an int in 1..1000, not {_kind(top)}")
+    return top
+
+
+def _device(device: Any) -> Optional[int]:
+    if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+        raise ArgumentError(f"device must be a CUDA device number (an int) or None, not {_kind(device)}")
+    return device
+
+
+def _strings(what: str, v: Union[str, Sequence[str]]) -> List[str]:
+    items = [v] if isinstance(v, str) else v
+    try:
+        out = list(items)
+    except TypeError:
+        raise ArgumentError(f"{what} must be a string or a list of strings, not {_kind(v)}") from None
+    for x in out:
+        if not isinstance(x, str):
+            raise ArgumentError(f"{what} must hold strings, not {_kind(x)}")
+    return out
+
+
+def _path(what: str, path: Any) -> str:
+    """``os.fspath`` with a message in Python's words for ``None`` and other non-paths."""
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise ArgumentError(f"{what} must be a path (str or os.PathLike), not {_kind(path)}") from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    return p
 
 
 class Snapshot:
@@ -308,6 +638,11 @@ class Snapshot:
         """Trace entries recorded, all devices together."""
         return self._native.trace_events
 
+    @property
+    def segments(self) -> int:
+        """Segments in the allocator state at the dump, all devices together."""
+        return self._native.segments
+
     def __repr__(self) -> str:
         return repr(self._native)
 
@@ -317,7 +652,7 @@ class Snapshot:
 
     def analyze(self, top: int = 10, what_if: bool = False) -> Analysis:
         """``fragscope analyze --json [--top N] [--what-if]``."""
-        return Analysis(self._native.analyze_json(top, what_if))
+        return Analysis(self._native.analyze_json(_top(top), bool(what_if)))
 
     def replay(
         self,
@@ -336,19 +671,15 @@ class Snapshot:
         ``torch.cuda.empty_cache()`` what-ifs (``"iteration"``, a ``record_function`` name,
         ``"NAME@end"`` or ``"entry:N"``, as ``--empty-cache-at``) and ``no_caching`` the
         ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` what-if."""
-        if isinstance(configs, str):
-            configs = [configs]
-        if isinstance(empty_cache_at, str):
-            empty_cache_at = [empty_cache_at]
         return Replay(
             self._native.replay_json(
-                verify,
-                list(configs),
-                _size(capacity),
-                device,
-                os.fspath(save_snapshot) if save_snapshot is not None else None,
-                list(empty_cache_at),
-                no_caching,
+                bool(verify),
+                _strings("configs", configs),
+                _size("capacity", capacity),
+                _device(device),
+                _path("save_snapshot", save_snapshot) if save_snapshot is not None else None,
+                _strings("empty_cache_at", empty_cache_at),
+                bool(no_caching),
             )
         )
 
@@ -363,9 +694,7 @@ class Snapshot:
         ``"best-fit"``, ``"paged-best-fit"``, ``"page-remap"``, ``"lifetime"``, ``"planned"``,
         ``"hybrid"``, ...) against the bounds, on a device of ``capacity`` (default: the
         recorded one)."""
-        if isinstance(allocators, str):
-            allocators = [allocators]
-        return Lab(self._native.lab_json(list(allocators), _size(capacity), device))
+        return Lab(self._native.lab_json(_strings("allocators", allocators), _size("capacity", capacity), _device(device)))
 
     def report(self) -> Report:
         """``fragscope report``: the self-contained HTML page of this snapshot (memory
@@ -382,13 +711,19 @@ class Snapshot:
         """``fragscope check --json``: sizes as bytes or ``"20GiB"``/``"20GB"``, fragmentation
         as ``0.15`` or ``"15%"``."""
         text, ok, message = self._native.check_json(
-            _size(max_reserved), _size(max_allocated), _fraction(max_fragmentation), no_leaks
+            _size("max_reserved", max_reserved),
+            _size("max_allocated", max_allocated),
+            _fraction("max_fragmentation", max_fragmentation),
+            bool(no_leaks),
         )
         return Check(text, ok, message)
 
-    def diff(self, other: "Snapshot", top: int = 10) -> Diff:
-        """``fragscope diff --json A B`` with this snapshot as A and ``other`` as B."""
-        return Diff(self._native.diff_json(other._native, top))
+    def diff(self, other: Union["Snapshot", PathLike], top: int = 10) -> Diff:
+        """``fragscope diff --json A B`` with this snapshot as A and ``other`` (a Snapshot,
+        or the path of one) as B."""
+        if not isinstance(other, Snapshot):
+            other = load(_path("diff: other (a Snapshot or a path)", other))
+        return Diff(self._native.diff_json(other._native, _top(top)))
 
     def blocks(self, site: Optional[str] = None, allocated_only: bool = True) -> List[Dict[str, Any]]:
         """Blocks of the allocator state at the dump (``device``, ``address``, ``size``,
@@ -399,7 +734,7 @@ class Snapshot:
 
     def save(self, path: PathLike) -> None:
         """Writes the snapshot as a pickle (protocol 2) that PyTorch's viewers read."""
-        self._native.save(os.fspath(path))
+        self._native.save(_path("path", path))
 
     def _repr_html_(self) -> str:
         return self.summary()._repr_html_()
@@ -408,11 +743,13 @@ class Snapshot:
 def load(path: PathLike, name: Optional[str] = None) -> Snapshot:
     """Loads a snapshot file: a ``torch.cuda.memory._dump_snapshot`` pickle (gzipped or
     not) or a torch.profiler JSON trace. Nothing in the file is ever executed."""
-    return Snapshot(_native.load(os.fspath(path), name))
+    return Snapshot(_native.load(_path("load: path", path), name))
 
 
 def loads(data: Union[bytes, bytearray, memoryview], name: Optional[str] = None) -> Snapshot:
     """Loads a snapshot from the bytes of a file."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ArgumentError(f"loads: data must be bytes (a file's contents), not {_kind(data)}")
     return Snapshot(_native.loads(bytes(data), name))
 
 
@@ -543,7 +880,7 @@ def analyze_file(path: PathLike, top: int = 10, what_if: bool = False) -> Tuple[
     """The per-file step of :func:`analyze_many`: ``(True, analyze --json text)`` or
     ``(False, the error line)``. Small, picklable in and out: run it as Dask or Ray tasks
     and build :class:`RankSummary` from the outcomes (docs/python.md)."""
-    p = os.fspath(path)
+    p = _path("path", path)
     try:
         return True, load(p).analyze(top=top, what_if=what_if).to_json()
     except FragscopeError as e:
@@ -566,5 +903,7 @@ def analyze_many(
     """``analyze`` of one snapshot per rank on every core (``threads=0``: all of them), the
     GIL released, and the cross-rank summary (:class:`RankSummary`). A file that cannot be
     read is reported in its rank's ``error``, not raised."""
-    ps = [os.fspath(p) for p in paths]
-    return RankSummary(ps, _native.analyze_many(ps, top, what_if, threads))
+    ps = [_path("analyze_many: each path", p) for p in paths]
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ArgumentError(f"threads must be an int >= 0 (0: every core), not {_kind(threads)}")
+    return RankSummary(ps, _native.analyze_many(ps, _top(top), bool(what_if), threads))

@@ -5,8 +5,6 @@ from typing import List, Optional, Tuple, Union
 
 __version__: str
 
-class FragscopeError(ValueError): ...
-
 class Snapshot:
     @property
     def name(self) -> str: ...

@@ -13,9 +13,15 @@ step-to-step growth of a call site (the leak suspects of ``fragscope analyze``).
 over a limit fails with the limit, the measured value and the top call sites at the peak.
 ``--fragscope-keep-snapshots=DIR`` keeps the snapshot of each failing test.
 
-Without torch or CUDA a marked test is skipped, and the skip says why. The limit logic
-itself is :func:`evaluate` (on a :class:`fragscope.Snapshot`) and :func:`evaluate_stats`
-(on a ``torch.cuda.memory_stats()`` dict), usable without pytest.
+The marker's arguments are checked when the tests are collected, on every machine (a
+CPU-only CI run too): an unknown limit name or a size that does not parse stops the run
+with one line per bad marker, before any test runs.
+
+Without torch or CUDA a marked test is skipped; the skip names the test and says why.
+``--fragscope-without-cuda=run`` (or the ini option ``fragscope_without_cuda = run``) runs
+the test body anyway, without the memory check, and lists those tests at the end. The limit
+logic itself is :func:`evaluate` (on a :class:`fragscope.Snapshot`) and
+:func:`evaluate_stats` (on a ``torch.cuda.memory_stats()`` dict), usable without pytest.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import pytest
 
@@ -69,7 +75,9 @@ def evaluate(snap: "fragscope.Snapshot", limits: Dict[str, Any], top: int = 5) -
     """Checks a snapshot against ``limits`` (any of :data:`LIMIT_NAMES`)."""
     unknown = set(limits) - set(LIMIT_NAMES)
     if unknown:
-        raise TypeError(f"unknown cuda_memory limit(s): {', '.join(sorted(unknown))}; known: {', '.join(LIMIT_NAMES)}")
+        raise fragscope.ArgumentError(
+            f"unknown cuda_memory limit(s): {', '.join(sorted(unknown))}; known: {', '.join(LIMIT_NAMES)}"
+        )
     lines: List[str] = []
     gate = snap.check(
         max_reserved=limits.get("max_reserved"),
@@ -124,8 +132,49 @@ def evaluate_stats(stats: Dict[str, Any], limits: Dict[str, Any]) -> Verdict:
     return Verdict(ok=not lines, lines=lines)
 
 
+def marker_errors(args: Sequence[Any], kwargs: Dict[str, Any]) -> List[str]:
+    """What is wrong with a ``cuda_memory(*args, **kwargs)`` marker (empty: nothing):
+    positional arguments, unknown limit names, values that do not parse."""
+    errors = []
+    if args:
+        errors.append(f"takes keyword limits only ({', '.join(LIMIT_NAMES)}), got positional {args!r}")
+    unknown = sorted(set(kwargs) - set(LIMIT_NAMES))
+    if unknown:
+        errors.append(f"unknown limit(s) {', '.join(unknown)}; known: {', '.join(LIMIT_NAMES)}")
+    known = {k: v for k, v in kwargs.items() if k in LIMIT_NAMES}
+    for name, value in known.items():
+        try:
+            _parsed({name: value})
+        except (fragscope.FragscopeError, TypeError, ValueError) as e:
+            errors.append(f"{name}={value!r}: {e}")
+    return errors
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: List[Any]) -> None:
+    """Checks every cuda_memory marker at collection, whether or not CUDA is here."""
+    bad = []
+    for item in items:
+        for marker in item.iter_markers(MARKER):
+            for e in marker_errors(marker.args, marker.kwargs):
+                bad.append(f"{item.nodeid}: {MARKER}: {e}")
+    if bad:
+        raise pytest.UsageError("fragscope: bad cuda_memory marker(s):\n  " + "\n  ".join(bad))
+
+
 def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("fragscope", "CUDA memory limits (fragscope)")
+    group.addoption(
+        "--fragscope-without-cuda",
+        choices=("skip", "run"),
+        default=None,
+        help="what a cuda_memory test does without torch or CUDA: skip it (default), or run its "
+        "body without the memory check (listed at the end). Ini: fragscope_without_cuda",
+    )
+    parser.addini(
+        "fragscope_without_cuda",
+        "skip (default) or run: cuda_memory tests without torch or CUDA",
+        default="skip",
+    )
     group.addoption(
         "--fragscope-keep-snapshots",
         metavar="DIR",
@@ -157,18 +206,33 @@ def _cuda_torch() -> Any:
         return None, str(e)
 
 
+# Tests run without their memory check (--fragscope-without-cuda=run), per session config.
+_UNCHECKED: Dict[Any, List[Tuple[str, str]]] = {}
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: Any, config: Any) -> None:
+    ran = _UNCHECKED.pop(config, [])
+    if ran:
+        terminalreporter.section("fragscope: cuda_memory limits NOT checked")
+        for nodeid, why in ran:
+            terminalreporter.write_line(f"{nodeid}: body run without the memory check ({why})")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: Any):
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         yield
         return
-    if marker.args:
-        raise TypeError(f"{MARKER} takes keyword limits only ({', '.join(LIMIT_NAMES)})")
     limits = dict(marker.kwargs)
     torch, why = _cuda_torch()
     if torch is None:
-        pytest.skip(f"fragscope: {why}; the {MARKER} limits of this test were not checked")
+        mode = item.config.getoption("--fragscope-without-cuda") or item.config.getini("fragscope_without_cuda")
+        if mode == "run":
+            _UNCHECKED.setdefault(item.config, []).append((item.nodeid, str(why)))
+            yield
+            return
+        pytest.skip(f"fragscope: {item.nodeid}: {why}; the {MARKER} limits of this test were not checked")
     max_entries = item.config.getoption("--fragscope-max-entries")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import fragscope
-from conftest import REPO, TRACES, cli_path, params, real_files, real_pickles, run_cli
+from conftest import grid_file, params, real_file, real_files, real_pickles, run_cli
 
+SMALL = "effdl-course-liger-ce.pickle"  # a small real snapshot with a trace, in the repository and the corpus
 FILES = real_files()
 PICKLES = real_pickles()
 
@@ -63,7 +64,7 @@ def test_summary_equals_cli(path):
     if r is not None:
         assert r.schema == "fragscope.summary/1"
         assert r.file == str(path)
-        assert "<table>" in r._repr_html_()
+        assert ("<table>" in r._repr_html_()) == bool(r.devices)
         assert [d.device for d in r.devices] == fragscope.load(str(path)).devices
 
 
@@ -130,10 +131,16 @@ def test_replay_and_check_equal_cli(path, tmp_path):
         ["replay", "--json", "--config", "expandable_segments:True", "--capacity", "T4", str(path)],
         lambda: snap_fn().replay(configs=["expandable_segments:True"], capacity="T4"),
     )
-    same_as_cli(
-        ["replay", "--json", "--empty-cache-at", "iteration", "--no-caching", str(path)],
-        lambda: snap_fn().replay(empty_cache_at="iteration", no_caching=True),
-    )
+    # An empty_cache() point found on no device: the CLI notes it, the API refuses it.
+    out, err = cli_json("replay", "--json", "--empty-cache-at", "iteration", "--no-caching", str(path))
+    assert err is None, err
+    devices = json.loads(out)["files"][0]["devices"]
+    unfound = [n for d in devices for n in d.get("advice_notes", []) if "every iteration boundary: not replayed" in n]
+    if devices and len(unfound) == len(devices):
+        with pytest.raises(fragscope.ArgumentError, match="empty_cache_at='iteration': not found on any device"):
+            snap_fn().replay(empty_cache_at="iteration", no_caching=True)
+    else:
+        assert snap_fn().replay(empty_cache_at="iteration", no_caching=True).to_json() == out
     # The allocator lab: equal to the CLI's but for its timing fields (measured per run).
     out, err = cli_json("replay", "--json", "--allocator", "best-fit", "--allocator", "expandable", str(path))
     assert err is None, err
@@ -152,9 +159,8 @@ def test_replay_and_check_equal_cli(path, tmp_path):
 
 
 def test_diff_equals_cli():
-    a, b = TRACES / "cs336-2.7b-fwd-ctx128-bf16.pickle", TRACES / "cs336-2.7b-fwd-ctx128-fp32.pickle"
-    if not a.is_file():
-        pytest.skip(f"{a} not found")
+    # The same program in fp32 and mixed precision (grids, in the repository and the corpus).
+    a, b = grid_file("niu-fwd-ctx200-fp32.pickle"), grid_file("niu-fwd-ctx200-mixed.pickle")
     r = same_as_cli(["diff", "--json", "--top", "5", str(a), str(b)],
                     lambda: fragscope.load(str(a)).diff(fragscope.load(str(b)), top=5))
     assert r.schema == "fragscope.diff/1" and r.a == str(a)
@@ -188,9 +194,7 @@ def test_refused_pickle(tmp_path):
 
 
 def test_truncated_file(tmp_path):
-    src = TRACES / "mlsysexp-linear-toy.pkl"
-    if not src.is_file():
-        pytest.skip(f"{src} not found")
+    src = real_file(SMALL)
     cut = tmp_path / "cut.pickle"
     data = src.read_bytes()
     cut.write_bytes(data[: len(data) // 2])
@@ -212,31 +216,133 @@ def test_missing_file_and_directory(tmp_path):
     same_as_cli(["summary", "--json", str(tmp_path)], lambda: fragscope.load(tmp_path).summary())
 
 
+def in_python_words(cli_line: str) -> str:
+    """The CLI's error line as the API words it: `error: ` dropped, flags as argument names."""
+    line = cli_line[len("error: "):]
+    for flag, name in [("--max-reserved", "max_reserved"), ("--max-allocated", "max_allocated"),
+                       ("--max-fragmentation", "max_fragmentation"), ("--empty-cache-at", "empty_cache_at"),
+                       ("--capacity", "capacity"), ("--config", "configs")]:
+        line = line.replace(flag, name)
+    return line
+
+
 def test_bad_config_capacity_and_limits():
     snap = fragscope.example()
     p = run_cli("replay", "--config", "expandable_segments:Maybe")
     assert p.returncode == 2
-    with pytest.raises(fragscope.FragscopeError) as e:
+    with pytest.raises(fragscope.ArgumentError) as e:
         snap.replay(configs=["expandable_segments:Maybe"])
-    assert "error: " + str(e.value) == p.stderr.strip()
-    with pytest.raises(fragscope.FragscopeError, match="invalid capacity"):
+    assert str(e.value) == in_python_words(p.stderr.strip())
+    with pytest.raises(fragscope.ArgumentError, match="invalid capacity"):
         snap.replay(capacity="a lot")
-    p = run_cli("check", "--max-reserved", "12 parsecs", str(TRACES / "mlsysexp-linear-toy.pkl"))
-    with pytest.raises(fragscope.FragscopeError) as e:
+    p = run_cli("check", "--max-reserved", "12 parsecs", str(real_file(SMALL)))
+    with pytest.raises(fragscope.ArgumentError) as e:
         snap.check(max_reserved="12 parsecs")
-    assert p.returncode == 2 and "error: " + str(e.value) == p.stderr.strip()
-    with pytest.raises(fragscope.FragscopeError, match="--max-fragmentation"):
+    assert p.returncode == 2 and str(e.value) == in_python_words(p.stderr.strip())
+    assert "--max-reserved" in p.stderr and "--" not in str(e.value)
+    with pytest.raises(fragscope.ArgumentError, match="max_fragmentation") as e:
         snap.check(max_fragmentation="lots")
-    with pytest.raises(fragscope.FragscopeError):
+    assert "--" not in str(e.value)
+    with pytest.raises(fragscope.ArgumentError):
         snap.analyze(top=0)
     assert isinstance(fragscope.FragscopeError("x"), ValueError)
+
+
+# --- errors: in `fragscope`, picklable, by kind, clear for wrong arguments ------------------
+
+
+def _load_in_worker(path: str) -> None:
+    fragscope.load(path)
+
+
+def test_errors_live_in_fragscope_and_pickle(tmp_path):
+    import concurrent.futures
+    import traceback
+
+    missing = str(tmp_path / "nope.pickle")
+    with pytest.raises(fragscope.SnapshotError) as e:
+        fragscope.load(missing)
+    err = e.value
+    assert type(err).__module__ == "fragscope" and fragscope.FragscopeError.__module__ == "fragscope"
+    assert traceback.format_exception_only(type(err), err)[0].startswith("fragscope.SnapshotError: cannot read ")
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is fragscope.SnapshotError and str(again) == str(err)
+    # Under a process pool the caller gets the error itself, not a PicklingError.
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1) as pool:
+        got = pool.submit(_load_in_worker, missing).exception(timeout=120)
+    assert type(got) is fragscope.SnapshotError and str(got) == str(err)
+    assert issubclass(fragscope.RefusedPickleError, fragscope.SnapshotError)
+    assert issubclass(fragscope.ArgumentError, fragscope.FragscopeError)
+    assert issubclass(fragscope.SnapshotError, ValueError)
+
+
+def test_errors_by_kind(tmp_path):
+    evil = tmp_path / "evil.pickle"
+    evil.write_bytes(pickle.dumps(os.system, protocol=4))
+    with pytest.raises(fragscope.RefusedPickleError):
+        fragscope.load(evil)
+    with pytest.raises(fragscope.RefusedPickleError):
+        fragscope.loads(evil.read_bytes())
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"garbage!")
+    with pytest.raises(fragscope.SnapshotError) as e:
+        fragscope.load(bad)
+    assert type(e.value) is fragscope.SnapshotError
+    with pytest.raises(fragscope.SnapshotError, match="a Python int"):
+        fragscope.from_dict(42)
+    with pytest.raises(fragscope.ArgumentError):
+        fragscope.example().replay(configs=["expandable_segments:Maybe"])
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda s: fragscope.load(None), r"load: path must be a path \(str or os.PathLike\), not None"),
+        (lambda s: fragscope.loads("text"), r"loads: data must be bytes .*not str 'text'"),
+        (lambda s: s.analyze(top=-1), r"top must be an int in 1..1000, not int -1"),
+        (lambda s: s.analyze(top="3"), r"top must be an int in 1..1000, not str '3'"),
+        (lambda s: s.diff(s, top=0), r"top must be an int in 1..1000"),
+        (lambda s: s.replay(device="0"), r"device must be a CUDA device number"),
+        (lambda s: s.replay(configs=[1]), r"configs must hold strings, not int 1"),
+        (lambda s: s.check(max_reserved=1.5), r"max_reserved must be bytes"),
+        (lambda s: s.check(max_fragmentation=[0.1]), r"max_fragmentation must be a fraction"),
+        (lambda s: fragscope.analyze_many([None]), r"analyze_many: each path must be a path"),
+    ],
+    ids=["load-None", "loads-str", "top-negative", "top-str", "diff-top", "device-str", "configs-int",
+         "size-float", "fraction-list", "many-None"],
+)
+def test_bad_arguments_are_argument_errors(call, match):
+    with pytest.raises(fragscope.ArgumentError, match=match):
+        call(fragscope.example())
+
+
+def test_diff_takes_a_snapshot_or_a_path(tmp_path):
+    a = fragscope.example()
+    with pytest.raises(fragscope.SnapshotError, match=r"cannot read x"):
+        a.diff("x")
+    path = tmp_path / "b.pickle"
+    a.save(path)
+    assert a.diff(path).to_dict()["devices"] == a.diff(fragscope.load(path)).to_dict()["devices"]
+
+
+def test_missing_device_and_empty_cache_point_are_errors():
+    snap = fragscope.load(real_file(SMALL))
+    assert 7 not in snap.devices
+    with pytest.raises(fragscope.ArgumentError, match=r"device=7: this snapshot has no device 7 \(devices with a replayable trace: \[0\]\)"):
+        snap.replay(device=7)
+    with pytest.raises(fragscope.ArgumentError, match=r"device=7"):
+        snap.lab("best-fit", device=7)
+    with pytest.raises(fragscope.ArgumentError, match=r"empty_cache_at='nosuch': not found on any device"):
+        snap.replay(empty_cache_at="nosuch")
+    # The device that is there, and a point that is found, still work.
+    assert snap.replay(device=0, empty_cache_at="entry:1").devices[0].device == 0
 
 
 @pytest.mark.parametrize(
     "obj, match",
     [
         ({"a": 1}, "without a 'segments' key"),
-        (42, "a pickled int"),
+        (42, "a Python int"),
         ({"segments": [{"address": 1}]}, "lacks 'total_size'"),
         ({"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]}, "'addr' is not an integer"),
         ({"segments": [object()]}, "a Python 'object' object"),
@@ -268,9 +374,7 @@ def test_deep_and_cyclic_dicts():
 
 
 def test_console_script_and_module_run_the_cli(tmp_path):
-    path = TRACES / "mlsysexp-linear-toy.pkl"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = real_file(SMALL)
     ref = run_cli("summary", "--json", str(path))
     script = Path(sys.executable).with_name("fragscope")
     commands = [[sys.executable, "-m", "fragscope"]]
@@ -290,8 +394,7 @@ def test_console_script_and_module_run_the_cli(tmp_path):
 def test_analysis_releases_the_gil():
     """While one thread analyses, another Python thread keeps running."""
     path = max(PICKLES, key=lambda p: p.stat().st_size) if PICKLES else None
-    if path is None:
-        pytest.skip("no real snapshots")
+    assert path is not None, "no real snapshots"
     snap = fragscope.load(path)
     done = threading.Event()
     ticks = 0

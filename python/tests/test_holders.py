@@ -130,8 +130,7 @@ def test_blocks_by_site_on_real_snapshots():
     from conftest import real_pickles
 
     files = real_pickles()[:12]
-    if not files:
-        pytest.skip("real snapshots not found")
+    assert files, "no real snapshots"
     import fragscope
 
     for path in files:
@@ -149,11 +148,9 @@ def test_blocks_by_site_on_real_snapshots():
 
 
 def test_who_holds_site_fake_torch(module, monkeypatch):
-    from conftest import TRACES
+    from conftest import real_file
 
-    path = TRACES / "mlsysexp-linear-toy.pkl"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = real_file("effdl-course-liger-ce.pickle")
     t = fake_torch.make(snapshot_file=str(path))
     monkeypatch.setitem(sys.modules, "torch", t)
     live = ft.snapshot()

@@ -14,23 +14,22 @@ import pytest
 import fragscope
 from fragscope.pytest_plugin import evaluate, evaluate_stats
 import fake_torch
-from conftest import TRACES
+from conftest import real_file
 
 HERE = Path(__file__).resolve().parent
-SNAP = TRACES / "codeloc-qwen3-gnn-expandable-oom-3gpu.pickle"
+# A real snapshot over 1 GiB reserved (2.7 GiB), in the repository and the corpus.
+SNAP_NAME = "effdl-aphelack-customfsdp-4gpu.pickle"
 
 
-def need(path: Path) -> Path:
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    return path
+def need(name: str) -> Path:
+    return real_file(name)
 
 
 # --- the limit logic ------------------------------------------------------------------
 
 
 def test_evaluate_real_snapshot_against_check():
-    snap = fragscope.load(need(SNAP))
+    snap = fragscope.load(need(SNAP_NAME))
     figures = snap.check().to_dict()["devices"]
     top_reserved = max(d["peak_reserved"] for d in figures)
     assert evaluate(snap, {"max_reserved": top_reserved}).ok
@@ -45,7 +44,7 @@ def test_evaluate_real_snapshot_against_check():
     assert evaluate(snap, {"max_allocated": "1TiB", "max_fragmentation": "50%"}).ok
     frag = max(d["peak_fragmentation"] for d in figures)
     assert not evaluate(snap, {"max_fragmentation": frag / 2}).ok
-    with pytest.raises(TypeError, match="max_reserve"):
+    with pytest.raises(fragscope.ArgumentError, match="max_reserve"):
         evaluate(snap, {"max_reserve": 1})
     with pytest.raises(fragscope.FragscopeError):
         evaluate(snap, {"max_reserved": "lots"})
@@ -90,29 +89,86 @@ def fake_conftest(pytester, cuda=True):
         import sys
         sys.path.insert(0, {str(HERE)!r})
         import fake_torch
-        fake_torch.install(snapshot_file={str(SNAP)!r}, cuda={cuda!r})
+        fake_torch.install(snapshot_file={str(need(SNAP_NAME))!r}, cuda={cuda!r})
     """))
 
 
 @pytest.mark.parametrize(
     "torch_kind, says",
-    [("absent", "*fragscope: fragscope.torch needs PyTorch*cuda_memory limits of this test were not checked*"),
-     ("fake-without-cuda", "*fragscope: CUDA is not available*cuda_memory limits of this test were not checked*")],
+    [("absent", "*fragscope: *::test_marked: fragscope.torch needs PyTorch*cuda_memory limits of this test were not checked*"),
+     ("fake-without-cuda", "*fragscope: *::test_marked: CUDA is not available*cuda_memory limits of this test were not checked*")],
 )
 def test_plugin_skips_without_cuda_and_says_so(pytester, monkeypatch, torch_kind, says):
     if torch_kind == "absent":
         monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, as without PyTorch
     else:
-        need(SNAP)
+        need(SNAP_NAME)
         fake_conftest(pytester, cuda=False)
     pytester.makepyfile(MARKED.format(limit="1GiB"))
     r = pytester.runpytest_inprocess("-rs")
     r.assert_outcomes(passed=1, skipped=1)
     r.stdout.fnmatch_lines([says])
+    # The skip names the test (pytest would otherwise group every skip under the plugin's line).
+    r.stdout.fnmatch_lines(["SKIPPED*fragscope: test_plugin_skips_without_cuda_and_says_so.py::test_marked: *"])
+
+
+@pytest.mark.parametrize(
+    "marker, says",
+    [
+        ("max_reserve='1GiB'", "*test_marked: cuda_memory: unknown limit(s) max_reserve; known: max_reserved*"),
+        ("max_reserved='12 parsecs'", "*test_marked: cuda_memory: max_reserved='12 parsecs': *"),
+        ("max_fragmentation='lots'", "*test_marked: cuda_memory: max_fragmentation='lots': *"),
+        ("'1GiB'", "*test_marked: cuda_memory: takes keyword limits only*"),
+    ],
+    ids=["unknown-name", "bad-size", "bad-fraction", "positional"],
+)
+def test_plugin_checks_markers_at_collection_without_cuda(pytester, monkeypatch, marker, says):
+    """A typo in a marker stops the run at collection on a CPU-only machine, before any test."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    pytester.makepyfile(f"""
+import pytest
+
+@pytest.mark.cuda_memory({marker})
+def test_marked():
+    pass
+
+def test_unmarked():
+    pass
+""")
+    r = pytester.runpytest_inprocess()
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str()
+    r.stderr.fnmatch_lines(["*fragscope: bad cuda_memory marker(s):*", says])
+    r.assert_outcomes()  # nothing ran
+
+
+def test_plugin_runs_the_body_without_cuda_when_asked(pytester, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.cuda_memory(max_reserved="1GiB")
+def test_marked_passes():
+    pass
+
+@pytest.mark.cuda_memory(max_reserved="1GiB")
+def test_marked_fails():
+    assert 1 + 1 == 3
+""")
+    r = pytester.runpytest_inprocess("--fragscope-without-cuda=run")
+    # The bodies ran: one passed, one failed on its own assertion.
+    r.assert_outcomes(passed=1, failed=1)
+    r.stdout.fnmatch_lines([
+        "*fragscope: cuda_memory limits NOT checked*",
+        "*::test_marked_passes: body run without the memory check (fragscope.torch needs PyTorch*",
+    ])
+    # The same through the ini option.
+    pytester.makeini("[pytest]\nfragscope_without_cuda = run\n")
+    r = pytester.runpytest_inprocess()
+    r.assert_outcomes(passed=1, failed=1)
 
 
 def test_plugin_passes_within_limits_fake_torch(pytester):
-    need(SNAP)
+    need(SNAP_NAME)
     fake_conftest(pytester)
     pytester.makepyfile(MARKED.format(limit="1TiB"))
     r = pytester.runpytest_inprocess()
@@ -124,9 +180,10 @@ def test_plugin_passes_within_limits_fake_torch(pytester):
 
 
 def test_plugin_fails_over_limit_names_sites_and_keeps_snapshot_fake_torch(pytester, tmp_path):
-    need(SNAP)
+    need(SNAP_NAME)
     fake_conftest(pytester)
     pytester.makepyfile(MARKED.format(limit="1GiB"))
+    first_site = fragscope.load(need(SNAP_NAME)).analyze().to_dict()["files"][0]["devices"][0]["peaks"]["allocated_peak"]["sites"][0]["site"]
     keep = tmp_path / "kept"
     r = pytester.runpytest_inprocess(f"--fragscope-keep-snapshots={keep}")
     r.assert_outcomes(passed=1, failed=1)
@@ -134,14 +191,14 @@ def test_plugin_fails_over_limit_names_sites_and_keeps_snapshot_fake_torch(pytes
         "*fragscope: CUDA memory limit exceeded:*",
         "*peak reserved * on device 0 exceeds max_reserved 1024.00 MiB*",
         "*top call sites at the allocated peak:*",
-        "*modeling_utils.py:4346:to*",
+        f"*{first_site}*",
         "*snapshot kept:*",
     ])
     kept = list(keep.glob("*.pickle"))
     assert len(kept) == 1
     # The kept snapshot is the one the test saw.
     assert fragscope.load(kept[0]).summary().to_dict()["files"][0]["devices"] == \
-        fragscope.load(SNAP).summary().to_dict()["files"][0]["devices"]
+        fragscope.load(need(SNAP_NAME)).summary().to_dict()["files"][0]["devices"]
 
 
 def test_plugin_marker_is_registered(pytester):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import fragscope
-from conftest import TRACES, params, real_pickles, run_cli
+from conftest import grid_file, params, real_pickles, run_cli
 
 PICKLES = real_pickles()
 
@@ -24,9 +24,7 @@ def test_report_equals_cli(path, tmp_path):
 
 
 def test_two_runs_compared_as_cli(tmp_path):
-    a, b = TRACES / "cs336-2.7b-fwd-ctx128-bf16.pickle", TRACES / "cs336-2.7b-fwd-ctx128-fp32.pickle"
-    if not a.is_file():
-        pytest.skip(f"{a} not found")
+    a, b = grid_file("niu-fwd-ctx200-fp32.pickle"), grid_file("niu-fwd-ctx200-mixed.pickle")
     out = tmp_path / "cli.html"
     p = run_cli("report", str(a), str(b), "-o", str(out))
     assert p.returncode == 0, p.stderr
@@ -35,8 +33,10 @@ def test_two_runs_compared_as_cli(tmp_path):
     assert (tmp_path / "api.html").read_text(encoding="utf-8") == r.html
 
 
-def test_jupyter_shows_the_page_in_a_sandboxed_iframe():
+def test_jupyter_shows_the_page_in_a_sandboxed_iframe(monkeypatch):
     r = fragscope.example().report()
+    # Inline only within the notebook budget (test_repr.py checks the page over it).
+    monkeypatch.setattr(fragscope.Report, "max_inline_bytes", len(r.html))
     shown = r._repr_html_()
     assert shown.startswith('<iframe sandbox="allow-scripts"')
     # The whole page is inside srcdoc, escaped: no raw tag of the page leaks out.

@@ -11,16 +11,14 @@ import pytest
 import fragscope
 import fragscope.torch as ft
 import fake_torch
-from conftest import TRACES
+from conftest import real_file
 
-SNAP = TRACES / "mlsysexp-linear-toy.pkl"
+SNAP_NAME = "effdl-course-liger-ce.pickle"  # a small real snapshot, in the repository and the corpus
 
 
 @pytest.fixture
 def fake(monkeypatch):
-    if not SNAP.is_file():
-        pytest.skip(f"{SNAP} not found")
-    t = fake_torch.make(snapshot_file=str(SNAP))
+    t = fake_torch.make(snapshot_file=str(real_file(SNAP_NAME)))
     monkeypatch.setitem(sys.modules, "torch", t)
     return t
 
@@ -53,7 +51,7 @@ def test_record_fake_torch(fake, tmp_path):
     assert data[:2] == b"\x80\x04"
     by_file = fragscope.load(out, name="x").summary().to_json()
     assert by_file == fragscope.from_dict(fake.cuda.memory._snapshot(), name="x").summary().to_json()
-    assert live.summary().to_dict()["files"][0]["devices"] == fragscope.load(SNAP).summary().to_dict()["files"][0]["devices"]
+    assert live.summary().to_dict()["files"][0]["devices"] == fragscope.load(real_file(SNAP_NAME)).summary().to_dict()["files"][0]["devices"]
 
 
 def test_record_stops_and_dumps_when_the_block_raises_fake_torch(fake, tmp_path):

@@ -7,7 +7,8 @@
 //! ([`oom`], [`recommend`], [`analyze`]), comparisons and CI gates ([`diff`], [`check`]),
 //! the OOM error text ([`oom_message`]), leaks planted into real files to test the
 //! leak detector ([`plant`]), and replay of traces through the allocator model
-//! ([`replay`], [`recorder`]); the usual advice (`empty_cache`, no caching) judged from an
+//! ([`replay`], [`recorder`]); memory at a size nobody recorded, from recordings at other
+//! sizes ([`predict`]); the usual advice (`empty_cache`, no caching) judged from an
 //! OOM message ([`advice`]) or replayed ([`replay::advice`]).
 
 pub mod oom_message;
@@ -24,8 +25,10 @@ pub mod leaks;
 pub mod lives;
 pub mod plant;
 pub mod timeline;
+pub mod window;
 
 pub mod advice;
 pub mod analyze;
 pub mod oom;
+pub mod predict;
 pub mod recommend;

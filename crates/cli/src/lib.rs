@@ -15,6 +15,7 @@ pub mod cmd;
 pub mod example;
 pub mod input;
 pub mod output;
+pub mod windowed;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -53,6 +54,10 @@ enum Command {
     /// One self-contained HTML file (offline, opens from file://): memory timeline,
     /// allocator state at any moment, fragmentation, findings. Without FILE: the example.
     Report(cmd::report::Args),
+    /// Predict memory at a size nobody recorded (batch size, sequence length, ...) from
+    /// recordings of the same program at two or more sizes, replayed through the
+    /// allocator model; --capacity says whether it fits, --max-fit finds the largest size.
+    Predict(cmd::predict::Args),
     /// (For testing the leak detector.) Drop the frees of a call site's allocations in a
     /// snapshot's trace, keeping the final state consistent, and write the result.
     #[command(name = "plant-leak", hide = true)]
@@ -69,6 +74,7 @@ impl Command {
             Command::Diff(a) => cmd::diff::run(a),
             Command::Check(a) => cmd::check::run(a),
             Command::Report(a) => cmd::report::run(a),
+            Command::Predict(a) => cmd::predict::run(a),
             Command::PlantLeak(a) => cmd::plant::run(a),
         }
     }

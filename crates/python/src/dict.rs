@@ -3,30 +3,75 @@
 //! handed to [`fragscope_snapshot::Feeder`], the pickle reader's own absorber and builder,
 //! so the model is the one reading a pickle of the same objects gives.
 //!
-//! Lists met twice (a frame list shared by a block and its trace entries, as pickle's memo
-//! shares them) are handed over once, found by identity; strings too, so each distinct key
-//! object is converted and interned once. A dict is walked each time it is met (a frame
-//! dict interns to the same frame again; a dict containing itself ends at the depth limit). Everything walked is kept alive by `obj` for the
-//! whole walk, which makes identity (the object's address) a sound key.
+//! Lists and dicts met twice (a frame list shared by a block and its trace entries, a frame
+//! dict shared by many stacks, as pickle's memo shares them) are walked once and handed over
+//! again, found by identity, as the pickle reader gets them from its memo. A dict is
+//! remembered once complete, so one that contains itself ends at the depth limit. Everything walked is kept alive by `obj` for the whole walk, which makes
+//! identity (the object's address) a sound key.
+//!
+//! Speed: a snapshot is millions of small dicts, ints and strings, so the objects of the
+//! exact built-in types are read through the C API directly ([`Walk::value`]): the type by
+//! one pointer compare, dict items by `PyDict_Next` and list items by `PyList_GetItem`
+//! (borrowed references, no reference counting per item), strings by
+//! `PyUnicode_AsUTF8AndSize` (the UTF-8 the string object caches, no copy), and a small
+//! table by address in front of the string interner (the same key objects, `"addr"`,
+//! `"size"`, `"filename"`, ..., come back in every entry). Anything else (subclasses,
+//! tuples, bytes, big ints) takes the general path through pyo3 ([`Walk::value_general`]).
+//! No Python code runs during the walk on the direct path, so the borrowed references stay
+//! valid; the general path holds a strong reference to what it reads.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use fragscope_snapshot::{FeedValue, Feeder, Snapshot};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// Nesting deeper than this is refused, as the pickle reader refuses it.
 const MAX_DEPTH: usize = 256;
 
-struct Walk {
+struct Walk<'py> {
+    py: Python<'py>,
     feeder: Feeder,
-    /// Lists and strings already converted, by address.
+    /// Lists and dicts already converted, by address.
     seen: HashMap<usize, FeedValue, BuildHasherDefault<AddrHasher>>,
+    /// Strings recently converted, by address (direct-mapped): a cache in front of the
+    /// feeder's interner, which gives the same value for the same text anyway.
+    strings: Vec<(usize, Option<FeedValue>)>,
+    types: Types,
 }
 
+/// The exact built-in types the direct path reads.
+struct Types {
+    int: *mut ffi::PyTypeObject,
+    str: *mut ffi::PyTypeObject,
+    dict: *mut ffi::PyTypeObject,
+    list: *mut ffi::PyTypeObject,
+    float: *mut ffi::PyTypeObject,
+    bool: *mut ffi::PyTypeObject,
+}
+
+impl Types {
+    /// The addresses of the interpreter's static type objects (taking an address reads
+    /// nothing).
+    fn get() -> Self {
+        Types {
+            int: std::ptr::addr_of_mut!(ffi::PyLong_Type),
+            str: std::ptr::addr_of_mut!(ffi::PyUnicode_Type),
+            dict: std::ptr::addr_of_mut!(ffi::PyDict_Type),
+            list: std::ptr::addr_of_mut!(ffi::PyList_Type),
+            float: std::ptr::addr_of_mut!(ffi::PyFloat_Type),
+            bool: std::ptr::addr_of_mut!(ffi::PyBool_Type),
+        }
+    }
+}
+
+/// Slots of [`Walk::strings`] (a power of two).
+const STRING_SLOTS: usize = 4096;
+
 /// Hashes an object address with one multiply: SipHash's resistance to chosen keys buys
-/// nothing for addresses, and this map is probed for every key and string of every entry.
+/// nothing for addresses, and this map is probed for every list of every entry.
 #[derive(Default)]
 struct AddrHasher(u64);
 
@@ -45,39 +90,138 @@ impl Hasher for AddrHasher {
     }
 }
 
-/// Walks `obj` into a [`Snapshot`]; the error is the reader's message.
+/// Walks `obj` into a [`Snapshot`]; the error is the reader's message. The walk holds
+/// the GIL (it reads Python objects); building the model from what was fed does not, and
+/// runs with the GIL released.
 pub fn snapshot_from_py(obj: &Bound<'_, PyAny>) -> Result<Snapshot, String> {
-    let mut w = Walk { feeder: Feeder::new(), seen: HashMap::default() };
-    let top = w.value(obj, 0)?;
-    w.feeder.finish(top).map_err(|e| e.to_string())
+    let (feeder, top) = feed(obj)?;
+    obj.py().allow_threads(move || feeder.finish(top).map_err(|e| e.to_string()))
 }
 
-impl Walk {
-    fn value(&mut self, o: &Bound<'_, PyAny>, depth: usize) -> Result<FeedValue, String> {
+/// The walk alone: the feeder holding every object of `obj`, and the top value.
+pub fn feed(obj: &Bound<'_, PyAny>) -> Result<(Feeder, FeedValue), String> {
+    let mut w = Walk {
+        py: obj.py(),
+        feeder: Feeder::new(),
+        seen: HashMap::default(),
+        strings: vec![(0, None); STRING_SLOTS],
+        types: Types::get(),
+    };
+    // SAFETY: `obj` is a live object and the GIL is held (`obj.py()`).
+    let top = unsafe { w.value(obj.as_ptr(), 0)? };
+    Ok((w.feeder, top))
+}
+
+impl<'py> Walk<'py> {
+    /// The direct path for the exact built-in types; the rest goes to [`Walk::value_general`].
+    ///
+    /// # Safety
+    /// `o` is a live object and the GIL is held; `o` stays alive while this runs (it is
+    /// reachable from the walked object, and no Python code runs on this path).
+    unsafe fn value(&mut self, o: *mut ffi::PyObject, depth: usize) -> Result<FeedValue, String> {
         if depth > MAX_DEPTH {
             return Err("nesting deeper than 256 levels: not a memory snapshot".into());
         }
-        let id = o.as_ptr() as usize;
-        // Exact types first (the common case, one pointer compare each); subclasses after.
-        // Ints are never shared in a way that matters: no lookup for them.
-        if o.is_exact_instance_of::<PyInt>() {
-            return self.int(o);
+        let t = ffi::Py_TYPE(o);
+        if t == self.types.int {
+            let mut overflow = 0;
+            let i = ffi::PyLong_AsLongLongAndOverflow(o, &mut overflow);
+            if overflow == 0 && !(i == -1 && !ffi::PyErr_Occurred().is_null()) {
+                return Ok(self.feeder.int(i));
+            }
+            ffi::PyErr_Clear();
+            return self.int(&Bound::from_borrowed_ptr(self.py, o));
         }
-        if let Some(&v) = self.seen.get(&id) {
-            return Ok(v);
+        if t == self.types.str {
+            return self.str(o);
         }
-        if let Ok(s) = o.downcast_exact::<PyString>() {
-            let v = self.feeder.str(&s.to_cow().map_err(|e| e.to_string())?);
+        if t == self.types.dict {
+            // A dict met again is handed over again, as pickle's memo does: a `pickle.load`ed
+            // snapshot shares its frame dicts (25 visits per distinct dict on the largest
+            // real file), and walking each visit was most of the cost. Remembered once
+            // complete, so a dict that contains itself still ends at the depth limit.
+            let id = o as usize;
+            if let Some(&v) = self.seen.get(&id) {
+                return Ok(v);
+            }
+            let v = self.feeder.dict();
+            let (mut pos, mut k, mut x) = (0, std::ptr::null_mut(), std::ptr::null_mut());
+            while ffi::PyDict_Next(o, &mut pos, &mut k, &mut x) != 0 {
+                let kv = self.value(k, depth + 1)?;
+                let xv = self.value(x, depth + 1)?;
+                self.feeder.set_item(v, kv, xv).map_err(|e| e.to_string())?;
+            }
             self.seen.insert(id, v);
             return Ok(v);
         }
+        if t == self.types.list {
+            let id = o as usize;
+            if let Some(&v) = self.seen.get(&id) {
+                return Ok(v);
+            }
+            let v = self.feeder.list();
+            self.seen.insert(id, v);
+            let mut i = 0;
+            while i < ffi::PyList_Size(o) {
+                let x = ffi::PyList_GetItem(o, i);
+                let xv = self.value(x, depth + 1)?;
+                self.feeder.append(v, xv).map_err(|e| e.to_string())?;
+                i += 1;
+            }
+            return Ok(v);
+        }
+        if o == ffi::Py_None() {
+            return Ok(self.feeder.none());
+        }
+        if t == self.types.float {
+            return Ok(self.feeder.float(ffi::PyFloat_AsDouble(o)));
+        }
+        if t == self.types.bool {
+            return Ok(self.feeder.bool(o == ffi::Py_True()));
+        }
+        // A strong reference: the general path may run Python code (an int subclass's
+        // `__index__`, a str subclass's encoding) that could drop the last other one.
+        self.value_general(&Bound::from_borrowed_ptr(self.py, o), depth)
+    }
+
+    /// An exact `str`: from the address cache, else its UTF-8 interned.
+    unsafe fn str(&mut self, o: *mut ffi::PyObject) -> Result<FeedValue, String> {
+        let id = o as usize;
+        let slot = ((id >> 4) ^ (id >> 16)) & (STRING_SLOTS - 1);
+        if let (addr, Some(v)) = self.strings[slot] {
+            if addr == id {
+                return Ok(v);
+            }
+        }
+        let mut len: ffi::Py_ssize_t = 0;
+        let p = ffi::PyUnicode_AsUTF8AndSize(o, &mut len);
+        if p.is_null() {
+            // Lone surrogates cannot be UTF-8: the general path says so.
+            ffi::PyErr_Clear();
+            let b = Bound::from_borrowed_ptr(self.py, o);
+            let s = b.downcast::<PyString>().map_err(|e| e.to_string())?;
+            return Ok(self.feeder.str(&s.to_cow().map_err(|e| e.to_string())?));
+        }
+        // SAFETY: CPython's UTF-8 form of a str is valid UTF-8, `len` bytes long, and
+        // lives as long as the string object.
+        let s = std::str::from_utf8_unchecked(std::slice::from_raw_parts(p.cast::<u8>(), len as usize));
+        let v = self.feeder.str(s);
+        self.strings[slot] = (id, Some(v));
+        Ok(v)
+    }
+
+    /// Subclasses of the built-in types, tuples, bytes, and what a snapshot never holds.
+    fn value_general(&mut self, o: &Bound<'py, PyAny>, depth: usize) -> Result<FeedValue, String> {
+        let id = o.as_ptr() as usize;
+        if let Some(&v) = self.seen.get(&id) {
+            return Ok(v);
+        }
         if let Ok(d) = o.downcast::<PyDict>() {
-            // Dicts are not remembered: millions of trace entries are never shared, and a
-            // shared frame dict converted twice interns to the same frame.
             let v = self.feeder.dict();
             for (k, x) in d.iter() {
-                let k = self.value(&k, depth + 1)?;
-                let x = self.value(&x, depth + 1)?;
+                // SAFETY: `k` and `x` are held by the iteration; the GIL is held.
+                let k = unsafe { self.value(k.as_ptr(), depth + 1)? };
+                let x = unsafe { self.value(x.as_ptr(), depth + 1)? };
                 self.feeder.set_item(v, k, x).map_err(|e| e.to_string())?;
             }
             return Ok(v);
@@ -86,13 +230,11 @@ impl Walk {
             let v = self.feeder.list();
             self.seen.insert(id, v);
             for x in l.iter() {
-                let x = self.value(&x, depth + 1)?;
+                // SAFETY: as above.
+                let x = unsafe { self.value(x.as_ptr(), depth + 1)? };
                 self.feeder.append(v, x).map_err(|e| e.to_string())?;
             }
             return Ok(v);
-        }
-        if o.is_none() {
-            return Ok(self.feeder.none());
         }
         if let Ok(b) = o.downcast::<PyBool>() {
             return Ok(self.feeder.bool(b.is_true()));
@@ -109,7 +251,8 @@ impl Walk {
         if let Ok(t) = o.downcast::<PyTuple>() {
             let mut items = Vec::with_capacity(t.len());
             for x in t.iter() {
-                items.push(self.value(&x, depth + 1)?);
+                // SAFETY: as above.
+                items.push(unsafe { self.value(x.as_ptr(), depth + 1)? });
             }
             return Ok(self.feeder.tuple(items));
         }

@@ -11,8 +11,12 @@
 //!   is byte for byte what `fragscope <command> --json` prints.
 //! * [`analyze_many`]: `analyze` of many files on every core.
 //!
-//! Every analysis runs with the GIL released. Errors are `FragscopeError` (a `ValueError`)
-//! carrying the CLI's one-line message, without the `error: ` prefix.
+//! Every analysis runs with the GIL released. Errors are the exception classes of
+//! `fragscope/_errors.py` (defined in Python so that they live in `fragscope` and pickle):
+//! `SnapshotError` / `RefusedPickleError` for input that is not a readable snapshot,
+//! `ArgumentError` for a bad argument, `FragscopeError` (their base, a `ValueError`) for
+//! the rest. Each carries the CLI's one-line message without the `error: ` prefix, with the
+//! Python argument names in place of the CLI's flags ([`python_words`]).
 
 pub mod dict;
 
@@ -23,21 +27,96 @@ use fragscope::cmd;
 use fragscope::CliError;
 use fragscope_analysis::analyze::{self, AnalyzeOptions};
 use fragscope_analysis::{check, diff, summary};
+use fragscope_snapshot::ReadError;
 use fragscope_snapshot::Snapshot as Snap;
-use pyo3::create_exception;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-create_exception!(
-    _native,
-    FragscopeError,
-    PyValueError,
-    "A snapshot that cannot be read, or a bad argument (size, fraction, allocator config). \
-     The message is the one line the `fragscope` command prints after `error: `."
-);
+/// The exception classes of `fragscope/_errors.py`, imported from the `fragscope` package
+/// (always imported before this module is: it is `fragscope._native`).
+mod errors {
+    pyo3::import_exception!(fragscope, FragscopeError);
+    pyo3::import_exception!(fragscope, SnapshotError);
+    pyo3::import_exception!(fragscope, RefusedPickleError);
+    pyo3::import_exception!(fragscope, ArgumentError);
+}
+use errors::{ArgumentError, FragscopeError, RefusedPickleError, SnapshotError};
 
-fn err(e: CliError) -> PyErr {
-    FragscopeError::new_err(e.message)
+/// What went wrong, for the exception class: the CLI has one error type (exit code 2 for
+/// all of these); Python callers catch them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Not a readable snapshot.
+    Snapshot,
+    /// A pickle that asks to run code.
+    Refused,
+    /// A bad argument.
+    Argument,
+    /// Anything else (a file that cannot be written, ...).
+    Other,
+}
+
+/// A failure on its way to Python: the CLI's message and its kind.
+struct Fail {
+    kind: Kind,
+    message: String,
+}
+
+impl Fail {
+    fn new(kind: Kind, e: CliError) -> Self {
+        Fail { kind, message: e.message }
+    }
+    fn argument(message: impl Into<String>) -> Self {
+        Fail { kind: Kind::Argument, message: message.into() }
+    }
+}
+
+impl From<Fail> for PyErr {
+    fn from(f: Fail) -> PyErr {
+        match f.kind {
+            Kind::Snapshot => SnapshotError::new_err(f.message),
+            Kind::Refused => RefusedPickleError::new_err(f.message),
+            Kind::Argument => ArgumentError::new_err(python_words(&f.message)),
+            Kind::Other => FragscopeError::new_err(f.message),
+        }
+    }
+}
+
+/// Any error of a step that only parses arguments is a bad argument.
+fn arg(e: CliError) -> Fail {
+    Fail::new(Kind::Argument, e)
+}
+
+/// Errors of steps past argument parsing (writing a file, rendering JSON).
+fn other_fail(e: CliError) -> Fail {
+    Fail::new(Kind::Other, e)
+}
+
+/// The CLI's argument messages in Python's words: `--max-reserved` is `max_reserved=` here,
+/// `--config` is `configs=`, ...
+fn python_words(message: &str) -> String {
+    const FLAGS: [(&str, &str); 10] = [
+        ("--max-reserved", "max_reserved"),
+        ("--max-allocated", "max_allocated"),
+        ("--max-fragmentation", "max_fragmentation"),
+        ("--empty-cache-at", "empty_cache_at"),
+        ("--save-snapshot", "save_snapshot"),
+        ("--no-caching", "no_caching"),
+        ("--allocator", "allocators"),
+        ("--capacity", "capacity"),
+        ("--config", "configs"),
+        ("--device", "device"),
+    ];
+    let mut m = message.to_string();
+    for (flag, name) in FLAGS {
+        m = m.replace(flag, name);
+    }
+    m
+}
+
+/// A snapshot that could not be read: refused (it asks to run code) or not a snapshot.
+fn read_fail(path: &Path, e: &ReadError) -> Fail {
+    let kind = if matches!(e, ReadError::Refused { .. }) { Kind::Refused } else { Kind::Snapshot };
+    Fail::new(kind, fragscope::input::read_error(path, e))
 }
 
 /// Threads for one analysis, as the CLI uses (`AnalyzeOptions::default().threads`).
@@ -105,18 +184,20 @@ impl Snapshot {
     /// `fragscope summary --json` of this snapshot.
     fn summary_json(&self, py: Python<'_>) -> PyResult<String> {
         let (snap, name, example) = (self.inner.clone(), self.name.clone(), self.example);
-        py.allow_threads(move || cmd::summary::json(&[(name, example, summary::summarize(&snap))])).map_err(err)
+        py.allow_threads(move || cmd::summary::json(&[(name, example, summary::summarize(&snap))]))
+            .map_err(|e| other_fail(e).into())
     }
 
     /// `fragscope analyze --json [--top N] [--what-if]` of this snapshot.
     #[pyo3(signature = (top = 10, what_if = false))]
-    fn analyze_json(&self, py: Python<'_>, top: usize, what_if: bool) -> PyResult<String> {
+    fn analyze_json(&self, py: Python<'_>, top: i64, what_if: bool) -> PyResult<String> {
         if !(1..=1000).contains(&top) {
-            return Err(FragscopeError::new_err(format!("top: {top} is not in 1..=1000")));
+            return Err(Fail::argument(format!("top={top}: it must be in 1..=1000")).into());
         }
+        let top = top as usize;
         let (snap, name) = (self.inner.clone(), self.name.clone());
         py.allow_threads(move || cmd::analyze::json(&[(name, analyze::analyze(&snap, &analyze_options(top, what_if)))]))
-            .map_err(err)
+            .map_err(|e| other_fail(e).into())
     }
 
     /// `fragscope replay --json` of this snapshot: `--verify`, `--config` (repeatable),
@@ -150,13 +231,15 @@ impl Snapshot {
         };
         let (snap, name) = (self.inner.clone(), self.name.clone());
         py.allow_threads(move || {
-            let capacity = cmd::replay::capacity_of(&args)?;
+            let capacity = cmd::replay::capacity_of(&args).map_err(arg)?;
+            device_replayable(&snap, args.device)?;
             let mut saved = None;
-            let devices = cmd::replay::replay_snapshot(&args, capacity, &snap, &mut saved)?;
-            cmd::replay::save(&args, saved.as_ref())?;
-            cmd::replay::json(&[(name, devices)], verify)
+            let devices = cmd::replay::replay_snapshot(&args, capacity, &snap, &mut saved).map_err(arg)?;
+            empty_cache_found(&args.empty_cache_at, &devices)?;
+            cmd::replay::save(&args, saved.as_ref()).map_err(other_fail)?;
+            cmd::replay::json(&[(name, devices)], verify).map_err(other_fail)
         })
-        .map_err(err)
+        .map_err(PyErr::from)
     }
 
     /// `fragscope replay --allocator NAME... --json` of this snapshot: the allocator lab
@@ -172,12 +255,13 @@ impl Snapshot {
         let args = cmd::replay::Args { allocator: allocators, capacity, device, json: true, ..Default::default() };
         let (snap, name) = (self.inner.clone(), self.name.clone());
         py.allow_threads(move || {
-            let capacity = cmd::replay::capacity_of(&args)?;
-            let specs = cmd::lab::specs_of(&args)?;
+            let capacity = cmd::replay::capacity_of(&args).map_err(arg)?;
+            let specs = cmd::lab::specs_of(&args).map_err(arg)?;
+            device_replayable(&snap, args.device)?;
             let devices = cmd::lab::lab_snapshot(&args, capacity, &snap, &specs);
-            cmd::lab::json(&[(name, devices)])
+            cmd::lab::json(&[(name, devices)]).map_err(other_fail)
         })
-        .map_err(err)
+        .map_err(PyErr::from)
     }
 
     /// `fragscope report` of this snapshot: the self-contained HTML page, as a string.
@@ -210,25 +294,29 @@ impl Snapshot {
         };
         let snap = self.inner.clone();
         py.allow_threads(move || {
-            let limits = cmd::check::limits(&args)?;
+            let limits = cmd::check::limits(&args).map_err(arg)?;
             let result = check::check(&snap, &limits);
             let first = result.failures.first().map(|f| {
                 let more = result.failures.len() - 1;
                 let suffix = if more > 0 { format!(" (and {more} more)") } else { String::new() };
                 format!("check failed: {}{suffix}", cmd::check::failure_line(f))
             });
-            Ok((cmd::check::json(&result)?, result.ok, first))
+            Ok((cmd::check::json(&result).map_err(other_fail)?, result.ok, first))
         })
-        .map_err(err)
+        .map_err(|e: Fail| e.into())
     }
 
     /// `fragscope diff --json [--top N] A B` with this snapshot as A.
     #[pyo3(signature = (other, top = 10))]
-    fn diff_json(&self, py: Python<'_>, other: &Snapshot, top: usize) -> PyResult<String> {
+    fn diff_json(&self, py: Python<'_>, other: &Snapshot, top: i64) -> PyResult<String> {
+        if !(1..=1000).contains(&top) {
+            return Err(Fail::argument(format!("top={top}: it must be in 1..=1000")).into());
+        }
+        let top = top as usize;
         let (a, b) = (self.inner.clone(), other.inner.clone());
         let (na, nb) = (self.name.clone(), other.name.clone());
         py.allow_threads(move || cmd::diff::json(&na, &nb, &diff::diff(&a, &b, &diff::DiffOptions { top })))
-            .map_err(err)
+            .map_err(|e| other_fail(e).into())
     }
 
     /// The blocks of the allocator state at the dump, as `(device, address, size, state,
@@ -259,15 +347,44 @@ impl Snapshot {
         let snap = self.inner.clone();
         py.allow_threads(move || {
             fragscope_snapshot::pickle::write::write_path(&snap, &path)
-                .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))
+                .map_err(|e| other_fail(CliError::usage(format!("cannot write {}: {e}", path.display()))))
         })
-        .map_err(err)
+        .map_err(PyErr::from)
     }
 }
 
-fn read_file(path: &Path, name: String) -> Result<Snapshot, CliError> {
-    let snap = fragscope_snapshot::read_path(path).map_err(|e| fragscope::input::read_error(path, &e))?;
+fn read_file(path: &Path, name: String) -> Result<Snapshot, Fail> {
+    let snap = fragscope_snapshot::read_path(path).map_err(|e| read_fail(path, &e))?;
     Ok(Snapshot { inner: Arc::new(snap), name, example: false })
+}
+
+/// `device=N` must name a device whose trace can be replayed: an empty result for a typo'd
+/// device would read as "nothing to report".
+fn device_replayable(snap: &Snap, device: Option<i64>) -> Result<(), Fail> {
+    let Some(d) = device else { return Ok(()) };
+    let have = fragscope_analysis::replay::replayable_devices(snap);
+    if have.contains(&d) {
+        return Ok(());
+    }
+    let why = if snap.devices().contains(&d) { "has no trace to replay on" } else { "has no" };
+    Err(Fail::argument(format!(
+        "device={d}: this snapshot {why} device {d} (devices with a replayable trace: {have:?})"
+    )))
+}
+
+/// Each `empty_cache_at` point must be found on at least one replayed device: a name that
+/// matches nothing is a typo, not a what-if to leave out with a note.
+fn empty_cache_found(specs: &[String], devices: &[cmd::replay::DeviceResult]) -> Result<(), Fail> {
+    for s in specs {
+        let Ok(at) = fragscope_analysis::replay::advice::EmptyCacheAt::parse(s) else { continue };
+        let prefix = format!("{}: not replayed, ", at.describe());
+        let reasons: Vec<&str> =
+            devices.iter().filter_map(|d| d.notes.iter().find_map(|n| n.strip_prefix(prefix.as_str()))).collect();
+        if !devices.is_empty() && reasons.len() == devices.len() {
+            return Err(Fail::argument(format!("empty_cache_at='{s}': not found on any device ({})", reasons[0])));
+        }
+    }
+    Ok(())
 }
 
 /// Loads a snapshot file (pickle from `torch.cuda.memory._dump_snapshot`, gzipped or not,
@@ -276,7 +393,7 @@ fn read_file(path: &Path, name: String) -> Result<Snapshot, CliError> {
 #[pyo3(signature = (path, name = None))]
 fn load(py: Python<'_>, path: PathBuf, name: Option<String>) -> PyResult<Snapshot> {
     let name = name.unwrap_or_else(|| path.display().to_string());
-    py.allow_threads(move || read_file(&path, name)).map_err(err)
+    py.allow_threads(move || read_file(&path, name)).map_err(PyErr::from)
 }
 
 /// Loads a snapshot from the bytes of a file (what `load` would read).
@@ -285,11 +402,11 @@ fn load(py: Python<'_>, path: PathBuf, name: Option<String>) -> PyResult<Snapsho
 fn loads(py: Python<'_>, data: &[u8], name: Option<String>) -> PyResult<Snapshot> {
     let name = name.unwrap_or_else(|| "<bytes>".to_string());
     py.allow_threads(|| {
-        let snap = fragscope_snapshot::read_from(std::io::Cursor::new(data))
-            .map_err(|e| fragscope::input::read_error(Path::new(&name), &e))?;
+        let snap =
+            fragscope_snapshot::read_from(std::io::Cursor::new(data)).map_err(|e| read_fail(Path::new(&name), &e))?;
         Ok(Snapshot { inner: Arc::new(snap), name: name.clone(), example: false })
     })
-    .map_err(err)
+    .map_err(|e: Fail| e.into())
 }
 
 /// The snapshot of the dict `torch.cuda.memory._snapshot()` returns (or a `pickle.load`
@@ -299,7 +416,10 @@ fn loads(py: Python<'_>, data: &[u8], name: Option<String>) -> PyResult<Snapshot
 fn from_dict(obj: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<Snapshot> {
     let name = name.unwrap_or_else(|| "<dict>".to_string());
     let snap = dict::snapshot_from_py(obj)
-        .map_err(|e| FragscopeError::new_err(format!("{name} is not a memory snapshot: {e}")))?;
+        // The reader speaks of pickles; here the objects are Python's own.
+        .map_err(|e| {
+            SnapshotError::new_err(format!("{name} is not a memory snapshot: {}", e.replace("a pickled ", "a Python ")))
+        })?;
     Ok(Snapshot { inner: Arc::new(snap), name, example: false })
 }
 
@@ -334,8 +454,9 @@ fn analyze_many(py: Python<'_>, paths: Vec<PathBuf>, top: usize, what_if: bool, 
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(path) = paths.get(i) else { break };
                     let name = path.display().to_string();
-                    let r = read_file(path, name.clone())
-                        .and_then(|snap| cmd::analyze::json(&[(name, analyze::analyze(&snap.inner, &opts))]));
+                    let r = read_file(path, name.clone()).and_then(|snap| {
+                        cmd::analyze::json(&[(name, analyze::analyze(&snap.inner, &opts))]).map_err(other_fail)
+                    });
                     let r = match r {
                         Ok(j) => (true, j),
                         Err(e) => (false, e.message),
@@ -378,7 +499,6 @@ fn report_html_many(py: Python<'_>, snapshots: Vec<PyRef<'_, Snapshot>>) -> Stri
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("FragscopeError", m.py().get_type::<FragscopeError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Snapshot>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;

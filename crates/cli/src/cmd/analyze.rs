@@ -10,6 +10,7 @@ use fragscope_analysis::analyze::{self, Analysis, AnalyzeOptions, DeviceAnalysis
 use fragscope_analysis::attribution::PeakAttribution;
 use fragscope_analysis::oom::OomFinding;
 use fragscope_analysis::timeline::SeriesPoint;
+use fragscope_analysis::window::WindowInfo;
 use serde::Serialize;
 
 use crate::output::{bytes, grouped, percent};
@@ -30,6 +31,8 @@ pub struct Args {
     /// Measure recommended settings by replay on every device, not only on devices with an OOM.
     #[arg(long)]
     pub what_if: bool,
+    #[command(flatten)]
+    pub window: crate::windowed::WindowArg,
 }
 
 #[derive(Serialize)]
@@ -41,19 +44,31 @@ struct JsonOut<'a> {
 #[derive(Serialize)]
 struct FileOut<'a> {
     file: String,
+    /// What the figures cover when `--window` was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<&'a WindowInfo>,
     #[serde(flatten)]
     analysis: &'a Analysis,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { top: args.top as usize, what_if: args.what_if, ..AnalyzeOptions::default() };
-    let results = input::each_snapshot(&args.files, args.json, |name, snap| Ok((name, analyze::analyze(snap, &opts))))?;
+    let spec = args.window.spec()?;
+    let mut windows: Vec<Option<WindowInfo>> = Vec::new();
+    let results = crate::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
+        windows.push(w);
+        Ok((name, analyze::analyze(snap, &opts)))
+    })?;
     let text = if args.json {
-        json(&results)?
+        json_windowed(&results, &windows)?
     } else {
         let mut s = String::new();
         for (i, (file, a)) in results.iter().enumerate() {
             if i > 0 {
+                s.push('\n');
+            }
+            if let Some(Some(w)) = windows.get(i) {
+                s.push_str(&w.line());
                 s.push('\n');
             }
             s.push_str(&render_text(file, a));
@@ -67,9 +82,22 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 /// The `--json` document (schema `fragscope.analyze/1`) of `(file name, analysis)` per
 /// file: what `fragscope analyze --json` prints.
 pub fn json(results: &[(String, Analysis)]) -> Result<String, CliError> {
+    json_windowed(results, &[])
+}
+
+/// [`json`] with the window each file was cut to (`windows[i]` for `results[i]`).
+pub fn json_windowed(results: &[(String, Analysis)], windows: &[Option<WindowInfo>]) -> Result<String, CliError> {
     let out = JsonOut {
         schema: analyze::SCHEMA,
-        files: results.iter().map(|(file, a)| FileOut { file: file.clone(), analysis: a }).collect(),
+        files: results
+            .iter()
+            .enumerate()
+            .map(|(i, (file, a))| FileOut {
+                file: file.clone(),
+                window: windows.get(i).and_then(|w| w.as_ref()),
+                analysis: a,
+            })
+            .collect(),
     };
     crate::output::json_text(&out)
 }

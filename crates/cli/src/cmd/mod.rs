@@ -12,5 +12,6 @@ pub mod diff;
 pub mod lab;
 pub mod oom;
 pub mod plant;
+pub mod predict;
 pub mod replay;
 pub mod report;

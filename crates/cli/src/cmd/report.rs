@@ -32,12 +32,20 @@ pub struct Args {
     /// as many keyframes as fit (the page then snaps to the nearest one).
     #[arg(long = "state-budget", value_name = "VALUES")]
     pub state_budget: Option<usize>,
+    #[command(flatten)]
+    pub window: crate::windowed::WindowArg,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let example = args.files.is_empty();
+    let spec = args.window.spec()?;
+    // A windowed page is titled with its window (`file [window 1000..5000]`).
+    let titled = |name: String| match &spec {
+        Some(w) => format!("{name} [window {}]", w.text),
+        None => name,
+    };
     if let Some(n) = args.state_at {
-        let files = input::each_snapshot(&args.files, false, |name, snap| {
+        let files = crate::windowed::each_snapshot(&args.files, false, spec.as_ref(), |name, snap, _| {
             let devices = snap
                 .devices()
                 .into_iter()
@@ -56,15 +64,21 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     }
     let html = if let [a, b] = args.files.as_slice() {
         // Two runs: both in memory once, for the comparison of their peaks.
-        let (sa, sb) = (input::load(a, false)?, input::load(b, false)?);
+        let (mut sa, mut sb) = (input::load(a, false)?, input::load(b, false)?);
+        if let Some(w) = &spec {
+            sa = crate::windowed::cut_or_error(&a.display().to_string(), &sa, w)?.0;
+            sb = crate::windowed::cut_or_error(&b.display().to_string(), &sb, w)?.0;
+        }
         let d = diff(&sa, &sb, &DiffOptions::default());
         let data = [
-            file_data(&a.display().to_string(), false, &sa, &opts),
-            file_data(&b.display().to_string(), false, &sb, &opts),
+            file_data(&titled(a.display().to_string()), false, &sa, &opts),
+            file_data(&titled(b.display().to_string()), false, &sb, &opts),
         ];
         render_with_diff(&data, Some(&d))
     } else {
-        let data = input::each_snapshot(&args.files, false, |name, snap| Ok(file_data(&name, example, snap, &opts)))?;
+        let data = crate::windowed::each_snapshot(&args.files, false, spec.as_ref(), |name, snap, _| {
+            Ok(file_data(&titled(name), example, snap, &opts))
+        })?;
         render(&data)
     };
     write_atomically(&args.output, html.as_bytes())?;

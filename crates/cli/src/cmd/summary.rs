@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_analysis::summary::{self, DeviceSummary, PoolFigures, Summary};
+use fragscope_analysis::window::WindowInfo;
 use serde::Serialize;
 
 use crate::output::{self, Align, Table};
@@ -19,6 +20,8 @@ pub struct Args {
     /// Print JSON (schema `fragscope.summary/1`, see docs/json-schema.md) instead of text.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub window: crate::windowed::WindowArg,
 }
 
 /// Top level of `--json`.
@@ -34,20 +37,32 @@ struct FileOut<'a> {
     file: String,
     /// True for the example snapshot shipped with fragscope.
     example: bool,
+    /// What the figures cover when `--window` was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<&'a WindowInfo>,
     #[serde(flatten)]
     summary: &'a Summary,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let example = args.files.is_empty();
+    let spec = args.window.spec()?;
+    let mut windows: Vec<Option<WindowInfo>> = Vec::new();
     let results: Vec<(String, bool, Summary)> =
-        input::each_snapshot(&args.files, args.json, |name, snap| Ok((name, example, summary::summarize(snap))))?;
+        crate::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
+            windows.push(w);
+            Ok((name, example, summary::summarize(snap)))
+        })?;
     let text = if args.json {
-        json(&results)?
+        json_windowed(&results, &windows)?
     } else {
         let mut s = String::new();
         for (i, (file, example, sum)) in results.iter().enumerate() {
             if i > 0 {
+                s.push('\n');
+            }
+            if let Some(Some(w)) = windows.get(i) {
+                s.push_str(&w.line());
                 s.push('\n');
             }
             s.push_str(&render_text(file, *example, sum));
@@ -61,11 +76,23 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 /// The `--json` document (schema `fragscope.summary/1`) of `(file name, is the built-in
 /// example, summary)` per file: what `fragscope summary --json` prints.
 pub fn json(results: &[(String, bool, Summary)]) -> Result<String, CliError> {
+    json_windowed(results, &[])
+}
+
+/// [`json`] with the window each file was cut to (`windows[i]` for `results[i]`; missing
+/// or `None`: the whole file).
+pub fn json_windowed(results: &[(String, bool, Summary)], windows: &[Option<WindowInfo>]) -> Result<String, CliError> {
     let out = JsonOut {
         schema: summary::SCHEMA,
         files: results
             .iter()
-            .map(|(file, example, s)| FileOut { file: file.clone(), example: *example, summary: s })
+            .enumerate()
+            .map(|(i, (file, example, s))| FileOut {
+                file: file.clone(),
+                example: *example,
+                window: windows.get(i).and_then(|w| w.as_ref()),
+                summary: s,
+            })
             .collect(),
     };
     output::json_text(&out)

@@ -1,0 +1,231 @@
+//! Fit one allocation's requested size as a function of the size parameter.
+//!
+//! Requested sizes in a trace are exact tensor bytes (`numel × element size`, before the
+//! allocator rounds them), so a size that depends on a batch size or a sequence length
+//! is, almost always, a polynomial of low degree with no remainder: `c·x` for an
+//! activation, `c·x²` for attention scores, `a + b·x` for a concatenation with a fixed
+//! part. The fit is the simplest law that gives every recorded size *exactly* (within
+//! half a byte); the allocator model then rounds the predicted request as PyTorch does.
+//!
+//! Laws, simplest first: one parameter (`a`, `c·x`, `c·x²`), two (`a + b·x`,
+//! `b·x + c·x²`, `a + c·x²`), three (`a + b·x + c·x²`). A law is only tried with at
+//! least as many recordings as it has parameters; with more recordings than parameters
+//! it is *confirmed* (a recording it was not determined by agrees), with exactly as many
+//! it is only *determined* (it passes through the points; nothing checked it).
+
+use serde::Serialize;
+
+/// How an allocation's requested size follows the size parameter `x`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Law {
+    /// The same size at every recorded size.
+    Constant,
+    /// `c·x`.
+    Linear,
+    /// `c·x²`.
+    Square,
+    /// `a + b·x`.
+    Affine,
+    /// `b·x + c·x²`.
+    LinearSquare,
+    /// `a + c·x²`.
+    ConstantSquare,
+    /// `a + b·x + c·x²`.
+    Quadratic,
+    /// No law above gives every recorded size: extrapolated along the line through the
+    /// two largest recorded sizes, and listed.
+    Unfit,
+    /// Seen at one recorded size only: kept at that size, and listed.
+    Single,
+}
+
+impl Law {
+    /// Which powers of `x` the law uses (constant, linear, square).
+    fn basis(self) -> [bool; 3] {
+        match self {
+            Law::Constant | Law::Single => [true, false, false],
+            Law::Linear => [false, true, false],
+            Law::Square => [false, false, true],
+            Law::Affine | Law::Unfit => [true, true, false],
+            Law::LinearSquare => [false, true, true],
+            Law::ConstantSquare => [true, false, true],
+            Law::Quadratic => [true, true, true],
+        }
+    }
+    fn params(self) -> usize {
+        self.basis().iter().filter(|&&b| b).count()
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Law::Constant => "constant",
+            Law::Linear => "c*x",
+            Law::Square => "c*x^2",
+            Law::Affine => "a+b*x",
+            Law::LinearSquare => "b*x+c*x^2",
+            Law::ConstantSquare => "a+c*x^2",
+            Law::Quadratic => "a+b*x+c*x^2",
+            Law::Unfit => "unfit",
+            Law::Single => "single",
+        }
+    }
+}
+
+const LAWS: [Law; 7] =
+    [Law::Constant, Law::Linear, Law::Square, Law::Affine, Law::LinearSquare, Law::ConstantSquare, Law::Quadratic];
+
+/// How far a predicted size can be trusted: what the uncertainty figures group by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Evidence {
+    /// The same size in every recording: nothing extrapolated.
+    Constant,
+    /// A law with fewer parameters than recordings, which every recording agrees with.
+    Confirmed,
+    /// A law with as many parameters as recordings: exact on them, checked by none.
+    Determined,
+    /// No law (or one recording only): the prediction is a guess.
+    Unfitted,
+}
+
+/// The fitted size of one allocation: `c[0] + c[1]·u + c[2]·u²` with `u = x / scale`
+/// (scaled so that the fit is well conditioned whatever the magnitude of `x`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SizeFit {
+    pub law: Law,
+    pub evidence: Evidence,
+    #[serde(skip)]
+    c: [f64; 3],
+    #[serde(skip)]
+    scale: f64,
+}
+
+impl SizeFit {
+    /// The predicted requested bytes at `x`, rounded to the nearest byte; `None` when
+    /// the law gives no positive size there (a size that shrinks to nothing).
+    pub fn at(&self, x: u64) -> Option<u64> {
+        let v = self.value(x as f64);
+        (v.is_finite() && v >= 0.5).then(|| v.round() as u64)
+    }
+    fn value(&self, x: f64) -> f64 {
+        let u = x / self.scale;
+        self.c[0] + self.c[1] * u + self.c[2] * u * u
+    }
+}
+
+/// Fit `points` (size parameter, requested bytes; distinct parameters, any order).
+/// `points` must not be empty.
+pub fn fit(points: &[(u64, u64)]) -> SizeFit {
+    let scale = points.iter().map(|p| p.0).max().unwrap_or(1).max(1) as f64;
+    if points.len() == 1 || points.iter().all(|p| p.1 == points[0].1) {
+        let law = if points.len() == 1 { Law::Single } else { Law::Constant };
+        let evidence = if points.len() == 1 { Evidence::Unfitted } else { Evidence::Constant };
+        return SizeFit { law, evidence, c: [points[0].1 as f64, 0.0, 0.0], scale };
+    }
+    for law in LAWS.iter().copied().skip(1) {
+        let p = law.params();
+        if p > points.len() {
+            break;
+        }
+        if let Some(c) = solve(law, &points[..], scale) {
+            let f = SizeFit {
+                law,
+                evidence: if p < points.len() { Evidence::Confirmed } else { Evidence::Determined },
+                c,
+                scale,
+            };
+            if points.iter().all(|&(x, s)| (f.value(x as f64) - s as f64).abs() <= 0.5 + 1e-12 * s as f64) {
+                return f;
+            }
+        }
+    }
+    // Nothing exact: the line through the two largest sizes, the nearest evidence for
+    // an extrapolation upwards.
+    let mut by_x: Vec<(u64, u64)> = points.to_vec();
+    by_x.sort_unstable();
+    let two = &by_x[by_x.len() - 2..];
+    let c = solve(Law::Affine, two, scale).unwrap_or([two[1].1 as f64, 0.0, 0.0]);
+    SizeFit { law: Law::Unfit, evidence: Evidence::Unfitted, c, scale }
+}
+
+/// Least-squares coefficients of `law` on `points` (exact when the law has as many
+/// parameters as points), by the normal equations on scaled `x`.
+fn solve(law: Law, points: &[(u64, u64)], scale: f64) -> Option<[f64; 3]> {
+    let basis = law.basis();
+    let idx: Vec<usize> = (0..3).filter(|&k| basis[k]).collect();
+    let p = idx.len();
+    // Normal equations: (AᵀA) c = Aᵀb, at most 3×3.
+    let mut m = [[0.0f64; 4]; 3];
+    for &(x, s) in points {
+        let u = x as f64 / scale;
+        let pw = [1.0, u, u * u];
+        for r in 0..p {
+            for k in 0..p {
+                m[r][k] += pw[idx[r]] * pw[idx[k]];
+            }
+            m[r][3] += pw[idx[r]] * s as f64;
+        }
+    }
+    // Gaussian elimination with partial pivoting.
+    for col in 0..p {
+        let piv = (col..p).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
+        if m[piv][col].abs() < 1e-12 {
+            return None;
+        }
+        m.swap(col, piv);
+        for r in 0..p {
+            if r != col {
+                let f = m[r][col] / m[col][col];
+                for k in col..4 {
+                    m[r][k] -= f * m[col][k];
+                }
+            }
+        }
+    }
+    let mut c = [0.0; 3];
+    for (r, &k) in idx.iter().enumerate() {
+        c[k] = m[r][3] / m[r][r];
+    }
+    Some(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simplest_exact_law() {
+        assert_eq!(fit(&[(128, 4096), (256, 4096)]).law, Law::Constant);
+        let f = fit(&[(128, 5_242_880), (256, 10_485_760)]);
+        assert_eq!((f.law, f.evidence), (Law::Linear, Evidence::Confirmed));
+        assert_eq!(f.at(512), Some(20_971_520));
+        // Attention scores: batch 4 × 32 heads × s² × 4 bytes.
+        let f = fit(&[(128, 4 * 32 * 128 * 128 * 4), (256, 4 * 32 * 256 * 256 * 4)]);
+        assert_eq!(f.law, Law::Square);
+        assert_eq!(f.at(1024), Some(4 * 32 * 1024 * 1024 * 4));
+        // A fixed part beside a growing one: determined by two points only.
+        let f = fit(&[(100, 1000 + 7 * 100), (200, 1000 + 7 * 200)]);
+        assert_eq!((f.law, f.evidence), (Law::Affine, Evidence::Determined));
+        assert_eq!(f.at(800), Some(1000 + 7 * 800));
+        // A causal mask s(s+1)/2 × 4 B: needs three recordings, and a fourth confirms it.
+        let tri = |s: u64| s * (s + 1) / 2 * 4;
+        let f = fit(&[(100, tri(100)), (150, tri(150)), (200, tri(200))]);
+        assert_eq!(f.law, Law::LinearSquare);
+        assert_eq!(f.evidence, Evidence::Confirmed);
+        assert_eq!(f.at(4096), Some(tri(4096)));
+    }
+
+    #[test]
+    fn unfit_and_single() {
+        // Three sizes no law of degree ≤ 2 with ≤ 2 parameters gives, and a fourth that
+        // breaks the quadratic: listed as unfit, extrapolated along the last segment.
+        let pts = [(1, 10), (2, 30), (3, 20), (4, 90)];
+        let f = fit(&pts);
+        assert_eq!((f.law, f.evidence), (Law::Unfit, Evidence::Unfitted));
+        assert_eq!(f.at(5), Some(160));
+        let f = fit(&[(7, 123)]);
+        assert_eq!((f.law, f.evidence, f.at(1000)), (Law::Single, Evidence::Unfitted, Some(123)));
+        // A shrinking size that reaches nothing.
+        assert_eq!(fit(&[(1, 200), (2, 100)]).at(3), None);
+    }
+}

@@ -1,0 +1,283 @@
+"""Types of the ``--json`` documents, for type checkers: the objects of docs/json-schema.md
+as ``TypedDict``s. A result's ``to_dict()`` and its nested fields are these (at run time,
+dicts whose keys also read as attributes, :class:`fragscope.Fields`).
+
+Kept in step with docs/json-schema.md by python/tests/test_schema.py, which reads the
+document's tables and compares each documented object's keys and types with the class of
+the same name here, and the keys of real results with both: the stub, the document and
+the output cannot drift apart unnoticed.
+
+Objects the document describes in prose only (``pools``, ``memory_table``, ``iterations``,
+``peaks``, ...) are ``Dict[str, Any]`` here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, TypedDict
+
+__all__ = [
+    "SummaryDoc",
+    "FileSummary",
+    "DeviceSummary",
+    "Fragmentation",
+    "Trace",
+    "MemvizStats",
+    "Settings",
+    "AnalyzeDoc",
+    "FileAnalysis",
+    "DeviceAnalysis",
+    "Finding",
+    "Recommendations",
+    "LabDoc",
+    "LabFile",
+    "LabReport",
+    "LabRow",
+    "ReplayDoc",
+    "DiffDoc",
+    "CheckDoc",
+]
+
+
+# --- fragscope.summary/1 ---------------------------------------------------------------
+
+
+class Fragmentation(TypedDict):
+    """Free space of the final state (``_memory_viz.py stats``' internal/external split)."""
+
+    reserved_minus_allocated_bytes: int
+    free_bytes: int
+    internal_free_bytes: int
+    external_free_bytes: int
+    internal_free_share: float
+    inactive_bytes: int
+    largest_free_block_bytes: int
+    #: ``1 − largest_free_block_bytes / inactive_bytes``: how split up the cached free space is.
+    free_space_fragmentation: float
+    pinned_segments: int
+    pinned_reserved_bytes: int
+    pinned_free_bytes: int
+
+
+class Trace(TypedDict):
+    """What the device's trace holds and whether it covers the final state."""
+
+    events: int
+    by_action: Dict[str, int]
+    first_time_us: Optional[int]
+    last_time_us: Optional[int]
+    span_us: Optional[int]
+    history: str
+    frees_of_unknown_blocks: int
+    segment_frees_of_unknown_segments: int
+    live_blocks: int
+    live_bytes: int
+    live_blocks_untraced: int
+    live_bytes_traced: int
+    live_bytes_coverage: Optional[float]
+    trace_live_missing_from_state: int
+
+
+class _DeviceSummaryKeys(TypedDict):
+
+    device: int
+    segments: int
+    blocks: int
+    reserved_bytes: int
+    allocated_bytes: int
+    active_bytes: int
+    requested_bytes: int
+    inactive_split_bytes: int
+    allocations: int
+    active_blocks: int
+    inactive_split_blocks: int
+    pools: Dict[str, Any]
+    expandable_segments: int
+    largest_free_block_bytes: int
+    trace_events: int
+    fragmentation: Fragmentation
+    trace: Trace
+
+
+class DeviceSummary(_DeviceSummaryKeys, total=False):
+    """One device's ``memory_summary()`` figures (``all`` pool, current values)."""
+
+    #: Absent without a trace, or when trace and state disagree.
+    memory_table: Dict[str, Any]
+
+
+class MemvizStats(TypedDict):
+    """The totals ``python torch/cuda/_memory_viz.py stats FILE`` prints."""
+
+    segments: int
+    total_reserved_bytes: int
+    total_allocated_bytes: int
+    free_internal_bytes: int
+    free_external_bytes: int
+    lines: List[str]
+
+
+# The key is PyTorch's environment variable name, not an identifier: the functional form.
+Settings = TypedDict(
+    "Settings",
+    {
+        "PYTORCH_CUDA_ALLOC_CONF": Optional[str],
+        "max_split_size": Optional[int],
+        "garbage_collection_threshold": Optional[float],
+        "expandable_segments": Optional[bool],
+        "roundup_power2_divisions": List[List[int]],
+    },
+)
+Settings.__doc__ = "``allocator_settings`` as the file recorded them (PyTorch 2.3+)."
+
+
+class FileSummary(TypedDict):
+    """One FILE of ``fragscope summary --json``."""
+
+    file: str
+    example: bool
+    format: str
+    devices: List[DeviceSummary]
+    memviz_stats: MemvizStats
+    settings: Optional[Settings]
+    notes: Dict[str, Any]
+    profiler_totals: List[Dict[str, Any]]
+
+
+class SummaryDoc(TypedDict):
+    schema: str
+    files: List[FileSummary]
+
+
+# --- fragscope.analyze/1 ---------------------------------------------------------------
+
+
+class Finding(TypedDict):
+    """A headline of ``analyze``, most important first."""
+
+    kind: str
+    severity: str
+    headline: str
+
+
+class Recommendations(TypedDict):
+    """Settings replayed and ranked (a device with an OOM, or ``what_if=True``)."""
+
+    device: int
+    measured: bool
+    note: Optional[str]
+    era: Dict[str, Any]
+    capacity_bytes: Optional[int]
+    baseline: Optional[Dict[str, Any]]
+    recommended: List[Dict[str, Any]]
+    tried: List[Dict[str, Any]]
+    advice: List[Dict[str, Any]]
+    advice_notes: List[str]
+
+
+class DeviceAnalysis(TypedDict):
+    """One device of ``fragscope analyze --json``."""
+
+    device: int
+    findings: List[Finding]
+    oom: Optional[Dict[str, Any]]
+    #: ``1 − peak allocated / peak reserved``: the share of the reserved peak that tensors
+    #: never used together. Not ``Fragmentation.free_space_fragmentation``.
+    peak_fragmentation: Optional[float]
+    fragmentation: Dict[str, Any]
+    leak_suspects: List[Dict[str, Any]]
+    iterations: Dict[str, Any]
+    leak_threshold_bytes_per_iteration: int
+    peaks: Dict[str, Any]
+    recommendations: Recommendations
+
+
+class FileAnalysis(TypedDict):
+    file: str
+    format: str
+    era: Dict[str, Any]
+    recorded_config: Optional[str]
+    devices: List[DeviceAnalysis]
+
+
+class AnalyzeDoc(TypedDict):
+    schema: str
+    files: List[FileAnalysis]
+
+
+# --- fragscope.replay.lab/1 ------------------------------------------------------------
+
+
+class LabRow(TypedDict):
+    """One allocation policy's run in the allocator lab."""
+
+    policy: str
+    peak_reserved: int
+    ratio: float
+    final_reserved: int
+    calls: Dict[str, int]
+    seconds: float
+    ops_per_second: float
+    cpu_seconds: Optional[float]
+    events_per_cpu_second: Optional[float]
+    ooms_at_capacity: int
+    first_oom_at_capacity: Optional[Dict[str, Any]]
+    recorded_ooms_served: int
+    verdict: str
+
+
+class LabReport(TypedDict):
+    """One device of the allocator lab."""
+
+    device: int
+    trace_events: int
+    ops: int
+    requests: int
+    streams: int
+    pre_existing_blocks: int
+    recorded_ooms: int
+    capacity: int
+    capacity_source: str
+    bounds: Dict[str, int]
+    rows: List[LabRow]
+    notes: List[str]
+
+
+class LabFile(TypedDict):
+    file: str
+    devices: List[LabReport]
+
+
+class LabDoc(TypedDict):
+    schema: str
+    files: List[LabFile]
+
+
+# --- documents docs/json-schema.md does not detail yet: their top level only -------------
+
+
+class ReplayDoc(TypedDict):
+    """``fragscope.replay.verify/1`` / ``fragscope.replay.whatif/1``."""
+
+    schema: str
+    files: List[Dict[str, Any]]
+
+
+class DiffDoc(TypedDict):
+    """``fragscope.diff/1``."""
+
+    schema: str
+    a: str
+    b: str
+    devices: List[Dict[str, Any]]
+    only_in_a: List[Dict[str, Any]]
+    only_in_b: List[Dict[str, Any]]
+
+
+class CheckDoc(TypedDict):
+    """``fragscope check --json`` (it has no ``schema`` key)."""
+
+    ok: bool
+    limits: Dict[str, Any]
+    devices: List[Dict[str, Any]]
+    failures: List[Dict[str, Any]]
+
