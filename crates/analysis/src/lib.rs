@@ -29,3 +29,6 @@ pub mod advice;
 pub mod analyze;
 pub mod oom;
 pub mod recommend;
+
+pub mod roles;
+pub mod steps;
