@@ -116,7 +116,6 @@ fn within_1pct(got: u64, want: u64) -> bool {
 }
 
 #[test]
-#[ignore = "frozen before the classifier: enabled when steps and roles exist"]
 fn training_recordings_match_their_ground_truth() {
     let mut failures = Vec::new();
     let mut checked = 0;
@@ -154,7 +153,6 @@ fn training_recordings_match_their_ground_truth() {
 }
 
 #[test]
-#[ignore = "frozen before the classifier: enabled when steps and roles exist"]
 fn forward_only_recordings_have_no_step_gradient_or_optimizer_state() {
     let mut failures = Vec::new();
     let mut checked = 0;
