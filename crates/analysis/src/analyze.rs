@@ -29,6 +29,8 @@ use crate::oom::{self, OomFinding, OomOptions, StateFigures};
 use crate::oom_message::format_size as fs;
 use crate::recommend::{self, Era, Recommendations};
 use crate::replay;
+use crate::roles::{self, DeviceRoles};
+use crate::steps::Steps;
 use crate::timeline::{self, DeviceTimeline, TimelineOptions};
 
 /// Schema name of `fragscope analyze --json`.
@@ -94,6 +96,11 @@ pub struct DeviceAnalysis {
     pub leak_suspects: Vec<LeakSuspect>,
     pub iterations: Iterations,
     pub leak_threshold_bytes_per_iteration: u64,
+    /// Training steps and their phases, from evidence ([`crate::steps`]).
+    pub steps: Steps,
+    /// Memory by role ([`crate::roles`]), with the live set at the OOM by role when the
+    /// trace has one.
+    pub roles: DeviceRoles,
     pub peaks: Peaks,
     pub recommendations: Recommendations,
 }
@@ -248,7 +255,7 @@ fn analyze_device_inner(
         let cap = snap.device_capacity.get(&device).copied();
         recommend::recommend_in_era(snap, device, work.era().clone(), opts.what_if, cap, threads)
     };
-    let (mut tl, (attr, at_peak, at_peak_note), mut lk, oom_f, quick_recommendations) = if threads > 1 {
+    let (mut tl, (attr, at_peak, at_peak_note), mut lk, oom_f, quick_recommendations, rl) = if threads > 1 {
         std::thread::scope(|s| {
             // The iterations (no walk of the lives) beside the timeline walk, then the
             // leak tests beside attribution.
@@ -266,24 +273,39 @@ fn analyze_device_inner(
             let lives = lives_of(&tl);
             // No iterations only when that thread panicked: its panic, here.
             let it = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
+            let lives2 = Arc::clone(&lives);
             let h_leaks = s.spawn(move || part_leaks(it, &lives));
+            let h_roles = s.spawn(move || {
+                let (r, st, rr) = roles::device_roles_with(snap, &lives2);
+                (r, st, rr, lives2)
+            });
             let main = part_main(&tl);
             // Without an OOM entry (and without --what-if) nothing is replayed: the
             // recommendations are a look at the trace, taken while the leak tests run.
             // (`oom::oom_finding` makes a finding exactly for the trace's first `oom` entry.)
             let quick = (!opts.what_if && tl.first_oom.is_none()).then(&part_recommendations);
             let lk = h_leaks.join().expect("leaks thread");
+            let rl = h_roles.join().expect("roles thread");
             // The OOM replays start once the cheap parts are done, so they do not
             // compete with them for the cores (they use `threads` threads themselves).
             let oom_f = if quick.is_some() { None } else { part_oom() };
-            (tl, main, lk, oom_f, quick)
+            (tl, main, lk, oom_f, quick, rl)
         })
     } else {
         let tl = part_timeline();
-        let lk = part_leaks(leaks::iterations(snap, device), &lives_of(&tl));
+        let lives = lives_of(&tl);
+        let lk = part_leaks(leaks::iterations(snap, device), &lives);
+        let (r, st, rr) = roles::device_roles_with(snap, &lives);
         let main = part_main(&tl);
-        (tl, main, lk, part_oom(), None)
+        (tl, main, lk, part_oom(), None, (r, st, rr, lives))
     };
+    let (mut device_roles, steps, block_roles, lives) = rl;
+    if let Some(f) = &oom_f {
+        // The state before the `oom` entry: what was live when the request failed.
+        let v = roles::bytes_at(snap, &lives, &block_roles, f.event_index);
+        device_roles.at_oom = Some(roles::Role::ALL.iter().map(|r| (r.as_str(), v[*r as usize])).collect());
+    }
+    drop(lives);
     // The lives are for this function only: the analysis does not carry them.
     tl.lives = None;
     let threshold = leaks::growth_threshold(tl.peak_allocated.bytes);
@@ -331,6 +353,8 @@ fn analyze_device_inner(
         leak_suspects,
         iterations,
         leak_threshold_bytes_per_iteration: threshold,
+        steps,
+        roles: device_roles,
         peaks: Peaks { allocated_peak: attr.allocated_peak, reserved_peak: attr.reserved_peak },
         recommendations,
     };
@@ -366,6 +390,16 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
                     o.top_sites.first().map_or("unknown", |s| s.site.site.as_str())
                 ),
             });
+        }
+        if let Some(at) = &d.roles.at_oom {
+            let rb: [u64; 7] = std::array::from_fn(|k| at.get(roles::Role::ALL[k].as_str()).copied().unwrap_or(0));
+            if rb.iter().any(|&b| b > 0) {
+                v.push(Finding {
+                    kind: "oom",
+                    severity: "high",
+                    headline: format!("The live tensors at the OOM, by role: {}.", roles::describe_bytes(&rb, fs)),
+                });
+            }
         }
         if let Some(a) = &o.advice_summary {
             v.push(Finding { kind: "advice", severity: "high", headline: a.clone() });

@@ -32,3 +32,6 @@ pub mod analyze;
 pub mod oom;
 pub mod predict;
 pub mod recommend;
+
+pub mod roles;
+pub mod steps;

@@ -1,0 +1,678 @@
+//! Memory by role: what each block of a device's memory is for — the model's
+//! `parameters`, their `gradients`, the `optimizer_state` (Adam's two moments per
+//! parameter), `activations` (made in forward, kept until backward), `temporaries` (freed
+//! within the phase that made them), `inputs` (a batch and its targets) or `other`
+//! (persistent buffers, KV caches, workspaces, anything the evidence does not decide).
+//!
+//! Every allocation of the trace and every block live before it gets a role, a
+//! confidence (0–1) and the reason that decided it. Evidence, strongest first:
+//!
+//! * **phase and lifetime**, from [`crate::steps`]: a block made in a backward pass and
+//!   still live when the pass ends is a gradient; one made in the optimizer's step and
+//!   kept after it is optimizer state; one made in forward and still live when backward
+//!   starts, freed by the step's end (or the next step's), is an activation; one freed
+//!   inside the phase that made it is a temporary;
+//! * **identities**: a parameter has its gradient's size, so the blocks live before the
+//!   backward pass (before the trace, or made while setting up) matching the gradients'
+//!   sizes one for one are the parameters; optimizer state made before the first step
+//!   (an optimizer that allocates its moments in its constructor) is recognised by its
+//!   sizes being whole copies of the parameters' and its living across the steps;
+//! * **frames** only where neither decides (a block made while building the model, with
+//!   no backward pass to confirm it, is a parameter at low confidence). Nothing is put in
+//!   a role on a name alone.
+//!
+//! `by_role` gives, per role, the bytes held at the allocated peak (`at_peak`) and the
+//! most held at any moment (`max`), over the same block lives as the timeline
+//! ([`crate::lives`]).
+//!
+//! Principal types: [`DeviceRoles`] (the figures), [`Roles`] (each block's role),
+//! [`Role`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use fragscope_snapshot::Snapshot;
+use serde::Serialize;
+
+use crate::lives::{BlockLives, LIVE_AT_END};
+use crate::steps::{self, Phase, StackEvidence, Steps, WORKSPACE};
+
+/// What a block of memory is for (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Parameters,
+    Gradients,
+    OptimizerState,
+    Activations,
+    Temporaries,
+    Inputs,
+    Other,
+}
+
+impl Role {
+    pub const ALL: [Role; 7] = [
+        Role::Parameters,
+        Role::Gradients,
+        Role::OptimizerState,
+        Role::Activations,
+        Role::Temporaries,
+        Role::Inputs,
+        Role::Other,
+    ];
+    /// The name used in `--json` (`by_role`'s keys) and in text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Parameters => "parameters",
+            Role::Gradients => "gradients",
+            Role::OptimizerState => "optimizer_state",
+            Role::Activations => "activations",
+            Role::Temporaries => "temporaries",
+            Role::Inputs => "inputs",
+            Role::Other => "other",
+        }
+    }
+}
+
+/// Why a block got its role: one reason per rule, with the rule's confidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Reason {
+    ParamBeforeTraceMatchesGradient,
+    ParamSetupMatchesGradient,
+    ParamBuiltNoBackward,
+    GradOutlivesBackward,
+    GradOutlivesBackwardUnmatched,
+    ParamReplacedInStep,
+    OptReplacedInStep,
+    OptMadeInStepKept,
+    OptSetupCopiesOfParams,
+    OptSetupOptimizerFrames,
+    OptBeforeTraceCopiesOfParams,
+    ActKeptForBackward,
+    ActKeptLastStep,
+    TempFreedInPhase,
+    TempFreedBetweenSteps,
+    TempNoSteps,
+    InputBeforeForward,
+    OtherOutlivesStep,
+    OtherBackwardNoParameter,
+    OtherWorkspace,
+    OtherBeforeTrace,
+    OtherUndecided,
+}
+
+impl Reason {
+    fn role(self) -> Role {
+        use Reason::*;
+        match self {
+            ParamBeforeTraceMatchesGradient
+            | ParamSetupMatchesGradient
+            | ParamBuiltNoBackward
+            | ParamReplacedInStep => Role::Parameters,
+            GradOutlivesBackward | GradOutlivesBackwardUnmatched => Role::Gradients,
+            OptMadeInStepKept
+            | OptReplacedInStep
+            | OptSetupCopiesOfParams
+            | OptSetupOptimizerFrames
+            | OptBeforeTraceCopiesOfParams => Role::OptimizerState,
+            ActKeptForBackward | ActKeptLastStep => Role::Activations,
+            TempFreedInPhase | TempFreedBetweenSteps | TempNoSteps => Role::Temporaries,
+            InputBeforeForward => Role::Inputs,
+            OtherOutlivesStep | OtherBackwardNoParameter | OtherWorkspace | OtherBeforeTrace | OtherUndecided => {
+                Role::Other
+            }
+        }
+    }
+    /// How sure the rule is: identities and phase+lifetime together high, one of them
+    /// alone lower, frames alone low.
+    pub fn confidence(self) -> f64 {
+        use Reason::*;
+        match self {
+            ParamBeforeTraceMatchesGradient | ParamSetupMatchesGradient => 0.9,
+            ParamBuiltNoBackward => 0.4,
+            ParamReplacedInStep | OptReplacedInStep => 0.85,
+            GradOutlivesBackward => 0.9,
+            GradOutlivesBackwardUnmatched => 0.6,
+            OptMadeInStepKept => 0.9,
+            OptSetupCopiesOfParams | OptBeforeTraceCopiesOfParams => 0.85,
+            OptSetupOptimizerFrames => 0.6,
+            ActKeptForBackward => 0.85,
+            ActKeptLastStep => 0.5,
+            TempFreedInPhase => 0.9,
+            TempFreedBetweenSteps => 0.6,
+            TempNoSteps => 0.3,
+            InputBeforeForward => 0.6,
+            OtherOutlivesStep | OtherBackwardNoParameter => 0.4,
+            OtherWorkspace => 0.9,
+            OtherBeforeTrace | OtherUndecided => 0.3,
+        }
+    }
+    /// The evidence, in words.
+    pub fn describe(self) -> &'static str {
+        use Reason::*;
+        match self {
+            ParamBeforeTraceMatchesGradient => "live before the trace, one for one the size of a gradient",
+            ParamSetupMatchesGradient => "made before the first backward pass and kept, one for one the size of a gradient",
+            ParamBuiltNoBackward => "made while building the model (__init__, .to(), load_state_dict) and kept; no backward pass to confirm",
+            GradOutlivesBackward => "made in a backward pass (autograd engine, AccumulateGrad) and still live when it ends, the size of a parameter",
+            GradOutlivesBackwardUnmatched => "made in a backward pass and still live when it ends (no parameter of its size found)",
+            OptMadeInStepKept => "made in the optimizer's step and kept after it",
+            ParamReplacedInStep => "made in the optimizer's step and kept, replacing a parameter of its size freed in the same step (an out-of-place update)",
+            OptReplacedInStep => "made in the optimizer's step and kept, replacing optimizer state of its size freed in the same step (an out-of-place update)",
+            OtherWorkspace => "a library's workspace (cuBLAS's getNewWorkspace in its C++ frames)",
+            OtherBackwardNoParameter => "made in a backward pass and kept, but no parameter has its size (a library workspace such as cuBLAS's, or a leak)",
+            OptSetupCopiesOfParams => "made before the first step and kept across steps; their sizes are whole copies of the parameters' (one buffer per parameter per moment)",
+            OptSetupOptimizerFrames => "made by the optimizer's constructor before the first step and kept",
+            OptBeforeTraceCopiesOfParams => "live before the trace; their sizes are whole copies of the parameters', besides the parameters themselves",
+            ActKeptForBackward => "made in forward and still live when backward starts, freed by the next step",
+            ActKeptLastStep => "made in the last step's forward, still live when backward starts and at the end of the trace",
+            TempFreedInPhase => "freed in the phase that made it",
+            TempFreedBetweenSteps => "made and freed outside the steps' phases",
+            TempNoSteps => "freed in the trace (no step to place it in)",
+            InputBeforeForward => "made outside the steps' phases and still live when the next forward pass starts",
+            OtherOutlivesStep => "made in forward and kept beyond the next step",
+            OtherBeforeTrace => "live before the trace, not matched to a parameter or optimizer state",
+            OtherUndecided => "no rule decided it",
+        }
+    }
+}
+
+/// A block's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockRole {
+    pub role: Role,
+    pub reason: Reason,
+}
+
+impl BlockRole {
+    fn of(reason: Reason) -> Self {
+        BlockRole { role: reason.role(), reason }
+    }
+}
+
+/// The role of every block of one device: `seeded[i]` of `lives.seeded[i]`, `traced[i]`
+/// of `lives.traced[i]`.
+#[derive(Clone, Debug, Default)]
+pub struct Roles {
+    pub seeded: Vec<BlockRole>,
+    pub traced: Vec<BlockRole>,
+    /// Out-of-place updates: traced block → the state from which it holds its role (the
+    /// block it replaces is freed then); before, it counts as a temporary of the step.
+    pub from_state: HashMap<usize, usize>,
+}
+
+/// One reason's share of a role.
+#[derive(Clone, Debug, Serialize)]
+pub struct RoleEvidence {
+    pub evidence: &'static str,
+    pub blocks: u64,
+    /// Bytes of those blocks summed over their lives (each block once).
+    pub bytes: u64,
+    pub confidence: f64,
+}
+
+/// Bytes one role held.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RoleBytes {
+    /// At the allocated peak.
+    pub at_peak: u64,
+    /// The most the role held at any moment.
+    pub max: u64,
+    /// Blocks given the role (each once).
+    pub blocks: u64,
+    /// The blocks' confidences, weighted by their bytes (0 without blocks).
+    pub confidence: f64,
+    /// What decided it, most bytes first.
+    pub evidence: Vec<RoleEvidence>,
+}
+
+/// Memory by role of one device (module doc).
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceRoles {
+    pub device: i64,
+    /// The steps, in words (`steps::Steps::describe`), and how many.
+    pub steps: String,
+    pub step_count: usize,
+    /// State of the allocated peak (entries applied), and the bytes allocated then.
+    pub peak_state: usize,
+    pub peak_allocated: u64,
+    /// Keyed by [`Role::as_str`]; every role present.
+    pub by_role: BTreeMap<&'static str, RoleBytes>,
+    /// Tensor bytes by role just before the trace's first `oom` entry (`analyze` fills
+    /// it; `null` without an OOM).
+    pub at_oom: Option<BTreeMap<&'static str, u64>>,
+}
+
+/// The roles of one device's blocks (module doc).
+pub fn classify(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> Roles {
+    let mut ev = StackEvidence::new(snap);
+    classify_with(snap, lives, st, &mut ev)
+}
+
+fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence) -> Roles {
+    let trace = snap.trace(lives.device);
+    let n = trace.len();
+    let none = BlockRole::of(Reason::OtherUndecided);
+    let mut traced = vec![none; lives.traced.len()];
+    let mut seeded = vec![none; lives.seeded.len()];
+    // Identities compare tensor sizes (the requests): a block can be larger than its
+    // tensor (a large-pool block is not split for a remainder of 1 MiB or less), and a
+    // parameter and its gradient need not land in blocks of one size.
+    let req: Vec<u64> = lives.traced.iter().map(|l| trace[l.alloc].size).collect();
+    // Per step: its backward and optimizer spans, and where its forward starts.
+    let spans: Vec<(Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>)> = st
+        .steps
+        .iter()
+        .map(|s| (s.span(Phase::Backward), s.span(Phase::Optimizer), s.span(Phase::Forward).map(|f| f.0)))
+        .collect();
+    let last_step = st.steps.len().checked_sub(1);
+    // 0. Library workspaces, from their C++ frames: never a tensor of the model.
+    for (i, b) in lives.seeded.iter().enumerate() {
+        if ev.of(b.stack) & WORKSPACE != 0 {
+            seeded[i] = BlockRole::of(Reason::OtherWorkspace);
+        }
+    }
+
+    // 1. Blocks made inside a phase: phase and lifetime.
+    let mut grads_by_step: Vec<HashMap<u64, usize>> = vec![HashMap::new(); st.steps.len()];
+    for (i, l) in lives.traced.iter().enumerate() {
+        let a = l.alloc;
+        let e = l.end; // LIVE_AT_END is past every entry
+        let k = st.step_of(a);
+        if ev.of(l.stack) & WORKSPACE != 0 {
+            traced[i] = BlockRole::of(Reason::OtherWorkspace);
+            continue;
+        }
+        let reason = match (st.phase_at(a), k) {
+            (Phase::Backward, Some(k)) => {
+                let bwd_end = spans[k].0.map_or(st.steps[k].end, |b| b.1);
+                if e >= bwd_end {
+                    *grads_by_step[k].entry(req[i]).or_default() += 1;
+                    Reason::GradOutlivesBackward
+                } else {
+                    Reason::TempFreedInPhase
+                }
+            }
+            (Phase::Optimizer, Some(k)) => {
+                let opt_end = spans[k].1.map_or(st.steps[k].end, |o| o.1);
+                if e >= opt_end {
+                    Reason::OptMadeInStepKept
+                } else {
+                    Reason::TempFreedInPhase
+                }
+            }
+            (Phase::Forward, Some(k)) => match spans[k].0 {
+                Some((bwd_start, _)) if e >= bwd_start => {
+                    let next_end = st.steps.get(k + 1).map(|s| s.end);
+                    match next_end {
+                        Some(ne) if e < ne => Reason::ActKeptForBackward,
+                        None if e < n => Reason::ActKeptForBackward,
+                        None if Some(k) == last_step => Reason::ActKeptLastStep,
+                        _ => Reason::OtherOutlivesStep,
+                    }
+                }
+                Some(_) => Reason::TempFreedInPhase,
+                // A step without backward (the optimizer alone): freed in forward or not.
+                None if e < n && st.phase_at(e) == Phase::Forward => Reason::TempFreedInPhase,
+                None => Reason::OtherUndecided,
+            },
+            (Phase::Outside, _) => continue, // below, once parameters are known
+            // A phase outside every step (work after the last step, or a trace without
+            // steps): temporaries when freed in the same phase.
+            (p, None) => {
+                if e < n && st.phase_at(e) == p {
+                    Reason::TempFreedInPhase
+                } else if e < n {
+                    Reason::TempNoSteps
+                } else {
+                    Reason::OtherUndecided
+                }
+            }
+        };
+        traced[i] = BlockRole::of(reason);
+    }
+
+    // 2. Parameters: the gradients' sizes, one for one, among the blocks live at the
+    // first backward pass and made before it (before the trace first, then in set-up
+    // order: a model's parameters are made before its optimizer's buffers).
+    let grad_sizes: HashMap<u64, usize> = grads_by_step
+        .iter()
+        .max_by_key(|m| m.iter().map(|(s, c)| s * *c as u64).sum::<u64>())
+        .cloned()
+        .unwrap_or_default();
+    let first_bwd = spans.iter().find_map(|s| s.0).map(|b| b.0);
+    let first_opt = spans.iter().find_map(|s| s.1);
+    let mut param_sizes: HashMap<u64, usize> = HashMap::new();
+    if let Some(fb) = first_bwd {
+        let mut left = grad_sizes.clone();
+        for (i, b) in lives.seeded.iter().enumerate() {
+            if b.end >= fb && seeded[i].reason == Reason::OtherUndecided {
+                if let Some(c) = left.get_mut(&b.request).filter(|c| **c > 0) {
+                    *c -= 1;
+                    seeded[i] = BlockRole::of(Reason::ParamBeforeTraceMatchesGradient);
+                    *param_sizes.entry(b.request).or_default() += 1;
+                }
+            }
+        }
+        for (i, l) in lives.traced.iter().enumerate() {
+            if l.alloc >= fb {
+                break;
+            }
+            if st.phase_at(l.alloc) == Phase::Outside && l.end >= fb && traced[i].reason == Reason::OtherUndecided {
+                if let Some(c) = left.get_mut(&req[i]).filter(|c| **c > 0) {
+                    *c -= 1;
+                    traced[i] = BlockRole::of(Reason::ParamSetupMatchesGradient);
+                    *param_sizes.entry(req[i]).or_default() += 1;
+                }
+            }
+        }
+    }
+    // Kept blocks of a backward pass that no parameter's size explains are not
+    // gradients (cuBLAS makes its workspace on the autograd thread's first matmul);
+    // without any parameter found, they stay gradients at lower confidence.
+    for (i, r) in traced.iter_mut().enumerate() {
+        if r.reason == Reason::GradOutlivesBackward && !param_sizes.contains_key(&req[i]) {
+            *r = BlockRole::of(if param_sizes.is_empty() {
+                Reason::GradOutlivesBackwardUnmatched
+            } else {
+                Reason::OtherBackwardNoParameter
+            });
+        }
+    }
+
+    // 3. Optimizer state made before the first step (or before the trace): live when
+    // the first optimizer step starts, parameter-sized, and whole copies of the
+    // parameters' sizes.
+    if let Some((os, _)) = first_opt.filter(|_| !param_sizes.is_empty()) {
+        let copies = |found: &HashMap<u64, usize>| -> bool {
+            let Some(k) = param_sizes.iter().next().map(|(s, c)| found.get(s).copied().unwrap_or(0) / c) else {
+                return false;
+            };
+            k >= 1
+                && found.len() == param_sizes.len()
+                && param_sizes.iter().all(|(s, c)| found.get(s).copied().unwrap_or(0) == k * c)
+        };
+        let setup: Vec<usize> = (0..lives.traced.len())
+            .take_while(|&i| lives.traced[i].alloc < os)
+            .filter(|&i| {
+                let l = &lives.traced[i];
+                traced[i].reason == Reason::OtherUndecided
+                    && st.phase_at(l.alloc) == Phase::Outside
+                    && l.end >= os
+                    && param_sizes.contains_key(&req[i])
+            })
+            .collect();
+        let mut found: HashMap<u64, usize> = HashMap::new();
+        for &i in &setup {
+            *found.entry(req[i]).or_default() += 1;
+        }
+        if copies(&found) {
+            for &i in &setup {
+                traced[i] = BlockRole::of(Reason::OptSetupCopiesOfParams);
+            }
+        } else {
+            for &i in &setup {
+                if ev.mentions(lives.traced[i].stack, "optim") {
+                    traced[i] = BlockRole::of(Reason::OptSetupOptimizerFrames);
+                }
+            }
+        }
+        let before: Vec<usize> = (0..lives.seeded.len())
+            .filter(|&i| {
+                seeded[i].reason == Reason::OtherUndecided
+                    && lives.seeded[i].end >= os
+                    && param_sizes.contains_key(&lives.seeded[i].request)
+            })
+            .collect();
+        let mut found: HashMap<u64, usize> = HashMap::new();
+        for &i in &before {
+            *found.entry(lives.seeded[i].request).or_default() += 1;
+        }
+        if copies(&found) {
+            for &i in &before {
+                seeded[i] = BlockRole::of(Reason::OptBeforeTraceCopiesOfParams);
+            }
+        }
+    }
+
+    // 4. Out-of-place updates: a block the optimizer's step makes and keeps takes the
+    // role of the parameter or optimizer state of its size that the same step frees, in
+    // order (an optimizer visits its parameters in one order every step). Steps in
+    // order, so that the roles carry from step to step.
+    let mut from_state: HashMap<usize, usize> = HashMap::new();
+    for (k, sp) in spans.iter().enumerate() {
+        let Some((os, oe)) = sp.1 else { continue };
+        let mut freed: HashMap<u64, Vec<(usize, Role)>> = HashMap::new();
+        for (b, r) in lives.seeded.iter().zip(&seeded) {
+            if b.end >= os && b.end < oe && matches!(r.role, Role::Parameters | Role::OptimizerState) {
+                freed.entry(b.request).or_default().push((b.end, r.role));
+            }
+        }
+        let upto = lives.traced.partition_point(|l| l.alloc < oe);
+        for (i, l) in lives.traced[..upto].iter().enumerate() {
+            if l.end >= os && l.end < oe && matches!(traced[i].role, Role::Parameters | Role::OptimizerState) {
+                freed.entry(req[i]).or_default().push((l.end, traced[i].role));
+            }
+        }
+        for v in freed.values_mut() {
+            v.sort_unstable();
+            v.reverse(); // popped from the back: earliest first
+        }
+        for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
+            if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
+                continue;
+            }
+            if let Some((old_end, role)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
+                if old_end > lives.traced[i].alloc {
+                    from_state.insert(i, old_end + 1);
+                }
+                traced[i] = BlockRole::of(if role == Role::Parameters {
+                    Reason::ParamReplacedInStep
+                } else {
+                    Reason::OptReplacedInStep
+                });
+            }
+        }
+    }
+
+    // 5. The rest made outside the phases: inputs when live as the next forward pass
+    // starts, temporaries when freed before it, parameters at low confidence when made
+    // while building a model that no backward pass confirms.
+    let forward_starts: Vec<usize> = spans.iter().filter_map(|s| s.2).collect();
+    let no_backward = first_bwd.is_none();
+    for (i, l) in lives.traced.iter().enumerate() {
+        if traced[i].reason != Reason::OtherUndecided || st.phase_at(l.alloc) != Phase::Outside {
+            continue;
+        }
+        let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc)).copied();
+        let reason = match next_fwd {
+            Some(f) if l.end >= f => {
+                if ev.mentions(l.stack, "__init__") {
+                    Reason::OtherUndecided
+                } else {
+                    Reason::InputBeforeForward
+                }
+            }
+            Some(_) => Reason::TempFreedBetweenSteps,
+            None if no_backward && l.end == LIVE_AT_END && built_model(ev, l.stack) => Reason::ParamBuiltNoBackward,
+            None if l.end < n => Reason::TempFreedBetweenSteps,
+            None => Reason::OtherUndecided,
+        };
+        traced[i] = BlockRole::of(reason);
+    }
+    for r in seeded.iter_mut().filter(|r| r.reason == Reason::OtherUndecided) {
+        *r = BlockRole::of(Reason::OtherBeforeTrace);
+    }
+    Roles { seeded, traced, from_state }
+}
+
+/// Frames of building a model: a constructor, `Module._apply` (`.to()`, `.cuda()`),
+/// `load_state_dict`, `from_pretrained`.
+fn built_model(ev: &StackEvidence, s: Option<fragscope_snapshot::StackId>) -> bool {
+    ["__init__", "_apply", "load_state_dict", "from_pretrained"].iter().any(|k| ev.mentions(s, &k.to_ascii_lowercase()))
+}
+
+/// Tensor bytes (requests) per role at one state (entries applied: state 0 is before
+/// the first entry), indexed by `Role as usize`.
+pub fn bytes_at(snap: &Snapshot, lives: &BlockLives, roles: &Roles, state: usize) -> [u64; 7] {
+    let trace = snap.trace(lives.device);
+    let mut v = [0u64; 7];
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        if b.end >= state {
+            v[r.role as usize] += b.request;
+        }
+    }
+    let k = lives.traced.partition_point(|l| l.alloc < state);
+    for (i, (l, r)) in lives.traced[..k].iter().zip(&roles.traced).enumerate() {
+        if l.end >= state {
+            let role = match roles.from_state.get(&i) {
+                Some(&f) if state < f => Role::Temporaries,
+                _ => r.role,
+            };
+            v[role as usize] += trace[l.alloc].size;
+        }
+    }
+    v
+}
+
+/// The figures of [`DeviceRoles`] from each block's role.
+pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps) -> DeviceRoles {
+    let trace = snap.trace(lives.device);
+    const TEMP: usize = Role::Temporaries as usize;
+    // Sweep the states: a block enters at alloc + 1 and leaves at end + 1; an
+    // out-of-place update moves from temporaries to its role at `from_state`. Tensor
+    // bytes (`req`) give the figures; block bytes find the allocated peak.
+    // (state, role left, role entered or 7 for none, request, block size)
+    let mut events: Vec<(usize, u8, u8, u64, u64)> = Vec::with_capacity(lives.traced.len() + lives.seeded.len());
+    let mut cur = [0i64; 7];
+    let mut blk: i64 = 0;
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        cur[r.role as usize] += b.request as i64;
+        blk += b.size as i64;
+        if b.end != LIVE_AT_END {
+            events.push((b.end + 1, r.role as u8, 7, b.request, b.size));
+        }
+    }
+    for (i, (l, r)) in lives.traced.iter().zip(&roles.traced).enumerate() {
+        let q = trace[l.alloc].size;
+        if let Some(&f) = roles.from_state.get(&i) {
+            events.push((f, TEMP as u8, r.role as u8, q, 0));
+        }
+        if l.end != LIVE_AT_END {
+            events.push((l.end + 1, r.role as u8, 7, q, l.size));
+        }
+    }
+    events.sort_unstable_by_key(|e| e.0);
+    let mut max = cur;
+    let (mut peak, mut peak_state, mut at_peak) = (blk, 0usize, cur);
+    let (mut a, mut e) = (0usize, 0usize);
+    // Each state gets its allocs and ends applied before the figures are read.
+    loop {
+        let next_a = lives.traced.get(a).map(|l| l.alloc + 1);
+        let next_e = events.get(e).map(|x| x.0);
+        let s = match (next_a, next_e) {
+            (None, None) => break,
+            (Some(x), Some(y)) => x.min(y),
+            (Some(x), None) => x,
+            (None, Some(y)) => y,
+        };
+        while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+            let l = &lives.traced[a];
+            let role = if roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
+            cur[role] += trace[l.alloc].size as i64;
+            blk += l.size as i64;
+            a += 1;
+        }
+        while e < events.len() && events[e].0 == s {
+            let (_, from, to, q, b) = events[e];
+            cur[from as usize] -= q as i64;
+            if to < 7 {
+                cur[to as usize] += q as i64;
+            }
+            blk -= b as i64;
+            e += 1;
+        }
+        for k in 0..7 {
+            max[k] = max[k].max(cur[k]);
+        }
+        if blk > peak {
+            (peak, peak_state, at_peak) = (blk, s, cur);
+        }
+    }
+    // Blocks, bytes and confidence by role and reason.
+    let mut by_reason: BTreeMap<Reason, (u64, u64)> = BTreeMap::new();
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        let x = by_reason.entry(r.reason).or_default();
+        x.0 += 1;
+        x.1 += b.request;
+    }
+    for (l, r) in lives.traced.iter().zip(&roles.traced) {
+        let x = by_reason.entry(r.reason).or_default();
+        x.0 += 1;
+        x.1 += trace[l.alloc].size;
+    }
+    let mut by_role: BTreeMap<&'static str, RoleBytes> = BTreeMap::new();
+    for role in Role::ALL {
+        let k = role as usize;
+        let mut evidence: Vec<RoleEvidence> = by_reason
+            .iter()
+            .filter(|(r, _)| r.role() == role)
+            .map(|(r, &(blocks, bytes))| RoleEvidence {
+                evidence: r.describe(),
+                blocks,
+                bytes,
+                confidence: r.confidence(),
+            })
+            .collect();
+        evidence.sort_by(|x, y| y.bytes.cmp(&x.bytes));
+        let bytes: u64 = evidence.iter().map(|x| x.bytes).sum();
+        let confidence = if bytes == 0 {
+            0.0
+        } else {
+            evidence.iter().map(|x| x.confidence * x.bytes as f64).sum::<f64>() / bytes as f64
+        };
+        by_role.insert(
+            role.as_str(),
+            RoleBytes {
+                at_peak: at_peak[k].max(0) as u64,
+                max: max[k].max(0) as u64,
+                blocks: evidence.iter().map(|x| x.blocks).sum(),
+                confidence: (confidence * 100.0).round() / 100.0,
+                evidence,
+            },
+        );
+    }
+    DeviceRoles {
+        device: lives.device,
+        steps: st.describe(),
+        step_count: st.steps.len(),
+        peak_state,
+        peak_allocated: peak.max(0) as u64,
+        by_role,
+        at_oom: None,
+    }
+}
+
+/// Steps, lives and roles of one device, from scratch (for callers without a walk of
+/// their own to take the lives from).
+pub fn device_roles(snap: &Snapshot, device: i64) -> DeviceRoles {
+    let lives = BlockLives::replay(snap, device);
+    device_roles_with(snap, &lives).0
+}
+
+/// [`device_roles`] from the lives of a walk already made; also returns the steps and
+/// each block's role.
+pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, Steps, Roles) {
+    let mut ev = StackEvidence::new(snap);
+    let st = steps::steps_with(snap, lives.device, &mut ev);
+    let roles = classify_with(snap, lives, &st, &mut ev);
+    (summarize(snap, lives, &roles, &st), st, roles)
+}
+
+/// "parameters 12.7 GiB, gradients 12.7 GiB, ..." of the roles with bytes in `v`
+/// (as [`bytes_at`] returns), largest first.
+pub fn describe_bytes(v: &[u64; 7], fmt: impl Fn(u64) -> String) -> String {
+    let mut r: Vec<(Role, u64)> = Role::ALL.iter().map(|&r| (r, v[r as usize])).filter(|x| x.1 > 0).collect();
+    r.sort_by(|a, b| b.1.cmp(&a.1));
+    r.iter().map(|(role, b)| format!("{} {}", role.as_str().replace('_', " "), fmt(*b))).collect::<Vec<_>>().join(", ")
+}

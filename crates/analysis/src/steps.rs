@@ -1,0 +1,661 @@
+//! Training steps and their phases, from evidence in the trace rather than from
+//! periodicity alone.
+//!
+//! A *step* of training is bounded by evidence that PyTorch or the user's program left in
+//! the snapshot:
+//!
+//! * the optimizer's step: Python frames in `torch/optim/` (`Optimizer.step`'s profiling
+//!   `wrapper`, `_single_tensor_adam`, `_multi_tensor_*`, `_fused_*`, `_init_group`), fused
+//!   optimizer kernels in C++ frames (`fused_adam`, `_fused_adamw`, `multi_tensor_apply`),
+//!   a user optimizer's `step` in a file named for optimizers, and the `Optimizer.step#...`
+//!   annotations that `torch.optim.Optimizer` records with `record_function`;
+//! * `zero_grad` (a frame, or the `Optimizer.zero_grad#...` annotation);
+//! * the backward pass, when no optimizer shows (each backward ends a step);
+//! * `ProfilerStep#N` annotations, a user's `record_function("step")`, or
+//!   `fragscope.torch.phase("step")` markers, when neither shows.
+//!
+//! The *phases* inside a step come from the frames, Python or C++: backward is the autograd
+//! engine (`torch::autograd::Engine::*`, `*Backward0::apply`, `AccumulateGrad`,
+//! `torch/autograd/__init__.py:backward`, `torch/_tensor.py:backward`) — on traces recorded
+//! with Python stacks only, the engine thread's allocations carry no frame, and fall in the
+//! backward pass between its first tagged entry and the optimizer; forward is a module's
+//! `forward` (or `nn.Module._call_impl`); the optimizer is the step's evidence above. An
+//! entry without evidence belongs to the phase around it (a loss computed outside a module
+//! between forward and backward is forward).
+//!
+//! Periodic structure inside a phase is *layers* (a transformer's blocks repeat the same
+//! allocations), never steps: [`Step::layers`].
+//!
+//! Principal types: [`Steps`] (per device), [`Step`], [`PhaseSpan`], [`Phase`].
+
+use fragscope_snapshot::{Action, FrameId, Snapshot, StackId, NO_TIME};
+use serde::Serialize;
+
+use crate::attribution::Scopes;
+
+/// What the program was doing at a trace entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Outside every phase: set-up (building the model), between steps (loading a
+    /// batch), `zero_grad`, or a trace without steps.
+    Outside,
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Outside => "outside",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// A run of trace entries in one phase: entries `start..end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PhaseSpan {
+    pub phase: Phase,
+    pub start: usize,
+    /// One past the last entry.
+    pub end: usize,
+}
+
+/// One training step of a device's trace: entries `start..end`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    pub start: usize,
+    /// One past the last entry (the end of its optimizer phase, or of its backward pass
+    /// when the step is bounded by backward passes).
+    pub end: usize,
+    /// The phases inside the step, in order (`outside` runs left out).
+    pub phases: Vec<PhaseSpan>,
+    /// Whether the trace holds the whole step: a forward (or `zero_grad`) before its
+    /// backward or optimizer. `false` for a step the recording began inside.
+    pub complete: bool,
+    /// Layers: how many times the forward pass (else the backward pass) repeats one
+    /// pattern of allocations, when it does (two or more).
+    pub layers: Option<usize>,
+}
+
+impl Step {
+    /// First and one-past-last entry of the step's `phase` (its first to its last span).
+    pub fn span(&self, phase: Phase) -> Option<(usize, usize)> {
+        let mut it = self.phases.iter().filter(|p| p.phase == phase);
+        let first = it.next()?;
+        let last = self.phases.iter().rev().find(|p| p.phase == phase).unwrap();
+        Some((first.start, last.end))
+    }
+}
+
+/// The steps of one device's trace (module doc).
+#[derive(Clone, Debug, Serialize)]
+pub struct Steps {
+    pub device: i64,
+    /// What bounded the steps: `"optimizer"`, `"backward"`, `"annotation"`, or `"none"`.
+    pub source: &'static str,
+    /// The evidence, in words (frames and annotations seen, and how often).
+    pub evidence: Vec<String>,
+    pub steps: Vec<Step>,
+    /// Forward or backward work after the last step (a step the recording ended inside):
+    /// its first entry.
+    pub after_last_step: Option<usize>,
+    /// Why there is no step (`source` `"none"`), in words.
+    pub reason: Option<String>,
+    /// Phase of every trace entry.
+    #[serde(skip)]
+    pub phase_of: Vec<Phase>,
+}
+
+impl Steps {
+    /// Phase of trace entry `i` (`outside` past the trace).
+    pub fn phase_at(&self, i: usize) -> Phase {
+        self.phase_of.get(i).copied().unwrap_or(Phase::Outside)
+    }
+    /// Index of the step holding trace entry `i`.
+    pub fn step_of(&self, i: usize) -> Option<usize> {
+        let k = self.steps.partition_point(|s| s.start <= i);
+        k.checked_sub(1).filter(|&k| i < self.steps[k].end)
+    }
+    /// In words: "3 steps (optimizer steps)", "1 step ...", "no step: ...".
+    pub fn describe(&self) -> String {
+        match self.steps.len() {
+            0 => format!("no training step found ({})", self.reason.as_deref().unwrap_or("no evidence")),
+            n => format!(
+                "{n} step{} ({}){}",
+                if n == 1 { "" } else { "s" },
+                match self.source {
+                    "optimizer" => "bounded by optimizer steps",
+                    "backward" => "bounded by backward passes; no optimizer step seen",
+                    "annotation" => "from step annotations",
+                    _ => "",
+                },
+                match self.steps.iter().find_map(|s| s.layers) {
+                    Some(l) => format!(", {l} layers in a pass"),
+                    None => String::new(),
+                }
+            ),
+        }
+    }
+}
+
+// Evidence of one frame or stack, as bits.
+const OPT: u8 = 1;
+const ZERO: u8 = 2;
+const BWD: u8 = 4;
+const FWD: u8 = 8;
+const PY: u8 = 16;
+/// A user optimizer's `step` (weaker than `torch/optim`).
+const USER_OPT: u8 = 32;
+/// A library's workspace (cuBLAS's `getNewWorkspace`), from C++ frames.
+pub(crate) const WORKSPACE: u8 = 64;
+const KNOWN: u8 = 128;
+
+fn frame_bits(file: &str, name: &str) -> u8 {
+    let file_n: std::borrow::Cow<str> = if file.contains('\\') { file.replace('\\', "/").into() } else { file.into() };
+    let file = file_n.as_ref();
+    let py = file.ends_with(".py");
+    let mut b = if py { PY } else { 0 };
+    let base = file.rsplit('/').next().unwrap_or(file).to_ascii_lowercase();
+    if name == "zero_grad" || name.contains("::zero_grad") {
+        return b | ZERO;
+    }
+    if py {
+        if file.contains("torch/optim/") && name != "__init__" {
+            b |= OPT;
+        } else if name == "step" && base.contains("optim") {
+            b |= USER_OPT;
+        }
+        if (file.ends_with("torch/autograd/__init__.py") && (name == "backward" || name == "grad"))
+            || (file.ends_with("torch/autograd/graph.py") && name == "_engine_run_backward")
+            || (file.ends_with("torch/_tensor.py") && name == "backward")
+        {
+            b |= BWD;
+        }
+        if name == "forward"
+            || (file.ends_with("torch/nn/modules/module.py") && (name == "_call_impl" || name == "_wrapped_call_impl"))
+        {
+            b |= FWD;
+        }
+    } else {
+        // C++: the autograd engine and its nodes (not `torch::autograd::VariableType` or
+        // `THPVariable_*`: those are the dispatcher and the Python bindings, on every op).
+        // Only a node's `apply` (run by the engine), not its `release_variables` or its
+        // deleter: a forward-only program frees the graph's saved tensors from those.
+        if name.contains("torch::autograd::Engine::")
+            || (name.contains("::apply") && (name.contains("AccumulateGrad") || is_backward_node(name)))
+        {
+            b |= BWD;
+        }
+        let l = name.to_ascii_lowercase();
+        if l.contains("getnewworkspace") || (l.contains("workspace") && (l.contains("blas") || l.contains("cudnn"))) {
+            b |= WORKSPACE;
+        }
+        if l.contains("fused_adam")
+            || l.contains("fused_sgd")
+            || l.contains("multi_tensor_apply")
+            || l.contains("fusedadam")
+        {
+            b |= OPT;
+        }
+    }
+    b
+}
+
+/// `FooBackward0::apply`, `FooBackward1`: an autograd node's name.
+fn is_backward_node(name: &str) -> bool {
+    let mut rest = name;
+    while let Some(p) = rest.find("Backward") {
+        let after = &rest[p + "Backward".len()..];
+        if after.starts_with(|c: char| c.is_ascii_digit()) {
+            return true;
+        }
+        rest = after;
+    }
+    false
+}
+
+/// Evidence bits of stacks, computed once per stack and frame.
+pub(crate) struct StackEvidence<'a> {
+    snap: &'a Snapshot,
+    frames: Vec<u8>,
+    stacks: Vec<u8>,
+}
+
+impl<'a> StackEvidence<'a> {
+    pub fn new(snap: &'a Snapshot) -> Self {
+        StackEvidence { snap, frames: vec![0; snap.frames.num_frames()], stacks: vec![0; snap.frames.num_stacks()] }
+    }
+    fn frame(&mut self, f: FrameId) -> u8 {
+        let k = f.index();
+        if self.frames[k] & KNOWN == 0 {
+            let fr = self.snap.frames.frame(f);
+            self.frames[k] = KNOWN | frame_bits(self.snap.frames.str(fr.filename), self.snap.frames.str(fr.name));
+        }
+        self.frames[k] & !KNOWN
+    }
+    pub fn of(&mut self, s: Option<StackId>) -> u8 {
+        let Some(s) = s else { return 0 };
+        let k = s.index();
+        if self.stacks[k] & KNOWN == 0 {
+            let mut b = 0;
+            for i in 0..self.snap.frames.stack(s).len() {
+                let f = self.snap.frames.stack(s)[i];
+                b |= self.frame(f);
+            }
+            self.stacks[k] = KNOWN | b;
+        }
+        self.stacks[k] & !KNOWN
+    }
+    /// Whether any frame of the stack names `needle` (function or file), case-insensitive.
+    pub fn mentions(&self, s: Option<StackId>, needle: &str) -> bool {
+        let Some(s) = s else { return false };
+        self.snap.frames.stack(s).iter().any(|&f| {
+            let fr = self.snap.frames.frame(f);
+            self.snap.frames.str(fr.filename).to_ascii_lowercase().contains(needle)
+                || self.snap.frames.str(fr.name).to_ascii_lowercase().contains(needle)
+        })
+    }
+}
+
+/// A phase tag of one entry, strongest evidence first.
+fn tag_of(bits: u8) -> Option<Tag> {
+    if bits & ZERO != 0 {
+        Some(Tag::Zero)
+    } else if bits & (OPT | USER_OPT) != 0 && bits & BWD == 0 {
+        Some(Tag::Opt)
+    } else if bits & BWD != 0 {
+        Some(Tag::Bwd)
+    } else if bits & FWD != 0 {
+        Some(Tag::Fwd)
+    } else {
+        None
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tag {
+    Zero,
+    Opt,
+    Bwd,
+    Fwd,
+}
+
+fn phase_of_tag(t: Tag) -> Phase {
+    match t {
+        Tag::Zero => Phase::Outside,
+        Tag::Opt => Phase::Optimizer,
+        Tag::Bwd => Phase::Backward,
+        Tag::Fwd => Phase::Forward,
+    }
+}
+
+/// Annotated intervals of entries: (start entry, end entry, name).
+fn annotated(snap: &Snapshot, device: i64) -> Vec<(usize, usize, String)> {
+    let trace = snap.trace(device);
+    if trace.is_empty() || trace.iter().any(|e| e.time_us == NO_TIME) {
+        return Vec::new();
+    }
+    let scopes = Scopes::new(snap, device);
+    scopes
+        .occurrences()
+        .into_iter()
+        .map(|(s, e, n, _)| {
+            let a = if s == i64::MIN { 0 } else { trace.partition_point(|x| x.time_us < s) };
+            let b = trace.partition_point(|x| x.time_us <= e);
+            (a, b, scopes.names[n].clone())
+        })
+        .collect()
+}
+
+/// Whether an annotation names a step of a loop: `ProfilerStep#N`, `step`, `train_step`,
+/// `iteration N`, `step_7` (fragscope.torch.phase("step") writes `step`).
+fn step_annotation(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    if l.starts_with("profilerstep#") {
+        return true;
+    }
+    let head = l.trim_end_matches(|c: char| c.is_ascii_digit()).trim_end_matches(['#', ' ', '_', '-', ':', '=']);
+    matches!(head, "step" | "train_step" | "training_step" | "iteration" | "iter" | "train step" | "training step")
+}
+
+/// The steps of `device`'s trace (module doc).
+pub fn steps(snap: &Snapshot, device: i64) -> Steps {
+    let mut ev = StackEvidence::new(snap);
+    steps_with(snap, device, &mut ev)
+}
+
+pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -> Steps {
+    let trace = snap.trace(device);
+    let n = trace.len();
+    // 1. Evidence of each entry: its stack, and the optimizer's own annotations.
+    let mut tags: Vec<Option<Tag>> = Vec::with_capacity(n);
+    let mut counts = [0usize; 4];
+    let mut user_opt = 0usize;
+    let mut frameless_allocs: Vec<bool> = Vec::new();
+    let has_frames = trace.iter().any(|e| e.stack.is_some_and(|s| !snap.frames.stack(s).is_empty()));
+    for e in trace {
+        let relevant = matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted);
+        let bits = if relevant { ev.of(e.stack) & !WORKSPACE } else { 0 };
+        let t = tag_of(bits);
+        if bits & USER_OPT != 0 && bits & OPT == 0 {
+            user_opt += 1;
+        }
+        tags.push(t);
+        frameless_allocs
+            .push(has_frames && e.action == Action::Alloc && e.stack.is_none_or(|s| snap.frames.stack(s).is_empty()));
+    }
+    let anns = annotated(snap, device);
+    let mut ann_opt = 0;
+    let mut ann_zero = 0;
+    for (a, b, name) in &anns {
+        let t = if name.starts_with("Optimizer.step#") {
+            ann_opt += 1;
+            Tag::Opt
+        } else if name.starts_with("Optimizer.zero_grad#") {
+            ann_zero += 1;
+            Tag::Zero
+        } else {
+            continue;
+        };
+        for x in tags.iter_mut().take((*b).min(n)).skip(*a) {
+            *x = Some(t);
+        }
+    }
+    for t in tags.iter().flatten() {
+        counts[*t as usize] += 1;
+    }
+    // 2. Phases: a tagged entry is in its tag's phase; an untagged one in the phase
+    // around it (module doc).
+    let mut phase_of = vec![Phase::Outside; n];
+    let mut prev: Option<(usize, Tag)> = None;
+    let mut i = 0;
+    while i < n {
+        if let Some(t) = tags[i] {
+            phase_of[i] = phase_of_tag(t);
+            prev = Some((i, t));
+            i += 1;
+            continue;
+        }
+        let j = (i..n).find(|&k| tags[k].is_some()).unwrap_or(n);
+        let next = tags.get(j).copied().flatten();
+        let fill = match (prev.map(|p| p.1), next) {
+            (None, _) => Phase::Outside,
+            (Some(Tag::Opt), Some(Tag::Opt)) => Phase::Optimizer,
+            (Some(Tag::Opt), _) | (Some(Tag::Zero), _) => Phase::Outside,
+            (Some(Tag::Bwd), Some(Tag::Fwd)) | (Some(Tag::Bwd), Some(Tag::Zero)) => Phase::Outside,
+            (Some(Tag::Bwd), _) => Phase::Backward,
+            (Some(Tag::Fwd), Some(Tag::Fwd)) | (Some(Tag::Fwd), Some(Tag::Bwd)) => Phase::Forward,
+            // Forward, then nothing tagged until the optimizer or the next step: the
+            // autograd engine's thread allocates without Python frames, so on a trace
+            // recorded with Python stacks only the backward pass starts at the first
+            // frameless allocation.
+            (Some(Tag::Fwd), _) => match (i..j).find(|&k| frameless_allocs[k]) {
+                Some(k) if next.is_some() => {
+                    phase_of[i..k].fill(Phase::Forward);
+                    phase_of[k..j].fill(Phase::Backward);
+                    i = j;
+                    continue;
+                }
+                _ => Phase::Forward,
+            },
+        };
+        phase_of[i..j].fill(fill);
+        i = j;
+    }
+    // A backward pass that follows a forward pass without tagged entries after it
+    // (frameless backward to the end of the trace) is left as forward: nothing bounds it.
+
+    let mut evidence = Vec::new();
+    let count = |p: Phase| phase_of.iter().filter(|&&x| x == p).count();
+    if counts[Tag::Opt as usize] > 0 {
+        evidence.push(format!(
+            "{} entries in the optimizer's step ({}{})",
+            count(Phase::Optimizer),
+            if ann_opt > 0 { format!("{ann_opt} Optimizer.step annotations, ") } else { String::new() },
+            if user_opt > 0 { "frames of a user optimizer's step" } else { "torch/optim or fused-optimizer frames" }
+        ));
+    }
+    if counts[Tag::Zero as usize] > 0 {
+        evidence.push(format!(
+            "zero_grad ({} entries{})",
+            counts[Tag::Zero as usize],
+            if ann_zero > 0 { format!(", {ann_zero} annotations") } else { String::new() }
+        ));
+    }
+    if counts[Tag::Bwd as usize] > 0 {
+        evidence.push(format!(
+            "{} entries in backward passes (autograd engine, *Backward nodes, AccumulateGrad or Tensor.backward frames)",
+            count(Phase::Backward)
+        ));
+    }
+    if counts[Tag::Fwd as usize] > 0 {
+        evidence.push(format!("{} entries in forward passes (module forward frames)", count(Phase::Forward)));
+    }
+
+    // 3. Steps.
+    let runs = |p: Phase, phase_of: &[Phase]| -> Vec<(usize, usize)> {
+        let mut v: Vec<(usize, usize)> = Vec::new();
+        let mut k = 0;
+        while k < n {
+            if phase_of[k] != p {
+                k += 1;
+                continue;
+            }
+            let s = k;
+            while k < n && phase_of[k] == p {
+                k += 1;
+            }
+            // Runs separated only by entries outside every phase are one (an optimizer
+            // step, then a scheduler's step after a few frees).
+            match v.last_mut() {
+                Some(last)
+                    if phase_of[last.1..s].iter().all(|&x| x == Phase::Outside)
+                        && tags[last.1..s].iter().all(|t| *t != Some(Tag::Zero)) =>
+                {
+                    last.1 = k
+                }
+                _ => v.push((s, k)),
+            }
+        }
+        v
+    };
+    let opt_runs = runs(Phase::Optimizer, &phase_of);
+    let (source, ends): (&'static str, Vec<(usize, usize)>) = if !opt_runs.is_empty() {
+        ("optimizer", opt_runs)
+    } else {
+        let bwd = runs(Phase::Backward, &phase_of);
+        if !bwd.is_empty() {
+            ("backward", bwd)
+        } else {
+            let mut st: Vec<(usize, usize)> =
+                anns.iter().filter(|(_, _, name)| step_annotation(name)).map(|&(a, b, _)| (a, b.min(n))).collect();
+            st.sort_unstable();
+            st.dedup();
+            if st.len() >= 1 {
+                evidence.push(format!("{} step annotations ({})", st.len(), {
+                    let mut names: Vec<&str> =
+                        anns.iter().filter(|(_, _, x)| step_annotation(x)).map(|(_, _, x)| x.as_str()).collect();
+                    names.dedup();
+                    names.into_iter().take(3).collect::<Vec<_>>().join(", ")
+                }));
+                let steps = st
+                    .into_iter()
+                    .map(|(a, b)| {
+                        let phases = spans(&phase_of[a..b], a);
+                        let layers = layers_in(snap, device, &phases);
+                        Step { start: a, end: b, phases, complete: true, layers }
+                    })
+                    .collect();
+                return Steps {
+                    device,
+                    source: "annotation",
+                    evidence,
+                    steps,
+                    after_last_step: None,
+                    reason: None,
+                    phase_of,
+                };
+            }
+            let reason = if n == 0 {
+                "the snapshot has no trace".to_string()
+            } else if !has_frames {
+                "the trace has no stack frames and no step annotation".to_string()
+            } else if counts[Tag::Fwd as usize] > 0 {
+                "forward passes only: no backward pass, optimizer step or step annotation".to_string()
+            } else {
+                "no optimizer step, backward pass or step annotation in the trace".to_string()
+            };
+            return Steps {
+                device,
+                source: "none",
+                evidence,
+                steps: Vec::new(),
+                after_last_step: None,
+                reason: Some(reason),
+                phase_of,
+            };
+        }
+    };
+    let mut steps = Vec::with_capacity(ends.len());
+    let mut prev_end = 0;
+    for &(rs, re) in &ends {
+        // The step starts at the first zero_grad, forward or backward entry after the
+        // previous step (set-up and batch loading before it stay outside).
+        let start = (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || tags[k] == Some(Tag::Zero)).unwrap_or(rs);
+        let phases = spans(&phase_of[start..re], start);
+        let first = phases.first().map(|p| p.phase);
+        let complete = tags[start] == Some(Tag::Zero) || first == Some(Phase::Forward) || steps.len() > 0;
+        let layers = layers_in(snap, device, &phases);
+        steps.push(Step { start, end: re, phases, complete, layers });
+        prev_end = re;
+    }
+    let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
+    Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+}
+
+/// The runs of `phase_of` (which starts at entry `base`), outside runs left out.
+fn spans(phase_of: &[Phase], base: usize) -> Vec<PhaseSpan> {
+    let mut v: Vec<PhaseSpan> = Vec::new();
+    for (k, &p) in phase_of.iter().enumerate() {
+        match v.last_mut() {
+            Some(l) if l.phase == p && l.end == base + k => l.end += 1,
+            _ if p == Phase::Outside => {}
+            _ => v.push(PhaseSpan { phase: p, start: base + k, end: base + k + 1 }),
+        }
+    }
+    v
+}
+
+/// Layers of a step: the repeats of the forward pass's pattern of allocations (else the
+/// backward pass's).
+fn layers_in(snap: &Snapshot, device: i64, phases: &[PhaseSpan]) -> Option<usize> {
+    [Phase::Forward, Phase::Backward].into_iter().find_map(|p| {
+        let trace = snap.trace(device);
+        let allocs: Vec<(u64, Option<StackId>)> = phases
+            .iter()
+            .filter(|s| s.phase == p)
+            .flat_map(|s| trace[s.start..s.end].iter())
+            .filter(|e| e.action == Action::Alloc)
+            .map(|e| (e.size, e.stack))
+            .collect();
+        repeats(&allocs)
+    })
+}
+
+/// How many times a sequence of signatures repeats one pattern: the period with the
+/// highest autocorrelation (among the gaps between equal signatures), then the longest
+/// chain of one signature at exactly that period. `None` under two repeats or a weak
+/// pattern.
+fn repeats<T: Eq + std::hash::Hash + Copy>(seq: &[T]) -> Option<usize> {
+    let n = seq.len();
+    if n < 4 {
+        return None;
+    }
+    let mut ids: std::collections::HashMap<T, u32> = std::collections::HashMap::new();
+    let s: Vec<u32> = seq
+        .iter()
+        .map(|x| {
+            let k = ids.len() as u32;
+            *ids.entry(*x).or_insert(k)
+        })
+        .collect();
+    let mut last = vec![usize::MAX; ids.len()];
+    let mut gaps = vec![0u32; n / 2 + 1];
+    for (i, &x) in s.iter().enumerate() {
+        let l = last[x as usize];
+        if l != usize::MAX && i - l <= n / 2 {
+            gaps[i - l] += 1;
+        }
+        last[x as usize] = i;
+    }
+    let mut cand: Vec<(usize, u32)> = gaps.iter().enumerate().filter(|g| *g.1 > 0).map(|(g, &c)| (g, c)).collect();
+    cand.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    cand.truncate(24);
+    let ac = |p: usize| s[..n - p].iter().zip(&s[p..]).filter(|(a, b)| a == b).count() as f64 / (n - p) as f64;
+    let scored: Vec<(usize, f64)> = cand.iter().map(|&(p, _)| (p, ac(p))).collect();
+    let best = scored.iter().map(|x| x.1).fold(0.0, f64::max);
+    if best < 0.5 {
+        return None;
+    }
+    let period = scored.iter().filter(|x| x.1 >= best * 0.95).map(|x| x.0).min()?;
+    // Longest chain of one signature spaced exactly `period` apart.
+    let mut chain = vec![0usize; ids.len()];
+    let mut best_chain = vec![0usize; ids.len()];
+    let mut last = vec![usize::MAX; ids.len()];
+    for (i, &x) in s.iter().enumerate() {
+        let k = x as usize;
+        chain[k] = if last[k] != usize::MAX && i - last[k] == period { chain[k] + 1 } else { 1 };
+        best_chain[k] = best_chain[k].max(chain[k]);
+        last[k] = i;
+    }
+    let layers = best_chain.into_iter().max()?;
+    (layers >= 2 && layers * period * 2 >= n).then_some(layers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backward_nodes_and_engine_frames_are_backward_but_bindings_are_not() {
+        assert!(frame_bits("??", "torch::autograd::generated::MmBackward0::apply(x)") & BWD != 0);
+        assert!(frame_bits("??", "torch::autograd::Engine::evaluate_function(x)") & BWD != 0);
+        assert!(frame_bits("", "torch::autograd::AccumulateGrad::apply(x)") & BWD != 0);
+        assert_eq!(frame_bits("", "torch::autograd::generated::BmmBackward0::release_variables()") & BWD, 0);
+        assert_eq!(frame_bits("??", "torch::autograd::THPVariable_empty(_object*)") & BWD, 0);
+        assert_eq!(frame_bits("VariableType_1.cpp", "torch::autograd::VariableType::mm") & BWD, 0);
+        assert!(frame_bits("/x/torch/optim/adam.py", "_single_tensor_adam") & OPT != 0);
+        assert!(frame_bits("C:\\v\\torch\\optim\\optimizer.py", "wrapper") & OPT != 0);
+        assert!(frame_bits("/x/torch/optim/optimizer.py", "zero_grad") & ZERO != 0);
+        assert_eq!(frame_bits("/x/torch/optim/adam.py", "__init__") & OPT, 0);
+        assert!(frame_bits("/x/torch/nn/modules/module.py", "_call_impl") & FWD != 0);
+        assert!(frame_bits("??", "at::cuda::getNewWorkspace()") & WORKSPACE != 0);
+    }
+
+    #[test]
+    fn repeats_counts_the_layers_of_a_pass() {
+        // A prologue, 5 layers of the same 4 allocations, an epilogue.
+        let mut seq = vec![100, 101];
+        for _ in 0..5 {
+            seq.extend([1, 2, 3, 2]);
+        }
+        seq.extend([200, 201]);
+        assert_eq!(repeats(&seq), Some(5));
+        assert_eq!(repeats(&[1, 2, 3, 4, 5, 6, 7, 8]), None);
+    }
+
+    #[test]
+    fn step_annotations() {
+        for n in ["ProfilerStep#3", "step", "train_step", "iteration 4", "step_7"] {
+            assert!(step_annotation(n), "{n}");
+        }
+        for n in ["forward", "Optimizer.step#Adam.step", "layer_3", "## forward ##"] {
+            assert!(!step_annotation(n), "{n}");
+        }
+    }
+}
