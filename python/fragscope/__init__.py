@@ -60,6 +60,7 @@ __all__ = [
     "Report",
     "Diff",
     "Check",
+    "Prediction",
     "RankSummary",
     "load",
     "loads",
@@ -68,6 +69,7 @@ __all__ = [
     "analyze_many",
     "report",
     "analyze_file",
+    "predict",
     "run_cli",
 ]
 
@@ -874,6 +876,33 @@ def _rank_figures(body: Optional[Dict[str, Any]]) -> Dict[str, Any]:
                 sites[s["site"]] = sites.get(s["site"], 0) + s["bytes"]
             out.update(peak_reserved=reserved, peak_allocated=allocated, device=d["device"], _sites=sites)
     return out
+
+
+class Prediction(Result):
+    """``fragscope predict --json``: memory of one program at sizes nobody recorded
+    (``predictions``: one per size and device), from recordings at other sizes."""
+
+
+def predict(
+    snapshots: Sequence[Union["Snapshot", PathLike]],
+    sizes: Sequence[int],
+    at: Sequence[int],
+    config: Optional[str] = None,
+    capacity: Union[int, str, None] = None,
+    max_fit: bool = False,
+    device: Optional[int] = None,
+) -> Prediction:
+    """``fragscope predict A B ... --sizes ... --at ...``: the recordings (snapshots or
+    paths) of one program at ``sizes`` (batch size, sequence length, ...), predicted at
+    each size in ``at`` by replaying the synthesised trace through the allocator model.
+    ``capacity`` (bytes, ``"80GiB"`` or a GPU name) says whether each fits; ``max_fit``
+    finds the largest size that fits on it."""
+    snaps = [s if isinstance(s, Snapshot) else load(s) for s in snapshots]
+    return Prediction(
+        _native.predict_json(
+            [s._native for s in snaps], list(sizes), list(at), config, _size(capacity), max_fit, device
+        )
+    )
 
 
 def analyze_file(path: PathLike, top: int = 10, what_if: bool = False) -> Tuple[bool, str]:

@@ -56,3 +56,13 @@ def analyze_many(
 def run_cli(argv: List[str]) -> int: ...
 
 def report_html_many(snapshots: List[Snapshot]) -> str: ...
+
+def predict_json(
+    snapshots: List[Snapshot],
+    sizes: List[int],
+    at: List[int],
+    config: Optional[str] = None,
+    capacity: Optional[str] = None,
+    max_fit: bool = False,
+    device: Optional[int] = None,
+) -> str: ...

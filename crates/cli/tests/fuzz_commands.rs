@@ -18,6 +18,7 @@ use fragscope_alloc::parse_config;
 use fragscope_analysis::analyze::{analyze, AnalyzeOptions};
 use fragscope_analysis::check::{check, Limits};
 use fragscope_analysis::diff::{diff, DiffOptions};
+use fragscope_analysis::predict::{Program, Recording};
 use fragscope_analysis::replay::advice;
 use fragscope_analysis::replay::lab::{lab, parse_policy};
 use fragscope_analysis::replay::{
@@ -186,6 +187,14 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
         &fragscope_report::ReportOptions::default(),
     )]);
     assert!(page.contains("</html>"), "report page cut short");
+    // `fragscope predict`: the two as recordings at sizes 1 and 2, predicted at 4 on 16 GiB
+    // (refused when they no longer align), and the largest size that fits.
+    let recs = [Recording { snap: orig, size: 1 }, Recording { snap: m, size: 2 }];
+    if let Ok(prog) = Program::fit(&recs, None) {
+        let p = prog.predict(4, &rec, Some(16 << 30));
+        let _ = serde_json::to_string(&p).expect("predict JSON");
+        let _ = serde_json::to_string(&prog.max_fit(&rec, 16 << 30, 1 << 12)).expect("max-fit JSON");
+    }
     let dd = diff(orig, m, &DiffOptions { top: 5 });
     let _ = serde_json::to_string(&dd).expect("diff JSON");
     let lim = Limits {
@@ -301,6 +310,7 @@ fn impossible_sizes_are_refused_by_every_command() {
         vec!["replay", f],
         vec!["diff", good, f],
         vec!["check", f, "--max-reserved", "1GiB"],
+        vec!["predict", good, f, "--sizes", "1,2", "--at", "4"],
     ] {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_fragscope")).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

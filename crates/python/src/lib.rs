@@ -472,6 +472,32 @@ fn analyze_many(py: Python<'_>, paths: Vec<PathBuf>, top: usize, what_if: bool, 
     })
 }
 
+/// `fragscope predict --json A B ... --sizes ... --at ...`: the snapshots are recordings of
+/// one program at `sizes`; `capacity` a size or GPU name as `--capacity` takes.
+#[pyfunction]
+#[pyo3(signature = (snapshots, sizes, at, config = None, capacity = None, max_fit = false, device = None))]
+#[allow(clippy::too_many_arguments)]
+fn predict_json(
+    py: Python<'_>,
+    snapshots: Vec<PyRef<'_, Snapshot>>,
+    sizes: Vec<u64>,
+    at: Vec<u64>,
+    config: Option<String>,
+    capacity: Option<String>,
+    max_fit: bool,
+    device: Option<i64>,
+) -> PyResult<String> {
+    let snaps: Vec<(Arc<Snap>, String)> = snapshots.iter().map(|s| (s.inner.clone(), s.name.clone())).collect();
+    py.allow_threads(move || {
+        let capacity = capacity.as_deref().map(cmd::replay::parse_capacity).transpose().map_err(CliError::usage)?;
+        let req = cmd::predict::Request { sizes, at, config, capacity, max_fit, max_size: 1 << 20, device };
+        let refs: Vec<&Snap> = snaps.iter().map(|(s, _)| s.as_ref()).collect();
+        let names: Vec<String> = snaps.iter().map(|(_, n)| n.clone()).collect();
+        cmd::predict::json(&cmd::predict::evaluate(&names, &refs, &req)?)
+    })
+    .map_err(err)
+}
+
 /// Runs the `fragscope` command line on `argv` (program name first) and returns its exit
 /// code: 0 ok, 1 a `check` gate failed, 2 bad usage or unreadable input.
 #[pyfunction]
@@ -508,5 +534,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(analyze_many, m)?)?;
     m.add_function(wrap_pyfunction!(report_html_many, m)?)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
+    m.add_function(wrap_pyfunction!(predict_json, m)?)?;
     Ok(())
 }

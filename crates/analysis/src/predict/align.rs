@@ -62,6 +62,13 @@ pub fn align(a: &[u64], b: &[u64]) -> Vec<Option<usize>> {
     for (j, &k) in b.iter().enumerate() {
         pos.entry(k).or_default().push(j);
     }
+    let mut pos_a: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (i, &k) in a.iter().enumerate() {
+        pos_a.entry(k).or_default().push(i);
+    }
+    // Far searches that found nothing: past FAR_FAILURES the sequences are taken for
+    // different programs, and a mismatch is simply stepped over.
+    let mut far_failures = 0;
     let agree = |i: usize, j: usize| (0..CONFIRM).all(|d| i + d >= a.len() || j + d >= b.len() || a[i + d] == b[j + d]);
     let mut out = vec![None; a.len()];
     let (mut i, mut j) = (0, 0);
@@ -92,12 +99,22 @@ pub fn align(a: &[u64], b: &[u64]) -> Vec<Option<usize>> {
                 }
             }
         }
+        // Nothing nearby: look further, for a long run of agreement (a recording whose
+        // ring buffer, `max_entries`, kept another part of the program).
+        let best = best.or_else(|| {
+            if far_failures >= FAR_FAILURES {
+                return None;
+            }
+            let f = far(a, b, i, j, &pos, &pos_a);
+            far_failures += usize::from(f.is_none());
+            f
+        });
         match best {
             Some((p, q)) => {
                 i += p;
                 j += q;
             }
-            // Nothing agrees again nearby: count both as unaligned and move on.
+            // Nothing agrees again: count both as unaligned and move on.
             None => {
                 i += 1;
                 j += 1;
@@ -106,6 +123,55 @@ pub fn align(a: &[u64], b: &[u64]) -> Vec<Option<usize>> {
     }
     out
 }
+
+/// The cheapest far resynchronisation of `a[i..]` and `b[j..]`: one of the next
+/// [`FAR_STARTS`] requests on either side found anywhere ahead on the other, followed
+/// by [`FAR_CONFIRM`] agreeing requests.
+fn far(
+    a: &[u64],
+    b: &[u64],
+    i: usize,
+    j: usize,
+    pos_b: &HashMap<u64, Vec<usize>>,
+    pos_a: &HashMap<u64, Vec<usize>>,
+) -> Option<(usize, usize)> {
+    let agree = |x: usize, y: usize| {
+        x + FAR_CONFIRM <= a.len() && y + FAR_CONFIRM <= b.len() && a[x..x + FAR_CONFIRM] == b[y..y + FAR_CONFIRM]
+    };
+    let mut best: Option<(usize, usize)> = None;
+    let better = |best: Option<(usize, usize)>, p: usize, q: usize| best.is_none_or(|(bp, bq)| p + q < bp + bq);
+    for p in 0..FAR_STARTS.min(a.len() - i) {
+        if let Some(list) = pos_b.get(&a[i + p]) {
+            let start = list.partition_point(|&x| x < j);
+            for &jj in list[start..].iter().take(FAR_OCCURRENCES) {
+                if better(best, p, jj - j) && agree(i + p, jj) {
+                    best = Some((p, jj - j));
+                    break;
+                }
+            }
+        }
+    }
+    // The other way round: a request of `b` found ahead in `a`.
+    for q in 0..FAR_STARTS.min(b.len() - j) {
+        if let Some(list) = pos_a.get(&b[j + q]) {
+            let start = list.partition_point(|&x| x < i);
+            for &ii in list[start..].iter().take(FAR_OCCURRENCES) {
+                if better(best, ii - i, q) && agree(ii, j + q) {
+                    best = Some((ii - i, q));
+                    break;
+                }
+            }
+        }
+    }
+    best
+}
+
+/// Far resynchronisation: requests tried on each side, occurrences tried for each, and
+/// the run of agreement that confirms one.
+const FAR_STARTS: usize = 32;
+const FAR_OCCURRENCES: usize = 64;
+const FAR_CONFIRM: usize = 16;
+const FAR_FAILURES: usize = 64;
 
 #[cfg(test)]
 mod tests {
@@ -117,6 +183,14 @@ mod tests {
         let b = [1, 2, 3, 4, 5, 6, 7, 7, 8];
         let m = align(&a, &b);
         assert_eq!(m, vec![Some(0), Some(1), Some(2), None, Some(3), Some(4), Some(5), Some(6), Some(8)]);
+        // A ring buffer that kept a later part of the program: the start of `a` is skipped.
+        let long: Vec<u64> = (0..2000u64).map(|k| k.wrapping_mul(2_654_435_761) % 1_000_003).collect();
+        let m = align(&long, &long[1300..]);
+        assert!(m[..1300].iter().all(|x| x.is_none()));
+        assert!(m[1300..].iter().enumerate().all(|(k, x)| *x == Some(k)));
+        // And the other way round: `b` holds more of the program than `a`.
+        let m = align(&long[1300..], &long);
+        assert!(m.iter().enumerate().all(|(k, x)| *x == Some(k + 1300)));
         // Different programs: nothing aligns.
         let c = [10, 11, 12, 13];
         assert!(align(&a, &c).iter().all(|x| x.is_none()));

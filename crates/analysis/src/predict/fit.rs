@@ -88,6 +88,9 @@ pub enum Evidence {
     Unfitted,
 }
 
+/// Largest predicted request (256 TiB).
+pub const MAX_REQUEST: u64 = 1 << 48;
+
 /// The fitted size of one allocation: `c[0] + c[1]·u + c[2]·u²` with `u = x / scale`
 /// (scaled so that the fit is well conditioned whatever the magnitude of `x`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -105,7 +108,9 @@ impl SizeFit {
     /// the law gives no positive size there (a size that shrinks to nothing).
     pub fn at(&self, x: u64) -> Option<u64> {
         let v = self.value(x as f64);
-        (v.is_finite() && v >= 0.5).then(|| v.round() as u64)
+        // Capped at 256 TiB (the largest size a snapshot may hold): far past any device,
+        // and the allocator's arithmetic stays in range.
+        (v.is_finite() && v >= 0.5).then(|| (v.round() as u64).min(MAX_REQUEST))
     }
     fn value(&self, x: f64) -> f64 {
         let u = x / self.scale;

@@ -14,6 +14,8 @@ use fragscope_alloc::AllocatorConfig;
 use fragscope_analysis::predict::{check_size_list, site_frame, FitQuality, MaxFit, Prediction, Program, Recording};
 use serde::Serialize;
 
+use fragscope_snapshot::Snapshot;
+
 use crate::output::{bytes, percent, Align, Table};
 use crate::{input, print_stdout, CliError};
 
@@ -121,42 +123,88 @@ pub const ALTERNATIVES: &[&str] = &[
     "garbage_collection_threshold:0.8,per_process_memory_fraction:0.95",
 ];
 
-pub fn run(args: &Args) -> Result<ExitCode, CliError> {
-    // Usage errors first, before reading anything.
-    if args.files.len() < 2 {
+/// What to predict, checked ([`request_of`]): the parsed arguments without the files.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    pub sizes: Vec<u64>,
+    pub at: Vec<u64>,
+    pub config: Option<String>,
+    pub capacity: Option<u64>,
+    pub max_fit: bool,
+    pub max_size: u64,
+    pub device: Option<i64>,
+}
+
+/// The predictions of one command: per device the fitted program, the replays, the
+/// largest sizes that fit.
+pub struct Outcome<'a> {
+    pub names: Vec<String>,
+    pub sizes: Vec<u64>,
+    pub programs: Vec<Program<'a>>,
+    /// Each prediction with the index of its program.
+    pub predictions: Vec<(Prediction, usize)>,
+    pub max_fit: Vec<MaxFit>,
+}
+
+/// Checks the usage of `predict` for `files` recordings (before reading any file): the
+/// one-line errors, exit code 2.
+pub fn check_request(files: usize, req: &Request) -> Result<(), CliError> {
+    if files < 2 {
         return Err(CliError::usage(format!(
-            "predict needs two or more recordings of one program at different sizes, got {}: {}",
-            args.files.len(),
+            "predict needs two or more recordings of one program at different sizes, got {files}: {}",
             fragscope_analysis::predict::recording_recipe()
         )));
     }
-    let sizes = parse_sizes(&args.sizes, "--sizes")?;
-    if sizes.len() != args.files.len() {
+    if req.sizes.len() != files {
         return Err(CliError::usage(format!(
-            "--sizes gives {} size(s) for {} file(s): one size per recording, in file order",
-            sizes.len(),
-            args.files.len()
+            "--sizes gives {} size(s) for {files} file(s): one size per recording, in file order",
+            req.sizes.len()
         )));
     }
-    check_size_list(&sizes).map_err(|e| CliError::usage(e.0))?;
-    let at = match &args.at {
-        Some(s) => parse_sizes(s, "--at")?,
-        None if args.max_fit => Vec::new(),
-        None => return Err(CliError::usage("--at is required (the sizes to predict), or --max-fit with --capacity")),
-    };
-    let capacity = args.capacity.as_deref().map(super::replay::parse_capacity).transpose().map_err(CliError::usage)?;
-    if args.max_fit && capacity.is_none() {
+    check_size_list(&req.sizes).map_err(|e| CliError::usage(e.0))?;
+    if req.at.contains(&0) {
+        return Err(CliError::usage("--at: a size of 0; sizes are batch sizes, sequence lengths, ..., all at least 1"));
+    }
+    if req.at.is_empty() && !req.max_fit {
+        return Err(CliError::usage("--at is required (the sizes to predict), or --max-fit with --capacity"));
+    }
+    if req.max_fit && req.capacity.is_none() {
         return Err(CliError::usage("--max-fit needs --capacity (a GPU name such as H100-80GB, or bytes)"));
     }
-    if let Some(c) = &args.config {
+    if let Some(c) = &req.config {
         fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
     }
-    let snaps = args.files.iter().map(|f| input::load(f, args.json)).collect::<Result<Vec<_>, _>>()?;
-    let recs: Vec<Recording> = snaps.iter().zip(&sizes).map(|(s, &size)| Recording { snap: s, size }).collect();
-    let devices = match args.device {
+    Ok(())
+}
+
+fn request_of(args: &Args) -> Result<Request, CliError> {
+    let at = match &args.at {
+        Some(s) => parse_sizes(s, "--at")?,
+        None => Vec::new(),
+    };
+    let capacity = args.capacity.as_deref().map(super::replay::parse_capacity).transpose().map_err(CliError::usage)?;
+    let sizes = if args.files.len() < 2 { Vec::new() } else { parse_sizes(&args.sizes, "--sizes")? };
+    let req = Request {
+        sizes,
+        at,
+        config: args.config.clone(),
+        capacity,
+        max_fit: args.max_fit,
+        max_size: args.max_size,
+        device: args.device,
+    };
+    check_request(args.files.len(), &req)?;
+    Ok(req)
+}
+
+/// Aligns and fits `snaps` (recordings named `names`) and replays what `req` asks.
+pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> Result<Outcome<'a>, CliError> {
+    check_request(snaps.len(), req)?;
+    let recs: Vec<Recording> = snaps.iter().zip(&req.sizes).map(|(&s, &size)| Recording { snap: s, size }).collect();
+    let devices = match req.device {
         Some(d) => vec![d],
         None => {
-            let mut common = fragscope_analysis::replay::replayable_devices(&snaps[0]);
+            let mut common = fragscope_analysis::replay::replayable_devices(snaps[0]);
             for s in &snaps[1..] {
                 let d = fragscope_analysis::replay::replayable_devices(s);
                 common.retain(|x| d.contains(x));
@@ -171,43 +219,46 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     for &d in &devices {
         programs.push(Program::fit(&recs, Some(d)).map_err(|e| CliError::usage(e.0))?);
     }
-    let mut preds: Vec<(Prediction, &Program)> = Vec::new();
-    let mut maxfits: Vec<MaxFit> = Vec::new();
-    for prog in &programs {
+    let mut predictions = Vec::new();
+    let mut max_fit = Vec::new();
+    for (k, prog) in programs.iter().enumerate() {
         let base = prog.recorded_config.clone();
-        let cfg = match &args.config {
+        let cfg = match &req.config {
             Some(c) => config_on_top(&base, c)?,
             None => base.clone(),
         };
-        for &x in &at {
-            preds.push((prog.predict(x, &cfg, capacity), prog));
+        for &x in &req.at {
+            predictions.push((prog.predict(x, &cfg, req.capacity), k));
         }
-        if let (true, Some(cap)) = (args.max_fit, capacity) {
-            maxfits.push(prog.max_fit(&cfg, cap, args.max_size));
-            if args.config.is_none() {
+        if let (true, Some(cap)) = (req.max_fit, req.capacity) {
+            max_fit.push(prog.max_fit(&cfg, cap, req.max_size));
+            if req.config.is_none() {
                 for alt in ALTERNATIVES {
-                    maxfits.push(prog.max_fit(&config_on_top(&base, alt)?, cap, args.max_size));
+                    max_fit.push(prog.max_fit(&config_on_top(&base, alt)?, cap, req.max_size));
                 }
             }
         }
     }
-    let names: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
-    let text = if args.json {
-        let out = JsonOut {
-            schema: SCHEMA,
-            files: names.iter().zip(&sizes).map(|(f, &size)| JsonFile { file: f.clone(), size }).collect(),
-            fits: programs
-                .iter()
-                .map(|p| JsonFit {
-                    device: p.device,
-                    template_size: p.template_size,
-                    quality: &p.quality,
-                    notes: &p.notes,
-                })
-                .collect(),
-            predictions: preds
-                .iter()
-                .map(|(p, prog)| JsonPrediction {
+    Ok(Outcome { names: names.to_vec(), sizes: req.sizes.clone(), programs, predictions, max_fit })
+}
+
+/// The `--json` document (schema `fragscope.predict/1`): what `fragscope predict --json`
+/// prints.
+pub fn json(out: &Outcome) -> Result<String, CliError> {
+    let doc = JsonOut {
+        schema: SCHEMA,
+        files: out.names.iter().zip(&out.sizes).map(|(f, &size)| JsonFile { file: f.clone(), size }).collect(),
+        fits: out
+            .programs
+            .iter()
+            .map(|p| JsonFit { device: p.device, template_size: p.template_size, quality: &p.quality, notes: &p.notes })
+            .collect(),
+        predictions: out
+            .predictions
+            .iter()
+            .map(|(p, k)| {
+                let prog = &out.programs[*k];
+                JsonPrediction {
                     prediction: p,
                     fits: p.oom.is_none(),
                     fit_quality: CompactQuality {
@@ -215,14 +266,22 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
                         unexplained: prog.quality.unexplained_total,
                         extrapolated_share: p.extrapolated_share,
                     },
-                })
-                .collect(),
-            max_fit: maxfits.iter().collect(),
-        };
-        crate::output::json_text(&out)?
-    } else {
-        render_text(&names, &sizes, &programs, &preds, &maxfits, args)
+                }
+            })
+            .collect(),
+        max_fit: out.max_fit.iter().collect(),
     };
+    crate::output::json_text(&doc)
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    // Usage errors first, before reading anything.
+    let req = request_of(args)?;
+    let snaps = args.files.iter().map(|f| input::load(f, args.json)).collect::<Result<Vec<_>, _>>()?;
+    let names: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
+    let refs: Vec<&Snapshot> = snaps.iter().collect();
+    let out = evaluate(&names, &refs, &req)?;
+    let text = if args.json { json(&out)? } else { render_text(&out, args.capacity.as_deref()) };
     print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -235,14 +294,8 @@ fn conf_label(c: &str) -> String {
     }
 }
 
-fn render_text(
-    names: &[String],
-    sizes: &[u64],
-    programs: &[Program],
-    preds: &[(Prediction, &Program)],
-    maxfits: &[MaxFit],
-    args: &Args,
-) -> String {
+fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
+    let (names, sizes, programs, maxfits) = (&out.names, &out.sizes, &out.programs, &out.max_fit);
     let mut s = String::new();
     let listed: Vec<String> = names.iter().zip(sizes).map(|(n, z)| format!("{n} (size {z})")).collect();
     let _ = writeln!(s, "predict from {}", listed.join(", "));
@@ -279,8 +332,8 @@ fn render_text(
             let _ = writeln!(s, "  note: {n}");
         }
     }
-    if !preds.is_empty() {
-        let cap = args.capacity.as_deref().unwrap_or("unlimited");
+    if !out.predictions.is_empty() {
+        let cap = capacity.unwrap_or("unlimited");
         let mut t = Table::new(&[
             ("size", Align::Right),
             ("device", Align::Right),
@@ -290,7 +343,7 @@ fn render_text(
             ("first OOM", Align::Left),
             ("extrapolated", Align::Right),
         ]);
-        for (p, _) in preds {
+        for (p, _) in &out.predictions {
             let oom = match &p.oom {
                 None => "none".to_string(),
                 Some(o) => format!(
@@ -319,7 +372,7 @@ fn render_text(
             ]);
         }
         let _ = writeln!(s, "\n{}", t.render());
-        if let Some((p, _)) = preds.first() {
+        if let Some((p, _)) = out.predictions.first() {
             let _ = writeln!(s, "  settings: {}", conf_label(&p.config));
         }
         let _ = writeln!(
@@ -359,7 +412,7 @@ fn render_text(
                 m.replays.to_string(),
             ]);
         }
-        let cap = args.capacity.as_deref().unwrap_or("");
+        let cap = capacity.unwrap_or("");
         let _ = writeln!(s, "\n  largest size that fits on {cap} (bisection over replays)\n{}", t.render());
     }
     s
