@@ -322,20 +322,36 @@ pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
         est_driver_seconds: w.est_driver_seconds,
     };
     let mut notes = Vec::new();
+    // Replays that did not start from the rebuilt state are not compared (issue 21).
+    let mut refused: Option<String> = None;
+    let mut check = |w: &crate::replay::WhatIf| {
+        if let (None, Some(why)) = (&refused, w.start_state.refusal()) {
+            refused = Some(format!("{why} for {}", w.advice.as_deref().unwrap_or("a replay")));
+        }
+    };
     for at in [EmptyCacheAt::Entries(vec![idx]), EmptyCacheAt::Iterations] {
         match simulate_empty_cache(snap, device, cfg.clone(), cap, &at) {
             Ok(mut w) => {
                 if matches!(at, EmptyCacheAt::Entries(_)) {
                     w.advice = Some("empty_cache() before the request".into());
                 }
+                check(&w);
                 f.advice.push(outcome(w))
             }
             Err(e) => notes.push(format!("{} was not replayed: {e}", at.describe())),
         }
     }
     let uncached = simulate_uncached(snap, device, cap);
+    check(&uncached);
     let live_at_oom = uncached.first_oom.as_ref().filter(|o| o.index == idx).map(|o| o.reserved);
     f.advice.push(outcome(uncached));
+    if let Some(why) = refused {
+        f.advice_summary = Some(format!(
+            "The usual advice was replayed but is not compared with the recorded run: {why}, so the \
+             runs do not start from the same memory"
+        ));
+        return;
+    }
     let part = |a: &AdviceOutcome| {
         let result = if a.avoids_oom {
             format!("avoids it (peak {})", format_size(a.peak_reserved_bytes))

@@ -224,6 +224,9 @@ pub struct Trial {
     pub first_oom_index: Option<usize>,
     /// Recorded `oom` entries whose request this replay served.
     pub recorded_ooms_that_fit: u64,
+    /// What the replay started from; trials are compared only when every one started
+    /// from the rebuilt state (`replay::StartState`).
+    pub start_state: replay::StartState,
     pub notes: Vec<String>,
 }
 
@@ -255,6 +258,7 @@ fn trial_of(setting: &str, cand: Option<&Candidate>, cfg: &AllocatorConfig, w: r
         ooms: w.ooms,
         first_oom_index: w.first_oom.as_ref().map(|o| o.index),
         recorded_ooms_that_fit: w.recorded_ooms_that_fit,
+        start_state: w.start_state,
         notes: w.notes,
     }
 }
@@ -502,6 +506,10 @@ pub fn advice_trials(
 /// peak reserved and what it costs in driver calls (an estimate in time).
 pub fn advice_headline(base: &Trial, advice: &[Trial]) -> Option<String> {
     let fs = crate::oom_message::format_size;
+    if let Some(why) = refusal(base, advice) {
+        return (!advice.is_empty())
+            .then(|| format!("The usual advice was replayed but is not compared with the recorded settings: {why}."));
+    }
     let parts: Vec<String> = advice
         .iter()
         .map(|t| {
@@ -539,9 +547,26 @@ pub fn advice_headline(base: &Trial, advice: &[Trial]) -> Option<String> {
     (!parts.is_empty()).then(|| format!("Replayed on this run: {}.", parts.join("; ")))
 }
 
+/// Why replays cannot be compared with the baseline, if they cannot: one of them did
+/// not start from the allocator state the backward walk rebuilt (tensors live before
+/// the trace held in one run and dropped in another would decide the comparison).
+pub fn refusal(base: &Trial, trials: &[Trial]) -> Option<String> {
+    let t = std::iter::once(base).chain(trials).find(|t| t.start_state.refusal().is_some())?;
+    let why = t.start_state.refusal()?;
+    let detail =
+        t.notes.iter().find(|n| n.contains("state before the trace")).map_or(String::new(), |n| format!(": {n}"));
+    Some(format!("{why} for the {} replay{detail}", t.setting))
+}
+
 /// Fills `r` from replays already made.
 pub fn from_trials(r: &mut Recommendations, base: Trial, trials: Vec<Trial>, oom_at: Option<usize>) {
     r.measured = true;
+    if let Some(why) = refusal(&base, &trials) {
+        r.note = Some(format!("settings not compared: {why}"));
+        r.baseline = Some(base);
+        r.tried = trials;
+        return;
+    }
     r.recommended = rank(&base, &trials, oom_at);
     if r.recommended.is_empty() {
         r.note = Some(format!(

@@ -24,7 +24,7 @@ use fragscope_snapshot::{Action, Snapshot, NO_TIME};
 
 use super::driver::verify_inner;
 use super::state::BState;
-use super::whatif::{simulate_with, SimOom, SimOptions, WhatIf, UNLIMITED};
+use super::whatif::{simulate_with, SimOom, SimOptions, StartState, WhatIf, UNLIMITED};
 use super::ReplayOptions;
 
 /// Where `empty_cache()` is inserted.
@@ -190,18 +190,24 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
     let mut a = UncachedAllocator::new(capacity.unwrap_or(UNLIMITED));
     // Recorded address → simulated address (None: its cudaMalloc failed).
     let mut map: HashMap<u64, Option<u64>> = HashMap::new();
-    match &inferred.initial {
+    let start_state = match &inferred.initial {
         Some(st) => {
+            // Tensors alive at the first entry (a block pending its free_completed was
+            // already handed back at its free_requested without caching).
             for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state == BState::Allocated) {
                 let sim = a.adopt(b.requested);
                 map.insert(b.addr, Some(sim));
             }
+            StartState::Rebuilt
         }
-        None => notes.push(format!(
-            "the state before the trace is unknown ({}); started empty",
-            vrep.undecidable.as_deref().unwrap_or("no trace")
-        )),
-    }
+        None => {
+            notes.push(format!(
+                "the state before the trace is unknown ({}); started empty",
+                vrep.undecidable.as_deref().unwrap_or("no trace")
+            ));
+            StartState::Unknown
+        }
+    };
     let mut first_oom = None;
     let mut recorded_fit = 0;
     for (i, ev) in trace.iter().enumerate() {
@@ -261,6 +267,7 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
         first_oom,
         recorded_ooms_that_fit: recorded_fit,
         empty_cache_calls: 0,
+        start_state,
         advice: Some(NO_CACHING.into()),
         advice_points: None,
         empty_cache_added: 0,

@@ -35,7 +35,7 @@ pub(crate) type AddrBuild = std::hash::BuildHasherDefault<fragscope_snapshot::Fx
 
 pub use driver::{infer_expandable_capacity, replayable_devices, verify};
 pub use fidelity::fidelity_table;
-pub use whatif::{simulate, simulate_with, SimOptions, WhatIf};
+pub use whatif::{simulate, simulate_with, SimOptions, StartState, WhatIf};
 
 /// Options of [`verify`].
 #[derive(Clone, Debug, Default)]

@@ -49,6 +49,35 @@ pub struct SimOom {
     pub stack: Vec<String>,
 }
 
+/// The allocator state a simulated run started from: the alternatives of one device
+/// are comparable only when each started from the state the backward walk rebuilt at
+/// the trace's first entry (the tensors already live, the cache). Otherwise one run may
+/// hold memory another dropped, and their peaks differ by that, not by the setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartState {
+    /// The state at the first entry, rebuilt by the backward walk and seeded (empty
+    /// when nothing was live or cached then).
+    Rebuilt,
+    /// The backward walk failed (the trace and the final state disagree): started
+    /// empty, though memory may have been live before the trace.
+    Unknown,
+    /// The state was rebuilt but the simulated allocator could not hold it (see the
+    /// run's notes): started empty.
+    NotSeeded,
+}
+
+impl StartState {
+    /// Why runs that started so cannot be compared, in words (`None` when they can).
+    pub fn refusal(self) -> Option<&'static str> {
+        match self {
+            StartState::Rebuilt => None,
+            StartState::Unknown => Some("the allocator state before the trace could not be rebuilt"),
+            StartState::NotSeeded => Some("the allocator state before the trace could not be seeded"),
+        }
+    }
+}
+
 /// Result of [`simulate`] for one device.
 #[derive(Clone, Debug, Serialize)]
 pub struct WhatIf {
@@ -70,6 +99,8 @@ pub struct WhatIf {
     /// Recorded OOMs whose request the simulated allocator could serve.
     pub recorded_ooms_that_fit: u64,
     pub empty_cache_calls: u64,
+    /// What the run started from ([`StartState`]); the reason is in `notes`.
+    pub start_state: StartState,
     /// The advice replayed instead of (or besides) a configuration, in words
     /// (`empty_cache() at every iteration boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,23 +147,49 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     // address that is neither mapped nor seeded-and-live is skipped, so it can
     // never hit a simulated block that merely happens to sit at that address.
     let mut pre_live: HashSet<u64, AddrBuild> = HashSet::default();
-    match &inferred.initial {
+    let start_state = match &inferred.initial {
         Some(st) => {
-            if let Err(e) = seed_segments(&mut eng, st) {
-                notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
-                eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-                eng.set_record_events(opts.collect_snapshot);
-            } else {
-                pre_live.extend(
-                    st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free).map(|b| b.addr),
-                );
+            // Expandable reservations made before the trace have the size the real
+            // device gave them (9/8 of its memory, §6.1), not the simulated device's
+            // (2^50 bytes when unlimited, which would make two recorded reservations
+            // overlap): seed them under the replay's device size.
+            let recorded = super::recorded_config(snap);
+            let seed_cap = super::driver::capacity_for(snap, device, None, &recorded);
+            eng.device_mut().set_capacity(seed_cap);
+            let seeded = seed_segments(&mut eng, st);
+            eng.device_mut().set_capacity(cap);
+            match seeded {
+                Err(e) => {
+                    notes.push(format!(
+                        "the state before the trace could not be seeded ({e}); started empty: this run is \
+                         not comparable with runs that hold that state"
+                    ));
+                    eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+                    eng.set_record_events(opts.collect_snapshot);
+                    StartState::NotSeeded
+                }
+                Ok(()) => {
+                    pre_live.extend(
+                        st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free).map(|b| b.addr),
+                    );
+                    let held = eng.device().used();
+                    if held > cap {
+                        notes.push(format!(
+                            "the memory reserved before the trace ({held} B) is more than the device's {cap} B"
+                        ));
+                    }
+                    StartState::Rebuilt
+                }
             }
         }
-        None => notes.push(format!(
-            "the state before the trace is unknown ({}); started empty",
-            vrep.undecidable.as_deref().unwrap_or("no trace")
-        )),
-    }
+        None => {
+            notes.push(format!(
+                "the state before the trace is unknown ({}); started empty",
+                vrep.undecidable.as_deref().unwrap_or("no trace")
+            ));
+            StartState::Unknown
+        }
+    };
     // Recorded address → simulated address (None: its allocation failed). A
     // recorded address allocated again while still mapped (a trace that is not
     // allocator-consistent, e.g. a plain repetition) maps to the newest block;
@@ -252,6 +309,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         first_oom,
         recorded_ooms_that_fit: recorded_fit,
         empty_cache_calls,
+        start_state,
         advice: None,
         advice_points: None,
         empty_cache_added: opts.empty_cache_at.len() as u64,

@@ -565,5 +565,14 @@ fn recommend_text(d: &DeviceAnalysis) -> String {
             );
         }
     }
+    // Every note the replays made (as --json has them), each once.
+    let mut seen: Vec<&str> = Vec::new();
+    let trials = r.baseline.iter().chain(&r.tried).chain(&r.advice);
+    for n in trials.flat_map(|t| &t.notes).chain(&r.advice_notes) {
+        if !seen.contains(&n.as_str()) {
+            seen.push(n);
+            let _ = writeln!(o, "  Replay note: {n}");
+        }
+    }
     o
 }

@@ -364,6 +364,12 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
             ]);
         }
         s.push_str(&t.render());
+        // Every note a replay makes is printed, as in --json.
+        for r in rs {
+            for n in &r.verify.notes {
+                let _ = writeln!(s, "  device {}: {n}", r.verify.device);
+            }
+        }
         if !verify_only {
             for r in rs {
                 let Some(runs) = &r.whatif else { continue };
@@ -399,6 +405,28 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
                 s.push_str(&t.render());
                 for n in &r.notes {
                     let _ = writeln!(s, "  {n}");
+                }
+                // The runs' own notes, each once, with the runs it concerns.
+                let mut seen: Vec<(&str, Vec<String>)> = Vec::new();
+                for w in runs {
+                    for n in &w.notes {
+                        match seen.iter_mut().find(|(m, _)| *m == n.as_str()) {
+                            Some((_, who)) => who.push(whatif_label(w)),
+                            None => seen.push((n.as_str(), vec![whatif_label(w)])),
+                        }
+                    }
+                }
+                for (n, who) in seen {
+                    let whom = if who.len() == runs.len() { "all runs".to_string() } else { who.join(", ") };
+                    let _ = writeln!(s, "  note ({whom}): {n}");
+                }
+                if let Some(w) = runs.iter().find(|w| w.start_state.refusal().is_some()) {
+                    let _ = writeln!(
+                        s,
+                        "  These runs are not comparable: {} for {}; the rows do not start from the same memory.",
+                        w.start_state.refusal().unwrap_or_default(),
+                        whatif_label(w)
+                    );
                 }
                 if runs.iter().any(|w| w.advice.is_some()) || !r.notes.is_empty() {
                     let _ = writeln!(s, "  {}", cost::ESTIMATE_NOTE);
