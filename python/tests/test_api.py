@@ -415,6 +415,22 @@ def test_analysis_releases_the_gil():
     assert elapsed < 0.05 or ticks >= 10, (elapsed, ticks)
 
 
+def test_from_dict_is_not_slower_than_pickling(tmp_path):
+    """The live-dict path costs at most what pickling the dict and reading the bytes costs
+    (the issue's target), on the largest real snapshot; runs interleaved, best of 5."""
+    path = max(PICKLES, key=lambda p: p.stat().st_size)
+    d = _pickle_load(path)
+    direct, pickled = [], []
+    for _ in range(5):
+        t = time.perf_counter()
+        fragscope.from_dict(d)
+        direct.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        fragscope.loads(pickle.dumps(d))
+        pickled.append(time.perf_counter() - t)
+    assert min(direct) <= min(pickled), (path.name, min(direct), min(pickled))
+
+
 def test_typed_and_documented():
     import importlib.resources as res
 
