@@ -12,7 +12,11 @@ rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -r python/requirements-test.txt
+# pip shows the build backend's output only with -v: say what the silent minutes are.
+echo "python.sh: pip install . (maturin builds the Rust extension with Cargo's wheel profile; minutes on a fresh machine)"
+start=$(date +%s)
 "$VENV/bin/python" -m pip install --quiet .
+echo "python.sh: pip install . took $(( $(date +%s) - start )) s"
 
 # The installed command and `python -m fragscope` run the Rust CLI.
 "$VENV/bin/fragscope" --version

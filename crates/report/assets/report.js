@@ -299,7 +299,7 @@
       figs.append(
         fig('peak_reserved_bytes', t.peak_reserved.bytes, 'peak reserved', bytes(t.peak_reserved.bytes)),
         fig('peak_allocated_bytes', t.peak_allocated.bytes, 'peak allocated', bytes(t.peak_allocated.bytes)),
-        fig('peak_fragmentation', a.peak_fragmentation == null ? 'null' : a.peak_fragmentation, '1 − peak alloc / peak reserved', pct(a.peak_fragmentation)),
+        fig('peak_fragmentation', a.peak_fragmentation == null ? 'null' : a.peak_fragmentation, 'peak fragmentation (1 − peak alloc / peak reserved)', pct(a.peak_fragmentation)),
         fig('findings', a.findings.length, 'findings', String(a.findings.length)),
       );
     }
