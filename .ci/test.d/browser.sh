@@ -9,4 +9,4 @@ cd "$(dirname "$0")/../.."
 
 bash .ci/setup-browser
 cargo build --release
-node --test --test-concurrency=1 tests/browser/report.test.mjs
+node --test --test-concurrency=1 tests/browser/report.test.mjs tests/browser/page.test.mjs

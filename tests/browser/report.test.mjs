@@ -223,7 +223,11 @@ async function clickAllocation(page, where, dev, path) {
   if (big.stack >= 0) {
     const frames = await page.evaluate((si) => { const f = window.fragscope.file(); return f.stacks[si].map((k) => f.frames[k]); }, big.stack);
     assert.equal(stack.id, String(big.stack), `${where}: the allocation's stack`);
-    assert.equal(stack.text, frames.length ? frames.join('\n') : '(the recorded stack has no frames)', `${where}: every frame shown`);
+    // memory_viz's filter hides the allocator's frames; the toggle shows every frame.
+    if (await page.$('#all-frames')) await page.check('#all-frames');
+    const all = await page.$eval('#detail-body [data-stack]', (x) => x.textContent);
+    assert.equal(all, frames.length ? frames.join('\n') : '(the recorded stack has no frames)', `${where}: every frame shown`);
+    if (await page.$('#all-frames')) await page.uncheck('#all-frames');
   } else {
     assert.equal(stack.id, 'none', `${where}: an allocation without stack says so`);
   }

@@ -34,12 +34,21 @@
     r.set(a); r.set(b, a.length);
     return r;
   }
+  // Sizes as every CLI command prints them (PyTorch's `format_size`, the analysis crate's
+  // `oom_message::format_size`): "512 bytes", "1.50 KiB" up to 1 MiB, "12.50 MiB" up to
+  // 1 GiB, then GiB; two decimals rounded as Rust rounds them (an exact tie to the even
+  // digit: 7.125 GiB is "7.12 GiB" there, where toFixed would say 7.13).
   function bytes(n) {
     if (n == null || isNaN(n)) return '—';
-    const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-    let i = 0, v = Math.abs(n);
-    while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
-    return (n < 0 ? '-' : '') + (i ? v.toFixed(2) : v.toFixed(0)) + ' ' + u[i];
+    const sign = n < 0 ? '-' : '', v = Math.abs(n);
+    if (v <= 1024) return sign + Math.round(v) + ' bytes';
+    const [u, name] = v <= 1048576 ? [1024, 'KiB'] : v <= 1073741824 ? [1048576, 'MiB'] : [1073741824, 'GiB'];
+    const q = v / u;
+    // q is a tie in the third decimal exactly when 8q is an odd integer (q = odd/200 in
+    // binary needs 25 | odd); q·100 is then exact.
+    let h;
+    if (Number.isInteger(q * 8) && (q * 8) % 2 === 1) { h = Math.floor(q * 100); if (h % 2 === 1) h += 1; return sign + (h / 100).toFixed(2) + ' ' + name; }
+    return sign + q.toFixed(2) + ' ' + name;
   }
   const pct = (x) => (x == null || isNaN(x) ? '—' : (100 * x).toFixed(1) + '%');
   const hex = (a) => '0x' + Math.round(a).toString(16);
@@ -80,11 +89,36 @@
     if (i == null || i < 0 || !file.stacks[i]) return null;
     return file.stacks[i].map((k) => file.frames[k]);
   }
+  // A stack's call site: the analysis crate's `attribution::site_of`, the name `analyze`,
+  // `diff` and every other output give it (computed in Rust, one per stack).
   function siteName(file, i) {
-    const s = stackOf(file, i);
-    if (!s) return i === -1 ? '(no stack recorded)' : '(unknown)';
-    const user = s.find((f) => !/torch\/|site-packages|^\?\?:|<built-in|:0:/.test(f)) || s[0];
-    return user ? user.replace(/^.*\//, '') : '(empty stack)';
+    if (i == null || i < 0 || !file.stacks[i]) return '<no stack>';
+    return file.sites[i];
+  }
+  // The frames of a stack as shown (innermost first). By default as PyTorch's memory_viz
+  // shows them: without the allocator's and the interpreter's own C++ frames (the
+  // unwinder, CapturedTraceback, the dispatcher's boxing and registration, CPython's call
+  // machinery), and with a frame repeated several times in a row (recursion) written
+  // once with "<repeats N times>". The toggle under the stack shows every frame.
+  const OMIT_FUNCTIONS = ['unwind::unwind', 'CapturedTraceback::gather', 'gather_with_cpp', '_start', '__libc_start_main', 'PyEval_', 'PyObject_', 'PyFunction_'];
+  const OMIT_FILES = ['core/boxing', '/Register', '/Redispatch', 'pythonrun.c', 'Modules/main.c', 'Objects/call.c', 'Objects/methodobject.c', 'pycore_ceval.h', 'ceval.c', 'cpython/abstract.h'];
+  function frameParts(f) {
+    // `file:line:name`; the file may hold ':' (a Windows drive), the name too (C++).
+    const m = /^(.*?):(-?\d+):(.*)$/s.exec(f);
+    return m ? { file: m[1], name: m[3] } : { file: f, name: '' };
+  }
+  function shownFrames(frames, all) {
+    if (all) return frames.slice();
+    const kept = frames.filter((f) => { const p = frameParts(f); return !OMIT_FUNCTIONS.some((x) => p.name.includes(x)) && !OMIT_FILES.some((x) => p.file.includes(x)); });
+    const out = [];
+    for (let i = 0; i < kept.length;) {
+      let j = i + 1;
+      while (j < kept.length && kept[j] === kept[i]) j++;
+      if (j - i <= 2) for (let k = i; k < j; k++) out.push(kept[k]);
+      else out.push(kept[i], `<repeats ${j - i - 1} times>`);
+      i = j;
+    }
+    return out;
   }
   function decodeDevice(dev) {
     if (dev._c) return dev._c;
@@ -117,15 +151,39 @@
     // Allocations live before the trace (alloc state 0) first: they sit at the bottom.
     const allocs = concatF64(f64(dev.initial_allocations), f64(dev.allocations));
     const requests = f64(dev.requests);
-    const moments = dev.moments.map((m) => ({ state: m.state, kinds: m.kinds, segs: f64(m.segments), blocks: f64(m.blocks) }));
-    for (const m of moments) m.fig = momentFigures(m);
+    const moments = dev.moments.map((m) => ({ state: m.state, kinds: m.kinds, segs: f64(m.segments), blocks: f64(m.blocks), coarse: !!m.figures }));
+    // A coarse keyframe (small neighbouring blocks merged to fit the size budget) comes
+    // with its exact figures; the others' are summed from their blocks.
+    dev.moments.forEach((m, i) => { moments[i].fig = m.figures ? Object.assign({ fsf: m.figures.free > 0 ? 1 - m.figures.largest / m.figures.free : 0 }, m.figures) : momentFigures(moments[i]); });
     const so = dev.state_ops || { exact: false, first: 0, ops: '', count: 0 };
     // Allocations drawn one by one on the timeline, largest first (the order N cuts).
     const na = allocs.length / AL;
     const order = Array.from({ length: na }, (_, i) => i).sort((a, b) => allocs[b * AL + 1] - allocs[a * AL + 1] || a - b);
-    dev._c = { k, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
+    // The event list's entries (windows of the trace, DeviceData.event_list).
+    const events = (dev.event_list || []).map((w) => ({ first: w.first, E: f64(w.entries) }));
+    dev._c = { events, k, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
       clock: clockOf(lvl0, c.states, [f64(c.gap_from), f64(c.gap_to), f64(c.gap_t0), f64(c.gap_t1)]) };
     return dev._c;
+  }
+  // Trace entry i of the event list, or null when it is not embedded.
+  const ACTIONS = ['alloc', 'free_requested', 'free_completed', 'segment_alloc', 'segment_free', 'segment_map', 'segment_unmap', 'snapshot', 'oom', 'annotate', 'user_defined'];
+  const EV = 5;
+  function eventAt(c, i) {
+    for (const w of c.events) {
+      const k = i - w.first;
+      if (k >= 0 && k < w.E.length / EV) { const o = k * EV; return { i, action: ACTIONS[w.E[o]] || '?', addr: w.E[o + 1], size: w.E[o + 2], stream: w.E[o + 3], stack: w.E[o + 4] }; }
+    }
+    return null;
+  }
+  function describeEvent(e) {
+    const st = streamName(DATA.files[S.file], e.stream);
+    if (e.action === 'oom') return `oom: request ${bytes(e.size)} on stream ${st}, CUDA free ${bytes(e.addr)}`;
+    return `${e.action} ${hex(e.addr)} ${bytes(e.size)}${e.stream ? ' stream ' + st : ''}`;
+  }
+  // A stream id from the page's arrays: itself, or (≥ 2^53, which an f64 cannot hold)
+  // −(index + 1) into the file's table of their decimal text.
+  function streamName(file, v) {
+    return v >= 0 ? String(v) : (file.streams || [])[-v - 1] ?? '?';
   }
   // Values per allocation record (DeviceData.allocations): address, size, requested,
   // alloc state, free state (−1: live at the end), stack, alloc time_us, free time_us.
@@ -226,28 +284,93 @@
       else if (st === 1) { allocated += size; slack += Math.max(0, size - m.blocks[i + 3]); }
       else pending += size;
     }
-    return { reserved, allocated, pending, free, largest, slack, fsf: free > 0 ? 1 - largest / free : 0 };
+    return { reserved, allocated, pending, free, largest, slack, fsf: free > 0 ? 1 - largest / free : 0, blocks: m.blocks.length / 6 };
   }
 
   // ---------- page state ----------
   // Page state. `state`: the trace state the state view shows; `stack`: the timeline
   // stacked by allocation (`n` of them drawn) or by call site (`bands` of them).
-  const S = { file: 0, dev: 0, x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, c: null };
+  const S = { file: 0, dev: null, allFrames: false, x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, c: null };
   const views = {};
+
+  // The analysis of device index di of a file (null when it was not analysed).
+  function analysisOf(file, di) {
+    const d = file.devices[di];
+    return d && file.analysis.devices ? file.analysis.devices.find((x) => x.device === d.device) || null : null;
+  }
+  // The device a file opens on: the one with the OOM (the first, when several), else the
+  // one with the most severe findings (high, then medium), else the first.
+  function openingDevice(file) {
+    let best = 0, key = null;
+    file.devices.forEach((d, i) => {
+      const a = analysisOf(file, i);
+      const f = a ? a.findings : [];
+      const k = [a && a.oom ? 1 : 0, f.filter((x) => x.severity === 'high').length, f.filter((x) => x.severity === 'medium').length];
+      if (!key || k[0] > key[0] || (k[0] === key[0] && (k[1] > key[1] || (k[1] === key[1] && k[2] > key[2])))) { best = i; key = k; }
+    });
+    return best;
+  }
+  const oomDevices = (file) => file.devices.map((d, i) => ({ d, i, a: analysisOf(file, i) })).filter((x) => x.a && x.a.oom);
+  // Switching file or device: nothing selected on one carries over to the other (the
+  // highlight, the clicked allocation, the search's hits, the details pane, the state
+  // view's position all start afresh).
+  function choose(fi, di) {
+    S.file = fi;
+    S.dev = di == null ? openingDevice(DATA.files[fi]) : di;
+    S.highlight = null; S.hits = []; S.hitAllocs = null; S.sel = -1;
+    const q = document.getElementById('search');
+    if (q) q.value = '';
+    detail.textContent = DETAIL_HINT;
+    build();
+  }
+  const DETAIL_HINT = detail.textContent;
+  // The header's verdict: the OOM of this file (device, request, why), or that it had none.
+  function verdictLine(file) {
+    const v = document.getElementById('verdict');
+    v.textContent = '';
+    v.className = '';
+    const ooms = oomDevices(file);
+    if (!ooms.length) {
+      const any = file.devices.some((_, i) => analysisOf(file, i));
+      v.textContent = any ? 'no OOM recorded' : '';
+      v.dataset.oom = '0';
+      return;
+    }
+    const { d, i, a } = ooms[0], o = a.oom;
+    v.className = 'oom';
+    v.dataset.oom = String(ooms.length);
+    v.dataset.device = String(d.device);
+    v.title = o.explanation || '';
+    v.append(el('b', {}, `OOM on cuda:${d.device}`), ` at event ${o.event_index}: ${o.verdict}, request ${bytes(o.request_bytes)}, CUDA free ${bytes(o.device_free_bytes)}` +
+      (ooms.length > 1 ? ` (also on ${ooms.slice(1).map((x) => 'cuda:' + x.d.device).join(', ')})` : ''));
+    if (S.dev !== i) v.append(' ', el('button', { id: 'verdict-go', onclick: () => choose(S.file, i) }, 'show'));
+  }
 
   function build() {
     const nav = document.getElementById('files');
     nav.textContent = '';
     if (DATA.files.length > 1) {
-      DATA.files.forEach((f, i) => nav.append(el('button', { class: i === S.file ? 'on' : '', onclick: () => { S.file = i; S.dev = 0; build(); } }, f.name.replace(/^.*\//, ''))));
+      DATA.files.forEach((f, i) => {
+        const oom = oomDevices(f).length > 0;
+        nav.append(el('button', { class: (i === S.file ? 'on' : '') + (oom ? ' oom' : ''), 'data-oom': oom ? '1' : '0', title: f.name + (oom ? ' (OOM)' : ''), onclick: () => choose(i) },
+          (oom ? '⚠ ' : '') + f.name.replace(/^.*\//, '')));
+      });
     }
     const file = DATA.files[S.file];
+    if (S.dev == null || S.dev >= file.devices.length) S.dev = openingDevice(file);
     const ds = document.getElementById('devsel');
     ds.textContent = '';
     if (file.devices.length > 1) {
-      file.devices.forEach((d, i) => ds.append(el('button', { class: i === S.dev ? 'on' : '', onclick: () => { S.dev = i; build(); } }, 'cuda:' + d.device)));
+      file.devices.forEach((d, i) => {
+        const a = analysisOf(file, i), oom = !!(a && a.oom);
+        ds.append(el('button', { class: (i === S.dev ? 'on' : '') + (oom ? ' oom' : ''), 'data-device': String(d.device), 'data-oom': oom ? '1' : '0',
+          title: oom ? `OOM at event ${a.oom.event_index}: ${a.oom.verdict}` : `cuda:${d.device}`, onclick: () => choose(S.file, i) }, (oom ? '⚠ ' : '') + 'cuda:' + d.device));
+      });
     }
+    verdictLine(file);
     main.textContent = '';
+    flameRoots.length = 0;
+    keyStep = null;
     for (const k of Object.keys(views)) delete views[k];
     if (DATA.files.length > 1) main.append(ranksView());
     main.append(figuresView(file));
@@ -258,9 +381,18 @@
       const c = decodeDevice(dev);
       S.x0 = 0; S.x1 = c.states; S.bands = Math.min(S.bands, c.k); S.c = c; S.sel = -1; S.hitAllocs = null;
       if (S.axis === 'time' && !c.clock) S.axis = 'events';
+      // The state view opens at the OOM; else at the reserved peak, unless that is the
+      // first state (reserved never grew: on an expandable segment mapped before the
+      // trace, the "peak" is a tie held from the start) or the device uses expandable
+      // segments (its reserved bytes say little): then at the allocated peak.
       const pre = c.moments.find((m) => m.kinds.includes('oom'));
       const rp = c.moments.find((m) => m.kinds.includes('reserved_peak'));
-      S.state = pre ? pre.state : rp ? rp.state : c.states - 1;
+      const ap = c.moments.find((m) => m.kinds.includes('allocated_peak'));
+      const end = c.moments[c.moments.length - 1];
+      let expandable = false;
+      if (end) for (let i = 3; i < end.segs.length; i += 4) if (end.segs[i] & 2) { expandable = true; break; }
+      const useRp = rp && rp.state > 0 && !expandable;
+      S.state = pre ? pre.state : useRp ? rp.state : ap ? ap.state : rp ? rp.state : c.states - 1;
       layoutAllocs(c, S.n);
       main.append(timelineView(file, dev, c), stateView(file, dev, c), fragView(file, dev, c), whatIfView(file, dev), findingsView(file, dev));
     }
@@ -271,10 +403,7 @@
     const d = file.devices[S.dev];
     return d && file.summary.devices ? file.summary.devices.find((x) => x.device === d.device) : null;
   }
-  function analysisDev(file) {
-    const d = file.devices[S.dev];
-    return d && file.analysis.devices ? file.analysis.devices.find((x) => x.device === d.device) : null;
-  }
+  const analysisDev = (file) => analysisOf(file, S.dev);
 
   // ---------- figures ----------
   function figuresView(file) {
@@ -308,6 +437,7 @@
         fig('profiler_peak_allocated_bytes', p.peak_allocated_bytes ?? 'null', `profiler peak allocated (device ${p.device})`, bytes(p.peak_allocated_bytes)));
     }
     sec.append(figs);
+    if (file.budget_note) sec.append(el('p', { class: 'note', id: 'budget-note' }, file.budget_note + '.'));
     return sec;
   }
 
@@ -496,7 +626,7 @@
     views.timeline = () => drawTimeline(file, dev, c, cv, info);
     return sec;
   }
-  const TL_TOP = 16, TL_BOTTOM = 18, TL_LEFT = 64;
+  const TL_TOP = 16, TL_BOTTOM = 18, TL_LEFT = 64, PHASE_ROWS = 4;
   function tlGeom(c, w, h) {
     const lv = c.levels[levelFor(c, w - TL_LEFT)];
     const [i0, i1] = bucketRange(lv, c);
@@ -509,7 +639,12 @@
     if (S.hitAllocs) return !S.hitAllocs.has(i);
     return S.highlight ? !S.highlight.has(c.allocs[i * AL + 5]) : false;
   }
+  // For the tests: the phase labels drawn (boxes in canvas pixels).
+  let phaseLabels = [];
+  api.phaseLabels = () => phaseLabels;
+  api.bytes = (n) => bytes(n);
   function drawTimeline(file, dev, c, cv, info) {
+    phaseLabels = [];
     const { g, w, h } = ctxOf(cv);
     const G = tlGeom(c, w, h), { lv, i0, i1, ymax, pw, ph } = G;
     const Y = (v) => TL_TOP + ph - (v / ymax) * ph;
@@ -518,14 +653,20 @@
     const k = c.k;
     g.save();
     g.beginPath(); g.rect(TL_LEFT, 0, pw, h); g.clip();
-    // Phases.
+    // Phases: nested scopes shaded, each depth's names on a line of its own (the first
+    // PHASE_ROWS depths; deeper ones are shaded only), a name only where it fits.
+    let labelled = 0;
     for (const p of dev.phases) {
       if (p.end < S.x0 || p.start > S.x1) continue;
       const a = Math.max(TL_LEFT, X(p.start)), b = Math.min(w, X(p.end + 1));
       g.fillStyle = p.depth % 2 ? 'rgba(148,163,184,0.10)' : 'rgba(99,102,241,0.08)';
       g.fillRect(a, TL_TOP, Math.max(1, b - a), ph);
       g.fillStyle = '#475467'; g.font = '10px sans-serif';
-      if (b - a > 30) g.fillText(p.name.slice(0, Math.floor((b - a) / 6)), a + 2, 10 + (p.depth % 2) * 0);
+      if (b - a > 30 && p.depth < PHASE_ROWS) {
+        const text = p.name.slice(0, Math.floor((b - a) / 6)), y = TL_TOP + 10 + p.depth * 11;
+        g.fillText(text, a + 2, y);
+        phaseLabels.push({ x: a + 2, y: y - 9, w: Math.min(g.measureText(text).width, b - a - 2), h: 11, depth: p.depth });
+      }
     }
     // Wall clock: pauses (consecutive events far apart in time) shaded, so they read as
     // gaps rather than as memory held. Only where the knots are consecutive states.
@@ -630,6 +771,20 @@
       if (hit.free >= 0 && hit.free < S.x0) continue;
       const a = Math.max(TL_LEFT, X(hit.alloc)), b = Math.min(w, X(hit.free < 0 ? c.states : hit.free));
       g.fillStyle = 'rgba(234,88,12,0.8)'; g.fillRect(a, TL_TOP + ph - 4, Math.max(2, b - a), 4);
+    }
+    // The OOM: a red line at the failed request, labelled with it.
+    const ao = analysisDev(file);
+    cv.dataset.oomX = '';
+    if (ao && ao.oom) {
+      const o = ao.oom, x = X(o.event_index);
+      if (o.event_index >= S.x0 - 1 && o.event_index <= S.x1) {
+        g.strokeStyle = '#b42318'; g.lineWidth = 2; g.beginPath(); g.moveTo(x, TL_TOP); g.lineTo(x, TL_TOP + ph); g.stroke();
+        const label = `OOM: ${bytes(o.request_bytes)} requested`;
+        g.font = 'bold 11px sans-serif'; g.fillStyle = '#b42318';
+        const lw = g.measureText(label).width;
+        g.fillText(label, x + 4 + lw > w ? x - 4 - lw : x + 4, TL_TOP + ph - 6);
+        cv.dataset.oomX = String(x);
+      }
     }
     // The state view's position.
     if (c.moments.length) {
@@ -751,12 +906,29 @@
     }
     return out;
   };
+  // A stack in the details pane: memory_viz's filtered frames ([shownFrames]) or, with
+  // the toggle, every recorded frame.
+  function stackBox(file, si) {
+    const s = stackOf(file, si);
+    if (!s) return el('p', { class: 'note', 'data-stack': 'none' }, 'No stack recorded for this block (record with torch.cuda.memory._record_memory_history(stacks="python")).');
+    const box = el('div', {});
+    const draw = () => {
+      box.textContent = '';
+      const shown = shownFrames(s, S.allFrames);
+      const hidden = s.length - shown.filter((f) => !f.startsWith('<repeats ')).length;
+      box.append(el('div', { class: 'stack', 'data-stack': String(si), 'data-all': S.allFrames ? '1' : '0' }, s.length ? shown.join('\n') : '(the recorded stack has no frames)'));
+      if (s.length && (hidden > 0 || S.allFrames)) {
+        box.append(el('label', { class: 'note' }, el('input', { type: 'checkbox', id: 'all-frames', ...(S.allFrames ? { checked: '' } : {}), onchange: (e) => { S.allFrames = e.target.checked; draw(); } }),
+          S.allFrames ? ' every recorded frame' : ` every recorded frame (${hidden} allocator and interpreter frames and repeats hidden)`));
+      }
+    };
+    draw();
+    return box;
+  }
   function showStack(file, si, title, extra) {
     detail.textContent = '';
     if (extra) detail.append(extra);
-    detail.append(el('h3', {}, title));
-    const s = stackOf(file, si);
-    detail.append(s ? el('div', { class: 'stack', 'data-stack': String(si) }, s.length ? s.join('\n') : '(the recorded stack has no frames)') : el('p', { class: 'note', 'data-stack': 'none' }, 'No stack recorded for this block (record with torch.cuda.memory._record_memory_history(stacks="python")).'));
+    detail.append(el('h3', {}, title), stackBox(file, si));
   }
 
   // ---------- 2. allocator state ----------
@@ -793,7 +965,37 @@
     sec.append(el('p', { class: 'note', id: 'state-mode' }, c.exact
       ? `Every event from ${c.first} to ${last} can be shown: the page rebuilds the state from the nearest of ${c.moments.length} keyframes and the events' changes.`
       : `This trace is too long to embed every event's changes: the view snaps to the nearest of ${c.moments.length} keyframes (about every ${Math.round(c.states / Math.max(1, c.moments.length))} events) and says which event it shows.`));
+    // The event list (memory_viz's): the trace entries around the state shown, the one
+    // that made it highlighted; arrow keys step, a click goes to an entry, hovering one
+    // shows its stack.
+    const list = el('div', { id: 'events', class: 'events', tabindex: '0', title: 'trace entries: ↑/↓ step, click: go, hover: stack' });
+    list.addEventListener('keydown', (e) => {
+      if (e.key === 'ArrowDown' || e.key === 'ArrowRight') { e.preventDefault(); step(1); }
+      else if (e.key === 'ArrowUp' || e.key === 'ArrowLeft') { e.preventDefault(); step(-1); }
+    });
+    api.stepEvent = (d) => { step(d); return stateOf(c, S.state).state; };
+    keyStep = (e) => {
+      if (e.target !== document.body) return;
+      if (e.key === 'ArrowDown') { e.preventDefault(); step(1); }
+      else if (e.key === 'ArrowUp') { e.preventDefault(); step(-1); }
+    };
+    views.events = () => {
+      list.textContent = '';
+      const cur = stateOf(c, S.state).state - 1;
+      let shown = 0;
+      for (let i = Math.max(0, cur - 6); i <= Math.min(c.states - 2, cur + 8); i++) {
+        const e = eventAt(c, i);
+        const row = el('div', { class: 'ev' + (i === cur ? ' cur' : '') + (e && e.action === 'oom' ? ' oom' : ''), 'data-event': String(i),
+          onclick: () => go(i + 1), onmouseenter: () => { if (e && e.stack >= -1) showStack(file, e.stack, `Event ${i}: ${describeEvent(e)}`); } },
+        el('span', { class: 'n' }, String(i)), ' ', e ? describeEvent(e) : '(not embedded: the page lists the entries around the OOM, the peaks and the end)');
+        list.append(row);
+        shown++;
+      }
+      if (!shown) list.append(el('div', { class: 'note' }, 'No trace entry.'));
+      list.dataset.current = String(cur);
+    };
     const cv = canvas('st', 200);
+    sec.append(el('h3', {}, 'Trace entries'), list);
     sec.append(cv, el('div', { class: 'legend note' }, el('i', { style: 'background:#e5e7eb' }), 'free', el('i', { style: 'background:var(--pend)' }), 'pending free',
       el('i', { style: 'background:#64748b' }), 'rounding slack (block − request); allocated blocks coloured by call site · hover a free block: which requests it could serve · click a block: its stack'));
     let rects = [];
@@ -823,16 +1025,38 @@
     let maxSeg = 0, total = 0;
     for (let i = 0; i < nseg; i++) { maxSeg = Math.max(maxSeg, segs[4 * i + 1]); total += segs[4 * i + 1]; }
     // Segments laid left to right in address order, wrapping at a row width of at least
-    // the largest segment, so a few hundred segments fit in ~60 rows.
-    const rowBytes = Math.max(maxSeg, total / 60);
+    // the largest segment, so a few hundred segments fit in ~60 rows. A segment larger
+    // than 1/24 of everything (an expandable segment is often the whole reservation)
+    // does not set the width: it wraps over rows of its own, as a long text does.
+    // Whole bytes, so that offsets split into rows exactly (sizes are below 2^53).
+    const rowBytes = Math.ceil(Math.max(total / 60, Math.min(maxSeg, total / 24))) || 1;
     const place = [];
     let row = 0, used = 0;
     for (let i = 0; i < nseg; i++) {
       const sz = segs[4 * i + 1];
+      if (sz > rowBytes) {
+        if (used > 0) row++;
+        place.push([row, 0, true]);
+        const n = Math.ceil(sz / rowBytes);
+        row += n - 1; used = sz - (n - 1) * rowBytes + rowBytes * 0.004;
+        continue;
+      }
       if (used > 0 && used + sz > rowBytes) { row++; used = 0; }
-      place.push([row, used]); used += sz + rowBytes * 0.004;
+      place.push([row, used, false]); used += sz + rowBytes * 0.004;
     }
     const rows = nseg ? row + 1 : 0;
+    // The pieces [row, offset in the row, length] of the bytes [o, o + len) of segment si.
+    const pieces = (si, o, len) => {
+      const [r0, off0, wraps] = place[si];
+      if (!wraps) return [[r0, off0 + o, len]];
+      const out = [];
+      while (len > 0) {
+        const r = Math.floor(o / rowBytes), x = o - r * rowBytes, n = Math.max(1, Math.min(len, rowBytes - x));
+        out.push([r0 + r, x, n]);
+        o += n; len -= n;
+      }
+      return out;
+    };
     // Thinner rows when there are many, so the view stays within ~700 px.
     const rowH = Math.max(3, Math.min(14, Math.floor(700 / Math.max(rows, 1)) - 3)), gap = rowH > 6 ? 3 : 1;
     cv.style.height = Math.max(40, rows * (rowH + gap) + 6) + 'px';
@@ -840,30 +1064,43 @@
     const sx = (w - 4) / (rowBytes * 1.004);
     const rects = [];
     for (let i = 0; i < nseg; i++) {
-      const [r, off] = place[i];
       g.fillStyle = '#f1f5f9';
-      g.fillRect(2 + off * sx, 3 + r * (rowH + gap), Math.max(1, segs[4 * i + 1] * sx), rowH);
+      for (const [r, off, len] of pieces(i, 0, segs[4 * i + 1])) g.fillRect(2 + off * sx, 3 + r * (rowH + gap), Math.max(1, len * sx), rowH);
     }
     for (let i = 0; i < blocks.length; i += 6) {
-      const si = blocks[i], [r, off] = place[si];
-      const x = 2 + (off + (blocks[i + 1] - segs[4 * si])) * sx, bw = blocks[i + 2] * sx, y = 3 + r * (rowH + gap);
+      const si = blocks[i], o = blocks[i + 1] - segs[4 * si];
       const st = blocks[i + 4], stack = blocks[i + 5];
-      g.fillStyle = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : color(stack);
-      g.globalAlpha = S.highlight && st !== 0 && !S.highlight.has(stack) ? 0.2 : 1;
-      g.fillRect(x, y, Math.max(bw - (bw > 3 ? 1 : 0), 0.6), rowH);
-      g.globalAlpha = 1;
-      if (st === 1 && blocks[i + 3] < blocks[i + 2] && bw > 2) {
-        const slack = (blocks[i + 2] - blocks[i + 3]) * sx;
-        g.fillStyle = 'rgba(30,41,59,0.55)'; g.fillRect(x + bw - slack, y + rowH / 2, slack, rowH / 2);
+      // State 3: several small blocks merged (a coarse keyframe), shaded by the share
+      // of their bytes allocated.
+      const fill = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : st === 3 ? `rgba(71,85,105,${(0.15 + 0.75 * blocks[i + 3] / Math.max(1, blocks[i + 2])).toFixed(2)})` : color(stack);
+      g.globalAlpha = S.highlight && (st === 1 || st === 2) && !S.highlight.has(stack) ? 0.2 : 1;
+      // Rounding slack (block − request) at the block's end: the last bytes.
+      const slackFrom = st === 1 && blocks[i + 3] < blocks[i + 2] ? o + blocks[i + 3] : Infinity;
+      let p = o; // offset in the segment of the piece's first byte
+      for (const [r, off, len] of pieces(si, o, blocks[i + 2])) {
+        const x = 2 + off * sx, bw = len * sx, y = 3 + r * (rowH + gap);
+        g.fillStyle = fill;
+        g.fillRect(x, y, Math.max(bw - (bw > 3 ? 1 : 0), 0.6), rowH);
+        const a = Math.max(slackFrom, p), b = p + len;
+        if (b > a && bw > 2) { g.fillStyle = 'rgba(30,41,59,0.55)'; g.fillRect(x + (a - p) * sx, y + rowH / 2, (b - a) * sx, rowH / 2); }
+        rects.push({ x, y, w: bw, h: rowH, st, stack, i, seg: si, addr: blocks[i + 1] });
+        p += len;
       }
-      rects.push({ x, y, w: bw, h: rowH, st, stack, i, seg: si, addr: blocks[i + 1] });
+      g.globalAlpha = 1;
     }
+    // Segment outlines, over the blocks (each segment's pieces).
+    g.strokeStyle = '#94a3b8'; g.lineWidth = 1;
+    for (let i = 0; i < nseg; i++) for (const [r, off, len] of pieces(i, 0, segs[4 * i + 1])) g.strokeRect(2 + off * sx + 0.5, 3 + r * (rowH + gap) + 0.5, Math.max(1, len * sx - 1), rowH - 1);
+    cv.dataset.rows = String(rows);
     const f = m.fig;
     const kinds = m.kinds.filter((k) => k !== 'step').join(', ');
-    const after = m.state === 0 ? 'before the first event' : `after event ${m.state - 1}`;
+    const ev = m.state > 0 ? eventAt(c, m.state - 1) : null;
+    const after = m.state === 0 ? 'before the first event' : `after event ${m.state - 1}${ev ? ': ' + describeEvent(ev) : ''}`;
     label.textContent = `trace state ${m.state} of ${c.states - 1} (${after})${kinds ? ' — ' + kinds.replace(/_/g, ' ') : ''}` +
-      (m.snapped ? ` — snapped from ${m.asked} to the nearest keyframe, event state ${m.state}` : '');
-    cv.dataset.state = String(m.state); cv.dataset.asked = String(m.asked); cv.dataset.snapped = m.snapped ? '1' : '0'; cv.dataset.blocks = String(blocks.length / 6);
+      (m.snapped ? ` — snapped from ${m.asked} to the nearest keyframe, event state ${m.state}` : '') +
+      (m.coarse ? ` — ${m.fig.blocks} blocks drawn as ${blocks.length / 6} (small neighbouring blocks merged, grey by their allocated share; figures exact)` : '');
+    cv.dataset.state = String(m.state); cv.dataset.asked = String(m.asked); cv.dataset.snapped = m.snapped ? '1' : '0'; cv.dataset.blocks = String(m.fig.blocks);
+    cv.dataset.records = String(blocks.length / 6); cv.dataset.coarse = m.coarse ? '1' : '0';
     figs.textContent = '';
     figs.append(fig('moment_reserved_bytes', f.reserved, 'reserved', bytes(f.reserved)), fig('moment_allocated_bytes', f.allocated, 'allocated', bytes(f.allocated)),
       fig('moment_pending_bytes', f.pending, 'pending free', bytes(f.pending)), fig('moment_free_bytes', f.free, 'free in cache', bytes(f.free)),
@@ -873,9 +1110,15 @@
   }
   function blockInfo(file, c, b) {
     const m = stateOf(c, S.state), B = m.blocks, i = b.i;
+    if (B[i + 4] === 3) {
+      detail.textContent = '';
+      detail.append(el('div', { 'data-merged': String(B[i + 5]) }, `${B[i + 5]} neighbouring blocks ${hex(B[i + 1])}–${hex(B[i + 1] + B[i + 2])}, ${bytes(B[i + 2])}: ${bytes(B[i + 3])} allocated, ${bytes(B[i + 2] - B[i + 3])} free or pending`),
+        el('p', { class: 'note' }, 'This state has too many blocks for the page\u2019s size budget: small neighbouring blocks are drawn merged. Blocks drawn alone are exact.'));
+      return;
+    }
     const st = ['free', 'allocated', 'pending free'][B[i + 4]];
     const head = el('div', {}, el('div', {}, `${st} block ${hex(B[i + 1])}, ${bytes(B[i + 2])}` + (B[i + 4] === 1 ? ` (request ${bytes(B[i + 3])}, slack ${bytes(B[i + 2] - B[i + 3])})` : '')),
-      el('div', { class: 'note' }, `segment ${hex(m.segs[4 * b.seg])}, ${bytes(m.segs[4 * b.seg + 1])}, stream ${m.segs[4 * b.seg + 2]}${m.segs[4 * b.seg + 3] & 1 ? ', small pool' : ', large pool'}${m.segs[4 * b.seg + 3] & 2 ? ', expandable' : ''}${m.segs[4 * b.seg + 3] & 4 ? ', private pool' : ''}`));
+      el('div', { class: 'note' }, `segment ${hex(m.segs[4 * b.seg])}, ${bytes(m.segs[4 * b.seg + 1])}, stream ${streamName(file, m.segs[4 * b.seg + 2])}${m.segs[4 * b.seg + 3] & 1 ? ', small pool' : ', large pool'}${m.segs[4 * b.seg + 3] & 2 ? ', expandable' : ''}${m.segs[4 * b.seg + 3] & 4 ? ', private pool' : ''}`));
     if (B[i + 4] === 0) { detail.textContent = ''; detail.append(head); return; }
     // Linked by call site: the timeline dims the other sites' bands.
     S.highlight = new Set([B[i + 5]]);
@@ -904,7 +1147,7 @@
     const a = analysisDev(file);
     const cv = canvas('fr', 180);
     sec.append(cv, el('div', { class: 'legend note' }, el('i', { style: 'background:#7c3aed' }), 'fragmentation 1 − allocated/reserved (bucket maxima)',
-      el('i', { style: 'background:#0ea5e9' }), 'largest free block at the captured moments', el('i', { style: 'background:#f97316' }), 'largest request in the bucket'));
+      el('i', { style: 'background:#0ea5e9' }), 'largest free block, at the captured moments only (dots; right scale)', el('i', { style: 'background:#f97316' }), 'largest request in the bucket (right scale)'));
     if (a) {
       const p = a.fragmentation.pinned_segments;
       const at = a.fragmentation.at_reserved_peak;
@@ -937,14 +1180,18 @@
     const YB = (v) => TL_TOP + ph * (1 - v / (bmax * 1.05));
     g.fillStyle = 'rgba(249,115,22,0.7)';
     for (let i = i0; i <= i1; i++) if (lv.maxreq[i] > 0) g.fillRect(Math.max(TL_LEFT, X(lv.first[i])), YB(lv.maxreq[i]) - 1, Math.max(1.5, X(next(i)) - X(lv.first[i])), 2);
-    g.strokeStyle = '#0ea5e9'; g.beginPath();
-    c.moments.forEach((m, j) => { const x = X(m.state), y = YB(m.fig.largest); if (j === 0) g.moveTo(x, y); else g.lineTo(x, y); });
-    g.stroke();
+    // The largest free block is known only at the captured moments (keyframes): a dot
+    // each, not a line (nothing is known between them).
     g.fillStyle = '#0ea5e9';
-    for (const m of c.moments) if (m.state >= S.x0 && m.state <= S.x1) g.fillRect(X(m.state) - 2, YB(m.fig.largest) - 2, 4, 4);
+    let dots = 0;
+    for (const m of c.moments) if (m.state >= S.x0 && m.state <= S.x1) { g.beginPath(); g.arc(X(m.state), YB(m.fig.largest), 3, 0, 2 * Math.PI); g.fill(); dots++; }
+    cv.dataset.freeDots = String(dots);
+    // Two scales: fragmentation on the left, bytes (largest free block, largest request)
+    // on the right.
     g.fillStyle = '#667085'; g.font = '10px sans-serif';
-    g.fillText('100%', 2, TL_TOP + 3); g.fillText('0%', 2, TL_TOP + ph + 3);
-    g.fillText('bytes ≤ ' + bytes(bmax * 1.05), TL_LEFT + 4, TL_TOP - 4);
+    g.fillText('100%', 2, TL_TOP + 3); g.fillText('50%', 2, TL_TOP + ph / 2 + 3); g.fillText('0%', 2, TL_TOP + ph + 3);
+    for (const f of [0, 0.5, 1]) { const v = bmax * 1.05 * f, label = bytes(v); g.fillText(label, w - g.measureText(label).width - 3, YB(v) + (f === 1 ? 9 : f === 0 ? -2 : 3)); }
+    g.fillText('left: fragmentation · right: bytes', TL_LEFT + 4, TL_TOP - 4);
     cv.dataset.x0 = S.x0; cv.dataset.x1 = S.x1;
   }
 
@@ -992,15 +1239,20 @@
       for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4); g.fillText(bytes(v), 2, Y(v) + 3); }
       if (capacity) { g.strokeStyle = '#111'; g.setLineDash([5, 4]); g.beginPath(); g.moveTo(TL_LEFT, Y(capacity)); g.lineTo(w, Y(capacity)); g.stroke(); g.setLineDash([]); }
       // The recorded settings last, on top: the alternatives often follow it for a while.
+      const marks = [];
       for (const c of [...curves.slice(1), curves[0]]) {
         g.strokeStyle = c.col; g.lineWidth = c === curves[0] ? 2.5 : 1.5; g.beginPath();
         for (let i = 0; i < c.ys.length; i++) { const x = X(c.xs[i]), y = Y(c.ys[i]); if (i) g.lineTo(x, y); else g.moveTo(x, y); }
         g.stroke();
         if (c.first_oom_index != null) {
-          const x = X(c.first_oom_index / Math.max(1, dev.events)), y = Y(c.ys.reduce((a, b) => Math.max(a, b), 0));
+          // Kept inside the plot (an OOM at the last event is at the right edge).
+          const x = Math.max(TL_LEFT + 6, Math.min(w - 7, X(c.first_oom_index / Math.max(1, dev.events)))), y = Math.max(TL_TOP + 6, Y(c.ys.reduce((a, b) => Math.max(a, b), 0)));
+          marks.push(x);
           g.lineWidth = 2; g.beginPath(); g.moveTo(x - 5, y - 5); g.lineTo(x + 5, y + 5); g.moveTo(x + 5, y - 5); g.lineTo(x - 5, y + 5); g.stroke();
         }
       }
+      cv.dataset.oomMarks = JSON.stringify(marks);
+      cv.dataset.width = String(w);
     };
     return el('div', {}, cv, legend);
   }
@@ -1044,18 +1296,23 @@
     };
     return cv;
   }
+  // For the tests: the names of the flame graphs' boxes.
+  const flameRoots = [];
+  api.flameNames = () => { const out = []; const walk = (n) => { out.push(n.name); for (const k of n.kids.values()) walk(k); }; flameRoots.forEach(walk); return out; };
   // Icicle of live bytes by folded stack, outer frames on top.
   function flame(p) {
     const root = { name: 'all', bytes: 0, kids: new Map() };
     for (const s of p.sites) {
       root.bytes += s.bytes;
       let n = root;
-      for (const fr of (s.stack || s.site).split(';')) {
+      // "…" in a folded stack stands for library frames between two user frames: no level.
+      for (const fr of (s.stack || s.site).split(';').filter((x) => x !== '…')) {
         if (!n.kids.has(fr)) n.kids.set(fr, { name: fr, bytes: 0, kids: new Map() });
         n = n.kids.get(fr); n.bytes += s.bytes;
       }
     }
     if (p.other_sites_bytes) root.kids.set('(other sites)', { name: `(${p.other_sites} other sites)`, bytes: p.other_sites_bytes, kids: new Map() }), (root.bytes += p.other_sites_bytes);
+    flameRoots.push(root);
     const div = el('div', { class: 'flame' });
     const cv = canvas('fl', 10);
     div.append(cv);
@@ -1095,12 +1352,13 @@
       return { i, name: f.name, res: Math.max(0, ...peaks), alloc: Math.max(0, ...alloc), top: topSite(f) };
     });
     const sorted = rows.map((r) => r.res).sort((a, b) => a - b);
-    const median = sorted[Math.floor((sorted.length - 1) / 2)] || 0;
+    const mid = sorted.length >> 1;
+    const median = sorted.length ? (sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2) : 0;
     const maxRes = Math.max(1, ...rows.map((r) => r.res));
     const t = el('table', {}, el('tr', {}, el('th', {}, 'file'), el('th', { class: 'n' }, 'peak reserved'), el('th', {}, ''), el('th', { class: 'n' }, 'peak allocated'), el('th', {}, 'largest site at the allocated peak'), el('th', {}, '')));
     for (const r of rows) {
       const out = rows.length > 2 && median > 0 && r.res > 1.1 * median;
-      t.append(el('tr', { 'data-file': String(r.i), 'data-peak-reserved': String(r.res) }, el('td', {}, el('a', { href: '#', onclick: (e) => { e.preventDefault(); S.file = r.i; S.dev = 0; build(); } }, r.name)),
+      t.append(el('tr', { 'data-file': String(r.i), 'data-peak-reserved': String(r.res), 'data-outlier': out ? '1' : '0', 'data-median': String(median) }, el('td', {}, el('a', { href: '#', onclick: (e) => { e.preventDefault(); choose(r.i); } }, r.name)),
         el('td', { class: 'n' }, bytes(r.res)), el('td', {}, el('span', { class: 'bar', style: `width:${(160 * r.res) / maxRes}px;background:${out ? '#ef4444' : '#3b82f6'}` })),
         el('td', { class: 'n' }, bytes(r.alloc)), el('td', {}, r.top), el('td', { class: 'sev-high' }, out ? `outlier: ${(r.res / median).toFixed(2)}× the median${whyOutlier(r.i)}` : '')));
     }
@@ -1179,7 +1437,7 @@
           if (a >= m.blocks[i + 1] && a < m.blocks[i + 1] + m.blocks[i + 2]) {
             lines++;
             out.append(el('div', { onclick: () => { S.state = m.state; redrawAll(); blockInfo(file, c, { i, seg: m.blocks[i] }); } },
-              `event state ${m.state}${m === cur ? ' (shown now)' : ''}: ${['free', 'allocated', 'pending'][m.blocks[i + 4]]} block ${hex(m.blocks[i + 1])} ${bytes(m.blocks[i + 2])}`));
+              `event state ${m.state}${m === cur ? ' (shown now)' : ''}: ${['free', 'allocated', 'pending', 'merged'][m.blocks[i + 4]]} block ${hex(m.blocks[i + 1])} ${bytes(m.blocks[i + 2])}`));
           }
         }
       }
@@ -1213,7 +1471,13 @@
     api.lastZoomMs = performance.now() - t;
   }
   window.addEventListener('resize', redrawAll);
-  api.select = (file, dev) => { S.file = file; S.dev = dev; build(); };
+  // ↑/↓ anywhere on the page (outside a form field) step the state view by one entry.
+  let keyStep = null;
+  document.addEventListener('keydown', (e) => { if (keyStep) keyStep(e); });
+  api.select = (file, dev) => { choose(file, dev); };
+  api.selected = () => ({ file: S.file, dev: S.dev, device: DATA.files[S.file].devices[S.dev] ? DATA.files[S.file].devices[S.dev].device : null,
+    highlight: S.highlight ? S.highlight.size : 0, hits: S.hits.length, sel: S.sel, detail: detail.textContent, search: document.getElementById('search').value });
+  api.allFiles = () => DATA.files;
   api.devices = () => DATA.files.map((f) => f.devices.map((d) => ({ device: d.device, moments: d.moments.length, events: d.events,
     exact: !!(d.state_ops && d.state_ops.exact), first: d.state_ops ? d.state_ops.first : 0, allocations: d.allocations.length ? decodeDevice(d).na : 0 })));
   api.points = () => (S.c ? S.c.points : 0);

@@ -56,11 +56,39 @@ pub struct ReportOptions {
     /// Size budget of the state view of one device, in f64 values: keyframes plus
     /// per-event deltas (see [`state`]); ~8 bytes of data, 10.7 in the page, each.
     pub state_values: usize,
+    /// Size budget of the event list of one device, in f64 values ([`EVENT_LEN`] per
+    /// trace entry): the whole trace when it fits, else windows around the OOM, the
+    /// peaks and the end ([`event_windows`]).
+    pub event_values: usize,
 }
 
 impl Default for ReportOptions {
     fn default() -> Self {
-        ReportOptions { buckets: 8192, top_sites: 12, top_allocations: 2000, moments: 24, state_values: 1_200_000 }
+        ReportOptions {
+            buckets: 8192,
+            top_sites: 12,
+            top_allocations: 2000,
+            moments: 24,
+            state_values: 1_200_000,
+            event_values: 150_000,
+        }
+    }
+}
+
+impl ReportOptions {
+    /// The budgets of one of `parts` devices or files sharing a page: the curves' buckets,
+    /// the largest allocations and the state view's values are the page's, divided (with
+    /// floors that keep every view usable: 512 buckets, 100 allocations, 30 k values), so
+    /// that the page's size does not grow with the number of files or devices.
+    pub fn share(&self, parts: usize) -> ReportOptions {
+        let p = parts.max(1);
+        ReportOptions {
+            buckets: (self.buckets / p).max(512.min(self.buckets)),
+            top_allocations: (self.top_allocations / p).max(100.min(self.top_allocations)),
+            state_values: (self.state_values / p).max(30_000.min(self.state_values)),
+            event_values: (self.event_values / p).max(5_000.min(self.event_values)),
+            ..*self
+        }
     }
 }
 
@@ -71,10 +99,31 @@ pub struct StackTable {
     frame_index: HashMap<String, u32>,
     /// Each stack: frame indices, innermost first.
     stacks: Vec<Vec<u32>>,
+    /// Each stack's call site, as every output names it
+    /// ([`fragscope_analysis::attribution::site_of`]).
+    sites: Vec<String>,
     by_id: HashMap<StackId, u32>,
+    /// Stream ids that an f64 cannot hold exactly (≥ 2^53), as decimal text; the page's
+    /// arrays refer to them as −(index + 1) ([`StackTable::stream`]).
+    streams: Vec<String>,
 }
 
 impl StackTable {
+    /// A stream id as the page's arrays hold it: itself when an f64 holds it exactly,
+    /// else −(index + 1) into the file's `streams` (raw `cudaStream_t` values are
+    /// pointers; a file may hold any integer).
+    pub fn stream(&mut self, s: u64) -> f64 {
+        if s < 1 << 53 {
+            return s as f64;
+        }
+        let text = s.to_string();
+        let i = self.streams.iter().position(|x| *x == text).unwrap_or_else(|| {
+            self.streams.push(text);
+            self.streams.len() - 1
+        });
+        -(i as f64) - 1.0
+    }
+
     /// Page index of a stack (`-1` for none).
     pub fn index(&mut self, snap: &Snapshot, s: Option<StackId>) -> i64 {
         let Some(id) = s else { return -1 };
@@ -93,6 +142,7 @@ impl StackTable {
         }
         let i = self.stacks.len() as u32;
         self.stacks.push(v);
+        self.sites.push(fragscope_analysis::attribution::site_of(&snap.frames, Some(id)).site);
         self.by_id.insert(id, i);
         i as i64
     }
@@ -107,6 +157,109 @@ pub struct Phase {
     pub end: usize,
     /// Nesting depth (0 = outermost).
     pub depth: usize,
+}
+
+/// Values in a base64 `Float64Array` ([`encode::f64s`]).
+fn f64_count(b64: &str) -> usize {
+    let pad = b64.bytes().rev().take_while(|&c| c == b'=').count();
+    (b64.len() / 4 * 3).saturating_sub(pad) / 8
+}
+
+/// What a device's views show less of, with the budgets `per` (its share of the page),
+/// than a page of this device alone would (`full`), in words: only what the sharing
+/// actually cut (a short trace loses nothing to fewer buckets).
+fn left_out(d: &DeviceData, per: &ReportOptions, full: &ReportOptions) -> Vec<String> {
+    let mut out = Vec::new();
+    if per.buckets < full.buckets && d.events + 1 > per.buckets {
+        out.push(format!(
+            "the curves in {} buckets (of {} for a page of its own)",
+            per.buckets,
+            full.buckets.min(d.events + 1)
+        ));
+    }
+    let drawn = f64_count(&d.allocations) / 8;
+    if per.top_allocations < full.top_allocations && drawn >= per.top_allocations {
+        out.push(format!("its {} largest allocations drawn one by one (of {})", drawn, full.top_allocations));
+    }
+    if per.state_values < full.state_values && !d.state_ops.exact && d.events > 0 {
+        let coarse = d.moments.iter().any(|m| m.figures.is_some());
+        out.push(format!(
+            "the allocator state at {} keyframes{} instead of every event",
+            d.moments.len(),
+            if coarse { ", small blocks merged," } else { "" }
+        ));
+    }
+    let listed: usize = d.event_list.iter().map(|w| f64_count(&w.entries) / EVENT_LEN).sum();
+    if per.event_values < full.event_values && listed < d.events {
+        out.push(format!("{listed} of its {} trace entries in the event list", d.events));
+    }
+    out
+}
+
+/// Values (f64) per trace entry of the event list: action (index in
+/// [`Action::ALL`]), address (for `oom`: CUDA's free bytes, as recorded), size, stream,
+/// stack (page index, −1 none).
+pub const EVENT_LEN: usize = 5;
+
+/// A run of consecutive trace entries the page lists (see [`event_windows`]).
+#[derive(Serialize)]
+pub struct EventWindow {
+    /// Trace index of the first entry.
+    pub first: usize,
+    /// Entries, [`EVENT_LEN`] values each, base64 `Float64Array`.
+    pub entries: String,
+}
+
+/// The trace entries of a device listed by the page: every entry when the budget
+/// allows, else equal windows centred on the OOM, the two peaks and the end (merged
+/// where they overlap), so that the entries around each marked moment can be read.
+pub fn event_windows(
+    snap: &Snapshot,
+    device: i64,
+    marks: Option<state::Marks>,
+    opts: &ReportOptions,
+    table: &mut StackTable,
+) -> Vec<EventWindow> {
+    let trace = snap.trace(device);
+    let n = trace.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let fit = (opts.event_values / EVENT_LEN).max(1);
+    let mut ranges: Vec<(usize, usize)> = if n <= fit {
+        vec![(0, n)]
+    } else {
+        let mut centres = vec![n];
+        if let Some(m) = marks {
+            centres.extend(m.oom);
+            centres.extend([m.reserved_peak, m.allocated_peak]);
+        }
+        let half = fit / centres.len() / 2;
+        let mut r: Vec<(usize, usize)> =
+            centres.iter().map(|&c| (c.saturating_sub(half + 1), (c + half).min(n))).collect();
+        r.sort_unstable();
+        r
+    };
+    // Merge overlapping windows.
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (a, b) in ranges.drain(..) {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(a, b)| {
+            let mut v = Vec::with_capacity((b - a) * EVENT_LEN);
+            for e in &trace[a..b] {
+                let action = Action::ALL.iter().position(|&x| x == e.action).unwrap_or(0);
+                let stream = table.stream(e.stream);
+                v.extend([action as f64, e.addr as f64, e.size as f64, stream, table.index(snap, e.stack) as f64]);
+            }
+            EventWindow { first: a, entries: encode::f64s(&v) }
+        })
+        .collect()
 }
 
 /// Everything the page shows about one device.
@@ -137,6 +290,8 @@ pub struct DeviceData {
     pub leak_boundaries: Vec<usize>,
     /// Live bytes of each leak suspect's call site at those boundaries.
     pub leaks: Vec<leakcurves::LeakCurve>,
+    /// The trace entries of the event list ([`event_windows`]).
+    pub event_list: Vec<EventWindow>,
 }
 
 /// One file of the report.
@@ -150,10 +305,46 @@ pub struct FileData {
     /// Frame strings (`file:line:name`) and stacks (indices, innermost first).
     pub frames: Vec<String>,
     pub stacks: Vec<Vec<u32>>,
+    /// The call site of each stack, named as `analyze` names it.
+    pub sites: Vec<String>,
+    /// Stream ids too large for the page's f64 arrays, which refer to them as
+    /// −(index + 1).
+    pub streams: Vec<String>,
+    /// What the page's size budget left out of this file (several devices or files
+    /// share it), in words; `None` when nothing.
+    pub budget_note: Option<String>,
 }
 
 /// Builds one file's report data (summary, analysis, curves, state moments, phases).
+///
+/// `opts` are the file's budgets (a page of several files gives each its share,
+/// [`ReportOptions::share`]); its devices share them.
 pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOptions) -> FileData {
+    file_data_shared(name, example, snap, opts, None)
+}
+
+/// [`file_data`] of one of several files of a page: `page` is the whole page's budgets
+/// (`opts` the file's share), for the note that says what the sharing left out.
+pub fn file_data_shared(
+    name: &str,
+    example: bool,
+    snap: &Snapshot,
+    opts: &ReportOptions,
+    page: Option<(&ReportOptions, usize)>,
+) -> FileData {
+    let ndev = snap.devices().len();
+    let per_device = opts.share(ndev);
+    let (full, why) = match page {
+        Some((full, files)) if files > 1 => (
+            *full,
+            format!(
+                "The page's size budget is shared by {files} files{}",
+                if ndev > 1 { format!(" ({ndev} devices in this one)") } else { String::new() }
+            ),
+        ),
+        _ => (*opts, format!("The page's size budget is shared by this file's {ndev} devices")),
+    };
+    let opts = &per_device;
     let mut table = StackTable::default();
     let aopts = AnalyzeOptions::default();
     let device_list = snap.devices();
@@ -227,7 +418,7 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
     // The analysis runs `beside` exactly once.
     let sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize(snap));
     let mut devices = Vec::new();
-    for (d, curves, allocations, initial_allocations, requests, phases, (marks, state)) in drawn {
+    for (d, curves, allocations, initial_allocations, requests, phases, (marks, state, event_list)) in drawn {
         // The state view was built with the peaks of the walk the analysis took its
         // timeline from, and the trace's OOM entry: the analysis' own.
         debug_assert_eq!(Some(marks), state::Marks::of(snap, d, &ana), "device {d}");
@@ -247,8 +438,19 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
             whatif: whatif::curves(snap, d, &ana),
             leak_boundaries,
             leaks,
+            event_list,
         });
     }
+    let budget_note = {
+        let parts: Vec<String> = devices
+            .iter()
+            .filter_map(|d| {
+                let l = left_out(d, &per_device, &full);
+                (!l.is_empty()).then(|| format!("cuda:{} shows {}", d.device, l.join(", ")))
+            })
+            .collect();
+        (!parts.is_empty()).then(|| format!("{why}: {}", parts.join("; ")))
+    };
     FileData {
         name: name.to_string(),
         example,
@@ -257,6 +459,9 @@ pub fn file_data(name: &str, example: bool, snap: &Snapshot, opts: &ReportOption
         devices,
         frames: table.frames,
         stacks: table.stacks,
+        sites: table.sites,
+        streams: table.streams,
+        budget_note,
     }
 }
 
@@ -272,7 +477,8 @@ struct Part {
 type Walked = (curves::CurvesWalk, state::Marks);
 
 /// What [`file_data`] draws of a device before its analysis is done.
-type Drawn = (i64, curves::Curves, String, String, String, Vec<Phase>, (state::Marks, state::StateView));
+type Drawn =
+    (i64, curves::Curves, String, String, String, Vec<Phase>, (state::Marks, state::StateView, Vec<EventWindow>));
 
 /// The curves, the largest allocations and the state view of every device, with page
 /// stack indices given in a fixed order (each device's curve sites, its largest
@@ -301,7 +507,8 @@ fn draw(
         .into_iter()
         .map(|(d, curves, allocations, initial, requests, phases, marks)| {
             let view = state::moments_at(snap, d, Some(marks), opts, table);
-            (d, curves, allocations, initial, requests, phases, (marks, view))
+            let events = event_windows(snap, d, Some(marks), opts, table);
+            (d, curves, allocations, initial, requests, phases, (marks, view, events))
         })
         .collect()
 }
@@ -539,12 +746,55 @@ pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_analysis::di
         [one] => format!("fragscope report: {}", one.name),
         many => format!("fragscope report: {} files", many.len()),
     };
-    TEMPLATE
-        .replace("{{TITLE}}", &html_escape(&title))
-        .replace("{{CSS}}", CSS)
-        .replace("{{JS}}", &JS.replace("</script", "<\\/script"))
-        // `</` cannot end the data's script element: JSON allows `<\/`.
-        .replace("{{DATA}}", &json.replace("</", "<\\/"))
+    fill_template(TEMPLATE, &html_escape(&title), CSS, &JS.replace("</script", "<\\/script"), &script_data(&json))
+}
+
+/// The page from its template, each `{{NAME}}` replaced once, in one pass over the
+/// template only: a value that contains `{{DATA}}` or `{{JS}}` (a file name, a frame) is
+/// never itself searched for placeholders.
+fn fill_template(template: &str, title: &str, css: &str, js: &str, data: &str) -> String {
+    let mut out = String::with_capacity(template.len() + title.len() + css.len() + js.len() + data.len());
+    let mut rest = template;
+    while let Some(at) = rest.find("{{") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let (value, key) = [("{{TITLE}}", title), ("{{CSS}}", css), ("{{JS}}", js), ("{{DATA}}", data)]
+            .into_iter()
+            .find(|(k, _)| tail.starts_with(k))
+            .map_or(("{{", "{{"), |(k, v)| (v, k));
+        out.push_str(value);
+        rest = &tail[key.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// JSON text made safe inside `<script type="application/json">`: in the HTML
+/// script-data state `</script` ends the element and `<!--` followed by `<script` makes
+/// the parser look for two `</script>`s (the page then never loads), so every `<`, `>`
+/// and `&` is written as its JSON `\u` escape, as are U+2028 and U+2029 (line terminators
+/// for older JavaScript parsers). JSON's syntax uses none of them outside strings, and
+/// inside a string the escape reads back as the same character.
+pub fn script_data(json: &str) -> String {
+    let b = json.as_bytes();
+    let mut out = String::with_capacity(json.len() + json.len() / 64);
+    let mut from = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let esc = match c {
+            b'<' => "\\u003c",
+            b'>' => "\\u003e",
+            b'&' => "\\u0026",
+            // U+2028 and U+2029 are E2 80 A8 and E2 80 A9 in UTF-8.
+            0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA8) => "\\u2028",
+            0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA9) => "\\u2029",
+            _ => continue,
+        };
+        out.push_str(&json[from..i]);
+        out.push_str(esc);
+        from = if c == 0xE2 { i + 3 } else { i + 1 };
+    }
+    out.push_str(&json[from..]);
+    out
 }
 
 fn html_escape(s: &str) -> String {
@@ -579,6 +829,40 @@ mod tests {
         }
         out.extend(open.into_values().map(|j| (j, usize::MAX)));
         out
+    }
+
+    /// Strings that have broken or could break a page: the script-data state's escapes,
+    /// line terminators, the template's own placeholders.
+    pub(crate) const HOSTILE: &[&str] = &[
+        "<!--<script>",
+        "</script><script>document.title='pwned'</script>",
+        "</SCRIPT >",
+        "]]>&amp;&lt;",
+        "a\u{2028}b\u{2029}c",
+        "{{DATA}}{{JS}}{{CSS}}{{TITLE}}",
+        "$& $' $` $1",
+        "\"'\\\u{0}\u{202e}\u{1F600}",
+        "__proto__",
+    ];
+
+    #[test]
+    fn script_data_escapes_what_the_html_parser_reads_and_reads_back_the_same() {
+        for s in HOSTILE {
+            let json = serde_json::to_string(&serde_json::json!({ "k": s, "v": [s, s] })).unwrap();
+            let safe = script_data(&json);
+            for bad in ["<", ">", "&", "\u{2028}", "\u{2029}"] {
+                assert!(!safe.contains(bad), "{s:?}: {bad:?} left in {safe}");
+            }
+            let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+            assert_eq!(back["k"], *s, "{s:?}");
+            assert_eq!(back["v"][1], *s, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn the_template_is_filled_in_one_pass() {
+        let page = fill_template("<t>{{TITLE}}</t>{{CSS}}|{{JS}}|{{DATA}}|{{OTHER}}", "{{DATA}}", "c{{JS}}", "j", "d");
+        assert_eq!(page, "<t>{{DATA}}</t>c{{JS}}|j|d|{{OTHER}}");
     }
 
     #[test]

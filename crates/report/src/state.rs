@@ -13,6 +13,14 @@
 //!   there are no deltas and the keyframes are as dense as the budget allows; the page
 //!   snaps to the nearest keyframe and says to which event.
 //!
+//! **Levels of detail.** The state view has a size budget independent of the input
+//! ([`ReportOptions::state_values`]): exact (deltas) when they fit; else as many full
+//! keyframes as fit, when at least [`MIN_FULL_KEYS`] do; else (a state of hundreds of
+//! thousands of blocks) [`ReportOptions::moments`] *coarse* keyframes, whose small
+//! neighbouring blocks are merged into one record each (state [`MERGED`]) until the
+//! keyframe fits its share ([`coarsen`]), with the keyframe's exact figures beside them
+//! ([`MomentFigures`]).
+//!
 //! A file whose trace and final state disagree gets the positions after the disagreement
 //! only (said in [`crate::DeviceData::moments_note`]).
 //!
@@ -44,6 +52,28 @@ const BLOCK_LEN: usize = 6;
 /// most this many events' deltas after a keyframe: a few thousand records, < 1 ms).
 const EXACT_KEY_EVERY: usize = 2048;
 
+/// Full keyframes that must fit the budget for the state view to use them; with fewer,
+/// the keyframes are coarse (module doc).
+pub const MIN_FULL_KEYS: usize = 8;
+/// Block state code of a coarse keyframe's record standing for several neighbouring
+/// blocks of one segment: its `requested` is their allocated bytes and its `stack` the
+/// number of blocks merged (see [`Moment::blocks`]).
+pub const MERGED: u64 = 3;
+
+/// Exact figures of a coarse keyframe (whose merged records cannot give them).
+#[derive(Serialize, Debug, Clone, PartialEq, Default)]
+pub struct MomentFigures {
+    pub reserved: u64,
+    pub allocated: u64,
+    pub pending: u64,
+    pub free: u64,
+    pub largest: u64,
+    /// Rounding slack of the allocated blocks (size − request).
+    pub slack: u64,
+    /// Blocks the state holds (records drawn: fewer).
+    pub blocks: usize,
+}
+
 /// One captured state (a keyframe).
 #[derive(Serialize)]
 pub struct Moment {
@@ -55,8 +85,13 @@ pub struct Moment {
     /// 4 private pool), base64 `Float64Array`.
     pub segments: String,
     /// Per block `[segment index, address, size, requested, state, stack]` (state 0 free,
-    /// 1 allocated, 2 pending free; stack −1 when unknown), base64 `Float64Array`.
+    /// 1 allocated, 2 pending free; stack −1 when unknown), base64 `Float64Array`. In a
+    /// coarse keyframe, also state 3 ([`MERGED`]): several neighbouring blocks, `requested`
+    /// = their allocated bytes, `stack` = how many.
     pub blocks: String,
+    /// The exact figures, for a coarse keyframe only (`None`: the blocks are exact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub figures: Option<MomentFigures>,
 }
 
 /// The per-event changes of the state between keyframes.
@@ -89,6 +124,8 @@ pub struct Walk {
     pub exact: bool,
     pub first: usize,
     pub note: Option<String>,
+    /// Coarse keyframes: at most this many block records each (module doc).
+    pub coarse: Option<usize>,
 }
 
 fn seg_flags(s: &SegRec) -> u64 {
@@ -205,7 +242,7 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     let trace = snap.trace(device);
     let n = trace.len();
     let final_state = RecordedState::from_snapshot(snap, device);
-    let mut w = Walk { captured: Vec::new(), ops: Vec::new(), exact: false, first: n, note: None };
+    let mut w = Walk { captured: Vec::new(), ops: Vec::new(), exact: false, first: n, note: None, coarse: None };
     if final_state.segs.is_empty() {
         w.note = Some("the file records no segments for this device".into());
         return w;
@@ -221,16 +258,30 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     }
     // The size budget (in f64 values): deltas (~3 records per event) plus keyframes
     // of about the final state's size each. Exact when they fit, else as many evenly
-    // spaced keyframes as fit (at least `opts.moments`).
+    // spaced full keyframes as fit beside the marked ones, else coarse keyframes (module
+    // doc).
     let end_values = BLOCK_LEN * final_state.segs.values().map(|s| s.blocks.len()).sum::<usize>().max(1);
     let exact_keys = n / EXACT_KEY_EVERY + 1;
     let exact_cost = 3 * n * OP_LEN + exact_keys * end_values;
     w.exact = n > 0 && exact_cost <= opts.state_values;
+    let marked = wanted.len();
+    let full = (opts.state_values / end_values).saturating_sub(marked);
+    let steps = if w.exact {
+        exact_keys
+    } else if full >= MIN_FULL_KEYS {
+        full.min(n)
+    } else {
+        let steps = opts.moments.max(1).min(n);
+        w.coarse = Some((opts.state_values / (steps + marked) / BLOCK_LEN).max(16));
+        steps
+    };
     if n > 0 {
-        let steps = if w.exact { exact_keys } else { (opts.state_values / end_values).clamp(opts.moments.max(1), n) };
         for k in 0..steps {
             wanted.push((k * n / steps, "step"));
         }
+    } else if full < 1 {
+        // The final state alone is over the budget.
+        w.coarse = Some((opts.state_values / BLOCK_LEN).max(16));
     }
     wanted.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
 
@@ -375,7 +426,9 @@ pub fn moments_at(
                 }
                 advance(i + 1, pos, stack_at);
                 let stack = if kind == 1 { stack_of(addr, b, table, stack_at) } else { -1 };
-                ov.extend([i as f64, kind as f64, addr as f64, size as f64, a as f64, b as f64, stack as f64]);
+                // Kind 3 adds a segment: `a` is its stream.
+                let a = if kind == 3 { table.stream(a) } else { a as f64 };
+                ov.extend([i as f64, kind as f64, addr as f64, size as f64, a, b as f64, stack as f64]);
                 oi += 1;
             }
         };
@@ -384,12 +437,28 @@ pub fn moments_at(
         advance(*state, &mut pos, &mut stack_at);
         let mut sv = Vec::with_capacity(segs.len() * 4);
         let mut bv = Vec::new();
-        for (si, s) in segs.iter().enumerate() {
-            sv.extend([s.addr as f64, s.size as f64, s.stream as f64, seg_flags(s) as f64]);
-            for b in &s.blocks {
-                let code = state_code(b.state);
-                let stack = stack_of(b.addr, code, table, &stack_at);
-                bv.extend([si as f64, b.addr as f64, b.size as f64, b.requested as f64, code as f64, stack as f64]);
+        let nblocks: usize = segs.iter().map(|s| s.blocks.len()).sum();
+        let coarse = w.coarse.filter(|&max| nblocks > max);
+        for s in segs.iter() {
+            sv.extend([s.addr as f64, s.size as f64, table.stream(s.stream), seg_flags(s) as f64]);
+        }
+        if let Some(max) = coarse {
+            for (si, g) in coarsen(segs, max) {
+                let code = if g.count > 1 { MERGED } else { state_code(g.state) };
+                let stack = match code {
+                    MERGED => g.count as i64,
+                    _ => stack_of(g.addr, code, table, &stack_at),
+                };
+                let req = if code == MERGED { g.allocated } else { g.requested };
+                bv.extend([si as f64, g.addr as f64, g.size as f64, req as f64, code as f64, stack as f64]);
+            }
+        } else {
+            for (si, s) in segs.iter().enumerate() {
+                for b in &s.blocks {
+                    let code = state_code(b.state);
+                    let stack = stack_of(b.addr, code, table, &stack_at);
+                    bv.extend([si as f64, b.addr as f64, b.size as f64, b.requested as f64, code as f64, stack as f64]);
+                }
             }
         }
         out.push(Moment {
@@ -397,6 +466,7 @@ pub fn moments_at(
             kinds: kinds.clone(),
             segments: encode::f64s(&sv),
             blocks: encode::f64s(&bv),
+            figures: coarse.map(|_| figures_of(segs)),
         });
     }
     emit_ops_until(usize::MAX, &mut pos, &mut stack_at, table);
@@ -451,4 +521,172 @@ pub fn state_at(snap: &Snapshot, device: i64, state: usize) -> Result<StateFigur
         segments: st.segs.len(),
         blocks: blocks.iter().map(|b| [b.addr, b.size, b.requested, state_code(b.state)]).collect(),
     })
+}
+
+/// Exact figures of a state (what the page computes from exact blocks).
+pub fn figures_of(segs: &[SegRec]) -> MomentFigures {
+    let mut f = MomentFigures::default();
+    for s in segs {
+        f.reserved += s.size;
+        for b in &s.blocks {
+            f.blocks += 1;
+            match b.state {
+                BState::Free => {
+                    f.free += b.size;
+                    f.largest = f.largest.max(b.size);
+                }
+                BState::Allocated => {
+                    f.allocated += b.size;
+                    f.slack += b.size.saturating_sub(b.requested);
+                }
+                BState::Pending => f.pending += b.size,
+            }
+        }
+    }
+    f
+}
+
+/// Neighbouring blocks of one segment drawn as one record of a coarse keyframe.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Group {
+    pub addr: u64,
+    pub size: u64,
+    /// Blocks in it (1: an exact block).
+    pub count: usize,
+    /// The block's state and request when `count` is 1.
+    pub state: BState,
+    pub requested: u64,
+    /// Allocated bytes in it.
+    pub allocated: u64,
+}
+
+/// The blocks of `segs` in at most `max` records (as few merges as that takes): a
+/// block larger than a threshold stays alone; consecutive smaller ones of a segment
+/// are merged while their sum stays under it. The threshold is the smallest (found by
+/// bisection) that gives at most `max` records, so the large blocks, which make the
+/// picture, stay exact. Returns (segment index, group) in address order.
+pub fn coarsen(segs: &[SegRec], max: usize) -> Vec<(usize, Group)> {
+    let groups = |t: u64, out: Option<&mut Vec<(usize, Group)>>| -> usize {
+        let mut n = 0;
+        let mut out = out;
+        for (si, s) in segs.iter().enumerate() {
+            let mut cur: Option<Group> = None;
+            for b in &s.blocks {
+                let alloc = if b.state == BState::Allocated { b.size } else { 0 };
+                let one = Group {
+                    addr: b.addr,
+                    size: b.size,
+                    count: 1,
+                    state: b.state,
+                    requested: b.requested,
+                    allocated: alloc,
+                };
+                match cur.as_mut() {
+                    Some(g) if b.size < t && g.size + b.size <= t => {
+                        g.size += b.size;
+                        g.count += 1;
+                        g.allocated += alloc;
+                    }
+                    _ => {
+                        if let Some(g) = cur.take() {
+                            n += 1;
+                            if let Some(o) = out.as_deref_mut() {
+                                o.push((si, g));
+                            }
+                        }
+                        // A block at least the threshold stays alone.
+                        cur = Some(one);
+                        if b.size >= t {
+                            n += 1;
+                            if let Some(o) = out.as_deref_mut() {
+                                o.push((si, one));
+                            }
+                            cur = None;
+                        }
+                    }
+                }
+            }
+            if let Some(g) = cur {
+                n += 1;
+                if let Some(o) = out.as_deref_mut() {
+                    o.push((si, g));
+                }
+            }
+        }
+        n
+    };
+    let (mut lo, mut hi) = (0u64, segs.iter().map(|s| s.size).max().unwrap_or(0).saturating_add(1));
+    if groups(lo, None) > max {
+        // Bisect the smallest threshold whose records fit (`hi` always does: one record
+        // per segment).
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if groups(mid, None) <= max {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+    } else {
+        hi = lo;
+    }
+    let mut out = Vec::new();
+    groups(hi, Some(&mut out));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_testdata::Rng;
+
+    #[test]
+    fn coarsen_fits_the_budget_keeps_the_bytes_and_the_large_blocks() {
+        let mut rng = Rng(5);
+        for round in 0..200 {
+            let mut segs = Vec::new();
+            let mut addr = 1u64 << 30;
+            for _ in 0..1 + rng.below(12) {
+                let mut blocks = Vec::new();
+                let start = addr;
+                for _ in 0..1 + rng.below(60) {
+                    let size = 512 * (1 + rng.below(if rng.below(10) == 0 { 4000 } else { 8 }) as u64);
+                    let state = [BState::Free, BState::Allocated, BState::Pending][rng.below(3)];
+                    blocks.push(BlockRec { addr, size, requested: size - 100, state, guessed: false });
+                    addr += size;
+                }
+                segs.push(SegRec {
+                    addr: start,
+                    size: addr - start,
+                    stream: 0,
+                    pool: DEFAULT_POOL,
+                    small: false,
+                    expandable: false,
+                    blocks,
+                });
+                addr += 1 << 20;
+            }
+            let n: usize = segs.iter().map(|s| s.blocks.len()).sum();
+            for max in [1, segs.len(), n / 3 + 1, n / 2 + 1, n, n + 5] {
+                let g = coarsen(&segs, max);
+                assert!(g.len() <= max.max(segs.len()), "round {round}: {} records for {max}", g.len());
+                if max >= n {
+                    assert_eq!(g.len(), n, "round {round}: nothing merged when all fit");
+                }
+                // Every byte once, in address order, inside its segment; allocated bytes kept.
+                for (si, s) in segs.iter().enumerate() {
+                    let mine: Vec<_> = g.iter().filter(|x| x.0 == si).map(|x| x.1).collect();
+                    assert_eq!(mine.iter().map(|x| x.size).sum::<u64>(), s.size, "round {round}");
+                    assert_eq!(mine.iter().map(|x| x.count).sum::<usize>(), s.blocks.len(), "round {round}");
+                    let alloc: u64 = s.blocks.iter().filter(|b| b.state == BState::Allocated).map(|b| b.size).sum();
+                    assert_eq!(mine.iter().map(|x| x.allocated).sum::<u64>(), alloc, "round {round}");
+                    let mut at = s.addr;
+                    for x in &mine {
+                        assert_eq!(x.addr, at, "round {round}: contiguous");
+                        at += x.size;
+                    }
+                }
+            }
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use fragscope_analysis::diff::{diff, DiffOptions};
-use fragscope_report::{file_data, render, render_with_diff, ReportOptions};
+use fragscope_report::{file_data_shared, render, render_with_diff, ReportOptions};
 
 use crate::{input, CliError};
 
@@ -27,9 +27,10 @@ pub struct Args {
     /// backward walk.
     #[arg(long = "state-at", value_name = "N")]
     pub state_at: Option<usize>,
-    /// Size budget of the state view of each device, in 8-byte values (default 1.2 M,
-    /// about 13 MB of page): keyframes plus every event's changes when they fit, else
-    /// as many keyframes as fit (the page then snaps to the nearest one).
+    /// Size budget of the state view, in 8-byte values (default 1.2 M, about 13 MB of
+    /// page), shared by every device of every file: keyframes plus every event's changes
+    /// when they fit, else as many keyframes as fit (the page then snaps to the nearest
+    /// one), else coarse keyframes (small neighbouring blocks merged).
     #[arg(long = "state-budget", value_name = "VALUES")]
     pub state_budget: Option<usize>,
     #[command(flatten)]
@@ -62,6 +63,10 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     if let Some(v) = args.state_budget {
         opts.state_values = v;
     }
+    // The page's budgets are shared by its files (and each file's by its devices).
+    let files = args.files.len().max(1);
+    let each = opts.share(files);
+    let page = Some((&opts, files));
     let html = if let [a, b] = args.files.as_slice() {
         // Two runs: both in memory once, for the comparison of their peaks.
         let (mut sa, mut sb) = (input::load(a, false)?, input::load(b, false)?);
@@ -71,13 +76,13 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         }
         let d = diff(&sa, &sb, &DiffOptions::default());
         let data = [
-            file_data(&titled(a.display().to_string()), false, &sa, &opts),
-            file_data(&titled(b.display().to_string()), false, &sb, &opts),
+            file_data_shared(&titled(a.display().to_string()), false, &sa, &each, page),
+            file_data_shared(&titled(b.display().to_string()), false, &sb, &each, page),
         ];
         render_with_diff(&data, Some(&d))
     } else {
         let data = crate::windowed::each_snapshot(&args.files, false, spec.as_ref(), |name, snap, _| {
-            Ok(file_data(&titled(name), example, snap, &opts))
+            Ok(file_data_shared(&titled(name), example, snap, &each, page))
         })?;
         render(&data)
     };
