@@ -14,7 +14,7 @@ use fragscope_analysis::window::WindowInfo;
 use serde::Serialize;
 
 use crate::output::{bytes, grouped, percent};
-use crate::{input, CliError};
+use crate::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -10,7 +10,7 @@ use fragscope_analysis::window::WindowInfo;
 use serde::Serialize;
 
 use crate::output::{self, Align, Table};
-use crate::{input, CliError};
+use crate::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
