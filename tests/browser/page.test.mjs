@@ -381,10 +381,10 @@ test('ranks: the outlier test uses the median of an even number of files', async
 // ---------- what memory_viz users rely on ----------
 
 test('event list: the entries around the state shown, the OOM line, arrow keys step the state view', async () => {
-  const path = real('flexgen-opt-oom-v2.0-history-format.pickle');
-  const ana = json(['analyze', '--json', path]).files[0];
+  // The built-in example: a training loop that ends in an OOM.
+  const ana = json(['analyze', '--json']).files[0];
   const o = ana.devices.find((d) => d.oom).oom;
-  const { page, errors } = await open(ctx, report([path], join(OUT, 'events.html')));
+  const { page, errors } = await open(ctx, report([], join(OUT, 'events.html')));
   // Opened at the OOM: the current entry is the one before it; the OOM line says the
   // request and CUDA's free memory.
   const at = await page.$eval('canvas.st', (c) => Number(c.dataset.state));

@@ -962,7 +962,7 @@
     sec.append(el('div', { class: 'controls' }, 'trace state', slider, el('button', { id: 'state-prev', onclick: () => step(-1) }, '◀'), box,
       el('button', { id: 'state-next', onclick: () => step(1) }, '▶'), jumps), el('div', { class: 'controls' }, label), figs);
     if (dev.moments_note) sec.append(el('p', { class: 'note' }, dev.moments_note));
-    sec.append(el('p', { class: 'note', id: 'state-mode' }, c.exact
+    sec.append(el('p', { class: 'note', id: 'state-mode' }, c.states === 1 ? 'No trace was recorded: the state view shows the snapshot\u2019s own state.' : c.exact
       ? `Every event from ${c.first} to ${last} can be shown: the page rebuilds the state from the nearest of ${c.moments.length} keyframes and the events' changes.`
       : `This trace is too long to embed every event's changes: the view snaps to the nearest of ${c.moments.length} keyframes (about every ${Math.round(c.states / Math.max(1, c.moments.length))} events) and says which event it shows.`));
     // The event list (memory_viz's): the trace entries around the state shown, the one

@@ -650,7 +650,8 @@ mod tests {
                 let mut blocks = Vec::new();
                 let start = addr;
                 for _ in 0..1 + rng.below(60) {
-                    let size = 512 * (1 + rng.below(if rng.below(10) == 0 { 4000 } else { 8 }) as u64);
+                    let span = if rng.below(10) == 0 { 4000 } else { 8 };
+                    let size = 512 * (1 + rng.below(span) as u64);
                     let state = [BState::Free, BState::Allocated, BState::Pending][rng.below(3)];
                     blocks.push(BlockRec { addr, size, requested: size - 100, state, guessed: false });
                     addr += size;
