@@ -38,6 +38,7 @@ use fragscope_alloc::{AllocatorConfig, CachingAllocator, SimulatedDevice, DEFAUL
 use fragscope_snapshot::{Action, Snapshot};
 use serde::Serialize;
 
+use crate::attribution::site_of;
 use crate::replay::driver::{capacity_for, seed_segments, verify_inner};
 use crate::replay::state::{BState, RecordedState};
 use crate::replay::whatif::{stack_strings, UNLIMITED};
@@ -93,8 +94,9 @@ pub struct Unexplained {
     pub law: Law,
     /// `(size parameter, requested bytes)` as recorded.
     pub recorded: Vec<(u64, u64)>,
-    /// Innermost frame, `file:line:name`.
-    pub frame: Option<String>,
+    /// Call site as analyses name it (`file.py:line:function`, else the innermost
+    /// meaningful C++ frame).
+    pub site: String,
 }
 
 /// Counts of requests by the law their size follows.
@@ -204,6 +206,8 @@ pub struct PredictedOom {
     pub alloc_size: u64,
     pub reserved: u64,
     pub allocated: u64,
+    /// Call site as analyses name it.
+    pub site: String,
     /// Allocation stack, innermost first, `file:line:name`.
     pub stack: Vec<String>,
 }
@@ -332,7 +336,7 @@ impl<'a> Program<'a> {
                     index: i,
                     law: f.law,
                     recorded: rec,
-                    frame: site_frame(&stack_strings(template, trace[i].stack)),
+                    site: site_of(&template.frames, trace[i].stack).site,
                 }
             })
             .collect();
@@ -493,6 +497,7 @@ impl<'a> Program<'a> {
                                     alloc_size: o.alloc_size,
                                     reserved: o.reserved,
                                     allocated: o.allocated,
+                                    site: site_of(&snap.frames, ev.stack).site,
                                     stack: stack_strings(snap, ev.stack),
                                 });
                             }
@@ -617,16 +622,6 @@ impl<'a> Program<'a> {
             replays,
         }
     }
-}
-
-/// The frame that names a call site for a reader: the innermost Python frame, else the
-/// innermost frame with a file name.
-pub fn site_frame(stack: &[String]) -> Option<String> {
-    stack
-        .iter()
-        .find(|f| f.split(':').next().is_some_and(|file| file.ends_with(".py")))
-        .or_else(|| stack.iter().find(|f| !f.starts_with("??:")))
-        .cloned()
 }
 
 fn live_bytes(st: &RecordedState) -> u64 {

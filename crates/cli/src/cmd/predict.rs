@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_alloc::AllocatorConfig;
-use fragscope_analysis::predict::{check_size_list, site_frame, FitQuality, MaxFit, Prediction, Program, Recording};
+use fragscope_analysis::predict::{check_size_list, FitQuality, MaxFit, Prediction, Program, Recording};
 use serde::Serialize;
 
 use fragscope_snapshot::Snapshot;
@@ -324,7 +324,7 @@ fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
                     u.index,
                     u.law.as_str(),
                     rec.join(", "),
-                    u.frame.as_deref().map(|f| format!("  {f}")).unwrap_or_default()
+                    if u.site.is_empty() { String::new() } else { format!("  {}", u.site) }
                 );
             }
         }
@@ -351,7 +351,7 @@ fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
                     o.index,
                     bytes(o.requested),
                     o.law.as_str(),
-                    site_frame(&o.stack).map(|f| format!(" at {f}")).unwrap_or_default()
+                    if o.site.is_empty() { String::new() } else { format!(" at {}", o.site) }
                 ),
             };
             let fits = if p.capacity.is_none() {
