@@ -32,7 +32,7 @@ use crate::replay;
 use crate::timeline::{self, DeviceTimeline, TimelineOptions};
 
 /// Schema name of `fragscope analyze --json`.
-pub const SCHEMA: &str = "fragscope.analyze/1";
+pub const SCHEMA: &str = "fragscope.analyze/2";
 
 /// Options of [`analyze`].
 #[derive(Clone, Copy, Debug)]
