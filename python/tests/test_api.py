@@ -72,7 +72,7 @@ def test_summary_equals_cli(path):
 def test_analyze_equals_cli(path):
     r = same_as_cli(["analyze", "--json", str(path)], lambda: fragscope.load(str(path)).analyze())
     if r is not None:
-        assert r.schema == "fragscope.analyze/1"
+        assert r.schema == "fragscope.analyze/2"
         for d, raw in zip(r.devices, r.to_dict()["files"][0]["devices"]):
             assert d.device == raw["device"]
             assert [f.headline for f in d.findings] == [f["headline"] for f in raw["findings"]]

@@ -11,29 +11,51 @@
 //! calling `empty_cache()` earlier (each iteration) would have prevented the layout:
 //! that needs a snapshot and a replay (`replay::advice`).
 
-use crate::oom_message::{format_size, OomMessage};
+use crate::oom_message::{format_size, format_size_pm, printed_precision, OomMessage};
+
+/// With caching off every tensor is its own driver allocation, rounded by the driver (2 MiB
+/// pages for anything but tiny tensors); a margin under this is not room for "it would fit".
+const NO_CACHING_GRANULARITY: u64 = 20 << 20;
 
 /// One paragraph for `fragscope oom`, or `None` when the message lacks the figures
 /// (reserved-but-unallocated and the request).
 pub fn message_advice(m: &OomMessage) -> Option<String> {
     let unalloc = m.reserved_unallocated?;
     let request = m.tried_to_allocate?;
+    let (drv_malloc, drv_free) = if m.is_rocm() { ("hipMalloc", "hipFree") } else { ("cudaMalloc", "cudaFree") };
     let mut s = format!(
         "torch.cuda.empty_cache() would not have avoided this error: PyTorch already released every cached \
          segment holding no tensor and retried before raising it, so the {} reserved but unallocated here sits \
          in segments that also hold live tensors, which empty_cache() cannot return.",
-        format_size(unalloc)
+        format_size_pm(unalloc, m.reserved_unallocated_uncertainty)
     );
     // The memory this process could have held without caching: what it reserved plus what
     // the device still had free (the same estimate `analyze` uses for the capacity).
     if let (Some(live), Some(reserved), Some(free)) = (m.live_allocated(), m.reserved_total, m.free) {
         let avail = reserved + free;
         let need = live + request;
-        if need <= avail {
+        // Both sums are of rounded figures: within their rounding, or within the driver's
+        // granularity on the "fits" side, the figures cannot say.
+        let pm = [live, request, reserved, free].iter().map(|&v| printed_precision(v)).sum::<u64>()
+            + m.reserved_unallocated_uncertainty;
+        if need <= avail && avail - need <= NO_CACHING_GRANULARITY + pm || need > avail && need - avail <= pm {
+            s.push_str(&format!(
+                " Whether PYTORCH_NO_CUDA_MEMORY_CACHING=1 would have fit it cannot be told: the tensors would hold {} \
+                 and this request {} more, {} against the about {} this process could use (reserved + free), a \
+                 margin of {} {}, within the figures' rounding and the driver's allocation granularity.",
+                format_size(live),
+                format_size(request),
+                format_size(need),
+                format_size(avail),
+                format_size_pm(avail.abs_diff(need), pm),
+                if need <= avail { "to spare" } else { "short" },
+            ));
+        } else if need <= avail {
             s.push_str(&format!(
                 " With PYTORCH_NO_CUDA_MEMORY_CACHING=1 the tensors would hold {} and this request {} more, {} \
-                 of the about {} this process could use (reserved + free): it would fit this once, at the cost of \
-                 a cudaMalloc and a device-synchronising cudaFree for every tensor.",
+                 of the about {} this process could use (reserved + free): by these figures it would fit this once \
+                 (each tensor then being its own driver allocation, whose rounding the text cannot count), at the \
+                 cost of a {drv_malloc} and a device-synchronising {drv_free} for every tensor.",
                 format_size(live),
                 format_size(request),
                 format_size(need),

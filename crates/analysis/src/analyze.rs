@@ -34,7 +34,7 @@ use crate::steps::Steps;
 use crate::timeline::{self, DeviceTimeline, TimelineOptions};
 
 /// Schema name of `fragscope analyze --json`.
-pub const SCHEMA: &str = "fragscope.analyze/1";
+pub const SCHEMA: &str = "fragscope.analyze/2";
 
 /// Options of [`analyze`].
 #[derive(Clone, Copy, Debug)]

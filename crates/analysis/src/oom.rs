@@ -293,8 +293,8 @@ pub struct AdviceOutcome {
     pub cuda_frees: u64,
     /// `empty_cache()` calls the advice added.
     pub empty_cache_calls_added: u64,
-    /// Estimated seconds of driver calls (`replay::cost`): an estimate.
-    pub est_driver_seconds: f64,
+    /// Synchronisations the driver calls imply (`replay::cost`): a count, no time.
+    pub syncs: u64,
 }
 
 /// Replays the usual advice up to the OOM of `f` (same device size as the fixes):
@@ -304,7 +304,6 @@ pub struct AdviceOutcome {
 /// baseline replay to reproduce the OOM (otherwise nothing can be measured).
 pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
     use crate::replay::advice::{simulate_empty_cache, simulate_uncached, EmptyCacheAt};
-    use crate::replay::cost::format_seconds;
     if f.replay_reproduces_oom != Some(true) {
         return;
     }
@@ -319,7 +318,7 @@ pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
         cuda_mallocs: w.cuda_mallocs,
         cuda_frees: w.cuda_frees,
         empty_cache_calls_added: w.empty_cache_added,
-        est_driver_seconds: w.est_driver_seconds,
+        syncs: w.driver.syncs(),
     };
     let mut notes = Vec::new();
     // Replays that did not start from the rebuilt state are not compared (issue 21).
@@ -363,11 +362,8 @@ pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
             }
         };
         format!(
-            "{}: {result}, {} cudaMalloc + {} cudaFree (≈{} of driver calls, an estimate)",
-            a.advice,
-            a.cuda_mallocs,
-            a.cuda_frees,
-            format_seconds(a.est_driver_seconds)
+            "{}: {result}, {} cudaMalloc + {} cudaFree ({} synchronisations)",
+            a.advice, a.cuda_mallocs, a.cuda_frees, a.syncs
         )
     };
     let parts: Vec<String> = f.advice.iter().map(part).collect();

@@ -20,7 +20,14 @@
 //! | `Partial` | `CUDA out of memory.` was found but the rest is missing (a truncated paste, an issue title) | — |
 //!
 //! ROCm builds print the same text with `HIP` for `CUDA` (`HIP out of memory`, `(e.g., HIP
-//! Graphs)`); they are accepted and [`OomMessage::accelerator`] says which word was used.
+//! Graphs)`); they are accepted, [`OomMessage::accelerator`] says which word was used, and the
+//! advice then names ROCm's own variables and tools (`PYTORCH_HIP_ALLOC_CONF`, `rocm-smi`).
+//! Intel XPU and Apple MPS messages come from other allocators (other rounding, other
+//! settings): they are refused with [`ParseError::Unsupported`], not read as CUDA.
+//!
+//! A message whose figures cannot all be true (free or allocated above the total, a negative
+//! size, …) is parsed as printed, and [`OomMessage::inconsistent`] names the figures; the
+//! explanation then gives no verdict.
 //!
 //! # Figures and their precision
 //!
@@ -32,9 +39,12 @@
 //! never fires on rounding noise.
 //!
 //! What the figures mean is version dependent and the parser normalises them:
-//! * `tried_to_allocate` is the *segment* size the allocator asked CUDA for (§1.5: requests
-//!   ≤ 1 MiB ask for 2 MiB, 1–10 MiB ask for 20 MiB, larger ones are rounded up to 2 MiB), not
-//!   the tensor size; the preemptive-rejection and cudaMallocAsync forms print the request.
+//! * `tried_to_allocate` is the *segment* size the allocator asked CUDA for (§1.5, on the
+//!   request rounded to 512 bytes: up to 1 MiB → a 2 MiB segment; over 1 MiB and under 10 MiB
+//!   → a 20 MiB one (the default `large_segment_size`); 10 MiB and over → rounded up to a
+//!   multiple of 2 MiB, so 20 MiB is also what a request of 18–20 MiB asks for), not the
+//!   tensor size; [`requests_for_segment`] inverts it with the rounding code itself. The
+//!   preemptive-rejection and cudaMallocAsync forms print the request.
 //! * From 2.5, "allocated by PyTorch" includes `P`, the *free* cached blocks held by private
 //!   pools (CUDA graphs, `MemPool`), and "reserved but unallocated" excludes them. Both are
 //!   kept as printed; [`OomMessage::live_allocated`] subtracts `P`.
@@ -177,6 +187,12 @@ pub struct OomMessage {
     /// Figures this form prints that the text did not contain (a truncated or partial
     /// paste), by name; the verdict uses only the figures present.
     pub missing: Vec<String>,
+    /// Figures that cannot all be true as printed (free above the total, a negative size,
+    /// …), one sentence each naming the figures; empty for a consistent message.
+    pub inconsistent: Vec<String>,
+    /// ± bytes of `reserved_unallocated`: half a unit of its last printed digit, or, when it
+    /// is derived as reserved − allocated (the legacy form), the sum of both figures'.
+    pub reserved_unallocated_uncertainty: u64,
 }
 
 impl OomMessage {
@@ -184,6 +200,25 @@ impl OomMessage {
     /// 2.5+ folds into it (those bytes are free blocks owned by CUDA graphs / MemPools).
     pub fn live_allocated(&self) -> Option<u64> {
         self.allocated_by_pytorch.map(|a| a.saturating_sub(self.private_pools.unwrap_or(0)))
+    }
+
+    /// True for a ROCm build's message (`HIP out of memory`).
+    pub fn is_rocm(&self) -> bool {
+        self.accelerator == "HIP"
+    }
+
+    /// ± bytes of [`OomMessage::outside_allocator`]: the printed precision of total, free and
+    /// reserved added up (it is a difference of rounded figures).
+    pub fn outside_allocator_uncertainty(&self) -> u64 {
+        let r = self.reserved_total.unwrap_or(0);
+        let r_pm = if self.reserved_unallocated_uncertainty > printed_precision(self.reserved_unallocated.unwrap_or(0))
+        {
+            // legacy: R printed, U derived from it
+            printed_precision(r)
+        } else {
+            printed_precision(self.allocated_by_pytorch.unwrap_or(0)) + self.reserved_unallocated_uncertainty
+        };
+        printed_precision(self.total_capacity.unwrap_or(0)) + printed_precision(self.free.unwrap_or(0)) + r_pm
     }
 
     /// GPU memory not held by this process's caching allocator: `total − free − reserved`.
@@ -204,8 +239,9 @@ impl OomMessage {
     /// reserved clearly more than the GPU has. A discrete GPU cannot: this is Windows' WDDM
     /// driver backing device memory with system RAM ("shared GPU memory") once the GPU is
     /// full, or a device whose memory is the host's (unified memory).
+    /// Without a reserved figure (the cudaMallocAsync form) the allocated one is used.
     pub fn over_capacity(&self) -> Option<u64> {
-        let (t, r) = (self.total_capacity?, self.reserved_total?);
+        let (t, r) = (self.total_capacity?, self.reserved_total.or(self.allocated_by_pytorch)?);
         clearly_gt(r, t, &[t, r]).then(|| r - t)
     }
 
@@ -252,6 +288,9 @@ impl OomMessage {
 pub enum ParseError {
     /// No OOM message of any known form in the text.
     NoMessage,
+    /// An out-of-memory message of another PyTorch backend (`"XPU"`, `"MPS"`): its allocator
+    /// rounds and is configured differently, so the CUDA reading would be wrong.
+    Unsupported { backend: String, line: String },
     /// Only the CUDA runtime's own `CUDA error: out of memory` was found: raised by a kernel
     /// launch, cuBLAS/cuDNN workspace, NCCL or context creation, not by the caching
     /// allocator, so it carries no allocator figures.
@@ -266,6 +305,13 @@ impl fmt::Display for ParseError {
                 "no CUDA out-of-memory message found: expected text containing \
                  'CUDA out of memory. Tried to allocate ...' (PyTorch 1.13–2.15) or the \
                  cudaMallocAsync form 'Allocation on device N would exceed allowed memory'"
+            ),
+            ParseError::Unsupported { backend, line } => write!(
+                f,
+                "{backend} messages are not supported: found '{line}'. fragscope explains the \
+                 out-of-memory messages of PyTorch's CUDA and ROCm (HIP) caching allocators; the \
+                 {backend} allocator rounds and is configured differently, so reading its figures \
+                 as CUDA's would mislead"
             ),
             ParseError::CudaRuntimeError { line } => write!(
                 f,
@@ -348,6 +394,11 @@ fn size_at(s: &str, pos: usize) -> Option<(u64, usize)> {
     let b = s.as_bytes();
     let mut i = pos;
     while i < b.len() && b[i] == b' ' {
+        i += 1;
+    }
+    // PyTorch never prints a sign; an edited or corrupted text may. The magnitude is read so
+    // the rest of the message is not lost, and `inconsistencies` names the negative figure.
+    if i + 1 < b.len() && b[i] == b'-' && b[i + 1].is_ascii_digit() {
         i += 1;
     }
     let num_start = i;
@@ -622,7 +673,10 @@ fn next_headerless(flat: &str, from: usize) -> Option<Anchor> {
             if needs_size && size_at(flat, after).is_none() {
                 continue;
             }
-            if near_before(start, "out of memory.")
+            // Any "… out of memory" sentence just before owns these figures: CUDA's and HIP's
+            // are anchors of their own, XPU's ("XPU out of memory.") and MPS's ("MPS backend
+            // out of memory (") are another allocator's and must not be read as CUDA's.
+            if near_before(start, "out of memory")
                 || (phrase != "Tried to allocate" && near_before(start, "Tried to allocate"))
                 || (phrase == "Of the allocated memory" && near_before(start, "has a total capac"))
             {
@@ -648,11 +702,16 @@ fn next_anchor(flat: &str, from: usize) -> Option<Anchor> {
             let before = flat[..i].trim_end_matches(' ');
             let word_start = start_of_trailing(before, |c| c.is_ascii_alphanumeric());
             let word = &before[word_start..];
-            if word.eq_ignore_ascii_case("CUDA") || word.eq_ignore_ascii_case("HIP") {
+            // The accelerator word, or a word glued to it in upper case ("whyCUDA" in an
+            // issue title); "XPU"/"MPS" messages are another allocator's and are not anchors.
+            let accel = ["CUDA", "HIP"]
+                .into_iter()
+                .find(|a| word.eq_ignore_ascii_case(a) || (word.len() > a.len() && word.ends_with(a)));
+            if let Some(a) = accel {
                 break Some(Anchor::Native {
-                    start: word_start,
+                    start: before.len() - a.len(),
                     after: i + "out of memory.".len(),
-                    hip: word.eq_ignore_ascii_case("HIP"),
+                    hip: a == "HIP",
                 });
             }
         }
@@ -679,6 +738,18 @@ pub fn parse(text: &str) -> Result<OomMessage, ParseError> {
     let all = parse_all(text);
     if let Some(first) = all.into_iter().next() {
         return Ok(first);
+    }
+    // Another backend's OOM: say so rather than "no message".
+    for (needle, backend) in [("XPU out of memory", "XPU"), ("MPS backend out of memory", "MPS")] {
+        if let Some(i) = find_ci(text, needle, 0, text.len()) {
+            let line_start = text[..i].rfind('\n').map_or(0, |k| k + 1);
+            let line_end = text[i..].find('\n').map_or(text.len(), |k| i + k);
+            let mut line = text[line_start..line_end].trim().to_string();
+            if line.chars().count() > 120 {
+                line = line.chars().take(117).collect::<String>() + "...";
+            }
+            return Err(ParseError::Unsupported { backend: backend.into(), line });
+        }
     }
     // Give the more useful error when the only OOM in sight is the runtime's own.
     if let Some(i) = find_ci(text, "CUDA error: out of memory", 0, text.len()) {
@@ -745,6 +816,10 @@ fn parse_all_in(text: &str) -> Vec<OomMessage> {
         msg.raw = original_slice(text, &flat, anchor.start(), end);
         msg.exception = exception_before(s, anchor.start());
         msg.missing = missing_figures(&msg);
+        if msg.reserved_unallocated_uncertainty == 0 {
+            msg.reserved_unallocated_uncertainty = msg.reserved_unallocated.map_or(0, printed_precision);
+        }
+        msg.inconsistent = inconsistencies(&msg);
         out.push(msg);
         from = end.max(anchor.search_past());
     }
@@ -836,6 +911,65 @@ fn sweep(s: &str, start: usize, limit: usize, m: &mut OomMessage) -> usize {
     end
 }
 
+/// Figures of `m` that cannot all be true, one sentence each (see [`OomMessage::inconsistent`]).
+/// Comparisons allow for the printed rounding, so only clear contradictions are named.
+fn inconsistencies(m: &OomMessage) -> Vec<String> {
+    let mut out = Vec::new();
+    if let (Some(f), Some(t)) = (m.free, m.total_capacity) {
+        if clearly_gt(f, t, &[f, t]) {
+            out.push(format!(
+                "the free memory ({}) is more than the total capacity ({}); a device never reports more \
+                 free memory than it has",
+                format_size(f),
+                format_size(t)
+            ));
+        }
+    }
+    // Before 2.1 both halves were printed: "already allocated" is part of "reserved in total".
+    if m.form == MessageForm::Legacy && !m.raw.to_ascii_lowercase().contains("cached") {
+        if let (Some(a), Some(r)) = (m.allocated_by_pytorch, m.reserved_total) {
+            if clearly_gt(a, r, &[a, r]) {
+                out.push(format!(
+                    "'already allocated' ({}) is more than 'reserved in total by PyTorch' ({}), which \
+                     includes it",
+                    format_size(a),
+                    format_size(r)
+                ));
+            }
+        }
+    }
+    // From 2.5 "allocated by PyTorch" includes the private pools' free bytes.
+    if let (Some(p), Some(a)) = (m.private_pools, m.allocated_by_pytorch) {
+        if clearly_gt(p, a, &[p, a]) {
+            out.push(format!(
+                "the private pools' {} is more than the {} 'allocated by PyTorch' that includes it",
+                format_size(p),
+                format_size(a)
+            ));
+        }
+    }
+    // Reserved or allocated above the total is possible (Windows lends system RAM to a full
+    // GPU, a unified-memory device counts the host's): `over_capacity` names it as a finding,
+    // not as a contradiction. A negative size is impossible everywhere: the parser reads the
+    // digits only, so the sign is looked for here.
+    let raw = m.raw.as_str();
+    let b = raw.as_bytes();
+    for (i, _) in raw.match_indices('-') {
+        let before_ok = i == 0 || matches!(b[i - 1], b' ' | b'(' | b';' | b':' | b'\n');
+        if before_ok && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            if let Some((v, e)) = size_at(raw, i + 1) {
+                out.push(format!(
+                    "'{}' is a negative size; PyTorch prints sizes as unsigned numbers, so the text was \
+                     edited or corrupted (read as {})",
+                    &raw[i..e],
+                    format_size(v)
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// The figures `m`'s form prints that it lacks, by the names the text gives them.
 fn missing_figures(m: &OomMessage) -> Vec<String> {
     let figures: &[(&str, bool)] = match m.form {
@@ -897,6 +1031,8 @@ fn empty_message(form: MessageForm, hip: bool) -> OomMessage {
         log_prefix: None,
         headerless: false,
         missing: Vec::new(),
+        inconsistent: Vec::new(),
+        reserved_unallocated_uncertainty: 0,
     }
 }
 
@@ -983,9 +1119,14 @@ fn parse_legacy(s: &str, open: usize, limit: usize, m: &mut OomMessage, end: &mu
             m.reserved_unallocated = Some(v);
         }
     }
-    // Derive the half the message did not print (both are exact sums of printed figures).
+    // Derive the half the message did not print. R − A is a difference of two figures each
+    // rounded to half a unit: its uncertainty is the sum of theirs (±10 MiB for two GiB
+    // figures), which `reserved_unallocated_uncertainty` keeps for the display.
     match (m.allocated_by_pytorch, m.reserved_total, m.reserved_unallocated) {
-        (Some(a), Some(r), None) => m.reserved_unallocated = Some(r.saturating_sub(a)),
+        (Some(a), Some(r), None) => {
+            m.reserved_unallocated = Some(r.saturating_sub(a));
+            m.reserved_unallocated_uncertainty = printed_precision(r) + printed_precision(a);
+        }
         (Some(a), None, Some(u)) => m.reserved_total = Some(a.saturating_add(u)),
         _ => {}
     }
@@ -1218,6 +1359,10 @@ pub enum Likely {
     OtherProcesses,
     /// A per-process memory fraction capped the process below the GPU's capacity.
     MemoryFractionCap,
+    /// The figures fit two readings (fragmentation, exhaustion) and the text cannot decide
+    /// between them: the margin is small, or the cache's free bytes cover the request only
+    /// just. A snapshot decides.
+    Borderline,
     /// The figures do not point at one cause.
     Unclear,
 }
@@ -1229,6 +1374,7 @@ impl fmt::Display for Likely {
             Likely::Exhaustion => "exhaustion",
             Likely::OtherProcesses => "other processes",
             Likely::MemoryFractionCap => "memory fraction cap",
+            Likely::Borderline => "borderline",
             Likely::Unclear => "unclear",
         })
     }
@@ -1329,6 +1475,117 @@ fn fs(b: u64) -> String {
     format_size(b)
 }
 
+/// A derived figure with its uncertainty: as [`format_size`] when the uncertainty is within
+/// what that display implies (twice half its last digit, which covers any sum of two printed
+/// figures), else as the range it may lie in (`174–195 MiB`), never with digits the inputs
+/// did not have: `1.25 GiB − 1.24 GiB` is "0–21 MiB", not "10.24 MiB".
+pub fn format_size_pm(v: u64, pm: u64) -> String {
+    if pm <= 2 * printed_precision(v) {
+        return format_size(v);
+    }
+    let lo = v.saturating_sub(pm);
+    let hi = v.saturating_add(pm);
+    let (unit, name) = if hi <= KIB {
+        (1, "bytes")
+    } else if hi <= MIB {
+        (KIB, "KiB")
+    } else if hi <= GIB {
+        (MIB, "MiB")
+    } else {
+        (GIB, "GiB")
+    };
+    // decimals: as many as the uncertainty leaves meaningful
+    let d: i32 = if pm >= unit || unit == 1 {
+        0
+    } else if pm.saturating_mul(10) >= unit {
+        1
+    } else {
+        2
+    };
+    let scale = 10f64.powi(d);
+    let lo_v = (lo as f64 / unit as f64 * scale).floor() / scale;
+    let hi_v = (hi as f64 / unit as f64 * scale).ceil() / scale;
+    format!("{lo_v:.prec$}–{hi_v:.prec$} {name}", prec = d as usize)
+}
+
+/// The rounded request sizes (PyTorch's `round_size`, default 512-byte rounding) whose
+/// segment — the OOM text's "Tried to allocate" — is `segment`, as inclusive ranges, under
+/// the default configuration (`large_segment_size` 20 MiB). Built from the allocator's own
+/// constants (`fragscope_alloc::rounding`) and tested against its `allocation_size`.
+pub fn requests_for_segment(segment: u64) -> Vec<(u64, u64)> {
+    use fragscope_alloc::rounding::{
+        LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
+    };
+    let mut v = Vec::new();
+    if segment == SMALL_BUFFER {
+        v.push((MIN_BLOCK_SIZE, SMALL_SIZE));
+    }
+    if segment == LARGE_BUFFER {
+        v.push((SMALL_SIZE + MIN_BLOCK_SIZE, MIN_LARGE_ALLOC - MIN_BLOCK_SIZE));
+    }
+    if segment >= MIN_LARGE_ALLOC && segment % ROUND_LARGE == 0 {
+        v.push(((segment - ROUND_LARGE + MIN_BLOCK_SIZE).max(MIN_LARGE_ALLOC), segment));
+    }
+    v
+}
+
+/// `requests_for_segment` in words, for a finding: "more than 1 MiB and less than 10 MiB, or
+/// more than 18 MiB and at most 20 MiB".
+fn requests_in_words(segment: u64) -> Option<String> {
+    let r = requests_for_segment(segment);
+    if r.is_empty() {
+        return None;
+    }
+    // "1 MiB", not PyTorch's "1024.00 KiB", for the round boundaries of the rule
+    let fs = |v: u64| if v % MIB == 0 { format!("{} MiB", v / MIB) } else { format_size(v) };
+    let one = |&(lo, hi): &(u64, u64)| {
+        // lo is one 512-byte step above a boundary, or the boundary itself (MIN_LARGE_ALLOC)
+        if lo == 512 {
+            format!("at most {}", fs(hi))
+        } else if lo % (1 << 20) == 0 {
+            format!("from {} to {}", fs(lo), fs(hi))
+        } else {
+            let below = lo - 512;
+            if hi % (1 << 20) == 0 {
+                format!("more than {} and at most {}", fs(below), fs(hi))
+            } else {
+                format!("more than {} and less than {}", fs(below), fs(hi + 512))
+            }
+        }
+    };
+    Some(r.iter().map(one).collect::<Vec<_>>().join(", or "))
+}
+
+/// What this platform calls its allocator variable, its process viewer and its driver calls.
+struct Names {
+    /// `PYTORCH_CUDA_ALLOC_CONF`, `PYTORCH_HIP_ALLOC_CONF` on ROCm.
+    conf: &'static str,
+    /// `nvidia-smi` / `rocm-smi`.
+    smi: &'static str,
+    /// `CUDA_VISIBLE_DEVICES` / `HIP_VISIBLE_DEVICES`.
+    visible: &'static str,
+    /// `CUDA` / `HIP`: who hands memory to PyTorch.
+    driver: &'static str,
+}
+
+fn names(m: &OomMessage) -> Names {
+    if m.is_rocm() {
+        Names { conf: "PYTORCH_HIP_ALLOC_CONF", smi: "rocm-smi", visible: "HIP_VISIBLE_DEVICES", driver: "HIP" }
+    } else {
+        Names { conf: "PYTORCH_CUDA_ALLOC_CONF", smi: "nvidia-smi", visible: "CUDA_VISIBLE_DEVICES", driver: "CUDA" }
+    }
+}
+
+/// The smallest amount the device gives out for this request: a 2 MiB page for the small
+/// pool's segments, the 20 MiB large-pool rounding otherwise. A margin below it is no room.
+fn granularity(request: u64) -> u64 {
+    if request <= 2 * MIB {
+        2 * MIB
+    } else {
+        20 * MIB
+    }
+}
+
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
         return "?%".into();
@@ -1369,6 +1626,18 @@ impl<'a> Explainer<'a> {
                 m.missing.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>().join(", "),
                 if m.headerless { "and the 'CUDA out of memory.' sentence" } else { "truncated or partly pasted" }
             ));
+        }
+        if !m.inconsistent.is_empty() {
+            self.set(
+                Likely::Unclear,
+                format!(
+                    "Unclear: the message is inconsistent: {}. No verdict can rest on figures that \
+                     cannot all be true; paste the message exactly as PyTorch printed it, or record a \
+                     snapshot (steps below).",
+                    m.inconsistent.join("; ")
+                ),
+            );
+            return;
         }
         let Some(s) = m.tried_to_allocate else {
             self.set(
@@ -1452,7 +1721,7 @@ impl<'a> Explainer<'a> {
                 self.findings.push(format!(
                     "Fragmentation also played a part: {} sat reserved but unallocated, enough \
                      for this request, in blocks that did not fit it.",
-                    fs(u)
+                    self.unallocated()
                 ));
                 return;
             }
@@ -1461,7 +1730,7 @@ impl<'a> Explainer<'a> {
                 format!(
                     "Fragmentation likely: PyTorch held {} reserved but unallocated, more than the \
                      {} it tried to allocate, but no cached block fit.",
-                    fs(u),
+                    self.unallocated(),
                     fs(s)
                 ),
             );
@@ -1487,14 +1756,29 @@ impl<'a> Explainer<'a> {
         // CUDA said there was room.
         if let Some(f) = m.free {
             if roughly_ge(f, s, &[f, s]) {
+                // The driver hands out whole 2 MiB pages; free bytes within a page of the
+                // request are not room for it, and the rounding of the figures adds to that.
+                let close = !clearly_gt(f, s.saturating_add(2 * MIB), &[f, s]);
                 self.set(
                     Likely::Unclear,
-                    format!(
-                        "Unclear: CUDA reported {} free, enough for the {} request, yet the \
-                         allocation failed.",
-                        fs(f),
-                        fs(s)
-                    ),
+                    if close {
+                        format!(
+                            "Unclear: {} reported {} free, within the driver's 2 MiB page (and \
+                             the figures' rounding) of the {} request: too close to tell whether \
+                             it could fit.",
+                            names(m).driver,
+                            fs(f),
+                            fs(s)
+                        )
+                    } else {
+                        format!(
+                            "Unclear: {} reported {} free, enough for the {} request, yet the \
+                             allocation failed.",
+                            names(m).driver,
+                            fs(f),
+                            fs(s)
+                        )
+                    },
                 );
                 self.findings.push(
                     "Possible causes: another process allocated between PyTorch's attempt and \
@@ -1507,7 +1791,7 @@ impl<'a> Explainer<'a> {
                     self.findings.push(format!(
                         "The cache also held {} unallocated; a snapshot would show whether that \
                          was stranded in partly used segments.",
-                        fs(u)
+                        self.unallocated()
                     ));
                 }
                 return;
@@ -1516,9 +1800,14 @@ impl<'a> Explainer<'a> {
 
         // Stranded cache bytes plus CUDA's free memory would have been enough.
         if let Some(f) = m.free {
-            if stranded > 0 && stranded_matters && roughly_ge(stranded.saturating_add(f), s, &[u, p, f, s]) {
+            // u may be a difference of rounded figures (legacy R − A): its own uncertainty.
+            let pm = slack(&[p, f, s]) + m.reserved_unallocated_uncertainty;
+            if stranded > 0 && stranded.saturating_add(f).saturating_add(pm) >= s {
                 if outside_large && outside.unwrap_or(0) > stranded {
                     return self.other_processes(s, t, outside.unwrap_or(0));
+                }
+                if !stranded_matters {
+                    return self.borderline(s, f, u, p);
                 }
                 self.set(
                     Likely::Fragmentation,
@@ -1526,7 +1815,7 @@ impl<'a> Explainer<'a> {
                         "Fragmentation likely: {} reserved but unallocated{} plus {} free on \
                          {gpu} would hold the {} request, had the cached part not been split \
                          among live tensors.",
-                        fs(u),
+                        self.unallocated(),
                         if p > 0 { format!(" and {} free in private pools", fs(p)) } else { String::new() },
                         fs(f),
                         fs(s)
@@ -1552,10 +1841,96 @@ impl<'a> Explainer<'a> {
             self.findings.push(format!(
                 "The {} reserved but unallocated would have served this one request, but it is \
                  a small share of what PyTorch holds: the next allocation would fail anyway.",
-                fs(u)
+                self.unallocated()
             ));
         }
         self.exhaustion_advice();
+    }
+
+    /// `reserved_unallocated` as the text allows: a range when it is a difference of rounded
+    /// figures (legacy R − A).
+    fn unallocated(&self) -> String {
+        format_size_pm(self.m.reserved_unallocated.unwrap_or(0), self.m.reserved_unallocated_uncertainty)
+    }
+
+    /// Verdict `Borderline`: the request exceeded CUDA's free memory, the cache's free bytes
+    /// (with CUDA's) would have covered it, but they are a small share of what PyTorch holds.
+    /// Fragmentation and exhaustion both read these figures; only the free blocks' sizes,
+    /// which a snapshot has and the text does not, decide between them.
+    fn borderline(&mut self, s: u64, f: u64, u: u64, p: u64) {
+        let m = self.m;
+        let gpu = self.gpu();
+        let n = names(m);
+        let short = s.saturating_sub(f);
+        let cached = u.saturating_add(p);
+        let margin = cached.saturating_add(f).saturating_sub(s);
+        let pm = slack(&[p, f, s]) + m.reserved_unallocated_uncertainty;
+        let g = granularity(s);
+        let unalloc = self.unallocated();
+        let pools = if p > 0 { format!(" and {} free in private pools", fs(p)) } else { String::new() };
+        self.set(
+            Likely::Borderline,
+            format!(
+                "Borderline: the {} request was {} more than the {} {} had free, while {unalloc} sat \
+                 reserved but unallocated in PyTorch's cache{pools}. Whether another allocator setting \
+                 would have fit it cannot be told from the text.",
+                fs(s),
+                fs(short),
+                fs(f),
+                n.driver,
+            ),
+        );
+        let live = match (m.live_allocated(), m.total_capacity) {
+            (Some(a), Some(t)) => format!(" live tensors hold {} of {gpu}'s {}", fs(a), fs(t)),
+            _ => String::new(),
+        };
+        let tight = if margin <= g.saturating_add(pm) {
+            format!(
+                " With {} to spare, under the driver's {} granularity{}, even a perfect layout would \
+                 not have been room.",
+                format_size_pm(margin, pm),
+                fs(g),
+                if pm > 0 { " and the figures' rounding" } else { "" }
+            )
+        } else {
+            String::new()
+        };
+        self.findings.push(format!(
+            "Reading 1, fragmentation: the cache's free bytes plus {}'s free memory ({}) cover the \
+             request{}; had the cached bytes been one block, or returnable to {}, it would have been \
+             served, and a setting that changes the layout (expandable segments) might have done \
+             that.{tight}",
+            n.driver,
+            format_size_pm(cached.saturating_add(f), pm),
+            if cached.saturating_add(f) < s { " if the rounding of the figures went its way" } else { "" },
+            n.driver
+        ));
+        self.findings.push(format!(
+            "Reading 2, exhaustion: the cached bytes are a small share of what PyTorch holds and{live}; \
+             a layout that served this request would leave almost nothing for the next \
+             allocation, so the lasting fix is to use less memory."
+        ));
+        self.findings.push(
+            "What decides: a snapshot dumped at this OOM (steps below) lists every free block of \
+             every segment. If no free block is as large as the request while their sum is, it is \
+             fragmentation; `fragscope analyze oom.pickle` then replays the run with \
+             expandable_segments:True on the same device and says whether it would have fit."
+                .into(),
+        );
+        if m.form.has_expandable_segments() && !m.expandable_segments_hint {
+            self.next_steps.push(format!(
+                "Worth a try, not a sure fix: set `{}=expandable_segments:True` in the environment \
+                 before the process starts (before its first {} allocation); if the OOM stays, \
+                 the memory is really in use.",
+                n.conf, n.driver
+            ));
+        }
+        self.next_steps.push(
+            "If it is exhaustion: use less memory per step (smaller batch with gradient \
+             accumulation, activation checkpointing, lower precision, torch.no_grad() for \
+             inference)."
+                .into(),
+        );
     }
 
     /// Verdict `OtherProcesses`: `outside` bytes of the GPU are not held by this allocator.
@@ -1566,15 +1941,33 @@ impl<'a> Explainer<'a> {
             Some(o) if o > 0 => format!(", {} of it by other processes", fs(o)),
             _ => String::new(),
         };
+        // Without the outside memory the request had outside + free + the cache's free bytes;
+        // a margin within the driver's granularity and the figures' rounding is no "fit".
+        let pm = m.outside_allocator_uncertainty();
+        let room = outside
+            .saturating_add(m.free.unwrap_or(0))
+            .saturating_add(m.reserved_unallocated.unwrap_or(0))
+            .saturating_add(m.private_pools.unwrap_or(0));
+        let spare = room.saturating_sub(s);
+        let fit = if spare > granularity(s).saturating_add(pm) {
+            format!("without it the {} request would fit", fs(s))
+        } else {
+            format!(
+                "without it the {} request would have had {} to spare, within the driver's {} \
+                 granularity and the figures' rounding: too little to say it would fit",
+                fs(s),
+                format_size_pm(spare, pm),
+                fs(granularity(s))
+            )
+        };
         self.set(
             Likely::OtherProcesses,
             format!(
                 "Other processes: {} of {gpu} ({} of {}) is held outside this process's PyTorch \
-                 allocator{who}; without it the {} request would fit.",
-                fs(outside),
+                 allocator{who}; {fit}.",
+                format_size_pm(outside, pm),
                 pct(outside, t),
                 fs(t),
-                fs(s)
             ),
         );
         self.other_processes_advice();
@@ -1589,17 +1982,19 @@ impl<'a> Explainer<'a> {
         if let (Some(s), true, false) = (m.tried_to_allocate, m.form.is_caching_allocator_report(), says_cached) {
             let mut line = format!(
                 "'Tried to allocate {}' is the segment size PyTorch asked for, not the tensor's \
-                 size: ≤ 1 MiB requests ask for 2 MiB, 1–10 MiB for 20 MiB, larger ones are \
-                 rounded up to 2 MiB.",
+                 size. With default settings a request, rounded up to 512 bytes, of at most 1 MiB \
+                 asks for a 2 MiB segment; over 1 MiB and under 10 MiB, for a 20 MiB one; 10 MiB \
+                 or more, for its size rounded up to a multiple of 2 MiB.",
                 fs(s)
             );
-            if s == 2 * MIB {
-                line.push_str(
-                    " 2.00 MiB means a small request (≤ 1 MiB): it can only use the small \
-                     pool, so cached large-pool blocks could not have served it.",
-                );
-            } else if s == 20 * MIB {
-                line.push_str(" 20.00 MiB means a request between 1 and 10 MiB.");
+            match requests_in_words(s) {
+                Some(w) if s == 2 * MIB => line.push_str(&format!(
+                    " {} means a small request ({w}): it can only use the small pool, so cached \
+                     large-pool blocks could not have served it.",
+                    fs(s)
+                )),
+                Some(w) => line.push_str(&format!(" {} means a request of {w}.", fs(s))),
+                None => {}
             }
             self.findings.push(line);
         }
@@ -1612,9 +2007,13 @@ impl<'a> Explainer<'a> {
                 pct(t.saturating_sub(f), t)
             ));
         }
-        if let (Some(over), Some(t), Some(r)) = (m.over_capacity(), m.total_capacity, m.reserved_total) {
+        if let (Some(over), Some(t), Some((r, what))) = (
+            m.over_capacity(),
+            m.total_capacity,
+            m.reserved_total.map(|r| (r, "reserved")).or(m.allocated_by_pytorch.map(|a| (a, "allocated"))),
+        ) {
             self.findings.push(format!(
-                "PyTorch reports {} reserved on a device of {}, {} more than it has: the driver \
+                "PyTorch reports {} {what} on a device of {}, {} more than it has: the driver \
                  was backing GPU memory with system RAM (Windows' \"shared GPU memory\", or a \
                  unified-memory device), which slows every kernel touching it long before this \
                  error. The figures still hold as PyTorch counted them; the memory outside the \
@@ -1630,10 +2029,21 @@ impl<'a> Explainer<'a> {
                 self.findings.push(format!(
                     "PyTorch's caching allocator held {} in total: {} in live tensors and {} \
                      reserved but unallocated (freed blocks it keeps cached for reuse instead \
-                     of returning them to CUDA).",
+                     of returning them to {}){}.",
                     fs(r),
                     fs(a),
-                    fs(u)
+                    format_size_pm(u, m.reserved_unallocated_uncertainty),
+                    names(m).driver,
+                    if m.reserved_unallocated_uncertainty > 2 * printed_precision(u) {
+                        format!(
+                            "; the message printed only the total and the allocated bytes, each \
+                             to ± {}, so their difference is known to ± {}",
+                            fs(m.reserved_unallocated_uncertainty / 2),
+                            fs(m.reserved_unallocated_uncertainty)
+                        )
+                    } else {
+                        String::new()
+                    }
                 ));
             }
             if let Some(p) = m.private_pools.filter(|&p| p > 0) {
@@ -1647,8 +2057,9 @@ impl<'a> Explainer<'a> {
                 if o > 0 {
                     self.findings.push(format!(
                         "{} of the GPU was in use outside this allocator (other processes, \
-                         the CUDA context, library workspaces, non-PyTorch allocations).",
-                        fs(o)
+                         the {} context, library workspaces, non-PyTorch allocations).",
+                        format_size_pm(o, m.outside_allocator_uncertainty()),
+                        names(m).driver
                     ));
                 }
             }
@@ -1709,7 +2120,7 @@ impl<'a> Explainer<'a> {
                     "Fragmentation likely: PyTorch held {} reserved but unallocated, more than the \
                      {} it tried to allocate, but no cached block fit (the GPU's total capacity \
                      is not in the text, so memory used outside PyTorch cannot be weighed).",
-                    fs(u),
+                    self.unallocated(),
                     fs(s)
                 ),
             );
@@ -1721,7 +2132,7 @@ impl<'a> Explainer<'a> {
                 "Unclear: without the GPU's total capacity the text cannot tell exhaustion from \
                  memory held elsewhere{}.",
                 if m.reserved_unallocated.is_some() {
-                    format!("; the {} reserved but unallocated is less than the {} request", fs(u), fs(s))
+                    format!("; the {} reserved but unallocated is less than the {} request", self.unallocated(), fs(s))
                 } else {
                     String::new()
                 }
@@ -1732,7 +2143,7 @@ impl<'a> Explainer<'a> {
     fn fragmentation_advice(&mut self) {
         let m = self.m;
         self.findings.push(
-            "At the OOM PyTorch had already returned every fully free cached segment to CUDA \
+            "At the OOM PyTorch had already returned every fully free cached segment to the driver \
              and retried, so the remaining unallocated bytes sit inside segments that still hold \
              live tensors; torch.cuda.empty_cache() cannot release them."
                 .into(),
@@ -1746,20 +2157,29 @@ impl<'a> Explainer<'a> {
                     .into(),
             );
         } else if m.form.has_expandable_segments() {
-            self.next_steps.push(
-                "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` in the environment \
-                 before the process starts: segments then grow in place instead of being \
-                 split, which removes most of this waste."
-                    .into(),
+            let n = names(m);
+            let mut step = format!(
+                "Set `{}=expandable_segments:True` in the environment before the process starts \
+                 (it is read at the first {} allocation): segments then grow in place instead of \
+                 being split, which removes most of this waste.",
+                n.conf, n.driver
             );
+            if m.is_rocm() {
+                step.push_str(
+                    " ROCm builds also read PYTORCH_CUDA_ALLOC_CONF, which wins when both are set; \
+                     a build without expandable segments on this platform warns \
+                     'expandable_segments not supported on this platform' and ignores it.",
+                );
+            }
+            self.next_steps.push(step);
         } else {
-            self.next_steps.push(
+            self.next_steps.push(format!(
                 "PyTorch ≤ 2.0 has no expandable segments: set \
-                 `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128` so large cached blocks are \
-                 never split for small tensors (tune the value; upgrading to PyTorch ≥ 2.1 \
-                 gives `expandable_segments:True`, which works better)."
-                    .into(),
-            );
+                 `{}=max_split_size_mb:128` so large cached blocks are never split for small \
+                 tensors (tune the value; upgrading to PyTorch ≥ 2.1 gives \
+                 `expandable_segments:True`, which works better).",
+                names(m).conf
+            ));
         }
         self.findings.push(
             "fragscope can measure this instead of inferring it: with a snapshot recorded at the \
@@ -1791,19 +2211,26 @@ impl<'a> Explainer<'a> {
     }
 
     fn other_processes_advice(&mut self) {
-        self.findings.push(
+        let n = names(self.m);
+        self.findings.push(if self.m.is_rocm() {
+            "Memory held by other processes, or by this process outside PyTorch's allocator \
+             (another framework, RCCL buffers, rocBLAS/MIOpen workspaces), is invisible to the \
+             caching allocator. On a GPU that shares the host's memory (an APU), the total is \
+             what the driver may lend, and the host's own use counts as outside."
+                .to_string()
+        } else {
             "Memory held by other processes, or by this process outside PyTorch's allocator \
              (another framework, NCCL buffers, cuBLAS/cuDNN workspaces), is invisible to the \
              caching allocator."
-                .into(),
-        );
-        self.next_steps.push(
-            "Run `nvidia-smi` to see who holds the GPU; stop stale processes (old notebooks, \
-             dataloader workers, other jobs) or choose a free GPU with CUDA_VISIBLE_DEVICES. \
+                .to_string()
+        });
+        self.next_steps.push(format!(
+            "Run `{}` to see who holds the GPU; stop stale processes (old notebooks, \
+             dataloader workers, other jobs) or choose a free GPU with {}. \
              Another framework in the same process may preallocate (e.g. JAX: \
-             XLA_PYTHON_CLIENT_PREALLOCATE=false; TensorFlow: memory growth)."
-                .into(),
-        );
+             XLA_PYTHON_CLIENT_PREALLOCATE=false; TensorFlow: memory growth).",
+            n.smi, n.visible
+        ));
     }
 
     fn fraction_cap(&mut self, s: u64, t: u64, l: u64, r: u64) {
@@ -1819,17 +2246,18 @@ impl<'a> Explainer<'a> {
                 fs(s)
             ),
         );
-        self.findings.push(
+        self.findings.push(format!(
             "The cap comes from torch.cuda.set_per_process_memory_fraction() or \
-             `per_process_memory_fraction` in PYTORCH_CUDA_ALLOC_CONF; the allocator will not \
-             ask CUDA for memory beyond it even when the GPU has room."
-                .into(),
-        );
-        if let Some(u) = self.m.reserved_unallocated.filter(|&u| u >= s) {
+                 `per_process_memory_fraction` in {}; the allocator will not ask {} for memory \
+                 beyond it even when the GPU has room.",
+            names(self.m).conf,
+            names(self.m).driver
+        ));
+        if self.m.reserved_unallocated.is_some_and(|u| u >= s) {
             self.findings.push(format!(
                 "The cache also held {} unallocated that could not serve the request, so \
                  fragmentation contributed.",
-                fs(u)
+                self.unallocated()
             ));
         }
         self.next_steps.push(

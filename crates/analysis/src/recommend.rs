@@ -216,8 +216,9 @@ pub struct Trial {
     pub cuda_frees: u64,
     /// `empty_cache()` calls made (the recording's own, as inferred, plus any added).
     pub empty_cache_calls: u64,
-    /// Estimated seconds of driver calls (`replay::cost`): an estimate, not a measurement.
-    pub est_driver_seconds: f64,
+    /// Synchronisations the driver calls imply (`replay::cost`): one per `cudaFree`, one
+    /// per unmapped range of an expandable segment. A count; no time is estimated.
+    pub syncs: u64,
     pub alloc_retries: u64,
     pub ooms: u64,
     /// Trace index of the first request the replay could not serve.
@@ -253,7 +254,7 @@ fn trial_of(setting: &str, cand: Option<&Candidate>, cfg: &AllocatorConfig, w: r
         cuda_mallocs: w.cuda_mallocs,
         cuda_frees: w.cuda_frees,
         empty_cache_calls: w.empty_cache_calls,
-        est_driver_seconds: w.est_driver_seconds,
+        syncs: w.driver.syncs(),
         alloc_retries: w.alloc_retries,
         ooms: w.ooms,
         first_oom_index: w.first_oom.as_ref().map(|o| o.index),
@@ -533,14 +534,8 @@ pub fn advice_headline(base: &Trial, advice: &[Trial]) -> Option<String> {
                 )
             };
             format!(
-                "{} {effect}, for {} cudaMalloc + {} cudaFree instead of {} + {} (≈{} of driver calls instead of ≈{}, an estimate)",
-                t.setting,
-                t.cuda_mallocs,
-                t.cuda_frees,
-                base.cuda_mallocs,
-                base.cuda_frees,
-                replay::cost::format_seconds(t.est_driver_seconds),
-                replay::cost::format_seconds(base.est_driver_seconds)
+                "{} {effect}, for {} cudaMalloc + {} cudaFree instead of {} + {} ({} synchronisations instead of {})",
+                t.setting, t.cuda_mallocs, t.cuda_frees, base.cuda_mallocs, base.cuda_frees, t.syncs, base.syncs
             )
         })
         .collect();

@@ -54,7 +54,7 @@ fn analyze_json_on_every_real_trace() {
         }
         assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
         let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(v["schema"], "fragscope.analyze/1");
+        assert_eq!(v["schema"], "fragscope.analyze/2");
         for d in v["files"][0]["devices"].as_array().unwrap() {
             for k in ["device", "oom", "peak_fragmentation", "leak_suspects", "findings", "recommendations"] {
                 assert!(d.get(k).is_some(), "{name}: no {k}");

@@ -6,15 +6,16 @@
 //! ````text
 //! <!-- guide-run: fragscope summary ../shared/traces/X.pickle | grep -F -A 7 "Fragmentation," -->
 //! ```text
-//! $ fragscope summary ../shared/traces/X.pickle | grep -F -A 7 "Fragmentation,"
-//! ...output...
+//! $ fragscope summary ../shared/traces/X.pickle    # excerpt
+//! ...the lines the pipe stages keep...
 //! ```
 //! ````
 //!
 //! The command runs from the repository root with this build's `fragscope`; `< FILE`
 //! feeds standard input, and the pipe stages `head -n N`, `grep -F "TEXT"` and
-//! `grep -F -A N "TEXT"` are applied as those tools would (so the line shown runs as is
-//! in a shell).
+//! `grep -F -A N "TEXT"` are applied as those tools would (the marker's line runs as is
+//! in a shell); the block shows only the `fragscope` command, marked `# excerpt` when
+//! stages cut its output, so readers are not handed grep pipelines.
 //!
 //! Regenerate (rewrites docs/GUIDE.md in place):
 //!     FRAGSCOPE_WRITE_GUIDE=1 cargo test -p fragscope --test guide
@@ -125,7 +126,10 @@ fn run(cmdline: &str) -> Result<String, String> {
             return Err(format!("`{st}` kept no line of `{cmdline}`'s output: fix the marker"));
         }
     }
-    let mut body = format!("$ {cmdline}\n");
+    // The block shows the command a reader runs; the pipe stages that cut the output to the
+    // lines the text discusses are in the marker only, and the block says it is an excerpt.
+    let shown = cmdline.split(" | ").next().unwrap_or(cmdline);
+    let mut body = if cmdline.contains(" | ") { format!("$ {shown}    # excerpt\n") } else { format!("$ {shown}\n") };
     for l in lines {
         body.push_str(l.trim_end());
         body.push('\n');

@@ -11,7 +11,8 @@ use crate::Addr;
 pub struct Run {
     pub peak_reserved: u64,
     pub final_reserved: u64,
-    /// Peak of the live bytes the policy served (512 B each).
+    /// Peak of the live bytes the policy served (512 B each); probes (requests the
+    /// recording refused) are not counted, as in `Workload::bounds().live_512`.
     pub peak_live: u64,
     /// Requests the recording served that the policy could not (recorded OOMs aside).
     pub ooms: u64,
@@ -77,7 +78,8 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
                         place(&mut spans, a, size, i)?;
                         spans.remove(&a);
                     }
-                    run.peak_live = run.peak_live.max(live + round512(size));
+                    // a refused request served as a probe was never live: not in peak_live
+                    // (as in `Workload::bounds`), but what it took stays in peak_reserved
                     run.peak_reserved = run.peak_reserved.max(p.reserved());
                     p.free(a)
                         .map_err(|e| format!("op {i}: policy does not know the block it just gave, {:#x}", e.0))?;

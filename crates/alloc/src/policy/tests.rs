@@ -50,10 +50,13 @@ fn bounds_of_a_two_stream_workload() {
     w.free(b);
     w.probe(5 * MIB, 1, 0);
     let bd = w.bounds();
-    assert_eq!(bd.live, 5 * MIB + 100);
-    assert_eq!(bd.live_512, 5 * MIB + 512);
-    assert_eq!(bd.per_stream, 5 * MIB + 1024);
-    assert_eq!(bd.pages, 6 * MIB + 2 * MIB);
+    // the probe (a request the recording refused) was never live: peak is a + b
+    assert_eq!(bd.live, 3 * MIB + 1000);
+    assert_eq!(bd.live_512, 3 * MIB + 1024);
+    assert_eq!(bd.per_stream, 3 * MIB + 1024);
+    assert_eq!(bd.pages, 2 * MIB + 4 * MIB);
+    // asked to hold at once: c (100 B) and the 5 MiB probe
+    assert_eq!(bd.live_with_failed, 5 * MIB + 100);
 }
 
 fn policies(w: &Workload, cap: u64) -> Vec<Box<dyn Policy>> {

@@ -40,7 +40,8 @@ pub struct Workload {
 /// Peaks of live bytes that no allocator keeping streams apart goes below.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bounds {
-    /// Peak of live bytes as requested.
+    /// Peak of live bytes as requested. Requests the recording could not serve (probes, a
+    /// recorded OOM) never were live and are not counted: see `live_with_failed`.
     pub live: u64,
     /// Peak of live bytes rounded to 512 B each.
     pub live_512: u64,
@@ -50,6 +51,9 @@ pub struct Bounds {
     /// Peak over time of the sum over streams of live bytes rounded up to 2 MiB pages:
     /// the floor for any allocator that gets memory in pages and keeps streams apart.
     pub pages: u64,
+    /// Peak of live bytes as requested with each failed request (probe) added at its own
+    /// op: what the program asked to hold at once, as opposed to what it held (`live`).
+    pub live_with_failed: u64,
 }
 
 impl Workload {
@@ -130,7 +134,8 @@ impl Workload {
         s
     }
 
-    /// The [`Bounds`] of this workload (a probe counts for its own op).
+    /// The [`Bounds`] of this workload. A probe (a request the recording could not serve)
+    /// counts only in `live_with_failed`, at its own op.
     pub fn bounds(&self) -> Bounds {
         let streams = self.streams();
         let idx = |s: StreamId| streams.iter().position(|&x| x == s).unwrap_or(0);
@@ -161,13 +166,9 @@ impl Workload {
                     sizes[id as usize] = (size, s);
                     add(size, s, true, &mut live, &mut live512, &mut pages);
                 }
-                Op::Probe { size, stream, .. } => {
-                    let s = idx(stream);
-                    add(size, s, true, &mut live, &mut live512, &mut pages);
-                    b.live = b.live.max(live);
-                    b.live_512 = b.live_512.max(live512);
-                    b.pages = b.pages.max(pages);
-                    add(size, s, false, &mut live, &mut live512, &mut pages);
+                Op::Probe { size, .. } => {
+                    // never live: only what the program asked to hold at that moment
+                    b.live_with_failed = b.live_with_failed.max(live + size);
                 }
                 Op::Free { id } => {
                     let (size, s) = sizes[id as usize];
@@ -178,6 +179,7 @@ impl Workload {
             b.live_512 = b.live_512.max(live512);
             b.pages = b.pages.max(pages);
         }
+        b.live_with_failed = b.live_with_failed.max(b.live);
         b.per_stream = peak_s.iter().sum();
         b
     }

@@ -271,7 +271,7 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
         advice: Some(NO_CACHING.into()),
         advice_points: None,
         empty_cache_added: 0,
-        est_driver_seconds: super::cost::driver_seconds(a.cuda_mallocs, a.cuda_frees),
+        driver: super::cost::DriverWork::uncached(a.cuda_mallocs, a.cuda_frees),
         notes,
         snapshot: None,
     }

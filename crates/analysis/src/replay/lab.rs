@@ -210,15 +210,25 @@ impl From<DriverCalls> for Calls {
 /// The bounds, for reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct LabBounds {
+    /// Peak live bytes (what was live; a recorded OOM's refused request is not).
     pub live: u64,
     pub live_512: u64,
     pub per_stream: u64,
     pub pages: u64,
+    /// Peak of live bytes plus a refused request at its own step: what the program asked to
+    /// hold at once. Above `live` only when a recorded OOM asked for more than was ever live.
+    pub live_with_failed: u64,
 }
 
 impl From<Bounds> for LabBounds {
     fn from(b: Bounds) -> Self {
-        LabBounds { live: b.live, live_512: b.live_512, per_stream: b.per_stream, pages: b.pages }
+        LabBounds {
+            live: b.live,
+            live_512: b.live_512,
+            per_stream: b.per_stream,
+            pages: b.pages,
+            live_with_failed: b.live_with_failed,
+        }
     }
 }
 

@@ -111,8 +111,9 @@ pub struct WhatIf {
     pub advice_points: Option<String>,
     /// `empty_cache()` calls the advice added (on top of the recording's own).
     pub empty_cache_added: u64,
-    /// Estimated seconds in driver calls ([`super::cost`]): an estimate, not a measurement.
-    pub est_driver_seconds: f64,
+    /// Driver work counted from the replay's events ([`super::cost`]): calls by segment
+    /// size, pages mapped and unmapped, synchronisations. No time: see that module.
+    pub driver: super::cost::DriverWork,
     pub notes: Vec<String>,
     /// The simulated run as a snapshot (with `SimOptions::collect_snapshot`).
     #[serde(skip)]
@@ -141,7 +142,8 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         None => UNLIMITED,
     };
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-    eng.set_record_events(opts.collect_snapshot);
+    // Events are always read: the driver work is counted from them.
+    eng.set_record_events(true);
     // Blocks alive before the trace, seeded at their recorded address. Only these
     // may be freed without an alloc in the trace, and only once: a free of an
     // address that is neither mapped nor seeded-and-live is skipped, so it can
@@ -205,7 +207,18 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     let mut first_oom = None;
     let mut recorded_fit = 0;
     let mut skipped_frees = 0u64;
+    // `empty_cache()` synchronises and completes every pending free (spec §5.2), as does the
+    // release an allocation retries after: the trace's later `free_completed` of such a
+    // block then has nothing left to do. Simulated addresses whose free was requested and
+    // not yet completed, with the number of empty_cache() calls made when it was requested.
+    let mut pending: HashMap<u64, u64, AddrBuild> = HashMap::default();
+    let (mut completed_by_empty_cache, mut completed_by_retry) = (0u64, 0u64);
     let mut empty_cache_calls = 0;
+    // The seeding's own segments are the state before the trace, not work of this run: they
+    // go to the saved snapshot (as before) but are not counted.
+    let mut seed_events: Vec<Event> = Vec::new();
+    eng.drain_events_into(&mut seed_events);
+    let mut driver = super::cost::DriverWork::default();
     for (i, ev) in trace.iter().enumerate() {
         while ec.peek().is_some_and(|&k| k <= i) {
             ec.next();
@@ -251,8 +264,30 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                     None => pre_live.contains(&ev.addr).then_some(ev.addr),
                 };
                 let ok = match sim {
-                    Some(a) if ev.action == Action::FreeRequested => eng.free_requested(a).is_ok(),
-                    Some(a) => eng.free_completed(a).is_ok(),
+                    Some(a) if ev.action == Action::FreeRequested => {
+                        let ok = eng.free_requested(a).is_ok();
+                        if ok {
+                            pending.insert(a, empty_cache_calls);
+                        }
+                        ok
+                    }
+                    Some(a) => {
+                        let requested_at = pending.remove(&a);
+                        match eng.free_completed(a) {
+                            Ok(()) => true,
+                            // Completed already, by an empty_cache() since its request or
+                            // by the release of an allocation's retry: not a skipped free.
+                            Err(_) if requested_at.is_some() => {
+                                if requested_at != Some(empty_cache_calls) {
+                                    completed_by_empty_cache += 1;
+                                } else {
+                                    completed_by_retry += 1;
+                                }
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
                     None => false,
                 };
                 if ev.action == Action::FreeCompleted {
@@ -265,9 +300,12 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
             }
             _ => {}
         }
+        evbuf.clear();
+        let seeded = seed_events.len();
+        evbuf.append(&mut seed_events);
+        eng.drain_events_into(&mut evbuf);
+        evbuf[seeded..].iter().for_each(|e| driver.observe(e));
         if opts.collect_snapshot {
-            evbuf.clear();
-            eng.drain_events_into(&mut evbuf);
             for m in &evbuf {
                 let mut t = crate::recorder::trace_event(m);
                 if matches!(m, Event::Alloc { .. } | Event::Oom { .. }) || t.action == ev.action {
@@ -282,16 +320,32 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         eng.empty_cache();
         empty_cache_calls += 1;
     }
+    let mut tail: Vec<Event> = std::mem::take(&mut seed_events);
+    let seeded = tail.len();
+    eng.drain_events_into(&mut tail);
+    tail[seeded..].iter().for_each(|e| driver.observe(e));
     if skipped_frees > 0 {
         notes.push(format!("{skipped_frees} free(s) skipped: their allocation failed in the simulation"));
+    }
+    if completed_by_empty_cache > 0 {
+        notes.push(format!(
+            "{completed_by_empty_cache} free_completed entr{} already completed by empty_cache() (it completes \
+             pending frees, as PyTorch's does)",
+            if completed_by_empty_cache == 1 { "y" } else { "ies" }
+        ));
+    }
+    if completed_by_retry > 0 {
+        notes.push(format!(
+            "{completed_by_retry} free_completed entr{} already completed by the cache release of an allocation \
+             retry",
+            if completed_by_retry == 1 { "y" } else { "ies" }
+        ));
     }
     let st = eng.stats().clone();
     let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
     let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
     let snapshot = opts.collect_snapshot.then(|| {
-        evbuf.clear();
-        eng.drain_events_into(&mut evbuf);
-        out_events.extend(evbuf.iter().map(crate::recorder::trace_event));
+        out_events.extend(tail.iter().map(crate::recorder::trace_event));
         build_snapshot(snap, device, &eng, out_events)
     });
     WhatIf {
@@ -313,7 +367,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         advice: None,
         advice_points: None,
         empty_cache_added: opts.empty_cache_at.len() as u64,
-        est_driver_seconds: super::cost::driver_seconds(st.num_device_alloc, st.num_device_free),
+        driver,
         notes,
         snapshot,
     }

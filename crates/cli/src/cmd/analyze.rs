@@ -22,7 +22,7 @@ pub struct Args {
     /// torch.profiler JSON traces).
     /// Without FILE: the built-in example snapshot.
     pub files: Vec<PathBuf>,
-    /// Print JSON (schema `fragscope.analyze/1`, see docs/json-schema.md) instead of text.
+    /// Print JSON (schema `fragscope.analyze/2`, see docs/json-schema.md) instead of text.
     #[arg(long)]
     pub json: bool,
     /// Call sites, scopes and leak suspects listed per table.
@@ -79,7 +79,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `--json` document (schema `fragscope.analyze/1`) of `(file name, analysis)` per
+/// The `--json` document (schema `fragscope.analyze/2`) of `(file name, analysis)` per
 /// file: what `fragscope analyze --json` prints.
 pub fn json(results: &[(String, Analysis)]) -> Result<String, CliError> {
     json_windowed(results, &[])
@@ -335,15 +335,13 @@ fn oom_text(f: &OomFinding) -> String {
                     None => "no OOM".to_string(),
                 }
             };
-            replay_row(
-                &mut o,
-                &t.setting,
-                &outcome,
-                t.peak_reserved_bytes,
-                t.cuda_mallocs,
-                t.cuda_frees,
-                t.est_driver_seconds,
-            );
+            // The label says everything that was replayed, so copying it reproduces the row:
+            // a GC threshold is replayed under a memory fraction (GC is inert without one).
+            let label = match &t.extra_call {
+                Some(c) => format!("{} + {c}", t.setting),
+                None => t.setting.clone(),
+            };
+            replay_row(&mut o, &label, &outcome, t.peak_reserved_bytes, t.cuda_mallocs, t.cuda_frees, t.syncs);
         }
         if f.fixes.is_empty() {
             let _ = writeln!(o, "    No setting avoids it.");
@@ -365,29 +363,23 @@ fn oom_text(f: &OomFinding) -> String {
                 } else {
                     a.first_oom_index.map_or("request still fails".into(), |i| format!("OOM at entry {i}"))
                 };
-                replay_row(
-                    &mut o,
-                    &a.advice,
-                    &outcome,
-                    a.peak_reserved_bytes,
-                    a.cuda_mallocs,
-                    a.cuda_frees,
-                    a.est_driver_seconds,
-                );
+                replay_row(&mut o, &a.advice, &outcome, a.peak_reserved_bytes, a.cuda_mallocs, a.cuda_frees, a.syncs);
             }
-            let _ = writeln!(o, "    ({})", fragscope_analysis::replay::cost::ESTIMATE_NOTE);
+        }
+        if !f.fixes_tried.is_empty() || !f.advice.is_empty() {
+            let _ = writeln!(o, "    ({})", fragscope_analysis::replay::cost::SYNCS_NOTE);
         }
     }
     o
 }
 
-/// One replayed alternative at the OOM: outcome, peak, driver calls and their estimated time.
-fn replay_row(o: &mut String, name: &str, outcome: &str, peak: u64, mallocs: u64, frees: u64, est: f64) {
+/// One replayed alternative at the OOM: outcome, peak, driver calls and the
+/// synchronisations they imply (counts; no time is estimated, `replay::cost`).
+fn replay_row(o: &mut String, name: &str, outcome: &str, peak: u64, mallocs: u64, frees: u64, syncs: u64) {
     let _ = writeln!(
         o,
-        "    {name:<36} {outcome:<22} peak reserved {:>11}  {mallocs} cudaMalloc  {frees} cudaFree  ≈{} driver time",
+        "    {name:<36} {outcome:<22} peak reserved {:>11}  {mallocs} cudaMalloc  {frees} cudaFree  {syncs} syncs",
         bytes(peak),
-        fragscope_analysis::replay::cost::format_seconds(est)
     );
 }
 

@@ -145,6 +145,15 @@ fn render(out: &[(String, Vec<LabReport>)]) -> String {
                 ]);
             }
             s.push_str(&t.render());
+            if b.live_with_failed > b.live {
+                let _ = writeln!(
+                    s,
+                    "  failed request: the recorded OOM asked for more than was ever live: {} live with it, {} \
+                     without; the bounds and ratios count what was live",
+                    output::bytes(b.live_with_failed),
+                    output::bytes(b.live)
+                );
+            }
             for n in &r.notes {
                 let _ = writeln!(s, "  note: {n}");
             }

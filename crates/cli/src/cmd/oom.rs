@@ -11,7 +11,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
-use fragscope_analysis::oom_message::{self, Likely, OomExplanation, OomMessage};
+use fragscope_analysis::oom_message::{self, format_size_pm, printed_precision, Likely, OomExplanation, OomMessage};
 use serde::Serialize;
 
 use crate::output::{bytes, grouped};
@@ -70,17 +70,18 @@ fn read_input(args: &Args) -> Result<String, CliError> {
 
 fn meaning(m: &OomMessage) -> Option<String> {
     let u = m.reserved_unallocated?;
+    let driver = &m.accelerator;
     let r = m.reserved_total.map(|r| format!(" of the {} PyTorch held", bytes(r))).unwrap_or_default();
     let req = m
         .tried_to_allocate
         .map(|s| format!(" The failed request needed {} in one piece.", bytes(s)))
         .unwrap_or_default();
     Some(format!(
-        "{}{} was reserved but unallocated: memory PyTorch got from CUDA and keeps cached as free \
+        "{}{} was reserved but unallocated: memory PyTorch got from {driver} and keeps cached as free \
          blocks for reuse instead of returning it. Before raising this error PyTorch already \
          returned every completely free segment and retried, so these bytes sit in segments that \
          also hold live tensors; they help only a request that fits inside one free block.{}",
-        bytes(u),
+        format_size_pm(u, m.reserved_unallocated_uncertainty),
         r,
         req
     ))
@@ -135,7 +136,10 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 
 fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "CUDA out-of-memory error ({} message form: {})", m.form, m.form.versions());
+    let _ = writeln!(o, "{} out-of-memory error ({} message form: {})", m.accelerator, m.form, m.form.versions());
+    for x in &m.inconsistent {
+        let _ = writeln!(o, "Inconsistent: {x}");
+    }
     if m.headerless {
         let _ =
             writeln!(o, "(the 'CUDA out of memory.' sentence is not in the text; its figures were read on their own)");
@@ -145,26 +149,43 @@ fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
     }
     o.push('\n');
     let _ = writeln!(o, "Figures in the message:");
-    let mut row = |name: &str, v: Option<u64>, note: &str| {
+    // A figure derived by subtraction is shown as the range it may lie in, without a byte
+    // count the message never had (`pm`: its ± uncertainty; 0 for a printed figure).
+    let mut row_pm = |name: &str, v: Option<u64>, pm: u64, note: &str| {
         if let Some(v) = v {
-            let _ = writeln!(
-                o,
-                "  {name:<28} {:>12}  {:>20} bytes{}",
-                bytes(v),
-                grouped(v),
-                if note.is_empty() { String::new() } else { format!("  ({note})") }
-            );
+            let note = if note.is_empty() { String::new() } else { format!("  ({note})") };
+            if pm > 2 * printed_precision(v) {
+                let _ = writeln!(o, "  {name:<28} {:>12}  {:>26}{note}", format_size_pm(v, pm), "");
+            } else {
+                let _ = writeln!(o, "  {name:<28} {:>12}  {:>20} bytes{note}", bytes(v), grouped(v));
+            }
         }
     };
-    row("Tried to allocate", m.tried_to_allocate, "segment size asked of CUDA");
+    let seg = format!("segment size asked of {}", m.accelerator);
+    let mut row = |name: &str, v: Option<u64>, note: &str| row_pm(name, v, 0, note);
+    row("Tried to allocate", m.tried_to_allocate, &seg);
     row("Total capacity", m.total_capacity, "");
-    row("Free (CUDA)", m.free, "");
+    row(&format!("Free ({})", m.accelerator), m.free, "");
     row("Allowed (memory fraction)", m.allowed, "");
     row("Allocated by PyTorch", m.allocated_by_pytorch, "");
     row("Private pools (free)", m.private_pools, "");
-    row("Reserved but unallocated", m.reserved_unallocated, "");
-    row("Reserved in total", m.reserved_total, "");
-    row("Outside this allocator", m.outside_allocator(), "total − free − reserved");
+    row_pm(
+        "Reserved but unallocated",
+        m.reserved_unallocated,
+        m.reserved_unallocated_uncertainty,
+        if m.reserved_unallocated_uncertainty > 2 * printed_precision(m.reserved_unallocated.unwrap_or(0)) {
+            "reserved − allocated, each printed to 0.01 of its unit"
+        } else {
+            ""
+        },
+    );
+    row_pm("Reserved in total", m.reserved_total, 0, "");
+    row_pm(
+        "Outside this allocator",
+        m.outside_allocator(),
+        m.outside_allocator_uncertainty(),
+        "total − free − reserved",
+    );
     if let Some(d) = m.device {
         let _ = writeln!(o, "  {:<28} {d}", "Device");
     }
@@ -179,7 +200,12 @@ fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
     let _ = writeln!(
         o,
         "Fragmentation the likely cause: {} (verdict: {})\n",
-        if ex.verdict == Likely::Fragmentation { "yes" } else { "no" },
+        match ex.verdict {
+            Likely::Fragmentation => "yes",
+            // the text cannot decide: never a "no" it does not have
+            Likely::Borderline | Likely::Unclear => "cannot tell",
+            _ => "no",
+        },
         ex.verdict
     );
     let _ = write!(o, "{ex}");

@@ -295,10 +295,10 @@ pub fn save(args: &Args, saved: Option<&Snapshot>) -> Result<(), CliError> {
 }
 
 /// The `--json` document (`fragscope.replay.verify/1` with `verify`, else
-/// `fragscope.replay.whatif/1`) of `(file name, device results)` per file.
+/// `fragscope.replay.whatif/2`) of `(file name, device results)` per file.
 pub fn json(out: &[(String, Vec<DeviceResult>)], verify: bool) -> Result<String, CliError> {
     let j = JsonOut {
-        schema: if verify { "fragscope.replay.verify/1" } else { "fragscope.replay.whatif/1" },
+        schema: if verify { "fragscope.replay.verify/1" } else { "fragscope.replay.whatif/2" },
         files: out
             .iter()
             .map(|(file, rs)| JsonFile {
@@ -381,7 +381,7 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
                     ("fragmentation", Align::Right),
                     ("cudaMalloc", Align::Right),
                     ("cudaFree", Align::Right),
-                    ("driver time (est.)", Align::Right),
+                    ("syncs", Align::Right),
                     ("retries", Align::Right),
                     ("first OOM", Align::Left),
                 ]);
@@ -394,7 +394,7 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
                         output::percent(w.peak_fragmentation),
                         w.cuda_mallocs.to_string(),
                         w.cuda_frees.to_string(),
-                        cost::format_seconds(w.est_driver_seconds),
+                        w.driver.syncs().to_string(),
                         w.alloc_retries.to_string(),
                         match &w.first_oom {
                             None => "none".into(),
@@ -428,9 +428,7 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
                         whatif_label(w)
                     );
                 }
-                if runs.iter().any(|w| w.advice.is_some()) || !r.notes.is_empty() {
-                    let _ = writeln!(s, "  {}", cost::ESTIMATE_NOTE);
-                }
+                let _ = writeln!(s, "  {}", cost::SYNCS_NOTE);
             }
         }
         s.push('\n');
@@ -487,16 +485,10 @@ fn whatif_label(w: &WhatIf) -> String {
 /// empty_cache() at every iteration and no caching (Markdown).
 fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
     let mut s = String::from(
-        "| file | device | iterations | recorded: peak reserved, cudaMalloc+cudaFree, est. | empty_cache() every iteration: peak reserved, cudaMalloc+cudaFree, est. | no caching: peak held, cudaMalloc+cudaFree, est. |\n|---|---|---|---|---|---|\n",
+        "| file | device | iterations | recorded: peak reserved, cudaMalloc+cudaFree, syncs | empty_cache() every iteration: peak reserved, cudaMalloc+cudaFree, syncs | no caching: peak held, cudaMalloc+cudaFree, syncs |\n|---|---|---|---|---|---|\n",
     );
     let cell = |w: &WhatIf| {
-        format!(
-            "{}, {}+{}, {}",
-            output::bytes(w.peak_reserved),
-            w.cuda_mallocs,
-            w.cuda_frees,
-            cost::format_seconds(w.est_driver_seconds)
-        )
+        format!("{}, {}+{}, {}", output::bytes(w.peak_reserved), w.cuda_mallocs, w.cuda_frees, w.driver.syncs())
     };
     for f in files {
         let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
@@ -519,7 +511,7 @@ fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
             let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
         }
     }
-    let _ = writeln!(s, "\n{}", cost::ESTIMATE_NOTE);
+    let _ = writeln!(s, "\n{}", cost::SYNCS_NOTE);
     s
 }
 

@@ -253,7 +253,7 @@ fn fragmentation_text(d: &DeviceSummary) -> String {
         (
             "Reserved but unallocated".into(),
             format!(
-                "{}  (reserved − allocated: what nvidia-smi shows as used but no tensor holds)",
+                "{}  (reserved − allocated: free blocks PyTorch keeps cached; nvidia-smi counts them as used)",
                 output::bytes(f.reserved_minus_allocated_bytes)
             ),
         ),
@@ -273,7 +273,10 @@ fn fragmentation_text(d: &DeviceSummary) -> String {
         ),
         (
             "Largest free block".into(),
-            format!("{}  (the largest request served without new memory)", output::bytes(f.largest_free_block_bytes)),
+            format!(
+                "{}  (the largest request its pool and stream can serve without new memory)",
+                output::bytes(f.largest_free_block_bytes)
+            ),
         ),
         (
             "Free-space fragmentation".into(),
