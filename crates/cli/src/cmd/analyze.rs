@@ -338,10 +338,15 @@ fn oom_text(f: &OomFinding) -> String {
             // The label says everything that was replayed, so copying it reproduces the row:
             // a GC threshold is replayed under a memory fraction (GC is inert without one).
             let label = match &t.extra_call {
-                Some(c) => format!("{} + {c}", t.setting),
+                // the call only; its "(GC runs only under ...)" gloss is in the finding
+                Some(c) => format!("{} + {}", t.setting, c.split(" (").next().unwrap_or(c)),
                 None => t.setting.clone(),
             };
             replay_row(&mut o, &label, &outcome, t.peak_reserved_bytes, t.cuda_mallocs, t.cuda_frees, t.syncs);
+            // what the replay had to assume, in the text as in the JSON
+            for n in &t.notes {
+                let _ = writeln!(o, "      note: {n}");
+            }
         }
         if f.fixes.is_empty() {
             let _ = writeln!(o, "    No setting avoids it.");
