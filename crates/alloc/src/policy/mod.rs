@@ -102,6 +102,11 @@ pub trait Policy {
     /// The call site of the next request (an opaque key; 0 = unknown). Policies that
     /// predict lifetimes use it; the others ignore it.
     fn hint_site(&mut self, _site: u64) {}
+    /// The program called `torch.cuda.empty_cache()` (or PyTorch released its cache
+    /// after a failed `cudaMalloc`): give back the memory that holds no live block, as
+    /// the policy would when asked. Default: nothing (a policy without a cache to give
+    /// back, or one that gives memory back at each free).
+    fn empty_cache(&mut self) {}
     /// Internal consistency (for tests): accounting agrees with the device.
     fn check(&self) -> Result<(), String> {
         Ok(())

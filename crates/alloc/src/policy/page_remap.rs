@@ -205,6 +205,9 @@ impl<D: DeviceMemory> Policy for PageRemap<D> {
         self.live.insert(addr, (k as u32, r, pages));
         Ok(addr)
     }
+    fn empty_cache(&mut self) {
+        self.release_all();
+    }
     fn free(&mut self, addr: Addr) -> Result<(), UnknownBlock> {
         let (k, size, pages) = self.live.remove(&addr).ok_or(UnknownBlock(addr))?;
         let s = &mut self.streams[k as usize];

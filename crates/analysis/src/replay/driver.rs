@@ -49,6 +49,9 @@ pub fn verify(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> VerifyRepor
 pub(crate) struct Inferred {
     /// `empty_cache()` was called right before these trace entries (len = at the end).
     pub empty_cache_before: Vec<usize>,
+    /// PyTorch released its free cached segments after a failed `cudaMalloc`
+    /// (`release_cached_blocks`, §3.7) right before these entries.
+    pub released_before: Vec<usize>,
     /// State at entry 0, if the backward walk succeeded.
     pub initial: Option<RecordedState>,
 }
@@ -282,7 +285,11 @@ fn replay_forward<'a>(
         cursor: None,
         cursor_pos: 0,
         resv: Vec::new(),
-        inferred: Inferred { empty_cache_before: Vec::new(), initial: Some(initial.state) },
+        inferred: Inferred {
+            empty_cache_before: Vec::new(),
+            released_before: Vec::new(),
+            initial: Some(initial.state),
+        },
         unknown_sizes: initial.ambiguous,
         stopped: false,
         no_resync: opts.no_resync,
@@ -610,6 +617,7 @@ impl Driver<'_> {
                 self.inferred.empty_cache_before.push(i);
             } else {
                 fallback = true;
+                self.inferred.released_before.push(i);
                 if self.cfg.expandable_segments {
                     self.eng.device_mut().fail_next_map();
                 } else {
