@@ -13,8 +13,8 @@
 //!   peaks of live bytes no allocator can go below.
 //! * The policies: [`PyTorchCaching`] (the engine of this crate under any
 //!   `PYTORCH_CUDA_ALLOC_CONF`), [`BestFitArenas`] (one growable best-fit arena per
-//!   stream), [`PageRemap`] (GMLake-style: any free 2 MiB physical page serves any large
-//!   request), [`PagedBestFit`] (best fit in virtual addresses, physical pages only under
+//!   stream), [`PageRemap`] (stitching for every large request: any free 2 MiB physical
+//!   page serves it; GMLake stitches only when no block fits), [`PagedBestFit`] (best fit in virtual addresses, physical pages only under
 //!   live blocks, idle pages remapped where needed), [`LifetimeSegregated`] (short- and long-lived blocks in separate arenas,
 //!   the class learned from call site and size), [`Planned`] (offline: every block at a
 //!   fixed offset, decreasing-size best fit over lifetimes as XLA's heap simulator) and

@@ -1,6 +1,8 @@
-//! [`PageRemap`]: GMLake-style virtual memory stitching. A large request gets a fresh
-//! virtual range backed by any free 2 MiB physical pages of its stream, wherever they
-//! were mapped before; requests under 2 MiB share a growable best-fit arena per stream.
+//! [`PageRemap`]: virtual memory stitching for every large request. A large request gets
+//! a fresh virtual range backed by any free 2 MiB physical pages of its stream, wherever
+//! they were mapped before; requests under 2 MiB share a growable best-fit arena per
+//! stream. Not GMLake itself: GMLake first looks for a best fit among its existing blocks
+//! (stitched ones included) and stitches only when no single block fits.
 
 use std::collections::BTreeMap;
 

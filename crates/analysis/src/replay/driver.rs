@@ -271,6 +271,9 @@ fn replay_forward<'a>(
             size
         ));
     }
+    if let Some(note) = private_pool_note(snap, device) {
+        rep.notes.push(note);
+    }
     rep.initial_segments = initial.state.segs.len();
     let capacity = capacity_knowing_maps(snap, device, opts.capacity, cfg, counts.segment_maps > 0);
     let mut d = Driver {
@@ -308,6 +311,24 @@ fn replay_forward<'a>(
         d.rep.final_state_matches = Some(same_state(&d.eng, snap, device, strict));
     }
     d
+}
+
+/// What the replay does not model about private pools (CUDA graphs, `MemPool`), said
+/// when the trace has entries in one (issue 21 item 3). PyTorch releases a private pool's
+/// free segments on `empty_cache()` once no graph or `MemPool` uses it
+/// (`graph_pools_freeable`); the trace does not record when that happens, so the replay
+/// never marks a pool freeable and keeps every private pool's cache. During a capture
+/// PyTorch does not release cached blocks before an OOM; captures are not in the trace
+/// either, so the replay's fallbacks run as outside a capture.
+pub(crate) fn private_pool_note(snap: &Snapshot, device: i64) -> Option<String> {
+    let n = snap.trace(device).iter().filter(|e| snap.pool_id(e).is_some_and(|p| p != DEFAULT_POOL)).count();
+    (n > 0).then(|| {
+        format!(
+            "{n} entries are in private pools (CUDA graphs, MemPools); not modelled: the release of a pool's \
+             cache once no graph uses it (graph_pools_freeable, on empty_cache()), and the absence of the \
+             release-and-retry fallback during a graph capture (neither is in the trace)"
+        )
+    })
 }
 
 fn undecidable_text(inc: &Inconsistency) -> String {

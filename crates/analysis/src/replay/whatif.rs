@@ -140,6 +140,9 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         }
         None => UNLIMITED,
     };
+    if let Some(n) = super::driver::private_pool_note(snap, device) {
+        notes.push(n);
+    }
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     eng.set_record_events(opts.collect_snapshot);
     // Blocks alive before the trace, seeded at their recorded address. Only these
