@@ -122,3 +122,41 @@ fn inversions_between_plan_and_online_policies_are_explained() {
     }
     eprintln!("{inversions} inversion(s), each explained");
 }
+
+/// Issue 21 item 11: the lab's `pytorch` row gives its cache back where the recording did
+/// (its `segment_free` bursts: here 39 releases after a failed cudaMalloc), so on selectn
+/// it reserves what the recording reserved at its peak (1.083× peak live), not 1.483× as
+/// when it ignored them (which the doc took for a per-stream floor of every allocator).
+#[test]
+fn the_pytorch_row_releases_where_the_recording_did() {
+    use fragscope_analysis::replay::state::{backward_walk, RecordedState, SplitRules};
+    use fragscope_snapshot::Action;
+    let Some(path) = fragscope_testdata::real_file("selectn-llama7b-offload-multistream.pickle") else { return };
+    let snap = fragscope_snapshot::read_path(&path).unwrap();
+    // The recording's peak reserved: the state at the first entry, then its segment events.
+    let cfg = recorded_config(&snap);
+    let round = |n: u64| fragscope_alloc::rounding::round_size(n, &cfg);
+    let rules = SplitRules {
+        round: &round,
+        max_split_size: cfg.max_split_size,
+        max_non_split_rounding: cfg.max_non_split_rounding,
+    };
+    let pool_of = |e: &fragscope_snapshot::TraceEvent| snap.pool_id(e).unwrap_or(fragscope_alloc::DEFAULT_POOL);
+    let start = backward_walk(RecordedState::from_snapshot(&snap, 0), snap.trace(0), &pool_of, &rules).unwrap();
+    let (mut reserved, mut peak) = (start.state.reserved(), start.state.reserved());
+    for e in snap.trace(0) {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
+            Action::SegmentFree | Action::SegmentUnmap => reserved -= e.size,
+            _ => {}
+        }
+        peak = peak.max(reserved);
+    }
+    let r = lab(&snap, 0, &parse_policy("pytorch").unwrap(), None);
+    let row = &r.rows[0];
+    assert_eq!(row.policy, "pytorch");
+    assert!(r.notes.iter().any(|n| n.contains("gave its cache back 39 time(s)")), "{:?}", r.notes);
+    let ratio = row.peak_reserved as f64 / peak as f64;
+    assert!((0.99..=1.01).contains(&ratio), "lab {} vs recorded peak reserved {peak} ({ratio:.3})", row.peak_reserved);
+    assert!(row.ratio < 1.1, "{}", row.ratio);
+}

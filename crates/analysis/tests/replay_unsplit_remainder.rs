@@ -120,3 +120,32 @@ fn an_undecidable_remainder_is_said_at_the_divergence() {
         rep.notes
     );
 }
+
+/// Issue 21 item 3: a trace with private-pool entries (here the recorded run moved into
+/// pool (1, 0), as a CUDA graph's pool is named) is replayed with a note that says which
+/// private-pool rules the replay does not model; a trace without them has no such note.
+#[test]
+fn private_pool_rules_not_modelled_are_said() {
+    let (mut r, b, _) = before_the_trace();
+    r.free(b).unwrap();
+    iterations(&mut r, 3);
+    let mut snap = r.finish();
+    let plain = verify(&snap, 0, &ReplayOptions::default());
+    assert!(!plain.notes.iter().any(|n| n.contains("private pools")), "{:?}", plain.notes);
+    for s in &mut snap.segments {
+        s.segment_pool_id = Some((1, 0));
+    }
+    let pool = snap.intern_pool((1, 0));
+    for e in &mut snap.device_traces[0] {
+        e.pool = pool;
+    }
+    let rep = verify(&snap, 0, &ReplayOptions::default());
+    assert!(rep.undecidable.is_none(), "{:?}", rep.undecidable);
+    assert!(
+        rep.notes.iter().any(|n| n.contains("private pools") && n.contains("graph_pools_freeable")),
+        "{:?}",
+        rep.notes
+    );
+    let w = fragscope_analysis::replay::simulate(&snap, 0, fragscope_alloc::AllocatorConfig::default(), None);
+    assert!(w.notes.iter().any(|n| n.contains("graph_pools_freeable")), "{:?}", w.notes);
+}

@@ -162,6 +162,9 @@ impl<D: DeviceMemory> Policy for BestFitArenas<D> {
             reserved: self.arenas.mapped(),
         })
     }
+    fn empty_cache(&mut self) {
+        self.arenas.trim(&mut self.dev, &mut self.calls);
+    }
     fn free(&mut self, addr: Addr) -> Result<(), UnknownBlock> {
         self.arenas.free(addr).then_some(()).ok_or(UnknownBlock(addr))
     }

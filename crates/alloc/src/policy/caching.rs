@@ -41,6 +41,9 @@ impl<D: DeviceMemory> Policy for PyTorchCaching<D> {
             DriverCalls { cuda_malloc: st.num_device_alloc, cuda_free: st.num_device_free, ..Default::default() }
         }
     }
+    fn empty_cache(&mut self) {
+        self.eng.empty_cache();
+    }
     fn check(&self) -> Result<(), String> {
         self.eng.check_invariants()
     }

@@ -48,7 +48,11 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
         spans.insert(a, end);
         Ok(())
     };
+    let mut releases = w.empty_cache_at.iter().copied().peekable();
     for (i, op) in w.ops.iter().enumerate() {
+        while releases.next_if(|&k| k <= i).is_some() {
+            p.empty_cache();
+        }
         match *op {
             Op::Malloc { id, size, stream, site } => {
                 p.hint_site(site);
@@ -107,6 +111,9 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
                 p.check().map_err(|e| format!("op {i}: {e}"))?;
             }
         }
+    }
+    if releases.next().is_some() {
+        p.empty_cache();
     }
     if checked {
         p.check().map_err(|e| format!("end: {e}"))?;

@@ -157,6 +157,9 @@ impl<D: DeviceMemory> Policy for Hybrid<D> {
             None => Err(PolicyOom { requested: size, stream, reserved: self.reserved() }),
         }
     }
+    fn empty_cache(&mut self) {
+        self.online.trim(&mut self.dev, &mut self.calls);
+    }
     fn free(&mut self, addr: Addr) -> Result<(), UnknownBlock> {
         if let Some((j, off)) = self.planned_live.remove(&addr) {
             self.arenas[j].3.remove(&off);

@@ -92,6 +92,9 @@ impl<D: DeviceMemory> Policy for LifetimeSegregated<D> {
         self.live.insert(addr, (k as u32, long, r, self.requests, key));
         Ok(addr)
     }
+    fn empty_cache(&mut self) {
+        self.trim_all();
+    }
     fn free(&mut self, addr: Addr) -> Result<(), UnknownBlock> {
         let (k, long, size, at, key) = self.live.remove(&addr).ok_or(UnknownBlock(addr))?;
         let (_, s, l) = &mut self.arenas[k as usize];

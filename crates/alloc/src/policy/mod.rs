@@ -13,8 +13,8 @@
 //!   peaks of live bytes no allocator can go below.
 //! * The policies: [`PyTorchCaching`] (the engine of this crate under any
 //!   `PYTORCH_CUDA_ALLOC_CONF`), [`BestFitArenas`] (one growable best-fit arena per
-//!   stream), [`PageRemap`] (GMLake-style: any free 2 MiB physical page serves any large
-//!   request), [`PagedBestFit`] (best fit in virtual addresses, physical pages only under
+//!   stream), [`PageRemap`] (stitching for every large request: any free 2 MiB physical
+//!   page serves it; GMLake stitches only when no block fits), [`PagedBestFit`] (best fit in virtual addresses, physical pages only under
 //!   live blocks, idle pages remapped where needed), [`LifetimeSegregated`] (short- and long-lived blocks in separate arenas,
 //!   the class learned from call site and size), [`Planned`] (offline: every block at a
 //!   fixed offset, decreasing-size best fit over lifetimes as XLA's heap simulator) and
@@ -102,6 +102,11 @@ pub trait Policy {
     /// The call site of the next request (an opaque key; 0 = unknown). Policies that
     /// predict lifetimes use it; the others ignore it.
     fn hint_site(&mut self, _site: u64) {}
+    /// The program called `torch.cuda.empty_cache()` (or PyTorch released its cache
+    /// after a failed `cudaMalloc`): give back the memory that holds no live block, as
+    /// the policy would when asked. Default: nothing (a policy without a cache to give
+    /// back, or one that gives memory back at each free).
+    fn empty_cache(&mut self) {}
     /// Internal consistency (for tests): accounting agrees with the device.
     fn check(&self) -> Result<(), String> {
         Ok(())

@@ -1,6 +1,8 @@
-//! [`PageRemap`]: GMLake-style virtual memory stitching. A large request gets a fresh
-//! virtual range backed by any free 2 MiB physical pages of its stream, wherever they
-//! were mapped before; requests under 2 MiB share a growable best-fit arena per stream.
+//! [`PageRemap`]: virtual memory stitching for every large request. A large request gets
+//! a fresh virtual range backed by any free 2 MiB physical pages of its stream, wherever
+//! they were mapped before; requests under 2 MiB share a growable best-fit arena per
+//! stream. Not GMLake itself: GMLake first looks for a best fit among its existing blocks
+//! (stitched ones included) and stitches only when no single block fits.
 
 use std::collections::BTreeMap;
 
@@ -204,6 +206,9 @@ impl<D: DeviceMemory> Policy for PageRemap<D> {
         let Some(addr) = addr else { return Err(oom(self)) };
         self.live.insert(addr, (k as u32, r, pages));
         Ok(addr)
+    }
+    fn empty_cache(&mut self) {
+        self.release_all();
     }
     fn free(&mut self, addr: Addr) -> Result<(), UnknownBlock> {
         let (k, size, pages) = self.live.remove(&addr).ok_or(UnknownBlock(addr))?;

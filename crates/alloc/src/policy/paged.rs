@@ -150,6 +150,9 @@ impl<D: DeviceMemory> Policy for PagedBestFit<D> {
         self.live.insert(a, (k as u32, r));
         Ok(a)
     }
+    fn empty_cache(&mut self) {
+        self.release_all();
+    }
     fn free(&mut self, addr: Addr) -> Result<(), UnknownBlock> {
         let (k, size) = self.live.remove(&addr).ok_or(UnknownBlock(addr))?;
         let s = &mut self.streams[k as usize];

@@ -33,6 +33,11 @@ pub struct Workload {
     pub ops: Vec<Op>,
     /// Requests so far (the next block id).
     pub requests: u32,
+    /// Op indices (ascending) before which the program released its cache: an explicit
+    /// `torch.cuda.empty_cache()`, or PyTorch's own release of every free cached segment
+    /// after a failed `cudaMalloc` (§3.7), both seen in a trace as `segment_free` /
+    /// `segment_unmap` bursts. [`super::drive`] calls [`super::Policy::empty_cache`] there.
+    pub empty_cache_at: Vec<usize>,
     live: Vec<bool>,
     sizes: Vec<u64>,
 }
@@ -59,6 +64,13 @@ pub struct Bounds {
 impl Workload {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The program releases the cache here (before the next op).
+    pub fn empty_cache(&mut self) {
+        if self.empty_cache_at.last() != Some(&self.ops.len()) {
+            self.empty_cache_at.push(self.ops.len());
+        }
     }
 
     /// Append a served request; returns its id.

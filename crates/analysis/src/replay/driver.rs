@@ -49,6 +49,9 @@ pub fn verify(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> VerifyRepor
 pub(crate) struct Inferred {
     /// `empty_cache()` was called right before these trace entries (len = at the end).
     pub empty_cache_before: Vec<usize>,
+    /// PyTorch released its free cached segments after a failed `cudaMalloc`
+    /// (`release_cached_blocks`, §3.7) right before these entries.
+    pub released_before: Vec<usize>,
     /// State at entry 0, if the backward walk succeeded.
     pub initial: Option<RecordedState>,
 }
@@ -268,6 +271,9 @@ fn replay_forward<'a>(
             size
         ));
     }
+    if let Some(note) = private_pool_note(snap, device) {
+        rep.notes.push(note);
+    }
     rep.initial_segments = initial.state.segs.len();
     let capacity = capacity_knowing_maps(snap, device, opts.capacity, cfg, counts.segment_maps > 0);
     let mut d = Driver {
@@ -282,7 +288,11 @@ fn replay_forward<'a>(
         cursor: None,
         cursor_pos: 0,
         resv: Vec::new(),
-        inferred: Inferred { empty_cache_before: Vec::new(), initial: Some(initial.state) },
+        inferred: Inferred {
+            empty_cache_before: Vec::new(),
+            released_before: Vec::new(),
+            initial: Some(initial.state),
+        },
         unknown_sizes: initial.ambiguous,
         stopped: false,
         no_resync: opts.no_resync,
@@ -301,6 +311,24 @@ fn replay_forward<'a>(
         d.rep.final_state_matches = Some(same_state(&d.eng, snap, device, strict));
     }
     d
+}
+
+/// What the replay does not model about private pools (CUDA graphs, `MemPool`), said
+/// when the trace has entries in one (issue 21 item 3). PyTorch releases a private pool's
+/// free segments on `empty_cache()` once no graph or `MemPool` uses it
+/// (`graph_pools_freeable`); the trace does not record when that happens, so the replay
+/// never marks a pool freeable and keeps every private pool's cache. During a capture
+/// PyTorch does not release cached blocks before an OOM; captures are not in the trace
+/// either, so the replay's fallbacks run as outside a capture.
+pub(crate) fn private_pool_note(snap: &Snapshot, device: i64) -> Option<String> {
+    let n = snap.trace(device).iter().filter(|e| snap.pool_id(e).is_some_and(|p| p != DEFAULT_POOL)).count();
+    (n > 0).then(|| {
+        format!(
+            "{n} entries are in private pools (CUDA graphs, MemPools); not modelled: the release of a pool's \
+             cache once no graph uses it (graph_pools_freeable, on empty_cache()), and the absence of the \
+             release-and-retry fallback during a graph capture (neither is in the trace)"
+        )
+    })
 }
 
 fn undecidable_text(inc: &Inconsistency) -> String {
@@ -610,6 +638,7 @@ impl Driver<'_> {
                 self.inferred.empty_cache_before.push(i);
             } else {
                 fallback = true;
+                self.inferred.released_before.push(i);
                 if self.cfg.expandable_segments {
                     self.eng.device_mut().fail_next_map();
                 } else {

@@ -153,9 +153,33 @@ pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
             n_freed_pre
         ));
     }
+    // Where the recording gave its cache back (`segment_free` / `segment_unmap`
+    // bursts): explicit empty_cache() calls and PyTorch's release after a failed
+    // cudaMalloc, as the verify replay infers them. Every policy is asked to give
+    // back its free memory there (issue 21: the pytorch row ignored them).
+    let (_, inferred) = super::driver::verify_inner(snap, device, &super::ReplayOptions::default());
+    let mut releases: Vec<usize> = inferred.empty_cache_before.clone();
+    releases.extend(&inferred.released_before);
+    releases.sort_unstable();
+    releases.dedup();
+    if !releases.is_empty() {
+        notes.push(format!(
+            "the recording gave its cache back {} time(s) ({} empty_cache() call(s), {} release(s) after a failed \
+             cudaMalloc): each policy is asked to give back its free memory there (pytorch rows release free \
+             segments, paged policies their idle pages, the arena policies the free pages at their tops; \
+             planned keeps its arenas)",
+            releases.len(),
+            inferred.empty_cache_before.len(),
+            inferred.released_before.len()
+        ));
+    }
+    let mut releases = releases.into_iter().peekable();
     let mut recorded_ooms = Vec::new();
     let mut realloc = 0u64;
     for (i, e) in trace.iter().enumerate() {
+        while releases.next_if(|&k| k <= i).is_some() {
+            w.empty_cache();
+        }
         match e.action {
             Action::Alloc => {
                 // An address allocated again while live (not allocator-consistent): the
@@ -348,6 +372,7 @@ fn recorded_capacity(snap: &Snapshot, device: i64, lw: &LabWorkload, cfg: &Alloc
                 }
             }
         }
+        before.empty_cache_at = lw.workload.empty_cache_at.iter().copied().filter(|&j| j < k).collect();
         let mut p = PyTorchCaching::new(cfg.clone(), SimulatedDevice::synthetic(super::whatif::UNLIMITED));
         if drive(&mut p, &before, false, 0).is_ok() {
             p.empty_cache();

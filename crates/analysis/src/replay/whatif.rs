@@ -141,6 +141,9 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         }
         None => UNLIMITED,
     };
+    if let Some(n) = super::driver::private_pool_note(snap, device) {
+        notes.push(n);
+    }
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     // Events are always read: the driver work is counted from them.
     eng.set_record_events(true);
