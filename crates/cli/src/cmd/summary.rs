@@ -10,7 +10,7 @@ use fragscope_analysis::window::WindowInfo;
 use serde::Serialize;
 
 use crate::output::{self, Align, Table};
-use crate::{input, CliError};
+use crate::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -37,8 +37,7 @@ struct FileOut<'a> {
     file: String,
     /// True for the example snapshot shipped with fragscope.
     example: bool,
-    /// What the figures cover when `--window` was given.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// What the figures cover when `--window` was given (`null`: the whole file).
     window: Option<&'a WindowInfo>,
     #[serde(flatten)]
     summary: &'a Summary,
