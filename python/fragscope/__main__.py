@@ -10,6 +10,11 @@ from fragscope._native import run_cli
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["mcp"]:
+        # The MCP server is Python (the official MCP SDK): `fragscope[mcp]`.
+        from fragscope.mcp_cli import serve
+
+        raise SystemExit(serve(sys.argv[2:]))
     # Python may hold buffered output of its own; the Rust side writes to the fds directly.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -259,7 +259,7 @@ impl SiteTable {
 /// START/END entries are paired per name, last-in first-out. A START without END is
 /// open until the end of the trace; an END without START was opened before the buffer
 /// began. Scopes are assumed properly nested, as `record_function` makes them.
-pub(crate) struct Scopes {
+pub struct Scopes {
     /// (start, end, name, parent index), sorted by start.
     intervals: Vec<(i64, i64, usize, Option<usize>)>,
     pub names: Vec<String>,

@@ -60,6 +60,16 @@ enum Command {
     Predict(cmd::predict::Args),
     /// (For testing the leak detector.) Drop the frees of a call site's allocations in a
     /// snapshot's trace, keeping the final state consistent, and write the result.
+    /// Write a snapshot as tables for SQL and dataframes (Parquet: trace events,
+    /// allocations, segments, blocks, stacks, frames, annotations; docs/export.md).
+    #[cfg(feature = "export")]
+    Export(cmd::export::Args),
+    /// The allocator state at one moment (a trace entry or a time): totals, free space
+    /// and fragmentation, and who holds the memory (by call site or annotation).
+    State(cmd::state::Args),
+    /// Serve fragscope's tools to coding agents over the Model Context Protocol (stdio):
+    /// provided by the Python package, `pip install 'fragscope[mcp]'`.
+    Mcp(cmd::mcp::Args),
     #[command(name = "plant-leak", hide = true)]
     PlantLeak(cmd::plant::Args),
 }
@@ -76,6 +86,10 @@ impl Command {
             Command::Report(a) => cmd::report::run(a),
             Command::Predict(a) => cmd::predict::run(a),
             Command::PlantLeak(a) => cmd::plant::run(a),
+            #[cfg(feature = "export")]
+            Command::Export(a) => cmd::export::run(a),
+            Command::State(a) => cmd::state::run(a),
+            Command::Mcp(a) => cmd::mcp::run(a),
         }
     }
 }

@@ -44,8 +44,7 @@ struct JsonOut<'a> {
 #[derive(Serialize)]
 struct FileOut<'a> {
     file: String,
-    /// What the figures cover when `--window` was given.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// What the figures cover when `--window` was given (`null`: the whole file).
     window: Option<&'a WindowInfo>,
     #[serde(flatten)]
     analysis: &'a Analysis,

@@ -9,9 +9,13 @@ pub mod summary;
 pub mod analyze;
 pub mod check;
 pub mod diff;
+#[cfg(feature = "export")]
+pub mod export;
 pub mod lab;
+pub mod mcp;
 pub mod oom;
 pub mod plant;
 pub mod predict;
 pub mod replay;
 pub mod report;
+pub mod state;

@@ -37,8 +37,7 @@ struct FileOut<'a> {
     file: String,
     /// True for the example snapshot shipped with fragscope.
     example: bool,
-    /// What the figures cover when `--window` was given.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// What the figures cover when `--window` was given (`null`: the whole file).
     window: Option<&'a WindowInfo>,
     #[serde(flatten)]
     summary: &'a Summary,

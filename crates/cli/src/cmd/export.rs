@@ -1,0 +1,561 @@
+//! `fragscope export FILE ... --format parquet [-o DIR] [--window START..END]`: a
+//! snapshot as tables for SQL and dataframes (DuckDB, polars, pandas), readable without
+//! fragscope.
+//!
+//! One Parquet file per table in DIR; several FILEs go into the same tables, told apart
+//! by the `file` column (stack and frame ids are per file). The tables and their columns
+//! (schema `fragscope.export/1`, stored in each file's key-value metadata as
+//! `fragscope.schema`) are documented in docs/export.md:
+//!
+//! * `trace_events`: every trace entry of every device, in order;
+//! * `allocations`: one row per allocation of the trace, its alloc entry paired with its
+//!   `free_requested` / `free_completed` (lifetime, sizes, stream, stack, call site,
+//!   annotation scope);
+//! * `segments` and `blocks`: the allocator state of the snapshot (`segments`);
+//! * `stacks` and `frames`: the recorded stacks, normalised (a stack is rows of frame
+//!   ids by depth, innermost first);
+//! * `annotations`: `record_function` scopes (`external_annotations`).
+//!
+//! Columns are Parquet INT64 (sizes, addresses, `cudaStream_t` values and indices; all
+//! below 2^63 in practice), UTF-8 strings and booleans; a missing value is null. The
+//! writer is the `parquet` crate's low-level one (no Arrow), uncompressed with
+//! dictionary encoding, one row group per file and table (more for tables over 1 M rows).
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use fragscope_analysis::attribution::site_of;
+use fragscope_analysis::window::WindowInfo;
+use fragscope_snapshot::{Action, FrameId, Snapshot, StackId};
+use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::parser::parse_message_type;
+use serde::Serialize;
+
+use crate::CliError;
+
+/// Version of the tables' layout (docs/export.md).
+pub const SCHEMA: &str = "fragscope.export/1";
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Snapshot files (pickles, optionally gzipped, or torch.profiler JSON traces).
+    /// Without FILE: the built-in example snapshot.
+    pub files: Vec<PathBuf>,
+    /// Table format. Only `parquet` for now.
+    #[arg(long, default_value = "parquet", value_parser = ["parquet"])]
+    pub format: String,
+    /// Folder to write the tables to (created if missing; existing tables are replaced).
+    #[arg(short = 'o', long = "output", default_value = "fragscope-export")]
+    pub output: PathBuf,
+    /// Print what was written as JSON (schema `fragscope.export/1`).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub window: crate::windowed::WindowArg,
+}
+
+/// A cell of a row.
+enum V<'a> {
+    I(i64),
+    S(&'a str),
+    B(bool),
+    /// Null (only in optional columns).
+    N,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    I64,
+    Str,
+    Bool,
+}
+
+struct Col {
+    kind: Kind,
+    optional: bool,
+    ints: Vec<i64>,
+    strs: Vec<ByteArray>,
+    bools: Vec<bool>,
+    defs: Vec<i16>,
+}
+
+/// Rows kept before a row group is written.
+const ROW_GROUP: usize = 1 << 20;
+
+/// One table being written: its columns buffered up to [`ROW_GROUP`] rows.
+struct Table {
+    name: &'static str,
+    path: PathBuf,
+    cols: Vec<Col>,
+    rows: usize,
+    total: u64,
+    writer: SerializedFileWriter<File>,
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> CliError {
+    CliError::usage(format!("cannot write {}: {e}", path.display()))
+}
+
+impl Table {
+    /// `columns`: `(name, kind, optional)`.
+    fn create(dir: &Path, name: &'static str, columns: &[(&str, Kind, bool)]) -> Result<Table, CliError> {
+        let fields: Vec<String> = columns
+            .iter()
+            .map(|(n, k, opt)| {
+                let rep = if *opt { "optional" } else { "required" };
+                let ty = match k {
+                    Kind::I64 => "int64",
+                    Kind::Str => "binary",
+                    Kind::Bool => "boolean",
+                };
+                let ann = if *k == Kind::Str { " (STRING)" } else { "" };
+                format!("{rep} {ty} {n}{ann};")
+            })
+            .collect();
+        let message = format!("message {name} {{ {} }}", fields.join(" "));
+        let schema = Arc::new(parse_message_type(&message).map_err(|e| io_err(dir, e))?);
+        let props = WriterProperties::builder()
+            .set_created_by(format!("fragscope {}", env!("CARGO_PKG_VERSION")))
+            .set_key_value_metadata(Some(vec![KeyValue::new("fragscope.schema".into(), SCHEMA.to_string())]))
+            .build();
+        let path = dir.join(format!("{name}.parquet"));
+        let f = File::create(&path).map_err(|e| io_err(&path, e))?;
+        let writer = SerializedFileWriter::new(f, schema, Arc::new(props)).map_err(|e| io_err(&path, e))?;
+        let cols = columns
+            .iter()
+            .map(|&(_, kind, optional)| Col {
+                kind,
+                optional,
+                ints: Vec::new(),
+                strs: Vec::new(),
+                bools: Vec::new(),
+                defs: Vec::new(),
+            })
+            .collect();
+        Ok(Table { name, path, cols, rows: 0, total: 0, writer })
+    }
+
+    fn row(&mut self, cells: &[V]) -> Result<(), CliError> {
+        debug_assert_eq!(cells.len(), self.cols.len());
+        for (c, v) in self.cols.iter_mut().zip(cells) {
+            match v {
+                V::N => {
+                    debug_assert!(c.optional);
+                    c.defs.push(0);
+                    continue;
+                }
+                V::I(x) => c.ints.push(*x),
+                V::S(s) => c.strs.push(ByteArray::from(*s)),
+                V::B(b) => c.bools.push(*b),
+            }
+            if c.optional {
+                c.defs.push(1);
+            }
+        }
+        self.rows += 1;
+        if self.rows >= ROW_GROUP {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), CliError> {
+        if self.rows == 0 {
+            return Ok(());
+        }
+        let path = self.path.clone();
+        let e = |x: parquet::errors::ParquetError| io_err(&path, x);
+        let mut rg = self.writer.next_row_group().map_err(e)?;
+        for c in &mut self.cols {
+            let mut w = rg.next_column().map_err(e)?.ok_or_else(|| io_err(&path, "schema mismatch"))?;
+            let defs = c.optional.then_some(c.defs.as_slice());
+            match c.kind {
+                Kind::I64 => w.typed::<Int64Type>().write_batch(&c.ints, defs, None).map(|_| ()),
+                Kind::Str => w.typed::<ByteArrayType>().write_batch(&c.strs, defs, None).map(|_| ()),
+                Kind::Bool => w.typed::<BoolType>().write_batch(&c.bools, defs, None).map(|_| ()),
+            }
+            .map_err(e)?;
+            w.close().map_err(e)?;
+            c.ints.clear();
+            c.strs.clear();
+            c.bools.clear();
+            c.defs.clear();
+        }
+        rg.close().map_err(e)?;
+        self.total += self.rows as u64;
+        self.rows = 0;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<TableOut, CliError> {
+        self.flush()?;
+        let path = self.path.clone();
+        self.writer.close().map_err(|e| io_err(&path, e))?;
+        Ok(TableOut { name: self.name, path: path.display().to_string(), rows: self.total })
+    }
+}
+
+#[derive(Serialize)]
+struct TableOut {
+    name: &'static str,
+    path: String,
+    rows: u64,
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    schema: &'static str,
+    format: &'a str,
+    output: String,
+    files: Vec<FileOut>,
+    tables: Vec<TableOut>,
+}
+
+#[derive(Serialize)]
+struct FileOut {
+    file: String,
+    window: Option<WindowInfo>,
+}
+
+use Kind::{Bool, Str, I64};
+
+/// The tables and their columns (docs/export.md).
+fn create_tables(dir: &Path) -> Result<Vec<Table>, CliError> {
+    Ok(vec![
+        Table::create(
+            dir,
+            "trace_events",
+            &[
+                ("file", Str, false),
+                ("device", I64, false),
+                ("idx", I64, false),
+                ("action", Str, false),
+                ("addr", I64, false),
+                ("size", I64, false),
+                ("stream", I64, false),
+                ("time_us", I64, true),
+                ("stack_id", I64, true),
+                ("pool_id", Str, true),
+                ("compile_context", Str, true),
+                ("user_metadata", Str, true),
+            ],
+        )?,
+        Table::create(
+            dir,
+            "allocations",
+            &[
+                ("file", Str, false),
+                ("device", I64, false),
+                ("alloc_idx", I64, true),
+                ("free_requested_idx", I64, true),
+                ("free_completed_idx", I64, true),
+                ("alloc_time_us", I64, true),
+                ("free_time_us", I64, true),
+                ("lifetime_us", I64, true),
+                ("addr", I64, false),
+                ("requested_size", I64, false),
+                ("rounded_size", I64, false),
+                ("stream", I64, false),
+                ("stack_id", I64, true),
+                ("site", Str, false),
+                ("annotation", Str, true),
+            ],
+        )?,
+        Table::create(
+            dir,
+            "segments",
+            &[
+                ("file", Str, false),
+                ("device", I64, false),
+                ("address", I64, false),
+                ("total_size", I64, false),
+                ("allocated_size", I64, false),
+                ("active_size", I64, false),
+                ("requested_size", I64, true),
+                ("stream", I64, false),
+                ("segment_type", Str, false),
+                ("pool_id", Str, true),
+                ("is_expandable", Bool, true),
+                ("stack_id", I64, true),
+                ("blocks", I64, false),
+            ],
+        )?,
+        Table::create(
+            dir,
+            "blocks",
+            &[
+                ("file", Str, false),
+                ("device", I64, false),
+                ("segment_address", I64, false),
+                ("address", I64, false),
+                ("size", I64, false),
+                ("requested_size", I64, true),
+                ("state", Str, false),
+                ("stack_id", I64, true),
+                ("site", Str, true),
+            ],
+        )?,
+        Table::create(
+            dir,
+            "stacks",
+            &[("file", Str, false), ("stack_id", I64, false), ("depth", I64, false), ("frame_id", I64, true)],
+        )?,
+        Table::create(
+            dir,
+            "frames",
+            &[
+                ("file", Str, false),
+                ("frame_id", I64, false),
+                ("filename", Str, false),
+                ("line", I64, false),
+                ("name", Str, false),
+            ],
+        )?,
+        Table::create(
+            dir,
+            "annotations",
+            &[
+                ("file", Str, false),
+                ("device", I64, false),
+                ("time_us", I64, false),
+                ("name", Str, false),
+                ("stage", Str, false),
+            ],
+        )?,
+    ])
+}
+
+fn sid(s: Option<StackId>) -> V<'static> {
+    s.map_or(V::N, |s| V::I(s.index() as i64))
+}
+
+fn opt_time(t: i64) -> V<'static> {
+    if t == fragscope_snapshot::NO_TIME {
+        V::N
+    } else {
+        V::I(t)
+    }
+}
+
+/// Writes one snapshot's rows into the tables.
+fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), CliError> {
+    let [trace, allocs, segs, blocks, stacks, frames, anns] = t else { unreachable!("seven tables") };
+    let mut used: HashSet<StackId> = HashSet::new();
+    let mut note = |s: Option<StackId>| {
+        if let Some(s) = s {
+            used.insert(s);
+        }
+    };
+    let cfg = fragscope_analysis::replay::recorded_config(snap);
+    let pools: Vec<String> = snap.pool_ids.iter().map(|(a, b)| format!("{a},{b}")).collect();
+    for (d, tr) in snap.device_traces.iter().enumerate() {
+        let device = d as i64;
+        for (i, e) in tr.iter().enumerate() {
+            note(e.stack);
+            let cc = e.compile_context.map(|c| snap.frames.str(c));
+            let um = e.user_metadata.map(|c| snap.frames.str(c));
+            trace.row(&[
+                V::S(file),
+                V::I(device),
+                V::I(i as i64),
+                V::S(e.action.as_str()),
+                V::I(e.addr as i64),
+                V::I(e.size as i64),
+                V::I(e.stream as i64),
+                opt_time(e.time_us),
+                sid(e.stack),
+                e.pool.map_or(V::N, |p| V::S(&pools[p.get() as usize - 1])),
+                cc.map_or(V::N, V::S),
+                um.map_or(V::N, V::S),
+            ])?;
+        }
+        // Allocations: an alloc paired with the frees that follow it at its address.
+        // A free whose alloc is before the trace gets a row without alloc_idx.
+        struct A {
+            alloc: Option<usize>,
+            fr: Option<usize>,
+            fc: Option<usize>,
+            addr: u64,
+            req: u64,
+            stream: u64,
+            stack: Option<StackId>,
+            time: i64,
+        }
+        let mut rows: Vec<A> = Vec::new();
+        let mut open: fragscope_snapshot::FxHashMap<u64, usize> = Default::default();
+        for (i, e) in tr.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    let a = A {
+                        alloc: Some(i),
+                        fr: None,
+                        fc: None,
+                        addr: e.addr,
+                        req: e.size,
+                        stream: e.stream,
+                        stack: e.stack,
+                        time: e.time_us,
+                    };
+                    open.insert(e.addr, rows.len());
+                    rows.push(a);
+                }
+                Action::FreeRequested | Action::FreeCompleted => {
+                    let k = match open.get(&e.addr) {
+                        Some(&k) => k,
+                        None => {
+                            open.insert(e.addr, rows.len());
+                            rows.push(A {
+                                alloc: None,
+                                fr: None,
+                                fc: None,
+                                addr: e.addr,
+                                req: e.size,
+                                stream: e.stream,
+                                stack: e.stack,
+                                time: fragscope_snapshot::NO_TIME,
+                            });
+                            rows.len() - 1
+                        }
+                    };
+                    if e.action == Action::FreeRequested {
+                        rows[k].fr = Some(i);
+                    } else {
+                        rows[k].fc = Some(i);
+                        open.remove(&e.addr);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let scopes = fragscope_analysis::attribution::Scopes::new(snap, device);
+        let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
+        for a in &rows {
+            note(a.stack);
+            let end = a.fc.or(a.fr);
+            let end_time = end.map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
+            let start_time = (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
+            let life = start_time.zip(end_time).map(|(s, e)| e - s);
+            let site = site_cache.entry(a.stack).or_insert_with(|| site_of(&snap.frames, a.stack).site).clone();
+            let ann = start_time.and_then(|t| scopes.innermost_at(t));
+            let rounded = fragscope_alloc::rounding::round_size(a.req, &cfg);
+            allocs.row(&[
+                V::S(file),
+                V::I(device),
+                a.alloc.map_or(V::N, |k| V::I(k as i64)),
+                a.fr.map_or(V::N, |k| V::I(k as i64)),
+                a.fc.map_or(V::N, |k| V::I(k as i64)),
+                start_time.map_or(V::N, V::I),
+                end_time.map_or(V::N, V::I),
+                life.map_or(V::N, V::I),
+                V::I(a.addr as i64),
+                V::I(a.req as i64),
+                V::I(rounded as i64),
+                V::I(a.stream as i64),
+                sid(a.stack),
+                V::S(&site),
+                ann.map_or(V::N, V::S),
+            ])?;
+        }
+    }
+    for s in &snap.segments {
+        note(s.stack);
+        let pool = s.segment_pool_id.map(|(a, b)| format!("{a},{b}"));
+        segs.row(&[
+            V::S(file),
+            V::I(s.device),
+            V::I(s.address as i64),
+            V::I(s.total_size as i64),
+            V::I(s.allocated_size as i64),
+            V::I(s.active_size as i64),
+            s.requested_size.map_or(V::N, |r| V::I(r as i64)),
+            V::I(s.stream as i64),
+            V::S(s.segment_type.as_str()),
+            pool.as_deref().map_or(V::N, V::S),
+            s.is_expandable.map_or(V::N, V::B),
+            sid(s.stack),
+            V::I(s.blocks.len() as i64),
+        ])?;
+        for b in &s.blocks {
+            note(b.stack);
+            let site = b.stack.map(|st| site_of(&snap.frames, Some(st)).site);
+            blocks.row(&[
+                V::S(file),
+                V::I(s.device),
+                V::I(s.address as i64),
+                V::I(b.address as i64),
+                V::I(b.size as i64),
+                b.requested_size.map_or(V::N, |r| V::I(r as i64)),
+                V::S(b.state.as_str()),
+                sid(b.stack),
+                site.as_deref().map_or(V::N, V::S),
+            ])?;
+        }
+    }
+    // Stacks and frames referenced by any row, in id order.
+    let mut used: Vec<StackId> = used.into_iter().collect();
+    used.sort_unstable();
+    let mut used_frames: Vec<FrameId> = Vec::new();
+    for &s in &used {
+        if snap.frames.stack(s).is_empty() {
+            // Frames recorded but empty: one row without a frame, so the id resolves.
+            stacks.row(&[V::S(file), V::I(s.index() as i64), V::I(0), V::N])?;
+        }
+        for (depth, &f) in snap.frames.stack(s).iter().enumerate() {
+            used_frames.push(f);
+            stacks.row(&[V::S(file), V::I(s.index() as i64), V::I(depth as i64), V::I(f.index() as i64)])?;
+        }
+    }
+    used_frames.sort_unstable();
+    used_frames.dedup();
+    for f in used_frames {
+        let fr = snap.frames.frame(f);
+        frames.row(&[
+            V::S(file),
+            V::I(f.index() as i64),
+            V::S(snap.frames.str(fr.filename)),
+            V::I(fr.line),
+            V::S(snap.frames.str(fr.name)),
+        ])?;
+    }
+    for a in snap.external_annotations.iter().flatten() {
+        anns.row(&[V::S(file), V::I(a.device), V::I(a.time_us), V::S(&a.name), V::S(&a.stage)])?;
+    }
+    Ok(())
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    let spec = args.window.spec()?;
+    std::fs::create_dir_all(&args.output).map_err(|e| io_err(&args.output, e))?;
+    let mut tables = create_tables(&args.output)?;
+    let files = crate::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, window| {
+        export_snapshot(&name, snap, &mut tables)?;
+        Ok(FileOut { file: name, window })
+    })?;
+    let tables = tables.into_iter().map(Table::finish).collect::<Result<Vec<_>, _>>()?;
+    let text = if args.json {
+        let out =
+            JsonOut { schema: SCHEMA, format: &args.format, output: args.output.display().to_string(), files, tables };
+        crate::output::json_text(&out)?
+    } else {
+        let mut s = String::new();
+        for f in &files {
+            if let Some(w) = &f.window {
+                s.push_str(&w.line());
+                s.push('\n');
+            }
+        }
+        s.push_str(&format!("wrote {} tables ({SCHEMA}) to {}:\n", tables.len(), args.output.display()));
+        for t in &tables {
+            s.push_str(&format!("  {:<14} {:>12} rows  {}\n", t.name, t.rows, t.path));
+        }
+        s
+    };
+    crate::print_stdout(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
