@@ -19,7 +19,7 @@
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
 
-use crate::replay::state::{backward_walk, BlockRec, RecordedState};
+use crate::replay::state::{backward_walk, BState, BlockRec, Inconsistency, RecordedState, SplitRules, SMALL_BUFFER};
 use crate::replay::{recorded_config, with_rules};
 
 /// One counter over the window: as `memory_stats()` names the metrics.
@@ -107,7 +107,6 @@ fn sums(st: &RecordedState) -> [(u64, u64); 7] {
             v[k].0 += n
         }
     };
-    use crate::replay::state::BState;
     for s in st.segs.values() {
         put(3, s.small, s.size);
         if !s.expandable {
@@ -133,98 +132,354 @@ fn sums(st: &RecordedState) -> [(u64, u64); 7] {
 
 /// The table for `device`, or why it cannot be built (no trace; the trace and the final
 /// state disagree, as `replay --verify` would report).
+///
+/// One backward walk with the block layout (it also checks the trace against the final
+/// state), then one forward pass over the trace without it: the walk notes, for each
+/// `alloc`, the size of the block it made and its pool, and for each segment entry the
+/// segment's pool; the forward pass adds the counters up from those notes. The result is
+/// the same as applying every entry forwards with the layout ([`memory_table_by_replay`],
+/// the definition) whenever that forward application would reproduce the walk's states,
+/// which the walk checks as it goes (see [`walk_noting`]); when it cannot tell, the
+/// table is built by that replay instead.
 pub fn memory_table(snap: &Snapshot, device: i64) -> Result<MemoryTable, String> {
+    table(snap, device, true).0
+}
+
+/// [`memory_table`] by the definition: the backward walk, then every entry applied
+/// forwards with the block layout. Slower (a second walk with the layout); kept as the
+/// fallback of [`memory_table`] and for tests that compare the two.
+#[doc(hidden)]
+pub fn memory_table_by_replay(snap: &Snapshot, device: i64) -> Result<MemoryTable, String> {
+    table(snap, device, false).0
+}
+
+/// [`memory_table`], and whether it was built from the walk's notes (`false`: by the
+/// replay, or no table). For tests, which check that the notes serve real traces.
+#[doc(hidden)]
+pub fn memory_table_noted(snap: &Snapshot, device: i64) -> (Result<MemoryTable, String>, bool) {
+    table(snap, device, true)
+}
+
+fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, String>, bool) {
     let trace = snap.trace(device);
     if trace.is_empty() {
-        return Err("no trace".into());
+        return (Err("no trace".into()), false);
     }
     let cfg = recorded_config(snap);
     let pool_of = |e: &TraceEvent| snap.pool_id(e).unwrap_or((0, 0));
     let fin = RecordedState::from_snapshot(snap, device);
-    with_rules(&cfg, |rules| {
-        let mut st = backward_walk(fin, trace, &pool_of, rules)
-            .map_err(|e| format!("the trace and the final state disagree at entry {}: {}", e.index, e.reason))?
-            .state;
-        let s = sums(&st);
-        let row = |k: usize| StatRow::new(s[k].0, s[k].1);
-        let mut t = MemoryTable {
-            window: "recorded window",
-            entries: trace.len() as u64,
-            allocated_bytes: row(0),
-            active_bytes: row(1),
-            requested_bytes: row(2),
-            reserved_bytes: row(3),
-            allocations: row(4),
-            active_allocs: row(5),
-            segments: row(6),
+    let mut noted = false;
+    let t = with_rules(&cfg, |rules| {
+        let disagree =
+            |e: Inconsistency| format!("the trace and the final state disagree at entry {}: {}", e.index, e.reason);
+        let (st, notes) = if noting {
+            walk_noting(fin, trace, &pool_of, rules).map_err(disagree)?
+        } else {
+            (backward_walk(fin, trace, &pool_of, rules).map_err(disagree)?.state, None)
         };
-        // The block each address holds from its `alloc` to its `free_completed` (its
-        // size, request and pool do not change meanwhile): frees read it here rather
-        // than search the segments again. Blocks from before the trace are searched for.
-        let mut held: FxHashMap<u64, (BlockRec, bool)> = FxHashMap::default();
-        for (i, ev) in trace.iter().enumerate() {
-            // The block before the entry changes it (frees), and the pool of a segment
-            // before it goes: looked up for those entries only (each lookup is a search
-            // of the segments, and this loop runs once per entry of the trace).
-            let before = match ev.action {
-                Action::FreeRequested => {
-                    held.get(&ev.addr).copied().or_else(|| st.block_starting(ev.addr).map(|(b, small, _)| (b, small)))
-                }
-                Action::FreeCompleted => {
-                    held.remove(&ev.addr).or_else(|| st.block_starting(ev.addr).map(|(b, small, _)| (b, small)))
-                }
-                _ => None,
-            };
-            let seg_small_before = match ev.action {
-                Action::SegmentFree | Action::SegmentUnmap => {
-                    st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).map(|s| s.small)
-                }
-                _ => None,
-            };
-            st.apply(i, ev, pool_of(ev), rules)
-                .map_err(|e| format!("the trace cannot be replayed at entry {}: {}", e.index, e.reason))?;
-            match ev.action {
-                Action::Alloc => {
-                    // ... and after it (the block an alloc made or took).
-                    let Some((b, small, _)) = st.block_starting(ev.addr) else { continue };
-                    held.insert(ev.addr, (b, small));
-                    t.allocated_bytes.add(small, b.size);
-                    t.active_bytes.add(small, b.size);
-                    t.requested_bytes.add(small, ev.size);
-                    t.allocations.add(small, 1);
-                    t.active_allocs.add(small, 1);
-                }
-                Action::FreeRequested => {
-                    if let Some((b, small)) = before {
-                        t.allocated_bytes.sub(small, b.size);
-                        t.allocations.sub(small, 1);
-                    }
-                }
-                Action::FreeCompleted => {
-                    if let Some((b, small)) = before {
-                        t.active_bytes.sub(small, b.size);
-                        t.requested_bytes.sub(small, b.requested);
-                        t.active_allocs.sub(small, 1);
-                    }
-                }
-                Action::SegmentAlloc | Action::SegmentMap => {
-                    let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).is_some_and(|s| s.small);
-                    t.reserved_bytes.add(small, ev.size);
-                    if ev.action == Action::SegmentAlloc {
-                        t.segments.add(small, 1);
-                    }
-                }
-                Action::SegmentFree | Action::SegmentUnmap => {
-                    // The segment (or range) is gone after the entry: its pool from before.
-                    let small = seg_small_before.unwrap_or(false);
-                    t.reserved_bytes.sub(small, ev.size);
-                    if ev.action == Action::SegmentFree {
-                        t.segments.sub(small, 1);
-                    }
-                }
-                _ => {}
-            }
+        let mut t = start_table(&st, trace.len());
+        noted = notes.is_some();
+        match notes {
+            Some(notes) => count_forward(&mut t, &st, trace, notes),
+            None => replay_forward(&mut t, st, trace, &pool_of, rules)?,
         }
         Ok(t)
-    })
+    });
+    (t, noted)
+}
+
+/// The table at the first entry (every column at its start value).
+fn start_table(st: &RecordedState, entries: usize) -> MemoryTable {
+    let s = sums(st);
+    let row = |k: usize| StatRow::new(s[k].0, s[k].1);
+    MemoryTable {
+        window: "recorded window",
+        entries: entries as u64,
+        allocated_bytes: row(0),
+        active_bytes: row(1),
+        requested_bytes: row(2),
+        reserved_bytes: row(3),
+        allocations: row(4),
+        active_allocs: row(5),
+        segments: row(6),
+    }
+}
+
+/// A note of the walk: a block size (or 0 for a segment entry) shifted left once, the
+/// low bit set when the block or segment is in the small pool.
+fn note(size: u64, small: bool) -> u64 {
+    (size << 1) | small as u64
+}
+
+/// The backward walk of [`backward_walk`] (same undo of each entry, same error), noting
+/// what the forward pass of [`count_forward`] needs, latest entry first: for each
+/// `alloc`, the block it made (the walk's block there before undoing it); for each
+/// `segment_alloc` / `segment_map`, the pool of the segment after it, and for each
+/// `segment_free` / `segment_unmap`, before it. Returns the state at the first entry and
+/// the notes, or no notes when applying the entries forwards from that state might not
+/// give back the walk's states, so that the notes might differ from what the replay of
+/// [`memory_table_by_replay`] sees:
+///
+/// * an `alloc` whose block the forward rules would not make from the free block the
+///   walk leaves there (another size, or no free block starting at the address);
+/// * a block whose size the walk chose and revised later on (an earlier entry proved
+///   another size, [`BlockRec::guessed`] / [`BlockRec::may_grow`]): the walk's states
+///   between its choice and the revision held the other size;
+/// * a `segment_alloc` whose segment's pool is not the one the forward rule gives it
+///   (2 MiB = small), segments that overlap in the final state, and expandable segments
+///   (`segment_map` / `segment_unmap`: the forward merge of mapped ranges depends on
+///   their streams and pools, which the table does not otherwise need).
+///
+/// Without those, by induction from the first entry, applying entry `i` to the walk's
+/// state before it gives the walk's state after it, so the replay's lookups find what
+/// the walk found.
+fn walk_noting(
+    mut st: RecordedState,
+    trace: &[TraceEvent],
+    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    rules: &SplitRules,
+) -> Result<(RecordedState, Option<Vec<u64>>), Inconsistency> {
+    let mut exact = segments_apart(&st);
+    let mut notes: Vec<u64> = Vec::new();
+    let mut scratch = Vec::new();
+    // Blocks whose size the walk chose revisably (by address): the size chosen.
+    let mut chosen: FxHashMap<u64, u64> = FxHashMap::default();
+    let may_guess = rules.max_split_size.is_some();
+    for (i, ev) in trace.iter().enumerate().rev() {
+        match ev.action {
+            Action::Alloc => {
+                // The block the alloc made, and the free block undoing it leaves (the
+                // block merged with a free block after it; one before it means no free
+                // block starts at the address), from one lookup before the undo.
+                let made = if exact { made_by_alloc(&st, ev.addr) } else { None };
+                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                if !exact {
+                    continue;
+                }
+                let Some((b, small, expandable, left)) = made else {
+                    exact = false;
+                    continue;
+                };
+                if !chosen.is_empty() && chosen.remove(&ev.addr).is_some_and(|c| c != b.size) {
+                    exact = false;
+                }
+                // The forward rule from that free block (§3.8) must make this block.
+                let s = (rules.round)(ev.size);
+                let fwd = match left {
+                    Some(f) if f >= s => {
+                        if rules.should_split(small, expandable, f, s) {
+                            s
+                        } else {
+                            f
+                        }
+                    }
+                    _ => u64::MAX,
+                };
+                if fwd != b.size {
+                    exact = false;
+                }
+                notes.push(note(b.size, small));
+            }
+            Action::FreeCompleted => {
+                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                // A size chosen with a larger one possible is reported in `scratch`
+                // (may_grow); a whole take kept revisable (guessed) only exists under
+                // max_split_size, where every free is looked at.
+                if exact && (!scratch.is_empty() || may_guess) {
+                    if let Some((b, _, _)) = st.block_starting(ev.addr) {
+                        if b.guessed || b.may_grow > 0 {
+                            chosen.insert(ev.addr, b.size);
+                        }
+                    }
+                }
+                scratch.clear();
+            }
+            Action::SegmentAlloc => {
+                let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).map(|s| s.small);
+                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                if small != Some(ev.size == SMALL_BUFFER) {
+                    exact = false;
+                }
+                notes.push(note(0, small.unwrap_or(false)));
+            }
+            Action::SegmentFree => {
+                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).is_some_and(|s| s.small);
+                notes.push(note(0, small));
+            }
+            Action::SegmentMap | Action::SegmentUnmap => {
+                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                exact = false;
+            }
+            _ => st.undo(i, ev, pool_of(ev), rules, &mut scratch)?,
+        }
+    }
+    // Blocks alive at the first entry whose chosen size an earlier entry revised.
+    if exact && chosen.iter().any(|(&a, &c)| st.block_starting(a).is_none_or(|(b, _, _)| b.size != c)) {
+        exact = false;
+    }
+    Ok((st, exact.then_some(notes)))
+}
+
+/// The allocated block starting at `addr` (before the walk undoes its `alloc`): the
+/// block, whether its segment is in the small pool and expandable, and the size of the
+/// free block that undoing the alloc leaves starting at `addr` (`None` when a free block
+/// before it would absorb it).
+fn made_by_alloc(st: &RecordedState, addr: u64) -> Option<(BlockRec, bool, bool, Option<u64>)> {
+    let seg = st.segs.get(&st.seg_key(addr)?)?;
+    let bl = &seg.blocks;
+    let j = bl.partition_point(|b| b.addr <= addr).checked_sub(1)?;
+    let b = bl[j];
+    if b.addr != addr || b.state != BState::Allocated {
+        return None;
+    }
+    let free = |k: usize| bl.get(k).filter(|n| n.state == BState::Free);
+    let left = match j.checked_sub(1).and_then(free) {
+        Some(_) => None,
+        None => Some(b.size + free(j + 1).map_or(0, |n| n.size)),
+    };
+    Some((b, seg.small, seg.expandable, left))
+}
+
+/// No two segments of the state overlap (the walk adds segments only where none is, so
+/// then no state of the walk has overlapping segments either).
+fn segments_apart(st: &RecordedState) -> bool {
+    let mut end = 0;
+    for s in st.segs.values() {
+        if s.addr < end {
+            return false;
+        }
+        end = s.end();
+    }
+    true
+}
+
+/// The counters over the trace from the walk's notes (latest entry last in `notes`'
+/// reverse order: they are taken from the end). A free reads the block its `alloc` made,
+/// or, for a block from before the trace, the block of the state at the first entry.
+fn count_forward(t: &mut MemoryTable, st: &RecordedState, trace: &[TraceEvent], mut notes: Vec<u64>) {
+    // Live blocks: (size, request, small pool).
+    let mut held: FxHashMap<u64, (u64, u64, bool)> = FxHashMap::default();
+    for s in st.segs.values() {
+        for b in s.blocks.iter().filter(|b| b.state != BState::Free) {
+            held.insert(b.addr, (b.size, b.requested, s.small));
+        }
+    }
+    let mut next = || notes.pop().map_or((0, false), |n| (n >> 1, n & 1 == 1));
+    for ev in trace {
+        match ev.action {
+            Action::Alloc => {
+                let (size, small) = next();
+                held.insert(ev.addr, (size, ev.size, small));
+                t.allocated_bytes.add(small, size);
+                t.active_bytes.add(small, size);
+                t.requested_bytes.add(small, ev.size);
+                t.allocations.add(small, 1);
+                t.active_allocs.add(small, 1);
+            }
+            Action::FreeRequested => {
+                if let Some(&(size, _, small)) = held.get(&ev.addr) {
+                    t.allocated_bytes.sub(small, size);
+                    t.allocations.sub(small, 1);
+                }
+            }
+            Action::FreeCompleted => {
+                if let Some((size, requested, small)) = held.remove(&ev.addr) {
+                    t.active_bytes.sub(small, size);
+                    t.requested_bytes.sub(small, requested);
+                    t.active_allocs.sub(small, 1);
+                }
+            }
+            Action::SegmentAlloc => {
+                let (_, small) = next();
+                t.reserved_bytes.add(small, ev.size);
+                t.segments.add(small, 1);
+            }
+            Action::SegmentFree => {
+                let (_, small) = next();
+                t.reserved_bytes.sub(small, ev.size);
+                t.segments.sub(small, 1);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The counters by applying every entry forwards with the block layout from the state at
+/// the first entry (the definition; see [`memory_table_by_replay`]).
+fn replay_forward(
+    t: &mut MemoryTable,
+    mut st: RecordedState,
+    trace: &[TraceEvent],
+    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    rules: &SplitRules,
+) -> Result<(), String> {
+    // The block each address holds from its `alloc` to its `free_completed` (its
+    // size, request and pool do not change meanwhile): frees read it here rather
+    // than search the segments again. Blocks from before the trace are searched for.
+    let mut held: FxHashMap<u64, (BlockRec, bool)> = FxHashMap::default();
+    for (i, ev) in trace.iter().enumerate() {
+        // The block before the entry changes it (frees), and the pool of a segment
+        // before it goes: looked up for those entries only (each lookup is a search
+        // of the segments, and this loop runs once per entry of the trace).
+        let before = match ev.action {
+            Action::FreeRequested => {
+                held.get(&ev.addr).copied().or_else(|| st.block_starting(ev.addr).map(|(b, small, _)| (b, small)))
+            }
+            Action::FreeCompleted => {
+                held.remove(&ev.addr).or_else(|| st.block_starting(ev.addr).map(|(b, small, _)| (b, small)))
+            }
+            _ => None,
+        };
+        let seg_small_before = match ev.action {
+            Action::SegmentFree | Action::SegmentUnmap => {
+                st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).map(|s| s.small)
+            }
+            _ => None,
+        };
+        st.apply(i, ev, pool_of(ev), rules)
+            .map_err(|e| format!("the trace cannot be replayed at entry {}: {}", e.index, e.reason))?;
+        match ev.action {
+            Action::Alloc => {
+                // ... and after it (the block an alloc made or took).
+                let Some((b, small, _)) = st.block_starting(ev.addr) else { continue };
+                held.insert(ev.addr, (b, small));
+                t.allocated_bytes.add(small, b.size);
+                t.active_bytes.add(small, b.size);
+                t.requested_bytes.add(small, ev.size);
+                t.allocations.add(small, 1);
+                t.active_allocs.add(small, 1);
+            }
+            Action::FreeRequested => {
+                if let Some((b, small)) = before {
+                    t.allocated_bytes.sub(small, b.size);
+                    t.allocations.sub(small, 1);
+                }
+            }
+            Action::FreeCompleted => {
+                if let Some((b, small)) = before {
+                    t.active_bytes.sub(small, b.size);
+                    t.requested_bytes.sub(small, b.requested);
+                    t.active_allocs.sub(small, 1);
+                }
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).is_some_and(|s| s.small);
+                t.reserved_bytes.add(small, ev.size);
+                if ev.action == Action::SegmentAlloc {
+                    t.segments.add(small, 1);
+                }
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                // The segment (or range) is gone after the entry: its pool from before.
+                let small = seg_small_before.unwrap_or(false);
+                t.reserved_bytes.sub(small, ev.size);
+                if ev.action == Action::SegmentFree {
+                    t.segments.sub(small, 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
