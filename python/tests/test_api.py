@@ -166,6 +166,19 @@ def test_diff_equals_cli():
     assert r.schema == "fragscope.diff/1" and r.a == str(a)
 
 
+def test_predict_equals_cli():
+    # The niu grids ship in the repository (crates/testdata/real/grids).
+    grids = REPO / "crates" / "testdata" / "real" / "grids"
+    a, b = grids / "niu-fwd-ctx100-fp32.pickle", grids / "niu-fwd-ctx150-fp32.pickle"
+    r = same_as_cli(["predict", "--json", str(a), str(b), "--sizes", "100,150", "--at", "200",
+                     "--capacity", "4GiB"],
+                    lambda: fragscope.predict([str(a), str(b)], sizes=[100, 150], at=[200], capacity="4GiB"))
+    assert r.schema == "fragscope.predict/1" and r.predictions[0]["at"] == 200
+    # One recording: the CLI's line, which says what to record.
+    with pytest.raises(fragscope.FragscopeError, match="fragscope.torch.record"):
+        fragscope.predict([str(a)], sizes=[100], at=[200])
+
+
 def test_save_snapshot_roundtrip(tmp_path):
     snap = fragscope.example()
     out = tmp_path / "example.pickle"

@@ -132,7 +132,7 @@ pub fn fit(points: &[(u64, u64)]) -> SizeFit {
         if p > points.len() {
             break;
         }
-        if let Some(c) = solve(law, &points[..], scale) {
+        if let Some(c) = solve(law, points, scale) {
             let f = SizeFit {
                 law,
                 evidence: if p < points.len() { Evidence::Confirmed } else { Evidence::Determined },
@@ -178,11 +178,12 @@ fn solve(law: Law, points: &[(u64, u64)], scale: f64) -> Option<[f64; 3]> {
             return None;
         }
         m.swap(col, piv);
-        for r in 0..p {
+        let pivot = m[col];
+        for (r, row) in m.iter_mut().enumerate().take(p) {
             if r != col {
-                let f = m[r][col] / m[col][col];
-                for k in col..4 {
-                    m[r][k] -= f * m[col][k];
+                let f = row[col] / pivot[col];
+                for (x, y) in row.iter_mut().zip(pivot.iter()).skip(col) {
+                    *x -= f * y;
                 }
             }
         }
