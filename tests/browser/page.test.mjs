@@ -412,3 +412,19 @@ test('event list: the entries around the state shown, the OOM line, arrow keys s
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('colour by allocation: each drawn allocation its own colour (by call site: one per site)', async () => {
+  const { page, errors } = await open(ctx, report([], join(OUT, 'colours.html')));
+  const bySite = await page.evaluate(() => window.fragscope.allocColours());
+  const sameSite = (xs) => { const m = new Map(); for (const x of xs) { if (!m.has(x.stack)) m.set(x.stack, new Set()); m.get(x.stack).add(x.colour); } return m; };
+  for (const [st, cols] of sameSite(bySite)) assert.equal(cols.size, 1, `stack ${st}: one colour by call site`);
+  const before = await page.$eval('canvas.tl', (c) => c.toDataURL());
+  await page.selectOption('#tl-colour', 'allocation');
+  const byAlloc = await page.evaluate(() => window.fragscope.allocColours());
+  const shared = [...sameSite(byAlloc)].filter(([, cols]) => cols.size > 1);
+  assert.ok(shared.length > 0, 'allocations of one call site get different colours');
+  assert.ok(new Set(byAlloc.map((x) => x.colour)).size > new Set(bySite.map((x) => x.colour)).size, 'more colours than call sites');
+  assert.notEqual(await page.$eval('canvas.tl', (c) => c.toDataURL()), before, 'the timeline is redrawn');
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -290,7 +290,7 @@
   // ---------- page state ----------
   // Page state. `state`: the trace state the state view shows; `stack`: the timeline
   // stacked by allocation (`n` of them drawn) or by call site (`bands` of them).
-  const S = { file: 0, dev: null, allFrames: false, x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, c: null };
+  const S = { file: 0, dev: null, allFrames: false, colour: 'site', x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, c: null };
   const views = {};
 
   // The analysis of device index di of a file (null when it was not analysed).
@@ -554,6 +554,9 @@
     nIn.addEventListener('input', () => { S.n = +nIn.value; layoutAllocs(c, S.n); showMode(); redrawAll(); });
     bands.addEventListener('input', () => { S.bands = +bands.value; showMode(); redrawAll(); });
     api.setAllocations = (n) => { S.n = n; nIn.value = String(n); layoutAllocs(c, n); showMode(); redrawAll(); return c.N; };
+    const colourSel = el('select', { id: 'tl-colour', title: 'colour of the allocations and blocks' }, el('option', { value: 'site' }, 'call site'), el('option', { value: 'allocation' }, 'allocation'));
+    colourSel.value = S.colour;
+    colourSel.addEventListener('change', () => { S.colour = colourSel.value; redrawAll(); });
     const axis = el('select', { id: 'tl-axis' }, el('option', { value: 'events' }, 'event order'), el('option', { value: 'time' }, 'wall clock'));
     axis.value = S.axis;
     if (!c.clock) { axis.disabled = true; axis.title = 'the trace records no times'; }
@@ -590,7 +593,7 @@
       el('button', { id: 'zoom-in', onclick: () => zoomBy(0.5) }, 'zoom in'),
       el('button', { id: 'zoom-out', onclick: () => zoomBy(2) }, 'zoom out'),
       el('button', { id: 'zoom-reset', onclick: () => { S.x0 = 0; S.x1 = c.states; redrawTimed(); } }, 'reset'),
-      'x axis', axis, 'stacked by', mode, nIn, bands, nLabel, info));
+      'x axis', axis, 'stacked by', mode, 'coloured by', colourSel, nIn, bands, nLabel, info));
     showMode();
     if (c.states === 1) sec.append(el('p', { class: 'note' }, 'No trace was recorded (state only): the timeline has one point, the snapshot itself. Record with torch.cuda.memory._record_memory_history() for the history.'));
     sec.append(cv);
@@ -634,6 +637,12 @@
     for (let i = i0; i <= i1; i++) ymax = Math.max(ymax, lv.res[i], lv.alloc[i], lv.req[i]);
     return { lv, i0, i1, ymax: ymax * 1.05, pw: w - TL_LEFT, ph: h - TL_TOP - TL_BOTTOM };
   }
+  // An allocation's colour: its call site's, or (colour mode "allocation", as memory_viz
+  // draws them) one of its own, from its address and alloc event.
+  function allocColour(c, i) {
+    return S.colour === 'allocation' ? color(Math.abs(Math.round(c.allocs[i * AL] / 512) * 31 + c.allocs[i * AL + 3]) % 9973) : color(c.allocs[i * AL + 5]);
+  }
+  api.allocColours = () => (S.c && S.c.drawn ? S.c.drawn.map((i) => ({ index: i, stack: S.c.allocs[i * AL + 5], colour: allocColour(S.c, i) })) : []);
   // Whether an allocation is dimmed by the current highlight (search or click).
   function dimAlloc(c, i) {
     if (S.hitAllocs) return !S.hitAllocs.has(i);
@@ -701,7 +710,7 @@
         const a = A[i * AL + 3], end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states;
         if (end < S.x0 || a > S.x1) continue;
         const P = c.pts.get(i), size = A[i * AL + 1];
-        g.fillStyle = color(A[i * AL + 5]);
+        g.fillStyle = allocColour(c, i);
         g.globalAlpha = dimAlloc(c, i) ? 0.2 : 1;
         shown++;
         // Level of detail: steps narrower than a pixel are merged into one rectangle
@@ -1072,7 +1081,8 @@
       const st = blocks[i + 4], stack = blocks[i + 5];
       // State 3: several small blocks merged (a coarse keyframe), shaded by the share
       // of their bytes allocated.
-      const fill = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : st === 3 ? `rgba(71,85,105,${(0.15 + 0.75 * blocks[i + 3] / Math.max(1, blocks[i + 2])).toFixed(2)})` : color(stack);
+      const fill = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : st === 3 ? `rgba(71,85,105,${(0.15 + 0.75 * blocks[i + 3] / Math.max(1, blocks[i + 2])).toFixed(2)})`
+        : S.colour === 'allocation' ? color(Math.round(blocks[i + 1] / 512) % 9973) : color(stack);
       g.globalAlpha = S.highlight && (st === 1 || st === 2) && !S.highlight.has(stack) ? 0.2 : 1;
       // Rounding slack (block − request) at the block's end: the last bytes.
       const slackFrom = st === 1 && blocks[i + 3] < blocks[i + 2] ? o + blocks[i + 3] : Infinity;
