@@ -1,5 +1,5 @@
-//! Prints the steps (and, once written, the roles) of each device of the snapshots named
-//! on the command line: `cargo run --release -p fragscope-analysis --example roles_dump -- FILE...`.
+//! Prints the steps and the memory by role of each device of the snapshots named on the
+//! command line (`DUMP_ROLE=gradients` also lists every block given that role): `cargo run --release -p fragscope-analysis --example roles_dump -- FILE...`.
 fn main() {
     for p in std::env::args().skip(1) {
         let snap = match fragscope_snapshot::read_path(std::path::Path::new(&p)) {
@@ -60,6 +60,3 @@ fn main() {
         }
     }
 }
-
-#[allow(dead_code)]
-fn unused() {}

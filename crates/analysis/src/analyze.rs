@@ -263,7 +263,8 @@ fn analyze_device_inner(
             let h_it = s.spawn(move || {
                 // Sent as soon as found: the leak tests start when the walk ends, even if
                 // the work below is not done.
-                let _ = it_tx.send(leaks::iterations(snap, device));
+                let st = crate::steps::steps(snap, device);
+                let _ = it_tx.send((leaks::iterations_with_steps(snap, device, &st), st));
                 // The era (a look at every entry) and the caller's work too, here rather
                 // than on threads of their own: one helper beside the walk keeps the
                 // walk's core to itself.
@@ -272,11 +273,11 @@ fn analyze_device_inner(
             let tl = part_timeline();
             let lives = lives_of(&tl);
             // No iterations only when that thread panicked: its panic, here.
-            let it = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
+            let (it, st) = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
             let lives2 = Arc::clone(&lives);
             let h_leaks = s.spawn(move || part_leaks(it, &lives));
             let h_roles = s.spawn(move || {
-                let (r, st, rr) = roles::device_roles_with(snap, &lives2);
+                let (r, rr) = roles::device_roles_from(snap, &lives2, &st);
                 (r, st, rr, lives2)
             });
             let main = part_main(&tl);
@@ -294,8 +295,9 @@ fn analyze_device_inner(
     } else {
         let tl = part_timeline();
         let lives = lives_of(&tl);
-        let lk = part_leaks(leaks::iterations(snap, device), &lives);
-        let (r, st, rr) = roles::device_roles_with(snap, &lives);
+        let st = crate::steps::steps(snap, device);
+        let lk = part_leaks(leaks::iterations_with_steps(snap, device, &st), &lives);
+        let (r, rr) = roles::device_roles_from(snap, &lives, &st);
         let main = part_main(&tl);
         (tl, main, lk, part_oom(), None, (r, st, rr, lives))
     };

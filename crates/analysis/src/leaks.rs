@@ -173,7 +173,8 @@ pub const MAX_SPANS: usize = 32;
 /// How the iterations were found.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Iterations {
-    /// `"annotation"`, `"periodicity"` or `"none"`.
+    /// `"steps"` (training steps from evidence, [`crate::steps`]), `"annotation"`,
+    /// `"periodicity"` or `"none"`.
     pub source: &'static str,
     /// The scope name (annotation source).
     pub scope: Option<String>,
@@ -496,6 +497,32 @@ pub fn iterations(snap: &Snapshot, device: i64) -> Iterations {
         Err(reason) => match periodic(false).ok().filter(|_| trace.iter().any(|e| e.stack.is_some())) {
             Some(it) => it,
             None => Iterations { source: "none", reason: Some(reason), ..Iterations::default() },
+        },
+    }
+}
+
+/// The iterations of one device's trace from its training steps ([`crate::steps`]) when
+/// it has any: the steps' starts when there are [`MIN_ITERATIONS`] or more (source
+/// `"steps"`); none when there are fewer (one or two steps: growth across steps cannot be
+/// told, and the repeats inside a step are its layers, not iterations); the annotations
+/// or the periodicity ([`iterations`]) when the trace shows no step at all.
+pub fn iterations_with_steps(snap: &Snapshot, device: i64, st: &crate::steps::Steps) -> Iterations {
+    match st.steps.len() {
+        0 => iterations(snap, device),
+        n if n < MIN_ITERATIONS => Iterations {
+            source: "none",
+            reason: Some(format!(
+                "only {n} training step{} in the trace ({}): leaks across steps cannot be told from it (growth inside a step is activations); record {MIN_ITERATIONS} steps or more, or mark them with fragscope.torch.phase(\"step\")",
+                if n == 1 { "" } else { "s" },
+                st.describe()
+            )),
+            ..Iterations::default()
+        },
+        _ => Iterations {
+            source: "steps",
+            scope: None,
+            boundaries: st.steps.iter().map(|s| s.start).collect(),
+            ..Iterations::default()
         },
     }
 }
@@ -1116,6 +1143,7 @@ pub fn leaks_device_with(
         let peak_transient = transient.iter().copied().fold(0.0, f64::max);
         let trusted_steps = steps
             && (it.source == "annotation"
+                || it.source == "steps"
                 || (transient_slope.abs() * transient.len() as f64) <= MAX_TRANSIENT_DRIFT * peak_transient);
 
         // 1. Growth across iterations (module doc).

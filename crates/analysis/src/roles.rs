@@ -92,11 +92,12 @@ pub enum Reason {
     ActKeptLastStep,
     TempFreedInPhase,
     TempFreedBetweenSteps,
-    TempNoSteps,
+
     InputBeforeForward,
     OtherOutlivesStep,
     OtherBackwardNoParameter,
     OtherWorkspace,
+    OtherNoSteps,
     OtherBeforeTrace,
     OtherUndecided,
 }
@@ -116,11 +117,14 @@ impl Reason {
             | OptSetupOptimizerFrames
             | OptBeforeTraceCopiesOfParams => Role::OptimizerState,
             ActKeptForBackward | ActKeptLastStep => Role::Activations,
-            TempFreedInPhase | TempFreedBetweenSteps | TempNoSteps => Role::Temporaries,
+            TempFreedInPhase | TempFreedBetweenSteps => Role::Temporaries,
             InputBeforeForward => Role::Inputs,
-            OtherOutlivesStep | OtherBackwardNoParameter | OtherWorkspace | OtherBeforeTrace | OtherUndecided => {
-                Role::Other
-            }
+            OtherOutlivesStep
+            | OtherBackwardNoParameter
+            | OtherWorkspace
+            | OtherNoSteps
+            | OtherBeforeTrace
+            | OtherUndecided => Role::Other,
         }
     }
     /// How sure the rule is: identities and phase+lifetime together high, one of them
@@ -140,7 +144,7 @@ impl Reason {
             ActKeptLastStep => 0.5,
             TempFreedInPhase => 0.9,
             TempFreedBetweenSteps => 0.6,
-            TempNoSteps => 0.3,
+            OtherNoSteps => 0.3,
             InputBeforeForward => 0.6,
             OtherOutlivesStep | OtherBackwardNoParameter => 0.4,
             OtherWorkspace => 0.9,
@@ -168,7 +172,7 @@ impl Reason {
             ActKeptLastStep => "made in the last step's forward, still live when backward starts and at the end of the trace",
             TempFreedInPhase => "freed in the phase that made it",
             TempFreedBetweenSteps => "made and freed outside the steps' phases",
-            TempNoSteps => "freed in the trace (no step to place it in)",
+            OtherNoSteps => "made in a pass that no training step bounds: activations cannot be told from temporaries",
             InputBeforeForward => "made outside the steps' phases and still live when the next forward pass starts",
             OtherOutlivesStep => "made in forward and kept beyond the next step",
             OtherBeforeTrace => "live before the trace, not matched to a parameter or optimizer state",
@@ -318,16 +322,9 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             },
             (Phase::Outside, _) => continue, // below, once parameters are known
             // A phase outside every step (work after the last step, or a trace without
-            // steps): temporaries when freed in the same phase.
-            (p, None) => {
-                if e < n && st.phase_at(e) == p {
-                    Reason::TempFreedInPhase
-                } else if e < n {
-                    Reason::TempNoSteps
-                } else {
-                    Reason::OtherUndecided
-                }
-            }
+            // steps): nothing bounds the phase, so activations cannot be told from
+            // temporaries (a forward-only trace is one long forward "phase").
+            (_, None) => Reason::OtherNoSteps,
         };
         traced[i] = BlockRole::of(reason);
     }
@@ -669,10 +666,47 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
     (summarize(snap, lives, &roles, &st), st, roles)
 }
 
+/// [`device_roles_with`] with the steps already found.
+pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
+    let roles = classify(snap, lives, st);
+    (summarize(snap, lives, &roles, st), roles)
+}
+
 /// "parameters 12.7 GiB, gradients 12.7 GiB, ..." of the roles with bytes in `v`
 /// (as [`bytes_at`] returns), largest first.
 pub fn describe_bytes(v: &[u64; 7], fmt: impl Fn(u64) -> String) -> String {
     let mut r: Vec<(Role, u64)> = Role::ALL.iter().map(|&r| (r, v[r as usize])).filter(|x| x.1 > 0).collect();
     r.sort_by(|a, b| b.1.cmp(&a.1));
     r.iter().map(|(role, b)| format!("{} {}", role.as_str().replace('_', " "), fmt(*b))).collect::<Vec<_>>().join(", ")
+}
+
+/// The roles as text, for `analyze` and `summary`: the steps, then one line per role
+/// with bytes (`fmt`), its confidence and its main evidence.
+pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "  Steps: {}.", r.steps);
+    let _ = writeln!(o, "  {:<16} {:>12} {:>12}  {:>4}  evidence (most bytes)", "role", "at peak", "max", "conf");
+    let mut rows: Vec<(&&str, &RoleBytes)> = r.by_role.iter().filter(|(_, b)| b.blocks > 0).collect();
+    rows.sort_by(|a, b| b.1.max.cmp(&a.1.max));
+    for (name, b) in rows {
+        let _ = writeln!(
+            o,
+            "  {:<16} {:>12} {:>12}  {:.2}  {}",
+            name,
+            fmt(b.at_peak),
+            fmt(b.max),
+            b.confidence,
+            b.evidence.first().map_or("", |e| e.evidence)
+        );
+    }
+    if let Some(at) = &r.at_oom {
+        let v: [u64; 7] = std::array::from_fn(|k| at.get(Role::ALL[k].as_str()).copied().unwrap_or(0));
+        let _ = writeln!(o, "  At the OOM: {}.", describe_bytes(&v, &fmt));
+    }
+    let _ = writeln!(
+        o,
+        "  (tensor bytes; \"at peak\" at the allocated peak, \"max\" the most the role held at any moment)"
+    );
+    o
 }

@@ -126,6 +126,9 @@ pub struct DeviceSummary {
     /// [`crate::memstats`]); `None` without a trace or when the trace and the state disagree.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_table: Option<crate::memstats::MemoryTable>,
+    /// Memory by role over the trace ([`crate::roles`]); absent without a trace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roles: Option<crate::roles::DeviceRoles>,
 }
 
 /// Where the reserved-but-unallocated memory is.
@@ -424,6 +427,7 @@ pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
         fragmentation,
         trace,
         memory_table: crate::memstats::memory_table(snap, device).ok(),
+        roles: (!snap.trace(device).is_empty()).then(|| crate::roles::device_roles(snap, device)),
     }
 }
 

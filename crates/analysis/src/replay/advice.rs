@@ -103,7 +103,7 @@ pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Re
             Ok((pts, format!("{n} chosen trace entr{}", if n == 1 { "y" } else { "ies" })))
         }
         EmptyCacheAt::Iterations => {
-            let it = crate::leaks::iterations(snap, device);
+            let it = crate::leaks::iterations_with_steps(snap, device, &crate::steps::steps(snap, device));
             if it.boundaries.is_empty() {
                 return Err(format!(
                     "no iterations found ({})",
@@ -113,6 +113,7 @@ pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Re
             let how = match (&it.scope, it.period_allocs) {
                 (Some(s), _) => format!("{} iterations from the record_function scope \"{s}\"", it.boundaries.len()),
                 (None, Some(p)) => format!("{} iterations of {p} allocations (periodicity)", it.boundaries.len()),
+                _ if it.source == "steps" => format!("{} training steps", it.boundaries.len()),
                 _ => format!("{} iterations", it.boundaries.len()),
             };
             Ok((it.boundaries, how))

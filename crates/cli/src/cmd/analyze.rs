@@ -167,6 +167,10 @@ fn device_text(d: &DeviceAnalysis) -> String {
     o.push_str(&fragmentation_text(d));
     o.push('\n');
     n += 1;
+    let _ = writeln!(o, "{n}. Memory by role");
+    o.push_str(&fragscope_analysis::roles::text(&d.roles, bytes));
+    o.push('\n');
+    n += 1;
     let _ = writeln!(o, "{n}. Leak suspects");
     if d.leak_suspects.is_empty() {
         let why = match d.iterations.source {

@@ -147,6 +147,11 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
         o.push('\n');
         o.push_str(&trace_text(d));
         o.push('\n');
+        if let Some(r) = &d.roles {
+            let _ = writeln!(o, "Memory by role (device {}):", d.device);
+            o.push_str(&fragscope_analysis::roles::text(r, output::bytes));
+            o.push('\n');
+        }
     }
     o.push_str(&settings_text(s));
     if s.devices.iter().any(|d| d.all.segments > 0) {
