@@ -160,3 +160,28 @@ fn the_pytorch_row_releases_where_the_recording_did() {
     assert!((0.99..=1.01).contains(&ratio), "lab {} vs recorded peak reserved {peak} ({ratio:.3})", row.peak_reserved);
     assert!(row.ratio < 1.1, "{}", row.ratio);
 }
+
+/// Issue 21 item 12 (in part): the smallest device on which each policy runs without an
+/// OOM. The size found must run without one and the size 2 MiB below must not.
+#[test]
+fn smallest_device_without_an_oom_is_a_boundary() {
+    use fragscope_analysis::replay::lab::{lab_with, make_policy, PolicySpec};
+    let Some(path) = fragscope_testdata::real_file("decomfl-opt-zeroth-order-windows.pickle") else { return };
+    let snap = fragscope_snapshot::read_path(&path).unwrap();
+    let lw = workload_of(&snap, 0);
+    let cfg = recorded_config(&snap);
+    let specs = [PolicySpec::PyTorch(String::new()), PolicySpec::BestFit, PolicySpec::PagedBestFit];
+    let r = lab_with(&snap, 0, &specs, None, true);
+    assert_eq!(r.rows.len(), 3);
+    for (row, spec) in r.rows.iter().zip(&specs) {
+        let c = row.min_capacity.expect("asked for");
+        assert!(c >= r.bounds.live && c <= row.peak_reserved.next_multiple_of(2 << 20), "{}: {c}", row.policy);
+        let ooms = |cap: u64| {
+            let mut p = make_policy(spec, &cfg, &lw.workload, cap);
+            drive(p.as_mut(), &lw.workload, false, 0).unwrap().ooms
+        };
+        assert_eq!(ooms(c), 0, "{}: {c}", row.policy);
+        assert!(ooms(c - (2 << 20)) > 0, "{}: {} also runs", row.policy, c - (2 << 20));
+    }
+    assert!(lab_with(&snap, 0, &specs[..1], None, false).rows[0].min_capacity.is_none());
+}

@@ -292,6 +292,11 @@ pub struct LabRow {
     pub recorded_ooms_served: u64,
     /// In words: does the recorded OOM (or none) happen on the recorded capacity?
     pub verdict: String,
+    /// The smallest device (2 MiB steps) on which the policy serves every request the
+    /// recording served, found by bisection between the peak live bytes and the peak
+    /// reserved on an unlimited device ([`smallest_capacity`]); null unless asked
+    /// ([`lab_with`]).
+    pub min_capacity: Option<u64>,
 }
 
 /// [`lab`] for one device.
@@ -395,8 +400,52 @@ fn recorded_capacity(snap: &Snapshot, device: i64, lw: &LabWorkload, cfg: &Alloc
     (c, how.to_string())
 }
 
+/// The smallest device (a multiple of 2 MiB) on which `spec` serves every request of
+/// `w` the recording served (recorded OOMs aside), by bisection between `lo` (a size
+/// known to fail or the floor, such as the peak live bytes) and `hi` (a size known to
+/// succeed: the policy's peak reserved on an unlimited device, which it never passes).
+/// An allocator need not be monotone in the device size (a smaller device makes PyTorch
+/// release its cache earlier), so this is the boundary bisection finds, checked to
+/// succeed, not a proof that no smaller size works.
+pub fn smallest_capacity(spec: &PolicySpec, base: &AllocatorConfig, w: &Workload, lo: u64, hi: u64) -> u64 {
+    const STEP: u64 = 2 << 20;
+    let ok = |cap: u64| {
+        let mut p = make_policy(spec, base, w, cap);
+        drive(p.as_mut(), w, false, 0).is_ok_and(|r| r.ooms == 0)
+    };
+    let (mut lo, mut hi) = (lo / STEP, hi.div_ceil(STEP));
+    if ok(lo * STEP) {
+        return lo * STEP;
+    }
+    if lo >= hi {
+        return hi * STEP;
+    }
+    // Invariant: lo fails, hi succeeds.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid * STEP) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi * STEP
+}
+
 /// Run `specs` on `device`'s workload. `capacity` replaces the recorded capacity.
 pub fn lab(snap: &Snapshot, device: i64, specs: &[PolicySpec], capacity: Option<u64>) -> LabReport {
+    lab_with(snap, device, specs, capacity, false)
+}
+
+/// [`lab`]; with `min_capacity`, each row also gets the smallest device on which the
+/// policy runs without an OOM ([`smallest_capacity`], a dozen or more runs per policy).
+pub fn lab_with(
+    snap: &Snapshot,
+    device: i64,
+    specs: &[PolicySpec],
+    capacity: Option<u64>,
+    min_capacity: bool,
+) -> LabReport {
     let lw = workload_of(snap, device);
     let cfg = recorded_config(snap);
     let w = &lw.workload;
@@ -445,6 +494,8 @@ pub fn lab(snap: &Snapshot, device: i64, specs: &[PolicySpec], capacity: Option<
             reserved: o.reserved,
         });
         let verdict = verdict(&lw, at.probes_served, first.as_ref());
+        let min_capacity =
+            min_capacity.then(|| smallest_capacity(spec, &cfg, w, bounds.live, run.peak_reserved.max(bounds.live)));
         rows.push(LabRow {
             policy: name,
             peak_reserved: run.peak_reserved,
@@ -459,6 +510,7 @@ pub fn lab(snap: &Snapshot, device: i64, specs: &[PolicySpec], capacity: Option<
             first_oom_at_capacity: first,
             recorded_ooms_served: at.probes_served,
             verdict,
+            min_capacity,
         });
     }
     LabReport {

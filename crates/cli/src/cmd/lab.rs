@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use fragscope_analysis::replay::lab::{lab, parse_policy, LabReport, PolicySpec};
+use fragscope_analysis::replay::lab::{lab_with, parse_policy, LabReport, PolicySpec};
 use fragscope_analysis::replay::replayable_devices;
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
@@ -59,7 +59,7 @@ pub fn lab_snapshot(args: &Args, capacity: Option<u64>, snap: &Snapshot, specs: 
     if let Some(d) = args.device {
         devs.retain(|&x| x == d);
     }
-    devs.into_iter().map(|d| lab(snap, d, specs, capacity)).collect()
+    devs.into_iter().map(|d| lab_with(snap, d, specs, capacity, args.min_capacity)).collect()
 }
 
 /// The `--json` document (`fragscope.replay.lab/1`) of `(file name, device reports)` per file.
@@ -153,6 +153,17 @@ fn render(out: &[(String, Vec<LabReport>)]) -> String {
                     output::bytes(b.live_with_failed),
                     output::bytes(b.live)
                 );
+            }
+            for row in &r.rows {
+                if let Some(c) = row.min_capacity {
+                    let _ = writeln!(
+                        s,
+                        "  smallest device without an OOM (bisection, 2 MiB steps): {}: {} ({} peak live)",
+                        row.policy,
+                        output::bytes(c),
+                        ratio(c, b.live)
+                    );
+                }
             }
             for n in &r.notes {
                 let _ = writeln!(s, "  note: {n}");

@@ -73,6 +73,10 @@ pub struct Args {
     /// planned. See docs/allocator-lab.md.
     #[arg(long = "allocator", value_name = "NAME", conflicts_with_all = ["verify", "config", "save_snapshot", "fidelity_table"])]
     pub allocator: Vec<String>,
+    /// Allocator lab: also find, for each policy, the smallest device on which it runs
+    /// without an OOM (bisection in 2 MiB steps; a dozen or more runs per policy)
+    #[arg(long = "min-capacity", requires = "allocator")]
+    pub min_capacity: bool,
 }
 
 /// Device memory a PyTorch process sees, per GPU: the "total capacity" its CUDA OOM
