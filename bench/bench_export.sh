@@ -36,5 +36,6 @@ d = json.load(sys.stdin)
 total = 0
 for t in d["tables"]:
     n = os.path.getsize(t["path"]); total += n
-    print(f"  {t[\"name\"]:<13} {t[\"rows\"]:>10} rows {n/1e6:9.1f} MB")
+    name, rows = t["name"], t["rows"]
+    print(f"  {name:<13} {rows:>10} rows {n/1e6:9.1f} MB")
 print(f"  total {total/1e6:.1f} MB")'

@@ -437,18 +437,27 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // order (an optimizer visits its parameters in one order every step). Steps in
     // order, so that the roles carry from step to step.
     let mut from_state: HashMap<usize, usize> = HashMap::new();
+    // The blocks by the entry that ended them, so that each step looks only at those
+    // its optimizer phase frees (not at every block: a long run has thousands of steps).
+    let mut seeded_by_end: Vec<(usize, usize)> =
+        lives.seeded.iter().enumerate().filter(|(_, b)| b.end != LIVE_AT_END).map(|(i, b)| (b.end, i)).collect();
+    seeded_by_end.sort_unstable();
+    let mut traced_by_end: Vec<(usize, usize)> =
+        lives.traced.iter().enumerate().filter(|(_, l)| l.end != LIVE_AT_END).map(|(i, l)| (l.end, i)).collect();
+    traced_by_end.sort_unstable();
     for (k, sp) in spans.iter().enumerate() {
         let Some((os, oe)) = sp.1 else { continue };
         let mut freed: HashMap<u64, Vec<(usize, Role)>> = HashMap::new();
-        for (b, r) in lives.seeded.iter().zip(&seeded) {
-            if b.end >= os && b.end < oe && matches!(r.role, Role::Parameters | Role::OptimizerState) {
-                freed.entry(b.request).or_default().push((b.end, r.role));
+        let range = |v: &[(usize, usize)]| v.partition_point(|x| x.0 < os)..v.partition_point(|x| x.0 < oe);
+        for &(end, i) in &seeded_by_end[range(&seeded_by_end)] {
+            if matches!(seeded[i].role, Role::Parameters | Role::OptimizerState) {
+                freed.entry(lives.seeded[i].request).or_default().push((end, seeded[i].role));
             }
         }
         let upto = lives.traced.partition_point(|l| l.alloc < oe);
-        for (i, l) in lives.traced[..upto].iter().enumerate() {
-            if l.end >= os && l.end < oe && matches!(traced[i].role, Role::Parameters | Role::OptimizerState) {
-                freed.entry(req[i]).or_default().push((l.end, traced[i].role));
+        for &(end, i) in &traced_by_end[range(&traced_by_end)] {
+            if matches!(traced[i].role, Role::Parameters | Role::OptimizerState) {
+                freed.entry(req[i]).or_default().push((end, traced[i].role));
             }
         }
         for v in freed.values_mut() {
@@ -505,8 +514,8 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
 
 /// Frames of building a model: a constructor, `Module._apply` (`.to()`, `.cuda()`),
 /// `load_state_dict`, `from_pretrained`.
-fn built_model(ev: &StackEvidence, s: Option<fragscope_snapshot::StackId>) -> bool {
-    ["__init__", "_apply", "load_state_dict", "from_pretrained"].iter().any(|k| ev.mentions(s, &k.to_ascii_lowercase()))
+fn built_model(ev: &mut StackEvidence, s: Option<fragscope_snapshot::StackId>) -> bool {
+    ["__init__", "_apply", "load_state_dict", "from_pretrained"].iter().any(|k| ev.mentions(s, k))
 }
 
 /// Tensor bytes (requests) per role at one state (entries applied: state 0 is before

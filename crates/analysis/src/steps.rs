@@ -224,11 +224,18 @@ pub(crate) struct StackEvidence<'a> {
     snap: &'a Snapshot,
     frames: Vec<u8>,
     stacks: Vec<u8>,
+    /// [`StackEvidence::mentions`]'s answers: a stack is asked about once per needle.
+    mentioned: std::collections::HashMap<(StackId, &'static str), bool>,
 }
 
 impl<'a> StackEvidence<'a> {
     pub fn new(snap: &'a Snapshot) -> Self {
-        StackEvidence { snap, frames: vec![0; snap.frames.num_frames()], stacks: vec![0; snap.frames.num_stacks()] }
+        StackEvidence {
+            snap,
+            frames: vec![0; snap.frames.num_frames()],
+            stacks: vec![0; snap.frames.num_stacks()],
+            mentioned: std::collections::HashMap::new(),
+        }
     }
     fn frame(&mut self, f: FrameId) -> u8 {
         let k = f.index();
@@ -252,12 +259,15 @@ impl<'a> StackEvidence<'a> {
         self.stacks[k] & !KNOWN
     }
     /// Whether any frame of the stack names `needle` (function or file), case-insensitive.
-    pub fn mentions(&self, s: Option<StackId>, needle: &str) -> bool {
+    pub fn mentions(&mut self, s: Option<StackId>, needle: &'static str) -> bool {
         let Some(s) = s else { return false };
-        self.snap.frames.stack(s).iter().any(|&f| {
-            let fr = self.snap.frames.frame(f);
-            self.snap.frames.str(fr.filename).to_ascii_lowercase().contains(needle)
-                || self.snap.frames.str(fr.name).to_ascii_lowercase().contains(needle)
+        let snap = self.snap;
+        *self.mentioned.entry((s, needle)).or_insert_with(|| {
+            snap.frames.stack(s).iter().any(|&f| {
+                let fr = snap.frames.frame(f);
+                snap.frames.str(fr.filename).to_ascii_lowercase().contains(needle)
+                    || snap.frames.str(fr.name).to_ascii_lowercase().contains(needle)
+            })
         })
     }
 }

@@ -257,8 +257,24 @@ pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo),
         spans.push((device, lo, hi));
     }
     if !any_entry {
-        let sizes: Vec<String> =
-            info.devices.iter().map(|d| format!("device {}: {} entries", d.device, d.file_entries)).collect();
+        let sizes: Vec<String> = info
+            .devices
+            .iter()
+            .map(|d| {
+                let tr = snap.trace(d.device);
+                let span = match (tr.first().and_then(|e| e.time()), tr.last().and_then(|e| e.time()), t0) {
+                    (Some(a), Some(b), Some(z)) => {
+                        format!(
+                            ", {:.3} s to {:.3} s after the first entry",
+                            (a - z) as f64 / 1e6,
+                            (b - z) as f64 / 1e6
+                        )
+                    }
+                    _ => String::new(),
+                };
+                format!("device {}: {} entries{span}", d.device, d.file_entries)
+            })
+            .collect();
         return Err(if sizes.is_empty() {
             "this file has no trace to cut a window from".into()
         } else {
