@@ -489,13 +489,17 @@ fn predict_json(
 ) -> PyResult<String> {
     let snaps: Vec<(Arc<Snap>, String)> = snapshots.iter().map(|s| (s.inner.clone(), s.name.clone())).collect();
     py.allow_threads(move || {
-        let capacity = capacity.as_deref().map(cmd::replay::parse_capacity).transpose().map_err(CliError::usage)?;
+        // A capacity that does not parse is the caller's argument; the rest (recordings of
+        // different programs, sizes that do not match) is about the input, as in the CLI.
+        let capacity =
+            capacity.as_deref().map(cmd::replay::parse_capacity).transpose().map_err(|e| arg(CliError::usage(e)))?;
         let req = cmd::predict::Request { sizes, at, config, capacity, max_fit, max_size: 1 << 20, device };
         let refs: Vec<&Snap> = snaps.iter().map(|(s, _)| s.as_ref()).collect();
         let names: Vec<String> = snaps.iter().map(|(_, n)| n.clone()).collect();
-        cmd::predict::json(&cmd::predict::evaluate(&names, &refs, &req)?)
+        let prediction = cmd::predict::evaluate(&names, &refs, &req).map_err(other_fail)?;
+        cmd::predict::json(&prediction).map_err(other_fail)
     })
-    .map_err(err)
+    .map_err(PyErr::from)
 }
 
 /// Runs the `fragscope` command line on `argv` (program name first) and returns its exit
