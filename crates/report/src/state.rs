@@ -653,7 +653,7 @@ mod tests {
                     let span = if rng.below(10) == 0 { 4000 } else { 8 };
                     let size = 512 * (1 + rng.below(span) as u64);
                     let state = [BState::Free, BState::Allocated, BState::Pending][rng.below(3)];
-                    blocks.push(BlockRec { addr, size, requested: size - 100, state, guessed: false });
+                    blocks.push(BlockRec { addr, size, requested: size - 100, state, guessed: false, may_grow: 0 });
                     addr += size;
                 }
                 segs.push(SegRec {
