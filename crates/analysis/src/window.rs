@@ -286,7 +286,7 @@ pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo),
         let w = info.devices.iter().find(|w| w.device == device);
         match w {
             Some(w) if w.end_state == "backward_walk" => {
-                let st = crate::oom::allocator_state_at(snap, device, Some(w.end_index - 1)).map_err(|e| {
+                let st = crate::oom::allocator_state_at(snap, device, w.end_index.checked_sub(1)).map_err(|e| {
                     format!(
                         "cannot rebuild the allocator state of device {device} at the window's end (entry {}): {e}",
                         w.end_index

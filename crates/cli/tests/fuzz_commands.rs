@@ -195,6 +195,23 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
         let _ = serde_json::to_string(&p).expect("predict JSON");
         let _ = serde_json::to_string(&prog.max_fit(&rec, 16 << 30, 1 << 12)).expect("max-fit JSON");
     }
+    // `--window` (the cut and the summary of the cut) and `fragscope state` at an entry.
+    let n = m.device_traces.iter().map(|t| t.len()).max().unwrap_or(0);
+    for text in [format!("{}..{}", n / 4, n / 2), "..1ms".to_string()] {
+        // An empty window ("0..0" on a file without a trace) is refused by the parser: fine.
+        let Ok(spec) = fragscope_analysis::window::WindowSpec::parse(&text) else { continue };
+        if let Ok((cut, info)) = fragscope_analysis::window::cut(m, &spec) {
+            let _ = serde_json::to_string(&summarize(&cut)).expect("windowed summary JSON");
+            let _ = serde_json::to_string(&info).expect("window JSON");
+        }
+    }
+    for (at, by) in [(None, "site"), (Some(n / 2), "annotation")] {
+        let args =
+            cmd::state::Args { file: None, at, time: None, device: None, by: by.to_string(), top: 5, json: true };
+        if let Ok(out) = cmd::state::state("f", m, &args) {
+            let _ = serde_json::to_string(&out).expect("state JSON");
+        }
+    }
     let dd = diff(orig, m, &DiffOptions { top: 5 });
     let _ = serde_json::to_string(&dd).expect("diff JSON");
     let lim = Limits {
