@@ -7,5 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cargo build --release -p fragscope
+# The workspace build, as browser.sh makes it: `-p fragscope` alone unifies features
+# differently and would rebuild the dependencies.
+cargo build --release
 FRAGSCOPE_BIN="$PWD/target/release/fragscope" python3 tests/heldout/test_harness.py
