@@ -900,7 +900,7 @@ def predict(
     snaps = [s if isinstance(s, Snapshot) else load(s) for s in snapshots]
     return Prediction(
         _native.predict_json(
-            [s._native for s in snaps], list(sizes), list(at), config, _size(capacity), max_fit, device
+            [s._native for s in snaps], list(sizes), list(at), config, _size("capacity", capacity), max_fit, device
         )
     )
 

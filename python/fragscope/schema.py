@@ -103,6 +103,9 @@ class DeviceSummary(_DeviceSummaryKeys, total=False):
 
     #: Absent without a trace, or when trace and state disagree.
     memory_table: Dict[str, Any]
+    #: Memory by role (parameters, gradients, optimizer_state, ...): ``by_role`` maps each
+    #: role to ``{at_peak, max, ...}`` (docs/json-schema.md).
+    roles: Dict[str, Any]
 
 
 class MemvizStats(TypedDict):
@@ -141,6 +144,8 @@ class FileSummary(TypedDict):
     settings: Optional[Settings]
     notes: Dict[str, Any]
     profiler_totals: List[Dict[str, Any]]
+    #: ``None`` for the whole file; with ``--window`` the window the figures cover.
+    window: Optional[Dict[str, Any]]
 
 
 class SummaryDoc(TypedDict):
@@ -189,6 +194,10 @@ class DeviceAnalysis(TypedDict):
     leak_threshold_bytes_per_iteration: int
     peaks: Dict[str, Any]
     recommendations: Recommendations
+    #: Training steps bounded by evidence, their phases and layers.
+    steps: Dict[str, Any]
+    #: Memory by role, as in ``DeviceSummary.roles``.
+    roles: Dict[str, Any]
 
 
 class FileAnalysis(TypedDict):
@@ -197,6 +206,8 @@ class FileAnalysis(TypedDict):
     era: Dict[str, Any]
     recorded_config: Optional[str]
     devices: List[DeviceAnalysis]
+    #: ``None`` for the whole file; with ``--window`` the window the figures cover.
+    window: Optional[Dict[str, Any]]
 
 
 class AnalyzeDoc(TypedDict):
@@ -223,6 +234,8 @@ class LabRow(TypedDict):
     first_oom_at_capacity: Optional[Dict[str, Any]]
     recorded_ooms_served: int
     verdict: str
+    #: With ``min_capacity=True``/``--min-capacity``: the smallest device without an OOM.
+    min_capacity: Optional[int]
 
 
 class LabReport(TypedDict):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import fragscope
-from conftest import grid_file, params, real_file, real_files, real_pickles, run_cli
+from conftest import REPO, grid_file, params, real_file, real_files, real_pickles, run_cli
 
 SMALL = "effdl-course-liger-ce.pickle"  # a small real snapshot with a trace, in the repository and the corpus
 FILES = real_files()
