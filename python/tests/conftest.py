@@ -102,9 +102,21 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([cli_path(), *args], capture_output=True, text=True, timeout=600)
 
 
+def _corpus_line() -> str:
+    return (f"real snapshots: {TRACES} ({len(real_files())} files)"
+            + ("" if HAS_CORPUS else f"; the full corpus {CORPUS} is absent: tests over every real snapshot ran on the "
+               "in-repository set only, and tests that need one of its files are skipped (-rs lists them)"))
+
+
 def pytest_report_header(config):
-    return [f"fragscope CLI compared with: {cli_path()}", f"real snapshots: {TRACES} ({len(real_files())} files)"
-            + ("" if HAS_CORPUS else f"; the full corpus {CORPUS} is absent: tests that need one of its files are skipped (-rs lists them)")]
+    return [f"fragscope CLI compared with: {cli_path()}", _corpus_line()]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    # The header is hidden under -q (as .ci/test.d/python.sh runs): say again, at the end,
+    # which snapshots the real-file tests covered, so a run without the corpus never looks
+    # like a full one.
+    terminalreporter.write_line(_corpus_line())
 
 
 @pytest.fixture(scope="session")
