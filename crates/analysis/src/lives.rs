@@ -15,7 +15,7 @@
 
 use fragscope_snapshot::{Snapshot, StackId, NO_TIME};
 
-use crate::timeline::{Live, LiveBlock, Replayer};
+use crate::timeline::{Live, LiveBlock, Replayer, TraceFacts};
 
 /// A block allocated by the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,12 +119,19 @@ impl BlockLives {
     /// The lives of `device`'s blocks by a walk of its own (for callers without a
     /// timeline walk to take them from).
     pub fn replay(snap: &Snapshot, device: i64) -> BlockLives {
+        Self::replay_with_facts(snap, device).0
+    }
+
+    /// [`BlockLives::replay`], and what `summary`'s trace figures read from the same
+    /// walk ([`TraceFacts`]).
+    pub(crate) fn replay_with_facts(snap: &Snapshot, device: i64) -> (BlockLives, TraceFacts) {
         let mut r = Replayer::new(snap, device);
+        let facts = std::mem::take(&mut r.facts);
         let mut rec = LivesRecorder::start(&mut r, device);
         for i in 0..r.trace.len() {
             r.step(i, &mut |b, d| rec.change(i, b, d));
         }
-        rec.finish()
+        (rec.finish(), facts)
     }
 
     /// What [`crate::timeline::live_sets_at`] returns, from the lives: the allocated

@@ -19,7 +19,9 @@
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
 
-use crate::replay::state::{backward_walk, BState, BlockRec, Inconsistency, RecordedState, SplitRules, SMALL_BUFFER};
+use crate::replay::state::{
+    backward_walk, BState, BlockRec, Inconsistency, RecordedState, SplitRules, Undone, SMALL_BUFFER,
+};
 use crate::replay::{recorded_config, with_rules};
 
 /// One counter over the window: as `memory_stats()` names the metrics.
@@ -134,12 +136,15 @@ fn sums(st: &RecordedState) -> [(u64, u64); 7] {
 /// state disagree, as `replay --verify` would report).
 ///
 /// One backward walk with the block layout (it also checks the trace against the final
-/// state), then one forward pass over the trace without it: the walk notes, for each
-/// `alloc`, the size of the block it made and its pool, and for each segment entry the
-/// segment's pool; the forward pass adds the counters up from those notes. The result is
-/// the same as applying every entry forwards with the layout ([`memory_table_by_replay`],
+/// state), which adds the counters up as it goes: each entry's change is the block it
+/// made or freed (or the segment), as the walk finds it, and with the changes taken
+/// latest first, Tot Alloc and Tot Freed are sums, Cur Usage the start value plus all
+/// changes, and Peak Usage the start value plus the largest sum of the changes up to
+/// any entry, which is all changes minus the smallest sum of the changes after it
+/// ([`Tally`]). No second pass over the trace, no map of live blocks. The result is the
+/// same as applying every entry forwards with the layout ([`memory_table_by_replay`],
 /// the definition) whenever that forward application would reproduce the walk's states,
-/// which the walk checks as it goes (see [`walk_noting`]); when it cannot tell, the
+/// which the walk checks as it goes (see [`walk_counting`]); when it cannot tell, the
 /// table is built by that replay instead.
 pub fn memory_table(snap: &Snapshot, device: i64) -> Result<MemoryTable, String> {
     table(snap, device, true).0
@@ -153,8 +158,8 @@ pub fn memory_table_by_replay(snap: &Snapshot, device: i64) -> Result<MemoryTabl
     table(snap, device, false).0
 }
 
-/// [`memory_table`], and whether it was built from the walk's notes (`false`: by the
-/// replay, or no table). For tests, which check that the notes serve real traces.
+/// [`memory_table`], and whether it was built by the walk's own counts (`false`: by the
+/// replay, or no table). For tests, which check that the walk serves real traces.
 #[doc(hidden)]
 pub fn memory_table_noted(snap: &Snapshot, device: i64) -> (Result<MemoryTable, String>, bool) {
     table(snap, device, true)
@@ -172,17 +177,22 @@ fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, Str
     let t = with_rules(&cfg, |rules| {
         let disagree =
             |e: Inconsistency| format!("the trace and the final state disagree at entry {}: {}", e.index, e.reason);
-        let (st, notes) = if noting {
-            walk_noting(fin, trace, &pool_of, rules).map_err(disagree)?
+        let (st, tallies) = if noting {
+            walk_counting(fin, trace, &pool_of, rules).map_err(disagree)?
         } else {
             (backward_walk(fin, trace, &pool_of, rules).map_err(disagree)?.state, None)
         };
         let mut t = start_table(&st, trace.len());
-        noted = notes.is_some();
-        match notes {
-            Some(notes) => count_forward(&mut t, &st, trace, notes),
-            None => replay_forward(&mut t, st, trace, &pool_of, rules)?,
+        if let Some((tallies, pools)) = tallies {
+            if let Some(mut counted) = tallies.table(&t, pools.is_some()) {
+                if let Some(pools) = pools {
+                    counted.requested_bytes = requested_forward(t.requested_bytes, &st, trace, pools);
+                }
+                noted = true;
+                return Ok(counted);
+            }
         }
+        replay_forward(&mut t, st, trace, &pool_of, rules)?;
         Ok(t)
     });
     (t, noted)
@@ -205,26 +215,128 @@ fn start_table(st: &RecordedState, entries: usize) -> MemoryTable {
     }
 }
 
-/// A note of the walk: a block size (or 0 for a segment entry) shifted left once, the
-/// low bit set when the block or segment is in the small pool.
-fn note(size: u64, small: bool) -> u64 {
-    (size << 1) | small as u64
+/// One counter's changes over the trace, added up by the backward walk (latest entry
+/// first). With `suffix` the sum of the changes from an entry to the last, the counter
+/// after entry *k* is its start value plus all changes minus the suffix after *k*: its
+/// highest value is the start plus all changes minus the smallest suffix (the empty one,
+/// 0, included), its lowest the start plus all changes minus the largest.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    added: u64,
+    freed: u64,
+    suffix: i128,
+    min_suffix: i128,
+    max_suffix: i128,
 }
 
-/// The backward walk of [`backward_walk`] (same undo of each entry, same error), noting
-/// what the forward pass of [`count_forward`] needs, latest entry first: for each
-/// `alloc`, the block it made (the walk's block there before undoing it); for each
-/// `segment_alloc` / `segment_map`, the pool of the segment after it, and for each
-/// `segment_free` / `segment_unmap`, before it. Returns the state at the first entry and
-/// the notes, or no notes when applying the entries forwards from that state might not
-/// give back the walk's states, so that the notes might differ from what the replay of
-/// [`memory_table_by_replay`] sees:
+impl Tally {
+    #[inline(always)]
+    fn add(&mut self, n: u64) {
+        self.added += n;
+        self.suffix += n as i128;
+        self.max_suffix = self.max_suffix.max(self.suffix);
+    }
+    #[inline(always)]
+    fn sub(&mut self, n: u64) {
+        self.freed += n;
+        self.suffix -= n as i128;
+        self.min_suffix = self.min_suffix.min(self.suffix);
+    }
+    /// The counter from `start` as [`Stat::add`] and [`Stat::sub`] would leave it
+    /// applying the changes forwards; `None` where it would go below zero there (a
+    /// `sub` saturates), which the sums cannot follow.
+    fn stat(&self, start: u64) -> Option<Stat> {
+        let end = start as i128 + self.suffix;
+        if end - self.max_suffix < 0 {
+            return None;
+        }
+        Some(Stat {
+            start,
+            current: u64::try_from(end).ok()?,
+            peak: u64::try_from(end - self.min_suffix).ok()?,
+            allocated: self.added,
+            freed: self.freed,
+        })
+    }
+}
+
+/// A metric's [`Tally`]s: all pools, large, small.
+#[derive(Clone, Copy, Debug, Default)]
+struct TallyRow {
+    all: Tally,
+    large: Tally,
+    small: Tally,
+}
+
+impl TallyRow {
+    #[inline(always)]
+    fn add(&mut self, small: bool, n: u64) {
+        self.all.add(n);
+        if small { &mut self.small } else { &mut self.large }.add(n);
+    }
+    #[inline(always)]
+    fn sub(&mut self, small: bool, n: u64) {
+        self.all.sub(n);
+        if small { &mut self.small } else { &mut self.large }.sub(n);
+    }
+    fn row(&self, start: &StatRow) -> Option<StatRow> {
+        Some(StatRow {
+            all: self.all.stat(start.all.start)?,
+            large_pool: self.large.stat(start.large_pool.start)?,
+            small_pool: self.small.stat(start.small_pool.start)?,
+        })
+    }
+}
+
+/// The seven metrics' tallies, in [`MemoryTable`]'s order.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tallies {
+    allocated_bytes: TallyRow,
+    active_bytes: TallyRow,
+    requested_bytes: TallyRow,
+    reserved_bytes: TallyRow,
+    allocations: TallyRow,
+    active_allocs: TallyRow,
+    segments: TallyRow,
+}
+
+impl Tallies {
+    /// The table from the start values in `start` ([`start_table`]); `requested_bytes`
+    /// left at its start values when `no_requested` (counted apart).
+    fn table(&self, start: &MemoryTable, no_requested: bool) -> Option<MemoryTable> {
+        Some(MemoryTable {
+            window: start.window,
+            entries: start.entries,
+            allocated_bytes: self.allocated_bytes.row(&start.allocated_bytes)?,
+            active_bytes: self.active_bytes.row(&start.active_bytes)?,
+            requested_bytes: if no_requested {
+                start.requested_bytes
+            } else {
+                self.requested_bytes.row(&start.requested_bytes)?
+            },
+            reserved_bytes: self.reserved_bytes.row(&start.reserved_bytes)?,
+            allocations: self.allocations.row(&start.allocations)?,
+            active_allocs: self.active_allocs.row(&start.active_allocs)?,
+            segments: self.segments.row(&start.segments)?,
+        })
+    }
+}
+
+/// The backward walk of [`backward_walk`] (same undo of each entry, same error), adding
+/// up each entry's change to the counters ([`Tallies`]) as the replay of
+/// [`memory_table_by_replay`] makes it: an `alloc` adds the block it made (the walk's
+/// block there before undoing it) and its request; a `free_requested` and a
+/// `free_completed` take away the block the walk finds them freeing; a segment entry
+/// its size, in the segment's pool. Returns the state at the first entry and the
+/// tallies, or no tallies when applying the entries forwards from that state might not
+/// give back the walk's states, so that the replay might see other blocks:
 ///
 /// * an `alloc` whose block the forward rules would not make from the free block the
 ///   walk leaves there (another size, or no free block starting at the address);
 /// * a block whose size the walk chose and revised later on (an earlier entry proved
 ///   another size, [`BlockRec::guessed`] / [`BlockRec::may_grow`]): the walk's states
-///   between its choice and the revision held the other size;
+///   between its choice and the revision held the other size, so its
+///   `free_completed`, `free_requested` and `alloc` must find one size;
 /// * a `segment_alloc` whose segment's pool is not the one the forward rule gives it
 ///   (2 MiB = small), segments that overlap in the final state, and expandable segments
 ///   (`segment_map` / `segment_unmap`: the forward merge of mapped ranges depends on
@@ -232,15 +344,27 @@ fn note(size: u64, small: bool) -> u64 {
 ///
 /// Without those, by induction from the first entry, applying entry `i` to the walk's
 /// state before it gives the walk's state after it, so the replay's lookups find what
-/// the walk found.
-fn walk_noting(
+/// the walk found, and every block its frees take away is the one its alloc made.
+///
+/// One figure is the replay's own: `requested_bytes` takes away, at a `free_completed`,
+/// the request of the block's `alloc`, where the walk knows only the size the
+/// `free_completed` states (the block's `requested_size` in PyTorch, so the same in its
+/// traces). When some `alloc` states another request than the walk's block holds, the
+/// tallies come with each `alloc`'s pool (latest first), and that row is counted by
+/// [`requested_forward`].
+#[allow(clippy::type_complexity)]
+fn walk_counting(
     mut st: RecordedState,
     trace: &[TraceEvent],
     pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
     rules: &SplitRules,
-) -> Result<(RecordedState, Option<Vec<u64>>), Inconsistency> {
+) -> Result<(RecordedState, Option<(Tallies, Option<Vec<bool>>)>), Inconsistency> {
     let mut exact = segments_apart(&st);
-    let mut notes: Vec<u64> = Vec::new();
+    let mut t = Tallies::default();
+    // Each alloc's pool (small), latest first, and whether an alloc's request differed
+    // from the walk's block's.
+    let mut pools: Vec<bool> = Vec::new();
+    let mut requests_differ = false;
     let mut scratch = Vec::new();
     // Blocks whose size the walk chose revisably (by address): the size chosen.
     let mut chosen: FxHashMap<u64, u64> = FxHashMap::default();
@@ -248,15 +372,13 @@ fn walk_noting(
     for (i, ev) in trace.iter().enumerate().rev() {
         match ev.action {
             Action::Alloc => {
-                // The block the alloc made, and the free block undoing it leaves (the
-                // block merged with a free block after it; one before it means no free
-                // block starts at the address), from one lookup before the undo.
-                let made = if exact { made_by_alloc(&st, ev.addr) } else { None };
-                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                // The block the alloc made, and the free block undoing it leaves, from
+                // the undo's own lookup.
+                let made = st.undo_touching(i, ev, pool_of(ev), rules, &mut scratch)?;
                 if !exact {
                     continue;
                 }
-                let Some((b, small, expandable, left)) = made else {
+                let Some(Undone { block: b, small, expandable, left }) = made else {
                     exact = false;
                     continue;
                 };
@@ -278,10 +400,27 @@ fn walk_noting(
                 if fwd != b.size {
                     exact = false;
                 }
-                notes.push(note(b.size, small));
+                // Its `free_completed` took away the request the walk gave the block.
+                requests_differ |= b.requested != ev.size;
+                pools.push(small);
+                t.allocated_bytes.add(small, b.size);
+                t.active_bytes.add(small, b.size);
+                t.requested_bytes.add(small, ev.size);
+                t.allocations.add(small, 1);
+                t.active_allocs.add(small, 1);
+            }
+            Action::FreeRequested => {
+                let freed = st.undo_touching(i, ev, pool_of(ev), rules, &mut scratch)?;
+                if let Some(Undone { block: BlockRec { size, .. }, small, .. }) = freed.filter(|_| exact) {
+                    if !chosen.is_empty() && chosen.get(&ev.addr).is_some_and(|&c| c != size) {
+                        exact = false;
+                    }
+                    t.allocated_bytes.sub(small, size);
+                    t.allocations.sub(small, 1);
+                }
             }
             Action::FreeCompleted => {
-                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                let freed = st.undo_touching(i, ev, pool_of(ev), rules, &mut scratch)?;
                 // A size chosen with a larger one possible is reported in `scratch`
                 // (may_grow); a whole take kept revisable (guessed) only exists under
                 // max_split_size, where every free is looked at.
@@ -293,6 +432,11 @@ fn walk_noting(
                     }
                 }
                 scratch.clear();
+                if let Some(Undone { block: BlockRec { size, requested, .. }, small, .. }) = freed.filter(|_| exact) {
+                    t.active_bytes.sub(small, size);
+                    t.requested_bytes.sub(small, requested);
+                    t.active_allocs.sub(small, 1);
+                }
             }
             Action::SegmentAlloc => {
                 let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).map(|s| s.small);
@@ -300,12 +444,15 @@ fn walk_noting(
                 if small != Some(ev.size == SMALL_BUFFER) {
                     exact = false;
                 }
-                notes.push(note(0, small.unwrap_or(false)));
+                let small = small.unwrap_or(false);
+                t.reserved_bytes.add(small, ev.size);
+                t.segments.add(small, 1);
             }
             Action::SegmentFree => {
                 st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
                 let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).is_some_and(|s| s.small);
-                notes.push(note(0, small));
+                t.reserved_bytes.sub(small, ev.size);
+                t.segments.sub(small, 1);
             }
             Action::SegmentMap | Action::SegmentUnmap => {
                 st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
@@ -318,27 +465,37 @@ fn walk_noting(
     if exact && chosen.iter().any(|(&a, &c)| st.block_starting(a).is_none_or(|(b, _, _)| b.size != c)) {
         exact = false;
     }
-    Ok((st, exact.then_some(notes)))
+    Ok((st, exact.then(|| (t, requests_differ.then_some(pools)))))
 }
 
-/// The allocated block starting at `addr` (before the walk undoes its `alloc`): the
-/// block, whether its segment is in the small pool and expandable, and the size of the
-/// free block that undoing the alloc leaves starting at `addr` (`None` when a free block
-/// before it would absorb it).
-fn made_by_alloc(st: &RecordedState, addr: u64) -> Option<(BlockRec, bool, bool, Option<u64>)> {
-    let seg = st.segs.get(&st.seg_key(addr)?)?;
-    let bl = &seg.blocks;
-    let j = bl.partition_point(|b| b.addr <= addr).checked_sub(1)?;
-    let b = bl[j];
-    if b.addr != addr || b.state != BState::Allocated {
-        return None;
+/// `requested_bytes` forwards from its start value, as the replay counts it: an `alloc`
+/// adds its request, and the `free_completed` of that block takes the same away (blocks
+/// alive at the first entry: their request in `st`). `pools` holds each `alloc`'s pool,
+/// latest first ([`walk_counting`]).
+fn requested_forward(start: StatRow, st: &RecordedState, trace: &[TraceEvent], mut pools: Vec<bool>) -> StatRow {
+    let mut row = start;
+    let mut held: FxHashMap<u64, (u64, bool)> = FxHashMap::default();
+    for s in st.segs.values() {
+        for b in s.blocks.iter().filter(|b| b.state != BState::Free) {
+            held.insert(b.addr, (b.requested, s.small));
+        }
     }
-    let free = |k: usize| bl.get(k).filter(|n| n.state == BState::Free);
-    let left = match j.checked_sub(1).and_then(free) {
-        Some(_) => None,
-        None => Some(b.size + free(j + 1).map_or(0, |n| n.size)),
-    };
-    Some((b, seg.small, seg.expandable, left))
+    for ev in trace {
+        match ev.action {
+            Action::Alloc => {
+                let small = pools.pop().unwrap_or(false);
+                held.insert(ev.addr, (ev.size, small));
+                row.add(small, ev.size);
+            }
+            Action::FreeCompleted => {
+                if let Some((requested, small)) = held.remove(&ev.addr) {
+                    row.sub(small, requested);
+                }
+            }
+            _ => {}
+        }
+    }
+    row
 }
 
 /// No two segments of the state overlap (the walk adds segments only where none is, so
@@ -352,57 +509,6 @@ fn segments_apart(st: &RecordedState) -> bool {
         end = s.end();
     }
     true
-}
-
-/// The counters over the trace from the walk's notes (latest entry last in `notes`'
-/// reverse order: they are taken from the end). A free reads the block its `alloc` made,
-/// or, for a block from before the trace, the block of the state at the first entry.
-fn count_forward(t: &mut MemoryTable, st: &RecordedState, trace: &[TraceEvent], mut notes: Vec<u64>) {
-    // Live blocks: (size, request, small pool).
-    let mut held: FxHashMap<u64, (u64, u64, bool)> = FxHashMap::default();
-    for s in st.segs.values() {
-        for b in s.blocks.iter().filter(|b| b.state != BState::Free) {
-            held.insert(b.addr, (b.size, b.requested, s.small));
-        }
-    }
-    let mut next = || notes.pop().map_or((0, false), |n| (n >> 1, n & 1 == 1));
-    for ev in trace {
-        match ev.action {
-            Action::Alloc => {
-                let (size, small) = next();
-                held.insert(ev.addr, (size, ev.size, small));
-                t.allocated_bytes.add(small, size);
-                t.active_bytes.add(small, size);
-                t.requested_bytes.add(small, ev.size);
-                t.allocations.add(small, 1);
-                t.active_allocs.add(small, 1);
-            }
-            Action::FreeRequested => {
-                if let Some(&(size, _, small)) = held.get(&ev.addr) {
-                    t.allocated_bytes.sub(small, size);
-                    t.allocations.sub(small, 1);
-                }
-            }
-            Action::FreeCompleted => {
-                if let Some((size, requested, small)) = held.remove(&ev.addr) {
-                    t.active_bytes.sub(small, size);
-                    t.requested_bytes.sub(small, requested);
-                    t.active_allocs.sub(small, 1);
-                }
-            }
-            Action::SegmentAlloc => {
-                let (_, small) = next();
-                t.reserved_bytes.add(small, ev.size);
-                t.segments.add(small, 1);
-            }
-            Action::SegmentFree => {
-                let (_, small) = next();
-                t.reserved_bytes.sub(small, ev.size);
-                t.segments.sub(small, 1);
-            }
-            _ => {}
-        }
-    }
 }
 
 /// The counters by applying every entry forwards with the block layout from the state at

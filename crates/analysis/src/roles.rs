@@ -250,10 +250,101 @@ pub struct DeviceRoles {
 /// The roles of one device's blocks (module doc).
 pub fn classify(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> Roles {
     let mut ev = StackEvidence::new(snap);
-    classify_with(snap, lives, st, &mut ev)
+    classify_with(snap, lives, st, &mut ev, &LifeIndex::new(snap, lives))
 }
 
-fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence) -> Roles {
+/// What classifying and summing the roles both read about the lives, made once: each
+/// traced block's tensor size, and the lives by the entry that ended them.
+struct LifeIndex {
+    /// `req[i]`: the request of `lives.traced[i]` (its `alloc` entry's size), read in
+    /// `alloc` order once rather than from the trace at every use.
+    req: Vec<u64>,
+    ends: Ends,
+}
+
+impl LifeIndex {
+    fn new(snap: &Snapshot, lives: &BlockLives) -> Self {
+        let trace = snap.trace(lives.device);
+        LifeIndex {
+            req: lives.traced.iter().map(|l| trace[l.alloc].size).collect(),
+            ends: Ends::new(lives, trace.len()),
+        }
+    }
+}
+
+/// A life found by [`Ends`]: an index into `lives.traced` or `lives.seeded`.
+#[derive(Clone, Copy)]
+enum Ended {
+    Traced(usize),
+    Seeded(usize),
+}
+
+/// The lives that each trace entry ended, by entry. Both the sweep of [`summarize`] and
+/// the out-of-place updates of [`classify`] take the lives in the order they ended;
+/// sorting millions of lives by their ends was a tenth of `summary`'s time on a long
+/// trace. The lifetime walk ends at most one block per entry (an `alloc` the block its
+/// address held, a free the block it frees), so one slot per entry holds them; a second
+/// life at one entry (lives not made by that walk) goes to a sorted list.
+struct Ends {
+    /// Per entry: 0 for none, else 1 + the life: a traced index, or the number of
+    /// traced lives + a seeded index. Empty when that numbering does not fit 32 bits.
+    slot: Vec<u32>,
+    /// (entry, life as numbered in `slot`) of the lives that found their slot taken
+    /// (or no slot), sorted.
+    more: Vec<(usize, usize)>,
+    traced: usize,
+}
+
+impl Ends {
+    fn new(lives: &BlockLives, entries: usize) -> Self {
+        let traced = lives.traced.len();
+        let fits = traced + lives.seeded.len() < u32::MAX as usize;
+        let mut slot = vec![0u32; if fits { entries } else { 0 }];
+        let mut more = Vec::new();
+        let mut put = |end: usize, k: usize| {
+            if end == LIVE_AT_END {
+                return;
+            }
+            match slot.get_mut(end) {
+                Some(s) if *s == 0 => *s = k as u32 + 1,
+                _ => more.push((end, k)),
+            }
+        };
+        for (i, l) in lives.traced.iter().enumerate() {
+            put(l.end, i);
+        }
+        for (j, b) in lives.seeded.iter().enumerate() {
+            put(b.end, traced + j);
+        }
+        more.sort_unstable();
+        Ends { slot, more, traced }
+    }
+
+    fn life(&self, k: usize) -> Ended {
+        if k < self.traced {
+            Ended::Traced(k)
+        } else {
+            Ended::Seeded(k - self.traced)
+        }
+    }
+
+    /// Every life that an entry of `entries` ended, with that entry.
+    fn each_in(&self, entries: std::ops::Range<usize>, mut f: impl FnMut(usize, Ended)) {
+        let lo = entries.start.min(self.slot.len());
+        let hi = entries.end.min(self.slot.len()).max(lo);
+        for (e, &k) in self.slot[lo..hi].iter().enumerate() {
+            if k != 0 {
+                f(lo + e, self.life(k as usize - 1));
+            }
+        }
+        let from = self.more.partition_point(|x| x.0 < entries.start);
+        for &(e, k) in self.more[from..].iter().take_while(|x| x.0 < entries.end) {
+            f(e, self.life(k));
+        }
+    }
+}
+
+fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
     let trace = snap.trace(lives.device);
     let n = trace.len();
     let none = BlockRole::of(Reason::OtherUndecided);
@@ -262,7 +353,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // Identities compare tensor sizes (the requests): a block can be larger than its
     // tensor (a large-pool block is not split for a remainder of 1 MiB or less), and a
     // parameter and its gradient need not land in blocks of one size.
-    let req: Vec<u64> = lives.traced.iter().map(|l| trace[l.alloc].size).collect();
+    let req = &ix.req;
     // Per step: its backward and optimizer spans, and where its forward starts.
     let spans: Vec<(Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>)> = st
         .steps
@@ -437,29 +528,23 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // order (an optimizer visits its parameters in one order every step). Steps in
     // order, so that the roles carry from step to step.
     let mut from_state: HashMap<usize, usize> = HashMap::new();
-    // The blocks by the entry that ended them, so that each step looks only at those
-    // its optimizer phase frees (not at every block: a long run has thousands of steps).
-    let mut seeded_by_end: Vec<(usize, usize)> =
-        lives.seeded.iter().enumerate().filter(|(_, b)| b.end != LIVE_AT_END).map(|(i, b)| (b.end, i)).collect();
-    seeded_by_end.sort_unstable();
-    let mut traced_by_end: Vec<(usize, usize)> =
-        lives.traced.iter().enumerate().filter(|(_, l)| l.end != LIVE_AT_END).map(|(i, l)| (l.end, i)).collect();
-    traced_by_end.sort_unstable();
+    // The blocks by the entry that ended them ([`Ends`]), so that each step looks only at
+    // those its optimizer phase frees (not at every block: a long run has thousands of
+    // steps).
     for (k, sp) in spans.iter().enumerate() {
         let Some((os, oe)) = sp.1 else { continue };
         let mut freed: HashMap<u64, Vec<(usize, Role)>> = HashMap::new();
-        let range = |v: &[(usize, usize)]| v.partition_point(|x| x.0 < os)..v.partition_point(|x| x.0 < oe);
-        for &(end, i) in &seeded_by_end[range(&seeded_by_end)] {
-            if matches!(seeded[i].role, Role::Parameters | Role::OptimizerState) {
-                freed.entry(lives.seeded[i].request).or_default().push((end, seeded[i].role));
+        ix.ends.each_in(os..oe, |end, life| {
+            let (role, size) = match life {
+                Ended::Seeded(i) => (seeded[i].role, lives.seeded[i].request),
+                Ended::Traced(i) => (traced[i].role, req[i]),
+            };
+            if matches!(role, Role::Parameters | Role::OptimizerState) {
+                freed.entry(size).or_default().push((end, role));
             }
-        }
+        });
         let upto = lives.traced.partition_point(|l| l.alloc < oe);
-        for &(end, i) in &traced_by_end[range(&traced_by_end)] {
-            if matches!(traced[i].role, Role::Parameters | Role::OptimizerState) {
-                freed.entry(req[i]).or_default().push((end, traced[i].role));
-            }
-        }
+        // Sorted by (end, role): the order the blocks were found in does not matter.
         for v in freed.values_mut() {
             v.sort_unstable();
             v.reverse(); // popped from the back: earliest first
@@ -543,60 +628,58 @@ pub fn bytes_at(snap: &Snapshot, lives: &BlockLives, roles: &Roles, state: usize
 
 /// The figures of [`DeviceRoles`] from each block's role.
 pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps) -> DeviceRoles {
+    summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives))
+}
+
+fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
     let trace = snap.trace(lives.device);
     const TEMP: usize = Role::Temporaries as usize;
-    // Sweep the states: a block enters at alloc + 1 and leaves at end + 1; an
-    // out-of-place update moves from temporaries to its role at `from_state`. Tensor
-    // bytes (`req`) give the figures; block bytes find the allocated peak.
-    // (state, role left, role entered or 7 for none, request, block size)
-    let mut events: Vec<(usize, u8, u8, u64, u64)> = Vec::with_capacity(lives.traced.len() + lives.seeded.len());
+    let req = &ix.req;
+    // Sweep the states: a block enters at alloc + 1 and leaves at end + 1 (the lives an
+    // entry ended, from `ix.ends`); an out-of-place update moves from temporaries to its
+    // role at `from_state` (a few blocks: sorted). Tensor bytes (`req`) give the
+    // figures; block bytes find the allocated peak.
+    let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
+    moves.sort_unstable();
     let mut cur = [0i64; 7];
     let mut blk: i64 = 0;
     for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
         cur[r.role as usize] += b.request as i64;
         blk += b.size as i64;
-        if b.end != LIVE_AT_END {
-            events.push((b.end + 1, r.role as u8, 7, b.request, b.size));
-        }
     }
-    for (i, (l, r)) in lives.traced.iter().zip(&roles.traced).enumerate() {
-        let q = trace[l.alloc].size;
-        if let Some(&f) = roles.from_state.get(&i) {
-            events.push((f, TEMP as u8, r.role as u8, q, 0));
-        }
-        if l.end != LIVE_AT_END {
-            events.push((l.end + 1, r.role as u8, 7, q, l.size));
-        }
-    }
-    events.sort_unstable_by_key(|e| e.0);
     let mut max = cur;
     let (mut peak, mut peak_state, mut at_peak) = (blk, 0usize, cur);
-    let (mut a, mut e) = (0usize, 0usize);
-    // Each state gets its allocs and ends applied before the figures are read.
-    loop {
-        let next_a = lives.traced.get(a).map(|l| l.alloc + 1);
-        let next_e = events.get(e).map(|x| x.0);
-        let s = match (next_a, next_e) {
-            (None, None) => break,
-            (Some(x), Some(y)) => x.min(y),
-            (Some(x), None) => x,
-            (None, Some(y)) => y,
-        };
+    // The last state anything happens at: ends are entries of the trace (a life ended
+    // past it, which the lifetime walk never makes, is still counted).
+    let last = trace
+        .len()
+        .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
+        .max(moves.last().map_or(0, |x| x.0))
+        .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
+    let (mut a, mut m) = (0usize, 0usize);
+    let moved = !roles.from_state.is_empty();
+    // Each state gets its allocs, ends and moves applied before the figures are read.
+    for s in 1..=last {
         while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
             let l = &lives.traced[a];
-            let role = if roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
-            cur[role] += trace[l.alloc].size as i64;
+            let role = if moved && roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
+            cur[role] += req[a] as i64;
             blk += l.size as i64;
             a += 1;
         }
-        while e < events.len() && events[e].0 == s {
-            let (_, from, to, q, b) = events[e];
-            cur[from as usize] -= q as i64;
-            if to < 7 {
-                cur[to as usize] += q as i64;
-            }
-            blk -= b as i64;
-            e += 1;
+        ix.ends.each_in(s - 1..s, |_, life| {
+            let (role, q, size) = match life {
+                Ended::Traced(i) => (roles.traced[i].role, req[i], lives.traced[i].size),
+                Ended::Seeded(i) => (roles.seeded[i].role, lives.seeded[i].request, lives.seeded[i].size),
+            };
+            cur[role as usize] -= q as i64;
+            blk -= size as i64;
+        });
+        while m < moves.len() && moves[m].0 == s {
+            let i = moves[m].1;
+            cur[TEMP] -= req[i] as i64;
+            cur[roles.traced[i].role as usize] += req[i] as i64;
+            m += 1;
         }
         for k in 0..7 {
             max[k] = max[k].max(cur[k]);
@@ -606,17 +689,24 @@ pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps)
         }
     }
     // Blocks, bytes and confidence by role and reason.
-    let mut by_reason: BTreeMap<Reason, (u64, u64)> = BTreeMap::new();
+    // Tallied in an array by reason (a map entry per block was a visible cost on
+    // millions of blocks), then the reasons met, in their order.
+    const REASONS: usize = Reason::OtherUndecided as usize + 1;
+    let mut tally = [(None::<Reason>, 0u64, 0u64); REASONS];
+    let mut count = |r: Reason, bytes: u64| {
+        let x = &mut tally[r as usize];
+        x.0 = Some(r);
+        x.1 += 1;
+        x.2 += bytes;
+    };
     for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-        let x = by_reason.entry(r.reason).or_default();
-        x.0 += 1;
-        x.1 += b.request;
+        count(r.reason, b.request);
     }
-    for (l, r) in lives.traced.iter().zip(&roles.traced) {
-        let x = by_reason.entry(r.reason).or_default();
-        x.0 += 1;
-        x.1 += trace[l.alloc].size;
+    for (&q, r) in req.iter().zip(&roles.traced) {
+        count(r.reason, q);
     }
+    let by_reason: BTreeMap<Reason, (u64, u64)> =
+        tally.iter().filter_map(|&(r, blocks, bytes)| r.map(|r| (r, (blocks, bytes)))).collect();
     let mut by_role: BTreeMap<&'static str, RoleBytes> = BTreeMap::new();
     for role in Role::ALL {
         let k = role as usize;
@@ -671,14 +761,17 @@ pub fn device_roles(snap: &Snapshot, device: i64) -> DeviceRoles {
 pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, Steps, Roles) {
     let mut ev = StackEvidence::new(snap);
     let st = steps::steps_with(snap, lives.device, &mut ev);
-    let roles = classify_with(snap, lives, &st, &mut ev);
-    (summarize(snap, lives, &roles, &st), st, roles)
+    let ix = LifeIndex::new(snap, lives);
+    let roles = classify_with(snap, lives, &st, &mut ev, &ix);
+    (summarize_with(snap, lives, &roles, &st, &ix), st, roles)
 }
 
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
-    let roles = classify(snap, lives, st);
-    (summarize(snap, lives, &roles, st), roles)
+    let mut ev = StackEvidence::new(snap);
+    let ix = LifeIndex::new(snap, lives);
+    let roles = classify_with(snap, lives, st, &mut ev, &ix);
+    (summarize_with(snap, lives, &roles, st, &ix), roles)
 }
 
 /// "parameters 12.7 GiB, gradients 12.7 GiB, ..." of the roles with bytes in `v`

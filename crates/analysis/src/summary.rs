@@ -22,10 +22,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fragscope_snapshot::FxHashMap;
-
 use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
 use serde::Serialize;
+
+use crate::lives::BlockLives;
+use crate::timeline::TraceFacts;
 
 /// The schema name written at the top of `fragscope summary --json`.
 pub const SCHEMA: &str = "fragscope.summary/1";
@@ -329,40 +330,15 @@ pub fn is_pinned(seg: &Segment, live_blocks: usize, live_bytes: u64) -> bool {
         && (live_bytes.saturating_mul(10) <= total || (live_blocks <= 2 && live_bytes.saturating_mul(4) <= total))
 }
 
-fn trace_summary(segs: &[&Segment], trace: &[TraceEvent]) -> TraceSummary {
+/// The trace's figures from the facts the lifetime walk gathered in its first pass
+/// ([`TraceFacts`]: the events by action, the blocks the trace leaves live, the frees it
+/// has no alloc for), so that `summary` reads the trace once for them and for the roles.
+fn trace_summary(segs: &[&Segment], trace: &[TraceEvent], facts: &TraceFacts) -> TraceSummary {
     let first_time_us = trace.iter().find_map(TraceEvent::time);
     let last_time_us = trace.iter().rev().find_map(TraceEvent::time);
-
-    // One walk over the trace (millions of events: each pass is a visible cost): events
-    // by action, counted by the action's discriminant; which blocks it leaves live; which
-    // frees it has no alloc for.
-    let mut counts = [0u64; Action::ALL.len()];
-    let mut live: FxHashMap<u64, u64> = FxHashMap::default();
-    let mut orphan_pending: FxHashMap<u64, ()> = FxHashMap::default();
-    let mut seg_seen: FxHashMap<u64, ()> = FxHashMap::default();
-    let (mut unknown_frees, mut unknown_seg_frees) = (0u64, 0u64);
-    for e in trace {
-        counts[e.action as usize] += 1;
-        match e.action {
-            Action::Alloc => {
-                live.insert(e.addr, e.size);
-            }
-            Action::FreeRequested if !live.contains_key(&e.addr) => {
-                unknown_frees += 1;
-                orphan_pending.insert(e.addr, ());
-            }
-            Action::FreeCompleted if live.remove(&e.addr).is_none() && orphan_pending.remove(&e.addr).is_none() => {
-                unknown_frees += 1;
-            }
-            Action::SegmentAlloc => {
-                seg_seen.insert(e.addr, ());
-            }
-            Action::SegmentFree if seg_seen.remove(&e.addr).is_none() => {
-                unknown_seg_frees += 1;
-            }
-            _ => {}
-        }
-    }
+    let counts = &facts.counts;
+    let live = &facts.live_at_end;
+    let (unknown_frees, unknown_seg_frees) = (facts.unknown_frees, facts.unknown_segment_frees);
     let by_action: BTreeMap<&'static str, u64> =
         Action::ALL.iter().filter(|a| counts[**a as usize] > 0).map(|a| (a.as_str(), counts[*a as usize])).collect();
     let mut state_live: HashMap<u64, u64> = HashMap::new();
@@ -416,14 +392,21 @@ pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
         small: pool_figures(segs.iter().copied().filter(|s| s.segment_type == SegmentType::Small)),
     };
     let fragmentation = fragmentation(&segs, &all);
-    let trace = trace_summary(&segs, snap.trace(device));
-    // memory_summary's table and the roles each walk the trace on their own (the table's
-    // backward walk, the roles' block lives): on the two cores summary has, side by side.
-    // They could share one walk; until they do, this keeps the wall time of one.
-    let (memory_table, roles) = std::thread::scope(|sc| {
-        let roles = (!snap.trace(device).is_empty()).then(|| sc.spawn(|| crate::roles::device_roles(snap, device)));
+    // Two walks of the trace answer different questions: the block lives (one forward
+    // walk, [`BlockLives`]), which give the trace's figures (from its first pass) and the
+    // roles; and memory_summary's table, whose block sizes need the allocator's block
+    // layout (the backward walk of [`crate::memstats`]). On the two cores summary has,
+    // side by side.
+    let (memory_table, (trace, roles)) = std::thread::scope(|sc| {
+        let lived = sc.spawn(|| {
+            let (lives, facts) = BlockLives::replay_with_facts(snap, device);
+            let trace = trace_summary(&segs, snap.trace(device), &facts);
+            drop(facts);
+            let roles = (!snap.trace(device).is_empty()).then(|| crate::roles::device_roles_with(snap, &lives).0);
+            (trace, roles)
+        });
         let table = crate::memstats::memory_table(snap, device).ok();
-        (table, roles.map(|h| h.join().expect("roles thread")))
+        (table, lived.join().expect("lives thread"))
     });
     DeviceSummary {
         device,

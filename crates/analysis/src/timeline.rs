@@ -200,6 +200,25 @@ impl Live {
     }
 }
 
+/// What `summary`'s trace figures ([`crate::summary`]'s `TraceSummary`) read from the
+/// trace, gathered by [`Replayer::new`]'s pass so that `summary` walks the trace once for
+/// them and for the block lives its roles need. The figures keep their own definitions
+/// where they differ from the replay's bookkeeping (see the fields).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TraceFacts {
+    /// Entries by action (indexed by the action's discriminant).
+    pub counts: [u64; Action::ALL.len()],
+    /// `free_requested` of an address no traced block holds (each such entry, even a
+    /// second one for the same block), and `free_completed` with neither a traced block
+    /// nor such a `free_requested` before it.
+    pub unknown_frees: u64,
+    /// `segment_free` of an address no `segment_alloc` of the trace reserved.
+    pub unknown_segment_frees: u64,
+    /// Addresses of the blocks the trace leaves live (allocated and not
+    /// `free_completed`), each with its `alloc` entry.
+    pub live_at_end: FxHashMap<u64, usize>,
+}
+
 /// The bookkeeping replay shared by the timeline, attribution and leak analyses.
 pub(crate) struct Replayer<'a> {
     pub trace: &'a [TraceEvent],
@@ -221,6 +240,8 @@ pub(crate) struct Replayer<'a> {
     /// made at their size: growing a vector of millions of lives copies and faults in
     /// as much memory again).
     pub allocs: usize,
+    /// What `summary` reads from the same pass ([`TraceFacts`]).
+    pub facts: TraceFacts,
 }
 
 impl<'a> Replayer<'a> {
@@ -246,24 +267,31 @@ impl<'a> Replayer<'a> {
             allocated,
             life: 0,
         };
-        let mut allocs = 0usize;
+        let mut facts = TraceFacts::default();
+        // `segment_alloc`s not yet freed, for `TraceFacts::unknown_segment_frees` (the
+        // replay's `seg_seen` also takes expandable segments' maps and unmaps).
+        let mut seg_allocs: FxHashMap<u64, ()> = FxHashMap::default();
         for (i, e) in trace.iter().enumerate() {
-            allocs += (e.action == Action::Alloc) as usize;
+            facts.counts[e.action as usize] += 1;
             match e.action {
                 Action::Alloc if traced.insert(e.addr, i).is_some() => {
                     seeded.inconsistencies += 1;
                 }
-                Action::FreeRequested if !traced.contains_key(&e.addr) && !orphan_pending.contains_key(&e.addr) => {
-                    seeded.frees_of_unknown_blocks += 1;
-                    if initial.insert(e.addr, seed(e, true, &cfg)).is_some() {
-                        seeded.inconsistencies += 1;
+                Action::FreeRequested if !traced.contains_key(&e.addr) => {
+                    facts.unknown_frees += 1;
+                    if !orphan_pending.contains_key(&e.addr) {
+                        seeded.frees_of_unknown_blocks += 1;
+                        if initial.insert(e.addr, seed(e, true, &cfg)).is_some() {
+                            seeded.inconsistencies += 1;
+                        }
+                        orphan_pending.insert(e.addr, ());
                     }
-                    orphan_pending.insert(e.addr, ());
                 }
                 Action::FreeCompleted
                     if traced.remove(&e.addr).is_none() && orphan_pending.remove(&e.addr).is_none() =>
                 {
                     // Its free_requested happened before recording: pending at t = 0.
+                    facts.unknown_frees += 1;
                     seeded.frees_of_unknown_blocks += 1;
                     if initial.insert(e.addr, seed(e, false, &cfg)).is_some() {
                         seeded.inconsistencies += 1;
@@ -273,6 +301,9 @@ impl<'a> Replayer<'a> {
                     has_segment_events = true;
                     net += e.size as i128;
                     seg_seen.insert(e.addr, ());
+                    if e.action == Action::SegmentAlloc {
+                        seg_allocs.insert(e.addr, ());
+                    }
                 }
                 Action::SegmentFree | Action::SegmentUnmap => {
                     has_segment_events = true;
@@ -280,6 +311,9 @@ impl<'a> Replayer<'a> {
                     min_net = min_net.min(net);
                     if seg_seen.remove(&e.addr).is_none() && e.action == Action::SegmentFree {
                         seeded.segment_frees_of_unknown_segments += 1;
+                    }
+                    if e.action == Action::SegmentFree && seg_allocs.remove(&e.addr).is_none() {
+                        facts.unknown_segment_frees += 1;
                     }
                 }
                 _ => {}
@@ -369,7 +403,8 @@ impl<'a> Replayer<'a> {
             reserved_source,
             seeded,
             next_life: 0,
-            allocs,
+            allocs: facts.counts[Action::Alloc as usize] as usize,
+            facts: TraceFacts { live_at_end: traced, ..facts },
         };
         if reserved_from_totals {
             // One totals sample per profiler event (an alloc, or a free that the reader

@@ -204,6 +204,20 @@ pub struct Ambiguity {
     pub max_possible: u64,
 }
 
+/// The block an entry made or freed, as [`RecordedState::undo_touching`] finds it.
+#[derive(Clone, Copy, Debug)]
+pub struct Undone {
+    /// The block (for an `alloc`, before the undo frees it; for a free, after the undo
+    /// makes it allocated or pending again).
+    pub block: BlockRec,
+    /// Its segment is in the small pool / expandable.
+    pub small: bool,
+    pub expandable: bool,
+    /// `alloc` only: the size of the free block undoing it leaves starting at its address
+    /// (`None` when a free block before it absorbs it).
+    pub left: Option<u64>,
+}
+
 /// One device's segments, keyed by address.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RecordedState {
@@ -439,6 +453,7 @@ impl RecordedState {
     }
 
     /// Undo one event (backward walk). `ambiguous` collects size choices.
+    #[inline]
     pub fn undo(
         &mut self,
         index: usize,
@@ -447,6 +462,22 @@ impl RecordedState {
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
     ) -> Result<(), Inconsistency> {
+        self.undo_touching(index, ev, pool, rules, ambiguous).map(|_| ())
+    }
+
+    /// [`Self::undo`], handing back, for an `alloc`, `free_requested` or
+    /// `free_completed`, the block the entry made or freed as the walk finds it there
+    /// ([`Undone`]). memory_summary's table adds its counters up from these in the same
+    /// walk ([`crate::memstats`]) instead of looking each block up again.
+    pub fn undo_touching(
+        &mut self,
+        index: usize,
+        ev: &TraceEvent,
+        pool: (u64, u64),
+        rules: &SplitRules,
+        ambiguous: &mut Vec<Ambiguity>,
+    ) -> Result<Option<Undone>, Inconsistency> {
+        let mut touched = None;
         match ev.action {
             Action::Alloc => {
                 let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "alloc of an address in no segment"))?;
@@ -462,7 +493,17 @@ impl RecordedState {
                         ),
                     ));
                 }
-                b.state = BState::Free;
+                let b = *b;
+                // The free block undoing the alloc leaves starting at its address: the
+                // block merged with a free block after it; none when a free block before
+                // it absorbs it.
+                let free = |k: usize| seg.blocks.get(k).filter(|n| n.state == BState::Free);
+                let left = match j.checked_sub(1).and_then(free) {
+                    Some(_) => None,
+                    None => Some(b.size + free(j + 1).map_or(0, |n| n.size)),
+                };
+                touched = Some(Undone { block: b, small: seg.small, expandable: seg.expandable, left });
+                seg.blocks[j].state = BState::Free;
                 seg.merge_free(j);
             }
             Action::FreeRequested => {
@@ -479,6 +520,7 @@ impl RecordedState {
                     ));
                 }
                 b.state = BState::Allocated;
+                touched = Some(Undone { block: *b, small: seg.small, expandable: seg.expandable, left: None });
             }
             Action::FreeCompleted => {
                 let seg = self
@@ -581,6 +623,7 @@ impl RecordedState {
                 if has_after {
                     blocks[at + 1] = after;
                 }
+                touched = Some(Undone { block: me, small: seg.small, expandable: seg.expandable, left: None });
             }
             Action::SegmentFree => {
                 if self.overlaps(ev.addr, ev.size) {
@@ -608,7 +651,7 @@ impl RecordedState {
             }
             _ => {}
         }
-        Ok(())
+        Ok(touched)
     }
 
     /// Apply one recorded event forwards (the inverse of [`Self::undo`]).
