@@ -7,7 +7,11 @@ bytes of every policy on every device trace with a history, plus what happens on
 recorded capacity.
 
     python3 bench/lab_table.py --fragscope target/release/fragscope \
-        --traces ../shared/traces --write docs/allocator-lab.md
+        --traces ../shared/traces --write docs/allocator-lab.md [--min-capacity]
+
+The per-policy summary also sums the synchronisations each policy made so that it could
+unmap freed memory (`calls.synchronize`); with --min-capacity, the smallest device on which
+each policy runs without an OOM, as a ratio to peak live bytes.
 """
 import argparse
 import json
@@ -18,8 +22,19 @@ import subprocess
 import sys
 
 START, END = "<!-- lab-table:start -->", "<!-- lab-table:end -->"
-COLS = ["pytorch", "expandable", "best-fit", "page-remap", "paged-best-fit", "lifetime", "planned", "hybrid"]
-ONLINE = ["best-fit", "page-remap", "paged-best-fit", "lifetime"]
+COLS = [
+    "pytorch",
+    "expandable",
+    "best-fit",
+    "page-remap",
+    "page-remap:lazy",
+    "paged-best-fit",
+    "paged-best-fit:lazy",
+    "lifetime",
+    "planned",
+    "hybrid",
+]
+ONLINE = ["best-fit", "page-remap", "page-remap:lazy", "paged-best-fit", "paged-best-fit:lazy", "lifetime"]
 
 
 def column(policy):
@@ -39,11 +54,13 @@ def main():
     ap.add_argument("--fragscope", default="target/release/fragscope")
     ap.add_argument("--traces", default="../shared/traces")
     ap.add_argument("--write", help="Markdown file whose marked section is replaced (else print)")
+    ap.add_argument("--min-capacity", action="store_true", help="also the smallest device without an OOM")
     a = ap.parse_args()
     files = sorted(p for p in pathlib.Path(a.traces).iterdir() if p.is_file() and not p.name.endswith(".md"))
-    rows, ooms = [], []
+    rows, ooms, sync_rows, min_rows = [], [], [], []
     for f in files:
-        r = subprocess.run([a.fragscope, "replay", str(f), "--allocator", "all", "--json"], capture_output=True, text=True)
+        cmd = [a.fragscope, "replay", str(f), "--allocator", "all", "--json"] + (["--min-capacity"] if a.min_capacity else [])
+        r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             print(f"skip {f.name}: {r.stderr.strip()}", file=sys.stderr)
             continue
@@ -54,6 +71,8 @@ def main():
             live = b["live"]
             ratios = {}
             verdicts = {}
+            syncs = {}
+            mins = {}
             for k, row in enumerate(dev["rows"]):
                 # The first row is PyTorch with the recorded settings; when they already
                 # have expandable segments it is also the expandable column.
@@ -63,7 +82,12 @@ def main():
                 for c in cs:
                     ratios[c] = row["peak_reserved"] / live
                     verdicts[c] = row["verdict"]
+                    syncs[c] = row["calls"].get("synchronize", 0)
+                    if row.get("min_capacity") is not None:
+                        mins[c] = row["min_capacity"] / live
             rows.append((f.name, dev, ratios))
+            sync_rows.append((dev["requests"], syncs))
+            min_rows.append(mins)
             if dev["recorded_ooms"] or any("none recorded" in v for v in verdicts.values()):
                 ooms.append((f.name, dev, verdicts))
     out = []
@@ -84,17 +108,37 @@ def main():
         out.append("| " + " | ".join(cells) + " |")
     # Summary per policy.
     out.append("")
-    out.append("| policy | geometric mean | worst | traces ≤ 1.02 | traces ≤ 1.05 |")
-    out.append("|---|---:|---:|---:|---:|")
+    out.append("| policy | geometric mean | worst | traces ≤ 1.02 | traces ≤ 1.05 | synchronisations (all traces) "
+               "| per 1,000 requests |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
     extra = {"best online": lambda r: min(r.get(c, math.inf) for c in ONLINE)}
+    total_requests = sum(n for n, _ in sync_rows)
     for c in COLS + list(extra):
         vals = [extra[c](r) if c in extra else r.get(c) for _, _, r in rows]
         vals = [v for v in vals if v is not None and v != math.inf]
         if not vals:
             continue
         gm = math.exp(sum(math.log(v) for v in vals) / len(vals))
+        if c in extra:
+            sync_cells = "| |"
+        else:
+            n = sum(sy.get(c, 0) for _, sy in sync_rows)
+            sync_cells = f"| {n:,} | {1000 * n / max(total_requests, 1):.1f} |"
         out.append(f"| {c} | {gm:.3f} | {max(vals):.3f} | {sum(v <= 1.02 for v in vals)}/{len(vals)} "
-                   f"| {sum(v <= 1.05 for v in vals)}/{len(vals)} |")
+                   f"| {sum(v <= 1.05 for v in vals)}/{len(vals)} {sync_cells}")
+    if any(min_rows):
+        out.append("")
+        out.append("Smallest device without an OOM (`--min-capacity`), ÷ peak live bytes:")
+        out.append("")
+        out.append("| policy | geometric mean | worst | traces ≤ 1.02 | traces ≤ 1.05 |")
+        out.append("|---|---:|---:|---:|---:|")
+        for c in COLS:
+            vals = [m[c] for m in min_rows if c in m]
+            if not vals:
+                continue
+            gm = math.exp(sum(math.log(v) for v in vals) / len(vals))
+            out.append(f"| {c} | {gm:.3f} | {max(vals):.3f} | {sum(v <= 1.02 for v in vals)}/{len(vals)} "
+                       f"| {sum(v <= 1.05 for v in vals)}/{len(vals)} |")
     if ooms:
         out.append("")
         out.append("On the recorded capacity (traces with a recorded OOM, or where a policy runs out):")

@@ -2,10 +2,11 @@
 
 An agent asked "why did my run OOM?" calls these tools on the user's snapshot and gets
 fragscope's measured answers: figures read from the recording (summary, the allocator
-state at a moment and who holds it), the explanation (analyze, findings first), and
-what-ifs measured by replaying the recorded trace through fragscope's model of PyTorch's
-caching allocator (replay_what_if). Every result says what it measured and how
-(``method``), and which window of the trace it covers when a window was given.
+state at a moment and who holds it, memory by role), the explanation (analyze, findings
+first), what-ifs measured by replaying the recorded trace through fragscope's model of
+PyTorch's caching allocator (replay_what_if), and the memory at a size nobody recorded
+(predict). Every result says what it measured and how (``method``), and which window of
+the trace it covers when a window was given.
 
 Built on the official MCP Python SDK (``pip install 'fragscope[mcp]'``, the ``mcp``
 package, 2.x). Each tool runs the fragscope command line (``<python> -m fragscope ...
@@ -39,8 +40,11 @@ INSTRUCTIONS = (
     "pickles). Start with `analyze` on the snapshot (findings first: the OOM verdict, "
     "fragmentation, leaks, who holds memory at the peaks); `replay_what_if` measures "
     "allocator settings, a GPU size, empty_cache or no caching by replaying the trace; "
-    "`allocator_state_at` and `top_holders` look at one moment; `window` (START..END by "
-    "entry index, or 12.5s..14s) restricts summary and analyze to a stretch of the trace."
+    "`allocator_state_at` and `top_holders` look at one moment (by call site, annotation or "
+    "role); `roles` says what the memory is for (parameters, gradients, optimizer state, "
+    "activations, ...); `predict` takes recordings at two or more sizes (batch size, sequence "
+    "length) and predicts the memory at another; `window` (START..END by entry index, or "
+    "12.5s..14s) restricts summary, analyze and roles to a stretch of the trace."
 )
 
 server = MCPServer("fragscope", instructions=INSTRUCTIONS)
@@ -50,6 +54,11 @@ TIMEOUT_S = float(os.environ.get("FRAGSCOPE_MCP_TIMEOUT", "900"))
 
 READ = "recording: figures read from the snapshot (final state and trace), no replay"
 WALK = "recording: allocator state rebuilt by the backward walk from the recorded final state, no replay"
+ROLES = (
+    "recording: each block's role from its phase (forward, backward, optimizer step) and lifetime "
+    "in the recorded trace, and from identities (a parameter has its gradient's size); frames only "
+    "where those do not decide; no replay. Each role has a confidence (0-1) and its evidence"
+)
 REPLAY = (
     "replay: the recorded trace run through fragscope's model of PyTorch's caching allocator "
     "(every allocation and free in recorded order) under the setting shown"
@@ -311,19 +320,20 @@ def top_holders(
     path: str,
     event: Optional[int] = None,
     time: Optional[str] = None,
-    by: Literal["site", "annotation"] = "site",
+    by: Literal["site", "annotation", "role"] = "site",
     top: int = 10,
     device: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Who holds the allocated memory at one moment: live bytes grouped by call site
-    (innermost user frame of the allocation stack) or by annotation (innermost
-    record_function scope open at the allocation), most bytes first.
+    (innermost user frame of the allocation stack), by annotation (innermost
+    record_function scope open at the allocation) or by role (parameters, gradients,
+    optimizer_state, activations, temporaries, inputs, other), most bytes first.
 
     Args:
         path: snapshot file.
         event: after this trace entry (0-based). Default: the end of the trace.
         time: or a time since the first trace entry ("12.5s").
-        by: "site" or "annotation".
+        by: "site", "annotation" or "role".
         top: rows listed (the rest is summed in other_bytes).
         device: device (default: the first with a trace).
     """
@@ -343,6 +353,134 @@ def top_holders(
             "other_bytes",
         ],
     )
+
+
+@server.tool()
+def roles(path: str, window: Optional[str] = None, device: Optional[int] = None) -> Dict[str, Any]:
+    """What the memory is for, per device: bytes held by parameters, gradients,
+    optimizer_state, activations, temporaries, inputs and other, at the allocated peak
+    (at_peak) and at most (max), with the training steps found and each role's
+    confidence and main evidence. Needs a snapshot with a trace (recorded history).
+
+    Args:
+        path: snapshot file.
+        window: optional stretch of the trace (see `summary`).
+        device: only this device.
+    """
+    d = _run(["summary", "--json", _file(path)] + _window_args(window))
+    f = d["files"][0]
+    devices = []
+    for dev in f.get("devices", []):
+        if device is not None and dev.get("device") != device:
+            continue
+        r = dev.get("roles")
+        if r is None:
+            devices.append({"device": dev.get("device"), "roles": None, "why": "no trace on this device"})
+            continue
+        by_role = {}
+        for name, x in r.get("by_role", {}).items():
+            if not x.get("blocks"):
+                continue
+            by_role[name] = {
+                "at_peak": x.get("at_peak"),
+                "max": x.get("max"),
+                "blocks": x.get("blocks"),
+                "confidence": x.get("confidence"),
+                "evidence": [_pick(e, ["evidence", "bytes", "confidence"]) for e in (x.get("evidence") or [])[:2]],
+            }
+        devices.append(
+            {
+                "device": dev.get("device"),
+                "steps": r.get("steps"),
+                "step_count": r.get("step_count"),
+                "peak_state": r.get("peak_state"),
+                "peak_allocated": r.get("peak_allocated"),
+                "by_role": by_role,
+            }
+        )
+    if device is not None and not devices:
+        raise ToolError(f"{path} has no device {device}")
+    return {
+        "schema": d.get("schema"),
+        "file": f.get("file"),
+        "method": ROLES,
+        "window": f.get("window"),
+        "units": "bytes of tensors (requested sizes); at_peak: at the allocated peak (trace state peak_state)",
+        "devices": devices,
+    }
+
+
+@server.tool()
+def predict(
+    paths: List[str],
+    sizes: List[int],
+    at: Optional[List[int]] = None,
+    capacity: Optional[str] = None,
+    max_fit: bool = False,
+    config: Optional[str] = None,
+    device: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Predict memory at a batch size or sequence length nobody recorded, from
+    recordings of the same program at two or more sizes: allocations aligned by call
+    site, each size fitted to the simplest exact law, the trace synthesised at the new
+    size and replayed through fragscope's model of PyTorch's caching allocator.
+
+    Args:
+        paths: snapshots of one program at different sizes (two or more).
+        sizes: the size parameter of each recording, in the order of paths (e.g. [128, 256]).
+        at: sizes to predict (e.g. [512]).
+        capacity: GPU memory ("80GiB" or a GPU name such as "H100-80GB"): says whether each
+            predicted size fits and where the first OOM would be.
+        max_fit: find the largest size that fits on capacity (needs capacity).
+        config: PYTORCH_CUDA_ALLOC_CONF string replayed on top of the recorded settings.
+        device: only this device.
+    """
+    if len(paths) < 2:
+        raise ToolError("predict needs two or more recordings of one program at different sizes")
+    if len(sizes) != len(paths):
+        raise ToolError(f"sizes gives {len(sizes)} size(s) for {len(paths)} path(s): one per recording, in order")
+    if not at and not max_fit:
+        raise ToolError("give the sizes to predict (at), or max_fit with capacity")
+    args = ["predict", "--json"] + [_file(p) for p in paths] + ["--sizes", ",".join(str(int(x)) for x in sizes)]
+    if at:
+        args += ["--at", ",".join(str(int(x)) for x in at)]
+    if capacity:
+        args += ["--capacity", capacity]
+    if max_fit:
+        args.append("--max-fit")
+    if config:
+        args += ["--config", config]
+    if device is not None:
+        args += ["--device", str(device)]
+    d = _run(args)
+    preds = []
+    for p in d.get("predictions", []):
+        row = {
+            k: v
+            for k, v in p.items()
+            if not isinstance(v, (list, dict)) or k in ("oom", "fit_quality", "breakdown")
+        }
+        if isinstance(row.get("oom"), dict):
+            row["oom"] = {k: v for k, v in row["oom"].items() if k != "stack"}
+        row["notes"] = (p.get("notes") or [])[:3]
+        preds.append(row)
+    fits = []
+    for x in d.get("fits", []):
+        keep = ["device", "template_size", "requests", "aligned_in_all", "aligned_fraction", "by_law", "by_evidence"]
+        fit = _pick(x, keep + ["unexplained_total"])
+        fit["notes"] = (x.get("notes") or [])[:3]
+        fits.append(fit)
+    out = {
+        "schema": d.get("schema"),
+        "files": d.get("files"),
+        "method": "prediction: a trace synthesised at the new size from the recordings' fitted laws, "
+        "then " + REPLAY + "; fit_quality says how much of the recordings the laws explain",
+        "fits": fits,
+        "predictions": preds,
+    }
+    if d.get("max_fit"):
+        out["max_fit"] = d["max_fit"]
+    return out
 
 
 @server.tool()

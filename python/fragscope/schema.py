@@ -215,7 +215,7 @@ class AnalyzeDoc(TypedDict):
     files: List[FileAnalysis]
 
 
-# --- fragscope.replay.lab/1 ------------------------------------------------------------
+# --- fragscope.replay.lab/2 ------------------------------------------------------------
 
 
 class LabRow(TypedDict):

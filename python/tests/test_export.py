@@ -21,7 +21,7 @@ def export(tmp_path: Path, *args: str) -> dict:
     p = run_cli("export", "--json", "-o", str(out), *args)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
-    assert d["schema"] == "fragscope.export/1" and [t["name"] for t in d["tables"]] == TABLES
+    assert d["schema"] == "fragscope.export/2" and [t["name"] for t in d["tables"]] == TABLES
     return d
 
 
@@ -45,7 +45,7 @@ def test_tables_match_summary(path, tmp_path):
         n = q(con, f"SELECT count(*) FROM '{t[name]}'")[0][0]
         assert n == [x["rows"] for x in d["tables"] if x["name"] == name][0], name
         kv = dict(q(con, f"SELECT key::VARCHAR, value::VARCHAR FROM parquet_kv_metadata('{t[name]}')"))
-        assert kv.get("fragscope.schema") == "fragscope.export/1", name
+        assert kv.get("fragscope.schema") == "fragscope.export/2", name
     f = str(path)
     for dev in summ["devices"]:
         dv = dev["device"]
@@ -86,6 +86,28 @@ def test_tables_match_summary(path, tmp_path):
             f"OR (a.alloc_idx IS NOT NULL AND e.idx <= a.alloc_idx))",
         )[0][0]
         assert bad == 0
+        # Roles: the allocations' role column sums to summary's roles (blocks and bytes
+        # each role's evidence counts, each block once).
+        roles = dev.get("roles")
+        got = {
+            r: (n, b)
+            for r, n, b in q(
+                con,
+                f"SELECT role, count(*), sum(requested_size) FROM '{t['allocations']}' "
+                f"WHERE device = {dv} AND role IS NOT NULL GROUP BY role",
+            )
+        }
+        if roles is None:
+            assert got == {}, dv
+        else:
+            want = {
+                r: (x["blocks"], sum(e["bytes"] for e in x["evidence"]))
+                for r, x in roles["by_role"].items()
+                if x["blocks"] > 0
+            }
+            assert got == want, dv
+            unknown = q(con, f"SELECT count(*) FROM '{t['allocations']}' WHERE device = {dv} AND role IS NULL")[0][0]
+            assert unknown <= allocs // 100 + 5, (dv, unknown)
     # Stacks and frames: every referenced id resolves.
     for name in ("trace_events", "allocations", "segments", "blocks"):
         missing = q(

@@ -15,7 +15,7 @@ from typing import Any, Dict
 
 import pytest
 
-from conftest import TRACES, cli_path, real_pickles, run_cli
+from conftest import TRACES, cli_path, grid_file, real_pickles, run_cli
 
 mcp = pytest.importorskip("mcp", reason="the MCP client library (pip install 'fragscope[mcp]') is not installed")
 from mcp import ClientSession  # noqa: E402
@@ -28,8 +28,12 @@ TOOLS = {
     "replay_what_if",
     "allocator_state_at",
     "top_holders",
+    "roles",
+    "predict",
     "diff",
 }
+
+ROLE_NAMES = {"parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs", "other"}
 
 OOM_TEXT = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
@@ -95,12 +99,16 @@ def test_initialize_and_list_tools():
         for t in tools:
             assert t.description and len(t.description) > 40, t.name
             props = t.input_schema["properties"]
-            if t.name not in ("explain_oom_text", "diff"):
+            if t.name not in ("explain_oom_text", "diff", "predict"):
                 assert "path" in props and t.input_schema["required"][0] == "path", t.name
         by = {t.name: t for t in tools}
-        assert by["top_holders"].input_schema["properties"]["by"].get("enum") == ["site", "annotation"] or any(
-            o.get("enum") == ["site", "annotation"] for o in by["top_holders"].input_schema["properties"]["by"].get("anyOf", [])
+        want = ["site", "annotation", "role"]
+        assert by["top_holders"].input_schema["properties"]["by"].get("enum") == want or any(
+            o.get("enum") == want for o in by["top_holders"].input_schema["properties"]["by"].get("anyOf", [])
         )
+        pp = by["predict"].input_schema
+        assert pp["required"] == ["paths", "sizes"], pp
+        assert pp["properties"]["sizes"]["type"] == "array" and pp["properties"]["sizes"]["items"]["type"] == "integer"
 
     run(body)
 
@@ -166,11 +174,38 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
             # The state at the end is the recorded final state.
             assert end["state"]["reserved_bytes"] == dev["reserved_bytes"]
             assert end["state"]["allocated_bytes"] == dev["allocated_bytes"]
-            for by in ("site", "annotation"):
+            for by in ("site", "annotation", "role"):
                 got = payload(await s.call_tool("top_holders", {"path": p, "event": k, "by": by, "top": 3}))
                 want = cli_json("state", "--json", p, "--at", str(k), "--by", by, "--top", "3")
                 assert got["holders"] == want["holders"] and len(got["holders"]) <= 3
                 assert got["holders_total_bytes"] == sum(h["bytes"] for h in got["holders"]) + got["other_bytes"]
+            # By role, every role listed (7 at most): the roles' blocks are the live blocks.
+            got = payload(await s.call_tool("top_holders", {"path": p, "event": k, "by": "role", "top": 7}))
+            assert got["other_bytes"] == 0 and got["holders_total_bytes"] == sum(h["bytes"] for h in got["holders"])
+            assert {h["key"] for h in got["holders"]} <= ROLE_NAMES and "roles" in got["method"]
+            at_end = payload(await s.call_tool("top_holders", {"path": p, "by": "role", "top": 7}))
+            assert at_end["holders_total_bytes"] == end["state"]["allocated_bytes"]
+
+            # roles: summary's roles, compact.
+            got = payload(await s.call_tool("roles", {"path": p}))
+            want = cli_json("summary", "--json", p)["files"][0]
+            assert got["method"].startswith("recording") and "phase" in got["method"]
+            for g, w in zip(got["devices"], want["devices"], strict=True):
+                wr = w.get("roles")
+                if wr is None:
+                    assert g["roles"] is None
+                    continue
+                assert g["step_count"] == wr["step_count"] and g["peak_allocated"] == wr["peak_allocated"]
+                assert set(g["by_role"]) == {r for r, x in wr["by_role"].items() if x["blocks"] > 0}
+                for r, x in g["by_role"].items():
+                    wx = wr["by_role"][r]
+                    assert (x["at_peak"], x["max"], x["blocks"], x["confidence"]) == (
+                        wx["at_peak"],
+                        wx["max"],
+                        wx["blocks"],
+                        wx["confidence"],
+                    ), (p, r)
+                    assert len(x["evidence"]) <= 2 and x["evidence"][0]["evidence"] == wx["evidence"][0]["evidence"]
 
         assert checked, "at least one file went through every tool"
 
@@ -186,6 +221,36 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
         want = cli_json("oom", "--json", OOM_TEXT)
         assert got.pop("method").startswith("the error message")
         assert got == want
+
+    run(body)
+
+
+def test_predict_equals_the_cli():
+    # The niu grid (MIT, in the repository): three training steps at sequence lengths
+    # 100 and 150, predicted at 200 (recorded too, so the CLI's own figure is checkable).
+    a, b = grid_file("niu-train3-ctx100-fp32.pickle"), grid_file("niu-train3-ctx150-fp32.pickle")
+    want = cli_json("predict", "--json", str(a), str(b), "--sizes", "100,150", "--at", "200", "--capacity", "24GiB")
+
+    async def body(s, init):
+        args = {"paths": [str(a), str(b)], "sizes": [100, 150], "at": [200], "capacity": "24GiB"}
+        got = payload(await s.call_tool("predict", args))
+        assert got["method"].startswith("prediction") and "replay" in got["method"]
+        assert got["files"] == want["files"]
+        assert len(got["predictions"]) == len(want["predictions"]) > 0
+        for g, w in zip(got["predictions"], want["predictions"], strict=True):
+            for k in ("at", "device", "config", "capacity", "peak_reserved", "peak_allocated", "fits", "fit_quality"):
+                assert g[k] == w[k], k
+            assert g["breakdown"] == w["breakdown"]
+        assert [f["aligned_fraction"] for f in got["fits"]] == [f["aligned_fraction"] for f in want["fits"]]
+        # Bad input: tool errors, and the server goes on.
+        e = error_text(await s.call_tool("predict", {"paths": [str(a)], "sizes": [100], "at": [200]}))
+        assert "two or more" in e
+        e = error_text(await s.call_tool("predict", {"paths": [str(a), str(b)], "sizes": [100], "at": [200]}))
+        assert "one per recording" in e
+        e = error_text(await s.call_tool("predict", {"paths": [str(a), str(b)], "sizes": [100, 150], "max_fit": True}))
+        assert "capacity" in e
+        again = payload(await s.call_tool("predict", args))
+        assert again["predictions"] == got["predictions"]
 
     run(body)
 
@@ -211,9 +276,13 @@ def test_bad_input_is_a_tool_error_and_the_server_goes_on(tmp_path):
         assert "not a memory snapshot" in e
         e = error_text(await s.call_tool("summary", {"path": str(junk), "window": "9..3"}))
         assert "window" in e or "snapshot" in e
+        e = error_text(await s.call_tool("roles", {"path": str(junk)}))
+        assert "not a memory snapshot" in e
+        e = error_text(await s.call_tool("top_holders", {"path": str(junk), "by": "size"}))
+        assert "by" in e or "site" in e
         e = error_text(await s.call_tool("explain_oom_text", {"text": "  "}))
         assert "error" in e
         # The server still answers.
-        assert payload(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))["schema"] == "fragscope.oom/1"
+        assert payload(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))["schema"] == "fragscope.oom/2"
 
     run(body)

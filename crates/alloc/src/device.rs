@@ -18,8 +18,14 @@ pub trait DeviceMemory {
     fn free(&mut self, addr: Addr, size: u64);
     /// Reserve `size` bytes of virtual address space (no physical memory).
     fn reserve(&mut self, size: u64) -> Option<Addr>;
-    /// Back `[addr, addr+size)` with physical pages; all or nothing; false = OOM.
+    /// Back `[addr, addr+size)` with physical memory: one handle (`cuMemCreate` of
+    /// `size`, then `cuMemMap`); all or nothing; false = OOM. A handle cannot be split
+    /// later, so callers that unmap page by page map page by page.
     fn map(&mut self, addr: Addr, size: u64) -> bool;
+    /// `cuMemUnmap` of the whole handles that tile `[addr, addr+size)`, and their
+    /// `cuMemRelease`: the physical memory goes back to the device. Not stream-ordered:
+    /// the caller must know no queued kernel still uses the range (PyTorch synchronises
+    /// first). [`crate::StrictVmm`] checks the rules.
     fn unmap(&mut self, addr: Addr, size: u64);
     fn release_reservation(&mut self, addr: Addr, size: u64);
     /// `cudaMemGetInfo` total.

@@ -35,6 +35,7 @@ pub mod policy;
 pub mod rounding;
 pub mod stats;
 pub mod uncached;
+pub mod vmm;
 
 #[cfg(test)]
 mod tests;
@@ -55,3 +56,4 @@ pub use engine::{
 };
 pub use stats::{Stat, StatArray, Stats};
 pub use uncached::UncachedAllocator;
+pub use vmm::StrictVmm;

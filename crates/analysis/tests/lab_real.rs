@@ -170,18 +170,97 @@ fn smallest_device_without_an_oom_is_a_boundary() {
     let snap = fragscope_snapshot::read_path(&path).unwrap();
     let lw = workload_of(&snap, 0);
     let cfg = recorded_config(&snap);
-    let specs = [PolicySpec::PyTorch(String::new()), PolicySpec::BestFit, PolicySpec::PagedBestFit];
+    use fragscope_alloc::policy::Reclaim;
+    let specs = [
+        PolicySpec::PyTorch(String::new()),
+        PolicySpec::BestFit,
+        PolicySpec::PagedBestFit(Reclaim::Synchronize),
+        PolicySpec::PagedBestFit(Reclaim::Lazy),
+    ];
     let r = lab_with(&snap, 0, &specs, None, true);
-    assert_eq!(r.rows.len(), 3);
+    assert_eq!(r.rows.len(), 4);
     for (row, spec) in r.rows.iter().zip(&specs) {
         let c = row.min_capacity.expect("asked for");
         assert!(c >= r.bounds.live && c <= row.peak_reserved.next_multiple_of(2 << 20), "{}: {c}", row.policy);
+        // What the lab bisects: the workload of what was live (no refused request).
+        let live = lw.workload.without_probes();
         let ooms = |cap: u64| {
-            let mut p = make_policy(spec, &cfg, &lw.workload, cap);
-            drive(p.as_mut(), &lw.workload, false, 0).unwrap().ooms
+            let mut p = make_policy(spec, &cfg, &live, cap);
+            drive(p.as_mut(), &live, false, 0).unwrap().ooms
         };
         assert_eq!(ooms(c), 0, "{}: {c}", row.policy);
         assert!(ooms(c - (2 << 20)) > 0, "{}: {} also runs", row.policy, c - (2 << 20));
     }
     assert!(lab_with(&snap, 0, &specs[..1], None, false).rows[0].min_capacity.is_none());
+}
+
+/// Issue 21 item 13: every policy of the lab (`all`) drives a device that enforces CUDA's
+/// rules for `cudaMalloc`/`cudaFree` and virtual memory (no double map, no block on
+/// unmapped memory, unmap only whole mappings, nothing unmapped or freed under a block
+/// still held, reservations freed whole and empty), on every real trace, on an unlimited
+/// device, a device 1/8 above the live peak and one of half the live peak (where the
+/// policies give memory back before an OOM), holding exactly what the device has in use.
+#[test]
+fn every_policy_drives_a_strict_cuda_device_on_every_real_trace() {
+    use fragscope_alloc::policy::drive_strict;
+    use fragscope_alloc::StrictVmm;
+    use fragscope_analysis::replay::lab::make_policy_on;
+    let all = parse_policy("all").unwrap();
+    let files = fragscope_testdata::real_pickles();
+    let (mut traces, mut runs) = (0, 0);
+    for f in &files {
+        let Ok(snap) = fragscope_snapshot::read_path(f) else { continue };
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        for d in replayable_devices(&snap) {
+            let lw = workload_of(&snap, d);
+            let w = &lw.workload;
+            if w.requests == 0 {
+                continue;
+            }
+            let b = w.bounds();
+            let cfg = recorded_config(&snap);
+            for cap in [1u64 << 50, b.live_512 + b.live_512 / 8, b.live_512 / 2] {
+                for spec in &all {
+                    let vmm = StrictVmm::new(cap);
+                    let mut p = make_policy_on(spec, &cfg, w, vmm.clone());
+                    let pn = p.name();
+                    let r = drive_strict(p.as_mut(), w, &vmm)
+                        .unwrap_or_else(|e| panic!("{name} device {d} {pn} on {cap} bytes: {e}"));
+                    if cap == 1 << 50 {
+                        assert_eq!(r.ooms, 0, "{name} {pn}");
+                    }
+                    runs += 1;
+                }
+            }
+            traces += 1;
+        }
+    }
+    eprintln!("{runs} strict runs on {traces} device traces");
+    assert!(files.is_empty() || traces >= fragscope_testdata::min_count(15, 4), "only {traces} device traces checked");
+}
+
+/// Issue 21 (small): the ratio's numerator counts what was live. On codeloc device 1 the
+/// recorded OOM asked for more than was ever live; served in the unlimited run, that
+/// request put every policy's peak reserved at or above `live_with_failed` (the live
+/// bytes with the refused request added). Now it is left out of the unlimited run, and
+/// the run on the recorded capacity still tries it (the recorded OOM happens).
+#[test]
+fn the_numerator_counts_what_was_live() {
+    let Some(path) = fragscope_testdata::real_file("codeloc-qwen3-gnn-expandable-oom-3gpu.pickle") else { return };
+    let snap = fragscope_snapshot::read_path(&path).unwrap();
+    let r = lab(&snap, 1, &parse_policy("all").unwrap(), None);
+    let b = r.bounds;
+    assert!(b.live_with_failed > b.live + (1 << 30), "{b:?}");
+    assert!(r.notes.iter().any(|n| n.contains("left out of peak reserved")), "{:?}", r.notes);
+    for row in &r.rows {
+        assert!(row.peak_reserved >= b.live, "{}", row.policy);
+        assert!(
+            row.peak_reserved < b.live_with_failed,
+            "{}: {} counts the refused request ({} with it)",
+            row.policy,
+            row.peak_reserved,
+            b.live_with_failed
+        );
+        assert!(row.verdict.starts_with("OOM as recorded"), "{}: {}", row.policy, row.verdict);
+    }
 }

@@ -150,7 +150,7 @@ fn oom_on_every_fixture() {
         let out = run(&["oom", "--json", &body]);
         assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out).1);
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(v["schema"], "fragscope.oom/1");
+        assert_eq!(v["schema"], "fragscope.oom/2");
         assert!(v["message"]["form"].is_string(), "{name}");
         let verdict = v["explanation"]["verdict"].as_str().unwrap();
         assert_eq!(v["fragmentation_likely"], verdict == "fragmentation", "{name}");

@@ -22,7 +22,7 @@ fn all_policies_on_the_example_as_json() {
     let out = fragscope(&["replay", "--allocator", "all", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(j["schema"], "fragscope.replay.lab/1");
+    assert_eq!(j["schema"], "fragscope.replay.lab/2");
     let dev = &j["files"][0]["devices"][0];
     let pages = dev["bounds"]["pages"].as_u64().unwrap();
     let live = dev["bounds"]["live"].as_u64().unwrap();

@@ -89,9 +89,19 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let seg = &self.segs[b.seg];
         let (addr, stream, block_size) = (b.addr, b.stream, b.size);
         let off = addr - seg.base;
-        let mapped = ((off + size).div_ceil(seg.page) * seg.page - off).min(block_size);
-        if !self.device.map(addr, mapped) {
-            return false;
+        let (page, mapped) = (seg.page, ((off + size).div_ceil(seg.page) * seg.page - off).min(block_size));
+        // One handle per page, as PyTorch's ExpandableSegment::map (cuMemCreate per
+        // segment_size chunk, rolled back on OOM): a page is unmapped alone later.
+        let mut done = 0;
+        while done < mapped {
+            let n = page.min(mapped - done);
+            if !self.device.map(addr + done, n) {
+                if done > 0 {
+                    self.device.unmap(addr, done);
+                }
+                return false;
+            }
+            done += n;
         }
         self.remove_unmapped(i);
         self.blocks[i].state = State::Allocated; // transient: mapped, not in a set

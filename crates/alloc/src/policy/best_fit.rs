@@ -1,7 +1,7 @@
 //! [`BestFitArenas`]: one growable best-fit-with-coalescing arena per stream, grown and
 //! trimmed in 2 MiB pages at its top (virtual memory, as expandable segments).
 
-use super::{round512, round_page, Arena, DriverCalls, FastMap, Policy, PolicyOom, UnknownBlock, PAGE};
+use super::{map_pages, round512, round_page, Arena, DriverCalls, FastMap, Policy, PolicyOom, UnknownBlock, PAGE};
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::{Addr, StreamId};
 
@@ -27,7 +27,7 @@ impl PagedArena {
         let off = self.arena.alloc(size);
         let need = round_page(self.arena.top());
         if need > self.mapped {
-            if need > ARENA_VA || !dev.map(self.base + self.mapped, need - self.mapped) {
+            if need > ARENA_VA || !map_pages(dev, self.base + self.mapped, (need - self.mapped) / PAGE) {
                 self.arena.free(off, size);
                 return None;
             }
@@ -41,14 +41,17 @@ impl PagedArena {
         self.arena.free(addr - self.base, size);
     }
 
-    /// Unmap the pages above the top.
-    pub fn trim<D: DeviceMemory>(&mut self, dev: &mut D, calls: &mut DriverCalls) {
+    /// Unmap the pages above the top (the caller has synchronised: [`StreamArenas::trim`]);
+    /// true when it unmapped any.
+    pub fn trim<D: DeviceMemory>(&mut self, dev: &mut D, calls: &mut DriverCalls) -> bool {
         let need = round_page(self.arena.top());
         if self.mapped > need {
             dev.unmap(self.base + need, self.mapped - need);
             calls.unmap += (self.mapped - need) / PAGE;
             self.mapped = need;
+            return true;
         }
+        false
     }
 
     pub fn check(&self) -> Result<(), String> {
@@ -107,10 +110,15 @@ impl StreamArenas {
         }
     }
 
+    /// Unmap the free pages at every arena's top, after one device synchronisation
+    /// (counted when any page is unmapped): the pages may have been freed by kernels
+    /// still queued.
     pub fn trim<D: DeviceMemory>(&mut self, dev: &mut D, calls: &mut DriverCalls) {
+        let mut any = false;
         for (_, a) in &mut self.arenas {
-            a.trim(dev, calls);
+            any |= a.trim(dev, calls);
         }
+        calls.synchronize += any as u64;
     }
 
     pub fn mapped(&self) -> u64 {

@@ -36,7 +36,14 @@ impl<D: DeviceMemory> Policy for PyTorchCaching<D> {
         let st = self.eng.stats();
         // The model counts a page map of an expandable segment as a device allocation.
         if self.eng.config().expandable_segments {
-            DriverCalls { map: st.num_device_alloc, unmap: st.num_device_free, ..Default::default() }
+            // PyTorch synchronises the stream before each unmapped range (as `replay`
+            // counts `stream_syncs`).
+            DriverCalls {
+                map: st.num_device_alloc,
+                unmap: st.num_device_free,
+                synchronize: st.num_device_free,
+                ..Default::default()
+            }
         } else {
             DriverCalls { cuda_malloc: st.num_device_alloc, cuda_free: st.num_device_free, ..Default::default() }
         }

@@ -1,10 +1,11 @@
 //! [`drive`]: serve a [`Workload`] with a [`Policy`], measuring peaks and, when asked,
-//! checking every step.
+//! checking every step; [`drive_strict`]: the same over a [`StrictVmm`], which checks
+//! every driver call against CUDA's rules.
 
 use std::collections::BTreeMap;
 
 use super::{round512, DriverCalls, Op, Policy, PolicyOom, Workload};
-use crate::Addr;
+use crate::{Addr, StrictVmm};
 
 /// What a policy did with a workload.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -118,6 +119,74 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
     if checked {
         p.check().map_err(|e| format!("end: {e}"))?;
     }
+    run.final_reserved = p.reserved();
+    run.calls = p.calls();
+    Ok(run)
+}
+
+/// Serve `w` with `p`, whose device is (a handle of) `vmm`, telling the device which
+/// blocks the program holds ([`StrictVmm::use_block`]) so that it checks CUDA's rules at
+/// every driver call; also checks after every op that the policy's
+/// [`Policy::reserved`] is what the device has in use (no page kept or dropped
+/// without the device knowing). The first violation is the error, with the op index.
+pub fn drive_strict(p: &mut dyn Policy, w: &Workload, vmm: &StrictVmm) -> Result<Run, String> {
+    let mut run = Run::default();
+    let mut addr: Vec<Option<Addr>> = vec![None; w.requests as usize];
+    let mut releases = w.empty_cache_at.iter().copied().peekable();
+    let check = |i: usize, p: &dyn Policy| -> Result<(), String> {
+        let (v, n) = vmm.violations();
+        if n > 0 {
+            return Err(format!("op {i}: {n} violation(s) of CUDA's rules, first: {}", v.join("; ")));
+        }
+        if p.reserved() != vmm.used() {
+            return Err(format!(
+                "op {i}: the policy holds {} bytes, the device has {} in use",
+                p.reserved(),
+                vmm.used()
+            ));
+        }
+        Ok(())
+    };
+    for (i, op) in w.ops.iter().enumerate() {
+        while releases.next_if(|&k| k <= i).is_some() {
+            p.empty_cache();
+        }
+        match *op {
+            Op::Malloc { id, size, stream, site } => {
+                p.hint_site(site);
+                match p.malloc(size, stream) {
+                    Ok(a) => {
+                        vmm.use_block(a, round512(size));
+                        addr[id as usize] = Some(a);
+                    }
+                    Err(_) => run.ooms += 1,
+                }
+            }
+            Op::Probe { size, stream, site, .. } => {
+                run.probes += 1;
+                p.hint_site(site);
+                if let Ok(a) = p.malloc(size, stream) {
+                    run.probes_served += 1;
+                    vmm.use_block(a, round512(size));
+                    vmm.end_block(a);
+                    p.free(a).map_err(|e| format!("op {i}: unknown block {:#x}", e.0))?;
+                }
+            }
+            Op::Free { id } => {
+                if let Some(a) = addr[id as usize].take() {
+                    vmm.end_block(a);
+                    p.free(a).map_err(|e| format!("op {i}: unknown block {:#x}", e.0))?;
+                }
+            }
+        }
+        run.peak_reserved = run.peak_reserved.max(p.reserved());
+        check(i, p)?;
+    }
+    if releases.next().is_some() {
+        p.empty_cache();
+    }
+    vmm.check_blocks();
+    check(w.ops.len(), p)?;
     run.final_reserved = p.reserved();
     run.calls = p.calls();
     Ok(run)

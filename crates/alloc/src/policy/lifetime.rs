@@ -42,11 +42,15 @@ impl<D: DeviceMemory> LifetimeSegregated<D> {
         }
     }
 
+    /// Unmap the free pages at every arena's top, after one synchronisation (counted
+    /// when any page goes).
     fn trim_all(&mut self) {
+        let mut any = false;
         for (_, s, l) in &mut self.arenas {
-            s.trim(&mut self.dev, &mut self.calls);
-            l.trim(&mut self.dev, &mut self.calls);
+            any |= s.trim(&mut self.dev, &mut self.calls);
+            any |= l.trim(&mut self.dev, &mut self.calls);
         }
+        self.calls.synchronize += any as u64;
     }
 }
 

@@ -38,7 +38,7 @@ mod workload;
 pub use arena::Arena;
 pub use best_fit::BestFitArenas;
 pub use caching::PyTorchCaching;
-pub use drive::{drive, Run};
+pub use drive::{drive, drive_strict, Run};
 pub use hybrid::{request_period, Hybrid};
 pub use lifetime::LifetimeSegregated;
 pub use page_remap::PageRemap;
@@ -46,6 +46,7 @@ pub use paged::PagedBestFit;
 pub use planned::{plan_best, plan_in_order, plan_offsets, Order, Planned, STACK_FOREVER};
 pub use workload::{Bounds, Op, Workload};
 
+use crate::device::DeviceMemory;
 use crate::{Addr, StreamId};
 
 /// Granularity of physical pages (`cuMemCreate` on current GPUs) and of `cudaMalloc`.
@@ -66,13 +67,63 @@ pub fn round_page(size: u64) -> u64 {
 }
 
 /// Driver calls a policy made: the cost proxy. `map`/`unmap` count 2 MiB pages
-/// (`cuMemCreate`+`cuMemMap` and `cuMemUnmap` are per handle).
+/// (`cuMemCreate`+`cuMemMap` and `cuMemUnmap`+`cuMemRelease` are per handle);
+/// `synchronize` counts the stream or device synchronisations the policy made so that
+/// it could unmap memory freed on a stream (`cuMemUnmap` is not stream-ordered). A
+/// `cudaFree` synchronises the device by itself: it is counted in `cuda_free` only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DriverCalls {
     pub cuda_malloc: u64,
     pub cuda_free: u64,
     pub map: u64,
     pub unmap: u64,
+    pub synchronize: u64,
+}
+
+/// When a page freed on a stream may be unmapped, to be mapped elsewhere or given back.
+///
+/// Kernels queued on the stream before the free may still use the page, and `cuMemUnmap`
+/// is not stream-ordered, so the unmap must wait until that work is done: PyTorch runs
+/// `cudaStreamSynchronize` before unmapping expandable segments. Reuse where the page is
+/// mapped needs no wait (the stream's later kernels run after its earlier ones). When a
+/// stream's work really completes is not in a recording, so the policies do not assume
+/// it: a page freed since the stream's last synchronisation moves only after another.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Synchronise the stream whenever moving freed pages would spare a new page
+    /// (counted in [`DriverCalls::synchronize`]): the fewest pages, at the cost of
+    /// synchronisations in the training loop.
+    #[default]
+    Synchronize,
+    /// Never synchronise to move a page: a freed page moves only after a synchronisation
+    /// made anyway (`empty_cache`, or the release before an out-of-memory error, which
+    /// synchronise); until then it is reused only where it is mapped, and a stream that
+    /// needs more pages maps new ones.
+    Lazy,
+}
+
+impl Reclaim {
+    /// Suffix of the policy's name (`""` for the default).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Reclaim::Synchronize => "",
+            Reclaim::Lazy => ":lazy",
+        }
+    }
+}
+
+/// Map `n` pages from `addr`, one handle each (the relocation unit: a mapped handle
+/// cannot be split, so a page that may move alone is mapped alone). All or nothing.
+pub(crate) fn map_pages<D: DeviceMemory>(dev: &mut D, addr: Addr, n: u64) -> bool {
+    for i in 0..n {
+        if !dev.map(addr + i * PAGE, PAGE) {
+            if i > 0 {
+                dev.unmap(addr, i * PAGE);
+            }
+            return false;
+        }
+    }
+    true
 }
 
 /// A request the policy could not serve on this device.

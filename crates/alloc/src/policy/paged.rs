@@ -1,13 +1,20 @@
 //! [`PagedBestFit`]: best fit in virtual addresses, physical pages only where live
 //! blocks are. Each stream has one best-fit arena of virtual addresses (never short of
-//! room: virtual memory is plentiful); a 2 MiB page is backed by a physical page while a
-//! live block touches it. A page no live block touches stays mapped (reuse in place costs
-//! nothing) until its stream needs a page elsewhere: it is unmapped and its physical page
-//! mapped there (virtual memory stitching, as `page-remap`, but without losing best fit's
-//! packing of mid-sized blocks).
+//! room: virtual memory is plentiful); a 2 MiB page of it is mapped (one handle per page)
+//! while a live block touches it. A page no live block touches stays mapped (reuse in
+//! place costs nothing) until its stream needs a page elsewhere: then it is unmapped and
+//! a page is mapped where it is missing (virtual memory stitching, as `page-remap`, but
+//! without losing best fit's packing of mid-sized blocks).
+//!
+//! Moving a page means `cuMemUnmap`, which is not stream-ordered: a page freed since the
+//! stream's last synchronisation may still be in use by queued kernels. [`Reclaim`] says
+//! what the policy does about it: synchronise (counted) or wait for a synchronisation
+//! made anyway (`empty_cache`, the release before an OOM).
+
+use std::collections::VecDeque;
 
 use super::best_fit::ARENA_VA;
-use super::{round512, Arena, DriverCalls, FastMap, Policy, PolicyOom, UnknownBlock, PAGE};
+use super::{map_pages, round512, Arena, DriverCalls, FastMap, Policy, PolicyOom, Reclaim, UnknownBlock, PAGE};
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::{Addr, StreamId};
 
@@ -18,27 +25,71 @@ struct StreamVm {
     arena: Arena,
     /// Per page of the arena: live blocks touching it.
     touch: Vec<u32>,
-    /// Per page: backed by a physical page.
+    /// Per page: mapped (backed by a physical page of its own handle).
     mapped: Vec<bool>,
-    /// Pages mapped but untouched (may hold pages touched again since: checked on pop).
-    idle: Vec<u32>,
-    /// Physical pages owned but mapped nowhere.
-    spare: u64,
-    /// Physical pages owned (mapped + spare).
+    /// Per page: the stream's synchronisation count when a live block last left it.
+    freed_at: Vec<u64>,
+    /// Pages left by their last live block, oldest first, with `freed_at` then (an entry
+    /// is stale when the page was touched again or unmapped since: checked on pop).
+    idle: VecDeque<(u32, u64)>,
+    /// Synchronisations of this stream so far: a page with `freed_at < syncs` may move.
+    syncs: u64,
+    /// Pages mapped.
     owned: u64,
 }
 
-/// One best-fit arena of virtual addresses per stream over a pool of physical pages.
+impl StreamVm {
+    fn page_addr(&self, p: usize) -> Addr {
+        self.base + p as u64 * PAGE
+    }
+
+    /// The oldest idle page that may be unmapped now (freed before the stream's last
+    /// synchronisation); `Err(true)` when idle pages exist but none may move yet,
+    /// `Err(false)` when there is no idle page. Stale entries are dropped.
+    fn movable(&mut self, keep: std::ops::RangeInclusive<usize>) -> Result<usize, bool> {
+        let mut waiting = false;
+        let mut i = 0;
+        while i < self.idle.len() {
+            let (p, at) = self.idle[i];
+            let p = p as usize;
+            if !self.mapped[p] || self.touch[p] > 0 || at != self.freed_at[p] {
+                self.idle.remove(i);
+                continue;
+            }
+            if keep.contains(&p) {
+                i += 1;
+                continue;
+            }
+            if at < self.syncs {
+                self.idle.remove(i);
+                return Ok(p);
+            }
+            // Entries are in free order: the rest were freed later still.
+            waiting = true;
+            break;
+        }
+        Err(waiting)
+    }
+}
+
+/// One best-fit arena of virtual addresses per stream over physical pages.
 pub struct PagedBestFit<D: DeviceMemory = SimulatedDevice> {
     dev: D,
     streams: Vec<StreamVm>,
     live: FastMap<Addr, (u32, u64)>,
     calls: DriverCalls,
+    reclaim: Reclaim,
 }
 
 impl<D: DeviceMemory> PagedBestFit<D> {
+    /// Freed pages move after a synchronisation the policy makes when it pays
+    /// ([`Reclaim::Synchronize`]).
     pub fn new(dev: D) -> Self {
-        PagedBestFit { dev, streams: Vec::new(), live: FastMap::default(), calls: DriverCalls::default() }
+        Self::with_reclaim(dev, Reclaim::Synchronize)
+    }
+
+    pub fn with_reclaim(dev: D, reclaim: Reclaim) -> Self {
+        PagedBestFit { dev, streams: Vec::new(), live: FastMap::default(), calls: DriverCalls::default(), reclaim }
     }
 
     fn stream_index(&mut self, stream: StreamId) -> Option<usize> {
@@ -52,69 +103,98 @@ impl<D: DeviceMemory> PagedBestFit<D> {
             arena: Arena::new(),
             touch: Vec::new(),
             mapped: Vec::new(),
-            idle: Vec::new(),
-            spare: 0,
+            freed_at: Vec::new(),
+            idle: VecDeque::new(),
+            syncs: 0,
             owned: 0,
         });
         Some(self.streams.len() - 1)
     }
 
-    /// Back the untouched pages of `[first, last]` on stream `k`: spare pages, then idle
-    /// pages of the stream (unmapped from where they were), then new ones. False (nothing
-    /// changed) when the device is full.
+    /// Map the missing pages of `[first, last]` on stream `k` and count the block on its
+    /// pages. For each missing page an idle page of the stream is unmapped first when
+    /// one may move (synchronising the stream for it under [`Reclaim::Synchronize`]),
+    /// so that moving never needs more memory than the device has; otherwise a new page
+    /// is mapped. False (the block not counted) when the device is full.
     fn back(&mut self, k: usize, first: usize, last: usize) -> bool {
         let s = &mut self.streams[k];
         if s.touch.len() <= last {
             s.touch.resize(last + 1, 0);
             s.mapped.resize(last + 1, false);
+            s.freed_at.resize(last + 1, 0);
         }
-        let need = (first..=last).filter(|&p| !s.mapped[p]).count() as u64;
-        let mut got = s.spare.min(need);
-        s.spare -= got;
-        while got < need {
-            let Some(p) = s.idle.pop() else { break };
-            let p = p as usize;
-            if s.mapped[p] && s.touch[p] == 0 && !(first..=last).contains(&p) {
-                s.mapped[p] = false;
-                self.calls.unmap += 1;
-                got += 1;
+        let mut fresh: Vec<usize> = Vec::new();
+        for p in first..=last {
+            if self.streams[k].mapped[p] {
+                continue;
             }
-        }
-        let create = need - got;
-        if create > 0 {
-            if !self.dev.map(s.base + first as u64 * PAGE, create * PAGE) {
-                s.spare += got;
+            let s = &mut self.streams[k];
+            let moved = match s.movable(first..=last) {
+                Ok(q) => Some(q),
+                Err(true) if self.reclaim == Reclaim::Synchronize => {
+                    // cudaStreamSynchronize: every page freed so far may move.
+                    s.syncs += 1;
+                    self.calls.synchronize += 1;
+                    s.movable(first..=last).ok()
+                }
+                Err(_) => None,
+            };
+            if let Some(q) = moved {
+                let a = s.page_addr(q);
+                s.mapped[q] = false;
+                s.owned -= 1;
+                self.dev.unmap(a, PAGE);
+                self.calls.unmap += 1;
+            }
+            let s = &mut self.streams[k];
+            if !map_pages(&mut self.dev, s.page_addr(p), 1) {
+                // Give back the pages mapped for this block: no kernel ever used them,
+                // so no synchronisation is needed.
+                for q in fresh {
+                    s.mapped[q] = false;
+                    s.owned -= 1;
+                    self.dev.unmap(s.page_addr(q), PAGE);
+                    self.calls.unmap += 1;
+                }
                 return false;
             }
-            s.owned += create;
+            s.mapped[p] = true;
+            s.owned += 1;
+            self.calls.map += 1;
+            fresh.push(p);
         }
+        let s = &mut self.streams[k];
         for p in first..=last {
-            if !s.mapped[p] {
-                s.mapped[p] = true;
-                self.calls.map += 1;
-            }
             s.touch[p] += 1;
         }
         true
     }
 
-    /// Give every idle and spare page back to the device (before an OOM).
+    /// Give every idle page back to the device (`empty_cache`, or before an OOM), after
+    /// a device synchronisation (counted when a page freed since the last one goes).
     fn release_all(&mut self) {
-        for s in &mut self.streams {
-            let mut drop = s.spare;
-            for p in s.idle.drain(..) {
+        let pending = self.streams.iter().any(|s| {
+            s.idle.iter().any(|&(p, at)| {
                 let p = p as usize;
-                if s.mapped[p] && s.touch[p] == 0 {
+                s.mapped[p] && s.touch[p] == 0 && at == s.freed_at[p] && at >= s.syncs
+            })
+        });
+        if pending {
+            self.calls.synchronize += 1;
+        }
+        for s in &mut self.streams {
+            if pending {
+                s.syncs += 1;
+            }
+            for (p, at) in std::mem::take(&mut s.idle) {
+                let p = p as usize;
+                if s.mapped[p] && s.touch[p] == 0 && at == s.freed_at[p] {
                     s.mapped[p] = false;
+                    s.owned -= 1;
+                    self.dev.unmap(s.base + p as u64 * PAGE, PAGE);
                     self.calls.unmap += 1;
-                    drop += 1;
                 }
             }
-            if drop > 0 {
-                self.dev.unmap(s.base, drop * PAGE);
-            }
-            s.owned -= drop;
-            s.spare = 0;
         }
     }
 
@@ -131,7 +211,7 @@ impl<D: DeviceMemory> PagedBestFit<D> {
 
 impl<D: DeviceMemory> Policy for PagedBestFit<D> {
     fn name(&self) -> String {
-        "paged-best-fit".into()
+        format!("paged-best-fit{}", self.reclaim.suffix())
     }
     fn malloc(&mut self, size: u64, stream: StreamId) -> Result<Addr, PolicyOom> {
         let r = round512(size);
@@ -161,7 +241,8 @@ impl<D: DeviceMemory> Policy for PagedBestFit<D> {
         for p in (off / PAGE) as usize..=((off + size - 1) / PAGE) as usize {
             s.touch[p] -= 1;
             if s.touch[p] == 0 {
-                s.idle.push(p as u32);
+                s.freed_at[p] = s.syncs;
+                s.idle.push_back((p as u32, s.syncs));
             }
         }
         Ok(())
@@ -175,8 +256,8 @@ impl<D: DeviceMemory> Policy for PagedBestFit<D> {
     fn check(&self) -> Result<(), String> {
         for s in &self.streams {
             let mapped = s.mapped.iter().filter(|&&m| m).count() as u64;
-            if mapped + s.spare != s.owned {
-                return Err(format!("stream {}: mapped {mapped} + spare {} != owned {}", s.stream, s.spare, s.owned));
+            if mapped != s.owned {
+                return Err(format!("stream {}: mapped {mapped} != owned {}", s.stream, s.owned));
             }
             if let Some(p) = (0..s.touch.len()).find(|&p| s.touch[p] > 0 && !s.mapped[p]) {
                 return Err(format!("stream {}: page {p} touched by a live block but not mapped", s.stream));

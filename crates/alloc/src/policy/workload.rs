@@ -66,6 +66,29 @@ impl Workload {
         Self::default()
     }
 
+    /// The same workload without its probes (the requests the recording refused): what
+    /// was live. Block ids are kept; `empty_cache_at` follows the ops.
+    pub fn without_probes(&self) -> Workload {
+        let mut w = Workload {
+            ops: Vec::with_capacity(self.ops.len()),
+            requests: self.requests,
+            empty_cache_at: Vec::new(),
+            live: self.live.clone(),
+            sizes: self.sizes.clone(),
+        };
+        let mut at = Vec::with_capacity(self.ops.len() + 1);
+        for op in &self.ops {
+            at.push(w.ops.len());
+            if !matches!(op, Op::Probe { .. }) {
+                w.ops.push(*op);
+            }
+        }
+        at.push(w.ops.len());
+        w.empty_cache_at = self.empty_cache_at.iter().map(|&k| at[k.min(self.ops.len())]).collect();
+        w.empty_cache_at.dedup();
+        w
+    }
+
     /// The program releases the cache here (before the next op).
     pub fn empty_cache(&mut self) {
         if self.empty_cache_at.last() != Some(&self.ops.len()) {

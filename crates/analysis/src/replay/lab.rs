@@ -20,9 +20,9 @@ use std::collections::HashMap;
 
 use fragscope_alloc::policy::{
     drive, BestFitArenas, Bounds, DriverCalls, Hybrid, LifetimeSegregated, Op, PageRemap, PagedBestFit, Planned,
-    Policy, PyTorchCaching, Workload,
+    Policy, PyTorchCaching, Reclaim, Workload,
 };
-use fragscope_alloc::{AllocatorConfig, SimulatedDevice};
+use fragscope_alloc::{AllocatorConfig, DeviceMemory, SimulatedDevice};
 use fragscope_snapshot::{Action, BlockState, Snapshot};
 use serde::Serialize;
 
@@ -34,28 +34,43 @@ pub enum PolicySpec {
     /// PyTorch's caching allocator: the recorded settings with this string on top.
     PyTorch(String),
     BestFit,
-    PagedBestFit,
+    /// Paged best fit, freed pages moved after a synchronisation as the [`Reclaim`] says.
+    PagedBestFit(Reclaim),
     /// Page remapping for requests of at least this many bytes.
-    PageRemap(u64),
+    PageRemap(u64, Reclaim),
     Lifetime,
     Planned,
     Hybrid,
 }
 
 /// Names `--allocator` takes (besides `pytorch:CONF`).
-pub const POLICY_NAMES: &[&str] =
-    &["pytorch", "expandable", "best-fit", "page-remap", "paged-best-fit", "lifetime", "planned", "hybrid", "all"];
+pub const POLICY_NAMES: &[&str] = &[
+    "pytorch",
+    "expandable",
+    "best-fit",
+    "page-remap",
+    "page-remap:lazy",
+    "paged-best-fit",
+    "paged-best-fit:lazy",
+    "lifetime",
+    "planned",
+    "hybrid",
+    "all",
+];
 
 /// `NAME` → policies (`all` is every one; `pytorch:CONF` PyTorch with CONF on top of the
-/// recorded settings; `expandable` = `pytorch:expandable_segments:True`).
+/// recorded settings; `expandable` = `pytorch:expandable_segments:True`; a `:lazy`
+/// suffix on the paged policies: [`Reclaim::Lazy`]).
 pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
     Ok(match name {
         "all" => vec![
             PolicySpec::PyTorch(String::new()),
             PolicySpec::PyTorch("expandable_segments:True".into()),
             PolicySpec::BestFit,
-            PolicySpec::PageRemap(2 << 20),
-            PolicySpec::PagedBestFit,
+            PolicySpec::PageRemap(2 << 20, Reclaim::Synchronize),
+            PolicySpec::PageRemap(2 << 20, Reclaim::Lazy),
+            PolicySpec::PagedBestFit(Reclaim::Synchronize),
+            PolicySpec::PagedBestFit(Reclaim::Lazy),
             PolicySpec::Lifetime,
             PolicySpec::Planned,
             PolicySpec::Hybrid,
@@ -63,18 +78,25 @@ pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
         "pytorch" => vec![PolicySpec::PyTorch(String::new())],
         "expandable" => vec![PolicySpec::PyTorch("expandable_segments:True".into())],
         "best-fit" => vec![PolicySpec::BestFit],
-        "paged-best-fit" => vec![PolicySpec::PagedBestFit],
-        "page-remap" => vec![PolicySpec::PageRemap(2 << 20)],
+        "paged-best-fit" => vec![PolicySpec::PagedBestFit(Reclaim::Synchronize)],
+        "paged-best-fit:lazy" => vec![PolicySpec::PagedBestFit(Reclaim::Lazy)],
+        "page-remap" => vec![PolicySpec::PageRemap(2 << 20, Reclaim::Synchronize)],
+        "page-remap:lazy" => vec![PolicySpec::PageRemap(2 << 20, Reclaim::Lazy)],
         "lifetime" => vec![PolicySpec::Lifetime],
         "planned" => vec![PolicySpec::Planned],
         "hybrid" => vec![PolicySpec::Hybrid],
         _ if name.starts_with("page-remap:") => {
-            let mib = name["page-remap:".len()..]
+            let rest = &name["page-remap:".len()..];
+            let (rest, reclaim) = match rest.strip_suffix(":lazy") {
+                Some(r) => (r, Reclaim::Lazy),
+                None => (rest, Reclaim::Synchronize),
+            };
+            let mib = rest
                 .parse::<u64>()
                 .ok()
                 .filter(|&m| (2..=1 << 20).contains(&m))
                 .ok_or_else(|| format!("page-remap:MIB takes a size in MiB from 2 to 1048576, not '{name}'"))?;
-            vec![PolicySpec::PageRemap(mib << 20)]
+            vec![PolicySpec::PageRemap(mib << 20, reclaim)]
         }
         _ => match name.strip_prefix("pytorch:") {
             Some(conf) => {
@@ -83,7 +105,7 @@ pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
             }
             None => {
                 return Err(format!(
-                    "unknown allocator '{name}'; one of: {}, pytorch:CONF or page-remap:MIB",
+                    "unknown allocator '{name}'; one of: {}, pytorch:CONF or page-remap:MIB[:lazy]",
                     POLICY_NAMES.join(", ")
                 ))
             }
@@ -223,11 +245,21 @@ pub struct Calls {
     pub cuda_free: u64,
     pub map: u64,
     pub unmap: u64,
+    /// Synchronisations made so that freed memory could be unmapped
+    /// ([`DriverCalls::synchronize`]; a `cudaFree` synchronises by itself and is not
+    /// counted here).
+    pub synchronize: u64,
 }
 
 impl From<DriverCalls> for Calls {
     fn from(c: DriverCalls) -> Self {
-        Calls { cuda_malloc: c.cuda_malloc, cuda_free: c.cuda_free, map: c.map, unmap: c.unmap }
+        Calls {
+            cuda_malloc: c.cuda_malloc,
+            cuda_free: c.cuda_free,
+            map: c.map,
+            unmap: c.unmap,
+            synchronize: c.synchronize,
+        }
     }
 }
 
@@ -320,12 +352,21 @@ pub struct LabReport {
 /// A fresh policy for `spec` (PyTorch's on top of `base`, the recorded settings) on a
 /// simulated device of `cap` bytes; `w` is what the plan-based policies plan.
 pub fn make_policy(spec: &PolicySpec, base: &AllocatorConfig, w: &Workload, cap: u64) -> Box<dyn Policy> {
-    let dev = SimulatedDevice::synthetic(cap);
+    make_policy_on(spec, base, w, SimulatedDevice::synthetic(cap))
+}
+
+/// [`make_policy`] over any device (a test drives a strict one, `fragscope_alloc::StrictVmm`).
+pub fn make_policy_on<D: DeviceMemory + 'static>(
+    spec: &PolicySpec,
+    base: &AllocatorConfig,
+    w: &Workload,
+    dev: D,
+) -> Box<dyn Policy> {
     match spec {
         PolicySpec::PyTorch(extra) => Box::new(PyTorchCaching::new(config_on_top(base, extra), dev)),
         PolicySpec::BestFit => Box::new(BestFitArenas::new(dev)),
-        PolicySpec::PagedBestFit => Box::new(PagedBestFit::new(dev)),
-        PolicySpec::PageRemap(min) => Box::new(PageRemap::with_threshold(dev, *min)),
+        PolicySpec::PagedBestFit(r) => Box::new(PagedBestFit::with_reclaim(dev, *r)),
+        PolicySpec::PageRemap(min, r) => Box::new(PageRemap::with_options(dev, *min, *r)),
         PolicySpec::Lifetime => Box::new(LifetimeSegregated::new(dev)),
         PolicySpec::Planned => Box::new(Planned::new(w, dev)),
         PolicySpec::Hybrid => Box::new(Hybrid::new(w, dev)),
@@ -450,11 +491,23 @@ pub fn lab_with(
     let cfg = recorded_config(snap);
     let w = &lw.workload;
     let bounds = w.bounds();
+    // The unlimited run (peak reserved, the ratio's numerator) and the smallest device
+    // serve what was live: a request the recording refused is left out, as from the
+    // denominator (issue 21). The run on the recorded capacity keeps it, to say whether
+    // the recorded OOM happens.
+    let live_only = w.without_probes();
     let (cap, capacity_source) = match capacity {
         Some(c) => (c, "given".to_string()),
         None => recorded_capacity(snap, device, &lw, &cfg),
     };
     let mut notes = lw.notes.clone();
+    if live_only.ops.len() < w.ops.len() {
+        notes.push(format!(
+            "the {} request(s) the recording refused (recorded OOMs) are left out of peak reserved and the \
+             smallest device: those count what was live; the run on the recorded capacity tries them",
+            w.ops.len() - live_only.ops.len()
+        ));
+    }
     let mut rows = Vec::new();
     let mut confs_run: Vec<String> = Vec::new();
     for spec in specs {
@@ -468,8 +521,8 @@ pub fn lab_with(
             confs_run.push(conf);
         }
         let (t0, c0) = (seconds(), thread_cpu_seconds());
-        let mut p = make_policy(spec, &cfg, w, super::whatif::UNLIMITED);
-        let run = drive(p.as_mut(), w, false, 0);
+        let mut p = make_policy(spec, &cfg, &live_only, super::whatif::UNLIMITED);
+        let run = drive(p.as_mut(), &live_only, false, 0);
         let secs = seconds() - t0;
         let cpu = c0.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
         let name = p.name();
@@ -494,8 +547,8 @@ pub fn lab_with(
             reserved: o.reserved,
         });
         let verdict = verdict(&lw, at.probes_served, first.as_ref());
-        let min_capacity =
-            min_capacity.then(|| smallest_capacity(spec, &cfg, w, bounds.live, run.peak_reserved.max(bounds.live)));
+        let min_capacity = min_capacity
+            .then(|| smallest_capacity(spec, &cfg, &live_only, bounds.live, run.peak_reserved.max(bounds.live)));
         rows.push(LabRow {
             policy: name,
             peak_reserved: run.peak_reserved,
@@ -503,7 +556,7 @@ pub fn lab_with(
             final_reserved: run.final_reserved,
             calls: run.calls.into(),
             seconds: secs,
-            ops_per_second: if secs > 0.0 { w.ops.len() as f64 / secs } else { 0.0 },
+            ops_per_second: if secs > 0.0 { live_only.ops.len() as f64 / secs } else { 0.0 },
             cpu_seconds: cpu,
             events_per_cpu_second: cpu.filter(|&c| c >= 0.1).map(|c| snap.trace(device).len() as f64 / c),
             ooms_at_capacity: at.ooms,

@@ -4,13 +4,14 @@
 //!
 //! One Parquet file per table in DIR; several FILEs go into the same tables, told apart
 //! by the `file` column (stack and frame ids are per file). The tables and their columns
-//! (schema `fragscope.export/1`, stored in each file's key-value metadata as
+//! (schema `fragscope.export/2`, stored in each file's key-value metadata as
 //! `fragscope.schema`) are documented in docs/export.md:
 //!
 //! * `trace_events`: every trace entry of every device, in order;
 //! * `allocations`: one row per allocation of the trace, its alloc entry paired with its
 //!   `free_requested` / `free_completed` (lifetime, sizes, stream, stack, call site,
-//!   annotation scope);
+//!   annotation scope, and the role [`fragscope_analysis::roles`] gives it), plus the
+//!   blocks live before the trace that it never frees;
 //! * `segments` and `blocks`: the allocator state of the snapshot (`segments`);
 //! * `stacks` and `frames`: the recorded stacks, normalised (a stack is rows of frame
 //!   ids by depth, innermost first);
@@ -40,7 +41,7 @@ use serde::Serialize;
 use crate::CliError;
 
 /// Version of the tables' layout (docs/export.md).
-pub const SCHEMA: &str = "fragscope.export/1";
+pub const SCHEMA: &str = "fragscope.export/2";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -53,7 +54,7 @@ pub struct Args {
     /// Folder to write the tables to (created if missing; existing tables are replaced).
     #[arg(short = 'o', long = "output", default_value = "fragscope-export")]
     pub output: PathBuf,
-    /// Print what was written as JSON (schema `fragscope.export/1`).
+    /// Print what was written as JSON (schema `fragscope.export/2`).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -83,7 +84,15 @@ struct Col {
     strs: Vec<ByteArray>,
     bools: Vec<bool>,
     defs: Vec<i16>,
+    /// Strings seen in this column, as shared buffers: most string columns repeat a few
+    /// values (the file, the action, call sites, roles) over millions of rows, and a
+    /// fresh buffer per cell made allocation the export's largest cost (a profile of the
+    /// 6.9 M-entry benchmark file: malloc and free ~40 % of its CPU time).
+    intern: fragscope_snapshot::FxHashMap<Box<str>, ByteArray>,
 }
+
+/// Distinct strings a column keeps shared (past it, new strings get their own buffer).
+const INTERN_MAX: usize = 1 << 16;
 
 /// Rows kept before a row group is written.
 const ROW_GROUP: usize = 1 << 20;
@@ -136,6 +145,7 @@ impl Table {
                 strs: Vec::new(),
                 bools: Vec::new(),
                 defs: Vec::new(),
+                intern: Default::default(),
             })
             .collect();
         Ok(Table { name, path, cols, rows: 0, total: 0, writer })
@@ -151,7 +161,19 @@ impl Table {
                     continue;
                 }
                 V::I(x) => c.ints.push(*x),
-                V::S(s) => c.strs.push(ByteArray::from(*s)),
+                V::S(s) => {
+                    let b = match c.intern.get(*s) {
+                        Some(b) => b.clone(),
+                        None => {
+                            let b = ByteArray::from(*s);
+                            if c.intern.len() < INTERN_MAX {
+                                c.intern.insert((*s).into(), b.clone());
+                            }
+                            b
+                        }
+                    };
+                    c.strs.push(b)
+                }
                 V::B(b) => c.bools.push(*b),
             }
             if c.optional {
@@ -265,6 +287,8 @@ fn create_tables(dir: &Path) -> Result<Vec<Table>, CliError> {
                 ("stack_id", I64, true),
                 ("site", Str, false),
                 ("annotation", Str, true),
+                ("role", Str, true),
+                ("role_evidence", Str, true),
             ],
         )?,
         Table::create(
@@ -331,6 +355,13 @@ fn create_tables(dir: &Path) -> Result<Vec<Table>, CliError> {
     ])
 }
 
+/// The stream of the segment holding `addr` in `segs` (a device's segments of the final
+/// state, by address; a block live through the whole trace is there); 0 when none does.
+fn stream_at(segs: &[(u64, u64, i64)], addr: u64) -> i64 {
+    let k = segs.partition_point(|s| s.0 <= addr);
+    k.checked_sub(1).map(|k| segs[k]).filter(|s| addr < s.0.saturating_add(s.1)).map_or(0, |s| s.2)
+}
+
 fn sid(s: Option<StackId>) -> V<'static> {
     s.map_or(V::N, |s| V::I(s.index() as i64))
 }
@@ -383,7 +414,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
             fc: Option<usize>,
             addr: u64,
             req: u64,
-            stream: u64,
+            stream: i64,
             stack: Option<StackId>,
             time: i64,
         }
@@ -398,7 +429,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                         fc: None,
                         addr: e.addr,
                         req: e.size,
-                        stream: e.stream,
+                        stream: e.stream as i64,
                         stack: e.stack,
                         time: e.time_us,
                     };
@@ -416,7 +447,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                                 fc: None,
                                 addr: e.addr,
                                 req: e.size,
-                                stream: e.stream,
+                                stream: e.stream as i64,
                                 stack: e.stack,
                                 time: fragscope_snapshot::NO_TIME,
                             });
@@ -433,9 +464,62 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                 _ => {}
             }
         }
+        // Roles: the analysis' block lives (the walk `summary`'s roles use), matched to
+        // the rows by alloc entry; a block live before the trace by its address and the
+        // entry that ended it. Seeded lives no row names (live through the whole trace)
+        // get rows of their own, so that the roles' sums are those of `summary`.
+        let (lives, role_of) = if tr.is_empty() {
+            (fragscope_analysis::lives::BlockLives::default(), fragscope_analysis::roles::Roles::default())
+        } else {
+            let lives = fragscope_analysis::lives::BlockLives::replay(snap, device);
+            let (_, _, roles) = fragscope_analysis::roles::device_roles_with(snap, &lives);
+            (lives, roles)
+        };
+        let traced_role = |alloc: usize| {
+            let k = lives.traced.partition_point(|l| l.alloc < alloc);
+            (lives.traced.get(k).is_some_and(|l| l.alloc == alloc)).then(|| role_of.traced[k])
+        };
+        let mut seeded: fragscope_snapshot::FxHashMap<(u64, usize), usize> = Default::default();
+        for (k, l) in lives.seeded.iter().enumerate() {
+            seeded.insert((l.address, l.end), k);
+        }
+        let mut seeded_used = vec![false; lives.seeded.len()];
+        let mut dev_segs: Vec<(u64, u64, i64)> = snap
+            .segments
+            .iter()
+            .filter(|s| s.device == device)
+            .map(|s| (s.address, s.total_size, s.stream as i64))
+            .collect();
+        dev_segs.sort_unstable();
+        let mut row_roles: Vec<Option<fragscope_analysis::roles::BlockRole>> = Vec::with_capacity(rows.len());
+        for a in &rows {
+            let r = match a.alloc {
+                Some(k) => traced_role(k),
+                None => a.fr.or(a.fc).and_then(|end| seeded.get(&(a.addr, end))).map(|&k| {
+                    seeded_used[k] = true;
+                    role_of.seeded[k]
+                }),
+            };
+            row_roles.push(r);
+        }
+        for (k, l) in lives.seeded.iter().enumerate() {
+            if !seeded_used[k] && l.end == fragscope_analysis::lives::LIVE_AT_END {
+                rows.push(A {
+                    alloc: None,
+                    fr: None,
+                    fc: None,
+                    addr: l.address,
+                    req: l.request,
+                    stream: stream_at(&dev_segs, l.address),
+                    stack: l.stack,
+                    time: fragscope_snapshot::NO_TIME,
+                });
+                row_roles.push(Some(role_of.seeded[k]));
+            }
+        }
         let scopes = fragscope_analysis::attribution::Scopes::new(snap, device);
         let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
-        for a in &rows {
+        for (a, role) in rows.iter().zip(&row_roles) {
             note(a.stack);
             let end = a.fc.or(a.fr);
             let end_time = end.map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
@@ -456,10 +540,12 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                 V::I(a.addr as i64),
                 V::I(a.req as i64),
                 V::I(rounded as i64),
-                V::I(a.stream as i64),
+                V::I(a.stream),
                 sid(a.stack),
                 V::S(&site),
                 ann.map_or(V::N, V::S),
+                role.map_or(V::N, |r| V::S(r.role.as_str())),
+                role.map_or(V::N, |r| V::S(r.reason.describe())),
             ])?;
         }
     }

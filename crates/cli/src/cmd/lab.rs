@@ -3,7 +3,7 @@
 //! any settings, best-fit arenas, page remapping, lifetime segregation, the offline plan)
 //! against the bounds no allocator beats: peak reserved, its ratio to peak live bytes,
 //! driver calls, speed, and whether the recorded OOM (or none) happens on the recorded
-//! capacity. Text table or `--json` (schema `fragscope.replay.lab/1`,
+//! capacity. Text table or `--json` (schema `fragscope.replay.lab/2`,
 //! docs/json-schema.md).
 
 use std::fmt::Write as _;
@@ -62,10 +62,10 @@ pub fn lab_snapshot(args: &Args, capacity: Option<u64>, snap: &Snapshot, specs: 
     devs.into_iter().map(|d| lab_with(snap, d, specs, capacity, args.min_capacity)).collect()
 }
 
-/// The `--json` document (`fragscope.replay.lab/1`) of `(file name, device reports)` per file.
+/// The `--json` document (`fragscope.replay.lab/2`) of `(file name, device reports)` per file.
 pub fn json(out: &[(String, Vec<LabReport>)]) -> Result<String, CliError> {
     let j = JsonOut {
-        schema: "fragscope.replay.lab/1",
+        schema: "fragscope.replay.lab/2",
         files: out.iter().map(|(f, r)| JsonFile { file: f, devices: r }).collect(),
     };
     output::json_text(&j)
@@ -108,6 +108,7 @@ fn render(out: &[(String, Vec<LabReport>)]) -> String {
                 ("cudaFree", Align::Right),
                 ("map", Align::Right),
                 ("unmap", Align::Right),
+                ("syncs", Align::Right),
                 ("M ops/s", Align::Right),
                 ("on the recorded capacity", Align::Left),
             ]);
@@ -128,6 +129,7 @@ fn render(out: &[(String, Vec<LabReport>)]) -> String {
                     String::new(),
                     String::new(),
                     String::new(),
+                    String::new(),
                 ]);
             }
             t.rule();
@@ -140,6 +142,7 @@ fn render(out: &[(String, Vec<LabReport>)]) -> String {
                     row.calls.cuda_free.to_string(),
                     row.calls.map.to_string(),
                     row.calls.unmap.to_string(),
+                    row.calls.synchronize.to_string(),
                     format!("{:.1}", row.ops_per_second / 1e6),
                     row.verdict.clone(),
                 ]);
@@ -164,6 +167,14 @@ fn render(out: &[(String, Vec<LabReport>)]) -> String {
                         ratio(c, b.live)
                     );
                 }
+            }
+            if r.rows.iter().any(|x| x.calls.synchronize > 0) {
+                let _ = writeln!(
+                    s,
+                    "  syncs: synchronisations a policy made so that it could unmap memory freed on a stream \
+                     (cuMemUnmap is not stream-ordered); a cudaFree synchronises by itself. `:lazy` policies move a \
+                     freed page only after a synchronisation made anyway (empty_cache, the release before an OOM)"
+                );
             }
             for n in &r.notes {
                 let _ = writeln!(s, "  note: {n}");

@@ -18,13 +18,13 @@ use crate::output::{bytes, grouped};
 use crate::CliError;
 
 /// Schema name of `fragscope oom --json`.
-pub const SCHEMA: &str = "fragscope.oom/1";
+pub const SCHEMA: &str = "fragscope.oom/2";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The error text (quote it), a file holding it, or `-` / nothing to read stdin.
     pub text: Option<String>,
-    /// Print JSON (schema `fragscope.oom/1`, see docs/json-schema.md) instead of text.
+    /// Print JSON (schema `fragscope.oom/2`, see docs/json-schema.md) instead of text.
     #[arg(long)]
     pub json: bool,
 }

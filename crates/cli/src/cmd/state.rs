@@ -1,4 +1,4 @@
-//! `fragscope state FILE [--at N | --time T] [--by site|annotation] [--json]`: the
+//! `fragscope state FILE [--at N | --time T] [--by site|annotation|role] [--json]`: the
 //! allocator state at one moment of the recording and who holds the memory then.
 //!
 //! The state (segments, free blocks per stream and pool, the largest free block) is
@@ -6,8 +6,10 @@
 //! moment ([`fragscope_analysis::oom::allocator_state_at`]): a reading of the recording,
 //! not a replay. The holders are the blocks allocated at that moment
 //! ([`fragscope_analysis::timeline::live_at`]), grouped by the innermost user frame of
-//! their allocation stack (`site`) or by the innermost `record_function` scope open when
-//! they were allocated (`annotation`).
+//! their allocation stack (`site`), by the innermost `record_function` scope open when
+//! they were allocated (`annotation`), or by what they are for (`role`: parameters,
+//! gradients, ... as [`fragscope_analysis::roles`] classifies each block from its phase
+//! and lifetime in the trace).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -38,9 +40,10 @@ pub struct Args {
     /// Device (default: the first with a trace).
     #[arg(long)]
     pub device: Option<i64>,
-    /// Group the holders by `site` (innermost user frame) or `annotation` (innermost
-    /// record_function scope at the allocation).
-    #[arg(long, default_value = "site", value_parser = ["site", "annotation"])]
+    /// Group the holders by `site` (innermost user frame), `annotation` (innermost
+    /// record_function scope at the allocation) or `role` (parameters, gradients,
+    /// optimizer_state, activations, temporaries, inputs, other; from the trace).
+    #[arg(long, default_value = "site", value_parser = ["site", "annotation", "role"])]
     pub by: String,
     /// Holders listed (the rest is summed).
     #[arg(long, default_value_t = 10)]
@@ -137,6 +140,8 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, args: &Args) -> Re
             .into_iter()
             .map(|s| Holder { key: s.site.site, bytes: s.bytes, blocks: s.blocks, share: s.share })
             .collect()
+    } else if args.by == "role" {
+        holders_by_role(snap, device, after, total)
     } else {
         let mut m: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
         for b in &live {
@@ -167,13 +172,60 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, args: &Args) -> Re
         trace_entries: trace.len(),
         time_us,
         time_s: time_us.zip(t0).map(|(t, z)| (t - z) as f64 / 1e6),
-        method: "recording: backward walk from the recorded final state (no replay)",
+        method: if args.by == "role" {
+            "recording: backward walk from the recorded final state (no replay); roles from each block's \
+             phase and lifetime in the trace (summary's roles)"
+        } else {
+            "recording: backward walk from the recorded final state (no replay)"
+        },
         state: figures,
         holders_by: args.by.clone(),
         holders_total_bytes: total,
         holders: rows,
         other_bytes,
     })
+}
+
+/// Block bytes by role after entry `after` (`None`: before the first), from the block
+/// lives the roles are given on (the same walk as [`live_at`]'s, so the rows sum to
+/// `total`); an out-of-place update counts as a temporary until its role begins, as in
+/// `summary`'s roles.
+fn holders_by_role(snap: &fragscope_snapshot::Snapshot, device: i64, after: Option<usize>, total: u64) -> Vec<Holder> {
+    use fragscope_analysis::roles::Role;
+    let lives = fragscope_analysis::lives::BlockLives::replay(snap, device);
+    let (_, _, roles) = fragscope_analysis::roles::device_roles_with(snap, &lives);
+    let s = after.map_or(0, |i| (i + 1).min(snap.trace(device).len()));
+    let mut by = [(0u64, 0u64); 7];
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        if b.end >= s {
+            by[r.role as usize].0 += b.size;
+            by[r.role as usize].1 += 1;
+        }
+    }
+    let k = lives.traced.partition_point(|l| l.alloc < s);
+    for (i, (l, r)) in lives.traced[..k].iter().zip(&roles.traced).enumerate() {
+        if l.end >= s {
+            let role = match roles.from_state.get(&i) {
+                Some(&f) if s < f => Role::Temporaries,
+                _ => r.role,
+            };
+            by[role as usize].0 += l.size;
+            by[role as usize].1 += 1;
+        }
+    }
+    let mut v: Vec<Holder> = Role::ALL
+        .iter()
+        .map(|&r| (r, by[r as usize]))
+        .filter(|(_, (_, n))| *n > 0)
+        .map(|(r, (bytes, blocks))| Holder {
+            key: r.as_str().to_string(),
+            bytes,
+            blocks,
+            share: if total > 0 { bytes as f64 / total as f64 } else { 0.0 },
+        })
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)));
+    v
 }
 
 fn render_text(o: &StateOut) -> String {
