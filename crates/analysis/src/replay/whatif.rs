@@ -30,6 +30,34 @@ pub struct SimOptions {
     /// Call `torch.cuda.empty_cache()` right before these trace entries (ascending), on
     /// top of the calls the recording itself made ([`super::advice`]).
     pub empty_cache_at: Vec<usize>,
+    /// Trace entries (ascending) before which to read the allocator's live bytes into
+    /// [`WhatIf::probes`]: after every operation a transformation inserted at that entry,
+    /// before the entry itself ([`super::transform`]'s checks read them).
+    pub probes: Vec<usize>,
+}
+
+/// One request or free of the workload a simulation serves: a trace entry as recorded,
+/// or one that a transformation of the trace changed or inserted ([`super::transform`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Op {
+    /// The trace entry it stands at: `empty_cache()` points, OOM indices and probes are
+    /// in trace entries. Inserted operations come before the recorded entry `at`.
+    pub at: usize,
+    /// Inserted by a transformation (not the recorded entry `at` itself).
+    pub inserted: bool,
+    /// The entry; `addr` is a key naming the block (the recorded address, or a synthetic
+    /// one for a block a transformation re-allocates), `size` the request.
+    pub ev: TraceEvent,
+}
+
+/// The allocator's live bytes before a trace entry ([`SimOptions::probes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    pub at: usize,
+    /// Bytes the live tensors asked for (`requested_bytes`).
+    pub requested: u64,
+    /// Bytes of the live blocks (`allocated_bytes`: rounded, unsplit remainders included).
+    pub allocated: u64,
 }
 
 /// The first request the simulated allocator could not serve.
@@ -115,6 +143,9 @@ pub struct WhatIf {
     /// size, pages mapped and unmapped, synchronisations. No time: see that module.
     pub driver: super::cost::DriverWork,
     pub notes: Vec<String>,
+    /// Live bytes at [`SimOptions::probes`].
+    #[serde(skip)]
+    pub probes: Vec<Probe>,
     /// The simulated run as a snapshot (with `SimOptions::collect_snapshot`).
     #[serde(skip)]
     pub snapshot: Option<Snapshot>,
@@ -127,7 +158,20 @@ pub fn simulate(snap: &Snapshot, device: i64, cfg: AllocatorConfig, capacity: Op
 }
 
 pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &SimOptions) -> WhatIf {
-    let trace = snap.trace(device);
+    let ops = snap.trace(device).iter().enumerate().map(|(at, &ev)| Op { at, inserted: false, ev });
+    simulate_ops(snap, device, cfg, opts, ops)
+}
+
+/// [`simulate_with`] serving `ops` (the device's trace, possibly transformed, in order)
+/// instead of the trace itself; the state before the trace and the recording's own
+/// `empty_cache()` calls still come from the recorded trace.
+pub fn simulate_ops(
+    snap: &Snapshot,
+    device: i64,
+    cfg: AllocatorConfig,
+    opts: &SimOptions,
+    ops: impl Iterator<Item = Op>,
+) -> WhatIf {
     let (vrep, inferred) = verify_inner(snap, device, &ReplayOptions::default());
     let mut notes = Vec::new();
     // A memory fraction (and so GC) means nothing on an unlimited device: use the
@@ -222,7 +266,21 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     let mut seed_events: Vec<Event> = Vec::new();
     eng.drain_events_into(&mut seed_events);
     let mut driver = super::cost::DriverWork::default();
-    for (i, ev) in trace.iter().enumerate() {
+    let mut probes: Vec<Probe> = Vec::with_capacity(opts.probes.len());
+    let mut probe_at = opts.probes.iter().copied().peekable();
+    let probe = |eng: &CachingAllocator<SimulatedDevice>, at: usize| {
+        let s = eng.stats();
+        Probe {
+            at,
+            requested: s.requested_bytes.all().current.max(0) as u64,
+            allocated: s.allocated_bytes.all().current.max(0) as u64,
+        }
+    };
+    for op in ops {
+        let (i, ev) = (op.at, &op.ev);
+        while let Some(p) = probe_at.next_if(|&p| p < i || (p == i && !op.inserted)) {
+            probes.push(probe(&eng, p));
+        }
         while ec.peek().is_some_and(|&k| k <= i) {
             ec.next();
             eng.empty_cache();
@@ -323,6 +381,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         eng.empty_cache();
         empty_cache_calls += 1;
     }
+    probes.extend(probe_at.map(|p| probe(&eng, p)));
     let mut tail: Vec<Event> = std::mem::take(&mut seed_events);
     let seeded = tail.len();
     eng.drain_events_into(&mut tail);
@@ -372,6 +431,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         empty_cache_added: opts.empty_cache_at.len() as u64,
         driver,
         notes,
+        probes,
         snapshot,
     }
 }
