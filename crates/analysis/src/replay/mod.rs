@@ -36,7 +36,7 @@ pub(crate) type AddrBuild = std::hash::BuildHasherDefault<fragscope_snapshot::Fx
 
 pub use driver::{infer_expandable_capacity, replayable_devices, verify};
 pub use fidelity::fidelity_table;
-pub use transform::{simulate_changes, Change, Layers, RoleWhatIf};
+pub use transform::{simulate_change_sets, simulate_changes, Change, Layers, RoleWhatIf};
 pub use whatif::{simulate, simulate_with, SimOptions, StartState, WhatIf};
 
 /// Options of [`verify`].

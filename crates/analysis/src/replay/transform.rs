@@ -179,7 +179,7 @@ pub struct RoleWhatIf {
     /// Whether the changed program gets past the recorded OOM (`null`: no OOM recorded,
     /// or the replay of the recording does not reproduce it, so it cannot tell).
     pub oom_avoided: Option<bool>,
-    /// With a capacity: whether the changed program runs without an OOM.
+    /// With a capacity: whether the changed program runs without an OOM and within it.
     pub fits: Option<bool>,
     /// The result in one line.
     pub verdict: String,
@@ -580,37 +580,69 @@ pub fn simulate_changes(
     capacity: Option<u64>,
     probes: &[usize],
 ) -> RoleWhatIf {
+    let sets = [changes.to_vec()];
+    simulate_change_sets(snap, device, &sets, cfg, capacity, probes).pop().expect("one set")
+}
+
+/// [`simulate_changes`] for several sets of changes, each replayed on its own against
+/// one replay of the recording (the roles, steps and the recording's replay are made
+/// once).
+pub fn simulate_change_sets(
+    snap: &Snapshot,
+    device: i64,
+    sets: &[Vec<Change>],
+    cfg: AllocatorConfig,
+    capacity: Option<u64>,
+    probes: &[usize],
+) -> Vec<RoleWhatIf> {
     let trace = snap.trace(device);
     let lives = BlockLives::replay(snap, device);
     let (_, steps, roles) = roles::device_roles_with(snap, &lives);
     let ctx = Ctx { trace, snap, device, lives, steps, roles };
-    let mut plans = Plans::new();
-    let mut outcomes = Vec::new();
-    for c in changes {
-        let r = match c {
-            Change::ShardOptimizer(n) => plan_shard(&ctx, &mut plans, *n, Role::OptimizerState),
-            Change::ShardGradients(n) => plan_shard(&ctx, &mut plans, *n, Role::Gradients),
-            Change::GradsSetToNone => plan_set_to_none(&ctx, &mut plans),
-            Change::Checkpoint(l) => plan_checkpoint(&ctx, &mut plans, l),
-        };
-        outcomes.push(outcome(c, r));
-    }
     let recorded_oom = trace.iter().position(|e| e.action == Action::Oom);
     let cap = capacity.or_else(|| recorded_oom.map(|_| super::driver::capacity_for(snap, device, None, &cfg)));
     let mut probes = probes.to_vec();
     probes.sort_unstable();
     let opts = SimOptions { capacity: cap, probes, ..SimOptions::default() };
     let recorded = simulate_with(snap, device, cfg.clone(), &opts);
+    sets.iter().map(|changes| one_set(&ctx, changes, &cfg, capacity, cap, &opts, &recorded, recorded_oom)).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_set(
+    ctx: &Ctx,
+    changes: &[Change],
+    cfg: &AllocatorConfig,
+    capacity: Option<u64>,
+    cap: Option<u64>,
+    opts: &SimOptions,
+    recorded: &WhatIf,
+    recorded_oom: Option<usize>,
+) -> RoleWhatIf {
+    let mut plans = Plans::new();
+    let mut outcomes = Vec::new();
+    for c in changes {
+        let r = match c {
+            Change::ShardOptimizer(n) => plan_shard(ctx, &mut plans, *n, Role::OptimizerState),
+            Change::ShardGradients(n) => plan_shard(ctx, &mut plans, *n, Role::Gradients),
+            Change::GradsSetToNone => plan_set_to_none(ctx, &mut plans),
+            Change::Checkpoint(l) => plan_checkpoint(ctx, &mut plans, l),
+        };
+        outcomes.push(outcome(c, r));
+    }
     let applied = outcomes.iter().any(|o| o.applied);
-    let changed = applied.then(|| simulate_ops(snap, device, cfg, &opts, transformed_ops(&ctx, &plans).into_iter()));
+    let changed = applied
+        .then(|| simulate_ops(ctx.snap, ctx.device, cfg.clone(), opts, transformed_ops(ctx, &plans).into_iter()));
     let oom_avoided = match (recorded_oom, &changed) {
         (Some(r), Some(w)) if recorded.first_oom.as_ref().is_some_and(|o| o.index <= r) => {
             Some(w.first_oom.as_ref().is_none_or(|o| o.index > r) && w.recorded_ooms_that_fit > 0)
         }
         _ => None,
     };
+    // Memory held before the trace is seeded whatever the device size: a run above the
+    // capacity does not fit even without an OOM.
     let fits = match (capacity, &changed) {
-        (Some(_), Some(w)) => Some(w.ooms == 0),
+        (Some(c), Some(w)) => Some(w.ooms == 0 && w.peak_reserved <= c),
         _ => None,
     };
     let fs = crate::oom_message::format_size;
@@ -644,22 +676,103 @@ pub fn simulate_changes(
             if let (Some(c), Some(f)) = (capacity, fits) {
                 v.push_str(&format!("; {} on {}", if f { "fits" } else { "does not fit" }, fs(c)));
             }
+            if let Some(o) = outcomes.iter().find(|o| !o.applied) {
+                v.push_str(&format!("; not applied: {} ({})", o.change, o.cannot_apply.as_deref().unwrap_or_default()));
+            }
             v
         }
     };
     RoleWhatIf {
-        device,
+        device: ctx.device,
         label: LABEL,
         steps: ctx.steps.describe(),
         changes: outcomes,
         applied,
         capacity: cap,
-        recorded,
+        recorded: recorded.clone(),
         changed,
         recorded_oom,
         oom_avoided,
         fits,
         verdict,
+        not_modelled: NOT_MODELLED,
+    }
+}
+
+/// The role-level what-ifs `analyze` replays (with `--what-if`, or at an exhaustion
+/// OOM): the optimizer state sharded over 2, 4 and 8 ranks (ZeRO-1), with the gradients
+/// too (ZeRO-2), `zero_grad(set_to_none=True)`, and checkpointing of every layer.
+pub fn default_sets() -> Vec<Vec<Change>> {
+    let mut v: Vec<Vec<Change>> = [2, 4, 8].iter().map(|&n| vec![Change::ShardOptimizer(n)]).collect();
+    v.extend([2, 4, 8].iter().map(|&n| vec![Change::ShardOptimizer(n), Change::ShardGradients(n)]));
+    v.push(vec![Change::GradsSetToNone]);
+    v.push(vec![Change::Checkpoint(Layers::All)]);
+    v
+}
+
+/// One row of [`RoleRows`]: one set of changes replayed, or why it cannot be.
+#[derive(Clone, Debug, Serialize)]
+pub struct RoleRow {
+    /// The changes, in words, joined with " + ".
+    pub change: String,
+    pub applied: bool,
+    /// Why (a change of the set) cannot be applied.
+    pub cannot_apply: Option<String>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub peak_allocated_bytes: Option<u64>,
+    /// First request the changed program's replay could not serve.
+    pub first_oom_index: Option<usize>,
+    pub oom_avoided: Option<bool>,
+}
+
+/// Role-level what-ifs of one device as `analyze` shows them: each set of
+/// [`default_sets`] replayed against one replay of the recording.
+#[derive(Clone, Debug, Serialize)]
+pub struct RoleRows {
+    pub label: &'static str,
+    pub steps: String,
+    pub capacity_bytes: Option<u64>,
+    pub recorded_peak_reserved_bytes: u64,
+    pub recorded_peak_allocated_bytes: u64,
+    pub recorded_first_oom_index: Option<usize>,
+    /// One per set; a set that cannot be applied for a reason an earlier row gave is left
+    /// out (ZeRO-1 at 4 and 8 ranks when there is no optimizer state).
+    pub rows: Vec<RoleRow>,
+    pub not_modelled: &'static [&'static str],
+}
+
+/// [`RoleRows`] of `device` on `capacity` bytes (`None`: as [`simulate_changes`]).
+pub fn analyze_rows(snap: &Snapshot, device: i64, capacity: Option<u64>) -> RoleRows {
+    let sets = default_sets();
+    let cfg = super::recorded_config(snap);
+    let runs = simulate_change_sets(snap, device, &sets, cfg, capacity, &[]);
+    let first = &runs[0];
+    let mut rows: Vec<RoleRow> = Vec::new();
+    for (set, w) in sets.iter().zip(&runs) {
+        let why = w.changes.iter().find_map(|c| {
+            c.cannot_apply.as_ref().map(|y| if set.len() > 1 { format!("{}: {y}", c.change) } else { y.clone() })
+        });
+        if !w.applied && rows.iter().any(|r| !r.applied && r.cannot_apply == why) {
+            continue;
+        }
+        rows.push(RoleRow {
+            change: set.iter().map(Change::describe).collect::<Vec<_>>().join(" + "),
+            applied: w.applied,
+            cannot_apply: why,
+            peak_reserved_bytes: w.changed.as_ref().map(|c| c.peak_reserved),
+            peak_allocated_bytes: w.changed.as_ref().map(|c| c.peak_allocated),
+            first_oom_index: w.changed.as_ref().and_then(|c| c.first_oom.as_ref().map(|o| o.index)),
+            oom_avoided: w.oom_avoided,
+        });
+    }
+    RoleRows {
+        label: LABEL,
+        steps: first.steps.clone(),
+        capacity_bytes: first.capacity,
+        recorded_peak_reserved_bytes: first.recorded.peak_reserved,
+        recorded_peak_allocated_bytes: first.recorded.peak_allocated,
+        recorded_first_oom_index: first.recorded.first_oom.as_ref().map(|o| o.index),
+        rows,
         not_modelled: NOT_MODELLED,
     }
 }
