@@ -537,7 +537,13 @@ pub fn role_text(s: &mut String, w: &RoleWhatIf) {
     for c in &w.changes {
         match &c.cannot_apply {
             None => {
-                let _ = writeln!(s, "  * {}: {} ({} of requests)", c.change, c.detail, output::bytes(c.bytes));
+                let _ = writeln!(
+                    s,
+                    "  * {}: {} ({} as recorded, each block once)",
+                    c.change,
+                    c.detail,
+                    output::bytes(c.bytes)
+                );
             }
             Some(why) => {
                 let _ = writeln!(s, "  * {}: cannot be applied: {why}", c.change);
