@@ -191,11 +191,7 @@ pub fn simulate_ops(
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     // Events are always read: the driver work is counted from them.
     eng.set_record_events(true);
-    // Blocks alive before the trace, seeded at their recorded address. Only these
-    // may be freed without an alloc in the trace, and only once: a free of an
-    // address that is neither mapped nor seeded-and-live is skipped, so it can
-    // never hit a simulated block that merely happens to sit at that address.
-    let mut pre_live: HashSet<u64, AddrBuild> = HashSet::default();
+    let mut blocks = BlockMap::default();
     let start_state = match &inferred.initial {
         Some(st) => {
             // Expandable reservations made before the trace have the size the real
@@ -218,9 +214,9 @@ pub fn simulate_ops(
                     StartState::NotSeeded
                 }
                 Ok(()) => {
-                    pre_live.extend(
-                        st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free).map(|b| b.addr),
-                    );
+                    for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
+                        blocks.seeded(b.addr);
+                    }
                     let held = eng.device().used();
                     if held > cap {
                         notes.push(format!(
@@ -239,11 +235,6 @@ pub fn simulate_ops(
             StartState::Unknown
         }
     };
-    // Recorded address → simulated address (None: its allocation failed). A
-    // recorded address allocated again while still mapped (a trace that is not
-    // allocator-consistent, e.g. a plain repetition) maps to the newest block;
-    // the older simulated block stays allocated, as it does in the recording.
-    let mut addr_map: HashMap<u64, Option<u64>, AddrBuild> = HashMap::default();
     // The recording's own empty_cache() calls and the ones asked for, in trace order.
     let mut points: Vec<usize> = inferred.empty_cache_before.clone();
     points.extend(opts.empty_cache_at.iter().copied());
@@ -294,14 +285,12 @@ pub fn simulate_ops(
                         recorded_fit += 1;
                         let _ = eng.free(a);
                     } else {
-                        addr_map.insert(ev.addr, Some(a));
-                        pre_live.remove(&ev.addr);
+                        blocks.allocated(ev.addr, Some(a));
                     }
                 }
                 Err(o) => {
                     if ev.action == Action::Alloc {
-                        addr_map.insert(ev.addr, None);
-                        pre_live.remove(&ev.addr);
+                        blocks.allocated(ev.addr, None);
                     }
                     if first_oom.is_none() {
                         first_oom = Some(SimOom {
@@ -318,13 +307,7 @@ pub fn simulate_ops(
                 }
             },
             Action::FreeRequested | Action::FreeCompleted => {
-                let sim = match addr_map.get(&ev.addr) {
-                    Some(&Some(a)) => Some(a),
-                    Some(&None) => None,
-                    // Alive before the trace: seeded at its own address.
-                    None => pre_live.contains(&ev.addr).then_some(ev.addr),
-                };
-                let ok = match sim {
+                let ok = match blocks.target(ev.addr) {
                     Some(a) if ev.action == Action::FreeRequested => {
                         let ok = eng.free_requested(a).is_ok();
                         if ok {
@@ -352,8 +335,7 @@ pub fn simulate_ops(
                     None => false,
                 };
                 if ev.action == Action::FreeCompleted {
-                    addr_map.remove(&ev.addr);
-                    pre_live.remove(&ev.addr);
+                    blocks.completed(ev.addr);
                 }
                 if !ok {
                     skipped_frees += 1;
@@ -433,6 +415,48 @@ pub fn simulate_ops(
         notes,
         probes,
         snapshot,
+    }
+}
+
+/// Recorded blocks → simulated blocks, for the loops that serve a recorded workload
+/// with synthetic addresses ([`simulate_ops`], `predict::Program::predict`): which
+/// simulated block a recorded (or transformed) free frees.
+#[derive(Default)]
+pub(crate) struct BlockMap {
+    /// Recorded address (a transformation's key) → simulated address; `None` when its
+    /// allocation failed or was left out. A recorded address allocated again while still
+    /// mapped (a trace that is not allocator-consistent, e.g. a plain repetition) maps to
+    /// the newest block; the older simulated block stays allocated, as in the recording.
+    map: HashMap<u64, Option<u64>, AddrBuild>,
+    /// Blocks alive before the trace, seeded at their recorded address. Only these may be
+    /// freed without an alloc in the trace, and only once: a free of an address that is
+    /// neither mapped nor seeded-and-live is skipped, so it can never hit a simulated
+    /// block that merely happens to sit at that address.
+    pre_live: HashSet<u64, AddrBuild>,
+}
+
+impl BlockMap {
+    /// A block alive before the trace, seeded at `addr`.
+    pub fn seeded(&mut self, addr: u64) {
+        self.pre_live.insert(addr);
+    }
+    /// The trace allocated `key`: at `sim` in the simulation (`None`: nowhere).
+    pub fn allocated(&mut self, key: u64, sim: Option<u64>) {
+        self.map.insert(key, sim);
+        self.pre_live.remove(&key);
+    }
+    /// The simulated block a free of `key` frees, if any.
+    pub fn target(&self, key: u64) -> Option<u64> {
+        match self.map.get(&key) {
+            Some(&sim) => sim,
+            // Alive before the trace: seeded at its own address.
+            None => self.pre_live.contains(&key).then_some(key),
+        }
+    }
+    /// The free of `key` completed: it names no block any more.
+    pub fn completed(&mut self, key: u64) {
+        self.map.remove(&key);
+        self.pre_live.remove(&key);
     }
 }
 
