@@ -790,6 +790,34 @@ mod tests {
         assert_eq!(shard(0, 4), 0);
     }
 
+    /// With nothing planned the transformed workload is the recording: its replay gives
+    /// the recording's figures exactly, at every probe too.
+    #[test]
+    fn the_empty_transformation_is_the_recording() {
+        for name in ["niu-train3-ctx100-fp32.pickle", "kk-2.7b-step-ctx128-fp32.pickle"] {
+            let Some(p) = fragscope_testdata::grid_file(name).filter(|p| p.is_file()) else { continue };
+            let snap = fragscope_snapshot::read_path(&p).unwrap();
+            let trace = snap.trace(0);
+            let lives = BlockLives::replay(&snap, 0);
+            let (_, steps, roles) = roles::device_roles_with(&snap, &lives);
+            let ctx = Ctx { trace, snap: &snap, device: 0, lives, steps, roles };
+            let probes: Vec<usize> = (0..trace.len()).step_by(97).collect();
+            let opts = SimOptions { probes, ..SimOptions::default() };
+            let cfg = super::super::recorded_config(&snap);
+            let a = simulate_with(&snap, 0, cfg.clone(), &opts);
+            let ops = transformed_ops(&ctx, &Plans::new());
+            assert_eq!(ops.len(), trace.len());
+            let b = simulate_ops(&snap, 0, cfg, &opts, ops.into_iter());
+            assert_eq!(
+                (a.peak_reserved, a.peak_allocated, a.cuda_mallocs, a.cuda_frees, a.ooms),
+                (b.peak_reserved, b.peak_allocated, b.cuda_mallocs, b.cuda_frees, b.ooms),
+                "{name}"
+            );
+            assert_eq!(a.probes, b.probes, "{name}");
+            assert!(a.probes.len() > 10);
+        }
+    }
+
     #[test]
     fn layers_parse() {
         assert_eq!(Layers::parse("all"), Ok(Layers::All));
