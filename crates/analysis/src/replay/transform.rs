@@ -262,7 +262,7 @@ fn plan_shard(ctx: &Ctx, plans: &mut Plans, n: u32, what: Role) -> Result<(u64, 
     if chosen.is_empty() {
         return Err(match (what, ctx.steps.steps.is_empty()) {
             (_, true) => {
-                format!("no training step in the trace ({}), so no {} found", ctx.steps.describe(), what.as_str())
+                format!("no training step in the trace ({})", ctx.steps.describe())
             }
             (Role::OptimizerState, _) => {
                 "no optimizer state found (no block made by an optimizer's step and kept, nor \
@@ -748,13 +748,20 @@ pub fn analyze_rows(snap: &Snapshot, device: i64, capacity: Option<u64>) -> Role
     let runs = simulate_change_sets(snap, device, &sets, cfg, capacity, &[]);
     let first = &runs[0];
     let mut rows: Vec<RoleRow> = Vec::new();
+    let mut refused_for: Vec<Option<String>> = Vec::new();
     for (set, w) in sets.iter().zip(&runs) {
-        let why = w.changes.iter().find_map(|c| {
-            c.cannot_apply.as_ref().map(|y| if set.len() > 1 { format!("{}: {y}", c.change) } else { y.clone() })
-        });
-        if !w.applied && rows.iter().any(|r| !r.applied && r.cannot_apply == why) {
+        let refused = w.changes.iter().find(|c| !c.applied);
+        let bare = refused.and_then(|c| c.cannot_apply.clone());
+        // A set refused for a reason an earlier row gave says nothing new.
+        if !w.applied && bare.is_some() && refused_for.contains(&bare) {
             continue;
         }
+        if !w.applied {
+            refused_for.push(bare.clone());
+        }
+        let why = refused.and_then(|c| {
+            c.cannot_apply.as_ref().map(|y| if set.len() > 1 { format!("{}: {y}", c.change) } else { y.clone() })
+        });
         rows.push(RoleRow {
             change: set.iter().map(Change::describe).collect::<Vec<_>>().join(" + "),
             applied: w.applied,
@@ -764,6 +771,12 @@ pub fn analyze_rows(snap: &Snapshot, device: i64, capacity: Option<u64>) -> Role
             first_oom_index: w.changed.as_ref().and_then(|c| c.first_oom.as_ref().map(|o| o.index)),
             oom_avoided: w.oom_avoided,
         });
+    }
+    // Every set refused for one reason (a trace without steps): one row says so for all.
+    if rows.len() == 1 && !rows[0].applied && runs.iter().all(|w| !w.applied) {
+        rows[0].change =
+            "every role-level what-if (ZeRO-1/2 sharding, zero_grad(set_to_none=True), activation checkpointing)"
+                .into();
     }
     RoleRows {
         label: LABEL,
