@@ -351,6 +351,8 @@ class Replay(Result):
                 p += "; peak reserved " + ", ".join(f"{_run_name(w)} {_fmt_bytes(w['peak_reserved'])}" for w in runs[:4])
                 if len(runs) > 4:
                     p += f", {len(runs) - 4} more"
+            for r in d.get("role_whatif") or []:
+                p += f"; changed program (a model, not a recording): {r['verdict']}"
             parts.append(p)
         return "; ".join(parts) or "no replayable device"
 
@@ -665,6 +667,10 @@ class Snapshot:
         save_snapshot: Optional[PathLike] = None,
         empty_cache_at: Sequence[str] = (),
         no_caching: bool = False,
+        shard_optimizer: Optional[int] = None,
+        shard_gradients: Optional[int] = None,
+        grads_set_to_none: bool = False,
+        checkpoint: Union[str, Sequence[int], None] = None,
     ) -> Replay:
         """``fragscope replay --json``: ``verify`` checks the allocator model against the
         recording; otherwise simulates ``configs`` (``PYTORCH_CUDA_ALLOC_CONF`` strings) and/or
@@ -672,7 +678,17 @@ class Snapshot:
         simulated run of the first config as a snapshot pickle. ``empty_cache_at`` adds
         ``torch.cuda.empty_cache()`` what-ifs (``"iteration"``, a ``record_function`` name,
         ``"NAME@end"`` or ``"entry:N"``, as ``--empty-cache-at``) and ``no_caching`` the
-        ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` what-if."""
+        ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` what-if.
+
+        Role-level what-ifs (a model of the change, replayed beside the recording; each
+        device then has ``role_whatif`` instead of ``whatif``): ``shard_optimizer=N``
+        (ZeRO-1: optimizer state at 1/N), ``shard_gradients=N`` (ZeRO-2: gradients at 1/N),
+        ``grads_set_to_none=True`` (``zero_grad(set_to_none=True)`` before forward),
+        ``checkpoint="all"`` or layers (``"0,2,5-7"`` or ``[0, 2]``, 0-based, forward order:
+        activation checkpointing). A change that cannot be applied says why in
+        ``role_whatif[i]["changes"]``."""
+        if checkpoint is not None and not isinstance(checkpoint, str):
+            checkpoint = ",".join(str(int(x)) for x in checkpoint)
         return Replay(
             self._native.replay_json(
                 bool(verify),
@@ -682,6 +698,10 @@ class Snapshot:
                 _path("save_snapshot", save_snapshot) if save_snapshot is not None else None,
                 _strings("empty_cache_at", empty_cache_at),
                 bool(no_caching),
+                None if shard_optimizer is None else int(shard_optimizer),
+                None if shard_gradients is None else int(shard_gradients),
+                bool(grads_set_to_none),
+                checkpoint,
             )
         )
 

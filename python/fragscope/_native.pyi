@@ -27,6 +27,10 @@ class Snapshot:
         save_snapshot: Optional[Union[str, PathLike[str]]] = None,
         empty_cache_at: List[str] = ...,
         no_caching: bool = False,
+        shard_optimizer: Optional[int] = None,
+        shard_gradients: Optional[int] = None,
+        grads_set_to_none: bool = False,
+        checkpoint: Optional[str] = None,
     ) -> str: ...
     def lab_json(
         self,

@@ -227,6 +227,10 @@ def replay_what_if(
     empty_cache_at: Optional[List[str]] = None,
     no_caching: bool = False,
     device: Optional[int] = None,
+    shard_optimizer: Optional[int] = None,
+    shard_gradients: Optional[int] = None,
+    grads_set_to_none: bool = False,
+    checkpoint: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Measure what other allocator settings would have done, by replaying the recorded
     trace through fragscope's model of PyTorch's caching allocator: peak reserved, peak
@@ -242,8 +246,22 @@ def replay_what_if(
             record_function name, or "NAME@end".
         no_caching: also replay with PYTORCH_NO_CUDA_MEMORY_CACHING=1.
         device: only this device.
+        shard_optimizer, shard_gradients, grads_set_to_none, checkpoint: instead of
+            settings, replay the program changed (a model of the change, not a recording):
+            optimizer state / gradients sharded over N ranks (ZeRO-1/2),
+            zero_grad(set_to_none=True), activation checkpointing of "all" layers or
+            "0,2,5-7". Each device then has "role_whatif": peaks before/after, whether a
+            recorded OOM would be avoided, and why a change cannot be applied.
     """
     args = ["replay", "--json", _file(path)]
+    if shard_optimizer is not None:
+        args += ["--shard-optimizer", str(int(shard_optimizer))]
+    if shard_gradients is not None:
+        args += ["--shard-gradients", str(int(shard_gradients))]
+    if grads_set_to_none:
+        args.append("--grads-set-to-none")
+    if checkpoint:
+        args += ["--checkpoint", str(checkpoint)]
     for c in config or []:
         args += ["--config", c]
     if capacity:
@@ -268,7 +286,14 @@ def replay_what_if(
             if w.get("notes"):
                 row["notes"] = w["notes"][:3]
             rows.append(row)
-        devices.append({"device": dev.get("device"), "model_fidelity": fidelity, "whatif": rows})
+        entry = {"device": dev.get("device"), "model_fidelity": fidelity, "whatif": rows}
+        if "role_whatif" in dev:
+            entry["role_whatif"] = [
+                _pick(r, ["label", "steps", "changes", "applied", "capacity", "recorded_oom", "oom_avoided", "fits",
+                          "verdict", "not_modelled"])
+                for r in dev["role_whatif"]
+            ]
+        devices.append(entry)
     return {
         "schema": d.get("schema"),
         "file": files[0].get("file"),

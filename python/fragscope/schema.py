@@ -194,6 +194,7 @@ class DeviceAnalysis(TypedDict):
     leak_threshold_bytes_per_iteration: int
     peaks: Dict[str, Any]
     recommendations: Recommendations
+    role_what_if: Optional["RoleRows"]
     #: Training steps bounded by evidence, their phases and layers.
     steps: Dict[str, Any]
     #: Memory by role, as in ``DeviceSummary.roles``.
@@ -263,6 +264,62 @@ class LabFile(TypedDict):
 class LabDoc(TypedDict):
     schema: str
     files: List[LabFile]
+
+
+# --- role-level what-ifs (fragscope replay --shard-optimizer/--shard-gradients/... ) ------
+
+
+class ChangeOutcome(TypedDict):
+    """One change of a role-level what-if: what it did, or why it cannot be applied."""
+
+    change: str
+    applied: bool
+    cannot_apply: Optional[str]
+    blocks: int
+    bytes: int
+    detail: str
+
+
+class RoleRow(TypedDict):
+    change: str
+    applied: bool
+    cannot_apply: Optional[str]
+    peak_reserved_bytes: Optional[int]
+    peak_allocated_bytes: Optional[int]
+    first_oom_index: Optional[int]
+    oom_avoided: Optional[bool]
+
+
+class RoleRows(TypedDict):
+    """``analyze``'s role-level what-ifs of one device (models of the changes, replayed)."""
+
+    label: str
+    steps: str
+    capacity_bytes: Optional[int]
+    recorded_peak_reserved_bytes: int
+    recorded_peak_allocated_bytes: int
+    recorded_first_oom_index: Optional[int]
+    rows: List[RoleRow]
+    not_modelled: List[str]
+
+
+class RoleWhatIf(TypedDict):
+    """The recorded program changed (ZeRO-1/2 sharding, ``zero_grad(set_to_none=True)``,
+    activation checkpointing) and replayed: a model of the change, not a recording."""
+
+    device: int
+    label: str
+    steps: str
+    changes: List[ChangeOutcome]
+    applied: bool
+    capacity: Optional[int]
+    recorded: Dict[str, Any]
+    changed: Optional[Dict[str, Any]]
+    recorded_oom: Optional[int]
+    oom_avoided: Optional[bool]
+    fits: Optional[bool]
+    verdict: str
+    not_modelled: List[str]
 
 
 # --- documents docs/json-schema.md does not detail yet: their top level only -------------

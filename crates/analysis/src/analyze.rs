@@ -103,6 +103,10 @@ pub struct DeviceAnalysis {
     pub roles: DeviceRoles,
     pub peaks: Peaks,
     pub recommendations: Recommendations,
+    /// Role-level what-ifs ([`crate::replay::transform`]: ZeRO-1/2 sharding,
+    /// `zero_grad(set_to_none=True)`, checkpointing), a model of each change replayed;
+    /// with `--what-if` or at an exhaustion OOM, else `null`.
+    pub role_what_if: Option<crate::replay::transform::RoleRows>,
 }
 
 /// The analysis of a file.
@@ -336,6 +340,14 @@ fn analyze_device_inner(
         None => quick_recommendations.unwrap_or_else(part_recommendations),
     };
 
+    // Role-level what-ifs: asked for, or the answer to an exhaustion OOM (the live set
+    // must shrink: would the usual remedies shrink it enough?).
+    let exhaustion = oom_f.as_ref().is_some_and(|f| f.verdict == oom::Verdict::Exhaustion);
+    let role_what_if = ((opts.what_if || exhaustion) && replay::has_replayable_trace(snap, device)).then(|| {
+        let cap = oom_f.as_ref().map(|f| f.capacity_bytes).or_else(|| snap.device_capacity.get(&device).copied());
+        replay::transform::analyze_rows(snap, device, cap)
+    });
+
     let frag = FragmentationFindings {
         timeline: tl,
         at_reserved_peak: at_peak,
@@ -359,6 +371,7 @@ fn analyze_device_inner(
         roles: device_roles,
         peaks: Peaks { allocated_peak: attr.allocated_peak, reserved_peak: attr.reserved_peak },
         recommendations,
+        role_what_if,
     };
     d.findings = findings(&d);
     d

@@ -582,6 +582,14 @@ fn layers_in(snap: &Snapshot, device: i64, phases: &[PhaseSpan]) -> Option<usize
 /// chain of one signature at exactly that period. `None` under two repeats or a weak
 /// pattern.
 fn repeats<T: Eq + std::hash::Hash + Copy>(seq: &[T]) -> Option<usize> {
+    repeat_chain(seq).map(|(layers, _, _)| layers)
+}
+
+/// [`repeats`] with where the repeats are: `(layers, period, first)`, the chain of one
+/// signature at `first`, `first + period`, ... (of the signatures with the longest chain,
+/// the one that starts first: the layers' boundaries are then at their first repeated
+/// allocation).
+fn repeat_chain<T: Eq + std::hash::Hash + Copy>(seq: &[T]) -> Option<(usize, usize, usize)> {
     let n = seq.len();
     if n < 4 {
         return None;
@@ -614,17 +622,45 @@ fn repeats<T: Eq + std::hash::Hash + Copy>(seq: &[T]) -> Option<usize> {
     }
     let period = scored.iter().filter(|x| x.1 >= best * 0.95).map(|x| x.0).min()?;
     // Longest chain of one signature spaced exactly `period` apart.
-    let mut chain = vec![0usize; ids.len()];
-    let mut best_chain = vec![0usize; ids.len()];
+    let mut chain = vec![(0usize, 0usize); ids.len()]; // (length, first position)
+    let mut best_chain = vec![(0usize, 0usize); ids.len()];
     let mut last = vec![usize::MAX; ids.len()];
     for (i, &x) in s.iter().enumerate() {
         let k = x as usize;
-        chain[k] = if last[k] != usize::MAX && i - last[k] == period { chain[k] + 1 } else { 1 };
-        best_chain[k] = best_chain[k].max(chain[k]);
+        chain[k] = if last[k] != usize::MAX && i - last[k] == period { (chain[k].0 + 1, chain[k].1) } else { (1, i) };
+        if chain[k].0 > best_chain[k].0 {
+            best_chain[k] = chain[k];
+        }
         last[k] = i;
     }
-    let layers = best_chain.into_iter().max()?;
-    (layers >= 2 && layers * period * 2 >= n).then_some(layers)
+    let layers = best_chain.iter().map(|c| c.0).max()?;
+    let first = best_chain.iter().filter(|c| c.0 == layers).map(|c| c.1).min()?;
+    (layers >= 2 && layers * period * 2 >= n).then_some((layers, period, first))
+}
+
+/// The layers of one phase of a step, as runs of trace entries `[start, end)` in time
+/// order (for the backward pass the last layer of the model comes first): each starts
+/// at an allocation of the repeated pattern ([`repeat_chain`]); the last ends one period
+/// of allocations later (or where the phase ends). `None` when the phase does not repeat
+/// a pattern two or more times. Entries before the first layer (an embedding) and after
+/// the last (a head, the loss) belong to no layer.
+pub fn layer_spans(snap: &Snapshot, device: i64, step: &Step, phase: Phase) -> Option<Vec<(usize, usize)>> {
+    let trace = snap.trace(device);
+    let spans: Vec<&PhaseSpan> = step.phases.iter().filter(|s| s.phase == phase).collect();
+    let entries: Vec<usize> =
+        spans.iter().flat_map(|s| (s.start..s.end).filter(|&k| trace[k].action == Action::Alloc)).collect();
+    let sigs: Vec<(u64, Option<StackId>)> = entries.iter().map(|&k| (trace[k].size, trace[k].stack)).collect();
+    let (layers, period, first) = repeat_chain(&sigs)?;
+    let phase_end = spans.last()?.end;
+    Some(
+        (0..layers)
+            .map(|j| {
+                let a = entries[first + j * period];
+                let b = entries.get(first + (j + 1) * period).copied().unwrap_or(phase_end);
+                (a, b)
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -202,8 +202,9 @@ impl Snapshot {
 
     /// `fragscope replay --json` of this snapshot: `--verify`, `--config` (repeatable),
     /// `--capacity`, `--device`, `--save-snapshot`, `--empty-cache-at` (repeatable),
-    /// `--no-caching`.
-    #[pyo3(signature = (verify = false, configs = Vec::new(), capacity = None, device = None, save_snapshot = None, empty_cache_at = Vec::new(), no_caching = false))]
+    /// `--no-caching`, and the role-level what-ifs `--shard-optimizer N`,
+    /// `--shard-gradients N`, `--grads-set-to-none`, `--checkpoint LAYERS`.
+    #[pyo3(signature = (verify = false, configs = Vec::new(), capacity = None, device = None, save_snapshot = None, empty_cache_at = Vec::new(), no_caching = false, shard_optimizer = None, shard_gradients = None, grads_set_to_none = false, checkpoint = None))]
     #[allow(clippy::too_many_arguments)]
     fn replay_json(
         &self,
@@ -215,6 +216,10 @@ impl Snapshot {
         save_snapshot: Option<PathBuf>,
         empty_cache_at: Vec<String>,
         no_caching: bool,
+        shard_optimizer: Option<u32>,
+        shard_gradients: Option<u32>,
+        grads_set_to_none: bool,
+        checkpoint: Option<String>,
     ) -> PyResult<String> {
         // Every other flag at its CLI default, so flags added to `replay` later keep
         // their command-line meaning here.
@@ -226,6 +231,10 @@ impl Snapshot {
             save_snapshot,
             empty_cache_at,
             no_caching,
+            shard_optimizer,
+            shard_gradients,
+            grads_set_to_none,
+            checkpoint,
             json: true,
             ..Default::default()
         };

@@ -31,7 +31,7 @@
 pub mod align;
 pub mod fit;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use fragscope_alloc::rounding::round_size;
 use fragscope_alloc::{AllocatorConfig, CachingAllocator, SimulatedDevice, DEFAULT_POOL};
@@ -41,7 +41,7 @@ use serde::Serialize;
 use crate::attribution::site_of;
 use crate::replay::driver::{capacity_for, seed_segments, verify_inner};
 use crate::replay::state::{BState, RecordedState};
-use crate::replay::whatif::{stack_strings, UNLIMITED};
+use crate::replay::whatif::{stack_strings, BlockMap, UNLIMITED};
 use crate::replay::{recorded_config, replayable_devices, AddrBuild, ReplayOptions};
 pub use fit::{Evidence, Law, SizeFit};
 
@@ -413,7 +413,7 @@ impl<'a> Program<'a> {
         };
         let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
         eng.set_record_events(false);
-        let mut pre_live: HashSet<u64, AddrBuild> = HashSet::default();
+        let mut blocks = BlockMap::default();
         // Live bytes by category, and the category of each live block.
         let mut live = PeakBreakdown::default();
         let mut cat_of: HashMap<u64, (Cat, u64), AddrBuild> = HashMap::default();
@@ -424,7 +424,7 @@ impl<'a> Program<'a> {
                 eng.set_record_events(false);
             } else {
                 for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
-                    pre_live.insert(b.addr);
+                    blocks.seeded(b.addr);
                     live.add(Cat::Before, b.size);
                     cat_of.insert(b.addr, (Cat::Before, b.size));
                 }
@@ -436,7 +436,6 @@ impl<'a> Program<'a> {
         // the trace (history of what ran earlier in its process, at its own size) and
         // released by an `empty_cache()` before any request are not part of this run.
         let mut started = false;
-        let mut addr_map: HashMap<u64, Option<u64>, AddrBuild> = HashMap::default();
         let mut ec = self.empty_cache_before.iter().copied().peekable();
         let mut oom: Option<PredictedOom> = None;
         let mut vanished = 0u64;
@@ -461,8 +460,7 @@ impl<'a> Program<'a> {
                     let Some(n) = f.at(at) else {
                         vanished += 1;
                         if ev.action == Action::Alloc {
-                            addr_map.insert(ev.addr, None);
-                            pre_live.remove(&ev.addr);
+                            blocks.allocated(ev.addr, None);
                         }
                         continue;
                     };
@@ -471,8 +469,7 @@ impl<'a> Program<'a> {
                             if ev.action == Action::Oom {
                                 let _ = eng.free(a);
                             } else {
-                                addr_map.insert(ev.addr, Some(a));
-                                pre_live.remove(&ev.addr);
+                                blocks.allocated(ev.addr, Some(a));
                                 let r = round_size(n, cfg);
                                 live.add(Cat::Fit(f.evidence), r);
                                 cat_of.insert(a, (Cat::Fit(f.evidence), r));
@@ -485,8 +482,7 @@ impl<'a> Program<'a> {
                         }
                         Err(o) => {
                             if ev.action == Action::Alloc {
-                                addr_map.insert(ev.addr, None);
-                                pre_live.remove(&ev.addr);
+                                blocks.allocated(ev.addr, None);
                             }
                             if oom.is_none() {
                                 oom = Some(PredictedOom {
@@ -505,12 +501,7 @@ impl<'a> Program<'a> {
                     }
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
-                    let sim = match addr_map.get(&ev.addr) {
-                        Some(&Some(a)) => Some(a),
-                        Some(&None) => None,
-                        None => pre_live.contains(&ev.addr).then_some(ev.addr),
-                    };
-                    if let Some(a) = sim {
+                    if let Some(a) = blocks.target(ev.addr) {
                         let _ = if ev.action == Action::FreeRequested {
                             eng.free_requested(a)
                         } else {
@@ -521,8 +512,7 @@ impl<'a> Program<'a> {
                         }
                     }
                     if ev.action == Action::FreeCompleted {
-                        addr_map.remove(&ev.addr);
-                        pre_live.remove(&ev.addr);
+                        blocks.completed(ev.addr);
                     }
                 }
                 _ => {}

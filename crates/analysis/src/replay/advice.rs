@@ -274,6 +274,7 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
         empty_cache_added: 0,
         driver: super::cost::DriverWork::uncached(a.cuda_mallocs, a.cuda_frees),
         notes,
+        probes: Vec::new(),
         snapshot: None,
     }
 }

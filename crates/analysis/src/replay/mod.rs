@@ -22,6 +22,7 @@ pub mod driver;
 pub mod fidelity;
 pub mod lab;
 pub mod state;
+pub mod transform;
 pub mod whatif;
 
 use fragscope_alloc::rounding::round_size;
@@ -35,6 +36,7 @@ pub(crate) type AddrBuild = std::hash::BuildHasherDefault<fragscope_snapshot::Fx
 
 pub use driver::{infer_expandable_capacity, replayable_devices, verify};
 pub use fidelity::fidelity_table;
+pub use transform::{simulate_change_sets, simulate_changes, Change, Layers, RoleWhatIf};
 pub use whatif::{simulate, simulate_with, SimOptions, StartState, WhatIf};
 
 /// Options of [`verify`].

@@ -30,6 +30,34 @@ pub struct SimOptions {
     /// Call `torch.cuda.empty_cache()` right before these trace entries (ascending), on
     /// top of the calls the recording itself made ([`super::advice`]).
     pub empty_cache_at: Vec<usize>,
+    /// Trace entries (ascending) before which to read the allocator's live bytes into
+    /// [`WhatIf::probes`]: after every operation a transformation inserted at that entry,
+    /// before the entry itself ([`super::transform`]'s checks read them).
+    pub probes: Vec<usize>,
+}
+
+/// One request or free of the workload a simulation serves: a trace entry as recorded,
+/// or one that a transformation of the trace changed or inserted ([`super::transform`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Op {
+    /// The trace entry it stands at: `empty_cache()` points, OOM indices and probes are
+    /// in trace entries. Inserted operations come before the recorded entry `at`.
+    pub at: usize,
+    /// Inserted by a transformation (not the recorded entry `at` itself).
+    pub inserted: bool,
+    /// The entry; `addr` is a key naming the block (the recorded address, or a synthetic
+    /// one for a block a transformation re-allocates), `size` the request.
+    pub ev: TraceEvent,
+}
+
+/// The allocator's live bytes before a trace entry ([`SimOptions::probes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    pub at: usize,
+    /// Bytes the live tensors asked for (`requested_bytes`).
+    pub requested: u64,
+    /// Bytes of the live blocks (`allocated_bytes`: rounded, unsplit remainders included).
+    pub allocated: u64,
 }
 
 /// The first request the simulated allocator could not serve.
@@ -115,6 +143,9 @@ pub struct WhatIf {
     /// size, pages mapped and unmapped, synchronisations. No time: see that module.
     pub driver: super::cost::DriverWork,
     pub notes: Vec<String>,
+    /// Live bytes at [`SimOptions::probes`].
+    #[serde(skip)]
+    pub probes: Vec<Probe>,
     /// The simulated run as a snapshot (with `SimOptions::collect_snapshot`).
     #[serde(skip)]
     pub snapshot: Option<Snapshot>,
@@ -127,7 +158,20 @@ pub fn simulate(snap: &Snapshot, device: i64, cfg: AllocatorConfig, capacity: Op
 }
 
 pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &SimOptions) -> WhatIf {
-    let trace = snap.trace(device);
+    let ops = snap.trace(device).iter().enumerate().map(|(at, &ev)| Op { at, inserted: false, ev });
+    simulate_ops(snap, device, cfg, opts, ops)
+}
+
+/// [`simulate_with`] serving `ops` (the device's trace, possibly transformed, in order)
+/// instead of the trace itself; the state before the trace and the recording's own
+/// `empty_cache()` calls still come from the recorded trace.
+pub fn simulate_ops(
+    snap: &Snapshot,
+    device: i64,
+    cfg: AllocatorConfig,
+    opts: &SimOptions,
+    ops: impl Iterator<Item = Op>,
+) -> WhatIf {
     let (vrep, inferred) = verify_inner(snap, device, &ReplayOptions::default());
     let mut notes = Vec::new();
     // A memory fraction (and so GC) means nothing on an unlimited device: use the
@@ -147,11 +191,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     // Events are always read: the driver work is counted from them.
     eng.set_record_events(true);
-    // Blocks alive before the trace, seeded at their recorded address. Only these
-    // may be freed without an alloc in the trace, and only once: a free of an
-    // address that is neither mapped nor seeded-and-live is skipped, so it can
-    // never hit a simulated block that merely happens to sit at that address.
-    let mut pre_live: HashSet<u64, AddrBuild> = HashSet::default();
+    let mut blocks = BlockMap::default();
     let start_state = match &inferred.initial {
         Some(st) => {
             // Expandable reservations made before the trace have the size the real
@@ -174,9 +214,9 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                     StartState::NotSeeded
                 }
                 Ok(()) => {
-                    pre_live.extend(
-                        st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free).map(|b| b.addr),
-                    );
+                    for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
+                        blocks.seeded(b.addr);
+                    }
                     let held = eng.device().used();
                     if held > cap {
                         notes.push(format!(
@@ -195,11 +235,6 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
             StartState::Unknown
         }
     };
-    // Recorded address → simulated address (None: its allocation failed). A
-    // recorded address allocated again while still mapped (a trace that is not
-    // allocator-consistent, e.g. a plain repetition) maps to the newest block;
-    // the older simulated block stays allocated, as it does in the recording.
-    let mut addr_map: HashMap<u64, Option<u64>, AddrBuild> = HashMap::default();
     // The recording's own empty_cache() calls and the ones asked for, in trace order.
     let mut points: Vec<usize> = inferred.empty_cache_before.clone();
     points.extend(opts.empty_cache_at.iter().copied());
@@ -222,7 +257,21 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
     let mut seed_events: Vec<Event> = Vec::new();
     eng.drain_events_into(&mut seed_events);
     let mut driver = super::cost::DriverWork::default();
-    for (i, ev) in trace.iter().enumerate() {
+    let mut probes: Vec<Probe> = Vec::with_capacity(opts.probes.len());
+    let mut probe_at = opts.probes.iter().copied().peekable();
+    let probe = |eng: &CachingAllocator<SimulatedDevice>, at: usize| {
+        let s = eng.stats();
+        Probe {
+            at,
+            requested: s.requested_bytes.all().current.max(0) as u64,
+            allocated: s.allocated_bytes.all().current.max(0) as u64,
+        }
+    };
+    for op in ops {
+        let (i, ev) = (op.at, &op.ev);
+        while let Some(p) = probe_at.next_if(|&p| p < i || (p == i && !op.inserted)) {
+            probes.push(probe(&eng, p));
+        }
         while ec.peek().is_some_and(|&k| k <= i) {
             ec.next();
             eng.empty_cache();
@@ -236,14 +285,12 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                         recorded_fit += 1;
                         let _ = eng.free(a);
                     } else {
-                        addr_map.insert(ev.addr, Some(a));
-                        pre_live.remove(&ev.addr);
+                        blocks.allocated(ev.addr, Some(a));
                     }
                 }
                 Err(o) => {
                     if ev.action == Action::Alloc {
-                        addr_map.insert(ev.addr, None);
-                        pre_live.remove(&ev.addr);
+                        blocks.allocated(ev.addr, None);
                     }
                     if first_oom.is_none() {
                         first_oom = Some(SimOom {
@@ -260,13 +307,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                 }
             },
             Action::FreeRequested | Action::FreeCompleted => {
-                let sim = match addr_map.get(&ev.addr) {
-                    Some(&Some(a)) => Some(a),
-                    Some(&None) => None,
-                    // Alive before the trace: seeded at its own address.
-                    None => pre_live.contains(&ev.addr).then_some(ev.addr),
-                };
-                let ok = match sim {
+                let ok = match blocks.target(ev.addr) {
                     Some(a) if ev.action == Action::FreeRequested => {
                         let ok = eng.free_requested(a).is_ok();
                         if ok {
@@ -294,8 +335,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
                     None => false,
                 };
                 if ev.action == Action::FreeCompleted {
-                    addr_map.remove(&ev.addr);
-                    pre_live.remove(&ev.addr);
+                    blocks.completed(ev.addr);
                 }
                 if !ok {
                     skipped_frees += 1;
@@ -323,6 +363,7 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         eng.empty_cache();
         empty_cache_calls += 1;
     }
+    probes.extend(probe_at.map(|p| probe(&eng, p)));
     let mut tail: Vec<Event> = std::mem::take(&mut seed_events);
     let seeded = tail.len();
     eng.drain_events_into(&mut tail);
@@ -372,7 +413,50 @@ pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &
         empty_cache_added: opts.empty_cache_at.len() as u64,
         driver,
         notes,
+        probes,
         snapshot,
+    }
+}
+
+/// Recorded blocks → simulated blocks, for the loops that serve a recorded workload
+/// with synthetic addresses ([`simulate_ops`], `predict::Program::predict`): which
+/// simulated block a recorded (or transformed) free frees.
+#[derive(Default)]
+pub(crate) struct BlockMap {
+    /// Recorded address (a transformation's key) → simulated address; `None` when its
+    /// allocation failed or was left out. A recorded address allocated again while still
+    /// mapped (a trace that is not allocator-consistent, e.g. a plain repetition) maps to
+    /// the newest block; the older simulated block stays allocated, as in the recording.
+    map: HashMap<u64, Option<u64>, AddrBuild>,
+    /// Blocks alive before the trace, seeded at their recorded address. Only these may be
+    /// freed without an alloc in the trace, and only once: a free of an address that is
+    /// neither mapped nor seeded-and-live is skipped, so it can never hit a simulated
+    /// block that merely happens to sit at that address.
+    pre_live: HashSet<u64, AddrBuild>,
+}
+
+impl BlockMap {
+    /// A block alive before the trace, seeded at `addr`.
+    pub fn seeded(&mut self, addr: u64) {
+        self.pre_live.insert(addr);
+    }
+    /// The trace allocated `key`: at `sim` in the simulation (`None`: nowhere).
+    pub fn allocated(&mut self, key: u64, sim: Option<u64>) {
+        self.map.insert(key, sim);
+        self.pre_live.remove(&key);
+    }
+    /// The simulated block a free of `key` frees, if any.
+    pub fn target(&self, key: u64) -> Option<u64> {
+        match self.map.get(&key) {
+            Some(&sim) => sim,
+            // Alive before the trace: seeded at its own address.
+            None => self.pre_live.contains(&key).then_some(key),
+        }
+    }
+    /// The free of `key` completed: it names no block any more.
+    pub fn completed(&mut self, key: u64) {
+        self.map.remove(&key);
+        self.pre_live.remove(&key);
     }
 }
 

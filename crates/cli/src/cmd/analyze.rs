@@ -224,6 +224,44 @@ fn device_text(d: &DeviceAnalysis) -> String {
     n += 1;
     let _ = writeln!(o, "{n}. Recommendations");
     o.push_str(&recommend_text(d));
+    if let Some(r) = &d.role_what_if {
+        o.push_str(&role_rows_text(r));
+    }
+    o
+}
+
+/// The role-level what-ifs: one row per change replayed, or why it cannot be.
+fn role_rows_text(r: &fragscope_analysis::replay::transform::RoleRows) -> String {
+    let mut o = String::new();
+    let on = r.capacity_bytes.map_or("an unlimited device".to_string(), |c| format!("a {} device", bytes(c)));
+    let _ = writeln!(
+        o,
+        "  If the program changed ({}), on {on}; the recording replayed: peak reserved {}, peak allocated {}{}:",
+        r.label,
+        bytes(r.recorded_peak_reserved_bytes),
+        bytes(r.recorded_peak_allocated_bytes),
+        r.recorded_first_oom_index.map_or(String::new(), |i| format!(", OOM at entry {i}"))
+    );
+    for x in &r.rows {
+        match (x.peak_reserved_bytes, x.peak_allocated_bytes) {
+            (Some(res), Some(al)) => {
+                let oom = match (x.first_oom_index, x.oom_avoided) {
+                    (_, Some(true)) => ", the recorded OOM avoided".to_string(),
+                    (Some(i), _) => format!(", OOM at entry {i}"),
+                    (None, _) => String::new(),
+                };
+                let _ =
+                    writeln!(o, "    {}: peak reserved {}, peak allocated {}{oom}", x.change, bytes(res), bytes(al));
+                if let Some(w) = &x.cannot_apply {
+                    let _ = writeln!(o, "      (not applied: {w})");
+                }
+            }
+            _ => {
+                let _ = writeln!(o, "    {}: cannot be applied: {}", x.change, x.cannot_apply.as_deref().unwrap_or(""));
+            }
+        }
+    }
+    let _ = writeln!(o, "    Not modelled: {}.", r.not_modelled.join("; "));
     o
 }
 

@@ -9,6 +9,12 @@
 //! * `--empty-cache-at WHERE` / `--no-caching`: the advice users are given, replayed
 //!   beside the settings (`replay::advice`); `--advice-table`: the Markdown table of what
 //!   that advice costs and saves on each FILE.
+//! * `--shard-optimizer N`, `--shard-gradients N`, `--grads-set-to-none`, `--checkpoint
+//!   LAYERS`: role-level what-ifs (`replay::transform`): the recorded program changed
+//!   (ZeRO-1/2 sharding, `zero_grad(set_to_none=True)`, activation checkpointing), the
+//!   trace transformed by the roles of its blocks and replayed under the recorded
+//!   settings (or each `--config`), beside the recording replayed the same way. A model
+//!   of the change, not a recording.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -16,8 +22,8 @@ use std::process::ExitCode;
 
 use fragscope_alloc::AllocatorConfig;
 use fragscope_analysis::replay::{
-    self, advice, cost, fidelity, recorded_config, replayable_devices, simulate_with, ReplayOptions, SimOptions,
-    VerifyReport, WhatIf,
+    self, advice, cost, fidelity, recorded_config, replayable_devices, simulate_with, ReplayOptions, RoleWhatIf,
+    SimOptions, VerifyReport, WhatIf,
 };
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
@@ -77,6 +83,53 @@ pub struct Args {
     /// without an OOM (bisection in 2 MiB steps; a dozen or more runs per policy)
     #[arg(long = "min-capacity", requires = "allocator")]
     pub min_capacity: bool,
+    /// Role-level what-if (a model, replayed): the optimizer state sharded over N ranks,
+    /// ZeRO-1 style (each optimizer-state block and the optimizer step's temporaries at
+    /// 1/N of their size).
+    #[arg(long, value_name = "N", conflicts_with_all = ROLE_CONFLICTS)]
+    pub shard_optimizer: Option<u32>,
+    /// Role-level what-if: the gradients sharded over N ranks, ZeRO-2 style (with
+    /// --shard-optimizer N for the optimizer state too).
+    #[arg(long, value_name = "N", conflicts_with_all = ROLE_CONFLICTS)]
+    pub shard_gradients: Option<u32>,
+    /// Role-level what-if: zero_grad(set_to_none=True): gradients kept across a step
+    /// boundary freed where the next forward starts, made again in backward.
+    #[arg(long, conflicts_with_all = ROLE_CONFLICTS)]
+    pub grads_set_to_none: bool,
+    /// Role-level what-if: activation checkpointing of LAYERS (`all`, or 0-based layers
+    /// and ranges in forward order: `0,2,5-7`): their saved activations freed at the end
+    /// of their forward and made again at the start of their backward.
+    #[arg(long, value_name = "LAYERS", conflicts_with_all = ROLE_CONFLICTS)]
+    pub checkpoint: Option<String>,
+}
+
+/// What the role-level what-ifs do not combine with.
+const ROLE_CONFLICTS: [&str; 7] =
+    ["verify", "fidelity_table", "advice_table", "allocator", "empty_cache_at", "no_caching", "save_snapshot"];
+
+/// The role-level changes `args` asks for (empty: none), checked.
+pub fn role_changes(args: &Args) -> Result<Vec<replay::Change>, CliError> {
+    let mut v = Vec::new();
+    let ranks = |flag: &str, n: u32| {
+        if n < 2 {
+            Err(CliError::usage(format!("{flag} {n}: sharding needs 2 ranks or more")))
+        } else {
+            Ok(n)
+        }
+    };
+    if let Some(n) = args.shard_optimizer {
+        v.push(replay::Change::ShardOptimizer(ranks("--shard-optimizer", n)?));
+    }
+    if let Some(n) = args.shard_gradients {
+        v.push(replay::Change::ShardGradients(ranks("--shard-gradients", n)?));
+    }
+    if args.grads_set_to_none {
+        v.push(replay::Change::GradsSetToNone);
+    }
+    if let Some(l) = &args.checkpoint {
+        v.push(replay::Change::Checkpoint(replay::Layers::parse(l).map_err(CliError::usage)?));
+    }
+    Ok(v)
 }
 
 /// Device memory a PyTorch process sees, per GPU: the "total capacity" its CUDA OOM
@@ -179,6 +232,8 @@ struct JsonDevice<'a> {
     whatif: Option<&'a [WhatIf]>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     advice_notes: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role_whatif: Option<&'a [RoleWhatIf]>,
 }
 
 /// One device's replay: the verification and, unless `--verify`, the what-if runs.
@@ -187,12 +242,15 @@ pub struct DeviceResult {
     pub whatif: Option<Vec<WhatIf>>,
     /// Advice that could not be replayed on this device, and why.
     pub notes: Vec<String>,
+    /// Role-level what-ifs (one per configuration), when asked for.
+    pub roles: Option<Vec<RoleWhatIf>>,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     // Bad config strings are bad usage: check them before any work.
     let capacity = capacity_of(args)?;
     advice_requested(args)?;
+    role_changes(args)?;
     if args.advice_table {
         print_stdout(&advice_table(&args.files, capacity))?;
         return Ok(ExitCode::SUCCESS);
@@ -245,10 +303,31 @@ pub fn replay_snapshot(
         devs.retain(|&x| x == d);
     }
     let advice = advice_requested(args)?;
+    let changes = role_changes(args)?;
+    if !changes.is_empty()
+        && (args.verify || !args.empty_cache_at.is_empty() || args.no_caching || args.save_snapshot.is_some())
+    {
+        // clap refuses these on the command line; this is for the other front ends.
+        return Err(CliError::usage(
+            "role-level what-ifs do not combine with verify, empty_cache_at, no_caching or save_snapshot",
+        ));
+    }
     let mut results = Vec::new();
     for d in devs {
         let verify = replay::verify(snap, d, &ReplayOptions { capacity, ..Default::default() });
         let mut notes = Vec::new();
+        if !changes.is_empty() {
+            let recorded = recorded_config(snap);
+            let mut cfgs = vec![recorded.clone()];
+            if !args.config.is_empty() {
+                cfgs = args.config.iter().map(|c| config_on_top(&recorded, c)).collect::<Result<_, _>>()?;
+            }
+            let sets = [changes.clone()];
+            let roles =
+                cfgs.into_iter().flat_map(|c| replay::simulate_change_sets(snap, d, &sets, c, capacity, &[])).collect();
+            results.push(DeviceResult { verify, whatif: None, notes, roles: Some(roles) });
+            continue;
+        }
         let whatif = if args.verify {
             None
         } else {
@@ -284,7 +363,7 @@ pub fn replay_snapshot(
             runs.extend(run_advice(snap, d, &recorded, capacity, &advice, &mut notes));
             Some(runs)
         };
-        results.push(DeviceResult { verify, whatif, notes });
+        results.push(DeviceResult { verify, whatif, notes, roles: None });
     }
     Ok(results)
 }
@@ -309,7 +388,12 @@ pub fn json(out: &[(String, Vec<DeviceResult>)], verify: bool) -> Result<String,
                 file: file.clone(),
                 devices: rs
                     .iter()
-                    .map(|r| JsonDevice { verify: &r.verify, whatif: r.whatif.as_deref(), advice_notes: &r.notes })
+                    .map(|r| JsonDevice {
+                        verify: &r.verify,
+                        whatif: r.whatif.as_deref(),
+                        advice_notes: &r.notes,
+                        role_whatif: r.roles.as_deref(),
+                    })
                     .collect(),
             })
             .collect(),
@@ -376,6 +460,11 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
         }
         if !verify_only {
             for r in rs {
+                for w in r.roles.iter().flatten() {
+                    role_text(&mut s, w);
+                }
+            }
+            for r in rs {
                 let Some(runs) = &r.whatif else { continue };
                 let _ = writeln!(s, "\n  device {}: what if", r.verify.device);
                 let mut t = Table::new(&[
@@ -438,6 +527,61 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
         s.push('\n');
     }
     s
+}
+
+/// A role-level what-if as text: the changes (or why not), the recording and the
+/// changed program replayed, the verdict, what is not modelled.
+pub fn role_text(s: &mut String, w: &RoleWhatIf) {
+    let _ = writeln!(s, "\n  device {}: what if the program changed: {}", w.device, w.label);
+    let _ = writeln!(s, "  Steps: {}.", w.steps);
+    for c in &w.changes {
+        match &c.cannot_apply {
+            None => {
+                let _ = writeln!(
+                    s,
+                    "  * {}: {} ({} as recorded, each block once)",
+                    c.change,
+                    c.detail,
+                    output::bytes(c.bytes)
+                );
+            }
+            Some(why) => {
+                let _ = writeln!(s, "  * {}: cannot be applied: {why}", c.change);
+            }
+        }
+    }
+    if let Some(ch) = &w.changed {
+        let mut t = Table::new(&[
+            ("run", Align::Left),
+            ("peak reserved", Align::Right),
+            ("peak allocated", Align::Right),
+            ("cudaMalloc", Align::Right),
+            ("first OOM", Align::Left),
+        ]);
+        for (name, x) in [("recorded program (replayed)", &w.recorded), ("changed program (model)", ch)] {
+            t.row([
+                name.to_string(),
+                output::bytes(x.peak_reserved),
+                output::bytes(x.peak_allocated),
+                x.cuda_mallocs.to_string(),
+                match &x.first_oom {
+                    None => "none".into(),
+                    Some(o) => format!("event {}: {}", o.index, output::bytes(o.requested)),
+                },
+            ]);
+        }
+        s.push_str(&t.render());
+    }
+    let on = w.capacity.map_or("an unlimited device".to_string(), |c| format!("a {} device", output::bytes(c)));
+    let _ = writeln!(s, "  On {on}: {}.", w.verdict);
+    let mut seen: Vec<&str> = Vec::new();
+    for n in w.recorded.notes.iter().chain(w.changed.iter().flat_map(|c| &c.notes)) {
+        if !seen.contains(&n.as_str()) {
+            seen.push(n);
+            let _ = writeln!(s, "  note: {n}");
+        }
+    }
+    let _ = writeln!(s, "  Not modelled: {}.", w.not_modelled.join("; "));
 }
 
 /// The advice to replay: (`empty_cache()` points, no caching). Without `--config` and
