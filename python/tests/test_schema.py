@@ -23,7 +23,7 @@ DOC = REPO / "docs" / "json-schema.md"
 
 # Objects the document gives as a key/type table, and the class of fragscope.schema for each.
 TABLES = ["FileSummary", "DeviceSummary", "Fragmentation", "Trace", "MemvizStats", "Settings",
-          "DeviceAnalysis", "Recommendations", "LabReport", "LabRow"]
+          "DeviceAnalysis", "LeakSteps", "LeakSuspect", "Recommendations", "LabReport", "LabRow"]
 
 
 def doc_tables() -> Dict[str, Dict[str, str]]:
