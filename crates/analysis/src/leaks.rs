@@ -679,6 +679,36 @@ mod tests {
     }
 
     #[test]
+    fn a_declared_cache_is_not_a_leak() {
+        // The same growth, allocated inside `fragscope.torch.cache("kv")` scopes.
+        let mut snap = run(&Run { leak: true, ..base(3) });
+        let mut anns = Vec::new();
+        for (i, e) in snap.device_traces[0].iter_mut().enumerate() {
+            e.time_us = 10 * i as i64;
+            if e.action == Action::Alloc && e.size == 2 * MIB {
+                for (t, stage) in [(e.time_us - 1, "START"), (e.time_us + 1, "END")] {
+                    anns.push(fragscope_snapshot::Annotation {
+                        device: 0,
+                        time_us: t,
+                        name: "fragscope.cache:kv".into(),
+                        stage: stage.into(),
+                        extra: Vec::new(),
+                    });
+                }
+            }
+        }
+        assert_eq!(anns.len(), 6);
+        // Control: the same run with times and no declaration has its suspect.
+        let mut plain = run(&Run { leak: true, ..base(3) });
+        for (i, e) in plain.device_traces[0].iter_mut().enumerate() {
+            e.time_us = 10 * i as i64;
+        }
+        snap.external_annotations = Some(anns);
+        assert_eq!(leaks_device(&plain, 0).suspects.len(), 1);
+        assert!(leaks_device(&snap, 0).suspects.is_empty());
+    }
+
+    #[test]
     fn r_squared_of_lines() {
         assert_eq!(r_squared(&[1.0, 2.0]), 1.0);
         assert!((r_squared(&[1.0, 3.0, 5.0, 7.0]) - 1.0).abs() < 1e-12);

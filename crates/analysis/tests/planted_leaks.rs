@@ -11,6 +11,9 @@
 //! at once), `cpp` (a site whose stacks are made C++-only), `uneven` (a site whose
 //! requests vary by 4x or more, every other alloc).
 //!
+//! Leaks are told across training steps only ([`fragscope_analysis::leaks`]): a plant into a
+//! trace with fewer than two complete steps is `untold`, and must get no suspect.
+//!
 //! The default set runs one seed on a handful of traces (bounded for debug builds);
 //! `FRAGSCOPE_LEAK_SWEEP=N` runs N seeds on every trace. The table
 //! (shape × trace: found / missed / false positives) is printed with `--nocapture`.
@@ -55,8 +58,13 @@ const SHAPES: &[&str] = &["steady", "all", "some_iters", "phase", "burst", "smal
 
 const MIB: u64 = 1 << 20;
 
-/// Share of planted leaks the detector must find (see `planted_leak_suite`): the default
-/// set measured 36 of 44 (82%) when this floor was raised from 0.5.
+/// Share of planted leaks the detector must find where leaks can be told (see
+/// `planted_leak_suite`). With the detector on training steps (issue 19), a leak is told
+/// only across two complete steps or more: of the default set only the resnet trace has
+/// them, and it measured 7 of 9 found (78%; `burst` and `phase`, kept at one time rather
+/// than step after step, are not growth across steps); the 32 plants into the traces of
+/// one step or none are counted as `untold` and must get no suspect. (The periodicity-based
+/// detector before it measured 36 of 44 over all five traces.)
 const MIN_FOUND_SHARE: f64 = 0.7;
 
 use fragscope_testdata::Rng;
