@@ -279,8 +279,10 @@ class Analysis(Result):
     """``fragscope analyze --json``: OOM verdict, fragmentation, leaks, peaks, recommendations.
 
     Fields (DeviceAnalysis, per device): ``device``, ``findings`` (``kind``, ``severity``,
-    ``headline``), ``oom``, ``peak_fragmentation``, ``fragmentation``, ``leak_suspects``,
-    ``iterations``, ``peaks``, ``recommendations``.
+    ``headline``), ``oom``, ``peak_fragmentation``, ``fragmentation``, ``leak_suspects``
+    (memory that outlives its training step and grows across steps), ``leak_steps`` (the
+    steps compared; ``can_tell`` false with one step or none), ``steps``, ``roles``,
+    ``peaks``, ``recommendations``.
     """
 
     if TYPE_CHECKING:
@@ -676,7 +678,7 @@ class Snapshot:
         recording; otherwise simulates ``configs`` (``PYTORCH_CUDA_ALLOC_CONF`` strings) and/or
         a ``capacity`` (bytes, ``"80GiB"`` or a GPU name); ``save_snapshot`` writes the
         simulated run of the first config as a snapshot pickle. ``empty_cache_at`` adds
-        ``torch.cuda.empty_cache()`` what-ifs (``"iteration"``, a ``record_function`` name,
+        ``torch.cuda.empty_cache()`` what-ifs (``"step"``: each training step's start; a ``record_function`` name,
         ``"NAME@end"`` or ``"entry:N"``, as ``--empty-cache-at``) and ``no_caching`` the
         ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` what-if.
 

@@ -242,7 +242,7 @@ def replay_what_if(
             "max_split_size_mb:512"]). Without config/empty_cache_at/no_caching: the
             recorded settings and common alternatives.
         capacity: GPU memory, bytes with a unit ("80GiB") or a GPU name ("A100-40GB").
-        empty_cache_at: also replay with torch.cuda.empty_cache() at "iteration", at a
+        empty_cache_at: also replay with torch.cuda.empty_cache() at "step" (each training step's start), at a
             record_function name, or "NAME@end".
         no_caching: also replay with PYTORCH_NO_CUDA_MEMORY_CACHING=1.
         device: only this device.

@@ -91,9 +91,9 @@ def evaluate(snap: "fragscope.Snapshot", limits: Dict[str, Any], top: int = 5) -
         allowed = _parsed(limits)["max_growth"]
         for d in analysis["devices"]:
             for s in d["leak_suspects"]:
-                if s["growth_bytes_per_iteration"] > allowed:
+                if s["growth_bytes_per_step"] > allowed:
                     lines.append(
-                        f"step-to-step growth {_fmt(s['growth_bytes_per_iteration'])}/iteration of "
+                        f"step-to-step growth {_fmt(s['growth_bytes_per_step'])}/step of "
                         f"{s['site']} on device {d['device']} exceeds max_growth {_fmt(allowed)}"
                     )
     sites: List[str] = []

@@ -7,7 +7,7 @@ document's tables and compares each documented object's keys and types with the 
 the same name here, and the keys of real results with both: the stub, the document and
 the output cannot drift apart unnoticed.
 
-Objects the document describes in prose only (``pools``, ``memory_table``, ``iterations``,
+Objects the document describes in prose only (``pools``, ``memory_table``,
 ``peaks``, ...) are ``Dict[str, Any]`` here.
 """
 
@@ -26,6 +26,8 @@ __all__ = [
     "AnalyzeDoc",
     "FileAnalysis",
     "DeviceAnalysis",
+    "LeakSteps",
+    "LeakSuspect",
     "Finding",
     "Recommendations",
     "LabDoc",
@@ -179,6 +181,50 @@ class Recommendations(TypedDict):
     advice_notes: List[str]
 
 
+class LeakSteps(TypedDict):
+    """``DeviceAnalysis.leak_steps``: the training steps the leak test compared."""
+
+    #: ``"steps"`` or ``"none"`` (fewer than two steps, or steps that are not a steady loop).
+    source: str
+    steps: int
+    can_tell: bool
+    #: Trace entries: the first step's start, then each step's end (empty when ``can_tell`` is false).
+    boundaries: List[int]
+    #: Why leaks cannot be told, and how to record a trace that can.
+    reason: Optional[str]
+
+
+class LeakSuspect(TypedDict):
+    """One entry of ``DeviceAnalysis.leak_suspects``: a call site whose memory outlives its
+    step and grows across steps."""
+
+    site: str
+    file: str
+    line: int
+    function: str
+    stack: str
+    growth_bytes_per_step: int
+    steps: int
+    steps_compared: int
+    growing_steps: int
+    r_squared: float
+    confidence: float
+    first_bytes: int
+    last_bytes: int
+    end_bytes: int
+    never_freed_blocks: int
+    never_freed_bytes: int
+    first_never_freed_entry: Optional[int]
+    last_never_freed_entry: Optional[int]
+    first_never_freed_time_us: Optional[int]
+    freed_blocks: int
+    #: Role name -> bytes of the site's kept blocks.
+    kept_roles: Dict[str, int]
+    curve: List[Dict[str, Any]]
+    grew_in: List[Dict[str, Any]]
+    evidence: List[str]
+
+
 class DeviceAnalysis(TypedDict):
     """One device of ``fragscope analyze --json``."""
 
@@ -189,9 +235,10 @@ class DeviceAnalysis(TypedDict):
     #: never used together. Not ``Fragmentation.free_space_fragmentation``.
     peak_fragmentation: Optional[float]
     fragmentation: Dict[str, Any]
-    leak_suspects: List[Dict[str, Any]]
-    iterations: Dict[str, Any]
-    leak_threshold_bytes_per_iteration: int
+    #: Memory that outlives its training step and grows across steps (``LeakSuspect``).
+    leak_suspects: List["LeakSuspect"]
+    #: The steps the leak test compared, and whether leaks can be told from the trace.
+    leak_steps: "LeakSteps"
     peaks: Dict[str, Any]
     recommendations: Recommendations
     role_what_if: Optional["RoleRows"]

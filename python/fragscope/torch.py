@@ -15,8 +15,10 @@ installed or CUDA is not available, instead of failing somewhere inside PyTorch.
 * :class:`StepTracker` — samples ``torch.cuda.memory_stats()`` once per step (reserved,
   allocated, fragmentation, allocation retries, cudaMalloc count) and warns when
   fragmentation or retries climb.
-* :func:`phase` — ``torch.profiler.record_function`` under a name, so that iterations and
-  phases are found from annotations in the snapshot.
+* :func:`phase` — ``torch.profiler.record_function`` under a name, so that training steps
+  (``phase("step")``) and phases are found from annotations in the snapshot.
+* :func:`cache` — declares a cache that grows by design (a KV cache, a memo of results):
+  memory allocated inside it is never a leak suspect.
 * :func:`who_holds` — from a tensor, or a block's address in a snapshot (a leak suspect,
   a large holder at the peak), to the chains of Python objects that keep it alive
   (:mod:`fragscope.holders`).
@@ -49,6 +51,7 @@ __all__ = [
     "StepTracker",
     "StepSample",
     "phase",
+    "cache",
     "tensors_in",
     "who_holds",
     "who_holds_site",
@@ -292,10 +295,21 @@ class StepTracker:
 @contextlib.contextmanager
 def phase(name: str) -> Iterator[None]:
     """Marks a phase (``"step"``, ``"forward"``, ...) with ``torch.profiler.record_function``
-    so that snapshots recorded meanwhile carry it as an annotation, and fragscope finds
-    iterations from annotations rather than guessing them."""
+    so that snapshots recorded meanwhile carry it as an annotation. ``phase("step")`` around
+    each training step bounds the steps where the frames do not (no optimizer or backward
+    frame): leak detection needs two steps or more."""
     torch = _torch()
     with torch.profiler.record_function(name):
+        yield
+
+
+@contextlib.contextmanager
+def cache(name: str = "") -> Iterator[None]:
+    """Declares a cache that grows by design (a KV cache, memoised results): the memory
+    allocated inside the block is recorded under the ``record_function`` scope
+    ``fragscope.cache`` (``fragscope.cache:NAME``), and leak detection leaves it out."""
+    torch = _torch()
+    with torch.profiler.record_function(f"fragscope.cache:{name}" if name else "fragscope.cache"):
         yield
 
 

@@ -135,7 +135,7 @@ def test_replay_and_check_equal_cli(path, tmp_path):
     out, err = cli_json("replay", "--json", "--empty-cache-at", "iteration", "--no-caching", str(path))
     assert err is None, err
     devices = json.loads(out)["files"][0]["devices"]
-    unfound = [n for d in devices for n in d.get("advice_notes", []) if "every iteration boundary: not replayed" in n]
+    unfound = [n for d in devices for n in d.get("advice_notes", []) if "every step boundary: not replayed" in n]
     if devices and len(unfound) == len(devices):
         with pytest.raises(fragscope.ArgumentError, match="empty_cache_at='iteration': not found on any device"):
             snap_fn().replay(empty_cache_at="iteration", no_caching=True)

@@ -53,7 +53,7 @@ def test_evaluate_real_snapshot_against_check():
 def test_evaluate_growth_on_the_leaking_example():
     """The built-in example leaks at one call site; max_growth catches it."""
     snap = fragscope.example()
-    growth = max(s["growth_bytes_per_iteration"] for d in snap.analyze().to_dict()["files"][0]["devices"]
+    growth = max(s["growth_bytes_per_step"] for d in snap.analyze().to_dict()["files"][0]["devices"]
                  for s in d["leak_suspects"])
     assert evaluate(snap, {"max_growth": growth}).ok
     v = evaluate(snap, {"max_growth": growth - 1})

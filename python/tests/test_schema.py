@@ -23,7 +23,7 @@ DOC = REPO / "docs" / "json-schema.md"
 
 # Objects the document gives as a key/type table, and the class of fragscope.schema for each.
 TABLES = ["FileSummary", "DeviceSummary", "Fragmentation", "Trace", "MemvizStats", "Settings",
-          "DeviceAnalysis", "Recommendations", "LabReport", "LabRow", "RoleWhatIf", "ChangeOutcome", "RoleRows"]
+          "DeviceAnalysis", "LeakSteps", "LeakSuspect", "Recommendations", "LabReport", "LabRow", "RoleWhatIf", "ChangeOutcome", "RoleRows"]
 
 
 def doc_tables() -> Dict[str, Dict[str, str]]:

@@ -5,7 +5,7 @@
 //! Each file is read once, then [`leaks_device`](fragscope_analysis::leaks::leaks_device)
 //! runs N times (default 3) on each device with a trace, with a peak of 0 as `analyze`
 //! calls it. One line per file and device: `RESULT file=... device=... events=...
-//! best_cpu_s=... suspects=... iterations=SOURCE:COUNT`.
+//! best_cpu_s=... suspects=... steps=SOURCE:COUNT`.
 use fragscope_analysis::leaks;
 
 /// CPU seconds of this thread (user + system, from `/proc/thread-self/stat`, in clock
@@ -44,16 +44,16 @@ fn main() {
             let mut last = None;
             for _ in 0..reps.max(1) {
                 let t = cpu_s();
-                let l = leaks::leaks_device(&snap, d, 0);
+                let l = leaks::leaks_device(&snap, d);
                 best = best.min(cpu_s() - t);
                 last = Some(l);
             }
             let l = last.unwrap();
             println!(
-                "RESULT file={f} device={d} events={events} best_cpu_s={best:.3} suspects={} iterations={}:{}",
+                "RESULT file={f} device={d} events={events} best_cpu_s={best:.3} suspects={} steps={}:{}",
                 l.suspects.len(),
-                l.iterations.source,
-                l.iterations.boundaries.len()
+                l.steps.source,
+                l.steps.steps
             );
         }
     }

@@ -8,7 +8,7 @@
 //! tensors. `empty_cache()` would return nothing more at that moment. With caching off,
 //! the process would hold only the tensors' own bytes; whether the request would then
 //! fit follows from the message's figures. What neither figure can say is whether
-//! calling `empty_cache()` earlier (each iteration) would have prevented the layout:
+//! calling `empty_cache()` earlier (each training step) would have prevented the layout:
 //! that needs a snapshot and a replay (`replay::advice`).
 
 use crate::oom_message::{format_size, format_size_pm, printed_precision, OomMessage};
@@ -73,8 +73,8 @@ pub fn message_advice(m: &OomMessage) -> Option<String> {
         }
     }
     s.push_str(
-        " Whether calling empty_cache() earlier (every iteration) would have prevented the layout cannot be read \
-         from a message: record a snapshot and run `fragscope replay snap.pickle --empty-cache-at iteration \
+        " Whether calling empty_cache() earlier (every training step) would have prevented the layout cannot be read \
+         from a message: record a snapshot and run `fragscope replay snap.pickle --empty-cache-at step \
          --no-caching` (cost and peak of both) or `fragscope analyze snap.pickle`.",
     );
     Some(s)

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use fragscope_snapshot::{Snapshot, SourceFormat};
 
 use crate::attribution::{self, AttributionOptions, PeakAttribution, PinnedSegments};
-use crate::leaks::{self, Iterations, LeakSuspect};
+use crate::leaks::{self, LeakSteps, LeakSuspect};
 use crate::lives::BlockLives;
 use crate::oom::{self, OomFinding, OomOptions, StateFigures};
 use crate::oom_message::format_size as fs;
@@ -93,9 +93,10 @@ pub struct DeviceAnalysis {
     /// `1 − peak allocated / peak reserved`; `null` when nothing was reserved.
     pub peak_fragmentation: Option<f64>,
     pub fragmentation: FragmentationFindings,
+    /// Memory that outlives its step and grows across steps ([`crate::leaks`]).
     pub leak_suspects: Vec<LeakSuspect>,
-    pub iterations: Iterations,
-    pub leak_threshold_bytes_per_iteration: u64,
+    /// The steps the leak test compared, and whether leaks can be told from the trace.
+    pub leak_steps: LeakSteps,
     /// Training steps and their phases, from evidence ([`crate::steps`]).
     pub steps: Steps,
     /// Memory by role ([`crate::roles`]), with the live set at the OOM by role when the
@@ -229,7 +230,6 @@ fn analyze_device_inner(
     // Leak detection does not need the timeline's figures: its threshold (a share of the
     // peak allocated bytes) only filters suspects, so it runs with the smallest threshold
     // and the filter is applied afterwards.
-    let part_leaks = |it: Iterations, lives: &BlockLives| leaks::leaks_device_with(snap, device, 0, it, lives, threads);
     // Attribution at the timeline's peaks and the free space at the reserved peak.
     let part_main = |tl: &DeviceTimeline| {
         let attr = attribution::attribute(snap, tl, &aopts);
@@ -259,7 +259,7 @@ fn analyze_device_inner(
         let cap = snap.device_capacity.get(&device).copied();
         recommend::recommend_in_era(snap, device, work.era().clone(), opts.what_if, cap, threads)
     };
-    let (mut tl, (attr, at_peak, at_peak_note), mut lk, oom_f, quick_recommendations, rl) = if threads > 1 {
+    let (mut tl, (attr, at_peak, at_peak_note), lk, oom_f, quick_recommendations, rl) = if threads > 1 {
         std::thread::scope(|s| {
             // The iterations (no walk of the lives) beside the timeline walk, then the
             // leak tests beside attribution.
@@ -268,7 +268,7 @@ fn analyze_device_inner(
                 // Sent as soon as found: the leak tests start when the walk ends, even if
                 // the work below is not done.
                 let st = crate::steps::steps(snap, device);
-                let _ = it_tx.send((leaks::iterations_with_steps(snap, device, &st), st));
+                let _ = it_tx.send(st);
                 // The era (a look at every entry) and the caller's work too, here rather
                 // than on threads of their own: one helper beside the walk keeps the
                 // walk's core to itself.
@@ -277,20 +277,21 @@ fn analyze_device_inner(
             let tl = part_timeline();
             let lives = lives_of(&tl);
             // No iterations only when that thread panicked: its panic, here.
-            let (it, st) = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
+            let st = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
             let lives2 = Arc::clone(&lives);
-            let h_leaks = s.spawn(move || part_leaks(it, &lives));
+            // Leaks read the roles (their evidence): one after the other, beside
+            // attribution.
             let h_roles = s.spawn(move || {
                 let (r, rr) = roles::device_roles_from(snap, &lives2, &st);
-                (r, st, rr, lives2)
+                let lk = leaks::leaks_device_with(snap, device, &st, &lives2, Some(&rr));
+                ((r, st, rr, lives2), lk)
             });
             let main = part_main(&tl);
             // Without an OOM entry (and without --what-if) nothing is replayed: the
             // recommendations are a look at the trace, taken while the leak tests run.
             // (`oom::oom_finding` makes a finding exactly for the trace's first `oom` entry.)
             let quick = (!opts.what_if && tl.first_oom.is_none()).then(&part_recommendations);
-            let lk = h_leaks.join().expect("leaks thread");
-            let rl = h_roles.join().expect("roles thread");
+            let (rl, lk) = h_roles.join().expect("roles thread");
             // The OOM replays start once the cheap parts are done, so they do not
             // compete with them for the cores (they use `threads` threads themselves).
             let oom_f = if quick.is_some() { None } else { part_oom() };
@@ -300,8 +301,8 @@ fn analyze_device_inner(
         let tl = part_timeline();
         let lives = lives_of(&tl);
         let st = crate::steps::steps(snap, device);
-        let lk = part_leaks(leaks::iterations_with_steps(snap, device, &st), &lives);
         let (r, rr) = roles::device_roles_from(snap, &lives, &st);
+        let lk = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
         let main = part_main(&tl);
         (tl, main, lk, part_oom(), None, (r, st, rr, lives))
     };
@@ -314,9 +315,6 @@ fn analyze_device_inner(
     drop(lives);
     // The lives are for this function only: the analysis does not carry them.
     tl.lives = None;
-    let threshold = leaks::growth_threshold(tl.peak_allocated.bytes);
-    lk.threshold_bytes_per_iteration = threshold;
-    lk.suspects.retain(|s| leaks::reportable(s, tl.peak_allocated.bytes));
 
     let recommendations = match &oom_f {
         Some(f) => {
@@ -355,8 +353,7 @@ fn analyze_device_inner(
         pinned_segments: attr.pinned_segments,
     };
     let mut leak_suspects = lk.suspects;
-    let threshold = lk.threshold_bytes_per_iteration;
-    let iterations = lk.iterations;
+    let leak_steps = lk.steps;
     leak_suspects.truncate(opts.top);
     let mut d = DeviceAnalysis {
         device,
@@ -365,8 +362,7 @@ fn analyze_device_inner(
         peak_fragmentation: frag.timeline.peak_fragmentation,
         fragmentation: frag,
         leak_suspects,
-        iterations,
-        leak_threshold_bytes_per_iteration: threshold,
+        leak_steps,
         steps,
         roles: device_roles,
         peaks: Peaks { allocated_peak: attr.allocated_peak, reserved_peak: attr.reserved_peak },
@@ -479,28 +475,16 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
         v.push(Finding { kind: "pinned_segments", severity, headline: h });
     }
     for s in d.leak_suspects.iter().take(3) {
-        let headline = if s.detected_by.contains(&"growth") {
-            format!(
-                "Possible leak: {} grows by {} per iteration over {} iterations ({} → {}, confidence {:.2}).",
-                s.site.site,
-                fs(s.growth_bytes_per_iteration),
-                s.iterations,
-                fs(s.first_bytes),
-                fs(s.last_bytes),
-                s.confidence
-            )
-        } else {
-            format!(
-                "Possible leak: {} never freed {} ({} blocks allocated at trace entries {}–{}) while {} of its allocations were freed (confidence {:.2}).",
-                s.site.site,
-                fs(s.never_freed_bytes),
-                s.never_freed_blocks,
-                s.first_never_freed_entry.unwrap_or(0),
-                s.last_never_freed_entry.unwrap_or(0),
-                s.freed_blocks,
-                s.confidence
-            )
-        };
+        let headline = format!(
+            "Possible leak: {} grows by {} per step after the first ({} of {} steps grew; {} → {} at the step ends; confidence {:.2}).",
+            s.site.site,
+            fs(s.growth_bytes_per_step),
+            s.growing_steps,
+            s.steps_compared,
+            fs(s.first_bytes),
+            fs(s.last_bytes),
+            s.confidence
+        );
         v.push(Finding { kind: "leak", severity: if s.confidence >= 0.5 { "high" } else { "medium" }, headline });
     }
     let ap = &d.peaks.allocated_peak;

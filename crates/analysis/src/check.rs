@@ -97,7 +97,7 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
                 });
             }
         }
-        let leak_suspects = limits.no_leaks.then(|| leaks::leaks_device(snap, d, pa).suspects.len() as u64);
+        let leak_suspects = limits.no_leaks.then(|| leaks::leaks_device(snap, d).suspects.len() as u64);
         if let Some(n) = leak_suspects.filter(|&n| n > 0) {
             failures.push(Failure {
                 limit: "no_leaks",

@@ -282,7 +282,7 @@ pub struct OomFinding {
 /// One piece of the usual advice, replayed up to this OOM on the same device size.
 #[derive(Clone, Debug, Serialize)]
 pub struct AdviceOutcome {
-    /// `empty_cache() at every iteration boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`, ...
+    /// `empty_cache() at every step boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`, ...
     pub advice: String,
     /// The replay got past the recorded OOM, serving its request.
     pub avoids_oom: bool,
@@ -299,7 +299,7 @@ pub struct AdviceOutcome {
 
 /// Replays the usual advice up to the OOM of `f` (same device size as the fixes):
 /// `empty_cache()` right before the failing request (what PyTorch already does before
-/// raising), at every iteration boundary when iterations are found, and
+/// raising), at every step boundary when the trace has two training steps or more, and
 /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`; fills `advice` and `advice_summary`. Needs the
 /// baseline replay to reproduce the OOM (otherwise nothing can be measured).
 pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
@@ -328,7 +328,7 @@ pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
             refused = Some(format!("{why} for {}", w.advice.as_deref().unwrap_or("a replay")));
         }
     };
-    for at in [EmptyCacheAt::Entries(vec![idx]), EmptyCacheAt::Iterations] {
+    for at in [EmptyCacheAt::Entries(vec![idx]), EmptyCacheAt::Steps] {
         match simulate_empty_cache(snap, device, cfg.clone(), cap, &at) {
             Ok(mut w) => {
                 if matches!(at, EmptyCacheAt::Entries(_)) {

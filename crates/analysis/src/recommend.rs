@@ -345,7 +345,7 @@ pub struct Recommendations {
     pub recommended: Vec<Recommendation>,
     pub tried: Vec<Trial>,
     /// The usual advice replayed beside the settings (`setting` = the advice in words:
-    /// `empty_cache()` at every iteration, no caching); never ranked as a recommendation,
+    /// `empty_cache()` at every step boundary, no caching); never ranked as a recommendation,
     /// compared with `baseline` in [`advice_headline`].
     pub advice: Vec<Trial>,
     /// Advice that could not be replayed, and why.
@@ -480,7 +480,7 @@ pub fn recommend_in_era(
     r
 }
 
-/// `empty_cache()` at every iteration boundary and `PYTORCH_NO_CUDA_MEMORY_CACHING=1`,
+/// `empty_cache()` at every step boundary and `PYTORCH_NO_CUDA_MEMORY_CACHING=1`,
 /// replayed under `cfg` (`replay::advice`), as trials; and why any could not be.
 pub fn advice_trials(
     snap: &Snapshot,
@@ -491,7 +491,7 @@ pub fn advice_trials(
     use replay::advice::{simulate_empty_cache, simulate_uncached, EmptyCacheAt, NO_CACHING};
     let mut v = Vec::new();
     let mut notes = Vec::new();
-    let at = EmptyCacheAt::Iterations;
+    let at = EmptyCacheAt::Steps;
     match simulate_empty_cache(snap, device, cfg.clone(), capacity, &at) {
         Ok(w) => v.push(trial_of(&at.describe(), None, cfg, w)),
         Err(e) => notes.push(format!("{} was not replayed: {e}", at.describe())),

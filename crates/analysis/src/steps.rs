@@ -305,7 +305,7 @@ fn phase_of_tag(t: Tag) -> Phase {
 }
 
 /// Annotated intervals of entries: (start entry, end entry, name).
-fn annotated(snap: &Snapshot, device: i64) -> Vec<(usize, usize, String)> {
+pub(crate) fn annotated(snap: &Snapshot, device: i64) -> Vec<(usize, usize, String)> {
     let trace = snap.trace(device);
     if trace.is_empty() || trace.iter().any(|e| e.time_us == NO_TIME) {
         return Vec::new();
@@ -546,6 +546,38 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     }
     let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
     Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+}
+
+/// Whether step `s`'s optimizer (else its backward) is called from inside a module's
+/// `forward`: in the Python frames of its entries (innermost first), an optimizer or
+/// `backward()` frame with a module `forward` outside it. Update steps nested in one
+/// pass (test-time optimisation, a model that trains a sub-model in its forward) are not
+/// the steps of a training loop: the outer pass keeps its memory across them.
+/// Looks at the first few entries with such a frame; `false` without Python frames.
+pub(crate) fn step_inside_forward(snap: &Snapshot, device: i64, s: &Step) -> bool {
+    let trace = snap.trace(device);
+    let Some((a, b)) = s.span(Phase::Optimizer).or_else(|| s.span(Phase::Backward)) else { return false };
+    let mut looked = 0;
+    for e in &trace[a.min(trace.len())..b.min(trace.len())] {
+        let Some(sid) = e.stack else { continue };
+        let mut inner = false;
+        for &f in snap.frames.stack(sid) {
+            let fr = snap.frames.frame(f);
+            let bits = frame_bits(snap.frames.str(fr.filename), snap.frames.str(fr.name));
+            if bits & (OPT | USER_OPT | BWD) != 0 {
+                inner = true;
+            } else if inner && bits & FWD != 0 && bits & PY != 0 {
+                return true;
+            }
+        }
+        if inner {
+            looked += 1;
+            if looked >= 8 {
+                return false;
+            }
+        }
+    }
+    false
 }
 
 /// The runs of `phase_of` (which starts at entry `base`), outside runs left out.

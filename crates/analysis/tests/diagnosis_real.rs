@@ -32,17 +32,17 @@ fn every_real_file_no_crash_and_consistent() {
         let sum = summary::summarize(&snap);
         for tl in timeline::timelines(&snap, &TimelineOptions::default()) {
             let att = attribution::attribute(&snap, &tl, &AttributionOptions::default());
-            let lk = leaks::leaks_device(&snap, tl.device, tl.peak_allocated.bytes);
+            let lk = leaks::leaks_device(&snap, tl.device);
             eprintln!(
-                "{name} dev {}: ev {} complete {} seeded {:?} peakA {} @{:?} peakR {} @{:?} frag {:?} end {:?} iters {} {:?} {:?} suspects {} pinned {} retained {:?} {:?}",
+                "{name} dev {}: ev {} complete {} seeded {:?} peakA {} @{:?} peakR {} @{:?} frag {:?} end {:?} steps {} {:?} suspects {} pinned {} {:?}",
                 tl.device, tl.events, tl.history_complete, tl.seeded, tl.peak_allocated.bytes, tl.peak_allocated.event_index,
                 tl.peak_reserved.bytes, tl.peak_reserved.event_index, tl.peak_fragmentation, tl.end,
-                lk.iterations.boundaries.len(), lk.iterations.source, lk.iterations.period_allocs.or(None), lk.suspects.len(), att.pinned_segments.segments, lk.iterations.retained_share, lk.iterations.reason
+                lk.steps.steps, lk.steps.source, lk.suspects.len(), att.pinned_segments.segments, lk.steps.reason
             );
             for s in lk.suspects.iter().take(3) {
                 eprintln!(
                     "   suspect {} {} x{} conf {:.2}",
-                    s.site.site, s.growth_bytes_per_iteration, s.iterations, s.confidence
+                    s.site.site, s.growth_bytes_per_step, s.steps, s.confidence
                 );
             }
             for s in att.allocated_peak.sites.iter().take(3) {

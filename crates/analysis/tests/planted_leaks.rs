@@ -11,6 +11,9 @@
 //! at once), `cpp` (a site whose stacks are made C++-only), `uneven` (a site whose
 //! requests vary by 4x or more, every other alloc).
 //!
+//! Leaks are told across training steps only ([`fragscope_analysis::leaks`]): a plant into a
+//! trace with fewer than two complete steps is `untold`, and must get no suspect.
+//!
 //! The default set runs one seed on a handful of traces (bounded for debug builds);
 //! `FRAGSCOPE_LEAK_SWEEP=N` runs N seeds on every trace. The table
 //! (shape × trace: found / missed / false positives) is printed with `--nocapture`.
@@ -55,8 +58,13 @@ const SHAPES: &[&str] = &["steady", "all", "some_iters", "phase", "burst", "smal
 
 const MIB: u64 = 1 << 20;
 
-/// Share of planted leaks the detector must find (see `planted_leak_suite`): the default
-/// set measured 36 of 44 (82%) when this floor was raised from 0.5.
+/// Share of planted leaks the detector must find where leaks can be told (see
+/// `planted_leak_suite`). With the detector on training steps (issue 19), a leak is told
+/// only across two complete steps or more: of the default set only the resnet trace has
+/// them, and it measured 7 of 9 found (78%; `burst` and `phase`, kept at one time rather
+/// than step after step, are not growth across steps); the 32 plants into the traces of
+/// one step or none are counted as `untold` and must get no suspect. (The periodicity-based
+/// detector before it measured 36 of 44 over all five traces.)
 const MIN_FOUND_SHARE: f64 = 0.7;
 
 use fragscope_testdata::Rng;
@@ -190,6 +198,8 @@ struct Tally {
     missed: usize,
     fp: usize,
     na: usize,
+    /// Planted into a trace where leaks cannot be told (fewer than two steady steps).
+    untold: usize,
 }
 
 /// Plants every shape into each trace (`seeds` seeds) and returns the table and the
@@ -201,7 +211,8 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
     for &(name, device) in traces {
         let Some(snap) = read(name) else { continue };
         let peak = peak_allocated(&snap, device);
-        let base = leaks::leaks_device(&snap, device, peak);
+        let base = leaks::leaks_device(&snap, device);
+        let _ = peak;
         let base_fp = base.suspects.len();
         if base_fp > 0 {
             failures.push(format!(
@@ -210,14 +221,11 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
             ));
         }
         table.push_str(&format!(
-            "{name} (iterations: {} {}{}, untouched false positives: {base_fp} {:?})\n",
-            base.iterations.source,
-            base.iterations.boundaries.len(),
-            base.iterations.reason.as_ref().map_or(String::new(), |r| format!(" [{r}]")),
-            base.suspects
-                .iter()
-                .map(|s| (&s.site.site, s.never_freed_bytes, s.detected_by.clone()))
-                .collect::<Vec<_>>()
+            "{name} (steps: {} {}{}, untouched false positives: {base_fp} {:?})\n",
+            base.steps.source,
+            base.steps.steps,
+            base.steps.reason.as_ref().map_or(String::new(), |r| format!(" [{r}]")),
+            base.suspects.iter().map(|s| (&s.site.site, s.growth_bytes_per_step)).collect::<Vec<_>>()
         ));
         for shape in SHAPES {
             for seed in seeds.clone() {
@@ -233,12 +241,12 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
                     }
                 };
                 let (planted_snap, p) = plant::plant(&s, device, &allocs).unwrap();
-                let l = leaks::leaks_device(&planted_snap, device, peak_allocated(&planted_snap, device));
+                let l = leaks::leaks_device(&planted_snap, device);
                 let flagged: Vec<&str> = l.suspects.iter().map(|x| x.site.site.as_str()).collect();
                 // A planted site must be named when its own planted bytes reach the
                 // reporting threshold; a C++-only site split by operator can leave a
                 // few KiB at a side operator (flagging it is no false positive).
-                let min = leaks::never_freed_threshold(peak_allocated(&planted_snap, device));
+                let min = (4 * MIB).max(peak_allocated(&planted_snap, device) / 1000);
                 let mut per_site: BTreeMap<String, u64> = BTreeMap::new();
                 for &i in &allocs {
                     let site = fragscope_analysis::attribution::site_of(&s.frames, s.trace(device)[i].stack).site;
@@ -250,8 +258,23 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
                     .filter(|x| per_site.get(*x).copied().unwrap_or(0) >= min && !flagged.contains(&x.as_str()))
                     .collect();
                 let fps: Vec<&&str> = flagged.iter().filter(|x| !p.sites.iter().any(|y| y == **x)).collect();
-                let verdict = if missed.is_empty() { "found" } else { "MISSED" };
-                if missed.is_empty() {
+                let verdict = if !l.steps.can_tell {
+                    "untold"
+                } else if missed.is_empty() {
+                    "found"
+                } else {
+                    "MISSED"
+                };
+                if !l.steps.can_tell {
+                    // Fewer than two steady steps: leaks cannot be told, by definition
+                    // (crate::leaks); the analysis must say so and name nothing.
+                    t.untold += 1;
+                    if !flagged.is_empty() {
+                        failures.push(format!(
+                            "{name} {shape} seed {seed}: suspects where leaks cannot be told {flagged:?}"
+                        ));
+                    }
+                } else if missed.is_empty() {
                     t.found += 1;
                 } else {
                     t.missed += 1;
@@ -262,12 +285,12 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
                     failures.push(format!("{name} {shape} seed {seed}: false positives {fps:?}"));
                 }
                 table.push_str(&format!(
-                    "  {shape:<10} seed {seed}: {verdict:<6} {} blocks {:.1} MiB at {:?}; iterations {} {}; false positives {:?}\n",
+                    "  {shape:<10} seed {seed}: {verdict:<6} {} blocks {:.1} MiB at {:?}; steps {} {}; false positives {:?}\n",
                     p.allocs.len(),
                     p.bytes as f64 / MIB as f64,
                     p.sites,
-                    l.iterations.source,
-                    l.iterations.boundaries.len(),
+                    l.steps.source,
+                    l.steps.steps,
                     fps
                 ));
             }
@@ -277,9 +300,9 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
 }
 
 fn summary(tallies: &BTreeMap<String, Tally>) -> String {
-    let mut s = String::from("shape       found missed fp  n/a\n");
+    let mut s = String::from("shape       found missed fp  n/a untold\n");
     for (k, t) in tallies {
-        s.push_str(&format!("{k:<11} {:>5} {:>6} {:>3} {:>4}\n", t.found, t.missed, t.fp, t.na));
+        s.push_str(&format!("{k:<11} {:>5} {:>6} {:>3} {:>4} {:>6}\n", t.found, t.missed, t.fp, t.na, t.untold));
     }
     s
 }
@@ -387,10 +410,10 @@ fn untouched_real_files_have_no_suspects() {
     for f in &files {
         let Ok(snap) = fragscope_snapshot::read_path(f) else { continue };
         for d in snap.devices() {
-            let l = leaks::leaks_device(&snap, d, peak_allocated(&snap, d));
+            let l = leaks::leaks_device(&snap, d);
             checked += 1;
             for s in &l.suspects {
-                found.push(format!("{} device {d}: {} ({:?})", f.display(), s.site.site, s.detected_by));
+                found.push(format!("{} device {d}: {} ({} B/step)", f.display(), s.site.site, s.growth_bytes_per_step));
             }
         }
     }
@@ -414,10 +437,13 @@ fn untouched_traces_cut_at_the_start_have_no_suspects() {
             let Ok(d) = usize::try_from(device) else { continue };
             let n = s.device_traces[d].len();
             s.device_traces[d].drain(..n * num / den);
-            let l = leaks::leaks_device(&s, device, peak_allocated(&s, device));
+            let l = leaks::leaks_device(&s, device);
             checked += 1;
             for x in &l.suspects {
-                found.push(format!("{name} without its first {num}/{den}: {} ({:?})", x.site.site, x.detected_by));
+                found.push(format!(
+                    "{name} without its first {num}/{den}: {} ({} B/step; {} steps; {:?}; curve {:?}; grew in {:?})",
+                    x.site.site, x.growth_bytes_per_step, l.steps.steps, x.evidence, x.curve, x.grew_in
+                ));
             }
         }
     }

@@ -40,9 +40,9 @@ fn replay_shows_the_advice_with_its_cost() {
     // the figures the independent walk (tests/independent/no_caching.py) computes.
     let nc = row("PYTORCH_NO_CUDA_MEMORY_CACHING=1");
     assert!(nc.contains("|       6770 |     5894 |"), "{nc}");
-    // One training step: its 32 repeats are layers, so there is no iteration boundary to
+    // One training step: its 32 repeats are layers, so there is no step boundary to
     // empty the cache at, and the replay says so instead of inventing one (issue 19).
-    let ec = row("empty_cache() at every iteration boundary");
+    let ec = row("empty_cache() at every step boundary");
     assert!(ec.contains("not replayed") && ec.contains("only 1 training step"), "{ec}");
     let j: Value =
         serde_json::from_str(&run(&["replay", f.to_str().unwrap(), "--json", "--no-caching", "--config", ""])).unwrap();
@@ -59,19 +59,19 @@ fn analyze_what_if_weighs_the_advice_on_a_run_without_oom() {
     let Some(f) = real_file("cs336-2.7b-trainstep-ctx128-fp32.pickle") else { return };
     let t = run(&["analyze", "--what-if", f.to_str().unwrap()]);
     // One step: no empty_cache() row (its repeats are layers), no caching still weighed.
-    assert!(!t.contains("empty_cache() at every iteration boundary would"), "{t}");
+    assert!(!t.contains("empty_cache() at every step boundary would"), "{t}");
     assert!(t.contains("for 6770 cudaMalloc + 5894 cudaFree instead of 782 + 430"), "{t}");
     // Three real training steps (niu-train3, in the repository): a call at each step's start.
     let Some(n) = fragscope_testdata::grid_file("niu-train3-ctx100-fp32.pickle") else { return };
     let t = run(&["analyze", "--what-if", n.to_str().unwrap()]);
     assert!(
-        t.contains("empty_cache() at every iteration boundary would lower the peak memory taken from CUDA from 750.00 MiB to 730.00 MiB"),
+        t.contains("empty_cache() at every step boundary would lower the peak memory taken from CUDA from 750.00 MiB to 730.00 MiB"),
         "{t}"
     );
     // Where it makes things worse, it says so.
     let Some(g) = real_file("pytorchblog-resnet50-train-cppframes.pickle") else { return };
     let t = run(&["analyze", "--what-if", g.to_str().unwrap()]);
-    assert!(t.contains("empty_cache() at every iteration boundary would raise the peak memory taken from CUDA"), "{t}");
+    assert!(t.contains("empty_cache() at every step boundary would raise the peak memory taken from CUDA"), "{t}");
 }
 
 #[test]

@@ -60,7 +60,7 @@ fn analyze_json_on_every_real_trace() {
                 assert!(d.get(k).is_some(), "{name}: no {k}");
             }
             for s in d["leak_suspects"].as_array().unwrap() {
-                assert!(s["site"].is_string() && s["growth_bytes_per_iteration"].is_u64(), "{name}");
+                assert!(s["site"].is_string() && s["growth_bytes_per_step"].is_u64(), "{name}");
             }
         }
         ok += 1;

@@ -172,8 +172,8 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
                 &SimOptions { capacity: Some(16 << 30), collect_snapshot: false, ..SimOptions::default() },
             );
         }
-        // The advice what-ifs (`--empty-cache-at iteration`, `--no-caching`).
-        let _ = advice::simulate_empty_cache(m, d, rec.clone(), Some(16 << 30), &advice::EmptyCacheAt::Iterations);
+        // The advice what-ifs (`--empty-cache-at step`, `--no-caching`).
+        let _ = advice::simulate_empty_cache(m, d, rec.clone(), Some(16 << 30), &advice::EmptyCacheAt::Steps);
         let _ = serde_json::to_string(&advice::simulate_uncached(m, d, None)).expect("no-caching JSON");
         // The allocator lab (`--allocator all`).
         let lab_rows = lab(m, d, &all_policies, Some(16 << 30));

@@ -1277,14 +1277,15 @@
     for (const f of a.findings) ul.append(el('li', { 'data-kind': f.kind }, el('span', { class: 'sev-' + f.severity }, f.severity), ' ', f.headline));
     sec.append(ul);
     if (a.oom) sec.append(el('p', {}, el('b', {}, 'OOM: '), a.oom.explanation || a.oom.verdict));
+    if (a.leak_steps && !a.leak_steps.can_tell) sec.append(el('p', { class: 'note', id: 'leak-cannot-tell' }, 'Leaks: ' + a.leak_steps.reason));
     if (a.leak_suspects.length) {
-      const t = el('table', { id: 'leaks' }, el('tr', {}, el('th', {}, 'leak suspect'), el('th', { class: 'n' }, 'growth / iteration'), el('th', { class: 'n' }, 'first → last'), el('th', { class: 'n' }, 'confidence'), el('th', {}, 'live bytes at each iteration start')));
+      const t = el('table', { id: 'leaks' }, el('tr', {}, el('th', {}, 'leak suspect'), el('th', { class: 'n' }, 'growth / step'), el('th', { class: 'n' }, 'first → last'), el('th', { class: 'n' }, 'confidence'), el('th', {}, 'live bytes at each step end')));
       for (const l of a.leak_suspects) {
         const curve = (dev.leaks || []).find((c) => c.site === l.site);
         const spark = curve ? sparkline(f64(curve.bytes)) : null;
-        t.append(el('tr', {}, el('td', { title: l.stack }, l.site), el('td', { class: 'n' }, bytes(l.growth_bytes_per_iteration)), el('td', { class: 'n' }, `${bytes(l.first_bytes)} → ${bytes(l.last_bytes)}`), el('td', { class: 'n' }, pct(l.confidence)), el('td', {}, spark)));
+        t.append(el('tr', {}, el('td', { title: l.stack }, l.site), el('td', { class: 'n' }, bytes(l.growth_bytes_per_step)), el('td', { class: 'n' }, `${bytes(l.first_bytes)} → ${bytes(l.last_bytes)}`), el('td', { class: 'n' }, pct(l.confidence)), el('td', {}, spark)));
       }
-      sec.append(el('h3', {}, `Leak suspects (${a.iterations.boundaries ? a.iterations.boundaries.length : '?'} iteration boundaries, ${a.iterations.source})`), t);
+      sec.append(el('h3', {}, `Leak suspects (over ${a.leak_steps.steps} training steps)`), t);
     }
     for (const [key, p] of [['allocated peak', a.peaks.allocated_peak], ['reserved peak', a.peaks.reserved_peak]]) {
       if (!p) continue;
@@ -1293,7 +1294,7 @@
     }
     return sec;
   }
-  // A small curve of a leak suspect's live bytes per iteration (its samples in data-*).
+  // A small curve of a leak suspect's live bytes per step (its samples in data-*).
   function sparkline(ys) {
     const cv = el('canvas', { class: 'spark', 'data-samples': String(ys.length), 'data-first': String(ys[0] ?? ''), 'data-last': String(ys[ys.length - 1] ?? '') });
     cv.style.width = '220px'; cv.style.height = '28px';

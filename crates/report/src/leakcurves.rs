@@ -1,5 +1,5 @@
-//! Per-iteration curves of the leak suspects: the live bytes of each suspect's call site
-//! at each iteration boundary `analyze` used (the trace state just before the boundary
+//! Per-step curves of the leak suspects: the live bytes of each suspect's call site
+//! at each step boundary `analyze` used (the trace state just before the boundary
 //! entry, thinned to at most [`MAX_SAMPLES`] as `analyze` thins them), so the page can
 //! draw the growth the suspect was reported for.
 //!
@@ -31,7 +31,7 @@ pub fn curves(snap: &Snapshot, device: i64, ana: &Analysis, lives: &BlockLives) 
     if d.leak_suspects.is_empty() {
         return (Vec::new(), Vec::new());
     }
-    let b = &d.iterations.boundaries;
+    let b = &d.leak_steps.boundaries;
     let used: Vec<usize> = if b.len() <= MAX_SAMPLES {
         b.clone()
     } else {

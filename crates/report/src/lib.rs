@@ -286,7 +286,7 @@ pub struct DeviceData {
     pub requests: String,
     /// Reserved curves of the replays `analyze` ran (recorded settings first).
     pub whatif: Vec<whatif::WhatIfCurve>,
-    /// Trace states of the iteration boundaries sampled for `leaks`.
+    /// Trace states of the step boundaries sampled for `leaks`.
     pub leak_boundaries: Vec<usize>,
     /// Live bytes of each leak suspect's call site at those boundaries.
     pub leaks: Vec<leakcurves::LeakCurve>,

@@ -1,7 +1,8 @@
 //! The advice users are given, replayed on their own run.
 //!
-//! * `torch.cuda.empty_cache()` at every iteration boundary ([`EmptyCacheAt::Iterations`],
-//!   iterations as [`crate::leaks::iterations`] finds them) or when a `record_function`
+//! * `torch.cuda.empty_cache()` at every training step's start ([`EmptyCacheAt::Steps`],
+//!   steps as [`crate::steps`] finds them from optimizer steps, backward passes or step
+//!   annotations; never the repeats of a pass, which are its layers) or when a `record_function`
 //!   scope starts or ends ([`EmptyCacheAt::Annotation`]): the recorded workload is
 //!   replayed under the recorded settings with `empty_cache()` called there. The model's
 //!   `empty_cache` is PyTorch's `release_cached_blocks` (spec §5.2): it releases only
@@ -9,7 +10,7 @@
 //!   space stays), and unmaps the free pages of expandable segments. PyTorch also does
 //!   this itself before raising an OOM (spec §3.7: release, then retry), so calling it
 //!   earlier rarely changes whether a request fits; what it changes is the layout the
-//!   next iteration starts from, and the number of driver calls.
+//!   next step starts from, and the number of driver calls.
 //! * `PYTORCH_NO_CUDA_MEMORY_CACHING=1` ([`simulate_uncached`]): every allocation is a
 //!   `cudaMalloc` of the requested size and every free a `cudaFree`
 //!   ([`fragscope_alloc::UncachedAllocator`]).
@@ -30,8 +31,8 @@ use super::ReplayOptions;
 /// Where `empty_cache()` is inserted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EmptyCacheAt {
-    /// Before the first entry of every iteration.
-    Iterations,
+    /// Before the first entry of every training step ([`crate::steps`]).
+    Steps,
     /// When a `record_function` scope of this name starts (or ends, `at_end`). A name
     /// ending in `#N` matches every numbered instance (`ProfilerStep#N`).
     Annotation { name: String, at_end: bool },
@@ -41,14 +42,15 @@ pub enum EmptyCacheAt {
 }
 
 impl EmptyCacheAt {
-    /// `iteration` (or `iterations`), `NAME` (at each start of the scope), `NAME@end`.
+    /// `step` (or `steps`; `iteration`, `iterations` are the same), `NAME` (at each start of
+    /// the scope), `NAME@end`.
     pub fn parse(s: &str) -> Result<Self, String> {
         let s = s.trim();
         if s.is_empty() {
-            return Err("--empty-cache-at needs `iteration` or a record_function name".into());
+            return Err("--empty-cache-at needs `step` or a record_function name".into());
         }
-        if s == "iteration" || s == "iterations" {
-            return Ok(EmptyCacheAt::Iterations);
+        if matches!(s, "step" | "steps" | "iteration" | "iterations") {
+            return Ok(EmptyCacheAt::Steps);
         }
         if let Some(list) = s.strip_prefix("entry:") {
             let v: Result<Vec<usize>, _> = list.split(',').map(|x| x.trim().parse::<usize>()).collect();
@@ -62,10 +64,10 @@ impl EmptyCacheAt {
         }
     }
 
-    /// `empty_cache() at every iteration boundary`, `empty_cache() before each "eval"`.
+    /// `empty_cache() at every step boundary`, `empty_cache() before each "eval"`.
     pub fn describe(&self) -> String {
         match self {
-            EmptyCacheAt::Iterations => "empty_cache() at every iteration boundary".into(),
+            EmptyCacheAt::Steps => "empty_cache() at every step boundary".into(),
             EmptyCacheAt::Annotation { name, at_end: false } => format!("empty_cache() before each \"{name}\""),
             EmptyCacheAt::Annotation { name, at_end: true } => format!("empty_cache() after each \"{name}\""),
             EmptyCacheAt::Entries(v) if v.len() == 1 => format!("empty_cache() before entry {}", v[0]),
@@ -102,21 +104,21 @@ pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Re
             let n = pts.len();
             Ok((pts, format!("{n} chosen trace entr{}", if n == 1 { "y" } else { "ies" })))
         }
-        EmptyCacheAt::Iterations => {
-            let it = crate::leaks::iterations_with_steps(snap, device, &crate::steps::steps(snap, device));
-            if it.boundaries.is_empty() {
-                return Err(format!(
-                    "no iterations found ({})",
-                    it.reason.as_deref().unwrap_or("no annotation or periodic pattern")
-                ));
+        EmptyCacheAt::Steps => {
+            let st = crate::steps::steps(snap, device);
+            match st.steps.len() {
+                0 => Err(format!(
+                    "{}; mark the steps with fragscope.torch.phase(\"step\") or name a record_function scope",
+                    st.describe()
+                )),
+                1 => Err(format!(
+                    "only 1 training step in the trace ({}): there is no boundary between steps to call it at",
+                    st.describe()
+                )),
+                _ => {
+                    Ok((st.steps.iter().map(|s| s.start).collect(), format!("the start of each of {}", st.describe())))
+                }
             }
-            let how = match (&it.scope, it.period_allocs) {
-                (Some(s), _) => format!("{} iterations from the record_function scope \"{s}\"", it.boundaries.len()),
-                (None, Some(p)) => format!("{} iterations of {p} allocations (periodicity)", it.boundaries.len()),
-                _ if it.source == "steps" => format!("{} training steps", it.boundaries.len()),
-                _ => format!("{} iterations", it.boundaries.len()),
-            };
-            Ok((it.boundaries, how))
         }
         EmptyCacheAt::Annotation { name, at_end } => {
             if trace.is_empty() {
@@ -288,7 +290,8 @@ mod tests {
 
     #[test]
     fn where_to_call_empty_cache() {
-        assert_eq!(EmptyCacheAt::parse("iteration"), Ok(EmptyCacheAt::Iterations));
+        assert_eq!(EmptyCacheAt::parse("iteration"), Ok(EmptyCacheAt::Steps));
+        assert_eq!(EmptyCacheAt::parse("step"), Ok(EmptyCacheAt::Steps));
         assert_eq!(EmptyCacheAt::parse("eval@end"), Ok(EmptyCacheAt::Annotation { name: "eval".into(), at_end: true }));
         assert_eq!(
             EmptyCacheAt::parse("ProfilerStep#N"),

@@ -130,7 +130,7 @@ pub struct WhatIf {
     /// What the run started from ([`StartState`]); the reason is in `notes`.
     pub start_state: StartState,
     /// The advice replayed instead of (or besides) a configuration, in words
-    /// (`empty_cache() at every iteration boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
+    /// (`empty_cache() at every step boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advice: Option<String>,
     /// How the advice's `empty_cache()` points were found (`32 iterations of 109

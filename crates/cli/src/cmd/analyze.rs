@@ -172,36 +172,26 @@ fn device_text(d: &DeviceAnalysis) -> String {
     o.push('\n');
     n += 1;
     let _ = writeln!(o, "{n}. Leak suspects");
-    if d.leak_suspects.is_empty() {
-        let why = match d.iterations.source {
-            "none" => {
-                format!("no iterations found ({})", d.iterations.reason.as_deref().unwrap_or("no repeating pattern"))
-            }
-            src => format!(
-                "none over {} iterations (found by {}); threshold {} per iteration",
-                d.iterations.boundaries.len(),
-                src,
-                bytes(d.leak_threshold_bytes_per_iteration)
-            ),
-        };
-        let _ = writeln!(o, "  {why}");
+    let ls = &d.leak_steps;
+    if !ls.can_tell {
+        let _ = writeln!(o, "  cannot tell: {}", ls.reason.as_deref().unwrap_or("no training steps"));
+    } else if d.leak_suspects.is_empty() {
+        let _ = writeln!(
+            o,
+            "  none: no call site's memory outlives its step and grows across the {} training steps",
+            ls.steps
+        );
     } else {
-        let over = match d.iterations.source {
-            "none" => format!(
-                "no iterations ({}); the run is read in windows",
-                d.iterations.reason.as_deref().unwrap_or("no repeating pattern")
-            ),
-            src => format!("over {} iterations (found by {src})", d.iterations.boundaries.len()),
-        };
-        let _ = writeln!(o, "  {over}; sites that keep memory they do not give back:");
+        let _ = writeln!(
+            o,
+            "  over {} training steps: call sites whose memory outlives its step and grows across steps:",
+            ls.steps
+        );
         for s in &d.leak_suspects {
-            let per = if s.detected_by.contains(&"growth") { "/iter" } else { " kept" };
-            let shown =
-                if s.detected_by.contains(&"growth") { s.growth_bytes_per_iteration } else { s.never_freed_bytes };
             let _ = writeln!(
                 o,
-                "  {:>12}{per}  {} → {}  confidence {:.2}  {}",
-                bytes(shown),
+                "  {:>12}/step  {} → {}  confidence {:.2}  {}",
+                bytes(s.growth_bytes_per_step),
                 bytes(s.first_bytes),
                 bytes(s.last_bytes),
                 s.confidence,
@@ -507,31 +497,30 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
     o
 }
 
-/// Why a leak suspect is one: the blocks it never freed, when it grew, its curve.
+/// Why a leak suspect is one: its evidence, the steps that it outlived, its curve.
 fn leak_evidence(s: &fragscope_analysis::leaks::LeakSuspect) -> String {
     let mut o = String::new();
     let pad = "                 ";
-    if let (Some(a), Some(b)) = (s.first_never_freed_entry, s.last_never_freed_entry) {
-        let _ = writeln!(
-            o,
-            "{pad}why: {} ({} blocks allocated at trace entries {a}–{b}) never freed, while {} of its allocations were freed{}",
-            bytes(s.never_freed_bytes),
-            s.never_freed_blocks,
-            s.freed_blocks,
-            if s.detected_by.contains(&"growth") { "; live bytes grew in most iterations" } else { "" }
-        );
+    for e in &s.evidence {
+        let _ = writeln!(o, "{pad}why: {e}");
+    }
+    if !s.kept_roles.is_empty() {
+        let r: Vec<String> = s.kept_roles.iter().map(|(k, v)| format!("{k} {}", bytes(*v))).collect();
+        let _ = writeln!(o, "{pad}roles of the kept blocks: {}", r.join(", "));
     }
     if !s.grew_in.is_empty() {
-        let unit = if s.grew_in_unit == "iteration" { "iteration" } else { "window" };
         let spans: Vec<String> =
-            s.grew_in.iter().take(8).map(|g| format!("{unit} {} +{}", g.window, bytes(g.bytes))).collect();
+            s.grew_in.iter().take(8).map(|g| format!("step {} +{}", g.window + 1, bytes(g.bytes))).collect();
         let more = if s.grew_in.len() > 8 { format!(", … ({} in all)", s.grew_in.len()) } else { String::new() };
-        let _ = writeln!(o, "{pad}grew in: {}{more}", spans.join(", "));
+        let _ = writeln!(o, "{pad}outlived their step: {}{more}", spans.join(", "));
     }
     if s.curve.len() > 1 {
         let pts: Vec<String> = s.curve.iter().map(|p| bytes(p.bytes)).collect();
-        let unit = if s.curve_unit == "iteration" { "iteration" } else { "window" };
-        let _ = writeln!(o, "{pad}live bytes at each {unit} start, then at the end: {}", pts.join(" "));
+        let _ = writeln!(
+            o,
+            "{pad}live bytes at the first step's start, each step's end, then the trace's end: {}",
+            pts.join(" ")
+        );
     }
     o
 }

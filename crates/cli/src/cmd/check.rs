@@ -32,7 +32,8 @@ pub struct Args {
     /// Fail when 1 − peak allocated / peak reserved exceeds F (0.15 or 15%).
     #[arg(long, value_name = "F")]
     pub max_fragmentation: Option<String>,
-    /// Fail when any call site's live memory grows from iteration to iteration.
+    /// Fail when any call site's memory outlives its training step and grows across steps
+    /// (a leak suspect; traces of one step or none have none).
     #[arg(long)]
     pub no_leaks: bool,
     /// Print the result object as JSON.

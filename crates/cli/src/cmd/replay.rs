@@ -57,9 +57,10 @@ pub struct Args {
     /// Write the simulated run (first --config) as a snapshot pickle.
     #[arg(long, value_name = "OUT")]
     pub save_snapshot: Option<PathBuf>,
-    /// Also replay with torch.cuda.empty_cache() called at WHERE: `iteration` (every
-    /// iteration boundary), a record_function name (when it starts) or NAME@end
-    /// (repeatable). Without --config and these flags: iteration and --no-caching are
+    /// Also replay with torch.cuda.empty_cache() called at WHERE: `step` (the start of
+    /// every training step: optimizer steps, backward passes or step annotations; the old
+    /// name `iteration` is the same), a record_function name (when it starts) or NAME@end
+    /// (repeatable). Without --config and these flags: step and --no-caching are
     /// replayed beside the alternatives.
     #[arg(long = "empty-cache-at", value_name = "WHERE")]
     pub empty_cache_at: Vec<String>,
@@ -67,7 +68,7 @@ pub struct Args {
     /// every free a cudaFree).
     #[arg(long)]
     pub no_caching: bool,
-    /// Print the Markdown table of what empty_cache() per iteration and no caching cost
+    /// Print the Markdown table of what empty_cache() per step and no caching cost
     /// and save on each FILE.
     #[arg(long, conflicts_with_all = ["verify", "fidelity_table", "config", "save_snapshot"])]
     pub advice_table: bool,
@@ -585,10 +586,10 @@ pub fn role_text(s: &mut String, w: &RoleWhatIf) {
 }
 
 /// The advice to replay: (`empty_cache()` points, no caching). Without `--config` and
-/// without the flags, both defaults (every iteration, no caching).
+/// without the flags, both defaults (every step, no caching).
 fn advice_requested(args: &Args) -> Result<(Vec<advice::EmptyCacheAt>, bool), CliError> {
     if args.config.is_empty() && args.empty_cache_at.is_empty() && !args.no_caching {
-        return Ok((vec![advice::EmptyCacheAt::Iterations], true));
+        return Ok((vec![advice::EmptyCacheAt::Steps], true));
     }
     let at = args
         .empty_cache_at
@@ -630,10 +631,10 @@ fn whatif_label(w: &WhatIf) -> String {
 }
 
 /// `--advice-table`: per file and device with a trace, the recorded settings against
-/// empty_cache() at every iteration and no caching (Markdown).
+/// empty_cache() at every step and no caching (Markdown).
 fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
     let mut s = String::from(
-        "| file | device | iterations | recorded: peak reserved, cudaMalloc+cudaFree, syncs | empty_cache() every iteration: peak reserved, cudaMalloc+cudaFree, syncs | no caching: peak held, cudaMalloc+cudaFree, syncs |\n|---|---|---|---|---|---|\n",
+        "| file | device | steps | recorded: peak reserved, cudaMalloc+cudaFree, syncs | empty_cache() every step: peak reserved, cudaMalloc+cudaFree, syncs | no caching: peak held, cudaMalloc+cudaFree, syncs |\n|---|---|---|---|---|---|\n",
     );
     let cell = |w: &WhatIf| {
         format!("{}, {}+{}, {}", output::bytes(w.peak_reserved), w.cuda_mallocs, w.cuda_frees, w.driver.syncs())
@@ -650,11 +651,11 @@ fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
         for d in replayable_devices(&snap) {
             let cfg = recorded_config(&snap);
             let base = replay::simulate(&snap, d, cfg.clone(), capacity);
-            let (iters, ec) =
-                match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Iterations) {
-                    Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
-                    Err(e) => (e, "—".to_string()),
-                };
+            let (iters, ec) = match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Steps)
+            {
+                Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
+                Err(e) => (e, "—".to_string()),
+            };
             let nc = advice::simulate_uncached(&snap, d, capacity);
             let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
         }
