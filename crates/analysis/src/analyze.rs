@@ -103,6 +103,10 @@ pub struct DeviceAnalysis {
     pub roles: DeviceRoles,
     pub peaks: Peaks,
     pub recommendations: Recommendations,
+    /// Each block's role, for callers that draw the roles over time (the report's
+    /// timeline stacked by role); not part of `--json`.
+    #[serde(skip)]
+    pub block_roles: Arc<roles::Roles>,
 }
 
 /// The analysis of a file.
@@ -357,6 +361,7 @@ fn analyze_device_inner(
         leak_threshold_bytes_per_iteration: threshold,
         steps,
         roles: device_roles,
+        block_roles: Arc::new(block_roles),
         peaks: Peaks { allocated_peak: attr.allocated_peak, reserved_peak: attr.reserved_peak },
         recommendations,
     };

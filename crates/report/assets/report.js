@@ -128,12 +128,18 @@
       n: c.n, first: f64(c.first), time: f64(c.time), alloc: f64(c.allocated), req: f64(c.requested),
       res: f64(c.reserved), maxreq: f64(c.max_request), sites: f64(c.sites), amax: f64(c.amax), pick: null,
     };
+    // Role bytes (DeviceData.roles): at each bucket's allocated maximum, and the most of
+    // each role in the bucket.
+    const roles = dev.roles ? dev.roles.roles : [], R = roles.length;
+    lvl0.rat = dev.roles ? f64(dev.roles.at_amax) : new Float64Array(0);
+    lvl0.rmax = dev.roles ? f64(dev.roles.max) : new Float64Array(0);
     // Coarser levels by pairwise maxima (sites follow the bucket with more allocated).
     const levels = [lvl0];
     while (levels[levels.length - 1].n > 64) {
       const p = levels[levels.length - 1], n = Math.ceil(p.n / 2);
       const q = { n, first: new Float64Array(n), time: new Float64Array(n), alloc: new Float64Array(n), req: new Float64Array(n),
-        res: new Float64Array(n), maxreq: new Float64Array(n), sites: new Float64Array(n * k), amax: new Float64Array(n), pick: new Int32Array(n) };
+        res: new Float64Array(n), maxreq: new Float64Array(n), sites: new Float64Array(n * k), amax: new Float64Array(n), pick: new Int32Array(n),
+        rat: new Float64Array(n * R), rmax: new Float64Array(n * R) };
       for (let i = 0; i < n; i++) {
         const a = 2 * i, b = Math.min(2 * i + 1, p.n - 1);
         q.first[i] = p.first[a];
@@ -142,6 +148,7 @@
         q.alloc[i] = p.alloc[m];
         q.amax[i] = p.amax[m]; q.pick[i] = m;
         for (let j = 0; j < k; j++) q.sites[i * k + j] = p.sites[m * k + j];
+        for (let j = 0; j < R; j++) { q.rat[i * R + j] = p.rat[m * R + j]; q.rmax[i * R + j] = Math.max(p.rmax[a * R + j], p.rmax[b * R + j]); }
         q.req[i] = Math.max(p.req[a], p.req[b]);
         q.res[i] = Math.max(p.res[a], p.res[b]);
         q.maxreq[i] = Math.max(p.maxreq[a], p.maxreq[b]);
@@ -161,7 +168,7 @@
     const order = Array.from({ length: na }, (_, i) => i).sort((a, b) => allocs[b * AL + 1] - allocs[a * AL + 1] || a - b);
     // The event list's entries (windows of the trace, DeviceData.event_list).
     const events = (dev.event_list || []).map((w) => ({ first: w.first, E: f64(w.entries) }));
-    dev._c = { events, k, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
+    dev._c = { events, k, roles, R, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
       clock: clockOf(lvl0, c.states, [f64(c.gap_from), f64(c.gap_to), f64(c.gap_t0), f64(c.gap_t1)]) };
     return dev._c;
   }
@@ -290,7 +297,7 @@
   // ---------- page state ----------
   // Page state. `state`: the trace state the state view shows; `stack`: the timeline
   // stacked by allocation (`n` of them drawn) or by call site (`bands` of them).
-  const S = { file: 0, dev: null, allFrames: false, colour: 'site', x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, c: null };
+  const S = { file: 0, dev: null, allFrames: false, colour: 'site', x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, highlightRole: null, c: null };
   const views = {};
 
   // The analysis of device index di of a file (null when it was not analysed).
@@ -317,7 +324,7 @@
   function choose(fi, di) {
     S.file = fi;
     S.dev = di == null ? openingDevice(DATA.files[fi]) : di;
-    S.highlight = null; S.hits = []; S.hitAllocs = null; S.sel = -1;
+    S.highlight = null; S.hits = []; S.hitAllocs = null; S.sel = -1; S.highlightRole = null;
     const q = document.getElementById('search');
     if (q) q.value = '';
     detail.textContent = DETAIL_HINT;
@@ -535,24 +542,69 @@
     return off;
   }
 
+  // ---------- roles ----------
+  const ROLE_COLOUR = { parameters: '#4f46e5', gradients: '#f59e0b', optimizer_state: '#a855f7', activations: '#14b8a6', temporaries: '#f472b6', inputs: '#84cc16', other: '#78716c' };
+  const ROLE_LABEL = { parameters: 'parameters', gradients: 'gradients', optimizer_state: 'optimizer state', activations: 'activations', temporaries: 'temporaries', inputs: 'inputs', other: 'other' };
+  const roleColour = (r) => ROLE_COLOUR[r] || '#9ca3af';
+  // The analysis' figures of a role (confidence and evidence), null without them.
+  function roleFigures(file, name) {
+    const a = analysisDev(file);
+    return a && a.roles && a.roles.by_role ? a.roles.by_role[name] || null : null;
+  }
+  // Each drawn role's bytes at the allocated peak and its most at any moment, read from
+  // the drawn buckets (the finest level): the bucket holding the allocated peak (the
+  // first with the most allocated) gives "at peak", the buckets' maxima give "max".
+  function roleTotals(c) {
+    const L = c.levels[0], R = c.R;
+    let p = 0;
+    for (let i = 1; i < L.n; i++) if (L.alloc[i] > L.alloc[p]) p = i;
+    return c.roles.map((name, j) => {
+      let max = 0;
+      for (let i = 0; i < L.n; i++) max = Math.max(max, L.rmax[i * R + j]);
+      return { role: name, at_peak: L.n ? L.rat[p * R + j] : 0, max, peak_state: L.amax[p] };
+    });
+  }
+  api.roleTotals = () => (S.c && S.c.R ? roleTotals(S.c) : []);
+  function roleLegend(file, dev, c) {
+    const box = el('div', { id: 'role-legend', class: 'note' });
+    if (!c.R) return box;
+    const a = analysisDev(file);
+    const steps = a && a.roles ? a.roles.steps : '';
+    const t = el('table', { id: 'role-table' }, el('tr', {}, el('th', {}, 'role'), el('th', { class: 'n' }, 'at the allocated peak'), el('th', { class: 'n' }, 'most at any moment'), el('th', { class: 'n' }, 'confidence')));
+    for (const r of roleTotals(c)) {
+      const f = roleFigures(file, r.role);
+      t.append(el('tr', { 'data-role': r.role, 'data-at-peak': String(r.at_peak), 'data-max': String(r.max) },
+        el('td', {}, el('i', { style: `display:inline-block;width:10px;height:10px;margin-right:4px;background:${roleColour(r.role)}` }), ROLE_LABEL[r.role] || r.role),
+        el('td', { class: 'n' }, bytes(r.at_peak)), el('td', { class: 'n' }, bytes(r.max)), el('td', { class: 'n' }, f ? f.confidence.toFixed(2) : '—')));
+    }
+    box.append(t, el('div', {}, 'Tensor bytes (requests) by role, as summary and analyze count them' + (steps ? ` (${steps})` : '') +
+      '; the light band above them is the rest of allocated (blocks\u2019 rounding). Roles are inferred from phases, lifetimes and sizes: click a band for the evidence.'));
+    return box;
+  }
+
   function timelineView(file, dev, c) {
     const sec = el('section', { id: 'timeline' });
     sec.append(el('h2', {}, '1. Active memory over time'));
     const cv = canvas('tl', 300);
     const info = el('span', { id: 'tl-range' });
-    const mode = el('select', { id: 'tl-stack' }, el('option', { value: 'allocation' }, 'allocation'), el('option', { value: 'site' }, 'call site'));
+    const mode = el('select', { id: 'tl-stack' }, el('option', { value: 'allocation' }, 'allocation'), el('option', { value: 'site' }, 'call site'),
+      c.R ? el('option', { value: 'role' }, 'role') : null);
+    if (S.stack === 'role' && !c.R) S.stack = 'allocation';
     mode.value = S.stack;
+    const roleBox = roleLegend(file, dev, c);
     const nIn = el('input', { type: 'range', min: '0', max: String(c.na), value: String(Math.min(S.n, c.na)), id: 'tl-n', title: 'allocations drawn one by one' });
     const nLabel = el('span', { id: 'tl-n-label' });
     const bands = el('input', { type: 'range', min: '0', max: String(c.k), value: String(S.bands), id: 'tl-bands' });
     const showMode = () => {
-      const byAlloc = S.stack === 'allocation';
-      nIn.style.display = byAlloc ? '' : 'none'; bands.style.display = byAlloc ? 'none' : '';
-      nLabel.textContent = byAlloc ? `largest ${c.N} of ${c.na} allocations drawn` : `${S.bands} of ${c.k} call sites`;
+      const byAlloc = S.stack === 'allocation', byRole = S.stack === 'role';
+      nIn.style.display = byAlloc ? '' : 'none'; bands.style.display = byAlloc || byRole ? 'none' : '';
+      nLabel.textContent = byAlloc ? `largest ${c.N} of ${c.na} allocations drawn` : byRole ? 'tensor bytes by role (at each bucket\u2019s allocated maximum)' : `${S.bands} of ${c.k} call sites`;
+      roleBox.style.display = byRole ? '' : 'none';
     };
     mode.addEventListener('change', () => { S.stack = mode.value; showMode(); redrawAll(); });
     nIn.addEventListener('input', () => { S.n = +nIn.value; layoutAllocs(c, S.n); showMode(); redrawAll(); });
     bands.addEventListener('input', () => { S.bands = +bands.value; showMode(); redrawAll(); });
+    api.setStack = (m) => { S.stack = m; mode.value = m; showMode(); redrawAll(); return mode.value; };
     api.setAllocations = (n) => { S.n = n; nIn.value = String(n); layoutAllocs(c, n); showMode(); redrawAll(); return c.N; };
     const colourSel = el('select', { id: 'tl-colour', title: 'colour of the allocations and blocks' }, el('option', { value: 'site' }, 'call site'), el('option', { value: 'allocation' }, 'allocation'));
     colourSel.value = S.colour;
@@ -596,7 +648,7 @@
       'x axis', axis, 'stacked by', mode, 'coloured by', colourSel, nIn, bands, nLabel, info));
     showMode();
     if (c.states === 1) sec.append(el('p', { class: 'note' }, 'No trace was recorded (state only): the timeline has one point, the snapshot itself. Record with torch.cuda.memory._record_memory_history() for the history.'));
-    sec.append(cv);
+    sec.append(cv, roleBox);
     sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated',
       el('i', { style: 'background:var(--req)' }), 'requested', el('i', { style: 'background:#cbd5e1' }), 'the rest of allocated (summarised)',
       ' · allocations and bands coloured by call site · wheel: zoom, drag: pan, click: an allocation\u2019s stack · ',
@@ -741,6 +793,26 @@
       }
       g.globalAlpha = 1;
       cv.dataset.allocsShown = String(shown);
+    } else if (S.stack === 'role') {
+      // Stacked roles (tensor bytes at the bucket's allocated maximum), then the rest of
+      // allocated there (blocks' rounding above their requests).
+      const R = c.R;
+      for (let i = i0; i <= i1; i++) {
+        const xa = Math.floor(Math.max(TL_LEFT, X(lv.first[i]))), xb = Math.ceil(Math.min(w, X(next(i))));
+        const bw = Math.max(1, xb - xa);
+        let base = 0;
+        for (let j = 0; j < R; j++) {
+          const v = lv.rat[i * R + j];
+          if (v <= 0) continue;
+          g.globalAlpha = S.highlightRole != null && S.highlightRole !== j ? 0.25 : 1;
+          g.fillStyle = roleColour(c.roles[j]);
+          g.fillRect(xa, Y(base + v), bw, Y(base) - Y(base + v));
+          base += v;
+        }
+        g.globalAlpha = 1;
+        const rest = lv.alloc[i] - base;
+        if (rest > 0) { g.fillStyle = '#e2e8f0'; g.fillRect(xa, Y(base + rest), bw, Y(base) - Y(base + rest)); }
+      }
     } else {
       // Stacked call-site bands, then the rest of allocated.
       for (let i = i0; i <= i1; i++) {
@@ -856,6 +928,29 @@
       redrawAll();
       detail.textContent = '';
       detail.append(head, el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Grey band: allocations smaller than the drawn ones (raise the number drawn to see them one by one).' : 'Click an allocation for its stack.'));
+      return;
+    }
+    if (S.stack === 'role') {
+      let base = 0, hit = -1;
+      for (let j = 0; j < c.R; j++) {
+        const b = lv.rat[lo * c.R + j];
+        if (v >= base && v < base + b) { hit = j; break; }
+        base += b;
+      }
+      S.highlightRole = hit >= 0 ? hit : null;
+      redrawAll();
+      detail.textContent = '';
+      detail.append(head);
+      if (hit < 0) { detail.append(el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Light band: allocated bytes above the tensors\u2019 requests (block rounding).' : 'Click a coloured band for its role.')); return; }
+      const name = c.roles[hit], rb = roleFigures(file, name);
+      detail.append(el('div', { id: 'role-info', 'data-role': name }, el('b', {}, ROLE_LABEL[name] || name), `: ${bytes(lv.rat[lo * c.R + hit])} here (at this bucket\u2019s allocated maximum), at most ${bytes(lv.rmax[lo * c.R + hit])} in it`));
+      if (rb) {
+        detail.append(el('p', { class: 'note' }, `confidence ${rb.confidence.toFixed(2)}; what decided it:`));
+        const t = el('table', {}, el('tr', {}, el('th', {}, 'evidence'), el('th', { class: 'n' }, 'blocks'), el('th', { class: 'n' }, 'conf')));
+        for (const e of rb.evidence) t.append(el('tr', {}, el('td', {}, e.evidence), el('td', { class: 'n' }, String(e.blocks)), el('td', { class: 'n' }, e.confidence.toFixed(2))));
+        detail.append(t);
+      }
+      detail.append(el('button', { onclick: () => { S.highlightRole = null; redrawAll(); } }, 'clear highlight'));
       return;
     }
     let base = 0, hit = null;

@@ -27,6 +27,7 @@ pub mod curves;
 pub mod encode;
 pub mod initial;
 pub mod leakcurves;
+pub mod rolecurves;
 pub mod state;
 pub mod whatif;
 
@@ -292,6 +293,8 @@ pub struct DeviceData {
     pub leaks: Vec<leakcurves::LeakCurve>,
     /// The trace entries of the event list ([`event_windows`]).
     pub event_list: Vec<EventWindow>,
+    /// The timeline stacked by role ([`rolecurves`]); `None` without a trace.
+    pub roles: Option<rolecurves::RoleCurves>,
 }
 
 /// One file of the report.
@@ -418,12 +421,21 @@ pub fn file_data_shared(
     // The analysis runs `beside` exactly once.
     let sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize(snap));
     let mut devices = Vec::new();
-    for (d, curves, allocations, initial_allocations, requests, phases, (marks, state, event_list)) in drawn {
+    for (d, curves, allocations, initial_allocations, requests, phases, (marks, state, event_list, (states, amax))) in
+        drawn
+    {
         // The state view was built with the peaks of the walk the analysis took its
         // timeline from, and the trace's OOM entry: the analysis' own.
         debug_assert_eq!(Some(marks), state::Marks::of(snap, d, &ana), "device {d}");
         let (moments, moments_note, state_ops) = state;
         let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana, &lives_of[&d]);
+        // The roles of the analysis' blocks, over the same lives, in the curves' buckets.
+        let roles = ana
+            .devices
+            .iter()
+            .find(|a| a.device == d)
+            .filter(|_| states > 1)
+            .map(|a| rolecurves::role_buckets(snap, &lives_of[&d], &a.block_roles, states, &amax).encode());
         devices.push(DeviceData {
             device: d,
             events: snap.trace(d).len(),
@@ -439,6 +451,7 @@ pub fn file_data_shared(
             leak_boundaries,
             leaks,
             event_list,
+            roles,
         });
     }
     let budget_note = {
@@ -477,8 +490,15 @@ struct Part {
 type Walked = (curves::CurvesWalk, state::Marks);
 
 /// What [`file_data`] draws of a device before its analysis is done.
-type Drawn =
-    (i64, curves::Curves, String, String, String, Vec<Phase>, (state::Marks, state::StateView, Vec<EventWindow>));
+type Drawn = (
+    i64,
+    curves::Curves,
+    String,
+    String,
+    String,
+    Vec<Phase>,
+    (state::Marks, state::StateView, Vec<EventWindow>, (usize, Vec<usize>)),
+);
 
 /// The curves, the largest allocations and the state view of every device, with page
 /// stack indices given in a fixed order (each device's curve sites, its largest
@@ -496,19 +516,20 @@ fn draw(
         .into_iter()
         .map(|Part { device: d, largest, scan }| {
             let (c, marks) = walked.remove(&d).expect("every device is walked before it is drawn");
+            let amax = (c.states(), c.amax().to_vec());
             let (c, sites) = c.finish(&lives_of[&d], scan.buckets);
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, largest, table);
             let initial = scan.initial.encode(snap, table);
-            (d, curves, allocations, initial, scan.requests, scan.phases, marks)
+            (d, curves, allocations, initial, scan.requests, scan.phases, marks, amax)
         })
         .collect();
     drawn
         .into_iter()
-        .map(|(d, curves, allocations, initial, requests, phases, marks)| {
+        .map(|(d, curves, allocations, initial, requests, phases, marks, amax)| {
             let view = state::moments_at(snap, d, Some(marks), opts, table);
             let events = event_windows(snap, d, Some(marks), opts, table);
-            (d, curves, allocations, initial, requests, phases, (marks, view, events))
+            (d, curves, allocations, initial, requests, phases, (marks, view, events, amax))
         })
         .collect()
 }
