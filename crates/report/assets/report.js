@@ -168,7 +168,10 @@
     const order = Array.from({ length: na }, (_, i) => i).sort((a, b) => allocs[b * AL + 1] - allocs[a * AL + 1] || a - b);
     // The event list's entries (windows of the trace, DeviceData.event_list).
     const events = (dev.event_list || []).map((w) => ({ first: w.first, E: f64(w.entries) }));
-    dev._c = { events, k, roles, R, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
+    // The segment timeline's segments (DeviceData.segments), laid out when first shown.
+    const sa = f64(dev.segments), nsa = sa.length / AL;
+    const segs = { A: sa, n: nsa, total: dev.segment_count || 0, order: Array.from({ length: nsa }, (_, i) => i).sort((a, b) => sa[b * AL + 1] - sa[a * AL + 1] || a - b), pts: null };
+    dev._c = { events, k, roles, R, segs, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
       clock: clockOf(lvl0, c.states, [f64(c.gap_from), f64(c.gap_to), f64(c.gap_t0), f64(c.gap_t1)]) };
     return dev._c;
   }
@@ -325,6 +328,7 @@
     S.file = fi;
     S.dev = di == null ? openingDevice(DATA.files[fi]) : di;
     S.highlight = null; S.hits = []; S.hitAllocs = null; S.sel = -1; S.highlightRole = null;
+    if (S.c && S.c.segs) S.c.segs.sel = -1;
     const q = document.getElementById('search');
     if (q) q.value = '';
     detail.textContent = DETAIL_HINT;
@@ -353,7 +357,116 @@
     if (S.dev !== i) v.append(' ', el('button', { id: 'verdict-go', onclick: () => choose(S.file, i) }, 'show'));
   }
 
+  // ---------- predict (fragscope predict --report) ----------
+  // Each recording's reserved and allocated curves and the curves predicted at sizes
+  // nobody recorded, on one chart per device, x = the position in each run's own trace.
+  function predictView(P) {
+    const sec = el('section', { id: 'predict' });
+    sec.append(el('h2', {}, 'Recorded and predicted memory'));
+    sec.append(el('p', { class: 'note', id: 'predict-label' }, 'Dashed curves are predictions, not recordings: the trace of the largest recording with each allocation\u2019s size fitted as a function of the size parameter, replayed through fragscope\u2019s model of the caching allocator' +
+      ' (its settings and the state before the trace included). Solid curves are the recordings. x: the position in each run\u2019s own trace; each curve is the maximum of its bucket, so its highest point is the run\u2019s peak.'));
+    if (P.note) sec.append(el('p', { class: 'note', id: 'predict-note' }, P.note + '.'));
+    const runs = [];
+    P.recorded.forEach((r, i) => runs.push({ kind: 'recorded', size: r.size, device: r.device, label: `recorded at ${r.size} (${r.file})`, curve: r.curve, colour: `hsl(215,70%,${28 + (i % 4) * 12}%)`, dash: [] }));
+    P.predicted.forEach((p, i) => runs.push({ kind: 'predicted', size: p.prediction.at, device: p.prediction.device, label: `predicted at ${p.prediction.at}`, curve: p.curve, colour: `hsl(${(20 + i * 47) % 360 < 200 ? (20 + i * 47) % 360 : (20 + i * 47) % 360 + 60},85%,45%)`, dash: [6, 4], p: p.prediction, template: p.template_size }));
+    for (const r of runs) {
+      if (!r.curve) continue;
+      r.first = f64(r.curve.first); r.res = f64(r.curve.reserved); r.alloc = f64(r.curve.allocated);
+      const mx = (a) => { let m = 0; for (const v of a) if (!isNaN(v)) m = Math.max(m, v); return m; };
+      r.peakRes = mx(r.res); r.peakAlloc = mx(r.alloc);
+    }
+    api.predictCurves = () => runs.map((r) => ({ kind: r.kind, size: r.size, device: r.device, drawn: !!r.curve, reserved: r.curve ? r.peakRes : null, allocated: r.curve ? r.peakAlloc : null }));
+    const devices = [...new Set(runs.map((r) => r.device))];
+    for (const d of devices) {
+      const mine = runs.filter((r) => r.device === d);
+      const cv = canvas('predict-chart', 320);
+      cv.dataset.device = String(d);
+      const show = { res: true, alloc: true };
+      const boxes = el('span', {});
+      for (const [k, name] of [['res', 'reserved'], ['alloc', 'allocated']]) {
+        const b = el('input', { type: 'checkbox', id: `predict-${k}-${d}` });
+        b.checked = true;
+        b.addEventListener('change', () => { show[k] = b.checked; draw(); });
+        boxes.append(el('label', {}, b, name + ' '));
+      }
+      const legend = el('div', { class: 'legend note' });
+      for (const r of mine) legend.append(el('i', { style: `background:${r.colour}` }), (r.curve ? '' : '(not drawn) ') + r.label + (r.kind === 'predicted' ? ' (prediction)' : ''));
+      const cap = mine.map((r) => (r.p ? r.p.capacity : null)).find((x) => x != null);
+      const draw = () => {
+        const { g, w, h } = ctxOf(cv);
+        const L = 64, T = 12, B = 18, pw = w - L - 8, ph = h - T - B;
+        let ymax = 1;
+        for (const r of mine) if (r.curve) ymax = Math.max(ymax, show.res ? r.peakRes : 0, show.alloc ? r.peakAlloc : 0);
+        // The capacity is drawn when it is near the curves; far above them it would
+        // flatten them, and is named at the top instead.
+        const capIn = cap != null && cap <= 1.5 * ymax;
+        if (capIn) ymax = Math.max(ymax, cap);
+        ymax *= 1.05;
+        const Y = (v) => T + ph - (v / ymax) * ph;
+        g.fillStyle = '#667085'; g.strokeStyle = '#e4e7ec'; g.font = '10px sans-serif'; g.lineWidth = 1;
+        for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4), y = Y(v); g.beginPath(); g.moveTo(L, y); g.lineTo(L + pw, y); g.stroke(); g.fillText(bytes(v), 2, y + 3); }
+        for (let t = 0; t <= 4; t++) { const x = L + (pw * t) / 4; g.fillText(`${25 * t}%`, Math.min(x, w - 30), h - 4); }
+        if (cap != null && !capIn) { g.fillStyle = '#b42318'; g.fillText(`capacity ${bytes(cap)} (above the chart)`, L + 4, T + 8); }
+        if (capIn) {
+          g.strokeStyle = '#b42318'; g.setLineDash([2, 2]); g.beginPath(); g.moveTo(L, Y(cap)); g.lineTo(L + pw, Y(cap)); g.stroke(); g.setLineDash([]);
+          g.fillStyle = '#b42318'; g.fillText(`capacity ${bytes(cap)}`, L + 4, Y(cap) - 3);
+        }
+        for (const r of mine) {
+          if (!r.curve) continue;
+          const n = r.curve.n, E = r.curve.entries;
+          const X = (pos) => L + (pos / E) * pw;
+          for (const [k, arr, width, alpha] of [['res', r.res, 2, 1], ['alloc', r.alloc, 1.2, 0.65]]) {
+            if (!show[k]) continue;
+            g.strokeStyle = r.colour; g.globalAlpha = alpha; g.lineWidth = width; g.setLineDash(r.dash); g.beginPath();
+            let open = false;
+            for (let i = 0; i < n; i++) {
+              if (isNaN(arr[i])) { open = false; continue; }
+              const xa = X(r.first[i]), xb = X(i + 1 < n ? r.first[i + 1] : E);
+              if (!open) { g.moveTo(xa, Y(arr[i])); open = true; } else g.lineTo(xa, Y(arr[i]));
+              g.lineTo(xb, Y(arr[i]));
+            }
+            g.stroke();
+          }
+          g.globalAlpha = 1; g.setLineDash([]);
+          if (r.p && r.p.oom) {
+            const x = X(r.p.oom.index);
+            g.strokeStyle = r.colour; g.lineWidth = 2; g.beginPath(); g.moveTo(x, T); g.lineTo(x, T + ph); g.stroke();
+            g.fillStyle = r.colour; g.font = 'bold 11px sans-serif';
+            const t = `predicted OOM at ${r.size}: ${bytes(r.p.oom.requested)}`, tw = g.measureText(t).width;
+            g.fillText(t, x + 4 + tw > w ? x - 4 - tw : x + 4, T + 12);
+          }
+        }
+        cv.dataset.ymax = String(ymax);
+      };
+      views['predict-' + d] = draw;
+      sec.append(el('h3', {}, `cuda:${d}`), el('div', { class: 'controls' }, 'show', boxes), cv, legend);
+    }
+    // The figures: each run's drawn peaks (the curves' highest buckets).
+    const t = el('table', { id: 'predict-table' }, el('tr', {}, ...['', 'size', 'device', 'peak reserved', 'peak allocated', 'first OOM', 'extrapolated share', 'replayed from'].map((x) => el('th', {}, x))));
+    for (const r of runs) {
+      const o = r.p && r.p.oom;
+      t.append(el('tr', { 'data-kind': r.kind, 'data-size': String(r.size), 'data-device': String(r.device), 'data-peak-reserved': r.curve ? String(r.peakRes) : '', 'data-peak-allocated': r.curve ? String(r.peakAlloc) : '' },
+        el('td', {}, r.kind === 'predicted' ? 'prediction' : 'recording'), el('td', { class: 'n' }, String(r.size)), el('td', { class: 'n' }, 'cuda:' + r.device),
+        el('td', { class: 'n' }, r.curve ? bytes(r.peakRes) : r.p ? bytes(r.p.peak_reserved) : '—'), el('td', { class: 'n' }, r.curve ? bytes(r.peakAlloc) : r.p ? bytes(r.p.peak_allocated) : '—'),
+        el('td', {}, r.p ? (o ? `entry ${o.index}: ${bytes(o.requested)}${o.site ? ' at ' + o.site : ''}` : r.p.capacity != null ? 'none (fits)' : 'none (no capacity given)') : ''),
+        el('td', { class: 'n' }, r.p ? pct(r.p.extrapolated_share) : ''), el('td', {}, r.kind === 'predicted' ? `size ${r.template}` : '')));
+    }
+    sec.append(el('h3', {}, 'Peaks'), t);
+    const fits = (P.json && P.json.fits) || [];
+    for (const f of fits) sec.append(el('p', { class: 'note' }, `cuda:${f.device}: ${f.aligned_in_all} of ${f.requests} allocations aligned in every recording (${pct(f.aligned_fraction)}); ${f.unexplained_total} follow no law` + (f.notes.length ? '; ' + f.notes.join('; ') : '')));
+    return sec;
+  }
+
   function build() {
+    if (DATA.predict) {
+      main.textContent = '';
+      document.getElementById('verdict').textContent = 'predictions (a model of the runs, not recordings)';
+      document.getElementById('search').style.display = 'none';
+      detail.textContent = 'Solid: recordings; dashed: predictions. The table under the charts gives each run\u2019s peaks, read from the drawn curves; fragscope predict --json gives the same figures.';
+      main.append(predictView(DATA.predict));
+      redrawAll();
+      return;
+    }
     const nav = document.getElementById('files');
     nav.textContent = '';
     if (DATA.files.length > 1) {
@@ -532,6 +645,37 @@
     for (const P of pts.values()) np += P.length / 2;
     c.points = np;
   }
+  // The segments stacked as the allocations are (layoutAllocs), every embedded one drawn.
+  function layoutSegments(c) {
+    const G = c.segs;
+    if (G.pts) return G;
+    const A = G.A, ev = [];
+    for (const i of G.order) { ev.push([A[i * AL + 3], 1, i]); if (A[i * AL + 4] >= 0) ev.push([A[i * AL + 4], 0, i]); }
+    ev.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    const pts = new Map(), live = [];
+    let total = 0;
+    for (const [s, add, i] of ev) {
+      const size = A[i * AL + 1];
+      if (add) { pts.set(i, [s, total]); live.push(i); total += size; continue; }
+      const p = live.indexOf(i);
+      if (p < 0) continue;
+      live.splice(p, 1);
+      total -= size;
+      for (let q = p; q < live.length; q++) { const P = pts.get(live[q]); P.push(s, P[P.length - 1] - size); }
+    }
+    G.pts = pts; G.drawn = G.order; G.sel = -1;
+    return G;
+  }
+  function livesOffset(G, i, s, states) {
+    const A = G.A, P = G.pts.get(i);
+    const end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : states;
+    if (!P || s < P[0] || s >= end) return null;
+    let off = P[1];
+    for (let k = 2; k < P.length && P[k] <= s; k += 2) off = P[k + 1];
+    return off;
+  }
+  // For the tests: the segments' stacked height at state s (all drawn ones live there).
+  api.segmentsAt = (s) => { const c = S.c, G = layoutSegments(c); let t = 0; for (const i of G.drawn) { if (livesOffset(G, i, s, c.states) != null) t += G.A[i * AL + 1]; } return { bytes: t, drawn: G.n, total: G.total }; };
   // Bottom of drawn allocation i at state s (null when not live there).
   function allocOffset(c, i, s) {
     const A = c.allocs, P = c.pts.get(i);
@@ -588,8 +732,8 @@
     const cv = canvas('tl', 300);
     const info = el('span', { id: 'tl-range' });
     const mode = el('select', { id: 'tl-stack' }, el('option', { value: 'allocation' }, 'allocation'), el('option', { value: 'site' }, 'call site'),
-      c.R ? el('option', { value: 'role' }, 'role') : null);
-    if (S.stack === 'role' && !c.R) S.stack = 'allocation';
+      c.R ? el('option', { value: 'role' }, 'role') : null, c.segs.n ? el('option', { value: 'segment' }, 'segment (reserved)') : null);
+    if ((S.stack === 'role' && !c.R) || (S.stack === 'segment' && !c.segs.n)) S.stack = 'allocation';
     mode.value = S.stack;
     const roleBox = roleLegend(file, dev, c);
     const nIn = el('input', { type: 'range', min: '0', max: String(c.na), value: String(Math.min(S.n, c.na)), id: 'tl-n', title: 'allocations drawn one by one' });
@@ -598,7 +742,9 @@
     const showMode = () => {
       const byAlloc = S.stack === 'allocation', byRole = S.stack === 'role';
       nIn.style.display = byAlloc ? '' : 'none'; bands.style.display = byAlloc || byRole ? 'none' : '';
-      nLabel.textContent = byAlloc ? `largest ${c.N} of ${c.na} allocations drawn` : byRole ? 'tensor bytes by role (at each bucket\u2019s allocated maximum)' : `${S.bands} of ${c.k} call sites`;
+      nLabel.textContent = byAlloc ? `largest ${c.N} of ${c.na} allocations drawn` : byRole ? 'tensor bytes by role (at each bucket\u2019s allocated maximum)'
+        : S.stack === 'segment' ? `segments reserved from CUDA, stacked: the largest ${c.segs.n} of ${c.segs.total}` + (c.segs.n < c.segs.total ? ' (the reserved curve counts them all)' : '') : `${S.bands} of ${c.k} call sites`;
+      if (S.stack === 'segment') bands.style.display = 'none';
       roleBox.style.display = byRole ? '' : 'none';
     };
     mode.addEventListener('change', () => { S.stack = mode.value; showMode(); redrawAll(); });
@@ -648,7 +794,20 @@
       'x axis', axis, 'stacked by', mode, 'coloured by', colourSel, nIn, bands, nLabel, info));
     showMode();
     if (c.states === 1) sec.append(el('p', { class: 'note' }, 'No trace was recorded (state only): the timeline has one point, the snapshot itself. Record with torch.cuda.memory._record_memory_history() for the history.'));
-    sec.append(cv, roleBox);
+    // The minimap: the whole trace, with the window shown, while zoomed in; a click or a
+    // drag on it moves the window there.
+    const mini = canvas('tl-mini', 44);
+    mini.id = 'tl-minimap';
+    mini.title = 'the whole trace (event order); the window shown is outlined: click or drag to move it';
+    const moveTo = (e) => {
+      const r = mini.getBoundingClientRect(), span = S.x1 - S.x0;
+      const s = ((e.clientX - r.left - mini.clientLeft - TL_LEFT) / (mini.clientWidth - TL_LEFT)) * c.states;
+      S.x0 = Math.max(0, Math.min(s - span / 2, c.states - span)); S.x1 = S.x0 + span;
+      redrawTimed();
+    };
+    mini.addEventListener('mousedown', moveTo);
+    mini.addEventListener('mousemove', (e) => { if (e.buttons & 1) moveTo(e); });
+    sec.append(mini, cv, roleBox);
     sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated',
       el('i', { style: 'background:var(--req)' }), 'requested', el('i', { style: 'background:#cbd5e1' }), 'the rest of allocated (summarised)',
       ' · allocations and bands coloured by call site · wheel: zoom, drag: pan, click: an allocation\u2019s stack · ',
@@ -678,7 +837,7 @@
       const r = cv.getBoundingClientRect();
       timelineClick(file, dev, c, e.clientX - r.left - cv.clientLeft, e.clientY - r.top - cv.clientTop, cv.clientWidth, cv.clientHeight);
     });
-    views.timeline = () => drawTimeline(file, dev, c, cv, info);
+    views.timeline = () => { drawTimeline(file, dev, c, cv, info); drawMinimap(c, mini); };
     return sec;
   }
   const TL_TOP = 16, TL_BOTTOM = 18, TL_LEFT = 64, PHASE_ROWS = 4;
@@ -793,6 +952,34 @@
       }
       g.globalAlpha = 1;
       cv.dataset.allocsShown = String(shown);
+    } else if (S.stack === 'segment') {
+      // Each segment (or mapped range of an expandable one) one polygon over its life, as
+      // memory_viz's Active Cached Segment Timeline stacks them.
+      const G = layoutSegments(c), A = G.A;
+      let shown = 0;
+      for (const i of G.drawn) {
+        const a = A[i * AL + 3], end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states;
+        if (end < S.x0 || a > S.x1) continue;
+        const P = G.pts.get(i), size = A[i * AL + 1];
+        g.fillStyle = S.colour === 'allocation' ? color(Math.abs(Math.round(A[i * AL] / 512) * 31 + a) % 9973) : color(A[i * AL + 5]);
+        g.globalAlpha = S.highlight && !S.highlight.has(A[i * AL + 5]) ? 0.2 : 1;
+        shown++;
+        for (let q = 0; q < P.length; q += 2) {
+          const sb = q + 2 < P.length ? P[q + 2] : end;
+          if (sb < S.x0 || P[q] > S.x1) continue;
+          const xa = Math.max(TL_LEFT, X(P[q])), xb = Math.min(w, X(sb)), off = P[q + 1];
+          g.fillRect(xa, Y(off + size), Math.max(0.7, xb - xa), Math.max(0.5, Y(off) - Y(off + size)));
+        }
+        if (i === G.sel) {
+          g.globalAlpha = 1; g.strokeStyle = '#111'; g.lineWidth = 1.5;
+          for (let q = 0; q < P.length; q += 2) {
+            const sb = q + 2 < P.length ? P[q + 2] : end, off = P[q + 1];
+            g.strokeRect(Math.max(TL_LEFT, X(P[q])), Y(off + size), Math.max(1, Math.min(w, X(sb)) - Math.max(TL_LEFT, X(P[q]))), Math.max(1, Y(off) - Y(off + size)));
+          }
+        }
+      }
+      g.globalAlpha = 1;
+      cv.dataset.segmentsShown = String(shown);
     } else if (S.stack === 'role') {
       // Stacked roles (tensor bytes at the bucket's allocated maximum), then the rest of
       // allocated there (blocks' rounding above their requests).
@@ -876,9 +1063,40 @@
     axes(g, w, h, ph, ymax, c, lv, pw);
     info.textContent = `events ${Math.floor(S.x0)}–${Math.ceil(S.x1) - 1}`;
     cv.dataset.x0 = S.x0; cv.dataset.x1 = S.x1; cv.dataset.buckets = i1 - i0 + 1;
-    cv.dataset.level = c.levels.indexOf(lv); cv.dataset.axis = timeAxis() ? 'time' : 'events';
+    cv.dataset.level = c.levels.indexOf(lv); cv.dataset.axis = timeAxis() ? 'time' : 'events'; cv.dataset.ymax = String(ymax);
     cv.dataset.peakReserved = Math.max(...Array.from(c.levels[c.levels.length - 1].res));
     cv.dataset.peakAllocated = Math.max(...Array.from(c.levels[c.levels.length - 1].alloc));
+  }
+  // The whole trace at the level that fits the minimap's width: reserved and allocated,
+  // and the window the timeline shows.
+  function drawMinimap(c, mini) {
+    const zoomed = S.x0 > 0 || S.x1 < c.states;
+    mini.style.display = zoomed ? '' : 'none';
+    mini.dataset.zoomed = zoomed ? '1' : '0';
+    if (!zoomed) return;
+    const { g, w, h } = ctxOf(mini);
+    const pw = w - TL_LEFT;
+    let L = 0;
+    while (L < c.levels.length - 1 && c.levels[L].n > pw) L++;
+    const lv = c.levels[L];
+    let ymax = 1;
+    for (let i = 0; i < lv.n; i++) ymax = Math.max(ymax, lv.res[i], lv.alloc[i]);
+    const X = (s) => TL_LEFT + (s / c.states) * pw, Y = (v) => h - 2 - (v / ymax) * (h - 6);
+    for (const [arr, col] of [[lv.res, '#ef4444'], [lv.alloc, '#1d4ed8']]) {
+      g.strokeStyle = col; g.lineWidth = 1; g.beginPath();
+      for (let i = 0; i < lv.n; i++) {
+        const xa = X(lv.first[i]), xb = X(i + 1 < lv.n ? lv.first[i + 1] : c.states);
+        if (i === 0) g.moveTo(xa, Y(arr[i])); else g.lineTo(xa, Y(arr[i]));
+        g.lineTo(xb, Y(arr[i]));
+      }
+      g.stroke();
+    }
+    const a = X(S.x0), b = Math.max(a + 2, X(S.x1));
+    g.fillStyle = 'rgba(100,116,139,0.18)';
+    g.fillRect(TL_LEFT, 0, a - TL_LEFT, h); g.fillRect(b, 0, w - b, h);
+    g.strokeStyle = '#111'; g.lineWidth = 1.5; g.strokeRect(a, 1, b - a, h - 2);
+    g.fillStyle = '#667085'; g.font = '10px sans-serif'; g.fillText('whole trace', 2, 12);
+    mini.dataset.x0 = String(S.x0); mini.dataset.x1 = String(S.x1); mini.dataset.boxX = String(a); mini.dataset.boxW = String(b - a);
   }
   function axes(g, w, h, ph, ymax, c, lv, pw) {
     g.fillStyle = '#667085'; g.strokeStyle = '#e4e7ec'; g.font = '10px sans-serif'; g.lineWidth = 1;
@@ -928,6 +1146,26 @@
       redrawAll();
       detail.textContent = '';
       detail.append(head, el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Grey band: allocations smaller than the drawn ones (raise the number drawn to see them one by one).' : 'Click an allocation for its stack.'));
+      return;
+    }
+    if (S.stack === 'segment') {
+      const G = layoutSegments(c), A = G.A;
+      let hit = -1;
+      for (const i of G.drawn) {
+        const off = livesOffset(G, i, s, c.states);
+        if (off != null && v >= off && v < off + A[i * AL + 1]) { hit = i; break; }
+      }
+      G.sel = hit;
+      detail.textContent = '';
+      detail.append(head);
+      if (hit < 0) { S.highlight = null; redrawAll(); detail.append(el('p', { class: 'note' }, 'Click a segment for its address, life and stack.')); return; }
+      const o = hit * AL, si = A[o + 5];
+      S.highlight = new Set([si]);
+      redrawAll();
+      const made = A[o + 3] > 0 ? `reserved at event ${A[o + 3] - 1}` : 'reserved before the trace';
+      const gone = A[o + 4] >= 0 ? `released at event ${A[o + 4] - 1}` : 'still reserved at the end';
+      showStack(file, si, `Segment ${hex(A[o])}: ${bytes(A[o + 1])}, ${made}, ${gone}`, head);
+      detail.append(el('div', { id: 'segment-info', class: 'note', 'data-addr': String(A[o]), 'data-size': String(A[o + 1]) }, 'The stack that reserved it (cudaMalloc or, for an expandable segment, the mapping).'));
       return;
     }
     if (S.stack === 'role') {

@@ -27,7 +27,9 @@ pub mod curves;
 pub mod encode;
 pub mod initial;
 pub mod leakcurves;
+pub mod predict;
 pub mod rolecurves;
+pub mod segments;
 pub mod state;
 pub mod whatif;
 
@@ -295,6 +297,10 @@ pub struct DeviceData {
     pub event_list: Vec<EventWindow>,
     /// The timeline stacked by role ([`rolecurves`]); `None` without a trace.
     pub roles: Option<rolecurves::RoleCurves>,
+    /// The largest segments over their lives (the segment timeline, [`segments`]), as
+    /// `allocations` is encoded; `segment_count` of them in all.
+    pub segments: String,
+    pub segment_count: usize,
 }
 
 /// One file of the report.
@@ -421,8 +427,15 @@ pub fn file_data_shared(
     // The analysis runs `beside` exactly once.
     let sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize(snap));
     let mut devices = Vec::new();
-    for (d, curves, allocations, initial_allocations, requests, phases, (marks, state, event_list, (states, amax))) in
-        drawn
+    for (
+        d,
+        curves,
+        allocations,
+        initial_allocations,
+        requests,
+        phases,
+        (marks, state, event_list, ((states, amax), segs)),
+    ) in drawn
     {
         // The state view was built with the peaks of the walk the analysis took its
         // timeline from, and the trace's OOM entry: the analysis' own.
@@ -452,6 +465,8 @@ pub fn file_data_shared(
             leaks,
             event_list,
             roles,
+            segments: segs.0,
+            segment_count: segs.1,
         });
     }
     let budget_note = {
@@ -497,7 +512,7 @@ type Drawn = (
     String,
     String,
     Vec<Phase>,
-    (state::Marks, state::StateView, Vec<EventWindow>, (usize, Vec<usize>)),
+    (state::Marks, state::StateView, Vec<EventWindow>, ((usize, Vec<usize>), (String, usize))),
 );
 
 /// The curves, the largest allocations and the state view of every device, with page
@@ -521,7 +536,8 @@ fn draw(
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, largest, table);
             let initial = scan.initial.encode(snap, table);
-            (d, curves, allocations, initial, scan.requests, scan.phases, marks, amax)
+            let segs = segments::encode(snap, d, segments::segment_lives(snap, d), opts.top_allocations, table);
+            (d, curves, allocations, initial, scan.requests, scan.phases, marks, (amax, segs))
         })
         .collect();
     drawn
@@ -753,21 +769,38 @@ pub fn render(files: &[FileData]) -> String {
 /// [`render`], with the comparison of two runs (`fragscope diff`'s result, A = the first
 /// file, B = the second) drawn beside the files.
 pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_analysis::diff::Diff>) -> String {
+    let title = match files {
+        [one] if one.example => "fragscope report: built-in example".to_string(),
+        [one] => format!("fragscope report: {}", one.name),
+        many => format!("fragscope report: {} files", many.len()),
+    };
+    page_html(&title, files, diff, None)
+}
+
+/// The page of `fragscope predict --report`: the recorded and predicted curves
+/// ([`predict`]).
+pub fn render_predict(p: &predict::PredictPage) -> String {
+    page_html("fragscope predict: recorded and predicted memory", &[], None, Some(p))
+}
+
+fn page_html(
+    title: &str,
+    files: &[FileData],
+    diff: Option<&fragscope_analysis::diff::Diff>,
+    predict: Option<&predict::PredictPage>,
+) -> String {
     #[derive(Serialize)]
     struct Page<'a> {
         schema: &'static str,
         version: &'static str,
         files: &'a [FileData],
         diff: Option<&'a fragscope_analysis::diff::Diff>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        predict: Option<&'a predict::PredictPage>,
     }
-    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff };
+    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff, predict };
     let json = serde_json::to_string(&page).unwrap_or_else(|_| "{}".into());
-    let title = match files {
-        [one] if one.example => "fragscope report: built-in example".to_string(),
-        [one] => format!("fragscope report: {}", one.name),
-        many => format!("fragscope report: {} files", many.len()),
-    };
-    fill_template(TEMPLATE, &html_escape(&title), CSS, &JS.replace("</script", "<\\/script"), &script_data(&json))
+    fill_template(TEMPLATE, &html_escape(title), CSS, &JS.replace("</script", "<\\/script"), &script_data(&json))
 }
 
 /// The page from its template, each `{{NAME}}` replaced once, in one pass over the

@@ -117,3 +117,39 @@ fn report_data_agrees_with_summary_and_analyze() {
         eprintln!("note: no real pickles; nothing checked");
     }
 }
+
+/// The segment timeline's lives add up, at every state of every real file, to the reserved
+/// bytes of `analyze`'s timeline (where the timeline reads them from the segments).
+#[test]
+fn segment_lives_add_up_to_the_reserved_curve() {
+    use fragscope_analysis::timeline::{timeline_walk, TimelineOptions};
+    let files = fragscope_testdata::real_pickles();
+    let mut checked = 0;
+    for path in &files {
+        let snap = fragscope_snapshot::read_path(path).unwrap();
+        for d in snap.devices() {
+            let mut reserved = Vec::new();
+            let tl =
+                timeline_walk(&snap, d, &TimelineOptions { points: 1 }, |_, _| {}, |_, l| reserved.push(l.reserved));
+            if tl.reserved_source != "segments" {
+                continue;
+            }
+            let lives = fragscope_report::segments::segment_lives(&snap, d);
+            // Sweep: +size at start, −size at end.
+            let mut delta = vec![0i128; reserved.len() + 1];
+            for l in &lives {
+                delta[l.start.min(reserved.len())] += l.size as i128;
+                if l.end != usize::MAX {
+                    delta[l.end.min(reserved.len())] -= l.size as i128;
+                }
+            }
+            let mut cur = 0i128;
+            for (s, &r) in reserved.iter().enumerate() {
+                cur += delta[s];
+                assert_eq!(cur, r as i128, "{} cuda:{d}: reserved at state {s}", path.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= fragscope_testdata::min_files(30), "{checked} devices checked");
+}
