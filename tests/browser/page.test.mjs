@@ -194,6 +194,23 @@ async function assertFresh(page, where) {
   assert.match(sel.detail, /^Click a band/, `${where}: details pane back to its hint`);
   const dims = await page.evaluate(() => window.fragscope.dimmed());
   assert.ok(dims.every((d) => !d.dim), `${where}: no allocation drawn dimmed`);
+  assert.equal(sel.role, null, `${where}: no role band highlighted`);
+  assert.equal(sel.segment, -1, `${where}: no segment selected`);
+}
+/** Stacked by role, zoomed on the allocated peak, a click on the middle of its largest band. */
+async function clickLargestRole(page) {
+  await page.evaluate(() => window.fragscope.setStack('role'));
+  const rows = await page.evaluate(() => window.fragscope.roleTotals());
+  const big = rows.reduce((m, r) => (r.at_peak > (m ? m.at_peak : 0) ? r : m), null);
+  if (!big) return null;
+  const peak = big.peak_state;
+  await page.evaluate((s) => window.fragscope.zoom(0.01, s + 0.5), peak);
+  const { x } = await page.evaluate((s) => window.fragscope.xOfState(s + 0.5), peak);
+  const box = await page.$eval('canvas.tl', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { left: r.left + c.clientLeft, top: r.top + c.clientTop, h: c.clientHeight, ymax: Number(c.dataset.ymax) }; });
+  const below = rows.slice(0, rows.indexOf(big)).reduce((t, r) => t + r.at_peak, 0);
+  const ph = box.h - 16 - 18;
+  await page.mouse.click(box.left + 64 + x, box.top + 16 + ph - ((below + big.at_peak / 2) / box.ymax) * ph);
+  return big.role;
 }
 
 test('selections reset when switching GPU (multi-device) or file (diff report)', async () => {
@@ -223,6 +240,13 @@ test('selections reset when switching GPU (multi-device) or file (diff report)',
   await p2.page.click('#files button:nth-child(2)');
   await assertFresh(p2.page, 'diff: file B after file A');
   assert.equal((await p2.page.evaluate(() => window.fragscope.selected())).file, 1);
+  // A role band of B highlighted, then back to A: nothing of B's carries over either.
+  const role = await clickLargestRole(p2.page);
+  assert.ok(role, 'diff B: a role band to click');
+  assert.equal((await p2.page.evaluate(() => window.fragscope.selected())).role != null, true, 'diff B: the role band highlighted');
+  await p2.page.click('#files button:nth-child(1)');
+  await assertFresh(p2.page, 'diff: file A after file B');
+  assert.equal((await p2.page.evaluate(() => window.fragscope.selected())).file, 0);
   assert.deepEqual(p2.errors, []);
   await p2.page.close();
 });

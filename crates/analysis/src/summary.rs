@@ -409,6 +409,12 @@ fn trace_summary(segs: &[&Segment], trace: &[TraceEvent]) -> TraceSummary {
 
 /// Summary of one device.
 pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
+    summarize_device_with(snap, device, true)
+}
+
+/// [`summarize_device`]; without its roles when `roles` is false, for a caller that has
+/// them from a walk of its own (the report takes `analyze`'s, over the same block lives).
+pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> DeviceSummary {
     let segs: Vec<&Segment> = snap.device_segments(device).collect();
     let all = pool_figures(segs.iter().copied());
     let pools = Pools {
@@ -421,7 +427,8 @@ pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
     // backward walk, the roles' block lives): on the two cores summary has, side by side.
     // They could share one walk; until they do, this keeps the wall time of one.
     let (memory_table, roles) = std::thread::scope(|sc| {
-        let roles = (!snap.trace(device).is_empty()).then(|| sc.spawn(|| crate::roles::device_roles(snap, device)));
+        let roles =
+            (roles && !snap.trace(device).is_empty()).then(|| sc.spawn(|| crate::roles::device_roles(snap, device)));
         let table = crate::memstats::memory_table(snap, device).ok();
         (table, roles.map(|h| h.join().expect("roles thread")))
     });
@@ -441,7 +448,12 @@ pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
 
 /// Summarizes every device that has segments or trace events.
 pub fn summarize(snap: &Snapshot) -> Summary {
-    let devices = snap.devices().into_iter().map(|d| summarize_device(snap, d)).collect();
+    summarize_with(snap, true)
+}
+
+/// [`summarize`], without the roles when `roles` is false ([`summarize_device_with`]).
+pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
+    let devices = snap.devices().into_iter().map(|d| summarize_device_with(snap, d, roles)).collect();
     let settings = snap.recorded_settings().map(|s| Settings {
         conf: s.conf,
         max_split_size: s.max_split_size,

@@ -1819,7 +1819,8 @@
   document.addEventListener('keydown', (e) => { if (keyStep) keyStep(e); });
   api.select = (file, dev) => { choose(file, dev); };
   api.selected = () => ({ file: S.file, dev: S.dev, device: DATA.files[S.file].devices[S.dev] ? DATA.files[S.file].devices[S.dev].device : null,
-    highlight: S.highlight ? S.highlight.size : 0, hits: S.hits.length, sel: S.sel, detail: detail.textContent, search: document.getElementById('search').value });
+    highlight: S.highlight ? S.highlight.size : 0, hits: S.hits.length, sel: S.sel, detail: detail.textContent, search: document.getElementById('search').value,
+    role: S.highlightRole, segment: S.c && S.c.segs && S.c.segs.pts ? S.c.segs.sel : -1, stack: S.stack });
   api.allFiles = () => DATA.files;
   api.devices = () => DATA.files.map((f) => f.devices.map((d) => ({ device: d.device, moments: d.moments.length, events: d.events,
     exact: !!(d.state_ops && d.state_ops.exact), first: d.state_ops ? d.state_ops.first : 0, allocations: d.allocations.length ? decodeDevice(d).na : 0 })));

@@ -386,7 +386,9 @@ pub fn file_data_shared(
                     devices_scanned.iter().map(|&d| (d, TraceScan::new(snap, d, opts))).collect();
                 // Received below, unless that thread has already failed.
                 let _ = scan_tx.lock().expect("scan channel").send(scans);
-                let _ = summary_slot.set(summary::summarize(snap));
+                // Without its roles: analyze's are the same figures over the same block
+                // lives (set below), and a second walk of the trace for them is spared.
+                let _ = summary_slot.set(summary::summarize_with(snap, false));
             };
             analyze::analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
         });
@@ -425,7 +427,15 @@ pub fn file_data_shared(
         (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
     // The analysis runs `beside` exactly once.
-    let sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize(snap));
+    let mut sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize_with(snap, false));
+    // The summary's roles are analyze's (as `summary` computes them: without the live set
+    // at the OOM, which only `analyze` gives), for every device with a trace.
+    for s in &mut sum.devices {
+        if let Some(a) = ana.devices.iter().find(|a| a.device == s.device).filter(|_| !snap.trace(s.device).is_empty())
+        {
+            s.roles = Some(fragscope_analysis::roles::DeviceRoles { at_oom: None, ..a.roles.clone() });
+        }
+    }
     let mut devices = Vec::new();
     for (
         d,

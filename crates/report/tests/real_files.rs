@@ -103,6 +103,14 @@ fn report_data_agrees_with_summary_and_analyze() {
             }
             let s = sum.devices.iter().find(|x| x.device == d.device).unwrap();
             check_roles(&path.display().to_string(), d, s.roles.as_ref());
+            // The page's summary takes its roles from analyze: as `summary` gives them.
+            let page = data.summary["devices"].as_array().unwrap().iter().find(|x| x["device"] == d.device).unwrap();
+            assert_eq!(
+                page["roles"],
+                serde_json::to_value(&s.roles).unwrap(),
+                "{}: the page's summary roles",
+                path.display()
+            );
         }
         let html = render(&[data]);
         assert!(!html.contains("{{"), "{}: a placeholder was left", path.display());
