@@ -808,9 +808,22 @@
     mini.addEventListener('mousedown', moveTo);
     mini.addEventListener('mousemove', (e) => { if (e.buttons & 1) moveTo(e); });
     sec.append(mini, cv, roleBox);
+    // What the filled areas are, for the mode shown (set at each drawing).
+    const restNote = el('span', { id: 'tl-rest-note' });
+    const legendFor = () => {
+      const [swatch, text] = {
+        allocation: ['#cbd5e1', 'the rest of allocated (summarised) · allocations coloured by ' + (S.colour === 'allocation' ? 'allocation' : 'call site')],
+        site: ['#cbd5e1', 'the rest of allocated (outside the call sites drawn) · bands coloured by call site'],
+        role: ['#e2e8f0', 'allocated above the tensors\u2019 requests (rounding) · bands coloured by role (table below)'],
+        segment: [null, 'segments coloured by ' + (S.colour === 'allocation' ? 'segment' : 'the call site that reserved them')],
+      }[S.stack] || [null, ''];
+      restNote.textContent = '';
+      if (swatch) restNote.append(el('i', { style: `background:${swatch}` }));
+      restNote.append(text);
+    };
     sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated',
-      el('i', { style: 'background:var(--req)' }), 'requested', el('i', { style: 'background:#cbd5e1' }), 'the rest of allocated (summarised)',
-      ' · allocations and bands coloured by call site · wheel: zoom, drag: pan, click: an allocation\u2019s stack · ',
+      el('i', { style: 'background:var(--req)' }), 'requested', restNote,
+      ' · wheel: zoom, drag: pan, click: what is there and its stack · ',
       `${c.states - 1} events, finest level ${c.levels[0].n} buckets (max of each)` + (c.clock && !c.clock.exact ? '; wall clock interpolated inside buckets' : '')));
     let drag = null;
     cv.addEventListener('wheel', (e) => { e.preventDefault(); const r = cv.getBoundingClientRect(); zoomBy(e.deltaY < 0 ? 0.7 : 1 / 0.7, stateAt(e.clientX - r.left - cv.clientLeft - TL_LEFT, cv.clientWidth - TL_LEFT)); }, { passive: false });
@@ -837,7 +850,7 @@
       const r = cv.getBoundingClientRect();
       timelineClick(file, dev, c, e.clientX - r.left - cv.clientLeft, e.clientY - r.top - cv.clientTop, cv.clientWidth, cv.clientHeight);
     });
-    views.timeline = () => { drawTimeline(file, dev, c, cv, info); drawMinimap(c, mini); };
+    views.timeline = () => { drawTimeline(file, dev, c, cv, info); drawMinimap(c, mini); legendFor(); };
     return sec;
   }
   const TL_TOP = 16, TL_BOTTOM = 18, TL_LEFT = 64, PHASE_ROWS = 4;
