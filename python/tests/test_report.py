@@ -33,6 +33,19 @@ def test_two_runs_compared_as_cli(tmp_path):
     assert (tmp_path / "api.html").read_text(encoding="utf-8") == r.html
 
 
+def test_many_files_share_the_page_budget_as_cli(tmp_path):
+    # Six files: their share of the page's budget binds (fewer buckets, allocations and
+    # state values each; each file's note says so), and the page is the CLI's, byte for byte.
+    paths = [str(p) for p in PICKLES[:6]]
+    assert len(paths) == 6, f"six real snapshots needed, found {len(paths)}"
+    out = tmp_path / "cli.html"
+    p = run_cli("report", *paths, "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    r = fragscope.report(paths)
+    assert "size budget is shared by 6 files" in r.html
+    assert r.html == out.read_text(encoding="utf-8")
+
+
 def test_jupyter_shows_the_page_in_a_sandboxed_iframe(monkeypatch):
     r = fragscope.example().report()
     # Inline only within the notebook budget (test_repr.py checks the page over it).

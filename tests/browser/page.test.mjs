@@ -194,6 +194,23 @@ async function assertFresh(page, where) {
   assert.match(sel.detail, /^Click a band/, `${where}: details pane back to its hint`);
   const dims = await page.evaluate(() => window.fragscope.dimmed());
   assert.ok(dims.every((d) => !d.dim), `${where}: no allocation drawn dimmed`);
+  assert.equal(sel.role, null, `${where}: no role band highlighted`);
+  assert.equal(sel.segment, -1, `${where}: no segment selected`);
+}
+/** Stacked by role, zoomed on the allocated peak, a click on the middle of its largest band. */
+async function clickLargestRole(page) {
+  await page.evaluate(() => window.fragscope.setStack('role'));
+  const rows = await page.evaluate(() => window.fragscope.roleTotals());
+  const big = rows.reduce((m, r) => (r.at_peak > (m ? m.at_peak : 0) ? r : m), null);
+  if (!big) return null;
+  const peak = big.peak_state;
+  await page.evaluate((s) => window.fragscope.zoom(0.01, s + 0.5), peak);
+  const { x } = await page.evaluate((s) => window.fragscope.xOfState(s + 0.5), peak);
+  const box = await page.$eval('canvas.tl', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { left: r.left + c.clientLeft, top: r.top + c.clientTop, h: c.clientHeight, ymax: Number(c.dataset.ymax) }; });
+  const below = rows.slice(0, rows.indexOf(big)).reduce((t, r) => t + r.at_peak, 0);
+  const ph = box.h - 16 - 18;
+  await page.mouse.click(box.left + 64 + x, box.top + 16 + ph - ((below + big.at_peak / 2) / box.ymax) * ph);
+  return big.role;
 }
 
 test('selections reset when switching GPU (multi-device) or file (diff report)', async () => {
@@ -223,6 +240,13 @@ test('selections reset when switching GPU (multi-device) or file (diff report)',
   await p2.page.click('#files button:nth-child(2)');
   await assertFresh(p2.page, 'diff: file B after file A');
   assert.equal((await p2.page.evaluate(() => window.fragscope.selected())).file, 1);
+  // A role band of B highlighted, then back to A: nothing of B's carries over either.
+  const role = await clickLargestRole(p2.page);
+  assert.ok(role, 'diff B: a role band to click');
+  assert.equal((await p2.page.evaluate(() => window.fragscope.selected())).role != null, true, 'diff B: the role band highlighted');
+  await p2.page.click('#files button:nth-child(1)');
+  await assertFresh(p2.page, 'diff: file A after file B');
+  assert.equal((await p2.page.evaluate(() => window.fragscope.selected())).file, 0);
   assert.deepEqual(p2.errors, []);
   await p2.page.close();
 });
@@ -427,4 +451,144 @@ test('colour by allocation: each drawn allocation its own colour (by call site: 
   assert.notEqual(await page.$eval('canvas.tl', (c) => c.toDataURL()), before, 'the timeline is redrawn');
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+// ---------- issue 19: the timeline stacked by role ----------
+
+test('timeline stacked by role: each role at the allocated peak and at most, as summary --json says', async () => {
+  const cases = [['niu-train3 (3 steps, Adam)', real('grids/niu-train3-ctx100-fp32.pickle')], ['example', null],
+    ['effdl-4gpu', real('effdl-aphelack-customfsdp-4gpu.pickle')]].filter(([n, p]) => n === 'example' || p);
+  for (const [name, path] of cases) {
+    const inputs = path ? [path] : [];
+    const sum = json(['summary', '--json', ...inputs]).files[0];
+    const { page, errors } = await open(ctx, report(inputs, join(OUT, `roles-${name.replace(/\W+/g, '-')}.html`)));
+    const devs = await page.evaluate(() => window.fragscope.devices().length ? window.fragscope.file().devices.map((d) => d.device) : []);
+    for (let di = 0; di < devs.length; di++) {
+      await page.evaluate((i) => window.fragscope.select(0, i), di);
+      const want = sum.devices.find((d) => d.device === devs[di]).roles;
+      const where = `${name} cuda:${devs[di]}`;
+      if (!want) { assert.equal(await page.$('#tl-stack option[value="role"]'), null, `${where}: no trace, no role mode`); continue; }
+      assert.equal(await page.evaluate(() => window.fragscope.setStack('role')), 'role', `${where}: role mode offered`);
+      assert.ok(await page.$eval('#role-legend', (x) => x.style.display !== 'none'), `${where}: the role table shows`);
+      // The table's figures (read from the drawn buckets) against summary's, figure for figure.
+      const rows = await page.$$eval('#role-table tr[data-role]', (rs) => rs.map((r) => ({ role: r.dataset.role, at_peak: Number(r.dataset.atPeak), max: Number(r.dataset.max), text: r.textContent })));
+      const drawn = new Map(rows.map((r) => [r.role, r]));
+      for (const [role, b] of Object.entries(want.by_role)) {
+        const r = drawn.get(role);
+        if (!r) { assert.equal(b.max, 0, `${where}: ${role} held bytes but has no band`); continue; }
+        assert.equal(r.at_peak, b.at_peak, `${where}: ${role} at the peak`);
+        assert.equal(r.max, b.max, `${where}: ${role} max`);
+        const shown = await page.evaluate(([a, m]) => [window.fragscope.bytes(a), window.fragscope.bytes(m)], [b.at_peak, b.max]);
+        assert.ok(r.text.includes(shown[0]) && r.text.includes(shown[1]), `${where}: ${role} printed as the CLI prints it: ${r.text}`);
+      }
+      assert.equal(await page.evaluate(() => window.fragscope.roleTotals()[0].peak_state), want.peak_state, `${where}: the peak bucket is the roles' peak state`);
+      // Clicking the largest band at the peak says which role it is and why (zoomed in
+      // there first, so that the peak's bucket is many pixels wide).
+      const big = rows.reduce((m, r) => (r.at_peak > (m ? m.at_peak : 0) ? r : m), null);
+      if (big) {
+        await page.evaluate((s) => window.fragscope.zoom(0.01, s + 0.5), want.peak_state);
+        const { x } = await page.evaluate((s) => window.fragscope.xOfState(s + 0.5), want.peak_state);
+        const box = await page.$eval('canvas.tl', (c) => { const r = c.getBoundingClientRect(); return { left: r.left + c.clientLeft, top: r.top + c.clientTop, h: c.clientHeight, ymax: Number(c.dataset.ymax) }; });
+        // Its middle: the bands below it (in the table's order) and half of it.
+        const below = rows.slice(0, rows.indexOf(big)).reduce((t, r) => t + r.at_peak, 0);
+        const ph = box.h - 16 - 18;
+        await page.mouse.click(box.left + 64 + x, box.top + 16 + ph - ((below + big.at_peak / 2) / box.ymax) * ph);
+        assert.equal(await page.$eval('#role-info', (e) => e.dataset.role), big.role, `${where}: the band clicked`);
+        assert.ok(await page.$('#detail-body table'), `${where}: the evidence`);
+      }
+    }
+    assert.deepEqual(errors, [], `${name}: console errors`);
+    await page.close();
+  }
+});
+
+// ---------- issue 20: predicted curves beside recorded ones ----------
+
+test('predict --report: recorded and predicted curves, peaks as --json and analyze say, predictions labelled', async () => {
+  const a = real('grids/niu-fwd-ctx100-fp32.pickle'), b = real('grids/niu-fwd-ctx150-fp32.pickle');
+  if (!a || !b) return;
+  const out = join(OUT, 'predict.html');
+  const args = ['predict', a, b, '--sizes', '100,150', '--at', '200,600', '--capacity', 'A100-40GB'];
+  const r = spawnSync(BIN, [...args, '--report', out], { maxBuffer: 1 << 28 });
+  assert.equal(r.status, 0, `predict --report: ${r.stderr}`);
+  const want = json([...args, '--json']);
+  const { page, errors, requests } = await open(ctx, out);
+  assert.deepEqual(requests, ['file://' + out], 'no request but the page');
+  const curves = await page.evaluate(() => window.fragscope.predictCurves());
+  for (const p of want.predictions) {
+    const c = curves.find((x) => x.kind === 'predicted' && x.size === p.at && x.device === p.device);
+    assert.ok(c && c.drawn, `prediction at ${p.at} drawn`);
+    assert.equal(c.reserved, p.peak_reserved, `at ${p.at}: drawn peak reserved`);
+    assert.equal(c.allocated, p.peak_allocated, `at ${p.at}: drawn peak allocated`);
+    const row = await page.$eval(`#predict-table tr[data-kind="predicted"][data-size="${p.at}"]`, (x) => x.textContent);
+    assert.ok(row.startsWith('prediction'), `the row says it is a prediction: ${row}`);
+  }
+  for (const [path, size] of [[a, 100], [b, 150]]) {
+    const t = json(['analyze', '--json', path]).files[0].devices[0].fragmentation.timeline;
+    const c = curves.find((x) => x.kind === 'recorded' && x.size === size);
+    assert.equal(c.reserved, t.peak_reserved.bytes, `recorded ${size}: drawn peak reserved`);
+    assert.equal(c.allocated, t.peak_allocated.bytes, `recorded ${size}: drawn peak allocated`);
+  }
+  assert.match(await page.$eval('#predict-label', (x) => x.textContent), /predictions, not recordings/);
+  assert.equal(await page.$$eval('canvas.predict-chart', (cs) => cs.length), 1, 'one chart per device');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+// ---------- the minimap while zoomed ----------
+
+test('minimap: shown only while zoomed, outlines the window, a click moves the window there', async () => {
+  const { page, errors } = await open(ctx, report([], join(OUT, 'minimap.html')));
+  const mini = () => page.$eval('#tl-minimap', (m) => ({ shown: m.style.display !== 'none', zoomed: m.dataset.zoomed, x0: Number(m.dataset.x0), x1: Number(m.dataset.x1), boxX: Number(m.dataset.boxX), boxW: Number(m.dataset.boxW), w: m.clientWidth }));
+  assert.equal((await mini()).shown, false, 'hidden at the whole trace');
+  const { states } = await page.evaluate(() => window.fragscope.view());
+  await page.evaluate((s) => window.fragscope.zoom(0.1, s), states * 0.25);
+  let m = await mini(), v = await page.evaluate(() => window.fragscope.view());
+  assert.ok(m.shown && m.zoomed === '1', 'shown while zoomed');
+  assert.deepEqual([m.x0, m.x1], [v.x0, v.x1], 'the outlined window is the timeline\u2019s');
+  // The outline sits where the window is: its left edge at x0 / states of the plot's width.
+  assert.ok(Math.abs(m.boxX - (64 + (v.x0 / states) * (m.w - 64))) < 0.01, 'outline placed by event order');
+  // A click near the right end centres the window there (clamped to the trace's end).
+  const box = await page.$eval('#tl-minimap', (c) => { const r = c.getBoundingClientRect(); return { left: r.left + c.clientLeft, top: r.top + c.clientTop, w: c.clientWidth }; });
+  await page.mouse.click(box.left + box.w - 2, box.top + 10);
+  const after = await page.evaluate(() => window.fragscope.view());
+  assert.ok(Math.abs(after.x1 - after.x0 - (v.x1 - v.x0)) < 1e-6, 'the span is kept');
+  assert.ok(Math.abs(after.x1 - states) < 1e-6, `moved to the end: ${after.x0}..${after.x1} of ${states}`);
+  m = await mini();
+  assert.deepEqual([m.x0, m.x1], [after.x0, after.x1], 'the outline follows');
+  await page.click('#zoom-reset');
+  assert.equal((await mini()).shown, false, 'hidden again after reset');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+// ---------- the segment timeline ----------
+
+test('segment timeline: the stacked segments are the reserved bytes at the peak and at the end, as analyze and summary say', async () => {
+  const cases = [['example', null], ['codeloc 3gpu (expandable)', real('codeloc-qwen3-gnn-expandable-oom-3gpu.pickle')],
+    ['selectn multistream', real('selectn-llama7b-offload-multistream.pickle')], ['decomfl', real('decomfl-opt-zeroth-order-windows.pickle')]].filter(([n, p]) => n === 'example' || p);
+  for (const [name, path] of cases) {
+    const inputs = path ? [path] : [];
+    const ana = json(['analyze', '--json', ...inputs]).files[0];
+    const sum = json(['summary', '--json', ...inputs]).files[0];
+    const { page, errors } = await open(ctx, report(inputs, join(OUT, `segments-${name.replace(/\W+/g, '-')}.html`)));
+    const devs = await page.evaluate(() => window.fragscope.file().devices.map((d) => d.device));
+    for (let di = 0; di < devs.length; di++) {
+      await page.evaluate((i) => window.fragscope.select(0, i), di);
+      const where = `${name} cuda:${devs[di]}`;
+      const t = ana.devices.find((d) => d.device === devs[di]).fragmentation.timeline;
+      if (t.reserved_source !== 'segments') continue;
+      assert.equal(await page.evaluate(() => window.fragscope.setStack('segment')), 'segment', `${where}: segment mode offered`);
+      const { states } = await page.evaluate(() => window.fragscope.view());
+      const peakState = t.peak_reserved.event_index == null ? 0 : t.peak_reserved.event_index + 1;
+      const atPeak = await page.evaluate((s) => window.fragscope.segmentsAt(s), peakState);
+      if (atPeak.drawn < atPeak.total) { console.log(`# ${where}: ${atPeak.drawn} of ${atPeak.total} segments drawn; sums not compared`); continue; }
+      assert.equal(atPeak.bytes, t.peak_reserved.bytes, `${where}: segments at the reserved peak`);
+      const atEnd = await page.evaluate((s) => window.fragscope.segmentsAt(s), states - 1);
+      assert.equal(atEnd.bytes, sum.devices.find((d) => d.device === devs[di]).reserved_bytes, `${where}: segments at the end`);
+      assert.ok(Number(await page.$eval('canvas.tl', (c) => c.dataset.segmentsShown)) > 0, `${where}: segments drawn`);
+    }
+    assert.deepEqual(errors, [], `${name}: console errors`);
+    await page.close();
+  }
 });

@@ -108,6 +108,10 @@ pub struct DeviceAnalysis {
     /// `zero_grad(set_to_none=True)`, checkpointing), a model of each change replayed;
     /// with `--what-if` or at an exhaustion OOM, else `null`.
     pub role_what_if: Option<crate::replay::transform::RoleRows>,
+    /// Each block's role, for callers that draw the roles over time (the report's
+    /// timeline stacked by role); not part of `--json`.
+    #[serde(skip)]
+    pub block_roles: Arc<roles::Roles>,
 }
 
 /// The analysis of a file.
@@ -365,6 +369,7 @@ fn analyze_device_inner(
         leak_steps,
         steps,
         roles: device_roles,
+        block_roles: Arc::new(block_roles),
         peaks: Peaks { allocated_peak: attr.allocated_peak, reserved_peak: attr.reserved_peak },
         recommendations,
         role_what_if,

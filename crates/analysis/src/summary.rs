@@ -385,6 +385,12 @@ fn trace_summary(segs: &[&Segment], trace: &[TraceEvent], facts: &TraceFacts) ->
 
 /// Summary of one device.
 pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
+    summarize_device_with(snap, device, true)
+}
+
+/// [`summarize_device`]; without its roles when `roles` is false, for a caller that has
+/// them from a walk of its own (the report takes `analyze`'s, over the same block lives).
+pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> DeviceSummary {
     let segs: Vec<&Segment> = snap.device_segments(device).collect();
     let all = pool_figures(segs.iter().copied());
     let pools = Pools {
@@ -402,7 +408,7 @@ pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
             let (lives, facts) = BlockLives::replay_with_facts(snap, device);
             let trace = trace_summary(&segs, snap.trace(device), &facts);
             drop(facts);
-            let roles = (!snap.trace(device).is_empty()).then(|| crate::roles::device_roles_with(snap, &lives).0);
+            let roles = (roles && !snap.trace(device).is_empty()).then(|| crate::roles::device_roles_with(snap, &lives).0);
             (trace, roles)
         });
         let table = crate::memstats::memory_table(snap, device).ok();
@@ -424,7 +430,12 @@ pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
 
 /// Summarizes every device that has segments or trace events.
 pub fn summarize(snap: &Snapshot) -> Summary {
-    let devices = snap.devices().into_iter().map(|d| summarize_device(snap, d)).collect();
+    summarize_with(snap, true)
+}
+
+/// [`summarize`], without the roles when `roles` is false ([`summarize_device_with`]).
+pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
+    let devices = snap.devices().into_iter().map(|d| summarize_device_with(snap, d, roles)).collect();
     let settings = snap.recorded_settings().map(|s| Settings {
         conf: s.conf,
         max_split_size: s.max_split_size,

@@ -525,8 +525,13 @@ fn report_html_many(py: Python<'_>, snapshots: Vec<PyRef<'_, Snapshot>>) -> Stri
     let snaps: Vec<(Arc<Snap>, String, bool)> =
         snapshots.iter().map(|s| (s.inner.clone(), s.name.clone(), s.example)).collect();
     py.allow_threads(move || {
+        // The page's budgets are shared by its files, as `fragscope report A B ...` shares
+        // them (each file's note says what the sharing left out).
         let opts = fragscope_report::ReportOptions::default();
-        let data: Vec<_> = snaps.iter().map(|(s, n, e)| fragscope_report::file_data(n, *e, s, &opts)).collect();
+        let each = opts.share(snaps.len());
+        let page = Some((&opts, snaps.len()));
+        let data: Vec<_> =
+            snaps.iter().map(|(s, n, e)| fragscope_report::file_data_shared(n, *e, s, &each, page)).collect();
         if let [(a, _, _), (b, _, _)] = snaps.as_slice() {
             let d = fragscope_analysis::diff::diff(a, b, &fragscope_analysis::diff::DiffOptions::default());
             fragscope_report::render_with_diff(&data, Some(&d))

@@ -128,12 +128,18 @@
       n: c.n, first: f64(c.first), time: f64(c.time), alloc: f64(c.allocated), req: f64(c.requested),
       res: f64(c.reserved), maxreq: f64(c.max_request), sites: f64(c.sites), amax: f64(c.amax), pick: null,
     };
+    // Role bytes (DeviceData.roles): at each bucket's allocated maximum, and the most of
+    // each role in the bucket.
+    const roles = dev.roles ? dev.roles.roles : [], R = roles.length;
+    lvl0.rat = dev.roles ? f64(dev.roles.at_amax) : new Float64Array(0);
+    lvl0.rmax = dev.roles ? f64(dev.roles.max) : new Float64Array(0);
     // Coarser levels by pairwise maxima (sites follow the bucket with more allocated).
     const levels = [lvl0];
     while (levels[levels.length - 1].n > 64) {
       const p = levels[levels.length - 1], n = Math.ceil(p.n / 2);
       const q = { n, first: new Float64Array(n), time: new Float64Array(n), alloc: new Float64Array(n), req: new Float64Array(n),
-        res: new Float64Array(n), maxreq: new Float64Array(n), sites: new Float64Array(n * k), amax: new Float64Array(n), pick: new Int32Array(n) };
+        res: new Float64Array(n), maxreq: new Float64Array(n), sites: new Float64Array(n * k), amax: new Float64Array(n), pick: new Int32Array(n),
+        rat: new Float64Array(n * R), rmax: new Float64Array(n * R) };
       for (let i = 0; i < n; i++) {
         const a = 2 * i, b = Math.min(2 * i + 1, p.n - 1);
         q.first[i] = p.first[a];
@@ -142,6 +148,7 @@
         q.alloc[i] = p.alloc[m];
         q.amax[i] = p.amax[m]; q.pick[i] = m;
         for (let j = 0; j < k; j++) q.sites[i * k + j] = p.sites[m * k + j];
+        for (let j = 0; j < R; j++) { q.rat[i * R + j] = p.rat[m * R + j]; q.rmax[i * R + j] = Math.max(p.rmax[a * R + j], p.rmax[b * R + j]); }
         q.req[i] = Math.max(p.req[a], p.req[b]);
         q.res[i] = Math.max(p.res[a], p.res[b]);
         q.maxreq[i] = Math.max(p.maxreq[a], p.maxreq[b]);
@@ -161,7 +168,10 @@
     const order = Array.from({ length: na }, (_, i) => i).sort((a, b) => allocs[b * AL + 1] - allocs[a * AL + 1] || a - b);
     // The event list's entries (windows of the trace, DeviceData.event_list).
     const events = (dev.event_list || []).map((w) => ({ first: w.first, E: f64(w.entries) }));
-    dev._c = { events, k, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
+    // The segment timeline's segments (DeviceData.segments), laid out when first shown.
+    const sa = f64(dev.segments), nsa = sa.length / AL;
+    const segs = { A: sa, n: nsa, total: dev.segment_count || 0, order: Array.from({ length: nsa }, (_, i) => i).sort((a, b) => sa[b * AL + 1] - sa[a * AL + 1] || a - b), pts: null };
+    dev._c = { events, k, roles, R, segs, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
       clock: clockOf(lvl0, c.states, [f64(c.gap_from), f64(c.gap_to), f64(c.gap_t0), f64(c.gap_t1)]) };
     return dev._c;
   }
@@ -290,7 +300,7 @@
   // ---------- page state ----------
   // Page state. `state`: the trace state the state view shows; `stack`: the timeline
   // stacked by allocation (`n` of them drawn) or by call site (`bands` of them).
-  const S = { file: 0, dev: null, allFrames: false, colour: 'site', x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, c: null };
+  const S = { file: 0, dev: null, allFrames: false, colour: 'site', x0: 0, x1: 1, axis: 'events', bands: 12, stack: 'allocation', n: 200, state: 0, highlight: null, hits: [], hitAllocs: null, sel: -1, highlightRole: null, c: null };
   const views = {};
 
   // The analysis of device index di of a file (null when it was not analysed).
@@ -317,7 +327,8 @@
   function choose(fi, di) {
     S.file = fi;
     S.dev = di == null ? openingDevice(DATA.files[fi]) : di;
-    S.highlight = null; S.hits = []; S.hitAllocs = null; S.sel = -1;
+    S.highlight = null; S.hits = []; S.hitAllocs = null; S.sel = -1; S.highlightRole = null;
+    if (S.c && S.c.segs) S.c.segs.sel = -1;
     const q = document.getElementById('search');
     if (q) q.value = '';
     detail.textContent = DETAIL_HINT;
@@ -346,7 +357,116 @@
     if (S.dev !== i) v.append(' ', el('button', { id: 'verdict-go', onclick: () => choose(S.file, i) }, 'show'));
   }
 
+  // ---------- predict (fragscope predict --report) ----------
+  // Each recording's reserved and allocated curves and the curves predicted at sizes
+  // nobody recorded, on one chart per device, x = the position in each run's own trace.
+  function predictView(P) {
+    const sec = el('section', { id: 'predict' });
+    sec.append(el('h2', {}, 'Recorded and predicted memory'));
+    sec.append(el('p', { class: 'note', id: 'predict-label' }, 'Dashed curves are predictions, not recordings: the trace of the largest recording with each allocation\u2019s size fitted as a function of the size parameter, replayed through fragscope\u2019s model of the caching allocator' +
+      ' (its settings and the state before the trace included). Solid curves are the recordings. x: the position in each run\u2019s own trace; each curve is the maximum of its bucket, so its highest point is the run\u2019s peak.'));
+    if (P.note) sec.append(el('p', { class: 'note', id: 'predict-note' }, P.note + '.'));
+    const runs = [];
+    P.recorded.forEach((r, i) => runs.push({ kind: 'recorded', size: r.size, device: r.device, label: `recorded at ${r.size} (${r.file})`, curve: r.curve, colour: `hsl(215,70%,${28 + (i % 4) * 12}%)`, dash: [] }));
+    P.predicted.forEach((p, i) => runs.push({ kind: 'predicted', size: p.prediction.at, device: p.prediction.device, label: `predicted at ${p.prediction.at}`, curve: p.curve, colour: `hsl(${(20 + i * 47) % 360 < 200 ? (20 + i * 47) % 360 : (20 + i * 47) % 360 + 60},85%,45%)`, dash: [6, 4], p: p.prediction, template: p.template_size }));
+    for (const r of runs) {
+      if (!r.curve) continue;
+      r.first = f64(r.curve.first); r.res = f64(r.curve.reserved); r.alloc = f64(r.curve.allocated);
+      const mx = (a) => { let m = 0; for (const v of a) if (!isNaN(v)) m = Math.max(m, v); return m; };
+      r.peakRes = mx(r.res); r.peakAlloc = mx(r.alloc);
+    }
+    api.predictCurves = () => runs.map((r) => ({ kind: r.kind, size: r.size, device: r.device, drawn: !!r.curve, reserved: r.curve ? r.peakRes : null, allocated: r.curve ? r.peakAlloc : null }));
+    const devices = [...new Set(runs.map((r) => r.device))];
+    for (const d of devices) {
+      const mine = runs.filter((r) => r.device === d);
+      const cv = canvas('predict-chart', 320);
+      cv.dataset.device = String(d);
+      const show = { res: true, alloc: true };
+      const boxes = el('span', {});
+      for (const [k, name] of [['res', 'reserved'], ['alloc', 'allocated']]) {
+        const b = el('input', { type: 'checkbox', id: `predict-${k}-${d}` });
+        b.checked = true;
+        b.addEventListener('change', () => { show[k] = b.checked; draw(); });
+        boxes.append(el('label', {}, b, name + ' '));
+      }
+      const legend = el('div', { class: 'legend note' });
+      for (const r of mine) legend.append(el('i', { style: `background:${r.colour}` }), (r.curve ? '' : '(not drawn) ') + r.label + (r.kind === 'predicted' ? ' (prediction)' : ''));
+      const cap = mine.map((r) => (r.p ? r.p.capacity : null)).find((x) => x != null);
+      const draw = () => {
+        const { g, w, h } = ctxOf(cv);
+        const L = 64, T = 12, B = 18, pw = w - L - 8, ph = h - T - B;
+        let ymax = 1;
+        for (const r of mine) if (r.curve) ymax = Math.max(ymax, show.res ? r.peakRes : 0, show.alloc ? r.peakAlloc : 0);
+        // The capacity is drawn when it is near the curves; far above them it would
+        // flatten them, and is named at the top instead.
+        const capIn = cap != null && cap <= 1.5 * ymax;
+        if (capIn) ymax = Math.max(ymax, cap);
+        ymax *= 1.05;
+        const Y = (v) => T + ph - (v / ymax) * ph;
+        g.fillStyle = '#667085'; g.strokeStyle = '#e4e7ec'; g.font = '10px sans-serif'; g.lineWidth = 1;
+        for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4), y = Y(v); g.beginPath(); g.moveTo(L, y); g.lineTo(L + pw, y); g.stroke(); g.fillText(bytes(v), 2, y + 3); }
+        for (let t = 0; t <= 4; t++) { const x = L + (pw * t) / 4; g.fillText(`${25 * t}%`, Math.min(x, w - 30), h - 4); }
+        if (cap != null && !capIn) { g.fillStyle = '#b42318'; g.fillText(`capacity ${bytes(cap)} (above the chart)`, L + 4, T + 8); }
+        if (capIn) {
+          g.strokeStyle = '#b42318'; g.setLineDash([2, 2]); g.beginPath(); g.moveTo(L, Y(cap)); g.lineTo(L + pw, Y(cap)); g.stroke(); g.setLineDash([]);
+          g.fillStyle = '#b42318'; g.fillText(`capacity ${bytes(cap)}`, L + 4, Y(cap) - 3);
+        }
+        for (const r of mine) {
+          if (!r.curve) continue;
+          const n = r.curve.n, E = r.curve.entries;
+          const X = (pos) => L + (pos / E) * pw;
+          for (const [k, arr, width, alpha] of [['res', r.res, 2, 1], ['alloc', r.alloc, 1.2, 0.65]]) {
+            if (!show[k]) continue;
+            g.strokeStyle = r.colour; g.globalAlpha = alpha; g.lineWidth = width; g.setLineDash(r.dash); g.beginPath();
+            let open = false;
+            for (let i = 0; i < n; i++) {
+              if (isNaN(arr[i])) { open = false; continue; }
+              const xa = X(r.first[i]), xb = X(i + 1 < n ? r.first[i + 1] : E);
+              if (!open) { g.moveTo(xa, Y(arr[i])); open = true; } else g.lineTo(xa, Y(arr[i]));
+              g.lineTo(xb, Y(arr[i]));
+            }
+            g.stroke();
+          }
+          g.globalAlpha = 1; g.setLineDash([]);
+          if (r.p && r.p.oom) {
+            const x = X(r.p.oom.index);
+            g.strokeStyle = r.colour; g.lineWidth = 2; g.beginPath(); g.moveTo(x, T); g.lineTo(x, T + ph); g.stroke();
+            g.fillStyle = r.colour; g.font = 'bold 11px sans-serif';
+            const t = `predicted OOM at ${r.size}: ${bytes(r.p.oom.requested)}`, tw = g.measureText(t).width;
+            g.fillText(t, x + 4 + tw > w ? x - 4 - tw : x + 4, T + 12);
+          }
+        }
+        cv.dataset.ymax = String(ymax);
+      };
+      views['predict-' + d] = draw;
+      sec.append(el('h3', {}, `cuda:${d}`), el('div', { class: 'controls' }, 'show', boxes), cv, legend);
+    }
+    // The figures: each run's drawn peaks (the curves' highest buckets).
+    const t = el('table', { id: 'predict-table' }, el('tr', {}, ...['', 'size', 'device', 'peak reserved', 'peak allocated', 'first OOM', 'extrapolated share', 'replayed from'].map((x) => el('th', {}, x))));
+    for (const r of runs) {
+      const o = r.p && r.p.oom;
+      t.append(el('tr', { 'data-kind': r.kind, 'data-size': String(r.size), 'data-device': String(r.device), 'data-peak-reserved': r.curve ? String(r.peakRes) : '', 'data-peak-allocated': r.curve ? String(r.peakAlloc) : '' },
+        el('td', {}, r.kind === 'predicted' ? 'prediction' : 'recording'), el('td', { class: 'n' }, String(r.size)), el('td', { class: 'n' }, 'cuda:' + r.device),
+        el('td', { class: 'n' }, r.curve ? bytes(r.peakRes) : r.p ? bytes(r.p.peak_reserved) : '—'), el('td', { class: 'n' }, r.curve ? bytes(r.peakAlloc) : r.p ? bytes(r.p.peak_allocated) : '—'),
+        el('td', {}, r.p ? (o ? `entry ${o.index}: ${bytes(o.requested)}${o.site ? ' at ' + o.site : ''}` : r.p.capacity != null ? 'none (fits)' : 'none (no capacity given)') : ''),
+        el('td', { class: 'n' }, r.p ? pct(r.p.extrapolated_share) : ''), el('td', {}, r.kind === 'predicted' ? `size ${r.template}` : '')));
+    }
+    sec.append(el('h3', {}, 'Peaks'), t);
+    const fits = (P.json && P.json.fits) || [];
+    for (const f of fits) sec.append(el('p', { class: 'note' }, `cuda:${f.device}: ${f.aligned_in_all} of ${f.requests} allocations aligned in every recording (${pct(f.aligned_fraction)}); ${f.unexplained_total} follow no law` + (f.notes.length ? '; ' + f.notes.join('; ') : '')));
+    return sec;
+  }
+
   function build() {
+    if (DATA.predict) {
+      main.textContent = '';
+      document.getElementById('verdict').textContent = 'predictions (a model of the runs, not recordings)';
+      document.getElementById('search').style.display = 'none';
+      detail.textContent = 'Solid: recordings; dashed: predictions. The table under the charts gives each run\u2019s peaks, read from the drawn curves; fragscope predict --json gives the same figures.';
+      main.append(predictView(DATA.predict));
+      redrawAll();
+      return;
+    }
     const nav = document.getElementById('files');
     nav.textContent = '';
     if (DATA.files.length > 1) {
@@ -525,6 +645,37 @@
     for (const P of pts.values()) np += P.length / 2;
     c.points = np;
   }
+  // The segments stacked as the allocations are (layoutAllocs), every embedded one drawn.
+  function layoutSegments(c) {
+    const G = c.segs;
+    if (G.pts) return G;
+    const A = G.A, ev = [];
+    for (const i of G.order) { ev.push([A[i * AL + 3], 1, i]); if (A[i * AL + 4] >= 0) ev.push([A[i * AL + 4], 0, i]); }
+    ev.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    const pts = new Map(), live = [];
+    let total = 0;
+    for (const [s, add, i] of ev) {
+      const size = A[i * AL + 1];
+      if (add) { pts.set(i, [s, total]); live.push(i); total += size; continue; }
+      const p = live.indexOf(i);
+      if (p < 0) continue;
+      live.splice(p, 1);
+      total -= size;
+      for (let q = p; q < live.length; q++) { const P = pts.get(live[q]); P.push(s, P[P.length - 1] - size); }
+    }
+    G.pts = pts; G.drawn = G.order; G.sel = -1;
+    return G;
+  }
+  function livesOffset(G, i, s, states) {
+    const A = G.A, P = G.pts.get(i);
+    const end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : states;
+    if (!P || s < P[0] || s >= end) return null;
+    let off = P[1];
+    for (let k = 2; k < P.length && P[k] <= s; k += 2) off = P[k + 1];
+    return off;
+  }
+  // For the tests: the segments' stacked height at state s (all drawn ones live there).
+  api.segmentsAt = (s) => { const c = S.c, G = layoutSegments(c); let t = 0; for (const i of G.drawn) { if (livesOffset(G, i, s, c.states) != null) t += G.A[i * AL + 1]; } return { bytes: t, drawn: G.n, total: G.total }; };
   // Bottom of drawn allocation i at state s (null when not live there).
   function allocOffset(c, i, s) {
     const A = c.allocs, P = c.pts.get(i);
@@ -535,24 +686,71 @@
     return off;
   }
 
+  // ---------- roles ----------
+  const ROLE_COLOUR = { parameters: '#4f46e5', gradients: '#f59e0b', optimizer_state: '#a855f7', activations: '#14b8a6', temporaries: '#f472b6', inputs: '#84cc16', other: '#78716c' };
+  const ROLE_LABEL = { parameters: 'parameters', gradients: 'gradients', optimizer_state: 'optimizer state', activations: 'activations', temporaries: 'temporaries', inputs: 'inputs', other: 'other' };
+  const roleColour = (r) => ROLE_COLOUR[r] || '#9ca3af';
+  // The analysis' figures of a role (confidence and evidence), null without them.
+  function roleFigures(file, name) {
+    const a = analysisDev(file);
+    return a && a.roles && a.roles.by_role ? a.roles.by_role[name] || null : null;
+  }
+  // Each drawn role's bytes at the allocated peak and its most at any moment, read from
+  // the drawn buckets (the finest level): the bucket holding the allocated peak (the
+  // first with the most allocated) gives "at peak", the buckets' maxima give "max".
+  function roleTotals(c) {
+    const L = c.levels[0], R = c.R;
+    let p = 0;
+    for (let i = 1; i < L.n; i++) if (L.alloc[i] > L.alloc[p]) p = i;
+    return c.roles.map((name, j) => {
+      let max = 0;
+      for (let i = 0; i < L.n; i++) max = Math.max(max, L.rmax[i * R + j]);
+      return { role: name, at_peak: L.n ? L.rat[p * R + j] : 0, max, peak_state: L.amax[p] };
+    });
+  }
+  api.roleTotals = () => (S.c && S.c.R ? roleTotals(S.c) : []);
+  function roleLegend(file, dev, c) {
+    const box = el('div', { id: 'role-legend', class: 'note' });
+    if (!c.R) return box;
+    const a = analysisDev(file);
+    const steps = a && a.roles ? a.roles.steps : '';
+    const t = el('table', { id: 'role-table' }, el('tr', {}, el('th', {}, 'role'), el('th', { class: 'n' }, 'at the allocated peak'), el('th', { class: 'n' }, 'most at any moment'), el('th', { class: 'n' }, 'confidence')));
+    for (const r of roleTotals(c)) {
+      const f = roleFigures(file, r.role);
+      t.append(el('tr', { 'data-role': r.role, 'data-at-peak': String(r.at_peak), 'data-max': String(r.max) },
+        el('td', {}, el('i', { style: `display:inline-block;width:10px;height:10px;margin-right:4px;background:${roleColour(r.role)}` }), ROLE_LABEL[r.role] || r.role),
+        el('td', { class: 'n' }, bytes(r.at_peak)), el('td', { class: 'n' }, bytes(r.max)), el('td', { class: 'n' }, f ? f.confidence.toFixed(2) : '—')));
+    }
+    box.append(t, el('div', {}, 'Tensor bytes (requests) by role, as summary and analyze count them' + (steps ? ` (${steps})` : '') +
+      '; the light band above them is the rest of allocated (blocks\u2019 rounding). Roles are inferred from phases, lifetimes and sizes: click a band for the evidence.'));
+    return box;
+  }
+
   function timelineView(file, dev, c) {
     const sec = el('section', { id: 'timeline' });
     sec.append(el('h2', {}, '1. Active memory over time'));
     const cv = canvas('tl', 300);
     const info = el('span', { id: 'tl-range' });
-    const mode = el('select', { id: 'tl-stack' }, el('option', { value: 'allocation' }, 'allocation'), el('option', { value: 'site' }, 'call site'));
+    const mode = el('select', { id: 'tl-stack' }, el('option', { value: 'allocation' }, 'allocation'), el('option', { value: 'site' }, 'call site'),
+      c.R ? el('option', { value: 'role' }, 'role') : null, c.segs.n ? el('option', { value: 'segment' }, 'segment (reserved)') : null);
+    if ((S.stack === 'role' && !c.R) || (S.stack === 'segment' && !c.segs.n)) S.stack = 'allocation';
     mode.value = S.stack;
+    const roleBox = roleLegend(file, dev, c);
     const nIn = el('input', { type: 'range', min: '0', max: String(c.na), value: String(Math.min(S.n, c.na)), id: 'tl-n', title: 'allocations drawn one by one' });
     const nLabel = el('span', { id: 'tl-n-label' });
     const bands = el('input', { type: 'range', min: '0', max: String(c.k), value: String(S.bands), id: 'tl-bands' });
     const showMode = () => {
-      const byAlloc = S.stack === 'allocation';
-      nIn.style.display = byAlloc ? '' : 'none'; bands.style.display = byAlloc ? 'none' : '';
-      nLabel.textContent = byAlloc ? `largest ${c.N} of ${c.na} allocations drawn` : `${S.bands} of ${c.k} call sites`;
+      const byAlloc = S.stack === 'allocation', byRole = S.stack === 'role';
+      nIn.style.display = byAlloc ? '' : 'none'; bands.style.display = byAlloc || byRole ? 'none' : '';
+      nLabel.textContent = byAlloc ? `largest ${c.N} of ${c.na} allocations drawn` : byRole ? 'tensor bytes by role (at each bucket\u2019s allocated maximum)'
+        : S.stack === 'segment' ? `segments reserved from CUDA, stacked: the largest ${c.segs.n} of ${c.segs.total}` + (c.segs.n < c.segs.total ? ' (the reserved curve counts them all)' : '') : `${S.bands} of ${c.k} call sites`;
+      if (S.stack === 'segment') bands.style.display = 'none';
+      roleBox.style.display = byRole ? '' : 'none';
     };
     mode.addEventListener('change', () => { S.stack = mode.value; showMode(); redrawAll(); });
     nIn.addEventListener('input', () => { S.n = +nIn.value; layoutAllocs(c, S.n); showMode(); redrawAll(); });
     bands.addEventListener('input', () => { S.bands = +bands.value; showMode(); redrawAll(); });
+    api.setStack = (m) => { S.stack = m; mode.value = m; showMode(); redrawAll(); return mode.value; };
     api.setAllocations = (n) => { S.n = n; nIn.value = String(n); layoutAllocs(c, n); showMode(); redrawAll(); return c.N; };
     const colourSel = el('select', { id: 'tl-colour', title: 'colour of the allocations and blocks' }, el('option', { value: 'site' }, 'call site'), el('option', { value: 'allocation' }, 'allocation'));
     colourSel.value = S.colour;
@@ -596,10 +794,36 @@
       'x axis', axis, 'stacked by', mode, 'coloured by', colourSel, nIn, bands, nLabel, info));
     showMode();
     if (c.states === 1) sec.append(el('p', { class: 'note' }, 'No trace was recorded (state only): the timeline has one point, the snapshot itself. Record with torch.cuda.memory._record_memory_history() for the history.'));
-    sec.append(cv);
+    // The minimap: the whole trace, with the window shown, while zoomed in; a click or a
+    // drag on it moves the window there.
+    const mini = canvas('tl-mini', 44);
+    mini.id = 'tl-minimap';
+    mini.title = 'the whole trace (event order); the window shown is outlined: click or drag to move it';
+    const moveTo = (e) => {
+      const r = mini.getBoundingClientRect(), span = S.x1 - S.x0;
+      const s = ((e.clientX - r.left - mini.clientLeft - TL_LEFT) / (mini.clientWidth - TL_LEFT)) * c.states;
+      S.x0 = Math.max(0, Math.min(s - span / 2, c.states - span)); S.x1 = S.x0 + span;
+      redrawTimed();
+    };
+    mini.addEventListener('mousedown', moveTo);
+    mini.addEventListener('mousemove', (e) => { if (e.buttons & 1) moveTo(e); });
+    sec.append(mini, cv, roleBox);
+    // What the filled areas are, for the mode shown (set at each drawing).
+    const restNote = el('span', { id: 'tl-rest-note' });
+    const legendFor = () => {
+      const [swatch, text] = {
+        allocation: ['#cbd5e1', 'the rest of allocated (summarised) · allocations coloured by ' + (S.colour === 'allocation' ? 'allocation' : 'call site')],
+        site: ['#cbd5e1', 'the rest of allocated (outside the call sites drawn) · bands coloured by call site'],
+        role: ['#e2e8f0', 'allocated above the tensors\u2019 requests (rounding) · bands coloured by role (table below)'],
+        segment: [null, 'segments coloured by ' + (S.colour === 'allocation' ? 'segment' : 'the call site that reserved them')],
+      }[S.stack] || [null, ''];
+      restNote.textContent = '';
+      if (swatch) restNote.append(el('i', { style: `background:${swatch}` }));
+      restNote.append(text);
+    };
     sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated',
-      el('i', { style: 'background:var(--req)' }), 'requested', el('i', { style: 'background:#cbd5e1' }), 'the rest of allocated (summarised)',
-      ' · allocations and bands coloured by call site · wheel: zoom, drag: pan, click: an allocation\u2019s stack · ',
+      el('i', { style: 'background:var(--req)' }), 'requested', restNote,
+      ' · wheel: zoom, drag: pan, click: what is there and its stack · ',
       `${c.states - 1} events, finest level ${c.levels[0].n} buckets (max of each)` + (c.clock && !c.clock.exact ? '; wall clock interpolated inside buckets' : '')));
     let drag = null;
     cv.addEventListener('wheel', (e) => { e.preventDefault(); const r = cv.getBoundingClientRect(); zoomBy(e.deltaY < 0 ? 0.7 : 1 / 0.7, stateAt(e.clientX - r.left - cv.clientLeft - TL_LEFT, cv.clientWidth - TL_LEFT)); }, { passive: false });
@@ -626,7 +850,7 @@
       const r = cv.getBoundingClientRect();
       timelineClick(file, dev, c, e.clientX - r.left - cv.clientLeft, e.clientY - r.top - cv.clientTop, cv.clientWidth, cv.clientHeight);
     });
-    views.timeline = () => drawTimeline(file, dev, c, cv, info);
+    views.timeline = () => { drawTimeline(file, dev, c, cv, info); drawMinimap(c, mini); legendFor(); };
     return sec;
   }
   const TL_TOP = 16, TL_BOTTOM = 18, TL_LEFT = 64, PHASE_ROWS = 4;
@@ -741,6 +965,54 @@
       }
       g.globalAlpha = 1;
       cv.dataset.allocsShown = String(shown);
+    } else if (S.stack === 'segment') {
+      // Each segment (or mapped range of an expandable one) one polygon over its life, as
+      // memory_viz's Active Cached Segment Timeline stacks them.
+      const G = layoutSegments(c), A = G.A;
+      let shown = 0;
+      for (const i of G.drawn) {
+        const a = A[i * AL + 3], end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states;
+        if (end < S.x0 || a > S.x1) continue;
+        const P = G.pts.get(i), size = A[i * AL + 1];
+        g.fillStyle = S.colour === 'allocation' ? color(Math.abs(Math.round(A[i * AL] / 512) * 31 + a) % 9973) : color(A[i * AL + 5]);
+        g.globalAlpha = S.highlight && !S.highlight.has(A[i * AL + 5]) ? 0.2 : 1;
+        shown++;
+        for (let q = 0; q < P.length; q += 2) {
+          const sb = q + 2 < P.length ? P[q + 2] : end;
+          if (sb < S.x0 || P[q] > S.x1) continue;
+          const xa = Math.max(TL_LEFT, X(P[q])), xb = Math.min(w, X(sb)), off = P[q + 1];
+          g.fillRect(xa, Y(off + size), Math.max(0.7, xb - xa), Math.max(0.5, Y(off) - Y(off + size)));
+        }
+        if (i === G.sel) {
+          g.globalAlpha = 1; g.strokeStyle = '#111'; g.lineWidth = 1.5;
+          for (let q = 0; q < P.length; q += 2) {
+            const sb = q + 2 < P.length ? P[q + 2] : end, off = P[q + 1];
+            g.strokeRect(Math.max(TL_LEFT, X(P[q])), Y(off + size), Math.max(1, Math.min(w, X(sb)) - Math.max(TL_LEFT, X(P[q]))), Math.max(1, Y(off) - Y(off + size)));
+          }
+        }
+      }
+      g.globalAlpha = 1;
+      cv.dataset.segmentsShown = String(shown);
+    } else if (S.stack === 'role') {
+      // Stacked roles (tensor bytes at the bucket's allocated maximum), then the rest of
+      // allocated there (blocks' rounding above their requests).
+      const R = c.R;
+      for (let i = i0; i <= i1; i++) {
+        const xa = Math.floor(Math.max(TL_LEFT, X(lv.first[i]))), xb = Math.ceil(Math.min(w, X(next(i))));
+        const bw = Math.max(1, xb - xa);
+        let base = 0;
+        for (let j = 0; j < R; j++) {
+          const v = lv.rat[i * R + j];
+          if (v <= 0) continue;
+          g.globalAlpha = S.highlightRole != null && S.highlightRole !== j ? 0.25 : 1;
+          g.fillStyle = roleColour(c.roles[j]);
+          g.fillRect(xa, Y(base + v), bw, Y(base) - Y(base + v));
+          base += v;
+        }
+        g.globalAlpha = 1;
+        const rest = lv.alloc[i] - base;
+        if (rest > 0) { g.fillStyle = '#e2e8f0'; g.fillRect(xa, Y(base + rest), bw, Y(base) - Y(base + rest)); }
+      }
     } else {
       // Stacked call-site bands, then the rest of allocated.
       for (let i = i0; i <= i1; i++) {
@@ -804,9 +1076,40 @@
     axes(g, w, h, ph, ymax, c, lv, pw);
     info.textContent = `events ${Math.floor(S.x0)}–${Math.ceil(S.x1) - 1}`;
     cv.dataset.x0 = S.x0; cv.dataset.x1 = S.x1; cv.dataset.buckets = i1 - i0 + 1;
-    cv.dataset.level = c.levels.indexOf(lv); cv.dataset.axis = timeAxis() ? 'time' : 'events';
+    cv.dataset.level = c.levels.indexOf(lv); cv.dataset.axis = timeAxis() ? 'time' : 'events'; cv.dataset.ymax = String(ymax);
     cv.dataset.peakReserved = Math.max(...Array.from(c.levels[c.levels.length - 1].res));
     cv.dataset.peakAllocated = Math.max(...Array.from(c.levels[c.levels.length - 1].alloc));
+  }
+  // The whole trace at the level that fits the minimap's width: reserved and allocated,
+  // and the window the timeline shows.
+  function drawMinimap(c, mini) {
+    const zoomed = S.x0 > 0 || S.x1 < c.states;
+    mini.style.display = zoomed ? '' : 'none';
+    mini.dataset.zoomed = zoomed ? '1' : '0';
+    if (!zoomed) return;
+    const { g, w, h } = ctxOf(mini);
+    const pw = w - TL_LEFT;
+    let L = 0;
+    while (L < c.levels.length - 1 && c.levels[L].n > pw) L++;
+    const lv = c.levels[L];
+    let ymax = 1;
+    for (let i = 0; i < lv.n; i++) ymax = Math.max(ymax, lv.res[i], lv.alloc[i]);
+    const X = (s) => TL_LEFT + (s / c.states) * pw, Y = (v) => h - 2 - (v / ymax) * (h - 6);
+    for (const [arr, col] of [[lv.res, '#ef4444'], [lv.alloc, '#1d4ed8']]) {
+      g.strokeStyle = col; g.lineWidth = 1; g.beginPath();
+      for (let i = 0; i < lv.n; i++) {
+        const xa = X(lv.first[i]), xb = X(i + 1 < lv.n ? lv.first[i + 1] : c.states);
+        if (i === 0) g.moveTo(xa, Y(arr[i])); else g.lineTo(xa, Y(arr[i]));
+        g.lineTo(xb, Y(arr[i]));
+      }
+      g.stroke();
+    }
+    const a = X(S.x0), b = Math.max(a + 2, X(S.x1));
+    g.fillStyle = 'rgba(100,116,139,0.18)';
+    g.fillRect(TL_LEFT, 0, a - TL_LEFT, h); g.fillRect(b, 0, w - b, h);
+    g.strokeStyle = '#111'; g.lineWidth = 1.5; g.strokeRect(a, 1, b - a, h - 2);
+    g.fillStyle = '#667085'; g.font = '10px sans-serif'; g.fillText('whole trace', 2, 12);
+    mini.dataset.x0 = String(S.x0); mini.dataset.x1 = String(S.x1); mini.dataset.boxX = String(a); mini.dataset.boxW = String(b - a);
   }
   function axes(g, w, h, ph, ymax, c, lv, pw) {
     g.fillStyle = '#667085'; g.strokeStyle = '#e4e7ec'; g.font = '10px sans-serif'; g.lineWidth = 1;
@@ -856,6 +1159,49 @@
       redrawAll();
       detail.textContent = '';
       detail.append(head, el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Grey band: allocations smaller than the drawn ones (raise the number drawn to see them one by one).' : 'Click an allocation for its stack.'));
+      return;
+    }
+    if (S.stack === 'segment') {
+      const G = layoutSegments(c), A = G.A;
+      let hit = -1;
+      for (const i of G.drawn) {
+        const off = livesOffset(G, i, s, c.states);
+        if (off != null && v >= off && v < off + A[i * AL + 1]) { hit = i; break; }
+      }
+      G.sel = hit;
+      detail.textContent = '';
+      detail.append(head);
+      if (hit < 0) { S.highlight = null; redrawAll(); detail.append(el('p', { class: 'note' }, 'Click a segment for its address, life and stack.')); return; }
+      const o = hit * AL, si = A[o + 5];
+      S.highlight = new Set([si]);
+      redrawAll();
+      const made = A[o + 3] > 0 ? `reserved at event ${A[o + 3] - 1}` : 'reserved before the trace';
+      const gone = A[o + 4] >= 0 ? `released at event ${A[o + 4] - 1}` : 'still reserved at the end';
+      showStack(file, si, `Segment ${hex(A[o])}: ${bytes(A[o + 1])}, ${made}, ${gone}`, head);
+      detail.append(el('div', { id: 'segment-info', class: 'note', 'data-addr': String(A[o]), 'data-size': String(A[o + 1]) }, 'The stack that reserved it (cudaMalloc or, for an expandable segment, the mapping).'));
+      return;
+    }
+    if (S.stack === 'role') {
+      let base = 0, hit = -1;
+      for (let j = 0; j < c.R; j++) {
+        const b = lv.rat[lo * c.R + j];
+        if (v >= base && v < base + b) { hit = j; break; }
+        base += b;
+      }
+      S.highlightRole = hit >= 0 ? hit : null;
+      redrawAll();
+      detail.textContent = '';
+      detail.append(head);
+      if (hit < 0) { detail.append(el('p', { class: 'note' }, v < lv.alloc[lo] ? 'Light band: allocated bytes above the tensors\u2019 requests (block rounding).' : 'Click a coloured band for its role.')); return; }
+      const name = c.roles[hit], rb = roleFigures(file, name);
+      detail.append(el('div', { id: 'role-info', 'data-role': name }, el('b', {}, ROLE_LABEL[name] || name), `: ${bytes(lv.rat[lo * c.R + hit])} here (at this bucket\u2019s allocated maximum), at most ${bytes(lv.rmax[lo * c.R + hit])} in it`));
+      if (rb) {
+        detail.append(el('p', { class: 'note' }, `confidence ${rb.confidence.toFixed(2)}; what decided it:`));
+        const t = el('table', {}, el('tr', {}, el('th', {}, 'evidence'), el('th', { class: 'n' }, 'blocks'), el('th', { class: 'n' }, 'conf')));
+        for (const e of rb.evidence) t.append(el('tr', {}, el('td', {}, e.evidence), el('td', { class: 'n' }, String(e.blocks)), el('td', { class: 'n' }, e.confidence.toFixed(2))));
+        detail.append(t);
+      }
+      detail.append(el('button', { onclick: () => { S.highlightRole = null; redrawAll(); } }, 'clear highlight'));
       return;
     }
     let base = 0, hit = null;
@@ -1487,7 +1833,8 @@
   document.addEventListener('keydown', (e) => { if (keyStep) keyStep(e); });
   api.select = (file, dev) => { choose(file, dev); };
   api.selected = () => ({ file: S.file, dev: S.dev, device: DATA.files[S.file].devices[S.dev] ? DATA.files[S.file].devices[S.dev].device : null,
-    highlight: S.highlight ? S.highlight.size : 0, hits: S.hits.length, sel: S.sel, detail: detail.textContent, search: document.getElementById('search').value });
+    highlight: S.highlight ? S.highlight.size : 0, hits: S.hits.length, sel: S.sel, detail: detail.textContent, search: document.getElementById('search').value,
+    role: S.highlightRole, segment: S.c && S.c.segs && S.c.segs.pts ? S.c.segs.sel : -1, stack: S.stack });
   api.allFiles = () => DATA.files;
   api.devices = () => DATA.files.map((f) => f.devices.map((d) => ({ device: d.device, moments: d.moments.length, events: d.events,
     exact: !!(d.state_ops && d.state_ops.exact), first: d.state_ops ? d.state_ops.first : 0, allocations: d.allocations.length ? decodeDevice(d).na : 0 })));

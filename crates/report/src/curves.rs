@@ -104,6 +104,16 @@ pub struct CurvesWalk {
 }
 
 impl CurvesWalk {
+    /// The state of each bucket where allocated is highest ([`Curves::amax`]).
+    pub fn amax(&self) -> &[usize] {
+        &self.amax
+    }
+
+    /// Trace states in all (events + 1).
+    pub fn states(&self) -> usize {
+        self.states
+    }
+
     /// The curves, with the figures read from the trace and the drawn sites' live bytes
     /// at each bucket's allocated maximum (from `lives`, the lives of the walk that made
     /// this), and those sites.

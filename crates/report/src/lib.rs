@@ -27,6 +27,9 @@ pub mod curves;
 pub mod encode;
 pub mod initial;
 pub mod leakcurves;
+pub mod predict;
+pub mod rolecurves;
+pub mod segments;
 pub mod state;
 pub mod whatif;
 
@@ -292,6 +295,12 @@ pub struct DeviceData {
     pub leaks: Vec<leakcurves::LeakCurve>,
     /// The trace entries of the event list ([`event_windows`]).
     pub event_list: Vec<EventWindow>,
+    /// The timeline stacked by role ([`rolecurves`]); `None` without a trace.
+    pub roles: Option<rolecurves::RoleCurves>,
+    /// The largest segments over their lives (the segment timeline, [`segments`]), as
+    /// `allocations` is encoded; `segment_count` of them in all.
+    pub segments: String,
+    pub segment_count: usize,
 }
 
 /// One file of the report.
@@ -377,7 +386,9 @@ pub fn file_data_shared(
                     devices_scanned.iter().map(|&d| (d, TraceScan::new(snap, d, opts))).collect();
                 // Received below, unless that thread has already failed.
                 let _ = scan_tx.lock().expect("scan channel").send(scans);
-                let _ = summary_slot.set(summary::summarize(snap));
+                // Without its roles: analyze's are the same figures over the same block
+                // lives (set below), and a second walk of the trace for them is spared.
+                let _ = summary_slot.set(summary::summarize_with(snap, false));
             };
             analyze::analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
         });
@@ -416,14 +427,38 @@ pub fn file_data_shared(
         (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
     // The analysis runs `beside` exactly once.
-    let sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize(snap));
+    let mut sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize_with(snap, false));
+    // The summary's roles are analyze's (as `summary` computes them: without the live set
+    // at the OOM, which only `analyze` gives), for every device with a trace.
+    for s in &mut sum.devices {
+        if let Some(a) = ana.devices.iter().find(|a| a.device == s.device).filter(|_| !snap.trace(s.device).is_empty())
+        {
+            s.roles = Some(fragscope_analysis::roles::DeviceRoles { at_oom: None, ..a.roles.clone() });
+        }
+    }
     let mut devices = Vec::new();
-    for (d, curves, allocations, initial_allocations, requests, phases, (marks, state, event_list)) in drawn {
+    for (
+        d,
+        curves,
+        allocations,
+        initial_allocations,
+        requests,
+        phases,
+        (marks, state, event_list, ((states, amax), segs)),
+    ) in drawn
+    {
         // The state view was built with the peaks of the walk the analysis took its
         // timeline from, and the trace's OOM entry: the analysis' own.
         debug_assert_eq!(Some(marks), state::Marks::of(snap, d, &ana), "device {d}");
         let (moments, moments_note, state_ops) = state;
         let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana, &lives_of[&d]);
+        // The roles of the analysis' blocks, over the same lives, in the curves' buckets.
+        let roles = ana
+            .devices
+            .iter()
+            .find(|a| a.device == d)
+            .filter(|_| states > 1)
+            .map(|a| rolecurves::role_buckets(snap, &lives_of[&d], &a.block_roles, states, &amax).encode());
         devices.push(DeviceData {
             device: d,
             events: snap.trace(d).len(),
@@ -439,6 +474,9 @@ pub fn file_data_shared(
             leak_boundaries,
             leaks,
             event_list,
+            roles,
+            segments: segs.0,
+            segment_count: segs.1,
         });
     }
     let budget_note = {
@@ -477,8 +515,15 @@ struct Part {
 type Walked = (curves::CurvesWalk, state::Marks);
 
 /// What [`file_data`] draws of a device before its analysis is done.
-type Drawn =
-    (i64, curves::Curves, String, String, String, Vec<Phase>, (state::Marks, state::StateView, Vec<EventWindow>));
+type Drawn = (
+    i64,
+    curves::Curves,
+    String,
+    String,
+    String,
+    Vec<Phase>,
+    (state::Marks, state::StateView, Vec<EventWindow>, ((usize, Vec<usize>), (String, usize))),
+);
 
 /// The curves, the largest allocations and the state view of every device, with page
 /// stack indices given in a fixed order (each device's curve sites, its largest
@@ -496,19 +541,21 @@ fn draw(
         .into_iter()
         .map(|Part { device: d, largest, scan }| {
             let (c, marks) = walked.remove(&d).expect("every device is walked before it is drawn");
+            let amax = (c.states(), c.amax().to_vec());
             let (c, sites) = c.finish(&lives_of[&d], scan.buckets);
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, largest, table);
             let initial = scan.initial.encode(snap, table);
-            (d, curves, allocations, initial, scan.requests, scan.phases, marks)
+            let segs = segments::encode(snap, d, segments::segment_lives(snap, d), opts.top_allocations, table);
+            (d, curves, allocations, initial, scan.requests, scan.phases, marks, (amax, segs))
         })
         .collect();
     drawn
         .into_iter()
-        .map(|(d, curves, allocations, initial, requests, phases, marks)| {
+        .map(|(d, curves, allocations, initial, requests, phases, marks, amax)| {
             let view = state::moments_at(snap, d, Some(marks), opts, table);
             let events = event_windows(snap, d, Some(marks), opts, table);
-            (d, curves, allocations, initial, requests, phases, (marks, view, events))
+            (d, curves, allocations, initial, requests, phases, (marks, view, events, amax))
         })
         .collect()
 }
@@ -732,21 +779,38 @@ pub fn render(files: &[FileData]) -> String {
 /// [`render`], with the comparison of two runs (`fragscope diff`'s result, A = the first
 /// file, B = the second) drawn beside the files.
 pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_analysis::diff::Diff>) -> String {
+    let title = match files {
+        [one] if one.example => "fragscope report: built-in example".to_string(),
+        [one] => format!("fragscope report: {}", one.name),
+        many => format!("fragscope report: {} files", many.len()),
+    };
+    page_html(&title, files, diff, None)
+}
+
+/// The page of `fragscope predict --report`: the recorded and predicted curves
+/// ([`predict`]).
+pub fn render_predict(p: &predict::PredictPage) -> String {
+    page_html("fragscope predict: recorded and predicted memory", &[], None, Some(p))
+}
+
+fn page_html(
+    title: &str,
+    files: &[FileData],
+    diff: Option<&fragscope_analysis::diff::Diff>,
+    predict: Option<&predict::PredictPage>,
+) -> String {
     #[derive(Serialize)]
     struct Page<'a> {
         schema: &'static str,
         version: &'static str,
         files: &'a [FileData],
         diff: Option<&'a fragscope_analysis::diff::Diff>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        predict: Option<&'a predict::PredictPage>,
     }
-    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff };
+    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff, predict };
     let json = serde_json::to_string(&page).unwrap_or_else(|_| "{}".into());
-    let title = match files {
-        [one] if one.example => "fragscope report: built-in example".to_string(),
-        [one] => format!("fragscope report: {}", one.name),
-        many => format!("fragscope report: {} files", many.len()),
-    };
-    fill_template(TEMPLATE, &html_escape(&title), CSS, &JS.replace("</script", "<\\/script"), &script_data(&json))
+    fill_template(TEMPLATE, &html_escape(title), CSS, &JS.replace("</script", "<\\/script"), &script_data(&json))
 }
 
 /// The page from its template, each `{{NAME}}` replaced once, in one pass over the

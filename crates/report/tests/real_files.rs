@@ -24,6 +24,60 @@ fn f64s(b64: &str) -> Vec<f64> {
     bytes.chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
+/// The timeline stacked by role against `summary`'s `roles.by_role`, figure for figure, read
+/// from the page's buckets as the page reads them: `at_peak` the roles at the finest
+/// bucket with the most allocated (its allocated maximum), `max` the largest of the
+/// buckets' maxima; a role the page leaves out held nothing.
+fn check_roles(what: &str, d: &fragscope_report::DeviceData, want: Option<&fragscope_analysis::roles::DeviceRoles>) {
+    let (Some(r), Some(want)) = (&d.roles, want) else {
+        assert!(
+            d.roles.is_none() && want.is_none(),
+            "{what}: roles on the page and in summary disagree on being there"
+        );
+        return;
+    };
+    let alloc = f64s(&d.curves.allocated);
+    let amax = f64s(&d.curves.amax);
+    let (at, mx) = (f64s(&r.at_amax), f64s(&r.max));
+    let k = r.roles.len();
+    let n = alloc.len();
+    assert_eq!(at.len(), n * k, "{what}: role buckets");
+    let p = (1..n).fold(0, |p, i| if alloc[i] > alloc[p] { i } else { p });
+    assert_eq!(amax[p] as usize, want.peak_state, "{what}: the page's allocated peak is the roles' peak state");
+    for (name, b) in &want.by_role {
+        match r.roles.iter().position(|x| x == name) {
+            Some(j) => {
+                assert_eq!(at[p * k + j] as u64, b.at_peak, "{what}: {name} at the peak");
+                let m = (0..n).map(|i| mx[i * k + j]).fold(0.0f64, f64::max);
+                assert_eq!(m as u64, b.max, "{what}: {name} max");
+            }
+            None => assert_eq!(b.max, 0, "{what}: {name} held bytes but is not drawn"),
+        }
+    }
+}
+
+/// The role bands on the grids with training steps (parameters, gradients and Adam's
+/// state known), where every role is drawn, at the default budget and at a small one.
+#[test]
+fn roles_on_the_timeline_match_summary_on_training_grids() {
+    for name in ["niu-train3-ctx100-fp32.pickle", "niu-train3-ctx200-fp32.pickle"] {
+        let Some(path) = fragscope_testdata::grid_file(name) else { continue };
+        let snap = fragscope_snapshot::read_path(&path).unwrap();
+        let sum = summarize(&snap);
+        for buckets in [8192, 700, 64] {
+            let data = file_data(name, false, &snap, &ReportOptions { buckets, ..ReportOptions::default() });
+            for d in &data.devices {
+                let s = sum.devices.iter().find(|x| x.device == d.device).unwrap();
+                let r = d.roles.as_ref().expect("a trace: roles drawn");
+                for role in ["parameters", "gradients", "optimizer_state"] {
+                    assert!(r.roles.contains(&role), "{name}: {role} drawn");
+                }
+                check_roles(&format!("{name}, {buckets} buckets"), d, s.roles.as_ref());
+            }
+        }
+    }
+}
+
 #[test]
 fn report_data_agrees_with_summary_and_analyze() {
     let files = fragscope_testdata::real_pickles();
@@ -47,6 +101,16 @@ fn report_data_agrees_with_summary_and_analyze() {
                 assert_eq!(reserved as u64, s.all.reserved_bytes, "{}: reserved at the end", path.display());
                 assert_eq!(allocated as u64, s.all.allocated_bytes, "{}: allocated at the end", path.display());
             }
+            let s = sum.devices.iter().find(|x| x.device == d.device).unwrap();
+            check_roles(&path.display().to_string(), d, s.roles.as_ref());
+            // The page's summary takes its roles from analyze: as `summary` gives them.
+            let page = data.summary["devices"].as_array().unwrap().iter().find(|x| x["device"] == d.device).unwrap();
+            assert_eq!(
+                page["roles"],
+                serde_json::to_value(&s.roles).unwrap(),
+                "{}: the page's summary roles",
+                path.display()
+            );
         }
         let html = render(&[data]);
         assert!(!html.contains("{{"), "{}: a placeholder was left", path.display());
@@ -60,4 +124,40 @@ fn report_data_agrees_with_summary_and_analyze() {
     if files.is_empty() {
         eprintln!("note: no real pickles; nothing checked");
     }
+}
+
+/// The segment timeline's lives add up, at every state of every real file, to the reserved
+/// bytes of `analyze`'s timeline (where the timeline reads them from the segments).
+#[test]
+fn segment_lives_add_up_to_the_reserved_curve() {
+    use fragscope_analysis::timeline::{timeline_walk, TimelineOptions};
+    let files = fragscope_testdata::real_pickles();
+    let mut checked = 0;
+    for path in &files {
+        let snap = fragscope_snapshot::read_path(path).unwrap();
+        for d in snap.devices() {
+            let mut reserved = Vec::new();
+            let tl =
+                timeline_walk(&snap, d, &TimelineOptions { points: 1 }, |_, _| {}, |_, l| reserved.push(l.reserved));
+            if tl.reserved_source != "segments" {
+                continue;
+            }
+            let lives = fragscope_report::segments::segment_lives(&snap, d);
+            // Sweep: +size at start, −size at end.
+            let mut delta = vec![0i128; reserved.len() + 1];
+            for l in &lives {
+                delta[l.start.min(reserved.len())] += l.size as i128;
+                if l.end != usize::MAX {
+                    delta[l.end.min(reserved.len())] -= l.size as i128;
+                }
+            }
+            let mut cur = 0i128;
+            for (s, &r) in reserved.iter().enumerate() {
+                cur += delta[s];
+                assert_eq!(cur, r as i128, "{} cuda:{d}: reserved at state {s}", path.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= fragscope_testdata::min_files(30), "{checked} devices checked");
 }

@@ -394,6 +394,11 @@ impl<'a> Program<'a> {
         })
     }
 
+    /// Entries of the template's trace (the entries [`Program::predict_observed`] reports).
+    pub fn template_entries(&self) -> usize {
+        self.template.trace(self.device).len()
+    }
+
     /// The requested size of each template request at `at` (None: vanishes there).
     pub fn sizes_at(&self, at: u64) -> Vec<Option<u64>> {
         self.fits.iter().map(|f| f.at(at)).collect()
@@ -402,6 +407,20 @@ impl<'a> Program<'a> {
     /// Synthesise the trace at size `at` and replay it under `cfg` on a device of
     /// `capacity` bytes (`None`: unlimited).
     pub fn predict(&self, at: u64, cfg: &AllocatorConfig, capacity: Option<u64>) -> Prediction {
+        self.predict_observed(at, cfg, capacity, |_, _| {})
+    }
+
+    /// [`Program::predict`], calling `observe(i, levels)` after each entry `i` of the
+    /// template's trace from the first request on (the peaks count from there), with the
+    /// replay's reserved and allocated bytes then and their peaks so far (`[reserved,
+    /// allocated, peak reserved, peak allocated]`): the predicted curves the report draws.
+    pub fn predict_observed(
+        &self,
+        at: u64,
+        cfg: &AllocatorConfig,
+        capacity: Option<u64>,
+        mut observe: impl FnMut(usize, [u64; 4]),
+    ) -> Prediction {
         let snap = self.template;
         let device = self.device;
         let trace = snap.trace(device);
@@ -440,7 +459,16 @@ impl<'a> Program<'a> {
         let mut oom: Option<PredictedOom> = None;
         let mut vanished = 0u64;
         let mut q = 0usize; // next template request
+        let levels = |eng: &CachingAllocator<SimulatedDevice>| {
+            let st = eng.stats();
+            let (r, a) = (st.reserved_bytes.all(), st.allocated_bytes.all());
+            [r.current, a.current, r.peak, a.peak].map(|x| x.max(0) as u64)
+        };
         for (i, ev) in trace.iter().enumerate() {
+            // The entry before this one is done (entries end early with `continue`).
+            if started {
+                observe(i - 1, levels(&eng));
+            }
             while ec.peek().is_some_and(|&k| k <= i) {
                 ec.next();
                 eng.empty_cache();
@@ -517,6 +545,9 @@ impl<'a> Program<'a> {
                 }
                 _ => {}
             }
+        }
+        if started {
+            observe(trace.len() - 1, levels(&eng));
         }
         if vanished > 0 {
             notes.push(format!("{vanished} request(s) whose fitted size reaches zero at size {at} left out"));

@@ -51,6 +51,10 @@ pub struct Args {
     /// Print JSON (schema `fragscope.predict/1`) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also write an HTML page (self-contained, like `report`) drawing each recording's
+    /// reserved and allocated curves beside the predicted ones.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
 }
 
 pub const SCHEMA: &str = "fragscope.predict/1";
@@ -281,9 +285,66 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let names: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
     let refs: Vec<&Snapshot> = snaps.iter().collect();
     let out = evaluate(&names, &refs, &req)?;
-    let text = if args.json { json(&out)? } else { render_text(&out, args.capacity.as_deref()) };
+    let json_text = json(&out)?;
+    if let Some(path) = &args.report {
+        let html = fragscope_report::render_predict(&report_page(&out, &refs, &json_text)?);
+        super::report::write_atomically(path, html.as_bytes())?;
+        eprintln!("wrote {} ({} bytes)", path.display(), html.len());
+    }
+    let text = if args.json { json_text } else { render_text(&out, args.capacity.as_deref()) };
     print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The page of `--report`: each recording's curves (every device predicted) and each
+/// prediction's, replayed again with its curve observed (the same replay: its peaks are
+/// the `--json` figures), within the page's curve budget
+/// ([`fragscope_report::predict::MAX_CURVES`]).
+pub fn report_page(
+    out: &Outcome,
+    snaps: &[&Snapshot],
+    json_text: &str,
+) -> Result<fragscope_report::predict::PredictPage, CliError> {
+    use fragscope_report::predict::{
+        buckets_each, recorded_curve, PredictPage, Predicted, PredictedCurve, Recorded, MAX_CURVES,
+    };
+    let doc: serde_json::Value = serde_json::from_str(json_text).map_err(|e| CliError::usage(e.to_string()))?;
+    let wanted = out.programs.len() * snaps.len() + out.predictions.len();
+    let buckets = buckets_each(wanted);
+    let mut drawn = 0usize;
+    let mut take = || {
+        drawn += 1;
+        drawn <= MAX_CURVES
+    };
+    let mut recorded = Vec::new();
+    for p in &out.programs {
+        for ((snap, name), &size) in snaps.iter().zip(&out.names).zip(&out.sizes) {
+            let curve = take().then(|| recorded_curve(snap, p.device, buckets));
+            recorded.push(Recorded { file: name.clone(), size, device: p.device, curve });
+        }
+    }
+    let mut predicted = Vec::new();
+    for (i, (pred, k)) in out.predictions.iter().enumerate() {
+        let prog = &out.programs[*k];
+        let curve = if take() {
+            let cfg = fragscope_alloc::parse_config(&pred.config).map_err(|e| CliError::usage(e.to_string()))?;
+            let mut c = PredictedCurve::new(prog.template_entries(), buckets);
+            let again = prog.predict_observed(pred.at, &cfg, pred.capacity, |i, l| c.observe(i, l));
+            debug_assert_eq!((again.peak_reserved, again.peak_allocated), (pred.peak_reserved, pred.peak_allocated));
+            Some(c.finish())
+        } else {
+            None
+        };
+        predicted.push(Predicted {
+            prediction: doc["predictions"][i].clone(),
+            template_size: prog.template_size,
+            curve,
+        });
+    }
+    let note = (wanted > MAX_CURVES).then(|| {
+        format!("{MAX_CURVES} of the {wanted} curves are drawn (the page's size budget); the others are in the tables")
+    });
+    Ok(PredictPage { json: doc, recorded, predicted, note })
 }
 
 fn conf_label(c: &str) -> String {

@@ -93,7 +93,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it over `path`, so a
 /// failed run never leaves a partial report behind.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

@@ -1,0 +1,193 @@
+//! The timeline stacked by role: the tensor bytes each role held
+//! ([`fragscope_analysis::roles`]: parameters, gradients, optimizer state, activations,
+//! temporaries, inputs, other) in the curves' buckets.
+//!
+//! Each bucket gets two figures per role: the bytes at the bucket's allocated maximum
+//! (the state [`crate::curves::Curves::amax`] names, so the stacked bands of one bucket
+//! are one moment of the trace and never add up to more than was allocated then), and
+//! the most the role held at any state of the bucket (so that no role's maximum is lost
+//! at any zoom). Over the whole trace these are `summary`'s and `analyze`'s
+//! `roles.by_role` figures: `at_peak` the bands of the bucket holding the allocated
+//! peak, `max` the largest per-bucket maximum. The bytes are counted as
+//! [`fragscope_analysis::roles::summarize`] counts them: tensor bytes (requests), an
+//! out-of-place update counted as a temporary until the block it replaces is freed.
+
+use fragscope_analysis::lives::{BlockLives, LIVE_AT_END};
+use fragscope_analysis::roles::{Role, Roles};
+use fragscope_snapshot::Snapshot;
+use serde::Serialize;
+
+use crate::encode;
+
+/// Role bytes of one device in the curves' buckets; arrays are base64 `Float64Array`s
+/// of `n × roles.len()` values, bucket-major.
+#[derive(Serialize)]
+pub struct RoleCurves {
+    /// The roles drawn (those that held bytes at some moment), in [`Role::ALL`]'s order,
+    /// by their `--json` names.
+    pub roles: Vec<&'static str>,
+    /// Bytes of each role at the bucket's allocated maximum.
+    pub at_amax: String,
+    /// The most bytes each role held at any state of the bucket.
+    pub max: String,
+}
+
+/// The values of [`RoleCurves`] before encoding: `at_amax[b][k]`, `max[b][k]` with `k`
+/// indexing [`Role::ALL`].
+pub struct RoleBuckets {
+    pub at_amax: Vec<[u64; 7]>,
+    pub max: Vec<[u64; 7]>,
+}
+
+/// Role bytes in buckets of the trace's states: `states` states (events + 1) in
+/// `amax.len()` buckets split as the curves split them (state `s` in bucket
+/// `s * n / states`), `amax[b]` the state read for bucket `b`'s stack.
+///
+/// One sweep over the states where a block is made, freed or changes role (as
+/// [`fragscope_analysis::roles::summarize`] sweeps them); between two of them every
+/// role's bytes are constant, so each run of states updates the buckets it covers.
+pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: usize, amax: &[usize]) -> RoleBuckets {
+    let n = amax.len();
+    let trace = snap.trace(lives.device);
+    let temp = Role::Temporaries as usize;
+    let mut cur = [0i64; 7];
+    // (state, role left, role entered or 7 for none, request)
+    let mut events: Vec<(usize, u8, u8, u64)> = Vec::with_capacity(lives.traced.len() + lives.seeded.len());
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        cur[r.role as usize] += b.request as i64;
+        if b.end != LIVE_AT_END {
+            events.push((b.end + 1, r.role as u8, 7, b.request));
+        }
+    }
+    for (i, (l, r)) in lives.traced.iter().zip(&roles.traced).enumerate() {
+        let q = trace[l.alloc].size;
+        if let Some(&f) = roles.from_state.get(&i) {
+            events.push((f, temp as u8, r.role as u8, q));
+        }
+        if l.end != LIVE_AT_END {
+            events.push((l.end + 1, r.role as u8, 7, q));
+        }
+    }
+    events.sort_unstable_by_key(|e| e.0);
+    let mut out = RoleBuckets { at_amax: vec![[0; 7]; n], max: vec![[0; 7]; n] };
+    if n == 0 {
+        return out;
+    }
+    let bucket = |s: usize| ((s as u128 * n as u128) / states.max(1) as u128).min(n as u128 - 1) as usize;
+    let clamp = |v: &[i64; 7]| -> [u64; 7] { std::array::from_fn(|k| v[k].max(0) as u64) };
+    // The states [from, to) hold `v`: every bucket they cover takes its maximum, and a
+    // bucket whose allocated maximum lies among them takes them as its stack.
+    let mut run = |from: usize, to: usize, v: &[i64; 7]| {
+        if from >= to || from >= states {
+            return;
+        }
+        let v = clamp(v);
+        let (b0, b1) = (bucket(from), bucket(to.min(states) - 1));
+        for b in b0..=b1 {
+            for k in 0..7 {
+                out.max[b][k] = out.max[b][k].max(v[k]);
+            }
+            if (from..to).contains(&amax[b]) {
+                out.at_amax[b] = v;
+            }
+        }
+    };
+    let (mut a, mut e, mut from) = (0usize, 0usize, 0usize);
+    loop {
+        let next_a = lives.traced.get(a).map(|l| l.alloc + 1);
+        let next_e = events.get(e).map(|x| x.0);
+        let s = match (next_a, next_e) {
+            (None, None) => break,
+            (Some(x), Some(y)) => x.min(y),
+            (Some(x), None) => x,
+            (None, Some(y)) => y,
+        };
+        run(from, s, &cur);
+        while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+            let l = &lives.traced[a];
+            let role = if roles.from_state.contains_key(&a) { temp } else { roles.traced[a].role as usize };
+            cur[role] += trace[l.alloc].size as i64;
+            a += 1;
+        }
+        while e < events.len() && events[e].0 == s {
+            let (_, from_role, to, q) = events[e];
+            cur[from_role as usize] -= q as i64;
+            if to < 7 {
+                cur[to as usize] += q as i64;
+            }
+            e += 1;
+        }
+        from = s;
+    }
+    run(from, states, &cur);
+    out
+}
+
+impl RoleBuckets {
+    /// Encoded for the page: only the roles that held bytes at some moment.
+    pub fn encode(&self) -> RoleCurves {
+        let kept: Vec<usize> = (0..7).filter(|&k| self.max.iter().any(|m| m[k] > 0)).collect();
+        let flat = |v: &[[u64; 7]]| -> Vec<f64> { v.iter().flat_map(|r| kept.iter().map(|&k| r[k] as f64)).collect() };
+        RoleCurves {
+            roles: kept.iter().map(|&k| Role::ALL[k].as_str()).collect(),
+            at_amax: encode::f64s(&flat(&self.at_amax)),
+            max: encode::f64s(&flat(&self.max)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_analysis::roles;
+    use fragscope_snapshot::{Action, TraceEvent};
+    use fragscope_testdata::Rng;
+
+    /// Each bucket against the roles' bytes at every one of its states, counted by
+    /// [`roles::bytes_at`] (the analysis' own count at one state), on random traces and
+    /// bucket counts.
+    #[test]
+    fn role_buckets_hold_the_bytes_at_each_state() {
+        let mut rng = Rng(5);
+        for round in 0..200 {
+            let mut trace = Vec::new();
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            let mut next = 1u64 << 20;
+            for _ in 0..rng.below(120) {
+                if !live.is_empty() && rng.below(3) == 0 {
+                    let (addr, size) = live.swap_remove(rng.below(live.len()));
+                    trace.push(TraceEvent::new(Action::FreeRequested, addr, size, 0));
+                    trace.push(TraceEvent::new(Action::FreeCompleted, addr, size, 0));
+                } else {
+                    let size = 512 * (1 + rng.below(64) as u64);
+                    trace.push(TraceEvent::new(Action::Alloc, next, size, 0));
+                    live.push((next, size));
+                    next += 1 << 16;
+                }
+            }
+            let mut snap = Snapshot::default();
+            snap.device_traces.push(trace);
+            let lives = BlockLives::replay(&snap, 0);
+            let st = fragscope_analysis::steps::steps(&snap, 0);
+            let block_roles = roles::classify(&snap, &lives, &st);
+            let states = snap.trace(0).len() + 1;
+            for buckets in [1, 2, 5, 64] {
+                let n = buckets.min(states);
+                let amax: Vec<usize> = (0..n).map(|b| (b * states).div_ceil(n)).collect();
+                let got = role_buckets(&snap, &lives, &block_roles, states, &amax);
+                let mut want_max = vec![[0u64; 7]; n];
+                for s in 0..states {
+                    let v = roles::bytes_at(&snap, &lives, &block_roles, s);
+                    let b = s * n / states;
+                    for k in 0..7 {
+                        want_max[b][k] = want_max[b][k].max(v[k]);
+                    }
+                    if amax[b] == s {
+                        assert_eq!(got.at_amax[b], v, "round {round}, {buckets} buckets, state {s}");
+                    }
+                }
+                assert_eq!(got.max, want_max, "round {round}, {buckets} buckets");
+            }
+        }
+    }
+}
