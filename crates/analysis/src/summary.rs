@@ -408,7 +408,8 @@ pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> Devic
             let (lives, facts) = BlockLives::replay_with_facts(snap, device);
             let trace = trace_summary(&segs, snap.trace(device), &facts);
             drop(facts);
-            let roles = (roles && !snap.trace(device).is_empty()).then(|| crate::roles::device_roles_with(snap, &lives).0);
+            let roles =
+                (roles && !snap.trace(device).is_empty()).then(|| crate::roles::device_roles_with(snap, &lives).0);
             (trace, roles)
         });
         let table = crate::memstats::memory_table(snap, device).ok();
