@@ -88,13 +88,16 @@ async function checkDevice(page, name, fi, di, sum, ana, path) {
   assert.equal(num(f.findings), a.findings.length, `${where}: findings`);
   const shown = await page.$$eval('#finding-list li', (els) => els.map((e) => e.textContent));
   assert.deepEqual(shown, a.findings.map((x) => `${x.severity} ${x.headline}`), `${where}: finding headlines`);
-  // Leak suspects: the drawn per-iteration curve starts and ends at analyze's figures.
+  // Leak suspects: the drawn per-step curve has a sample at each step boundary analyze
+  // used (the first step's start, then each step's end) and starts and ends at analyze's
+  // figures: its curve's first point, and the live bytes at the last step's end.
   const sparks = await page.$$eval('#leaks canvas.spark', (els) => els.map((e) => ({ first: Number(e.dataset.first), last: Number(e.dataset.last), n: Number(e.dataset.samples) })));
   assert.equal(sparks.length, a.leak_suspects.length, `${where}: one curve per leak suspect`);
   sparks.forEach((sp, k) => {
     const l = a.leak_suspects[k];
-    assert.equal(sp.n, l.iterations, `${where}: ${l.site} samples`);
-    assert.equal(sp.first, l.first_bytes, `${where}: ${l.site} first`);
+    assert.equal(sp.n, Math.min(a.leak_steps.boundaries.length, 4096), `${where}: ${l.site} samples`);
+    assert.equal(l.curve[0].entry, a.leak_steps.boundaries[0], `${where}: ${l.site} curve starts at the first boundary`);
+    assert.equal(sp.first, l.curve[0].bytes, `${where}: ${l.site} first`);
     assert.equal(sp.last, l.last_bytes, `${where}: ${l.site} last`);
   });
   // The drawn curves (the report's own walk, merged up to the coarsest zoom level) peak
