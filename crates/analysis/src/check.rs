@@ -52,6 +52,11 @@ pub struct DeviceCheck {
     pub history_complete: bool,
     /// `null` unless leaks were checked.
     pub leak_suspects: Option<u64>,
+    /// Leaks were asked for but cannot be told from this trace (one training step or none,
+    /// or steps that are not a steady loop): why, and how to record one that can. `null`
+    /// otherwise. `leak_suspects` is then 0 because nothing could be compared, not because
+    /// nothing leaked: the gate passes, and says so.
+    pub leaks_not_told: Option<String>,
 }
 
 /// Result of [`check`].
@@ -97,7 +102,11 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
                 });
             }
         }
-        let leak_suspects = limits.no_leaks.then(|| leaks::leaks_device(snap, d).suspects.len() as u64);
+        let leaks = limits.no_leaks.then(|| leaks::leaks_device(snap, d));
+        let leak_suspects = leaks.as_ref().map(|l| l.suspects.len() as u64);
+        let leaks_not_told = leaks
+            .filter(|l| !l.steps.can_tell)
+            .map(|l| l.steps.reason.unwrap_or_else(|| "leaks cannot be told from this trace".to_string()));
         if let Some(n) = leak_suspects.filter(|&n| n > 0) {
             failures.push(Failure {
                 limit: "no_leaks",
@@ -113,6 +122,7 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
             peak_fragmentation: pf,
             history_complete: tl.history_complete,
             leak_suspects,
+            leaks_not_told,
         });
     }
     CheckResult { ok: failures.is_empty(), limits: *limits, devices, failures }

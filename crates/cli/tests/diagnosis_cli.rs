@@ -91,3 +91,35 @@ fn diff_of_two_real_files() {
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("| peak reserved      | 18.32 GiB | 22.58 GiB | +4.26 GiB |"), "{}", stdout(&o));
 }
+
+/// `--no-leaks` on a trace where leaks cannot be told (forward only: no training step)
+/// passes and says it did not check, in text and JSON; on a three-step training trace it
+/// checks (no reason given). Both grids ship in the repository.
+#[test]
+fn check_no_leaks_says_when_leaks_cannot_be_told() {
+    let (Some(fwd), Some(train)) = (
+        fragscope_testdata::grid_file("niu-fwd-ctx100-fp32.pickle"),
+        fragscope_testdata::grid_file("niu-train3-ctx100-fp32.pickle"),
+    ) else {
+        return;
+    };
+    let (fwd, train) = (fwd.to_str().unwrap(), train.to_str().unwrap());
+    let o = fragscope(&["check", fwd, "--no-leaks"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("(--no-leaks not checked: "), "{}", stdout(&o));
+    assert!(stdout(&o).contains("cannot be told"), "{}", stdout(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&fragscope(&["check", fwd, "--no-leaks", "--json"]).stdout).unwrap();
+    assert_eq!(v["devices"][0]["leak_suspects"], 0);
+    assert!(v["devices"][0]["leaks_not_told"].as_str().unwrap().contains("cannot be told"));
+
+    let o = fragscope(&["check", train, "--no-leaks"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("not checked"), "{}", stdout(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&fragscope(&["check", train, "--no-leaks", "--json"]).stdout).unwrap();
+    assert!(v["devices"][0]["leaks_not_told"].is_null());
+    // Without --no-leaks nothing about leaks is said.
+    let v: serde_json::Value = serde_json::from_slice(&fragscope(&["check", fwd, "--json"]).stdout).unwrap();
+    assert!(v["devices"][0]["leaks_not_told"].is_null() && v["devices"][0]["leak_suspects"].is_null());
+}

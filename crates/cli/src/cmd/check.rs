@@ -111,8 +111,12 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             .iter()
             .map(|d| {
                 let frag = d.peak_fragmentation.map_or("n/a".to_string(), |f| format!("{f:.4}"));
+                let leaks = match &d.leaks_not_told {
+                    Some(why) => format!(" (--no-leaks not checked: {why})"),
+                    None => String::new(),
+                };
                 format!(
-                    "device {}: peak reserved {}, peak allocated {}, fragmentation {frag}",
+                    "device {}: peak reserved {}, peak allocated {}, peak fragmentation {frag}{leaks}",
                     d.device,
                     bytes(d.peak_reserved),
                     bytes(d.peak_allocated)
