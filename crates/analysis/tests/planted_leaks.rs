@@ -390,6 +390,14 @@ fn planted_leak_suite() {
     let (found, tried) = tallies.values().fold((0, 0), |(f, t), x| (f + x.found, t + x.found + x.missed));
     let share = found as f64 / tried.max(1) as f64;
     eprintln!("found {found} of {tried} planted leaks ({:.0}%); misses:\n{}", share * 100.0, failures.join("\n"));
+    if tried == 0 && !fragscope_testdata::has_corpus() {
+        // The in-repository set has no default trace of two steps or more: every plant was
+        // "untold" (and checked above to get no suspect); the found share needs the corpus.
+        fragscope_testdata::skip(
+            "planted_leak_suite's found share (no default trace of two steps or more in the in-repository set)",
+        );
+        return;
+    }
     assert!(tried > 0, "no leak could be planted");
     assert!(share >= MIN_FOUND_SHARE, "found {found} of {tried} planted leaks, below the floor of {MIN_FOUND_SHARE}");
 }
