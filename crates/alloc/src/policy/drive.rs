@@ -30,25 +30,154 @@ pub struct Run {
 /// free the policy does not know), reserved below live, or the policy's own
 /// [`Policy::check`] (run every `check_every` ops and at the end).
 pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize) -> Result<Run, String> {
-    let mut run = Run::default();
-    let mut addr: Vec<Option<Addr>> = vec![None; w.requests as usize];
-    let mut live = 0u64;
-    let mut spans: BTreeMap<Addr, Addr> = BTreeMap::new();
-    let place = |spans: &mut BTreeMap<Addr, Addr>, a: Addr, size: u64, i: usize| -> Result<(), String> {
+    if checked {
+        serve(p, w, &mut SpanChecks { spans: BTreeMap::new(), check_every })
+    } else {
+        serve(p, w, &mut NoChecks)
+    }
+}
+
+/// Serve `w` with `p`, whose device is (a handle of) `vmm`, telling the device which
+/// blocks the program holds ([`StrictVmm::use_block`]) so that it checks CUDA's rules at
+/// every driver call; also checks after every op that the policy's
+/// [`Policy::reserved`] is what the device has in use (no page kept or dropped
+/// without the device knowing). The first violation is the error, with the op index.
+pub fn drive_strict(p: &mut dyn Policy, w: &Workload, vmm: &StrictVmm) -> Result<Run, String> {
+    serve(p, w, &mut VmmChecks { vmm })
+}
+
+/// What a driver verifies besides serving the workload, called at each step of [`serve`]
+/// (one loop for every way of driving a policy; the checks are what differ).
+trait Checks {
+    /// A request (`i`) was served at `a` and is live.
+    fn served(&mut self, _i: usize, _a: Addr, _size: u64) -> Result<(), String> {
+        Ok(())
+    }
+    /// A refused request served as a probe at `a`, just before it is freed again.
+    fn probe_served(&mut self, _i: usize, _a: Addr, _size: u64) -> Result<(), String> {
+        Ok(())
+    }
+    /// The live block at `a` is about to be freed.
+    fn freeing(&mut self, _a: Addr) {}
+    /// After op `i`, with the live bytes the policy serves.
+    fn after_op(&mut self, _i: usize, _p: &mut dyn Policy, _live: u64) -> Result<(), String> {
+        Ok(())
+    }
+    /// After the last op (and the final `empty_cache`).
+    fn at_end(&mut self, _p: &mut dyn Policy, _ops: usize) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// [`drive`] unchecked: measures only.
+struct NoChecks;
+impl Checks for NoChecks {}
+
+/// [`drive`] checked: live blocks never overlap, reserved never below live, and the
+/// policy's own [`Policy::check`].
+struct SpanChecks {
+    /// Live blocks: start -> end.
+    spans: BTreeMap<Addr, Addr>,
+    check_every: usize,
+}
+
+impl SpanChecks {
+    fn place(&mut self, a: Addr, size: u64, i: usize) -> Result<(), String> {
         let end = a + round512(size);
-        if let Some((&s, &e)) = spans.range(..=a).next_back() {
+        if let Some((&s, &e)) = self.spans.range(..=a).next_back() {
             if e > a {
                 return Err(format!("op {i}: block [{a:#x}, {end:#x}) overlaps live [{s:#x}, {e:#x})"));
             }
         }
-        if let Some((&s, &e)) = spans.range(a..).next() {
+        if let Some((&s, &e)) = self.spans.range(a..).next() {
             if s < end {
                 return Err(format!("op {i}: block [{a:#x}, {end:#x}) overlaps live [{s:#x}, {e:#x})"));
             }
         }
-        spans.insert(a, end);
+        self.spans.insert(a, end);
         Ok(())
-    };
+    }
+}
+
+impl Checks for SpanChecks {
+    fn served(&mut self, i: usize, a: Addr, size: u64) -> Result<(), String> {
+        self.place(a, size, i)
+    }
+    fn probe_served(&mut self, i: usize, a: Addr, size: u64) -> Result<(), String> {
+        self.place(a, size, i)?;
+        self.spans.remove(&a);
+        Ok(())
+    }
+    fn freeing(&mut self, a: Addr) {
+        self.spans.remove(&a);
+    }
+    fn after_op(&mut self, i: usize, p: &mut dyn Policy, live: u64) -> Result<(), String> {
+        let r = p.reserved();
+        if r < live {
+            return Err(format!("op {i}: reserved {r} < live {live}"));
+        }
+        if self.check_every > 0 && i % self.check_every == 0 {
+            p.check().map_err(|e| format!("op {i}: {e}"))?;
+        }
+        Ok(())
+    }
+    fn at_end(&mut self, p: &mut dyn Policy, _ops: usize) -> Result<(), String> {
+        p.check().map_err(|e| format!("end: {e}"))
+    }
+}
+
+/// [`drive_strict`]: the device is told which blocks the program holds, and checks
+/// CUDA's rules at every driver call.
+struct VmmChecks<'a> {
+    vmm: &'a StrictVmm,
+}
+
+impl VmmChecks<'_> {
+    fn check(&self, i: usize, p: &dyn Policy) -> Result<(), String> {
+        let (v, n) = self.vmm.violations();
+        if n > 0 {
+            return Err(format!("op {i}: {n} violation(s) of CUDA's rules, first: {}", v.join("; ")));
+        }
+        if p.reserved() != self.vmm.used() {
+            return Err(format!(
+                "op {i}: the policy holds {} bytes, the device has {} in use",
+                p.reserved(),
+                self.vmm.used()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Checks for VmmChecks<'_> {
+    fn served(&mut self, _i: usize, a: Addr, size: u64) -> Result<(), String> {
+        self.vmm.use_block(a, round512(size));
+        Ok(())
+    }
+    fn probe_served(&mut self, _i: usize, a: Addr, size: u64) -> Result<(), String> {
+        self.vmm.use_block(a, round512(size));
+        self.vmm.end_block(a);
+        Ok(())
+    }
+    // Before the policy frees it: the device must know the block ended before the policy
+    // may unmap its pages.
+    fn freeing(&mut self, a: Addr) {
+        self.vmm.end_block(a);
+    }
+    fn after_op(&mut self, i: usize, p: &mut dyn Policy, _live: u64) -> Result<(), String> {
+        self.check(i, p)
+    }
+    fn at_end(&mut self, p: &mut dyn Policy, ops: usize) -> Result<(), String> {
+        self.vmm.check_blocks();
+        self.check(ops, p)
+    }
+}
+
+/// The one loop: serve `w` with `p`, measuring peaks, with `checks` at every step.
+fn serve<C: Checks>(p: &mut dyn Policy, w: &Workload, checks: &mut C) -> Result<Run, String> {
+    let mut run = Run::default();
+    let mut addr: Vec<Option<Addr>> = vec![None; w.requests as usize];
+    let mut live = 0u64;
     let mut releases = w.empty_cache_at.iter().copied().peekable();
     for (i, op) in w.ops.iter().enumerate() {
         while releases.next_if(|&k| k <= i).is_some() {
@@ -59,9 +188,7 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
                 p.hint_site(site);
                 match p.malloc(size, stream) {
                     Ok(a) => {
-                        if checked {
-                            place(&mut spans, a, size, i)?;
-                        }
+                        checks.served(i, a, size)?;
                         addr[id as usize] = Some(a);
                         live += round512(size);
                         run.peak_live = run.peak_live.max(live);
@@ -79,10 +206,7 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
                 p.hint_site(site);
                 if let Ok(a) = p.malloc(size, stream) {
                     run.probes_served += 1;
-                    if checked {
-                        place(&mut spans, a, size, i)?;
-                        spans.remove(&a);
-                    }
+                    checks.probe_served(i, a, size)?;
                     // a refused request served as a probe was never live: not in peak_live
                     // (as in `Workload::bounds`), but what it took stays in peak_reserved
                     run.peak_reserved = run.peak_reserved.max(p.reserved());
@@ -93,100 +217,19 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
             Op::Free { id } => {
                 // A block whose request ran out of memory has nothing to free.
                 if let Some(a) = addr[id as usize].take() {
-                    let size = w.size_of(id);
+                    checks.freeing(a);
                     p.free(a).map_err(|e| format!("op {i}: policy does not know live block {:#x}", e.0))?;
-                    live -= round512(size);
-                    if checked {
-                        spans.remove(&a);
-                    }
-                }
-            }
-        }
-        let r = p.reserved();
-        run.peak_reserved = run.peak_reserved.max(r);
-        if checked {
-            if r < live {
-                return Err(format!("op {i}: reserved {r} < live {live}"));
-            }
-            if check_every > 0 && i % check_every == 0 {
-                p.check().map_err(|e| format!("op {i}: {e}"))?;
-            }
-        }
-    }
-    if releases.next().is_some() {
-        p.empty_cache();
-    }
-    if checked {
-        p.check().map_err(|e| format!("end: {e}"))?;
-    }
-    run.final_reserved = p.reserved();
-    run.calls = p.calls();
-    Ok(run)
-}
-
-/// Serve `w` with `p`, whose device is (a handle of) `vmm`, telling the device which
-/// blocks the program holds ([`StrictVmm::use_block`]) so that it checks CUDA's rules at
-/// every driver call; also checks after every op that the policy's
-/// [`Policy::reserved`] is what the device has in use (no page kept or dropped
-/// without the device knowing). The first violation is the error, with the op index.
-pub fn drive_strict(p: &mut dyn Policy, w: &Workload, vmm: &StrictVmm) -> Result<Run, String> {
-    let mut run = Run::default();
-    let mut addr: Vec<Option<Addr>> = vec![None; w.requests as usize];
-    let mut releases = w.empty_cache_at.iter().copied().peekable();
-    let check = |i: usize, p: &dyn Policy| -> Result<(), String> {
-        let (v, n) = vmm.violations();
-        if n > 0 {
-            return Err(format!("op {i}: {n} violation(s) of CUDA's rules, first: {}", v.join("; ")));
-        }
-        if p.reserved() != vmm.used() {
-            return Err(format!(
-                "op {i}: the policy holds {} bytes, the device has {} in use",
-                p.reserved(),
-                vmm.used()
-            ));
-        }
-        Ok(())
-    };
-    for (i, op) in w.ops.iter().enumerate() {
-        while releases.next_if(|&k| k <= i).is_some() {
-            p.empty_cache();
-        }
-        match *op {
-            Op::Malloc { id, size, stream, site } => {
-                p.hint_site(site);
-                match p.malloc(size, stream) {
-                    Ok(a) => {
-                        vmm.use_block(a, round512(size));
-                        addr[id as usize] = Some(a);
-                    }
-                    Err(_) => run.ooms += 1,
-                }
-            }
-            Op::Probe { size, stream, site, .. } => {
-                run.probes += 1;
-                p.hint_site(site);
-                if let Ok(a) = p.malloc(size, stream) {
-                    run.probes_served += 1;
-                    vmm.use_block(a, round512(size));
-                    vmm.end_block(a);
-                    p.free(a).map_err(|e| format!("op {i}: unknown block {:#x}", e.0))?;
-                }
-            }
-            Op::Free { id } => {
-                if let Some(a) = addr[id as usize].take() {
-                    vmm.end_block(a);
-                    p.free(a).map_err(|e| format!("op {i}: unknown block {:#x}", e.0))?;
+                    live -= round512(w.size_of(id));
                 }
             }
         }
         run.peak_reserved = run.peak_reserved.max(p.reserved());
-        check(i, p)?;
+        checks.after_op(i, p, live)?;
     }
     if releases.next().is_some() {
         p.empty_cache();
     }
-    vmm.check_blocks();
-    check(w.ops.len(), p)?;
+    checks.at_end(p, w.ops.len())?;
     run.final_reserved = p.reserved();
     run.calls = p.calls();
     Ok(run)
