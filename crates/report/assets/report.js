@@ -598,18 +598,14 @@
     return [i0, i1];
   }
 
-  // Stacked by allocation, as PyTorch's memory_viz draws it: the N largest allocations
-  // each get a polygon; one made while others are live sits on top of them, and when one
-  // below it is freed it drops by that size. Everything else allocated is one summarised
-  // band above them (allocated − the drawn allocations live at each bucket's maximum).
-  // Points: per drawn allocation, [state, offset, state, offset, ...] (bottom of the
-  // polygon from that state on); it ends at its free state or the end of the trace.
-  function layoutAllocs(c, N) {
-    const A = c.allocs;
-    N = Math.max(0, Math.min(N, c.na));
-    const drawn = c.order.slice(0, N);
+  // The stacking of lives (allocations, or segments) as memory_viz draws them: rows `ids`
+  // of A (AL numbers each: size at 1, made at state 3, freed at state 4 or -1); each starts
+  // on top of those live when it is made and drops by the size of any below it that is
+  // freed. Returns the events (state, made?, row) in order, and per row the bottom of its
+  // polygon from each state on ([state, offset, state, offset, ...]).
+  function stackLives(A, ids) {
     const ev = [];
-    for (const i of drawn) {
+    for (const i of ids) {
       ev.push([A[i * AL + 3], 1, i]);
       if (A[i * AL + 4] >= 0) ev.push([A[i * AL + 4], 0, i]);
     }
@@ -625,6 +621,19 @@
       total -= size;
       for (let q = p; q < live.length; q++) { const P = pts.get(live[q]); P.push(s, P[P.length - 1] - size); }
     }
+    return { ev, pts };
+  }
+  // Stacked by allocation, as PyTorch's memory_viz draws it: the N largest allocations
+  // each get a polygon; one made while others are live sits on top of them, and when one
+  // below it is freed it drops by that size. Everything else allocated is one summarised
+  // band above them (allocated − the drawn allocations live at each bucket's maximum).
+  // Points: per drawn allocation, [state, offset, state, offset, ...] (bottom of the
+  // polygon from that state on); it ends at its free state or the end of the trace.
+  function layoutAllocs(c, N) {
+    const A = c.allocs;
+    N = Math.max(0, Math.min(N, c.na));
+    const drawn = c.order.slice(0, N);
+    const { ev, pts } = stackLives(A, drawn);
     // Drawn bytes live at each bucket's allocated maximum, finest level by one sweep, then
     // the coarser levels follow the bucket they took their maximum from.
     const L0 = c.levels[0];
@@ -649,21 +658,7 @@
   function layoutSegments(c) {
     const G = c.segs;
     if (G.pts) return G;
-    const A = G.A, ev = [];
-    for (const i of G.order) { ev.push([A[i * AL + 3], 1, i]); if (A[i * AL + 4] >= 0) ev.push([A[i * AL + 4], 0, i]); }
-    ev.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
-    const pts = new Map(), live = [];
-    let total = 0;
-    for (const [s, add, i] of ev) {
-      const size = A[i * AL + 1];
-      if (add) { pts.set(i, [s, total]); live.push(i); total += size; continue; }
-      const p = live.indexOf(i);
-      if (p < 0) continue;
-      live.splice(p, 1);
-      total -= size;
-      for (let q = p; q < live.length; q++) { const P = pts.get(live[q]); P.push(s, P[P.length - 1] - size); }
-    }
-    G.pts = pts; G.drawn = G.order; G.sel = -1;
+    G.pts = stackLives(G.A, G.order).pts; G.drawn = G.order; G.sel = -1;
     return G;
   }
   function livesOffset(G, i, s, states) {
