@@ -25,6 +25,7 @@ import html
 import json
 import os
 import statistics
+import warnings
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 # The exceptions first: the Rust module raises these classes (it imports them from here).
@@ -729,15 +730,24 @@ class Snapshot:
         self,
         max_reserved: Union[int, str, None] = None,
         max_allocated: Union[int, str, None] = None,
-        max_fragmentation: Union[float, str, None] = None,
+        max_peak_fragmentation: Union[float, str, None] = None,
         no_leaks: bool = False,
+        **renamed: Any,
     ) -> Check:
-        """``fragscope check --json``: sizes as bytes or ``"20GiB"``/``"20GB"``, fragmentation
-        as ``0.15`` or ``"15%"``."""
+        """``fragscope check --json``: sizes as bytes or ``"20GiB"``/``"20GB"``, peak
+        fragmentation (``1 − peak allocated / peak reserved``) as ``0.15`` or ``"15%"``.
+        ``max_fragmentation``, its old name, is still accepted (DeprecationWarning)."""
+        for k in list(renamed):
+            if k != "max_fragmentation":
+                raise TypeError(f"check() got an unexpected keyword argument {k!r}")
+            warnings.warn("check(max_fragmentation=) is now max_peak_fragmentation=", DeprecationWarning, stacklevel=2)
+            if max_peak_fragmentation is not None:
+                raise ArgumentError("give max_peak_fragmentation or max_fragmentation (its old name), not both")
+            max_peak_fragmentation = renamed.pop(k)
         text, ok, message = self._native.check_json(
             _size("max_reserved", max_reserved),
             _size("max_allocated", max_allocated),
-            _fraction("max_fragmentation", max_fragmentation),
+            _fraction("max_peak_fragmentation", max_peak_fragmentation),
             bool(no_leaks),
         )
         return Check(text, ok, message)

@@ -43,7 +43,7 @@ class Snapshot:
         self,
         max_reserved: Optional[str] = None,
         max_allocated: Optional[str] = None,
-        max_fragmentation: Optional[str] = None,
+        max_peak_fragmentation: Optional[str] = None,
         no_leaks: bool = False,
     ) -> Tuple[str, bool, Optional[str]]: ...
     def diff_json(self, other: Snapshot, top: int = 10) -> str: ...

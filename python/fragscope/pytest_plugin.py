@@ -3,7 +3,7 @@
 Mark a test::
 
     @pytest.mark.cuda_memory(max_reserved="2GiB", max_allocated="1.5GiB",
-                             max_fragmentation=0.2, max_growth="64MiB")
+                             max_peak_fragmentation=0.2, max_growth="64MiB")
     def test_train_step(): ...
 
 The test runs with allocator history recorded (bounded, Python stacks); afterwards the
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -36,7 +37,23 @@ import pytest
 import fragscope
 
 MARKER = "cuda_memory"
-LIMIT_NAMES = ("max_reserved", "max_allocated", "max_fragmentation", "max_growth")
+LIMIT_NAMES = ("max_reserved", "max_allocated", "max_peak_fragmentation", "max_growth")
+# Names a limit had before; still accepted, with a DeprecationWarning.
+RENAMED = {"max_fragmentation": "max_peak_fragmentation"}
+
+
+def _renamed(limits: Dict[str, Any]) -> Dict[str, Any]:
+    """``limits`` with old limit names replaced by their current ones (and a warning)."""
+    out = {}
+    for k, v in limits.items():
+        new = RENAMED.get(k)
+        if new is not None:
+            warnings.warn(f"cuda_memory: {k} is now called {new}", DeprecationWarning, stacklevel=3)
+            if new in limits:
+                raise fragscope.ArgumentError(f"cuda_memory: give {new} or {k} (its old name), not both")
+            k = new
+        out[k] = v
+    return out
 
 
 @dataclass
@@ -60,7 +77,7 @@ def _parsed(limits: Dict[str, Any]) -> Dict[str, Any]:
     """Sizes (``2GiB``, ``2GB``, bytes) and fractions (``0.2``, ``20%``) parsed by the Rust
     parser ``fragscope check`` uses: the limits a check on the built-in example reports."""
     sized = {k: limits.get(k) for k in ("max_reserved", "max_allocated")}
-    got = fragscope.example().check(max_fragmentation=limits.get("max_fragmentation"), **sized).to_dict()["limits"]
+    got = fragscope.example().check(max_peak_fragmentation=limits.get("max_peak_fragmentation"), **sized).to_dict()["limits"]
     growth = limits.get("max_growth")
     if growth is not None:
         got["max_growth"] = fragscope.example().check(max_reserved=growth).to_dict()["limits"]["max_reserved"]
@@ -73,6 +90,7 @@ def _fmt(n: float) -> str:
 
 def evaluate(snap: "fragscope.Snapshot", limits: Dict[str, Any], top: int = 5) -> Verdict:
     """Checks a snapshot against ``limits`` (any of :data:`LIMIT_NAMES`)."""
+    limits = _renamed(limits)
     unknown = set(limits) - set(LIMIT_NAMES)
     if unknown:
         raise fragscope.ArgumentError(
@@ -82,7 +100,7 @@ def evaluate(snap: "fragscope.Snapshot", limits: Dict[str, Any], top: int = 5) -
     gate = snap.check(
         max_reserved=limits.get("max_reserved"),
         max_allocated=limits.get("max_allocated"),
-        max_fragmentation=limits.get("max_fragmentation"),
+        max_peak_fragmentation=limits.get("max_peak_fragmentation"),
     )
     for f in gate.to_dict()["failures"]:
         lines.append(_failure_text(f))
@@ -106,7 +124,7 @@ def evaluate(snap: "fragscope.Snapshot", limits: Dict[str, Any], top: int = 5) -
 
 def _failure_text(f: Dict[str, Any]) -> str:
     """A ``fragscope check`` failure (its JSON) as one line."""
-    what = {"max_reserved": "peak reserved", "max_allocated": "peak allocated", "max_fragmentation": "peak fragmentation"}
+    what = {"max_reserved": "peak reserved", "max_allocated": "peak allocated", "max_peak_fragmentation": "peak fragmentation"}
     name = f["limit"]
     show = _fmt if name in ("max_reserved", "max_allocated") else (lambda v: f"{v:.4f}")
     return f"{what.get(name, name)} {show(f['measured'])} on device {f['device']} exceeds {name} {show(f['allowed'])}"
@@ -115,9 +133,9 @@ def _failure_text(f: Dict[str, Any]) -> str:
 def evaluate_stats(stats: Dict[str, Any], limits: Dict[str, Any]) -> Verdict:
     """Checks a ``torch.cuda.memory_stats()`` dict (peaks since the last
     ``reset_peak_memory_stats``) against ``max_reserved`` / ``max_allocated`` /
-    ``max_fragmentation``: the cheap check when no history was recorded. ``max_growth``
+    ``max_peak_fragmentation``: the cheap check when no history was recorded. ``max_growth``
     needs a snapshot's trace and is not checked here."""
-    lim = _parsed(limits)
+    lim = _parsed(_renamed(limits))
     lines = []
     reserved = int(stats.get("reserved_bytes.all.peak", 0))
     allocated = int(stats.get("allocated_bytes.all.peak", 0))
@@ -125,10 +143,10 @@ def evaluate_stats(stats: Dict[str, Any], limits: Dict[str, Any]) -> Verdict:
         lines.append(f"peak reserved {_fmt(reserved)} exceeds max_reserved {_fmt(lim['max_reserved'])}")
     if lim["max_allocated"] is not None and allocated > lim["max_allocated"]:
         lines.append(f"peak allocated {_fmt(allocated)} exceeds max_allocated {_fmt(lim['max_allocated'])}")
-    if lim["max_fragmentation"] is not None and reserved:
+    if lim["max_peak_fragmentation"] is not None and reserved:
         frag = 1.0 - allocated / reserved
-        if frag > lim["max_fragmentation"]:
-            lines.append(f"peak fragmentation {frag:.4f} exceeds max_fragmentation {lim['max_fragmentation']:.4f}")
+        if frag > lim["max_peak_fragmentation"]:
+            lines.append(f"peak fragmentation {frag:.4f} exceeds max_peak_fragmentation {lim['max_peak_fragmentation']:.4f}")
     return Verdict(ok=not lines, lines=lines)
 
 
@@ -138,6 +156,10 @@ def marker_errors(args: Sequence[Any], kwargs: Dict[str, Any]) -> List[str]:
     errors = []
     if args:
         errors.append(f"takes keyword limits only ({', '.join(LIMIT_NAMES)}), got positional {args!r}")
+    try:
+        kwargs = _renamed(kwargs)
+    except fragscope.FragscopeError as e:
+        return errors + [str(e)]
     unknown = sorted(set(kwargs) - set(LIMIT_NAMES))
     if unknown:
         errors.append(f"unknown limit(s) {', '.join(unknown)}; known: {', '.join(LIMIT_NAMES)}")
@@ -192,7 +214,7 @@ def pytest_addoption(parser: Any) -> None:
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(max_reserved=None, max_allocated=None, max_fragmentation=None, max_growth=None): "
+        f"{MARKER}(max_reserved=None, max_allocated=None, max_peak_fragmentation=None, max_growth=None): "
         "fail the test when its CUDA memory breaks a limit (fragscope); skipped without CUDA",
     )
 

@@ -391,8 +391,9 @@ class DiffDoc(TypedDict):
 
 
 class CheckDoc(TypedDict):
-    """``fragscope check --json`` (it has no ``schema`` key)."""
+    """``fragscope check --json`` (``schema``: ``"fragscope.check/1"``)."""
 
+    schema: str
     ok: bool
     limits: Dict[str, Any]
     devices: List[Dict[str, Any]]

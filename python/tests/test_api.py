@@ -145,11 +145,13 @@ def test_replay_and_check_equal_cli(path, tmp_path):
     out, err = cli_json("replay", "--json", "--allocator", "best-fit", "--allocator", "expandable", str(path))
     assert err is None, err
     assert without_timings(snap_fn().lab(["best-fit", "expandable"]).to_dict()) == without_timings(json.loads(out))
-    limits = ["--max-reserved", "1GiB", "--max-fragmentation", "10%", "--no-leaks"]
+    limits = ["--max-reserved", "1GiB", "--max-peak-fragmentation", "10%", "--no-leaks"]
     p = run_cli("check", "--json", *limits, str(path))
     assert p.returncode in (0, 1), p.stderr
-    c = snap_fn().check(max_reserved="1GiB", max_fragmentation="10%", no_leaks=True)
+    c = snap_fn().check(max_reserved="1GiB", max_peak_fragmentation="10%", no_leaks=True)
     assert c.to_json() == p.stdout
+    with pytest.warns(DeprecationWarning, match="max_peak_fragmentation"):
+        assert snap_fn().check(max_reserved="1GiB", max_fragmentation="10%", no_leaks=True).to_json() == p.stdout
     assert bool(c) == (p.returncode == 0) == c.ok
     text = run_cli("check", *limits, str(path)).stdout.strip()
     if c.ok:
@@ -233,7 +235,7 @@ def in_python_words(cli_line: str) -> str:
     """The CLI's error line as the API words it: `error: ` dropped, flags as argument names."""
     line = cli_line[len("error: "):]
     for flag, name in [("--max-reserved", "max_reserved"), ("--max-allocated", "max_allocated"),
-                       ("--max-fragmentation", "max_fragmentation"), ("--empty-cache-at", "empty_cache_at"),
+                       ("--max-peak-fragmentation", "max_peak_fragmentation"), ("--empty-cache-at", "empty_cache_at"),
                        ("--capacity", "capacity"), ("--config", "configs")]:
         line = line.replace(flag, name)
     return line
@@ -253,8 +255,8 @@ def test_bad_config_capacity_and_limits():
         snap.check(max_reserved="12 parsecs")
     assert p.returncode == 2 and str(e.value) == in_python_words(p.stderr.strip())
     assert "--max-reserved" in p.stderr and "--" not in str(e.value)
-    with pytest.raises(fragscope.ArgumentError, match="max_fragmentation") as e:
-        snap.check(max_fragmentation="lots")
+    with pytest.raises(fragscope.ArgumentError, match="max_peak_fragmentation") as e:
+        snap.check(max_peak_fragmentation="lots")
     assert "--" not in str(e.value)
     with pytest.raises(fragscope.ArgumentError):
         snap.analyze(top=0)
@@ -318,7 +320,7 @@ def test_errors_by_kind(tmp_path):
         (lambda s: s.replay(device="0"), r"device must be a CUDA device number"),
         (lambda s: s.replay(configs=[1]), r"configs must hold strings, not int 1"),
         (lambda s: s.check(max_reserved=1.5), r"max_reserved must be bytes"),
-        (lambda s: s.check(max_fragmentation=[0.1]), r"max_fragmentation must be a fraction"),
+        (lambda s: s.check(max_peak_fragmentation=[0.1]), r"max_peak_fragmentation must be a fraction"),
         (lambda s: fragscope.analyze_many([None]), r"analyze_many: each path must be a path"),
     ],
     ids=["load-None", "loads-str", "top-negative", "top-str", "diff-top", "device-str", "configs-int",

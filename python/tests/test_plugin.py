@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import fragscope
-from fragscope.pytest_plugin import evaluate, evaluate_stats
+from fragscope.pytest_plugin import evaluate, evaluate_stats, marker_errors
 import fake_torch
 from conftest import real_file
 
@@ -41,9 +41,9 @@ def test_evaluate_real_snapshot_against_check():
     assert first_site in v.message()
     # Sizes as strings go through the CLI's parser.
     assert not evaluate(snap, {"max_allocated": "1GiB"}).ok
-    assert evaluate(snap, {"max_allocated": "1TiB", "max_fragmentation": "50%"}).ok
+    assert evaluate(snap, {"max_allocated": "1TiB", "max_peak_fragmentation": "50%"}).ok
     frag = max(d["peak_fragmentation"] for d in figures)
-    assert not evaluate(snap, {"max_fragmentation": frag / 2}).ok
+    assert not evaluate(snap, {"max_peak_fragmentation": frag / 2}).ok
     with pytest.raises(fragscope.ArgumentError, match="max_reserve"):
         evaluate(snap, {"max_reserve": 1})
     with pytest.raises(fragscope.FragscopeError):
@@ -62,12 +62,25 @@ def test_evaluate_growth_on_the_leaking_example():
 
 def test_evaluate_stats():
     stats = {"reserved_bytes.all.peak": 10 << 30, "allocated_bytes.all.peak": 6 << 30}
-    assert evaluate_stats(stats, {"max_reserved": "10GiB", "max_allocated": "6GiB", "max_fragmentation": 0.5}).ok
-    v = evaluate_stats(stats, {"max_reserved": "8GiB", "max_fragmentation": "30%"})
+    assert evaluate_stats(stats, {"max_reserved": "10GiB", "max_allocated": "6GiB", "max_peak_fragmentation": 0.5}).ok
+    v = evaluate_stats(stats, {"max_reserved": "8GiB", "max_peak_fragmentation": "30%"})
     assert not v.ok
     assert v.lines == ["peak reserved 10.00 GiB exceeds max_reserved 8.00 GiB",
-                       "peak fragmentation 0.4000 exceeds max_fragmentation 0.3000"]
+                       "peak fragmentation 0.4000 exceeds max_peak_fragmentation 0.3000"]
     assert evaluate_stats({}, {"max_reserved": 1}).ok
+
+
+def test_old_limit_name_still_accepted_with_a_warning():
+    """``max_fragmentation`` was renamed ``max_peak_fragmentation`` (the metric it limits)."""
+    stats = {"reserved_bytes.all.peak": 10 << 30, "allocated_bytes.all.peak": 6 << 30}
+    with pytest.warns(DeprecationWarning, match="max_peak_fragmentation"):
+        v = evaluate_stats(stats, {"max_fragmentation": "30%"})
+    assert v.lines == ["peak fragmentation 0.4000 exceeds max_peak_fragmentation 0.3000"]
+    with pytest.warns(DeprecationWarning):
+        assert marker_errors((), {"max_fragmentation": 0.2}) == []
+    with pytest.warns(DeprecationWarning):
+        assert marker_errors((), {"max_fragmentation": 0.2, "max_peak_fragmentation": 0.2}) == [
+            "cuda_memory: give max_peak_fragmentation or max_fragmentation (its old name), not both"]
 
 
 # --- pytester: skip, pass, fail -------------------------------------------------------
@@ -117,7 +130,7 @@ def test_plugin_skips_without_cuda_and_says_so(pytester, monkeypatch, torch_kind
     [
         ("max_reserve='1GiB'", "*test_marked: cuda_memory: unknown limit(s) max_reserve; known: max_reserved*"),
         ("max_reserved='12 parsecs'", "*test_marked: cuda_memory: max_reserved='12 parsecs': *"),
-        ("max_fragmentation='lots'", "*test_marked: cuda_memory: max_fragmentation='lots': *"),
+        ("max_peak_fragmentation='lots'", "*test_marked: cuda_memory: max_peak_fragmentation='lots': *"),
         ("'1GiB'", "*test_marked: cuda_memory: takes keyword limits only*"),
     ],
     ids=["unknown-name", "bad-size", "bad-fraction", "positional"],

@@ -17,7 +17,7 @@ pub struct Limits {
     pub max_reserved: Option<u64>,
     pub max_allocated: Option<u64>,
     /// 0–1, compared with `peak_fragmentation`.
-    pub max_fragmentation: Option<f64>,
+    pub max_peak_fragmentation: Option<f64>,
     /// Fail when any leak suspect is found.
     pub no_leaks: bool,
 }
@@ -34,7 +34,7 @@ pub enum Value {
 /// One broken limit.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Failure {
-    /// `"max_reserved"`, `"max_allocated"`, `"max_fragmentation"` or `"no_leaks"`.
+    /// `"max_reserved"`, `"max_allocated"`, `"max_peak_fragmentation"` or `"no_leaks"`.
     pub limit: &'static str,
     pub device: i64,
     pub measured: Value,
@@ -59,9 +59,14 @@ pub struct DeviceCheck {
     pub leaks_not_told: Option<String>,
 }
 
+/// The `schema` key of `check --json`.
+pub const SCHEMA: &str = "fragscope.check/1";
+
 /// Result of [`check`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CheckResult {
+    /// [`SCHEMA`].
+    pub schema: &'static str,
     pub ok: bool,
     pub limits: Limits,
     pub devices: Vec<DeviceCheck>,
@@ -92,10 +97,10 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
                 allowed: Value::Bytes(m),
             });
         }
-        if let (Some(m), Some(f)) = (limits.max_fragmentation, pf) {
+        if let (Some(m), Some(f)) = (limits.max_peak_fragmentation, pf) {
             if f > m {
                 failures.push(Failure {
-                    limit: "max_fragmentation",
+                    limit: "max_peak_fragmentation",
                     device: d,
                     measured: Value::Ratio(f),
                     allowed: Value::Ratio(m),
@@ -125,7 +130,7 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
             leaks_not_told,
         });
     }
-    CheckResult { ok: failures.is_empty(), limits: *limits, devices, failures }
+    CheckResult { schema: SCHEMA, ok: failures.is_empty(), limits: *limits, devices, failures }
 }
 
 /// Parses a byte size: a plain integer (bytes) or a number with a unit. Binary units

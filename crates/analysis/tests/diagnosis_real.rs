@@ -156,7 +156,7 @@ fn check_limits_on_a_real_file() {
     assert_eq!(r.failures[0].measured, check::Value::Bytes(24245174272));
     let lim = check::Limits {
         max_reserved: Some(30 << 30),
-        max_fragmentation: Some(0.15),
+        max_peak_fragmentation: Some(0.15),
         no_leaks: true,
         ..Default::default()
     };

@@ -32,7 +32,7 @@ fn check_exit_codes() {
         "30GiB",
         "--max-allocated",
         "23GiB",
-        "--max-fragmentation",
+        "--max-peak-fragmentation",
         "0.15",
         "--no-leaks",
     ]);
@@ -43,14 +43,22 @@ fn check_exit_codes() {
     // 24,245,174,272 bytes reserved: above 24 GB (decimal units).
     let o = fragscope(&["check", f, "--max-reserved", "24GB"]);
     assert_eq!(o.status.code(), Some(1));
-    let o = fragscope(&["check", f, "--max-reserved", "25GB", "--max-fragmentation", "0.5%"]);
+    let o = fragscope(&["check", f, "--max-reserved", "25GB", "--max-peak-fragmentation", "0.5%"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stdout(&o)
-            .starts_with("check failed: peak fragmentation 0.0091 on device 0 exceeds --max-fragmentation 0.0050"),
+            .starts_with("check failed: peak fragmentation 0.0091 on device 0 exceeds --max-peak-fragmentation 0.0050"),
         "{}",
         stdout(&o)
     );
+
+    // The limit's name before it was called after its metric is still accepted.
+    let o = fragscope(&["check", f, "--max-reserved", "25GB", "--max-fragmentation", "0.5%", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "fragscope.check/1");
+    assert_eq!(v["failures"][0]["limit"], "max_peak_fragmentation");
+    assert_eq!(v["limits"]["max_peak_fragmentation"], 0.005);
 
     let o = fragscope(&["check", f, "--max-reserved", "20GiB", "--max-allocated", "1GiB", "--json"]);
     assert_eq!(o.status.code(), Some(1));
@@ -63,7 +71,7 @@ fn check_exit_codes() {
 
     for bad in [
         &["check", f, "--max-reserved", "20 lightyears"][..],
-        &["check", f, "--max-fragmentation", "1.5"],
+        &["check", f, "--max-peak-fragmentation", "1.5"],
         &["check", "/nonexistent.pickle"],
     ] {
         let o = fragscope(bad);

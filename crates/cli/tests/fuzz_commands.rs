@@ -217,7 +217,7 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
     let lim = Limits {
         max_reserved: Some(1 << 30),
         max_allocated: Some(1 << 30),
-        max_fragmentation: Some(0.3),
+        max_peak_fragmentation: Some(0.3),
         no_leaks: true,
     };
     let _ = serde_json::to_string(&check(m, &lim)).expect("check JSON");

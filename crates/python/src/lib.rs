@@ -97,7 +97,7 @@ fn python_words(message: &str) -> String {
     const FLAGS: [(&str, &str); 10] = [
         ("--max-reserved", "max_reserved"),
         ("--max-allocated", "max_allocated"),
-        ("--max-fragmentation", "max_fragmentation"),
+        ("--max-peak-fragmentation", "max_peak_fragmentation"),
         ("--empty-cache-at", "empty_cache_at"),
         ("--save-snapshot", "save_snapshot"),
         ("--no-caching", "no_caching"),
@@ -284,20 +284,20 @@ impl Snapshot {
 
     /// `fragscope check --json` of this snapshot: the JSON document, whether every limit
     /// held, and the line the CLI prints for the first broken limit (`None` when it passed).
-    #[pyo3(signature = (max_reserved = None, max_allocated = None, max_fragmentation = None, no_leaks = false))]
+    #[pyo3(signature = (max_reserved = None, max_allocated = None, max_peak_fragmentation = None, no_leaks = false))]
     fn check_json(
         &self,
         py: Python<'_>,
         max_reserved: Option<String>,
         max_allocated: Option<String>,
-        max_fragmentation: Option<String>,
+        max_peak_fragmentation: Option<String>,
         no_leaks: bool,
     ) -> PyResult<(String, bool, Option<String>)> {
         let args = cmd::check::Args {
             file: PathBuf::from(&self.name),
             max_reserved,
             max_allocated,
-            max_fragmentation,
+            max_peak_fragmentation,
             no_leaks,
             json: true,
         };

@@ -1,5 +1,5 @@
 //! `fragscope check FILE [--max-reserved SIZE] [--max-allocated SIZE]
-//! [--max-fragmentation F] [--no-leaks] [--json]`: a memory budget gate for CI.
+//! [--max-peak-fragmentation F] [--no-leaks] [--json]`: a memory budget gate for CI.
 //!
 //! Exit 0 with one `check passed: ...` line when every device is within the limits,
 //! exit 1 with one `check failed: ...` line naming the first broken limit and the
@@ -29,9 +29,10 @@ pub struct Args {
     /// Fail when peak allocated memory exceeds SIZE.
     #[arg(long, value_name = "SIZE")]
     pub max_allocated: Option<String>,
-    /// Fail when 1 − peak allocated / peak reserved exceeds F (0.15 or 15%).
-    #[arg(long, value_name = "F")]
-    pub max_fragmentation: Option<String>,
+    /// Fail when peak fragmentation (1 − peak allocated / peak reserved) exceeds F (0.15 or
+    /// 15%). `--max-fragmentation`, its name before 0.x, is still accepted.
+    #[arg(long, value_name = "F", alias = "max-fragmentation")]
+    pub max_peak_fragmentation: Option<String>,
     /// Fail when any call site's memory outlives its training step and grows across steps
     /// (a leak suspect; traces of one step or none have none).
     #[arg(long)]
@@ -45,7 +46,7 @@ fn flag(limit: &str) -> &'static str {
     match limit {
         "max_reserved" => "--max-reserved",
         "max_allocated" => "--max-allocated",
-        "max_fragmentation" => "--max-fragmentation",
+        "max_peak_fragmentation" => "--max-peak-fragmentation",
         _ => "--no-leaks",
     }
 }
@@ -81,10 +82,10 @@ pub fn limits(args: &Args) -> Result<Limits, CliError> {
     Ok(Limits {
         max_reserved: size(&args.max_reserved, "--max-reserved")?,
         max_allocated: size(&args.max_allocated, "--max-allocated")?,
-        max_fragmentation: args
-            .max_fragmentation
+        max_peak_fragmentation: args
+            .max_peak_fragmentation
             .as_deref()
-            .map(|v| check::parse_fraction(v).map_err(|e| CliError::usage(format!("--max-fragmentation: {e}"))))
+            .map(|v| check::parse_fraction(v).map_err(|e| CliError::usage(format!("--max-peak-fragmentation: {e}"))))
             .transpose()?,
         no_leaks: args.no_leaks,
     })
