@@ -305,7 +305,7 @@ def make(out_dir):
             p = plant.find_host(rel)
             if p is None:
                 msg = f"SKIPPED: host {name} ({rel}) not found (corpus ../shared/traces absent?)"
-                print(msg)
+                print(msg, file=sys.stderr)  # keeps --json output clean
                 man["skipped"].append({"host": name, "why": "not found"})
                 continue
             snap = sm.load(p)
@@ -318,7 +318,7 @@ def make(out_dir):
                                          "an optimizer run")
             elif len(stp) < 2:
                 msg = f"SKIPPED: host {name}: steps.py finds {len(stp)} optimizer run(s): no step truth"
-                print(msg)
+                print(msg, file=sys.stderr)  # keeps --json output clean
                 man["skipped"].append({"host": name, "why": f"{len(stp)} optimizer runs"})
                 continue
             for kind, rep, c, form, extra in draw_cuts(name, trace, stp, negative):
