@@ -11,3 +11,5 @@ cd "$(dirname "$0")/../.."
 # differently and would rebuild the dependencies.
 cargo build --release
 FRAGSCOPE_BIN="$PWD/target/release/fragscope" python3 tests/heldout/test_harness.py
+# The late-start harness (tests/heldout/late_start.py, frozen at 000eb61) checks itself too.
+FRAGSCOPE_BIN="$PWD/target/release/fragscope" python3 tests/heldout/test_late_start.py
