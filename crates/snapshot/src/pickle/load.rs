@@ -775,6 +775,18 @@ pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Resul
     finish(&mut vm.state, abs, top)
 }
 
+/// Reads a whole pickle file mapped into memory (see [`super::mapped`]).
+pub(crate) fn read_pickle_mapped(
+    m: super::mapped::Mapping,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Snapshot, ReadError> {
+    let mut vm = Vm::mapped(m);
+    let mut abs = SnapshotAbsorber::new(&mut vm.state);
+    let top = vm.run(&mut abs, progress)?;
+    abs.prefault = None;
+    finish(&mut vm.state, abs, top)
+}
+
 /// The model of the top-level value `top`, once every list has been absorbed (shared by
 /// the pickle reader and [`Feeder`]).
 fn finish(st: &mut VmState, mut abs: SnapshotAbsorber, top: Value) -> Result<Snapshot, ReadError> {

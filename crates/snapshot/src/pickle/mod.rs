@@ -1,6 +1,7 @@
 //! Pickle support: a data-only reader ([`vm`], [`load`]) and a writer ([`write`]).
 
 pub(crate) mod load;
+pub(crate) mod mapped;
 mod memo;
 mod prefault;
 pub(crate) mod vm;
