@@ -4,5 +4,6 @@ pub(crate) mod load;
 pub(crate) mod mapped;
 mod memo;
 mod prefault;
+mod shape;
 pub(crate) mod vm;
 pub mod write;
