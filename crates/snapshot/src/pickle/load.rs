@@ -50,8 +50,12 @@ struct SnapshotAbsorber {
     cc_ref: (u64, StrId),
     /// `Memo::string_overwrites` when `tmpl`, `action_refs` and `shapes` were built.
     tmpl_gen: u64,
-    /// Layouts of recent trace entries, most recently matched first (see [`shape`]).
+    /// Layouts of recent trace entries (see [`shape`]); they stay where they are (each is
+    /// a few hundred bytes): `shape_hint` is the one that matched last and is tried first,
+    /// `shape_evict` the next slot a new layout takes.
     shapes: Vec<EntryShape>,
+    shape_hint: usize,
+    shape_evict: usize,
 
     /// Reusable `[k, v, ..]` buffer for dicts absorbed on the generic path.
     flat: Vec<Value>,
@@ -280,6 +284,8 @@ impl SnapshotAbsorber {
             action_refs: [(NO_REF, 0); 8],
             tmpl_gen: 0,
             shapes: Vec::with_capacity(SHAPES),
+            shape_hint: 0,
+            shape_evict: 0,
 
             flat: Vec::new(),
             pending: Vec::new(),
@@ -635,13 +641,17 @@ impl SnapshotAbsorber {
             return None;
         }
         let w: &[u8; shape::WINDOW] = buf.get(..shape::WINDOW)?.try_into().unwrap();
-        let k = self.shapes.iter().position(|s| s.matches(w))?;
-        if k > 0 {
-            self.shapes[..=k].rotate_right(1);
-        }
+        let hint = self.shape_hint.min(self.shapes.len() - 1);
+        let k = if self.shapes[hint].matches(w) {
+            hint
+        } else {
+            let k = self.shapes.iter().position(|s| s.matches(w))?;
+            self.shape_hint = k;
+            k
+        };
         // Straight-line, slot by slot: the shape from `shapes`, the caches beside it.
         // (A shape is learned only from an entry with an action, an addr and a size.)
-        let sh = &self.shapes[0];
+        let sh = &self.shapes[k];
         let f = &sh.fields;
         let raw = f[Slot::Action as usize].memo_ref(w);
         let slot = &mut self.action_refs[(raw & 7) as usize];
@@ -701,13 +711,22 @@ impl SnapshotAbsorber {
     fn learn_shape(&mut self, e: &[u8], used: usize, ev: &TraceEvent) {
         if let Some(sh) = self.shape_of(e, used, ev) {
             // A layout already kept (one a reference cache miss sent back here) stays once.
-            if let Some(k) = self.shapes.iter().position(|s| s.same_layout(&sh)) {
-                self.shapes.remove(k);
-            }
-            if self.shapes.len() == SHAPES {
-                self.shapes.pop();
-            }
-            self.shapes.insert(0, sh);
+            let k = if let Some(k) = self.shapes.iter().position(|s| s.same_layout(&sh)) {
+                k
+            } else if self.shapes.len() < SHAPES {
+                self.shapes.push(sh);
+                self.shapes.len() - 1
+            } else {
+                // Round robin, sparing the layout that matched last.
+                let mut k = self.shape_evict % SHAPES;
+                if k == self.shape_hint {
+                    k = (k + 1) % SHAPES;
+                }
+                self.shape_evict = k + 1;
+                self.shapes[k] = sh;
+                k
+            };
+            self.shape_hint = k;
         }
     }
 
@@ -878,8 +897,10 @@ impl Absorber for SnapshotAbsorber {
             if buf.len() - p < 64 {
                 break false;
             }
+            // EMPTY_DICT, MEMOIZE, MARK: a trace entry starts (one compare for the three).
+            let head = u32::from_le_bytes([buf[p], buf[p + 1], buf[p + 2], buf[p + 3]]);
             match buf[p] {
-                b'}' if buf[p + 1] == 0x94 && buf[p + 2] == b'(' => {
+                b'}' if head & 0xff_ffff == u32::from_le_bytes([b'}', 0x94, b'(', 0]) => {
                     let e = &buf[p + 1..];
                     let used = match self.decode_shaped(st, e, &mut ev) {
                         Some(used) => used,
