@@ -633,10 +633,11 @@ impl SnapshotAbsorber {
     }
 
     /// Decodes the entry at `buf[0]` (its MEMOIZE) by one of the recent entry layouts, as
-    /// [`Self::decode_entry`] would; `None`, with nothing changed but reference caches, when
-    /// no layout fits or a reference is not what it must be.
+    /// [`Self::decode_entry`] would, and appends it to the current trace; `None`, with
+    /// nothing changed but reference caches, when no layout fits or a reference is not what
+    /// it must be.
     #[inline(always)]
-    fn decode_shaped(&mut self, st: &mut VmState, buf: &[u8], ev: &mut TraceEvent) -> Option<usize> {
+    fn decode_shaped(&mut self, st: &mut VmState, buf: &[u8]) -> Option<usize> {
         if self.shapes.is_empty() || self.tmpl_gen != st.memo.string_overwrites {
             return None;
         }
@@ -683,7 +684,7 @@ impl SnapshotAbsorber {
             None
         };
         let (stream, time) = (f[Slot::Stream as usize], f[Slot::Time as usize]);
-        *ev = TraceEvent {
+        let ev = TraceEvent {
             addr: f[Slot::Addr as usize].int(w) as u64,
             size: f[Slot::Size as usize].int(w) as u64,
             stream: if stream.present { stream.int(w) as u64 } else { 0 },
@@ -701,7 +702,11 @@ impl SnapshotAbsorber {
             st.memo.set(i, Value::Str(*id));
         }
         st.memo.consume(dict_memo);
-        Some(sh.len)
+        let len = sh.len;
+        // Built in place: an event assembled on the stack and copied over was read back
+        // in 16-byte loads from its 8-byte stores, which stalls (store forwarding fails).
+        self.cur_events.push(ev);
+        Some(len)
     }
 
     /// Learns the layout of the entry `e[..used]` that [`Self::decode_entry`] just decoded
@@ -902,17 +907,17 @@ impl Absorber for SnapshotAbsorber {
             match buf[p] {
                 b'}' if head & 0xff_ffff == u32::from_le_bytes([b'}', 0x94, b'(', 0]) => {
                     let e = &buf[p + 1..];
-                    let used = match self.decode_shaped(st, e, &mut ev) {
+                    let used = match self.decode_shaped(st, e) {
                         Some(used) => used,
                         None => match self.decode_entry(st, e, &mut ev) {
                             Some(used) => {
                                 self.learn_shape(e, used, &ev);
+                                self.cur_events.push(ev);
                                 used
                             }
                             None => break false,
                         },
                     };
-                    self.cur_events.push(ev);
                     p += 1 + used;
                 }
                 // FRAME: a protocol-4 length hint between two entries.
