@@ -59,8 +59,34 @@ pub fn read_path_with_progress(path: &Path, progress: &mut dyn FnMut(u64, u64)) 
     if head[..n] == *torchsave::ZIP_MAGIC {
         return torchsave::read_zip(f);
     }
+    // A plain pickle file (not a legacy torch.save, whose magic also starts with 0x80) is
+    // read in place, mapped; anything else, or a file the system will not map, is streamed.
+    if n > 0 && head[0] == 0x80 && f.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        let mut legacy = [0u8; torchsave::LEGACY_MAGIC.len()];
+        let k = read_up_to(&mut f, &mut legacy)?;
+        f.seek(std::io::SeekFrom::Start(0))?;
+        if legacy[..k] != *torchsave::LEGACY_MAGIC {
+            if let Some(m) = pickle::mapped::Mapping::of(&f, total) {
+                return pickle::load::read_pickle_mapped(m, &mut |off| progress(off, total));
+            }
+        }
+    }
     let counter = Counting { inner: f, read: 0, report: progress, total };
     read_from(counter)
+}
+
+/// Fills `buf` as far as the reader has data; the bytes read.
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Counts bytes of the underlying file (compressed bytes for gzip), for progress.

@@ -193,3 +193,61 @@ fn every_truncation_of_a_small_file() {
         assert!(fragscope_snapshot::read_from(&full[..cut]).is_err(), "cut {cut} accepted");
     }
 }
+
+/// `read_path` reads a plain pickle file mapped into memory, `read_from` through a
+/// buffer refilled by `read()`: the two must agree on every input — the same model, or
+/// the same one-line error. Mutated real pickles written to disk, read both ways.
+#[test]
+fn mapped_file_reads_like_the_stream() {
+    let files = corpus();
+    if files.is_empty() {
+        return; // traces_dir() printed why (and fails under CI)
+    }
+    let path = common::scratch_dir("mapped").join("case.pickle");
+    let mut runner = TestRunner::new(Config {
+        cases: 300,
+        failure_persistence: None,
+        rng_algorithm: proptest::test_runner::RngAlgorithm::ChaCha,
+        ..Config::default()
+    });
+    let strategy = (0..files.len(), prop::collection::vec(mutation(), 0..4));
+    let mut seen = (0u32, 0u32);
+    let seen_ref = std::cell::RefCell::new(&mut seen);
+    let result = runner.run(&strategy, |(fi, muts)| {
+        let data = apply(&files[fi].1, &muts);
+        std::fs::write(&path, &data).unwrap();
+        let mapped = fragscope_snapshot::read_path(&path);
+        let streamed = fragscope_snapshot::read_from(&data[..]);
+        match (mapped, streamed) {
+            (Ok(a), Ok(b)) => {
+                prop_assert!(fragscope_snapshot::semantic_diff(&a, &b).is_none(), "{}: models differ", files[fi].0);
+                seen_ref.borrow_mut().0 += 1;
+            }
+            (Err(a), Err(b)) => {
+                prop_assert_eq!(a.to_string(), b.to_string());
+                seen_ref.borrow_mut().1 += 1;
+            }
+            (a, b) => prop_assert!(false, "{}: mapped {:?}, streamed {:?}", files[fi].0, a.err(), b.err()),
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    eprintln!("mapped vs streamed: {} same model, {} same error", seen.0, seen.1);
+    assert!(seen.0 > 0 && seen.1 > 0, "both outcomes must be exercised: {seen:?}");
+}
+
+/// Truncations of a real file on disk (read mapped) are refused like truncated streams.
+#[test]
+fn truncated_files_on_disk_are_refused() {
+    let Some(p) = common::real_file("selectn-gpt2-generate-stateonly.pickle") else { return };
+    let full = std::fs::read(&p).unwrap();
+    let path = common::scratch_dir("mapped-cut").join("cut.pickle");
+    for cut in (1..full.len()).step_by(97) {
+        std::fs::write(&path, &full[..cut]).unwrap();
+        let e = fragscope_snapshot::read_path(&path).err().unwrap_or_else(|| panic!("cut {cut} accepted"));
+        let s = fragscope_snapshot::read_from(&full[..cut]).err().unwrap();
+        assert_eq!(e.to_string(), s.to_string(), "cut {cut}");
+    }
+}

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 
+use super::shape::{self, EntryShape, Slot};
 use super::vm::{Absorb, Absorber, Handle, Value, Vm, VmState, MAX_DEPTH};
 use crate::error::ReadError;
 use crate::model::*;
@@ -47,8 +48,14 @@ struct SnapshotAbsorber {
     action_refs: [(u64, u8); 8],
     /// The last `compile_context` reference and its string.
     cc_ref: (u64, StrId),
-    /// `Memo::string_overwrites` when `tmpl` and `action_refs` were built.
+    /// `Memo::string_overwrites` when `tmpl`, `action_refs` and `shapes` were built.
     tmpl_gen: u64,
+    /// Layouts of recent trace entries (see [`shape`]); they stay where they are (each is
+    /// a few hundred bytes): `shape_hint` is the one that matched last and is tried first,
+    /// `shape_evict` the next slot a new layout takes.
+    shapes: Vec<EntryShape>,
+    shape_hint: usize,
+    shape_evict: usize,
 
     /// Reusable `[k, v, ..]` buffer for dicts absorbed on the generic path.
     flat: Vec<Value>,
@@ -138,6 +145,10 @@ struct KeyTemplate {
     len: usize,
     code: u8,
 }
+
+/// Entry layouts kept (a real trace has a few: sizes written as `K`, `M` or `J`, a
+/// stack by `BINGET` or `LONG_BINGET`).
+const SHAPES: usize = 4;
 
 /// No memo reference (a raw reference is the index, with bit 32 set for LONG_BINGET).
 const NO_REF: u64 = u64::MAX;
@@ -229,6 +240,15 @@ fn string_at(
     }
 }
 
+/// The string a memo reference (raw, as [`memo_ref`] gives it) names.
+#[inline]
+fn memo_str(st: &VmState, raw: u64) -> Option<StrId> {
+    match st.memo.get((raw & u32::MAX as u64) as usize) {
+        Value::Str(id) => Some(id),
+        _ => None,
+    }
+}
+
 impl SnapshotAbsorber {
     fn new(st: &mut VmState) -> Self {
         let t = &mut st.table;
@@ -263,6 +283,9 @@ impl SnapshotAbsorber {
             tmpl: Vec::new(),
             action_refs: [(NO_REF, 0); 8],
             tmpl_gen: 0,
+            shapes: Vec::with_capacity(SHAPES),
+            shape_hint: 0,
+            shape_evict: 0,
 
             flat: Vec::new(),
             pending: Vec::new(),
@@ -546,6 +569,7 @@ impl SnapshotAbsorber {
             self.tmpl.clear();
             self.action_refs = [(NO_REF, 0); 8];
             self.cc_ref.0 = NO_REF;
+            self.shapes.clear();
             self.tmpl_gen = st.memo.string_overwrites;
         }
         let mut j = 0usize;
@@ -606,6 +630,186 @@ impl SnapshotAbsorber {
         }
         st.memo.consume(dict_memo);
         Some(p)
+    }
+
+    /// Decodes the entry at `buf[0]` (its MEMOIZE) by one of the recent entry layouts, as
+    /// [`Self::decode_entry`] would, and appends it to the current trace; `None`, with
+    /// nothing changed but reference caches, when no layout fits or a reference is not what
+    /// it must be.
+    #[inline(always)]
+    fn decode_shaped(&mut self, st: &mut VmState, buf: &[u8]) -> Option<usize> {
+        if self.shapes.is_empty() || self.tmpl_gen != st.memo.string_overwrites {
+            return None;
+        }
+        let w: &[u8; shape::WINDOW] = buf.get(..shape::WINDOW)?.try_into().unwrap();
+        let hint = self.shape_hint.min(self.shapes.len() - 1);
+        let k = if self.shapes[hint].matches(w) {
+            hint
+        } else {
+            let k = self.shapes.iter().position(|s| s.matches(w))?;
+            self.shape_hint = k;
+            k
+        };
+        // Straight-line, slot by slot: the shape from `shapes`, the caches beside it.
+        // (A shape is learned only from an entry with an action, an addr and a size.)
+        let sh = &self.shapes[k];
+        let f = &sh.fields;
+        let raw = f[Slot::Action as usize].memo_ref(w);
+        let slot = &mut self.action_refs[(raw & 7) as usize];
+        if slot.0 != raw {
+            // An action string the key-by-key decoder has coded already (a new one goes
+            // back to it).
+            let id = memo_str(st, raw)?;
+            let c = self.key_codes.get(id.index())?.checked_sub(K_FIRST_ACTION)?;
+            *slot = (raw, c);
+        }
+        let action = *Action::ALL.get(slot.1 as usize)?;
+        let cc = f[Slot::CompileContext as usize];
+        let compile_context = if cc.present {
+            let raw = cc.memo_ref(w);
+            if self.cc_ref.0 != raw {
+                self.cc_ref = (raw, memo_str(st, raw)?);
+            }
+            Some(self.cc_ref.1)
+        } else {
+            sh.compile_context
+        };
+        let um = f[Slot::UserMetadata as usize];
+        let user_metadata = if um.present { Some(memo_str(st, um.memo_ref(w))?) } else { sh.user_metadata };
+        let fr = f[Slot::Frames as usize];
+        let stack = if fr.present {
+            let Value::Stack(id) = st.memo.get((fr.memo_ref(w) & u32::MAX as u64) as usize) else { return None };
+            Some(id)
+        } else {
+            None
+        };
+        let (stream, time) = (f[Slot::Stream as usize], f[Slot::Time as usize]);
+        let ev = TraceEvent {
+            addr: f[Slot::Addr as usize].int(w) as u64,
+            size: f[Slot::Size as usize].int(w) as u64,
+            stream: if stream.present { stream.int(w) as u64 } else { 0 },
+            time_us: if time.present { time.int(w) } else { NO_TIME },
+            stack,
+            compile_context,
+            user_metadata,
+            action,
+            ..TraceEvent::new(action, 0, 0, 0)
+        };
+        // Commit as `decode_entry` does: the dict's MEMOIZE, then its fresh strings'.
+        let dict_memo = st.memo.reserve();
+        for id in sh.memos[..sh.n_memos].iter().flatten() {
+            let i = st.memo.len();
+            st.memo.set(i, Value::Str(*id));
+        }
+        st.memo.consume(dict_memo);
+        let len = sh.len;
+        // Built in place: an event assembled on the stack and copied over was read back
+        // in 16-byte loads from its 8-byte stores, which stalls (store forwarding fails).
+        self.cur_events.push(ev);
+        Some(len)
+    }
+
+    /// Learns the layout of the entry `e[..used]` that [`Self::decode_entry`] just decoded
+    /// into `ev` (so `tmpl` holds its keys). Entries it cannot describe (a FRAME inside, a
+    /// key written fresh, a repeated key, a fresh action) are left to the key-by-key path.
+    #[cold]
+    fn learn_shape(&mut self, e: &[u8], used: usize, ev: &TraceEvent) {
+        if let Some(sh) = self.shape_of(e, used, ev) {
+            // A layout already kept (one a reference cache miss sent back here) stays once.
+            let k = if let Some(k) = self.shapes.iter().position(|s| s.same_layout(&sh)) {
+                k
+            } else if self.shapes.len() < SHAPES {
+                self.shapes.push(sh);
+                self.shapes.len() - 1
+            } else {
+                // Round robin, sparing the layout that matched last.
+                let mut k = self.shape_evict % SHAPES;
+                if k == self.shape_hint {
+                    k = (k + 1) % SHAPES;
+                }
+                self.shape_evict = k + 1;
+                self.shapes[k] = sh;
+                k
+            };
+            self.shape_hint = k;
+        }
+    }
+
+    fn shape_of(&self, e: &[u8], used: usize, ev: &TraceEvent) -> Option<EntryShape> {
+        let mut sh = EntryShape::new(e, used)?;
+        let (mut p, mut j, mut seen) = (2usize, 0usize, 0u32);
+        loop {
+            if *e.get(p)? == b'u' {
+                p += 1;
+                break;
+            }
+            let t = *self.tmpl.get(j)?;
+            let head = u64::from_le_bytes(e.get(p..p + 8)?.try_into().unwrap());
+            if head & t.mask != t.bytes || seen & 1 << t.code != 0 {
+                return None;
+            }
+            seen |= 1 << t.code;
+            p += t.len;
+            let op = *e.get(p)?;
+            let ok = match t.code {
+                K_ADDR..=K_TIME => {
+                    let slot = [Slot::Addr, Slot::Size, Slot::Stream, Slot::Time][(t.code - K_ADDR) as usize];
+                    let (at, n, signed) = match op {
+                        b'K' => (p + 1, 1, false),
+                        b'M' => (p + 1, 2, false),
+                        b'J' => (p + 1, 4, true),
+                        0x8a => (p + 2, *e.get(p + 1)? as usize, true),
+                        _ => return None,
+                    };
+                    p = at + n;
+                    sh.payload(at, n, slot, signed)
+                }
+                K_ACTION | K_CC | K_UM | K_FRAMES => {
+                    let slot = match t.code {
+                        K_ACTION => Slot::Action,
+                        K_CC => Slot::CompileContext,
+                        K_UM => Slot::UserMetadata,
+                        _ => Slot::Frames,
+                    };
+                    match op {
+                        b'h' => {
+                            p += 2;
+                            sh.payload(p - 1, 1, slot, false)
+                        }
+                        b'j' => {
+                            p += 5;
+                            sh.payload(p - 4, 4, slot, false)
+                        }
+                        // A fresh string: the same bytes in every entry of the shape.
+                        0x8c if matches!(slot, Slot::CompileContext | Slot::UserMetadata) => {
+                            p += 2 + *e.get(p + 1)? as usize;
+                            let id = if slot == Slot::CompileContext { ev.compile_context } else { ev.user_metadata };
+                            if slot == Slot::CompileContext {
+                                sh.compile_context = id;
+                            } else {
+                                sh.user_metadata = id;
+                            }
+                            if *e.get(p)? == 0x94 {
+                                p += 1;
+                                if sh.n_memos == sh.memos.len() {
+                                    return None;
+                                }
+                                sh.memos[sh.n_memos] = id;
+                                sh.n_memos += 1;
+                            }
+                            id.is_some()
+                        }
+                        _ => false,
+                    }
+                }
+                _ => false,
+            };
+            if !ok {
+                return None;
+            }
+            j += 1;
+        }
+        (p == used && sh.complete()).then_some(sh)
     }
 
     fn push_event(&mut self, list: u32, ev: TraceEvent) {
@@ -698,15 +902,24 @@ impl Absorber for SnapshotAbsorber {
             if buf.len() - p < 64 {
                 break false;
             }
+            // EMPTY_DICT, MEMOIZE, MARK: a trace entry starts (one compare for the three).
+            let head = u32::from_le_bytes([buf[p], buf[p + 1], buf[p + 2], buf[p + 3]]);
             match buf[p] {
-                b'}' if buf[p + 1] == 0x94 && buf[p + 2] == b'(' => match self.decode_entry(st, &buf[p + 1..], &mut ev)
-                {
-                    Some(used) => {
-                        self.cur_events.push(ev);
-                        p += 1 + used;
-                    }
-                    None => break false,
-                },
+                b'}' if head & 0xff_ffff == u32::from_le_bytes([b'}', 0x94, b'(', 0]) => {
+                    let e = &buf[p + 1..];
+                    let used = match self.decode_shaped(st, e) {
+                        Some(used) => used,
+                        None => match self.decode_entry(st, e, &mut ev) {
+                            Some(used) => {
+                                self.learn_shape(e, used, &ev);
+                                self.cur_events.push(ev);
+                                used
+                            }
+                            None => break false,
+                        },
+                    };
+                    p += 1 + used;
+                }
                 // FRAME: a protocol-4 length hint between two entries.
                 0x95 => p += 9,
                 b'e' => {
@@ -772,6 +985,18 @@ pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Resul
     let mut abs = SnapshotAbsorber::new(&mut vm.state);
     let top = vm.run(&mut abs, progress)?;
     abs.prefault = None; // parsing is done: stop and join the helper
+    finish(&mut vm.state, abs, top)
+}
+
+/// Reads a whole pickle file mapped into memory (see [`super::mapped`]).
+pub(crate) fn read_pickle_mapped(
+    m: super::mapped::Mapping,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Snapshot, ReadError> {
+    let mut vm = Vm::mapped(m);
+    let mut abs = SnapshotAbsorber::new(&mut vm.state);
+    let top = vm.run(&mut abs, progress)?;
+    abs.prefault = None;
     finish(&mut vm.state, abs, top)
 }
 

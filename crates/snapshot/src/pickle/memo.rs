@@ -35,8 +35,18 @@ impl Memo {
         self.len - 1
     }
     /// Marks an entry consumed: cheaper than `set`, and the common case on large traces.
-    #[inline]
+    #[inline(always)]
     pub fn consume(&mut self, idx: usize) {
+        // Nearly every trace entry's slot lies in a chunk already dropped (consumed
+        // throughout): one check, inlined into the trace decoders.
+        if let Some(None) = self.chunks.get(idx >> SHIFT) {
+            return;
+        }
+        self.consume_slow(idx)
+    }
+
+    #[inline(never)]
+    fn consume_slow(&mut self, idx: usize) {
         let ci = idx >> SHIFT;
         match self.chunks.get_mut(ci) {
             Some(Some(chunk)) => {

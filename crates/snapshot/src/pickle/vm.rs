@@ -249,10 +249,28 @@ impl VmState {
 /// data that actually arrived (a length field cannot make it allocate gigabytes).
 struct Input<R: Read> {
     r: R,
-    buf: Vec<u8>,
+    buf: Buf,
     pos: usize,
     end: usize,
     base: u64,
+}
+
+/// Where the input's bytes are: a buffer filled by `read()`, or the whole file mapped
+/// (then `pos..end` covers all of it and there is nothing more to read).
+enum Buf {
+    Read(Vec<u8>),
+    Mapped(super::mapped::Mapping),
+}
+
+impl std::ops::Deref for Buf {
+    type Target = [u8];
+    #[inline(always)]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Buf::Read(v) => v,
+            Buf::Mapped(m) => m.bytes(),
+        }
+    }
 }
 
 /// Read size. Large enough that keeping a whole APPENDS batch in view (`BATCH_WINDOW`)
@@ -298,19 +316,25 @@ impl<R: Read> Input<R> {
         self.refill(n, false)
     }
     fn refill(&mut self, n: usize, strict: bool) -> Result<(), ReadError> {
+        let buf = match &mut self.buf {
+            Buf::Read(v) => v,
+            // A mapped file is all in view already.
+            Buf::Mapped(_) if strict => return Err(ReadError::Truncated { offset: self.base + self.end as u64 }),
+            Buf::Mapped(_) => return Ok(()),
+        };
         let rem = self.end - self.pos;
-        self.buf.copy_within(self.pos..self.end, 0);
+        buf.copy_within(self.pos..self.end, 0);
         self.base += self.pos as u64;
         self.pos = 0;
         self.end = rem;
         while self.end < n {
-            if self.end == self.buf.len() {
+            if self.end == buf.len() {
                 // Grow only by doubling what we already hold, so memory follows real data.
-                let grow = self.buf.len().max(CHUNK);
-                self.buf.resize(self.buf.len() + grow, 0);
+                let grow = buf.len().max(CHUNK);
+                buf.resize(buf.len() + grow, 0);
             }
             let k = loop {
-                match self.r.read(&mut self.buf[self.end..]) {
+                match self.r.read(&mut buf[self.end..]) {
                     Ok(k) => break k,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break 0,
@@ -383,7 +407,7 @@ pub(crate) struct Vm<R: Read> {
 impl<R: Read> Vm<R> {
     pub fn new(r: R) -> Self {
         Vm {
-            input: Input { r, buf: vec![0; CHUNK], pos: 0, end: 0, base: 0 },
+            input: Input { r, buf: Buf::Read(vec![0; CHUNK]), pos: 0, end: 0, base: 0 },
             state: VmState::new(),
             stack: Vec::with_capacity(1024),
             marks: Vec::with_capacity(64),
@@ -442,6 +466,16 @@ impl<R: Read> Vm<R> {
         }
         self.state.memo_put(idx, v);
         Ok(())
+    }
+}
+
+impl Vm<std::io::Empty> {
+    /// A VM over a whole mapped file: no copies, no refills.
+    pub fn mapped(m: super::mapped::Mapping) -> Self {
+        let mut vm = Vm::new(std::io::empty());
+        vm.input.end = m.bytes().len();
+        vm.input.buf = Buf::Mapped(m);
+        vm
     }
 }
 
@@ -518,6 +552,9 @@ impl<R: Read> Vm<R> {
             if off >= next_report {
                 progress(off);
                 next_report = off + (8 << 20);
+                if let Buf::Mapped(m) = &mut self.input.buf {
+                    m.release_before(self.input.pos);
+                }
             }
             let op = self.input.byte()?;
             match op {
