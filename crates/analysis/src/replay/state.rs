@@ -244,9 +244,17 @@ pub struct SegMap {
     /// segments seen recently (99% hits on the large benchmark), so most lookups
     /// skip the binary search. Empty until the first lookup.
     hints: Vec<u32>,
+    /// Index of the block last found for each 512-byte granule of addresses, in its
+    /// segment (by address bits, `POS` entries, `u32::MAX` = none; [`Self::block_index`]).
+    /// Empty until the first lookup.
+    pos: Vec<u32>,
+    /// Some segment given to [`Self::insert`] had blocks out of address order (a corrupt
+    /// snapshot): then `pos` is not used. Every undo and apply keeps the order.
+    unsorted: bool,
 }
 
 const HINTS: usize = 4096;
+const POS: usize = 4096;
 /// 2 MiB, the smallest segment.
 const GRANULE_SHIFT: u32 = 21;
 
@@ -267,6 +275,7 @@ impl SegMap {
     }
     /// Insert (or replace) the segment starting at `addr`.
     pub fn insert(&mut self, addr: u64, rec: SegRec) -> Option<SegRec> {
+        self.unsorted |= !rec.blocks.windows(2).all(|w| w[0].addr <= w[1].addr);
         match self.starts.binary_search(&addr) {
             Ok(k) => Some(std::mem::replace(&mut self.recs[self.slots[k] as usize], rec)),
             Err(k) => {
@@ -338,6 +347,37 @@ impl SegMap {
         } else {
             None
         }
+    }
+    /// Index of the block holding `addr` in the segment at slab slot `slot`: the one
+    /// [`SegRec::block_at`] finds. Tried first: where the last lookup in `addr`'s
+    /// 512-byte granule found its block (the walk meets one address again and again: a
+    /// block's `free_completed`, then its `alloc`, then the `free_completed` of the block
+    /// before it there). With the blocks in address order, "the last block starting at or
+    /// before `addr`" is checked exactly, so a stale hint only costs the search.
+    #[inline(always)]
+    fn block_index(&mut self, slot: usize, addr: u64) -> Option<usize> {
+        let h = (addr >> 9) as usize & (POS - 1);
+        if !self.unsorted {
+            if let Some(&j) = self.pos.get(h) {
+                let blocks = &self.recs[slot].blocks;
+                if let Some(b) = blocks.get(j as usize) {
+                    if b.addr <= addr && blocks.get(j as usize + 1).is_none_or(|n| n.addr > addr) {
+                        return (addr < b.addr + b.size).then_some(j as usize);
+                    }
+                }
+            }
+        }
+        let j = self.recs[slot].block_at(addr)?;
+        self.set_pos(addr, j);
+        Some(j)
+    }
+    /// Notes that the block holding `addr` is now at index `j` of its segment.
+    #[inline(always)]
+    fn set_pos(&mut self, addr: u64, j: usize) {
+        if self.pos.is_empty() {
+            self.pos = vec![u32::MAX; POS];
+        }
+        self.pos[(addr >> 9) as usize & (POS - 1)] = j as u32;
     }
     fn containing(&self, addr: u64) -> Option<&SegRec> {
         let k = self.last_at_or_before(addr)?;
@@ -522,10 +562,11 @@ impl RecordedState {
     /// built out of line.
     #[inline(always)]
     pub fn undo_alloc(&mut self, index: usize, ev: &TraceEvent) -> Result<Undone, Inconsistency> {
-        let Some(seg) = self.segs.containing_mut(ev.addr) else {
+        let Some(slot) = self.segs.slot_containing(ev.addr) else {
             return Err(err(index, ev, "alloc of an address in no segment"));
         };
-        let Some(j) = seg.block_at(ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
+        let Some(j) = self.segs.block_index(slot, ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
+        let seg = &mut self.segs.recs[slot];
         let b = seg.blocks[j];
         if b.addr != ev.addr || b.state != BState::Allocated {
             return Err(not_allocated(index, ev, &b));
@@ -539,6 +580,9 @@ impl RecordedState {
         let touched = Undone { block: b, small: seg.small, expandable: seg.expandable, left };
         // The block freed and merged with its free neighbours (as `merge_free`, one shift
         // of the blocks after it at most).
+        // The free block holding the address now.
+        self.segs.set_pos(ev.addr, j - prev_free as usize);
+        let blocks = &mut self.segs.recs[slot].blocks;
         match (prev_free, next) {
             (false, None) => blocks[j].state = BState::Free,
             (false, Some(n)) => {
@@ -640,8 +684,8 @@ impl RecordedState {
         let Some(slot) = self.segs.slot_containing(ev.addr) else {
             return Err(err(index, ev, "free_completed of an address in no segment"));
         };
+        let Some(mut j) = self.segs.block_index(slot, ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
         let seg = &mut self.segs.recs[slot];
-        let Some(mut j) = seg.block_at(ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
         if seg.blocks[j].state != BState::Free {
             if let Some(k) = seg.revise_whole_take(j, ev.addr, rules) {
                 j = k;
@@ -732,7 +776,9 @@ impl RecordedState {
         if has_after {
             blocks[at + 1] = after;
         }
-        Ok((Undone { block: me, small: seg.small, expandable: seg.expandable, left: None }, slot, at))
+        let touched = Undone { block: me, small: seg.small, expandable: seg.expandable, left: None };
+        self.segs.set_pos(ev.addr, at);
+        Ok((touched, slot, at))
     }
 
     /// Undo a segment entry (`segment_alloc`, `segment_free`, `segment_map`,
