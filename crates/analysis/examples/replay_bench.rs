@@ -10,7 +10,10 @@
 //!   seeding, forward replay comparing every decision, final-state comparison;
 //! * `simulate`: [`simulate`](fragscope_analysis::replay::simulate) under the recorded
 //!   settings (synthetic addresses; includes the verify pass it builds on);
-//! * `walk`: the full backward walk alone (what `verify` falls back on; `oom` analysis uses it).
+//! * `walk`: the full backward walk alone (what `verify` falls back on; `oom` analysis uses it);
+//! * `table`: memory_summary's table ([`memory_table`](fragscope_analysis::memstats::memory_table),
+//!   `summary`'s backward walk with the block layout); `matched` = 1 when it was built by the
+//!   walk itself, 0 when by the fallback replay or when there is none.
 //!
 //! events/s = trace events replayed / CPU seconds of the replay loop
 //! (`CLOCK_PROCESS_CPUTIME_ID`), excluding reading. One machine-readable line per file:
@@ -53,7 +56,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--mode" => mode = args.next().expect("--mode verify|simulate|walk"),
+            "--mode" => mode = args.next().expect("--mode verify|simulate|walk|table"),
             "--min-events" => min_events = args.next().and_then(|v| v.parse().ok()).expect("--min-events N"),
             _ => files.push(a),
         }
@@ -98,6 +101,12 @@ fn main() {
                         };
                         let r = replay::state::backward_walk(fin, snap.trace(d), &pool_of, &rules);
                         std::hint::black_box(&r.is_ok());
+                    }
+                    "table" => {
+                        let (t, by_walk) = fragscope_analysis::memstats::memory_table_noted(&snap, d);
+                        allocs = t.as_ref().map_or(0, |t| t.allocations.all.allocated);
+                        matched = by_walk as u64;
+                        std::hint::black_box(&t);
                     }
                     m => panic!("unknown mode {m}"),
                 }

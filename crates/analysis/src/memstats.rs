@@ -183,10 +183,11 @@ fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, Str
             (backward_walk(fin, trace, &pool_of, rules).map_err(disagree)?.state, None)
         };
         let mut t = start_table(&st, trace.len());
-        if let Some((tallies, pools)) = tallies {
-            if let Some(mut counted) = tallies.table(&t, pools.is_some()) {
-                if let Some(pools) = pools {
-                    counted.requested_bytes = requested_forward(t.requested_bytes, &st, trace, pools);
+        if let Some(Counted { tallies, requests_differ }) = tallies {
+            let differ = !requests_differ.is_empty();
+            if let Some(mut counted) = tallies.table(&t, differ) {
+                if differ {
+                    counted.requested_bytes = requested_forward(t.requested_bytes, &st, trace, requests_differ);
                 }
                 noted = true;
                 return Ok(counted);
@@ -215,111 +216,164 @@ fn start_table(st: &RecordedState, entries: usize) -> MemoryTable {
     }
 }
 
+/// Positions of the metrics in [`Tallies`], in [`MemoryTable`]'s order.
+const ALLOCATED_BYTES: usize = 0;
+const ACTIVE_BYTES: usize = 1;
+const REQUESTED_BYTES: usize = 2;
+const RESERVED_BYTES: usize = 3;
+const ALLOCATIONS: usize = 4;
+const ACTIVE_ALLOCS: usize = 5;
+const SEGMENTS: usize = 6;
+
 /// One counter's changes over the trace, added up by the backward walk (latest entry
-/// first). With `suffix` the sum of the changes from an entry to the last, the counter
-/// after entry *k* is its start value plus all changes minus the suffix after *k*: its
-/// highest value is the start plus all changes minus the smallest suffix (the empty one,
-/// 0, included), its lowest the start plus all changes minus the largest.
+/// first), for all pools (lane 0) and each pool (lane 1 large, lane 2 small). With
+/// `suffix` the sum of the changes from an entry to the last, the counter after entry
+/// *k* is its start value plus all changes minus the suffix after *k*: its highest value
+/// is the start plus all changes minus the smallest suffix (the empty one, 0, included).
+///
+/// Its lowest value is not needed: the changes are the walk's own, each the block or
+/// segment that an entry adds to or takes from the walk's state, so after every entry
+/// the counter is a sum over the walk's state (of its allocated blocks' sizes, its
+/// segments, …), never below zero, and the replay's `sub` ([`Stat::sub`]), which
+/// saturates at zero, never does here. (`requested_bytes` only while each `alloc`
+/// states the request its block holds; otherwise that row is counted forwards.)
+///
+/// The walk updates two lanes per change, in `i64` and with no branch on the pool (this
+/// is most of the table's own cost per entry). Tot Freed is kept per pool, and Tot Alloc
+/// follows (all changes plus Tot Freed; all pools is the pools' sum). The sums are exact
+/// while no sum of changes reaches 2^63 in absolute value, which [`Tallies::table`]
+/// checks from the largest change and the number of entries.
 #[derive(Clone, Copy, Debug, Default)]
 struct Tally {
-    added: u64,
-    freed: u64,
-    suffix: i128,
-    min_suffix: i128,
-    max_suffix: i128,
+    suffix: [i64; 3],
+    min_suffix: [i64; 3],
+    /// Decreases by pool (large, small).
+    freed: [i64; 2],
 }
 
 impl Tally {
     #[inline(always)]
-    fn add(&mut self, n: u64) {
-        self.added += n;
-        self.suffix += n as i128;
-        self.max_suffix = self.max_suffix.max(self.suffix);
-    }
-    #[inline(always)]
-    fn sub(&mut self, n: u64) {
-        self.freed += n;
-        self.suffix -= n as i128;
-        self.min_suffix = self.min_suffix.min(self.suffix);
-    }
-    /// The counter from `start` as [`Stat::add`] and [`Stat::sub`] would leave it
-    /// applying the changes forwards; `None` where it would go below zero there (a
-    /// `sub` saturates), which the sums cannot follow.
-    fn stat(&self, start: u64) -> Option<Stat> {
-        let end = start as i128 + self.suffix;
-        if end - self.max_suffix < 0 {
-            return None;
-        }
-        Some(Stat {
-            start,
-            current: u64::try_from(end).ok()?,
-            peak: u64::try_from(end - self.min_suffix).ok()?,
-            allocated: self.added,
-            freed: self.freed,
-        })
-    }
-}
-
-/// A metric's [`Tally`]s: all pools, large, small.
-#[derive(Clone, Copy, Debug, Default)]
-struct TallyRow {
-    all: Tally,
-    large: Tally,
-    small: Tally,
-}
-
-impl TallyRow {
-    #[inline(always)]
     fn add(&mut self, small: bool, n: u64) {
-        self.all.add(n);
-        if small { &mut self.small } else { &mut self.large }.add(n);
+        let (l, n) = (1 + small as usize, n as i64);
+        self.suffix[0] = self.suffix[0].wrapping_add(n);
+        self.suffix[l] = self.suffix[l].wrapping_add(n);
     }
     #[inline(always)]
     fn sub(&mut self, small: bool, n: u64) {
-        self.all.sub(n);
-        if small { &mut self.small } else { &mut self.large }.sub(n);
+        let (l, n) = (1 + small as usize, n as i64);
+        self.freed[l - 1] = self.freed[l - 1].wrapping_add(n);
+        self.suffix[0] = self.suffix[0].wrapping_sub(n);
+        self.min_suffix[0] = self.min_suffix[0].min(self.suffix[0]);
+        self.suffix[l] = self.suffix[l].wrapping_sub(n);
+        self.min_suffix[l] = self.min_suffix[l].min(self.suffix[l]);
+    }
+    /// Lane `l`'s counter from `start` as [`Stat::add`] and [`Stat::sub`] would leave it
+    /// applying the changes forwards.
+    fn stat(&self, l: usize, start: u64) -> Option<Stat> {
+        let freed = match l {
+            0 => self.freed[0] as i128 + self.freed[1] as i128,
+            l => self.freed[l - 1] as i128,
+        };
+        let end = start as i128 + self.suffix[l] as i128;
+        Some(Stat {
+            start,
+            current: u64::try_from(end).ok()?,
+            peak: u64::try_from(end - self.min_suffix[l] as i128).ok()?,
+            allocated: u64::try_from(self.suffix[l] as i128 + freed).ok()?,
+            freed: u64::try_from(freed).ok()?,
+        })
     }
     fn row(&self, start: &StatRow) -> Option<StatRow> {
         Some(StatRow {
-            all: self.all.stat(start.all.start)?,
-            large_pool: self.large.stat(start.large_pool.start)?,
-            small_pool: self.small.stat(start.small_pool.start)?,
+            all: self.stat(0, start.all.start)?,
+            large_pool: self.stat(1, start.large_pool.start)?,
+            small_pool: self.stat(2, start.small_pool.start)?,
         })
     }
 }
 
-/// The seven metrics' tallies, in [`MemoryTable`]'s order.
+/// The seven metrics' tallies, by the positions above, and the changes each entry makes
+/// to them (as [`replay_forward`] makes them).
 #[derive(Clone, Copy, Debug, Default)]
 struct Tallies {
-    allocated_bytes: TallyRow,
-    active_bytes: TallyRow,
-    requested_bytes: TallyRow,
-    reserved_bytes: TallyRow,
-    allocations: TallyRow,
-    active_allocs: TallyRow,
-    segments: TallyRow,
+    m: [Tally; 7],
+    /// Every change's size, or-ed: at least the largest ([`Tallies::table`]).
+    sizes: u64,
+    /// Changes added up.
+    changes: u64,
 }
 
 impl Tallies {
+    #[inline(always)]
+    fn alloc(&mut self, small: bool, size: u64, requested: u64) {
+        self.sizes |= size | requested;
+        self.changes += 1;
+        self.m[ALLOCATED_BYTES].add(small, size);
+        self.m[ACTIVE_BYTES].add(small, size);
+        self.m[REQUESTED_BYTES].add(small, requested);
+        self.m[ALLOCATIONS].add(small, 1);
+        self.m[ACTIVE_ALLOCS].add(small, 1);
+    }
+    #[inline(always)]
+    fn free_requested(&mut self, small: bool, size: u64) {
+        self.sizes |= size;
+        self.changes += 1;
+        self.m[ALLOCATED_BYTES].sub(small, size);
+        self.m[ALLOCATIONS].sub(small, 1);
+    }
+    #[inline(always)]
+    fn free_completed(&mut self, small: bool, size: u64, requested: u64) {
+        self.sizes |= size | requested;
+        self.changes += 1;
+        self.m[ACTIVE_BYTES].sub(small, size);
+        self.m[REQUESTED_BYTES].sub(small, requested);
+        self.m[ACTIVE_ALLOCS].sub(small, 1);
+    }
+    #[inline(always)]
+    fn segment(&mut self, small: bool, size: u64, made: bool) {
+        self.sizes |= size;
+        self.changes += 1;
+        if made {
+            self.m[RESERVED_BYTES].add(small, size);
+            self.m[SEGMENTS].add(small, 1);
+        } else {
+            self.m[RESERVED_BYTES].sub(small, size);
+            self.m[SEGMENTS].sub(small, 1);
+        }
+    }
     /// The table from the start values in `start` ([`start_table`]); `requested_bytes`
-    /// left at its start values when `no_requested` (counted apart).
+    /// left at its start values when `no_requested` (counted apart). `None` when a sum
+    /// of changes might not fit the tallies' `i64`: each is at most the number of
+    /// changes times the largest (below 2^bits of the or of all sizes), which must stay
+    /// below 2^62 (for all pools, the two pools' sums: below 2^63).
     fn table(&self, start: &MemoryTable, no_requested: bool) -> Option<MemoryTable> {
+        let bits = 64 - self.sizes.leading_zeros();
+        if bits >= 62 || self.changes >= 1 << (62 - bits) {
+            return None;
+        }
         Some(MemoryTable {
             window: start.window,
             entries: start.entries,
-            allocated_bytes: self.allocated_bytes.row(&start.allocated_bytes)?,
-            active_bytes: self.active_bytes.row(&start.active_bytes)?,
+            allocated_bytes: self.m[ALLOCATED_BYTES].row(&start.allocated_bytes)?,
+            active_bytes: self.m[ACTIVE_BYTES].row(&start.active_bytes)?,
             requested_bytes: if no_requested {
                 start.requested_bytes
             } else {
-                self.requested_bytes.row(&start.requested_bytes)?
+                self.m[REQUESTED_BYTES].row(&start.requested_bytes)?
             },
-            reserved_bytes: self.reserved_bytes.row(&start.reserved_bytes)?,
-            allocations: self.allocations.row(&start.allocations)?,
-            active_allocs: self.active_allocs.row(&start.active_allocs)?,
-            segments: self.segments.row(&start.segments)?,
+            reserved_bytes: self.m[RESERVED_BYTES].row(&start.reserved_bytes)?,
+            allocations: self.m[ALLOCATIONS].row(&start.allocations)?,
+            active_allocs: self.m[ACTIVE_ALLOCS].row(&start.active_allocs)?,
+            segments: self.m[SEGMENTS].row(&start.segments)?,
         })
     }
+}
+
+/// What [`walk_counting`] adds up: the tallies, and the `alloc` entries (latest first)
+/// whose request differs from the one the walk's block holds (see [`requested_forward`]).
+struct Counted {
+    tallies: Tallies,
+    requests_differ: Vec<usize>,
 }
 
 /// The backward walk of [`backward_walk`] (same undo of each entry, same error), adding
@@ -345,43 +399,38 @@ impl Tallies {
 /// Without those, by induction from the first entry, applying entry `i` to the walk's
 /// state before it gives the walk's state after it, so the replay's lookups find what
 /// the walk found, and every block its frees take away is the one its alloc made.
+/// Once one of those is met, the rest of the trace is only walked (its state and its
+/// errors are still needed: the replay starts from the state at the first entry).
 ///
 /// One figure is the replay's own: `requested_bytes` takes away, at a `free_completed`,
 /// the request of the block's `alloc`, where the walk knows only the size the
 /// `free_completed` states (the block's `requested_size` in PyTorch, so the same in its
-/// traces). When some `alloc` states another request than the walk's block holds, the
-/// tallies come with each `alloc`'s pool (latest first), and that row is counted by
-/// [`requested_forward`].
-#[allow(clippy::type_complexity)]
+/// traces). The `alloc` entries that state another request than the walk's block holds
+/// are listed, and that row is then counted by [`requested_forward`].
 fn walk_counting(
     mut st: RecordedState,
     trace: &[TraceEvent],
     pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
     rules: &SplitRules,
-) -> Result<(RecordedState, Option<(Tallies, Option<Vec<bool>>)>), Inconsistency> {
+) -> Result<(RecordedState, Option<Counted>), Inconsistency> {
     let mut exact = segments_apart(&st);
+    // Where the blocks tile their segments, a `free_requested` right before its block's
+    // `free_completed` is undone with it ([`RecordedState::undo_free_pair`]).
+    let tiled = st.blocks_tile_segments();
     let mut t = Tallies::default();
-    // Each alloc's pool (small), latest first, and whether an alloc's request differed
-    // from the walk's block's.
-    let mut pools: Vec<bool> = Vec::new();
-    let mut requests_differ = false;
+    let mut requests_differ: Vec<usize> = Vec::new();
     let mut scratch = Vec::new();
     // Blocks whose size the walk chose revisably (by address): the size chosen.
     let mut chosen: FxHashMap<u64, u64> = FxHashMap::default();
-    let may_guess = rules.max_split_size.is_some();
-    for (i, ev) in trace.iter().enumerate().rev() {
+    let mut i = trace.len();
+    while exact && i > 0 {
+        i -= 1;
+        let ev = &trace[i];
         match ev.action {
             Action::Alloc => {
                 // The block the alloc made, and the free block undoing it leaves, from
                 // the undo's own lookup.
-                let made = st.undo_touching(i, ev, pool_of(ev), rules, &mut scratch)?;
-                if !exact {
-                    continue;
-                }
-                let Some(Undone { block: b, small, expandable, left }) = made else {
-                    exact = false;
-                    continue;
-                };
+                let Undone { block: b, small, expandable, left } = st.undo_alloc(i, ev)?;
                 if !chosen.is_empty() && chosen.remove(&ev.addr).is_some_and(|c| c != b.size) {
                     exact = false;
                 }
@@ -401,101 +450,164 @@ fn walk_counting(
                     exact = false;
                 }
                 // Its `free_completed` took away the request the walk gave the block.
-                requests_differ |= b.requested != ev.size;
-                pools.push(small);
-                t.allocated_bytes.add(small, b.size);
-                t.active_bytes.add(small, b.size);
-                t.requested_bytes.add(small, ev.size);
-                t.allocations.add(small, 1);
-                t.active_allocs.add(small, 1);
+                if b.requested != ev.size {
+                    requests_differ.push(i);
+                }
+                t.alloc(small, b.size, ev.size);
             }
             Action::FreeRequested => {
-                let freed = st.undo_touching(i, ev, pool_of(ev), rules, &mut scratch)?;
-                if let Some(Undone { block: BlockRec { size, .. }, small, .. }) = freed.filter(|_| exact) {
-                    if !chosen.is_empty() && chosen.get(&ev.addr).is_some_and(|&c| c != size) {
-                        exact = false;
-                    }
-                    t.allocated_bytes.sub(small, size);
-                    t.allocations.sub(small, 1);
+                let Undone { block: b, small, .. } = st.undo_free_requested(i, ev)?;
+                if !chosen.is_empty() && chosen.get(&ev.addr).is_some_and(|&c| c != b.size) {
+                    exact = false;
                 }
+                t.free_requested(small, b.size);
             }
             Action::FreeCompleted => {
-                let freed = st.undo_touching(i, ev, pool_of(ev), rules, &mut scratch)?;
-                // A size chosen with a larger one possible is reported in `scratch`
-                // (may_grow); a whole take kept revisable (guessed) only exists under
-                // max_split_size, where every free is looked at.
-                if exact && (!scratch.is_empty() || may_guess) {
-                    if let Some((b, _, _)) = st.block_starting(ev.addr) {
-                        if b.guessed || b.may_grow > 0 {
-                            chosen.insert(ev.addr, b.size);
-                        }
+                // Its `free_requested` right before it (the usual case): both at once.
+                let fr = i.checked_sub(1).map(|k| &trace[k]);
+                let paired = fr.filter(|fr| tiled && fr.action == Action::FreeRequested && fr.addr == ev.addr);
+                let (b, small) = match paired {
+                    Some(fr) => {
+                        let (completed, _) = st.undo_free_pair(i, ev, fr, rules, &mut scratch)?;
+                        (completed.block, completed.small)
                     }
-                }
+                    None => {
+                        let u = st.undo_free_completed(i, ev, rules, &mut scratch)?;
+                        (u.block, u.small)
+                    }
+                };
                 scratch.clear();
-                if let Some(Undone { block: BlockRec { size, requested, .. }, small, .. }) = freed.filter(|_| exact) {
-                    t.active_bytes.sub(small, size);
-                    t.requested_bytes.sub(small, requested);
-                    t.active_allocs.sub(small, 1);
+                // A size chosen with a larger one possible (may_grow), or a whole take
+                // kept revisable (guessed, under max_split_size only).
+                if b.guessed || b.may_grow > 0 {
+                    chosen.insert(ev.addr, b.size);
+                }
+                t.free_completed(small, b.size, b.requested);
+                if paired.is_some() {
+                    // The `free_requested`'s block is the same block, allocated again.
+                    i -= 1;
+                    if !chosen.is_empty() && chosen.get(&ev.addr).is_some_and(|&c| c != b.size) {
+                        exact = false;
+                    }
+                    t.free_requested(small, b.size);
                 }
             }
             Action::SegmentAlloc => {
                 let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).map(|s| s.small);
-                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                st.undo_segment(i, ev, pool_of(ev))?;
                 if small != Some(ev.size == SMALL_BUFFER) {
                     exact = false;
                 }
-                let small = small.unwrap_or(false);
-                t.reserved_bytes.add(small, ev.size);
-                t.segments.add(small, 1);
+                t.segment(small.unwrap_or(false), ev.size, true);
             }
             Action::SegmentFree => {
-                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                st.undo_segment(i, ev, pool_of(ev))?;
                 let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).is_some_and(|s| s.small);
-                t.reserved_bytes.sub(small, ev.size);
-                t.segments.sub(small, 1);
+                t.segment(small, ev.size, false);
             }
             Action::SegmentMap | Action::SegmentUnmap => {
-                st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+                st.undo_segment(i, ev, pool_of(ev))?;
                 exact = false;
             }
-            _ => st.undo(i, ev, pool_of(ev), rules, &mut scratch)?,
+            _ => st.undo_segment(i, ev, pool_of(ev))?,
         }
+    }
+    // The counts cannot vouch from here on: the walk alone.
+    while i > 0 {
+        i -= 1;
+        st.undo(i, &trace[i], pool_of(&trace[i]), rules, &mut scratch)?;
+        scratch.clear();
     }
     // Blocks alive at the first entry whose chosen size an earlier entry revised.
     if exact && chosen.iter().any(|(&a, &c)| st.block_starting(a).is_none_or(|(b, _, _)| b.size != c)) {
         exact = false;
     }
-    Ok((st, exact.then(|| (t, requests_differ.then_some(pools)))))
+    Ok((st, exact.then_some(Counted { tallies: t, requests_differ })))
 }
 
-/// `requested_bytes` forwards from its start value, as the replay counts it: an `alloc`
-/// adds its request, and the `free_completed` of that block takes the same away (blocks
-/// alive at the first entry: their request in `st`). `pools` holds each `alloc`'s pool,
-/// latest first ([`walk_counting`]).
-fn requested_forward(start: StatRow, st: &RecordedState, trace: &[TraceEvent], mut pools: Vec<bool>) -> StatRow {
+/// `requested_bytes` forwards from its start value, as the replay counts it, where some
+/// `alloc` states another request than the walk's block holds (`differ`, latest first,
+/// from [`walk_counting`]): an `alloc` adds its request, and the `free_completed` of
+/// that block takes the same away, where the walk took away what the `free_completed`
+/// states. Other blocks' `free_completed` take away what they state (the walk gave the
+/// block that request, and kept it back to its `alloc` or the first entry).
+///
+/// Each entry's pool is its segment's: those alive at the first entry as the walk left
+/// them, those the trace makes by the 2 MiB rule (the walk vouched for both, and for
+/// no overlap). Only traces that state one block's request two ways need this pass
+/// (`replicate_trace --loop` files before it kept requests in its neutral stretch);
+/// PyTorch's `free_completed` states the block's `requested_size`.
+fn requested_forward(start: StatRow, st: &RecordedState, trace: &[TraceEvent], mut differ: Vec<usize>) -> StatRow {
     let mut row = start;
-    let mut held: FxHashMap<u64, (u64, bool)> = FxHashMap::default();
-    for s in st.segs.values() {
-        for b in s.blocks.iter().filter(|b| b.state != BState::Free) {
-            held.insert(b.addr, (b.requested, s.small));
-        }
-    }
-    for ev in trace {
+    let mut pools = PoolsByAddr::new(st.segs.values().map(|s| (s.addr, s.end(), s.small)).collect());
+    // The request of each block whose alloc is in `differ`, until its free_completed.
+    let mut held: FxHashMap<u64, u64> = FxHashMap::default();
+    let mut next = differ.pop();
+    for (i, ev) in trace.iter().enumerate() {
         match ev.action {
             Action::Alloc => {
-                let small = pools.pop().unwrap_or(false);
-                held.insert(ev.addr, (ev.size, small));
-                row.add(small, ev.size);
-            }
-            Action::FreeCompleted => {
-                if let Some((requested, small)) = held.remove(&ev.addr) {
-                    row.sub(small, requested);
+                row.add(pools.small(ev.addr), ev.size);
+                if next == Some(i) {
+                    held.insert(ev.addr, ev.size);
+                    next = differ.pop();
                 }
             }
+            Action::FreeCompleted => {
+                let requested = match held.is_empty() {
+                    true => ev.size,
+                    false => held.remove(&ev.addr).unwrap_or(ev.size),
+                };
+                row.sub(pools.small(ev.addr), requested);
+            }
+            Action::SegmentAlloc => pools.insert(ev.addr, ev.addr + ev.size, ev.size == SMALL_BUFFER),
+            Action::SegmentFree => pools.remove(ev.addr),
             _ => {}
         }
     }
     row
+}
+
+/// The pool of the segment holding an address, for [`requested_forward`]: the segments
+/// as `(start, end, small)` by start, and the one last found in each 2 MiB granule
+/// (most lookups then skip the binary search, as in the walk's own segment map).
+struct PoolsByAddr {
+    segs: Vec<(u64, u64, bool)>,
+    hints: Vec<u32>,
+}
+
+impl PoolsByAddr {
+    const HINTS: usize = 4096;
+    fn new(segs: Vec<(u64, u64, bool)>) -> PoolsByAddr {
+        PoolsByAddr { segs, hints: vec![u32::MAX; Self::HINTS] }
+    }
+    /// Is `a` in a small-pool segment (`false` in none)?
+    #[inline]
+    fn small(&mut self, a: u64) -> bool {
+        let h = (a >> 21) as usize & (Self::HINTS - 1);
+        if let Some(&(s, e, small)) = self.segs.get(self.hints[h] as usize) {
+            if s <= a && a < e {
+                return small;
+            }
+        }
+        let k = self.segs.partition_point(|s| s.0 <= a);
+        if k > 0 && a < self.segs[k - 1].1 {
+            self.hints[h] = (k - 1) as u32;
+            self.segs[k - 1].2
+        } else {
+            false
+        }
+    }
+    fn insert(&mut self, start: u64, end: u64, small: bool) {
+        let k = self.segs.partition_point(|s| s.0 < start);
+        self.segs.insert(k, (start, end, small));
+        self.hints.fill(u32::MAX);
+    }
+    fn remove(&mut self, start: u64) {
+        if let Ok(k) = self.segs.binary_search_by_key(&start, |s| s.0) {
+            self.segs.remove(k);
+            self.hints.fill(u32::MAX);
+        }
+    }
 }
 
 /// No two segments of the state overlap (the walk adds segments only where none is, so

@@ -6,8 +6,9 @@
 //! entries (about 12 GB for the 32 M of a 2 GB file); this one's 1.5 GB for 32 M.
 //!
 //! With `--loop`, what is repeated is the longest stretch of the trace that leaves the
-//! allocator's state as it found it (the same blocks at the same addresses in the same
-//! states, the same segments: found by a running hash of the state's changes), between
+//! allocator's state as it found it (the same blocks, of the same requests, at the same
+//! addresses in the same states, the same segments: found by a running hash of the
+//! state's changes), between
 //! the entries before it and those after it. The result is then consistent from end to
 //! start: the final state is the source's, and walking the trace backwards from it never
 //! meets an entry that contradicts it, so the report's state view reaches every entry.
@@ -106,8 +107,8 @@ fn write(snap: &fragscope_snapshot::Snapshot, out: &str) {
 
 /// The longest stretch `p..q` of entries after which the allocator's state is what it
 /// was before them. The state after each entry is summarised by an XOR of one hash per
-/// fact it holds (a block allocated at an address, a block pending free there, a segment
-/// of some size at an address); an entry toggles the facts it changes, so two positions
+/// fact it holds (a block of some request allocated at an address, one pending free
+/// there, a segment of some size at an address); an entry toggles the facts it changes, so two positions
 /// with equal sums hold the same facts (up to hash collisions, which the report's state
 /// walk would then show as a contradiction).
 fn longest_neutral_stretch(trace: &[fragscope_snapshot::TraceEvent]) -> Option<(usize, usize)> {
@@ -126,10 +127,14 @@ fn longest_neutral_stretch(trace: &[fragscope_snapshot::TraceEvent]) -> Option<(
     first_seen.insert(h, 0);
     let mut best: Option<(usize, usize)> = None;
     for (i, e) in trace.iter().enumerate() {
+        // A block's facts hold its request too: PyTorch's `free_requested` and
+        // `free_completed` state the block's `requested_size`, the request of its
+        // `alloc`, so a stretch neutral for addresses only could repeat a free whose
+        // request is not its block's (one the allocator never writes).
         h ^= match e.action {
-            Action::Alloc => fact(allocated, e.addr, 0),
-            Action::FreeRequested => fact(allocated, e.addr, 0) ^ fact(pending, e.addr, 0),
-            Action::FreeCompleted => fact(pending, e.addr, 0),
+            Action::Alloc => fact(allocated, e.addr, e.size),
+            Action::FreeRequested => fact(allocated, e.addr, e.size) ^ fact(pending, e.addr, e.size),
+            Action::FreeCompleted => fact(pending, e.addr, e.size),
             Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap => {
                 fact(segment, e.addr, e.size)
             }

@@ -169,7 +169,22 @@ pub fn recorded_config(snap: &Snapshot) -> AllocatorConfig {
 
 /// The split rules of a configuration, for the policy-free state model.
 pub(crate) fn with_rules<R>(cfg: &AllocatorConfig, f: impl FnOnce(&state::SplitRules) -> R) -> R {
-    let round = |n: u64| round_size(n, cfg);
+    // The walks round the request of every free (and the table's of every alloc): a
+    // program asks for the same few sizes over and over, so the last rounding of each
+    // request is kept in a small direct-mapped table (exact: a slot answers only for
+    // the request it holds; `round_size` is never 0, so (0, 0) is an empty slot).
+    let memo: [std::cell::Cell<(u64, u64)>; 256] = std::array::from_fn(|_| std::cell::Cell::new((0, 0)));
+    let round = |n: u64| {
+        let slot = &memo[((n >> 9) ^ (n >> 17)) as usize & 255];
+        match slot.get() {
+            (k, v) if k == n && v != 0 => v,
+            _ => {
+                let v = round_size(n, cfg);
+                slot.set((n, v));
+                v
+            }
+        }
+    };
     let rules = state::SplitRules {
         round: &round,
         max_split_size: cfg.max_split_size,

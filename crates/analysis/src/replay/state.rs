@@ -244,9 +244,17 @@ pub struct SegMap {
     /// segments seen recently (99% hits on the large benchmark), so most lookups
     /// skip the binary search. Empty until the first lookup.
     hints: Vec<u32>,
+    /// Index of the block last found for each 512-byte granule of addresses, in its
+    /// segment (by address bits, `POS` entries, `u32::MAX` = none; [`Self::block_index`]).
+    /// Empty until the first lookup.
+    pos: Vec<u32>,
+    /// Some segment given to [`Self::insert`] had blocks out of address order (a corrupt
+    /// snapshot): then `pos` is not used. Every undo and apply keeps the order.
+    unsorted: bool,
 }
 
 const HINTS: usize = 4096;
+const POS: usize = 4096;
 /// 2 MiB, the smallest segment.
 const GRANULE_SHIFT: u32 = 21;
 
@@ -267,6 +275,7 @@ impl SegMap {
     }
     /// Insert (or replace) the segment starting at `addr`.
     pub fn insert(&mut self, addr: u64, rec: SegRec) -> Option<SegRec> {
+        self.unsorted |= !rec.blocks.windows(2).all(|w| w[0].addr <= w[1].addr);
         match self.starts.binary_search(&addr) {
             Ok(k) => Some(std::mem::replace(&mut self.recs[self.slots[k] as usize], rec)),
             Err(k) => {
@@ -304,7 +313,7 @@ impl SegMap {
         Some(&self.recs[self.slots[k] as usize])
     }
     /// The segment containing `addr`.
-    #[inline]
+    #[inline(always)]
     fn containing_mut(&mut self, addr: u64) -> Option<&mut SegRec> {
         let slot = self.slot_containing(addr)?;
         Some(&mut self.recs[slot])
@@ -312,17 +321,23 @@ impl SegMap {
     /// Slab slot of the segment containing `addr`: the hint for its 2 MiB granule
     /// if that segment still contains it (the check is exact, so a stale or
     /// aliased hint only costs the binary search), else the binary search.
-    #[inline]
+    #[inline(always)]
     fn slot_containing(&mut self, addr: u64) -> Option<usize> {
+        let h = (addr >> GRANULE_SHIFT) as usize & (HINTS - 1);
+        if let Some(&cached) = self.hints.get(h) {
+            if let Some(s) = self.recs.get(cached as usize) {
+                if s.addr <= addr && addr < s.end() {
+                    return Some(cached as usize);
+                }
+            }
+        }
+        self.slot_searched(addr, h)
+    }
+    /// [`Self::slot_containing`] past its hint: the binary search, which sets the hint.
+    #[inline(never)]
+    fn slot_searched(&mut self, addr: u64, h: usize) -> Option<usize> {
         if self.hints.is_empty() {
             self.hints = vec![u32::MAX; HINTS];
-        }
-        let h = (addr >> GRANULE_SHIFT) as usize & (HINTS - 1);
-        let cached = self.hints[h] as usize;
-        if let Some(s) = self.recs.get(cached) {
-            if s.addr <= addr && addr < s.end() {
-                return Some(cached);
-            }
         }
         let k = self.last_at_or_before(addr)?;
         let slot = self.slots[k] as usize;
@@ -332,6 +347,37 @@ impl SegMap {
         } else {
             None
         }
+    }
+    /// Index of the block holding `addr` in the segment at slab slot `slot`: the one
+    /// [`SegRec::block_at`] finds. Tried first: where the last lookup in `addr`'s
+    /// 512-byte granule found its block (the walk meets one address again and again: a
+    /// block's `free_completed`, then its `alloc`, then the `free_completed` of the block
+    /// before it there). With the blocks in address order, "the last block starting at or
+    /// before `addr`" is checked exactly, so a stale hint only costs the search.
+    #[inline(always)]
+    fn block_index(&mut self, slot: usize, addr: u64) -> Option<usize> {
+        let h = (addr >> 9) as usize & (POS - 1);
+        if !self.unsorted {
+            if let Some(&j) = self.pos.get(h) {
+                let blocks = &self.recs[slot].blocks;
+                if let Some(b) = blocks.get(j as usize) {
+                    if b.addr <= addr && blocks.get(j as usize + 1).is_none_or(|n| n.addr > addr) {
+                        return (addr < b.addr + b.size).then_some(j as usize);
+                    }
+                }
+            }
+        }
+        let j = self.recs[slot].block_at(addr)?;
+        self.set_pos(addr, j);
+        Some(j)
+    }
+    /// Notes that the block holding `addr` is now at index `j` of its segment.
+    #[inline(always)]
+    fn set_pos(&mut self, addr: u64, j: usize) {
+        if self.pos.is_empty() {
+            self.pos = vec![u32::MAX; POS];
+        }
+        self.pos[(addr >> 9) as usize & (POS - 1)] = j as u32;
     }
     fn containing(&self, addr: u64) -> Option<&SegRec> {
         let k = self.last_at_or_before(addr)?;
@@ -357,8 +403,31 @@ impl std::ops::Index<&u64> for SegMap {
 /// A segment whose blocks leave a gap at the entry's address (a corrupt final state).
 const UNCOVERED: &str = "address inside a segment that no block of the snapshot covers";
 
+#[cold]
 fn err(index: usize, ev: &TraceEvent, reason: impl Into<String>) -> Inconsistency {
     Inconsistency { index, event: *ev, reason: reason.into() }
+}
+
+// The undo's messages that need formatting, out of the walk's loop.
+#[cold]
+#[inline(never)]
+fn not_allocated(index: usize, ev: &TraceEvent, b: &BlockRec) -> Inconsistency {
+    err(index, ev, format!("alloc, but no allocated block starts there later ({:?} block at {:#x})", b.state, b.addr))
+}
+#[cold]
+#[inline(never)]
+fn not_pending(index: usize, ev: &TraceEvent, b: &BlockRec) -> Inconsistency {
+    err(index, ev, format!("free_requested, but the block is {:?} at {:#x} later", b.state, b.addr))
+}
+#[cold]
+#[inline(never)]
+fn still_live(index: usize, ev: &TraceEvent, state: BState) -> Inconsistency {
+    err(index, ev, format!("free_completed, but the block is still {state:?} later"))
+}
+#[cold]
+#[inline(never)]
+fn too_little_free(index: usize, ev: &TraceEvent, avail: u64) -> Inconsistency {
+    err(index, ev, format!("free_completed of {} B, but only {avail} B are free there later", ev.size))
 }
 
 /// The state of a recorded block (`active_allocated`, `active_pending_free`, `inactive`).
@@ -469,6 +538,7 @@ impl RecordedState {
     /// `free_completed`, the block the entry made or freed as the walk finds it there
     /// ([`Undone`]). memory_summary's table adds its counters up from these in the same
     /// walk ([`crate::memstats`]) instead of looking each block up again.
+    #[inline]
     pub fn undo_touching(
         &mut self,
         index: usize,
@@ -477,154 +547,244 @@ impl RecordedState {
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
     ) -> Result<Option<Undone>, Inconsistency> {
-        let mut touched = None;
         match ev.action {
-            Action::Alloc => {
-                let seg = self.seg_mut(ev.addr).ok_or_else(|| err(index, ev, "alloc of an address in no segment"))?;
-                let j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
-                let b = &mut seg.blocks[j];
-                if b.addr != ev.addr || b.state != BState::Allocated {
-                    return Err(err(
-                        index,
-                        ev,
-                        format!(
-                            "alloc, but no allocated block starts there later ({:?} block at {:#x})",
-                            b.state, b.addr
-                        ),
-                    ));
-                }
-                let b = *b;
-                // The free block undoing the alloc leaves starting at its address: the
-                // block merged with a free block after it; none when a free block before
-                // it absorbs it.
-                let free = |k: usize| seg.blocks.get(k).filter(|n| n.state == BState::Free);
-                let left = match j.checked_sub(1).and_then(free) {
-                    Some(_) => None,
-                    None => Some(b.size + free(j + 1).map_or(0, |n| n.size)),
-                };
-                touched = Some(Undone { block: b, small: seg.small, expandable: seg.expandable, left });
-                seg.blocks[j].state = BState::Free;
-                seg.merge_free(j);
+            Action::Alloc => self.undo_alloc(index, ev).map(Some),
+            Action::FreeRequested => self.undo_free_requested(index, ev).map(Some),
+            Action::FreeCompleted => self.undo_free_completed(index, ev, rules, ambiguous).map(Some),
+            _ => self.undo_segment(index, ev, pool).map(|_| None),
+        }
+    }
+
+    /// Undo an `alloc` (the block there becomes free again, merged with free
+    /// neighbours); the block it made ([`Undone::left`] included). Split from
+    /// [`Self::undo_touching`] (as are the two frees) so that a walk that matches on
+    /// the action itself gets one small inlined body per action; the error messages are
+    /// built out of line.
+    #[inline(always)]
+    pub fn undo_alloc(&mut self, index: usize, ev: &TraceEvent) -> Result<Undone, Inconsistency> {
+        let Some(slot) = self.segs.slot_containing(ev.addr) else {
+            return Err(err(index, ev, "alloc of an address in no segment"));
+        };
+        let Some(j) = self.segs.block_index(slot, ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
+        let seg = &mut self.segs.recs[slot];
+        let b = seg.blocks[j];
+        if b.addr != ev.addr || b.state != BState::Allocated {
+            return Err(not_allocated(index, ev, &b));
+        }
+        let blocks = &mut seg.blocks;
+        let prev_free = j > 0 && blocks[j - 1].state == BState::Free;
+        let next = blocks.get(j + 1).filter(|n| n.state == BState::Free).map(|n| n.size);
+        // The free block undoing the alloc leaves starting at its address: the block
+        // merged with a free block after it; none when a free block before it absorbs it.
+        let left = (!prev_free).then(|| b.size + next.unwrap_or(0));
+        let touched = Undone { block: b, small: seg.small, expandable: seg.expandable, left };
+        // The block freed and merged with its free neighbours (as `merge_free`, one shift
+        // of the blocks after it at most).
+        // The free block holding the address now.
+        self.segs.set_pos(ev.addr, j - prev_free as usize);
+        let blocks = &mut self.segs.recs[slot].blocks;
+        match (prev_free, next) {
+            (false, None) => blocks[j].state = BState::Free,
+            (false, Some(n)) => {
+                blocks[j] = BlockRec { size: b.size + n, state: BState::Free, ..b };
+                blocks.remove(j + 1);
             }
-            Action::FreeRequested => {
-                let seg = self
-                    .seg_mut(ev.addr)
-                    .ok_or_else(|| err(index, ev, "free_requested of an address in no segment"))?;
-                let j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
-                let b = &mut seg.blocks[j];
-                if b.addr != ev.addr || b.state != BState::Pending {
-                    return Err(err(
-                        index,
-                        ev,
-                        format!("free_requested, but the block is {:?} at {:#x} later", b.state, b.addr),
-                    ));
-                }
-                b.state = BState::Allocated;
-                touched = Some(Undone { block: *b, small: seg.small, expandable: seg.expandable, left: None });
+            (true, None) => {
+                blocks[j - 1].size += b.size;
+                blocks.remove(j);
             }
-            Action::FreeCompleted => {
-                let seg = self
-                    .seg_mut(ev.addr)
-                    .ok_or_else(|| err(index, ev, "free_completed of an address in no segment"))?;
-                let mut j = seg.block_at(ev.addr).ok_or_else(|| err(index, ev, UNCOVERED))?;
-                if seg.blocks[j].state != BState::Free {
-                    if let Some(k) = seg.revise_whole_take(j, ev.addr, rules) {
-                        j = k;
-                    }
-                }
-                let f = seg.blocks[j];
-                if f.state != BState::Free {
-                    return Err(err(index, ev, format!("free_completed, but the block is still {:?} later", f.state)));
-                }
-                let mut f = f;
-                if ev.addr > f.addr && !seg.expandable && seg.grow_over_remainder(j, ev.addr).is_some() {
-                    f = seg.blocks[j];
-                }
-                let avail = f.addr + f.size - ev.addr;
-                // A block alive before the recording may have been rounded under another
-                // configuration (one changed at run time by `_set_allocator_settings`, or a
-                // simulated run under other settings seeded with the recorded blocks): when
-                // the configuration's rounding does not fit but a 512-byte rounding does, the
-                // block is the free space there.
-                let s = match (rules.round)(ev.size) {
-                    s if s > avail && avail >= ev.size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK => avail,
-                    s => s,
-                };
-                if avail < s {
-                    return Err(err(
-                        index,
-                        ev,
-                        format!("free_completed of {} B, but only {avail} B are free there later", ev.size),
-                    ));
-                }
-                let (mut guessed, mut may_grow) = (false, 0);
-                let b = if seg.small || seg.expandable {
-                    // Remainders ≥ 512 are always split: the block was exactly `s`.
-                    s
-                } else {
-                    let oversize = rules.max_split_size.is_some_and(|m| s >= m);
-                    let slack = if oversize { rules.max_non_split_rounding } else { SPLIT_LARGE_MIN + 1 };
-                    let tail = avail - s;
-                    if tail == 0 {
-                        s
-                    } else if tail < slack && (oversize || tail <= SPLIT_LARGE_MIN) {
-                        // Free large-pool blocks are always > 1 MiB, so a shorter tail
-                        // cannot exist: the block took the whole free block. An oversize
-                        // block never splits, so it took it whole too, unless its segment
-                        // was carved under another `max_split_size`: kept revisable.
-                        guessed = oversize && tail > SPLIT_LARGE_MIN;
-                        avail
-                    } else {
-                        // Either split (size s) or took a cached block up to s+slack
-                        // whole; the trace cannot tell. Prefer the split.
-                        let max_possible = (s + slack - 1).min(avail - SPLIT_LARGE_MIN - 1) / MIN_BLOCK * MIN_BLOCK;
-                        if max_possible > s {
-                            ambiguous.push(Ambiguity { index, addr: ev.addr, chosen: s, max_possible });
-                            may_grow = u32::try_from((max_possible - s) / MIN_BLOCK).unwrap_or(u32::MAX);
-                        }
-                        s
-                    }
-                };
-                // Replace the free block by [before] me [after], shifting the tail once.
-                let me =
-                    BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending, guessed, may_grow };
-                let after = BlockRec {
-                    addr: ev.addr + b,
-                    size: avail - b,
-                    requested: 0,
-                    state: BState::Free,
-                    guessed: false,
-                    may_grow: 0,
-                };
-                let (has_before, has_after) = (ev.addr > f.addr, avail > b);
-                let extra = has_before as usize + has_after as usize;
-                let blocks = &mut seg.blocks;
-                if extra > 0 {
-                    let old_len = blocks.len();
-                    blocks.resize(
-                        old_len + extra,
-                        BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free, guessed: false, may_grow: 0 },
-                    );
-                    blocks.copy_within(j + 1..old_len, j + 1 + extra);
-                }
-                let mut at = j;
-                if has_before {
-                    blocks[at] = BlockRec {
-                        addr: f.addr,
-                        size: ev.addr - f.addr,
-                        requested: 0,
-                        state: BState::Free,
-                        guessed: false,
-                        may_grow: 0,
-                    };
-                    at += 1;
-                }
-                blocks[at] = me;
-                if has_after {
-                    blocks[at + 1] = after;
-                }
-                touched = Some(Undone { block: me, small: seg.small, expandable: seg.expandable, left: None });
+            (true, Some(n)) => {
+                blocks[j - 1].size += b.size + n;
+                blocks.drain(j..j + 2);
             }
+        }
+        Ok(touched)
+    }
+
+    /// Undo a `free_requested` (the pending block is allocated again); the block.
+    #[inline(always)]
+    pub fn undo_free_requested(&mut self, index: usize, ev: &TraceEvent) -> Result<Undone, Inconsistency> {
+        let Some(seg) = self.segs.containing_mut(ev.addr) else {
+            return Err(err(index, ev, "free_requested of an address in no segment"));
+        };
+        let Some(j) = seg.block_at(ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
+        let b = &mut seg.blocks[j];
+        if b.addr != ev.addr || b.state != BState::Pending {
+            return Err(not_pending(index, ev, b));
+        }
+        b.state = BState::Allocated;
+        Ok(Undone { block: *b, small: seg.small, expandable: seg.expandable, left: None })
+    }
+
+    /// Undo a `free_completed`: the block is cut out of the free block holding its
+    /// address (pending free again), its size recovered from the request and the split
+    /// rule (§10.11), choices noted in `ambiguous`; the block.
+    #[inline]
+    pub fn undo_free_completed(
+        &mut self,
+        index: usize,
+        ev: &TraceEvent,
+        rules: &SplitRules,
+        ambiguous: &mut Vec<Ambiguity>,
+    ) -> Result<Undone, Inconsistency> {
+        self.undo_free_completed_at(index, ev, rules, ambiguous).map(|(u, _, _)| u)
+    }
+
+    /// [`Self::undo_free_completed`] of `fc` (entry `index`), then
+    /// [`Self::undo_free_requested`] of `fr`, the entry before it, of the same address:
+    /// PyTorch writes a block's `free_completed` right after its `free_requested` unless
+    /// the block waits for events on other streams, so a backward walk meets the two one
+    /// after the other. The pending block the first undo makes is the one the second
+    /// finds (the same segment through the lookup's hint, and in a segment whose blocks
+    /// tile it, the block starting at the address), so it is not looked up again. For
+    /// states whose segments' blocks tile them ([`RecordedState::blocks_tile_segments`]);
+    /// the walk keeps that. Returns the two blocks.
+    #[inline]
+    pub fn undo_free_pair(
+        &mut self,
+        index: usize,
+        fc: &TraceEvent,
+        fr: &TraceEvent,
+        rules: &SplitRules,
+        ambiguous: &mut Vec<Ambiguity>,
+    ) -> Result<(Undone, Undone), Inconsistency> {
+        debug_assert!(fc.addr == fr.addr && fr.action == Action::FreeRequested && index > 0);
+        let (completed, slot, at) = self.undo_free_completed_at(index, fc, rules, ambiguous)?;
+        let b = &mut self.segs.recs[slot].blocks[at];
+        b.state = BState::Allocated;
+        Ok((completed, Undone { block: *b, ..completed }))
+    }
+
+    /// Every segment's blocks are in address order, each starting where the one before
+    /// it ends, from the segment's start to its end (as PyTorch's snapshots list them;
+    /// every undo keeps it). Where they do, [`SegRec::block_at`] finds the one block
+    /// holding an address.
+    pub fn blocks_tile_segments(&self) -> bool {
+        self.segs.values().all(|s| {
+            let mut at = s.addr;
+            s.blocks.iter().all(|b| {
+                let ok = b.addr == at && b.size > 0;
+                at = b.addr.wrapping_add(b.size);
+                ok
+            }) && at == s.end()
+                && !s.blocks.is_empty()
+        })
+    }
+
+    /// [`Self::undo_free_completed`], with the slab slot of the block's segment and the
+    /// block's index there.
+    #[inline(always)]
+    fn undo_free_completed_at(
+        &mut self,
+        index: usize,
+        ev: &TraceEvent,
+        rules: &SplitRules,
+        ambiguous: &mut Vec<Ambiguity>,
+    ) -> Result<(Undone, usize, usize), Inconsistency> {
+        let Some(slot) = self.segs.slot_containing(ev.addr) else {
+            return Err(err(index, ev, "free_completed of an address in no segment"));
+        };
+        let Some(mut j) = self.segs.block_index(slot, ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
+        let seg = &mut self.segs.recs[slot];
+        if seg.blocks[j].state != BState::Free {
+            if let Some(k) = seg.revise_whole_take(j, ev.addr, rules) {
+                j = k;
+            }
+        }
+        let mut f = seg.blocks[j];
+        if f.state != BState::Free {
+            return Err(still_live(index, ev, f.state));
+        }
+        if ev.addr > f.addr && !seg.expandable && seg.grow_over_remainder(j, ev.addr).is_some() {
+            f = seg.blocks[j];
+        }
+        let avail = f.addr + f.size - ev.addr;
+        // A block alive before the recording may have been rounded under another
+        // configuration (one changed at run time by `_set_allocator_settings`, or a
+        // simulated run under other settings seeded with the recorded blocks): when
+        // the configuration's rounding does not fit but a 512-byte rounding does, the
+        // block is the free space there.
+        let s = match (rules.round)(ev.size) {
+            s if s > avail && avail >= ev.size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK => avail,
+            s => s,
+        };
+        if avail < s {
+            return Err(too_little_free(index, ev, avail));
+        }
+        let (mut guessed, mut may_grow) = (false, 0);
+        let b = if seg.small || seg.expandable {
+            // Remainders ≥ 512 are always split: the block was exactly `s`.
+            s
+        } else {
+            let oversize = rules.max_split_size.is_some_and(|m| s >= m);
+            let slack = if oversize { rules.max_non_split_rounding } else { SPLIT_LARGE_MIN + 1 };
+            let tail = avail - s;
+            if tail == 0 {
+                s
+            } else if tail < slack && (oversize || tail <= SPLIT_LARGE_MIN) {
+                // Free large-pool blocks are always > 1 MiB, so a shorter tail
+                // cannot exist: the block took the whole free block. An oversize
+                // block never splits, so it took it whole too, unless its segment
+                // was carved under another `max_split_size`: kept revisable.
+                guessed = oversize && tail > SPLIT_LARGE_MIN;
+                avail
+            } else {
+                // Either split (size s) or took a cached block up to s+slack
+                // whole; the trace cannot tell. Prefer the split.
+                let max_possible = (s + slack - 1).min(avail - SPLIT_LARGE_MIN - 1) / MIN_BLOCK * MIN_BLOCK;
+                if max_possible > s {
+                    ambiguous.push(Ambiguity { index, addr: ev.addr, chosen: s, max_possible });
+                    may_grow = u32::try_from((max_possible - s) / MIN_BLOCK).unwrap_or(u32::MAX);
+                }
+                s
+            }
+        };
+        // Replace the free block by [before] me [after], shifting the tail once.
+        let me = BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending, guessed, may_grow };
+        let after = BlockRec {
+            addr: ev.addr + b,
+            size: avail - b,
+            requested: 0,
+            state: BState::Free,
+            guessed: false,
+            may_grow: 0,
+        };
+        let (has_before, has_after) = (ev.addr > f.addr, avail > b);
+        let extra = has_before as usize + has_after as usize;
+        let blocks = &mut seg.blocks;
+        if extra > 0 {
+            let old_len = blocks.len();
+            blocks.resize(
+                old_len + extra,
+                BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free, guessed: false, may_grow: 0 },
+            );
+            blocks.copy_within(j + 1..old_len, j + 1 + extra);
+        }
+        let mut at = j;
+        if has_before {
+            blocks[at] = BlockRec {
+                addr: f.addr,
+                size: ev.addr - f.addr,
+                requested: 0,
+                state: BState::Free,
+                guessed: false,
+                may_grow: 0,
+            };
+            at += 1;
+        }
+        blocks[at] = me;
+        if has_after {
+            blocks[at + 1] = after;
+        }
+        let touched = Undone { block: me, small: seg.small, expandable: seg.expandable, left: None };
+        self.segs.set_pos(ev.addr, at);
+        Ok((touched, slot, at))
+    }
+
+    /// Undo a segment entry (`segment_alloc`, `segment_free`, `segment_map`,
+    /// `segment_unmap`; other non-block entries change nothing).
+    pub fn undo_segment(&mut self, index: usize, ev: &TraceEvent, pool: (u64, u64)) -> Result<(), Inconsistency> {
+        match ev.action {
             Action::SegmentFree => {
                 if self.overlaps(ev.addr, ev.size) {
                     return Err(err(index, ev, "segment_free of a range that overlaps a later segment"));
@@ -651,9 +811,8 @@ impl RecordedState {
             }
             _ => {}
         }
-        Ok(touched)
+        Ok(())
     }
-
     /// Apply one recorded event forwards (the inverse of [`Self::undo`]).
     pub fn apply(
         &mut self,
