@@ -595,7 +595,9 @@ impl RecordedState {
             }
             (true, Some(n)) => {
                 blocks[j - 1].size += b.size + n;
-                blocks.drain(j..j + 2);
+                // Both gone in one shift of the blocks after them.
+                blocks.copy_within(j + 2.., j);
+                blocks.truncate(blocks.len() - 2);
             }
         }
         Ok(touched)
@@ -750,31 +752,33 @@ impl RecordedState {
             may_grow: 0,
         };
         let (has_before, has_after) = (ev.addr > f.addr, avail > b);
-        let extra = has_before as usize + has_after as usize;
+        let before = BlockRec {
+            addr: f.addr,
+            size: ev.addr - f.addr,
+            requested: 0,
+            state: BState::Free,
+            guessed: false,
+            may_grow: 0,
+        };
+        // The free block becomes [before] me [after]: one shift of the blocks after it
+        // (two when it splits in three, the rarer case).
         let blocks = &mut seg.blocks;
-        if extra > 0 {
-            let old_len = blocks.len();
-            blocks.resize(
-                old_len + extra,
-                BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free, guessed: false, may_grow: 0 },
-            );
-            blocks.copy_within(j + 1..old_len, j + 1 + extra);
-        }
-        let mut at = j;
-        if has_before {
-            blocks[at] = BlockRec {
-                addr: f.addr,
-                size: ev.addr - f.addr,
-                requested: 0,
-                state: BState::Free,
-                guessed: false,
-                may_grow: 0,
-            };
-            at += 1;
-        }
-        blocks[at] = me;
-        if has_after {
-            blocks[at + 1] = after;
+        let at = j + has_before as usize;
+        match (has_before, has_after) {
+            (false, false) => blocks[j] = me,
+            (false, true) => {
+                blocks[j] = me;
+                blocks.insert(j + 1, after);
+            }
+            (true, false) => {
+                blocks[j] = before;
+                blocks.insert(j + 1, me);
+            }
+            (true, true) => {
+                blocks[j] = before;
+                blocks.insert(j + 1, after);
+                blocks.insert(j + 1, me);
+            }
         }
         let touched = Undone { block: me, small: seg.small, expandable: seg.expandable, left: None };
         self.segs.set_pos(ev.addr, at);
