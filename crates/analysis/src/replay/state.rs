@@ -595,7 +595,9 @@ impl RecordedState {
             }
             (true, Some(n)) => {
                 blocks[j - 1].size += b.size + n;
-                blocks.drain(j..j + 2);
+                // Both gone in one shift of the blocks after them.
+                blocks.copy_within(j + 2.., j);
+                blocks.truncate(blocks.len() - 2);
             }
         }
         Ok(touched)
@@ -750,31 +752,33 @@ impl RecordedState {
             may_grow: 0,
         };
         let (has_before, has_after) = (ev.addr > f.addr, avail > b);
-        let extra = has_before as usize + has_after as usize;
+        let before = BlockRec {
+            addr: f.addr,
+            size: ev.addr - f.addr,
+            requested: 0,
+            state: BState::Free,
+            guessed: false,
+            may_grow: 0,
+        };
+        // The free block becomes [before] me [after]: one shift of the blocks after it
+        // (two when it splits in three, the rarer case).
         let blocks = &mut seg.blocks;
-        if extra > 0 {
-            let old_len = blocks.len();
-            blocks.resize(
-                old_len + extra,
-                BlockRec { addr: 0, size: 0, requested: 0, state: BState::Free, guessed: false, may_grow: 0 },
-            );
-            blocks.copy_within(j + 1..old_len, j + 1 + extra);
-        }
-        let mut at = j;
-        if has_before {
-            blocks[at] = BlockRec {
-                addr: f.addr,
-                size: ev.addr - f.addr,
-                requested: 0,
-                state: BState::Free,
-                guessed: false,
-                may_grow: 0,
-            };
-            at += 1;
-        }
-        blocks[at] = me;
-        if has_after {
-            blocks[at + 1] = after;
+        let at = j + has_before as usize;
+        match (has_before, has_after) {
+            (false, false) => blocks[j] = me,
+            (false, true) => {
+                blocks[j] = me;
+                blocks.insert(j + 1, after);
+            }
+            (true, false) => {
+                blocks[j] = before;
+                blocks.insert(j + 1, me);
+            }
+            (true, true) => {
+                blocks[j] = before;
+                blocks.insert(j + 1, after);
+                blocks.insert(j + 1, me);
+            }
         }
         let touched = Undone { block: me, small: seg.small, expandable: seg.expandable, left: None };
         self.segs.set_pos(ev.addr, at);
@@ -1568,6 +1572,65 @@ mod tests {
                  31457280 B, but only 20971520 B are free there later (free_completed at 0x72000000, 31457280 B)"
             )
         );
+    }
+
+    /// Undoing a `free_completed` together with the `free_requested` right before it
+    /// ([`RecordedState::undo_free_pair`], the table's walk) gives the state and the blocks
+    /// that undoing them one after the other gives, on a recorded run with cached blocks,
+    /// two streams and `empty_cache`; the run's blocks tile their segments at every step.
+    #[test]
+    fn paired_free_undo_equals_the_two_undos() {
+        let mut r = crate::recorder::Recorder::new("", 4 << 30, 1_000_000, 10).unwrap();
+        let st = r.stack(&[("train.py", 1, "main")]);
+        let (mut live, mut x) = (Vec::new(), 0x2545_F491_4F6C_DD1Du64);
+        for k in 0..2000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if k == 200 {
+                r.begin_trace_here();
+            }
+            if x % 50 == 0 {
+                r.empty_cache();
+            } else if x % 2 == 0 || live.is_empty() {
+                let n = [1 + x % 4096, (1 << 20) + x % (30 << 20), 512 * (1 + x % 64)][(x % 3) as usize];
+                if let Ok(a) = r.malloc(n, x % 2, st) {
+                    live.push(a);
+                }
+            } else {
+                r.free(live.swap_remove((x % live.len() as u64) as usize)).unwrap();
+            }
+        }
+        let snap = r.finish();
+        let trace = snap.trace(0);
+        let mut state = RecordedState::from_snapshot(&snap, 0);
+        assert!(state.blocks_tile_segments());
+        let pairs = crate::replay::with_rules(&crate::replay::recorded_config(&snap), |rules| {
+            let (mut scratch, mut pairs) = (Vec::new(), 0);
+            let mut i = trace.len();
+            while i > 0 {
+                i -= 1;
+                let (fc, fr) = (&trace[i], i.checked_sub(1).map(|k| &trace[k]));
+                match fr.filter(|fr| fc.action == Action::FreeCompleted && fr.action == Action::FreeRequested) {
+                    Some(fr) if fr.addr == fc.addr => {
+                        let mut one_by_one = state.clone();
+                        let c = one_by_one.undo_free_completed(i, fc, rules, &mut scratch).unwrap();
+                        let q = one_by_one.undo_free_requested(i - 1, fr).unwrap();
+                        let (pc, pq) = state.undo_free_pair(i, fc, fr, rules, &mut scratch).unwrap();
+                        assert_eq!(state, one_by_one, "entry {i}");
+                        assert_eq!((pc.block, pc.small), (c.block, c.small));
+                        assert_eq!((pq.block, pq.block.state), (q.block, BState::Allocated));
+                        pairs += 1;
+                        i -= 1;
+                    }
+                    _ => state.undo(i, fc, (0, 0), rules, &mut scratch).unwrap(),
+                }
+                scratch.clear();
+                assert!(state.blocks_tile_segments(), "entry {i}");
+            }
+            pairs
+        });
+        assert!(pairs > 100, "only {pairs} pairs");
     }
 
     #[test]
