@@ -14,6 +14,9 @@
 //! refuses, by opcode and byte offset, any pickle that asks to import or call code.
 //! Memory stays below the file's size on multi-GB files, because stacks are interned
 //! once and trace entries become flat records as they are read.
+//! [`read_path`] reads a plain pickle file mapped into memory, handing the pages it has
+//! passed back as it goes; compressed files, archives and streams ([`read_from`]) go
+//! through a buffer.
 //!
 //! ```no_run
 //! let snap = fragscope_snapshot::read_path("snapshot.pickle".as_ref()).unwrap();

@@ -1,4 +1,5 @@
-//! Pickle support: a data-only reader ([`vm`], [`load`]) and a writer ([`write`]).
+//! Pickle support: a data-only reader ([`vm`], [`load`]; `shape` decodes trace entries by
+//! learned layouts, `mapped` maps plain files) and a writer ([`write`]).
 
 pub(crate) mod load;
 pub(crate) mod mapped;
