@@ -626,13 +626,97 @@ pub fn bytes_at(snap: &Snapshot, lives: &BlockLives, roles: &Roles, state: usize
     v
 }
 
+/// The sweep of [`summarize_with`] over the states: each role's tensor bytes (`cur`)
+/// and the block bytes (`blk`), the most each reached and the allocated peak.
+struct Sweep<'a> {
+    lives: &'a BlockLives,
+    roles: &'a Roles,
+    req: &'a [u64],
+    ends: &'a Ends,
+    cur: [i64; 7],
+    blk: i64,
+    max: [i64; 7],
+    peak: i64,
+    peak_state: usize,
+    at_peak: [i64; 7],
+    /// The ends of the entries below this one are applied ...
+    ended: usize,
+    /// ... and those of `ends.more` below this index.
+    more_at: usize,
+}
+
+impl Sweep<'_> {
+    /// Applies the ends of entry `e` (state `e + 1`): the roles they touched (a bit per
+    /// role), and whether one raised a figure, which only a size past `i64` can.
+    #[inline]
+    fn end_entry(&mut self, e: usize) -> (u8, bool) {
+        let (mut touched, mut raised) = (0u8, false);
+        if let Some(&k) = self.ends.slot.get(e) {
+            if k != 0 {
+                let (t, r) = self.end_life(k as usize - 1);
+                (touched, raised) = (t, r);
+            }
+        }
+        while let Some(&(x, k)) = self.ends.more.get(self.more_at) {
+            if x != e {
+                break;
+            }
+            let (t, r) = self.end_life(k);
+            touched |= t;
+            raised |= r;
+            self.more_at += 1;
+        }
+        (touched, raised)
+    }
+
+    #[inline]
+    fn end_life(&mut self, k: usize) -> (u8, bool) {
+        let (role, q, size) = match self.ends.life(k) {
+            Ended::Traced(i) => (self.roles.traced[i].role, self.req[i], self.lives.traced[i].size),
+            Ended::Seeded(i) => (self.roles.seeded[i].role, self.lives.seeded[i].request, self.lives.seeded[i].size),
+        };
+        self.cur[role as usize] -= q as i64;
+        self.blk -= size as i64;
+        (1 << role as u8, (q as i64) < 0 || (size as i64) < 0)
+    }
+
+    /// Applies the ends of the entries from `self.ended` to `upto` (exclusive), each
+    /// entry its own state, whose figures are read only where an end raised one.
+    fn ends_until(&mut self, upto: usize) {
+        while self.ended < upto {
+            let e = self.ended;
+            self.ended += 1;
+            let (touched, raised) = self.end_entry(e);
+            if raised {
+                self.read(e + 1, touched);
+            }
+        }
+    }
+
+    /// Reads the figures at state `s`, where only the roles in `touched` changed.
+    fn read(&mut self, s: usize, mut touched: u8) {
+        while touched != 0 {
+            let k = touched.trailing_zeros() as usize;
+            self.max[k] = self.max[k].max(self.cur[k]);
+            touched &= touched - 1;
+        }
+        if self.blk > self.peak {
+            (self.peak, self.peak_state, self.at_peak) = (self.blk, s, self.cur);
+        }
+    }
+}
+
 /// The figures of [`DeviceRoles`] from each block's role.
 pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps) -> DeviceRoles {
     summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives))
 }
 
-fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
-    let trace = snap.trace(lives.device);
+/// The most each role held (`max`), the allocated peak (block bytes) and its state, and
+/// each role's bytes then (`at_peak`): by [`Sweep`] over the states of a trace of
+/// `entries` entries.
+type Figures = ([i64; 7], i64, usize, [i64; 7]);
+
+fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
     const TEMP: usize = Role::Temporaries as usize;
     let req = &ix.req;
     // Sweep the states: a block enters at alloc + 1 and leaves at end + 1 (the lives an
@@ -641,53 +725,78 @@ fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps
     // figures; block bytes find the allocated peak.
     let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
     moves.sort_unstable();
-    let mut cur = [0i64; 7];
-    let mut blk: i64 = 0;
+    let mut sw = Sweep {
+        lives,
+        roles,
+        req,
+        ends: &ix.ends,
+        cur: [0; 7],
+        blk: 0,
+        max: [0; 7],
+        peak: 0,
+        peak_state: 0,
+        at_peak: [0; 7],
+        ended: 0,
+        more_at: 0,
+    };
     for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-        cur[r.role as usize] += b.request as i64;
-        blk += b.size as i64;
+        sw.cur[r.role as usize] += b.request as i64;
+        sw.blk += b.size as i64;
     }
-    let mut max = cur;
-    let (mut peak, mut peak_state, mut at_peak) = (blk, 0usize, cur);
+    (sw.max, sw.peak, sw.at_peak) = (sw.cur, sw.blk, sw.cur);
     // The last state anything happens at: ends are entries of the trace (a life ended
     // past it, which the lifetime walk never makes, is still counted).
-    let last = trace
-        .len()
+    let last = entries
         .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
         .max(moves.last().map_or(0, |x| x.0))
         .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
-    let (mut a, mut m) = (0usize, 0usize);
-    let moved = !roles.from_state.is_empty();
-    // Each state gets its allocs, ends and moves applied before the figures are read.
-    for s in 1..=last {
+    // A move at state 0 held back every move (the sweep starts at state 1).
+    if moves.first().is_some_and(|x| x.0 == 0) {
+        moves.clear();
+    }
+    // The lives that move (sorted), met in `alloc` order as `a` goes up: a cursor, not
+    // a lookup per life.
+    let mut moved: Vec<usize> = roles.from_state.keys().copied().collect();
+    moved.sort_unstable();
+    let (mut a, mut m, mut mv) = (0usize, 0usize, 0usize);
+    // The states where a figure can rise, in order: an `alloc`'s (alloc + 1), a move's.
+    // Between them only ends, which lower the figures; they are applied as the sweep
+    // passes (`Sweep::ends_until`).
+    loop {
+        let s = lives.traced.get(a).map_or(usize::MAX, |l| l.alloc + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
+        if s > last {
+            break;
+        }
+        sw.ends_until(s - 1);
+        let mut touched = sw.end_entry(s - 1).0;
+        sw.ended = s;
         while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
-            let l = &lives.traced[a];
-            let role = if moved && roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
-            cur[role] += req[a] as i64;
-            blk += l.size as i64;
+            while mv < moved.len() && moved[mv] < a {
+                mv += 1;
+            }
+            let role = if moved.get(mv) == Some(&a) { TEMP } else { roles.traced[a].role as usize };
+            sw.cur[role] += req[a] as i64;
+            sw.blk += lives.traced[a].size as i64;
+            touched |= 1 << role;
             a += 1;
         }
-        ix.ends.each_in(s - 1..s, |_, life| {
-            let (role, q, size) = match life {
-                Ended::Traced(i) => (roles.traced[i].role, req[i], lives.traced[i].size),
-                Ended::Seeded(i) => (roles.seeded[i].role, lives.seeded[i].request, lives.seeded[i].size),
-            };
-            cur[role as usize] -= q as i64;
-            blk -= size as i64;
-        });
         while m < moves.len() && moves[m].0 == s {
             let i = moves[m].1;
-            cur[TEMP] -= req[i] as i64;
-            cur[roles.traced[i].role as usize] += req[i] as i64;
+            let role = roles.traced[i].role as usize;
+            sw.cur[TEMP] -= req[i] as i64;
+            sw.cur[role] += req[i] as i64;
+            touched |= 1 << TEMP | 1 << role;
             m += 1;
         }
-        for k in 0..7 {
-            max[k] = max[k].max(cur[k]);
-        }
-        if blk > peak {
-            (peak, peak_state, at_peak) = (blk, s, cur);
-        }
+        sw.read(s, touched);
     }
+    sw.ends_until(last);
+    (sw.max, sw.peak, sw.peak_state, sw.at_peak)
+}
+
+fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
+    let req = &ix.req;
+    let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len());
     // Blocks, bytes and confidence by role and reason.
     // Tallied in an array by reason (a map entry per block was a visible cost on
     // millions of blocks), then the reasons met, in their order.
@@ -768,9 +877,18 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
 
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
-    let mut ev = StackEvidence::new(snap);
+    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap))
+}
+
+/// [`device_roles_from`] with the stacks' evidence the steps gathered.
+pub(crate) fn device_roles_from_ev(
+    snap: &Snapshot,
+    lives: &BlockLives,
+    st: &Steps,
+    ev: &mut StackEvidence,
+) -> (DeviceRoles, Roles) {
     let ix = LifeIndex::new(snap, lives);
-    let roles = classify_with(snap, lives, st, &mut ev, &ix);
+    let roles = classify_with(snap, lives, st, ev, &ix);
     (summarize_with(snap, lives, &roles, st, &ix), roles)
 }
 
@@ -811,4 +929,118 @@ pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
         "  (tensor bytes; \"at peak\" at the allocated peak, \"max\" the most the role held at any moment)"
     );
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lives::{SeededLife, TracedLife};
+    use fragscope_snapshot::{Action, TraceEvent};
+
+    /// The sweep as it was first written, every state read in full: the definition
+    /// [`sweep`] is held to.
+    fn sweep_by_states(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
+        const TEMP: usize = Role::Temporaries as usize;
+        let req = &ix.req;
+        let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
+        moves.sort_unstable();
+        let mut cur = [0i64; 7];
+        let mut blk: i64 = 0;
+        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+            cur[r.role as usize] += b.request as i64;
+            blk += b.size as i64;
+        }
+        let mut max = cur;
+        let (mut peak, mut peak_state, mut at_peak) = (blk, 0usize, cur);
+        let last = entries
+            .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
+            .max(moves.last().map_or(0, |x| x.0))
+            .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
+        let (mut a, mut m) = (0usize, 0usize);
+        for s in 1..=last {
+            while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+                let role = if roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
+                cur[role] += req[a] as i64;
+                blk += lives.traced[a].size as i64;
+                a += 1;
+            }
+            ix.ends.each_in(s - 1..s, |_, life| {
+                let (role, q, size) = match life {
+                    Ended::Traced(i) => (roles.traced[i].role, req[i], lives.traced[i].size),
+                    Ended::Seeded(i) => (roles.seeded[i].role, lives.seeded[i].request, lives.seeded[i].size),
+                };
+                cur[role as usize] -= q as i64;
+                blk -= size as i64;
+            });
+            while m < moves.len() && moves[m].0 == s {
+                let i = moves[m].1;
+                cur[TEMP] -= req[i] as i64;
+                cur[roles.traced[i].role as usize] += req[i] as i64;
+                m += 1;
+            }
+            for k in 0..7 {
+                max[k] = max[k].max(cur[k]);
+            }
+            if blk > peak {
+                (peak, peak_state, at_peak) = (blk, s, cur);
+            }
+        }
+        (max, peak, peak_state, at_peak)
+    }
+
+    #[test]
+    fn the_sweep_reads_the_figures_of_every_state() {
+        // Random lives over a short trace: several ending at one entry (the `more`
+        // list), ends past the trace, moves before, at and after a block's end, now
+        // and then a size past i64 (an end that raises a figure; near u64::MAX, so that
+        // the sums stay small and debug builds do not overflow).
+        let mut rng = fragscope_testdata::Rng(19);
+        let reasons = [Reason::ParamSetupMatchesGradient, Reason::GradOutlivesBackward, Reason::TempFreedInPhase];
+        for round in 0..500 {
+            let n = rng.below(40);
+            let mut snap = Snapshot::default();
+            let mut size = |rng: &mut fragscope_testdata::Rng| {
+                if round % 7 == 3 && rng.below(30) == 0 {
+                    u64::MAX - rng.below(1000) as u64
+                } else {
+                    1 + rng.below(5000) as u64
+                }
+            };
+            let trace: Vec<TraceEvent> = (0..n).map(|_| TraceEvent::new(Action::Alloc, 0, size(&mut rng), 0)).collect();
+            snap.device_traces.push(trace);
+            let end = |rng: &mut fragscope_testdata::Rng, from: usize| match rng.below(4) {
+                0 => LIVE_AT_END,
+                _ => from + rng.below(n + 3),
+            };
+            let mut allocs: Vec<usize> = (0..n).filter(|_| rng.below(2) == 0).collect();
+            allocs.dedup();
+            let traced: Vec<TracedLife> = allocs
+                .iter()
+                .map(|&a| TracedLife { alloc: a, end: end(&mut rng, a + 1), size: size(&mut rng), stack: None })
+                .collect();
+            let seeded: Vec<SeededLife> = (0..rng.below(4))
+                .map(|_| SeededLife {
+                    address: 0,
+                    size: size(&mut rng),
+                    request: size(&mut rng),
+                    stack: None,
+                    end: end(&mut rng, 0),
+                })
+                .collect();
+            let role = |rng: &mut fragscope_testdata::Rng| BlockRole::of(reasons[rng.below(reasons.len())]);
+            let mut roles = Roles {
+                seeded: seeded.iter().map(|_| role(&mut rng)).collect(),
+                traced: traced.iter().map(|_| role(&mut rng)).collect(),
+                from_state: HashMap::new(),
+            };
+            for (i, l) in traced.iter().enumerate() {
+                if rng.below(5) == 0 {
+                    roles.from_state.insert(i, l.alloc + 1 + rng.below(n + 2));
+                }
+            }
+            let lives = BlockLives { device: 0, seeded, traced };
+            let ix = LifeIndex::new(&snap, &lives);
+            assert_eq!(sweep(&lives, &roles, &ix, n), sweep_by_states(&lives, &roles, &ix, n), "round {round}");
+        }
+    }
 }
