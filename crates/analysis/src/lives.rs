@@ -85,10 +85,12 @@ impl LivesRecorder {
     /// the replay lists them, which is the order its walks report them at state 0.
     pub fn start(r: &mut Replayer, device: i64) -> Self {
         let mut seeded = Vec::new();
-        for (&address, b) in r.live.iter_mut().filter(|(_, b)| b.allocated) {
-            b.life = seeded.len() as u32;
-            seeded.push(SeededLife { address, size: b.size, request: b.request, stack: b.stack, end: LIVE_AT_END });
-        }
+        r.each_seeded(|address, b| {
+            if b.allocated {
+                b.life = seeded.len() as u32;
+                seeded.push(SeededLife { address, size: b.size, request: b.request, stack: b.stack, end: LIVE_AT_END });
+            }
+        });
         let traced = Vec::with_capacity(r.allocs);
         LivesRecorder { lives: BlockLives { device, seeded, traced } }
     }
@@ -127,11 +129,7 @@ impl BlockLives {
     pub(crate) fn replay_with_facts(snap: &Snapshot, device: i64) -> (BlockLives, TraceFacts) {
         let mut r = Replayer::new(snap, device);
         let facts = std::mem::take(&mut r.facts);
-        let mut rec = LivesRecorder::start(&mut r, device);
-        for i in 0..r.trace.len() {
-            r.step(i, &mut |b, d| rec.change(i, b, d));
-        }
-        (rec.finish(), facts)
+        (r.into_lives(device), facts)
     }
 
     /// What [`crate::timeline::live_sets_at`] returns, from the lives: the allocated

@@ -631,14 +631,44 @@ pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps)
     summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives))
 }
 
-fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
-    let trace = snap.trace(lives.device);
+/// The most each role held (`max`), the allocated peak (block bytes) and its state, and
+/// each role's bytes then (`at_peak`), over the states of a trace of `entries` entries.
+type Figures = ([i64; 7], i64, usize, [i64; 7]);
+
+/// The highs of the sweep, read at the states where a figure can rise.
+struct Highs {
+    max: [i64; 7],
+    peak: i64,
+    peak_state: usize,
+    at_peak: [i64; 7],
+}
+
+impl Highs {
+    /// Reads the figures at state `s`, where only the roles in `touched` (a bit per
+    /// role) changed.
+    #[inline]
+    fn read(&mut self, s: usize, mut touched: u8, cur: &[i64; 7], blk: i64) {
+        while touched != 0 {
+            let k = touched.trailing_zeros() as usize;
+            self.max[k] = self.max[k].max(cur[k]);
+            touched &= touched - 1;
+        }
+        if blk > self.peak {
+            (self.peak, self.peak_state, self.at_peak) = (blk, s, *cur);
+        }
+    }
+}
+
+/// Sweeps the states: a block enters at alloc + 1 and leaves at end + 1 (the lives an
+/// entry ended, from `ix.ends`); an out-of-place update moves from temporaries to its
+/// role at `from_state` (a few blocks: sorted). Tensor bytes (`req`) give the figures;
+/// block bytes find the allocated peak. A figure can rise only where a block enters or
+/// moves: the figures are read there, and at the rest of the states (ends alone, which
+/// lower them) only where a size past `i64` made an end raise one. (Every state read
+/// in full was 60 instructions a state on a long trace.)
+fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
     const TEMP: usize = Role::Temporaries as usize;
     let req = &ix.req;
-    // Sweep the states: a block enters at alloc + 1 and leaves at end + 1 (the lives an
-    // entry ended, from `ix.ends`); an out-of-place update moves from temporaries to its
-    // role at `from_state` (a few blocks: sorted). Tensor bytes (`req`) give the
-    // figures; block bytes find the allocated peak.
     let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
     moves.sort_unstable();
     let mut cur = [0i64; 7];
@@ -647,47 +677,122 @@ fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps
         cur[r.role as usize] += b.request as i64;
         blk += b.size as i64;
     }
-    let mut max = cur;
-    let (mut peak, mut peak_state, mut at_peak) = (blk, 0usize, cur);
+    let mut hi = Highs { max: cur, peak: blk, peak_state: 0, at_peak: cur };
     // The last state anything happens at: ends are entries of the trace (a life ended
     // past it, which the lifetime walk never makes, is still counted).
-    let last = trace
-        .len()
+    let last = entries
         .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
         .max(moves.last().map_or(0, |x| x.0))
         .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
-    let (mut a, mut m) = (0usize, 0usize);
-    let moved = !roles.from_state.is_empty();
-    // Each state gets its allocs, ends and moves applied before the figures are read.
-    for s in 1..=last {
+    // A move at state 0 held back every move (the sweep starts at state 1).
+    if moves.first().is_some_and(|x| x.0 == 0) {
+        moves.clear();
+    }
+    // The lives that move (sorted), met in `alloc` order as `a` goes up: a cursor, not
+    // a lookup per life.
+    let mut moved: Vec<usize> = roles.from_state.keys().copied().collect();
+    moved.sort_unstable();
+    let (slot, more, traced_n) = (&ix.ends.slot, &ix.ends.more, ix.ends.traced);
+    // What the end of life `k` (as `Ends` numbers them) takes away: its role, tensor
+    // bytes, block bytes.
+    let gone = |k: usize| -> (usize, i64, i64) {
+        if k < traced_n {
+            (roles.traced[k].role as usize, req[k] as i64, lives.traced[k].size as i64)
+        } else {
+            let j = k - traced_n;
+            (roles.seeded[j].role as usize, lives.seeded[j].request as i64, lives.seeded[j].size as i64)
+        }
+    };
+    // The ends of entry `e`, applied: the roles touched, and whether one raised a figure.
+    let (mut e, mut more_at) = (0usize, 0usize);
+    macro_rules! end_entry {
+        ($e:expr) => {{
+            let e = $e;
+            let (mut touched, mut raised) = (0u8, false);
+            let mut take = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
+                let (r, q, size) = gone(k);
+                cur[r] -= q;
+                *blk -= size;
+                touched |= 1 << r;
+                raised |= q < 0 || size < 0;
+            };
+            if let Some(&k) = slot.get(e).filter(|&&k| k != 0) {
+                take(k as usize - 1, &mut cur, &mut blk);
+            }
+            while let Some(&(x, k)) = more.get(more_at).filter(|x| x.0 == e) {
+                let _ = x;
+                take(k, &mut cur, &mut blk);
+                more_at += 1;
+            }
+            (touched, raised)
+        }};
+    }
+    // The ends of the entries `e..upto`, each its own state.
+    macro_rules! ends_until {
+        ($upto:expr) => {{
+            let upto = $upto;
+            while e < upto {
+                // Entries with no end in `more`: their slots, in bulk.
+                let stop = upto.min(more.get(more_at).map_or(usize::MAX, |x| x.0)).min(slot.len()).max(e);
+                for (j, &k) in slot.get(e..stop).unwrap_or_default().iter().enumerate() {
+                    if k != 0 {
+                        let (r, q, size) = gone(k as usize - 1);
+                        cur[r] -= q;
+                        blk -= size;
+                        if q < 0 || size < 0 {
+                            hi.read(e + j + 1, 1 << r, &cur, blk);
+                        }
+                    }
+                }
+                e = stop;
+                if e < upto {
+                    let (touched, raised) = end_entry!(e);
+                    if raised {
+                        hi.read(e + 1, touched, &cur, blk);
+                    }
+                    e += 1;
+                }
+            }
+        }};
+    }
+    let (mut a, mut m, mut mv) = (0usize, 0usize, 0usize);
+    // The states where a figure can rise, in order: an `alloc`'s (alloc + 1; the lives
+    // are in `alloc` order), a move's.
+    loop {
+        let s = lives.traced.get(a).map_or(usize::MAX, |l| l.alloc + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
+        if s > last {
+            break;
+        }
+        ends_until!(s - 1);
+        let mut touched = end_entry!(s - 1).0;
+        e = s;
         while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
-            let l = &lives.traced[a];
-            let role = if moved && roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
+            while mv < moved.len() && moved[mv] < a {
+                mv += 1;
+            }
+            let role = if moved.get(mv) == Some(&a) { TEMP } else { roles.traced[a].role as usize };
             cur[role] += req[a] as i64;
-            blk += l.size as i64;
+            blk += lives.traced[a].size as i64;
+            touched |= 1 << role;
             a += 1;
         }
-        ix.ends.each_in(s - 1..s, |_, life| {
-            let (role, q, size) = match life {
-                Ended::Traced(i) => (roles.traced[i].role, req[i], lives.traced[i].size),
-                Ended::Seeded(i) => (roles.seeded[i].role, lives.seeded[i].request, lives.seeded[i].size),
-            };
-            cur[role as usize] -= q as i64;
-            blk -= size as i64;
-        });
         while m < moves.len() && moves[m].0 == s {
             let i = moves[m].1;
+            let role = roles.traced[i].role as usize;
             cur[TEMP] -= req[i] as i64;
-            cur[roles.traced[i].role as usize] += req[i] as i64;
+            cur[role] += req[i] as i64;
+            touched |= 1 << TEMP | 1 << role;
             m += 1;
         }
-        for k in 0..7 {
-            max[k] = max[k].max(cur[k]);
-        }
-        if blk > peak {
-            (peak, peak_state, at_peak) = (blk, s, cur);
-        }
+        hi.read(s, touched, &cur, blk);
     }
+    ends_until!(last);
+    (hi.max, hi.peak, hi.peak_state, hi.at_peak)
+}
+
+fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
+    let req = &ix.req;
+    let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len());
     // Blocks, bytes and confidence by role and reason.
     // Tallied in an array by reason (a map entry per block was a visible cost on
     // millions of blocks), then the reasons met, in their order.
@@ -768,9 +873,18 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
 
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
-    let mut ev = StackEvidence::new(snap);
+    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap))
+}
+
+/// [`device_roles_from`] with the stacks' evidence the steps gathered.
+pub(crate) fn device_roles_from_ev(
+    snap: &Snapshot,
+    lives: &BlockLives,
+    st: &Steps,
+    ev: &mut StackEvidence,
+) -> (DeviceRoles, Roles) {
     let ix = LifeIndex::new(snap, lives);
-    let roles = classify_with(snap, lives, st, &mut ev, &ix);
+    let roles = classify_with(snap, lives, st, ev, &ix);
     (summarize_with(snap, lives, &roles, st, &ix), roles)
 }
 
@@ -811,4 +925,119 @@ pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
         "  (tensor bytes; \"at peak\" at the allocated peak, \"max\" the most the role held at any moment)"
     );
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lives::{SeededLife, TracedLife};
+    use fragscope_snapshot::{Action, TraceEvent};
+
+    /// The sweep as it was first written, every state read in full: the definition
+    /// [`sweep`] is held to.
+    fn sweep_by_states(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
+        const TEMP: usize = Role::Temporaries as usize;
+        let req = &ix.req;
+        let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
+        moves.sort_unstable();
+        let mut cur = [0i64; 7];
+        let mut blk: i64 = 0;
+        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+            cur[r.role as usize] += b.request as i64;
+            blk += b.size as i64;
+        }
+        let mut max = cur;
+        let (mut peak, mut peak_state, mut at_peak) = (blk, 0usize, cur);
+        let last = entries
+            .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
+            .max(moves.last().map_or(0, |x| x.0))
+            .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
+        let (mut a, mut m) = (0usize, 0usize);
+        for s in 1..=last {
+            while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+                let role = if roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
+                cur[role] += req[a] as i64;
+                blk += lives.traced[a].size as i64;
+                a += 1;
+            }
+            ix.ends.each_in(s - 1..s, |_, life| {
+                let (role, q, size) = match life {
+                    Ended::Traced(i) => (roles.traced[i].role, req[i], lives.traced[i].size),
+                    Ended::Seeded(i) => (roles.seeded[i].role, lives.seeded[i].request, lives.seeded[i].size),
+                };
+                cur[role as usize] -= q as i64;
+                blk -= size as i64;
+            });
+            while m < moves.len() && moves[m].0 == s {
+                let i = moves[m].1;
+                cur[TEMP] -= req[i] as i64;
+                cur[roles.traced[i].role as usize] += req[i] as i64;
+                m += 1;
+            }
+            for k in 0..7 {
+                max[k] = max[k].max(cur[k]);
+            }
+            if blk > peak {
+                (peak, peak_state, at_peak) = (blk, s, cur);
+            }
+        }
+        (max, peak, peak_state, at_peak)
+    }
+
+    #[test]
+    fn the_sweep_reads_the_figures_of_every_state() {
+        // Random lives over a short trace: several ending at one entry (the `more`
+        // list), ends past the trace, moves before, at and after a block's end, now
+        // and then a size past i64 (an end that raises a figure; near u64::MAX, so that
+        // the sums stay small and debug builds do not overflow).
+        let mut rng = fragscope_testdata::Rng(19);
+        let reasons = [Reason::ParamSetupMatchesGradient, Reason::GradOutlivesBackward, Reason::TempFreedInPhase];
+        for round in 0..500 {
+            let n = rng.below(40);
+            let mut snap = Snapshot::default();
+            let mut size = |rng: &mut fragscope_testdata::Rng| {
+                if round % 3 == 1 && rng.below(8) == 0 {
+                    u64::MAX - rng.below(1000) as u64
+                } else {
+                    1 + rng.below(5000) as u64
+                }
+            };
+            let trace: Vec<TraceEvent> = (0..n).map(|_| TraceEvent::new(Action::Alloc, 0, size(&mut rng), 0)).collect();
+            snap.device_traces.push(trace);
+            let end = |rng: &mut fragscope_testdata::Rng, from: usize| match rng.below(4) {
+                0 => LIVE_AT_END,
+                _ => from + rng.below(n + 3),
+            };
+            let sparse = 2 + round % 3;
+            let mut allocs: Vec<usize> = (0..n).filter(|_| rng.below(sparse) == 0).collect();
+            allocs.dedup();
+            let traced: Vec<TracedLife> = allocs
+                .iter()
+                .map(|&a| TracedLife { alloc: a, end: end(&mut rng, a + 1), size: size(&mut rng), stack: None })
+                .collect();
+            let seeded: Vec<SeededLife> = (0..rng.below(4))
+                .map(|_| SeededLife {
+                    address: 0,
+                    size: size(&mut rng),
+                    request: size(&mut rng),
+                    stack: None,
+                    end: end(&mut rng, 0),
+                })
+                .collect();
+            let role = |rng: &mut fragscope_testdata::Rng| BlockRole::of(reasons[rng.below(reasons.len())]);
+            let mut roles = Roles {
+                seeded: seeded.iter().map(|_| role(&mut rng)).collect(),
+                traced: traced.iter().map(|_| role(&mut rng)).collect(),
+                from_state: HashMap::new(),
+            };
+            for (i, l) in traced.iter().enumerate() {
+                if rng.below(5) == 0 {
+                    roles.from_state.insert(i, l.alloc + 1 + rng.below(n + 2));
+                }
+            }
+            let lives = BlockLives { device: 0, seeded, traced };
+            let ix = LifeIndex::new(&snap, &lives);
+            assert_eq!(sweep(&lives, &roles, &ix, n), sweep_by_states(&lives, &roles, &ix, n), "round {round}");
+        }
+    }
 }

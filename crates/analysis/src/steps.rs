@@ -245,18 +245,25 @@ impl<'a> StackEvidence<'a> {
         }
         self.frames[k] & !KNOWN
     }
+    // Asked once per block by the roles: the known answer inlined, the first look not.
+    #[inline]
     pub fn of(&mut self, s: Option<StackId>) -> u8 {
         let Some(s) = s else { return 0 };
-        let k = s.index();
-        if self.stacks[k] & KNOWN == 0 {
-            let mut b = 0;
-            for i in 0..self.snap.frames.stack(s).len() {
-                let f = self.snap.frames.stack(s)[i];
-                b |= self.frame(f);
-            }
-            self.stacks[k] = KNOWN | b;
+        let b = self.stacks[s.index()];
+        if b & KNOWN != 0 {
+            return b & !KNOWN;
         }
-        self.stacks[k] & !KNOWN
+        self.first_look(s)
+    }
+    #[inline(never)]
+    fn first_look(&mut self, s: StackId) -> u8 {
+        let mut b = 0;
+        for i in 0..self.snap.frames.stack(s).len() {
+            let f = self.snap.frames.stack(s)[i];
+            b |= self.frame(f);
+        }
+        self.stacks[s.index()] = KNOWN | b;
+        b
     }
     /// Whether any frame of the stack names `needle` (function or file), case-insensitive.
     pub fn mentions(&mut self, s: Option<StackId>, needle: &'static str) -> bool {
@@ -307,7 +314,16 @@ fn phase_of_tag(t: Tag) -> Phase {
 /// Annotated intervals of entries: (start entry, end entry, name).
 pub(crate) fn annotated(snap: &Snapshot, device: i64) -> Vec<(usize, usize, String)> {
     let trace = snap.trace(device);
-    if trace.is_empty() || trace.iter().any(|e| e.time_us == NO_TIME) {
+    if trace.iter().any(|e| e.time_us == NO_TIME) {
+        return Vec::new();
+    }
+    annotated_timed(snap, device)
+}
+
+/// [`annotated`] of a trace whose entries all have a time.
+fn annotated_timed(snap: &Snapshot, device: i64) -> Vec<(usize, usize, String)> {
+    let trace = snap.trace(device);
+    if trace.is_empty() {
         return Vec::new();
     }
     let scopes = Scopes::new(snap, device);
@@ -343,23 +359,57 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     let trace = snap.trace(device);
     let n = trace.len();
     // 1. Evidence of each entry: its stack, and the optimizer's own annotations.
-    let mut tags: Vec<Option<Tag>> = Vec::with_capacity(n);
     let mut counts = [0usize; 4];
-    let mut user_opt = 0usize;
-    let mut frameless_allocs: Vec<bool> = Vec::new();
+    let mut user_opt = false;
     let has_frames = trace.iter().any(|e| e.stack.is_some_and(|s| !snap.frames.stack(s).is_empty()));
-    for e in trace {
+    // An `alloc` without frames in a trace with frames (the autograd engine's thread).
+    let frameless_alloc = |k: usize| {
+        let e = &trace[k];
+        has_frames && e.action == Action::Alloc && e.stack.is_none_or(|s| snap.frames.stack(s).is_empty())
+    };
+    // Per stack, what its evidence makes of an entry, worked out at the stack's first
+    // entry (millions of entries, a few thousand stacks): 0 not yet, else
+    // `SEEN | USER_ONLY? | tag code` (the code: index into `TAGS`).
+    const SEEN: u8 = 0x80;
+    const USER_ONLY: u8 = 0x40;
+    const TAGS: [Option<Tag>; 8] =
+        [None, Some(Tag::Zero), Some(Tag::Opt), Some(Tag::Bwd), Some(Tag::Fwd), None, None, None];
+    let mut by_stack: Vec<u8> = vec![0; snap.frames.num_stacks()];
+    // An entry without a time (then no annotation can be placed).
+    let mut untimed = false;
+    // Entries by code: the counts by tag, and whether a user optimizer's step was seen,
+    // from these (one increment per entry, no branch).
+    let mut by_code = [0usize; 256];
+    let mut tags: Vec<Option<Tag>> = vec![None; n];
+    for (t, e) in tags.iter_mut().zip(trace) {
+        untimed |= e.time_us == NO_TIME;
         let relevant = matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted);
-        let bits = if relevant { ev.of(e.stack) & !WORKSPACE } else { 0 };
-        let t = tag_of(bits);
-        if bits & USER_OPT != 0 && bits & OPT == 0 {
-            user_opt += 1;
-        }
-        tags.push(t);
-        frameless_allocs
-            .push(has_frames && e.action == Action::Alloc && e.stack.is_none_or(|s| snap.frames.stack(s).is_empty()));
+        let code = match e.stack {
+            Some(s) if relevant => {
+                let c = by_stack[s.index()];
+                if c != 0 {
+                    c
+                } else {
+                    let bits = ev.of(Some(s)) & !WORKSPACE;
+                    let tag = tag_of(bits).map_or(0, |t| t as u8 + 1);
+                    let user = if bits & USER_OPT != 0 && bits & OPT == 0 { USER_ONLY } else { 0 };
+                    by_stack[s.index()] = SEEN | user | tag;
+                    SEEN | user | tag
+                }
+            }
+            _ => 0,
+        };
+        by_code[code as usize] += 1;
+        *t = TAGS[(code & 7) as usize];
     }
-    let anns = annotated(snap, device);
+    for (code, &k) in by_code.iter().enumerate().filter(|x| *x.1 > 0) {
+        user_opt |= code as u8 & USER_ONLY != 0;
+        if let Some(t) = TAGS[code & 7] {
+            counts[t as usize] += k;
+        }
+    }
+    drop(by_stack);
+    let anns = if untimed { Vec::new() } else { annotated_timed(snap, device) };
     let mut ann_opt = 0;
     let mut ann_zero = 0;
     for (a, b, name) in &anns {
@@ -373,11 +423,12 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
             continue;
         };
         for x in tags.iter_mut().take((*b).min(n)).skip(*a) {
+            if let Some(old) = *x {
+                counts[old as usize] -= 1;
+            }
+            counts[t as usize] += 1;
             *x = Some(t);
         }
-    }
-    for t in tags.iter().flatten() {
-        counts[*t as usize] += 1;
     }
     // 2. Phases: a tagged entry is in its tag's phase; an untagged one in the phase
     // around it (module doc).
@@ -404,7 +455,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
             // autograd engine's thread allocates without Python frames, so on a trace
             // recorded with Python stacks only the backward pass starts at the first
             // frameless allocation.
-            (Some(Tag::Fwd), _) => match (i..j).find(|&k| frameless_allocs[k]) {
+            (Some(Tag::Fwd), _) => match (i..j).find(|&k| frameless_alloc(k)) {
                 Some(k) if next.is_some() => {
                     phase_of[i..k].fill(Phase::Forward);
                     phase_of[k..j].fill(Phase::Backward);
@@ -420,14 +471,21 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     // A backward pass that follows a forward pass without tagged entries after it
     // (frameless backward to the end of the trace) is left as forward: nothing bounds it.
 
+    // The maximal runs of one phase, each with whether a `zero_grad` entry is in it:
+    // the steps and their phases are read from these rather than entry by entry.
+    let rle = phase_runs(&phase_of, &tags);
+    let mut phase_counts = [0usize; 4];
+    for r in &rle {
+        phase_counts[r.phase as usize] += r.end - r.start;
+    }
     let mut evidence = Vec::new();
-    let count = |p: Phase| phase_of.iter().filter(|&&x| x == p).count();
+    let count = |p: Phase| phase_counts[p as usize];
     if counts[Tag::Opt as usize] > 0 {
         evidence.push(format!(
             "{} entries in the optimizer's step ({}{})",
             count(Phase::Optimizer),
             if ann_opt > 0 { format!("{ann_opt} Optimizer.step annotations, ") } else { String::new() },
-            if user_opt > 0 { "frames of a user optimizer's step" } else { "torch/optim or fused-optimizer frames" }
+            if user_opt { "frames of a user optimizer's step" } else { "torch/optim or fused-optimizer frames" }
         ));
     }
     if counts[Tag::Zero as usize] > 0 {
@@ -448,37 +506,34 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     }
 
     // 3. Steps.
-    let runs = |p: Phase, phase_of: &[Phase]| -> Vec<(usize, usize)> {
+    let runs = |p: Phase| -> Vec<(usize, usize)> {
         let mut v: Vec<(usize, usize)> = Vec::new();
-        let mut k = 0;
-        while k < n {
-            if phase_of[k] != p {
-                k += 1;
+        // Index in `rle` of the last run of `p`.
+        let mut last_run = usize::MAX;
+        for (r, run) in rle.iter().enumerate() {
+            if run.phase != p {
                 continue;
             }
-            let s = k;
-            while k < n && phase_of[k] == p {
-                k += 1;
-            }
             // Runs separated only by entries outside every phase are one (an optimizer
-            // step, then a scheduler's step after a few frees).
+            // step, then a scheduler's step after a few frees), unless a `zero_grad`
+            // is among them. Runs are maximal: one outside run between, or none.
+            let joined = last_run != usize::MAX
+                && r == last_run + 2
+                && rle[last_run + 1].phase == Phase::Outside
+                && !rle[last_run + 1].zero_grad;
             match v.last_mut() {
-                Some(last)
-                    if phase_of[last.1..s].iter().all(|&x| x == Phase::Outside)
-                        && tags[last.1..s].iter().all(|t| *t != Some(Tag::Zero)) =>
-                {
-                    last.1 = k
-                }
-                _ => v.push((s, k)),
+                Some(last) if joined => last.1 = run.end,
+                _ => v.push((run.start, run.end)),
             }
+            last_run = r;
         }
         v
     };
-    let opt_runs = runs(Phase::Optimizer, &phase_of);
+    let opt_runs = runs(Phase::Optimizer);
     let (source, ends): (&'static str, Vec<(usize, usize)>) = if !opt_runs.is_empty() {
         ("optimizer", opt_runs)
     } else {
-        let bwd = runs(Phase::Backward, &phase_of);
+        let bwd = runs(Phase::Backward);
         if !bwd.is_empty() {
             ("backward", bwd)
         } else {
@@ -496,7 +551,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
                 let steps = st
                     .into_iter()
                     .map(|(a, b)| {
-                        let phases = spans(&phase_of[a..b], a);
+                        let phases = spans_in(&rle, a, b);
                         let layers = layers_in(snap, device, &phases);
                         Step { start: a, end: b, phases, complete: true, layers }
                     })
@@ -537,7 +592,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
         // The step starts at the first zero_grad, forward or backward entry after the
         // previous step (set-up and batch loading before it stay outside).
         let start = (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || tags[k] == Some(Tag::Zero)).unwrap_or(rs);
-        let phases = spans(&phase_of[start..re], start);
+        let phases = spans_in(&rle, start, re);
         let first = phases.first().map(|p| p.phase);
         let complete = tags[start] == Some(Tag::Zero) || first == Some(Phase::Forward) || steps.len() > 0;
         let layers = layers_in(snap, device, &phases);
@@ -580,7 +635,47 @@ pub(crate) fn step_inside_forward(snap: &Snapshot, device: i64, s: &Step) -> boo
     false
 }
 
-/// The runs of `phase_of` (which starts at entry `base`), outside runs left out.
+/// A maximal run of one phase: entries `start..end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PhaseRun {
+    phase: Phase,
+    start: usize,
+    end: usize,
+    /// A `zero_grad` entry is in it (only in outside runs).
+    zero_grad: bool,
+}
+
+/// The maximal runs of `phase_of`, in order.
+fn phase_runs(phase_of: &[Phase], tags: &[Option<Tag>]) -> Vec<PhaseRun> {
+    let mut v: Vec<PhaseRun> = Vec::new();
+    let mut k = 0;
+    while k < phase_of.len() {
+        let (p, s) = (phase_of[k], k);
+        let mut zero_grad = false;
+        while k < phase_of.len() && phase_of[k] == p {
+            zero_grad |= tags[k] == Some(Tag::Zero);
+            k += 1;
+        }
+        v.push(PhaseRun { phase: p, start: s, end: k, zero_grad });
+    }
+    v
+}
+
+/// [`spans`] of entries `start..end`, from the runs of the whole trace.
+fn spans_in(runs: &[PhaseRun], start: usize, end: usize) -> Vec<PhaseSpan> {
+    let from = runs.partition_point(|r| r.end <= start);
+    runs[from..]
+        .iter()
+        .take_while(|r| r.start < end)
+        .filter(|r| r.phase != Phase::Outside)
+        .map(|r| PhaseSpan { phase: r.phase, start: r.start.max(start), end: r.end.min(end) })
+        .filter(|s| s.start < s.end)
+        .collect()
+}
+
+/// The runs of `phase_of` (which starts at entry `base`), outside runs left out (the
+/// definition of [`spans_in`], which the tests check it against).
+#[cfg(test)]
 fn spans(phase_of: &[Phase], base: usize) -> Vec<PhaseSpan> {
     let mut v: Vec<PhaseSpan> = Vec::new();
     for (k, &p) in phase_of.iter().enumerate() {
@@ -725,6 +820,23 @@ mod tests {
         seq.extend([200, 201]);
         assert_eq!(repeats(&seq), Some(5));
         assert_eq!(repeats(&[1, 2, 3, 4, 5, 6, 7, 8]), None);
+    }
+
+    #[test]
+    fn spans_from_the_runs_are_the_spans_of_the_entries() {
+        let mut rng = fragscope_testdata::Rng(5);
+        let phases = [Phase::Outside, Phase::Forward, Phase::Backward, Phase::Optimizer];
+        for _ in 0..300 {
+            let n = rng.below(40);
+            let phase_of: Vec<Phase> = (0..n).map(|_| phases[rng.below(4)]).collect();
+            let tags: Vec<Option<Tag>> = phase_of.iter().map(|_| (rng.below(5) == 0).then_some(Tag::Zero)).collect();
+            let runs = phase_runs(&phase_of, &tags);
+            for _ in 0..10 {
+                let a = rng.below(n + 1);
+                let b = a + rng.below(n + 1 - a);
+                assert_eq!(spans_in(&runs, a, b), spans(&phase_of[a..b], a), "{phase_of:?} {a}..{b}");
+            }
+        }
     }
 
     #[test]

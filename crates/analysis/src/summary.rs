@@ -402,14 +402,27 @@ pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> Devic
     // walk, [`BlockLives`]), which give the trace's figures (from its first pass) and the
     // roles; and memory_summary's table, whose block sizes need the allocator's block
     // layout (the backward walk of [`crate::memstats`]). On the two cores summary has,
-    // side by side.
+    // side by side; the roles' steps, which read only the trace and its stacks, beside
+    // the lifetime walk (the table's walk often ends at once, on a trace it cannot
+    // vouch for).
+    let want_roles = roles && !snap.trace(device).is_empty();
+    let segs_ref = &segs;
     let (memory_table, (trace, roles)) = std::thread::scope(|sc| {
-        let lived = sc.spawn(|| {
+        let steps = want_roles.then(|| {
+            sc.spawn(move || {
+                let mut ev = crate::steps::StackEvidence::new(snap);
+                let st = crate::steps::steps_with(snap, device, &mut ev);
+                (st, ev)
+            })
+        });
+        let lived = sc.spawn(move || {
             let (lives, facts) = BlockLives::replay_with_facts(snap, device);
-            let trace = trace_summary(&segs, snap.trace(device), &facts);
+            let trace = trace_summary(segs_ref, snap.trace(device), &facts);
             drop(facts);
-            let roles =
-                (roles && !snap.trace(device).is_empty()).then(|| crate::roles::device_roles_with(snap, &lives).0);
+            let roles = steps.map(|h| {
+                let (st, mut ev) = h.join().expect("steps thread");
+                crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev).0
+            });
             (trace, roles)
         });
         let table = crate::memstats::memory_table(snap, device).ok();

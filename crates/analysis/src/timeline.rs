@@ -44,7 +44,7 @@ use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, StackId, Total
 use serde::Serialize;
 use std::sync::Arc;
 
-use crate::lives::{BlockLives, LivesRecorder};
+use crate::lives::{BlockLives, LivesRecorder, SeededLife, TracedLife, LIVE_AT_END};
 use crate::summary::request_of;
 
 /// Default number of points of [`DeviceTimeline::series`].
@@ -220,6 +220,12 @@ pub(crate) struct TraceFacts {
 }
 
 /// The bookkeeping replay shared by the timeline, attribution and leak analyses.
+///
+/// Blocks are kept by *slot*, not by address: pass 1 ([`Replayer::new`]) gives each
+/// address the trace's block entries name a dense number and notes it per entry, so
+/// that the steps index an array instead of hashing the address (two hash-map
+/// operations per entry, once in each pass, were most of the walk's cost on long
+/// traces; now one lookup per entry, in pass 1).
 pub(crate) struct Replayer<'a> {
     pub trace: &'a [TraceEvent],
     cfg: AllocatorConfig,
@@ -228,7 +234,16 @@ pub(crate) struct Replayer<'a> {
     /// lookup per `alloc` was a visible share of the walk on long traces).
     final_sizes: Vec<(usize, u64)>,
     final_pos: usize,
-    pub live: FxHashMap<u64, Live>,
+    /// Per trace entry: the slot of its address (`alloc` and frees only; 0 for others).
+    slot_of: Vec<u32>,
+    /// Per slot: its address.
+    addr_of: Vec<u64>,
+    /// Per slot: the block live at its address, if any.
+    live: Vec<Option<Live>>,
+    /// Slots of the blocks seeded at state 0, in the order the replay has always listed
+    /// them (the iteration order of the address-keyed map that seeds them), which
+    /// numbers the seeded lives ([`crate::lives::LivesRecorder::start`]).
+    seeded_order: Vec<u32>,
     pub cur: Levels,
     totals: &'a [TotalsSample],
     totals_pos: usize,
@@ -244,17 +259,27 @@ pub(crate) struct Replayer<'a> {
     pub facts: TraceFacts,
 }
 
+/// No `alloc` of the trace holds the slot ([`Replayer::new`]'s pass 1).
+const NO_ALLOC: usize = usize::MAX;
+
 impl<'a> Replayer<'a> {
     /// Pass 1: works out the state at t = 0 (module doc). O(events), O(live) memory.
     pub fn new(snap: &'a Snapshot, device: i64) -> Self {
         let trace = snap.trace(device);
         let cfg = crate::replay::recorded_config(snap);
         let mut seeded = Seeded::default();
-        // Address → (alloc index, free_requested seen) for blocks the trace allocated.
-        let mut traced: FxHashMap<u64, usize> = FxHashMap::default();
-        // Address → seeded block for frees of unknown addresses still pending.
+        // Address → slot, for every address an `alloc` or free of the trace names; per
+        // slot, the `alloc` entry of the block the trace allocated there and has not
+        // `free_completed` ([`NO_ALLOC`]), and whether a free of an unknown block there
+        // is pending (its `free_requested` seen, not its `free_completed`).
+        let mut slots: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut slot_of: Vec<u32> = vec![0; trace.len()];
+        let mut addr_of: Vec<u64> = Vec::new();
+        let mut traced: Vec<usize> = Vec::new();
+        let mut orphan_pending: Vec<bool> = Vec::new();
+        // Address → seeded block for frees of unknown addresses. A map, not slots: it
+        // is small, and its iteration order is the order the seeded lives are numbered.
         let mut initial: FxHashMap<u64, Live> = FxHashMap::default();
-        let mut orphan_pending: FxHashMap<u64, ()> = FxHashMap::default();
         let (mut net, mut min_net) = (0i128, 0i128);
         let mut seg_seen: FxHashMap<u64, ()> = FxHashMap::default();
         let mut has_segment_events = false;
@@ -273,30 +298,50 @@ impl<'a> Replayer<'a> {
         let mut seg_allocs: FxHashMap<u64, ()> = FxHashMap::default();
         for (i, e) in trace.iter().enumerate() {
             facts.counts[e.action as usize] += 1;
-            match e.action {
-                Action::Alloc if traced.insert(e.addr, i).is_some() => {
-                    seeded.inconsistencies += 1;
+            if matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted) {
+                let next = addr_of.len() as u32;
+                let k = *slots.entry(e.addr).or_insert(next);
+                if k == next {
+                    addr_of.push(e.addr);
+                    traced.push(NO_ALLOC);
+                    orphan_pending.push(false);
                 }
-                Action::FreeRequested if !traced.contains_key(&e.addr) => {
-                    facts.unknown_frees += 1;
-                    if !orphan_pending.contains_key(&e.addr) {
-                        seeded.frees_of_unknown_blocks += 1;
-                        if initial.insert(e.addr, seed(e, true, &cfg)).is_some() {
+                slot_of[i] = k;
+                let k = k as usize;
+                match e.action {
+                    Action::Alloc => {
+                        if std::mem::replace(&mut traced[k], i) != NO_ALLOC {
                             seeded.inconsistencies += 1;
                         }
-                        orphan_pending.insert(e.addr, ());
+                    }
+                    Action::FreeRequested => {
+                        if traced[k] == NO_ALLOC {
+                            facts.unknown_frees += 1;
+                            if !orphan_pending[k] {
+                                seeded.frees_of_unknown_blocks += 1;
+                                if initial.insert(e.addr, seed(e, true, &cfg)).is_some() {
+                                    seeded.inconsistencies += 1;
+                                }
+                                orphan_pending[k] = true;
+                            }
+                        }
+                    }
+                    _ => {
+                        if std::mem::replace(&mut traced[k], NO_ALLOC) == NO_ALLOC
+                            && !std::mem::replace(&mut orphan_pending[k], false)
+                        {
+                            // Its free_requested happened before recording: pending at t = 0.
+                            facts.unknown_frees += 1;
+                            seeded.frees_of_unknown_blocks += 1;
+                            if initial.insert(e.addr, seed(e, false, &cfg)).is_some() {
+                                seeded.inconsistencies += 1;
+                            }
+                        }
                     }
                 }
-                Action::FreeCompleted
-                    if traced.remove(&e.addr).is_none() && orphan_pending.remove(&e.addr).is_none() =>
-                {
-                    // Its free_requested happened before recording: pending at t = 0.
-                    facts.unknown_frees += 1;
-                    seeded.frees_of_unknown_blocks += 1;
-                    if initial.insert(e.addr, seed(e, false, &cfg)).is_some() {
-                        seeded.inconsistencies += 1;
-                    }
-                }
+                continue;
+            }
+            match e.action {
                 Action::SegmentAlloc | Action::SegmentMap => {
                     has_segment_events = true;
                     net += e.size as i128;
@@ -319,6 +364,8 @@ impl<'a> Replayer<'a> {
                 _ => {}
             }
         }
+        // The `alloc` entry of the traced block live at `address`, if any.
+        let traced_at = |address: u64| slots.get(&address).map(|&k| traced[k as usize]).filter(|&idx| idx != NO_ALLOC);
         seeded.frees_of_unknown_bytes = initial.values().map(|b| b.size).sum();
 
         // Final state: real sizes of traced blocks, and untraced live blocks to seed.
@@ -329,7 +376,7 @@ impl<'a> Replayer<'a> {
             has_segments = true;
             final_reserved += seg.total_size;
             for b in seg.blocks.iter().filter(|b| b.state.is_active()) {
-                if let Some(&idx) = traced.get(&b.address) {
+                if let Some(idx) = traced_at(b.address) {
                     final_sizes.push((idx, b.size));
                 } else if let std::collections::hash_map::Entry::Vacant(e) = initial.entry(b.address) {
                     let stack = b.stack.or_else(|| b.history.as_ref().and_then(|h| h.first()).and_then(|h| h.stack));
@@ -346,7 +393,7 @@ impl<'a> Replayer<'a> {
                     });
                 } else {
                     // A pending free of a pre-recording block, still pending: already seeded.
-                    if !orphan_pending.contains_key(&b.address) {
+                    if !slots.get(&b.address).is_some_and(|&k| orphan_pending[k as usize]) {
                         seeded.inconsistencies += 1;
                     }
                 }
@@ -358,7 +405,9 @@ impl<'a> Replayer<'a> {
                 .flat_map(|s| s.blocks.iter().filter(|b| b.state.is_active()).map(|b| (b.address, ())))
                 .collect();
             // Blocks the trace leaves live that the final state lacks (a trimmed file).
-            seeded.inconsistencies += traced.keys().filter(|a| !final_live.contains_key(a)).count() as u64;
+            seeded.inconsistencies += (traced.iter().zip(&addr_of))
+                .filter(|&(&idx, a)| idx != NO_ALLOC && !final_live.contains_key(a))
+                .count() as u64;
         }
         let totals: &[TotalsSample] =
             usize::try_from(device).ok().and_then(|d| snap.totals.get(d)).map_or(&[], |t| t.as_slice());
@@ -388,6 +437,25 @@ impl<'a> Replayer<'a> {
         seeded.allocated_bytes = cur.allocated;
         seeded.active_bytes = cur.active;
         seeded.reserved_bytes = reserved0;
+        // The blocks live at the end of the trace, by address, for `summary`'s figures.
+        let live_at_end: FxHashMap<u64, usize> =
+            traced.iter().zip(&addr_of).filter(|&(&idx, _)| idx != NO_ALLOC).map(|(&idx, &a)| (a, idx)).collect();
+        drop(traced);
+        // The seeded blocks into their slots (one of their own for an address no
+        // entry names: a block live at the end that the trace never touched).
+        let mut live: Vec<Option<Live>> = vec![None; addr_of.len()];
+        let mut seeded_order = Vec::with_capacity(initial.len());
+        for (&address, b) in &initial {
+            let next = addr_of.len() as u32;
+            let k = *slots.entry(address).or_insert(next);
+            if k == next {
+                addr_of.push(address);
+                live.push(None);
+            }
+            live[k as usize] = Some(*b);
+            seeded_order.push(k);
+        }
+        drop(slots);
         let mut r = Replayer {
             trace,
             cfg,
@@ -396,7 +464,10 @@ impl<'a> Replayer<'a> {
                 final_sizes
             },
             final_pos: 0,
-            live: initial,
+            slot_of,
+            addr_of,
+            live,
+            seeded_order,
             cur,
             totals: if reserved_from_totals { totals } else { &[] },
             totals_pos: 0,
@@ -404,7 +475,7 @@ impl<'a> Replayer<'a> {
             seeded,
             next_life: 0,
             allocs: facts.counts[Action::Alloc as usize] as usize,
-            facts: TraceFacts { live_at_end: traced, ..facts },
+            facts: TraceFacts { live_at_end, ..facts },
         };
         if reserved_from_totals {
             // One totals sample per profiler event (an alloc, or a free that the reader
@@ -430,9 +501,105 @@ impl<'a> Replayer<'a> {
         r
     }
 
+    /// Calls `f` with each block seeded at state 0 and its address, in the order the
+    /// replay lists them (call before the first step: the state at t = 0).
+    pub fn each_seeded(&mut self, mut f: impl FnMut(u64, &mut Live)) {
+        for &k in &self.seeded_order {
+            if let Some(b) = self.live[k as usize].as_mut() {
+                f(self.addr_of[k as usize], b);
+            }
+        }
+    }
+
+    /// The blocks live now (in the allocated or the active set), with their addresses.
+    pub fn live_blocks(&self) -> impl Iterator<Item = (u64, &Live)> + '_ {
+        self.live.iter().zip(&self.addr_of).filter_map(|(b, &a)| b.as_ref().map(|b| (a, b)))
+    }
+
     pub fn history_complete(&self) -> bool {
         let s = &self.seeded;
         s.blocks == 0 && s.segment_frees_of_unknown_segments == 0 && s.profiler_baseline_bytes == 0
+    }
+
+    /// The block lives of the whole trace, from state 0: what the steps tell a
+    /// [`LivesRecorder`] (the same lives, numbered alike), without the levels. A block
+    /// is a word per slot (`PRESENT | ALLOCATED? | SEEDED? | life`) instead of a
+    /// [`Live`]: for `summary`, which wants the lives alone, most of the walk's cost was
+    /// making and copying those. `lives_real` and the tests below hold it to the steps.
+    pub fn into_lives(self, device: i64) -> BlockLives {
+        const PRESENT: u64 = 1 << 63;
+        const ALLOCATED: u64 = 1 << 62;
+        const SEEDED: u64 = 1 << 61;
+        const LIFE: u64 = u32::MAX as u64;
+        let mut state = vec![0u64; self.addr_of.len()];
+        let mut lives = BlockLives { device, seeded: Vec::new(), traced: Vec::with_capacity(self.allocs) };
+        // Seeded as `LivesRecorder::start` numbers them.
+        for &k in &self.seeded_order {
+            let Some(b) = &self.live[k as usize] else { continue };
+            state[k as usize] = if b.allocated {
+                let life = lives.seeded.len() as u64;
+                lives.seeded.push(SeededLife {
+                    address: self.addr_of[k as usize],
+                    size: b.size,
+                    request: b.request,
+                    stack: b.stack,
+                    end: LIVE_AT_END,
+                });
+                PRESENT | ALLOCATED | SEEDED | life
+            } else {
+                PRESENT | SEEDED
+            };
+        }
+        let (mut seeded, mut traced) = (lives.seeded, lives.traced);
+        let mut end = |word: u64, i: usize, traced: &mut Vec<TracedLife>| {
+            if word & ALLOCATED != 0 {
+                let life = (word & LIFE) as usize;
+                if word & SEEDED != 0 {
+                    seeded[life].end = i;
+                } else {
+                    traced[life].end = i;
+                }
+            }
+        };
+        // Rounded requests: a few sizes recur millions of times.
+        let mut rounded = [(u64::MAX, 0u64); 256];
+        let mut final_pos = 0;
+        for (i, e) in self.trace.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    while self.final_sizes.get(final_pos).is_some_and(|&(j, _)| j < i) {
+                        final_pos += 1;
+                    }
+                    let size = match self.final_sizes.get(final_pos) {
+                        Some(&(j, size)) if j == i => size,
+                        _ => {
+                            let m = &mut rounded[(e.size.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize];
+                            if m.0 != e.size {
+                                *m = (e.size, round_size(e.size, &self.cfg));
+                            }
+                            m.1
+                        }
+                    };
+                    let word = PRESENT | ALLOCATED | (traced.len() as u64 & LIFE);
+                    let old = std::mem::replace(&mut state[self.slot_of[i] as usize], word);
+                    // A free fell out of the trace: the old block ends here.
+                    end(old, i, &mut traced);
+                    traced.push(TracedLife { alloc: i, end: LIVE_AT_END, size, stack: e.stack });
+                }
+                Action::FreeRequested => {
+                    let w = &mut state[self.slot_of[i] as usize];
+                    end(*w, i, &mut traced);
+                    *w &= !ALLOCATED;
+                }
+                Action::FreeCompleted => {
+                    // No free_requested recorded (e.g. skip_actions): it ends here.
+                    end(std::mem::take(&mut state[self.slot_of[i] as usize]), i, &mut traced);
+                }
+                _ => {}
+            }
+        }
+        drop(end);
+        BlockLives { device, seeded, traced }
     }
 
     fn advance_totals(&mut self, t: i64) {
@@ -473,7 +640,7 @@ impl<'a> Replayer<'a> {
                     life: self.next_life,
                 };
                 self.next_life = self.next_life.wrapping_add(1);
-                if let Some(old) = self.live.insert(e.addr, b) {
+                if let Some(old) = self.live[self.slot_of[i] as usize].replace(b) {
                     // A free fell out of the trace: end the old block here.
                     c.active = c.active.saturating_sub(old.size);
                     c.requested = c.requested.saturating_sub(old.request);
@@ -488,7 +655,7 @@ impl<'a> Replayer<'a> {
                 on_change(&b, 1);
             }
             Action::FreeRequested => {
-                if let Some(b) = self.live.get_mut(&e.addr) {
+                if let Some(b) = self.live[self.slot_of[i] as usize].as_mut() {
                     if b.allocated {
                         b.allocated = false;
                         c.allocated = c.allocated.saturating_sub(b.size);
@@ -498,7 +665,7 @@ impl<'a> Replayer<'a> {
                 }
             }
             Action::FreeCompleted => {
-                if let Some(b) = self.live.remove(&e.addr) {
+                if let Some(b) = self.live[self.slot_of[i] as usize].take() {
                     c.active = c.active.saturating_sub(b.size);
                     c.requested = c.requested.saturating_sub(b.request);
                     if b.allocated {
@@ -566,9 +733,11 @@ fn walk(
         |b: &Live, delta: i64| AllocatedChange { stack: b.stack, size: b.size, delta, before_trace: b.before_trace() };
     let mut r = Replayer::new(snap, device);
     let mut lives = keep_lives.then(|| LivesRecorder::start(&mut r, device));
-    for b in r.live.values().filter(|b| b.allocated) {
-        on_change(0, &change(b, 1));
-    }
+    r.each_seeded(|_, b| {
+        if b.allocated {
+            on_change(0, &change(b, 1));
+        }
+    });
     let n = r.trace.len();
     let states = n + 1;
     let buckets = opts.points.max(1).min(states);
@@ -695,10 +864,9 @@ pub fn live_sets_at(snap: &Snapshot, device: i64, positions: &[Option<usize>]) -
             state += 1;
         }
         let mut v: Vec<LiveBlock> = r
-            .live
-            .iter()
+            .live_blocks()
             .filter(|(_, b)| b.allocated)
-            .map(|(&a, b)| LiveBlock {
+            .map(|(a, b)| LiveBlock {
                 address: a,
                 size: b.size,
                 requested: b.request,
@@ -803,6 +971,50 @@ mod tests {
         let live = live_at(&snap, 0, Some(1));
         assert_eq!(live.iter().map(|b| b.size).sum::<u64>(), 42 * MIB);
         assert_eq!(live.iter().filter(|b| b.alloc_event.is_none()).count(), 2);
+    }
+
+    /// The lives as the steps give them to a [`LivesRecorder`] (what the timeline's walk
+    /// keeps): the definition [`Replayer::into_lives`] is held to.
+    fn lives_by_steps(snap: &Snapshot, device: i64) -> BlockLives {
+        let mut r = Replayer::new(snap, device);
+        let mut rec = LivesRecorder::start(&mut r, device);
+        for i in 0..r.trace.len() {
+            r.step(i, &mut |b, d| rec.change(i, b, d));
+        }
+        rec.finish()
+    }
+
+    #[test]
+    fn lives_without_the_levels_are_the_lives_of_the_steps() {
+        // Random traces over a few addresses, so that every odd case comes up: an
+        // `alloc` at a live address, frees of unknown blocks (before and after an alloc
+        // there), a second `free_requested`, a `free_completed` alone, final blocks the
+        // trace never saw or left free.
+        let mut rng = fragscope_testdata::Rng(23);
+        let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc];
+        for _ in 0..400 {
+            let mut snap = Snapshot::default();
+            let addrs: Vec<u64> = (0..1 + rng.below(6)).map(|k| 0x1000 * (k as u64 + 1)).collect();
+            let trace: Vec<TraceEvent> = (0..rng.below(60))
+                .map(|_| {
+                    let a = actions[rng.below(actions.len())];
+                    ev(a, addrs[rng.below(addrs.len())], 1 + rng.below(3 * MIB as usize) as u64)
+                })
+                .collect();
+            let states = [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive];
+            let mut blocks: Vec<Block> = Vec::new();
+            for &a in addrs.iter().chain(&[0x9000_0000]) {
+                if rng.below(2) == 0 {
+                    blocks.push(blk(a, 512 * (1 + rng.below(8) as u64), states[rng.below(3)]));
+                }
+            }
+            if !blocks.is_empty() {
+                snap.segments.push(seg(0, 1 << 32, blocks));
+            }
+            snap.device_traces.push(trace);
+            let want = lives_by_steps(&snap, 0);
+            assert_eq!(Replayer::new(&snap, 0).into_lives(0), want, "{:?}", snap.device_traces[0]);
+        }
     }
 
     #[test]
