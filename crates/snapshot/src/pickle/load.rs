@@ -131,9 +131,13 @@ struct EntryValues {
     ints: [i64; 4],
     /// A bit per key code seen.
     seen: u32,
-    /// Strings memoized inside the entry, applied only on success.
+    /// Strings memoized inside the entry, applied only on success; `None` stands for the
+    /// entry's fresh `frames` list.
     new_memos: [Option<StrId>; 4],
     n_memos: usize,
+    /// The entry's `frames` is a fresh list, whose frames are in `frame_buf`: its stack is
+    /// interned on success.
+    fresh_stack: bool,
 }
 
 /// A trace-entry key as the bytes that refer to it (`BINGET i` or `LONG_BINGET i`).
@@ -520,9 +524,13 @@ impl SnapshotAbsorber {
                 ev.action = Action::ALL[a as usize];
             }
             K_FRAMES => {
+                // A second `frames` key goes to the generic path.
+                if vals.seen & 1 << K_FRAMES != 0 {
+                    return None;
+                }
                 let (raw, len) = memo_ref(v);
                 if len == 0 {
-                    return None;
+                    return self.fresh_frames(st, buf, p, vals);
                 }
                 let Value::Stack(id) = st.memo.get((raw & u32::MAX as u64) as usize) else { return None };
                 ev.stack = Some(id);
@@ -561,7 +569,8 @@ impl SnapshotAbsorber {
         debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
         let mut p = 2;
         *ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
-        let mut vals = EntryValues { ints: [0, 0, 0, ev.time_us], seen: 0, new_memos: [None; 4], n_memos: 0 };
+        let mut vals =
+            EntryValues { ints: [0, 0, 0, ev.time_us], seen: 0, new_memos: [None; 4], n_memos: 0, fresh_stack: false };
         // Entries repeat the same keys in the same order, as the same memo references:
         // compare the raw reference with the previous entry's before resolving it. Actions
         // are a handful of memoized strings: the same shortcut, keyed by the reference.
@@ -622,14 +631,78 @@ impl SnapshotAbsorber {
         }
         let [addr, size, stream, time_us] = vals.ints;
         (ev.addr, ev.size, ev.stream, ev.time_us) = (addr as u64, size as u64, stream as u64, time_us);
-        // Commit, in stream order: the dict's MEMOIZE came first, then its strings'.
+        // Commit, in stream order: the dict's MEMOIZE came first, then its strings' and its
+        // fresh frames list's (memoized as the stack the generic path would make of it).
+        let stack = vals.fresh_stack.then(|| st.table.intern_stack(&self.frame_buf));
+        if vals.fresh_stack {
+            ev.stack = stack;
+        }
         let dict_memo = st.memo.reserve();
-        for id in vals.new_memos[..vals.n_memos].iter().flatten() {
+        for m in &vals.new_memos[..vals.n_memos] {
             let i = st.memo.len();
-            st.memo.set(i, Value::Str(*id));
+            match (m, stack) {
+                (Some(id), _) => st.memo.set(i, Value::Str(*id)),
+                (None, Some(s)) => st.memo.set(i, Value::Stack(s)),
+                // Only a fresh frames list leaves `None`, and it sets `fresh_stack`: not met.
+                (None, None) => st.memo.set(i, Value::Undef),
+            }
         }
         st.memo.consume(dict_memo);
         Some(p)
+    }
+
+    /// A `frames` value written as a fresh list (`EMPTY_LIST MEMOIZE`, then its items by
+    /// `MARK … APPENDS` or `APPEND`), every item a memo reference to a frame already read:
+    /// how PyTorch's own pickles write most entries' stacks (a new list per entry, its
+    /// frame dicts shared). The frames go to `frame_buf`, the stack is interned when the
+    /// entry succeeds. Anything else (a frame dict written inside, a FRAME opcode, a
+    /// second `frames` key) is left to the generic path.
+    #[cold]
+    fn fresh_frames(&mut self, st: &VmState, buf: &[u8], p: &mut usize, vals: &mut EntryValues) -> Option<()> {
+        if vals.n_memos == vals.new_memos.len() || buf.get(*p..*p + 2)? != [0x5d, 0x94] {
+            return None;
+        }
+        let mut q = *p + 2;
+        self.frame_buf.clear();
+        let frame_at = |q: &mut usize| -> Option<FrameId> {
+            let w = buf.get(*q..*q + 5)?;
+            let (raw, len) = memo_ref(w);
+            if len == 0 {
+                return None;
+            }
+            *q += len;
+            match st.memo.get((raw & u32::MAX as u64) as usize) {
+                Value::Frame(f) => Some(f),
+                _ => None,
+            }
+        };
+        loop {
+            match *buf.get(q)? {
+                b'(' => {
+                    q += 1;
+                    while *buf.get(q)? != b'e' {
+                        let f = frame_at(&mut q)?;
+                        self.frame_buf.push(f);
+                    }
+                    q += 1;
+                }
+                b'h' | b'j' => {
+                    let f = frame_at(&mut q)?;
+                    if *buf.get(q)? != b'a' {
+                        return None;
+                    }
+                    self.frame_buf.push(f);
+                    q += 1;
+                }
+                _ => break,
+            }
+        }
+        vals.new_memos[vals.n_memos] = None;
+        vals.n_memos += 1;
+        vals.fresh_stack = true;
+        vals.seen |= 1 << K_FRAMES;
+        *p = q;
+        Some(())
     }
 
     /// Decodes the entry at `buf[0]` (its MEMOIZE) by one of the recent entry layouts, as
