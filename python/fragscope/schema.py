@@ -333,6 +333,11 @@ class RoleRow(TypedDict):
     cannot_apply: Optional[str]
     peak_reserved_bytes: Optional[int]
     peak_allocated_bytes: Optional[int]
+    #: The most reserved just after a cudaMalloc of the trace's requests (0: none).
+    peak_reserved_by_trace_bytes: Optional[int]
+    #: Set when the peak reserved is the memory reserved before the recording began (a
+    #: floor the change cannot lower): says so, with the peak inside the trace.
+    reserved_floor: Optional[str]
     first_oom_index: Optional[int]
     oom_avoided: Optional[bool]
 

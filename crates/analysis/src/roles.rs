@@ -34,7 +34,7 @@ use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 
 use crate::lives::{BlockLives, LIVE_AT_END};
-use crate::steps::{self, Phase, StackEvidence, Steps, WORKSPACE};
+use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
 
 /// What a block of memory is for (module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -78,6 +78,8 @@ impl Role {
 #[repr(u8)]
 pub enum Reason {
     ParamBeforeTraceMatchesGradient,
+    ParamBeforeTraceFrames,
+    ParamBeforeTraceCounted,
     ParamSetupMatchesGradient,
     ParamBuiltNoBackward,
     GradOutlivesBackward,
@@ -88,6 +90,9 @@ pub enum Reason {
     OptSetupCopiesOfParams,
     OptSetupOptimizerFrames,
     OptBeforeTraceCopiesOfParams,
+    OptBeforeTraceFrames,
+    OptBeforeTraceCounted,
+    GradBeforeTraceFreedBeforeBackward,
     ActKeptForBackward,
     ActKeptLastStep,
     TempFreedInPhase,
@@ -99,6 +104,7 @@ pub enum Reason {
     OtherWorkspace,
     OtherNoSteps,
     OtherBeforeTrace,
+    OtherReplacesUnknown,
     OtherUndecided,
 }
 
@@ -107,15 +113,21 @@ impl Reason {
         use Reason::*;
         match self {
             ParamBeforeTraceMatchesGradient
+            | ParamBeforeTraceFrames
+            | ParamBeforeTraceCounted
             | ParamSetupMatchesGradient
             | ParamBuiltNoBackward
             | ParamReplacedInStep => Role::Parameters,
-            GradOutlivesBackward | GradOutlivesBackwardUnmatched => Role::Gradients,
+            GradOutlivesBackward | GradOutlivesBackwardUnmatched | GradBeforeTraceFreedBeforeBackward => {
+                Role::Gradients
+            }
             OptMadeInStepKept
             | OptReplacedInStep
             | OptSetupCopiesOfParams
             | OptSetupOptimizerFrames
-            | OptBeforeTraceCopiesOfParams => Role::OptimizerState,
+            | OptBeforeTraceCopiesOfParams
+            | OptBeforeTraceFrames
+            | OptBeforeTraceCounted => Role::OptimizerState,
             ActKeptForBackward | ActKeptLastStep => Role::Activations,
             TempFreedInPhase | TempFreedBetweenSteps => Role::Temporaries,
             InputBeforeForward => Role::Inputs,
@@ -124,6 +136,7 @@ impl Reason {
             | OtherWorkspace
             | OtherNoSteps
             | OtherBeforeTrace
+            | OtherReplacesUnknown
             | OtherUndecided => Role::Other,
         }
     }
@@ -148,7 +161,11 @@ impl Reason {
             InputBeforeForward => 0.6,
             OtherOutlivesStep | OtherBackwardNoParameter => 0.4,
             OtherWorkspace => 0.9,
-            OtherBeforeTrace | OtherUndecided => 0.3,
+            OtherBeforeTrace | OtherUndecided | OtherReplacesUnknown => 0.3,
+            ParamBeforeTraceFrames | OptBeforeTraceFrames => 0.85,
+            // The totals are decided, the block's own role is not.
+            ParamBeforeTraceCounted | OptBeforeTraceCounted => 0.5,
+            GradBeforeTraceFreedBeforeBackward => 0.7,
         }
     }
     /// The evidence, in words.
@@ -177,6 +194,12 @@ impl Reason {
             OtherOutlivesStep => "made in forward and kept beyond the next step",
             OtherBeforeTrace => "live before the trace, not matched to a parameter or optimizer state",
             OtherUndecided => "no rule decided it",
+            OtherReplacesUnknown => "made in the optimizer's step and kept, replacing a block of its size live before the trace whose role is not known (parameter or optimizer state)",
+            ParamBeforeTraceFrames => "live before the trace, the size of a gradient, made while building the model (its frames); as many as the gradients of its size",
+            OptBeforeTraceFrames => "live before the trace, the size of a gradient, made by the optimizer (torch/optim or an optimizer's step in its frames); whole copies of the parameters' sizes",
+            ParamBeforeTraceCounted => "live before the trace with the optimizer's state, both the sizes of the gradients and without frames that tell them apart: counted by size (as many parameters as gradients of each size; the totals are exact, which block is which cannot be told)",
+            OptBeforeTraceCounted => "live before the trace with the parameters, both the sizes of the gradients and without frames that tell them apart: counted by size (the copies beyond the parameters; the totals are exact, which block is which cannot be told)",
+            GradBeforeTraceFreedBeforeBackward => "live before the trace and freed outside every phase (zero_grad) before a backward pass that makes the gradients again; no more of its size than there are gradients",
         }
     }
 }
@@ -433,13 +456,15 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     let mut param_sizes: HashMap<u64, usize> = HashMap::new();
     if let Some(fb) = first_bwd {
         let mut left = grad_sizes.clone();
+        let bwd_starts: Vec<usize> = spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
+        let live_at_fb = lineages_live_at(lives, st, &spans, &traced, req, &ix.ends, fb);
+        before_trace(lives, st, ev, &grad_sizes, &bwd_starts, &live_at_fb, &mut seeded);
         for (i, b) in lives.seeded.iter().enumerate() {
-            if b.end >= fb && seeded[i].reason == Reason::OtherUndecided {
+            if seeded[i].role == Role::Parameters {
                 if let Some(c) = left.get_mut(&b.request).filter(|c| **c > 0) {
                     *c -= 1;
-                    seeded[i] = BlockRole::of(Reason::ParamBeforeTraceMatchesGradient);
-                    *param_sizes.entry(b.request).or_default() += 1;
                 }
+                *param_sizes.entry(b.request).or_default() += 1;
             }
         }
         for (i, l) in lives.traced.iter().enumerate() {
@@ -533,14 +558,20 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // steps).
     for (k, sp) in spans.iter().enumerate() {
         let Some((os, oe)) = sp.1 else { continue };
-        let mut freed: HashMap<u64, Vec<(usize, Role)>> = HashMap::new();
+        let mut freed: HashMap<u64, Vec<(usize, Reason)>> = HashMap::new();
         ix.ends.each_in(os..oe, |end, life| {
-            let (role, size) = match life {
-                Ended::Seeded(i) => (seeded[i].role, lives.seeded[i].request),
-                Ended::Traced(i) => (traced[i].role, req[i]),
+            let (r, size) = match life {
+                Ended::Seeded(i) => (seeded[i], lives.seeded[i].request),
+                Ended::Traced(i) => (traced[i], req[i]),
             };
-            if matches!(role, Role::Parameters | Role::OptimizerState) {
-                freed.entry(size).or_default().push((end, role));
+            // A block live before the trace that no rule decided, replaced here: its
+            // successor cannot be told either (parameter or optimizer state).
+            let unknown = match life {
+                Ended::Seeded(_) => r.reason == Reason::OtherUndecided,
+                Ended::Traced(_) => r.reason == Reason::OtherReplacesUnknown,
+            };
+            if matches!(r.role, Role::Parameters | Role::OptimizerState) || unknown {
+                freed.entry(size).or_default().push((end, r.reason));
             }
         });
         let upto = lives.traced.partition_point(|l| l.alloc < oe);
@@ -553,14 +584,18 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
                 continue;
             }
-            if let Some((old_end, role)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
+            if let Some((old_end, was)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
                 if old_end > lives.traced[i].alloc {
                     from_state.insert(i, old_end + 1);
                 }
-                traced[i] = BlockRole::of(if role == Role::Parameters {
-                    Reason::ParamReplacedInStep
-                } else {
-                    Reason::OptReplacedInStep
+                traced[i] = BlockRole::of(match was {
+                    // Counted by size, or not known: the successor is no surer.
+                    Reason::ParamBeforeTraceCounted | Reason::OptBeforeTraceCounted | Reason::OtherReplacesUnknown => {
+                        was
+                    }
+                    Reason::OtherUndecided => Reason::OtherReplacesUnknown,
+                    _ if was.role() == Role::Parameters => Reason::ParamReplacedInStep,
+                    _ => Reason::OptReplacedInStep,
                 });
             }
         }
@@ -595,6 +630,178 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
         *r = BlockRole::of(Reason::OtherBeforeTrace);
     }
     Roles { seeded, traced, from_state }
+}
+
+/// Per block live before the trace: whether it, or the block that replaces it in an
+/// optimizer step (an out-of-place update: `p.data = p - lr * ...`), and so on, is live
+/// when the first backward pass (entry `fb`) starts. A recording begun after training
+/// started may hold the parameters and the optimizer's state only through their
+/// replacements by then. The replacements are matched as step 4 of [`classify_with`]
+/// matches them: per optimizer step, a block made in it and kept takes the place of the
+/// earliest-ended block of its size that the step frees.
+fn lineages_live_at(
+    lives: &BlockLives,
+    st: &Steps,
+    spans: &[(Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>)],
+    traced: &[BlockRole],
+    req: &[u64],
+    ends: &Ends,
+    fb: usize,
+) -> Vec<bool> {
+    let mut live: Vec<bool> = lives.seeded.iter().map(|b| b.end >= fb).collect();
+    // Traced block -> the block live before the trace it descends from.
+    let mut root: HashMap<usize, usize> = HashMap::new();
+    for (k, sp) in spans.iter().enumerate() {
+        let Some((os, oe)) = sp.1 else { continue };
+        if os >= fb {
+            break;
+        }
+        let mut freed: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
+        ends.each_in(os..oe, |end, life| {
+            let (r, size) = match life {
+                Ended::Seeded(i) => (Some(i), lives.seeded[i].request),
+                Ended::Traced(i) => (root.get(&i).copied(), req[i]),
+            };
+            if let Some(r) = r {
+                freed.entry(size).or_default().push((end, r));
+            }
+        });
+        for v in freed.values_mut() {
+            v.sort_unstable();
+            v.reverse();
+        }
+        let upto = lives.traced.partition_point(|l| l.alloc < oe);
+        for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
+            if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
+                continue;
+            }
+            if let Some((_, r)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
+                root.insert(i, r);
+                let l = &lives.traced[i];
+                if l.alloc < fb && l.end >= fb {
+                    live[r] = true;
+                }
+            }
+        }
+    }
+    live
+}
+
+/// Blocks live before the trace that have the sizes of the gradients (a recording begun
+/// after training started: `_record_memory_history` called after a warm-up step, or a
+/// ring buffer that kept the last entries). Sets `seeded` for the ones the evidence
+/// decides; leaves the rest undecided.
+///
+/// * Freed outside every phase (`zero_grad`) before a later backward pass, no more of a
+///   size than the gradients of that size: the last step's gradients.
+/// * Live when the first backward pass starts (themselves or their replacements,
+///   `live_at_fb`): the parameters, and with an optimizer
+///   that keeps state, its buffers (Adam: two per parameter, each a parameter's size).
+///   Per size, as many as the gradients: the parameters, one for one. A whole multiple
+///   `(1 + k)` of them, with one `k` for every size: the parameters and `k` state
+///   buffers each — told apart by their frames when they have them (a ring buffer keeps
+///   the stacks of blocks whose entries it dropped), else counted by size (the totals
+///   are exact, which block is which is not known, and the reason says so). Counts that
+///   fit neither (other blocks of those sizes, gradients of the step live too) decide
+///   nothing.
+fn before_trace(
+    lives: &BlockLives,
+    st: &Steps,
+    ev: &mut StackEvidence,
+    grad_sizes: &HashMap<u64, usize>,
+    bwd_starts: &[usize],
+    live_at_fb: &[bool],
+    seeded: &mut [BlockRole],
+) {
+    if bwd_starts.is_empty() {
+        return;
+    }
+    let undecided = |r: &BlockRole| r.reason == Reason::OtherUndecided;
+    // The last step's gradients, freed by zero_grad before a backward pass.
+    let old: Vec<usize> = (0..lives.seeded.len())
+        .filter(|&i| {
+            let b = &lives.seeded[i];
+            undecided(&seeded[i])
+                && grad_sizes.contains_key(&b.request)
+                && b.end != LIVE_AT_END
+                && st.phase_at(b.end) == Phase::Outside
+                && bwd_starts.iter().any(|&s| s > b.end)
+        })
+        .collect();
+    let mut count: HashMap<u64, usize> = HashMap::new();
+    for &i in &old {
+        *count.entry(lives.seeded[i].request).or_default() += 1;
+    }
+    if count.iter().all(|(s, c)| *c <= grad_sizes[s]) {
+        for &i in &old {
+            seeded[i] = BlockRole::of(Reason::GradBeforeTraceFreedBeforeBackward);
+        }
+    }
+    // Parameters and optimizer state: live at the first backward pass.
+    let live: Vec<usize> = (0..lives.seeded.len())
+        .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
+        .collect();
+    let mut count: HashMap<u64, usize> = HashMap::new();
+    for &i in &live {
+        *count.entry(lives.seeded[i].request).or_default() += 1;
+    }
+    if live.is_empty() {
+        return;
+    }
+    // Copies per gradient, per size: one number for every size, or nothing decided.
+    let ratio: Vec<Option<usize>> =
+        count.iter().map(|(s, c)| (c % grad_sizes[s] == 0).then(|| c / grad_sizes[s])).collect();
+    let Some(Some(q)) = ratio.first().copied() else { return };
+    if ratio.iter().any(|r| *r != Some(q)) {
+        return;
+    }
+    if q == 1 {
+        for &i in &live {
+            seeded[i] = BlockRole::of(Reason::ParamBeforeTraceMatchesGradient);
+        }
+        return;
+    }
+    // Parameters with k state buffers each (every gradient size present: an optimizer
+    // holds state for every parameter it updates).
+    if count.len() != grad_sizes.len() {
+        return;
+    }
+    let k = q - 1;
+    let is_opt = |ev: &mut StackEvidence, s| ev.of(s) & OPTIMIZER != 0 || ev.mentions(s, "optim");
+    let mut by_frames: HashMap<u64, (usize, usize)> = HashMap::new();
+    let mut frames_decide = true;
+    for &i in &live {
+        let b = &lives.seeded[i];
+        let (o, p) = (is_opt(ev, b.stack), built_model(ev, b.stack));
+        let e = by_frames.entry(b.request).or_default();
+        match (p, o) {
+            (true, false) => e.0 += 1,
+            (false, true) => e.1 += 1,
+            _ => frames_decide = false,
+        }
+    }
+    frames_decide &= by_frames.iter().all(|(s, &(p, o))| p == grad_sizes[s] && o == k * grad_sizes[s]);
+    let mut params_left = grad_sizes.clone();
+    for &i in &live {
+        let b = &lives.seeded[i];
+        seeded[i] = BlockRole::of(if frames_decide {
+            if is_opt(ev, b.stack) {
+                Reason::OptBeforeTraceFrames
+            } else {
+                Reason::ParamBeforeTraceFrames
+            }
+        } else {
+            // Counted: the first of each size (in the order they are seeded) as the
+            // parameters; any choice gives the same totals.
+            let left = params_left.get_mut(&b.request).unwrap();
+            if *left > 0 {
+                *left -= 1;
+                Reason::ParamBeforeTraceCounted
+            } else {
+                Reason::OptBeforeTraceCounted
+            }
+        });
+    }
 }
 
 /// Frames of building a model: a constructor, `Module._apply` (`.to()`, `.cuda()`),

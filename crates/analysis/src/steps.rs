@@ -151,6 +151,8 @@ const FWD: u8 = 8;
 const PY: u8 = 16;
 /// A user optimizer's `step` (weaker than `torch/optim`).
 const USER_OPT: u8 = 32;
+/// An optimizer's frames, `torch/optim` or a user optimizer's `step` (for roles).
+pub(crate) const OPTIMIZER: u8 = OPT | USER_OPT;
 /// A library's workspace (cuBLAS's `getNewWorkspace`), from C++ frames.
 pub(crate) const WORKSPACE: u8 = 64;
 const KNOWN: u8 = 128;
@@ -348,10 +350,21 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     let mut user_opt = 0usize;
     let mut frameless_allocs: Vec<bool> = Vec::new();
     let has_frames = trace.iter().any(|e| e.stack.is_some_and(|s| !snap.frames.stack(s).is_empty()));
+    // Frees recorded with `context="alloc"` carry the stack of the allocation they free,
+    // which says where the block was made, not what the program was doing when it was
+    // freed (a gradient freed by zero_grad would read as backward): then only the
+    // allocations are evidence.
+    let frees_tell = !frees_carry_alloc_stacks(trace);
+    // Without: the tag of the allocation each free frees (below).
+    let mut made_by: Vec<Option<Tag>> = if frees_tell { Vec::new() } else { Vec::with_capacity(n) };
     for e in trace {
-        let relevant = matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted);
+        let free = matches!(e.action, Action::FreeRequested | Action::FreeCompleted);
+        let relevant = e.action == Action::Alloc || free;
         let bits = if relevant { ev.of(e.stack) & !WORKSPACE } else { 0 };
-        let t = tag_of(bits);
+        let mut t = tag_of(bits);
+        if !frees_tell {
+            made_by.push(if free { t.take() } else { None });
+        }
         if bits & USER_OPT != 0 && bits & OPT == 0 {
             user_opt += 1;
         }
@@ -419,6 +432,26 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     }
     // A backward pass that follows a forward pass without tagged entries after it
     // (frameless backward to the end of the trace) is left as forward: nothing bounds it.
+
+    // Frees that tell nothing (`context="alloc"`): the frees that follow a phase's last
+    // allocation, before the next allocation, of blocks that phase made (its
+    // temporaries) or of blocks without frames, are that phase's own, not the next
+    // phase's.
+    if !frees_tell {
+        for k in 1..n {
+            let p = phase_of[k - 1];
+            let free = matches!(trace[k].action, Action::FreeRequested | Action::FreeCompleted);
+            // A free of a block made elsewhere ends the run; one whose allocation left
+            // no evidence (made before the trace, or without frames) does not.
+            let own = match made_by[k] {
+                Some(t) => !free || phase_of_tag(t) == p,
+                None => true,
+            };
+            if tags[k].is_none() && trace[k].action != Action::Alloc && p != Phase::Outside && own {
+                phase_of[k] = p;
+            }
+        }
+    }
 
     let mut evidence = Vec::new();
     let count = |p: Phase| phase_of.iter().filter(|&&x| x == p).count();
@@ -546,6 +579,36 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     }
     let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
     Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+}
+
+/// Whether the trace's frees carry the stacks of the allocations they free (recorded
+/// with `context="alloc"`) rather than their own (`context="all"`, PyTorch's default):
+/// among the first frees (up to 4096) of blocks the trace allocated, with a stack, nine
+/// in ten or more carry their allocation's (a free at the same line as its allocation
+/// happens, but seldom for most of them).
+fn frees_carry_alloc_stacks(trace: &[fragscope_snapshot::TraceEvent]) -> bool {
+    let mut made: std::collections::HashMap<u64, StackId> = std::collections::HashMap::new();
+    let (mut same, mut seen) = (0usize, 0usize);
+    for e in trace {
+        match e.action {
+            Action::Alloc => {
+                if let Some(s) = e.stack {
+                    made.insert(e.addr, s);
+                }
+            }
+            Action::FreeRequested => {
+                if let (Some(a), Some(s)) = (made.remove(&e.addr), e.stack) {
+                    seen += 1;
+                    same += usize::from(a == s);
+                    if seen == 4096 {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    seen >= 16 && same * 10 >= seen * 9
 }
 
 /// Whether step `s`'s optimizer (else its backward) is called from inside a module's
