@@ -106,7 +106,9 @@ class DeviceSummary(_DeviceSummaryKeys, total=False):
     #: Absent without a trace, or when trace and state disagree.
     memory_table: Dict[str, Any]
     #: Memory by role (parameters, gradients, optimizer_state, ...): ``by_role`` maps each
-    #: role to ``{at_peak, max, ...}`` (docs/json-schema.md).
+    #: role to ``{at_peak, max, found_at_peak, found_max, ..., cannot_tell}``
+    #: (docs/json-schema.md); ``cannot_tell`` (a reason, else null) marks a total the trace
+    #: cannot decide: ``at_peak``/``max`` are then null, ``found_*`` a lower bound.
     roles: Dict[str, Any]
 
 

@@ -153,6 +153,11 @@ const PY: u8 = 16;
 const USER_OPT: u8 = 32;
 /// An optimizer's frames, `torch/optim` or a user optimizer's `step` (for roles).
 pub(crate) const OPTIMIZER: u8 = OPT | USER_OPT;
+/// The backward pass's frames (for roles).
+pub(crate) const BACKWARD: u8 = BWD;
+/// Frames of any phase, `zero_grad` included (for roles: a block whose frames show
+/// none of them could have been made anywhere).
+pub(crate) const PHASES: u8 = OPT | USER_OPT | BWD | FWD | ZERO;
 /// A library's workspace (cuBLAS's `getNewWorkspace`), from C++ frames.
 pub(crate) const WORKSPACE: u8 = 64;
 const KNOWN: u8 = 128;
@@ -572,13 +577,40 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
         let start = (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || tags[k] == Some(Tag::Zero)).unwrap_or(rs);
         let phases = spans(&phase_of[start..re], start);
         let first = phases.first().map(|p| p.phase);
-        let complete = tags[start] == Some(Tag::Zero) || first == Some(Phase::Forward) || steps.len() > 0;
+        let complete = tags[start] == Some(Tag::Zero)
+            || steps.len() > 0
+            || (first == Some(Phase::Forward) && !forward_began_before(trace, &phase_of, start, re));
         let layers = layers_in(snap, device, &phases);
         steps.push(Step { start, end: re, phases, complete, layers });
         prev_end = re;
     }
     let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
     Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+}
+
+/// Whether the forward pass of the step in entries `start..end` began before the trace:
+/// its backward pass frees a block the trace did not allocate (an activation saved by
+/// the part of the forward that was not recorded). A block freed in forward instead
+/// says nothing: the last step's outputs are freed there when overwritten.
+fn forward_began_before(
+    trace: &[fragscope_snapshot::TraceEvent],
+    phase_of: &[Phase],
+    start: usize,
+    end: usize,
+) -> bool {
+    let mut made: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    for (i, e) in trace.iter().enumerate().take(end) {
+        match e.action {
+            Action::Alloc => {
+                made.insert(e.addr);
+            }
+            Action::FreeRequested if i >= start && phase_of[i] == Phase::Backward && !made.contains(&e.addr) => {
+                return true;
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether the trace's frees carry the stacks of the allocations they free (recorded

@@ -333,23 +333,27 @@ fn no_block_live_before_the_trace_gets_a_wrong_role() {
 
 /// Where the trace holds a whole step, the totals are decided: parameters, gradients
 /// and optimizer state (Adam: two moments per parameter) exactly, with or without the
-/// frames of the blocks made before the trace.
+/// frames of the blocks made before the trace, and nothing says it cannot tell. Where
+/// it does not (the recording began inside the only step), each total is exact or says
+/// it cannot tell.
 #[test]
-fn late_start_totals_are_exact_where_a_whole_step_is_recorded() {
+fn late_start_totals_are_exact_or_say_they_cannot_tell() {
     let mut bad = Vec::new();
-    for c in all_cases()
-        .into_iter()
-        .filter(|c| c.steps > 1 || matches!(c.begin, Begin::AfterOptimizerStep | Begin::AfterZeroGrad))
-    {
+    let (mut exact, mut untold) = (0, 0);
+    for c in all_cases() {
+        let whole = c.steps > 1 || matches!(c.begin, Begin::AfterOptimizerStep | Begin::AfterZeroGrad);
         let (_, _, dr, _) = check(c);
-        let got = |k: &str| dr.by_role[k].max;
         let want = [("parameters", PARAM_BYTES), ("gradients", PARAM_BYTES), ("optimizer_state", 2 * PARAM_BYTES)];
         for (k, w) in want {
-            if got(k) != w {
-                bad.push(format!("{c:?}: {k} {} (truth {w})", got(k)));
+            let b = &dr.by_role[k];
+            match (&b.cannot_tell, b.max == w) {
+                (None, true) => exact += 1,
+                (Some(_), _) if !whole => untold += 1,
+                (why, _) => bad.push(format!("{c:?}: {k} {} (truth {w}), cannot tell: {why:?}", b.max)),
             }
         }
     }
+    println!("{exact} totals exact, {untold} cannot tell");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
@@ -446,8 +450,14 @@ fn cuts_of_real_training_traces_keep_their_roles() {
                 part.made.len(),
                 wrong.len()
             );
-            if whole_step_after && (pm != PARAMS || om != 2 * PARAMS) {
-                wrong.push(format!("parameters {pm}, optimizer state {om} (truth {PARAMS}, {})", 2 * PARAMS));
+            for (k, got, truth) in [("parameters", pm, PARAMS), ("optimizer_state", om, 2 * PARAMS)] {
+                let untold = &r.by_role[k].cannot_tell;
+                // Exact where a whole step follows the cut; elsewhere exact or "cannot tell".
+                let ok =
+                    if whole_step_after { got == truth && untold.is_none() } else { got == truth || untold.is_some() };
+                if !ok {
+                    wrong.push(format!("{k} {got} (truth {truth}), cannot tell: {untold:?}"));
+                }
             }
             if !wrong.is_empty() {
                 bad.push(format!(
@@ -460,4 +470,112 @@ fn cuts_of_real_training_traces_keep_their_roles() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
     assert!(cuts_checked >= 10, "{cuts_checked} cuts");
+}
+
+/// A forward-only recording begun late (the in-repository niu-fwd grids, cut): the
+/// parameters are live before the trace and no backward pass gives their sizes. With the
+/// stacks a ring buffer keeps they are the blocks made while building the model, as in the
+/// whole trace; without stacks the parameters cannot be told (never "0"), while no
+/// gradient or optimizer state is claimed (no training step in the trace).
+#[test]
+fn forward_only_cuts_do_not_claim_zero_parameters() {
+    let mut seen = 0;
+    for name in ["niu-fwd-ctx100-fp32.pickle", "niu-fwd-ctx200-fp32.pickle"] {
+        let Some(p) = fragscope_testdata::grid_file(name).filter(|p| p.is_file()) else { continue };
+        let full = fragscope_snapshot::read_path(&p).unwrap();
+        let whole = roles::device_roles(&full, 0);
+        let params = whole.by_role["parameters"].max;
+        assert!(params > 0, "{name}: the whole trace finds its parameters by their frames");
+        let n = full.trace(0).len();
+        for c in [n / 3, n / 2, 2 * n / 3] {
+            for frames in [true, false] {
+                let mut cut = full.clone();
+                cut.device_traces[0].drain(..c);
+                if !frames {
+                    // `_record_memory_history` called late: no stack for blocks made before.
+                    for seg in cut.segments.iter_mut() {
+                        for b in seg.blocks.iter_mut() {
+                            b.stack = None;
+                        }
+                    }
+                }
+                let r = roles::device_roles(&cut, 0);
+                let p = &r.by_role["parameters"];
+                println!("{name} cut at {c}, frames {frames}: parameters {} cannot tell {:?}", p.max, p.cannot_tell);
+                if frames {
+                    // Found by their frames; blocks without frames live before the trace
+                    // may still make it say it cannot tell the whole.
+                    assert_eq!(p.max, params, "{name} cut at {c}");
+                } else {
+                    assert!(p.max == params || p.cannot_tell.is_some(), "{name} cut at {c}: {}", p.max);
+                }
+                for k in ["gradients", "optimizer_state"] {
+                    assert_eq!((r.by_role[k].max, r.by_role[k].cannot_tell.is_none()), (0, true), "{name} {k}");
+                }
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 6, "{seen} cuts");
+}
+
+/// A recording that begins inside a forward pass holds no whole first step: the step's
+/// backward frees activations the trace never saw made. One that begins at a step's
+/// start (or before its zero_grad) holds it whole. On the synthetic loops and on cuts of
+/// the niu-train3 grids.
+#[test]
+fn a_step_the_recording_began_inside_is_not_complete() {
+    for c in all_cases() {
+        let (snap, _) = run(c);
+        let st = fragscope_analysis::steps::steps(&snap, 0);
+        let want = !matches!(c.begin, Begin::InForward | Begin::InBackward);
+        assert_eq!(st.steps[0].complete, want, "{c:?}");
+        assert!(st.steps[1..].iter().all(|s| s.complete), "{c:?}");
+    }
+    for name in ["niu-train3-ctx100-fp32.pickle", "niu-train3-ctx200-fp32.pickle"] {
+        let Some(p) = fragscope_testdata::grid_file(name).filter(|p| p.is_file()) else { continue };
+        let full = fragscope_snapshot::read_path(&p).unwrap();
+        let st = fragscope_analysis::steps::steps(&full, 0);
+        let s1 = &st.steps[1];
+        let (fa, fb) = s1.span(fragscope_analysis::steps::Phase::Forward).unwrap();
+        for (c, whole) in [(s1.start, true), ((fa + fb) / 2, false), (fb - 1, false)] {
+            let mut cut = full.clone();
+            cut.device_traces[0].drain(..c);
+            let cs = fragscope_analysis::steps::steps(&cut, 0);
+            println!("{name} cut at {c}: {} steps, first complete {}", cs.steps.len(), cs.steps[0].complete);
+            assert_eq!(cs.steps.len(), 2, "{name} cut at {c}");
+            assert_eq!(cs.steps[0].complete, whole, "{name} cut at {c}");
+        }
+    }
+}
+
+/// The first step recorded after the model was built (kk-2.7b-step: parameters live
+/// before the trace, AdamW's state made in the trace's optimizer step, a few frameless
+/// blocks of other roles live before it): every total is told, and is GRIDS.md's.
+#[test]
+fn a_first_step_recorded_after_the_model_was_built_is_told_whole() {
+    const PARAMS: u64 = 13_627_238_400;
+    let Some(p) = fragscope_testdata::grid_file("kk-2.7b-step-ctx128-fp32.pickle").filter(|p| p.is_file()) else {
+        return;
+    };
+    let snap = fragscope_snapshot::read_path(&p).unwrap();
+    let r = roles::device_roles(&snap, 0);
+    for (k, want) in [("parameters", PARAMS), ("gradients", PARAMS), ("optimizer_state", 2 * PARAMS)] {
+        let b = &r.by_role[k];
+        assert_eq!((b.max, b.cannot_tell.as_deref()), (want, None), "{k}");
+    }
+}
+
+/// ResNet-50's recording (pytorchblog, model and SGD momentum buffers made before the
+/// trace; BatchNorm running statistics share the sizes of the BatchNorm weights, so the
+/// blocks of a gradient's size are no whole multiple of the gradients): the parameters
+/// are still told, as many per size as gradients: 25,557,032 fp32 parameters.
+#[test]
+fn parameters_are_told_among_other_blocks_of_their_sizes() {
+    let Some(p) = fragscope_testdata::real_file("pytorchblog-resnet50-train-cppframes.pickle") else { return };
+    let snap = fragscope_snapshot::read_path(&p).unwrap();
+    let r = roles::device_roles(&snap, 0);
+    let b = &r.by_role["parameters"];
+    assert_eq!((b.max, b.cannot_tell.as_deref()), (102_228_128, None));
+    assert_eq!(r.by_role["gradients"].max, 102_228_128);
 }
