@@ -473,11 +473,16 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // 2. Parameters: the gradients' sizes, one for one, among the blocks live at the
     // first backward pass and made before it (before the trace first, then in set-up
     // order: a model's parameters are made before its optimizer's buffers).
-    // The step whose backward pass keeps the most gradient bytes, among the whole steps
-    // first (a step the recording began inside may lack some of them).
+    // The step whose backward pass keeps the most gradient bytes, among the steps whose
+    // backward pass the trace holds whole first (a step the recording began inside its
+    // backward or optimizer may lack some; one begun inside its forward does not).
     let grad_bytes = |k: usize| grads_by_step[k].iter().map(|(s, c)| s * *c as u64).sum::<u64>();
+    let backward_whole = |k: usize| {
+        let s = &st.steps[k];
+        s.complete || s.phases.first().is_some_and(|p| p.phase == Phase::Forward)
+    };
     let grad_step = (0..grads_by_step.len())
-        .filter(|&k| st.steps[k].complete && !grads_by_step[k].is_empty())
+        .filter(|&k| backward_whole(k) && !grads_by_step[k].is_empty())
         .max_by_key(|&k| grad_bytes(k))
         .or_else(|| (0..grads_by_step.len()).max_by_key(|&k| grad_bytes(k)).filter(|&k| !grads_by_step[k].is_empty()));
     let grad_sizes: HashMap<u64, usize> = grad_step.map(|k| grads_by_step[k].clone()).unwrap_or_default();
@@ -698,7 +703,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 v.len()
             )
         };
-        let whole_step = grad_step.filter(|&k| st.steps[k].complete);
+        let whole_step = grad_step.filter(|&k| backward_whole(k));
         // What a block's frames leave open: none (or none of the phases') leave all.
         let open = |bits: u8, role: Role| {
             let phase = bits & steps::PHASES;

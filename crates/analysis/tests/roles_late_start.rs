@@ -579,3 +579,25 @@ fn parameters_are_told_among_other_blocks_of_their_sizes() {
     assert_eq!((b.max, b.cannot_tell.as_deref()), (102_228_128, None));
     assert_eq!(r.by_role["gradients"].max, 102_228_128);
 }
+
+/// A recording begun inside the last step's forward pass holds that step's backward
+/// and optimizer whole: the gradients, parameters and optimizer state are told (niu-train3
+/// cut in its third forward pass).
+#[test]
+fn a_step_begun_inside_its_forward_still_tells_its_gradients() {
+    const PARAMS: u64 = 90_785_792;
+    let Some(p) = fragscope_testdata::grid_file("niu-train3-ctx100-fp32.pickle").filter(|p| p.is_file()) else {
+        return;
+    };
+    let full = fragscope_snapshot::read_path(&p).unwrap();
+    let st = fragscope_analysis::steps::steps(&full, 0);
+    let (fa, fb) = st.steps[2].span(fragscope_analysis::steps::Phase::Forward).unwrap();
+    let mut cut = full.clone();
+    cut.device_traces[0].drain(..(fa + fb) / 2);
+    let r = roles::device_roles(&cut, 0);
+    assert_eq!(r.step_count, 1);
+    for (k, want) in [("parameters", PARAMS), ("gradients", PARAMS), ("optimizer_state", 2 * PARAMS)] {
+        let b = &r.by_role[k];
+        assert_eq!((b.max, b.cannot_tell.as_deref()), (want, None), "{k}");
+    }
+}
