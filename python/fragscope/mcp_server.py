@@ -404,11 +404,14 @@ def roles(path: str, window: Optional[str] = None, device: Optional[int] = None)
             continue
         by_role = {}
         for name, x in r.get("by_role", {}).items():
-            if not x.get("blocks"):
+            if not x.get("blocks") and not x.get("cannot_tell"):
                 continue
             by_role[name] = {
                 "at_peak": x.get("at_peak"),
                 "max": x.get("max"),
+                # Set when the total is not known (max/at_peak null; found_max a lower bound).
+                "cannot_tell": x.get("cannot_tell"),
+                "found_max": x.get("found_max"),
                 "blocks": x.get("blocks"),
                 "confidence": x.get("confidence"),
                 "evidence": [_pick(e, ["evidence", "bytes", "confidence"]) for e in (x.get("evidence") or [])[:2]],

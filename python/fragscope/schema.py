@@ -106,7 +106,9 @@ class DeviceSummary(_DeviceSummaryKeys, total=False):
     #: Absent without a trace, or when trace and state disagree.
     memory_table: Dict[str, Any]
     #: Memory by role (parameters, gradients, optimizer_state, ...): ``by_role`` maps each
-    #: role to ``{at_peak, max, ...}`` (docs/json-schema.md).
+    #: role to ``{at_peak, max, found_at_peak, found_max, ..., cannot_tell}``
+    #: (docs/json-schema.md); ``cannot_tell`` (a reason, else null) marks a total the trace
+    #: cannot decide: ``at_peak``/``max`` are then null, ``found_*`` a lower bound.
     roles: Dict[str, Any]
 
 
@@ -333,6 +335,11 @@ class RoleRow(TypedDict):
     cannot_apply: Optional[str]
     peak_reserved_bytes: Optional[int]
     peak_allocated_bytes: Optional[int]
+    #: The most reserved just after a cudaMalloc of the trace's requests (0: none).
+    peak_reserved_by_trace_bytes: Optional[int]
+    #: Set when the peak reserved is the memory reserved before the recording began (a
+    #: floor the change cannot lower): says so, with the peak inside the trace.
+    reserved_floor: Optional[str]
     first_oom_index: Optional[int]
     oom_avoided: Optional[bool]
 

@@ -28,6 +28,8 @@ pub struct Recorder {
     /// Stack of the malloc that created each segment (by base address).
     segment_stacks: HashMap<u64, StackId>,
     events: Vec<Event>,
+    /// The stack the next free entries carry ([`Recorder::free_at`]).
+    free_stack: Option<StackId>,
 }
 
 impl Recorder {
@@ -49,6 +51,7 @@ impl Recorder {
             block_stacks: HashMap::new(),
             segment_stacks: HashMap::new(),
             events: Vec::new(),
+            free_stack: None,
         })
     }
 
@@ -76,7 +79,9 @@ impl Recorder {
             self.time_us += self.tick_us;
             // context="alloc": frees carry the stack of the allocation they free.
             te.stack = match action {
-                Action::FreeRequested | Action::FreeCompleted => self.block_stacks.get(&addr).copied(),
+                Action::FreeRequested | Action::FreeCompleted => {
+                    self.free_stack.or_else(|| self.block_stacks.get(&addr).copied())
+                }
                 Action::SegmentFree | Action::SegmentUnmap => self.segment_stacks.get(&addr).copied(),
                 _ => stack,
             };
@@ -115,6 +120,16 @@ impl Recorder {
         r
     }
 
+    /// The tensor at `addr` is freed at `stack`, as `_record_memory_history(context="all")`
+    /// records it (the free entries carry the stack of the free, not of the allocation).
+    pub fn free_at(&mut self, addr: u64, stack: StackId) -> Result<(), FreeError> {
+        let r = self.eng.free(addr);
+        self.free_stack = Some(stack);
+        self.record(None);
+        self.free_stack = None;
+        r
+    }
+
     /// `torch.cuda.empty_cache()`.
     pub fn empty_cache(&mut self) {
         self.eng.empty_cache();
@@ -135,6 +150,16 @@ impl Recorder {
     /// entries that follow.
     pub fn begin_trace_here(&mut self) {
         self.snap.device_traces[0].clear();
+    }
+
+    /// [`Recorder::begin_trace_here`] for `_record_memory_history` turned on only now
+    /// (after a warm-up step): the blocks and segments made before it were allocated
+    /// without a stack, so the final `segments` show them, and the trace their frees,
+    /// without frames.
+    pub fn begin_recording_here(&mut self) {
+        self.begin_trace_here();
+        self.block_stacks.clear();
+        self.segment_stacks.clear();
     }
 
     /// The engine, for stats.

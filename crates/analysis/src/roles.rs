@@ -34,7 +34,7 @@ use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 
 use crate::lives::{BlockLives, LIVE_AT_END};
-use crate::steps::{self, Phase, StackEvidence, Steps, WORKSPACE};
+use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
 
 /// What a block of memory is for (module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -78,6 +78,8 @@ impl Role {
 #[repr(u8)]
 pub enum Reason {
     ParamBeforeTraceMatchesGradient,
+    ParamBeforeTraceFrames,
+    ParamBeforeTraceCounted,
     ParamSetupMatchesGradient,
     ParamBuiltNoBackward,
     GradOutlivesBackward,
@@ -88,6 +90,9 @@ pub enum Reason {
     OptSetupCopiesOfParams,
     OptSetupOptimizerFrames,
     OptBeforeTraceCopiesOfParams,
+    OptBeforeTraceFrames,
+    OptBeforeTraceCounted,
+    GradBeforeTraceFreedBeforeBackward,
     ActKeptForBackward,
     ActKeptLastStep,
     TempFreedInPhase,
@@ -99,6 +104,7 @@ pub enum Reason {
     OtherWorkspace,
     OtherNoSteps,
     OtherBeforeTrace,
+    OtherReplacesUnknown,
     OtherUndecided,
 }
 
@@ -107,15 +113,21 @@ impl Reason {
         use Reason::*;
         match self {
             ParamBeforeTraceMatchesGradient
+            | ParamBeforeTraceFrames
+            | ParamBeforeTraceCounted
             | ParamSetupMatchesGradient
             | ParamBuiltNoBackward
             | ParamReplacedInStep => Role::Parameters,
-            GradOutlivesBackward | GradOutlivesBackwardUnmatched => Role::Gradients,
+            GradOutlivesBackward | GradOutlivesBackwardUnmatched | GradBeforeTraceFreedBeforeBackward => {
+                Role::Gradients
+            }
             OptMadeInStepKept
             | OptReplacedInStep
             | OptSetupCopiesOfParams
             | OptSetupOptimizerFrames
-            | OptBeforeTraceCopiesOfParams => Role::OptimizerState,
+            | OptBeforeTraceCopiesOfParams
+            | OptBeforeTraceFrames
+            | OptBeforeTraceCounted => Role::OptimizerState,
             ActKeptForBackward | ActKeptLastStep => Role::Activations,
             TempFreedInPhase | TempFreedBetweenSteps => Role::Temporaries,
             InputBeforeForward => Role::Inputs,
@@ -124,6 +136,7 @@ impl Reason {
             | OtherWorkspace
             | OtherNoSteps
             | OtherBeforeTrace
+            | OtherReplacesUnknown
             | OtherUndecided => Role::Other,
         }
     }
@@ -148,7 +161,11 @@ impl Reason {
             InputBeforeForward => 0.6,
             OtherOutlivesStep | OtherBackwardNoParameter => 0.4,
             OtherWorkspace => 0.9,
-            OtherBeforeTrace | OtherUndecided => 0.3,
+            OtherBeforeTrace | OtherUndecided | OtherReplacesUnknown => 0.3,
+            ParamBeforeTraceFrames | OptBeforeTraceFrames => 0.85,
+            // The totals are decided, the block's own role is not.
+            ParamBeforeTraceCounted | OptBeforeTraceCounted => 0.5,
+            GradBeforeTraceFreedBeforeBackward => 0.7,
         }
     }
     /// The evidence, in words.
@@ -177,6 +194,12 @@ impl Reason {
             OtherOutlivesStep => "made in forward and kept beyond the next step",
             OtherBeforeTrace => "live before the trace, not matched to a parameter or optimizer state",
             OtherUndecided => "no rule decided it",
+            OtherReplacesUnknown => "made in the optimizer's step and kept, replacing a block of its size live before the trace whose role is not known (parameter or optimizer state)",
+            ParamBeforeTraceFrames => "live before the trace, the size of a gradient, made while building the model (its frames); as many as the gradients of its size",
+            OptBeforeTraceFrames => "live before the trace, the size of a gradient, made by the optimizer (torch/optim or an optimizer's step in its frames); whole copies of the parameters' sizes",
+            ParamBeforeTraceCounted => "live before the trace among more blocks of a gradient's size than gradients (the optimizer's state, a BatchNorm's running statistics), without frames that tell them apart: counted by size (as many parameters as gradients of each size; the total is exact, which block is which cannot be told)",
+            OptBeforeTraceCounted => "live before the trace with the parameters, both the sizes of the gradients and without frames that tell them apart: counted by size (the copies beyond the parameters; the totals are exact, which block is which cannot be told)",
+            GradBeforeTraceFreedBeforeBackward => "live before the trace and freed outside every phase (zero_grad) before a backward pass that makes the gradients again; no more of its size than there are gradients",
         }
     }
 }
@@ -203,6 +226,8 @@ pub struct Roles {
     /// Out-of-place updates: traced block → the state from which it holds its role (the
     /// block it replaces is freed then); before, it counts as a temporary of the step.
     pub from_state: HashMap<usize, usize>,
+    /// Roles whose totals the trace cannot decide, with why ([`RoleBytes::cannot_tell`]).
+    pub cannot_tell: BTreeMap<Role, String>,
 }
 
 /// One reason's share of a role.
@@ -215,8 +240,10 @@ pub struct RoleEvidence {
     pub confidence: f64,
 }
 
-/// Bytes one role held.
-#[derive(Clone, Debug, Default, Serialize)]
+/// Bytes one role held. In JSON (docs/json-schema.md), `at_peak` and `max` are `null`
+/// when the total cannot be told (`cannot_tell`), and `found_at_peak`/`found_max` give
+/// the bytes of the blocks given the role (the same figures; a lower bound then).
+#[derive(Clone, Debug, Default)]
 pub struct RoleBytes {
     /// At the allocated peak.
     pub at_peak: u64,
@@ -228,6 +255,29 @@ pub struct RoleBytes {
     pub confidence: f64,
     /// What decided it, most bytes first.
     pub evidence: Vec<RoleEvidence>,
+    /// Set when the trace cannot tell the role's total: memory live before the trace
+    /// whose role is not decided may hold more of it. `at_peak` and `max` then count only
+    /// the blocks given the role (a lower bound), and this says why.
+    pub cannot_tell: Option<String>,
+}
+
+impl Serialize for RoleBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        // A total the trace cannot tell is not given as a number: a reader of `max` would
+        // take the lower bound for the answer.
+        let told = self.cannot_tell.is_none();
+        let mut st = s.serialize_struct("RoleBytes", 8)?;
+        st.serialize_field("at_peak", &told.then_some(self.at_peak))?;
+        st.serialize_field("max", &told.then_some(self.max))?;
+        st.serialize_field("found_at_peak", &self.at_peak)?;
+        st.serialize_field("found_max", &self.max)?;
+        st.serialize_field("blocks", &self.blocks)?;
+        st.serialize_field("confidence", &self.confidence)?;
+        st.serialize_field("evidence", &self.evidence)?;
+        st.serialize_field("cannot_tell", &self.cannot_tell)?;
+        st.end()
+    }
 }
 
 /// Memory by role of one device (module doc).
@@ -423,23 +473,35 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // 2. Parameters: the gradients' sizes, one for one, among the blocks live at the
     // first backward pass and made before it (before the trace first, then in set-up
     // order: a model's parameters are made before its optimizer's buffers).
-    let grad_sizes: HashMap<u64, usize> = grads_by_step
-        .iter()
-        .max_by_key(|m| m.iter().map(|(s, c)| s * *c as u64).sum::<u64>())
-        .cloned()
-        .unwrap_or_default();
+    // The step whose backward pass keeps the most gradient bytes, among the steps whose
+    // backward pass the trace holds whole first (a step the recording began inside its
+    // backward or optimizer may lack some; one begun inside its forward does not).
+    let grad_bytes = |k: usize| grads_by_step[k].iter().map(|(s, c)| s * *c as u64).sum::<u64>();
+    let backward_whole = |k: usize| {
+        let s = &st.steps[k];
+        s.complete || s.phases.first().is_some_and(|p| p.phase == Phase::Forward)
+    };
+    let grad_step = (0..grads_by_step.len())
+        .filter(|&k| backward_whole(k) && !grads_by_step[k].is_empty())
+        .max_by_key(|&k| grad_bytes(k))
+        .or_else(|| (0..grads_by_step.len()).max_by_key(|&k| grad_bytes(k)).filter(|&k| !grads_by_step[k].is_empty()));
+    let grad_sizes: HashMap<u64, usize> = grad_step.map(|k| grads_by_step[k].clone()).unwrap_or_default();
+    // Whether every gradient found a parameter (step 2).
+    let mut params_matched = false;
     let first_bwd = spans.iter().find_map(|s| s.0).map(|b| b.0);
     let first_opt = spans.iter().find_map(|s| s.1);
     let mut param_sizes: HashMap<u64, usize> = HashMap::new();
     if let Some(fb) = first_bwd {
         let mut left = grad_sizes.clone();
+        let bwd_starts: Vec<usize> = spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
+        let live_at_fb = lineages_live_at(lives, st, &spans, &traced, req, &ix.ends, fb);
+        before_trace(lives, st, ev, &grad_sizes, &bwd_starts, &live_at_fb, &mut seeded);
         for (i, b) in lives.seeded.iter().enumerate() {
-            if b.end >= fb && seeded[i].reason == Reason::OtherUndecided {
+            if seeded[i].role == Role::Parameters {
                 if let Some(c) = left.get_mut(&b.request).filter(|c| **c > 0) {
                     *c -= 1;
-                    seeded[i] = BlockRole::of(Reason::ParamBeforeTraceMatchesGradient);
-                    *param_sizes.entry(b.request).or_default() += 1;
                 }
+                *param_sizes.entry(b.request).or_default() += 1;
             }
         }
         for (i, l) in lives.traced.iter().enumerate() {
@@ -454,6 +516,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 }
             }
         }
+        params_matched = !grad_sizes.is_empty() && left.values().all(|&c| c == 0);
     }
     // Kept blocks of a backward pass that no parameter's size explains are not
     // gradients (cuBLAS makes its workspace on the autograd thread's first matmul);
@@ -533,14 +596,20 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // steps).
     for (k, sp) in spans.iter().enumerate() {
         let Some((os, oe)) = sp.1 else { continue };
-        let mut freed: HashMap<u64, Vec<(usize, Role)>> = HashMap::new();
+        let mut freed: HashMap<u64, Vec<(usize, Reason)>> = HashMap::new();
         ix.ends.each_in(os..oe, |end, life| {
-            let (role, size) = match life {
-                Ended::Seeded(i) => (seeded[i].role, lives.seeded[i].request),
-                Ended::Traced(i) => (traced[i].role, req[i]),
+            let (r, size) = match life {
+                Ended::Seeded(i) => (seeded[i], lives.seeded[i].request),
+                Ended::Traced(i) => (traced[i], req[i]),
             };
-            if matches!(role, Role::Parameters | Role::OptimizerState) {
-                freed.entry(size).or_default().push((end, role));
+            // A block live before the trace that no rule decided, replaced here: its
+            // successor cannot be told either (parameter or optimizer state).
+            let unknown = match life {
+                Ended::Seeded(_) => r.reason == Reason::OtherUndecided,
+                Ended::Traced(_) => r.reason == Reason::OtherReplacesUnknown,
+            };
+            if matches!(r.role, Role::Parameters | Role::OptimizerState) || unknown {
+                freed.entry(size).or_default().push((end, r.reason));
             }
         });
         let upto = lives.traced.partition_point(|l| l.alloc < oe);
@@ -553,14 +622,18 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
                 continue;
             }
-            if let Some((old_end, role)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
+            if let Some((old_end, was)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
                 if old_end > lives.traced[i].alloc {
                     from_state.insert(i, old_end + 1);
                 }
-                traced[i] = BlockRole::of(if role == Role::Parameters {
-                    Reason::ParamReplacedInStep
-                } else {
-                    Reason::OptReplacedInStep
+                traced[i] = BlockRole::of(match was {
+                    // Counted by size, or not known: the successor is no surer.
+                    Reason::ParamBeforeTraceCounted | Reason::OptBeforeTraceCounted | Reason::OtherReplacesUnknown => {
+                        was
+                    }
+                    Reason::OtherUndecided => Reason::OtherReplacesUnknown,
+                    _ if was.role() == Role::Parameters => Reason::ParamReplacedInStep,
+                    _ => Reason::OptReplacedInStep,
                 });
             }
         }
@@ -591,10 +664,292 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
         };
         traced[i] = BlockRole::of(reason);
     }
-    for r in seeded.iter_mut().filter(|r| r.reason == Reason::OtherUndecided) {
-        *r = BlockRole::of(Reason::OtherBeforeTrace);
+    for (i, r) in seeded.iter_mut().enumerate().filter(|(_, r)| r.reason == Reason::OtherUndecided) {
+        // The frames a ring buffer keeps say the same as a traced block's would.
+        let b = &lives.seeded[i];
+        *r = BlockRole::of(if no_backward && b.end == LIVE_AT_END && built_model(ev, b.stack) {
+            Reason::ParamBuiltNoBackward
+        } else {
+            Reason::OtherBeforeTrace
+        });
     }
-    Roles { seeded, traced, from_state }
+
+    // 6. Roles the trace cannot total: memory live before the trace whose role no rule
+    // decided (and the blocks that replace it) may hold parameters, gradients or
+    // optimizer state, unless what was found is whole: the parameters one for one with
+    // the gradients of a whole step (one the recording did not begin inside), and the
+    // optimizer state whole copies of those parameters when that step's optimizer
+    // ends. A block whose frames say where it was made (a forward pass, say) only
+    // leaves open the roles made there.
+    let unknown: Vec<(u64, u8)> = lives
+        .seeded
+        .iter()
+        .zip(&seeded)
+        .filter(|(_, r)| r.reason == Reason::OtherBeforeTrace)
+        .map(|(b, _)| (b.request, ev.of(b.stack)))
+        .chain(
+            (0..lives.traced.len())
+                .filter(|&i| traced[i].reason == Reason::OtherReplacesUnknown)
+                .map(|i| (req[i], steps::OPTIMIZER)),
+        )
+        .collect();
+    let mut cannot_tell = BTreeMap::new();
+    if !unknown.is_empty() {
+        let fs = crate::oom_message::format_size;
+        let what = |v: &[&(u64, u8)]| {
+            format!(
+                "{} live before the trace ({} block(s)) has a role the trace does not decide",
+                fs(v.iter().map(|x| x.0).sum()),
+                v.len()
+            )
+        };
+        let whole_step = grad_step.filter(|&k| backward_whole(k));
+        // What a block's frames leave open: none (or none of the phases') leave all.
+        let open = |bits: u8, role: Role| {
+            let phase = bits & steps::PHASES;
+            phase == 0
+                || match role {
+                    Role::Gradients => phase & steps::BACKWARD != 0,
+                    Role::OptimizerState => phase & steps::OPTIMIZER != 0,
+                    _ => false,
+                }
+        };
+        let could = |role: Role| -> Vec<&(u64, u8)> { unknown.iter().filter(|x| open(x.1, role)).collect() };
+        let p = could(Role::Parameters);
+        if !p.is_empty() && !(params_matched && whole_step.is_some()) {
+            let why = if grad_sizes.is_empty() {
+                "no backward pass gives the parameters' sizes"
+            } else if whole_step.is_none() {
+                "the recording began inside the only step with gradients, so they may not all be in it"
+            } else {
+                "the parameters found do not match the gradients one for one"
+            };
+            cannot_tell.insert(Role::Parameters, format!("{}; {why}", what(&p)));
+        }
+        let g = could(Role::Gradients);
+        if !g.is_empty() && !st.steps.is_empty() && whole_step.is_none() {
+            cannot_tell.insert(
+                Role::Gradients,
+                format!("{}; no whole step's backward pass makes the gradients in the trace", what(&g)),
+            );
+        }
+        let o = could(Role::OptimizerState);
+        if !o.is_empty() && !st.steps.is_empty() {
+            // Parameters and optimizer state live when the whole step's optimizer ends
+            // (an optimizer makes its state in its first step).
+            let at = whole_step.and_then(|k| spans[k].1).map(|x| x.1);
+            let copies = at.is_some_and(|t| {
+                let mut opt: HashMap<u64, usize> = HashMap::new();
+                let mut par: HashMap<u64, usize> = HashMap::new();
+                let live = lives.seeded.iter().map(|b| (b.request, b.end >= t));
+                let made =
+                    (0..lives.traced.len()).map(|i| (req[i], lives.traced[i].alloc < t && lives.traced[i].end >= t));
+                for ((q, alive), r) in live.chain(made).zip(seeded.iter().chain(traced.iter())) {
+                    match r.role {
+                        Role::OptimizerState if alive => *opt.entry(q).or_default() += 1,
+                        Role::Parameters if alive => *par.entry(q).or_default() += 1,
+                        _ => {}
+                    }
+                }
+                let k: Vec<Option<usize>> =
+                    par.iter().map(|(s, &c)| opt.get(s).filter(|&&n| n % c == 0).map(|n| n / c)).collect();
+                !par.is_empty() && k.iter().all(|x| x.is_some_and(|x| x >= 1) && *x == k[0])
+            });
+            if !copies {
+                cannot_tell.insert(
+                    Role::OptimizerState,
+                    format!(
+                        "{}; the optimizer state found is not whole copies of the parameters of a whole step",
+                        what(&o)
+                    ),
+                );
+            }
+        }
+    }
+    Roles { seeded, traced, from_state, cannot_tell }
+}
+
+/// Per block live before the trace: whether it, or the block that replaces it in an
+/// optimizer step (an out-of-place update: `p.data = p - lr * ...`), and so on, is live
+/// when the first backward pass (entry `fb`) starts. A recording begun after training
+/// started may hold the parameters and the optimizer's state only through their
+/// replacements by then. The replacements are matched as step 4 of [`classify_with`]
+/// matches them: per optimizer step, a block made in it and kept takes the place of the
+/// earliest-ended block of its size that the step frees.
+fn lineages_live_at(
+    lives: &BlockLives,
+    st: &Steps,
+    spans: &[(Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>)],
+    traced: &[BlockRole],
+    req: &[u64],
+    ends: &Ends,
+    fb: usize,
+) -> Vec<bool> {
+    let mut live: Vec<bool> = lives.seeded.iter().map(|b| b.end >= fb).collect();
+    // Traced block -> the block live before the trace it descends from.
+    let mut root: HashMap<usize, usize> = HashMap::new();
+    for (k, sp) in spans.iter().enumerate() {
+        let Some((os, oe)) = sp.1 else { continue };
+        if os >= fb {
+            break;
+        }
+        let mut freed: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
+        ends.each_in(os..oe, |end, life| {
+            let (r, size) = match life {
+                Ended::Seeded(i) => (Some(i), lives.seeded[i].request),
+                Ended::Traced(i) => (root.get(&i).copied(), req[i]),
+            };
+            if let Some(r) = r {
+                freed.entry(size).or_default().push((end, r));
+            }
+        });
+        for v in freed.values_mut() {
+            v.sort_unstable();
+            v.reverse();
+        }
+        let upto = lives.traced.partition_point(|l| l.alloc < oe);
+        for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
+            if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
+                continue;
+            }
+            if let Some((_, r)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
+                root.insert(i, r);
+                let l = &lives.traced[i];
+                if l.alloc < fb && l.end >= fb {
+                    live[r] = true;
+                }
+            }
+        }
+    }
+    live
+}
+
+/// Blocks live before the trace that have the sizes of the gradients (a recording begun
+/// after training started: `_record_memory_history` called after a warm-up step, or a
+/// ring buffer that kept the last entries). Sets `seeded` for the ones the evidence
+/// decides; leaves the rest undecided.
+///
+/// * Freed outside every phase (`zero_grad`) before a later backward pass, no more of a
+///   size than the gradients of that size: the last step's gradients.
+/// * Live when the first backward pass starts (themselves or their replacements,
+///   `live_at_fb`): the parameters, and with an optimizer
+///   that keeps state, its buffers (Adam: two per parameter, each a parameter's size).
+///   Per size, as many as the gradients: the parameters, one for one. A whole multiple
+///   `(1 + k)` of them, with one `k` for every size: the parameters and `k` state
+///   buffers each — told apart by their frames when they have them (a ring buffer keeps
+///   the stacks of blocks whose entries it dropped), else counted by size (the totals
+///   are exact, which block is which is not known, and the reason says so). Counts that
+///   fit neither (other blocks of those sizes: a BatchNorm's running statistics) give
+///   per size as many parameters as gradients (counted where the size has more blocks)
+///   and leave the rest undecided.
+fn before_trace(
+    lives: &BlockLives,
+    st: &Steps,
+    ev: &mut StackEvidence,
+    grad_sizes: &HashMap<u64, usize>,
+    bwd_starts: &[usize],
+    live_at_fb: &[bool],
+    seeded: &mut [BlockRole],
+) {
+    if bwd_starts.is_empty() {
+        return;
+    }
+    let undecided = |r: &BlockRole| r.reason == Reason::OtherUndecided;
+    // The last step's gradients, freed by zero_grad before a backward pass.
+    let old: Vec<usize> = (0..lives.seeded.len())
+        .filter(|&i| {
+            let b = &lives.seeded[i];
+            undecided(&seeded[i])
+                && grad_sizes.contains_key(&b.request)
+                && b.end != LIVE_AT_END
+                && st.phase_at(b.end) == Phase::Outside
+                && bwd_starts.iter().any(|&s| s > b.end)
+        })
+        .collect();
+    let mut count: HashMap<u64, usize> = HashMap::new();
+    for &i in &old {
+        *count.entry(lives.seeded[i].request).or_default() += 1;
+    }
+    if count.iter().all(|(s, c)| *c <= grad_sizes[s]) {
+        for &i in &old {
+            seeded[i] = BlockRole::of(Reason::GradBeforeTraceFreedBeforeBackward);
+        }
+    }
+    // Parameters and optimizer state: live at the first backward pass.
+    let live: Vec<usize> = (0..lives.seeded.len())
+        .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
+        .collect();
+    let mut count: HashMap<u64, usize> = HashMap::new();
+    for &i in &live {
+        *count.entry(lives.seeded[i].request).or_default() += 1;
+    }
+    if live.is_empty() {
+        return;
+    }
+    // Copies per gradient, per size: one number for every size, or nothing decided.
+    let ratio: Vec<Option<usize>> =
+        count.iter().map(|(s, c)| (c % grad_sizes[s] == 0).then(|| c / grad_sizes[s])).collect();
+    let q = match ratio.first() {
+        Some(&Some(q)) if ratio.iter().all(|r| *r == Some(q)) => q,
+        _ => 0,
+    };
+    // Parameters with k state buffers each (every gradient size present: an optimizer
+    // holds state for every parameter it updates). Otherwise (one block per gradient, or
+    // counts that are no whole multiple: a BatchNorm's running statistics share its
+    // weight's size): per size, as many parameters as gradients — one for one where the
+    // size has exactly that many, else counted — and the rest undecided.
+    if q < 2 || count.len() != grad_sizes.len() {
+        let mut left = grad_sizes.clone();
+        for &i in &live {
+            let size = lives.seeded[i].request;
+            let l = left.get_mut(&size).unwrap();
+            if *l > 0 {
+                *l -= 1;
+                seeded[i] = BlockRole::of(if count[&size] <= grad_sizes[&size] {
+                    Reason::ParamBeforeTraceMatchesGradient
+                } else {
+                    Reason::ParamBeforeTraceCounted
+                });
+            }
+        }
+        return;
+    }
+    let k = q - 1;
+    let is_opt = |ev: &mut StackEvidence, s| ev.of(s) & OPTIMIZER != 0 || ev.mentions(s, "optim");
+    let mut by_frames: HashMap<u64, (usize, usize)> = HashMap::new();
+    let mut frames_decide = true;
+    for &i in &live {
+        let b = &lives.seeded[i];
+        let (o, p) = (is_opt(ev, b.stack), built_model(ev, b.stack));
+        let e = by_frames.entry(b.request).or_default();
+        match (p, o) {
+            (true, false) => e.0 += 1,
+            (false, true) => e.1 += 1,
+            _ => frames_decide = false,
+        }
+    }
+    frames_decide &= by_frames.iter().all(|(s, &(p, o))| p == grad_sizes[s] && o == k * grad_sizes[s]);
+    let mut params_left = grad_sizes.clone();
+    for &i in &live {
+        let b = &lives.seeded[i];
+        seeded[i] = BlockRole::of(if frames_decide {
+            if is_opt(ev, b.stack) {
+                Reason::OptBeforeTraceFrames
+            } else {
+                Reason::ParamBeforeTraceFrames
+            }
+        } else {
+            // Counted: the first of each size (in the order they are seeded) as the
+            // parameters; any choice gives the same totals.
+            let left = params_left.get_mut(&b.request).unwrap();
+            if *left > 0 {
+                *left -= 1;
+                Reason::ParamBeforeTraceCounted
+            } else {
+                Reason::OptBeforeTraceCounted
+            }
+        });
+    }
 }
 
 /// Frames of building a model: a constructor, `Module._apply` (`.to()`, `.cuda()`),
@@ -840,6 +1195,7 @@ fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps
                 blocks: evidence.iter().map(|x| x.blocks).sum(),
                 confidence: (confidence * 100.0).round() / 100.0,
                 evidence,
+                cannot_tell: roles.cannot_tell.get(&role).cloned(),
             },
         );
     }
@@ -903,18 +1259,34 @@ pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "  Steps: {}.", r.steps);
     let _ = writeln!(o, "  {:<16} {:>12} {:>12}  {:>4}  evidence (most bytes)", "role", "at peak", "max", "conf");
-    let mut rows: Vec<(&&str, &RoleBytes)> = r.by_role.iter().filter(|(_, b)| b.blocks > 0).collect();
+    let mut rows: Vec<(&&str, &RoleBytes)> =
+        r.by_role.iter().filter(|(_, b)| b.blocks > 0 || b.cannot_tell.is_some()).collect();
     rows.sort_by(|a, b| b.1.max.cmp(&a.1.max));
     for (name, b) in rows {
-        let _ = writeln!(
-            o,
-            "  {:<16} {:>12} {:>12}  {:.2}  {}",
-            name,
-            fmt(b.at_peak),
-            fmt(b.max),
-            b.confidence,
-            b.evidence.first().map_or("", |e| e.evidence)
-        );
+        match &b.cannot_tell {
+            None => {
+                let _ = writeln!(
+                    o,
+                    "  {:<16} {:>12} {:>12}  {:.2}  {}",
+                    name,
+                    fmt(b.at_peak),
+                    fmt(b.max),
+                    b.confidence,
+                    b.evidence.first().map_or("", |e| e.evidence)
+                );
+            }
+            // A lower bound: say so rather than print it as the total.
+            Some(why) => {
+                let _ = writeln!(
+                    o,
+                    "  {:<16} {:>12} {:>12}  {:>4}  cannot tell: {why}",
+                    name,
+                    format!(">= {}", fmt(b.at_peak)),
+                    format!(">= {}", fmt(b.max)),
+                    "-"
+                );
+            }
+        }
     }
     if let Some(at) = &r.at_oom {
         let v: [u64; 7] = std::array::from_fn(|k| at.get(Role::ALL[k].as_str()).copied().unwrap_or(0));

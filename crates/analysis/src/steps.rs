@@ -151,6 +151,13 @@ const FWD: u8 = 8;
 const PY: u8 = 16;
 /// A user optimizer's `step` (weaker than `torch/optim`).
 const USER_OPT: u8 = 32;
+/// An optimizer's frames, `torch/optim` or a user optimizer's `step` (for roles).
+pub(crate) const OPTIMIZER: u8 = OPT | USER_OPT;
+/// The backward pass's frames (for roles).
+pub(crate) const BACKWARD: u8 = BWD;
+/// Frames of any phase, `zero_grad` included (for roles: a block whose frames show
+/// none of them could have been made anywhere).
+pub(crate) const PHASES: u8 = OPT | USER_OPT | BWD | FWD | ZERO;
 /// A library's workspace (cuBLAS's `getNewWorkspace`), from C++ frames.
 pub(crate) const WORKSPACE: u8 = 64;
 const KNOWN: u8 = 128;
@@ -381,10 +388,18 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     // from these (one increment per entry, no branch).
     let mut by_code = [0usize; 256];
     let mut tags: Vec<Option<Tag>> = vec![None; n];
+    // Frees recorded with `context="alloc"` carry the stack of the allocation they free,
+    // which says where the block was made, not what the program was doing when it was
+    // freed (a gradient freed by zero_grad would read as backward): then only the
+    // allocations are evidence.
+    let frees_tell = !frees_carry_alloc_stacks(trace);
+    // Without: the tag of the allocation each free frees (below).
+    let mut made_by: Vec<Option<Tag>> = if frees_tell { Vec::new() } else { Vec::with_capacity(n) };
     for (t, e) in tags.iter_mut().zip(trace) {
         untimed |= e.time_us == NO_TIME;
-        let relevant = matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted);
-        let code = match e.stack {
+        let free = matches!(e.action, Action::FreeRequested | Action::FreeCompleted);
+        let relevant = e.action == Action::Alloc || free;
+        let mut code = match e.stack {
             Some(s) if relevant => {
                 let c = by_stack[s.index()];
                 if c != 0 {
@@ -399,6 +414,12 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
             }
             _ => 0,
         };
+        if !frees_tell {
+            made_by.push(if free { TAGS[(code & 7) as usize] } else { None });
+            if free {
+                code &= !7; // no tag; a user optimizer's frames still count
+            }
+        }
         by_code[code as usize] += 1;
         *t = TAGS[(code & 7) as usize];
     }
@@ -470,6 +491,26 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     }
     // A backward pass that follows a forward pass without tagged entries after it
     // (frameless backward to the end of the trace) is left as forward: nothing bounds it.
+
+    // Frees that tell nothing (`context="alloc"`): the frees that follow a phase's last
+    // allocation, before the next allocation, of blocks that phase made (its
+    // temporaries) or of blocks without frames, are that phase's own, not the next
+    // phase's.
+    if !frees_tell {
+        for k in 1..n {
+            let p = phase_of[k - 1];
+            let free = matches!(trace[k].action, Action::FreeRequested | Action::FreeCompleted);
+            // A free of a block made elsewhere ends the run; one whose allocation left
+            // no evidence (made before the trace, or without frames) does not.
+            let own = match made_by[k] {
+                Some(t) => !free || phase_of_tag(t) == p,
+                None => true,
+            };
+            if tags[k].is_none() && trace[k].action != Action::Alloc && p != Phase::Outside && own {
+                phase_of[k] = p;
+            }
+        }
+    }
 
     // The maximal runs of one phase, each with whether a `zero_grad` entry is in it:
     // the steps and their phases are read from these rather than entry by entry.
@@ -594,13 +635,70 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
         let start = (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || tags[k] == Some(Tag::Zero)).unwrap_or(rs);
         let phases = spans_in(&rle, start, re);
         let first = phases.first().map(|p| p.phase);
-        let complete = tags[start] == Some(Tag::Zero) || first == Some(Phase::Forward) || steps.len() > 0;
+        let complete = tags[start] == Some(Tag::Zero)
+            || steps.len() > 0
+            || (first == Some(Phase::Forward) && !forward_began_before(trace, &phase_of, start, re));
         let layers = layers_in(snap, device, &phases);
         steps.push(Step { start, end: re, phases, complete, layers });
         prev_end = re;
     }
     let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
     Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+}
+
+/// Whether the forward pass of the step in entries `start..end` began before the trace:
+/// its backward pass frees a block the trace did not allocate (an activation saved by
+/// the part of the forward that was not recorded). A block freed in forward instead
+/// says nothing: the last step's outputs are freed there when overwritten.
+fn forward_began_before(
+    trace: &[fragscope_snapshot::TraceEvent],
+    phase_of: &[Phase],
+    start: usize,
+    end: usize,
+) -> bool {
+    let mut made: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    for (i, e) in trace.iter().enumerate().take(end) {
+        match e.action {
+            Action::Alloc => {
+                made.insert(e.addr);
+            }
+            Action::FreeRequested if i >= start && phase_of[i] == Phase::Backward && !made.contains(&e.addr) => {
+                return true;
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether the trace's frees carry the stacks of the allocations they free (recorded
+/// with `context="alloc"`) rather than their own (`context="all"`, PyTorch's default):
+/// among the first frees (up to 4096) of blocks the trace allocated, with a stack, nine
+/// in ten or more carry their allocation's (a free at the same line as its allocation
+/// happens, but seldom for most of them).
+fn frees_carry_alloc_stacks(trace: &[fragscope_snapshot::TraceEvent]) -> bool {
+    let mut made: std::collections::HashMap<u64, StackId> = std::collections::HashMap::new();
+    let (mut same, mut seen) = (0usize, 0usize);
+    for e in trace {
+        match e.action {
+            Action::Alloc => {
+                if let Some(s) = e.stack {
+                    made.insert(e.addr, s);
+                }
+            }
+            Action::FreeRequested => {
+                if let (Some(a), Some(s)) = (made.remove(&e.addr), e.stack) {
+                    seen += 1;
+                    same += usize::from(a == s);
+                    if seen == 4096 {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    seen >= 16 && same * 10 >= seen * 9
 }
 
 /// Whether step `s`'s optimizer (else its backward) is called from inside a module's

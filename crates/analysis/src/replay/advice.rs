@@ -213,7 +213,13 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
     };
     let mut first_oom = None;
     let mut recorded_fit = 0;
+    let before = a.in_use;
+    let mut by_trace = 0u64;
     for (i, ev) in trace.iter().enumerate() {
+        if ev.action == Action::Alloc {
+            // Every allocation is a cudaMalloc here.
+            by_trace = by_trace.max(a.in_use + ev.size);
+        }
         match ev.action {
             Action::Alloc | Action::Oom => {
                 let got = a.malloc(ev.size);
@@ -262,6 +268,9 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
         peak_reserved: a.peak,
         peak_allocated: a.peak,
         peak_fragmentation: 0.0,
+        reserved_before_trace: before,
+        allocated_before_trace: before,
+        peak_reserved_by_trace: by_trace,
         final_reserved: a.in_use,
         cuda_mallocs: a.cuda_mallocs,
         cuda_frees: a.cuda_frees,

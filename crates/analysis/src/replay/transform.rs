@@ -679,6 +679,10 @@ fn one_set(
             if let Some(o) = outcomes.iter().find(|o| !o.applied) {
                 v.push_str(&format!("; not applied: {} ({})", o.change, o.cannot_apply.as_deref().unwrap_or_default()));
             }
+            if let Some(f) = reserved_floor(w) {
+                v.push_str("; ");
+                v.push_str(&f);
+            }
             v
         }
     };
@@ -697,6 +701,31 @@ fn one_set(
         verdict,
         not_modelled: NOT_MODELLED,
     }
+}
+
+/// When a replay's peak reserved is the memory reserved before the trace began (the
+/// state before the trace is seeded as recorded, and a change of the program inside the
+/// trace cannot lower it), says so, with the most the trace's own `cudaMalloc`s reach:
+/// the changed program's peak reserved is then a floor set by the recording, not by the
+/// change.
+pub fn reserved_floor(w: &WhatIf) -> Option<String> {
+    if w.reserved_before_trace == 0 || w.peak_reserved > w.reserved_before_trace {
+        return None;
+    }
+    let fs = crate::oom_message::format_size;
+    let cached = w.reserved_before_trace.saturating_sub(w.allocated_before_trace);
+    Some(format!(
+        "peak reserved is the {} already reserved when the recording began ({} allocated, {} cached), which the \
+         model keeps as recorded: a change inside the trace cannot lower it; {}",
+        fs(w.reserved_before_trace),
+        fs(w.allocated_before_trace),
+        fs(cached),
+        if w.peak_reserved_by_trace == 0 {
+            "the trace's requests reserve no new memory".to_string()
+        } else {
+            format!("the trace's own cudaMallocs reach at most {} reserved", fs(w.peak_reserved_by_trace))
+        }
+    ))
 }
 
 /// The role-level what-ifs `analyze` replays (with `--what-if`, or at an exhaustion
@@ -720,6 +749,11 @@ pub struct RoleRow {
     pub cannot_apply: Option<String>,
     pub peak_reserved_bytes: Option<u64>,
     pub peak_allocated_bytes: Option<u64>,
+    /// The most reserved just after a `cudaMalloc` of the trace's requests
+    /// ([`WhatIf::peak_reserved_by_trace`]).
+    pub peak_reserved_by_trace_bytes: Option<u64>,
+    /// Why the peak reserved is a floor set by the recording ([`reserved_floor`]).
+    pub reserved_floor: Option<String>,
     /// First request the changed program's replay could not serve.
     pub first_oom_index: Option<usize>,
     pub oom_avoided: Option<bool>,
@@ -768,6 +802,8 @@ pub fn analyze_rows(snap: &Snapshot, device: i64, capacity: Option<u64>) -> Role
             cannot_apply: why,
             peak_reserved_bytes: w.changed.as_ref().map(|c| c.peak_reserved),
             peak_allocated_bytes: w.changed.as_ref().map(|c| c.peak_allocated),
+            peak_reserved_by_trace_bytes: w.changed.as_ref().map(|c| c.peak_reserved_by_trace),
+            reserved_floor: w.changed.as_ref().and_then(reserved_floor),
             first_oom_index: w.changed.as_ref().and_then(|c| c.first_oom.as_ref().map(|o| o.index)),
             oom_avoided: w.oom_avoided,
         });

@@ -116,6 +116,15 @@ pub struct WhatIf {
     pub peak_allocated: u64,
     /// 1 − peak allocated / peak reserved.
     pub peak_fragmentation: f64,
+    /// Reserved and allocated when the trace begins: the state before it, seeded as
+    /// recorded (0 when the run started empty). A change of the program inside the
+    /// trace cannot lower it, so `peak_reserved` is never below it.
+    pub reserved_before_trace: u64,
+    pub allocated_before_trace: u64,
+    /// The most reserved just after a `cudaMalloc` (or page map) the trace's requests
+    /// made; 0 when they made none. Below `peak_reserved` when the peak is memory
+    /// reserved before the recording began (then released, or never outgrown).
+    pub peak_reserved_by_trace: u64,
     pub final_reserved: u64,
     /// `cudaMalloc` calls (including expandable page maps).
     pub cuda_mallocs: u64,
@@ -256,6 +265,9 @@ pub fn simulate_ops(
     // go to the saved snapshot (as before) but are not counted.
     let mut seed_events: Vec<Event> = Vec::new();
     eng.drain_events_into(&mut seed_events);
+    let reserved_before_trace = eng.reserved_bytes();
+    let allocated_before_trace = eng.stats().allocated_bytes.all().current.max(0) as u64;
+    let mut peak_reserved_by_trace = 0u64;
     let mut driver = super::cost::DriverWork::default();
     let mut probes: Vec<Probe> = Vec::with_capacity(opts.probes.len());
     let mut probe_at = opts.probes.iter().copied().peekable();
@@ -278,6 +290,7 @@ pub fn simulate_ops(
             empty_cache_calls += 1;
         }
         let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
+        let reserved_before_op = eng.reserved_bytes();
         match ev.action {
             Action::Alloc | Action::Oom => match eng.malloc_in_pool(ev.size, ev.stream, pool) {
                 Ok(a) => {
@@ -343,6 +356,9 @@ pub fn simulate_ops(
             }
             _ => {}
         }
+        if eng.reserved_bytes() > reserved_before_op {
+            peak_reserved_by_trace = peak_reserved_by_trace.max(eng.reserved_bytes());
+        }
         evbuf.clear();
         let seeded = seed_events.len();
         evbuf.append(&mut seed_events);
@@ -399,6 +415,9 @@ pub fn simulate_ops(
         peak_reserved,
         peak_allocated,
         peak_fragmentation: if peak_reserved == 0 { 0.0 } else { 1.0 - peak_allocated as f64 / peak_reserved as f64 },
+        reserved_before_trace,
+        allocated_before_trace,
+        peak_reserved_by_trace,
         final_reserved: eng.reserved_bytes(),
         cuda_mallocs: st.num_device_alloc,
         cuda_frees: st.num_device_free,

@@ -242,6 +242,9 @@ fn role_rows_text(r: &fragscope_analysis::replay::transform::RoleRows) -> String
                 };
                 let _ =
                     writeln!(o, "    {}: peak reserved {}, peak allocated {}{oom}", x.change, bytes(res), bytes(al));
+                if let Some(f) = &x.reserved_floor {
+                    let _ = writeln!(o, "      ({f})");
+                }
                 if let Some(w) = &x.cannot_apply {
                     let _ = writeln!(o, "      (not applied: {w})");
                 }
