@@ -1401,6 +1401,7 @@ mod tests {
                 seeded: seeded.iter().map(|_| role(&mut rng)).collect(),
                 traced: traced.iter().map(|_| role(&mut rng)).collect(),
                 from_state: HashMap::new(),
+                cannot_tell: Default::default(),
             };
             for (i, l) in traced.iter().enumerate() {
                 if rng.below(5) == 0 {
