@@ -15,16 +15,27 @@
 //! Plain repetition does not have this property (a trace seldom ends in the state it
 //! started in), and cutting the last repetition short breaks even the end.
 //!
-//! usage: cargo run --release -p fragscope-snapshot --example replicate_trace -- SOURCE OUT EVENTS [--loop]
+//! With `--fresh-stacks`, every entry's `frames` is a list of its own (its frame dicts
+//! shared through the memo), as in PyTorch's dumps, where a list is shared only by the
+//! entries that hold one captured traceback: files shaped like real ones, larger per entry.
+//!
+//! usage: cargo run --release -p fragscope-snapshot --example replicate_trace -- SOURCE OUT EVENTS [--loop] [--fresh-stacks]
 
+use fragscope_snapshot::pickle::write::WriteOptions;
 use fragscope_snapshot::{read_path, NO_TIME};
+
+/// `--fresh-stacks`: every entry's `frames` written as a list of its own, as most entries
+/// of PyTorch's own files are (see [`WriteOptions::fresh_stacks`]).
+static FRESH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let looped = args.iter().any(|a| a == "--loop");
-    args.retain(|a| a != "--loop");
+    let fresh = args.iter().any(|a| a == "--fresh-stacks");
+    FRESH.store(fresh, std::sync::atomic::Ordering::Relaxed);
+    args.retain(|a| a != "--loop" && a != "--fresh-stacks");
     let [src, out, events] = args.as_slice() else {
-        eprintln!("usage: replicate_trace SOURCE OUT EVENTS [--loop]");
+        eprintln!("usage: replicate_trace SOURCE OUT EVENTS [--loop] [--fresh-stacks]");
         std::process::exit(2);
     };
     let events: usize = events.parse().unwrap_or_else(|_| {
@@ -99,7 +110,8 @@ fn main() {
 }
 
 fn write(snap: &fragscope_snapshot::Snapshot, out: &str) {
-    if let Err(e) = fragscope_snapshot::pickle::write::write_path(snap, out.as_ref()) {
+    let opts = WriteOptions { fresh_stacks: FRESH.load(std::sync::atomic::Ordering::Relaxed) };
+    if let Err(e) = fragscope_snapshot::pickle::write::write_path_with(snap, out.as_ref(), &opts) {
         eprintln!("error: {out}: {e}");
         std::process::exit(2);
     }

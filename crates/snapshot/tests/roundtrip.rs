@@ -254,6 +254,44 @@ print(pickle.dumps(o, protocol=4) == raw)
     }
 }
 
+/// `fresh_stacks`: every entry's `frames` a list of its own (frame dicts still shared), as
+/// most entries of PyTorch's dumps are; the model read back is the same, and CPython sees
+/// distinct lists holding the same frame objects and re-pickles them to the same bytes.
+#[test]
+fn fresh_stacks_write_a_list_per_entry() {
+    use fragscope_snapshot::pickle::write::{write_path_with, write_snapshot_with, WriteOptions};
+    let s = synthetic();
+    let opts = WriteOptions { fresh_stacks: true };
+    let mut fresh = Vec::new();
+    write_snapshot_with(&s, &mut fresh, &opts).unwrap();
+    let shared = write_vec(&s);
+    assert!(fresh.len() > shared.len(), "a list per entry is larger: {} vs {}", fresh.len(), shared.len());
+    let back = read_from(&fresh[..]).unwrap();
+    assert_eq!(semantic_diff(&s, &back), None);
+    if let Some(py) = common::python3() {
+        let dir = common::scratch_dir("fresh_stacks");
+        let p = dir.join("s.pickle");
+        write_path_with(&s, &p, &opts).unwrap();
+        let out = common::run_python(
+            py,
+            r#"
+import pickle, sys
+class R(pickle.Unpickler):
+    def find_class(self, m, n): raise pickle.UnpicklingError("refused")
+raw = open(sys.argv[1], 'rb').read()
+o = R(open(sys.argv[1], 'rb')).load()
+t = o['device_traces'][1]
+assert t[1]['frames'] is not t[2]['frames'] and t[1]['frames'] == t[2]['frames']
+assert all(a is b for a, b in zip(t[1]['frames'], t[2]['frames'])), "frame dicts shared"
+print(pickle.dumps(o, protocol=4) == raw)
+"#,
+            &[&p],
+        );
+        assert_eq!(out.trim(), "True", "CPython re-pickles to the same bytes");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// The 1.13 top-level list and the 2.0 `history` blocks are written back in their form.
 #[test]
 fn legacy_forms_are_written_in_their_form() {

@@ -20,7 +20,9 @@
 //! keeps multi-GB snapshots small: every interned stack (frame list) and every frame dict
 //! is written once and referenced through the memo afterwards; equal strings are one
 //! object (PyTorch interns dict keys; sharing values too only makes the file smaller and
-//! loads to an equal object). `pool_id` tuples are shared by value as well.
+//! loads to an equal object). `pool_id` tuples are shared by value as well. (PyTorch's
+//! own dumps share a stack's list only between the entries that hold one captured
+//! traceback; [`WriteOptions::fresh_stacks`] writes a list per entry, as most of theirs.)
 //!
 //! Keys that were absent when the model was read stay absent: `time_us` ([`NO_TIME`]),
 //! `frames` (`stack: None`), `requested_size`, `segment_pool_id`, `is_expandable`,
@@ -81,7 +83,24 @@ const NONE: u8 = b'N';
 /// * [`SourceFormat::SegmentList`]: the 1.13 top-level list of segments (that form has
 ///   no trace, so `device_traces` is not written).
 pub fn write_snapshot<W: Write>(snap: &Snapshot, w: W) -> io::Result<()> {
+    write_snapshot_with(snap, w, &WriteOptions::default())
+}
+
+/// How [`write_snapshot_with`] writes what the model does not decide.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteOptions {
+    /// Every trace entry's `frames` as a list of its own (its frame dicts still shared
+    /// through the memo), instead of one list per interned stack. PyTorch's files share
+    /// a list only between entries that hold the same captured traceback (an `alloc` and
+    /// the frees recorded with its context); most entries bring a fresh list, which is
+    /// what benchmark files shaped like real dumps need.
+    pub fresh_stacks: bool,
+}
+
+/// [`write_snapshot`] with [`WriteOptions`].
+pub fn write_snapshot_with<W: Write>(snap: &Snapshot, w: W, opts: &WriteOptions) -> io::Result<()> {
     let mut p = Pickler::new(w, &snap.frames);
+    p.fresh_stacks = opts.fresh_stacks;
     p.out.write_all(&[PROTO, 4])?;
     let legacy_blocks = !block_addresses_written(snap);
     match snap.format {
@@ -110,6 +129,11 @@ pub(crate) fn write_pyobj<W: Write>(obj: &PyObj, w: W) -> io::Result<()> {
 /// synced, and is then renamed over `path`. On error the temporary file is removed and
 /// any existing `path` is untouched.
 pub fn write_path(snap: &Snapshot, path: &Path) -> io::Result<()> {
+    write_path_with(snap, path, &WriteOptions::default())
+}
+
+/// [`write_path`] with [`WriteOptions`].
+pub fn write_path_with(snap: &Snapshot, path: &Path, opts: &WriteOptions) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -132,7 +156,7 @@ pub fn write_path(snap: &Snapshot, path: &Path) -> io::Result<()> {
     };
     let result = (|| {
         let mut bw = io::BufWriter::with_capacity(1 << 20, file);
-        write_snapshot(snap, &mut bw)?;
+        write_snapshot_with(snap, &mut bw, opts)?;
         let file = bw.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         drop(file);
@@ -192,6 +216,8 @@ struct Pickler<'t, W: Write> {
     frames: Vec<u32>,
     pairs: HashMap<(u64, u64), u32>,
     seg_keys: Option<SegmentKeys>,
+    /// [`WriteOptions::fresh_stacks`].
+    fresh_stacks: bool,
 }
 
 const UNSET: u32 = u32::MAX;
@@ -209,6 +235,7 @@ impl<'t, W: Write> Pickler<'t, W> {
             frames: vec![UNSET; table.num_frames()],
             pairs: HashMap::new(),
             seg_keys: None,
+            fresh_stacks: false,
         }
     }
 
@@ -494,7 +521,7 @@ impl<'t, W: Write> Pickler<'t, W> {
     fn stack(&mut self, s: StackId) -> io::Result<()> {
         self.boundary()?;
         let idx = self.stacks[s.index()];
-        if idx != UNSET {
+        if idx != UNSET && !self.fresh_stacks {
             self.get(idx);
             return Ok(());
         }
