@@ -41,6 +41,17 @@ struct SnapshotAbsorber {
     missing: HashMap<&'static str, u64>,
     pool_ids: Vec<(u64, u64)>,
     frame_buf: Vec<FrameId>,
+    /// Fresh `frames` lists already decoded, by the bytes of their items (the memo
+    /// references to their frame dicts), and the stack each made: PyTorch writes a new list
+    /// for most entries, the same few hundred stacks over and over, so most lists are
+    /// known by their bytes without resolving a reference or hashing a frame.
+    stack_spans: HashMap<Box<[u8]>, StackId, std::hash::BuildHasherDefault<SpanHasher>>,
+    /// The lists met lately, in sets by their first bytes: a list seen lately is known
+    /// from one compare of its bytes, without walking its items or hashing them all.
+    recent_spans: Box<[SpanSet]>,
+    /// `Memo::string_overwrites` when `stack_spans` was filled: a frame's memo slot written
+    /// over (or consumed) since would make a known span mean other frames.
+    spans_gen: u64,
     key_codes: Vec<u8>,
     /// Keys of the last decoded trace entry, in order, as the bytes of their memo references.
     tmpl: Vec<KeyTemplate>,
@@ -135,9 +146,9 @@ struct EntryValues {
     /// entry's fresh `frames` list.
     new_memos: [Option<StrId>; 4],
     n_memos: usize,
-    /// The entry's `frames` is a fresh list, whose frames are in `frame_buf`: its stack is
-    /// interned on success.
-    fresh_stack: bool,
+    /// The stack of the entry's `frames` when it is a fresh list (memoized as that stack
+    /// on success).
+    fresh_stack: Option<StackId>,
 }
 
 /// A trace-entry key as the bytes that refer to it (`BINGET i` or `LONG_BINGET i`).
@@ -165,6 +176,191 @@ fn memo_ref(w: &[u8]) -> (u64, usize) {
         b'j' => (1 << 32 | u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as u64, 5),
         _ => (NO_REF, 0),
     }
+}
+
+/// Hashes the item bytes of a `frames` list ([`SnapshotAbsorber::stack_spans`]): ~100–200
+/// bytes per entry, hashed on every entry, where one multiply chain over the words (the
+/// snapshot's [`crate::model::FxHasher`]) was a tenth of the reading time. Four chains,
+/// one per word of each 32 bytes, do not wait on each other.
+#[derive(Default)]
+struct SpanHasher([u64; 4]);
+
+impl std::hash::Hasher for SpanHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mix = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
+        let mut c = bytes.chunks_exact(32);
+        for b in &mut c {
+            let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
+            self.0 = [mix(self.0[0], w(0)), mix(self.0[1], w(1)), mix(self.0[2], w(2)), mix(self.0[3], w(3))];
+        }
+        let rest = c.remainder();
+        let mut tail = [0u8; 32];
+        tail[..rest.len()].copy_from_slice(rest);
+        for i in 0..4 {
+            let w = u64::from_le_bytes(tail[8 * i..8 * i + 8].try_into().unwrap());
+            self.0[i] = mix(self.0[i], w ^ (rest.len() as u64) << 56);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0[0] ^= n as u64;
+    }
+    fn finish(&self) -> u64 {
+        let [a, b, c, d] = self.0;
+        (a ^ b.rotate_left(17) ^ c.rotate_left(31) ^ d.rotate_left(47))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26)
+    }
+}
+
+/// Sets of [`SnapshotAbsorber::recent_spans`] (a power of two).
+const SPAN_SETS: usize = 1024;
+
+/// Recently met `frames` lists whose first bytes hash alike ([`span_set`]): their item
+/// bytes and stacks, replaced in turn.
+#[derive(Clone, Default)]
+struct SpanSet {
+    ways: [Option<(Box<[u8]>, StackId)>; SPAN_WAYS],
+}
+
+/// `a == b` for slices of one length, by words, the last word first: the lists of a
+/// [`SpanSet`] share their first bytes, and their last ones tell them apart soonest
+/// (and a call to `memcmp` per candidate was a sixth of the reading time).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |x: &[u8], i: usize| u64::from_le_bytes(x[i..i + 8].try_into().unwrap());
+    if word(a, n - 8) != word(b, n - 8) {
+        return false;
+    }
+    // The last word covers what the steps of 8 leave.
+    (0..n - 8).step_by(8).all(|i| word(a, i) == word(b, i))
+}
+
+impl SpanSet {
+    /// The stack of the list whose items start at `buf[body]`, and where they end, when
+    /// they are the bytes of one of this set's lists and the list ends there too, as
+    /// [`stack_items`] would find: it decides where a list ends from its bytes up to that
+    /// point and those right after it ([`list_goes_on`]), so equal bytes and the same stop
+    /// make the same items.
+    /// The one found moves first (the ways are kept latest-used first).
+    #[inline]
+    fn find(&mut self, buf: &[u8], body: usize) -> Option<(StackId, usize)> {
+        let k = self.ways.iter().position(|w| {
+            w.as_ref().is_some_and(|(bytes, _)| {
+                let end = body + bytes.len();
+                buf.get(body..end).is_some_and(|b| same_bytes(b, bytes)) && !list_goes_on(buf, end)
+            })
+        })?;
+        self.ways[..=k].rotate_right(1);
+        let (bytes, id) = self.ways[0].as_ref()?;
+        Some((*id, body + bytes.len()))
+    }
+    /// Takes the place of the least lately used.
+    fn put(&mut self, span: &[u8], id: StackId) {
+        self.ways.rotate_right(1);
+        self.ways[0] = Some((span.into(), id));
+    }
+}
+
+/// Bytes that pick a list's [`SpanSet`]: its first 32 (the innermost 6–15 frames; lists
+/// that share fewer tell the stacks of one op called from different places apart).
+const SPAN_KEY: usize = 32;
+/// Lists per [`SpanSet`].
+const SPAN_WAYS: usize = 8;
+
+/// [`SpanSet`] of a list by its first [`SPAN_KEY`] bytes (with what follows a shorter
+/// list: such a list is known again when it is followed alike).
+#[inline]
+fn span_set(w: &[u8]) -> usize {
+    let x = |i: usize| u64::from_le_bytes(w[8 * i..8 * i + 8].try_into().unwrap());
+    let (a, b) = (x(0).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ x(1), x(2).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ x(3));
+    ((a ^ b.rotate_left(29)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95) >> 54) as usize & (SPAN_SETS - 1)
+}
+
+/// Whether the list whose items [`stack_items`] has read up to `buf[q]` goes on there:
+/// another `MARK` batch, one more item and its `APPEND`, or a FRAME before either.
+#[inline]
+fn list_goes_on(buf: &[u8], q: usize) -> bool {
+    let appended = |q: usize| match buf.get(q) {
+        Some(b'h') => buf.get(q + 2) == Some(&b'a'),
+        Some(b'j') => buf.get(q + 5) == Some(&b'a'),
+        _ => false,
+    };
+    match buf.get(q) {
+        Some(b'(') => true,
+        Some(0x95) => buf.get(q + 9) == Some(&b'(') || appended(q + 9),
+        _ => appended(q),
+    }
+}
+
+/// Fresh `frames` lists remembered by their bytes at most ([`SnapshotAbsorber::stack_spans`]).
+const MAX_SPANS: usize = 1 << 16;
+/// Longest item bytes remembered (a stack of ~800 frames by `LONG_BINGET`).
+const MAX_SPAN: usize = 4096;
+
+/// The items of a list written after its `EMPTY_LIST MEMOIZE` at `buf[q]`, each a memo
+/// reference (`MARK` references `APPENDS`, or a reference then `APPEND`, as CPython's
+/// pickler batches them), given in order to `item` (the raw reference of [`memo_ref`]).
+/// Returns where the items end and whether a FRAME opcode lies among them (CPython's
+/// framer may end a frame after any item); `None` when anything else is met or `item`
+/// refuses.
+#[inline]
+fn stack_items(buf: &[u8], mut q: usize, mut item: impl FnMut(u64) -> Option<()>) -> Option<(usize, bool)> {
+    let mut framed = false;
+    // Where the list goes on is [`list_goes_on`]'s decision (the recent lists' check
+    // relies on the two agreeing).
+    while list_goes_on(buf, q) {
+        match *buf.get(q)? {
+            b'(' => {
+                q += 1;
+                loop {
+                    // Runs of one kind of reference (LONG_BINGET once the memo passes 255)
+                    // step by a known stride: the next read does not wait on this one.
+                    while let Some(w) = buf.get(q..q + 5).filter(|w| w[0] == b'j') {
+                        item(1 << 32 | u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as u64)?;
+                        q += 5;
+                    }
+                    while let Some(w) = buf.get(q..q + 2).filter(|w| w[0] == b'h') {
+                        item(w[1] as u64)?;
+                        q += 2;
+                    }
+                    match *buf.get(q)? {
+                        b'e' => break,
+                        0x95 => {
+                            q += 9;
+                            framed = true;
+                        }
+                        // After a run of the other kind (never past the buffer's end:
+                        // the runs above stop short of it, and so does this).
+                        b'j' if q + 5 <= buf.len() => continue,
+                        b'h' if q + 2 <= buf.len() => continue,
+                        _ => return None,
+                    }
+                }
+                q += 1;
+            }
+            // A FRAME between items; one after the last is left to the entry's decoder.
+            0x95 => {
+                q += 9;
+                framed = true;
+            }
+            // One item and its APPEND; a reference not followed by APPEND is the entry's
+            // next key.
+            _ => {
+                let (raw, len) = memo_ref(buf.get(q..q + 5)?);
+                item(raw)?;
+                q += len + 1;
+            }
+        }
+    }
+    Some((q, framed))
 }
 
 /// An int opcode at `v[0]` that fits an i64 (every address, size, stream and time PyTorch
@@ -283,6 +479,9 @@ impl SnapshotAbsorber {
             missing: HashMap::new(),
             pool_ids: Vec::new(),
             frame_buf: Vec::new(),
+            stack_spans: Default::default(),
+            recent_spans: vec![SpanSet::default(); SPAN_SETS].into_boxed_slice(),
+            spans_gen: 0,
             key_codes: Vec::new(),
             tmpl: Vec::new(),
             action_refs: [(NO_REF, 0); 8],
@@ -570,7 +769,7 @@ impl SnapshotAbsorber {
         let mut p = 2;
         *ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
         let mut vals =
-            EntryValues { ints: [0, 0, 0, ev.time_us], seen: 0, new_memos: [None; 4], n_memos: 0, fresh_stack: false };
+            EntryValues { ints: [0, 0, 0, ev.time_us], seen: 0, new_memos: [None; 4], n_memos: 0, fresh_stack: None };
         // Entries repeat the same keys in the same order, as the same memo references:
         // compare the raw reference with the previous entry's before resolving it. Actions
         // are a handful of memoized strings: the same shortcut, keyed by the reference.
@@ -633,8 +832,8 @@ impl SnapshotAbsorber {
         (ev.addr, ev.size, ev.stream, ev.time_us) = (addr as u64, size as u64, stream as u64, time_us);
         // Commit, in stream order: the dict's MEMOIZE came first, then its strings' and its
         // fresh frames list's (memoized as the stack the generic path would make of it).
-        let stack = vals.fresh_stack.then(|| st.table.intern_stack(&self.frame_buf));
-        if vals.fresh_stack {
+        let stack = vals.fresh_stack;
+        if stack.is_some() {
             ev.stack = stack;
         }
         let dict_memo = st.memo.reserve();
@@ -654,54 +853,64 @@ impl SnapshotAbsorber {
     /// A `frames` value written as a fresh list (`EMPTY_LIST MEMOIZE`, then its items by
     /// `MARK … APPENDS` or `APPEND`), every item a memo reference to a frame already read:
     /// how PyTorch's own pickles write most entries' stacks (a new list per entry, its
-    /// frame dicts shared). The frames go to `frame_buf`, the stack is interned when the
-    /// entry succeeds. Anything else (a frame dict written inside, a FRAME opcode, a
-    /// second `frames` key) is left to the generic path.
+    /// frame dicts shared). A list whose item bytes a recent entry had is that entry's
+    /// stack ([`Self::stack_spans`]); another is resolved and interned. FRAME opcodes
+    /// between items are skipped. Anything else (a frame dict written inside, a second
+    /// `frames` key) is left to the generic path.
     #[cold]
-    fn fresh_frames(&mut self, st: &VmState, buf: &[u8], p: &mut usize, vals: &mut EntryValues) -> Option<()> {
+    fn fresh_frames(&mut self, st: &mut VmState, buf: &[u8], p: &mut usize, vals: &mut EntryValues) -> Option<()> {
         if vals.n_memos == vals.new_memos.len() || buf.get(*p..*p + 2)? != [0x5d, 0x94] {
             return None;
         }
-        let mut q = *p + 2;
-        self.frame_buf.clear();
-        let frame_at = |q: &mut usize| -> Option<FrameId> {
-            let w = buf.get(*q..*q + 5)?;
-            let (raw, len) = memo_ref(w);
-            if len == 0 {
-                return None;
-            }
-            *q += len;
-            match st.memo.get((raw & u32::MAX as u64) as usize) {
-                Value::Frame(f) => Some(f),
-                _ => None,
+        let body = *p + 2;
+        if self.spans_gen != st.memo.string_overwrites {
+            self.stack_spans.clear();
+            self.recent_spans.fill(SpanSet::default());
+            self.spans_gen = st.memo.string_overwrites;
+        }
+        let set = buf.get(body..body + SPAN_KEY).map(span_set);
+        if let Some((id, end)) = set.and_then(|k| self.recent_spans[k].find(buf, body)) {
+            vals.new_memos[vals.n_memos] = None;
+            vals.n_memos += 1;
+            vals.fresh_stack = Some(id);
+            vals.seen |= 1 << K_FRAMES;
+            *p = end;
+            return Some(());
+        }
+        let (end, framed) = stack_items(buf, body, |_| Some(()))?;
+        let span = &buf[body..end];
+        let known = if framed { None } else { self.stack_spans.get(span).copied() };
+        let id = match known {
+            Some(id) => id,
+            None => {
+                self.frame_buf.clear();
+                let frames = &mut self.frame_buf;
+                stack_items(buf, body, |raw| match st.memo.get((raw & u32::MAX as u64) as usize) {
+                    Value::Frame(f) => {
+                        frames.push(f);
+                        Some(())
+                    }
+                    _ => None,
+                })?;
+                let id = st.table.intern_stack(&self.frame_buf);
+                // A FRAME opcode among the items makes the bytes differ from the same
+                // list elsewhere: such a span is decoded, not remembered. Bounded, for
+                // files whose every list is another.
+                if !framed && span.len() <= MAX_SPAN && self.stack_spans.len() < MAX_SPANS {
+                    self.stack_spans.insert(span.into(), id);
+                }
+                id
             }
         };
-        loop {
-            match *buf.get(q)? {
-                b'(' => {
-                    q += 1;
-                    while *buf.get(q)? != b'e' {
-                        let f = frame_at(&mut q)?;
-                        self.frame_buf.push(f);
-                    }
-                    q += 1;
-                }
-                b'h' | b'j' => {
-                    let f = frame_at(&mut q)?;
-                    if *buf.get(q)? != b'a' {
-                        return None;
-                    }
-                    self.frame_buf.push(f);
-                    q += 1;
-                }
-                _ => break,
-            }
+        if let (Some(k), false, true) = (set, framed, span.len() <= MAX_SPAN) {
+            // Not there already (it would have been found): take the oldest way.
+            self.recent_spans[k].put(span, id);
         }
         vals.new_memos[vals.n_memos] = None;
         vals.n_memos += 1;
-        vals.fresh_stack = true;
+        vals.fresh_stack = Some(id);
         vals.seen |= 1 << K_FRAMES;
-        *p = q;
+        *p = end;
         Some(())
     }
 

@@ -11,8 +11,9 @@ const SHIFT: usize = 10;
 const CHUNK: usize = 1 << SHIFT;
 
 pub(crate) struct Memo {
-    /// Bumped whenever a slot holding a string or stack is overwritten, so caches of resolved
-    /// memo references (the trace-entry key templates) know to drop what they hold.
+    /// Bumped whenever a slot holding a string, stack or frame is overwritten or consumed,
+    /// so caches of resolved memo references (the trace-entry key templates, the known
+    /// `frames` lists) know to drop what they hold.
     pub string_overwrites: u64,
     chunks: Vec<Option<Box<[Value; CHUNK]>>>,
     /// Entries per chunk that hold `Consumed`; a chunk full of them is dropped.
@@ -51,6 +52,11 @@ impl Memo {
         match self.chunks.get_mut(ci) {
             Some(Some(chunk)) => {
                 let slot = &mut chunk[idx & (CHUNK - 1)];
+                if matches!(slot, Value::Str(_) | Value::Stack(_) | Value::Frame(_)) {
+                    // Not met in a well-formed file (those are never consumed); caches of
+                    // resolved references must still drop what they hold.
+                    self.string_overwrites += 1;
+                }
                 if !matches!(slot, Value::Consumed) {
                     *slot = Value::Consumed;
                     self.consumed[ci] += 1;
@@ -100,7 +106,7 @@ impl Memo {
             return;
         };
         let slot = &mut chunk[idx & (CHUNK - 1)];
-        if matches!(slot, Value::Str(_) | Value::Stack(_)) {
+        if matches!(slot, Value::Str(_) | Value::Stack(_) | Value::Frame(_)) {
             self.string_overwrites += 1;
         }
         let was = matches!(slot, Value::Consumed);
