@@ -254,13 +254,21 @@ print(pickle.dumps(o, protocol=4) == raw)
     }
 }
 
-/// `fresh_stacks`: every entry's `frames` a list of its own (frame dicts still shared), as
-/// most entries of PyTorch's dumps are; the model read back is the same, and CPython sees
-/// distinct lists holding the same frame objects and re-pickles them to the same bytes.
+/// `fresh_stacks`: `frames` lists per traceback, as PyTorch's dumps have them (an entry's
+/// own, but one for a free's two entries; frame dicts shared); the model read back is the
+/// same, and CPython sees those lists and re-pickles them to the same bytes.
 #[test]
 fn fresh_stacks_write_a_list_per_entry() {
     use fragscope_snapshot::pickle::write::{write_path_with, write_snapshot_with, WriteOptions};
-    let s = synthetic();
+    let mut s = synthetic();
+    // A free's two entries, of one block and one stack, after an alloc of that stack.
+    let st = s.trace(1)[1].stack.unwrap();
+    let t = &mut s.device_traces[1];
+    for action in [Action::Alloc, Action::FreeRequested, Action::FreeCompleted] {
+        let mut e = TraceEvent::new(action, 0x7f00_0000_0000, 512, 0);
+        e.stack = Some(st);
+        t.insert(t.len() - 1, e);
+    }
     let opts = WriteOptions { fresh_stacks: true };
     let mut fresh = Vec::new();
     write_snapshot_with(&s, &mut fresh, &opts).unwrap();
@@ -283,6 +291,10 @@ o = R(open(sys.argv[1], 'rb')).load()
 t = o['device_traces'][1]
 assert t[1]['frames'] is not t[2]['frames'] and t[1]['frames'] == t[2]['frames']
 assert all(a is b for a, b in zip(t[1]['frames'], t[2]['frames'])), "frame dicts shared"
+alloc, req, done = t[-4:-1]
+assert [e['action'] for e in (alloc, req, done)] == ['alloc', 'free_requested', 'free_completed']
+assert req['frames'] is done['frames'], "a free's two entries share its traceback's list"
+assert alloc['frames'] is not req['frames'] and alloc['frames'] == req['frames']
 print(pickle.dumps(o, protocol=4) == raw)
 "#,
             &[&p],

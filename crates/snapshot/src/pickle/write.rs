@@ -89,11 +89,11 @@ pub fn write_snapshot<W: Write>(snap: &Snapshot, w: W) -> io::Result<()> {
 /// How [`write_snapshot_with`] writes what the model does not decide.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WriteOptions {
-    /// Every trace entry's `frames` as a list of its own (its frame dicts still shared
-    /// through the memo), instead of one list per interned stack. PyTorch's files share
-    /// a list only between entries that hold the same captured traceback (an `alloc` and
-    /// the frees recorded with its context); most entries bring a fresh list, which is
-    /// what benchmark files shaped like real dumps need.
+    /// Trace entries' `frames` as lists of their own (the frame dicts still shared through
+    /// the memo), instead of one list per interned stack, as PyTorch writes them: a new
+    /// list per captured traceback, which an `alloc` has alone and a free gives to both of
+    /// its entries (a `free_completed` right after its block's `free_requested` shares
+    /// that entry's list). What benchmark files shaped like real dumps need.
     pub fresh_stacks: bool,
 }
 
@@ -218,6 +218,11 @@ struct Pickler<'t, W: Write> {
     seg_keys: Option<SegmentKeys>,
     /// [`WriteOptions::fresh_stacks`].
     fresh_stacks: bool,
+    /// With `fresh_stacks`: the entry being written refers to the list just written (a
+    /// `free_completed` after its block's `free_requested`, one traceback in PyTorch).
+    share_stack: bool,
+    /// The previous trace entry when it was a `free_requested`: its block and stack.
+    last_free_requested: Option<(u64, StackId)>,
 }
 
 const UNSET: u32 = u32::MAX;
@@ -236,6 +241,8 @@ impl<'t, W: Write> Pickler<'t, W> {
             pairs: HashMap::new(),
             seg_keys: None,
             fresh_stacks: false,
+            share_stack: false,
+            last_free_requested: None,
         }
     }
 
@@ -521,7 +528,7 @@ impl<'t, W: Write> Pickler<'t, W> {
     fn stack(&mut self, s: StackId) -> io::Result<()> {
         self.boundary()?;
         let idx = self.stacks[s.index()];
-        if idx != UNSET && !self.fresh_stacks {
+        if idx != UNSET && (!self.fresh_stacks || self.share_stack) {
             self.get(idx);
             return Ok(());
         }
@@ -722,7 +729,17 @@ impl<'t, W: Write> Pickler<'t, W> {
         if let Some(st) = e.stack {
             f.push(("frames", Field::Stack(st)));
         }
-        self.fields(&f)
+        // PyTorch records a free's traceback once and gives it to both of the free's
+        // entries: the same list object, written once.
+        self.share_stack = e.action == Action::FreeCompleted
+            && e.stack.is_some_and(|st| self.last_free_requested == Some((e.addr, st)));
+        self.last_free_requested = match (e.action, e.stack) {
+            (Action::FreeRequested, Some(st)) => Some((e.addr, st)),
+            _ => None,
+        };
+        let r = self.fields(&f);
+        self.share_stack = false;
+        r
     }
 
     fn annotation(&mut self, a: &Annotation) -> io::Result<()> {
