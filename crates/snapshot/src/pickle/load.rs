@@ -249,7 +249,8 @@ impl SpanSet {
     /// [`stack_items`] would find: it decides where a list ends from its bytes up to that
     /// point and those right after it ([`list_goes_on`]), so equal bytes and the same stop
     /// make the same items.
-    /// The one found moves first (the ways are kept latest-used first).
+    /// The one found moves first, swapping places with the first (so the ways are kept
+    /// roughly latest-used first, without moving all of them).
     #[inline]
     fn find(&mut self, buf: &[u8], body: usize) -> Option<(StackId, usize)> {
         let k = self.ways.iter().position(|w| {
@@ -258,14 +259,16 @@ impl SpanSet {
                 buf.get(body..end).is_some_and(|b| same_bytes(b, bytes)) && !list_goes_on(buf, end)
             })
         })?;
-        self.ways[..=k].rotate_right(1);
+        if k > 0 {
+            self.ways.swap(0, k);
+        }
         let (bytes, id) = self.ways[0].as_ref()?;
         Some((*id, body + bytes.len()))
     }
-    /// Takes the place of the least lately used.
+    /// Takes the last place (about the least lately used), then the first.
     fn put(&mut self, span: &[u8], id: StackId) {
-        self.ways.rotate_right(1);
-        self.ways[0] = Some((span.into(), id));
+        self.ways[SPAN_WAYS - 1] = Some((span.into(), id));
+        self.ways.swap(0, SPAN_WAYS - 1);
     }
 }
 
