@@ -969,7 +969,7 @@ impl SnapshotAbsorber {
             None
         };
         let (stream, time) = (f[Slot::Stream as usize], f[Slot::Time as usize]);
-        let ev = TraceEvent {
+        let mut ev = TraceEvent {
             addr: f[Slot::Addr as usize].int(w) as u64,
             size: f[Slot::Size as usize].int(w) as u64,
             stream: if stream.present { stream.int(w) as u64 } else { 0 },
@@ -980,14 +980,32 @@ impl SnapshotAbsorber {
             action,
             ..TraceEvent::new(action, 0, 0, 0)
         };
-        // Commit as `decode_entry` does: the dict's MEMOIZE, then its fresh strings'.
+        let (mut len, memos, n_memos) = (sh.len, sh.memos, sh.n_memos);
+        // A shape that stops before a fresh `frames` list, the entry's last key: the list,
+        // then the entry's SETITEMS.
+        let mut fresh = None;
+        if sh.fresh_frames {
+            let mut vals = EntryValues { ints: [0; 4], seen: 0, new_memos: [None; 4], n_memos: 0, fresh_stack: None };
+            self.fresh_frames(st, buf, &mut len, &mut vals)?;
+            if *buf.get(len)? != b'u' {
+                return None;
+            }
+            len += 1;
+            fresh = vals.fresh_stack;
+            ev.stack = fresh;
+        }
+        // Commit as `decode_entry` does: the dict's MEMOIZE, then its fresh strings', then
+        // its fresh frames list's.
         let dict_memo = st.memo.reserve();
-        for id in sh.memos[..sh.n_memos].iter().flatten() {
+        for id in memos[..n_memos].iter().flatten() {
             let i = st.memo.len();
             st.memo.set(i, Value::Str(*id));
         }
+        if let Some(s) = fresh {
+            let i = st.memo.len();
+            st.memo.set(i, Value::Stack(s));
+        }
         st.memo.consume(dict_memo);
-        let len = sh.len;
         // Built in place: an event assembled on the stack and copied over was read back
         // in 16-byte loads from its 8-byte stores, which stalls (store forwarding fails).
         self.cur_events.push(ev);
@@ -1021,7 +1039,7 @@ impl SnapshotAbsorber {
     }
 
     fn shape_of(&self, e: &[u8], used: usize, ev: &TraceEvent) -> Option<EntryShape> {
-        let mut sh = EntryShape::new(e, used)?;
+        let mut sh = EntryShape::new(e, used.min(shape::SHAPE_BYTES))?;
         let (mut p, mut j, mut seen) = (2usize, 0usize, 0u32);
         loop {
             if *e.get(p)? == b'u' {
@@ -1036,6 +1054,13 @@ impl SnapshotAbsorber {
             seen |= 1 << t.code;
             p += t.len;
             let op = *e.get(p)?;
+            if t.code == K_FRAMES && op == 0x5d {
+                // A fresh list (PyTorch's usual `frames`) as the entry's last key: the shape
+                // stops before it, and the list is read as `fresh_frames` reads it.
+                let (end, framed) = stack_items(e, p + 2, |_| Some(()))?;
+                let last = e.get(p + 1) == Some(&0x94) && e.get(end) == Some(&b'u') && end + 1 == used;
+                return (last && !framed && sh.stop_before_fresh_frames(p) && sh.complete()).then_some(sh);
+            }
             let ok = match t.code {
                 K_ADDR..=K_TIME => {
                     let slot = [Slot::Addr, Slot::Size, Slot::Stream, Slot::Time][(t.code - K_ADDR) as usize];
@@ -1094,7 +1119,7 @@ impl SnapshotAbsorber {
             }
             j += 1;
         }
-        (p == used && sh.complete()).then_some(sh)
+        (p == used && used <= shape::SHAPE_BYTES && sh.complete()).then_some(sh)
     }
 
     fn push_event(&mut self, list: u32, ev: TraceEvent) {

@@ -13,9 +13,10 @@
 //! opcode and its length bytes, all of which the compare covered. Whatever differs (a
 //! size written as `M` instead of `K`, a longer address, a FRAME opcode inside the entry, a
 //! new stack list) misses every shape and goes to the key-by-key decoder, which learns
-//! the new layout (an entry with a new stack list is not decoded there either: the
-//! generic path takes it). Four shapes cover all but a few entries in a thousand of the
-//! traces this decoder reads (a stack by memo reference in every entry).
+//! the new layout. An entry whose `frames` is a fresh list (PyTorch writes one per captured
+//! traceback), as its last key, has a shape too: its bytes up to the list, whose items
+//! vary in number and are read by the absorber's list reader ([`EntryShape::fresh_frames`]).
+//! Four shapes cover all but a few entries in a thousand of the traces this decoder reads.
 //!
 //! Principal type: [`EntryShape`]. Only the layout lives here; what a memo reference
 //! means is resolved by the absorber in `load.rs`, with the same checks as its key-by-key
@@ -104,6 +105,9 @@ pub(crate) struct EntryShape {
     /// decoder allows).
     pub memos: [Option<StrId>; 4],
     pub n_memos: usize,
+    /// The entry goes on after `len` bytes with a fresh `frames` list, its last key, then
+    /// SETITEMS: the list is read by the absorber's list reader (its bytes vary in length).
+    pub fresh_frames: bool,
 }
 
 impl EntryShape {
@@ -127,7 +131,23 @@ impl EntryShape {
             user_metadata: None,
             memos: [None; 4],
             n_memos: 0,
+            fresh_frames: false,
         })
+    }
+
+    /// Ends the layout at `len`, where a fresh `frames` list starts, whose first two bytes
+    /// (`EMPTY_LIST MEMOIZE`) it still compares: an entry laid out alike but with its
+    /// `frames` by memo reference (a free's second entry) is another layout. `false` when
+    /// the shape does not hold those bytes.
+    pub fn stop_before_fresh_frames(&mut self, len: usize) -> bool {
+        if len == 0 || len + 2 > self.len {
+            return false;
+        }
+        self.mask[len + 2..].fill(0);
+        self.len = len;
+        self.blocks = (len + 2).div_ceil(LANES);
+        self.fresh_frames = true;
+        true
     }
 
     /// Marks `n` payload bytes at `off` as varying and records the field; `false` when
@@ -150,6 +170,7 @@ impl EntryShape {
     /// Whether two shapes describe the same layout.
     pub fn same_layout(&self, other: &EntryShape) -> bool {
         self.len == other.len
+            && self.fresh_frames == other.fresh_frames
             && self.mask == other.mask
             && self.fields == other.fields
             && (0..SHAPE_BYTES).all(|i| self.bytes[i] & self.mask[i] == other.bytes[i] & other.mask[i])
