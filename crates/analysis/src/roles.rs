@@ -409,7 +409,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     let trace = snap.trace(lives.device);
     let n = trace.len();
     let none = BlockRole::of(Reason::OtherUndecided);
-    let mut traced = vec![none; lives.traced.len()];
+    let mut traced = crate::mem::filled(lives.traced.len(), none);
     let mut seeded = vec![none; lives.seeded.len()];
     // Identities compare tensor sizes (the requests): a block can be larger than its
     // tensor (a large-pool block is not split for a remainder of 1 MiB or less), and a

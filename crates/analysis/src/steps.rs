@@ -453,7 +453,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     }
     // 2. Phases: a tagged entry is in its tag's phase; an untagged one in the phase
     // around it (module doc).
-    let mut phase_of = vec![Phase::Outside; n];
+    let mut phase_of = crate::mem::filled(n, Phase::Outside);
     let mut prev: Option<(usize, Tag)> = None;
     let mut i = 0;
     while i < n {

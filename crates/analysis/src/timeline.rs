@@ -45,6 +45,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::lives::{BlockLives, LivesRecorder, SeededLife, TracedLife, LIVE_AT_END};
+use crate::mem::HugePages;
 use crate::summary::request_of;
 
 /// Default number of points of [`DeviceTimeline::series`].
@@ -350,6 +351,10 @@ impl<'a> Replayer<'a> {
             req: if index { Vec::with_capacity(n) } else { Vec::new() },
             ended: if index { vec![0; n] } else { Vec::new() },
         };
+        // Tens of MB filled in one pass: in huge pages ([`crate::mem`]).
+        d.traced.huge_pages();
+        d.req.huge_pages();
+        d.ended.huge_pages();
         let mut r = Replayer::build::<true>(snap, device, Some(&mut d));
         let facts = std::mem::take(&mut r.facts);
         let mut traced = d.traced;
