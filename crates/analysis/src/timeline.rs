@@ -393,7 +393,7 @@ impl<'a> Replayer<'a> {
             });
         }
         more.sort_unstable();
-        let parts = index.then(|| LifeIndexParts { req: d.req, ended: d.ended, more });
+        let parts = index.then_some(LifeIndexParts { req: d.req, ended: d.ended, more });
         (BlockLives { device, seeded, traced }, facts, parts)
     }
 
