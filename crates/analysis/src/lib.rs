@@ -23,6 +23,7 @@ pub mod check;
 pub mod diff;
 pub mod leaks;
 pub mod lives;
+mod mem;
 pub mod plant;
 pub mod timeline;
 pub mod window;

@@ -15,7 +15,7 @@
 
 use fragscope_snapshot::{Snapshot, StackId, NO_TIME};
 
-use crate::timeline::{Live, LiveBlock, Replayer, TraceFacts};
+use crate::timeline::{LifeIndexParts, Live, LiveBlock, Replayer, TraceFacts};
 
 /// A block allocated by the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,15 +121,17 @@ impl BlockLives {
     /// The lives of `device`'s blocks by a walk of its own (for callers without a
     /// timeline walk to take them from).
     pub fn replay(snap: &Snapshot, device: i64) -> BlockLives {
-        Self::replay_with_facts(snap, device).0
+        Replayer::lives(snap, device, false).0
     }
 
     /// [`BlockLives::replay`], and what `summary`'s trace figures read from the same
-    /// walk ([`TraceFacts`]).
-    pub(crate) fn replay_with_facts(snap: &Snapshot, device: i64) -> (BlockLives, TraceFacts) {
-        let mut r = Replayer::new(snap, device);
-        let facts = std::mem::take(&mut r.facts);
-        (r.into_lives(device), facts)
+    /// walk ([`TraceFacts`]) and, when `index`, the parts of the roles' index of the lives.
+    pub(crate) fn replay_with_facts(
+        snap: &Snapshot,
+        device: i64,
+        index: bool,
+    ) -> (BlockLives, TraceFacts, Option<LifeIndexParts>) {
+        Replayer::lives(snap, device, index)
     }
 
     /// What [`crate::timeline::live_sets_at`] returns, from the lives: the allocated

@@ -35,6 +35,7 @@ use serde::Serialize;
 
 use crate::lives::{BlockLives, LIVE_AT_END};
 use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
+use crate::timeline::LifeIndexParts;
 
 /// What a block of memory is for (module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -305,6 +306,7 @@ pub fn classify(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> Roles {
 
 /// What classifying and summing the roles both read about the lives, made once: each
 /// traced block's tensor size, and the lives by the entry that ended them.
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct LifeIndex {
     /// `req[i]`: the request of `lives.traced[i]` (its `alloc` entry's size), read in
     /// `alloc` order once rather than from the trace at every use.
@@ -319,6 +321,14 @@ impl LifeIndex {
             req: lives.traced.iter().map(|l| trace[l.alloc].size).collect(),
             ends: Ends::new(lives, trace.len()),
         }
+    }
+
+    /// The index the lifetime walk made as it went ([`crate::timeline::LifeIndexParts`]),
+    /// the same as [`LifeIndex::new`]'s: `summary` reads it there, where the requests
+    /// and the ends are at hand, instead of reading the trace again.
+    fn from_walk(lives: &BlockLives, parts: LifeIndexParts) -> Self {
+        let LifeIndexParts { req, ended, more } = parts;
+        LifeIndex { req, ends: Ends { slot: ended, more, traced: lives.traced.len() } }
     }
 }
 
@@ -335,6 +345,7 @@ enum Ended {
 /// trace. The lifetime walk ends at most one block per entry (an `alloc` the block its
 /// address held, a free the block it frees), so one slot per entry holds them; a second
 /// life at one entry (lives not made by that walk) goes to a sorted list.
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Ends {
     /// Per entry: 0 for none, else 1 + the life: a traced index, or the number of
     /// traced lives + a seeded index. Empty when that numbering does not fit 32 bits.
@@ -398,7 +409,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     let trace = snap.trace(lives.device);
     let n = trace.len();
     let none = BlockRole::of(Reason::OtherUndecided);
-    let mut traced = vec![none; lives.traced.len()];
+    let mut traced = crate::mem::filled(lives.traced.len(), none);
     let mut seeded = vec![none; lives.seeded.len()];
     // Identities compare tensor sizes (the requests): a block can be larger than its
     // tensor (a large-pool block is not split for a remainder of 1 MiB or less), and a
@@ -1229,17 +1240,22 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
 
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
-    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap))
+    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None)
 }
 
-/// [`device_roles_from`] with the stacks' evidence the steps gathered.
+/// [`device_roles_from`] with the stacks' evidence the steps gathered, and the index of
+/// the lives when the lifetime walk made it.
 pub(crate) fn device_roles_from_ev(
     snap: &Snapshot,
     lives: &BlockLives,
     st: &Steps,
     ev: &mut StackEvidence,
+    parts: Option<LifeIndexParts>,
 ) -> (DeviceRoles, Roles) {
-    let ix = LifeIndex::new(snap, lives);
+    let ix = match parts {
+        Some(p) => LifeIndex::from_walk(lives, p),
+        None => LifeIndex::new(snap, lives),
+    };
     let roles = classify_with(snap, lives, st, ev, &ix);
     (summarize_with(snap, lives, &roles, st, &ix), roles)
 }
@@ -1411,6 +1427,67 @@ mod tests {
             let lives = BlockLives { device: 0, seeded, traced };
             let ix = LifeIndex::new(&snap, &lives);
             assert_eq!(sweep(&lives, &roles, &ix, n), sweep_by_states(&lives, &roles, &ix, n), "round {round}");
+        }
+    }
+
+    #[test]
+    fn the_walk_makes_the_index_of_the_lives() {
+        // Random traces over a few addresses (an `alloc` at a live address, frees of
+        // unknown blocks, a second `free_requested`, final blocks the trace never saw):
+        // the index the lifetime walk makes is the one made from its lives.
+        use fragscope_snapshot::{Block, BlockState, Segment, SegmentType};
+        let mut rng = fragscope_testdata::Rng(31);
+        let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc];
+        let states = [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive];
+        for _ in 0..400 {
+            let mut snap = Snapshot::default();
+            let addrs: Vec<u64> = (0..1 + rng.below(6)).map(|k| 0x1000 * (k as u64 + 1)).collect();
+            let trace: Vec<TraceEvent> = (0..rng.below(60))
+                .map(|_| {
+                    let a = actions[rng.below(actions.len())];
+                    TraceEvent::new(a, addrs[rng.below(addrs.len())], 1 + rng.below(3 << 20) as u64, 0)
+                })
+                .collect();
+            let mut blocks = Vec::new();
+            for &a in addrs.iter().chain(&[0x9000_0000]) {
+                if rng.below(2) == 0 {
+                    let size = 512 * (1 + rng.below(8) as u64);
+                    let state = states[rng.below(3)];
+                    blocks.push(Block {
+                        address: a,
+                        size,
+                        requested_size: Some(size),
+                        state,
+                        stack: None,
+                        history: None,
+                    });
+                }
+            }
+            if !blocks.is_empty() {
+                snap.segments.push(Segment {
+                    device: 0,
+                    address: 0,
+                    total_size: 1 << 32,
+                    allocated_size: 0,
+                    active_size: 0,
+                    requested_size: None,
+                    stream: 0,
+                    segment_type: SegmentType::Large,
+                    segment_pool_id: Some((0, 0)),
+                    is_expandable: Some(false),
+                    stack: None,
+                    blocks,
+                });
+            }
+            snap.device_traces.push(trace);
+            let (lives, _, parts) = crate::timeline::Replayer::lives(&snap, 0, true);
+            let parts = parts.expect("a short trace has its index");
+            assert_eq!(
+                LifeIndex::from_walk(&lives, parts),
+                LifeIndex::new(&snap, &lives),
+                "{:?}",
+                snap.device_traces[0]
+            );
         }
     }
 }

@@ -32,6 +32,7 @@ use fragscope_snapshot::{Action, FrameId, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::attribution::Scopes;
+use crate::mem::HugePages;
 
 /// What the program was doing at a trace entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -387,7 +388,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     // Entries by code: the counts by tag, and whether a user optimizer's step was seen,
     // from these (one increment per entry, no branch).
     let mut by_code = [0usize; 256];
-    let mut tags: Vec<Option<Tag>> = vec![None; n];
+    let mut tags: Vec<Option<Tag>> = crate::mem::filled(n, None);
     // Frees recorded with `context="alloc"` carry the stack of the allocation they free,
     // which says where the block was made, not what the program was doing when it was
     // freed (a gradient freed by zero_grad would read as backward): then only the
@@ -395,6 +396,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     let frees_tell = !frees_carry_alloc_stacks(trace);
     // Without: the tag of the allocation each free frees (below).
     let mut made_by: Vec<Option<Tag>> = if frees_tell { Vec::new() } else { Vec::with_capacity(n) };
+    made_by.huge_pages();
     for (t, e) in tags.iter_mut().zip(trace) {
         untimed |= e.time_us == NO_TIME;
         let free = matches!(e.action, Action::FreeRequested | Action::FreeCompleted);
@@ -453,7 +455,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     }
     // 2. Phases: a tagged entry is in its tag's phase; an untagged one in the phase
     // around it (module doc).
-    let mut phase_of = vec![Phase::Outside; n];
+    let mut phase_of = crate::mem::filled(n, Phase::Outside);
     let mut prev: Option<(usize, Tag)> = None;
     let mut i = 0;
     while i < n {

@@ -416,12 +416,12 @@ pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> Devic
             })
         });
         let lived = sc.spawn(move || {
-            let (lives, facts) = BlockLives::replay_with_facts(snap, device);
+            let (lives, facts, index) = BlockLives::replay_with_facts(snap, device, want_roles);
             let trace = trace_summary(segs_ref, snap.trace(device), &facts);
             drop(facts);
             let roles = steps.map(|h| {
                 let (st, mut ev) = h.join().expect("steps thread");
-                crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev).0
+                crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev, index).0
             });
             (trace, roles)
         });

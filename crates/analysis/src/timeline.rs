@@ -45,6 +45,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::lives::{BlockLives, LivesRecorder, SeededLife, TracedLife, LIVE_AT_END};
+use crate::mem::HugePages;
 use crate::summary::request_of;
 
 /// Default number of points of [`DeviceTimeline::series`].
@@ -262,9 +263,141 @@ pub(crate) struct Replayer<'a> {
 /// No `alloc` of the trace holds the slot ([`Replayer::new`]'s pass 1).
 const NO_ALLOC: usize = usize::MAX;
 
+/// The block lives made during [`Replayer::new`]'s pass 1 ([`Replayer::lives`]).
+///
+/// Between two entries that name an address, that address holds one block at most, and
+/// the lifetime walk ends a block at the next entry that names its address, whatever
+/// that entry is (an `alloc`: the free fell out of the trace; a `free_requested`; a
+/// `free_completed` with no `free_requested` before it). So a traced life ends at the
+/// next entry of its address after its `alloc`, and a block seeded at state 0 at the
+/// first entry of its address: the lives need no second walk, only the first's slots.
+struct LivesDraft {
+    /// Traced lives in `alloc` order; their sizes are the rounded requests until
+    /// [`Replayer::lives`] puts in the real sizes of the blocks live at the end.
+    traced: Vec<TracedLife>,
+    /// Per slot: 1 + the traced life its address holds and no entry has ended yet; 0 for
+    /// none.
+    pending: Vec<u32>,
+    /// Per slot: the first entry that names its address.
+    first_of: Vec<usize>,
+    /// Rounded requests: a few sizes recur millions of times.
+    rounded: Box<[(u64, u64); 256]>,
+    /// Kept for the roles ([`crate::roles`]'s `LifeIndex`) when asked for: per traced
+    /// life its request, and per entry 1 + the traced life it ended (0 for none).
+    index: bool,
+    req: Vec<u64>,
+    ended: Vec<u32>,
+}
+
+impl LivesDraft {
+    /// Entry `i` (an `alloc` or a free) names the address of slot `k`.
+    #[inline(always)]
+    fn entry(&mut self, i: usize, e: &TraceEvent, k: usize, cfg: &AllocatorConfig) {
+        let p = std::mem::take(&mut self.pending[k]);
+        if p != 0 {
+            self.traced[p as usize - 1].end = i;
+            if self.index {
+                self.ended[i] = p;
+            }
+        }
+        if e.action == Action::Alloc {
+            let m = &mut self.rounded[(e.size.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize];
+            if m.0 != e.size {
+                *m = (e.size, round_size(e.size, cfg));
+            }
+            self.traced.push(TracedLife { alloc: i, end: LIVE_AT_END, size: m.1, stack: e.stack });
+            if self.index {
+                self.req.push(e.size);
+            }
+            // Lives are numbered in 32 bits ([`Live::life`]).
+            self.pending[k] = self.traced.len() as u32;
+        }
+    }
+}
+
+/// What [`crate::roles`]' `LifeIndex` is made of, from the lifetime walk
+/// ([`Replayer::lives`]): per traced life its request; per entry 1 + the life it ended
+/// (a traced index, or the number of traced lives + a seeded index; 0 for none); the
+/// (entry, life) that found their entry taken, sorted.
+pub(crate) struct LifeIndexParts {
+    pub req: Vec<u64>,
+    pub ended: Vec<u32>,
+    pub more: Vec<(usize, usize)>,
+}
+
 impl<'a> Replayer<'a> {
     /// Pass 1: works out the state at t = 0 (module doc). O(events), O(live) memory.
     pub fn new(snap: &'a Snapshot, device: i64) -> Self {
+        Self::build::<false>(snap, device, None)
+    }
+
+    /// The block lives of the whole trace, from state 0, made in pass 1 ([`LivesDraft`]):
+    /// what the steps tell a [`LivesRecorder`] (the same lives, numbered alike), without
+    /// a second walk; also the trace's facts ([`TraceFacts`]) and, when `index`, the
+    /// parts of the roles' index of the lives. The test below and `lives_real` hold them
+    /// to the steps (and to a timeline walk's).
+    pub fn lives(snap: &Snapshot, device: i64, index: bool) -> (BlockLives, TraceFacts, Option<LifeIndexParts>) {
+        let n = snap.trace(device).len();
+        // The per-entry index numbers lives in 32 bits.
+        let index = index && n < u32::MAX as usize;
+        let mut d = LivesDraft {
+            // At most one life per entry: untouched capacity is address space, not
+            // memory, and growing a vector of millions of lives would copy them.
+            traced: Vec::with_capacity(n),
+            pending: Vec::new(),
+            first_of: Vec::new(),
+            rounded: Box::new([(u64::MAX, 0); 256]),
+            index,
+            req: if index { Vec::with_capacity(n) } else { Vec::new() },
+            ended: if index { vec![0; n] } else { Vec::new() },
+        };
+        // Tens of MB filled in one pass: in huge pages ([`crate::mem`]).
+        d.traced.huge_pages();
+        d.req.huge_pages();
+        d.ended.huge_pages();
+        let mut r = Replayer::build::<true>(snap, device, Some(&mut d));
+        let facts = std::mem::take(&mut r.facts);
+        let mut traced = d.traced;
+        traced.shrink_to_fit();
+        // The real sizes of the blocks live at the end (both lists in `alloc` order).
+        let mut at = 0;
+        for &(idx, size) in &r.final_sizes {
+            at += traced[at..].partition_point(|l| l.alloc < idx);
+            if let Some(l) = traced.get_mut(at).filter(|l| l.alloc == idx) {
+                l.size = size;
+            }
+        }
+        // Seeded as `LivesRecorder::start` numbers them; each ends at the first entry
+        // of its address (none for a block no entry names).
+        let mut seeded = Vec::new();
+        let mut more = Vec::new();
+        for &k in &r.seeded_order {
+            let Some(b) = &r.live[k as usize] else { continue };
+            if !b.allocated {
+                continue;
+            }
+            let end = d.first_of.get(k as usize).copied().unwrap_or(LIVE_AT_END);
+            if index && end != LIVE_AT_END {
+                let life = traced.len() + seeded.len();
+                match d.ended.get_mut(end) {
+                    Some(s) if *s == 0 && life < u32::MAX as usize => *s = life as u32 + 1,
+                    _ => more.push((end, life)),
+                }
+            }
+            seeded.push(SeededLife {
+                address: r.addr_of[k as usize],
+                size: b.size,
+                request: b.request,
+                stack: b.stack,
+                end,
+            });
+        }
+        more.sort_unstable();
+        let parts = index.then_some(LifeIndexParts { req: d.req, ended: d.ended, more });
+        (BlockLives { device, seeded, traced }, facts, parts)
+    }
+
+    fn build<const LIVES: bool>(snap: &'a Snapshot, device: i64, mut draft: Option<&mut LivesDraft>) -> Self {
         let trace = snap.trace(device);
         let cfg = crate::replay::recorded_config(snap);
         let mut seeded = Seeded::default();
@@ -273,7 +406,8 @@ impl<'a> Replayer<'a> {
         // `free_completed` ([`NO_ALLOC`]), and whether a free of an unknown block there
         // is pending (its `free_requested` seen, not its `free_completed`).
         let mut slots: FxHashMap<u64, u32> = FxHashMap::default();
-        let mut slot_of: Vec<u32> = vec![0; trace.len()];
+        // Not kept for the lives alone: the steps read it, the lives are made in this pass.
+        let mut slot_of: Vec<u32> = if LIVES { Vec::new() } else { vec![0; trace.len()] };
         let mut addr_of: Vec<u64> = Vec::new();
         let mut traced: Vec<usize> = Vec::new();
         let mut orphan_pending: Vec<bool> = Vec::new();
@@ -305,9 +439,19 @@ impl<'a> Replayer<'a> {
                     addr_of.push(e.addr);
                     traced.push(NO_ALLOC);
                     orphan_pending.push(false);
+                    if let Some(d) = draft.as_mut().filter(|_| LIVES) {
+                        d.pending.push(0);
+                        d.first_of.push(i);
+                    }
                 }
-                slot_of[i] = k;
                 let k = k as usize;
+                if LIVES {
+                    if let Some(d) = draft.as_mut() {
+                        d.entry(i, e, k, &cfg);
+                    }
+                } else {
+                    slot_of[i] = k as u32;
+                }
                 match e.action {
                     Action::Alloc => {
                         if std::mem::replace(&mut traced[k], i) != NO_ALLOC {
@@ -519,87 +663,6 @@ impl<'a> Replayer<'a> {
     pub fn history_complete(&self) -> bool {
         let s = &self.seeded;
         s.blocks == 0 && s.segment_frees_of_unknown_segments == 0 && s.profiler_baseline_bytes == 0
-    }
-
-    /// The block lives of the whole trace, from state 0: what the steps tell a
-    /// [`LivesRecorder`] (the same lives, numbered alike), without the levels. A block
-    /// is a word per slot (`PRESENT | ALLOCATED? | SEEDED? | life`) instead of a
-    /// [`Live`]: for `summary`, which wants the lives alone, most of the walk's cost was
-    /// making and copying those. `lives_real` and the tests below hold it to the steps.
-    pub fn into_lives(self, device: i64) -> BlockLives {
-        const PRESENT: u64 = 1 << 63;
-        const ALLOCATED: u64 = 1 << 62;
-        const SEEDED: u64 = 1 << 61;
-        const LIFE: u64 = u32::MAX as u64;
-        let mut state = vec![0u64; self.addr_of.len()];
-        let mut lives = BlockLives { device, seeded: Vec::new(), traced: Vec::with_capacity(self.allocs) };
-        // Seeded as `LivesRecorder::start` numbers them.
-        for &k in &self.seeded_order {
-            let Some(b) = &self.live[k as usize] else { continue };
-            state[k as usize] = if b.allocated {
-                let life = lives.seeded.len() as u64;
-                lives.seeded.push(SeededLife {
-                    address: self.addr_of[k as usize],
-                    size: b.size,
-                    request: b.request,
-                    stack: b.stack,
-                    end: LIVE_AT_END,
-                });
-                PRESENT | ALLOCATED | SEEDED | life
-            } else {
-                PRESENT | SEEDED
-            };
-        }
-        let (mut seeded, mut traced) = (lives.seeded, lives.traced);
-        let mut end = |word: u64, i: usize, traced: &mut Vec<TracedLife>| {
-            if word & ALLOCATED != 0 {
-                let life = (word & LIFE) as usize;
-                if word & SEEDED != 0 {
-                    seeded[life].end = i;
-                } else {
-                    traced[life].end = i;
-                }
-            }
-        };
-        // Rounded requests: a few sizes recur millions of times.
-        let mut rounded = [(u64::MAX, 0u64); 256];
-        let mut final_pos = 0;
-        for (i, e) in self.trace.iter().enumerate() {
-            match e.action {
-                Action::Alloc => {
-                    while self.final_sizes.get(final_pos).is_some_and(|&(j, _)| j < i) {
-                        final_pos += 1;
-                    }
-                    let size = match self.final_sizes.get(final_pos) {
-                        Some(&(j, size)) if j == i => size,
-                        _ => {
-                            let m = &mut rounded[(e.size.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize];
-                            if m.0 != e.size {
-                                *m = (e.size, round_size(e.size, &self.cfg));
-                            }
-                            m.1
-                        }
-                    };
-                    let word = PRESENT | ALLOCATED | (traced.len() as u64 & LIFE);
-                    let old = std::mem::replace(&mut state[self.slot_of[i] as usize], word);
-                    // A free fell out of the trace: the old block ends here.
-                    end(old, i, &mut traced);
-                    traced.push(TracedLife { alloc: i, end: LIVE_AT_END, size, stack: e.stack });
-                }
-                Action::FreeRequested => {
-                    let w = &mut state[self.slot_of[i] as usize];
-                    end(*w, i, &mut traced);
-                    *w &= !ALLOCATED;
-                }
-                Action::FreeCompleted => {
-                    // No free_requested recorded (e.g. skip_actions): it ends here.
-                    end(std::mem::take(&mut state[self.slot_of[i] as usize]), i, &mut traced);
-                }
-                _ => {}
-            }
-        }
-        drop(end);
-        BlockLives { device, seeded, traced }
     }
 
     fn advance_totals(&mut self, t: i64) {
@@ -974,7 +1037,7 @@ mod tests {
     }
 
     /// The lives as the steps give them to a [`LivesRecorder`] (what the timeline's walk
-    /// keeps): the definition [`Replayer::into_lives`] is held to.
+    /// keeps): the definition [`Replayer::lives`] is held to.
     fn lives_by_steps(snap: &Snapshot, device: i64) -> BlockLives {
         let mut r = Replayer::new(snap, device);
         let mut rec = LivesRecorder::start(&mut r, device);
@@ -1013,7 +1076,7 @@ mod tests {
             }
             snap.device_traces.push(trace);
             let want = lives_by_steps(&snap, 0);
-            assert_eq!(Replayer::new(&snap, 0).into_lives(0), want, "{:?}", snap.device_traces[0]);
+            assert_eq!(Replayer::lives(&snap, 0, false).0, want, "{:?}", snap.device_traces[0]);
         }
     }
 

@@ -8,7 +8,8 @@
 //! Best of REPEAT runs each; single runs of the CLI vary more than these.
 //!
 //! usage: cargo run --release -p fragscope-report --example phase_times FILE [REPEAT]
-//!        (WHAT=walk: the report's walks only; WHAT=file: file_data only)
+//!        (WHAT=walk: the report's walks only; WHAT=file: file_data only;
+//!        WHAT=summary: the summary only)
 
 use std::time::Instant;
 
@@ -41,7 +42,7 @@ fn main() {
         println!("{label:21} {s:.3} s");
     };
     let topts = TimelineOptions { points: timeline::DEFAULT_POINTS };
-    for d in snap.devices().into_iter().filter(|_| what != "file") {
+    for d in snap.devices().into_iter().filter(|_| what != "file" && what != "summary") {
         best(&format!("device {d}: report walk"), &mut || {
             std::hint::black_box(fragscope_report::curves::curves_and_timeline(&snap, d, &opts, topts.points));
         });
@@ -69,6 +70,9 @@ fn main() {
         best("summary", &mut || {
             std::hint::black_box(fragscope_analysis::summary::summarize(&snap));
         });
+    }
+    if what == "summary" {
+        return;
     }
     best("file_data", &mut || {
         std::hint::black_box(fragscope_report::file_data("bench", false, &snap, &opts));
