@@ -856,29 +856,34 @@ impl SnapshotAbsorber {
     /// A `frames` value written as a fresh list (`EMPTY_LIST MEMOIZE`, then its items by
     /// `MARK … APPENDS` or `APPEND`), every item a memo reference to a frame already read:
     /// how PyTorch's own pickles write most entries' stacks (a new list per entry, its
-    /// frame dicts shared). A list whose item bytes a recent entry had is that entry's
-    /// stack ([`Self::stack_spans`]); another is resolved and interned. FRAME opcodes
-    /// between items are skipped. Anything else (a frame dict written inside, a second
-    /// `frames` key) is left to the generic path.
-    #[cold]
+    /// frame dicts shared), so on their files a hot path. Its stack is found by
+    /// [`Self::fresh_stack`]; FRAME opcodes between items are skipped. Anything else (a
+    /// frame dict written inside, a second `frames` key) is left to the generic path.
     fn fresh_frames(&mut self, st: &mut VmState, buf: &[u8], p: &mut usize, vals: &mut EntryValues) -> Option<()> {
         if vals.n_memos == vals.new_memos.len() || buf.get(*p..*p + 2)? != [0x5d, 0x94] {
             return None;
         }
-        let body = *p + 2;
+        let (id, end) = self.fresh_stack(st, buf, *p + 2)?;
+        vals.new_memos[vals.n_memos] = None;
+        vals.n_memos += 1;
+        vals.fresh_stack = Some(id);
+        vals.seen |= 1 << K_FRAMES;
+        *p = end;
+        Some(())
+    }
+
+    /// The stack of the fresh list whose items start at `buf[body]`, and where they end:
+    /// a list met lately by its bytes, else any list met by its bytes, else resolved
+    /// frame by frame and interned (and remembered both ways).
+    fn fresh_stack(&mut self, st: &mut VmState, buf: &[u8], body: usize) -> Option<(StackId, usize)> {
         if self.spans_gen != st.memo.string_overwrites {
             self.stack_spans.clear();
             self.recent_spans.fill(SpanSet::default());
             self.spans_gen = st.memo.string_overwrites;
         }
         let set = buf.get(body..body + SPAN_KEY).map(span_set);
-        if let Some((id, end)) = set.and_then(|k| self.recent_spans[k].find(buf, body)) {
-            vals.new_memos[vals.n_memos] = None;
-            vals.n_memos += 1;
-            vals.fresh_stack = Some(id);
-            vals.seen |= 1 << K_FRAMES;
-            *p = end;
-            return Some(());
+        if let Some(found) = set.and_then(|k| self.recent_spans[k].find(buf, body)) {
+            return Some(found);
         }
         let (end, framed) = stack_items(buf, body, |_| Some(()))?;
         let span = &buf[body..end];
@@ -909,12 +914,7 @@ impl SnapshotAbsorber {
             // Not there already (it would have been found): take the oldest way.
             self.recent_spans[k].put(span, id);
         }
-        vals.new_memos[vals.n_memos] = None;
-        vals.n_memos += 1;
-        vals.fresh_stack = Some(id);
-        vals.seen |= 1 << K_FRAMES;
-        *p = end;
-        Some(())
+        Some((id, end))
     }
 
     /// Decodes the entry at `buf[0]` (its MEMOIZE) by one of the recent entry layouts, as
