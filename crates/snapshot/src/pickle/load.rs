@@ -1402,6 +1402,31 @@ impl Feeder {
         }
         Ok(())
     }
+    /// A complete, non-empty list whose items are all frame dicts, interned as the stack
+    /// `frames` would become; `None` (the list unchanged) for any other list. Once
+    /// interned, `list` itself resolves to the stack, as a pickle's memo entry does.
+    ///
+    /// A walker that meets the same frame dicts again in another list can hand over the
+    /// returned value in place of building that list: a traceback's frames are immutable,
+    /// and PyTorch makes a new list for each traceback out of shared frame dicts, so the
+    /// same stack comes back in thousands of lists.
+    pub fn as_stack(&mut self, list: FeedValue) -> Option<FeedValue> {
+        let Value::List(h) = self.st.resolve(list.0) else { return None };
+        let l = self.st.list(h).ok()?;
+        if l.items.is_empty() {
+            return None;
+        }
+        self.abs.frame_buf.clear();
+        for &item in &l.items {
+            match self.st.resolve(item) {
+                Value::Frame(f) => self.abs.frame_buf.push(f),
+                _ => return None,
+            }
+        }
+        let id = self.st.table.intern_stack(&self.abs.frame_buf);
+        self.st.retire_list(h, Value::Stack(id));
+        Some(FeedValue(Value::Stack(id)))
+    }
     /// An empty dict; fill it with [`Feeder::set_item`].
     pub fn dict(&mut self) -> FeedValue {
         FeedValue(self.st.new_dict())
