@@ -374,6 +374,33 @@ def test_bad_dicts(obj, match):
         fragscope.from_dict(obj)
 
 
+@pytest.mark.parametrize("where", ["trace size", "trace addr", "segment size"])
+def test_impossible_sizes_are_refused_on_every_path(where, tmp_path):
+    """A snapshot with a size past 256 TiB or an address past any CUDA address is refused
+    by load, loads and from_dict alike (as by the CLI), before any analysis sums it; the
+    same snapshot with the values at the limits is read."""
+    d = _pickle_load(real_file(SMALL))
+    t = next(t for t in d["device_traces"] if len(t) > 2)
+    entry, seg = t[len(t) // 2], d["segments"][0]
+    for value, refused in [((1 << 48) if where != "trace addr" else (1 << 57) - 1, False),
+                           ((1 << 48) + 1 if where != "trace addr" else 1 << 57, True)]:
+        if where == "trace size":
+            entry["size"] = value
+        elif where == "trace addr":
+            entry["addr"] = value
+        else:
+            seg["total_size"] = value
+        data = pickle.dumps(d)
+        (tmp_path / "s.pickle").write_bytes(data)
+        for read in (lambda: fragscope.from_dict(d), lambda: fragscope.loads(data),
+                     lambda: fragscope.load(tmp_path / "s.pickle")):
+            if refused:
+                with pytest.raises(fragscope.SnapshotError, match="not a plausible memory snapshot"):
+                    read()
+            else:
+                assert read().summary().devices
+
+
 def test_deep_and_cyclic_dicts():
     deep: list = []
     cur = deep

@@ -15,9 +15,8 @@ pub const PROGRESS_THRESHOLD: u64 = 64 * 1024 * 1024;
 /// standard input, as `_memory_viz.py` does (`ssh gpu cat snap.pickle | fragscope summary -`).
 pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
     if path.as_os_str() == "-" {
-        let snap =
-            fragscope_snapshot::read_from(std::io::stdin().lock()).map_err(|e| read_error(Path::new("<stdin>"), &e))?;
-        return checked(Path::new("<stdin>"), snap);
+        return fragscope_snapshot::read_from_checked(std::io::stdin().lock())
+            .map_err(|e| read_error(Path::new("<stdin>"), &e));
     }
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let show = !quiet && size > PROGRESS_THRESHOLD && std::io::stderr().is_terminal();
@@ -29,20 +28,15 @@ pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
                 .progress_chars("=> "),
         );
         bar.set_message(format!("reading {}", path.display()));
-        let r = fragscope_snapshot::read_path_with_progress(path, &mut |done, _total| bar.set_position(done));
+        let r = fragscope_snapshot::read_path_checked(path, &mut |done, _total| bar.set_position(done));
         bar.finish_and_clear();
         r
     } else {
-        fragscope_snapshot::read_path(path)
+        fragscope_snapshot::read_path_checked(path, &mut |_, _| {})
     };
-    checked(path, result.map_err(|e| read_error(path, &e))?)
-}
-
-/// Refuses a snapshot with impossible sizes or addresses (`fragscope_snapshot::bounds`),
-/// so that no command's arithmetic meets them.
-fn checked(path: &Path, snap: Snapshot) -> Result<Snapshot, CliError> {
-    fragscope_snapshot::bounds::check(&snap).map_err(|e| read_error(path, &e))?;
-    Ok(snap)
+    // Checked: a snapshot with impossible sizes or addresses (`fragscope_snapshot::bounds`)
+    // is refused, so that no command's arithmetic meets them.
+    result.map_err(|e| read_error(path, &e))
 }
 
 /// The one line for a file that cannot be used (without the `error: ` prefix).

@@ -116,7 +116,12 @@ impl Hasher for AddrHasher {
 /// runs with the GIL released.
 pub fn snapshot_from_py(obj: &Bound<'_, PyAny>) -> Result<Snapshot, String> {
     let (feeder, top) = feed(obj)?;
-    obj.py().allow_threads(move || feeder.finish(top).map_err(|e| e.to_string()))
+    obj.py().allow_threads(move || {
+        let snap = feeder.finish(top).map_err(|e| e.to_string())?;
+        // Refused as a file with the same values is.
+        fragscope_snapshot::bounds::check(&snap).map_err(|e| e.to_string())?;
+        Ok(snap)
+    })
 }
 
 /// The walk alone: the feeder holding every object of `obj`, and the top value.

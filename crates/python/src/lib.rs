@@ -363,7 +363,9 @@ impl Snapshot {
 }
 
 fn read_file(path: &Path, name: String) -> Result<Snapshot, Fail> {
-    let snap = fragscope_snapshot::read_path(path).map_err(|e| read_fail(path, &e))?;
+    // Checked as the CLI's reads are: a snapshot with sizes or addresses no real one has is
+    // refused before any analysis sums them.
+    let snap = fragscope_snapshot::read_path_checked(path, &mut |_, _| {}).map_err(|e| read_fail(path, &e))?;
     Ok(Snapshot { inner: Arc::new(snap), name, example: false })
 }
 
@@ -411,8 +413,7 @@ fn load(py: Python<'_>, path: PathBuf, name: Option<String>) -> PyResult<Snapsho
 fn loads(py: Python<'_>, data: &[u8], name: Option<String>) -> PyResult<Snapshot> {
     let name = name.unwrap_or_else(|| "<bytes>".to_string());
     py.allow_threads(|| {
-        let snap =
-            fragscope_snapshot::read_from(std::io::Cursor::new(data)).map_err(|e| read_fail(Path::new(&name), &e))?;
+        let snap = fragscope_snapshot::read_from_checked(data).map_err(|e| read_fail(Path::new(&name), &e))?;
         Ok(Snapshot { inner: Arc::new(snap), name: name.clone(), example: false })
     })
     .map_err(|e: Fail| e.into())

@@ -8,6 +8,7 @@
 //! was corrupted or hand-edited; refusing it with the offending field is clearer than
 //! the nonsense (or the overflow) the figures would give.
 
+use crate::pickle::load::TraceMax;
 use crate::{ReadError, Segment, Snapshot, TraceEvent};
 
 /// Largest byte count accepted for a segment, block, request or trace entry (2^48).
@@ -61,6 +62,19 @@ fn trace(t: &[TraceEvent], name: &str) -> Result<(), ReadError> {
         size(e.size, || format!("{name} entry {i} ({}) size", e.action.as_str()))?;
     }
     Ok(())
+}
+
+/// [`check`] after a read, given the reader's bound on every trace entry it made (`None`:
+/// none known): the traces are walked only when the bound is out of limits, and then
+/// entry by entry as [`check`] does, so the error names the same first offender.
+pub(crate) fn check_read(snap: &Snapshot, max: Option<TraceMax>) -> Result<(), ReadError> {
+    match max {
+        Some(m) if m.addr < MAX_ADDRESS && m.size <= MAX_BYTES => {
+            segments(&snap.segments, "segments")?;
+            segments(snap.host_segments.as_deref().unwrap_or(&[]), "host_segments")
+        }
+        _ => check(snap),
+    }
 }
 
 /// Checks every address and byte count of `snap` against [`MAX_ADDRESS`] and [`MAX_BYTES`].

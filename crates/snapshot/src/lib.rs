@@ -44,12 +44,39 @@ pub use pyobj::PyObj;
 pub use settings::RecordedSettings;
 
 /// Reads a snapshot from a file: pickle or profiler JSON, optionally gzip-compressed.
+/// Any value is accepted (the writer round-trips edge values); a snapshot to be analysed
+/// is read with [`read_path_checked`].
 pub fn read_path(path: &Path) -> Result<Snapshot, ReadError> {
     read_path_with_progress(path, &mut |_, _| {})
 }
 
 /// Like [`read_path`], calling `progress(bytes_read, file_size)` now and then.
 pub fn read_path_with_progress(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Snapshot, ReadError> {
+    read_path_bounded(path, progress).map(|(s, _)| s)
+}
+
+/// Like [`read_path_with_progress`], then refusing a snapshot whose sizes or addresses no
+/// real one has ([`bounds::check`]), so that the analyses' sums cannot overflow. The same
+/// as reading then checking, cheaper: the pickle reader keeps the largest trace `addr`
+/// and `size` as it reads, and the trace entries are looked at one by one again only
+/// when those are out of bounds (to name the first offending entry).
+pub fn read_path_checked(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Snapshot, ReadError> {
+    let (snap, max) = read_path_bounded(path, progress)?;
+    bounds::check_read(&snap, max)?;
+    Ok(snap)
+}
+
+/// [`read_from`], then [`bounds::check`] (as [`read_path_checked`] does).
+pub fn read_from_checked<R: Read>(r: R) -> Result<Snapshot, ReadError> {
+    let (snap, max) = read_from_bounded(r)?;
+    bounds::check_read(&snap, max)?;
+    Ok(snap)
+}
+
+/// A read, with the pickle reader's bound on the trace entries when it made them.
+type Bounded = (Snapshot, Option<pickle::load::TraceMax>);
+
+fn read_path_bounded(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Bounded, ReadError> {
     let mut f = std::fs::File::open(path)?;
     let total = f.metadata().map(|m| m.len()).unwrap_or(0);
     if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
@@ -60,7 +87,7 @@ pub fn read_path_with_progress(path: &Path, progress: &mut dyn FnMut(u64, u64)) 
     let n = f.read(&mut head)?;
     f.seek(std::io::SeekFrom::Start(0))?;
     if head[..n] == *torchsave::ZIP_MAGIC {
-        return torchsave::read_zip(f);
+        return torchsave::read_zip(f).map(|s| (s, None));
     }
     // A plain pickle file (not a legacy torch.save, whose magic also starts with 0x80) is
     // read in place, mapped; anything else, or a file the system will not map, is streamed.
@@ -70,12 +97,13 @@ pub fn read_path_with_progress(path: &Path, progress: &mut dyn FnMut(u64, u64)) 
         f.seek(std::io::SeekFrom::Start(0))?;
         if legacy[..k] != *torchsave::LEGACY_MAGIC {
             if let Some(m) = pickle::mapped::Mapping::of(&f, total) {
-                return pickle::load::read_pickle_mapped(m, &mut |off| progress(off, total));
+                let (snap, max) = pickle::load::read_pickle_mapped(m, &mut |off| progress(off, total))?;
+                return Ok((snap, Some(max)));
             }
         }
     }
     let counter = Counting { inner: f, read: 0, report: progress, total };
-    read_from(counter)
+    read_from_bounded(counter)
 }
 
 /// Fills `buf` as far as the reader has data; the bytes read.
@@ -111,6 +139,10 @@ impl<R: Read> Read for Counting<'_, R> {
 
 /// Reads a snapshot from any byte stream, sniffing the format from its first bytes.
 pub fn read_from<R: Read>(r: R) -> Result<Snapshot, ReadError> {
+    read_from_bounded(r).map(|(s, _)| s)
+}
+
+fn read_from_bounded<R: Read>(r: R) -> Result<Bounded, ReadError> {
     let mut r = BufReader::with_capacity(1 << 16, r);
     let head = r.fill_buf()?;
     if head.is_empty() {
@@ -135,24 +167,24 @@ fn gzip_error(e: std::io::Error) -> ReadError {
     ReadError::Corrupt { what: format!("gzip stream: {e}"), offset: 0 }
 }
 
-fn read_plain<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
+fn read_plain<R: BufRead>(mut r: R) -> Result<Bounded, ReadError> {
     let head = r.fill_buf()?;
     let first = head.iter().copied().find(|b| !b.is_ascii_whitespace());
     if head.starts_with(torchsave::LEGACY_MAGIC) {
-        return torchsave::read_legacy(r);
+        return torchsave::read_legacy(r).map(|s| (s, None));
     }
     if head.starts_with(torchsave::ZIP_MAGIC) {
         // From a stream (stdin): the zip reader needs to seek, so buffer the archive.
         let mut bytes = Vec::new();
         r.read_to_end(&mut bytes)?;
-        return torchsave::read_zip(std::io::Cursor::new(bytes));
+        return torchsave::read_zip(std::io::Cursor::new(bytes)).map(|s| (s, None));
     }
     match head.first() {
-        Some(0x80) => pickle::load::read_pickle(r, &mut |_| {}),
+        Some(0x80) => pickle::load::read_pickle(r, &mut |_| {}).map(|(s, max)| (s, Some(max))),
         _ if matches!(first, Some(b'{') | Some(b'[')) => {
             let mut bytes = Vec::new();
             r.read_to_end(&mut bytes).map_err(gzip_error)?;
-            kineto::read_json(&bytes)
+            kineto::read_json(&bytes).map(|s| (s, None))
         }
         Some(_) => {
             let shown: Vec<String> = head.iter().take(4).map(|b| format!("{b:02x}")).collect();

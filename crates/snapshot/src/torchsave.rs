@@ -48,7 +48,7 @@ pub fn read_zip<R: Read + Seek>(r: R) -> Result<Snapshot, ReadError> {
         )));
     };
     let entry = z.by_name(name).map_err(|e| shape(format!("zip entry {name}: {e}")))?;
-    crate::pickle::load::read_pickle(BufReader::with_capacity(1 << 16, entry), &mut |_| {})
+    crate::pickle::load::read_pickle(BufReader::with_capacity(1 << 16, entry), &mut |_| {}).map(|(s, _)| s)
 }
 
 /// Reads a legacy torch.save stream: skips the magic number, protocol version and system
@@ -70,7 +70,7 @@ pub fn read_legacy<R: BufRead>(mut r: R) -> Result<Snapshot, ReadError> {
     }
     // The storage keys after the object are never read: a snapshot holds no storage, and
     // a persistent id in the object would already have been refused.
-    crate::pickle::load::read_pickle(r, &mut |_| {})
+    crate::pickle::load::read_pickle(r, &mut |_| {}).map(|(s, _)| s)
 }
 
 /// Skips one small header pickle (an int or a dict of ints and bools) without building

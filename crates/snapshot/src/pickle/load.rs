@@ -75,6 +75,10 @@ struct SnapshotAbsorber {
     prefault_tried: bool,
     /// `cur_events`' capacity when the pre-fault helper was last told.
     pf_cap: usize,
+    /// The largest `addr` and `size` of any trace entry absorbed, kept as entries are
+    /// made (while they are in cache), so that the bounds check after reading need not
+    /// walk every entry again ([`TraceMax`]).
+    max: TraceMax,
     /// Trace entries completed on the fast path, waiting for their APPENDS.
     pending: Vec<TraceEvent>,
     pending_live: usize,
@@ -494,6 +498,7 @@ impl SnapshotAbsorber {
             shape_evict: 0,
 
             flat: Vec::new(),
+            max: TraceMax::default(),
             pending: Vec::new(),
             pending_live: 0,
             prefault: None,
@@ -1131,6 +1136,7 @@ impl SnapshotAbsorber {
             self.cur_events = self.events.remove(&list).unwrap_or_default();
             self.cur_list = list;
         }
+        self.max.add(&ev);
         self.cur_events.push(ev);
         // Tell the pre-fault helper where the array is, now and then (every 4096 entries,
         // and whenever it moved): cheap enough for the hottest path of the reader.
@@ -1240,6 +1246,10 @@ impl Absorber for SnapshotAbsorber {
             }
         };
         let len = self.cur_events.len();
+        // This batch's entries are still in cache.
+        for ev in &self.cur_events[start..] {
+            self.max.add(ev);
+        }
         if self.cur_events.capacity() != self.pf_cap || len >> 12 != start >> 12 {
             self.follow_events();
         }
@@ -1290,24 +1300,43 @@ impl Absorber for SnapshotAbsorber {
 }
 
 /// Reads a pickle stream (already decompressed) into a snapshot.
-pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Result<Snapshot, ReadError> {
+pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
     let mut vm = Vm::new(r);
     let mut abs = SnapshotAbsorber::new(&mut vm.state);
     let top = vm.run(&mut abs, progress)?;
     abs.prefault = None; // parsing is done: stop and join the helper
-    finish(&mut vm.state, abs, top)
+    let max = abs.max;
+    Ok((finish(&mut vm.state, abs, top)?, max))
 }
 
 /// Reads a whole pickle file mapped into memory (see [`super::mapped`]).
 pub(crate) fn read_pickle_mapped(
     m: super::mapped::Mapping,
     progress: &mut dyn FnMut(u64),
-) -> Result<Snapshot, ReadError> {
+) -> Result<(Snapshot, TraceMax), ReadError> {
     let mut vm = Vm::mapped(m);
     let mut abs = SnapshotAbsorber::new(&mut vm.state);
     let top = vm.run(&mut abs, progress)?;
     abs.prefault = None;
-    finish(&mut vm.state, abs, top)
+    let max = abs.max;
+    Ok((finish(&mut vm.state, abs, top)?, max))
+}
+
+/// The largest `addr` and `size` over every trace entry a read made (device and host
+/// traces alike, and entries it later set aside: an upper bound). When both are within
+/// [`crate::bounds`]' limits no trace entry needs checking one by one.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TraceMax {
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+}
+
+impl TraceMax {
+    #[inline(always)]
+    fn add(&mut self, ev: &TraceEvent) {
+        self.addr = self.addr.max(ev.addr);
+        self.size = self.size.max(ev.size);
+    }
 }
 
 /// The model of the top-level value `top`, once every list has been absorbed (shared by
