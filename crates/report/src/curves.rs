@@ -365,12 +365,15 @@ pub fn curves_and_timeline(
         },
     );
     store(b, &cur);
-    // The call sites with the most live bytes at their own peak.
-    let mut ranked: Vec<(Option<StackId>, i64)> =
-        (0..peaks.keys.len()).filter(|&i| peaks.best[i] > 0).map(|i| (peaks.keys[i], peaks.best[i])).collect();
+    // The call sites with the most live bytes at their own peak; among equals, the one
+    // met first in the walk (site ids are in that order). Not by stack id: ids follow the
+    // order in which the reader interned the stacks, which depends on how it read them
+    // (its batch decoder or its generic path, a file or `from_dict`), not on the trace.
+    let mut ranked: Vec<(usize, i64)> =
+        (0..peaks.keys.len()).filter(|&i| peaks.best[i] > 0).map(|i| (i, peaks.best[i])).collect();
     ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.truncate(opts.top_sites);
-    let sites = ranked.iter().map(|(s, _)| *s).collect();
+    let sites = ranked.iter().map(|&(i, _)| peaks.keys[i]).collect();
     (CurvesWalk { n, states, alloc, amax, req, res, sites }, tl)
 }
 

@@ -402,6 +402,9 @@ pub(crate) struct Vm<R: Read> {
     marks: Vec<usize>,
     /// Scratch for the dict fast path, reused so no entry allocates.
     items: Box<[Value; FAST_ITEMS]>,
+    /// The batch decoder was just offered the entry at the input's position and took
+    /// nothing: that entry goes the generic way (see [`Vm::resume_batch`]).
+    declined: bool,
 }
 
 impl<R: Read> Vm<R> {
@@ -412,6 +415,7 @@ impl<R: Read> Vm<R> {
             stack: Vec::with_capacity(1024),
             marks: Vec::with_capacity(64),
             items: Box::new([Value::None; FAST_ITEMS]),
+            declined: false,
         }
     }
 
@@ -590,7 +594,12 @@ impl<R: Read> Vm<R> {
                         None => self.marks.push(self.stack.len()),
                     }
                 }
-                b'}' => self.dict_fast_path(abs)?,
+                b'}' => {
+                    if !self.resume_batch(abs)? {
+                        self.declined = false;
+                        self.dict_fast_path(abs)?
+                    }
+                }
                 b']' => {
                     let (l, _) = self.state.new_list();
                     self.stack.push(l)
@@ -946,6 +955,36 @@ impl<R: Read> Vm<R> {
             abs.unabsorb(list.idx, n, &mut self.stack);
         }
         Ok(())
+    }
+
+    /// At an EMPTY_DICT (already read) that starts the next item of an APPENDS batch into
+    /// the trace list, after the batch decoder stopped at an entry it leaves to the generic
+    /// path (most often one whose `frames` brings a frame dict not seen before): the items
+    /// on the stack since the MARK are appended now, as APPENDS would append them (nothing
+    /// reads the list in between), and the batch decoder takes over again from this entry
+    /// instead of leaving the rest of the batch (up to ~1,000 entries) to the generic path.
+    /// Returns whether it did; if the decoder takes nothing here, the state is as before
+    /// (the MARK pushed back, the EMPTY_DICT unread) and `declined` makes this entry go the
+    /// generic way.
+    fn resume_batch<A: Absorber>(&mut self, abs: &mut A) -> Result<bool, ReadError> {
+        if self.declined {
+            return Ok(false);
+        }
+        let h = match self.marks.last() {
+            Some(&m) if m >= 1 && m <= self.stack.len() => match self.stack[m - 1] {
+                Value::List(h) if abs.takes_batches(h.idx) => h,
+                _ => return Ok(false),
+            },
+            _ => return Ok(false),
+        };
+        let m = self.pop_mark()?;
+        self.append_items(Value::List(h), m, abs)?;
+        self.input.pos -= 1;
+        let at = self.input.pos;
+        self.entry_batch(abs, h)?;
+        // Nothing taken (and the MARK back on the stack): the generic way for this entry.
+        self.declined = self.input.pos == at && self.marks.last() == Some(&self.stack.len());
+        Ok(true)
     }
 
     fn push_bytes(&mut self, n: usize) -> Result<(), ReadError> {
