@@ -216,6 +216,10 @@ pub struct Undone {
     /// `alloc` only: the size of the free block undoing it leaves starting at its address
     /// (`None` when a free block before it absorbs it).
     pub left: Option<u64>,
+    /// `free_completed` only: to find the free space there, the undo revised the size of
+    /// a live block the walk had chosen revisably ([`SegRec::revise_whole_take`],
+    /// [`SegRec::grow_over_remainder`]).
+    pub revised: bool,
 }
 
 /// One device's segments, keyed by address.
@@ -577,7 +581,7 @@ impl RecordedState {
         // The free block undoing the alloc leaves starting at its address: the block
         // merged with a free block after it; none when a free block before it absorbs it.
         let left = (!prev_free).then(|| b.size + next.unwrap_or(0));
-        let touched = Undone { block: b, small: seg.small, expandable: seg.expandable, left };
+        let touched = Undone { block: b, small: seg.small, expandable: seg.expandable, left, revised: false };
         // The block freed and merged with its free neighbours (as `merge_free`, one shift
         // of the blocks after it at most).
         // The free block holding the address now.
@@ -615,7 +619,7 @@ impl RecordedState {
             return Err(not_pending(index, ev, b));
         }
         b.state = BState::Allocated;
-        Ok(Undone { block: *b, small: seg.small, expandable: seg.expandable, left: None })
+        Ok(Undone { block: *b, small: seg.small, expandable: seg.expandable, left: None, revised: false })
     }
 
     /// Undo a `free_completed`: the block is cut out of the free block holding its
@@ -654,7 +658,7 @@ impl RecordedState {
         let (completed, slot, at) = self.undo_free_completed_at(index, fc, rules, ambiguous)?;
         let b = &mut self.segs.recs[slot].blocks[at];
         b.state = BState::Allocated;
-        Ok((completed, Undone { block: *b, ..completed }))
+        Ok((completed, Undone { block: *b, revised: false, ..completed }))
     }
 
     /// Every segment's blocks are in address order, each starting where the one before
@@ -688,9 +692,11 @@ impl RecordedState {
         };
         let Some(mut j) = self.segs.block_index(slot, ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
         let seg = &mut self.segs.recs[slot];
+        let mut revised = false;
         if seg.blocks[j].state != BState::Free {
             if let Some(k) = seg.revise_whole_take(j, ev.addr, rules) {
                 j = k;
+                revised = true;
             }
         }
         let mut f = seg.blocks[j];
@@ -699,6 +705,7 @@ impl RecordedState {
         }
         if ev.addr > f.addr && !seg.expandable && seg.grow_over_remainder(j, ev.addr).is_some() {
             f = seg.blocks[j];
+            revised = true;
         }
         let avail = f.addr + f.size - ev.addr;
         // A block alive before the recording may have been rounded under another
@@ -780,7 +787,7 @@ impl RecordedState {
                 blocks.insert(j + 1, me);
             }
         }
-        let touched = Undone { block: me, small: seg.small, expandable: seg.expandable, left: None };
+        let touched = Undone { block: me, small: seg.small, expandable: seg.expandable, left: None, revised };
         self.segs.set_pos(ev.addr, at);
         Ok((touched, slot, at))
     }
