@@ -1376,6 +1376,15 @@ mod tests {
             fin.apply(i, e, (0, 0), &r).unwrap();
         }
         assert!(fin.segs.get(&a).unwrap().is_whole_free());
+        // The undo that revises the guess (the tail block's free_completed) says so, and
+        // no other: memory_summary's counting walk stops vouching there.
+        let mut st = fin.clone();
+        let revised: Vec<usize> = (0..t.len())
+            .rev()
+            .filter(|&i| st.undo_touching(i, &t[i], (0, 0), &r, &mut Vec::new()).unwrap().is_some_and(|u| u.revised))
+            .collect();
+        assert_eq!(revised, [2]);
+        assert_eq!(st, start);
         let init = backward_walk(fin.clone(), &t, &|_| (0, 0), &r).expect("a valid trace is decidable");
         assert_eq!(init.state, start, "the 100 MiB block and its free tail are recovered");
         // Without the entries in the tail the whole-take reading stands (the usual case).
