@@ -390,7 +390,11 @@ struct Counted {
 /// * a block whose size the walk chose and revised later on (an earlier entry proved
 ///   another size, [`BlockRec::guessed`] / [`BlockRec::may_grow`]): the walk's states
 ///   between its choice and the revision held the other size, so its
-///   `free_completed`, `free_requested` and `alloc` must find one size;
+///   `free_completed`, `free_requested` and `alloc` must find one size. Every such
+///   block's `free_completed` is undone in this walk (only that undo chooses sizes,
+///   and the final state's blocks are not chosen), so the revision itself, which the
+///   undo of the `free_completed` that needs it reports ([`Undone::revised`]), is
+///   where the counts stop vouching: no map of the sizes chosen is kept;
 /// * a `segment_alloc` whose segment's pool is not the one the forward rule gives it
 ///   (2 MiB = small), segments that overlap in the final state, and expandable segments
 ///   (`segment_map` / `segment_unmap`: the forward merge of mapped ranges depends on
@@ -420,8 +424,6 @@ fn walk_counting(
     let mut t = Tallies::default();
     let mut requests_differ: Vec<usize> = Vec::new();
     let mut scratch = Vec::new();
-    // Blocks whose size the walk chose revisably (by address): the size chosen.
-    let mut chosen: FxHashMap<u64, u64> = FxHashMap::default();
     let mut i = trace.len();
     while exact && i > 0 {
         i -= 1;
@@ -430,10 +432,7 @@ fn walk_counting(
             Action::Alloc => {
                 // The block the alloc made, and the free block undoing it leaves, from
                 // the undo's own lookup.
-                let Undone { block: b, small, expandable, left } = st.undo_alloc(i, ev)?;
-                if !chosen.is_empty() && chosen.remove(&ev.addr).is_some_and(|c| c != b.size) {
-                    exact = false;
-                }
+                let Undone { block: b, small, expandable, left, .. } = st.undo_alloc(i, ev)?;
                 // The forward rule from that free block (§3.8) must make this block.
                 let s = (rules.round)(ev.size);
                 let fwd = match left {
@@ -457,38 +456,24 @@ fn walk_counting(
             }
             Action::FreeRequested => {
                 let Undone { block: b, small, .. } = st.undo_free_requested(i, ev)?;
-                if !chosen.is_empty() && chosen.get(&ev.addr).is_some_and(|&c| c != b.size) {
-                    exact = false;
-                }
                 t.free_requested(small, b.size);
             }
             Action::FreeCompleted => {
                 // Its `free_requested` right before it (the usual case): both at once.
                 let fr = i.checked_sub(1).map(|k| &trace[k]);
                 let paired = fr.filter(|fr| tiled && fr.action == Action::FreeRequested && fr.addr == ev.addr);
-                let (b, small) = match paired {
-                    Some(fr) => {
-                        let (completed, _) = st.undo_free_pair(i, ev, fr, rules, &mut scratch)?;
-                        (completed.block, completed.small)
-                    }
-                    None => {
-                        let u = st.undo_free_completed(i, ev, rules, &mut scratch)?;
-                        (u.block, u.small)
-                    }
+                let Undone { block: b, small, revised, .. } = match paired {
+                    Some(fr) => st.undo_free_pair(i, ev, fr, rules, &mut scratch)?.0,
+                    None => st.undo_free_completed(i, ev, rules, &mut scratch)?,
                 };
                 scratch.clear();
-                // A size chosen with a larger one possible (may_grow), or a whole take
-                // kept revisable (guessed, under max_split_size only).
-                if b.guessed || b.may_grow > 0 {
-                    chosen.insert(ev.addr, b.size);
+                if revised {
+                    exact = false;
                 }
                 t.free_completed(small, b.size, b.requested);
                 if paired.is_some() {
                     // The `free_requested`'s block is the same block, allocated again.
                     i -= 1;
-                    if !chosen.is_empty() && chosen.get(&ev.addr).is_some_and(|&c| c != b.size) {
-                        exact = false;
-                    }
                     t.free_requested(small, b.size);
                 }
             }
@@ -517,10 +502,6 @@ fn walk_counting(
         i -= 1;
         st.undo(i, &trace[i], pool_of(&trace[i]), rules, &mut scratch)?;
         scratch.clear();
-    }
-    // Blocks alive at the first entry whose chosen size an earlier entry revised.
-    if exact && chosen.iter().any(|(&a, &c)| st.block_starting(a).is_none_or(|(b, _, _)| b.size != c)) {
-        exact = false;
     }
     Ok((st, exact.then_some(Counted { tallies: t, requests_differ })))
 }

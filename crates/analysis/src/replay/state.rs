@@ -216,6 +216,10 @@ pub struct Undone {
     /// `alloc` only: the size of the free block undoing it leaves starting at its address
     /// (`None` when a free block before it absorbs it).
     pub left: Option<u64>,
+    /// `free_completed` only: to find the free space there, the undo revised the size of
+    /// a live block the walk had chosen revisably ([`SegRec::revise_whole_take`],
+    /// [`SegRec::grow_over_remainder`]).
+    pub revised: bool,
 }
 
 /// One device's segments, keyed by address.
@@ -567,22 +571,19 @@ impl RecordedState {
         };
         let Some(j) = self.segs.block_index(slot, ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
         let seg = &mut self.segs.recs[slot];
-        let b = seg.blocks[j];
+        let (small, expandable) = (seg.small, seg.expandable);
+        let blocks = &mut seg.blocks;
+        let b = blocks[j];
         if b.addr != ev.addr || b.state != BState::Allocated {
             return Err(not_allocated(index, ev, &b));
         }
-        let blocks = &mut seg.blocks;
         let prev_free = j > 0 && blocks[j - 1].state == BState::Free;
         let next = blocks.get(j + 1).filter(|n| n.state == BState::Free).map(|n| n.size);
         // The free block undoing the alloc leaves starting at its address: the block
         // merged with a free block after it; none when a free block before it absorbs it.
         let left = (!prev_free).then(|| b.size + next.unwrap_or(0));
-        let touched = Undone { block: b, small: seg.small, expandable: seg.expandable, left };
         // The block freed and merged with its free neighbours (as `merge_free`, one shift
         // of the blocks after it at most).
-        // The free block holding the address now.
-        self.segs.set_pos(ev.addr, j - prev_free as usize);
-        let blocks = &mut self.segs.recs[slot].blocks;
         match (prev_free, next) {
             (false, None) => blocks[j].state = BState::Free,
             (false, Some(n)) => {
@@ -600,6 +601,10 @@ impl RecordedState {
                 blocks.truncate(blocks.len() - 2);
             }
         }
+        // The free block holding the address now; noted last, as a store through the
+        // hint table makes the compiler load the segment's blocks again.
+        self.segs.set_pos(ev.addr, j - prev_free as usize);
+        let touched = Undone { block: b, small, expandable, left, revised: false };
         Ok(touched)
     }
 
@@ -615,7 +620,7 @@ impl RecordedState {
             return Err(not_pending(index, ev, b));
         }
         b.state = BState::Allocated;
-        Ok(Undone { block: *b, small: seg.small, expandable: seg.expandable, left: None })
+        Ok(Undone { block: *b, small: seg.small, expandable: seg.expandable, left: None, revised: false })
     }
 
     /// Undo a `free_completed`: the block is cut out of the free block holding its
@@ -629,7 +634,7 @@ impl RecordedState {
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
     ) -> Result<Undone, Inconsistency> {
-        self.undo_free_completed_at(index, ev, rules, ambiguous).map(|(u, _, _)| u)
+        self.undo_free_completed_as(index, ev, rules, ambiguous, BState::Pending)
     }
 
     /// [`Self::undo_free_completed`] of `fc` (entry `index`), then
@@ -651,10 +656,9 @@ impl RecordedState {
         ambiguous: &mut Vec<Ambiguity>,
     ) -> Result<(Undone, Undone), Inconsistency> {
         debug_assert!(fc.addr == fr.addr && fr.action == Action::FreeRequested && index > 0);
-        let (completed, slot, at) = self.undo_free_completed_at(index, fc, rules, ambiguous)?;
-        let b = &mut self.segs.recs[slot].blocks[at];
-        b.state = BState::Allocated;
-        Ok((completed, Undone { block: *b, ..completed }))
+        let completed = self.undo_free_completed_as(index, fc, rules, ambiguous, BState::Allocated)?;
+        let block = BlockRec { state: BState::Allocated, ..completed.block };
+        Ok((completed, Undone { block, revised: false, ..completed }))
     }
 
     /// Every segment's blocks are in address order, each starting where the one before
@@ -673,24 +677,29 @@ impl RecordedState {
         })
     }
 
-    /// [`Self::undo_free_completed`], with the slab slot of the block's segment and the
-    /// block's index there.
+    /// [`Self::undo_free_completed`], the block left in state `then`: `Pending` (the undo
+    /// alone), or `Allocated` when its `free_requested` is undone with it
+    /// ([`Self::undo_free_pair`], which then need not find the block again). The
+    /// [`Undone`] holds the block pending, as the undo alone leaves it.
     #[inline(always)]
-    fn undo_free_completed_at(
+    fn undo_free_completed_as(
         &mut self,
         index: usize,
         ev: &TraceEvent,
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
-    ) -> Result<(Undone, usize, usize), Inconsistency> {
+        then: BState,
+    ) -> Result<Undone, Inconsistency> {
         let Some(slot) = self.segs.slot_containing(ev.addr) else {
             return Err(err(index, ev, "free_completed of an address in no segment"));
         };
         let Some(mut j) = self.segs.block_index(slot, ev.addr) else { return Err(err(index, ev, UNCOVERED)) };
         let seg = &mut self.segs.recs[slot];
+        let mut revised = false;
         if seg.blocks[j].state != BState::Free {
             if let Some(k) = seg.revise_whole_take(j, ev.addr, rules) {
                 j = k;
+                revised = true;
             }
         }
         let mut f = seg.blocks[j];
@@ -699,6 +708,7 @@ impl RecordedState {
         }
         if ev.addr > f.addr && !seg.expandable && seg.grow_over_remainder(j, ev.addr).is_some() {
             f = seg.blocks[j];
+            revised = true;
         }
         let avail = f.addr + f.size - ev.addr;
         // A block alive before the recording may have been rounded under another
@@ -743,6 +753,7 @@ impl RecordedState {
         };
         // Replace the free block by [before] me [after], shifting the tail once.
         let me = BlockRec { addr: ev.addr, size: b, requested: ev.size, state: BState::Pending, guessed, may_grow };
+        let stored = BlockRec { state: then, ..me };
         let after = BlockRec {
             addr: ev.addr + b,
             size: avail - b,
@@ -765,24 +776,24 @@ impl RecordedState {
         let blocks = &mut seg.blocks;
         let at = j + has_before as usize;
         match (has_before, has_after) {
-            (false, false) => blocks[j] = me,
+            (false, false) => blocks[j] = stored,
             (false, true) => {
-                blocks[j] = me;
+                blocks[j] = stored;
                 blocks.insert(j + 1, after);
             }
             (true, false) => {
                 blocks[j] = before;
-                blocks.insert(j + 1, me);
+                blocks.insert(j + 1, stored);
             }
             (true, true) => {
                 blocks[j] = before;
                 blocks.insert(j + 1, after);
-                blocks.insert(j + 1, me);
+                blocks.insert(j + 1, stored);
             }
         }
-        let touched = Undone { block: me, small: seg.small, expandable: seg.expandable, left: None };
+        let touched = Undone { block: me, small: seg.small, expandable: seg.expandable, left: None, revised };
         self.segs.set_pos(ev.addr, at);
-        Ok((touched, slot, at))
+        Ok(touched)
     }
 
     /// Undo a segment entry (`segment_alloc`, `segment_free`, `segment_map`,
@@ -1365,6 +1376,15 @@ mod tests {
             fin.apply(i, e, (0, 0), &r).unwrap();
         }
         assert!(fin.segs.get(&a).unwrap().is_whole_free());
+        // The undo that revises the guess (the tail block's free_completed) says so, and
+        // no other: memory_summary's counting walk stops vouching there.
+        let mut st = fin.clone();
+        let revised: Vec<usize> = (0..t.len())
+            .rev()
+            .filter(|&i| st.undo_touching(i, &t[i], (0, 0), &r, &mut Vec::new()).unwrap().is_some_and(|u| u.revised))
+            .collect();
+        assert_eq!(revised, [2]);
+        assert_eq!(st, start);
         let init = backward_walk(fin.clone(), &t, &|_| (0, 0), &r).expect("a valid trace is decidable");
         assert_eq!(init.state, start, "the 100 MiB block and its free tail are recovered");
         // Without the entries in the tail the whole-take reading stands (the usual case).
