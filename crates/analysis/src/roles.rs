@@ -1383,7 +1383,7 @@ mod tests {
         for round in 0..500 {
             let n = rng.below(40);
             let mut snap = Snapshot::default();
-            let mut size = |rng: &mut fragscope_testdata::Rng| {
+            let size = |rng: &mut fragscope_testdata::Rng| {
                 if round % 3 == 1 && rng.below(8) == 0 {
                     u64::MAX - rng.below(1000) as u64
                 } else {

@@ -16,7 +16,9 @@
 //! once and trace entries become flat records as they are read.
 //! [`read_path`] reads a plain pickle file mapped into memory, handing the pages it has
 //! passed back as it goes; compressed files, archives and streams ([`read_from`]) go
-//! through a buffer.
+//! through a buffer. Front ends read with [`read_path_checked`] / [`read_from_checked`],
+//! which also refuse sizes and addresses no real snapshot has ([`bounds`]) before any
+//! analysis sums them.
 //!
 //! ```no_run
 //! let snap = fragscope_snapshot::read_path("snapshot.pickle".as_ref()).unwrap();
