@@ -10,9 +10,9 @@
 //! each: a list whose items are the frame dicts of a stack already built (the same
 //! objects, by address, in the same order) is handed over as that stack without walking
 //! its items ([`Walk::stacks`]; on the largest real file 1.04 M frame visits in 17.7 k
-//! lists, and the walk went from 78 ms to 31 ms). A dict is
-//! remembered once complete, so one that contains itself ends at the depth limit. Everything walked is kept alive by `obj` for the whole walk, which makes
-//! identity (the object's address) a sound key.
+//! lists, and the walk went from 78 ms to 31 ms). A dict is remembered once complete, so
+//! one that contains itself ends at the depth limit. Everything walked is kept alive by
+//! `obj` for the whole walk, which makes identity (the object's address) a sound key.
 //!
 //! Speed: a snapshot is millions of small dicts, ints and strings, so the objects of the
 //! exact built-in types are read through the C API directly ([`Walk::value`]): the type by
@@ -111,17 +111,24 @@ impl Hasher for AddrHasher {
     }
 }
 
+/// The addresses of the items of the exact list `o`, in order, into `out`.
+///
+/// # Safety
+/// `o` is a live exact `list` and the GIL is held.
+unsafe fn item_addresses(o: *mut ffi::PyObject, out: &mut Vec<usize>) {
+    out.clear();
+    for i in 0..ffi::PyList_Size(o) {
+        out.push(ffi::PyList_GetItem(o, i) as usize);
+    }
+}
+
 /// Walks `obj` into a [`Snapshot`]; the error is the reader's message. The walk holds
 /// the GIL (it reads Python objects); building the model from what was fed does not, and
 /// runs with the GIL released.
 pub fn snapshot_from_py(obj: &Bound<'_, PyAny>) -> Result<Snapshot, String> {
     let (feeder, top) = feed(obj)?;
-    obj.py().allow_threads(move || {
-        let snap = feeder.finish(top).map_err(|e| e.to_string())?;
-        // Refused as a file with the same values is.
-        fragscope_snapshot::bounds::check(&snap).map_err(|e| e.to_string())?;
-        Ok(snap)
-    })
+    // Sizes and addresses no real snapshot has are refused, as in a file.
+    obj.py().allow_threads(move || feeder.finish_checked(top).map_err(|e| e.to_string()))
 }
 
 /// The walk alone: the feeder holding every object of `obj`, and the top value.
@@ -193,10 +200,7 @@ impl<'py> Walk<'py> {
             let n = ffi::PyList_Size(o);
             let keyed = n > 0 && n as usize <= MAX_STACK_KEY;
             if keyed {
-                self.key.clear();
-                for i in 0..n {
-                    self.key.push(ffi::PyList_GetItem(o, i) as usize);
-                }
+                item_addresses(o, &mut self.key);
                 if let Some(&v) = self.stacks.get(&self.key[..]) {
                     return Ok(v);
                 }
@@ -213,10 +217,7 @@ impl<'py> Walk<'py> {
             if keyed && self.stacks.len() < MAX_STACKS {
                 if let Some(s) = self.feeder.as_stack(v) {
                     // Listed again: walking the items may have used `key` for a nested list.
-                    self.key.clear();
-                    for i in 0..n {
-                        self.key.push(ffi::PyList_GetItem(o, i) as usize);
-                    }
+                    item_addresses(o, &mut self.key);
                     self.stacks.insert(self.key.as_slice().into(), s);
                     return Ok(s);
                 }

@@ -1301,12 +1301,7 @@ impl Absorber for SnapshotAbsorber {
 
 /// Reads a pickle stream (already decompressed) into a snapshot.
 pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
-    let mut vm = Vm::new(r);
-    let mut abs = SnapshotAbsorber::new(&mut vm.state);
-    let top = vm.run(&mut abs, progress)?;
-    abs.prefault = None; // parsing is done: stop and join the helper
-    let max = abs.max;
-    Ok((finish(&mut vm.state, abs, top)?, max))
+    run(Vm::new(r), progress)
 }
 
 /// Reads a whole pickle file mapped into memory (see [`super::mapped`]).
@@ -1314,10 +1309,15 @@ pub(crate) fn read_pickle_mapped(
     m: super::mapped::Mapping,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Snapshot, TraceMax), ReadError> {
-    let mut vm = Vm::mapped(m);
+    run(Vm::mapped(m), progress)
+}
+
+/// Runs the pickle through the absorber, then builds the model: the snapshot, and the
+/// bound on its trace entries.
+fn run<R: Read>(mut vm: Vm<R>, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
     let mut abs = SnapshotAbsorber::new(&mut vm.state);
     let top = vm.run(&mut abs, progress)?;
-    abs.prefault = None;
+    abs.prefault = None; // parsing is done: stop and join the helper
     let max = abs.max;
     Ok((finish(&mut vm.state, abs, top)?, max))
 }
@@ -1470,6 +1470,15 @@ impl Feeder {
     pub fn finish(mut self, top: FeedValue) -> Result<Snapshot, ReadError> {
         self.abs.prefault = None;
         finish(&mut self.st, self.abs, top.0)
+    }
+    /// [`Feeder::finish`], then refusing sizes and addresses no real snapshot has, as
+    /// [`crate::read_path_checked`] does, from the bound the absorber kept on the trace
+    /// entries as they were appended (they are looked at again only to name an offender).
+    pub fn finish_checked(self, top: FeedValue) -> Result<Snapshot, ReadError> {
+        let max = self.abs.max;
+        let snap = self.finish(top)?;
+        crate::bounds::check_read(&snap, Some(max))?;
+        Ok(snap)
     }
 }
 

@@ -980,10 +980,12 @@ impl<R: Read> Vm<R> {
         let m = self.pop_mark()?;
         self.append_items(Value::List(h), m, abs)?;
         self.input.pos -= 1;
-        let at = self.input.pos;
+        // In the file, not the buffer: a refill moves the buffer's bytes.
+        let offset = |i: &Input<R>| i.base + i.pos as u64;
+        let at = offset(&self.input);
         self.entry_batch(abs, h)?;
         // Nothing taken (and the MARK back on the stack): the generic way for this entry.
-        self.declined = self.input.pos == at && self.marks.last() == Some(&self.stack.len());
+        self.declined = offset(&self.input) == at && self.marks.last() == Some(&self.stack.len());
         Ok(true)
     }
 
