@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::io::Read;
 
 use super::shape::{self, EntryShape, Slot};
+use super::successors::Successors;
 use super::vm::{Absorb, Absorber, Handle, Value, Vm, VmState, MAX_DEPTH};
 use crate::error::ReadError;
 use crate::model::*;
@@ -49,6 +50,8 @@ struct SnapshotAbsorber {
     /// The lists met lately, in sets by their first bytes: a list seen lately is known
     /// from one compare of its bytes, without walking its items or hashing them all.
     recent_spans: Box<[SpanSet]>,
+    /// The lists that followed the last two: tried before `recent_spans`.
+    successors: Successors,
     /// `Memo::string_overwrites` when `stack_spans` was filled: a frame's memo slot written
     /// over (or consumed) since would make a known span mean other frames.
     spans_gen: u64,
@@ -231,7 +234,7 @@ struct SpanSet {
 /// [`SpanSet`] share their first bytes, and their last ones tell them apart soonest
 /// (and a call to `memcmp` per candidate was a sixth of the reading time).
 #[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
@@ -488,6 +491,7 @@ impl SnapshotAbsorber {
             frame_buf: Vec::new(),
             stack_spans: Default::default(),
             recent_spans: vec![SpanSet::default(); SPAN_SETS].into_boxed_slice(),
+            successors: Successors::new(),
             spans_gen: 0,
             key_codes: Vec::new(),
             tmpl: Vec::new(),
@@ -878,17 +882,31 @@ impl SnapshotAbsorber {
     }
 
     /// The stack of the fresh list whose items start at `buf[body]`, and where they end:
-    /// a list met lately by its bytes, else any list met by its bytes, else resolved
-    /// frame by frame and interned (and remembered both ways).
+    /// one of the lists that followed the last two lately ([`Successors`]), else
+    /// [`Self::stack_by_bytes`].
     fn fresh_stack(&mut self, st: &mut VmState, buf: &[u8], body: usize) -> Option<(StackId, usize)> {
         if self.spans_gen != st.memo.string_overwrites {
             self.stack_spans.clear();
             self.recent_spans.fill(SpanSet::default());
+            self.successors.clear();
             self.spans_gen = st.memo.string_overwrites;
         }
+        if let Some((id, len)) = self.successors.guess(buf, body, |q| !list_goes_on(buf, q)) {
+            return Some((id, body + len));
+        }
+        let (id, end, framed) = self.stack_by_bytes(st, buf, body)?;
+        let span = &buf[body..end];
+        self.successors.learn((!framed && span.len() <= MAX_SPAN).then_some(span), id);
+        Some((id, end))
+    }
+
+    /// [`Self::fresh_stack`] without the guess, and whether a FRAME lies among the items:
+    /// a list met lately by its bytes, else any list met by its bytes, else resolved frame
+    /// by frame and interned (and remembered both ways).
+    fn stack_by_bytes(&mut self, st: &mut VmState, buf: &[u8], body: usize) -> Option<(StackId, usize, bool)> {
         let set = buf.get(body..body + SPAN_KEY).map(span_set);
-        if let Some(found) = set.and_then(|k| self.recent_spans[k].find(buf, body)) {
-            return Some(found);
+        if let Some((id, end)) = set.and_then(|k| self.recent_spans[k].find(buf, body)) {
+            return Some((id, end, false));
         }
         let (end, framed) = stack_items(buf, body, |_| Some(()))?;
         let span = &buf[body..end];
@@ -919,7 +937,7 @@ impl SnapshotAbsorber {
             // Not there already (it would have been found): take the oldest way.
             self.recent_spans[k].put(span, id);
         }
-        Some((id, end))
+        Some((id, end, framed))
     }
 
     /// Decodes the entry at `buf[0]` (its MEMOIZE) by one of the recent entry layouts, as
