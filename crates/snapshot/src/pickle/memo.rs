@@ -93,13 +93,13 @@ impl Memo {
     pub fn set(&mut self, idx: usize, v: Value) {
         let ci = idx >> SHIFT;
         if ci >= self.chunks.len() {
-            self.chunks.resize_with(ci + 1, || Some(Box::new([Value::Undef; CHUNK])));
+            self.chunks.resize_with(ci + 1, || Some(chunk_of(Value::Undef)));
             self.consumed.resize(ci + 1, 0);
         }
         self.len = self.len.max(idx + 1);
         let Some(chunk) = &mut self.chunks[ci] else {
             // Writing into a dropped chunk (BINPUT reusing an old index): revive it.
-            let mut c = Box::new([Value::Consumed; CHUNK]);
+            let mut c = chunk_of(Value::Consumed);
             c[idx & (CHUNK - 1)] = v;
             self.consumed[ci] = CHUNK as u16 - u16::from(!matches!(v, Value::Consumed));
             self.chunks[ci] = Some(c);
@@ -123,4 +123,11 @@ impl Memo {
             }
         }
     }
+}
+
+/// A chunk filled with `v`, written in place: `Box::new([v; CHUNK])` builds the 16 KiB on
+/// the stack and copies it over, which was most of the cost of a new chunk (one per 1,024
+/// trace entries where `frames` lists stay referable).
+fn chunk_of(v: Value) -> Box<[Value; CHUNK]> {
+    vec![v; CHUNK].into_boxed_slice().try_into().unwrap()
 }
