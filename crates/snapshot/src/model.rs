@@ -26,7 +26,7 @@ pub struct StackId(NonZeroU32);
 macro_rules! id_index {
     ($t:ty) => {
         impl $t {
-            fn from_index(i: usize) -> Self {
+            pub(crate) fn from_index(i: usize) -> Self {
                 Self(NonZeroU32::new(u32::try_from(i + 1).expect("more than 4G interned items")).unwrap())
             }
             /// Position in its table (0-based).

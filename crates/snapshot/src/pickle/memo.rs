@@ -1,29 +1,60 @@
-//! The pickle memo, in chunks that are freed once every entry in them is consumed.
+//! The pickle memo, in chunks that are freed once every entry in them is consumed, each
+//! entry a 4-byte code.
 //!
 //! Protocol 4 memoizes every dict, so a trace of N entries leaves N memo slots that the
 //! stream never references again once the entries are absorbed. Holding them would cost
 //! 16 bytes per event; dropping whole consumed chunks keeps memory proportional to what
-//! can still be referenced (strings, frames, shared stacks).
+//! can still be referenced (strings, frames, shared stacks). PyTorch's dumps also write a
+//! fresh `frames` list per entry, whose stack stays referable (a free's entry names its
+//! block's list again), so those chunks are never dropped: a slot is a code of 4 bytes,
+//! not a [`Value`] of 16, and a trace of millions of entries fills a quarter of the pages.
 
 use super::vm::Value;
+use crate::model::{FrameId, StackId, StrId};
 
 const SHIFT: usize = 10;
 const CHUNK: usize = 1 << SHIFT;
+
+/// Codes: the kind in the top three bits, an id or an index into `Memo::others` below.
+const UNDEF: u32 = 0;
+const CONSUMED: u32 = 1;
+const KIND: u32 = 29;
+const STACK: u32 = 1;
+const FRAME: u32 = 2;
+const STR: u32 = 3;
+const OTHER: u32 = 4;
+const ID_MASK: u32 = (1 << KIND) - 1;
 
 pub(crate) struct Memo {
     /// Bumped whenever a slot holding a string, stack or frame is overwritten or consumed,
     /// so caches of resolved memo references (the trace-entry key templates, the known
     /// `frames` lists) know to drop what they hold.
     pub string_overwrites: u64,
-    chunks: Vec<Option<Box<[Value; CHUNK]>>>,
+    chunks: Vec<Option<Box<[u32; CHUNK]>>>,
     /// Entries per chunk that hold `Consumed`; a chunk full of them is dropped.
     consumed: Vec<u16>,
+    /// Values without a code of their own (containers, numbers, ids past 2^29), by the
+    /// index in their code. An overwritten one stays: such slots are few (the segments'
+    /// dicts and lists, later consumed), and a slot held 16 bytes before.
+    others: Vec<Value>,
     len: usize,
+}
+
+/// A chunk filled with `code`, written in place (a chunk built on the stack and copied
+/// over cost more than filling it).
+fn chunk_of(code: u32) -> Box<[u32; CHUNK]> {
+    vec![code; CHUNK].into_boxed_slice().try_into().unwrap()
+}
+
+/// Whether a code names a string, stack or frame (what caches of references resolve).
+#[inline(always)]
+fn names_a_string(code: u32) -> bool {
+    matches!(code >> KIND, STACK | FRAME | STR)
 }
 
 impl Memo {
     pub fn new() -> Self {
-        Memo { string_overwrites: 0, chunks: Vec::new(), consumed: Vec::new(), len: 0 }
+        Memo { string_overwrites: 0, chunks: Vec::new(), consumed: Vec::new(), others: Vec::new(), len: 0 }
     }
     /// One past the highest index ever set (MEMOIZE's next index).
     pub fn len(&self) -> usize {
@@ -52,13 +83,13 @@ impl Memo {
         match self.chunks.get_mut(ci) {
             Some(Some(chunk)) => {
                 let slot = &mut chunk[idx & (CHUNK - 1)];
-                if matches!(slot, Value::Str(_) | Value::Stack(_) | Value::Frame(_)) {
+                if names_a_string(*slot) {
                     // Not met in a well-formed file (those are never consumed); caches of
                     // resolved references must still drop what they hold.
                     self.string_overwrites += 1;
                 }
-                if !matches!(slot, Value::Consumed) {
-                    *slot = Value::Consumed;
+                if *slot != CONSUMED {
+                    *slot = CONSUMED;
                     self.consumed[ci] += 1;
                     if self.consumed[ci] as usize == CHUNK {
                         self.chunks[ci] = None;
@@ -84,34 +115,65 @@ impl Memo {
     #[inline(always)]
     pub fn get(&self, idx: usize) -> Value {
         match self.chunks.get(idx >> SHIFT) {
-            Some(Some(c)) => c[idx & (CHUNK - 1)],
+            Some(Some(c)) => self.value(c[idx & (CHUNK - 1)]),
             Some(None) => Value::Consumed,
             None => Value::Undef,
         }
     }
+
+    #[inline(always)]
+    fn value(&self, code: u32) -> Value {
+        let id = (code & ID_MASK) as usize;
+        match code >> KIND {
+            STACK => Value::Stack(StackId::from_index(id)),
+            FRAME => Value::Frame(FrameId::from_index(id)),
+            STR => Value::Str(StrId::from_index(id)),
+            OTHER => self.others[id],
+            _ if code == CONSUMED => Value::Consumed,
+            _ => Value::Undef,
+        }
+    }
+
+    /// The code of `v`, keeping it in `others` when it has none of its own.
+    #[inline(always)]
+    fn code(&mut self, v: Value) -> u32 {
+        let id = |kind: u32, i: usize| (i < ID_MASK as usize).then(|| kind << KIND | i as u32);
+        let code = match v {
+            Value::Undef => Some(UNDEF),
+            Value::Consumed => Some(CONSUMED),
+            Value::Stack(s) => id(STACK, s.index()),
+            Value::Frame(f) => id(FRAME, f.index()),
+            Value::Str(s) => id(STR, s.index()),
+            _ => None,
+        };
+        code.or_else(|| id(OTHER, self.others.len()).inspect(|_| self.others.push(v)))
+            .expect("more than 2^29 memoized containers")
+    }
+
     #[inline]
     pub fn set(&mut self, idx: usize, v: Value) {
+        let code = self.code(v);
         let ci = idx >> SHIFT;
         if ci >= self.chunks.len() {
-            self.chunks.resize_with(ci + 1, || Some(chunk_of(Value::Undef)));
+            self.chunks.resize_with(ci + 1, || Some(chunk_of(UNDEF)));
             self.consumed.resize(ci + 1, 0);
         }
         self.len = self.len.max(idx + 1);
         let Some(chunk) = &mut self.chunks[ci] else {
             // Writing into a dropped chunk (BINPUT reusing an old index): revive it.
-            let mut c = chunk_of(Value::Consumed);
-            c[idx & (CHUNK - 1)] = v;
-            self.consumed[ci] = CHUNK as u16 - u16::from(!matches!(v, Value::Consumed));
+            let mut c = chunk_of(CONSUMED);
+            c[idx & (CHUNK - 1)] = code;
+            self.consumed[ci] = CHUNK as u16 - u16::from(code != CONSUMED);
             self.chunks[ci] = Some(c);
             return;
         };
         let slot = &mut chunk[idx & (CHUNK - 1)];
-        if matches!(slot, Value::Str(_) | Value::Stack(_) | Value::Frame(_)) {
+        if names_a_string(*slot) {
             self.string_overwrites += 1;
         }
-        let was = matches!(slot, Value::Consumed);
-        let now = matches!(v, Value::Consumed);
-        *slot = v;
+        let was = *slot == CONSUMED;
+        let now = code == CONSUMED;
+        *slot = code;
         if was != now {
             if now {
                 self.consumed[ci] += 1;
@@ -123,11 +185,4 @@ impl Memo {
             }
         }
     }
-}
-
-/// A chunk filled with `v`, written in place: `Box::new([v; CHUNK])` builds the 16 KiB on
-/// the stack and copies it over, which was most of the cost of a new chunk (one per 1,024
-/// trace entries where `frames` lists stay referable).
-fn chunk_of(v: Value) -> Box<[Value; CHUNK]> {
-    vec![v; CHUNK].into_boxed_slice().try_into().unwrap()
 }
