@@ -20,7 +20,7 @@ use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
 
 use crate::replay::state::{
-    backward_walk, BState, BlockRec, Inconsistency, RecordedState, SplitRules, Undone, SMALL_BUFFER,
+    backward_walk, Ambiguity, BState, BlockRec, Inconsistency, RecordedState, SplitRules, Undone, SMALL_BUFFER,
 };
 use crate::replay::{recorded_config, with_rules};
 
@@ -260,12 +260,17 @@ impl Tally {
     }
     #[inline(always)]
     fn sub(&mut self, small: bool, n: u64) {
-        let (l, n) = (1 + small as usize, n as i64);
-        self.freed[l - 1] = self.freed[l - 1].wrapping_add(n);
-        self.suffix[0] = self.suffix[0].wrapping_sub(n);
-        self.min_suffix[0] = self.min_suffix[0].min(self.suffix[0]);
-        self.suffix[l] = self.suffix[l].wrapping_sub(n);
-        self.min_suffix[l] = self.min_suffix[l].min(self.suffix[l]);
+        let n = n as i64;
+        self.freed[small as usize] = self.freed[small as usize].wrapping_add(n);
+        for l in [0, 1 + small as usize] {
+            let s = self.suffix[l].wrapping_sub(n);
+            self.suffix[l] = s;
+            // A branch, not a conditional move: new lows are rare once the walk is under
+            // way, and the store of the minimum is then skipped.
+            if s < self.min_suffix[l] {
+                self.min_suffix[l] = s;
+            }
+        }
     }
     /// Lane `l`'s counter from `start` as [`Stat::add`] and [`Stat::sub`] would leave it
     /// applying the changes forwards.
@@ -294,45 +299,87 @@ impl Tally {
 
 /// The seven metrics' tallies, by the positions above, and the changes each entry makes
 /// to them (as [`replay_forward`] makes them).
-#[derive(Clone, Copy, Debug, Default)]
+///
+/// While every free the walk has met is paired (its `free_requested` right before its
+/// `free_completed`, as PyTorch writes a block's frees unless it waits for other
+/// streams), `allocated_bytes` and `allocations` have the tallies of `active_bytes` and
+/// `active_allocs`: an `alloc` adds the same block to both; a pair takes it from both,
+/// one entry apart, and the suffix the `free_completed` leaves `active_bytes` is the one
+/// the `free_requested` leaves `allocated_bytes` an entry later, so their smallest
+/// suffixes are the same too. Only the latter are kept then (two of the five metrics an
+/// entry changes), and the former are copied from them at the first free that is not
+/// paired ([`Tallies::unpair`]), and counted apart from there on.
+#[derive(Clone, Copy, Debug)]
 struct Tallies {
     m: [Tally; 7],
     /// Every change's size, or-ed: at least the largest ([`Tallies::table`]).
     sizes: u64,
-    /// Changes added up.
-    changes: u64,
+    /// Every free so far is paired: `allocated_bytes` and `allocations` are not kept.
+    paired: bool,
+}
+
+impl Default for Tallies {
+    fn default() -> Tallies {
+        Tallies { m: Default::default(), sizes: 0, paired: true }
+    }
 }
 
 impl Tallies {
     #[inline(always)]
     fn alloc(&mut self, small: bool, size: u64, requested: u64) {
         self.sizes |= size | requested;
-        self.changes += 1;
-        self.m[ALLOCATED_BYTES].add(small, size);
+        if !self.paired {
+            self.m[ALLOCATED_BYTES].add(small, size);
+            self.m[ALLOCATIONS].add(small, 1);
+        }
         self.m[ACTIVE_BYTES].add(small, size);
         self.m[REQUESTED_BYTES].add(small, requested);
-        self.m[ALLOCATIONS].add(small, 1);
         self.m[ACTIVE_ALLOCS].add(small, 1);
     }
+    /// A `free_requested` and its `free_completed` right after it, of a block of `size`
+    /// that asked for `requested`.
+    #[inline(always)]
+    fn free_pair(&mut self, small: bool, size: u64, requested: u64) {
+        self.free_completed_only(small, size, requested);
+        if !self.paired {
+            self.m[ALLOCATED_BYTES].sub(small, size);
+            self.m[ALLOCATIONS].sub(small, 1);
+        }
+    }
+    /// A `free_requested` without its `free_completed` right after it.
     #[inline(always)]
     fn free_requested(&mut self, small: bool, size: u64) {
+        self.unpair();
         self.sizes |= size;
-        self.changes += 1;
         self.m[ALLOCATED_BYTES].sub(small, size);
         self.m[ALLOCATIONS].sub(small, 1);
     }
+    /// A `free_completed` without its `free_requested` right before it.
     #[inline(always)]
     fn free_completed(&mut self, small: bool, size: u64, requested: u64) {
+        self.unpair();
+        self.free_completed_only(small, size, requested);
+    }
+    #[inline(always)]
+    fn free_completed_only(&mut self, small: bool, size: u64, requested: u64) {
         self.sizes |= size | requested;
-        self.changes += 1;
         self.m[ACTIVE_BYTES].sub(small, size);
         self.m[REQUESTED_BYTES].sub(small, requested);
         self.m[ACTIVE_ALLOCS].sub(small, 1);
     }
+    /// From here on `allocated_bytes` and `allocations` are counted apart, from the
+    /// tallies they share so far.
+    #[inline]
+    fn unpair(&mut self) {
+        if self.paired {
+            self.paired = false;
+            self.m[ALLOCATED_BYTES] = self.m[ACTIVE_BYTES];
+            self.m[ALLOCATIONS] = self.m[ACTIVE_ALLOCS];
+        }
+    }
     #[inline(always)]
     fn segment(&mut self, small: bool, size: u64, made: bool) {
         self.sizes |= size;
-        self.changes += 1;
         if made {
             self.m[RESERVED_BYTES].add(small, size);
             self.m[SEGMENTS].add(small, 1);
@@ -344,11 +391,12 @@ impl Tallies {
     /// The table from the start values in `start` ([`start_table`]); `requested_bytes`
     /// left at its start values when `no_requested` (counted apart). `None` when a sum
     /// of changes might not fit the tallies' `i64`: each is at most the number of
-    /// changes times the largest (below 2^bits of the or of all sizes), which must stay
-    /// below 2^62 (for all pools, the two pools' sums: below 2^63).
+    /// changes (no more than the trace's entries: one each) times the largest (below
+    /// 2^bits of the or of all sizes), which must stay below 2^62 (for all pools, the two
+    /// pools' sums: below 2^63).
     fn table(&self, start: &MemoryTable, no_requested: bool) -> Option<MemoryTable> {
         let bits = 64 - self.sizes.leading_zeros();
-        if bits >= 62 || self.changes >= 1 << (62 - bits) {
+        if bits >= 62 || start.entries >= 1 << (62 - bits) {
             return None;
         }
         Some(MemoryTable {
@@ -424,6 +472,7 @@ fn walk_counting(
     let mut t = Tallies::default();
     let mut requests_differ: Vec<usize> = Vec::new();
     let mut scratch = Vec::new();
+    let mut rounded = Rounded::new();
     let mut i = trace.len();
     while exact && i > 0 {
         i -= 1;
@@ -434,7 +483,7 @@ fn walk_counting(
                 // the undo's own lookup.
                 let Undone { block: b, small, expandable, left, .. } = st.undo_alloc(i, ev)?;
                 // The forward rule from that free block (§3.8) must make this block.
-                let s = (rules.round)(ev.size);
+                let s = rounded.of(ev.size, rules);
                 let fwd = match left {
                     Some(f) if f >= s => {
                         if rules.should_split(small, expandable, f, s) {
@@ -464,17 +513,18 @@ fn walk_counting(
                 let paired = fr.filter(|fr| tiled && fr.action == Action::FreeRequested && fr.addr == ev.addr);
                 let Undone { block: b, small, revised, .. } = match paired {
                     Some(fr) => st.undo_free_pair(i, ev, fr, rules, &mut scratch)?.0,
-                    None => st.undo_free_completed(i, ev, rules, &mut scratch)?,
+                    None => undo_lone_free_completed(&mut st, i, ev, rules, &mut scratch)?,
                 };
                 scratch.clear();
                 if revised {
                     exact = false;
                 }
-                t.free_completed(small, b.size, b.requested);
                 if paired.is_some() {
                     // The `free_requested`'s block is the same block, allocated again.
                     i -= 1;
-                    t.free_requested(small, b.size);
+                    t.free_pair(small, b.size, b.requested);
+                } else {
+                    t.free_completed(small, b.size, b.requested);
                 }
             }
             Action::SegmentAlloc => {
@@ -498,12 +548,69 @@ fn walk_counting(
         }
     }
     // The counts cannot vouch from here on: the walk alone.
-    while i > 0 {
-        i -= 1;
-        st.undo(i, &trace[i], pool_of(&trace[i]), rules, &mut scratch)?;
+    walk_rest(&mut st, &trace[..i], pool_of, rules)?;
+    t.unpair();
+    Ok((st, exact.then_some(Counted { tallies: t, requests_differ })))
+}
+
+/// The backward walk of the entries `trace` (the first ones), for [`walk_counting`] once
+/// its counts cannot vouch: out of line, so that the undo of every action is not inlined
+/// a second time into the function of the counting loop (see
+/// [`undo_lone_free_completed`]).
+#[inline(never)]
+fn walk_rest(
+    st: &mut RecordedState,
+    trace: &[TraceEvent],
+    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    rules: &SplitRules,
+) -> Result<(), Inconsistency> {
+    let mut scratch = Vec::new();
+    for (i, ev) in trace.iter().enumerate().rev() {
+        st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
         scratch.clear();
     }
-    Ok((st, exact.then_some(Counted { tallies: t, requests_differ })))
+    Ok(())
+}
+
+/// [`RecordedState::undo_free_completed`] for [`walk_counting`], out of its loop: a
+/// `free_completed` away from its `free_requested` (a block that waited for other
+/// streams) is the rarer case. With this undo (a second copy beside the one of
+/// [`RecordedState::undo_free_pair`]) and [`walk_rest`]'s inlined into the counting
+/// loop's function, the compiler no longer inlined the block list's shifts
+/// (`Vec::remove`) there, which cost back what the tallies had saved (callgrind, on the
+/// last 3% of `loopreq-6.9m`).
+#[inline(never)]
+fn undo_lone_free_completed(
+    st: &mut RecordedState,
+    i: usize,
+    ev: &TraceEvent,
+    rules: &SplitRules,
+    scratch: &mut Vec<Ambiguity>,
+) -> Result<Undone, Inconsistency> {
+    st.undo_free_completed(i, ev, rules, scratch)
+}
+
+/// The rounded request of each `alloc` for [`walk_counting`], kept in a small
+/// direct-mapped table of the walk's own: [`SplitRules::round`] (which keeps one too) is
+/// called through a pointer, a cost per `alloc` larger than the lookup here, and a
+/// program asks for the same few sizes millions of times. Exact: a slot answers only for
+/// the request it holds (`round_size` is never 0, so (0, 0) is an empty slot).
+struct Rounded(Box<[(u64, u64); 256]>);
+
+impl Rounded {
+    fn new() -> Rounded {
+        Rounded(Box::new([(0, 0); 256]))
+    }
+    #[inline(always)]
+    fn of(&mut self, n: u64, rules: &SplitRules) -> u64 {
+        let slot = &mut self.0[((n >> 9) ^ (n >> 17)) as usize & 255];
+        if slot.0 == n && slot.1 != 0 {
+            return slot.1;
+        }
+        let v = (rules.round)(n);
+        *slot = (n, v);
+        v
+    }
 }
 
 /// `requested_bytes` forwards from its start value, as the replay counts it, where some

@@ -28,7 +28,7 @@
 //!
 //! Principal types: [`Steps`] (per device), [`Step`], [`PhaseSpan`], [`Phase`].
 
-use fragscope_snapshot::{Action, FrameId, Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{Action, FrameId, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::attribution::Scopes;
@@ -456,18 +456,23 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     // 2. Phases: a tagged entry is in its tag's phase; an untagged one in the phase
     // around it (module doc).
     let mut phase_of = crate::mem::filled(n, Phase::Outside);
-    let mut prev: Option<(usize, Tag)> = None;
+    // The tag of the last tagged entry before `i`.
+    let mut prev: Option<Tag> = None;
     let mut i = 0;
     while i < n {
-        if let Some(t) = tags[i] {
-            phase_of[i] = phase_of_tag(t);
-            prev = Some((i, t));
+        // Tagged entries (most of them on a trace with Python frames), in a loop of
+        // their own.
+        while let (Some(&Some(t)), Some(p)) = (tags.get(i), phase_of.get_mut(i)) {
+            *p = phase_of_tag(t);
+            prev = Some(t);
             i += 1;
-            continue;
         }
-        let j = (i..n).find(|&k| tags[k].is_some()).unwrap_or(n);
+        if i == n {
+            break;
+        }
+        let j = tags[i..].iter().position(Option::is_some).map_or(n, |k| i + k);
         let next = tags.get(j).copied().flatten();
-        let fill = match (prev.map(|p| p.1), next) {
+        let fill = match (prev, next) {
             (None, _) => Phase::Outside,
             (Some(Tag::Opt), Some(Tag::Opt)) => Phase::Optimizer,
             (Some(Tag::Opt), _) | (Some(Tag::Zero), _) => Phase::Outside,
@@ -658,13 +663,13 @@ fn forward_began_before(
     start: usize,
     end: usize,
 ) -> bool {
-    let mut made: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    let mut made: FxHashMap<u64, ()> = FxHashMap::default();
     for (i, e) in trace.iter().enumerate().take(end) {
         match e.action {
             Action::Alloc => {
-                made.insert(e.addr);
+                made.insert(e.addr, ());
             }
-            Action::FreeRequested if i >= start && phase_of[i] == Phase::Backward && !made.contains(&e.addr) => {
+            Action::FreeRequested if i >= start && phase_of[i] == Phase::Backward && !made.contains_key(&e.addr) => {
                 return true;
             }
             _ => {}
@@ -679,7 +684,7 @@ fn forward_began_before(
 /// in ten or more carry their allocation's (a free at the same line as its allocation
 /// happens, but seldom for most of them).
 fn frees_carry_alloc_stacks(trace: &[fragscope_snapshot::TraceEvent]) -> bool {
-    let mut made: std::collections::HashMap<u64, StackId> = std::collections::HashMap::new();
+    let mut made: FxHashMap<u64, StackId> = FxHashMap::default();
     let (mut same, mut seen) = (0usize, 0usize);
     for e in trace {
         match e.action {
@@ -751,14 +756,26 @@ fn phase_runs(phase_of: &[Phase], tags: &[Option<Tag>]) -> Vec<PhaseRun> {
     let mut k = 0;
     while k < phase_of.len() {
         let (p, s) = (phase_of[k], k);
-        let mut zero_grad = false;
-        while k < phase_of.len() && phase_of[k] == p {
-            zero_grad |= tags[k] == Some(Tag::Zero);
-            k += 1;
-        }
+        k = run_end(phase_of, k);
+        let zero_grad = tags[s..k].iter().fold(false, |z, &t| z | (t == Some(Tag::Zero)));
         v.push(PhaseRun { phase: p, start: s, end: k, zero_grad });
     }
     v
+}
+
+/// The end of the run of one phase that starts at entry `k`. A pass runs for hundreds
+/// or thousands of entries: they are compared a block at a time, with a test without
+/// branches that the compiler makes a few vector instructions, rather than one by one.
+fn run_end(phase_of: &[Phase], mut k: usize) -> usize {
+    const BLOCK: usize = 32;
+    let p = phase_of[k];
+    while let Some(block) = phase_of.get(k..k + BLOCK) {
+        if !block.iter().fold(true, |same, &q| same & (q == p)) {
+            break;
+        }
+        k += BLOCK;
+    }
+    k + phase_of[k..].iter().take_while(|&&q| q == p).count()
 }
 
 /// [`spans`] of entries `start..end`, from the runs of the whole trace.
@@ -821,7 +838,8 @@ fn repeat_chain<T: Eq + std::hash::Hash + Copy>(seq: &[T]) -> Option<(usize, usi
     if n < 4 {
         return None;
     }
-    let mut ids: std::collections::HashMap<T, u32> = std::collections::HashMap::new();
+    // FxHash: SipHash of each (size, stack) signature was most of this function's cost.
+    let mut ids: FxHashMap<T, u32> = FxHashMap::default();
     let s: Vec<u32> = seq
         .iter()
         .map(|x| {

@@ -263,6 +263,36 @@ pub(crate) struct Replayer<'a> {
 /// No `alloc` of the trace holds the slot ([`Replayer::new`]'s pass 1).
 const NO_ALLOC: usize = usize::MAX;
 
+/// The slot last found for each hash of an address, in pass 1 ([`Replayer::build`]): the
+/// caching allocator hands the same blocks out again and again, so a trace names the
+/// same few thousand addresses millions of times, and most entries find their slot here
+/// with one compare instead of a probe of the map of every address (the walk's largest
+/// cost per entry). Exact: a slot answers only for the address it has.
+struct RecentSlots(Box<[u32; RecentSlots::LEN]>);
+
+impl RecentSlots {
+    const BITS: u32 = 14;
+    const LEN: usize = 1 << Self::BITS;
+
+    fn new() -> Self {
+        RecentSlots(vec![u32::MAX; Self::LEN].into_boxed_slice().try_into().expect("LEN slots"))
+    }
+
+    /// The slot of `addr` (`addr_of`: each slot's address), else `find`'s, noted.
+    #[inline(always)]
+    fn slot(&mut self, addr: u64, addr_of: &[u64], find: impl FnOnce() -> u32) -> u32 {
+        // Block addresses are multiples of 512: the bits above, mixed (Fibonacci hashing).
+        let h = ((addr >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - Self::BITS)) as usize;
+        let k = self.0[h];
+        if addr_of.get(k as usize) == Some(&addr) {
+            return k;
+        }
+        let k = find();
+        self.0[h] = k;
+        k
+    }
+}
+
 /// The block lives made during [`Replayer::new`]'s pass 1 ([`Replayer::lives`]).
 ///
 /// Between two entries that name an address, that address holds one block at most, and
@@ -406,6 +436,7 @@ impl<'a> Replayer<'a> {
         // `free_completed` ([`NO_ALLOC`]), and whether a free of an unknown block there
         // is pending (its `free_requested` seen, not its `free_completed`).
         let mut slots: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut recent = RecentSlots::new();
         // Not kept for the lives alone: the steps read it, the lives are made in this pass.
         let mut slot_of: Vec<u32> = if LIVES { Vec::new() } else { vec![0; trace.len()] };
         let mut addr_of: Vec<u64> = Vec::new();
@@ -434,7 +465,7 @@ impl<'a> Replayer<'a> {
             facts.counts[e.action as usize] += 1;
             if matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted) {
                 let next = addr_of.len() as u32;
-                let k = *slots.entry(e.addr).or_insert(next);
+                let k = recent.slot(e.addr, &addr_of, || *slots.entry(e.addr).or_insert(next));
                 if k == next {
                     addr_of.push(e.addr);
                     traced.push(NO_ALLOC);
