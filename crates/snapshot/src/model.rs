@@ -26,10 +26,12 @@ pub struct StackId(NonZeroU32);
 macro_rules! id_index {
     ($t:ty) => {
         impl $t {
+            #[inline]
             pub(crate) fn from_index(i: usize) -> Self {
                 Self(NonZeroU32::new(u32::try_from(i + 1).expect("more than 4G interned items")).unwrap())
             }
             /// Position in its table (0-based).
+            #[inline]
             pub fn index(self) -> usize {
                 self.0.get() as usize - 1
             }
