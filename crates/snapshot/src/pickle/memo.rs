@@ -186,3 +186,77 @@ impl Memo {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_reads_back_as_it_was_set() {
+        let mut m = Memo::new();
+        let values = [
+            Value::Stack(StackId::from_index(7)),
+            Value::Frame(FrameId::from_index(0)),
+            Value::Str(StrId::from_index(123_456)),
+            // Ids past what a code holds go to the side table.
+            Value::Stack(StackId::from_index(ID_MASK as usize)),
+            Value::Str(StrId::from_index(1 << 30)),
+            Value::Int(-5),
+            Value::Float(2.5),
+            Value::Pair(1, 2),
+            Value::None,
+            Value::Bool(true),
+        ];
+        for (i, &v) in values.iter().enumerate() {
+            m.set(3 * i, v);
+        }
+        for (i, &v) in values.iter().enumerate() {
+            assert_eq!(m.get(3 * i), v, "slot {}", 3 * i);
+            assert_eq!(m.get(3 * i + 1), Value::Undef);
+        }
+        assert_eq!(m.len(), 3 * (values.len() - 1) + 1);
+        assert_eq!(m.get(1 << 20), Value::Undef);
+        assert_eq!(m.string_overwrites, 0);
+    }
+
+    #[test]
+    fn overwriting_or_consuming_a_string_stack_or_frame_is_counted() {
+        let mut m = Memo::new();
+        m.set(0, Value::Str(StrId::from_index(1)));
+        m.set(1, Value::Int(3));
+        m.set(1, Value::Int(4));
+        assert_eq!(m.string_overwrites, 0, "an int written over is no string");
+        m.set(0, Value::Stack(StackId::from_index(2)));
+        assert_eq!(m.string_overwrites, 1);
+        m.consume(0);
+        assert_eq!(m.string_overwrites, 2);
+        assert_eq!(m.get(0), Value::Consumed);
+    }
+
+    #[test]
+    fn consumed_chunks_are_dropped_and_revived_by_a_write() {
+        let mut m = Memo::new();
+        // A chunk of trace entries: every slot consumed as it is made.
+        for _ in 0..CHUNK {
+            let i = m.reserve();
+            m.consume(i);
+        }
+        assert!(matches!(m.chunks[0], None));
+        assert_eq!(m.get(5), Value::Consumed);
+        // The next chunk holds stacks between consumed entries: it stays.
+        for k in 0..CHUNK / 2 {
+            let i = m.reserve();
+            m.consume(i);
+            let s = m.len();
+            m.set(s, Value::Stack(StackId::from_index(k)));
+        }
+        assert!(matches!(m.chunks[1], Some(_)));
+        assert_eq!(m.get(CHUNK + 1), Value::Stack(StackId::from_index(0)));
+        // A BINPUT into the dropped chunk brings it back, the rest still consumed.
+        m.set(9, Value::Str(StrId::from_index(4)));
+        assert_eq!(m.get(9), Value::Str(StrId::from_index(4)));
+        assert_eq!(m.get(10), Value::Consumed);
+        m.consume(9);
+        assert!(matches!(m.chunks[0], None), "consumed throughout again");
+    }
+}
