@@ -262,10 +262,10 @@ pub struct SegMap {
     hints: Vec<u32>,
     /// Index of the block last found for each 512-byte granule of addresses, in its
     /// segment (by address bits, `POS` entries, `u32::MAX` = none; [`Self::block_index`]).
-    /// Empty until the first lookup.
+    /// Empty until the first lookup, and for good once `unsorted`.
     pos: Vec<u32>,
     /// Some segment given to [`Self::insert`] had blocks out of address order (a corrupt
-    /// snapshot): then `pos` is not used. Every undo and apply keeps the order.
+    /// snapshot): then `pos` stays empty. Every undo and apply keeps the order.
     unsorted: bool,
 }
 
@@ -291,7 +291,11 @@ impl SegMap {
     }
     /// Insert (or replace) the segment starting at `addr`.
     pub fn insert(&mut self, addr: u64, rec: SegRec) -> Option<SegRec> {
-        self.unsorted |= !rec.blocks.windows(2).all(|w| w[0].addr <= w[1].addr);
+        if !rec.blocks.windows(2).all(|w| w[0].addr <= w[1].addr) {
+            // `pos` emptied for good, so that [`Self::block_index`] need not test this.
+            self.unsorted = true;
+            self.pos = Vec::new();
+        }
         match self.starts.binary_search(&addr) {
             Ok(k) => Some(std::mem::replace(&mut self.recs[self.slots[k] as usize], rec)),
             Err(k) => {
@@ -373,13 +377,11 @@ impl SegMap {
     #[inline(always)]
     fn block_index(&mut self, slot: usize, addr: u64) -> Option<usize> {
         let h = (addr >> 9) as usize & (POS - 1);
-        if !self.unsorted {
-            if let Some(&j) = self.pos.get(h) {
-                let blocks = &self.recs[slot].blocks;
-                if let Some(b) = blocks.get(j as usize) {
-                    if b.addr <= addr && blocks.get(j as usize + 1).is_none_or(|n| n.addr > addr) {
-                        return (addr < b.addr + b.size).then_some(j as usize);
-                    }
+        if let Some(&j) = self.pos.get(h) {
+            let blocks = &self.recs[slot].blocks;
+            if let Some(b) = blocks.get(j as usize) {
+                if b.addr <= addr && blocks.get(j as usize + 1).is_none_or(|n| n.addr > addr) {
+                    return (addr < b.addr + b.size).then_some(j as usize);
                 }
             }
         }
@@ -391,6 +393,9 @@ impl SegMap {
     #[inline(always)]
     fn set_pos(&mut self, addr: u64, j: usize) {
         if self.pos.is_empty() {
+            if self.unsorted {
+                return;
+            }
             self.pos = vec![u32::MAX; POS];
         }
         self.pos[(addr >> 9) as usize & (POS - 1)] = j as u32;
