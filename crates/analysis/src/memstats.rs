@@ -512,7 +512,7 @@ fn walk_counting(
                 let fr = i.checked_sub(1).map(|k| &trace[k]);
                 let paired = fr.filter(|fr| tiled && fr.action == Action::FreeRequested && fr.addr == ev.addr);
                 let Undone { block: b, small, revised, .. } = match paired {
-                    Some(fr) => st.undo_free_pair(i, ev, fr, rules, &mut scratch)?.0,
+                    Some(fr) => st.undo_free_pair(i, ev, fr, rounded.of(ev.size, rules), rules, &mut scratch)?.0,
                     None => undo_lone_free_completed(&mut st, i, ev, rules, &mut scratch)?,
                 };
                 scratch.clear();
@@ -592,7 +592,8 @@ fn undo_lone_free_completed(
 
 /// The rounded request of each `alloc` for [`walk_counting`], kept in a small
 /// direct-mapped table of the walk's own: [`SplitRules::round`] (which keeps one too) is
-/// called through a pointer, a cost per `alloc` larger than the lookup here, and a
+/// called through a pointer, a cost per `alloc` (and paired `free_completed`, whose undo
+/// takes the rounded size from here) larger than the lookup here, and a
 /// program asks for the same few sizes millions of times. Exact: a slot answers only for
 /// the request it holds (`round_size` is never 0, so (0, 0) is an empty slot).
 struct Rounded(Box<[(u64, u64); 256]>);

@@ -162,6 +162,18 @@ impl SegRec {
     }
 }
 
+/// `blocks.remove(at)` for the undo of an `alloc`: `Vec::remove` calls `memmove` even
+/// when no block follows, and the block removed is mostly a segment's last (the free
+/// remainder after its newest block: 9 in 10 on `loopreq`).
+#[inline(always)]
+fn remove_block(blocks: &mut Vec<BlockRec>, at: usize) {
+    if at + 1 == blocks.len() {
+        blocks.pop();
+    } else {
+        blocks.remove(at);
+    }
+}
+
 /// The rules the model needs from the allocator configuration.
 pub struct SplitRules<'a> {
     /// `round_size` of the configuration in force.
@@ -250,10 +262,10 @@ pub struct SegMap {
     hints: Vec<u32>,
     /// Index of the block last found for each 512-byte granule of addresses, in its
     /// segment (by address bits, `POS` entries, `u32::MAX` = none; [`Self::block_index`]).
-    /// Empty until the first lookup.
+    /// Empty until the first lookup, and for good once `unsorted`.
     pos: Vec<u32>,
     /// Some segment given to [`Self::insert`] had blocks out of address order (a corrupt
-    /// snapshot): then `pos` is not used. Every undo and apply keeps the order.
+    /// snapshot): then `pos` stays empty. Every undo and apply keeps the order.
     unsorted: bool,
 }
 
@@ -279,7 +291,11 @@ impl SegMap {
     }
     /// Insert (or replace) the segment starting at `addr`.
     pub fn insert(&mut self, addr: u64, rec: SegRec) -> Option<SegRec> {
-        self.unsorted |= !rec.blocks.windows(2).all(|w| w[0].addr <= w[1].addr);
+        if !rec.blocks.windows(2).all(|w| w[0].addr <= w[1].addr) {
+            // `pos` emptied for good, so that [`Self::block_index`] need not test this.
+            self.unsorted = true;
+            self.pos = Vec::new();
+        }
         match self.starts.binary_search(&addr) {
             Ok(k) => Some(std::mem::replace(&mut self.recs[self.slots[k] as usize], rec)),
             Err(k) => {
@@ -361,13 +377,11 @@ impl SegMap {
     #[inline(always)]
     fn block_index(&mut self, slot: usize, addr: u64) -> Option<usize> {
         let h = (addr >> 9) as usize & (POS - 1);
-        if !self.unsorted {
-            if let Some(&j) = self.pos.get(h) {
-                let blocks = &self.recs[slot].blocks;
-                if let Some(b) = blocks.get(j as usize) {
-                    if b.addr <= addr && blocks.get(j as usize + 1).is_none_or(|n| n.addr > addr) {
-                        return (addr < b.addr + b.size).then_some(j as usize);
-                    }
+        if let Some(&j) = self.pos.get(h) {
+            let blocks = &self.recs[slot].blocks;
+            if let Some(b) = blocks.get(j as usize) {
+                if b.addr <= addr && blocks.get(j as usize + 1).is_none_or(|n| n.addr > addr) {
+                    return (addr < b.addr + b.size).then_some(j as usize);
                 }
             }
         }
@@ -379,6 +393,9 @@ impl SegMap {
     #[inline(always)]
     fn set_pos(&mut self, addr: u64, j: usize) {
         if self.pos.is_empty() {
+            if self.unsorted {
+                return;
+            }
             self.pos = vec![u32::MAX; POS];
         }
         self.pos[(addr >> 9) as usize & (POS - 1)] = j as u32;
@@ -588,11 +605,11 @@ impl RecordedState {
             (false, None) => blocks[j].state = BState::Free,
             (false, Some(n)) => {
                 blocks[j] = BlockRec { size: b.size + n, state: BState::Free, ..b };
-                blocks.remove(j + 1);
+                remove_block(blocks, j + 1);
             }
             (true, None) => {
                 blocks[j - 1].size += b.size;
-                blocks.remove(j);
+                remove_block(blocks, j);
             }
             (true, Some(n)) => {
                 blocks[j - 1].size += b.size + n;
@@ -634,7 +651,7 @@ impl RecordedState {
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
     ) -> Result<Undone, Inconsistency> {
-        self.undo_free_completed_as(index, ev, rules, ambiguous, BState::Pending)
+        self.undo_free_completed_as(index, ev, (rules.round)(ev.size), rules, ambiguous, BState::Pending)
     }
 
     /// [`Self::undo_free_completed`] of `fc` (entry `index`), then
@@ -645,18 +662,22 @@ impl RecordedState {
     /// finds (the same segment through the lookup's hint, and in a segment whose blocks
     /// tile it, the block starting at the address), so it is not looked up again. For
     /// states whose segments' blocks tile them ([`RecordedState::blocks_tile_segments`]);
-    /// the walk keeps that. Returns the two blocks.
+    /// the walk keeps that. `rounded` is `(rules.round)(fc.size)`, from the caller: a walk
+    /// that keeps the rounded sizes it met saves the call through the pointer (most
+    /// entries ask for a size met before). Returns the two blocks.
     #[inline]
     pub fn undo_free_pair(
         &mut self,
         index: usize,
         fc: &TraceEvent,
         fr: &TraceEvent,
+        rounded: u64,
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
     ) -> Result<(Undone, Undone), Inconsistency> {
         debug_assert!(fc.addr == fr.addr && fr.action == Action::FreeRequested && index > 0);
-        let completed = self.undo_free_completed_as(index, fc, rules, ambiguous, BState::Allocated)?;
+        debug_assert_eq!(rounded, (rules.round)(fc.size));
+        let completed = self.undo_free_completed_as(index, fc, rounded, rules, ambiguous, BState::Allocated)?;
         let block = BlockRec { state: BState::Allocated, ..completed.block };
         Ok((completed, Undone { block, revised: false, ..completed }))
     }
@@ -680,12 +701,14 @@ impl RecordedState {
     /// [`Self::undo_free_completed`], the block left in state `then`: `Pending` (the undo
     /// alone), or `Allocated` when its `free_requested` is undone with it
     /// ([`Self::undo_free_pair`], which then need not find the block again). The
-    /// [`Undone`] holds the block pending, as the undo alone leaves it.
+    /// [`Undone`] holds the block pending, as the undo alone leaves it. `rounded` is
+    /// `(rules.round)(ev.size)`.
     #[inline(always)]
     fn undo_free_completed_as(
         &mut self,
         index: usize,
         ev: &TraceEvent,
+        rounded: u64,
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
         then: BState,
@@ -716,7 +739,7 @@ impl RecordedState {
         // simulated run under other settings seeded with the recorded blocks): when
         // the configuration's rounding does not fit but a 512-byte rounding does, the
         // block is the free space there.
-        let s = match (rules.round)(ev.size) {
+        let s = match rounded {
             s if s > avail && avail >= ev.size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK => avail,
             s => s,
         };
@@ -1636,7 +1659,8 @@ mod tests {
                         let mut one_by_one = state.clone();
                         let c = one_by_one.undo_free_completed(i, fc, rules, &mut scratch).unwrap();
                         let q = one_by_one.undo_free_requested(i - 1, fr).unwrap();
-                        let (pc, pq) = state.undo_free_pair(i, fc, fr, rules, &mut scratch).unwrap();
+                        let (pc, pq) =
+                            state.undo_free_pair(i, fc, fr, (rules.round)(fc.size), rules, &mut scratch).unwrap();
                         assert_eq!(state, one_by_one, "entry {i}");
                         assert_eq!((pc.block, pc.small), (c.block, c.small));
                         assert_eq!((pq.block, pq.block.state), (q.block, BState::Allocated));
