@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fragscope_snapshot::Snapshot;
+use fragscope_snapshot::{FxHashMap, Snapshot};
 use serde::Serialize;
 
 use crate::lives::{BlockLives, LIVE_AT_END};
@@ -405,6 +405,32 @@ impl Ends {
     }
 }
 
+/// [`Steps::step_of`] for entries met in increasing order (the lives, in `alloc` order):
+/// a cursor over the steps (in `start` order) instead of a binary search per block,
+/// which was two fifths of classifying a long trace.
+struct StepCursor<'a> {
+    steps: &'a [steps::Step],
+    /// The steps that start at or before the last entry asked (or `from`):
+    /// `steps.partition_point(|s| s.start <= entry)`.
+    started: usize,
+}
+
+impl<'a> StepCursor<'a> {
+    /// A cursor for the entries from `from` on.
+    fn new(st: &'a Steps, from: usize) -> Self {
+        StepCursor { steps: &st.steps, started: st.steps.partition_point(|s| s.start <= from) }
+    }
+
+    /// `st.step_of(entry)`, for `entry` no less than `from` and the entry asked before.
+    #[inline]
+    fn at(&mut self, entry: usize) -> Option<usize> {
+        while self.steps.get(self.started).is_some_and(|s| s.start <= entry) {
+            self.started += 1;
+        }
+        self.started.checked_sub(1).filter(|&k| entry < self.steps[k].end)
+    }
+}
+
 fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
     let trace = snap.trace(lives.device);
     let n = trace.len();
@@ -430,11 +456,16 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     }
 
     // 1. Blocks made inside a phase: phase and lifetime.
-    let mut grads_by_step: Vec<HashMap<u64, usize>> = vec![HashMap::new(); st.steps.len()];
+    let mut grads_by_step: Vec<FxHashMap<u64, usize>> = vec![FxHashMap::default(); st.steps.len()];
+    let mut step_of = StepCursor::new(st, 0);
+    // The blocks the later rules look at again, in `alloc` order, so that they need not
+    // walk every block: those made outside the phases (steps 2, 3 and 5) and the
+    // gradients (whether a parameter has their size).
+    let (mut outside, mut grads) = (Vec::new(), Vec::new());
     for (i, l) in lives.traced.iter().enumerate() {
         let a = l.alloc;
         let e = l.end; // LIVE_AT_END is past every entry
-        let k = st.step_of(a);
+        let k = step_of.at(a);
         if ev.of(l.stack) & WORKSPACE != 0 {
             traced[i] = BlockRole::of(Reason::OtherWorkspace);
             continue;
@@ -444,6 +475,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 let bwd_end = spans[k].0.map_or(st.steps[k].end, |b| b.1);
                 if e >= bwd_end {
                     *grads_by_step[k].entry(req[i]).or_default() += 1;
+                    grads.push(i);
                     Reason::GradOutlivesBackward
                 } else {
                     Reason::TempFreedInPhase
@@ -472,7 +504,10 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 None if e < n && st.phase_at(e) == Phase::Forward => Reason::TempFreedInPhase,
                 None => Reason::OtherUndecided,
             },
-            (Phase::Outside, _) => continue, // below, once parameters are known
+            (Phase::Outside, _) => {
+                outside.push(i); // below, once parameters are known
+                continue;
+            }
             // A phase outside every step (work after the last step, or a trace without
             // steps): nothing bounds the phase, so activations cannot be told from
             // temporaries (a forward-only trace is one long forward "phase").
@@ -496,12 +531,12 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
         .filter(|&k| backward_whole(k) && !grads_by_step[k].is_empty())
         .max_by_key(|&k| grad_bytes(k))
         .or_else(|| (0..grads_by_step.len()).max_by_key(|&k| grad_bytes(k)).filter(|&k| !grads_by_step[k].is_empty()));
-    let grad_sizes: HashMap<u64, usize> = grad_step.map(|k| grads_by_step[k].clone()).unwrap_or_default();
+    let grad_sizes: FxHashMap<u64, usize> = grad_step.map(|k| grads_by_step[k].clone()).unwrap_or_default();
     // Whether every gradient found a parameter (step 2).
     let mut params_matched = false;
     let first_bwd = spans.iter().find_map(|s| s.0).map(|b| b.0);
     let first_opt = spans.iter().find_map(|s| s.1);
-    let mut param_sizes: HashMap<u64, usize> = HashMap::new();
+    let mut param_sizes: FxHashMap<u64, usize> = FxHashMap::default();
     if let Some(fb) = first_bwd {
         let mut left = grad_sizes.clone();
         let bwd_starts: Vec<usize> = spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
@@ -515,11 +550,12 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 *param_sizes.entry(b.request).or_default() += 1;
             }
         }
-        for (i, l) in lives.traced.iter().enumerate() {
+        for &i in &outside {
+            let l = &lives.traced[i];
             if l.alloc >= fb {
                 break;
             }
-            if st.phase_at(l.alloc) == Phase::Outside && l.end >= fb && traced[i].reason == Reason::OtherUndecided {
+            if l.end >= fb && traced[i].reason == Reason::OtherUndecided {
                 if let Some(c) = left.get_mut(&req[i]).filter(|c| **c > 0) {
                     *c -= 1;
                     traced[i] = BlockRole::of(Reason::ParamSetupMatchesGradient);
@@ -532,9 +568,9 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // Kept blocks of a backward pass that no parameter's size explains are not
     // gradients (cuBLAS makes its workspace on the autograd thread's first matmul);
     // without any parameter found, they stay gradients at lower confidence.
-    for (i, r) in traced.iter_mut().enumerate() {
-        if r.reason == Reason::GradOutlivesBackward && !param_sizes.contains_key(&req[i]) {
-            *r = BlockRole::of(if param_sizes.is_empty() {
+    for &i in &grads {
+        if !param_sizes.contains_key(&req[i]) {
+            traced[i] = BlockRole::of(if param_sizes.is_empty() {
                 Reason::GradOutlivesBackwardUnmatched
             } else {
                 Reason::OtherBackwardNoParameter
@@ -546,7 +582,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // the first optimizer step starts, parameter-sized, and whole copies of the
     // parameters' sizes.
     if let Some((os, _)) = first_opt.filter(|_| !param_sizes.is_empty()) {
-        let copies = |found: &HashMap<u64, usize>| -> bool {
+        let copies = |found: &FxHashMap<u64, usize>| -> bool {
             let Some(k) = param_sizes.iter().next().map(|(s, c)| found.get(s).copied().unwrap_or(0) / c) else {
                 return false;
             };
@@ -554,17 +590,17 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 && found.len() == param_sizes.len()
                 && param_sizes.iter().all(|(s, c)| found.get(s).copied().unwrap_or(0) == k * c)
         };
-        let setup: Vec<usize> = (0..lives.traced.len())
+        let setup: Vec<usize> = outside
+            .iter()
+            .copied()
             .take_while(|&i| lives.traced[i].alloc < os)
             .filter(|&i| {
-                let l = &lives.traced[i];
                 traced[i].reason == Reason::OtherUndecided
-                    && st.phase_at(l.alloc) == Phase::Outside
-                    && l.end >= os
+                    && lives.traced[i].end >= os
                     && param_sizes.contains_key(&req[i])
             })
             .collect();
-        let mut found: HashMap<u64, usize> = HashMap::new();
+        let mut found: FxHashMap<u64, usize> = FxHashMap::default();
         for &i in &setup {
             *found.entry(req[i]).or_default() += 1;
         }
@@ -586,7 +622,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                     && param_sizes.contains_key(&lives.seeded[i].request)
             })
             .collect();
-        let mut found: HashMap<u64, usize> = HashMap::new();
+        let mut found: FxHashMap<u64, usize> = FxHashMap::default();
         for &i in &before {
             *found.entry(lives.seeded[i].request).or_default() += 1;
         }
@@ -602,12 +638,14 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // order (an optimizer visits its parameters in one order every step). Steps in
     // order, so that the roles carry from step to step.
     let mut from_state: HashMap<usize, usize> = HashMap::new();
+    // The blocks that replace one of unknown role (step 6).
+    let mut replace_unknown = Vec::new();
     // The blocks by the entry that ended them ([`Ends`]), so that each step looks only at
     // those its optimizer phase frees (not at every block: a long run has thousands of
     // steps).
     for (k, sp) in spans.iter().enumerate() {
         let Some((os, oe)) = sp.1 else { continue };
-        let mut freed: HashMap<u64, Vec<(usize, Reason)>> = HashMap::new();
+        let mut freed: FxHashMap<u64, Vec<(usize, Reason)>> = FxHashMap::default();
         ix.ends.each_in(os..oe, |end, life| {
             let (r, size) = match life {
                 Ended::Seeded(i) => (seeded[i], lives.seeded[i].request),
@@ -629,8 +667,9 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             v.sort_unstable();
             v.reverse(); // popped from the back: earliest first
         }
+        let mut step_of = StepCursor::new(st, os);
         for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
-            if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
+            if traced[i].reason != Reason::OptMadeInStepKept || step_of.at(lives.traced[i].alloc) != Some(k) {
                 continue;
             }
             if let Some((old_end, was)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
@@ -646,6 +685,9 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                     _ if was.role() == Role::Parameters => Reason::ParamReplacedInStep,
                     _ => Reason::OptReplacedInStep,
                 });
+                if traced[i].reason == Reason::OtherReplacesUnknown {
+                    replace_unknown.push(i);
+                }
             }
         }
     }
@@ -655,8 +697,9 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // while building a model that no backward pass confirms.
     let forward_starts: Vec<usize> = spans.iter().filter_map(|s| s.2).collect();
     let no_backward = first_bwd.is_none();
-    for (i, l) in lives.traced.iter().enumerate() {
-        if traced[i].reason != Reason::OtherUndecided || st.phase_at(l.alloc) != Phase::Outside {
+    for &i in &outside {
+        let l = &lives.traced[i];
+        if traced[i].reason != Reason::OtherUndecided {
             continue;
         }
         let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc)).copied();
@@ -692,18 +735,14 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // optimizer state whole copies of those parameters when that step's optimizer
     // ends. A block whose frames say where it was made (a forward pass, say) only
     // leaves open the roles made there.
-    let unknown: Vec<(u64, u8)> = lives
+    let mut unknown: Vec<(u64, u8)> = lives
         .seeded
         .iter()
         .zip(&seeded)
         .filter(|(_, r)| r.reason == Reason::OtherBeforeTrace)
         .map(|(b, _)| (b.request, ev.of(b.stack)))
-        .chain(
-            (0..lives.traced.len())
-                .filter(|&i| traced[i].reason == Reason::OtherReplacesUnknown)
-                .map(|i| (req[i], steps::OPTIMIZER)),
-        )
         .collect();
+    unknown.extend(replace_unknown.iter().map(|&i| (req[i], steps::OPTIMIZER)));
     let mut cannot_tell = BTreeMap::new();
     if !unknown.is_empty() {
         let fs = crate::oom_message::format_size;
@@ -750,16 +789,24 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             // (an optimizer makes its state in its first step).
             let at = whole_step.and_then(|k| spans[k].1).map(|x| x.1);
             let copies = at.is_some_and(|t| {
-                let mut opt: HashMap<u64, usize> = HashMap::new();
-                let mut par: HashMap<u64, usize> = HashMap::new();
-                let live = lives.seeded.iter().map(|b| (b.request, b.end >= t));
-                let made =
-                    (0..lives.traced.len()).map(|i| (req[i], lives.traced[i].alloc < t && lives.traced[i].end >= t));
-                for ((q, alive), r) in live.chain(made).zip(seeded.iter().chain(traced.iter())) {
-                    match r.role {
-                        Role::OptimizerState if alive => *opt.entry(q).or_default() += 1,
-                        Role::Parameters if alive => *par.entry(q).or_default() += 1,
-                        _ => {}
+                let mut opt: FxHashMap<u64, usize> = FxHashMap::default();
+                let mut par: FxHashMap<u64, usize> = FxHashMap::default();
+                let mut count = |role: Role, q: u64| match role {
+                    Role::OptimizerState => *opt.entry(q).or_default() += 1,
+                    Role::Parameters => *par.entry(q).or_default() += 1,
+                    _ => {}
+                };
+                for (b, r) in lives.seeded.iter().zip(&seeded) {
+                    if b.end >= t {
+                        count(r.role, b.request);
+                    }
+                }
+                // The blocks made before `t`, the role read first: few of them hold one
+                // of these two roles, and the roles are a smaller array than the lives.
+                let made = lives.traced.partition_point(|l| l.alloc < t);
+                for (i, r) in traced[..made].iter().enumerate() {
+                    if matches!(r.role, Role::OptimizerState | Role::Parameters) && lives.traced[i].end >= t {
+                        count(r.role, req[i]);
                     }
                 }
                 let k: Vec<Option<usize>> =
@@ -798,13 +845,13 @@ fn lineages_live_at(
 ) -> Vec<bool> {
     let mut live: Vec<bool> = lives.seeded.iter().map(|b| b.end >= fb).collect();
     // Traced block -> the block live before the trace it descends from.
-    let mut root: HashMap<usize, usize> = HashMap::new();
+    let mut root: FxHashMap<usize, usize> = FxHashMap::default();
     for (k, sp) in spans.iter().enumerate() {
         let Some((os, oe)) = sp.1 else { continue };
         if os >= fb {
             break;
         }
-        let mut freed: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
+        let mut freed: FxHashMap<u64, Vec<(usize, usize)>> = FxHashMap::default();
         ends.each_in(os..oe, |end, life| {
             let (r, size) = match life {
                 Ended::Seeded(i) => (Some(i), lives.seeded[i].request),
@@ -819,8 +866,9 @@ fn lineages_live_at(
             v.reverse();
         }
         let upto = lives.traced.partition_point(|l| l.alloc < oe);
+        let mut step_of = StepCursor::new(st, os);
         for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
-            if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
+            if traced[i].reason != Reason::OptMadeInStepKept || step_of.at(lives.traced[i].alloc) != Some(k) {
                 continue;
             }
             if let Some((_, r)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
@@ -857,7 +905,7 @@ fn before_trace(
     lives: &BlockLives,
     st: &Steps,
     ev: &mut StackEvidence,
-    grad_sizes: &HashMap<u64, usize>,
+    grad_sizes: &FxHashMap<u64, usize>,
     bwd_starts: &[usize],
     live_at_fb: &[bool],
     seeded: &mut [BlockRole],
@@ -877,7 +925,7 @@ fn before_trace(
                 && bwd_starts.iter().any(|&s| s > b.end)
         })
         .collect();
-    let mut count: HashMap<u64, usize> = HashMap::new();
+    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
     for &i in &old {
         *count.entry(lives.seeded[i].request).or_default() += 1;
     }
@@ -890,7 +938,7 @@ fn before_trace(
     let live: Vec<usize> = (0..lives.seeded.len())
         .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
         .collect();
-    let mut count: HashMap<u64, usize> = HashMap::new();
+    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
     for &i in &live {
         *count.entry(lives.seeded[i].request).or_default() += 1;
     }
@@ -927,7 +975,7 @@ fn before_trace(
     }
     let k = q - 1;
     let is_opt = |ev: &mut StackEvidence, s| ev.of(s) & OPTIMIZER != 0 || ev.mentions(s, "optim");
-    let mut by_frames: HashMap<u64, (usize, usize)> = HashMap::new();
+    let mut by_frames: FxHashMap<u64, (usize, usize)> = FxHashMap::default();
     let mut frames_decide = true;
     for &i in &live {
         let b = &lives.seeded[i];
@@ -1010,14 +1058,14 @@ struct Highs {
 }
 
 impl Highs {
-    /// Reads the figures at state `s`, where only the roles in `touched` (a bit per
-    /// role) changed.
+    /// Reads the figures at state `s`, where only the roles in `rose` (a bit per role)
+    /// may have risen.
     #[inline]
-    fn read(&mut self, s: usize, mut touched: u8, cur: &[i64; 7], blk: i64) {
-        while touched != 0 {
-            let k = touched.trailing_zeros() as usize;
+    fn read(&mut self, s: usize, mut rose: u8, cur: &[i64; 7], blk: i64) {
+        while rose != 0 {
+            let k = rose.trailing_zeros() as usize;
             self.max[k] = self.max[k].max(cur[k]);
-            touched &= touched - 1;
+            rose &= rose - 1;
         }
         if blk > self.peak {
             (self.peak, self.peak_state, self.at_peak) = (blk, s, *cur);
@@ -1028,10 +1076,15 @@ impl Highs {
 /// Sweeps the states: a block enters at alloc + 1 and leaves at end + 1 (the lives an
 /// entry ended, from `ix.ends`); an out-of-place update moves from temporaries to its
 /// role at `from_state` (a few blocks: sorted). Tensor bytes (`req`) give the figures;
-/// block bytes find the allocated peak. A figure can rise only where a block enters or
-/// moves: the figures are read there, and at the rest of the states (ends alone, which
-/// lower them) only where a size past `i64` made an end raise one. (Every state read
-/// in full was 60 instructions a state on a long trace.)
+/// block bytes find the allocated peak.
+///
+/// One pass over the entries: between the entries with an `alloc`, an end in `more` or
+/// a move, the ends alone (a scan of the slots); each of those entries made whole (its
+/// ends, its `alloc`s, the moves at its state) before the figures are read. A figure
+/// can rise only where a block enters or moves, so they are read there, for the roles
+/// that rose, and after an end only where a size past `i64` made it raise one: an end
+/// lowers its role, whose figure was read when it last rose. (Every state read in full
+/// was 60 instructions a state on a long trace.)
 fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
     const TEMP: usize = Role::Temporaries as usize;
     let req = &ix.req;
@@ -1054,11 +1107,19 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> F
     if moves.first().is_some_and(|x| x.0 == 0) {
         moves.clear();
     }
-    // The lives that move (sorted), met in `alloc` order as `a` goes up: a cursor, not
-    // a lookup per life.
+    // The lives that move (sorted): temporaries until their move.
     let mut moved: Vec<usize> = roles.from_state.keys().copied().collect();
     moved.sort_unstable();
     let (slot, more, traced_n) = (&ix.ends.slot, &ix.ends.more, ix.ends.traced);
+    // Cursors over the lives (in `alloc` order), the lives that move, the ends in
+    // `more` and the moves, each with the entry of its next event (a move at state s
+    // is entry s - 1's); `usize::MAX` past the last.
+    let at = |x: Option<usize>| x.unwrap_or(usize::MAX);
+    let (mut a, mut mv, mut mo, mut m) = (0usize, 0usize, 0usize, 0usize);
+    let mut next_alloc = at(lives.traced.first().map(|l| l.alloc));
+    let mut next_moved = at(moved.first().copied());
+    let mut next_more = at(more.first().map(|x| x.0));
+    let mut next_move = at(moves.first().map(|x| x.0 - 1));
     // What the end of life `k` (as `Ends` numbers them) takes away: its role, tensor
     // bytes, block bytes.
     let gone = |k: usize| -> (usize, i64, i64) {
@@ -1069,90 +1130,75 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> F
             (roles.seeded[j].role as usize, lives.seeded[j].request as i64, lives.seeded[j].size as i64)
         }
     };
-    // The ends of entry `e`, applied: the roles touched, and whether one raised a figure.
-    let (mut e, mut more_at) = (0usize, 0usize);
-    macro_rules! end_entry {
-        ($e:expr) => {{
-            let e = $e;
-            let (mut touched, mut raised) = (0u8, false);
-            let mut take = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
-                let (r, q, size) = gone(k);
-                cur[r] -= q;
-                *blk -= size;
-                touched |= 1 << r;
-                raised |= q < 0 || size < 0;
-            };
-            if let Some(&k) = slot.get(e).filter(|&&k| k != 0) {
-                take(k as usize - 1, &mut cur, &mut blk);
-            }
-            while let Some(&(x, k)) = more.get(more_at).filter(|x| x.0 == e) {
-                let _ = x;
-                take(k, &mut cur, &mut blk);
-                more_at += 1;
-            }
-            (touched, raised)
-        }};
-    }
-    // The ends of the entries `e..upto`, each its own state.
-    macro_rules! ends_until {
-        ($upto:expr) => {{
-            let upto = $upto;
-            while e < upto {
-                // Entries with no end in `more`: their slots, in bulk.
-                let stop = upto.min(more.get(more_at).map_or(usize::MAX, |x| x.0)).min(slot.len()).max(e);
-                for (j, &k) in slot.get(e..stop).unwrap_or_default().iter().enumerate() {
-                    if k != 0 {
-                        let (r, q, size) = gone(k as usize - 1);
-                        cur[r] -= q;
-                        blk -= size;
-                        if q < 0 || size < 0 {
-                            hi.read(e + j + 1, 1 << r, &cur, blk);
-                        }
-                    }
-                }
-                e = stop;
-                if e < upto {
-                    let (touched, raised) = end_entry!(e);
-                    if raised {
-                        hi.read(e + 1, touched, &cur, blk);
-                    }
-                    e += 1;
-                }
-            }
-        }};
-    }
-    let (mut a, mut m, mut mv) = (0usize, 0usize, 0usize);
-    // The states where a figure can rise, in order: an `alloc`'s (alloc + 1; the lives
-    // are in `alloc` order), a move's.
+    let mut e = 0;
     loop {
-        let s = lives.traced.get(a).map_or(usize::MAX, |l| l.alloc + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
-        if s > last {
+        // The entries before the next with an `alloc`, an end in `more` or a move: their
+        // ends alone, from the slots, in bulk.
+        let stop = next_alloc.min(next_more).min(next_move).min(last);
+        let upto = stop.min(slot.len());
+        for (j, &k) in slot.get(e..upto).unwrap_or_default().iter().enumerate() {
+            if k != 0 {
+                let (r, q, size) = gone(k as usize - 1);
+                cur[r] -= q;
+                blk -= size;
+                if q < 0 || size < 0 {
+                    hi.read(e + j + 1, 1 << r, &cur, blk);
+                }
+            }
+        }
+        if stop == last {
             break;
         }
-        ends_until!(s - 1);
-        let mut touched = end_entry!(s - 1).0;
-        e = s;
-        while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
-            while mv < moved.len() && moved[mv] < a {
-                mv += 1;
+        // Entry `stop`, whole: the roles that rose at its state, and whether any did.
+        e = stop;
+        let (mut rose, mut read) = (0u8, false);
+        let mut end = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
+            let (r, q, size) = gone(k);
+            cur[r] -= q;
+            *blk -= size;
+            if q < 0 || size < 0 {
+                rose |= 1 << r;
+                read = true;
             }
-            let role = if moved.get(mv) == Some(&a) { TEMP } else { roles.traced[a].role as usize };
+        };
+        if let Some(&k) = slot.get(e).filter(|&&k| k != 0) {
+            end(k as usize - 1, &mut cur, &mut blk);
+        }
+        while next_more == e {
+            end(more[mo].1, &mut cur, &mut blk);
+            mo += 1;
+            next_more = at(more.get(mo).map(|x| x.0));
+        }
+        while next_alloc == e {
+            let role = if a == next_moved {
+                mv += 1;
+                next_moved = at(moved.get(mv).copied());
+                TEMP
+            } else {
+                roles.traced[a].role as usize
+            };
             cur[role] += req[a] as i64;
             blk += lives.traced[a].size as i64;
-            touched |= 1 << role;
+            rose |= 1 << role;
+            read = true;
             a += 1;
+            next_alloc = at(lives.traced.get(a).map(|l| l.alloc));
         }
-        while m < moves.len() && moves[m].0 == s {
+        while next_move == e {
             let i = moves[m].1;
             let role = roles.traced[i].role as usize;
             cur[TEMP] -= req[i] as i64;
             cur[role] += req[i] as i64;
-            touched |= 1 << TEMP | 1 << role;
+            rose |= 1 << TEMP | 1 << role;
+            read = true;
             m += 1;
+            next_move = at(moves.get(m).map(|x| x.0 - 1));
         }
-        hi.read(s, touched, &cur, blk);
+        if read {
+            hi.read(e + 1, rose, &cur, blk);
+        }
+        e += 1;
     }
-    ends_until!(last);
     (hi.max, hi.peak, hi.peak_state, hi.at_peak)
 }
 
@@ -1160,24 +1206,33 @@ fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps
     let req = &ix.req;
     let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len());
     // Blocks, bytes and confidence by role and reason.
-    // Tallied in an array by reason (a map entry per block was a visible cost on
-    // millions of blocks), then the reasons met, in their order.
+    // Tallied in arrays by reason (a map entry per block was a visible cost on
+    // millions of blocks), then the reasons met, in their order. Four tallies, each
+    // for one block of every four in a row: neighbours mostly share a reason, and one
+    // tally waited at every block on the sum its last block stored.
     const REASONS: usize = Reason::OtherUndecided as usize + 1;
-    let mut tally = [(None::<Reason>, 0u64, 0u64); REASONS];
-    let mut count = |r: Reason, bytes: u64| {
-        let x = &mut tally[r as usize];
-        x.0 = Some(r);
-        x.1 += 1;
-        x.2 += bytes;
+    let mut met = [None::<Reason>; REASONS];
+    let mut lanes = [[(0u64, 0u64); REASONS]; 4];
+    let mut count = |lane: usize, r: Reason, bytes: u64| {
+        met[r as usize] = Some(r);
+        let x = &mut lanes[lane % 4][r as usize];
+        x.0 += 1;
+        x.1 += bytes;
     };
-    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-        count(r.reason, b.request);
+    for (j, (b, r)) in lives.seeded.iter().zip(&roles.seeded).enumerate() {
+        count(j, r.reason, b.request);
     }
-    for (&q, r) in req.iter().zip(&roles.traced) {
-        count(r.reason, q);
+    for (j, (&q, r)) in req.iter().zip(&roles.traced).enumerate() {
+        count(j, r.reason, q);
     }
-    let by_reason: BTreeMap<Reason, (u64, u64)> =
-        tally.iter().filter_map(|&(r, blocks, bytes)| r.map(|r| (r, (blocks, bytes)))).collect();
+    let by_reason: BTreeMap<Reason, (u64, u64)> = met
+        .iter()
+        .enumerate()
+        .filter_map(|(k, r)| {
+            let sum = lanes.iter().fold((0, 0), |(blocks, bytes), l| (blocks + l[k].0, bytes + l[k].1));
+            r.map(|r| (r, sum))
+        })
+        .collect();
     let mut by_role: BTreeMap<&'static str, RoleBytes> = BTreeMap::new();
     for role in Role::ALL {
         let k = role as usize;
