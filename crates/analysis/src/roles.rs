@@ -410,18 +410,17 @@ impl Ends {
 /// which was two fifths of classifying a long trace.
 struct StepCursor<'a> {
     steps: &'a [steps::Step],
-    /// The steps that start at or before the last entry asked (or `from`):
+    /// The steps that start at or before the last entry asked:
     /// `steps.partition_point(|s| s.start <= entry)`.
     started: usize,
 }
 
 impl<'a> StepCursor<'a> {
-    /// A cursor for the entries from `from` on.
-    fn new(st: &'a Steps, from: usize) -> Self {
-        StepCursor { steps: &st.steps, started: st.steps.partition_point(|s| s.start <= from) }
+    fn new(st: &'a Steps) -> Self {
+        StepCursor { steps: &st.steps, started: 0 }
     }
 
-    /// `st.step_of(entry)`, for `entry` no less than `from` and the entry asked before.
+    /// `st.step_of(entry)`, for `entry` no less than the one asked before.
     #[inline]
     fn at(&mut self, entry: usize) -> Option<usize> {
         while self.steps.get(self.started).is_some_and(|s| s.start <= entry) {
@@ -457,11 +456,14 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
 
     // 1. Blocks made inside a phase: phase and lifetime.
     let mut grads_by_step: Vec<FxHashMap<u64, usize>> = vec![FxHashMap::default(); st.steps.len()];
-    let mut step_of = StepCursor::new(st, 0);
+    let mut step_of = StepCursor::new(st);
     // The blocks the later rules look at again, in `alloc` order, so that they need not
-    // walk every block: those made outside the phases (steps 2, 3 and 5) and the
-    // gradients (whether a parameter has their size).
+    // walk every block: those made outside the phases (steps 2, 3 and 5), the gradients
+    // (whether a parameter has their size), and per step, with their `alloc`, those its
+    // optimizer made and kept (the out-of-place updates; the `alloc`s read here, not
+    // from a few scattered lives there).
     let (mut outside, mut grads) = (Vec::new(), Vec::new());
+    let mut kept: Vec<Vec<(usize, usize)>> = vec![Vec::new(); st.steps.len()];
     for (i, l) in lives.traced.iter().enumerate() {
         let a = l.alloc;
         let e = l.end; // LIVE_AT_END is past every entry
@@ -484,6 +486,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             (Phase::Optimizer, Some(k)) => {
                 let opt_end = spans[k].1.map_or(st.steps[k].end, |o| o.1);
                 if e >= opt_end {
+                    kept[k].push((i, a));
                     Reason::OptMadeInStepKept
                 } else {
                     Reason::TempFreedInPhase
@@ -540,7 +543,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     if let Some(fb) = first_bwd {
         let mut left = grad_sizes.clone();
         let bwd_starts: Vec<usize> = spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
-        let live_at_fb = lineages_live_at(lives, st, &spans, &traced, req, &ix.ends, fb);
+        let live_at_fb = lineages_live_at(lives, &kept, &spans, &traced, req, &ix.ends, fb);
         before_trace(lives, st, ev, &grad_sizes, &bwd_starts, &live_at_fb, &mut seeded);
         for (i, b) in lives.seeded.iter().enumerate() {
             if seeded[i].role == Role::Parameters {
@@ -661,19 +664,17 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 freed.entry(size).or_default().push((end, r.reason));
             }
         });
-        let upto = lives.traced.partition_point(|l| l.alloc < oe);
         // Sorted by (end, role): the order the blocks were found in does not matter.
         for v in freed.values_mut() {
             v.sort_unstable();
             v.reverse(); // popped from the back: earliest first
         }
-        let mut step_of = StepCursor::new(st, os);
-        for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
-            if traced[i].reason != Reason::OptMadeInStepKept || step_of.at(lives.traced[i].alloc) != Some(k) {
+        for &(i, alloc) in &kept[k] {
+            if alloc < os || alloc >= oe || traced[i].reason != Reason::OptMadeInStepKept {
                 continue;
             }
             if let Some((old_end, was)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
-                if old_end > lives.traced[i].alloc {
+                if old_end > alloc {
                     from_state.insert(i, old_end + 1);
                 }
                 traced[i] = BlockRole::of(match was {
@@ -833,10 +834,11 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
 /// started may hold the parameters and the optimizer's state only through their
 /// replacements by then. The replacements are matched as step 4 of [`classify_with`]
 /// matches them: per optimizer step, a block made in it and kept takes the place of the
-/// earliest-ended block of its size that the step frees.
+/// earliest-ended block of its size that the step frees (`kept`: per step, the blocks
+/// its optimizer made and kept, with their `alloc`).
 fn lineages_live_at(
     lives: &BlockLives,
-    st: &Steps,
+    kept: &[Vec<(usize, usize)>],
     spans: &[(Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>)],
     traced: &[BlockRole],
     req: &[u64],
@@ -865,16 +867,13 @@ fn lineages_live_at(
             v.sort_unstable();
             v.reverse();
         }
-        let upto = lives.traced.partition_point(|l| l.alloc < oe);
-        let mut step_of = StepCursor::new(st, os);
-        for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
-            if traced[i].reason != Reason::OptMadeInStepKept || step_of.at(lives.traced[i].alloc) != Some(k) {
+        for &(i, alloc) in &kept[k] {
+            if alloc < os || alloc >= oe || traced[i].reason != Reason::OptMadeInStepKept {
                 continue;
             }
             if let Some((_, r)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
                 root.insert(i, r);
-                let l = &lives.traced[i];
-                if l.alloc < fb && l.end >= fb {
+                if alloc < fb && lives.traced[i].end >= fb {
                     live[r] = true;
                 }
             }
@@ -1042,7 +1041,7 @@ pub fn bytes_at(snap: &Snapshot, lives: &BlockLives, roles: &Roles, state: usize
 
 /// The figures of [`DeviceRoles`] from each block's role.
 pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps) -> DeviceRoles {
-    summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives))
+    summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives), false)
 }
 
 /// The most each role held (`max`), the allocated peak (block bytes) and its state, and
@@ -1078,25 +1077,12 @@ impl Highs {
 /// role at `from_state` (a few blocks: sorted). Tensor bytes (`req`) give the figures;
 /// block bytes find the allocated peak.
 ///
-/// One pass over the entries: between the entries with an `alloc`, an end in `more` or
-/// a move, the ends alone (a scan of the slots); each of those entries made whole (its
-/// ends, its `alloc`s, the moves at its state) before the figures are read. A figure
-/// can rise only where a block enters or moves, so they are read there, for the roles
-/// that rose, and after an end only where a size past `i64` made it raise one: an end
-/// lowers its role, whose figure was read when it last rose. (Every state read in full
-/// was 60 instructions a state on a long trace.)
-fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
-    const TEMP: usize = Role::Temporaries as usize;
-    let req = &ix.req;
+/// With `split`, the entries' two halves on two threads (for a caller with a core
+/// idle), the second from the bytes held when it starts, counted from the lives; the
+/// highs of the halves give the same figures as one pass.
+fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize, split: bool) -> Figures {
     let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
     moves.sort_unstable();
-    let mut cur = [0i64; 7];
-    let mut blk: i64 = 0;
-    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-        cur[r.role as usize] += b.request as i64;
-        blk += b.size as i64;
-    }
-    let mut hi = Highs { max: cur, peak: blk, peak_state: 0, at_peak: cur };
     // The last state anything happens at: ends are entries of the trace (a life ended
     // past it, which the lifetime walk never makes, is still counted).
     let last = entries
@@ -1110,101 +1096,210 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> F
     // The lives that move (sorted): temporaries until their move.
     let mut moved: Vec<usize> = roles.from_state.keys().copied().collect();
     moved.sort_unstable();
-    let (slot, more, traced_n) = (&ix.ends.slot, &ix.ends.more, ix.ends.traced);
-    // Cursors over the lives (in `alloc` order), the lives that move, the ends in
-    // `more` and the moves, each with the entry of its next event (a move at state s
-    // is entry s - 1's); `usize::MAX` past the last.
-    let at = |x: Option<usize>| x.unwrap_or(usize::MAX);
-    let (mut a, mut mv, mut mo, mut m) = (0usize, 0usize, 0usize, 0usize);
-    let mut next_alloc = at(lives.traced.first().map(|l| l.alloc));
-    let mut next_moved = at(moved.first().copied());
-    let mut next_more = at(more.first().map(|x| x.0));
-    let mut next_move = at(moves.first().map(|x| x.0 - 1));
-    // What the end of life `k` (as `Ends` numbers them) takes away: its role, tensor
-    // bytes, block bytes.
-    let gone = |k: usize| -> (usize, i64, i64) {
+    let sw = Sweep { lives, roles, ix, moves, moved };
+    let mut cur = [0i64; 7];
+    let mut blk: i64 = 0;
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        cur[r.role as usize] += b.request as i64;
+        blk += b.size as i64;
+    }
+    // Halves of the lives, not of the entries: the work is per life.
+    let mid = lives.traced.get(lives.traced.len() / 2).map_or(0, |l| l.alloc).min(last);
+    let hi = if split {
+        let (first, second) = std::thread::scope(|sc| {
+            let second = sc.spawn(|| {
+                let (cur, blk) = sw.held_at(mid, cur, blk);
+                sw.walk(mid, last, cur, blk)
+            });
+            (sw.walk(0, mid, cur, blk), second.join().expect("sweep thread"))
+        });
+        // The most of each role in either half; the peak the first state with the
+        // most block bytes: the second half's only when higher than the first's.
+        let max = std::array::from_fn(|k| first.max[k].max(second.max[k]));
+        let top = if second.peak > first.peak { second } else { first };
+        Highs { max, ..top }
+    } else {
+        sw.walk(0, last, cur, blk)
+    };
+    (hi.max, hi.peak, hi.peak_state, hi.at_peak)
+}
+
+/// The fewest lives whose sweep [`summarize_with`] splits over two threads (a thread
+/// costs more than a short sweep).
+const SPLIT_LIVES: usize = 1 << 16;
+
+/// What [`sweep`]'s passes read.
+struct Sweep<'a> {
+    lives: &'a BlockLives,
+    roles: &'a Roles,
+    ix: &'a LifeIndex,
+    /// (state, traced life) of the moves, sorted.
+    moves: Vec<(usize, usize)>,
+    /// The lives that move, sorted.
+    moved: Vec<usize>,
+}
+
+impl Sweep<'_> {
+    /// What the end of life `k` (as `Ends` numbers them) takes away: its role, tensor
+    /// bytes, block bytes.
+    #[inline]
+    fn gone(&self, k: usize) -> (usize, i64, i64) {
+        let (lives, roles) = (self.lives, self.roles);
+        let traced_n = self.ix.ends.traced;
         if k < traced_n {
-            (roles.traced[k].role as usize, req[k] as i64, lives.traced[k].size as i64)
+            (roles.traced[k].role as usize, self.ix.req[k] as i64, lives.traced[k].size as i64)
         } else {
             let j = k - traced_n;
             (roles.seeded[j].role as usize, lives.seeded[j].request as i64, lives.seeded[j].size as i64)
         }
-    };
-    let mut e = 0;
-    loop {
-        // The entries before the next with an `alloc`, an end in `more` or a move: their
-        // ends alone, from the slots, in bulk.
-        let stop = next_alloc.min(next_more).min(next_move).min(last);
-        let upto = stop.min(slot.len());
-        for (j, &k) in slot.get(e..upto).unwrap_or_default().iter().enumerate() {
-            if k != 0 {
-                let (r, q, size) = gone(k as usize - 1);
-                cur[r] -= q;
-                blk -= size;
-                if q < 0 || size < 0 {
-                    hi.read(e + j + 1, 1 << r, &cur, blk);
+    }
+
+    /// The bytes by role and the block bytes at state `s` (entries `..s` applied), from
+    /// those at state 0: the events of those entries, counted from the lives (whose ends
+    /// the index holds) in any order. A life ends after its `alloc`, so the lives made
+    /// before `s` are all the traced lives that can have ended before it.
+    fn held_at(&self, s: usize, mut cur: [i64; 7], mut blk: i64) -> ([i64; 7], i64) {
+        const TEMP: usize = Role::Temporaries as usize;
+        let (lives, roles, req) = (self.lives, self.roles, &self.ix.req);
+        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+            if b.end < s {
+                cur[r.role as usize] -= b.request as i64;
+                blk -= b.size as i64;
+            }
+        }
+        let made = lives.traced.partition_point(|l| l.alloc < s);
+        let mut mv = 0;
+        for (i, l) in lives.traced[..made].iter().enumerate() {
+            let role = roles.traced[i].role as usize;
+            let moves = self.moved.get(mv) == Some(&i);
+            mv += moves as usize;
+            cur[if moves { TEMP } else { role }] += req[i] as i64;
+            blk += l.size as i64;
+            if l.end < s {
+                cur[role] -= req[i] as i64;
+                blk -= l.size as i64;
+            }
+        }
+        for &(_, i) in self.moves.iter().take_while(|x| x.0 <= s) {
+            cur[TEMP] -= req[i] as i64;
+            cur[roles.traced[i].role as usize] += req[i] as i64;
+        }
+        (cur, blk)
+    }
+
+    /// The highs of the states `from + 1..=to` (entries `from..to`), from state `from`'s
+    /// bytes by role and block bytes.
+    ///
+    /// Between the entries with an `alloc`, an end in `more` or a move, the ends alone
+    /// (a scan of the slots); each of those entries made whole (its ends, its `alloc`s,
+    /// the moves at its state) before the figures are read. A figure can rise only where
+    /// a block enters or moves, so they are read there, for the roles that rose, and
+    /// after an end only where a size past `i64` made it raise one: an end lowers its
+    /// role, whose figure was read when it last rose. (Every state read in full was 60
+    /// instructions a state on a long trace.)
+    fn walk(&self, from: usize, to: usize, mut cur: [i64; 7], mut blk: i64) -> Highs {
+        const TEMP: usize = Role::Temporaries as usize;
+        let (lives, roles, req) = (self.lives, self.roles, &self.ix.req);
+        let (slot, more) = (&self.ix.ends.slot, &self.ix.ends.more);
+        let (moves, moved) = (&self.moves, &self.moved);
+        let mut hi = Highs { max: cur, peak: blk, peak_state: from, at_peak: cur };
+        // Cursors over the lives (in `alloc` order), the lives that move, the ends in
+        // `more` and the moves, each with the entry of its next event (a move at state
+        // s is entry s - 1's); `usize::MAX` past the last.
+        let at = |x: Option<usize>| x.unwrap_or(usize::MAX);
+        let mut a = lives.traced.partition_point(|l| l.alloc < from);
+        let mut mv = moved.partition_point(|&i| i < a);
+        let mut mo = more.partition_point(|x| x.0 < from);
+        let mut m = moves.partition_point(|x| x.0 <= from);
+        let mut next_alloc = at(lives.traced.get(a).map(|l| l.alloc));
+        let mut next_moved = at(moved.get(mv).copied());
+        let mut next_more = at(more.get(mo).map(|x| x.0));
+        let mut next_move = at(moves.get(m).map(|x| x.0 - 1));
+        let mut e = from;
+        loop {
+            // The entries before the next with an `alloc`, an end in `more` or a move:
+            // their ends alone, from the slots, in bulk.
+            let stop = next_alloc.min(next_more).min(next_move).min(to);
+            let upto = stop.min(slot.len());
+            for (j, &k) in slot.get(e..upto).unwrap_or_default().iter().enumerate() {
+                if k != 0 {
+                    let (r, q, size) = self.gone(k as usize - 1);
+                    cur[r] -= q;
+                    blk -= size;
+                    if q < 0 || size < 0 {
+                        hi.read(e + j + 1, 1 << r, &cur, blk);
+                    }
                 }
             }
-        }
-        if stop == last {
-            break;
-        }
-        // Entry `stop`, whole: the roles that rose at its state, and whether any did.
-        e = stop;
-        let (mut rose, mut read) = (0u8, false);
-        let mut end = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
-            let (r, q, size) = gone(k);
-            cur[r] -= q;
-            *blk -= size;
-            if q < 0 || size < 0 {
-                rose |= 1 << r;
-                read = true;
+            if stop == to {
+                return hi;
             }
-        };
-        if let Some(&k) = slot.get(e).filter(|&&k| k != 0) {
-            end(k as usize - 1, &mut cur, &mut blk);
-        }
-        while next_more == e {
-            end(more[mo].1, &mut cur, &mut blk);
-            mo += 1;
-            next_more = at(more.get(mo).map(|x| x.0));
-        }
-        while next_alloc == e {
-            let role = if a == next_moved {
-                mv += 1;
-                next_moved = at(moved.get(mv).copied());
-                TEMP
-            } else {
-                roles.traced[a].role as usize
+            // Entry `stop`, whole: the roles that rose at its state, and whether any did.
+            e = stop;
+            let (mut rose, mut read) = (0u8, false);
+            let mut end = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
+                let (r, q, size) = self.gone(k);
+                cur[r] -= q;
+                *blk -= size;
+                if q < 0 || size < 0 {
+                    rose |= 1 << r;
+                    read = true;
+                }
             };
-            cur[role] += req[a] as i64;
-            blk += lives.traced[a].size as i64;
-            rose |= 1 << role;
-            read = true;
-            a += 1;
-            next_alloc = at(lives.traced.get(a).map(|l| l.alloc));
+            if let Some(&k) = slot.get(e).filter(|&&k| k != 0) {
+                end(k as usize - 1, &mut cur, &mut blk);
+            }
+            while next_more == e {
+                end(more[mo].1, &mut cur, &mut blk);
+                mo += 1;
+                next_more = at(more.get(mo).map(|x| x.0));
+            }
+            while next_alloc == e {
+                let role = if a == next_moved {
+                    mv += 1;
+                    next_moved = at(moved.get(mv).copied());
+                    TEMP
+                } else {
+                    roles.traced[a].role as usize
+                };
+                cur[role] += req[a] as i64;
+                blk += lives.traced[a].size as i64;
+                rose |= 1 << role;
+                read = true;
+                a += 1;
+                next_alloc = at(lives.traced.get(a).map(|l| l.alloc));
+            }
+            while next_move == e {
+                let i = moves[m].1;
+                let role = roles.traced[i].role as usize;
+                cur[TEMP] -= req[i] as i64;
+                cur[role] += req[i] as i64;
+                rose |= 1 << TEMP | 1 << role;
+                read = true;
+                m += 1;
+                next_move = at(moves.get(m).map(|x| x.0 - 1));
+            }
+            if read {
+                hi.read(e + 1, rose, &cur, blk);
+            }
+            e += 1;
         }
-        while next_move == e {
-            let i = moves[m].1;
-            let role = roles.traced[i].role as usize;
-            cur[TEMP] -= req[i] as i64;
-            cur[role] += req[i] as i64;
-            rose |= 1 << TEMP | 1 << role;
-            read = true;
-            m += 1;
-            next_move = at(moves.get(m).map(|x| x.0 - 1));
-        }
-        if read {
-            hi.read(e + 1, rose, &cur, blk);
-        }
-        e += 1;
     }
-    (hi.max, hi.peak, hi.peak_state, hi.at_peak)
 }
 
-fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
+/// The figures of [`DeviceRoles`]; the sweep on two threads when `idle_core` says a
+/// core is free.
+fn summarize_with(
+    snap: &Snapshot,
+    lives: &BlockLives,
+    roles: &Roles,
+    st: &Steps,
+    ix: &LifeIndex,
+    idle_core: bool,
+) -> DeviceRoles {
     let req = &ix.req;
-    let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len());
+    let split = idle_core && lives.traced.len() >= SPLIT_LIVES;
+    let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len(), split);
     // Blocks, bytes and confidence by role and reason.
     // Tallied in arrays by reason (a map entry per block was a visible cost on
     // millions of blocks), then the reasons met, in their order. Four tallies, each
@@ -1290,29 +1385,31 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
     let st = steps::steps_with(snap, lives.device, &mut ev);
     let ix = LifeIndex::new(snap, lives);
     let roles = classify_with(snap, lives, &st, &mut ev, &ix);
-    (summarize_with(snap, lives, &roles, &st, &ix), st, roles)
+    (summarize_with(snap, lives, &roles, &st, &ix, false), st, roles)
 }
 
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
-    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None)
+    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None, false)
 }
 
 /// [`device_roles_from`] with the stacks' evidence the steps gathered, and the index of
-/// the lives when the lifetime walk made it.
+/// the lives when the lifetime walk made it; with `idle_core`, a second thread for the
+/// sweep of the bytes by role.
 pub(crate) fn device_roles_from_ev(
     snap: &Snapshot,
     lives: &BlockLives,
     st: &Steps,
     ev: &mut StackEvidence,
     parts: Option<LifeIndexParts>,
+    idle_core: bool,
 ) -> (DeviceRoles, Roles) {
     let ix = match parts {
         Some(p) => LifeIndex::from_walk(lives, p),
         None => LifeIndex::new(snap, lives),
     };
     let roles = classify_with(snap, lives, st, ev, &ix);
-    (summarize_with(snap, lives, &roles, st, &ix), roles)
+    (summarize_with(snap, lives, &roles, st, &ix, idle_core), roles)
 }
 
 /// "parameters 12.7 GiB, gradients 12.7 GiB, ..." of the roles with bytes in `v`
@@ -1481,7 +1578,9 @@ mod tests {
             }
             let lives = BlockLives { device: 0, seeded, traced };
             let ix = LifeIndex::new(&snap, &lives);
-            assert_eq!(sweep(&lives, &roles, &ix, n), sweep_by_states(&lives, &roles, &ix, n), "round {round}");
+            let want = sweep_by_states(&lives, &roles, &ix, n);
+            assert_eq!(sweep(&lives, &roles, &ix, n, false), want, "round {round}");
+            assert_eq!(sweep(&lives, &roles, &ix, n, true), want, "round {round}, split");
         }
     }
 
