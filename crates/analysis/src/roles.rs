@@ -1301,33 +1301,24 @@ fn summarize_with(
     let split = idle_core && lives.traced.len() >= SPLIT_LIVES;
     let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len(), split);
     // Blocks, bytes and confidence by role and reason.
-    // Tallied in arrays by reason (a map entry per block was a visible cost on
-    // millions of blocks), then the reasons met, in their order. Four tallies, each
-    // for one block of every four in a row: neighbours mostly share a reason, and one
-    // tally waited at every block on the sum its last block stored.
+    // Tallied in an array by reason (a map entry per block was a visible cost on
+    // millions of blocks), then the reasons met, in their order.
     const REASONS: usize = Reason::OtherUndecided as usize + 1;
-    let mut met = [None::<Reason>; REASONS];
-    let mut lanes = [[(0u64, 0u64); REASONS]; 4];
-    let mut count = |lane: usize, r: Reason, bytes: u64| {
-        met[r as usize] = Some(r);
-        let x = &mut lanes[lane % 4][r as usize];
-        x.0 += 1;
-        x.1 += bytes;
+    let mut tally = [(None::<Reason>, 0u64, 0u64); REASONS];
+    let mut count = |r: Reason, bytes: u64| {
+        let x = &mut tally[r as usize];
+        x.0 = Some(r);
+        x.1 += 1;
+        x.2 += bytes;
     };
-    for (j, (b, r)) in lives.seeded.iter().zip(&roles.seeded).enumerate() {
-        count(j, r.reason, b.request);
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        count(r.reason, b.request);
     }
-    for (j, (&q, r)) in req.iter().zip(&roles.traced).enumerate() {
-        count(j, r.reason, q);
+    for (&q, r) in req.iter().zip(&roles.traced) {
+        count(r.reason, q);
     }
-    let by_reason: BTreeMap<Reason, (u64, u64)> = met
-        .iter()
-        .enumerate()
-        .filter_map(|(k, r)| {
-            let sum = lanes.iter().fold((0, 0), |(blocks, bytes), l| (blocks + l[k].0, bytes + l[k].1));
-            r.map(|r| (r, sum))
-        })
-        .collect();
+    let by_reason: BTreeMap<Reason, (u64, u64)> =
+        tally.iter().filter_map(|&(r, blocks, bytes)| r.map(|r| (r, (blocks, bytes)))).collect();
     let mut by_role: BTreeMap<&'static str, RoleBytes> = BTreeMap::new();
     for role in Role::ALL {
         let k = role as usize;
