@@ -455,6 +455,8 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     }
 
     // 1. Blocks made inside a phase: phase and lifetime.
+    // (Counts by size in FxHashMaps, here and below: SipHash on the sizes was a tenth
+    // of classifying.)
     let mut grads_by_step: Vec<FxHashMap<u64, usize>> = vec![FxHashMap::default(); st.steps.len()];
     let mut step_of = StepCursor::new(st);
     // The blocks the later rules look at again, in `alloc` order, so that they need not
@@ -1041,7 +1043,7 @@ pub fn bytes_at(snap: &Snapshot, lives: &BlockLives, roles: &Roles, state: usize
 
 /// The figures of [`DeviceRoles`] from each block's role.
 pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps) -> DeviceRoles {
-    summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives), false)
+    summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives))
 }
 
 /// The most each role held (`max`), the allocated peak (block bytes) and its state, and
@@ -1057,14 +1059,14 @@ struct Highs {
 }
 
 impl Highs {
-    /// Reads the figures at state `s`, where only the roles in `rose` (a bit per role)
-    /// may have risen.
+    /// Reads the figures at state `s`, where only the roles in `touched` (a bit per
+    /// role) changed.
     #[inline]
-    fn read(&mut self, s: usize, mut rose: u8, cur: &[i64; 7], blk: i64) {
-        while rose != 0 {
-            let k = rose.trailing_zeros() as usize;
+    fn read(&mut self, s: usize, mut touched: u8, cur: &[i64; 7], blk: i64) {
+        while touched != 0 {
+            let k = touched.trailing_zeros() as usize;
             self.max[k] = self.max[k].max(cur[k]);
-            rose &= rose - 1;
+            touched &= touched - 1;
         }
         if blk > self.peak {
             (self.peak, self.peak_state, self.at_peak) = (blk, s, *cur);
@@ -1075,14 +1077,22 @@ impl Highs {
 /// Sweeps the states: a block enters at alloc + 1 and leaves at end + 1 (the lives an
 /// entry ended, from `ix.ends`); an out-of-place update moves from temporaries to its
 /// role at `from_state` (a few blocks: sorted). Tensor bytes (`req`) give the figures;
-/// block bytes find the allocated peak.
-///
-/// With `split`, the entries' two halves on two threads (for a caller with a core
-/// idle), the second from the bytes held when it starts, counted from the lives; the
-/// highs of the halves give the same figures as one pass.
-fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize, split: bool) -> Figures {
+/// block bytes find the allocated peak. A figure can rise only where a block enters or
+/// moves: the figures are read there, and at the rest of the states (ends alone, which
+/// lower them) only where a size past `i64` made an end raise one. (Every state read
+/// in full was 60 instructions a state on a long trace.)
+fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
+    const TEMP: usize = Role::Temporaries as usize;
+    let req = &ix.req;
     let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
     moves.sort_unstable();
+    let mut cur = [0i64; 7];
+    let mut blk: i64 = 0;
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        cur[r.role as usize] += b.request as i64;
+        blk += b.size as i64;
+    }
+    let mut hi = Highs { max: cur, peak: blk, peak_state: 0, at_peak: cur };
     // The last state anything happens at: ends are entries of the trace (a life ended
     // past it, which the lifetime walk never makes, is still counted).
     let last = entries
@@ -1093,213 +1103,111 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize, spli
     if moves.first().is_some_and(|x| x.0 == 0) {
         moves.clear();
     }
-    // The lives that move (sorted): temporaries until their move.
+    // The lives that move (sorted), met in `alloc` order as `a` goes up: a cursor, not
+    // a lookup per life.
     let mut moved: Vec<usize> = roles.from_state.keys().copied().collect();
     moved.sort_unstable();
-    let sw = Sweep { lives, roles, ix, moves, moved };
-    let mut cur = [0i64; 7];
-    let mut blk: i64 = 0;
-    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-        cur[r.role as usize] += b.request as i64;
-        blk += b.size as i64;
-    }
-    // Halves of the lives, not of the entries: the work is per life.
-    let mid = lives.traced.get(lives.traced.len() / 2).map_or(0, |l| l.alloc).min(last);
-    let hi = if split {
-        let (first, second) = std::thread::scope(|sc| {
-            let second = sc.spawn(|| {
-                let (cur, blk) = sw.held_at(mid, cur, blk);
-                sw.walk(mid, last, cur, blk)
-            });
-            (sw.walk(0, mid, cur, blk), second.join().expect("sweep thread"))
-        });
-        // The most of each role in either half; the peak the first state with the
-        // most block bytes: the second half's only when higher than the first's.
-        let max = std::array::from_fn(|k| first.max[k].max(second.max[k]));
-        let top = if second.peak > first.peak { second } else { first };
-        Highs { max, ..top }
-    } else {
-        sw.walk(0, last, cur, blk)
-    };
-    (hi.max, hi.peak, hi.peak_state, hi.at_peak)
-}
-
-/// The fewest lives whose sweep [`summarize_with`] splits over two threads (a thread
-/// costs more than a short sweep).
-const SPLIT_LIVES: usize = 1 << 16;
-
-/// What [`sweep`]'s passes read.
-struct Sweep<'a> {
-    lives: &'a BlockLives,
-    roles: &'a Roles,
-    ix: &'a LifeIndex,
-    /// (state, traced life) of the moves, sorted.
-    moves: Vec<(usize, usize)>,
-    /// The lives that move, sorted.
-    moved: Vec<usize>,
-}
-
-impl Sweep<'_> {
-    /// What the end of life `k` (as `Ends` numbers them) takes away: its role, tensor
-    /// bytes, block bytes.
-    #[inline]
-    fn gone(&self, k: usize) -> (usize, i64, i64) {
-        let (lives, roles) = (self.lives, self.roles);
-        let traced_n = self.ix.ends.traced;
+    let (slot, more, traced_n) = (&ix.ends.slot, &ix.ends.more, ix.ends.traced);
+    // What the end of life `k` (as `Ends` numbers them) takes away: its role, tensor
+    // bytes, block bytes.
+    let gone = |k: usize| -> (usize, i64, i64) {
         if k < traced_n {
-            (roles.traced[k].role as usize, self.ix.req[k] as i64, lives.traced[k].size as i64)
+            (roles.traced[k].role as usize, req[k] as i64, lives.traced[k].size as i64)
         } else {
             let j = k - traced_n;
             (roles.seeded[j].role as usize, lives.seeded[j].request as i64, lives.seeded[j].size as i64)
         }
-    }
-
-    /// The bytes by role and the block bytes at state `s` (entries `..s` applied), from
-    /// those at state 0: the events of those entries, counted from the lives (whose ends
-    /// the index holds) in any order. A life ends after its `alloc`, so the lives made
-    /// before `s` are all the traced lives that can have ended before it.
-    fn held_at(&self, s: usize, mut cur: [i64; 7], mut blk: i64) -> ([i64; 7], i64) {
-        const TEMP: usize = Role::Temporaries as usize;
-        let (lives, roles, req) = (self.lives, self.roles, &self.ix.req);
-        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-            if b.end < s {
-                cur[r.role as usize] -= b.request as i64;
-                blk -= b.size as i64;
-            }
-        }
-        let made = lives.traced.partition_point(|l| l.alloc < s);
-        let mut mv = 0;
-        for (i, l) in lives.traced[..made].iter().enumerate() {
-            let role = roles.traced[i].role as usize;
-            let moves = self.moved.get(mv) == Some(&i);
-            mv += moves as usize;
-            cur[if moves { TEMP } else { role }] += req[i] as i64;
-            blk += l.size as i64;
-            if l.end < s {
-                cur[role] -= req[i] as i64;
-                blk -= l.size as i64;
-            }
-        }
-        for &(_, i) in self.moves.iter().take_while(|x| x.0 <= s) {
-            cur[TEMP] -= req[i] as i64;
-            cur[roles.traced[i].role as usize] += req[i] as i64;
-        }
-        (cur, blk)
-    }
-
-    /// The highs of the states `from + 1..=to` (entries `from..to`), from state `from`'s
-    /// bytes by role and block bytes.
-    ///
-    /// Between the entries with an `alloc`, an end in `more` or a move, the ends alone
-    /// (a scan of the slots); each of those entries made whole (its ends, its `alloc`s,
-    /// the moves at its state) before the figures are read. A figure can rise only where
-    /// a block enters or moves, so they are read there, for the roles that rose, and
-    /// after an end only where a size past `i64` made it raise one: an end lowers its
-    /// role, whose figure was read when it last rose. (Every state read in full was 60
-    /// instructions a state on a long trace.)
-    fn walk(&self, from: usize, to: usize, mut cur: [i64; 7], mut blk: i64) -> Highs {
-        const TEMP: usize = Role::Temporaries as usize;
-        let (lives, roles, req) = (self.lives, self.roles, &self.ix.req);
-        let (slot, more) = (&self.ix.ends.slot, &self.ix.ends.more);
-        let (moves, moved) = (&self.moves, &self.moved);
-        let mut hi = Highs { max: cur, peak: blk, peak_state: from, at_peak: cur };
-        // Cursors over the lives (in `alloc` order), the lives that move, the ends in
-        // `more` and the moves, each with the entry of its next event (a move at state
-        // s is entry s - 1's); `usize::MAX` past the last.
-        let at = |x: Option<usize>| x.unwrap_or(usize::MAX);
-        let mut a = lives.traced.partition_point(|l| l.alloc < from);
-        let mut mv = moved.partition_point(|&i| i < a);
-        let mut mo = more.partition_point(|x| x.0 < from);
-        let mut m = moves.partition_point(|x| x.0 <= from);
-        let mut next_alloc = at(lives.traced.get(a).map(|l| l.alloc));
-        let mut next_moved = at(moved.get(mv).copied());
-        let mut next_more = at(more.get(mo).map(|x| x.0));
-        let mut next_move = at(moves.get(m).map(|x| x.0 - 1));
-        let mut e = from;
-        loop {
-            // The entries before the next with an `alloc`, an end in `more` or a move:
-            // their ends alone, from the slots, in bulk.
-            let stop = next_alloc.min(next_more).min(next_move).min(to);
-            let upto = stop.min(slot.len());
-            for (j, &k) in slot.get(e..upto).unwrap_or_default().iter().enumerate() {
-                if k != 0 {
-                    let (r, q, size) = self.gone(k as usize - 1);
-                    cur[r] -= q;
-                    blk -= size;
-                    if q < 0 || size < 0 {
-                        hi.read(e + j + 1, 1 << r, &cur, blk);
-                    }
-                }
-            }
-            if stop == to {
-                return hi;
-            }
-            // Entry `stop`, whole: the roles that rose at its state, and whether any did.
-            e = stop;
-            let (mut rose, mut read) = (0u8, false);
-            let mut end = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
-                let (r, q, size) = self.gone(k);
+    };
+    // The ends of entry `e`, applied: the roles touched, and whether one raised a figure.
+    let (mut e, mut more_at) = (0usize, 0usize);
+    macro_rules! end_entry {
+        ($e:expr) => {{
+            let e = $e;
+            let (mut touched, mut raised) = (0u8, false);
+            let mut take = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
+                let (r, q, size) = gone(k);
                 cur[r] -= q;
                 *blk -= size;
-                if q < 0 || size < 0 {
-                    rose |= 1 << r;
-                    read = true;
-                }
+                touched |= 1 << r;
+                raised |= q < 0 || size < 0;
             };
             if let Some(&k) = slot.get(e).filter(|&&k| k != 0) {
-                end(k as usize - 1, &mut cur, &mut blk);
+                take(k as usize - 1, &mut cur, &mut blk);
             }
-            while next_more == e {
-                end(more[mo].1, &mut cur, &mut blk);
-                mo += 1;
-                next_more = at(more.get(mo).map(|x| x.0));
+            while let Some(&(x, k)) = more.get(more_at).filter(|x| x.0 == e) {
+                let _ = x;
+                take(k, &mut cur, &mut blk);
+                more_at += 1;
             }
-            while next_alloc == e {
-                let role = if a == next_moved {
-                    mv += 1;
-                    next_moved = at(moved.get(mv).copied());
-                    TEMP
-                } else {
-                    roles.traced[a].role as usize
-                };
-                cur[role] += req[a] as i64;
-                blk += lives.traced[a].size as i64;
-                rose |= 1 << role;
-                read = true;
-                a += 1;
-                next_alloc = at(lives.traced.get(a).map(|l| l.alloc));
-            }
-            while next_move == e {
-                let i = moves[m].1;
-                let role = roles.traced[i].role as usize;
-                cur[TEMP] -= req[i] as i64;
-                cur[role] += req[i] as i64;
-                rose |= 1 << TEMP | 1 << role;
-                read = true;
-                m += 1;
-                next_move = at(moves.get(m).map(|x| x.0 - 1));
-            }
-            if read {
-                hi.read(e + 1, rose, &cur, blk);
-            }
-            e += 1;
-        }
+            (touched, raised)
+        }};
     }
+    // The ends of the entries `e..upto`, each its own state.
+    macro_rules! ends_until {
+        ($upto:expr) => {{
+            let upto = $upto;
+            while e < upto {
+                // Entries with no end in `more`: their slots, in bulk.
+                let stop = upto.min(more.get(more_at).map_or(usize::MAX, |x| x.0)).min(slot.len()).max(e);
+                for (j, &k) in slot.get(e..stop).unwrap_or_default().iter().enumerate() {
+                    if k != 0 {
+                        let (r, q, size) = gone(k as usize - 1);
+                        cur[r] -= q;
+                        blk -= size;
+                        if q < 0 || size < 0 {
+                            hi.read(e + j + 1, 1 << r, &cur, blk);
+                        }
+                    }
+                }
+                e = stop;
+                if e < upto {
+                    let (touched, raised) = end_entry!(e);
+                    if raised {
+                        hi.read(e + 1, touched, &cur, blk);
+                    }
+                    e += 1;
+                }
+            }
+        }};
+    }
+    let (mut a, mut m, mut mv) = (0usize, 0usize, 0usize);
+    // The states where a figure can rise, in order: an `alloc`'s (alloc + 1; the lives
+    // are in `alloc` order), a move's.
+    loop {
+        let s = lives.traced.get(a).map_or(usize::MAX, |l| l.alloc + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
+        if s > last {
+            break;
+        }
+        ends_until!(s - 1);
+        let mut touched = end_entry!(s - 1).0;
+        e = s;
+        while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+            while mv < moved.len() && moved[mv] < a {
+                mv += 1;
+            }
+            let role = if moved.get(mv) == Some(&a) { TEMP } else { roles.traced[a].role as usize };
+            cur[role] += req[a] as i64;
+            blk += lives.traced[a].size as i64;
+            touched |= 1 << role;
+            a += 1;
+        }
+        while m < moves.len() && moves[m].0 == s {
+            let i = moves[m].1;
+            let role = roles.traced[i].role as usize;
+            cur[TEMP] -= req[i] as i64;
+            cur[role] += req[i] as i64;
+            touched |= 1 << TEMP | 1 << role;
+            m += 1;
+        }
+        hi.read(s, touched, &cur, blk);
+    }
+    ends_until!(last);
+    (hi.max, hi.peak, hi.peak_state, hi.at_peak)
 }
 
-/// The figures of [`DeviceRoles`]; the sweep on two threads when `idle_core` says a
-/// core is free.
-fn summarize_with(
-    snap: &Snapshot,
-    lives: &BlockLives,
-    roles: &Roles,
-    st: &Steps,
-    ix: &LifeIndex,
-    idle_core: bool,
-) -> DeviceRoles {
+fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
     let req = &ix.req;
-    let split = idle_core && lives.traced.len() >= SPLIT_LIVES;
-    let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len(), split);
+    let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len());
     // Blocks, bytes and confidence by role and reason.
     // Tallied in an array by reason (a map entry per block was a visible cost on
     // millions of blocks), then the reasons met, in their order.
@@ -1376,31 +1284,29 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
     let st = steps::steps_with(snap, lives.device, &mut ev);
     let ix = LifeIndex::new(snap, lives);
     let roles = classify_with(snap, lives, &st, &mut ev, &ix);
-    (summarize_with(snap, lives, &roles, &st, &ix, false), st, roles)
+    (summarize_with(snap, lives, &roles, &st, &ix), st, roles)
 }
 
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
-    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None, false)
+    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None)
 }
 
 /// [`device_roles_from`] with the stacks' evidence the steps gathered, and the index of
-/// the lives when the lifetime walk made it; with `idle_core`, a second thread for the
-/// sweep of the bytes by role.
+/// the lives when the lifetime walk made it.
 pub(crate) fn device_roles_from_ev(
     snap: &Snapshot,
     lives: &BlockLives,
     st: &Steps,
     ev: &mut StackEvidence,
     parts: Option<LifeIndexParts>,
-    idle_core: bool,
 ) -> (DeviceRoles, Roles) {
     let ix = match parts {
         Some(p) => LifeIndex::from_walk(lives, p),
         None => LifeIndex::new(snap, lives),
     };
     let roles = classify_with(snap, lives, st, ev, &ix);
-    (summarize_with(snap, lives, &roles, st, &ix, idle_core), roles)
+    (summarize_with(snap, lives, &roles, st, &ix), roles)
 }
 
 /// "parameters 12.7 GiB, gradients 12.7 GiB, ..." of the roles with bytes in `v`
@@ -1569,9 +1475,7 @@ mod tests {
             }
             let lives = BlockLives { device: 0, seeded, traced };
             let ix = LifeIndex::new(&snap, &lives);
-            let want = sweep_by_states(&lives, &roles, &ix, n);
-            assert_eq!(sweep(&lives, &roles, &ix, n, false), want, "round {round}");
-            assert_eq!(sweep(&lives, &roles, &ix, n, true), want, "round {round}, split");
+            assert_eq!(sweep(&lives, &roles, &ix, n), sweep_by_states(&lives, &roles, &ix, n), "round {round}");
         }
     }
 

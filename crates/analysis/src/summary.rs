@@ -21,7 +21,6 @@
 //! of every other block (pending-free counts as free there). See [`Fragmentation`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
 use serde::Serialize;
@@ -408,7 +407,6 @@ pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> Devic
     // vouch for).
     let want_roles = roles && !snap.trace(device).is_empty();
     let segs_ref = &segs;
-    let table_done = &AtomicBool::new(false);
     let (memory_table, (trace, roles)) = std::thread::scope(|sc| {
         let steps = want_roles.then(|| {
             sc.spawn(move || {
@@ -423,15 +421,11 @@ pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> Devic
             drop(facts);
             let roles = steps.map(|h| {
                 let (st, mut ev) = h.join().expect("steps thread");
-                // The table's walk done (at once on a trace it cannot vouch for), the
-                // roles take its core too.
-                let idle_core = table_done.load(Ordering::Relaxed);
-                crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev, index, idle_core).0
+                crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev, index).0
             });
             (trace, roles)
         });
         let table = crate::memstats::memory_table(snap, device).ok();
-        table_done.store(true, Ordering::Relaxed);
         (table, lived.join().expect("lives thread"))
     });
     DeviceSummary {
