@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fragscope_snapshot::Snapshot;
+use fragscope_snapshot::{FxHashMap, Snapshot};
 use serde::Serialize;
 
 use crate::lives::{BlockLives, LIVE_AT_END};
@@ -405,6 +405,31 @@ impl Ends {
     }
 }
 
+/// [`Steps::step_of`] for entries met in increasing order (the lives, in `alloc` order):
+/// a cursor over the steps (in `start` order) instead of a binary search per block,
+/// which was two fifths of classifying a long trace.
+struct StepCursor<'a> {
+    steps: &'a [steps::Step],
+    /// The steps that start at or before the last entry asked:
+    /// `steps.partition_point(|s| s.start <= entry)`.
+    started: usize,
+}
+
+impl<'a> StepCursor<'a> {
+    fn new(st: &'a Steps) -> Self {
+        StepCursor { steps: &st.steps, started: 0 }
+    }
+
+    /// `st.step_of(entry)`, for `entry` no less than the one asked before.
+    #[inline]
+    fn at(&mut self, entry: usize) -> Option<usize> {
+        while self.steps.get(self.started).is_some_and(|s| s.start <= entry) {
+            self.started += 1;
+        }
+        self.started.checked_sub(1).filter(|&k| entry < self.steps[k].end)
+    }
+}
+
 fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
     let trace = snap.trace(lives.device);
     let n = trace.len();
@@ -430,11 +455,21 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     }
 
     // 1. Blocks made inside a phase: phase and lifetime.
-    let mut grads_by_step: Vec<HashMap<u64, usize>> = vec![HashMap::new(); st.steps.len()];
+    // (Counts by size in FxHashMaps, here and below: SipHash on the sizes was a tenth
+    // of classifying.)
+    let mut grads_by_step: Vec<FxHashMap<u64, usize>> = vec![FxHashMap::default(); st.steps.len()];
+    let mut step_of = StepCursor::new(st);
+    // The blocks the later rules look at again, in `alloc` order, so that they need not
+    // walk every block: those made outside the phases (steps 2, 3 and 5), the gradients
+    // (whether a parameter has their size), and per step, with their `alloc`, those its
+    // optimizer made and kept (the out-of-place updates; the `alloc`s read here, not
+    // from a few scattered lives there).
+    let (mut outside, mut grads) = (Vec::new(), Vec::new());
+    let mut kept: Vec<Vec<(usize, usize)>> = vec![Vec::new(); st.steps.len()];
     for (i, l) in lives.traced.iter().enumerate() {
         let a = l.alloc;
         let e = l.end; // LIVE_AT_END is past every entry
-        let k = st.step_of(a);
+        let k = step_of.at(a);
         if ev.of(l.stack) & WORKSPACE != 0 {
             traced[i] = BlockRole::of(Reason::OtherWorkspace);
             continue;
@@ -444,6 +479,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 let bwd_end = spans[k].0.map_or(st.steps[k].end, |b| b.1);
                 if e >= bwd_end {
                     *grads_by_step[k].entry(req[i]).or_default() += 1;
+                    grads.push(i);
                     Reason::GradOutlivesBackward
                 } else {
                     Reason::TempFreedInPhase
@@ -452,6 +488,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             (Phase::Optimizer, Some(k)) => {
                 let opt_end = spans[k].1.map_or(st.steps[k].end, |o| o.1);
                 if e >= opt_end {
+                    kept[k].push((i, a));
                     Reason::OptMadeInStepKept
                 } else {
                     Reason::TempFreedInPhase
@@ -472,7 +509,10 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 None if e < n && st.phase_at(e) == Phase::Forward => Reason::TempFreedInPhase,
                 None => Reason::OtherUndecided,
             },
-            (Phase::Outside, _) => continue, // below, once parameters are known
+            (Phase::Outside, _) => {
+                outside.push(i); // below, once parameters are known
+                continue;
+            }
             // A phase outside every step (work after the last step, or a trace without
             // steps): nothing bounds the phase, so activations cannot be told from
             // temporaries (a forward-only trace is one long forward "phase").
@@ -496,16 +536,16 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
         .filter(|&k| backward_whole(k) && !grads_by_step[k].is_empty())
         .max_by_key(|&k| grad_bytes(k))
         .or_else(|| (0..grads_by_step.len()).max_by_key(|&k| grad_bytes(k)).filter(|&k| !grads_by_step[k].is_empty()));
-    let grad_sizes: HashMap<u64, usize> = grad_step.map(|k| grads_by_step[k].clone()).unwrap_or_default();
+    let grad_sizes: FxHashMap<u64, usize> = grad_step.map(|k| grads_by_step[k].clone()).unwrap_or_default();
     // Whether every gradient found a parameter (step 2).
     let mut params_matched = false;
     let first_bwd = spans.iter().find_map(|s| s.0).map(|b| b.0);
     let first_opt = spans.iter().find_map(|s| s.1);
-    let mut param_sizes: HashMap<u64, usize> = HashMap::new();
+    let mut param_sizes: FxHashMap<u64, usize> = FxHashMap::default();
     if let Some(fb) = first_bwd {
         let mut left = grad_sizes.clone();
         let bwd_starts: Vec<usize> = spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
-        let live_at_fb = lineages_live_at(lives, st, &spans, &traced, req, &ix.ends, fb);
+        let live_at_fb = lineages_live_at(lives, &kept, &spans, &traced, req, &ix.ends, fb);
         before_trace(lives, st, ev, &grad_sizes, &bwd_starts, &live_at_fb, &mut seeded);
         for (i, b) in lives.seeded.iter().enumerate() {
             if seeded[i].role == Role::Parameters {
@@ -515,11 +555,12 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 *param_sizes.entry(b.request).or_default() += 1;
             }
         }
-        for (i, l) in lives.traced.iter().enumerate() {
+        for &i in &outside {
+            let l = &lives.traced[i];
             if l.alloc >= fb {
                 break;
             }
-            if st.phase_at(l.alloc) == Phase::Outside && l.end >= fb && traced[i].reason == Reason::OtherUndecided {
+            if l.end >= fb && traced[i].reason == Reason::OtherUndecided {
                 if let Some(c) = left.get_mut(&req[i]).filter(|c| **c > 0) {
                     *c -= 1;
                     traced[i] = BlockRole::of(Reason::ParamSetupMatchesGradient);
@@ -532,9 +573,9 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // Kept blocks of a backward pass that no parameter's size explains are not
     // gradients (cuBLAS makes its workspace on the autograd thread's first matmul);
     // without any parameter found, they stay gradients at lower confidence.
-    for (i, r) in traced.iter_mut().enumerate() {
-        if r.reason == Reason::GradOutlivesBackward && !param_sizes.contains_key(&req[i]) {
-            *r = BlockRole::of(if param_sizes.is_empty() {
+    for &i in &grads {
+        if !param_sizes.contains_key(&req[i]) {
+            traced[i] = BlockRole::of(if param_sizes.is_empty() {
                 Reason::GradOutlivesBackwardUnmatched
             } else {
                 Reason::OtherBackwardNoParameter
@@ -546,7 +587,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // the first optimizer step starts, parameter-sized, and whole copies of the
     // parameters' sizes.
     if let Some((os, _)) = first_opt.filter(|_| !param_sizes.is_empty()) {
-        let copies = |found: &HashMap<u64, usize>| -> bool {
+        let copies = |found: &FxHashMap<u64, usize>| -> bool {
             let Some(k) = param_sizes.iter().next().map(|(s, c)| found.get(s).copied().unwrap_or(0) / c) else {
                 return false;
             };
@@ -554,17 +595,17 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 && found.len() == param_sizes.len()
                 && param_sizes.iter().all(|(s, c)| found.get(s).copied().unwrap_or(0) == k * c)
         };
-        let setup: Vec<usize> = (0..lives.traced.len())
+        let setup: Vec<usize> = outside
+            .iter()
+            .copied()
             .take_while(|&i| lives.traced[i].alloc < os)
             .filter(|&i| {
-                let l = &lives.traced[i];
                 traced[i].reason == Reason::OtherUndecided
-                    && st.phase_at(l.alloc) == Phase::Outside
-                    && l.end >= os
+                    && lives.traced[i].end >= os
                     && param_sizes.contains_key(&req[i])
             })
             .collect();
-        let mut found: HashMap<u64, usize> = HashMap::new();
+        let mut found: FxHashMap<u64, usize> = FxHashMap::default();
         for &i in &setup {
             *found.entry(req[i]).or_default() += 1;
         }
@@ -586,7 +627,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                     && param_sizes.contains_key(&lives.seeded[i].request)
             })
             .collect();
-        let mut found: HashMap<u64, usize> = HashMap::new();
+        let mut found: FxHashMap<u64, usize> = FxHashMap::default();
         for &i in &before {
             *found.entry(lives.seeded[i].request).or_default() += 1;
         }
@@ -602,12 +643,14 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // order (an optimizer visits its parameters in one order every step). Steps in
     // order, so that the roles carry from step to step.
     let mut from_state: HashMap<usize, usize> = HashMap::new();
+    // The blocks that replace one of unknown role (step 6).
+    let mut replace_unknown = Vec::new();
     // The blocks by the entry that ended them ([`Ends`]), so that each step looks only at
     // those its optimizer phase frees (not at every block: a long run has thousands of
     // steps).
     for (k, sp) in spans.iter().enumerate() {
         let Some((os, oe)) = sp.1 else { continue };
-        let mut freed: HashMap<u64, Vec<(usize, Reason)>> = HashMap::new();
+        let mut freed: FxHashMap<u64, Vec<(usize, Reason)>> = FxHashMap::default();
         ix.ends.each_in(os..oe, |end, life| {
             let (r, size) = match life {
                 Ended::Seeded(i) => (seeded[i], lives.seeded[i].request),
@@ -623,18 +666,17 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 freed.entry(size).or_default().push((end, r.reason));
             }
         });
-        let upto = lives.traced.partition_point(|l| l.alloc < oe);
         // Sorted by (end, role): the order the blocks were found in does not matter.
         for v in freed.values_mut() {
             v.sort_unstable();
             v.reverse(); // popped from the back: earliest first
         }
-        for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
-            if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
+        for &(i, alloc) in &kept[k] {
+            if alloc < os || alloc >= oe || traced[i].reason != Reason::OptMadeInStepKept {
                 continue;
             }
             if let Some((old_end, was)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
-                if old_end > lives.traced[i].alloc {
+                if old_end > alloc {
                     from_state.insert(i, old_end + 1);
                 }
                 traced[i] = BlockRole::of(match was {
@@ -646,6 +688,9 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                     _ if was.role() == Role::Parameters => Reason::ParamReplacedInStep,
                     _ => Reason::OptReplacedInStep,
                 });
+                if traced[i].reason == Reason::OtherReplacesUnknown {
+                    replace_unknown.push(i);
+                }
             }
         }
     }
@@ -655,8 +700,9 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // while building a model that no backward pass confirms.
     let forward_starts: Vec<usize> = spans.iter().filter_map(|s| s.2).collect();
     let no_backward = first_bwd.is_none();
-    for (i, l) in lives.traced.iter().enumerate() {
-        if traced[i].reason != Reason::OtherUndecided || st.phase_at(l.alloc) != Phase::Outside {
+    for &i in &outside {
+        let l = &lives.traced[i];
+        if traced[i].reason != Reason::OtherUndecided {
             continue;
         }
         let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc)).copied();
@@ -692,18 +738,14 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // optimizer state whole copies of those parameters when that step's optimizer
     // ends. A block whose frames say where it was made (a forward pass, say) only
     // leaves open the roles made there.
-    let unknown: Vec<(u64, u8)> = lives
+    let mut unknown: Vec<(u64, u8)> = lives
         .seeded
         .iter()
         .zip(&seeded)
         .filter(|(_, r)| r.reason == Reason::OtherBeforeTrace)
         .map(|(b, _)| (b.request, ev.of(b.stack)))
-        .chain(
-            (0..lives.traced.len())
-                .filter(|&i| traced[i].reason == Reason::OtherReplacesUnknown)
-                .map(|i| (req[i], steps::OPTIMIZER)),
-        )
         .collect();
+    unknown.extend(replace_unknown.iter().map(|&i| (req[i], steps::OPTIMIZER)));
     let mut cannot_tell = BTreeMap::new();
     if !unknown.is_empty() {
         let fs = crate::oom_message::format_size;
@@ -750,16 +792,24 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             // (an optimizer makes its state in its first step).
             let at = whole_step.and_then(|k| spans[k].1).map(|x| x.1);
             let copies = at.is_some_and(|t| {
-                let mut opt: HashMap<u64, usize> = HashMap::new();
-                let mut par: HashMap<u64, usize> = HashMap::new();
-                let live = lives.seeded.iter().map(|b| (b.request, b.end >= t));
-                let made =
-                    (0..lives.traced.len()).map(|i| (req[i], lives.traced[i].alloc < t && lives.traced[i].end >= t));
-                for ((q, alive), r) in live.chain(made).zip(seeded.iter().chain(traced.iter())) {
-                    match r.role {
-                        Role::OptimizerState if alive => *opt.entry(q).or_default() += 1,
-                        Role::Parameters if alive => *par.entry(q).or_default() += 1,
-                        _ => {}
+                let mut opt: FxHashMap<u64, usize> = FxHashMap::default();
+                let mut par: FxHashMap<u64, usize> = FxHashMap::default();
+                let mut count = |role: Role, q: u64| match role {
+                    Role::OptimizerState => *opt.entry(q).or_default() += 1,
+                    Role::Parameters => *par.entry(q).or_default() += 1,
+                    _ => {}
+                };
+                for (b, r) in lives.seeded.iter().zip(&seeded) {
+                    if b.end >= t {
+                        count(r.role, b.request);
+                    }
+                }
+                // The blocks made before `t`, the role read first: few of them hold one
+                // of these two roles, and the roles are a smaller array than the lives.
+                let made = lives.traced.partition_point(|l| l.alloc < t);
+                for (i, r) in traced[..made].iter().enumerate() {
+                    if matches!(r.role, Role::OptimizerState | Role::Parameters) && lives.traced[i].end >= t {
+                        count(r.role, req[i]);
                     }
                 }
                 let k: Vec<Option<usize>> =
@@ -786,10 +836,11 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
 /// started may hold the parameters and the optimizer's state only through their
 /// replacements by then. The replacements are matched as step 4 of [`classify_with`]
 /// matches them: per optimizer step, a block made in it and kept takes the place of the
-/// earliest-ended block of its size that the step frees.
+/// earliest-ended block of its size that the step frees (`kept`: per step, the blocks
+/// its optimizer made and kept, with their `alloc`).
 fn lineages_live_at(
     lives: &BlockLives,
-    st: &Steps,
+    kept: &[Vec<(usize, usize)>],
     spans: &[(Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>)],
     traced: &[BlockRole],
     req: &[u64],
@@ -798,13 +849,13 @@ fn lineages_live_at(
 ) -> Vec<bool> {
     let mut live: Vec<bool> = lives.seeded.iter().map(|b| b.end >= fb).collect();
     // Traced block -> the block live before the trace it descends from.
-    let mut root: HashMap<usize, usize> = HashMap::new();
+    let mut root: FxHashMap<usize, usize> = FxHashMap::default();
     for (k, sp) in spans.iter().enumerate() {
         let Some((os, oe)) = sp.1 else { continue };
         if os >= fb {
             break;
         }
-        let mut freed: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
+        let mut freed: FxHashMap<u64, Vec<(usize, usize)>> = FxHashMap::default();
         ends.each_in(os..oe, |end, life| {
             let (r, size) = match life {
                 Ended::Seeded(i) => (Some(i), lives.seeded[i].request),
@@ -818,15 +869,13 @@ fn lineages_live_at(
             v.sort_unstable();
             v.reverse();
         }
-        let upto = lives.traced.partition_point(|l| l.alloc < oe);
-        for i in lives.traced.partition_point(|l| l.alloc < os)..upto {
-            if traced[i].reason != Reason::OptMadeInStepKept || st.step_of(lives.traced[i].alloc) != Some(k) {
+        for &(i, alloc) in &kept[k] {
+            if alloc < os || alloc >= oe || traced[i].reason != Reason::OptMadeInStepKept {
                 continue;
             }
             if let Some((_, r)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
                 root.insert(i, r);
-                let l = &lives.traced[i];
-                if l.alloc < fb && l.end >= fb {
+                if alloc < fb && lives.traced[i].end >= fb {
                     live[r] = true;
                 }
             }
@@ -857,7 +906,7 @@ fn before_trace(
     lives: &BlockLives,
     st: &Steps,
     ev: &mut StackEvidence,
-    grad_sizes: &HashMap<u64, usize>,
+    grad_sizes: &FxHashMap<u64, usize>,
     bwd_starts: &[usize],
     live_at_fb: &[bool],
     seeded: &mut [BlockRole],
@@ -877,7 +926,7 @@ fn before_trace(
                 && bwd_starts.iter().any(|&s| s > b.end)
         })
         .collect();
-    let mut count: HashMap<u64, usize> = HashMap::new();
+    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
     for &i in &old {
         *count.entry(lives.seeded[i].request).or_default() += 1;
     }
@@ -890,7 +939,7 @@ fn before_trace(
     let live: Vec<usize> = (0..lives.seeded.len())
         .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
         .collect();
-    let mut count: HashMap<u64, usize> = HashMap::new();
+    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
     for &i in &live {
         *count.entry(lives.seeded[i].request).or_default() += 1;
     }
@@ -927,7 +976,7 @@ fn before_trace(
     }
     let k = q - 1;
     let is_opt = |ev: &mut StackEvidence, s| ev.of(s) & OPTIMIZER != 0 || ev.mentions(s, "optim");
-    let mut by_frames: HashMap<u64, (usize, usize)> = HashMap::new();
+    let mut by_frames: FxHashMap<u64, (usize, usize)> = FxHashMap::default();
     let mut frames_decide = true;
     for &i in &live {
         let b = &lives.seeded[i];
