@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::replay::state::{
     backward_walk, Ambiguity, BState, BlockRec, Inconsistency, RecordedState, SplitRules, Undone, SMALL_BUFFER,
 };
-use crate::replay::{recorded_config, with_rules};
+use crate::replay::{recorded_config, with_rules, RoundMemo};
 
 /// One counter over the window: as `memory_stats()` names the metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -472,7 +472,10 @@ fn walk_counting(
     let mut t = Tallies::default();
     let mut requests_differ: Vec<usize> = Vec::new();
     let mut scratch = Vec::new();
-    let mut rounded = Rounded::new();
+    // The rounded requests, the walk's own: [`SplitRules::round`] keeps them too, but is
+    // called through a pointer, a cost per `alloc` and paired `free_completed` larger
+    // than the lookup.
+    let rounded = RoundMemo::new();
     let mut i = trace.len();
     while exact && i > 0 {
         i -= 1;
@@ -483,7 +486,7 @@ fn walk_counting(
                 // the undo's own lookup.
                 let Undone { block: b, small, expandable, left, .. } = st.undo_alloc(i, ev)?;
                 // The forward rule from that free block (§3.8) must make this block.
-                let s = rounded.of(ev.size, rules);
+                let s = rounded.of(ev.size, rules.round);
                 let fwd = match left {
                     Some(f) if f >= s => {
                         if rules.should_split(small, expandable, f, s) {
@@ -512,7 +515,7 @@ fn walk_counting(
                 let fr = i.checked_sub(1).map(|k| &trace[k]);
                 let paired = fr.filter(|fr| tiled && fr.action == Action::FreeRequested && fr.addr == ev.addr);
                 let Undone { block: b, small, revised, .. } = match paired {
-                    Some(fr) => st.undo_free_pair(i, ev, fr, rounded.of(ev.size, rules), rules, &mut scratch)?.0,
+                    Some(fr) => st.undo_free_pair(i, ev, fr, rounded.of(ev.size, rules.round), rules, &mut scratch)?.0,
                     None => undo_lone_free_completed(&mut st, i, ev, rules, &mut scratch)?,
                 };
                 scratch.clear();
@@ -588,30 +591,6 @@ fn undo_lone_free_completed(
     scratch: &mut Vec<Ambiguity>,
 ) -> Result<Undone, Inconsistency> {
     st.undo_free_completed(i, ev, rules, scratch)
-}
-
-/// The rounded request of each `alloc` for [`walk_counting`], kept in a small
-/// direct-mapped table of the walk's own: [`SplitRules::round`] (which keeps one too) is
-/// called through a pointer, a cost per `alloc` (and paired `free_completed`, whose undo
-/// takes the rounded size from here) larger than the lookup here, and a
-/// program asks for the same few sizes millions of times. Exact: a slot answers only for
-/// the request it holds (`round_size` is never 0, so (0, 0) is an empty slot).
-struct Rounded(Box<[(u64, u64); 256]>);
-
-impl Rounded {
-    fn new() -> Rounded {
-        Rounded(Box::new([(0, 0); 256]))
-    }
-    #[inline(always)]
-    fn of(&mut self, n: u64, rules: &SplitRules) -> u64 {
-        let slot = &mut self.0[((n >> 9) ^ (n >> 17)) as usize & 255];
-        if slot.0 == n && slot.1 != 0 {
-            return slot.1;
-        }
-        let v = (rules.round)(n);
-        *slot = (n, v);
-        v
-    }
 }
 
 /// `requested_bytes` forwards from its start value, as the replay counts it, where some

@@ -167,24 +167,35 @@ pub fn recorded_config(snap: &Snapshot) -> AllocatorConfig {
     cfg
 }
 
-/// The split rules of a configuration, for the policy-free state model.
-pub(crate) fn with_rules<R>(cfg: &AllocatorConfig, f: impl FnOnce(&state::SplitRules) -> R) -> R {
-    // The walks round the request of every free (and the table's of every alloc): a
-    // program asks for the same few sizes over and over, so the last rounding of each
-    // request is kept in a small direct-mapped table (exact: a slot answers only for
-    // the request it holds; `round_size` is never 0, so (0, 0) is an empty slot).
-    let memo: [std::cell::Cell<(u64, u64)>; 256] = std::array::from_fn(|_| std::cell::Cell::new((0, 0)));
-    let round = |n: u64| {
-        let slot = &memo[((n >> 9) ^ (n >> 17)) as usize & 255];
+/// The last rounding of each request, in a small direct-mapped table: the walks round
+/// the request of every free (and the table's of every alloc), and a program asks for the
+/// same few sizes over and over. Exact: a slot answers only for the request it holds
+/// (`round_size` is never 0, so (0, 0) is an empty slot).
+pub(crate) struct RoundMemo([std::cell::Cell<(u64, u64)>; 256]);
+
+impl RoundMemo {
+    pub(crate) fn new() -> Self {
+        RoundMemo(std::array::from_fn(|_| std::cell::Cell::new((0, 0))))
+    }
+    /// `round(n)`, from the table when it holds `n`.
+    #[inline(always)]
+    pub(crate) fn of(&self, n: u64, round: impl Fn(u64) -> u64) -> u64 {
+        let slot = &self.0[((n >> 9) ^ (n >> 17)) as usize & 255];
         match slot.get() {
             (k, v) if k == n && v != 0 => v,
             _ => {
-                let v = round_size(n, cfg);
+                let v = round(n);
                 slot.set((n, v));
                 v
             }
         }
-    };
+    }
+}
+
+/// The split rules of a configuration, for the policy-free state model.
+pub(crate) fn with_rules<R>(cfg: &AllocatorConfig, f: impl FnOnce(&state::SplitRules) -> R) -> R {
+    let memo = RoundMemo::new();
+    let round = |n: u64| memo.of(n, |n| round_size(n, cfg));
     let rules = state::SplitRules {
         round: &round,
         max_split_size: cfg.max_split_size,

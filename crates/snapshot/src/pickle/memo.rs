@@ -15,15 +15,16 @@ use crate::model::{FrameId, StackId, StrId};
 const SHIFT: usize = 10;
 const CHUNK: usize = 1 << SHIFT;
 
-/// Codes: the kind in the top three bits, an id or an index into `Memo::others` below.
+/// Codes: the kind in the top three bits and an id below; or, with the top bit set, an
+/// index into `Memo::others` in the 31 bits below.
 const UNDEF: u32 = 0;
 const CONSUMED: u32 = 1;
 const KIND: u32 = 29;
 const STACK: u32 = 1;
 const FRAME: u32 = 2;
 const STR: u32 = 3;
-const OTHER: u32 = 4;
 const ID_MASK: u32 = (1 << KIND) - 1;
+const OTHER: u32 = 1 << 31;
 
 pub(crate) struct Memo {
     /// Bumped whenever a slot holding a string, stack or frame is overwritten or consumed,
@@ -34,7 +35,7 @@ pub(crate) struct Memo {
     /// Entries per chunk that hold `Consumed`; a chunk full of them is dropped.
     consumed: Vec<u16>,
     /// Values without a code of their own (containers, numbers, ids past 2^29), by the
-    /// index in their code. An overwritten one stays: such slots are few (the segments'
+    /// index in their code ([`OTHER`]). An overwritten one stays: such slots are few (the segments'
     /// dicts and lists, later consumed), and a slot held 16 bytes before.
     others: Vec<Value>,
     len: usize,
@@ -123,12 +124,14 @@ impl Memo {
 
     #[inline(always)]
     fn value(&self, code: u32) -> Value {
+        if code & OTHER != 0 {
+            return self.others[(code & !OTHER) as usize];
+        }
         let id = (code & ID_MASK) as usize;
         match code >> KIND {
             STACK => Value::Stack(StackId::from_index(id)),
             FRAME => Value::Frame(FrameId::from_index(id)),
             STR => Value::Str(StrId::from_index(id)),
-            OTHER => self.others[id],
             _ if code == CONSUMED => Value::Consumed,
             _ => Value::Undef,
         }
@@ -146,8 +149,12 @@ impl Memo {
             Value::Str(s) => id(STR, s.index()),
             _ => None,
         };
-        code.or_else(|| id(OTHER, self.others.len()).inspect(|_| self.others.push(v)))
-            .expect("more than 2^29 memoized containers")
+        code.unwrap_or_else(|| {
+            // 2^31 of them would be 32 GiB of values: memory runs out long before.
+            let i = u32::try_from(self.others.len()).ok().filter(|&i| i < OTHER).expect("2^31 memoized values");
+            self.others.push(v);
+            OTHER | i
+        })
     }
 
     #[inline]

@@ -981,11 +981,10 @@ impl<R: Read> Vm<R> {
         self.append_items(Value::List(h), m, abs)?;
         self.input.pos -= 1;
         // In the file, not the buffer: a refill moves the buffer's bytes.
-        let offset = |i: &Input<R>| i.base + i.pos as u64;
-        let at = offset(&self.input);
+        let at = self.input.offset();
         self.entry_batch(abs, h)?;
         // Nothing taken (and the MARK back on the stack): the generic way for this entry.
-        self.declined = offset(&self.input) == at && self.marks.last() == Some(&self.stack.len());
+        self.declined = self.input.offset() == at && self.marks.last() == Some(&self.stack.len());
         Ok(true)
     }
 
