@@ -37,8 +37,10 @@ stacks.append([frames[i % 600] for i in range(1001)])        # the same batch, t
 stacks.append([frames[(7 * i) % 600] for i in range(2100)])  # three batches
 # The second half repeats a step of 25 stacks, as training does, now and then with one of
 # them swapped for a list that extends it by a frame or stops a frame short: the reader
-# guesses a list from the two before it and must tell such a list from its guess.
+# guesses a list from the ones before it and the entry's action, and must tell such a
+# list from its guess.
 step = [random.randrange(len(stacks)) for _ in range(25)]
+step_actions = [random.choice(['alloc', 'free_requested', 'free_completed']) for _ in step]
 # With a full batch of BINGETs in it (short enough to be remembered): that list a frame
 # longer has the same bytes and then more (an APPEND after the batch's APPENDS), so only
 # where the list ends tells them apart.
@@ -52,11 +54,13 @@ for k in sorted(set(step)):
 entries, which = [], []
 for i in range(30000):
     k = random.randrange(len(stacks))
+    action = random.choice(['alloc', 'free_requested', 'free_completed'])
     if i >= 15000:
         k, r = step[i % len(step)], random.random()
         k = longer[k] if r < 0.1 else shorter[k] if r < 0.2 else k
+        action = step_actions[i % len(step)]
     which.append(k)
-    entries.append({'action': random.choice(['alloc', 'free_requested', 'free_completed']),
+    entries.append({'action': action,
                     'addr': 0x7f0000000000 + 512 * i, 'size': 512 + i, 'stream': 0,
                     'time_us': 1700000000000000 + i, 'frames': list(stacks[k])})
 data = pickle.dumps({'segments': [], 'device_traces': [entries]}, protocol=4)

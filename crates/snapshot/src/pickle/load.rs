@@ -50,7 +50,7 @@ struct SnapshotAbsorber {
     /// The lists met lately, in sets by their first bytes: a list seen lately is known
     /// from one compare of its bytes, without walking its items or hashing them all.
     recent_spans: Box<[SpanSet]>,
-    /// The lists that followed the last two: tried before `recent_spans`.
+    /// The lists that followed the last ones: tried before `recent_spans`.
     successors: Successors,
     /// `Memo::string_overwrites` when `stack_spans` was filled: a frame's memo slot written
     /// over (or consumed) since would make a known span mean other frames.
@@ -741,7 +741,7 @@ impl SnapshotAbsorber {
                 }
                 let (raw, len) = memo_ref(v);
                 if len == 0 {
-                    return self.fresh_frames(st, buf, p, vals);
+                    return self.fresh_frames(st, buf, p, vals, ev.action);
                 }
                 let Value::Stack(id) = st.memo.get((raw & u32::MAX as u64) as usize) else { return None };
                 ev.stack = Some(id);
@@ -868,11 +868,18 @@ impl SnapshotAbsorber {
     /// frame dicts shared), so on their files a hot path. Its stack is found by
     /// [`Self::fresh_stack`]; FRAME opcodes between items are skipped. Anything else (a
     /// frame dict written inside, a second `frames` key) is left to the generic path.
-    fn fresh_frames(&mut self, st: &mut VmState, buf: &[u8], p: &mut usize, vals: &mut EntryValues) -> Option<()> {
+    fn fresh_frames(
+        &mut self,
+        st: &mut VmState,
+        buf: &[u8],
+        p: &mut usize,
+        vals: &mut EntryValues,
+        action: Action,
+    ) -> Option<()> {
         if vals.n_memos == vals.new_memos.len() || buf.get(*p..*p + 2)? != [0x5d, 0x94] {
             return None;
         }
-        let (id, end) = self.fresh_stack(st, buf, *p + 2)?;
+        let (id, end) = self.fresh_stack(st, buf, *p + 2, action as u8)?;
         vals.new_memos[vals.n_memos] = None;
         vals.n_memos += 1;
         vals.fresh_stack = Some(id);
@@ -882,21 +889,21 @@ impl SnapshotAbsorber {
     }
 
     /// The stack of the fresh list whose items start at `buf[body]`, and where they end:
-    /// one of the lists that followed the last two lately ([`Successors`]), else
+    /// one of the lists that followed the last ones lately ([`Successors`]), else
     /// [`Self::stack_by_bytes`].
-    fn fresh_stack(&mut self, st: &mut VmState, buf: &[u8], body: usize) -> Option<(StackId, usize)> {
+    fn fresh_stack(&mut self, st: &mut VmState, buf: &[u8], body: usize, action: u8) -> Option<(StackId, usize)> {
         if self.spans_gen != st.memo.string_overwrites {
             self.stack_spans.clear();
             self.recent_spans.fill(SpanSet::default());
             self.successors.clear();
             self.spans_gen = st.memo.string_overwrites;
         }
-        if let Some((id, len)) = self.successors.guess(buf, body, |q| !list_goes_on(buf, q)) {
+        if let Some((id, len)) = self.successors.guess(action, buf, body, |q| !list_goes_on(buf, q)) {
             return Some((id, body + len));
         }
         let (id, end, framed) = self.stack_by_bytes(st, buf, body)?;
         let span = &buf[body..end];
-        self.successors.learn((!framed && span.len() <= MAX_SPAN).then_some(span), id);
+        self.successors.learn(action, (!framed && span.len() <= MAX_SPAN).then_some(span), id);
         Some((id, end))
     }
 
@@ -1009,7 +1016,7 @@ impl SnapshotAbsorber {
         let mut fresh = None;
         if sh.fresh_frames {
             let mut vals = EntryValues { ints: [0; 4], seen: 0, new_memos: [None; 4], n_memos: 0, fresh_stack: None };
-            self.fresh_frames(st, buf, &mut len, &mut vals)?;
+            self.fresh_frames(st, buf, &mut len, &mut vals, action)?;
             if *buf.get(len)? != b'u' {
                 return None;
             }
