@@ -140,7 +140,7 @@ impl Memo {
     /// The code of `v`, keeping it in `others` when it has none of its own.
     #[inline(always)]
     fn code(&mut self, v: Value) -> u32 {
-        let id = |kind: u32, i: usize| (i < ID_MASK as usize).then(|| kind << KIND | i as u32);
+        let id = |kind: u32, i: usize| (i < ID_MASK as usize).then_some(kind << KIND | i as u32);
         let code = match v {
             Value::Undef => Some(UNDEF),
             Value::Consumed => Some(CONSUMED),
