@@ -43,6 +43,7 @@ pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
 pub fn read_error(path: &Path, e: &ReadError) -> CliError {
     let msg = match e {
         ReadError::Io(io) => format!("cannot read {}: {io}", path.display()),
+        ReadError::Changed => format!("cannot read {}: {e}", path.display()),
         other => format!("{} is not a memory snapshot: {other}", path.display()),
     };
     CliError::usage(msg)

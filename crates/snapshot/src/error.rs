@@ -33,6 +33,9 @@ pub enum ReadError {
     /// A valid pickle or JSON that is not a memory snapshot (or profiler trace).
     Shape(String),
     Json(String),
+    /// The file changed while it was read (truncated or rewritten by another process, as
+    /// a job that dumps its snapshot to the same path does), or its pages became unreadable.
+    Changed,
 }
 
 impl fmt::Display for ReadError {
@@ -56,6 +59,11 @@ impl fmt::Display for ReadError {
             ),
             ReadError::Shape(s) => write!(f, "{s}"),
             ReadError::Json(s) => write!(f, "invalid JSON: {s}"),
+            ReadError::Changed => write!(
+                f,
+                "the file changed while it was being read (another process truncated or rewrote it); \
+                 read it again once it is complete"
+            ),
         }
     }
 }

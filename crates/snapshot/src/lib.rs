@@ -79,7 +79,23 @@ pub fn read_from_checked<R: Read>(r: R) -> Result<Snapshot, ReadError> {
 type Bounded = (Snapshot, Option<pickle::load::TraceMax>);
 
 fn read_path_bounded(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Bounded, ReadError> {
-    let mut f = std::fs::File::open(path)?;
+    let f = std::fs::File::open(path)?;
+    // A regular file that another process rewrites while it is read (a job dumping its
+    // snapshot to the same path) yields a mix of two files, or fewer bytes: its length and
+    // modification time, before and after, tell (the mapped read also catches truncation
+    // as it happens, see `pickle::mapped`).
+    let stamp = |f: &std::fs::File| f.metadata().ok().filter(|m| m.is_file()).map(|m| (m.len(), m.modified().ok()));
+    let before = stamp(&f);
+    let after = f.try_clone().ok();
+    let read = read_file_bounded(f, progress);
+    // Whatever came of the read (a file cut short often fails to parse).
+    if before.is_some() && after.as_ref().map(stamp) != Some(before) {
+        return Err(ReadError::Changed);
+    }
+    read
+}
+
+fn read_file_bounded(mut f: std::fs::File, progress: &mut dyn FnMut(u64, u64)) -> Result<Bounded, ReadError> {
     let total = f.metadata().map(|m| m.len()).unwrap_or(0);
     if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
         return Err(ReadError::Shape("is a directory".into()));

@@ -1352,12 +1352,22 @@ pub(crate) fn read_pickle_mapped(
     m: super::mapped::Mapping,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Snapshot, TraceMax), ReadError> {
-    run(Vm::mapped(m), progress)
+    let mut vm = Vm::mapped(m);
+    let read = run_in(&mut vm, progress);
+    // Checked before the mapping goes (with it, its place in the guard's table).
+    if vm.input_lost() {
+        return Err(ReadError::Changed);
+    }
+    read
 }
 
 /// Runs the pickle through the absorber, then builds the model: the snapshot, and the
 /// bound on its trace entries.
 fn run<R: Read>(mut vm: Vm<R>, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
+    run_in(&mut vm, progress)
+}
+
+fn run_in<R: Read>(vm: &mut Vm<R>, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
     let mut abs = SnapshotAbsorber::new(&mut vm.state);
     let top = vm.run(&mut abs, progress)?;
     abs.prefault = None; // parsing is done: stop and join the helper

@@ -6,10 +6,15 @@
 //! page-table entries. Only regular files are mapped (compressed files, archives and
 //! standard input keep the streaming path), and a failed `mmap` just falls back to it.
 //!
-//! What a mapping cannot guard against: another process truncating the file while it is
-//! being read makes the pages past the new end unreadable (SIGBUS), where `read()` would
-//! have reported a short file. Snapshots are written once and then read, so the reader
-//! accepts that, as `grep`-like tools that map their inputs do.
+//! What a mapping must guard against: another process truncating the file while it is
+//! being read (a training job that dumps its snapshot to the same path every few steps
+//! opens it with `O_TRUNC`) makes the pages past the new end unreadable, and touching one
+//! raises SIGBUS, which would kill the process (and a Python interpreter that loaded the
+//! file through the package) where `read()` would have reported a short file. So the first
+//! mapping installs a SIGBUS handler ([`guard`]): a fault inside a live mapping puts zero
+//! pages over the rest of it and marks it lost, the reader goes on over zeros (and soon stops
+//! at a bad opcode), and [`Mapping::lost`] turns the read into a clean error. A fault
+//! anywhere else goes to the handler that was there before, as if this one did not exist.
 
 #[cfg(target_os = "linux")]
 pub(crate) use imp::Mapping;
@@ -24,6 +29,9 @@ mod imp {
         len: usize,
         /// Bytes from the start whose pages were handed back (`release_before`).
         released: usize,
+        /// Its place in [`super::guard`]'s table (`None`: the table was full, and a
+        /// truncation would kill the process as it did before there was a guard).
+        slot: Option<usize>,
     }
 
     // SAFETY: the mapping is read-only and owned; it is plain memory to any thread.
@@ -48,7 +56,14 @@ mod imp {
             unsafe {
                 libc::madvise(ptr, len, libc::MADV_SEQUENTIAL);
             }
-            Some(Mapping { ptr, len, released: 0 })
+            let slot = super::guard::watch(ptr as usize, len);
+            Some(Mapping { ptr, len, released: 0, slot })
+        }
+
+        /// Whether a page of the file went away while mapped (the file was truncated, or
+        /// could not be read): the bytes read since are zeros, not the file's.
+        pub(crate) fn lost(&self) -> bool {
+            self.slot.is_some_and(super::guard::lost)
         }
 
         pub(crate) fn bytes(&self) -> &[u8] {
@@ -82,10 +97,133 @@ mod imp {
 
     impl Drop for Mapping {
         fn drop(&mut self) {
-            // SAFETY: unmaps exactly the range `of` mapped; no slice of it outlives `self`.
+            // Out of the guard's table first: a fault in the range from now on is not ours.
+            if let Some(k) = self.slot {
+                super::guard::unwatch(k);
+            }
+            // SAFETY: unmaps exactly the range `of` mapped (and any zero pages the guard put
+            // over part of it); no slice of it outlives `self`.
             unsafe {
                 libc::munmap(self.ptr, self.len);
             }
+        }
+    }
+}
+
+/// The SIGBUS guard of the mappings: a fixed table of the live mappings' ranges, read by
+/// the signal handler with atomic loads only (no locks, no allocation), and the handler.
+#[cfg(target_os = "linux")]
+mod guard {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+
+    /// Mappings watched at once (a process reads a handful of files at a time; past this
+    /// a mapping goes unwatched).
+    const SLOTS: usize = 64;
+
+    struct Slot {
+        /// `start..end` of the mapping; `start == 0`: a free slot.
+        start: AtomicUsize,
+        end: AtomicUsize,
+        /// A page of it went away.
+        lost: AtomicBool,
+    }
+
+    #[allow(clippy::declare_interior_mutable_const)]
+    const FREE: Slot = Slot { start: AtomicUsize::new(0), end: AtomicUsize::new(0), lost: AtomicBool::new(false) };
+    static TABLE: [Slot; SLOTS] = [FREE; SLOTS];
+    /// The SIGBUS action before ours (`None` until installed, or when installing failed).
+    static PREVIOUS: OnceLock<Option<libc::sigaction>> = OnceLock::new();
+
+    /// Watches `start..start + len`: its slot, or `None` when the table is full or the
+    /// handler could not be installed.
+    pub(super) fn watch(start: usize, len: usize) -> Option<usize> {
+        PREVIOUS.get_or_init(install).as_ref()?;
+        for (k, s) in TABLE.iter().enumerate() {
+            if s.start.compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                // Claimed (`usize::MAX` matches no address); filled in, then published.
+                s.lost.store(false, Ordering::Relaxed);
+                s.end.store(start + len, Ordering::Relaxed);
+                s.start.store(start, Ordering::Release);
+                return Some(k);
+            }
+        }
+        None
+    }
+
+    pub(super) fn lost(k: usize) -> bool {
+        TABLE[k].lost.load(Ordering::Acquire)
+    }
+
+    pub(super) fn unwatch(k: usize) {
+        TABLE[k].end.store(0, Ordering::Relaxed);
+        TABLE[k].start.store(0, Ordering::Release);
+    }
+
+    fn install() -> Option<libc::sigaction> {
+        // SAFETY: plain sigaction calls with valid pointers; the handler only does what a
+        // signal handler may (atomic loads and stores, mmap, sigaction).
+        unsafe {
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = handler as *const () as usize;
+            new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut new.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            (libc::sigaction(libc::SIGBUS, &new, &mut old) == 0).then_some(old)
+        }
+    }
+
+    extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+        let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+        // A real fault (not a `kill`) on a page of a watched mapping.
+        if code > 0 {
+            for s in &TABLE {
+                let start = s.start.load(Ordering::Acquire);
+                let end = s.end.load(Ordering::Acquire);
+                if start <= addr && addr < end {
+                    // SAFETY: `start..end` is a live mapping of this process (a slot is
+                    // emptied before its mapping is unmapped); zero pages replace it from
+                    // the faulting page on, and the access that faulted then reads zeros.
+                    let page = addr & !(page_size() - 1);
+                    let p = unsafe {
+                        libc::mmap(
+                            page as *mut libc::c_void,
+                            end - page,
+                            libc::PROT_READ,
+                            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                            -1,
+                            0,
+                        )
+                    };
+                    if p != libc::MAP_FAILED {
+                        s.lost.store(true, Ordering::Release);
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+        // Not ours: the previous action back, and the access faults again under it (a
+        // `kill` is sent again).
+        if let Some(Some(prev)) = PREVIOUS.get() {
+            // SAFETY: restores the action sigaction returned when ours was installed.
+            unsafe {
+                libc::sigaction(libc::SIGBUS, prev, std::ptr::null_mut());
+                if code <= 0 {
+                    libc::raise(sig);
+                }
+            }
+        }
+    }
+
+    fn page_size() -> usize {
+        // SAFETY: sysconf has no preconditions; async-signal-safe.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if n > 0 {
+            n as usize
+        } else {
+            4096
         }
     }
 }
@@ -103,6 +241,9 @@ impl Mapping {
         match self.0 {}
     }
     pub(crate) fn release_before(&mut self, _: usize) {
+        match self.0 {}
+    }
+    pub(crate) fn lost(&self) -> bool {
         match self.0 {}
     }
 }

@@ -481,6 +481,12 @@ impl Vm<std::io::Empty> {
         vm.input.buf = Buf::Mapped(m);
         vm
     }
+
+    /// Whether the mapped file lost pages while this VM read it ([`super::mapped`]): what
+    /// it read since is zeros, whatever came of it.
+    pub fn input_lost(&self) -> bool {
+        matches!(&self.input.buf, Buf::Mapped(m) if m.lost())
+    }
 }
 
 impl VmState {

@@ -1,0 +1,92 @@
+//! A snapshot file that another process truncates or rewrites while fragscope reads it
+//! (a training job that dumps its snapshot to the same path every few steps opens it with
+//! `O_TRUNC`) gives a clean [`ReadError::Changed`], never a SIGBUS that kills the process
+//! (the mapped read) nor a snapshot made of two files. The change is made from the
+//! reader's progress callback, so it lands in the middle of the read every time.
+
+mod common;
+
+use fragscope_snapshot::error::ReadError;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// A real snapshot in the repository (2 MB: hundreds of pages of the mapping).
+fn source() -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/real/decomfl-opt-zeroth-order-windows.pickle");
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `bytes` written to a scratch file dated a day back (so that a rewrite now changes its
+/// modification time even on a file system with coarse timestamps).
+fn scratch_file(tag: &str, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = common::scratch_dir(tag).join(name);
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(bytes).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(86_400)).unwrap();
+    p
+}
+
+/// Reads `path`, calling `change` on the file once, at the reader's first progress report.
+fn read_while(path: &Path, change: impl FnOnce(&Path)) -> Result<fragscope_snapshot::model::Snapshot, ReadError> {
+    let mut change = Some(change);
+    fragscope_snapshot::read_path_with_progress(path, &mut |_, _| {
+        if let Some(c) = change.take() {
+            c(path)
+        }
+    })
+}
+
+fn truncate(path: &Path, len: u64) {
+    std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len).unwrap();
+}
+
+fn assert_changed(r: Result<fragscope_snapshot::model::Snapshot, ReadError>, what: &str) {
+    match r {
+        Err(ReadError::Changed) => {}
+        Err(e) => panic!("{what}: expected ReadError::Changed, got {e}"),
+        Ok(s) => panic!("{what}: read a snapshot ({} segments) from a file that changed", s.segments.len()),
+    }
+}
+
+#[test]
+fn an_untouched_file_reads() {
+    let bytes = source();
+    let p = scratch_file("changed", "same.pickle", &bytes);
+    let snap = read_while(&p, |_| {}).expect("the file did not change");
+    assert!(!snap.segments.is_empty());
+}
+
+#[test]
+fn a_file_truncated_while_mapped_is_a_clean_error() {
+    let bytes = source();
+    for (name, keep) in [("empty.pickle", 0), ("half.pickle", bytes.len() as u64 / 2), ("page.pickle", 4096)] {
+        let p = scratch_file("changed", name, &bytes);
+        assert_changed(read_while(&p, |p| truncate(p, keep)), name);
+    }
+}
+
+#[test]
+fn a_file_rewritten_while_read_is_a_clean_error() {
+    let bytes = source();
+    // Truncated and written again with the very same bytes: every page is readable again,
+    // but the file was rewritten under the reader (it could as well be another snapshot).
+    let p = scratch_file("changed", "rewritten.pickle", &bytes);
+    assert_changed(
+        read_while(&p, |p| {
+            truncate(p, 0);
+            std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all(&bytes).unwrap();
+        }),
+        "rewritten",
+    );
+    // Streamed (gzip-compressed), cut short.
+    let gz = common::gzip(&bytes);
+    let p = scratch_file("changed", "cut.pickle.gz", &gz);
+    assert_changed(read_while(&p, |p| truncate(p, gz.len() as u64 / 3)), "gzip, cut short");
+}
+
+#[test]
+fn the_error_says_what_happened() {
+    let text = ReadError::Changed.to_string();
+    assert!(text.contains("changed while it was being read") && !text.contains('\n'), "{text}");
+}
