@@ -10,11 +10,12 @@
 //! being read (a training job that dumps its snapshot to the same path every few steps
 //! opens it with `O_TRUNC`) makes the pages past the new end unreadable, and touching one
 //! raises SIGBUS, which would kill the process (and a Python interpreter that loaded the
-//! file through the package) where `read()` would have reported a short file. So the first
-//! mapping installs a SIGBUS handler ([`guard`]): a fault inside a live mapping puts zero
-//! pages over the rest of it and marks it lost, the reader goes on over zeros (and soon stops
-//! at a bad opcode), and [`Mapping::lost`] turns the read into a clean error. A fault
-//! anywhere else goes to the handler that was there before, as if this one did not exist.
+//! file through the package) where `read()` would have reported a short file. So every
+//! mapping makes sure a SIGBUS handler ([`guard`]) is installed: a fault inside a live
+//! mapping puts zero pages over the rest of it and marks it lost, the reader goes on over
+//! zeros (and soon stops at a bad opcode), and [`Mapping::lost`] turns the read into a
+//! clean error. A fault anywhere else goes to the handler that was there before, as if
+//! this one did not exist.
 
 #[cfg(target_os = "linux")]
 pub(crate) use imp::Mapping;
@@ -114,8 +115,9 @@ mod imp {
 /// the signal handler with atomic loads only (no locks, no allocation), and the handler.
 #[cfg(target_os = "linux")]
 mod guard {
+    use std::sync::atomic::AtomicPtr;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::OnceLock;
+    use std::sync::Mutex;
 
     /// Mappings watched at once (a process reads a handful of files at a time; past this
     /// a mapping goes unwatched).
@@ -132,13 +134,16 @@ mod guard {
     #[allow(clippy::declare_interior_mutable_const)]
     const FREE: Slot = Slot { start: AtomicUsize::new(0), end: AtomicUsize::new(0), lost: AtomicBool::new(false) };
     static TABLE: [Slot; SLOTS] = [FREE; SLOTS];
-    /// The SIGBUS action before ours (`None` until installed, or when installing failed).
-    static PREVIOUS: OnceLock<Option<libc::sigaction>> = OnceLock::new();
+    /// The SIGBUS action ours replaced (null until installed), for the faults that are
+    /// not ours. Replaced, never freed: the handler may be reading the one before.
+    static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+    /// Serializes [`install`]s.
+    static INSTALLING: Mutex<()> = Mutex::new(());
 
     /// Watches `start..start + len`: its slot, or `None` when the table is full or the
     /// handler could not be installed.
     pub(super) fn watch(start: usize, len: usize) -> Option<usize> {
-        PREVIOUS.get_or_init(install).as_ref()?;
+        install().then_some(())?;
         for (k, s) in TABLE.iter().enumerate() {
             if s.start.compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 // Claimed (`usize::MAX` matches no address); filled in, then published.
@@ -160,16 +165,29 @@ mod guard {
         TABLE[k].start.store(0, Ordering::Release);
     }
 
-    fn install() -> Option<libc::sigaction> {
+    /// Makes ours the SIGBUS action, unless it is already: checked at every mapping, since
+    /// a fault that was not ours hands the signal back to the action before, and a
+    /// library may install its own after ours. `false` when the system refuses.
+    fn install() -> bool {
+        let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = handler as *const () as usize;
         // SAFETY: plain sigaction calls with valid pointers; the handler only does what a
-        // signal handler may (atomic loads and stores, mmap, sigaction).
+        // signal handler may (atomic loads and stores, mmap, sigaction, raise).
         unsafe {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut now) != 0 {
+                return false;
+            }
+            if now.sa_sigaction == ours {
+                return true;
+            }
+            // The action to hand foreign faults to, published before ours can run.
+            PREVIOUS.store(Box::into_raw(Box::new(now)), Ordering::Release);
             let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = handler as *const () as usize;
+            new.sa_sigaction = ours;
             new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
             libc::sigemptyset(&mut new.sa_mask);
-            let mut old: libc::sigaction = std::mem::zeroed();
-            (libc::sigaction(libc::SIGBUS, &new, &mut old) == 0).then_some(old)
+            libc::sigaction(libc::SIGBUS, &new, std::ptr::null_mut()) == 0
         }
     }
 
@@ -206,8 +224,10 @@ mod guard {
         }
         // Not ours: the previous action back, and the access faults again under it (a
         // `kill` is sent again).
-        if let Some(Some(prev)) = PREVIOUS.get() {
-            // SAFETY: restores the action sigaction returned when ours was installed.
+        let prev = PREVIOUS.load(Ordering::Acquire);
+        if !prev.is_null() {
+            // SAFETY: `prev` is the action sigaction returned when ours was installed,
+            // never freed.
             unsafe {
                 libc::sigaction(libc::SIGBUS, prev, std::ptr::null_mut());
                 if code <= 0 {
