@@ -1209,7 +1209,11 @@ impl SnapshotAbsorber {
     fn take_events(&mut self, list: u32) -> Vec<TraceEvent> {
         if self.cur_list == list {
             self.cur_list = u32::MAX;
-            return std::mem::take(&mut self.cur_events);
+            // The spare capacity holds pages the prefault helper faulted in ahead of the
+            // parser (up to its window): handed back, not kept as the snapshot's memory.
+            let mut events = std::mem::take(&mut self.cur_events);
+            events.shrink_to_fit();
+            return events;
         }
         self.events.remove(&list).unwrap_or_default()
     }
