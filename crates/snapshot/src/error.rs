@@ -46,8 +46,10 @@ impl fmt::Display for ReadError {
             ReadError::Refused { opcode, offset, what } => {
                 write!(f, "pickle opcode {opcode} at byte {offset} would {what}; refusing")
             }
-            ReadError::Unsupported { what, offset } => write!(f, "{what} at byte {offset} is not supported"),
-            ReadError::Corrupt { what, offset } => write!(f, "corrupt pickle at byte {offset}: {what}"),
+            ReadError::Unsupported { what, offset } => {
+                write!(f, "{} at byte {offset} is not supported", one_line(what))
+            }
+            ReadError::Corrupt { what, offset } => write!(f, "corrupt pickle at byte {offset}: {}", one_line(what)),
             ReadError::Truncated { offset } => {
                 write!(f, "truncated: the data ends at byte {offset} in the middle of the pickle")
             }
@@ -57,8 +59,8 @@ impl fmt::Display for ReadError {
                  torch.cuda.memory._dump_snapshot (optionally gzip-compressed), a torch.save file (.pt/.pth) \
                  of torch.cuda.memory_snapshot(), or a torch.profiler JSON trace"
             ),
-            ReadError::Shape(s) => write!(f, "{s}"),
-            ReadError::Json(s) => write!(f, "invalid JSON: {s}"),
+            ReadError::Shape(s) => write!(f, "{}", one_line(s)),
+            ReadError::Json(s) => write!(f, "invalid JSON: {}", one_line(s)),
             ReadError::Changed => write!(
                 f,
                 "the file changed while it was being read (another process truncated or rewrote it); \
@@ -66,6 +68,18 @@ impl fmt::Display for ReadError {
             ),
         }
     }
+}
+
+/// `s` with its control characters escaped (`\n` for a newline): messages quote strings
+/// from the file (a block state, a key), and a message is one line whatever the file holds.
+fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return s.into();
+    }
+    s.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect::<String>()
+        .into()
 }
 
 impl std::error::Error for ReadError {}
@@ -76,5 +90,28 @@ impl From<std::io::Error> for ReadError {
             return ReadError::Truncated { offset: 0 };
         }
         ReadError::Io(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadError;
+
+    /// Found by the fuzz test: a block state string with a newline in it (one flipped
+    /// byte) made a two-line message.
+    #[test]
+    fn messages_that_quote_the_file_are_one_line() {
+        let errors = [
+            ReadError::Shape("segments[1].blocks[0]: unknown block state 'active_all\ncated'".into()),
+            ReadError::Corrupt { what: "bad \r\u{1b}[31m string".into(), offset: 3 },
+            ReadError::Unsupported { what: "opcode \u{0}".into(), offset: 9 },
+            ReadError::Json("line 1\ncolumn 2".into()),
+        ];
+        for e in errors {
+            let m = e.to_string();
+            assert!(!m.chars().any(char::is_control), "{m:?}");
+        }
+        let m = ReadError::Shape("state 'a\nb'".into()).to_string();
+        assert_eq!(m, "state 'a\\nb'");
     }
 }
