@@ -80,24 +80,30 @@ type Bounded = (Snapshot, Option<pickle::load::TraceMax>);
 
 fn read_path_bounded(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Bounded, ReadError> {
     let f = std::fs::File::open(path)?;
+    let meta = f.metadata().ok();
     // A regular file that another process rewrites while it is read (a job dumping its
     // snapshot to the same path) yields a mix of two files, or fewer bytes: its length and
     // modification time, before and after, tell (the mapped read also catches truncation
     // as it happens, see `pickle::mapped`).
-    let stamp = |f: &std::fs::File| f.metadata().ok().filter(|m| m.is_file()).map(|m| (m.len(), m.modified().ok()));
-    let before = stamp(&f);
+    let stamp = |m: &std::fs::Metadata| m.is_file().then(|| (m.len(), m.modified().ok()));
+    let before = meta.as_ref().and_then(stamp);
     let after = f.try_clone().ok();
-    let read = read_file_bounded(f, progress);
+    let read = read_file_bounded(f, meta.as_ref(), progress);
     // Whatever came of the read (a file cut short often fails to parse).
-    if before.is_some() && after.as_ref().map(stamp) != Some(before) {
+    if before.is_some() && after.and_then(|f| f.metadata().ok()).as_ref().and_then(stamp) != before {
         return Err(ReadError::Changed);
     }
     read
 }
 
-fn read_file_bounded(mut f: std::fs::File, progress: &mut dyn FnMut(u64, u64)) -> Result<Bounded, ReadError> {
-    let total = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+/// Reads the open file `f` whose metadata is `meta` (`None`: unknown).
+fn read_file_bounded(
+    mut f: std::fs::File,
+    meta: Option<&std::fs::Metadata>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Bounded, ReadError> {
+    let total = meta.map_or(0, |m| m.len());
+    if meta.is_some_and(|m| m.is_dir()) {
         return Err(ReadError::Shape("is a directory".into()));
     }
     // A torch.save zip archive is read in place (the zip reader seeks), not buffered.
@@ -109,7 +115,7 @@ fn read_file_bounded(mut f: std::fs::File, progress: &mut dyn FnMut(u64, u64)) -
     }
     // A plain pickle file (not a legacy torch.save, whose magic also starts with 0x80) is
     // read in place, mapped; anything else, or a file the system will not map, is streamed.
-    if n > 0 && head[0] == 0x80 && f.metadata().map(|m| m.is_file()).unwrap_or(false) {
+    if n > 0 && head[0] == 0x80 && meta.is_some_and(|m| m.is_file()) {
         let mut legacy = [0u8; torchsave::LEGACY_MAGIC.len()];
         let k = read_up_to(&mut f, &mut legacy)?;
         f.seek(std::io::SeekFrom::Start(0))?;

@@ -897,7 +897,7 @@ impl SnapshotAbsorber {
         if vals.n_memos == vals.new_memos.len() || buf.get(*p..*p + 2)? != [0x5d, 0x94] {
             return None;
         }
-        let (id, end) = self.fresh_stack(st, buf, *p + 2, action as u8)?;
+        let (id, end) = self.fresh_stack(st, buf, *p + 2, action)?;
         vals.new_memos[vals.n_memos] = None;
         vals.n_memos += 1;
         vals.fresh_stack = Some(id);
@@ -909,7 +909,7 @@ impl SnapshotAbsorber {
     /// The stack of the fresh list whose items start at `buf[body]`, and where they end:
     /// one of the lists that followed the last ones lately ([`Successors`]), else
     /// [`Self::stack_by_bytes`].
-    fn fresh_stack(&mut self, st: &mut VmState, buf: &[u8], body: usize, action: u8) -> Option<(StackId, usize)> {
+    fn fresh_stack(&mut self, st: &mut VmState, buf: &[u8], body: usize, action: Action) -> Option<(StackId, usize)> {
         if self.spans_gen != st.memo.string_overwrites {
             self.stack_spans.clear();
             self.recent_spans.fill(SpanSet::default());
@@ -1207,15 +1207,16 @@ impl SnapshotAbsorber {
     }
 
     fn take_events(&mut self, list: u32) -> Vec<TraceEvent> {
-        if self.cur_list == list {
+        let mut events = if self.cur_list == list {
             self.cur_list = u32::MAX;
-            // The spare capacity holds pages the prefault helper faulted in ahead of the
-            // parser (up to its window): handed back, not kept as the snapshot's memory.
-            let mut events = std::mem::take(&mut self.cur_events);
-            events.shrink_to_fit();
-            return events;
-        }
-        self.events.remove(&list).unwrap_or_default()
+            std::mem::take(&mut self.cur_events)
+        } else {
+            self.events.remove(&list).unwrap_or_default()
+        };
+        // The spare capacity holds pages the prefault helper faulted in ahead of the parser
+        // (up to its window): handed back, not kept as the snapshot's memory.
+        events.shrink_to_fit();
+        events
     }
 }
 
@@ -1348,7 +1349,7 @@ impl Absorber for SnapshotAbsorber {
 
 /// Reads a pickle stream (already decompressed) into a snapshot.
 pub(crate) fn read_pickle<R: Read>(r: R, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
-    run(Vm::new(r), progress)
+    run(&mut Vm::new(r), progress)
 }
 
 /// Reads a whole pickle file mapped into memory (see [`super::mapped`]).
@@ -1357,7 +1358,7 @@ pub(crate) fn read_pickle_mapped(
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Snapshot, TraceMax), ReadError> {
     let mut vm = Vm::mapped(m);
-    let read = run_in(&mut vm, progress);
+    let read = run(&mut vm, progress);
     // Checked before the mapping goes (with it, its place in the guard's table).
     if vm.input_lost() {
         return Err(ReadError::Changed);
@@ -1367,11 +1368,7 @@ pub(crate) fn read_pickle_mapped(
 
 /// Runs the pickle through the absorber, then builds the model: the snapshot, and the
 /// bound on its trace entries.
-fn run<R: Read>(mut vm: Vm<R>, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
-    run_in(&mut vm, progress)
-}
-
-fn run_in<R: Read>(vm: &mut Vm<R>, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
+fn run<R: Read>(vm: &mut Vm<R>, progress: &mut dyn FnMut(u64)) -> Result<(Snapshot, TraceMax), ReadError> {
     let mut abs = SnapshotAbsorber::new(&mut vm.state);
     let top = vm.run(&mut abs, progress)?;
     abs.prefault = None; // parsing is done: stop and join the helper

@@ -139,6 +139,8 @@ mod guard {
     static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
     /// Serializes [`install`]s.
     static INSTALLING: Mutex<()> = Mutex::new(());
+    /// The page size, read when installing (`sysconf` is not async-signal-safe).
+    static PAGE: AtomicUsize = AtomicUsize::new(4096);
 
     /// Watches `start..start + len`: its slot, or `None` when the table is full or the
     /// handler could not be installed.
@@ -181,6 +183,10 @@ mod guard {
             if now.sa_sigaction == ours {
                 return true;
             }
+            let page = libc::sysconf(libc::_SC_PAGESIZE);
+            if page > 0 {
+                PAGE.store(page as usize, Ordering::Relaxed);
+            }
             // The action to hand foreign faults to, published before ours can run.
             PREVIOUS.store(Box::into_raw(Box::new(now)), Ordering::Release);
             let mut new: libc::sigaction = std::mem::zeroed();
@@ -203,7 +209,7 @@ mod guard {
                     // SAFETY: `start..end` is a live mapping of this process (a slot is
                     // emptied before its mapping is unmapped); zero pages replace it from
                     // the faulting page on, and the access that faulted then reads zeros.
-                    let page = addr & !(page_size() - 1);
+                    let page = addr & !(PAGE.load(Ordering::Relaxed) - 1);
                     let p = unsafe {
                         libc::mmap(
                             page as *mut libc::c_void,
@@ -234,16 +240,6 @@ mod guard {
                     libc::raise(sig);
                 }
             }
-        }
-    }
-
-    fn page_size() -> usize {
-        // SAFETY: sysconf has no preconditions; async-signal-safe.
-        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if n > 0 {
-            n as usize
-        } else {
-            4096
         }
     }
 }

@@ -26,7 +26,7 @@
 //! caches when one is). The action is only a hint: an entry whose action comes after its
 //! `frames` guesses as an `alloc`.
 
-use crate::model::StackId;
+use crate::model::{Action, StackId};
 
 /// Contexts remembered (a power of two).
 const SETS: usize = 4096;
@@ -73,7 +73,7 @@ impl Successors {
     }
 
     /// The set of a context: the stacks of the last `n` fresh lists and the entry's action.
-    fn set(&self, action: u8, n: usize) -> usize {
+    fn set(&self, action: Action, n: usize) -> usize {
         let id = |i: usize| if i < n { self.last[i].map_or(0, |s| s.index() as u64 + 1) } else { 0 };
         let h = (id(0) ^ id(1).rotate_left(21) ^ id(2).rotate_left(42) ^ (action as u64) << 58 ^ (n as u64) << 62)
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -87,7 +87,7 @@ impl Successors {
     #[inline]
     pub(crate) fn guess(
         &mut self,
-        action: u8,
+        action: Action,
         buf: &[u8],
         body: usize,
         ends: impl Fn(usize) -> bool,
@@ -105,8 +105,9 @@ impl Successors {
             if let Some(k) = found {
                 ways.swap(0, k);
                 let w = ways[0];
-                self.last = [w.stack, self.last[0], self.last[1]];
-                return Some((w.stack?, w.len as usize));
+                let id = w.stack?;
+                self.came(id);
+                return Some((id, w.len as usize));
             }
         }
         None
@@ -114,7 +115,7 @@ impl Successors {
 
     /// Records that the list with item bytes `span` (`None`: one not to be remembered, as
     /// one with a FRAME among its items) and stack `id` came next.
-    pub(crate) fn learn(&mut self, action: u8, span: Option<&[u8]>, id: StackId) {
+    pub(crate) fn learn(&mut self, action: Action, span: Option<&[u8]>, id: StackId) {
         if let Some(span) = span.filter(|s| !s.is_empty()) {
             if let Some((at, len)) = self.keep(span, id) {
                 for n in CONTEXTS {
@@ -127,6 +128,11 @@ impl Successors {
                 }
             }
         }
+        self.came(id);
+    }
+
+    /// `id` is the last fresh list's stack now.
+    fn came(&mut self, id: StackId) {
         self.last = [Some(id), self.last[0], self.last[1]];
     }
 
