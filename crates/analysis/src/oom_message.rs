@@ -567,7 +567,36 @@ fn find_ci(hay: &str, needle: &str, from: usize, limit: usize) -> Option<usize> 
     if n.is_empty() || from >= limit || limit - from < n.len() {
         return None;
     }
-    (from..=limit - n.len()).find(|&i| h[i..i + n.len()].eq_ignore_ascii_case(n))
+    // Candidates from the needle's rarest byte (both cases, found by `memchr2`), each
+    // checked in full: a compare at every position cost ~100 ns a byte, minutes on a
+    // long training log.
+    let (j, b) = rarest_byte(n);
+    let (lo, up) = (b.to_ascii_lowercase(), b.to_ascii_uppercase());
+    let last = limit - n.len();
+    let mut at = from + j;
+    while at <= last + j {
+        let k = at + memchr::memchr2(lo, up, &h[at..=last + j])?;
+        let i = k - j;
+        if h[i..i + n.len()].eq_ignore_ascii_case(n) {
+            return Some(i);
+        }
+        at = k + 1;
+    }
+    None
+}
+
+/// The byte of `needle` least frequent in English text (letters by frequency; any other
+/// byte counts as rare), and where it lies: [`find_ci`] looks for it first.
+fn rarest_byte(needle: &[u8]) -> (usize, u8) {
+    const COMMON: &[u8] = b" etaoinsrhldcumfpgwybvkxjqz";
+    let rank = |b: u8| COMMON.iter().position(|&c| c == b.to_ascii_lowercase()).unwrap_or(COMMON.len());
+    let mut best = (0, needle[0]);
+    for (j, &b) in needle.iter().enumerate() {
+        if rank(b) > rank(best.1) {
+            best = (j, b);
+        }
+    }
+    best
 }
 
 fn skip_blanks(s: &str, mut i: usize) -> usize {
@@ -765,16 +794,25 @@ pub fn parse(text: &str) -> Result<OomMessage, ParseError> {
 /// process's lines are read on their own, so interleaved messages do not mix; those
 /// messages come grouped by process, in order of each process's first line.
 pub fn parse_all(text: &str) -> Vec<OomMessage> {
+    let near = near_anchors(text);
+    let text: &str = &near;
     let mut groups: Vec<(Option<String>, String)> = Vec::new();
+    // Group by prefix through a map: a text with thousands of distinct prefixes (or bytes
+    // that look like them) must not cost a scan of the groups per line.
+    let mut group_of: std::collections::HashMap<Option<String>, usize> = std::collections::HashMap::new();
     for line in text.split('\n') {
         let t = line.trim_start();
         let key = log_prefix(t).map(|(name, _)| name.to_string());
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, body)) => {
+        match group_of.get(&key) {
+            Some(&g) => {
+                let body = &mut groups[g].1;
                 body.push_str(line);
                 body.push('\n');
             }
-            None => groups.push((key, format!("{line}\n"))),
+            None => {
+                group_of.insert(key.clone(), groups.len());
+                groups.push((key, format!("{line}\n")));
+            }
         }
     }
     if groups.iter().filter(|(k, _)| k.is_some()).count() < 2 {
@@ -788,6 +826,90 @@ pub fn parse_all(text: &str) -> Vec<OomMessage> {
         }
     }
     out
+}
+
+/// Texts up to this size are read whole; a longer one (a training job's whole log) only
+/// around the phrases a message holds ([`near_anchors`]).
+const WHOLE_TEXT: usize = 8 << 20;
+/// Lines kept before and after each phrase of a long text: a message is a few lines, and
+/// up to hundreds when the lines of many ranks interleave.
+const LINES_BEFORE: usize = 60;
+const LINES_AFTER: usize = 400;
+/// Bytes kept at most on each side of a phrase, whatever the lines' lengths.
+const BYTES_NEAR: usize = 256 << 10;
+
+/// `text` itself when it is short; else its lines near a phrase that starts or belongs to
+/// an OOM message (in order, the rest dropped). Why: the parser's per-byte work and its
+/// copies of the text cost seconds and ~15× the text's size in memory per 100 MB, while
+/// a log of GBs holds its messages in a few KB. Every message, and every line between
+/// its start and its last figure, lies within the kept lines.
+fn near_anchors(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= WHOLE_TEXT {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    const PHRASES: [&str; 5] =
+        ["out of memory", "Allocation on device", "Tried to allocate", "has a total capac", "Of the allocated memory"];
+    let b = text.as_bytes();
+    // Byte ranges kept, from each phrase's line, extended by whole lines.
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for phrase in PHRASES {
+        let mut at = 0;
+        while let Some(i) = find_ci(text, phrase, at, text.len()) {
+            at = i + phrase.len();
+            // Back over the phrase's line and LINES_BEFORE more, to just after a newline.
+            let floor = i.saturating_sub(BYTES_NEAR);
+            let mut lo = i;
+            for _ in 0..=LINES_BEFORE {
+                match memchr::memrchr(b'\n', &b[floor..lo]) {
+                    Some(k) => lo = floor + k,
+                    None => {
+                        lo = floor;
+                        break;
+                    }
+                }
+            }
+            if b.get(lo) == Some(&b'\n') {
+                lo += 1;
+            }
+            let mut hi = i;
+            let cap = (i + BYTES_NEAR).min(b.len());
+            for _ in 0..=LINES_AFTER {
+                match memchr::memchr(b'\n', &b[hi..cap]) {
+                    Some(k) => hi += k + 1,
+                    None => {
+                        hi = cap;
+                        break;
+                    }
+                }
+            }
+            ranges.push((lo, hi));
+        }
+    }
+    ranges.sort_unstable();
+    let mut out = String::new();
+    let mut end = 0;
+    for (mut lo, hi) in ranges {
+        lo = lo.max(end);
+        if hi <= lo {
+            continue;
+        }
+        // Char boundaries: the ranges were cut at newlines or at a byte cap.
+        let (mut lo, mut hi) = (lo, hi);
+        while !text.is_char_boundary(lo) {
+            lo += 1;
+        }
+        while !text.is_char_boundary(hi) {
+            hi -= 1;
+        }
+        if lo < hi {
+            if lo > end && !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&text[lo..hi]);
+        }
+        end = end.max(hi);
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn parse_all_in(text: &str) -> Vec<OomMessage> {
@@ -2423,4 +2545,33 @@ fn record_snippet(exc: &str) -> String {
          \x20   torch.cuda.memory._dump_snapshot(\"oom.pickle\")\n\
          \x20   raise"
     )
+}
+
+#[cfg(test)]
+mod search_tests {
+    use super::find_ci;
+    use proptest::prelude::*;
+
+    /// The search by definition: a case-insensitive compare at every position.
+    fn naive(h: &str, n: &str, from: usize, limit: usize) -> Option<usize> {
+        let (h, n) = (h.as_bytes(), n.as_bytes());
+        let limit = limit.min(h.len());
+        if n.is_empty() || from >= limit || limit - from < n.len() {
+            return None;
+        }
+        (from..=limit - n.len()).find(|&i| h[i..i + n.len()].eq_ignore_ascii_case(n))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn find_ci_finds_what_a_compare_everywhere_finds(
+            hay in "[oOuUtT fFmMeErRyY.]{0,60}",
+            needle in prop::sample::select(vec!["out of memory.", "Of", "y", "MEMORY", "t o", ". "]),
+            from in 0usize..70,
+            limit in 0usize..70,
+        ) {
+            prop_assert_eq!(find_ci(&hay, needle, from, limit), naive(&hay, needle, from, limit));
+        }
+    }
 }
