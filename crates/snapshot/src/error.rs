@@ -29,6 +29,8 @@ pub enum ReadError {
     /// Not a pickle, not gzip, not JSON.
     UnknownFormat {
         first_bytes: String,
+        /// What to run instead, when the first bytes tell (a text with an OOM message).
+        hint: Option<&'static str>,
     },
     /// A valid pickle or JSON that is not a memory snapshot (or profiler trace).
     Shape(String),
@@ -53,11 +55,12 @@ impl fmt::Display for ReadError {
             ReadError::Truncated { offset } => {
                 write!(f, "truncated: the data ends at byte {offset} in the middle of the pickle")
             }
-            ReadError::UnknownFormat { first_bytes } => write!(
+            ReadError::UnknownFormat { first_bytes, hint } => write!(
                 f,
                 "unrecognised format (starts with {first_bytes}); expected a pickle from \
                  torch.cuda.memory._dump_snapshot (optionally gzip-compressed), a torch.save file (.pt/.pth) \
-                 of torch.cuda.memory_snapshot(), or a torch.profiler JSON trace"
+                 of torch.cuda.memory_snapshot(), or a torch.profiler JSON trace{}",
+                hint.map(|h| format!("; {h}")).unwrap_or_default()
             ),
             ReadError::Shape(s) => write!(f, "{}", one_line(s)),
             ReadError::Json(s) => write!(f, "invalid JSON: {}", one_line(s)),

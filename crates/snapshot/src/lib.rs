@@ -187,6 +187,35 @@ fn read_from_bounded<R: Read>(r: R) -> Result<Bounded, ReadError> {
     read_plain(r)
 }
 
+/// How the first bytes of a file that is not a snapshot read in an error: a text file by
+/// its first line, and by what to run when it holds an OOM message (users pass the log of
+/// the failed run as often as its snapshot); anything else by its first bytes in hex.
+fn starts_with(head: &[u8]) -> ReadError {
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        // A buffer's end can cut a character: the valid part is still text.
+        Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or("")
+        }
+        Err(_) => "",
+    };
+    let printable = !text.is_empty() && text.chars().all(|c| !c.is_control() || c.is_ascii_whitespace());
+    if !printable {
+        let shown: Vec<String> = head.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        return ReadError::UnknownFormat { first_bytes: format!("bytes {}", shown.join(" ")), hint: None };
+    }
+    let line = text.trim_start().lines().next().unwrap_or("");
+    let mut shown: String = line.chars().take(60).collect();
+    if shown.len() < line.len() {
+        shown.push('…');
+    }
+    let oom = text.to_ascii_lowercase().contains("out of memory");
+    ReadError::UnknownFormat {
+        first_bytes: format!("text: '{}'", shown.escape_debug()),
+        hint: oom.then_some("this text mentions 'out of memory': `fragscope oom FILE` explains an OOM message"),
+    }
+}
+
 fn gzip_error(e: std::io::Error) -> ReadError {
     ReadError::Corrupt { what: format!("gzip stream: {e}"), offset: 0 }
 }
@@ -205,15 +234,16 @@ fn read_plain<R: BufRead>(mut r: R) -> Result<Bounded, ReadError> {
     }
     match head.first() {
         Some(0x80) => pickle::load::read_pickle(r, &mut |_| {}).map(|(s, max)| (s, Some(max))),
-        _ if matches!(first, Some(b'{') | Some(b'[')) => {
+        // Every JSON this reads is an object; a text starting with `[` is more often a
+        // log line (`[rank0]: ...`, `[2026-11-27 ...]`) than a JSON list: said at once,
+        // from the first bytes, rather than after reading the whole file as JSON.
+        _ if first == Some(b'[') => Err(starts_with(head)),
+        _ if first == Some(b'{') => {
             let mut bytes = Vec::new();
             r.read_to_end(&mut bytes).map_err(gzip_error)?;
             kineto::read_json(&bytes).map(|s| (s, None))
         }
-        Some(_) => {
-            let shown: Vec<String> = head.iter().take(4).map(|b| format!("{b:02x}")).collect();
-            Err(ReadError::UnknownFormat { first_bytes: format!("bytes {}", shown.join(" ")) })
-        }
+        Some(_) => Err(starts_with(head)),
         None => Err(ReadError::Empty),
     }
 }

@@ -51,7 +51,12 @@ fn random_bytes() {
     for len in [1usize, 2, 7, 100, 4096, 100_000] {
         let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
         b[0] = 0x42; // not a pickle, gzip or JSON start
-        let e = refused(&b, "unrecognised format (starts with bytes 42");
+                     // A few random bytes can all be printable (then they are shown as text); longer
+                     // runs are not text.
+        let e = refused(
+            &b,
+            if len < 7 { "unrecognised format (starts with " } else { "unrecognised format (starts with bytes 42" },
+        );
         assert!(e.contains("expected a pickle from torch.cuda.memory._dump_snapshot"));
         // The same garbage behind a pickle header: an error, never a panic.
         b[0] = 0x80;
@@ -59,6 +64,24 @@ fn random_bytes() {
     }
     // A zip header is read as a torch.save archive now; a broken one is refused as such.
     refused(b"PK\x03\x04", "unreadable zip archive");
+}
+
+/// A text file is named by its first line, at once (a log starting with `[` is not read
+/// whole as JSON), and one that mentions an OOM points to `fragscope oom`.
+#[test]
+fn text_files_are_named_as_text() {
+    let log = "[2026-11-27 08:15:37] step 7 | loss 0.52\n".repeat(1000);
+    let e =
+        refused(log.as_bytes(), "unrecognised format (starts with text: '[2026-11-27 08:15:37] step 7 | loss 0.52')");
+    assert!(!e.contains("fragscope oom"), "{e}");
+    let tb = "Traceback (most recent call last):\n  File \"train.py\", line 3\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB";
+    let e = refused(tb.as_bytes(), "starts with text: 'Traceback (most recent call last):'");
+    assert!(e.ends_with("`fragscope oom FILE` explains an OOM message"), "{e}");
+    let long = format!("{}\n", "x".repeat(200));
+    let e = refused(long.as_bytes(), "starts with text: 'xxx");
+    assert!(e.contains("x…')"), "a long first line is cut: {e}");
+    // A JSON object that is not a trace still reads as JSON.
+    refused(b"{\"a\": 1}", "JSON without 'traceEvents'");
 }
 
 /// Every 997th cut of a small real pickle ends in a Truncated error at exactly the cut.
