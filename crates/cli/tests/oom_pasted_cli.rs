@@ -56,5 +56,13 @@ fn oom_on_a_snapshot_says_what_to_run_instead() {
         String::from_utf8(Command::new(env!("CARGO_BIN_EXE_fragscope")).arg("oom").arg(&gz).output().unwrap().stderr)
             .unwrap();
     assert!(err.contains(&format!("zcat {} | fragscope oom", gz.display())), "{err}");
+    // One word is a path, never a message: a missing file and a directory say so.
+    let missing = dir.join("train.log");
+    for (arg, says) in [(&missing, "cannot read"), (&dir, "is a directory")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_fragscope")).arg("oom").arg(arg).output().unwrap();
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(says) && err.contains(&arg.display().to_string()), "{err}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -76,6 +76,17 @@ fn read_input(args: &Args) -> Result<String, CliError> {
                 Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
             })
         }
+        // One word cannot be a message (every form has spaces): a path that is missing,
+        // a directory or a device, said as such rather than "no OOM message found".
+        Some(t) if !t.trim().contains(char::is_whitespace) => match std::fs::metadata(t) {
+            Ok(m) if m.is_dir() => {
+                Err(CliError::usage(format!("{t} is a directory, not a file holding the error's text")))
+            }
+            Ok(_) => Err(CliError::usage(format!(
+                "{t} is not a regular file: pass the error's text, a file, or - for stdin"
+            ))),
+            Err(e) => Err(CliError::usage(format!("cannot read {t}: {e}"))),
+        },
         Some(t) => Ok(t.to_string()),
     }
 }
