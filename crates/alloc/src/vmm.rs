@@ -207,7 +207,7 @@ impl DeviceMemory for StrictVmm {
             s.violate(format!("cuMemMap([{addr:#x}, +{size})): not at multiples of the granularity"));
             return false;
         }
-        if !holding(&s.reservations, addr).is_some_and(|(r, l)| end <= r + l) {
+        if holding(&s.reservations, addr).is_none_or(|(r, l)| end > r + l) {
             s.violate(format!("cuMemMap([{addr:#x}, +{size})) outside any reservation"));
             return false;
         }

@@ -327,6 +327,8 @@ pub fn leaks_device_with(
     let m = n_steps - 1; // comparisons after the first step
     let need = (MIN_GROWING_SHARE * m as f64).ceil() as usize;
     let mut cands: Vec<(usize, usize)> = Vec::new(); // (site, growing comparisons)
+                                                     // A site's column across the rows, by step.
+    #[allow(clippy::needless_range_loop)]
     for s in 0..nsites {
         let y = |k: usize| rows[k][s];
         let (first, last, end) = (y(1), y(n_steps), y(n_steps + 1));

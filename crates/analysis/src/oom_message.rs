@@ -1645,7 +1645,7 @@ pub fn requests_for_segment(segment: u64) -> Vec<(u64, u64)> {
     if segment == LARGE_BUFFER {
         v.push((SMALL_SIZE + MIN_BLOCK_SIZE, MIN_LARGE_ALLOC - MIN_BLOCK_SIZE));
     }
-    if segment >= MIN_LARGE_ALLOC && segment % ROUND_LARGE == 0 {
+    if segment >= MIN_LARGE_ALLOC && segment.is_multiple_of(ROUND_LARGE) {
         v.push(((segment - ROUND_LARGE + MIN_BLOCK_SIZE).max(MIN_LARGE_ALLOC), segment));
     }
     v
@@ -1659,7 +1659,7 @@ fn requests_in_words(segment: u64) -> Option<String> {
         return None;
     }
     // "1 MiB", not PyTorch's "1024.00 KiB", for the round boundaries of the rule
-    let fs = |v: u64| if v % MIB == 0 { format!("{} MiB", v / MIB) } else { format_size(v) };
+    let fs = |v: u64| if v.is_multiple_of(MIB) { format!("{} MiB", v / MIB) } else { format_size(v) };
     let one = |&(lo, hi): &(u64, u64)| {
         // lo is one 512-byte step above a boundary, or the boundary itself (MIN_LARGE_ALLOC)
         if lo == 512 {

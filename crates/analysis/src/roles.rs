@@ -37,6 +37,10 @@ use crate::lives::{BlockLives, LIVE_AT_END};
 use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
 use crate::timeline::LifeIndexParts;
 
+/// A step's backward and optimizer spans (entries `start..end`), and where its forward
+/// starts.
+type StepSpans = (Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>);
+
 /// What a block of memory is for (module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -441,7 +445,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     // parameter and its gradient need not land in blocks of one size.
     let req = &ix.req;
     // Per step: its backward and optimizer spans, and where its forward starts.
-    let spans: Vec<(Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>)> = st
+    let spans: Vec<StepSpans> = st
         .steps
         .iter()
         .map(|s| (s.span(Phase::Backward), s.span(Phase::Optimizer), s.span(Phase::Forward).map(|f| f.0)))
@@ -769,7 +773,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
         };
         let could = |role: Role| -> Vec<&(u64, u8)> { unknown.iter().filter(|x| open(x.1, role)).collect() };
         let p = could(Role::Parameters);
-        if !p.is_empty() && !(params_matched && whole_step.is_some()) {
+        if !p.is_empty() && (!params_matched || whole_step.is_none()) {
             let why = if grad_sizes.is_empty() {
                 "no backward pass gives the parameters' sizes"
             } else if whole_step.is_none() {
@@ -841,7 +845,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
 fn lineages_live_at(
     lives: &BlockLives,
     kept: &[Vec<(usize, usize)>],
-    spans: &[(Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>)],
+    spans: &[StepSpans],
     traced: &[BlockRole],
     req: &[u64],
     ends: &Ends,
@@ -1240,7 +1244,7 @@ fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps
                 confidence: r.confidence(),
             })
             .collect();
-        evidence.sort_by(|x, y| y.bytes.cmp(&x.bytes));
+        evidence.sort_by_key(|x| std::cmp::Reverse(x.bytes));
         let bytes: u64 = evidence.iter().map(|x| x.bytes).sum();
         let confidence = if bytes == 0 {
             0.0
@@ -1313,7 +1317,7 @@ pub(crate) fn device_roles_from_ev(
 /// (as [`bytes_at`] returns), largest first.
 pub fn describe_bytes(v: &[u64; 7], fmt: impl Fn(u64) -> String) -> String {
     let mut r: Vec<(Role, u64)> = Role::ALL.iter().map(|&r| (r, v[r as usize])).filter(|x| x.1 > 0).collect();
-    r.sort_by(|a, b| b.1.cmp(&a.1));
+    r.sort_by_key(|x| std::cmp::Reverse(x.1));
     r.iter().map(|(role, b)| format!("{} {}", role.as_str().replace('_', " "), fmt(*b))).collect::<Vec<_>>().join(", ")
 }
 
@@ -1326,7 +1330,7 @@ pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
     let _ = writeln!(o, "  {:<16} {:>12} {:>12}  {:>4}  evidence (most bytes)", "role", "at peak", "max", "conf");
     let mut rows: Vec<(&&str, &RoleBytes)> =
         r.by_role.iter().filter(|(_, b)| b.blocks > 0 || b.cannot_tell.is_some()).collect();
-    rows.sort_by(|a, b| b.1.max.cmp(&a.1.max));
+    rows.sort_by_key(|x| std::cmp::Reverse(x.1.max));
     for (name, b) in rows {
         match &b.cannot_tell {
             None => {

@@ -589,7 +589,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
                 anns.iter().filter(|(_, _, name)| step_annotation(name)).map(|&(a, b, _)| (a, b.min(n))).collect();
             st.sort_unstable();
             st.dedup();
-            if st.len() >= 1 {
+            if !st.is_empty() {
                 evidence.push(format!("{} step annotations ({})", st.len(), {
                     let mut names: Vec<&str> =
                         anns.iter().filter(|(_, _, x)| step_annotation(x)).map(|(_, _, x)| x.as_str()).collect();
@@ -643,7 +643,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
         let phases = spans_in(&rle, start, re);
         let first = phases.first().map(|p| p.phase);
         let complete = tags[start] == Some(Tag::Zero)
-            || steps.len() > 0
+            || !steps.is_empty()
             || (first == Some(Phase::Forward) && !forward_began_before(trace, &phase_of, start, re));
         let layers = layers_in(snap, device, &phases);
         steps.push(Step { start, end: re, phases, complete, layers });

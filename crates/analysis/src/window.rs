@@ -357,9 +357,9 @@ fn segments_of_state(snap: &Snapshot, device: i64, st: &RecordedState, end: usiz
     };
     // Keep the file's shape: optional keys present only when the file has them.
     let any = snap.segments.first();
-    let has_pool = any.map_or(true, |s| s.segment_pool_id.is_some());
-    let has_expandable = any.map_or(true, |s| s.is_expandable.is_some());
-    let has_requested = any.map_or(true, |s| s.requested_size.is_some());
+    let has_pool = any.is_none_or(|s| s.segment_pool_id.is_some());
+    let has_expandable = any.is_none_or(|s| s.is_expandable.is_some());
+    let has_requested = any.is_none_or(|s| s.requested_size.is_some());
     st.segs
         .values()
         .map(|s| {

@@ -161,7 +161,7 @@ impl<'py> Walk<'py> {
         if t == self.types.int {
             let mut overflow = 0;
             let i = ffi::PyLong_AsLongLongAndOverflow(o, &mut overflow);
-            if overflow == 0 && !(i == -1 && !ffi::PyErr_Occurred().is_null()) {
+            if overflow == 0 && (i != -1 || ffi::PyErr_Occurred().is_null()) {
                 return Ok(self.feeder.int(i));
             }
             ffi::PyErr_Clear();

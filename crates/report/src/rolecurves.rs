@@ -83,12 +83,12 @@ pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: 
         }
         let v = clamp(v);
         let (b0, b1) = (bucket(from), bucket(to.min(states) - 1));
-        for b in b0..=b1 {
-            for k in 0..7 {
-                out.max[b][k] = out.max[b][k].max(v[k]);
+        for ((max, at), &a) in out.max[b0..=b1].iter_mut().zip(&mut out.at_amax[b0..=b1]).zip(&amax[b0..=b1]) {
+            for (m, x) in max.iter_mut().zip(v) {
+                *m = (*m).max(x);
             }
-            if (from..to).contains(&amax[b]) {
-                out.at_amax[b] = v;
+            if (from..to).contains(&a) {
+                *at = v;
             }
         }
     };

@@ -216,6 +216,22 @@ fn starts_with(head: &[u8]) -> ReadError {
     }
 }
 
+/// Whether `text` opens a JSON list (`[[`, `[{`, `["`, `[1,`, …; read as JSON) rather
+/// than a log line that starts with `[` (`[2026-11-27 08:15:37] …`, `[rank0]: …`).
+fn json_list(text: &str) -> bool {
+    let Some(rest) = text.trim_start().strip_prefix('[') else { return false };
+    let rest = rest.trim_start();
+    match rest.bytes().next() {
+        Some(b'[' | b'{' | b'"' | b']') => true,
+        Some(b't' | b'f' | b'n') => ["true", "false", "null"].iter().any(|w| rest.starts_with(w)),
+        Some(b'-' | b'0'..=b'9') => {
+            let end = rest.find(|c: char| !matches!(c, '0'..='9' | '-' | '+' | '.' | 'e' | 'E')).unwrap_or(rest.len());
+            rest[..end].parse::<f64>().is_ok() && matches!(rest[end..].trim_start().bytes().next(), Some(b',' | b']'))
+        }
+        _ => false,
+    }
+}
+
 fn gzip_error(e: std::io::Error) -> ReadError {
     ReadError::Corrupt { what: format!("gzip stream: {e}"), offset: 0 }
 }
@@ -234,11 +250,13 @@ fn read_plain<R: BufRead>(mut r: R) -> Result<Bounded, ReadError> {
     }
     match head.first() {
         Some(0x80) => pickle::load::read_pickle(r, &mut |_| {}).map(|(s, max)| (s, Some(max))),
-        // Every JSON this reads is an object; a text starting with `[` is more often a
-        // log line (`[rank0]: ...`, `[2026-11-27 ...]`) than a JSON list: said at once,
-        // from the first bytes, rather than after reading the whole file as JSON.
-        _ if first == Some(b'[') => Err(starts_with(head)),
-        _ if first == Some(b'{') => {
+        // A text starting with `[` is more often a log line (`[rank0]: ...`,
+        // `[2026-11-27 ...]`) than a JSON list: said at once, from the first bytes,
+        // rather than after reading the whole file as JSON.
+        _ if first == Some(b'[') && !json_list(&String::from_utf8_lossy(&head[..head.len().min(256)])) => {
+            Err(starts_with(head))
+        }
+        _ if matches!(first, Some(b'{') | Some(b'[')) => {
             let mut bytes = Vec::new();
             r.read_to_end(&mut bytes).map_err(gzip_error)?;
             kineto::read_json(&bytes).map(|s| (s, None))

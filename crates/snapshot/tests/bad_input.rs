@@ -80,6 +80,10 @@ fn text_files_are_named_as_text() {
     let long = format!("{}\n", "x".repeat(200));
     let e = refused(long.as_bytes(), "starts with text: 'xxx");
     assert!(e.contains("x…')"), "a long first line is cut: {e}");
+    // A JSON list is still read as JSON (HTA's memory timeline export is a list of lists).
+    refused(b"[[-1, 1, 37888, 7], [-1, 1, 512, 7]]", "JSON without 'traceEvents'");
+    refused(b"[1.5e3, 2]", "JSON without 'traceEvents'");
+    refused(b"[rank0]: Traceback", "starts with text: '[rank0]: Traceback'");
     // A JSON object that is not a trace still reads as JSON.
     refused(b"{\"a\": 1}", "JSON without 'traceEvents'");
 }

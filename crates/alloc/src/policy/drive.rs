@@ -116,7 +116,7 @@ impl Checks for SpanChecks {
         if r < live {
             return Err(format!("op {i}: reserved {r} < live {live}"));
         }
-        if self.check_every > 0 && i % self.check_every == 0 {
+        if self.check_every > 0 && i.is_multiple_of(self.check_every) {
             p.check().map_err(|e| format!("op {i}: {e}"))?;
         }
         Ok(())

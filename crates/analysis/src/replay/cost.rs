@@ -73,7 +73,7 @@ fn class_of(size: u64) -> usize {
 /// Page size of an expandable mapping of `size` bytes: the small pool maps 2 MiB pages, the
 /// large pool 20 MiB ones (spec §6.1); a size that is not a multiple of 20 MiB is small-pool.
 fn page_of(size: u64) -> u64 {
-    if size % (20 << 20) == 0 {
+    if size.is_multiple_of(20 << 20) {
         20 << 20
     } else {
         2 << 20

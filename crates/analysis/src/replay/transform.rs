@@ -133,9 +133,9 @@ impl Change {
 /// A rank's share of a tensor of `size` bytes over `n` ranks (module doc).
 pub fn shard(size: u64, n: u32) -> u64 {
     let n = u64::from(n.max(1));
-    let elem = if size % 4 == 0 {
+    let elem = if size.is_multiple_of(4) {
         4
-    } else if size % 2 == 0 {
+    } else if size.is_multiple_of(2) {
         2
     } else {
         1
