@@ -24,6 +24,7 @@ pub mod diff;
 pub mod leaks;
 pub mod lives;
 mod mem;
+pub mod par;
 pub mod plant;
 pub mod timeline;
 pub mod window;

@@ -282,32 +282,7 @@ pub fn run_trials(
         let w = simulate(snap, device, cfg.clone(), capacity);
         trial_of(c.map_or("recorded", |c| c.setting.as_str()), c, cfg, w)
     };
-    let threads = threads.clamp(1, jobs.len().max(1));
-    let mut results: Vec<Option<Trial>> = vec![None; jobs.len()];
-    if threads == 1 {
-        for (k, r) in results.iter_mut().enumerate() {
-            *r = Some(run(k));
-        }
-    } else {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let done = std::sync::Mutex::new(Vec::new());
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| loop {
-                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if k >= jobs.len() {
-                        break;
-                    }
-                    let t = run(k);
-                    done.lock().unwrap().push((k, t));
-                });
-            }
-        });
-        for (k, t) in done.into_inner().unwrap() {
-            results[k] = Some(t);
-        }
-    }
-    let mut it = results.into_iter().map(|t| t.expect("every job ran"));
+    let mut it = crate::par::map(jobs.len(), threads, run).into_iter();
     let base = it.next().expect("baseline");
     (base, it.collect())
 }

@@ -345,19 +345,20 @@ pub fn replay_snapshot(
                     cfgs.push(config_on_top(&recorded, c)?);
                 }
             }
-            let mut runs = Vec::new();
-            for (k, c) in cfgs.into_iter().enumerate() {
+            // Each setting a replay of its own, side by side (seconds each on a long trace).
+            let mut runs = fragscope_analysis::par::map(cfgs.len(), fragscope_analysis::par::threads(), |k| {
                 let collect = k == 0 && args.save_snapshot.is_some();
-                let mut w = simulate_with(
+                simulate_with(
                     snap,
                     d,
-                    c,
+                    cfgs[k].clone(),
                     &SimOptions { capacity, collect_snapshot: collect, ..SimOptions::default() },
-                );
+                )
+            });
+            for w in &mut runs {
                 if let Some(s) = w.snapshot.take() {
                     merge_into(saved, s);
                 }
-                runs.push(w);
             }
             runs.extend(run_advice(snap, d, &recorded, capacity, &advice, &mut notes));
             Some(runs)
@@ -605,15 +606,19 @@ fn run_advice(
     (at, no_caching): &(Vec<advice::EmptyCacheAt>, bool),
     notes: &mut Vec<String>,
 ) -> Vec<WhatIf> {
+    // The empty_cache() placements, then no caching: replays side by side, kept in order.
+    let jobs = at.len() + usize::from(*no_caching);
+    let done = fragscope_analysis::par::map(jobs, fragscope_analysis::par::threads(), |k| match at.get(k) {
+        Some(a) => advice::simulate_empty_cache(snap, d, recorded.clone(), capacity, a)
+            .map_err(|e| format!("{}: not replayed, {e}", a.describe())),
+        None => Ok(advice::simulate_uncached(snap, d, capacity)),
+    });
     let mut runs = Vec::new();
-    for a in at {
-        match advice::simulate_empty_cache(snap, d, recorded.clone(), capacity, a) {
+    for r in done {
+        match r {
             Ok(w) => runs.push(w),
-            Err(e) => notes.push(format!("{}: not replayed, {e}", a.describe())),
+            Err(note) => notes.push(note),
         }
-    }
-    if *no_caching {
-        runs.push(advice::simulate_uncached(snap, d, capacity));
     }
     runs
 }
