@@ -888,13 +888,12 @@ fn near_anchors(text: &str) -> std::borrow::Cow<'_, str> {
     ranges.sort_unstable();
     let mut out = String::new();
     let mut end = 0;
-    for (mut lo, hi) in ranges {
+    for (mut lo, mut hi) in ranges {
         lo = lo.max(end);
         if hi <= lo {
             continue;
         }
         // Char boundaries: the ranges were cut at newlines or at a byte cap.
-        let (mut lo, mut hi) = (lo, hi);
         while !text.is_char_boundary(lo) {
             lo += 1;
         }

@@ -130,8 +130,27 @@ fn read_file_bounded(
     read_from_bounded(counter)
 }
 
+/// The first bytes of a gzip stream.
+const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
+
+/// What a file is when its first bytes name one of the binary containers this crate reads
+/// (a pickle, a `torch.save` archive, a gzip stream), in words; `None` for anything else
+/// (text, JSON, unknown bytes). For front ends that take text and must not read a
+/// snapshot as such (`fragscope oom`).
+pub fn binary_kind(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(GZIP_MAGIC) {
+        Some("gzip-compressed")
+    } else if head.starts_with(torchsave::ZIP_MAGIC) {
+        Some("a torch.save archive")
+    } else if head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
+        Some("a pickle (a memory snapshot?)")
+    } else {
+        None
+    }
+}
+
 /// Fills `buf` as far as the reader has data; the bytes read.
-fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {
@@ -172,14 +191,14 @@ fn read_from_bounded<R: Read>(r: R) -> Result<Bounded, ReadError> {
     if head.is_empty() {
         return Err(ReadError::Empty);
     }
-    if head.starts_with(&[0x1f, 0x8b]) {
+    if head.starts_with(GZIP_MAGIC) {
         let gz = flate2::read::MultiGzDecoder::new(r);
         let mut inner = BufReader::with_capacity(1 << 16, gz);
         let head = inner.fill_buf().map_err(gzip_error)?;
         if head.is_empty() {
             return Err(ReadError::Shape("gzip file holds no data".into()));
         }
-        if head.starts_with(&[0x1f, 0x8b]) {
+        if head.starts_with(GZIP_MAGIC) {
             return Err(ReadError::Shape("gzip inside gzip is not supported".into()));
         }
         return read_plain(inner);

@@ -65,8 +65,8 @@ fn read_input(args: &Args) -> Result<String, CliError> {
             let cannot = |e: std::io::Error| CliError::usage(format!("cannot read {t}: {e}"));
             let mut f = std::fs::File::open(t).map_err(cannot)?;
             let mut head = [0u8; 16];
-            let n = read_head(&mut f, &mut head).map_err(cannot)?;
-            if let Some(what) = not_text(&head[..n]) {
+            let n = fragscope_snapshot::read_up_to(&mut f, &mut head).map_err(cannot)?;
+            if let Some(what) = fragscope_snapshot::binary_kind(&head[..n]) {
                 return Err(CliError::usage(format!("{t} is {what}, not the text of an error: {}", instead(t, what))));
             }
             let mut bytes = head[..n].to_vec();
@@ -91,34 +91,9 @@ fn read_input(args: &Args) -> Result<String, CliError> {
     }
 }
 
-/// Up to `head.len()` bytes from the start of `f` (fewer only at its end).
-fn read_head(f: &mut std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
-}
-
-/// What a file is when its first bytes say it is not text: a memory snapshot (a pickle,
-/// a `torch.save` archive) or a compressed file. Users pass the snapshot of the run that
-/// hit the OOM here; read as text, a multi-GB pickle cost minutes and GBs of memory to
-/// find no message.
-fn not_text(head: &[u8]) -> Option<&'static str> {
-    if head.starts_with(&[0x1f, 0x8b]) {
-        Some("gzip-compressed")
-    } else if head.starts_with(fragscope_snapshot::torchsave::ZIP_MAGIC) {
-        Some("a torch.save archive")
-    } else if head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
-        Some("a pickle (a memory snapshot?)")
-    } else {
-        None
-    }
-}
-
+/// What reads the file instead (`what`: [`fragscope_snapshot::binary_kind`]'s words).
+/// Users pass the snapshot of the run that hit the OOM here; read as text, a multi-GB
+/// pickle cost minutes and GBs of memory to find no message.
 fn instead(t: &str, what: &str) -> String {
     let snapshot = format!("for a snapshot, `fragscope analyze {t}` explains its peak and any OOM it recorded");
     if what.starts_with("gzip") {
