@@ -11,7 +11,8 @@
 //! * `table`: memory_summary's table ([`memory_table`](fragscope_analysis::memstats::memory_table)).
 //!
 //! usage: cargo run --release -p fragscope-analysis --example summary_times -- FILE [REPEAT]
-//!        (ONLY=summary: the summary alone; REPEAT 0: the load alone)
+//!        (ONLY=summary: the summary alone; REPEAT 0: the load alone; NO_AHEAD=1: the
+//!        file read without the helper that maps it ahead of the reader)
 
 use std::time::Instant;
 
@@ -44,6 +45,9 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if std::env::var_os("NO_AHEAD").is_some() {
+        fragscope_snapshot::set_ahead_min(usize::MAX);
+    }
     let t = Instant::now();
     let snap = fragscope_snapshot::read_path(std::path::Path::new(file)).unwrap_or_else(|e| {
         eprintln!("summary_times: {file}: {e}");

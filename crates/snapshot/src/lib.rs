@@ -42,6 +42,8 @@ use std::path::Path;
 pub use error::ReadError;
 pub use model::*;
 pub use pickle::load::{FeedValue, Feeder};
+#[doc(hidden)]
+pub use pickle::mapped::set_ahead_min;
 pub use pyobj::PyObj;
 pub use settings::RecordedSettings;
 

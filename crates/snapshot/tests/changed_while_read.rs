@@ -27,6 +27,18 @@ fn scratch_file(tag: &str, name: &str, bytes: &[u8]) -> PathBuf {
     p
 }
 
+/// Runs `case` without, then with, the helper that maps a file ahead of its reader, one
+/// test at a time (the setting is process-wide).
+fn both_ways(case: impl Fn(&str)) {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    for (min, how) in [(usize::MAX, "faulted in by the reader"), (0, "mapped ahead by the helper")] {
+        fragscope_snapshot::set_ahead_min(min);
+        case(how);
+    }
+    fragscope_snapshot::set_ahead_min(64 << 20);
+}
+
 /// Reads `path`, calling `change` on the file once, at the reader's first progress report.
 fn read_while(path: &Path, change: impl FnOnce(&Path)) -> Result<fragscope_snapshot::model::Snapshot, ReadError> {
     let mut change = Some(change);
@@ -52,33 +64,43 @@ fn assert_changed(r: Result<fragscope_snapshot::model::Snapshot, ReadError>, wha
 #[test]
 fn an_untouched_file_reads() {
     let bytes = source();
-    let p = scratch_file("changed", "same.pickle", &bytes);
-    let snap = read_while(&p, |_| {}).expect("the file did not change");
-    assert!(!snap.segments.is_empty());
+    // The snapshot as read from memory: the mapped read, either way, must give the same.
+    let want = fragscope_snapshot::read_from(&bytes[..]).unwrap();
+    both_ways(|how| {
+        let p = scratch_file("changed", "same.pickle", &bytes);
+        let snap = read_while(&p, |_| {}).expect("the file did not change");
+        assert!(!snap.segments.is_empty());
+        assert_eq!(fragscope_snapshot::semantic_diff(&want, &snap), None, "{how}");
+    });
 }
 
 #[test]
 fn a_file_truncated_while_mapped_is_a_clean_error() {
     let bytes = source();
-    for (name, keep) in [("empty.pickle", 0), ("half.pickle", bytes.len() as u64 / 2), ("page.pickle", 4096)] {
-        let p = scratch_file("changed", name, &bytes);
-        assert_changed(read_while(&p, |p| truncate(p, keep)), name);
-    }
+    both_ways(|how| {
+        for (name, keep) in [("empty.pickle", 0), ("half.pickle", bytes.len() as u64 / 2), ("page.pickle", 4096)] {
+            let p = scratch_file("changed", name, &bytes);
+            assert_changed(read_while(&p, |p| truncate(p, keep)), &format!("{name}, {how}"));
+        }
+    });
 }
 
 #[test]
 fn a_file_rewritten_while_read_is_a_clean_error() {
     let bytes = source();
-    // Truncated and written again with the very same bytes: every page is readable again,
-    // but the file was rewritten under the reader (it could as well be another snapshot).
-    let p = scratch_file("changed", "rewritten.pickle", &bytes);
-    assert_changed(
-        read_while(&p, |p| {
-            truncate(p, 0);
-            std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all(&bytes).unwrap();
-        }),
-        "rewritten",
-    );
+    both_ways(|how| {
+        // Truncated and written again with the very same bytes: every page is readable
+        // again, but the file was rewritten under the reader (it could as well be another
+        // snapshot).
+        let p = scratch_file("changed", "rewritten.pickle", &bytes);
+        assert_changed(
+            read_while(&p, |p| {
+                truncate(p, 0);
+                std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all(&bytes).unwrap();
+            }),
+            &format!("rewritten, {how}"),
+        );
+    });
     // Streamed (gzip-compressed), cut short.
     let gz = common::gzip(&bytes);
     let p = scratch_file("changed", "cut.pickle.gz", &gz);
