@@ -9,12 +9,21 @@ per file: the best (minimum) and the median wall time of each, the ratios of the
 best to each fragscope binary's best, and fragscope's throughput (file size / best wall).
 Ratios of best-of-N, not absolute times: this machine is shared.
 
+`--warmup N` (default 1): each timed run comes right after N untimed runs of the same
+command on the same file, for every command alike (hyperfine's `--warmup`). Why: a run
+that starts right after another program's exit can find the kernel still busy with that
+program's memory. On this machine (a VM), `fragscope summary` on the 462 MB benchmark
+file, which touches ~0.5 GB of fresh memory in 0.3 s, took 0.32-0.86 s (system time up
+to 0.69 s) when it followed a Python process that had held several GB, and 0.29-0.35 s
+(system ~0.2 s) when it followed itself (27 Nov); in the rotation, fragscope's run always follows
+one of the Python peers. `--warmup 0` times the rotation alone, as before.
+
 `_memory_viz.py` is PyTorch's own script, run as `python3 _memory_viz.py stats FILE` (it
 needs no torch import for `stats`): take it from a torch wheel (`torch/cuda/_memory_viz.py`;
 `bench/RESULTS.md` says which). It is not in this repository.
 
 usage: bench_summary.py FILE... --memory-viz-py PATH --bin NAME=PATH [--bin NAME=PATH]
-                        [--repeat N] [--markdown OUT.md]
+                        [--repeat N] [--warmup N] [--markdown OUT.md]
 """
 import argparse
 import os
@@ -48,6 +57,7 @@ def main():
     ap.add_argument("--memory-viz-py", required=True)
     ap.add_argument("--bin", action="append", required=True, help="NAME=PATH of a fragscope binary")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each command before each timed run")
     ap.add_argument("--markdown")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bin]
@@ -61,25 +71,29 @@ def main():
         for f in a.files:
             order = cmds[r % len(cmds):] + cmds[: r % len(cmds)]
             for name, make in order:
+                for _ in range(a.warmup):
+                    run(make(f))
                 times[(f, name)].append(run(make(f)))
         load.append(os.getloadavg()[0])
     lines = [
-        f"{a.repeat} rounds; 1-minute load average at the start and after each round: "
+        f"{a.repeat} rounds, {a.warmup} untimed run(s) of the same command before each timed one; 1-minute load average at the start and after each round: "
         + ", ".join(f"{x:.1f}" for x in load),
         "",
-        "| file | MB | command | best s | median s | _memory_viz.py stats / this | pickle.load / this | MB/s |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "| file | MB | command | best s | median s | _memory_viz.py stats / this | pickle.load / this | MB/s | stats / this, medians |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for f in a.files:
         mb = os.path.getsize(f) / 1e6
         best = {c: min(times[(f, c)]) for c, _ in cmds}
+        med = {c: statistics.median(times[(f, c)]) for c, _ in cmds}
         for c, _ in cmds:
             t = times[(f, c)]
             fs = c.startswith("fragscope")
             lines.append(
                 f"| {os.path.basename(f)} | {mb:.0f} | {c} | {min(t):.3f} | {statistics.median(t):.3f} | "
-                + (f"{best['_memory_viz.py stats'] / min(t):.1f}x | {best['pickle.load'] / min(t):.1f}x | {mb / min(t):.0f} |"
-                   if fs else "| | |")
+                + (f"{best['_memory_viz.py stats'] / min(t):.1f}x | {best['pickle.load'] / min(t):.1f}x | {mb / min(t):.0f} | "
+                   f"{med['_memory_viz.py stats'] / med[c]:.1f}x |"
+                   if fs else "| | | |")
             )
     text = "\n".join(lines)
     print(text)
