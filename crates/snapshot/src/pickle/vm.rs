@@ -408,6 +408,15 @@ pub(crate) struct Vm<R: Read> {
 }
 
 impl<R: Read> Vm<R> {
+    /// The input's whole length when it is known before reading (a mapped file): `None`
+    /// for a stream.
+    pub fn input_len(&self) -> Option<u64> {
+        match &self.input.buf {
+            Buf::Mapped(m) => Some(m.bytes().len() as u64),
+            Buf::Read(_) => None,
+        }
+    }
+
     pub fn new(r: R) -> Self {
         Vm {
             input: Input { r, buf: Buf::Read(vec![0; CHUNK]), pos: 0, end: 0, base: 0 },
