@@ -34,13 +34,16 @@ pub(crate) use imp::Mapping;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How far ahead of the reader the helper maps the file in.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const AHEAD: usize = 32 << 20;
 /// Files smaller than this are read without a helper (a thread is not worth it: the file's
 /// page tables are a few ms of work).
 const AHEAD_MIN: usize = 64 << 20;
 /// The pages behind the reader are handed back in steps of this many bytes.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const RELEASE_STEP: usize = 16 << 20;
 /// [`AHEAD_MIN`], or what a test set ([`set_ahead_min`]).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 static AHEAD_MIN_NOW: AtomicUsize = AtomicUsize::new(AHEAD_MIN);
 
 /// Sets the file size from which a mapped read has the helper that maps pages ahead of the
