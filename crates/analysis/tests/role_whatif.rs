@@ -366,12 +366,12 @@ fn keeps_gradients() -> Snapshot {
             r.free(acts.pop().unwrap()).unwrap();
         }
         r.free(l).unwrap();
-        for k in 0..4 {
+        for &size in &sizes {
             if step == 0 {
-                state.push(r.malloc(sizes[k], 0, opt).unwrap());
-                state.push(r.malloc(sizes[k], 0, opt).unwrap());
+                state.push(r.malloc(size, 0, opt).unwrap());
+                state.push(r.malloc(size, 0, opt).unwrap());
             }
-            let t = r.malloc(sizes[k], 0, opt).unwrap();
+            let t = r.malloc(size, 0, opt).unwrap();
             r.free(t).unwrap();
         }
     }

@@ -248,7 +248,7 @@ mod tests {
             let i = m.reserve();
             m.consume(i);
         }
-        assert!(matches!(m.chunks[0], None));
+        assert!(m.chunks[0].is_none());
         assert_eq!(m.get(5), Value::Consumed);
         // The next chunk holds stacks between consumed entries: it stays.
         for k in 0..CHUNK / 2 {
@@ -257,13 +257,13 @@ mod tests {
             let s = m.len();
             m.set(s, Value::Stack(StackId::from_index(k)));
         }
-        assert!(matches!(m.chunks[1], Some(_)));
+        assert!(m.chunks[1].is_some());
         assert_eq!(m.get(CHUNK + 1), Value::Stack(StackId::from_index(0)));
         // A BINPUT into the dropped chunk brings it back, the rest still consumed.
         m.set(9, Value::Str(StrId::from_index(4)));
         assert_eq!(m.get(9), Value::Str(StrId::from_index(4)));
         assert_eq!(m.get(10), Value::Consumed);
         m.consume(9);
-        assert!(matches!(m.chunks[0], None), "consumed throughout again");
+        assert!(m.chunks[0].is_none(), "consumed throughout again");
     }
 }
