@@ -17,8 +17,8 @@
 //! [`read_path`] reads a plain pickle file mapped into memory, handing the pages it has
 //! passed back as it goes (on a large file a helper thread maps the pages ahead of the
 //! reader in and hands those behind it back, and another faults in the event array's
-//! pages ahead of the parser: the second core takes the page-table work); compressed files, archives and streams ([`read_from`]) go
-//! through a buffer. Front ends read with [`read_path_checked`] / [`read_from_checked`],
+//! pages ahead of the parser: the second core takes the page-table work); compressed
+//! files, archives and streams ([`read_from`]) go through a buffer. Front ends read with [`read_path_checked`] / [`read_from_checked`],
 //! which also refuse sizes and addresses no real snapshot has ([`bounds`]) before any
 //! analysis sums them.
 //!

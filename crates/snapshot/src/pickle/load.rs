@@ -1214,12 +1214,12 @@ impl SnapshotAbsorber {
     /// memory (the helper faults in at most 32 MB past the end), and the list hands it
     /// back when done ([`Self::take_events`]). A system that will not reserve it
     /// (overcommit off, a small address space) keeps the doubling.
-    fn reserve_for_rest(&mut self, list: u32, offset: u64) {
+    fn reserve_for_rest(&mut self, offset: u64) {
         let Some(total) = self.input_len else { return };
-        if self.reserved_list == list {
+        if self.reserved_list == self.cur_list {
             return;
         }
-        self.reserved_list = list;
+        self.reserved_list = self.cur_list;
         let rest = usize::try_from(total.saturating_sub(offset) / Self::MIN_ENTRY_BYTES).unwrap_or(usize::MAX);
         let spare = self.cur_events.capacity() - self.cur_events.len();
         if rest > spare {
@@ -1231,7 +1231,7 @@ impl SnapshotAbsorber {
     fn follow_events(&mut self, offset: u64) {
         let size = std::mem::size_of::<TraceEvent>();
         if self.cur_events.capacity() * size >= super::prefault::MIN_BYTES {
-            self.reserve_for_rest(self.cur_list, offset);
+            self.reserve_for_rest(offset);
         }
         let cap = self.cur_events.capacity();
         self.pf_cap = cap;
