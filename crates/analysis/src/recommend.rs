@@ -102,8 +102,11 @@ pub fn infer_era(snap: &Snapshot) -> Era {
         seen.non_snapshot |= e.action != Action::Snapshot;
         seen.time |= e.time().is_some();
         seen.stack |= e.stack.is_some();
-        seen.compile_context |= e.compile_context.is_some();
-        seen.user_metadata |= e.user_metadata.is_some();
+    }
+    // The contexts the entries hold (a snapshot keeps only those some entry has).
+    for c in &snap.contexts {
+        seen.compile_context |= c.compile_context.is_some();
+        seen.user_metadata |= c.user_metadata.is_some();
     }
     let any_block_history = snap.segments.iter().flat_map(|s| &s.blocks).any(|b| b.history.is_some());
     if any_block_history {

@@ -191,7 +191,7 @@ pub(crate) struct Live {
     pub allocated: bool,
     /// Number of the block's life ([`crate::lives`]): traced blocks in `alloc` order,
     /// seeded ones as [`crate::lives::LivesRecorder::start`] numbers them. 32 bits: a
-    /// trace of 4 G entries (48 bytes each in memory) could not be loaded.
+    /// trace of 4 G entries (40 bytes each in memory) could not be loaded.
     pub life: u32,
 }
 

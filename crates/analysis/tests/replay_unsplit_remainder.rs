@@ -7,7 +7,7 @@
 
 use fragscope_analysis::recorder::Recorder;
 use fragscope_analysis::replay::{verify, ReplayOptions};
-use fragscope_snapshot::Snapshot;
+use fragscope_snapshot::{EntryContext, Snapshot};
 
 const MIB: u64 = 1 << 20;
 /// The block that stays live before the trace at the segment's start.
@@ -135,9 +135,9 @@ fn private_pool_rules_not_modelled_are_said() {
     for s in &mut snap.segments {
         s.segment_pool_id = Some((1, 0));
     }
-    let pool = snap.intern_pool((1, 0));
+    let pool = snap.intern_context(EntryContext { pool_id: Some((1, 0)), ..EntryContext::default() }).unwrap();
     for e in &mut snap.device_traces[0] {
-        e.pool = pool;
+        e.context = pool;
     }
     let rep = verify(&snap, 0, &ReplayOptions::default());
     assert!(rep.undecidable.is_none(), "{:?}", rep.undecidable);

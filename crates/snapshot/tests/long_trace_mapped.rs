@@ -38,7 +38,7 @@ fn long_snapshot(n: usize, devices: usize) -> Snapshot {
 
 #[test]
 fn a_long_trace_reads_the_same_mapped_and_streamed() {
-    // 48-byte entries: 150,000 are 7 MB, past the 4 MB where the list gets its capacity.
+    // 40-byte entries: 150,000 are 6 MB, past the 4 MB where the list gets its capacity.
     fragscope_snapshot::set_ahead_min(0);
     let dir = common::scratch_dir("long_trace");
     for devices in [1, 3] {

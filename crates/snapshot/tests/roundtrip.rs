@@ -125,7 +125,14 @@ fn synthetic() -> Snapshot {
     let st = f.intern_stack(&[fr1, fr2]);
     let empty = f.intern_stack(&[]);
     let cc = f.intern_str("N/A");
-    let pool = s.intern_pool((0, 3));
+    let meta = f.intern_str("step 7");
+    // Three contexts: a pool with a compile context, user metadata alone, and all three.
+    let ctx = |pool_id, compile_context, user_metadata| EntryContext { pool_id, compile_context, user_metadata };
+    let cc_pool = s.intern_context(ctx(Some((0, 3)), Some(cc), None)).unwrap();
+    let meta_only = s.intern_context(ctx(None, None, Some(meta))).unwrap();
+    let all = s.intern_context(ctx(Some((1, 0)), Some(cc), Some(meta))).unwrap();
+    assert_eq!(s.intern_context(ctx(None, None, Some(meta))), Some(meta_only), "interned once");
+    assert_eq!(s.intern_context(EntryContext::default()), Some(ContextId::NONE));
     let mut trace = Vec::new();
     for i in 0..2500u64 {
         let mut e = TraceEvent::new(
@@ -141,8 +148,11 @@ fn synthetic() -> Snapshot {
             e.stack = Some(if i % 4 == 0 { empty } else { st });
         }
         if i % 11 == 0 {
-            e.compile_context = Some(cc);
-            e.pool = pool;
+            e.context = cc_pool;
+        } else if i % 13 == 0 {
+            e.context = meta_only;
+        } else if i % 17 == 0 {
+            e.context = all;
         }
         trace.push(e);
     }
@@ -376,8 +386,8 @@ fn random_trace_values_roundtrip() {
             let mut e = TraceEvent::new(Action::ALL[a], addr.wrapping_add(jitter), size, stream);
             e.time_us = time.unwrap_or(NO_TIME);
             e.stack = stacks[st];
-            e.compile_context = ccs[cc];
-            e.user_metadata = um[u];
+            let c = EntryContext { pool_id: None, compile_context: ccs[cc], user_metadata: um[u] };
+            e.context = intern_context(&mut s.contexts, c).unwrap();
             trace.push(e);
         }
         s.device_traces = vec![trace];

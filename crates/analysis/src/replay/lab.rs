@@ -232,7 +232,7 @@ pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
     if release == Action::FreeRequested && trace.iter().any(|e| e.action == Action::FreeRequested) {
         notes.push("no free_completed in the trace: memory taken as reusable at free_requested".into());
     }
-    if trace.iter().any(|e| e.pool.is_some() && snap.pool_id(e).is_some_and(|p| p != fragscope_alloc::DEFAULT_POOL)) {
+    if trace.iter().any(|e| snap.pool_id(e).is_some_and(|p| p != fragscope_alloc::DEFAULT_POOL)) {
         notes.push("requests of private pools (CUDA graphs, MemPools) served as ordinary requests".into());
     }
     LabWorkload { workload: w, trace_index, pre_existing: pre.len() as u64, recorded_ooms, notes }

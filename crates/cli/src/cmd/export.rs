@@ -384,13 +384,16 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
         }
     };
     let cfg = fragscope_analysis::replay::recorded_config(snap);
-    let pools: Vec<String> = snap.pool_ids.iter().map(|(a, b)| format!("{a},{b}")).collect();
+    // Each context's pool as the text the column holds, once per context.
+    let pools: Vec<Option<String>> = snap.contexts.iter().map(|c| c.pool_id.map(|(a, b)| format!("{a},{b}"))).collect();
     for (d, tr) in snap.device_traces.iter().enumerate() {
         let device = d as i64;
         for (i, e) in tr.iter().enumerate() {
             note(e.stack);
-            let cc = e.compile_context.map(|c| snap.frames.str(c));
-            let um = e.user_metadata.map(|c| snap.frames.str(c));
+            let c = snap.context(e);
+            let cc = c.compile_context.map(|c| snap.frames.str(c));
+            let um = c.user_metadata.map(|c| snap.frames.str(c));
+            let pool = e.context.index().and_then(|i| pools.get(i)?.as_deref());
             trace.row(&[
                 V::S(file),
                 V::I(device),
@@ -401,7 +404,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                 V::I(e.stream as i64),
                 opt_time(e.time_us),
                 sid(e.stack),
-                e.pool.map_or(V::N, |p| V::S(&pools[p.get() as usize - 1])),
+                pool.map_or(V::N, V::S),
                 cc.map_or(V::N, V::S),
                 um.map_or(V::N, V::S),
             ])?;

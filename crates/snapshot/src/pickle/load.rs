@@ -40,7 +40,16 @@ struct SnapshotAbsorber {
     unknown_trace_keys: HashMap<StrId, u64>,
     unknown_actions: HashMap<StrId, u64>,
     missing: HashMap<&'static str, u64>,
-    pool_ids: Vec<(u64, u64)>,
+    /// The entries' distinct contexts ([`EntryContext`]), their ids, and the last one met
+    /// (most entries have the context of the entry before them).
+    contexts: Vec<EntryContext>,
+    context_ids: HashMap<EntryContext, ContextId>,
+    last_context: (EntryContext, ContextId),
+    /// The `compile_context` and `user_metadata` of the last entry the fast decoders read,
+    /// and its context's id: PyTorch writes `compile_context` ("N/A" mostly) in every
+    /// entry, so this compare is made millions of times.
+    /// (The two as one number: [`text_key`].)
+    last_text_context: (u64, ContextId),
     frame_buf: Vec<FrameId>,
     /// Fresh `frames` lists already decoded, by the bytes of their items (the memo
     /// references to their frame dicts), and the stack each made: PyTorch writes a new list
@@ -161,6 +170,16 @@ struct EntryValues {
     /// The stack of the entry's `frames` when it is a fresh list (memoized as that stack
     /// on success).
     fresh_stack: Option<StackId>,
+    /// `compile_context` and `user_metadata`, made the entry's context on success.
+    cc: Option<StrId>,
+    um: Option<StrId>,
+}
+
+/// A `compile_context` and a `user_metadata` as one number (0: neither), compared in one
+/// instruction per entry.
+#[inline(always)]
+fn text_key(cc: Option<StrId>, um: Option<StrId>) -> u64 {
+    cc.map_or(0, StrId::raw) as u64 | (um.map_or(0, StrId::raw) as u64) << 32
 }
 
 /// A trace-entry key as the bytes that refer to it (`BINGET i` or `LONG_BINGET i`).
@@ -510,7 +529,10 @@ impl SnapshotAbsorber {
             unknown_trace_keys: HashMap::new(),
             unknown_actions: HashMap::new(),
             missing: HashMap::new(),
-            pool_ids: Vec::new(),
+            contexts: Vec::new(),
+            context_ids: HashMap::new(),
+            last_context: (EntryContext::default(), ContextId::NONE),
+            last_text_context: (0, ContextId::NONE),
             frame_buf: Vec::new(),
             stack_spans: Default::default(),
             recent_spans: vec![SpanSet::default(); SPAN_SETS].into_boxed_slice(),
@@ -686,16 +708,17 @@ impl SnapshotAbsorber {
         if let v @ (Value::Stack(_) | Value::List(_) | Value::None) = vals[K_FRAMES as usize] {
             ev.stack = self.stack_of(st, v)?;
         }
-        if let Value::Str(s) = vals[K_CC as usize] {
-            ev.compile_context = Some(s);
-        }
-        if let Value::Str(s) = vals[K_UM as usize] {
-            ev.user_metadata = Some(s);
-        }
-        if let Some(p) = pair_of(st, vals[K_POOL as usize]) {
-            ev.pool = intern_pool_id(&mut self.pool_ids, p);
-            if ev.pool.is_none() {
-                *self.missing.entry("trace.pool_id (more than 65535 distinct pools)").or_default() += 1;
+        let str_of = |v: Value| if let Value::Str(s) = v { Some(s) } else { None };
+        let context = EntryContext {
+            pool_id: pair_of(st, vals[K_POOL as usize]),
+            compile_context: str_of(vals[K_CC as usize]),
+            user_metadata: str_of(vals[K_UM as usize]),
+        };
+        match self.context_id(context) {
+            Some(id) => ev.context = id,
+            None => {
+                let what = "trace.pool_id, compile_context and user_metadata (past 16,777,215 distinct contexts)";
+                *self.missing.entry(what).or_default() += 1;
             }
         }
         if unknown {
@@ -777,16 +800,16 @@ impl SnapshotAbsorber {
                 let (raw, len) = memo_ref(v);
                 if len > 0 && self.cc_ref.0 == raw {
                     *p += len;
-                    ev.compile_context = Some(self.cc_ref.1);
+                    vals.cc = Some(self.cc_ref.1);
                 } else {
                     let s = string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?;
                     if len > 0 {
                         self.cc_ref = (raw, s);
                     }
-                    ev.compile_context = Some(s);
+                    vals.cc = Some(s);
                 }
             }
-            K_UM => ev.user_metadata = Some(string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?),
+            K_UM => vals.um = Some(string_at(st, buf, p, &mut vals.new_memos, &mut vals.n_memos)?),
             _ => return None,
         }
         vals.seen |= 1 << code;
@@ -805,8 +828,15 @@ impl SnapshotAbsorber {
         debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
         let mut p = 2;
         *ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
-        let mut vals =
-            EntryValues { ints: [0, 0, 0, ev.time_us], seen: 0, new_memos: [None; 4], n_memos: 0, fresh_stack: None };
+        let mut vals = EntryValues {
+            ints: [0, 0, 0, ev.time_us],
+            seen: 0,
+            new_memos: [None; 4],
+            n_memos: 0,
+            fresh_stack: None,
+            cc: None,
+            um: None,
+        };
         // Entries repeat the same keys in the same order, as the same memo references:
         // compare the raw reference with the previous entry's before resolving it. Actions
         // are a handful of memoized strings: the same shortcut, keyed by the reference.
@@ -867,6 +897,7 @@ impl SnapshotAbsorber {
         }
         let [addr, size, stream, time_us] = vals.ints;
         (ev.addr, ev.size, ev.stream, ev.time_us) = (addr as u64, size as u64, stream as u64, time_us);
+        ev.context = self.text_context(vals.cc, vals.um)?;
         // Commit, in stream order: the dict's MEMOIZE came first, then its strings' and its
         // fresh frames list's (memoized as the stack the generic path would make of it).
         let stack = vals.fresh_stack;
@@ -1030,17 +1061,24 @@ impl SnapshotAbsorber {
             stream: if stream.present { stream.int(w) as u64 } else { 0 },
             time_us: if time.present { time.int(w) } else { NO_TIME },
             stack,
-            compile_context,
-            user_metadata,
+            context: ContextId::NONE,
             action,
-            ..TraceEvent::new(action, 0, 0, 0)
         };
-        let (mut len, memos, n_memos) = (sh.len, sh.memos, sh.n_memos);
+        let (mut len, memos, n_memos, fresh_frames) = (sh.len, sh.memos, sh.n_memos, sh.fresh_frames);
+        ev.context = self.text_context(compile_context, user_metadata)?;
         // A shape that stops before a fresh `frames` list, the entry's last key: the list,
         // then the entry's SETITEMS.
         let mut fresh = None;
-        if sh.fresh_frames {
-            let mut vals = EntryValues { ints: [0; 4], seen: 0, new_memos: [None; 4], n_memos: 0, fresh_stack: None };
+        if fresh_frames {
+            let mut vals = EntryValues {
+                ints: [0; 4],
+                seen: 0,
+                new_memos: [None; 4],
+                n_memos: 0,
+                fresh_stack: None,
+                cc: None,
+                um: None,
+            };
             self.fresh_frames(st, buf, &mut len, &mut vals, action)?;
             if *buf.get(len)? != b'u' {
                 return None;
@@ -1148,7 +1186,8 @@ impl SnapshotAbsorber {
                         // A fresh string: the same bytes in every entry of the shape.
                         0x8c if matches!(slot, Slot::CompileContext | Slot::UserMetadata) => {
                             p += 2 + *e.get(p + 1)? as usize;
-                            let id = if slot == Slot::CompileContext { ev.compile_context } else { ev.user_metadata };
+                            let c = ev.context.index().map(|i| self.contexts[i]).unwrap_or_default();
+                            let id = if slot == Slot::CompileContext { c.compile_context } else { c.user_metadata };
                             if slot == Slot::CompileContext {
                                 sh.compile_context = id;
                             } else {
@@ -1245,6 +1284,42 @@ impl SnapshotAbsorber {
         if let Some(p) = &self.prefault {
             p.follow(self.cur_events.as_ptr() as usize, self.cur_events.len() * size, cap * size);
         }
+    }
+
+    /// [`Self::context_id`] of a context without a pool (the fast decoders leave entries
+    /// with a `pool_id` to the generic path), checked first against the last one.
+    #[inline(always)]
+    fn text_context(&mut self, cc: Option<StrId>, um: Option<StrId>) -> Option<ContextId> {
+        let key = text_key(cc, um);
+        if key == self.last_text_context.0 {
+            return Some(self.last_text_context.1);
+        }
+        let id = self.context_id(EntryContext { pool_id: None, compile_context: cc, user_metadata: um })?;
+        self.last_text_context = (key, id);
+        Some(id)
+    }
+
+    /// The id of an entry's context, interned on first sight; `None` past
+    /// [`ContextId::MAX`] distinct contexts.
+    #[inline(never)]
+    fn context_id(&mut self, c: EntryContext) -> Option<ContextId> {
+        if c == EntryContext::default() {
+            return Some(ContextId::NONE);
+        }
+        if self.last_context.0 == c {
+            return Some(self.last_context.1);
+        }
+        let id = match self.context_ids.get(&c) {
+            Some(&id) => id,
+            None => {
+                let id = ContextId::of_index(self.contexts.len())?;
+                self.contexts.push(c);
+                self.context_ids.insert(c, id);
+                id
+            }
+        };
+        self.last_context = (c, id);
+        Some(id)
     }
 
     fn take_events(&mut self, list: u32) -> Vec<TraceEvent> {
@@ -1451,7 +1526,7 @@ fn finish(st: &mut VmState, mut abs: SnapshotAbsorber, top: Value) -> Result<Sna
     for (k, n) in abs.missing {
         *snap.notes.missing_optional.entry(k.to_string()).or_default() += n;
     }
-    snap.pool_ids = abs.pool_ids;
+    snap.contexts = abs.contexts;
     snap.frames = std::mem::take(&mut st.table);
     Ok(snap)
 }

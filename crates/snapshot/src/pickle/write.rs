@@ -717,10 +717,10 @@ impl<'t, W: Write> Pickler<'t, W> {
         if let Some(t) = e.time() {
             f.push(("time_us", Field::Int(t)));
         }
-        if let Some(c) = e.compile_context {
+        if let Some(c) = snap.compile_context(e) {
             f.push(("compile_context", Field::StrId(c)));
         }
-        if let Some(u) = e.user_metadata {
+        if let Some(u) = snap.user_metadata(e) {
             f.push(("user_metadata", Field::StrId(u)));
         }
         if let Some((a, b)) = snap.pool_id(e) {
