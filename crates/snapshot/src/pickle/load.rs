@@ -175,6 +175,14 @@ struct EntryValues {
     um: Option<StrId>,
 }
 
+impl EntryValues {
+    /// Nothing seen yet; `ints` where no key gives them.
+    #[inline(always)]
+    fn new(ints: [i64; 4]) -> Self {
+        EntryValues { ints, seen: 0, new_memos: [None; 4], n_memos: 0, fresh_stack: None, cc: None, um: None }
+    }
+}
+
 /// A `compile_context` and a `user_metadata` as one number (0: neither), compared in one
 /// instruction per entry.
 #[inline(always)]
@@ -828,15 +836,7 @@ impl SnapshotAbsorber {
         debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
         let mut p = 2;
         *ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
-        let mut vals = EntryValues {
-            ints: [0, 0, 0, ev.time_us],
-            seen: 0,
-            new_memos: [None; 4],
-            n_memos: 0,
-            fresh_stack: None,
-            cc: None,
-            um: None,
-        };
+        let mut vals = EntryValues::new([0, 0, 0, ev.time_us]);
         // Entries repeat the same keys in the same order, as the same memo references:
         // compare the raw reference with the previous entry's before resolving it. Actions
         // are a handful of memoized strings: the same shortcut, keyed by the reference.
@@ -1070,15 +1070,7 @@ impl SnapshotAbsorber {
         // then the entry's SETITEMS.
         let mut fresh = None;
         if fresh_frames {
-            let mut vals = EntryValues {
-                ints: [0; 4],
-                seen: 0,
-                new_memos: [None; 4],
-                n_memos: 0,
-                fresh_stack: None,
-                cc: None,
-                um: None,
-            };
+            let mut vals = EntryValues::new([0; 4]);
             self.fresh_frames(st, buf, &mut len, &mut vals, action)?;
             if *buf.get(len)? != b'u' {
                 return None;
