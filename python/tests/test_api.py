@@ -443,25 +443,33 @@ def test_analysis_releases_the_gil():
     assert path is not None, "no real snapshots"
     snap = fragscope.load(path)
     started, done = threading.Event(), threading.Event()
-    ticks = 0
+    ticks, calls = 0, 0
 
     def work():
+        nonlocal calls
         started.set()
-        for _ in range(3):
+        # Calls for at least 0.2 s (one analysis of a real snapshot can take 2 ms: three,
+        # as this test made before, left a loaded machine too few ticks to tell).
+        end = time.perf_counter() + 0.2
+        while calls < 3 or time.perf_counter() < end:
             snap.analyze()
+            calls += 1
         done.set()
 
     t = threading.Thread(target=work)
     t.start()
     started.wait()
+    t0 = time.perf_counter()
     while not done.is_set():
         ticks += 1
-        time.sleep(0.001)
+        time.sleep(0)  # gives up the GIL, asks for it back at once
+    elapsed_ms = (time.perf_counter() - t0) * 1e3
     t.join()
-    # Had the GIL been held, this thread could tick only before the first analysis took it
-    # (once or twice); counted from the worker's start, so a loaded machine's long sleeps
-    # lower the count but do not fake it.
-    assert ticks >= 5, ticks
+    # Had the GIL been held through each analysis, this thread could run only when the
+    # interpreter forces a switch (every `sys.getswitchinterval()`, 5 ms) or between two
+    # calls: at most `held` ticks. Released, it ticks all along (thousands of times).
+    held = elapsed_ms / (sys.getswitchinterval() * 1e3) + calls + 2
+    assert ticks > 5 * held, (ticks, held, calls)
 
 
 def test_from_dict_is_not_slower_than_pickling(tmp_path):
