@@ -97,16 +97,19 @@ pub fn infer_era(snap: &Snapshot) -> Era {
         user_metadata: bool,
     }
     let mut seen = Seen::default();
+    // An entry's context is mostly the one of the entry before it: looked up when it changes.
+    let mut context = fragscope_snapshot::ContextId::NONE;
     for e in snap.device_traces.iter().flatten() {
         seen.segment_map |= matches!(e.action, Action::SegmentMap | Action::SegmentUnmap);
         seen.non_snapshot |= e.action != Action::Snapshot;
         seen.time |= e.time().is_some();
         seen.stack |= e.stack.is_some();
-    }
-    // The contexts the entries hold (a snapshot keeps only those some entry has).
-    for c in &snap.contexts {
-        seen.compile_context |= c.compile_context.is_some();
-        seen.user_metadata |= c.user_metadata.is_some();
+        if e.context != context {
+            context = e.context;
+            let c = snap.context(e);
+            seen.compile_context |= c.compile_context.is_some();
+            seen.user_metadata |= c.user_metadata.is_some();
+        }
     }
     let any_block_history = snap.segments.iter().flat_map(|s| &s.blocks).any(|b| b.history.is_some());
     if any_block_history {
