@@ -342,9 +342,11 @@ fn analyze_device_inner(
         None => quick_recommendations.unwrap_or_else(part_recommendations),
     };
 
-    // Role-level what-ifs: asked for, or the answer to an exhaustion OOM (the live set
-    // must shrink: would the usual remedies shrink it enough?).
-    let exhaustion = oom_f.as_ref().is_some_and(|f| f.verdict == oom::Verdict::Exhaustion);
+    // Role-level what-ifs: asked for, or the answer to an exhaustion OOM or one of a cap on
+    // the process (the live set must shrink: would the usual remedies shrink it enough?).
+    let exhaustion = oom_f
+        .as_ref()
+        .is_some_and(|f| matches!(f.verdict, oom::Verdict::Exhaustion | oom::Verdict::MemoryFractionCap));
     let role_what_if = ((opts.what_if || exhaustion) && replay::has_replayable_trace(snap, device)).then(|| {
         let cap = oom_f.as_ref().map(|f| f.capacity_bytes).or_else(|| snap.device_capacity.get(&device).copied());
         replay::transform::analyze_rows(snap, device, cap)
@@ -397,15 +399,22 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
                 headline: format!("Replaying the trace, these settings would have avoided it: {}.", names.join(", ")),
             });
         } else if o.replay_reproduces_oom == Some(true) {
-            v.push(Finding {
-                kind: "oom",
-                severity: "high",
-                headline: format!(
-                    "No allocator setting tried avoids it in the replay; the live set at the OOM must shrink by {} (top holder: {}).",
-                    fs(o.bytes_over_capacity),
-                    o.top_sites.first().map_or("unknown", |s| s.site.site.as_str())
-                ),
-            });
+            let top = o.top_sites.first().map_or("unknown", |s| s.site.site.as_str());
+            let headline = if o.verdict == oom::Verdict::MemoryFractionCap {
+                // The cap is known only to lie between reserved and reserved + the segment.
+                format!(
+                    "No allocator setting tried avoids it in the replay under a cap of {} (the least the cap can be); \
+                     raise the cap, or shrink the live set at the OOM, by up to {} (top holder: {top}).",
+                    fs(o.capacity_bytes),
+                    fs(o.bytes_over_capacity)
+                )
+            } else {
+                format!(
+                    "No allocator setting tried avoids it in the replay; the live set at the OOM must shrink by {} (top holder: {top}).",
+                    fs(o.bytes_over_capacity)
+                )
+            };
+            v.push(Finding { kind: "oom", severity: "high", headline });
         }
         if let Some(at) = &d.roles.at_oom {
             let rb: [u64; 7] = std::array::from_fn(|k| at.get(roles::Role::ALL[k].as_str()).copied().unwrap_or(0));

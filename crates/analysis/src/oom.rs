@@ -31,14 +31,28 @@
 //!
 //! 1. `exhaustion`: `active + s > C`: the live tensors plus the request need more than
 //!    the GPU has, whatever the allocator does with its cache.
-//! 2. `fragmentation`: free cached bytes on the request's stream and pool, plus
+//! 2. `fragmentation`: free cached bytes on the request's stream and pool (some), plus
 //!    `device_free`, cover `s`, yet the request failed: the free bytes were there but no
 //!    single free block (or growable run) was large enough.
-//! 3. `stranded`: only counting free cached bytes of other streams or pools is there
-//!    enough in total; a block never crosses streams or pools (§2.2, §7).
+//! 3. `stranded`: only counting free cached bytes of other streams or pools (some) is
+//!    there enough in total; a block never crosses streams or pools (§2.2, §7).
 //! 4. Otherwise `exhaustion` as well: the rest of the GPU was held outside this
 //!    allocator (other processes, the CUDA context), which `bytes_outside_allocator`
 //!    quantifies when the capacity is known.
+//!
+//! **A cap on the process.** When `device_free` at the OOM covers the `cudaMalloc` the
+//! request needed (with a margin), the device did not refuse it: PyTorch did, because
+//! `reserved + alloc_size` would pass a cap on this process
+//! (`torch.cuda.set_per_process_memory_fraction()`, `per_process_memory_fraction` in
+//! `PYTORCH_CUDA_ALLOC_CONF`), which snapshots do not record. The device's free memory then
+//! counts for nothing: the capacity is the cap, known only to lie between `reserved` and
+//! `reserved + alloc_size` (`capacity_source: "estimate_memory_fraction_cap"`, the lower
+//! bound). Free cached bytes of the request's stream and pool ≥ `s` is still
+//! `fragmentation`, of other streams or pools `stranded`; otherwise the verdict is
+//! `memory_fraction_cap`: the process needs more than its cap (how much more cannot be
+//! told, the cap being unknown) — raise the cap or shrink the live set. Seen on an H200
+//! with PyTorch 2.11 (tests/gpu): before this rule such an OOM was called fragmentation
+//! with "0 bytes free in the cache".
 //!
 //! # Fixes
 //!
@@ -61,6 +75,11 @@ use crate::replay::state::{backward_walk, BState, RecordedState};
 use crate::replay::{recorded_config, with_rules};
 use crate::timeline;
 
+/// Free device memory beyond a request's segment that still counts as "the device had
+/// room" (module doc, "A cap on the process"): a cudaMalloc also needs page tables, and
+/// `device_free` is read an instant after the failure.
+const CAP_MARGIN: u64 = 64 << 20;
+
 /// `oom` verdicts (module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -68,6 +87,7 @@ pub enum Verdict {
     Fragmentation,
     Exhaustion,
     Stranded,
+    MemoryFractionCap,
 }
 
 impl Verdict {
@@ -76,6 +96,7 @@ impl Verdict {
             Verdict::Fragmentation => "fragmentation",
             Verdict::Exhaustion => "exhaustion",
             Verdict::Stranded => "stranded",
+            Verdict::MemoryFractionCap => "memory_fraction_cap",
         }
     }
 }
@@ -241,7 +262,9 @@ pub struct OomFinding {
     pub site: Site,
     pub stack: Vec<String>,
     pub capacity_bytes: u64,
-    /// `"file"` (stated by the file) or `"estimate_reserved_plus_device_free"`.
+    /// `"file"` (stated by the file), `"estimate_reserved_plus_device_free"`, or
+    /// `"estimate_memory_fraction_cap"` (the device had room: a cap on the process, at least
+    /// the reserved bytes; module doc).
     pub capacity_source: &'static str,
     pub device_free_bytes: u64,
     /// `"backward_walk"` (full block state) or `"timeline"` (totals only).
@@ -443,7 +466,12 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
             ("timeline", Some(format!("free blocks unknown: {e}")), f)
         }
     };
+    let alloc_size = allocation_size(s, &cfg);
+    // The device had room for the segment this request needed (the margin covers the page
+    // tables a cudaMalloc also needs): the refusal was PyTorch's cap on the process.
+    let capped = ev.device_free().is_some_and(|f| f >= alloc_size.saturating_add(CAP_MARGIN));
     let (capacity, capacity_source) = match snap.device_capacity.get(&device) {
+        _ if capped => (state.reserved_bytes, "estimate_memory_fraction_cap"),
         Some(&c) => (c, "file"),
         None => (state.reserved_bytes + device_free, "estimate_reserved_plus_device_free"),
     };
@@ -457,11 +485,21 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
     let outside =
         if capacity_source == "file" { capacity.saturating_sub(state.reserved_bytes + device_free) } else { 0 };
     let over = (state.active_bytes + s).saturating_sub(capacity);
-    let verdict = if over > 0 {
+    let verdict = if capped {
+        // Under a cap the device's free memory is out of reach.
+        if usable_cached >= s {
+            Verdict::Fragmentation
+        } else if state.cached_free_bytes >= s {
+            Verdict::Stranded
+        } else {
+            Verdict::MemoryFractionCap
+        }
+    } else if over > 0 {
         Verdict::Exhaustion
-    } else if usable_cached + device_free >= s {
+    } else if usable_cached > 0 && usable_cached + device_free >= s {
+        // Free cached bytes there were, and with the device's enough: split.
         Verdict::Fragmentation
-    } else if state.cached_free_bytes + device_free >= s {
+    } else if stranded_free > 0 && state.cached_free_bytes + device_free >= s {
         Verdict::Stranded
     } else {
         Verdict::Exhaustion
@@ -479,6 +517,16 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
     } else {
         format!("about {} the GPU could give this process (reserved + free at the OOM, an estimate)", fsz(capacity))
     };
+    // What the device's free memory meant for the request: reachable, or behind the cap.
+    let device_words = if capped {
+        format!(
+            "the device had {} free, but a cap on this process stopped it at {} reserved",
+            fsz(device_free),
+            fsz(state.reserved_bytes)
+        )
+    } else {
+        format!("plus {} free on the device", fsz(device_free))
+    };
     let explanation = match verdict {
         Verdict::Exhaustion if over > 0 => format!(
             "This OOM was exhaustion: tensors in use held {} and the request needed {} more, {} over {}. \
@@ -492,6 +540,18 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
             fsz(device_free),
             fsz(over)
         ),
+        // Nothing cached to use, and the device just short of the segment with the page
+        // tables and context memory a cudaMalloc also needs (past that margin: the cap).
+        Verdict::Exhaustion if state.cached_free_bytes + device_free >= s => format!(
+            "This OOM was exhaustion of the memory this process could get: nothing usable was free in PyTorch's \
+             cache ({}), and the {} free on the device did not take the {} segment PyTorch asked CUDA for (a \
+             cudaMalloc also needs page tables and room for the CUDA context); {} of the GPU was held outside this \
+             allocator.",
+            fsz(state.cached_free_bytes),
+            fsz(device_free),
+            fsz(alloc_size),
+            fsz(outside)
+        ),
         Verdict::Exhaustion => format!(
             "This OOM was exhaustion of the memory this process could get: {} was free in PyTorch's cache and {} on \
              the device, less than the {} requested; {} of the GPU was held outside this allocator (other processes, \
@@ -502,24 +562,40 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
             fsz(outside)
         ),
         Verdict::Fragmentation => format!(
-            "This OOM was fragmentation: {} was free in PyTorch's cache for this request's stream and pool (plus {} free \
-             on the device) but the largest free block was {}; the request needed {} in one piece.",
+            "This OOM was fragmentation: {} was free in PyTorch's cache for this request's stream and pool ({}) \
+             but the largest free block was {}; the request needed {} in one piece.",
             fsz(usable_cached),
-            fsz(device_free),
+            device_words,
             fsz(largest_usable),
             fsz(s)
         ),
         Verdict::Stranded => format!(
             "This OOM was stranded memory: {} was free in PyTorch's cache, but {} of it belongs to other streams or \
              private pools, which a request on stream {} ({} pool{}) cannot use; its own stream and pool had {} free \
-             (plus {} on the device) for a {} request.",
+             ({}) for a {} request.",
             fsz(state.cached_free_bytes),
             fsz(stranded_free),
             ev.stream,
             if small { "small" } else { "large" },
             if pool_id == DEFAULT_POOL { String::new() } else { format!(", private pool {:?}", pool_id) },
             fsz(usable_cached),
+            device_words,
+            fsz(s)
+        ),
+        Verdict::MemoryFractionCap => format!(
+            "This OOM was the memory cap of this process, not the GPU: the device had {} free, enough for the {} \
+             PyTorch would have asked CUDA for, so the refusal came from a limit on this process \
+             (torch.cuda.set_per_process_memory_fraction() or per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF; \
+             snapshots do not record it), reached with {} reserved: the cap lies between {} and {}. Tensors in use \
+             held {} and PyTorch's cache had {} free, less than the {} requested: the lever is the cap or the live set \
+             (raise the cap, or shrink what is live), not an allocator setting.",
             fsz(device_free),
+            fsz(alloc_size),
+            fsz(state.reserved_bytes),
+            fsz(state.reserved_bytes),
+            fsz(state.reserved_bytes + alloc_size),
+            fsz(state.active_bytes),
+            fsz(state.cached_free_bytes),
             fsz(s)
         ),
     };
@@ -534,7 +610,7 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
         oom_entries,
         time_us: ev.time(),
         request_bytes: s,
-        alloc_size_bytes: allocation_size(s, &cfg),
+        alloc_size_bytes: alloc_size,
         pool: if small { "small" } else { "large" },
         pool_id,
         stream: ev.stream,
@@ -689,6 +765,49 @@ mod tests {
         let f = oom_finding(&s, 0, &NO_REPLAY).unwrap();
         assert_eq!(f.verdict, Verdict::Exhaustion);
         assert_eq!(f.bytes_over_capacity, 12 * MIB + 32 * MIB - 21 * MIB);
+    }
+
+    #[test]
+    fn device_with_room_means_a_cap_on_the_process() {
+        use BlockState::*;
+        const GIB: u64 = 1 << 30;
+        // Every reserved byte live, 100 GiB free on the device, a 32 MiB request refused:
+        // PyTorch's per-process cap, not the device, and not fragmentation.
+        let s = snap(vec![seg(1 << 30, 0, &[(20 * MIB, ActiveAllocated)])], 32 * MIB, 100 * GIB);
+        let f = oom_finding(&s, 0, &NO_REPLAY).unwrap();
+        assert_eq!(f.verdict, Verdict::MemoryFractionCap, "{}", f.explanation);
+        assert_eq!(f.capacity_source, "estimate_memory_fraction_cap");
+        assert_eq!(f.capacity_bytes, 20 * MIB);
+        assert!(f.explanation.contains("set_per_process_memory_fraction"), "{}", f.explanation);
+        // The same with 16 MiB free in pieces: the cache could not serve 32 MiB either way.
+        let s = snap(
+            vec![
+                seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]),
+                seg(2 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]),
+            ],
+            32 * MIB,
+            100 * GIB,
+        );
+        assert_eq!(oom_finding(&s, 0, &NO_REPLAY).unwrap().verdict, Verdict::MemoryFractionCap);
+        // Enough free in the cache for the request, in pieces: fragmentation under the cap,
+        // and the device's free memory is not offered as reachable.
+        let s = snap(
+            vec![
+                seg(1 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]),
+                seg(2 << 30, 0, &[(12 * MIB, ActiveAllocated), (8 * MIB, Inactive)]),
+            ],
+            16 * MIB,
+            100 * GIB,
+        );
+        let f = oom_finding(&s, 0, &NO_REPLAY).unwrap();
+        assert_eq!(f.verdict, Verdict::Fragmentation);
+        assert!(f.explanation.contains("a cap on this process"), "{}", f.explanation);
+        // Device free just short of the segment plus the margin: the device, as before.
+        // With nothing free in the cache that is not fragmentation either (it was, before).
+        let s = snap(vec![seg(1 << 30, 0, &[(20 * MIB, ActiveAllocated)])], 32 * MIB, 32 * MIB + CAP_MARGIN - 1);
+        let f = oom_finding(&s, 0, &NO_REPLAY).unwrap();
+        assert_eq!(f.verdict, Verdict::Exhaustion, "{}", f.explanation);
+        assert!(f.explanation.contains("did not take the 32.00 MiB segment"), "{}", f.explanation);
     }
 
     #[test]

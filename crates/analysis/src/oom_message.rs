@@ -1551,9 +1551,13 @@ fn roughly_ge(a: u64, b: u64, parts: &[u64]) -> bool {
 ///   `Partial`: no figures → `Unclear`.
 /// * **Request larger than the GPU** (`S > total`) → `Exhaustion`.
 /// * **Fraction cap binding**: `allowed < total` and `reserved + S > allowed` (the allocator
-///   will not ask CUDA for more than `allowed`) → `MemoryFractionCap`. Tried before
-///   fragmentation because a small request under a binding cap is refused however the cache
-///   looks, and the fix (raise the fraction) is different.
+///   will not ask CUDA for more than `allowed`) → `MemoryFractionCap`, unless the request
+///   is a large-pool one (a segment over 2 MiB) and the reserved-but-unallocated bytes cover
+///   it: the cache is searched before the cap is ever consulted, so those free bytes, were
+///   they contiguous, would have served it → `Fragmentation`, with the cap as a finding
+///   (seen on an H200, PyTorch 2.11: tests/gpu). A small request's segment (2 MiB) comes
+///   from the small pool, which the unallocated figure does not separate, so it stays
+///   `MemoryFractionCap`.
 /// * **Fragmentation**: reserved-but-unallocated ≥ S. "Reserved by PyTorch but
 ///   unallocated" is memory PyTorch got from CUDA and keeps cached as free blocks instead of
 ///   returning it. Before raising the OOM PyTorch has already returned every *fully* free
@@ -1802,6 +1806,10 @@ impl<'a> Explainer<'a> {
             // reserved + request reaching the cap *within rounding* is enough: the figures
             // are rounded, the allocator's check (reserved + size > allowed) was not.
             if clearly_gt(t, l, &[t, l]) && roughly_ge(r.saturating_add(s), l, &[r, s, l]) {
+                let u = m.reserved_unallocated.unwrap_or(0);
+                if s > 2 * MIB && roughly_ge(u, s, &[u, s]) && m.form != MessageForm::CudaMallocAsync {
+                    return self.fraction_cap_fragmented(s, t, l, r);
+                }
                 return self.fraction_cap(s, t, l, r);
             }
         }
@@ -2385,6 +2393,39 @@ impl<'a> Explainer<'a> {
             "Raise or remove the memory fraction if the GPU is not shared; if it is shared on \
              purpose, reduce this process's memory (smaller batch, checkpointing, lower \
              precision)."
+                .into(),
+        );
+    }
+
+    /// A binding cap, and enough reserved-but-unallocated bytes for the request: the cache
+    /// failed first (fragmentation), the cap then kept PyTorch from reserving more.
+    fn fraction_cap_fragmented(&mut self, s: u64, t: u64, l: u64, r: u64) {
+        self.set(
+            Likely::Fragmentation,
+            format!(
+                "Fragmentation likely, under a memory fraction cap: PyTorch held {} reserved but \
+                 unallocated, more than the {} it tried to allocate, but no cached block fit; and this \
+                 process may use only {} of {}'s {}, which {} reserved plus the request exceed, so it \
+                 could not reserve more.",
+                self.unallocated(),
+                fs(s),
+                fs(l),
+                self.gpu(),
+                fs(t),
+                fs(r)
+            ),
+        );
+        self.findings.push(format!(
+            "The cap comes from torch.cuda.set_per_process_memory_fraction() or \
+             `per_process_memory_fraction` in {}. PyTorch looks for a free cached block before it \
+             checks the cap: had the unallocated bytes been in one piece, this request would have \
+             fitted without reserving more.",
+            names(self.m).conf
+        ));
+        self.fragmentation_advice();
+        self.next_steps.push(
+            "Or raise the memory fraction, if the GPU is not shared on purpose: the cap is what \
+             turned the fragmentation into an OOM."
                 .into(),
         );
     }

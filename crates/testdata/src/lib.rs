@@ -1,6 +1,6 @@
 //! Where fragscope's tests find real snapshots.
 //!
-//! Two sets:
+//! Two sets of others' recordings, and one of ours ([`h200_dir`]):
 //! * the **in-repository set**, `crates/testdata/real/` (a few MB of licence-compatible real
 //!   snapshots, attribution in its `NOTICE.md`), always present, so the real-data tests run
 //!   from a fresh clone;
@@ -20,6 +20,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// `crates/testdata/real`: the real snapshots shipped with the repository.
 pub fn in_repo_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("real")
+}
+
+/// `crates/testdata/h200`: snapshots this project recorded on a real GPU (an H200, PyTorch
+/// 2.11), with what the recording process measured (`*.truth.json`); its `NOTICE.md` says
+/// what each is. Always present.
+pub fn h200_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("h200")
 }
 
 /// `../shared/traces` when it exists.
