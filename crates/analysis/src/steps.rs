@@ -184,6 +184,18 @@ fn frame_bits(file: &str, name: &str) -> u8 {
         {
             b |= BWD;
         }
+        // Activation checkpointing recomputes a layer's forward inside the backward pass:
+        // the engine calls `torch/utils/checkpoint.py`'s saved-tensor hook (`unpack_hook`,
+        // `recompute_fn`; `unpack` before PyTorch 2.1), or the reentrant variant's
+        // `CheckpointFunction.backward`. Those entries carry the module's `forward` frames
+        // too, and are backward (seen on an H200 recording, crates/testdata/h200: without
+        // this the recomputation split each backward pass into forwards, and no gradient
+        // was found).
+        if file.ends_with("torch/utils/checkpoint.py")
+            && matches!(name, "unpack_hook" | "recompute_fn" | "unpack" | "backward")
+        {
+            b |= BWD;
+        }
         if name == "forward"
             || (file.ends_with("torch/nn/modules/module.py") && (name == "_call_impl" || name == "_wrapped_call_impl"))
         {
