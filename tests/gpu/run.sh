@@ -15,7 +15,14 @@ for s in 256 1024; do rec "gpt-s$s-b8" --batch 8 --seq "$s"; done
 rec gpt-s512-b16-ckpt --batch 16 --checkpoint
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True rec gpt-s512-b16-expandable --batch 16
 echo "== pytest plugin"
-timeout 120 python3 -m pytest -p no:cacheprovider -rA --fragscope-keep-snapshots="$OUT/plugin" tests/gpu/plugin_cases.py 2>&1 | tail -60
+timeout 120 python3 -m pytest -p no:cacheprovider -rA --fragscope-keep-snapshots="$OUT/plugin" tests/gpu/plugin_cases.py > "$OUT/plugin.log" 2>&1
+tail -60 "$OUT/plugin.log"
+# The outcomes plugin_cases.py's docstring expects, and no warning from the plugin's hooks.
+for want in "PASSED tests/gpu/plugin_cases.py::test_fits" "FAILED tests/gpu/plugin_cases.py::test_breaks_reserved" \
+            "FAILED tests/gpu/plugin_cases.py::test_leaks" "PASSED tests/gpu/plugin_cases.py::test_unmarked"; do
+    if grep -q "^$want" "$OUT/plugin.log"; then echo "CHECK plugin: $want: ok"; else echo "CHECK plugin: $want: FAIL"; fi
+done
+if grep -q "PluggyTeardownRaisedWarning" "$OUT/plugin.log"; then echo "CHECK plugin: no hook warning: FAIL"; else echo "CHECK plugin: no hook warning: ok"; fi
 echo "== live"
 timeout 240 python3 tests/gpu/live.py "$OUT/live"
 echo "live rc $?"
