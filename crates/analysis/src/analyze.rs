@@ -344,9 +344,8 @@ fn analyze_device_inner(
 
     // Role-level what-ifs: asked for, or the answer to an exhaustion OOM or one of a cap on
     // the process (the live set must shrink: would the usual remedies shrink it enough?).
-    let exhaustion = oom_f
-        .as_ref()
-        .is_some_and(|f| matches!(f.verdict, oom::Verdict::Exhaustion | oom::Verdict::MemoryFractionCap));
+    let exhaustion =
+        oom_f.as_ref().is_some_and(|f| matches!(f.verdict, oom::Verdict::Exhaustion | oom::Verdict::MemoryFractionCap));
     let role_what_if = ((opts.what_if || exhaustion) && replay::has_replayable_trace(snap, device)).then(|| {
         let cap = oom_f.as_ref().map(|f| f.capacity_bytes).or_else(|| snap.device_capacity.get(&device).copied());
         replay::transform::analyze_rows(snap, device, cap)

@@ -150,7 +150,8 @@ fn real_oom_verdicts() {
         }
         if name == "fraction-fragmentation" {
             // Measured under the cap: expandable segments would have fitted it.
-            let fixes: Vec<&str> = o["fixes"].as_array().unwrap().iter().map(|f| f["setting"].as_str().unwrap()).collect();
+            let fixes: Vec<&str> =
+                o["fixes"].as_array().unwrap().iter().map(|f| f["setting"].as_str().unwrap()).collect();
             assert!(fixes.contains(&"expandable_segments:True"), "{fixes:?}");
         }
         // The text of the same error, read by `fragscope oom`, agrees.
