@@ -11,7 +11,10 @@ snapshot is checked with the same gate as ``fragscope check`` (peak reserved / a
 peak fragmentation ``1 - allocated / reserved``) and ``max_growth`` against the largest
 step-to-step growth of a call site (the leak suspects of ``fragscope analyze``). A test
 over a limit fails with the limit, the measured value and the top call sites at the peak.
-``--fragscope-keep-snapshots=DIR`` keeps the snapshot of each failing test.
+``--fragscope-keep-snapshots=DIR`` keeps the snapshot of each failing test. Growth across
+steps needs two steps or more in the trace (optimizer steps, backward passes, or steps
+marked with ``fragscope.torch.phase("step")``); where the trace cannot tell, ``max_growth``
+is listed at the end as not checked, with the reason.
 
 The marker's arguments are checked when the tests are collected, on every machine (a
 CPU-only CI run too): an unknown limit name or a size that does not parse stops the run
@@ -30,7 +33,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 import pytest
 
@@ -59,11 +62,14 @@ def _renamed(limits: Dict[str, Any]) -> Dict[str, Any]:
 @dataclass
 class Verdict:
     """Whether a test stayed within its limits; ``lines`` name each broken limit,
-    ``sites`` the top call sites at the allocated peak (``"site: bytes"``)."""
+    ``sites`` the top call sites at the allocated peak (``"site: bytes"``), ``unchecked``
+    each limit that the snapshot could not tell (``max_growth`` on a device whose trace
+    has fewer than two steps: why, and how to record one that can)."""
 
     ok: bool
     lines: List[str] = field(default_factory=list)
     sites: List[str] = field(default_factory=list)
+    unchecked: List[str] = field(default_factory=list)
 
     def message(self) -> str:
         out = ["fragscope: CUDA memory limit exceeded:"] + [f"  {line}" for line in self.lines]
@@ -105,6 +111,7 @@ def evaluate(snap: "fragscope.Snapshot", limits: Dict[str, Any], top: int = 5) -
     for f in gate.to_dict()["failures"]:
         lines.append(_failure_text(f))
     analysis = snap.analyze(top=top).to_dict()["files"][0]
+    unchecked: List[str] = []
     if limits.get("max_growth") is not None:
         allowed = _parsed(limits)["max_growth"]
         for d in analysis["devices"]:
@@ -114,12 +121,22 @@ def evaluate(snap: "fragscope.Snapshot", limits: Dict[str, Any], top: int = 5) -
                         f"step-to-step growth {_fmt(s['growth_bytes_per_step'])}/step of "
                         f"{s['site']} on device {d['device']} exceeds max_growth {_fmt(allowed)}"
                     )
+        # Devices whose growth across steps cannot be told (one step or none): the limit
+        # was not checked there, and the test must not pass silently as if it had been.
+        # A device the test allocated nothing on (no trace entry) did not grow.
+        blind = [d for d in analysis["devices"] if not (d.get("leak_steps") or {}).get("can_tell", True)]
+        if blind:
+            traced = {d["device"] for d in snap.summary().to_dict()["files"][0]["devices"] if d.get("trace_events")}
+            for d in blind:
+                if d["device"] in traced:
+                    why = d["leak_steps"].get("reason") or "leaks cannot be told from this trace"
+                    unchecked.append(f"max_growth not checked on device {d['device']}: {why}")
     sites: List[str] = []
     if lines:
         for d in analysis["devices"]:
             for s in d["peaks"]["allocated_peak"]["sites"][:top]:
                 sites.append(f"device {d['device']}: {s['site']}: {_fmt(s['bytes'])} ({s['share']:.1%})")
-    return Verdict(ok=not lines, lines=lines, sites=sites)
+    return Verdict(ok=not lines, lines=lines, sites=sites, unchecked=unchecked)
 
 
 def _failure_text(f: Dict[str, Any]) -> str:
@@ -228,7 +245,8 @@ def _cuda_torch() -> Any:
         return None, str(e)
 
 
-# Tests run without their memory check (--fragscope-without-cuda=run), per session config.
+# Limits not checked, per session config: (test id, what and why). The bodies run without
+# CUDA (--fragscope-without-cuda=run), and max_growth where the trace cannot tell it.
 _UNCHECKED: Dict[Any, List[Tuple[str, str]]] = {}
 
 
@@ -236,41 +254,45 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: Any, config: Any)
     ran = _UNCHECKED.pop(config, [])
     if ran:
         terminalreporter.section("fragscope: cuda_memory limits NOT checked")
-        for nodeid, why in ran:
-            terminalreporter.write_line(f"{nodeid}: body run without the memory check ({why})")
+        for nodeid, what in ran:
+            terminalreporter.write_line(f"{nodeid}: {what}")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: Any):
+def _memory_check(item: Any) -> Generator[None, Any, Any]:
+    """The check around one test's call, a generator that yields once, where the test runs.
+
+    Sent the test's result, it checks the snapshot and returns the result, or raises
+    ``pytest.fail`` when a limit is broken. Thrown the test's own exception, it stops
+    recording and lets that exception through untouched: a test that failed by itself
+    shows its own error, not a memory verdict. Before the yield it raises ``pytest.skip``
+    (no torch or CUDA, unless ``--fragscope-without-cuda=run``)."""
     marker = item.get_closest_marker(MARKER)
     if marker is None:
-        yield
-        return
+        return (yield)
     limits = dict(marker.kwargs)
     torch, why = _cuda_torch()
     if torch is None:
         mode = item.config.getoption("--fragscope-without-cuda") or item.config.getini("fragscope_without_cuda")
         if mode == "run":
-            _UNCHECKED.setdefault(item.config, []).append((item.nodeid, str(why)))
-            yield
-            return
+            _UNCHECKED.setdefault(item.config, []).append((item.nodeid, f"body run without the memory check ({why})"))
+            return (yield)
         pytest.skip(f"fragscope: {item.nodeid}: {why}; the {MARKER} limits of this test were not checked")
     max_entries = item.config.getoption("--fragscope-max-entries")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=max_entries)
     try:
-        outcome = yield
-        if outcome.excinfo is not None:
-            return  # the test failed by itself; its own error is the one to see
+        result = yield  # raises the test's own exception, which goes on up untouched
         torch.cuda.synchronize()
         data = torch.cuda.memory._snapshot()
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
     snap = fragscope.from_dict(data, name=item.nodeid)
     verdict = evaluate(snap, limits)
+    for what in verdict.unchecked:
+        _UNCHECKED.setdefault(item.config, []).append((item.nodeid, what))
     if verdict.ok:
-        return
+        return result
     msg = verdict.message()
     keep = item.config.getoption("--fragscope-keep-snapshots")
     if keep:
@@ -279,3 +301,44 @@ def pytest_runtest_call(item: Any):
         snap.save(path)
         msg += f"\n  snapshot kept: {path} (fragscope analyze {path})"
     pytest.fail(msg, pytrace=False)
+
+
+def _new_style_wrappers() -> bool:
+    """Whether this pytest's pluggy has new-style hook wrappers (``wrapper=True``: pluggy
+    1.2, which pytest 8 requires; a pytest 7 may have it)."""
+    try:
+        pytest.hookimpl(wrapper=True)
+    except TypeError:
+        return False
+    return True
+
+
+if _new_style_wrappers():
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(item: Any) -> Generator[None, Any, Any]:
+        # A limit broken raises pytest.fail from the wrapper: the test fails cleanly (an
+        # old-style hookwrapper raising in its teardown gets PluggyTeardownRaisedWarning).
+        return (yield from _memory_check(item))
+
+else:  # pragma: no cover - pluggy < 1.2 (pytest 7 and older): the old-style hookwrapper
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item: Any) -> Generator[None, Any, None]:
+        check = _memory_check(item)
+        next(check)  # pytest.skip, before the test runs
+        outcome = yield
+        try:
+            if outcome.excinfo is None:
+                check.send(outcome.get_result())
+            else:
+                check.throw(outcome.excinfo[1])
+        except StopIteration:
+            pass
+        except BaseException as e:
+            if outcome.excinfo is not None and e is outcome.excinfo[1]:
+                return  # the test failed by itself; the outcome keeps its error
+            if hasattr(outcome, "force_exception"):  # pluggy 1.1
+                outcome.force_exception(e)
+            else:
+                raise

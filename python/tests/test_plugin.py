@@ -5,6 +5,7 @@ plugin's real-GPU path is not exercised here."""
 
 from __future__ import annotations
 
+import pickle
 import sys
 import textwrap
 from pathlib import Path
@@ -58,6 +59,110 @@ def test_evaluate_growth_on_the_leaking_example():
     assert evaluate(snap, {"max_growth": growth}).ok
     v = evaluate(snap, {"max_growth": growth - 1})
     assert not v.ok and "step-to-step growth" in v.lines[0] and "max_growth" in v.lines[0]
+
+
+MiB = 2**20
+PYTEST_FRAMES = [  # pytest's and pluggy's frames under a test function (innermost first)
+    ("/venv/lib/python3.12/site-packages/_pytest/python.py", 157, "pytest_pyfunc_call"),
+    ("/venv/lib/python3.12/site-packages/pluggy/_callers.py", 121, "_multicall"),
+    ("/venv/lib/python3.12/site-packages/pluggy/_manager.py", 120, "_hookexec"),
+    ("/venv/lib/python3.12/site-packages/pluggy/_hooks.py", 512, "__call__"),
+    ("/venv/lib/python3.12/site-packages/_pytest/python.py", 1671, "runtest"),
+    ("/venv/lib/python3.12/site-packages/_pytest/runner.py", 178, "pytest_runtest_call"),
+    ("/venv/lib/python3.12/site-packages/_pytest/main.py", 367, "pytest_runtestloop"),
+    ("/venv/lib/python3.12/site-packages/pytest/__main__.py", 9, "<module>"),
+]
+
+
+def steps_snapshot(steps: int = 6, leak: bool = True, annotate: bool = True) -> dict:
+    """The snapshot PyTorch 2.11 records (``_record_memory_history`` at the test's start,
+    ``_snapshot()`` at its end) of tests/gpu/plugin_cases.py::test_leaks: each step, inside
+    ``fragscope.torch.phase("step")`` (a ``record_function("step")`` annotation), keeps a
+    32 MiB tensor (``leak``; else frees it) and frees a 16 MiB temporary. Each request
+    gets a segment of its size (segment_alloc, then alloc) unless a cached one fits; a
+    free is free_requested then free_completed; frames are Python's, innermost first."""
+    clock = [1795794375657724]
+    trace: list = []
+    anns: list = []
+    cached: dict = {}
+    live: dict = {}
+    made: list = []
+
+    def now() -> int:
+        clock[0] += 7
+        return clock[0]
+
+    def frames(line: int) -> list:
+        fs = [("/work/tests/test_leaky.py", line, "test_leaks")] + PYTEST_FRAMES
+        return [{"filename": f, "line": n, "name": fn} for f, n, fn in fs]
+
+    def entry(action: str, addr: int, size: int, line: int) -> None:
+        trace.append({"action": action, "addr": addr, "compile_context": "N/A", "frames": frames(line),
+                      "size": size, "stream": 0, "time_us": now(), "user_metadata": ""})
+
+    def alloc(size: int, line: int) -> int:
+        if cached.get(size):
+            addr = cached[size].pop()
+        else:
+            addr = 0x7F8A00000000 + sum(s for _, s in made) + len(made) * 64 * MiB
+            made.append((addr, size))
+            entry("segment_alloc", addr, size, line)
+        entry("alloc", addr, size, line)
+        live[addr] = (size, line)
+        return addr
+
+    def free(addr: int, line: int) -> None:
+        size, _ = live.pop(addr)
+        entry("free_requested", addr, size, line)
+        entry("free_completed", addr, size, line)
+        cached.setdefault(size, []).append(addr)
+
+    for _ in range(steps):
+        if annotate:
+            anns.append({"stage": "START", "name": "step", "device": 0, "time_us": now()})
+        kept = alloc(32 * MiB, 31)
+        free(alloc(16 * MiB, 32), 33)
+        if not leak:
+            free(kept, 33)
+        if annotate:
+            anns.append({"stage": "END", "name": "step", "device": 0, "time_us": now()})
+    segments = []
+    for addr, size in made:
+        used, line = live.get(addr, (0, 0))
+        state = "active_allocated" if used else "inactive"
+        block = {"address": addr, "size": size, "requested_size": size, "state": state,
+                 "frames": frames(line) if used else []}
+        segments.append({"device": 0, "address": addr, "total_size": size, "allocated_size": used,
+                         "active_size": used, "requested_size": used, "stream": 0, "segment_type": "large",
+                         "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": [block]})
+    return {"segments": segments, "device_traces": [trace], "external_annotations": anns,
+            "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1, "expandable_segments": False}}
+
+
+@pytest.mark.parametrize("steps", [6, 3, 2])
+def test_evaluate_growth_when_a_tensor_kept_per_step_is_most_of_what_the_step_allocates(steps):
+    """Regression (plugin_cases.py::test_leaks on an H200 passed): a leak that is most of
+    what each annotated step allocates was read as a build-up, not a leak, and max_growth
+    passed. Without an optimizer; 6, 3 and 2 steps."""
+    snap = fragscope.from_dict(steps_snapshot(steps), name="leaky")
+    v = evaluate(snap, {"max_growth": "8MiB"})
+    assert not v.ok and v.unchecked == []
+    assert v.lines == ["step-to-step growth 32.00 MiB/step of test_leaky.py:31:test_leaks on device 0 exceeds max_growth 8.00 MiB"]
+    assert evaluate(snap, {"max_growth": "32MiB"}).ok
+    # The same steps freeing their tensor: nothing grows.
+    v = evaluate(fragscope.from_dict(steps_snapshot(steps, leak=False), name="tidy"), {"max_growth": "8MiB"})
+    assert v.ok and v.lines == [] and v.unchecked == []
+
+
+def test_evaluate_says_when_max_growth_cannot_be_checked():
+    """No step in the trace (no annotation, optimizer or backward): the growth across steps
+    cannot be told, and the verdict says so instead of passing as if it had been checked."""
+    v = evaluate(fragscope.from_dict(steps_snapshot(annotate=False), name="unmarked"), {"max_growth": "8MiB"})
+    assert v.ok and v.lines == []
+    assert len(v.unchecked) == 1 and v.unchecked[0].startswith("max_growth not checked on device 0: ")
+    assert 'fragscope.torch.phase("step")' in v.unchecked[0]
+    # Other limits alone: nothing to say about max_growth.
+    assert evaluate(fragscope.from_dict(steps_snapshot(annotate=False), name="unmarked"), {"max_reserved": "1GiB"}).unchecked == []
 
 
 def test_evaluate_stats():
@@ -217,3 +322,69 @@ def test_plugin_fails_over_limit_names_sites_and_keeps_snapshot_fake_torch(pytes
 def test_plugin_marker_is_registered(pytester):
     r = pytester.runpytest_inprocess("--markers")
     r.stdout.fnmatch_lines(["*@pytest.mark.cuda_memory(max_reserved=None*"])
+
+
+LEAKY = """
+import pytest
+import torch
+
+
+@pytest.mark.cuda_memory(max_growth="8MiB")
+def test_leaks():
+    torch.snapshot_file = {leak!r}
+
+
+@pytest.mark.cuda_memory(max_growth="8MiB")
+def test_does_not_leak():
+    torch.snapshot_file = {tidy!r}
+
+
+@pytest.mark.cuda_memory(max_growth="8MiB")
+def test_leaks_and_fails_by_itself():
+    torch.snapshot_file = {leak!r}
+    assert 1 + 1 == 3, "the test's own failure"
+
+
+@pytest.mark.cuda_memory(max_growth="8MiB")
+def test_steps_not_marked():
+    torch.snapshot_file = {unmarked!r}
+"""
+
+
+def test_plugin_fails_a_test_that_leaks_per_step_over_max_growth_fake_torch(pytester, tmp_path):
+    """A test keeping a 32 MiB tensor per ``phase("step")`` fails its max_growth of 8 MiB as
+    a clean test failure: the plugin's new-style hook wrapper raises no
+    PluggyTeardownRaisedWarning (an old-style hookwrapper raising after its yield did). A
+    test that frees its tensors passes; a test that fails by itself shows its own error; a
+    test whose trace has no steps passes and is listed as not checked."""
+    files = {}
+    for name, kw in {"leak": {}, "tidy": {"leak": False}, "unmarked": {"annotate": False}}.items():
+        files[name] = str(tmp_path / f"{name}.pickle")
+        with open(files[name], "wb") as f:
+            pickle.dump(steps_snapshot(**kw), f, protocol=4)
+    fake_conftest(pytester)
+    pytester.makepyfile(test_leaky=LEAKY.format(**files))
+    r = pytester.runpytest_inprocess("-W", "error::pytest.PytestWarning", "-rA")
+    r.assert_outcomes(passed=2, failed=2)
+    out = r.stdout.str()
+    assert "PluggyTeardownRaisedWarning" not in out + r.stderr.str()
+    assert "warnings summary" not in out
+    r.stdout.fnmatch_lines([
+        "*_ test_leaks _*",
+        "*fragscope: CUDA memory limit exceeded:*",
+        "*step-to-step growth 32.00 MiB/step of test_leaky.py:31:test_leaks on device 0 exceeds max_growth 8.00 MiB*",
+        "*top call sites at the allocated peak:*",
+    ])
+    r.stdout.fnmatch_lines(["*_ test_leaks_and_fails_by_itself _*", "*AssertionError: the test's own failure*"])
+    own = out.split("_ test_leaks_and_fails_by_itself _")[1].split("\n=")[0]
+    assert "AssertionError" in own and "fragscope" not in own  # its own failure, not a memory verdict
+    r.stdout.fnmatch_lines([
+        "*fragscope: cuda_memory limits NOT checked*",
+        "*test_leaky.py::test_steps_not_marked: max_growth not checked on device 0: no training step found*",
+    ])
+    assert "test_does_not_leak: max_growth not checked" not in out
+    r.stdout.fnmatch_lines(["PASSED test_leaky.py::test_does_not_leak*"])
+    r.stdout.fnmatch_lines(["FAILED test_leaky.py::test_leaks - Failed: fragscope: CUDA memory limit*"])
+    # Recording was stopped after every marked test, the failing ones included.
+    calls = [c for c in fake_torch.LAST.calls if c[0] == "_record_memory_history"]
+    assert [c[1] for c in calls] == ["all", None] * 4

@@ -43,9 +43,15 @@
 //!   optimisation): the outer pass keeps its activations across the inner steps. Seen in
 //!   the Python frames of the steps' optimizer or backward calls, when a module `forward`
 //!   is their caller ([`crate::steps::called_inside_forward`]);
-//! * a run whose step ends keep most of what the steps allocate (more than
-//!   [`MAX_KEPT_SHARE`] of the bytes allocated after the first step grow the suspects):
-//!   a build-up, not a loop that frees its work.
+//! * backward passes without an optimizer whose ends keep most of what they allocate (more
+//!   than [`MAX_KEPT_SHARE`] of the bytes allocated after the first grow the suspects):
+//!   several backward passes can be parts of one computation that collects its results
+//!   (per-sample gradients, Jacobian rows, attribution maps), a build-up, not a loop that
+//!   frees its work. Optimizer steps and step annotations (`ProfilerStep#N`,
+//!   `fragscope.torch.phase("step")`, also when backward passes bound the steps) are
+//!   evidence of a loop; what outlives those steps and grows is reported whatever share of
+//!   a step's allocations it is: a leak that dominates a small step (a unit test, a toy
+//!   loop) is the plainest leak there is.
 //!
 //! # Evidence and confidence
 //!
@@ -76,7 +82,8 @@ pub const MIN_GROWING_SHARE: f64 = 0.75;
 /// Fewest training steps in which leaks can be told (growth across steps needs two).
 pub const MIN_STEPS: usize = 2;
 /// When the suspects' growth is more than this share of the bytes allocated after the
-/// first step, the steps keep most of their work: a build-up, not a steady loop.
+/// first step, steps bounded by backward passes alone keep most of their work: a build-up,
+/// not a steady loop (module doc; not applied to optimizer steps or step annotations).
 pub const MAX_KEPT_SHARE: f64 = 0.5;
 /// Points of a suspect's curve, at most.
 pub const CURVE_POINTS: usize = 48;
@@ -350,15 +357,22 @@ pub fn leaks_device_with(
         return out;
     }
     // A build-up, not a loop: the candidates' growth against what the steps after the
-    // first allocate.
+    // first allocate. Only where backward passes alone bound the steps and nothing marks
+    // them as a loop's (module doc): an optimizer step or a step annotation says the steps
+    // are a loop's, and a leak that is most of what a small step allocates (a unit test
+    // keeping a tensor per step) is a leak, not a build-up.
     let (from, to) = (pos[1], pos[n_steps]);
     let allocated: u64 = blocks.iter().filter(|b| b.alloc >= from && b.alloc < to).map(|b| b.size).sum();
     let grown: u64 = cands.iter().map(|&(s, _)| rows[n_steps][s] - rows[1][s]).sum();
-    if allocated > 0 && grown as f64 > MAX_KEPT_SHARE * allocated as f64 {
+    if st.source == "backward"
+        && allocated > 0
+        && grown as f64 > MAX_KEPT_SHARE * allocated as f64
+        && !steps::has_step_annotations(snap, device)
+    {
         out.steps.can_tell = false;
         out.steps.source = "none";
         out.steps.reason = Some(format!(
-            "{}, but memory at the step ends grows by {:.0}% of what the steps after the first allocate, at {} call sites: a build-up (steps nested in a longer pass, or a run that keeps its work), not a loop that frees it; leaks cannot be told from these steps",
+            "{}, but memory at the step ends grows by {:.0}% of what the steps after the first allocate, at {} call sites: a build-up (backward passes of one computation that keeps their results, or steps nested in a longer pass), not a loop that frees it; leaks cannot be told from these steps; if they are a training loop's steps, mark each with fragscope.torch.phase(\"step\")",
             st.describe(),
             100.0 * grown as f64 / allocated as f64,
             cands.len()
@@ -708,6 +722,178 @@ mod tests {
         snap.external_annotations = Some(anns);
         assert_eq!(leaks_device(&plain, 0).suspects.len(), 1);
         assert!(leaks_device(&snap, 0).suspects.is_empty());
+    }
+
+    /// A small loop, as a unit test writes one: entries with times, Python stacks
+    /// (innermost first), and `record_function` annotations.
+    #[derive(Default)]
+    struct Small {
+        snap: Snapshot,
+        trace: Vec<TraceEvent>,
+        anns: Vec<fragscope_snapshot::Annotation>,
+        clock: i64,
+    }
+
+    impl Small {
+        fn stack(&mut self, frames: &[(&str, i64, &str)]) -> StackId {
+            let t = &mut self.snap.frames;
+            let ids: Vec<_> = frames
+                .iter()
+                .map(|&(file, line, name)| {
+                    let f = Frame { filename: t.intern_str(file), line, name: t.intern_str(name) };
+                    t.intern_frame(f)
+                })
+                .collect();
+            t.intern_stack(&ids)
+        }
+        fn ev(&mut self, action: Action, addr: u64, size: u64, s: StackId) {
+            self.clock += 10;
+            let mut e = TraceEvent::new(action, addr, size, 0);
+            e.stack = Some(s);
+            e.time_us = self.clock;
+            self.trace.push(e);
+        }
+        fn alloc(&mut self, addr: u64, size: u64, s: StackId) {
+            self.ev(Action::Alloc, addr, size, s);
+        }
+        fn free(&mut self, addr: u64, size: u64, s: StackId) {
+            self.ev(Action::FreeRequested, addr, size, s);
+            self.ev(Action::FreeCompleted, addr, size, s);
+        }
+        /// `record_function(name)`'s START (`start`) or END.
+        fn mark(&mut self, name: &str, start: bool) {
+            self.clock += 3;
+            self.anns.push(fragscope_snapshot::Annotation {
+                device: 0,
+                time_us: self.clock,
+                name: name.into(),
+                stage: if start { "START" } else { "END" }.into(),
+                extra: Vec::new(),
+            });
+        }
+        fn done(mut self) -> Snapshot {
+            self.snap.device_traces.push(self.trace);
+            if !self.anns.is_empty() {
+                self.snap.external_annotations = Some(self.anns);
+            }
+            self.snap
+        }
+    }
+
+    /// The plugin's GPU case (tests/gpu/plugin_cases.py::test_leaks): each step, inside
+    /// `fragscope.torch.phase("step")` (`annotate`), keeps a 32 MiB tensor (`leak`; else
+    /// frees it) and frees a 16 MiB temporary; no optimizer, no backward. With `optimizer`,
+    /// each step also runs a small module's forward and an optimizer on its parameter
+    /// (torch/optim frames): a small model's training steps, which the leak dominates.
+    fn kept_per_step(steps: usize, leak: bool, annotate: bool, optimizer: bool) -> Snapshot {
+        let mut b = Small::default();
+        let test =
+            |line| [("/w/tests/test_mem.py", line, "test_leaks"), ("/v/_pytest/python.py", 157, "pytest_pyfunc_call")];
+        let (s_keep, s_tmp, s_del) = (b.stack(&test(31)), b.stack(&test(32)), b.stack(&test(33)));
+        let s_opt = b.stack(&[
+            ("/v/torch/optim/sgd.py", 300, "_single_tensor_sgd"),
+            ("/v/torch/optim/optimizer.py", 500, "wrapper"),
+            ("/w/tests/test_mem.py", 34, "test_leaks"),
+        ]);
+        let s_fwd = b.stack(&[
+            ("/v/torch/nn/modules/linear.py", 134, "forward"),
+            ("/v/torch/nn/modules/module.py", 1790, "_call_impl"),
+            ("/w/tests/test_mem.py", 30, "test_leaks"),
+        ]);
+        if optimizer {
+            b.alloc(1 << 40, MIB, s_keep); // the parameter
+        }
+        for k in 0..steps as u64 {
+            if annotate {
+                b.mark("step", true);
+            }
+            if optimizer {
+                b.alloc(1 << 39, MIB, s_fwd);
+                b.free(1 << 39, MIB, s_del);
+            }
+            let keep = (1u64 << 30) + k * 64 * MIB;
+            b.alloc(keep, 32 * MIB, s_keep);
+            b.alloc(1 << 36, 16 * MIB, s_tmp);
+            b.free(1 << 36, 16 * MIB, s_del);
+            if !leak {
+                b.free(keep, 32 * MIB, s_del);
+            }
+            if optimizer {
+                b.alloc(1 << 38, MIB, s_opt);
+                b.free(1 << 38, MIB, s_opt);
+            }
+            if annotate {
+                b.mark("step", false);
+            }
+        }
+        b.done()
+    }
+
+    #[test]
+    fn a_leak_that_is_most_of_what_each_annotated_step_allocates_is_found() {
+        for steps in [2, 3, 6] {
+            let l = leaks_device(&kept_per_step(steps, true, true, false), 0);
+            assert_eq!((l.steps.source, l.steps.steps, l.steps.can_tell), ("steps", steps, true), "{:?}", l.steps);
+            let sites: Vec<(&str, u64)> =
+                l.suspects.iter().map(|s| (s.site.site.as_str(), s.growth_bytes_per_step)).collect();
+            assert_eq!(sites, [("test_mem.py:31:test_leaks", 32 * MIB)], "{steps} steps");
+            assert_eq!(l.suspects[0].never_freed_bytes, steps as u64 * 32 * MIB);
+            // The same loop freeing its tensor: nothing.
+            let l = leaks_device(&kept_per_step(steps, false, true, false), 0);
+            assert!(l.steps.can_tell && l.suspects.is_empty(), "{:?} {:?}", l.steps, l.suspects);
+        }
+        // Without the annotations nothing bounds the steps, and the analysis says so.
+        let l = leaks_device(&kept_per_step(6, true, false, false), 0);
+        assert!(!l.steps.can_tell && l.suspects.is_empty(), "{:?}", l.steps);
+        assert!(l.steps.reason.unwrap().contains("fragscope.torch.phase"));
+    }
+
+    #[test]
+    fn a_leak_that_is_most_of_what_each_optimizer_step_allocates_is_found() {
+        for annotate in [false, true] {
+            let l = leaks_device(&kept_per_step(4, true, annotate, true), 0);
+            assert!(l.steps.can_tell, "{:?}", l.steps);
+            let sites: Vec<(&str, u64)> =
+                l.suspects.iter().map(|s| (s.site.site.as_str(), s.growth_bytes_per_step)).collect();
+            assert_eq!(sites, [("test_mem.py:31:test_leaks", 32 * MIB)], "annotated {annotate}");
+            assert!(leaks_device(&kept_per_step(4, false, annotate, true), 0).suspects.is_empty());
+        }
+    }
+
+    /// Backward passes without an optimizer, each keeping its result (a saliency map per
+    /// input): a computation that collects its results, not a training loop, unless the
+    /// program marks the passes as steps.
+    fn backward_results(annotate: bool) -> Snapshot {
+        let mut b = Small::default();
+        let s_fwd = b.stack(&[("/w/model.py", 10, "forward"), ("/w/attr.py", 5, "main")]);
+        let s_tmp = b.stack(&[("/v/torch/_tensor.py", 600, "backward"), ("/w/attr.py", 6, "main")]);
+        let s_res = b.stack(&[("/v/torch/_tensor.py", 600, "backward"), ("/w/attr.py", 7, "main")]);
+        for k in 0..5u64 {
+            if annotate {
+                b.mark("step", true);
+            }
+            b.alloc(1 << 36, 4 * MIB, s_fwd);
+            b.alloc(1 << 37, 4 * MIB, s_tmp);
+            b.free(1 << 37, 4 * MIB, s_tmp);
+            b.free(1 << 36, 4 * MIB, s_tmp);
+            b.alloc((1 << 30) + k * 64 * MIB, 32 * MIB, s_res);
+            if annotate {
+                b.mark("step", false);
+            }
+        }
+        b.done()
+    }
+
+    #[test]
+    fn backward_passes_that_keep_most_of_their_work_are_a_build_up_unless_marked_as_steps() {
+        let l = leaks_device(&backward_results(false), 0);
+        assert!(!l.steps.can_tell && l.suspects.is_empty(), "{:?} {:?}", l.steps, l.suspects);
+        let why = l.steps.reason.unwrap();
+        assert!(why.contains("5 steps (bounded by backward passes") && why.contains("build-up"), "{why}");
+        let l = leaks_device(&backward_results(true), 0);
+        assert!(l.steps.can_tell, "{:?}", l.steps);
+        let sites: Vec<&str> = l.suspects.iter().map(|s| s.site.site.as_str()).collect();
+        assert_eq!(sites, ["attr.py:7:main"]);
     }
 
     #[test]

@@ -369,6 +369,12 @@ fn step_annotation(name: &str) -> bool {
     matches!(head, "step" | "train_step" | "training_step" | "iteration" | "iter" | "train step" | "training step")
 }
 
+/// Whether `device`'s trace has a step annotation ([`step_annotation`]): the program
+/// marks its loop's steps, whatever else bounds them.
+pub(crate) fn has_step_annotations(snap: &Snapshot, device: i64) -> bool {
+    annotated(snap, device).iter().any(|(_, _, name)| step_annotation(name))
+}
+
 /// The steps of `device`'s trace (module doc).
 pub fn steps(snap: &Snapshot, device: i64) -> Steps {
     let mut ev = StackEvidence::new(snap);
