@@ -74,6 +74,7 @@ def main():
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--checkpoint", action="store_true")
+    p.add_argument("--amp", action="store_true", help="forward and loss under torch.autocast(bfloat16)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
@@ -87,8 +88,9 @@ def main():
             with ft.phase("step"):
                 idx = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev)
                 tgt = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev)
-                logits = model(idx)
-                loss = F.cross_entropy(logits.view(-1, a.vocab), tgt.view(-1))
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.amp):
+                    logits = model(idx)
+                    loss = F.cross_entropy(logits.view(-1, a.vocab), tgt.view(-1))
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -106,6 +108,7 @@ def main():
         "batch": a.batch,
         "seq": a.seq,
         "checkpoint": a.checkpoint,
+        "amp": a.amp,
         "steps": a.steps,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "torch": torch.__version__,

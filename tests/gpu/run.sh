@@ -14,6 +14,7 @@ for b in 4 8 16 32; do rec "gpt-s512-b$b" --batch "$b"; done
 for s in 256 1024; do rec "gpt-s$s-b8" --batch 8 --seq "$s"; done
 rec gpt-s512-b16-ckpt --batch 16 --checkpoint
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True rec gpt-s512-b16-expandable --batch 16
+for b in 4 8 16; do rec "gpt-s512-b$b-amp" --batch "$b" --amp; done
 echo "== pytest plugin"
 timeout 120 python3 -m pytest -p no:cacheprovider -rA --fragscope-keep-snapshots="$OUT/plugin" tests/gpu/plugin_cases.py > "$OUT/plugin.log" 2>&1
 tail -60 "$OUT/plugin.log"

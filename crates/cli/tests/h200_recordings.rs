@@ -55,7 +55,7 @@ fn every_recording_replays_exactly() {
         }
         n += 1;
     }
-    assert_eq!(n, 13, "13 recordings in crates/testdata/h200");
+    assert_eq!(n, 16, "16 recordings in crates/testdata/h200");
 }
 
 /// Peaks predicted at `at` from recordings, against the recorded run at that size. On
@@ -81,6 +81,12 @@ fn check_prediction(files: &[&str], sizes: &str, at: u64, run: &str) {
 fn batch_size_predicted_from_smaller_batches() {
     check_prediction(&["gpt-s512-b4", "gpt-s512-b8"], "4,8", 16, "gpt-s512-b16");
     check_prediction(&["gpt-s512-b4", "gpt-s512-b8", "gpt-s512-b16"], "4,8,16", 32, "gpt-s512-b32");
+}
+
+#[test]
+fn batch_size_predicted_under_autocast() {
+    // bf16 autocast: fp32 parameters, bf16 copies of the weights made in every forward.
+    check_prediction(&["gpt-s512-b4-amp", "gpt-s512-b8-amp"], "4,8", 16, "gpt-s512-b16-amp");
 }
 
 #[test]
@@ -116,7 +122,7 @@ fn checkpointing_modelled_against_the_real_run() {
 
 #[test]
 fn roles_match_the_tensors_counted_in_the_process() {
-    for run in ["gpt-s512-b4", "gpt-s512-b16", "gpt-s1024-b8", "gpt-s512-b16-expandable", "gpt-s512-b16-ckpt"] {
+    for run in ["gpt-s512-b4", "gpt-s512-b16", "gpt-s1024-b8", "gpt-s512-b16-expandable", "gpt-s512-b16-ckpt", "gpt-s512-b16-amp"] {
         let v = json(&["summary", "--json", &file(&format!("{run}.pickle.gz"))]);
         let roles = &v["files"][0]["devices"][0]["roles"]["by_role"];
         let t = truth(run);
