@@ -90,7 +90,10 @@ fn mutate(snap: &Snapshot, d: i64, rng: &mut Rng) -> (String, Snapshot) {
         }
         _ => {
             let j = (i..n).chain(0..i).find(|&j| t[j].action == Action::FreeRequested).unwrap_or(i);
-            t[j].stream ^= 1;
+            let mut e = t[j];
+            let stream = m.stream(&e) ^ 1;
+            m.set_stream(&mut e, stream);
+            m.device_traces[d as usize][j] = e;
             format!("free_requested stream {j}")
         }
     };

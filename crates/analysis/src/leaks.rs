@@ -554,7 +554,7 @@ mod tests {
         let s_opt = stack(&with(("/x/torch/optim/adam.py", 400, "_single_tensor_adam")));
         let mut t: Vec<TraceEvent> = Vec::new();
         let ev = |t: &mut Vec<TraceEvent>, action, addr: u64, size: u64, s: StackId| {
-            let mut e = TraceEvent::new(action, addr, size, 0);
+            let mut e = TraceEvent::new(action, addr, size);
             e.stack = Some(s);
             t.push(e);
         };
@@ -748,7 +748,7 @@ mod tests {
         }
         fn ev(&mut self, action: Action, addr: u64, size: u64, s: StackId) {
             self.clock += 10;
-            let mut e = TraceEvent::new(action, addr, size, 0);
+            let mut e = TraceEvent::new(action, addr, size);
             e.stack = Some(s);
             e.time_us = self.clock;
             self.trace.push(e);

@@ -20,7 +20,8 @@ use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
 
 use crate::replay::state::{
-    backward_walk, Ambiguity, BState, BlockRec, Inconsistency, RecordedState, SplitRules, Undone, SMALL_BUFFER,
+    backward_walk, home_of, Ambiguity, BState, BlockRec, Home, Inconsistency, RecordedState, SplitRules, Undone,
+    SMALL_BUFFER,
 };
 use crate::replay::{recorded_config, with_rules, RoundMemo};
 
@@ -171,7 +172,7 @@ fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, Str
         return (Err("no trace".into()), false);
     }
     let cfg = recorded_config(snap);
-    let pool_of = |e: &TraceEvent| snap.pool_id(e).unwrap_or((0, 0));
+    let pool_of = |e: &TraceEvent| home_of(snap, e);
     let fin = RecordedState::from_snapshot(snap, device);
     let mut noted = false;
     let t = with_rules(&cfg, |rules| {
@@ -462,7 +463,7 @@ struct Counted {
 fn walk_counting(
     mut st: RecordedState,
     trace: &[TraceEvent],
-    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    pool_of: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<(RecordedState, Option<Counted>), Inconsistency> {
     let mut exact = segments_apart(&st);
@@ -564,7 +565,7 @@ fn walk_counting(
 fn walk_rest(
     st: &mut RecordedState,
     trace: &[TraceEvent],
-    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    pool_of: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<(), Inconsistency> {
     let mut scratch = Vec::new();
@@ -697,7 +698,7 @@ fn replay_forward(
     t: &mut MemoryTable,
     mut st: RecordedState,
     trace: &[TraceEvent],
-    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    pool_of: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<(), String> {
     // The block each address holds from its `alloc` to its `free_completed` (its

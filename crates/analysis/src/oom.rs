@@ -142,7 +142,7 @@ pub fn allocator_state_at(snap: &Snapshot, device: i64, after_event: Option<usiz
     let from = after_event.map_or(0, |i| (i + 1).min(trace.len()));
     let cfg = recorded_config(snap);
     let fin = RecordedState::from_snapshot(snap, device);
-    let pool_of = |e: &fragscope_snapshot::TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
+    let pool_of = |e: &fragscope_snapshot::TraceEvent| crate::replay::state::home_of(snap, e);
     with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &pool_of, r)).map(|i| i.state).map_err(|e| {
         format!("trace entry {} ({}) cannot be undone: {}", e.index + from, e.event.action.as_str(), e.reason)
     })
@@ -453,7 +453,7 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
     let device_free = ev.device_free().unwrap_or(0);
 
     let (state_source, state_note, state) = match allocator_state_at(snap, device, Some(idx)) {
-        Ok(st) => ("backward_walk", None, state_figures(&st, Some((ev.stream, pool_id, small)))),
+        Ok(st) => ("backward_walk", None, state_figures(&st, Some((snap.stream(ev), pool_id, small)))),
         Err(e) => {
             let l = timeline::levels_at(snap, device, Some(idx));
             let f = StateFigures {
@@ -575,7 +575,7 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
              ({}) for a {} request.",
             fsz(state.cached_free_bytes),
             fsz(stranded_free),
-            ev.stream,
+            snap.stream(ev),
             if small { "small" } else { "large" },
             if pool_id == DEFAULT_POOL { String::new() } else { format!(", private pool {:?}", pool_id) },
             fsz(usable_cached),
@@ -613,7 +613,7 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
         alloc_size_bytes: alloc_size,
         pool: if small { "small" } else { "large" },
         pool_id,
-        stream: ev.stream,
+        stream: snap.stream(ev),
         site: attribution::site_of(&snap.frames, ev.stack),
         stack: folded_frames(&snap.frames, ev.stack),
         capacity_bytes: capacity,
@@ -709,7 +709,7 @@ mod tests {
     fn snap(segments: Vec<Segment>, request: u64, device_free: u64) -> Snapshot {
         Snapshot {
             segments,
-            device_traces: vec![vec![TraceEvent::new(Action::Oom, device_free, request, 0)]],
+            device_traces: vec![vec![TraceEvent::new(Action::Oom, device_free, request)]],
             ..Snapshot::default()
         }
     }

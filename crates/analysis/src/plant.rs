@@ -295,7 +295,7 @@ pub fn plant(snap: &Snapshot, device: i64, allocs: &[usize]) -> Result<(Snapshot
                     allocated_size: size,
                     active_size: size,
                     requested_size: Some(e.size),
-                    stream: e.stream,
+                    stream: snap.stream(e),
                     segment_type: if is_small(size) { SegmentType::Small } else { SegmentType::Large },
                     segment_pool_id: snap.pool_id(e).or(pooled.then_some((0, 0))),
                     is_expandable: expandable_known.then_some(false),
@@ -347,13 +347,13 @@ mod tests {
         let mut snap = Snapshot::default();
         let mib = 1u64 << 20;
         snap.device_traces.push(vec![
-            TraceEvent::new(Action::SegmentAlloc, 0, 20 * mib, 0),
-            TraceEvent::new(Action::Alloc, 0, 4 * mib, 0),
-            TraceEvent::new(Action::FreeRequested, 0, 4 * mib, 0),
-            TraceEvent::new(Action::FreeCompleted, 0, 4 * mib, 0),
-            TraceEvent::new(Action::Alloc, 0, 4 * mib, 0),
-            TraceEvent::new(Action::FreeRequested, 0, 4 * mib, 0),
-            TraceEvent::new(Action::FreeCompleted, 0, 4 * mib, 0),
+            TraceEvent::new(Action::SegmentAlloc, 0, 20 * mib),
+            TraceEvent::new(Action::Alloc, 0, 4 * mib),
+            TraceEvent::new(Action::FreeRequested, 0, 4 * mib),
+            TraceEvent::new(Action::FreeCompleted, 0, 4 * mib),
+            TraceEvent::new(Action::Alloc, 0, 4 * mib),
+            TraceEvent::new(Action::FreeRequested, 0, 4 * mib),
+            TraceEvent::new(Action::FreeCompleted, 0, 4 * mib),
         ]);
         let (p, what) = plant(&snap, 0, &[1]).unwrap();
         assert_eq!(what.allocs, vec![1]);

@@ -12,7 +12,8 @@ use fragscope_alloc::{
     AllocatorConfig, BlockState as EBlockState, CachingAllocator, DeviceMemory, Event, FreeError, Oom, SimulatedDevice,
 };
 use fragscope_snapshot::{
-    Action, Annotation, Block, BlockState, Frame, PyObj, Segment, SegmentType, Snapshot, StackId, TraceEvent,
+    intern_context, Action, Annotation, Block, BlockState, EntryContext, Frame, PyObj, Segment, SegmentType, Snapshot,
+    StackId, TraceEvent,
 };
 
 /// A simulated device whose allocator calls are recorded like
@@ -73,7 +74,7 @@ impl Recorder {
     fn record(&mut self, stack: Option<StackId>) {
         self.eng.drain_events_into(&mut self.events);
         for ev in self.events.drain(..) {
-            let mut te = trace_event(&ev);
+            let mut te = trace_event(&ev, &mut self.snap.contexts);
             let (action, addr) = (te.action, te.addr);
             te.time_us = self.time_us;
             self.time_us += self.tick_us;
@@ -179,8 +180,9 @@ impl Recorder {
 }
 
 /// An allocator event as PyTorch writes it to the trace (`oom` puts `device_free` where
-/// other entries have the address).
-pub fn trace_event(ev: &Event) -> TraceEvent {
+/// other entries have the address); its stream is interned in `contexts`, the table of the
+/// snapshot the entry goes into ([`Snapshot::contexts`]).
+pub fn trace_event(ev: &Event, contexts: &mut Vec<EntryContext>) -> TraceEvent {
     let (action, addr, size, stream) = match *ev {
         Event::Alloc { addr, size, stream } => (Action::Alloc, addr, size, stream),
         Event::FreeRequested { addr, size, stream } => (Action::FreeRequested, addr, size, stream),
@@ -191,7 +193,10 @@ pub fn trace_event(ev: &Event) -> TraceEvent {
         Event::SegmentUnmap { addr, size, stream } => (Action::SegmentUnmap, addr, size, stream),
         Event::Oom { size, device_free, stream } => (Action::Oom, device_free, size, stream),
     };
-    TraceEvent::new(action, addr, size, stream)
+    let mut te = TraceEvent::new(action, addr, size);
+    // Past 16,777,215 distinct contexts (never, for a model's few streams) stream 0.
+    te.context = intern_context(contexts, EntryContext { stream, ..EntryContext::default() }).unwrap_or_default();
+    te
 }
 
 /// The allocator's state as a snapshot's `segments` for `device`. `block_stack` gives the

@@ -1443,7 +1443,7 @@ mod tests {
                     1 + rng.below(5000) as u64
                 }
             };
-            let trace: Vec<TraceEvent> = (0..n).map(|_| TraceEvent::new(Action::Alloc, 0, size(&mut rng), 0)).collect();
+            let trace: Vec<TraceEvent> = (0..n).map(|_| TraceEvent::new(Action::Alloc, 0, size(&mut rng))).collect();
             snap.device_traces.push(trace);
             let end = |rng: &mut fragscope_testdata::Rng, from: usize| match rng.below(4) {
                 0 => LIVE_AT_END,
@@ -1498,7 +1498,7 @@ mod tests {
             let trace: Vec<TraceEvent> = (0..rng.below(60))
                 .map(|_| {
                     let a = actions[rng.below(actions.len())];
-                    TraceEvent::new(a, addrs[rng.below(addrs.len())], 1 + rng.below(3 << 20) as u64, 0)
+                    TraceEvent::new(a, addrs[rng.below(addrs.len())], 1 + rng.below(3 << 20) as u64)
                 })
                 .collect();
             let mut blocks = Vec::new();

@@ -612,8 +612,7 @@ mod tests {
             ],
             SegmentType::Small,
         ));
-        let mut t =
-            vec![TraceEvent::new(Action::FreeCompleted, 77, 5, 0), TraceEvent::new(Action::Alloc, 0, mib - 100, 0)];
+        let mut t = vec![TraceEvent::new(Action::FreeCompleted, 77, 5), TraceEvent::new(Action::Alloc, 0, mib - 100)];
         t[1].time_us = 10;
         snap.device_traces.push(t);
         let s = summarize(&snap);

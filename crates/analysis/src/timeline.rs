@@ -999,7 +999,7 @@ mod tests {
     use fragscope_snapshot::{Block, Segment, SegmentType};
 
     fn ev(a: Action, addr: u64, size: u64) -> TraceEvent {
-        TraceEvent::new(a, addr, size, 0)
+        TraceEvent::new(a, addr, size)
     }
 
     fn seg(address: u64, total: u64, blocks: Vec<Block>) -> Segment {

@@ -122,7 +122,14 @@ fn checkpointing_modelled_against_the_real_run() {
 
 #[test]
 fn roles_match_the_tensors_counted_in_the_process() {
-    for run in ["gpt-s512-b4", "gpt-s512-b16", "gpt-s1024-b8", "gpt-s512-b16-expandable", "gpt-s512-b16-ckpt", "gpt-s512-b16-amp"] {
+    for run in [
+        "gpt-s512-b4",
+        "gpt-s512-b16",
+        "gpt-s1024-b8",
+        "gpt-s512-b16-expandable",
+        "gpt-s512-b16-ckpt",
+        "gpt-s512-b16-amp",
+    ] {
         let v = json(&["summary", "--json", &file(&format!("{run}.pickle.gz"))]);
         let roles = &v["files"][0]["devices"][0]["roles"]["by_role"];
         let t = truth(run);

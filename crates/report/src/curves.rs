@@ -396,7 +396,7 @@ mod tests {
                 .map(|_| {
                     let action = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc]
                         [rng.below(4)];
-                    let mut e = TraceEvent::new(action, 512 * rng.below(8) as u64, 512 * rng.below(50) as u64, 0);
+                    let mut e = TraceEvent::new(action, 512 * rng.below(8) as u64, 512 * rng.below(50) as u64);
                     // Untimed entries, repeated times and pauses of several lengths.
                     if rng.below(4) != 0 {
                         t += [0, 1, 5, 40][rng.below(4)];

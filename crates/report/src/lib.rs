@@ -257,7 +257,7 @@ pub fn event_windows(
             let mut v = Vec::with_capacity((b - a) * EVENT_LEN);
             for e in &trace[a..b] {
                 let action = Action::ALL.iter().position(|&x| x == e.action).unwrap_or(0);
-                let stream = table.stream(e.stream);
+                let stream = table.stream(snap.stream(e));
                 v.extend([action as f64, e.addr as f64, e.size as f64, stream, table.index(snap, e.stack) as f64]);
             }
             EventWindow { first: a, entries: encode::f64s(&v) }
@@ -944,7 +944,7 @@ mod tests {
                     2 => Action::FreeRequested,
                     _ => Action::FreeCompleted,
                 };
-                trace.push(TraceEvent::new(action, addr, size, 0));
+                trace.push(TraceEvent::new(action, addr, size));
             }
             let mut snap = Snapshot::default();
             snap.device_traces.push(trace);

@@ -156,11 +156,11 @@ mod tests {
             for _ in 0..rng.below(120) {
                 if !live.is_empty() && rng.below(3) == 0 {
                     let (addr, size) = live.swap_remove(rng.below(live.len()));
-                    trace.push(TraceEvent::new(Action::FreeRequested, addr, size, 0));
-                    trace.push(TraceEvent::new(Action::FreeCompleted, addr, size, 0));
+                    trace.push(TraceEvent::new(Action::FreeRequested, addr, size));
+                    trace.push(TraceEvent::new(Action::FreeCompleted, addr, size));
                 } else {
                     let size = 512 * (1 + rng.below(64) as u64);
-                    trace.push(TraceEvent::new(Action::Alloc, next, size, 0));
+                    trace.push(TraceEvent::new(Action::Alloc, next, size));
                     live.push((next, size));
                     next += 1 << 16;
                 }

@@ -155,13 +155,13 @@ mod tests {
     fn lives_follow_the_segment_events() {
         let mb = 1u64 << 20;
         let t = vec![
-            TraceEvent::new(Action::SegmentAlloc, 10 * mb, 2 * mb, 0),
-            TraceEvent::new(Action::SegmentFree, 50 * mb, 4 * mb, 0),
-            TraceEvent::new(Action::SegmentMap, 100 * mb, 2 * mb, 0),
-            TraceEvent::new(Action::SegmentMap, 102 * mb, 2 * mb, 0),
-            TraceEvent::new(Action::SegmentMap, 104 * mb, 2 * mb, 0),
-            TraceEvent::new(Action::SegmentUnmap, 103 * mb, 2 * mb, 0),
-            TraceEvent::new(Action::SegmentFree, 10 * mb, 2 * mb, 0),
+            TraceEvent::new(Action::SegmentAlloc, 10 * mb, 2 * mb),
+            TraceEvent::new(Action::SegmentFree, 50 * mb, 4 * mb),
+            TraceEvent::new(Action::SegmentMap, 100 * mb, 2 * mb),
+            TraceEvent::new(Action::SegmentMap, 102 * mb, 2 * mb),
+            TraceEvent::new(Action::SegmentMap, 104 * mb, 2 * mb),
+            TraceEvent::new(Action::SegmentUnmap, 103 * mb, 2 * mb),
+            TraceEvent::new(Action::SegmentFree, 10 * mb, 2 * mb),
         ];
         let mut snap = Snapshot::default();
         snap.device_traces.push(t);

@@ -34,7 +34,7 @@
 use fragscope_alloc::rounding::round_size;
 use fragscope_analysis::analyze::Analysis;
 use fragscope_analysis::replay::recorded_config;
-use fragscope_analysis::replay::state::{BState, BlockRec, RecordedState, SegRec, SplitRules};
+use fragscope_analysis::replay::state::{home_of, BState, BlockRec, RecordedState, SegRec, SplitRules};
 use fragscope_analysis::timeline::DeviceTimeline;
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use serde::Serialize;
@@ -316,7 +316,7 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
             }
             let ev = &trace[i];
             let new = if w.exact { touched(&st, ev) } else { Vec::new() };
-            if let Err(inc) = st.undo(i, ev, snap.pool_id(ev).unwrap_or(DEFAULT_POOL), rules, &mut scratch) {
+            if let Err(inc) = st.undo(i, ev, home_of(snap, ev), rules, &mut scratch) {
                 w.note = Some(format!(
                     "the state before trace event {} could not be rebuilt ({}); earlier positions are not shown",
                     inc.index, inc.reason
@@ -502,7 +502,7 @@ pub fn state_at(snap: &Snapshot, device: i64, state: usize) -> Result<StateFigur
     with_rules(snap, |rules| {
         for i in (state..trace.len()).rev() {
             let ev = &trace[i];
-            st.undo(i, ev, snap.pool_id(ev).unwrap_or(DEFAULT_POOL), rules, &mut scratch).map_err(|inc| {
+            st.undo(i, ev, home_of(snap, ev), rules, &mut scratch).map_err(|inc| {
                 format!("the state before trace event {} cannot be rebuilt ({})", inc.index, inc.reason)
             })?;
         }

@@ -215,7 +215,7 @@ pub fn read_json(bytes: &[u8]) -> Result<Snapshot, ReadError> {
         let trace = &mut snap.device_traces[m.device];
         let size = m.bytes.unsigned_abs();
         let ev = |action| {
-            let mut ev = TraceEvent::new(action, addr, size, 0);
+            let mut ev = TraceEvent::new(action, addr, size);
             ev.time_us = m.ts;
             ev
         };

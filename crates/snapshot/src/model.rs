@@ -231,13 +231,15 @@ impl Action {
     }
 }
 
-/// What a trace entry may record besides its block: `pool_id`, `compile_context` and
-/// `user_metadata`. Entries of one snapshot share a few of these (one per pool and compiled
-/// region, or per value the program gave `_set_memory_metadata`), so the snapshot keeps
-/// each distinct one once ([`Snapshot::contexts`]) and an entry holds its number
-/// ([`ContextId`]).
+/// What a trace entry records besides its block and time: its `stream`, and `pool_id`,
+/// `compile_context` and `user_metadata`. Entries of one snapshot share a few of these (one
+/// per stream and pool and compiled region, or per value the program gave
+/// `_set_memory_metadata`), so the snapshot keeps each distinct one once
+/// ([`Snapshot::contexts`]) and an entry holds its number ([`ContextId`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct EntryContext {
+    /// Raw `cudaStream_t` value (0 = legacy default stream).
+    pub stream: u64,
     pub pool_id: Option<(u64, u64)>,
     pub compile_context: Option<StrId>,
     pub user_metadata: Option<StrId>,
@@ -245,15 +247,16 @@ pub struct EntryContext {
 
 /// The number of an entry's [`EntryContext`] in [`Snapshot::contexts`] (0: none).
 ///
-/// Three bytes, so that a [`TraceEvent`] is 40 bytes rather than 48: the event array is
-/// most of the memory a long trace takes, and every fresh page of it costs a fault (on a
-/// 6.9 M-entry trace, `summary` was 4-9 % faster with the smaller record). A snapshot
-/// holds at most [`ContextId::MAX`] distinct contexts.
+/// Three bytes, so that a [`TraceEvent`] is 32 bytes (it was 48 with these fields in it):
+/// the event array is most of the memory a long trace takes, and every fresh page of it
+/// costs a fault (on a 6.9 M-entry trace, `summary` was 4-9 % faster at 40 bytes than at
+/// 48). A snapshot holds at most [`ContextId::MAX`] distinct contexts; past that an entry
+/// keeps its stream and pool and loses the rest (the reader notes it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ContextId([u8; 3]);
 
 impl ContextId {
-    /// No `pool_id`, `compile_context` or `user_metadata`.
+    /// Stream 0, no `pool_id`, `compile_context` or `user_metadata`.
     pub const NONE: ContextId = ContextId([0; 3]);
     /// Distinct contexts a snapshot can hold.
     pub const MAX: usize = (1 << 24) - 1;
@@ -302,25 +305,24 @@ pub struct TraceEvent {
     /// As recorded: the unrounded request for alloc/free, segment bytes for segment events,
     /// the rounded request for `oom`.
     pub size: u64,
-    /// Raw `cudaStream_t` value (0 = legacy default stream).
-    pub stream: u64,
     /// Microseconds since the epoch, or [`NO_TIME`].
     pub time_us: i64,
     /// `frames` of the entry; `None` when the key was absent (distinct from an empty stack).
     pub stack: Option<StackId>,
-    /// Its `pool_id`, `compile_context` and `user_metadata`, by their number in
-    /// [`Snapshot::contexts`] ([`Snapshot::context`] resolves it).
+    /// Its `stream`, `pool_id`, `compile_context` and `user_metadata`, by their number in
+    /// [`Snapshot::contexts`] ([`Snapshot::context`], [`Snapshot::stream`] resolve it).
     pub context: ContextId,
     pub action: Action,
 }
 
-// Tens of millions of these live at once on multi-GB files: 40 bytes, checked when
+// Tens of millions of these live at once on multi-GB files: 32 bytes, checked when
 // compiling (see [`ContextId`]).
-const _: () = assert!(std::mem::size_of::<TraceEvent>() == 40);
+const _: () = assert!(std::mem::size_of::<TraceEvent>() == 32);
 
 impl TraceEvent {
-    pub fn new(action: Action, addr: u64, size: u64, stream: u64) -> Self {
-        TraceEvent { addr, size, stream, time_us: NO_TIME, stack: None, context: ContextId::NONE, action }
+    /// An entry on stream 0 without context ([`Snapshot::set_stream`] gives it another).
+    pub fn new(action: Action, addr: u64, size: u64) -> Self {
+        TraceEvent { addr, size, time_us: NO_TIME, stack: None, context: ContextId::NONE, action }
     }
     pub fn time(&self) -> Option<i64> {
         (self.time_us != NO_TIME).then_some(self.time_us)
@@ -507,6 +509,26 @@ impl Snapshot {
     pub fn context(&self, ev: &TraceEvent) -> EntryContext {
         ev.context.index().and_then(|i| self.contexts.get(i)).copied().unwrap_or_default()
     }
+    /// `stream` of an event, resolved: the raw `cudaStream_t` value (0 = legacy default).
+    #[inline]
+    pub fn stream(&self, ev: &TraceEvent) -> u64 {
+        match ev.context.index() {
+            Some(i) => self.contexts.get(i).map_or(0, |c| c.stream),
+            None => 0,
+        }
+    }
+    /// Puts `ev` on `stream`, keeping the rest of its context; `false` (and `ev` unchanged)
+    /// past [`ContextId::MAX`] distinct contexts.
+    pub fn set_stream(&mut self, ev: &mut TraceEvent, stream: u64) -> bool {
+        let c = EntryContext { stream, ..self.context(ev) };
+        match self.intern_context(c) {
+            Some(id) => {
+                ev.context = id;
+                true
+            }
+            None => false,
+        }
+    }
     /// `pool_id` of an event, resolved.
     pub fn pool_id(&self, ev: &TraceEvent) -> Option<(u64, u64)> {
         self.context(ev).pool_id
@@ -622,7 +644,7 @@ pub fn semantic_diff(a: &Snapshot, b: &Snapshot) -> Option<String> {
                     e.action,
                     e.addr,
                     e.size,
-                    e.stream,
+                    s.stream(e),
                     e.time_us,
                     s.compile_context(e).map(|c| s.frames.str(c).to_string()),
                     s.user_metadata(e).map(|c| s.frames.str(c).to_string()),

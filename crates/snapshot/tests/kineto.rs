@@ -59,7 +59,7 @@ fn hta_ddp_trace_with_addresses() {
     assert_eq!(count(t, Action::FreeCompleted), 13_385);
     assert_eq!(t.len(), 3 * 13_385);
     assert!(t.windows(2).all(|w| w[0].time_us <= w[1].time_us), "ordered by ts");
-    assert!(t.iter().all(|e| e.stream == 0 && e.stack.is_none() && e.time().is_some()));
+    assert!(t.iter().all(|e| s.stream(e) == 0 && e.stack.is_none() && e.time().is_some()));
     assert_pairs_by_address(t);
     // Totals: one sample per CUDA event; reserved constant at 12.78 GB, peak 6.63 GB.
     let tot = &s.totals[1];

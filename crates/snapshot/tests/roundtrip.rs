@@ -91,7 +91,7 @@ fn write_path_is_atomic_and_cleans_up() {
     let target = dir.join("snap.pickle");
     std::fs::write(&target, b"old content").unwrap();
     let mut s = Snapshot::default();
-    s.device_traces.push(vec![TraceEvent::new(Action::Alloc, 0x7f00_0000_0000, 512, 0)]);
+    s.device_traces.push(vec![TraceEvent::new(Action::Alloc, 0x7f00_0000_0000, 512)]);
     write_path(&s, &target).unwrap();
     let back = read_path(&target).unwrap();
     assert_eq!(semantic_diff(&s, &back), None);
@@ -127,7 +127,8 @@ fn synthetic() -> Snapshot {
     let cc = f.intern_str("N/A");
     let meta = f.intern_str("step 7");
     // Three contexts: a pool with a compile context, user metadata alone, and all three.
-    let ctx = |pool_id, compile_context, user_metadata| EntryContext { pool_id, compile_context, user_metadata };
+    let ctx =
+        |pool_id, compile_context, user_metadata| EntryContext { stream: 0, pool_id, compile_context, user_metadata };
     let cc_pool = s.intern_context(ctx(Some((0, 3)), Some(cc), None)).unwrap();
     let meta_only = s.intern_context(ctx(None, None, Some(meta))).unwrap();
     let all = s.intern_context(ctx(Some((1, 0)), Some(cc), Some(meta))).unwrap();
@@ -135,12 +136,7 @@ fn synthetic() -> Snapshot {
     assert_eq!(s.intern_context(EntryContext::default()), Some(ContextId::NONE));
     let mut trace = Vec::new();
     for i in 0..2500u64 {
-        let mut e = TraceEvent::new(
-            Action::ALL[(i % 7) as usize],
-            0x7f12_3456_0000 + i * 512,
-            i * 3,
-            if i % 3 == 0 { 0 } else { u64::MAX - 5 },
-        );
+        let mut e = TraceEvent::new(Action::ALL[(i % 7) as usize], 0x7f12_3456_0000 + i * 512, i * 3);
         if i % 2 == 0 {
             e.time_us = 1_700_000_000_000_000 + i as i64;
         }
@@ -154,9 +150,13 @@ fn synthetic() -> Snapshot {
         } else if i % 17 == 0 {
             e.context = all;
         }
+        // Streams live in the contexts too: a stream beside each of the contexts above.
+        if i % 3 != 0 {
+            assert!(s.set_stream(&mut e, u64::MAX - 5));
+        }
         trace.push(e);
     }
-    trace.push(TraceEvent::new(Action::Oom, 95_700_000, 5_310_000_000, 0));
+    trace.push(TraceEvent::new(Action::Oom, 95_700_000, 5_310_000_000));
     s.device_traces = vec![Vec::new(), trace];
     s.segments.push(Segment {
         device: 1,
@@ -275,7 +275,7 @@ fn fresh_stacks_write_a_list_per_entry() {
     let st = s.trace(1)[1].stack.unwrap();
     let t = &mut s.device_traces[1];
     for action in [Action::Alloc, Action::FreeRequested, Action::FreeCompleted] {
-        let mut e = TraceEvent::new(action, 0x7f00_0000_0000, 512, 0);
+        let mut e = TraceEvent::new(action, 0x7f00_0000_0000, 512);
         e.stack = Some(st);
         t.insert(t.len() - 1, e);
     }
@@ -383,10 +383,10 @@ fn random_trace_values_roundtrip() {
             let (a, addr, size, stream, time, st, cc, u) = kinds[k % kinds.len()];
             // Values move from entry to entry inside their encoding's range.
             let jitter = (i as u64 % 3) * (addr > 4 && addr < u64::MAX - 4) as u64;
-            let mut e = TraceEvent::new(Action::ALL[a], addr.wrapping_add(jitter), size, stream);
+            let mut e = TraceEvent::new(Action::ALL[a], addr.wrapping_add(jitter), size);
             e.time_us = time.unwrap_or(NO_TIME);
             e.stack = stacks[st];
-            let c = EntryContext { pool_id: None, compile_context: ccs[cc], user_metadata: um[u] };
+            let c = EntryContext { stream, pool_id: None, compile_context: ccs[cc], user_metadata: um[u] };
             e.context = intern_context(&mut s.contexts, c).unwrap();
             trace.push(e);
         }

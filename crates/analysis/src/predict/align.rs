@@ -49,7 +49,7 @@ pub fn keys(snap: &Snapshot, trace: &[TraceEvent], reqs: &[usize]) -> Vec<u64> {
                 h.finish()
             });
             let mut h = FxHasher::default();
-            (site, e.stream, snap.pool_id(e)).hash(&mut h);
+            (site, snap.stream(e), snap.pool_id(e)).hash(&mut h);
             h.finish()
         })
         .collect()

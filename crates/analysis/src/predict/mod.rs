@@ -492,7 +492,7 @@ impl<'a> Program<'a> {
                         }
                         continue;
                     };
-                    match eng.malloc_in_pool(n, ev.stream, pool) {
+                    match eng.malloc_in_pool(n, snap.stream(ev), pool) {
                         Ok(a) => {
                             if ev.action == Action::Oom {
                                 let _ = eng.free(a);

@@ -229,7 +229,7 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
                         requested: ev.size,
                         rounded: ev.size,
                         alloc_size: ev.size,
-                        stream: ev.stream,
+                        stream: snap.stream(ev),
                         reserved: a.in_use,
                         allocated: a.in_use,
                         stack: super::whatif::stack_strings(snap, ev.stack),

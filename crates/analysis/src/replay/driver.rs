@@ -32,8 +32,8 @@ use fragscope_alloc::{
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 
 use super::state::{
-    backward_walk_counted, bstate_of, walk_live_at_start, BState, Inconsistency, Initial, RecordedState, TraceCounts,
-    TraceScan,
+    backward_walk_counted, bstate_of, home_of, walk_live_at_start, BState, Inconsistency, Initial, RecordedState,
+    TraceCounts, TraceScan,
 };
 use super::{recorded_config, with_rules, Divergence, EventView, ReplayOptions, VerifyReport, DEFAULT_CAPACITY};
 
@@ -109,9 +109,10 @@ fn infer_capacity(snap: &Snapshot, device: i64, cfg: &AllocatorConfig, has_maps:
             continue;
         }
         // The map serves the next allocation on its stream.
-        if let Some(a) = trace[i + 1..].iter().find(|a| a.action == Action::Alloc && a.stream == e.stream) {
+        let stream = snap.stream(e);
+        if let Some(a) = trace[i + 1..].iter().find(|a| a.action == Action::Alloc && snap.stream(a) == stream) {
             let small = is_small(round_size(a.size, cfg));
-            note((e.stream, snap.pool_id(e).unwrap_or(DEFAULT_POOL), small), e.addr);
+            note((stream, snap.pool_id(e).unwrap_or(DEFAULT_POOL), small), e.addr);
         }
     }
     first.sort_by_key(|&(_, a)| a);
@@ -151,7 +152,7 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
     if let Some(done) = verify_fast(snap, device, opts, &cfg, &rep) {
         return done;
     }
-    let pool_of = |e: &TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
+    let pool_of = |e: &TraceEvent| home_of(snap, e);
     let final_state = RecordedState::from_snapshot(snap, device);
     if final_state.segs.is_empty() {
         // The test below needs the counts before the walk (rare: no segments).
@@ -222,7 +223,7 @@ fn verify_fast(
     last?;
     let trace = snap.trace(device);
     let scan = TraceScan::of(trace);
-    let pool_of = |e: &TraceEvent| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
+    let pool_of = |e: &TraceEvent| home_of(snap, e);
     let initial = with_rules(cfg, |r| walk_live_at_start(snap, device, trace, &scan, &pool_of, r))?;
     let d = replay_forward(snap, device, opts, cfg, rep.clone(), initial, scan.counts, true);
     if d.bailed || d.stopped || d.rep.final_state_matches != Some(true) || d.rep.undecidable.is_some() {
@@ -439,7 +440,8 @@ fn same_recorded_state(eng: &Engine, want: &RecordedState) -> bool {
     })
 }
 
-fn same_segment_event(r: &TraceEvent, m: &Event) -> bool {
+/// Whether the model's segment event `m` is the recorded entry `r` (on stream `r_stream`).
+fn same_segment_event(r: &TraceEvent, r_stream: u64, m: &Event) -> bool {
     let (a, addr, size, stream) = match *m {
         Event::SegmentAlloc { addr, size, stream } => (Action::SegmentAlloc, addr, size, stream),
         Event::SegmentFree { addr, size, stream } => (Action::SegmentFree, addr, size, stream),
@@ -447,7 +449,7 @@ fn same_segment_event(r: &TraceEvent, m: &Event) -> bool {
         Event::SegmentUnmap { addr, size, stream } => (Action::SegmentUnmap, addr, size, stream),
         _ => return false,
     };
-    r.action == a && r.addr == addr && r.size == size && r.stream == stream
+    r.action == a && r.addr == addr && r.size == size && r_stream == stream
 }
 
 fn model_segment_event(m: &Event) -> bool {
@@ -547,7 +549,9 @@ impl Driver<'_> {
         let mut ok = true;
         for m in self.eng.events().iter().filter(|m| model_segment_event(m)) {
             match self.pend.get(k) {
-                Some(&ri) if same_segment_event(&self.trace[ri], m) => self.rep.segment_events_matched += 1,
+                Some(&ri) if same_segment_event(&self.trace[ri], self.snap.stream(&self.trace[ri]), m) => {
+                    self.rep.segment_events_matched += 1
+                }
                 _ => ok = false,
             }
             k += 1;
@@ -592,7 +596,7 @@ impl Driver<'_> {
         let trace = self.trace;
         let ev = &trace[i];
         let pool = self.pool_of(ev);
-        let (n, stream) = (ev.size, ev.stream);
+        let (n, stream) = (ev.size, self.snap.stream(ev));
         // Oracle: the recorded new memory of this step.
         self.eng.device_mut().clear_oracle();
         if self.pend.is_empty() && !recorded_oom {
@@ -670,7 +674,7 @@ impl Driver<'_> {
         let trace = self.trace;
         let ev = &trace[i];
         let pool = self.pool_of(ev);
-        let (n, stream) = (ev.size, ev.stream);
+        let (n, stream) = (ev.size, self.snap.stream(ev));
         let seg_ok = self.compare_segments();
         let (main_ok, what) = if recorded_oom {
             let s = round_size(n, &self.cfg);
@@ -765,8 +769,8 @@ impl Driver<'_> {
             };
             self.rep.first_divergence = Some(Divergence {
                 index: i,
-                recorded: EventView::of_trace(&self.trace[i]),
-                recorded_segment_events: pend.iter().map(|&k| EventView::of_trace(&self.trace[k])).collect(),
+                recorded: EventView::of_trace(self.snap, &self.trace[i]),
+                recorded_segment_events: pend.iter().map(|&k| EventView::of_trace(self.snap, &self.trace[k])).collect(),
                 model: what,
                 model_events: self.evbuf.iter().map(EventView::of_model).collect(),
                 candidates,
@@ -792,7 +796,7 @@ impl Driver<'_> {
         let cursor = self.cursor.as_mut().expect("the initial state is known");
         let res = with_rules(&cfg, |r| {
             for (k, ev) in trace.iter().enumerate().take(to).skip(from) {
-                cursor.apply(k, ev, snap.pool_id(ev).unwrap_or(DEFAULT_POOL), r)?;
+                cursor.apply(k, ev, home_of(snap, ev), r)?;
             }
             Ok(())
         });
@@ -848,7 +852,7 @@ impl Driver<'_> {
         let evs = self.eng.events();
         // The usual step: the model emitted exactly the entry.
         if let (Some(r), [m]) = (want, evs) {
-            if is_entry(r, m) {
+            if is_entry(r, self.snap.stream(r), m) {
                 return;
             }
         }
@@ -862,7 +866,7 @@ impl Driver<'_> {
         let own = evs.iter().filter(|m| !model_segment_event(m)).count();
         let ok = match want {
             None => own == 0,
-            Some(r) => own == 1 && evs.last().is_some_and(|m| is_entry(r, m)),
+            Some(r) => own == 1 && evs.last().is_some_and(|m| is_entry(r, self.snap.stream(r), m)),
         };
         if !ok {
             self.bail();
@@ -885,17 +889,18 @@ pub fn replayable_devices(snap: &Snapshot) -> Vec<i64> {
 }
 
 /// Whether the model's event `m` is the recorded entry `r`: the same action, and the same
-/// address, size and stream (the same size, for an OOM).
-fn is_entry(r: &TraceEvent, m: &Event) -> bool {
+/// address, size and stream (the same size, for an OOM); `r_stream` is `r`'s stream.
+#[inline]
+fn is_entry(r: &TraceEvent, r_stream: u64, m: &Event) -> bool {
     match *m {
         Event::Alloc { addr, size, stream } => {
-            r.action == Action::Alloc && (r.addr, r.size, r.stream) == (addr, size, stream)
+            r.action == Action::Alloc && (r.addr, r.size, r_stream) == (addr, size, stream)
         }
         Event::FreeRequested { addr, size, stream } => {
-            r.action == Action::FreeRequested && (r.addr, r.size, r.stream) == (addr, size, stream)
+            r.action == Action::FreeRequested && (r.addr, r.size, r_stream) == (addr, size, stream)
         }
         Event::FreeCompleted { addr, size, stream } => {
-            r.action == Action::FreeCompleted && (r.addr, r.size, r.stream) == (addr, size, stream)
+            r.action == Action::FreeCompleted && (r.addr, r.size, r_stream) == (addr, size, stream)
         }
         Event::Oom { size, .. } => r.action == Action::Oom && r.size == size,
         _ => false,

@@ -144,7 +144,7 @@ pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
             }
             a if a == release => {
                 if !seen.contains_key(&e.addr) {
-                    pre.push((e.addr, e.size, e.stream));
+                    pre.push((e.addr, e.size, snap.stream(e)));
                 }
                 seen.insert(e.addr, false);
             }
@@ -206,13 +206,13 @@ pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
             Action::Alloc => {
                 // An address allocated again while live (not allocator-consistent): the
                 // older block stays live, as in the recording.
-                if live.insert(e.addr, w.malloc(e.size, e.stream, site(e))).is_some() {
+                if live.insert(e.addr, w.malloc(e.size, snap.stream(e), site(e))).is_some() {
                     realloc += 1;
                 }
                 trace_index.push(i);
             }
             Action::Oom => {
-                w.probe(e.size, e.stream, site(e));
+                w.probe(e.size, snap.stream(e), site(e));
                 recorded_ooms.push((i, e.addr));
                 trace_index.push(i);
             }

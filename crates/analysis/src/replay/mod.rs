@@ -64,8 +64,9 @@ pub struct EventView {
 }
 
 impl EventView {
-    pub fn of_trace(e: &TraceEvent) -> Self {
-        EventView { action: e.action.as_str().to_string(), addr: e.addr, size: e.size, stream: e.stream }
+    /// A recorded entry of `snap`.
+    pub fn of_trace(snap: &Snapshot, e: &TraceEvent) -> Self {
+        EventView { action: e.action.as_str().to_string(), addr: e.addr, size: e.size, stream: snap.stream(e) }
     }
     pub fn of_model(e: &fragscope_alloc::Event) -> Self {
         use fragscope_alloc::Event as E;

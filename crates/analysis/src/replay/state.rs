@@ -234,6 +234,21 @@ pub struct Undone {
     pub revised: bool,
 }
 
+/// Where a trace entry's memory belongs: its stream and its pool (`pool_id`, the default
+/// pools `(0, 0)`), as the snapshot's table of entry contexts gives them ([`home_of`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Home {
+    pub stream: u64,
+    pub pool: (u64, u64),
+}
+
+/// The [`Home`] of `ev`, a trace entry of `snap`.
+#[inline]
+pub fn home_of(snap: &Snapshot, ev: &TraceEvent) -> Home {
+    let c = snap.context(ev);
+    Home { stream: c.stream, pool: c.pool_id.unwrap_or(fragscope_alloc::DEFAULT_POOL) }
+}
+
 /// One device's segments, keyed by address.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RecordedState {
@@ -548,11 +563,11 @@ impl RecordedState {
         &mut self,
         index: usize,
         ev: &TraceEvent,
-        pool: (u64, u64),
+        home: Home,
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
     ) -> Result<(), Inconsistency> {
-        self.undo_touching(index, ev, pool, rules, ambiguous).map(|_| ())
+        self.undo_touching(index, ev, home, rules, ambiguous).map(|_| ())
     }
 
     /// [`Self::undo`], handing back, for an `alloc`, `free_requested` or
@@ -564,7 +579,7 @@ impl RecordedState {
         &mut self,
         index: usize,
         ev: &TraceEvent,
-        pool: (u64, u64),
+        home: Home,
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
     ) -> Result<Option<Undone>, Inconsistency> {
@@ -572,7 +587,7 @@ impl RecordedState {
             Action::Alloc => self.undo_alloc(index, ev).map(Some),
             Action::FreeRequested => self.undo_free_requested(index, ev).map(Some),
             Action::FreeCompleted => self.undo_free_completed(index, ev, rules, ambiguous).map(Some),
-            _ => self.undo_segment(index, ev, pool).map(|_| None),
+            _ => self.undo_segment(index, ev, home).map(|_| None),
         }
     }
 
@@ -821,14 +836,14 @@ impl RecordedState {
 
     /// Undo a segment entry (`segment_alloc`, `segment_free`, `segment_map`,
     /// `segment_unmap`; other non-block entries change nothing).
-    pub fn undo_segment(&mut self, index: usize, ev: &TraceEvent, pool: (u64, u64)) -> Result<(), Inconsistency> {
+    pub fn undo_segment(&mut self, index: usize, ev: &TraceEvent, home: Home) -> Result<(), Inconsistency> {
         match ev.action {
             Action::SegmentFree => {
                 if self.overlaps(ev.addr, ev.size) {
                     return Err(err(index, ev, "segment_free of a range that overlaps a later segment"));
                 }
                 let small = ev.size == SMALL_BUFFER;
-                self.segs.insert(ev.addr, SegRec::whole_free(ev.addr, ev.size, ev.stream, pool, small, false));
+                self.segs.insert(ev.addr, SegRec::whole_free(ev.addr, ev.size, home.stream, home.pool, small, false));
             }
             Action::SegmentAlloc => match self.segs.get(&ev.addr) {
                 Some(s) if s.size == ev.size && s.is_whole_free() => {
@@ -845,7 +860,7 @@ impl RecordedState {
             },
             Action::SegmentMap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r))?,
             Action::SegmentUnmap => {
-                self.insert_range(ev.addr, ev.size, ev.stream, pool).map_err(|r| err(index, ev, r))?
+                self.insert_range(ev.addr, ev.size, home.stream, home.pool).map_err(|r| err(index, ev, r))?
             }
             _ => {}
         }
@@ -856,7 +871,7 @@ impl RecordedState {
         &mut self,
         index: usize,
         ev: &TraceEvent,
-        pool: (u64, u64),
+        home: Home,
         rules: &SplitRules,
     ) -> Result<(), Inconsistency> {
         match ev.action {
@@ -921,7 +936,7 @@ impl RecordedState {
                     return Err(err(index, ev, "segment_alloc overlapping a live segment"));
                 }
                 let small = ev.size == SMALL_BUFFER;
-                self.segs.insert(ev.addr, SegRec::whole_free(ev.addr, ev.size, ev.stream, pool, small, false));
+                self.segs.insert(ev.addr, SegRec::whole_free(ev.addr, ev.size, home.stream, home.pool, small, false));
             }
             Action::SegmentFree => match self.segs.get(&ev.addr) {
                 Some(s) if s.size == ev.size && s.is_whole_free() => {
@@ -930,7 +945,7 @@ impl RecordedState {
                 _ => return Err(err(index, ev, "segment_free of no whole free segment")),
             },
             Action::SegmentMap => {
-                self.insert_range(ev.addr, ev.size, ev.stream, pool).map_err(|r| err(index, ev, r))?
+                self.insert_range(ev.addr, ev.size, home.stream, home.pool).map_err(|r| err(index, ev, r))?
             }
             Action::SegmentUnmap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r))?,
             _ => {}
@@ -1082,10 +1097,10 @@ impl TraceCounts {
 pub fn backward_walk(
     final_state: RecordedState,
     trace: &[TraceEvent],
-    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    home_of: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<Initial, Inconsistency> {
-    backward_walk_counted(final_state, trace, pool_of, rules).map(|(i, _)| i)
+    backward_walk_counted(final_state, trace, home_of, rules).map(|(i, _)| i)
 }
 
 /// [`backward_walk`], also counting the entries by kind on the way: the walk
@@ -1094,7 +1109,7 @@ pub fn backward_walk(
 pub fn backward_walk_counted(
     final_state: RecordedState,
     trace: &[TraceEvent],
-    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    home_of: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<(Initial, TraceCounts), Inconsistency> {
     let mut counts = TraceCounts::default();
@@ -1102,7 +1117,7 @@ pub fn backward_walk_counted(
     let mut scratch = Vec::new();
     let mut open = OpenChoices::default();
     for (i, ev) in trace.iter().enumerate().rev() {
-        state.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+        state.undo(i, ev, home_of(ev), rules, &mut scratch)?;
         counts.add(ev.action);
         open.step(ev, &mut scratch);
     }
@@ -1202,7 +1217,7 @@ pub(crate) fn walk_live_at_start(
     device: i64,
     trace: &[TraceEvent],
     scan: &TraceScan,
-    pool_of: &dyn Fn(&TraceEvent) -> (u64, u64),
+    home_of: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Option<Initial> {
     if scan.counts.segment_maps > 0 || scan.unmaps > 0 {
@@ -1243,10 +1258,10 @@ pub(crate) fn walk_live_at_start(
     let mut open = OpenChoices::default();
     let tail = scan.seg_events.partition_point(|&i| i < full_from);
     for &i in scan.seg_events[tail..].iter().rev() {
-        state.undo_by_segment(i, &trace[i], pool_of(&trace[i]), rules, &mut scratch, &created_before)?;
+        state.undo_by_segment(i, &trace[i], home_of(&trace[i]), rules, &mut scratch, &created_before)?;
     }
     for (i, ev) in trace[..full_from].iter().enumerate().rev() {
-        state.undo_by_segment(i, ev, pool_of(ev), rules, &mut scratch, &created_before)?;
+        state.undo_by_segment(i, ev, home_of(ev), rules, &mut scratch, &created_before)?;
         open.step(ev, &mut scratch);
     }
     let (ambiguous, decided) = open.finish(&state);
@@ -1260,7 +1275,7 @@ impl RecordedState {
         &mut self,
         index: usize,
         ev: &TraceEvent,
-        pool: (u64, u64),
+        home: Home,
         rules: &SplitRules,
         ambiguous: &mut Vec<Ambiguity>,
         created_before: &dyn Fn(u64, usize) -> bool,
@@ -1276,7 +1291,7 @@ impl RecordedState {
                     return None;
                 }
                 let small = ev.size == SMALL_BUFFER;
-                let mut rec = SegRec::whole_free(ev.addr, ev.size, ev.stream, pool, small, false);
+                let mut rec = SegRec::whole_free(ev.addr, ev.size, home.stream, home.pool, small, false);
                 rec.blocks.clear();
                 self.segs.insert(ev.addr, rec);
                 return Some(());
@@ -1293,7 +1308,7 @@ impl RecordedState {
             Action::SegmentMap | Action::SegmentUnmap => return None,
             _ => {}
         }
-        self.undo(index, ev, pool, rules, ambiguous).ok()
+        self.undo(index, ev, home, rules, ambiguous).ok()
     }
 }
 
@@ -1310,7 +1325,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn ev(a: Action, addr: u64, size: u64) -> TraceEvent {
-        TraceEvent::new(a, addr, size, 0)
+        TraceEvent::new(a, addr, size)
     }
 
     /// Forward-apply a trace to the initial state, then walk it back: we must get
@@ -1319,10 +1334,10 @@ mod tests {
         let r = rules();
         let mut s = RecordedState::default();
         for (i, e) in trace.iter().enumerate() {
-            s.apply(i, e, (0, 0), &r).unwrap();
+            s.apply(i, e, Home::default(), &r).unwrap();
         }
         let fin = s.clone();
-        let init = backward_walk(s, trace, &|_| (0, 0), &r).unwrap();
+        let init = backward_walk(s, trace, &|_| Home::default(), &r).unwrap();
         assert_eq!(init.state, RecordedState::default());
         (fin, init.state)
     }
@@ -1352,16 +1367,16 @@ mod tests {
         let r = rules();
         let mut s = RecordedState::default();
         for (i, e) in t.iter().enumerate() {
-            s.apply(i, e, (0, 0), &r).unwrap();
+            s.apply(i, e, Home::default(), &r).unwrap();
         }
         assert_eq!(s.segs[&a].blocks.len(), 1);
         // A block alive before the trace whose free we see: the walk must give it the whole segment.
         let mut fin = s.clone();
-        fin.apply(2, &ev(Action::FreeRequested, a, 19 * MIB + MIB / 2), (0, 0), &r).unwrap();
-        fin.apply(3, &ev(Action::FreeCompleted, a, 19 * MIB + MIB / 2), (0, 0), &r).unwrap();
+        fin.apply(2, &ev(Action::FreeRequested, a, 19 * MIB + MIB / 2), Home::default(), &r).unwrap();
+        fin.apply(3, &ev(Action::FreeCompleted, a, 19 * MIB + MIB / 2), Home::default(), &r).unwrap();
         let frees =
             [ev(Action::FreeRequested, a, 19 * MIB + MIB / 2), ev(Action::FreeCompleted, a, 19 * MIB + MIB / 2)];
-        let init = backward_walk(fin, &frees, &|_| (0, 0), &r).unwrap();
+        let init = backward_walk(fin, &frees, &|_| Home::default(), &r).unwrap();
         assert_eq!(init.state, s);
         assert!(init.ambiguous.is_empty());
     }
@@ -1396,7 +1411,7 @@ mod tests {
         ];
         let mut fin = start.clone();
         for (i, e) in t.iter().enumerate() {
-            fin.apply(i, e, (0, 0), &r).unwrap();
+            fin.apply(i, e, Home::default(), &r).unwrap();
         }
         assert!(fin.segs.get(&a).unwrap().is_whole_free());
         // The undo that revises the guess (the tail block's free_completed) says so, and
@@ -1404,14 +1419,16 @@ mod tests {
         let mut st = fin.clone();
         let revised: Vec<usize> = (0..t.len())
             .rev()
-            .filter(|&i| st.undo_touching(i, &t[i], (0, 0), &r, &mut Vec::new()).unwrap().is_some_and(|u| u.revised))
+            .filter(|&i| {
+                st.undo_touching(i, &t[i], Home::default(), &r, &mut Vec::new()).unwrap().is_some_and(|u| u.revised)
+            })
             .collect();
         assert_eq!(revised, [2]);
         assert_eq!(st, start);
-        let init = backward_walk(fin.clone(), &t, &|_| (0, 0), &r).expect("a valid trace is decidable");
+        let init = backward_walk(fin.clone(), &t, &|_| Home::default(), &r).expect("a valid trace is decidable");
         assert_eq!(init.state, start, "the 100 MiB block and its free tail are recovered");
         // Without the entries in the tail the whole-take reading stands (the usual case).
-        let init = backward_walk(fin, &t[3..], &|_| (0, 0), &r).unwrap();
+        let init = backward_walk(fin, &t[3..], &|_| Home::default(), &r).unwrap();
         assert_eq!(init.state.segs.get(&a).unwrap().blocks[0].size, big + small);
         // A block the snapshot itself records (not a guess) is never shrunk: the same
         // entries against a final state holding a 110 MiB block are an inconsistency.
@@ -1419,7 +1436,7 @@ mod tests {
         let mut seg = SegRec::whole_free(a, big + small, 0, (0, 0), false, false);
         seg.blocks[0] = BlockRec { requested: big, state: BState::Allocated, ..seg.blocks[0] };
         held.segs.insert(a, seg);
-        assert!(backward_walk(held, &t[..3], &|_| (0, 0), &r).is_err());
+        assert!(backward_walk(held, &t[..3], &|_| Home::default(), &r).is_err());
     }
 
     #[test]
@@ -1438,11 +1455,11 @@ mod tests {
         let r = rules();
         let mut s = RecordedState::default();
         for (i, e) in t.iter().enumerate() {
-            s.apply(i, e, (0, 0), &r).unwrap();
+            s.apply(i, e, Home::default(), &r).unwrap();
         }
         assert_eq!(s.segs.len(), 1);
         assert_eq!(s.segs[&a].size, p);
-        let init = backward_walk(s, &t, &|_| (0, 0), &r).unwrap();
+        let init = backward_walk(s, &t, &|_| Home::default(), &r).unwrap();
         assert!(init.state.segs.is_empty());
     }
 
@@ -1564,13 +1581,13 @@ mod tests {
         ];
         let mut fin = start.clone();
         for (i, e) in t.iter().enumerate() {
-            fin.apply(i, e, (0, 0), &r).unwrap();
+            fin.apply(i, e, Home::default(), &r).unwrap();
         }
         let snap = snapshot_of(&fin, &t);
-        let full = backward_walk(RecordedState::from_snapshot(&snap, 0), &t, &|_| (0, 0), &r).unwrap();
+        let full = backward_walk(RecordedState::from_snapshot(&snap, 0), &t, &|_| Home::default(), &r).unwrap();
         let scan = TraceScan::of(&t);
         assert_eq!(scan.seg_events, vec![0, 4, 5, 8, 14]);
-        let lazy = walk_live_at_start(&snap, 0, &t, &scan, &|_| (0, 0), &r).unwrap();
+        let lazy = walk_live_at_start(&snap, 0, &t, &scan, &|_| Home::default(), &r).unwrap();
         assert_eq!(lazy.state, full.state);
         assert_eq!(lazy.ambiguous, full.ambiguous);
         assert_eq!(full.ambiguous.len(), 1, "the freed 5 MiB block could have been larger");
@@ -1579,10 +1596,10 @@ mod tests {
         let t2: Vec<TraceEvent> = t[8..10].iter().chain(&t[12..]).copied().collect();
         let mut fin2 = RecordedState::default();
         for (i, e) in t2.iter().enumerate() {
-            fin2.apply(i, e, (0, 0), &r).unwrap();
+            fin2.apply(i, e, Home::default(), &r).unwrap();
         }
         let snap2 = snapshot_of(&fin2, &t2);
-        let lazy2 = walk_live_at_start(&snap2, 0, &t2, &TraceScan::of(&t2), &|_| (0, 0), &r).unwrap();
+        let lazy2 = walk_live_at_start(&snap2, 0, &t2, &TraceScan::of(&t2), &|_| Home::default(), &r).unwrap();
         assert!(lazy2.state.segs.is_empty());
     }
 
@@ -1602,7 +1619,7 @@ mod tests {
         ];
         let mut fin = RecordedState::default();
         for (i, e) in t.iter().enumerate() {
-            fin.apply(i, e, (0, 0), &r).unwrap();
+            fin.apply(i, e, Home::default(), &r).unwrap();
         }
         let ok = crate::replay::verify(&snapshot_of(&fin, &t), 0, &Default::default());
         assert!(ok.fully_matched() && ok.final_state_matches == Some(true), "{ok:?}");
@@ -1667,7 +1684,7 @@ mod tests {
                         pairs += 1;
                         i -= 1;
                     }
-                    _ => state.undo(i, fc, (0, 0), rules, &mut scratch).unwrap(),
+                    _ => state.undo(i, fc, Home::default(), rules, &mut scratch).unwrap(),
                 }
                 scratch.clear();
                 assert!(state.blocks_tile_segments(), "entry {i}");
@@ -1683,7 +1700,7 @@ mod tests {
         let t = vec![ev(Action::SegmentAlloc, a, 2 * MIB), ev(Action::Alloc, a, 1000)];
         let r = rules();
         // Final state lacks the segment: the alloc cannot be undone.
-        let e = backward_walk(RecordedState::default(), &t, &|_| (0, 0), &r).unwrap_err();
+        let e = backward_walk(RecordedState::default(), &t, &|_| Home::default(), &r).unwrap_err();
         assert_eq!(e.index, 1);
     }
 }

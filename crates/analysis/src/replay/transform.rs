@@ -484,7 +484,7 @@ fn seeded_stream(ctx: &Ctx, addr: u64) -> u64 {
         .iter()
         .find(|s| s.device == ctx.device && s.address <= addr && addr < s.address + s.total_size)
         .map(|s| s.stream)
-        .or_else(|| ctx.trace.first().map(|e| e.stream))
+        .or_else(|| ctx.trace.first().map(|e| ctx.snap.stream(e)))
         .unwrap_or(0)
 }
 
@@ -507,13 +507,14 @@ fn transformed_ops(ctx: &Ctx, plans: &Plans) -> Vec<Op> {
         }
     }
     ins.sort_unstable();
-    let mut key: HashMap<Life, (u64, TraceEvent)> = HashMap::new();
+    // Per block: its current key, its first entry (the prototype of those inserted), its stream.
+    let mut key: HashMap<Life, (u64, TraceEvent, u64)> = HashMap::new();
     let mut by_addr: HashMap<u64, Life> = HashMap::new();
     for (i, b) in ctx.lives.seeded.iter().enumerate() {
         by_addr.insert(b.address, Life::Seeded(i));
-        let mut ev = TraceEvent::new(Action::Alloc, b.address, b.request, seeded_stream(ctx, b.address));
+        let mut ev = TraceEvent::new(Action::Alloc, b.address, b.request);
         ev.stack = b.stack;
-        key.insert(Life::Seeded(i), (b.address, ev));
+        key.insert(Life::Seeded(i), (b.address, ev, seeded_stream(ctx, b.address)));
     }
     let mut out = Vec::with_capacity(ctx.trace.len() + ins.len());
     let mut k = 0;
@@ -522,13 +523,13 @@ fn transformed_ops(ctx: &Ctx, plans: &Plans) -> Vec<Op> {
         while k < ins.len() && ins[k].0 <= i {
             let (_, kind, l) = ins[k];
             k += 1;
-            let Some((cur, proto)) = key.get_mut(&l) else { continue };
-            let mut e = *proto;
+            let Some((cur, proto, stream)) = key.get_mut(&l) else { continue };
+            let (mut e, stream) = (*proto, *stream);
             if kind == 0 {
                 e.addr = *cur;
                 for a in [Action::FreeRequested, Action::FreeCompleted] {
                     e.action = a;
-                    out.push(Op { at: i, inserted: true, ev: e });
+                    out.push(Op { at: i, inserted: true, ev: e, stream });
                 }
             } else {
                 next_key += 512;
@@ -536,10 +537,11 @@ fn transformed_ops(ctx: &Ctx, plans: &Plans) -> Vec<Op> {
                 e.addr = next_key;
                 e.action = Action::Alloc;
                 e.size = plans[&l].size.unwrap_or(ctx.request(l));
-                out.push(Op { at: i, inserted: true, ev: e });
+                out.push(Op { at: i, inserted: true, ev: e, stream });
             }
         }
         let mut e = *ev;
+        let stream = ctx.snap.stream(ev);
         match ev.action {
             Action::Alloc => {
                 let l = Life::Traced(traced);
@@ -548,11 +550,11 @@ fn transformed_ops(ctx: &Ctx, plans: &Plans) -> Vec<Op> {
                 if let Some(s) = plans.get(&l).and_then(|p| p.size) {
                     e.size = s;
                 }
-                key.insert(l, (ev.addr, e));
+                key.insert(l, (ev.addr, e, stream));
             }
             Action::FreeRequested | Action::FreeCompleted => {
                 if let Some(&l) = by_addr.get(&ev.addr) {
-                    if let Some((cur, proto)) = key.get(&l) {
+                    if let Some((cur, proto, _)) = key.get(&l) {
                         e.addr = *cur;
                         e.size = proto.size;
                     }
@@ -563,7 +565,7 @@ fn transformed_ops(ctx: &Ctx, plans: &Plans) -> Vec<Op> {
             }
             _ => {}
         }
-        out.push(Op { at: i, inserted: false, ev: e });
+        out.push(Op { at: i, inserted: false, ev: e, stream });
     }
     out
 }

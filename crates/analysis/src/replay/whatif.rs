@@ -48,6 +48,8 @@ pub struct Op {
     /// The entry; `addr` is a key naming the block (the recorded address, or a synthetic
     /// one for a block a transformation re-allocates), `size` the request.
     pub ev: TraceEvent,
+    /// Its stream (a recorded entry's, resolved once; an inserted one's, chosen).
+    pub stream: u64,
 }
 
 /// The allocator's live bytes before a trace entry ([`SimOptions::probes`]).
@@ -167,7 +169,8 @@ pub fn simulate(snap: &Snapshot, device: i64, cfg: AllocatorConfig, capacity: Op
 }
 
 pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &SimOptions) -> WhatIf {
-    let ops = snap.trace(device).iter().enumerate().map(|(at, &ev)| Op { at, inserted: false, ev });
+    let ops =
+        snap.trace(device).iter().enumerate().map(|(at, &ev)| Op { at, inserted: false, ev, stream: snap.stream(&ev) });
     simulate_ops(snap, device, cfg, opts, ops)
 }
 
@@ -250,6 +253,8 @@ pub fn simulate_ops(
     points.sort_unstable();
     let mut ec = points.into_iter().peekable();
     let mut out_events: Vec<TraceEvent> = Vec::new();
+    // The saved snapshot's table of entry contexts (the streams of `out_events`).
+    let mut out_contexts: Vec<fragscope_snapshot::EntryContext> = Vec::new();
     let mut evbuf: Vec<Event> = Vec::new();
     let mut first_oom = None;
     let mut recorded_fit = 0;
@@ -292,7 +297,7 @@ pub fn simulate_ops(
         let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
         let reserved_before_op = eng.reserved_bytes();
         match ev.action {
-            Action::Alloc | Action::Oom => match eng.malloc_in_pool(ev.size, ev.stream, pool) {
+            Action::Alloc | Action::Oom => match eng.malloc_in_pool(ev.size, op.stream, pool) {
                 Ok(a) => {
                     if ev.action == Action::Oom {
                         recorded_fit += 1;
@@ -366,7 +371,7 @@ pub fn simulate_ops(
         evbuf[seeded..].iter().for_each(|e| driver.observe(e));
         if opts.collect_snapshot {
             for m in &evbuf {
-                let mut t = crate::recorder::trace_event(m);
+                let mut t = crate::recorder::trace_event(m, &mut out_contexts);
                 if matches!(m, Event::Alloc { .. } | Event::Oom { .. }) || t.action == ev.action {
                     t.stack = ev.stack;
                     t.time_us = ev.time_us;
@@ -405,8 +410,8 @@ pub fn simulate_ops(
     let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
     let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
     let snapshot = opts.collect_snapshot.then(|| {
-        out_events.extend(tail.iter().map(crate::recorder::trace_event));
-        build_snapshot(snap, device, &eng, out_events)
+        out_events.extend(tail.iter().map(|m| crate::recorder::trace_event(m, &mut out_contexts)));
+        build_snapshot(snap, device, &eng, out_events, out_contexts)
     });
     WhatIf {
         device,
@@ -490,6 +495,7 @@ fn build_snapshot(
     device: i64,
     eng: &CachingAllocator<SimulatedDevice>,
     events: Vec<TraceEvent>,
+    contexts: Vec<fragscope_snapshot::EntryContext>,
 ) -> Snapshot {
     let segments = crate::recorder::segments_of(eng, device, |_| None, |_| None);
     let mut traces = vec![Vec::new(); (device.max(0) as usize) + 1];
@@ -502,6 +508,7 @@ fn build_snapshot(
         device_traces: traces,
         allocator_settings: Some(settings),
         frames: src.frames.clone(),
+        contexts,
         ..Default::default()
     }
 }

@@ -401,7 +401,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                 V::S(e.action.as_str()),
                 V::I(e.addr as i64),
                 V::I(e.size as i64),
-                V::I(e.stream as i64),
+                V::I(snap.stream(e) as i64),
                 opt_time(e.time_us),
                 sid(e.stack),
                 pool.map_or(V::N, V::S),
@@ -432,7 +432,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                         fc: None,
                         addr: e.addr,
                         req: e.size,
-                        stream: e.stream as i64,
+                        stream: snap.stream(e) as i64,
                         stack: e.stack,
                         time: e.time_us,
                     };
@@ -450,7 +450,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                                 fc: None,
                                 addr: e.addr,
                                 req: e.size,
-                                stream: e.stream as i64,
+                                stream: snap.stream(e) as i64,
                                 stack: e.stack,
                                 time: fragscope_snapshot::NO_TIME,
                             });

@@ -45,11 +45,11 @@ struct SnapshotAbsorber {
     contexts: Vec<EntryContext>,
     context_ids: HashMap<EntryContext, ContextId>,
     last_context: (EntryContext, ContextId),
-    /// The `compile_context` and `user_metadata` of the last entry the fast decoders read,
-    /// and its context's id: PyTorch writes `compile_context` ("N/A" mostly) in every
-    /// entry, so this compare is made millions of times.
-    /// (The two as one number: [`text_key`].)
-    last_text_context: (u64, ContextId),
+    /// The `stream`, `compile_context` and `user_metadata` of the last entry the fast
+    /// decoders read, and its context's id: PyTorch writes `stream` and `compile_context`
+    /// ("N/A" mostly) in every entry, so this compare is made millions of times.
+    /// (The two strings as one number: [`text_key`].)
+    last_text_context: (u64, u64, ContextId),
     frame_buf: Vec<FrameId>,
     /// Fresh `frames` lists already decoded, by the bytes of their items (the memo
     /// references to their frame dicts), and the stack each made: PyTorch writes a new list
@@ -540,7 +540,7 @@ impl SnapshotAbsorber {
             contexts: Vec::new(),
             context_ids: HashMap::new(),
             last_context: (EntryContext::default(), ContextId::NONE),
-            last_text_context: (0, ContextId::NONE),
+            last_text_context: (0, 0, ContextId::NONE),
             frame_buf: Vec::new(),
             stack_spans: Default::default(),
             recent_spans: vec![SpanSet::default(); SPAN_SETS].into_boxed_slice(),
@@ -702,7 +702,7 @@ impl SnapshotAbsorber {
             *self.unknown_actions.entry(action_id).or_default() += 1;
             return Ok(EntryKind::UnknownAction);
         }
-        *ev = TraceEvent::new(Action::ALL[(code - K_FIRST_ACTION) as usize], 0, 0, 0);
+        *ev = TraceEvent::new(Action::ALL[(code - K_FIRST_ACTION) as usize], 0, 0);
         match vals[K_ADDR as usize] {
             Value::Undef => *self.missing.entry("trace.addr").or_default() += 1,
             v => ev.addr = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'addr' is not an integer"))?,
@@ -711,24 +711,19 @@ impl SnapshotAbsorber {
             Value::Undef => *self.missing.entry("trace.size").or_default() += 1,
             v => ev.size = u64_of(st, v).ok_or_else(|| st.corrupt("trace 'size' is not an integer"))?,
         }
-        ev.stream = u64_of(st, vals[K_STREAM as usize]).unwrap_or(0);
+        let stream = u64_of(st, vals[K_STREAM as usize]).unwrap_or(0);
         ev.time_us = int_of(st, vals[K_TIME as usize]).unwrap_or(NO_TIME);
         if let v @ (Value::Stack(_) | Value::List(_) | Value::None) = vals[K_FRAMES as usize] {
             ev.stack = self.stack_of(st, v)?;
         }
         let str_of = |v: Value| if let Value::Str(s) = v { Some(s) } else { None };
         let context = EntryContext {
+            stream,
             pool_id: pair_of(st, vals[K_POOL as usize]),
             compile_context: str_of(vals[K_CC as usize]),
             user_metadata: str_of(vals[K_UM as usize]),
         };
-        match self.context_id(context) {
-            Some(id) => ev.context = id,
-            None => {
-                let what = "trace.pool_id, compile_context and user_metadata (past 16,777,215 distinct contexts)";
-                *self.missing.entry(what).or_default() += 1;
-            }
-        }
+        ev.context = self.context_or_stream(st, context)?;
         if unknown {
             for kv in flat.chunks_exact(2) {
                 if let Value::Str(k) = kv[0] {
@@ -835,7 +830,7 @@ impl SnapshotAbsorber {
     fn decode_entry(&mut self, st: &mut VmState, buf: &[u8], ev: &mut TraceEvent) -> Option<usize> {
         debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
         let mut p = 2;
-        *ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        *ev = TraceEvent::new(Action::Alloc, 0, 0);
         let mut vals = EntryValues::new([0, 0, 0, ev.time_us]);
         // Entries repeat the same keys in the same order, as the same memo references:
         // compare the raw reference with the previous entry's before resolving it. Actions
@@ -896,8 +891,8 @@ impl SnapshotAbsorber {
             return None;
         }
         let [addr, size, stream, time_us] = vals.ints;
-        (ev.addr, ev.size, ev.stream, ev.time_us) = (addr as u64, size as u64, stream as u64, time_us);
-        ev.context = self.text_context(vals.cc, vals.um)?;
+        (ev.addr, ev.size, ev.time_us) = (addr as u64, size as u64, time_us);
+        ev.context = self.text_context(stream as u64, vals.cc, vals.um)?;
         // Commit, in stream order: the dict's MEMOIZE came first, then its strings' and its
         // fresh frames list's (memoized as the stack the generic path would make of it).
         let stack = vals.fresh_stack;
@@ -1055,17 +1050,17 @@ impl SnapshotAbsorber {
             None
         };
         let (stream, time) = (f[Slot::Stream as usize], f[Slot::Time as usize]);
+        let stream = if stream.present { stream.int(w) as u64 } else { 0 };
         let mut ev = TraceEvent {
             addr: f[Slot::Addr as usize].int(w) as u64,
             size: f[Slot::Size as usize].int(w) as u64,
-            stream: if stream.present { stream.int(w) as u64 } else { 0 },
             time_us: if time.present { time.int(w) } else { NO_TIME },
             stack,
             context: ContextId::NONE,
             action,
         };
         let (mut len, memos, n_memos, fresh_frames) = (sh.len, sh.memos, sh.n_memos, sh.fresh_frames);
-        ev.context = self.text_context(compile_context, user_metadata)?;
+        ev.context = self.text_context(stream, compile_context, user_metadata)?;
         // A shape that stops before a fresh `frames` list, the entry's last key: the list,
         // then the entry's SETITEMS.
         let mut fresh = None;
@@ -1281,14 +1276,28 @@ impl SnapshotAbsorber {
     /// [`Self::context_id`] of a context without a pool (the fast decoders leave entries
     /// with a `pool_id` to the generic path), checked first against the last one.
     #[inline(always)]
-    fn text_context(&mut self, cc: Option<StrId>, um: Option<StrId>) -> Option<ContextId> {
+    fn text_context(&mut self, stream: u64, cc: Option<StrId>, um: Option<StrId>) -> Option<ContextId> {
         let key = text_key(cc, um);
-        if key == self.last_text_context.0 {
-            return Some(self.last_text_context.1);
+        if stream == self.last_text_context.0 && key == self.last_text_context.1 {
+            return Some(self.last_text_context.2);
         }
-        let id = self.context_id(EntryContext { pool_id: None, compile_context: cc, user_metadata: um })?;
-        self.last_text_context = (key, id);
+        // Past the last context the fast path gives up: the generic path keeps the stream.
+        let id = self.context_id(EntryContext { stream, pool_id: None, compile_context: cc, user_metadata: um })?;
+        self.last_text_context = (stream, key, id);
         Some(id)
+    }
+
+    /// [`Self::context_id`], or past [`ContextId::MAX`] distinct contexts the entry's
+    /// stream and pool alone (noted: its `compile_context` and `user_metadata` are
+    /// dropped). The stream is never dropped: the replay needs it.
+    fn context_or_stream(&mut self, st: &VmState, c: EntryContext) -> Result<ContextId, ReadError> {
+        if let Some(id) = self.context_id(c) {
+            return Ok(id);
+        }
+        let what = "trace.compile_context and user_metadata (past 16,777,215 distinct contexts)";
+        *self.missing.entry(what).or_default() += 1;
+        let bare = EntryContext { stream: c.stream, pool_id: c.pool_id, ..EntryContext::default() };
+        self.context_id(bare).ok_or_else(|| st.corrupt("more than 16,777,215 distinct trace-entry streams and pools"))
     }
 
     /// The id of an entry's context, interned on first sight; `None` past
@@ -1344,7 +1353,7 @@ impl Absorber for SnapshotAbsorber {
             Value::Consumed => return Ok(Absorb::Taken),
             _ => return Ok(Absorb::Keep(item)),
         };
-        let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        let mut ev = TraceEvent::new(Action::Alloc, 0, 0);
         match self.as_event(st, h, &mut ev)? {
             EntryKind::Entry => {
                 self.push_event(list, ev, st.offset);
@@ -1366,7 +1375,7 @@ impl Absorber for SnapshotAbsorber {
     fn absorb_batch(&mut self, st: &mut VmState, list: u32, buf: &[u8]) -> (usize, usize, bool) {
         debug_assert_eq!(list, self.cur_list);
         let start = self.cur_events.len();
-        let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        let mut ev = TraceEvent::new(Action::Alloc, 0, 0);
         let mut p = 0;
         let complete = loop {
             // Near the end of the buffer the generic path takes over (the decoder checks
@@ -1424,7 +1433,7 @@ impl Absorber for SnapshotAbsorber {
 
     #[inline]
     fn try_flat_entry(&mut self, st: &mut VmState, buf: &[u8]) -> Option<(usize, Value)> {
-        let mut ev = TraceEvent::new(Action::Alloc, 0, 0, 0);
+        let mut ev = TraceEvent::new(Action::Alloc, 0, 0);
         let used = self.decode_entry(st, buf, &mut ev)?;
         self.pending.push(ev);
         self.pending_live += 1;
@@ -1432,7 +1441,7 @@ impl Absorber for SnapshotAbsorber {
     }
 
     fn on_dict(&mut self, st: &mut VmState, flat: &[Value]) -> Result<Option<(Value, Value)>, ReadError> {
-        self.pending.push(TraceEvent::new(Action::Alloc, 0, 0, 0));
+        self.pending.push(TraceEvent::new(Action::Alloc, 0, 0));
         let slot = self.pending.len() - 1;
         let mut ev = self.pending[slot];
         let kind = self.event_from(st, flat, &mut ev)?;

@@ -713,7 +713,7 @@ impl<'t, W: Write> Pickler<'t, W> {
         // `oom` records free device memory under `device_free` instead of `addr`.
         f.push((if e.action == Action::Oom { "device_free" } else { "addr" }, Field::UInt(e.addr)));
         f.push(("size", Field::UInt(e.size)));
-        f.push(("stream", Field::Stream(e.stream)));
+        f.push(("stream", Field::Stream(snap.stream(e))));
         if let Some(t) = e.time() {
             f.push(("time_us", Field::Int(t)));
         }
