@@ -506,7 +506,7 @@ pub fn leaks(snap: &Snapshot) -> Vec<DeviceLeaks> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fragscope_snapshot::{Action, Frame, StackId, TraceEvent};
+    use fragscope_snapshot::{Action, StackId, TraceEvent};
 
     const MIB: u64 = 1 << 20;
 
@@ -526,17 +526,7 @@ mod tests {
 
     fn run(r: &Run) -> Snapshot {
         let mut snap = Snapshot::default();
-        let mut stack = |frames: &[(&str, i64, &str)]| -> StackId {
-            let t = &mut snap.frames;
-            let ids: Vec<_> = frames
-                .iter()
-                .map(|&(file, line, name)| {
-                    let f = Frame { filename: t.intern_str(file), line, name: t.intern_str(name) };
-                    t.intern_frame(f)
-                })
-                .collect();
-            t.intern_stack(&ids)
-        };
+        let mut stack = |frames: &[(&str, i64, &str)]| -> StackId { snap.frames.intern_py_stack(frames) };
         // Innermost first, as PyTorch records them.
         type F = (&'static str, i64, &'static str);
         let outer: &[F] = if r.nested {
@@ -736,15 +726,7 @@ mod tests {
 
     impl Small {
         fn stack(&mut self, frames: &[(&str, i64, &str)]) -> StackId {
-            let t = &mut self.snap.frames;
-            let ids: Vec<_> = frames
-                .iter()
-                .map(|&(file, line, name)| {
-                    let f = Frame { filename: t.intern_str(file), line, name: t.intern_str(name) };
-                    t.intern_frame(f)
-                })
-                .collect();
-            t.intern_stack(&ids)
+            self.snap.frames.intern_py_stack(frames)
         }
         fn ev(&mut self, action: Action, addr: u64, size: u64, s: StackId) {
             self.clock += 10;

@@ -12,7 +12,7 @@ use fragscope_alloc::{
     AllocatorConfig, BlockState as EBlockState, CachingAllocator, DeviceMemory, Event, FreeError, Oom, SimulatedDevice,
 };
 use fragscope_snapshot::{
-    intern_context, Action, Annotation, Block, BlockState, EntryContext, Frame, PyObj, Segment, SegmentType, Snapshot,
+    intern_context, Action, Annotation, Block, BlockState, EntryContext, PyObj, Segment, SegmentType, Snapshot,
     StackId, TraceEvent,
 };
 
@@ -59,16 +59,8 @@ impl Recorder {
     /// Interns a stack given outermost frame first, as a traceback reads
     /// (PyTorch stores innermost first).
     pub fn stack(&mut self, frames: &[(&str, i64, &str)]) -> StackId {
-        let t = &mut self.snap.frames;
-        let ids: Vec<_> = frames
-            .iter()
-            .rev()
-            .map(|&(file, line, name)| {
-                let f = Frame { filename: t.intern_str(file), line, name: t.intern_str(name) };
-                t.intern_frame(f)
-            })
-            .collect();
-        t.intern_stack(&ids)
+        let innermost_first: Vec<_> = frames.iter().rev().copied().collect();
+        self.snap.frames.intern_py_stack(&innermost_first)
     }
 
     fn record(&mut self, stack: Option<StackId>) {

@@ -153,6 +153,18 @@ impl FrameTable {
         self.stack_index.insert(frames.into(), id);
         id
     }
+    /// Interns the stack of `(filename, line, name)` frames, innermost first (as PyTorch
+    /// records them): for tools and tests that build snapshots.
+    pub fn intern_py_stack(&mut self, frames: &[(&str, i64, &str)]) -> StackId {
+        let ids: Vec<FrameId> = frames
+            .iter()
+            .map(|&(file, line, name)| {
+                let f = Frame { filename: self.intern_str(file), line, name: self.intern_str(name) };
+                self.intern_frame(f)
+            })
+            .collect();
+        self.intern_stack(&ids)
+    }
     /// Frames of a stack, innermost first.
     pub fn stack(&self, id: StackId) -> &[FrameId] {
         &self.stacks[id.index()]
