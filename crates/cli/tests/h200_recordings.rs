@@ -42,6 +42,7 @@ fn every_recording_replays_exactly() {
     for e in std::fs::read_dir(fragscope_testdata::h200_dir()).unwrap() {
         let p = e.unwrap().path();
         if !p.to_string_lossy().ends_with(".pickle.gz") {
+            // (and fit.jsonl: the real runs of tests/gpu/fit.py, no snapshot)
             continue;
         }
         let v = json(&["replay", "--verify", "--json", &p.display().to_string()]);
@@ -87,6 +88,28 @@ fn batch_size_predicted_from_smaller_batches() {
 fn batch_size_predicted_under_autocast() {
     // bf16 autocast: fp32 parameters, bf16 copies of the weights made in every forward.
     check_prediction(&["gpt-s512-b4-amp", "gpt-s512-b8-amp"], "4,8", 16, "gpt-s512-b16-amp");
+}
+
+/// Far past the recordings the model says so: the real run at batch 170 (fit.jsonl, run by
+/// tests/gpu/fit.py) allocated 81,903,604,736 bytes at its peak, 13.6 % under the
+/// prediction from batches 4-16 (docs/fidelity.md).
+#[test]
+fn a_prediction_far_past_the_recordings_says_so() {
+    let paths: Vec<String> =
+        ["gpt-s512-b4", "gpt-s512-b8", "gpt-s512-b16"].iter().map(|f| file(&format!("{f}.pickle.gz"))).collect();
+    let mut args = vec!["predict", "--json", "--sizes", "4,8,16", "--at", "32,170"];
+    args.extend(paths.iter().map(|s| s.as_str()));
+    let v = json(&args);
+    let notes = |k: usize| v["predictions"][k]["notes"].to_string();
+    assert!(!notes(0).contains("times the largest recording"), "{}", notes(0));
+    assert!(notes(1).contains("10.6 times the largest recording (16)"), "{}", notes(1));
+    // The real run at 170 fitted, with this peak (what the note warns about).
+    let real = std::fs::read_to_string(file("fit.jsonl")).unwrap();
+    let b170: Value =
+        real.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|r| r["batch"] == 170).unwrap();
+    assert_eq!(b170["fits"], true);
+    let predicted = u(&v["predictions"][1]["peak_allocated"]);
+    assert!(predicted > u(&b170["max_memory_allocated"]), "the note's figure: predicted above the real run");
 }
 
 #[test]

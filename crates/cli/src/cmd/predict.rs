@@ -441,6 +441,7 @@ fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
             "  extrapolated: share of the allocated peak whose size only the recordings determine (no recording \
              checked the law) or that follows no law"
         );
+        write_notes(&mut s, out.predictions.iter().map(|(p, _)| p));
     }
     if !maxfits.is_empty() {
         let mut t = Table::new(&[
@@ -475,6 +476,20 @@ fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
         }
         let cap = capacity.unwrap_or("");
         let _ = writeln!(s, "\n  largest size that fits on {cap} (bisection over replays)\n{}", t.render());
+        write_notes(&mut s, maxfits.iter().flat_map(|m| m.fits_at.iter()));
     }
     s
+}
+
+/// The predictions' notes (a size far past the recordings, requests that vanish) under
+/// their table: each kind once, the first size's (the same note of another size differs
+/// in its figures only; every one is in --json).
+fn write_notes<'a>(s: &mut String, preds: impl Iterator<Item = &'a fragscope_analysis::predict::Prediction>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for n in preds.flat_map(|p| p.notes.iter()) {
+        let kind: String = n.chars().filter(|c| !c.is_ascii_digit() && *c != '.').collect();
+        if seen.insert(kind) {
+            let _ = writeln!(s, "  note: {n}");
+        }
+    }
 }
