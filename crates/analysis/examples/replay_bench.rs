@@ -96,8 +96,8 @@ fn main() {
                             max_non_split_rounding: c.max_non_split_rounding,
                         };
                         let fin = replay::state::RecordedState::from_snapshot(&snap, d);
-                        let pool_of = |e: &fragscope_snapshot::TraceEvent| replay::state::home_of(&snap, e);
-                        let r = replay::state::backward_walk(fin, snap.trace(d), &pool_of, &rules);
+                        let home = |e: &fragscope_snapshot::TraceEvent| replay::state::home_of(&snap, e);
+                        let r = replay::state::backward_walk(fin, snap.trace(d), &home, &rules);
                         std::hint::black_box(&r.is_ok());
                     }
                     "table" => {

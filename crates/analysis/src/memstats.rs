@@ -172,16 +172,16 @@ fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, Str
         return (Err("no trace".into()), false);
     }
     let cfg = recorded_config(snap);
-    let pool_of = |e: &TraceEvent| home_of(snap, e);
+    let home = |e: &TraceEvent| home_of(snap, e);
     let fin = RecordedState::from_snapshot(snap, device);
     let mut noted = false;
     let t = with_rules(&cfg, |rules| {
         let disagree =
             |e: Inconsistency| format!("the trace and the final state disagree at entry {}: {}", e.index, e.reason);
         let (st, tallies) = if noting {
-            walk_counting(fin, trace, &pool_of, rules).map_err(disagree)?
+            walk_counting(fin, trace, &home, rules).map_err(disagree)?
         } else {
-            (backward_walk(fin, trace, &pool_of, rules).map_err(disagree)?.state, None)
+            (backward_walk(fin, trace, &home, rules).map_err(disagree)?.state, None)
         };
         let mut t = start_table(&st, trace.len());
         if let Some(Counted { tallies, requests_differ }) = tallies {
@@ -194,7 +194,7 @@ fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, Str
                 return Ok(counted);
             }
         }
-        replay_forward(&mut t, st, trace, &pool_of, rules)?;
+        replay_forward(&mut t, st, trace, &home, rules)?;
         Ok(t)
     });
     (t, noted)
@@ -463,7 +463,7 @@ struct Counted {
 fn walk_counting(
     mut st: RecordedState,
     trace: &[TraceEvent],
-    pool_of: &dyn Fn(&TraceEvent) -> Home,
+    home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<(RecordedState, Option<Counted>), Inconsistency> {
     let mut exact = segments_apart(&st);
@@ -533,26 +533,26 @@ fn walk_counting(
             }
             Action::SegmentAlloc => {
                 let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).map(|s| s.small);
-                st.undo_segment(i, ev, pool_of(ev))?;
+                st.undo_segment(i, ev, home(ev))?;
                 if small != Some(ev.size == SMALL_BUFFER) {
                     exact = false;
                 }
                 t.segment(small.unwrap_or(false), ev.size, true);
             }
             Action::SegmentFree => {
-                st.undo_segment(i, ev, pool_of(ev))?;
+                st.undo_segment(i, ev, home(ev))?;
                 let small = st.seg_key(ev.addr).and_then(|k| st.segs.get(&k)).is_some_and(|s| s.small);
                 t.segment(small, ev.size, false);
             }
             Action::SegmentMap | Action::SegmentUnmap => {
-                st.undo_segment(i, ev, pool_of(ev))?;
+                st.undo_segment(i, ev, home(ev))?;
                 exact = false;
             }
-            _ => st.undo_segment(i, ev, pool_of(ev))?,
+            _ => st.undo_segment(i, ev, home(ev))?,
         }
     }
     // The counts cannot vouch from here on: the walk alone.
-    walk_rest(&mut st, &trace[..i], pool_of, rules)?;
+    walk_rest(&mut st, &trace[..i], home, rules)?;
     t.unpair();
     Ok((st, exact.then_some(Counted { tallies: t, requests_differ })))
 }
@@ -565,12 +565,12 @@ fn walk_counting(
 fn walk_rest(
     st: &mut RecordedState,
     trace: &[TraceEvent],
-    pool_of: &dyn Fn(&TraceEvent) -> Home,
+    home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<(), Inconsistency> {
     let mut scratch = Vec::new();
     for (i, ev) in trace.iter().enumerate().rev() {
-        st.undo(i, ev, pool_of(ev), rules, &mut scratch)?;
+        st.undo(i, ev, home(ev), rules, &mut scratch)?;
         scratch.clear();
     }
     Ok(())
@@ -698,7 +698,7 @@ fn replay_forward(
     t: &mut MemoryTable,
     mut st: RecordedState,
     trace: &[TraceEvent],
-    pool_of: &dyn Fn(&TraceEvent) -> Home,
+    home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<(), String> {
     // The block each address holds from its `alloc` to its `free_completed` (its
@@ -724,7 +724,7 @@ fn replay_forward(
             }
             _ => None,
         };
-        st.apply(i, ev, pool_of(ev), rules)
+        st.apply(i, ev, home(ev), rules)
             .map_err(|e| format!("the trace cannot be replayed at entry {}: {}", e.index, e.reason))?;
         match ev.action {
             Action::Alloc => {

@@ -142,8 +142,8 @@ pub fn allocator_state_at(snap: &Snapshot, device: i64, after_event: Option<usiz
     let from = after_event.map_or(0, |i| (i + 1).min(trace.len()));
     let cfg = recorded_config(snap);
     let fin = RecordedState::from_snapshot(snap, device);
-    let pool_of = |e: &fragscope_snapshot::TraceEvent| crate::replay::state::home_of(snap, e);
-    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &pool_of, r)).map(|i| i.state).map_err(|e| {
+    let home = |e: &fragscope_snapshot::TraceEvent| crate::replay::state::home_of(snap, e);
+    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &home, r)).map(|i| i.state).map_err(|e| {
         format!("trace entry {} ({}) cannot be undone: {}", e.index + from, e.event.action.as_str(), e.reason)
     })
 }

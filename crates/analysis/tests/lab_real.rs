@@ -141,8 +141,8 @@ fn the_pytorch_row_releases_where_the_recording_did() {
         max_split_size: cfg.max_split_size,
         max_non_split_rounding: cfg.max_non_split_rounding,
     };
-    let pool_of = |e: &fragscope_snapshot::TraceEvent| fragscope_analysis::replay::state::home_of(&snap, e);
-    let start = backward_walk(RecordedState::from_snapshot(&snap, 0), snap.trace(0), &pool_of, &rules).unwrap();
+    let home = |e: &fragscope_snapshot::TraceEvent| fragscope_analysis::replay::state::home_of(&snap, e);
+    let start = backward_walk(RecordedState::from_snapshot(&snap, 0), snap.trace(0), &home, &rules).unwrap();
     let (mut reserved, mut peak) = (start.state.reserved(), start.state.reserved());
     for e in snap.trace(0) {
         match e.action {

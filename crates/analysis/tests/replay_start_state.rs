@@ -36,9 +36,9 @@ fn reserved_at_start(snap: &Snapshot, device: i64) -> u64 {
         max_split_size: cfg.max_split_size,
         max_non_split_rounding: cfg.max_non_split_rounding,
     };
-    let pool_of = |e: &fragscope_snapshot::TraceEvent| fragscope_analysis::replay::state::home_of(snap, e);
+    let home = |e: &fragscope_snapshot::TraceEvent| fragscope_analysis::replay::state::home_of(snap, e);
     let fin = RecordedState::from_snapshot(snap, device);
-    backward_walk(fin, snap.trace(device), &pool_of, &rules).expect("the trace is consistent").state.reserved()
+    backward_walk(fin, snap.trace(device), &home, &rules).expect("the trace is consistent").state.reserved()
 }
 
 #[test]

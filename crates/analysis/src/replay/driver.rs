@@ -32,7 +32,7 @@ use fragscope_alloc::{
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 
 use super::state::{
-    backward_walk_counted, bstate_of, home_of, walk_live_at_start, BState, Inconsistency, Initial, RecordedState,
+    backward_walk_counted, bstate_of, home_of, walk_live_at_start, BState, Home, Inconsistency, Initial, RecordedState,
     TraceCounts, TraceScan,
 };
 use super::{recorded_config, with_rules, Divergence, EventView, ReplayOptions, VerifyReport, DEFAULT_CAPACITY};
@@ -152,7 +152,7 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
     if let Some(done) = verify_fast(snap, device, opts, &cfg, &rep) {
         return done;
     }
-    let pool_of = |e: &TraceEvent| home_of(snap, e);
+    let home = |e: &TraceEvent| home_of(snap, e);
     let final_state = RecordedState::from_snapshot(snap, device);
     if final_state.segs.is_empty() {
         // The test below needs the counts before the walk (rare: no segments).
@@ -168,7 +168,7 @@ pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -
         }
     }
     // The walk counts the entries as it goes (one pass over the trace, not two).
-    let initial = with_rules(&cfg, |r| backward_walk_counted(final_state, trace, &pool_of, r));
+    let initial = with_rules(&cfg, |r| backward_walk_counted(final_state, trace, &home, r));
     let (initial, counts) = match initial {
         Ok(i) => i,
         Err(inc) => {
@@ -223,8 +223,8 @@ fn verify_fast(
     last?;
     let trace = snap.trace(device);
     let scan = TraceScan::of(trace);
-    let pool_of = |e: &TraceEvent| home_of(snap, e);
-    let initial = with_rules(cfg, |r| walk_live_at_start(snap, device, trace, &scan, &pool_of, r))?;
+    let home = |e: &TraceEvent| home_of(snap, e);
+    let initial = with_rules(cfg, |r| walk_live_at_start(snap, device, trace, &scan, &home, r))?;
     let d = replay_forward(snap, device, opts, cfg, rep.clone(), initial, scan.counts, true);
     if d.bailed || d.stopped || d.rep.final_state_matches != Some(true) || d.rep.undecidable.is_some() {
         return None;
@@ -530,10 +530,6 @@ impl Driver<'_> {
         }
     }
 
-    fn pool_of(&self, e: &TraceEvent) -> (u64, u64) {
-        self.snap.pool_id(e).unwrap_or(DEFAULT_POOL)
-    }
-
     /// The model's events of this step, for a divergence report (the engine's
     /// buffer holds them; it is read in place and cleared when the step matched).
     fn take_model_events(&mut self) {
@@ -595,8 +591,7 @@ impl Driver<'_> {
     fn step_malloc(&mut self, i: usize, recorded_oom: bool) {
         let trace = self.trace;
         let ev = &trace[i];
-        let pool = self.pool_of(ev);
-        let (n, stream) = (ev.size, self.snap.stream(ev));
+        let (n, Home { stream, pool }) = (ev.size, home_of(self.snap, ev));
         // Oracle: the recorded new memory of this step.
         self.eng.device_mut().clear_oracle();
         if self.pend.is_empty() && !recorded_oom {
@@ -673,8 +668,7 @@ impl Driver<'_> {
     fn after_malloc(&mut self, i: usize, r: Result<u64, fragscope_alloc::Oom>, recorded_oom: bool) {
         let trace = self.trace;
         let ev = &trace[i];
-        let pool = self.pool_of(ev);
-        let (n, stream) = (ev.size, self.snap.stream(ev));
+        let (n, Home { stream, pool }) = (ev.size, home_of(self.snap, ev));
         let seg_ok = self.compare_segments();
         let (main_ok, what) = if recorded_oom {
             let s = round_size(n, &self.cfg);

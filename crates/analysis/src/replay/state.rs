@@ -1097,10 +1097,10 @@ impl TraceCounts {
 pub fn backward_walk(
     final_state: RecordedState,
     trace: &[TraceEvent],
-    home_of: &dyn Fn(&TraceEvent) -> Home,
+    home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<Initial, Inconsistency> {
-    backward_walk_counted(final_state, trace, home_of, rules).map(|(i, _)| i)
+    backward_walk_counted(final_state, trace, home, rules).map(|(i, _)| i)
 }
 
 /// [`backward_walk`], also counting the entries by kind on the way: the walk
@@ -1109,7 +1109,7 @@ pub fn backward_walk(
 pub fn backward_walk_counted(
     final_state: RecordedState,
     trace: &[TraceEvent],
-    home_of: &dyn Fn(&TraceEvent) -> Home,
+    home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Result<(Initial, TraceCounts), Inconsistency> {
     let mut counts = TraceCounts::default();
@@ -1117,7 +1117,7 @@ pub fn backward_walk_counted(
     let mut scratch = Vec::new();
     let mut open = OpenChoices::default();
     for (i, ev) in trace.iter().enumerate().rev() {
-        state.undo(i, ev, home_of(ev), rules, &mut scratch)?;
+        state.undo(i, ev, home(ev), rules, &mut scratch)?;
         counts.add(ev.action);
         open.step(ev, &mut scratch);
     }
@@ -1217,7 +1217,7 @@ pub(crate) fn walk_live_at_start(
     device: i64,
     trace: &[TraceEvent],
     scan: &TraceScan,
-    home_of: &dyn Fn(&TraceEvent) -> Home,
+    home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
 ) -> Option<Initial> {
     if scan.counts.segment_maps > 0 || scan.unmaps > 0 {
@@ -1258,10 +1258,10 @@ pub(crate) fn walk_live_at_start(
     let mut open = OpenChoices::default();
     let tail = scan.seg_events.partition_point(|&i| i < full_from);
     for &i in scan.seg_events[tail..].iter().rev() {
-        state.undo_by_segment(i, &trace[i], home_of(&trace[i]), rules, &mut scratch, &created_before)?;
+        state.undo_by_segment(i, &trace[i], home(&trace[i]), rules, &mut scratch, &created_before)?;
     }
     for (i, ev) in trace[..full_from].iter().enumerate().rev() {
-        state.undo_by_segment(i, ev, home_of(ev), rules, &mut scratch, &created_before)?;
+        state.undo_by_segment(i, ev, home(ev), rules, &mut scratch, &created_before)?;
         open.step(ev, &mut scratch);
     }
     let (ambiguous, decided) = open.finish(&state);
