@@ -31,6 +31,7 @@
 pub mod config;
 pub mod device;
 pub mod engine;
+mod format;
 pub mod policy;
 pub mod rounding;
 pub mod stats;
@@ -54,6 +55,7 @@ pub use device::{AddressSource, DeviceMemory, OracleMismatch, SimulatedDevice};
 pub use engine::{
     BlockInfo, BlockState, CachingAllocator, Event, FreeError, Oom, SeedBlock, SeedError, SeedSegment, SegmentInfo,
 };
+pub use format::format_size;
 pub use stats::{Stat, StatArray, Stats};
 pub use uncached::UncachedAllocator;
 pub use vmm::StrictVmm;

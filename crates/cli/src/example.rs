@@ -8,7 +8,7 @@
 //! (`fragscope-alloc`) and recorded as `_record_memory_history` would record it. No file
 //! from anyone else is involved.
 
-use fragscope_analysis::recorder::Recorder;
+use fragscope_replay::recorder::Recorder;
 use fragscope_snapshot::Snapshot;
 
 const MIB: u64 = 1 << 20;
@@ -139,7 +139,7 @@ mod tests {
     #[test]
     fn example_replays_exactly() {
         let s = snapshot();
-        let r = fragscope_analysis::replay::verify(&s, 0, &Default::default());
+        let r = fragscope_replay::verify(&s, 0, &Default::default());
         assert_eq!(r.allocs, r.allocs_matched);
         assert_eq!(r.segment_events, r.segment_events_matched);
         assert!(r.first_divergence.is_none());

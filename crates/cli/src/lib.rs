@@ -58,8 +58,6 @@ enum Command {
     /// recordings of the same program at two or more sizes, replayed through the
     /// allocator model; --capacity says whether it fits, --max-fit finds the largest size.
     Predict(cmd::predict::Args),
-    /// (For testing the leak detector.) Drop the frees of a call site's allocations in a
-    /// snapshot's trace, keeping the final state consistent, and write the result.
     /// Write a snapshot as tables for SQL and dataframes (Parquet: trace events,
     /// allocations, segments, blocks, stacks, frames, annotations; docs/export.md).
     #[cfg(feature = "export")]
@@ -70,6 +68,8 @@ enum Command {
     /// Serve fragscope's tools to coding agents over the Model Context Protocol (stdio):
     /// provided by the Python package, `pip install 'fragscope[mcp]'`.
     Mcp(cmd::mcp::Args),
+    /// (For testing the leak detector.) Drop the frees of a call site's allocations in a
+    /// snapshot's trace, keeping the final state consistent, and write the result.
     #[command(name = "plant-leak", hide = true)]
     PlantLeak(cmd::plant::Args),
 }

@@ -3,7 +3,7 @@
 
 /// PyTorch's `format_size` (OOM messages): `≤ 1024` → `"<n> bytes"`, then two decimals
 /// with KiB / MiB / GiB (`"1.50 GiB"`; exactly 1 MiB prints `"1024.00 KiB"`).
-pub use fragscope_analysis::oom_message::format_size as bytes;
+pub use fragscope_alloc::format_size as bytes;
 
 /// A byte cell of `torch.cuda.memory_summary()`: integer (width 6), a space and a unit
 /// chosen from `pref` (the `all` row's value): move to the next unit while `pref` ≥

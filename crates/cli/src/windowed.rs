@@ -1,11 +1,11 @@
 //! `--window START..END` for the commands that read snapshots (`summary`, `analyze`,
 //! `report`, `export`): each file is cut to the window
-//! ([`fragscope_analysis::window::cut`]) before the command runs on it unchanged, and
+//! ([`fragscope_diagnose::window::cut`]) before the command runs on it unchanged, and
 //! the command prints what the window covered ([`WindowInfo`]).
 
 use std::path::PathBuf;
 
-use fragscope_analysis::window::{cut, WindowInfo, WindowSpec};
+use fragscope_diagnose::window::{cut, WindowInfo, WindowSpec};
 use fragscope_snapshot::Snapshot;
 
 use crate::{input, CliError};

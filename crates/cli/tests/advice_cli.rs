@@ -15,7 +15,7 @@ fn run(args: &[&str]) -> String {
 }
 
 fn oom_text(fixture: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/data/oom").join(fixture);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../oomtext/tests/data/oom").join(fixture);
     let input = std::fs::read_to_string(path).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_fragscope"))
         .arg("oom")

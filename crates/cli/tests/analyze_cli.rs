@@ -117,7 +117,7 @@ fn analyze_without_file_runs_on_the_example_and_finds_its_leak() {
 }
 
 fn fixtures() -> Vec<(String, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/data/oom");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../oomtext/tests/data/oom");
     let mut v: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -15,17 +15,15 @@ use std::time::{Duration, Instant};
 
 use fragscope::cmd;
 use fragscope_alloc::parse_config;
-use fragscope_analysis::analyze::{analyze, AnalyzeOptions};
-use fragscope_analysis::check::{check, Limits};
-use fragscope_analysis::diff::{diff, DiffOptions};
-use fragscope_analysis::predict::{Program, Recording};
-use fragscope_analysis::replay::advice;
-use fragscope_analysis::replay::lab::{lab, parse_policy};
-use fragscope_analysis::replay::{
-    recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions,
-};
-use fragscope_analysis::summary::summarize;
+use fragscope_diagnose::advice;
+use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
+use fragscope_diagnose::check::{check, Limits};
+use fragscope_diagnose::diff::{diff, DiffOptions};
+use fragscope_predict::{Program, Recording};
+use fragscope_replay::lab::{lab, parse_policy};
+use fragscope_replay::{recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions};
 use fragscope_snapshot::{Action, BlockState, Snapshot};
+use fragscope_trace::summary::summarize;
 
 use fragscope_testdata::Rng;
 
@@ -199,8 +197,8 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
     let n = m.device_traces.iter().map(|t| t.len()).max().unwrap_or(0);
     for text in [format!("{}..{}", n / 4, n / 2), "..1ms".to_string()] {
         // An empty window ("0..0" on a file without a trace) is refused by the parser: fine.
-        let Ok(spec) = fragscope_analysis::window::WindowSpec::parse(&text) else { continue };
-        if let Ok((cut, info)) = fragscope_analysis::window::cut(m, &spec) {
+        let Ok(spec) = fragscope_diagnose::window::WindowSpec::parse(&text) else { continue };
+        if let Ok((cut, info)) = fragscope_diagnose::window::cut(m, &spec) {
             let _ = serde_json::to_string(&summarize(&cut)).expect("windowed summary JSON");
             let _ = serde_json::to_string(&info).expect("window JSON");
         }

@@ -6,7 +6,7 @@ use std::process::Command;
 #[test]
 fn oom_explains_every_message_of_a_log() {
     let f =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/data/oom/pasted-two-ranks-interleaved.txt");
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../oomtext/tests/data/oom/pasted-two-ranks-interleaved.txt");
     let run = |json: bool| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_fragscope"));
         c.arg("oom").arg(&f);

@@ -25,10 +25,11 @@ use std::sync::Arc;
 
 use fragscope::cmd;
 use fragscope::CliError;
-use fragscope_analysis::analyze::{self, AnalyzeOptions};
-use fragscope_analysis::{check, diff, summary};
+use fragscope_diagnose::analyze::{self, AnalyzeOptions};
+use fragscope_diagnose::{check, diff};
 use fragscope_snapshot::ReadError;
 use fragscope_snapshot::Snapshot as Snap;
+use fragscope_trace::summary;
 use pyo3::prelude::*;
 
 /// The exception classes of `fragscope/_errors.py`, imported from the `fragscope` package
@@ -341,7 +342,7 @@ impl Snapshot {
                 if allocated_only && b.state != fragscope_snapshot::BlockState::ActiveAllocated {
                     continue;
                 }
-                let here = fragscope_analysis::attribution::site_of(&snap.frames, b.stack).site;
+                let here = fragscope_trace::attribution::site_of(&snap.frames, b.stack).site;
                 if site.as_deref().is_some_and(|s| s != here) {
                     continue;
                 }
@@ -373,7 +374,7 @@ fn read_file(path: &Path, name: String) -> Result<Snapshot, Fail> {
 /// device would read as "nothing to report".
 fn device_replayable(snap: &Snap, device: Option<i64>) -> Result<(), Fail> {
     let Some(d) = device else { return Ok(()) };
-    let have = fragscope_analysis::replay::replayable_devices(snap);
+    let have = fragscope_replay::replayable_devices(snap);
     if have.contains(&d) {
         return Ok(());
     }
@@ -387,7 +388,7 @@ fn device_replayable(snap: &Snap, device: Option<i64>) -> Result<(), Fail> {
 /// matches nothing is a typo, not a what-if to leave out with a note.
 fn empty_cache_found(specs: &[String], devices: &[cmd::replay::DeviceResult]) -> Result<(), Fail> {
     for s in specs {
-        let Ok(at) = fragscope_analysis::replay::advice::EmptyCacheAt::parse(s) else { continue };
+        let Ok(at) = fragscope_diagnose::advice::EmptyCacheAt::parse(s) else { continue };
         let prefix = format!("{}: not replayed, ", at.describe());
         let reasons: Vec<&str> =
             devices.iter().filter_map(|d| d.notes.iter().find_map(|n| n.strip_prefix(prefix.as_str()))).collect();
@@ -534,7 +535,7 @@ fn report_html_many(py: Python<'_>, snapshots: Vec<PyRef<'_, Snapshot>>) -> Stri
         let data: Vec<_> =
             snaps.iter().map(|(s, n, e)| fragscope_report::file_data_shared(n, *e, s, &each, page)).collect();
         if let [(a, _, _), (b, _, _)] = snaps.as_slice() {
-            let d = fragscope_analysis::diff::diff(a, b, &fragscope_analysis::diff::DiffOptions::default());
+            let d = fragscope_diagnose::diff::diff(a, b, &fragscope_diagnose::diff::DiffOptions::default());
             fragscope_report::render_with_diff(&data, Some(&d))
         } else {
             fragscope_report::render(&data)

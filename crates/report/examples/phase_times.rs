@@ -13,8 +13,8 @@
 
 use std::time::Instant;
 
-use fragscope_analysis::lives::BlockLives;
-use fragscope_analysis::timeline::{self, TimelineOptions};
+use fragscope_trace::lives::BlockLives;
+use fragscope_trace::timeline::{self, TimelineOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -68,7 +68,7 @@ fn main() {
     }
     if what != "file" {
         best("summary", &mut || {
-            std::hint::black_box(fragscope_analysis::summary::summarize(&snap));
+            std::hint::black_box(fragscope_trace::summary::summarize(&snap));
         });
     }
     if what == "summary" {

@@ -4,12 +4,12 @@
 //! `buckets` equal runs; each bucket keeps the maximum of allocated, requested and
 //! reserved over its states (so no peak is lost at any zoom), the live bytes of the top
 //! call sites at the state where allocated is highest, the first state's time, and the
-//! largest request made inside it. The levels are [`fragscope_analysis::timeline`]'s own
+//! largest request made inside it. The levels are [`fragscope_trace::timeline`]'s own
 //! bookkeeping, so the peaks drawn are the peaks `summary` and `analyze` print.
 
-use fragscope_analysis::lives::BlockLives;
-use fragscope_analysis::timeline::{timeline_walk, DeviceTimeline, TimelineOptions};
 use fragscope_snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
+use fragscope_trace::lives::BlockLives;
+use fragscope_trace::timeline::{timeline_walk, DeviceTimeline, TimelineOptions};
 use serde::Serialize;
 
 use crate::{encode, ReportOptions, StackTable};
@@ -125,7 +125,7 @@ impl CurvesWalk {
             slot[site_slot(s)] = j;
         }
         let key = |s: Option<StackId>| slot.get(site_slot(s)).copied().filter(|&j| j != usize::MAX);
-        let rows = fragscope_analysis::lives::live_bytes_at(
+        let rows = fragscope_trace::lives::live_bytes_at(
             &self.amax,
             k,
             lives

@@ -3,7 +3,7 @@
 //! A trace starts when recording started or when its ring buffer last wrapped, so blocks
 //! may already be allocated at its first entry (often most of the memory: the weights).
 //! PyTorch's memory_viz draws them at the bottom of the stack from the first moment; so
-//! does the page. They are, as [`fragscope_analysis::timeline`] seeds them:
+//! does the page. They are, as [`fragscope_trace::timeline`] seeds them:
 //! * blocks allocated in the final snapshot whose address no trace entry allocates or
 //!   frees (live the whole trace; their real size, request and stack from the snapshot);
 //! * frees of addresses the trace never allocated before (live until that free; the
@@ -40,11 +40,7 @@ pub struct InitialScan {
 
 impl InitialScan {
     pub fn new(snap: &Snapshot) -> Self {
-        InitialScan {
-            cfg: fragscope_analysis::replay::recorded_config(snap),
-            open: FxHashMap::default(),
-            lives: Vec::new(),
-        }
+        InitialScan { cfg: fragscope_replay::recorded_config(snap), open: FxHashMap::default(), lives: Vec::new() }
     }
 
     /// Entry `i` of the device's trace, in order from 0.

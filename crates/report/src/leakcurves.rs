@@ -7,11 +7,11 @@
 //! allocated before the trace began belong to no suspect, as in `analyze`. The bytes are
 //! counted from the block lives ([`BlockLives`]) of the walk the analysis made.
 
-use fragscope_analysis::analyze::Analysis;
-use fragscope_analysis::attribution::site_of;
-use fragscope_analysis::leaks::MAX_SAMPLES;
-use fragscope_analysis::lives::{live_bytes_at, BlockLives};
+use fragscope_diagnose::analyze::Analysis;
+use fragscope_diagnose::leaks::MAX_SAMPLES;
 use fragscope_snapshot::{FxHashMap, Snapshot, StackId};
+use fragscope_trace::attribution::site_of;
+use fragscope_trace::lives::{live_bytes_at, BlockLives};
 use serde::Serialize;
 
 use crate::encode;

@@ -9,7 +9,7 @@
 //!
 //! * [`curves::Curves`]: the allocated / requested / reserved curves of one device in
 //!   fixed buckets of trace states (the maximum of each bucket, as
-//!   [`fragscope_analysis::timeline`] counts them), with the live bytes of the top call
+//!   [`fragscope_trace::timeline`] counts them), with the live bytes of the top call
 //!   sites at each bucket's allocated maximum; the page builds coarser zoom levels from
 //!   these by pairwise maxima.
 //! * [`state::Moment`]: the allocator state (segments split into blocks) at chosen trace
@@ -36,10 +36,10 @@ pub mod whatif;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use fragscope_analysis::analyze::{self, AnalyzeOptions};
-use fragscope_analysis::lives::BlockLives;
-use fragscope_analysis::summary;
+use fragscope_diagnose::analyze::{self, AnalyzeOptions};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, TraceEvent};
+use fragscope_trace::lives::BlockLives;
+use fragscope_trace::summary;
 use serde::Serialize;
 
 /// Schema name written into the page's data (`fragscope.report/1`).
@@ -103,7 +103,7 @@ pub struct StackTable {
     /// Each stack: frame indices, innermost first.
     stacks: Vec<Vec<u32>>,
     /// Each stack's call site, as every output names it
-    /// ([`fragscope_analysis::attribution::site_of`]).
+    /// ([`fragscope_trace::attribution::site_of`]).
     sites: Vec<String>,
     by_id: HashMap<StackId, u32>,
     /// Stream ids that an f64 cannot hold exactly (≥ 2^53), as decimal text; the page's
@@ -145,7 +145,7 @@ impl StackTable {
         }
         let i = self.stacks.len() as u32;
         self.stacks.push(v);
-        self.sites.push(fragscope_analysis::attribution::site_of(&snap.frames, Some(id)).site);
+        self.sites.push(fragscope_trace::attribution::site_of(&snap.frames, Some(id)).site);
         self.by_id.insert(id, i);
         i as i64
     }
@@ -433,7 +433,7 @@ pub fn file_data_shared(
     for s in &mut sum.devices {
         if let Some(a) = ana.devices.iter().find(|a| a.device == s.device).filter(|_| !snap.trace(s.device).is_empty())
         {
-            s.roles = Some(fragscope_analysis::roles::DeviceRoles { at_oom: None, ..a.roles.clone() });
+            s.roles = Some(fragscope_trace::roles::DeviceRoles { at_oom: None, ..a.roles.clone() });
         }
     }
     let mut devices = Vec::new();
@@ -737,7 +737,7 @@ fn largest_lives(trace: &[TraceEvent], lives: &BlockLives, allocs: &[usize]) -> 
 /// [`largest_lives`] as the page gets them (see [`DeviceData::allocations`]).
 fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, table: &mut StackTable) -> String {
     let trace = snap.trace(device);
-    let cfg = fragscope_analysis::replay::recorded_config(snap);
+    let cfg = fragscope_replay::recorded_config(snap);
     let mut v = Vec::with_capacity(lives.len() * 8);
     let time = |i: usize| match trace.get(i).map(|e| e.time_us) {
         Some(t) if t != fragscope_snapshot::NO_TIME => t as f64,
@@ -778,7 +778,7 @@ pub fn render(files: &[FileData]) -> String {
 
 /// [`render`], with the comparison of two runs (`fragscope diff`'s result, A = the first
 /// file, B = the second) drawn beside the files.
-pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_analysis::diff::Diff>) -> String {
+pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_diagnose::diff::Diff>) -> String {
     let title = match files {
         [one] if one.example => "fragscope report: built-in example".to_string(),
         [one] => format!("fragscope report: {}", one.name),
@@ -796,7 +796,7 @@ pub fn render_predict(p: &predict::PredictPage) -> String {
 fn page_html(
     title: &str,
     files: &[FileData],
-    diff: Option<&fragscope_analysis::diff::Diff>,
+    diff: Option<&fragscope_diagnose::diff::Diff>,
     predict: Option<&predict::PredictPage>,
 ) -> String {
     #[derive(Serialize)]
@@ -804,7 +804,7 @@ fn page_html(
         schema: &'static str,
         version: &'static str,
         files: &'a [FileData],
-        diff: Option<&'a fragscope_analysis::diff::Diff>,
+        diff: Option<&'a fragscope_diagnose::diff::Diff>,
         #[serde(skip_serializing_if = "Option::is_none")]
         predict: Option<&'a predict::PredictPage>,
     }

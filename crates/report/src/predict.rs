@@ -1,18 +1,18 @@
 //! The page of `fragscope predict ... --report out.html`: each recording's reserved and
 //! allocated curves beside the curves predicted at the sizes nobody recorded
-//! ([`fragscope_analysis::predict`]), the predictions labelled as such.
+//! ([`fragscope_predict`]), the predictions labelled as such.
 //!
 //! A curve is the maximum of reserved and of allocated bytes in each of at most
 //! `buckets` equal runs of its trace's entries, so its highest bucket is the run's peak:
-//! for a recording, the peak of [`fragscope_analysis::timeline`] (`analyze`'s
+//! for a recording, the peak of [`fragscope_trace::timeline`] (`analyze`'s
 //! `peak_reserved` / `peak_allocated`); for a prediction, the replay's own peak
 //! statistics (`predict --json`'s `peak_reserved` / `peak_allocated`), which also
 //! catch a peak inside one entry (a request that fails after the allocator grew).
 //!
 //! Principal types: [`PredictPage`] (what the page gets), [`Curve`], [`CurveBuilder`].
 
-use fragscope_analysis::timeline::{timeline_walk, TimelineOptions};
 use fragscope_snapshot::Snapshot;
+use fragscope_trace::timeline::{timeline_walk, TimelineOptions};
 use serde::Serialize;
 
 use crate::encode;
@@ -77,7 +77,7 @@ impl CurveBuilder {
     }
 }
 
-/// A prediction's curve from [`fragscope_analysis::predict::Program::predict_observed`]'s
+/// A prediction's curve from [`fragscope_predict::Program::predict_observed`]'s
 /// levels: each entry's reserved and allocated bytes after it, and, when a peak rose
 /// during the entry, that peak (so the highest bucket is the replay's peak).
 pub struct PredictedCurve {

@@ -1,5 +1,5 @@
 //! The timeline stacked by role: the tensor bytes each role held
-//! ([`fragscope_analysis::roles`]: parameters, gradients, optimizer state, activations,
+//! ([`fragscope_trace::roles`]: parameters, gradients, optimizer state, activations,
 //! temporaries, inputs, other) in the curves' buckets.
 //!
 //! Each bucket gets two figures per role: the bytes at the bucket's allocated maximum
@@ -9,12 +9,12 @@
 //! at any zoom). Over the whole trace these are `summary`'s and `analyze`'s
 //! `roles.by_role` figures: `at_peak` the bands of the bucket holding the allocated
 //! peak, `max` the largest per-bucket maximum. The bytes are counted as
-//! [`fragscope_analysis::roles::summarize`] counts them: tensor bytes (requests), an
+//! [`fragscope_trace::roles::summarize`] counts them: tensor bytes (requests), an
 //! out-of-place update counted as a temporary until the block it replaces is freed.
 
-use fragscope_analysis::lives::{BlockLives, LIVE_AT_END};
-use fragscope_analysis::roles::{Role, Roles};
 use fragscope_snapshot::Snapshot;
+use fragscope_trace::lives::{BlockLives, LIVE_AT_END};
+use fragscope_trace::roles::{Role, Roles};
 use serde::Serialize;
 
 use crate::encode;
@@ -44,7 +44,7 @@ pub struct RoleBuckets {
 /// `s * n / states`), `amax[b]` the state read for bucket `b`'s stack.
 ///
 /// One sweep over the states where a block is made, freed or changes role (as
-/// [`fragscope_analysis::roles::summarize`] sweeps them); between two of them every
+/// [`fragscope_trace::roles::summarize`] sweeps them); between two of them every
 /// role's bytes are constant, so each run of states updates the buckets it covers.
 pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: usize, amax: &[usize]) -> RoleBuckets {
     let n = amax.len();
@@ -139,9 +139,9 @@ impl RoleBuckets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fragscope_analysis::roles;
     use fragscope_snapshot::{Action, TraceEvent};
     use fragscope_testdata::Rng;
+    use fragscope_trace::roles;
 
     /// Each bucket against the roles' bytes at every one of its states, counted by
     /// [`roles::bytes_at`] (the analysis' own count at one state), on random traces and
@@ -168,7 +168,7 @@ mod tests {
             let mut snap = Snapshot::default();
             snap.device_traces.push(trace);
             let lives = BlockLives::replay(&snap, 0);
-            let st = fragscope_analysis::steps::steps(&snap, 0);
+            let st = fragscope_trace::steps::steps(&snap, 0);
             let block_roles = roles::classify(&snap, &lives, &st);
             let states = snap.trace(0).len() + 1;
             for buckets in [1, 2, 5, 64] {

@@ -3,17 +3,17 @@
 //! OOM, or `--what-if`).
 //!
 //! Each replay is run again here with its events kept ([`SimOptions::collect_snapshot`])
-//! and its curve taken by [`fragscope_analysis::timeline`] on the simulated trace. A
+//! and its curve taken by [`fragscope_trace::timeline`] on the simulated trace. A
 //! replay issues its own segment events, so its trace is not event-for-event the
 //! recorded one: the page draws every curve against the fraction of its own trace, and
 //! marks the first OOM at its recorded trace index.
 
 use fragscope_alloc::AllocatorConfig;
-use fragscope_analysis::analyze::Analysis;
-use fragscope_analysis::recommend::candidates;
-use fragscope_analysis::replay::{recorded_config, simulate_with, SimOptions};
-use fragscope_analysis::timeline::{timeline, TimelineOptions};
+use fragscope_diagnose::analyze::Analysis;
+use fragscope_diagnose::recommend::candidates;
+use fragscope_replay::{recorded_config, simulate_with, SimOptions};
 use fragscope_snapshot::Snapshot;
+use fragscope_trace::timeline::{timeline, TimelineOptions};
 use serde::Serialize;
 
 use crate::encode;

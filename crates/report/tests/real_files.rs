@@ -2,9 +2,9 @@
 //! does, the state at the end sums to `summary`'s totals, and the page is well formed.
 //! (The browser tests in tests/browser check the drawn page itself.)
 
-use fragscope_analysis::analyze::{analyze, AnalyzeOptions};
-use fragscope_analysis::summary::summarize;
+use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
 use fragscope_report::{file_data, render, ReportOptions};
+use fragscope_trace::summary::summarize;
 
 fn f64s(b64: &str) -> Vec<f64> {
     // Decoding here keeps the test independent of the encoder's own code path.
@@ -28,7 +28,7 @@ fn f64s(b64: &str) -> Vec<f64> {
 /// from the page's buckets as the page reads them: `at_peak` the roles at the finest
 /// bucket with the most allocated (its allocated maximum), `max` the largest of the
 /// buckets' maxima; a role the page leaves out held nothing.
-fn check_roles(what: &str, d: &fragscope_report::DeviceData, want: Option<&fragscope_analysis::roles::DeviceRoles>) {
+fn check_roles(what: &str, d: &fragscope_report::DeviceData, want: Option<&fragscope_trace::roles::DeviceRoles>) {
     let (Some(r), Some(want)) = (&d.roles, want) else {
         assert!(
             d.roles.is_none() && want.is_none(),
@@ -130,7 +130,7 @@ fn report_data_agrees_with_summary_and_analyze() {
 /// bytes of `analyze`'s timeline (where the timeline reads them from the segments).
 #[test]
 fn segment_lives_add_up_to_the_reserved_curve() {
-    use fragscope_analysis::timeline::{timeline_walk, TimelineOptions};
+    use fragscope_trace::timeline::{timeline_walk, TimelineOptions};
     let files = fragscope_testdata::real_pickles();
     let mut checked = 0;
     for path in &files {

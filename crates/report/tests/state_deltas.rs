@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use fragscope_analysis::analyze::{analyze, AnalyzeOptions};
-use fragscope_analysis::replay::state::{BState, SegRec};
+use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
+use fragscope_replay::state::{BState, SegRec};
 use fragscope_report::state::{state_at, walk};
 use fragscope_report::ReportOptions;
 

@@ -6,11 +6,11 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_analysis::analyze::{self, Analysis, AnalyzeOptions, DeviceAnalysis};
-use fragscope_analysis::attribution::PeakAttribution;
-use fragscope_analysis::oom::OomFinding;
-use fragscope_analysis::timeline::SeriesPoint;
-use fragscope_analysis::window::WindowInfo;
+use fragscope_diagnose::analyze::{self, Analysis, AnalyzeOptions, DeviceAnalysis};
+use fragscope_diagnose::oom::OomFinding;
+use fragscope_diagnose::window::WindowInfo;
+use fragscope_trace::attribution::PeakAttribution;
+use fragscope_trace::timeline::SeriesPoint;
 use serde::Serialize;
 
 use crate::output::{bytes, grouped, percent};
@@ -168,7 +168,7 @@ fn device_text(d: &DeviceAnalysis) -> String {
     o.push('\n');
     n += 1;
     let _ = writeln!(o, "{n}. Memory by role");
-    o.push_str(&fragscope_analysis::roles::text(&d.roles, bytes));
+    o.push_str(&fragscope_trace::roles::text(&d.roles, bytes));
     o.push('\n');
     n += 1;
     let _ = writeln!(o, "{n}. Leak suspects");
@@ -221,7 +221,7 @@ fn device_text(d: &DeviceAnalysis) -> String {
 }
 
 /// The role-level what-ifs: one row per change replayed, or why it cannot be.
-fn role_rows_text(r: &fragscope_analysis::replay::transform::RoleRows) -> String {
+fn role_rows_text(r: &fragscope_diagnose::role_whatif::RoleRows) -> String {
     let mut o = String::new();
     let on = r.capacity_bytes.map_or("an unlimited device".to_string(), |c| format!("a {} device", bytes(c)));
     let _ = writeln!(
@@ -360,7 +360,7 @@ fn oom_text(f: &OomFinding) -> String {
             }
         );
         for t in &f.fixes_tried {
-            let outcome = if rep && fragscope_analysis::oom::avoids(t, f.event_index) {
+            let outcome = if rep && fragscope_diagnose::oom::avoids(t, f.event_index) {
                 "avoids the OOM".to_string()
             } else {
                 match t.first_oom_index {
@@ -406,7 +406,7 @@ fn oom_text(f: &OomFinding) -> String {
             }
         }
         if !f.fixes_tried.is_empty() || !f.advice.is_empty() {
-            let _ = writeln!(o, "    ({})", fragscope_analysis::replay::cost::SYNCS_NOTE);
+            let _ = writeln!(o, "    ({})", fragscope_replay::cost::SYNCS_NOTE);
         }
     }
     o
@@ -501,7 +501,7 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
 }
 
 /// Why a leak suspect is one: its evidence, the steps that it outlived, its curve.
-fn leak_evidence(s: &fragscope_analysis::leaks::LeakSuspect) -> String {
+fn leak_evidence(s: &fragscope_diagnose::leaks::LeakSuspect) -> String {
     let mut o = String::new();
     let pad = "                 ";
     for e in &s.evidence {

@@ -5,7 +5,7 @@
 //! exit 1 with one `check failed: ...` line naming the first broken limit and the
 //! measured value (`(and N more)` when several broke), exit 2 on unreadable input or a
 //! bad limit. Both lines go to stdout. `--json` prints the result object
-//! (`fragscope_analysis::check::CheckResult`) instead, with the same exit codes.
+//! (`fragscope_diagnose::check::CheckResult`) instead, with the same exit codes.
 //!
 //! Sizes: plain bytes, binary units `KiB MiB GiB TiB` (and `K M G T`), decimal units
 //! `KB MB GB TB` (`20GB` = 20,000,000,000 bytes). Fragmentation: `0.15` or `15%`,
@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_analysis::check::{self, CheckResult, Failure, Limits, Value};
+use fragscope_diagnose::check::{self, CheckResult, Failure, Limits, Value};
 
 use crate::output::bytes;
 use crate::{input, CliError, EXIT_GATE_FAILED};

@@ -1,12 +1,12 @@
 //! `fragscope diff A B [--json] [--top N]`: peak allocated / reserved / fragmentation of
 //! two snapshots per device, and the call sites whose live bytes at the allocated peak
-//! changed most (`fragscope_analysis::diff`).
+//! changed most (`fragscope_diagnose::diff`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_analysis::diff::{self, Diff, DiffOptions};
+use fragscope_diagnose::diff::{self, Diff, DiffOptions};
 use serde::Serialize;
 
 use crate::output::{bytes, Align, Table};

@@ -10,7 +10,7 @@
 //! * `trace_events`: every trace entry of every device, in order;
 //! * `allocations`: one row per allocation of the trace, its alloc entry paired with its
 //!   `free_requested` / `free_completed` (lifetime, sizes, stream, stack, call site,
-//!   annotation scope, and the role [`fragscope_analysis::roles`] gives it), plus the
+//!   annotation scope, and the role [`fragscope_trace::roles`] gives it), plus the
 //!   blocks live before the trace that it never frees;
 //! * `segments` and `blocks`: the allocator state of the snapshot (`segments`);
 //! * `stacks` and `frames`: the recorded stacks, normalised (a stack is rows of frame
@@ -28,9 +28,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use fragscope_analysis::attribution::site_of;
-use fragscope_analysis::window::WindowInfo;
+use fragscope_diagnose::window::WindowInfo;
 use fragscope_snapshot::{Action, FrameId, Snapshot, StackId};
+use fragscope_trace::attribution::site_of;
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
@@ -383,7 +383,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
             used.insert(s);
         }
     };
-    let cfg = fragscope_analysis::replay::recorded_config(snap);
+    let cfg = fragscope_replay::recorded_config(snap);
     // Each context's pool as the text the column holds, once per context.
     let pools: Vec<Option<String>> = snap.contexts.iter().map(|c| c.pool_id.map(|(a, b)| format!("{a},{b}"))).collect();
     for (d, tr) in snap.device_traces.iter().enumerate() {
@@ -472,10 +472,10 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
         // entry that ended it. Seeded lives no row names (live through the whole trace)
         // get rows of their own, so that the roles' sums are those of `summary`.
         let (lives, role_of) = if tr.is_empty() {
-            (fragscope_analysis::lives::BlockLives::default(), fragscope_analysis::roles::Roles::default())
+            (fragscope_trace::lives::BlockLives::default(), fragscope_trace::roles::Roles::default())
         } else {
-            let lives = fragscope_analysis::lives::BlockLives::replay(snap, device);
-            let (_, _, roles) = fragscope_analysis::roles::device_roles_with(snap, &lives);
+            let lives = fragscope_trace::lives::BlockLives::replay(snap, device);
+            let (_, _, roles) = fragscope_trace::roles::device_roles_with(snap, &lives);
             (lives, roles)
         };
         let traced_role = |alloc: usize| {
@@ -494,7 +494,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
             .map(|s| (s.address, s.total_size, s.stream as i64))
             .collect();
         dev_segs.sort_unstable();
-        let mut row_roles: Vec<Option<fragscope_analysis::roles::BlockRole>> = Vec::with_capacity(rows.len());
+        let mut row_roles: Vec<Option<fragscope_trace::roles::BlockRole>> = Vec::with_capacity(rows.len());
         for a in &rows {
             let r = match a.alloc {
                 Some(k) => traced_role(k),
@@ -506,7 +506,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
             row_roles.push(r);
         }
         for (k, l) in lives.seeded.iter().enumerate() {
-            if !seeded_used[k] && l.end == fragscope_analysis::lives::LIVE_AT_END {
+            if !seeded_used[k] && l.end == fragscope_trace::lives::LIVE_AT_END {
                 rows.push(A {
                     alloc: None,
                     fr: None,
@@ -520,7 +520,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                 row_roles.push(Some(role_of.seeded[k]));
             }
         }
-        let scopes = fragscope_analysis::attribution::Scopes::new(snap, device);
+        let scopes = fragscope_trace::attribution::Scopes::new(snap, device);
         let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
         for (a, role) in rows.iter().zip(&row_roles) {
             note(a.stack);

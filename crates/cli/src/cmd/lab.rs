@@ -9,8 +9,8 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use fragscope_analysis::replay::lab::{lab_with, parse_policy, LabReport, PolicySpec};
-use fragscope_analysis::replay::replayable_devices;
+use fragscope_replay::lab::{lab_with, parse_policy, LabReport, PolicySpec};
+use fragscope_replay::replayable_devices;
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 

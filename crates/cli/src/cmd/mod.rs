@@ -1,8 +1,5 @@
 //! One module per subcommand. Each has `Args` (clap derive) and
-//! `run(&Args) -> Result<ExitCode, CliError>`; `main.rs` registers it with one enum variant.
-//!
-//! `replay`, `analyze`, `oom`, `diff` and `check` are placeholders, not registered yet:
-//! their owners fill them in and add the variant in `main.rs`.
+//! `run(&Args) -> Result<ExitCode, CliError>`; `lib.rs` registers it with one variant of `Command`.
 
 pub mod summary;
 

@@ -1,7 +1,7 @@
 //! `fragscope plant-leak FILE -o OUT (--site SITE | --stack-of ENTRY | --allocs I,J,...)
 //! [--device D] [--shape SHAPE] [--cpp-only]` (hidden, for testing the leak detector on
 //! your own files): drops the frees of a call site's allocations in the trace, keeping
-//! the final state consistent (`fragscope_analysis::plant`), and writes the planted
+//! the final state consistent (`fragscope_plant`), and writes the planted
 //! snapshot with fragscope's pickle writer. Then `fragscope analyze OUT` should name the
 //! site among its leak suspects.
 
@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_analysis::attribution::site_of;
-use fragscope_analysis::plant::{self, Shape};
+use fragscope_plant::{self as plant, Shape};
+use fragscope_trace::attribution::site_of;
 
 use crate::output::bytes;
 use crate::{input, CliError};

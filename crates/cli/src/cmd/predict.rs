@@ -1,6 +1,6 @@
 //! `fragscope predict A B [C ...] --sizes 128,256 --at 512[,1024]`: memory of the same
 //! program at a size nobody recorded (batch size, sequence length, ...), from recordings
-//! at other sizes, replayed through the allocator model (`fragscope_analysis::predict`).
+//! at other sizes, replayed through the allocator model (`fragscope_predict`).
 //!
 //! `--capacity GPU` says whether each size fits and where the first OOM would be;
 //! `--max-fit` finds the largest size that fits, under the settings in force and the
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_alloc::AllocatorConfig;
-use fragscope_analysis::predict::{check_size_list, FitQuality, MaxFit, Prediction, Program, Recording};
+use fragscope_predict::{check_size_list, FitQuality, MaxFit, Prediction, Program, Recording};
 use serde::Serialize;
 
 use fragscope_snapshot::Snapshot;
@@ -156,7 +156,7 @@ pub fn check_request(files: usize, req: &Request) -> Result<(), CliError> {
     if files < 2 {
         return Err(CliError::usage(format!(
             "predict needs two or more recordings of one program at different sizes, got {files}: {}",
-            fragscope_analysis::predict::recording_recipe()
+            fragscope_predict::recording_recipe()
         )));
     }
     if req.sizes.len() != files {
@@ -208,9 +208,9 @@ pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> 
     let devices = match req.device {
         Some(d) => vec![d],
         None => {
-            let mut common = fragscope_analysis::replay::replayable_devices(snaps[0]);
+            let mut common = fragscope_replay::replayable_devices(snaps[0]);
             for s in &snaps[1..] {
-                let d = fragscope_analysis::replay::replayable_devices(s);
+                let d = fragscope_replay::replayable_devices(s);
                 common.retain(|x| d.contains(x));
             }
             common
@@ -484,7 +484,7 @@ fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
 /// The predictions' notes (a size far past the recordings, requests that vanish) under
 /// their table: each kind once, the first size's (the same note of another size differs
 /// in its figures only; every one is in --json).
-fn write_notes<'a>(s: &mut String, preds: impl Iterator<Item = &'a fragscope_analysis::predict::Prediction>) {
+fn write_notes<'a>(s: &mut String, preds: impl Iterator<Item = &'a fragscope_predict::Prediction>) {
     let mut seen = std::collections::BTreeSet::new();
     for n in preds.flat_map(|p| p.notes.iter()) {
         let kind: String = n.chars().filter(|c| !c.is_ascii_digit() && *c != '.').collect();

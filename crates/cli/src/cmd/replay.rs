@@ -21,9 +21,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_alloc::AllocatorConfig;
-use fragscope_analysis::replay::{
-    self, advice, cost, fidelity, recorded_config, replayable_devices, simulate_with, ReplayOptions, RoleWhatIf,
-    SimOptions, VerifyReport, WhatIf,
+use fragscope_diagnose::advice;
+use fragscope_diagnose::role_whatif::{self, RoleWhatIf};
+use fragscope_replay::{
+    self as replay, cost, fidelity, recorded_config, replayable_devices, simulate_with, ReplayOptions, SimOptions,
+    VerifyReport, WhatIf,
 };
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
@@ -109,7 +111,7 @@ const ROLE_CONFLICTS: [&str; 7] =
     ["verify", "fidelity_table", "advice_table", "allocator", "empty_cache_at", "no_caching", "save_snapshot"];
 
 /// The role-level changes `args` asks for (empty: none), checked.
-pub fn role_changes(args: &Args) -> Result<Vec<replay::Change>, CliError> {
+pub fn role_changes(args: &Args) -> Result<Vec<role_whatif::Change>, CliError> {
     let mut v = Vec::new();
     let ranks = |flag: &str, n: u32| {
         if n < 2 {
@@ -119,16 +121,16 @@ pub fn role_changes(args: &Args) -> Result<Vec<replay::Change>, CliError> {
         }
     };
     if let Some(n) = args.shard_optimizer {
-        v.push(replay::Change::ShardOptimizer(ranks("--shard-optimizer", n)?));
+        v.push(role_whatif::Change::ShardOptimizer(ranks("--shard-optimizer", n)?));
     }
     if let Some(n) = args.shard_gradients {
-        v.push(replay::Change::ShardGradients(ranks("--shard-gradients", n)?));
+        v.push(role_whatif::Change::ShardGradients(ranks("--shard-gradients", n)?));
     }
     if args.grads_set_to_none {
-        v.push(replay::Change::GradsSetToNone);
+        v.push(role_whatif::Change::GradsSetToNone);
     }
     if let Some(l) = &args.checkpoint {
-        v.push(replay::Change::Checkpoint(replay::Layers::parse(l).map_err(CliError::usage)?));
+        v.push(role_whatif::Change::Checkpoint(role_whatif::Layers::parse(l).map_err(CliError::usage)?));
     }
     Ok(v)
 }
@@ -191,7 +193,7 @@ pub fn parse_capacity(s: &str) -> Result<u64, String> {
     if let Some(&(_, h)) = GPUS.iter().find(|(n, _)| key(n) == want) {
         return Ok(gib_hundredths(h));
     }
-    fragscope_analysis::check::parse_size(s).map_err(|e| {
+    fragscope_diagnose::check::parse_size(s).map_err(|e| {
         let names: Vec<&str> = GPUS.iter().map(|(n, _)| *n).collect();
         format!("invalid capacity '{s}': {e}; or a GPU name: {}", names.join(", "))
     })
@@ -322,8 +324,10 @@ pub fn replay_snapshot(
                 cfgs = args.config.iter().map(|c| config_on_top(&recorded, c)).collect::<Result<_, _>>()?;
             }
             let sets = [changes.clone()];
-            let roles =
-                cfgs.into_iter().flat_map(|c| replay::simulate_change_sets(snap, d, &sets, c, capacity, &[])).collect();
+            let roles = cfgs
+                .into_iter()
+                .flat_map(|c| role_whatif::simulate_change_sets(snap, d, &sets, c, capacity, &[]))
+                .collect();
             results.push(DeviceResult { verify, whatif: None, notes, roles: Some(roles) });
             continue;
         }
@@ -346,7 +350,7 @@ pub fn replay_snapshot(
                 }
             }
             // Each setting a replay of its own, side by side (seconds each on a long trace).
-            let mut runs = fragscope_analysis::par::map(cfgs.len(), fragscope_analysis::par::threads(), |k| {
+            let mut runs = fragscope_trace::par::map(cfgs.len(), fragscope_trace::par::threads(), |k| {
                 let collect = k == 0 && args.save_snapshot.is_some();
                 simulate_with(
                     snap,
@@ -608,7 +612,7 @@ fn run_advice(
 ) -> Vec<WhatIf> {
     // The empty_cache() placements, then no caching: replays side by side, kept in order.
     let jobs = at.len() + usize::from(*no_caching);
-    let done = fragscope_analysis::par::map(jobs, fragscope_analysis::par::threads(), |k| match at.get(k) {
+    let done = fragscope_trace::par::map(jobs, fragscope_trace::par::threads(), |k| match at.get(k) {
         Some(a) => advice::simulate_empty_cache(snap, d, recorded.clone(), capacity, a)
             .map_err(|e| format!("{}: not replayed, {e}", a.describe())),
         None => Ok(advice::simulate_uncached(snap, d, capacity)),
@@ -688,7 +692,7 @@ mod tests {
     /// read by fragscope's own OOM-text parser.
     #[test]
     fn gpu_names_give_the_total_real_oom_messages_print() {
-        use fragscope_analysis::oom_message::parse;
+        use fragscope_oomtext::oom_message::parse;
         let cases = [
             ("H100-80GB", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB. GPU 0 has a total capacity of 79.11 GiB of which 140.75 MiB is free."),
             ("V100-32GB", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB (GPU 0; 31.74 GiB total capacity; 30.41 GiB already allocated; 98.12 MiB free; 30.53 GiB reserved in total by PyTorch)"),

@@ -3,22 +3,22 @@
 //!
 //! The state (segments, free blocks per stream and pool, the largest free block) is
 //! rebuilt by the backward walk from the recorded final state over the entries after the
-//! moment ([`fragscope_analysis::oom::allocator_state_at`]): a reading of the recording,
+//! moment ([`fragscope_diagnose::oom::allocator_state_at`]): a reading of the recording,
 //! not a replay. The holders are the blocks allocated at that moment
-//! ([`fragscope_analysis::timeline::live_at`]), grouped by the innermost user frame of
+//! ([`fragscope_trace::timeline::live_at`]), grouped by the innermost user frame of
 //! their allocation stack (`site`), by the innermost `record_function` scope open when
 //! they were allocated (`annotation`), or by what they are for (`role`: parameters,
-//! gradients, ... as [`fragscope_analysis::roles`] classifies each block from its phase
+//! gradients, ... as [`fragscope_trace::roles`] classifies each block from its phase
 //! and lifetime in the trace).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_analysis::attribution::bytes_by_site;
-use fragscope_analysis::oom::{allocator_state_at, state_figures, StateFigures};
-use fragscope_analysis::timeline::live_at;
-use fragscope_analysis::window::{Bound, WindowSpec};
+use fragscope_diagnose::oom::{allocator_state_at, state_figures, StateFigures};
+use fragscope_diagnose::window::{Bound, WindowSpec};
+use fragscope_trace::attribution::bytes_by_site;
+use fragscope_trace::timeline::live_at;
 use serde::Serialize;
 
 use crate::output::bytes;
@@ -191,9 +191,9 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, args: &Args) -> Re
 /// `total`); an out-of-place update counts as a temporary until its role begins, as in
 /// `summary`'s roles.
 fn holders_by_role(snap: &fragscope_snapshot::Snapshot, device: i64, after: Option<usize>, total: u64) -> Vec<Holder> {
-    use fragscope_analysis::roles::Role;
-    let lives = fragscope_analysis::lives::BlockLives::replay(snap, device);
-    let (_, _, roles) = fragscope_analysis::roles::device_roles_with(snap, &lives);
+    use fragscope_trace::roles::Role;
+    let lives = fragscope_trace::lives::BlockLives::replay(snap, device);
+    let (_, _, roles) = fragscope_trace::roles::device_roles_with(snap, &lives);
     let s = after.map_or(0, |i| (i + 1).min(snap.trace(device).len()));
     let mut by = [(0u64, 0u64); 7];
     for (b, r) in lives.seeded.iter().zip(&roles.seeded) {

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_analysis::summary::{self, DeviceSummary, PoolFigures, Summary};
-use fragscope_analysis::window::WindowInfo;
+use fragscope_diagnose::window::WindowInfo;
+use fragscope_trace::summary::{self, DeviceSummary, PoolFigures, Summary};
 use serde::Serialize;
 
 use crate::output::{self, Align, Table};
@@ -149,7 +149,7 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
         o.push('\n');
         if let Some(r) = &d.roles {
             let _ = writeln!(o, "Memory by role (device {}):", d.device);
-            o.push_str(&fragscope_analysis::roles::text(r, output::bytes));
+            o.push_str(&fragscope_trace::roles::text(r, output::bytes));
             o.push('\n');
         }
     }
@@ -170,8 +170,8 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
 
 /// memory_summary()'s whole table (Cur / Peak / Tot Alloc / Tot Freed) over the recorded
 /// window, with the large- and small-pool rows.
-fn window_table(t: &fragscope_analysis::memstats::MemoryTable) -> String {
-    use fragscope_analysis::memstats::StatRow;
+fn window_table(t: &fragscope_replay::memstats::MemoryTable) -> String {
+    use fragscope_replay::memstats::StatRow;
     let mut tb = Table::new(&[
         ("Metric (over the recorded window)", Align::Left),
         ("Cur Usage", Align::Right),

@@ -1,0 +1,552 @@
+//! `fragscope analyze`: every finding about one snapshot, most important first.
+//!
+//! Per device:
+//! 1. the OOM ([`crate::oom`]): verdict, state at the failure, measured fixes;
+//! 2. fragmentation over time ([`fragscope_trace::timeline`]): the allocated / active / requested /
+//!    reserved curves, peak fragmentation (1 − peak allocated / peak reserved), the
+//!    free space at the reserved peak (rebuilt by the backward walk of §10.12), and
+//!    pinned segments by call site ([`fragscope_trace::attribution`]);
+//! 3. leak suspects ([`crate::leaks`]);
+//! 4. who holds the memory at the allocated and the reserved peaks, by call site and by
+//!    `record_function` scope ([`fragscope_trace::attribution`]);
+//! 5. recommended settings ([`crate::recommend`]), measured by replay.
+//!
+//! Replays are the expensive part: they run only for a device with a recorded OOM (the
+//! fixes and the recommendations share them), or for every device with
+//! [`AnalyzeOptions::what_if`]. Everything else is a few O(events) walks; the trace's
+//! bookkeeping is replayed once per device, by the timeline, which keeps every block's
+//! life ([`fragscope_trace::lives`]) for attribution and leak detection.
+
+use serde::Serialize;
+use std::sync::Arc;
+
+use fragscope_snapshot::{Snapshot, SourceFormat};
+
+use crate::leaks::{self, LeakSteps, LeakSuspect};
+use crate::oom::{self, OomFinding, OomOptions, StateFigures};
+use crate::recommend::{self, Era, Recommendations};
+use fragscope_alloc::format_size as fs;
+use fragscope_replay as replay;
+use fragscope_trace::attribution::{self, AttributionOptions, PeakAttribution, PinnedSegments};
+use fragscope_trace::lives::BlockLives;
+use fragscope_trace::roles::{self, DeviceRoles};
+use fragscope_trace::steps::Steps;
+use fragscope_trace::timeline::{self, DeviceTimeline, TimelineOptions};
+
+/// Schema name of `fragscope analyze --json`.
+pub const SCHEMA: &str = "fragscope.analyze/2";
+
+/// Options of [`analyze`].
+#[derive(Clone, Copy, Debug)]
+pub struct AnalyzeOptions {
+    /// Call sites / scopes / suspects listed per table.
+    pub top: usize,
+    /// Replay candidate settings on every device, not only on devices with an OOM.
+    pub what_if: bool,
+    /// Threads for replays and independent analyses.
+    pub threads: usize,
+    /// Points of the downsampled curves.
+    pub points: usize,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions { top: 10, what_if: false, threads: 2, points: timeline::DEFAULT_POINTS }
+    }
+}
+
+/// One line of the findings list.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// `"oom"`, `"fragmentation"`, `"pinned_segments"`, `"leak"`, `"peak"`, `"recommendation"`.
+    pub kind: &'static str,
+    /// `"high"`, `"medium"` or `"info"`.
+    pub severity: &'static str,
+    pub headline: String,
+}
+
+/// Fragmentation over time.
+#[derive(Clone, Debug, Serialize)]
+pub struct FragmentationFindings {
+    /// Curves, peaks, `peak_fragmentation`, `fragmentation_at_reserved_peak`, series.
+    pub timeline: DeviceTimeline,
+    /// Free space at the reserved peak (backward walk); `null` when it could not be rebuilt.
+    pub at_reserved_peak: Option<StateFigures>,
+    pub at_reserved_peak_note: Option<String>,
+    pub pinned_segments: PinnedSegments,
+}
+
+/// Who holds the memory at the peaks.
+#[derive(Clone, Debug, Serialize)]
+pub struct Peaks {
+    pub allocated_peak: PeakAttribution,
+    pub reserved_peak: PeakAttribution,
+}
+
+/// Everything about one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceAnalysis {
+    pub device: i64,
+    /// Headlines, most important first.
+    pub findings: Vec<Finding>,
+    pub oom: Option<OomFinding>,
+    /// `1 − peak allocated / peak reserved`; `null` when nothing was reserved.
+    pub peak_fragmentation: Option<f64>,
+    pub fragmentation: FragmentationFindings,
+    /// Memory that outlives its step and grows across steps ([`crate::leaks`]).
+    pub leak_suspects: Vec<LeakSuspect>,
+    /// The steps the leak test compared, and whether leaks can be told from the trace.
+    pub leak_steps: LeakSteps,
+    /// Training steps and their phases, from evidence ([`fragscope_trace::steps`]).
+    pub steps: Steps,
+    /// Memory by role ([`fragscope_trace::roles`]), with the live set at the OOM by role when the
+    /// trace has one.
+    pub roles: DeviceRoles,
+    pub peaks: Peaks,
+    pub recommendations: Recommendations,
+    /// Role-level what-ifs ([`crate::role_whatif`]: ZeRO-1/2 sharding,
+    /// `zero_grad(set_to_none=True)`, checkpointing), a model of each change replayed;
+    /// with `--what-if` or at an exhaustion OOM, else `null`.
+    pub role_what_if: Option<crate::role_whatif::RoleRows>,
+    /// Each block's role, for callers that draw the roles over time (the report's
+    /// timeline stacked by role); not part of `--json`.
+    #[serde(skip)]
+    pub block_roles: Arc<roles::Roles>,
+}
+
+/// The analysis of a file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Analysis {
+    /// `"dict"`, `"segment_list"` or `"kineto"`.
+    pub format: &'static str,
+    pub era: Era,
+    /// Recorded `PYTORCH_CUDA_ALLOC_CONF` (canonical; `null` before 2.3 files).
+    pub recorded_config: Option<String>,
+    pub devices: Vec<DeviceAnalysis>,
+}
+
+fn format_name(f: SourceFormat) -> &'static str {
+    match f {
+        SourceFormat::Dict => "dict",
+        SourceFormat::SegmentList => "segment_list",
+        SourceFormat::Kineto => "kineto",
+    }
+}
+
+/// Analyses every device of `snap`.
+pub fn analyze(snap: &Snapshot, opts: &AnalyzeOptions) -> Analysis {
+    analyze_inner(snap, opts, None, None)
+}
+
+/// A device's timeline made by the caller (see [`analyze_with_timelines`]).
+pub type TimelineOf<'a> = &'a (dyn Fn(i64) -> timeline::DeviceTimeline + Sync);
+
+/// Work of the caller's, run once beside the first device's walk (see
+/// [`analyze_with_timelines`]).
+pub type Beside<'a> = &'a (dyn Fn() + Sync);
+
+/// [`analyze`], with each device's timeline made by `timeline_of(device)`, which must
+/// return what [`timeline::timeline`] returns with `opts.points`: for a front end that
+/// walks the trace itself and gets the timeline from the same walk
+/// ([`timeline::timeline_walk`]; the HTML report) instead of walking it twice. When the
+/// timeline comes without its [`DeviceTimeline::lives`], attribution and leak detection
+/// replay the trace for them.
+///
+/// `beside`, when given, runs once on the thread that works beside the first device's
+/// walk (after the iterations and the era; on this thread when there are no devices or
+/// no threads to spare): the front end's own look at the trace, kept off the walk's core.
+pub fn analyze_with_timelines(
+    snap: &Snapshot,
+    opts: &AnalyzeOptions,
+    timeline_of: TimelineOf,
+    beside: Option<Beside>,
+) -> Analysis {
+    analyze_inner(snap, opts, Some(timeline_of), beside)
+}
+
+fn analyze_inner(
+    snap: &Snapshot,
+    opts: &AnalyzeOptions,
+    timeline_of: Option<TimelineOf>,
+    beside: Option<Beside>,
+) -> Analysis {
+    // One look at every trace entry for the era, shared by the devices; with threads to
+    // spare it is taken on the thread that finds the first device's iterations, beside
+    // its walk (only the recommendations need it).
+    let work = FileWork::new(snap, beside);
+    let devices = snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
+    work.beside_walk();
+    Analysis {
+        format: format_name(snap.format),
+        recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
+        devices,
+        era: work.era().clone(),
+    }
+}
+
+/// The file's [`Era`], inferred on first use (by whichever thread asks first), and the
+/// caller's work to run beside the first walk.
+struct FileWork<'a> {
+    snap: &'a Snapshot,
+    era: std::sync::OnceLock<Era>,
+    beside: Option<Beside<'a>>,
+    beside_done: std::sync::Once,
+}
+
+impl<'a> FileWork<'a> {
+    fn new(snap: &'a Snapshot, beside: Option<Beside<'a>>) -> Self {
+        FileWork { snap, era: std::sync::OnceLock::new(), beside, beside_done: std::sync::Once::new() }
+    }
+
+    fn era(&self) -> &Era {
+        self.era.get_or_init(|| recommend::infer_era(self.snap))
+    }
+
+    /// The era, then the caller's work (once): what a thread beside a walk does.
+    fn beside_walk(&self) {
+        self.era();
+        if let Some(f) = self.beside {
+            self.beside_done.call_once(f);
+        }
+    }
+}
+
+/// Analyses one device.
+pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> DeviceAnalysis {
+    analyze_device_inner(snap, device, opts, &FileWork::new(snap, None), None)
+}
+
+fn analyze_device_inner(
+    snap: &Snapshot,
+    device: i64,
+    opts: &AnalyzeOptions,
+    work: &FileWork,
+    timeline_of: Option<TimelineOf>,
+) -> DeviceAnalysis {
+    let threads = opts.threads.max(1);
+    let aopts = AttributionOptions { top: opts.top };
+    // The timeline keeps the lives of every block ([`fragscope_trace::lives`]): attribution and
+    // leak detection read them instead of walking the trace again.
+    let part_timeline = || match timeline_of {
+        Some(f) => f(device),
+        None => timeline::timeline_with_lives(snap, device, &TimelineOptions { points: opts.points.max(1) }),
+    };
+    // Leak detection does not need the timeline's figures: its threshold (a share of the
+    // peak allocated bytes) only filters suspects, so it runs with the smallest threshold
+    // and the filter is applied afterwards.
+    // Attribution at the timeline's peaks and the free space at the reserved peak.
+    let part_main = |tl: &DeviceTimeline| {
+        let attr = attribution::attribute(snap, tl, &aopts);
+        let (at_peak, note) = if tl.reserved_source == "segments" && tl.peak_reserved.bytes > 0 {
+            match oom::allocator_state_at(snap, device, tl.peak_reserved.event_index) {
+                Ok(st) => (Some(oom::state_figures(&st, None)), None),
+                Err(e) => (None, Some(format!("free space at the reserved peak unknown: {e}"))),
+            }
+        } else {
+            (None, Some("no segments recorded: free space unknown".to_string()))
+        };
+        (attr, at_peak, note)
+    };
+    let lives_of = |tl: &DeviceTimeline| tl.lives.clone().unwrap_or_else(|| Arc::new(BlockLives::replay(snap, device)));
+    // The OOM, with its replays (only for a device whose trace has an `oom` entry).
+    let part_oom = || {
+        let mut f = oom::oom_finding(snap, device, &OomOptions { top: opts.top, replay: false, threads })?;
+        let cfg = replay::recorded_config(snap);
+        let cands = recommend::candidates(&cfg, work.era());
+        let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
+        oom::apply_trials(&mut f, base, trials);
+        oom::advise(snap, device, &mut f);
+        Some(f)
+    };
+    // Recommendations of a device without an OOM (measured by replay with --what-if).
+    let part_recommendations = || {
+        let cap = snap.device_capacity.get(&device).copied();
+        recommend::recommend_in_era(snap, device, work.era().clone(), opts.what_if, cap, threads)
+    };
+    let (mut tl, (attr, at_peak, at_peak_note), lk, oom_f, quick_recommendations, rl) = if threads > 1 {
+        std::thread::scope(|s| {
+            // The iterations (no walk of the lives) beside the timeline walk, then the
+            // leak tests beside attribution.
+            let (it_tx, it_rx) = std::sync::mpsc::sync_channel(1);
+            let h_it = s.spawn(move || {
+                // Sent as soon as found: the leak tests start when the walk ends, even if
+                // the work below is not done.
+                let st = fragscope_trace::steps::steps(snap, device);
+                let _ = it_tx.send(st);
+                // The era (a look at every entry) and the caller's work too, here rather
+                // than on threads of their own: one helper beside the walk keeps the
+                // walk's core to itself.
+                work.beside_walk();
+            });
+            let tl = part_timeline();
+            let lives = lives_of(&tl);
+            // No iterations only when that thread panicked: its panic, here.
+            let st = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
+            let lives2 = Arc::clone(&lives);
+            // Leaks read the roles (their evidence): one after the other, beside
+            // attribution.
+            let h_roles = s.spawn(move || {
+                let (r, rr) = roles::device_roles_from(snap, &lives2, &st);
+                let lk = leaks::leaks_device_with(snap, device, &st, &lives2, Some(&rr));
+                ((r, st, rr, lives2), lk)
+            });
+            let main = part_main(&tl);
+            // Without an OOM entry (and without --what-if) nothing is replayed: the
+            // recommendations are a look at the trace, taken while the leak tests run.
+            // (`oom::oom_finding` makes a finding exactly for the trace's first `oom` entry.)
+            let quick = (!opts.what_if && tl.first_oom.is_none()).then(&part_recommendations);
+            let (rl, lk) = h_roles.join().expect("roles thread");
+            // The OOM replays start once the cheap parts are done, so they do not
+            // compete with them for the cores (they use `threads` threads themselves).
+            let oom_f = if quick.is_some() { None } else { part_oom() };
+            (tl, main, lk, oom_f, quick, rl)
+        })
+    } else {
+        let tl = part_timeline();
+        let lives = lives_of(&tl);
+        let st = fragscope_trace::steps::steps(snap, device);
+        let (r, rr) = roles::device_roles_from(snap, &lives, &st);
+        let lk = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
+        let main = part_main(&tl);
+        (tl, main, lk, part_oom(), None, (r, st, rr, lives))
+    };
+    let (mut device_roles, steps, block_roles, lives) = rl;
+    if let Some(f) = &oom_f {
+        // The state before the `oom` entry: what was live when the request failed.
+        let v = roles::bytes_at(snap, &lives, &block_roles, f.event_index);
+        device_roles.at_oom = Some(roles::Role::ALL.iter().map(|r| (r.as_str(), v[*r as usize])).collect());
+    }
+    drop(lives);
+    // The lives are for this function only: the analysis does not carry them.
+    tl.lives = None;
+
+    let recommendations = match &oom_f {
+        Some(f) => {
+            let mut r = recommend::Recommendations {
+                device,
+                measured: false,
+                note: None,
+                era: work.era().clone(),
+                capacity_bytes: Some(f.capacity_bytes),
+                baseline: None,
+                recommended: Vec::new(),
+                tried: Vec::new(),
+                advice: Vec::new(),
+                advice_notes: Vec::new(),
+            };
+            if let Some(base) = &f.baseline {
+                recommend::from_trials(&mut r, base.clone(), f.fixes_tried.clone(), Some(f.event_index));
+            }
+            r
+        }
+        None => quick_recommendations.unwrap_or_else(part_recommendations),
+    };
+
+    // Role-level what-ifs: asked for, or the answer to an exhaustion OOM or one of a cap on
+    // the process (the live set must shrink: would the usual remedies shrink it enough?).
+    let exhaustion =
+        oom_f.as_ref().is_some_and(|f| matches!(f.verdict, oom::Verdict::Exhaustion | oom::Verdict::MemoryFractionCap));
+    let role_what_if = ((opts.what_if || exhaustion) && replay::has_replayable_trace(snap, device)).then(|| {
+        let cap = oom_f.as_ref().map(|f| f.capacity_bytes).or_else(|| snap.device_capacity.get(&device).copied());
+        crate::role_whatif::analyze_rows(snap, device, cap)
+    });
+
+    let frag = FragmentationFindings {
+        timeline: tl,
+        at_reserved_peak: at_peak,
+        at_reserved_peak_note: at_peak_note,
+        pinned_segments: attr.pinned_segments,
+    };
+    let mut leak_suspects = lk.suspects;
+    let leak_steps = lk.steps;
+    leak_suspects.truncate(opts.top);
+    let mut d = DeviceAnalysis {
+        device,
+        findings: Vec::new(),
+        oom: oom_f,
+        peak_fragmentation: frag.timeline.peak_fragmentation,
+        fragmentation: frag,
+        leak_suspects,
+        leak_steps,
+        steps,
+        roles: device_roles,
+        block_roles: Arc::new(block_roles),
+        peaks: Peaks { allocated_peak: attr.allocated_peak, reserved_peak: attr.reserved_peak },
+        recommendations,
+        role_what_if,
+    };
+    d.findings = findings(&d);
+    d
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+/// The headline list of a device, most important first: by severity (`high`,
+/// `medium`, `info`), then in section order (OOM, fragmentation, pinned segments, leaks,
+/// peak, recommendation).
+pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
+    let mut v = Vec::new();
+    if let Some(o) = &d.oom {
+        v.push(Finding { kind: "oom", severity: "high", headline: o.explanation.clone() });
+        if !o.fixes.is_empty() {
+            let names: Vec<&str> = o.fixes.iter().map(|f| f.setting.as_str()).collect();
+            v.push(Finding {
+                kind: "oom",
+                severity: "high",
+                headline: format!("Replaying the trace, these settings would have avoided it: {}.", names.join(", ")),
+            });
+        } else if o.replay_reproduces_oom == Some(true) {
+            let top = o.top_sites.first().map_or("unknown", |s| s.site.site.as_str());
+            let headline = if o.verdict == oom::Verdict::MemoryFractionCap {
+                // The cap is known only to lie between reserved and reserved + the segment.
+                format!(
+                    "No allocator setting tried avoids it in the replay under a cap of {} (the least the cap can be); \
+                     raise the cap, or shrink the live set at the OOM, by up to {} (top holder: {top}).",
+                    fs(o.capacity_bytes),
+                    fs(o.bytes_over_capacity)
+                )
+            } else {
+                format!(
+                    "No allocator setting tried avoids it in the replay; the live set at the OOM must shrink by {} (top holder: {top}).",
+                    fs(o.bytes_over_capacity)
+                )
+            };
+            v.push(Finding { kind: "oom", severity: "high", headline });
+        }
+        if let Some(at) = &d.roles.at_oom {
+            let rb: [u64; 7] = std::array::from_fn(|k| at.get(roles::Role::ALL[k].as_str()).copied().unwrap_or(0));
+            if rb.iter().any(|&b| b > 0) {
+                v.push(Finding {
+                    kind: "oom",
+                    severity: "high",
+                    headline: format!("The live tensors at the OOM, by role: {}.", roles::describe_bytes(&rb, fs)),
+                });
+            }
+        }
+        if let Some(a) = &o.advice_summary {
+            v.push(Finding { kind: "advice", severity: "high", headline: a.clone() });
+        }
+    }
+    let tl = &d.fragmentation.timeline;
+    if let Some(pf) = tl.peak_fragmentation {
+        let waste = tl.peak_reserved.bytes.saturating_sub(tl.peak_allocated.bytes);
+        let severity = if pf >= 0.3 && waste >= 1 << 30 {
+            "high"
+        } else if pf >= 0.1 && waste >= 256 << 20 {
+            "medium"
+        } else {
+            "info"
+        };
+        // Say only what the file shows: a snapshot without a trace has one moment, and a
+        // trace that began mid-run shows peaks of the recorded window only.
+        let mut h = if tl.events == 0 {
+            format!(
+                "Fragmentation {} at the snapshot: PyTorch reserved {} while tensors held {} ({} reserved but unallocated; the file has no trace, so this is one moment, not a peak).",
+                pct(pf),
+                fs(tl.peak_reserved.bytes),
+                fs(tl.peak_allocated.bytes),
+                fs(waste)
+            )
+        } else {
+            format!(
+                "Peak fragmentation {}: PyTorch reserved up to {} but tensors never held more than {} at once{} ({} never used together).",
+                pct(pf),
+                fs(tl.peak_reserved.bytes),
+                fs(tl.peak_allocated.bytes),
+                if tl.history_complete { "" } else { " during the recorded trace" },
+                fs(waste)
+            )
+        };
+        if let Some(s) = &d.fragmentation.at_reserved_peak {
+            if s.cached_free_bytes > 0 {
+                h.push_str(&format!(
+                    " {} {} was free in the cache and the largest free block was {}.",
+                    if tl.events == 0 { "There" } else { "At the reserved peak" },
+                    fs(s.cached_free_bytes),
+                    fs(s.largest_free_block_bytes)
+                ));
+            }
+        }
+        v.push(Finding { kind: "fragmentation", severity, headline: h });
+    }
+    let p = &d.fragmentation.pinned_segments;
+    if p.segments > 0 {
+        let mut h = format!(
+            "{} segment{} ({}) {} kept reserved by a few small live blocks ({} free inside, which empty_cache() cannot return).",
+            p.segments,
+            if p.segments == 1 { "" } else { "s" },
+            fs(p.reserved_bytes),
+            if p.segments == 1 { "is" } else { "are" },
+            fs(p.free_bytes)
+        );
+        if let Some(g) = p.by_site.first() {
+            h.push_str(&format!(" Largest group: {}.", g.describe(fs)));
+        }
+        let severity = if p.free_bytes >= 1 << 30 { "medium" } else { "info" };
+        v.push(Finding { kind: "pinned_segments", severity, headline: h });
+    }
+    for s in d.leak_suspects.iter().take(3) {
+        let headline = format!(
+            "Possible leak: {} grows by {} per step after the first ({} of {} steps grew; {} → {} at the step ends; confidence {:.2}).",
+            s.site.site,
+            fs(s.growth_bytes_per_step),
+            s.growing_steps,
+            s.steps_compared,
+            fs(s.first_bytes),
+            fs(s.last_bytes),
+            s.confidence
+        );
+        v.push(Finding { kind: "leak", severity: if s.confidence >= 0.5 { "high" } else { "medium" }, headline });
+    }
+    let ap = &d.peaks.allocated_peak;
+    if let Some(top) = ap.sites.first() {
+        v.push(Finding {
+            kind: "peak",
+            severity: "info",
+            // Profiler traces can hold bytes allocated before profiling that no block
+            // explains; name the peak as the timeline measured it, not the attributed sum.
+            headline: format!(
+                "{} ({}), {} holds the most: {} ({} of the attributed {}).",
+                if tl.events == 0 { "At the snapshot" } else { "At the allocated peak" },
+                fs(tl.peak_allocated.bytes.max(ap.live_bytes)),
+                top.site.site,
+                fs(top.bytes),
+                pct(top.share),
+                fs(ap.live_bytes)
+            ),
+        });
+    }
+    let r = &d.recommendations;
+    if let (None, Some(base), Some(h)) =
+        (&d.oom, &r.baseline, r.baseline.as_ref().and_then(|b| recommend::advice_headline(b, &r.advice)))
+    {
+        // Advice that lowers the peak by at least the ranking's threshold is worth reading.
+        let helps = r.advice.iter().any(|t| {
+            t.ooms == 0
+                && (t.peak_reserved_bytes as f64) <= base.peak_reserved_bytes as f64 * (1.0 - recommend::MIN_GAIN)
+        });
+        v.push(Finding { kind: "advice", severity: if helps { "medium" } else { "info" }, headline: h });
+    }
+    if let Some(best) = r.recommended.first() {
+        v.push(Finding {
+            kind: "recommendation",
+            severity: if best.avoids_oom { "high" } else { "medium" },
+            headline: format!(
+                "Set {}{}: {}.",
+                best.paste,
+                best.extra_call.as_ref().map_or(String::new(), |c| format!(" and call {c}")),
+                best.reason
+            ),
+        });
+    }
+    // Most important first: by severity, keeping the section order within a severity.
+    let rank = |s: &str| match s {
+        "high" => 0,
+        "medium" => 1,
+        _ => 2,
+    };
+    v.sort_by_key(|f| rank(f.severity));
+    v
+}

@@ -1,0 +1,221 @@
+//! Memory budgets for CI (`fragscope check`): peak reserved, peak allocated, peak
+//! fragmentation and leak suspects against limits, per device.
+//!
+//! Peaks and fragmentation come from [`fragscope_trace::timeline`] (for a state-only snapshot,
+//! the final state), leak suspects from [`crate::leaks`] (only computed when asked).
+//! Sizes are parsed by [`parse_size`], fractions by [`parse_fraction`].
+
+use fragscope_snapshot::Snapshot;
+use serde::Serialize;
+
+use crate::leaks;
+use fragscope_trace::timeline::{self, TimelineOptions};
+
+/// The limits; `None` = not checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Limits {
+    pub max_reserved: Option<u64>,
+    pub max_allocated: Option<u64>,
+    /// 0–1, compared with `peak_fragmentation`.
+    pub max_peak_fragmentation: Option<f64>,
+    /// Fail when any leak suspect is found.
+    pub no_leaks: bool,
+}
+
+/// A measured value: bytes (exact integer), a 0–1 ratio, or a count.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    Bytes(u64),
+    Ratio(f64),
+    Count(u64),
+}
+
+/// One broken limit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Failure {
+    /// `"max_reserved"`, `"max_allocated"`, `"max_peak_fragmentation"` or `"no_leaks"`.
+    pub limit: &'static str,
+    pub device: i64,
+    pub measured: Value,
+    /// The limit (`0` suspects for `no_leaks`).
+    pub allowed: Value,
+}
+
+/// What was measured on one device.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeviceCheck {
+    pub device: i64,
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    pub peak_fragmentation: Option<f64>,
+    pub history_complete: bool,
+    /// `null` unless leaks were checked.
+    pub leak_suspects: Option<u64>,
+    /// Leaks were asked for but cannot be told from this trace (one training step or none,
+    /// or steps that are not a steady loop): why, and how to record one that can. `null`
+    /// otherwise. `leak_suspects` is then 0 because nothing could be compared, not because
+    /// nothing leaked: the gate passes, and says so.
+    pub leaks_not_told: Option<String>,
+}
+
+/// The `schema` key of `check --json`.
+pub const SCHEMA: &str = "fragscope.check/1";
+
+/// Result of [`check`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CheckResult {
+    /// [`SCHEMA`].
+    pub schema: &'static str,
+    pub ok: bool,
+    pub limits: Limits,
+    pub devices: Vec<DeviceCheck>,
+    /// In order: per device (ascending), reserved, allocated, fragmentation, leaks.
+    pub failures: Vec<Failure>,
+}
+
+/// Checks every device of a snapshot against the limits.
+pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
+    let mut devices = Vec::new();
+    let mut failures = Vec::new();
+    for tl in timeline::timelines(snap, &TimelineOptions { points: 1 }) {
+        let d = tl.device;
+        let (pa, pr, pf) = (tl.peak_allocated.bytes, tl.peak_reserved.bytes, tl.peak_fragmentation);
+        if let Some(m) = limits.max_reserved.filter(|&m| pr > m) {
+            failures.push(Failure {
+                limit: "max_reserved",
+                device: d,
+                measured: Value::Bytes(pr),
+                allowed: Value::Bytes(m),
+            });
+        }
+        if let Some(m) = limits.max_allocated.filter(|&m| pa > m) {
+            failures.push(Failure {
+                limit: "max_allocated",
+                device: d,
+                measured: Value::Bytes(pa),
+                allowed: Value::Bytes(m),
+            });
+        }
+        if let (Some(m), Some(f)) = (limits.max_peak_fragmentation, pf) {
+            if f > m {
+                failures.push(Failure {
+                    limit: "max_peak_fragmentation",
+                    device: d,
+                    measured: Value::Ratio(f),
+                    allowed: Value::Ratio(m),
+                });
+            }
+        }
+        let leaks = limits.no_leaks.then(|| leaks::leaks_device(snap, d));
+        let leak_suspects = leaks.as_ref().map(|l| l.suspects.len() as u64);
+        let leaks_not_told = leaks
+            .filter(|l| !l.steps.can_tell)
+            .map(|l| l.steps.reason.unwrap_or_else(|| "leaks cannot be told from this trace".to_string()));
+        if let Some(n) = leak_suspects.filter(|&n| n > 0) {
+            failures.push(Failure {
+                limit: "no_leaks",
+                device: d,
+                measured: Value::Count(n),
+                allowed: Value::Count(0),
+            });
+        }
+        devices.push(DeviceCheck {
+            device: d,
+            peak_allocated: pa,
+            peak_reserved: pr,
+            peak_fragmentation: pf,
+            history_complete: tl.history_complete,
+            leak_suspects,
+            leaks_not_told,
+        });
+    }
+    CheckResult { schema: SCHEMA, ok: failures.is_empty(), limits: *limits, devices, failures }
+}
+
+/// Parses a byte size: a plain integer (bytes) or a number with a unit. Binary units
+/// `KiB`, `MiB`, `GiB`, `TiB` and the one-letter forms `K`, `M`, `G`, `T` (as
+/// `PYTORCH_CUDA_ALLOC_CONF` writes `40G`) are powers of 1024; `KB`, `MB`, `GB`, `TB`
+/// are powers of 1000 (so `20GB` = 20,000,000,000 bytes, as disk makers and
+/// nvidia-smi's "GB" mean it); `B` is bytes. Units are case-insensitive; a space before
+/// the unit and a fraction (`1.5GiB`) are allowed; the result is rounded to whole bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    if num.is_empty() || num.matches('.').count() > 1 {
+        return Err(format!("invalid size {s:?}: expected a number with an optional unit, e.g. 20GiB"));
+    }
+    if unit.is_empty() || unit.eq_ignore_ascii_case("b") {
+        if let Ok(n) = num.parse::<u64>() {
+            return Ok(n);
+        }
+    }
+    let v: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let bytes = (v * mult).round();
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("invalid size {s:?}: too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parses a fraction in 0–1 (`0.15`) or a percentage (`15%`).
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, scale) = match t.strip_suffix('%') {
+        Some(n) => (n.trim(), 0.01),
+        None => (t, 1.0),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("invalid fraction {s:?}: expected e.g. 0.15 or 15%"))?;
+    let v = v * scale;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!("invalid fraction {s:?}: must be between 0 and 1 (or 0% and 100%)"));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("20GiB"), Ok(20 << 30));
+        assert_eq!(parse_size("20GB"), Ok(20_000_000_000));
+        assert_eq!(parse_size("20G"), Ok(20 << 30));
+        assert_eq!(parse_size("1.5 gib"), Ok(3 << 29));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("123"), Ok(123));
+        assert_eq!(parse_size("123B"), Ok(123));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        for bad in ["", "GiB", "20XB", "-1GiB", "1.2.3GiB", "20 Gigs", "1e400GiB"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn fractions() {
+        assert_eq!(parse_fraction("0.15"), Ok(0.15));
+        assert_eq!(parse_fraction("15%"), Ok(0.15));
+        assert!(parse_fraction("1.5").is_err());
+        assert!(parse_fraction("x").is_err());
+        assert!(parse_fraction("-0.1").is_err());
+    }
+}

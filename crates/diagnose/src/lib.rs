@@ -1,0 +1,25 @@
+//! Verdicts on a PyTorch memory snapshot, each measured by replay where a replay can say.
+//!
+//! Built on the trace walk (`fragscope-trace`), the replay (`fragscope-replay`) and the OOM
+//! text reader (`fragscope-oomtext`):
+//!
+//! * [`oom`]: the recorded OOM — fragmentation, exhaustion, stranded memory or a cap — and
+//!   the settings a replay shows would have avoided it ([`oom::OomFinding`]);
+//! * [`recommend`]: allocator settings replayed and ranked ([`recommend::Recommendation`]);
+//! * [`advice`]: the usual advice (`empty_cache()` each step, no caching) replayed;
+//! * [`leaks`]: leak suspects on training steps ([`leaks::DeviceLeaks`]);
+//! * [`role_whatif`]: the program changed as its author would change it (ZeRO sharding,
+//!   `set_to_none`, activation checkpointing), replayed ([`role_whatif::RoleWhatIf`]);
+//! * [`analyze`]: all of the above, most important first ([`analyze::Analysis`]);
+//! * [`diff`] and [`check`]: two snapshots compared, and a CI gate;
+//! * [`window`]: a slice of a long trace made into a snapshot of its own.
+
+pub mod advice;
+pub mod analyze;
+pub mod check;
+pub mod diff;
+pub mod leaks;
+pub mod oom;
+pub mod recommend;
+pub mod role_whatif;
+pub mod window;

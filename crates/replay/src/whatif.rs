@@ -1,0 +1,514 @@
+//! "What if": the recorded workload under another allocator configuration and/or
+//! another device size, with synthetic addresses.
+//!
+//! The workload is the sequence of requests and frees of the trace; the state at the
+//! first entry (blocks alive before recording began) comes from the backward walk
+//! under the *recorded* configuration, since it is what really existed. Explicit
+//! `empty_cache()` calls inferred by the verify replay are made at the same places;
+//! every other segment decision is the simulated allocator's own.
+
+use super::AddrBuild;
+use std::collections::{HashMap, HashSet};
+
+use fragscope_alloc::{AllocatorConfig, CachingAllocator, Event, SimulatedDevice, DEFAULT_POOL};
+use fragscope_snapshot::{Action, Snapshot, TraceEvent};
+use serde::Serialize;
+
+use super::driver::{seed_segments, verify_inner};
+use super::state::BState;
+use super::ReplayOptions;
+
+/// Capacity used when none is given: large enough that nothing runs out.
+pub const UNLIMITED: u64 = 1 << 50;
+
+#[derive(Clone, Debug, Default)]
+pub struct SimOptions {
+    /// Device memory; `None` = unlimited.
+    pub capacity: Option<u64>,
+    /// Keep the simulated events and final state as a [`Snapshot`].
+    pub collect_snapshot: bool,
+    /// Call `torch.cuda.empty_cache()` right before these trace entries (ascending), on
+    /// top of the calls the recording itself made ([`super::advice`]).
+    pub empty_cache_at: Vec<usize>,
+    /// Trace entries (ascending) before which to read the allocator's live bytes into
+    /// [`WhatIf::probes`]: after every operation a transformation inserted at that entry,
+    /// before the entry itself ([`super::transform`]'s checks read them).
+    pub probes: Vec<usize>,
+}
+
+/// One request or free of the workload a simulation serves: a trace entry as recorded,
+/// or one that a transformation of the trace changed or inserted ([`super::transform`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Op {
+    /// The trace entry it stands at: `empty_cache()` points, OOM indices and probes are
+    /// in trace entries. Inserted operations come before the recorded entry `at`.
+    pub at: usize,
+    /// Inserted by a transformation (not the recorded entry `at` itself).
+    pub inserted: bool,
+    /// The entry; `addr` is a key naming the block (the recorded address, or a synthetic
+    /// one for a block a transformation re-allocates), `size` the request.
+    pub ev: TraceEvent,
+    /// Its stream (a recorded entry's, resolved once; an inserted one's, chosen).
+    pub stream: u64,
+}
+
+/// The allocator's live bytes before a trace entry ([`SimOptions::probes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    pub at: usize,
+    /// Bytes the live tensors asked for (`requested_bytes`).
+    pub requested: u64,
+    /// Bytes of the live blocks (`allocated_bytes`: rounded, unsplit remainders included).
+    pub allocated: u64,
+}
+
+/// The first request the simulated allocator could not serve.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimOom {
+    /// Index of the trace entry.
+    pub index: usize,
+    /// Unrounded request.
+    pub requested: u64,
+    pub rounded: u64,
+    /// What was asked of the device ("Tried to allocate").
+    pub alloc_size: u64,
+    pub stream: u64,
+    pub reserved: u64,
+    pub allocated: u64,
+    /// Allocation stack, innermost first, `file:line:name`.
+    pub stack: Vec<String>,
+}
+
+/// The allocator state a simulated run started from: the alternatives of one device
+/// are comparable only when each started from the state the backward walk rebuilt at
+/// the trace's first entry (the tensors already live, the cache). Otherwise one run may
+/// hold memory another dropped, and their peaks differ by that, not by the setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartState {
+    /// The state at the first entry, rebuilt by the backward walk and seeded (empty
+    /// when nothing was live or cached then).
+    Rebuilt,
+    /// The backward walk failed (the trace and the final state disagree): started
+    /// empty, though memory may have been live before the trace.
+    Unknown,
+    /// The state was rebuilt but the simulated allocator could not hold it (see the
+    /// run's notes): started empty.
+    NotSeeded,
+}
+
+impl StartState {
+    /// Why runs that started so cannot be compared, in words (`None` when they can).
+    pub fn refusal(self) -> Option<&'static str> {
+        match self {
+            StartState::Rebuilt => None,
+            StartState::Unknown => Some("the allocator state before the trace could not be rebuilt"),
+            StartState::NotSeeded => Some("the allocator state before the trace could not be seeded"),
+        }
+    }
+}
+
+/// Result of [`simulate`] for one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct WhatIf {
+    pub device: i64,
+    pub config: String,
+    pub capacity: Option<u64>,
+    pub peak_reserved: u64,
+    pub peak_allocated: u64,
+    /// 1 − peak allocated / peak reserved.
+    pub peak_fragmentation: f64,
+    /// Reserved and allocated when the trace begins: the state before it, seeded as
+    /// recorded (0 when the run started empty). A change of the program inside the
+    /// trace cannot lower it, so `peak_reserved` is never below it.
+    pub reserved_before_trace: u64,
+    pub allocated_before_trace: u64,
+    /// The most reserved just after a `cudaMalloc` (or page map) the trace's requests
+    /// made; 0 when they made none. Below `peak_reserved` when the peak is memory
+    /// reserved before the recording began (then released, or never outgrown).
+    pub peak_reserved_by_trace: u64,
+    pub final_reserved: u64,
+    /// `cudaMalloc` calls (including expandable page maps).
+    pub cuda_mallocs: u64,
+    /// `cudaFree` calls (including expandable unmaps).
+    pub cuda_frees: u64,
+    pub alloc_retries: u64,
+    pub ooms: u64,
+    pub first_oom: Option<SimOom>,
+    /// Recorded OOMs whose request the simulated allocator could serve.
+    pub recorded_ooms_that_fit: u64,
+    pub empty_cache_calls: u64,
+    /// What the run started from ([`StartState`]); the reason is in `notes`.
+    pub start_state: StartState,
+    /// The advice replayed instead of (or besides) a configuration, in words
+    /// (`empty_cache() at every step boundary`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
+    /// How the advice's `empty_cache()` points were found (`32 iterations of 109
+    /// allocations (periodicity)`, `3 starts of "eval"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice_points: Option<String>,
+    /// `empty_cache()` calls the advice added (on top of the recording's own).
+    pub empty_cache_added: u64,
+    /// Driver work counted from the replay's events ([`super::cost`]): calls by segment
+    /// size, pages mapped and unmapped, synchronisations. No time: see that module.
+    pub driver: super::cost::DriverWork,
+    pub notes: Vec<String>,
+    /// Live bytes at [`SimOptions::probes`].
+    #[serde(skip)]
+    pub probes: Vec<Probe>,
+    /// The simulated run as a snapshot (with `SimOptions::collect_snapshot`).
+    #[serde(skip)]
+    pub snapshot: Option<Snapshot>,
+}
+
+/// Replay `device`'s workload under `cfg` on a device of `capacity` bytes (unlimited
+/// when `None`), with synthetic addresses.
+pub fn simulate(snap: &Snapshot, device: i64, cfg: AllocatorConfig, capacity: Option<u64>) -> WhatIf {
+    simulate_with(snap, device, cfg, &SimOptions { capacity, ..SimOptions::default() })
+}
+
+pub fn simulate_with(snap: &Snapshot, device: i64, cfg: AllocatorConfig, opts: &SimOptions) -> WhatIf {
+    let ops =
+        snap.trace(device).iter().enumerate().map(|(at, &ev)| Op { at, inserted: false, ev, stream: snap.stream(&ev) });
+    simulate_ops(snap, device, cfg, opts, ops)
+}
+
+/// [`simulate_with`] serving `ops` (the device's trace, possibly transformed, in order)
+/// instead of the trace itself; the state before the trace and the recording's own
+/// `empty_cache()` calls still come from the recorded trace.
+pub fn simulate_ops(
+    snap: &Snapshot,
+    device: i64,
+    cfg: AllocatorConfig,
+    opts: &SimOptions,
+    ops: impl Iterator<Item = Op>,
+) -> WhatIf {
+    let (vrep, inferred) = verify_inner(snap, device, &ReplayOptions::default());
+    let mut notes = Vec::new();
+    // A memory fraction (and so GC) means nothing on an unlimited device: use the
+    // replay's device size for it.
+    let cap = match opts.capacity {
+        Some(c) => c,
+        None if cfg.per_process_memory_fraction < 1.0 => {
+            let c = super::driver::capacity_for(snap, device, None, &cfg);
+            notes.push(format!("memory fraction taken of a {c}-byte device (no capacity given)"));
+            c
+        }
+        None => UNLIMITED,
+    };
+    if let Some(n) = super::driver::private_pool_note(snap, device) {
+        notes.push(n);
+    }
+    let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+    // Events are always read: the driver work is counted from them.
+    eng.set_record_events(true);
+    let mut blocks = BlockMap::default();
+    let start_state = match &inferred.initial {
+        Some(st) => {
+            // Expandable reservations made before the trace have the size the real
+            // device gave them (9/8 of its memory, §6.1), not the simulated device's
+            // (2^50 bytes when unlimited, which would make two recorded reservations
+            // overlap): seed them under the replay's device size.
+            let recorded = super::recorded_config(snap);
+            let seed_cap = super::driver::capacity_for(snap, device, None, &recorded);
+            eng.device_mut().set_capacity(seed_cap);
+            let seeded = seed_segments(&mut eng, st);
+            eng.device_mut().set_capacity(cap);
+            match seeded {
+                Err(e) => {
+                    notes.push(format!(
+                        "the state before the trace could not be seeded ({e}); started empty: this run is \
+                         not comparable with runs that hold that state"
+                    ));
+                    eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+                    eng.set_record_events(opts.collect_snapshot);
+                    StartState::NotSeeded
+                }
+                Ok(()) => {
+                    for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
+                        blocks.seeded(b.addr);
+                    }
+                    let held = eng.device().used();
+                    if held > cap {
+                        notes.push(format!(
+                            "the memory reserved before the trace ({held} B) is more than the device's {cap} B"
+                        ));
+                    }
+                    StartState::Rebuilt
+                }
+            }
+        }
+        None => {
+            notes.push(format!(
+                "the state before the trace is unknown ({}); started empty",
+                vrep.undecidable.as_deref().unwrap_or("no trace")
+            ));
+            StartState::Unknown
+        }
+    };
+    // The recording's own empty_cache() calls and the ones asked for, in trace order.
+    let mut points: Vec<usize> = inferred.empty_cache_before.clone();
+    points.extend(opts.empty_cache_at.iter().copied());
+    points.sort_unstable();
+    let mut ec = points.into_iter().peekable();
+    let mut out_events: Vec<TraceEvent> = Vec::new();
+    // The saved snapshot's table of entry contexts (the streams of `out_events`).
+    let mut out_contexts: Vec<fragscope_snapshot::EntryContext> = Vec::new();
+    let mut evbuf: Vec<Event> = Vec::new();
+    let mut first_oom = None;
+    let mut recorded_fit = 0;
+    let mut skipped_frees = 0u64;
+    // `empty_cache()` synchronises and completes every pending free (spec §5.2), as does the
+    // release an allocation retries after: the trace's later `free_completed` of such a
+    // block then has nothing left to do. Simulated addresses whose free was requested and
+    // not yet completed, with the number of empty_cache() calls made when it was requested.
+    let mut pending: HashMap<u64, u64, AddrBuild> = HashMap::default();
+    let (mut completed_by_empty_cache, mut completed_by_retry) = (0u64, 0u64);
+    let mut empty_cache_calls = 0;
+    // The seeding's own segments are the state before the trace, not work of this run: they
+    // go to the saved snapshot (as before) but are not counted.
+    let mut seed_events: Vec<Event> = Vec::new();
+    eng.drain_events_into(&mut seed_events);
+    let reserved_before_trace = eng.reserved_bytes();
+    let allocated_before_trace = eng.stats().allocated_bytes.all().current.max(0) as u64;
+    let mut peak_reserved_by_trace = 0u64;
+    let mut driver = super::cost::DriverWork::default();
+    let mut probes: Vec<Probe> = Vec::with_capacity(opts.probes.len());
+    let mut probe_at = opts.probes.iter().copied().peekable();
+    let probe = |eng: &CachingAllocator<SimulatedDevice>, at: usize| {
+        let s = eng.stats();
+        Probe {
+            at,
+            requested: s.requested_bytes.all().current.max(0) as u64,
+            allocated: s.allocated_bytes.all().current.max(0) as u64,
+        }
+    };
+    for op in ops {
+        let (i, ev) = (op.at, &op.ev);
+        while let Some(p) = probe_at.next_if(|&p| p < i || (p == i && !op.inserted)) {
+            probes.push(probe(&eng, p));
+        }
+        while ec.peek().is_some_and(|&k| k <= i) {
+            ec.next();
+            eng.empty_cache();
+            empty_cache_calls += 1;
+        }
+        let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
+        let reserved_before_op = eng.reserved_bytes();
+        match ev.action {
+            Action::Alloc | Action::Oom => match eng.malloc_in_pool(ev.size, op.stream, pool) {
+                Ok(a) => {
+                    if ev.action == Action::Oom {
+                        recorded_fit += 1;
+                        let _ = eng.free(a);
+                    } else {
+                        blocks.allocated(ev.addr, Some(a));
+                    }
+                }
+                Err(o) => {
+                    if ev.action == Action::Alloc {
+                        blocks.allocated(ev.addr, None);
+                    }
+                    if first_oom.is_none() {
+                        first_oom = Some(SimOom {
+                            index: i,
+                            requested: o.requested,
+                            rounded: o.rounded,
+                            alloc_size: o.alloc_size,
+                            stream: o.stream,
+                            reserved: o.reserved,
+                            allocated: o.allocated,
+                            stack: stack_strings(snap, ev.stack),
+                        });
+                    }
+                }
+            },
+            Action::FreeRequested | Action::FreeCompleted => {
+                let ok = match blocks.target(ev.addr) {
+                    Some(a) if ev.action == Action::FreeRequested => {
+                        let ok = eng.free_requested(a).is_ok();
+                        if ok {
+                            pending.insert(a, empty_cache_calls);
+                        }
+                        ok
+                    }
+                    Some(a) => {
+                        let requested_at = pending.remove(&a);
+                        match eng.free_completed(a) {
+                            Ok(()) => true,
+                            // Completed already, by an empty_cache() since its request or
+                            // by the release of an allocation's retry: not a skipped free.
+                            Err(_) if requested_at.is_some() => {
+                                if requested_at != Some(empty_cache_calls) {
+                                    completed_by_empty_cache += 1;
+                                } else {
+                                    completed_by_retry += 1;
+                                }
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
+                    None => false,
+                };
+                if ev.action == Action::FreeCompleted {
+                    blocks.completed(ev.addr);
+                }
+                if !ok {
+                    skipped_frees += 1;
+                }
+            }
+            _ => {}
+        }
+        if eng.reserved_bytes() > reserved_before_op {
+            peak_reserved_by_trace = peak_reserved_by_trace.max(eng.reserved_bytes());
+        }
+        evbuf.clear();
+        let seeded = seed_events.len();
+        evbuf.append(&mut seed_events);
+        eng.drain_events_into(&mut evbuf);
+        evbuf[seeded..].iter().for_each(|e| driver.observe(e));
+        if opts.collect_snapshot {
+            for m in &evbuf {
+                let mut t = crate::recorder::trace_event(m, &mut out_contexts);
+                if matches!(m, Event::Alloc { .. } | Event::Oom { .. }) || t.action == ev.action {
+                    t.stack = ev.stack;
+                    t.time_us = ev.time_us;
+                }
+                out_events.push(t);
+            }
+        }
+    }
+    for _ in ec {
+        eng.empty_cache();
+        empty_cache_calls += 1;
+    }
+    probes.extend(probe_at.map(|p| probe(&eng, p)));
+    let mut tail: Vec<Event> = std::mem::take(&mut seed_events);
+    let seeded = tail.len();
+    eng.drain_events_into(&mut tail);
+    tail[seeded..].iter().for_each(|e| driver.observe(e));
+    if skipped_frees > 0 {
+        notes.push(format!("{skipped_frees} free(s) skipped: their allocation failed in the simulation"));
+    }
+    if completed_by_empty_cache > 0 {
+        notes.push(format!(
+            "{completed_by_empty_cache} free_completed entr{} already completed by empty_cache() (it completes \
+             pending frees, as PyTorch's does)",
+            if completed_by_empty_cache == 1 { "y" } else { "ies" }
+        ));
+    }
+    if completed_by_retry > 0 {
+        notes.push(format!(
+            "{completed_by_retry} free_completed entr{} already completed by the cache release of an allocation \
+             retry",
+            if completed_by_retry == 1 { "y" } else { "ies" }
+        ));
+    }
+    let st = eng.stats().clone();
+    let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
+    let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
+    let snapshot = opts.collect_snapshot.then(|| {
+        out_events.extend(tail.iter().map(|m| crate::recorder::trace_event(m, &mut out_contexts)));
+        build_snapshot(snap, device, &eng, out_events, out_contexts)
+    });
+    WhatIf {
+        device,
+        config: cfg.to_conf_string(),
+        capacity: opts.capacity,
+        peak_reserved,
+        peak_allocated,
+        peak_fragmentation: if peak_reserved == 0 { 0.0 } else { 1.0 - peak_allocated as f64 / peak_reserved as f64 },
+        reserved_before_trace,
+        allocated_before_trace,
+        peak_reserved_by_trace,
+        final_reserved: eng.reserved_bytes(),
+        cuda_mallocs: st.num_device_alloc,
+        cuda_frees: st.num_device_free,
+        alloc_retries: st.num_alloc_retries,
+        ooms: st.num_ooms,
+        first_oom,
+        recorded_ooms_that_fit: recorded_fit,
+        empty_cache_calls,
+        start_state,
+        advice: None,
+        advice_points: None,
+        empty_cache_added: opts.empty_cache_at.len() as u64,
+        driver,
+        notes,
+        probes,
+        snapshot,
+    }
+}
+
+/// Recorded blocks → simulated blocks, for the loops that serve a recorded workload
+/// with synthetic addresses ([`simulate_ops`], `predict::Program::predict`): which
+/// simulated block a recorded (or transformed) free frees.
+#[derive(Default)]
+pub struct BlockMap {
+    /// Recorded address (a transformation's key) → simulated address; `None` when its
+    /// allocation failed or was left out. A recorded address allocated again while still
+    /// mapped (a trace that is not allocator-consistent, e.g. a plain repetition) maps to
+    /// the newest block; the older simulated block stays allocated, as in the recording.
+    map: HashMap<u64, Option<u64>, AddrBuild>,
+    /// Blocks alive before the trace, seeded at their recorded address. Only these may be
+    /// freed without an alloc in the trace, and only once: a free of an address that is
+    /// neither mapped nor seeded-and-live is skipped, so it can never hit a simulated
+    /// block that merely happens to sit at that address.
+    pre_live: HashSet<u64, AddrBuild>,
+}
+
+impl BlockMap {
+    /// A block alive before the trace, seeded at `addr`.
+    pub fn seeded(&mut self, addr: u64) {
+        self.pre_live.insert(addr);
+    }
+    /// The trace allocated `key`: at `sim` in the simulation (`None`: nowhere).
+    pub fn allocated(&mut self, key: u64, sim: Option<u64>) {
+        self.map.insert(key, sim);
+        self.pre_live.remove(&key);
+    }
+    /// The simulated block a free of `key` frees, if any.
+    pub fn target(&self, key: u64) -> Option<u64> {
+        match self.map.get(&key) {
+            Some(&sim) => sim,
+            // Alive before the trace: seeded at its own address.
+            None => self.pre_live.contains(&key).then_some(key),
+        }
+    }
+    /// The free of `key` completed: it names no block any more.
+    pub fn completed(&mut self, key: u64) {
+        self.map.remove(&key);
+        self.pre_live.remove(&key);
+    }
+}
+
+/// An allocation stack as `file:line:name` strings, innermost first.
+pub fn stack_strings(snap: &Snapshot, stack: Option<fragscope_snapshot::StackId>) -> Vec<String> {
+    stack.map(|s| snap.frames.resolved(s).map(|(f, l, n)| format!("{f}:{l}:{n}")).collect()).unwrap_or_default()
+}
+
+/// The simulated run as a snapshot of one device: its trace and final segments.
+fn build_snapshot(
+    src: &Snapshot,
+    device: i64,
+    eng: &CachingAllocator<SimulatedDevice>,
+    events: Vec<TraceEvent>,
+    contexts: Vec<fragscope_snapshot::EntryContext>,
+) -> Snapshot {
+    let segments = crate::recorder::segments_of(eng, device, |_| None, |_| None);
+    let mut traces = vec![Vec::new(); (device.max(0) as usize) + 1];
+    traces[device.max(0) as usize] = events;
+    // The settings travel with the run, so a replay of the saved file uses them.
+    let cfg = eng.config();
+    let settings = crate::recorder::allocator_settings(cfg, &cfg.to_conf_string());
+    Snapshot {
+        segments,
+        device_traces: traces,
+        allocator_settings: Some(settings),
+        frames: src.frames.clone(),
+        contexts,
+        ..Default::default()
+    }
+}

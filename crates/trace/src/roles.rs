@@ -1,0 +1,1546 @@
+//! Memory by role: what each block of a device's memory is for — the model's
+//! `parameters`, their `gradients`, the `optimizer_state` (Adam's two moments per
+//! parameter), `activations` (made in forward, kept until backward), `temporaries` (freed
+//! within the phase that made them), `inputs` (a batch and its targets) or `other`
+//! (persistent buffers, KV caches, workspaces, anything the evidence does not decide).
+//!
+//! Every allocation of the trace and every block live before it gets a role, a
+//! confidence (0–1) and the reason that decided it. Evidence, strongest first:
+//!
+//! * **phase and lifetime**, from [`crate::steps`]: a block made in a backward pass and
+//!   still live when the pass ends is a gradient; one made in the optimizer's step and
+//!   kept after it is optimizer state; one made in forward and still live when backward
+//!   starts, freed by the step's end (or the next step's), is an activation; one freed
+//!   inside the phase that made it is a temporary;
+//! * **identities**: a parameter has its gradient's size, so the blocks live before the
+//!   backward pass (before the trace, or made while setting up) matching the gradients'
+//!   sizes one for one are the parameters; optimizer state made before the first step
+//!   (an optimizer that allocates its moments in its constructor) is recognised by its
+//!   sizes being whole copies of the parameters' and its living across the steps;
+//! * **frames** only where neither decides (a block made while building the model, with
+//!   no backward pass to confirm it, is a parameter at low confidence). Nothing is put in
+//!   a role on a name alone.
+//!
+//! `by_role` gives, per role, the bytes held at the allocated peak (`at_peak`) and the
+//! most held at any moment (`max`), over the same block lives as the timeline
+//! ([`crate::lives`]).
+//!
+//! Principal types: [`DeviceRoles`] (the figures), [`Roles`] (each block's role),
+//! [`Role`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use fragscope_snapshot::{FxHashMap, Snapshot};
+use serde::Serialize;
+
+use crate::lives::{BlockLives, LIVE_AT_END};
+use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
+use crate::timeline::LifeIndexParts;
+
+/// A step's backward and optimizer spans (entries `start..end`), and where its forward
+/// starts.
+type StepSpans = (Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>);
+
+/// What a block of memory is for (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Parameters,
+    Gradients,
+    OptimizerState,
+    Activations,
+    Temporaries,
+    Inputs,
+    Other,
+}
+
+impl Role {
+    pub const ALL: [Role; 7] = [
+        Role::Parameters,
+        Role::Gradients,
+        Role::OptimizerState,
+        Role::Activations,
+        Role::Temporaries,
+        Role::Inputs,
+        Role::Other,
+    ];
+    /// The name used in `--json` (`by_role`'s keys) and in text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Parameters => "parameters",
+            Role::Gradients => "gradients",
+            Role::OptimizerState => "optimizer_state",
+            Role::Activations => "activations",
+            Role::Temporaries => "temporaries",
+            Role::Inputs => "inputs",
+            Role::Other => "other",
+        }
+    }
+}
+
+/// Why a block got its role: one reason per rule, with the rule's confidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Reason {
+    ParamBeforeTraceMatchesGradient,
+    ParamBeforeTraceFrames,
+    ParamBeforeTraceCounted,
+    ParamSetupMatchesGradient,
+    ParamBuiltNoBackward,
+    GradOutlivesBackward,
+    GradOutlivesBackwardUnmatched,
+    ParamReplacedInStep,
+    OptReplacedInStep,
+    OptMadeInStepKept,
+    OptSetupCopiesOfParams,
+    OptSetupOptimizerFrames,
+    OptBeforeTraceCopiesOfParams,
+    OptBeforeTraceFrames,
+    OptBeforeTraceCounted,
+    GradBeforeTraceFreedBeforeBackward,
+    ActKeptForBackward,
+    ActKeptLastStep,
+    TempFreedInPhase,
+    TempFreedBetweenSteps,
+
+    InputBeforeForward,
+    OtherOutlivesStep,
+    OtherBackwardNoParameter,
+    OtherWorkspace,
+    OtherNoSteps,
+    OtherBeforeTrace,
+    OtherReplacesUnknown,
+    OtherUndecided,
+}
+
+impl Reason {
+    fn role(self) -> Role {
+        use Reason::*;
+        match self {
+            ParamBeforeTraceMatchesGradient
+            | ParamBeforeTraceFrames
+            | ParamBeforeTraceCounted
+            | ParamSetupMatchesGradient
+            | ParamBuiltNoBackward
+            | ParamReplacedInStep => Role::Parameters,
+            GradOutlivesBackward | GradOutlivesBackwardUnmatched | GradBeforeTraceFreedBeforeBackward => {
+                Role::Gradients
+            }
+            OptMadeInStepKept
+            | OptReplacedInStep
+            | OptSetupCopiesOfParams
+            | OptSetupOptimizerFrames
+            | OptBeforeTraceCopiesOfParams
+            | OptBeforeTraceFrames
+            | OptBeforeTraceCounted => Role::OptimizerState,
+            ActKeptForBackward | ActKeptLastStep => Role::Activations,
+            TempFreedInPhase | TempFreedBetweenSteps => Role::Temporaries,
+            InputBeforeForward => Role::Inputs,
+            OtherOutlivesStep
+            | OtherBackwardNoParameter
+            | OtherWorkspace
+            | OtherNoSteps
+            | OtherBeforeTrace
+            | OtherReplacesUnknown
+            | OtherUndecided => Role::Other,
+        }
+    }
+    /// How sure the rule is: identities and phase+lifetime together high, one of them
+    /// alone lower, frames alone low.
+    pub fn confidence(self) -> f64 {
+        use Reason::*;
+        match self {
+            ParamBeforeTraceMatchesGradient | ParamSetupMatchesGradient => 0.9,
+            ParamBuiltNoBackward => 0.4,
+            ParamReplacedInStep | OptReplacedInStep => 0.85,
+            GradOutlivesBackward => 0.9,
+            GradOutlivesBackwardUnmatched => 0.6,
+            OptMadeInStepKept => 0.9,
+            OptSetupCopiesOfParams | OptBeforeTraceCopiesOfParams => 0.85,
+            OptSetupOptimizerFrames => 0.6,
+            ActKeptForBackward => 0.85,
+            ActKeptLastStep => 0.5,
+            TempFreedInPhase => 0.9,
+            TempFreedBetweenSteps => 0.6,
+            OtherNoSteps => 0.3,
+            InputBeforeForward => 0.6,
+            OtherOutlivesStep | OtherBackwardNoParameter => 0.4,
+            OtherWorkspace => 0.9,
+            OtherBeforeTrace | OtherUndecided | OtherReplacesUnknown => 0.3,
+            ParamBeforeTraceFrames | OptBeforeTraceFrames => 0.85,
+            // The totals are decided, the block's own role is not.
+            ParamBeforeTraceCounted | OptBeforeTraceCounted => 0.5,
+            GradBeforeTraceFreedBeforeBackward => 0.7,
+        }
+    }
+    /// The evidence, in words.
+    pub fn describe(self) -> &'static str {
+        use Reason::*;
+        match self {
+            ParamBeforeTraceMatchesGradient => "live before the trace, one for one the size of a gradient",
+            ParamSetupMatchesGradient => "made before the first backward pass and kept, one for one the size of a gradient",
+            ParamBuiltNoBackward => "made while building the model (__init__, .to(), load_state_dict) and kept; no backward pass to confirm",
+            GradOutlivesBackward => "made in a backward pass (autograd engine, AccumulateGrad) and still live when it ends, the size of a parameter",
+            GradOutlivesBackwardUnmatched => "made in a backward pass and still live when it ends (no parameter of its size found)",
+            OptMadeInStepKept => "made in the optimizer's step and kept after it",
+            ParamReplacedInStep => "made in the optimizer's step and kept, replacing a parameter of its size freed in the same step (an out-of-place update)",
+            OptReplacedInStep => "made in the optimizer's step and kept, replacing optimizer state of its size freed in the same step (an out-of-place update)",
+            OtherWorkspace => "a library's workspace (cuBLAS's getNewWorkspace in its C++ frames)",
+            OtherBackwardNoParameter => "made in a backward pass and kept, but no parameter has its size (a library workspace such as cuBLAS's, or a leak)",
+            OptSetupCopiesOfParams => "made before the first step and kept across steps; their sizes are whole copies of the parameters' (one buffer per parameter per moment)",
+            OptSetupOptimizerFrames => "made by the optimizer's constructor before the first step and kept",
+            OptBeforeTraceCopiesOfParams => "live before the trace; their sizes are whole copies of the parameters', besides the parameters themselves",
+            ActKeptForBackward => "made in forward and still live when backward starts, freed by the next step",
+            ActKeptLastStep => "made in the last step's forward, still live when backward starts and at the end of the trace",
+            TempFreedInPhase => "freed in the phase that made it",
+            TempFreedBetweenSteps => "made and freed outside the steps' phases",
+            OtherNoSteps => "made in a pass that no training step bounds: activations cannot be told from temporaries",
+            InputBeforeForward => "made outside the steps' phases and still live when the next forward pass starts",
+            OtherOutlivesStep => "made in forward and kept beyond the next step",
+            OtherBeforeTrace => "live before the trace, not matched to a parameter or optimizer state",
+            OtherUndecided => "no rule decided it",
+            OtherReplacesUnknown => "made in the optimizer's step and kept, replacing a block of its size live before the trace whose role is not known (parameter or optimizer state)",
+            ParamBeforeTraceFrames => "live before the trace, the size of a gradient, made while building the model (its frames); as many as the gradients of its size",
+            OptBeforeTraceFrames => "live before the trace, the size of a gradient, made by the optimizer (torch/optim or an optimizer's step in its frames); whole copies of the parameters' sizes",
+            ParamBeforeTraceCounted => "live before the trace among more blocks of a gradient's size than gradients (the optimizer's state, a BatchNorm's running statistics), without frames that tell them apart: counted by size (as many parameters as gradients of each size; the total is exact, which block is which cannot be told)",
+            OptBeforeTraceCounted => "live before the trace with the parameters, both the sizes of the gradients and without frames that tell them apart: counted by size (the copies beyond the parameters; the totals are exact, which block is which cannot be told)",
+            GradBeforeTraceFreedBeforeBackward => "live before the trace and freed outside every phase (zero_grad) before a backward pass that makes the gradients again; no more of its size than there are gradients",
+        }
+    }
+}
+
+/// A block's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockRole {
+    pub role: Role,
+    pub reason: Reason,
+}
+
+impl BlockRole {
+    fn of(reason: Reason) -> Self {
+        BlockRole { role: reason.role(), reason }
+    }
+}
+
+/// The role of every block of one device: `seeded[i]` of `lives.seeded[i]`, `traced[i]`
+/// of `lives.traced[i]`.
+#[derive(Clone, Debug, Default)]
+pub struct Roles {
+    pub seeded: Vec<BlockRole>,
+    pub traced: Vec<BlockRole>,
+    /// Out-of-place updates: traced block → the state from which it holds its role (the
+    /// block it replaces is freed then); before, it counts as a temporary of the step.
+    pub from_state: HashMap<usize, usize>,
+    /// Roles whose totals the trace cannot decide, with why ([`RoleBytes::cannot_tell`]).
+    pub cannot_tell: BTreeMap<Role, String>,
+}
+
+/// One reason's share of a role.
+#[derive(Clone, Debug, Serialize)]
+pub struct RoleEvidence {
+    pub evidence: &'static str,
+    pub blocks: u64,
+    /// Bytes of those blocks summed over their lives (each block once).
+    pub bytes: u64,
+    pub confidence: f64,
+}
+
+/// Bytes one role held. In JSON (docs/json-schema.md), `at_peak` and `max` are `null`
+/// when the total cannot be told (`cannot_tell`), and `found_at_peak`/`found_max` give
+/// the bytes of the blocks given the role (the same figures; a lower bound then).
+#[derive(Clone, Debug, Default)]
+pub struct RoleBytes {
+    /// At the allocated peak.
+    pub at_peak: u64,
+    /// The most the role held at any moment.
+    pub max: u64,
+    /// Blocks given the role (each once).
+    pub blocks: u64,
+    /// The blocks' confidences, weighted by their bytes (0 without blocks).
+    pub confidence: f64,
+    /// What decided it, most bytes first.
+    pub evidence: Vec<RoleEvidence>,
+    /// Set when the trace cannot tell the role's total: memory live before the trace
+    /// whose role is not decided may hold more of it. `at_peak` and `max` then count only
+    /// the blocks given the role (a lower bound), and this says why.
+    pub cannot_tell: Option<String>,
+}
+
+impl Serialize for RoleBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        // A total the trace cannot tell is not given as a number: a reader of `max` would
+        // take the lower bound for the answer.
+        let told = self.cannot_tell.is_none();
+        let mut st = s.serialize_struct("RoleBytes", 8)?;
+        st.serialize_field("at_peak", &told.then_some(self.at_peak))?;
+        st.serialize_field("max", &told.then_some(self.max))?;
+        st.serialize_field("found_at_peak", &self.at_peak)?;
+        st.serialize_field("found_max", &self.max)?;
+        st.serialize_field("blocks", &self.blocks)?;
+        st.serialize_field("confidence", &self.confidence)?;
+        st.serialize_field("evidence", &self.evidence)?;
+        st.serialize_field("cannot_tell", &self.cannot_tell)?;
+        st.end()
+    }
+}
+
+/// Memory by role of one device (module doc).
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceRoles {
+    pub device: i64,
+    /// The steps, in words (`steps::Steps::describe`), and how many.
+    pub steps: String,
+    pub step_count: usize,
+    /// State of the allocated peak (entries applied), and the bytes allocated then.
+    pub peak_state: usize,
+    pub peak_allocated: u64,
+    /// Keyed by [`Role::as_str`]; every role present.
+    pub by_role: BTreeMap<&'static str, RoleBytes>,
+    /// Tensor bytes by role just before the trace's first `oom` entry (`analyze` fills
+    /// it; `null` without an OOM).
+    pub at_oom: Option<BTreeMap<&'static str, u64>>,
+}
+
+/// The roles of one device's blocks (module doc).
+pub fn classify(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> Roles {
+    let mut ev = StackEvidence::new(snap);
+    classify_with(snap, lives, st, &mut ev, &LifeIndex::new(snap, lives))
+}
+
+/// What classifying and summing the roles both read about the lives, made once: each
+/// traced block's tensor size, and the lives by the entry that ended them.
+#[cfg_attr(test, derive(Debug, PartialEq))]
+struct LifeIndex {
+    /// `req[i]`: the request of `lives.traced[i]` (its `alloc` entry's size), read in
+    /// `alloc` order once rather than from the trace at every use.
+    req: Vec<u64>,
+    ends: Ends,
+}
+
+impl LifeIndex {
+    fn new(snap: &Snapshot, lives: &BlockLives) -> Self {
+        let trace = snap.trace(lives.device);
+        LifeIndex {
+            req: lives.traced.iter().map(|l| trace[l.alloc].size).collect(),
+            ends: Ends::new(lives, trace.len()),
+        }
+    }
+
+    /// The index the lifetime walk made as it went ([`crate::timeline::LifeIndexParts`]),
+    /// the same as [`LifeIndex::new`]'s: `summary` reads it there, where the requests
+    /// and the ends are at hand, instead of reading the trace again.
+    fn from_walk(lives: &BlockLives, parts: LifeIndexParts) -> Self {
+        let LifeIndexParts { req, ended, more } = parts;
+        LifeIndex { req, ends: Ends { slot: ended, more, traced: lives.traced.len() } }
+    }
+}
+
+/// A life found by [`Ends`]: an index into `lives.traced` or `lives.seeded`.
+#[derive(Clone, Copy)]
+enum Ended {
+    Traced(usize),
+    Seeded(usize),
+}
+
+/// The lives that each trace entry ended, by entry. Both the sweep of [`summarize`] and
+/// the out-of-place updates of [`classify`] take the lives in the order they ended;
+/// sorting millions of lives by their ends was a tenth of `summary`'s time on a long
+/// trace. The lifetime walk ends at most one block per entry (an `alloc` the block its
+/// address held, a free the block it frees), so one slot per entry holds them; a second
+/// life at one entry (lives not made by that walk) goes to a sorted list.
+#[cfg_attr(test, derive(Debug, PartialEq))]
+struct Ends {
+    /// Per entry: 0 for none, else 1 + the life: a traced index, or the number of
+    /// traced lives + a seeded index. Empty when that numbering does not fit 32 bits.
+    slot: Vec<u32>,
+    /// (entry, life as numbered in `slot`) of the lives that found their slot taken
+    /// (or no slot), sorted.
+    more: Vec<(usize, usize)>,
+    traced: usize,
+}
+
+impl Ends {
+    fn new(lives: &BlockLives, entries: usize) -> Self {
+        let traced = lives.traced.len();
+        let fits = traced + lives.seeded.len() < u32::MAX as usize;
+        let mut slot = vec![0u32; if fits { entries } else { 0 }];
+        let mut more = Vec::new();
+        let mut put = |end: usize, k: usize| {
+            if end == LIVE_AT_END {
+                return;
+            }
+            match slot.get_mut(end) {
+                Some(s) if *s == 0 => *s = k as u32 + 1,
+                _ => more.push((end, k)),
+            }
+        };
+        for (i, l) in lives.traced.iter().enumerate() {
+            put(l.end, i);
+        }
+        for (j, b) in lives.seeded.iter().enumerate() {
+            put(b.end, traced + j);
+        }
+        more.sort_unstable();
+        Ends { slot, more, traced }
+    }
+
+    fn life(&self, k: usize) -> Ended {
+        if k < self.traced {
+            Ended::Traced(k)
+        } else {
+            Ended::Seeded(k - self.traced)
+        }
+    }
+
+    /// Every life that an entry of `entries` ended, with that entry.
+    fn each_in(&self, entries: std::ops::Range<usize>, mut f: impl FnMut(usize, Ended)) {
+        let lo = entries.start.min(self.slot.len());
+        let hi = entries.end.min(self.slot.len()).max(lo);
+        for (e, &k) in self.slot[lo..hi].iter().enumerate() {
+            if k != 0 {
+                f(lo + e, self.life(k as usize - 1));
+            }
+        }
+        let from = self.more.partition_point(|x| x.0 < entries.start);
+        for &(e, k) in self.more[from..].iter().take_while(|x| x.0 < entries.end) {
+            f(e, self.life(k));
+        }
+    }
+}
+
+/// [`Steps::step_of`] for entries met in increasing order (the lives, in `alloc` order):
+/// a cursor over the steps (in `start` order) instead of a binary search per block,
+/// which was two fifths of classifying a long trace.
+struct StepCursor<'a> {
+    steps: &'a [steps::Step],
+    /// The steps that start at or before the last entry asked:
+    /// `steps.partition_point(|s| s.start <= entry)`.
+    started: usize,
+}
+
+impl<'a> StepCursor<'a> {
+    fn new(st: &'a Steps) -> Self {
+        StepCursor { steps: &st.steps, started: 0 }
+    }
+
+    /// `st.step_of(entry)`, for `entry` no less than the one asked before.
+    #[inline]
+    fn at(&mut self, entry: usize) -> Option<usize> {
+        while self.steps.get(self.started).is_some_and(|s| s.start <= entry) {
+            self.started += 1;
+        }
+        self.started.checked_sub(1).filter(|&k| entry < self.steps[k].end)
+    }
+}
+
+fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
+    let trace = snap.trace(lives.device);
+    let n = trace.len();
+    let none = BlockRole::of(Reason::OtherUndecided);
+    let mut traced = crate::hugepages::filled(lives.traced.len(), none);
+    let mut seeded = vec![none; lives.seeded.len()];
+    // Identities compare tensor sizes (the requests): a block can be larger than its
+    // tensor (a large-pool block is not split for a remainder of 1 MiB or less), and a
+    // parameter and its gradient need not land in blocks of one size.
+    let req = &ix.req;
+    // Per step: its backward and optimizer spans, and where its forward starts.
+    let spans: Vec<StepSpans> = st
+        .steps
+        .iter()
+        .map(|s| (s.span(Phase::Backward), s.span(Phase::Optimizer), s.span(Phase::Forward).map(|f| f.0)))
+        .collect();
+    let last_step = st.steps.len().checked_sub(1);
+    // 0. Library workspaces, from their C++ frames: never a tensor of the model.
+    for (i, b) in lives.seeded.iter().enumerate() {
+        if ev.of(b.stack) & WORKSPACE != 0 {
+            seeded[i] = BlockRole::of(Reason::OtherWorkspace);
+        }
+    }
+
+    // 1. Blocks made inside a phase: phase and lifetime.
+    // (Counts by size in FxHashMaps, here and below: SipHash on the sizes was a tenth
+    // of classifying.)
+    let mut grads_by_step: Vec<FxHashMap<u64, usize>> = vec![FxHashMap::default(); st.steps.len()];
+    let mut step_of = StepCursor::new(st);
+    // The blocks the later rules look at again, in `alloc` order, so that they need not
+    // walk every block: those made outside the phases (steps 2, 3 and 5), the gradients
+    // (whether a parameter has their size), and per step, with their `alloc`, those its
+    // optimizer made and kept (the out-of-place updates; the `alloc`s read here, not
+    // from a few scattered lives there).
+    let (mut outside, mut grads) = (Vec::new(), Vec::new());
+    let mut kept: Vec<Vec<(usize, usize)>> = vec![Vec::new(); st.steps.len()];
+    for (i, l) in lives.traced.iter().enumerate() {
+        let a = l.alloc;
+        let e = l.end; // LIVE_AT_END is past every entry
+        let k = step_of.at(a);
+        if ev.of(l.stack) & WORKSPACE != 0 {
+            traced[i] = BlockRole::of(Reason::OtherWorkspace);
+            continue;
+        }
+        let reason = match (st.phase_at(a), k) {
+            (Phase::Backward, Some(k)) => {
+                let bwd_end = spans[k].0.map_or(st.steps[k].end, |b| b.1);
+                if e >= bwd_end {
+                    *grads_by_step[k].entry(req[i]).or_default() += 1;
+                    grads.push(i);
+                    Reason::GradOutlivesBackward
+                } else {
+                    Reason::TempFreedInPhase
+                }
+            }
+            (Phase::Optimizer, Some(k)) => {
+                let opt_end = spans[k].1.map_or(st.steps[k].end, |o| o.1);
+                if e >= opt_end {
+                    kept[k].push((i, a));
+                    Reason::OptMadeInStepKept
+                } else {
+                    Reason::TempFreedInPhase
+                }
+            }
+            (Phase::Forward, Some(k)) => match spans[k].0 {
+                Some((bwd_start, _)) if e >= bwd_start => {
+                    let next_end = st.steps.get(k + 1).map(|s| s.end);
+                    match next_end {
+                        Some(ne) if e < ne => Reason::ActKeptForBackward,
+                        None if e < n => Reason::ActKeptForBackward,
+                        None if Some(k) == last_step => Reason::ActKeptLastStep,
+                        _ => Reason::OtherOutlivesStep,
+                    }
+                }
+                Some(_) => Reason::TempFreedInPhase,
+                // A step without backward (the optimizer alone): freed in forward or not.
+                None if e < n && st.phase_at(e) == Phase::Forward => Reason::TempFreedInPhase,
+                None => Reason::OtherUndecided,
+            },
+            (Phase::Outside, _) => {
+                outside.push(i); // below, once parameters are known
+                continue;
+            }
+            // A phase outside every step (work after the last step, or a trace without
+            // steps): nothing bounds the phase, so activations cannot be told from
+            // temporaries (a forward-only trace is one long forward "phase").
+            (_, None) => Reason::OtherNoSteps,
+        };
+        traced[i] = BlockRole::of(reason);
+    }
+
+    // 2. Parameters: the gradients' sizes, one for one, among the blocks live at the
+    // first backward pass and made before it (before the trace first, then in set-up
+    // order: a model's parameters are made before its optimizer's buffers).
+    // The step whose backward pass keeps the most gradient bytes, among the steps whose
+    // backward pass the trace holds whole first (a step the recording began inside its
+    // backward or optimizer may lack some; one begun inside its forward does not).
+    let grad_bytes = |k: usize| grads_by_step[k].iter().map(|(s, c)| s * *c as u64).sum::<u64>();
+    let backward_whole = |k: usize| {
+        let s = &st.steps[k];
+        s.complete || s.phases.first().is_some_and(|p| p.phase == Phase::Forward)
+    };
+    let grad_step = (0..grads_by_step.len())
+        .filter(|&k| backward_whole(k) && !grads_by_step[k].is_empty())
+        .max_by_key(|&k| grad_bytes(k))
+        .or_else(|| (0..grads_by_step.len()).max_by_key(|&k| grad_bytes(k)).filter(|&k| !grads_by_step[k].is_empty()));
+    let grad_sizes: FxHashMap<u64, usize> = grad_step.map(|k| grads_by_step[k].clone()).unwrap_or_default();
+    // Whether every gradient found a parameter (step 2).
+    let mut params_matched = false;
+    let first_bwd = spans.iter().find_map(|s| s.0).map(|b| b.0);
+    let first_opt = spans.iter().find_map(|s| s.1);
+    let mut param_sizes: FxHashMap<u64, usize> = FxHashMap::default();
+    if let Some(fb) = first_bwd {
+        let mut left = grad_sizes.clone();
+        let bwd_starts: Vec<usize> = spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
+        let live_at_fb = lineages_live_at(lives, &kept, &spans, &traced, req, &ix.ends, fb);
+        before_trace(lives, st, ev, &grad_sizes, &bwd_starts, &live_at_fb, &mut seeded);
+        for (i, b) in lives.seeded.iter().enumerate() {
+            if seeded[i].role == Role::Parameters {
+                if let Some(c) = left.get_mut(&b.request).filter(|c| **c > 0) {
+                    *c -= 1;
+                }
+                *param_sizes.entry(b.request).or_default() += 1;
+            }
+        }
+        for &i in &outside {
+            let l = &lives.traced[i];
+            if l.alloc >= fb {
+                break;
+            }
+            if l.end >= fb && traced[i].reason == Reason::OtherUndecided {
+                if let Some(c) = left.get_mut(&req[i]).filter(|c| **c > 0) {
+                    *c -= 1;
+                    traced[i] = BlockRole::of(Reason::ParamSetupMatchesGradient);
+                    *param_sizes.entry(req[i]).or_default() += 1;
+                }
+            }
+        }
+        params_matched = !grad_sizes.is_empty() && left.values().all(|&c| c == 0);
+    }
+    // Kept blocks of a backward pass that no parameter's size explains are not
+    // gradients (cuBLAS makes its workspace on the autograd thread's first matmul);
+    // without any parameter found, they stay gradients at lower confidence.
+    for &i in &grads {
+        if !param_sizes.contains_key(&req[i]) {
+            traced[i] = BlockRole::of(if param_sizes.is_empty() {
+                Reason::GradOutlivesBackwardUnmatched
+            } else {
+                Reason::OtherBackwardNoParameter
+            });
+        }
+    }
+
+    // 3. Optimizer state made before the first step (or before the trace): live when
+    // the first optimizer step starts, parameter-sized, and whole copies of the
+    // parameters' sizes.
+    if let Some((os, _)) = first_opt.filter(|_| !param_sizes.is_empty()) {
+        let copies = |found: &FxHashMap<u64, usize>| -> bool {
+            let Some(k) = param_sizes.iter().next().map(|(s, c)| found.get(s).copied().unwrap_or(0) / c) else {
+                return false;
+            };
+            k >= 1
+                && found.len() == param_sizes.len()
+                && param_sizes.iter().all(|(s, c)| found.get(s).copied().unwrap_or(0) == k * c)
+        };
+        let setup: Vec<usize> = outside
+            .iter()
+            .copied()
+            .take_while(|&i| lives.traced[i].alloc < os)
+            .filter(|&i| {
+                traced[i].reason == Reason::OtherUndecided
+                    && lives.traced[i].end >= os
+                    && param_sizes.contains_key(&req[i])
+            })
+            .collect();
+        let mut found: FxHashMap<u64, usize> = FxHashMap::default();
+        for &i in &setup {
+            *found.entry(req[i]).or_default() += 1;
+        }
+        if copies(&found) {
+            for &i in &setup {
+                traced[i] = BlockRole::of(Reason::OptSetupCopiesOfParams);
+            }
+        } else {
+            for &i in &setup {
+                if ev.mentions(lives.traced[i].stack, "optim") {
+                    traced[i] = BlockRole::of(Reason::OptSetupOptimizerFrames);
+                }
+            }
+        }
+        let before: Vec<usize> = (0..lives.seeded.len())
+            .filter(|&i| {
+                seeded[i].reason == Reason::OtherUndecided
+                    && lives.seeded[i].end >= os
+                    && param_sizes.contains_key(&lives.seeded[i].request)
+            })
+            .collect();
+        let mut found: FxHashMap<u64, usize> = FxHashMap::default();
+        for &i in &before {
+            *found.entry(lives.seeded[i].request).or_default() += 1;
+        }
+        if copies(&found) {
+            for &i in &before {
+                seeded[i] = BlockRole::of(Reason::OptBeforeTraceCopiesOfParams);
+            }
+        }
+    }
+
+    // 4. Out-of-place updates: a block the optimizer's step makes and keeps takes the
+    // role of the parameter or optimizer state of its size that the same step frees, in
+    // order (an optimizer visits its parameters in one order every step). Steps in
+    // order, so that the roles carry from step to step.
+    let mut from_state: HashMap<usize, usize> = HashMap::new();
+    // The blocks that replace one of unknown role (step 6).
+    let mut replace_unknown = Vec::new();
+    // The blocks by the entry that ended them ([`Ends`]), so that each step looks only at
+    // those its optimizer phase frees (not at every block: a long run has thousands of
+    // steps).
+    for (k, sp) in spans.iter().enumerate() {
+        let Some((os, oe)) = sp.1 else { continue };
+        let mut freed: FxHashMap<u64, Vec<(usize, Reason)>> = FxHashMap::default();
+        ix.ends.each_in(os..oe, |end, life| {
+            let (r, size) = match life {
+                Ended::Seeded(i) => (seeded[i], lives.seeded[i].request),
+                Ended::Traced(i) => (traced[i], req[i]),
+            };
+            // A block live before the trace that no rule decided, replaced here: its
+            // successor cannot be told either (parameter or optimizer state).
+            let unknown = match life {
+                Ended::Seeded(_) => r.reason == Reason::OtherUndecided,
+                Ended::Traced(_) => r.reason == Reason::OtherReplacesUnknown,
+            };
+            if matches!(r.role, Role::Parameters | Role::OptimizerState) || unknown {
+                freed.entry(size).or_default().push((end, r.reason));
+            }
+        });
+        // Sorted by (end, role): the order the blocks were found in does not matter.
+        for v in freed.values_mut() {
+            v.sort_unstable();
+            v.reverse(); // popped from the back: earliest first
+        }
+        for &(i, alloc) in &kept[k] {
+            if alloc < os || alloc >= oe || traced[i].reason != Reason::OptMadeInStepKept {
+                continue;
+            }
+            if let Some((old_end, was)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
+                if old_end > alloc {
+                    from_state.insert(i, old_end + 1);
+                }
+                traced[i] = BlockRole::of(match was {
+                    // Counted by size, or not known: the successor is no surer.
+                    Reason::ParamBeforeTraceCounted | Reason::OptBeforeTraceCounted | Reason::OtherReplacesUnknown => {
+                        was
+                    }
+                    Reason::OtherUndecided => Reason::OtherReplacesUnknown,
+                    _ if was.role() == Role::Parameters => Reason::ParamReplacedInStep,
+                    _ => Reason::OptReplacedInStep,
+                });
+                if traced[i].reason == Reason::OtherReplacesUnknown {
+                    replace_unknown.push(i);
+                }
+            }
+        }
+    }
+
+    // 5. The rest made outside the phases: inputs when live as the next forward pass
+    // starts, temporaries when freed before it, parameters at low confidence when made
+    // while building a model that no backward pass confirms.
+    let forward_starts: Vec<usize> = spans.iter().filter_map(|s| s.2).collect();
+    let no_backward = first_bwd.is_none();
+    for &i in &outside {
+        let l = &lives.traced[i];
+        if traced[i].reason != Reason::OtherUndecided {
+            continue;
+        }
+        let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc)).copied();
+        let reason = match next_fwd {
+            Some(f) if l.end >= f => {
+                if ev.mentions(l.stack, "__init__") {
+                    Reason::OtherUndecided
+                } else {
+                    Reason::InputBeforeForward
+                }
+            }
+            Some(_) => Reason::TempFreedBetweenSteps,
+            None if no_backward && l.end == LIVE_AT_END && built_model(ev, l.stack) => Reason::ParamBuiltNoBackward,
+            None if l.end < n => Reason::TempFreedBetweenSteps,
+            None => Reason::OtherUndecided,
+        };
+        traced[i] = BlockRole::of(reason);
+    }
+    for (i, r) in seeded.iter_mut().enumerate().filter(|(_, r)| r.reason == Reason::OtherUndecided) {
+        // The frames a ring buffer keeps say the same as a traced block's would.
+        let b = &lives.seeded[i];
+        *r = BlockRole::of(if no_backward && b.end == LIVE_AT_END && built_model(ev, b.stack) {
+            Reason::ParamBuiltNoBackward
+        } else {
+            Reason::OtherBeforeTrace
+        });
+    }
+
+    // 6. Roles the trace cannot total: memory live before the trace whose role no rule
+    // decided (and the blocks that replace it) may hold parameters, gradients or
+    // optimizer state, unless what was found is whole: the parameters one for one with
+    // the gradients of a whole step (one the recording did not begin inside), and the
+    // optimizer state whole copies of those parameters when that step's optimizer
+    // ends. A block whose frames say where it was made (a forward pass, say) only
+    // leaves open the roles made there.
+    let mut unknown: Vec<(u64, u8)> = lives
+        .seeded
+        .iter()
+        .zip(&seeded)
+        .filter(|(_, r)| r.reason == Reason::OtherBeforeTrace)
+        .map(|(b, _)| (b.request, ev.of(b.stack)))
+        .collect();
+    unknown.extend(replace_unknown.iter().map(|&i| (req[i], steps::OPTIMIZER)));
+    let mut cannot_tell = BTreeMap::new();
+    if !unknown.is_empty() {
+        let fs = fragscope_alloc::format_size;
+        let what = |v: &[&(u64, u8)]| {
+            format!(
+                "{} live before the trace ({} block(s)) has a role the trace does not decide",
+                fs(v.iter().map(|x| x.0).sum()),
+                v.len()
+            )
+        };
+        let whole_step = grad_step.filter(|&k| backward_whole(k));
+        // What a block's frames leave open: none (or none of the phases') leave all.
+        let open = |bits: u8, role: Role| {
+            let phase = bits & steps::PHASES;
+            phase == 0
+                || match role {
+                    Role::Gradients => phase & steps::BACKWARD != 0,
+                    Role::OptimizerState => phase & steps::OPTIMIZER != 0,
+                    _ => false,
+                }
+        };
+        let could = |role: Role| -> Vec<&(u64, u8)> { unknown.iter().filter(|x| open(x.1, role)).collect() };
+        let p = could(Role::Parameters);
+        if !p.is_empty() && (!params_matched || whole_step.is_none()) {
+            let why = if grad_sizes.is_empty() {
+                "no backward pass gives the parameters' sizes"
+            } else if whole_step.is_none() {
+                "the recording began inside the only step with gradients, so they may not all be in it"
+            } else {
+                "the parameters found do not match the gradients one for one"
+            };
+            cannot_tell.insert(Role::Parameters, format!("{}; {why}", what(&p)));
+        }
+        let g = could(Role::Gradients);
+        if !g.is_empty() && !st.steps.is_empty() && whole_step.is_none() {
+            cannot_tell.insert(
+                Role::Gradients,
+                format!("{}; no whole step's backward pass makes the gradients in the trace", what(&g)),
+            );
+        }
+        let o = could(Role::OptimizerState);
+        if !o.is_empty() && !st.steps.is_empty() {
+            // Parameters and optimizer state live when the whole step's optimizer ends
+            // (an optimizer makes its state in its first step).
+            let at = whole_step.and_then(|k| spans[k].1).map(|x| x.1);
+            let copies = at.is_some_and(|t| {
+                let mut opt: FxHashMap<u64, usize> = FxHashMap::default();
+                let mut par: FxHashMap<u64, usize> = FxHashMap::default();
+                let mut count = |role: Role, q: u64| match role {
+                    Role::OptimizerState => *opt.entry(q).or_default() += 1,
+                    Role::Parameters => *par.entry(q).or_default() += 1,
+                    _ => {}
+                };
+                for (b, r) in lives.seeded.iter().zip(&seeded) {
+                    if b.end >= t {
+                        count(r.role, b.request);
+                    }
+                }
+                // The blocks made before `t`, the role read first: few of them hold one
+                // of these two roles, and the roles are a smaller array than the lives.
+                let made = lives.traced.partition_point(|l| l.alloc < t);
+                for (i, r) in traced[..made].iter().enumerate() {
+                    if matches!(r.role, Role::OptimizerState | Role::Parameters) && lives.traced[i].end >= t {
+                        count(r.role, req[i]);
+                    }
+                }
+                let k: Vec<Option<usize>> =
+                    par.iter().map(|(s, &c)| opt.get(s).filter(|&&n| n % c == 0).map(|n| n / c)).collect();
+                !par.is_empty() && k.iter().all(|x| x.is_some_and(|x| x >= 1) && *x == k[0])
+            });
+            if !copies {
+                cannot_tell.insert(
+                    Role::OptimizerState,
+                    format!(
+                        "{}; the optimizer state found is not whole copies of the parameters of a whole step",
+                        what(&o)
+                    ),
+                );
+            }
+        }
+    }
+    Roles { seeded, traced, from_state, cannot_tell }
+}
+
+/// Per block live before the trace: whether it, or the block that replaces it in an
+/// optimizer step (an out-of-place update: `p.data = p - lr * ...`), and so on, is live
+/// when the first backward pass (entry `fb`) starts. A recording begun after training
+/// started may hold the parameters and the optimizer's state only through their
+/// replacements by then. The replacements are matched as step 4 of [`classify_with`]
+/// matches them: per optimizer step, a block made in it and kept takes the place of the
+/// earliest-ended block of its size that the step frees (`kept`: per step, the blocks
+/// its optimizer made and kept, with their `alloc`).
+fn lineages_live_at(
+    lives: &BlockLives,
+    kept: &[Vec<(usize, usize)>],
+    spans: &[StepSpans],
+    traced: &[BlockRole],
+    req: &[u64],
+    ends: &Ends,
+    fb: usize,
+) -> Vec<bool> {
+    let mut live: Vec<bool> = lives.seeded.iter().map(|b| b.end >= fb).collect();
+    // Traced block -> the block live before the trace it descends from.
+    let mut root: FxHashMap<usize, usize> = FxHashMap::default();
+    for (k, sp) in spans.iter().enumerate() {
+        let Some((os, oe)) = sp.1 else { continue };
+        if os >= fb {
+            break;
+        }
+        let mut freed: FxHashMap<u64, Vec<(usize, usize)>> = FxHashMap::default();
+        ends.each_in(os..oe, |end, life| {
+            let (r, size) = match life {
+                Ended::Seeded(i) => (Some(i), lives.seeded[i].request),
+                Ended::Traced(i) => (root.get(&i).copied(), req[i]),
+            };
+            if let Some(r) = r {
+                freed.entry(size).or_default().push((end, r));
+            }
+        });
+        for v in freed.values_mut() {
+            v.sort_unstable();
+            v.reverse();
+        }
+        for &(i, alloc) in &kept[k] {
+            if alloc < os || alloc >= oe || traced[i].reason != Reason::OptMadeInStepKept {
+                continue;
+            }
+            if let Some((_, r)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
+                root.insert(i, r);
+                if alloc < fb && lives.traced[i].end >= fb {
+                    live[r] = true;
+                }
+            }
+        }
+    }
+    live
+}
+
+/// Blocks live before the trace that have the sizes of the gradients (a recording begun
+/// after training started: `_record_memory_history` called after a warm-up step, or a
+/// ring buffer that kept the last entries). Sets `seeded` for the ones the evidence
+/// decides; leaves the rest undecided.
+///
+/// * Freed outside every phase (`zero_grad`) before a later backward pass, no more of a
+///   size than the gradients of that size: the last step's gradients.
+/// * Live when the first backward pass starts (themselves or their replacements,
+///   `live_at_fb`): the parameters, and with an optimizer
+///   that keeps state, its buffers (Adam: two per parameter, each a parameter's size).
+///   Per size, as many as the gradients: the parameters, one for one. A whole multiple
+///   `(1 + k)` of them, with one `k` for every size: the parameters and `k` state
+///   buffers each — told apart by their frames when they have them (a ring buffer keeps
+///   the stacks of blocks whose entries it dropped), else counted by size (the totals
+///   are exact, which block is which is not known, and the reason says so). Counts that
+///   fit neither (other blocks of those sizes: a BatchNorm's running statistics) give
+///   per size as many parameters as gradients (counted where the size has more blocks)
+///   and leave the rest undecided.
+fn before_trace(
+    lives: &BlockLives,
+    st: &Steps,
+    ev: &mut StackEvidence,
+    grad_sizes: &FxHashMap<u64, usize>,
+    bwd_starts: &[usize],
+    live_at_fb: &[bool],
+    seeded: &mut [BlockRole],
+) {
+    if bwd_starts.is_empty() {
+        return;
+    }
+    let undecided = |r: &BlockRole| r.reason == Reason::OtherUndecided;
+    // The last step's gradients, freed by zero_grad before a backward pass.
+    let old: Vec<usize> = (0..lives.seeded.len())
+        .filter(|&i| {
+            let b = &lives.seeded[i];
+            undecided(&seeded[i])
+                && grad_sizes.contains_key(&b.request)
+                && b.end != LIVE_AT_END
+                && st.phase_at(b.end) == Phase::Outside
+                && bwd_starts.iter().any(|&s| s > b.end)
+        })
+        .collect();
+    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
+    for &i in &old {
+        *count.entry(lives.seeded[i].request).or_default() += 1;
+    }
+    if count.iter().all(|(s, c)| *c <= grad_sizes[s]) {
+        for &i in &old {
+            seeded[i] = BlockRole::of(Reason::GradBeforeTraceFreedBeforeBackward);
+        }
+    }
+    // Parameters and optimizer state: live at the first backward pass.
+    let live: Vec<usize> = (0..lives.seeded.len())
+        .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
+        .collect();
+    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
+    for &i in &live {
+        *count.entry(lives.seeded[i].request).or_default() += 1;
+    }
+    if live.is_empty() {
+        return;
+    }
+    // Copies per gradient, per size: one number for every size, or nothing decided.
+    let ratio: Vec<Option<usize>> =
+        count.iter().map(|(s, c)| (c % grad_sizes[s] == 0).then(|| c / grad_sizes[s])).collect();
+    let q = match ratio.first() {
+        Some(&Some(q)) if ratio.iter().all(|r| *r == Some(q)) => q,
+        _ => 0,
+    };
+    // Parameters with k state buffers each (every gradient size present: an optimizer
+    // holds state for every parameter it updates). Otherwise (one block per gradient, or
+    // counts that are no whole multiple: a BatchNorm's running statistics share its
+    // weight's size): per size, as many parameters as gradients — one for one where the
+    // size has exactly that many, else counted — and the rest undecided.
+    if q < 2 || count.len() != grad_sizes.len() {
+        let mut left = grad_sizes.clone();
+        for &i in &live {
+            let size = lives.seeded[i].request;
+            let l = left.get_mut(&size).unwrap();
+            if *l > 0 {
+                *l -= 1;
+                seeded[i] = BlockRole::of(if count[&size] <= grad_sizes[&size] {
+                    Reason::ParamBeforeTraceMatchesGradient
+                } else {
+                    Reason::ParamBeforeTraceCounted
+                });
+            }
+        }
+        return;
+    }
+    let k = q - 1;
+    let is_opt = |ev: &mut StackEvidence, s| ev.of(s) & OPTIMIZER != 0 || ev.mentions(s, "optim");
+    let mut by_frames: FxHashMap<u64, (usize, usize)> = FxHashMap::default();
+    let mut frames_decide = true;
+    for &i in &live {
+        let b = &lives.seeded[i];
+        let (o, p) = (is_opt(ev, b.stack), built_model(ev, b.stack));
+        let e = by_frames.entry(b.request).or_default();
+        match (p, o) {
+            (true, false) => e.0 += 1,
+            (false, true) => e.1 += 1,
+            _ => frames_decide = false,
+        }
+    }
+    frames_decide &= by_frames.iter().all(|(s, &(p, o))| p == grad_sizes[s] && o == k * grad_sizes[s]);
+    let mut params_left = grad_sizes.clone();
+    for &i in &live {
+        let b = &lives.seeded[i];
+        seeded[i] = BlockRole::of(if frames_decide {
+            if is_opt(ev, b.stack) {
+                Reason::OptBeforeTraceFrames
+            } else {
+                Reason::ParamBeforeTraceFrames
+            }
+        } else {
+            // Counted: the first of each size (in the order they are seeded) as the
+            // parameters; any choice gives the same totals.
+            let left = params_left.get_mut(&b.request).unwrap();
+            if *left > 0 {
+                *left -= 1;
+                Reason::ParamBeforeTraceCounted
+            } else {
+                Reason::OptBeforeTraceCounted
+            }
+        });
+    }
+}
+
+/// Frames of building a model: a constructor, `Module._apply` (`.to()`, `.cuda()`),
+/// `load_state_dict`, `from_pretrained`.
+fn built_model(ev: &mut StackEvidence, s: Option<fragscope_snapshot::StackId>) -> bool {
+    ["__init__", "_apply", "load_state_dict", "from_pretrained"].iter().any(|k| ev.mentions(s, k))
+}
+
+/// Tensor bytes (requests) per role at one state (entries applied: state 0 is before
+/// the first entry), indexed by `Role as usize`.
+pub fn bytes_at(snap: &Snapshot, lives: &BlockLives, roles: &Roles, state: usize) -> [u64; 7] {
+    let trace = snap.trace(lives.device);
+    let mut v = [0u64; 7];
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        if b.end >= state {
+            v[r.role as usize] += b.request;
+        }
+    }
+    let k = lives.traced.partition_point(|l| l.alloc < state);
+    for (i, (l, r)) in lives.traced[..k].iter().zip(&roles.traced).enumerate() {
+        if l.end >= state {
+            let role = match roles.from_state.get(&i) {
+                Some(&f) if state < f => Role::Temporaries,
+                _ => r.role,
+            };
+            v[role as usize] += trace[l.alloc].size;
+        }
+    }
+    v
+}
+
+/// The figures of [`DeviceRoles`] from each block's role.
+pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps) -> DeviceRoles {
+    summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives))
+}
+
+/// The most each role held (`max`), the allocated peak (block bytes) and its state, and
+/// each role's bytes then (`at_peak`), over the states of a trace of `entries` entries.
+type Figures = ([i64; 7], i64, usize, [i64; 7]);
+
+/// The highs of the sweep, read at the states where a figure can rise.
+struct Highs {
+    max: [i64; 7],
+    peak: i64,
+    peak_state: usize,
+    at_peak: [i64; 7],
+}
+
+impl Highs {
+    /// Reads the figures at state `s`, where only the roles in `touched` (a bit per
+    /// role) changed.
+    #[inline]
+    fn read(&mut self, s: usize, mut touched: u8, cur: &[i64; 7], blk: i64) {
+        while touched != 0 {
+            let k = touched.trailing_zeros() as usize;
+            self.max[k] = self.max[k].max(cur[k]);
+            touched &= touched - 1;
+        }
+        if blk > self.peak {
+            (self.peak, self.peak_state, self.at_peak) = (blk, s, *cur);
+        }
+    }
+}
+
+/// Sweeps the states: a block enters at alloc + 1 and leaves at end + 1 (the lives an
+/// entry ended, from `ix.ends`); an out-of-place update moves from temporaries to its
+/// role at `from_state` (a few blocks: sorted). Tensor bytes (`req`) give the figures;
+/// block bytes find the allocated peak. A figure can rise only where a block enters or
+/// moves: the figures are read there, and at the rest of the states (ends alone, which
+/// lower them) only where a size past `i64` made an end raise one. (Every state read
+/// in full was 60 instructions a state on a long trace.)
+fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
+    const TEMP: usize = Role::Temporaries as usize;
+    let req = &ix.req;
+    let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
+    moves.sort_unstable();
+    let mut cur = [0i64; 7];
+    let mut blk: i64 = 0;
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        cur[r.role as usize] += b.request as i64;
+        blk += b.size as i64;
+    }
+    let mut hi = Highs { max: cur, peak: blk, peak_state: 0, at_peak: cur };
+    // The last state anything happens at: ends are entries of the trace (a life ended
+    // past it, which the lifetime walk never makes, is still counted).
+    let last = entries
+        .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
+        .max(moves.last().map_or(0, |x| x.0))
+        .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
+    // A move at state 0 held back every move (the sweep starts at state 1).
+    if moves.first().is_some_and(|x| x.0 == 0) {
+        moves.clear();
+    }
+    // The lives that move (sorted), met in `alloc` order as `a` goes up: a cursor, not
+    // a lookup per life.
+    let mut moved: Vec<usize> = roles.from_state.keys().copied().collect();
+    moved.sort_unstable();
+    let (slot, more, traced_n) = (&ix.ends.slot, &ix.ends.more, ix.ends.traced);
+    // What the end of life `k` (as `Ends` numbers them) takes away: its role, tensor
+    // bytes, block bytes.
+    let gone = |k: usize| -> (usize, i64, i64) {
+        if k < traced_n {
+            (roles.traced[k].role as usize, req[k] as i64, lives.traced[k].size as i64)
+        } else {
+            let j = k - traced_n;
+            (roles.seeded[j].role as usize, lives.seeded[j].request as i64, lives.seeded[j].size as i64)
+        }
+    };
+    // The ends of entry `e`, applied: the roles touched, and whether one raised a figure.
+    let (mut e, mut more_at) = (0usize, 0usize);
+    macro_rules! end_entry {
+        ($e:expr) => {{
+            let e = $e;
+            let (mut touched, mut raised) = (0u8, false);
+            let mut take = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
+                let (r, q, size) = gone(k);
+                cur[r] -= q;
+                *blk -= size;
+                touched |= 1 << r;
+                raised |= q < 0 || size < 0;
+            };
+            if let Some(&k) = slot.get(e).filter(|&&k| k != 0) {
+                take(k as usize - 1, &mut cur, &mut blk);
+            }
+            while let Some(&(x, k)) = more.get(more_at).filter(|x| x.0 == e) {
+                let _ = x;
+                take(k, &mut cur, &mut blk);
+                more_at += 1;
+            }
+            (touched, raised)
+        }};
+    }
+    // The ends of the entries `e..upto`, each its own state.
+    macro_rules! ends_until {
+        ($upto:expr) => {{
+            let upto = $upto;
+            while e < upto {
+                // Entries with no end in `more`: their slots, in bulk.
+                let stop = upto.min(more.get(more_at).map_or(usize::MAX, |x| x.0)).min(slot.len()).max(e);
+                for (j, &k) in slot.get(e..stop).unwrap_or_default().iter().enumerate() {
+                    if k != 0 {
+                        let (r, q, size) = gone(k as usize - 1);
+                        cur[r] -= q;
+                        blk -= size;
+                        if q < 0 || size < 0 {
+                            hi.read(e + j + 1, 1 << r, &cur, blk);
+                        }
+                    }
+                }
+                e = stop;
+                if e < upto {
+                    let (touched, raised) = end_entry!(e);
+                    if raised {
+                        hi.read(e + 1, touched, &cur, blk);
+                    }
+                    e += 1;
+                }
+            }
+        }};
+    }
+    let (mut a, mut m, mut mv) = (0usize, 0usize, 0usize);
+    // The states where a figure can rise, in order: an `alloc`'s (alloc + 1; the lives
+    // are in `alloc` order), a move's.
+    loop {
+        let s = lives.traced.get(a).map_or(usize::MAX, |l| l.alloc + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
+        if s > last {
+            break;
+        }
+        ends_until!(s - 1);
+        let mut touched = end_entry!(s - 1).0;
+        e = s;
+        while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+            while mv < moved.len() && moved[mv] < a {
+                mv += 1;
+            }
+            let role = if moved.get(mv) == Some(&a) { TEMP } else { roles.traced[a].role as usize };
+            cur[role] += req[a] as i64;
+            blk += lives.traced[a].size as i64;
+            touched |= 1 << role;
+            a += 1;
+        }
+        while m < moves.len() && moves[m].0 == s {
+            let i = moves[m].1;
+            let role = roles.traced[i].role as usize;
+            cur[TEMP] -= req[i] as i64;
+            cur[role] += req[i] as i64;
+            touched |= 1 << TEMP | 1 << role;
+            m += 1;
+        }
+        hi.read(s, touched, &cur, blk);
+    }
+    ends_until!(last);
+    (hi.max, hi.peak, hi.peak_state, hi.at_peak)
+}
+
+fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
+    let req = &ix.req;
+    let (max, peak, peak_state, at_peak) = sweep(lives, roles, ix, snap.trace(lives.device).len());
+    // Blocks, bytes and confidence by role and reason.
+    // Tallied in an array by reason (a map entry per block was a visible cost on
+    // millions of blocks), then the reasons met, in their order.
+    const REASONS: usize = Reason::OtherUndecided as usize + 1;
+    let mut tally = [(None::<Reason>, 0u64, 0u64); REASONS];
+    let mut count = |r: Reason, bytes: u64| {
+        let x = &mut tally[r as usize];
+        x.0 = Some(r);
+        x.1 += 1;
+        x.2 += bytes;
+    };
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        count(r.reason, b.request);
+    }
+    for (&q, r) in req.iter().zip(&roles.traced) {
+        count(r.reason, q);
+    }
+    let by_reason: BTreeMap<Reason, (u64, u64)> =
+        tally.iter().filter_map(|&(r, blocks, bytes)| r.map(|r| (r, (blocks, bytes)))).collect();
+    let mut by_role: BTreeMap<&'static str, RoleBytes> = BTreeMap::new();
+    for role in Role::ALL {
+        let k = role as usize;
+        let mut evidence: Vec<RoleEvidence> = by_reason
+            .iter()
+            .filter(|(r, _)| r.role() == role)
+            .map(|(r, &(blocks, bytes))| RoleEvidence {
+                evidence: r.describe(),
+                blocks,
+                bytes,
+                confidence: r.confidence(),
+            })
+            .collect();
+        evidence.sort_by_key(|x| std::cmp::Reverse(x.bytes));
+        let bytes: u64 = evidence.iter().map(|x| x.bytes).sum();
+        let confidence = if bytes == 0 {
+            0.0
+        } else {
+            evidence.iter().map(|x| x.confidence * x.bytes as f64).sum::<f64>() / bytes as f64
+        };
+        by_role.insert(
+            role.as_str(),
+            RoleBytes {
+                at_peak: at_peak[k].max(0) as u64,
+                max: max[k].max(0) as u64,
+                blocks: evidence.iter().map(|x| x.blocks).sum(),
+                confidence: (confidence * 100.0).round() / 100.0,
+                evidence,
+                cannot_tell: roles.cannot_tell.get(&role).cloned(),
+            },
+        );
+    }
+    DeviceRoles {
+        device: lives.device,
+        steps: st.describe(),
+        step_count: st.steps.len(),
+        peak_state,
+        peak_allocated: peak.max(0) as u64,
+        by_role,
+        at_oom: None,
+    }
+}
+
+/// Steps, lives and roles of one device, from scratch (for callers without a walk of
+/// their own to take the lives from).
+pub fn device_roles(snap: &Snapshot, device: i64) -> DeviceRoles {
+    let lives = BlockLives::replay(snap, device);
+    device_roles_with(snap, &lives).0
+}
+
+/// [`device_roles`] from the lives of a walk already made; also returns the steps and
+/// each block's role.
+pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, Steps, Roles) {
+    let mut ev = StackEvidence::new(snap);
+    let st = steps::steps_with(snap, lives.device, &mut ev);
+    let ix = LifeIndex::new(snap, lives);
+    let roles = classify_with(snap, lives, &st, &mut ev, &ix);
+    (summarize_with(snap, lives, &roles, &st, &ix), st, roles)
+}
+
+/// [`device_roles_with`] with the steps already found.
+pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
+    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None)
+}
+
+/// [`device_roles_from`] with the stacks' evidence the steps gathered, and the index of
+/// the lives when the lifetime walk made it.
+pub(crate) fn device_roles_from_ev(
+    snap: &Snapshot,
+    lives: &BlockLives,
+    st: &Steps,
+    ev: &mut StackEvidence,
+    parts: Option<LifeIndexParts>,
+) -> (DeviceRoles, Roles) {
+    let ix = match parts {
+        Some(p) => LifeIndex::from_walk(lives, p),
+        None => LifeIndex::new(snap, lives),
+    };
+    let roles = classify_with(snap, lives, st, ev, &ix);
+    (summarize_with(snap, lives, &roles, st, &ix), roles)
+}
+
+/// "parameters 12.7 GiB, gradients 12.7 GiB, ..." of the roles with bytes in `v`
+/// (as [`bytes_at`] returns), largest first.
+pub fn describe_bytes(v: &[u64; 7], fmt: impl Fn(u64) -> String) -> String {
+    let mut r: Vec<(Role, u64)> = Role::ALL.iter().map(|&r| (r, v[r as usize])).filter(|x| x.1 > 0).collect();
+    r.sort_by_key(|x| std::cmp::Reverse(x.1));
+    r.iter().map(|(role, b)| format!("{} {}", role.as_str().replace('_', " "), fmt(*b))).collect::<Vec<_>>().join(", ")
+}
+
+/// The roles as text, for `analyze` and `summary`: the steps, then one line per role
+/// with bytes (`fmt`), its confidence and its main evidence.
+pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "  Steps: {}.", r.steps);
+    let _ = writeln!(o, "  {:<16} {:>12} {:>12}  {:>4}  evidence (most bytes)", "role", "at peak", "max", "conf");
+    let mut rows: Vec<(&&str, &RoleBytes)> =
+        r.by_role.iter().filter(|(_, b)| b.blocks > 0 || b.cannot_tell.is_some()).collect();
+    rows.sort_by_key(|x| std::cmp::Reverse(x.1.max));
+    for (name, b) in rows {
+        match &b.cannot_tell {
+            None => {
+                let _ = writeln!(
+                    o,
+                    "  {:<16} {:>12} {:>12}  {:.2}  {}",
+                    name,
+                    fmt(b.at_peak),
+                    fmt(b.max),
+                    b.confidence,
+                    b.evidence.first().map_or("", |e| e.evidence)
+                );
+            }
+            // A lower bound: say so rather than print it as the total.
+            Some(why) => {
+                let _ = writeln!(
+                    o,
+                    "  {:<16} {:>12} {:>12}  {:>4}  cannot tell: {why}",
+                    name,
+                    format!(">= {}", fmt(b.at_peak)),
+                    format!(">= {}", fmt(b.max)),
+                    "-"
+                );
+            }
+        }
+    }
+    if let Some(at) = &r.at_oom {
+        let v: [u64; 7] = std::array::from_fn(|k| at.get(Role::ALL[k].as_str()).copied().unwrap_or(0));
+        let _ = writeln!(o, "  At the OOM: {}.", describe_bytes(&v, &fmt));
+    }
+    let _ = writeln!(
+        o,
+        "  (tensor bytes; \"at peak\" at the allocated peak, \"max\" the most the role held at any moment)"
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lives::{SeededLife, TracedLife};
+    use fragscope_snapshot::{Action, TraceEvent};
+
+    /// The sweep as it was first written, every state read in full: the definition
+    /// [`sweep`] is held to.
+    fn sweep_by_states(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
+        const TEMP: usize = Role::Temporaries as usize;
+        let req = &ix.req;
+        let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
+        moves.sort_unstable();
+        let mut cur = [0i64; 7];
+        let mut blk: i64 = 0;
+        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+            cur[r.role as usize] += b.request as i64;
+            blk += b.size as i64;
+        }
+        let mut max = cur;
+        let (mut peak, mut peak_state, mut at_peak) = (blk, 0usize, cur);
+        let last = entries
+            .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
+            .max(moves.last().map_or(0, |x| x.0))
+            .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
+        let (mut a, mut m) = (0usize, 0usize);
+        for s in 1..=last {
+            while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+                let role = if roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
+                cur[role] += req[a] as i64;
+                blk += lives.traced[a].size as i64;
+                a += 1;
+            }
+            ix.ends.each_in(s - 1..s, |_, life| {
+                let (role, q, size) = match life {
+                    Ended::Traced(i) => (roles.traced[i].role, req[i], lives.traced[i].size),
+                    Ended::Seeded(i) => (roles.seeded[i].role, lives.seeded[i].request, lives.seeded[i].size),
+                };
+                cur[role as usize] -= q as i64;
+                blk -= size as i64;
+            });
+            while m < moves.len() && moves[m].0 == s {
+                let i = moves[m].1;
+                cur[TEMP] -= req[i] as i64;
+                cur[roles.traced[i].role as usize] += req[i] as i64;
+                m += 1;
+            }
+            for k in 0..7 {
+                max[k] = max[k].max(cur[k]);
+            }
+            if blk > peak {
+                (peak, peak_state, at_peak) = (blk, s, cur);
+            }
+        }
+        (max, peak, peak_state, at_peak)
+    }
+
+    #[test]
+    fn the_sweep_reads_the_figures_of_every_state() {
+        // Random lives over a short trace: several ending at one entry (the `more`
+        // list), ends past the trace, moves before, at and after a block's end, now
+        // and then a size past i64 (an end that raises a figure; near u64::MAX, so that
+        // the sums stay small and debug builds do not overflow).
+        let mut rng = fragscope_testdata::Rng(19);
+        let reasons = [Reason::ParamSetupMatchesGradient, Reason::GradOutlivesBackward, Reason::TempFreedInPhase];
+        for round in 0..500 {
+            let n = rng.below(40);
+            let mut snap = Snapshot::default();
+            let size = |rng: &mut fragscope_testdata::Rng| {
+                if round % 3 == 1 && rng.below(8) == 0 {
+                    u64::MAX - rng.below(1000) as u64
+                } else {
+                    1 + rng.below(5000) as u64
+                }
+            };
+            let trace: Vec<TraceEvent> = (0..n).map(|_| TraceEvent::new(Action::Alloc, 0, size(&mut rng))).collect();
+            snap.device_traces.push(trace);
+            let end = |rng: &mut fragscope_testdata::Rng, from: usize| match rng.below(4) {
+                0 => LIVE_AT_END,
+                _ => from + rng.below(n + 3),
+            };
+            let sparse = 2 + round % 3;
+            let mut allocs: Vec<usize> = (0..n).filter(|_| rng.below(sparse) == 0).collect();
+            allocs.dedup();
+            let traced: Vec<TracedLife> = allocs
+                .iter()
+                .map(|&a| TracedLife { alloc: a, end: end(&mut rng, a + 1), size: size(&mut rng), stack: None })
+                .collect();
+            let seeded: Vec<SeededLife> = (0..rng.below(4))
+                .map(|_| SeededLife {
+                    address: 0,
+                    size: size(&mut rng),
+                    request: size(&mut rng),
+                    stack: None,
+                    end: end(&mut rng, 0),
+                })
+                .collect();
+            let role = |rng: &mut fragscope_testdata::Rng| BlockRole::of(reasons[rng.below(reasons.len())]);
+            let mut roles = Roles {
+                seeded: seeded.iter().map(|_| role(&mut rng)).collect(),
+                traced: traced.iter().map(|_| role(&mut rng)).collect(),
+                from_state: HashMap::new(),
+                cannot_tell: Default::default(),
+            };
+            for (i, l) in traced.iter().enumerate() {
+                if rng.below(5) == 0 {
+                    roles.from_state.insert(i, l.alloc + 1 + rng.below(n + 2));
+                }
+            }
+            let lives = BlockLives { device: 0, seeded, traced };
+            let ix = LifeIndex::new(&snap, &lives);
+            assert_eq!(sweep(&lives, &roles, &ix, n), sweep_by_states(&lives, &roles, &ix, n), "round {round}");
+        }
+    }
+
+    #[test]
+    fn the_walk_makes_the_index_of_the_lives() {
+        // Random traces over a few addresses (an `alloc` at a live address, frees of
+        // unknown blocks, a second `free_requested`, final blocks the trace never saw):
+        // the index the lifetime walk makes is the one made from its lives.
+        use fragscope_snapshot::{Block, BlockState, Segment, SegmentType};
+        let mut rng = fragscope_testdata::Rng(31);
+        let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc];
+        let states = [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive];
+        for _ in 0..400 {
+            let mut snap = Snapshot::default();
+            let addrs: Vec<u64> = (0..1 + rng.below(6)).map(|k| 0x1000 * (k as u64 + 1)).collect();
+            let trace: Vec<TraceEvent> = (0..rng.below(60))
+                .map(|_| {
+                    let a = actions[rng.below(actions.len())];
+                    TraceEvent::new(a, addrs[rng.below(addrs.len())], 1 + rng.below(3 << 20) as u64)
+                })
+                .collect();
+            let mut blocks = Vec::new();
+            for &a in addrs.iter().chain(&[0x9000_0000]) {
+                if rng.below(2) == 0 {
+                    let size = 512 * (1 + rng.below(8) as u64);
+                    let state = states[rng.below(3)];
+                    blocks.push(Block {
+                        address: a,
+                        size,
+                        requested_size: Some(size),
+                        state,
+                        stack: None,
+                        history: None,
+                    });
+                }
+            }
+            if !blocks.is_empty() {
+                snap.segments.push(Segment {
+                    device: 0,
+                    address: 0,
+                    total_size: 1 << 32,
+                    allocated_size: 0,
+                    active_size: 0,
+                    requested_size: None,
+                    stream: 0,
+                    segment_type: SegmentType::Large,
+                    segment_pool_id: Some((0, 0)),
+                    is_expandable: Some(false),
+                    stack: None,
+                    blocks,
+                });
+            }
+            snap.device_traces.push(trace);
+            let (lives, _, parts) = crate::timeline::Replayer::lives(&snap, 0, true);
+            let parts = parts.expect("a short trace has its index");
+            assert_eq!(
+                LifeIndex::from_walk(&lives, parts),
+                LifeIndex::new(&snap, &lives),
+                "{:?}",
+                snap.device_traces[0]
+            );
+        }
+    }
+}

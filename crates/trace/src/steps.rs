@@ -1,0 +1,987 @@
+//! Training steps and their phases, from evidence in the trace rather than from
+//! periodicity alone.
+//!
+//! A *step* of training is bounded by evidence that PyTorch or the user's program left in
+//! the snapshot:
+//!
+//! * the optimizer's step: Python frames in `torch/optim/` (`Optimizer.step`'s profiling
+//!   `wrapper`, `_single_tensor_adam`, `_multi_tensor_*`, `_fused_*`, `_init_group`), fused
+//!   optimizer kernels in C++ frames (`fused_adam`, `_fused_adamw`, `multi_tensor_apply`),
+//!   a user optimizer's `step` in a file named for optimizers, and the `Optimizer.step#...`
+//!   annotations that `torch.optim.Optimizer` records with `record_function`;
+//! * `zero_grad` (a frame, or the `Optimizer.zero_grad#...` annotation);
+//! * the backward pass, when no optimizer shows (each backward ends a step);
+//! * `ProfilerStep#N` annotations, a user's `record_function("step")`, or
+//!   `fragscope.torch.phase("step")` markers, when neither shows.
+//!
+//! The *phases* inside a step come from the frames, Python or C++: backward is the autograd
+//! engine (`torch::autograd::Engine::*`, `*Backward0::apply`, `AccumulateGrad`,
+//! `torch/autograd/__init__.py:backward`, `torch/_tensor.py:backward`) — on traces recorded
+//! with Python stacks only, the engine thread's allocations carry no frame, and fall in the
+//! backward pass between its first tagged entry and the optimizer; forward is a module's
+//! `forward` (or `nn.Module._call_impl`); the optimizer is the step's evidence above. An
+//! entry without evidence belongs to the phase around it (a loss computed outside a module
+//! between forward and backward is forward).
+//!
+//! Periodic structure inside a phase is *layers* (a transformer's blocks repeat the same
+//! allocations), never steps: [`Step::layers`].
+//!
+//! Principal types: [`Steps`] (per device), [`Step`], [`PhaseSpan`], [`Phase`].
+
+use fragscope_snapshot::{Action, FrameId, FxHashMap, Snapshot, StackId, NO_TIME};
+use serde::Serialize;
+
+use crate::attribution::Scopes;
+use crate::hugepages::HugePages;
+
+/// What the program was doing at a trace entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Outside every phase: set-up (building the model), between steps (loading a
+    /// batch), `zero_grad`, or a trace without steps.
+    Outside,
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Outside => "outside",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// A run of trace entries in one phase: entries `start..end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PhaseSpan {
+    pub phase: Phase,
+    pub start: usize,
+    /// One past the last entry.
+    pub end: usize,
+}
+
+/// One training step of a device's trace: entries `start..end`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    pub start: usize,
+    /// One past the last entry (the end of its optimizer phase, or of its backward pass
+    /// when the step is bounded by backward passes).
+    pub end: usize,
+    /// The phases inside the step, in order (`outside` runs left out).
+    pub phases: Vec<PhaseSpan>,
+    /// Whether the trace holds the whole step: a forward (or `zero_grad`) before its
+    /// backward or optimizer. `false` for a step the recording began inside.
+    pub complete: bool,
+    /// Layers: how many times the forward pass (else the backward pass) repeats one
+    /// pattern of allocations, when it does (two or more).
+    pub layers: Option<usize>,
+}
+
+impl Step {
+    /// First and one-past-last entry of the step's `phase` (its first to its last span).
+    pub fn span(&self, phase: Phase) -> Option<(usize, usize)> {
+        let mut it = self.phases.iter().filter(|p| p.phase == phase);
+        let first = it.next()?;
+        let last = self.phases.iter().rev().find(|p| p.phase == phase).unwrap();
+        Some((first.start, last.end))
+    }
+}
+
+/// The steps of one device's trace (module doc).
+#[derive(Clone, Debug, Serialize)]
+pub struct Steps {
+    pub device: i64,
+    /// What bounded the steps: `"optimizer"`, `"backward"`, `"annotation"`, or `"none"`.
+    pub source: &'static str,
+    /// The evidence, in words (frames and annotations seen, and how often).
+    pub evidence: Vec<String>,
+    pub steps: Vec<Step>,
+    /// Forward or backward work after the last step (a step the recording ended inside):
+    /// its first entry.
+    pub after_last_step: Option<usize>,
+    /// Why there is no step (`source` `"none"`), in words.
+    pub reason: Option<String>,
+    /// Phase of every trace entry.
+    #[serde(skip)]
+    pub phase_of: Vec<Phase>,
+}
+
+impl Steps {
+    /// Phase of trace entry `i` (`outside` past the trace).
+    pub fn phase_at(&self, i: usize) -> Phase {
+        self.phase_of.get(i).copied().unwrap_or(Phase::Outside)
+    }
+    /// Index of the step holding trace entry `i`.
+    pub fn step_of(&self, i: usize) -> Option<usize> {
+        let k = self.steps.partition_point(|s| s.start <= i);
+        k.checked_sub(1).filter(|&k| i < self.steps[k].end)
+    }
+    /// In words: "3 steps (optimizer steps)", "1 step ...", "no step: ...".
+    pub fn describe(&self) -> String {
+        match self.steps.len() {
+            0 => format!("no training step found ({})", self.reason.as_deref().unwrap_or("no evidence")),
+            n => format!(
+                "{n} step{} ({}){}",
+                if n == 1 { "" } else { "s" },
+                match self.source {
+                    "optimizer" => "bounded by optimizer steps",
+                    "backward" => "bounded by backward passes; no optimizer step seen",
+                    "annotation" => "from step annotations",
+                    _ => "",
+                },
+                match self.steps.iter().find_map(|s| s.layers) {
+                    Some(l) => format!(", {l} layers in a pass"),
+                    None => String::new(),
+                }
+            ),
+        }
+    }
+}
+
+// Evidence of one frame or stack, as bits.
+const OPT: u8 = 1;
+const ZERO: u8 = 2;
+const BWD: u8 = 4;
+const FWD: u8 = 8;
+const PY: u8 = 16;
+/// A user optimizer's `step` (weaker than `torch/optim`).
+const USER_OPT: u8 = 32;
+/// An optimizer's frames, `torch/optim` or a user optimizer's `step` (for roles).
+pub(crate) const OPTIMIZER: u8 = OPT | USER_OPT;
+/// The backward pass's frames (for roles).
+pub(crate) const BACKWARD: u8 = BWD;
+/// Frames of any phase, `zero_grad` included (for roles: a block whose frames show
+/// none of them could have been made anywhere).
+pub(crate) const PHASES: u8 = OPT | USER_OPT | BWD | FWD | ZERO;
+/// A library's workspace (cuBLAS's `getNewWorkspace`), from C++ frames.
+pub(crate) const WORKSPACE: u8 = 64;
+const KNOWN: u8 = 128;
+
+fn frame_bits(file: &str, name: &str) -> u8 {
+    let file_n: std::borrow::Cow<str> = if file.contains('\\') { file.replace('\\', "/").into() } else { file.into() };
+    let file = file_n.as_ref();
+    let py = file.ends_with(".py");
+    let mut b = if py { PY } else { 0 };
+    let base = file.rsplit('/').next().unwrap_or(file).to_ascii_lowercase();
+    if name == "zero_grad" || name.contains("::zero_grad") {
+        return b | ZERO;
+    }
+    if py {
+        if file.contains("torch/optim/") && name != "__init__" {
+            b |= OPT;
+        } else if name == "step" && base.contains("optim") {
+            b |= USER_OPT;
+        }
+        if (file.ends_with("torch/autograd/__init__.py") && (name == "backward" || name == "grad"))
+            || (file.ends_with("torch/autograd/graph.py") && name == "_engine_run_backward")
+            || (file.ends_with("torch/_tensor.py") && name == "backward")
+        {
+            b |= BWD;
+        }
+        // Activation checkpointing recomputes a layer's forward inside the backward pass:
+        // the engine calls `torch/utils/checkpoint.py`'s saved-tensor hook (`unpack_hook`,
+        // `recompute_fn`; `unpack` before PyTorch 2.1), or the reentrant variant's
+        // `CheckpointFunction.backward`. Those entries carry the module's `forward` frames
+        // too, and are backward (seen on an H200 recording, crates/testdata/h200: without
+        // this the recomputation split each backward pass into forwards, and no gradient
+        // was found).
+        if file.ends_with("torch/utils/checkpoint.py")
+            && matches!(name, "unpack_hook" | "recompute_fn" | "unpack" | "backward")
+        {
+            b |= BWD;
+        }
+        if name == "forward"
+            || (file.ends_with("torch/nn/modules/module.py") && (name == "_call_impl" || name == "_wrapped_call_impl"))
+        {
+            b |= FWD;
+        }
+    } else {
+        // C++: the autograd engine and its nodes (not `torch::autograd::VariableType` or
+        // `THPVariable_*`: those are the dispatcher and the Python bindings, on every op).
+        // Only a node's `apply` (run by the engine), not its `release_variables` or its
+        // deleter: a forward-only program frees the graph's saved tensors from those.
+        if name.contains("torch::autograd::Engine::")
+            || (name.contains("::apply") && (name.contains("AccumulateGrad") || is_backward_node(name)))
+        {
+            b |= BWD;
+        }
+        let l = name.to_ascii_lowercase();
+        if l.contains("getnewworkspace") || (l.contains("workspace") && (l.contains("blas") || l.contains("cudnn"))) {
+            b |= WORKSPACE;
+        }
+        if l.contains("fused_adam")
+            || l.contains("fused_sgd")
+            || l.contains("multi_tensor_apply")
+            || l.contains("fusedadam")
+        {
+            b |= OPT;
+        }
+    }
+    b
+}
+
+/// `FooBackward0::apply`, `FooBackward1`: an autograd node's name.
+fn is_backward_node(name: &str) -> bool {
+    let mut rest = name;
+    while let Some(p) = rest.find("Backward") {
+        let after = &rest[p + "Backward".len()..];
+        if after.starts_with(|c: char| c.is_ascii_digit()) {
+            return true;
+        }
+        rest = after;
+    }
+    false
+}
+
+/// Evidence bits of stacks, computed once per stack and frame.
+pub(crate) struct StackEvidence<'a> {
+    snap: &'a Snapshot,
+    frames: Vec<u8>,
+    stacks: Vec<u8>,
+    /// [`StackEvidence::mentions`]'s answers: a stack is asked about once per needle.
+    mentioned: std::collections::HashMap<(StackId, &'static str), bool>,
+}
+
+impl<'a> StackEvidence<'a> {
+    pub fn new(snap: &'a Snapshot) -> Self {
+        StackEvidence {
+            snap,
+            frames: vec![0; snap.frames.num_frames()],
+            stacks: vec![0; snap.frames.num_stacks()],
+            mentioned: std::collections::HashMap::new(),
+        }
+    }
+    fn frame(&mut self, f: FrameId) -> u8 {
+        let k = f.index();
+        if self.frames[k] & KNOWN == 0 {
+            let fr = self.snap.frames.frame(f);
+            self.frames[k] = KNOWN | frame_bits(self.snap.frames.str(fr.filename), self.snap.frames.str(fr.name));
+        }
+        self.frames[k] & !KNOWN
+    }
+    // Asked once per block by the roles: the known answer inlined, the first look not.
+    #[inline]
+    pub fn of(&mut self, s: Option<StackId>) -> u8 {
+        let Some(s) = s else { return 0 };
+        let b = self.stacks[s.index()];
+        if b & KNOWN != 0 {
+            return b & !KNOWN;
+        }
+        self.first_look(s)
+    }
+    #[inline(never)]
+    fn first_look(&mut self, s: StackId) -> u8 {
+        let mut b = 0;
+        for i in 0..self.snap.frames.stack(s).len() {
+            let f = self.snap.frames.stack(s)[i];
+            b |= self.frame(f);
+        }
+        self.stacks[s.index()] = KNOWN | b;
+        b
+    }
+    /// Whether any frame of the stack names `needle` (function or file), case-insensitive.
+    pub fn mentions(&mut self, s: Option<StackId>, needle: &'static str) -> bool {
+        let Some(s) = s else { return false };
+        let snap = self.snap;
+        *self.mentioned.entry((s, needle)).or_insert_with(|| {
+            snap.frames.stack(s).iter().any(|&f| {
+                let fr = snap.frames.frame(f);
+                snap.frames.str(fr.filename).to_ascii_lowercase().contains(needle)
+                    || snap.frames.str(fr.name).to_ascii_lowercase().contains(needle)
+            })
+        })
+    }
+}
+
+/// A phase tag of one entry, strongest evidence first.
+fn tag_of(bits: u8) -> Option<Tag> {
+    if bits & ZERO != 0 {
+        Some(Tag::Zero)
+    } else if bits & (OPT | USER_OPT) != 0 && bits & BWD == 0 {
+        Some(Tag::Opt)
+    } else if bits & BWD != 0 {
+        Some(Tag::Bwd)
+    } else if bits & FWD != 0 {
+        Some(Tag::Fwd)
+    } else {
+        None
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tag {
+    Zero,
+    Opt,
+    Bwd,
+    Fwd,
+}
+
+fn phase_of_tag(t: Tag) -> Phase {
+    match t {
+        Tag::Zero => Phase::Outside,
+        Tag::Opt => Phase::Optimizer,
+        Tag::Bwd => Phase::Backward,
+        Tag::Fwd => Phase::Forward,
+    }
+}
+
+/// Annotated intervals of entries: (start entry, end entry, name).
+pub fn annotated(snap: &Snapshot, device: i64) -> Vec<(usize, usize, String)> {
+    let trace = snap.trace(device);
+    if trace.iter().any(|e| e.time_us == NO_TIME) {
+        return Vec::new();
+    }
+    annotated_timed(snap, device)
+}
+
+/// [`annotated`] of a trace whose entries all have a time.
+fn annotated_timed(snap: &Snapshot, device: i64) -> Vec<(usize, usize, String)> {
+    let trace = snap.trace(device);
+    if trace.is_empty() {
+        return Vec::new();
+    }
+    let scopes = Scopes::new(snap, device);
+    scopes
+        .occurrences()
+        .into_iter()
+        .map(|(s, e, n, _)| {
+            let a = if s == i64::MIN { 0 } else { trace.partition_point(|x| x.time_us < s) };
+            let b = trace.partition_point(|x| x.time_us <= e);
+            (a, b, scopes.names[n].clone())
+        })
+        .collect()
+}
+
+/// Whether an annotation names a step of a loop: `ProfilerStep#N`, `step`, `train_step`,
+/// `iteration N`, `step_7` (fragscope.torch.phase("step") writes `step`).
+fn step_annotation(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    if l.starts_with("profilerstep#") {
+        return true;
+    }
+    let head = l.trim_end_matches(|c: char| c.is_ascii_digit()).trim_end_matches(['#', ' ', '_', '-', ':', '=']);
+    matches!(head, "step" | "train_step" | "training_step" | "iteration" | "iter" | "train step" | "training step")
+}
+
+/// Whether `device`'s trace has a step annotation ([`step_annotation`]): the program
+/// marks its loop's steps, whatever else bounds them.
+pub fn has_step_annotations(snap: &Snapshot, device: i64) -> bool {
+    annotated(snap, device).iter().any(|(_, _, name)| step_annotation(name))
+}
+
+/// The steps of `device`'s trace (module doc).
+pub fn steps(snap: &Snapshot, device: i64) -> Steps {
+    let mut ev = StackEvidence::new(snap);
+    steps_with(snap, device, &mut ev)
+}
+
+pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -> Steps {
+    let trace = snap.trace(device);
+    let n = trace.len();
+    // 1. Evidence of each entry: its stack, and the optimizer's own annotations.
+    let mut counts = [0usize; 4];
+    let mut user_opt = false;
+    let has_frames = trace.iter().any(|e| e.stack.is_some_and(|s| !snap.frames.stack(s).is_empty()));
+    // An `alloc` without frames in a trace with frames (the autograd engine's thread).
+    let frameless_alloc = |k: usize| {
+        let e = &trace[k];
+        has_frames && e.action == Action::Alloc && e.stack.is_none_or(|s| snap.frames.stack(s).is_empty())
+    };
+    // Per stack, what its evidence makes of an entry, worked out at the stack's first
+    // entry (millions of entries, a few thousand stacks): 0 not yet, else
+    // `SEEN | USER_ONLY? | tag code` (the code: index into `TAGS`).
+    const SEEN: u8 = 0x80;
+    const USER_ONLY: u8 = 0x40;
+    const TAGS: [Option<Tag>; 8] =
+        [None, Some(Tag::Zero), Some(Tag::Opt), Some(Tag::Bwd), Some(Tag::Fwd), None, None, None];
+    let mut by_stack: Vec<u8> = vec![0; snap.frames.num_stacks()];
+    // An entry without a time (then no annotation can be placed).
+    let mut untimed = false;
+    // Entries by code: the counts by tag, and whether a user optimizer's step was seen,
+    // from these (one increment per entry, no branch).
+    let mut by_code = [0usize; 256];
+    let mut tags: Vec<Option<Tag>> = crate::hugepages::filled(n, None);
+    // Frees recorded with `context="alloc"` carry the stack of the allocation they free,
+    // which says where the block was made, not what the program was doing when it was
+    // freed (a gradient freed by zero_grad would read as backward): then only the
+    // allocations are evidence.
+    let frees_tell = !frees_carry_alloc_stacks(trace);
+    // Without: the tag of the allocation each free frees (below).
+    let mut made_by: Vec<Option<Tag>> = if frees_tell { Vec::new() } else { Vec::with_capacity(n) };
+    made_by.huge_pages();
+    for (t, e) in tags.iter_mut().zip(trace) {
+        untimed |= e.time_us == NO_TIME;
+        let free = matches!(e.action, Action::FreeRequested | Action::FreeCompleted);
+        let relevant = e.action == Action::Alloc || free;
+        let mut code = match e.stack {
+            Some(s) if relevant => {
+                let c = by_stack[s.index()];
+                if c != 0 {
+                    c
+                } else {
+                    let bits = ev.of(Some(s)) & !WORKSPACE;
+                    let tag = tag_of(bits).map_or(0, |t| t as u8 + 1);
+                    let user = if bits & USER_OPT != 0 && bits & OPT == 0 { USER_ONLY } else { 0 };
+                    by_stack[s.index()] = SEEN | user | tag;
+                    SEEN | user | tag
+                }
+            }
+            _ => 0,
+        };
+        if !frees_tell {
+            made_by.push(if free { TAGS[(code & 7) as usize] } else { None });
+            if free {
+                code &= !7; // no tag; a user optimizer's frames still count
+            }
+        }
+        by_code[code as usize] += 1;
+        *t = TAGS[(code & 7) as usize];
+    }
+    for (code, &k) in by_code.iter().enumerate().filter(|x| *x.1 > 0) {
+        user_opt |= code as u8 & USER_ONLY != 0;
+        if let Some(t) = TAGS[code & 7] {
+            counts[t as usize] += k;
+        }
+    }
+    drop(by_stack);
+    let anns = if untimed { Vec::new() } else { annotated_timed(snap, device) };
+    let mut ann_opt = 0;
+    let mut ann_zero = 0;
+    for (a, b, name) in &anns {
+        let t = if name.starts_with("Optimizer.step#") {
+            ann_opt += 1;
+            Tag::Opt
+        } else if name.starts_with("Optimizer.zero_grad#") {
+            ann_zero += 1;
+            Tag::Zero
+        } else {
+            continue;
+        };
+        for x in tags.iter_mut().take((*b).min(n)).skip(*a) {
+            if let Some(old) = *x {
+                counts[old as usize] -= 1;
+            }
+            counts[t as usize] += 1;
+            *x = Some(t);
+        }
+    }
+    // 2. Phases: a tagged entry is in its tag's phase; an untagged one in the phase
+    // around it (module doc).
+    let mut phase_of = crate::hugepages::filled(n, Phase::Outside);
+    // The tag of the last tagged entry before `i`.
+    let mut prev: Option<Tag> = None;
+    let mut i = 0;
+    while i < n {
+        // Tagged entries (most of them on a trace with Python frames), in a loop of
+        // their own.
+        while let (Some(&Some(t)), Some(p)) = (tags.get(i), phase_of.get_mut(i)) {
+            *p = phase_of_tag(t);
+            prev = Some(t);
+            i += 1;
+        }
+        if i == n {
+            break;
+        }
+        let j = tags[i..].iter().position(Option::is_some).map_or(n, |k| i + k);
+        let next = tags.get(j).copied().flatten();
+        let fill = match (prev, next) {
+            (None, _) => Phase::Outside,
+            (Some(Tag::Opt), Some(Tag::Opt)) => Phase::Optimizer,
+            (Some(Tag::Opt), _) | (Some(Tag::Zero), _) => Phase::Outside,
+            (Some(Tag::Bwd), Some(Tag::Fwd)) | (Some(Tag::Bwd), Some(Tag::Zero)) => Phase::Outside,
+            (Some(Tag::Bwd), _) => Phase::Backward,
+            (Some(Tag::Fwd), Some(Tag::Fwd)) | (Some(Tag::Fwd), Some(Tag::Bwd)) => Phase::Forward,
+            // Forward, then nothing tagged until the optimizer or the next step: the
+            // autograd engine's thread allocates without Python frames, so on a trace
+            // recorded with Python stacks only the backward pass starts at the first
+            // frameless allocation.
+            (Some(Tag::Fwd), _) => match (i..j).find(|&k| frameless_alloc(k)) {
+                Some(k) if next.is_some() => {
+                    phase_of[i..k].fill(Phase::Forward);
+                    phase_of[k..j].fill(Phase::Backward);
+                    i = j;
+                    continue;
+                }
+                _ => Phase::Forward,
+            },
+        };
+        phase_of[i..j].fill(fill);
+        i = j;
+    }
+    // A backward pass that follows a forward pass without tagged entries after it
+    // (frameless backward to the end of the trace) is left as forward: nothing bounds it.
+
+    // Frees that tell nothing (`context="alloc"`): the frees that follow a phase's last
+    // allocation, before the next allocation, of blocks that phase made (its
+    // temporaries) or of blocks without frames, are that phase's own, not the next
+    // phase's.
+    if !frees_tell {
+        for k in 1..n {
+            let p = phase_of[k - 1];
+            let free = matches!(trace[k].action, Action::FreeRequested | Action::FreeCompleted);
+            // A free of a block made elsewhere ends the run; one whose allocation left
+            // no evidence (made before the trace, or without frames) does not.
+            let own = match made_by[k] {
+                Some(t) => !free || phase_of_tag(t) == p,
+                None => true,
+            };
+            if tags[k].is_none() && trace[k].action != Action::Alloc && p != Phase::Outside && own {
+                phase_of[k] = p;
+            }
+        }
+    }
+
+    // The maximal runs of one phase, each with whether a `zero_grad` entry is in it:
+    // the steps and their phases are read from these rather than entry by entry.
+    let rle = phase_runs(&phase_of, &tags);
+    let mut phase_counts = [0usize; 4];
+    for r in &rle {
+        phase_counts[r.phase as usize] += r.end - r.start;
+    }
+    let mut evidence = Vec::new();
+    let count = |p: Phase| phase_counts[p as usize];
+    if counts[Tag::Opt as usize] > 0 {
+        evidence.push(format!(
+            "{} entries in the optimizer's step ({}{})",
+            count(Phase::Optimizer),
+            if ann_opt > 0 { format!("{ann_opt} Optimizer.step annotations, ") } else { String::new() },
+            if user_opt { "frames of a user optimizer's step" } else { "torch/optim or fused-optimizer frames" }
+        ));
+    }
+    if counts[Tag::Zero as usize] > 0 {
+        evidence.push(format!(
+            "zero_grad ({} entries{})",
+            counts[Tag::Zero as usize],
+            if ann_zero > 0 { format!(", {ann_zero} annotations") } else { String::new() }
+        ));
+    }
+    if counts[Tag::Bwd as usize] > 0 {
+        evidence.push(format!(
+            "{} entries in backward passes (autograd engine, *Backward nodes, AccumulateGrad or Tensor.backward frames)",
+            count(Phase::Backward)
+        ));
+    }
+    if counts[Tag::Fwd as usize] > 0 {
+        evidence.push(format!("{} entries in forward passes (module forward frames)", count(Phase::Forward)));
+    }
+
+    // 3. Steps.
+    let runs = |p: Phase| -> Vec<(usize, usize)> {
+        let mut v: Vec<(usize, usize)> = Vec::new();
+        // Index in `rle` of the last run of `p`.
+        let mut last_run = usize::MAX;
+        for (r, run) in rle.iter().enumerate() {
+            if run.phase != p {
+                continue;
+            }
+            // Runs separated only by entries outside every phase are one (an optimizer
+            // step, then a scheduler's step after a few frees), unless a `zero_grad`
+            // is among them. Runs are maximal: one outside run between, or none.
+            let joined = last_run != usize::MAX
+                && r == last_run + 2
+                && rle[last_run + 1].phase == Phase::Outside
+                && !rle[last_run + 1].zero_grad;
+            match v.last_mut() {
+                Some(last) if joined => last.1 = run.end,
+                _ => v.push((run.start, run.end)),
+            }
+            last_run = r;
+        }
+        v
+    };
+    let opt_runs = runs(Phase::Optimizer);
+    let (source, ends): (&'static str, Vec<(usize, usize)>) = if !opt_runs.is_empty() {
+        ("optimizer", opt_runs)
+    } else {
+        let bwd = runs(Phase::Backward);
+        if !bwd.is_empty() {
+            ("backward", bwd)
+        } else {
+            let mut st: Vec<(usize, usize)> =
+                anns.iter().filter(|(_, _, name)| step_annotation(name)).map(|&(a, b, _)| (a, b.min(n))).collect();
+            st.sort_unstable();
+            st.dedup();
+            if !st.is_empty() {
+                evidence.push(format!("{} step annotations ({})", st.len(), {
+                    let mut names: Vec<&str> =
+                        anns.iter().filter(|(_, _, x)| step_annotation(x)).map(|(_, _, x)| x.as_str()).collect();
+                    names.dedup();
+                    names.into_iter().take(3).collect::<Vec<_>>().join(", ")
+                }));
+                let steps = st
+                    .into_iter()
+                    .map(|(a, b)| {
+                        let phases = spans_in(&rle, a, b);
+                        let layers = layers_in(snap, device, &phases);
+                        Step { start: a, end: b, phases, complete: true, layers }
+                    })
+                    .collect();
+                return Steps {
+                    device,
+                    source: "annotation",
+                    evidence,
+                    steps,
+                    after_last_step: None,
+                    reason: None,
+                    phase_of,
+                };
+            }
+            let reason = if n == 0 {
+                "the snapshot has no trace".to_string()
+            } else if !has_frames {
+                "the trace has no stack frames and no step annotation".to_string()
+            } else if counts[Tag::Fwd as usize] > 0 {
+                "forward passes only: no backward pass, optimizer step or step annotation".to_string()
+            } else {
+                "no optimizer step, backward pass or step annotation in the trace".to_string()
+            };
+            return Steps {
+                device,
+                source: "none",
+                evidence,
+                steps: Vec::new(),
+                after_last_step: None,
+                reason: Some(reason),
+                phase_of,
+            };
+        }
+    };
+    let mut steps = Vec::with_capacity(ends.len());
+    let mut prev_end = 0;
+    for &(rs, re) in &ends {
+        // The step starts at the first zero_grad, forward or backward entry after the
+        // previous step (set-up and batch loading before it stay outside).
+        let start = (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || tags[k] == Some(Tag::Zero)).unwrap_or(rs);
+        let phases = spans_in(&rle, start, re);
+        let first = phases.first().map(|p| p.phase);
+        let complete = tags[start] == Some(Tag::Zero)
+            || !steps.is_empty()
+            || (first == Some(Phase::Forward) && !forward_began_before(trace, &phase_of, start, re));
+        let layers = layers_in(snap, device, &phases);
+        steps.push(Step { start, end: re, phases, complete, layers });
+        prev_end = re;
+    }
+    let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
+    Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+}
+
+/// Whether the forward pass of the step in entries `start..end` began before the trace:
+/// its backward pass frees a block the trace did not allocate (an activation saved by
+/// the part of the forward that was not recorded). A block freed in forward instead
+/// says nothing: the last step's outputs are freed there when overwritten.
+fn forward_began_before(
+    trace: &[fragscope_snapshot::TraceEvent],
+    phase_of: &[Phase],
+    start: usize,
+    end: usize,
+) -> bool {
+    let mut made: FxHashMap<u64, ()> = FxHashMap::default();
+    for (i, e) in trace.iter().enumerate().take(end) {
+        match e.action {
+            Action::Alloc => {
+                made.insert(e.addr, ());
+            }
+            Action::FreeRequested if i >= start && phase_of[i] == Phase::Backward && !made.contains_key(&e.addr) => {
+                return true;
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether the trace's frees carry the stacks of the allocations they free (recorded
+/// with `context="alloc"`) rather than their own (`context="all"`, PyTorch's default):
+/// among the first frees (up to 4096) of blocks the trace allocated, with a stack, nine
+/// in ten or more carry their allocation's (a free at the same line as its allocation
+/// happens, but seldom for most of them).
+fn frees_carry_alloc_stacks(trace: &[fragscope_snapshot::TraceEvent]) -> bool {
+    let mut made: FxHashMap<u64, StackId> = FxHashMap::default();
+    let (mut same, mut seen) = (0usize, 0usize);
+    for e in trace {
+        match e.action {
+            Action::Alloc => {
+                if let Some(s) = e.stack {
+                    made.insert(e.addr, s);
+                }
+            }
+            Action::FreeRequested => {
+                if let (Some(a), Some(s)) = (made.remove(&e.addr), e.stack) {
+                    seen += 1;
+                    same += usize::from(a == s);
+                    if seen == 4096 {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    seen >= 16 && same * 10 >= seen * 9
+}
+
+/// Whether step `s`'s optimizer (else its backward) is called from inside a module's
+/// `forward`: in the Python frames of its entries (innermost first), an optimizer or
+/// `backward()` frame with a module `forward` outside it. Update steps nested in one
+/// pass (test-time optimisation, a model that trains a sub-model in its forward) are not
+/// the steps of a training loop: the outer pass keeps its memory across them.
+/// Looks at the first few entries with such a frame; `false` without Python frames.
+pub fn step_inside_forward(snap: &Snapshot, device: i64, s: &Step) -> bool {
+    let trace = snap.trace(device);
+    let Some((a, b)) = s.span(Phase::Optimizer).or_else(|| s.span(Phase::Backward)) else { return false };
+    let mut looked = 0;
+    for e in &trace[a.min(trace.len())..b.min(trace.len())] {
+        let Some(sid) = e.stack else { continue };
+        let mut inner = false;
+        for &f in snap.frames.stack(sid) {
+            let fr = snap.frames.frame(f);
+            let bits = frame_bits(snap.frames.str(fr.filename), snap.frames.str(fr.name));
+            if bits & (OPT | USER_OPT | BWD) != 0 {
+                inner = true;
+            } else if inner && bits & FWD != 0 && bits & PY != 0 {
+                return true;
+            }
+        }
+        if inner {
+            looked += 1;
+            if looked >= 8 {
+                return false;
+            }
+        }
+    }
+    false
+}
+
+/// A maximal run of one phase: entries `start..end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PhaseRun {
+    phase: Phase,
+    start: usize,
+    end: usize,
+    /// A `zero_grad` entry is in it (only in outside runs).
+    zero_grad: bool,
+}
+
+/// The maximal runs of `phase_of`, in order.
+fn phase_runs(phase_of: &[Phase], tags: &[Option<Tag>]) -> Vec<PhaseRun> {
+    let mut v: Vec<PhaseRun> = Vec::new();
+    let mut k = 0;
+    while k < phase_of.len() {
+        let (p, s) = (phase_of[k], k);
+        k = run_end(phase_of, k);
+        let zero_grad = tags[s..k].iter().fold(false, |z, &t| z | (t == Some(Tag::Zero)));
+        v.push(PhaseRun { phase: p, start: s, end: k, zero_grad });
+    }
+    v
+}
+
+/// The end of the run of one phase that starts at entry `k`. A pass runs for hundreds
+/// or thousands of entries: they are compared a block at a time, with a test without
+/// branches that the compiler makes a few vector instructions, rather than one by one.
+fn run_end(phase_of: &[Phase], mut k: usize) -> usize {
+    const BLOCK: usize = 32;
+    let p = phase_of[k];
+    while let Some(block) = phase_of.get(k..k + BLOCK) {
+        if !block.iter().fold(true, |same, &q| same & (q == p)) {
+            break;
+        }
+        k += BLOCK;
+    }
+    k + phase_of[k..].iter().take_while(|&&q| q == p).count()
+}
+
+/// [`spans`] of entries `start..end`, from the runs of the whole trace.
+fn spans_in(runs: &[PhaseRun], start: usize, end: usize) -> Vec<PhaseSpan> {
+    let from = runs.partition_point(|r| r.end <= start);
+    runs[from..]
+        .iter()
+        .take_while(|r| r.start < end)
+        .filter(|r| r.phase != Phase::Outside)
+        .map(|r| PhaseSpan { phase: r.phase, start: r.start.max(start), end: r.end.min(end) })
+        .filter(|s| s.start < s.end)
+        .collect()
+}
+
+/// The runs of `phase_of` (which starts at entry `base`), outside runs left out (the
+/// definition of [`spans_in`], which the tests check it against).
+#[cfg(test)]
+fn spans(phase_of: &[Phase], base: usize) -> Vec<PhaseSpan> {
+    let mut v: Vec<PhaseSpan> = Vec::new();
+    for (k, &p) in phase_of.iter().enumerate() {
+        match v.last_mut() {
+            Some(l) if l.phase == p && l.end == base + k => l.end += 1,
+            _ if p == Phase::Outside => {}
+            _ => v.push(PhaseSpan { phase: p, start: base + k, end: base + k + 1 }),
+        }
+    }
+    v
+}
+
+/// Layers of a step: the repeats of the forward pass's pattern of allocations (else the
+/// backward pass's).
+fn layers_in(snap: &Snapshot, device: i64, phases: &[PhaseSpan]) -> Option<usize> {
+    [Phase::Forward, Phase::Backward].into_iter().find_map(|p| {
+        let trace = snap.trace(device);
+        let allocs: Vec<(u64, Option<StackId>)> = phases
+            .iter()
+            .filter(|s| s.phase == p)
+            .flat_map(|s| trace[s.start..s.end].iter())
+            .filter(|e| e.action == Action::Alloc)
+            .map(|e| (e.size, e.stack))
+            .collect();
+        repeats(&allocs)
+    })
+}
+
+/// How many times a sequence of signatures repeats one pattern: the period with the
+/// highest autocorrelation (among the gaps between equal signatures), then the longest
+/// chain of one signature at exactly that period. `None` under two repeats or a weak
+/// pattern.
+fn repeats<T: Eq + std::hash::Hash + Copy>(seq: &[T]) -> Option<usize> {
+    repeat_chain(seq).map(|(layers, _, _)| layers)
+}
+
+/// [`repeats`] with where the repeats are: `(layers, period, first)`, the chain of one
+/// signature at `first`, `first + period`, ... (of the signatures with the longest chain,
+/// the one that starts first: the layers' boundaries are then at their first repeated
+/// allocation).
+fn repeat_chain<T: Eq + std::hash::Hash + Copy>(seq: &[T]) -> Option<(usize, usize, usize)> {
+    let n = seq.len();
+    if n < 4 {
+        return None;
+    }
+    // FxHash: SipHash of each (size, stack) signature was most of this function's cost.
+    let mut ids: FxHashMap<T, u32> = FxHashMap::default();
+    let s: Vec<u32> = seq
+        .iter()
+        .map(|x| {
+            let k = ids.len() as u32;
+            *ids.entry(*x).or_insert(k)
+        })
+        .collect();
+    let mut last = vec![usize::MAX; ids.len()];
+    let mut gaps = vec![0u32; n / 2 + 1];
+    for (i, &x) in s.iter().enumerate() {
+        let l = last[x as usize];
+        if l != usize::MAX && i - l <= n / 2 {
+            gaps[i - l] += 1;
+        }
+        last[x as usize] = i;
+    }
+    let mut cand: Vec<(usize, u32)> = gaps.iter().enumerate().filter(|g| *g.1 > 0).map(|(g, &c)| (g, c)).collect();
+    cand.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    cand.truncate(24);
+    let ac = |p: usize| s[..n - p].iter().zip(&s[p..]).filter(|(a, b)| a == b).count() as f64 / (n - p) as f64;
+    let scored: Vec<(usize, f64)> = cand.iter().map(|&(p, _)| (p, ac(p))).collect();
+    let best = scored.iter().map(|x| x.1).fold(0.0, f64::max);
+    if best < 0.5 {
+        return None;
+    }
+    let period = scored.iter().filter(|x| x.1 >= best * 0.95).map(|x| x.0).min()?;
+    // Longest chain of one signature spaced exactly `period` apart.
+    let mut chain = vec![(0usize, 0usize); ids.len()]; // (length, first position)
+    let mut best_chain = vec![(0usize, 0usize); ids.len()];
+    let mut last = vec![usize::MAX; ids.len()];
+    for (i, &x) in s.iter().enumerate() {
+        let k = x as usize;
+        chain[k] = if last[k] != usize::MAX && i - last[k] == period { (chain[k].0 + 1, chain[k].1) } else { (1, i) };
+        if chain[k].0 > best_chain[k].0 {
+            best_chain[k] = chain[k];
+        }
+        last[k] = i;
+    }
+    let layers = best_chain.iter().map(|c| c.0).max()?;
+    let first = best_chain.iter().filter(|c| c.0 == layers).map(|c| c.1).min()?;
+    (layers >= 2 && layers * period * 2 >= n).then_some((layers, period, first))
+}
+
+/// The layers of one phase of a step, as runs of trace entries `[start, end)` in time
+/// order (for the backward pass the last layer of the model comes first): each starts
+/// at an allocation of the repeated pattern ([`repeat_chain`]); the last ends one period
+/// of allocations later (or where the phase ends). `None` when the phase does not repeat
+/// a pattern two or more times. Entries before the first layer (an embedding) and after
+/// the last (a head, the loss) belong to no layer.
+pub fn layer_spans(snap: &Snapshot, device: i64, step: &Step, phase: Phase) -> Option<Vec<(usize, usize)>> {
+    let trace = snap.trace(device);
+    let spans: Vec<&PhaseSpan> = step.phases.iter().filter(|s| s.phase == phase).collect();
+    let entries: Vec<usize> =
+        spans.iter().flat_map(|s| (s.start..s.end).filter(|&k| trace[k].action == Action::Alloc)).collect();
+    let sigs: Vec<(u64, Option<StackId>)> = entries.iter().map(|&k| (trace[k].size, trace[k].stack)).collect();
+    let (layers, period, first) = repeat_chain(&sigs)?;
+    let phase_end = spans.last()?.end;
+    Some(
+        (0..layers)
+            .map(|j| {
+                let a = entries[first + j * period];
+                let b = entries.get(first + (j + 1) * period).copied().unwrap_or(phase_end);
+                (a, b)
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backward_nodes_and_engine_frames_are_backward_but_bindings_are_not() {
+        assert!(frame_bits("??", "torch::autograd::generated::MmBackward0::apply(x)") & BWD != 0);
+        assert!(frame_bits("??", "torch::autograd::Engine::evaluate_function(x)") & BWD != 0);
+        assert!(frame_bits("", "torch::autograd::AccumulateGrad::apply(x)") & BWD != 0);
+        assert_eq!(frame_bits("", "torch::autograd::generated::BmmBackward0::release_variables()") & BWD, 0);
+        assert_eq!(frame_bits("??", "torch::autograd::THPVariable_empty(_object*)") & BWD, 0);
+        assert_eq!(frame_bits("VariableType_1.cpp", "torch::autograd::VariableType::mm") & BWD, 0);
+        assert!(frame_bits("/x/torch/optim/adam.py", "_single_tensor_adam") & OPT != 0);
+        assert!(frame_bits("C:\\v\\torch\\optim\\optimizer.py", "wrapper") & OPT != 0);
+        assert!(frame_bits("/x/torch/optim/optimizer.py", "zero_grad") & ZERO != 0);
+        assert_eq!(frame_bits("/x/torch/optim/adam.py", "__init__") & OPT, 0);
+        assert!(frame_bits("/x/torch/nn/modules/module.py", "_call_impl") & FWD != 0);
+        assert!(frame_bits("??", "at::cuda::getNewWorkspace()") & WORKSPACE != 0);
+    }
+
+    #[test]
+    fn repeats_counts_the_layers_of_a_pass() {
+        // A prologue, 5 layers of the same 4 allocations, an epilogue.
+        let mut seq = vec![100, 101];
+        for _ in 0..5 {
+            seq.extend([1, 2, 3, 2]);
+        }
+        seq.extend([200, 201]);
+        assert_eq!(repeats(&seq), Some(5));
+        assert_eq!(repeats(&[1, 2, 3, 4, 5, 6, 7, 8]), None);
+    }
+
+    #[test]
+    fn spans_from_the_runs_are_the_spans_of_the_entries() {
+        let mut rng = fragscope_testdata::Rng(5);
+        let phases = [Phase::Outside, Phase::Forward, Phase::Backward, Phase::Optimizer];
+        for _ in 0..300 {
+            let n = rng.below(40);
+            let phase_of: Vec<Phase> = (0..n).map(|_| phases[rng.below(4)]).collect();
+            let tags: Vec<Option<Tag>> = phase_of.iter().map(|_| (rng.below(5) == 0).then_some(Tag::Zero)).collect();
+            let runs = phase_runs(&phase_of, &tags);
+            for _ in 0..10 {
+                let a = rng.below(n + 1);
+                let b = a + rng.below(n + 1 - a);
+                assert_eq!(spans_in(&runs, a, b), spans(&phase_of[a..b], a), "{phase_of:?} {a}..{b}");
+            }
+        }
+    }
+
+    #[test]
+    fn step_annotations() {
+        for n in ["ProfilerStep#3", "step", "train_step", "iteration 4", "step_7"] {
+            assert!(step_annotation(n), "{n}");
+        }
+        for n in ["forward", "Optimizer.step#Adam.step", "layer_3", "## forward ##"] {
+            assert!(!step_annotation(n), "{n}");
+        }
+    }
+}

@@ -1,0 +1,638 @@
+//! What a snapshot says about memory at the moment it was taken: the figures of
+//! `torch.cuda.memory_summary()` that a snapshot can give, a fragmentation section
+//! PyTorch never printed, and what the recorded trace covers.
+//!
+//! Every figure is computed from the segments and blocks of the final state (and the
+//! trace for the trace section); nothing is replayed. Definitions follow PyTorch's names:
+//!
+//! * `reserved_bytes`: sum of segment `total_size`.
+//! * `allocated_bytes`: sum of `size` of blocks in state `active_allocated`.
+//! * `active_bytes`: `active_allocated` + `active_pending_free` block sizes.
+//! * `requested_bytes`: sum of the unrounded request of active blocks. The request is
+//!   the block's `requested_size`; legacy blocks without it use their `history[0]`
+//!   `real_size`, and 1.13 blocks (neither) their `size`, as `_memory_viz.py` does.
+//! * `inactive_split_bytes` ("Non-releasable memory"): `inactive` blocks in
+//!   non-expandable segments holding more than one block.
+//! * `segments` counts every segment, expandable ones included (PyTorch's `segment`
+//!   stat leaves expandable segments out).
+//!
+//! Fragmentation follows `_memory_viz.py stats` (spec §11.3): over `active_allocated`
+//! blocks, internal free = `size` − request (rounding slack); external free = the sizes
+//! of every other block (pending-free counts as free there). See [`Fragmentation`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
+use serde::Serialize;
+
+use crate::lives::BlockLives;
+use crate::timeline::TraceFacts;
+
+/// The schema name written at the top of `fragscope summary --json`.
+pub const SCHEMA: &str = "fragscope.summary/1";
+
+/// Summary of one snapshot (all devices).
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// One entry per device that has segments or trace events, ascending.
+    pub devices: Vec<DeviceSummary>,
+    /// What `python _memory_viz.py stats FILE` prints as totals (all devices together).
+    pub memviz_stats: MemvizStats,
+    /// `allocator_settings` (2.3+), `null` when the file predates it.
+    pub settings: Option<Settings>,
+    /// What the reader tolerated.
+    pub notes: Notes,
+    /// `"dict"` (2.x), `"segment_list"` (1.13) or `"kineto"` (profiler trace).
+    pub format: &'static str,
+    /// Device totals a profiler trace reported (`Total Allocated` / `Total Reserved`, or the
+    /// running sum of `Bytes` when the old schema has nothing else); empty for snapshots.
+    pub profiler_totals: Vec<ProfilerTotals>,
+}
+
+/// What a torch.profiler trace says about one device's totals: all a user with only a
+/// profiler trace (even one without addresses) can learn about peaks.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfilerTotals {
+    pub device: i64,
+    pub samples: u64,
+    pub peak_allocated_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+    pub last_allocated_bytes: Option<u64>,
+    /// `totalGlobalMem` from the trace's `deviceProperties`.
+    pub device_capacity_bytes: Option<u64>,
+    pub first_time_us: Option<i64>,
+    pub last_time_us: Option<i64>,
+}
+
+fn profiler_totals(snap: &Snapshot) -> Vec<ProfilerTotals> {
+    snap.totals
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.is_empty())
+        .map(|(d, t)| ProfilerTotals {
+            device: d as i64,
+            samples: t.len() as u64,
+            peak_allocated_bytes: t.iter().filter_map(|x| x.allocated).max(),
+            peak_reserved_bytes: t.iter().filter_map(|x| x.reserved).max(),
+            last_allocated_bytes: t.iter().rev().find_map(|x| x.allocated),
+            device_capacity_bytes: snap.device_capacity.get(&(d as i64)).copied(),
+            first_time_us: t.first().map(|x| x.time_us),
+            last_time_us: t.last().map(|x| x.time_us),
+        })
+        .collect()
+}
+
+/// Figures of one pool (or of all pools) of one device, as `memory_stats()` names them
+/// (the `current` value).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PoolFigures {
+    pub segments: u64,
+    pub blocks: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub active_bytes: u64,
+    pub requested_bytes: u64,
+    /// "Non-releasable memory".
+    pub inactive_split_bytes: u64,
+    /// Blocks in state `active_allocated` ("Allocations").
+    pub allocations: u64,
+    /// `active_allocated` + `active_pending_free` blocks ("Active allocs").
+    pub active_blocks: u64,
+    /// "Non-releasable allocs".
+    pub inactive_split_blocks: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Pools {
+    pub large: PoolFigures,
+    pub small: PoolFigures,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceSummary {
+    pub device: i64,
+    /// The `all` pool figures, flattened into the device object.
+    #[serde(flatten)]
+    pub all: PoolFigures,
+    pub pools: Pools,
+    /// Segments with `is_expandable` true.
+    pub expandable_segments: u64,
+    /// Same as `fragmentation.largest_free_block_bytes`.
+    pub largest_free_block_bytes: u64,
+    /// Same as `trace.events`.
+    pub trace_events: u64,
+    pub fragmentation: Fragmentation,
+    pub trace: TraceSummary,
+    /// memory_summary()'s Cur/Peak/Tot Alloc/Tot Freed over the recorded window (see
+    /// [`fragscope_replay::memstats`]); `None` without a trace or when the trace and the state disagree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_table: Option<fragscope_replay::memstats::MemoryTable>,
+    /// Memory by role over the trace ([`crate::roles`]); absent without a trace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roles: Option<crate::roles::DeviceRoles>,
+}
+
+/// Where the reserved-but-unallocated memory is.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fragmentation {
+    /// `reserved_bytes − allocated_bytes`: what nvidia-smi counts as used but tensors do not.
+    pub reserved_minus_allocated_bytes: u64,
+    /// `internal_free_bytes + external_free_bytes` (`_memory_viz.py stats` "total_free").
+    pub free_bytes: u64,
+    /// Rounding slack inside `active_allocated` blocks: `size − request`.
+    pub internal_free_bytes: u64,
+    /// Sizes of all blocks that are not `active_allocated` (pending-free included).
+    pub external_free_bytes: u64,
+    /// `internal_free_bytes / free_bytes`, 0 when nothing is free.
+    pub internal_free_share: f64,
+    /// Sizes of `inactive` blocks: cached memory a new request could reuse.
+    pub inactive_bytes: u64,
+    /// The largest `inactive` block: the largest request served without new memory.
+    pub largest_free_block_bytes: u64,
+    /// `1 − largest_free_block_bytes / inactive_bytes`; 0 when nothing is free. Near 1:
+    /// the free memory is scattered in small pieces.
+    pub free_space_fragmentation: f64,
+    /// Non-expandable segments kept alive by a few small live blocks: a segment with
+    /// at least one active block where active bytes ≤ 10% of the segment, or ≤ 2 active
+    /// blocks holding ≤ 25% of it. `empty_cache()` releases only segments without active
+    /// blocks, so their free part stays reserved.
+    pub pinned_segments: u64,
+    /// `total_size` of the pinned segments.
+    pub pinned_reserved_bytes: u64,
+    /// Free bytes (not active) inside the pinned segments.
+    pub pinned_free_bytes: u64,
+}
+
+/// What the device's trace holds and how much of the final state it explains.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceSummary {
+    pub events: u64,
+    /// Events per action name (only actions present).
+    pub by_action: BTreeMap<&'static str, u64>,
+    /// `time_us` of the first / last event that has one (trace order).
+    pub first_time_us: Option<i64>,
+    pub last_time_us: Option<i64>,
+    pub span_us: Option<i64>,
+    /// `"none"`: no events; `"single_entry"`: one event (`enabled="state"` or the legacy
+    /// one-entry ring buffer); `"complete"`: every free and every live block has its
+    /// alloc in the trace; `"began_mid_run"`: recording started (or the ring buffer
+    /// wrapped) after some blocks or segments already existed.
+    pub history: &'static str,
+    /// Blocks freed in the trace (free_requested/free_completed) with no earlier
+    /// `alloc` in the trace; a block freed by both events counts once.
+    pub frees_of_unknown_blocks: u64,
+    /// `segment_free` of segments with no earlier `segment_alloc` in the trace.
+    pub segment_frees_of_unknown_segments: u64,
+    /// Active blocks in the final state.
+    pub live_blocks: u64,
+    pub live_bytes: u64,
+    /// Active blocks of the final state whose alloc is not in the trace.
+    pub live_blocks_untraced: u64,
+    /// Active bytes of the final state allocated within the trace.
+    pub live_bytes_traced: u64,
+    /// `live_bytes_traced / live_bytes`, `null` when nothing is live.
+    pub live_bytes_coverage: Option<f64>,
+    /// Blocks the trace leaves live (alloc, no free_completed) that the final state lacks.
+    pub trace_live_missing_from_state: u64,
+}
+
+/// The totals `_memory_viz.py stats` prints, with its exact text.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemvizStats {
+    pub segments: u64,
+    pub total_reserved_bytes: u64,
+    /// Sum of the requests of `active_allocated` blocks ("total_allocated").
+    pub total_allocated_bytes: u64,
+    pub free_internal_bytes: u64,
+    pub free_external_bytes: u64,
+    /// `segments: N`, `total_reserved: ...`, `total_allocated: ...`, `total_free: ...`.
+    pub lines: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Settings {
+    #[serde(rename = "PYTORCH_CUDA_ALLOC_CONF")]
+    pub conf: Option<String>,
+    /// `null` = unlimited.
+    pub max_split_size: Option<u64>,
+    pub garbage_collection_threshold: Option<f64>,
+    pub expandable_segments: Option<bool>,
+    /// `[interval start in MiB, divisions]` pairs.
+    pub roundup_power2_divisions: Vec<(u64, u64)>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Notes {
+    pub unknown_keys: BTreeMap<String, u64>,
+    pub unknown_actions: BTreeMap<String, u64>,
+    pub missing_optional: BTreeMap<String, u64>,
+    pub remarks: Vec<String>,
+}
+
+/// The request `_memory_viz.py` attributes to a block (`_block_extra`): `requested_size`
+/// when the block has `frames`, else `history[0].real_size`, else `requested_size`, else
+/// `size`.
+pub fn memviz_request(b: &Block) -> u64 {
+    if b.stack.is_none() {
+        if let Some(h) = b.history.as_ref().and_then(|h| h.first()) {
+            return h.real_size;
+        }
+    }
+    b.requested_size.unwrap_or(b.size)
+}
+
+/// The unrounded request of an active block as `memory_stats()` counts it.
+pub fn request_of(b: &Block) -> u64 {
+    b.requested_size.unwrap_or_else(|| memviz_request(b))
+}
+
+fn pool_figures<'a>(segs: impl Iterator<Item = &'a Segment>) -> PoolFigures {
+    let mut r = PoolFigures::default();
+    for seg in segs {
+        r.segments += 1;
+        r.blocks += seg.blocks.len() as u64;
+        r.reserved_bytes += seg.total_size;
+        let split = seg.blocks.len() > 1 && seg.is_expandable != Some(true);
+        for b in &seg.blocks {
+            match b.state {
+                BlockState::ActiveAllocated => {
+                    r.allocated_bytes += b.size;
+                    r.allocations += 1;
+                }
+                BlockState::ActivePendingFree => {}
+                BlockState::Inactive => {
+                    if split {
+                        r.inactive_split_bytes += b.size;
+                        r.inactive_split_blocks += 1;
+                    }
+                }
+            }
+            if b.state.is_active() {
+                r.active_bytes += b.size;
+                r.active_blocks += 1;
+                r.requested_bytes += request_of(b);
+            }
+        }
+    }
+    r
+}
+
+fn fragmentation(segs: &[&Segment], all: &PoolFigures) -> Fragmentation {
+    let (mut internal, mut external, mut inactive, mut largest) = (0u64, 0u64, 0u64, 0u64);
+    let (mut pinned, mut pinned_reserved, mut pinned_free) = (0u64, 0u64, 0u64);
+    for seg in segs {
+        let (mut live_n, mut live_bytes) = (0u64, 0u64);
+        for b in &seg.blocks {
+            if b.state == BlockState::ActiveAllocated {
+                internal += b.size.saturating_sub(memviz_request(b));
+            } else {
+                external += b.size;
+            }
+            if b.state == BlockState::Inactive {
+                inactive += b.size;
+                largest = largest.max(b.size);
+            } else {
+                live_n += 1;
+                live_bytes += b.size;
+            }
+        }
+        let total = seg.total_size;
+        if is_pinned(seg, live_n as usize, live_bytes) {
+            pinned += 1;
+            pinned_reserved += total;
+            pinned_free += total.saturating_sub(live_bytes);
+        }
+    }
+    let free = internal + external;
+    Fragmentation {
+        reserved_minus_allocated_bytes: all.reserved_bytes.saturating_sub(all.allocated_bytes),
+        free_bytes: free,
+        internal_free_bytes: internal,
+        external_free_bytes: external,
+        internal_free_share: if free == 0 { 0.0 } else { internal as f64 / free as f64 },
+        inactive_bytes: inactive,
+        largest_free_block_bytes: largest,
+        free_space_fragmentation: if inactive == 0 { 0.0 } else { 1.0 - largest as f64 / inactive as f64 },
+        pinned_segments: pinned,
+        pinned_reserved_bytes: pinned_reserved,
+        pinned_free_bytes: pinned_free,
+    }
+}
+
+/// A segment that `empty_cache()` cannot release although it is mostly free: it holds
+/// live (active) blocks whose bytes are at most 10% of the segment, or at most 2 live
+/// blocks holding at most 25% of it. Expandable segments are excluded: their free pages
+/// can be unmapped. `live_blocks` / `live_bytes` count active blocks of `seg`.
+pub fn is_pinned(seg: &Segment, live_blocks: usize, live_bytes: u64) -> bool {
+    let total = seg.total_size;
+    live_blocks > 0
+        && seg.is_expandable != Some(true)
+        && (live_bytes.saturating_mul(10) <= total || (live_blocks <= 2 && live_bytes.saturating_mul(4) <= total))
+}
+
+/// The trace's figures from the facts the lifetime walk gathered in its first pass
+/// ([`TraceFacts`]: the events by action, the blocks the trace leaves live, the frees it
+/// has no alloc for), so that `summary` reads the trace once for them and for the roles.
+fn trace_summary(segs: &[&Segment], trace: &[TraceEvent], facts: &TraceFacts) -> TraceSummary {
+    let first_time_us = trace.iter().find_map(TraceEvent::time);
+    let last_time_us = trace.iter().rev().find_map(TraceEvent::time);
+    let counts = &facts.counts;
+    let live = &facts.live_at_end;
+    let (unknown_frees, unknown_seg_frees) = (facts.unknown_frees, facts.unknown_segment_frees);
+    let by_action: BTreeMap<&'static str, u64> =
+        Action::ALL.iter().filter(|a| counts[**a as usize] > 0).map(|a| (a.as_str(), counts[*a as usize])).collect();
+    let mut state_live: HashMap<u64, u64> = HashMap::new();
+    for seg in segs {
+        for b in seg.blocks.iter().filter(|b| b.state.is_active()) {
+            state_live.insert(b.address, b.size);
+        }
+    }
+    let live_bytes: u64 = state_live.values().sum();
+    let (mut traced_n, mut traced_bytes) = (0u64, 0u64);
+    for (a, s) in &state_live {
+        if live.contains_key(a) {
+            traced_n += 1;
+            traced_bytes += s;
+        }
+    }
+    let untraced = state_live.len() as u64 - traced_n;
+    let history = if trace.is_empty() {
+        "none"
+    } else if trace.len() == 1 {
+        "single_entry"
+    } else if unknown_frees == 0 && unknown_seg_frees == 0 && untraced == 0 {
+        "complete"
+    } else {
+        "began_mid_run"
+    };
+    TraceSummary {
+        events: trace.len() as u64,
+        by_action,
+        first_time_us,
+        last_time_us,
+        span_us: first_time_us.zip(last_time_us).map(|(a, b)| b - a),
+        history,
+        frees_of_unknown_blocks: unknown_frees,
+        segment_frees_of_unknown_segments: unknown_seg_frees,
+        live_blocks: state_live.len() as u64,
+        live_bytes,
+        live_blocks_untraced: untraced,
+        live_bytes_traced: traced_bytes,
+        live_bytes_coverage: (live_bytes > 0).then(|| traced_bytes as f64 / live_bytes as f64),
+        trace_live_missing_from_state: live.keys().filter(|a| !state_live.contains_key(a)).count() as u64,
+    }
+}
+
+/// Summary of one device.
+pub fn summarize_device(snap: &Snapshot, device: i64) -> DeviceSummary {
+    summarize_device_with(snap, device, true)
+}
+
+/// [`summarize_device`]; without its roles when `roles` is false, for a caller that has
+/// them from a walk of its own (the report takes `analyze`'s, over the same block lives).
+pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> DeviceSummary {
+    summarize_device_threads(snap, device, roles, crate::par::threads() > 2)
+}
+
+/// [`summarize_device_with`], with the steps on a thread of their own or not (tests check
+/// that both layouts give the same summary; a machine takes the one its cores suit).
+#[doc(hidden)]
+pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_steps_thread: bool) -> DeviceSummary {
+    let segs: Vec<&Segment> = snap.device_segments(device).collect();
+    let all = pool_figures(segs.iter().copied());
+    let pools = Pools {
+        large: pool_figures(segs.iter().copied().filter(|s| s.segment_type == SegmentType::Large)),
+        small: pool_figures(segs.iter().copied().filter(|s| s.segment_type == SegmentType::Small)),
+    };
+    let fragmentation = fragmentation(&segs, &all);
+    // Two walks of the trace answer different questions: the block lives (one forward
+    // walk, [`BlockLives`]), which give the trace's figures (from its first pass) and the
+    // roles; and memory_summary's table, whose block sizes need the allocator's block
+    // layout (the backward walk of [`fragscope_replay::memstats`]). On the two cores summary has,
+    // side by side; the roles' steps, which read only the trace and its stacks, beside
+    // the lifetime walk (the table's walk often ends at once, on a trace it cannot
+    // vouch for).
+    let want_roles = roles && !snap.trace(device).is_empty();
+    let segs_ref = &segs;
+    let steps_of = move || {
+        let mut ev = crate::steps::StackEvidence::new(snap);
+        let st = crate::steps::steps_with(snap, device, &mut ev);
+        (st, ev)
+    };
+    // On two cores, two threads: the steps here before the table (together about as long
+    // as the lifetime walk and the roles), handed to the lives' thread; a third thread
+    // would only take turns with these two (loopreq-6.9m, 8 interleaved in-process runs of
+    // 5: best 0.085-0.088 s against 0.087-0.102 s with three). With more cores
+    // (`own_steps_thread`) the steps have their own.
+    let (memory_table, (trace, roles)) = std::thread::scope(|sc| {
+        let (to_lives, steps_rx) = std::sync::mpsc::sync_channel(1);
+        let steps = (want_roles && own_steps_thread).then(|| sc.spawn(steps_of));
+        let lived = sc.spawn(move || {
+            let (lives, facts, index) = BlockLives::replay_with_facts(snap, device, want_roles);
+            let trace = trace_summary(segs_ref, snap.trace(device), &facts);
+            drop(facts);
+            let steps = match steps {
+                Some(h) => Some(h.join().expect("steps thread")),
+                None => steps_rx.recv().ok(),
+            };
+            let roles =
+                steps.map(|(st, mut ev)| crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev, index).0);
+            (trace, roles)
+        });
+        if want_roles && !own_steps_thread {
+            let _ = to_lives.send(steps_of());
+        }
+        drop(to_lives);
+        let table = fragscope_replay::memstats::memory_table(snap, device).ok();
+        (table, lived.join().expect("lives thread"))
+    });
+    DeviceSummary {
+        device,
+        all,
+        pools,
+        expandable_segments: segs.iter().filter(|s| s.is_expandable == Some(true)).count() as u64,
+        largest_free_block_bytes: fragmentation.largest_free_block_bytes,
+        trace_events: trace.events,
+        fragmentation,
+        trace,
+        memory_table,
+        roles,
+    }
+}
+
+/// Summarizes every device that has segments or trace events.
+pub fn summarize(snap: &Snapshot) -> Summary {
+    summarize_with(snap, true)
+}
+
+/// [`summarize`], without the roles when `roles` is false ([`summarize_device_with`]).
+pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
+    let devices = snap.devices().into_iter().map(|d| summarize_device_with(snap, d, roles)).collect();
+    let settings = snap.recorded_settings().map(|s| Settings {
+        conf: s.conf,
+        max_split_size: s.max_split_size,
+        garbage_collection_threshold: s.garbage_collection_threshold,
+        expandable_segments: s.expandable_segments,
+        roundup_power2_divisions: s.roundup_power2_divisions,
+    });
+    let n = &snap.notes;
+    Summary {
+        devices,
+        memviz_stats: memviz_stats(&snap.segments),
+        settings,
+        notes: Notes {
+            unknown_keys: n.unknown_keys.clone(),
+            unknown_actions: n.unknown_actions.clone(),
+            missing_optional: n.missing_optional.clone(),
+            remarks: n.remarks.clone(),
+        },
+        format: match snap.format {
+            fragscope_snapshot::SourceFormat::Dict => "dict",
+            fragscope_snapshot::SourceFormat::SegmentList => "segment_list",
+            fragscope_snapshot::SourceFormat::Kineto => "kineto",
+        },
+        profiler_totals: profiler_totals(snap),
+    }
+}
+
+/// `_memory_viz.py stats` totals over the given segments (spec §11.3).
+pub fn memviz_stats(segments: &[Segment]) -> MemvizStats {
+    let (mut reserved, mut allocated, mut f_int, mut f_ext) = (0u64, 0u64, 0u64, 0u64);
+    for seg in segments {
+        reserved += seg.total_size;
+        for b in &seg.blocks {
+            if b.state == BlockState::ActiveAllocated {
+                let a = memviz_request(b);
+                allocated += a;
+                f_int += b.size.saturating_sub(a);
+            } else {
+                f_ext += b.size;
+            }
+        }
+    }
+    let total_free = f_int + f_ext;
+    let suffix = if total_free != 0 {
+        format!(" ({:.1}% internal)", f_int as f64 / total_free as f64 * 100.0)
+    } else {
+        String::new()
+    };
+    MemvizStats {
+        segments: segments.len() as u64,
+        total_reserved_bytes: reserved,
+        total_allocated_bytes: allocated,
+        free_internal_bytes: f_int,
+        free_external_bytes: f_ext,
+        lines: vec![
+            format!("segments: {}", segments.len()),
+            format!("total_reserved: {}", memviz_bytes(reserved)),
+            format!("total_allocated: {}", memviz_bytes(allocated)),
+            format!("total_free: {}{suffix}", memviz_bytes(total_free)),
+        ],
+    }
+}
+
+/// `_memory_viz.py`'s `Bytes` formatter: scale by 1024 until < 1024, one decimal, no space
+/// (`20.0MiB`, `512.0B`).
+pub fn memviz_bytes(n: u64) -> String {
+    let mut v = n as f64;
+    for unit in ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"] {
+        if v.abs() < 1024.0 {
+            return format!("{v:.1}{unit}B");
+        }
+        v /= 1024.0;
+    }
+    format!("{v:.1}YiB")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_snapshot::{Block, Segment};
+
+    fn blk(address: u64, size: u64, req: u64, state: BlockState) -> Block {
+        Block { address, size, requested_size: Some(req), state, stack: None, history: None }
+    }
+
+    fn seg(address: u64, blocks: Vec<Block>, ty: SegmentType) -> Segment {
+        let total: u64 = blocks.iter().map(|b| b.size).sum();
+        Segment {
+            device: 0,
+            address,
+            total_size: total,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: ty,
+            segment_pool_id: Some((0, 0)),
+            is_expandable: Some(false),
+            stack: None,
+            blocks,
+        }
+    }
+
+    #[test]
+    fn memviz_sample_from_spec() {
+        // One 20 MiB segment, one 11 MiB request in a 12 MiB block (spec §11.3 sample).
+        let mib = 1u64 << 20;
+        let s = seg(
+            0,
+            vec![
+                blk(0, 12 * mib, 11 * mib, BlockState::ActiveAllocated),
+                blk(12 * mib, 8 * mib, 0, BlockState::Inactive),
+            ],
+            SegmentType::Large,
+        );
+        let m = memviz_stats(std::slice::from_ref(&s));
+        assert_eq!(m.lines[3], "total_free: 9.0MiB (11.1% internal)");
+        assert_eq!(m.lines[1], "total_reserved: 20.0MiB");
+        assert_eq!(memviz_bytes(512), "512.0B");
+        assert_eq!(memviz_bytes(1536), "1.5KiB");
+    }
+
+    #[test]
+    fn figures_and_fragmentation() {
+        let mib = 1u64 << 20;
+        let mut snap = Snapshot::default();
+        snap.segments.push(seg(
+            0,
+            vec![
+                blk(0, mib, mib - 100, BlockState::ActiveAllocated),
+                blk(mib, 3 * mib, 5, BlockState::Inactive),
+                blk(4 * mib, 2 * mib, 2 * mib, BlockState::ActivePendingFree),
+                blk(6 * mib, 14 * mib, 0, BlockState::Inactive),
+            ],
+            SegmentType::Large,
+        ));
+        snap.segments.push(seg(
+            1 << 30,
+            vec![
+                blk(1 << 30, 512, 500, BlockState::ActiveAllocated),
+                blk((1 << 30) + 512, 2 * mib - 512, 0, BlockState::Inactive),
+            ],
+            SegmentType::Small,
+        ));
+        let mut t = vec![TraceEvent::new(Action::FreeCompleted, 77, 5), TraceEvent::new(Action::Alloc, 0, mib - 100)];
+        t[1].time_us = 10;
+        snap.device_traces.push(t);
+        let s = summarize(&snap);
+        let d = &s.devices[0];
+        assert_eq!(d.all.reserved_bytes, 22 * mib);
+        assert_eq!(d.all.allocated_bytes, mib + 512);
+        assert_eq!(d.all.active_bytes, 3 * mib + 512);
+        assert_eq!(d.all.requested_bytes, mib - 100 + 2 * mib + 500);
+        assert_eq!(d.all.inactive_split_bytes, 17 * mib + 2 * mib - 512);
+        assert_eq!(d.pools.small.segments, 1);
+        assert_eq!(d.largest_free_block_bytes, 14 * mib);
+        assert_eq!(d.fragmentation.internal_free_bytes, 112);
+        assert_eq!(d.fragmentation.external_free_bytes, 19 * mib + 2 * mib - 512);
+        // The small segment holds 512 live bytes of 2 MiB (< 10%); the large one 2 live
+        // blocks holding 15% (≤ 2 blocks, ≤ 25%): both pinned.
+        assert_eq!(d.fragmentation.pinned_segments, 2);
+        assert_eq!(d.trace.frees_of_unknown_blocks, 1);
+        assert_eq!(d.trace.live_blocks, 3);
+        assert_eq!(d.trace.live_blocks_untraced, 2);
+        assert_eq!(d.trace.history, "began_mid_run");
+        assert_eq!(d.trace.first_time_us, Some(10));
+    }
+}

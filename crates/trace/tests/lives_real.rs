@@ -1,0 +1,45 @@
+//! The block lives kept by the timeline walk ([`fragscope_trace::lives`]) on the real
+//! snapshots: the same as a walk of their own, and the live sets read from them the same
+//! as a replay of the trace to each position gives.
+
+use fragscope_testdata::{min_count, real_pickles};
+use fragscope_trace::lives::BlockLives;
+use fragscope_trace::timeline::{self, TimelineOptions};
+
+#[test]
+fn lives_from_the_timeline_walk_match_a_replay() {
+    let mut devices_with_trace = 0;
+    let mut lives_checked = 0usize;
+    for p in real_pickles() {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let snap = fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for d in snap.devices() {
+            let opts = TimelineOptions::default();
+            let mut with = timeline::timeline_with_lives(&snap, d, &opts);
+            let lives = with.lives.take().expect("timeline_with_lives keeps the lives");
+            // Keeping the lives changes nothing else.
+            let plain = timeline::timeline(&snap, d, &opts);
+            assert!(plain.lives.is_none());
+            assert_eq!(
+                serde_json::to_value(&with).unwrap(),
+                serde_json::to_value(&plain).unwrap(),
+                "{name} device {d}"
+            );
+            assert_eq!(*lives, BlockLives::replay(&snap, d), "{name} device {d}");
+            let n = snap.trace(d).len();
+            if n > 0 {
+                devices_with_trace += 1;
+            }
+            lives_checked += lives.traced.len() + lives.seeded.len();
+            let mut at: Vec<Option<usize>> =
+                vec![None, plain.peak_allocated.event_index, plain.peak_reserved.event_index];
+            at.extend((0..8).map(|k| Some(k * n / 8)));
+            at.push(n.checked_sub(1));
+            let from_lives = lives.live_sets_at(&snap, &at);
+            let replayed = timeline::live_sets_at(&snap, d, &at);
+            assert_eq!(from_lives, replayed, "{name} device {d}");
+        }
+    }
+    assert!(devices_with_trace >= min_count(25, 6), "only {devices_with_trace} devices with a trace");
+    assert!(lives_checked > 0);
+}
