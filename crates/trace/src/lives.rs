@@ -13,45 +13,11 @@
 //!
 //! Principal type: [`BlockLives`].
 
-use fragscope_snapshot::{Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{Snapshot, NO_TIME};
 
-use crate::timeline::{LifeIndexParts, Live, LiveBlock, Replayer, TraceFacts};
-
-/// A block allocated by the trace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TracedLife {
-    /// Index of its `alloc` entry (address and request are that entry's).
-    pub alloc: usize,
-    /// Index of the entry that ended its `allocated` life; [`LIVE_AT_END`] when none did.
-    pub end: usize,
-    /// Block size (see [`crate::timeline`]'s module doc for the basis).
-    pub size: u64,
-    /// The `alloc` entry's stack, kept here because leak detection reads it for every
-    /// block: from the trace it would cost a cache miss each. (Its `time_us`, read for
-    /// a few blocks only, is the trace's: 32 bytes a life, millions of lives.)
-    pub stack: Option<StackId>,
-}
-
-/// A block seeded as allocated at state 0 (live before the trace began).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SeededLife {
-    pub address: u64,
-    pub size: u64,
-    pub request: u64,
-    pub stack: Option<StackId>,
-    /// As [`TracedLife::end`].
-    pub end: usize,
-}
-
-/// [`TracedLife::end`] of a block still allocated after the last entry.
-pub const LIVE_AT_END: usize = usize::MAX;
-
-impl TracedLife {
-    /// The entry that ended its life, `None` when it is live at the end.
-    pub fn end_entry(&self) -> Option<usize> {
-        (self.end != LIVE_AT_END).then_some(self.end)
-    }
-}
+use crate::hugepages::HugePages;
+use crate::walk::{LifeIndexParts, Live, LiveBlock, LivesDraft, Replayer, TraceFacts};
+pub use crate::walk::{SeededLife, TracedLife, LIVE_AT_END};
 
 /// The `allocated` lives of every block of one device's trace (module doc).
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -121,7 +87,7 @@ impl BlockLives {
     /// The lives of `device`'s blocks by a walk of its own (for callers without a
     /// timeline walk to take them from).
     pub fn replay(snap: &Snapshot, device: i64) -> BlockLives {
-        Replayer::lives(snap, device, false).0
+        Self::replay_with_facts(snap, device, false).0
     }
 
     /// [`BlockLives::replay`], and what `summary`'s trace figures read from the same
@@ -131,7 +97,64 @@ impl BlockLives {
         device: i64,
         index: bool,
     ) -> (BlockLives, TraceFacts, Option<LifeIndexParts>) {
-        Replayer::lives(snap, device, index)
+        let n = snap.trace(device).len();
+        // The per-entry index numbers lives in 32 bits.
+        let index = index && n < u32::MAX as usize;
+        let mut d = LivesDraft {
+            // At most one life per entry: untouched capacity is address space, not
+            // memory, and growing a vector of millions of lives would copy them.
+            traced: Vec::with_capacity(n),
+            pending: Vec::new(),
+            first_of: Vec::new(),
+            rounded: Box::new([(u64::MAX, 0); 256]),
+            index,
+            req: if index { Vec::with_capacity(n) } else { Vec::new() },
+            ended: if index { vec![0; n] } else { Vec::new() },
+        };
+        // Tens of MB filled in one pass: in huge pages ([`crate::hugepages`]).
+        d.traced.huge_pages();
+        d.req.huge_pages();
+        d.ended.huge_pages();
+        let mut r = Replayer::build::<true>(snap, device, Some(&mut d));
+        let facts = std::mem::take(&mut r.facts);
+        let mut traced = d.traced;
+        traced.shrink_to_fit();
+        // The real sizes of the blocks live at the end (both lists in `alloc` order).
+        let mut at = 0;
+        for &(idx, size) in &r.final_sizes {
+            at += traced[at..].partition_point(|l| l.alloc < idx);
+            if let Some(l) = traced.get_mut(at).filter(|l| l.alloc == idx) {
+                l.size = size;
+            }
+        }
+        // Seeded as `LivesRecorder::start` numbers them; each ends at the first entry
+        // of its address (none for a block no entry names).
+        let mut seeded = Vec::new();
+        let mut more = Vec::new();
+        for &k in &r.seeded_order {
+            let Some(b) = &r.live[k as usize] else { continue };
+            if !b.allocated {
+                continue;
+            }
+            let end = d.first_of.get(k as usize).copied().unwrap_or(LIVE_AT_END);
+            if index && end != LIVE_AT_END {
+                let life = traced.len() + seeded.len();
+                match d.ended.get_mut(end) {
+                    Some(s) if *s == 0 && life < u32::MAX as usize => *s = life as u32 + 1,
+                    _ => more.push((end, life)),
+                }
+            }
+            seeded.push(SeededLife {
+                address: r.addr_of[k as usize],
+                size: b.size,
+                request: b.request,
+                stack: b.stack,
+                end,
+            });
+        }
+        more.sort_unstable();
+        let parts = index.then_some(LifeIndexParts { req: d.req, ended: d.ended, more });
+        (BlockLives { device, seeded, traced }, facts, parts)
     }
 
     /// What [`crate::timeline::live_sets_at`] returns, from the lives: the allocated
@@ -140,7 +163,7 @@ impl BlockLives {
     pub fn live_sets_at(&self, snap: &Snapshot, positions: &[Option<usize>]) -> Vec<Vec<LiveBlock>> {
         let trace = snap.trace(self.device);
         let n = trace.len();
-        let scopes = crate::attribution::Scopes::new(snap, self.device);
+        let scopes = crate::scopes::Scopes::new(snap, self.device);
         let opt_time = |t: i64| (t != NO_TIME).then_some(t);
         positions
             .iter()

@@ -35,7 +35,7 @@ use serde::Serialize;
 
 use crate::lives::{BlockLives, LIVE_AT_END};
 use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
-use crate::timeline::LifeIndexParts;
+use crate::walk::LifeIndexParts;
 
 /// A step's backward and optimizer spans (entries `start..end`), and where its forward
 /// starts.
@@ -1533,7 +1533,7 @@ mod tests {
                 });
             }
             snap.device_traces.push(trace);
-            let (lives, _, parts) = crate::timeline::Replayer::lives(&snap, 0, true);
+            let (lives, _, parts) = BlockLives::replay_with_facts(&snap, 0, true);
             let parts = parts.expect("a short trace has its index");
             assert_eq!(
                 LifeIndex::from_walk(&lives, parts),

@@ -31,8 +31,8 @@
 use fragscope_snapshot::{Action, FrameId, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
-use crate::attribution::Scopes;
 use crate::hugepages::HugePages;
+use crate::scopes::Scopes;
 
 /// What the program was doing at a trace entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

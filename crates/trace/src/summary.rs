@@ -22,11 +22,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
+use fragscope_snapshot::{Action, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
 use serde::Serialize;
 
+use crate::blocks::{is_pinned, memviz_request, request_of};
 use crate::lives::BlockLives;
-use crate::timeline::TraceFacts;
+use crate::walk::TraceFacts;
 
 /// The schema name written at the top of `fragscope summary --json`.
 pub const SCHEMA: &str = "fragscope.summary/1";
@@ -229,23 +230,6 @@ pub struct Notes {
     pub remarks: Vec<String>,
 }
 
-/// The request `_memory_viz.py` attributes to a block (`_block_extra`): `requested_size`
-/// when the block has `frames`, else `history[0].real_size`, else `requested_size`, else
-/// `size`.
-pub fn memviz_request(b: &Block) -> u64 {
-    if b.stack.is_none() {
-        if let Some(h) = b.history.as_ref().and_then(|h| h.first()) {
-            return h.real_size;
-        }
-    }
-    b.requested_size.unwrap_or(b.size)
-}
-
-/// The unrounded request of an active block as `memory_stats()` counts it.
-pub fn request_of(b: &Block) -> u64 {
-    b.requested_size.unwrap_or_else(|| memviz_request(b))
-}
-
 fn pool_figures<'a>(segs: impl Iterator<Item = &'a Segment>) -> PoolFigures {
     let mut r = PoolFigures::default();
     for seg in segs {
@@ -317,17 +301,6 @@ fn fragmentation(segs: &[&Segment], all: &PoolFigures) -> Fragmentation {
         pinned_reserved_bytes: pinned_reserved,
         pinned_free_bytes: pinned_free,
     }
-}
-
-/// A segment that `empty_cache()` cannot release although it is mostly free: it holds
-/// live (active) blocks whose bytes are at most 10% of the segment, or at most 2 live
-/// blocks holding at most 25% of it. Expandable segments are excluded: their free pages
-/// can be unmapped. `live_blocks` / `live_bytes` count active blocks of `seg`.
-pub fn is_pinned(seg: &Segment, live_blocks: usize, live_bytes: u64) -> bool {
-    let total = seg.total_size;
-    live_blocks > 0
-        && seg.is_expandable != Some(true)
-        && (live_bytes.saturating_mul(10) <= total || (live_blocks <= 2 && live_bytes.saturating_mul(4) <= total))
 }
 
 /// The trace's figures from the facts the lifetime walk gathered in its first pass

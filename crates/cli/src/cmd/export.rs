@@ -520,7 +520,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                 row_roles.push(Some(role_of.seeded[k]));
             }
         }
-        let scopes = fragscope_trace::attribution::Scopes::new(snap, device);
+        let scopes = fragscope_trace::scopes::Scopes::new(snap, device);
         let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
         for (a, role) in rows.iter().zip(&row_roles) {
             note(a.stack);
