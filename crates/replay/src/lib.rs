@@ -1,20 +1,23 @@
-//! Replay of a recorded trace through the allocator model.
+//! PyTorch's caching allocator ([`fragscope_alloc`]) driven by a recorded trace.
 //!
-//! Two modes:
-//!
-//! * [`verify`]: rebuild the allocator state at the first trace entry by walking the
-//!   trace backwards from the final `segments` (spec §10.12, [`state`]), seed
-//!   [`fragscope_alloc::CachingAllocator`] with it, then drive the model with the
-//!   recorded `alloc` / `free_requested` / `free_completed` entries. New segments get
-//!   the addresses CUDA gave (the recorded `segment_alloc`s are queued in an oracle
-//!   device just before the malloc that needs them), so a recorded OOM or a recorded
-//!   absence of `cudaMalloc` happens by construction. Every decision is compared:
-//!   the address of each `alloc`, and each segment event (alloc/free/map/unmap).
-//!   After a divergence the model is re-seeded from the recorded state right after
-//!   the diverging event, so later figures still mean something.
-//! * [`simulate`] ("what if"): the same trace under another configuration and/or
-//!   device size, with synthetic addresses: peaks, fragmentation, cudaMalloc counts,
-//!   first OOM.
+//! * [`Seeded`]: the allocator state at the first trace entry, rebuilt by walking the
+//!   trace backwards from the final `segments` (spec §10.12, [`state`]) — the tensors and
+//!   the cache the process already held when recording began — and an allocator seeded
+//!   with it. Every replay below starts from it; so can a program of its own.
+//! * [`verify`]: seed [`fragscope_alloc::CachingAllocator`] with that state, then drive
+//!   the model with the recorded `alloc` / `free_requested` / `free_completed` entries.
+//!   New segments get the addresses CUDA gave (the recorded `segment_alloc`s are queued
+//!   in an oracle device just before the malloc that needs them), so a recorded OOM or a
+//!   recorded absence of `cudaMalloc` happens by construction. Every decision is
+//!   compared: the address of each `alloc`, and each segment event (alloc/free/map/unmap).
+//!   After a divergence the model is re-seeded from the recorded state right after the
+//!   diverging event, so later figures still mean something ([`VerifyReport`]).
+//! * [`simulate`] ("what if"): the same trace under another configuration and/or device
+//!   size, with synthetic addresses: peaks, fragmentation, cudaMalloc counts, first OOM
+//!   ([`WhatIf`]); [`whatif::simulate_ops`] serves a transformed trace the same way.
+//! * [`lab`]: other allocation policies on the same workload; [`memstats`]: the
+//!   `memory_stats()` counters of the recorded run; [`recorder`]: a simulated run written
+//!   back as a snapshot; [`cost`]: the driver work a run implies.
 
 pub mod cost;
 pub mod driver;
@@ -22,6 +25,7 @@ pub mod fidelity;
 pub mod lab;
 pub mod memstats;
 pub mod recorder;
+pub mod seeded;
 pub mod state;
 pub mod whatif;
 
@@ -36,6 +40,7 @@ pub type AddrBuild = std::hash::BuildHasherDefault<fragscope_snapshot::FxHasher>
 
 pub use driver::{infer_expandable_capacity, replayable_devices, verify};
 pub use fidelity::fidelity_table;
+pub use seeded::{Seeded, StartError};
 pub use whatif::{simulate, simulate_with, SimOptions, StartState, WhatIf};
 
 /// Options of [`verify`].
