@@ -12,7 +12,7 @@ Builds the inputs when missing:
   Every decision in it is the model's own, so `fragscope replay LARGE-SIM --verify`
   must match 100%: that is the timing target.
 
-Then times, with the replay_bench example (library calls, file read once and timed
+Then times, with the replay_bench tool (crates/bench) (library calls, file read once and timed
 apart), on CPU time (CLOCK_PROCESS_CPUTIME_ID, not wall time: the machine is shared):
 
 * verify   on LARGE-SIM: walk of the segments alive at entry 0 + seeding + forward
@@ -50,8 +50,8 @@ def sh(cmd, **kw):
 
 
 def build():
-    sh(["cargo", "build", "--release", "-q", "-p", "fragscope", "-p", "fragscope-analysis", "--example", "replay_bench", "--bin", "fragscope"], cwd=ROOT)
-    return os.path.join(TARGET, "release", "fragscope"), os.path.join(TARGET, "release", "examples", "replay_bench")
+    sh(["cargo", "build", "--release", "-q", "-p", "fragscope", "-p", "fragscope-bench", "--bin", "replay_bench", "--bin", "fragscope"], cwd=ROOT)
+    return os.path.join(TARGET, "release", "fragscope"), os.path.join(TARGET, "release", "replay_bench")
 
 
 def bench(tool, mode, path, min_events, repeat):

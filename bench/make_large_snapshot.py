@@ -12,7 +12,7 @@ usage: make_large_snapshot.py SOURCE.pickle OUT.pickle [--events N] [--min-mb M]
 
 This holds every entry as a Python dict (peak RSS 2.5 GB for 6.4 M entries, so about
 12 GB for the 32 M entries of a 2 GB file). For multi-GB files use the Rust example, which writes the same kind of file:
-  cargo run --release -p fragscope-snapshot --example replicate_trace -- SOURCE OUT EVENTS
+  cargo run --release -p fragscope-bench --bin replicate_trace -- SOURCE OUT EVENTS
 """
 import argparse
 import io

@@ -19,7 +19,7 @@
 //! shared through the memo), as in PyTorch's dumps, where a list is shared only by the
 //! entries that hold one captured traceback: files shaped like real ones, larger per entry.
 //!
-//! usage: cargo run --release -p fragscope-snapshot --example replicate_trace -- SOURCE OUT EVENTS [--loop] [--fresh-stacks]
+//! usage: cargo run --release -p fragscope-bench --bin replicate_trace -- SOURCE OUT EVENTS [--loop] [--fresh-stacks]
 
 use fragscope_snapshot::pickle::write::WriteOptions;
 use fragscope_snapshot::{read_path, NO_TIME};

@@ -1,7 +1,7 @@
 //! Synchronisations each policy makes on the smallest device on which it runs without an
 //! OOM (the lab reports the calls of its unlimited run only):
 //!
-//!     cargo run -p fragscope-analysis --example lab_min_syncs -- FILE... [--allocator NAME]...
+//!     cargo run -p fragscope-bench --bin lab_min_syncs -- FILE... [--allocator NAME]...
 //!
 //! Per file and replayable device: the policy, the smallest device (`smallest_capacity`,
 //! the lab's bisection, on the workload of what was live) as a ratio to peak live bytes,

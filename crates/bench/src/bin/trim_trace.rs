@@ -5,7 +5,7 @@
 //! entries that follow. Used to make real traces that begin mid-run from real traces
 //! recorded from the start (issue 21: replays seeded with the state before the trace).
 //!
-//! `cargo run --release -p fragscope-analysis --example trim_trace -- IN OUT FRACTION`
+//! `cargo run --release -p fragscope-bench --bin trim_trace -- IN OUT FRACTION`
 //! drops the first FRACTION (0..1) of each device's entries.
 
 fn main() {

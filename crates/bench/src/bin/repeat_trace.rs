@@ -3,7 +3,7 @@
 //! longest device trace TIMES times with `time_us` shifted forward on each repetition, as
 //! that script does, and writes it with fragscope's own pickle writer (protocol 4).
 //!
-//! usage: cargo run --release -p fragscope-report --example repeat_trace SOURCE OUT TIMES
+//! usage: cargo run --release -p fragscope-bench --bin repeat_trace SOURCE OUT TIMES
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -1,6 +1,6 @@
 //! Replay speed, on CPU time (this machine's wall clock is shared and noisy):
 //!
-//! `cargo run --release -p fragscope-analysis --example replay_bench -- [--mode M] [--min-events N] FILE...`
+//! `cargo run --release -p fragscope-bench --bin replay_bench -- [--mode M] [--min-events N] FILE...`
 //!
 //! Each file is read once (timed apart), then its replayable devices are replayed in a
 //! loop until at least N trace events (default 5 M) have gone through. Modes:

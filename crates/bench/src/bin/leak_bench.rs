@@ -1,6 +1,6 @@
 //! Leak-detection speed, on CPU time (the machine's wall clock is shared and noisy):
 //!
-//! `cargo run --release -p fragscope-analysis --example leak_bench -- [--reps N] FILE...`
+//! `cargo run --release -p fragscope-bench --bin leak_bench -- [--reps N] FILE...`
 //!
 //! Each file is read once, then [`leaks_device`](fragscope_diagnose::leaks::leaks_device)
 //! runs N times (default 3) on each device with a trace, with a peak of 0 as `analyze`

@@ -2,7 +2,7 @@
 //! run it before and after a change to the replay and diff the outputs (the
 //! reports must not change).
 //!
-//! `cargo run --release -p fragscope-analysis --example replay_digest -- [--mutants N] [--light] FILE...`
+//! `cargo run --release -p fragscope-bench --bin replay_digest -- [--mutants N] [--light] FILE...`
 //!
 //! `--light` (for files of millions of entries): only `verify` with and without
 //! re-seeding and `simulate` under the recorded settings.

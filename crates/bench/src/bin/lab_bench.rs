@@ -1,6 +1,6 @@
 //! Speed of the allocator lab's policies on a long workload:
 //!
-//!     cargo run --release -p fragscope-analysis --example lab_bench -- FILE [REPEAT] [POLICY...]
+//!     cargo run --release -p fragscope-bench --bin lab_bench -- FILE [REPEAT] [POLICY...]
 //!
 //! The workload of FILE's device 0 repeated REPEAT times (default 277, the repetition of
 //! bench/make_large_snapshot.py), each repetition freeing at its end the blocks it left

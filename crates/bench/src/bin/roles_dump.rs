@@ -1,5 +1,5 @@
 //! Prints the steps and the memory by role of each device of the snapshots named on the
-//! command line (`DUMP_ROLE=gradients` also lists every block given that role): `cargo run --release -p fragscope-analysis --example roles_dump -- FILE...`.
+//! command line (`DUMP_ROLE=gradients` also lists every block given that role): `cargo run --release -p fragscope-bench --bin roles_dump -- FILE...`.
 fn main() {
     for p in std::env::args().skip(1) {
         let snap = match fragscope_snapshot::read_path(std::path::Path::new(&p)) {
