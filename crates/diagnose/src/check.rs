@@ -5,6 +5,7 @@
 //! the final state), leak suspects from [`crate::leaks`] (only computed when asked).
 //! Sizes are parsed by [`parse_size`], fractions by [`parse_fraction`].
 
+pub use fragscope_replay::settings::parse_size;
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 
@@ -131,49 +132,6 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
         });
     }
     CheckResult { schema: SCHEMA, ok: failures.is_empty(), limits: *limits, devices, failures }
-}
-
-/// Parses a byte size: a plain integer (bytes) or a number with a unit. Binary units
-/// `KiB`, `MiB`, `GiB`, `TiB` and the one-letter forms `K`, `M`, `G`, `T` (as
-/// `PYTORCH_CUDA_ALLOC_CONF` writes `40G`) are powers of 1024; `KB`, `MB`, `GB`, `TB`
-/// are powers of 1000 (so `20GB` = 20,000,000,000 bytes, as disk makers and
-/// nvidia-smi's "GB" mean it); `B` is bytes. Units are case-insensitive; a space before
-/// the unit and a fraction (`1.5GiB`) are allowed; the result is rounded to whole bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let unit = unit.trim();
-    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        _ => {
-            return Err(format!(
-                "invalid size {s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            ))
-        }
-    };
-    if num.is_empty() || num.matches('.').count() > 1 {
-        return Err(format!("invalid size {s:?}: expected a number with an optional unit, e.g. 20GiB"));
-    }
-    if unit.is_empty() || unit.eq_ignore_ascii_case("b") {
-        if let Ok(n) = num.parse::<u64>() {
-            return Ok(n);
-        }
-    }
-    let v: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
-    let bytes = (v * mult).round();
-    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(format!("invalid size {s:?}: too large"));
-    }
-    Ok(bytes as u64)
 }
 
 /// Parses a fraction in 0–1 (`0.15`) or a percentage (`15%`).

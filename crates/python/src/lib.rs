@@ -502,8 +502,11 @@ fn predict_json(
     py.allow_threads(move || {
         // A capacity that does not parse is the caller's argument; the rest (recordings of
         // different programs, sizes that do not match) is about the input, as in the CLI.
-        let capacity =
-            capacity.as_deref().map(cmd::replay::parse_capacity).transpose().map_err(|e| arg(CliError::usage(e)))?;
+        let capacity = capacity
+            .as_deref()
+            .map(fragscope_replay::settings::parse_capacity)
+            .transpose()
+            .map_err(|e| arg(CliError::usage(e)))?;
         let req = cmd::predict::Request { sizes, at, config, capacity, max_fit, max_size: 1 << 20, device };
         let refs: Vec<&Snap> = snaps.iter().map(|(s, _)| s.as_ref()).collect();
         let names: Vec<String> = snaps.iter().map(|(_, n)| n.clone()).collect();

@@ -375,13 +375,7 @@ pub fn make_policy_on<D: DeviceMemory + 'static>(
 
 /// `extra` on top of `base` (both valid: `extra` was checked by [`parse_policy`]).
 fn config_on_top(base: &AllocatorConfig, extra: &str) -> AllocatorConfig {
-    let b = base.to_conf_string();
-    let joined = match (b.is_empty(), extra.is_empty()) {
-        (_, true) => return base.clone(),
-        (true, false) => extra.to_string(),
-        (false, false) => format!("{b},{extra}"),
-    };
-    fragscope_alloc::parse_config(&joined).unwrap_or_else(|_| base.clone())
+    crate::settings::config_on_top(base, extra).unwrap_or_else(|_| base.clone())
 }
 
 /// CPU seconds (user + system) of the calling thread from `/proc/thread-self/stat`, in

@@ -26,6 +26,7 @@ pub mod lab;
 pub mod memstats;
 pub mod recorder;
 pub mod seeded;
+pub mod settings;
 pub mod state;
 pub mod whatif;
 

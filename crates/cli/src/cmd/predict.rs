@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use fragscope_alloc::AllocatorConfig;
 use fragscope_predict::{check_size_list, FitQuality, MaxFit, Prediction, Program, Recording};
+use fragscope_replay::settings;
 use serde::Serialize;
 
 use fragscope_snapshot::Snapshot;
@@ -112,20 +113,10 @@ pub fn parse_sizes(s: &str, what: &str) -> Result<Vec<u64>, CliError> {
     Ok(v)
 }
 
+/// [`settings::config_on_top`], refused as a usage error.
 fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, CliError> {
-    let b = base.to_conf_string();
-    let joined = if b.is_empty() { extra.to_string() } else { format!("{b},{extra}") };
-    fragscope_alloc::parse_config(&joined).map_err(|e| CliError::usage(e.to_string()))
+    settings::config_on_top(base, extra).map_err(|e| CliError::usage(e.to_string()))
 }
-
-/// The settings `replay` and `analyze` try beside the recorded ones.
-pub const ALTERNATIVES: &[&str] = &[
-    "expandable_segments:True",
-    "max_split_size_mb:128",
-    "max_split_size_mb:512",
-    "roundup_power2_divisions:4",
-    "garbage_collection_threshold:0.8,per_process_memory_fraction:0.95",
-];
 
 /// What to predict, checked ([`request_of`]): the parsed arguments without the files.
 #[derive(Clone, Debug, Default)]
@@ -186,7 +177,7 @@ fn request_of(args: &Args) -> Result<Request, CliError> {
         Some(s) => parse_sizes(s, "--at")?,
         None => Vec::new(),
     };
-    let capacity = args.capacity.as_deref().map(super::replay::parse_capacity).transpose().map_err(CliError::usage)?;
+    let capacity = args.capacity.as_deref().map(settings::parse_capacity).transpose().map_err(CliError::usage)?;
     let sizes = if args.files.len() < 2 { Vec::new() } else { parse_sizes(&args.sizes, "--sizes")? };
     let req = Request {
         sizes,
@@ -237,7 +228,7 @@ pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> 
         if let (true, Some(cap)) = (req.max_fit, req.capacity) {
             max_fit.push(prog.max_fit(&cfg, cap, req.max_size));
             if req.config.is_none() {
-                for alt in ALTERNATIVES {
+                for alt in settings::ALTERNATIVES {
                     max_fit.push(prog.max_fit(&config_on_top(&base, alt)?, cap, req.max_size));
                 }
             }

@@ -24,8 +24,8 @@ use fragscope_alloc::AllocatorConfig;
 use fragscope_diagnose::advice;
 use fragscope_diagnose::role_whatif::{self, RoleWhatIf};
 use fragscope_replay::{
-    self as replay, cost, fidelity, recorded_config, replayable_devices, simulate_with, ReplayOptions, SimOptions,
-    VerifyReport, WhatIf,
+    self as replay, cost, fidelity, recorded_config, replayable_devices, settings, simulate_with, ReplayOptions,
+    SimOptions, VerifyReport, WhatIf,
 };
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
@@ -135,84 +135,9 @@ pub fn role_changes(args: &Args) -> Result<Vec<role_whatif::Change>, CliError> {
     Ok(v)
 }
 
-/// Device memory a PyTorch process sees, per GPU: the "total capacity" its CUDA OOM
-/// messages print (`cudaMemGetInfo`'s total), in hundredths of a GiB as printed. This is
-/// less than nvidia-smi's MiB figure (the driver keeps a share: an H100 80GB shows 81,559
-/// MiB = 79.65 GiB in nvidia-smi but 79.11 GiB to PyTorch), and less than the marketing
-/// size. Each figure is quoted from a real OOM message in a public issue:
-///
-/// | name | printed | issue |
-/// |---|---|---|
-/// | H100-80GB | 79.11 GiB | <https://github.com/vllm-project/vllm/issues/27508> |
-/// | H100-NVL (94 GB) | 93.00 GiB | <https://github.com/ali-vilab/VACE/issues/56> |
-/// | A100-80GB | 79.25 GiB | <https://github.com/levihsu/OOTDiffusion/issues/235> |
-/// | A100-40GB | 39.50 GiB | <https://github.com/TianheWu/CoSeR/issues/10> |
-/// | L40S | 44.53 GiB | <https://github.com/Wan-Video/Wan2.1/issues/205> |
-/// | L40 | 44.40 GiB | <https://github.com/QwenLM/Qwen3-VL/issues/2097> |
-/// | A30 | 23.53 GiB | <https://github.com/google/RB-Modulation/issues/5> |
-/// | A10 | 21.99 GiB | <https://github.com/zai-org/CogVLM/issues/236> |
-/// | T4 | 14.75 GiB | <https://github.com/hpcaitech/Open-Sora/issues/697>, <https://github.com/googlecolab/colabtools/issues/3439> |
-/// | V100-32GB | 31.74 GiB | <https://github.com/liucongg/ChatGLM-Finetuning/issues/73>, <https://github.com/haotian-liu/LLaVA/issues/812> |
-/// | V100-16GB | 15.78 GiB | <https://github.com/kchengiva/Shift-GCN/issues/34> |
-/// | RTX-4090 | 23.64 GiB | <https://github.com/3DTopia/Phidias-Diffusion/issues/8> |
-/// | RTX-3090 | 23.70 GiB | <https://github.com/GaoLii/DSP/issues/10>, <https://github.com/xiaoxiangAQ/GAS-Net/issues/7> |
-///
-/// GPUs without such a message found (H200, L4, RTX A6000, RTX 5090) are not listed: give
-/// their size in bytes (`--capacity 139.8GiB`) from an OOM message of your own.
-const GPUS: &[(&str, u64)] = &[
-    ("H100-80GB", 7911),
-    ("H100", 7911),
-    ("H100-NVL", 9300),
-    ("H100-94GB", 9300),
-    ("A100-80GB", 7925),
-    ("A100", 7925),
-    ("A100-40GB", 3950),
-    ("L40S", 4453),
-    ("L40", 4440),
-    ("A30", 2353),
-    ("A10", 2199),
-    ("T4", 1475),
-    ("V100-32GB", 3174),
-    ("V100-16GB", 1578),
-    ("V100", 1578),
-    ("RTX-4090", 2364),
-    ("RTX-3090", 2370),
-];
-
-/// Bytes of a printed "X.YZ GiB" given in hundredths (rounded to the byte, as the parser
-/// of OOM messages reads it).
-fn gib_hundredths(h: u64) -> u64 {
-    (h * (1 << 30) + 50) / 100
-}
-
-/// `80GiB`, `80GB` (decimal), `80G` (= GiB), `1234` (bytes), or a GPU name.
-pub fn parse_capacity(s: &str) -> Result<u64, String> {
-    // GPU names compare without case, spaces, '-' or '_': "RTX 4090", "rtx-4090", "H100_80GB".
-    let key = |n: &str| n.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_uppercase();
-    let want = key(s);
-    if let Some(&(_, h)) = GPUS.iter().find(|(n, _)| key(n) == want) {
-        return Ok(gib_hundredths(h));
-    }
-    fragscope_diagnose::check::parse_size(s).map_err(|e| {
-        let names: Vec<&str> = GPUS.iter().map(|(n, _)| *n).collect();
-        format!("invalid capacity '{s}': {e}; or a GPU name: {}", names.join(", "))
-    })
-}
-
-/// The alternatives tried when no `--config` is given: (label, string added on top of
-/// the recorded settings, needs a memory fraction / capacity).
-const ALTERNATIVES: &[&str] = &[
-    "expandable_segments:True",
-    "max_split_size_mb:128",
-    "max_split_size_mb:512",
-    "roundup_power2_divisions:4",
-    "garbage_collection_threshold:0.8,per_process_memory_fraction:0.95",
-];
-
+/// [`settings::config_on_top`], refused as a usage error.
 fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, CliError> {
-    let b = base.to_conf_string();
-    let joined = if b.is_empty() { extra.to_string() } else { format!("{b},{extra}") };
-    fragscope_alloc::parse_config(&joined).map_err(|e| CliError::usage(e.to_string()))
+    settings::config_on_top(base, extra).map_err(|e| CliError::usage(e.to_string()))
 }
 
 #[derive(Serialize)]
@@ -287,7 +212,7 @@ pub fn capacity_of(args: &Args) -> Result<Option<u64>, CliError> {
     for c in &args.config {
         fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
     }
-    args.capacity.as_deref().map(parse_capacity).transpose().map_err(CliError::usage)
+    args.capacity.as_deref().map(settings::parse_capacity).transpose().map_err(CliError::usage)
 }
 
 /// Replays one snapshot as `args` asks (verify, and unless `--verify` the what-if runs),
@@ -338,7 +263,7 @@ pub fn replay_snapshot(
             let mut cfgs: Vec<AllocatorConfig> = Vec::new();
             if args.config.is_empty() {
                 cfgs.push(recorded.clone());
-                for alt in ALTERNATIVES {
+                for alt in settings::ALTERNATIVES {
                     let c = config_on_top(&recorded, alt)?;
                     if c != recorded {
                         cfgs.push(c);
@@ -669,40 +594,4 @@ fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
     }
     let _ = writeln!(s, "\n{}", cost::SYNCS_NOTE);
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_capacity;
-
-    #[test]
-    fn capacities_by_size_or_gpu_name() {
-        assert_eq!(parse_capacity("80GiB"), Ok(80 << 30));
-        assert_eq!(parse_capacity("40GB"), Ok(40_000_000_000));
-        // GPU names ignore case, spaces, '-' and '_' (the issue writes "RTX 4090").
-        assert_eq!(parse_capacity("RTX 4090"), parse_capacity("RTX-4090"));
-        // 79.11 GiB, as PyTorch prints it, not nvidia-smi's 81,559 MiB.
-        assert_eq!(parse_capacity("h100_80gb"), Ok(84_943_715_697));
-        assert!(parse_capacity("H200").is_err(), "uncited GPUs are not guessed");
-        let e = parse_capacity("bogus").unwrap_err();
-        assert!(e.contains("H100-80GB") && e.contains("GiB"), "{e}");
-    }
-
-    /// The named capacities equal the "total capacity" of the real OOM messages they cite,
-    /// read by fragscope's own OOM-text parser.
-    #[test]
-    fn gpu_names_give_the_total_real_oom_messages_print() {
-        use fragscope_oomtext::oom_message::parse;
-        let cases = [
-            ("H100-80GB", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB. GPU 0 has a total capacity of 79.11 GiB of which 140.75 MiB is free."),
-            ("V100-32GB", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB (GPU 0; 31.74 GiB total capacity; 30.41 GiB already allocated; 98.12 MiB free; 30.53 GiB reserved in total by PyTorch)"),
-            ("V100-16GB", "RuntimeError: CUDA out of memory. Tried to allocate 236.00 MiB (GPU 0; 15.78 GiB total capacity; 14.25 GiB already allocated; 183.50 MiB free; 14.34 GiB reserved in total by PyTorch)"),
-            ("T4", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 160.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which 73.06 MiB is free."),
-            ("A100-40GB", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 80.00 GiB. GPU 0 has a total capacity of 39.50 GiB of which 25.24 GiB is free."),
-        ];
-        for (name, text) in cases {
-            let m = parse(text).unwrap();
-            assert_eq!(parse_capacity(name).ok(), m.total_capacity, "{name}");
-        }
-    }
 }

@@ -1,0 +1,193 @@
+//! What a replay can be asked to assume besides the recording: a device size (in bytes or
+//! by GPU name, [`parse_capacity`]), allocator settings on top of the recorded ones
+//! ([`config_on_top`]), and the settings tried beside the recorded ones when none is asked
+//! for ([`ALTERNATIVES`]). Defined once here for every front end (CLI, Python, report) and
+//! every analysis that replays (`diagnose`, `predict`).
+
+use fragscope_alloc::{AllocatorConfig, ConfigError};
+
+/// Parses a byte size: a plain integer (bytes) or a number with a unit. Binary units
+/// `KiB`, `MiB`, `GiB`, `TiB` and the one-letter forms `K`, `M`, `G`, `T` (as
+/// `PYTORCH_CUDA_ALLOC_CONF` writes `40G`) are powers of 1024; `KB`, `MB`, `GB`, `TB`
+/// are powers of 1000 (so `20GB` = 20,000,000,000 bytes, as disk makers and
+/// nvidia-smi's "GB" mean it); `B` is bytes. Units are case-insensitive; a space before
+/// the unit and a fraction (`1.5GiB`) are allowed; the result is rounded to whole bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    if num.is_empty() || num.matches('.').count() > 1 {
+        return Err(format!("invalid size {s:?}: expected a number with an optional unit, e.g. 20GiB"));
+    }
+    if unit.is_empty() || unit.eq_ignore_ascii_case("b") {
+        if let Ok(n) = num.parse::<u64>() {
+            return Ok(n);
+        }
+    }
+    let v: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let bytes = (v * mult).round();
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("invalid size {s:?}: too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Device memory a PyTorch process sees, per GPU: the "total capacity" its CUDA OOM
+/// messages print (`cudaMemGetInfo`'s total), in hundredths of a GiB as printed. This is
+/// less than nvidia-smi's MiB figure (the driver keeps a share: an H100 80GB shows 81,559
+/// MiB = 79.65 GiB in nvidia-smi but 79.11 GiB to PyTorch), and less than the marketing
+/// size. Each figure is quoted from a real OOM message in a public issue:
+///
+/// | name | printed | issue |
+/// |---|---|---|
+/// | H100-80GB | 79.11 GiB | <https://github.com/vllm-project/vllm/issues/27508> |
+/// | H100-NVL (94 GB) | 93.00 GiB | <https://github.com/ali-vilab/VACE/issues/56> |
+/// | A100-80GB | 79.25 GiB | <https://github.com/levihsu/OOTDiffusion/issues/235> |
+/// | A100-40GB | 39.50 GiB | <https://github.com/TianheWu/CoSeR/issues/10> |
+/// | L40S | 44.53 GiB | <https://github.com/Wan-Video/Wan2.1/issues/205> |
+/// | L40 | 44.40 GiB | <https://github.com/QwenLM/Qwen3-VL/issues/2097> |
+/// | A30 | 23.53 GiB | <https://github.com/google/RB-Modulation/issues/5> |
+/// | A10 | 21.99 GiB | <https://github.com/zai-org/CogVLM/issues/236> |
+/// | T4 | 14.75 GiB | <https://github.com/hpcaitech/Open-Sora/issues/697>, <https://github.com/googlecolab/colabtools/issues/3439> |
+/// | V100-32GB | 31.74 GiB | <https://github.com/liucongg/ChatGLM-Finetuning/issues/73>, <https://github.com/haotian-liu/LLaVA/issues/812> |
+/// | V100-16GB | 15.78 GiB | <https://github.com/kchengiva/Shift-GCN/issues/34> |
+/// | RTX-4090 | 23.64 GiB | <https://github.com/3DTopia/Phidias-Diffusion/issues/8> |
+/// | RTX-3090 | 23.70 GiB | <https://github.com/GaoLii/DSP/issues/10>, <https://github.com/xiaoxiangAQ/GAS-Net/issues/7> |
+///
+/// GPUs without such a message found (H200, L4, RTX A6000, RTX 5090) are not listed: give
+/// their size in bytes (`--capacity 139.8GiB`) from an OOM message of your own.
+pub const GPUS: &[(&str, u64)] = &[
+    ("H100-80GB", 7911),
+    ("H100", 7911),
+    ("H100-NVL", 9300),
+    ("H100-94GB", 9300),
+    ("A100-80GB", 7925),
+    ("A100", 7925),
+    ("A100-40GB", 3950),
+    ("L40S", 4453),
+    ("L40", 4440),
+    ("A30", 2353),
+    ("A10", 2199),
+    ("T4", 1475),
+    ("V100-32GB", 3174),
+    ("V100-16GB", 1578),
+    ("V100", 1578),
+    ("RTX-4090", 2364),
+    ("RTX-3090", 2370),
+];
+
+/// Bytes of a printed "X.YZ GiB" given in hundredths (rounded to the byte, as the parser
+/// of OOM messages reads it).
+fn gib_hundredths(h: u64) -> u64 {
+    (h * (1 << 30) + 50) / 100
+}
+
+/// `80GiB`, `80GB` (decimal), `80G` (= GiB), `1234` (bytes), or a GPU name.
+pub fn parse_capacity(s: &str) -> Result<u64, String> {
+    // GPU names compare without case, spaces, '-' or '_': "RTX 4090", "rtx-4090", "H100_80GB".
+    let key = |n: &str| n.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_uppercase();
+    let want = key(s);
+    if let Some(&(_, h)) = GPUS.iter().find(|(n, _)| key(n) == want) {
+        return Ok(gib_hundredths(h));
+    }
+    parse_size(s).map_err(|e| {
+        let names: Vec<&str> = GPUS.iter().map(|(n, _)| *n).collect();
+        format!("invalid capacity '{s}': {e}; or a GPU name: {}", names.join(", "))
+    })
+}
+
+/// The settings `replay`, `analyze` and `predict --max-fit` try beside the recorded ones
+/// when none is asked for, each added on top of the recorded settings ([`config_on_top`]).
+pub const ALTERNATIVES: &[&str] = &[
+    "expandable_segments:True",
+    "max_split_size_mb:128",
+    "max_split_size_mb:512",
+    "roundup_power2_divisions:4",
+    "garbage_collection_threshold:0.8,per_process_memory_fraction:0.95",
+];
+
+/// `extra` (a `PYTORCH_CUDA_ALLOC_CONF` string) applied on top of `base`: the options it
+/// names replace `base`'s, the others stay. An empty `extra` is `base` itself.
+pub fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, ConfigError> {
+    let b = base.to_conf_string();
+    let joined = match (b.is_empty(), extra.is_empty()) {
+        (_, true) => return Ok(base.clone()),
+        (true, false) => extra.to_string(),
+        (false, false) => format!("{b},{extra}"),
+    };
+    fragscope_alloc::parse_config(&joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{config_on_top, parse_capacity, parse_size, ALTERNATIVES};
+
+    #[test]
+    fn capacities_by_size_or_gpu_name() {
+        assert_eq!(parse_capacity("80GiB"), Ok(80 << 30));
+        assert_eq!(parse_capacity("40GB"), Ok(40_000_000_000));
+        // GPU names ignore case, spaces, '-' and '_' (the issue writes "RTX 4090").
+        assert_eq!(parse_capacity("RTX 4090"), parse_capacity("RTX-4090"));
+        // 79.11 GiB, as PyTorch prints it, not nvidia-smi's 81,559 MiB.
+        assert_eq!(parse_capacity("h100_80gb"), Ok(84_943_715_697));
+        assert!(parse_capacity("H200").is_err(), "uncited GPUs are not guessed");
+        let e = parse_capacity("bogus").unwrap_err();
+        assert!(e.contains("H100-80GB") && e.contains("GiB"), "{e}");
+    }
+
+    #[test]
+    fn sizes_binary_and_decimal() {
+        assert_eq!(parse_size("20GiB"), Ok(20 << 30));
+        assert_eq!(parse_size("20GB"), Ok(20_000_000_000));
+        assert_eq!(parse_size("1.5 gib"), Ok(3 << 29));
+        assert!(parse_size("20 parsecs").is_err());
+    }
+
+    #[test]
+    fn alternatives_go_on_top_of_the_recorded_settings() {
+        let base = fragscope_alloc::parse_config("max_split_size_mb:256,roundup_power2_divisions:2").unwrap();
+        for alt in ALTERNATIVES {
+            let c = config_on_top(&base, alt).unwrap();
+            assert_eq!(c.roundup_power2_divisions == base.roundup_power2_divisions, !alt.contains("roundup"), "{alt}");
+        }
+        let e = config_on_top(&base, "expandable_segments:True").unwrap();
+        assert!(e.expandable_segments && e.max_split_size == base.max_split_size);
+        assert_eq!(config_on_top(&base, "").unwrap().to_conf_string(), base.to_conf_string());
+        assert!(config_on_top(&base, "no_such_option:1").is_err());
+    }
+
+    /// The named capacities equal the "total capacity" of the real OOM messages they cite,
+    /// read by fragscope's own OOM-text parser.
+    #[test]
+    fn gpu_names_give_the_total_real_oom_messages_print() {
+        use fragscope_oomtext::oom_message::parse;
+        let cases = [
+            ("H100-80GB", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB. GPU 0 has a total capacity of 79.11 GiB of which 140.75 MiB is free."),
+            ("V100-32GB", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB (GPU 0; 31.74 GiB total capacity; 30.41 GiB already allocated; 98.12 MiB free; 30.53 GiB reserved in total by PyTorch)"),
+            ("V100-16GB", "RuntimeError: CUDA out of memory. Tried to allocate 236.00 MiB (GPU 0; 15.78 GiB total capacity; 14.25 GiB already allocated; 183.50 MiB free; 14.34 GiB reserved in total by PyTorch)"),
+            ("T4", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 160.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which 73.06 MiB is free."),
+            ("A100-40GB", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 80.00 GiB. GPU 0 has a total capacity of 39.50 GiB of which 25.24 GiB is free."),
+        ];
+        for (name, text) in cases {
+            let m = parse(text).unwrap();
+            assert_eq!(parse_capacity(name).ok(), m.total_capacity, "{name}");
+        }
+    }
+}
