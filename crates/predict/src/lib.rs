@@ -35,11 +35,11 @@ use std::collections::HashMap;
 
 use fragscope_alloc::rounding::round_size;
 use fragscope_alloc::{AllocatorConfig, CachingAllocator, SimulatedDevice, DEFAULT_POOL};
-use fragscope_snapshot::{Action, Snapshot};
+use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 use serde::Serialize;
 
 pub use fit::{Evidence, Law, SizeFit};
-use fragscope_replay::driver::{capacity_for, seed_segments, verify_inner};
+use fragscope_replay::driver::{capacity_for, seed_segments, verify_inner, Inferred};
 use fragscope_replay::state::{BState, RecordedState};
 use fragscope_replay::whatif::{stack_strings, BlockMap, UNLIMITED};
 use fragscope_replay::{recorded_config, replayable_devices, AddrBuild, ReplayOptions};
@@ -287,16 +287,7 @@ impl<'a> Program<'a> {
         let template = recs[t].snap;
         let device = match device {
             Some(d) => d,
-            None => {
-                let mut common = replayable_devices(template);
-                for r in recs {
-                    let d = replayable_devices(r.snap);
-                    common.retain(|x| d.contains(x));
-                }
-                *common.first().ok_or_else(|| {
-                    PredictError("the recordings share no device with a trace: nothing to align".into())
-                })?
-            }
+            None => common_device(recs, template)?,
         };
         let trace = template.trace(device);
         let req_index = align::requests(trace);
@@ -306,100 +297,10 @@ impl<'a> Program<'a> {
                 recs[t].size
             )));
         }
-        let tkeys = align::keys(template, trace, &req_index);
-        // points[k]: (size, requested bytes) of template request k in every recording.
-        let mut points: Vec<Vec<(u64, u64)>> = req_index.iter().map(|&i| vec![(recs[t].size, trace[i].size)]).collect();
-        let mut in_all = vec![true; req_index.len()];
-        let mut alignments = Vec::new();
-        let mut notes = Vec::new();
-        for &k in order.iter().filter(|&&k| k != t) {
-            let r = &recs[k];
-            let rt = r.snap.trace(device);
-            let rreq = align::requests(rt);
-            let rkeys = align::keys(r.snap, rt, &rreq);
-            let m = align::align(&tkeys, &rkeys);
-            let aligned = m.iter().filter(|x| x.is_some()).count();
-            let fraction = aligned as f64 / rreq.len().max(req_index.len()) as f64;
-            if fraction < MIN_ALIGNED {
-                return Err(PredictError(format!(
-                    "the recordings at sizes {} and {} are not the same program: {:.0}% of their allocations align \
-                     (same call sites in the same order; {:.0}% needed). A run under torch.autocast is another program \
-                     than the fp32 run and cannot be predicted from it: record both sizes with the same precision",
-                    r.size,
-                    recs[t].size,
-                    fraction * 100.0,
-                    MIN_ALIGNED * 100.0
-                )));
-            }
-            for (q, j) in m.iter().enumerate() {
-                match j {
-                    Some(j) => points[q].push((r.size, rt[rreq[*j]].size)),
-                    None => in_all[q] = false,
-                }
-            }
-            alignments.push(Alignment { size: r.size, requests: rreq.len(), aligned, fraction });
-        }
+        let (points, in_all, alignments) = align_recordings(recs, &order, t, device, &req_index)?;
         let fits: Vec<SizeFit> = points.iter().map(|p| fit::fit(p)).collect();
-        // Fit quality.
-        let mut by_law: Vec<(String, usize)> = Vec::new();
-        let mut by_ev: Vec<(String, usize)> = Vec::new();
-        for f in &fits {
-            bump(&mut by_law, f.law.as_str());
-            bump(&mut by_ev, evidence_name(f.evidence));
-        }
-        let mut unexplained: Vec<Unexplained> = fits
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| matches!(f.law, Law::Unfit | Law::Single))
-            .map(|(q, f)| {
-                let mut rec = points[q].clone();
-                rec.sort_unstable();
-                let i = req_index[q];
-                Unexplained {
-                    index: i,
-                    law: f.law,
-                    recorded: rec,
-                    site: site_of(&template.frames, trace[i].stack).site,
-                }
-            })
-            .collect();
-        let unexplained_total = unexplained.len();
-        unexplained.sort_by_key(|u| std::cmp::Reverse(u.recorded.iter().map(|p| p.1).max().unwrap_or(0)));
-        unexplained.truncate(20);
-        let aligned_in_all = in_all.iter().filter(|&&b| b).count();
-        let quality = FitQuality {
-            requests: req_index.len(),
-            aligned_in_all,
-            aligned_fraction: aligned_in_all as f64 / req_index.len() as f64,
-            by_law,
-            by_evidence: by_ev,
-            alignments,
-            unexplained,
-            unexplained_total,
-        };
-        // The template's state before the trace, and the empty_cache() calls it made.
-        let (vrep, inferred) = verify_inner(template, device, &ReplayOptions::default());
-        if inferred.initial.is_none() {
-            notes.push(format!(
-                "the state before the trace is unknown ({}); replays start empty",
-                vrep.undecidable.as_deref().unwrap_or("no trace")
-            ));
-        }
-        // Blocks live before the trace are not scaled: say so when they differ.
-        let before = |s: &Snapshot| {
-            verify_inner(s, device, &ReplayOptions::default()).1.initial.map(|st| live_bytes(&st)).unwrap_or(0)
-        };
-        let tb = inferred.initial.as_ref().map(live_bytes).unwrap_or(0);
-        for &k in order.iter().filter(|&&k| k != t) {
-            let b = before(recs[k].snap);
-            if b != tb {
-                notes.push(format!(
-                    "blocks live before the trace differ: {b} B at size {}, {tb} B at size {}; predictions keep \
-                     the latter (the state before the trace is not scaled)",
-                    recs[k].size, recs[t].size
-                ));
-            }
-        }
+        let quality = fit_quality(template, trace, &req_index, &fits, &points, &in_all, alignments);
+        let (inferred, notes) = state_before(recs, &order, t, device);
         let mut sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
         sizes.sort_unstable();
         Ok(Program {
@@ -448,30 +349,8 @@ impl<'a> Program<'a> {
         let device = self.device;
         let trace = snap.trace(device);
         let mut notes = Vec::new();
-        let cap = match capacity {
-            Some(c) => c,
-            None if cfg.per_process_memory_fraction < 1.0 => capacity_for(snap, device, None, cfg),
-            None => UNLIMITED,
-        };
-        let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-        eng.set_record_events(false);
-        let mut blocks = BlockMap::default();
-        // Live bytes by category, and the category of each live block.
-        let mut live = PeakBreakdown::default();
-        let mut cat_of: HashMap<u64, (Cat, u64), AddrBuild> = HashMap::default();
-        if let Some(st) = &self.initial {
-            if let Err(e) = seed_segments(&mut eng, st) {
-                notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
-                eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-                eng.set_record_events(false);
-            } else {
-                for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
-                    blocks.seeded(b.addr);
-                    live.add(Cat::Before, b.size);
-                    cat_of.insert(b.addr, (Cat::Before, b.size));
-                }
-            }
-        }
+        let cap = self.replay_capacity(cfg, capacity);
+        let (mut eng, mut blocks, mut live, mut cat_of) = self.seeded_engine(cfg, cap, &mut notes);
         let mut at_peak = live;
         let mut peak_alloc = eng.stats().allocated_bytes.all().current.max(0) as u64;
         // Peaks count from the first request: cached segments the template held before
@@ -482,11 +361,6 @@ impl<'a> Program<'a> {
         let mut oom: Option<PredictedOom> = None;
         let mut vanished = 0u64;
         let mut q = 0usize; // next template request
-        let levels = |eng: &CachingAllocator<SimulatedDevice>| {
-            let st = eng.stats();
-            let (r, a) = (st.reserved_bytes.all(), st.allocated_bytes.all());
-            [r.current, a.current, r.peak, a.peak].map(|x| x.max(0) as u64)
-        };
         for (i, ev) in trace.iter().enumerate() {
             // The entry before this one is done (entries end early with `continue`).
             if started {
@@ -536,35 +410,13 @@ impl<'a> Program<'a> {
                                 blocks.allocated(ev.addr, None);
                             }
                             if oom.is_none() {
-                                oom = Some(PredictedOom {
-                                    index: i,
-                                    requested: o.requested,
-                                    law: f.law,
-                                    rounded: o.rounded,
-                                    alloc_size: o.alloc_size,
-                                    reserved: o.reserved,
-                                    allocated: o.allocated,
-                                    site: site_of(&snap.frames, ev.stack).site,
-                                    stack: stack_strings(snap, ev.stack),
-                                });
+                                oom = Some(predicted_oom(snap, i, ev, &f, &o));
                             }
                         }
                     }
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
-                    if let Some(a) = blocks.target(ev.addr) {
-                        let _ = if ev.action == Action::FreeRequested {
-                            eng.free_requested(a)
-                        } else {
-                            eng.free_completed(a)
-                        };
-                        if let Some((c, n)) = cat_of.remove(&a) {
-                            live.sub(c, n);
-                        }
-                    }
-                    if ev.action == Action::FreeCompleted {
-                        blocks.completed(ev.addr);
-                    }
+                    replay_free(&mut eng, &mut blocks, &mut cat_of, &mut live, ev);
                 }
                 _ => {}
             }
@@ -572,12 +424,7 @@ impl<'a> Program<'a> {
         if started {
             observe(trace.len() - 1, levels(&eng));
         }
-        if vanished > 0 {
-            notes.push(format!("{vanished} request(s) whose fitted size reaches zero at size {at} left out"));
-        }
-        if let Some(n) = far_beyond(at, &self.sizes) {
-            notes.push(n);
-        }
+        self.size_notes(at, vanished, &mut notes);
         let st = eng.stats();
         let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
         let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
@@ -593,6 +440,60 @@ impl<'a> Program<'a> {
             extrapolated_share: at_peak.extrapolated_share(),
             vanished_requests: vanished,
             notes,
+        }
+    }
+
+    /// The device size a prediction replays on: `capacity`, else (`None`) the template's
+    /// device when `cfg` sets a memory fraction (a fraction of it), else unlimited.
+    fn replay_capacity(&self, cfg: &AllocatorConfig, capacity: Option<u64>) -> u64 {
+        match capacity {
+            Some(c) => c,
+            None if cfg.per_process_memory_fraction < 1.0 => capacity_for(self.template, self.device, None, cfg),
+            None => UNLIMITED,
+        }
+    }
+
+    /// The allocator a prediction replays on (`cfg`, a device of `cap` bytes), seeded
+    /// with the template's state before the trace when it is known: the engine, the
+    /// template's addresses mapped to its blocks, the live bytes by category, and the
+    /// category and size of each live block. When the state cannot be seeded, a note
+    /// says so and the engine starts empty.
+    fn seeded_engine(
+        &self,
+        cfg: &AllocatorConfig,
+        cap: u64,
+        notes: &mut Vec<String>,
+    ) -> (CachingAllocator<SimulatedDevice>, BlockMap, PeakBreakdown, CatOf) {
+        let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+        eng.set_record_events(false);
+        let mut blocks = BlockMap::default();
+        // Live bytes by category, and the category of each live block.
+        let mut live = PeakBreakdown::default();
+        let mut cat_of: CatOf = HashMap::default();
+        if let Some(st) = &self.initial {
+            if let Err(e) = seed_segments(&mut eng, st) {
+                notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
+                eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+                eng.set_record_events(false);
+            } else {
+                for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
+                    blocks.seeded(b.addr);
+                    live.add(Cat::Before, b.size);
+                    cat_of.insert(b.addr, (Cat::Before, b.size));
+                }
+            }
+        }
+        (eng, blocks, live, cat_of)
+    }
+
+    /// Notes on the size `at` a prediction was made for: the requests whose fitted size
+    /// reaches zero there (`vanished`), and how far it is beyond the recorded sizes.
+    fn size_notes(&self, at: u64, vanished: u64, notes: &mut Vec<String>) {
+        if vanished > 0 {
+            notes.push(format!("{vanished} request(s) whose fitted size reaches zero at size {at} left out"));
+        }
+        if let Some(n) = far_beyond(at, &self.sizes) {
+            notes.push(n);
         }
     }
 
@@ -673,6 +574,202 @@ impl<'a> Program<'a> {
 
 fn live_bytes(st: &RecordedState) -> u64 {
     st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free).map(|b| b.size).sum()
+}
+
+/// The first device every recording of `recs` can replay (the template's order), for
+/// [`Program::fit`] when no device is named.
+fn common_device(recs: &[Recording<'_>], template: &Snapshot) -> Result<i64, PredictError> {
+    let mut common = replayable_devices(template);
+    for r in recs {
+        let d = replayable_devices(r.snap);
+        common.retain(|x| d.contains(x));
+    }
+    common
+        .first()
+        .copied()
+        .ok_or_else(|| PredictError("the recordings share no device with a trace: nothing to align".into()))
+}
+
+/// The template's requests (`req_index`, entries of recording `t`'s trace on `device`)
+/// aligned with those of every other recording of `recs` (`order`: by size): for each
+/// template request, its (size, requested bytes) in every recording where it aligns,
+/// whether it aligns in all of them, and each other recording's alignment.
+///
+/// An error when a recording aligns less than [`MIN_ALIGNED`]: not the same program.
+#[allow(clippy::type_complexity)]
+fn align_recordings(
+    recs: &[Recording<'_>],
+    order: &[usize],
+    t: usize,
+    device: i64,
+    req_index: &[usize],
+) -> Result<(Vec<Vec<(u64, u64)>>, Vec<bool>, Vec<Alignment>), PredictError> {
+    let template = recs[t].snap;
+    let trace = template.trace(device);
+    let tkeys = align::keys(template, trace, req_index);
+    // points[k]: (size, requested bytes) of template request k in every recording.
+    let mut points: Vec<Vec<(u64, u64)>> = req_index.iter().map(|&i| vec![(recs[t].size, trace[i].size)]).collect();
+    let mut in_all = vec![true; req_index.len()];
+    let mut alignments = Vec::new();
+    for &k in order.iter().filter(|&&k| k != t) {
+        let r = &recs[k];
+        let rt = r.snap.trace(device);
+        let rreq = align::requests(rt);
+        let rkeys = align::keys(r.snap, rt, &rreq);
+        let m = align::align(&tkeys, &rkeys);
+        let aligned = m.iter().filter(|x| x.is_some()).count();
+        let fraction = aligned as f64 / rreq.len().max(req_index.len()) as f64;
+        if fraction < MIN_ALIGNED {
+            return Err(PredictError(format!(
+                "the recordings at sizes {} and {} are not the same program: {:.0}% of their allocations align \
+                 (same call sites in the same order; {:.0}% needed). A run under torch.autocast is another program \
+                 than the fp32 run and cannot be predicted from it: record both sizes with the same precision",
+                r.size,
+                recs[t].size,
+                fraction * 100.0,
+                MIN_ALIGNED * 100.0
+            )));
+        }
+        for (q, j) in m.iter().enumerate() {
+            match j {
+                Some(j) => points[q].push((r.size, rt[rreq[*j]].size)),
+                None => in_all[q] = false,
+            }
+        }
+        alignments.push(Alignment { size: r.size, requests: rreq.len(), aligned, fraction });
+    }
+    Ok((points, in_all, alignments))
+}
+
+/// How well the template's requests (`req_index`, entries of `trace`) fit: counts by law
+/// and by evidence, the share aligned in every recording (`in_all`), and the requests no
+/// law explains (the 20 largest by recorded size, from their `points`).
+fn fit_quality(
+    template: &Snapshot,
+    trace: &[TraceEvent],
+    req_index: &[usize],
+    fits: &[SizeFit],
+    points: &[Vec<(u64, u64)>],
+    in_all: &[bool],
+    alignments: Vec<Alignment>,
+) -> FitQuality {
+    let mut by_law: Vec<(String, usize)> = Vec::new();
+    let mut by_ev: Vec<(String, usize)> = Vec::new();
+    for f in fits {
+        bump(&mut by_law, f.law.as_str());
+        bump(&mut by_ev, evidence_name(f.evidence));
+    }
+    let mut unexplained: Vec<Unexplained> = fits
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| matches!(f.law, Law::Unfit | Law::Single))
+        .map(|(q, f)| {
+            let mut rec = points[q].clone();
+            rec.sort_unstable();
+            let i = req_index[q];
+            Unexplained { index: i, law: f.law, recorded: rec, site: site_of(&template.frames, trace[i].stack).site }
+        })
+        .collect();
+    let unexplained_total = unexplained.len();
+    unexplained.sort_by_key(|u| std::cmp::Reverse(u.recorded.iter().map(|p| p.1).max().unwrap_or(0)));
+    unexplained.truncate(20);
+    let aligned_in_all = in_all.iter().filter(|&&b| b).count();
+    FitQuality {
+        requests: req_index.len(),
+        aligned_in_all,
+        aligned_fraction: aligned_in_all as f64 / req_index.len() as f64,
+        by_law,
+        by_evidence: by_ev,
+        alignments,
+        unexplained,
+        unexplained_total,
+    }
+}
+
+/// The template's (recording `t`'s) state before the trace on `device` and the
+/// `empty_cache()` calls it made, with notes when that state is unknown or when the
+/// blocks live before the trace differ between recordings (they are not scaled).
+fn state_before(recs: &[Recording<'_>], order: &[usize], t: usize, device: i64) -> (Inferred, Vec<String>) {
+    let template = recs[t].snap;
+    let mut notes = Vec::new();
+    let (vrep, inferred) = verify_inner(template, device, &ReplayOptions::default());
+    if inferred.initial.is_none() {
+        notes.push(format!(
+            "the state before the trace is unknown ({}); replays start empty",
+            vrep.undecidable.as_deref().unwrap_or("no trace")
+        ));
+    }
+    // Blocks live before the trace are not scaled: say so when they differ.
+    let before = |s: &Snapshot| {
+        verify_inner(s, device, &ReplayOptions::default()).1.initial.map(|st| live_bytes(&st)).unwrap_or(0)
+    };
+    let tb = inferred.initial.as_ref().map(live_bytes).unwrap_or(0);
+    for &k in order.iter().filter(|&&k| k != t) {
+        let b = before(recs[k].snap);
+        if b != tb {
+            notes.push(format!(
+                "blocks live before the trace differ: {b} B at size {}, {tb} B at size {}; predictions keep \
+                 the latter (the state before the trace is not scaled)",
+                recs[k].size, recs[t].size
+            ));
+        }
+    }
+    (inferred, notes)
+}
+
+/// The category and (rounded) size of each live block of a predicted run, by address.
+type CatOf = HashMap<u64, (Cat, u64), AddrBuild>;
+
+/// The replay's reserved and allocated bytes now and their peaks so far (`[reserved,
+/// allocated, peak reserved, peak allocated]`): what [`Program::predict_observed`]
+/// observes after each entry.
+fn levels(eng: &CachingAllocator<SimulatedDevice>) -> [u64; 4] {
+    let st = eng.stats();
+    let (r, a) = (st.reserved_bytes.all(), st.allocated_bytes.all());
+    [r.current, a.current, r.peak, a.peak].map(|x| x.max(0) as u64)
+}
+
+/// Replays the free entry `ev` of a predicted run: the block the template's address now
+/// names (if the run allocated one) is freed and its bytes leave the live categories; a
+/// completed free ends the address' mapping.
+fn replay_free(
+    eng: &mut CachingAllocator<SimulatedDevice>,
+    blocks: &mut BlockMap,
+    cat_of: &mut CatOf,
+    live: &mut PeakBreakdown,
+    ev: &TraceEvent,
+) {
+    if let Some(a) = blocks.target(ev.addr) {
+        let _ = if ev.action == Action::FreeRequested { eng.free_requested(a) } else { eng.free_completed(a) };
+        if let Some((c, n)) = cat_of.remove(&a) {
+            live.sub(c, n);
+        }
+    }
+    if ev.action == Action::FreeCompleted {
+        blocks.completed(ev.addr);
+    }
+}
+
+/// The predicted OOM at entry `i` (`ev`, of the template `snap`): the request fitted by
+/// `f` that the allocator could not serve (`o`), with its call site and stack.
+fn predicted_oom(
+    snap: &Snapshot,
+    i: usize,
+    ev: &TraceEvent,
+    f: &SizeFit,
+    o: &fragscope_alloc::engine::Oom,
+) -> PredictedOom {
+    PredictedOom {
+        index: i,
+        requested: o.requested,
+        law: f.law,
+        rounded: o.rounded,
+        alloc_size: o.alloc_size,
+        reserved: o.reserved,
+        allocated: o.allocated,
+        site: site_of(&snap.frames, ev.stack).site,
+        stack: stack_strings(snap, ev.stack),
+    }
 }
 
 fn bump(v: &mut Vec<(String, usize)>, k: &str) {

@@ -343,7 +343,30 @@ pub fn file_data_shared(
 ) -> FileData {
     let ndev = snap.devices().len();
     let per_device = opts.share(ndev);
-    let (full, why) = match page {
+    let (full, why) = page_budget(opts, page, ndev);
+    let mut table = StackTable::default();
+    let (ana, drawn, lives_of, mut sum) = walk_and_draw(snap, &per_device, &mut table);
+    summary_roles(snap, &mut sum, &ana);
+    let devices = device_data(snap, &ana, &lives_of, drawn);
+    let budget_note = budget_note(&devices, &per_device, &full, &why);
+    FileData {
+        name: name.to_string(),
+        example,
+        summary: serde_json::to_value(&sum).unwrap_or(serde_json::Value::Null),
+        analysis: serde_json::to_value(&ana).unwrap_or(serde_json::Value::Null),
+        devices,
+        frames: table.frames,
+        stacks: table.stacks,
+        sites: table.sites,
+        streams: table.streams,
+        budget_note,
+    }
+}
+
+/// The budgets of the whole page the file's share is taken from (`page`, or the file's
+/// own `opts` when it is alone), and the start of the note that says who shares them.
+fn page_budget(opts: &ReportOptions, page: Option<(&ReportOptions, usize)>, ndev: usize) -> (ReportOptions, String) {
+    match page {
         Some((full, files)) if files > 1 => (
             *full,
             format!(
@@ -352,16 +375,27 @@ pub fn file_data_shared(
             ),
         ),
         _ => (*opts, format!("The page's size budget is shared by this file's {ndev} devices")),
-    };
-    let opts = &per_device;
-    let mut table = StackTable::default();
+    }
+}
+
+/// A device's block lives (from the analysis' walk, or its own), by device.
+type LivesOf = FxHashMap<i64, Arc<BlockLives>>;
+
+/// Runs the analysis and draws every device beside it (`opts`: a device's budgets), with
+/// the call sites drawn into `table`: the analysis, each device's drawn parts, its block
+/// lives, and the summary (without its roles: [`summary_roles`]).
+///
+/// `analyze` runs beside the report's other walks of the trace; the curves are drawn in
+/// the walk that makes analyze's timeline (one walk for both). Once every device is
+/// walked, its curves are finished (their call sites' values, from the walk's block
+/// lives) and its state view built here, while the analysis goes on with the leak tests.
+fn walk_and_draw(
+    snap: &Snapshot,
+    opts: &ReportOptions,
+    table: &mut StackTable,
+) -> (analyze::Analysis, Vec<Drawn>, LivesOf, summary::Summary) {
     let aopts = AnalyzeOptions::default();
     let device_list = snap.devices();
-    // `analyze` runs beside the report's other walks of the trace; the curves are drawn
-    // in the walk that makes analyze's timeline (one walk for both). Once every device
-    // is walked, its curves are finished (their call sites' values, from the walk's
-    // block lives) and its state view built here, while the analysis goes on with the
-    // leak tests.
     let (tx, rx) = std::sync::mpsc::channel();
     let (scan_tx, scan_rx) = std::sync::mpsc::channel();
     let summary_cell = std::sync::OnceLock::new();
@@ -423,19 +457,28 @@ pub fn file_data_shared(
                 Part { device: d, largest, scan }
             })
             .collect();
-        let drawn = draw(snap, opts, parts, walked, &lives_of, &mut table);
+        let drawn = draw(snap, opts, parts, walked, &lives_of, table);
         (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
     // The analysis runs `beside` exactly once.
-    let mut sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize_with(snap, false));
-    // The summary's roles are analyze's (as `summary` computes them: without the live set
-    // at the OOM, which only `analyze` gives), for every device with a trace.
+    let sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize_with(snap, false));
+    (ana, drawn, lives_of, sum)
+}
+
+/// Gives the summary `sum` analyze's roles (as `summary` computes them: without the live
+/// set at the OOM, which only `analyze` gives), for every device with a trace.
+fn summary_roles(snap: &Snapshot, sum: &mut summary::Summary, ana: &analyze::Analysis) {
     for s in &mut sum.devices {
         if let Some(a) = ana.devices.iter().find(|a| a.device == s.device).filter(|_| !snap.trace(s.device).is_empty())
         {
             s.roles = Some(fragscope_trace::roles::DeviceRoles { at_oom: None, ..a.roles.clone() });
         }
     }
+}
+
+/// Each drawn device's page data: its drawn parts, with the leak curves, the role
+/// buckets and the what-if curves of the analysis `ana` over its block lives.
+fn device_data(snap: &Snapshot, ana: &analyze::Analysis, lives_of: &LivesOf, drawn: Vec<Drawn>) -> Vec<DeviceData> {
     let mut devices = Vec::new();
     for (
         d,
@@ -449,9 +492,9 @@ pub fn file_data_shared(
     {
         // The state view was built with the peaks of the walk the analysis took its
         // timeline from, and the trace's OOM entry: the analysis' own.
-        debug_assert_eq!(Some(marks), state::Marks::of(snap, d, &ana), "device {d}");
+        debug_assert_eq!(Some(marks), state::Marks::of(snap, d, ana), "device {d}");
         let (moments, moments_note, state_ops) = state;
-        let (leak_boundaries, leaks) = leakcurves::curves(snap, d, &ana, &lives_of[&d]);
+        let (leak_boundaries, leaks) = leakcurves::curves(snap, d, ana, &lives_of[&d]);
         // The roles of the analysis' blocks, over the same lives, in the curves' buckets.
         let roles = ana
             .devices
@@ -470,7 +513,7 @@ pub fn file_data_shared(
             allocations,
             initial_allocations,
             requests,
-            whatif: whatif::curves(snap, d, &ana),
+            whatif: whatif::curves(snap, d, ana),
             leak_boundaries,
             leaks,
             event_list,
@@ -479,28 +522,21 @@ pub fn file_data_shared(
             segment_count: segs.1,
         });
     }
-    let budget_note = {
-        let parts: Vec<String> = devices
-            .iter()
-            .filter_map(|d| {
-                let l = left_out(d, &per_device, &full);
-                (!l.is_empty()).then(|| format!("cuda:{} shows {}", d.device, l.join(", ")))
-            })
-            .collect();
-        (!parts.is_empty()).then(|| format!("{why}: {}", parts.join("; ")))
-    };
-    FileData {
-        name: name.to_string(),
-        example,
-        summary: serde_json::to_value(&sum).unwrap_or(serde_json::Value::Null),
-        analysis: serde_json::to_value(&ana).unwrap_or(serde_json::Value::Null),
-        devices,
-        frames: table.frames,
-        stacks: table.stacks,
-        sites: table.sites,
-        streams: table.streams,
-        budget_note,
-    }
+    devices
+}
+
+/// What the size budget shared with other devices or files (`full`: the page's budgets,
+/// `per_device`: a device's share) left out of `devices`, in words after `why`; `None`
+/// when nothing.
+fn budget_note(devices: &[DeviceData], per_device: &ReportOptions, full: &ReportOptions, why: &str) -> Option<String> {
+    let parts: Vec<String> = devices
+        .iter()
+        .filter_map(|d| {
+            let l = left_out(d, per_device, full);
+            (!l.is_empty()).then(|| format!("cuda:{} shows {}", d.device, l.join(", ")))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("{why}: {}", parts.join("; ")))
 }
 
 /// What is drawn of a device besides its walk's curves: its trace scan (found beside the

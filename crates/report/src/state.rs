@@ -247,43 +247,7 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
         w.note = Some("the file records no segments for this device".into());
         return w;
     }
-    // Which states to capture.
-    let mut wanted: Vec<(usize, &'static str)> = vec![(n, "end")];
-    if let Some(m) = marks {
-        if let Some(o) = m.oom {
-            wanted.push((o, "oom"));
-        }
-        wanted.push((m.reserved_peak, "reserved_peak"));
-        wanted.push((m.allocated_peak, "allocated_peak"));
-    }
-    // The size budget (in f64 values): deltas (~3 records per event) plus keyframes
-    // of about the final state's size each. Exact when they fit, else as many evenly
-    // spaced full keyframes as fit beside the marked ones, else coarse keyframes (module
-    // doc).
-    let end_values = BLOCK_LEN * final_state.segs.values().map(|s| s.blocks.len()).sum::<usize>().max(1);
-    let exact_keys = n / EXACT_KEY_EVERY + 1;
-    let exact_cost = 3 * n * OP_LEN + exact_keys * end_values;
-    w.exact = n > 0 && exact_cost <= opts.state_values;
-    let marked = wanted.len();
-    let full = (opts.state_values / end_values).saturating_sub(marked);
-    let steps = if w.exact {
-        exact_keys
-    } else if full >= MIN_FULL_KEYS {
-        full.min(n)
-    } else {
-        let steps = opts.moments.max(1).min(n);
-        w.coarse = Some((opts.state_values / (steps + marked) / BLOCK_LEN).max(16));
-        steps
-    };
-    if n > 0 {
-        for k in 0..steps {
-            wanted.push((k * n / steps, "step"));
-        }
-    } else if full < 1 {
-        // The final state alone is over the budget.
-        w.coarse = Some((opts.state_values / BLOCK_LEN).max(16));
-    }
-    wanted.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
+    let wanted = plan(n, &final_state, marks, opts, &mut w);
 
     let mut st = final_state;
     let mut want = wanted.iter().peekable();
@@ -355,6 +319,56 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     w
 }
 
+/// The positions of device trace `n` entries long whose states the backward walk `w`
+/// captures, newest first, each with what it marks: the end, the `marks`, and evenly
+/// spaced steps. Sets `w.exact` (deltas of every entry fit `opts.state_values`) and
+/// `w.coarse` (only coarse keyframes fit), from the size of `final_state`.
+fn plan(
+    n: usize,
+    final_state: &RecordedState,
+    marks: Option<Marks>,
+    opts: &ReportOptions,
+    w: &mut Walk,
+) -> Vec<(usize, &'static str)> {
+    let mut wanted: Vec<(usize, &'static str)> = vec![(n, "end")];
+    if let Some(m) = marks {
+        if let Some(o) = m.oom {
+            wanted.push((o, "oom"));
+        }
+        wanted.push((m.reserved_peak, "reserved_peak"));
+        wanted.push((m.allocated_peak, "allocated_peak"));
+    }
+    // The size budget (in f64 values): deltas (~3 records per event) plus keyframes
+    // of about the final state's size each. Exact when they fit, else as many evenly
+    // spaced full keyframes as fit beside the marked ones, else coarse keyframes (module
+    // doc).
+    let end_values = BLOCK_LEN * final_state.segs.values().map(|s| s.blocks.len()).sum::<usize>().max(1);
+    let exact_keys = n / EXACT_KEY_EVERY + 1;
+    let exact_cost = 3 * n * OP_LEN + exact_keys * end_values;
+    w.exact = n > 0 && exact_cost <= opts.state_values;
+    let marked = wanted.len();
+    let full = (opts.state_values / end_values).saturating_sub(marked);
+    let steps = if w.exact {
+        exact_keys
+    } else if full >= MIN_FULL_KEYS {
+        full.min(n)
+    } else {
+        let steps = opts.moments.max(1).min(n);
+        w.coarse = Some((opts.state_values / (steps + marked) / BLOCK_LEN).max(16));
+        steps
+    };
+    if n > 0 {
+        for k in 0..steps {
+            wanted.push((k * n / steps, "step"));
+        }
+    } else if full < 1 {
+        // The final state alone is over the budget.
+        w.coarse = Some((opts.state_values / BLOCK_LEN).max(16));
+    }
+    wanted.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
+    wanted
+}
+
 /// The keyframes and deltas of one device as the page gets them (module doc) and a note
 /// when some positions could not be rebuilt.
 pub fn moments(
@@ -382,28 +396,7 @@ pub fn moments_at(
     let trace = snap.trace(device);
     let w = walk_at(snap, device, marks, opts);
     // Stacks of the blocks: the latest alloc at each address before the position.
-    // Blocks of the final state at addresses no `alloc` entry names start with their
-    // own stack (a small set, looked up per alloc, rather than a set of every address
-    // the trace allocates).
-    let mut stack_at: FxHashMap<u64, Option<StackId>> = FxHashMap::default();
-    for s in snap.device_segments(device) {
-        for b in s.blocks.iter().filter(|b| b.state.is_active()) {
-            stack_at.insert(b.address, b.stack);
-        }
-    }
-    for e in trace.iter().filter(|e| e.action == Action::Alloc) {
-        if stack_at.is_empty() {
-            break;
-        }
-        stack_at.remove(&e.addr);
-    }
-    let stack_of = |addr: u64, code: u64, table: &mut StackTable, stack_at: &FxHashMap<u64, Option<StackId>>| {
-        if code == 0 {
-            -1
-        } else {
-            stack_at.get(&addr).map_or(-1, |&s| table.index(snap, s))
-        }
-    };
+    let mut stack_at = final_stacks(snap, device);
     // One forward pass over the trace serves the keyframes and the deltas, in order.
     let mut pos = 0usize;
     let advance = |to: usize, pos: &mut usize, stack_at: &mut FxHashMap<u64, Option<StackId>>| {
@@ -425,7 +418,7 @@ pub fn moments_at(
                     break;
                 }
                 advance(i + 1, pos, stack_at);
-                let stack = if kind == 1 { stack_of(addr, b, table, stack_at) } else { -1 };
+                let stack = if kind == 1 { stack_index(snap, addr, b, table, stack_at) } else { -1 };
                 // Kind 3 adds a segment: `a` is its stream.
                 let a = if kind == 3 { table.stream(a) } else { a as f64 };
                 ov.extend([i as f64, kind as f64, addr as f64, size as f64, a, b as f64, stack as f64]);
@@ -435,44 +428,97 @@ pub fn moments_at(
     for (state, kinds, segs) in &w.captured {
         emit_ops_until(*state, &mut pos, &mut stack_at, table);
         advance(*state, &mut pos, &mut stack_at);
-        let mut sv = Vec::with_capacity(segs.len() * 4);
-        let mut bv = Vec::new();
-        let nblocks: usize = segs.iter().map(|s| s.blocks.len()).sum();
-        let coarse = w.coarse.filter(|&max| nblocks > max);
-        for s in segs.iter() {
-            sv.extend([s.addr as f64, s.size as f64, table.stream(s.stream), seg_flags(s) as f64]);
-        }
-        if let Some(max) = coarse {
-            for (si, g) in coarsen(segs, max) {
-                let code = if g.count > 1 { MERGED } else { state_code(g.state) };
-                let stack = match code {
-                    MERGED => g.count as i64,
-                    _ => stack_of(g.addr, code, table, &stack_at),
-                };
-                let req = if code == MERGED { g.allocated } else { g.requested };
-                bv.extend([si as f64, g.addr as f64, g.size as f64, req as f64, code as f64, stack as f64]);
-            }
-        } else {
-            for (si, s) in segs.iter().enumerate() {
-                for b in &s.blocks {
-                    let code = state_code(b.state);
-                    let stack = stack_of(b.addr, code, table, &stack_at);
-                    bv.extend([si as f64, b.addr as f64, b.size as f64, b.requested as f64, code as f64, stack as f64]);
-                }
-            }
-        }
-        out.push(Moment {
-            state: *state,
-            kinds: kinds.clone(),
-            segments: encode::f64s(&sv),
-            blocks: encode::f64s(&bv),
-            figures: coarse.map(|_| figures_of(segs)),
-        });
+        out.push(keyframe(snap, *state, kinds, segs, w.coarse, table, &stack_at));
     }
     emit_ops_until(usize::MAX, &mut pos, &mut stack_at, table);
     let count = ov.len() / OP_LEN;
     let ops = StateOps { exact: w.exact, first: w.first, ops: encode::f64s(&ov), count };
     (out, w.note, ops)
+}
+
+/// The blocks of device `device`'s final state whose addresses no `alloc` entry of the
+/// trace names, with their own stacks: the stacks they start with before the first
+/// position (a small set, looked up per alloc, rather than a set of every address the
+/// trace allocates).
+fn final_stacks(snap: &Snapshot, device: i64) -> FxHashMap<u64, Option<StackId>> {
+    let trace = snap.trace(device);
+    let mut stack_at: FxHashMap<u64, Option<StackId>> = FxHashMap::default();
+    for s in snap.device_segments(device) {
+        for b in s.blocks.iter().filter(|b| b.state.is_active()) {
+            stack_at.insert(b.address, b.stack);
+        }
+    }
+    for e in trace.iter().filter(|e| e.action == Action::Alloc) {
+        if stack_at.is_empty() {
+            break;
+        }
+        stack_at.remove(&e.addr);
+    }
+    stack_at
+}
+
+/// The page's index of the stack of the block at `addr` (state `code`; free blocks, code
+/// 0, have none: -1), from the latest alloc at that address (`stack_at`).
+fn stack_index(
+    snap: &Snapshot,
+    addr: u64,
+    code: u64,
+    table: &mut StackTable,
+    stack_at: &FxHashMap<u64, Option<StackId>>,
+) -> i64 {
+    if code == 0 {
+        -1
+    } else {
+        stack_at.get(&addr).map_or(-1, |&s| table.index(snap, s))
+    }
+}
+
+/// The keyframe of the captured state at position `state` (`kinds`: what it marks,
+/// `segs`: its segments) as the page gets it: its segments' and blocks' records, the
+/// blocks merged into at most `coarse` records when there are more (then with the
+/// state's figures), each block with its stack's index from `stack_at`.
+fn keyframe(
+    snap: &Snapshot,
+    state: usize,
+    kinds: &[&'static str],
+    segs: &[SegRec],
+    coarse: Option<usize>,
+    table: &mut StackTable,
+    stack_at: &FxHashMap<u64, Option<StackId>>,
+) -> Moment {
+    let mut sv = Vec::with_capacity(segs.len() * 4);
+    let mut bv = Vec::new();
+    let nblocks: usize = segs.iter().map(|s| s.blocks.len()).sum();
+    let coarse = coarse.filter(|&max| nblocks > max);
+    for s in segs.iter() {
+        sv.extend([s.addr as f64, s.size as f64, table.stream(s.stream), seg_flags(s) as f64]);
+    }
+    if let Some(max) = coarse {
+        for (si, g) in coarsen(segs, max) {
+            let code = if g.count > 1 { MERGED } else { state_code(g.state) };
+            let stack = match code {
+                MERGED => g.count as i64,
+                _ => stack_index(snap, g.addr, code, table, stack_at),
+            };
+            let req = if code == MERGED { g.allocated } else { g.requested };
+            bv.extend([si as f64, g.addr as f64, g.size as f64, req as f64, code as f64, stack as f64]);
+        }
+    } else {
+        for (si, s) in segs.iter().enumerate() {
+            for b in &s.blocks {
+                let code = state_code(b.state);
+                let stack = stack_index(snap, b.addr, code, table, stack_at);
+                bv.extend([si as f64, b.addr as f64, b.size as f64, b.requested as f64, code as f64, stack as f64]);
+            }
+        }
+    }
+    Moment {
+        state,
+        kinds: kinds.to_vec(),
+        segments: encode::f64s(&sv),
+        blocks: encode::f64s(&bv),
+        figures: coarse.map(|_| figures_of(segs)),
+    }
 }
 
 /// Figures of the allocator state at one trace position (what the page's state view

@@ -260,6 +260,18 @@ fn role_rows_text(r: &fragscope_diagnose::role_whatif::RoleRows) -> String {
 
 fn oom_text(f: &OomFinding) -> String {
     let mut o = String::new();
+    oom_request_text(&mut o, f);
+    oom_state_text(&mut o, f);
+    oom_site_text(&mut o, f);
+    if let (Some(b), Some(rep)) = (&f.baseline, f.replay_reproduces_oom) {
+        oom_fixes_text(&mut o, f, b, rep);
+    }
+    o
+}
+
+/// The OOM's explanation and verdict, then the failing request (size, entry, stream and
+/// pool) and the device it failed on (capacity, CUDA's free memory).
+fn oom_request_text(o: &mut String, f: &OomFinding) {
     let _ = writeln!(o, "  {}", f.explanation);
     let _ = writeln!(o, "  Verdict                 {}", f.verdict.as_str());
     let _ = writeln!(
@@ -289,6 +301,11 @@ fn oom_text(f: &OomFinding) -> String {
         }
     );
     let _ = writeln!(o, "  Device free (CUDA)      {}", bytes(f.device_free_bytes));
+}
+
+/// The allocator's state at the OOM: reserved, allocated and cached free bytes, how far
+/// over capacity the live set is, and the free space of each stream and pool.
+fn oom_state_text(o: &mut String, f: &OomFinding) {
     let s = &f.state;
     let _ = writeln!(o, "  Reserved at the OOM     {}", bytes(s.reserved_bytes));
     let _ = writeln!(
@@ -335,6 +352,11 @@ fn oom_text(f: &OomFinding) -> String {
             );
         }
     }
+}
+
+/// The failing allocation's call site and stack (12 frames at most), then the live bytes
+/// by call site at the OOM.
+fn oom_site_text(o: &mut String, f: &OomFinding) {
     let _ = writeln!(o, "  Failing allocation at   {}", f.site.site);
     for fr in f.stack.iter().take(12) {
         let _ = writeln!(o, "      {fr}");
@@ -348,68 +370,71 @@ fn oom_text(f: &OomFinding) -> String {
             let _ = writeln!(o, "    {:>12} {:>6}  {}", bytes(s.bytes), percent(s.share), s.site.site);
         }
     }
-    if let (Some(b), Some(rep)) = (&f.baseline, f.replay_reproduces_oom) {
-        let _ = writeln!(
-            o,
-            "  Fixes measured by replaying the trace on a {} device (recorded settings: {}):",
-            bytes(f.capacity_bytes),
-            if rep {
-                format!("OOM at entry {}", b.first_oom_index.map_or("?".into(), |i| i.to_string()))
-            } else {
-                "no OOM in the model, so fixes cannot be measured".to_string()
-            }
-        );
-        for t in &f.fixes_tried {
-            let outcome = if rep && fragscope_diagnose::oom::avoids(t, f.event_index) {
-                "avoids the OOM".to_string()
-            } else {
-                match t.first_oom_index {
-                    Some(i) => format!("OOM at entry {i}"),
-                    None if t.recorded_ooms_that_fit == 0 => "request still fails".to_string(),
-                    None => "no OOM".to_string(),
-                }
-            };
-            // The label says everything that was replayed, so copying it reproduces the row:
-            // a GC threshold is replayed under a memory fraction (GC is inert without one).
-            let label = match &t.extra_call {
-                // the call only; its "(GC runs only under ...)" gloss is in the finding
-                Some(c) => format!("{} + {}", t.setting, c.split(" (").next().unwrap_or(c)),
-                None => t.setting.clone(),
-            };
-            replay_row(&mut o, &label, &outcome, t.peak_reserved_bytes, t.cuda_mallocs, t.cuda_frees, t.syncs);
-            // what the replay had to assume, in the text as in the JSON
-            for n in &t.notes {
-                let _ = writeln!(o, "      note: {n}");
-            }
-        }
-        if f.fixes.is_empty() {
-            let _ = writeln!(o, "    No setting avoids it.");
+}
+
+/// The fixes measured by replaying the trace (`b`: the baseline replay; `rep`: whether it
+/// reproduces the OOM): each setting tried and its outcome, the fixes found, and the usual
+/// advice replayed the same way.
+fn oom_fixes_text(o: &mut String, f: &OomFinding, b: &fragscope_diagnose::recommend::Trial, rep: bool) {
+    let _ = writeln!(
+        o,
+        "  Fixes measured by replaying the trace on a {} device (recorded settings: {}):",
+        bytes(f.capacity_bytes),
+        if rep {
+            format!("OOM at entry {}", b.first_oom_index.map_or("?".into(), |i| i.to_string()))
         } else {
-            for x in &f.fixes {
-                let _ = writeln!(
-                    o,
-                    "    Fix: {}{}",
-                    x.paste,
-                    x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}"))
-                );
-            }
+            "no OOM in the model, so fixes cannot be measured".to_string()
         }
-        if !f.advice.is_empty() {
-            let _ = writeln!(o, "  The usual advice, replayed the same way:");
-            for a in &f.advice {
-                let outcome = if a.avoids_oom {
-                    "avoids the OOM".to_string()
-                } else {
-                    a.first_oom_index.map_or("request still fails".into(), |i| format!("OOM at entry {i}"))
-                };
-                replay_row(&mut o, &a.advice, &outcome, a.peak_reserved_bytes, a.cuda_mallocs, a.cuda_frees, a.syncs);
+    );
+    for t in &f.fixes_tried {
+        let outcome = if rep && fragscope_diagnose::oom::avoids(t, f.event_index) {
+            "avoids the OOM".to_string()
+        } else {
+            match t.first_oom_index {
+                Some(i) => format!("OOM at entry {i}"),
+                None if t.recorded_ooms_that_fit == 0 => "request still fails".to_string(),
+                None => "no OOM".to_string(),
             }
-        }
-        if !f.fixes_tried.is_empty() || !f.advice.is_empty() {
-            let _ = writeln!(o, "    ({})", fragscope_replay::cost::SYNCS_NOTE);
+        };
+        // The label says everything that was replayed, so copying it reproduces the row:
+        // a GC threshold is replayed under a memory fraction (GC is inert without one).
+        let label = match &t.extra_call {
+            // the call only; its "(GC runs only under ...)" gloss is in the finding
+            Some(c) => format!("{} + {}", t.setting, c.split(" (").next().unwrap_or(c)),
+            None => t.setting.clone(),
+        };
+        replay_row(o, &label, &outcome, t.peak_reserved_bytes, t.cuda_mallocs, t.cuda_frees, t.syncs);
+        // what the replay had to assume, in the text as in the JSON
+        for n in &t.notes {
+            let _ = writeln!(o, "      note: {n}");
         }
     }
-    o
+    if f.fixes.is_empty() {
+        let _ = writeln!(o, "    No setting avoids it.");
+    } else {
+        for x in &f.fixes {
+            let _ = writeln!(
+                o,
+                "    Fix: {}{}",
+                x.paste,
+                x.extra_call.as_ref().map_or(String::new(), |c| format!("  and  {c}"))
+            );
+        }
+    }
+    if !f.advice.is_empty() {
+        let _ = writeln!(o, "  The usual advice, replayed the same way:");
+        for a in &f.advice {
+            let outcome = if a.avoids_oom {
+                "avoids the OOM".to_string()
+            } else {
+                a.first_oom_index.map_or("request still fails".into(), |i| format!("OOM at entry {i}"))
+            };
+            replay_row(o, &a.advice, &outcome, a.peak_reserved_bytes, a.cuda_mallocs, a.cuda_frees, a.syncs);
+        }
+    }
+    if !f.fixes_tried.is_empty() || !f.advice.is_empty() {
+        let _ = writeln!(o, "    ({})", fragscope_replay::cost::SYNCS_NOTE);
+    }
 }
 
 /// One replayed alternative at the OOM: outcome, peak, driver calls and the

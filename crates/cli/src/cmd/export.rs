@@ -29,7 +29,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use fragscope_diagnose::window::WindowInfo;
-use fragscope_snapshot::{Action, FrameId, Snapshot, StackId};
+use fragscope_snapshot::{Action, FrameId, Snapshot, StackId, TraceEvent};
 use fragscope_trace::attribution::site_of;
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};
 use parquet::file::metadata::KeyValue;
@@ -247,112 +247,109 @@ struct FileOut {
 
 use Kind::{Bool, Str, I64};
 
-/// The tables and their columns (docs/export.md).
+/// The tables and their columns (docs/export.md): name, then each column's name, kind and
+/// whether it may be null.
+type TableSpec = (&'static str, &'static [(&'static str, Kind, bool)]);
+
+/// The tables, in the order [`export_snapshot`] fills them.
+const TABLES: [TableSpec; 7] = [
+    (
+        "trace_events",
+        &[
+            ("file", Str, false),
+            ("device", I64, false),
+            ("idx", I64, false),
+            ("action", Str, false),
+            ("addr", I64, false),
+            ("size", I64, false),
+            ("stream", I64, false),
+            ("time_us", I64, true),
+            ("stack_id", I64, true),
+            ("pool_id", Str, true),
+            ("compile_context", Str, true),
+            ("user_metadata", Str, true),
+        ],
+    ),
+    (
+        "allocations",
+        &[
+            ("file", Str, false),
+            ("device", I64, false),
+            ("alloc_idx", I64, true),
+            ("free_requested_idx", I64, true),
+            ("free_completed_idx", I64, true),
+            ("alloc_time_us", I64, true),
+            ("free_time_us", I64, true),
+            ("lifetime_us", I64, true),
+            ("addr", I64, false),
+            ("requested_size", I64, false),
+            ("rounded_size", I64, false),
+            ("stream", I64, false),
+            ("stack_id", I64, true),
+            ("site", Str, false),
+            ("annotation", Str, true),
+            ("role", Str, true),
+            ("role_evidence", Str, true),
+        ],
+    ),
+    (
+        "segments",
+        &[
+            ("file", Str, false),
+            ("device", I64, false),
+            ("address", I64, false),
+            ("total_size", I64, false),
+            ("allocated_size", I64, false),
+            ("active_size", I64, false),
+            ("requested_size", I64, true),
+            ("stream", I64, false),
+            ("segment_type", Str, false),
+            ("pool_id", Str, true),
+            ("is_expandable", Bool, true),
+            ("stack_id", I64, true),
+            ("blocks", I64, false),
+        ],
+    ),
+    (
+        "blocks",
+        &[
+            ("file", Str, false),
+            ("device", I64, false),
+            ("segment_address", I64, false),
+            ("address", I64, false),
+            ("size", I64, false),
+            ("requested_size", I64, true),
+            ("state", Str, false),
+            ("stack_id", I64, true),
+            ("site", Str, true),
+        ],
+    ),
+    ("stacks", &[("file", Str, false), ("stack_id", I64, false), ("depth", I64, false), ("frame_id", I64, true)]),
+    (
+        "frames",
+        &[
+            ("file", Str, false),
+            ("frame_id", I64, false),
+            ("filename", Str, false),
+            ("line", I64, false),
+            ("name", Str, false),
+        ],
+    ),
+    (
+        "annotations",
+        &[
+            ("file", Str, false),
+            ("device", I64, false),
+            ("time_us", I64, false),
+            ("name", Str, false),
+            ("stage", Str, false),
+        ],
+    ),
+];
+
+/// Creates the tables ([`TABLES`]) in `dir`.
 fn create_tables(dir: &Path) -> Result<Vec<Table>, CliError> {
-    Ok(vec![
-        Table::create(
-            dir,
-            "trace_events",
-            &[
-                ("file", Str, false),
-                ("device", I64, false),
-                ("idx", I64, false),
-                ("action", Str, false),
-                ("addr", I64, false),
-                ("size", I64, false),
-                ("stream", I64, false),
-                ("time_us", I64, true),
-                ("stack_id", I64, true),
-                ("pool_id", Str, true),
-                ("compile_context", Str, true),
-                ("user_metadata", Str, true),
-            ],
-        )?,
-        Table::create(
-            dir,
-            "allocations",
-            &[
-                ("file", Str, false),
-                ("device", I64, false),
-                ("alloc_idx", I64, true),
-                ("free_requested_idx", I64, true),
-                ("free_completed_idx", I64, true),
-                ("alloc_time_us", I64, true),
-                ("free_time_us", I64, true),
-                ("lifetime_us", I64, true),
-                ("addr", I64, false),
-                ("requested_size", I64, false),
-                ("rounded_size", I64, false),
-                ("stream", I64, false),
-                ("stack_id", I64, true),
-                ("site", Str, false),
-                ("annotation", Str, true),
-                ("role", Str, true),
-                ("role_evidence", Str, true),
-            ],
-        )?,
-        Table::create(
-            dir,
-            "segments",
-            &[
-                ("file", Str, false),
-                ("device", I64, false),
-                ("address", I64, false),
-                ("total_size", I64, false),
-                ("allocated_size", I64, false),
-                ("active_size", I64, false),
-                ("requested_size", I64, true),
-                ("stream", I64, false),
-                ("segment_type", Str, false),
-                ("pool_id", Str, true),
-                ("is_expandable", Bool, true),
-                ("stack_id", I64, true),
-                ("blocks", I64, false),
-            ],
-        )?,
-        Table::create(
-            dir,
-            "blocks",
-            &[
-                ("file", Str, false),
-                ("device", I64, false),
-                ("segment_address", I64, false),
-                ("address", I64, false),
-                ("size", I64, false),
-                ("requested_size", I64, true),
-                ("state", Str, false),
-                ("stack_id", I64, true),
-                ("site", Str, true),
-            ],
-        )?,
-        Table::create(
-            dir,
-            "stacks",
-            &[("file", Str, false), ("stack_id", I64, false), ("depth", I64, false), ("frame_id", I64, true)],
-        )?,
-        Table::create(
-            dir,
-            "frames",
-            &[
-                ("file", Str, false),
-                ("frame_id", I64, false),
-                ("filename", Str, false),
-                ("line", I64, false),
-                ("name", Str, false),
-            ],
-        )?,
-        Table::create(
-            dir,
-            "annotations",
-            &[
-                ("file", Str, false),
-                ("device", I64, false),
-                ("time_us", I64, false),
-                ("name", Str, false),
-                ("stage", Str, false),
-            ],
-        )?,
-    ])
+    TABLES.iter().map(|&(name, columns)| Table::create(dir, name, columns)).collect()
 }
 
 /// The stream of the segment holding `addr` in `segs` (a device's segments of the final
@@ -377,183 +374,256 @@ fn opt_time(t: i64) -> V<'static> {
 /// Writes one snapshot's rows into the tables.
 fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), CliError> {
     let [trace, allocs, segs, blocks, stacks, frames, anns] = t else { unreachable!("seven tables") };
+    // The stacks any row names: only those go into `stacks` and `frames`.
     let mut used: HashSet<StackId> = HashSet::new();
-    let mut note = |s: Option<StackId>| {
-        if let Some(s) = s {
-            used.insert(s);
-        }
-    };
-    let cfg = fragscope_replay::recorded_config(snap);
     // Each context's pool as the text the column holds, once per context.
     let pools: Vec<Option<String>> = snap.contexts.iter().map(|c| c.pool_id.map(|(a, b)| format!("{a},{b}"))).collect();
     for (d, tr) in snap.device_traces.iter().enumerate() {
         let device = d as i64;
-        for (i, e) in tr.iter().enumerate() {
-            note(e.stack);
-            let c = snap.context(e);
-            let cc = c.compile_context.map(|c| snap.frames.str(c));
-            let um = c.user_metadata.map(|c| snap.frames.str(c));
-            let pool = e.context.index().and_then(|i| pools.get(i)?.as_deref());
-            trace.row(&[
-                V::S(file),
-                V::I(device),
-                V::I(i as i64),
-                V::S(e.action.as_str()),
-                V::I(e.addr as i64),
-                V::I(e.size as i64),
-                V::I(snap.stream(e) as i64),
-                opt_time(e.time_us),
-                sid(e.stack),
-                pool.map_or(V::N, V::S),
-                cc.map_or(V::N, V::S),
-                um.map_or(V::N, V::S),
-            ])?;
-        }
-        // Allocations: an alloc paired with the frees that follow it at its address.
-        // A free whose alloc is before the trace gets a row without alloc_idx.
-        struct A {
-            alloc: Option<usize>,
-            fr: Option<usize>,
-            fc: Option<usize>,
-            addr: u64,
-            req: u64,
-            stream: i64,
-            stack: Option<StackId>,
-            time: i64,
-        }
-        let mut rows: Vec<A> = Vec::new();
-        let mut open: fragscope_snapshot::FxHashMap<u64, usize> = Default::default();
-        for (i, e) in tr.iter().enumerate() {
-            match e.action {
-                Action::Alloc => {
-                    let a = A {
-                        alloc: Some(i),
-                        fr: None,
-                        fc: None,
-                        addr: e.addr,
-                        req: e.size,
-                        stream: snap.stream(e) as i64,
-                        stack: e.stack,
-                        time: e.time_us,
-                    };
-                    open.insert(e.addr, rows.len());
-                    rows.push(a);
-                }
-                Action::FreeRequested | Action::FreeCompleted => {
-                    let k = match open.get(&e.addr) {
-                        Some(&k) => k,
-                        None => {
-                            open.insert(e.addr, rows.len());
-                            rows.push(A {
-                                alloc: None,
-                                fr: None,
-                                fc: None,
-                                addr: e.addr,
-                                req: e.size,
-                                stream: snap.stream(e) as i64,
-                                stack: e.stack,
-                                time: fragscope_snapshot::NO_TIME,
-                            });
-                            rows.len() - 1
-                        }
-                    };
-                    if e.action == Action::FreeRequested {
-                        rows[k].fr = Some(i);
-                    } else {
-                        rows[k].fc = Some(i);
-                        open.remove(&e.addr);
-                    }
-                }
-                _ => {}
-            }
-        }
-        // Roles: the analysis' block lives (the walk `summary`'s roles use), matched to
-        // the rows by alloc entry; a block live before the trace by its address and the
-        // entry that ended it. Seeded lives no row names (live through the whole trace)
-        // get rows of their own, so that the roles' sums are those of `summary`.
-        let (lives, role_of) = if tr.is_empty() {
-            (fragscope_trace::lives::BlockLives::default(), fragscope_trace::roles::Roles::default())
-        } else {
-            let lives = fragscope_trace::lives::BlockLives::replay(snap, device);
-            let (_, _, roles) = fragscope_trace::roles::device_roles_with(snap, &lives);
-            (lives, roles)
-        };
-        let traced_role = |alloc: usize| {
-            let k = lives.traced.partition_point(|l| l.alloc < alloc);
-            (lives.traced.get(k).is_some_and(|l| l.alloc == alloc)).then(|| role_of.traced[k])
-        };
-        let mut seeded: fragscope_snapshot::FxHashMap<(u64, usize), usize> = Default::default();
-        for (k, l) in lives.seeded.iter().enumerate() {
-            seeded.insert((l.address, l.end), k);
-        }
-        let mut seeded_used = vec![false; lives.seeded.len()];
-        let mut dev_segs: Vec<(u64, u64, i64)> = snap
-            .segments
-            .iter()
-            .filter(|s| s.device == device)
-            .map(|s| (s.address, s.total_size, s.stream as i64))
-            .collect();
-        dev_segs.sort_unstable();
-        let mut row_roles: Vec<Option<fragscope_trace::roles::BlockRole>> = Vec::with_capacity(rows.len());
-        for a in &rows {
-            let r = match a.alloc {
-                Some(k) => traced_role(k),
-                None => a.fr.or(a.fc).and_then(|end| seeded.get(&(a.addr, end))).map(|&k| {
-                    seeded_used[k] = true;
-                    role_of.seeded[k]
-                }),
-            };
-            row_roles.push(r);
-        }
-        for (k, l) in lives.seeded.iter().enumerate() {
-            if !seeded_used[k] && l.end == fragscope_trace::lives::LIVE_AT_END {
-                rows.push(A {
-                    alloc: None,
+        write_trace_events(file, snap, device, tr, &pools, trace, &mut used)?;
+        let mut rows = pair_allocations(snap, tr);
+        let row_roles = allocation_roles(snap, device, tr, &mut rows);
+        write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used)?;
+    }
+    write_segments(file, snap, segs, blocks, &mut used)?;
+    write_stacks(file, snap, used, stacks, frames)?;
+    for a in snap.external_annotations.iter().flatten() {
+        anns.row(&[V::S(file), V::I(a.device), V::I(a.time_us), V::S(&a.name), V::S(&a.stage)])?;
+    }
+    Ok(())
+}
+
+/// Adds `s` to the stacks the rows name (`None`: no stack, nothing to add).
+fn note(used: &mut HashSet<StackId>, s: Option<StackId>) {
+    if let Some(s) = s {
+        used.insert(s);
+    }
+}
+
+/// Writes device `device`'s trace entries `tr` into `trace_events`, one row per entry in
+/// order; `pools` is each context's pool column text (by context index).
+fn write_trace_events(
+    file: &str,
+    snap: &Snapshot,
+    device: i64,
+    tr: &[TraceEvent],
+    pools: &[Option<String>],
+    trace: &mut Table,
+    used: &mut HashSet<StackId>,
+) -> Result<(), CliError> {
+    for (i, e) in tr.iter().enumerate() {
+        note(used, e.stack);
+        let c = snap.context(e);
+        let cc = c.compile_context.map(|c| snap.frames.str(c));
+        let um = c.user_metadata.map(|c| snap.frames.str(c));
+        let pool = e.context.index().and_then(|i| pools.get(i)?.as_deref());
+        trace.row(&[
+            V::S(file),
+            V::I(device),
+            V::I(i as i64),
+            V::S(e.action.as_str()),
+            V::I(e.addr as i64),
+            V::I(e.size as i64),
+            V::I(snap.stream(e) as i64),
+            opt_time(e.time_us),
+            sid(e.stack),
+            pool.map_or(V::N, V::S),
+            cc.map_or(V::N, V::S),
+            um.map_or(V::N, V::S),
+        ])?;
+    }
+    Ok(())
+}
+
+/// One row of `allocations` before its columns are derived: the alloc entry, the free
+/// entries paired with it, and what the alloc (or, without one, the free) recorded.
+struct AllocRow {
+    alloc: Option<usize>,
+    fr: Option<usize>,
+    fc: Option<usize>,
+    addr: u64,
+    req: u64,
+    stream: i64,
+    stack: Option<StackId>,
+    time: i64,
+}
+
+/// A device's allocations: each alloc entry of `tr` paired with the frees that follow it
+/// at its address. A free whose alloc is before the trace gets a row without alloc_idx.
+fn pair_allocations(snap: &Snapshot, tr: &[TraceEvent]) -> Vec<AllocRow> {
+    let mut rows: Vec<AllocRow> = Vec::new();
+    let mut open: fragscope_snapshot::FxHashMap<u64, usize> = Default::default();
+    for (i, e) in tr.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                let a = AllocRow {
+                    alloc: Some(i),
                     fr: None,
                     fc: None,
-                    addr: l.address,
-                    req: l.request,
-                    stream: stream_at(&dev_segs, l.address),
-                    stack: l.stack,
-                    time: fragscope_snapshot::NO_TIME,
-                });
-                row_roles.push(Some(role_of.seeded[k]));
+                    addr: e.addr,
+                    req: e.size,
+                    stream: snap.stream(e) as i64,
+                    stack: e.stack,
+                    time: e.time_us,
+                };
+                open.insert(e.addr, rows.len());
+                rows.push(a);
             }
-        }
-        let scopes = fragscope_trace::scopes::Scopes::new(snap, device);
-        let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
-        for (a, role) in rows.iter().zip(&row_roles) {
-            note(a.stack);
-            let end = a.fc.or(a.fr);
-            let end_time = end.map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
-            let start_time = (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
-            let life = start_time.zip(end_time).map(|(s, e)| e - s);
-            let site = site_cache.entry(a.stack).or_insert_with(|| site_of(&snap.frames, a.stack).site).clone();
-            let ann = start_time.and_then(|t| scopes.innermost_at(t));
-            let rounded = fragscope_alloc::rounding::round_size(a.req, &cfg);
-            allocs.row(&[
-                V::S(file),
-                V::I(device),
-                a.alloc.map_or(V::N, |k| V::I(k as i64)),
-                a.fr.map_or(V::N, |k| V::I(k as i64)),
-                a.fc.map_or(V::N, |k| V::I(k as i64)),
-                start_time.map_or(V::N, V::I),
-                end_time.map_or(V::N, V::I),
-                life.map_or(V::N, V::I),
-                V::I(a.addr as i64),
-                V::I(a.req as i64),
-                V::I(rounded as i64),
-                V::I(a.stream),
-                sid(a.stack),
-                V::S(&site),
-                ann.map_or(V::N, V::S),
-                role.map_or(V::N, |r| V::S(r.role.as_str())),
-                role.map_or(V::N, |r| V::S(r.reason.describe())),
-            ])?;
+            Action::FreeRequested | Action::FreeCompleted => {
+                let k = match open.get(&e.addr) {
+                    Some(&k) => k,
+                    None => {
+                        open.insert(e.addr, rows.len());
+                        rows.push(AllocRow {
+                            alloc: None,
+                            fr: None,
+                            fc: None,
+                            addr: e.addr,
+                            req: e.size,
+                            stream: snap.stream(e) as i64,
+                            stack: e.stack,
+                            time: fragscope_snapshot::NO_TIME,
+                        });
+                        rows.len() - 1
+                    }
+                };
+                if e.action == Action::FreeRequested {
+                    rows[k].fr = Some(i);
+                } else {
+                    rows[k].fc = Some(i);
+                    open.remove(&e.addr);
+                }
+            }
+            _ => {}
         }
     }
+    rows
+}
+
+/// The role of each of `rows` (device `device`'s allocations, trace `tr`), in order.
+///
+/// Roles are the analysis' block lives (the walk `summary`'s roles use), matched to the
+/// rows by alloc entry; a block live before the trace by its address and the entry that
+/// ended it. Seeded lives no row names (live through the whole trace) get rows of their
+/// own, appended to `rows`, so that the roles' sums are those of `summary`.
+fn allocation_roles(
+    snap: &Snapshot,
+    device: i64,
+    tr: &[TraceEvent],
+    rows: &mut Vec<AllocRow>,
+) -> Vec<Option<fragscope_trace::roles::BlockRole>> {
+    let (lives, role_of) = if tr.is_empty() {
+        (fragscope_trace::lives::BlockLives::default(), fragscope_trace::roles::Roles::default())
+    } else {
+        let lives = fragscope_trace::lives::BlockLives::replay(snap, device);
+        let (_, _, roles) = fragscope_trace::roles::device_roles_with(snap, &lives);
+        (lives, roles)
+    };
+    let traced_role = |alloc: usize| {
+        let k = lives.traced.partition_point(|l| l.alloc < alloc);
+        (lives.traced.get(k).is_some_and(|l| l.alloc == alloc)).then(|| role_of.traced[k])
+    };
+    let mut seeded: fragscope_snapshot::FxHashMap<(u64, usize), usize> = Default::default();
+    for (k, l) in lives.seeded.iter().enumerate() {
+        seeded.insert((l.address, l.end), k);
+    }
+    let mut seeded_used = vec![false; lives.seeded.len()];
+    let mut dev_segs: Vec<(u64, u64, i64)> = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == device)
+        .map(|s| (s.address, s.total_size, s.stream as i64))
+        .collect();
+    dev_segs.sort_unstable();
+    let mut row_roles: Vec<Option<fragscope_trace::roles::BlockRole>> = Vec::with_capacity(rows.len());
+    for a in rows.iter() {
+        let r = match a.alloc {
+            Some(k) => traced_role(k),
+            None => a.fr.or(a.fc).and_then(|end| seeded.get(&(a.addr, end))).map(|&k| {
+                seeded_used[k] = true;
+                role_of.seeded[k]
+            }),
+        };
+        row_roles.push(r);
+    }
+    for (k, l) in lives.seeded.iter().enumerate() {
+        if !seeded_used[k] && l.end == fragscope_trace::lives::LIVE_AT_END {
+            rows.push(AllocRow {
+                alloc: None,
+                fr: None,
+                fc: None,
+                addr: l.address,
+                req: l.request,
+                stream: stream_at(&dev_segs, l.address),
+                stack: l.stack,
+                time: fragscope_snapshot::NO_TIME,
+            });
+            row_roles.push(Some(role_of.seeded[k]));
+        }
+    }
+    row_roles
+}
+
+/// Writes device `device`'s `rows` (with their `roles`, [`allocation_roles`]) into
+/// `allocations`: times and lifetime from the trace `tr`, the rounded size under the
+/// recorded allocator settings, the call site and the innermost annotation scope.
+#[allow(clippy::too_many_arguments)]
+fn write_allocations(
+    file: &str,
+    snap: &Snapshot,
+    device: i64,
+    tr: &[TraceEvent],
+    rows: &[AllocRow],
+    roles: &[Option<fragscope_trace::roles::BlockRole>],
+    allocs: &mut Table,
+    used: &mut HashSet<StackId>,
+) -> Result<(), CliError> {
+    let cfg = fragscope_replay::recorded_config(snap);
+    let scopes = fragscope_trace::scopes::Scopes::new(snap, device);
+    let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
+    for (a, role) in rows.iter().zip(roles) {
+        note(used, a.stack);
+        let end = a.fc.or(a.fr);
+        let end_time = end.map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
+        let start_time = (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
+        let life = start_time.zip(end_time).map(|(s, e)| e - s);
+        let site = site_cache.entry(a.stack).or_insert_with(|| site_of(&snap.frames, a.stack).site).clone();
+        let ann = start_time.and_then(|t| scopes.innermost_at(t));
+        let rounded = fragscope_alloc::rounding::round_size(a.req, &cfg);
+        allocs.row(&[
+            V::S(file),
+            V::I(device),
+            a.alloc.map_or(V::N, |k| V::I(k as i64)),
+            a.fr.map_or(V::N, |k| V::I(k as i64)),
+            a.fc.map_or(V::N, |k| V::I(k as i64)),
+            start_time.map_or(V::N, V::I),
+            end_time.map_or(V::N, V::I),
+            life.map_or(V::N, V::I),
+            V::I(a.addr as i64),
+            V::I(a.req as i64),
+            V::I(rounded as i64),
+            V::I(a.stream),
+            sid(a.stack),
+            V::S(&site),
+            ann.map_or(V::N, V::S),
+            role.map_or(V::N, |r| V::S(r.role.as_str())),
+            role.map_or(V::N, |r| V::S(r.reason.describe())),
+        ])?;
+    }
+    Ok(())
+}
+
+/// Writes the snapshot's allocator state: each segment into `segments`, its blocks into
+/// `blocks`.
+fn write_segments(
+    file: &str,
+    snap: &Snapshot,
+    segs: &mut Table,
+    blocks: &mut Table,
+    used: &mut HashSet<StackId>,
+) -> Result<(), CliError> {
     for s in &snap.segments {
-        note(s.stack);
+        note(used, s.stack);
         let pool = s.segment_pool_id.map(|(a, b)| format!("{a},{b}"));
         segs.row(&[
             V::S(file),
@@ -571,7 +641,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
             V::I(s.blocks.len() as i64),
         ])?;
         for b in &s.blocks {
-            note(b.stack);
+            note(used, b.stack);
             let site = b.stack.map(|st| site_of(&snap.frames, Some(st)).site);
             blocks.row(&[
                 V::S(file),
@@ -586,7 +656,18 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
             ])?;
         }
     }
-    // Stacks and frames referenced by any row, in id order.
+    Ok(())
+}
+
+/// Writes the stacks `used` names (and only those) into `stacks` and the frames they hold
+/// into `frames`, both in id order.
+fn write_stacks(
+    file: &str,
+    snap: &Snapshot,
+    used: HashSet<StackId>,
+    stacks: &mut Table,
+    frames: &mut Table,
+) -> Result<(), CliError> {
     let mut used: Vec<StackId> = used.into_iter().collect();
     used.sort_unstable();
     let mut used_frames: Vec<FrameId> = Vec::new();
@@ -611,9 +692,6 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
             V::I(fr.line),
             V::S(snap.frames.str(fr.name)),
         ])?;
-    }
-    for a in snap.external_annotations.iter().flatten() {
-        anns.row(&[V::S(file), V::I(a.device), V::I(a.time_us), V::S(&a.name), V::S(&a.stage)])?;
     }
     Ok(())
 }

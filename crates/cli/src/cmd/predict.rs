@@ -347,10 +347,23 @@ fn conf_label(c: &str) -> String {
 }
 
 fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
-    let (names, sizes, programs, maxfits) = (&out.names, &out.sizes, &out.programs, &out.max_fit);
+    let (names, sizes) = (&out.names, &out.sizes);
     let mut s = String::new();
     let listed: Vec<String> = names.iter().zip(sizes).map(|(n, z)| format!("{n} (size {z})")).collect();
     let _ = writeln!(s, "predict from {}", listed.join(", "));
+    programs_text(&mut s, &out.programs);
+    if !out.predictions.is_empty() {
+        predictions_text(&mut s, &out.predictions, capacity);
+    }
+    if !out.max_fit.is_empty() {
+        max_fit_text(&mut s, &out.max_fit, capacity);
+    }
+    s
+}
+
+/// Each fitted program (a device): its requests and how many align in every recording,
+/// the laws their sizes follow, the largest requests no law explains, and its notes.
+fn programs_text(s: &mut String, programs: &[Program]) {
     for p in programs {
         let q = &p.quality;
         let laws: Vec<String> = q.by_law.iter().map(|(l, n)| format!("{l} {n}")).collect();
@@ -384,92 +397,97 @@ fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
             let _ = writeln!(s, "  note: {n}");
         }
     }
-    if !out.predictions.is_empty() {
-        let cap = capacity.unwrap_or("unlimited");
-        let mut t = Table::new(&[
-            ("size", Align::Right),
-            ("device", Align::Right),
-            ("peak reserved", Align::Right),
-            ("peak allocated", Align::Right),
-            (&format!("fits ({cap})"), Align::Left),
-            ("first OOM", Align::Left),
-            ("extrapolated", Align::Right),
+}
+
+/// The predictions' table (one row per size and device: peaks, whether it fits on
+/// `capacity`, the first OOM, the extrapolated share), the settings and the notes.
+fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacity: Option<&str>) {
+    let cap = capacity.unwrap_or("unlimited");
+    let mut t = Table::new(&[
+        ("size", Align::Right),
+        ("device", Align::Right),
+        ("peak reserved", Align::Right),
+        ("peak allocated", Align::Right),
+        (&format!("fits ({cap})"), Align::Left),
+        ("first OOM", Align::Left),
+        ("extrapolated", Align::Right),
+    ]);
+    for (p, _) in predictions {
+        let oom = match &p.oom {
+            None => "none".to_string(),
+            Some(o) => format!(
+                "entry {}: {} ({}){}",
+                o.index,
+                bytes(o.requested),
+                o.law.as_str(),
+                if o.site.is_empty() { String::new() } else { format!(" at {}", o.site) }
+            ),
+        };
+        let fits = if p.capacity.is_none() {
+            "n/a".to_string()
+        } else if p.oom.is_none() {
+            "yes".to_string()
+        } else {
+            "no".to_string()
+        };
+        t.row([
+            p.at.to_string(),
+            p.device.to_string(),
+            bytes(p.peak_reserved),
+            bytes(p.peak_allocated),
+            fits,
+            oom,
+            percent(p.extrapolated_share),
         ]);
-        for (p, _) in &out.predictions {
-            let oom = match &p.oom {
-                None => "none".to_string(),
-                Some(o) => format!(
-                    "entry {}: {} ({}){}",
-                    o.index,
-                    bytes(o.requested),
-                    o.law.as_str(),
-                    if o.site.is_empty() { String::new() } else { format!(" at {}", o.site) }
-                ),
-            };
-            let fits = if p.capacity.is_none() {
-                "n/a".to_string()
-            } else if p.oom.is_none() {
-                "yes".to_string()
-            } else {
-                "no".to_string()
-            };
-            t.row([
-                p.at.to_string(),
-                p.device.to_string(),
-                bytes(p.peak_reserved),
-                bytes(p.peak_allocated),
-                fits,
-                oom,
-                percent(p.extrapolated_share),
-            ]);
-        }
-        let _ = writeln!(s, "\n{}", t.render());
-        if let Some((p, _)) = out.predictions.first() {
-            let _ = writeln!(s, "  settings: {}", conf_label(&p.config));
-        }
-        let _ = writeln!(
-            s,
-            "  extrapolated: share of the allocated peak whose size only the recordings determine (no recording \
-             checked the law) or that follows no law"
-        );
-        write_notes(&mut s, out.predictions.iter().map(|(p, _)| p));
     }
-    if !maxfits.is_empty() {
-        let mut t = Table::new(&[
-            ("PYTORCH_CUDA_ALLOC_CONF", Align::Left),
-            ("device", Align::Right),
-            ("largest size that fits", Align::Right),
-            ("its peak reserved", Align::Right),
-            ("next size: first OOM", Align::Left),
-            ("replays", Align::Right),
+    let _ = writeln!(s, "\n{}", t.render());
+    if let Some((p, _)) = predictions.first() {
+        let _ = writeln!(s, "  settings: {}", conf_label(&p.config));
+    }
+    let _ = writeln!(
+        s,
+        "  extrapolated: share of the allocated peak whose size only the recordings determine (no recording \
+         checked the law) or that follows no law"
+    );
+    write_notes(s, predictions.iter().map(|(p, _)| p));
+}
+
+/// The `--max-fit` table (one row per setting and device: the largest size that fits on
+/// `capacity`, its peak, the next size's first OOM, the replays made) and its notes.
+fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
+    let mut t = Table::new(&[
+        ("PYTORCH_CUDA_ALLOC_CONF", Align::Left),
+        ("device", Align::Right),
+        ("largest size that fits", Align::Right),
+        ("its peak reserved", Align::Right),
+        ("next size: first OOM", Align::Left),
+        ("replays", Align::Right),
+    ]);
+    for m in maxfits {
+        let largest = match (m.largest, m.bounded) {
+            (None, _) => "none".to_string(),
+            (Some(x), true) => x.to_string(),
+            (Some(x), false) => format!("≥ {x} (all tried fit)"),
+        };
+        let next = match &m.next {
+            Some(p) => match &p.oom {
+                Some(o) => format!("{} at entry {} ({})", p.at, o.index, bytes(o.requested)),
+                None => format!("{}: fits", p.at),
+            },
+            None => "—".into(),
+        };
+        t.row([
+            conf_label(&m.config),
+            m.device.to_string(),
+            largest,
+            m.fits_at.as_ref().map(|p| bytes(p.peak_reserved)).unwrap_or_else(|| "—".into()),
+            next,
+            m.replays.to_string(),
         ]);
-        for m in maxfits {
-            let largest = match (m.largest, m.bounded) {
-                (None, _) => "none".to_string(),
-                (Some(x), true) => x.to_string(),
-                (Some(x), false) => format!("≥ {x} (all tried fit)"),
-            };
-            let next = match &m.next {
-                Some(p) => match &p.oom {
-                    Some(o) => format!("{} at entry {} ({})", p.at, o.index, bytes(o.requested)),
-                    None => format!("{}: fits", p.at),
-                },
-                None => "—".into(),
-            };
-            t.row([
-                conf_label(&m.config),
-                m.device.to_string(),
-                largest,
-                m.fits_at.as_ref().map(|p| bytes(p.peak_reserved)).unwrap_or_else(|| "—".into()),
-                next,
-                m.replays.to_string(),
-            ]);
-        }
-        let cap = capacity.unwrap_or("");
-        let _ = writeln!(s, "\n  largest size that fits on {cap} (bisection over replays)\n{}", t.render());
-        write_notes(&mut s, maxfits.iter().flat_map(|m| m.fits_at.iter()));
     }
-    s
+    let cap = capacity.unwrap_or("");
+    let _ = writeln!(s, "\n  largest size that fits on {cap} (bisection over replays)\n{}", t.render());
+    write_notes(s, maxfits.iter().flat_map(|m| m.fits_at.iter()));
 }
 
 /// The predictions' notes (a size far past the recordings, requests that vanish) under

@@ -395,67 +395,74 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
             }
             for r in rs {
                 let Some(runs) = &r.whatif else { continue };
-                let _ = writeln!(s, "\n  device {}: what if", r.verify.device);
-                let mut t = Table::new(&[
-                    ("PYTORCH_CUDA_ALLOC_CONF", Align::Left),
-                    ("peak reserved", Align::Right),
-                    ("peak allocated", Align::Right),
-                    ("fragmentation", Align::Right),
-                    ("cudaMalloc", Align::Right),
-                    ("cudaFree", Align::Right),
-                    ("syncs", Align::Right),
-                    ("retries", Align::Right),
-                    ("first OOM", Align::Left),
-                ]);
-                for w in runs {
-                    let name = whatif_label(w);
-                    t.row([
-                        name,
-                        output::bytes(w.peak_reserved),
-                        output::bytes(w.peak_allocated),
-                        output::percent(w.peak_fragmentation),
-                        w.cuda_mallocs.to_string(),
-                        w.cuda_frees.to_string(),
-                        w.driver.syncs().to_string(),
-                        w.alloc_retries.to_string(),
-                        match &w.first_oom {
-                            None => "none".into(),
-                            Some(o) => format!("event {}: {}", o.index, output::bytes(o.requested)),
-                        },
-                    ]);
-                }
-                s.push_str(&t.render());
-                for n in &r.notes {
-                    let _ = writeln!(s, "  {n}");
-                }
-                // The runs' own notes, each once, with the runs it concerns.
-                let mut seen: Vec<(&str, Vec<String>)> = Vec::new();
-                for w in runs {
-                    for n in &w.notes {
-                        match seen.iter_mut().find(|(m, _)| *m == n.as_str()) {
-                            Some((_, who)) => who.push(whatif_label(w)),
-                            None => seen.push((n.as_str(), vec![whatif_label(w)])),
-                        }
-                    }
-                }
-                for (n, who) in seen {
-                    let whom = if who.len() == runs.len() { "all runs".to_string() } else { who.join(", ") };
-                    let _ = writeln!(s, "  note ({whom}): {n}");
-                }
-                if let Some(w) = runs.iter().find(|w| w.start_state.refusal().is_some()) {
-                    let _ = writeln!(
-                        s,
-                        "  These runs are not comparable: {} for {}; the rows do not start from the same memory.",
-                        w.start_state.refusal().unwrap_or_default(),
-                        whatif_label(w)
-                    );
-                }
-                let _ = writeln!(s, "  {}", cost::SYNCS_NOTE);
+                whatif_text(&mut s, r, runs);
             }
         }
         s.push('\n');
     }
     s
+}
+
+/// Device `r`'s what-if runs (`runs`, its alternative settings replayed) as text: one
+/// table row per run, the device's notes, each run's notes once with the runs they
+/// concern, and whether the runs started from the same memory.
+fn whatif_text(s: &mut String, r: &DeviceResult, runs: &[WhatIf]) {
+    let _ = writeln!(s, "\n  device {}: what if", r.verify.device);
+    let mut t = Table::new(&[
+        ("PYTORCH_CUDA_ALLOC_CONF", Align::Left),
+        ("peak reserved", Align::Right),
+        ("peak allocated", Align::Right),
+        ("fragmentation", Align::Right),
+        ("cudaMalloc", Align::Right),
+        ("cudaFree", Align::Right),
+        ("syncs", Align::Right),
+        ("retries", Align::Right),
+        ("first OOM", Align::Left),
+    ]);
+    for w in runs {
+        let name = whatif_label(w);
+        t.row([
+            name,
+            output::bytes(w.peak_reserved),
+            output::bytes(w.peak_allocated),
+            output::percent(w.peak_fragmentation),
+            w.cuda_mallocs.to_string(),
+            w.cuda_frees.to_string(),
+            w.driver.syncs().to_string(),
+            w.alloc_retries.to_string(),
+            match &w.first_oom {
+                None => "none".into(),
+                Some(o) => format!("event {}: {}", o.index, output::bytes(o.requested)),
+            },
+        ]);
+    }
+    s.push_str(&t.render());
+    for n in &r.notes {
+        let _ = writeln!(s, "  {n}");
+    }
+    // The runs' own notes, each once, with the runs it concerns.
+    let mut seen: Vec<(&str, Vec<String>)> = Vec::new();
+    for w in runs {
+        for n in &w.notes {
+            match seen.iter_mut().find(|(m, _)| *m == n.as_str()) {
+                Some((_, who)) => who.push(whatif_label(w)),
+                None => seen.push((n.as_str(), vec![whatif_label(w)])),
+            }
+        }
+    }
+    for (n, who) in seen {
+        let whom = if who.len() == runs.len() { "all runs".to_string() } else { who.join(", ") };
+        let _ = writeln!(s, "  note ({whom}): {n}");
+    }
+    if let Some(w) = runs.iter().find(|w| w.start_state.refusal().is_some()) {
+        let _ = writeln!(
+            s,
+            "  These runs are not comparable: {} for {}; the rows do not start from the same memory.",
+            w.start_state.refusal().unwrap_or_default(),
+            whatif_label(w)
+        );
+    }
+    let _ = writeln!(s, "  {}", cost::SYNCS_NOTE);
 }
 
 /// A role-level what-if as text: the changes (or why not), the recording and the
