@@ -24,7 +24,7 @@ use fragscope_alloc::{AllocatorConfig, UncachedAllocator};
 use fragscope_snapshot::{Action, Snapshot, NO_TIME};
 
 use fragscope_replay::driver::verify_inner;
-use fragscope_replay::state::BState;
+use fragscope_replay::state::{BState, RecordedState};
 use fragscope_replay::whatif::{simulate_with, SimOom, SimOptions, StartState, WhatIf, UNLIMITED};
 use fragscope_replay::ReplayOptions;
 
@@ -193,24 +193,8 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
     let mut a = UncachedAllocator::new(capacity.unwrap_or(UNLIMITED));
     // Recorded address → simulated address (None: its cudaMalloc failed).
     let mut map: HashMap<u64, Option<u64>> = HashMap::new();
-    let start_state = match &inferred.initial {
-        Some(st) => {
-            // Tensors alive at the first entry (a block pending its free_completed was
-            // already handed back at its free_requested without caching).
-            for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state == BState::Allocated) {
-                let sim = a.adopt(b.requested);
-                map.insert(b.addr, Some(sim));
-            }
-            StartState::Rebuilt
-        }
-        None => {
-            notes.push(format!(
-                "the state before the trace is unknown ({}); started empty",
-                vrep.undecidable.as_deref().unwrap_or("no trace")
-            ));
-            StartState::Unknown
-        }
-    };
+    let start_state =
+        adopt_start_state(inferred.initial.as_ref(), vrep.undecidable.as_deref(), &mut a, &mut map, &mut notes);
     let mut first_oom = None;
     let mut recorded_fit = 0;
     let before = a.in_use;
@@ -287,6 +271,37 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
         notes,
         probes: Vec::new(),
         snapshot: None,
+    }
+}
+
+/// The start of the no-caching replay: the tensors alive at the first entry, held in `a`
+/// from the start without a counted `cudaMalloc` (recorded address → simulated address in
+/// `map`), when the backward walk rebuilt the state before the trace (`initial`); else a
+/// note of why it is unknown (`undecidable`), and the replay starts empty.
+fn adopt_start_state(
+    initial: Option<&RecordedState>,
+    undecidable: Option<&str>,
+    a: &mut UncachedAllocator,
+    map: &mut HashMap<u64, Option<u64>>,
+    notes: &mut Vec<String>,
+) -> StartState {
+    match initial {
+        Some(st) => {
+            // Tensors alive at the first entry (a block pending its free_completed was
+            // already handed back at its free_requested without caching).
+            for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state == BState::Allocated) {
+                let sim = a.adopt(b.requested);
+                map.insert(b.addr, Some(sim));
+            }
+            StartState::Rebuilt
+        }
+        None => {
+            notes.push(format!(
+                "the state before the trace is unknown ({}); started empty",
+                undecidable.unwrap_or("no trace")
+            ));
+            StartState::Unknown
+        }
     }
 }
 

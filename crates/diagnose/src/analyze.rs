@@ -27,7 +27,7 @@ use crate::oom::{self, OomFinding, OomOptions, StateFigures};
 use crate::recommend::{self, Era, Recommendations};
 use fragscope_alloc::format_size as fs;
 use fragscope_replay as replay;
-use fragscope_trace::attribution::{self, AttributionOptions, PeakAttribution, PinnedSegments};
+use fragscope_trace::attribution::{self, AttributionOptions, DeviceAttribution, PeakAttribution, PinnedSegments};
 use fragscope_trace::lives::BlockLives;
 use fragscope_trace::roles::{self, DeviceRoles};
 use fragscope_trace::steps::Steps;
@@ -216,6 +216,9 @@ pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> De
     analyze_device_inner(snap, device, opts, &FileWork::new(snap, None), None)
 }
 
+/// One device's analysis: its parts, on threads beside this one ([`parts_beside`]) or in
+/// turn ([`parts_in_turn`]), then the live set at the OOM by role, the recommendations, the
+/// role what-ifs and the headline findings.
 fn analyze_device_inner(
     snap: &Snapshot,
     device: i64,
@@ -223,93 +226,13 @@ fn analyze_device_inner(
     work: &FileWork,
     timeline_of: Option<TimelineOf>,
 ) -> DeviceAnalysis {
-    let threads = opts.threads.max(1);
-    let aopts = AttributionOptions { top: opts.top };
-    // The timeline keeps the lives of every block ([`fragscope_trace::lives`]): attribution and
-    // leak detection read them instead of walking the trace again.
-    let part_timeline = || match timeline_of {
-        Some(f) => f(device),
-        None => timeline::timeline_with_lives(snap, device, &TimelineOptions { points: opts.points.max(1) }),
-    };
-    // Leak detection does not need the timeline's figures: its threshold (a share of the
-    // peak allocated bytes) only filters suspects, so it runs with the smallest threshold
-    // and the filter is applied afterwards.
-    // Attribution at the timeline's peaks and the free space at the reserved peak.
-    let part_main = |tl: &DeviceTimeline| {
-        let attr = attribution::attribute(snap, tl, &aopts);
-        let (at_peak, note) = if tl.reserved_source == "segments" && tl.peak_reserved.bytes > 0 {
-            match oom::allocator_state_at(snap, device, tl.peak_reserved.event_index) {
-                Ok(st) => (Some(oom::state_figures(&st, None)), None),
-                Err(e) => (None, Some(format!("free space at the reserved peak unknown: {e}"))),
-            }
-        } else {
-            (None, Some("no segments recorded: free space unknown".to_string()))
-        };
-        (attr, at_peak, note)
-    };
-    let lives_of = |tl: &DeviceTimeline| tl.lives.clone().unwrap_or_else(|| Arc::new(BlockLives::replay(snap, device)));
-    // The OOM, with its replays (only for a device whose trace has an `oom` entry).
-    let part_oom = || {
-        let mut f = oom::oom_finding(snap, device, &OomOptions { top: opts.top, replay: false, threads })?;
-        let cfg = replay::recorded_config(snap);
-        let cands = recommend::candidates(&cfg, work.era());
-        let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
-        oom::apply_trials(&mut f, base, trials);
-        oom::advise(snap, device, &mut f);
-        Some(f)
-    };
-    // Recommendations of a device without an OOM (measured by replay with --what-if).
-    let part_recommendations = || {
-        let cap = snap.device_capacity.get(&device).copied();
-        recommend::recommend_in_era(snap, device, work.era().clone(), opts.what_if, cap, threads)
-    };
-    let (mut tl, (attr, at_peak, at_peak_note), lk, oom_f, quick_recommendations, rl) = if threads > 1 {
-        std::thread::scope(|s| {
-            // The iterations (no walk of the lives) beside the timeline walk, then the
-            // leak tests beside attribution.
-            let (it_tx, it_rx) = std::sync::mpsc::sync_channel(1);
-            let h_it = s.spawn(move || {
-                // Sent as soon as found: the leak tests start when the walk ends, even if
-                // the work below is not done.
-                let st = fragscope_trace::steps::steps(snap, device);
-                let _ = it_tx.send(st);
-                // The era (a look at every entry) and the caller's work too, here rather
-                // than on threads of their own: one helper beside the walk keeps the
-                // walk's core to itself.
-                work.beside_walk();
-            });
-            let tl = part_timeline();
-            let lives = lives_of(&tl);
-            // No iterations only when that thread panicked: its panic, here.
-            let st = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
-            let lives2 = Arc::clone(&lives);
-            // Leaks read the roles (their evidence): one after the other, beside
-            // attribution.
-            let h_roles = s.spawn(move || {
-                let (r, rr) = roles::device_roles_from(snap, &lives2, &st);
-                let lk = leaks::leaks_device_with(snap, device, &st, &lives2, Some(&rr));
-                ((r, st, rr, lives2), lk)
-            });
-            let main = part_main(&tl);
-            // Without an OOM entry (and without --what-if) nothing is replayed: the
-            // recommendations are a look at the trace, taken while the leak tests run.
-            // (`oom::oom_finding` makes a finding exactly for the trace's first `oom` entry.)
-            let quick = (!opts.what_if && tl.first_oom.is_none()).then(&part_recommendations);
-            let (rl, lk) = h_roles.join().expect("roles thread");
-            // The OOM replays start once the cheap parts are done, so they do not
-            // compete with them for the cores (they use `threads` threads themselves).
-            let oom_f = if quick.is_some() { None } else { part_oom() };
-            (tl, main, lk, oom_f, quick, rl)
-        })
+    let parts = if opts.threads.max(1) > 1 {
+        parts_beside(snap, device, opts, work, timeline_of)
     } else {
-        let tl = part_timeline();
-        let lives = lives_of(&tl);
-        let st = fragscope_trace::steps::steps(snap, device);
-        let (r, rr) = roles::device_roles_from(snap, &lives, &st);
-        let lk = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
-        let main = part_main(&tl);
-        (tl, main, lk, part_oom(), None, (r, st, rr, lives))
+        parts_in_turn(snap, device, opts, work, timeline_of)
     };
+    let DeviceParts { mut timeline, attribution: attr, at_peak, at_peak_note, leaks: lk, oom: oom_f, quick, roles: rl } =
+        parts;
     let (mut device_roles, steps, block_roles, lives) = rl;
     if let Some(f) = &oom_f {
         // The state before the `oom` entry: what was live when the request failed.
@@ -318,41 +241,16 @@ fn analyze_device_inner(
     }
     drop(lives);
     // The lives are for this function only: the analysis does not carry them.
-    tl.lives = None;
+    timeline.lives = None;
 
     let recommendations = match &oom_f {
-        Some(f) => {
-            let mut r = recommend::Recommendations {
-                device,
-                measured: false,
-                note: None,
-                era: work.era().clone(),
-                capacity_bytes: Some(f.capacity_bytes),
-                baseline: None,
-                recommended: Vec::new(),
-                tried: Vec::new(),
-                advice: Vec::new(),
-                advice_notes: Vec::new(),
-            };
-            if let Some(base) = &f.baseline {
-                recommend::from_trials(&mut r, base.clone(), f.fixes_tried.clone(), Some(f.event_index));
-            }
-            r
-        }
-        None => quick_recommendations.unwrap_or_else(part_recommendations),
+        Some(f) => recommendations_at_oom(device, work.era(), f),
+        None => quick.unwrap_or_else(|| recommendations_without_oom(snap, device, opts, work)),
     };
-
-    // Role-level what-ifs: asked for, or the answer to an exhaustion OOM or one of a cap on
-    // the process (the live set must shrink: would the usual remedies shrink it enough?).
-    let exhaustion =
-        oom_f.as_ref().is_some_and(|f| matches!(f.verdict, oom::Verdict::Exhaustion | oom::Verdict::MemoryFractionCap));
-    let role_what_if = ((opts.what_if || exhaustion) && replay::has_replayable_trace(snap, device)).then(|| {
-        let cap = oom_f.as_ref().map(|f| f.capacity_bytes).or_else(|| snap.device_capacity.get(&device).copied());
-        crate::role_whatif::analyze_rows(snap, device, cap)
-    });
+    let role_what_if = role_what_if(snap, device, opts, oom_f.as_ref());
 
     let frag = FragmentationFindings {
-        timeline: tl,
+        timeline,
         at_reserved_peak: at_peak,
         at_reserved_peak_note: at_peak_note,
         pinned_segments: attr.pinned_segments,
@@ -379,6 +277,195 @@ fn analyze_device_inner(
     d
 }
 
+/// The parts of one device's analysis, before they are put together.
+struct DeviceParts {
+    /// The timeline, with the lives of every block when its walk kept them.
+    timeline: DeviceTimeline,
+    /// Attribution at the timeline's peaks, and the free space at the reserved peak (or
+    /// why it is unknown).
+    attribution: DeviceAttribution,
+    at_peak: Option<StateFigures>,
+    at_peak_note: Option<String>,
+    leaks: leaks::DeviceLeaks,
+    /// The OOM, with its replays (only for a device whose trace has an `oom` entry).
+    oom: Option<OomFinding>,
+    /// The recommendations, when they were taken beside the leak tests (no OOM, no
+    /// `--what-if`: nothing to replay).
+    quick: Option<Recommendations>,
+    /// Memory by role, the steps and each block's role they were read from, and the lives.
+    roles: (DeviceRoles, Steps, roles::Roles, Arc<BlockLives>),
+}
+
+/// The parts on two threads besides this one: the iterations (and the era, and the
+/// caller's work) beside the timeline walk, then the roles and the leak tests beside
+/// attribution; the OOM replays last, so that they do not compete with the cheap parts
+/// for the cores (they use `threads` threads themselves).
+fn parts_beside(
+    snap: &Snapshot,
+    device: i64,
+    opts: &AnalyzeOptions,
+    work: &FileWork,
+    timeline_of: Option<TimelineOf>,
+) -> DeviceParts {
+    std::thread::scope(|s| {
+        // The iterations (no walk of the lives) beside the timeline walk, then the
+        // leak tests beside attribution.
+        let (it_tx, it_rx) = std::sync::mpsc::sync_channel(1);
+        let h_it = s.spawn(move || {
+            // Sent as soon as found: the leak tests start when the walk ends, even if
+            // the work below is not done.
+            let st = fragscope_trace::steps::steps(snap, device);
+            let _ = it_tx.send(st);
+            // The era (a look at every entry) and the caller's work too, here rather
+            // than on threads of their own: one helper beside the walk keeps the
+            // walk's core to itself.
+            work.beside_walk();
+        });
+        let tl = device_timeline(snap, device, opts, timeline_of);
+        let lives = lives_of(snap, device, &tl);
+        // No iterations only when that thread panicked: its panic, here.
+        let st = it_rx.recv().unwrap_or_else(|_| std::panic::resume_unwind(h_it.join().unwrap_err()));
+        let lives2 = Arc::clone(&lives);
+        // Leaks read the roles (their evidence): one after the other, beside
+        // attribution.
+        let h_roles = s.spawn(move || {
+            let (r, rr) = roles::device_roles_from(snap, &lives2, &st);
+            let lk = leaks::leaks_device_with(snap, device, &st, &lives2, Some(&rr));
+            ((r, st, rr, lives2), lk)
+        });
+        let (attribution, at_peak, at_peak_note) = attribution_at_peaks(snap, device, opts, &tl);
+        // Without an OOM entry (and without --what-if) nothing is replayed: the
+        // recommendations are a look at the trace, taken while the leak tests run.
+        // (`oom::oom_finding` makes a finding exactly for the trace's first `oom` entry.)
+        let quick =
+            (!opts.what_if && tl.first_oom.is_none()).then(|| recommendations_without_oom(snap, device, opts, work));
+        let (roles, leaks) = h_roles.join().expect("roles thread");
+        // The OOM replays start once the cheap parts are done, so they do not
+        // compete with them for the cores (they use `threads` threads themselves).
+        let oom = if quick.is_some() { None } else { oom_with_replays(snap, device, opts, work) };
+        DeviceParts { timeline: tl, attribution, at_peak, at_peak_note, leaks, oom, quick, roles }
+    })
+}
+
+/// The parts one after the other, on this thread (one thread to use).
+fn parts_in_turn(
+    snap: &Snapshot,
+    device: i64,
+    opts: &AnalyzeOptions,
+    work: &FileWork,
+    timeline_of: Option<TimelineOf>,
+) -> DeviceParts {
+    let tl = device_timeline(snap, device, opts, timeline_of);
+    let lives = lives_of(snap, device, &tl);
+    let st = fragscope_trace::steps::steps(snap, device);
+    let (r, rr) = roles::device_roles_from(snap, &lives, &st);
+    let leaks = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
+    let (attribution, at_peak, at_peak_note) = attribution_at_peaks(snap, device, opts, &tl);
+    let oom = oom_with_replays(snap, device, opts, work);
+    DeviceParts { timeline: tl, attribution, at_peak, at_peak_note, leaks, oom, quick: None, roles: (r, st, rr, lives) }
+}
+
+/// The device's timeline: the caller's, else a walk that keeps the lives of every block
+/// ([`fragscope_trace::lives`]): attribution and leak detection read them instead of
+/// walking the trace again.
+fn device_timeline(
+    snap: &Snapshot,
+    device: i64,
+    opts: &AnalyzeOptions,
+    timeline_of: Option<TimelineOf>,
+) -> DeviceTimeline {
+    match timeline_of {
+        Some(f) => f(device),
+        None => timeline::timeline_with_lives(snap, device, &TimelineOptions { points: opts.points.max(1) }),
+    }
+}
+
+/// The lives the timeline kept, else a replay of the trace for them.
+fn lives_of(snap: &Snapshot, device: i64, tl: &DeviceTimeline) -> Arc<BlockLives> {
+    tl.lives.clone().unwrap_or_else(|| Arc::new(BlockLives::replay(snap, device)))
+}
+
+/// Attribution at the timeline's peaks, and the free space at the reserved peak (backward
+/// walk; with why it is unknown when the state cannot be rebuilt or no segments were
+/// recorded).
+fn attribution_at_peaks(
+    snap: &Snapshot,
+    device: i64,
+    opts: &AnalyzeOptions,
+    tl: &DeviceTimeline,
+) -> (DeviceAttribution, Option<StateFigures>, Option<String>) {
+    let attr = attribution::attribute(snap, tl, &AttributionOptions { top: opts.top });
+    let (at_peak, note) = if tl.reserved_source == "segments" && tl.peak_reserved.bytes > 0 {
+        match oom::allocator_state_at(snap, device, tl.peak_reserved.event_index) {
+            Ok(st) => (Some(oom::state_figures(&st, None)), None),
+            Err(e) => (None, Some(format!("free space at the reserved peak unknown: {e}"))),
+        }
+    } else {
+        (None, Some("no segments recorded: free space unknown".to_string()))
+    };
+    (attr, at_peak, note)
+}
+
+/// The OOM finding (only for a device whose trace has an `oom` entry), with its replays of
+/// the era's candidate settings and the advice they give.
+fn oom_with_replays(snap: &Snapshot, device: i64, opts: &AnalyzeOptions, work: &FileWork) -> Option<OomFinding> {
+    let threads = opts.threads.max(1);
+    let mut f = oom::oom_finding(snap, device, &OomOptions { top: opts.top, replay: false, threads })?;
+    let cfg = replay::recorded_config(snap);
+    let cands = recommend::candidates(&cfg, work.era());
+    let (base, trials) = recommend::run_trials(snap, device, &cfg, &cands, Some(f.capacity_bytes), threads);
+    oom::apply_trials(&mut f, base, trials);
+    oom::advise(snap, device, &mut f);
+    Some(f)
+}
+
+/// Recommendations of a device without an OOM (measured by replay with --what-if).
+fn recommendations_without_oom(
+    snap: &Snapshot,
+    device: i64,
+    opts: &AnalyzeOptions,
+    work: &FileWork,
+) -> Recommendations {
+    let cap = snap.device_capacity.get(&device).copied();
+    recommend::recommend_in_era(snap, device, work.era().clone(), opts.what_if, cap, opts.threads.max(1))
+}
+
+/// Recommendations of a device with an OOM: from the replays the OOM finding made.
+fn recommendations_at_oom(device: i64, era: &Era, f: &OomFinding) -> Recommendations {
+    let mut r = recommend::Recommendations {
+        device,
+        measured: false,
+        note: None,
+        era: era.clone(),
+        capacity_bytes: Some(f.capacity_bytes),
+        baseline: None,
+        recommended: Vec::new(),
+        tried: Vec::new(),
+        advice: Vec::new(),
+        advice_notes: Vec::new(),
+    };
+    if let Some(base) = &f.baseline {
+        recommend::from_trials(&mut r, base.clone(), f.fixes_tried.clone(), Some(f.event_index));
+    }
+    r
+}
+
+/// Role-level what-ifs: asked for, or the answer to an exhaustion OOM or one of a cap on
+/// the process (the live set must shrink: would the usual remedies shrink it enough?).
+fn role_what_if(
+    snap: &Snapshot,
+    device: i64,
+    opts: &AnalyzeOptions,
+    oom_f: Option<&OomFinding>,
+) -> Option<crate::role_whatif::RoleRows> {
+    let exhaustion =
+        oom_f.is_some_and(|f| matches!(f.verdict, oom::Verdict::Exhaustion | oom::Verdict::MemoryFractionCap));
+    ((opts.what_if || exhaustion) && replay::has_replayable_trace(snap, device)).then(|| {
+        let cap = oom_f.map(|f| f.capacity_bytes).or_else(|| snap.device_capacity.get(&device).copied());
+        crate::role_whatif::analyze_rows(snap, device, cap)
+    })
+}
+
 fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
@@ -389,135 +476,178 @@ fn pct(x: f64) -> String {
 pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
     let mut v = Vec::new();
     if let Some(o) = &d.oom {
-        v.push(Finding { kind: "oom", severity: "high", headline: o.explanation.clone() });
-        if !o.fixes.is_empty() {
-            let names: Vec<&str> = o.fixes.iter().map(|f| f.setting.as_str()).collect();
+        oom_findings(d, o, &mut v);
+    }
+    v.extend(fragmentation_finding(d));
+    v.extend(pinned_segments_finding(&d.fragmentation.pinned_segments));
+    for s in d.leak_suspects.iter().take(3) {
+        v.push(leak_finding(s));
+    }
+    v.extend(peak_finding(d));
+    recommendation_findings(d, &mut v);
+    // Most important first: by severity, keeping the section order within a severity.
+    let rank = |s: &str| match s {
+        "high" => 0,
+        "medium" => 1,
+        _ => 2,
+    };
+    v.sort_by_key(|f| rank(f.severity));
+    v
+}
+
+/// The OOM's findings, all `high`: its explanation; the settings that would have avoided
+/// it in the replay, or, when none did, by how much the live set must shrink; the live
+/// tensors at the OOM by role; the advice.
+fn oom_findings(d: &DeviceAnalysis, o: &OomFinding, v: &mut Vec<Finding>) {
+    v.push(Finding { kind: "oom", severity: "high", headline: o.explanation.clone() });
+    if !o.fixes.is_empty() {
+        let names: Vec<&str> = o.fixes.iter().map(|f| f.setting.as_str()).collect();
+        v.push(Finding {
+            kind: "oom",
+            severity: "high",
+            headline: format!("Replaying the trace, these settings would have avoided it: {}.", names.join(", ")),
+        });
+    } else if o.replay_reproduces_oom == Some(true) {
+        let top = o.top_sites.first().map_or("unknown", |s| s.site.site.as_str());
+        let headline = if o.verdict == oom::Verdict::MemoryFractionCap {
+            // The cap is known only to lie between reserved and reserved + the segment.
+            format!(
+                "No allocator setting tried avoids it in the replay under a cap of {} (the least the cap can be); \
+                 raise the cap, or shrink the live set at the OOM, by up to {} (top holder: {top}).",
+                fs(o.capacity_bytes),
+                fs(o.bytes_over_capacity)
+            )
+        } else {
+            format!(
+                "No allocator setting tried avoids it in the replay; the live set at the OOM must shrink by {} (top holder: {top}).",
+                fs(o.bytes_over_capacity)
+            )
+        };
+        v.push(Finding { kind: "oom", severity: "high", headline });
+    }
+    if let Some(at) = &d.roles.at_oom {
+        let rb: [u64; 7] = std::array::from_fn(|k| at.get(roles::Role::ALL[k].as_str()).copied().unwrap_or(0));
+        if rb.iter().any(|&b| b > 0) {
             v.push(Finding {
                 kind: "oom",
                 severity: "high",
-                headline: format!("Replaying the trace, these settings would have avoided it: {}.", names.join(", ")),
+                headline: format!("The live tensors at the OOM, by role: {}.", roles::describe_bytes(&rb, fs)),
             });
-        } else if o.replay_reproduces_oom == Some(true) {
-            let top = o.top_sites.first().map_or("unknown", |s| s.site.site.as_str());
-            let headline = if o.verdict == oom::Verdict::MemoryFractionCap {
-                // The cap is known only to lie between reserved and reserved + the segment.
-                format!(
-                    "No allocator setting tried avoids it in the replay under a cap of {} (the least the cap can be); \
-                     raise the cap, or shrink the live set at the OOM, by up to {} (top holder: {top}).",
-                    fs(o.capacity_bytes),
-                    fs(o.bytes_over_capacity)
-                )
-            } else {
-                format!(
-                    "No allocator setting tried avoids it in the replay; the live set at the OOM must shrink by {} (top holder: {top}).",
-                    fs(o.bytes_over_capacity)
-                )
-            };
-            v.push(Finding { kind: "oom", severity: "high", headline });
-        }
-        if let Some(at) = &d.roles.at_oom {
-            let rb: [u64; 7] = std::array::from_fn(|k| at.get(roles::Role::ALL[k].as_str()).copied().unwrap_or(0));
-            if rb.iter().any(|&b| b > 0) {
-                v.push(Finding {
-                    kind: "oom",
-                    severity: "high",
-                    headline: format!("The live tensors at the OOM, by role: {}.", roles::describe_bytes(&rb, fs)),
-                });
-            }
-        }
-        if let Some(a) = &o.advice_summary {
-            v.push(Finding { kind: "advice", severity: "high", headline: a.clone() });
         }
     }
+    if let Some(a) = &o.advice_summary {
+        v.push(Finding { kind: "advice", severity: "high", headline: a.clone() });
+    }
+}
+
+/// Peak fragmentation (or, without a trace, fragmentation at the snapshot), with the free
+/// space at the reserved peak; `high` from 30% and 1 GiB reserved but unallocated,
+/// `medium` from 10% and 256 MiB.
+fn fragmentation_finding(d: &DeviceAnalysis) -> Option<Finding> {
     let tl = &d.fragmentation.timeline;
-    if let Some(pf) = tl.peak_fragmentation {
-        let waste = tl.peak_reserved.bytes.saturating_sub(tl.peak_allocated.bytes);
-        let severity = if pf >= 0.3 && waste >= 1 << 30 {
-            "high"
-        } else if pf >= 0.1 && waste >= 256 << 20 {
-            "medium"
-        } else {
-            "info"
-        };
-        // Say only what the file shows: a snapshot without a trace has one moment, and a
-        // trace that began mid-run shows peaks of the recorded window only.
-        let mut h = if tl.events == 0 {
-            format!(
-                "Fragmentation {} at the snapshot: PyTorch reserved {} while tensors held {} ({} reserved but unallocated; the file has no trace, so this is one moment, not a peak).",
-                pct(pf),
-                fs(tl.peak_reserved.bytes),
-                fs(tl.peak_allocated.bytes),
-                fs(waste)
-            )
-        } else {
-            format!(
-                "Peak fragmentation {}: PyTorch reserved up to {} but tensors never held more than {} at once{} ({} never used together).",
-                pct(pf),
-                fs(tl.peak_reserved.bytes),
-                fs(tl.peak_allocated.bytes),
-                if tl.history_complete { "" } else { " during the recorded trace" },
-                fs(waste)
-            )
-        };
-        if let Some(s) = &d.fragmentation.at_reserved_peak {
-            if s.cached_free_bytes > 0 {
-                h.push_str(&format!(
-                    " {} {} was free in the cache and the largest free block was {}.",
-                    if tl.events == 0 { "There" } else { "At the reserved peak" },
-                    fs(s.cached_free_bytes),
-                    fs(s.largest_free_block_bytes)
-                ));
-            }
+    let pf = tl.peak_fragmentation?;
+    let waste = tl.peak_reserved.bytes.saturating_sub(tl.peak_allocated.bytes);
+    let severity = if pf >= 0.3 && waste >= 1 << 30 {
+        "high"
+    } else if pf >= 0.1 && waste >= 256 << 20 {
+        "medium"
+    } else {
+        "info"
+    };
+    // Say only what the file shows: a snapshot without a trace has one moment, and a
+    // trace that began mid-run shows peaks of the recorded window only.
+    let mut h = if tl.events == 0 {
+        format!(
+            "Fragmentation {} at the snapshot: PyTorch reserved {} while tensors held {} ({} reserved but unallocated; the file has no trace, so this is one moment, not a peak).",
+            pct(pf),
+            fs(tl.peak_reserved.bytes),
+            fs(tl.peak_allocated.bytes),
+            fs(waste)
+        )
+    } else {
+        format!(
+            "Peak fragmentation {}: PyTorch reserved up to {} but tensors never held more than {} at once{} ({} never used together).",
+            pct(pf),
+            fs(tl.peak_reserved.bytes),
+            fs(tl.peak_allocated.bytes),
+            if tl.history_complete { "" } else { " during the recorded trace" },
+            fs(waste)
+        )
+    };
+    if let Some(s) = &d.fragmentation.at_reserved_peak {
+        if s.cached_free_bytes > 0 {
+            h.push_str(&format!(
+                " {} {} was free in the cache and the largest free block was {}.",
+                if tl.events == 0 { "There" } else { "At the reserved peak" },
+                fs(s.cached_free_bytes),
+                fs(s.largest_free_block_bytes)
+            ));
         }
-        v.push(Finding { kind: "fragmentation", severity, headline: h });
     }
-    let p = &d.fragmentation.pinned_segments;
-    if p.segments > 0 {
-        let mut h = format!(
-            "{} segment{} ({}) {} kept reserved by a few small live blocks ({} free inside, which empty_cache() cannot return).",
-            p.segments,
-            if p.segments == 1 { "" } else { "s" },
-            fs(p.reserved_bytes),
-            if p.segments == 1 { "is" } else { "are" },
-            fs(p.free_bytes)
-        );
-        if let Some(g) = p.by_site.first() {
-            h.push_str(&format!(" Largest group: {}.", g.describe(fs)));
-        }
-        let severity = if p.free_bytes >= 1 << 30 { "medium" } else { "info" };
-        v.push(Finding { kind: "pinned_segments", severity, headline: h });
+    Some(Finding { kind: "fragmentation", severity, headline: h })
+}
+
+/// Segments kept reserved by a few small live blocks, with their largest group by site;
+/// `medium` from 1 GiB free inside them.
+fn pinned_segments_finding(p: &PinnedSegments) -> Option<Finding> {
+    if p.segments == 0 {
+        return None;
     }
-    for s in d.leak_suspects.iter().take(3) {
-        let headline = format!(
-            "Possible leak: {} grows by {} per step after the first ({} of {} steps grew; {} → {} at the step ends; confidence {:.2}).",
-            s.site.site,
-            fs(s.growth_bytes_per_step),
-            s.growing_steps,
-            s.steps_compared,
-            fs(s.first_bytes),
-            fs(s.last_bytes),
-            s.confidence
-        );
-        v.push(Finding { kind: "leak", severity: if s.confidence >= 0.5 { "high" } else { "medium" }, headline });
+    let mut h = format!(
+        "{} segment{} ({}) {} kept reserved by a few small live blocks ({} free inside, which empty_cache() cannot return).",
+        p.segments,
+        if p.segments == 1 { "" } else { "s" },
+        fs(p.reserved_bytes),
+        if p.segments == 1 { "is" } else { "are" },
+        fs(p.free_bytes)
+    );
+    if let Some(g) = p.by_site.first() {
+        h.push_str(&format!(" Largest group: {}.", g.describe(fs)));
     }
+    let severity = if p.free_bytes >= 1 << 30 { "medium" } else { "info" };
+    Some(Finding { kind: "pinned_segments", severity, headline: h })
+}
+
+/// One leak suspect; `high` from a confidence of 0.5.
+fn leak_finding(s: &LeakSuspect) -> Finding {
+    let headline = format!(
+        "Possible leak: {} grows by {} per step after the first ({} of {} steps grew; {} → {} at the step ends; confidence {:.2}).",
+        s.site.site,
+        fs(s.growth_bytes_per_step),
+        s.growing_steps,
+        s.steps_compared,
+        fs(s.first_bytes),
+        fs(s.last_bytes),
+        s.confidence
+    );
+    Finding { kind: "leak", severity: if s.confidence >= 0.5 { "high" } else { "medium" }, headline }
+}
+
+/// The call site holding the most at the allocated peak (`info`).
+fn peak_finding(d: &DeviceAnalysis) -> Option<Finding> {
+    let tl = &d.fragmentation.timeline;
     let ap = &d.peaks.allocated_peak;
-    if let Some(top) = ap.sites.first() {
-        v.push(Finding {
-            kind: "peak",
-            severity: "info",
-            // Profiler traces can hold bytes allocated before profiling that no block
-            // explains; name the peak as the timeline measured it, not the attributed sum.
-            headline: format!(
-                "{} ({}), {} holds the most: {} ({} of the attributed {}).",
-                if tl.events == 0 { "At the snapshot" } else { "At the allocated peak" },
-                fs(tl.peak_allocated.bytes.max(ap.live_bytes)),
-                top.site.site,
-                fs(top.bytes),
-                pct(top.share),
-                fs(ap.live_bytes)
-            ),
-        });
-    }
+    let top = ap.sites.first()?;
+    Some(Finding {
+        kind: "peak",
+        severity: "info",
+        // Profiler traces can hold bytes allocated before profiling that no block
+        // explains; name the peak as the timeline measured it, not the attributed sum.
+        headline: format!(
+            "{} ({}), {} holds the most: {} ({} of the attributed {}).",
+            if tl.events == 0 { "At the snapshot" } else { "At the allocated peak" },
+            fs(tl.peak_allocated.bytes.max(ap.live_bytes)),
+            top.site.site,
+            fs(top.bytes),
+            pct(top.share),
+            fs(ap.live_bytes)
+        ),
+    })
+}
+
+/// Without an OOM, the advice headline (`medium` when it lowers the peak by the ranking's
+/// threshold); then the best recommended setting (`high` when it avoids an OOM).
+fn recommendation_findings(d: &DeviceAnalysis, v: &mut Vec<Finding>) {
     let r = &d.recommendations;
     if let (None, Some(base), Some(h)) =
         (&d.oom, &r.baseline, r.baseline.as_ref().and_then(|b| recommend::advice_headline(b, &r.advice)))
@@ -541,12 +671,4 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
             ),
         });
     }
-    // Most important first: by severity, keeping the section order within a severity.
-    let rank = |s: &str| match s {
-        "high" => 0,
-        "medium" => 1,
-        _ => 2,
-    };
-    v.sort_by_key(|f| rank(f.severity));
-    v
 }

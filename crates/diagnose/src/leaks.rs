@@ -67,13 +67,13 @@
 
 use std::collections::BTreeMap;
 
-use fragscope_snapshot::{Snapshot, NO_TIME};
+use fragscope_snapshot::{FrameTable, Snapshot, NO_TIME};
 use serde::Serialize;
 
 use fragscope_trace::attribution::{Site, SiteTable};
-use fragscope_trace::lives::{self, BlockLives, LIVE_AT_END};
+use fragscope_trace::lives::{self, BlockLives, TracedLife, LIVE_AT_END};
 use fragscope_trace::roles::{self, Roles};
-use fragscope_trace::steps::{self, Steps};
+use fragscope_trace::steps::{self, Step, Steps};
 use fragscope_trace::timeline::{self, TimelineOptions};
 
 /// Share of step-to-step comparisons (after the first step) in which a suspect's live
@@ -256,6 +256,11 @@ pub fn leaks_device(snap: &Snapshot, device: i64) -> DeviceLeaks {
 }
 
 /// [`leaks_device`] given the device's steps, block lives and (for the evidence) roles.
+///
+/// The rule groups, in order: the steps must be a steady loop (`too_few_steps`,
+/// `nested_in_forward`); each site's live bytes at the step ends (`SiteBytes`) must grow
+/// (`growing_sites`); the growth must not be a build-up (`build_up`); the suspects then
+/// carry their evidence (`evidence_of`, `suspect`).
 pub fn leaks_device_with(
     snap: &Snapshot,
     device: i64,
@@ -281,56 +286,135 @@ pub fn leaks_device_with(
         },
         suspects: Vec::new(),
     };
-    if n_steps < MIN_STEPS {
-        let mut why = cannot_tell(st);
-        if skip > 0 {
-            why = format!(
-                "{n_steps} complete training step{} (the recording began inside the first of {}): leaks cannot be told; {HOW_TO_RECORD}",
-                if n_steps == 1 { "" } else { "s" },
-                st.describe(),
-            );
-        }
+    if let Some(why) = too_few_steps(st, skip) {
         return none(why);
     }
-    let nested = run.iter().filter(|s| steps::step_inside_forward(snap, device, s)).count();
-    if nested * 2 >= n_steps {
-        return none(format!(
-            "{}, {nested} of them run inside a module's forward (update steps nested in a pass): the outer pass keeps its memory across them, so leaks cannot be told from their boundaries; mark the outer loop's steps with fragscope.torch.phase(\"step\")",
-            st.describe()
-        ));
+    if let Some(why) = nested_in_forward(snap, device, st, run) {
+        return none(why);
     }
     let trace = snap.trace(device);
-    let n = trace.len();
-    // Sample points: the start of the first step, the end of each step.
-    let mut pos: Vec<usize> = Vec::with_capacity(n_steps + 1);
+    let pos = sample_points(run, trace.len());
+    let caches = declared_caches(snap, device);
+    let bytes = SiteBytes::measure(&snap.frames, lives, &pos, &caches);
+    let rows = &bytes.rows;
+    let cands = growing_sites(rows, bytes.table.sites.len(), n_steps);
+    let boundaries = pos.clone();
+    let mut out = DeviceLeaks {
+        device,
+        steps: LeakSteps { source: "steps", steps: n_steps, can_tell: true, boundaries, reason: None },
+        suspects: Vec::new(),
+    };
+    if cands.is_empty() {
+        return out;
+    }
+    if let Some(reason) = build_up(snap, device, st, &lives.traced, &pos, rows, &cands) {
+        out.steps.can_tell = false;
+        out.steps.source = "none";
+        out.steps.reason = Some(reason);
+        return out;
+    }
+    let acc = evidence_of(&lives.traced, &bytes.sites, &cands, &pos, block_roles);
+    for ((s, growing), a) in cands.into_iter().zip(acc) {
+        let y: Vec<u64> = (0..=n_steps + 1).map(|k| rows[k][s]).collect();
+        let first_time = a.first_nf.map(|e| trace[e].time_us).filter(|&t| t != NO_TIME);
+        out.suspects.push(suspect(bytes.table.sites[s].clone(), growing, &y, &pos, st.source, a, first_time));
+    }
+    out.suspects.sort_by(|a, b| {
+        let ka = a.growth_bytes_per_step as f64 * a.confidence;
+        let kb = b.growth_bytes_per_step as f64 * b.confidence;
+        kb.total_cmp(&ka).then_with(|| a.site.site.cmp(&b.site.site))
+    });
+    out
+}
+
+/// Rule 1: leaks need [`MIN_STEPS`] complete steps (`skip` is the number of leading steps
+/// the recording began inside). `Some(reason)` when there are fewer: why leaks cannot be
+/// told, and how to record a trace that can.
+fn too_few_steps(st: &Steps, skip: usize) -> Option<String> {
+    let n_steps = st.steps.len() - skip;
+    if n_steps >= MIN_STEPS {
+        return None;
+    }
+    let mut why = cannot_tell(st);
+    if skip > 0 {
+        why = format!(
+            "{n_steps} complete training step{} (the recording began inside the first of {}): leaks cannot be told; {HOW_TO_RECORD}",
+            if n_steps == 1 { "" } else { "s" },
+            st.describe(),
+        );
+    }
+    Some(why)
+}
+
+/// Rule 2: update steps nested in a module's forward (half of `run` or more) are no steady
+/// loop: the outer pass keeps its activations across them. `Some(reason)` when they are.
+fn nested_in_forward(snap: &Snapshot, device: i64, st: &Steps, run: &[Step]) -> Option<String> {
+    let nested = run.iter().filter(|s| steps::step_inside_forward(snap, device, s)).count();
+    (nested * 2 >= run.len()).then(|| {
+        format!(
+            "{}, {nested} of them run inside a module's forward (update steps nested in a pass): the outer pass keeps its memory across them, so leaks cannot be told from their boundaries; mark the outer loop's steps with fragscope.torch.phase(\"step\")",
+            st.describe()
+        )
+    })
+}
+
+/// The sample points of the leak test, trace entries (the state just before each): the
+/// start of the first step of `run`, then the end of each step (never before the previous
+/// point, never past the `n` entries of the trace).
+fn sample_points(run: &[Step], n: usize) -> Vec<usize> {
+    let mut pos: Vec<usize> = Vec::with_capacity(run.len() + 1);
     pos.push(run[0].start);
     for s in run {
         pos.push(s.end.min(n).max(*pos.last().unwrap()));
     }
-    let caches = declared_caches(snap, device);
-    let in_cache = |a: usize| {
-        let k = caches.partition_point(|c| c.0 <= a);
-        k > 0 && a < caches[k - 1].1
-    };
+    pos
+}
 
-    // Sites of every block (those live before the trace too: they are part of a site's
-    // live bytes, though never made in a step). Declared caches get no site.
-    let frames = &snap.frames;
-    let mut table = SiteTable::default();
-    let seeded_sites: Vec<usize> = lives.seeded.iter().map(|b| table.of_block(frames, b.stack, true)).collect();
-    let blocks = lives.traced.as_slice();
-    let sites: Vec<Option<u32>> =
-        blocks.iter().map(|l| (!in_cache(l.alloc)).then(|| table.of_block(frames, l.stack, false) as u32)).collect();
-    let nsites = table.sites.len();
-    let rows =
-        lives::live_bytes_at(
-            &pos,
+/// Every block's call site, and each site's live bytes at the sample points.
+struct SiteBytes {
+    table: SiteTable,
+    /// Site of each traced block ([`BlockLives::traced`]); `None` inside a declared cache.
+    sites: Vec<Option<u32>>,
+    /// `rows[0]` = start of step 1, `rows[k]` = end of step k, `rows[n_steps + 1]` = end of
+    /// the trace; each row indexed by site.
+    rows: Vec<Vec<u64>>,
+}
+
+impl SiteBytes {
+    /// Sites of every block (those live before the trace too: they are part of a site's
+    /// live bytes, though never made in a step), and their live bytes at `pos`. Blocks
+    /// allocated inside a declared cache (`caches`, sorted disjoint entry intervals) get no
+    /// site.
+    fn measure(frames: &FrameTable, lives: &BlockLives, pos: &[usize], caches: &[(usize, usize)]) -> SiteBytes {
+        let in_cache = |a: usize| {
+            let k = caches.partition_point(|c| c.0 <= a);
+            k > 0 && a < caches[k - 1].1
+        };
+        let mut table = SiteTable::default();
+        let seeded_sites: Vec<usize> = lives.seeded.iter().map(|b| table.of_block(frames, b.stack, true)).collect();
+        let blocks = lives.traced.as_slice();
+        let sites: Vec<Option<u32>> = blocks
+            .iter()
+            .map(|l| (!in_cache(l.alloc)).then(|| table.of_block(frames, l.stack, false) as u32))
+            .collect();
+        let nsites = table.sites.len();
+        let rows = lives::live_bytes_at(
+            pos,
             nsites,
             lives.seeded.iter().zip(&seeded_sites).map(|(b, &s)| (s, None, b.end, b.size)).chain(
                 blocks.iter().zip(&sites).filter_map(|(l, s)| Some(((*s)? as usize, Some(l.alloc), l.end, l.size))),
             ),
         );
-    // rows[0] = start of step 1, rows[k] = end of step k, rows[n_steps + 1] = end of trace.
+        SiteBytes { table, sites, rows }
+    }
+}
+
+/// Rule 3, the growth test: the sites (of `nsites`) whose live bytes at the step ends
+/// (`rows`, as [`SiteBytes::rows`], over `n_steps` steps) rise in at least
+/// [`MIN_GROWING_SHARE`] of the comparisons after the first step, end above where the
+/// first step left them, and still hold at least half of that growth at the end of the
+/// trace. Each as (site, growing comparisons), by site.
+fn growing_sites(rows: &[Vec<u64>], nsites: usize, n_steps: usize) -> Vec<(usize, usize)> {
     let m = n_steps - 1; // comparisons after the first step
     let need = (MIN_GROWING_SHARE * m as f64).ceil() as usize;
     let mut cands: Vec<(usize, usize)> = Vec::new(); // (site, growing comparisons)
@@ -347,55 +431,75 @@ pub fn leaks_device_with(
             cands.push((s, growing));
         }
     }
-    let boundaries = pos.clone();
-    let mut out = DeviceLeaks {
-        device,
-        steps: LeakSteps { source: "steps", steps: n_steps, can_tell: true, boundaries, reason: None },
-        suspects: Vec::new(),
-    };
-    if cands.is_empty() {
-        return out;
-    }
-    // A build-up, not a loop: the candidates' growth against what the steps after the
-    // first allocate. Only where backward passes alone bound the steps and nothing marks
-    // them as a loop's (module doc): an optimizer step or a step annotation says the steps
-    // are a loop's, and a leak that is most of what a small step allocates (a unit test
-    // keeping a tensor per step) is a leak, not a build-up.
+    cands
+}
+
+/// Rule 4, a build-up, not a loop: the candidates' growth against what the steps after the
+/// first allocate. Only where backward passes alone bound the steps and nothing marks
+/// them as a loop's (module doc): an optimizer step or a step annotation says the steps
+/// are a loop's, and a leak that is most of what a small step allocates (a unit test
+/// keeping a tensor per step) is a leak, not a build-up. `Some(reason)` for a build-up.
+fn build_up(
+    snap: &Snapshot,
+    device: i64,
+    st: &Steps,
+    blocks: &[TracedLife],
+    pos: &[usize],
+    rows: &[Vec<u64>],
+    cands: &[(usize, usize)],
+) -> Option<String> {
+    let n_steps = pos.len() - 1;
     let (from, to) = (pos[1], pos[n_steps]);
     let allocated: u64 = blocks.iter().filter(|b| b.alloc >= from && b.alloc < to).map(|b| b.size).sum();
     let grown: u64 = cands.iter().map(|&(s, _)| rows[n_steps][s] - rows[1][s]).sum();
-    if st.source == "backward"
+    let build_up = st.source == "backward"
         && allocated > 0
         && grown as f64 > MAX_KEPT_SHARE * allocated as f64
-        && !steps::has_step_annotations(snap, device)
-    {
-        out.steps.can_tell = false;
-        out.steps.source = "none";
-        out.steps.reason = Some(format!(
+        && !steps::has_step_annotations(snap, device);
+    build_up.then(|| {
+        format!(
             "{}, but memory at the step ends grows by {:.0}% of what the steps after the first allocate, at {} call sites: a build-up (backward passes of one computation that keeps their results, or steps nested in a longer pass), not a loop that frees it; leaks cannot be told from these steps; if they are a training loop's steps, mark each with fragscope.torch.phase(\"step\")",
             st.describe(),
             100.0 * grown as f64 / allocated as f64,
             cands.len()
-        ));
-        return out;
-    }
+        )
+    })
+}
 
-    // Evidence per candidate: its blocks made in the steps.
+/// The evidence of one candidate site, from its blocks made in the steps.
+#[derive(Default, Clone)]
+struct SiteEvidence {
+    /// Blocks (and bytes) made in the steps and never freed, and the first and last
+    /// of their `alloc` entries.
+    nf_blocks: u64,
+    nf_bytes: u64,
+    first_nf: Option<usize>,
+    last_nf: Option<usize>,
+    /// The site's allocations that the trace frees.
+    freed: u64,
+    /// Roles of the never-freed bytes.
+    roles: BTreeMap<&'static str, u64>,
+    /// Per step: the blocks made in it that outlived it.
+    spans: BTreeMap<usize, GrowthSpan>,
+}
+
+/// Evidence per candidate (in the order of `cands`): each traced block of a candidate site
+/// (`sites` as [`SiteBytes::sites`]), counted as freed or not, as outliving the step that
+/// made it (by the sample points `pos`), and, when made in the steps and never freed, by
+/// its role in `block_roles`.
+fn evidence_of(
+    blocks: &[TracedLife],
+    sites: &[Option<u32>],
+    cands: &[(usize, usize)],
+    pos: &[usize],
+    block_roles: Option<&Roles>,
+) -> Vec<SiteEvidence> {
+    let n_steps = pos.len() - 1;
     let cand_index: std::collections::HashMap<usize, usize> =
         cands.iter().enumerate().map(|(i, &(s, _))| (s, i)).collect();
-    #[derive(Default, Clone)]
-    struct Acc {
-        nf_blocks: u64,
-        nf_bytes: u64,
-        first_nf: Option<usize>,
-        last_nf: Option<usize>,
-        freed: u64,
-        roles: BTreeMap<&'static str, u64>,
-        spans: BTreeMap<usize, GrowthSpan>,
-    }
-    let mut acc = vec![Acc::default(); cands.len()];
-    let step_start = run[0].start;
-    for (i, (l, s)) in blocks.iter().zip(&sites).enumerate() {
+    let mut acc = vec![SiteEvidence::default(); cands.len()];
+    let step_start = pos[0];
+    for (i, (l, s)) in blocks.iter().zip(sites).enumerate() {
         let Some(&ci) = s.and_then(|s| cand_index.get(&(s as usize))) else { continue };
         let a = &mut acc[ci];
         if l.end != LIVE_AT_END {
@@ -427,75 +531,81 @@ pub fn leaks_device_with(
             }
         }
     }
-    let weight = source_weight(st.source);
-    for ((s, growing), a) in cands.into_iter().zip(acc) {
-        let y: Vec<u64> = (0..=n_steps + 1).map(|k| rows[k][s]).collect();
-        let ends: Vec<f64> = y[1..=n_steps].iter().map(|&v| v as f64).collect();
-        let r2 = r_squared(&ends);
-        let share = growing as f64 / m as f64;
-        let confidence = share * r2 * (m as f64 / n_steps as f64) * weight;
-        let growth = (y[n_steps] - y[1]) / m as u64;
-        let mut curve: Vec<CurvePoint> = Vec::new();
-        let npts = n_steps + 1;
-        let take = npts.min(CURVE_POINTS);
-        for j in 0..take {
-            let k = if take == npts { j } else { j * (npts - 1) / (take - 1) };
-            curve.push(CurvePoint { entry: Some(pos[k]), bytes: y[k] });
-        }
-        curve.push(CurvePoint { entry: None, bytes: y[n_steps + 1] });
-        let mut evidence = vec![format!(
-            "live bytes at the step ends rose in {growing} of {m} steps after the first ({} → {}, steps {})",
-            fragscope_alloc::format_size(y[1]),
-            fragscope_alloc::format_size(y[n_steps]),
-            st.source
-        )];
-        let outlived = a.spans.len();
-        if outlived > 0 {
-            evidence.push(format!("blocks made in {outlived} of {n_steps} steps outlived the step that made them"));
-        }
-        if a.nf_bytes > 0 {
-            evidence.push(format!(
-                "{} in {} blocks made in the steps never freed; {} of the site's allocations freed",
-                fragscope_alloc::format_size(a.nf_bytes),
-                a.nf_blocks,
-                a.freed
-            ));
-        } else {
-            evidence.push(
-                "each step's blocks are freed later, but a larger set is held at every step end (the leak moves)"
-                    .into(),
-            );
-        }
-        let first_time = a.first_nf.map(|e| trace[e].time_us).filter(|&t| t != NO_TIME);
-        out.suspects.push(LeakSuspect {
-            site: table.sites[s].clone(),
-            growth_bytes_per_step: growth,
-            steps: n_steps,
-            steps_compared: m,
-            growing_steps: growing,
-            r_squared: r2,
-            confidence,
-            first_bytes: y[1],
-            last_bytes: y[n_steps],
-            end_bytes: y[n_steps + 1],
-            never_freed_blocks: a.nf_blocks,
-            never_freed_bytes: a.nf_bytes,
-            first_never_freed_entry: a.first_nf,
-            last_never_freed_entry: a.last_nf,
-            first_never_freed_time_us: first_time,
-            freed_blocks: a.freed,
-            kept_roles: a.roles,
-            curve,
-            grew_in: a.spans.into_values().take(MAX_SPANS).collect(),
-            evidence,
-        });
+    acc
+}
+
+/// The suspect of one candidate `site`: its live bytes `y` at the sample points `pos`
+/// (then at the end of the trace), its growth per step and confidence (module doc; steps
+/// bounded by `source`, [`source_weight`]), its curve and its evidence in words.
+/// `first_time` is the time of its first never-freed `alloc`, when recorded.
+fn suspect(
+    site: Site,
+    growing: usize,
+    y: &[u64],
+    pos: &[usize],
+    source: &str,
+    a: SiteEvidence,
+    first_time: Option<i64>,
+) -> LeakSuspect {
+    let n_steps = pos.len() - 1;
+    let m = n_steps - 1;
+    let ends: Vec<f64> = y[1..=n_steps].iter().map(|&v| v as f64).collect();
+    let r2 = r_squared(&ends);
+    let share = growing as f64 / m as f64;
+    let confidence = share * r2 * (m as f64 / n_steps as f64) * source_weight(source);
+    let growth = (y[n_steps] - y[1]) / m as u64;
+    let mut curve: Vec<CurvePoint> = Vec::new();
+    let npts = n_steps + 1;
+    let take = npts.min(CURVE_POINTS);
+    for j in 0..take {
+        let k = if take == npts { j } else { j * (npts - 1) / (take - 1) };
+        curve.push(CurvePoint { entry: Some(pos[k]), bytes: y[k] });
     }
-    out.suspects.sort_by(|a, b| {
-        let ka = a.growth_bytes_per_step as f64 * a.confidence;
-        let kb = b.growth_bytes_per_step as f64 * b.confidence;
-        kb.total_cmp(&ka).then_with(|| a.site.site.cmp(&b.site.site))
-    });
-    out
+    curve.push(CurvePoint { entry: None, bytes: y[n_steps + 1] });
+    let mut evidence = vec![format!(
+        "live bytes at the step ends rose in {growing} of {m} steps after the first ({} → {}, steps {})",
+        fragscope_alloc::format_size(y[1]),
+        fragscope_alloc::format_size(y[n_steps]),
+        source
+    )];
+    let outlived = a.spans.len();
+    if outlived > 0 {
+        evidence.push(format!("blocks made in {outlived} of {n_steps} steps outlived the step that made them"));
+    }
+    if a.nf_bytes > 0 {
+        evidence.push(format!(
+            "{} in {} blocks made in the steps never freed; {} of the site's allocations freed",
+            fragscope_alloc::format_size(a.nf_bytes),
+            a.nf_blocks,
+            a.freed
+        ));
+    } else {
+        evidence.push(
+            "each step's blocks are freed later, but a larger set is held at every step end (the leak moves)".into(),
+        );
+    }
+    LeakSuspect {
+        site,
+        growth_bytes_per_step: growth,
+        steps: n_steps,
+        steps_compared: m,
+        growing_steps: growing,
+        r_squared: r2,
+        confidence,
+        first_bytes: y[1],
+        last_bytes: y[n_steps],
+        end_bytes: y[n_steps + 1],
+        never_freed_blocks: a.nf_blocks,
+        never_freed_bytes: a.nf_bytes,
+        first_never_freed_entry: a.first_nf,
+        last_never_freed_entry: a.last_nf,
+        first_never_freed_time_us: first_time,
+        freed_blocks: a.freed,
+        kept_roles: a.roles,
+        curve,
+        grew_in: a.spans.into_values().take(MAX_SPANS).collect(),
+        evidence,
+    }
 }
 
 /// Leak suspects of every device with a trace.
@@ -883,5 +993,91 @@ mod tests {
         assert_eq!(r_squared(&[1.0, 2.0]), 1.0);
         assert!((r_squared(&[1.0, 3.0, 5.0, 7.0]) - 1.0).abs() < 1e-12);
         assert!(r_squared(&[1.0, 5.0, 1.0, 5.0]) < 0.3);
+    }
+
+    // The rule groups of `leaks_device_with`, each on a minimal hand-built input.
+
+    /// Steps as [`steps::steps`] finds them, one per flag (`complete`), ten entries each.
+    fn steps_of(complete: &[bool]) -> Steps {
+        Steps {
+            device: 0,
+            source: "optimizer",
+            evidence: Vec::new(),
+            steps: complete
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| Step { start: 10 * i, end: 10 * i + 10, phases: Vec::new(), complete: c, layers: None })
+                .collect(),
+            after_last_step: None,
+            reason: None,
+            phase_of: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn too_few_steps_needs_two_complete_steps() {
+        assert_eq!(too_few_steps(&steps_of(&[true, true]), 0), None);
+        assert_eq!(too_few_steps(&steps_of(&[false, true, true]), 1), None);
+        let one = too_few_steps(&steps_of(&[true]), 0).unwrap();
+        assert!(one.contains("leaks cannot be told from one step"), "{one}");
+        // A first step the recording began inside does not count.
+        let begun_inside = too_few_steps(&steps_of(&[false, true]), 1).unwrap();
+        assert!(begun_inside.starts_with("1 complete training step (the recording began inside"), "{begun_inside}");
+        assert!(begun_inside.ends_with(HOW_TO_RECORD), "{begun_inside}");
+        let none = too_few_steps(&steps_of(&[]), 0).unwrap();
+        assert!(none.contains("cannot be told from this trace"), "{none}");
+    }
+
+    #[test]
+    fn sample_points_are_the_first_start_then_each_end_within_the_trace() {
+        let st = steps_of(&[true, true, true]);
+        assert_eq!(sample_points(&st.steps, 100), vec![0, 10, 20, 30]);
+        // A step that ends past the trace's last entry is cut at it.
+        assert_eq!(sample_points(&st.steps[1..], 25), vec![10, 20, 25]);
+    }
+
+    /// Rows as `SiteBytes::rows`, given each site's column: its live bytes at the start of
+    /// the first step, at the end of each step, then at the end of the trace.
+    fn rows_of(cols: &[&[u64]]) -> Vec<Vec<u64>> {
+        (0..cols[0].len()).map(|k| cols.iter().map(|c| c[k]).collect()).collect()
+    }
+
+    #[test]
+    fn growing_sites_keeps_sites_that_grow_after_the_first_step_and_keep_the_growth() {
+        // Three steps: the start, the ends of steps 1, 2 and 3, the end of the trace.
+        let rows = rows_of(&[
+            &[0, 4, 6, 8, 8], // grows in both comparisons and keeps it: a suspect
+            &[0, 4, 4, 4, 4], // level after the first step (state made once)
+            &[0, 4, 6, 8, 5], // grows, then gives most of it back (a cache)
+            &[0, 4, 6, 5, 6], // grows in one comparison of two, under the 75% needed
+            &[0, 8, 2, 4, 4], // ends below the first step's end
+            &[0, 4, 6, 8, 6], // keeps exactly half of its growth: still a suspect
+        ]);
+        assert_eq!(growing_sites(&rows, 6, 3), vec![(0, 2), (5, 2)]);
+        // Two steps: one comparison, which must rise.
+        let rows = rows_of(&[&[0, 4, 5, 5], &[0, 4, 4, 4]]);
+        assert_eq!(growing_sites(&rows, 2, 2), vec![(0, 1)]);
+    }
+
+    #[test]
+    fn evidence_of_counts_blocks_that_outlive_their_step_and_are_never_freed() {
+        let life = |alloc: usize, end: usize, size: u64| TracedLife { alloc, end, size, stack: None };
+        // Three steps, ending at entries 10, 20 and 30.
+        let pos = [0, 10, 20, 30];
+        let blocks = [
+            life(2, LIVE_AT_END, 100), // step 0, never freed
+            life(12, 15, 50),          // step 1, freed inside it
+            life(22, 40, 70),          // step 2, freed after it: outlived it
+            life(5, LIVE_AT_END, 30),  // in a declared cache: no site
+            life(3, LIVE_AT_END, 10),  // another site
+        ];
+        let sites = [Some(0), Some(0), Some(0), None, Some(1)];
+        let ev = evidence_of(&blocks, &sites, &[(0, 2)], &pos, None);
+        assert_eq!(ev.len(), 1);
+        let a = &ev[0];
+        assert_eq!((a.nf_blocks, a.nf_bytes, a.first_nf, a.last_nf, a.freed), (1, 100, Some(2), Some(2), 2));
+        assert!(a.roles.is_empty());
+        let spans: Vec<(usize, u64, u64)> = a.spans.values().map(|g| (g.window, g.blocks, g.bytes)).collect();
+        assert_eq!(spans, vec![(0, 1, 100), (2, 1, 70)]);
     }
 }

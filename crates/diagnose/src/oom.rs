@@ -452,20 +452,7 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
     let pool_id = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
     let device_free = ev.device_free().unwrap_or(0);
 
-    let (state_source, state_note, state) = match allocator_state_at(snap, device, Some(idx)) {
-        Ok(st) => ("backward_walk", None, state_figures(&st, Some((snap.stream(ev), pool_id, small)))),
-        Err(e) => {
-            let l = timeline::levels_at(snap, device, Some(idx));
-            let f = StateFigures {
-                reserved_bytes: l.reserved,
-                allocated_bytes: l.allocated,
-                active_bytes: l.active,
-                cached_free_bytes: l.reserved.saturating_sub(l.active),
-                ..StateFigures::default()
-            };
-            ("timeline", Some(format!("free blocks unknown: {e}")), f)
-        }
-    };
+    let (state_source, state_note, state) = state_at_oom(snap, device, idx, (snap.stream(ev), pool_id, small));
     let alloc_size = allocation_size(s, &cfg);
     // The device had room for the segment this request needed (the margin covers the page
     // tables a cudaMalloc also needs): the refusal was PyTorch's cap on the process.
@@ -485,120 +472,21 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
     let outside =
         if capacity_source == "file" { capacity.saturating_sub(state.reserved_bytes + device_free) } else { 0 };
     let over = (state.active_bytes + s).saturating_sub(capacity);
-    let verdict = if capped {
-        // Under a cap the device's free memory is out of reach.
-        if usable_cached >= s {
-            Verdict::Fragmentation
-        } else if state.cached_free_bytes >= s {
-            Verdict::Stranded
-        } else {
-            Verdict::MemoryFractionCap
-        }
-    } else if over > 0 {
-        Verdict::Exhaustion
-    } else if usable_cached > 0 && usable_cached + device_free >= s {
-        // Free cached bytes there were, and with the device's enough: split.
-        Verdict::Fragmentation
-    } else if stranded_free > 0 && state.cached_free_bytes + device_free >= s {
-        Verdict::Stranded
-    } else {
-        Verdict::Exhaustion
+    let fig = OomFigures {
+        state: &state,
+        request: s,
+        alloc_size,
+        device_free,
+        capped,
+        capacity,
+        capacity_source,
+        usable_cached,
+        stranded_free,
+        outside,
+        over,
     };
-    let largest_usable = state
-        .free_by_stream_pool
-        .iter()
-        .filter(|g| g.is_request_pool)
-        .map(|g| g.largest_free_block_bytes)
-        .max()
-        .unwrap_or(0);
-    let fsz = format_size;
-    let cap_words = if capacity_source == "file" {
-        format!("the GPU's {}", fsz(capacity))
-    } else {
-        format!("about {} the GPU could give this process (reserved + free at the OOM, an estimate)", fsz(capacity))
-    };
-    // What the device's free memory meant for the request: reachable, or behind the cap.
-    let device_words = if capped {
-        format!(
-            "the device had {} free, but a cap on this process stopped it at {} reserved",
-            fsz(device_free),
-            fsz(state.reserved_bytes)
-        )
-    } else {
-        format!("plus {} free on the device", fsz(device_free))
-    };
-    let explanation = match verdict {
-        Verdict::Exhaustion if over > 0 => format!(
-            "This OOM was exhaustion: tensors in use held {} and the request needed {} more, {} over {}. \
-             Only {} was free in PyTorch's cache and {} on the device; no allocator setting can fit this, \
-             the live set must shrink by at least {}.",
-            fsz(state.active_bytes),
-            fsz(s),
-            fsz(over),
-            cap_words,
-            fsz(state.cached_free_bytes),
-            fsz(device_free),
-            fsz(over)
-        ),
-        // Nothing cached to use, and the device just short of the segment with the page
-        // tables and context memory a cudaMalloc also needs (past that margin: the cap).
-        Verdict::Exhaustion if state.cached_free_bytes + device_free >= s => format!(
-            "This OOM was exhaustion of the memory this process could get: nothing usable was free in PyTorch's \
-             cache ({}), and the {} free on the device did not take the {} segment PyTorch asked CUDA for (a \
-             cudaMalloc also needs page tables and room for the CUDA context); {} of the GPU was held outside this \
-             allocator.",
-            fsz(state.cached_free_bytes),
-            fsz(device_free),
-            fsz(alloc_size),
-            fsz(outside)
-        ),
-        Verdict::Exhaustion => format!(
-            "This OOM was exhaustion of the memory this process could get: {} was free in PyTorch's cache and {} on \
-             the device, less than the {} requested; {} of the GPU was held outside this allocator (other processes, \
-             the CUDA context).",
-            fsz(state.cached_free_bytes),
-            fsz(device_free),
-            fsz(s),
-            fsz(outside)
-        ),
-        Verdict::Fragmentation => format!(
-            "This OOM was fragmentation: {} was free in PyTorch's cache for this request's stream and pool ({}) \
-             but the largest free block was {}; the request needed {} in one piece.",
-            fsz(usable_cached),
-            device_words,
-            fsz(largest_usable),
-            fsz(s)
-        ),
-        Verdict::Stranded => format!(
-            "This OOM was stranded memory: {} was free in PyTorch's cache, but {} of it belongs to other streams or \
-             private pools, which a request on stream {} ({} pool{}) cannot use; its own stream and pool had {} free \
-             ({}) for a {} request.",
-            fsz(state.cached_free_bytes),
-            fsz(stranded_free),
-            snap.stream(ev),
-            if small { "small" } else { "large" },
-            if pool_id == DEFAULT_POOL { String::new() } else { format!(", private pool {:?}", pool_id) },
-            fsz(usable_cached),
-            device_words,
-            fsz(s)
-        ),
-        Verdict::MemoryFractionCap => format!(
-            "This OOM was the memory cap of this process, not the GPU: the device had {} free, enough for the {} \
-             PyTorch would have asked CUDA for, so the refusal came from a limit on this process \
-             (torch.cuda.set_per_process_memory_fraction() or per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF; \
-             snapshots do not record it), reached with {} reserved: the cap lies between {} and {}. Tensors in use \
-             held {} and PyTorch's cache had {} free, less than the {} requested: the lever is the cap or the live set \
-             (raise the cap, or shrink what is live), not an allocator setting.",
-            fsz(device_free),
-            fsz(alloc_size),
-            fsz(state.reserved_bytes),
-            fsz(state.reserved_bytes),
-            fsz(state.reserved_bytes + alloc_size),
-            fsz(state.active_bytes),
-            fsz(state.cached_free_bytes),
-            fsz(s)
-        ),
-    };
+    let verdict = fig.verdict();
+    let explanation = fig.explanation(verdict, snap.stream(ev), small, pool_id);
     let live = timeline::live_at(snap, device, Some(idx));
     let mut top_sites = attribution::bytes_by_site(snap, &live);
     top_sites.truncate(opts.top);
@@ -643,6 +531,183 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
         apply_trials(&mut finding, base, trials);
     }
     Some(finding)
+}
+
+/// The allocator's state just before the `oom` entry `idx`, as (`state_source`,
+/// `state_note`, figures): rebuilt by the backward walk, with the free blocks the request
+/// (`request` = its stream, pool and whether it is small) could use; else, when the walk
+/// cannot rebuild it, the timeline's levels alone, with why the free blocks are unknown.
+fn state_at_oom(
+    snap: &Snapshot,
+    device: i64,
+    idx: usize,
+    request: (u64, (u64, u64), bool),
+) -> (&'static str, Option<String>, StateFigures) {
+    match allocator_state_at(snap, device, Some(idx)) {
+        Ok(st) => ("backward_walk", None, state_figures(&st, Some(request))),
+        Err(e) => {
+            let l = timeline::levels_at(snap, device, Some(idx));
+            let f = StateFigures {
+                reserved_bytes: l.reserved,
+                allocated_bytes: l.allocated,
+                active_bytes: l.active,
+                cached_free_bytes: l.reserved.saturating_sub(l.active),
+                ..StateFigures::default()
+            };
+            ("timeline", Some(format!("free blocks unknown: {e}")), f)
+        }
+    }
+}
+
+/// The figures of an OOM that its verdict and its explanation read (the fields of
+/// [`OomFinding`] of the same names).
+struct OomFigures<'a> {
+    state: &'a StateFigures,
+    /// The request's size, as the `oom` entry records it.
+    request: u64,
+    /// The segment PyTorch would have asked CUDA for.
+    alloc_size: u64,
+    device_free: u64,
+    /// The device had room for the segment: a cap on the process refused it.
+    capped: bool,
+    capacity: u64,
+    capacity_source: &'static str,
+    usable_cached: u64,
+    stranded_free: u64,
+    outside: u64,
+    over: u64,
+}
+
+impl OomFigures<'_> {
+    /// What caused the OOM: under a cap, the device's free memory is out of reach; else
+    /// live tensors over the capacity are exhaustion, free cached bytes of the request's
+    /// stream and pool that would have held it (with the device's) fragmentation, those of
+    /// other streams or pools stranded memory.
+    fn verdict(&self) -> Verdict {
+        let (s, state, usable_cached) = (self.request, self.state, self.usable_cached);
+        if self.capped {
+            // Under a cap the device's free memory is out of reach.
+            if usable_cached >= s {
+                Verdict::Fragmentation
+            } else if state.cached_free_bytes >= s {
+                Verdict::Stranded
+            } else {
+                Verdict::MemoryFractionCap
+            }
+        } else if self.over > 0 {
+            Verdict::Exhaustion
+        } else if usable_cached > 0 && usable_cached + self.device_free >= s {
+            // Free cached bytes there were, and with the device's enough: split.
+            Verdict::Fragmentation
+        } else if self.stranded_free > 0 && state.cached_free_bytes + self.device_free >= s {
+            Verdict::Stranded
+        } else {
+            Verdict::Exhaustion
+        }
+    }
+
+    /// The finding's `explanation`: `verdict` in words, with the figures that show it, for
+    /// a request on `stream` (`small` pool or large, private pool `pool_id`).
+    fn explanation(&self, verdict: Verdict, stream: u64, small: bool, pool_id: (u64, u64)) -> String {
+        let (s, state, capacity, device_free) = (self.request, self.state, self.capacity, self.device_free);
+        let (usable_cached, over) = (self.usable_cached, self.over);
+        let largest_usable = state
+            .free_by_stream_pool
+            .iter()
+            .filter(|g| g.is_request_pool)
+            .map(|g| g.largest_free_block_bytes)
+            .max()
+            .unwrap_or(0);
+        let fsz = format_size;
+        let cap_words = if self.capacity_source == "file" {
+            format!("the GPU's {}", fsz(capacity))
+        } else {
+            format!("about {} the GPU could give this process (reserved + free at the OOM, an estimate)", fsz(capacity))
+        };
+        // What the device's free memory meant for the request: reachable, or behind the cap.
+        let device_words = if self.capped {
+            format!(
+                "the device had {} free, but a cap on this process stopped it at {} reserved",
+                fsz(device_free),
+                fsz(state.reserved_bytes)
+            )
+        } else {
+            format!("plus {} free on the device", fsz(device_free))
+        };
+        let (alloc_size, outside, stranded_free) = (self.alloc_size, self.outside, self.stranded_free);
+        match verdict {
+            Verdict::Exhaustion if over > 0 => format!(
+                "This OOM was exhaustion: tensors in use held {} and the request needed {} more, {} over {}. \
+                 Only {} was free in PyTorch's cache and {} on the device; no allocator setting can fit this, \
+                 the live set must shrink by at least {}.",
+                fsz(state.active_bytes),
+                fsz(s),
+                fsz(over),
+                cap_words,
+                fsz(state.cached_free_bytes),
+                fsz(device_free),
+                fsz(over)
+            ),
+            // Nothing cached to use, and the device just short of the segment with the page
+            // tables and context memory a cudaMalloc also needs (past that margin: the cap).
+            Verdict::Exhaustion if state.cached_free_bytes + device_free >= s => format!(
+                "This OOM was exhaustion of the memory this process could get: nothing usable was free in PyTorch's \
+                 cache ({}), and the {} free on the device did not take the {} segment PyTorch asked CUDA for (a \
+                 cudaMalloc also needs page tables and room for the CUDA context); {} of the GPU was held outside this \
+                 allocator.",
+                fsz(state.cached_free_bytes),
+                fsz(device_free),
+                fsz(alloc_size),
+                fsz(outside)
+            ),
+            Verdict::Exhaustion => format!(
+                "This OOM was exhaustion of the memory this process could get: {} was free in PyTorch's cache and {} on \
+                 the device, less than the {} requested; {} of the GPU was held outside this allocator (other processes, \
+                 the CUDA context).",
+                fsz(state.cached_free_bytes),
+                fsz(device_free),
+                fsz(s),
+                fsz(outside)
+            ),
+            Verdict::Fragmentation => format!(
+                "This OOM was fragmentation: {} was free in PyTorch's cache for this request's stream and pool ({}) \
+                 but the largest free block was {}; the request needed {} in one piece.",
+                fsz(usable_cached),
+                device_words,
+                fsz(largest_usable),
+                fsz(s)
+            ),
+            Verdict::Stranded => format!(
+                "This OOM was stranded memory: {} was free in PyTorch's cache, but {} of it belongs to other streams or \
+                 private pools, which a request on stream {} ({} pool{}) cannot use; its own stream and pool had {} free \
+                 ({}) for a {} request.",
+                fsz(state.cached_free_bytes),
+                fsz(stranded_free),
+                stream,
+                if small { "small" } else { "large" },
+                if pool_id == DEFAULT_POOL { String::new() } else { format!(", private pool {:?}", pool_id) },
+                fsz(usable_cached),
+                device_words,
+                fsz(s)
+            ),
+            Verdict::MemoryFractionCap => format!(
+                "This OOM was the memory cap of this process, not the GPU: the device had {} free, enough for the {} \
+                 PyTorch would have asked CUDA for, so the refusal came from a limit on this process \
+                 (torch.cuda.set_per_process_memory_fraction() or per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF; \
+                 snapshots do not record it), reached with {} reserved: the cap lies between {} and {}. Tensors in use \
+                 held {} and PyTorch's cache had {} free, less than the {} requested: the lever is the cap or the live set \
+                 (raise the cap, or shrink what is live), not an allocator setting.",
+                fsz(device_free),
+                fsz(alloc_size),
+                fsz(state.reserved_bytes),
+                fsz(state.reserved_bytes),
+                fsz(state.reserved_bytes + alloc_size),
+                fsz(state.active_bytes),
+                fsz(state.cached_free_bytes),
+                fsz(s)
+            ),
+        }
+    }
 }
 
 /// Fills `fixes` from replays already made (baseline = recorded settings).

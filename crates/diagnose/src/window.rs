@@ -192,21 +192,7 @@ pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo),
             return Err("this file's trace entries do not all record time_us: give the window by entry index".into());
         }
     }
-    let mut out = Snapshot {
-        segments: Vec::new(),
-        device_traces: Vec::with_capacity(snap.device_traces.len()),
-        allocator_settings: snap.allocator_settings.clone(),
-        external_annotations: None,
-        host_segments: None,
-        host_traces: None,
-        extra: snap.extra.clone(),
-        contexts: snap.contexts.clone(),
-        totals: Vec::new(),
-        device_capacity: snap.device_capacity.clone(),
-        frames: snap.frames.clone(),
-        format: snap.format,
-        notes: snap.notes.clone(),
-    };
+    let mut out = window_skeleton(snap);
     if snap.host_segments.is_some() || snap.host_traces.is_some() {
         out.notes.remarks.push("pinned host memory (host_segments, host_traces) is left out of a window".into());
     }
@@ -242,44 +228,11 @@ pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo),
             end_state,
             undone_entries: n - e,
         });
-        // The window's time span: the given times, else from its first entry (or the
-        // start of time when it starts at the first entry) to the first entry after it.
-        let lo = match spec.start {
-            Some(Bound::TimeUs(us)) => t0.unwrap_or(0).saturating_add(us),
-            _ if s == 0 => i64::MIN,
-            _ => trace.get(s).and_then(|e| e.time()).unwrap_or(i64::MAX),
-        };
-        let hi = match spec.end {
-            Some(Bound::TimeUs(us)) => t0.unwrap_or(0).saturating_add(us),
-            _ if e >= n => i64::MAX,
-            _ => trace[e].time().unwrap_or(i64::MAX),
-        };
+        let (lo, hi) = time_span(spec, trace, s, e, t0);
         spans.push((device, lo, hi));
     }
     if !any_entry {
-        let sizes: Vec<String> = info
-            .devices
-            .iter()
-            .map(|d| {
-                let tr = snap.trace(d.device);
-                let span = match (tr.first().and_then(|e| e.time()), tr.last().and_then(|e| e.time()), t0) {
-                    (Some(a), Some(b), Some(z)) => {
-                        format!(
-                            ", {:.3} s to {:.3} s after the first entry",
-                            (a - z) as f64 / 1e6,
-                            (b - z) as f64 / 1e6
-                        )
-                    }
-                    _ => String::new(),
-                };
-                format!("device {}: {} entries{span}", d.device, d.file_entries)
-            })
-            .collect();
-        return Err(if sizes.is_empty() {
-            "this file has no trace to cut a window from".into()
-        } else {
-            format!("window {} holds no trace entry ({})", spec.text, sizes.join(", "))
-        });
+        return Err(empty_window(snap, spec, &info, t0));
     }
     // Final state at each window's end.
     for &device in &devices {
@@ -313,44 +266,72 @@ pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo),
     Ok((out, info))
 }
 
+/// The window's snapshot before its traces and state: what a window keeps of the file
+/// (settings, contexts, frames, capacity, notes), no segments, traces or totals yet, and
+/// no pinned host memory.
+fn window_skeleton(snap: &Snapshot) -> Snapshot {
+    Snapshot {
+        segments: Vec::new(),
+        device_traces: Vec::with_capacity(snap.device_traces.len()),
+        allocator_settings: snap.allocator_settings.clone(),
+        external_annotations: None,
+        host_segments: None,
+        host_traces: None,
+        extra: snap.extra.clone(),
+        contexts: snap.contexts.clone(),
+        totals: Vec::new(),
+        device_capacity: snap.device_capacity.clone(),
+        frames: snap.frames.clone(),
+        format: snap.format,
+        notes: snap.notes.clone(),
+    }
+}
+
+/// The time span of a window of entries `s..e` of `trace`: the given times, else from
+/// its first entry (or the start of time when it starts at the first entry) to the first
+/// entry after it (or the end of time), as (from, to) in the trace's `time_us`.
+fn time_span(spec: &WindowSpec, trace: &[TraceEvent], s: usize, e: usize, t0: Option<i64>) -> (i64, i64) {
+    let n = trace.len();
+    let lo = match spec.start {
+        Some(Bound::TimeUs(us)) => t0.unwrap_or(0).saturating_add(us),
+        _ if s == 0 => i64::MIN,
+        _ => trace.get(s).and_then(|e| e.time()).unwrap_or(i64::MAX),
+    };
+    let hi = match spec.end {
+        Some(Bound::TimeUs(us)) => t0.unwrap_or(0).saturating_add(us),
+        _ if e >= n => i64::MAX,
+        _ => trace[e].time().unwrap_or(i64::MAX),
+    };
+    (lo, hi)
+}
+
+/// Why a window holds no trace entry (one line): the file has no trace, or the window
+/// lies outside every device's entries, listed with their spans.
+fn empty_window(snap: &Snapshot, spec: &WindowSpec, info: &WindowInfo, t0: Option<i64>) -> String {
+    let sizes: Vec<String> = info
+        .devices
+        .iter()
+        .map(|d| {
+            let tr = snap.trace(d.device);
+            let span = match (tr.first().and_then(|e| e.time()), tr.last().and_then(|e| e.time()), t0) {
+                (Some(a), Some(b), Some(z)) => {
+                    format!(", {:.3} s to {:.3} s after the first entry", (a - z) as f64 / 1e6, (b - z) as f64 / 1e6)
+                }
+                _ => String::new(),
+            };
+            format!("device {}: {} entries{span}", d.device, d.file_entries)
+        })
+        .collect();
+    if sizes.is_empty() {
+        "this file has no trace to cut a window from".into()
+    } else {
+        format!("window {} holds no trace entry ({})", spec.text, sizes.join(", "))
+    }
+}
+
 /// `segments` of `device` for the rebuilt state `st` after entry `end - 1`.
 fn segments_of_state(snap: &Snapshot, device: i64, st: &RecordedState, end: usize) -> Vec<Segment> {
-    let trace = snap.trace(device);
-    let (before, after) = trace.split_at(end);
-    // Frames of a live block: its alloc before the window's end; else (older than the
-    // trace) the first free of it after the end (context="alloc" frees carry the
-    // allocation's frames) or the recorded block; likewise for segments.
-    let mut block_stack: fragscope_snapshot::FxHashMap<u64, Option<StackId>> = Default::default();
-    let mut seg_stack: fragscope_snapshot::FxHashMap<u64, Option<StackId>> = Default::default();
-    for e in before {
-        match e.action {
-            Action::Alloc => {
-                block_stack.insert(e.addr, e.stack);
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                seg_stack.insert(e.addr, e.stack);
-            }
-            _ => {}
-        }
-    }
-    for e in after {
-        match e.action {
-            Action::FreeRequested | Action::FreeCompleted => {
-                block_stack.entry(e.addr).or_insert(e.stack);
-            }
-            Action::Alloc => {
-                // A later allocation at the address: the recorded block is not this one.
-                block_stack.entry(e.addr).or_insert(None);
-            }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                seg_stack.entry(e.addr).or_insert(e.stack);
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                seg_stack.entry(e.addr).or_insert(None);
-            }
-            _ => {}
-        }
-    }
+    let (block_stack, seg_stack) = stacks_at(snap.trace(device), end);
     let recorded: Vec<&Segment> = snap.device_segments(device).collect();
     let recorded_block = |addr: u64| {
         recorded.iter().flat_map(|s| &s.blocks).find(|b| b.address == addr && b.state.is_active()).and_then(|b| b.stack)
@@ -415,3 +396,48 @@ fn segments_of_state(snap: &Snapshot, device: i64, st: &RecordedState, end: usiz
         })
         .collect()
 }
+
+/// Frames of the blocks and segments live at the window's end (before entry `end` of
+/// `trace`), by address: a live block's are its alloc's before the end; else (older than
+/// the trace) those of the first free of it after the end (context="alloc" frees carry the
+/// allocation's frames), `None` when a later allocation at the address comes first (the
+/// recorded block is then not this one), and absent when the trace says nothing (the
+/// recorded block's then); likewise for segments.
+fn stacks_at(trace: &[TraceEvent], end: usize) -> (StackMap, StackMap) {
+    let (before, after) = trace.split_at(end);
+    let mut block_stack: StackMap = Default::default();
+    let mut seg_stack: StackMap = Default::default();
+    for e in before {
+        match e.action {
+            Action::Alloc => {
+                block_stack.insert(e.addr, e.stack);
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                seg_stack.insert(e.addr, e.stack);
+            }
+            _ => {}
+        }
+    }
+    for e in after {
+        match e.action {
+            Action::FreeRequested | Action::FreeCompleted => {
+                block_stack.entry(e.addr).or_insert(e.stack);
+            }
+            Action::Alloc => {
+                // A later allocation at the address: the recorded block is not this one.
+                block_stack.entry(e.addr).or_insert(None);
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                seg_stack.entry(e.addr).or_insert(e.stack);
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                seg_stack.entry(e.addr).or_insert(None);
+            }
+            _ => {}
+        }
+    }
+    (block_stack, seg_stack)
+}
+
+/// Frames by address (a block's or a segment's).
+type StackMap = fragscope_snapshot::FxHashMap<u64, Option<StackId>>;

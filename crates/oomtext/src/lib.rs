@@ -10,4 +10,7 @@
 //! Nothing here needs a snapshot: when one exists, `fragscope-diagnose` measures instead.
 
 pub mod advice;
+mod explain;
+mod model;
 pub mod oom_message;
+mod parse;
