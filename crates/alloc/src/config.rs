@@ -229,9 +229,44 @@ pub fn parse(s: &str) -> Result<AllocatorConfig, ConfigError> {
     let mut cfg = AllocatorConfig::default();
     let n = toks.toks.len();
 
-    // large_segment_size_mb is parsed before every other key (§9.3) because the
+    // 1. large_segment_size_mb is parsed before every other key (§9.3) because the
     // bounds of max_split_size_mb / max_non_split_rounding_mb depend on it.
-    for i in 0..n {
+    apply_large_segment_size(&toks, &mut cfg)?;
+    let large_mb = cfg.large_segment_size / MIB;
+    let mut non_split: Option<u64> = None;
+
+    // 2. Every `key:value` in order, separated by commas. Each group of keys returns the
+    // index of the last token its value used, or None when the key is not one of its own.
+    let mut i = 0;
+    while i < n {
+        let key = toks.get(i).unwrap_or_default().to_string();
+        let last = match parse_size_key(&toks, &key, i, &mut cfg, large_mb, &mut non_split)? {
+            Some(last) => last,
+            None => match parse_segment_key(&toks, &key, i, &mut cfg)? {
+                Some(last) => last,
+                None => match parse_pinned_key(&toks, &key, i, &mut cfg)? {
+                    Some(last) => last,
+                    None => {
+                        return Err(ConfigError::new(format!("Unrecognized key '{key}' in CUDA allocator config.")));
+                    }
+                },
+            },
+        };
+        i = last;
+        if i + 1 < n {
+            toks.expect(i + 1, ",")?;
+            i += 1;
+        }
+        i += 1;
+    }
+    cfg.max_non_split_rounding = non_split.unwrap_or(cfg.large_segment_size);
+    Ok(cfg)
+}
+
+/// The pre-pass of [`parse`]: applies every `large_segment_size_mb:N` before any other
+/// key is read (§9.3), since it bounds max_split_size_mb and max_non_split_rounding_mb.
+fn apply_large_segment_size(toks: &Tokens, cfg: &mut AllocatorConfig) -> Result<(), ConfigError> {
+    for i in 0..toks.toks.len() {
         if toks.get(i) == Some("large_segment_size_mb") && toks.get(i + 1) == Some(":") {
             let v = toks.uint(i + 2, "large_segment_size_mb")?;
             if v <= 10 {
@@ -242,183 +277,227 @@ pub fn parse(s: &str) -> Result<AllocatorConfig, ConfigError> {
             cfg.large_segment_size = mib(v);
         }
     }
-    let large_mb = cfg.large_segment_size / MIB;
-    let mut non_split: Option<u64> = None;
+    Ok(())
+}
 
-    let mut i = 0;
-    while i < n {
-        let key = toks.get(i).unwrap_or_default().to_string();
-        match key.as_str() {
-            "max_split_size_mb" | "max_non_split_rounding_mb" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                let v = toks.uint(i, &key)?;
-                if v < large_mb {
-                    return Err(ConfigError::new(format!(
-                        "CachingAllocator option {key} too small, must be >= {large_mb}"
-                    )));
-                }
-                if key == "max_split_size_mb" {
-                    cfg.max_split_size = Some(mib(v));
-                } else {
-                    non_split = Some(mib(v));
-                }
+/// The keys that steer how a request is rounded, whether a block may be split, and
+/// when cached blocks are given back: max_split_size_mb, max_non_split_rounding_mb
+/// (into `non_split`, as its default depends on the final large segment size),
+/// garbage_collection_threshold, roundup_power2_divisions, roundup_bypass_threshold_mb
+/// and per_process_memory_fraction. `i` is the key's index; returns the index of the
+/// last token of its value, or `None` when `key` is none of these.
+fn parse_size_key(
+    toks: &Tokens,
+    key: &str,
+    mut i: usize,
+    cfg: &mut AllocatorConfig,
+    large_mb: u64,
+    non_split: &mut Option<u64>,
+) -> Result<Option<usize>, ConfigError> {
+    match key {
+        "max_split_size_mb" | "max_non_split_rounding_mb" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            let v = toks.uint(i, key)?;
+            if v < large_mb {
+                return Err(ConfigError::new(format!(
+                    "CachingAllocator option {key} too small, must be >= {large_mb}"
+                )));
             }
-            "garbage_collection_threshold" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                let v = toks.float(i, &key)?;
-                if !(v > 0.0 && v < 1.0) {
-                    return Err(ConfigError::new("garbage_collect_threshold is invalid, set it in (0.0, 1.0)"));
-                }
-                cfg.garbage_collection_threshold = v;
-            }
-            "roundup_power2_divisions" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                i = parse_divisions(&toks, i, &mut cfg.roundup_power2_divisions)?;
-            }
-            "roundup_bypass_threshold_mb" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.roundup_bypass_threshold = Some(mib(toks.uint(i, &key)?));
-                cfg.rounding_rule = RoundingRule::Legacy;
-            }
-            "expandable_segments" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.expandable_segments = toks.boolean(i, &key)?;
-            }
-            "large_segment_size_mb" => {
-                // Already applied by the pre-pass.
-                i += 2;
-            }
-            "release_lock_on_cudamalloc" | "release_lock_on_hipmalloc" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.release_lock_on_cudamalloc = toks.boolean(i, &key)?;
-            }
-            "pinned_use_cuda_host_register" | "pinned_use_hip_host_register" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.pinned_use_cuda_host_register = toks.boolean(i, &key)?;
-            }
-            "pinned_num_register_threads" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                let v = toks.uint(i, &key)?;
-                if !v.is_power_of_two() {
-                    return Err(ConfigError::new(format!("Number of register threads has to be power of 2, got {v}")));
-                }
-                if v > 128 {
-                    return Err(ConfigError::new(format!(
-                        "Number of register threads should be less than or equal to 128, got {v}"
-                    )));
-                }
-                cfg.pinned_num_register_threads = v;
-            }
-            "pinned_use_background_threads" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.pinned_use_background_threads = toks.boolean(i, &key)?;
-            }
-            "pinned_reserve_segment_size_mb" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                let v = toks.uint(i, &key)?;
-                if v == 0 {
-                    return Err(ConfigError::new("Pinned reserve segment size has to be greater than 0"));
-                }
-                cfg.pinned_reserve_segment_size_mb = v;
-            }
-            "pinned_max_round_threshold_mb" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.pinned_max_round_threshold_mb = Some(toks.uint(i, &key)?);
-            }
-            "pinned_max_cached_size_mb" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.pinned_max_cached_size_mb = Some(toks.uint(i, &key)?);
-            }
-            "pinned_free_catch_all" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.pinned_free_catch_all = toks.boolean(i, &key)?;
-            }
-            "graph_capture_record_stream_reuse" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.graph_capture_record_stream_reuse = toks.boolean(i, &key)?;
-            }
-            "throw_on_cudamalloc_oom" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.throw_on_cudamalloc_oom = toks.boolean(i, &key)?;
-            }
-            "per_process_memory_fraction" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                let v = toks.float(i, &key)?;
-                if !(0.0..=1.0).contains(&v) {
-                    return Err(ConfigError::new("per_process_memory_fraction is invalid, set it in [0.0, 1.0]"));
-                }
-                cfg.per_process_memory_fraction = v;
-            }
-            "backend" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                cfg.backend = match toks.value(i, "backend")? {
-                    "native" => Backend::Native,
-                    "cudaMallocAsync" => Backend::CudaMallocAsync,
-                    _ => {
-                        return Err(ConfigError::new(
-                            "Unknown allocator backend, options are native and cudaMallocAsync",
-                        ))
-                    }
-                };
-            }
-            "expandable_segments_reserve" => {
-                toks.expect(i + 1, ":")?;
-                i += 2;
-                // Invalid values only warn in PyTorch: keep the default.
-                if let Some(spec) = parse_reserve_spec(toks.value(i, &key)?) {
-                    cfg.expandable_segments_reserve = Some(spec);
-                }
-            }
-            "expandable_segments_reserve_by_class" => {
-                toks.expect(i + 1, ":")?;
-                toks.expect(i + 2, "[")?;
-                i += 2;
-                let mut list = Vec::new();
-                while toks.get(i + 1).is_some_and(|t| t != "]") {
-                    let name = toks.value(i + 1, &key)?.to_string();
-                    toks.expect(i + 2, ":")?;
-                    let v = toks.value(i + 3, &key)?;
-                    if let Some(spec) = parse_reserve_spec(v) {
-                        list.push((name, spec));
-                    }
-                    i += 3;
-                    if toks.get(i + 1) == Some(",") {
-                        i += 1;
-                    }
-                }
-                toks.expect(i + 1, "]")?;
-                i += 1;
-                cfg.expandable_segments_reserve_by_class = list;
-            }
-            _ => {
-                return Err(ConfigError::new(format!("Unrecognized key '{key}' in CUDA allocator config.")));
+            if key == "max_split_size_mb" {
+                cfg.max_split_size = Some(mib(v));
+            } else {
+                *non_split = Some(mib(v));
             }
         }
-        if i + 1 < n {
-            toks.expect(i + 1, ",")?;
+        "garbage_collection_threshold" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            let v = toks.float(i, key)?;
+            if !(v > 0.0 && v < 1.0) {
+                return Err(ConfigError::new("garbage_collect_threshold is invalid, set it in (0.0, 1.0)"));
+            }
+            cfg.garbage_collection_threshold = v;
+        }
+        "roundup_power2_divisions" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            i = parse_divisions(toks, i, &mut cfg.roundup_power2_divisions)?;
+        }
+        "roundup_bypass_threshold_mb" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.roundup_bypass_threshold = Some(mib(toks.uint(i, key)?));
+            cfg.rounding_rule = RoundingRule::Legacy;
+        }
+        "per_process_memory_fraction" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            let v = toks.float(i, key)?;
+            if !(0.0..=1.0).contains(&v) {
+                return Err(ConfigError::new("per_process_memory_fraction is invalid, set it in [0.0, 1.0]"));
+            }
+            cfg.per_process_memory_fraction = v;
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(i))
+}
+
+/// The keys that steer how segments are obtained from the driver and what happens
+/// around those calls: expandable_segments, large_segment_size_mb (already applied by
+/// [`apply_large_segment_size`]), expandable_segments_reserve(_by_class), backend,
+/// release_lock_on_cudamalloc, graph_capture_record_stream_reuse and
+/// throw_on_cudamalloc_oom. Same contract as [`parse_size_key`].
+fn parse_segment_key(
+    toks: &Tokens,
+    key: &str,
+    mut i: usize,
+    cfg: &mut AllocatorConfig,
+) -> Result<Option<usize>, ConfigError> {
+    match key {
+        "expandable_segments" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.expandable_segments = toks.boolean(i, key)?;
+        }
+        "large_segment_size_mb" => {
+            // Already applied by the pre-pass.
+            i += 2;
+        }
+        "release_lock_on_cudamalloc" | "release_lock_on_hipmalloc" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.release_lock_on_cudamalloc = toks.boolean(i, key)?;
+        }
+        "graph_capture_record_stream_reuse" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.graph_capture_record_stream_reuse = toks.boolean(i, key)?;
+        }
+        "throw_on_cudamalloc_oom" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.throw_on_cudamalloc_oom = toks.boolean(i, key)?;
+        }
+        "backend" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.backend = match toks.value(i, "backend")? {
+                "native" => Backend::Native,
+                "cudaMallocAsync" => Backend::CudaMallocAsync,
+                _ => return Err(ConfigError::new("Unknown allocator backend, options are native and cudaMallocAsync")),
+            };
+        }
+        "expandable_segments_reserve" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            // Invalid values only warn in PyTorch: keep the default.
+            if let Some(spec) = parse_reserve_spec(toks.value(i, key)?) {
+                cfg.expandable_segments_reserve = Some(spec);
+            }
+        }
+        "expandable_segments_reserve_by_class" => {
+            toks.expect(i + 1, ":")?;
+            toks.expect(i + 2, "[")?;
+            let (last, list) = parse_reserve_by_class(toks, i + 2, key)?;
+            i = last;
+            cfg.expandable_segments_reserve_by_class = list;
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(i))
+}
+
+/// `expandable_segments_reserve_by_class`'s list `[name:spec, ...]`, from its `[` at
+/// `i`. Returns the index of the `]` and the (name, spec) pairs whose spec is valid
+/// (invalid ones only warn in PyTorch, and are left out).
+fn parse_reserve_by_class(
+    toks: &Tokens,
+    mut i: usize,
+    key: &str,
+) -> Result<(usize, Vec<(String, ReserveSpec)>), ConfigError> {
+    let mut list = Vec::new();
+    while toks.get(i + 1).is_some_and(|t| t != "]") {
+        let name = toks.value(i + 1, key)?.to_string();
+        toks.expect(i + 2, ":")?;
+        let v = toks.value(i + 3, key)?;
+        if let Some(spec) = parse_reserve_spec(v) {
+            list.push((name, spec));
+        }
+        i += 3;
+        if toks.get(i + 1) == Some(",") {
             i += 1;
         }
-        i += 1;
     }
-    cfg.max_non_split_rounding = non_split.unwrap_or(cfg.large_segment_size);
-    Ok(cfg)
+    toks.expect(i + 1, "]")?;
+    i += 1;
+    Ok((i, list))
+}
+
+/// The keys of the pinned (page-locked host) memory allocator: pinned_use_cuda_host_register,
+/// pinned_num_register_threads, pinned_use_background_threads,
+/// pinned_reserve_segment_size_mb, pinned_max_round_threshold_mb, pinned_max_cached_size_mb
+/// and pinned_free_catch_all. They do not steer device allocations but are validated as
+/// PyTorch does. Same contract as [`parse_size_key`].
+fn parse_pinned_key(
+    toks: &Tokens,
+    key: &str,
+    mut i: usize,
+    cfg: &mut AllocatorConfig,
+) -> Result<Option<usize>, ConfigError> {
+    match key {
+        "pinned_use_cuda_host_register" | "pinned_use_hip_host_register" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.pinned_use_cuda_host_register = toks.boolean(i, key)?;
+        }
+        "pinned_num_register_threads" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            let v = toks.uint(i, key)?;
+            if !v.is_power_of_two() {
+                return Err(ConfigError::new(format!("Number of register threads has to be power of 2, got {v}")));
+            }
+            if v > 128 {
+                return Err(ConfigError::new(format!(
+                    "Number of register threads should be less than or equal to 128, got {v}"
+                )));
+            }
+            cfg.pinned_num_register_threads = v;
+        }
+        "pinned_use_background_threads" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.pinned_use_background_threads = toks.boolean(i, key)?;
+        }
+        "pinned_reserve_segment_size_mb" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            let v = toks.uint(i, key)?;
+            if v == 0 {
+                return Err(ConfigError::new("Pinned reserve segment size has to be greater than 0"));
+            }
+            cfg.pinned_reserve_segment_size_mb = v;
+        }
+        "pinned_max_round_threshold_mb" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.pinned_max_round_threshold_mb = Some(toks.uint(i, key)?);
+        }
+        "pinned_max_cached_size_mb" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.pinned_max_cached_size_mb = Some(toks.uint(i, key)?);
+        }
+        "pinned_free_catch_all" => {
+            toks.expect(i + 1, ":")?;
+            i += 2;
+            cfg.pinned_free_catch_all = toks.boolean(i, key)?;
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(i))
 }
 
 /// `roundup_power2_divisions` value: one power of two, or the list form (§1.3).

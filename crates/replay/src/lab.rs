@@ -484,7 +484,6 @@ pub fn lab_with(
     let lw = workload_of(snap, device);
     let cfg = recorded_config(snap);
     let w = &lw.workload;
-    let bounds = w.bounds();
     // The unlimited run (peak reserved, the ratio's numerator) and the smallest device
     // serve what was live: a request the recording refused is left out, as from the
     // denominator (issue 21). The run on the recorded capacity keeps it, to say whether
@@ -502,6 +501,7 @@ pub fn lab_with(
             w.ops.len() - live_only.ops.len()
         ));
     }
+    let run = LabRun { snap, device, lw: &lw, cfg: &cfg, live_only: &live_only, cap, bounds: w.bounds(), min_capacity };
     let mut rows = Vec::new();
     let mut confs_run: Vec<String> = Vec::new();
     for spec in specs {
@@ -514,51 +514,10 @@ pub fn lab_with(
             }
             confs_run.push(conf);
         }
-        let (t0, c0) = (seconds(), thread_cpu_seconds());
-        let mut p = make_policy(spec, &cfg, &live_only, super::whatif::UNLIMITED);
-        let run = drive(p.as_mut(), &live_only, false, 0);
-        let secs = seconds() - t0;
-        let cpu = c0.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
-        let name = p.name();
-        let run = match run {
-            Ok(r) => r,
-            Err(e) => {
-                notes.push(format!("{name}: {e}"));
-                continue;
-            }
-        };
-        let mut pc = make_policy(spec, &cfg, w, cap);
-        let at = match drive(pc.as_mut(), w, false, 0) {
-            Ok(r) => r,
-            Err(e) => {
-                notes.push(format!("{name} on the recorded capacity: {e}"));
-                continue;
-            }
-        };
-        let first = at.first_oom.map(|(i, o)| LabOom {
-            index: lw.trace_index.get(i).copied().unwrap_or(0),
-            requested: o.requested,
-            reserved: o.reserved,
-        });
-        let verdict = verdict(&lw, at.probes_served, first.as_ref());
-        let min_capacity = min_capacity
-            .then(|| smallest_capacity(spec, &cfg, &live_only, bounds.live, run.peak_reserved.max(bounds.live)));
-        rows.push(LabRow {
-            policy: name,
-            peak_reserved: run.peak_reserved,
-            ratio: if bounds.live == 0 { 0.0 } else { run.peak_reserved as f64 / bounds.live as f64 },
-            final_reserved: run.final_reserved,
-            calls: run.calls.into(),
-            seconds: secs,
-            ops_per_second: if secs > 0.0 { live_only.ops.len() as f64 / secs } else { 0.0 },
-            cpu_seconds: cpu,
-            events_per_cpu_second: cpu.filter(|&c| c >= 0.1).map(|c| snap.trace(device).len() as f64 / c),
-            ooms_at_capacity: at.ooms,
-            first_oom_at_capacity: first,
-            recorded_ooms_served: at.probes_served,
-            verdict,
-            min_capacity,
-        });
+        match run.row(spec) {
+            Ok(row) => rows.push(row),
+            Err(note) => notes.push(note),
+        }
     }
     LabReport {
         device,
@@ -570,9 +529,69 @@ pub fn lab_with(
         recorded_ooms: lw.recorded_ooms.len(),
         capacity: cap,
         capacity_source,
-        bounds: bounds.into(),
+        bounds: run.bounds.into(),
         rows,
         notes,
+    }
+}
+
+/// What every row of one [`lab_with`] shares: the device's workload (whole, and without
+/// the recorded OOMs' requests), the recorded settings and the recorded capacity.
+struct LabRun<'a> {
+    snap: &'a Snapshot,
+    device: i64,
+    lw: &'a LabWorkload,
+    cfg: &'a AllocatorConfig,
+    live_only: &'a Workload,
+    cap: u64,
+    bounds: Bounds,
+    min_capacity: bool,
+}
+
+impl LabRun<'_> {
+    /// One policy's row: a timed run of what was live on an unlimited device (peak
+    /// reserved, speed), a run of the whole workload on the recorded capacity (does the
+    /// recorded OOM happen?), and the smallest device when asked. A run that fails gives
+    /// the note that replaces the row.
+    #[inline(always)]
+    fn row(&self, spec: &PolicySpec) -> Result<LabRow, String> {
+        let (lw, live_only, bounds) = (self.lw, self.live_only, self.bounds);
+        let (t0, c0) = (seconds(), thread_cpu_seconds());
+        let mut p = make_policy(spec, self.cfg, live_only, super::whatif::UNLIMITED);
+        let run = drive(p.as_mut(), live_only, false, 0);
+        let secs = seconds() - t0;
+        let cpu = c0.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
+        let name = p.name();
+        let run = run.map_err(|e| format!("{name}: {e}"))?;
+        let mut pc = make_policy(spec, self.cfg, &lw.workload, self.cap);
+        let at =
+            drive(pc.as_mut(), &lw.workload, false, 0).map_err(|e| format!("{name} on the recorded capacity: {e}"))?;
+        let first = at.first_oom.map(|(i, o)| LabOom {
+            index: lw.trace_index.get(i).copied().unwrap_or(0),
+            requested: o.requested,
+            reserved: o.reserved,
+        });
+        let verdict = verdict(lw, at.probes_served, first.as_ref());
+        let min_capacity = self
+            .min_capacity
+            .then(|| smallest_capacity(spec, self.cfg, live_only, bounds.live, run.peak_reserved.max(bounds.live)));
+        let events = self.snap.trace(self.device).len();
+        Ok(LabRow {
+            policy: name,
+            peak_reserved: run.peak_reserved,
+            ratio: if bounds.live == 0 { 0.0 } else { run.peak_reserved as f64 / bounds.live as f64 },
+            final_reserved: run.final_reserved,
+            calls: run.calls.into(),
+            seconds: secs,
+            ops_per_second: if secs > 0.0 { live_only.ops.len() as f64 / secs } else { 0.0 },
+            cpu_seconds: cpu,
+            events_per_cpu_second: cpu.filter(|&c| c >= 0.1).map(|c| events as f64 / c),
+            ooms_at_capacity: at.ooms,
+            first_oom_at_capacity: first,
+            recorded_ooms_served: at.probes_served,
+            verdict,
+            min_capacity,
+        })
     }
 }
 

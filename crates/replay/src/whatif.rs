@@ -10,12 +10,12 @@
 use super::AddrBuild;
 use std::collections::{HashMap, HashSet};
 
-use fragscope_alloc::{AllocatorConfig, CachingAllocator, Event, SimulatedDevice, DEFAULT_POOL};
+use fragscope_alloc::{AllocatorConfig, CachingAllocator, Event, PoolId, SimulatedDevice, DEFAULT_POOL};
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 use serde::Serialize;
 
 use super::driver::{seed_segments, verify_inner};
-use super::state::BState;
+use super::state::{BState, RecordedState};
 use super::ReplayOptions;
 
 /// Capacity used when none is given: large enough that nothing runs out.
@@ -186,17 +186,8 @@ pub fn simulate_ops(
 ) -> WhatIf {
     let (vrep, inferred) = verify_inner(snap, device, &ReplayOptions::default());
     let mut notes = Vec::new();
-    // A memory fraction (and so GC) means nothing on an unlimited device: use the
-    // replay's device size for it.
-    let cap = match opts.capacity {
-        Some(c) => c,
-        None if cfg.per_process_memory_fraction < 1.0 => {
-            let c = super::driver::capacity_for(snap, device, None, &cfg);
-            notes.push(format!("memory fraction taken of a {c}-byte device (no capacity given)"));
-            c
-        }
-        None => UNLIMITED,
-    };
+    // 1. The simulated device and the state before the trace.
+    let cap = simulated_capacity(snap, device, &cfg, opts, &mut notes);
     if let Some(n) = super::driver::private_pool_note(snap, device) {
         notes.push(n);
     }
@@ -205,40 +196,7 @@ pub fn simulate_ops(
     eng.set_record_events(true);
     let mut blocks = BlockMap::default();
     let start_state = match &inferred.initial {
-        Some(st) => {
-            // Expandable reservations made before the trace have the size the real
-            // device gave them (9/8 of its memory, §6.1), not the simulated device's
-            // (2^50 bytes when unlimited, which would make two recorded reservations
-            // overlap): seed them under the replay's device size.
-            let recorded = super::recorded_config(snap);
-            let seed_cap = super::driver::capacity_for(snap, device, None, &recorded);
-            eng.device_mut().set_capacity(seed_cap);
-            let seeded = seed_segments(&mut eng, st);
-            eng.device_mut().set_capacity(cap);
-            match seeded {
-                Err(e) => {
-                    notes.push(format!(
-                        "the state before the trace could not be seeded ({e}); started empty: this run is \
-                         not comparable with runs that hold that state"
-                    ));
-                    eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-                    eng.set_record_events(opts.collect_snapshot);
-                    StartState::NotSeeded
-                }
-                Ok(()) => {
-                    for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
-                        blocks.seeded(b.addr);
-                    }
-                    let held = eng.device().used();
-                    if held > cap {
-                        notes.push(format!(
-                            "the memory reserved before the trace ({held} B) is more than the device's {cap} B"
-                        ));
-                    }
-                    StartState::Rebuilt
-                }
-            }
-        }
+        Some(st) => seed_start_state(snap, device, &cfg, opts, cap, st, &mut eng, &mut blocks, &mut notes),
         None => {
             notes.push(format!(
                 "the state before the trace is unknown ({}); started empty",
@@ -247,198 +205,393 @@ pub fn simulate_ops(
             StartState::Unknown
         }
     };
-    // The recording's own empty_cache() calls and the ones asked for, in trace order.
+    // 2. Serve the workload, with the recording's own empty_cache() calls and the ones
+    // asked for, in trace order.
     let mut points: Vec<usize> = inferred.empty_cache_before.clone();
     points.extend(opts.empty_cache_at.iter().copied());
     points.sort_unstable();
-    let mut ec = points.into_iter().peekable();
-    let mut out_events: Vec<TraceEvent> = Vec::new();
-    // The saved snapshot's table of entry contexts (the streams of `out_events`).
-    let mut out_contexts: Vec<fragscope_snapshot::EntryContext> = Vec::new();
-    let mut evbuf: Vec<Event> = Vec::new();
-    let mut first_oom = None;
-    let mut recorded_fit = 0;
-    let mut skipped_frees = 0u64;
-    // `empty_cache()` synchronises and completes every pending free (spec §5.2), as does the
-    // release an allocation retries after: the trace's later `free_completed` of such a
-    // block then has nothing left to do. Simulated addresses whose free was requested and
-    // not yet completed, with the number of empty_cache() calls made when it was requested.
-    let mut pending: HashMap<u64, u64, AddrBuild> = HashMap::default();
-    let (mut completed_by_empty_cache, mut completed_by_retry) = (0u64, 0u64);
-    let mut empty_cache_calls = 0;
-    // The seeding's own segments are the state before the trace, not work of this run: they
-    // go to the saved snapshot (as before) but are not counted.
-    let mut seed_events: Vec<Event> = Vec::new();
-    eng.drain_events_into(&mut seed_events);
-    let reserved_before_trace = eng.reserved_bytes();
-    let allocated_before_trace = eng.stats().allocated_bytes.all().current.max(0) as u64;
-    let mut peak_reserved_by_trace = 0u64;
-    let mut driver = super::cost::DriverWork::default();
-    let mut probes: Vec<Probe> = Vec::with_capacity(opts.probes.len());
-    let mut probe_at = opts.probes.iter().copied().peekable();
-    let probe = |eng: &CachingAllocator<SimulatedDevice>, at: usize| {
-        let s = eng.stats();
-        Probe {
-            at,
-            requested: s.requested_bytes.all().current.max(0) as u64,
-            allocated: s.allocated_bytes.all().current.max(0) as u64,
-        }
-    };
+    let mut run = SimRun::new(eng, blocks, points, opts);
     for op in ops {
-        let (i, ev) = (op.at, &op.ev);
-        while let Some(p) = probe_at.next_if(|&p| p < i || (p == i && !op.inserted)) {
-            probes.push(probe(&eng, p));
+        run.serve(snap, opts, &op);
+    }
+    // 3. What the run did.
+    run.finish(snap, device, &cfg, opts, start_state, notes)
+}
+
+/// The device size a what-if runs on: the one asked for, else unlimited; but a memory
+/// fraction (and so GC) means nothing on an unlimited device, so with one the replay's
+/// device size is used instead (and said in `notes`).
+#[inline(always)]
+fn simulated_capacity(
+    snap: &Snapshot,
+    device: i64,
+    cfg: &AllocatorConfig,
+    opts: &SimOptions,
+    notes: &mut Vec<String>,
+) -> u64 {
+    match opts.capacity {
+        Some(c) => c,
+        None if cfg.per_process_memory_fraction < 1.0 => {
+            let c = super::driver::capacity_for(snap, device, None, cfg);
+            notes.push(format!("memory fraction taken of a {c}-byte device (no capacity given)"));
+            c
         }
-        while ec.peek().is_some_and(|&k| k <= i) {
-            ec.next();
-            eng.empty_cache();
-            empty_cache_calls += 1;
+        None => UNLIMITED,
+    }
+}
+
+/// Seeds `eng` with `st`, the state at the trace's first entry that the backward walk
+/// rebuilt (the segments and blocks that existed before recording began), and marks its
+/// live blocks in `blocks` so the trace may free them. If the simulated allocator cannot
+/// hold that state, `eng` is replaced by an empty one and the run says it is not
+/// comparable with runs that hold it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn seed_start_state(
+    snap: &Snapshot,
+    device: i64,
+    cfg: &AllocatorConfig,
+    opts: &SimOptions,
+    cap: u64,
+    st: &RecordedState,
+    eng: &mut CachingAllocator<SimulatedDevice>,
+    blocks: &mut BlockMap,
+    notes: &mut Vec<String>,
+) -> StartState {
+    // Expandable reservations made before the trace have the size the real device gave
+    // them (9/8 of its memory, §6.1), not the simulated device's (2^50 bytes when
+    // unlimited, which would make two recorded reservations overlap): seed them under the
+    // replay's device size.
+    let recorded = super::recorded_config(snap);
+    let seed_cap = super::driver::capacity_for(snap, device, None, &recorded);
+    eng.device_mut().set_capacity(seed_cap);
+    let seeded = seed_segments(eng, st);
+    eng.device_mut().set_capacity(cap);
+    match seeded {
+        Err(e) => {
+            notes.push(format!(
+                "the state before the trace could not be seeded ({e}); started empty: this run is \
+                 not comparable with runs that hold that state"
+            ));
+            *eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+            eng.set_record_events(opts.collect_snapshot);
+            StartState::NotSeeded
+        }
+        Ok(()) => {
+            for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
+                blocks.seeded(b.addr);
+            }
+            let held = eng.device().used();
+            if held > cap {
+                notes
+                    .push(format!("the memory reserved before the trace ({held} B) is more than the device's {cap} B"));
+            }
+            StartState::Rebuilt
+        }
+    }
+}
+
+/// The allocator's live bytes now, as a [`Probe`] at trace entry `at`.
+#[inline(always)]
+fn probe(eng: &CachingAllocator<SimulatedDevice>, at: usize) -> Probe {
+    let s = eng.stats();
+    Probe {
+        at,
+        requested: s.requested_bytes.all().current.max(0) as u64,
+        allocated: s.allocated_bytes.all().current.max(0) as u64,
+    }
+}
+
+/// A what-if in progress: the simulated allocator and what [`simulate_ops`] counts while
+/// it serves the workload one [`Op`] at a time ([`SimRun::serve`]).
+///
+/// Its methods each have one caller and are `#[inline(always)]`: the per-op loop is hot
+/// (six alternatives of millions of ops per `replay`), and inlined they compile to the
+/// code of the single function they were split from, engine inlining included.
+struct SimRun<'o> {
+    eng: CachingAllocator<SimulatedDevice>,
+    /// Recorded blocks → simulated blocks.
+    blocks: BlockMap,
+    /// The `empty_cache()` points still to come (trace entries, ascending).
+    ec: std::iter::Peekable<std::vec::IntoIter<usize>>,
+    /// The probes still to read (trace entries, ascending), and those read.
+    probe_at: std::iter::Peekable<std::iter::Copied<std::slice::Iter<'o, usize>>>,
+    probes: Vec<Probe>,
+    /// The simulated events as trace entries (with `SimOptions::collect_snapshot`), and
+    /// the saved snapshot's table of entry contexts (their streams).
+    out_events: Vec<TraceEvent>,
+    out_contexts: Vec<fragscope_snapshot::EntryContext>,
+    /// Scratch for each op's events, reused.
+    evbuf: Vec<Event>,
+    first_oom: Option<SimOom>,
+    recorded_fit: u64,
+    skipped_frees: u64,
+    /// `empty_cache()` synchronises and completes every pending free (spec §5.2), as does
+    /// the release an allocation retries after: the trace's later `free_completed` of such
+    /// a block then has nothing left to do. Simulated addresses whose free was requested
+    /// and not yet completed, with the number of empty_cache() calls made when it was
+    /// requested.
+    pending: HashMap<u64, u64, AddrBuild>,
+    completed_by_empty_cache: u64,
+    completed_by_retry: u64,
+    empty_cache_calls: u64,
+    /// The seeding's own segments are the state before the trace, not work of this run:
+    /// they go to the saved snapshot (as before) but are not counted.
+    seed_events: Vec<Event>,
+    reserved_before_trace: u64,
+    allocated_before_trace: u64,
+    peak_reserved_by_trace: u64,
+    driver: super::cost::DriverWork,
+}
+
+impl<'o> SimRun<'o> {
+    /// Starts counting on `eng`, seeded (or not) with the state before the trace;
+    /// `points` are the `empty_cache()` points, ascending.
+    #[inline(always)]
+    fn new(
+        mut eng: CachingAllocator<SimulatedDevice>,
+        blocks: BlockMap,
+        points: Vec<usize>,
+        opts: &'o SimOptions,
+    ) -> Self {
+        let mut seed_events: Vec<Event> = Vec::new();
+        eng.drain_events_into(&mut seed_events);
+        let reserved_before_trace = eng.reserved_bytes();
+        let allocated_before_trace = eng.stats().allocated_bytes.all().current.max(0) as u64;
+        SimRun {
+            eng,
+            blocks,
+            ec: points.into_iter().peekable(),
+            probe_at: opts.probes.iter().copied().peekable(),
+            probes: Vec::with_capacity(opts.probes.len()),
+            out_events: Vec::new(),
+            out_contexts: Vec::new(),
+            evbuf: Vec::new(),
+            first_oom: None,
+            recorded_fit: 0,
+            skipped_frees: 0,
+            pending: HashMap::default(),
+            completed_by_empty_cache: 0,
+            completed_by_retry: 0,
+            empty_cache_calls: 0,
+            seed_events,
+            reserved_before_trace,
+            allocated_before_trace,
+            peak_reserved_by_trace: 0,
+            driver: super::cost::DriverWork::default(),
+        }
+    }
+
+    /// Serves one op: first the probes and `empty_cache()` calls due before it, then the
+    /// request or free itself, then its events (counted as driver work, and kept for the
+    /// saved snapshot).
+    #[inline(always)]
+    fn serve(&mut self, snap: &Snapshot, opts: &SimOptions, op: &Op) {
+        let (i, ev) = (op.at, &op.ev);
+        while let Some(p) = self.probe_at.next_if(|&p| p < i || (p == i && !op.inserted)) {
+            self.probes.push(probe(&self.eng, p));
+        }
+        while self.ec.peek().is_some_and(|&k| k <= i) {
+            self.ec.next();
+            self.eng.empty_cache();
+            self.empty_cache_calls += 1;
         }
         let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
-        let reserved_before_op = eng.reserved_bytes();
+        let reserved_before_op = self.eng.reserved_bytes();
         match ev.action {
-            Action::Alloc | Action::Oom => match eng.malloc_in_pool(ev.size, op.stream, pool) {
-                Ok(a) => {
-                    if ev.action == Action::Oom {
-                        recorded_fit += 1;
-                        let _ = eng.free(a);
-                    } else {
-                        blocks.allocated(ev.addr, Some(a));
-                    }
-                }
-                Err(o) => {
-                    if ev.action == Action::Alloc {
-                        blocks.allocated(ev.addr, None);
-                    }
-                    if first_oom.is_none() {
-                        first_oom = Some(SimOom {
-                            index: i,
-                            requested: o.requested,
-                            rounded: o.rounded,
-                            alloc_size: o.alloc_size,
-                            stream: o.stream,
-                            reserved: o.reserved,
-                            allocated: o.allocated,
-                            stack: stack_strings(snap, ev.stack),
-                        });
-                    }
-                }
-            },
-            Action::FreeRequested | Action::FreeCompleted => {
-                let ok = match blocks.target(ev.addr) {
-                    Some(a) if ev.action == Action::FreeRequested => {
-                        let ok = eng.free_requested(a).is_ok();
-                        if ok {
-                            pending.insert(a, empty_cache_calls);
-                        }
-                        ok
-                    }
-                    Some(a) => {
-                        let requested_at = pending.remove(&a);
-                        match eng.free_completed(a) {
-                            Ok(()) => true,
-                            // Completed already, by an empty_cache() since its request or
-                            // by the release of an allocation's retry: not a skipped free.
-                            Err(_) if requested_at.is_some() => {
-                                if requested_at != Some(empty_cache_calls) {
-                                    completed_by_empty_cache += 1;
-                                } else {
-                                    completed_by_retry += 1;
-                                }
-                                true
-                            }
-                            Err(_) => false,
-                        }
-                    }
-                    None => false,
-                };
-                if ev.action == Action::FreeCompleted {
-                    blocks.completed(ev.addr);
-                }
-                if !ok {
-                    skipped_frees += 1;
-                }
-            }
+            Action::Alloc | Action::Oom => self.serve_alloc(snap, i, ev, op.stream, pool),
+            Action::FreeRequested | Action::FreeCompleted => self.serve_free(ev),
             _ => {}
         }
-        if eng.reserved_bytes() > reserved_before_op {
-            peak_reserved_by_trace = peak_reserved_by_trace.max(eng.reserved_bytes());
+        if self.eng.reserved_bytes() > reserved_before_op {
+            self.peak_reserved_by_trace = self.peak_reserved_by_trace.max(self.eng.reserved_bytes());
         }
-        evbuf.clear();
-        let seeded = seed_events.len();
-        evbuf.append(&mut seed_events);
-        eng.drain_events_into(&mut evbuf);
-        evbuf[seeded..].iter().for_each(|e| driver.observe(e));
+        self.take_events(opts, ev);
+    }
+
+    /// An allocation, or a request the recording refused (a recorded OOM): served if the
+    /// simulated allocator can; a recorded OOM that fits is counted and freed at once. The
+    /// first request that fails is kept as the run's [`SimOom`] (`i` is its trace entry).
+    #[inline(always)]
+    fn serve_alloc(&mut self, snap: &Snapshot, i: usize, ev: &TraceEvent, stream: u64, pool: PoolId) {
+        match self.eng.malloc_in_pool(ev.size, stream, pool) {
+            Ok(a) => {
+                if ev.action == Action::Oom {
+                    self.recorded_fit += 1;
+                    let _ = self.eng.free(a);
+                } else {
+                    self.blocks.allocated(ev.addr, Some(a));
+                }
+            }
+            Err(o) => {
+                if ev.action == Action::Alloc {
+                    self.blocks.allocated(ev.addr, None);
+                }
+                if self.first_oom.is_none() {
+                    self.first_oom = Some(SimOom {
+                        index: i,
+                        requested: o.requested,
+                        rounded: o.rounded,
+                        alloc_size: o.alloc_size,
+                        stream: o.stream,
+                        reserved: o.reserved,
+                        allocated: o.allocated,
+                        stack: stack_strings(snap, ev.stack),
+                    });
+                }
+            }
+        }
+    }
+
+    /// A `free_requested` or `free_completed` of the block the recorded address maps to.
+    /// A free with no simulated block (its allocation failed or was left out) is skipped
+    /// and counted; a completion that `empty_cache()` or an allocation's retry already did
+    /// is not a skip, and is counted by which of the two did it.
+    #[inline(always)]
+    fn serve_free(&mut self, ev: &TraceEvent) {
+        let ok = match self.blocks.target(ev.addr) {
+            Some(a) if ev.action == Action::FreeRequested => {
+                let ok = self.eng.free_requested(a).is_ok();
+                if ok {
+                    self.pending.insert(a, self.empty_cache_calls);
+                }
+                ok
+            }
+            Some(a) => {
+                let requested_at = self.pending.remove(&a);
+                match self.eng.free_completed(a) {
+                    Ok(()) => true,
+                    // Completed already, by an empty_cache() since its request or
+                    // by the release of an allocation's retry: not a skipped free.
+                    Err(_) if requested_at.is_some() => {
+                        if requested_at != Some(self.empty_cache_calls) {
+                            self.completed_by_empty_cache += 1;
+                        } else {
+                            self.completed_by_retry += 1;
+                        }
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+            None => false,
+        };
+        if ev.action == Action::FreeCompleted {
+            self.blocks.completed(ev.addr);
+        }
+        if !ok {
+            self.skipped_frees += 1;
+        }
+    }
+
+    /// The events of the op that produced `ev` (after any seeding events still
+    /// unread, which are not counted): counted as driver work and, with
+    /// `SimOptions::collect_snapshot`, kept as trace entries carrying `ev`'s stack and time.
+    #[inline(always)]
+    fn take_events(&mut self, opts: &SimOptions, ev: &TraceEvent) {
+        self.evbuf.clear();
+        let seeded = self.seed_events.len();
+        self.evbuf.append(&mut self.seed_events);
+        self.eng.drain_events_into(&mut self.evbuf);
+        self.evbuf[seeded..].iter().for_each(|e| self.driver.observe(e));
         if opts.collect_snapshot {
-            for m in &evbuf {
-                let mut t = crate::recorder::trace_event(m, &mut out_contexts);
+            for m in &self.evbuf {
+                let mut t = crate::recorder::trace_event(m, &mut self.out_contexts);
                 if matches!(m, Event::Alloc { .. } | Event::Oom { .. }) || t.action == ev.action {
                     t.stack = ev.stack;
                     t.time_us = ev.time_us;
                 }
-                out_events.push(t);
+                self.out_events.push(t);
             }
         }
     }
-    for _ in ec {
-        eng.empty_cache();
-        empty_cache_calls += 1;
+
+    /// Ends the run (the `empty_cache()` calls and probes left after the last op, the
+    /// events not yet read) and reports it, with `notes` and what the counters call for.
+    #[inline(always)]
+    fn finish(
+        mut self,
+        snap: &Snapshot,
+        device: i64,
+        cfg: &AllocatorConfig,
+        opts: &SimOptions,
+        start_state: StartState,
+        mut notes: Vec<String>,
+    ) -> WhatIf {
+        for _ in self.ec.by_ref() {
+            self.eng.empty_cache();
+            self.empty_cache_calls += 1;
+        }
+        let eng = &self.eng;
+        self.probes.extend(self.probe_at.by_ref().map(|p| probe(eng, p)));
+        let mut tail: Vec<Event> = std::mem::take(&mut self.seed_events);
+        let seeded = tail.len();
+        self.eng.drain_events_into(&mut tail);
+        tail[seeded..].iter().for_each(|e| self.driver.observe(e));
+        self.push_notes(&mut notes);
+        let eng = self.eng;
+        let st = eng.stats().clone();
+        let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
+        let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
+        let (mut out_events, mut out_contexts) = (self.out_events, self.out_contexts);
+        let snapshot = opts.collect_snapshot.then(|| {
+            out_events.extend(tail.iter().map(|m| crate::recorder::trace_event(m, &mut out_contexts)));
+            build_snapshot(snap, device, &eng, out_events, out_contexts)
+        });
+        WhatIf {
+            device,
+            config: cfg.to_conf_string(),
+            capacity: opts.capacity,
+            peak_reserved,
+            peak_allocated,
+            peak_fragmentation: if peak_reserved == 0 {
+                0.0
+            } else {
+                1.0 - peak_allocated as f64 / peak_reserved as f64
+            },
+            reserved_before_trace: self.reserved_before_trace,
+            allocated_before_trace: self.allocated_before_trace,
+            peak_reserved_by_trace: self.peak_reserved_by_trace,
+            final_reserved: eng.reserved_bytes(),
+            cuda_mallocs: st.num_device_alloc,
+            cuda_frees: st.num_device_free,
+            alloc_retries: st.num_alloc_retries,
+            ooms: st.num_ooms,
+            first_oom: self.first_oom,
+            recorded_ooms_that_fit: self.recorded_fit,
+            empty_cache_calls: self.empty_cache_calls,
+            start_state,
+            advice: None,
+            advice_points: None,
+            empty_cache_added: opts.empty_cache_at.len() as u64,
+            driver: self.driver,
+            notes,
+            probes: self.probes,
+            snapshot,
+        }
     }
-    probes.extend(probe_at.map(|p| probe(&eng, p)));
-    let mut tail: Vec<Event> = std::mem::take(&mut seed_events);
-    let seeded = tail.len();
-    eng.drain_events_into(&mut tail);
-    tail[seeded..].iter().for_each(|e| driver.observe(e));
-    if skipped_frees > 0 {
-        notes.push(format!("{skipped_frees} free(s) skipped: their allocation failed in the simulation"));
-    }
-    if completed_by_empty_cache > 0 {
-        notes.push(format!(
-            "{completed_by_empty_cache} free_completed entr{} already completed by empty_cache() (it completes \
-             pending frees, as PyTorch's does)",
-            if completed_by_empty_cache == 1 { "y" } else { "ies" }
-        ));
-    }
-    if completed_by_retry > 0 {
-        notes.push(format!(
-            "{completed_by_retry} free_completed entr{} already completed by the cache release of an allocation \
-             retry",
-            if completed_by_retry == 1 { "y" } else { "ies" }
-        ));
-    }
-    let st = eng.stats().clone();
-    let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
-    let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
-    let snapshot = opts.collect_snapshot.then(|| {
-        out_events.extend(tail.iter().map(|m| crate::recorder::trace_event(m, &mut out_contexts)));
-        build_snapshot(snap, device, &eng, out_events, out_contexts)
-    });
-    WhatIf {
-        device,
-        config: cfg.to_conf_string(),
-        capacity: opts.capacity,
-        peak_reserved,
-        peak_allocated,
-        peak_fragmentation: if peak_reserved == 0 { 0.0 } else { 1.0 - peak_allocated as f64 / peak_reserved as f64 },
-        reserved_before_trace,
-        allocated_before_trace,
-        peak_reserved_by_trace,
-        final_reserved: eng.reserved_bytes(),
-        cuda_mallocs: st.num_device_alloc,
-        cuda_frees: st.num_device_free,
-        alloc_retries: st.num_alloc_retries,
-        ooms: st.num_ooms,
-        first_oom,
-        recorded_ooms_that_fit: recorded_fit,
-        empty_cache_calls,
-        start_state,
-        advice: None,
-        advice_points: None,
-        empty_cache_added: opts.empty_cache_at.len() as u64,
-        driver,
-        notes,
-        probes,
-        snapshot,
+
+    /// The notes the run's counters call for: frees skipped, and completions that
+    /// `empty_cache()` or a retry had already done.
+    #[inline(always)]
+    fn push_notes(&self, notes: &mut Vec<String>) {
+        let (skipped, by_ec, by_retry) = (self.skipped_frees, self.completed_by_empty_cache, self.completed_by_retry);
+        if skipped > 0 {
+            notes.push(format!("{skipped} free(s) skipped: their allocation failed in the simulation"));
+        }
+        if by_ec > 0 {
+            notes.push(format!(
+                "{by_ec} free_completed entr{} already completed by empty_cache() (it completes pending frees, as \
+                 PyTorch's does)",
+                if by_ec == 1 { "y" } else { "ies" }
+            ));
+        }
+        if by_retry > 0 {
+            notes.push(format!(
+                "{by_retry} free_completed entr{} already completed by the cache release of an allocation retry",
+                if by_retry == 1 { "y" } else { "ies" }
+            ));
+        }
     }
 }
 

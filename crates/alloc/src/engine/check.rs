@@ -9,12 +9,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// Verify every invariant the policy relies on: blocks tile each segment,
     /// segments are disjoint, set membership matches block state, and every
     /// stat equals the sum it stands for. Returns the first violation.
+    ///
+    /// Its steps are helpers of one caller each, `#[inline(always)]` for the reason given
+    /// at [`Self::seed_segment`].
     pub fn check_invariants(&self) -> Result<(), String> {
+        // 1. Walk every segment's blocks, summing what the stats and sets should hold.
         let mut want = Sums::default();
-        let mut free_count = vec![0usize; self.pools.len()];
-        let mut unmapped_count = vec![0usize; self.pools.len()];
-        let mut active_count = 0usize;
-        let mut pending_count = 0usize;
+        let mut seen = Seen { free: vec![0; self.pools.len()], unmapped: vec![0; self.pools.len()], ..Seen::default() };
         let mut last_end = 0u64;
         for (&base, &si) in &self.seg_by_addr {
             let seg = &self.segs[si];
@@ -25,108 +26,142 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 return Err(format!("segment {base:#x} overlaps the previous one"));
             }
             last_end = base + seg.size;
-            let small = self.pools[seg.pool as usize].small;
-            if !seg.expandable {
-                want.segment[small as usize] += 1;
-                want.reserved[small as usize] += seg.size;
-                if seg.size >= self.max_split {
-                    want.oversize_segments += 1;
-                }
-            }
-            let split = {
-                let h = &self.blocks[seg.head];
-                h.prev != NIL || h.next != NIL
-            };
-            let mut at = base;
-            let mut prev = NIL;
-            let mut prev_state: Option<State> = None;
-            let mut i = seg.head;
-            while i != NIL {
-                let b = &self.blocks[i];
-                if b.prev != prev || b.seg != si || b.pool != seg.pool || b.stream != seg.stream {
-                    return Err(format!("block {:#x}: bad links or identity", b.addr));
-                }
-                if b.expandable != seg.expandable {
-                    return Err(format!("block {:#x}: segment identity differs", b.addr));
-                }
-                if b.addr != at || b.size == 0 {
-                    return Err(format!("segment {base:#x}: block at {:#x} expected at {at:#x}", b.addr));
-                }
-                if matches!(
-                    (prev_state, b.state),
-                    (Some(State::Free), State::Free) | (Some(State::Unmapped), State::Unmapped)
-                ) {
-                    return Err(format!("block {:#x}: unmerged neighbour of the same state", b.addr));
-                }
-                let p = b.pool as usize;
-                match b.state {
-                    State::Free => {
-                        if !self.pools[p].free.contains(b.stream, &self.free_key(i), i) {
-                            return Err(format!("free block {:#x} missing from the free set", b.addr));
-                        }
-                        free_count[p] += 1;
-                        if seg.expandable {
-                            want.reserved[small as usize] += b.size;
-                        } else if split {
-                            want.inactive_split[small as usize] += 1;
-                            want.inactive_split_bytes[small as usize] += b.size;
-                        }
-                    }
-                    State::Unmapped => {
-                        if !self.pools[p].unmapped.contains(&(b.stream, b.addr, i)) {
-                            return Err(format!("unmapped block {:#x} missing from the unmapped set", b.addr));
-                        }
-                        if !(b.addr - seg.base).is_multiple_of(seg.page) || !b.size.is_multiple_of(seg.page) {
-                            return Err(format!("unmapped block {:#x} not page aligned", b.addr));
-                        }
-                        unmapped_count[p] += 1;
-                    }
-                    State::Allocated | State::Pending => {
-                        if self.active.get(&b.addr) != Some(&i) {
-                            return Err(format!("active block {:#x} missing from the active map", b.addr));
-                        }
-                        active_count += 1;
-                        if seg.expandable {
-                            want.reserved[small as usize] += b.size;
-                        }
-                        want.active[small as usize] += 1;
-                        want.active_bytes[small as usize] += b.size;
-                        want.requested[small as usize] += b.requested;
-                        if b.state == State::Allocated {
-                            want.allocation[small as usize] += 1;
-                            want.allocated[small as usize] += b.size;
-                            if b.size >= self.max_split {
-                                want.oversize_allocations += 1;
-                            }
-                        } else {
-                            pending_count += 1;
-                            if self.pending.get(b.stamp) != Some(i) {
-                                return Err(format!("pending block {:#x} missing from the pending map", b.addr));
-                            }
-                        }
-                    }
-                }
-                at += b.size;
-                prev = i;
-                prev_state = Some(b.state);
-                i = b.next;
-            }
-            if at != base + seg.size {
-                return Err(format!("segment {base:#x}: blocks end at {at:#x}, segment at {:#x}", base + seg.size));
-            }
+            self.check_segment(si, &mut want, &mut seen)?;
         }
+        // 2. The sets and maps hold nothing the blocks do not account for.
         for (p, pool) in self.pools.iter().enumerate() {
-            if pool.free.len() != free_count[p] || pool.unmapped.len() != unmapped_count[p] {
+            if pool.free.len() != seen.free[p] || pool.unmapped.len() != seen.unmapped[p] {
                 return Err(format!("pool {p}: set sizes differ from block states"));
             }
         }
-        if self.active.len() != active_count || self.pending.len() != pending_count {
+        if self.active.len() != seen.active || self.pending.len() != seen.pending {
             return Err("active or pending map has stale entries".into());
         }
         let auto = self.pending.values().filter(|&i| self.blocks[i].auto_complete).count();
         if auto != self.auto_pending {
             return Err("auto-pending count is off".into());
         }
+        // 3. Every stat equals its sum.
+        self.check_stats(&want)
+    }
+
+    /// Segment `si`: its blocks tile it, are linked in address order, carry its identity,
+    /// and no two neighbours are both free (or both unmapped) since they would have been
+    /// merged. Adds what it holds to `want` and `seen` ([`Self::check_block`]).
+    #[inline(always)]
+    fn check_segment(&self, si: u32, want: &mut Sums, seen: &mut Seen) -> Result<(), String> {
+        let seg = &self.segs[si];
+        let base = seg.base;
+        let small = self.pools[seg.pool as usize].small;
+        if !seg.expandable {
+            want.segment[small as usize] += 1;
+            want.reserved[small as usize] += seg.size;
+            if seg.size >= self.max_split {
+                want.oversize_segments += 1;
+            }
+        }
+        let split = {
+            let h = &self.blocks[seg.head];
+            h.prev != NIL || h.next != NIL
+        };
+        let mut at = base;
+        let mut prev = NIL;
+        let mut prev_state: Option<State> = None;
+        let mut i = seg.head;
+        while i != NIL {
+            let b = &self.blocks[i];
+            if b.prev != prev || b.seg != si || b.pool != seg.pool || b.stream != seg.stream {
+                return Err(format!("block {:#x}: bad links or identity", b.addr));
+            }
+            if b.expandable != seg.expandable {
+                return Err(format!("block {:#x}: segment identity differs", b.addr));
+            }
+            if b.addr != at || b.size == 0 {
+                return Err(format!("segment {base:#x}: block at {:#x} expected at {at:#x}", b.addr));
+            }
+            if matches!(
+                (prev_state, b.state),
+                (Some(State::Free), State::Free) | (Some(State::Unmapped), State::Unmapped)
+            ) {
+                return Err(format!("block {:#x}: unmerged neighbour of the same state", b.addr));
+            }
+            self.check_block(i, split, want, seen)?;
+            at += b.size;
+            prev = i;
+            prev_state = Some(b.state);
+            i = b.next;
+        }
+        if at != base + seg.size {
+            return Err(format!("segment {base:#x}: blocks end at {at:#x}, segment at {:#x}", base + seg.size));
+        }
+        Ok(())
+    }
+
+    /// Block `i`: it is in the set or map its state says (free set, unmapped set, active
+    /// map, pending map), and what it holds is added to the sums its stats stand for. A
+    /// free block of a split (non-expandable) segment is an `inactive_split` block; an
+    /// expandable segment's reserved bytes are its mapped blocks. `split`: whether its
+    /// segment holds more than one block.
+    #[inline(always)]
+    fn check_block(&self, i: u32, split: bool, want: &mut Sums, seen: &mut Seen) -> Result<(), String> {
+        let b = &self.blocks[i];
+        let seg = &self.segs[b.seg];
+        let small = self.pools[seg.pool as usize].small as usize;
+        let p = b.pool as usize;
+        match b.state {
+            State::Free => {
+                if !self.pools[p].free.contains(b.stream, &self.free_key(i), i) {
+                    return Err(format!("free block {:#x} missing from the free set", b.addr));
+                }
+                seen.free[p] += 1;
+                if seg.expandable {
+                    want.reserved[small] += b.size;
+                } else if split {
+                    want.inactive_split[small] += 1;
+                    want.inactive_split_bytes[small] += b.size;
+                }
+            }
+            State::Unmapped => {
+                if !self.pools[p].unmapped.contains(&(b.stream, b.addr, i)) {
+                    return Err(format!("unmapped block {:#x} missing from the unmapped set", b.addr));
+                }
+                if !(b.addr - seg.base).is_multiple_of(seg.page) || !b.size.is_multiple_of(seg.page) {
+                    return Err(format!("unmapped block {:#x} not page aligned", b.addr));
+                }
+                seen.unmapped[p] += 1;
+            }
+            State::Allocated | State::Pending => {
+                if self.active.get(&b.addr) != Some(&i) {
+                    return Err(format!("active block {:#x} missing from the active map", b.addr));
+                }
+                seen.active += 1;
+                if seg.expandable {
+                    want.reserved[small] += b.size;
+                }
+                want.active[small] += 1;
+                want.active_bytes[small] += b.size;
+                want.requested[small] += b.requested;
+                if b.state == State::Allocated {
+                    want.allocation[small] += 1;
+                    want.allocated[small] += b.size;
+                    if b.size >= self.max_split {
+                        want.oversize_allocations += 1;
+                    }
+                } else {
+                    seen.pending += 1;
+                    if self.pending.get(b.stamp) != Some(i) {
+                        return Err(format!("pending block {:#x} missing from the pending map", b.addr));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every stat against the sum the blocks gave (`want`), and reserved bytes against
+    /// the device total.
+    #[inline(always)]
+    fn check_stats(&self, want: &Sums) -> Result<(), String> {
         let s = &self.stats;
         check(&s.allocation, want.allocation, "allocation")?;
         check(&s.allocated_bytes, want.allocated, "allocated_bytes")?;
@@ -149,6 +184,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 }
 
+/// How many blocks the segment walk found in each set or map, to compare with their
+/// sizes: free and unmapped blocks per pool, active blocks, pending ones among them.
+#[derive(Default)]
+struct Seen {
+    free: Vec<usize>,
+    unmapped: Vec<usize>,
+    active: usize,
+    pending: usize,
+}
+
+/// What each stat should be, summed over the blocks (each array indexed [large, small]).
 #[derive(Default)]
 struct Sums {
     allocation: [u64; 2],
