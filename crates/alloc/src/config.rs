@@ -5,7 +5,7 @@
 //! whitespace (§9.2); keys and booleans are case-sensitive. Error texts follow
 //! PyTorch's wording so a user recognises them.
 
-use crate::rounding::{DIVISION_INTERVALS, LARGE_BUFFER, MIB};
+use crate::constants::{DIVISION_INTERVALS, LARGE_BUFFER, MIB};
 use std::fmt;
 
 /// How equal-size free blocks are ordered in the free set (§2.2).

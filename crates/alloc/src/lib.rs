@@ -29,6 +29,7 @@
 //! seeds are errors.
 
 pub mod config;
+mod constants;
 pub mod device;
 pub mod engine;
 mod format;

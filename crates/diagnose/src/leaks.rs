@@ -42,7 +42,7 @@
 //! * steps nested in a forward pass (update steps run inside a model's `forward`, test-time
 //!   optimisation): the outer pass keeps its activations across the inner steps. Seen in
 //!   the Python frames of the steps' optimizer or backward calls, when a module `forward`
-//!   is their caller ([`fragscope_trace::steps::called_inside_forward`]);
+//!   is their caller ([`fragscope_trace::steps::step_inside_forward`]);
 //! * backward passes without an optimizer whose ends keep most of what they allocate (more
 //!   than [`MAX_KEPT_SHARE`] of the bytes allocated after the first grow the suspects):
 //!   several backward passes can be parts of one computation that collects its results

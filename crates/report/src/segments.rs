@@ -9,7 +9,7 @@
 //! the trace never saw reserved, and the final state's segments the trace did not make,
 //! were reserved before the trace: they start at state 0.
 //!
-//! Principal type: [`SegmentLife`]; [`segment_lives`] makes them, [`encode`] gives the
+//! Principal type: [`SegmentLife`]; [`segment_lives`] makes them, [`encode`](fn@encode) gives the
 //! page the largest.
 
 use std::collections::BTreeMap;

@@ -8,13 +8,29 @@
 //! was corrupted or hand-edited; refusing it with the offending field is clearer than
 //! the nonsense (or the overflow) the figures would give.
 
-use crate::pickle::load::TraceMax;
 use crate::{ReadError, Segment, Snapshot, TraceEvent};
 
 /// Largest byte count accepted for a segment, block, request or trace entry (2^48).
 pub const MAX_BYTES: u64 = 1 << 48;
 /// Largest address accepted (2^57).
 pub const MAX_ADDRESS: u64 = 1 << 57;
+
+/// The largest `addr` and `size` over every trace entry a read made (device and host
+/// traces alike, and entries it later set aside: an upper bound). When both are within
+/// this module's limits no trace entry needs checking one by one.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TraceMax {
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+}
+
+impl TraceMax {
+    #[inline(always)]
+    pub(crate) fn add(&mut self, ev: &TraceEvent) {
+        self.addr = self.addr.max(ev.addr);
+        self.size = self.size.max(ev.size);
+    }
+}
 
 fn bad(what: String) -> ReadError {
     ReadError::Shape(format!("not a plausible memory snapshot: {what}"))

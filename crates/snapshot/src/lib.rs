@@ -80,7 +80,7 @@ pub fn read_from_checked<R: Read>(r: R) -> Result<Snapshot, ReadError> {
 }
 
 /// A read, with the pickle reader's bound on the trace entries when it made them.
-type Bounded = (Snapshot, Option<pickle::load::TraceMax>);
+type Bounded = (Snapshot, Option<bounds::TraceMax>);
 
 fn read_path_bounded(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<Bounded, ReadError> {
     let f = std::fs::File::open(path)?;

@@ -195,7 +195,7 @@ pub struct CachingAllocator<D: DeviceMemory> {
     segs: Slab<Segment>,
     /// Segment (or reservation) base → segment index; for overlap checks and snapshot order.
     seg_by_addr: BTreeMap<Addr, u32>,
-    /// pools[0] / pools[1] are the default large / small pools; private pools follow in pairs.
+    /// `pools[0]` / `pools[1]` are the default large / small pools; private pools follow in pairs.
     pools: Vec<BlockPool>,
     /// Private pool id → index of its large pool (small is +1).
     private_pools: BTreeMap<PoolId, u32>,

@@ -414,7 +414,7 @@ impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> 
 }
 
 /// One pool's free blocks ordered like PyTorch's free set, (stream, size,
-/// [registration,] address): one ordered set per stream, streams ascending, so
+/// \[registration,\] address): one ordered set per stream, streams ascending, so
 /// a lookup never compares stream ids and whole-pool walks keep the set order.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FreeSet {

@@ -1,5 +1,5 @@
 //! Allocation policies for the allocator lab: the same workload served by other
-//! allocators than PyTorch's, over the same [`SimulatedDevice`], to measure what each
+//! allocators than PyTorch's, over the same [`SimulatedDevice`](crate::SimulatedDevice), to measure what each
 //! would have reserved.
 //!
 //! Principal types:

@@ -36,7 +36,7 @@ pub struct Workload {
     /// Op indices (ascending) before which the program released its cache: an explicit
     /// `torch.cuda.empty_cache()`, or PyTorch's own release of every free cached segment
     /// after a failed `cudaMalloc` (§3.7), both seen in a trace as `segment_free` /
-    /// `segment_unmap` bursts. [`super::drive`] calls [`super::Policy::empty_cache`] there.
+    /// `segment_unmap` bursts. [`super::drive`](fn@super::drive) calls [`super::Policy::empty_cache`] there.
     pub empty_cache_at: Vec<usize>,
     live: Vec<bool>,
     sizes: Vec<u64>,

@@ -7,7 +7,7 @@
 //! summary, the whole of [`fragscope_report::file_data`] and the drop of the snapshot.
 //! Best of REPEAT runs each; single runs of the CLI vary more than these.
 //!
-//! usage: cargo run --release -p fragscope-bench --bin phase_times FILE [REPEAT]
+//! usage: cargo run --release -p fragscope-bench --bin phase_times FILE \[REPEAT\]
 //!        (WHAT=walk: the report's walks only; WHAT=file: file_data only;
 //!        WHAT=summary: the summary only)
 

@@ -10,7 +10,7 @@
 //!   ([`device_roles_from`](fragscope_trace::roles::device_roles_from));
 //! * `table`: memory_summary's table ([`memory_table`](fragscope_replay::memstats::memory_table)).
 //!
-//! usage: cargo run --release -p fragscope-bench --bin summary_times -- FILE [REPEAT]
+//! usage: cargo run --release -p fragscope-bench --bin summary_times -- FILE \[REPEAT\]
 //!        (ONLY=summary: the summary alone; REPEAT 0: the load alone; NO_AHEAD=1: the
 //!        file read without the helper that maps it ahead of the reader)
 

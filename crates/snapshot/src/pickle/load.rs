@@ -8,6 +8,7 @@ use std::io::Read;
 use super::shape::{self, EntryShape, Slot};
 use super::successors::Successors;
 use super::vm::{Absorb, Absorber, Handle, Value, Vm, VmState, MAX_DEPTH};
+use crate::bounds::TraceMax;
 use crate::error::ReadError;
 use crate::model::*;
 use crate::pyobj::PyObj;
@@ -1492,23 +1493,6 @@ fn run<R: Read>(vm: &mut Vm<R>, progress: &mut dyn FnMut(u64)) -> Result<(Snapsh
     abs.prefault = None; // parsing is done: stop and join the helper
     let max = abs.max;
     Ok((finish(&mut vm.state, abs, top)?, max))
-}
-
-/// The largest `addr` and `size` over every trace entry a read made (device and host
-/// traces alike, and entries it later set aside: an upper bound). When both are within
-/// [`crate::bounds`]' limits no trace entry needs checking one by one.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct TraceMax {
-    pub(crate) addr: u64,
-    pub(crate) size: u64,
-}
-
-impl TraceMax {
-    #[inline(always)]
-    fn add(&mut self, ev: &TraceEvent) {
-        self.addr = self.addr.max(ev.addr);
-        self.size = self.size.max(ev.size);
-    }
 }
 
 /// The model of the top-level value `top`, once every list has been absorbed (shared by

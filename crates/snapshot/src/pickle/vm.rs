@@ -22,15 +22,15 @@ pub(crate) enum Value {
     None,
     Bool(bool),
     Int(i64),
-    /// Index into [`Vm::bigs`].
+    /// Index into [`VmState::bigs`].
     Big(u32),
     Float(f64),
     Str(StrId),
-    /// Index into [`Vm::bytes`].
+    /// Index into [`VmState::bytes`].
     Bytes(u32),
     List(Handle),
     Dict(Handle),
-    /// Index into [`Vm::tuples`].
+    /// Index into [`VmState::tuples`].
     Tuple(u32),
     /// A 2-tuple of small non-negative ints (pool ids), kept inline: recent PyTorch writes
     /// a fresh `pool_id` tuple for every trace entry.
