@@ -9,7 +9,7 @@
 //! and the `cudaMalloc` calls of the run. Without the seeded start a warm recording (one
 //! taken after warm-up steps, the usual kind) would replay from an empty allocator and
 //! report gigabytes too few. The figures equal `fragscope replay`'s row for the recorded
-//! settings: `crates/replay/tests/seeded_example.rs` checks it on every recording.
+//! settings: `crates/replay/tests/it/seeded_example.rs` checks it on every recording.
 
 use std::collections::HashMap;
 use std::process::ExitCode;

@@ -34,7 +34,7 @@ fn replay_counts_the_recorded_driver_calls_by_size() {
             // made calls an unlimited replay need not make in the same order, so only the
             // others are compared; cudaFree and sync counting is checked by the unit test
             // of `replay::cost` and, for no caching, against the independent walk
-            // (crates/cli/tests/advice_cli.rs).
+            // (crates/cli/tests/it/advice_cli.rs).
             let released = snap.trace(dev).iter().any(|e| e.action == Action::SegmentFree);
             if !exact || v.segment_events == 0 || released {
                 continue;

@@ -18,13 +18,13 @@
 //! stages cut its output, so readers are not handed grep pipelines.
 //!
 //! Regenerate (rewrites docs/GUIDE.md in place):
-//!     FRAGSCOPE_WRITE_GUIDE=1 cargo test -p fragscope --test guide
+//!     FRAGSCOPE_WRITE_GUIDE=1 cargo test -p fragscope --test it guide::
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-const REGEN: &str = "FRAGSCOPE_WRITE_GUIDE=1 cargo test -p fragscope --test guide";
+const REGEN: &str = "FRAGSCOPE_WRITE_GUIDE=1 cargo test -p fragscope --test it guide::";
 const MARK: &str = "<!-- guide-run: ";
 
 fn root() -> PathBuf {

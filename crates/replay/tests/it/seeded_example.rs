@@ -6,7 +6,7 @@
 //! started empty reports gigabytes too few on them — so the test also requires that some
 //! files have it, and that leaving the seeded start out changes their figures.
 
-#[path = "../examples/seeded_replay.rs"]
+#[path = "../../examples/seeded_replay.rs"]
 mod example;
 
 use std::path::PathBuf;

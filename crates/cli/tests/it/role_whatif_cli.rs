@@ -1,7 +1,7 @@
 //! Role-level what-ifs through the binary: `replay --shard-optimizer/--shard-gradients/
 //! --grads-set-to-none/--checkpoint` (text and `--json`), their refusals and usage errors,
 //! and `analyze --what-if`'s rows. The figures themselves are checked against an
-//! independent computation in crates/diagnose/tests/role_whatif.rs.
+//! independent computation in crates/diagnose/tests/it/role_whatif.rs.
 
 use std::process::Command;
 

@@ -1,0 +1,16 @@
+//! The integration tests of this crate, one module per file, linked into one test binary
+//! (each binary links the whole dependency tree: one per crate keeps `cargo test` mostly
+//! testing, not linking). Run one file's tests with `cargo test -p CRATE --test it FILE::`.
+
+mod advice_cli;
+mod analyze_cli;
+mod cli;
+mod diagnosis_cli;
+mod guide;
+mod h200_recordings;
+mod lab_cli;
+mod oom_pasted_cli;
+mod predict_cli;
+mod real_traces;
+mod role_whatif_cli;
+mod torch_save_cli;

@@ -1,0 +1,8 @@
+//! The integration tests of this crate, one module per file, linked into one test binary
+//! (each binary links the whole dependency tree: one per crate keeps `cargo test` mostly
+//! testing, not linking). Run one file's tests with `cargo test -p CRATE --test it FILE::`.
+
+mod lives_real;
+mod roles_ground_truth;
+mod roles_late_start;
+mod summary_layouts;
