@@ -13,4 +13,5 @@ mod oom_pasted_cli;
 mod predict_cli;
 mod real_traces;
 mod role_whatif_cli;
+mod snapshots;
 mod torch_save_cli;
