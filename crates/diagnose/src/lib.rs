@@ -1,7 +1,6 @@
 //! Verdicts on a PyTorch memory snapshot, each measured by replay where a replay can say.
 //!
-//! Built on the trace walk (`fragscope-trace`), the replay (`fragscope-replay`) and the OOM
-//! text reader (`fragscope-oomtext`):
+//! Built on the trace walk (`fragscope-trace`) and the replay (`fragscope-replay`):
 //!
 //! * [`oom`]: the recorded OOM — fragmentation, exhaustion, stranded memory or a cap — and
 //!   the settings a replay shows would have avoided it ([`oom::OomFinding`]);

@@ -11,7 +11,7 @@
 //! calling `empty_cache()` earlier (each training step) would have prevented the layout:
 //! that needs a snapshot and a replay (`replay::advice`).
 
-use crate::oom_message::{format_size, format_size_pm, printed_precision, OomMessage};
+use crate::{format_size, format_size_pm, printed_precision, OomMessage};
 
 /// With caching off every tensor is its own driver allocation, rounded by the driver (2 MiB
 /// pages for anything but tiny tensors); a margin under this is not room for "it would fit".

@@ -1,5 +1,5 @@
 //! The parsed OOM message: its form, its figures as printed, and what can be derived from them
-//! within the figures' printed precision (see [`crate::oom_message`] for what each figure means).
+//! within the figures' printed precision (see the crate doc for what each figure means).
 
 use serde::Serialize;
 use std::fmt;

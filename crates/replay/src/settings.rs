@@ -177,7 +177,7 @@ mod tests {
     /// read by fragscope's own OOM-text parser.
     #[test]
     fn gpu_names_give_the_total_real_oom_messages_print() {
-        use fragscope_oomtext::oom_message::parse;
+        use fragscope_oomtext::parse;
         let cases = [
             ("H100-80GB", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB. GPU 0 has a total capacity of 79.11 GiB of which 140.75 MiB is free."),
             ("V100-32GB", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB (GPU 0; 31.74 GiB total capacity; 30.41 GiB already allocated; 98.12 MiB free; 30.53 GiB reserved in total by PyTorch)"),

@@ -11,7 +11,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
-use fragscope_oomtext::oom_message::{self, format_size_pm, printed_precision, Likely, OomExplanation, OomMessage};
+use fragscope_oomtext::{self as oom_message, format_size_pm, printed_precision, Likely, OomExplanation, OomMessage};
 use serde::Serialize;
 
 use crate::output::{bytes, grouped};
@@ -135,7 +135,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         .map(|m| {
             let mut ex = oom_message::explain(&m);
             // The usual advice (empty_cache, no caching), judged from the message's own figures.
-            ex.findings.extend(fragscope_oomtext::advice::message_advice(&m));
+            ex.findings.extend(fragscope_oomtext::message_advice(&m));
             (m, ex)
         })
         .collect();

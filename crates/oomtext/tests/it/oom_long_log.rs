@@ -3,7 +3,7 @@
 //! out exactly as from the message alone, wherever it lies in the log, and however many
 //! lines of other output surround it.
 
-use fragscope_oomtext::oom_message::{parse, parse_all, OomMessage};
+use fragscope_oomtext::{parse, parse_all, OomMessage};
 use std::path::PathBuf;
 
 fn fixtures() -> Vec<(String, String)> {

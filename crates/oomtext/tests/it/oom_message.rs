@@ -4,7 +4,7 @@
 //! was found). Byte figures below are the printed value × unit, rounded to the byte, worked
 //! out independently of the parser (exact decimal arithmetic).
 
-use fragscope_oomtext::oom_message::{
+use fragscope_oomtext::{
     explain, format_size, parse, parse_all, parse_size, printed_precision, Likely, MessageForm, OomMessage, ParseError,
     ProcessUse,
 };
@@ -794,7 +794,7 @@ fn reserved_over_capacity_is_named_not_clamped() {
 // ---------------------------------------------------------------------------------------------
 
 /// Every finding and step of an explanation, as one text.
-fn all_text(e: &fragscope_oomtext::oom_message::OomExplanation) -> String {
+fn all_text(e: &fragscope_oomtext::OomExplanation) -> String {
     format!("{}\n{}\n{}", e.headline, e.findings.join("\n"), e.next_steps.join("\n"))
 }
 
@@ -831,7 +831,7 @@ fn borderline_when_the_shortfall_is_under_the_segment_granularity() {
 #[test]
 fn no_caching_is_not_said_to_fit_or_fail_within_the_rounding() {
     let m = parsed("legacy-20mib-segment.txt");
-    let a = fragscope_oomtext::advice::message_advice(&m).unwrap();
+    let a = fragscope_oomtext::message_advice(&m).unwrap();
     assert!(a.contains("Whether PYTORCH_NO_CUDA_MEMORY_CACHING=1 would have fit it cannot be told"), "{a}");
     assert!(!a.contains("would not help either") && !a.contains("it would fit this once"), "{a}");
 }
@@ -857,7 +857,7 @@ fn twenty_mib_segment_names_both_request_ranges() {
 #[test]
 fn requests_for_segment_matches_the_allocators_rounding() {
     use fragscope_alloc::rounding::allocation_size;
-    use fragscope_oomtext::oom_message::requests_for_segment;
+    use fragscope_oomtext::requests_for_segment;
     let cfg = fragscope_alloc::AllocatorConfig::default();
     let mut r = 512u64;
     while r <= 64 * MIB {
@@ -887,7 +887,7 @@ fn hip_messages_name_rocm_variables_and_tools() {
     let t = all_text(&other);
     assert!(t.contains("`rocm-smi`") && t.contains("HIP_VISIBLE_DEVICES"), "{t}");
     assert!(!t.contains("nvidia-smi") && !t.contains("CUDA_VISIBLE_DEVICES") && !t.contains("cuBLAS"), "{t}");
-    let a = fragscope_oomtext::advice::message_advice(&parsed("hip-fragmentation.txt")).unwrap();
+    let a = fragscope_oomtext::message_advice(&parsed("hip-fragmentation.txt")).unwrap();
     assert!(a.contains("hipMalloc") && a.contains("hipFree") && !a.contains("cudaMalloc"), "{a}");
 }
 
@@ -953,7 +953,7 @@ fn legacy_difference_is_shown_with_its_uncertainty() {
     assert_eq!(m.reserved_unallocated, Some(6539087708 - 6345814180));
     assert_eq!(m.reserved_unallocated_uncertainty, 2 * GIB.div_ceil(200));
     let e = explain(&m);
-    let t = all_text(&e) + &fragscope_oomtext::advice::message_advice(&m).unwrap();
+    let t = all_text(&e) + &fragscope_oomtext::message_advice(&m).unwrap();
     assert!(t.contains("174–195 MiB"), "{t}");
     assert!(!t.contains("184.32 MiB"), "{t}");
     // and outside the allocator (7.80 − 0.03 − 6.09 GiB) is a difference of rounded figures too
@@ -962,7 +962,7 @@ fn legacy_difference_is_shown_with_its_uncertainty() {
 
 #[test]
 fn format_size_pm_shows_only_known_digits() {
-    use fragscope_oomtext::oom_message::format_size_pm;
+    use fragscope_oomtext::format_size_pm;
     // a printed figure: as PyTorch prints it
     assert_eq!(format_size_pm(1342177280, printed_precision(1342177280)), "1.25 GiB");
     // 1.25 GiB − 1.24 GiB
