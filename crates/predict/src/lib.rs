@@ -28,8 +28,8 @@
 //! they were not fitted to, only determined by the recordings, or guessed
 //! ([`PeakBreakdown`]). Blocks live before the trace are the template's, unscaled.
 
-pub mod align;
-pub mod fit;
+mod align;
+mod fit;
 
 use std::collections::HashMap;
 
