@@ -29,55 +29,12 @@ import re
 import sys
 from pathlib import Path
 
+from rust_source import ATTR, CFG_TEST, TEST_MOD_DECL, blank_span, close_of, strip
+
 ROOT = Path(__file__).resolve().parent.parent
-# One token that is not plain code: a line comment, the start of a block comment, a raw
-# string (r"..", r#".."#: no escapes), a string, a char ('{', '\'', '\u{7b}'), else a
-# lifetime or label ('a: no closing quote). Tried in this order at each place.
-LEX = re.compile(r'''//[^\n]*|/\*|(?<!\w)[bc]?r(\#*)"(.*?)"\1|"((?:\\.|[^"\\])*)"'''
-                 r"""|'(\\(?:u\{\w*\}|.)|[^\\'\n])'|'\w+""", re.S)
-ATTR = re.compile(r'\s*#\s*\[')
-CFG_TEST = re.compile(r'#\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]')
 TEST_ATTR = re.compile(r'#\s*\[\s*(?:\w+\s*::\s*)*test\s*\]')  # #[test], #[tokio::test]
 MACRO = re.compile(r'\bmacro_rules\s*!\s*\w+\s*[{(\[]')
-TEST_MOD_DECL = re.compile(r'\s*(?:pub\s*(?:\([^)]*\))?\s*)?mod\s+(\w+)\s*;')
 FN = re.compile(r'\bfn\s+(?:r#)?(\w+)')
-
-
-def strip(src):
-    """`src` with comments and the insides of string and char literals blanked (newlines
-    and offsets kept), so that brace matching and path search see only code."""
-    out, pos = list(src), 0
-    while m := LEX.search(src, pos):
-        (a, pos), lit = m.span(), m.lastindex
-        if m.group() == '/*':  # block comments nest in Rust
-            depth = 1
-            while depth and pos < len(src):
-                two = src[pos:pos + 2]
-                depth += {'/*': 1, '*/': -1}.get(two, 0)
-                pos += 2 if two in ('/*', '*/') else 1
-        elif lit is None and m.group()[0] == "'":
-            continue  # a lifetime or label ('a, 'static): code, not a char
-        elif lit:
-            a, pos = m.span(lit)  # a literal: blank its inside, keep its quotes
-        for k in range(a, pos):
-            if out[k] != '\n':
-                out[k] = ' '
-        pos = max(pos, m.end())
-    return ''.join(out)
-
-
-def close_of(text, i):
-    """Index of the bracket closing the one at text[i] (text already stripped)."""
-    o, c, depth = text[i], {'{': '}', '(': ')', '[': ']'}[text[i]], 0
-    for j in range(i, len(text)):
-        depth += (text[j] == o) - (text[j] == c)
-        if depth == 0:
-            return j
-    return len(text) - 1
-
-
-def blank_span(text, a, b):
-    return text[:a] + re.sub(r'[^\n]', ' ', text[a:b]) + text[b:]
 
 
 def drop_test_code(text):
