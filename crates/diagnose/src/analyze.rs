@@ -58,11 +58,48 @@ impl Default for AnalyzeOptions {
 /// One line of the findings list.
 #[derive(Clone, Debug, Serialize)]
 pub struct Finding {
-    /// `"oom"`, `"fragmentation"`, `"pinned_segments"`, `"leak"`, `"peak"`, `"recommendation"`.
-    pub kind: &'static str,
-    /// `"high"`, `"medium"` or `"info"`.
-    pub severity: &'static str,
+    pub kind: FindingKind,
+    pub severity: Severity,
     pub headline: String,
+}
+
+/// What a finding is about (`"oom"`, `"fragmentation"`, ... in JSON), in section order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    Oom,
+    Fragmentation,
+    PinnedSegments,
+    Leak,
+    Peak,
+    Advice,
+    Recommendation,
+}
+
+/// How much a finding matters (`"high"`, `"medium"`, `"info"` in JSON and text); ordered
+/// most important first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    High,
+    Medium,
+    Info,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::High => "high",
+            Severity::Medium => "medium",
+            Severity::Info => "info",
+        }
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Fragmentation over time.
@@ -485,13 +522,9 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
     }
     v.extend(peak_finding(d));
     recommendation_findings(d, &mut v);
-    // Most important first: by severity, keeping the section order within a severity.
-    let rank = |s: &str| match s {
-        "high" => 0,
-        "medium" => 1,
-        _ => 2,
-    };
-    v.sort_by_key(|f| rank(f.severity));
+    // Most important first: by severity, keeping the section order within a severity
+    // (the sort is stable).
+    v.sort_by_key(|f| f.severity);
     v
 }
 
@@ -499,12 +532,12 @@ pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
 /// it in the replay, or, when none did, by how much the live set must shrink; the live
 /// tensors at the OOM by role; the advice.
 fn oom_findings(d: &DeviceAnalysis, o: &OomFinding, v: &mut Vec<Finding>) {
-    v.push(Finding { kind: "oom", severity: "high", headline: o.explanation.clone() });
+    v.push(Finding { kind: FindingKind::Oom, severity: Severity::High, headline: o.explanation.clone() });
     if !o.fixes.is_empty() {
         let names: Vec<&str> = o.fixes.iter().map(|f| f.setting.as_str()).collect();
         v.push(Finding {
-            kind: "oom",
-            severity: "high",
+            kind: FindingKind::Oom,
+            severity: Severity::High,
             headline: format!("Replaying the trace, these settings would have avoided it: {}.", names.join(", ")),
         });
     } else if o.replay_reproduces_oom == Some(true) {
@@ -523,20 +556,20 @@ fn oom_findings(d: &DeviceAnalysis, o: &OomFinding, v: &mut Vec<Finding>) {
                 fs(o.bytes_over_capacity)
             )
         };
-        v.push(Finding { kind: "oom", severity: "high", headline });
+        v.push(Finding { kind: FindingKind::Oom, severity: Severity::High, headline });
     }
     if let Some(at) = &d.roles.at_oom {
         let rb: [u64; 7] = std::array::from_fn(|k| at.get(roles::Role::ALL[k].as_str()).copied().unwrap_or(0));
         if rb.iter().any(|&b| b > 0) {
             v.push(Finding {
-                kind: "oom",
-                severity: "high",
+                kind: FindingKind::Oom,
+                severity: Severity::High,
                 headline: format!("The live tensors at the OOM, by role: {}.", roles::describe_bytes(&rb, fs)),
             });
         }
     }
     if let Some(a) = &o.advice_summary {
-        v.push(Finding { kind: "advice", severity: "high", headline: a.clone() });
+        v.push(Finding { kind: FindingKind::Advice, severity: Severity::High, headline: a.clone() });
     }
 }
 
@@ -548,11 +581,11 @@ fn fragmentation_finding(d: &DeviceAnalysis) -> Option<Finding> {
     let pf = tl.peak_fragmentation?;
     let waste = tl.peak_reserved.bytes.saturating_sub(tl.peak_allocated.bytes);
     let severity = if pf >= 0.3 && waste >= 1 << 30 {
-        "high"
+        Severity::High
     } else if pf >= 0.1 && waste >= 256 << 20 {
-        "medium"
+        Severity::Medium
     } else {
-        "info"
+        Severity::Info
     };
     // Say only what the file shows: a snapshot without a trace has one moment, and a
     // trace that began mid-run shows peaks of the recorded window only.
@@ -584,7 +617,7 @@ fn fragmentation_finding(d: &DeviceAnalysis) -> Option<Finding> {
             ));
         }
     }
-    Some(Finding { kind: "fragmentation", severity, headline: h })
+    Some(Finding { kind: FindingKind::Fragmentation, severity, headline: h })
 }
 
 /// Segments kept reserved by a few small live blocks, with their largest group by site;
@@ -604,8 +637,8 @@ fn pinned_segments_finding(p: &PinnedSegments) -> Option<Finding> {
     if let Some(g) = p.by_site.first() {
         h.push_str(&format!(" Largest group: {}.", g.describe(fs)));
     }
-    let severity = if p.free_bytes >= 1 << 30 { "medium" } else { "info" };
-    Some(Finding { kind: "pinned_segments", severity, headline: h })
+    let severity = if p.free_bytes >= 1 << 30 { Severity::Medium } else { Severity::Info };
+    Some(Finding { kind: FindingKind::PinnedSegments, severity, headline: h })
 }
 
 /// One leak suspect; `high` from a confidence of 0.5.
@@ -620,7 +653,7 @@ fn leak_finding(s: &LeakSuspect) -> Finding {
         fs(s.last_bytes),
         s.confidence
     );
-    Finding { kind: "leak", severity: if s.confidence >= 0.5 { "high" } else { "medium" }, headline }
+    Finding { kind: FindingKind::Leak, severity: if s.confidence >= 0.5 { Severity::High } else { Severity::Medium }, headline }
 }
 
 /// The call site holding the most at the allocated peak (`info`).
@@ -629,8 +662,8 @@ fn peak_finding(d: &DeviceAnalysis) -> Option<Finding> {
     let ap = &d.peaks.allocated_peak;
     let top = ap.sites.first()?;
     Some(Finding {
-        kind: "peak",
-        severity: "info",
+        kind: FindingKind::Peak,
+        severity: Severity::Info,
         // Profiler traces can hold bytes allocated before profiling that no block
         // explains; name the peak as the timeline measured it, not the attributed sum.
         headline: format!(
@@ -657,12 +690,12 @@ fn recommendation_findings(d: &DeviceAnalysis, v: &mut Vec<Finding>) {
             t.ooms == 0
                 && (t.peak_reserved_bytes as f64) <= base.peak_reserved_bytes as f64 * (1.0 - recommend::MIN_GAIN)
         });
-        v.push(Finding { kind: "advice", severity: if helps { "medium" } else { "info" }, headline: h });
+        v.push(Finding { kind: FindingKind::Advice, severity: if helps { Severity::Medium } else { Severity::Info }, headline: h });
     }
     if let Some(best) = r.recommended.first() {
         v.push(Finding {
-            kind: "recommendation",
-            severity: if best.avoids_oom { "high" } else { "medium" },
+            kind: FindingKind::Recommendation,
+            severity: if best.avoids_oom { Severity::High } else { Severity::Medium },
             headline: format!(
                 "Set {}{}: {}.",
                 best.paste,
