@@ -434,177 +434,246 @@ impl<'a> StepCursor<'a> {
     }
 }
 
+/// The roles of the lives of `lives` (module doc): the rules in order, evidence strongest
+/// first, each later rule reading the roles the earlier ones gave.
 fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
-    let trace = snap.trace(lives.device);
-    let n = trace.len();
-    let none = BlockRole::of(Reason::OtherUndecided);
-    let mut traced = crate::hugepages::filled(lives.traced.len(), none);
-    let mut seeded = vec![none; lives.seeded.len()];
-    // Identities compare tensor sizes (the requests): a block can be larger than its
-    // tensor (a large-pool block is not split for a remainder of 1 MiB or less), and a
-    // parameter and its gradient need not land in blocks of one size.
-    let req = &ix.req;
-    // Per step: its backward and optimizer spans, and where its forward starts.
-    let spans: Vec<StepSpans> = st
-        .steps
-        .iter()
-        .map(|s| (s.span(Phase::Backward), s.span(Phase::Optimizer), s.span(Phase::Forward).map(|f| f.0)))
-        .collect();
-    let last_step = st.steps.len().checked_sub(1);
-    // 0. Library workspaces, from their C++ frames: never a tensor of the model.
-    for (i, b) in lives.seeded.iter().enumerate() {
-        if ev.of(b.stack) & WORKSPACE != 0 {
-            seeded[i] = BlockRole::of(Reason::OtherWorkspace);
+    let mut c = Classifier::new(snap, lives, st, ev, ix);
+    c.workspaces_before_trace();
+    let found = c.by_phase_and_lifetime();
+    let params = c.parameters(&found);
+    c.unmatched_gradients(&found.grads, &params.sizes);
+    let first_opt = c.spans.iter().find_map(|s| s.1);
+    if let Some((os, _)) = first_opt.filter(|_| !params.sizes.is_empty()) {
+        c.optimizer_state_made_in_setup(&found.outside, &params.sizes, os);
+        c.optimizer_state_before_trace(&params.sizes, os);
+    }
+    let (from_state, replace_unknown) = c.out_of_place_updates(&found.kept);
+    c.outside_the_phases(&found.outside, params.first_bwd.is_none());
+    let cannot_tell = c.cannot_tell(&params, &replace_unknown);
+    Roles { seeded: c.seeded, traced: c.traced, from_state, cannot_tell }
+}
+
+/// What the classifier's rules read (the lives, the steps, the frames) and the roles
+/// they give: each block's role so far, which the later rules read and refine.
+struct Classifier<'a, 'e> {
+    lives: &'a BlockLives,
+    st: &'a Steps,
+    ev: &'a mut StackEvidence<'e>,
+    /// Identities compare tensor sizes (the requests): a block can be larger than its
+    /// tensor (a large-pool block is not split for a remainder of 1 MiB or less), and a
+    /// parameter and its gradient need not land in blocks of one size.
+    req: &'a [u64],
+    ends: &'a Ends,
+    /// Entries in the device's trace.
+    n: usize,
+    /// Per step: its backward and optimizer spans, and where its forward starts.
+    spans: Vec<StepSpans>,
+    traced: Vec<BlockRole>,
+    seeded: Vec<BlockRole>,
+}
+
+/// What rule 1 ([`Classifier::by_phase_and_lifetime`]) leaves for the later rules: the
+/// blocks they look at again, in `alloc` order, so that they need not walk every block.
+/// (Counts by size in FxHashMaps, here and below: SipHash on the sizes was a tenth of
+/// classifying.)
+struct PhaseFindings {
+    /// Per step, the gradients its backward pass kept, counted by request.
+    grads_by_step: Vec<FxHashMap<u64, usize>>,
+    /// The blocks made outside the phases (rules 2, 3 and 5).
+    outside: Vec<usize>,
+    /// The gradients (rule 2 asks whether a parameter has their size).
+    grads: Vec<usize>,
+    /// Per step, with their `alloc`, the blocks its optimizer made and kept (the
+    /// out-of-place updates of rule 4; the `alloc`s read here, not from a few scattered
+    /// lives there).
+    kept: Vec<Vec<(usize, usize)>>,
+}
+
+/// What rule 2 ([`Classifier::parameters`]) found.
+struct Parameters {
+    /// The step whose gradients give the parameters' sizes ([`Classifier::gradient_step`]).
+    grad_step: Option<usize>,
+    /// That step's gradients, counted by request.
+    grad_sizes: FxHashMap<u64, usize>,
+    /// Whether every gradient found a parameter.
+    matched: bool,
+    /// The parameters found, counted by request.
+    sizes: FxHashMap<u64, usize>,
+    /// Where the first backward pass starts.
+    first_bwd: Option<usize>,
+}
+
+impl<'a, 'e> Classifier<'a, 'e> {
+    fn new(
+        snap: &Snapshot,
+        lives: &'a BlockLives,
+        st: &'a Steps,
+        ev: &'a mut StackEvidence<'e>,
+        ix: &'a LifeIndex,
+    ) -> Self {
+        let none = BlockRole::of(Reason::OtherUndecided);
+        Classifier {
+            lives,
+            st,
+            ev,
+            req: &ix.req,
+            ends: &ix.ends,
+            n: snap.trace(lives.device).len(),
+            spans: st
+                .steps
+                .iter()
+                .map(|s| (s.span(Phase::Backward), s.span(Phase::Optimizer), s.span(Phase::Forward).map(|f| f.0)))
+                .collect(),
+            traced: crate::hugepages::filled(lives.traced.len(), none),
+            seeded: vec![none; lives.seeded.len()],
         }
     }
 
-    // 1. Blocks made inside a phase: phase and lifetime.
-    // (Counts by size in FxHashMaps, here and below: SipHash on the sizes was a tenth
-    // of classifying.)
-    let mut grads_by_step: Vec<FxHashMap<u64, usize>> = vec![FxHashMap::default(); st.steps.len()];
-    let mut step_of = StepCursor::new(st);
-    // The blocks the later rules look at again, in `alloc` order, so that they need not
-    // walk every block: those made outside the phases (steps 2, 3 and 5), the gradients
-    // (whether a parameter has their size), and per step, with their `alloc`, those its
-    // optimizer made and kept (the out-of-place updates; the `alloc`s read here, not
-    // from a few scattered lives there).
-    let (mut outside, mut grads) = (Vec::new(), Vec::new());
-    let mut kept: Vec<Vec<(usize, usize)>> = vec![Vec::new(); st.steps.len()];
-    for (i, l) in lives.traced.iter().enumerate() {
-        let a = l.alloc;
-        let e = l.end; // LIVE_AT_END is past every entry
-        let k = step_of.at(a);
-        if ev.of(l.stack) & WORKSPACE != 0 {
-            traced[i] = BlockRole::of(Reason::OtherWorkspace);
-            continue;
+    /// Rule 0. Library workspaces live before the trace, from their C++ frames
+    /// (cuBLAS's `getNewWorkspace`): never a tensor of the model, whatever their size
+    /// says. (Traced workspaces are found by rule 1, as it meets them.)
+    fn workspaces_before_trace(&mut self) {
+        for (i, b) in self.lives.seeded.iter().enumerate() {
+            if self.ev.of(b.stack) & WORKSPACE != 0 {
+                self.seeded[i] = BlockRole::of(Reason::OtherWorkspace);
+            }
         }
-        let reason = match (st.phase_at(a), k) {
-            (Phase::Backward, Some(k)) => {
-                let bwd_end = spans[k].0.map_or(st.steps[k].end, |b| b.1);
-                if e >= bwd_end {
-                    *grads_by_step[k].entry(req[i]).or_default() += 1;
-                    grads.push(i);
-                    Reason::GradOutlivesBackward
-                } else {
-                    Reason::TempFreedInPhase
-                }
-            }
-            (Phase::Optimizer, Some(k)) => {
-                let opt_end = spans[k].1.map_or(st.steps[k].end, |o| o.1);
-                if e >= opt_end {
-                    kept[k].push((i, a));
-                    Reason::OptMadeInStepKept
-                } else {
-                    Reason::TempFreedInPhase
-                }
-            }
-            (Phase::Forward, Some(k)) => match spans[k].0 {
-                Some((bwd_start, _)) if e >= bwd_start => {
-                    let next_end = st.steps.get(k + 1).map(|s| s.end);
-                    match next_end {
-                        Some(ne) if e < ne => Reason::ActKeptForBackward,
-                        None if e < n => Reason::ActKeptForBackward,
-                        None if Some(k) == last_step => Reason::ActKeptLastStep,
-                        _ => Reason::OtherOutlivesStep,
-                    }
-                }
-                Some(_) => Reason::TempFreedInPhase,
-                // A step without backward (the optimizer alone): freed in forward or not.
-                None if e < n && st.phase_at(e) == Phase::Forward => Reason::TempFreedInPhase,
-                None => Reason::OtherUndecided,
-            },
-            (Phase::Outside, _) => {
-                outside.push(i); // below, once parameters are known
+    }
+
+    /// Rule 1. Blocks made inside a phase, by phase and lifetime: made in a backward
+    /// pass and still live when it ends, a gradient; made in the optimizer's step and
+    /// kept after it, optimizer state; made in forward and live when backward starts, an
+    /// activation; freed inside the phase that made it, a temporary. Blocks made outside
+    /// the phases wait for the later rules (once parameters are known).
+    // Not inlined: the one rule that visits every block shows apart in a profile (the
+    // instructions are the same either way).
+    #[inline(never)]
+    fn by_phase_and_lifetime(&mut self) -> PhaseFindings {
+        let (lives, st, req, n) = (self.lives, self.st, self.req, self.n);
+        let spans: &[StepSpans] = &self.spans;
+        // The roles and the findings in vectors of this function's own while the loop
+        // runs (as the rules were first written): behind `self` or in one struct, the
+        // stack evidence's calls would make the loop read their addresses and lengths
+        // again per block (a few percent of classifying).
+        let (mut traced, ev) = (std::mem::take(&mut self.traced), &mut *self.ev);
+        let mut grads_by_step: Vec<FxHashMap<u64, usize>> = vec![FxHashMap::default(); st.steps.len()];
+        let (mut outside, mut grads) = (Vec::new(), Vec::new());
+        let mut kept: Vec<Vec<(usize, usize)>> = vec![Vec::new(); st.steps.len()];
+        let mut step_of = StepCursor::new(st);
+        for (i, l) in lives.traced.iter().enumerate() {
+            let a = l.alloc;
+            let e = l.end; // LIVE_AT_END is past every entry
+            let k = step_of.at(a);
+            if ev.of(l.stack) & WORKSPACE != 0 {
+                traced[i] = BlockRole::of(Reason::OtherWorkspace);
                 continue;
             }
-            // A phase outside every step (work after the last step, or a trace without
-            // steps): nothing bounds the phase, so activations cannot be told from
-            // temporaries (a forward-only trace is one long forward "phase").
-            (_, None) => Reason::OtherNoSteps,
-        };
-        traced[i] = BlockRole::of(reason);
+            let reason = match (st.phase_at(a), k) {
+                (Phase::Backward, Some(k)) => {
+                    let bwd_end = spans[k].0.map_or(st.steps[k].end, |b| b.1);
+                    if e >= bwd_end {
+                        *grads_by_step[k].entry(req[i]).or_default() += 1;
+                        grads.push(i);
+                        Reason::GradOutlivesBackward
+                    } else {
+                        Reason::TempFreedInPhase
+                    }
+                }
+                (Phase::Optimizer, Some(k)) => {
+                    let opt_end = spans[k].1.map_or(st.steps[k].end, |o| o.1);
+                    if e >= opt_end {
+                        kept[k].push((i, a));
+                        Reason::OptMadeInStepKept
+                    } else {
+                        Reason::TempFreedInPhase
+                    }
+                }
+                (Phase::Forward, Some(k)) => made_in_forward(st, spans, n, k, e),
+                (Phase::Outside, _) => {
+                    outside.push(i); // below, once parameters are known
+                    continue;
+                }
+                // A phase outside every step (work after the last step, or a trace without
+                // steps): nothing bounds the phase, so activations cannot be told from
+                // temporaries (a forward-only trace is one long forward "phase").
+                (_, None) => Reason::OtherNoSteps,
+            };
+            traced[i] = BlockRole::of(reason);
+        }
+        self.traced = traced;
+        PhaseFindings { grads_by_step, outside, grads, kept }
     }
 
-    // 2. Parameters: the gradients' sizes, one for one, among the blocks live at the
-    // first backward pass and made before it (before the trace first, then in set-up
-    // order: a model's parameters are made before its optimizer's buffers).
-    // The step whose backward pass keeps the most gradient bytes, among the steps whose
-    // backward pass the trace holds whole first (a step the recording began inside its
-    // backward or optimizer may lack some; one begun inside its forward does not).
-    let grad_bytes = |k: usize| grads_by_step[k].iter().map(|(s, c)| s * *c as u64).sum::<u64>();
-    let backward_whole = |k: usize| {
-        let s = &st.steps[k];
-        s.complete || s.phases.first().is_some_and(|p| p.phase == Phase::Forward)
-    };
-    let grad_step = (0..grads_by_step.len())
-        .filter(|&k| backward_whole(k) && !grads_by_step[k].is_empty())
-        .max_by_key(|&k| grad_bytes(k))
-        .or_else(|| (0..grads_by_step.len()).max_by_key(|&k| grad_bytes(k)).filter(|&k| !grads_by_step[k].is_empty()));
-    let grad_sizes: FxHashMap<u64, usize> = grad_step.map(|k| grads_by_step[k].clone()).unwrap_or_default();
-    // Whether every gradient found a parameter (step 2).
-    let mut params_matched = false;
-    let first_bwd = spans.iter().find_map(|s| s.0).map(|b| b.0);
-    let first_opt = spans.iter().find_map(|s| s.1);
-    let mut param_sizes: FxHashMap<u64, usize> = FxHashMap::default();
-    if let Some(fb) = first_bwd {
-        let mut left = grad_sizes.clone();
-        let bwd_starts: Vec<usize> = spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
-        let live_at_fb = lineages_live_at(lives, &kept, &spans, &traced, req, &ix.ends, fb);
-        before_trace(lives, st, ev, &grad_sizes, &bwd_starts, &live_at_fb, &mut seeded);
+    /// Rule 2. Parameters: the gradients' sizes, one for one, among the blocks live at
+    /// the first backward pass and made before it (before the trace first, then in
+    /// set-up order: a model's parameters are made before its optimizer's buffers). A
+    /// parameter's gradient has its size; nothing else ties a block to a parameter as
+    /// surely.
+    fn parameters(&mut self, found: &PhaseFindings) -> Parameters {
+        let grad_step = gradient_step(self.st, &found.grads_by_step);
+        let grad_sizes: FxHashMap<u64, usize> = grad_step.map(|k| found.grads_by_step[k].clone()).unwrap_or_default();
+        let first_bwd = self.spans.iter().find_map(|s| s.0).map(|b| b.0);
+        let mut p = Parameters { grad_step, grad_sizes, matched: false, sizes: FxHashMap::default(), first_bwd };
+        let Some(fb) = first_bwd else { return p };
+        let (lives, req) = (self.lives, self.req);
+        let mut left = p.grad_sizes.clone();
+        let bwd_starts: Vec<usize> = self.spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
+        let live_at_fb = lineages_live_at(lives, &found.kept, &self.spans, &self.traced, req, self.ends, fb);
+        before_trace(lives, self.st, self.ev, &p.grad_sizes, &bwd_starts, &live_at_fb, &mut self.seeded);
         for (i, b) in lives.seeded.iter().enumerate() {
-            if seeded[i].role == Role::Parameters {
+            if self.seeded[i].role == Role::Parameters {
                 if let Some(c) = left.get_mut(&b.request).filter(|c| **c > 0) {
                     *c -= 1;
                 }
-                *param_sizes.entry(b.request).or_default() += 1;
+                *p.sizes.entry(b.request).or_default() += 1;
             }
         }
-        for &i in &outside {
+        for &i in &found.outside {
             let l = &lives.traced[i];
             if l.alloc >= fb {
                 break;
             }
-            if l.end >= fb && traced[i].reason == Reason::OtherUndecided {
+            if l.end >= fb && self.traced[i].reason == Reason::OtherUndecided {
                 if let Some(c) = left.get_mut(&req[i]).filter(|c| **c > 0) {
                     *c -= 1;
-                    traced[i] = BlockRole::of(Reason::ParamSetupMatchesGradient);
-                    *param_sizes.entry(req[i]).or_default() += 1;
+                    self.traced[i] = BlockRole::of(Reason::ParamSetupMatchesGradient);
+                    *p.sizes.entry(req[i]).or_default() += 1;
                 }
             }
         }
-        params_matched = !grad_sizes.is_empty() && left.values().all(|&c| c == 0);
+        p.matched = !p.grad_sizes.is_empty() && left.values().all(|&c| c == 0);
+        p
     }
-    // Kept blocks of a backward pass that no parameter's size explains are not
-    // gradients (cuBLAS makes its workspace on the autograd thread's first matmul);
-    // without any parameter found, they stay gradients at lower confidence.
-    for &i in &grads {
-        if !param_sizes.contains_key(&req[i]) {
-            traced[i] = BlockRole::of(if param_sizes.is_empty() {
-                Reason::GradOutlivesBackwardUnmatched
-            } else {
-                Reason::OtherBackwardNoParameter
-            });
+
+    /// Rule 2, continued. Kept blocks of a backward pass that no parameter's size
+    /// explains are not gradients (cuBLAS makes its workspace on the autograd thread's
+    /// first matmul); without any parameter found, they stay gradients at lower
+    /// confidence.
+    fn unmatched_gradients(&mut self, grads: &[usize], param_sizes: &FxHashMap<u64, usize>) {
+        for &i in grads {
+            if !param_sizes.contains_key(&self.req[i]) {
+                self.traced[i] = BlockRole::of(if param_sizes.is_empty() {
+                    Reason::GradOutlivesBackwardUnmatched
+                } else {
+                    Reason::OtherBackwardNoParameter
+                });
+            }
         }
     }
 
-    // 3. Optimizer state made before the first step (or before the trace): live when
-    // the first optimizer step starts, parameter-sized, and whole copies of the
-    // parameters' sizes.
-    if let Some((os, _)) = first_opt.filter(|_| !param_sizes.is_empty()) {
-        let copies = |found: &FxHashMap<u64, usize>| -> bool {
-            let Some(k) = param_sizes.iter().next().map(|(s, c)| found.get(s).copied().unwrap_or(0) / c) else {
-                return false;
-            };
-            k >= 1
-                && found.len() == param_sizes.len()
-                && param_sizes.iter().all(|(s, c)| found.get(s).copied().unwrap_or(0) == k * c)
-        };
+    /// Rule 3. Optimizer state made before the first step (an optimizer that allocates
+    /// its moments in its constructor): made outside the phases before the first
+    /// optimizer step (entry `os`), live when it starts, parameter-sized, and whole
+    /// copies of the parameters' sizes; failing the copies, those the optimizer's frames
+    /// made.
+    fn optimizer_state_made_in_setup(&mut self, outside: &[usize], param_sizes: &FxHashMap<u64, usize>, os: usize) {
+        let (lives, req) = (self.lives, self.req);
         let setup: Vec<usize> = outside
             .iter()
             .copied()
             .take_while(|&i| lives.traced[i].alloc < os)
             .filter(|&i| {
-                traced[i].reason == Reason::OtherUndecided
+                self.traced[i].reason == Reason::OtherUndecided
                     && lives.traced[i].end >= os
                     && param_sizes.contains_key(&req[i])
             })
@@ -613,20 +682,27 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
         for &i in &setup {
             *found.entry(req[i]).or_default() += 1;
         }
-        if copies(&found) {
+        if whole_copies(param_sizes, &found) {
             for &i in &setup {
-                traced[i] = BlockRole::of(Reason::OptSetupCopiesOfParams);
+                self.traced[i] = BlockRole::of(Reason::OptSetupCopiesOfParams);
             }
         } else {
             for &i in &setup {
-                if ev.mentions(lives.traced[i].stack, "optim") {
-                    traced[i] = BlockRole::of(Reason::OptSetupOptimizerFrames);
+                if self.ev.mentions(lives.traced[i].stack, "optim") {
+                    self.traced[i] = BlockRole::of(Reason::OptSetupOptimizerFrames);
                 }
             }
         }
+    }
+
+    /// Rule 3, before the trace: the blocks live before it that no rule decided, live
+    /// when the first optimizer step (entry `os`) starts and parameter-sized, when they
+    /// are whole copies of the parameters' sizes.
+    fn optimizer_state_before_trace(&mut self, param_sizes: &FxHashMap<u64, usize>, os: usize) {
+        let lives = self.lives;
         let before: Vec<usize> = (0..lives.seeded.len())
             .filter(|&i| {
-                seeded[i].reason == Reason::OtherUndecided
+                self.seeded[i].reason == Reason::OtherUndecided
                     && lives.seeded[i].end >= os
                     && param_sizes.contains_key(&lives.seeded[i].request)
             })
@@ -635,30 +711,54 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
         for &i in &before {
             *found.entry(lives.seeded[i].request).or_default() += 1;
         }
-        if copies(&found) {
+        if whole_copies(param_sizes, &found) {
             for &i in &before {
-                seeded[i] = BlockRole::of(Reason::OptBeforeTraceCopiesOfParams);
+                self.seeded[i] = BlockRole::of(Reason::OptBeforeTraceCopiesOfParams);
             }
         }
     }
 
-    // 4. Out-of-place updates: a block the optimizer's step makes and keeps takes the
-    // role of the parameter or optimizer state of its size that the same step frees, in
-    // order (an optimizer visits its parameters in one order every step). Steps in
-    // order, so that the roles carry from step to step.
-    let mut from_state: HashMap<usize, usize> = HashMap::new();
-    // The blocks that replace one of unknown role (step 6).
-    let mut replace_unknown = Vec::new();
-    // The blocks by the entry that ended them ([`Ends`]), so that each step looks only at
-    // those its optimizer phase frees (not at every block: a long run has thousands of
-    // steps).
-    for (k, sp) in spans.iter().enumerate() {
-        let Some((os, oe)) = sp.1 else { continue };
+    /// Rule 4. Out-of-place updates: a block the optimizer's step makes and keeps takes
+    /// the role of the parameter or optimizer state of its size that the same step
+    /// frees, in order (an optimizer visits its parameters in one order every step).
+    /// Steps in order, so that the roles carry from step to step. Gives
+    /// [`Roles::from_state`], and the blocks that replace one of unknown role (rule 6).
+    fn out_of_place_updates(&mut self, kept: &[Vec<(usize, usize)>]) -> (HashMap<usize, usize>, Vec<usize>) {
+        let mut from_state: HashMap<usize, usize> = HashMap::new();
+        let mut replace_unknown = Vec::new();
+        // `kept` has a list per step, as `spans` an entry.
+        for (k, kept) in kept.iter().enumerate() {
+            let Some((os, oe)) = self.spans[k].1 else { continue };
+            let mut freed = self.freed_in_optimizer(os, oe);
+            for &(i, alloc) in kept {
+                if alloc < os || alloc >= oe || self.traced[i].reason != Reason::OptMadeInStepKept {
+                    continue;
+                }
+                if let Some((old_end, was)) = freed.get_mut(&self.req[i]).and_then(Vec::pop) {
+                    if old_end > alloc {
+                        from_state.insert(i, old_end + 1);
+                    }
+                    self.traced[i] = BlockRole::of(successor(was));
+                    if self.traced[i].reason == Reason::OtherReplacesUnknown {
+                        replace_unknown.push(i);
+                    }
+                }
+            }
+        }
+        (from_state, replace_unknown)
+    }
+
+    /// For rule 4: the parameters, optimizer state and blocks of unknown role that the
+    /// optimizer phase `os..oe` frees, by request, earliest last (popped from the back).
+    /// The blocks come by the entry that ended them ([`Ends`]), so that each step looks
+    /// only at those its optimizer phase frees (not at every block: a long run has
+    /// thousands of steps).
+    fn freed_in_optimizer(&self, os: usize, oe: usize) -> FxHashMap<u64, Vec<(usize, Reason)>> {
         let mut freed: FxHashMap<u64, Vec<(usize, Reason)>> = FxHashMap::default();
-        ix.ends.each_in(os..oe, |end, life| {
+        self.ends.each_in(os..oe, |end, life| {
             let (r, size) = match life {
-                Ended::Seeded(i) => (seeded[i], lives.seeded[i].request),
-                Ended::Traced(i) => (traced[i], req[i]),
+                Ended::Seeded(i) => (self.seeded[i], self.lives.seeded[i].request),
+                Ended::Traced(i) => (self.traced[i], self.req[i]),
             };
             // A block live before the trace that no rule decided, replaced here: its
             // successor cannot be told either (parameter or optimizer state).
@@ -675,83 +775,72 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
             v.sort_unstable();
             v.reverse(); // popped from the back: earliest first
         }
-        for &(i, alloc) in &kept[k] {
-            if alloc < os || alloc >= oe || traced[i].reason != Reason::OptMadeInStepKept {
+        freed
+    }
+
+    /// Rule 5. The rest made outside the phases: inputs when live as the next forward
+    /// pass starts, temporaries when freed before it, parameters at low confidence when
+    /// made while building a model that no backward pass confirms (`no_backward`). The
+    /// blocks live before the trace that no rule decided are left `other`, or such
+    /// parameters by the frames a ring buffer keeps.
+    fn outside_the_phases(&mut self, outside: &[usize], no_backward: bool) {
+        let (lives, n) = (self.lives, self.n);
+        let forward_starts: Vec<usize> = self.spans.iter().filter_map(|s| s.2).collect();
+        for &i in outside {
+            let l = &lives.traced[i];
+            if self.traced[i].reason != Reason::OtherUndecided {
                 continue;
             }
-            if let Some((old_end, was)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
-                if old_end > alloc {
-                    from_state.insert(i, old_end + 1);
-                }
-                traced[i] = BlockRole::of(match was {
-                    // Counted by size, or not known: the successor is no surer.
-                    Reason::ParamBeforeTraceCounted | Reason::OptBeforeTraceCounted | Reason::OtherReplacesUnknown => {
-                        was
+            let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc)).copied();
+            let reason = match next_fwd {
+                Some(f) if l.end >= f => {
+                    if self.ev.mentions(l.stack, "__init__") {
+                        Reason::OtherUndecided
+                    } else {
+                        Reason::InputBeforeForward
                     }
-                    Reason::OtherUndecided => Reason::OtherReplacesUnknown,
-                    _ if was.role() == Role::Parameters => Reason::ParamReplacedInStep,
-                    _ => Reason::OptReplacedInStep,
-                });
-                if traced[i].reason == Reason::OtherReplacesUnknown {
-                    replace_unknown.push(i);
                 }
-            }
+                Some(_) => Reason::TempFreedBetweenSteps,
+                None if no_backward && l.end == LIVE_AT_END && built_model(self.ev, l.stack) => {
+                    Reason::ParamBuiltNoBackward
+                }
+                None if l.end < n => Reason::TempFreedBetweenSteps,
+                None => Reason::OtherUndecided,
+            };
+            self.traced[i] = BlockRole::of(reason);
+        }
+        let ev = &mut *self.ev;
+        for (i, r) in self.seeded.iter_mut().enumerate().filter(|(_, r)| r.reason == Reason::OtherUndecided) {
+            // The frames a ring buffer keeps say the same as a traced block's would.
+            let b = &lives.seeded[i];
+            *r = BlockRole::of(if no_backward && b.end == LIVE_AT_END && built_model(ev, b.stack) {
+                Reason::ParamBuiltNoBackward
+            } else {
+                Reason::OtherBeforeTrace
+            });
         }
     }
 
-    // 5. The rest made outside the phases: inputs when live as the next forward pass
-    // starts, temporaries when freed before it, parameters at low confidence when made
-    // while building a model that no backward pass confirms.
-    let forward_starts: Vec<usize> = spans.iter().filter_map(|s| s.2).collect();
-    let no_backward = first_bwd.is_none();
-    for &i in &outside {
-        let l = &lives.traced[i];
-        if traced[i].reason != Reason::OtherUndecided {
-            continue;
-        }
-        let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc)).copied();
-        let reason = match next_fwd {
-            Some(f) if l.end >= f => {
-                if ev.mentions(l.stack, "__init__") {
-                    Reason::OtherUndecided
-                } else {
-                    Reason::InputBeforeForward
-                }
+    /// Rule 6. Roles the trace cannot total: memory live before the trace whose role no
+    /// rule decided (and the blocks that replace it, `replace_unknown`) may hold
+    /// parameters, gradients or optimizer state, unless what was found is whole: the
+    /// parameters one for one with the gradients of a whole step (one the recording did
+    /// not begin inside), and the optimizer state whole copies of those parameters when
+    /// that step's optimizer ends. A block whose frames say where it was made (a forward
+    /// pass, say) only leaves open the roles made there.
+    fn cannot_tell(&mut self, params: &Parameters, replace_unknown: &[usize]) -> BTreeMap<Role, String> {
+        let st = self.st;
+        let mut unknown: Vec<(u64, u8)> = Vec::new();
+        for (b, r) in self.lives.seeded.iter().zip(&self.seeded) {
+            if r.reason == Reason::OtherBeforeTrace {
+                unknown.push((b.request, self.ev.of(b.stack)));
             }
-            Some(_) => Reason::TempFreedBetweenSteps,
-            None if no_backward && l.end == LIVE_AT_END && built_model(ev, l.stack) => Reason::ParamBuiltNoBackward,
-            None if l.end < n => Reason::TempFreedBetweenSteps,
-            None => Reason::OtherUndecided,
-        };
-        traced[i] = BlockRole::of(reason);
-    }
-    for (i, r) in seeded.iter_mut().enumerate().filter(|(_, r)| r.reason == Reason::OtherUndecided) {
-        // The frames a ring buffer keeps say the same as a traced block's would.
-        let b = &lives.seeded[i];
-        *r = BlockRole::of(if no_backward && b.end == LIVE_AT_END && built_model(ev, b.stack) {
-            Reason::ParamBuiltNoBackward
-        } else {
-            Reason::OtherBeforeTrace
-        });
-    }
-
-    // 6. Roles the trace cannot total: memory live before the trace whose role no rule
-    // decided (and the blocks that replace it) may hold parameters, gradients or
-    // optimizer state, unless what was found is whole: the parameters one for one with
-    // the gradients of a whole step (one the recording did not begin inside), and the
-    // optimizer state whole copies of those parameters when that step's optimizer
-    // ends. A block whose frames say where it was made (a forward pass, say) only
-    // leaves open the roles made there.
-    let mut unknown: Vec<(u64, u8)> = lives
-        .seeded
-        .iter()
-        .zip(&seeded)
-        .filter(|(_, r)| r.reason == Reason::OtherBeforeTrace)
-        .map(|(b, _)| (b.request, ev.of(b.stack)))
-        .collect();
-    unknown.extend(replace_unknown.iter().map(|&i| (req[i], steps::OPTIMIZER)));
-    let mut cannot_tell = BTreeMap::new();
-    if !unknown.is_empty() {
+        }
+        unknown.extend(replace_unknown.iter().map(|&i| (self.req[i], steps::OPTIMIZER)));
+        let mut cannot_tell = BTreeMap::new();
+        if unknown.is_empty() {
+            return cannot_tell;
+        }
         let fs = fragscope_alloc::format_size;
         let what = |v: &[&(u64, u8)]| {
             format!(
@@ -760,21 +849,11 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 v.len()
             )
         };
-        let whole_step = grad_step.filter(|&k| backward_whole(k));
-        // What a block's frames leave open: none (or none of the phases') leave all.
-        let open = |bits: u8, role: Role| {
-            let phase = bits & steps::PHASES;
-            phase == 0
-                || match role {
-                    Role::Gradients => phase & steps::BACKWARD != 0,
-                    Role::OptimizerState => phase & steps::OPTIMIZER != 0,
-                    _ => false,
-                }
-        };
-        let could = |role: Role| -> Vec<&(u64, u8)> { unknown.iter().filter(|x| open(x.1, role)).collect() };
+        let whole_step = params.grad_step.filter(|&k| backward_whole(st, k));
+        let could = |role: Role| -> Vec<&(u64, u8)> { unknown.iter().filter(|x| open_to(x.1, role)).collect() };
         let p = could(Role::Parameters);
-        if !p.is_empty() && (!params_matched || whole_step.is_none()) {
-            let why = if grad_sizes.is_empty() {
+        if !p.is_empty() && (!params.matched || whole_step.is_none()) {
+            let why = if params.grad_sizes.is_empty() {
                 "no backward pass gives the parameters' sizes"
             } else if whole_step.is_none() {
                 "the recording began inside the only step with gradients, so they may not all be in it"
@@ -794,33 +873,8 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
         if !o.is_empty() && !st.steps.is_empty() {
             // Parameters and optimizer state live when the whole step's optimizer ends
             // (an optimizer makes its state in its first step).
-            let at = whole_step.and_then(|k| spans[k].1).map(|x| x.1);
-            let copies = at.is_some_and(|t| {
-                let mut opt: FxHashMap<u64, usize> = FxHashMap::default();
-                let mut par: FxHashMap<u64, usize> = FxHashMap::default();
-                let mut count = |role: Role, q: u64| match role {
-                    Role::OptimizerState => *opt.entry(q).or_default() += 1,
-                    Role::Parameters => *par.entry(q).or_default() += 1,
-                    _ => {}
-                };
-                for (b, r) in lives.seeded.iter().zip(&seeded) {
-                    if b.end >= t {
-                        count(r.role, b.request);
-                    }
-                }
-                // The blocks made before `t`, the role read first: few of them hold one
-                // of these two roles, and the roles are a smaller array than the lives.
-                let made = lives.traced.partition_point(|l| l.alloc < t);
-                for (i, r) in traced[..made].iter().enumerate() {
-                    if matches!(r.role, Role::OptimizerState | Role::Parameters) && lives.traced[i].end >= t {
-                        count(r.role, req[i]);
-                    }
-                }
-                let k: Vec<Option<usize>> =
-                    par.iter().map(|(s, &c)| opt.get(s).filter(|&&n| n % c == 0).map(|n| n / c)).collect();
-                !par.is_empty() && k.iter().all(|x| x.is_some_and(|x| x >= 1) && *x == k[0])
-            });
-            if !copies {
+            let at = whole_step.and_then(|k| self.spans[k].1).map(|x| x.1);
+            if !at.is_some_and(|t| self.state_copies_parameters_at(t)) {
                 cannot_tell.insert(
                     Role::OptimizerState,
                     format!(
@@ -830,8 +884,115 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
                 );
             }
         }
+        cannot_tell
     }
-    Roles { seeded, traced, from_state, cannot_tell }
+
+    /// For rule 6: whether the optimizer state live at entry `t` is whole copies of the
+    /// parameters live then (the same number of copies of every parameter's size).
+    fn state_copies_parameters_at(&self, t: usize) -> bool {
+        let (lives, req) = (self.lives, self.req);
+        let mut opt: FxHashMap<u64, usize> = FxHashMap::default();
+        let mut par: FxHashMap<u64, usize> = FxHashMap::default();
+        let mut count = |role: Role, q: u64| match role {
+            Role::OptimizerState => *opt.entry(q).or_default() += 1,
+            Role::Parameters => *par.entry(q).or_default() += 1,
+            _ => {}
+        };
+        for (b, r) in lives.seeded.iter().zip(&self.seeded) {
+            if b.end >= t {
+                count(r.role, b.request);
+            }
+        }
+        // The blocks made before `t`, the role read first: few of them hold one of these
+        // two roles, and the roles are a smaller array than the lives.
+        let made = lives.traced.partition_point(|l| l.alloc < t);
+        for (i, r) in self.traced[..made].iter().enumerate() {
+            if matches!(r.role, Role::OptimizerState | Role::Parameters) && lives.traced[i].end >= t {
+                count(r.role, req[i]);
+            }
+        }
+        let k: Vec<Option<usize>> =
+            par.iter().map(|(s, &c)| opt.get(s).filter(|&&n| n % c == 0).map(|n| n / c)).collect();
+        !par.is_empty() && k.iter().all(|x| x.is_some_and(|x| x >= 1) && *x == k[0])
+    }
+}
+
+/// Rule 1 for a block made in step `k`'s forward pass and ended at entry `e`: an
+/// activation when still live as the step's backward starts and freed by the next
+/// step's end (or, in the last step, live at the end of the trace, at lower
+/// confidence); a temporary when freed before backward. A step without backward (the
+/// optimizer alone) tells only what forward frees.
+#[inline(always)]
+fn made_in_forward(st: &Steps, spans: &[StepSpans], n: usize, k: usize, e: usize) -> Reason {
+    match spans[k].0 {
+        Some((bwd_start, _)) if e >= bwd_start => {
+            let next_end = st.steps.get(k + 1).map(|s| s.end);
+            match next_end {
+                Some(ne) if e < ne => Reason::ActKeptForBackward,
+                None if e < n => Reason::ActKeptForBackward,
+                None if Some(k) == st.steps.len().checked_sub(1) => Reason::ActKeptLastStep,
+                _ => Reason::OtherOutlivesStep,
+            }
+        }
+        Some(_) => Reason::TempFreedInPhase,
+        // A step without backward (the optimizer alone): freed in forward or not.
+        None if e < n && st.phase_at(e) == Phase::Forward => Reason::TempFreedInPhase,
+        None => Reason::OtherUndecided,
+    }
+}
+
+/// Whether the trace holds step `k`'s backward pass whole: the step is complete, or the
+/// recording began inside its forward (one begun inside its backward or optimizer may
+/// lack some gradients).
+fn backward_whole(st: &Steps, k: usize) -> bool {
+    let s = &st.steps[k];
+    s.complete || s.phases.first().is_some_and(|p| p.phase == Phase::Forward)
+}
+
+/// For rule 2: the step whose backward pass keeps the most gradient bytes, among the
+/// steps whose backward pass the trace holds whole first ([`backward_whole`]), else
+/// among all.
+fn gradient_step(st: &Steps, grads_by_step: &[FxHashMap<u64, usize>]) -> Option<usize> {
+    let grad_bytes = |k: usize| grads_by_step[k].iter().map(|(s, c)| s * *c as u64).sum::<u64>();
+    (0..grads_by_step.len())
+        .filter(|&k| backward_whole(st, k) && !grads_by_step[k].is_empty())
+        .max_by_key(|&k| grad_bytes(k))
+        .or_else(|| (0..grads_by_step.len()).max_by_key(|&k| grad_bytes(k)).filter(|&k| !grads_by_step[k].is_empty()))
+}
+
+/// For rule 3: whether `found` (blocks counted by request) is whole copies of the
+/// parameters' sizes: the same number k ≥ 1 of blocks of each parameter's size per
+/// parameter (one buffer per parameter per moment), and no other size.
+fn whole_copies(param_sizes: &FxHashMap<u64, usize>, found: &FxHashMap<u64, usize>) -> bool {
+    let Some(k) = param_sizes.iter().next().map(|(s, c)| found.get(s).copied().unwrap_or(0) / c) else {
+        return false;
+    };
+    k >= 1
+        && found.len() == param_sizes.len()
+        && param_sizes.iter().all(|(s, c)| found.get(s).copied().unwrap_or(0) == k * c)
+}
+
+/// For rule 4: the reason of a block that replaces one freed with reason `was`.
+fn successor(was: Reason) -> Reason {
+    match was {
+        // Counted by size, or not known: the successor is no surer.
+        Reason::ParamBeforeTraceCounted | Reason::OptBeforeTraceCounted | Reason::OtherReplacesUnknown => was,
+        Reason::OtherUndecided => Reason::OtherReplacesUnknown,
+        _ if was.role() == Role::Parameters => Reason::ParamReplacedInStep,
+        _ => Reason::OptReplacedInStep,
+    }
+}
+
+/// For rule 6: whether a block whose frames have evidence `bits` could hold `role`.
+/// Frames of no phase leave every role open; a phase's frames only the role made there.
+fn open_to(bits: u8, role: Role) -> bool {
+    let phase = bits & steps::PHASES;
+    phase == 0
+        || match role {
+            Role::Gradients => phase & steps::BACKWARD != 0,
+            Role::OptimizerState => phase & steps::OPTIMIZER != 0,
+            _ => false,
+        }
 }
 
 /// Per block live before the trace: whether it, or the block that replaces it in an
@@ -919,26 +1080,7 @@ fn before_trace(
         return;
     }
     let undecided = |r: &BlockRole| r.reason == Reason::OtherUndecided;
-    // The last step's gradients, freed by zero_grad before a backward pass.
-    let old: Vec<usize> = (0..lives.seeded.len())
-        .filter(|&i| {
-            let b = &lives.seeded[i];
-            undecided(&seeded[i])
-                && grad_sizes.contains_key(&b.request)
-                && b.end != LIVE_AT_END
-                && st.phase_at(b.end) == Phase::Outside
-                && bwd_starts.iter().any(|&s| s > b.end)
-        })
-        .collect();
-    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
-    for &i in &old {
-        *count.entry(lives.seeded[i].request).or_default() += 1;
-    }
-    if count.iter().all(|(s, c)| *c <= grad_sizes[s]) {
-        for &i in &old {
-            seeded[i] = BlockRole::of(Reason::GradBeforeTraceFreedBeforeBackward);
-        }
-    }
+    gradients_freed_before_backward(lives, st, grad_sizes, bwd_starts, seeded);
     // Parameters and optimizer state: live at the first backward pass.
     let live: Vec<usize> = (0..lives.seeded.len())
         .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
@@ -978,11 +1120,56 @@ fn before_trace(
         }
         return;
     }
-    let k = q - 1;
+    parameters_and_state_before_trace(lives, ev, grad_sizes, &live, q - 1, seeded);
+}
+
+/// [`before_trace`]'s last step's gradients: blocks live before the trace of a
+/// gradient's size, freed outside every phase (`zero_grad`) before a backward pass that
+/// makes the gradients again, when there are no more of a size than gradients.
+fn gradients_freed_before_backward(
+    lives: &BlockLives,
+    st: &Steps,
+    grad_sizes: &FxHashMap<u64, usize>,
+    bwd_starts: &[usize],
+    seeded: &mut [BlockRole],
+) {
+    let old: Vec<usize> = (0..lives.seeded.len())
+        .filter(|&i| {
+            let b = &lives.seeded[i];
+            seeded[i].reason == Reason::OtherUndecided
+                && grad_sizes.contains_key(&b.request)
+                && b.end != LIVE_AT_END
+                && st.phase_at(b.end) == Phase::Outside
+                && bwd_starts.iter().any(|&s| s > b.end)
+        })
+        .collect();
+    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
+    for &i in &old {
+        *count.entry(lives.seeded[i].request).or_default() += 1;
+    }
+    if count.iter().all(|(s, c)| *c <= grad_sizes[s]) {
+        for &i in &old {
+            seeded[i] = BlockRole::of(Reason::GradBeforeTraceFreedBeforeBackward);
+        }
+    }
+}
+
+/// [`before_trace`]'s parameters with `k` state buffers each, among the blocks `live`
+/// at the first backward pass: told apart by their frames when every size's blocks
+/// split into as many built with the model as gradients and `k` times as many made by
+/// the optimizer; else counted by size (the first of each size the parameters).
+fn parameters_and_state_before_trace(
+    lives: &BlockLives,
+    ev: &mut StackEvidence,
+    grad_sizes: &FxHashMap<u64, usize>,
+    live: &[usize],
+    k: usize,
+    seeded: &mut [BlockRole],
+) {
     let is_opt = |ev: &mut StackEvidence, s| ev.of(s) & OPTIMIZER != 0 || ev.mentions(s, "optim");
     let mut by_frames: FxHashMap<u64, (usize, usize)> = FxHashMap::default();
     let mut frames_decide = true;
-    for &i in &live {
+    for &i in live {
         let b = &lives.seeded[i];
         let (o, p) = (is_opt(ev, b.stack), built_model(ev, b.stack));
         let e = by_frames.entry(b.request).or_default();
@@ -994,7 +1181,7 @@ fn before_trace(
     }
     frames_decide &= by_frames.iter().all(|(s, &(p, o))| p == grad_sizes[s] && o == k * grad_sizes[s]);
     let mut params_left = grad_sizes.clone();
-    for &i in &live {
+    for &i in live {
         let b = &lives.seeded[i];
         seeded[i] = BlockRole::of(if frames_decide {
             if is_opt(ev, b.stack) {
@@ -1542,5 +1729,134 @@ mod tests {
                 snap.device_traces[0]
             );
         }
+    }
+
+    /// A hand-built trace of `n` allocations (entry `i` of size 512 × (i + 1)), one
+    /// step of the given phases, and the lives `traced` (alloc, end) and `seeded`
+    /// (request, end), no frames.
+    fn one_step(
+        n: usize,
+        phases: &[(Phase, usize, usize)],
+        traced: &[(usize, usize)],
+        seeded: &[(u64, usize)],
+    ) -> (Snapshot, BlockLives, Steps) {
+        use crate::steps::{PhaseSpan, Step};
+        let mut snap = Snapshot::default();
+        snap.device_traces.push((0..n).map(|i| TraceEvent::new(Action::Alloc, 0, 512 * (i as u64 + 1))).collect());
+        let mut phase_of = vec![Phase::Outside; n];
+        for &(p, s, e) in phases {
+            phase_of[s..e].fill(p);
+        }
+        let spans: Vec<PhaseSpan> = phases.iter().map(|&(phase, start, end)| PhaseSpan { phase, start, end }).collect();
+        let step =
+            Step { start: spans[0].start, end: spans.last().unwrap().end, phases: spans, complete: true, layers: None };
+        let st = Steps {
+            device: 0,
+            source: "optimizer",
+            evidence: Vec::new(),
+            steps: vec![step],
+            after_last_step: None,
+            reason: None,
+            phase_of,
+        };
+        let lives = BlockLives {
+            device: 0,
+            traced: traced.iter().map(|&(alloc, end)| TracedLife { alloc, end, size: 512, stack: None }).collect(),
+            seeded: seeded
+                .iter()
+                .map(|&(request, end)| SeededLife { address: 0, size: request, request, stack: None, end })
+                .collect(),
+        };
+        (snap, lives, st)
+    }
+
+    fn reasons(roles: &[BlockRole]) -> Vec<Reason> {
+        roles.iter().map(|r| r.reason).collect()
+    }
+
+    #[test]
+    fn rule_1_reads_phase_and_lifetime() {
+        use Phase::*;
+        // Forward 1..4, backward 4..7, optimizer 7..9 of a trace of 10 entries.
+        let (snap, lives, st) = one_step(
+            10,
+            &[(Forward, 1, 4), (Backward, 4, 7), (Optimizer, 7, 9)],
+            &[(0, LIVE_AT_END), (1, 2), (2, 5), (4, 6), (5, LIVE_AT_END), (7, 8), (8, LIVE_AT_END)],
+            &[],
+        );
+        let ix = LifeIndex::new(&snap, &lives);
+        let mut ev = StackEvidence::new(&snap);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let found = c.by_phase_and_lifetime();
+        use Reason::*;
+        assert_eq!(
+            reasons(&c.traced),
+            [
+                OtherUndecided, // made outside the phases: for the later rules
+                TempFreedInPhase,
+                ActKeptForBackward,
+                TempFreedInPhase,
+                GradOutlivesBackward,
+                TempFreedInPhase,
+                OptMadeInStepKept,
+            ]
+        );
+        assert_eq!(found.outside, [0]);
+        assert_eq!(found.grads, [4]);
+        // The gradient's request: entry 5's.
+        assert_eq!(found.grads_by_step[0].iter().map(|(&s, &c)| (s, c)).collect::<Vec<_>>(), [(3072, 1)]);
+        assert_eq!(found.kept, [vec![(6, 8)]]);
+    }
+
+    #[test]
+    fn rule_5_tells_inputs_from_temporaries_outside_the_phases() {
+        use Phase::*;
+        // Forward 3..5, backward 5..7: the forward pass starts at entry 3.
+        let (snap, lives, st) = one_step(
+            10,
+            &[(Forward, 3, 5), (Backward, 5, 7)],
+            &[(0, LIVE_AT_END), (1, 2), (2, LIVE_AT_END), (8, 9), (9, LIVE_AT_END)],
+            &[(512, LIVE_AT_END)],
+        );
+        let ix = LifeIndex::new(&snap, &lives);
+        let mut ev = StackEvidence::new(&snap);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        // Decided by an earlier rule: left alone.
+        c.traced[2] = BlockRole::of(Reason::ParamSetupMatchesGradient);
+        c.outside_the_phases(&[0, 1, 2, 3, 4], false);
+        use Reason::*;
+        assert_eq!(
+            reasons(&c.traced),
+            [
+                InputBeforeForward,        // live as the forward pass starts
+                TempFreedBetweenSteps,     // freed before it
+                ParamSetupMatchesGradient, // decided before
+                TempFreedBetweenSteps,     // after the last step, freed in the trace
+                OtherUndecided,            // after the last step, live at its end
+            ]
+        );
+        assert_eq!(reasons(&c.seeded), [OtherBeforeTrace]);
+    }
+
+    #[test]
+    fn whole_copies_of_the_parameters() {
+        let m = |v: &[(u64, usize)]| -> FxHashMap<u64, usize> { v.iter().copied().collect() };
+        let params = m(&[(100, 2), (300, 1)]);
+        // Adam's two moments: two buffers per parameter.
+        assert!(whole_copies(&params, &m(&[(100, 4), (300, 2)])));
+        assert!(whole_copies(&params, &m(&[(100, 2), (300, 1)])));
+        // Not the same number of copies of every size, a size besides, or none.
+        assert!(!whole_copies(&params, &m(&[(100, 4), (300, 1)])));
+        assert!(!whole_copies(&params, &m(&[(100, 2), (300, 1), (7, 1)])));
+        assert!(!whole_copies(&params, &m(&[])));
+        assert!(!whole_copies(&m(&[]), &m(&[(100, 1)])));
+    }
+
+    #[test]
+    fn a_replacement_takes_the_role_it_replaces() {
+        assert_eq!(successor(Reason::ParamSetupMatchesGradient), Reason::ParamReplacedInStep);
+        assert_eq!(successor(Reason::OptSetupCopiesOfParams), Reason::OptReplacedInStep);
+        assert_eq!(successor(Reason::OptBeforeTraceCounted), Reason::OptBeforeTraceCounted);
+        assert_eq!(successor(Reason::OtherUndecided), Reason::OtherReplacesUnknown);
     }
 }

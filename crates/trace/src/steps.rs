@@ -385,14 +385,93 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     let trace = snap.trace(device);
     let n = trace.len();
     // 1. Evidence of each entry: its stack, and the optimizer's own annotations.
-    let mut counts = [0usize; 4];
-    let mut user_opt = false;
     let has_frames = trace.iter().any(|e| e.stack.is_some_and(|s| !snap.frames.stack(s).is_empty()));
+    let mut t = entry_tags(snap, trace, ev);
+    let anns = if t.untimed { Vec::new() } else { annotated_timed(snap, device) };
+    let (ann_opt, ann_zero) = optimizer_annotations(&anns, &mut t);
+    // 2. Phases: a tagged entry is in its tag's phase; an untagged one in the phase
+    // around it (module doc).
     // An `alloc` without frames in a trace with frames (the autograd engine's thread).
     let frameless_alloc = |k: usize| {
         let e = &trace[k];
         has_frames && e.action == Action::Alloc && e.stack.is_none_or(|s| snap.frames.stack(s).is_empty())
     };
+    let mut phase_of = phases_from_tags(&t.tags, frameless_alloc);
+    if !t.frees_tell {
+        frees_stay_in_their_phase(trace, &t, &mut phase_of);
+    }
+    // The maximal runs of one phase, each with whether a `zero_grad` entry is in it:
+    // the steps and their phases are read from these rather than entry by entry.
+    let rle = phase_runs(&phase_of, &t.tags);
+    let mut evidence = phase_evidence(&t, &rle, ann_opt, ann_zero);
+
+    // 3. Steps: bounded by the optimizer's steps, else by the backward passes, else by
+    // step annotations.
+    let opt_runs = joined_runs(&rle, Phase::Optimizer);
+    let (source, ends): (&'static str, Vec<(usize, usize)>) = if !opt_runs.is_empty() {
+        ("optimizer", opt_runs)
+    } else {
+        let bwd = joined_runs(&rle, Phase::Backward);
+        if !bwd.is_empty() {
+            ("backward", bwd)
+        } else if let Some(steps) = annotated_steps(snap, device, &anns, &rle, &mut evidence) {
+            let source = "annotation";
+            return Steps { device, source, evidence, steps, after_last_step: None, reason: None, phase_of };
+        } else {
+            let reason = Some(no_step_reason(n, has_frames, t.counts[Tag::Fwd as usize] > 0));
+            return Steps {
+                device,
+                source: "none",
+                evidence,
+                steps: Vec::new(),
+                after_last_step: None,
+                reason,
+                phase_of,
+            };
+        }
+    };
+    let mut steps = Vec::with_capacity(ends.len());
+    let mut prev_end = 0;
+    for &(rs, re) in &ends {
+        // The step starts at the first zero_grad, forward or backward entry after the
+        // previous step (set-up and batch loading before it stay outside).
+        let start =
+            (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || t.tags[k] == Some(Tag::Zero)).unwrap_or(rs);
+        let phases = spans_in(&rle, start, re);
+        let first = phases.first().map(|p| p.phase);
+        let complete = t.tags[start] == Some(Tag::Zero)
+            || !steps.is_empty()
+            || (first == Some(Phase::Forward) && !forward_began_before(trace, &phase_of, start, re));
+        let layers = layers_in(snap, device, &phases);
+        steps.push(Step { start, end: re, phases, complete, layers });
+        prev_end = re;
+    }
+    let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
+    Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+}
+
+/// What group 1 of [`steps_with`] reads of each entry ([`entry_tags`]).
+struct EntryTags {
+    /// Per entry, the phase its evidence tags it with, if any.
+    tags: Vec<Option<Tag>>,
+    /// Entries by tag (`Tag as usize`).
+    counts: [usize; 4],
+    /// Whether a user optimizer's step was seen (its frames without `torch/optim`'s).
+    user_opt: bool,
+    /// Whether an entry has no time (then no annotation can be placed).
+    untimed: bool,
+    /// Whether frees are evidence of the phase they are in ([`frees_carry_alloc_stacks`]).
+    frees_tell: bool,
+    /// Without (`frees_tell` false): per entry, the tag of the allocation a free frees.
+    made_by: Vec<Option<Tag>>,
+}
+
+/// Group 1 of [`steps_with`]: the tag of each entry from its stack (the frames of the
+/// optimizer, `zero_grad`, backward or forward; [`tag_of`]), and the counts by tag.
+fn entry_tags(snap: &Snapshot, trace: &[fragscope_snapshot::TraceEvent], ev: &mut StackEvidence) -> EntryTags {
+    let n = trace.len();
+    let mut counts = [0usize; 4];
+    let mut user_opt = false;
     // Per stack, what its evidence makes of an entry, worked out at the stack's first
     // entry (millions of entries, a few thousand stacks): 0 not yet, else
     // `SEEN | USER_ONLY? | tag code` (the code: index into `TAGS`).
@@ -449,12 +528,19 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
             counts[t as usize] += k;
         }
     }
-    drop(by_stack);
-    let anns = if untimed { Vec::new() } else { annotated_timed(snap, device) };
+    EntryTags { tags, counts, user_opt, untimed, frees_tell, made_by }
+}
+
+/// Group 1, continued: the optimizer's own annotations (`Optimizer.step#...`,
+/// `Optimizer.zero_grad#...`, which `torch.optim.Optimizer` records with
+/// `record_function`) tag the entries inside them, over what their stacks said. Returns
+/// how many of each.
+fn optimizer_annotations(anns: &[(usize, usize, String)], t: &mut EntryTags) -> (usize, usize) {
+    let n = t.tags.len();
     let mut ann_opt = 0;
     let mut ann_zero = 0;
-    for (a, b, name) in &anns {
-        let t = if name.starts_with("Optimizer.step#") {
+    for (a, b, name) in anns {
+        let tag = if name.starts_with("Optimizer.step#") {
             ann_opt += 1;
             Tag::Opt
         } else if name.starts_with("Optimizer.zero_grad#") {
@@ -463,16 +549,23 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
         } else {
             continue;
         };
-        for x in tags.iter_mut().take((*b).min(n)).skip(*a) {
+        for x in t.tags.iter_mut().take((*b).min(n)).skip(*a) {
             if let Some(old) = *x {
-                counts[old as usize] -= 1;
+                t.counts[old as usize] -= 1;
             }
-            counts[t as usize] += 1;
-            *x = Some(t);
+            t.counts[tag as usize] += 1;
+            *x = Some(tag);
         }
     }
-    // 2. Phases: a tagged entry is in its tag's phase; an untagged one in the phase
-    // around it (module doc).
+    (ann_opt, ann_zero)
+}
+
+/// Group 2 of [`steps_with`]: the phase of each entry. A tagged entry is in its tag's
+/// phase; an untagged run in the phase around it, from the tags on either side (module
+/// doc). `frameless_alloc(k)`: entry `k` is an `alloc` without frames in a trace with
+/// frames (the autograd engine's thread).
+fn phases_from_tags(tags: &[Option<Tag>], frameless_alloc: impl Fn(usize) -> bool) -> Vec<Phase> {
+    let n = tags.len();
     let mut phase_of = crate::hugepages::filled(n, Phase::Outside);
     // The tag of the last tagged entry before `i`.
     let mut prev: Option<Tag> = None;
@@ -516,32 +609,34 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     }
     // A backward pass that follows a forward pass without tagged entries after it
     // (frameless backward to the end of the trace) is left as forward: nothing bounds it.
+    phase_of
+}
 
-    // Frees that tell nothing (`context="alloc"`): the frees that follow a phase's last
-    // allocation, before the next allocation, of blocks that phase made (its
-    // temporaries) or of blocks without frames, are that phase's own, not the next
-    // phase's.
-    if !frees_tell {
-        for k in 1..n {
-            let p = phase_of[k - 1];
-            let free = matches!(trace[k].action, Action::FreeRequested | Action::FreeCompleted);
-            // A free of a block made elsewhere ends the run; one whose allocation left
-            // no evidence (made before the trace, or without frames) does not.
-            let own = match made_by[k] {
-                Some(t) => !free || phase_of_tag(t) == p,
-                None => true,
-            };
-            if tags[k].is_none() && trace[k].action != Action::Alloc && p != Phase::Outside && own {
-                phase_of[k] = p;
-            }
+/// Group 2, continued, for frees that tell nothing (`context="alloc"`): the frees that
+/// follow a phase's last allocation, before the next allocation, of blocks that phase
+/// made (its temporaries) or of blocks without frames, are that phase's own, not the
+/// next phase's.
+fn frees_stay_in_their_phase(trace: &[fragscope_snapshot::TraceEvent], t: &EntryTags, phase_of: &mut [Phase]) {
+    for k in 1..trace.len() {
+        let p = phase_of[k - 1];
+        let free = matches!(trace[k].action, Action::FreeRequested | Action::FreeCompleted);
+        // A free of a block made elsewhere ends the run; one whose allocation left
+        // no evidence (made before the trace, or without frames) does not.
+        let own = match t.made_by[k] {
+            Some(tag) => !free || phase_of_tag(tag) == p,
+            None => true,
+        };
+        if t.tags[k].is_none() && trace[k].action != Action::Alloc && p != Phase::Outside && own {
+            phase_of[k] = p;
         }
     }
+}
 
-    // The maximal runs of one phase, each with whether a `zero_grad` entry is in it:
-    // the steps and their phases are read from these rather than entry by entry.
-    let rle = phase_runs(&phase_of, &tags);
+/// The evidence of the phases, in words ([`Steps::evidence`]).
+fn phase_evidence(t: &EntryTags, rle: &[PhaseRun], ann_opt: usize, ann_zero: usize) -> Vec<String> {
+    let counts = &t.counts;
     let mut phase_counts = [0usize; 4];
-    for r in &rle {
+    for r in rle {
         phase_counts[r.phase as usize] += r.end - r.start;
     }
     let mut evidence = Vec::new();
@@ -551,7 +646,7 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
             "{} entries in the optimizer's step ({}{})",
             count(Phase::Optimizer),
             if ann_opt > 0 { format!("{ann_opt} Optimizer.step annotations, ") } else { String::new() },
-            if user_opt { "frames of a user optimizer's step" } else { "torch/optim or fused-optimizer frames" }
+            if t.user_opt { "frames of a user optimizer's step" } else { "torch/optim or fused-optimizer frames" }
         ));
     }
     if counts[Tag::Zero as usize] > 0 {
@@ -570,105 +665,79 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     if counts[Tag::Fwd as usize] > 0 {
         evidence.push(format!("{} entries in forward passes (module forward frames)", count(Phase::Forward)));
     }
+    evidence
+}
 
-    // 3. Steps.
-    let runs = |p: Phase| -> Vec<(usize, usize)> {
-        let mut v: Vec<(usize, usize)> = Vec::new();
-        // Index in `rle` of the last run of `p`.
-        let mut last_run = usize::MAX;
-        for (r, run) in rle.iter().enumerate() {
-            if run.phase != p {
-                continue;
-            }
-            // Runs separated only by entries outside every phase are one (an optimizer
-            // step, then a scheduler's step after a few frees), unless a `zero_grad`
-            // is among them. Runs are maximal: one outside run between, or none.
-            let joined = last_run != usize::MAX
-                && r == last_run + 2
-                && rle[last_run + 1].phase == Phase::Outside
-                && !rle[last_run + 1].zero_grad;
-            match v.last_mut() {
-                Some(last) if joined => last.1 = run.end,
-                _ => v.push((run.start, run.end)),
-            }
-            last_run = r;
+/// Group 3 of [`steps_with`]: the runs of phase `p` that bound steps, (start, end).
+/// Runs separated only by entries outside every phase are one (an optimizer step, then
+/// a scheduler's step after a few frees), unless a `zero_grad` is among them.
+fn joined_runs(rle: &[PhaseRun], p: Phase) -> Vec<(usize, usize)> {
+    let mut v: Vec<(usize, usize)> = Vec::new();
+    // Index in `rle` of the last run of `p`.
+    let mut last_run = usize::MAX;
+    for (r, run) in rle.iter().enumerate() {
+        if run.phase != p {
+            continue;
         }
-        v
-    };
-    let opt_runs = runs(Phase::Optimizer);
-    let (source, ends): (&'static str, Vec<(usize, usize)>) = if !opt_runs.is_empty() {
-        ("optimizer", opt_runs)
-    } else {
-        let bwd = runs(Phase::Backward);
-        if !bwd.is_empty() {
-            ("backward", bwd)
-        } else {
-            let mut st: Vec<(usize, usize)> =
-                anns.iter().filter(|(_, _, name)| step_annotation(name)).map(|&(a, b, _)| (a, b.min(n))).collect();
-            st.sort_unstable();
-            st.dedup();
-            if !st.is_empty() {
-                evidence.push(format!("{} step annotations ({})", st.len(), {
-                    let mut names: Vec<&str> =
-                        anns.iter().filter(|(_, _, x)| step_annotation(x)).map(|(_, _, x)| x.as_str()).collect();
-                    names.dedup();
-                    names.into_iter().take(3).collect::<Vec<_>>().join(", ")
-                }));
-                let steps = st
-                    .into_iter()
-                    .map(|(a, b)| {
-                        let phases = spans_in(&rle, a, b);
-                        let layers = layers_in(snap, device, &phases);
-                        Step { start: a, end: b, phases, complete: true, layers }
-                    })
-                    .collect();
-                return Steps {
-                    device,
-                    source: "annotation",
-                    evidence,
-                    steps,
-                    after_last_step: None,
-                    reason: None,
-                    phase_of,
-                };
-            }
-            let reason = if n == 0 {
-                "the snapshot has no trace".to_string()
-            } else if !has_frames {
-                "the trace has no stack frames and no step annotation".to_string()
-            } else if counts[Tag::Fwd as usize] > 0 {
-                "forward passes only: no backward pass, optimizer step or step annotation".to_string()
-            } else {
-                "no optimizer step, backward pass or step annotation in the trace".to_string()
-            };
-            return Steps {
-                device,
-                source: "none",
-                evidence,
-                steps: Vec::new(),
-                after_last_step: None,
-                reason: Some(reason),
-                phase_of,
-            };
+        // Runs are maximal: one outside run between, or none.
+        let joined = last_run != usize::MAX
+            && r == last_run + 2
+            && rle[last_run + 1].phase == Phase::Outside
+            && !rle[last_run + 1].zero_grad;
+        match v.last_mut() {
+            Some(last) if joined => last.1 = run.end,
+            _ => v.push((run.start, run.end)),
         }
-    };
-    let mut steps = Vec::with_capacity(ends.len());
-    let mut prev_end = 0;
-    for &(rs, re) in &ends {
-        // The step starts at the first zero_grad, forward or backward entry after the
-        // previous step (set-up and batch loading before it stay outside).
-        let start = (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || tags[k] == Some(Tag::Zero)).unwrap_or(rs);
-        let phases = spans_in(&rle, start, re);
-        let first = phases.first().map(|p| p.phase);
-        let complete = tags[start] == Some(Tag::Zero)
-            || !steps.is_empty()
-            || (first == Some(Phase::Forward) && !forward_began_before(trace, &phase_of, start, re));
-        let layers = layers_in(snap, device, &phases);
-        steps.push(Step { start, end: re, phases, complete, layers });
-        prev_end = re;
+        last_run = r;
     }
-    let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
-    Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+    v
+}
+
+/// Group 3, without an optimizer step or a backward pass: the steps the step
+/// annotations bound ([`step_annotation`]), if any, their evidence added to `evidence`.
+fn annotated_steps(
+    snap: &Snapshot,
+    device: i64,
+    anns: &[(usize, usize, String)],
+    rle: &[PhaseRun],
+    evidence: &mut Vec<String>,
+) -> Option<Vec<Step>> {
+    let n = snap.trace(device).len();
+    let mut st: Vec<(usize, usize)> =
+        anns.iter().filter(|(_, _, name)| step_annotation(name)).map(|&(a, b, _)| (a, b.min(n))).collect();
+    st.sort_unstable();
+    st.dedup();
+    if st.is_empty() {
+        return None;
+    }
+    evidence.push(format!("{} step annotations ({})", st.len(), {
+        let mut names: Vec<&str> =
+            anns.iter().filter(|(_, _, x)| step_annotation(x)).map(|(_, _, x)| x.as_str()).collect();
+        names.dedup();
+        names.into_iter().take(3).collect::<Vec<_>>().join(", ")
+    }));
+    let steps = st
+        .into_iter()
+        .map(|(a, b)| {
+            let phases = spans_in(rle, a, b);
+            let layers = layers_in(snap, device, &phases);
+            Step { start: a, end: b, phases, complete: true, layers }
+        })
+        .collect();
+    Some(steps)
+}
+
+/// Why a trace of `n` entries has no step, in words ([`Steps::reason`]).
+fn no_step_reason(n: usize, has_frames: bool, forward_seen: bool) -> String {
+    if n == 0 {
+        "the snapshot has no trace".to_string()
+    } else if !has_frames {
+        "the trace has no stack frames and no step annotation".to_string()
+    } else if forward_seen {
+        "forward passes only: no backward pass, optimizer step or step annotation".to_string()
+    } else {
+        "no optimizer step, backward pass or step annotation in the trace".to_string()
+    }
 }
 
 /// Whether the forward pass of the step in entries `start..end` began before the trace:
@@ -983,5 +1052,53 @@ mod tests {
         for n in ["forward", "Optimizer.step#Adam.step", "layer_3", "## forward ##"] {
             assert!(!step_annotation(n), "{n}");
         }
+    }
+
+    #[test]
+    fn untagged_entries_take_the_phase_around_them() {
+        use Phase::*;
+        let (f, b, o, z) = (Some(Tag::Fwd), Some(Tag::Bwd), Some(Tag::Opt), Some(Tag::Zero));
+        let tags = [None, f, None, f, None, None, o, None, o, None, z, b, None, f, None];
+        // Entries 4 and 14: allocations without frames (the autograd engine's thread).
+        let phases = phases_from_tags(&tags, |k| k == 4 || k == 14);
+        assert_eq!(
+            phases,
+            [
+                Outside,   // nothing tagged before
+                Forward,   //
+                Forward,   // between two forward entries
+                Forward,   //
+                Backward,  // from the first frameless allocation to the optimizer
+                Backward,  //
+                Optimizer, //
+                Optimizer, // between two optimizer entries
+                Optimizer, //
+                Outside,   // after the optimizer
+                Outside,   // zero_grad
+                Backward,  //
+                Outside,   // between backward and the next forward
+                Forward,   //
+                Forward,   // frameless, but nothing tagged after it bounds a backward pass
+            ]
+        );
+    }
+
+    #[test]
+    fn runs_apart_by_outside_entries_alone_bound_one_step() {
+        use Phase::*;
+        let run = |phase, start, end, zero_grad| PhaseRun { phase, start, end, zero_grad };
+        // An optimizer step, a scheduler's few frees, more of the step; then zero_grad
+        // between two optimizer runs, and a forward run between two more.
+        let rle = [
+            run(Optimizer, 0, 2, false),
+            run(Outside, 2, 3, false),
+            run(Optimizer, 3, 5, false),
+            run(Outside, 5, 6, true),
+            run(Optimizer, 6, 7, false),
+            run(Forward, 7, 8, false),
+            run(Optimizer, 8, 9, false),
+        ];
+        assert_eq!(joined_runs(&rle, Optimizer), [(0, 5), (6, 7), (8, 9)]);
+        assert!(joined_runs(&rle, Backward).is_empty());
     }
 }

@@ -297,6 +297,210 @@ pub(crate) struct LifeIndexParts {
     pub more: Vec<(usize, usize)>,
 }
 
+/// A block live before the trace that entry `e`, a free of an address no traced block
+/// holds, frees: its request from the free, rounded; no stack (a free's frames are the
+/// *free* stack when recorded with `context="all"`). `allocated`: its `free_requested`
+/// is in the trace (else it was pending-free at t = 0).
+#[inline(always)]
+fn seed_unknown(e: &TraceEvent, allocated: bool, cfg: &AllocatorConfig) -> Live {
+    Live {
+        size: round_size(e.size, cfg),
+        request: e.size,
+        stack: None,
+        time_us: NO_TIME,
+        alloc_event: usize::MAX,
+        allocated,
+        life: 0,
+    }
+}
+
+/// The segment entries of pass 1 ([`Replayer::build`]), for the reserved bytes at t = 0
+/// and the unknown segments.
+#[derive(Default)]
+struct SegmentEvents {
+    /// The trace's net segment growth so far, and its lowest point.
+    net: i128,
+    min_net: i128,
+    /// Segments allocated or mapped and not freed (the replay's `seg_seen`: expandable
+    /// segments' maps and unmaps too).
+    seg_seen: FxHashMap<u64, ()>,
+    /// `segment_alloc`s not yet freed, for `TraceFacts::unknown_segment_frees`.
+    seg_allocs: FxHashMap<u64, ()>,
+    /// Whether the trace has a segment entry.
+    seen: bool,
+}
+
+impl SegmentEvents {
+    /// Entry `e`, any but an `alloc` or a free of a block.
+    #[inline(always)]
+    fn entry(&mut self, e: &TraceEvent, seeded: &mut Seeded, facts: &mut TraceFacts) {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                self.seen = true;
+                self.net += e.size as i128;
+                self.seg_seen.insert(e.addr, ());
+                if e.action == Action::SegmentAlloc {
+                    self.seg_allocs.insert(e.addr, ());
+                }
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                self.seen = true;
+                self.net -= e.size as i128;
+                self.min_net = self.min_net.min(self.net);
+                if self.seg_seen.remove(&e.addr).is_none() && e.action == Action::SegmentFree {
+                    seeded.segment_frees_of_unknown_segments += 1;
+                }
+                if e.action == Action::SegmentFree && self.seg_allocs.remove(&e.addr).is_none() {
+                    facts.unknown_segment_frees += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reserved bytes at t = 0: the final segments' bytes (`final_reserved`) minus the
+    /// trace's net segment growth, raised if needed so the curve never goes below zero.
+    fn reserved_at_start(&self, final_reserved: u64) -> u64 {
+        let r = final_reserved as i128 - self.net;
+        r.max(-self.min_net).max(0) as u64
+    }
+}
+
+/// What pass 1 ([`Replayer::build`]) found besides the slots: the blocks seeded from
+/// frees of unknown addresses, the segment entries, the seeding's counts and
+/// `summary`'s facts.
+struct Pass1 {
+    initial: FxHashMap<u64, Live>,
+    segs: SegmentEvents,
+    seeded: Seeded,
+    facts: TraceFacts,
+}
+
+/// The slots pass 1 ([`Replayer::build`]) made: address → slot; per slot its address,
+/// the `alloc` entry of the traced block live there ([`NO_ALLOC`]), and whether a free
+/// of an unknown block there is pending.
+struct SlotTables {
+    slots: FxHashMap<u64, u32>,
+    addr_of: Vec<u64>,
+    traced: Vec<usize>,
+    orphan_pending: Vec<bool>,
+}
+
+/// What the final snapshot's segments say ([`SlotTables::final_state`]).
+struct FinalState {
+    /// (alloc entry, real block size) of the traced blocks live at the end, sorted.
+    sizes: Vec<(usize, u64)>,
+    /// The final segments' bytes.
+    reserved: u64,
+    /// Whether the snapshot has segments for the device.
+    has_segments: bool,
+}
+
+impl SlotTables {
+    /// The `alloc` entry of the traced block live at `address`, if any.
+    fn traced_at(&self, address: u64) -> Option<usize> {
+        self.slots.get(&address).map(|&k| self.traced[k as usize]).filter(|&idx| idx != NO_ALLOC)
+    }
+
+    /// The final state: real sizes of traced blocks, and untraced live blocks to seed
+    /// (into `initial`, with their real size and their allocation stack from the
+    /// snapshot); what disagrees with the trace counts as an inconsistency.
+    fn final_state(
+        &self,
+        snap: &Snapshot,
+        device: i64,
+        initial: &mut FxHashMap<u64, Live>,
+        seeded: &mut Seeded,
+    ) -> FinalState {
+        let mut sizes = Vec::new();
+        let mut reserved = 0u64;
+        let mut has_segments = false;
+        for seg in snap.device_segments(device) {
+            has_segments = true;
+            reserved += seg.total_size;
+            for b in seg.blocks.iter().filter(|b| b.state.is_active()) {
+                if let Some(idx) = self.traced_at(b.address) {
+                    sizes.push((idx, b.size));
+                } else if let std::collections::hash_map::Entry::Vacant(e) = initial.entry(b.address) {
+                    let stack = b.stack.or_else(|| b.history.as_ref().and_then(|h| h.first()).and_then(|h| h.stack));
+                    seeded.untraced_live_blocks += 1;
+                    seeded.untraced_live_bytes += b.size;
+                    e.insert(Live {
+                        size: b.size,
+                        request: request_of(b),
+                        stack,
+                        time_us: NO_TIME,
+                        alloc_event: usize::MAX,
+                        allocated: b.state == BlockState::ActiveAllocated,
+                        life: 0,
+                    });
+                } else {
+                    // A pending free of a pre-recording block, still pending: already seeded.
+                    if !self.slots.get(&b.address).is_some_and(|&k| self.orphan_pending[k as usize]) {
+                        seeded.inconsistencies += 1;
+                    }
+                }
+            }
+        }
+        if has_segments {
+            let final_live: FxHashMap<u64, ()> = snap
+                .device_segments(device)
+                .flat_map(|s| s.blocks.iter().filter(|b| b.state.is_active()).map(|b| (b.address, ())))
+                .collect();
+            // Blocks the trace leaves live that the final state lacks (a trimmed file).
+            seeded.inconsistencies += (self.traced.iter().zip(&self.addr_of))
+                .filter(|&(&idx, a)| idx != NO_ALLOC && !final_live.contains_key(a))
+                .count() as u64;
+        }
+        sizes.sort_unstable();
+        FinalState { sizes, reserved, has_segments }
+    }
+
+    /// The blocks the trace leaves live, by address, with their `alloc` entry.
+    fn live_at_end(&self) -> FxHashMap<u64, usize> {
+        self.traced.iter().zip(&self.addr_of).filter(|&(&idx, _)| idx != NO_ALLOC).map(|(&idx, &a)| (a, idx)).collect()
+    }
+
+    /// The seeded blocks into their slots (one of their own for an address no entry
+    /// names: a block live at the end that the trace never touched): the slots'
+    /// addresses, the block live in each, and the seeded blocks' slots in `initial`'s
+    /// order.
+    fn seed_slots(self, initial: &FxHashMap<u64, Live>) -> (Vec<u64>, Vec<Option<Live>>, Vec<u32>) {
+        let SlotTables { mut slots, mut addr_of, traced, orphan_pending } = self;
+        drop((traced, orphan_pending));
+        let mut live: Vec<Option<Live>> = vec![None; addr_of.len()];
+        let mut seeded_order = Vec::with_capacity(initial.len());
+        for (&address, b) in initial {
+            let next = addr_of.len() as u32;
+            let k = *slots.entry(address).or_insert(next);
+            if k == next {
+                addr_of.push(address);
+                live.push(None);
+            }
+            live[k as usize] = Some(*b);
+            seeded_order.push(k);
+        }
+        (addr_of, live, seeded_order)
+    }
+}
+
+/// The levels at t = 0: the seeded blocks' bytes and `reserved0`, noted in `seeded`.
+fn seed_levels(initial: &FxHashMap<u64, Live>, reserved0: u64, seeded: &mut Seeded) -> Levels {
+    let mut cur = Levels { reserved: reserved0, ..Levels::default() };
+    for b in initial.values() {
+        cur.active += b.size;
+        cur.requested += b.request;
+        if b.allocated {
+            cur.allocated += b.size;
+        }
+    }
+    seeded.blocks = initial.len() as u64;
+    seeded.allocated_bytes = cur.allocated;
+    seeded.active_bytes = cur.active;
+    seeded.reserved_bytes = reserved0;
+    cur
+}
+
 impl<'a> Replayer<'a> {
     /// Pass 1: works out the state at t = 0 (module doc). O(events), O(live) memory.
     pub fn new(snap: &'a Snapshot, device: i64) -> Self {
@@ -325,22 +529,8 @@ impl<'a> Replayer<'a> {
         // Address → seeded block for frees of unknown addresses. A map, not slots: it
         // is small, and its iteration order is the order the seeded lives are numbered.
         let mut initial: FxHashMap<u64, Live> = FxHashMap::default();
-        let (mut net, mut min_net) = (0i128, 0i128);
-        let mut seg_seen: FxHashMap<u64, ()> = FxHashMap::default();
-        let mut has_segment_events = false;
-        let seed = |e: &TraceEvent, allocated: bool, cfg: &AllocatorConfig| Live {
-            size: round_size(e.size, cfg),
-            request: e.size,
-            stack: None,
-            time_us: NO_TIME,
-            alloc_event: usize::MAX,
-            allocated,
-            life: 0,
-        };
+        let mut segs = SegmentEvents::default();
         let mut facts = TraceFacts::default();
-        // `segment_alloc`s not yet freed, for `TraceFacts::unknown_segment_frees` (the
-        // replay's `seg_seen` also takes expandable segments' maps and unmaps).
-        let mut seg_allocs: FxHashMap<u64, ()> = FxHashMap::default();
         for (i, e) in trace.iter().enumerate() {
             facts.counts[e.action as usize] += 1;
             if matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted) {
@@ -374,7 +564,7 @@ impl<'a> Replayer<'a> {
                             facts.unknown_frees += 1;
                             if !orphan_pending[k] {
                                 seeded.frees_of_unknown_blocks += 1;
-                                if initial.insert(e.addr, seed(e, true, &cfg)).is_some() {
+                                if initial.insert(e.addr, seed_unknown(e, true, &cfg)).is_some() {
                                     seeded.inconsistencies += 1;
                                 }
                                 orphan_pending[k] = true;
@@ -388,7 +578,7 @@ impl<'a> Replayer<'a> {
                             // Its free_requested happened before recording: pending at t = 0.
                             facts.unknown_frees += 1;
                             seeded.frees_of_unknown_blocks += 1;
-                            if initial.insert(e.addr, seed(e, false, &cfg)).is_some() {
+                            if initial.insert(e.addr, seed_unknown(e, false, &cfg)).is_some() {
                                 seeded.inconsistencies += 1;
                             }
                         }
@@ -396,128 +586,45 @@ impl<'a> Replayer<'a> {
                 }
                 continue;
             }
-            match e.action {
-                Action::SegmentAlloc | Action::SegmentMap => {
-                    has_segment_events = true;
-                    net += e.size as i128;
-                    seg_seen.insert(e.addr, ());
-                    if e.action == Action::SegmentAlloc {
-                        seg_allocs.insert(e.addr, ());
-                    }
-                }
-                Action::SegmentFree | Action::SegmentUnmap => {
-                    has_segment_events = true;
-                    net -= e.size as i128;
-                    min_net = min_net.min(net);
-                    if seg_seen.remove(&e.addr).is_none() && e.action == Action::SegmentFree {
-                        seeded.segment_frees_of_unknown_segments += 1;
-                    }
-                    if e.action == Action::SegmentFree && seg_allocs.remove(&e.addr).is_none() {
-                        facts.unknown_segment_frees += 1;
-                    }
-                }
-                _ => {}
-            }
+            segs.entry(e, &mut seeded, &mut facts);
         }
-        // The `alloc` entry of the traced block live at `address`, if any.
-        let traced_at = |address: u64| slots.get(&address).map(|&k| traced[k as usize]).filter(|&idx| idx != NO_ALLOC);
-        seeded.frees_of_unknown_bytes = initial.values().map(|b| b.size).sum();
+        let pass = SlotTables { slots, addr_of, traced, orphan_pending };
+        Self::finish(snap, device, cfg, slot_of, pass, Pass1 { initial, segs, seeded, facts })
+    }
 
-        // Final state: real sizes of traced blocks, and untraced live blocks to seed.
-        let mut final_sizes = Vec::new();
-        let mut final_reserved = 0u64;
-        let mut has_segments = false;
-        for seg in snap.device_segments(device) {
-            has_segments = true;
-            final_reserved += seg.total_size;
-            for b in seg.blocks.iter().filter(|b| b.state.is_active()) {
-                if let Some(idx) = traced_at(b.address) {
-                    final_sizes.push((idx, b.size));
-                } else if let std::collections::hash_map::Entry::Vacant(e) = initial.entry(b.address) {
-                    let stack = b.stack.or_else(|| b.history.as_ref().and_then(|h| h.first()).and_then(|h| h.stack));
-                    seeded.untraced_live_blocks += 1;
-                    seeded.untraced_live_bytes += b.size;
-                    e.insert(Live {
-                        size: b.size,
-                        request: request_of(b),
-                        stack,
-                        time_us: NO_TIME,
-                        alloc_event: usize::MAX,
-                        allocated: b.state == BlockState::ActiveAllocated,
-                        life: 0,
-                    });
-                } else {
-                    // A pending free of a pre-recording block, still pending: already seeded.
-                    if !slots.get(&b.address).is_some_and(|&k| orphan_pending[k as usize]) {
-                        seeded.inconsistencies += 1;
-                    }
-                }
-            }
-        }
-        if has_segments {
-            let final_live: FxHashMap<u64, ()> = snap
-                .device_segments(device)
-                .flat_map(|s| s.blocks.iter().filter(|b| b.state.is_active()).map(|b| (b.address, ())))
-                .collect();
-            // Blocks the trace leaves live that the final state lacks (a trimmed file).
-            seeded.inconsistencies += (traced.iter().zip(&addr_of))
-                .filter(|&(&idx, a)| idx != NO_ALLOC && !final_live.contains_key(a))
-                .count() as u64;
-        }
+    /// The end of pass 1 ([`Replayer::build`]): the final snapshot's blocks, the reserved
+    /// bytes and the levels at t = 0, and the seeded blocks into their slots.
+    fn finish(
+        snap: &'a Snapshot,
+        device: i64,
+        cfg: AllocatorConfig,
+        slot_of: Vec<u32>,
+        pass: SlotTables,
+        found: Pass1,
+    ) -> Self {
+        let Pass1 { mut initial, segs, mut seeded, facts } = found;
+        let trace = snap.trace(device);
+        seeded.frees_of_unknown_bytes = initial.values().map(|b| b.size).sum();
+        let fin = pass.final_state(snap, device, &mut initial, &mut seeded);
         let totals: &[TotalsSample] =
             usize::try_from(device).ok().and_then(|d| snap.totals.get(d)).map_or(&[], |t| t.as_slice());
-        let reserved_from_totals = !has_segments && !has_segment_events && totals.iter().any(|t| t.reserved.is_some());
+        let reserved_from_totals = !fin.has_segments && !segs.seen && totals.iter().any(|t| t.reserved.is_some());
         let reserved_source = if reserved_from_totals {
             "profiler_totals"
-        } else if has_segments || has_segment_events {
+        } else if fin.has_segments || segs.seen {
             "segments"
         } else {
             "none"
         };
-        let reserved0 = if reserved_from_totals {
-            0
-        } else {
-            let r = final_reserved as i128 - net;
-            r.max(-min_net).max(0) as u64
-        };
-        let mut cur = Levels { reserved: reserved0, ..Levels::default() };
-        for b in initial.values() {
-            cur.active += b.size;
-            cur.requested += b.request;
-            if b.allocated {
-                cur.allocated += b.size;
-            }
-        }
-        seeded.blocks = initial.len() as u64;
-        seeded.allocated_bytes = cur.allocated;
-        seeded.active_bytes = cur.active;
-        seeded.reserved_bytes = reserved0;
+        let reserved0 = if reserved_from_totals { 0 } else { segs.reserved_at_start(fin.reserved) };
+        let cur = seed_levels(&initial, reserved0, &mut seeded);
         // The blocks live at the end of the trace, by address, for `summary`'s figures.
-        let live_at_end: FxHashMap<u64, usize> =
-            traced.iter().zip(&addr_of).filter(|&(&idx, _)| idx != NO_ALLOC).map(|(&idx, &a)| (a, idx)).collect();
-        drop(traced);
-        // The seeded blocks into their slots (one of their own for an address no
-        // entry names: a block live at the end that the trace never touched).
-        let mut live: Vec<Option<Live>> = vec![None; addr_of.len()];
-        let mut seeded_order = Vec::with_capacity(initial.len());
-        for (&address, b) in &initial {
-            let next = addr_of.len() as u32;
-            let k = *slots.entry(address).or_insert(next);
-            if k == next {
-                addr_of.push(address);
-                live.push(None);
-            }
-            live[k as usize] = Some(*b);
-            seeded_order.push(k);
-        }
-        drop(slots);
+        let live_at_end = pass.live_at_end();
+        let (addr_of, live, seeded_order) = pass.seed_slots(&initial);
         let mut r = Replayer {
             trace,
             cfg,
-            final_sizes: {
-                final_sizes.sort_unstable();
-                final_sizes
-            },
+            final_sizes: fin.sizes,
             final_pos: 0,
             slot_of,
             addr_of,
@@ -533,27 +640,32 @@ impl<'a> Replayer<'a> {
             facts: TraceFacts { live_at_end, ..facts },
         };
         if reserved_from_totals {
-            // One totals sample per profiler event (an alloc, or a free that the reader
-            // split into free_requested + free_completed). The first sample's
-            // `Total Allocated` minus what the first event leaves allocated is memory
-            // allocated before profiling began: seed it.
-            let first = trace.iter().position(|e| matches!(e.action, Action::Alloc | Action::FreeCompleted));
-            if let (Some(i), Some(a)) = (first, totals.first().and_then(|t| t.allocated)) {
-                let mut probe = Levels::default();
-                let e = &trace[i];
-                if e.action == Action::Alloc {
-                    probe.allocated = round_size(e.size, &r.cfg);
-                }
-                let base = a.saturating_sub(probe.allocated);
-                r.seeded.profiler_baseline_bytes = base;
-                r.cur.allocated += base;
-                r.cur.active += base;
-                r.seeded.allocated_bytes += base;
-                r.seeded.active_bytes += base;
-            }
-            r.advance_totals(trace.first().map_or(i64::MIN, |e| e.time_us));
+            r.seed_profiler_baseline();
         }
         r
+    }
+
+    /// A profiler trace (Kineto) has no segments: one totals sample per profiler event
+    /// (an alloc, or a free that the reader split into free_requested +
+    /// free_completed). The first sample's `Total Allocated` minus what the first event
+    /// leaves allocated is memory allocated before profiling began: seed it.
+    fn seed_profiler_baseline(&mut self) {
+        let trace = self.trace;
+        let first = trace.iter().position(|e| matches!(e.action, Action::Alloc | Action::FreeCompleted));
+        if let (Some(i), Some(a)) = (first, self.totals.first().and_then(|t| t.allocated)) {
+            let mut probe = Levels::default();
+            let e = &trace[i];
+            if e.action == Action::Alloc {
+                probe.allocated = round_size(e.size, &self.cfg);
+            }
+            let base = a.saturating_sub(probe.allocated);
+            self.seeded.profiler_baseline_bytes = base;
+            self.cur.allocated += base;
+            self.cur.active += base;
+            self.seeded.allocated_bytes += base;
+            self.seeded.active_bytes += base;
+        }
+        self.advance_totals(trace.first().map_or(i64::MIN, |e| e.time_us));
     }
 
     /// Calls `f` with each block seeded at state 0 and its address, in the order the
