@@ -653,7 +653,11 @@ fn leak_finding(s: &LeakSuspect) -> Finding {
         fs(s.last_bytes),
         s.confidence
     );
-    Finding { kind: FindingKind::Leak, severity: if s.confidence >= 0.5 { Severity::High } else { Severity::Medium }, headline }
+    Finding {
+        kind: FindingKind::Leak,
+        severity: if s.confidence >= 0.5 { Severity::High } else { Severity::Medium },
+        headline,
+    }
 }
 
 /// The call site holding the most at the allocated peak (`info`).
@@ -690,7 +694,11 @@ fn recommendation_findings(d: &DeviceAnalysis, v: &mut Vec<Finding>) {
             t.ooms == 0
                 && (t.peak_reserved_bytes as f64) <= base.peak_reserved_bytes as f64 * (1.0 - recommend::MIN_GAIN)
         });
-        v.push(Finding { kind: FindingKind::Advice, severity: if helps { Severity::Medium } else { Severity::Info }, headline: h });
+        v.push(Finding {
+            kind: FindingKind::Advice,
+            severity: if helps { Severity::Medium } else { Severity::Info },
+            headline: h,
+        });
     }
     if let Some(best) = r.recommended.first() {
         v.push(Finding {

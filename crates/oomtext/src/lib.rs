@@ -35,7 +35,7 @@
 //! two decimals of KiB / MiB / GiB. A parsed size is the printed value × unit, rounded to the
 //! nearest byte; the true value lies within ± half a unit in the last printed digit, i.e.
 //! ±5.12 bytes for KiB figures, ±5 KiB for MiB figures and ±5 MiB for GiB figures
-//! ([`printed_precision`]). Every comparison in [`explain`] allows for that slack, so a rule
+//! ([`printed_precision`]). Every comparison in [`explain`](fn@explain) allows for that slack, so a rule
 //! never fires on rounding noise.
 //!
 //! What the figures mean is version dependent and the parser normalises them:
@@ -56,7 +56,7 @@
 //!
 //! The crate root is the public face of three private modules, re-exported here: the data model
 //! (`model.rs`: [`OomMessage`], [`MessageForm`], [`printed_precision`]), the parser
-//! (`parse.rs`: [`parse`], [`parse_all`]) and the explainer (`explain.rs`: [`explain`]).
+//! (`parse.rs`: [`parse`](fn@parse), [`parse_all`]) and the explainer (`explain.rs`: [`explain`](fn@explain)).
 //!
 //! [`message_advice`] judges the usual advice (`empty_cache()`, no caching) from the
 //! message's figures alone. Nothing here needs a snapshot: when one exists,

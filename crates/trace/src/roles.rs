@@ -327,7 +327,7 @@ impl LifeIndex {
         }
     }
 
-    /// The index the lifetime walk made as it went ([`crate::timeline::LifeIndexParts`]),
+    /// The index the lifetime walk made as it went ([`crate::walk::LifeIndexParts`]),
     /// the same as [`LifeIndex::new`]'s: `summary` reads it there, where the requests
     /// and the ends are at hand, instead of reading the trace again.
     fn from_walk(lives: &BlockLives, parts: LifeIndexParts) -> Self {
@@ -491,7 +491,7 @@ struct PhaseFindings {
 
 /// What rule 2 ([`Classifier::parameters`]) found.
 struct Parameters {
-    /// The step whose gradients give the parameters' sizes ([`Classifier::gradient_step`]).
+    /// The step whose gradients give the parameters' sizes ([`gradient_step`]).
     grad_step: Option<usize>,
     /// That step's gradients, counted by request.
     grad_sizes: FxHashMap<u64, usize>,

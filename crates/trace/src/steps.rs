@@ -865,7 +865,7 @@ fn run_end(phase_of: &[Phase], mut k: usize) -> usize {
     k + phase_of[k..].iter().take_while(|&&q| q == p).count()
 }
 
-/// [`spans`] of entries `start..end`, from the runs of the whole trace.
+/// `spans` of entries `start..end`, from the runs of the whole trace.
 fn spans_in(runs: &[PhaseRun], start: usize, end: usize) -> Vec<PhaseSpan> {
     let from = runs.partition_point(|r| r.end <= start);
     runs[from..]

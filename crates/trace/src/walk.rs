@@ -235,7 +235,7 @@ impl RecentSlots {
     }
 }
 
-/// The block lives made during [`Replayer::new`]'s pass 1 ([`Replayer::lives`]).
+/// The block lives made during [`Replayer::new`]'s pass 1 ([`BlockLives::replay_with_facts`](crate::lives::BlockLives::replay_with_facts)).
 ///
 /// Between two entries that name an address, that address holds one block at most, and
 /// the lifetime walk ends a block at the next entry that names its address, whatever
@@ -245,7 +245,7 @@ impl RecentSlots {
 /// first entry of its address: the lives need no second walk, only the first's slots.
 pub(crate) struct LivesDraft {
     /// Traced lives in `alloc` order; their sizes are the rounded requests until
-    /// [`Replayer::lives`] puts in the real sizes of the blocks live at the end.
+    /// [`BlockLives::replay_with_facts`](crate::lives::BlockLives::replay_with_facts) puts in the real sizes of the blocks live at the end.
     pub(crate) traced: Vec<TracedLife>,
     /// Per slot: 1 + the traced life its address holds and no entry has ended yet; 0 for
     /// none.
@@ -288,7 +288,7 @@ impl LivesDraft {
 }
 
 /// What [`crate::roles`]' `LifeIndex` is made of, from the lifetime walk
-/// ([`Replayer::lives`]): per traced life its request; per entry 1 + the life it ended
+/// ([`BlockLives::replay_with_facts`](crate::lives::BlockLives::replay_with_facts)): per traced life its request; per entry 1 + the life it ended
 /// (a traced index, or the number of traced lives + a seeded index; 0 for none); the
 /// (entry, life) that found their entry taken, sorted.
 pub(crate) struct LifeIndexParts {
