@@ -196,7 +196,7 @@ pub fn simulate_ops(
     eng.set_record_events(true);
     let mut blocks = BlockMap::default();
     let start_state = match &inferred.initial {
-        Some(st) => seed_start_state(snap, device, &cfg, opts, cap, st, &mut eng, &mut blocks, &mut notes),
+        Some(st) => seed_start_state(snap, device, &cfg, cap, st, &mut eng, &mut blocks, &mut notes),
         None => {
             notes.push(format!(
                 "the state before the trace is unknown ({}); started empty",
@@ -251,7 +251,6 @@ fn seed_start_state(
     snap: &Snapshot,
     device: i64,
     cfg: &AllocatorConfig,
-    opts: &SimOptions,
     cap: u64,
     st: &RecordedState,
     eng: &mut CachingAllocator<SimulatedDevice>,
@@ -274,7 +273,9 @@ fn seed_start_state(
                  not comparable with runs that hold that state"
             ));
             *eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-            eng.set_record_events(opts.collect_snapshot);
+            // Events are always read (the driver work is counted from them), as for a run
+            // that was seeded.
+            eng.set_record_events(true);
             StartState::NotSeeded
         }
         Ok(()) => {

@@ -8,6 +8,7 @@ mod lab_failed_request;
 mod lab_real;
 mod memstats_fast;
 mod memstats_real;
+mod not_seeded;
 mod replay_mutated;
 mod replay_real;
 mod replay_selfcheck;

@@ -61,7 +61,10 @@ fn the_example_replays_as_fragscope_replay_does() {
         }
     }
     eprintln!("seeded example: {compared} device traces compared, {warm} with memory reserved before the trace");
-    assert!(compared >= 10 && warm >= 5, "{compared} compared, {warm} warm: too few to mean anything");
+    // The in-repository set alone has 2 warm device traces (the live H200 recording and the
+    // FSDP file); the corpus has many more.
+    let need_warm = if fragscope_testdata::has_corpus() { 10 } else { 2 };
+    assert!(compared >= 20 && warm >= need_warm, "{compared} compared, {warm} warm: too few to mean anything");
 }
 
 /// Without the seeded start, a warm recording replays from an empty allocator and misses
