@@ -29,7 +29,7 @@ import re
 import sys
 from pathlib import Path
 
-from rust_source import ATTR, CFG_TEST, TEST_MOD_DECL, blank_span, close_of, strip
+from rust_source import blank_span, close_of, drop_cfg_test, strip
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_ATTR = re.compile(r'#\s*\[\s*(?:\w+\s*::\s*)*test\s*\]')  # #[test], #[tokio::test]
@@ -40,24 +40,9 @@ FN = re.compile(r'\bfn\s+(?:r#)?(\w+)')
 def drop_test_code(text):
     """Blank `macro_rules!` bodies (their `fn`s are templates) and each item after
     `#[cfg(test)]`; also return the modules declared `#[cfg(test)] mod x;`."""
-    test_mods = []
     while m := MACRO.search(text):  # blanked, it is not found again
         text = blank_span(text, m.start(), close_of(text, m.end() - 1) + 1)
-    while m := CFG_TEST.search(text):
-        j = m.end()
-        while a := ATTR.match(text, j):  # skip further attributes
-            j = close_of(text, a.end() - 1) + 1
-        start, depth, end = j, 0, len(text)
-        for j in range(start, len(text)):  # the item ends at `;`, after `{..}`, at `,`
-            ch = text[j]  # (a field, an arm), or where the enclosing brackets close
-            if depth == 0 and ch in ';{,)]}':
-                end = close_of(text, j) + 1 if ch == '{' else j + (ch in ';,')
-                break
-            depth += (ch in '([{') - (ch in ')]}')
-        if d := TEST_MOD_DECL.match(text[start:end]):
-            test_mods.append(d.group(1))
-        text = blank_span(text, m.start(), end)
-    return text, test_mods
+    return drop_cfg_test(text)
 
 
 def rust_files(paths):

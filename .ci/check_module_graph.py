@@ -22,33 +22,11 @@ import sys
 from collections import defaultdict, deque
 from pathlib import Path
 
-from rust_source import ATTR, CFG_TEST, TEST_MOD_DECL, blank_span, close_of, strip
+from rust_source import close_of, drop_cfg_test, strip
 
 ROOT = Path(__file__).resolve().parent.parent
 INLINE_MOD = re.compile(r'\bmod\s+(\w+)\s*\{')
 TOKEN = re.compile(r'\$?\w+|::|[{},*;]|\S')
-
-
-def drop_test_code(text):
-    """Blank each item after `#[cfg(test)]`; also return the names of the modules
-    declared `#[cfg(test)] mod x;` (their files are test code). Macro bodies stay: a
-    `crate::b` (or `$crate::b`) there is a use of b wherever the macro is expanded."""
-    test_mods = []
-    while m := CFG_TEST.search(text):
-        j = m.end()
-        while a := ATTR.match(text, j):  # skip further attributes
-            j = close_of(text, a.end() - 1) + 1
-        start, depth, end = j, 0, len(text)
-        for j in range(start, len(text)):  # the item ends at `;`, after `{..}`, at `,`
-            ch = text[j]  # (a field, an arm), or where the enclosing brackets close
-            if depth == 0 and ch in ';{,)]}':
-                end = close_of(text, j) + 1 if ch == '{' else j + (ch in ';,')
-                break
-            depth += (ch in '([{') - (ch in ')]}')
-        if d := TEST_MOD_DECL.match(text[start:end]):
-            test_mods.append(d.group(1))
-        text = blank_span(text, m.start(), end)
-    return text, test_mods
 
 
 def scan_crate(src):
@@ -58,7 +36,9 @@ def scan_crate(src):
         text = strip(f.read_text(encoding='utf-8', errors='replace'))
         if re.search(r'#!\s*\[\s*cfg\s*\(\s*test\s*\)\s*\]', text):
             excluded.add(f)  # #![cfg(test)]: the whole file is test code
-        texts[f], mods = drop_test_code(text)
+        # Macro bodies stay: a `crate::b` (or `$crate::b`) there is a use of b wherever
+        # the macro is expanded.
+        texts[f], mods = drop_cfg_test(text)
         # `mod x;` in a/b.rs lives in a/b/x.rs or a/b/x/; in lib.rs/mod.rs, beside it.
         here = f.parent if f.name in ('lib.rs', 'main.rs', 'mod.rs') else f.with_suffix('')
         excluded.update(g for x in mods for g in files

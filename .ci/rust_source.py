@@ -48,3 +48,25 @@ def close_of(text, i):
 
 def blank_span(text, a, b):
     return text[:a] + re.sub(r'[^\n]', ' ', text[a:b]) + text[b:]
+
+
+def drop_cfg_test(text):
+    """Blank each item after `#[cfg(test)]` (a module, a function, a `use`, a field, an
+    arm); also return the names of the modules declared `#[cfg(test)] mod x;` (their
+    files are test code)."""
+    test_mods = []
+    while m := CFG_TEST.search(text):
+        j = m.end()
+        while a := ATTR.match(text, j):  # skip further attributes
+            j = close_of(text, a.end() - 1) + 1
+        start, depth, end = j, 0, len(text)
+        for j in range(start, len(text)):  # the item ends at `;`, after `{..}`, at `,`
+            ch = text[j]  # (a field, an arm), or where the enclosing brackets close
+            if depth == 0 and ch in ';{,)]}':
+                end = close_of(text, j) + 1 if ch == '{' else j + (ch in ';,')
+                break
+            depth += (ch in '([{') - (ch in ')]}')
+        if d := TEST_MOD_DECL.match(text[start:end]):
+            test_mods.append(d.group(1))
+        text = blank_span(text, m.start(), end)
+    return text, test_mods
