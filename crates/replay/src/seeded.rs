@@ -76,7 +76,7 @@ impl Seeded {
             device,
             initial,
             empty_cache_before: inferred.empty_cache_before,
-            seed_capacity: capacity_for(snap, device, None, &recorded_config(snap)),
+            seed_capacity: seed_capacity(snap, device),
         }
     }
 
@@ -134,9 +134,31 @@ impl Seeded {
         cfg: AllocatorConfig,
         capacity: u64,
     ) -> Result<CachingAllocator<SimulatedDevice>, StartError> {
-        let mut eng = CachingAllocator::new(cfg, SimulatedDevice::synthetic(self.seed_capacity));
-        self.seed(&mut eng)?;
-        eng.device_mut().set_capacity(capacity);
+        let state = self.initial.as_ref().map_err(|why| StartError::Unknown(why.clone()))?;
+        let mut eng = CachingAllocator::new(cfg, SimulatedDevice::synthetic(capacity));
+        seed_at_recorded_size(&mut eng, state, self.seed_capacity).map_err(StartError::NotSeeded)?;
         Ok(eng)
     }
+}
+
+/// The device size the recording's expandable reservations were made for ([`Seeded`]'s
+/// `seed_capacity`).
+pub(crate) fn seed_capacity(snap: &Snapshot, device: i64) -> u64 {
+    capacity_for(snap, device, None, &recorded_config(snap))
+}
+
+/// Seeds `eng` with `state` on a simulated device of any size: expandable reservations
+/// made before the trace keep the size the real device gave them (9/8 of `seed_capacity`,
+/// spec §6.1), not the simulated device's (2^50 bytes when unlimited, which would make two
+/// recorded reservations overlap); the device gets its own size back afterwards.
+pub(crate) fn seed_at_recorded_size(
+    eng: &mut CachingAllocator<SimulatedDevice>,
+    state: &RecordedState,
+    seed_capacity: u64,
+) -> Result<(), String> {
+    let capacity = eng.device().capacity();
+    eng.device_mut().set_capacity(seed_capacity);
+    let seeded = seed_segments(eng, state);
+    eng.device_mut().set_capacity(capacity);
+    seeded
 }

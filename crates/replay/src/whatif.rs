@@ -14,7 +14,8 @@ use fragscope_alloc::{AllocatorConfig, CachingAllocator, Event, PoolId, Simulate
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 use serde::Serialize;
 
-use super::driver::{seed_segments, verify_inner};
+use super::driver::verify_inner;
+use super::seeded::{seed_at_recorded_size, seed_capacity};
 use super::state::{BState, RecordedState};
 use super::ReplayOptions;
 
@@ -257,16 +258,7 @@ fn seed_start_state(
     blocks: &mut BlockMap,
     notes: &mut Vec<String>,
 ) -> StartState {
-    // Expandable reservations made before the trace have the size the real device gave
-    // them (9/8 of its memory, §6.1), not the simulated device's (2^50 bytes when
-    // unlimited, which would make two recorded reservations overlap): seed them under the
-    // replay's device size.
-    let recorded = super::recorded_config(snap);
-    let seed_cap = super::driver::capacity_for(snap, device, None, &recorded);
-    eng.device_mut().set_capacity(seed_cap);
-    let seeded = seed_segments(eng, st);
-    eng.device_mut().set_capacity(cap);
-    match seeded {
+    match seed_at_recorded_size(eng, st, seed_capacity(snap, device)) {
         Err(e) => {
             notes.push(format!(
                 "the state before the trace could not be seeded ({e}); started empty: this run is \
