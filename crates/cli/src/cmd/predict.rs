@@ -10,13 +10,13 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_alloc::AllocatorConfig;
 use fragscope_predict::{check_size_list, FitQuality, MaxFit, Prediction, Program, Recording};
 use fragscope_replay::settings;
 use serde::Serialize;
 
 use fragscope_snapshot::Snapshot;
 
+use super::replay::config_on_top;
 use crate::output::{bytes, percent, Align, Table};
 use crate::{input, print_stdout, CliError};
 
@@ -111,11 +111,6 @@ pub fn parse_sizes(s: &str, what: &str) -> Result<Vec<u64>, CliError> {
         )));
     }
     Ok(v)
-}
-
-/// [`settings::config_on_top`], refused as a usage error.
-fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, CliError> {
-    settings::config_on_top(base, extra).map_err(|e| CliError::usage(e.to_string()))
 }
 
 /// What to predict, checked ([`request_of`]): the parsed arguments without the files.

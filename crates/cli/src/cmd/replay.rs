@@ -135,8 +135,8 @@ pub fn role_changes(args: &Args) -> Result<Vec<role_whatif::Change>, CliError> {
     Ok(v)
 }
 
-/// [`settings::config_on_top`], refused as a usage error.
-fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, CliError> {
+/// [`settings::config_on_top`], refused as a usage error (also `predict`'s).
+pub(crate) fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, CliError> {
     settings::config_on_top(base, extra).map_err(|e| CliError::usage(e.to_string()))
 }
 
