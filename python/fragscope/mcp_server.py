@@ -9,12 +9,13 @@ PyTorch's caching allocator (replay_what_if), and the memory at a size nobody re
 the trace it covers when a window was given.
 
 Built on the official MCP Python SDK (``pip install 'fragscope[mcp]'``, the ``mcp``
-package, 2.x). Each tool runs the fragscope command line (``<python> -m fragscope ...
---json``; ``FRAGSCOPE_CLI`` may name another ``fragscope`` binary) in a subprocess and
-returns a compact digest of its JSON: the JSON schemas of docs/json-schema.md are the
-contract, and a crash or a bad file in one call can never take the server down. A
-file the CLI refuses (unreadable, not a snapshot, a pickle that asks to import code) is
-a tool error carrying the CLI's one-line message.
+package, 2.x). Each tool calls fragscope's library commands in this process (the Rust
+extension ``fragscope._native``: the same typed requests and JSON documents the CLI
+prints, docs/json-schema.md) on a worker thread with the GIL released, and returns a
+compact digest of the document. A file fragscope refuses (unreadable, not a snapshot, a
+pickle that asks to import code) or a bad argument is a tool error carrying the one-line
+message, its parameters named as this server's arguments; the reader refuses hostile
+input without panicking, so no file can take the server down.
 
 Why Python and not the Rust SDK: ``rmcp`` went from 0.1 to 3.11 through three major
 versions, and a minimal rmcp 3.11 stdio server (tokio, schemars, 97 crates) took 2145 s
@@ -26,14 +27,16 @@ Run: ``fragscope mcp`` (or ``python -m fragscope.mcp_server``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
-import subprocess
-import sys
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Callable, Dict, List, Literal, Optional
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+
+from . import _native
+from ._errors import FragscopeError
 
 INSTRUCTIONS = (
     "fragscope reads PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot "
@@ -65,36 +68,31 @@ REPLAY = (
 )
 
 
-def _cli() -> List[str]:
-    exe = os.environ.get("FRAGSCOPE_CLI")
-    return [exe] if exe else [sys.executable, "-m", "fragscope"]
+#: Worker threads for the commands: a command's Rust code runs with the GIL released, so a
+#: long replay never stalls the server's event loop or another tool call.
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="fragscope")
 
 
-def _run(args: List[str]) -> Dict[str, Any]:
-    """Runs ``fragscope ARGS`` (with --json among them) and returns its JSON, or raises
-    a ToolError with the command's one-line error."""
+def _run(what: str, work: Callable[[], str]) -> Dict[str, Any]:
+    """Runs one library command (``work`` returns its JSON document) and returns the
+    document, or raises a ToolError with fragscope's one-line message. Past TIMEOUT_S
+    the tool answers with an error; the command finishes on its worker thread (Rust code
+    cannot be interrupted mid-replay) and its result is dropped."""
+    future = _POOL.submit(work)
     try:
-        p = subprocess.run(
-            _cli() + args,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"fragscope {args[0]} took longer than {TIMEOUT_S:.0f} s (FRAGSCOPE_MCP_TIMEOUT)")
+        text = future.result(timeout=TIMEOUT_S)
+    except concurrent.futures.TimeoutError:
+        raise ToolError(f"fragscope {what} took longer than {TIMEOUT_S:.0f} s (FRAGSCOPE_MCP_TIMEOUT)")
+    except FragscopeError as e:
+        raise ToolError(str(e))
     except OSError as e:
-        raise ToolError(f"cannot run fragscope: {e}")
-    if p.returncode != 0:
-        lines = [ln.strip() for ln in p.stderr.strip().splitlines() if ln.strip()]
-        # The CLI's one line ("error: ..."; clap's usage errors say more after it).
-        errs = [ln for ln in lines if ln.lower().startswith("error:")]
-        msg = (errs or lines or [f"fragscope {args[0]} exited with code {p.returncode}"])[0]
-        raise ToolError(msg[len("error:"):].strip() if msg.lower().startswith("error:") else msg)
-    try:
-        return json.loads(p.stdout)
-    except json.JSONDecodeError as e:
-        raise ToolError(f"fragscope {args[0]} printed no JSON: {e}")
+        raise ToolError(f"cannot read: {e}")
+    return json.loads(text)
+
+
+def _load(path: str) -> Any:
+    """The snapshot at ``path`` (refused or unreadable: FragscopeError, a tool error)."""
+    return _native.load(_file(path))
 
 
 def _file(path: str) -> str:
@@ -104,10 +102,6 @@ def _file(path: str) -> str:
     if not os.path.exists(p):
         raise ToolError(f"no such file: {path}")
     return p
-
-
-def _window_args(window: Optional[str]) -> List[str]:
-    return ["--window", window] if window else []
 
 
 def _pick(d: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
@@ -125,7 +119,8 @@ def summary(path: str, window: Optional[str] = None) -> Dict[str, Any]:
         window: optional stretch of the trace, half-open START..END: entry indices
             ("1000..5000") or time since the first entry ("12.5s..14s", "..300ms").
     """
-    d = _run(["summary", "--json", _file(path)] + _window_args(window))
+    _file(path)
+    d = _run("summary", lambda: _load(path).summary_json(window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
@@ -175,7 +170,8 @@ def analyze(path: str, window: Optional[str] = None, top: int = 5) -> Dict[str, 
         top: call sites / suspects listed per table (1..50).
     """
     top = max(1, min(int(top), 50))
-    d = _run(["analyze", "--json", "--top", str(top), _file(path)] + _window_args(window))
+    _file(path)
+    d = _run("analyze", lambda: _load(path).analyze_json(top, False, window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
@@ -214,7 +210,7 @@ def explain_oom_text(text: str) -> Dict[str, Any]:
     """
     if not text or not text.strip():
         raise ToolError("give the text of the CUDA out-of-memory error")
-    d = _run(["oom", "--json", text])
+    d = _run("oom", lambda: _native.explain_oom_json(text))
     d["method"] = "the error message's own figures (no snapshot, no replay)"
     return d
 
@@ -253,26 +249,22 @@ def replay_what_if(
             "0,2,5-7". Each device then has "role_whatif": peaks before/after, whether a
             recorded OOM would be avoided, and why a change cannot be applied.
     """
-    args = ["replay", "--json", _file(path)]
-    if shard_optimizer is not None:
-        args += ["--shard-optimizer", str(int(shard_optimizer))]
-    if shard_gradients is not None:
-        args += ["--shard-gradients", str(int(shard_gradients))]
-    if grads_set_to_none:
-        args.append("--grads-set-to-none")
-    if checkpoint:
-        args += ["--checkpoint", str(checkpoint)]
-    for c in config or []:
-        args += ["--config", c]
-    if capacity:
-        args += ["--capacity", capacity]
-    for w in empty_cache_at or []:
-        args += ["--empty-cache-at", w]
-    if no_caching:
-        args.append("--no-caching")
-    if device is not None:
-        args += ["--device", str(device)]
-    d = _run(args)
+    _file(path)
+
+    def work() -> str:
+        return _load(path).replay_json(
+            configs=list(config or []),
+            capacity=capacity or None,
+            device=device,
+            empty_cache_at=list(empty_cache_at or []),
+            no_caching=bool(no_caching),
+            shard_optimizer=None if shard_optimizer is None else int(shard_optimizer),
+            shard_gradients=None if shard_gradients is None else int(shard_gradients),
+            grads_set_to_none=bool(grads_set_to_none),
+            checkpoint=str(checkpoint) if checkpoint else None,
+        )
+
+    d = _run("replay", work)
     files = d.get("files") or [{}]
     devices = []
     for dev in files[0].get("devices", []):
@@ -308,16 +300,11 @@ def _state(
 ) -> Dict[str, Any]:
     if event is not None and time is not None:
         raise ToolError("give an event index or a time, not both")
-    args = ["state", "--json", _file(path), "--by", by, "--top", str(max(1, min(int(top), 100)))]
-    if event is not None:
-        if event < 0:
-            raise ToolError("event is a trace entry index (>= 0)")
-        args += ["--at", str(event)]
-    if time is not None:
-        args += ["--time", time]
-    if device is not None:
-        args += ["--device", str(device)]
-    return _run(args)
+    if event is not None and event < 0:
+        raise ToolError("event is a trace entry index (>= 0)")
+    top = max(1, min(int(top), 100))
+    _file(path)
+    return _run("state", lambda: _load(path).state_json(event, time, device, by, top))
 
 
 @server.tool()
@@ -392,7 +379,8 @@ def roles(path: str, window: Optional[str] = None, device: Optional[int] = None)
         window: optional stretch of the trace (see `summary`).
         device: only this device.
     """
-    d = _run(["summary", "--json", _file(path)] + _window_args(window))
+    _file(path)
+    d = _run("summary", lambda: _load(path).summary_json(window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
@@ -469,18 +457,15 @@ def predict(
         raise ToolError(f"sizes gives {len(sizes)} size(s) for {len(paths)} path(s): one per recording, in order")
     if not at and not max_fit:
         raise ToolError("give the sizes to predict (at), or max_fit with capacity")
-    args = ["predict", "--json"] + [_file(p) for p in paths] + ["--sizes", ",".join(str(int(x)) for x in sizes)]
-    if at:
-        args += ["--at", ",".join(str(int(x)) for x in at)]
-    if capacity:
-        args += ["--capacity", capacity]
-    if max_fit:
-        args.append("--max-fit")
-    if config:
-        args += ["--config", config]
-    if device is not None:
-        args += ["--device", str(device)]
-    d = _run(args)
+    files = [_file(p) for p in paths]
+
+    def work() -> str:
+        snaps = [_native.load(f, p) for f, p in zip(files, paths)]
+        return _native.predict_json(
+            snaps, [int(x) for x in sizes], [int(x) for x in at or []], config or None, capacity or None, bool(max_fit), device
+        )
+
+    d = _run("predict", work)
     preds = []
     for p in d.get("predictions", []):
         row = {
@@ -522,7 +507,9 @@ def diff(path_a: str, path_b: str, top: int = 10) -> Dict[str, Any]:
         path_b: the second snapshot.
         top: call sites listed.
     """
-    d = _run(["diff", "--json", "--top", str(max(1, min(int(top), 100))), _file(path_a), _file(path_b)])
+    top = max(1, min(int(top), 100))
+    _file(path_a), _file(path_b)
+    d = _run("diff", lambda: _load(path_a).diff_json(_load(path_b), top))
     d["method"] = READ + " (peaks from each trace's timeline)"
     return d
 

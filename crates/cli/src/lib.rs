@@ -12,8 +12,6 @@
 //! Exit codes: 0 ok, 1 a `check` gate failed, 2 bad usage or unreadable input.
 
 pub mod cmd;
-pub mod example;
-pub mod input;
 pub mod output;
 pub mod windowed;
 
@@ -99,6 +97,14 @@ impl Command {
 pub struct CliError {
     pub message: String,
     pub code: u8,
+}
+
+/// Every error of the library commands ends the command with exit code 2; its message
+/// names parameters as flags.
+impl From<fragscope_commands::Error> for CliError {
+    fn from(e: fragscope_commands::Error) -> Self {
+        CliError::usage(e.render(fragscope_commands::Words::Cli))
+    }
 }
 
 impl CliError {

@@ -6,28 +6,26 @@
 //!   console script and `python -m fragscope`: the same code as the Rust binary.
 //! * [`Snapshot`]: a snapshot loaded from a path ([`load`]), from bytes ([`loads`]) or from
 //!   the live dict of `torch.cuda.memory._snapshot()` ([`from_dict`], see [`dict`]). Its
-//!   methods return the `--json` documents of the CLI's commands, built by the same public
-//!   functions the CLI prints (`fragscope::cmd::*::json`), so a Python result's `to_json()`
-//!   is byte for byte what `fragscope <command> --json` prints.
+//!   methods build the requests of [`fragscope_commands`] from keyword arguments and return
+//!   the commands' JSON documents — the ones the CLI prints, so a Python result's
+//!   `to_json()` is byte for byte what `fragscope <command> --json` prints.
 //! * [`analyze_many`]: `analyze` of many files on every core.
 //!
 //! Every analysis runs with the GIL released. Errors are the exception classes of
 //! `fragscope/_errors.py` (defined in Python so that they live in `fragscope` and pickle):
 //! `SnapshotError` / `RefusedPickleError` for input that is not a readable snapshot,
 //! `ArgumentError` for a bad argument, `FragscopeError` (their base, a `ValueError`) for
-//! the rest. Each carries the CLI's one-line message without the `error: ` prefix, with the
-//! Python argument names in place of the CLI's flags ([`python_words`]).
+//! the rest, chosen by the command error's [`ErrorKind`]. Each carries the command's
+//! one-line message with its parameters in Python's words ([`Words::Python`]).
 
 pub mod dict;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fragscope::cmd;
-use fragscope::CliError;
+use fragscope_commands::{self as commands, Error, ErrorKind, Words};
 use fragscope_diagnose::analyze::{self, AnalyzeOptions};
 use fragscope_diagnose::{check, diff};
-use fragscope_snapshot::ReadError;
 use fragscope_snapshot::Snapshot as Snap;
 use fragscope_trace::summary;
 use pyo3::prelude::*;
@@ -42,83 +40,30 @@ mod errors {
 }
 use errors::{ArgumentError, FragscopeError, RefusedPickleError, SnapshotError};
 
-/// What went wrong, for the exception class: the CLI has one error type (exit code 2 for
-/// all of these); Python callers catch them apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// Not a readable snapshot.
-    Snapshot,
-    /// A pickle that asks to run code.
-    Refused,
-    /// A bad argument.
-    Argument,
-    /// Anything else (a file that cannot be written, ...).
-    Other,
-}
+/// A command's error on its way to Python: the exception class by its kind, the message
+/// with parameters in Python's words (`capacity=`, not `--capacity`).
+struct Fail(Error);
 
-/// A failure on its way to Python: the CLI's message and its kind.
-struct Fail {
-    kind: Kind,
-    message: String,
-}
-
-impl Fail {
-    fn new(kind: Kind, e: CliError) -> Self {
-        Fail { kind, message: e.message }
-    }
-    fn argument(message: impl Into<String>) -> Self {
-        Fail { kind: Kind::Argument, message: message.into() }
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail(e)
     }
 }
 
 impl From<Fail> for PyErr {
-    fn from(f: Fail) -> PyErr {
-        match f.kind {
-            Kind::Snapshot => SnapshotError::new_err(f.message),
-            Kind::Refused => RefusedPickleError::new_err(f.message),
-            Kind::Argument => ArgumentError::new_err(python_words(&f.message)),
-            Kind::Other => FragscopeError::new_err(f.message),
+    fn from(Fail(e): Fail) -> PyErr {
+        let message = e.render(Words::Python);
+        match e.kind {
+            ErrorKind::UnreadableSnapshot => SnapshotError::new_err(message),
+            ErrorKind::RefusedPickle => RefusedPickleError::new_err(message),
+            ErrorKind::InvalidArgument => ArgumentError::new_err(message),
+            ErrorKind::Input | ErrorKind::Output => FragscopeError::new_err(message),
         }
     }
 }
 
-/// Any error of a step that only parses arguments is a bad argument.
-fn arg(e: CliError) -> Fail {
-    Fail::new(Kind::Argument, e)
-}
-
-/// Errors of steps past argument parsing (writing a file, rendering JSON).
-fn other_fail(e: CliError) -> Fail {
-    Fail::new(Kind::Other, e)
-}
-
-/// The CLI's argument messages in Python's words: `--max-reserved` is `max_reserved=` here,
-/// `--config` is `configs=`, ...
-fn python_words(message: &str) -> String {
-    const FLAGS: [(&str, &str); 10] = [
-        ("--max-reserved", "max_reserved"),
-        ("--max-allocated", "max_allocated"),
-        ("--max-peak-fragmentation", "max_peak_fragmentation"),
-        ("--empty-cache-at", "empty_cache_at"),
-        ("--save-snapshot", "save_snapshot"),
-        ("--no-caching", "no_caching"),
-        ("--allocator", "allocators"),
-        ("--capacity", "capacity"),
-        ("--config", "configs"),
-        ("--device", "device"),
-    ];
-    let mut m = message.to_string();
-    for (flag, name) in FLAGS {
-        m = m.replace(flag, name);
-    }
-    m
-}
-
-/// A snapshot that could not be read: refused (it asks to run code) or not a snapshot.
-fn read_fail(path: &Path, e: &ReadError) -> Fail {
-    let kind = if matches!(e, ReadError::Refused { .. }) { Kind::Refused } else { Kind::Snapshot };
-    Fail::new(kind, fragscope::input::read_error(path, e))
-}
+/// `Result` of a step on its way to Python.
+type Res<T> = Result<T, Fail>;
 
 /// Threads for one analysis, as the CLI uses (`AnalyzeOptions::default().threads`).
 fn analyze_options(top: usize, what_if: bool) -> AnalyzeOptions {
@@ -182,23 +127,28 @@ impl Snapshot {
         )
     }
 
-    /// `fragscope summary --json` of this snapshot.
-    fn summary_json(&self, py: Python<'_>) -> PyResult<String> {
+    /// `fragscope summary --json [--window START..END]` of this snapshot.
+    #[pyo3(signature = (window = None))]
+    fn summary_json(&self, py: Python<'_>, window: Option<String>) -> PyResult<String> {
         let (snap, name, example) = (self.inner.clone(), self.name.clone(), self.example);
-        py.allow_threads(move || cmd::summary::json(&[(name, example, summary::summarize(&snap))]))
-            .map_err(|e| other_fail(e).into())
+        py.allow_threads(move || {
+            let (snap, w) = windowed(&name, snap, window.as_deref())?;
+            commands::summary::summary_json(&[(name, example, summary::summarize(&snap))], &[w])
+        })
+        .map_err(|e| Fail(e).into())
     }
 
-    /// `fragscope analyze --json [--top N] [--what-if]` of this snapshot.
-    #[pyo3(signature = (top = 10, what_if = false))]
-    fn analyze_json(&self, py: Python<'_>, top: i64, what_if: bool) -> PyResult<String> {
-        if !(1..=1000).contains(&top) {
-            return Err(Fail::argument(format!("top={top}: it must be in 1..=1000")).into());
-        }
-        let top = top as usize;
+    /// `fragscope analyze --json [--top N] [--what-if] [--window START..END]` of this
+    /// snapshot.
+    #[pyo3(signature = (top = 10, what_if = false, window = None))]
+    fn analyze_json(&self, py: Python<'_>, top: i64, what_if: bool, window: Option<String>) -> PyResult<String> {
+        let top = commands::summary::check_top(top).map_err(Fail)?;
         let (snap, name) = (self.inner.clone(), self.name.clone());
-        py.allow_threads(move || cmd::analyze::json(&[(name, analyze::analyze(&snap, &analyze_options(top, what_if)))]))
-            .map_err(|e| other_fail(e).into())
+        py.allow_threads(move || {
+            let (snap, w) = windowed(&name, snap, window.as_deref())?;
+            commands::summary::analyze_json(&[(name, analyze::analyze(&snap, &analyze_options(top, what_if)))], &[w])
+        })
+        .map_err(|e| Fail(e).into())
     }
 
     /// `fragscope replay --json` of this snapshot: `--verify`, `--config` (repeatable),
@@ -222,11 +172,9 @@ impl Snapshot {
         grads_set_to_none: bool,
         checkpoint: Option<String>,
     ) -> PyResult<String> {
-        // Every other flag at its CLI default, so flags added to `replay` later keep
-        // their command-line meaning here.
-        let args = cmd::replay::Args {
+        let req = commands::replay::ReplayRequest {
             verify,
-            config: configs,
+            configs,
             capacity,
             device,
             save_snapshot,
@@ -236,20 +184,16 @@ impl Snapshot {
             shard_gradients,
             grads_set_to_none,
             checkpoint,
-            json: true,
-            ..Default::default()
         };
         let (snap, name) = (self.inner.clone(), self.name.clone());
         py.allow_threads(move || {
-            let capacity = cmd::replay::capacity_of(&args).map_err(arg)?;
-            device_replayable(&snap, args.device)?;
+            let checked = req.check()?;
             let mut saved = None;
-            let devices = cmd::replay::replay_snapshot(&args, capacity, &snap, &mut saved).map_err(arg)?;
-            empty_cache_found(&args.empty_cache_at, &devices)?;
-            cmd::replay::save(&args, saved.as_ref()).map_err(other_fail)?;
-            cmd::replay::json(&[(name, devices)], verify).map_err(other_fail)
+            let devices = commands::replay::replay_snapshot(&req, &checked, &snap, &mut saved)?;
+            commands::replay::save(&req, saved.as_ref())?;
+            commands::replay::json(&[(name, devices)], verify)
         })
-        .map_err(PyErr::from)
+        .map_err(|e| Fail(e).into())
     }
 
     /// `fragscope replay --allocator NAME... --json` of this snapshot: the allocator lab
@@ -262,16 +206,15 @@ impl Snapshot {
         capacity: Option<String>,
         device: Option<i64>,
     ) -> PyResult<String> {
-        let args = cmd::replay::Args { allocator: allocators, capacity, device, json: true, ..Default::default() };
+        let req = commands::replay::LabRequest { allocators, capacity, device, min_capacity: false };
         let (snap, name) = (self.inner.clone(), self.name.clone());
         py.allow_threads(move || {
-            let capacity = cmd::replay::capacity_of(&args).map_err(arg)?;
-            let specs = cmd::lab::specs_of(&args).map_err(arg)?;
-            device_replayable(&snap, args.device)?;
-            let devices = cmd::lab::lab_snapshot(&args, capacity, &snap, &specs);
-            cmd::lab::json(&[(name, devices)]).map_err(other_fail)
+            let capacity = commands::replay::parse_capacity(req.capacity.as_deref())?;
+            let specs = req.specs()?;
+            let devices = commands::replay::lab_snapshot(&req, capacity, &snap, &specs)?;
+            commands::replay::lab_json(&[(name, devices)])
         })
-        .map_err(PyErr::from)
+        .map_err(|e| Fail(e).into())
     }
 
     /// `fragscope report` of this snapshot: the self-contained HTML page, as a string.
@@ -294,39 +237,46 @@ impl Snapshot {
         max_peak_fragmentation: Option<String>,
         no_leaks: bool,
     ) -> PyResult<(String, bool, Option<String>)> {
-        let args = cmd::check::Args {
-            file: PathBuf::from(&self.name),
-            max_reserved,
-            max_allocated,
-            max_peak_fragmentation,
-            no_leaks,
-            json: true,
-        };
+        let req = commands::check::CheckRequest { max_reserved, max_allocated, max_peak_fragmentation, no_leaks };
         let snap = self.inner.clone();
         py.allow_threads(move || {
-            let limits = cmd::check::limits(&args).map_err(arg)?;
+            let limits = req.limits()?;
             let result = check::check(&snap, &limits);
-            let first = result.failures.first().map(|f| {
-                let more = result.failures.len() - 1;
-                let suffix = if more > 0 { format!(" (and {more} more)") } else { String::new() };
-                format!("check failed: {}{suffix}", cmd::check::failure_line(f))
-            });
-            Ok((cmd::check::json(&result).map_err(other_fail)?, result.ok, first))
+            let first = commands::check::failed_line(&result, Words::Python);
+            Ok((commands::check::json(&result)?, result.ok, first))
         })
-        .map_err(|e: Fail| e.into())
+        .map_err(|e: Error| Fail(e).into())
     }
 
     /// `fragscope diff --json [--top N] A B` with this snapshot as A.
     #[pyo3(signature = (other, top = 10))]
     fn diff_json(&self, py: Python<'_>, other: &Snapshot, top: i64) -> PyResult<String> {
-        if !(1..=1000).contains(&top) {
-            return Err(Fail::argument(format!("top={top}: it must be in 1..=1000")).into());
-        }
-        let top = top as usize;
+        let top = commands::summary::check_top(top).map_err(Fail)?;
         let (a, b) = (self.inner.clone(), other.inner.clone());
         let (na, nb) = (self.name.clone(), other.name.clone());
-        py.allow_threads(move || cmd::diff::json(&na, &nb, &diff::diff(&a, &b, &diff::DiffOptions { top })))
-            .map_err(|e| other_fail(e).into())
+        py.allow_threads(move || commands::diff::json(&na, &nb, &diff::diff(&a, &b, &diff::DiffOptions { top })))
+            .map_err(|e| Fail(e).into())
+    }
+
+    /// `fragscope state --json` of this snapshot: the allocator state after trace entry
+    /// `at` (or at `time` since the first entry, `12.5s`; default: the end of the trace) on
+    /// `device` (default: the first with a trace), the holders grouped `by` `site`,
+    /// `annotation` or `role`, `top` of them listed.
+    #[pyo3(signature = (at = None, time = None, device = None, by = "site", top = 10))]
+    fn state_json(
+        &self,
+        py: Python<'_>,
+        at: Option<usize>,
+        time: Option<String>,
+        device: Option<i64>,
+        by: &str,
+        top: i64,
+    ) -> PyResult<String> {
+        let top = commands::summary::check_top(top).map_err(Fail)?;
+        let req = commands::state::StateRequest { at, time, device, by: commands::state::HoldersBy::parse(by).map_err(Fail)?, top };
+        let (snap, name) = (self.inner.clone(), self.name.clone());
+        py.allow_threads(move || commands::state::json(&commands::state::state(&name, &snap, &req)?))
+            .map_err(|e| Fail(e).into())
     }
 
     /// The blocks of the allocator state at the dump, as `(device, address, size, state,
@@ -357,46 +307,41 @@ impl Snapshot {
         let snap = self.inner.clone();
         py.allow_threads(move || {
             fragscope_snapshot::pickle::write::write_path(&snap, &path)
-                .map_err(|e| other_fail(CliError::usage(format!("cannot write {}: {e}", path.display()))))
+                .map_err(|e| Fail(Error::output(format!("cannot write {}: {e}", path.display()))))
         })
         .map_err(PyErr::from)
     }
 }
 
-fn read_file(path: &Path, name: String) -> Result<Snapshot, Fail> {
+fn read_file(path: &Path, name: String) -> Res<Snapshot> {
     // Checked as the CLI's reads are: a snapshot with sizes or addresses no real one has is
     // refused before any analysis sums them.
-    let snap = fragscope_snapshot::read_path_checked(path, &mut |_, _| {}).map_err(|e| read_fail(path, &e))?;
+    let snap = fragscope_snapshot::read_path_checked(path, &mut |_, _| {})
+        .map_err(|e| commands::input::read_error(path, &e))?;
     Ok(Snapshot { inner: Arc::new(snap), name, example: false })
 }
 
-/// `device=N` must name a device whose trace can be replayed: an empty result for a typo'd
-/// device would read as "nothing to report".
-fn device_replayable(snap: &Snap, device: Option<i64>) -> Result<(), Fail> {
-    let Some(d) = device else { return Ok(()) };
-    let have = fragscope_replay::replayable_devices(snap);
-    if have.contains(&d) {
-        return Ok(());
-    }
-    let why = if snap.devices().contains(&d) { "has no trace to replay on" } else { "has no" };
-    Err(Fail::argument(format!(
-        "device={d}: this snapshot {why} device {d} (devices with a replayable trace: {have:?})"
-    )))
-}
-
-/// Each `empty_cache_at` point must be found on at least one replayed device: a name that
-/// matches nothing is a typo, not a what-if to leave out with a note.
-fn empty_cache_found(specs: &[String], devices: &[cmd::replay::DeviceResult]) -> Result<(), Fail> {
-    for s in specs {
-        let Ok(at) = fragscope_diagnose::advice::EmptyCacheAt::parse(s) else { continue };
-        let prefix = format!("{}: not replayed, ", at.describe());
-        let reasons: Vec<&str> =
-            devices.iter().filter_map(|d| d.notes.iter().find_map(|n| n.strip_prefix(prefix.as_str()))).collect();
-        if !devices.is_empty() && reasons.len() == devices.len() {
-            return Err(Fail::argument(format!("empty_cache_at='{s}': not found on any device ({})", reasons[0])));
+/// `snap` cut to `window` (`START..END`, as `--window` takes it), with what the window
+/// covered; without a window, `snap` itself.
+fn windowed(
+    name: &str,
+    snap: Arc<Snap>,
+    window: Option<&str>,
+) -> Result<(Arc<Snap>, Option<fragscope_diagnose::window::WindowInfo>), Error> {
+    match commands::windowed::parse(window)? {
+        None => Ok((snap, None)),
+        Some(spec) => {
+            let (cut, info) = commands::windowed::cut_or_error(name, &snap, &spec)?;
+            Ok((Arc::new(cut), Some(info)))
         }
     }
-    Ok(())
+}
+
+/// `fragscope oom --json TEXT`: every CUDA out-of-memory message in `text` explained.
+#[pyfunction]
+fn explain_oom_json(py: Python<'_>, text: String) -> PyResult<String> {
+    py.allow_threads(move || commands::oom::explain_text(&text).and_then(|e| commands::oom::json(&e)))
+        .map_err(|e| Fail(e).into())
 }
 
 /// Loads a snapshot file (pickle from `torch.cuda.memory._dump_snapshot`, gzipped or not,
@@ -414,7 +359,8 @@ fn load(py: Python<'_>, path: PathBuf, name: Option<String>) -> PyResult<Snapsho
 fn loads(py: Python<'_>, data: &[u8], name: Option<String>) -> PyResult<Snapshot> {
     let name = name.unwrap_or_else(|| "<bytes>".to_string());
     py.allow_threads(|| {
-        let snap = fragscope_snapshot::read_from_checked(data).map_err(|e| read_fail(Path::new(&name), &e))?;
+        let snap = fragscope_snapshot::read_from_checked(data)
+            .map_err(|e| commands::input::read_error(Path::new(&name), &e))?;
         Ok(Snapshot { inner: Arc::new(snap), name: name.clone(), example: false })
     })
     .map_err(|e: Fail| e.into())
@@ -438,8 +384,8 @@ fn from_dict(obj: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<Snapshot>
 #[pyfunction]
 fn example() -> Snapshot {
     Snapshot {
-        inner: Arc::new(fragscope::example::snapshot()),
-        name: fragscope::input::EXAMPLE_NAME.to_string(),
+        inner: Arc::new(commands::example::snapshot()),
+        name: commands::input::EXAMPLE_NAME.to_string(),
         example: true,
     }
 }
@@ -466,11 +412,11 @@ fn analyze_many(py: Python<'_>, paths: Vec<PathBuf>, top: usize, what_if: bool, 
                     let Some(path) = paths.get(i) else { break };
                     let name = path.display().to_string();
                     let r = read_file(path, name.clone()).and_then(|snap| {
-                        cmd::analyze::json(&[(name, analyze::analyze(&snap.inner, &opts))]).map_err(other_fail)
+                        Ok(commands::summary::analyze_json(&[(name, analyze::analyze(&snap.inner, &opts))], &[])?)
                     });
                     let r = match r {
                         Ok(j) => (true, j),
-                        Err(e) => (false, e.message),
+                        Err(Fail(e)) => (false, e.render(Words::Python)),
                     };
                     *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
                 });
@@ -500,20 +446,14 @@ fn predict_json(
 ) -> PyResult<String> {
     let snaps: Vec<(Arc<Snap>, String)> = snapshots.iter().map(|s| (s.inner.clone(), s.name.clone())).collect();
     py.allow_threads(move || {
-        // A capacity that does not parse is the caller's argument; the rest (recordings of
-        // different programs, sizes that do not match) is about the input, as in the CLI.
-        let capacity = capacity
-            .as_deref()
-            .map(fragscope_replay::settings::parse_capacity)
-            .transpose()
-            .map_err(|e| arg(CliError::usage(e)))?;
-        let req = cmd::predict::Request { sizes, at, config, capacity, max_fit, max_size: 1 << 20, device };
+        let capacity = commands::replay::parse_capacity(capacity.as_deref())?;
+        let req = commands::predict::Request { sizes, at, config, capacity, max_fit, max_size: 1 << 20, device };
         let refs: Vec<&Snap> = snaps.iter().map(|(s, _)| s.as_ref()).collect();
         let names: Vec<String> = snaps.iter().map(|(_, n)| n.clone()).collect();
-        let prediction = cmd::predict::evaluate(&names, &refs, &req).map_err(other_fail)?;
-        cmd::predict::json(&prediction).map_err(other_fail)
+        let prediction = commands::predict::evaluate(&names, &refs, &req)?;
+        commands::predict::json(&prediction)
     })
-    .map_err(PyErr::from)
+    .map_err(|e| Fail(e).into())
 }
 
 /// Runs the `fragscope` command line on `argv` (program name first) and returns its exit
@@ -558,5 +498,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(report_html_many, m)?)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(predict_json, m)?)?;
+    m.add_function(wrap_pyfunction!(explain_oom_json, m)?)?;
     Ok(())
 }

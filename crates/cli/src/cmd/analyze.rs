@@ -11,7 +11,6 @@ use fragscope_diagnose::oom::OomFinding;
 use fragscope_diagnose::window::WindowInfo;
 use fragscope_trace::attribution::PeakAttribution;
 use fragscope_trace::timeline::SeriesPoint;
-use serde::Serialize;
 
 use crate::output::{bytes, grouped, percent};
 use crate::CliError;
@@ -35,31 +34,16 @@ pub struct Args {
     pub window: crate::windowed::WindowArg,
 }
 
-#[derive(Serialize)]
-struct JsonOut<'a> {
-    schema: &'static str,
-    files: Vec<FileOut<'a>>,
-}
-
-#[derive(Serialize)]
-struct FileOut<'a> {
-    file: String,
-    /// What the figures cover when `--window` was given (`null`: the whole file).
-    window: Option<&'a WindowInfo>,
-    #[serde(flatten)]
-    analysis: &'a Analysis,
-}
-
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { top: args.top as usize, what_if: args.what_if, ..AnalyzeOptions::default() };
     let spec = args.window.spec()?;
     let mut windows: Vec<Option<WindowInfo>> = Vec::new();
-    let results = crate::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
+    let results = fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
         windows.push(w);
-        Ok((name, analyze::analyze(snap, &opts)))
+        Ok::<_, CliError>((name, analyze::analyze(snap, &opts)))
     })?;
     let text = if args.json {
-        json_windowed(&results, &windows)?
+        fragscope_commands::summary::analyze_json(&results, &windows)?
     } else {
         let mut s = String::new();
         for (i, (file, a)) in results.iter().enumerate() {
@@ -76,29 +60,6 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     };
     crate::print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The `--json` document (schema `fragscope.analyze/2`) of `(file name, analysis)` per
-/// file: what `fragscope analyze --json` prints.
-pub fn json(results: &[(String, Analysis)]) -> Result<String, CliError> {
-    json_windowed(results, &[])
-}
-
-/// [`json`] with the window each file was cut to (`windows[i]` for `results[i]`).
-pub fn json_windowed(results: &[(String, Analysis)], windows: &[Option<WindowInfo>]) -> Result<String, CliError> {
-    let out = JsonOut {
-        schema: analyze::SCHEMA,
-        files: results
-            .iter()
-            .enumerate()
-            .map(|(i, (file, a))| FileOut {
-                file: file.clone(),
-                window: windows.get(i).and_then(|w| w.as_ref()),
-                analysis: a,
-            })
-            .collect(),
-    };
-    crate::output::json_text(&out)
 }
 
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];

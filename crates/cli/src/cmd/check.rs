@@ -14,10 +14,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_diagnose::check::{self, CheckResult, Failure, Limits, Value};
+use fragscope_commands::check::{failed_line, json, CheckRequest};
+use fragscope_commands::Words;
+use fragscope_diagnose::check;
 
 use crate::output::bytes;
-use crate::{input, CliError, EXIT_GATE_FAILED};
+use crate::{CliError, EXIT_GATE_FAILED};
+use fragscope_commands::input;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -42,70 +45,26 @@ pub struct Args {
     pub json: bool,
 }
 
-fn flag(limit: &str) -> &'static str {
-    match limit {
-        "max_reserved" => "--max-reserved",
-        "max_allocated" => "--max-allocated",
-        "max_peak_fragmentation" => "--max-peak-fragmentation",
-        _ => "--no-leaks",
-    }
-}
-
-fn value(v: &Value) -> String {
-    match *v {
-        Value::Bytes(b) => bytes(b),
-        Value::Ratio(r) => format!("{r:.4}"),
-        Value::Count(c) => c.to_string(),
-    }
-}
-
-/// The `check failed: ...` text of one broken limit (without the prefix).
-pub fn failure_line(f: &Failure) -> String {
-    match f.limit {
-        "no_leaks" => format!("{} leak suspect(s) on device {} (--no-leaks)", value(&f.measured), f.device),
-        l => {
-            let what = match l {
-                "max_reserved" => "peak reserved",
-                "max_allocated" => "peak allocated",
-                _ => "peak fragmentation",
-            };
-            format!("{what} {} on device {} exceeds {} {}", value(&f.measured), f.device, flag(l), value(&f.allowed))
+impl Args {
+    /// The library's request.
+    pub fn request(&self) -> CheckRequest {
+        CheckRequest {
+            max_reserved: self.max_reserved.clone(),
+            max_allocated: self.max_allocated.clone(),
+            max_peak_fragmentation: self.max_peak_fragmentation.clone(),
+            no_leaks: self.no_leaks,
         }
     }
 }
 
-/// The limits of `args`, or the one-line error for a malformed size or fraction.
-pub fn limits(args: &Args) -> Result<Limits, CliError> {
-    let size = |s: &Option<String>, name: &str| -> Result<Option<u64>, CliError> {
-        s.as_deref().map(|v| check::parse_size(v).map_err(|e| CliError::usage(format!("{name}: {e}")))).transpose()
-    };
-    Ok(Limits {
-        max_reserved: size(&args.max_reserved, "--max-reserved")?,
-        max_allocated: size(&args.max_allocated, "--max-allocated")?,
-        max_peak_fragmentation: args
-            .max_peak_fragmentation
-            .as_deref()
-            .map(|v| check::parse_fraction(v).map_err(|e| CliError::usage(format!("--max-peak-fragmentation: {e}"))))
-            .transpose()?,
-        no_leaks: args.no_leaks,
-    })
-}
-
-/// The `--json` document of a check: what `fragscope check --json` prints.
-pub fn json(result: &CheckResult) -> Result<String, CliError> {
-    crate::output::json_text(result)
-}
-
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
-    let limits = limits(args)?;
+    let limits = args.request().limits()?;
     let snap = input::load(&args.file, args.json)?;
     let result = check::check(&snap, &limits);
     let text = if args.json {
         json(&result)?
-    } else if let Some(first) = result.failures.first() {
-        let more = result.failures.len() - 1;
-        let suffix = if more > 0 { format!(" (and {more} more)") } else { String::new() };
-        format!("check failed: {}{suffix}\n", failure_line(first))
+    } else if let Some(line) = failed_line(&result, Words::Cli) {
+        line + "\n"
     } else {
         let devs: Vec<String> = result
             .devices

@@ -6,11 +6,11 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_diagnose::diff::{self, Diff, DiffOptions};
-use serde::Serialize;
+use fragscope_diagnose::diff::{self, DiffOptions};
 
 use crate::output::{bytes, Align, Table};
-use crate::{input, CliError};
+use crate::CliError;
+use fragscope_commands::input;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -24,23 +24,6 @@ pub struct Args {
     /// Print JSON (schema `fragscope.diff/1`) instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-pub const SCHEMA: &str = "fragscope.diff/1";
-
-#[derive(Serialize)]
-struct JsonOut<'a> {
-    schema: &'static str,
-    a: String,
-    b: String,
-    #[serde(flatten)]
-    diff: &'a Diff,
-}
-
-/// The `--json` document (schema `fragscope.diff/1`) of a diff of snapshots named `a` and
-/// `b`: what `fragscope diff --json` prints.
-pub fn json(a: &str, b: &str, diff: &Diff) -> Result<String, CliError> {
-    crate::output::json_text(&JsonOut { schema: SCHEMA, a: a.to_string(), b: b.to_string(), diff })
 }
 
 fn signed(d: i64) -> String {
@@ -60,7 +43,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let b = input::load(&args.b, args.json)?;
     let d = diff::diff(&a, &b, &DiffOptions { top: args.top });
     let text = if args.json {
-        json(&args.a.display().to_string(), &args.b.display().to_string(), &d)?
+        fragscope_commands::diff::json(&args.a.display().to_string(), &args.b.display().to_string(), &d)?
     } else {
         let mut s = String::new();
         let _ = writeln!(s, "A: {}\nB: {}", args.a.display(), args.b.display());

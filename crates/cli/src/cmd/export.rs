@@ -700,9 +700,9 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let spec = args.window.spec()?;
     std::fs::create_dir_all(&args.output).map_err(|e| io_err(&args.output, e))?;
     let mut tables = create_tables(&args.output)?;
-    let files = crate::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, window| {
+    let files = fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, window| {
         export_snapshot(&name, snap, &mut tables)?;
-        Ok(FileOut { file: name, window })
+        Ok::<_, CliError>(FileOut { file: name, window })
     })?;
     let tables = tables.into_iter().map(Table::finish).collect::<Result<Vec<_>, _>>()?;
     let text = if args.json {

@@ -9,66 +9,23 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use fragscope_replay::lab::{lab_with, parse_policy, LabReport, PolicySpec};
-use fragscope_replay::replayable_devices;
-use fragscope_snapshot::Snapshot;
-use serde::Serialize;
+use fragscope_commands::replay;
+use fragscope_replay::lab::LabReport;
 
 use super::replay::Args;
 use crate::output::{self, Align, Table};
-use crate::{input, print_stdout, CliError};
-
-#[derive(Serialize)]
-struct JsonOut<'a> {
-    schema: &'static str,
-    files: Vec<JsonFile<'a>>,
-}
-
-#[derive(Serialize)]
-struct JsonFile<'a> {
-    file: &'a str,
-    devices: &'a [LabReport],
-}
+use crate::{print_stdout, CliError};
+use fragscope_commands::input;
 
 pub fn run(args: &Args, capacity: Option<u64>) -> Result<ExitCode, CliError> {
-    let specs = specs_of(args)?;
+    let req = args.lab_request();
+    let specs = req.specs()?;
     let out: Vec<(String, Vec<LabReport>)> = input::each_snapshot(&args.files, args.json, |name, snap| {
-        Ok((name, lab_snapshot(args, capacity, snap, &specs)))
+        Ok::<_, CliError>((name, replay::lab_snapshot(&req, capacity, snap, &specs)?))
     })?;
-    let text = if args.json { json(&out)? } else { render(&out) };
+    let text = if args.json { replay::lab_json(&out)? } else { render(&out) };
     print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The policies `--allocator` names (repeatable, `all`), each once: a bad name is bad usage.
-pub fn specs_of(args: &Args) -> Result<Vec<PolicySpec>, CliError> {
-    let mut specs: Vec<PolicySpec> = Vec::new();
-    for n in &args.allocator {
-        for s in parse_policy(n).map_err(CliError::usage)? {
-            if !specs.contains(&s) {
-                specs.push(s);
-            }
-        }
-    }
-    Ok(specs)
-}
-
-/// One snapshot through the lab: every replayable device (or `--device`) served by `specs`.
-pub fn lab_snapshot(args: &Args, capacity: Option<u64>, snap: &Snapshot, specs: &[PolicySpec]) -> Vec<LabReport> {
-    let mut devs = replayable_devices(snap);
-    if let Some(d) = args.device {
-        devs.retain(|&x| x == d);
-    }
-    devs.into_iter().map(|d| lab_with(snap, d, specs, capacity, args.min_capacity)).collect()
-}
-
-/// The `--json` document (`fragscope.replay.lab/2`) of `(file name, device reports)` per file.
-pub fn json(out: &[(String, Vec<LabReport>)]) -> Result<String, CliError> {
-    let j = JsonOut {
-        schema: "fragscope.replay.lab/2",
-        files: out.iter().map(|(f, r)| JsonFile { file: f, devices: r }).collect(),
-    };
-    output::json_text(&j)
 }
 
 fn ratio(a: u64, live: u64) -> String {

@@ -11,14 +11,11 @@ use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
-use fragscope_oomtext::{self as oom_message, format_size_pm, printed_precision, Likely, OomExplanation, OomMessage};
-use serde::Serialize;
+use fragscope_commands::oom::{self, meaning};
+use fragscope_oomtext::{format_size_pm, printed_precision, Likely, OomExplanation, OomMessage};
 
 use crate::output::{bytes, grouped};
 use crate::CliError;
-
-/// Schema name of `fragscope oom --json`.
-pub const SCHEMA: &str = "fragscope.oom/2";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -27,31 +24,6 @@ pub struct Args {
     /// Print JSON (schema `fragscope.oom/2`, see docs/json-schema.md) instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// The JSON of one message; the first message's fields are also the top level (the
-/// schema's original single-message shape), and `messages` lists every message found.
-#[derive(Serialize)]
-struct JsonOut<'a> {
-    schema: &'static str,
-    #[serde(flatten)]
-    first: JsonMessage<'a>,
-    /// Every message in the text, in order (a log often holds several: retries, ranks).
-    messages: Vec<JsonMessage<'a>>,
-}
-
-#[derive(Serialize)]
-struct JsonMessage<'a> {
-    message: &'a OomMessage,
-    /// `live_allocated`: allocated by PyTorch minus private-pool free bytes.
-    live_allocated: Option<u64>,
-    /// `total − free − reserved`.
-    outside_allocator: Option<u64>,
-    explanation: &'a OomExplanation,
-    /// The verdict is `fragmentation`.
-    fragmentation_likely: bool,
-    /// What "reserved but unallocated" means in this message, in words.
-    reserved_unallocated_meaning: Option<String>,
 }
 
 fn read_input(args: &Args) -> Result<String, CliError> {
@@ -103,57 +75,11 @@ fn instead(t: &str, what: &str) -> String {
     }
 }
 
-fn meaning(m: &OomMessage) -> Option<String> {
-    let u = m.reserved_unallocated?;
-    let driver = &m.accelerator;
-    let r = m.reserved_total.map(|r| format!(" of the {} PyTorch held", bytes(r))).unwrap_or_default();
-    let req = m
-        .tried_to_allocate
-        .map(|s| format!(" The failed request needed {} in one piece.", bytes(s)))
-        .unwrap_or_default();
-    Some(format!(
-        "{}{} was reserved but unallocated: memory PyTorch got from {driver} and keeps cached as free \
-         blocks for reuse instead of returning it. Before raising this error PyTorch already \
-         returned every completely free segment and retried, so these bytes sit in segments that \
-         also hold live tensors; they help only a request that fits inside one free block.{}",
-        format_size_pm(u, m.reserved_unallocated_uncertainty),
-        r,
-        req
-    ))
-}
-
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let text = read_input(args)?;
-    let msgs = oom_message::parse_all(&text);
-    if msgs.is_empty() {
-        // `parse` gives the more useful error (e.g. only the runtime's own OOM line).
-        let e = oom_message::parse(&text).err().map_or_else(|| "no OOM message found".to_string(), |e| e.to_string());
-        return Err(CliError::usage(e));
-    }
-    let explained: Vec<(OomMessage, OomExplanation)> = msgs
-        .into_iter()
-        .map(|m| {
-            let mut ex = oom_message::explain(&m);
-            // The usual advice (empty_cache, no caching), judged from the message's own figures.
-            ex.findings.extend(fragscope_oomtext::message_advice(&m));
-            (m, ex)
-        })
-        .collect();
+    let explained = oom::explain_text(&text)?;
     let out = if args.json {
-        fn one((msg, ex): &(OomMessage, OomExplanation)) -> JsonMessage<'_> {
-            JsonMessage {
-                message: msg,
-                live_allocated: msg.live_allocated(),
-                outside_allocator: msg.outside_allocator(),
-                explanation: ex,
-                fragmentation_likely: ex.verdict == Likely::Fragmentation,
-                reserved_unallocated_meaning: meaning(msg),
-            }
-        }
-        let j = JsonOut { schema: SCHEMA, first: one(&explained[0]), messages: explained.iter().map(one).collect() };
-        let mut s = serde_json::to_string_pretty(&j).map_err(|e| CliError::usage(format!("cannot write JSON: {e}")))?;
-        s.push('\n');
-        s
+        oom::json(&explained)?
     } else if explained.len() == 1 {
         render_text(&explained[0].0, &explained[0].1)
     } else {

@@ -10,15 +10,14 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_predict::{check_size_list, FitQuality, MaxFit, Prediction, Program, Recording};
-use fragscope_replay::settings;
-use serde::Serialize;
-
+use fragscope_commands::input;
+use fragscope_commands::predict::{check_request, evaluate, json, parse_sizes, Outcome, Request};
+use fragscope_commands::Param;
+use fragscope_predict::{MaxFit, Prediction, Program};
 use fragscope_snapshot::Snapshot;
 
-use super::replay::config_on_top;
 use crate::output::{bytes, percent, Align, Table};
-use crate::{input, print_stdout, CliError};
+use crate::{print_stdout, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -58,215 +57,32 @@ pub struct Args {
     pub report: Option<PathBuf>,
 }
 
-pub const SCHEMA: &str = "fragscope.predict/1";
-
-#[derive(Serialize)]
-struct JsonOut<'a> {
-    schema: &'static str,
-    files: Vec<JsonFile>,
-    /// Per device: how the recordings aligned and how their sizes fitted.
-    fits: Vec<JsonFit<'a>>,
-    predictions: Vec<JsonPrediction<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    max_fit: Vec<&'a MaxFit>,
-}
-
-#[derive(Serialize)]
-struct JsonFile {
-    file: String,
-    size: u64,
-}
-
-#[derive(Serialize)]
-struct JsonFit<'a> {
-    device: i64,
-    template_size: u64,
-    #[serde(flatten)]
-    quality: &'a FitQuality,
-    notes: &'a [String],
-}
-
-#[derive(Serialize)]
-struct JsonPrediction<'a> {
-    #[serde(flatten)]
-    prediction: &'a Prediction,
-    fits: bool,
-    fit_quality: CompactQuality,
-}
-
-#[derive(Serialize)]
-struct CompactQuality {
-    aligned_fraction: f64,
-    unexplained: usize,
-    extrapolated_share: f64,
-}
-
-/// Parses `128,256` into sizes (each ≥ 1).
-pub fn parse_sizes(s: &str, what: &str) -> Result<Vec<u64>, CliError> {
-    let v: Result<Vec<u64>, _> = s.split(',').map(|x| x.trim().replace('_', "").parse::<u64>()).collect();
-    let v = v.map_err(|_| CliError::usage(format!("{what} {s:?}: expected whole numbers separated by commas")))?;
-    if v.contains(&0) {
-        return Err(CliError::usage(format!(
-            "{what} {s:?}: a size of 0; sizes are batch sizes, sequence lengths, ..., all at least 1"
-        )));
-    }
-    Ok(v)
-}
-
-/// What to predict, checked ([`request_of`]): the parsed arguments without the files.
-#[derive(Clone, Debug, Default)]
-pub struct Request {
-    pub sizes: Vec<u64>,
-    pub at: Vec<u64>,
-    pub config: Option<String>,
-    pub capacity: Option<u64>,
-    pub max_fit: bool,
-    pub max_size: u64,
-    pub device: Option<i64>,
-}
-
-/// The predictions of one command: per device the fitted program, the replays, the
-/// largest sizes that fit.
-pub struct Outcome<'a> {
-    pub names: Vec<String>,
-    pub sizes: Vec<u64>,
-    pub programs: Vec<Program<'a>>,
-    /// Each prediction with the index of its program.
-    pub predictions: Vec<(Prediction, usize)>,
-    pub max_fit: Vec<MaxFit>,
-}
-
-/// Checks the usage of `predict` for `files` recordings (before reading any file): the
-/// one-line errors, exit code 2.
-pub fn check_request(files: usize, req: &Request) -> Result<(), CliError> {
-    if files < 2 {
-        return Err(CliError::usage(format!(
-            "predict needs two or more recordings of one program at different sizes, got {files}: {}",
-            fragscope_predict::recording_recipe()
-        )));
-    }
-    if req.sizes.len() != files {
-        return Err(CliError::usage(format!(
-            "--sizes gives {} size(s) for {files} file(s): one size per recording, in file order",
-            req.sizes.len()
-        )));
-    }
-    check_size_list(&req.sizes).map_err(|e| CliError::usage(e.0))?;
-    if req.at.contains(&0) {
-        return Err(CliError::usage("--at: a size of 0; sizes are batch sizes, sequence lengths, ..., all at least 1"));
-    }
-    if req.at.is_empty() && !req.max_fit {
-        return Err(CliError::usage("--at is required (the sizes to predict), or --max-fit with --capacity"));
-    }
-    if req.max_fit && req.capacity.is_none() {
-        return Err(CliError::usage("--max-fit needs --capacity (a GPU name such as H100-80GB, or bytes)"));
-    }
-    if let Some(c) = &req.config {
-        fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
-    }
-    Ok(())
-}
-
-fn request_of(args: &Args) -> Result<Request, CliError> {
-    let at = match &args.at {
-        Some(s) => parse_sizes(s, "--at")?,
-        None => Vec::new(),
-    };
-    let capacity = args.capacity.as_deref().map(settings::parse_capacity).transpose().map_err(CliError::usage)?;
-    let sizes = if args.files.len() < 2 { Vec::new() } else { parse_sizes(&args.sizes, "--sizes")? };
-    let req = Request {
-        sizes,
-        at,
-        config: args.config.clone(),
-        capacity,
-        max_fit: args.max_fit,
-        max_size: args.max_size,
-        device: args.device,
-    };
-    check_request(args.files.len(), &req)?;
-    Ok(req)
-}
-
-/// Aligns and fits `snaps` (recordings named `names`) and replays what `req` asks.
-pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> Result<Outcome<'a>, CliError> {
-    check_request(snaps.len(), req)?;
-    let recs: Vec<Recording> = snaps.iter().zip(&req.sizes).map(|(&s, &size)| Recording { snap: s, size }).collect();
-    let devices = match req.device {
-        Some(d) => vec![d],
-        None => {
-            let mut common = fragscope_replay::replayable_devices(snaps[0]);
-            for s in &snaps[1..] {
-                let d = fragscope_replay::replayable_devices(s);
-                common.retain(|x| d.contains(x));
-            }
-            common
-        }
-    };
-    if devices.is_empty() {
-        return Err(CliError::usage("the recordings share no device with an allocation trace: nothing to predict"));
-    }
-    let mut programs = Vec::new();
-    for &d in &devices {
-        programs.push(Program::fit(&recs, Some(d)).map_err(|e| CliError::usage(e.0))?);
-    }
-    let mut predictions = Vec::new();
-    let mut max_fit = Vec::new();
-    for (k, prog) in programs.iter().enumerate() {
-        let base = prog.recorded_config.clone();
-        let cfg = match &req.config {
-            Some(c) => config_on_top(&base, c)?,
-            None => base.clone(),
+impl Args {
+    /// The library's request, parsed (before reading any file).
+    fn request(&self) -> Result<Request, CliError> {
+        let at = match &self.at {
+            Some(s) => parse_sizes(s, Param::At)?,
+            None => Vec::new(),
         };
-        for &x in &req.at {
-            predictions.push((prog.predict(x, &cfg, req.capacity), k));
-        }
-        if let (true, Some(cap)) = (req.max_fit, req.capacity) {
-            max_fit.push(prog.max_fit(&cfg, cap, req.max_size));
-            if req.config.is_none() {
-                for alt in settings::ALTERNATIVES {
-                    max_fit.push(prog.max_fit(&config_on_top(&base, alt)?, cap, req.max_size));
-                }
-            }
-        }
+        let capacity = fragscope_commands::replay::parse_capacity(self.capacity.as_deref())?;
+        let sizes = if self.files.len() < 2 { Vec::new() } else { parse_sizes(&self.sizes, Param::Sizes)? };
+        let req = Request {
+            sizes,
+            at,
+            config: self.config.clone(),
+            capacity,
+            max_fit: self.max_fit,
+            max_size: self.max_size,
+            device: self.device,
+        };
+        check_request(self.files.len(), &req)?;
+        Ok(req)
     }
-    Ok(Outcome { names: names.to_vec(), sizes: req.sizes.clone(), programs, predictions, max_fit })
-}
-
-/// The `--json` document (schema `fragscope.predict/1`): what `fragscope predict --json`
-/// prints.
-pub fn json(out: &Outcome) -> Result<String, CliError> {
-    let doc = JsonOut {
-        schema: SCHEMA,
-        files: out.names.iter().zip(&out.sizes).map(|(f, &size)| JsonFile { file: f.clone(), size }).collect(),
-        fits: out
-            .programs
-            .iter()
-            .map(|p| JsonFit { device: p.device, template_size: p.template_size, quality: &p.quality, notes: &p.notes })
-            .collect(),
-        predictions: out
-            .predictions
-            .iter()
-            .map(|(p, k)| {
-                let prog = &out.programs[*k];
-                JsonPrediction {
-                    prediction: p,
-                    fits: p.oom.is_none(),
-                    fit_quality: CompactQuality {
-                        aligned_fraction: prog.quality.aligned_fraction,
-                        unexplained: prog.quality.unexplained_total,
-                        extrapolated_share: p.extrapolated_share,
-                    },
-                }
-            })
-            .collect(),
-        max_fit: out.max_fit.iter().collect(),
-    };
-    crate::output::json_text(&doc)
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     // Usage errors first, before reading anything.
-    let req = request_of(args)?;
+    let req = args.request()?;
     let snaps = args.files.iter().map(|f| input::load(f, args.json)).collect::<Result<Vec<_>, _>>()?;
     let names: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
     let refs: Vec<&Snapshot> = snaps.iter().collect();

@@ -20,18 +20,15 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_alloc::AllocatorConfig;
+use fragscope_commands::replay::{self, DeviceResult, LabRequest, ReplayRequest};
 use fragscope_diagnose::advice;
-use fragscope_diagnose::role_whatif::{self, RoleWhatIf};
-use fragscope_replay::{
-    self as replay, cost, fidelity, recorded_config, replayable_devices, settings, simulate_with, ReplayOptions,
-    SimOptions, VerifyReport, WhatIf,
-};
+use fragscope_diagnose::role_whatif::RoleWhatIf;
+use fragscope_replay::{cost, fidelity, recorded_config, replayable_devices, WhatIf};
 use fragscope_snapshot::Snapshot;
-use serde::Serialize;
 
 use crate::output::{self, Align, Table};
-use crate::{input, print_stdout, CliError};
+use crate::{print_stdout, CliError};
+use fragscope_commands::input;
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -110,75 +107,40 @@ pub struct Args {
 const ROLE_CONFLICTS: [&str; 7] =
     ["verify", "fidelity_table", "advice_table", "allocator", "empty_cache_at", "no_caching", "save_snapshot"];
 
-/// The role-level changes `args` asks for (empty: none), checked.
-pub fn role_changes(args: &Args) -> Result<Vec<role_whatif::Change>, CliError> {
-    let mut v = Vec::new();
-    let ranks = |flag: &str, n: u32| {
-        if n < 2 {
-            Err(CliError::usage(format!("{flag} {n}: sharding needs 2 ranks or more")))
-        } else {
-            Ok(n)
+impl Args {
+    /// The request the library runs (clap's checks done; the library checks the rest).
+    pub fn request(&self) -> ReplayRequest {
+        ReplayRequest {
+            verify: self.verify,
+            configs: self.config.clone(),
+            capacity: self.capacity.clone(),
+            device: self.device,
+            save_snapshot: self.save_snapshot.clone(),
+            empty_cache_at: self.empty_cache_at.clone(),
+            no_caching: self.no_caching,
+            shard_optimizer: self.shard_optimizer,
+            shard_gradients: self.shard_gradients,
+            grads_set_to_none: self.grads_set_to_none,
+            checkpoint: self.checkpoint.clone(),
         }
-    };
-    if let Some(n) = args.shard_optimizer {
-        v.push(role_whatif::Change::ShardOptimizer(ranks("--shard-optimizer", n)?));
     }
-    if let Some(n) = args.shard_gradients {
-        v.push(role_whatif::Change::ShardGradients(ranks("--shard-gradients", n)?));
+
+    /// The allocator lab's request (`--allocator`).
+    pub fn lab_request(&self) -> LabRequest {
+        LabRequest {
+            allocators: self.allocator.clone(),
+            capacity: self.capacity.clone(),
+            device: self.device,
+            min_capacity: self.min_capacity,
+        }
     }
-    if args.grads_set_to_none {
-        v.push(role_whatif::Change::GradsSetToNone);
-    }
-    if let Some(l) = &args.checkpoint {
-        v.push(role_whatif::Change::Checkpoint(role_whatif::Layers::parse(l).map_err(CliError::usage)?));
-    }
-    Ok(v)
-}
-
-/// [`settings::config_on_top`], refused as a usage error (also `predict`'s).
-pub(crate) fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, CliError> {
-    settings::config_on_top(base, extra).map_err(|e| CliError::usage(e.to_string()))
-}
-
-#[derive(Serialize)]
-struct JsonOut<'a> {
-    schema: &'static str,
-    files: Vec<JsonFile<'a>>,
-}
-
-#[derive(Serialize)]
-struct JsonFile<'a> {
-    file: String,
-    devices: Vec<JsonDevice<'a>>,
-}
-
-#[derive(Serialize)]
-struct JsonDevice<'a> {
-    #[serde(flatten)]
-    verify: &'a VerifyReport,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    whatif: Option<&'a [WhatIf]>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    advice_notes: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    role_whatif: Option<&'a [RoleWhatIf]>,
-}
-
-/// One device's replay: the verification and, unless `--verify`, the what-if runs.
-pub struct DeviceResult {
-    pub verify: VerifyReport,
-    pub whatif: Option<Vec<WhatIf>>,
-    /// Advice that could not be replayed on this device, and why.
-    pub notes: Vec<String>,
-    /// Role-level what-ifs (one per configuration), when asked for.
-    pub roles: Option<Vec<RoleWhatIf>>,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
-    // Bad config strings are bad usage: check them before any work.
-    let capacity = capacity_of(args)?;
-    advice_requested(args)?;
-    role_changes(args)?;
+    // Bad settings, sizes and advice are bad usage: checked before any work.
+    let req = args.request();
+    let checked = req.check()?;
+    let capacity = checked.capacity;
     if args.advice_table {
         print_stdout(&advice_table(&args.files, capacity))?;
         return Ok(ExitCode::SUCCESS);
@@ -198,153 +160,12 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     }
     let mut saved: Option<Snapshot> = None;
     let out: Vec<(String, Vec<DeviceResult>)> = input::each_snapshot(&args.files, args.json, |name, snap| {
-        Ok((name, replay_snapshot(args, capacity, snap, &mut saved)?))
+        Ok::<_, CliError>((name, replay::replay_snapshot(&req, &checked, snap, &mut saved)?))
     })?;
-    save(args, saved.as_ref())?;
-    let text = if args.json { json(&out, args.verify)? } else { render_text(&out, args.verify) };
+    replay::save(&req, saved.as_ref())?;
+    let text = if args.json { replay::json(&out, args.verify)? } else { render_text(&out, args.verify) };
     print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Checks `args`' config strings and returns its capacity (`--capacity` parsed): the
-/// usage errors of `replay`, found before any work.
-pub fn capacity_of(args: &Args) -> Result<Option<u64>, CliError> {
-    for c in &args.config {
-        fragscope_alloc::parse_config(c).map_err(|e| CliError::usage(e.to_string()))?;
-    }
-    args.capacity.as_deref().map(settings::parse_capacity).transpose().map_err(CliError::usage)
-}
-
-/// Replays one snapshot as `args` asks (verify, and unless `--verify` the what-if runs),
-/// per replayable device. With `--save-snapshot`, the first config's simulated run is
-/// merged into `saved` (see [`save`]).
-pub fn replay_snapshot(
-    args: &Args,
-    capacity: Option<u64>,
-    snap: &Snapshot,
-    saved: &mut Option<Snapshot>,
-) -> Result<Vec<DeviceResult>, CliError> {
-    let mut devs = replayable_devices(snap);
-    if let Some(d) = args.device {
-        devs.retain(|&x| x == d);
-    }
-    let advice = advice_requested(args)?;
-    let changes = role_changes(args)?;
-    if !changes.is_empty()
-        && (args.verify || !args.empty_cache_at.is_empty() || args.no_caching || args.save_snapshot.is_some())
-    {
-        // clap refuses these on the command line; this is for the other front ends.
-        return Err(CliError::usage(
-            "role-level what-ifs do not combine with verify, empty_cache_at, no_caching or save_snapshot",
-        ));
-    }
-    let mut results = Vec::new();
-    for d in devs {
-        let verify = replay::verify(snap, d, &ReplayOptions { capacity, ..Default::default() });
-        let mut notes = Vec::new();
-        if !changes.is_empty() {
-            let recorded = recorded_config(snap);
-            let mut cfgs = vec![recorded.clone()];
-            if !args.config.is_empty() {
-                cfgs = args.config.iter().map(|c| config_on_top(&recorded, c)).collect::<Result<_, _>>()?;
-            }
-            let sets = [changes.clone()];
-            let roles = cfgs
-                .into_iter()
-                .flat_map(|c| role_whatif::simulate_change_sets(snap, d, &sets, c, capacity, &[]))
-                .collect();
-            results.push(DeviceResult { verify, whatif: None, notes, roles: Some(roles) });
-            continue;
-        }
-        let whatif = if args.verify {
-            None
-        } else {
-            let recorded = recorded_config(snap);
-            let mut cfgs: Vec<AllocatorConfig> = Vec::new();
-            if args.config.is_empty() {
-                cfgs.push(recorded.clone());
-                for alt in settings::ALTERNATIVES {
-                    let c = config_on_top(&recorded, alt)?;
-                    if c != recorded {
-                        cfgs.push(c);
-                    }
-                }
-            } else {
-                for c in &args.config {
-                    cfgs.push(config_on_top(&recorded, c)?);
-                }
-            }
-            // Each setting a replay of its own, side by side (seconds each on a long trace).
-            let mut runs = fragscope_trace::par::map(cfgs.len(), fragscope_trace::par::threads(), |k| {
-                let collect = k == 0 && args.save_snapshot.is_some();
-                simulate_with(
-                    snap,
-                    d,
-                    cfgs[k].clone(),
-                    &SimOptions { capacity, collect_snapshot: collect, ..SimOptions::default() },
-                )
-            });
-            for w in &mut runs {
-                if let Some(s) = w.snapshot.take() {
-                    merge_into(saved, s);
-                }
-            }
-            runs.extend(run_advice(snap, d, &recorded, capacity, &advice, &mut notes));
-            Some(runs)
-        };
-        results.push(DeviceResult { verify, whatif, notes, roles: None });
-    }
-    Ok(results)
-}
-
-/// Writes the simulated run to `--save-snapshot`, when asked and there is one.
-pub fn save(args: &Args, saved: Option<&Snapshot>) -> Result<(), CliError> {
-    if let (Some(path), Some(s)) = (&args.save_snapshot, saved) {
-        fragscope_snapshot::pickle::write::write_path(s, path)
-            .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))?;
-    }
-    Ok(())
-}
-
-/// The `--json` document (`fragscope.replay.verify/1` with `verify`, else
-/// `fragscope.replay.whatif/2`) of `(file name, device results)` per file.
-pub fn json(out: &[(String, Vec<DeviceResult>)], verify: bool) -> Result<String, CliError> {
-    let j = JsonOut {
-        schema: if verify { "fragscope.replay.verify/1" } else { "fragscope.replay.whatif/2" },
-        files: out
-            .iter()
-            .map(|(file, rs)| JsonFile {
-                file: file.clone(),
-                devices: rs
-                    .iter()
-                    .map(|r| JsonDevice {
-                        verify: &r.verify,
-                        whatif: r.whatif.as_deref(),
-                        advice_notes: &r.notes,
-                        role_whatif: r.roles.as_deref(),
-                    })
-                    .collect(),
-            })
-            .collect(),
-    };
-    crate::output::json_text(&j)
-}
-
-fn merge_into(acc: &mut Option<Snapshot>, s: Snapshot) {
-    match acc {
-        None => *acc = Some(s),
-        Some(a) => {
-            a.segments.extend(s.segments);
-            for (i, t) in s.device_traces.into_iter().enumerate() {
-                if a.device_traces.len() <= i {
-                    a.device_traces.resize(i + 1, Vec::new());
-                }
-                if !t.is_empty() {
-                    a.device_traces[i] = t;
-                }
-            }
-        }
-    }
 }
 
 fn frac(a: u64, b: u64) -> String {
@@ -520,45 +341,6 @@ pub fn role_text(s: &mut String, w: &RoleWhatIf) {
     let _ = writeln!(s, "  Not modelled: {}.", w.not_modelled.join("; "));
 }
 
-/// The advice to replay: (`empty_cache()` points, no caching). Without `--config` and
-/// without the flags, both defaults (every step, no caching).
-fn advice_requested(args: &Args) -> Result<(Vec<advice::EmptyCacheAt>, bool), CliError> {
-    if args.config.is_empty() && args.empty_cache_at.is_empty() && !args.no_caching {
-        return Ok((vec![advice::EmptyCacheAt::Steps], true));
-    }
-    let at = args
-        .empty_cache_at
-        .iter()
-        .map(|s| advice::EmptyCacheAt::parse(s).map_err(CliError::usage))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((at, args.no_caching))
-}
-
-fn run_advice(
-    snap: &Snapshot,
-    d: i64,
-    recorded: &AllocatorConfig,
-    capacity: Option<u64>,
-    (at, no_caching): &(Vec<advice::EmptyCacheAt>, bool),
-    notes: &mut Vec<String>,
-) -> Vec<WhatIf> {
-    // The empty_cache() placements, then no caching: replays side by side, kept in order.
-    let jobs = at.len() + usize::from(*no_caching);
-    let done = fragscope_trace::par::map(jobs, fragscope_trace::par::threads(), |k| match at.get(k) {
-        Some(a) => advice::simulate_empty_cache(snap, d, recorded.clone(), capacity, a)
-            .map_err(|e| format!("{}: not replayed, {e}", a.describe())),
-        None => Ok(advice::simulate_uncached(snap, d, capacity)),
-    });
-    let mut runs = Vec::new();
-    for r in done {
-        match r {
-            Ok(w) => runs.push(w),
-            Err(note) => notes.push(note),
-        }
-    }
-    runs
-}
-
 /// The row name of a what-if: its advice, else its configuration string.
 fn whatif_label(w: &WhatIf) -> String {
     match &w.advice {
@@ -589,7 +371,7 @@ fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
         };
         for d in replayable_devices(&snap) {
             let cfg = recorded_config(&snap);
-            let base = replay::simulate(&snap, d, cfg.clone(), capacity);
+            let base = fragscope_replay::simulate(&snap, d, cfg.clone(), capacity);
             let (iters, ec) = match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Steps)
             {
                 Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),

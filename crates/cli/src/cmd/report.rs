@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use fragscope_diagnose::diff::{diff, DiffOptions};
 use fragscope_report::{file_data_shared, render, render_with_diff, ReportOptions};
 
-use crate::{input, CliError};
+use crate::{CliError};
+use fragscope_commands::input;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -46,7 +47,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         None => name,
     };
     if let Some(n) = args.state_at {
-        let files = crate::windowed::each_snapshot(&args.files, false, spec.as_ref(), |name, snap, _| {
+        let files = fragscope_commands::windowed::each_snapshot(&args.files, false, spec.as_ref(), |name, snap, _| {
             let devices = snap
                 .devices()
                 .into_iter()
@@ -54,7 +55,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
                     fragscope_report::state::state_at(snap, d, n).map_err(|e| CliError::usage(format!("{name}: {e}")))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(serde_json::json!({ "file": name, "devices": devices }))
+            Ok::<_, CliError>(serde_json::json!({ "file": name, "devices": devices }))
         })?;
         println!("{}", serde_json::json!({ "state": n, "files": files }));
         return Ok(ExitCode::SUCCESS);
@@ -71,8 +72,8 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         // Two runs: both in memory once, for the comparison of their peaks.
         let (mut sa, mut sb) = (input::load(a, false)?, input::load(b, false)?);
         if let Some(w) = &spec {
-            sa = crate::windowed::cut_or_error(&a.display().to_string(), &sa, w)?.0;
-            sb = crate::windowed::cut_or_error(&b.display().to_string(), &sb, w)?.0;
+            sa = fragscope_commands::windowed::cut_or_error(&a.display().to_string(), &sa, w)?.0;
+            sb = fragscope_commands::windowed::cut_or_error(&b.display().to_string(), &sb, w)?.0;
         }
         let d = diff(&sa, &sb, &DiffOptions::default());
         let data = [
@@ -81,8 +82,8 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         ];
         render_with_diff(&data, Some(&d))
     } else {
-        let data = crate::windowed::each_snapshot(&args.files, false, spec.as_ref(), |name, snap, _| {
-            Ok(file_data_shared(&titled(name), example, snap, &each, page))
+        let data = fragscope_commands::windowed::each_snapshot(&args.files, false, spec.as_ref(), |name, snap, _| {
+            Ok::<_, CliError>(file_data_shared(&titled(name), example, snap, &each, page))
         })?;
         render(&data)
     };

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use fragscope_diagnose::window::WindowInfo;
 use fragscope_trace::summary::{self, DeviceSummary, PoolFigures, Summary};
-use serde::Serialize;
 
 use crate::output::{self, Align, Table};
 use crate::CliError;
@@ -24,36 +23,17 @@ pub struct Args {
     pub window: crate::windowed::WindowArg,
 }
 
-/// Top level of `--json`.
-#[derive(Serialize)]
-struct JsonOut<'a> {
-    schema: &'static str,
-    files: Vec<FileOut<'a>>,
-}
-
-#[derive(Serialize)]
-struct FileOut<'a> {
-    /// The path as given, or `"<built-in example>"`.
-    file: String,
-    /// True for the example snapshot shipped with fragscope.
-    example: bool,
-    /// What the figures cover when `--window` was given (`null`: the whole file).
-    window: Option<&'a WindowInfo>,
-    #[serde(flatten)]
-    summary: &'a Summary,
-}
-
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let example = args.files.is_empty();
     let spec = args.window.spec()?;
     let mut windows: Vec<Option<WindowInfo>> = Vec::new();
     let results: Vec<(String, bool, Summary)> =
-        crate::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
+        fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
             windows.push(w);
-            Ok((name, example, summary::summarize(snap)))
+            Ok::<_, CliError>((name, example, summary::summarize(snap)))
         })?;
     let text = if args.json {
-        json_windowed(&results, &windows)?
+        fragscope_commands::summary::summary_json(&results, &windows)?
     } else {
         let mut s = String::new();
         for (i, (file, example, sum)) in results.iter().enumerate() {
@@ -70,31 +50,6 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     };
     crate::print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The `--json` document (schema `fragscope.summary/1`) of `(file name, is the built-in
-/// example, summary)` per file: what `fragscope summary --json` prints.
-pub fn json(results: &[(String, bool, Summary)]) -> Result<String, CliError> {
-    json_windowed(results, &[])
-}
-
-/// [`json`] with the window each file was cut to (`windows[i]` for `results[i]`; missing
-/// or `None`: the whole file).
-pub fn json_windowed(results: &[(String, bool, Summary)], windows: &[Option<WindowInfo>]) -> Result<String, CliError> {
-    let out = JsonOut {
-        schema: summary::SCHEMA,
-        files: results
-            .iter()
-            .enumerate()
-            .map(|(i, (file, example, s))| FileOut {
-                file: file.clone(),
-                example: *example,
-                window: windows.get(i).and_then(|w| w.as_ref()),
-                summary: s,
-            })
-            .collect(),
-    };
-    output::json_text(&out)
 }
 
 fn format_name(f: &str) -> &'static str {

@@ -1,19 +1,19 @@
 //! Loading a snapshot file for a command: a progress bar on a terminal for large files,
-//! and the one-line error (exit code 2) when the file cannot be read.
+//! and the one-line [`Error`] when the file cannot be read (refused pickles apart).
 
 use std::io::IsTerminal;
 use std::path::Path;
 
 use fragscope_snapshot::{ReadError, Snapshot};
 
-use crate::CliError;
+use crate::{Error, ErrorKind};
 
 /// Files larger than this get a progress bar (on a terminal, not with `--json`).
 pub const PROGRESS_THRESHOLD: u64 = 64 * 1024 * 1024;
 
 /// Reads a snapshot; `quiet` (e.g. `--json`) never shows a progress bar. `-` reads
 /// standard input, as `_memory_viz.py` does (`ssh gpu cat snap.pickle | fragscope summary -`).
-pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
+pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, Error> {
     if path.as_os_str() == "-" {
         return fragscope_snapshot::read_from_checked(std::io::stdin().lock())
             .map_err(|e| read_error(Path::new("<stdin>"), &e));
@@ -40,13 +40,14 @@ pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, CliError> {
 }
 
 /// The one line for a file that cannot be used (without the `error: ` prefix).
-pub fn read_error(path: &Path, e: &ReadError) -> CliError {
+pub fn read_error(path: &Path, e: &ReadError) -> Error {
     let msg = match e {
         ReadError::Io(io) => format!("cannot read {}: {io}", path.display()),
         ReadError::Changed => format!("cannot read {}: {e}", path.display()),
         other => format!("{} is not a memory snapshot: {other}", path.display()),
     };
-    CliError::usage(msg)
+    let kind = if matches!(e, ReadError::Refused { .. }) { ErrorKind::RefusedPickle } else { ErrorKind::UnreadableSnapshot };
+    Error::new(kind, vec![msg.into()])
 }
 
 /// Name shown for the built-in example snapshot.
@@ -54,12 +55,12 @@ pub const EXAMPLE_NAME: &str = "<built-in example>";
 
 /// Runs `f` on the snapshots a command works on: each FILE in order, or, with none given,
 /// the built-in example (so every command can be tried without a snapshot at hand). One
-/// snapshot is in memory at a time.
-pub fn each_snapshot<R>(
+/// snapshot is in memory at a time. `f` may fail with a front end's own error type.
+pub fn each_snapshot<R, E: From<Error>>(
     files: &[std::path::PathBuf],
     quiet: bool,
-    mut f: impl FnMut(String, &Snapshot) -> Result<R, CliError>,
-) -> Result<Vec<R>, CliError> {
+    mut f: impl FnMut(String, &Snapshot) -> Result<R, E>,
+) -> Result<Vec<R>, E> {
     if files.is_empty() {
         return Ok(vec![f(EXAMPLE_NAME.to_string(), &crate::example::snapshot())?]);
     }

@@ -1,0 +1,84 @@
+//! `check`: a memory budget gate (for CI, pytest): limits as a user writes them
+//! ([`CheckRequest`]) parsed into [`Limits`], the [`CheckResult`] document, and the line
+//! that names the first broken limit in a front end's words.
+
+use fragscope_diagnose::check::{self, CheckResult, Failure, Limits, Value};
+
+use crate::{Error, Param, Words};
+
+/// The limits as a user writes them: sizes `20GiB`, `20GB`, bytes; fragmentation `0.15` or
+/// `15%`.
+#[derive(Debug, Default, Clone)]
+pub struct CheckRequest {
+    pub max_reserved: Option<String>,
+    pub max_allocated: Option<String>,
+    pub max_peak_fragmentation: Option<String>,
+    pub no_leaks: bool,
+}
+
+impl CheckRequest {
+    /// The limits, or the argument error for a malformed size or fraction.
+    pub fn limits(&self) -> Result<Limits, Error> {
+        let size = |s: &Option<String>, p: Param| -> Result<Option<u64>, Error> {
+            s.as_deref().map(|v| check::parse_size(v).map_err(|e| Error::invalid(p, e))).transpose()
+        };
+        Ok(Limits {
+            max_reserved: size(&self.max_reserved, Param::MaxReserved)?,
+            max_allocated: size(&self.max_allocated, Param::MaxAllocated)?,
+            max_peak_fragmentation: self
+                .max_peak_fragmentation
+                .as_deref()
+                .map(|v| check::parse_fraction(v).map_err(|e| Error::invalid(Param::MaxPeakFragmentation, e)))
+                .transpose()?,
+            no_leaks: self.no_leaks,
+        })
+    }
+}
+
+/// The parameter a failed limit came from.
+fn param(limit: &str) -> Param {
+    match limit {
+        "max_reserved" => Param::MaxReserved,
+        "max_allocated" => Param::MaxAllocated,
+        "max_peak_fragmentation" => Param::MaxPeakFragmentation,
+        _ => Param::NoLeaks,
+    }
+}
+
+fn value(v: &Value) -> String {
+    match *v {
+        Value::Bytes(b) => fragscope_alloc::format_size(b),
+        Value::Ratio(r) => format!("{r:.4}"),
+        Value::Count(c) => c.to_string(),
+    }
+}
+
+/// The text of one broken limit (without the `check failed: ` prefix), its parameter in
+/// `words`.
+pub fn failure_line(f: &Failure, words: Words) -> String {
+    let p = param(f.limit).name(words);
+    match f.limit {
+        "no_leaks" => format!("{} leak suspect(s) on device {} ({p})", value(&f.measured), f.device),
+        l => {
+            let what = match l {
+                "max_reserved" => "peak reserved",
+                "max_allocated" => "peak allocated",
+                _ => "peak fragmentation",
+            };
+            format!("{what} {} on device {} exceeds {p} {}", value(&f.measured), f.device, value(&f.allowed))
+        }
+    }
+}
+
+/// `check failed: <first broken limit>[ (and N more)]`, or `None` when every limit held.
+pub fn failed_line(result: &CheckResult, words: Words) -> Option<String> {
+    let first = result.failures.first()?;
+    let more = result.failures.len() - 1;
+    let suffix = if more > 0 { format!(" (and {more} more)") } else { String::new() };
+    Some(format!("check failed: {}{suffix}", failure_line(first, words)))
+}
+
+/// The document of a check (`fragscope.check/1`).
+pub fn json(result: &CheckResult) -> Result<String, Error> {
+    crate::to_json(result)
+}

@@ -1,0 +1,258 @@
+//! `state`: the allocator state at one moment of the recording and who holds the memory
+//! then ([`StateRequest`] → [`StateOut`], `fragscope.state/1`).
+//!
+//! The state (segments, free blocks per stream and pool, the largest free block) is
+//! rebuilt by the backward walk from the recorded final state over the entries after the
+//! moment ([`fragscope_diagnose::oom::allocator_state_at`]): a reading of the recording,
+//! not a replay. The holders are the blocks allocated at that moment
+//! ([`fragscope_trace::timeline::live_at`]), grouped by the innermost user frame of
+//! their allocation stack ([`HoldersBy::Site`]), by the innermost `record_function` scope
+//! open when they were allocated ([`HoldersBy::Annotation`]), or by what they are for
+//! ([`HoldersBy::Role`]: parameters, gradients, ... as [`fragscope_trace::roles`]
+//! classifies each block from its phase and lifetime in the trace).
+
+use fragscope_diagnose::oom::{allocator_state_at, state_figures, StateFigures};
+use fragscope_diagnose::window::{Bound, WindowSpec};
+use fragscope_trace::attribution::bytes_by_site;
+use fragscope_trace::timeline::live_at;
+use serde::Serialize;
+
+use crate::{msg, Error, Param};
+
+pub const SCHEMA: &str = "fragscope.state/1";
+
+/// How the holders are grouped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HoldersBy {
+    /// The innermost user frame of the allocation stack.
+    #[default]
+    Site,
+    /// The innermost `record_function` scope open at the allocation.
+    Annotation,
+    /// What the block is for (parameters, gradients, ...).
+    Role,
+}
+
+impl HoldersBy {
+    /// Every grouping, as users name them.
+    pub const NAMES: [&'static str; 3] = ["site", "annotation", "role"];
+
+    /// The grouping's name (`site`, `annotation`, `role`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldersBy::Site => "site",
+            HoldersBy::Annotation => "annotation",
+            HoldersBy::Role => "role",
+        }
+    }
+
+    /// The grouping named `s`.
+    pub fn parse(s: &str) -> Result<HoldersBy, Error> {
+        match s {
+            "site" => Ok(HoldersBy::Site),
+            "annotation" => Ok(HoldersBy::Annotation),
+            "role" => Ok(HoldersBy::Role),
+            _ => Err(Error::argument(msg![format!("by={s:?}: one of site, annotation, role")])),
+        }
+    }
+}
+
+/// The moment and the grouping.
+#[derive(Debug, Clone)]
+pub struct StateRequest {
+    /// The state after trace entry N (0-based). Default: the end of the trace.
+    pub at: Option<usize>,
+    /// A time since the first trace entry (`12.5s`, `300ms`, `50us`): after the last entry
+    /// at or before it.
+    pub time: Option<String>,
+    /// Device (default: the first with a trace).
+    pub device: Option<i64>,
+    pub by: HoldersBy,
+    /// Holders listed (the rest is summed).
+    pub top: usize,
+}
+
+impl Default for StateRequest {
+    fn default() -> Self {
+        StateRequest { at: None, time: None, device: None, by: HoldersBy::Site, top: 10 }
+    }
+}
+
+#[derive(Serialize)]
+pub struct Holder {
+    pub key: String,
+    pub bytes: u64,
+    pub blocks: u64,
+    pub share: f64,
+}
+
+#[derive(Serialize)]
+pub struct StateOut {
+    pub schema: &'static str,
+    pub file: String,
+    pub device: i64,
+    /// The state is after this entry; `null` = before the first entry.
+    pub after_event: Option<usize>,
+    pub trace_entries: usize,
+    pub time_us: Option<i64>,
+    /// Seconds since the first trace entry of the file.
+    pub time_s: Option<f64>,
+    /// How the figures were obtained.
+    pub method: &'static str,
+    pub state: StateFigures,
+    pub holders_by: String,
+    /// Bytes of the allocated blocks at that moment (the holders' total).
+    pub holders_total_bytes: u64,
+    pub holders: Vec<Holder>,
+    /// Bytes of the holders past `--top`.
+    pub other_bytes: u64,
+}
+
+/// The state of `snap` at the moment `req` names.
+pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest) -> Result<StateOut, Error> {
+    let device = match req.device {
+        Some(d) => d,
+        None => snap
+            .devices()
+            .into_iter()
+            .find(|&d| !snap.trace(d).is_empty())
+            .ok_or_else(|| Error::input(format!("{name}: no device has a trace")))?,
+    };
+    let trace = snap.trace(device);
+    if trace.is_empty() {
+        return Err(Error::input(format!("{name}: device {device} has no trace")));
+    }
+    if req.at.is_some() && req.time.is_some() {
+        return Err(Error::argument(msg!["give ", Param::At, " or ", Param::Time, ", not both"]));
+    }
+    let t0 = snap.device_traces.iter().filter_map(|t| t.first().and_then(|e| e.time())).min();
+    let after: Option<usize> = match (&req.at, &req.time) {
+        (Some(n), _) => {
+            if *n >= trace.len() {
+                return Err(Error::argument(msg![
+                    format!("{name}: "),
+                    Param::At,
+                    format!(" {n} is past the trace of device {device} ({} entries)", trace.len())
+                ]));
+            }
+            Some(*n)
+        }
+        (None, Some(t)) => {
+            let us = match WindowSpec::parse(&format!("..{t}")).map_err(|e| Error::argument(msg![e]))?.end {
+                Some(Bound::TimeUs(us)) => us,
+                _ => {
+                    return Err(Error::argument(msg![
+                        Param::Time,
+                        format!(" {t}: give a time with a unit (12.5s, 300ms, 50us)")
+                    ]))
+                }
+            };
+            let t0 = t0.ok_or_else(|| Error::input(format!("{name}: the trace records no time_us")))?;
+            let k = trace.partition_point(|e| e.time_us <= t0.saturating_add(us));
+            k.checked_sub(1)
+        }
+        (None, None) => Some(trace.len() - 1),
+    };
+    let st = allocator_state_at(snap, device, after)
+        .map_err(|e| Error::input(format!("{name}: the state at that moment cannot be rebuilt: {e}")))?;
+    let figures = state_figures(&st, None);
+    let live = live_at(snap, device, after);
+    let total: u64 = live.iter().map(|b| b.size).sum();
+    let mut rows: Vec<Holder> = if req.by == HoldersBy::Site {
+        bytes_by_site(snap, &live)
+            .into_iter()
+            .map(|s| Holder { key: s.site.site, bytes: s.bytes, blocks: s.blocks, share: s.share })
+            .collect()
+    } else if req.by == HoldersBy::Role {
+        holders_by_role(snap, device, after, total)
+    } else {
+        let mut m: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        for b in &live {
+            let e = m.entry(b.annotation.clone().unwrap_or_else(|| "(no annotation)".into())).or_default();
+            e.0 += b.size;
+            e.1 += 1;
+        }
+        let mut v: Vec<Holder> = m
+            .into_iter()
+            .map(|(key, (bytes, blocks))| Holder {
+                key,
+                bytes,
+                blocks,
+                share: if total > 0 { bytes as f64 / total as f64 } else { 0.0 },
+            })
+            .collect();
+        v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)));
+        v
+    };
+    let other_bytes = rows.iter().skip(req.top).map(|h| h.bytes).sum();
+    rows.truncate(req.top);
+    let time_us = after.and_then(|i| trace[i].time());
+    Ok(StateOut {
+        schema: SCHEMA,
+        file: name.to_string(),
+        device,
+        after_event: after,
+        trace_entries: trace.len(),
+        time_us,
+        time_s: time_us.zip(t0).map(|(t, z)| (t - z) as f64 / 1e6),
+        method: if req.by == HoldersBy::Role {
+            "recording: backward walk from the recorded final state (no replay); roles from each block's \
+             phase and lifetime in the trace (summary's roles)"
+        } else {
+            "recording: backward walk from the recorded final state (no replay)"
+        },
+        state: figures,
+        holders_by: req.by.as_str().to_string(),
+        holders_total_bytes: total,
+        holders: rows,
+        other_bytes,
+    })
+}
+
+/// Block bytes by role after entry `after` (`None`: before the first), from the block
+/// lives the roles are given on (the same walk as [`live_at`]'s, so the rows sum to
+/// `total`); an out-of-place update counts as a temporary until its role begins, as in
+/// `summary`'s roles.
+fn holders_by_role(snap: &fragscope_snapshot::Snapshot, device: i64, after: Option<usize>, total: u64) -> Vec<Holder> {
+    use fragscope_trace::roles::Role;
+    let lives = fragscope_trace::lives::BlockLives::replay(snap, device);
+    let (_, _, roles) = fragscope_trace::roles::device_roles_with(snap, &lives);
+    let s = after.map_or(0, |i| (i + 1).min(snap.trace(device).len()));
+    let mut by = [(0u64, 0u64); 7];
+    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+        if b.end >= s {
+            by[r.role as usize].0 += b.size;
+            by[r.role as usize].1 += 1;
+        }
+    }
+    let k = lives.traced.partition_point(|l| l.alloc < s);
+    for (i, (l, r)) in lives.traced[..k].iter().zip(&roles.traced).enumerate() {
+        if l.end >= s {
+            let role = match roles.from_state.get(&i) {
+                Some(&f) if s < f => Role::Temporaries,
+                _ => r.role,
+            };
+            by[role as usize].0 += l.size;
+            by[role as usize].1 += 1;
+        }
+    }
+    let mut v: Vec<Holder> = Role::ALL
+        .iter()
+        .map(|&r| (r, by[r as usize]))
+        .filter(|(_, (_, n))| *n > 0)
+        .map(|(r, (bytes, blocks))| Holder {
+            key: r.as_str().to_string(),
+            bytes,
+            blocks,
+            share: if total > 0 { bytes as f64 / total as f64 } else { 0.0 },
+        })
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)));
+    v
+}
+
+
+/// The document (`fragscope.state/1`).
+pub fn json(out: &StateOut) -> Result<String, Error> {
+    crate::to_json(out)
+}

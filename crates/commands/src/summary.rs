@@ -1,0 +1,92 @@
+//! `summary` and `analyze`: the documents of one or several files (`fragscope.summary/1`,
+//! `fragscope.analyze/2`), each file with the window it was cut to.
+
+use fragscope_diagnose::analyze::{self, Analysis};
+use fragscope_diagnose::window::WindowInfo;
+use fragscope_trace::summary::{self, Summary};
+use serde::Serialize;
+
+use crate::{msg, Error, Param};
+
+#[derive(Serialize)]
+struct SummaryOut<'a> {
+    schema: &'static str,
+    files: Vec<SummaryFile<'a>>,
+}
+
+#[derive(Serialize)]
+struct SummaryFile<'a> {
+    /// The path as given, or `"<built-in example>"`.
+    file: String,
+    /// True for the example snapshot shipped with fragscope.
+    example: bool,
+    /// What the figures cover when a window was given (`null`: the whole file).
+    window: Option<&'a WindowInfo>,
+    #[serde(flatten)]
+    summary: &'a Summary,
+}
+
+/// The summary document of `(file name, is the built-in example, summary)` per file, with
+/// the window each was cut to (`windows[i]` for `results[i]`; missing or `None`: the whole
+/// file).
+pub fn summary_json(results: &[(String, bool, Summary)], windows: &[Option<WindowInfo>]) -> Result<String, Error> {
+    let out = SummaryOut {
+        schema: summary::SCHEMA,
+        files: results
+            .iter()
+            .enumerate()
+            .map(|(i, (file, example, s))| SummaryFile {
+                file: file.clone(),
+                example: *example,
+                window: windows.get(i).and_then(|w| w.as_ref()),
+                summary: s,
+            })
+            .collect(),
+    };
+    crate::to_json(&out)
+}
+
+#[derive(Serialize)]
+struct AnalyzeOut<'a> {
+    schema: &'static str,
+    files: Vec<AnalyzeFile<'a>>,
+}
+
+#[derive(Serialize)]
+struct AnalyzeFile<'a> {
+    file: String,
+    /// What the figures cover when a window was given (`null`: the whole file).
+    window: Option<&'a WindowInfo>,
+    #[serde(flatten)]
+    analysis: &'a Analysis,
+}
+
+/// The largest `top` an analysis lists per table.
+pub const MAX_TOP: u64 = 1000;
+
+/// `top` checked (1..=[`MAX_TOP`]): call sites, scopes and leak suspects listed per table.
+pub fn check_top(top: i64) -> Result<usize, Error> {
+    if (1..=MAX_TOP as i64).contains(&top) {
+        Ok(top as usize)
+    } else {
+        Err(Error::argument(msg![Param::Top, format!("={top}: it must be in 1..={MAX_TOP}")]))
+    }
+}
+
+/// The analysis document of `(file name, analysis)` per file, with the window each was cut
+/// to (`windows[i]` for `results[i]`).
+pub fn analyze_json(results: &[(String, Analysis)], windows: &[Option<WindowInfo>]) -> Result<String, Error> {
+    let out = AnalyzeOut {
+        schema: analyze::SCHEMA,
+        files: results
+            .iter()
+            .enumerate()
+            .map(|(i, (file, a))| AnalyzeFile {
+                file: file.clone(),
+                window: windows.get(i).and_then(|w| w.as_ref()),
+                analysis: a,
+            })
+            .collect(),
+    };
+    crate::to_json(&out)
+}
