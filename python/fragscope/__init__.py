@@ -455,7 +455,8 @@ def _signed_bytes(n: int) -> str:
 class Check(Result):
     """``fragscope check --json``: a memory budget gate. ``bool(check)`` is ``check.ok``.
 
-    ``message`` is the line the CLI prints: ``check failed: ...`` for the first broken
+    ``message`` is the line the CLI prints, the limit named as this method's argument
+    (``max_reserved``, not ``--max-reserved``): ``check failed: ...`` for the first broken
     limit, or ``None`` when every limit held. Fields: ``ok``, ``limits``, ``devices``
     (``device``, ``peak_reserved``, ``peak_allocated``, ``peak_fragmentation``, ...),
     ``failures``.

@@ -11,8 +11,8 @@ USAGE = """usage: fragscope mcp
 Serve fragscope's tools to a coding agent over the Model Context Protocol (stdio).
 Configure it in the agent, e.g. `claude mcp add fragscope -- fragscope mcp`.
 Tools: summary, analyze, explain_oom_text, replay_what_if, allocator_state_at,
-top_holders, diff. Environment: FRAGSCOPE_CLI (another fragscope binary),
-FRAGSCOPE_MCP_TIMEOUT (seconds per command, default 900).
+top_holders, roles, predict, diff (run in this process by fragscope's library).
+Environment: FRAGSCOPE_MCP_TIMEOUT (seconds per tool call, default 900).
 """
 
 

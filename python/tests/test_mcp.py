@@ -15,7 +15,7 @@ from typing import Any, Dict
 
 import pytest
 
-from conftest import TRACES, cli_path, grid_file, real_pickles, run_cli
+from conftest import TRACES, grid_file, real_pickles, run_cli
 
 mcp = pytest.importorskip("mcp", reason="the MCP client library (pip install 'fragscope[mcp]') is not installed")
 from mcp import ClientSession  # noqa: E402
@@ -78,7 +78,8 @@ def error_text(result) -> str:
 
 async def session_run(body):
     env = dict(os.environ)
-    env["FRAGSCOPE_CLI"] = cli_path()
+    # The server calls the library in its own process: no fragscope binary on PATH needed.
+    env["PATH"] = os.defpath
     params = StdioServerParameters(command=sys.executable, args=["-m", "fragscope", "mcp"], env=env)
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use fragscope::cmd;
 use fragscope_alloc::parse_config;
+use fragscope_commands::state::{HoldersBy, StateRequest};
 use fragscope_diagnose::advice;
 use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
 use fragscope_diagnose::check::{check, Limits};
@@ -203,10 +204,9 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
             let _ = serde_json::to_string(&info).expect("window JSON");
         }
     }
-    for (at, by) in [(None, "site"), (Some(n / 2), "annotation")] {
-        let args =
-            cmd::state::Args { file: None, at, time: None, device: None, by: by.to_string(), top: 5, json: true };
-        if let Ok(out) = cmd::state::state("f", m, &args) {
+    for (at, by) in [(None, HoldersBy::Site), (Some(n / 2), HoldersBy::Annotation), (Some(n / 3), HoldersBy::Role)] {
+        let req = StateRequest { at, time: None, device: None, by, top: 5 };
+        if let Ok(out) = fragscope_commands::state::state("f", m, &req) {
             let _ = serde_json::to_string(&out).expect("state JSON");
         }
     }
