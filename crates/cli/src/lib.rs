@@ -3,11 +3,15 @@
 //!
 //! The command line lives in this library so that every front end runs the same code:
 //! the `fragscope` binary (`src/main.rs`) and the Python package's `fragscope` command
-//! both call [`run_cli`] with their arguments.
+//! both call [`run_cli`] with their arguments. What a command computes and the JSON it
+//! answers with are [`fragscope_commands`]' (which the Python module and the MCP server
+//! call too); this crate holds the clap arguments, turns them into the library's requests,
+//! and renders text.
 //!
-//! Adding a command: write `cmd/<name>.rs` with `Args` (clap) and
-//! `run(&Args) -> Result<ExitCode, CliError>`, then add one variant to [`Command`] and
-//! one arm to [`Command::run`].
+//! Adding a command: its request, work and document in `crates/commands/src/<name>.rs`;
+//! here `cmd/<name>.rs` with `Args` (clap), `Args::request()`, the text rendering and
+//! `run(&Args) -> Result<ExitCode, CliError>`, then one variant in [`Command`] and one arm
+//! in [`Command::run`].
 //!
 //! Exit codes: 0 ok, 1 a `check` gate failed, 2 bad usage or unreadable input.
 

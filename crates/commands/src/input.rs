@@ -46,7 +46,8 @@ pub fn read_error(path: &Path, e: &ReadError) -> Error {
         ReadError::Changed => format!("cannot read {}: {e}", path.display()),
         other => format!("{} is not a memory snapshot: {other}", path.display()),
     };
-    let kind = if matches!(e, ReadError::Refused { .. }) { ErrorKind::RefusedPickle } else { ErrorKind::UnreadableSnapshot };
+    let kind =
+        if matches!(e, ReadError::Refused { .. }) { ErrorKind::RefusedPickle } else { ErrorKind::UnreadableSnapshot };
     Error::new(kind, vec![msg.into()])
 }
 

@@ -10,13 +10,14 @@
 //! [`example`], [`windowed`] cuts); and one module per command with its request and its
 //! document.
 
+pub mod check;
+pub mod diff;
 mod document;
 mod error;
 pub mod example;
+pub mod export;
 pub mod input;
 pub mod oom;
-pub mod check;
-pub mod diff;
 pub mod predict;
 pub mod replay;
 pub mod state;

@@ -91,4 +91,3 @@ pub fn meaning(m: &OomMessage) -> Option<String> {
         req
     ))
 }
-

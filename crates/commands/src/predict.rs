@@ -57,7 +57,8 @@ struct CompactQuality {
 /// Parses `128,256` into sizes (each ≥ 1), for parameter `what`.
 pub fn parse_sizes(s: &str, what: Param) -> Result<Vec<u64>, Error> {
     let v: Result<Vec<u64>, _> = s.split(',').map(|x| x.trim().replace('_', "").parse::<u64>()).collect();
-    let v = v.map_err(|_| Error::argument(msg![what, format!(" {s:?}: expected whole numbers separated by commas")]))?;
+    let v =
+        v.map_err(|_| Error::argument(msg![what, format!(" {s:?}: expected whole numbers separated by commas")]))?;
     if v.contains(&0) {
         return Err(Error::argument(msg![
             what,
@@ -211,4 +212,3 @@ pub fn json(out: &Outcome) -> Result<String, Error> {
     };
     crate::to_json(&doc)
 }
-

@@ -9,6 +9,7 @@
 //! snapshot; [`json`] is the document (`fragscope.replay.verify/1`,
 //! `fragscope.replay.whatif/2`).
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use fragscope_alloc::AllocatorConfig;
@@ -16,7 +17,7 @@ use fragscope_diagnose::advice;
 use fragscope_diagnose::role_whatif::{self, RoleWhatIf};
 use fragscope_replay::lab::{lab_with, parse_policy, LabReport, PolicySpec};
 use fragscope_replay::{
-    self as replay, recorded_config, replayable_devices, settings, simulate_with, ReplayOptions, SimOptions,
+    self as replay, cost, recorded_config, replayable_devices, settings, simulate_with, ReplayOptions, SimOptions,
     VerifyReport, WhatIf,
 };
 use fragscope_snapshot::Snapshot;
@@ -306,6 +307,46 @@ fn run_advice(
         }
     }
     runs
+}
+
+/// The advice table (docs: `replay --advice-table`): per file and device with a trace, the recorded settings against
+/// empty_cache() at every step and no caching (Markdown).
+pub fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
+    let mut s = String::from(
+        "| file | device | steps | recorded: peak reserved, cudaMalloc+cudaFree, syncs | empty_cache() every step: peak reserved, cudaMalloc+cudaFree, syncs | no caching: peak held, cudaMalloc+cudaFree, syncs |\n|---|---|---|---|---|---|\n",
+    );
+    let cell = |w: &WhatIf| {
+        format!(
+            "{}, {}+{}, {}",
+            fragscope_alloc::format_size(w.peak_reserved),
+            w.cuda_mallocs,
+            w.cuda_frees,
+            w.driver.syncs()
+        )
+    };
+    for f in files {
+        let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let snap = match fragscope_snapshot::read_path(f) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = writeln!(s, "| {name} | — | unreadable: {e} | | | |");
+                continue;
+            }
+        };
+        for d in replayable_devices(&snap) {
+            let cfg = recorded_config(&snap);
+            let base = replay::simulate(&snap, d, cfg.clone(), capacity);
+            let (iters, ec) = match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Steps)
+            {
+                Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
+                Err(e) => (e, "—".to_string()),
+            };
+            let nc = advice::simulate_uncached(&snap, d, capacity);
+            let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
+        }
+    }
+    let _ = writeln!(s, "\n{}", cost::SYNCS_NOTE);
+    s
 }
 
 /// Writes the simulated run to `save_snapshot`, when asked and there is one.

@@ -251,7 +251,6 @@ fn holders_by_role(snap: &fragscope_snapshot::Snapshot, device: i64, after: Opti
     v
 }
 
-
 /// The document (`fragscope.state/1`).
 pub fn json(out: &StateOut) -> Result<String, Error> {
     crate::to_json(out)

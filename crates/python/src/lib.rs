@@ -273,7 +273,13 @@ impl Snapshot {
         top: i64,
     ) -> PyResult<String> {
         let top = commands::summary::check_top(top).map_err(Fail)?;
-        let req = commands::state::StateRequest { at, time, device, by: commands::state::HoldersBy::parse(by).map_err(Fail)?, top };
+        let req = commands::state::StateRequest {
+            at,
+            time,
+            device,
+            by: commands::state::HoldersBy::parse(by).map_err(Fail)?,
+            top,
+        };
         let (snap, name) = (self.inner.clone(), self.name.clone());
         py.allow_threads(move || commands::state::json(&commands::state::state(&name, &snap, &req)?))
             .map_err(|e| Fail(e).into())

@@ -38,10 +38,11 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { top: args.top as usize, what_if: args.what_if, ..AnalyzeOptions::default() };
     let spec = args.window.spec()?;
     let mut windows: Vec<Option<WindowInfo>> = Vec::new();
-    let results = fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
-        windows.push(w);
-        Ok::<_, CliError>((name, analyze::analyze(snap, &opts)))
-    })?;
+    let results =
+        fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
+            windows.push(w);
+            Ok::<_, CliError>((name, analyze::analyze(snap, &opts)))
+        })?;
     let text = if args.json {
         fragscope_commands::summary::analyze_json(&results, &windows)?
     } else {

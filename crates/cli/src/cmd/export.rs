@@ -29,7 +29,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use fragscope_diagnose::window::WindowInfo;
-use fragscope_snapshot::{Action, FrameId, Snapshot, StackId, TraceEvent};
+use fragscope_snapshot::{FrameId, Snapshot, StackId, TraceEvent};
 use fragscope_trace::attribution::site_of;
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};
 use parquet::file::metadata::KeyValue;
@@ -39,6 +39,7 @@ use parquet::schema::parser::parse_message_type;
 use serde::Serialize;
 
 use crate::CliError;
+use fragscope_commands::export::{self, AllocRow};
 
 /// Version of the tables' layout (docs/export.md).
 pub const SCHEMA: &str = "fragscope.export/2";
@@ -352,13 +353,6 @@ fn create_tables(dir: &Path) -> Result<Vec<Table>, CliError> {
     TABLES.iter().map(|&(name, columns)| Table::create(dir, name, columns)).collect()
 }
 
-/// The stream of the segment holding `addr` in `segs` (a device's segments of the final
-/// state, by address; a block live through the whole trace is there); 0 when none does.
-fn stream_at(segs: &[(u64, u64, i64)], addr: u64) -> i64 {
-    let k = segs.partition_point(|s| s.0 <= addr);
-    k.checked_sub(1).map(|k| segs[k]).filter(|s| addr < s.0.saturating_add(s.1)).map_or(0, |s| s.2)
-}
-
 fn sid(s: Option<StackId>) -> V<'static> {
     s.map_or(V::N, |s| V::I(s.index() as i64))
 }
@@ -381,8 +375,8 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
     for (d, tr) in snap.device_traces.iter().enumerate() {
         let device = d as i64;
         write_trace_events(file, snap, device, tr, &pools, trace, &mut used)?;
-        let mut rows = pair_allocations(snap, tr);
-        let row_roles = allocation_roles(snap, device, tr, &mut rows);
+        let mut rows = export::pair_allocations(snap, tr);
+        let row_roles = export::allocation_roles(snap, device, tr, &mut rows);
         write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used)?;
     }
     write_segments(file, snap, segs, blocks, &mut used)?;
@@ -435,136 +429,7 @@ fn write_trace_events(
     Ok(())
 }
 
-/// One row of `allocations` before its columns are derived: the alloc entry, the free
-/// entries paired with it, and what the alloc (or, without one, the free) recorded.
-struct AllocRow {
-    alloc: Option<usize>,
-    fr: Option<usize>,
-    fc: Option<usize>,
-    addr: u64,
-    req: u64,
-    stream: i64,
-    stack: Option<StackId>,
-    time: i64,
-}
-
-/// A device's allocations: each alloc entry of `tr` paired with the frees that follow it
-/// at its address. A free whose alloc is before the trace gets a row without alloc_idx.
-fn pair_allocations(snap: &Snapshot, tr: &[TraceEvent]) -> Vec<AllocRow> {
-    let mut rows: Vec<AllocRow> = Vec::new();
-    let mut open: fragscope_snapshot::FxHashMap<u64, usize> = Default::default();
-    for (i, e) in tr.iter().enumerate() {
-        match e.action {
-            Action::Alloc => {
-                let a = AllocRow {
-                    alloc: Some(i),
-                    fr: None,
-                    fc: None,
-                    addr: e.addr,
-                    req: e.size,
-                    stream: snap.stream(e) as i64,
-                    stack: e.stack,
-                    time: e.time_us,
-                };
-                open.insert(e.addr, rows.len());
-                rows.push(a);
-            }
-            Action::FreeRequested | Action::FreeCompleted => {
-                let k = match open.get(&e.addr) {
-                    Some(&k) => k,
-                    None => {
-                        open.insert(e.addr, rows.len());
-                        rows.push(AllocRow {
-                            alloc: None,
-                            fr: None,
-                            fc: None,
-                            addr: e.addr,
-                            req: e.size,
-                            stream: snap.stream(e) as i64,
-                            stack: e.stack,
-                            time: fragscope_snapshot::NO_TIME,
-                        });
-                        rows.len() - 1
-                    }
-                };
-                if e.action == Action::FreeRequested {
-                    rows[k].fr = Some(i);
-                } else {
-                    rows[k].fc = Some(i);
-                    open.remove(&e.addr);
-                }
-            }
-            _ => {}
-        }
-    }
-    rows
-}
-
-/// The role of each of `rows` (device `device`'s allocations, trace `tr`), in order.
-///
-/// Roles are the analysis' block lives (the walk `summary`'s roles use), matched to the
-/// rows by alloc entry; a block live before the trace by its address and the entry that
-/// ended it. Seeded lives no row names (live through the whole trace) get rows of their
-/// own, appended to `rows`, so that the roles' sums are those of `summary`.
-fn allocation_roles(
-    snap: &Snapshot,
-    device: i64,
-    tr: &[TraceEvent],
-    rows: &mut Vec<AllocRow>,
-) -> Vec<Option<fragscope_trace::roles::BlockRole>> {
-    let (lives, role_of) = if tr.is_empty() {
-        (fragscope_trace::lives::BlockLives::default(), fragscope_trace::roles::Roles::default())
-    } else {
-        let lives = fragscope_trace::lives::BlockLives::replay(snap, device);
-        let (_, _, roles) = fragscope_trace::roles::device_roles_with(snap, &lives);
-        (lives, roles)
-    };
-    let traced_role = |alloc: usize| {
-        let k = lives.traced.partition_point(|l| l.alloc < alloc);
-        (lives.traced.get(k).is_some_and(|l| l.alloc == alloc)).then(|| role_of.traced[k])
-    };
-    let mut seeded: fragscope_snapshot::FxHashMap<(u64, usize), usize> = Default::default();
-    for (k, l) in lives.seeded.iter().enumerate() {
-        seeded.insert((l.address, l.end), k);
-    }
-    let mut seeded_used = vec![false; lives.seeded.len()];
-    let mut dev_segs: Vec<(u64, u64, i64)> = snap
-        .segments
-        .iter()
-        .filter(|s| s.device == device)
-        .map(|s| (s.address, s.total_size, s.stream as i64))
-        .collect();
-    dev_segs.sort_unstable();
-    let mut row_roles: Vec<Option<fragscope_trace::roles::BlockRole>> = Vec::with_capacity(rows.len());
-    for a in rows.iter() {
-        let r = match a.alloc {
-            Some(k) => traced_role(k),
-            None => a.fr.or(a.fc).and_then(|end| seeded.get(&(a.addr, end))).map(|&k| {
-                seeded_used[k] = true;
-                role_of.seeded[k]
-            }),
-        };
-        row_roles.push(r);
-    }
-    for (k, l) in lives.seeded.iter().enumerate() {
-        if !seeded_used[k] && l.end == fragscope_trace::lives::LIVE_AT_END {
-            rows.push(AllocRow {
-                alloc: None,
-                fr: None,
-                fc: None,
-                addr: l.address,
-                req: l.request,
-                stream: stream_at(&dev_segs, l.address),
-                stack: l.stack,
-                time: fragscope_snapshot::NO_TIME,
-            });
-            row_roles.push(Some(role_of.seeded[k]));
-        }
-    }
-    row_roles
-}
-
-/// Writes device `device`'s `rows` (with their `roles`, [`allocation_roles`]) into
+/// Writes device `device`'s `rows` (with their `roles`, [`allocation_roles`](fragscope_commands::export::allocation_roles)) into
 /// `allocations`: times and lifetime from the trace `tr`, the rounded size under the
 /// recorded allocator settings, the call site and the innermost annotation scope.
 #[allow(clippy::too_many_arguments)]
@@ -700,10 +565,11 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let spec = args.window.spec()?;
     std::fs::create_dir_all(&args.output).map_err(|e| io_err(&args.output, e))?;
     let mut tables = create_tables(&args.output)?;
-    let files = fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, window| {
-        export_snapshot(&name, snap, &mut tables)?;
-        Ok::<_, CliError>(FileOut { file: name, window })
-    })?;
+    let files =
+        fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, window| {
+            export_snapshot(&name, snap, &mut tables)?;
+            Ok::<_, CliError>(FileOut { file: name, window })
+        })?;
     let tables = tables.into_iter().map(Table::finish).collect::<Result<Vec<_>, _>>()?;
     let text = if args.json {
         let out =

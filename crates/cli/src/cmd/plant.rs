@@ -13,7 +13,7 @@ use fragscope_plant::{self as plant, Shape};
 use fragscope_trace::attribution::site_of;
 
 use crate::output::bytes;
-use crate::{CliError};
+use crate::CliError;
 use fragscope_commands::input;
 
 #[derive(clap::Args, Debug)]

@@ -21,9 +21,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_commands::replay::{self, DeviceResult, LabRequest, ReplayRequest};
-use fragscope_diagnose::advice;
 use fragscope_diagnose::role_whatif::RoleWhatIf;
-use fragscope_replay::{cost, fidelity, recorded_config, replayable_devices, WhatIf};
+use fragscope_replay::{cost, fidelity, WhatIf};
 use fragscope_snapshot::Snapshot;
 
 use crate::output::{self, Align, Table};
@@ -142,7 +141,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let checked = req.check()?;
     let capacity = checked.capacity;
     if args.advice_table {
-        print_stdout(&advice_table(&args.files, capacity))?;
+        print_stdout(&replay::advice_table(&args.files, capacity))?;
         return Ok(ExitCode::SUCCESS);
     }
     if !args.allocator.is_empty() {
@@ -349,38 +348,4 @@ fn whatif_label(w: &WhatIf) -> String {
         None if w.config.is_empty() => "(defaults)".to_string(),
         None => w.config.clone(),
     }
-}
-
-/// `--advice-table`: per file and device with a trace, the recorded settings against
-/// empty_cache() at every step and no caching (Markdown).
-fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
-    let mut s = String::from(
-        "| file | device | steps | recorded: peak reserved, cudaMalloc+cudaFree, syncs | empty_cache() every step: peak reserved, cudaMalloc+cudaFree, syncs | no caching: peak held, cudaMalloc+cudaFree, syncs |\n|---|---|---|---|---|---|\n",
-    );
-    let cell = |w: &WhatIf| {
-        format!("{}, {}+{}, {}", output::bytes(w.peak_reserved), w.cuda_mallocs, w.cuda_frees, w.driver.syncs())
-    };
-    for f in files {
-        let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
-        let snap = match fragscope_snapshot::read_path(f) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = writeln!(s, "| {name} | — | unreadable: {e} | | | |");
-                continue;
-            }
-        };
-        for d in replayable_devices(&snap) {
-            let cfg = recorded_config(&snap);
-            let base = fragscope_replay::simulate(&snap, d, cfg.clone(), capacity);
-            let (iters, ec) = match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Steps)
-            {
-                Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
-                Err(e) => (e, "—".to_string()),
-            };
-            let nc = advice::simulate_uncached(&snap, d, capacity);
-            let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
-        }
-    }
-    let _ = writeln!(s, "\n{}", cost::SYNCS_NOTE);
-    s
 }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use fragscope_diagnose::diff::{diff, DiffOptions};
 use fragscope_report::{file_data_shared, render, render_with_diff, ReportOptions};
 
-use crate::{CliError};
+use crate::CliError;
 use fragscope_commands::input;
 
 #[derive(clap::Args, Debug)]
