@@ -141,13 +141,12 @@ def _cut(text: str, n: int = 90) -> str:
 
 
 def _fmt_bytes(n: Optional[int]) -> str:
-    """PyTorch's ``format_size`` (as the CLI's text prints byte figures)."""
+    """PyTorch's ``format_size``, the Rust one the CLI's text prints (a sign in front of a
+    negative difference)."""
     if n is None:
         return "—"
-    for unit, limit in (("bytes", 1 << 10), ("KiB", 1 << 20), ("MiB", 1 << 30)):
-        if n <= limit:
-            return f"{n} bytes" if unit == "bytes" else f"{n / (limit >> 10):.2f} {unit}"
-    return f"{n / (1 << 30):.2f} GiB"
+    n = int(n)
+    return "-" + _native.format_size(-n) if n < 0 else _native.format_size(n)
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

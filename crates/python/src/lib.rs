@@ -343,6 +343,12 @@ fn windowed(
     }
 }
 
+/// PyTorch's `format_size` (`1.50 GiB`): the one byte formatter every front end's text uses.
+#[pyfunction]
+fn format_size(n: u64) -> String {
+    fragscope_alloc::format_size(n)
+}
+
 /// `fragscope oom --json TEXT`: every CUDA out-of-memory message in `text` explained.
 #[pyfunction]
 fn explain_oom_json(py: Python<'_>, text: String) -> PyResult<String> {
@@ -505,5 +511,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(predict_json, m)?)?;
     m.add_function(wrap_pyfunction!(explain_oom_json, m)?)?;
+    m.add_function(wrap_pyfunction!(format_size, m)?)?;
     Ok(())
 }
