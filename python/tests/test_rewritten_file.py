@@ -1,7 +1,7 @@
 """`fragscope.load` of a file another thread keeps truncating and rewriting (a job that
 dumps its snapshot to the same path every few steps): every call returns the snapshot as
 written or raises `SnapshotError`, and the interpreter survives. Before the reader's guard
-on its mapping (Rust side: `crates/snapshot/tests/changed_while_read.rs`), a read that
+on its mapping (Rust side: `crates/snapshot/tests/it/changed_while_read.rs`), a read that
 lost a page to a truncation killed the process with SIGBUS."""
 
 from __future__ import annotations

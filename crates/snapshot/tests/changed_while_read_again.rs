@@ -1,4 +1,4 @@
-//! The truncation guard of mapped reads (see `changed_while_read.rs`) holds after another
+//! The truncation guard of mapped reads (see `it/changed_while_read.rs`) holds after another
 //! handler took SIGBUS back: every mapped read checks that the guard's handler is still
 //! the one installed. A test binary of its own, since it changes the process's SIGBUS
 //! action, which tests running beside it would feel.

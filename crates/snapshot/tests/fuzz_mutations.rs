@@ -6,6 +6,7 @@
 //! `FRAGSCOPE_FUZZ_CASES` to run more (e.g. 100000 for a long local session). The
 //! cargo-fuzz target in `fuzz/` is the unbounded, coverage-guided version of this.
 
+#[path = "it/common.rs"]
 mod common;
 
 use std::sync::OnceLock;

@@ -570,23 +570,19 @@ impl<'a, 'e> Classifier<'a, 'e> {
             }
             let reason = match (st.phase_at(a), k) {
                 (Phase::Backward, Some(k)) => {
-                    let bwd_end = spans[k].0.map_or(st.steps[k].end, |b| b.1);
-                    if e >= bwd_end {
+                    let reason = made_in_backward(st, spans, k, e);
+                    if reason == Reason::GradOutlivesBackward {
                         *grads_by_step[k].entry(req[i]).or_default() += 1;
                         grads.push(i);
-                        Reason::GradOutlivesBackward
-                    } else {
-                        Reason::TempFreedInPhase
                     }
+                    reason
                 }
                 (Phase::Optimizer, Some(k)) => {
-                    let opt_end = spans[k].1.map_or(st.steps[k].end, |o| o.1);
-                    if e >= opt_end {
+                    let reason = made_in_optimizer(st, spans, k, e);
+                    if reason == Reason::OptMadeInStepKept {
                         kept[k].push((i, a));
-                        Reason::OptMadeInStepKept
-                    } else {
-                        Reason::TempFreedInPhase
                     }
+                    reason
                 }
                 (Phase::Forward, Some(k)) => made_in_forward(st, spans, n, k, e),
                 (Phase::Outside, _) => {
@@ -914,6 +910,38 @@ impl<'a, 'e> Classifier<'a, 'e> {
         let k: Vec<Option<usize>> =
             par.iter().map(|(s, &c)| opt.get(s).filter(|&&n| n % c == 0).map(|n| n / c)).collect();
         !par.is_empty() && k.iter().all(|x| x.is_some_and(|x| x >= 1) && *x == k[0])
+    }
+}
+
+/// Rule 1 for a block made in step `k`'s backward pass and ended at entry `e`: a
+/// gradient when still live as the pass ends, a temporary when freed inside it. The
+/// autograd engine's `AccumulateGrad` nodes write each parameter's `.grad` during the
+/// pass and keep it for the optimizer (until `zero_grad`, or the next backward pass adds
+/// to it); what else the pass makes (the gradients of activations, a node's buffers) it
+/// frees before it returns. A step without its backward's span ends the pass with the
+/// step.
+#[inline(always)]
+fn made_in_backward(st: &Steps, spans: &[StepSpans], k: usize, e: usize) -> Reason {
+    let bwd_end = spans[k].0.map_or(st.steps[k].end, |b| b.1);
+    if e >= bwd_end {
+        Reason::GradOutlivesBackward
+    } else {
+        Reason::TempFreedInPhase
+    }
+}
+
+/// Rule 1 for a block made in step `k`'s optimizer step and ended at entry `e`:
+/// optimizer state when kept after the step, a temporary when freed inside it.
+/// `torch.optim` makes its state lazily, in the first `step()` (Adam's `exp_avg` and
+/// `exp_avg_sq` in `_init_group`), and keeps it in `optimizer.state`; the
+/// `_foreach_*` and fused paths' intermediates are freed before `step()` returns.
+#[inline(always)]
+fn made_in_optimizer(st: &Steps, spans: &[StepSpans], k: usize, e: usize) -> Reason {
+    let opt_end = spans[k].1.map_or(st.steps[k].end, |o| o.1);
+    if e >= opt_end {
+        Reason::OptMadeInStepKept
+    } else {
+        Reason::TempFreedInPhase
     }
 }
 
@@ -1277,13 +1305,7 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> F
     let req = &ix.req;
     let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
     moves.sort_unstable();
-    let mut cur = [0i64; 7];
-    let mut blk: i64 = 0;
-    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-        cur[r.role as usize] += b.request as i64;
-        blk += b.size as i64;
-    }
-    let mut hi = Highs { max: cur, peak: blk, peak_state: 0, at_peak: cur };
+    let mut r = Running::new(lives, roles, ix);
     // The last state anything happens at: ends are entries of the trace (a life ended
     // past it, which the lifetime walk never makes, is still counted).
     let last = entries
@@ -1298,69 +1320,6 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> F
     // a lookup per life.
     let mut moved: Vec<usize> = roles.from_state.keys().copied().collect();
     moved.sort_unstable();
-    let (slot, more, traced_n) = (&ix.ends.slot, &ix.ends.more, ix.ends.traced);
-    // What the end of life `k` (as `Ends` numbers them) takes away: its role, tensor
-    // bytes, block bytes.
-    let gone = |k: usize| -> (usize, i64, i64) {
-        if k < traced_n {
-            (roles.traced[k].role as usize, req[k] as i64, lives.traced[k].size as i64)
-        } else {
-            let j = k - traced_n;
-            (roles.seeded[j].role as usize, lives.seeded[j].request as i64, lives.seeded[j].size as i64)
-        }
-    };
-    // The ends of entry `e`, applied: the roles touched, and whether one raised a figure.
-    let (mut e, mut more_at) = (0usize, 0usize);
-    macro_rules! end_entry {
-        ($e:expr) => {{
-            let e = $e;
-            let (mut touched, mut raised) = (0u8, false);
-            let mut take = |k: usize, cur: &mut [i64; 7], blk: &mut i64| {
-                let (r, q, size) = gone(k);
-                cur[r] -= q;
-                *blk -= size;
-                touched |= 1 << r;
-                raised |= q < 0 || size < 0;
-            };
-            if let Some(&k) = slot.get(e).filter(|&&k| k != 0) {
-                take(k as usize - 1, &mut cur, &mut blk);
-            }
-            while let Some(&(x, k)) = more.get(more_at).filter(|x| x.0 == e) {
-                let _ = x;
-                take(k, &mut cur, &mut blk);
-                more_at += 1;
-            }
-            (touched, raised)
-        }};
-    }
-    // The ends of the entries `e..upto`, each its own state.
-    macro_rules! ends_until {
-        ($upto:expr) => {{
-            let upto = $upto;
-            while e < upto {
-                // Entries with no end in `more`: their slots, in bulk.
-                let stop = upto.min(more.get(more_at).map_or(usize::MAX, |x| x.0)).min(slot.len()).max(e);
-                for (j, &k) in slot.get(e..stop).unwrap_or_default().iter().enumerate() {
-                    if k != 0 {
-                        let (r, q, size) = gone(k as usize - 1);
-                        cur[r] -= q;
-                        blk -= size;
-                        if q < 0 || size < 0 {
-                            hi.read(e + j + 1, 1 << r, &cur, blk);
-                        }
-                    }
-                }
-                e = stop;
-                if e < upto {
-                    let (touched, raised) = end_entry!(e);
-                    if raised {
-                        hi.read(e + 1, touched, &cur, blk);
-                    }
-                    e += 1;
-                }
-            }
-        }};
-    }
     let (mut a, mut m, mut mv) = (0usize, 0usize, 0usize);
     // The states where a figure can rise, in order: an `alloc`'s (alloc + 1; the lives
     // are in `alloc` order), a move's.
@@ -1369,31 +1328,128 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> F
         if s > last {
             break;
         }
-        ends_until!(s - 1);
-        let mut touched = end_entry!(s - 1).0;
-        e = s;
+        r.ends_until(s - 1);
+        let mut touched = r.end_entry(s - 1).0;
+        r.e = s;
         while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
             while mv < moved.len() && moved[mv] < a {
                 mv += 1;
             }
             let role = if moved.get(mv) == Some(&a) { TEMP } else { roles.traced[a].role as usize };
-            cur[role] += req[a] as i64;
-            blk += lives.traced[a].size as i64;
+            r.cur[role] += req[a] as i64;
+            r.blk += lives.traced[a].size as i64;
             touched |= 1 << role;
             a += 1;
         }
         while m < moves.len() && moves[m].0 == s {
             let i = moves[m].1;
             let role = roles.traced[i].role as usize;
-            cur[TEMP] -= req[i] as i64;
-            cur[role] += req[i] as i64;
+            r.cur[TEMP] -= req[i] as i64;
+            r.cur[role] += req[i] as i64;
             touched |= 1 << TEMP | 1 << role;
             m += 1;
         }
-        hi.read(s, touched, &cur, blk);
+        r.hi.read(s, touched, &r.cur, r.blk);
     }
-    ends_until!(last);
-    (hi.max, hi.peak, hi.peak_state, hi.at_peak)
+    r.ends_until(last);
+    (r.hi.max, r.hi.peak, r.hi.peak_state, r.hi.at_peak)
+}
+
+/// What [`sweep`] carries from state to state: each role's tensor bytes (`cur`) and the
+/// block bytes (`blk`) at the state reached, the highs read so far, and how far the
+/// lives' ends are applied (the entries before `e`, and the first `more_at` of
+/// `ends.more`).
+struct Running<'a> {
+    lives: &'a BlockLives,
+    roles: &'a Roles,
+    req: &'a [u64],
+    ends: &'a Ends,
+    cur: [i64; 7],
+    blk: i64,
+    hi: Highs,
+    e: usize,
+    more_at: usize,
+}
+
+impl<'a> Running<'a> {
+    /// State 0: the blocks live before the trace.
+    fn new(lives: &'a BlockLives, roles: &'a Roles, ix: &'a LifeIndex) -> Self {
+        let mut cur = [0i64; 7];
+        let mut blk: i64 = 0;
+        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+            cur[r.role as usize] += b.request as i64;
+            blk += b.size as i64;
+        }
+        let hi = Highs { max: cur, peak: blk, peak_state: 0, at_peak: cur };
+        Running { lives, roles, req: &ix.req, ends: &ix.ends, cur, blk, hi, e: 0, more_at: 0 }
+    }
+
+    /// What the end of life `k` (as [`Ends`] numbers them) takes away: its role, tensor
+    /// bytes, block bytes.
+    #[inline(always)]
+    fn gone(&self, k: usize) -> (usize, i64, i64) {
+        let traced_n = self.ends.traced;
+        if k < traced_n {
+            (self.roles.traced[k].role as usize, self.req[k] as i64, self.lives.traced[k].size as i64)
+        } else {
+            let (j, lives) = (k - traced_n, self.lives);
+            (self.roles.seeded[j].role as usize, lives.seeded[j].request as i64, lives.seeded[j].size as i64)
+        }
+    }
+
+    /// The ends of entry `e`, applied: the roles touched, and whether one raised a figure.
+    #[inline(always)]
+    fn end_entry(&mut self, e: usize) -> (u8, bool) {
+        let (mut touched, mut raised) = (0u8, false);
+        let mut take = |r: &mut Self, k: usize| {
+            let (role, q, size) = r.gone(k);
+            r.cur[role] -= q;
+            r.blk -= size;
+            touched |= 1 << role;
+            raised |= q < 0 || size < 0;
+        };
+        let ends: &'a Ends = self.ends;
+        if let Some(&k) = ends.slot.get(e).filter(|&&k| k != 0) {
+            take(self, k as usize - 1);
+        }
+        while let Some(&(_, k)) = ends.more.get(self.more_at).filter(|x| x.0 == e) {
+            take(self, k);
+            self.more_at += 1;
+        }
+        (touched, raised)
+    }
+
+    /// The ends of the entries `self.e..upto`, each its own state.
+    #[inline(always)]
+    fn ends_until(&mut self, upto: usize) {
+        let ends: &'a Ends = self.ends;
+        let (slot, more) = (&ends.slot, &ends.more);
+        while self.e < upto {
+            let e = self.e;
+            // Entries with no end in `more`: their slots, in bulk (the sums in locals
+            // while the loop runs).
+            let stop = upto.min(more.get(self.more_at).map_or(usize::MAX, |x| x.0)).min(slot.len()).max(e);
+            let (mut cur, mut blk) = (self.cur, self.blk);
+            for (j, &k) in slot.get(e..stop).unwrap_or_default().iter().enumerate() {
+                if k != 0 {
+                    let (r, q, size) = self.gone(k as usize - 1);
+                    cur[r] -= q;
+                    blk -= size;
+                    if q < 0 || size < 0 {
+                        self.hi.read(e + j + 1, 1 << r, &cur, blk);
+                    }
+                }
+            }
+            (self.cur, self.blk, self.e) = (cur, blk, stop);
+            if stop < upto {
+                let (touched, raised) = self.end_entry(stop);
+                if raised {
+                    self.hi.read(stop + 1, touched, &self.cur, self.blk);
+                }
+                self.e = stop + 1;
+            }
+        }
+    }
 }
 
 fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps, ix: &LifeIndex) -> DeviceRoles {
@@ -1731,6 +1787,102 @@ mod tests {
         }
     }
 
+    /// A minimal hand-built trace for the rules: `n` entries, each an `alloc` of its own
+    /// size (512 × (i + 1)) unless a block below is given a request; steps of the given
+    /// phases; the blocks the trace makes (in `alloc` order) and those live before it,
+    /// with frames when a rule reads them. Entries need not be the frees that end the
+    /// lives: the rules read the lives.
+    struct Mini {
+        snap: Snapshot,
+        steps: Vec<crate::steps::Step>,
+        phase_of: Vec<Phase>,
+        traced: Vec<TracedLife>,
+        seeded: Vec<SeededLife>,
+    }
+
+    /// Frames, innermost first, as PyTorch records them.
+    type Frames<'a> = &'a [(&'a str, i64, &'a str)];
+
+    impl Mini {
+        fn new(n: usize) -> Self {
+            let mut snap = Snapshot::default();
+            snap.device_traces.push((0..n).map(|i| TraceEvent::new(Action::Alloc, 0, 512 * (i as u64 + 1))).collect());
+            Mini { snap, steps: Vec::new(), phase_of: vec![Phase::Outside; n], traced: Vec::new(), seeded: Vec::new() }
+        }
+
+        /// A step of these phases (phase, first entry, one past the last), in order.
+        fn step(mut self, phases: &[(Phase, usize, usize)]) -> Self {
+            use crate::steps::{PhaseSpan, Step};
+            for &(p, s, e) in phases {
+                self.phase_of[s..e].fill(p);
+            }
+            let spans: Vec<PhaseSpan> =
+                phases.iter().map(|&(phase, start, end)| PhaseSpan { phase, start, end }).collect();
+            let (start, end) = (spans[0].start, spans.last().unwrap().end);
+            self.steps.push(Step { start, end, phases: spans, complete: true, layers: None });
+            self
+        }
+
+        /// The last step is one the recording began inside.
+        fn begun_inside(mut self) -> Self {
+            self.steps.last_mut().unwrap().complete = false;
+            self
+        }
+
+        fn stack(&mut self, frames: Frames) -> Option<fragscope_snapshot::StackId> {
+            (!frames.is_empty()).then(|| self.snap.frames.intern_py_stack(frames))
+        }
+
+        /// A block the trace makes at entry `alloc` and ends at `end`: its request the
+        /// entry's own size, or `request`.
+        fn made(self, alloc: usize, end: usize) -> Self {
+            let request = self.snap.device_traces[0][alloc].size;
+            self.made_by(alloc, end, request, &[])
+        }
+
+        fn made_sized(self, alloc: usize, end: usize, request: u64) -> Self {
+            self.made_by(alloc, end, request, &[])
+        }
+
+        fn made_by(mut self, alloc: usize, end: usize, request: u64, frames: Frames) -> Self {
+            assert!(self.traced.last().is_none_or(|l| l.alloc < alloc), "lives in `alloc` order");
+            self.snap.device_traces[0][alloc].size = request;
+            let stack = self.stack(frames);
+            self.traced.push(TracedLife { alloc, end, size: request.max(512), stack });
+            self
+        }
+
+        /// A block live before the trace, of `request` bytes, ended at `end`.
+        fn before(self, request: u64, end: usize) -> Self {
+            self.before_by(request, end, &[])
+        }
+
+        fn before_by(mut self, request: u64, end: usize, frames: Frames) -> Self {
+            let stack = self.stack(frames);
+            self.seeded.push(SeededLife { address: 0, size: request, request, stack, end });
+            self
+        }
+
+        fn build(self) -> (Snapshot, BlockLives, Steps) {
+            let st = Steps {
+                device: 0,
+                source: "optimizer",
+                evidence: Vec::new(),
+                steps: self.steps,
+                after_last_step: None,
+                reason: None,
+                phase_of: self.phase_of,
+            };
+            (self.snap, BlockLives { device: 0, traced: self.traced, seeded: self.seeded }, st)
+        }
+
+        /// Every rule, as `classify` runs them.
+        fn classify(self) -> Roles {
+            let (snap, lives, st) = self.build();
+            classify(&snap, &lives, &st)
+        }
+    }
+
     /// A hand-built trace of `n` allocations (entry `i` of size 512 × (i + 1)), one
     /// step of the given phases, and the lives `traced` (alloc, end) and `seeded`
     /// (request, end), no frames.
@@ -1740,34 +1892,14 @@ mod tests {
         traced: &[(usize, usize)],
         seeded: &[(u64, usize)],
     ) -> (Snapshot, BlockLives, Steps) {
-        use crate::steps::{PhaseSpan, Step};
-        let mut snap = Snapshot::default();
-        snap.device_traces.push((0..n).map(|i| TraceEvent::new(Action::Alloc, 0, 512 * (i as u64 + 1))).collect());
-        let mut phase_of = vec![Phase::Outside; n];
-        for &(p, s, e) in phases {
-            phase_of[s..e].fill(p);
+        let mut m = Mini::new(n).step(phases);
+        for &(alloc, end) in traced {
+            m = m.made(alloc, end);
         }
-        let spans: Vec<PhaseSpan> = phases.iter().map(|&(phase, start, end)| PhaseSpan { phase, start, end }).collect();
-        let step =
-            Step { start: spans[0].start, end: spans.last().unwrap().end, phases: spans, complete: true, layers: None };
-        let st = Steps {
-            device: 0,
-            source: "optimizer",
-            evidence: Vec::new(),
-            steps: vec![step],
-            after_last_step: None,
-            reason: None,
-            phase_of,
-        };
-        let lives = BlockLives {
-            device: 0,
-            traced: traced.iter().map(|&(alloc, end)| TracedLife { alloc, end, size: 512, stack: None }).collect(),
-            seeded: seeded
-                .iter()
-                .map(|&(request, end)| SeededLife { address: 0, size: request, request, stack: None, end })
-                .collect(),
-        };
-        (snap, lives, st)
+        for &(request, end) in seeded {
+            m = m.before(request, end);
+        }
+        m.build()
     }
 
     fn reasons(roles: &[BlockRole]) -> Vec<Reason> {
@@ -1836,6 +1968,234 @@ mod tests {
             ]
         );
         assert_eq!(reasons(&c.seeded), [OtherBeforeTrace]);
+    }
+
+    // Each rule group on the smallest trace that fires it, and on a near miss. Sizes of
+    // parameters (`R`, `P`) and of no parameter (`S`), apart from the entries' own.
+    const R: u64 = 3 << 20;
+    const P: u64 = 5 << 20;
+    const S: u64 = 7 << 20;
+    const END: usize = LIVE_AT_END;
+    /// cuBLAS's workspace, from its C++ frames; and a matmul's frames without it.
+    const CUBLAS: Frames = &[("??", 0, "at::cuda::getNewWorkspace()"), ("??", 0, "at::cuda::blas::gemm<float>")];
+    const GEMM: Frames = &[("??", 0, "at::cuda::blas::gemm<float>")];
+    const BUILT: Frames = &[("/u/model.py", 5, "__init__"), ("/u/train.py", 1, "main")];
+    const ADAM: Frames = &[("/x/torch/optim/adam.py", 80, "_init_group"), ("/u/train.py", 9, "main")];
+
+    /// Forward 2..4, backward 4..6, optimizer 6..8: set-up at entries 0 and 1.
+    fn after_setup() -> Mini {
+        Mini::new(9).step(&[(Phase::Forward, 2, 4), (Phase::Backward, 4, 6), (Phase::Optimizer, 6, 8)])
+    }
+
+    #[test]
+    fn rule_0_a_library_workspace_is_no_tensor_of_the_model() {
+        use Reason::*;
+        // Live before the trace, a gradient's size: cuBLAS's workspace is `other`, the
+        // block a matmul made without it (near miss) is the parameter.
+        let roles = after_setup().made_sized(4, END, R).before_by(R, END, CUBLAS).before_by(R, END, GEMM).classify();
+        assert_eq!(reasons(&roles.seeded), [OtherWorkspace, ParamBeforeTraceMatchesGradient]);
+        // Traced (rule 1 meets it): kept past the backward pass that made it, still not a
+        // gradient.
+        let roles = after_setup().made_sized(0, END, R).made_by(4, END, R, CUBLAS).made_by(5, END, R, GEMM).classify();
+        assert_eq!(reasons(&roles.traced), [ParamSetupMatchesGradient, OtherWorkspace, GradOutlivesBackward]);
+    }
+
+    #[test]
+    fn rule_1_kept_past_the_phase_or_freed_in_it() {
+        use Reason::*;
+        // Two steps: forward 0..2, backward 2..4, optimizer 4..6; the same at 6..12.
+        let m = Mini::new(14)
+            .step(&[(Phase::Forward, 0, 2), (Phase::Backward, 2, 4), (Phase::Optimizer, 4, 6)])
+            .step(&[(Phase::Forward, 6, 8), (Phase::Backward, 8, 10), (Phase::Optimizer, 10, 12)]);
+        let (snap, lives, st) = m.build();
+        let ix = LifeIndex::new(&snap, &lives);
+        let mut ev = StackEvidence::new(&snap);
+        let c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let spans = &c.spans;
+        // Freed at the phase's end (the first entry after it) is kept past it; at its
+        // last entry, freed in it.
+        assert_eq!(made_in_backward(&st, spans, 0, 4), GradOutlivesBackward);
+        assert_eq!(made_in_backward(&st, spans, 0, 3), TempFreedInPhase);
+        assert_eq!(made_in_optimizer(&st, spans, 0, 6), OptMadeInStepKept);
+        assert_eq!(made_in_optimizer(&st, spans, 0, 5), TempFreedInPhase);
+        // Forward: live as backward starts (entry 2) and freed by the next step's end.
+        assert_eq!(made_in_forward(&st, spans, 14, 0, 2), ActKeptForBackward);
+        assert_eq!(made_in_forward(&st, spans, 14, 0, 1), TempFreedInPhase);
+        assert_eq!(made_in_forward(&st, spans, 14, 0, 11), ActKeptForBackward);
+        assert_eq!(made_in_forward(&st, spans, 14, 0, 12), OtherOutlivesStep);
+        // The last step: freed in the trace, or kept to its end (less sure).
+        assert_eq!(made_in_forward(&st, spans, 14, 1, 13), ActKeptForBackward);
+        assert_eq!(made_in_forward(&st, spans, 14, 1, END), ActKeptLastStep);
+    }
+
+    #[test]
+    fn rule_2_parameters_are_the_gradients_sizes_one_for_one() {
+        use Reason::*;
+        // Made in set-up, live as backward starts, a gradient's size: the parameter.
+        let roles = after_setup().made_sized(0, END, R).made_sized(4, END, R).classify();
+        assert_eq!(reasons(&roles.traced), [ParamSetupMatchesGradient, GradOutlivesBackward]);
+        // Near misses: of no gradient's size, or freed before backward starts. The
+        // gradient then has no parameter, and says so at lower confidence.
+        for setup in [(S, END), (R, 3)] {
+            let roles = after_setup().made_sized(0, setup.1, setup.0).made_sized(4, END, R).classify();
+            assert_eq!(reasons(&roles.traced), [InputBeforeForward, GradOutlivesBackwardUnmatched], "{setup:?}");
+        }
+    }
+
+    #[test]
+    fn rule_2_a_kept_block_of_no_parameters_size_is_no_gradient() {
+        use Reason::*;
+        // The backward pass keeps a block of the parameter's size and one of no
+        // parameter's (cuBLAS's workspace on the autograd thread, without its frames).
+        let roles = after_setup().made_sized(0, END, R).made_sized(4, END, R).made_sized(5, END, S).classify();
+        assert_eq!(reasons(&roles.traced), [ParamSetupMatchesGradient, GradOutlivesBackward, OtherBackwardNoParameter]);
+    }
+
+    #[test]
+    fn rule_3_optimizer_state_made_before_the_first_step() {
+        use Phase::*;
+        use Reason::*;
+        // Set-up 0..3: a parameter and Adam's two moments (made in its constructor), then
+        // one step, whose backward makes the gradient.
+        let step = [(Forward, 3, 5), (Backward, 5, 7), (Optimizer, 7, 9)];
+        let m = Mini::new(10).step(&step).made_sized(0, END, R).made_sized(1, END, R).made_sized(2, END, R);
+        let roles = m.made_sized(5, END, R).classify();
+        assert_eq!(
+            reasons(&roles.traced),
+            [ParamSetupMatchesGradient, OptSetupCopiesOfParams, OptSetupCopiesOfParams, GradOutlivesBackward]
+        );
+        // Near miss: two parameters, and state that is not whole copies of them (one
+        // moment of `P`): not state by its sizes; by the optimizer's frames, when made
+        // there.
+        let step = [(Forward, 5, 7), (Backward, 7, 9), (Optimizer, 9, 11)];
+        for (frames, want) in [(&[][..], InputBeforeForward), (ADAM, OptSetupOptimizerFrames)] {
+            let m = Mini::new(12).step(&step).made_sized(0, END, R).made_sized(1, END, P);
+            let m = m.made_by(2, END, R, frames).made_by(3, END, R, frames).made_by(4, END, P, frames);
+            let roles = m.made_sized(7, END, R).made_sized(8, END, P).classify();
+            assert_eq!(
+                reasons(&roles.traced)[..5],
+                [ParamSetupMatchesGradient, ParamSetupMatchesGradient, want, want, want]
+            );
+        }
+    }
+
+    #[test]
+    fn rule_3_optimizer_state_live_before_the_trace() {
+        // The rule alone, on blocks no earlier rule decided: live as the first optimizer
+        // step starts (entry 6), of the parameters' sizes.
+        let m = after_setup().before(R, END).before(R, END).before(P, 1);
+        let (snap, lives, st) = m.build();
+        let ix = LifeIndex::new(&snap, &lives);
+        let mut ev = StackEvidence::new(&snap);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        c.optimizer_state_before_trace(&[(R, 1)].into_iter().collect(), 6);
+        use Reason::*;
+        assert_eq!(reasons(&c.seeded), [OptBeforeTraceCopiesOfParams, OptBeforeTraceCopiesOfParams, OtherUndecided]);
+        // Near miss: with a parameter of `P` too, no copy of it is live then.
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        c.optimizer_state_before_trace(&[(R, 1), (P, 1)].into_iter().collect(), 6);
+        assert_eq!(reasons(&c.seeded), [OtherUndecided; 3]);
+    }
+
+    #[test]
+    fn rule_4_an_out_of_place_update_takes_the_role_it_replaces() {
+        use Phase::*;
+        use Reason::*;
+        // The optimizer (4..7) makes a block of the parameter's size at 4 and frees the
+        // parameter at 5 (`p.data = p - lr * g`); near miss: a block of no freed block's
+        // size, made there and kept.
+        let step = [(Forward, 1, 2), (Backward, 2, 4), (Optimizer, 4, 7)];
+        let m = Mini::new(8).step(&step).made_sized(0, 5, R).made_sized(2, END, R);
+        let (snap, lives, st) = m.made_sized(4, END, R).made_sized(6, END, S).build();
+        let roles = classify(&snap, &lives, &st);
+        assert_eq!(
+            reasons(&roles.traced),
+            [ParamSetupMatchesGradient, GradOutlivesBackward, ParamReplacedInStep, OptMadeInStepKept]
+        );
+        // A temporary of the step until the parameter it replaces is freed (state 6).
+        assert_eq!(roles.from_state, [(2, 6)].into_iter().collect());
+        let bytes = |state| bytes_at(&snap, &lives, &roles, state);
+        assert_eq!(bytes(5)[Role::Parameters as usize], R);
+        assert_eq!(bytes(5)[Role::Temporaries as usize], R);
+        assert_eq!(bytes(6)[Role::Parameters as usize], R);
+        assert_eq!(bytes(6)[Role::Temporaries as usize], 0);
+    }
+
+    #[test]
+    fn rule_5_made_while_building_a_model_with_no_backward_pass() {
+        use Reason::*;
+        // No step: a block kept to the end, made in a constructor, is a parameter (low
+        // confidence); without those frames (near miss), nothing decides it.
+        let roles =
+            Mini::new(3).made_by(0, END, R, BUILT).made_sized(1, END, R).before_by(R, END, BUILT).before(R, END);
+        let roles = roles.classify();
+        assert_eq!(reasons(&roles.traced), [ParamBuiltNoBackward, OtherUndecided]);
+        assert_eq!(reasons(&roles.seeded), [ParamBuiltNoBackward, OtherBeforeTrace]);
+        // Live at the next forward pass but made in a constructor: no input.
+        let roles = after_setup().made_by(0, END, S, BUILT).made_sized(1, END, S).classify();
+        assert_eq!(reasons(&roles.traced), [OtherUndecided, InputBeforeForward]);
+    }
+
+    #[test]
+    fn rule_6_a_block_of_unknown_role_leaves_the_totals_open() {
+        // No step, one block live before the trace: it could be a parameter, and no
+        // backward pass gives their sizes.
+        let roles = Mini::new(2).before(R, END).classify();
+        assert_eq!(roles.cannot_tell.keys().collect::<Vec<_>>(), [&Role::Parameters]);
+        assert!(roles.cannot_tell[&Role::Parameters].ends_with("no backward pass gives the parameters' sizes"));
+        // Near misses: its frames say it was made in a forward pass; no such block.
+        let forward: Frames = &[("/u/model.py", 3, "forward"), ("/u/train.py", 1, "main")];
+        assert!(Mini::new(2).before_by(R, END, forward).classify().cannot_tell.is_empty());
+        assert!(Mini::new(2).made(0, END).classify().cannot_tell.is_empty());
+    }
+
+    #[test]
+    fn before_the_trace_parameters_and_state_by_count_and_by_frames() {
+        use Reason::*;
+        let grad = |m: Mini| m.made_sized(4, END, R);
+        // Twice a gradient's size: a parameter and one state buffer, told apart by their
+        // frames when they have them, else counted by size.
+        let roles = grad(after_setup().before(R, END).before(R, END)).classify();
+        assert_eq!(reasons(&roles.seeded), [ParamBeforeTraceCounted, OptBeforeTraceCounted]);
+        let roles = grad(after_setup().before_by(R, END, ADAM).before_by(R, END, BUILT)).classify();
+        assert_eq!(reasons(&roles.seeded), [OptBeforeTraceFrames, ParamBeforeTraceFrames]);
+        // Near miss: three blocks for two gradients, no whole multiple: two parameters
+        // counted, the third undecided.
+        let m = after_setup().before(R, END).before(R, END).before(R, END).made_sized(4, END, R);
+        let roles = m.made_sized(5, END, R).classify();
+        assert_eq!(reasons(&roles.seeded), [ParamBeforeTraceCounted, ParamBeforeTraceCounted, OtherBeforeTrace]);
+    }
+
+    #[test]
+    fn before_the_trace_gradients_freed_by_zero_grad() {
+        use Reason::*;
+        // Freed at entry 0, outside the phases (zero_grad), before a backward pass that
+        // makes a gradient of its size: the last step's gradient. Near miss: two of them
+        // for one gradient.
+        let roles = after_setup().before(R, 0).before(R, END).made_sized(4, END, R).classify();
+        assert_eq!(reasons(&roles.seeded), [GradBeforeTraceFreedBeforeBackward, ParamBeforeTraceMatchesGradient]);
+        let roles = after_setup().before(R, 0).before(R, 0).made_sized(4, END, R).classify();
+        assert_eq!(reasons(&roles.seeded), [OtherBeforeTrace, OtherBeforeTrace]);
+    }
+
+    #[test]
+    fn before_the_trace_a_parameter_replaced_before_the_first_backward_pass() {
+        use Phase::*;
+        use Reason::*;
+        // The recording began in step 0's optimizer (0..2), which replaces the parameter
+        // (freed at 1) with a block made at 0; step 1's backward makes its gradient. Near
+        // miss: the block made there is of another size: no replacement.
+        let run = |size| {
+            let m = Mini::new(10).step(&[(Optimizer, 0, 2)]).begun_inside();
+            let m = m.step(&[(Forward, 3, 5), (Backward, 5, 7), (Optimizer, 7, 9)]);
+            m.before(R, 1).made_sized(0, END, size).made_sized(5, END, R).classify()
+        };
+        let roles = run(R);
+        assert_eq!(reasons(&roles.seeded), [ParamBeforeTraceMatchesGradient]);
+        assert_eq!(reasons(&roles.traced), [ParamReplacedInStep, GradOutlivesBackward]);
+        let roles = run(S);
+        assert_eq!(reasons(&roles.seeded), [OtherBeforeTrace]);
+        assert_eq!(reasons(&roles.traced), [OptMadeInStepKept, GradOutlivesBackwardUnmatched]);
     }
 
     #[test]

@@ -163,27 +163,66 @@ pub(crate) const PHASES: u8 = OPT | USER_OPT | BWD | FWD | ZERO;
 pub(crate) const WORKSPACE: u8 = 64;
 const KNOWN: u8 = 128;
 
+/// The evidence of one frame (`file`, function `name`), as bits: the phase it is in
+/// ([`optimizer_frame`], `zero_grad`, [`backward_frame`], [`forward_frame`]), a library's
+/// workspace ([`workspace_frame`]), and whether it is Python's.
 fn frame_bits(file: &str, name: &str) -> u8 {
     let file_n: std::borrow::Cow<str> = if file.contains('\\') { file.replace('\\', "/").into() } else { file.into() };
     let file = file_n.as_ref();
     let py = file.ends_with(".py");
     let mut b = if py { PY } else { 0 };
-    let base = file.rsplit('/').next().unwrap_or(file).to_ascii_lowercase();
+    // `Optimizer.zero_grad`, or a module's: between steps, whatever else the stack says.
     if name == "zero_grad" || name.contains("::zero_grad") {
         return b | ZERO;
     }
+    b |= optimizer_frame(file, name, py);
+    if backward_frame(file, name, py) {
+        b |= BWD;
+    }
+    if py && forward_frame(file, name) {
+        b |= FWD;
+    }
+    if !py && workspace_frame(name) {
+        b |= WORKSPACE;
+    }
+    b
+}
+
+/// Whether a frame is an optimizer's step: `OPT` for Python frames in `torch/optim/`
+/// (`Optimizer.step`'s profiling `wrapper`, `_single_tensor_adam`, `_multi_tensor_*`,
+/// `_fused_*`, `_init_group`; not a constructor, which runs at set-up) and for fused
+/// optimizer kernels in C++ frames (`fused_adam`, `_fused_adamw`, `fused_sgd`,
+/// `multi_tensor_apply`); `USER_OPT` (weaker) for a user optimizer's `step` in a file
+/// named for optimizers; else 0.
+fn optimizer_frame(file: &str, name: &str, py: bool) -> u8 {
     if py {
+        let base = file.rsplit('/').next().unwrap_or(file).to_ascii_lowercase();
         if file.contains("torch/optim/") && name != "__init__" {
-            b |= OPT;
+            OPT
         } else if name == "step" && base.contains("optim") {
-            b |= USER_OPT;
+            USER_OPT
+        } else {
+            0
         }
-        if (file.ends_with("torch/autograd/__init__.py") && (name == "backward" || name == "grad"))
-            || (file.ends_with("torch/autograd/graph.py") && name == "_engine_run_backward")
-            || (file.ends_with("torch/_tensor.py") && name == "backward")
-        {
-            b |= BWD;
+    } else {
+        let l = name.to_ascii_lowercase();
+        let fused = l.contains("fused_adam")
+            || l.contains("fused_sgd")
+            || l.contains("multi_tensor_apply")
+            || l.contains("fusedadam");
+        if fused {
+            OPT
+        } else {
+            0
         }
+    }
+}
+
+/// Whether a frame is the backward pass's. Python: `Tensor.backward`,
+/// `torch.autograd.backward` and `grad`, the engine's `_engine_run_backward`, and
+/// activation checkpointing's recomputation. C++: the autograd engine and its nodes.
+fn backward_frame(file: &str, name: &str, py: bool) -> bool {
+    if py {
         // Activation checkpointing recomputes a layer's forward inside the backward pass:
         // the engine calls `torch/utils/checkpoint.py`'s saved-tensor hook (`unpack_hook`,
         // `recompute_fn`; `unpack` before PyTorch 2.1), or the reentrant variant's
@@ -191,39 +230,34 @@ fn frame_bits(file: &str, name: &str) -> u8 {
         // too, and are backward (seen on an H200 recording, crates/testdata/h200: without
         // this the recomputation split each backward pass into forwards, and no gradient
         // was found).
-        if file.ends_with("torch/utils/checkpoint.py")
-            && matches!(name, "unpack_hook" | "recompute_fn" | "unpack" | "backward")
-        {
-            b |= BWD;
-        }
-        if name == "forward"
-            || (file.ends_with("torch/nn/modules/module.py") && (name == "_call_impl" || name == "_wrapped_call_impl"))
-        {
-            b |= FWD;
-        }
+        (file.ends_with("torch/autograd/__init__.py") && (name == "backward" || name == "grad"))
+            || (file.ends_with("torch/autograd/graph.py") && name == "_engine_run_backward")
+            || (file.ends_with("torch/_tensor.py") && name == "backward")
+            || (file.ends_with("torch/utils/checkpoint.py")
+                && matches!(name, "unpack_hook" | "recompute_fn" | "unpack" | "backward"))
     } else {
-        // C++: the autograd engine and its nodes (not `torch::autograd::VariableType` or
-        // `THPVariable_*`: those are the dispatcher and the Python bindings, on every op).
-        // Only a node's `apply` (run by the engine), not its `release_variables` or its
-        // deleter: a forward-only program frees the graph's saved tensors from those.
-        if name.contains("torch::autograd::Engine::")
+        // Not `torch::autograd::VariableType` or `THPVariable_*`: those are the dispatcher
+        // and the Python bindings, on every op. Only a node's `apply` (run by the
+        // engine), not its `release_variables` or its deleter: a forward-only program
+        // frees the graph's saved tensors from those.
+        name.contains("torch::autograd::Engine::")
             || (name.contains("::apply") && (name.contains("AccumulateGrad") || is_backward_node(name)))
-        {
-            b |= BWD;
-        }
-        let l = name.to_ascii_lowercase();
-        if l.contains("getnewworkspace") || (l.contains("workspace") && (l.contains("blas") || l.contains("cudnn"))) {
-            b |= WORKSPACE;
-        }
-        if l.contains("fused_adam")
-            || l.contains("fused_sgd")
-            || l.contains("multi_tensor_apply")
-            || l.contains("fusedadam")
-        {
-            b |= OPT;
-        }
     }
-    b
+}
+
+/// Whether a Python frame is a module's forward pass: a `forward` method, or
+/// `nn.Module`'s `_call_impl` / `_wrapped_call_impl` (what `module(x)` runs).
+fn forward_frame(file: &str, name: &str) -> bool {
+    name == "forward"
+        || (file.ends_with("torch/nn/modules/module.py") && (name == "_call_impl" || name == "_wrapped_call_impl"))
+}
+
+/// Whether a C++ frame makes a library's workspace: cuBLAS's `getNewWorkspace`, or a
+/// BLAS or cuDNN function named for its workspace. Such a block is no tensor of the
+/// model, whatever phase makes it.
+fn workspace_frame(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    l.contains("getnewworkspace") || (l.contains("workspace") && (l.contains("blas") || l.contains("cudnn")))
 }
 
 /// `FooBackward0::apply`, `FooBackward1`: an autograd node's name.
@@ -430,24 +464,54 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
             };
         }
     };
+    let steps = bounded_steps(snap, device, &phase_of, &t.tags, &rle, &ends);
+    let prev_end = steps.last().map_or(0, |s| s.end);
+    let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
+    Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+}
+
+/// Group 3 of [`steps_with`]: the steps that `ends` bound (per step, the run that ends
+/// it: its optimizer's, else its backward pass's; [`joined_runs`]). A step starts at the
+/// first `zero_grad`, forward or backward entry after the previous step: set-up and
+/// batch loading before it stay outside.
+fn bounded_steps(
+    snap: &Snapshot,
+    device: i64,
+    phase_of: &[Phase],
+    tags: &[Option<Tag>],
+    rle: &[PhaseRun],
+    ends: &[(usize, usize)],
+) -> Vec<Step> {
+    let trace = snap.trace(device);
     let mut steps = Vec::with_capacity(ends.len());
     let mut prev_end = 0;
-    for &(rs, re) in &ends {
-        // The step starts at the first zero_grad, forward or backward entry after the
-        // previous step (set-up and batch loading before it stay outside).
-        let start =
-            (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || t.tags[k] == Some(Tag::Zero)).unwrap_or(rs);
-        let phases = spans_in(&rle, start, re);
-        let first = phases.first().map(|p| p.phase);
-        let complete = t.tags[start] == Some(Tag::Zero)
-            || !steps.is_empty()
-            || (first == Some(Phase::Forward) && !forward_began_before(trace, &phase_of, start, re));
+    for &(rs, re) in ends {
+        let start = (prev_end..rs).find(|&k| phase_of[k] != Phase::Outside || tags[k] == Some(Tag::Zero)).unwrap_or(rs);
+        let phases = spans_in(rle, start, re);
+        let complete = !steps.is_empty() || first_step_whole(trace, phase_of, tags, start, re, &phases);
         let layers = layers_in(snap, device, &phases);
         steps.push(Step { start, end: re, phases, complete, layers });
         prev_end = re;
     }
-    let after_last_step = (prev_end..n).find(|&k| matches!(phase_of[k], Phase::Forward | Phase::Backward));
-    Steps { device, source, evidence, steps, after_last_step, reason: None, phase_of }
+    steps
+}
+
+/// Whether the trace holds the whole of the first step, entries `start..end` (of
+/// `phases`): it starts with `zero_grad`, or with a forward pass that did not begin
+/// before the trace ([`forward_began_before`]). A recording begun inside a step (a ring
+/// buffer that dropped its start, `_record_memory_history` called mid-step) holds its
+/// backward or optimizer without what its forward made; every later step is whole.
+fn first_step_whole(
+    trace: &[fragscope_snapshot::TraceEvent],
+    phase_of: &[Phase],
+    tags: &[Option<Tag>],
+    start: usize,
+    end: usize,
+    phases: &[PhaseSpan],
+) -> bool {
+    tags[start] == Some(Tag::Zero)
+        || (phases.first().map(|p| p.phase) == Some(Phase::Forward)
+            && !forward_began_before(trace, phase_of, start, end))
 }
 
 /// What group 1 of [`steps_with`] reads of each entry ([`entry_tags`]).
@@ -998,6 +1062,7 @@ pub fn layer_spans(snap: &Snapshot, device: i64, step: &Step, phase: Phase) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fragscope_snapshot::TraceEvent;
 
     #[test]
     fn backward_nodes_and_engine_frames_are_backward_but_bindings_are_not() {
@@ -1081,6 +1146,223 @@ mod tests {
                 Forward,   // frameless, but nothing tagged after it bounds a backward pass
             ]
         );
+    }
+
+    // Each rule group on the smallest trace that fires it, and on a near miss.
+
+    #[test]
+    fn optimizer_frames() {
+        // torch/optim (not its constructors), fused kernels, a user optimizer's `step`.
+        assert_eq!(optimizer_frame("/x/torch/optim/adam.py", "_single_tensor_adam", true), OPT);
+        assert_eq!(optimizer_frame("??", "at::native::multi_tensor_apply_kernel<...>", false), OPT);
+        assert_eq!(optimizer_frame("/u/lion_optimizer.py", "step", true), USER_OPT);
+        assert_eq!(optimizer_frame("/x/torch/optim/adam.py", "__init__", true), 0);
+        assert_eq!(optimizer_frame("/u/train.py", "step", true), 0);
+        assert_eq!(optimizer_frame("??", "at::native::add_kernel", false), 0);
+        // Through frame_bits: zero_grad in torch/optim is between steps, not the step.
+        assert_eq!(frame_bits("/x/torch/optim/optimizer.py", "zero_grad"), PY | ZERO);
+    }
+
+    #[test]
+    fn backward_forward_and_workspace_frames() {
+        // Activation checkpointing's recomputation runs a forward inside backward.
+        assert!(backward_frame("/x/torch/utils/checkpoint.py", "unpack_hook", true));
+        assert!(!backward_frame("/x/torch/utils/checkpoint.py", "checkpoint", true));
+        assert!(backward_frame("/x/torch/_tensor.py", "backward", true));
+        assert!(!backward_frame("/u/model.py", "backward", true));
+        assert!(forward_frame("/x/torch/nn/modules/module.py", "_wrapped_call_impl"));
+        assert!(!forward_frame("/u/model.py", "_wrapped_call_impl"));
+        assert!(workspace_frame("at::cuda::getNewWorkspace()"));
+        assert!(workspace_frame("cudnn::cudnnGetWorkspaceSize"));
+        assert!(!workspace_frame("at::native::workspace_for_scan"));
+    }
+
+    fn entry_tags_of(tags: Vec<Option<Tag>>) -> EntryTags {
+        let mut counts = [0; 4];
+        for t in tags.iter().flatten() {
+            counts[*t as usize] += 1;
+        }
+        EntryTags { tags, counts, user_opt: false, untimed: false, frees_tell: true, made_by: Vec::new() }
+    }
+
+    #[test]
+    fn the_optimizers_annotations_tag_the_entries_inside_them() {
+        let f = Some(Tag::Fwd);
+        let mut t = entry_tags_of(vec![f, f, None, f]);
+        let anns = [(1, 3, "Optimizer.step#Adam.step".to_string())];
+        assert_eq!(optimizer_annotations(&anns, &mut t), (1, 0));
+        assert_eq!(t.tags, [f, Some(Tag::Opt), Some(Tag::Opt), f]);
+        assert_eq!(t.counts, [0, 2, 0, 2]);
+        // Near miss: another annotation over the same entries.
+        let mut t = entry_tags_of(vec![f, f, None, f]);
+        assert_eq!(optimizer_annotations(&[(1, 3, "ProfilerStep#1".to_string())], &mut t), (0, 0));
+        assert_eq!(t.tags, [f, f, None, f]);
+    }
+
+    #[test]
+    fn with_context_alloc_a_free_stays_in_the_phase_that_made_its_block() {
+        use Phase::*;
+        // A backward allocation, then (context="alloc": frees carry their allocation's
+        // stack, no tag) frees of a block backward made, and of one forward made.
+        let trace: Vec<TraceEvent> = [Action::Alloc, Action::FreeRequested, Action::FreeRequested]
+            .into_iter()
+            .map(|a| TraceEvent::new(a, 0, 512))
+            .collect();
+        let mut t = entry_tags_of(vec![Some(Tag::Bwd), None, None]);
+        t.frees_tell = false;
+        t.made_by = vec![None, Some(Tag::Bwd), Some(Tag::Fwd)];
+        let mut phase_of = vec![Backward, Outside, Outside];
+        frees_stay_in_their_phase(&trace, &t, &mut phase_of);
+        assert_eq!(phase_of, [Backward, Backward, Outside]);
+    }
+
+    #[test]
+    fn frees_carry_their_allocations_stacks_when_nine_in_ten_do() {
+        let mut snap = Snapshot::default();
+        let (a, b) =
+            (snap.frames.intern_py_stack(&[("/u/m.py", 1, "f")]), snap.frames.intern_py_stack(&[("/u/m.py", 2, "g")]));
+        // `pairs` allocations and their frees, `other` of the frees with a stack of their own.
+        let trace = |pairs: u64, other: u64| -> Vec<TraceEvent> {
+            let mut v = Vec::new();
+            for i in 0..pairs {
+                for (action, s) in [(Action::Alloc, a), (Action::FreeRequested, if i < other { b } else { a })] {
+                    let mut e = TraceEvent::new(action, 512 * i, 512);
+                    e.stack = Some(s);
+                    v.push(e);
+                }
+            }
+            v
+        };
+        assert!(frees_carry_alloc_stacks(&trace(16, 1)));
+        // Near misses: too few frees to tell, or two in sixteen with their own stack.
+        assert!(!frees_carry_alloc_stacks(&trace(15, 0)));
+        assert!(!frees_carry_alloc_stacks(&trace(16, 2)));
+    }
+
+    /// A minimal recording: entries with the frames given (innermost first, as PyTorch
+    /// records them), ten microseconds apart, and `record_function` annotations.
+    #[derive(Default)]
+    struct Rec {
+        snap: Snapshot,
+        trace: Vec<TraceEvent>,
+        anns: Vec<fragscope_snapshot::Annotation>,
+    }
+
+    type Frames<'a> = &'a [(&'a str, i64, &'a str)];
+    const MAIN: (&str, i64, &str) = ("/u/train.py", 1, "main");
+    const FORWARD: Frames = &[("/u/model.py", 10, "forward"), MAIN];
+    const BACKWARD: Frames = &[("/x/torch/_tensor.py", 600, "backward"), MAIN];
+    const ADAM: Frames = &[("/x/torch/optim/adam.py", 400, "_single_tensor_adam"), MAIN];
+    const ZERO_GRAD: Frames = &[("/x/torch/optim/optimizer.py", 900, "zero_grad"), MAIN];
+
+    impl Rec {
+        fn ev(&mut self, action: Action, addr: u64, frames: Frames) -> &mut Self {
+            let mut e = TraceEvent::new(action, addr, 512);
+            e.stack = Some(self.snap.frames.intern_py_stack(frames));
+            e.time_us = 10 * (self.trace.len() as i64 + 1);
+            self.trace.push(e);
+            self
+        }
+        fn alloc(&mut self, addr: u64, frames: Frames) -> &mut Self {
+            self.ev(Action::Alloc, addr, frames)
+        }
+        fn free(&mut self, addr: u64, frames: Frames) -> &mut Self {
+            self.ev(Action::FreeRequested, addr, frames)
+        }
+        /// `record_function(name)`'s START (`start`) or END, between two entries.
+        fn mark(&mut self, name: &str, start: bool) -> &mut Self {
+            self.anns.push(fragscope_snapshot::Annotation {
+                device: 0,
+                time_us: 10 * self.trace.len() as i64 + 5,
+                name: name.into(),
+                stage: if start { "START" } else { "END" }.into(),
+                extra: Vec::new(),
+            });
+            self
+        }
+        /// One step: forward makes two activations, backward frees them (and makes a
+        /// gradient in the first step), the optimizer a temporary when `optimizer`.
+        fn step(&mut self, k: u64, optimizer: bool) -> &mut Self {
+            let (a, b) = (0x1000 * (2 * k + 1), 0x1000 * (2 * k + 2));
+            self.alloc(a, FORWARD).alloc(b, FORWARD);
+            if k == 0 {
+                self.alloc(0x100_0000, BACKWARD);
+            }
+            self.free(a, BACKWARD).free(b, BACKWARD);
+            if optimizer {
+                self.alloc(0x200_0000, ADAM).free(0x200_0000, ADAM);
+            }
+            self
+        }
+        fn done(&mut self) -> Snapshot {
+            let mut snap = std::mem::take(&mut self.snap);
+            snap.device_traces.push(std::mem::take(&mut self.trace));
+            if !self.anns.is_empty() {
+                snap.external_annotations = Some(std::mem::take(&mut self.anns));
+            }
+            snap
+        }
+    }
+
+    #[test]
+    fn steps_are_bounded_by_the_optimizer_else_backward_else_annotations() {
+        let describe = |snap: &Snapshot| steps(snap, 0).describe();
+        let snap = Rec::default().step(0, true).step(1, true).done();
+        assert_eq!(describe(&snap), "2 steps (bounded by optimizer steps)");
+        let st = steps(&snap, 0);
+        let phases: Vec<Vec<Phase>> = st.steps.iter().map(|s| s.phases.iter().map(|p| p.phase).collect()).collect();
+        use Phase::*;
+        assert_eq!(phases, [vec![Forward, Backward, Optimizer], vec![Forward, Backward, Optimizer]]);
+        assert_eq!((st.steps[0].start, st.steps[0].end, st.steps[1].start), (0, 7, 7));
+        // Near miss: no optimizer step, the backward passes bound them.
+        let snap = Rec::default().step(0, false).step(1, false).done();
+        assert_eq!(describe(&snap), "2 steps (bounded by backward passes; no optimizer step seen)");
+        // Neither: the program's step annotations, else no step.
+        let mut r = Rec::default();
+        for k in 0..2 {
+            r.mark("ProfilerStep#7", true).alloc(k, FORWARD).free(k, FORWARD).mark("ProfilerStep#7", false);
+        }
+        assert_eq!(describe(&r.done()), "2 steps (from step annotations)");
+        let snap = Rec::default().alloc(1, FORWARD).free(1, FORWARD).done();
+        assert_eq!(
+            describe(&snap),
+            "no training step found (forward passes only: no backward pass, optimizer step or step annotation)"
+        );
+    }
+
+    #[test]
+    fn a_first_step_the_recording_began_inside_is_not_whole() {
+        let complete = |snap: &Snapshot| steps(snap, 0).steps.iter().map(|s| s.complete).collect::<Vec<_>>();
+        // Begun in the backward pass: it frees activations the trace never made.
+        let mut r = Rec::default();
+        r.free(0x9000, BACKWARD).alloc(0x200_0000, ADAM).free(0x200_0000, ADAM);
+        assert_eq!(complete(&r.step(1, true).done()), [false, true]);
+        // Near misses: begun in forward (all its activations made in the trace), or
+        // with zero_grad.
+        assert_eq!(complete(&Rec::default().step(0, true).done()), [true]);
+        let mut r = Rec::default();
+        r.free(0x9000, ZERO_GRAD).alloc(0x9000, FORWARD).free(0x9000, BACKWARD);
+        assert_eq!(complete(&r.alloc(0x200_0000, ADAM).done()), [true]);
+        // Begun in forward, but backward frees what the unrecorded part of it saved.
+        let mut r = Rec::default();
+        r.alloc(1, FORWARD).free(1, BACKWARD).free(0x9000, BACKWARD);
+        assert_eq!(complete(&r.alloc(0x200_0000, ADAM).done()), [false]);
+    }
+
+    #[test]
+    fn an_update_step_called_from_a_modules_forward_is_nested_in_it() {
+        let nested: Frames =
+            &[("/x/torch/optim/adam.py", 400, "_single_tensor_adam"), ("/u/model.py", 5, "forward"), MAIN];
+        // Near miss: a forward called from inside the optimizer's step (a closure).
+        let closure: Frames = &[("/u/model.py", 5, "forward"), ("/x/torch/optim/lbfgs.py", 300, "step"), MAIN];
+        for (frames, inside) in [(nested, true), (closure, false), (ADAM, false)] {
+            let mut r = Rec::default();
+            r.alloc(1, FORWARD).free(1, BACKWARD).alloc(2, frames);
+            let snap = r.done();
+            let st = steps(&snap, 0);
+            assert_eq!(st.steps.len(), 1, "{frames:?}");
+            assert_eq!(step_inside_forward(&snap, 0, &st.steps[0]), inside, "{frames:?}");
+        }
     }
 
     #[test]

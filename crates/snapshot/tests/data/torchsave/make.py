@@ -1,4 +1,4 @@
-"""Writes the torch.save fixtures of tests/torch_save.rs without torch (standard library only).
+"""Writes the torch.save fixtures of tests/it/torch_save.rs without torch (standard library only).
 
 torch.save writes (torch/serialization.py): a zip archive whose entries are stored, not
 compressed, under one top-level folder named after the file (`<name>/data.pkl` with the

@@ -57,6 +57,30 @@ pub fn python_pickle(py: &str, expr: &str, protocol: u8) -> Vec<u8> {
     out.stdout
 }
 
+/// The mapped read's helper threshold ([`fragscope_snapshot::set_ahead_min`]), held by one
+/// test at a time: the setting is process-wide, and the tests that change it share one
+/// binary. Dropped, it puts back the reader's default (64 MiB), then lets the next in.
+pub struct AheadMin(std::sync::MutexGuard<'static, ()>);
+
+impl AheadMin {
+    /// Waits for the turn to change the threshold.
+    pub fn take() -> AheadMin {
+        static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        AheadMin(TURN.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Files of `bytes` or more get the helper that maps a file ahead of its reader.
+    pub fn set(&self, bytes: usize) {
+        fragscope_snapshot::set_ahead_min(bytes);
+    }
+}
+
+impl Drop for AheadMin {
+    fn drop(&mut self) {
+        fragscope_snapshot::set_ahead_min(64 << 20);
+    }
+}
+
 pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

@@ -8,7 +8,7 @@
 //! repeating order (which the reader guesses) swapped now and then for one a frame longer
 //! or shorter.
 
-mod common;
+use crate::common;
 
 /// The pickle and, per entry, its frames as CPython reads them.
 const SCRIPT: &str = r#"

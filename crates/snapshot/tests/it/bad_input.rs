@@ -2,7 +2,7 @@
 //! wrong (asserted by fragment), and nothing panics, overflows the stack, allocates
 //! gigabytes, or executes anything.
 
-mod common;
+use crate::common;
 
 use fragscope_snapshot::*;
 

@@ -6,7 +6,7 @@
 //! the streamed read (through a buffer, none of those paths) makes of the same bytes,
 //! with one device's trace or with several.
 
-mod common;
+use crate::common;
 
 use fragscope_snapshot::model::Snapshot;
 use fragscope_snapshot::pickle::write::write_path;
@@ -39,7 +39,9 @@ fn long_snapshot(n: usize, devices: usize) -> Snapshot {
 #[test]
 fn a_long_trace_reads_the_same_mapped_and_streamed() {
     // 40-byte entries: 150,000 are 6 MB, past the 4 MB where the list gets its capacity.
-    fragscope_snapshot::set_ahead_min(0);
+    // Process-wide: held for the whole test, so that no test beside it changes it back.
+    let ahead = common::AheadMin::take();
+    ahead.set(0);
     let dir = common::scratch_dir("long_trace");
     for devices in [1, 3] {
         let snap = long_snapshot(150_000, devices);

@@ -1,6 +1,6 @@
 //! Writer round trips: read → write → read on every real pickle, plus CPython checks.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! (the mapped read) nor a snapshot made of two files. The change is made from the
 //! reader's progress callback, so it lands in the middle of the read every time.
 
-mod common;
+use crate::common;
 
 use fragscope_snapshot::error::ReadError;
 use std::io::Write;
@@ -28,15 +28,13 @@ fn scratch_file(tag: &str, name: &str, bytes: &[u8]) -> PathBuf {
 }
 
 /// Runs `case` without, then with, the helper that maps a file ahead of its reader, one
-/// test at a time (the setting is process-wide).
+/// test at a time (the setting is process-wide: [`common::AheadMin`]).
 fn both_ways(case: impl Fn(&str)) {
-    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let ahead = common::AheadMin::take();
     for (min, how) in [(usize::MAX, "faulted in by the reader"), (0, "mapped ahead by the helper")] {
-        fragscope_snapshot::set_ahead_min(min);
+        ahead.set(min);
         case(how);
     }
-    fragscope_snapshot::set_ahead_min(64 << 20);
 }
 
 /// Reads `path`, calling `change` on the file once, at the reader's first progress report.

@@ -6,7 +6,7 @@
 //! batch decoder, the learned layouts and the generic path all make entries), in a segment, and
 //! in a file whose entries carry lists of their own (PyTorch's shape).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! torch.profiler (Kineto) traces: the two real files of SOURCES.md §B, and error cases.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 
