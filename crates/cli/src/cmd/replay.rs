@@ -190,7 +190,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         let mut files = Vec::new();
         for f in &args.files {
             let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
-            let snap = fragscope_snapshot::read_path_checked(f, &mut |_, _| {}).map_err(|e| e.to_string());
+            let snap = fragscope_snapshot::read_path_checked(f, &mut |_, _| {});
             files.push((name, snap));
         }
         print_stdout(&fidelity::fidelity_table(&files))?;
@@ -593,7 +593,7 @@ fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
             let (iters, ec) = match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Steps)
             {
                 Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
-                Err(e) => (e, "—".to_string()),
+                Err(e) => (e.to_string(), "—".to_string()),
             };
             let nc = advice::simulate_uncached(&snap, d, capacity);
             let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
