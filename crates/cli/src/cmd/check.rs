@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_diagnose::check::{self, CheckResult, Failure, Limits, Value};
+use fragscope_diagnose::check::{self, CheckResult, Failure, Limit, Limits, Value};
 
 use crate::output::bytes;
 use crate::{input, CliError, EXIT_GATE_FAILED};
@@ -42,12 +42,12 @@ pub struct Args {
     pub json: bool,
 }
 
-fn flag(limit: &str) -> &'static str {
+fn flag(limit: Limit) -> &'static str {
     match limit {
-        "max_reserved" => "--max-reserved",
-        "max_allocated" => "--max-allocated",
-        "max_peak_fragmentation" => "--max-peak-fragmentation",
-        _ => "--no-leaks",
+        Limit::MaxReserved => "--max-reserved",
+        Limit::MaxAllocated => "--max-allocated",
+        Limit::MaxPeakFragmentation => "--max-peak-fragmentation",
+        Limit::NoLeaks => "--no-leaks",
     }
 }
 
@@ -62,12 +62,12 @@ fn value(v: &Value) -> String {
 /// The `check failed: ...` text of one broken limit (without the prefix).
 pub fn failure_line(f: &Failure) -> String {
     match f.limit {
-        "no_leaks" => format!("{} leak suspect(s) on device {} (--no-leaks)", value(&f.measured), f.device),
+        Limit::NoLeaks => format!("{} leak suspect(s) on device {} (--no-leaks)", value(&f.measured), f.device),
         l => {
             let what = match l {
-                "max_reserved" => "peak reserved",
-                "max_allocated" => "peak allocated",
-                _ => "peak fragmentation",
+                Limit::MaxReserved => "peak reserved",
+                Limit::MaxAllocated => "peak allocated",
+                Limit::MaxPeakFragmentation | Limit::NoLeaks => "peak fragmentation",
             };
             format!("{what} {} on device {} exceeds {} {}", value(&f.measured), f.device, flag(l), value(&f.allowed))
         }
