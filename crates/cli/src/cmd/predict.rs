@@ -151,7 +151,7 @@ pub fn check_request(files: usize, req: &Request) -> Result<(), CliError> {
             req.sizes.len()
         )));
     }
-    check_size_list(&req.sizes).map_err(|e| CliError::usage(e.0))?;
+    check_size_list(&req.sizes).map_err(CliError::usage)?;
     if req.at.contains(&0) {
         return Err(CliError::usage("--at: a size of 0; sizes are batch sizes, sequence lengths, ..., all at least 1"));
     }
@@ -207,7 +207,7 @@ pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> 
     }
     let mut programs = Vec::new();
     for &d in &devices {
-        programs.push(Program::fit(&recs, Some(d)).map_err(|e| CliError::usage(e.0))?);
+        programs.push(Program::fit(&recs, Some(d)).map_err(CliError::usage)?);
     }
     let mut predictions = Vec::new();
     let mut max_fit = Vec::new();
