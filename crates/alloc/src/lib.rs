@@ -54,7 +54,8 @@ pub const DEFAULT_POOL: PoolId = (0, 0);
 pub use config::{parse as parse_config, AllocatorConfig, ConfigError, ReserveSpec, RoundingRule, TieBreak};
 pub use device::{AddressSource, DeviceMemory, OracleMismatch, SimulatedDevice};
 pub use engine::{
-    BlockInfo, BlockState, CachingAllocator, Event, FreeError, Oom, SeedBlock, SeedError, SeedSegment, SegmentInfo,
+    BlockInfo, BlockState, CachingAllocator, Event, FreeError, InvariantError, Oom, SeedBlock, SeedError, SeedSegment,
+    SegmentInfo,
 };
 pub use format::format_size;
 pub use stats::{Stat, StatArray, Stats};

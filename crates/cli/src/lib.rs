@@ -112,9 +112,10 @@ impl From<fragscope_commands::Error> for CliError {
 }
 
 impl CliError {
-    /// Bad usage or unreadable input (exit code 2).
-    pub fn usage(message: impl Into<String>) -> Self {
-        CliError { message: message.into(), code: 2 }
+    /// Bad usage or unreadable input (exit code 2); `message` is a text or a library's
+    /// error, in its words.
+    pub fn usage(message: impl std::fmt::Display) -> Self {
+        CliError { message: message.to_string(), code: 2 }
     }
 }
 

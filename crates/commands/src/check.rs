@@ -2,7 +2,7 @@
 //! ([`CheckRequest`]) parsed into [`Limits`], the [`CheckResult`] document, and the line
 //! that names the first broken limit in a front end's words.
 
-use fragscope_diagnose::check::{self, CheckResult, Failure, Limits, Value};
+use fragscope_diagnose::check::{self, CheckResult, Failure, Limit, Limits, Value};
 
 use crate::{Error, Param, Words};
 
@@ -36,12 +36,12 @@ impl CheckRequest {
 }
 
 /// The parameter a failed limit came from.
-fn param(limit: &str) -> Param {
+fn param(limit: Limit) -> Param {
     match limit {
-        "max_reserved" => Param::MaxReserved,
-        "max_allocated" => Param::MaxAllocated,
-        "max_peak_fragmentation" => Param::MaxPeakFragmentation,
-        _ => Param::NoLeaks,
+        Limit::MaxReserved => Param::MaxReserved,
+        Limit::MaxAllocated => Param::MaxAllocated,
+        Limit::MaxPeakFragmentation => Param::MaxPeakFragmentation,
+        Limit::NoLeaks => Param::NoLeaks,
     }
 }
 
@@ -58,12 +58,12 @@ fn value(v: &Value) -> String {
 pub fn failure_line(f: &Failure, words: Words) -> String {
     let p = param(f.limit).name(words);
     match f.limit {
-        "no_leaks" => format!("{} leak suspect(s) on device {} ({p})", value(&f.measured), f.device),
+        Limit::NoLeaks => format!("{} leak suspect(s) on device {} ({p})", value(&f.measured), f.device),
         l => {
             let what = match l {
-                "max_reserved" => "peak reserved",
-                "max_allocated" => "peak allocated",
-                _ => "peak fragmentation",
+                Limit::MaxReserved => "peak reserved",
+                Limit::MaxAllocated => "peak allocated",
+                Limit::MaxPeakFragmentation | Limit::NoLeaks => "peak fragmentation",
             };
             format!("{what} {} on device {} exceeds {p} {}", value(&f.measured), f.device, value(&f.allowed))
         }

@@ -47,6 +47,16 @@ pub enum Param {
     Window,
 }
 
+/// The parameters the analysis crates' errors name.
+impl From<fragscope_replay::settings::Param> for Param {
+    fn from(p: fragscope_replay::settings::Param) -> Param {
+        match p {
+            fragscope_replay::settings::Param::Capacity => Param::Capacity,
+            fragscope_replay::settings::Param::EmptyCacheAt => Param::EmptyCacheAt,
+        }
+    }
+}
+
 /// Whose words a parameter is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Words {
@@ -133,8 +143,8 @@ impl Error {
     }
 
     /// A malformed parameter: "`param`: `detail`".
-    pub fn invalid(param: Param, detail: impl Into<String>) -> Error {
-        Error::new(ErrorKind::InvalidArgument, vec![Piece::Param(param), Piece::Text(format!(": {}", detail.into()))])
+    pub fn invalid(param: Param, detail: impl std::fmt::Display) -> Error {
+        Error::new(ErrorKind::InvalidArgument, vec![Piece::Param(param), Piece::Text(format!(": {detail}"))])
     }
 
     /// An invalid request whose message names no parameter, or names them in `pieces`.

@@ -106,7 +106,7 @@ pub fn check_request(files: usize, req: &Request) -> Result<(), Error> {
             format!(" gives {} size(s) for {files} file(s): one size per recording, in file order", req.sizes.len())
         ]));
     }
-    check_size_list(&req.sizes).map_err(|e| Error::argument(msg![e.0]))?;
+    check_size_list(&req.sizes).map_err(|e| Error::argument(msg![e.to_string()]))?;
     if req.at.contains(&0) {
         return Err(Error::argument(msg![
             Param::At,
@@ -156,7 +156,7 @@ pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> 
     }
     let mut programs = Vec::new();
     for &d in &devices {
-        programs.push(Program::fit(&recs, Some(d)).map_err(|e| Error::input(e.0))?);
+        programs.push(Program::fit(&recs, Some(d)).map_err(|e| Error::input(e.to_string()))?);
     }
     let mut predictions = Vec::new();
     let mut max_fit = Vec::new();

@@ -100,7 +100,7 @@ impl ReplayRequest {
         let at = self
             .empty_cache_at
             .iter()
-            .map(|s| advice::EmptyCacheAt::parse(s).map_err(|e| Error::argument(msg![e])))
+            .map(|s| advice::EmptyCacheAt::parse(s).map_err(empty_cache_at_error))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((at, self.no_caching))
     }
@@ -126,16 +126,29 @@ impl ReplayRequest {
         }
         if let Some(l) = &self.checkpoint {
             v.push(role_whatif::Change::Checkpoint(
-                role_whatif::Layers::parse(l).map_err(|e| Error::argument(msg![e]))?,
+                role_whatif::Layers::parse(l).map_err(|e| Error::argument(msg![e.to_string()]))?,
             ));
         }
         Ok(v)
     }
 }
 
+/// An `empty_cache_at` point that does not parse, its parameter in the reader's words.
+fn empty_cache_at_error(e: advice::EmptyCacheAtError) -> Error {
+    use advice::EmptyCacheAtError as E;
+    match e {
+        E::Empty { param } => Error::argument(msg![Param::from(param), " needs `step` or a record_function name"]),
+        E::BadEntries { param, text } => Error::argument(msg![
+            "invalid ",
+            Param::from(param),
+            format!(" '{text}': entry:N[,N...] takes trace entry indexes")
+        ]),
+    }
+}
+
 /// A capacity as a user writes it (`80GB`, `H100-80GB`), parsed.
 pub fn parse_capacity(text: Option<&str>) -> Result<Option<u64>, Error> {
-    text.map(settings::parse_capacity).transpose().map_err(|e| Error::argument(msg![e]))
+    text.map(settings::parse_capacity).transpose().map_err(|e| Error::argument(msg![e.to_string()]))
 }
 
 /// [`settings::config_on_top`], refused as an argument error (also `predict`'s).
@@ -339,7 +352,7 @@ pub fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
             let (iters, ec) = match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Steps)
             {
                 Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
-                Err(e) => (e, "—".to_string()),
+                Err(e) => (e.to_string(), "—".to_string()),
             };
             let nc = advice::simulate_uncached(&snap, d, capacity);
             let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
@@ -440,7 +453,7 @@ impl LabRequest {
     pub fn specs(&self) -> Result<Vec<PolicySpec>, Error> {
         let mut specs: Vec<PolicySpec> = Vec::new();
         for n in &self.allocators {
-            for s in parse_policy(n).map_err(|e| Error::argument(msg![e]))? {
+            for s in parse_policy(n).map_err(|e| Error::argument(msg![e.to_string()]))? {
                 if !specs.contains(&s) {
                     specs.push(s);
                 }

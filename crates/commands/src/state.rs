@@ -138,7 +138,7 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
             Some(*n)
         }
         (None, Some(t)) => {
-            let us = match WindowSpec::parse(&format!("..{t}")).map_err(|e| Error::argument(msg![e]))?.end {
+            let us = match WindowSpec::parse(&format!("..{t}")).map_err(|e| Error::argument(msg![e.to_string()]))?.end {
                 Some(Bound::TimeUs(us)) => us,
                 _ => {
                     return Err(Error::argument(msg![

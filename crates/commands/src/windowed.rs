@@ -12,7 +12,7 @@ use crate::{input, Error};
 
 /// The parsed window (`START..END`), or the argument error.
 pub fn parse(text: Option<&str>) -> Result<Option<WindowSpec>, Error> {
-    text.map(WindowSpec::parse).transpose().map_err(|e| Error::argument(vec![e.into()]))
+    text.map(WindowSpec::parse).transpose().map_err(|e| Error::argument(vec![e.to_string().into()]))
 }
 
 /// Cuts `snap` to `spec` (file `name` for the error line). A window the trace does not

@@ -24,6 +24,7 @@ use fragscope_alloc::{AllocatorConfig, UncachedAllocator};
 use fragscope_snapshot::{Action, Snapshot, NO_TIME};
 
 use fragscope_replay::driver::verify_inner;
+use fragscope_replay::settings::Param;
 use fragscope_replay::state::{BState, RecordedState};
 use fragscope_replay::whatif::{simulate_with, SimOom, SimOptions, StartState, WhatIf, UNLIMITED};
 use fragscope_replay::ReplayOptions;
@@ -44,10 +45,10 @@ pub enum EmptyCacheAt {
 impl EmptyCacheAt {
     /// `step` (or `steps`; `iteration`, `iterations` are the same), `NAME` (at each start of
     /// the scope), `NAME@end`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, EmptyCacheAtError> {
         let s = s.trim();
         if s.is_empty() {
-            return Err("--empty-cache-at needs `step` or a record_function name".into());
+            return Err(EmptyCacheAtError::Empty { param: Param::EmptyCacheAt });
         }
         if matches!(s, "step" | "steps" | "iteration" | "iterations") {
             return Ok(EmptyCacheAt::Steps);
@@ -56,7 +57,7 @@ impl EmptyCacheAt {
             let v: Result<Vec<usize>, _> = list.split(',').map(|x| x.trim().parse::<usize>()).collect();
             return v
                 .map(EmptyCacheAt::Entries)
-                .map_err(|_| format!("invalid --empty-cache-at '{s}': entry:N[,N...] takes trace entry indexes"));
+                .map_err(|_| EmptyCacheAtError::BadEntries { param: Param::EmptyCacheAt, text: s.to_string() });
         }
         match s.strip_suffix("@end") {
             Some(n) if !n.is_empty() => Ok(EmptyCacheAt::Annotation { name: n.to_string(), at_end: true }),
@@ -76,6 +77,76 @@ impl EmptyCacheAt {
     }
 }
 
+/// A `--empty-cache-at` that [`EmptyCacheAt::parse`] does not take. The messages name the
+/// command-line flag ([`Param::cli_flag`]); `param` lets a front end say it its own way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmptyCacheAtError {
+    /// Nothing given.
+    Empty { param: Param },
+    /// `entry:` followed by something other than entry indexes (the text as given).
+    BadEntries { param: Param, text: String },
+}
+
+impl std::fmt::Display for EmptyCacheAtError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EmptyCacheAtError::Empty { param } => {
+                write!(f, "{} needs `step` or a record_function name", param.cli_flag())
+            }
+            EmptyCacheAtError::BadEntries { param, text } => {
+                write!(f, "invalid {} '{text}': entry:N[,N...] takes trace entry indexes", param.cli_flag())
+            }
+        }
+    }
+}
+
+impl std::error::Error for EmptyCacheAtError {}
+
+/// Why [`empty_cache_points`] finds no place in a device's trace to call `empty_cache()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoEmptyCachePoint {
+    /// Every chosen entry is past the end of the trace (`entries` long).
+    EntriesPastTheEnd { entries: usize },
+    /// No training step found (`steps`: [`fragscope_trace::steps::Steps::describe`]).
+    NoStep { steps: String },
+    /// One training step: no boundary between steps.
+    OneStep { steps: String },
+    /// The device has no trace.
+    NoTrace,
+    /// The trace records no times, and annotations are placed by time.
+    NoTimes,
+    /// The snapshot has no `record_function` annotations at all.
+    NoAnnotations,
+    /// No annotation of this name on the device; the names it has (at most 12, sorted).
+    NoSuchAnnotation { name: String, recorded: Vec<String> },
+}
+
+impl std::fmt::Display for NoEmptyCachePoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoEmptyCachePoint::EntriesPastTheEnd { entries } => write!(f, "the trace has {entries} entries"),
+            NoEmptyCachePoint::NoStep { steps } => write!(
+                f,
+                "{steps}; mark the steps with fragscope.torch.phase(\"step\") or name a record_function scope"
+            ),
+            NoEmptyCachePoint::OneStep { steps } => write!(
+                f,
+                "only 1 training step in the trace ({steps}): there is no boundary between steps to call it at"
+            ),
+            NoEmptyCachePoint::NoTrace => f.write_str("no trace"),
+            NoEmptyCachePoint::NoTimes => f.write_str("the trace has no times, so annotations cannot be placed in it"),
+            NoEmptyCachePoint::NoAnnotations => {
+                f.write_str("the snapshot has no record_function annotations (external_annotations, 2.5+)")
+            }
+            NoEmptyCachePoint::NoSuchAnnotation { name, recorded } => {
+                write!(f, "no annotation \"{name}\" on this device; names recorded: {}", recorded.join(", "))
+            }
+        }
+    }
+}
+
+impl std::error::Error for NoEmptyCachePoint {}
+
 fn scope_matches(pattern: &str, name: &str) -> bool {
     if pattern == name {
         return true;
@@ -91,7 +162,11 @@ fn scope_matches(pattern: &str, name: &str) -> bool {
 
 /// Trace indexes of `device` before which `empty_cache()` is called for `at`, with a
 /// phrase saying how they were found; `Err` says why there are none.
-pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Result<(Vec<usize>, String), String> {
+pub fn empty_cache_points(
+    snap: &Snapshot,
+    device: i64,
+    at: &EmptyCacheAt,
+) -> Result<(Vec<usize>, String), NoEmptyCachePoint> {
     let trace = snap.trace(device);
     match at {
         EmptyCacheAt::Entries(v) => {
@@ -99,7 +174,7 @@ pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Re
             pts.sort_unstable();
             pts.dedup();
             if pts.is_empty() {
-                return Err(format!("the trace has {} entries", trace.len()));
+                return Err(NoEmptyCachePoint::EntriesPastTheEnd { entries: trace.len() });
             }
             let n = pts.len();
             Ok((pts, format!("{n} chosen trace entr{}", if n == 1 { "y" } else { "ies" })))
@@ -107,14 +182,8 @@ pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Re
         EmptyCacheAt::Steps => {
             let st = fragscope_trace::steps::steps(snap, device);
             match st.steps.len() {
-                0 => Err(format!(
-                    "{}; mark the steps with fragscope.torch.phase(\"step\") or name a record_function scope",
-                    st.describe()
-                )),
-                1 => Err(format!(
-                    "only 1 training step in the trace ({}): there is no boundary between steps to call it at",
-                    st.describe()
-                )),
+                0 => Err(NoEmptyCachePoint::NoStep { steps: st.describe() }),
+                1 => Err(NoEmptyCachePoint::OneStep { steps: st.describe() }),
                 _ => {
                     Ok((st.steps.iter().map(|s| s.start).collect(), format!("the start of each of {}", st.describe())))
                 }
@@ -122,10 +191,10 @@ pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Re
         }
         EmptyCacheAt::Annotation { name, at_end } => {
             if trace.is_empty() {
-                return Err("no trace".into());
+                return Err(NoEmptyCachePoint::NoTrace);
             }
             if trace.iter().any(|e| e.time_us == NO_TIME) {
-                return Err("the trace has no times, so annotations cannot be placed in it".into());
+                return Err(NoEmptyCachePoint::NoTimes);
             }
             let stage = if *at_end { "END" } else { "START" };
             let times: Vec<i64> = snap
@@ -147,9 +216,12 @@ pub fn empty_cache_points(snap: &Snapshot, device: i64, at: &EmptyCacheAt) -> Re
                 known.dedup();
                 known.truncate(12);
                 return Err(if known.is_empty() {
-                    "the snapshot has no record_function annotations (external_annotations, 2.5+)".into()
+                    NoEmptyCachePoint::NoAnnotations
                 } else {
-                    format!("no annotation \"{name}\" on this device; names recorded: {}", known.join(", "))
+                    NoEmptyCachePoint::NoSuchAnnotation {
+                        name: name.clone(),
+                        recorded: known.into_iter().map(str::to_string).collect(),
+                    }
                 });
             }
             let mut pts: Vec<usize> = times.iter().map(|&t| trace.partition_point(|e| e.time_us < t)).collect();
@@ -168,7 +240,7 @@ pub fn simulate_empty_cache(
     cfg: AllocatorConfig,
     capacity: Option<u64>,
     at: &EmptyCacheAt,
-) -> Result<WhatIf, String> {
+) -> Result<WhatIf, NoEmptyCachePoint> {
     let (points, how) = empty_cache_points(snap, device, at)?;
     let added = points.len();
     let mut w =
@@ -322,8 +394,11 @@ mod tests {
             Ok(EmptyCacheAt::Annotation { name: "ProfilerStep#N".into(), at_end: false })
         );
         assert_eq!(EmptyCacheAt::parse("entry:3,1"), Ok(EmptyCacheAt::Entries(vec![3, 1])));
-        assert!(EmptyCacheAt::parse("entry:x").is_err());
-        assert!(EmptyCacheAt::parse(" ").is_err());
+        let bad = EmptyCacheAt::parse("entry:x").unwrap_err();
+        assert_eq!(bad, EmptyCacheAtError::BadEntries { param: Param::EmptyCacheAt, text: "entry:x".into() });
+        assert_eq!(bad.to_string(), "invalid --empty-cache-at 'entry:x': entry:N[,N...] takes trace entry indexes");
+        let empty = EmptyCacheAt::parse(" ").unwrap_err();
+        assert_eq!(empty.to_string(), "--empty-cache-at needs `step` or a record_function name");
         assert!(scope_matches("ProfilerStep#N", "ProfilerStep#12"));
         assert!(!scope_matches("ProfilerStep#N", "ProfilerStep#"));
         assert!(!scope_matches("ProfilerStep#N", "Other#3"));

@@ -31,7 +31,7 @@ use fragscope_trace::attribution::{self, AttributionOptions, DeviceAttribution, 
 use fragscope_trace::lives::BlockLives;
 use fragscope_trace::roles::{self, DeviceRoles};
 use fragscope_trace::steps::Steps;
-use fragscope_trace::timeline::{self, DeviceTimeline, TimelineOptions};
+use fragscope_trace::timeline::{self, DeviceTimeline, ReservedSource, TimelineOptions};
 
 /// Schema name of `fragscope analyze --json`.
 pub const SCHEMA: &str = "fragscope.analyze/2";
@@ -155,19 +155,11 @@ pub struct DeviceAnalysis {
 #[derive(Clone, Debug, Serialize)]
 pub struct Analysis {
     /// `"dict"`, `"segment_list"` or `"kineto"`.
-    pub format: &'static str,
+    pub format: SourceFormat,
     pub era: Era,
     /// Recorded `PYTORCH_CUDA_ALLOC_CONF` (canonical; `null` before 2.3 files).
     pub recorded_config: Option<String>,
     pub devices: Vec<DeviceAnalysis>,
-}
-
-fn format_name(f: SourceFormat) -> &'static str {
-    match f {
-        SourceFormat::Dict => "dict",
-        SourceFormat::SegmentList => "segment_list",
-        SourceFormat::Kineto => "kineto",
-    }
 }
 
 /// Analyses every device of `snap`.
@@ -214,7 +206,7 @@ fn analyze_inner(
     let devices = snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
     work.beside_walk();
     Analysis {
-        format: format_name(snap.format),
+        format: snap.format,
         recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
         devices,
         era: work.era().clone(),
@@ -432,7 +424,7 @@ fn attribution_at_peaks(
     tl: &DeviceTimeline,
 ) -> (DeviceAttribution, Option<StateFigures>, Option<String>) {
     let attr = attribution::attribute(snap, tl, &AttributionOptions { top: opts.top });
-    let (at_peak, note) = if tl.reserved_source == "segments" && tl.peak_reserved.bytes > 0 {
+    let (at_peak, note) = if tl.reserved_source == ReservedSource::Segments && tl.peak_reserved.bytes > 0 {
         match oom::allocator_state_at(snap, device, tl.peak_reserved.event_index) {
             Ok(st) => (Some(oom::state_figures(&st, None)), None),
             Err(e) => (None, Some(format!("free space at the reserved peak unknown: {e}"))),

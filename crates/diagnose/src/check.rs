@@ -32,11 +32,38 @@ pub enum Value {
     Count(u64),
 }
 
+/// Which limit a [`Failure`] broke (`limit` in JSON: the name of its field of [`Limits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    MaxReserved,
+    MaxAllocated,
+    MaxPeakFragmentation,
+    NoLeaks,
+}
+
+impl Limit {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::MaxReserved => "max_reserved",
+            Limit::MaxAllocated => "max_allocated",
+            Limit::MaxPeakFragmentation => "max_peak_fragmentation",
+            Limit::NoLeaks => "no_leaks",
+        }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One broken limit.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Failure {
-    /// `"max_reserved"`, `"max_allocated"`, `"max_peak_fragmentation"` or `"no_leaks"`.
-    pub limit: &'static str,
+    pub limit: Limit,
     pub device: i64,
     pub measured: Value,
     /// The limit (`0` suspects for `no_leaks`).
@@ -84,7 +111,7 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
         let (pa, pr, pf) = (tl.peak_allocated.bytes, tl.peak_reserved.bytes, tl.peak_fragmentation);
         if let Some(m) = limits.max_reserved.filter(|&m| pr > m) {
             failures.push(Failure {
-                limit: "max_reserved",
+                limit: Limit::MaxReserved,
                 device: d,
                 measured: Value::Bytes(pr),
                 allowed: Value::Bytes(m),
@@ -92,7 +119,7 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
         }
         if let Some(m) = limits.max_allocated.filter(|&m| pa > m) {
             failures.push(Failure {
-                limit: "max_allocated",
+                limit: Limit::MaxAllocated,
                 device: d,
                 measured: Value::Bytes(pa),
                 allowed: Value::Bytes(m),
@@ -101,7 +128,7 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
         if let (Some(m), Some(f)) = (limits.max_peak_fragmentation, pf) {
             if f > m {
                 failures.push(Failure {
-                    limit: "max_peak_fragmentation",
+                    limit: Limit::MaxPeakFragmentation,
                     device: d,
                     measured: Value::Ratio(f),
                     allowed: Value::Ratio(m),
@@ -115,7 +142,7 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
             .map(|l| l.steps.reason.unwrap_or_else(|| "leaks cannot be told from this trace".to_string()));
         if let Some(n) = leak_suspects.filter(|&n| n > 0) {
             failures.push(Failure {
-                limit: "no_leaks",
+                limit: Limit::NoLeaks,
                 device: d,
                 measured: Value::Count(n),
                 allowed: Value::Count(0),
@@ -135,19 +162,40 @@ pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
 }
 
 /// Parses a fraction in 0–1 (`0.15`) or a percentage (`15%`).
-pub fn parse_fraction(s: &str) -> Result<f64, String> {
+pub fn parse_fraction(s: &str) -> Result<f64, FractionError> {
     let t = s.trim();
     let (num, scale) = match t.strip_suffix('%') {
         Some(n) => (n.trim(), 0.01),
         None => (t, 1.0),
     };
-    let v: f64 = num.parse().map_err(|_| format!("invalid fraction {s:?}: expected e.g. 0.15 or 15%"))?;
+    let v: f64 = num.parse().map_err(|_| FractionError::NotANumber(s.to_string()))?;
     let v = v * scale;
     if !(0.0..=1.0).contains(&v) {
-        return Err(format!("invalid fraction {s:?}: must be between 0 and 1 (or 0% and 100%)"));
+        return Err(FractionError::OutOfRange(s.to_string()));
     }
     Ok(v)
 }
+
+/// A fraction [`parse_fraction`] cannot read (the text as given).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FractionError {
+    NotANumber(String),
+    /// Below 0 or above 1 (100%).
+    OutOfRange(String),
+}
+
+impl std::fmt::Display for FractionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FractionError::NotANumber(s) => write!(f, "invalid fraction {s:?}: expected e.g. 0.15 or 15%"),
+            FractionError::OutOfRange(s) => {
+                write!(f, "invalid fraction {s:?}: must be between 0 and 1 (or 0% and 100%)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FractionError {}
 
 #[cfg(test)]
 mod tests {
@@ -172,8 +220,13 @@ mod tests {
     fn fractions() {
         assert_eq!(parse_fraction("0.15"), Ok(0.15));
         assert_eq!(parse_fraction("15%"), Ok(0.15));
-        assert!(parse_fraction("1.5").is_err());
-        assert!(parse_fraction("x").is_err());
-        assert!(parse_fraction("-0.1").is_err());
+        assert_eq!(parse_fraction("1.5"), Err(FractionError::OutOfRange("1.5".into())));
+        assert_eq!(parse_fraction("x"), Err(FractionError::NotANumber("x".into())));
+        assert_eq!(parse_fraction("-0.1"), Err(FractionError::OutOfRange("-0.1".into())));
+        assert_eq!(parse_fraction("x").unwrap_err().to_string(), "invalid fraction \"x\": expected e.g. 0.15 or 15%");
+        assert_eq!(
+            parse_fraction("150%").unwrap_err().to_string(),
+            "invalid fraction \"150%\": must be between 0 and 1 (or 0% and 100%)"
+        );
     }
 }

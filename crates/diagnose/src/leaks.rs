@@ -73,7 +73,7 @@ use serde::Serialize;
 use fragscope_trace::attribution::{Site, SiteTable};
 use fragscope_trace::lives::{self, BlockLives, TracedLife, LIVE_AT_END};
 use fragscope_trace::roles::{self, Roles};
-use fragscope_trace::steps::{self, Step, Steps};
+use fragscope_trace::steps::{self, Step, StepSource, Steps};
 use fragscope_trace::timeline::{self, TimelineOptions};
 
 /// Share of step-to-step comparisons (after the first step) in which a suspect's live
@@ -94,12 +94,38 @@ pub const MAX_SAMPLES: usize = 4096;
 /// Name of a declared cache's `record_function` scope (`fragscope.torch.cache()`).
 pub const CACHE_SCOPE: &str = "fragscope.cache";
 
+/// Where the steps the leak test compared come from (`source` of [`LeakSteps`] in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeakStepSource {
+    /// Training steps from evidence ([`fragscope_trace::steps`]).
+    Steps,
+    /// No steps to compare: fewer than two, or steps that are not a steady loop
+    /// (`reason` says which).
+    None,
+}
+
+impl LeakStepSource {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeakStepSource::Steps => "steps",
+            LeakStepSource::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for LeakStepSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The steps the leak test compared, and whether leaks can be told.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LeakSteps {
-    /// `"steps"` (training steps from evidence, [`fragscope_trace::steps`]) or `"none"` (fewer than
-    /// two steps, or steps that are not a steady loop: `reason` says which).
-    pub source: &'static str,
+    /// Where the compared steps come from.
+    pub source: LeakStepSource,
     /// Complete training steps in the trace (a first step the recording began inside is
     /// not counted).
     pub steps: usize,
@@ -204,11 +230,11 @@ pub fn cannot_tell(st: &Steps) -> String {
 }
 
 /// Strength of the steps' evidence (module doc).
-fn source_weight(source: &str) -> f64 {
+fn source_weight(source: StepSource) -> f64 {
     match source {
-        "optimizer" => 1.0,
-        "annotation" => 0.9,
-        _ => 0.8,
+        StepSource::Optimizer => 1.0,
+        StepSource::Annotation => 0.9,
+        StepSource::Backward | StepSource::None => 0.8,
     }
 }
 
@@ -275,7 +301,7 @@ pub fn leaks_device_with(
     let none = |reason: String| DeviceLeaks {
         device,
         steps: LeakSteps {
-            source: "none",
+            source: LeakStepSource::None,
             steps: n_steps,
             can_tell: false,
             boundaries: Vec::new(),
@@ -298,7 +324,7 @@ pub fn leaks_device_with(
     let boundaries = pos.clone();
     let mut out = DeviceLeaks {
         device,
-        steps: LeakSteps { source: "steps", steps: n_steps, can_tell: true, boundaries, reason: None },
+        steps: LeakSteps { source: LeakStepSource::Steps, steps: n_steps, can_tell: true, boundaries, reason: None },
         suspects: Vec::new(),
     };
     if cands.is_empty() {
@@ -306,7 +332,7 @@ pub fn leaks_device_with(
     }
     if let Some(reason) = build_up(snap, device, st, &lives.traced, &pos, rows, &cands) {
         out.steps.can_tell = false;
-        out.steps.source = "none";
+        out.steps.source = LeakStepSource::None;
         out.steps.reason = Some(reason);
         return out;
     }
@@ -457,7 +483,7 @@ fn build_up(
     let (from, to) = (pos[1], pos[n_steps]);
     let allocated: u64 = blocks.iter().filter(|b| b.alloc >= from && b.alloc < to).map(|b| b.size).sum();
     let grown: u64 = cands.iter().map(|&(s, _)| rows[n_steps][s] - rows[1][s]).sum();
-    let build_up = st.source == "backward"
+    let build_up = st.source == StepSource::Backward
         && allocated > 0
         && grown as f64 > MAX_KEPT_SHARE * allocated as f64
         && !steps::has_step_annotations(snap, device);
@@ -548,7 +574,7 @@ fn suspect(
     growing: usize,
     y: &[u64],
     pos: &[usize],
-    source: &str,
+    source: StepSource,
     a: SiteEvidence,
     first_time: Option<i64>,
 ) -> LeakSuspect {
@@ -727,7 +753,12 @@ mod tests {
     fn a_leak_that_outlives_its_step_and_grows_across_steps_is_found() {
         let snap = run(&Run { leak: true, ..base(3) });
         let l = leaks_device(&snap, 0);
-        assert_eq!((l.steps.source, l.steps.steps, l.steps.can_tell), ("steps", 3, true), "{:?}", l.steps);
+        assert_eq!(
+            (l.steps.source, l.steps.steps, l.steps.can_tell),
+            (LeakStepSource::Steps, 3, true),
+            "{:?}",
+            l.steps
+        );
         let sites: Vec<&str> = l.suspects.iter().map(|s| s.site.site.as_str()).collect();
         assert_eq!(sites, ["model.py:20:forward"], "{:?}", l.suspects);
         let s = &l.suspects[0];
@@ -761,7 +792,7 @@ mod tests {
     #[test]
     fn one_step_or_none_says_leaks_cannot_be_told() {
         let l = leaks_device(&run(&Run { leak: true, ..base(1) }), 0);
-        assert_eq!((l.steps.source, l.steps.steps, l.steps.can_tell), ("none", 1, false));
+        assert_eq!((l.steps.source, l.steps.steps, l.steps.can_tell), (LeakStepSource::None, 1, false));
         assert!(l.suspects.is_empty());
         let why = l.steps.reason.unwrap();
         assert!(why.contains("cannot be told from one step"), "{why}");
@@ -930,7 +961,12 @@ mod tests {
     fn a_leak_that_is_most_of_what_each_annotated_step_allocates_is_found() {
         for steps in [2, 3, 6] {
             let l = leaks_device(&kept_per_step(steps, true, true, false), 0);
-            assert_eq!((l.steps.source, l.steps.steps, l.steps.can_tell), ("steps", steps, true), "{:?}", l.steps);
+            assert_eq!(
+                (l.steps.source, l.steps.steps, l.steps.can_tell),
+                (LeakStepSource::Steps, steps, true),
+                "{:?}",
+                l.steps
+            );
             let sites: Vec<(&str, u64)> =
                 l.suspects.iter().map(|s| (s.site.site.as_str(), s.growth_bytes_per_step)).collect();
             assert_eq!(sites, [("test_mem.py:31:test_leaks", 32 * MIB)], "{steps} steps");
@@ -1011,7 +1047,7 @@ mod tests {
     fn steps_of(complete: &[bool]) -> Steps {
         Steps {
             device: 0,
-            source: "optimizer",
+            source: StepSource::Optimizer,
             evidence: Vec::new(),
             steps: complete
                 .iter()

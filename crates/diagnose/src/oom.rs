@@ -70,7 +70,7 @@ use serde::Serialize;
 
 use crate::recommend::{self, Trial};
 use fragscope_alloc::format_size;
-use fragscope_replay::state::{backward_walk, BState, RecordedState};
+use fragscope_replay::state::{backward_walk, BState, Inconsistency, RecordedState};
 use fragscope_replay::{recorded_config, with_rules};
 use fragscope_trace::attribution::{self, is_library_frame, Site, SiteBytes};
 use fragscope_trace::timeline;
@@ -101,14 +101,101 @@ impl Verdict {
     }
 }
 
+/// Which of PyTorch's two pools a block or segment is in (§2: blocks of at most 1 MiB are
+/// served from small segments). Ordered as JSON's names sort: large first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolKind {
+    Large,
+    Small,
+}
+
+impl PoolKind {
+    /// The pool of a block or segment, from whether it is small.
+    pub fn of(small: bool) -> PoolKind {
+        if small {
+            PoolKind::Small
+        } else {
+            PoolKind::Large
+        }
+    }
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolKind::Large => "large",
+            PoolKind::Small => "small",
+        }
+    }
+}
+
+impl std::fmt::Display for PoolKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where an OOM's device capacity comes from (`capacity_source` in JSON; module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    /// Stated by the file.
+    File,
+    /// Reserved plus the device's free memory at the OOM.
+    EstimateReservedPlusDeviceFree,
+    /// The device had room: a cap on the process, at least the reserved bytes.
+    EstimateMemoryFractionCap,
+}
+
+impl CapacitySource {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacitySource::File => "file",
+            CapacitySource::EstimateReservedPlusDeviceFree => "estimate_reserved_plus_device_free",
+            CapacitySource::EstimateMemoryFractionCap => "estimate_memory_fraction_cap",
+        }
+    }
+}
+
+impl std::fmt::Display for CapacitySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the allocator state at an OOM was obtained (`state_source` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateSource {
+    /// Rebuilt by the backward walk: the full block state.
+    BackwardWalk,
+    /// The timeline's levels: totals only.
+    Timeline,
+}
+
+impl StateSource {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateSource::BackwardWalk => "backward_walk",
+            StateSource::Timeline => "timeline",
+        }
+    }
+}
+
+impl std::fmt::Display for StateSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Free cached memory of one `(stream, pool)` at the OOM.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FreeSpace {
     pub stream: u64,
     /// `segment_pool_id`; `[0, 0]` = the default pools.
     pub pool_id: (u64, u64),
-    /// `"large"` or `"small"`.
-    pub pool: &'static str,
+    pub pool: PoolKind,
     pub segments: u64,
     pub reserved_bytes: u64,
     pub free_bytes: u64,
@@ -137,16 +224,39 @@ pub struct StateFigures {
 /// The allocator state after trace entry `after_event` (`None` = before the first), by
 /// the backward walk from the final `segments` (§10.12). `Err` names the entry that could
 /// not be undone.
-pub fn allocator_state_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Result<RecordedState, String> {
+pub fn allocator_state_at(
+    snap: &Snapshot,
+    device: i64,
+    after_event: Option<usize>,
+) -> Result<RecordedState, StateAtError> {
     let trace = snap.trace(device);
     let from = after_event.map_or(0, |i| (i + 1).min(trace.len()));
     let cfg = recorded_config(snap);
     let fin = RecordedState::from_snapshot(snap, device);
     let home = |e: &fragscope_snapshot::TraceEvent| fragscope_replay::state::home_of(snap, e);
-    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &home, r)).map(|i| i.state).map_err(|e| {
-        format!("trace entry {} ({}) cannot be undone: {}", e.index + from, e.event.action.as_str(), e.reason)
-    })
+    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &home, r))
+        .map(|i| i.state)
+        .map_err(|e| StateAtError { entry: e.index + from, undo: e })
 }
+
+/// A trace entry the backward walk of [`allocator_state_at`] cannot undo from the final
+/// state: the trace and the final state disagree there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateAtError {
+    /// The entry's index in the device's whole trace.
+    pub entry: usize,
+    /// What the walk found (its `index` counts from where the walk began).
+    pub undo: Inconsistency,
+}
+
+impl std::fmt::Display for StateAtError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = &self.undo;
+        write!(f, "trace entry {} ({}) cannot be undone: {}", self.entry, e.event.action.as_str(), e.reason)
+    }
+}
+
+impl std::error::Error for StateAtError {}
 
 /// Figures of a rebuilt state; `request` marks the `(stream, pool, small)` of a request.
 pub fn state_figures(st: &RecordedState, request: Option<(u64, (u64, u64), bool)>) -> StateFigures {
@@ -154,7 +264,7 @@ pub fn state_figures(st: &RecordedState, request: Option<(u64, (u64, u64), bool)
     let mut groups: Vec<FreeSpace> = Vec::new();
     for seg in st.segs.values() {
         f.reserved_bytes += seg.size;
-        let pool = if seg.small { "small" } else { "large" };
+        let pool = PoolKind::of(seg.small);
         let gi = match groups.iter().position(|g| g.stream == seg.stream && g.pool_id == seg.pool && g.pool == pool) {
             Some(i) => i,
             None => {
@@ -254,21 +364,16 @@ pub struct OomFinding {
     pub request_bytes: u64,
     /// What PyTorch asked CUDA for ("Tried to allocate", §1.5).
     pub alloc_size_bytes: u64,
-    /// `"large"` or `"small"`.
-    pub pool: &'static str,
+    pub pool: PoolKind,
     pub pool_id: (u64, u64),
     pub stream: u64,
     /// The failing allocation's call site and stack (innermost first, library runs folded).
     pub site: Site,
     pub stack: Vec<String>,
     pub capacity_bytes: u64,
-    /// `"file"` (stated by the file), `"estimate_reserved_plus_device_free"`, or
-    /// `"estimate_memory_fraction_cap"` (the device had room: a cap on the process, at least
-    /// the reserved bytes; module doc).
-    pub capacity_source: &'static str,
+    pub capacity_source: CapacitySource,
     pub device_free_bytes: u64,
-    /// `"backward_walk"` (full block state) or `"timeline"` (totals only).
-    pub state_source: &'static str,
+    pub state_source: StateSource,
     pub state_note: Option<String>,
     /// Allocator state right at the OOM.
     #[serde(flatten)]
@@ -458,19 +563,22 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
     // tables a cudaMalloc also needs): the refusal was PyTorch's cap on the process.
     let capped = ev.device_free().is_some_and(|f| f >= alloc_size.saturating_add(CAP_MARGIN));
     let (capacity, capacity_source) = match snap.device_capacity.get(&device) {
-        _ if capped => (state.reserved_bytes, "estimate_memory_fraction_cap"),
-        Some(&c) => (c, "file"),
-        None => (state.reserved_bytes + device_free, "estimate_reserved_plus_device_free"),
+        _ if capped => (state.reserved_bytes, CapacitySource::EstimateMemoryFractionCap),
+        Some(&c) => (c, CapacitySource::File),
+        None => (state.reserved_bytes + device_free, CapacitySource::EstimateReservedPlusDeviceFree),
     };
-    let detailed = state_source == "backward_walk";
+    let detailed = state_source == StateSource::BackwardWalk;
     let usable_cached: u64 = if detailed {
         state.free_by_stream_pool.iter().filter(|g| g.is_request_pool).map(|g| g.free_bytes).sum()
     } else {
         state.cached_free_bytes
     };
     let stranded_free = state.cached_free_bytes - usable_cached.min(state.cached_free_bytes);
-    let outside =
-        if capacity_source == "file" { capacity.saturating_sub(state.reserved_bytes + device_free) } else { 0 };
+    let outside = if capacity_source == CapacitySource::File {
+        capacity.saturating_sub(state.reserved_bytes + device_free)
+    } else {
+        0
+    };
     let over = (state.active_bytes + s).saturating_sub(capacity);
     let fig = OomFigures {
         state: &state,
@@ -499,7 +607,7 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
         time_us: ev.time(),
         request_bytes: s,
         alloc_size_bytes: alloc_size,
-        pool: if small { "small" } else { "large" },
+        pool: PoolKind::of(small),
         pool_id,
         stream: snap.stream(ev),
         site: attribution::site_of(&snap.frames, ev.stack),
@@ -542,9 +650,9 @@ fn state_at_oom(
     device: i64,
     idx: usize,
     request: (u64, (u64, u64), bool),
-) -> (&'static str, Option<String>, StateFigures) {
+) -> (StateSource, Option<String>, StateFigures) {
     match allocator_state_at(snap, device, Some(idx)) {
-        Ok(st) => ("backward_walk", None, state_figures(&st, Some(request))),
+        Ok(st) => (StateSource::BackwardWalk, None, state_figures(&st, Some(request))),
         Err(e) => {
             let l = timeline::levels_at(snap, device, Some(idx));
             let f = StateFigures {
@@ -554,7 +662,7 @@ fn state_at_oom(
                 cached_free_bytes: l.reserved.saturating_sub(l.active),
                 ..StateFigures::default()
             };
-            ("timeline", Some(format!("free blocks unknown: {e}")), f)
+            (StateSource::Timeline, Some(format!("free blocks unknown: {e}")), f)
         }
     }
 }
@@ -571,7 +679,7 @@ struct OomFigures<'a> {
     /// The device had room for the segment: a cap on the process refused it.
     capped: bool,
     capacity: u64,
-    capacity_source: &'static str,
+    capacity_source: CapacitySource,
     usable_cached: u64,
     stranded_free: u64,
     outside: u64,
@@ -619,7 +727,7 @@ impl OomFigures<'_> {
             .max()
             .unwrap_or(0);
         let fsz = format_size;
-        let cap_words = if self.capacity_source == "file" {
+        let cap_words = if self.capacity_source == CapacitySource::File {
             format!("the GPU's {}", fsz(capacity))
         } else {
             format!("about {} the GPU could give this process (reserved + free at the OOM, an estimate)", fsz(capacity))
@@ -798,7 +906,7 @@ mod tests {
         assert_eq!(f.request_bytes, 16 * MIB);
         assert_eq!(f.alloc_size_bytes, 16 * MIB);
         assert_eq!(f.capacity_bytes, 40 * MIB);
-        assert_eq!(f.capacity_source, "estimate_reserved_plus_device_free");
+        assert_eq!(f.capacity_source, CapacitySource::EstimateReservedPlusDeviceFree);
         assert_eq!(f.state.cached_free_bytes, 16 * MIB);
         assert_eq!(f.state.largest_free_block_bytes, 8 * MIB);
         assert_eq!(f.state.allocated_bytes, 24 * MIB);
@@ -841,7 +949,7 @@ mod tests {
         let s = snap(vec![seg(1 << 30, 0, &[(20 * MIB, ActiveAllocated)])], 32 * MIB, 100 * GIB);
         let f = oom_finding(&s, 0, &NO_REPLAY).unwrap();
         assert_eq!(f.verdict, Verdict::MemoryFractionCap, "{}", f.explanation);
-        assert_eq!(f.capacity_source, "estimate_memory_fraction_cap");
+        assert_eq!(f.capacity_source, CapacitySource::EstimateMemoryFractionCap);
         assert_eq!(f.capacity_bytes, 20 * MIB);
         assert!(f.explanation.contains("set_per_process_memory_fraction"), "{}", f.explanation);
         // The same with 16 MiB free in pieces: the cache could not serve 32 MiB either way.

@@ -74,14 +74,26 @@ pub enum Layers {
     Some(Vec<usize>),
 }
 
+/// Checkpointed layers [`Layers::parse`] does not take (the text as given).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayersError(pub String);
+
+impl std::fmt::Display for LayersError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid layers '{}': `all` or 0-based layers and ranges, e.g. 0,2,5-7", self.0)
+    }
+}
+
+impl std::error::Error for LayersError {}
+
 impl Layers {
     /// `all`, or a list of layers and ranges: `0,2,5-7`.
-    pub fn parse(s: &str) -> Result<Layers, String> {
+    pub fn parse(s: &str) -> Result<Layers, LayersError> {
         let s = s.trim();
         if s.eq_ignore_ascii_case("all") {
             return Ok(Layers::All);
         }
-        let bad = || format!("invalid layers '{s}': `all` or 0-based layers and ranges, e.g. 0,2,5-7");
+        let bad = || LayersError(s.to_string());
         let mut v = Vec::new();
         for part in s.split(',') {
             let part = part.trim();
@@ -238,7 +250,78 @@ impl Ctx<'_> {
 
 type Plans = HashMap<Life, Plan>;
 
-fn outcome(change: &Change, r: Result<(u64, u64, String), String>) -> ChangeOutcome {
+/// Why a change cannot be applied to the recording (`cannot_apply` of its outcome, in
+/// words).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CannotApply {
+    /// Sharding over fewer than 2 ranks.
+    TooFewRanks(u32),
+    /// No training step (`steps`: [`Steps::describe`]).
+    NoStep {
+        steps: String,
+    },
+    NoOptimizerState,
+    NoGradient,
+    /// One step, whose gradients are made in its own backward pass.
+    OneStepGradients,
+    /// The recording frees the gradients before forward already.
+    NoGradientKept,
+    NoForwardAndBackward,
+    NoLayers,
+    /// The two passes repeat different numbers of layers.
+    LayersUnpaired {
+        forward: usize,
+        backward: usize,
+    },
+    /// A chosen layer past the model's `layers`.
+    NoSuchLayer {
+        layer: usize,
+        layers: usize,
+    },
+    NoStepWithLayers,
+    /// The chosen layers save nothing for backward but their outputs.
+    NothingSaved,
+}
+
+impl std::fmt::Display for CannotApply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CannotApply::TooFewRanks(n) => write!(f, "sharding over {n} rank(s) changes nothing: give 2 or more"),
+            CannotApply::NoStep { steps } => write!(f, "no training step in the trace ({steps})"),
+            CannotApply::NoOptimizerState => f.write_str(
+                "no optimizer state found (no block made by an optimizer's step and kept, nor \
+                                          copies of the parameters made before it)",
+            ),
+            CannotApply::NoGradient => {
+                f.write_str("no gradient found (no block made in a backward pass and kept, the size of a parameter)")
+            }
+            CannotApply::OneStepGradients => f.write_str(
+                "one step, whose gradients are made in its backward pass: no step boundary they are kept across",
+            ),
+            CannotApply::NoGradientKept => f.write_str(
+                "no gradient is kept across a step boundary: the recording already frees them before forward \
+                 (zero_grad(set_to_none=True) is PyTorch's default since 2.0)",
+            ),
+            CannotApply::NoForwardAndBackward => f.write_str("no step with both a forward and a backward pass"),
+            CannotApply::NoLayers => {
+                f.write_str("no layers found: neither pass repeats a pattern of allocations (steps::layer_spans)")
+            }
+            CannotApply::LayersUnpaired { forward, backward } => write!(
+                f,
+                "the forward pass repeats {forward} layers and the backward pass {backward}: they cannot be paired"
+            ),
+            CannotApply::NoSuchLayer { layer, layers } => {
+                write!(f, "layer {layer} does not exist: the model has {layers} layers (0-{})", layers - 1)
+            }
+            CannotApply::NoStepWithLayers => f.write_str("no step with layers"),
+            CannotApply::NothingSaved => {
+                f.write_str("the chosen layers keep no activation for backward besides their outputs")
+            }
+        }
+    }
+}
+
+fn outcome(change: &Change, r: Result<(u64, u64, String), CannotApply>) -> ChangeOutcome {
     match r {
         Ok((blocks, bytes, detail)) => {
             ChangeOutcome { change: change.describe(), applied: true, cannot_apply: None, blocks, bytes, detail }
@@ -246,7 +329,7 @@ fn outcome(change: &Change, r: Result<(u64, u64, String), String>) -> ChangeOutc
         Err(why) => ChangeOutcome {
             change: change.describe(),
             applied: false,
-            cannot_apply: Some(why),
+            cannot_apply: Some(why.to_string()),
             blocks: 0,
             bytes: 0,
             detail: String::new(),
@@ -254,22 +337,16 @@ fn outcome(change: &Change, r: Result<(u64, u64, String), String>) -> ChangeOutc
     }
 }
 
-fn plan_shard(ctx: &Ctx, plans: &mut Plans, n: u32, what: Role) -> Result<(u64, u64, String), String> {
+fn plan_shard(ctx: &Ctx, plans: &mut Plans, n: u32, what: Role) -> Result<(u64, u64, String), CannotApply> {
     if n < 2 {
-        return Err(format!("sharding over {n} rank(s) changes nothing: give 2 or more"));
+        return Err(CannotApply::TooFewRanks(n));
     }
     let mut chosen: Vec<Life> = ctx.all().filter(|&l| ctx.role(l) == what).collect();
     if chosen.is_empty() {
         return Err(match (what, ctx.steps.steps.is_empty()) {
-            (_, true) => {
-                format!("no training step in the trace ({})", ctx.steps.describe())
-            }
-            (Role::OptimizerState, _) => {
-                "no optimizer state found (no block made by an optimizer's step and kept, nor \
-                                          copies of the parameters made before it)"
-                    .into()
-            }
-            _ => "no gradient found (no block made in a backward pass and kept, the size of a parameter)".into(),
+            (_, true) => CannotApply::NoStep { steps: ctx.steps.describe() },
+            (Role::OptimizerState, _) => CannotApply::NoOptimizerState,
+            _ => CannotApply::NoGradient,
         });
     }
     let whole = chosen.len();
@@ -300,14 +377,14 @@ fn plan_shard(ctx: &Ctx, plans: &mut Plans, n: u32, what: Role) -> Result<(u64, 
     ))
 }
 
-fn plan_set_to_none(ctx: &Ctx, plans: &mut Plans) -> Result<(u64, u64, String), String> {
+fn plan_set_to_none(ctx: &Ctx, plans: &mut Plans) -> Result<(u64, u64, String), CannotApply> {
     let st = &ctx.steps;
     if st.steps.is_empty() {
-        return Err(format!("no training step in the trace ({})", st.describe()));
+        return Err(CannotApply::NoStep { steps: st.describe() });
     }
     let grads: Vec<Life> = ctx.all().filter(|&l| ctx.role(l) == Role::Gradients).collect();
     if grads.is_empty() {
-        return Err("no gradient found (no block made in a backward pass and kept, the size of a parameter)".into());
+        return Err(CannotApply::NoGradient);
     }
     let alloc_of = |l: Life| match l {
         Life::Seeded(_) => None,
@@ -363,11 +440,9 @@ fn plan_set_to_none(ctx: &Ctx, plans: &mut Plans) -> Result<(u64, u64, String), 
     }
     if gaps == 0 {
         return Err(if st.steps.len() == 1 && grads.iter().all(|&l| alloc_of(l).is_some()) {
-            "one step, whose gradients are made in its backward pass: no step boundary they are kept across".into()
+            CannotApply::OneStepGradients
         } else {
-            "no gradient is kept across a step boundary: the recording already frees them before forward \
-             (zero_grad(set_to_none=True) is PyTorch's default since 2.0)"
-                .into()
+            CannotApply::NoGradientKept
         });
     }
     Ok((
@@ -381,32 +456,26 @@ fn plan_set_to_none(ctx: &Ctx, plans: &mut Plans) -> Result<(u64, u64, String), 
     ))
 }
 
-fn plan_checkpoint(ctx: &Ctx, plans: &mut Plans, layers: &Layers) -> Result<(u64, u64, String), String> {
+fn plan_checkpoint(ctx: &Ctx, plans: &mut Plans, layers: &Layers) -> Result<(u64, u64, String), CannotApply> {
     let st = &ctx.steps;
     if st.steps.is_empty() {
-        return Err(format!("no training step in the trace ({})", st.describe()));
+        return Err(CannotApply::NoStep { steps: st.describe() });
     }
     let (mut blocks, mut bytes, mut kept_out, mut untouched, mut steps_done) = (0u64, 0u64, 0u64, 0u64, 0usize);
-    let mut why_not: Option<String> = None;
+    let mut why_not: Option<CannotApply> = None;
     for s in &st.steps {
         if s.span(Phase::Backward).is_none() || s.span(Phase::Forward).is_none() {
-            why_not.get_or_insert("no step with both a forward and a backward pass".into());
+            why_not.get_or_insert(CannotApply::NoForwardAndBackward);
             continue;
         }
         let fwd = steps::layer_spans(ctx.snap, ctx.device, s, Phase::Forward);
         let bwd = steps::layer_spans(ctx.snap, ctx.device, s, Phase::Backward);
         let (Some(fwd), Some(bwd)) = (fwd, bwd) else {
-            why_not.get_or_insert(
-                "no layers found: neither pass repeats a pattern of allocations (steps::layer_spans)".into(),
-            );
+            why_not.get_or_insert(CannotApply::NoLayers);
             continue;
         };
         if fwd.len() != bwd.len() {
-            why_not.get_or_insert(format!(
-                "the forward pass repeats {} layers and the backward pass {}: they cannot be paired",
-                fwd.len(),
-                bwd.len()
-            ));
+            why_not.get_or_insert(CannotApply::LayersUnpaired { forward: fwd.len(), backward: bwd.len() });
             continue;
         }
         let nl = fwd.len();
@@ -414,8 +483,7 @@ fn plan_checkpoint(ctx: &Ctx, plans: &mut Plans, layers: &Layers) -> Result<(u64
             Layers::All => (0..nl).collect(),
             Layers::Some(v) => {
                 if let Some(&bad) = v.iter().find(|&&j| j >= nl) {
-                    why_not
-                        .get_or_insert(format!("layer {bad} does not exist: the model has {nl} layers (0-{})", nl - 1));
+                    why_not.get_or_insert(CannotApply::NoSuchLayer { layer: bad, layers: nl });
                     continue;
                 }
                 v.clone()
@@ -456,10 +524,10 @@ fn plan_checkpoint(ctx: &Ctx, plans: &mut Plans, layers: &Layers) -> Result<(u64
         }
     }
     if steps_done == 0 {
-        return Err(why_not.unwrap_or_else(|| "no step with layers".into()));
+        return Err(why_not.unwrap_or(CannotApply::NoStepWithLayers));
     }
     if blocks == 0 {
-        return Err("the chosen layers keep no activation for backward besides their outputs".into());
+        return Err(CannotApply::NothingSaved);
     }
     Ok((
         blocks,

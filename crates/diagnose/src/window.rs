@@ -34,6 +34,8 @@ use serde::Serialize;
 
 use fragscope_replay::state::{BState, RecordedState};
 
+use crate::oom::StateAtError;
+
 /// One end of a window as the user wrote it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Bound {
@@ -52,13 +54,16 @@ pub struct WindowSpec {
     pub end: Option<Bound>,
 }
 
-fn parse_bound(s: &str) -> Result<Option<Bound>, String> {
+fn parse_bound(s: &str) -> Result<Option<Bound>, WindowError> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
     }
     if s.bytes().all(|b| b.is_ascii_digit()) {
-        return s.parse::<usize>().map(|i| Some(Bound::Index(i))).map_err(|e| format!("bad entry index {s:?}: {e}"));
+        return s
+            .parse::<usize>()
+            .map(|i| Some(Bound::Index(i)))
+            .map_err(|error| WindowError::BadIndex { text: s.to_string(), error });
     }
     let (num, scale) = if let Some(n) = s.strip_suffix("us") {
         (n, 1.0)
@@ -67,33 +72,29 @@ fn parse_bound(s: &str) -> Result<Option<Bound>, String> {
     } else if let Some(n) = s.strip_suffix('s') {
         (n, 1e6)
     } else {
-        return Err(format!(
-            "bad window bound {s:?}: give an entry index (1000) or a time with a unit (12.5s, 300ms, 50us)"
-        ));
+        return Err(WindowError::BadBound(s.to_string()));
     };
-    let v: f64 = num.trim().parse().map_err(|_| format!("bad window time {s:?}"))?;
+    let v: f64 = num.trim().parse().map_err(|_| WindowError::BadTime(s.to_string()))?;
     if !v.is_finite() || v < 0.0 || v * scale > 1e18 {
-        return Err(format!("bad window time {s:?}: a time since the first entry is >= 0"));
+        return Err(WindowError::TimeOutOfRange(s.to_string()));
     }
     Ok(Some(Bound::TimeUs((v * scale).round() as i64)))
 }
 
 impl WindowSpec {
     /// Parses `START..END` (`1000..5000`, `12.5s..14s`, `1000..`, `..2s`).
-    pub fn parse(text: &str) -> Result<WindowSpec, String> {
-        let (a, b) = text
-            .split_once("..")
-            .ok_or_else(|| format!("bad window {text:?}: expected START..END, e.g. 1000..5000 or 12.5s..14s"))?;
+    pub fn parse(text: &str) -> Result<WindowSpec, WindowError> {
+        let (a, b) = text.split_once("..").ok_or_else(|| WindowError::NoRange(text.to_string()))?;
         let (start, end) = (parse_bound(a)?, parse_bound(b)?);
         match (start, end) {
             (Some(Bound::Index(_)), Some(Bound::TimeUs(_))) | (Some(Bound::TimeUs(_)), Some(Bound::Index(_))) => {
-                return Err(format!("bad window {text:?}: both ends are entry indices or both are times"));
+                return Err(WindowError::MixedBounds(text.to_string()));
             }
             (Some(Bound::Index(x)), Some(Bound::Index(y))) if y <= x => {
-                return Err(format!("bad window {text:?}: the end must come after the start"));
+                return Err(WindowError::EndNotAfterStart(text.to_string()));
             }
             (Some(Bound::TimeUs(x)), Some(Bound::TimeUs(y))) if y <= x => {
-                return Err(format!("bad window {text:?}: the end must come after the start"));
+                return Err(WindowError::EndNotAfterStart(text.to_string()));
             }
             _ => {}
         }
@@ -101,6 +102,137 @@ impl WindowSpec {
     }
     fn by_time(&self) -> bool {
         matches!(self.start, Some(Bound::TimeUs(_))) || matches!(self.end, Some(Bound::TimeUs(_)))
+    }
+}
+
+/// A window that cannot be read or cut.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WindowError {
+    /// An entry index too large for this machine (the bound as given).
+    BadIndex { text: String, error: std::num::ParseIntError },
+    /// Neither an entry index nor a time with a unit (the bound as given).
+    BadBound(String),
+    /// A time whose number does not read (the bound as given).
+    BadTime(String),
+    /// A negative or absurdly large time (the bound as given).
+    TimeOutOfRange(String),
+    /// No `..` (the window as given).
+    NoRange(String),
+    /// One end an entry index, the other a time (the window as given).
+    MixedBounds(String),
+    /// The end at or before the start (the window as given).
+    EndNotAfterStart(String),
+    /// A window by time, in a file whose trace entries do not all record `time_us`.
+    Untimed,
+    /// A window by time, in a device trace without `time_us`.
+    NoTimes,
+    /// The file has no trace at all.
+    NoTrace,
+    /// The window selects no entry of any device's trace.
+    Empty { window: String, traces: Vec<TraceExtent> },
+    /// The state at the window's end (after entry `entry - 1`) cannot be rebuilt.
+    EndState { device: i64, entry: usize, error: StateAtError },
+}
+
+/// What a device's trace spans, to say where a window could be: its entries, and the
+/// seconds of its first and last entry after the file's first, when recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceExtent {
+    pub device: i64,
+    pub entries: usize,
+    pub seconds: Option<(f64, f64)>,
+}
+
+impl std::fmt::Display for WindowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const BY_INDEX: &str = "give the window by entry index";
+        match self {
+            WindowError::BadIndex { text, error } => write!(f, "bad entry index {text:?}: {error}"),
+            WindowError::BadBound(s) => write!(
+                f,
+                "bad window bound {s:?}: give an entry index (1000) or a time with a unit (12.5s, 300ms, 50us)"
+            ),
+            WindowError::BadTime(s) => write!(f, "bad window time {s:?}"),
+            WindowError::TimeOutOfRange(s) => write!(f, "bad window time {s:?}: a time since the first entry is >= 0"),
+            WindowError::NoRange(t) => {
+                write!(f, "bad window {t:?}: expected START..END, e.g. 1000..5000 or 12.5s..14s")
+            }
+            WindowError::MixedBounds(t) => write!(f, "bad window {t:?}: both ends are entry indices or both are times"),
+            WindowError::EndNotAfterStart(t) => write!(f, "bad window {t:?}: the end must come after the start"),
+            WindowError::Untimed => write!(f, "this file's trace entries do not all record time_us: {BY_INDEX}"),
+            WindowError::NoTimes => write!(f, "this file's trace records no time_us: {BY_INDEX}"),
+            WindowError::NoTrace => f.write_str("this file has no trace to cut a window from"),
+            WindowError::Empty { window, traces } => {
+                let sizes: Vec<String> = traces
+                    .iter()
+                    .map(|t| {
+                        let span = match t.seconds {
+                            Some((a, b)) => format!(", {a:.3} s to {b:.3} s after the first entry"),
+                            None => String::new(),
+                        };
+                        format!("device {}: {} entries{span}", t.device, t.entries)
+                    })
+                    .collect();
+                write!(f, "window {window} holds no trace entry ({})", sizes.join(", "))
+            }
+            WindowError::EndState { device, entry, error } => write!(
+                f,
+                "cannot rebuild the allocator state of device {device} at the window's end (entry {entry}): {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WindowError {}
+
+/// How the state at a window's end was obtained (`end_state` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndState {
+    /// The window reaches the end of the trace: the file's own segments.
+    Recorded,
+    /// Rebuilt by undoing the `undone_entries` entries after the window from the recorded
+    /// state.
+    BackwardWalk,
+}
+
+impl EndState {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndState::Recorded => "recorded",
+            EndState::BackwardWalk => "backward_walk",
+        }
+    }
+}
+
+impl std::fmt::Display for EndState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a window was given (`by` in JSON): entry indices or times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowBy {
+    Index,
+    Time,
+}
+
+impl WindowBy {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WindowBy::Index => "index",
+            WindowBy::Time => "time",
+        }
+    }
+}
+
+impl std::fmt::Display for WindowBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -120,10 +252,8 @@ pub struct DeviceWindow {
     /// The same, in seconds since the first trace entry of the file.
     pub first_s: Option<f64>,
     pub last_s: Option<f64>,
-    /// How the state at the window's end was obtained: `"recorded"` (the window reaches
-    /// the end of the trace: the file's own segments) or `"backward_walk"` (rebuilt by
-    /// undoing the `undone_entries` entries after the window from the recorded state).
-    pub end_state: &'static str,
+    /// How the state at the window's end was obtained.
+    pub end_state: EndState,
     pub undone_entries: usize,
 }
 
@@ -132,8 +262,8 @@ pub struct DeviceWindow {
 pub struct WindowInfo {
     /// The window as given (`1000..5000`, `12.5s..14s`).
     pub spec: String,
-    /// `"index"` or `"time"`.
-    pub by: &'static str,
+    /// How the window was given.
+    pub by: WindowBy,
     pub devices: Vec<DeviceWindow>,
 }
 
@@ -147,7 +277,7 @@ impl WindowInfo {
             if let (Some(a), Some(b)) = (d.first_s, d.last_s) {
                 p.push_str(&format!(" ({a:.3} s to {b:.3} s after the first entry)"));
             }
-            if d.end_state == "backward_walk" {
+            if d.end_state == EndState::BackwardWalk {
                 p.push_str(&format!("; state at its end rebuilt by undoing {} later entries", d.undone_entries));
             }
             parts.push(p);
@@ -165,14 +295,14 @@ fn first_time(snap: &Snapshot) -> Option<i64> {
 }
 
 /// `[start, end)` entry indices of `trace` for `spec`.
-fn bounds_of(spec: &WindowSpec, trace: &[TraceEvent], t0: Option<i64>) -> Result<(usize, usize), String> {
+fn bounds_of(spec: &WindowSpec, trace: &[TraceEvent], t0: Option<i64>) -> Result<(usize, usize), WindowError> {
     let n = trace.len();
-    let at = |b: Option<Bound>, open: usize| -> Result<usize, String> {
+    let at = |b: Option<Bound>, open: usize| -> Result<usize, WindowError> {
         match b {
             None => Ok(open),
             Some(Bound::Index(i)) => Ok(i.min(n)),
             Some(Bound::TimeUs(us)) => {
-                let t0 = t0.ok_or("this file's trace records no time_us: give the window by entry index")?;
+                let t0 = t0.ok_or(WindowError::NoTimes)?;
                 let t = t0.saturating_add(us);
                 // Entries are written in time order; the first at or after `t`.
                 Ok(trace.partition_point(|e| e.time_us < t))
@@ -184,20 +314,23 @@ fn bounds_of(spec: &WindowSpec, trace: &[TraceEvent], t0: Option<i64>) -> Result
 
 /// Cuts `snap` to `spec`; see the module doc. `Err` is one line: a window that selects
 /// nothing, or a state at the window's end that cannot be rebuilt.
-pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo), String> {
+pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo), WindowError> {
     let t0 = first_time(snap);
     if spec.by_time() {
         let untimed = snap.device_traces.iter().flatten().any(|e| e.time().is_none());
         if t0.is_none() || untimed {
-            return Err("this file's trace entries do not all record time_us: give the window by entry index".into());
+            return Err(WindowError::Untimed);
         }
     }
     let mut out = window_skeleton(snap);
     if snap.host_segments.is_some() || snap.host_traces.is_some() {
         out.notes.remarks.push("pinned host memory (host_segments, host_traces) is left out of a window".into());
     }
-    let mut info =
-        WindowInfo { spec: spec.text.clone(), by: if spec.by_time() { "time" } else { "index" }, devices: vec![] };
+    let mut info = WindowInfo {
+        spec: spec.text.clone(),
+        by: if spec.by_time() { WindowBy::Time } else { WindowBy::Index },
+        devices: vec![],
+    };
     // Time span of each device's window, for annotations and totals: (device, from, to).
     let mut spans: Vec<(i64, i64, i64)> = Vec::new();
     let mut any_entry = false;
@@ -213,7 +346,7 @@ pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo),
         any_entry |= e > s;
         out.device_traces.push(trace[s..e].to_vec());
         let n = trace.len();
-        let end_state = if e == n { "recorded" } else { "backward_walk" };
+        let end_state = if e == n { EndState::Recorded } else { EndState::BackwardWalk };
         let rel = |t: Option<i64>| t.zip(t0).map(|(t, z)| (t - z) as f64 / 1e6);
         let (ft, lt) = if e > s { (trace[s].time(), trace[e - 1].time()) } else { (None, None) };
         info.devices.push(DeviceWindow {
@@ -238,13 +371,9 @@ pub fn cut(snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo),
     for &device in &devices {
         let w = info.devices.iter().find(|w| w.device == device);
         match w {
-            Some(w) if w.end_state == "backward_walk" => {
-                let st = crate::oom::allocator_state_at(snap, device, w.end_index.checked_sub(1)).map_err(|e| {
-                    format!(
-                        "cannot rebuild the allocator state of device {device} at the window's end (entry {}): {e}",
-                        w.end_index
-                    )
-                })?;
+            Some(w) if w.end_state == EndState::BackwardWalk => {
+                let st = crate::oom::allocator_state_at(snap, device, w.end_index.checked_sub(1))
+                    .map_err(|error| WindowError::EndState { device, entry: w.end_index, error })?;
                 out.segments.extend(segments_of_state(snap, device, &st, w.end_index));
             }
             _ => out.segments.extend(snap.device_segments(device).cloned()),
@@ -307,25 +436,23 @@ fn time_span(spec: &WindowSpec, trace: &[TraceEvent], s: usize, e: usize, t0: Op
 
 /// Why a window holds no trace entry (one line): the file has no trace, or the window
 /// lies outside every device's entries, listed with their spans.
-fn empty_window(snap: &Snapshot, spec: &WindowSpec, info: &WindowInfo, t0: Option<i64>) -> String {
-    let sizes: Vec<String> = info
+fn empty_window(snap: &Snapshot, spec: &WindowSpec, info: &WindowInfo, t0: Option<i64>) -> WindowError {
+    let traces: Vec<TraceExtent> = info
         .devices
         .iter()
         .map(|d| {
             let tr = snap.trace(d.device);
-            let span = match (tr.first().and_then(|e| e.time()), tr.last().and_then(|e| e.time()), t0) {
-                (Some(a), Some(b), Some(z)) => {
-                    format!(", {:.3} s to {:.3} s after the first entry", (a - z) as f64 / 1e6, (b - z) as f64 / 1e6)
-                }
-                _ => String::new(),
+            let seconds = match (tr.first().and_then(|e| e.time()), tr.last().and_then(|e| e.time()), t0) {
+                (Some(a), Some(b), Some(z)) => Some(((a - z) as f64 / 1e6, (b - z) as f64 / 1e6)),
+                _ => None,
             };
-            format!("device {}: {} entries{span}", d.device, d.file_entries)
+            TraceExtent { device: d.device, entries: d.file_entries, seconds }
         })
         .collect();
-    if sizes.is_empty() {
-        "this file has no trace to cut a window from".into()
+    if traces.is_empty() {
+        WindowError::NoTrace
     } else {
-        format!("window {} holds no trace entry ({})", spec.text, sizes.join(", "))
+        WindowError::Empty { window: spec.text.clone(), traces }
     }
 }
 

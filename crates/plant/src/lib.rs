@@ -125,10 +125,47 @@ pub enum Shape {
     Stride(usize),
 }
 
+/// A shape [`Shape::parse`] does not take (the text as given).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShapeError(pub String);
+
+impl std::fmt::Display for ShapeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "bad shape `{}` (all, window:0.2-0.5[,0.7-0.8], burst:0.4:16, stride:3)", self.0)
+    }
+}
+
+impl std::error::Error for ShapeError {}
+
+/// Why [`plant`] planted nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlantError {
+    /// A negative device index.
+    NoDevice(i64),
+    /// The device has no trace.
+    NoTrace(i64),
+    /// None of the chosen allocs is freed in the trace.
+    NothingToPlant,
+}
+
+impl std::fmt::Display for PlantError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlantError::NoDevice(d) => write!(f, "no device {d}"),
+            PlantError::NoTrace(d) => write!(f, "device {d} has no trace to plant a leak into"),
+            PlantError::NothingToPlant => {
+                f.write_str("none of the chosen allocs is freed in the trace: nothing to plant")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PlantError {}
+
 impl Shape {
     /// Parses `all`, `window:A-B[,C-D...]`, `burst:AT:COUNT`, `stride:N`.
-    pub fn parse(s: &str) -> Result<Shape, String> {
-        let bad = || format!("bad shape `{s}` (all, window:0.2-0.5[,0.7-0.8], burst:0.4:16, stride:3)");
+    pub fn parse(s: &str) -> Result<Shape, ShapeError> {
+        let bad = || ShapeError(s.to_string());
         let share = |x: &str| x.trim().parse::<f64>().ok().filter(|v| (0.0..=1.0).contains(v)).ok_or_else(bad);
         if s == "all" {
             return Ok(Shape::All);
@@ -223,11 +260,11 @@ pub fn strip_python_frames(snap: &mut Snapshot, device: i64, site: &str) -> usiz
 /// Drops the frees of the chosen allocs (trace indices of `device`; allocs the trace
 /// never frees are ignored) and keeps the file consistent (module doc). Errors when
 /// the device has no trace or nothing was planted.
-pub fn plant(snap: &Snapshot, device: i64, allocs: &[usize]) -> Result<(Snapshot, Planted), String> {
-    let d = usize::try_from(device).map_err(|_| format!("no device {device}"))?;
+pub fn plant(snap: &Snapshot, device: i64, allocs: &[usize]) -> Result<(Snapshot, Planted), PlantError> {
+    let d = usize::try_from(device).map_err(|_| PlantError::NoDevice(device))?;
     let trace = snap.trace(device);
     if trace.is_empty() {
-        return Err(format!("device {device} has no trace to plant a leak into"));
+        return Err(PlantError::NoTrace(device));
     }
     let cfg = recorded_config(snap);
     let freed = freed_flags(trace);
@@ -314,7 +351,7 @@ pub fn plant(snap: &Snapshot, device: i64, allocs: &[usize]) -> Result<(Snapshot
         out.push(*e);
     }
     if planted.allocs.is_empty() {
-        return Err("none of the chosen allocs is freed in the trace: nothing to plant".into());
+        return Err(PlantError::NothingToPlant);
     }
     planted.sites.sort();
     planted.sites.dedup();

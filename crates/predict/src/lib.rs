@@ -55,13 +55,57 @@ pub struct Recording<'a> {
     pub size: u64,
 }
 
-/// Why no prediction can be made, in one line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PredictError(pub String);
+/// Why no prediction can be made; `Display` says it in one line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PredictError {
+    /// Fewer than two recordings (how many). The message ends with
+    /// [`recording_recipe`], which names the CLI's `--sizes` and `--at`.
+    TooFewRecordings(usize),
+    /// A size of 0.
+    ZeroSize,
+    /// Two recordings at this size.
+    DuplicateSize(u64),
+    /// The template recording (at `size`) has no allocation on `device`.
+    NothingToFit { size: u64, device: i64 },
+    /// No device has a trace in every recording.
+    NoCommonDevice,
+    /// The recordings at `size` and `template_size` align on only `aligned` (0–1) of
+    /// their allocations, below [`MIN_ALIGNED`]: not the same program.
+    NotSameProgram { size: u64, template_size: u64, aligned: f64 },
+}
 
 impl std::fmt::Display for PredictError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            PredictError::TooFewRecordings(n) => write!(
+                f,
+                "predict needs two or more recordings of one program at different sizes, got {n}: {}",
+                recording_recipe()
+            ),
+            PredictError::ZeroSize => f.write_str(
+                "a size of 0: sizes are the batch size, sequence length, ... of each recording, \
+                                 all at least 1",
+            ),
+            PredictError::DuplicateSize(s) => {
+                write!(f, "two recordings at size {s}: each recording must be at a different size")
+            }
+            PredictError::NothingToFit { size, device } => write!(
+                f,
+                "the recording at size {size} has no allocation in its trace on device {device}: nothing to fit"
+            ),
+            PredictError::NoCommonDevice => {
+                f.write_str("the recordings share no device with a trace: nothing to align")
+            }
+            PredictError::NotSameProgram { size, template_size, aligned } => write!(
+                f,
+                "the recordings at sizes {size} and {template_size} are not the same program: {:.0}% of their \
+                 allocations align (same call sites in the same order; {:.0}% needed). A run under torch.autocast \
+                 is another program than the fp32 run and cannot be predicted from it: record both sizes with the \
+                 same precision",
+                aligned * 100.0,
+                MIN_ALIGNED * 100.0
+            ),
+        }
     }
 }
 impl std::error::Error for PredictError {}
@@ -292,10 +336,7 @@ impl<'a> Program<'a> {
         let trace = template.trace(device);
         let req_index = align::requests(trace);
         if req_index.is_empty() {
-            return Err(PredictError(format!(
-                "the recording at size {} has no allocation in its trace on device {device}: nothing to fit",
-                recs[t].size
-            )));
+            return Err(PredictError::NothingToFit { size: recs[t].size, device });
         }
         let (points, in_all, alignments) = align_recordings(recs, &order, t, device, &req_index)?;
         let fits: Vec<SizeFit> = points.iter().map(|p| fit::fit(p)).collect();
@@ -584,10 +625,7 @@ fn common_device(recs: &[Recording<'_>], template: &Snapshot) -> Result<i64, Pre
         let d = replayable_devices(r.snap);
         common.retain(|x| d.contains(x));
     }
-    common
-        .first()
-        .copied()
-        .ok_or_else(|| PredictError("the recordings share no device with a trace: nothing to align".into()))
+    common.first().copied().ok_or(PredictError::NoCommonDevice)
 }
 
 /// The template's requests (`req_index`, entries of recording `t`'s trace on `device`)
@@ -620,15 +658,7 @@ fn align_recordings(
         let aligned = m.iter().filter(|x| x.is_some()).count();
         let fraction = aligned as f64 / rreq.len().max(req_index.len()) as f64;
         if fraction < MIN_ALIGNED {
-            return Err(PredictError(format!(
-                "the recordings at sizes {} and {} are not the same program: {:.0}% of their allocations align \
-                 (same call sites in the same order; {:.0}% needed). A run under torch.autocast is another program \
-                 than the fp32 run and cannot be predicted from it: record both sizes with the same precision",
-                r.size,
-                recs[t].size,
-                fraction * 100.0,
-                MIN_ALIGNED * 100.0
-            )));
+            return Err(PredictError::NotSameProgram { size: r.size, template_size: recs[t].size, aligned: fraction });
         }
         for (q, j) in m.iter().enumerate() {
             match j {
@@ -791,11 +821,7 @@ fn evidence_name(e: Evidence) -> &'static str {
 /// The usage errors of a set of recordings and sizes, before any work.
 pub fn check_sizes(recs: &[Recording]) -> Result<(), PredictError> {
     if recs.len() < 2 {
-        return Err(PredictError(format!(
-            "predict needs two or more recordings of one program at different sizes, got {}: {}",
-            recs.len(),
-            recording_recipe()
-        )));
+        return Err(PredictError::TooFewRecordings(recs.len()));
     }
     check_size_list(&recs.iter().map(|r| r.size).collect::<Vec<_>>())
 }
@@ -803,19 +829,12 @@ pub fn check_sizes(recs: &[Recording]) -> Result<(), PredictError> {
 /// Sizes must be non-zero and distinct.
 pub fn check_size_list(sizes: &[u64]) -> Result<(), PredictError> {
     if sizes.contains(&0) {
-        return Err(PredictError(
-            "a size of 0: sizes are the batch size, sequence length, ... of each recording, \
-                                 all at least 1"
-                .into(),
-        ));
+        return Err(PredictError::ZeroSize);
     }
     let mut s = sizes.to_vec();
     s.sort_unstable();
     if let Some(w) = s.windows(2).find(|w| w[0] == w[1]) {
-        return Err(PredictError(format!(
-            "two recordings at size {}: each recording must be at a different size",
-            w[0]
-        )));
+        return Err(PredictError::DuplicateSize(w[0]));
     }
     Ok(())
 }

@@ -176,7 +176,9 @@ fn autocast_is_not_predicted_from_fp32() {
     let e = Program::fit(&[Recording { snap: &f, size: 100 }, Recording { snap: &m, size: 200 }], None)
         .err()
         .expect("refused");
-    assert!(e.0.contains("not the same program") && e.0.contains("autocast"), "{e}");
+    assert!(matches!(e, PredictError::NotSameProgram { size: 100, template_size: 200, .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains("not the same program") && e.contains("autocast"), "{e}");
     if let (Some(f), Some(m)) = (load("kk-2.7b-fwd-ctx128-fp32"), load("kk-2.7b-fwd-ctx256-mixed")) {
         let e = Program::fit(&[Recording { snap: &f, size: 128 }, Recording { snap: &m, size: 256 }], None);
         assert!(e.is_err());
@@ -187,11 +189,14 @@ fn autocast_is_not_predicted_from_fp32() {
 fn different_programs_and_bad_sizes_are_refused() {
     let (Some(f), Some(t)) = (load("niu-fwd-ctx100-fp32"), load("niu-train3-ctx150-fp32")) else { return };
     let e = Program::fit(&[Recording { snap: &f, size: 100 }, Recording { snap: &t, size: 150 }], None).err().unwrap();
-    assert!(e.0.contains("not the same program"), "{e}");
+    assert!(e.to_string().contains("not the same program"), "{e}");
     let one = Program::fit(&[Recording { snap: &f, size: 100 }], None).err().unwrap();
-    assert!(one.0.contains("fragscope.torch.record") && !one.0.contains('\n'), "{one}");
+    assert_eq!(one, PredictError::TooFewRecordings(1));
+    let one = one.to_string();
+    assert!(one.contains("fragscope.torch.record") && !one.contains('\n'), "{one}");
     let zero = Program::fit(&[Recording { snap: &f, size: 0 }, Recording { snap: &t, size: 150 }], None).err();
-    assert!(zero.unwrap().0.contains("size of 0"));
+    assert!(zero.unwrap().to_string().contains("size of 0"));
     let same = Program::fit(&[Recording { snap: &f, size: 7 }, Recording { snap: &f, size: 7 }], None).err();
-    assert!(same.unwrap().0.contains("different size"));
+    assert_eq!(same, Some(PredictError::DuplicateSize(7)));
+    assert!(same.unwrap().to_string().contains("different size"));
 }

@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use fragscope_snapshot::{FeedValue, Feeder, Snapshot};
+use fragscope_snapshot::{FeedValue, Feeder, ReadError, Snapshot};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -122,17 +122,49 @@ unsafe fn item_addresses(o: *mut ffi::PyObject, out: &mut Vec<usize>) {
     }
 }
 
+/// Why a Python object is not a memory snapshot.
+#[derive(Debug)]
+pub enum DictError {
+    /// Nested deeper than 256 levels.
+    TooDeep,
+    /// An object of a type no snapshot holds (its type's name).
+    Unsupported(String),
+    /// An int wider than 128 bits.
+    IntTooWide,
+    /// Python refused to give a str's text (its message).
+    Python(String),
+    /// The reader refused what the walk fed it.
+    Read(ReadError),
+}
+
+impl std::fmt::Display for DictError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DictError::TooDeep => f.write_str("nesting deeper than 256 levels: not a memory snapshot"),
+            DictError::Unsupported(ty) => write!(
+                f,
+                "a Python '{ty}' object, where a snapshot holds only dicts, lists, tuples, str, int, float, bool, None and bytes"
+            ),
+            DictError::IntTooWide => f.write_str("an int wider than 128 bits: not a memory snapshot"),
+            DictError::Python(e) => f.write_str(e),
+            DictError::Read(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for DictError {}
+
 /// Walks `obj` into a [`Snapshot`]; the error is the reader's message. The walk holds
 /// the GIL (it reads Python objects); building the model from what was fed does not, and
 /// runs with the GIL released.
-pub fn snapshot_from_py(obj: &Bound<'_, PyAny>) -> Result<Snapshot, String> {
+pub fn snapshot_from_py(obj: &Bound<'_, PyAny>) -> Result<Snapshot, DictError> {
     let (feeder, top) = feed(obj)?;
     // Sizes and addresses no real snapshot has are refused, as in a file.
-    obj.py().allow_threads(move || feeder.finish_checked(top).map_err(|e| e.to_string()))
+    obj.py().allow_threads(move || feeder.finish_checked(top).map_err(DictError::Read))
 }
 
 /// The walk alone: the feeder holding every object of `obj`, and the top value.
-pub fn feed(obj: &Bound<'_, PyAny>) -> Result<(Feeder, FeedValue), String> {
+pub fn feed(obj: &Bound<'_, PyAny>) -> Result<(Feeder, FeedValue), DictError> {
     let mut w = Walk {
         py: obj.py(),
         feeder: Feeder::new(),
@@ -153,9 +185,9 @@ impl<'py> Walk<'py> {
     /// # Safety
     /// `o` is a live object and the GIL is held; `o` stays alive while this runs (it is
     /// reachable from the walked object, and no Python code runs on this path).
-    unsafe fn value(&mut self, o: *mut ffi::PyObject, depth: usize) -> Result<FeedValue, String> {
+    unsafe fn value(&mut self, o: *mut ffi::PyObject, depth: usize) -> Result<FeedValue, DictError> {
         if depth > MAX_DEPTH {
-            return Err("nesting deeper than 256 levels: not a memory snapshot".into());
+            return Err(DictError::TooDeep);
         }
         let t = ffi::Py_TYPE(o);
         if t == self.types.int {
@@ -184,7 +216,7 @@ impl<'py> Walk<'py> {
             while ffi::PyDict_Next(o, &mut pos, &mut k, &mut x) != 0 {
                 let kv = self.value(k, depth + 1)?;
                 let xv = self.value(x, depth + 1)?;
-                self.feeder.set_item(v, kv, xv).map_err(|e| e.to_string())?;
+                self.feeder.set_item(v, kv, xv).map_err(DictError::Read)?;
             }
             self.seen.insert(id, v);
             return Ok(v);
@@ -211,7 +243,7 @@ impl<'py> Walk<'py> {
             while i < ffi::PyList_Size(o) {
                 let x = ffi::PyList_GetItem(o, i);
                 let xv = self.value(x, depth + 1)?;
-                self.feeder.append(v, xv).map_err(|e| e.to_string())?;
+                self.feeder.append(v, xv).map_err(DictError::Read)?;
                 i += 1;
             }
             if keyed && self.stacks.len() < MAX_STACKS {
@@ -239,7 +271,7 @@ impl<'py> Walk<'py> {
     }
 
     /// An exact `str`: from the address cache, else its UTF-8 interned.
-    unsafe fn str(&mut self, o: *mut ffi::PyObject) -> Result<FeedValue, String> {
+    unsafe fn str(&mut self, o: *mut ffi::PyObject) -> Result<FeedValue, DictError> {
         let id = o as usize;
         let slot = ((id >> 4) ^ (id >> 16)) & (STRING_SLOTS - 1);
         if let (addr, Some(v)) = self.strings[slot] {
@@ -253,8 +285,8 @@ impl<'py> Walk<'py> {
             // Lone surrogates cannot be UTF-8: the general path says so.
             ffi::PyErr_Clear();
             let b = Bound::from_borrowed_ptr(self.py, o);
-            let s = b.downcast::<PyString>().map_err(|e| e.to_string())?;
-            return Ok(self.feeder.str(&s.to_cow().map_err(|e| e.to_string())?));
+            let s = b.downcast::<PyString>().map_err(|e| DictError::Python(e.to_string()))?;
+            return Ok(self.feeder.str(&s.to_cow().map_err(|e| DictError::Python(e.to_string()))?));
         }
         // SAFETY: CPython's UTF-8 form of a str is valid UTF-8, `len` bytes long, and
         // lives as long as the string object.
@@ -265,7 +297,7 @@ impl<'py> Walk<'py> {
     }
 
     /// Subclasses of the built-in types, tuples, bytes, and what a snapshot never holds.
-    fn value_general(&mut self, o: &Bound<'py, PyAny>, depth: usize) -> Result<FeedValue, String> {
+    fn value_general(&mut self, o: &Bound<'py, PyAny>, depth: usize) -> Result<FeedValue, DictError> {
         let id = o.as_ptr() as usize;
         if let Some(&v) = self.seen.get(&id) {
             return Ok(v);
@@ -276,7 +308,7 @@ impl<'py> Walk<'py> {
                 // SAFETY: `k` and `x` are held by the iteration; the GIL is held.
                 let k = unsafe { self.value(k.as_ptr(), depth + 1)? };
                 let x = unsafe { self.value(x.as_ptr(), depth + 1)? };
-                self.feeder.set_item(v, k, x).map_err(|e| e.to_string())?;
+                self.feeder.set_item(v, k, x).map_err(DictError::Read)?;
             }
             return Ok(v);
         }
@@ -286,7 +318,7 @@ impl<'py> Walk<'py> {
             for x in l.iter() {
                 // SAFETY: as above.
                 let x = unsafe { self.value(x.as_ptr(), depth + 1)? };
-                self.feeder.append(v, x).map_err(|e| e.to_string())?;
+                self.feeder.append(v, x).map_err(DictError::Read)?;
             }
             return Ok(v);
         }
@@ -300,7 +332,7 @@ impl<'py> Walk<'py> {
             return Ok(self.feeder.float(f.value()));
         }
         if let Ok(s) = o.downcast::<PyString>() {
-            return Ok(self.feeder.str(&s.to_cow().map_err(|e| e.to_string())?));
+            return Ok(self.feeder.str(&s.to_cow().map_err(|e| DictError::Python(e.to_string()))?));
         }
         if let Ok(t) = o.downcast::<PyTuple>() {
             let mut items = Vec::with_capacity(t.len());
@@ -314,18 +346,18 @@ impl<'py> Walk<'py> {
             return Ok(self.feeder.bytes(b.as_bytes().to_vec()));
         }
         let ty = o.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-        Err(format!("a Python '{ty}' object, where a snapshot holds only dicts, lists, tuples, str, int, float, bool, None and bytes"))
+        Err(DictError::Unsupported(ty))
     }
 
     /// An int: i64 when it fits, else its little-endian two's complement bytes
     /// (`max_split_size` is 2^64−1 in some builds), as pickle's LONG1 carries it.
-    fn int(&mut self, o: &Bound<'_, PyAny>) -> Result<FeedValue, String> {
+    fn int(&mut self, o: &Bound<'_, PyAny>) -> Result<FeedValue, DictError> {
         if let Ok(i) = o.extract::<i64>() {
             return Ok(self.feeder.int(i));
         }
         match o.extract::<i128>() {
             Ok(i) => Ok(self.feeder.big_int(fragscope_snapshot::pyobj::encode_long(i))),
-            Err(_) => Err("an int wider than 128 bits: not a memory snapshot".into()),
+            Err(_) => Err(DictError::IntTooWide),
         }
     }
 }

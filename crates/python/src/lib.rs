@@ -387,7 +387,10 @@ fn from_dict(obj: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<Snapshot>
     let snap = dict::snapshot_from_py(obj)
         // The reader speaks of pickles; here the objects are Python's own.
         .map_err(|e| {
-            SnapshotError::new_err(format!("{name} is not a memory snapshot: {}", e.replace("a pickled ", "a Python ")))
+            SnapshotError::new_err(format!(
+                "{name} is not a memory snapshot: {}",
+                e.to_string().replace("a pickled ", "a Python ")
+            ))
         })?;
     Ok(Snapshot { inner: Arc::new(snap), name, example: false })
 }

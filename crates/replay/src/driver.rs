@@ -26,8 +26,8 @@ use std::collections::HashSet;
 
 use fragscope_alloc::rounding::{is_small, round_size, SMALL_BUFFER};
 use fragscope_alloc::{
-    AllocatorConfig, BlockState as EBlockState, CachingAllocator, DeviceMemory, Event, SeedBlock, SeedSegment,
-    SimulatedDevice, DEFAULT_POOL,
+    AllocatorConfig, BlockState as EBlockState, CachingAllocator, DeviceMemory, Event, SeedBlock, SeedError,
+    SeedSegment, SimulatedDevice, DEFAULT_POOL,
 };
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 
@@ -352,7 +352,7 @@ pub(crate) fn reservation_size(capacity: u64, page: u64) -> u64 {
     (capacity + capacity / 8).div_ceil(page).max(1) * page
 }
 
-pub fn seed_segments<D: DeviceMemory>(eng: &mut CachingAllocator<D>, st: &RecordedState) -> Result<(), String> {
+pub fn seed_segments<D: DeviceMemory>(eng: &mut CachingAllocator<D>, st: &RecordedState) -> Result<(), SeedError> {
     for s in st.segs.values() {
         let seed = SeedSegment {
             address: s.addr,
@@ -377,7 +377,7 @@ pub fn seed_segments<D: DeviceMemory>(eng: &mut CachingAllocator<D>, st: &Record
                 })
                 .collect(),
         };
-        eng.seed_segment(seed).map_err(|e| e.to_string())?;
+        eng.seed_segment(seed)?;
     }
     Ok(())
 }
@@ -819,7 +819,7 @@ impl Driver<'_> {
         }
     }
 
-    fn reseed(&mut self, st: &RecordedState) -> Result<(), String> {
+    fn reseed(&mut self, st: &RecordedState) -> Result<(), SeedError> {
         self.eng = new_engine(&self.cfg, self.capacity);
         self.resv.clear();
         for s in st.segs.values().filter(|s| s.expandable) {

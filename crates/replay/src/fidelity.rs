@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use fragscope_snapshot::Snapshot;
+use fragscope_snapshot::{ReadError, Snapshot};
 
 use super::driver::replayable_devices;
 use super::{verify, ReplayOptions, VerifyReport};
@@ -27,7 +27,7 @@ pub fn verdict(r: &VerifyReport) -> String {
 }
 
 /// Markdown table over `files` (`(name, snapshot or read error)`).
-pub fn fidelity_table(files: &[(String, Result<Snapshot, String>)]) -> String {
+pub fn fidelity_table(files: &[(String, Result<Snapshot, ReadError>)]) -> String {
     let mut s = String::new();
     s.push_str("| file | device | events | allocs at the recorded address | segment events matched | OOMs reproduced | final state | result |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---|---|\n");

@@ -19,10 +19,10 @@
 use std::collections::HashMap;
 
 use fragscope_alloc::policy::{
-    drive, BestFitArenas, Bounds, DriverCalls, Hybrid, LifetimeSegregated, Op, PageRemap, PagedBestFit, Planned,
-    Policy, PyTorchCaching, Reclaim, Workload,
+    drive, BestFitArenas, Bounds, DriveError, DriverCalls, Hybrid, LifetimeSegregated, Op, PageRemap, PagedBestFit,
+    Planned, Policy, PyTorchCaching, Reclaim, Workload,
 };
-use fragscope_alloc::{AllocatorConfig, DeviceMemory, SimulatedDevice};
+use fragscope_alloc::{AllocatorConfig, ConfigError, DeviceMemory, SimulatedDevice};
 use fragscope_snapshot::{Action, BlockState, Snapshot};
 use serde::Serialize;
 
@@ -61,7 +61,7 @@ pub const POLICY_NAMES: &[&str] = &[
 /// `NAME` → policies (`all` is every one; `pytorch:CONF` PyTorch with CONF on top of the
 /// recorded settings; `expandable` = `pytorch:expandable_segments:True`; a `:lazy`
 /// suffix on the paged policies: [`Reclaim::Lazy`]).
-pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
+pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, PolicyError> {
     Ok(match name {
         "all" => vec![
             PolicySpec::PyTorch(String::new()),
@@ -95,23 +95,66 @@ pub fn parse_policy(name: &str) -> Result<Vec<PolicySpec>, String> {
                 .parse::<u64>()
                 .ok()
                 .filter(|&m| (2..=1 << 20).contains(&m))
-                .ok_or_else(|| format!("page-remap:MIB takes a size in MiB from 2 to 1048576, not '{name}'"))?;
+                .ok_or_else(|| PolicyError::PageSize(name.to_string()))?;
             vec![PolicySpec::PageRemap(mib << 20, reclaim)]
         }
         _ => match name.strip_prefix("pytorch:") {
             Some(conf) => {
-                fragscope_alloc::parse_config(conf).map_err(|e| e.to_string())?;
+                fragscope_alloc::parse_config(conf).map_err(PolicyError::Config)?;
                 vec![PolicySpec::PyTorch(conf.to_string())]
             }
-            None => {
-                return Err(format!(
-                    "unknown allocator '{name}'; one of: {}, pytorch:CONF or page-remap:MIB[:lazy]",
-                    POLICY_NAMES.join(", ")
-                ))
-            }
+            None => return Err(PolicyError::Unknown(name.to_string())),
         },
     })
 }
+
+/// An allocator name [`parse_policy`] does not take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyError {
+    /// Not one of [`POLICY_NAMES`], `pytorch:CONF` or `page-remap:MIB[:lazy]` (the name as given).
+    Unknown(String),
+    /// `page-remap:MIB` with a page size outside 2..=1048576 MiB (the name as given).
+    PageSize(String),
+    /// `pytorch:CONF` with a `CONF` PyTorch would refuse.
+    Config(ConfigError),
+}
+
+impl std::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicyError::Unknown(name) => write!(
+                f,
+                "unknown allocator '{name}'; one of: {}, pytorch:CONF or page-remap:MIB[:lazy]",
+                POLICY_NAMES.join(", ")
+            ),
+            PolicyError::PageSize(name) => {
+                write!(f, "page-remap:MIB takes a size in MiB from 2 to 1048576, not '{name}'")
+            }
+            PolicyError::Config(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// A policy's run that failed: the lab notes it in place of the policy's row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabRunError {
+    /// The policy's name ([`Policy::name`]).
+    pub policy: String,
+    /// The run on the recorded capacity (else the one on an unlimited device).
+    pub on_recorded_capacity: bool,
+    pub error: DriveError,
+}
+
+impl std::fmt::Display for LabRunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on = if self.on_recorded_capacity { " on the recorded capacity" } else { "" };
+        write!(f, "{}{on}: {}", self.policy, self.error)
+    }
+}
+
+impl std::error::Error for LabRunError {}
 
 /// The workload of one device's trace, with where each op came from.
 pub struct LabWorkload {
@@ -516,7 +559,7 @@ pub fn lab_with(
         }
         match run.row(spec) {
             Ok(row) => rows.push(row),
-            Err(note) => notes.push(note),
+            Err(e) => notes.push(e.to_string()),
         }
     }
     LabReport {
@@ -554,7 +597,7 @@ impl LabRun<'_> {
     /// recorded OOM happen?), and the smallest device when asked. A run that fails gives
     /// the note that replaces the row.
     #[inline(always)]
-    fn row(&self, spec: &PolicySpec) -> Result<LabRow, String> {
+    fn row(&self, spec: &PolicySpec) -> Result<LabRow, LabRunError> {
         let (lw, live_only, bounds) = (self.lw, self.live_only, self.bounds);
         let (t0, c0) = (seconds(), thread_cpu_seconds());
         let mut p = make_policy(spec, self.cfg, live_only, super::whatif::UNLIMITED);
@@ -562,10 +605,13 @@ impl LabRun<'_> {
         let secs = seconds() - t0;
         let cpu = c0.zip(thread_cpu_seconds()).map(|(a, b)| b - a);
         let name = p.name();
-        let run = run.map_err(|e| format!("{name}: {e}"))?;
+        let run = run.map_err(|error| LabRunError { policy: name.clone(), on_recorded_capacity: false, error })?;
         let mut pc = make_policy(spec, self.cfg, &lw.workload, self.cap);
-        let at =
-            drive(pc.as_mut(), &lw.workload, false, 0).map_err(|e| format!("{name} on the recorded capacity: {e}"))?;
+        let at = drive(pc.as_mut(), &lw.workload, false, 0).map_err(|error| LabRunError {
+            policy: name.clone(),
+            on_recorded_capacity: true,
+            error,
+        })?;
         let first = at.first_oom.map(|(i, o)| LabOom {
             index: lw.trace_index.get(i).copied().unwrap_or(0),
             requested: o.requested,

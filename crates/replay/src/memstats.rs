@@ -77,6 +77,33 @@ impl StatRow {
     }
 }
 
+/// Why [`memory_table`] has no table for a device.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TableError {
+    /// The device has no trace entry.
+    NoTrace,
+    /// The backward walk cannot undo an entry from the final state.
+    Disagree(Inconsistency),
+    /// The state the walk rebuilt cannot apply an entry forwards.
+    NotReplayable(Inconsistency),
+}
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableError::NoTrace => f.write_str("no trace"),
+            TableError::Disagree(e) => {
+                write!(f, "the trace and the final state disagree at entry {}: {}", e.index, e.reason)
+            }
+            TableError::NotReplayable(e) => {
+                write!(f, "the trace cannot be replayed at entry {}: {}", e.index, e.reason)
+            }
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
 /// The rows of `memory_summary()` fragscope can rebuild from a trace, over the window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MemoryTable {
@@ -147,7 +174,7 @@ fn sums(st: &RecordedState) -> [(u64, u64); 7] {
 /// the definition) whenever that forward application would reproduce the walk's states,
 /// which the walk checks as it goes (see [`walk_counting`]); when it cannot tell, the
 /// table is built by that replay instead.
-pub fn memory_table(snap: &Snapshot, device: i64) -> Result<MemoryTable, String> {
+pub fn memory_table(snap: &Snapshot, device: i64) -> Result<MemoryTable, TableError> {
     table(snap, device, true).0
 }
 
@@ -155,29 +182,28 @@ pub fn memory_table(snap: &Snapshot, device: i64) -> Result<MemoryTable, String>
 /// forwards with the block layout. Slower (a second walk with the layout); kept as the
 /// fallback of [`memory_table`] and for tests that compare the two.
 #[doc(hidden)]
-pub fn memory_table_by_replay(snap: &Snapshot, device: i64) -> Result<MemoryTable, String> {
+pub fn memory_table_by_replay(snap: &Snapshot, device: i64) -> Result<MemoryTable, TableError> {
     table(snap, device, false).0
 }
 
 /// [`memory_table`], and whether it was built by the walk's own counts (`false`: by the
 /// replay, or no table). For tests, which check that the walk serves real traces.
 #[doc(hidden)]
-pub fn memory_table_noted(snap: &Snapshot, device: i64) -> (Result<MemoryTable, String>, bool) {
+pub fn memory_table_noted(snap: &Snapshot, device: i64) -> (Result<MemoryTable, TableError>, bool) {
     table(snap, device, true)
 }
 
-fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, String>, bool) {
+fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, TableError>, bool) {
     let trace = snap.trace(device);
     if trace.is_empty() {
-        return (Err("no trace".into()), false);
+        return (Err(TableError::NoTrace), false);
     }
     let cfg = recorded_config(snap);
     let home = |e: &TraceEvent| home_of(snap, e);
     let fin = RecordedState::from_snapshot(snap, device);
     let mut noted = false;
     let t = with_rules(&cfg, |rules| {
-        let disagree =
-            |e: Inconsistency| format!("the trace and the final state disagree at entry {}: {}", e.index, e.reason);
+        let disagree = TableError::Disagree;
         let (st, tallies) = if noting {
             walk_counting(fin, trace, &home, rules).map_err(disagree)?
         } else {
@@ -700,7 +726,7 @@ fn replay_forward(
     trace: &[TraceEvent],
     home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
-) -> Result<(), String> {
+) -> Result<(), TableError> {
     // The block each address holds from its `alloc` to its `free_completed` (its
     // size, request and pool do not change meanwhile): frees read it here rather
     // than search the segments again. Blocks from before the trace are searched for.
@@ -724,8 +750,7 @@ fn replay_forward(
             }
             _ => None,
         };
-        st.apply(i, ev, home(ev), rules)
-            .map_err(|e| format!("the trace cannot be replayed at entry {}: {}", e.index, e.reason))?;
+        st.apply(i, ev, home(ev), rules).map_err(TableError::NotReplayable)?;
         match ev.action {
             Action::Alloc => {
                 // ... and after it (the block an alloc made or took).

@@ -24,7 +24,7 @@
 //! `examples/seeded_replay.rs` drives a whole trace this way, and its test holds it equal
 //! to [`crate::simulate`] on every recording with memory live before the trace.
 
-use fragscope_alloc::{AllocatorConfig, CachingAllocator, DeviceMemory, SimulatedDevice};
+use fragscope_alloc::{AllocatorConfig, CachingAllocator, DeviceMemory, SeedError, SimulatedDevice};
 use fragscope_snapshot::Snapshot;
 
 use crate::driver::{capacity_for, seed_segments, verify_inner};
@@ -39,7 +39,7 @@ pub enum StartError {
     Unknown(String),
     /// The state was rebuilt but the allocator refused to hold it (a segment that does
     /// not fit the device, overlapping reservations; the allocator's reason).
-    NotSeeded(String),
+    NotSeeded(SeedError),
 }
 
 impl std::fmt::Display for StartError {
@@ -155,7 +155,7 @@ pub(crate) fn seed_at_recorded_size(
     eng: &mut CachingAllocator<SimulatedDevice>,
     state: &RecordedState,
     seed_capacity: u64,
-) -> Result<(), String> {
+) -> Result<(), SeedError> {
     let capacity = eng.device().capacity();
     eng.device_mut().set_capacity(seed_capacity);
     let seeded = seed_segments(eng, state);

@@ -12,11 +12,12 @@ use fragscope_alloc::{AllocatorConfig, ConfigError};
 /// are powers of 1000 (so `20GB` = 20,000,000,000 bytes, as disk makers and
 /// nvidia-smi's "GB" mean it); `B` is bytes. Units are case-insensitive; a space before
 /// the unit and a fraction (`1.5GiB`) are allowed; the result is rounded to whole bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let unit = unit.trim();
+    let bad = |problem| SizeError { text: s.to_string(), problem };
     let mult: f64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
@@ -27,27 +28,61 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        _ => {
-            return Err(format!(
-                "invalid size {s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            ))
-        }
+        _ => return Err(bad(SizeProblem::UnknownUnit(unit.to_string()))),
     };
     if num.is_empty() || num.matches('.').count() > 1 {
-        return Err(format!("invalid size {s:?}: expected a number with an optional unit, e.g. 20GiB"));
+        return Err(bad(SizeProblem::NoNumber));
     }
     if unit.is_empty() || unit.eq_ignore_ascii_case("b") {
         if let Ok(n) = num.parse::<u64>() {
             return Ok(n);
         }
     }
-    let v: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let v: f64 = num.parse().map_err(|_| bad(SizeProblem::BadNumber))?;
     let bytes = (v * mult).round();
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(format!("invalid size {s:?}: too large"));
+        return Err(bad(SizeProblem::TooLarge));
     }
     Ok(bytes as u64)
 }
+
+/// A size [`parse_size`] cannot read: the text as given and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeError {
+    pub text: String,
+    pub problem: SizeProblem,
+}
+
+/// What is wrong with a size ([`SizeError`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SizeProblem {
+    /// A unit other than B, KiB, MiB, GiB, TiB (K, M, G, T), KB, MB, GB, TB.
+    UnknownUnit(String),
+    /// No number before the unit, or one with two decimal points.
+    NoNumber,
+    /// Digits and a point that still do not read as a number.
+    BadNumber,
+    /// At least 2^64 bytes.
+    TooLarge,
+}
+
+impl std::fmt::Display for SizeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.text;
+        match &self.problem {
+            SizeProblem::UnknownUnit(unit) => {
+                write!(f, "invalid size {s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+            }
+            SizeProblem::NoNumber => {
+                write!(f, "invalid size {s:?}: expected a number with an optional unit, e.g. 20GiB")
+            }
+            SizeProblem::BadNumber => write!(f, "invalid size {s:?}"),
+            SizeProblem::TooLarge => write!(f, "invalid size {s:?}: too large"),
+        }
+    }
+}
+
+impl std::error::Error for SizeError {}
 
 /// Device memory a PyTorch process sees, per GPU: the "total capacity" its CUDA OOM
 /// messages print (`cudaMemGetInfo`'s total), in hundredths of a GiB as printed. This is
@@ -100,17 +135,53 @@ fn gib_hundredths(h: u64) -> u64 {
 }
 
 /// `80GiB`, `80GB` (decimal), `80G` (= GiB), `1234` (bytes), or a GPU name.
-pub fn parse_capacity(s: &str) -> Result<u64, String> {
+pub fn parse_capacity(s: &str) -> Result<u64, CapacityError> {
     // GPU names compare without case, spaces, '-' or '_': "RTX 4090", "rtx-4090", "H100_80GB".
     let key = |n: &str| n.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_uppercase();
     let want = key(s);
     if let Some(&(_, h)) = GPUS.iter().find(|(n, _)| key(n) == want) {
         return Ok(gib_hundredths(h));
     }
-    parse_size(s).map_err(|e| {
+    parse_size(s).map_err(|size| CapacityError { param: Param::Capacity, size })
+}
+
+/// A device size [`parse_capacity`] cannot read: neither a size nor a name of [`GPUS`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapacityError {
+    /// Always [`Param::Capacity`]: the message says "capacity" in the CLI's words.
+    pub param: Param,
+    /// Why it is not a size (its `text` is the capacity as given).
+    pub size: SizeError,
+}
+
+impl std::fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> = GPUS.iter().map(|(n, _)| *n).collect();
-        format!("invalid capacity '{s}': {e}; or a GPU name: {}", names.join(", "))
-    })
+        write!(f, "invalid capacity '{}': {}; or a GPU name: {}", self.size.text, self.size, names.join(", "))
+    }
+}
+
+impl std::error::Error for CapacityError {}
+
+/// A parameter of a request that the library's messages name, so that a front end can
+/// say it in its own words (`--empty-cache-at` on the command line, `empty_cache_at=` in
+/// Python). The messages still name them as the CLI does ([`Param::cli_flag`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Param {
+    /// The device size a replay assumes ([`parse_capacity`]).
+    Capacity,
+    /// Where `empty_cache()` is added (`fragscope_diagnose::advice::EmptyCacheAt`).
+    EmptyCacheAt,
+}
+
+impl Param {
+    /// The command-line flag (`--capacity`).
+    pub fn cli_flag(self) -> &'static str {
+        match self {
+            Param::Capacity => "--capacity",
+            Param::EmptyCacheAt => "--empty-cache-at",
+        }
+    }
 }
 
 /// The settings `replay`, `analyze` and `predict --max-fit` try beside the recorded ones
@@ -149,7 +220,10 @@ mod tests {
         assert_eq!(parse_capacity("h100_80gb"), Ok(84_943_715_697));
         assert!(parse_capacity("H200").is_err(), "uncited GPUs are not guessed");
         let e = parse_capacity("bogus").unwrap_err();
+        assert_eq!(e.param, super::Param::Capacity);
+        let e = e.to_string();
         assert!(e.contains("H100-80GB") && e.contains("GiB"), "{e}");
+        assert!(e.starts_with("invalid capacity 'bogus': invalid size \"bogus\": unknown unit \"bogus\""), "{e}");
     }
 
     #[test]
@@ -158,6 +232,28 @@ mod tests {
         assert_eq!(parse_size("20GB"), Ok(20_000_000_000));
         assert_eq!(parse_size("1.5 gib"), Ok(3 << 29));
         assert!(parse_size("20 parsecs").is_err());
+    }
+
+    /// The messages front ends print, word for word.
+    #[test]
+    fn size_errors_say_what_is_wrong() {
+        use super::SizeProblem::*;
+        let cases = [
+            (
+                "20 parsecs",
+                UnknownUnit("parsecs".into()),
+                "invalid size \"20 parsecs\": unknown unit \"parsecs\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
+            ),
+            ("GiB", NoNumber, "invalid size \"GiB\": expected a number with an optional unit, e.g. 20GiB"),
+            ("1.2.3", NoNumber, "invalid size \"1.2.3\": expected a number with an optional unit, e.g. 20GiB"),
+            (".", BadNumber, "invalid size \".\""),
+            ("99999999999TiB", TooLarge, "invalid size \"99999999999TiB\": too large"),
+        ];
+        for (text, problem, message) in cases {
+            let e = parse_size(text).unwrap_err();
+            assert_eq!((e.text.as_str(), &e.problem), (text, &problem));
+            assert_eq!(e.to_string(), message);
+        }
     }
 
     #[test]

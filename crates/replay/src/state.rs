@@ -439,6 +439,35 @@ impl std::ops::Index<&u64> for SegMap {
 /// A segment whose blocks leave a gap at the entry's address (a corrupt final state).
 const UNCOVERED: &str = "address inside a segment that no block of the snapshot covers";
 
+/// Why a `segment_map` / `segment_unmap` range cannot be cut from or added to the
+/// expandable segments (the `reason` of the [`Inconsistency`] it makes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RangeError {
+    NoSegment,
+    /// In a segment, but no block covers the address ([`UNCOVERED`]).
+    Uncovered,
+    /// The block at the address is not free or ends before the range.
+    NotFree {
+        state: BState,
+        addr: u64,
+        size: u64,
+    },
+    OverlapsMapped,
+}
+
+impl std::fmt::Display for RangeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RangeError::NoSegment => f.write_str("range is in no segment"),
+            RangeError::Uncovered => f.write_str(UNCOVERED),
+            RangeError::NotFree { state, addr, size } => {
+                write!(f, "range is not free ({state:?} block {addr:#x}+{size})")
+            }
+            RangeError::OverlapsMapped => f.write_str("range overlaps a mapped segment"),
+        }
+    }
+}
+
 #[cold]
 fn err(index: usize, ev: &TraceEvent, reason: impl Into<String>) -> Inconsistency {
     Inconsistency { index, event: *ev, reason: reason.into() }
@@ -858,10 +887,10 @@ impl RecordedState {
                 }
                 None => return Err(err(index, ev, "segment_alloc of a segment absent later")),
             },
-            Action::SegmentMap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r))?,
-            Action::SegmentUnmap => {
-                self.insert_range(ev.addr, ev.size, home.stream, home.pool).map_err(|r| err(index, ev, r))?
-            }
+            Action::SegmentMap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r.to_string()))?,
+            Action::SegmentUnmap => self
+                .insert_range(ev.addr, ev.size, home.stream, home.pool)
+                .map_err(|r| err(index, ev, r.to_string()))?,
             _ => {}
         }
         Ok(())
@@ -944,10 +973,10 @@ impl RecordedState {
                 }
                 _ => return Err(err(index, ev, "segment_free of no whole free segment")),
             },
-            Action::SegmentMap => {
-                self.insert_range(ev.addr, ev.size, home.stream, home.pool).map_err(|r| err(index, ev, r))?
-            }
-            Action::SegmentUnmap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r))?,
+            Action::SegmentMap => self
+                .insert_range(ev.addr, ev.size, home.stream, home.pool)
+                .map_err(|r| err(index, ev, r.to_string()))?,
+            Action::SegmentUnmap => self.cut_range(ev.addr, ev.size).map_err(|r| err(index, ev, r.to_string()))?,
             _ => {}
         }
         Ok(())
@@ -961,16 +990,16 @@ impl RecordedState {
     }
 
     /// Remove a free mapped range from an expandable segment (undo map / apply unmap).
-    fn cut_range(&mut self, addr: u64, size: u64) -> Result<(), String> {
-        let k = self.seg_key(addr).ok_or("range is in no segment")?;
-        let j = self.segs.get(&k).and_then(|s| s.block_at(addr)).ok_or(UNCOVERED)?;
-        let Some(mut seg) = self.segs.remove(&k) else { return Err("range is in no segment".into()) };
+    fn cut_range(&mut self, addr: u64, size: u64) -> Result<(), RangeError> {
+        let k = self.seg_key(addr).ok_or(RangeError::NoSegment)?;
+        let j = self.segs.get(&k).and_then(|s| s.block_at(addr)).ok_or(RangeError::Uncovered)?;
+        let Some(mut seg) = self.segs.remove(&k) else { return Err(RangeError::NoSegment) };
         let end = addr + size;
         let f = &seg.blocks[j];
         if f.state != BState::Free || f.addr + f.size < end {
-            let msg = format!("range is not free ({:?} block {:#x}+{})", f.state, f.addr, f.size);
+            let e = RangeError::NotFree { state: f.state, addr: f.addr, size: f.size };
             self.segs.insert(k, seg);
-            return Err(msg);
+            return Err(e);
         }
         let (fa, fs) = (f.addr, f.size);
         let mut left: Vec<BlockRec> = seg.blocks.drain(..j).collect();
@@ -1009,9 +1038,9 @@ impl RecordedState {
 
     /// Add a free mapped range to expandable memory, merging with adjacent mapped
     /// ranges of the same stream and pool (undo unmap / apply map).
-    fn insert_range(&mut self, addr: u64, size: u64, stream: u64, pool: (u64, u64)) -> Result<(), String> {
+    fn insert_range(&mut self, addr: u64, size: u64, stream: u64, pool: (u64, u64)) -> Result<(), RangeError> {
         if self.overlaps(addr, size) {
-            return Err("range overlaps a mapped segment".into());
+            return Err(RangeError::OverlapsMapped);
         }
         let end = addr + size;
         let prev = self

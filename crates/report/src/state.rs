@@ -34,7 +34,7 @@
 use fragscope_alloc::rounding::round_size;
 use fragscope_diagnose::analyze::Analysis;
 use fragscope_replay::recorded_config;
-use fragscope_replay::state::{home_of, BState, BlockRec, RecordedState, SegRec, SplitRules};
+use fragscope_replay::state::{home_of, BState, BlockRec, Inconsistency, RecordedState, SegRec, SplitRules};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use fragscope_trace::timeline::DeviceTimeline;
 use serde::Serialize;
@@ -538,9 +538,22 @@ pub struct StateFigures {
     pub blocks: Vec<[u64; 4]>,
 }
 
+/// An entry [`state_at`]'s backward walk cannot undo: the trace and the final state
+/// disagree there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateAtError(pub Inconsistency);
+
+impl std::fmt::Display for StateAtError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the state before trace event {} cannot be rebuilt ({})", self.0.index, self.0.reason)
+    }
+}
+
+impl std::error::Error for StateAtError {}
+
 /// The state of `device` at trace state `state` (clamped to the end), or why it cannot
 /// be rebuilt.
-pub fn state_at(snap: &Snapshot, device: i64, state: usize) -> Result<StateFigures, String> {
+pub fn state_at(snap: &Snapshot, device: i64, state: usize) -> Result<StateFigures, StateAtError> {
     let trace = snap.trace(device);
     let state = state.min(trace.len());
     let mut st = RecordedState::from_snapshot(snap, device);
@@ -548,11 +561,9 @@ pub fn state_at(snap: &Snapshot, device: i64, state: usize) -> Result<StateFigur
     with_rules(snap, |rules| {
         for i in (state..trace.len()).rev() {
             let ev = &trace[i];
-            st.undo(i, ev, home_of(snap, ev), rules, &mut scratch).map_err(|inc| {
-                format!("the state before trace event {} cannot be rebuilt ({})", inc.index, inc.reason)
-            })?;
+            st.undo(i, ev, home_of(snap, ev), rules, &mut scratch).map_err(StateAtError)?;
         }
-        Ok::<_, String>(())
+        Ok::<_, StateAtError>(())
     })?;
     let blocks: Vec<&BlockRec> = st.segs.values().flat_map(|s| &s.blocks).collect();
     let sum = |c: BState| blocks.iter().filter(|b| b.state == c).map(|b| b.size).sum::<u64>();

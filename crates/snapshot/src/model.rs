@@ -6,6 +6,7 @@
 //! whose optional fields use sentinels instead of `Option<i64>`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroU32;
 
@@ -445,8 +446,11 @@ pub struct Annotation {
     pub extra: Vec<(String, PyObj)>,
 }
 
-/// The shape the file had, so the writer can produce the same form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// The shape the file had, so the writer can produce the same form. Serialized (and
+/// [`SourceFormat::as_str`]) as the `format` of the JSON documents: `"dict"`,
+/// `"segment_list"`, `"kineto"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SourceFormat {
     /// 2.x dict (`segments`, `device_traces`, ...).
     #[default]
@@ -455,6 +459,23 @@ pub enum SourceFormat {
     SegmentList,
     /// torch.profiler / Kineto chrome trace with `[memory]` events.
     Kineto,
+}
+
+impl SourceFormat {
+    /// The name the JSON documents give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceFormat::Dict => "dict",
+            SourceFormat::SegmentList => "segment_list",
+            SourceFormat::Kineto => "kineto",
+        }
+    }
+}
+
+impl fmt::Display for SourceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A sample of device totals reported by a profiler trace (Kineto `Total Allocated` /

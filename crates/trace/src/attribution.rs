@@ -276,11 +276,34 @@ pub struct AnnotationBytes {
     pub blocks: u64,
 }
 
+/// Which peak a [`PeakAttribution`] is at (`at` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakKind {
+    AllocatedPeak,
+    ReservedPeak,
+}
+
+impl PeakKind {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeakKind::AllocatedPeak => "allocated_peak",
+            PeakKind::ReservedPeak => "reserved_peak",
+        }
+    }
+}
+
+impl std::fmt::Display for PeakKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Who holds the memory at one moment.
 #[derive(Clone, Debug, Serialize)]
 pub struct PeakAttribution {
-    /// `"allocated_peak"` or `"reserved_peak"`.
-    pub at: &'static str,
+    pub at: PeakKind,
     pub event_index: Option<usize>,
     pub time_us: Option<i64>,
     /// Allocated bytes / blocks at that moment.
@@ -385,7 +408,7 @@ pub fn bytes_by_site(snap: &Snapshot, blocks: &[LiveBlock]) -> Vec<SiteBytes> {
 fn peak_attribution(
     snap: &Snapshot,
     scopes: &Scopes,
-    at: &'static str,
+    at: PeakKind,
     peak: &Peak,
     blocks: &[LiveBlock],
     top: usize,
@@ -506,8 +529,15 @@ pub fn attribute(snap: &Snapshot, tl: &DeviceTimeline, opts: &AttributionOptions
     let scopes = Scopes::new(snap, device);
     DeviceAttribution {
         device,
-        allocated_peak: peak_attribution(snap, &scopes, "allocated_peak", &tl.peak_allocated, &sets[0], opts.top),
-        reserved_peak: peak_attribution(snap, &scopes, "reserved_peak", &tl.peak_reserved, &sets[1], opts.top),
+        allocated_peak: peak_attribution(
+            snap,
+            &scopes,
+            PeakKind::AllocatedPeak,
+            &tl.peak_allocated,
+            &sets[0],
+            opts.top,
+        ),
+        reserved_peak: peak_attribution(snap, &scopes, PeakKind::ReservedPeak, &tl.peak_reserved, &sets[1], opts.top),
         pinned_segments: pinned_segments(snap, device, opts.top),
     }
 }

@@ -238,11 +238,17 @@ pub struct Roles {
 /// One reason's share of a role.
 #[derive(Clone, Debug, Serialize)]
 pub struct RoleEvidence {
-    pub evidence: &'static str,
+    /// The rule that decided it; in JSON its words ([`Reason::describe`]).
+    #[serde(serialize_with = "reason_words")]
+    pub evidence: Reason,
     pub blocks: u64,
     /// Bytes of those blocks summed over their lives (each block once).
     pub bytes: u64,
     pub confidence: f64,
+}
+
+fn reason_words<S: serde::Serializer>(r: &Reason, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(r.describe())
 }
 
 /// Bytes one role held. In JSON (docs/json-schema.md), `at_peak` and `max` are `null`
@@ -1480,12 +1486,7 @@ fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps
         let mut evidence: Vec<RoleEvidence> = by_reason
             .iter()
             .filter(|(r, _)| r.role() == role)
-            .map(|(r, &(blocks, bytes))| RoleEvidence {
-                evidence: r.describe(),
-                blocks,
-                bytes,
-                confidence: r.confidence(),
-            })
+            .map(|(r, &(blocks, bytes))| RoleEvidence { evidence: *r, blocks, bytes, confidence: r.confidence() })
             .collect();
         evidence.sort_by_key(|x| std::cmp::Reverse(x.bytes));
         let bytes: u64 = evidence.iter().map(|x| x.bytes).sum();
@@ -1584,7 +1585,7 @@ pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
                     fmt(b.at_peak),
                     fmt(b.max),
                     b.confidence,
-                    b.evidence.first().map_or("", |e| e.evidence)
+                    b.evidence.first().map_or("", |e| e.evidence.describe())
                 );
             }
             // A lower bound: say so rather than print it as the total.
@@ -1866,7 +1867,7 @@ mod tests {
         fn build(self) -> (Snapshot, BlockLives, Steps) {
             let st = Steps {
                 device: 0,
-                source: "optimizer",
+                source: crate::steps::StepSource::Optimizer,
                 evidence: Vec::new(),
                 steps: self.steps,
                 after_last_step: None,

@@ -93,12 +93,44 @@ impl Step {
     }
 }
 
+/// What bounded the steps (`source` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepSource {
+    /// The optimizer's steps.
+    Optimizer,
+    /// The backward passes (no optimizer step seen).
+    Backward,
+    /// Step annotations (`record_function` scopes, `fragscope.torch.phase("step")`).
+    Annotation,
+    /// No step found.
+    None,
+}
+
+impl StepSource {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepSource::Optimizer => "optimizer",
+            StepSource::Backward => "backward",
+            StepSource::Annotation => "annotation",
+            StepSource::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for StepSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The steps of one device's trace (module doc).
 #[derive(Clone, Debug, Serialize)]
 pub struct Steps {
     pub device: i64,
-    /// What bounded the steps: `"optimizer"`, `"backward"`, `"annotation"`, or `"none"`.
-    pub source: &'static str,
+    /// What bounded the steps.
+    pub source: StepSource,
     /// The evidence, in words (frames and annotations seen, and how often).
     pub evidence: Vec<String>,
     pub steps: Vec<Step>,
@@ -130,10 +162,10 @@ impl Steps {
                 "{n} step{} ({}){}",
                 if n == 1 { "" } else { "s" },
                 match self.source {
-                    "optimizer" => "bounded by optimizer steps",
-                    "backward" => "bounded by backward passes; no optimizer step seen",
-                    "annotation" => "from step annotations",
-                    _ => "",
+                    StepSource::Optimizer => "bounded by optimizer steps",
+                    StepSource::Backward => "bounded by backward passes; no optimizer step seen",
+                    StepSource::Annotation => "from step annotations",
+                    StepSource::None => "",
                 },
                 match self.steps.iter().find_map(|s| s.layers) {
                     Some(l) => format!(", {l} layers in a pass"),
@@ -442,20 +474,20 @@ pub(crate) fn steps_with(snap: &Snapshot, device: i64, ev: &mut StackEvidence) -
     // 3. Steps: bounded by the optimizer's steps, else by the backward passes, else by
     // step annotations.
     let opt_runs = joined_runs(&rle, Phase::Optimizer);
-    let (source, ends): (&'static str, Vec<(usize, usize)>) = if !opt_runs.is_empty() {
-        ("optimizer", opt_runs)
+    let (source, ends): (StepSource, Vec<(usize, usize)>) = if !opt_runs.is_empty() {
+        (StepSource::Optimizer, opt_runs)
     } else {
         let bwd = joined_runs(&rle, Phase::Backward);
         if !bwd.is_empty() {
-            ("backward", bwd)
+            (StepSource::Backward, bwd)
         } else if let Some(steps) = annotated_steps(snap, device, &anns, &rle, &mut evidence) {
-            let source = "annotation";
+            let source = StepSource::Annotation;
             return Steps { device, source, evidence, steps, after_last_step: None, reason: None, phase_of };
         } else {
             let reason = Some(no_step_reason(n, has_frames, t.counts[Tag::Fwd as usize] > 0));
             return Steps {
                 device,
-                source: "none",
+                source: StepSource::None,
                 evidence,
                 steps: Vec::new(),
                 after_last_step: None,

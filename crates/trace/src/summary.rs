@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fragscope_snapshot::{Action, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
+use fragscope_snapshot::{Action, BlockState, Segment, SegmentType, Snapshot, SourceFormat, TraceEvent};
 use serde::Serialize;
 
 use crate::blocks::{is_pinned, memviz_request, request_of};
@@ -44,7 +44,7 @@ pub struct Summary {
     /// What the reader tolerated.
     pub notes: Notes,
     /// `"dict"` (2.x), `"segment_list"` (1.13) or `"kineto"` (profiler trace).
-    pub format: &'static str,
+    pub format: SourceFormat,
     /// Device totals a profiler trace reported (`Total Allocated` / `Total Reserved`, or the
     /// running sum of `Bytes` when the old schema has nothing else); empty for snapshots.
     pub profiler_totals: Vec<ProfilerTotals>,
@@ -174,11 +174,8 @@ pub struct TraceSummary {
     pub first_time_us: Option<i64>,
     pub last_time_us: Option<i64>,
     pub span_us: Option<i64>,
-    /// `"none"`: no events; `"single_entry"`: one event (`enabled="state"` or the legacy
-    /// one-entry ring buffer); `"complete"`: every free and every live block has its
-    /// alloc in the trace; `"began_mid_run"`: recording started (or the ring buffer
-    /// wrapped) after some blocks or segments already existed.
-    pub history: &'static str,
+    /// How much of the run's history the trace holds.
+    pub history: History,
     /// Blocks freed in the trace (free_requested/free_completed) with no earlier
     /// `alloc` in the trace; a block freed by both events counts once.
     pub frees_of_unknown_blocks: u64,
@@ -195,6 +192,39 @@ pub struct TraceSummary {
     pub live_bytes_coverage: Option<f64>,
     /// Blocks the trace leaves live (alloc, no free_completed) that the final state lacks.
     pub trace_live_missing_from_state: u64,
+}
+
+/// How much of the run's history a device's trace holds (`history` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// No trace entry.
+    None,
+    /// One entry: `enabled="state"`, or the legacy one-entry ring buffer.
+    SingleEntry,
+    /// Every free and every live block has its `alloc` in the trace.
+    Complete,
+    /// Recording started (or the ring buffer wrapped) after some blocks or segments
+    /// already existed.
+    BeganMidRun,
+}
+
+impl History {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            History::None => "none",
+            History::SingleEntry => "single_entry",
+            History::Complete => "complete",
+            History::BeganMidRun => "began_mid_run",
+        }
+    }
+}
+
+impl std::fmt::Display for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The totals `_memory_viz.py stats` prints, with its exact text.
@@ -330,13 +360,13 @@ fn trace_summary(segs: &[&Segment], trace: &[TraceEvent], facts: &TraceFacts) ->
     }
     let untraced = state_live.len() as u64 - traced_n;
     let history = if trace.is_empty() {
-        "none"
+        History::None
     } else if trace.len() == 1 {
-        "single_entry"
+        History::SingleEntry
     } else if unknown_frees == 0 && unknown_seg_frees == 0 && untraced == 0 {
-        "complete"
+        History::Complete
     } else {
-        "began_mid_run"
+        History::BeganMidRun
     };
     TraceSummary {
         events: trace.len() as u64,
@@ -459,11 +489,7 @@ pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
             missing_optional: n.missing_optional.clone(),
             remarks: n.remarks.clone(),
         },
-        format: match snap.format {
-            fragscope_snapshot::SourceFormat::Dict => "dict",
-            fragscope_snapshot::SourceFormat::SegmentList => "segment_list",
-            fragscope_snapshot::SourceFormat::Kineto => "kineto",
-        },
+        format: snap.format,
         profiler_totals: profiler_totals(snap),
     }
 }
@@ -605,7 +631,7 @@ mod tests {
         assert_eq!(d.trace.frees_of_unknown_blocks, 1);
         assert_eq!(d.trace.live_blocks, 3);
         assert_eq!(d.trace.live_blocks_untraced, 2);
-        assert_eq!(d.trace.history, "began_mid_run");
+        assert_eq!(d.trace.history, History::BeganMidRun);
         assert_eq!(d.trace.first_time_us, Some(10));
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::lives::{BlockLives, LivesRecorder};
 use crate::scopes::Scopes;
 use crate::walk::{opt_time, Live, Replayer};
-pub use crate::walk::{Levels, LiveBlock, Seeded};
+pub use crate::walk::{Levels, LiveBlock, ReservedSource, Seeded};
 
 /// Default number of points of [`DeviceTimeline::series`].
 pub const DEFAULT_POINTS: usize = 60;
@@ -76,7 +76,7 @@ pub struct DeviceTimeline {
     pub allocated_size_basis: &'static str,
     /// `"segments"` (segment events + final segments), `"profiler_totals"` (Kineto
     /// `Total Reserved`) or `"none"` (nothing says what was reserved).
-    pub reserved_source: &'static str,
+    pub reserved_source: ReservedSource,
     /// Levels before the first event and after the last.
     pub start: Levels,
     pub end: Levels,

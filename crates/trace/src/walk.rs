@@ -40,6 +40,35 @@ use serde::Serialize;
 
 use crate::blocks::request_of;
 
+/// What the reserved curve is read from (`reserved_source` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReservedSource {
+    /// Segment entries of the trace and the final segments.
+    Segments,
+    /// A profiler trace's `Total Reserved` samples (Kineto has no segments).
+    ProfilerTotals,
+    /// Nothing in the file says what was reserved.
+    None,
+}
+
+impl ReservedSource {
+    /// The name JSON gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservedSource::Segments => "segments",
+            ReservedSource::ProfilerTotals => "profiler_totals",
+            ReservedSource::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for ReservedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The four curves at one position.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Levels {
@@ -190,7 +219,7 @@ pub(crate) struct Replayer<'a> {
     pub cur: Levels,
     totals: &'a [TotalsSample],
     totals_pos: usize,
-    pub reserved_source: &'static str,
+    pub reserved_source: ReservedSource,
     pub seeded: Seeded,
     /// [`Live::life`] of the next `alloc`.
     next_life: u32,
@@ -610,11 +639,11 @@ impl<'a> Replayer<'a> {
             usize::try_from(device).ok().and_then(|d| snap.totals.get(d)).map_or(&[], |t| t.as_slice());
         let reserved_from_totals = !fin.has_segments && !segs.seen && totals.iter().any(|t| t.reserved.is_some());
         let reserved_source = if reserved_from_totals {
-            "profiler_totals"
+            ReservedSource::ProfilerTotals
         } else if fin.has_segments || segs.seen {
-            "segments"
+            ReservedSource::Segments
         } else {
-            "none"
+            ReservedSource::None
         };
         let reserved0 = if reserved_from_totals { 0 } else { segs.reserved_at_start(fin.reserved) };
         let cur = seed_levels(&initial, reserved0, &mut seeded);

@@ -5,6 +5,33 @@ use super::CachingAllocator;
 use crate::device::DeviceMemory;
 use crate::stats::StatArray;
 
+/// A broken invariant of an allocator's own bookkeeping, found by a consistency check
+/// ([`CachingAllocator::check_invariants`], `Policy::check`): a bug in the model or a
+/// policy, never a property of the input, so no caller acts on which one broke. The words
+/// say which invariant and where (`block 0x… missing from the free set`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvariantError(pub String);
+
+impl std::fmt::Display for InvariantError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvariantError {}
+
+impl From<String> for InvariantError {
+    fn from(what: String) -> Self {
+        InvariantError(what)
+    }
+}
+
+impl From<&str> for InvariantError {
+    fn from(what: &str) -> Self {
+        InvariantError(what.to_string())
+    }
+}
+
 impl<D: DeviceMemory> CachingAllocator<D> {
     /// Verify every invariant the policy relies on: blocks tile each segment,
     /// segments are disjoint, set membership matches block state, and every
@@ -12,7 +39,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     ///
     /// Its steps are helpers of one caller each, `#[inline(always)]` for the reason given
     /// at [`Self::seed_segment`].
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantError> {
         // 1. Walk every segment's blocks, summing what the stats and sets should hold.
         let mut want = Sums::default();
         let mut seen = Seen { free: vec![0; self.pools.len()], unmapped: vec![0; self.pools.len()], ..Seen::default() };
@@ -20,10 +47,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         for (&base, &si) in &self.seg_by_addr {
             let seg = &self.segs[si];
             if seg.base != base {
-                return Err(format!("segment {si} base {:#x} indexed at {base:#x}", seg.base));
+                return Err(format!("segment {si} base {:#x} indexed at {base:#x}", seg.base).into());
             }
             if base < last_end {
-                return Err(format!("segment {base:#x} overlaps the previous one"));
+                return Err(format!("segment {base:#x} overlaps the previous one").into());
             }
             last_end = base + seg.size;
             self.check_segment(si, &mut want, &mut seen)?;
@@ -31,7 +58,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         // 2. The sets and maps hold nothing the blocks do not account for.
         for (p, pool) in self.pools.iter().enumerate() {
             if pool.free.len() != seen.free[p] || pool.unmapped.len() != seen.unmapped[p] {
-                return Err(format!("pool {p}: set sizes differ from block states"));
+                return Err(format!("pool {p}: set sizes differ from block states").into());
             }
         }
         if self.active.len() != seen.active || self.pending.len() != seen.pending {
@@ -49,7 +76,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// and no two neighbours are both free (or both unmapped) since they would have been
     /// merged. Adds what it holds to `want` and `seen` ([`Self::check_block`]).
     #[inline(always)]
-    fn check_segment(&self, si: u32, want: &mut Sums, seen: &mut Seen) -> Result<(), String> {
+    fn check_segment(&self, si: u32, want: &mut Sums, seen: &mut Seen) -> Result<(), InvariantError> {
         let seg = &self.segs[si];
         let base = seg.base;
         let small = self.pools[seg.pool as usize].small;
@@ -71,19 +98,19 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         while i != NIL {
             let b = &self.blocks[i];
             if b.prev != prev || b.seg != si || b.pool != seg.pool || b.stream != seg.stream {
-                return Err(format!("block {:#x}: bad links or identity", b.addr));
+                return Err(format!("block {:#x}: bad links or identity", b.addr).into());
             }
             if b.expandable != seg.expandable {
-                return Err(format!("block {:#x}: segment identity differs", b.addr));
+                return Err(format!("block {:#x}: segment identity differs", b.addr).into());
             }
             if b.addr != at || b.size == 0 {
-                return Err(format!("segment {base:#x}: block at {:#x} expected at {at:#x}", b.addr));
+                return Err(format!("segment {base:#x}: block at {:#x} expected at {at:#x}", b.addr).into());
             }
             if matches!(
                 (prev_state, b.state),
                 (Some(State::Free), State::Free) | (Some(State::Unmapped), State::Unmapped)
             ) {
-                return Err(format!("block {:#x}: unmerged neighbour of the same state", b.addr));
+                return Err(format!("block {:#x}: unmerged neighbour of the same state", b.addr).into());
             }
             self.check_block(i, split, want, seen)?;
             at += b.size;
@@ -92,7 +119,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             i = b.next;
         }
         if at != base + seg.size {
-            return Err(format!("segment {base:#x}: blocks end at {at:#x}, segment at {:#x}", base + seg.size));
+            return Err(format!("segment {base:#x}: blocks end at {at:#x}, segment at {:#x}", base + seg.size).into());
         }
         Ok(())
     }
@@ -103,7 +130,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// expandable segment's reserved bytes are its mapped blocks. `split`: whether its
     /// segment holds more than one block.
     #[inline(always)]
-    fn check_block(&self, i: u32, split: bool, want: &mut Sums, seen: &mut Seen) -> Result<(), String> {
+    fn check_block(&self, i: u32, split: bool, want: &mut Sums, seen: &mut Seen) -> Result<(), InvariantError> {
         let b = &self.blocks[i];
         let seg = &self.segs[b.seg];
         let small = self.pools[seg.pool as usize].small as usize;
@@ -111,7 +138,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         match b.state {
             State::Free => {
                 if !self.pools[p].free.contains(b.stream, &self.free_key(i), i) {
-                    return Err(format!("free block {:#x} missing from the free set", b.addr));
+                    return Err(format!("free block {:#x} missing from the free set", b.addr).into());
                 }
                 seen.free[p] += 1;
                 if seg.expandable {
@@ -123,16 +150,16 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
             State::Unmapped => {
                 if !self.pools[p].unmapped.contains(&(b.stream, b.addr, i)) {
-                    return Err(format!("unmapped block {:#x} missing from the unmapped set", b.addr));
+                    return Err(format!("unmapped block {:#x} missing from the unmapped set", b.addr).into());
                 }
                 if !(b.addr - seg.base).is_multiple_of(seg.page) || !b.size.is_multiple_of(seg.page) {
-                    return Err(format!("unmapped block {:#x} not page aligned", b.addr));
+                    return Err(format!("unmapped block {:#x} not page aligned", b.addr).into());
                 }
                 seen.unmapped[p] += 1;
             }
             State::Allocated | State::Pending => {
                 if self.active.get(&b.addr) != Some(&i) {
-                    return Err(format!("active block {:#x} missing from the active map", b.addr));
+                    return Err(format!("active block {:#x} missing from the active map", b.addr).into());
                 }
                 seen.active += 1;
                 if seg.expandable {
@@ -150,7 +177,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 } else {
                     seen.pending += 1;
                     if self.pending.get(b.stamp) != Some(i) {
-                        return Err(format!("pending block {:#x} missing from the pending map", b.addr));
+                        return Err(format!("pending block {:#x} missing from the pending map", b.addr).into());
                     }
                 }
             }
@@ -161,7 +188,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// Every stat against the sum the blocks gave (`want`), and reserved bytes against
     /// the device total.
     #[inline(always)]
-    fn check_stats(&self, want: &Sums) -> Result<(), String> {
+    fn check_stats(&self, want: &Sums) -> Result<(), InvariantError> {
         let s = &self.stats;
         check(&s.allocation, want.allocation, "allocation")?;
         check(&s.allocated_bytes, want.allocated, "allocated_bytes")?;
@@ -211,15 +238,15 @@ struct Sums {
 }
 
 /// `want` is indexed [large, small].
-fn check(a: &StatArray, want: [u64; 2], name: &str) -> Result<(), String> {
+fn check(a: &StatArray, want: [u64; 2], name: &str) -> Result<(), InvariantError> {
     let (small, large) = (want[1] as i64, want[0] as i64);
     let got = (a.all().current, a.small_pool().current, a.large_pool().current);
     if got != (small + large, small, large) {
-        return Err(format!("{name}: stats {got:?}, blocks say ({}, {small}, {large})", small + large));
+        return Err(format!("{name}: stats {got:?}, blocks say ({}, {small}, {large})", small + large).into());
     }
     for s in &a.0 {
         if s.peak < s.current {
-            return Err(format!("{name}: peak below current: {s:?}"));
+            return Err(format!("{name}: peak below current: {s:?}").into());
         }
     }
     Ok(())

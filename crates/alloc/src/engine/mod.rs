@@ -25,6 +25,7 @@ use pool::{BlockPool, FreeKey, PendingQueue};
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub use check::InvariantError;
 pub use seed::{SeedBlock, SeedError, SeedSegment};
 
 /// One trace entry, as PyTorch records it (§10.5), in PyTorch's order.

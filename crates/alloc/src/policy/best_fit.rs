@@ -3,7 +3,7 @@
 
 use super::{map_pages, round512, round_page, Arena, DriverCalls, FastMap, Policy, PolicyOom, UnknownBlock, PAGE};
 use crate::device::{DeviceMemory, SimulatedDevice};
-use crate::{Addr, StreamId};
+use crate::{Addr, InvariantError, StreamId};
 
 /// Virtual address space reserved for one arena.
 pub(crate) const ARENA_VA: u64 = 1 << 40;
@@ -54,9 +54,11 @@ impl PagedArena {
         false
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), InvariantError> {
         if self.mapped < round_page(self.arena.top()) || !self.mapped.is_multiple_of(PAGE) {
-            return Err(format!("arena at {:#x}: top {} above mapped {}", self.base, self.arena.top(), self.mapped));
+            return Err(
+                format!("arena at {:#x}: top {} above mapped {}", self.base, self.arena.top(), self.mapped).into()
+            );
         }
         Ok(())
     }
@@ -125,7 +127,7 @@ impl StreamArenas {
         self.arenas.iter().map(|(_, a)| a.mapped).sum()
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), InvariantError> {
         let mut used = vec![0u64; self.arenas.len()];
         for &(k, size) in self.live.values() {
             used[k as usize] += size;
@@ -138,7 +140,8 @@ impl StreamArenas {
                     a.base,
                     a.arena.free_bytes(),
                     a.arena.top()
-                ));
+                )
+                .into());
             }
         }
         Ok(())
@@ -182,7 +185,7 @@ impl<D: DeviceMemory> Policy for BestFitArenas<D> {
     fn calls(&self) -> DriverCalls {
         self.calls
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvariantError> {
         self.arenas.check()
     }
 }

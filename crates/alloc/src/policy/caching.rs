@@ -2,7 +2,7 @@
 
 use super::{DriverCalls, Policy, PolicyOom, UnknownBlock};
 use crate::device::{DeviceMemory, SimulatedDevice};
-use crate::{Addr, AllocatorConfig, CachingAllocator, StreamId};
+use crate::{Addr, AllocatorConfig, CachingAllocator, InvariantError, StreamId};
 
 /// PyTorch's CUDA caching allocator under a `PYTORCH_CUDA_ALLOC_CONF` (default pools;
 /// expandable segments when the configuration says so).
@@ -51,7 +51,7 @@ impl<D: DeviceMemory> Policy for PyTorchCaching<D> {
     fn empty_cache(&mut self) {
         self.eng.empty_cache();
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvariantError> {
         self.eng.check_invariants()
     }
 }

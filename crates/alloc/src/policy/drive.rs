@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::{round512, DriverCalls, Op, Policy, PolicyOom, Workload};
-use crate::{Addr, StrictVmm};
+use crate::{Addr, InvariantError, StrictVmm};
 
 /// What a policy did with a workload.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -25,11 +25,58 @@ pub struct Run {
     pub calls: DriverCalls,
 }
 
+/// The first violation a checked drive found ([`drive`], [`drive_strict`]); `op` is the
+/// index of the op after which it was seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriveError {
+    /// A block the policy placed at `[start, end)` overlaps the live block `live`.
+    Overlap { op: usize, start: Addr, end: Addr, live: (Addr, Addr) },
+    /// The policy holds fewer bytes from the device than it serves.
+    ReservedBelowLive { op: usize, reserved: u64, live: u64 },
+    /// The policy's own [`Policy::check`] failed, after op `op` (`None`: at the end).
+    Invariant { op: Option<usize>, error: InvariantError },
+    /// The device saw `count` violations of CUDA's rules (their words, `first`).
+    CudaRules { op: usize, count: u64, first: String },
+    /// The policy's reserved bytes differ from what the device has in use.
+    DeviceDisagrees { op: usize, policy: u64, device: u64 },
+    /// A refused request served as a probe could not be freed at the address it got.
+    UnknownProbe { op: usize, addr: Addr },
+    /// The policy does not know a live block it was asked to free.
+    UnknownLive { op: usize, addr: Addr },
+}
+
+impl std::fmt::Display for DriveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriveError::Overlap { op, start, end, live: (s, e) } => {
+                write!(f, "op {op}: block [{start:#x}, {end:#x}) overlaps live [{s:#x}, {e:#x})")
+            }
+            DriveError::ReservedBelowLive { op, reserved, live } => {
+                write!(f, "op {op}: reserved {reserved} < live {live}")
+            }
+            DriveError::Invariant { op: Some(op), error } => write!(f, "op {op}: {error}"),
+            DriveError::Invariant { op: None, error } => write!(f, "end: {error}"),
+            DriveError::CudaRules { op, count, first } => {
+                write!(f, "op {op}: {count} violation(s) of CUDA's rules, first: {first}")
+            }
+            DriveError::DeviceDisagrees { op, policy, device } => {
+                write!(f, "op {op}: the policy holds {policy} bytes, the device has {device} in use")
+            }
+            DriveError::UnknownProbe { op, addr } => {
+                write!(f, "op {op}: policy does not know the block it just gave, {addr:#x}")
+            }
+            DriveError::UnknownLive { op, addr } => write!(f, "op {op}: policy does not know live block {addr:#x}"),
+        }
+    }
+}
+
+impl std::error::Error for DriveError {}
+
 /// Serve `w` with `p`. With `checked`, every step is verified and the first violation is
 /// the error: two live blocks overlap, a request neither placed nor reported as OOM (a
 /// free the policy does not know), reserved below live, or the policy's own
 /// [`Policy::check`] (run every `check_every` ops and at the end).
-pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize) -> Result<Run, String> {
+pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize) -> Result<Run, DriveError> {
     if checked {
         serve(p, w, &mut SpanChecks { spans: BTreeMap::new(), check_every })
     } else {
@@ -42,7 +89,7 @@ pub fn drive(p: &mut dyn Policy, w: &Workload, checked: bool, check_every: usize
 /// every driver call; also checks after every op that the policy's
 /// [`Policy::reserved`] is what the device has in use (no page kept or dropped
 /// without the device knowing). The first violation is the error, with the op index.
-pub fn drive_strict(p: &mut dyn Policy, w: &Workload, vmm: &StrictVmm) -> Result<Run, String> {
+pub fn drive_strict(p: &mut dyn Policy, w: &Workload, vmm: &StrictVmm) -> Result<Run, DriveError> {
     serve(p, w, &mut VmmChecks { vmm })
 }
 
@@ -50,21 +97,21 @@ pub fn drive_strict(p: &mut dyn Policy, w: &Workload, vmm: &StrictVmm) -> Result
 /// (one loop for every way of driving a policy; the checks are what differ).
 trait Checks {
     /// A request (`i`) was served at `a` and is live.
-    fn served(&mut self, _i: usize, _a: Addr, _size: u64) -> Result<(), String> {
+    fn served(&mut self, _i: usize, _a: Addr, _size: u64) -> Result<(), DriveError> {
         Ok(())
     }
     /// A refused request served as a probe at `a`, just before it is freed again.
-    fn probe_served(&mut self, _i: usize, _a: Addr, _size: u64) -> Result<(), String> {
+    fn probe_served(&mut self, _i: usize, _a: Addr, _size: u64) -> Result<(), DriveError> {
         Ok(())
     }
     /// The live block at `a` is about to be freed.
     fn freeing(&mut self, _a: Addr) {}
     /// After op `i`, with the live bytes the policy serves.
-    fn after_op(&mut self, _i: usize, _p: &mut dyn Policy, _live: u64) -> Result<(), String> {
+    fn after_op(&mut self, _i: usize, _p: &mut dyn Policy, _live: u64) -> Result<(), DriveError> {
         Ok(())
     }
     /// After the last op (and the final `empty_cache`).
-    fn at_end(&mut self, _p: &mut dyn Policy, _ops: usize) -> Result<(), String> {
+    fn at_end(&mut self, _p: &mut dyn Policy, _ops: usize) -> Result<(), DriveError> {
         Ok(())
     }
 }
@@ -82,16 +129,16 @@ struct SpanChecks {
 }
 
 impl SpanChecks {
-    fn place(&mut self, a: Addr, size: u64, i: usize) -> Result<(), String> {
+    fn place(&mut self, a: Addr, size: u64, i: usize) -> Result<(), DriveError> {
         let end = a + round512(size);
         if let Some((&s, &e)) = self.spans.range(..=a).next_back() {
             if e > a {
-                return Err(format!("op {i}: block [{a:#x}, {end:#x}) overlaps live [{s:#x}, {e:#x})"));
+                return Err(DriveError::Overlap { op: i, start: a, end, live: (s, e) });
             }
         }
         if let Some((&s, &e)) = self.spans.range(a..).next() {
             if s < end {
-                return Err(format!("op {i}: block [{a:#x}, {end:#x}) overlaps live [{s:#x}, {e:#x})"));
+                return Err(DriveError::Overlap { op: i, start: a, end, live: (s, e) });
             }
         }
         self.spans.insert(a, end);
@@ -100,10 +147,10 @@ impl SpanChecks {
 }
 
 impl Checks for SpanChecks {
-    fn served(&mut self, i: usize, a: Addr, size: u64) -> Result<(), String> {
+    fn served(&mut self, i: usize, a: Addr, size: u64) -> Result<(), DriveError> {
         self.place(a, size, i)
     }
-    fn probe_served(&mut self, i: usize, a: Addr, size: u64) -> Result<(), String> {
+    fn probe_served(&mut self, i: usize, a: Addr, size: u64) -> Result<(), DriveError> {
         self.place(a, size, i)?;
         self.spans.remove(&a);
         Ok(())
@@ -111,18 +158,18 @@ impl Checks for SpanChecks {
     fn freeing(&mut self, a: Addr) {
         self.spans.remove(&a);
     }
-    fn after_op(&mut self, i: usize, p: &mut dyn Policy, live: u64) -> Result<(), String> {
+    fn after_op(&mut self, i: usize, p: &mut dyn Policy, live: u64) -> Result<(), DriveError> {
         let r = p.reserved();
         if r < live {
-            return Err(format!("op {i}: reserved {r} < live {live}"));
+            return Err(DriveError::ReservedBelowLive { op: i, reserved: r, live });
         }
         if self.check_every > 0 && i.is_multiple_of(self.check_every) {
-            p.check().map_err(|e| format!("op {i}: {e}"))?;
+            p.check().map_err(|error| DriveError::Invariant { op: Some(i), error })?;
         }
         Ok(())
     }
-    fn at_end(&mut self, p: &mut dyn Policy, _ops: usize) -> Result<(), String> {
-        p.check().map_err(|e| format!("end: {e}"))
+    fn at_end(&mut self, p: &mut dyn Policy, _ops: usize) -> Result<(), DriveError> {
+        p.check().map_err(|error| DriveError::Invariant { op: None, error })
     }
 }
 
@@ -133,28 +180,24 @@ struct VmmChecks<'a> {
 }
 
 impl VmmChecks<'_> {
-    fn check(&self, i: usize, p: &dyn Policy) -> Result<(), String> {
+    fn check(&self, i: usize, p: &dyn Policy) -> Result<(), DriveError> {
         let (v, n) = self.vmm.violations();
         if n > 0 {
-            return Err(format!("op {i}: {n} violation(s) of CUDA's rules, first: {}", v.join("; ")));
+            return Err(DriveError::CudaRules { op: i, count: n, first: v.join("; ") });
         }
         if p.reserved() != self.vmm.used() {
-            return Err(format!(
-                "op {i}: the policy holds {} bytes, the device has {} in use",
-                p.reserved(),
-                self.vmm.used()
-            ));
+            return Err(DriveError::DeviceDisagrees { op: i, policy: p.reserved(), device: self.vmm.used() });
         }
         Ok(())
     }
 }
 
 impl Checks for VmmChecks<'_> {
-    fn served(&mut self, _i: usize, a: Addr, size: u64) -> Result<(), String> {
+    fn served(&mut self, _i: usize, a: Addr, size: u64) -> Result<(), DriveError> {
         self.vmm.use_block(a, round512(size));
         Ok(())
     }
-    fn probe_served(&mut self, _i: usize, a: Addr, size: u64) -> Result<(), String> {
+    fn probe_served(&mut self, _i: usize, a: Addr, size: u64) -> Result<(), DriveError> {
         self.vmm.use_block(a, round512(size));
         self.vmm.end_block(a);
         Ok(())
@@ -164,17 +207,17 @@ impl Checks for VmmChecks<'_> {
     fn freeing(&mut self, a: Addr) {
         self.vmm.end_block(a);
     }
-    fn after_op(&mut self, i: usize, p: &mut dyn Policy, _live: u64) -> Result<(), String> {
+    fn after_op(&mut self, i: usize, p: &mut dyn Policy, _live: u64) -> Result<(), DriveError> {
         self.check(i, p)
     }
-    fn at_end(&mut self, p: &mut dyn Policy, ops: usize) -> Result<(), String> {
+    fn at_end(&mut self, p: &mut dyn Policy, ops: usize) -> Result<(), DriveError> {
         self.vmm.check_blocks();
         self.check(ops, p)
     }
 }
 
 /// The one loop: serve `w` with `p`, measuring peaks, with `checks` at every step.
-fn serve<C: Checks>(p: &mut dyn Policy, w: &Workload, checks: &mut C) -> Result<Run, String> {
+fn serve<C: Checks>(p: &mut dyn Policy, w: &Workload, checks: &mut C) -> Result<Run, DriveError> {
     let mut run = Run::default();
     let mut addr: Vec<Option<Addr>> = vec![None; w.requests as usize];
     let mut live = 0u64;
@@ -210,15 +253,14 @@ fn serve<C: Checks>(p: &mut dyn Policy, w: &Workload, checks: &mut C) -> Result<
                     // a refused request served as a probe was never live: not in peak_live
                     // (as in `Workload::bounds`), but what it took stays in peak_reserved
                     run.peak_reserved = run.peak_reserved.max(p.reserved());
-                    p.free(a)
-                        .map_err(|e| format!("op {i}: policy does not know the block it just gave, {:#x}", e.0))?;
+                    p.free(a).map_err(|e| DriveError::UnknownProbe { op: i, addr: e.0 })?;
                 }
             }
             Op::Free { id } => {
                 // A block whose request ran out of memory has nothing to free.
                 if let Some(a) = addr[id as usize].take() {
                     checks.freeing(a);
-                    p.free(a).map_err(|e| format!("op {i}: policy does not know live block {:#x}", e.0))?;
+                    p.free(a).map_err(|e| DriveError::UnknownLive { op: i, addr: e.0 })?;
                     live -= round512(w.size_of(id));
                 }
             }

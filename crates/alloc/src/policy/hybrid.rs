@@ -7,7 +7,7 @@ use super::best_fit::StreamArenas;
 use super::workload::Life;
 use super::{plan_best, round512, round_page, DriverCalls, FastMap, Op, Policy, PolicyOom, UnknownBlock, Workload};
 use crate::device::{DeviceMemory, SimulatedDevice};
-use crate::{Addr, StreamId};
+use crate::{Addr, InvariantError, StreamId};
 
 /// Requests compared to accept a period (and the share of a whole iteration that must
 /// match).
@@ -173,7 +173,7 @@ impl<D: DeviceMemory> Policy for Hybrid<D> {
     fn calls(&self) -> DriverCalls {
         self.calls
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvariantError> {
         self.online.check()
     }
 }

@@ -4,7 +4,7 @@
 use super::best_fit::PagedArena;
 use super::{round512, DriverCalls, FastMap, Policy, PolicyOom, UnknownBlock};
 use crate::device::{DeviceMemory, SimulatedDevice};
-use crate::{Addr, StreamId};
+use crate::{Addr, InvariantError, StreamId};
 
 /// A block is long-lived when this many requests (of any stream) come before its free.
 /// Temporaries of one operator live for a handful of requests; activations kept for the
@@ -112,7 +112,7 @@ impl<D: DeviceMemory> Policy for LifetimeSegregated<D> {
     fn calls(&self) -> DriverCalls {
         self.calls
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvariantError> {
         for (_, s, l) in &self.arenas {
             s.check()?;
             l.check()?;

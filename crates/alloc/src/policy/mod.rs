@@ -38,7 +38,7 @@ mod workload;
 pub use arena::Arena;
 pub use best_fit::BestFitArenas;
 pub use caching::PyTorchCaching;
-pub use drive::{drive, drive_strict, Run};
+pub use drive::{drive, drive_strict, DriveError, Run};
 pub use hybrid::{request_period, Hybrid};
 pub use lifetime::LifetimeSegregated;
 pub use page_remap::PageRemap;
@@ -47,7 +47,7 @@ pub use planned::{plan_best, plan_in_order, plan_offsets, Order, Planned, STACK_
 pub use workload::{Bounds, Op, Workload};
 
 use crate::device::DeviceMemory;
-use crate::{Addr, StreamId};
+use crate::{Addr, InvariantError, StreamId};
 
 /// Granularity of physical pages (`cuMemCreate` on current GPUs) and of `cudaMalloc`.
 pub const PAGE: u64 = 2 << 20;
@@ -159,7 +159,7 @@ pub trait Policy {
     /// back, or one that gives memory back at each free).
     fn empty_cache(&mut self) {}
     /// Internal consistency (for tests): accounting agrees with the device.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvariantError> {
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use super::{
     map_pages, round512, round_page, Arena, DriverCalls, FastMap, Policy, PolicyOom, Reclaim, UnknownBlock, PAGE,
 };
 use crate::device::{DeviceMemory, SimulatedDevice};
-use crate::{Addr, StreamId};
+use crate::{Addr, InvariantError, StreamId};
 
 /// One stream's physical pages: every page it holds backs a live large block (`used`),
 /// a freed large block whose stitched range is kept mapped for a request of the same
@@ -300,7 +300,7 @@ impl<D: DeviceMemory> Policy for PageRemap<D> {
     fn calls(&self) -> DriverCalls {
         self.calls
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvariantError> {
         let mut used = vec![0u64; self.streams.len()];
         for &(k, _, pages) in self.live.values() {
             used[k as usize] += pages;
@@ -308,7 +308,7 @@ impl<D: DeviceMemory> Policy for PageRemap<D> {
         for (s, u) in self.streams.iter().zip(used) {
             let cached: u64 = s.cached.iter().map(|(n, v)| n * v.len() as u64).sum();
             if s.cached.values().any(|v| v.is_empty()) {
-                return Err(format!("stream {}: an empty cached list", s.stream));
+                return Err(format!("stream {}: an empty cached list", s.stream).into());
             }
             if u != s.used || cached != s.cached_pages || s.small_pages < round_page(s.small.top()) / PAGE {
                 return Err(format!(
@@ -318,7 +318,8 @@ impl<D: DeviceMemory> Policy for PageRemap<D> {
                     s.cached_pages,
                     s.small_pages,
                     s.small.top()
-                ));
+                )
+                .into());
             }
         }
         Ok(())

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use super::best_fit::ARENA_VA;
 use super::{map_pages, round512, Arena, DriverCalls, FastMap, Policy, PolicyOom, Reclaim, UnknownBlock, PAGE};
 use crate::device::{DeviceMemory, SimulatedDevice};
-use crate::{Addr, StreamId};
+use crate::{Addr, InvariantError, StreamId};
 
 #[derive(Debug)]
 struct StreamVm {
@@ -253,14 +253,14 @@ impl<D: DeviceMemory> Policy for PagedBestFit<D> {
     fn calls(&self) -> DriverCalls {
         self.calls
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvariantError> {
         for s in &self.streams {
             let mapped = s.mapped.iter().filter(|&&m| m).count() as u64;
             if mapped != s.owned {
-                return Err(format!("stream {}: mapped {mapped} != owned {}", s.stream, s.owned));
+                return Err(format!("stream {}: mapped {mapped} != owned {}", s.stream, s.owned).into());
             }
             if let Some(p) = (0..s.touch.len()).find(|&p| s.touch[p] > 0 && !s.mapped[p]) {
-                return Err(format!("stream {}: page {p} touched by a live block but not mapped", s.stream));
+                return Err(format!("stream {}: page {p} touched by a live block but not mapped", s.stream).into());
             }
         }
         Ok(())

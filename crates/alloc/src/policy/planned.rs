@@ -8,7 +8,7 @@ use super::best_fit::StreamArenas;
 use super::workload::Life;
 use super::{round512, round_page, DriverCalls, FastMap, Policy, PolicyOom, UnknownBlock, Workload};
 use crate::device::{DeviceMemory, SimulatedDevice};
-use crate::{Addr, StreamId};
+use crate::{Addr, InvariantError, StreamId};
 
 /// More blocks than this live to the end of the workload are stacked below the plan
 /// instead of planned with the others (see [`Planned::new`]).
@@ -340,7 +340,7 @@ impl<D: DeviceMemory> Policy for Planned<D> {
     fn calls(&self) -> DriverCalls {
         self.calls
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvariantError> {
         self.fallback.check()
     }
 }

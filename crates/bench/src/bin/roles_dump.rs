@@ -54,7 +54,7 @@ fn main() {
                     b.max, b.at_peak, b.blocks, b.confidence
                 );
                 for e in &b.evidence {
-                    println!("      {:>6} blocks {:>15} B  {}", e.blocks, e.bytes, e.evidence);
+                    println!("      {:>6} blocks {:>15} B  {}", e.blocks, e.bytes, e.evidence.describe());
                 }
             }
         }

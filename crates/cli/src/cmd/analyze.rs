@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_diagnose::analyze::{self, Analysis, AnalyzeOptions, DeviceAnalysis};
-use fragscope_diagnose::oom::OomFinding;
+use fragscope_diagnose::oom::{CapacitySource, OomFinding};
 use fragscope_diagnose::window::WindowInfo;
 use fragscope_trace::attribution::PeakAttribution;
-use fragscope_trace::timeline::SeriesPoint;
+use fragscope_trace::timeline::{ReservedSource, SeriesPoint};
 
 use crate::output::{bytes, grouped, percent};
 use crate::CliError;
@@ -256,7 +256,7 @@ fn oom_request_text(o: &mut String, f: &OomFinding) {
         o,
         "  Device capacity         {}{}",
         bytes(f.capacity_bytes),
-        if f.capacity_source == "file" {
+        if f.capacity_source == CapacitySource::File {
             " (stated by the file)"
         } else {
             " (estimate: reserved + device free at the OOM; a lower bound)"
@@ -425,7 +425,7 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
     for (name, v, peak) in &curves {
         let _ = writeln!(o, "  {name:<10} {}  peak {}", sparkline(v, max), bytes(*peak));
     }
-    if tl.reserved_source != "segments" {
+    if tl.reserved_source != ReservedSource::Segments {
         let _ = writeln!(o, "  (reserved from: {})", tl.reserved_source);
     }
     match tl.peak_fragmentation {

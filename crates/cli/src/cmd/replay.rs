@@ -151,7 +151,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         let mut files = Vec::new();
         for f in &args.files {
             let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
-            let snap = fragscope_snapshot::read_path_checked(f, &mut |_, _| {}).map_err(|e| e.to_string());
+            let snap = fragscope_snapshot::read_path_checked(f, &mut |_, _| {});
             files.push((name, snap));
         }
         print_stdout(&fidelity::fidelity_table(&files))?;

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_diagnose::window::WindowInfo;
-use fragscope_trace::summary::{self, DeviceSummary, PoolFigures, Summary};
+use fragscope_snapshot::SourceFormat;
+use fragscope_trace::summary::{self, DeviceSummary, History, PoolFigures, Summary};
 
 use crate::output::{self, Align, Table};
 use crate::CliError;
@@ -52,12 +53,11 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn format_name(f: &str) -> &'static str {
+fn format_name(f: SourceFormat) -> &'static str {
     match f {
-        "dict" => "PyTorch 2.x snapshot",
-        "segment_list" => "PyTorch 1.13 snapshot (segment list)",
-        "kineto" => "torch.profiler trace",
-        _ => "snapshot",
+        SourceFormat::Dict => "PyTorch 2.x snapshot",
+        SourceFormat::SegmentList => "PyTorch 1.13 snapshot (segment list)",
+        SourceFormat::Kineto => "torch.profiler trace",
     }
 }
 
@@ -291,10 +291,14 @@ fn trace_text(d: &DeviceSummary) -> String {
         rows.push(("Time span".into(), "not recorded (no time_us: PyTorch before 2.2)".into()));
     }
     let history = match t.history {
-        "none" => "no trace recorded (history off, or enabled=\"state\" with nothing after the last event)".to_string(),
-        "single_entry" => "only the last event (enabled=\"state\" or the legacy 1-entry ring buffer)".to_string(),
-        "complete" => "complete: every free and every live block has its alloc in the trace".to_string(),
-        _ => "began mid-run: recording started (or the ring buffer wrapped) after memory was in use".to_string(),
+        History::None => {
+            "no trace recorded (history off, or enabled=\"state\" with nothing after the last event)".to_string()
+        }
+        History::SingleEntry => "only the last event (enabled=\"state\" or the legacy 1-entry ring buffer)".to_string(),
+        History::Complete => "complete: every free and every live block has its alloc in the trace".to_string(),
+        History::BeganMidRun => {
+            "began mid-run: recording started (or the ring buffer wrapped) after memory was in use".to_string()
+        }
     };
     rows.push(("History".into(), history));
     if t.events > 0 {

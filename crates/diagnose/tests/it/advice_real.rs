@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use fragscope_diagnose::advice::{empty_cache_points, simulate_empty_cache, simulate_uncached, EmptyCacheAt};
+use fragscope_diagnose::advice::{
+    empty_cache_points, simulate_empty_cache, simulate_uncached, EmptyCacheAt, NoEmptyCachePoint,
+};
 use fragscope_replay::{has_replayable_trace, recorded_config, simulate};
 use fragscope_testdata::{real_file, real_pickles};
 
@@ -131,7 +133,8 @@ fn empty_cache_does_not_avoid_the_recorded_exhaustion_oom() {
     }
     // This device shows no training step: said, not guessed.
     let e = simulate_empty_cache(&snap, 1, cfg, cap, &EmptyCacheAt::Steps).unwrap_err();
-    assert!(e.contains("no training step found"), "{e}");
+    assert!(matches!(e, NoEmptyCachePoint::NoStep { .. }), "{e:?}");
+    assert!(e.to_string().contains("no training step found"), "{e}");
     // No caching: the live set alone does not fit either.
     let nc = simulate_uncached(&snap, 1, cap);
     assert_eq!(nc.first_oom.as_ref().map(|o| o.index), Some(oom_at));
@@ -153,5 +156,8 @@ fn empty_cache_at_a_record_function_scope() {
     let base = simulate(&snap, 0, cfg, None);
     assert_eq!(w.empty_cache_calls, base.empty_cache_calls + points.len() as u64);
     let bad = empty_cache_points(&snap, 0, &EmptyCacheAt::Annotation { name: "no-such-scope".into(), at_end: true });
-    assert!(bad.unwrap_err().contains("names recorded"));
+    match bad.unwrap_err() {
+        e @ NoEmptyCachePoint::NoSuchAnnotation { .. } => assert!(e.to_string().contains("names recorded"), "{e}"),
+        e => panic!("{e:?}"),
+    }
 }

@@ -8,11 +8,13 @@ use std::path::PathBuf;
 use fragscope_testdata::traces_dir;
 
 use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
-use fragscope_diagnose::oom::{allocator_state_at, oom_finding, OomOptions, Verdict};
+use fragscope_diagnose::oom::{
+    allocator_state_at, oom_finding, CapacitySource, OomOptions, PoolKind, StateSource, Verdict,
+};
 use fragscope_diagnose::recommend::{candidates, infer_era};
 use fragscope_replay::recorded_config;
 use fragscope_snapshot::{Action, Snapshot};
-use fragscope_trace::timeline;
+use fragscope_trace::timeline::{self, ReservedSource};
 
 fn load(name: &str) -> Option<Snapshot> {
     let p = fragscope_testdata::real_file(name)?;
@@ -34,7 +36,7 @@ fn codeloc_oom_is_exhaustion_with_the_recorded_request() {
     assert_eq!(f.device_free_bytes, 95_682_560);
     assert_eq!(f.event_index, 421);
     assert_eq!(f.stream, 0);
-    assert_eq!(f.pool, "large");
+    assert_eq!(f.pool, PoolKind::Large);
     // §1.5: ≥ 10 MiB is rounded up to 2 MiB for the segment asked of CUDA.
     assert_eq!(f.alloc_size_bytes, 5_309_988_864);
     assert_eq!(f.site.site, "models.py:181:update_nodes");
@@ -43,13 +45,13 @@ fn codeloc_oom_is_exhaustion_with_the_recorded_request() {
     // free_completed up to entry 421 in Python leaves 111 live blocks whose requests,
     // rounded to 512 B (expandable segments always split), sum to 84,063,358,976 B;
     // segment_map − segment_unmap sums to 84,202,749,952 B.
-    assert_eq!(f.state_source, "backward_walk");
+    assert_eq!(f.state_source, StateSource::BackwardWalk);
     assert_eq!(f.state.reserved_bytes, 84_202_749_952);
     assert_eq!(f.state.allocated_bytes, 84_063_358_976);
     assert_eq!(f.state.active_bytes, 84_063_358_976);
     assert_eq!(f.state.cached_free_bytes, 139_390_976);
     // Capacity is not in the file: estimate = reserved + device_free.
-    assert_eq!(f.capacity_source, "estimate_reserved_plus_device_free");
+    assert_eq!(f.capacity_source, CapacitySource::EstimateReservedPlusDeviceFree);
     assert_eq!(f.capacity_bytes, 84_202_749_952 + 95_682_560);
     // The verdict: live 84,063,358,976 + request 5,308,694,528 = 89,372,053,504 B, more
     // than the 84,298,432,512 B estimate (by 5,073,620,992 B = 4.73 GiB) and more than an
@@ -145,7 +147,7 @@ fn analyze_every_real_snapshot() {
             }
             // Profiler traces add a baseline of bytes allocated before profiling began.
             assert!(d.peaks.allocated_peak.live_bytes <= tl.peak_allocated.bytes, "{name} dev {}", d.device);
-            if tl.reserved_source == "segments" {
+            if tl.reserved_source == ReservedSource::Segments {
                 assert_eq!(d.peaks.allocated_peak.live_bytes, tl.peak_allocated.bytes, "{name} dev {}", d.device);
             }
             for s in &d.leak_suspects {

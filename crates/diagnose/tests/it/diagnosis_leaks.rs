@@ -6,7 +6,7 @@
 //! none (a single training step; forward passes; a loop the frames do not show as steps)
 //! say that leaks cannot be told, and never read their layers as iterations.
 
-use fragscope_diagnose::leaks;
+use fragscope_diagnose::leaks::{self, LeakStepSource};
 use fragscope_plant as plant;
 use fragscope_snapshot::Snapshot;
 use fragscope_trace::steps;
@@ -23,7 +23,12 @@ fn niu_train3_untouched_has_three_steps_and_no_suspect() {
     for name in TRAIN3 {
         let Some(snap) = read(fragscope_testdata::grid_file(name)) else { continue };
         let l = leaks::leaks_device(&snap, 0);
-        assert_eq!((l.steps.source, l.steps.steps, l.steps.can_tell), ("steps", 3, true), "{name}: {:?}", l.steps);
+        assert_eq!(
+            (l.steps.source, l.steps.steps, l.steps.can_tell),
+            (LeakStepSource::Steps, 3, true),
+            "{name}: {:?}",
+            l.steps
+        );
         assert!(l.suspects.is_empty(), "{name}: {:?}", l.suspects);
     }
 }
@@ -97,7 +102,7 @@ fn one_step_or_none_cannot_tell() {
         let st = steps::steps(&snap, 0);
         let l = leaks::leaks_device(&snap, 0);
         assert!(st.steps.len() < 2, "{name}: {}", st.describe());
-        assert_eq!((l.steps.source, l.steps.can_tell), ("none", false), "{name}");
+        assert_eq!((l.steps.source, l.steps.can_tell), (LeakStepSource::None, false), "{name}");
         assert!(l.suspects.is_empty(), "{name}");
         let why = l.steps.reason.unwrap();
         assert!(why.contains("cannot be told") && why.contains("two training steps or more"), "{name}: {why}");

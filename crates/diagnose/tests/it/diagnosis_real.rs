@@ -10,7 +10,7 @@ use fragscope_diagnose::{check, diff, leaks};
 use fragscope_snapshot::Snapshot;
 use fragscope_trace::attribution::{self, AttributionOptions};
 use fragscope_trace::summary;
-use fragscope_trace::timeline::{self, TimelineOptions};
+use fragscope_trace::timeline::{self, ReservedSource, TimelineOptions};
 
 #[allow(dead_code)]
 fn read(name: &str) -> Option<Snapshot> {
@@ -58,7 +58,7 @@ fn every_real_file_no_crash_and_consistent() {
             );
             let d = sum.devices.iter().find(|d| d.device == tl.device).unwrap();
             assert_eq!(att.pinned_segments.segments, d.fragmentation.pinned_segments, "{name}");
-            if tl.reserved_source == "segments" {
+            if tl.reserved_source == ReservedSource::Segments {
                 assert_eq!(tl.end.reserved, d.all.reserved_bytes, "{name}: reserved at the end = final state");
                 assert!(tl.peak_reserved.bytes >= d.all.reserved_bytes);
             }
@@ -121,7 +121,7 @@ fn peaks_match_independent_computations() {
     let tl = timeline::timeline(&snap, 1, &TimelineOptions::default());
     let max_alloc = snap.totals[1].iter().filter_map(|t| t.allocated).max().unwrap();
     let max_res = snap.totals[1].iter().filter_map(|t| t.reserved).max().unwrap();
-    assert_eq!(tl.reserved_source, "profiler_totals");
+    assert_eq!(tl.reserved_source, ReservedSource::ProfilerTotals);
     assert_eq!(tl.peak_allocated.bytes, max_alloc);
     assert_eq!(tl.peak_reserved.bytes, max_res);
     assert_eq!(max_alloc, 6629508096);
@@ -153,7 +153,7 @@ fn check_limits_on_a_real_file() {
     let lim = check::Limits { max_reserved: Some(check::parse_size("20GiB").unwrap()), ..Default::default() };
     let r = check::check(&snap, &lim);
     assert!(!r.ok);
-    assert_eq!(r.failures[0].limit, "max_reserved");
+    assert_eq!(r.failures[0].limit, check::Limit::MaxReserved);
     assert_eq!(r.failures[0].measured, check::Value::Bytes(24245174272));
     let lim = check::Limits {
         max_reserved: Some(30 << 30),

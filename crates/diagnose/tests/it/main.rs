@@ -6,6 +6,7 @@ mod advice_real;
 mod analyze_real;
 mod diagnosis_leaks;
 mod diagnosis_real;
+mod enum_names;
 mod planted_leaks;
 mod replay_start_state;
 mod role_whatif;

@@ -9,7 +9,7 @@
 //! walk gives at its start) must end exactly in the cut's segments.
 
 use fragscope_diagnose::analyze;
-use fragscope_diagnose::window::{cut, WindowSpec};
+use fragscope_diagnose::window::{cut, EndState, WindowBy, WindowError, WindowSpec};
 use fragscope_replay::recorder::Recorder;
 use fragscope_replay::{verify, ReplayOptions};
 use fragscope_snapshot::{resolve_stack, Snapshot};
@@ -108,7 +108,7 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
         assert_eq!(&long.device_traces[0][..n], &short.device_traces[0][..], "{conf}: same run");
 
         let (c, info) = cut(&long, &spec(&format!("0..{n}"))).unwrap_or_else(|e| panic!("{conf}: {e}"));
-        assert_eq!(info.devices[0].end_state, "backward_walk");
+        assert_eq!(info.devices[0].end_state, EndState::BackwardWalk);
         assert_eq!(info.devices[0].undone_entries, long.device_traces[0].len() - n);
         assert_eq!(c.device_traces[0], short.device_traces[0], "{conf}");
         let (want, got) = (state_of(&short), state_of(&c));
@@ -126,7 +126,7 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
         let w = spec(&format!("{s}..{n}"));
         let (c2, _) = cut(&long, &w).unwrap();
         let (s2, i2) = cut(&short, &w).unwrap();
-        assert_eq!(i2.devices[0].end_state, "recorded");
+        assert_eq!(i2.devices[0].end_state, EndState::Recorded);
         assert_eq!(c2.device_traces, s2.device_traces);
         assert_eq!(state_of(&c2), state_of(&s2), "{conf}");
         assert_eq!(json(&summary::summarize(&c2)), json(&summary::summarize(&s2)), "{conf}: summary of {s}..{n}");
@@ -135,7 +135,7 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
         let t0 = long.device_traces[0][0].time_us;
         let t_end = long.device_traces[0][n].time_us - t0;
         let (c3, i3) = cut(&long, &spec(&format!("..{t_end}us"))).unwrap();
-        assert_eq!((i3.by, i3.devices[0].start_index, i3.devices[0].end_index), ("time", 0, n));
+        assert_eq!((i3.by, i3.devices[0].start_index, i3.devices[0].end_index), (WindowBy::Time, 0, n));
         assert_eq!(state_of(&c3), want, "{conf}: by time");
     }
 }
@@ -143,16 +143,19 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
 #[test]
 fn bad_windows_are_refused_in_one_line() {
     for bad in ["", "5", "10..5", "1s..200", "x..y", "1h..2h", "-1s..2s"] {
-        let e = WindowSpec::parse(bad).unwrap_err();
+        let e = WindowSpec::parse(bad).unwrap_err().to_string();
         assert!(!e.contains('\n') && e.contains("window"), "{bad}: {e}");
     }
     let snap = workload("", 2);
     let n = snap.device_traces[0].len();
     let e = cut(&snap, &spec(&format!("{}..{}", n + 10, n + 20))).map(|_| ()).unwrap_err();
-    assert!(e.contains("holds no trace entry"), "{e}");
+    assert!(matches!(&e, WindowError::Empty { traces, .. } if traces[0].entries == n), "{e:?}");
+    assert!(e.to_string().contains("holds no trace entry"), "{e}");
     let mut untimed = snap.clone();
     untimed.device_traces[0][3].time_us = fragscope_snapshot::NO_TIME;
-    assert!(cut(&untimed, &spec("1s..2s")).map(|_| ()).unwrap_err().contains("by entry index"));
+    let e = cut(&untimed, &spec("1s..2s")).map(|_| ()).unwrap_err();
+    assert_eq!(e, WindowError::Untimed);
+    assert!(e.to_string().contains("by entry index"));
 }
 
 #[test]
@@ -175,7 +178,8 @@ fn a_state_that_cannot_be_rebuilt_is_an_error_not_a_guess() {
     b.state = fragscope_snapshot::BlockState::Inactive;
     // A window ending before that block's allocation would need an undo of it.
     let e = cut(&snap, &spec(&format!("0..{}", n / 2))).map(|_| ()).unwrap_err();
-    assert!(e.contains("cannot rebuild the allocator state"), "{e}");
+    assert!(matches!(&e, WindowError::EndState { entry, error, .. } if *entry == n / 2 && error.entry == k), "{e:?}");
+    assert!(e.to_string().contains("cannot rebuild the allocator state"), "{e}");
     // A window reaching the end keeps the recorded state and needs no walk.
     assert!(cut(&snap, &spec(&format!("{}..", n / 2))).is_ok());
 }
@@ -201,7 +205,7 @@ fn windows_of_real_traces_replay_exactly_into_their_cut_state() {
         for (a, b) in [(n / 4, 3 * n / 4), (0, n / 2), (n / 2, n)] {
             let (c, info) = cut(&snap, &spec(&format!("{a}..{b}"))).unwrap_or_else(|e| panic!("{name} {a}..{b}: {e}"));
             assert_eq!(c.device_traces[0].len(), b - a);
-            assert_eq!(info.devices[0].end_state, if b == n { "recorded" } else { "backward_walk" });
+            assert_eq!(info.devices[0].end_state, if b == n { EndState::Recorded } else { EndState::BackwardWalk });
             let r = verify(&c, 0, &ReplayOptions::default());
             assert!(r.undecidable.is_none(), "{name} {a}..{b}: {:?}", r.undecidable);
             assert_eq!(r.allocs_matched, r.allocs, "{name} {a}..{b}: {:?}", r.first_divergence);

@@ -139,7 +139,7 @@ fn segment_lives_add_up_to_the_reserved_curve() {
             let mut reserved = Vec::new();
             let tl =
                 timeline_walk(&snap, d, &TimelineOptions { points: 1 }, |_, _| {}, |_, l| reserved.push(l.reserved));
-            if tl.reserved_source != "segments" {
+            if tl.reserved_source != fragscope_trace::timeline::ReservedSource::Segments {
                 continue;
             }
             let lives = fragscope_report::segments::segment_lives(&snap, d);

@@ -2,6 +2,7 @@
 //! (each binary links the whole dependency tree: one per crate keeps `cargo test` mostly
 //! testing, not linking). Run one file's tests with `cargo test -p CRATE --test it FILE::`.
 
+mod enum_names;
 mod lives_real;
 mod roles_ground_truth;
 mod roles_late_start;
