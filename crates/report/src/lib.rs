@@ -2,7 +2,8 @@
 //!
 //! Everything the page needs is inline: the data (compact JSON, large arrays as base64
 //! typed arrays), the JavaScript and the CSS (owned source files under `assets/`, pulled
-//! in with `include_str!`). The page makes no network request and works from `file://`.
+//! in with `include_str!`; the script's modules, `assets/js/*.js`, bundled into one by
+//! `build.rs`). The page makes no network request and works from `file://`.
 //!
 //! The layout and the levels of detail are computed here, in Rust, so that a trace of
 //! millions of events becomes a few MB the browser can draw with Canvas 2D:
@@ -805,7 +806,8 @@ fn encode_requests(m: FxHashMap<u64, u64>) -> String {
 
 const TEMPLATE: &str = include_str!("../assets/report.html");
 const CSS: &str = include_str!("../assets/report.css");
-const JS: &str = include_str!("../assets/report.js");
+/// The page's script: the modules of `assets/js/` bundled by `build.rs`.
+const JS: &str = include_str!(concat!(env!("OUT_DIR"), "/report.js"));
 
 /// The whole HTML page for the given files (one or several: ranks side by side).
 pub fn render(files: &[FileData]) -> String {
