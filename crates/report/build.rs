@@ -7,9 +7,18 @@
 //! or `export` is needed and no npm tool runs at build time. A module's top-level code
 //! runs in this order; what one module reads at load time must come from an earlier one
 //! (everything else runs from `main.js`, last, once all are loaded).
+//!
+//! Before the modules comes `const LAYOUT`: the field names of every record the page gets
+//! as flat arrays, from `src/layout.rs` (compiled here too), so that the script reads each
+//! field's index from the same list the Rust that writes the records is made from.
 
 use std::fmt::Write as _;
 use std::path::Path;
+
+// The records' layouts; the build script uses their names only.
+#[allow(dead_code)]
+#[path = "src/layout.rs"]
+mod layout;
 
 /// The modules, in the order they are concatenated (see the module doc).
 const MODULES: &[&str] = &[
@@ -31,6 +40,7 @@ const MODULES: &[&str] = &[
 fn main() {
     let dir = Path::new("assets/js");
     println!("cargo:rerun-if-changed={}", dir.display());
+    println!("cargo:rerun-if-changed=src/layout.rs");
     // A module on disk but not in the list would silently be left out of the page.
     let mut on_disk: Vec<String> = std::fs::read_dir(dir)
         .expect("assets/js")
@@ -50,6 +60,8 @@ fn main() {
          'use strict';\n\
          (function () {\n",
     );
+    let _ = writeln!(out, "// The fields of each record kind, in order (crates/report/src/layout.rs).");
+    let _ = writeln!(out, "const LAYOUT = {};", layout::json());
     for m in MODULES {
         let path = dir.join(format!("{m}.js"));
         println!("cargo:rerun-if-changed={}", path.display());

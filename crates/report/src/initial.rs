@@ -15,6 +15,7 @@
 use fragscope_alloc::rounding::round_size;
 use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, StackId, TraceEvent, NO_TIME};
 
+use crate::layout::Life;
 use crate::{encode, StackTable};
 
 /// The `top` largest allocations live at state 0 of a device, found from its trace and
@@ -24,7 +25,7 @@ use crate::{encode, StackTable};
 pub struct Initial {
     /// Records as [`crate::DeviceData::allocations`], in address order, with the stack
     /// field left at −1.
-    lives: Vec<[f64; 8]>,
+    lives: Vec<Life>,
     /// The stack of each record (`None` for a free of an unknown address).
     stacks: Vec<Option<StackId>>,
 }
@@ -35,7 +36,7 @@ pub struct Initial {
 pub struct InitialScan {
     cfg: fragscope_alloc::AllocatorConfig,
     open: FxHashMap<u64, bool>,
-    lives: Vec<([f64; 8], Option<StackId>)>,
+    lives: Vec<(Life, Option<StackId>)>,
 }
 
 impl InitialScan {
@@ -54,7 +55,19 @@ impl InitialScan {
             Action::FreeRequested if self.open.insert(e.addr, false).is_none() => {
                 let t = if e.time_us == NO_TIME { f64::NAN } else { e.time_us as f64 };
                 let size = round_size(e.size, &self.cfg) as f64;
-                self.lives.push(([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t], None));
+                self.lives.push((
+                    Life {
+                        address: e.addr as f64,
+                        size,
+                        requested: e.size as f64,
+                        start: 0.0,
+                        end: (i + 1) as f64,
+                        stack: -1.0,
+                        start_time_us: f64::NAN,
+                        end_time_us: t,
+                    },
+                    None,
+                ));
             }
             _ => {}
         }
@@ -67,14 +80,24 @@ impl InitialScan {
             for b in s.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated) {
                 if !open.contains_key(&b.address) {
                     let req = b.requested_size.unwrap_or(b.size) as f64;
-                    lives.push(([b.address as f64, b.size as f64, req, 0.0, -1.0, -1.0, f64::NAN, f64::NAN], b.stack));
+                    let life = Life {
+                        address: b.address as f64,
+                        size: b.size as f64,
+                        requested: req,
+                        start: 0.0,
+                        end: -1.0,
+                        stack: -1.0,
+                        start_time_us: f64::NAN,
+                        end_time_us: f64::NAN,
+                    };
+                    lives.push((life, b.stack));
                 }
             }
         }
         // The largest, then back in address order for a stable page.
-        lives.sort_unstable_by(|(a, _), (b, _)| b[1].total_cmp(&a[1]).then(a[0].total_cmp(&b[0])));
+        lives.sort_unstable_by(|(a, _), (b, _)| b.size.total_cmp(&a.size).then(a.address.total_cmp(&b.address)));
         lives.truncate(top);
-        lives.sort_unstable_by(|(a, _), (b, _)| a[0].total_cmp(&b[0]));
+        lives.sort_unstable_by(|(a, _), (b, _)| a.address.total_cmp(&b.address));
         let (lives, stacks) = lives.into_iter().unzip();
         Initial { lives, stacks }
     }
@@ -83,9 +106,11 @@ impl InitialScan {
 impl Initial {
     /// The records for the page, their stacks entered in `table` in address order.
     pub fn encode(mut self, snap: &Snapshot, table: &mut StackTable) -> String {
+        let mut v = Vec::with_capacity(self.lives.len() * Life::LEN);
         for (l, s) in self.lives.iter_mut().zip(&self.stacks) {
-            l[5] = table.index(snap, *s) as f64;
+            l.stack = table.index(snap, *s) as f64;
+            l.push_to(&mut v);
         }
-        encode::f64s(&self.lives.concat())
+        encode::f64s(&v)
     }
 }

@@ -27,6 +27,7 @@
 pub mod curves;
 pub mod encode;
 pub mod initial;
+pub mod layout;
 pub mod leakcurves;
 pub mod predict;
 pub mod rolecurves;
@@ -181,7 +182,7 @@ fn left_out(d: &DeviceData, per: &ReportOptions, full: &ReportOptions) -> Vec<St
             full.buckets.min(d.events + 1)
         ));
     }
-    let drawn = f64_count(&d.allocations) / 8;
+    let drawn = f64_count(&d.allocations) / layout::Life::LEN;
     if per.top_allocations < full.top_allocations && drawn >= per.top_allocations {
         out.push(format!("its {} largest allocations drawn one by one (of {})", drawn, full.top_allocations));
     }
@@ -200,17 +201,15 @@ fn left_out(d: &DeviceData, per: &ReportOptions, full: &ReportOptions) -> Vec<St
     out
 }
 
-/// Values (f64) per trace entry of the event list: action (index in
-/// [`Action::ALL`]), address (for `oom`: CUDA's free bytes, as recorded), size, stream,
-/// stack (page index, −1 none).
-pub const EVENT_LEN: usize = 5;
+/// Values (f64) per trace entry of the event list ([`layout::Event`]).
+pub const EVENT_LEN: usize = layout::Event::LEN;
 
 /// A run of consecutive trace entries the page lists (see [`event_windows`]).
 #[derive(Serialize)]
 pub struct EventWindow {
     /// Trace index of the first entry.
     pub first: usize,
-    /// Entries, [`EVENT_LEN`] values each, base64 `Float64Array`.
+    /// Entries ([`layout::Event`] records), base64 `Float64Array`.
     pub entries: String,
 }
 
@@ -258,8 +257,14 @@ pub fn event_windows(
             let mut v = Vec::with_capacity((b - a) * EVENT_LEN);
             for e in &trace[a..b] {
                 let action = Action::ALL.iter().position(|&x| x == e.action).unwrap_or(0);
-                let stream = table.stream(snap.stream(e));
-                v.extend([action as f64, e.addr as f64, e.size as f64, stream, table.index(snap, e.stack) as f64]);
+                layout::Event {
+                    action: action as f64,
+                    address: e.addr as f64,
+                    size: e.size as f64,
+                    stream: table.stream(snap.stream(e)),
+                    stack: table.index(snap, e.stack) as f64,
+                }
+                .push_to(&mut v);
             }
             EventWindow { first: a, entries: encode::f64s(&v) }
         })
@@ -278,15 +283,16 @@ pub struct DeviceData {
     pub moments_note: Option<String>,
     /// Per-event deltas between the moments (the state at any event), when they fit.
     pub state_ops: state::StateOps,
-    /// Largest allocations: `[address, size, requested, alloc state, free state (−1 =
-    /// still live), stack, alloc time_us, free time_us (NaN = none)]` each, flattened,
-    /// base64 Float64Array. The timeline draws them stacked, one polygon each.
+    /// Largest allocations ([`layout::Life`] records: alloc state + 1 to free state, −1
+    /// when still live), base64 Float64Array. The timeline draws them stacked, one
+    /// polygon each.
     pub allocations: String,
     /// The largest allocations live before the trace begins, as `allocations` (alloc
     /// state 0), see [`initial`].
     pub initial_allocations: String,
     /// Distinct request sizes and how often each was made, for "which requests could
-    /// this free block have served": `[size, count]` pairs, base64 Float64Array.
+    /// this free block have served": [`layout::RequestCount`] records, base64
+    /// Float64Array.
     pub requests: String,
     /// Reserved curves of the replays `analyze` ran (recorded settings first).
     pub whatif: Vec<whatif::WhatIfCurve>,
@@ -775,23 +781,24 @@ fn largest_lives(trace: &[TraceEvent], lives: &BlockLives, allocs: &[usize]) -> 
 fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, table: &mut StackTable) -> String {
     let trace = snap.trace(device);
     let cfg = fragscope_replay::recorded_config(snap);
-    let mut v = Vec::with_capacity(lives.len() * 8);
+    let mut v = Vec::with_capacity(lives.len() * layout::Life::LEN);
     let time = |i: usize| match trace.get(i).map(|e| e.time_us) {
         Some(t) if t != fragscope_snapshot::NO_TIME => t as f64,
         _ => f64::NAN,
     };
     for (j, free) in lives {
         let e = &trace[j];
-        v.extend([
-            e.addr as f64,
-            fragscope_alloc::rounding::round_size(e.size, &cfg) as f64,
-            e.size as f64,
-            (j + 1) as f64,
-            if free == usize::MAX { -1.0 } else { free as f64 },
-            table.index(snap, e.stack) as f64,
-            time(j),
-            if free == usize::MAX { f64::NAN } else { time(free - 1) },
-        ]);
+        layout::Life {
+            address: e.addr as f64,
+            size: fragscope_alloc::rounding::round_size(e.size, &cfg) as f64,
+            requested: e.size as f64,
+            start: (j + 1) as f64,
+            end: if free == usize::MAX { -1.0 } else { free as f64 },
+            stack: table.index(snap, e.stack) as f64,
+            start_time_us: time(j),
+            end_time_us: if free == usize::MAX { f64::NAN } else { time(free - 1) },
+        }
+        .push_to(&mut v);
     }
     encode::f64s(&v)
 }
@@ -801,7 +808,11 @@ fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, 
 fn encode_requests(m: FxHashMap<u64, u64>) -> String {
     let mut v: Vec<(u64, u64)> = m.into_iter().collect();
     v.sort_unstable();
-    encode::f64s(&v.iter().flat_map(|&(s, c)| [s as f64, c as f64]).collect::<Vec<_>>())
+    let mut out = Vec::with_capacity(v.len() * layout::RequestCount::LEN);
+    for (size, count) in v {
+        layout::RequestCount { size: size as f64, count: count as f64 }.push_to(&mut out);
+    }
+    encode::f64s(&out)
 }
 
 const TEMPLATE: &str = include_str!("../assets/report.html");

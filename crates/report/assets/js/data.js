@@ -9,6 +9,42 @@ const detail = document.getElementById('detail-body');
 const T0 = performance.now();
 const api = (window.fragscope = { ready: false, drawMs: {}, firstPaintMs: null });
 
+// Record layouts. The page's large arrays are records of numbers; LAYOUT (written before
+// the modules by build.rs, from crates/report/src/layout.rs: the list the Rust that writes
+// the records is made from) names each kind's fields in order. layoutOf gives the index
+// of each field the page reads, by name, and the record's length; a field the layout
+// lacks stops the page here, at load, rather than reading the wrong values.
+function layoutOf(kind, names) {
+  const fields = LAYOUT[kind];
+  if (!fields) throw new Error(`no record layout "${kind}"`);
+  const ix = { len: fields.length };
+  for (const n of names) {
+    const i = fields.indexOf(n);
+    if (i < 0) throw new Error(`record "${kind}" has no field "${n}"`);
+    ix[n] = i;
+  }
+  return ix;
+}
+// A life on the timeline: an allocation (DeviceData.allocations, initial_allocations)
+// or a segment (DeviceData.segments); start/end are trace states (end −1: live at the end).
+const LIFE = layoutOf('life', ['address', 'size', 'requested', 'start', 'end', 'stack', 'start_time_us', 'end_time_us']);
+const AL = LIFE.len;
+// A keyframe's segments and blocks (Moment.segments, Moment.blocks).
+const SEG = layoutOf('segment', ['address', 'size', 'stream', 'flags']);
+const BLK = layoutOf('block', ['segment', 'address', 'size', 'requested', 'state', 'stack']);
+// A change of the state made by one trace entry (StateOps.ops).
+const OPR = layoutOf('state_op', ['event', 'kind', 'address', 'size', 'a', 'b', 'stack']);
+// A trace entry of the event list (EventWindow.entries).
+const EVR = layoutOf('event', ['action', 'address', 'size', 'stream', 'stack']);
+// A request size and its count (DeviceData.requests).
+const REQ = layoutOf('request', ['size', 'count']);
+// A record of layout L from its fields by name (for records the page makes itself).
+function record(L, fields) {
+  const r = new Array(L.len).fill(NaN);
+  for (const [k, v] of Object.entries(fields)) r[L[k]] = v;
+  return r;
+}
+
 function f64(b64) {
   if (!b64) return new Float64Array(0);
   const s = atob(b64);
@@ -103,23 +139,25 @@ function decodeDevice(dev) {
   const so = dev.state_ops || { exact: false, first: 0, ops: '', count: 0 };
   // Allocations drawn one by one on the timeline, largest first (the order N cuts).
   const na = allocs.length / AL;
-  const order = Array.from({ length: na }, (_, i) => i).sort((a, b) => allocs[b * AL + 1] - allocs[a * AL + 1] || a - b);
+  const order = Array.from({ length: na }, (_, i) => i).sort((a, b) => allocs[b * AL + LIFE.size] - allocs[a * AL + LIFE.size] || a - b);
   // The event list's entries (windows of the trace, DeviceData.event_list).
   const events = (dev.event_list || []).map((w) => ({ first: w.first, E: f64(w.entries) }));
   // The segment timeline's segments (DeviceData.segments), laid out when first shown.
   const sa = f64(dev.segments), nsa = sa.length / AL;
-  const segs = { A: sa, n: nsa, total: dev.segment_count || 0, order: Array.from({ length: nsa }, (_, i) => i).sort((a, b) => sa[b * AL + 1] - sa[a * AL + 1] || a - b), pts: null };
+  const segs = { A: sa, n: nsa, total: dev.segment_count || 0, order: Array.from({ length: nsa }, (_, i) => i).sort((a, b) => sa[b * AL + LIFE.size] - sa[a * AL + LIFE.size] || a - b), pts: null };
   dev._c = { events, k, roles, R, segs, levels, states: c.states, allocs, na, order, requests, moments, ops: f64(so.ops), exact: so.exact, first: so.first,
     clock: clockOf(lvl0, c.states, [f64(c.gap_from), f64(c.gap_to), f64(c.gap_t0), f64(c.gap_t1)]) };
   return dev._c;
 }
 // Trace entry i of the event list, or null when it is not embedded.
 const ACTIONS = ['alloc', 'free_requested', 'free_completed', 'segment_alloc', 'segment_free', 'segment_map', 'segment_unmap', 'snapshot', 'oom', 'annotate', 'user_defined'];
-const EV = 5;
 function eventAt(c, i) {
   for (const w of c.events) {
-    const k = i - w.first;
-    if (k >= 0 && k < w.E.length / EV) { const o = k * EV; return { i, action: ACTIONS[w.E[o]] || '?', addr: w.E[o + 1], size: w.E[o + 2], stream: w.E[o + 3], stack: w.E[o + 4] }; }
+    const k = i - w.first, E = w.E;
+    if (k >= 0 && k < E.length / EVR.len) {
+      const o = k * EVR.len;
+      return { i, action: ACTIONS[E[o + EVR.action]] || '?', addr: E[o + EVR.address], size: E[o + EVR.size], stream: E[o + EVR.stream], stack: E[o + EVR.stack] };
+    }
   }
   return null;
 }
@@ -133,11 +171,6 @@ function describeEvent(e) {
 function streamName(file, v) {
   return v >= 0 ? String(v) : (file.streams || [])[-v - 1] ?? '?';
 }
-// Values per allocation record (DeviceData.allocations): address, size, requested,
-// alloc state, free state (−1: live at the end), stack, alloc time_us, free time_us.
-const AL = 8;
-// Values per state delta record (StateOps.ops): event, kind, address, size, a, b, stack.
-const OP = 7;
 
 // Wall clock: the time of a trace state, from the finest level's first timed event of
 // each bucket (exact per state on traces of ≤ 8192 events, interpolated between
@@ -196,41 +229,43 @@ function stateOf(c, s) {
   return r;
 }
 function applyOps(c, key, s) {
+  // The keyframe's records by address (copies: a block's segment index is set again below).
   const segs = new Map(), blocks = new Map();
-  for (let i = 0; i < key.segs.length; i += 4) segs.set(key.segs[i], [key.segs[i], key.segs[i + 1], key.segs[i + 2], key.segs[i + 3]]);
-  for (let i = 0; i < key.blocks.length; i += 6) blocks.set(key.blocks[i + 1], [key.blocks[i + 1], key.blocks[i + 2], key.blocks[i + 3], key.blocks[i + 4], key.blocks[i + 5]]);
-  const O = c.ops, n = O.length / OP;
+  for (let i = 0; i < key.segs.length; i += SEG.len) segs.set(key.segs[i + SEG.address], Array.from(key.segs.subarray(i, i + SEG.len)));
+  for (let i = 0; i < key.blocks.length; i += BLK.len) blocks.set(key.blocks[i + BLK.address], Array.from(key.blocks.subarray(i, i + BLK.len)));
+  const O = c.ops, n = O.length / OPR.len;
   let lo = 0, hi = n;
-  while (lo < hi) { const h = (lo + hi) >> 1; if (O[h * OP] < key.state) lo = h + 1; else hi = h; }
-  for (let r = lo; r < n && O[r * OP] < s; r++) {
-    const o = r * OP, kind = O[o + 1], addr = O[o + 2], size = O[o + 3];
+  while (lo < hi) { const h = (lo + hi) >> 1; if (O[h * OPR.len + OPR.event] < key.state) lo = h + 1; else hi = h; }
+  for (let r = lo; r < n && O[r * OPR.len + OPR.event] < s; r++) {
+    const o = r * OPR.len, kind = O[o + OPR.kind], addr = O[o + OPR.address], size = O[o + OPR.size];
     if (kind === 0) blocks.delete(addr);
-    else if (kind === 1) blocks.set(addr, [addr, size, O[o + 4], O[o + 5], O[o + 6]]);
+    else if (kind === 1) blocks.set(addr, record(BLK, { address: addr, size, requested: O[o + OPR.a], state: O[o + OPR.b], stack: O[o + OPR.stack] }));
     else if (kind === 2) { segs.delete(addr); for (const a of Array.from(blocks.keys())) if (a >= addr && a < addr + size) blocks.delete(a); }
-    else segs.set(addr, [addr, size, O[o + 4], O[o + 5]]);
+    else segs.set(addr, record(SEG, { address: addr, size, stream: O[o + OPR.a], flags: O[o + OPR.b] }));
   }
-  const sl = Array.from(segs.values()).sort((a, b) => a[0] - b[0]);
-  const bl = Array.from(blocks.values()).sort((a, b) => a[0] - b[0]);
-  const S4 = new Float64Array(sl.length * 4), B6 = new Float64Array(bl.length * 6);
-  sl.forEach((x, i) => S4.set(x, 4 * i));
+  const sl = Array.from(segs.values()).sort((a, b) => a[SEG.address] - b[SEG.address]);
+  const bl = Array.from(blocks.values()).sort((a, b) => a[BLK.address] - b[BLK.address]);
+  const SA = new Float64Array(sl.length * SEG.len), BA = new Float64Array(bl.length * BLK.len);
+  sl.forEach((x, i) => SA.set(x, SEG.len * i));
   let si = 0;
   bl.forEach((b, i) => {
-    while (si + 1 < sl.length && sl[si + 1][0] <= b[0]) si++;
-    B6.set([si, b[0], b[1], b[2], b[3], b[4]], 6 * i);
+    while (si + 1 < sl.length && sl[si + 1][SEG.address] <= b[BLK.address]) si++;
+    b[BLK.segment] = si;
+    BA.set(b, BLK.len * i);
   });
-  const m = { state: s, kinds: [], segs: S4, blocks: B6 };
+  const m = { state: s, kinds: [], segs: SA, blocks: BA };
   m.fig = momentFigures(m);
   return m;
 }
 
 function momentFigures(m) {
   let reserved = 0, allocated = 0, pending = 0, free = 0, largest = 0, slack = 0;
-  for (let i = 0; i < m.segs.length; i += 4) reserved += m.segs[i + 1];
-  for (let i = 0; i < m.blocks.length; i += 6) {
-    const size = m.blocks[i + 2], st = m.blocks[i + 4];
+  for (let i = 0; i < m.segs.length; i += SEG.len) reserved += m.segs[i + SEG.size];
+  for (let i = 0; i < m.blocks.length; i += BLK.len) {
+    const size = m.blocks[i + BLK.size], st = m.blocks[i + BLK.state];
     if (st === 0) { free += size; largest = Math.max(largest, size); }
-    else if (st === 1) { allocated += size; slack += Math.max(0, size - m.blocks[i + 3]); }
+    else if (st === 1) { allocated += size; slack += Math.max(0, size - m.blocks[i + BLK.requested]); }
     else pending += size;
   }
-  return { reserved, allocated, pending, free, largest, slack, fsf: free > 0 ? 1 - largest / free : 0, blocks: m.blocks.length / 6 };
+  return { reserved, allocated, pending, free, largest, slack, fsf: free > 0 ? 1 - largest / free : 0, blocks: m.blocks.length / BLK.len };
 }

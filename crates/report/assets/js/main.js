@@ -10,7 +10,7 @@ api.points = () => (S.c ? S.c.points : 0);
 api.keyframes = () => (S.c ? S.c.moments.map((m) => m.state) : []);
 api.file = () => DATA.files[S.file];
 // For the tests: the drawn allocations' dimming (the search's highlight).
-api.dimmed = () => (S.c && S.c.drawn ? S.c.drawn.map((i) => ({ index: i, stack: S.c.allocs[i * AL + 5], dim: dimAlloc(S.c, i) })) : []);
+api.dimmed = () => (S.c && S.c.drawn ? S.c.drawn.map((i) => ({ index: i, stack: S.c.allocs[i * AL + LIFE.stack], dim: dimAlloc(S.c, i) })) : []);
 try {
   build();
   api.firstPaintMs = performance.now() - T0;

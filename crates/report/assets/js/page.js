@@ -113,7 +113,7 @@ function build() {
     const ap = c.moments.find((m) => m.kinds.includes('allocated_peak'));
     const end = c.moments[c.moments.length - 1];
     let expandable = false;
-    if (end) for (let i = 3; i < end.segs.length; i += 4) if (end.segs[i] & 2) { expandable = true; break; }
+    if (end) for (let i = SEG.flags; i < end.segs.length; i += SEG.len) if (end.segs[i] & 2) { expandable = true; break; }
     const useRp = rp && rp.state > 0 && !expandable;
     S.state = pre ? pre.state : useRp ? rp.state : ap ? ap.state : rp ? rp.state : c.states - 1;
     layoutAllocs(c, S.n);

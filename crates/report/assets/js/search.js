@@ -13,17 +13,17 @@ function search(q) {
     // are highlighted on the timeline.
     S.hitAllocs = new Set();
     for (let i = 0; i < A.length; i += AL) {
-      if (a >= A[i] && a < A[i] + A[i + 1]) { S.hits.push({ alloc: A[i + 3], free: A[i + 4], stack: A[i + 5], size: A[i + 1], addr: A[i] }); S.hitAllocs.add(i / AL); }
+      if (a >= A[i + LIFE.address] && a < A[i + LIFE.address] + A[i + LIFE.size]) { S.hits.push({ alloc: A[i + LIFE.start], free: A[i + LIFE.end], stack: A[i + LIFE.stack], size: A[i + LIFE.size], addr: A[i + LIFE.address] }); S.hitAllocs.add(i / AL); }
     }
     // Blocks holding it now (the state view's position), then at the keyframes.
     const cur = stateOf(c, S.state);
     let lines = 0;
     for (const m of [cur, ...c.moments.filter((m) => m.state !== cur.state)]) {
-      for (let i = 0; i < m.blocks.length && lines < 50; i += 6) {
-        if (a >= m.blocks[i + 1] && a < m.blocks[i + 1] + m.blocks[i + 2]) {
+      for (let i = 0; i < m.blocks.length && lines < 50; i += BLK.len) {
+        if (a >= m.blocks[i + BLK.address] && a < m.blocks[i + BLK.address] + m.blocks[i + BLK.size]) {
           lines++;
-          out.append(el('div', { onclick: () => { S.state = m.state; redrawAll(); blockInfo(file, c, { i, seg: m.blocks[i] }); } },
-            `event state ${m.state}${m === cur ? ' (shown now)' : ''}: ${['free', 'allocated', 'pending', 'merged'][m.blocks[i + 4]]} block ${hex(m.blocks[i + 1])} ${bytes(m.blocks[i + 2])}`));
+          out.append(el('div', { onclick: () => { S.state = m.state; redrawAll(); blockInfo(file, c, { i, seg: m.blocks[i + BLK.segment] }); } },
+            `event state ${m.state}${m === cur ? ' (shown now)' : ''}: ${['free', 'allocated', 'pending', 'merged'][m.blocks[i + BLK.state]]} block ${hex(m.blocks[i + BLK.address])} ${bytes(m.blocks[i + BLK.size])}`));
         }
       }
     }
@@ -35,7 +35,7 @@ function search(q) {
     file.stacks.forEach((s, i) => { if (s.some((k) => file.frames[k].toLowerCase().includes(ql))) match.add(i); });
     S.highlight = match;
     const A = c.allocs;
-    for (let i = 0; i < A.length; i += AL) if (match.has(A[i + 5])) S.hits.push({ alloc: A[i + 3], free: A[i + 4], stack: A[i + 5], size: A[i + 1], addr: A[i] });
+    for (let i = 0; i < A.length; i += AL) if (match.has(A[i + LIFE.stack])) S.hits.push({ alloc: A[i + LIFE.start], free: A[i + LIFE.end], stack: A[i + LIFE.stack], size: A[i + LIFE.size], addr: A[i + LIFE.address] });
     out.append(el('div', {}, `${match.size} stacks contain “${q}”; ${S.hits.length} of the ${c.na} largest allocations come from them (highlighted on the timeline, their lifetimes marked under it).`));
     for (const si of Array.from(match).slice(0, 50)) out.append(el('div', { onclick: () => showStack(file, si, siteName(file, si)) }, siteName(file, si)));
   }

@@ -89,9 +89,9 @@ function pick(rects, x, y) {
 function drawState(file, dev, c, cv, label, figs) {
   const m = stateOf(c, S.state);
   const segs = m.segs, blocks = m.blocks;
-  const nseg = segs.length / 4;
+  const nseg = segs.length / SEG.len;
   let maxSeg = 0, total = 0;
-  for (let i = 0; i < nseg; i++) { maxSeg = Math.max(maxSeg, segs[4 * i + 1]); total += segs[4 * i + 1]; }
+  for (let i = 0; i < nseg; i++) { maxSeg = Math.max(maxSeg, segs[SEG.len * i + SEG.size]); total += segs[SEG.len * i + SEG.size]; }
   // Segments laid left to right in address order, wrapping at a row width of at least
   // the largest segment, so a few hundred segments fit in ~60 rows. A segment larger
   // than 1/24 of everything (an expandable segment is often the whole reservation)
@@ -101,7 +101,7 @@ function drawState(file, dev, c, cv, label, figs) {
   const place = [];
   let row = 0, used = 0;
   for (let i = 0; i < nseg; i++) {
-    const sz = segs[4 * i + 1];
+    const sz = segs[SEG.len * i + SEG.size];
     if (sz > rowBytes) {
       if (used > 0) row++;
       place.push([row, 0, true]);
@@ -133,33 +133,33 @@ function drawState(file, dev, c, cv, label, figs) {
   const rects = [];
   for (let i = 0; i < nseg; i++) {
     g.fillStyle = '#f1f5f9';
-    for (const [r, off, len] of pieces(i, 0, segs[4 * i + 1])) g.fillRect(2 + off * sx, 3 + r * (rowH + gap), Math.max(1, len * sx), rowH);
+    for (const [r, off, len] of pieces(i, 0, segs[SEG.len * i + SEG.size])) g.fillRect(2 + off * sx, 3 + r * (rowH + gap), Math.max(1, len * sx), rowH);
   }
-  for (let i = 0; i < blocks.length; i += 6) {
-    const si = blocks[i], o = blocks[i + 1] - segs[4 * si];
-    const st = blocks[i + 4], stack = blocks[i + 5];
+  for (let i = 0; i < blocks.length; i += BLK.len) {
+    const si = blocks[i + BLK.segment], o = blocks[i + BLK.address] - segs[SEG.len * si + SEG.address];
+    const st = blocks[i + BLK.state], stack = blocks[i + BLK.stack];
     // State 3: several small blocks merged (a coarse keyframe), shaded by the share
     // of their bytes allocated.
-    const fill = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : st === 3 ? `rgba(71,85,105,${(0.15 + 0.75 * blocks[i + 3] / Math.max(1, blocks[i + 2])).toFixed(2)})`
-      : S.colour === 'allocation' ? color(Math.round(blocks[i + 1] / 512) % 9973) : color(stack);
+    const fill = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : st === 3 ? `rgba(71,85,105,${(0.15 + 0.75 * blocks[i + BLK.requested] / Math.max(1, blocks[i + BLK.size])).toFixed(2)})`
+      : S.colour === 'allocation' ? color(Math.round(blocks[i + BLK.address] / 512) % 9973) : color(stack);
     g.globalAlpha = S.highlight && (st === 1 || st === 2) && !S.highlight.has(stack) ? 0.2 : 1;
     // Rounding slack (block − request) at the block's end: the last bytes.
-    const slackFrom = st === 1 && blocks[i + 3] < blocks[i + 2] ? o + blocks[i + 3] : Infinity;
+    const slackFrom = st === 1 && blocks[i + BLK.requested] < blocks[i + BLK.size] ? o + blocks[i + BLK.requested] : Infinity;
     let p = o; // offset in the segment of the piece's first byte
-    for (const [r, off, len] of pieces(si, o, blocks[i + 2])) {
+    for (const [r, off, len] of pieces(si, o, blocks[i + BLK.size])) {
       const x = 2 + off * sx, bw = len * sx, y = 3 + r * (rowH + gap);
       g.fillStyle = fill;
       g.fillRect(x, y, Math.max(bw - (bw > 3 ? 1 : 0), 0.6), rowH);
       const a = Math.max(slackFrom, p), b = p + len;
       if (b > a && bw > 2) { g.fillStyle = 'rgba(30,41,59,0.55)'; g.fillRect(x + (a - p) * sx, y + rowH / 2, (b - a) * sx, rowH / 2); }
-      rects.push({ x, y, w: bw, h: rowH, st, stack, i, seg: si, addr: blocks[i + 1] });
+      rects.push({ x, y, w: bw, h: rowH, st, stack, i, seg: si, addr: blocks[i + BLK.address] });
       p += len;
     }
     g.globalAlpha = 1;
   }
   // Segment outlines, over the blocks (each segment's pieces).
   g.strokeStyle = '#94a3b8'; g.lineWidth = 1;
-  for (let i = 0; i < nseg; i++) for (const [r, off, len] of pieces(i, 0, segs[4 * i + 1])) g.strokeRect(2 + off * sx + 0.5, 3 + r * (rowH + gap) + 0.5, Math.max(1, len * sx - 1), rowH - 1);
+  for (let i = 0; i < nseg; i++) for (const [r, off, len] of pieces(i, 0, segs[SEG.len * i + SEG.size])) g.strokeRect(2 + off * sx + 0.5, 3 + r * (rowH + gap) + 0.5, Math.max(1, len * sx - 1), rowH - 1);
   cv.dataset.rows = String(rows);
   const f = m.fig;
   const kinds = m.kinds.filter((k) => k !== 'step').join(', ');
@@ -167,9 +167,9 @@ function drawState(file, dev, c, cv, label, figs) {
   const after = m.state === 0 ? 'before the first event' : `after event ${m.state - 1}${ev ? ': ' + describeEvent(ev) : ''}`;
   label.textContent = `trace state ${m.state} of ${c.states - 1} (${after})${kinds ? ' — ' + kinds.replace(/_/g, ' ') : ''}` +
     (m.snapped ? ` — snapped from ${m.asked} to the nearest keyframe, event state ${m.state}` : '') +
-    (m.coarse ? ` — ${m.fig.blocks} blocks drawn as ${blocks.length / 6} (small neighbouring blocks merged, grey by their allocated share; figures exact)` : '');
+    (m.coarse ? ` — ${m.fig.blocks} blocks drawn as ${blocks.length / BLK.len} (small neighbouring blocks merged, grey by their allocated share; figures exact)` : '');
   cv.dataset.state = String(m.state); cv.dataset.asked = String(m.asked); cv.dataset.snapped = m.snapped ? '1' : '0'; cv.dataset.blocks = String(m.fig.blocks);
-  cv.dataset.records = String(blocks.length / 6); cv.dataset.coarse = m.coarse ? '1' : '0';
+  cv.dataset.records = String(blocks.length / BLK.len); cv.dataset.coarse = m.coarse ? '1' : '0';
   figs.textContent = '';
   figs.append(fig('moment_reserved_bytes', f.reserved, 'reserved', bytes(f.reserved)), fig('moment_allocated_bytes', f.allocated, 'allocated', bytes(f.allocated)),
     fig('moment_pending_bytes', f.pending, 'pending free', bytes(f.pending)), fig('moment_free_bytes', f.free, 'free in cache', bytes(f.free)),
@@ -179,32 +179,32 @@ function drawState(file, dev, c, cv, label, figs) {
 }
 function blockInfo(file, c, b) {
   const m = stateOf(c, S.state), B = m.blocks, i = b.i;
-  if (B[i + 4] === 3) {
+  if (B[i + BLK.state] === 3) {
     detail.textContent = '';
-    detail.append(el('div', { 'data-merged': String(B[i + 5]) }, `${B[i + 5]} neighbouring blocks ${hex(B[i + 1])}–${hex(B[i + 1] + B[i + 2])}, ${bytes(B[i + 2])}: ${bytes(B[i + 3])} allocated, ${bytes(B[i + 2] - B[i + 3])} free or pending`),
+    detail.append(el('div', { 'data-merged': String(B[i + BLK.stack]) }, `${B[i + BLK.stack]} neighbouring blocks ${hex(B[i + BLK.address])}–${hex(B[i + BLK.address] + B[i + BLK.size])}, ${bytes(B[i + BLK.size])}: ${bytes(B[i + BLK.requested])} allocated, ${bytes(B[i + BLK.size] - B[i + BLK.requested])} free or pending`),
       el('p', { class: 'note' }, 'This state has too many blocks for the page\u2019s size budget: small neighbouring blocks are drawn merged. Blocks drawn alone are exact.'));
     return;
   }
-  const st = ['free', 'allocated', 'pending free'][B[i + 4]];
-  const head = el('div', {}, el('div', {}, `${st} block ${hex(B[i + 1])}, ${bytes(B[i + 2])}` + (B[i + 4] === 1 ? ` (request ${bytes(B[i + 3])}, slack ${bytes(B[i + 2] - B[i + 3])})` : '')),
-    el('div', { class: 'note' }, `segment ${hex(m.segs[4 * b.seg])}, ${bytes(m.segs[4 * b.seg + 1])}, stream ${streamName(file, m.segs[4 * b.seg + 2])}${m.segs[4 * b.seg + 3] & 1 ? ', small pool' : ', large pool'}${m.segs[4 * b.seg + 3] & 2 ? ', expandable' : ''}${m.segs[4 * b.seg + 3] & 4 ? ', private pool' : ''}`));
-  if (B[i + 4] === 0) { detail.textContent = ''; detail.append(head); return; }
+  const st = ['free', 'allocated', 'pending free'][B[i + BLK.state]];
+  const head = el('div', {}, el('div', {}, `${st} block ${hex(B[i + BLK.address])}, ${bytes(B[i + BLK.size])}` + (B[i + BLK.state] === 1 ? ` (request ${bytes(B[i + BLK.requested])}, slack ${bytes(B[i + BLK.size] - B[i + BLK.requested])})` : '')),
+    el('div', { class: 'note' }, `segment ${hex(m.segs[SEG.len * b.seg + SEG.address])}, ${bytes(m.segs[SEG.len * b.seg + SEG.size])}, stream ${streamName(file, m.segs[SEG.len * b.seg + SEG.stream])}${m.segs[SEG.len * b.seg + SEG.flags] & 1 ? ', small pool' : ', large pool'}${m.segs[SEG.len * b.seg + SEG.flags] & 2 ? ', expandable' : ''}${m.segs[SEG.len * b.seg + SEG.flags] & 4 ? ', private pool' : ''}`));
+  if (B[i + BLK.state] === 0) { detail.textContent = ''; detail.append(head); return; }
   // Linked by call site: the timeline dims the other sites' bands.
-  S.highlight = new Set([B[i + 5]]);
+  S.highlight = new Set([B[i + BLK.stack]]);
   redrawAll();
-  showStack(file, B[i + 5], 'Allocated at ' + siteName(file, B[i + 5]), head);
+  showStack(file, B[i + BLK.stack], 'Allocated at ' + siteName(file, B[i + BLK.stack]), head);
   detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));
 }
 function freeBlockInfo(file, dev, c, b) {
-  const m = stateOf(c, S.state), B = m.blocks, size = B[b.i + 2];
-  const small = m.segs[4 * b.seg + 3] & 1;
+  const m = stateOf(c, S.state), B = m.blocks, size = B[b.i + BLK.size];
+  const small = m.segs[SEG.len * b.seg + SEG.flags] & 1;
   // PyTorch serves requests ≤ 1 MiB from the small pool, larger ones from the large pool.
   let n = 0, kinds = 0, biggest = 0;
-  for (let i = 0; i < c.requests.length; i += 2) {
-    const r = c.requests[i];
-    if ((small ? r <= 1048576 : r > 1048576) && r <= size) { n += c.requests[i + 1]; kinds++; biggest = r; }
+  for (let i = 0; i < c.requests.length; i += REQ.len) {
+    const r = c.requests[i + REQ.size];
+    if ((small ? r <= 1048576 : r > 1048576) && r <= size) { n += c.requests[i + REQ.count]; kinds++; biggest = r; }
   }
   detail.textContent = '';
-  detail.append(el('div', {}, `free block ${hex(B[b.i + 1])}, ${bytes(size)} in a ${small ? 'small' : 'large'}-pool segment`),
+  detail.append(el('div', {}, `free block ${hex(B[b.i + BLK.address])}, ${bytes(size)} in a ${small ? 'small' : 'large'}-pool segment`),
     el('p', { 'data-free-serves': String(n) }, n ? `It could have served ${n} of the trace's requests (${kinds} distinct sizes, the largest ${bytes(biggest)}): those of its pool and stream no larger than it.` : 'No request recorded in the trace was small enough and of its pool.'));
 }

@@ -37,21 +37,21 @@ function bucketRange(lv, c) {
 }
 
 // The stacking of lives (allocations, or segments) as memory_viz draws them: rows `ids`
-// of A (AL numbers each: size at 1, made at state 3, freed at state 4 or -1); each starts
+// of A (LIFE records: size, made at state start, freed at state end or -1); each starts
 // on top of those live when it is made and drops by the size of any below it that is
 // freed. Returns the events (state, made?, row) in order, and per row the bottom of its
 // polygon from each state on ([state, offset, state, offset, ...]).
 function stackLives(A, ids) {
   const ev = [];
   for (const i of ids) {
-    ev.push([A[i * AL + 3], 1, i]);
-    if (A[i * AL + 4] >= 0) ev.push([A[i * AL + 4], 0, i]);
+    ev.push([A[i * AL + LIFE.start], 1, i]);
+    if (A[i * AL + LIFE.end] >= 0) ev.push([A[i * AL + LIFE.end], 0, i]);
   }
   ev.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   const pts = new Map(), live = [];
   let total = 0;
   for (const [s, add, i] of ev) {
-    const size = A[i * AL + 1];
+    const size = A[i * AL + LIFE.size];
     if (add) { pts.set(i, [s, total]); live.push(i); total += size; continue; }
     const p = live.indexOf(i);
     if (p < 0) continue;
@@ -78,7 +78,7 @@ function layoutAllocs(c, N) {
   const d0 = new Float64Array(L0.n);
   let e = 0, run = 0;
   for (let b = 0; b < L0.n; b++) {
-    while (e < ev.length && ev[e][0] <= L0.amax[b]) { run += (ev[e][1] ? 1 : -1) * A[ev[e][2] * AL + 1]; e++; }
+    while (e < ev.length && ev[e][0] <= L0.amax[b]) { run += (ev[e][1] ? 1 : -1) * A[ev[e][2] * AL + LIFE.size]; e++; }
     d0[b] = run;
   }
   L0.drawn = d0;
@@ -101,18 +101,18 @@ function layoutSegments(c) {
 }
 function livesOffset(G, i, s, states) {
   const A = G.A, P = G.pts.get(i);
-  const end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : states;
+  const end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : states;
   if (!P || s < P[0] || s >= end) return null;
   let off = P[1];
   for (let k = 2; k < P.length && P[k] <= s; k += 2) off = P[k + 1];
   return off;
 }
 // For the tests: the segments' stacked height at state s (all drawn ones live there).
-api.segmentsAt = (s) => { const c = S.c, G = layoutSegments(c); let t = 0; for (const i of G.drawn) { if (livesOffset(G, i, s, c.states) != null) t += G.A[i * AL + 1]; } return { bytes: t, drawn: G.n, total: G.total }; };
+api.segmentsAt = (s) => { const c = S.c, G = layoutSegments(c); let t = 0; for (const i of G.drawn) { if (livesOffset(G, i, s, c.states) != null) t += G.A[i * AL + LIFE.size]; } return { bytes: t, drawn: G.n, total: G.total }; };
 // Bottom of drawn allocation i at state s (null when not live there).
 function allocOffset(c, i, s) {
   const A = c.allocs, P = c.pts.get(i);
-  const end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states;
+  const end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : c.states;
   if (!P || s < P[0] || s >= end) return null;
   let off = P[1];
   for (let k = 2; k < P.length && P[k] <= s; k += 2) off = P[k + 1];
@@ -257,13 +257,13 @@ function tlGeom(c, w, h) {
 // An allocation's colour: its call site's, or (colour mode "allocation", as memory_viz
 // draws them) one of its own, from its address and alloc event.
 function allocColour(c, i) {
-  return S.colour === 'allocation' ? color(Math.abs(Math.round(c.allocs[i * AL] / 512) * 31 + c.allocs[i * AL + 3]) % 9973) : color(c.allocs[i * AL + 5]);
+  return S.colour === 'allocation' ? color(Math.abs(Math.round(c.allocs[i * AL + LIFE.address] / 512) * 31 + c.allocs[i * AL + LIFE.start]) % 9973) : color(c.allocs[i * AL + LIFE.stack]);
 }
-api.allocColours = () => (S.c && S.c.drawn ? S.c.drawn.map((i) => ({ index: i, stack: S.c.allocs[i * AL + 5], colour: allocColour(S.c, i) })) : []);
+api.allocColours = () => (S.c && S.c.drawn ? S.c.drawn.map((i) => ({ index: i, stack: S.c.allocs[i * AL + LIFE.stack], colour: allocColour(S.c, i) })) : []);
 // Whether an allocation is dimmed by the current highlight (search or click).
 function dimAlloc(c, i) {
   if (S.hitAllocs) return !S.hitAllocs.has(i);
-  return S.highlight ? !S.highlight.has(c.allocs[i * AL + 5]) : false;
+  return S.highlight ? !S.highlight.has(c.allocs[i * AL + LIFE.stack]) : false;
 }
 // For the tests: the phase labels drawn (boxes in canvas pixels).
 let phaseLabels = [];
@@ -323,9 +323,9 @@ function drawTimeline(file, dev, c, cv, info) {
     const A = c.allocs;
     let shown = 0;
     for (const i of c.drawn) {
-      const a = A[i * AL + 3], end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states;
+      const a = A[i * AL + LIFE.start], end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : c.states;
       if (end < S.x0 || a > S.x1) continue;
-      const P = c.pts.get(i), size = A[i * AL + 1];
+      const P = c.pts.get(i), size = A[i * AL + LIFE.size];
       g.fillStyle = allocColour(c, i);
       g.globalAlpha = dimAlloc(c, i) ? 0.2 : 1;
       shown++;
@@ -363,11 +363,11 @@ function drawTimeline(file, dev, c, cv, info) {
     const G = layoutSegments(c), A = G.A;
     let shown = 0;
     for (const i of G.drawn) {
-      const a = A[i * AL + 3], end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states;
+      const a = A[i * AL + LIFE.start], end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : c.states;
       if (end < S.x0 || a > S.x1) continue;
-      const P = G.pts.get(i), size = A[i * AL + 1];
-      g.fillStyle = S.colour === 'allocation' ? color(Math.abs(Math.round(A[i * AL] / 512) * 31 + a) % 9973) : color(A[i * AL + 5]);
-      g.globalAlpha = S.highlight && !S.highlight.has(A[i * AL + 5]) ? 0.2 : 1;
+      const P = G.pts.get(i), size = A[i * AL + LIFE.size];
+      g.fillStyle = S.colour === 'allocation' ? color(Math.abs(Math.round(A[i * AL + LIFE.address] / 512) * 31 + a) % 9973) : color(A[i * AL + LIFE.stack]);
+      g.globalAlpha = S.highlight && !S.highlight.has(A[i * AL + LIFE.stack]) ? 0.2 : 1;
       shown++;
       for (let q = 0; q < P.length; q += 2) {
         const sb = q + 2 < P.length ? P[q + 2] : end;
@@ -544,7 +544,7 @@ function timelineClick(file, dev, c, x, y, w, h) {
     let hit = -1;
     for (const i of c.drawn) {
       const off = allocOffset(c, i, s);
-      if (off != null && v >= off && v < off + c.allocs[i * AL + 1]) { hit = i; break; }
+      if (off != null && v >= off && v < off + c.allocs[i * AL + LIFE.size]) { hit = i; break; }
     }
     if (hit >= 0) { allocInfo(file, c, hit, head); return; }
     S.sel = -1;
@@ -558,19 +558,19 @@ function timelineClick(file, dev, c, x, y, w, h) {
     let hit = -1;
     for (const i of G.drawn) {
       const off = livesOffset(G, i, s, c.states);
-      if (off != null && v >= off && v < off + A[i * AL + 1]) { hit = i; break; }
+      if (off != null && v >= off && v < off + A[i * AL + LIFE.size]) { hit = i; break; }
     }
     G.sel = hit;
     detail.textContent = '';
     detail.append(head);
     if (hit < 0) { S.highlight = null; redrawAll(); detail.append(el('p', { class: 'note' }, 'Click a segment for its address, life and stack.')); return; }
-    const o = hit * AL, si = A[o + 5];
+    const o = hit * AL, si = A[o + LIFE.stack];
     S.highlight = new Set([si]);
     redrawAll();
-    const made = A[o + 3] > 0 ? `reserved at event ${A[o + 3] - 1}` : 'reserved before the trace';
-    const gone = A[o + 4] >= 0 ? `released at event ${A[o + 4] - 1}` : 'still reserved at the end';
-    showStack(file, si, `Segment ${hex(A[o])}: ${bytes(A[o + 1])}, ${made}, ${gone}`, head);
-    detail.append(el('div', { id: 'segment-info', class: 'note', 'data-addr': String(A[o]), 'data-size': String(A[o + 1]) }, 'The stack that reserved it (cudaMalloc or, for an expandable segment, the mapping).'));
+    const made = A[o + LIFE.start] > 0 ? `reserved at event ${A[o + LIFE.start] - 1}` : 'reserved before the trace';
+    const gone = A[o + LIFE.end] >= 0 ? `released at event ${A[o + LIFE.end] - 1}` : 'still reserved at the end';
+    showStack(file, si, `Segment ${hex(A[o + LIFE.address])}: ${bytes(A[o + LIFE.size])}, ${made}, ${gone}`, head);
+    detail.append(el('div', { id: 'segment-info', class: 'note', 'data-addr': String(A[o + LIFE.address]), 'data-size': String(A[o + LIFE.size]) }, 'The stack that reserved it (cudaMalloc or, for an expandable segment, the mapping).'));
     return;
   }
   if (S.stack === 'role') {
@@ -620,16 +620,16 @@ function timelineClick(file, dev, c, x, y, w, h) {
 function allocInfo(file, c, i, extra) {
   const A = c.allocs, o = i * AL;
   S.sel = i;
-  S.highlight = new Set([A[o + 5]]);
+  S.highlight = new Set([A[o + LIFE.stack]]);
   redrawAll();
   const t0 = c.clock ? c.clock.t0 : NaN;
   const when = (t) => (isNaN(t) ? '' : isNaN(t0) ? ` (time ${t} µs)` : ` (t = ${((t - t0) / 1e6).toFixed(6)} s)`);
-  const freed = A[o + 4] >= 0 ? `freed at event ${A[o + 4] - 1}${when(A[o + 7])}` : 'still allocated at the end of the trace';
-  const head = el('div', { id: 'alloc-info', 'data-alloc-addr': String(A[o]), 'data-alloc-size': String(A[o + 1]), 'data-alloc-request': String(A[o + 2]),
-    'data-alloc-state': String(A[o + 3]), 'data-free-state': String(A[o + 4]), 'data-alloc-index': String(i) },
-  el('div', {}, `Allocation ${hex(A[o])}: ${bytes(A[o + 1])} (request ${bytes(A[o + 2])}, ${A[o + 2]} B)`),
-  el('div', {}, `${A[o + 3] > 0 ? `allocated at event ${A[o + 3] - 1}${when(A[o + 6])}` : 'allocated before the trace began'}; ${freed}`));
-  showStack(file, A[o + 5], 'Allocated at ' + siteName(file, A[o + 5]), extra ? el('div', {}, extra, head) : head);
+  const freed = A[o + LIFE.end] >= 0 ? `freed at event ${A[o + LIFE.end] - 1}${when(A[o + LIFE.end_time_us])}` : 'still allocated at the end of the trace';
+  const head = el('div', { id: 'alloc-info', 'data-alloc-addr': String(A[o + LIFE.address]), 'data-alloc-size': String(A[o + LIFE.size]), 'data-alloc-request': String(A[o + LIFE.requested]),
+    'data-alloc-state': String(A[o + LIFE.start]), 'data-free-state': String(A[o + LIFE.end]), 'data-alloc-index': String(i) },
+  el('div', {}, `Allocation ${hex(A[o + LIFE.address])}: ${bytes(A[o + LIFE.size])} (request ${bytes(A[o + LIFE.requested])}, ${A[o + LIFE.requested]} B)`),
+  el('div', {}, `${A[o + LIFE.start] > 0 ? `allocated at event ${A[o + LIFE.start] - 1}${when(A[o + LIFE.start_time_us])}` : 'allocated before the trace began'}; ${freed}`));
+  showStack(file, A[o + LIFE.stack], 'Allocated at ' + siteName(file, A[o + LIFE.stack]), extra ? el('div', {}, extra, head) : head);
   detail.append(el('button', { onclick: () => { S.highlight = null; S.sel = -1; redrawAll(); } }, 'clear highlight'));
 }
 // For the tests: the drawn allocations visible now, each with a point inside it (page
@@ -641,7 +641,7 @@ api.allocBoxes = () => {
   const Y = (v) => TL_TOP + G.ph - (v / G.ymax) * G.ph, X = (s) => TL_LEFT + xOf(s, G.pw);
   const out = [];
   for (const i of c.drawn) {
-    const A = c.allocs, P = c.pts.get(i), end = A[i * AL + 4] >= 0 ? A[i * AL + 4] : c.states, size = A[i * AL + 1];
+    const A = c.allocs, P = c.pts.get(i), end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : c.states, size = A[i * AL + LIFE.size];
     let best = null;
     for (let q = 0; q < P.length; q += 2) {
       const sa = Math.max(P[q], S.x0), sb = Math.min(q + 2 < P.length ? P[q + 2] : end, S.x1);
@@ -649,7 +649,7 @@ api.allocBoxes = () => {
       const xa = X(sa), xb = X(sb), ya = Y(P[q + 1] + size), yb = Y(P[q + 1]);
       if (!best || (xb - xa) * (yb - ya) > best.area) best = { area: (xb - xa) * (yb - ya), x: (xa + xb) / 2, y: (ya + yb) / 2, w: xb - xa, h: yb - ya };
     }
-    if (best) out.push({ index: i, addr: A[i * AL], size, stack: A[i * AL + 5], ...best, x: best.x + cv.clientLeft, y: best.y + cv.clientTop });
+    if (best) out.push({ index: i, addr: A[i * AL + LIFE.address], size, stack: A[i * AL + LIFE.stack], ...best, x: best.x + cv.clientLeft, y: best.y + cv.clientTop });
   }
   return out;
 };

@@ -3,26 +3,11 @@
 //! (The browser tests in tests/browser check the drawn page itself.)
 
 use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
+use fragscope_report::layout::{Block, Segment};
 use fragscope_report::{file_data, render, ReportOptions};
 use fragscope_trace::summary::summarize;
 
-fn f64s(b64: &str) -> Vec<f64> {
-    // Decoding here keeps the test independent of the encoder's own code path.
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let mut bytes = Vec::new();
-    for chunk in b64.as_bytes().chunks(4) {
-        let pad = chunk.iter().filter(|&&c| c == b'=').count();
-        let n = chunk.iter().fold(0u32, |n, &c| n << 6 | if c == b'=' { 0 } else { val(c) as u32 });
-        bytes.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
-    }
-    bytes.chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
-}
+use crate::decode::f64s;
 
 /// The timeline stacked by role against `summary`'s `roles.by_role`, figure for figure, read
 /// from the page's buckets as the page reads them: `at_peak` the roles at the finest
@@ -96,8 +81,9 @@ fn report_data_agrees_with_summary_and_analyze() {
                 let s = sum.devices.iter().find(|x| x.device == d.device).unwrap();
                 let segs = f64s(&end.segments);
                 let blocks = f64s(&end.blocks);
-                let reserved: f64 = segs.chunks(4).map(|c| c[1]).sum();
-                let allocated: f64 = blocks.chunks(6).filter(|b| b[4] == 1.0).map(|b| b[2]).sum();
+                let reserved: f64 = segs.chunks(Segment::LEN).map(|c| Segment::from_values(c).size).sum();
+                let allocated: f64 =
+                    blocks.chunks(Block::LEN).map(Block::from_values).filter(|b| b.state == 1.0).map(|b| b.size).sum();
                 assert_eq!(reserved as u64, s.all.reserved_bytes, "{}: reserved at the end", path.display());
                 assert_eq!(allocated as u64, s.all.allocated_bytes, "{}: allocated at the end", path.display());
             }
