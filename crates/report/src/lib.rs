@@ -588,7 +588,7 @@ fn draw(
             let (c, sites) = c.finish(&lives_of[&d], scan.buckets);
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, largest, table);
-            let initial = scan.initial.encode(snap, table);
+            let initial = initial::encode(snap, d, &lives_of[&d], opts.top_allocations, table);
             let segs = segments::encode(snap, d, segments::segment_lives(snap, d), opts.top_allocations, table);
             (d, curves, allocations, initial, scan.requests, scan.phases, marks, (amax, segs))
         })
@@ -634,14 +634,13 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
     out
 }
 
-/// What the page shows of a device that is read from its trace (and final state)
-/// alone, without the block lives: found beside the analysis' walk ([`file_data`]).
+/// What the page shows of a device that is read from its trace alone, without the
+/// block lives: found beside the analysis' walk ([`file_data`]).
 struct TraceScan {
     /// Entries of the largest `alloc`s (see [`LargestAllocs`]).
     largest: Vec<usize>,
     /// [`DeviceData::requests`].
     requests: String,
-    initial: initial::Initial,
     phases: Vec<Phase>,
     /// The figures of the curves' buckets read from the trace.
     buckets: curves::TraceBuckets,
@@ -651,23 +650,15 @@ impl TraceScan {
     fn new(snap: &Snapshot, device: i64, opts: &ReportOptions) -> Self {
         let trace = snap.trace(device);
         let mut largest = LargestAllocs::new(opts.top_allocations);
-        let mut initial = initial::InitialScan::new(snap);
         let mut buckets = curves::TraceBuckets::scan(trace.len(), opts);
-        // One pass over the entries for all three: a long trace is hundreds of MB, read
-        // once rather than three times.
+        // One pass over the entries for both: a long trace is hundreds of MB, read once
+        // rather than twice.
         for (i, e) in trace.iter().enumerate() {
             largest.entry(i, e);
-            initial.entry(i, e);
             buckets.entry(i, e);
         }
         let (largest, requests) = largest.finish();
-        TraceScan {
-            largest,
-            requests,
-            initial: initial.finish(snap, device, opts.top_allocations),
-            phases: phases(snap, device),
-            buckets: buckets.finish(),
-        }
+        TraceScan { largest, requests, phases: phases(snap, device), buckets: buckets.finish() }
     }
 }
 

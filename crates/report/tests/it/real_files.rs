@@ -147,3 +147,28 @@ fn segment_lives_add_up_to_the_reserved_curve() {
     }
     assert!(checked >= fragscope_testdata::min_files(30), "{checked} devices checked");
 }
+
+/// The allocations drawn from before the trace are the blocks the timeline's walk seeds at
+/// state 0: with room for all of them, their bytes are the timeline's allocated bytes at
+/// state 0, on every real file (one rule, the walk's, for both).
+#[test]
+fn allocations_before_the_trace_are_the_timelines_seeded_blocks() {
+    use fragscope_report::layout::Life;
+    use fragscope_trace::timeline::{timeline, TimelineOptions};
+    let files = fragscope_testdata::real_pickles();
+    let opts = ReportOptions { top_allocations: 100_000, ..ReportOptions::default() };
+    let mut seeded = 0;
+    for path in &files {
+        let snap = fragscope_snapshot::read_path(path).unwrap();
+        let data = file_data(&path.display().to_string(), false, &snap, &opts);
+        for d in &data.devices {
+            let t = timeline(&snap, d.device, &TimelineOptions { points: 1 });
+            let lives: Vec<Life> = f64s(&d.initial_allocations).chunks(Life::LEN).map(Life::from_values).collect();
+            assert!(lives.len() < 100_000, "{}: room for every seeded block", path.display());
+            let bytes: f64 = lives.iter().map(|l| l.size).sum();
+            assert_eq!(bytes as u64, t.seeded.allocated_bytes, "{} cuda:{}", path.display(), d.device);
+            seeded += usize::from(!lives.is_empty());
+        }
+    }
+    assert!(seeded >= fragscope_testdata::min_count(10, 1), "{seeded} devices with blocks before the trace");
+}
