@@ -172,3 +172,38 @@ fn allocations_before_the_trace_are_the_timelines_seeded_blocks() {
     }
     assert!(seeded >= fragscope_testdata::min_count(10, 1), "{seeded} devices with blocks before the trace");
 }
+
+/// The what-if curves are the analysis' replays: one per trial (the recorded settings,
+/// then every setting tried, in the analysis' order), each with the trial's figures, and
+/// each curve peaks at the peak reserved bytes the analysis measured (its replay was run
+/// from the trial's own configuration).
+#[test]
+fn whatif_curves_are_the_analysis_replays() {
+    let files = fragscope_testdata::real_pickles();
+    let mut drawn = 0;
+    for path in &files {
+        let snap = fragscope_snapshot::read_path(path).unwrap();
+        let data = file_data(&path.display().to_string(), false, &snap, &ReportOptions::default());
+        for d in &data.devices {
+            let what = format!("{} cuda:{}", path.display(), d.device);
+            let a = data.analysis["devices"].as_array().unwrap().iter().find(|a| a["device"] == d.device).unwrap();
+            let r = &a["recommendations"];
+            if r["baseline"].is_null() || r["measured"] != true {
+                assert!(d.whatif.is_empty(), "{what}: curves without replays");
+                continue;
+            }
+            let trials: Vec<&serde_json::Value> =
+                std::iter::once(&r["baseline"]).chain(r["tried"].as_array().unwrap()).collect();
+            assert_eq!(d.whatif.len(), trials.len(), "{what}: one curve per trial");
+            for (c, t) in d.whatif.iter().zip(trials) {
+                assert_eq!(c.setting, t["setting"].as_str().unwrap(), "{what}");
+                assert_eq!(c.peak_reserved_bytes, t["peak_reserved_bytes"].as_u64().unwrap(), "{what}: {}", c.setting);
+                assert_eq!(c.first_oom_index.map(|i| i as u64), t["first_oom_index"].as_u64(), "{what}: {}", c.setting);
+                let peak = f64s(&c.reserved).into_iter().fold(0.0f64, f64::max);
+                assert_eq!(peak as u64, c.peak_reserved_bytes, "{what}: {}: the curve's peak", c.setting);
+                drawn += 1;
+            }
+        }
+    }
+    assert!(drawn >= fragscope_testdata::min_count(5, 1), "{drawn} what-if curves checked");
+}
