@@ -20,9 +20,10 @@
 //!   results, phases from `external_annotations`, the largest allocations and the stacks
 //!   they reference.
 //!
-//! [`render`] turns a list of [`FileData`] (several files: ranks side by side) into the
-//! HTML text; [`file_data`] builds one from a snapshot, so that a caller holding many
-//! large files keeps only one snapshot in memory at a time.
+//! [`render`] turns a list of [`FileData`] (several files: ranks side by side, compared
+//! by [`fragscope_diagnose::compare_ranks`]) into the HTML text; [`file_data`] builds one
+//! from a snapshot, so that a caller holding many large files keeps only one snapshot in
+//! memory at a time.
 
 pub mod curves;
 pub mod encode;
@@ -329,6 +330,10 @@ pub struct FileData {
     /// What the page's size budget left out of this file (several devices or files
     /// share it), in words; `None` when nothing.
     pub budget_note: Option<String>,
+    /// What the comparison of several files reads of this one (from its analysis): the
+    /// page's `ranks` ([`fragscope_diagnose::compare_ranks`]).
+    #[serde(skip)]
+    pub rank: fragscope_diagnose::RankFigures,
 }
 
 /// Builds one file's report data (summary, analysis, curves, state moments, phases).
@@ -367,6 +372,7 @@ pub fn file_data_shared(
         sites: table.sites,
         streams: table.streams,
         budget_note,
+        rank: fragscope_diagnose::RankFigures::of(&ana),
     }
 }
 
@@ -845,10 +851,19 @@ fn page_html(
         version: &'static str,
         files: &'a [FileData],
         diff: Option<&'a fragscope_diagnose::diff::Diff>,
+        /// Several files compared (the median, the outliers and their call sites), for
+        /// the page's table of files; only with several files.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ranks: Option<fragscope_diagnose::RankComparison>,
         #[serde(skip_serializing_if = "Option::is_none")]
         predict: Option<&'a predict::PredictPage>,
     }
-    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff, predict };
+    let ranks = (files.len() > 1).then(|| {
+        let each: Vec<(&str, Result<&fragscope_diagnose::RankFigures, &str>)> =
+            files.iter().map(|f| (f.name.as_str(), Ok(&f.rank))).collect();
+        fragscope_diagnose::compare_ranks(&each)
+    });
+    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff, ranks, predict };
     let json = serde_json::to_string(&page).unwrap_or_else(|_| "{}".into());
     fill_template(TEMPLATE, &html_escape(title), CSS, &JS.replace("</script", "<\\/script"), &script_data(&json))
 }

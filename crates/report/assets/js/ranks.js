@@ -1,22 +1,20 @@
 // ranks.js: view 6, several files side by side, and two files compared (diff).
+// The files compared by the analysis (DATA.ranks, fragscope_diagnose::compare_ranks): each
+// file's figures are those of its device with the largest reserved peak; the median,
+// the outliers and the call sites that explain them are Rust's, drawn as they are.
 function ranksView() {
+  const R = DATA.ranks;
   const sec = el('section', { id: 'ranks' });
   sec.append(el('h2', {}, `6. ${DATA.files.length} files side by side`));
-  const rows = DATA.files.map((f, i) => {
-    const peaks = (f.analysis.devices || []).map((d) => d.fragmentation.timeline.peak_reserved.bytes);
-    const alloc = (f.analysis.devices || []).map((d) => d.fragmentation.timeline.peak_allocated.bytes);
-    return { i, name: f.name, res: Math.max(0, ...peaks), alloc: Math.max(0, ...alloc), top: topSite(f) };
-  });
-  const sorted = rows.map((r) => r.res).sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  const median = sorted.length ? (sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2) : 0;
-  const maxRes = Math.max(1, ...rows.map((r) => r.res));
+  const outliers = new Map(R.outliers.map((o) => [o.rank, o]));
+  const median = R.median_peak_reserved;
+  const maxRes = Math.max(1, ...R.ranks.map((r) => r.peak_reserved));
   const t = el('table', {}, el('tr', {}, el('th', {}, 'file'), el('th', { class: 'n' }, 'peak reserved'), el('th', {}, ''), el('th', { class: 'n' }, 'peak allocated'), el('th', {}, 'largest site at the allocated peak'), el('th', {}, '')));
-  for (const r of rows) {
-    const out = rows.length > 2 && median > 0 && r.res > 1.1 * median;
-    t.append(el('tr', { 'data-file': String(r.i), 'data-peak-reserved': String(r.res), 'data-outlier': out ? '1' : '0', 'data-median': String(median) }, el('td', {}, el('a', { href: '#', onclick: (e) => { e.preventDefault(); choose(r.i); } }, r.name)),
-      el('td', { class: 'n' }, bytes(r.res)), el('td', {}, el('span', { class: 'bar', style: `width:${(160 * r.res) / maxRes}px;background:${out ? '#ef4444' : '#3b82f6'}` })),
-      el('td', { class: 'n' }, bytes(r.alloc)), el('td', {}, r.top), el('td', { class: 'sev-high' }, out ? `outlier: ${(r.res / median).toFixed(2)}× the median${whyOutlier(r.i)}` : '')));
+  for (const r of R.ranks) {
+    const o = outliers.get(r.rank);
+    t.append(el('tr', { 'data-file': String(r.rank), 'data-peak-reserved': String(r.peak_reserved), 'data-outlier': o ? '1' : '0', 'data-median': String(median) }, el('td', {}, el('a', { href: '#', onclick: (e) => { e.preventDefault(); choose(r.rank); } }, r.file)),
+      el('td', { class: 'n' }, bytes(r.peak_reserved)), el('td', {}, el('span', { class: 'bar', style: `width:${(160 * r.peak_reserved) / maxRes}px;background:${o ? '#ef4444' : '#3b82f6'}` })),
+      el('td', { class: 'n' }, bytes(r.peak_allocated)), el('td', {}, topSite(DATA.files[r.rank], r.device)), el('td', { class: 'sev-high' }, o ? `outlier: ${o.ratio.toFixed(2)}× the median${whyOutlier(o, R)}` : '')));
   }
   sec.append(t);
   if (DATA.diff) sec.append(diffView(DATA.diff));
@@ -44,26 +42,18 @@ function diffView(d) {
   if (d.only_in_a.length || d.only_in_b.length) div.append(el('p', { class: 'note' }, `Devices only in A: ${d.only_in_a.join(', ') || 'none'}; only in B: ${d.only_in_b.join(', ') || 'none'}.`));
   return div;
 }
-// The call site whose live bytes at the allocated peak exceed most the median of the
-// same site in the other files.
-function whyOutlier(i) {
-  const sites = (f) => {
-    const m = new Map();
-    for (const d of f.analysis.devices || []) for (const s of d.peaks.allocated_peak.sites) m.set(s.site, (m.get(s.site) || 0) + s.bytes);
-    return m;
-  };
-  const mine = sites(DATA.files[i]);
-  const others = DATA.files.filter((_, j) => j !== i).map(sites);
-  let best = null;
-  for (const [site, b] of mine) {
-    const v = others.map((o) => o.get(site) || 0).sort((x, y) => x - y);
-    const ex = b - v[Math.floor((v.length - 1) / 2)];
-    if (!best || ex > best.ex) best = { site, ex };
-  }
-  return best && best.ex > 0 ? `; ${best.site} holds ${bytes(best.ex)} more than on the median file` : '';
+// The call site that explains most of an outlier's excess: where it holds the most
+// more than the median rank (DATA.ranks.median_rank) at their allocated peaks.
+function whyOutlier(o, R) {
+  const s = o.sites[0];
+  if (!s) return '';
+  const base = R.ranks[R.median_rank].file.replace(/^.*\//, '');
+  return `; ${s.site} holds ${bytes(s.excess)} more than on the median file (${base})`;
 }
-function topSite(f) {
-  const d = (f.analysis.devices || [])[0];
+// The largest call site at the allocated peak of a file's device (the one its figures
+// are of).
+function topSite(f, device) {
+  const d = (f.analysis.devices || []).find((x) => x.device === device);
   const s = d && d.peaks.allocated_peak.sites[0];
   return s ? `${s.site} (${bytes(s.bytes)})` : '—';
 }

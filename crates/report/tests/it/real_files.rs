@@ -207,3 +207,53 @@ fn whatif_curves_are_the_analysis_replays() {
     }
     assert!(drawn >= fragscope_testdata::min_count(5, 1), "{drawn} what-if curves checked");
 }
+
+/// A page of several files carries their comparison (`ranks`), each file's row read from
+/// its analysis (the device with the largest reserved peak, the first among equals), the
+/// median of those peaks, and the outliers by the rule; a page of one file carries none.
+#[test]
+fn a_page_of_several_files_carries_their_comparison() {
+    let files: Vec<_> = fragscope_testdata::real_pickles().into_iter().take(5).collect();
+    assert!(files.len() >= 3, "{} real pickles", files.len());
+    let data: Vec<_> = files
+        .iter()
+        .map(|p| {
+            let snap = fragscope_snapshot::read_path(p).unwrap();
+            file_data(&p.display().to_string(), false, &snap, &ReportOptions::default().share(files.len()))
+        })
+        .collect();
+    let page_data = |html: &str| -> serde_json::Value {
+        let start = html.find("application/json\">").unwrap() + "application/json\">".len();
+        serde_json::from_str(&html[start..start + html[start..].find("</script>").unwrap()]).unwrap()
+    };
+    let page = page_data(&render(&data));
+    let ranks = &page["ranks"];
+    let mut peaks = Vec::new();
+    for (i, f) in data.iter().enumerate() {
+        let devices = f.analysis["devices"].as_array().unwrap();
+        let best = devices.iter().fold(None::<&serde_json::Value>, |b, d| {
+            let p = |d: &serde_json::Value| d["fragmentation"]["timeline"]["peak_reserved"]["bytes"].as_u64().unwrap();
+            if b.is_some_and(|b| p(b) >= p(d)) {
+                b
+            } else {
+                Some(d)
+            }
+        });
+        let row = &ranks["ranks"][i];
+        let want = best.map_or(0, |d| d["fragmentation"]["timeline"]["peak_reserved"]["bytes"].as_u64().unwrap());
+        assert_eq!(row["peak_reserved"].as_u64(), Some(want), "{}", f.name);
+        assert_eq!(row["device"], best.map_or(serde_json::Value::Null, |d| d["device"].clone()), "{}", f.name);
+        assert_eq!(row["file"], f.name.as_str());
+        peaks.push(want);
+    }
+    let mut sorted = peaks.clone();
+    sorted.sort_unstable();
+    let n = sorted.len();
+    let median = if n % 2 == 1 { sorted[n / 2] as f64 } else { (sorted[n / 2 - 1] + sorted[n / 2]) as f64 / 2.0 };
+    assert_eq!(ranks["median_peak_reserved"].as_f64(), Some(median));
+    let outliers: Vec<u64> =
+        ranks["outliers"].as_array().unwrap().iter().map(|o| o["rank"].as_u64().unwrap()).collect();
+    let want: Vec<u64> = (0..n as u64).filter(|&i| peaks[i as usize] as f64 > 1.1 * median).collect();
+    assert_eq!(outliers, want);
+    assert!(page_data(&render(&data[..1]))["ranks"].is_null(), "one file: no comparison");
+}
