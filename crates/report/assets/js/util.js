@@ -10,10 +10,13 @@ function el(tag, attrs, ...kids) {
   for (const k of kids) if (k != null) e.append(k instanceof Node ? k : String(k));
   return e;
 }
-// Sizes as every CLI command prints them (PyTorch's `format_size`, the analysis crate's
-// `oom_message::format_size`): "512 bytes", "1.50 KiB" up to 1 MiB, "12.50 MiB" up to
+// Sizes as every CLI command prints them (PyTorch's `format_size`, Rust's
+// `fragscope_alloc::format_size`): "512 bytes", "1.50 KiB" up to 1 MiB, "12.50 MiB" up to
 // 1 GiB, then GiB; two decimals rounded as Rust rounds them (an exact tie to the even
-// digit: 7.125 GiB is "7.12 GiB" there, where toFixed would say 7.13).
+// digit: 7.125 GiB is "7.12 GiB" there, where toFixed would say 7.13). Kept here for the
+// figures the page computes as the user zooms or clicks; the browser test "byte
+// formatter" checks it against Rust's text on every value of
+// crates/report/tests/format_size.json.
 function bytes(n) {
   if (n == null || isNaN(n)) return '—';
   const sign = n < 0 ? '-' : '', v = Math.abs(n);

@@ -3,6 +3,7 @@
 //! testing, not linking). Run one file's tests with `cargo test -p CRATE --test it FILE::`.
 
 mod decode;
+mod format_size;
 mod layouts;
 mod real_files;
 mod state_deltas;
