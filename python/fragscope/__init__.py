@@ -24,7 +24,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import statistics
 import warnings
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -815,54 +814,25 @@ class RankSummary:
     """
 
     def __init__(self, paths: Sequence[str], outcomes: Sequence[Any]) -> None:
-        self.analyses: List[Optional[Analysis]] = []
-        self.ranks: List[Dict[str, Any]] = []
-        for i, (path, (ok, text)) in enumerate(zip(paths, outcomes)):
-            a = Analysis(text) if ok else None
-            self.analyses.append(a)
-            row: Dict[str, Any] = {"rank": i, "file": path, "error": None if ok else text}
-            row.update(_rank_figures(a._body() if a else None))
-            self.ranks.append(row)
-        read = [r for r in self.ranks if r["error"] is None]
-        self.median_peak_reserved: Optional[float] = (
-            statistics.median(r["peak_reserved"] for r in read) if read else None
-        )
-        peak = max(read, key=lambda r: (r["peak_reserved"], -r["rank"]), default=None)
-        self.peak_rank: Optional[int] = peak["rank"] if peak else None
-        self.oom_ranks: List[int] = [r["rank"] for r in read if r["oom"] is not None]
-        self.excess_over_median: Optional[float] = (
-            peak["peak_reserved"] - self.median_peak_reserved if peak and self.median_peak_reserved is not None else None
-        )
-        # The rank nearest the median is the baseline the peak rank's call sites are compared with.
-        base = (
-            min(read, key=lambda r: (abs(r["peak_reserved"] - self.median_peak_reserved), r["rank"]))
-            if read
-            else None
-        )
-        self.median_rank: Optional[int] = base["rank"] if base else None
-        self.sites: List[Dict[str, Any]] = []
-        if peak and base and peak is not base:
-            mine = peak.pop("_sites")
-            theirs = base.get("_sites", {})
-            deltas = [
-                {"site": s, "bytes": b, "median_rank_bytes": theirs.get(s, 0), "excess": b - theirs.get(s, 0)}
-                for s, b in mine.items()
-            ]
-            self.sites = sorted((d for d in deltas if d["excess"] > 0), key=lambda d: -d["excess"])[:10]
-        for r in self.ranks:
-            r.pop("_sites", None)
+        paths = [str(p) for p in paths]
+        outcomes = [(bool(ok), str(text)) for ok, text in outcomes]
+        self.analyses: List[Optional[Analysis]] = [Analysis(text) if ok else None for ok, text in outcomes]
+        # The comparison is fragscope's one definition (Rust's compare_ranks), the same the
+        # report's page of several files draws.
+        self._doc: Dict[str, Any] = json.loads(_native.ranks_json(paths, outcomes))
+        self.ranks: List[Dict[str, Any]] = self._doc["ranks"]
+        self.median_peak_reserved: Optional[float] = self._doc["median_peak_reserved"]
+        self.peak_rank: Optional[int] = self._doc["peak_rank"]
+        self.oom_ranks: List[int] = self._doc["oom_ranks"]
+        self.excess_over_median: Optional[float] = self._doc["excess_over_median"]
+        self.median_rank: Optional[int] = self._doc["median_rank"]
+        self.sites: List[Dict[str, Any]] = self._doc["sites"]
+        #: Ranks whose peak reserved exceeds 1.1 × the median (with 3 ranks or more), each
+        #: with the call sites where it holds more than the median rank.
+        self.outliers: List[Dict[str, Any]] = self._doc["outliers"]
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
-            "schema": "fragscope.ranks/1",
-            "ranks": self.ranks,
-            "peak_rank": self.peak_rank,
-            "median_rank": self.median_rank,
-            "median_peak_reserved": self.median_peak_reserved,
-            "excess_over_median": self.excess_over_median,
-            "oom_ranks": self.oom_ranks,
-            "sites": self.sites,
-        }
+        return dict(self._doc)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -890,24 +860,6 @@ class RankSummary:
             [(s["site"], _fmt_bytes(s["bytes"]), _fmt_bytes(s["median_rank_bytes"]), _fmt_bytes(s["excess"])) for s in self.sites],
         )
         return out
-
-
-def _rank_figures(body: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """A rank's peak figures from its analysis: the device with the largest reserved peak."""
-    out: Dict[str, Any] = {"peak_reserved": 0, "peak_allocated": 0, "device": None, "oom": None, "_sites": {}}
-    if body is None:
-        return out
-    for d in body["devices"]:
-        tl = d["fragmentation"]["timeline"]
-        reserved, allocated = tl["peak_reserved"]["bytes"], tl["peak_allocated"]["bytes"]
-        if out["oom"] is None and d.get("oom"):
-            out["oom"] = d["oom"]["verdict"]
-        if out["device"] is None or reserved > out["peak_reserved"]:
-            sites: Dict[str, int] = {}
-            for s in d["peaks"]["allocated_peak"]["sites"]:
-                sites[s["site"]] = sites.get(s["site"], 0) + s["bytes"]
-            out.update(peak_reserved=reserved, peak_allocated=allocated, device=d["device"], _sites=sites)
-    return out
 
 
 class Prediction(Result):

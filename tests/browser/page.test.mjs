@@ -13,7 +13,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve, dirname, basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -336,6 +336,21 @@ test('call sites: the page names a stack as analyze does; allocator frames hidde
     assert.equal(await page.$eval('#detail-body [data-stack]', (x) => x.textContent), frames.join('\n'), 'the toggle shows every frame');
     await page.uncheck('#all-frames');
   } else console.log('# the clicked stack has no allocator frame; toggle not exercised');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+// ---------- one byte formatter ----------
+
+test('byte formatter: bytes() gives the text of Rust\'s format_size on every value of its table', async () => {
+  // crates/report/tests/format_size.json: (bytes, format_size's text), kept current by the
+  // Rust test format_size_table_for_the_browser_test_is_what_rust_gives.
+  const table = JSON.parse(readFileSync(join(ROOT, 'crates/report/tests/format_size.json'), 'utf8'));
+  assert.ok(table.length > 500, `${table.length} values`);
+  const { page, errors } = await open(ctx, report([], join(OUT, 'bytes-example.html')));
+  const shown = await page.evaluate((t) => t.map(([n]) => window.fragscope.bytes(n)), table);
+  const wrong = table.flatMap(([n, text], i) => (shown[i] === text ? [] : [`${n}: ${shown[i]} (Rust: ${text})`]));
+  assert.deepEqual(wrong, [], 'bytes() and format_size disagree');
   assert.deepEqual(errors, []);
   await page.close();
 });

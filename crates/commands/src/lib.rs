@@ -19,6 +19,7 @@ pub mod export;
 pub mod input;
 pub mod oom;
 pub mod predict;
+pub mod ranks;
 pub mod replay;
 pub mod state;
 pub mod summary;

@@ -11,6 +11,8 @@
 //!   `set_to_none`, activation checkpointing), replayed ([`role_whatif::RoleWhatIf`]);
 //! * [`analyze`]: all of the above, most important first ([`analyze::Analysis`]);
 //! * [`diff`] and [`check`]: two snapshots compared, and a CI gate;
+//! * [`compare_ranks`]: several ranks compared: the median, the outliers and the call
+//!   sites that explain them ([`RankComparison`]);
 //! * [`window`]: a slice of a long trace made into a snapshot of its own.
 
 pub mod advice;
@@ -22,3 +24,9 @@ pub mod oom;
 pub mod recommend;
 pub mod role_whatif;
 pub mod window;
+
+mod ranks;
+pub use ranks::{
+    compare_ranks, Outlier, RankComparison, RankFigures, RankRow, SiteExcess, MIN_RANKS_FOR_OUTLIERS, OUTLIER_FACTOR,
+    TOP_SITES,
+};

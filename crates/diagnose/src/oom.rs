@@ -81,7 +81,7 @@ use fragscope_trace::timeline;
 const CAP_MARGIN: u64 = 64 << 20;
 
 /// `oom` verdicts (module doc).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Fragmentation,

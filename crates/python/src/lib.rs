@@ -349,6 +349,26 @@ fn format_size(n: u64) -> String {
     fragscope_alloc::format_size(n)
 }
 
+/// The ranks document (`fragscope.ranks/1`) of `files`, each with the outcome of its
+/// `analyze` (`(True, analyze --json text)` or `(False, the error line)`, as
+/// [`analyze_many`] and `fragscope.analyze_file` return them): one definition of the
+/// median, the peak rank and the outliers ([`fragscope_diagnose::compare_ranks`]).
+#[pyfunction]
+fn ranks_json(py: Python<'_>, files: Vec<String>, outcomes: Vec<(bool, String)>) -> PyResult<String> {
+    if files.len() != outcomes.len() {
+        return Err(Fail(Error::argument(vec![format!(
+            "{} files for {} outcomes: one outcome per file",
+            files.len(),
+            outcomes.len()
+        )
+        .into()]))
+        .into());
+    }
+    let docs: Vec<(String, Result<String, String>)> =
+        files.into_iter().zip(outcomes).map(|(f, (ok, text))| (f, if ok { Ok(text) } else { Err(text) })).collect();
+    py.allow_threads(move || commands::ranks::json_of_documents(&docs)).map_err(|e| Fail(e).into())
+}
+
 /// `fragscope oom --json TEXT`: every CUDA out-of-memory message in `text` explained.
 #[pyfunction]
 fn explain_oom_json(py: Python<'_>, text: String) -> PyResult<String> {
@@ -515,5 +535,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(predict_json, m)?)?;
     m.add_function(wrap_pyfunction!(explain_oom_json, m)?)?;
     m.add_function(wrap_pyfunction!(format_size, m)?)?;
+    m.add_function(wrap_pyfunction!(ranks_json, m)?)?;
     Ok(())
 }

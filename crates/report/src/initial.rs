@@ -3,89 +3,46 @@
 //! A trace starts when recording started or when its ring buffer last wrapped, so blocks
 //! may already be allocated at its first entry (often most of the memory: the weights).
 //! PyTorch's memory_viz draws them at the bottom of the stack from the first moment; so
-//! does the page. They are, as [`fragscope_trace::timeline`] seeds them:
-//! * blocks allocated in the final snapshot whose address no trace entry allocates or
-//!   frees (live the whole trace; their real size, request and stack from the snapshot);
-//! * frees of addresses the trace never allocated before (live until that free; the
-//!   request of the free entry, rounded; no stack, as a free entry's frames are the free
-//!   stack when recorded with `context="all"`).
+//! does the page. They are the blocks the trace walk seeds as allocated at state 0
+//! ([`BlockLives::seeded`], by the one rule of [`fragscope_trace::timeline`]: blocks of
+//! the final snapshot the trace never allocated, and frees of addresses the trace never
+//! allocated), each live until the entry that ended its `allocated` life in that walk. So
+//! the allocations drawn from the first state add up to the timeline's allocated bytes at
+//! state 0 by construction.
 //!
-//! Records as [`crate::DeviceData::allocations`], with alloc state 0 and no alloc time.
+//! Records as [`crate::DeviceData::allocations`] ([`Life`]), with start state 0 and no
+//! start time.
 
-use fragscope_alloc::rounding::round_size;
-use fragscope_snapshot::{Action, BlockState, FxHashMap, Snapshot, StackId, TraceEvent, NO_TIME};
+use fragscope_snapshot::{Snapshot, NO_TIME};
+use fragscope_trace::lives::{BlockLives, SeededLife, LIVE_AT_END};
 
+use crate::layout::Life;
 use crate::{encode, StackTable};
 
-/// The `top` largest allocations live at state 0 of a device, found from its trace and
-/// final state alone ([`InitialScan`]: no walk of the blocks' lives), so that the report
-/// can look for them beside the analysis' walk; [`Initial::encode`] gives them their
-/// page stack indices afterwards, in the page's fixed order.
-pub struct Initial {
-    /// Records as [`crate::DeviceData::allocations`], in address order, with the stack
-    /// field left at −1.
-    lives: Vec<[f64; 8]>,
-    /// The stack of each record (`None` for a free of an unknown address).
-    stacks: Vec<Option<StackId>>,
-}
-
-/// [`Initial`] being read, entry by entry, in the same pass over the trace as the
-/// report's other figures: addresses the trace allocates, and frees of addresses not
-/// allocated yet.
-pub struct InitialScan {
-    cfg: fragscope_alloc::AllocatorConfig,
-    open: FxHashMap<u64, bool>,
-    lives: Vec<([f64; 8], Option<StackId>)>,
-}
-
-impl InitialScan {
-    pub fn new(snap: &Snapshot) -> Self {
-        InitialScan { cfg: fragscope_replay::recorded_config(snap), open: FxHashMap::default(), lives: Vec::new() }
-    }
-
-    /// Entry `i` of the device's trace, in order from 0.
-    #[inline]
-    pub fn entry(&mut self, i: usize, e: &TraceEvent) {
-        match e.action {
-            Action::Alloc => {
-                self.open.insert(e.addr, true);
-            }
-            // A free of an address the trace never allocated: live from the start.
-            Action::FreeRequested if self.open.insert(e.addr, false).is_none() => {
-                let t = if e.time_us == NO_TIME { f64::NAN } else { e.time_us as f64 };
-                let size = round_size(e.size, &self.cfg) as f64;
-                self.lives.push(([e.addr as f64, size, e.size as f64, 0.0, (i + 1) as f64, -1.0, f64::NAN, t], None));
-            }
-            _ => {}
+/// The `top` largest of `lives`' seeded blocks (by size, the lower address first among
+/// equals), in address order, as the page gets them, their stacks entered in `table` in
+/// that order.
+pub fn encode(snap: &Snapshot, device: i64, lives: &BlockLives, top: usize, table: &mut StackTable) -> String {
+    let trace = snap.trace(device);
+    let mut chosen: Vec<&SeededLife> = lives.seeded.iter().collect();
+    chosen.sort_unstable_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
+    chosen.truncate(top);
+    chosen.sort_unstable_by_key(|l| l.address);
+    let mut v = Vec::with_capacity(chosen.len() * Life::LEN);
+    for l in chosen {
+        let ended = (l.end != LIVE_AT_END).then_some(l.end);
+        let time = ended.and_then(|e| trace.get(e)).map(|e| e.time_us).filter(|&t| t != NO_TIME);
+        Life {
+            address: l.address as f64,
+            size: l.size as f64,
+            requested: l.request as f64,
+            start: 0.0,
+            end: ended.map_or(-1.0, |e| (e + 1) as f64),
+            stack: table.index(snap, l.stack) as f64,
+            start_time_us: f64::NAN,
+            end_time_us: time.map_or(f64::NAN, |t| t as f64),
         }
+        .push_to(&mut v);
     }
-
-    /// The `top` largest, once every entry of `device`'s trace has been read.
-    pub fn finish(self, snap: &Snapshot, device: i64, top: usize) -> Initial {
-        let (open, mut lives) = (self.open, self.lives);
-        for s in snap.device_segments(device) {
-            for b in s.blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated) {
-                if !open.contains_key(&b.address) {
-                    let req = b.requested_size.unwrap_or(b.size) as f64;
-                    lives.push(([b.address as f64, b.size as f64, req, 0.0, -1.0, -1.0, f64::NAN, f64::NAN], b.stack));
-                }
-            }
-        }
-        // The largest, then back in address order for a stable page.
-        lives.sort_unstable_by(|(a, _), (b, _)| b[1].total_cmp(&a[1]).then(a[0].total_cmp(&b[0])));
-        lives.truncate(top);
-        lives.sort_unstable_by(|(a, _), (b, _)| a[0].total_cmp(&b[0]));
-        let (lives, stacks) = lives.into_iter().unzip();
-        Initial { lives, stacks }
-    }
-}
-
-impl Initial {
-    /// The records for the page, their stacks entered in `table` in address order.
-    pub fn encode(mut self, snap: &Snapshot, table: &mut StackTable) -> String {
-        for (l, s) in self.lives.iter_mut().zip(&self.stacks) {
-            l[5] = table.index(snap, *s) as f64;
-        }
-        encode::f64s(&self.lives.concat())
-    }
+    encode::f64s(&v)
 }

@@ -2,7 +2,8 @@
 //!
 //! Everything the page needs is inline: the data (compact JSON, large arrays as base64
 //! typed arrays), the JavaScript and the CSS (owned source files under `assets/`, pulled
-//! in with `include_str!`). The page makes no network request and works from `file://`.
+//! in with `include_str!`; the script's modules, `assets/js/*.js`, bundled into one by
+//! `build.rs`). The page makes no network request and works from `file://`.
 //!
 //! The layout and the levels of detail are computed here, in Rust, so that a trace of
 //! millions of events becomes a few MB the browser can draw with Canvas 2D:
@@ -19,13 +20,15 @@
 //!   results, phases from `external_annotations`, the largest allocations and the stacks
 //!   they reference.
 //!
-//! [`render`] turns a list of [`FileData`] (several files: ranks side by side) into the
-//! HTML text; [`file_data`] builds one from a snapshot, so that a caller holding many
-//! large files keeps only one snapshot in memory at a time.
+//! [`render`] turns a list of [`FileData`] (several files: ranks side by side, compared
+//! by [`fragscope_diagnose::compare_ranks`]) into the HTML text; [`file_data`] builds one
+//! from a snapshot, so that a caller holding many large files keeps only one snapshot in
+//! memory at a time.
 
 pub mod curves;
 pub mod encode;
 pub mod initial;
+pub mod layout;
 pub mod leakcurves;
 pub mod predict;
 pub mod rolecurves;
@@ -180,7 +183,7 @@ fn left_out(d: &DeviceData, per: &ReportOptions, full: &ReportOptions) -> Vec<St
             full.buckets.min(d.events + 1)
         ));
     }
-    let drawn = f64_count(&d.allocations) / 8;
+    let drawn = f64_count(&d.allocations) / layout::Life::LEN;
     if per.top_allocations < full.top_allocations && drawn >= per.top_allocations {
         out.push(format!("its {} largest allocations drawn one by one (of {})", drawn, full.top_allocations));
     }
@@ -199,17 +202,15 @@ fn left_out(d: &DeviceData, per: &ReportOptions, full: &ReportOptions) -> Vec<St
     out
 }
 
-/// Values (f64) per trace entry of the event list: action (index in
-/// [`Action::ALL`]), address (for `oom`: CUDA's free bytes, as recorded), size, stream,
-/// stack (page index, −1 none).
-pub const EVENT_LEN: usize = 5;
+/// Values (f64) per trace entry of the event list ([`layout::Event`]).
+pub const EVENT_LEN: usize = layout::Event::LEN;
 
 /// A run of consecutive trace entries the page lists (see [`event_windows`]).
 #[derive(Serialize)]
 pub struct EventWindow {
     /// Trace index of the first entry.
     pub first: usize,
-    /// Entries, [`EVENT_LEN`] values each, base64 `Float64Array`.
+    /// Entries ([`layout::Event`] records), base64 `Float64Array`.
     pub entries: String,
 }
 
@@ -257,8 +258,14 @@ pub fn event_windows(
             let mut v = Vec::with_capacity((b - a) * EVENT_LEN);
             for e in &trace[a..b] {
                 let action = Action::ALL.iter().position(|&x| x == e.action).unwrap_or(0);
-                let stream = table.stream(snap.stream(e));
-                v.extend([action as f64, e.addr as f64, e.size as f64, stream, table.index(snap, e.stack) as f64]);
+                layout::Event {
+                    action: action as f64,
+                    address: e.addr as f64,
+                    size: e.size as f64,
+                    stream: table.stream(snap.stream(e)),
+                    stack: table.index(snap, e.stack) as f64,
+                }
+                .push_to(&mut v);
             }
             EventWindow { first: a, entries: encode::f64s(&v) }
         })
@@ -277,15 +284,16 @@ pub struct DeviceData {
     pub moments_note: Option<String>,
     /// Per-event deltas between the moments (the state at any event), when they fit.
     pub state_ops: state::StateOps,
-    /// Largest allocations: `[address, size, requested, alloc state, free state (−1 =
-    /// still live), stack, alloc time_us, free time_us (NaN = none)]` each, flattened,
-    /// base64 Float64Array. The timeline draws them stacked, one polygon each.
+    /// Largest allocations ([`layout::Life`] records: alloc state + 1 to free state, −1
+    /// when still live), base64 Float64Array. The timeline draws them stacked, one
+    /// polygon each.
     pub allocations: String,
     /// The largest allocations live before the trace begins, as `allocations` (alloc
     /// state 0), see [`initial`].
     pub initial_allocations: String,
     /// Distinct request sizes and how often each was made, for "which requests could
-    /// this free block have served": `[size, count]` pairs, base64 Float64Array.
+    /// this free block have served": [`layout::RequestCount`] records, base64
+    /// Float64Array.
     pub requests: String,
     /// Reserved curves of the replays `analyze` ran (recorded settings first).
     pub whatif: Vec<whatif::WhatIfCurve>,
@@ -322,6 +330,10 @@ pub struct FileData {
     /// What the page's size budget left out of this file (several devices or files
     /// share it), in words; `None` when nothing.
     pub budget_note: Option<String>,
+    /// What the comparison of several files reads of this one (from its analysis): the
+    /// page's `ranks` ([`fragscope_diagnose::compare_ranks`]).
+    #[serde(skip)]
+    pub rank: fragscope_diagnose::RankFigures,
 }
 
 /// Builds one file's report data (summary, analysis, curves, state moments, phases).
@@ -360,6 +372,7 @@ pub fn file_data_shared(
         sites: table.sites,
         streams: table.streams,
         budget_note,
+        rank: fragscope_diagnose::RankFigures::of(&ana),
     }
 }
 
@@ -581,7 +594,7 @@ fn draw(
             let (c, sites) = c.finish(&lives_of[&d], scan.buckets);
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, largest, table);
-            let initial = scan.initial.encode(snap, table);
+            let initial = initial::encode(snap, d, &lives_of[&d], opts.top_allocations, table);
             let segs = segments::encode(snap, d, segments::segment_lives(snap, d), opts.top_allocations, table);
             (d, curves, allocations, initial, scan.requests, scan.phases, marks, (amax, segs))
         })
@@ -627,14 +640,13 @@ pub fn phases(snap: &Snapshot, device: i64) -> Vec<Phase> {
     out
 }
 
-/// What the page shows of a device that is read from its trace (and final state)
-/// alone, without the block lives: found beside the analysis' walk ([`file_data`]).
+/// What the page shows of a device that is read from its trace alone, without the
+/// block lives: found beside the analysis' walk ([`file_data`]).
 struct TraceScan {
     /// Entries of the largest `alloc`s (see [`LargestAllocs`]).
     largest: Vec<usize>,
     /// [`DeviceData::requests`].
     requests: String,
-    initial: initial::Initial,
     phases: Vec<Phase>,
     /// The figures of the curves' buckets read from the trace.
     buckets: curves::TraceBuckets,
@@ -644,23 +656,15 @@ impl TraceScan {
     fn new(snap: &Snapshot, device: i64, opts: &ReportOptions) -> Self {
         let trace = snap.trace(device);
         let mut largest = LargestAllocs::new(opts.top_allocations);
-        let mut initial = initial::InitialScan::new(snap);
         let mut buckets = curves::TraceBuckets::scan(trace.len(), opts);
-        // One pass over the entries for all three: a long trace is hundreds of MB, read
-        // once rather than three times.
+        // One pass over the entries for both: a long trace is hundreds of MB, read once
+        // rather than twice.
         for (i, e) in trace.iter().enumerate() {
             largest.entry(i, e);
-            initial.entry(i, e);
             buckets.entry(i, e);
         }
         let (largest, requests) = largest.finish();
-        TraceScan {
-            largest,
-            requests,
-            initial: initial.finish(snap, device, opts.top_allocations),
-            phases: phases(snap, device),
-            buckets: buckets.finish(),
-        }
+        TraceScan { largest, requests, phases: phases(snap, device), buckets: buckets.finish() }
     }
 }
 
@@ -774,23 +778,24 @@ fn largest_lives(trace: &[TraceEvent], lives: &BlockLives, allocs: &[usize]) -> 
 fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, table: &mut StackTable) -> String {
     let trace = snap.trace(device);
     let cfg = fragscope_replay::recorded_config(snap);
-    let mut v = Vec::with_capacity(lives.len() * 8);
+    let mut v = Vec::with_capacity(lives.len() * layout::Life::LEN);
     let time = |i: usize| match trace.get(i).map(|e| e.time_us) {
         Some(t) if t != fragscope_snapshot::NO_TIME => t as f64,
         _ => f64::NAN,
     };
     for (j, free) in lives {
         let e = &trace[j];
-        v.extend([
-            e.addr as f64,
-            fragscope_alloc::rounding::round_size(e.size, &cfg) as f64,
-            e.size as f64,
-            (j + 1) as f64,
-            if free == usize::MAX { -1.0 } else { free as f64 },
-            table.index(snap, e.stack) as f64,
-            time(j),
-            if free == usize::MAX { f64::NAN } else { time(free - 1) },
-        ]);
+        layout::Life {
+            address: e.addr as f64,
+            size: fragscope_alloc::rounding::round_size(e.size, &cfg) as f64,
+            requested: e.size as f64,
+            start: (j + 1) as f64,
+            end: if free == usize::MAX { -1.0 } else { free as f64 },
+            stack: table.index(snap, e.stack) as f64,
+            start_time_us: time(j),
+            end_time_us: if free == usize::MAX { f64::NAN } else { time(free - 1) },
+        }
+        .push_to(&mut v);
     }
     encode::f64s(&v)
 }
@@ -800,12 +805,17 @@ fn encode_allocations(snap: &Snapshot, device: i64, lives: Vec<(usize, usize)>, 
 fn encode_requests(m: FxHashMap<u64, u64>) -> String {
     let mut v: Vec<(u64, u64)> = m.into_iter().collect();
     v.sort_unstable();
-    encode::f64s(&v.iter().flat_map(|&(s, c)| [s as f64, c as f64]).collect::<Vec<_>>())
+    let mut out = Vec::with_capacity(v.len() * layout::RequestCount::LEN);
+    for (size, count) in v {
+        layout::RequestCount { size: size as f64, count: count as f64 }.push_to(&mut out);
+    }
+    encode::f64s(&out)
 }
 
 const TEMPLATE: &str = include_str!("../assets/report.html");
 const CSS: &str = include_str!("../assets/report.css");
-const JS: &str = include_str!("../assets/report.js");
+/// The page's script: the modules of `assets/js/` bundled by `build.rs`.
+const JS: &str = include_str!(concat!(env!("OUT_DIR"), "/report.js"));
 
 /// The whole HTML page for the given files (one or several: ranks side by side).
 pub fn render(files: &[FileData]) -> String {
@@ -841,10 +851,19 @@ fn page_html(
         version: &'static str,
         files: &'a [FileData],
         diff: Option<&'a fragscope_diagnose::diff::Diff>,
+        /// Several files compared (the median, the outliers and their call sites), for
+        /// the page's table of files; only with several files.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ranks: Option<fragscope_diagnose::RankComparison>,
         #[serde(skip_serializing_if = "Option::is_none")]
         predict: Option<&'a predict::PredictPage>,
     }
-    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff, predict };
+    let ranks = (files.len() > 1).then(|| {
+        let each: Vec<(&str, Result<&fragscope_diagnose::RankFigures, &str>)> =
+            files.iter().map(|f| (f.name.as_str(), Ok(&f.rank))).collect();
+        fragscope_diagnose::compare_ranks(&each)
+    });
+    let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff, ranks, predict };
     let json = serde_json::to_string(&page).unwrap_or_else(|_| "{}".into());
     fill_template(TEMPLATE, &html_escape(title), CSS, &JS.replace("</script", "<\\/script"), &script_data(&json))
 }

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use fragscope_snapshot::{Action, Snapshot, StackId, NO_TIME};
 
+use crate::layout::Life;
 use crate::{encode, StackTable};
 
 /// One segment, or one mapped range of an expandable segment, over its life.
@@ -105,8 +106,8 @@ pub fn segment_lives(snap: &Snapshot, device: i64) -> Vec<SegmentLife> {
 }
 
 /// The `top` largest lives (by size; the earlier first among equals) as the page's
-/// allocations are encoded ([`crate::DeviceData::allocations`]: address, size, size,
-/// start state, end state or −1, stack, times), and how many there were.
+/// allocations are encoded ([`crate::DeviceData::allocations`]: [`Life`] records whose
+/// request is the segment's size), and how many there were.
 pub fn encode(
     snap: &Snapshot,
     device: i64,
@@ -123,19 +124,20 @@ pub fn encode(
         Some(t) if t != NO_TIME => t as f64,
         _ => f64::NAN,
     };
-    let mut v = Vec::with_capacity(lives.len() * 8);
+    let mut v = Vec::with_capacity(lives.len() * Life::LEN);
     for l in &lives {
         let live = l.end == usize::MAX;
-        v.extend([
-            l.address as f64,
-            l.size as f64,
-            l.size as f64,
-            l.start as f64,
-            if live { -1.0 } else { l.end as f64 },
-            table.index(snap, l.stack) as f64,
-            time(l.start),
-            if live { f64::NAN } else { time(l.end) },
-        ]);
+        Life {
+            address: l.address as f64,
+            size: l.size as f64,
+            requested: l.size as f64,
+            start: l.start as f64,
+            end: if live { -1.0 } else { l.end as f64 },
+            stack: table.index(snap, l.stack) as f64,
+            start_time_us: time(l.start),
+            end_time_us: if live { f64::NAN } else { time(l.end) },
+        }
+        .push_to(&mut v);
     }
     (encode::f64s(&v), n)
 }

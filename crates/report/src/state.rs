@@ -39,15 +39,15 @@ use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use fragscope_trace::timeline::DeviceTimeline;
 use serde::Serialize;
 
-use crate::{encode, ReportOptions, StackTable};
+use crate::{encode, layout, ReportOptions, StackTable};
 
 /// `pool_id` of the default pools.
 const DEFAULT_POOL: (u64, u64) = (0, 0);
 
 /// Values (f64) of one delta record (see [`StateOps::ops`]).
-pub const OP_LEN: usize = 7;
+pub const OP_LEN: usize = layout::StateOp::LEN;
 /// Values of one block record of a keyframe (see [`Moment::blocks`]).
-const BLOCK_LEN: usize = 6;
+const BLOCK_LEN: usize = layout::Block::LEN;
 /// In exact mode, one keyframe every this many events at least (the page applies at
 /// most this many events' deltas after a keyframe: a few thousand records, < 1 ms).
 const EXACT_KEY_EVERY: usize = 2048;
@@ -81,13 +81,12 @@ pub struct Moment {
     pub state: usize,
     /// Why it was chosen: `"oom"`, `"reserved_peak"`, `"allocated_peak"`, `"end"`, `"step"`.
     pub kinds: Vec<&'static str>,
-    /// Per segment `[address, size, stream, flags]` (flags: 1 small pool, 2 expandable,
-    /// 4 private pool), base64 `Float64Array`.
+    /// Its segments ([`layout::Segment`] records), base64 `Float64Array`.
     pub segments: String,
-    /// Per block `[segment index, address, size, requested, state, stack]` (state 0 free,
-    /// 1 allocated, 2 pending free; stack −1 when unknown), base64 `Float64Array`. In a
-    /// coarse keyframe, also state 3 ([`MERGED`]): several neighbouring blocks, `requested`
-    /// = their allocated bytes, `stack` = how many.
+    /// Its blocks ([`layout::Block`] records: state 0 free, 1 allocated, 2 pending free;
+    /// stack −1 when unknown), base64 `Float64Array`. In a coarse keyframe, also state 3
+    /// ([`MERGED`]): several neighbouring blocks, `requested` = their allocated bytes,
+    /// `stack` = how many.
     pub blocks: String,
     /// The exact figures, for a coarse keyframe only (`None`: the blocks are exact).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -102,11 +101,8 @@ pub struct StateOps {
     pub exact: bool,
     /// Earliest state that can be shown (0 unless the backward walk stopped).
     pub first: usize,
-    /// Records, in event order, `[event, kind, address, size, a, b, stack]` each (base64
-    /// `Float64Array`): event `i` turns state `i` into state `i + 1`. Kinds: 0 remove the
-    /// block at address; 1 add a block (a = requested, b = state as in [`Moment::blocks`]);
-    /// 2 remove the segment at address with all its blocks; 3 add a segment (a = stream,
-    /// b = flags as in [`Moment::segments`]). Removals come before additions.
+    /// Records ([`layout::StateOp`]), in event order (base64 `Float64Array`): event `i`
+    /// turns state `i` into state `i + 1`. Removals come before additions.
     pub ops: String,
     /// Number of records.
     pub count: usize,
@@ -421,7 +417,16 @@ pub fn moments_at(
                 let stack = if kind == 1 { stack_index(snap, addr, b, table, stack_at) } else { -1 };
                 // Kind 3 adds a segment: `a` is its stream.
                 let a = if kind == 3 { table.stream(a) } else { a as f64 };
-                ov.extend([i as f64, kind as f64, addr as f64, size as f64, a, b as f64, stack as f64]);
+                layout::StateOp {
+                    event: i as f64,
+                    kind: kind as f64,
+                    address: addr as f64,
+                    size: size as f64,
+                    a,
+                    b: b as f64,
+                    stack: stack as f64,
+                }
+                .push_to(&mut ov);
                 oi += 1;
             }
         };
@@ -473,6 +478,18 @@ fn stack_index(
     }
 }
 
+/// A block record of a keyframe ([`layout::Block`]).
+fn block_record(segment: usize, address: u64, size: u64, requested: u64, state: u64, stack: i64) -> layout::Block {
+    layout::Block {
+        segment: segment as f64,
+        address: address as f64,
+        size: size as f64,
+        requested: requested as f64,
+        state: state as f64,
+        stack: stack as f64,
+    }
+}
+
 /// The keyframe of the captured state at position `state` (`kinds`: what it marks,
 /// `segs`: its segments) as the page gets it: its segments' and blocks' records, the
 /// blocks merged into at most `coarse` records when there are more (then with the
@@ -486,12 +503,18 @@ fn keyframe(
     table: &mut StackTable,
     stack_at: &FxHashMap<u64, Option<StackId>>,
 ) -> Moment {
-    let mut sv = Vec::with_capacity(segs.len() * 4);
+    let mut sv = Vec::with_capacity(segs.len() * layout::Segment::LEN);
     let mut bv = Vec::new();
     let nblocks: usize = segs.iter().map(|s| s.blocks.len()).sum();
     let coarse = coarse.filter(|&max| nblocks > max);
     for s in segs.iter() {
-        sv.extend([s.addr as f64, s.size as f64, table.stream(s.stream), seg_flags(s) as f64]);
+        layout::Segment {
+            address: s.addr as f64,
+            size: s.size as f64,
+            stream: table.stream(s.stream),
+            flags: seg_flags(s) as f64,
+        }
+        .push_to(&mut sv);
     }
     if let Some(max) = coarse {
         for (si, g) in coarsen(segs, max) {
@@ -501,14 +524,14 @@ fn keyframe(
                 _ => stack_index(snap, g.addr, code, table, stack_at),
             };
             let req = if code == MERGED { g.allocated } else { g.requested };
-            bv.extend([si as f64, g.addr as f64, g.size as f64, req as f64, code as f64, stack as f64]);
+            block_record(si, g.addr, g.size, req, code, stack).push_to(&mut bv);
         }
     } else {
         for (si, s) in segs.iter().enumerate() {
             for b in &s.blocks {
                 let code = state_code(b.state);
                 let stack = stack_index(snap, b.addr, code, table, stack_at);
-                bv.extend([si as f64, b.addr as f64, b.size as f64, b.requested as f64, code as f64, stack as f64]);
+                block_record(si, b.addr, b.size, b.requested, code, stack).push_to(&mut bv);
             }
         }
     }

@@ -1,17 +1,19 @@
-//! What-if curves: the reserved curve of the trace replayed under the recorded settings
-//! and under each alternative `analyze` tried, for the devices where it ran replays (an
-//! OOM, or `--what-if`).
+//! What-if curves: the reserved curve of each replay `analyze` ran for a device (an OOM,
+//! or `--what-if`): the recorded settings first, then every setting it tried, in its
+//! order.
 //!
-//! Each replay is run again here with its events kept ([`SimOptions::collect_snapshot`])
-//! and its curve taken by [`fragscope_trace::timeline`] on the simulated trace. A
-//! replay issues its own segment events, so its trace is not event-for-event the
-//! recorded one: the page draws every curve against the fraction of its own trace, and
-//! marks the first OOM at its recorded trace index.
+//! The results are the analysis' own (its [`Trial`]s: setting, peak reserved, first OOM,
+//! capacity and the whole configuration replayed); what the analysis does not keep is the
+//! curve, so each trial's replay is run again here, from the trial's own configuration,
+//! with its events kept ([`SimOptions::collect_snapshot`]), and its curve taken by
+//! [`fragscope_trace::timeline`] on the simulated trace. A replay issues its own segment
+//! events, so its trace is not event-for-event the recorded one: the page draws every
+//! curve against the fraction of its own trace, and marks the first OOM at its recorded
+//! trace index.
 
-use fragscope_alloc::AllocatorConfig;
 use fragscope_diagnose::analyze::Analysis;
-use fragscope_diagnose::recommend::candidates;
-use fragscope_replay::{recorded_config, simulate_with, SimOptions};
+use fragscope_diagnose::recommend::Trial;
+use fragscope_replay::{simulate_with, SimOptions};
 use fragscope_snapshot::Snapshot;
 use fragscope_trace::timeline::{timeline, TimelineOptions};
 use serde::Serialize;
@@ -24,10 +26,12 @@ const POINTS: usize = 1024;
 /// One replayed configuration.
 #[derive(Serialize)]
 pub struct WhatIfCurve {
-    /// `"recorded"` or the option changed (as `analyze` names it).
+    /// `"recorded"` or the option changed (the trial's [`Trial::setting`]).
     pub setting: String,
+    /// The trial's [`Trial::peak_reserved_bytes`].
     pub peak_reserved_bytes: u64,
-    /// Trace index (of the recorded trace) of the first request the replay could not serve.
+    /// Trace index (of the recorded trace) of the first request the replay could not
+    /// serve (the trial's [`Trial::first_oom_index`]).
     pub first_oom_index: Option<usize>,
     /// Position of each point in the replay's own trace, 0–1 (base64 Float64Array).
     pub x: String,
@@ -39,33 +43,39 @@ pub struct WhatIfCurve {
 pub fn curves(snap: &Snapshot, device: i64, ana: &Analysis) -> Vec<WhatIfCurve> {
     let Some(d) = ana.devices.iter().find(|d| d.device == device) else { return Vec::new() };
     let r = &d.recommendations;
-    if !r.measured || r.baseline.is_none() {
-        return Vec::new();
-    }
-    let recorded = recorded_config(snap);
-    let mut configs: Vec<(String, AllocatorConfig)> = vec![("recorded".into(), recorded.clone())];
-    for c in candidates(&recorded, &r.era) {
-        if r.tried.iter().any(|t| t.setting == c.setting) {
-            configs.push((c.setting, c.config));
+    match &r.baseline {
+        Some(base) if r.measured => {
+            std::iter::once(base).chain(&r.tried).filter_map(|t| curve(snap, device, t)).collect()
         }
+        _ => Vec::new(),
     }
-    let opts = SimOptions { capacity: r.capacity_bytes, collect_snapshot: true, ..SimOptions::default() };
-    configs
-        .into_iter()
-        .filter_map(|(setting, cfg)| {
-            let w = simulate_with(snap, device, cfg, &opts);
-            let sim = w.snapshot?;
-            let t = timeline(&sim, device, &TimelineOptions { points: POINTS });
-            let n = t.events.max(1) as f64;
-            let x: Vec<f64> = t.series.iter().map(|p| p.first_event.map_or(0.0, |e| (e + 1) as f64 / n)).collect();
-            let reserved: Vec<f64> = t.series.iter().map(|p| p.max.reserved as f64).collect();
-            Some(WhatIfCurve {
-                setting,
-                peak_reserved_bytes: w.peak_reserved,
-                first_oom_index: w.first_oom.map(|o| o.index),
-                x: encode::f64s(&x),
-                reserved: encode::f64s(&reserved),
-            })
-        })
-        .collect()
+}
+
+/// The curve of trial `t`'s replay, with the trial's results; `None` when its
+/// configuration does not parse back (a canonical string always does) or the replay
+/// keeps no events.
+fn curve(snap: &Snapshot, device: i64, t: &Trial) -> Option<WhatIfCurve> {
+    // `Trial::config` is the canonical string of the configuration replayed, which parses
+    // back to it (`AllocatorConfig::to_conf_string`).
+    let cfg = fragscope_alloc::parse_config(&t.config).ok()?;
+    let opts = SimOptions { capacity: t.capacity_bytes, collect_snapshot: true, ..SimOptions::default() };
+    let w = simulate_with(snap, device, cfg, &opts);
+    debug_assert_eq!(
+        (w.peak_reserved, w.first_oom.as_ref().map(|o| o.index)),
+        (t.peak_reserved_bytes, t.first_oom_index),
+        "{}: the replay drawn is the analysis' replay",
+        t.setting
+    );
+    let sim = w.snapshot?;
+    let tl = timeline(&sim, device, &TimelineOptions { points: POINTS });
+    let n = tl.events.max(1) as f64;
+    let x: Vec<f64> = tl.series.iter().map(|p| p.first_event.map_or(0.0, |e| (e + 1) as f64 / n)).collect();
+    let reserved: Vec<f64> = tl.series.iter().map(|p| p.max.reserved as f64).collect();
+    Some(WhatIfCurve {
+        setting: t.setting.clone(),
+        peak_reserved_bytes: t.peak_reserved_bytes,
+        first_oom_index: t.first_oom_index,
+        x: encode::f64s(&x),
+        reserved: encode::f64s(&reserved),
+    })
 }

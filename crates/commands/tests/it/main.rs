@@ -1,4 +1,5 @@
 //! The library commands as a front end calls them: requests refused with the parameter
 //! named in each front end's words, and documents equal to what the CLI prints.
 
+mod ranks;
 mod requests;

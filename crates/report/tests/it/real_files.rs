@@ -3,26 +3,11 @@
 //! (The browser tests in tests/browser check the drawn page itself.)
 
 use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
+use fragscope_report::layout::{Block, Segment};
 use fragscope_report::{file_data, render, ReportOptions};
 use fragscope_trace::summary::summarize;
 
-fn f64s(b64: &str) -> Vec<f64> {
-    // Decoding here keeps the test independent of the encoder's own code path.
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let mut bytes = Vec::new();
-    for chunk in b64.as_bytes().chunks(4) {
-        let pad = chunk.iter().filter(|&&c| c == b'=').count();
-        let n = chunk.iter().fold(0u32, |n, &c| n << 6 | if c == b'=' { 0 } else { val(c) as u32 });
-        bytes.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
-    }
-    bytes.chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
-}
+use crate::decode::f64s;
 
 /// The timeline stacked by role against `summary`'s `roles.by_role`, figure for figure, read
 /// from the page's buckets as the page reads them: `at_peak` the roles at the finest
@@ -96,8 +81,9 @@ fn report_data_agrees_with_summary_and_analyze() {
                 let s = sum.devices.iter().find(|x| x.device == d.device).unwrap();
                 let segs = f64s(&end.segments);
                 let blocks = f64s(&end.blocks);
-                let reserved: f64 = segs.chunks(4).map(|c| c[1]).sum();
-                let allocated: f64 = blocks.chunks(6).filter(|b| b[4] == 1.0).map(|b| b[2]).sum();
+                let reserved: f64 = segs.chunks(Segment::LEN).map(|c| Segment::from_values(c).size).sum();
+                let allocated: f64 =
+                    blocks.chunks(Block::LEN).map(Block::from_values).filter(|b| b.state == 1.0).map(|b| b.size).sum();
                 assert_eq!(reserved as u64, s.all.reserved_bytes, "{}: reserved at the end", path.display());
                 assert_eq!(allocated as u64, s.all.allocated_bytes, "{}: allocated at the end", path.display());
             }
@@ -160,4 +146,114 @@ fn segment_lives_add_up_to_the_reserved_curve() {
         }
     }
     assert!(checked >= fragscope_testdata::min_files(30), "{checked} devices checked");
+}
+
+/// The allocations drawn from before the trace are the blocks the timeline's walk seeds at
+/// state 0: with room for all of them, their bytes are the timeline's allocated bytes at
+/// state 0, on every real file (one rule, the walk's, for both).
+#[test]
+fn allocations_before_the_trace_are_the_timelines_seeded_blocks() {
+    use fragscope_report::layout::Life;
+    use fragscope_trace::timeline::{timeline, TimelineOptions};
+    let files = fragscope_testdata::real_pickles();
+    let opts = ReportOptions { top_allocations: 100_000, ..ReportOptions::default() };
+    let mut seeded = 0;
+    for path in &files {
+        let snap = fragscope_snapshot::read_path(path).unwrap();
+        let data = file_data(&path.display().to_string(), false, &snap, &opts);
+        for d in &data.devices {
+            let t = timeline(&snap, d.device, &TimelineOptions { points: 1 });
+            let lives: Vec<Life> = f64s(&d.initial_allocations).chunks(Life::LEN).map(Life::from_values).collect();
+            assert!(lives.len() < 100_000, "{}: room for every seeded block", path.display());
+            let bytes: f64 = lives.iter().map(|l| l.size).sum();
+            assert_eq!(bytes as u64, t.seeded.allocated_bytes, "{} cuda:{}", path.display(), d.device);
+            seeded += usize::from(!lives.is_empty());
+        }
+    }
+    assert!(seeded >= fragscope_testdata::min_count(10, 1), "{seeded} devices with blocks before the trace");
+}
+
+/// The what-if curves are the analysis' replays: one per trial (the recorded settings,
+/// then every setting tried, in the analysis' order), each with the trial's figures, and
+/// each curve peaks at the peak reserved bytes the analysis measured (its replay was run
+/// from the trial's own configuration).
+#[test]
+fn whatif_curves_are_the_analysis_replays() {
+    let files = fragscope_testdata::real_pickles();
+    let mut drawn = 0;
+    for path in &files {
+        let snap = fragscope_snapshot::read_path(path).unwrap();
+        let data = file_data(&path.display().to_string(), false, &snap, &ReportOptions::default());
+        for d in &data.devices {
+            let what = format!("{} cuda:{}", path.display(), d.device);
+            let a = data.analysis["devices"].as_array().unwrap().iter().find(|a| a["device"] == d.device).unwrap();
+            let r = &a["recommendations"];
+            if r["baseline"].is_null() || r["measured"] != true {
+                assert!(d.whatif.is_empty(), "{what}: curves without replays");
+                continue;
+            }
+            let trials: Vec<&serde_json::Value> =
+                std::iter::once(&r["baseline"]).chain(r["tried"].as_array().unwrap()).collect();
+            assert_eq!(d.whatif.len(), trials.len(), "{what}: one curve per trial");
+            for (c, t) in d.whatif.iter().zip(trials) {
+                assert_eq!(c.setting, t["setting"].as_str().unwrap(), "{what}");
+                assert_eq!(c.peak_reserved_bytes, t["peak_reserved_bytes"].as_u64().unwrap(), "{what}: {}", c.setting);
+                assert_eq!(c.first_oom_index.map(|i| i as u64), t["first_oom_index"].as_u64(), "{what}: {}", c.setting);
+                let peak = f64s(&c.reserved).into_iter().fold(0.0f64, f64::max);
+                assert_eq!(peak as u64, c.peak_reserved_bytes, "{what}: {}: the curve's peak", c.setting);
+                drawn += 1;
+            }
+        }
+    }
+    assert!(drawn >= fragscope_testdata::min_count(5, 1), "{drawn} what-if curves checked");
+}
+
+/// A page of several files carries their comparison (`ranks`), each file's row read from
+/// its analysis (the device with the largest reserved peak, the first among equals), the
+/// median of those peaks, and the outliers by the rule; a page of one file carries none.
+#[test]
+fn a_page_of_several_files_carries_their_comparison() {
+    let files: Vec<_> = fragscope_testdata::real_pickles().into_iter().take(5).collect();
+    assert!(files.len() >= 3, "{} real pickles", files.len());
+    let data: Vec<_> = files
+        .iter()
+        .map(|p| {
+            let snap = fragscope_snapshot::read_path(p).unwrap();
+            file_data(&p.display().to_string(), false, &snap, &ReportOptions::default().share(files.len()))
+        })
+        .collect();
+    let page_data = |html: &str| -> serde_json::Value {
+        let start = html.find("application/json\">").unwrap() + "application/json\">".len();
+        serde_json::from_str(&html[start..start + html[start..].find("</script>").unwrap()]).unwrap()
+    };
+    let page = page_data(&render(&data));
+    let ranks = &page["ranks"];
+    let mut peaks = Vec::new();
+    for (i, f) in data.iter().enumerate() {
+        let devices = f.analysis["devices"].as_array().unwrap();
+        let best = devices.iter().fold(None::<&serde_json::Value>, |b, d| {
+            let p = |d: &serde_json::Value| d["fragmentation"]["timeline"]["peak_reserved"]["bytes"].as_u64().unwrap();
+            if b.is_some_and(|b| p(b) >= p(d)) {
+                b
+            } else {
+                Some(d)
+            }
+        });
+        let row = &ranks["ranks"][i];
+        let want = best.map_or(0, |d| d["fragmentation"]["timeline"]["peak_reserved"]["bytes"].as_u64().unwrap());
+        assert_eq!(row["peak_reserved"].as_u64(), Some(want), "{}", f.name);
+        assert_eq!(row["device"], best.map_or(serde_json::Value::Null, |d| d["device"].clone()), "{}", f.name);
+        assert_eq!(row["file"], f.name.as_str());
+        peaks.push(want);
+    }
+    let mut sorted = peaks.clone();
+    sorted.sort_unstable();
+    let n = sorted.len();
+    let median = if n % 2 == 1 { sorted[n / 2] as f64 } else { (sorted[n / 2 - 1] + sorted[n / 2]) as f64 / 2.0 };
+    assert_eq!(ranks["median_peak_reserved"].as_f64(), Some(median));
+    let outliers: Vec<u64> =
+        ranks["outliers"].as_array().unwrap().iter().map(|o| o["rank"].as_u64().unwrap()).collect();
+    let want: Vec<u64> = (0..n as u64).filter(|&i| peaks[i as usize] as f64 > 1.1 * median).collect();
+    assert_eq!(outliers, want);
+    assert!(page_data(&render(&data[..1]))["ranks"].is_null(), "one file: no comparison");
 }

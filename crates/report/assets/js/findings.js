@@ -1,0 +1,86 @@
+// findings.js: view 5, the analysis' findings, leak suspects and the live memory at
+// the peaks as flame graphs.
+function findingsView(file, dev) {
+  const sec = el('section', { id: 'findings' });
+  sec.append(el('h2', {}, '5. Findings'));
+  const a = analysisDev(file);
+  if (!a) { sec.append(el('p', { class: 'note' }, 'No analysis for this device.')); return sec; }
+  const ul = el('ul', { id: 'finding-list' });
+  for (const f of a.findings) ul.append(el('li', { 'data-kind': f.kind }, el('span', { class: 'sev-' + f.severity }, f.severity), ' ', f.headline));
+  sec.append(ul);
+  if (a.oom) sec.append(el('p', {}, el('b', {}, 'OOM: '), a.oom.explanation || a.oom.verdict));
+  if (a.leak_steps && !a.leak_steps.can_tell) sec.append(el('p', { class: 'note', id: 'leak-cannot-tell' }, 'Leaks: ' + a.leak_steps.reason));
+  if (a.leak_suspects.length) {
+    const t = el('table', { id: 'leaks' }, el('tr', {}, el('th', {}, 'leak suspect'), el('th', { class: 'n' }, 'growth / step'), el('th', { class: 'n' }, 'first → last'), el('th', { class: 'n' }, 'confidence'), el('th', {}, 'live bytes at each step end')));
+    for (const l of a.leak_suspects) {
+      const curve = (dev.leaks || []).find((c) => c.site === l.site);
+      const spark = curve ? sparkline(f64(curve.bytes)) : null;
+      t.append(el('tr', {}, el('td', { title: l.stack }, l.site), el('td', { class: 'n' }, bytes(l.growth_bytes_per_step)), el('td', { class: 'n' }, `${bytes(l.first_bytes)} → ${bytes(l.last_bytes)}`), el('td', { class: 'n' }, pct(l.confidence)), el('td', {}, spark)));
+    }
+    sec.append(el('h3', {}, `Leak suspects (over ${a.leak_steps.steps} training steps)`), t);
+  }
+  for (const [key, p] of [['allocated peak', a.peaks.allocated_peak], ['reserved peak', a.peaks.reserved_peak]]) {
+    if (!p) continue;
+    sec.append(el('h3', {}, `Live at the ${key} (${bytes(p.live_bytes)} in ${p.live_blocks} blocks${p.event_index != null ? ', event ' + p.event_index : ''})`));
+    sec.append(flame(p));
+  }
+  return sec;
+}
+// A small curve of a leak suspect's live bytes per step (its samples in data-*).
+function sparkline(ys) {
+  const cv = el('canvas', { class: 'spark', 'data-samples': String(ys.length), 'data-first': String(ys[0] ?? ''), 'data-last': String(ys[ys.length - 1] ?? '') });
+  cv.style.width = '220px'; cv.style.height = '28px';
+  views['spark' + Math.random()] = () => {
+    const { g, w, h } = ctxOf(cv);
+    const m = Math.max(1, ...ys);
+    g.strokeStyle = '#b42318'; g.lineWidth = 1.5; g.beginPath();
+    ys.forEach((y, i) => { const x = 2 + (i / Math.max(1, ys.length - 1)) * (w - 4), yy = h - 2 - (y / m) * (h - 4); if (i) g.lineTo(x, yy); else g.moveTo(x, yy); });
+    g.stroke();
+  };
+  return cv;
+}
+// For the tests: the names of the flame graphs' boxes.
+const flameRoots = [];
+api.flameNames = () => { const out = []; const walk = (n) => { out.push(n.name); for (const k of n.kids.values()) walk(k); }; flameRoots.forEach(walk); return out; };
+// Icicle of live bytes by folded stack, outer frames on top.
+function flame(p) {
+  const root = { name: 'all', bytes: 0, kids: new Map() };
+  for (const s of p.sites) {
+    root.bytes += s.bytes;
+    let n = root;
+    // "…" in a folded stack stands for library frames between two user frames: no level.
+    for (const fr of (s.stack || s.site).split(';').filter((x) => x !== '…')) {
+      if (!n.kids.has(fr)) n.kids.set(fr, { name: fr, bytes: 0, kids: new Map() });
+      n = n.kids.get(fr); n.bytes += s.bytes;
+    }
+  }
+  if (p.other_sites_bytes) root.kids.set('(other sites)', { name: `(${p.other_sites} other sites)`, bytes: p.other_sites_bytes, kids: new Map() }), (root.bytes += p.other_sites_bytes);
+  flameRoots.push(root);
+  const div = el('div', { class: 'flame' });
+  const cv = canvas('fl', 10);
+  div.append(cv);
+  let depth = 0;
+  (function d(n, k) { depth = Math.max(depth, k); for (const c of n.kids.values()) d(c, k + 1); })(root, 0);
+  depth = Math.min(depth, 40);
+  cv.style.height = (depth + 1) * 16 + 'px';
+  const boxes = [];
+  views['flame' + Math.random()] = () => {
+    const { g, w } = ctxOf(cv);
+    boxes.length = 0;
+    (function d(n, x, k, span) {
+      if (k > depth) return;
+      g.fillStyle = k === 0 ? '#94a3b8' : `hsl(${(n.name.length * 37 + k * 13) % 50 + 10},80%,${60 + (k % 3) * 5}%)`;
+      g.fillRect(x, k * 16, Math.max(span - 1, 0.5), 15);
+      boxes.push({ x, y: k * 16, w: span, n });
+      if (span > 40) { g.fillStyle = '#111'; g.font = '10px sans-serif'; g.fillText(`${n.name.replace(/^.*\//, '')} ${bytes(n.bytes)}`.slice(0, Math.floor(span / 6)), x + 2, k * 16 + 11); }
+      let cx = x;
+      for (const c of n.kids.values()) { const s = (span * c.bytes) / (n.bytes || 1); d(c, cx, k + 1, s); cx += s; }
+    })(root, 0, 0, w);
+  };
+  cv.addEventListener('click', (e) => {
+    const r = cv.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    const b = boxes.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + 16);
+    if (b) { detail.textContent = ''; detail.append(el('h3', {}, b.n.name), el('p', {}, `${bytes(b.n.bytes)} live under this frame`)); }
+  });
+  return div;
+}

@@ -1,0 +1,62 @@
+// whatif.js: view 4, the replays under other settings (their results are the
+// analysis').
+function whatIfView(file, dev) {
+  const sec = el('section', { id: 'whatif' });
+  sec.append(el('h2', {}, '4. What if: the replay under other settings'));
+  const a = analysisDev(file);
+  const r = a && a.recommendations;
+  if (!r || !r.baseline) {
+    sec.append(el('p', { class: 'note' }, (r && r.note) || 'No replay was run for this device (replays run on devices with an OOM; `fragscope analyze --what-if` runs them everywhere).'));
+    return sec;
+  }
+  const rows = [Object.assign({ setting: 'recorded settings', baseline: true }, r.baseline)].concat(r.recommended || []);
+  const peak = Math.max(...rows.map((x) => x.peak_reserved_bytes || 0), 1);
+  const t = el('table', {}, el('tr', {}, el('th', {}, 'setting'), el('th', { class: 'n' }, 'peak reserved'), el('th', {}, ''), el('th', { class: 'n' }, 'cudaMalloc'), el('th', {}, 'OOM')));
+  for (const x of rows) {
+    const oom = x.baseline ? (x.ooms ? `OOM at event ${x.first_oom_index}` : 'no OOM') : x.avoids_oom ? 'gets past the OOM' : x.avoids_oom === false ? 'still OOMs' : '';
+    t.append(el('tr', { 'data-setting': x.setting }, el('td', {}, x.setting), el('td', { class: 'n' }, bytes(x.peak_reserved_bytes)),
+      el('td', {}, el('span', { class: 'bar', style: `width:${(200 * (x.peak_reserved_bytes || 0)) / peak}px;background:${x.baseline ? '#ef4444' : '#7c3aed'}` })),
+      el('td', { class: 'n' }, x.cuda_mallocs ?? '—'), el('td', {}, oom)));
+  }
+  if (dev.whatif && dev.whatif.length) sec.append(whatIfChart(dev, r.capacity_bytes));
+  sec.append(t, el('p', { class: 'note' }, `Capacity ${bytes(r.capacity_bytes)}. ` + (r.recommended || []).map((x) => `${x.setting}: ${x.reason}.`).join(' ')));
+  return sec;
+}
+// Reserved curves of the replays, each against the fraction of its own trace (a replay
+// makes its own segment events); × marks the first OOM of each.
+function whatIfChart(dev, capacity) {
+  const PALETTE = ['#ef4444', '#0ea5e9', '#8b5cf6', '#f97316', '#65a30d', '#14b8a6', '#ca8a04', '#ec4899', '#6366f1', '#78716c'];
+  const curves = dev.whatif.map((w, i) => ({ ...w, xs: f64(w.x), ys: f64(w.reserved), col: PALETTE[i % PALETTE.length] }));
+  const cv = canvas('wi', 220);
+  cv.dataset.curves = String(curves.length);
+  const legend = el('div', { class: 'legend note' });
+  for (const c of curves) legend.append(el('i', { style: `background:${c.col}` }), `${c.setting} (peak ${bytes(c.peak_reserved_bytes)}${c.first_oom_index != null ? ', OOM at event ' + c.first_oom_index : ''})`);
+  legend.append(' · x: share of each replay’s own trace; dashed: device capacity');
+  views.whatif = () => {
+    const { g, w, h } = ctxOf(cv);
+    const ph = h - TL_TOP - TL_BOTTOM, pw = w - TL_LEFT;
+    let ymax = Math.max(1, capacity || 0);
+    for (const c of curves) for (const y of c.ys) ymax = Math.max(ymax, y);
+    ymax *= 1.05;
+    const Y = (v) => TL_TOP + ph - (v / ymax) * ph, X = (f) => TL_LEFT + f * pw;
+    g.font = '10px sans-serif'; g.fillStyle = '#667085';
+    for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4); g.fillText(bytes(v), 2, Y(v) + 3); }
+    if (capacity) { g.strokeStyle = '#111'; g.setLineDash([5, 4]); g.beginPath(); g.moveTo(TL_LEFT, Y(capacity)); g.lineTo(w, Y(capacity)); g.stroke(); g.setLineDash([]); }
+    // The recorded settings last, on top: the alternatives often follow it for a while.
+    const marks = [];
+    for (const c of [...curves.slice(1), curves[0]]) {
+      g.strokeStyle = c.col; g.lineWidth = c === curves[0] ? 2.5 : 1.5; g.beginPath();
+      for (let i = 0; i < c.ys.length; i++) { const x = X(c.xs[i]), y = Y(c.ys[i]); if (i) g.lineTo(x, y); else g.moveTo(x, y); }
+      g.stroke();
+      if (c.first_oom_index != null) {
+        // Kept inside the plot (an OOM at the last event is at the right edge).
+        const x = Math.max(TL_LEFT + 6, Math.min(w - 7, X(c.first_oom_index / Math.max(1, dev.events)))), y = Math.max(TL_TOP + 6, Y(c.ys.reduce((a, b) => Math.max(a, b), 0)));
+        marks.push(x);
+        g.lineWidth = 2; g.beginPath(); g.moveTo(x - 5, y - 5); g.lineTo(x + 5, y + 5); g.moveTo(x + 5, y - 5); g.lineTo(x - 5, y + 5); g.stroke();
+      }
+    }
+    cv.dataset.oomMarks = JSON.stringify(marks);
+    cv.dataset.width = String(w);
+  };
+  return el('div', {}, cv, legend);
+}
