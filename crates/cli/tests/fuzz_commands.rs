@@ -21,8 +21,9 @@ use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
 use fragscope_diagnose::check::{check, Limits};
 use fragscope_diagnose::diff::{diff, DiffOptions};
 use fragscope_predict::{Program, Recording};
-use fragscope_replay::lab::{lab, parse_policy};
-use fragscope_replay::{recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions};
+use fragscope_replay::{
+    lab, parse_policy, recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions,
+};
 use fragscope_snapshot::{Action, BlockState, Snapshot};
 use fragscope_trace::summary::summarize;
 

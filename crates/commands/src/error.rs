@@ -48,11 +48,11 @@ pub enum Param {
 }
 
 /// The parameters the analysis crates' errors name.
-impl From<fragscope_replay::settings::Param> for Param {
-    fn from(p: fragscope_replay::settings::Param) -> Param {
+impl From<fragscope_replay::Param> for Param {
+    fn from(p: fragscope_replay::Param) -> Param {
         match p {
-            fragscope_replay::settings::Param::Capacity => Param::Capacity,
-            fragscope_replay::settings::Param::EmptyCacheAt => Param::EmptyCacheAt,
+            fragscope_replay::Param::Capacity => Param::Capacity,
+            fragscope_replay::Param::EmptyCacheAt => Param::EmptyCacheAt,
         }
     }
 }

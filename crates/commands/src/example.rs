@@ -8,7 +8,7 @@
 //! (`fragscope-alloc`) and recorded as `_record_memory_history` would record it. No file
 //! from anyone else is involved.
 
-use fragscope_replay::recorder::Recorder;
+use fragscope_replay::Recorder;
 use fragscope_snapshot::Snapshot;
 
 const MIB: u64 = 1 << 20;

@@ -4,7 +4,7 @@
 //! (`fragscope.predict/1`).
 
 use fragscope_predict::{check_size_list, FitQuality, MaxFit, Prediction, Program, Recording};
-use fragscope_replay::settings;
+use fragscope_replay::ALTERNATIVES;
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 
@@ -172,7 +172,7 @@ pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> 
         if let (true, Some(cap)) = (req.max_fit, req.capacity) {
             max_fit.push(prog.max_fit(&cfg, cap, req.max_size));
             if req.config.is_none() {
-                for alt in settings::ALTERNATIVES {
+                for alt in ALTERNATIVES {
                     max_fit.push(prog.max_fit(&config_on_top(&base, alt)?, cap, req.max_size));
                 }
             }

@@ -15,10 +15,9 @@ use std::path::PathBuf;
 use fragscope_alloc::AllocatorConfig;
 use fragscope_diagnose::advice;
 use fragscope_diagnose::role_whatif::{self, RoleWhatIf};
-use fragscope_replay::lab::{lab_with, parse_policy, LabReport, PolicySpec};
 use fragscope_replay::{
-    self as replay, cost, recorded_config, replayable_devices, settings, simulate_with, ReplayOptions, SimOptions,
-    VerifyReport, WhatIf,
+    self as replay, lab_with, parse_policy, recorded_config, replayable_devices, simulate_with, LabReport, PolicySpec,
+    ReplayOptions, SimOptions, VerifyReport, WhatIf,
 };
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
@@ -34,7 +33,7 @@ pub struct ReplayRequest {
     /// Check the model against the recording instead of simulating.
     pub verify: bool,
     /// Settings to simulate, each on top of the recorded ones. Empty: the recorded
-    /// settings and [`settings::ALTERNATIVES`].
+    /// settings and [`replay::ALTERNATIVES`].
     pub configs: Vec<String>,
     /// Device memory: bytes with a unit or a GPU name.
     pub capacity: Option<String>,
@@ -148,12 +147,12 @@ fn empty_cache_at_error(e: advice::EmptyCacheAtError) -> Error {
 
 /// A capacity as a user writes it (`80GB`, `H100-80GB`), parsed.
 pub fn parse_capacity(text: Option<&str>) -> Result<Option<u64>, Error> {
-    text.map(settings::parse_capacity).transpose().map_err(|e| Error::argument(msg![e.to_string()]))
+    text.map(replay::parse_capacity).transpose().map_err(|e| Error::argument(msg![e.to_string()]))
 }
 
-/// [`settings::config_on_top`], refused as an argument error (also `predict`'s).
+/// [`replay::config_on_top`], refused as an argument error (also `predict`'s).
 pub fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, Error> {
-    settings::config_on_top(base, extra).map_err(|e| Error::argument(msg![e.to_string()]))
+    replay::config_on_top(base, extra).map_err(|e| Error::argument(msg![e.to_string()]))
 }
 
 /// One device's replay: the verification and, unless verifying only, the what-if runs.
@@ -270,7 +269,7 @@ fn settings_to_replay(configs: &[String], recorded: &AllocatorConfig) -> Result<
         return configs.iter().map(|c| config_on_top(recorded, c)).collect();
     }
     let mut cfgs = vec![recorded.clone()];
-    for alt in settings::ALTERNATIVES {
+    for alt in replay::ALTERNATIVES {
         let c = config_on_top(recorded, alt)?;
         if c != *recorded {
             cfgs.push(c);
@@ -358,7 +357,7 @@ pub fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
             let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
         }
     }
-    let _ = writeln!(s, "\n{}", cost::SYNCS_NOTE);
+    let _ = writeln!(s, "\n{}", replay::SYNCS_NOTE);
     s
 }
 

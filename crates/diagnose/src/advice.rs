@@ -16,18 +16,14 @@
 //!   ([`fragscope_alloc::UncachedAllocator`]).
 //!
 //! Each returns a [`WhatIf`] with the driver calls and their estimated time
-//! ([`fragscope_replay::cost`]), comparable with the configuration alternatives.
+//! ([`fragscope_replay::DriverWork`]), comparable with the configuration alternatives.
 
 use std::collections::HashMap;
 
 use fragscope_alloc::{AllocatorConfig, UncachedAllocator};
 use fragscope_snapshot::{Action, Snapshot, NO_TIME};
 
-use fragscope_replay::driver::verify_inner;
-use fragscope_replay::settings::Param;
-use fragscope_replay::state::{BState, RecordedState};
-use fragscope_replay::whatif::{simulate_with, SimOom, SimOptions, StartState, WhatIf, UNLIMITED};
-use fragscope_replay::ReplayOptions;
+use fragscope_replay::{simulate_with, BState, Param, Seeded, SimOom, SimOptions, StartState, WhatIf, UNLIMITED};
 
 /// Where `empty_cache()` is inserted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -259,14 +255,13 @@ pub fn simulate_empty_cache(
 /// replays do. Peak "reserved" is the peak of the requested bytes held.
 pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) -> WhatIf {
     let trace = snap.trace(device);
-    let (vrep, inferred) = verify_inner(snap, device, &ReplayOptions::default());
+    let seeded = Seeded::rebuild(snap, device);
     let mut notes =
         vec!["driver page granularity not modelled: bytes held are the requests' sum (a lower bound)".into()];
     let mut a = UncachedAllocator::new(capacity.unwrap_or(UNLIMITED));
     // Recorded address → simulated address (None: its cudaMalloc failed).
     let mut map: HashMap<u64, Option<u64>> = HashMap::new();
-    let start_state =
-        adopt_start_state(inferred.initial.as_ref(), vrep.undecidable.as_deref(), &mut a, &mut map, &mut notes);
+    let start_state = adopt_start_state(&seeded, &mut a, &mut map, &mut notes);
     let mut first_oom = None;
     let mut recorded_fit = 0;
     let before = a.in_use;
@@ -288,7 +283,7 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
                         stream: snap.stream(ev),
                         reserved: a.in_use,
                         allocated: a.in_use,
-                        stack: fragscope_replay::whatif::stack_strings(snap, ev.stack),
+                        stack: fragscope_replay::stack_strings(snap, ev.stack),
                     });
                 }
                 match (ev.action, got) {
@@ -339,7 +334,7 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
         advice: Some(NO_CACHING.into()),
         advice_points: None,
         empty_cache_added: 0,
-        driver: fragscope_replay::cost::DriverWork::uncached(a.cuda_mallocs, a.cuda_frees),
+        driver: fragscope_replay::DriverWork::uncached(a.cuda_mallocs, a.cuda_frees),
         notes,
         probes: Vec::new(),
         snapshot: None,
@@ -348,30 +343,26 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
 
 /// The start of the no-caching replay: the tensors alive at the first entry, held in `a`
 /// from the start without a counted `cudaMalloc` (recorded address → simulated address in
-/// `map`), when the backward walk rebuilt the state before the trace (`initial`); else a
-/// note of why it is unknown (`undecidable`), and the replay starts empty.
+/// `map`), when the backward walk rebuilt the state before the trace (`seeded`); else a
+/// note of why it is unknown, and the replay starts empty.
 fn adopt_start_state(
-    initial: Option<&RecordedState>,
-    undecidable: Option<&str>,
+    seeded: &Seeded,
     a: &mut UncachedAllocator,
     map: &mut HashMap<u64, Option<u64>>,
     notes: &mut Vec<String>,
 ) -> StartState {
-    match initial {
-        Some(st) => {
+    match seeded.unknown_reason() {
+        None => {
             // Tensors alive at the first entry (a block pending its free_completed was
             // already handed back at its free_requested without caching).
-            for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state == BState::Allocated) {
+            for b in seeded.live_blocks().filter(|b| b.state == BState::Allocated) {
                 let sim = a.adopt(b.requested);
                 map.insert(b.addr, Some(sim));
             }
             StartState::Rebuilt
         }
-        None => {
-            notes.push(format!(
-                "the state before the trace is unknown ({}); started empty",
-                undecidable.unwrap_or("no trace")
-            ));
+        Some(why) => {
+            notes.push(format!("the state before the trace is unknown ({why}); started empty"));
             StartState::Unknown
         }
     }

@@ -5,7 +5,7 @@
 //! the final state), leak suspects from [`crate::leaks`] (only computed when asked).
 //! Sizes are parsed by [`parse_size`], fractions by [`parse_fraction`].
 
-pub use fragscope_replay::settings::parse_size;
+pub use fragscope_replay::parse_size;
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 

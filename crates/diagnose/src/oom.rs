@@ -13,7 +13,7 @@
 //!   (§3.7: `release_cached_blocks` already returned whole free segments, and those
 //!   `segment_free` / `segment_unmap` entries precede the `oom` one), so the state *after*
 //!   the entry is the state the failure saw. It is rebuilt by the backward walk of §10.12
-//!   ([`fragscope_replay::state`]): the final `segments`, with every later trace entry
+//!   ([`fragscope_replay::state_before_entry`]): the final `segments`, with every later trace entry
 //!   undone. That gives reserved bytes (segments), allocated bytes (blocks in use), and
 //!   the free blocks per `(stream, pool)`. When the walk finds the trace inconsistent
 //!   with the final state, the totals come from [`fragscope_trace::timeline::levels_at`] instead
@@ -70,8 +70,7 @@ use serde::Serialize;
 
 use crate::recommend::{self, Trial};
 use fragscope_alloc::format_size;
-use fragscope_replay::state::{backward_walk, BState, Inconsistency, RecordedState};
-use fragscope_replay::{recorded_config, with_rules};
+use fragscope_replay::{recorded_config, BState, Inconsistency, RecordedState};
 use fragscope_trace::attribution::{self, is_library_frame, Site, SiteBytes};
 use fragscope_trace::timeline;
 
@@ -229,13 +228,8 @@ pub fn allocator_state_at(
     device: i64,
     after_event: Option<usize>,
 ) -> Result<RecordedState, StateAtError> {
-    let trace = snap.trace(device);
-    let from = after_event.map_or(0, |i| (i + 1).min(trace.len()));
-    let cfg = recorded_config(snap);
-    let fin = RecordedState::from_snapshot(snap, device);
-    let home = |e: &fragscope_snapshot::TraceEvent| fragscope_replay::state::home_of(snap, e);
-    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &home, r))
-        .map(|i| i.state)
+    let from = after_event.map_or(0, |i| (i + 1).min(snap.trace(device).len()));
+    fragscope_replay::state_before_entry(snap, device, from)
         .map_err(|e| StateAtError { entry: e.index + from, undo: e })
 }
 

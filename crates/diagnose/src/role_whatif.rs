@@ -2,7 +2,7 @@
 //! change it, measured by replay. Each change is a transformation of the device's trace,
 //! decided by the role of every block ([`fragscope_trace::roles`]) and the steps, phases and layers
 //! of the program ([`fragscope_trace::steps`]); the transformed trace is replayed through the
-//! allocator model ([`fragscope_replay::whatif::simulate_ops`]) under the recorded settings, from
+//! allocator model ([`fragscope_replay::simulate_ops`]) under the recorded settings, from
 //! the allocator state before the trace, beside a replay of the recording itself. The
 //! result is **a model of the change, not a recording**, and says so ([`LABEL`]).
 //!
@@ -50,7 +50,7 @@ use fragscope_alloc::AllocatorConfig;
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 use serde::Serialize;
 
-use fragscope_replay::whatif::{simulate_ops, simulate_with, Op, SimOptions, WhatIf};
+use fragscope_replay::{simulate_ops, simulate_with, Op, SimOptions, WhatIf};
 use fragscope_trace::lives::{BlockLives, LIVE_AT_END};
 use fragscope_trace::roles::{self, Role, Roles};
 use fragscope_trace::steps::{self, Phase, Steps};
@@ -670,8 +670,7 @@ pub fn simulate_change_sets(
     let (_, steps, roles) = roles::device_roles_with(snap, &lives);
     let ctx = Ctx { trace, snap, device, lives, steps, roles };
     let recorded_oom = trace.iter().position(|e| e.action == Action::Oom);
-    let cap =
-        capacity.or_else(|| recorded_oom.map(|_| fragscope_replay::driver::capacity_for(snap, device, None, &cfg)));
+    let cap = capacity.or_else(|| recorded_oom.map(|_| fragscope_replay::capacity_for(snap, device, None, &cfg)));
     let mut probes = probes.to_vec();
     probes.sort_unstable();
     let opts = SimOptions { capacity: cap, probes, ..SimOptions::default() };

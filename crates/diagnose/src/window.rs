@@ -32,7 +32,7 @@
 use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, StackId, TraceEvent};
 use serde::Serialize;
 
-use fragscope_replay::state::{BState, RecordedState};
+use fragscope_replay::{BState, RecordedState};
 
 use crate::oom::StateAtError;
 

@@ -14,9 +14,10 @@
 //! 3. **Synthesise and replay** ([`Program::predict`]): the trace of the largest
 //!    recording (the *template*), every request at its fitted size, replayed through
 //!    [`fragscope_alloc::CachingAllocator`] from the template's state before the trace
-//!    (blocks live before recording began, rebuilt by the replay's backward walk), with
-//!    the `empty_cache()` calls the template made, under the recorded settings or any
-//!    other, on a device of any size: peaks, and where the first OOM would be.
+//!    (blocks live before recording began, rebuilt by the replay's backward walk:
+//!    [`fragscope_replay::Seeded`]), with the `empty_cache()` calls the template made,
+//!    under the recorded settings or any other, on a device of any size: peaks, and
+//!    where the first OOM would be.
 //! 4. **Largest size that fits** ([`Program::max_fit`]): bisection over such replays.
 //!
 //! Principal types: [`Recording`] (a snapshot and its size), [`Program`] (the fitted
@@ -35,14 +36,13 @@ use std::collections::HashMap;
 
 use fragscope_alloc::rounding::round_size;
 use fragscope_alloc::{AllocatorConfig, CachingAllocator, SimulatedDevice, DEFAULT_POOL};
-use fragscope_snapshot::{Action, Snapshot, TraceEvent};
+use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
 
 pub use fit::{Evidence, Law, SizeFit};
-use fragscope_replay::driver::{capacity_for, seed_segments, verify_inner, Inferred};
-use fragscope_replay::state::{BState, RecordedState};
-use fragscope_replay::whatif::{stack_strings, BlockMap, UNLIMITED};
-use fragscope_replay::{recorded_config, replayable_devices, AddrBuild, ReplayOptions};
+use fragscope_replay::{
+    capacity_for, recorded_config, replayable_devices, stack_strings, BlockMap, Seeded, StartError, UNLIMITED,
+};
 use fragscope_trace::attribution::site_of;
 
 /// Least share of requests that must align for two recordings to count as one program.
@@ -175,9 +175,9 @@ pub struct Program<'a> {
     req_index: Vec<usize>,
     fits: Vec<SizeFit>,
     pub quality: FitQuality,
-    /// The template's state before the trace (None: unknown, replays start empty).
-    initial: Option<RecordedState>,
-    empty_cache_before: Vec<usize>,
+    /// The template's state before the trace (unknown: replays start empty) and the
+    /// `empty_cache()` calls it made.
+    seeded: Seeded,
     /// Settings the template recorded.
     pub recorded_config: AllocatorConfig,
     pub notes: Vec<String>,
@@ -341,7 +341,7 @@ impl<'a> Program<'a> {
         let (points, in_all, alignments) = align_recordings(recs, &order, t, device, &req_index)?;
         let fits: Vec<SizeFit> = points.iter().map(|p| fit::fit(p)).collect();
         let quality = fit_quality(template, trace, &req_index, &fits, &points, &in_all, alignments);
-        let (inferred, notes) = state_before(recs, &order, t, device);
+        let (seeded, notes) = state_before(recs, &order, t, device);
         let mut sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
         sizes.sort_unstable();
         Ok(Program {
@@ -352,8 +352,7 @@ impl<'a> Program<'a> {
             req_index,
             fits,
             quality,
-            initial: inferred.initial,
-            empty_cache_before: inferred.empty_cache_before,
+            seeded,
             recorded_config: recorded_config(template),
             notes,
         })
@@ -398,7 +397,7 @@ impl<'a> Program<'a> {
         // the trace (history of what ran earlier in its process, at its own size) and
         // released by an `empty_cache()` before any request are not part of this run.
         let mut started = false;
-        let mut ec = self.empty_cache_before.iter().copied().peekable();
+        let mut ec = self.seeded.empty_cache_before().iter().copied().peekable();
         let mut oom: Option<PredictedOom> = None;
         let mut vanished = 0u64;
         let mut q = 0usize; // next template request
@@ -511,18 +510,21 @@ impl<'a> Program<'a> {
         // Live bytes by category, and the category of each live block.
         let mut live = PeakBreakdown::default();
         let mut cat_of: CatOf = HashMap::default();
-        if let Some(st) = &self.initial {
-            if let Err(e) = seed_segments(&mut eng, st) {
-                notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
-                eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-                eng.set_record_events(false);
-            } else {
-                for b in st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free) {
+        match self.seeded.seed(&mut eng) {
+            Ok(()) => {
+                for b in self.seeded.live_blocks() {
                     blocks.seeded(b.addr);
                     live.add(Cat::Before, b.size);
                     cat_of.insert(b.addr, (Cat::Before, b.size));
                 }
             }
+            Err(StartError::NotSeeded(e)) => {
+                notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
+                eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+                eng.set_record_events(false);
+            }
+            // Unknown: said once, in the program's notes ([`state_before`]).
+            Err(StartError::Unknown(_)) => {}
         }
         (eng, blocks, live, cat_of)
     }
@@ -613,8 +615,9 @@ impl<'a> Program<'a> {
     }
 }
 
-fn live_bytes(st: &RecordedState) -> u64 {
-    st.segs.values().flat_map(|s| &s.blocks).filter(|b| b.state != BState::Free).map(|b| b.size).sum()
+/// Bytes of the blocks live at the first entry (allocated, or pending their free).
+fn live_bytes(seeded: &Seeded) -> u64 {
+    seeded.live_blocks().map(|b| b.size).sum()
 }
 
 /// The first device every recording of `recs` can replay (the template's order), for
@@ -719,21 +722,16 @@ fn fit_quality(
 /// The template's (recording `t`'s) state before the trace on `device` and the
 /// `empty_cache()` calls it made, with notes when that state is unknown or when the
 /// blocks live before the trace differ between recordings (they are not scaled).
-fn state_before(recs: &[Recording<'_>], order: &[usize], t: usize, device: i64) -> (Inferred, Vec<String>) {
+fn state_before(recs: &[Recording<'_>], order: &[usize], t: usize, device: i64) -> (Seeded, Vec<String>) {
     let template = recs[t].snap;
     let mut notes = Vec::new();
-    let (vrep, inferred) = verify_inner(template, device, &ReplayOptions::default());
-    if inferred.initial.is_none() {
-        notes.push(format!(
-            "the state before the trace is unknown ({}); replays start empty",
-            vrep.undecidable.as_deref().unwrap_or("no trace")
-        ));
+    let seeded = Seeded::rebuild(template, device);
+    if let Some(why) = seeded.unknown_reason() {
+        notes.push(format!("the state before the trace is unknown ({why}); replays start empty"));
     }
     // Blocks live before the trace are not scaled: say so when they differ.
-    let before = |s: &Snapshot| {
-        verify_inner(s, device, &ReplayOptions::default()).1.initial.map(|st| live_bytes(&st)).unwrap_or(0)
-    };
-    let tb = inferred.initial.as_ref().map(live_bytes).unwrap_or(0);
+    let before = |s: &Snapshot| live_bytes(&Seeded::rebuild(s, device));
+    let tb = live_bytes(&seeded);
     for &k in order.iter().filter(|&&k| k != t) {
         let b = before(recs[k].snap);
         if b != tb {
@@ -744,11 +742,11 @@ fn state_before(recs: &[Recording<'_>], order: &[usize], t: usize, device: i64) 
             ));
         }
     }
-    (inferred, notes)
+    (seeded, notes)
 }
 
 /// The category and (rounded) size of each live block of a predicted run, by address.
-type CatOf = HashMap<u64, (Cat, u64), AddrBuild>;
+type CatOf = FxHashMap<u64, (Cat, u64)>;
 
 /// The replay's reserved and allocated bytes now and their peaks so far (`[reserved,
 /// allocated, peak reserved, peak allocated]`): what [`Program::predict_observed`]

@@ -64,7 +64,6 @@ fn own_peaks(snap: &Snapshot, device: i64) -> (u64, u64) {
     let s = snap.trace(device);
     let req_index = align::requests(s);
     let fits = req_index.iter().map(|&i| fit::fit(&[(1, s[i].size)])).collect();
-    let (_, inferred) = verify_inner(snap, device, &ReplayOptions::default());
     let prog = Program {
         device,
         template: snap,
@@ -73,8 +72,7 @@ fn own_peaks(snap: &Snapshot, device: i64) -> (u64, u64) {
         req_index,
         fits,
         quality: FitQuality::default(),
-        initial: inferred.initial,
-        empty_cache_before: inferred.empty_cache_before,
+        seeded: Seeded::rebuild(snap, device),
         recorded_config: recorded_config(snap),
         notes: Vec::new(),
     };

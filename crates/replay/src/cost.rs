@@ -123,19 +123,6 @@ pub const SYNCS_NOTE: &str = "syncs: synchronisations the driver calls imply (ea
      segments of these sizes is published, and none was measured here (docs/GUIDE.md, \"What does each \
      alternative cost?\")";
 
-/// `1.23 s`, `45 ms`, `0 s`: a duration for tables.
-pub fn format_seconds(s: f64) -> String {
-    if s == 0.0 {
-        "0 s".into()
-    } else if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{:.0} µs", s * 1e6)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +147,5 @@ mod tests {
         assert_eq!(w.pages_mapped, 3 + 3);
         assert_eq!(w.pages_unmapped, 2);
         assert_eq!((w.device_syncs, w.stream_syncs, w.syncs()), (1, 1, 2));
-        assert_eq!(format_seconds(2.5), "2.50 s");
     }
 }

@@ -46,7 +46,7 @@ pub fn verify(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> VerifyRepor
 
 /// What the replay inferred about the recording, reused by the what-if mode.
 #[derive(Clone, Debug, Default)]
-pub struct Inferred {
+pub(crate) struct Inferred {
     /// `empty_cache()` was called right before these trace entries (len = at the end).
     pub empty_cache_before: Vec<usize>,
     /// PyTorch released its free cached segments after a failed `cudaMalloc`
@@ -127,7 +127,7 @@ fn infer_capacity(snap: &Snapshot, device: i64, cfg: &AllocatorConfig, has_maps:
     bound
 }
 
-pub fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> (VerifyReport, Inferred) {
+pub(crate) fn verify_inner(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> (VerifyReport, Inferred) {
     let cfg = opts.config.clone().unwrap_or_else(|| recorded_config(snap));
     let trace = snap.trace(device);
     let mut rep = VerifyReport {
@@ -352,7 +352,10 @@ pub(crate) fn reservation_size(capacity: u64, page: u64) -> u64 {
     (capacity + capacity / 8).div_ceil(page).max(1) * page
 }
 
-pub fn seed_segments<D: DeviceMemory>(eng: &mut CachingAllocator<D>, st: &RecordedState) -> Result<(), SeedError> {
+pub(crate) fn seed_segments<D: DeviceMemory>(
+    eng: &mut CachingAllocator<D>,
+    st: &RecordedState,
+) -> Result<(), SeedError> {
     for s in st.segs.values() {
         let seed = SeedSegment {
             address: s.addr,

@@ -44,7 +44,7 @@ pub enum PolicySpec {
 }
 
 /// Names `--allocator` takes (besides `pytorch:CONF`).
-pub const POLICY_NAMES: &[&str] = &[
+pub(crate) const POLICY_NAMES: &[&str] = &[
     "pytorch",
     "expandable",
     "best-fit",
@@ -435,7 +435,7 @@ pub fn thread_cpu_seconds() -> Option<f64> {
 
 /// Seconds since the first call (wall time of this thread's work; on an idle machine the
 /// same as its CPU time, on a busy one more, so rates from it are conservative).
-pub fn seconds() -> f64 {
+pub(crate) fn seconds() -> f64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
 }

@@ -1,34 +1,54 @@
 //! PyTorch's caching allocator ([`fragscope_alloc`]) driven by a recorded trace.
 //!
-//! * [`Seeded`]: the allocator state at the first trace entry, rebuilt by walking the
-//!   trace backwards from the final `segments` (spec §10.12, [`state`]) — the tensors and
-//!   the cache the process already held when recording began — and an allocator seeded
-//!   with it. Every replay below starts from it; so can a program of its own.
-//! * [`verify`]: seed [`fragscope_alloc::CachingAllocator`] with that state, then drive
-//!   the model with the recorded `alloc` / `free_requested` / `free_completed` entries.
-//!   New segments get the addresses CUDA gave (the recorded `segment_alloc`s are queued
-//!   in an oracle device just before the malloc that needs them), so a recorded OOM or a
-//!   recorded absence of `cudaMalloc` happens by construction. Every decision is
-//!   compared: the address of each `alloc`, and each segment event (alloc/free/map/unmap).
-//!   After a divergence the model is re-seeded from the recorded state right after the
-//!   diverging event, so later figures still mean something ([`VerifyReport`]).
-//! * [`simulate`] ("what if"): the same trace under another configuration and/or device
-//!   size, with synthetic addresses: peaks, fragmentation, cudaMalloc counts, first OOM
-//!   ([`WhatIf`]); [`whatif::simulate_ops`] serves a transformed trace the same way.
-//! * [`lab`]: other allocation policies on the same workload; [`memstats`]: the
-//!   `memory_stats()` counters of the recorded run; [`recorder`]: a simulated run written
-//!   back as a snapshot; [`cost`]: the driver work a run implies.
+//! The principal types, and how they meet:
+//!
+//! * [`RecordedState`]: one device's segments and blocks as the recording knew them
+//!   ([`BState`], [`SegRec`], [`BlockRec`]). [`backward_walk`] undoes the trace from the
+//!   final `segments` (spec §10.12) to the state at any earlier entry
+//!   ([`state_before_entry`]); [`home_of`] and [`SplitRules`] are what the walk needs to
+//!   know of each entry and of the settings.
+//! * [`Seeded`]: the state at the first trace entry, rebuilt by that walk and confirmed
+//!   by the forward replay — the tensors and the cache the process already held when
+//!   recording began — and a [`fragscope_alloc::CachingAllocator`] seeded with it. Every
+//!   replay below starts from it; so can a program of its own ([`StartError`] says why
+//!   it cannot).
+//! * [`verify`] → [`VerifyReport`]: seed the model with that state, then drive it with the
+//!   recorded `alloc` / `free_requested` / `free_completed` entries. New segments get the
+//!   addresses CUDA gave (the recorded `segment_alloc`s are queued in an oracle device just
+//!   before the malloc that needs them), so a recorded OOM or a recorded absence of
+//!   `cudaMalloc` happens by construction. Every decision is compared: the address of each
+//!   `alloc`, and each segment event (alloc/free/map/unmap). After a divergence
+//!   ([`Divergence`]) the model is re-seeded from the recorded state right after the
+//!   diverging event, so later figures still mean something. [`fidelity_table`] sums
+//!   reports over files.
+//! * [`simulate`] / [`simulate_with`] → [`WhatIf`] ("what if"): the same trace under
+//!   another configuration and/or device size ([`SimOptions`]), with synthetic addresses:
+//!   peaks, fragmentation, cudaMalloc counts, first OOM ([`SimOom`]), the driver work it
+//!   implies ([`DriverWork`]) and the start it had ([`StartState`]); [`simulate_ops`]
+//!   serves a transformed trace ([`Op`]) the same way.
+//! * [`lab()`] → [`LabReport`]: other allocation policies ([`PolicySpec`]) on the same
+//!   workload; [`memory_table`] → [`MemoryTable`]: the `memory_stats()` counters of the
+//!   recorded run; [`Recorder`]: a simulated run written back as a snapshot.
+//! * The settings a replay runs under: [`recorded_config`], [`config_on_top`], the
+//!   [`ALTERNATIVES`] replays compare, and the device size ([`capacity_for`],
+//!   [`parse_capacity`]).
+//!
+//! Modules are private; everything above is re-exported here. Two helpers are public for
+//! a caller that serves a recorded workload with its own loop from [`Seeded`] (as
+//! `fragscope-predict` does with its synthesised requests): [`BlockMap`], which simulated
+//! block a recorded free frees, and [`stack_strings`], a stack written as [`SimOom::stack`]
+//! writes it.
 
-pub mod cost;
-pub mod driver;
-pub mod fidelity;
-pub mod lab;
-pub mod memstats;
-pub mod recorder;
-pub mod seeded;
-pub mod settings;
-pub mod state;
-pub mod whatif;
+mod cost;
+mod driver;
+mod fidelity;
+mod lab;
+mod memstats;
+mod recorder;
+mod seeded;
+mod settings;
+mod state;
+mod whatif;
 
 use fragscope_alloc::rounding::round_size;
 use fragscope_alloc::AllocatorConfig;
@@ -37,12 +57,29 @@ use serde::Serialize;
 
 /// Hash state for maps keyed by 512-aligned addresses (the snapshot crate's Fx hasher,
 /// whose `finish` moves the well-mixed high bits down to where the table looks).
-pub type AddrBuild = std::hash::BuildHasherDefault<fragscope_snapshot::FxHasher>;
+pub(crate) type AddrBuild = std::hash::BuildHasherDefault<fragscope_snapshot::FxHasher>;
 
-pub use driver::{infer_expandable_capacity, replayable_devices, verify};
-pub use fidelity::fidelity_table;
+pub use cost::{DriverWork, SizeClassCalls, SIZE_CLASSES, SYNCS_NOTE};
+pub use driver::{capacity_for, infer_expandable_capacity, replayable_devices, verify};
+pub use fidelity::{fidelity_table, verdict as fidelity_verdict};
+pub use lab::{
+    lab, lab_with, make_policy, make_policy_on, parse_policy, smallest_capacity, thread_cpu_seconds, workload_of,
+    Calls, LabBounds, LabOom, LabReport, LabRow, LabRunError, LabWorkload, PolicyError, PolicySpec,
+};
+pub use memstats::{memory_table, memory_table_by_replay, memory_table_noted, MemoryTable, Stat, StatRow, TableError};
+pub use recorder::{allocator_settings, Recorder};
 pub use seeded::{Seeded, StartError};
-pub use whatif::{simulate, simulate_with, SimOptions, StartState, WhatIf};
+pub use settings::{
+    config_on_top, parse_capacity, parse_size, CapacityError, Param, SizeError, SizeProblem, ALTERNATIVES,
+};
+pub use state::{
+    backward_walk, home_of, Ambiguity, BState, BlockRec, Home, Inconsistency, Initial, RecordedState, SegMap, SegRec,
+    SplitRules,
+};
+pub use whatif::{
+    simulate, simulate_ops, simulate_with, stack_strings, BlockMap, Op, Probe, SimOom, SimOptions, StartState, WhatIf,
+    UNLIMITED,
+};
 
 /// Options of [`verify`].
 #[derive(Clone, Debug, Default)]
@@ -199,7 +236,7 @@ impl RoundMemo {
 }
 
 /// The split rules of a configuration, for the policy-free state model.
-pub fn with_rules<R>(cfg: &AllocatorConfig, f: impl FnOnce(&state::SplitRules) -> R) -> R {
+pub(crate) fn with_rules<R>(cfg: &AllocatorConfig, f: impl FnOnce(&state::SplitRules) -> R) -> R {
     let memo = RoundMemo::new();
     let round = |n: u64| memo.of(n, |n| round_size(n, cfg));
     let rules = state::SplitRules {
@@ -208,6 +245,19 @@ pub fn with_rules<R>(cfg: &AllocatorConfig, f: impl FnOnce(&state::SplitRules) -
         max_non_split_rounding: cfg.max_non_split_rounding,
     };
     f(&rules)
+}
+
+/// The recorded allocator state right before trace entry `index` of `device` (the trace's
+/// length or more: the final state), by the [`backward_walk`] from the final `segments`
+/// under the recorded settings (spec §10.12). `Err`: the entry that could not be undone,
+/// its index counted from `index` (as the walk counts it).
+pub fn state_before_entry(snap: &Snapshot, device: i64, index: usize) -> Result<RecordedState, Inconsistency> {
+    let trace = snap.trace(device);
+    let from = index.min(trace.len());
+    let cfg = recorded_config(snap);
+    let fin = RecordedState::from_snapshot(snap, device);
+    let home = |e: &TraceEvent| home_of(snap, e);
+    with_rules(&cfg, |r| backward_walk(fin, &trace[from..], &home, r)).map(|i| i.state)
 }
 
 /// Does this device's trace hold anything a replay can check?

@@ -174,7 +174,7 @@ impl Recorder {
 /// An allocator event as PyTorch writes it to the trace (`oom` puts `device_free` where
 /// other entries have the address); its stream is interned in `contexts`, the table of the
 /// snapshot the entry goes into ([`Snapshot::contexts`]).
-pub fn trace_event(ev: &Event, contexts: &mut Vec<EntryContext>) -> TraceEvent {
+pub(crate) fn trace_event(ev: &Event, contexts: &mut Vec<EntryContext>) -> TraceEvent {
     let (action, addr, size, stream) = match *ev {
         Event::Alloc { addr, size, stream } => (Action::Alloc, addr, size, stream),
         Event::FreeRequested { addr, size, stream } => (Action::FreeRequested, addr, size, stream),
@@ -194,7 +194,7 @@ pub fn trace_event(ev: &Event, contexts: &mut Vec<EntryContext>) -> TraceEvent {
 /// The allocator's state as a snapshot's `segments` for `device`. `block_stack` gives the
 /// allocation stack of a live block and `segment_stack` the stack of the malloc that made
 /// a segment, where known (inactive blocks never carry frames, as in real snapshots).
-pub fn segments_of<D: DeviceMemory>(
+pub(crate) fn segments_of<D: DeviceMemory>(
     eng: &CachingAllocator<D>,
     device: i64,
     block_stack: impl Fn(u64) -> Option<StackId>,

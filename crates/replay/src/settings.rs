@@ -108,7 +108,7 @@ impl std::error::Error for SizeError {}
 ///
 /// GPUs without such a message found (H200, L4, RTX A6000, RTX 5090) are not listed: give
 /// their size in bytes (`--capacity 139.8GiB`) from an OOM message of your own.
-pub const GPUS: &[(&str, u64)] = &[
+pub(crate) const GPUS: &[(&str, u64)] = &[
     ("H100-80GB", 7911),
     ("H100", 7911),
     ("H100-NVL", 9300),

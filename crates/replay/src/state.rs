@@ -11,11 +11,11 @@
 use fragscope_snapshot::{Action, BlockState, Snapshot, TraceEvent};
 
 /// Small-pool segment size (kSmallBuffer, §1.1).
-pub const SMALL_BUFFER: u64 = 2 << 20;
+pub(crate) const SMALL_BUFFER: u64 = 2 << 20;
 /// Large-pool split threshold (§3.8: split iff remainder > 1 MiB).
-pub const SPLIT_LARGE_MIN: u64 = 1 << 20;
+pub(crate) const SPLIT_LARGE_MIN: u64 = 1 << 20;
 /// kMinBlockSize.
-pub const MIN_BLOCK: u64 = 512;
+pub(crate) const MIN_BLOCK: u64 = 512;
 
 /// State of a block in the recorded model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,7 +218,7 @@ pub struct Ambiguity {
 
 /// The block an entry made or freed, as [`RecordedState::undo_touching`] finds it.
 #[derive(Clone, Copy, Debug)]
-pub struct Undone {
+pub(crate) struct Undone {
     /// The block (for an `alloc`, before the undo frees it; for a free, after the undo
     /// makes it allocated or pending again).
     pub block: BlockRec,
@@ -604,7 +604,7 @@ impl RecordedState {
     /// ([`Undone`]). memory_summary's table adds its counters up from these in the same
     /// walk ([`crate::memstats`]) instead of looking each block up again.
     #[inline]
-    pub fn undo_touching(
+    pub(crate) fn undo_touching(
         &mut self,
         index: usize,
         ev: &TraceEvent,
@@ -626,7 +626,7 @@ impl RecordedState {
     /// the action itself gets one small inlined body per action; the error messages are
     /// built out of line.
     #[inline(always)]
-    pub fn undo_alloc(&mut self, index: usize, ev: &TraceEvent) -> Result<Undone, Inconsistency> {
+    pub(crate) fn undo_alloc(&mut self, index: usize, ev: &TraceEvent) -> Result<Undone, Inconsistency> {
         let Some(slot) = self.segs.slot_containing(ev.addr) else {
             return Err(err(index, ev, "alloc of an address in no segment"));
         };
@@ -671,7 +671,7 @@ impl RecordedState {
 
     /// Undo a `free_requested` (the pending block is allocated again); the block.
     #[inline(always)]
-    pub fn undo_free_requested(&mut self, index: usize, ev: &TraceEvent) -> Result<Undone, Inconsistency> {
+    pub(crate) fn undo_free_requested(&mut self, index: usize, ev: &TraceEvent) -> Result<Undone, Inconsistency> {
         let Some(seg) = self.segs.containing_mut(ev.addr) else {
             return Err(err(index, ev, "free_requested of an address in no segment"));
         };
@@ -688,7 +688,7 @@ impl RecordedState {
     /// address (pending free again), its size recovered from the request and the split
     /// rule (§10.11), choices noted in `ambiguous`; the block.
     #[inline]
-    pub fn undo_free_completed(
+    pub(crate) fn undo_free_completed(
         &mut self,
         index: usize,
         ev: &TraceEvent,
@@ -710,7 +710,7 @@ impl RecordedState {
     /// that keeps the rounded sizes it met saves the call through the pointer (most
     /// entries ask for a size met before). Returns the two blocks.
     #[inline]
-    pub fn undo_free_pair(
+    pub(crate) fn undo_free_pair(
         &mut self,
         index: usize,
         fc: &TraceEvent,
@@ -1089,7 +1089,7 @@ pub struct Initial {
 
 /// Entries of a trace by kind, counted by [`backward_walk_counted`] as it passes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TraceCounts {
+pub(crate) struct TraceCounts {
     pub allocs: u64,
     /// `segment_alloc`, `segment_free`, `segment_map` and `segment_unmap`.
     pub segment_events: u64,
@@ -1135,7 +1135,7 @@ pub fn backward_walk(
 /// [`backward_walk`], also counting the entries by kind on the way: the walk
 /// reads every entry anyway, and a trace of millions of entries is hundreds of
 /// MB, so a separate counting pass costs a read of all of it from memory.
-pub fn backward_walk_counted(
+pub(crate) fn backward_walk_counted(
     final_state: RecordedState,
     trace: &[TraceEvent],
     home: &dyn Fn(&TraceEvent) -> Home,

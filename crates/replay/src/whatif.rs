@@ -151,8 +151,9 @@ pub struct WhatIf {
     pub advice_points: Option<String>,
     /// `empty_cache()` calls the advice added (on top of the recording's own).
     pub empty_cache_added: u64,
-    /// Driver work counted from the replay's events ([`super::cost`]): calls by segment
-    /// size, pages mapped and unmapped, synchronisations. No time: see that module.
+    /// Driver work counted from the replay's events ([`DriverWork`](super::DriverWork)):
+    /// calls by segment size, pages mapped and unmapped, synchronisations. No time: see
+    /// its module (`cost.rs`).
     pub driver: super::cost::DriverWork,
     pub notes: Vec<String>,
     /// Live bytes at [`SimOptions::probes`].

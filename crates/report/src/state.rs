@@ -2,7 +2,7 @@
 //!
 //! The snapshot's `segments` are the state at the end of the trace. Earlier states are
 //! rebuilt by undoing trace events from there (the backward walk of
-//! [`fragscope_replay::state`], spec §10.12). The page gets two things:
+//! [`fragscope_replay::backward_walk`], spec §10.12). The page gets two things:
 //!
 //! * **keyframes** ([`Moment`]): full states (every segment and block) at chosen trace
 //!   positions — the OOM, the reserved and allocated peaks, the end, and evenly spaced
@@ -33,8 +33,7 @@
 
 use fragscope_alloc::rounding::round_size;
 use fragscope_diagnose::analyze::Analysis;
-use fragscope_replay::recorded_config;
-use fragscope_replay::state::{home_of, BState, BlockRec, Inconsistency, RecordedState, SegRec, SplitRules};
+use fragscope_replay::{home_of, recorded_config, BState, BlockRec, Inconsistency, RecordedState, SegRec, SplitRules};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use fragscope_trace::timeline::DeviceTimeline;
 use serde::Serialize;

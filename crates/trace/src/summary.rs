@@ -125,9 +125,9 @@ pub struct DeviceSummary {
     pub fragmentation: Fragmentation,
     pub trace: TraceSummary,
     /// memory_summary()'s Cur/Peak/Tot Alloc/Tot Freed over the recorded window (see
-    /// [`fragscope_replay::memstats`]); `None` without a trace or when the trace and the state disagree.
+    /// [`fragscope_replay::memory_table`]); `None` without a trace or when the trace and the state disagree.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory_table: Option<fragscope_replay::memstats::MemoryTable>,
+    pub memory_table: Option<fragscope_replay::MemoryTable>,
     /// Memory by role over the trace ([`crate::roles`]); absent without a trace.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roles: Option<crate::roles::DeviceRoles>,
@@ -411,7 +411,7 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
     // Two walks of the trace answer different questions: the block lives (one forward
     // walk, [`BlockLives`]), which give the trace's figures (from its first pass) and the
     // roles; and memory_summary's table, whose block sizes need the allocator's block
-    // layout (the backward walk of [`fragscope_replay::memstats`]). On the two cores summary has,
+    // layout (the backward walk of [`fragscope_replay::memory_table`]). On the two cores summary has,
     // side by side; the roles' steps, which read only the trace and its stacks, beside
     // the lifetime walk (the table's walk often ends at once, on a trace it cannot
     // vouch for).
@@ -446,7 +446,7 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
             let _ = to_lives.send(steps_of());
         }
         drop(to_lives);
-        let table = fragscope_replay::memstats::memory_table(snap, device).ok();
+        let table = fragscope_replay::memory_table(snap, device).ok();
         (table, lived.join().expect("lives thread"))
     });
     DeviceSummary {

@@ -11,7 +11,7 @@
 //! ratio.
 
 use fragscope_alloc::policy::{drive, Op, Workload};
-use fragscope_replay::lab::{parse_policy, thread_cpu_seconds, workload_of};
+use fragscope_replay::{parse_policy, thread_cpu_seconds, workload_of};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -61,7 +61,7 @@ fn main() {
             std::process::exit(2)
         }) {
             let c0 = thread_cpu_seconds().unwrap_or(0.0);
-            let mut p = fragscope_replay::lab::make_policy(&spec, &snap_cfg, &w, 1 << 50);
+            let mut p = fragscope_replay::make_policy(&spec, &snap_cfg, &w, 1 << 50);
             let r = drive(p.as_mut(), &w, false, 0).expect("drive");
             let cpu = thread_cpu_seconds().unwrap_or(0.0) - c0;
             println!(

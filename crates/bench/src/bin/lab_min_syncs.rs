@@ -9,8 +9,9 @@
 //! that device.
 
 use fragscope_alloc::policy::drive;
-use fragscope_replay::lab::{make_policy, parse_policy, smallest_capacity, workload_of};
-use fragscope_replay::{recorded_config, replayable_devices};
+use fragscope_replay::{
+    make_policy, parse_policy, recorded_config, replayable_devices, smallest_capacity, workload_of,
+};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

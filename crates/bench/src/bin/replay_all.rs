@@ -8,7 +8,7 @@ fn main() {
                 continue;
             }
         };
-        for d in fragscope_replay::driver::replayable_devices(&snap) {
+        for d in fragscope_replay::replayable_devices(&snap) {
             let t = std::time::Instant::now();
             let r = fragscope_replay::verify(&snap, d, &Default::default());
             println!(

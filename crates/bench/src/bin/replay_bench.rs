@@ -11,7 +11,7 @@
 //! * `simulate`: [`simulate`](fragscope_replay::simulate) under the recorded
 //!   settings (synthetic addresses; includes the verify pass it builds on);
 //! * `walk`: the full backward walk alone (what `verify` falls back on; `oom` analysis uses it);
-//! * `table`: memory_summary's table ([`memory_table`](fragscope_replay::memstats::memory_table),
+//! * `table`: memory_summary's table ([`memory_table`](fragscope_replay::memory_table),
 //!   `summary`'s backward walk with the block layout); `matched` = 1 when it was built by the
 //!   walk itself, 0 when by the fallback replay or when there is none.
 //!
@@ -90,18 +90,18 @@ fn main() {
                     "walk" => {
                         let c = replay::recorded_config(&snap);
                         let round = |n: u64| fragscope_alloc::rounding::round_size(n, &c);
-                        let rules = replay::state::SplitRules {
+                        let rules = replay::SplitRules {
                             round: &round,
                             max_split_size: c.max_split_size,
                             max_non_split_rounding: c.max_non_split_rounding,
                         };
-                        let fin = replay::state::RecordedState::from_snapshot(&snap, d);
-                        let home = |e: &fragscope_snapshot::TraceEvent| replay::state::home_of(&snap, e);
-                        let r = replay::state::backward_walk(fin, snap.trace(d), &home, &rules);
+                        let fin = replay::RecordedState::from_snapshot(&snap, d);
+                        let home = |e: &fragscope_snapshot::TraceEvent| replay::home_of(&snap, e);
+                        let r = replay::backward_walk(fin, snap.trace(d), &home, &rules);
                         std::hint::black_box(&r.is_ok());
                     }
                     "table" => {
-                        let (t, by_walk) = fragscope_replay::memstats::memory_table_noted(&snap, d);
+                        let (t, by_walk) = fragscope_replay::memory_table_noted(&snap, d);
                         allocs = t.as_ref().map_or(0, |t| t.allocations.all.allocated);
                         matched = by_walk as u64;
                         std::hint::black_box(&t);

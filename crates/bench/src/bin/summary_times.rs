@@ -8,7 +8,7 @@
 //! * `steps`: the steps ([`steps`](fragscope_trace::steps::steps));
 //! * `roles`: the roles from the lives and the steps
 //!   ([`device_roles_from`](fragscope_trace::roles::device_roles_from));
-//! * `table`: memory_summary's table ([`memory_table`](fragscope_replay::memstats::memory_table)).
+//! * `table`: memory_summary's table ([`memory_table`](fragscope_replay::memory_table)).
 //!
 //! usage: cargo run --release -p fragscope-bench --bin summary_times -- FILE \[REPEAT\]
 //!        (ONLY=summary: the summary alone; REPEAT 0: the load alone; NO_AHEAD=1: the
@@ -92,6 +92,6 @@ fn main() {
         });
     }
     best("table", &mut || {
-        std::hint::black_box(fragscope_replay::memstats::memory_table(&snap, d).is_ok());
+        std::hint::black_box(fragscope_replay::memory_table(&snap, d).is_ok());
     });
 }

@@ -395,7 +395,7 @@ fn oom_fixes_text(o: &mut String, f: &OomFinding, b: &fragscope_diagnose::recomm
         }
     }
     if !f.fixes_tried.is_empty() || !f.advice.is_empty() {
-        let _ = writeln!(o, "    ({})", fragscope_replay::cost::SYNCS_NOTE);
+        let _ = writeln!(o, "    ({})", fragscope_replay::SYNCS_NOTE);
     }
 }
 

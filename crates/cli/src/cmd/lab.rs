@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use fragscope_commands::replay;
-use fragscope_replay::lab::LabReport;
+use fragscope_replay::LabReport;
 
 use super::replay::Args;
 use crate::output::{self, Align, Table};

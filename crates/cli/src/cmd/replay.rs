@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 use fragscope_commands::replay::{self, DeviceResult, LabRequest, ReplayRequest};
 use fragscope_diagnose::role_whatif::RoleWhatIf;
-use fragscope_replay::{cost, fidelity, WhatIf};
+use fragscope_replay::{fidelity_table, fidelity_verdict, WhatIf, SYNCS_NOTE};
 use fragscope_snapshot::Snapshot;
 
 use crate::output::{self, Align, Table};
@@ -154,7 +154,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             let snap = fragscope_snapshot::read_path_checked(f, &mut |_, _| {});
             files.push((name, snap));
         }
-        print_stdout(&fidelity::fidelity_table(&files))?;
+        print_stdout(&fidelity_table(&files))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut saved: Option<Snapshot> = None;
@@ -197,7 +197,7 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
                 frac(v.allocs_matched, v.allocs),
                 frac(v.segment_events_matched, v.segment_events),
                 frac(v.ooms_matched, v.ooms),
-                fidelity::verdict(v).replace("exact", "none"),
+                fidelity_verdict(v).replace("exact", "none"),
             ]);
         }
         s.push_str(&t.render());
@@ -282,7 +282,7 @@ fn whatif_text(s: &mut String, r: &DeviceResult, runs: &[WhatIf]) {
             whatif_label(w)
         );
     }
-    let _ = writeln!(s, "  {}", cost::SYNCS_NOTE);
+    let _ = writeln!(s, "  {}", SYNCS_NOTE);
 }
 
 /// A role-level what-if as text: the changes (or why not), the recording and the

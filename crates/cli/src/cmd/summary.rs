@@ -125,8 +125,8 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
 
 /// memory_summary()'s whole table (Cur / Peak / Tot Alloc / Tot Freed) over the recorded
 /// window, with the large- and small-pool rows.
-fn window_table(t: &fragscope_replay::memstats::MemoryTable) -> String {
-    use fragscope_replay::memstats::StatRow;
+fn window_table(t: &fragscope_replay::MemoryTable) -> String {
+    use fragscope_replay::StatRow;
     let mut tb = Table::new(&[
         ("Metric (over the recorded window)", Align::Left),
         ("Cur Usage", Align::Right),

@@ -12,8 +12,7 @@
 //! device 0, where on the whole trace it lowers it from 7.96.
 
 use fragscope_diagnose::recommend::{advice_headline, advice_trials, from_trials, refusal, Recommendations};
-use fragscope_replay::state::{backward_walk, RecordedState, SplitRules};
-use fragscope_replay::{recorded_config, simulate, StartState};
+use fragscope_replay::{backward_walk, recorded_config, simulate, RecordedState, SplitRules, StartState};
 use fragscope_snapshot::Snapshot;
 
 const CODELOC: &str = "codeloc-qwen3-gnn-expandable-oom-3gpu.pickle";
@@ -36,7 +35,7 @@ fn reserved_at_start(snap: &Snapshot, device: i64) -> u64 {
         max_split_size: cfg.max_split_size,
         max_non_split_rounding: cfg.max_non_split_rounding,
     };
-    let home = |e: &fragscope_snapshot::TraceEvent| fragscope_replay::state::home_of(snap, e);
+    let home = |e: &fragscope_snapshot::TraceEvent| fragscope_replay::home_of(snap, e);
     let fin = RecordedState::from_snapshot(snap, device);
     backward_walk(fin, snap.trace(device), &home, &rules).expect("the trace is consistent").state.reserved()
 }

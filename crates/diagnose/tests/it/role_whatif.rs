@@ -320,7 +320,7 @@ fn set_to_none_case(name: &str, snap: &Snapshot) -> Result<RoleWhatIf, String> {
 /// gradient per parameter, accumulated in place into `.grad` after the first step) and
 /// an Adam step (two moments per parameter, made in the first step).
 fn keeps_gradients() -> Snapshot {
-    use fragscope_replay::recorder::Recorder;
+    use fragscope_replay::Recorder;
     const MIB: u64 = 1 << 20;
     let mut r = Recorder::new("", 8 << 30, 1_000_000, 10).unwrap();
     let init = r.stack(&[("train.py", 3, "<module>"), ("model.py", 5, "__init__")]);
@@ -469,7 +469,7 @@ fn reserved_walk(snap: &Snapshot, dev: i64) -> (u64, u64) {
 /// segment entries.
 #[test]
 fn a_peak_reserved_before_the_trace_is_named_as_such() {
-    use fragscope_replay::recorder::Recorder;
+    use fragscope_replay::Recorder;
     const MIB: u64 = 1 << 20;
     let mut r = Recorder::new("", 8 << 30, 1_000_000, 10).unwrap();
     let warm = r.stack(&[("train.py", 2, "<module>"), ("bench.py", 7, "warm_up")]);

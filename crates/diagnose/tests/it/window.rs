@@ -10,8 +10,7 @@
 
 use fragscope_diagnose::analyze;
 use fragscope_diagnose::window::{cut, EndState, WindowBy, WindowError, WindowSpec};
-use fragscope_replay::recorder::Recorder;
-use fragscope_replay::{verify, ReplayOptions};
+use fragscope_replay::{verify, Recorder, ReplayOptions};
 use fragscope_snapshot::{resolve_stack, Snapshot};
 use fragscope_trace::summary;
 

@@ -5,8 +5,9 @@
 //! `cudaFree` calls the recording logged, size class by size class, and one device
 //! synchronisation per `cudaFree`; expandable maps and unmaps are counted in pages.
 
-use fragscope_replay::cost::{DriverWork, SIZE_CLASSES};
-use fragscope_replay::{has_replayable_trace, recorded_config, simulate, verify, ReplayOptions};
+use fragscope_replay::{
+    has_replayable_trace, recorded_config, simulate, verify, DriverWork, ReplayOptions, SIZE_CLASSES,
+};
 use fragscope_snapshot::Action;
 use fragscope_testdata::real_pickles;
 

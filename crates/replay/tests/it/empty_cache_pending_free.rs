@@ -7,8 +7,7 @@
 //! every clone): `empty_cache()` is inserted right before each `free_completed` that follows
 //! its `free_requested`, i.e. while that free is pending.
 
-use fragscope_replay::whatif::{simulate_with, SimOptions};
-use fragscope_replay::{has_replayable_trace, recorded_config};
+use fragscope_replay::{has_replayable_trace, recorded_config, simulate_with, SimOptions};
 use fragscope_snapshot::Action;
 use fragscope_testdata::real_file;
 

@@ -5,7 +5,7 @@
 //! be 89.37 GB (83.23 GiB, the failed request counted as live); what was ever live is
 //! 84.06 GB. Both are worked out here from the trace itself, independently of the lab.
 
-use fragscope_replay::lab::{lab, parse_policy};
+use fragscope_replay::{lab, parse_policy};
 use fragscope_snapshot::Action;
 use fragscope_testdata::real_file;
 

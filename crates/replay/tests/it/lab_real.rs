@@ -7,8 +7,7 @@ use fragscope_alloc::policy::{
     drive, BestFitArenas, Hybrid, LifetimeSegregated, PageRemap, PagedBestFit, Planned, Policy, PyTorchCaching,
 };
 use fragscope_alloc::SimulatedDevice;
-use fragscope_replay::lab::{lab, parse_policy, workload_of};
-use fragscope_replay::{recorded_config, replayable_devices};
+use fragscope_replay::{lab, parse_policy, recorded_config, replayable_devices, workload_of};
 
 #[test]
 fn every_policy_is_sound_on_every_real_trace() {
@@ -129,7 +128,7 @@ fn inversions_between_plan_and_online_policies_are_explained() {
 /// when it ignored them (which the doc took for a per-stream floor of every allocator).
 #[test]
 fn the_pytorch_row_releases_where_the_recording_did() {
-    use fragscope_replay::state::{backward_walk, RecordedState, SplitRules};
+    use fragscope_replay::{backward_walk, RecordedState, SplitRules};
     use fragscope_snapshot::Action;
     let Some(path) = fragscope_testdata::real_file("selectn-llama7b-offload-multistream.pickle") else { return };
     let snap = fragscope_snapshot::read_path(&path).unwrap();
@@ -141,7 +140,7 @@ fn the_pytorch_row_releases_where_the_recording_did() {
         max_split_size: cfg.max_split_size,
         max_non_split_rounding: cfg.max_non_split_rounding,
     };
-    let home = |e: &fragscope_snapshot::TraceEvent| fragscope_replay::state::home_of(&snap, e);
+    let home = |e: &fragscope_snapshot::TraceEvent| fragscope_replay::home_of(&snap, e);
     let start = backward_walk(RecordedState::from_snapshot(&snap, 0), snap.trace(0), &home, &rules).unwrap();
     let (mut reserved, mut peak) = (start.state.reserved(), start.state.reserved());
     for e in snap.trace(0) {
@@ -165,7 +164,7 @@ fn the_pytorch_row_releases_where_the_recording_did() {
 /// OOM. The size found must run without one and the size 2 MiB below must not.
 #[test]
 fn smallest_device_without_an_oom_is_a_boundary() {
-    use fragscope_replay::lab::{lab_with, make_policy, PolicySpec};
+    use fragscope_replay::{lab_with, make_policy, PolicySpec};
     let Some(path) = fragscope_testdata::real_file("decomfl-opt-zeroth-order-windows.pickle") else { return };
     let snap = fragscope_snapshot::read_path(&path).unwrap();
     let lw = workload_of(&snap, 0);
@@ -204,7 +203,7 @@ fn smallest_device_without_an_oom_is_a_boundary() {
 fn every_policy_drives_a_strict_cuda_device_on_every_real_trace() {
     use fragscope_alloc::policy::drive_strict;
     use fragscope_alloc::StrictVmm;
-    use fragscope_replay::lab::make_policy_on;
+    use fragscope_replay::make_policy_on;
     let all = parse_policy("all").unwrap();
     let files = fragscope_testdata::real_pickles();
     let (mut traces, mut runs) = (0, 0);

@@ -6,8 +6,7 @@
 //! (blocks and segments alive before the trace, cached blocks taken whole, oversize
 //! blocks, expandable segments, `empty_cache`).
 
-use fragscope_replay::memstats::{memory_table_by_replay, memory_table_noted};
-use fragscope_replay::recorder::Recorder;
+use fragscope_replay::{memory_table_by_replay, memory_table_noted, Recorder};
 use fragscope_snapshot::Snapshot;
 
 /// Compares the two on every device of `snap`; returns how many devices had a table and

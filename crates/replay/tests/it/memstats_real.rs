@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use fragscope_replay::memstats::{memory_table, Stat};
+use fragscope_replay::{memory_table, Stat};
 
 fn five(s: &Stat) -> [u64; 5] {
     [s.start, s.current, s.peak, s.allocated, s.freed]

@@ -5,8 +5,7 @@
 //! ([`Recorder::begin_trace_here`]), so the trace begins with such a block live, exactly the
 //! state of the unseen GPT-medium trace that diverged at its 180th entry.
 
-use fragscope_replay::recorder::Recorder;
-use fragscope_replay::{verify, ReplayOptions};
+use fragscope_replay::{verify, Recorder, ReplayOptions};
 use fragscope_snapshot::{EntryContext, Snapshot};
 
 const MIB: u64 = 1 << 20;

@@ -6,8 +6,7 @@
 
 use fragscope_alloc::parse_config;
 use fragscope_alloc::rounding::round_size;
-use fragscope_replay::recorded_config;
-use fragscope_replay::recorder::allocator_settings;
+use fragscope_replay::{allocator_settings, recorded_config};
 use fragscope_snapshot::Snapshot;
 
 fn sizes() -> Vec<u64> {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
-use fragscope_replay::state::{BState, SegRec};
+use fragscope_replay::{BState, SegRec};
 use fragscope_report::state::{state_at, walk};
 use fragscope_report::ReportOptions;
 

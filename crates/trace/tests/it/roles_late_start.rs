@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use fragscope_replay::recorder::Recorder;
+use fragscope_replay::Recorder;
 use fragscope_snapshot::{Snapshot, StackId};
 use fragscope_trace::lives::BlockLives;
 use fragscope_trace::roles::{self, Reason, Role};
