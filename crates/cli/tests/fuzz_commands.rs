@@ -25,7 +25,7 @@ use fragscope_replay::{
     lab, parse_policy, recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions,
 };
 use fragscope_snapshot::{Action, BlockState, Snapshot};
-use fragscope_trace::summary::summarize;
+use fragscope_trace::summarize;
 
 use fragscope_testdata::Rng;
 

@@ -87,12 +87,12 @@ pub fn allocation_roles(
     device: i64,
     tr: &[TraceEvent],
     rows: &mut Vec<AllocRow>,
-) -> Vec<Option<fragscope_trace::roles::BlockRole>> {
+) -> Vec<Option<fragscope_trace::BlockRole>> {
     let (lives, role_of) = if tr.is_empty() {
-        (fragscope_trace::lives::BlockLives::default(), fragscope_trace::roles::Roles::default())
+        (fragscope_trace::BlockLives::default(), fragscope_trace::Roles::default())
     } else {
-        let lives = fragscope_trace::lives::BlockLives::replay(snap, device);
-        let (_, _, roles) = fragscope_trace::roles::device_roles_with(snap, &lives);
+        let lives = fragscope_trace::BlockLives::replay(snap, device);
+        let (_, _, roles) = fragscope_trace::device_roles_with(snap, &lives);
         (lives, roles)
     };
     let traced_role = |alloc: usize| {
@@ -111,7 +111,7 @@ pub fn allocation_roles(
         .map(|s| (s.address, s.total_size, s.stream as i64))
         .collect();
     dev_segs.sort_unstable();
-    let mut row_roles: Vec<Option<fragscope_trace::roles::BlockRole>> = Vec::with_capacity(rows.len());
+    let mut row_roles: Vec<Option<fragscope_trace::BlockRole>> = Vec::with_capacity(rows.len());
     for a in rows.iter() {
         let r = match a.alloc {
             Some(k) => traced_role(k),
@@ -123,7 +123,7 @@ pub fn allocation_roles(
         row_roles.push(r);
     }
     for (k, l) in lives.seeded.iter().enumerate() {
-        if !seeded_used[k] && l.end == fragscope_trace::lives::LIVE_AT_END {
+        if !seeded_used[k] && l.end == fragscope_trace::LIVE_AT_END {
             rows.push(AllocRow {
                 alloc: None,
                 fr: None,

@@ -240,7 +240,7 @@ fn replay_devices(
             let recorded = recorded_config(snap);
             let cfgs = settings_to_replay(&req.configs, &recorded)?;
             // Each setting a replay of its own, side by side (seconds each on a long trace).
-            let mut runs = fragscope_trace::par::map(cfgs.len(), fragscope_trace::par::threads(), |k| {
+            let mut runs = fragscope_trace::par_map(cfgs.len(), fragscope_trace::par_threads(), |k| {
                 let collect = k == 0 && req.save_snapshot.is_some();
                 simulate_with(
                     snap,
@@ -306,7 +306,7 @@ fn run_advice(
     notes: &mut Vec<String>,
 ) -> Vec<WhatIf> {
     let jobs = at.len() + usize::from(*no_caching);
-    let done = fragscope_trace::par::map(jobs, fragscope_trace::par::threads(), |k| match at.get(k) {
+    let done = fragscope_trace::par_map(jobs, fragscope_trace::par_threads(), |k| match at.get(k) {
         Some(a) => advice::simulate_empty_cache(snap, d, recorded.clone(), capacity, a)
             .map_err(|e| format!("{}: not replayed, {e}", a.describe())),
         None => Ok(advice::simulate_uncached(snap, d, capacity)),

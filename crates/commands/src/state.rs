@@ -5,16 +5,15 @@
 //! rebuilt by the backward walk from the recorded final state over the entries after the
 //! moment ([`fragscope_diagnose::oom::allocator_state_at`]): a reading of the recording,
 //! not a replay. The holders are the blocks allocated at that moment
-//! ([`fragscope_trace::timeline::live_at`]), grouped by the innermost user frame of
+//! ([`fragscope_trace::live_at`]), grouped by the innermost user frame of
 //! their allocation stack ([`HoldersBy::Site`]), by the innermost `record_function` scope
 //! open when they were allocated ([`HoldersBy::Annotation`]), or by what they are for
-//! ([`HoldersBy::Role`]: parameters, gradients, ... as [`fragscope_trace::roles`]
+//! ([`HoldersBy::Role`]: parameters, gradients, ... as [`fragscope_trace::classify_roles`]
 //! classifies each block from its phase and lifetime in the trace).
 
 use fragscope_diagnose::oom::{allocator_state_at, state_figures, StateFigures};
 use fragscope_diagnose::window::{Bound, WindowSpec};
-use fragscope_trace::attribution::bytes_by_site;
-use fragscope_trace::timeline::live_at;
+use fragscope_trace::{bytes_by_site, live_at};
 use serde::Serialize;
 
 use crate::{msg, Error, Param};
@@ -214,9 +213,9 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
 /// `total`); an out-of-place update counts as a temporary until its role begins, as in
 /// `summary`'s roles.
 fn holders_by_role(snap: &fragscope_snapshot::Snapshot, device: i64, after: Option<usize>, total: u64) -> Vec<Holder> {
-    use fragscope_trace::roles::Role;
-    let lives = fragscope_trace::lives::BlockLives::replay(snap, device);
-    let (_, _, roles) = fragscope_trace::roles::device_roles_with(snap, &lives);
+    use fragscope_trace::Role;
+    let lives = fragscope_trace::BlockLives::replay(snap, device);
+    let (_, _, roles) = fragscope_trace::device_roles_with(snap, &lives);
     let s = after.map_or(0, |i| (i + 1).min(snap.trace(device).len()));
     let mut by = [(0u64, 0u64); 7];
     for (b, r) in lives.seeded.iter().zip(&roles.seeded) {

@@ -3,7 +3,7 @@
 
 use fragscope_diagnose::analyze::{self, Analysis};
 use fragscope_diagnose::window::WindowInfo;
-use fragscope_trace::summary::{self, Summary};
+use fragscope_trace::{Summary, SUMMARY_SCHEMA};
 use serde::Serialize;
 
 use crate::{msg, Error, Param};
@@ -31,7 +31,7 @@ struct SummaryFile<'a> {
 /// file).
 pub fn summary_json(results: &[(String, bool, Summary)], windows: &[Option<WindowInfo>]) -> Result<String, Error> {
     let out = SummaryOut {
-        schema: summary::SCHEMA,
+        schema: SUMMARY_SCHEMA,
         files: results
             .iter()
             .enumerate()

@@ -103,7 +103,7 @@ impl std::error::Error for EmptyCacheAtError {}
 pub enum NoEmptyCachePoint {
     /// Every chosen entry is past the end of the trace (`entries` long).
     EntriesPastTheEnd { entries: usize },
-    /// No training step found (`steps`: [`fragscope_trace::steps::Steps::describe`]).
+    /// No training step found (`steps`: [`fragscope_trace::Steps::describe`]).
     NoStep { steps: String },
     /// One training step: no boundary between steps.
     OneStep { steps: String },
@@ -176,7 +176,7 @@ pub fn empty_cache_points(
             Ok((pts, format!("{n} chosen trace entr{}", if n == 1 { "y" } else { "ies" })))
         }
         EmptyCacheAt::Steps => {
-            let st = fragscope_trace::steps::steps(snap, device);
+            let st = fragscope_trace::steps(snap, device);
             match st.steps.len() {
                 0 => Err(NoEmptyCachePoint::NoStep { steps: st.describe() }),
                 1 => Err(NoEmptyCachePoint::OneStep { steps: st.describe() }),

@@ -5,17 +5,17 @@
 //! 2. fragmentation over time ([`fragscope_trace::timeline`]): the allocated / active / requested /
 //!    reserved curves, peak fragmentation (1 − peak allocated / peak reserved), the
 //!    free space at the reserved peak (rebuilt by the backward walk of §10.12), and
-//!    pinned segments by call site ([`fragscope_trace::attribution`]);
+//!    pinned segments by call site ([`fragscope_trace::attribute`]);
 //! 3. leak suspects ([`crate::leaks`]);
 //! 4. who holds the memory at the allocated and the reserved peaks, by call site and by
-//!    `record_function` scope ([`fragscope_trace::attribution`]);
+//!    `record_function` scope ([`fragscope_trace::attribute`]);
 //! 5. recommended settings ([`crate::recommend`]), measured by replay.
 //!
 //! Replays are the expensive part: they run only for a device with a recorded OOM (the
 //! fixes and the recommendations share them), or for every device with
 //! [`AnalyzeOptions::what_if`]. Everything else is a few O(events) walks; the trace's
 //! bookkeeping is replayed once per device, by the timeline, which keeps every block's
-//! life ([`fragscope_trace::lives`]) for attribution and leak detection.
+//! life ([`fragscope_trace::BlockLives`]) for attribution and leak detection.
 
 use serde::Serialize;
 use std::sync::Arc;
@@ -27,11 +27,11 @@ use crate::oom::{self, OomFinding, OomOptions, StateFigures};
 use crate::recommend::{self, Era, Recommendations};
 use fragscope_alloc::format_size as fs;
 use fragscope_replay as replay;
-use fragscope_trace::attribution::{self, AttributionOptions, DeviceAttribution, PeakAttribution, PinnedSegments};
-use fragscope_trace::lives::BlockLives;
-use fragscope_trace::roles::{self, DeviceRoles};
-use fragscope_trace::steps::Steps;
-use fragscope_trace::timeline::{self, DeviceTimeline, ReservedSource, TimelineOptions};
+use fragscope_trace::{
+    attribute, describe_role_bytes, device_roles_from, role_bytes_at, timeline_with_lives, AttributionOptions,
+    BlockLives, DeviceAttribution, DeviceRoles, DeviceTimeline, PeakAttribution, PinnedSegments, ReservedSource, Role,
+    Roles, Steps, TimelineOptions, DEFAULT_POINTS,
+};
 
 /// Schema name of `fragscope analyze --json`.
 pub const SCHEMA: &str = "fragscope.analyze/2";
@@ -51,7 +51,7 @@ pub struct AnalyzeOptions {
 
 impl Default for AnalyzeOptions {
     fn default() -> Self {
-        AnalyzeOptions { top: 10, what_if: false, threads: 2, points: timeline::DEFAULT_POINTS }
+        AnalyzeOptions { top: 10, what_if: false, threads: 2, points: DEFAULT_POINTS }
     }
 }
 
@@ -136,7 +136,7 @@ pub struct DeviceAnalysis {
     pub leak_steps: LeakSteps,
     /// Training steps and their phases, from evidence ([`fragscope_trace::steps`]).
     pub steps: Steps,
-    /// Memory by role ([`fragscope_trace::roles`]), with the live set at the OOM by role when the
+    /// Memory by role ([`fragscope_trace::DeviceRoles`]), with the live set at the OOM by role when the
     /// trace has one.
     pub roles: DeviceRoles,
     pub peaks: Peaks,
@@ -148,7 +148,7 @@ pub struct DeviceAnalysis {
     /// Each block's role, for callers that draw the roles over time (the report's
     /// timeline stacked by role); not part of `--json`.
     #[serde(skip)]
-    pub block_roles: Arc<roles::Roles>,
+    pub block_roles: Arc<Roles>,
 }
 
 /// The analysis of a file.
@@ -168,16 +168,16 @@ pub fn analyze(snap: &Snapshot, opts: &AnalyzeOptions) -> Analysis {
 }
 
 /// A device's timeline made by the caller (see [`analyze_with_timelines`]).
-pub type TimelineOf<'a> = &'a (dyn Fn(i64) -> timeline::DeviceTimeline + Sync);
+pub type TimelineOf<'a> = &'a (dyn Fn(i64) -> DeviceTimeline + Sync);
 
 /// Work of the caller's, run once beside the first device's walk (see
 /// [`analyze_with_timelines`]).
 pub type Beside<'a> = &'a (dyn Fn() + Sync);
 
 /// [`analyze`], with each device's timeline made by `timeline_of(device)`, which must
-/// return what [`timeline::timeline`] returns with `opts.points`: for a front end that
+/// return what [`fragscope_trace::timeline`] returns with `opts.points`: for a front end that
 /// walks the trace itself and gets the timeline from the same walk
-/// ([`timeline::timeline_walk`]; the HTML report) instead of walking it twice. When the
+/// ([`fragscope_trace::timeline_walk`]; the HTML report) instead of walking it twice. When the
 /// timeline comes without its [`DeviceTimeline::lives`], attribution and leak detection
 /// replay the trace for them.
 ///
@@ -265,8 +265,8 @@ fn analyze_device_inner(
     let (mut device_roles, steps, block_roles, lives) = rl;
     if let Some(f) = &oom_f {
         // The state before the `oom` entry: what was live when the request failed.
-        let v = roles::bytes_at(snap, &lives, &block_roles, f.event_index);
-        device_roles.at_oom = Some(roles::Role::ALL.iter().map(|r| (r.as_str(), v[*r as usize])).collect());
+        let v = role_bytes_at(snap, &lives, &block_roles, f.event_index);
+        device_roles.at_oom = Some(Role::ALL.iter().map(|r| (r.as_str(), v[*r as usize])).collect());
     }
     drop(lives);
     // The lives are for this function only: the analysis does not carry them.
@@ -322,7 +322,7 @@ struct DeviceParts {
     /// `--what-if`: nothing to replay).
     quick: Option<Recommendations>,
     /// Memory by role, the steps and each block's role they were read from, and the lives.
-    roles: (DeviceRoles, Steps, roles::Roles, Arc<BlockLives>),
+    roles: (DeviceRoles, Steps, Roles, Arc<BlockLives>),
 }
 
 /// The parts on two threads besides this one: the iterations (and the era, and the
@@ -343,7 +343,7 @@ fn parts_beside(
         let h_it = s.spawn(move || {
             // Sent as soon as found: the leak tests start when the walk ends, even if
             // the work below is not done.
-            let st = fragscope_trace::steps::steps(snap, device);
+            let st = fragscope_trace::steps(snap, device);
             let _ = it_tx.send(st);
             // The era (a look at every entry) and the caller's work too, here rather
             // than on threads of their own: one helper beside the walk keeps the
@@ -358,7 +358,7 @@ fn parts_beside(
         // Leaks read the roles (their evidence): one after the other, beside
         // attribution.
         let h_roles = s.spawn(move || {
-            let (r, rr) = roles::device_roles_from(snap, &lives2, &st);
+            let (r, rr) = device_roles_from(snap, &lives2, &st);
             let lk = leaks::leaks_device_with(snap, device, &st, &lives2, Some(&rr));
             ((r, st, rr, lives2), lk)
         });
@@ -386,8 +386,8 @@ fn parts_in_turn(
 ) -> DeviceParts {
     let tl = device_timeline(snap, device, opts, timeline_of);
     let lives = lives_of(snap, device, &tl);
-    let st = fragscope_trace::steps::steps(snap, device);
-    let (r, rr) = roles::device_roles_from(snap, &lives, &st);
+    let st = fragscope_trace::steps(snap, device);
+    let (r, rr) = device_roles_from(snap, &lives, &st);
     let leaks = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
     let (attribution, at_peak, at_peak_note) = attribution_at_peaks(snap, device, opts, &tl);
     let oom = oom_with_replays(snap, device, opts, work);
@@ -395,7 +395,7 @@ fn parts_in_turn(
 }
 
 /// The device's timeline: the caller's, else a walk that keeps the lives of every block
-/// ([`fragscope_trace::lives`]): attribution and leak detection read them instead of
+/// ([`fragscope_trace::BlockLives`]): attribution and leak detection read them instead of
 /// walking the trace again.
 fn device_timeline(
     snap: &Snapshot,
@@ -405,7 +405,7 @@ fn device_timeline(
 ) -> DeviceTimeline {
     match timeline_of {
         Some(f) => f(device),
-        None => timeline::timeline_with_lives(snap, device, &TimelineOptions { points: opts.points.max(1) }),
+        None => timeline_with_lives(snap, device, &TimelineOptions { points: opts.points.max(1) }),
     }
 }
 
@@ -423,7 +423,7 @@ fn attribution_at_peaks(
     opts: &AnalyzeOptions,
     tl: &DeviceTimeline,
 ) -> (DeviceAttribution, Option<StateFigures>, Option<String>) {
-    let attr = attribution::attribute(snap, tl, &AttributionOptions { top: opts.top });
+    let attr = attribute(snap, tl, &AttributionOptions { top: opts.top });
     let (at_peak, note) = if tl.reserved_source == ReservedSource::Segments && tl.peak_reserved.bytes > 0 {
         match oom::allocator_state_at(snap, device, tl.peak_reserved.event_index) {
             Ok(st) => (Some(oom::state_figures(&st, None)), None),
@@ -551,12 +551,12 @@ fn oom_findings(d: &DeviceAnalysis, o: &OomFinding, v: &mut Vec<Finding>) {
         v.push(Finding { kind: FindingKind::Oom, severity: Severity::High, headline });
     }
     if let Some(at) = &d.roles.at_oom {
-        let rb: [u64; 7] = std::array::from_fn(|k| at.get(roles::Role::ALL[k].as_str()).copied().unwrap_or(0));
+        let rb: [u64; 7] = std::array::from_fn(|k| at.get(Role::ALL[k].as_str()).copied().unwrap_or(0));
         if rb.iter().any(|&b| b > 0) {
             v.push(Finding {
                 kind: FindingKind::Oom,
                 severity: Severity::High,
-                headline: format!("The live tensors at the OOM, by role: {}.", roles::describe_bytes(&rb, fs)),
+                headline: format!("The live tensors at the OOM, by role: {}.", describe_role_bytes(&rb, fs)),
             });
         }
     }

@@ -10,7 +10,7 @@ use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 
 use crate::leaks;
-use fragscope_trace::timeline::{self, TimelineOptions};
+use fragscope_trace::{timelines, TimelineOptions};
 
 /// The limits; `None` = not checked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -106,7 +106,7 @@ pub struct CheckResult {
 pub fn check(snap: &Snapshot, limits: &Limits) -> CheckResult {
     let mut devices = Vec::new();
     let mut failures = Vec::new();
-    for tl in timeline::timelines(snap, &TimelineOptions { points: 1 }) {
+    for tl in timelines(snap, &TimelineOptions { points: 1 }) {
         let d = tl.device;
         let (pa, pr, pf) = (tl.peak_allocated.bytes, tl.peak_reserved.bytes, tl.peak_fragmentation);
         if let Some(m) = limits.max_reserved.filter(|&m| pr > m) {

@@ -5,15 +5,14 @@
 //! Devices are matched by ordinal; when each file has exactly one device they are
 //! matched whatever their ordinals (a run moved from `cuda:0` to `cuda:1`). Sites are
 //! matched by their `file:line:function` text (the frame tables of two files are
-//! unrelated). Figures come from [`fragscope_trace::timeline`] and [`fragscope_trace::attribution`].
+//! unrelated). Figures come from [`fragscope_trace::timeline`] and [`fragscope_trace::attribute`].
 
 use std::collections::BTreeMap;
 
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 
-use fragscope_trace::attribution::{bytes_by_site, Site};
-use fragscope_trace::timeline::{self, DeviceTimeline, TimelineOptions};
+use fragscope_trace::{bytes_by_site, live_at, timelines, DeviceTimeline, Site, TimelineOptions};
 
 /// Peak figures of one side.
 #[derive(Clone, Debug, Serialize)]
@@ -103,8 +102,8 @@ pub fn diff_device(
     tb: &DeviceTimeline,
     opts: &DiffOptions,
 ) -> DeviceDiff {
-    let la = timeline::live_at(a, ta.device, ta.peak_allocated.event_index);
-    let lb = timeline::live_at(b, tb.device, tb.peak_allocated.event_index);
+    let la = live_at(a, ta.device, ta.peak_allocated.event_index);
+    let lb = live_at(b, tb.device, tb.peak_allocated.event_index);
     let mut m: BTreeMap<String, SiteDelta> = BTreeMap::new();
     for (side, list) in [(0, bytes_by_site(a, &la)), (1, bytes_by_site(b, &lb))] {
         for s in list {
@@ -157,8 +156,8 @@ pub fn diff_device(
 /// Compares two snapshots (module doc).
 pub fn diff(a: &Snapshot, b: &Snapshot, opts: &DiffOptions) -> Diff {
     let o = TimelineOptions { points: 1 };
-    let ta = timeline::timelines(a, &o);
-    let tb = timeline::timelines(b, &o);
+    let ta = timelines(a, &o);
+    let tb = timelines(b, &o);
     let mut devices = Vec::new();
     let (mut only_a, mut only_b) = (Vec::new(), Vec::new());
     if ta.len() == 1 && tb.len() == 1 {

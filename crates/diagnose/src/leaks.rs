@@ -1,5 +1,5 @@
 //! Leak suspects, on top of training steps ([`fragscope_trace::steps`]) and memory by role
-//! ([`fragscope_trace::roles`]).
+//! ([`fragscope_trace::DeviceRoles`]).
 //!
 //! # What a leak is
 //!
@@ -19,10 +19,10 @@
 //! backward or optimizer without its forward, after a ring buffer dropped the start) keeps
 //! blocks made before the trace, which belong to no call site, and is left out.
 //! Sample points are the start of the first step and the end of each step
-//! ([`fragscope_trace::steps::Step::end`], after its optimizer phase): at a step's end, activations
+//! ([`fragscope_trace::Step::end`], after its optimizer phase): at a step's end, activations
 //! and temporaries are gone, and what is live is what the program keeps. Every block is
-//! followed from its `alloc` to its free ([`fragscope_trace::lives`]) and counted for its call site
-//! (the innermost user frame, [`fragscope_trace::attribution`]). For each site, its live bytes at the
+//! followed from its `alloc` to its free ([`fragscope_trace::BlockLives`]) and counted for its call site
+//! (the innermost user frame, [`fragscope_trace::site_of`]). For each site, its live bytes at the
 //! end of each step, y₁…yₙ, are compared step to step **after the first step** (a first
 //! step makes the optimizer's state and the gradients once; they are then level or
 //! replaced one for one): the site is a suspect when its live bytes rise in at least
@@ -42,7 +42,7 @@
 //! * steps nested in a forward pass (update steps run inside a model's `forward`, test-time
 //!   optimisation): the outer pass keeps its activations across the inner steps. Seen in
 //!   the Python frames of the steps' optimizer or backward calls, when a module `forward`
-//!   is their caller ([`fragscope_trace::steps::step_inside_forward`]);
+//!   is their caller ([`fragscope_trace::step_inside_forward`]);
 //! * backward passes without an optimizer whose ends keep most of what they allocate (more
 //!   than [`MAX_KEPT_SHARE`] of the bytes allocated after the first grow the suspects):
 //!   several backward passes can be parts of one computation that collects its results
@@ -70,11 +70,10 @@ use std::collections::BTreeMap;
 use fragscope_snapshot::{FrameTable, Snapshot, NO_TIME};
 use serde::Serialize;
 
-use fragscope_trace::attribution::{Site, SiteTable};
-use fragscope_trace::lives::{self, BlockLives, TracedLife, LIVE_AT_END};
-use fragscope_trace::roles::{self, Roles};
-use fragscope_trace::steps::{self, Step, StepSource, Steps};
-use fragscope_trace::timeline::{self, TimelineOptions};
+use fragscope_trace::{
+    annotated_spans, classify_roles, has_step_annotations, live_bytes_at, step_inside_forward, steps, timelines,
+    BlockLives, Roles, Site, SiteTable, Step, StepSource, Steps, TimelineOptions, TracedLife, LIVE_AT_END,
+};
 
 /// Share of step-to-step comparisons (after the first step) in which a suspect's live
 /// bytes must rise.
@@ -169,7 +168,7 @@ pub struct LeakSuspect {
     pub first_never_freed_time_us: Option<i64>,
     /// The site's allocations that the trace frees.
     pub freed_blocks: u64,
-    /// Roles ([`fragscope_trace::roles`]) of the blocks the site made in the steps and still held at
+    /// Roles ([`fragscope_trace::Role`]) of the blocks the site made in the steps and still held at
     /// the end, in bytes (evidence: growth after the first step is not state, whatever
     /// the phase that made it).
     pub kept_roles: BTreeMap<&'static str, u64>,
@@ -264,7 +263,7 @@ fn r_squared(y: &[f64]) -> f64 {
 /// Trace entries allocated inside a declared cache's scope (`fragscope.cache…`), as
 /// sorted, disjoint intervals of entries.
 fn declared_caches(snap: &Snapshot, device: i64) -> Vec<(usize, usize)> {
-    let mut v: Vec<(usize, usize)> = steps::annotated(snap, device)
+    let mut v: Vec<(usize, usize)> = annotated_spans(snap, device)
         .into_iter()
         .filter(|(_, _, name)| name == CACHE_SCOPE || name.starts_with("fragscope.cache:"))
         .map(|(a, b, _)| (a, b))
@@ -276,8 +275,8 @@ fn declared_caches(snap: &Snapshot, device: i64) -> Vec<(usize, usize)> {
 /// Leak suspects of one device, finding its steps, block lives and roles.
 pub fn leaks_device(snap: &Snapshot, device: i64) -> DeviceLeaks {
     let lives = BlockLives::replay(snap, device);
-    let st = steps::steps(snap, device);
-    let r = roles::classify(snap, &lives, &st);
+    let st = steps(snap, device);
+    let r = classify_roles(snap, &lives, &st);
     leaks_device_with(snap, device, &st, &lives, Some(&r))
 }
 
@@ -380,7 +379,7 @@ fn too_few_steps(st: &Steps, skip: usize) -> Option<String> {
 /// Rule 2: update steps nested in a module's forward (half of `run` or more) are no steady
 /// loop: the outer pass keeps its activations across them. `Some(reason)` when they are.
 fn nested_in_forward(snap: &Snapshot, device: i64, st: &Steps, run: &[Step]) -> Option<String> {
-    let nested = run.iter().filter(|s| steps::step_inside_forward(snap, device, s)).count();
+    let nested = run.iter().filter(|s| step_inside_forward(snap, device, s)).count();
     (nested * 2 >= run.len()).then(|| {
         format!(
             "{}, {nested} of them run inside a module's forward (update steps nested in a pass): the outer pass keeps its memory across them, so leaks cannot be told from their boundaries; mark the outer loop's steps with fragscope.torch.phase(\"step\")",
@@ -429,7 +428,7 @@ impl SiteBytes {
             .map(|l| (!in_cache(l.alloc)).then(|| table.of_block(frames, l.stack, false) as u32))
             .collect();
         let nsites = table.sites.len();
-        let rows = lives::live_bytes_at(
+        let rows = live_bytes_at(
             pos,
             nsites,
             lives.seeded.iter().zip(&seeded_sites).map(|(b, &s)| (s, None, b.end, b.size)).chain(
@@ -486,7 +485,7 @@ fn build_up(
     let build_up = st.source == StepSource::Backward
         && allocated > 0
         && grown as f64 > MAX_KEPT_SHARE * allocated as f64
-        && !steps::has_step_annotations(snap, device);
+        && !has_step_annotations(snap, device);
     build_up.then(|| {
         format!(
             "{}, but memory at the step ends grows by {:.0}% of what the steps after the first allocate, at {} call sites: a build-up (backward passes of one computation that keeps their results, or steps nested in a longer pass), not a loop that frees it; leaks cannot be told from these steps; if they are a training loop's steps, mark each with fragscope.torch.phase(\"step\")",
@@ -641,7 +640,7 @@ fn suspect(
 
 /// Leak suspects of every device with a trace.
 pub fn leaks(snap: &Snapshot) -> Vec<DeviceLeaks> {
-    timeline::timelines(snap, &TimelineOptions { points: 1 }).iter().map(|tl| leaks_device(snap, tl.device)).collect()
+    timelines(snap, &TimelineOptions { points: 1 }).iter().map(|tl| leaks_device(snap, tl.device)).collect()
 }
 
 #[cfg(test)]
@@ -1043,7 +1042,7 @@ mod tests {
 
     // The rule groups of `leaks_device_with`, each on a minimal hand-built input.
 
-    /// Steps as [`steps::steps`] finds them, one per flag (`complete`), ten entries each.
+    /// Steps as [`steps`] finds them, one per flag (`complete`), ten entries each.
     fn steps_of(complete: &[bool]) -> Steps {
         Steps {
             device: 0,
@@ -1117,7 +1116,7 @@ mod tests {
         // (near miss) from the training loop.
         for nested in [true, false] {
             let snap = run(&Run { nested, ..base(3) });
-            let st = steps::steps(&snap, 0);
+            let st = steps(&snap, 0);
             assert_eq!(st.steps.len(), 3);
             let why = nested_in_forward(&snap, 0, &st, &st.steps);
             assert_eq!(why.is_some(), nested, "{why:?}");
@@ -1129,7 +1128,7 @@ mod tests {
     /// find growing sites).
     fn build_up_of(snap: &Snapshot) -> Option<String> {
         let lives = BlockLives::replay(snap, 0);
-        let st = steps::steps(snap, 0);
+        let st = steps(snap, 0);
         let pos = sample_points(&st.steps[begun_inside(&st)..], snap.trace(0).len());
         let bytes = SiteBytes::measure(&snap.frames, &lives, &pos, &[]);
         let cands = growing_sites(&bytes.rows, bytes.table.sites.len(), pos.len() - 1);

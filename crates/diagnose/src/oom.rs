@@ -16,7 +16,7 @@
 //!   ([`fragscope_replay::state_before_entry`]): the final `segments`, with every later trace entry
 //!   undone. That gives reserved bytes (segments), allocated bytes (blocks in use), and
 //!   the free blocks per `(stream, pool)`. When the walk finds the trace inconsistent
-//!   with the final state, the totals come from [`fragscope_trace::timeline::levels_at`] instead
+//!   with the final state, the totals come from [`fragscope_trace::levels_at`] instead
 //!   and the free-block detail is absent (`state_source: "timeline"`).
 //! * **Capacity.** Stated by the file (Kineto `deviceProperties`), else estimated as
 //!   `reserved + device_free` at the OOM: what this process held plus what CUDA still had.
@@ -71,8 +71,7 @@ use serde::Serialize;
 use crate::recommend::{self, Trial};
 use fragscope_alloc::format_size;
 use fragscope_replay::{recorded_config, BState, Inconsistency, RecordedState};
-use fragscope_trace::attribution::{self, is_library_frame, Site, SiteBytes};
-use fragscope_trace::timeline;
+use fragscope_trace::{bytes_by_site, is_library_frame, levels_at, live_at, site_of, Site, SiteBytes};
 
 /// Free device memory beyond a request's segment that still counts as "the device had
 /// room" (module doc, "A cap on the process"): a cudaMalloc also needs page tables, and
@@ -306,7 +305,7 @@ pub fn state_figures(st: &RecordedState, request: Option<(u64, (u64, u64), bool)
 }
 
 /// A stack as `file:line:function` strings, innermost first, each run of library frames
-/// (see [`attribution::is_library_frame`]) folded into one `… N library frames` entry.
+/// (see [`is_library_frame`]) folded into one `… N library frames` entry.
 pub fn folded_frames(frames: &FrameTable, stack: Option<StackId>) -> Vec<String> {
     let Some(id) = stack else { return Vec::new() };
     let mut out = Vec::new();
@@ -589,8 +588,8 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
     };
     let verdict = fig.verdict();
     let explanation = fig.explanation(verdict, snap.stream(ev), small, pool_id);
-    let live = timeline::live_at(snap, device, Some(idx));
-    let mut top_sites = attribution::bytes_by_site(snap, &live);
+    let live = live_at(snap, device, Some(idx));
+    let mut top_sites = bytes_by_site(snap, &live);
     top_sites.truncate(opts.top);
 
     let mut finding = OomFinding {
@@ -604,7 +603,7 @@ pub fn oom_finding(snap: &Snapshot, device: i64, opts: &OomOptions) -> Option<Oo
         pool: PoolKind::of(small),
         pool_id,
         stream: snap.stream(ev),
-        site: attribution::site_of(&snap.frames, ev.stack),
+        site: site_of(&snap.frames, ev.stack),
         stack: folded_frames(&snap.frames, ev.stack),
         capacity_bytes: capacity,
         capacity_source,
@@ -648,7 +647,7 @@ fn state_at_oom(
     match allocator_state_at(snap, device, Some(idx)) {
         Ok(st) => (StateSource::BackwardWalk, None, state_figures(&st, Some(request))),
         Err(e) => {
-            let l = timeline::levels_at(snap, device, Some(idx));
+            let l = levels_at(snap, device, Some(idx));
             let f = StateFigures {
                 reserved_bytes: l.reserved,
                 allocated_bytes: l.allocated,

@@ -288,7 +288,7 @@ pub fn run_trials(
         let w = simulate(snap, device, cfg.clone(), capacity);
         trial_of(c.map_or("recorded", |c| c.setting.as_str()), c, cfg, w)
     };
-    let mut it = fragscope_trace::par::map(jobs.len(), threads, run).into_iter();
+    let mut it = fragscope_trace::par_map(jobs.len(), threads, run).into_iter();
     let base = it.next().expect("baseline");
     (base, it.collect())
 }

@@ -1,6 +1,6 @@
 //! Role-level what-ifs: the recorded training program changed the way its author would
 //! change it, measured by replay. Each change is a transformation of the device's trace,
-//! decided by the role of every block ([`fragscope_trace::roles`]) and the steps, phases and layers
+//! decided by the role of every block ([`fragscope_trace::Role`]) and the steps, phases and layers
 //! of the program ([`fragscope_trace::steps`]); the transformed trace is replayed through the
 //! allocator model ([`fragscope_replay::simulate_ops`]) under the recorded settings, from
 //! the allocator state before the trace, beside a replay of the recording itself. The
@@ -29,7 +29,7 @@
 //!   written; then the saving is a lower bound).
 //! * [`Change::Checkpoint`] (activation checkpointing of chosen layers, in forward order,
 //!   0-based): the layers of each step's forward and backward passes come from
-//!   [`fragscope_trace::steps::layer_spans`] (forward layer `j` is backward layer `L−1−j`). The
+//!   [`fragscope_trace::layer_spans`] (forward layer `j` is backward layer `L−1−j`). The
 //!   saved activations of a layer — `activations` blocks made inside its forward span —
 //!   are freed where that span ends and requested again where the layer's backward span
 //!   starts (or, for one the recording frees before then, where the backward layer that
@@ -51,9 +51,7 @@ use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 use serde::Serialize;
 
 use fragscope_replay::{simulate_ops, simulate_with, Op, SimOptions, WhatIf};
-use fragscope_trace::lives::{BlockLives, LIVE_AT_END};
-use fragscope_trace::roles::{self, Role, Roles};
-use fragscope_trace::steps::{self, Phase, Steps};
+use fragscope_trace::{device_roles_with, layer_spans, BlockLives, Phase, Role, Roles, Steps, LIVE_AT_END};
 
 /// How every role-level what-if is labelled.
 pub const LABEL: &str =
@@ -468,8 +466,8 @@ fn plan_checkpoint(ctx: &Ctx, plans: &mut Plans, layers: &Layers) -> Result<(u64
             why_not.get_or_insert(CannotApply::NoForwardAndBackward);
             continue;
         }
-        let fwd = steps::layer_spans(ctx.snap, ctx.device, s, Phase::Forward);
-        let bwd = steps::layer_spans(ctx.snap, ctx.device, s, Phase::Backward);
+        let fwd = layer_spans(ctx.snap, ctx.device, s, Phase::Forward);
+        let bwd = layer_spans(ctx.snap, ctx.device, s, Phase::Backward);
         let (Some(fwd), Some(bwd)) = (fwd, bwd) else {
             why_not.get_or_insert(CannotApply::NoLayers);
             continue;
@@ -667,7 +665,7 @@ pub fn simulate_change_sets(
 ) -> Vec<RoleWhatIf> {
     let trace = snap.trace(device);
     let lives = BlockLives::replay(snap, device);
-    let (_, steps, roles) = roles::device_roles_with(snap, &lives);
+    let (_, steps, roles) = device_roles_with(snap, &lives);
     let ctx = Ctx { trace, snap, device, lives, steps, roles };
     let recorded_oom = trace.iter().position(|e| e.action == Action::Oom);
     let cap = capacity.or_else(|| recorded_oom.map(|_| fragscope_replay::capacity_for(snap, device, None, &cfg)));
@@ -918,7 +916,7 @@ mod tests {
             let snap = fragscope_snapshot::read_path(&p).unwrap();
             let trace = snap.trace(0);
             let lives = BlockLives::replay(&snap, 0);
-            let (_, steps, roles) = roles::device_roles_with(&snap, &lives);
+            let (_, steps, roles) = device_roles_with(&snap, &lives);
             let ctx = Ctx { trace, snap: &snap, device: 0, lives, steps, roles };
             let probes: Vec<usize> = (0..trace.len()).step_by(97).collect();
             let opts = SimOptions { probes, ..SimOptions::default() };

@@ -21,7 +21,7 @@
 //! the allocator's choices, which no planting can know.
 //!
 //! Which allocs to leak: [`site_allocs`] lists the freed allocs of each call site (the
-//! site as [`fragscope_trace::attribution::site_of`] names it), [`Shape`] picks some of them (all,
+//! site as [`fragscope_trace::site_of`] names it), [`Shape`] picks some of them (all,
 //! those in windows of the run, a burst of consecutive ones, every n-th), and
 //! [`strip_python_frames`] makes a site's stacks C++-only (a leak in an extension whose
 //! stacks were recorded without Python frames).
@@ -30,7 +30,7 @@ use fragscope_alloc::rounding::{allocation_size, is_small, round_size};
 use fragscope_snapshot::{Action, Block, BlockState, FxHashMap, Segment, SegmentType, Snapshot, TraceEvent};
 
 use fragscope_replay::recorded_config;
-use fragscope_trace::attribution::site_of;
+use fragscope_trace::site_of;
 
 /// What was planted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -405,7 +405,7 @@ mod tests {
         assert_eq!(p.segments.len(), 1);
         assert_eq!(p.segments[0].blocks[0].state, BlockState::ActiveAllocated);
         assert_eq!(p.segments[0].blocks[1].size, 16 * mib);
-        let tl = fragscope_trace::timeline::timeline(&p, 0, &Default::default());
+        let tl = fragscope_trace::timeline(&p, 0, &Default::default());
         assert_eq!(tl.seeded.inconsistencies, 0);
         assert_eq!(tl.end.allocated, 4 * mib);
         assert!(plant(&snap, 0, &[0, 2]).is_err(), "not allocs: nothing planted");

@@ -43,7 +43,7 @@ pub use fit::{Evidence, Law, SizeFit};
 use fragscope_replay::{
     capacity_for, recorded_config, replayable_devices, stack_strings, BlockMap, Seeded, StartError, UNLIMITED,
 };
-use fragscope_trace::attribution::site_of;
+use fragscope_trace::site_of;
 
 /// Least share of requests that must align for two recordings to count as one program.
 pub const MIN_ALIGNED: f64 = 0.8;

@@ -3,7 +3,7 @@
 //! ship in the repository; the kk grids need the corpus (visible skip without it).
 
 use super::*;
-use fragscope_trace::timeline::{timeline, TimelineOptions};
+use fragscope_trace::{timeline, TimelineOptions};
 
 fn load(name: &str) -> Option<Snapshot> {
     let p = fragscope_testdata::grid_file(&format!("{name}.pickle"))?;

@@ -27,7 +27,7 @@ use fragscope_commands::{self as commands, Error, ErrorKind, Words};
 use fragscope_diagnose::analyze::{self, AnalyzeOptions};
 use fragscope_diagnose::{check, diff};
 use fragscope_snapshot::Snapshot as Snap;
-use fragscope_trace::summary;
+use fragscope_trace::summarize;
 use pyo3::prelude::*;
 
 /// The exception classes of `fragscope/_errors.py`, imported from the `fragscope` package
@@ -133,7 +133,7 @@ impl Snapshot {
         let (snap, name, example) = (self.inner.clone(), self.name.clone(), self.example);
         py.allow_threads(move || {
             let (snap, w) = windowed(&name, snap, window.as_deref())?;
-            commands::summary::summary_json(&[(name, example, summary::summarize(&snap))], &[w])
+            commands::summary::summary_json(&[(name, example, summarize(&snap))], &[w])
         })
         .map_err(|e| Fail(e).into())
     }
@@ -298,7 +298,7 @@ impl Snapshot {
                 if allocated_only && b.state != fragscope_snapshot::BlockState::ActiveAllocated {
                     continue;
                 }
-                let here = fragscope_trace::attribution::site_of(&snap.frames, b.stack).site;
+                let here = fragscope_trace::site_of(&snap.frames, b.stack).site;
                 if site.as_deref().is_some_and(|s| s != here) {
                     continue;
                 }

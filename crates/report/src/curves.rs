@@ -8,8 +8,7 @@
 //! bookkeeping, so the peaks drawn are the peaks `summary` and `analyze` print.
 
 use fragscope_snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
-use fragscope_trace::lives::BlockLives;
-use fragscope_trace::timeline::{timeline_walk, DeviceTimeline, TimelineOptions};
+use fragscope_trace::{timeline_walk, BlockLives, DeviceTimeline, TimelineOptions};
 use serde::Serialize;
 
 use crate::{encode, ReportOptions, StackTable};
@@ -125,7 +124,7 @@ impl CurvesWalk {
             slot[site_slot(s)] = j;
         }
         let key = |s: Option<StackId>| slot.get(site_slot(s)).copied().filter(|&j| j != usize::MAX);
-        let rows = fragscope_trace::lives::live_bytes_at(
+        let rows = fragscope_trace::live_bytes_at(
             &self.amax,
             k,
             lives

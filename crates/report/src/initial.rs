@@ -14,7 +14,7 @@
 //! start time.
 
 use fragscope_snapshot::{Snapshot, NO_TIME};
-use fragscope_trace::lives::{BlockLives, SeededLife, LIVE_AT_END};
+use fragscope_trace::{BlockLives, SeededLife, LIVE_AT_END};
 
 use crate::layout::Life;
 use crate::{encode, StackTable};

@@ -10,8 +10,7 @@
 use fragscope_diagnose::analyze::Analysis;
 use fragscope_diagnose::leaks::MAX_SAMPLES;
 use fragscope_snapshot::{FxHashMap, Snapshot, StackId};
-use fragscope_trace::attribution::site_of;
-use fragscope_trace::lives::{live_bytes_at, BlockLives};
+use fragscope_trace::{live_bytes_at, site_of, BlockLives};
 use serde::Serialize;
 
 use crate::encode;

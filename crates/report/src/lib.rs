@@ -41,8 +41,7 @@ use std::sync::Arc;
 
 use fragscope_diagnose::analyze::{self, AnalyzeOptions};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, TraceEvent};
-use fragscope_trace::lives::BlockLives;
-use fragscope_trace::summary;
+use fragscope_trace::{summarize_with, BlockLives, Summary};
 use serde::Serialize;
 
 /// Schema name written into the page's data (`fragscope.report/1`).
@@ -106,7 +105,7 @@ pub struct StackTable {
     /// Each stack: frame indices, innermost first.
     stacks: Vec<Vec<u32>>,
     /// Each stack's call site, as every output names it
-    /// ([`fragscope_trace::attribution::site_of`]).
+    /// ([`fragscope_trace::site_of`]).
     sites: Vec<String>,
     by_id: HashMap<StackId, u32>,
     /// Stream ids that an f64 cannot hold exactly (≥ 2^53), as decimal text; the page's
@@ -148,7 +147,7 @@ impl StackTable {
         }
         let i = self.stacks.len() as u32;
         self.stacks.push(v);
-        self.sites.push(fragscope_trace::attribution::site_of(&snap.frames, Some(id)).site);
+        self.sites.push(fragscope_trace::site_of(&snap.frames, Some(id)).site);
         self.by_id.insert(id, i);
         i as i64
     }
@@ -406,7 +405,7 @@ fn walk_and_draw(
     snap: &Snapshot,
     opts: &ReportOptions,
     table: &mut StackTable,
-) -> (analyze::Analysis, Vec<Drawn>, LivesOf, summary::Summary) {
+) -> (analyze::Analysis, Vec<Drawn>, LivesOf, Summary) {
     let aopts = AnalyzeOptions::default();
     let device_list = snap.devices();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -435,7 +434,7 @@ fn walk_and_draw(
                 let _ = scan_tx.lock().expect("scan channel").send(scans);
                 // Without its roles: analyze's are the same figures over the same block
                 // lives (set below), and a second walk of the trace for them is spared.
-                let _ = summary_slot.set(summary::summarize_with(snap, false));
+                let _ = summary_slot.set(summarize_with(snap, false));
             };
             analyze::analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
         });
@@ -474,17 +473,17 @@ fn walk_and_draw(
         (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
     // The analysis runs `beside` exactly once.
-    let sum = summary_cell.into_inner().unwrap_or_else(|| summary::summarize_with(snap, false));
+    let sum = summary_cell.into_inner().unwrap_or_else(|| summarize_with(snap, false));
     (ana, drawn, lives_of, sum)
 }
 
 /// Gives the summary `sum` analyze's roles (as `summary` computes them: without the live
 /// set at the OOM, which only `analyze` gives), for every device with a trace.
-fn summary_roles(snap: &Snapshot, sum: &mut summary::Summary, ana: &analyze::Analysis) {
+fn summary_roles(snap: &Snapshot, sum: &mut Summary, ana: &analyze::Analysis) {
     for s in &mut sum.devices {
         if let Some(a) = ana.devices.iter().find(|a| a.device == s.device).filter(|_| !snap.trace(s.device).is_empty())
         {
-            s.roles = Some(fragscope_trace::roles::DeviceRoles { at_oom: None, ..a.roles.clone() });
+            s.roles = Some(fragscope_trace::DeviceRoles { at_oom: None, ..a.roles.clone() });
         }
     }
 }

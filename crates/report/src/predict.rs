@@ -12,7 +12,7 @@
 //! Principal types: [`PredictPage`] (what the page gets), [`Curve`], [`CurveBuilder`].
 
 use fragscope_snapshot::Snapshot;
-use fragscope_trace::timeline::{timeline_walk, TimelineOptions};
+use fragscope_trace::{timeline_walk, TimelineOptions};
 use serde::Serialize;
 
 use crate::encode;

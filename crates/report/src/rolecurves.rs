@@ -1,5 +1,5 @@
 //! The timeline stacked by role: the tensor bytes each role held
-//! ([`fragscope_trace::roles`]: parameters, gradients, optimizer state, activations,
+//! ([`fragscope_trace::Role`]: parameters, gradients, optimizer state, activations,
 //! temporaries, inputs, other) in the curves' buckets.
 //!
 //! Each bucket gets two figures per role: the bytes at the bucket's allocated maximum
@@ -9,12 +9,11 @@
 //! at any zoom). Over the whole trace these are `summary`'s and `analyze`'s
 //! `roles.by_role` figures: `at_peak` the bands of the bucket holding the allocated
 //! peak, `max` the largest per-bucket maximum. The bytes are counted as
-//! [`fragscope_trace::roles::summarize`] counts them: tensor bytes (requests), an
+//! [`fragscope_trace::DeviceRoles`] counts them: tensor bytes (requests), an
 //! out-of-place update counted as a temporary until the block it replaces is freed.
 
 use fragscope_snapshot::Snapshot;
-use fragscope_trace::lives::{BlockLives, LIVE_AT_END};
-use fragscope_trace::roles::{Role, Roles};
+use fragscope_trace::{BlockLives, Role, Roles, LIVE_AT_END};
 use serde::Serialize;
 
 use crate::encode;
@@ -44,7 +43,7 @@ pub struct RoleBuckets {
 /// `s * n / states`), `amax[b]` the state read for bucket `b`'s stack.
 ///
 /// One sweep over the states where a block is made, freed or changes role (as
-/// [`fragscope_trace::roles::summarize`] sweeps them); between two of them every
+/// the figures of [`fragscope_trace::DeviceRoles`] are counted); between two of them every
 /// role's bytes are constant, so each run of states updates the buckets it covers.
 pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: usize, amax: &[usize]) -> RoleBuckets {
     let n = amax.len();
@@ -141,10 +140,10 @@ mod tests {
     use super::*;
     use fragscope_snapshot::{Action, TraceEvent};
     use fragscope_testdata::Rng;
-    use fragscope_trace::roles;
+    use fragscope_trace::{classify_roles, role_bytes_at};
 
     /// Each bucket against the roles' bytes at every one of its states, counted by
-    /// [`roles::bytes_at`] (the analysis' own count at one state), on random traces and
+    /// [`role_bytes_at`] (the analysis' own count at one state), on random traces and
     /// bucket counts.
     #[test]
     fn role_buckets_hold_the_bytes_at_each_state() {
@@ -168,8 +167,8 @@ mod tests {
             let mut snap = Snapshot::default();
             snap.device_traces.push(trace);
             let lives = BlockLives::replay(&snap, 0);
-            let st = fragscope_trace::steps::steps(&snap, 0);
-            let block_roles = roles::classify(&snap, &lives, &st);
+            let st = fragscope_trace::steps(&snap, 0);
+            let block_roles = classify_roles(&snap, &lives, &st);
             let states = snap.trace(0).len() + 1;
             for buckets in [1, 2, 5, 64] {
                 let n = buckets.min(states);
@@ -177,7 +176,7 @@ mod tests {
                 let got = role_buckets(&snap, &lives, &block_roles, states, &amax);
                 let mut want_max = vec![[0u64; 7]; n];
                 for s in 0..states {
-                    let v = roles::bytes_at(&snap, &lives, &block_roles, s);
+                    let v = role_bytes_at(&snap, &lives, &block_roles, s);
                     let b = s * n / states;
                     for k in 0..7 {
                         want_max[b][k] = want_max[b][k].max(v[k]);

@@ -35,7 +35,7 @@ use fragscope_alloc::rounding::round_size;
 use fragscope_diagnose::analyze::Analysis;
 use fragscope_replay::{home_of, recorded_config, BState, BlockRec, Inconsistency, RecordedState, SegRec, SplitRules};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
-use fragscope_trace::timeline::DeviceTimeline;
+use fragscope_trace::DeviceTimeline;
 use serde::Serialize;
 
 use crate::{encode, layout, ReportOptions, StackTable};

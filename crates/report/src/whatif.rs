@@ -15,7 +15,7 @@ use fragscope_diagnose::analyze::Analysis;
 use fragscope_diagnose::recommend::Trial;
 use fragscope_replay::{simulate_with, SimOptions};
 use fragscope_snapshot::Snapshot;
-use fragscope_trace::timeline::{timeline, TimelineOptions};
+use fragscope_trace::{timeline, TimelineOptions};
 use serde::Serialize;
 
 use crate::encode;

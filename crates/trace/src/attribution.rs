@@ -39,16 +39,16 @@ use serde::Serialize;
 
 use crate::blocks::is_pinned;
 use crate::scopes::Scopes;
-use crate::timeline::{self, DeviceTimeline, LiveBlock, Peak, TimelineOptions};
+use crate::timeline::{self, DeviceTimeline, LiveBlock, Peak};
 
 /// User frames kept in a folded stack (innermost ones).
-pub const FOLD_FRAMES: usize = 8;
+pub(crate) const FOLD_FRAMES: usize = 8;
 /// Site of blocks without frames.
-pub const NO_STACK: &str = "<no stack>";
+pub(crate) const NO_STACK: &str = "<no stack>";
 /// Site of blocks whose stack has no Python frame at all.
-pub const NO_PYTHON: &str = "<no python frames>";
+pub(crate) const NO_PYTHON: &str = "<no python frames>";
 /// Site of blocks live before the trace began whose allocation stack is unknown.
-pub const BEFORE_RECORDING: &str = "<allocated before recording>";
+pub(crate) const BEFORE_RECORDING: &str = "<allocated before recording>";
 
 /// A call site.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -351,7 +351,7 @@ pub struct PinnedSegments {
     pub by_site: Vec<PinnedGroup>,
 }
 
-pub const PINNED_DEFINITION: &str = "final state; non-expandable segment with active blocks whose active bytes are <= 10% of the segment, or <= 2 active blocks holding <= 25% of it (same rule as summary's pinned_segments)";
+pub(crate) const PINNED_DEFINITION: &str = "final state; non-expandable segment with active blocks whose active bytes are <= 10% of the segment, or <= 2 active blocks holding <= 25% of it (same rule as summary's pinned_segments)";
 
 /// Attribution of one device.
 #[derive(Clone, Debug, Serialize)]
@@ -454,7 +454,7 @@ fn peak_attribution(
 }
 
 /// Pinned segments of the final state, grouped by site (module doc).
-pub fn pinned_segments(snap: &Snapshot, device: i64, top: usize) -> PinnedSegments {
+pub(crate) fn pinned_segments(snap: &Snapshot, device: i64, top: usize) -> PinnedSegments {
     let mut table = SiteTable::default();
     let mut groups: Vec<Option<PinnedGroup>> = Vec::new();
     let (mut n, mut reserved, mut free) = (0u64, 0u64, 0u64);
@@ -540,11 +540,6 @@ pub fn attribute(snap: &Snapshot, tl: &DeviceTimeline, opts: &AttributionOptions
         reserved_peak: peak_attribution(snap, &scopes, PeakKind::ReservedPeak, &tl.peak_reserved, &sets[1], opts.top),
         pinned_segments: pinned_segments(snap, device, opts.top),
     }
-}
-
-/// Attribution of every device (computes the timelines).
-pub fn attribution(snap: &Snapshot, opts: &AttributionOptions) -> Vec<DeviceAttribution> {
-    timeline::timelines(snap, &TimelineOptions::default()).iter().map(|tl| attribute(snap, tl, opts)).collect()
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use fragscope_snapshot::{Block, Segment};
 /// The request `_memory_viz.py` attributes to a block (`_block_extra`): `requested_size`
 /// when the block has `frames`, else `history[0].real_size`, else `requested_size`, else
 /// `size`.
-pub fn memviz_request(b: &Block) -> u64 {
+pub(crate) fn memviz_request(b: &Block) -> u64 {
     if b.stack.is_none() {
         if let Some(h) = b.history.as_ref().and_then(|h| h.first()) {
             return h.real_size;
@@ -17,7 +17,7 @@ pub fn memviz_request(b: &Block) -> u64 {
 }
 
 /// The unrounded request of an active block as `memory_stats()` counts it.
-pub fn request_of(b: &Block) -> u64 {
+pub(crate) fn request_of(b: &Block) -> u64 {
     b.requested_size.unwrap_or_else(|| memviz_request(b))
 }
 
@@ -25,7 +25,7 @@ pub fn request_of(b: &Block) -> u64 {
 /// live (active) blocks whose bytes are at most 10% of the segment, or at most 2 live
 /// blocks holding at most 25% of it. Expandable segments are excluded: their free pages
 /// can be unmapped. `live_blocks` / `live_bytes` count active blocks of `seg`.
-pub fn is_pinned(seg: &Segment, live_blocks: usize, live_bytes: u64) -> bool {
+pub(crate) fn is_pinned(seg: &Segment, live_blocks: usize, live_bytes: u64) -> bool {
     let total = seg.total_size;
     live_blocks > 0
         && seg.is_expandable != Some(true)

@@ -2,25 +2,33 @@
 //! it, the training steps and what each block is for.
 //!
 //! Everything here reads a [`fragscope_snapshot::Snapshot`] and returns plain data
-//! (serde-serialisable) for the front ends to render:
+//! (serde-serialisable) for the front ends to render. The principal types, and how they
+//! meet:
 //!
-//! * [`walk`]: the bookkeeping walk every other module builds on ([`walk::Replayer`]): the
-//!   trace's entries applied in order to the live blocks and the four levels, from the
-//!   state seeded before the first entry ([`walk::Seeded`]);
-//! * [`blocks`] and [`scopes`]: what a recorded block's figures mean, and the
-//!   `record_function` scopes open at any moment ([`scopes::Scopes`]);
-//! * [`lives`]: every block's life from the walk ([`lives::BlockLives`]), shared by the
-//!   analyses that ask "who was live when";
-//! * [`timeline`]: the curves of one device ([`timeline::DeviceTimeline`]: allocated,
-//!   reserved and fragmentation over time, the peaks), and the live blocks at any entry
-//!   ([`timeline::live_at`]);
-//! * [`attribution`]: call sites ([`attribution::Site`]) holding the memory at the peaks;
-//! * [`steps`]: training steps and their phases (forward, backward, optimizer) from the
-//!   stacks' evidence ([`steps::Steps`]);
-//! * [`roles`]: what each block is for — parameters, gradients, optimizer state,
-//!   activations, temporaries ([`roles::DeviceRoles`]);
-//! * [`summary`]: the `memory_summary()` figures plus fragmentation, the trace's counts,
-//!   steps and roles in one document ([`summary::Summary`]).
+//! * The bookkeeping walk every other part builds on (`walk.rs`): the trace's entries
+//!   applied in order to the live blocks and the four [`Levels`], from the state seeded
+//!   before the first entry ([`SeededStart`]); no allocator model.
+//! * [`DeviceTimeline`] ([`timeline()`], [`timeline_walk`]): the curves of one device
+//!   (allocated, active, requested and reserved over time, downsampled into
+//!   [`SeriesPoint`]s), their [`Peak`]s and fragmentation, from that walk; the live
+//!   blocks at any entry ([`live_at`] → [`LiveBlock`]).
+//! * [`BlockLives`]: every block's `allocated` life ([`TracedLife`], [`SeededLife`]), kept
+//!   by the same walk ([`timeline_with_lives`]) or by one of their own
+//!   ([`BlockLives::replay`]), shared by the analyses that ask "who was live when".
+//! * [`Scopes`]: the `record_function` scopes open at any moment; [`Site`]: the call site
+//!   of a stack ([`site_of`]); [`DeviceAttribution`] ([`attribute`]): the sites and scopes
+//!   holding the memory at the peaks, read from the lives.
+//! * [`Steps`] ([`steps()`]): training steps and their phases (forward, backward,
+//!   optimizer) from the stacks' evidence; [`DeviceRoles`] ([`device_roles`]): what each
+//!   block is for — parameters, gradients, optimizer state, activations, temporaries —
+//!   from the lives and the steps ([`Roles`], one [`BlockRole`] per life).
+//! * [`Summary`] ([`summarize`]): the `memory_summary()` figures plus fragmentation, the
+//!   trace's counts, steps and roles in one document ([`DeviceSummary`] per device).
+//!
+//! Modules are private; everything above is re-exported here, a few under a name that says
+//! what it is ([`roles_text`], [`SUMMARY_SCHEMA`], [`par_map`]). [`SiteTable`] is public for
+//! leak detection (`fragscope-diagnose`), which groups the blocks of millions of lives by
+//! call site and interns the sites as it goes.
 //!
 //! Modules depend downwards only, in this order (checked by `.ci/check_module_graph.py`):
 //! `hugepages`, `par`, `blocks`, `scopes` → `walk` → `lives` → `timeline` → `attribution`;
@@ -28,14 +36,41 @@
 //! settings, `memory_stats()`) come from `fragscope-replay`; the verdicts built on these
 //! results are `fragscope-diagnose`'s.
 
-pub mod attribution;
-pub mod blocks;
-pub(crate) mod hugepages;
-pub mod lives;
-pub mod par;
-pub mod roles;
-pub mod scopes;
-pub mod steps;
-pub mod summary;
-pub mod timeline;
-pub mod walk;
+mod attribution;
+mod blocks;
+mod hugepages;
+mod lives;
+mod par;
+mod roles;
+mod scopes;
+mod steps;
+mod summary;
+mod timeline;
+mod walk;
+
+pub use attribution::{
+    attribute, bytes_by_site, is_library_frame, site_of, AnnotationBytes, AttributionOptions, DeviceAttribution,
+    PeakAttribution, PeakKind, PinnedGroup, PinnedSegments, Site, SiteBytes, SiteTable,
+};
+pub use lives::{live_bytes_at, BlockLives};
+pub use par::{map as par_map, threads as par_threads};
+pub use roles::{
+    bytes_at as role_bytes_at, classify as classify_roles, describe_bytes as describe_role_bytes, device_roles,
+    device_roles_from, device_roles_with, text as roles_text, BlockRole, DeviceRoles, Reason, Role, RoleBytes,
+    RoleEvidence, Roles,
+};
+pub use scopes::Scopes;
+pub use steps::{
+    annotated as annotated_spans, has_step_annotations, layer_spans, step_inside_forward, steps, Phase, PhaseSpan,
+    Step, StepSource, Steps,
+};
+pub use summary::{
+    summarize, summarize_device, summarize_device_threads, summarize_device_with, summarize_with, DeviceSummary,
+    Fragmentation, History, MemvizStats, Notes as ReaderNotes, PoolFigures, Pools, ProfilerTotals,
+    Settings as RecordedSettings, Summary, TraceSummary, SCHEMA as SUMMARY_SCHEMA,
+};
+pub use timeline::{
+    levels_at, live_at, live_sets_at, timeline, timeline_walk, timeline_with_lives, timelines, AllocatedChange,
+    DeviceTimeline, Peak, SeriesPoint, TimelineOptions, DEFAULT_POINTS,
+};
+pub use walk::{Levels, LiveBlock, ReservedSource, Seeded as SeededStart, SeededLife, TracedLife, LIVE_AT_END};

@@ -4,7 +4,7 @@
 //! call site at the iteration boundaries, the life of every block) read them instead of
 //! replaying the trace again, each with its own address-keyed hash map.
 //!
-//! A life is the `allocated` life of [`crate::timeline`]'s bookkeeping: from the `alloc`
+//! A life is the `allocated` life of [`mod@crate::timeline`]'s bookkeeping: from the `alloc`
 //! entry to the entry that ended it (its `free_requested`; its `free_completed` when
 //! none was recorded; an `alloc` at the same address when the free fell out of the
 //! trace). Blocks live before the trace began are seeded at state 0, as the timeline

@@ -7,7 +7,7 @@
 //! Every allocation of the trace and every block live before it gets a role, a
 //! confidence (0–1) and the reason that decided it. Evidence, strongest first:
 //!
-//! * **phase and lifetime**, from [`crate::steps`]: a block made in a backward pass and
+//! * **phase and lifetime**, from [`mod@crate::steps`]: a block made in a backward pass and
 //!   still live when the pass ends is a gradient; one made in the optimizer's step and
 //!   kept after it is optimizer state; one made in forward and still live when backward
 //!   starts, freed by the step's end (or the next step's), is an activation; one freed
@@ -349,7 +349,7 @@ enum Ended {
     Seeded(usize),
 }
 
-/// The lives that each trace entry ended, by entry. Both the sweep of [`summarize`] and
+/// The lives that each trace entry ended, by entry. Both the sweep of [`summarize_with`] and
 /// the out-of-place updates of [`classify`] take the lives in the order they ended;
 /// sorting millions of lives by their ends was a tenth of `summary`'s time on a long
 /// trace. The lifetime walk ends at most one block per entry (an `alloc` the block its
@@ -1264,11 +1264,6 @@ pub fn bytes_at(snap: &Snapshot, lives: &BlockLives, roles: &Roles, state: usize
         }
     }
     v
-}
-
-/// The figures of [`DeviceRoles`] from each block's role.
-pub fn summarize(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps) -> DeviceRoles {
-    summarize_with(snap, lives, roles, st, &LifeIndex::new(snap, lives))
 }
 
 /// The most each role held (`max`), the allocated peak (block bytes) and its state, and

@@ -495,7 +495,7 @@ pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
 }
 
 /// `_memory_viz.py stats` totals over the given segments (spec §11.3).
-pub fn memviz_stats(segments: &[Segment]) -> MemvizStats {
+pub(crate) fn memviz_stats(segments: &[Segment]) -> MemvizStats {
     let (mut reserved, mut allocated, mut f_int, mut f_ext) = (0u64, 0u64, 0u64, 0u64);
     for seg in segments {
         reserved += seg.total_size;
@@ -532,7 +532,7 @@ pub fn memviz_stats(segments: &[Segment]) -> MemvizStats {
 
 /// `_memory_viz.py`'s `Bytes` formatter: scale by 1024 until < 1024, one decimal, no space
 /// (`20.0MiB`, `512.0B`).
-pub fn memviz_bytes(n: u64) -> String {
+pub(crate) fn memviz_bytes(n: u64) -> String {
     let mut v = n as f64;
     for unit in ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"] {
         if v.abs() < 1024.0 {

@@ -118,7 +118,7 @@ pub struct TracedLife {
     pub alloc: usize,
     /// Index of the entry that ended its `allocated` life; [`LIVE_AT_END`] when none did.
     pub end: usize,
-    /// Block size (see [`crate::timeline`]'s module doc for the basis).
+    /// Block size (see [`mod@crate::timeline`]'s module doc for the basis).
     pub size: u64,
     /// The `alloc` entry's stack, kept here because leak detection reads it for every
     /// block: from the trace it would cost a cache miss each. (Its `time_us`, read for

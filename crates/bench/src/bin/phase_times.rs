@@ -13,8 +13,7 @@
 
 use std::time::Instant;
 
-use fragscope_trace::lives::BlockLives;
-use fragscope_trace::timeline::{self, TimelineOptions};
+use fragscope_trace::{levels_at, timeline, timeline_with_lives, BlockLives, TimelineOptions, DEFAULT_POINTS};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -41,7 +40,7 @@ fn main() {
             .fold(f64::INFINITY, f64::min);
         println!("{label:21} {s:.3} s");
     };
-    let topts = TimelineOptions { points: timeline::DEFAULT_POINTS };
+    let topts = TimelineOptions { points: DEFAULT_POINTS };
     for d in snap.devices().into_iter().filter(|_| what != "file" && what != "summary") {
         best(&format!("device {d}: report walk"), &mut || {
             std::hint::black_box(fragscope_report::curves::curves_and_timeline(&snap, d, &opts, topts.points));
@@ -50,17 +49,17 @@ fn main() {
             continue;
         }
         best("  timeline", &mut || {
-            std::hint::black_box(timeline::timeline(&snap, d, &topts));
+            std::hint::black_box(timeline(&snap, d, &topts));
         });
         best("  timeline + lives", &mut || {
-            std::hint::black_box(timeline::timeline_with_lives(&snap, d, &topts));
+            std::hint::black_box(timeline_with_lives(&snap, d, &topts));
         });
         best("  lives", &mut || {
             std::hint::black_box(BlockLives::replay(&snap, d));
         });
         let last = snap.trace(d).len().checked_sub(1);
         best("  bookkeeping", &mut || {
-            std::hint::black_box(timeline::levels_at(&snap, d, last));
+            std::hint::black_box(levels_at(&snap, d, last));
         });
     }
     if what == "walk" {
@@ -68,7 +67,7 @@ fn main() {
     }
     if what != "file" {
         best("summary", &mut || {
-            std::hint::black_box(fragscope_trace::summary::summarize(&snap));
+            std::hint::black_box(fragscope_trace::summarize(&snap));
         });
     }
     if what == "summary" {

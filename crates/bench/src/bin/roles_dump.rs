@@ -13,8 +13,8 @@ fn main() {
             if snap.trace(d).is_empty() {
                 continue;
             }
-            let lives = fragscope_trace::lives::BlockLives::replay(&snap, d);
-            let (r, st, _) = fragscope_trace::roles::device_roles_with(&snap, &lives);
+            let lives = fragscope_trace::BlockLives::replay(&snap, d);
+            let (r, st, _) = fragscope_trace::device_roles_with(&snap, &lives);
             println!("{} dev {d}: {} | {}", p.rsplit('/').next().unwrap(), st.describe(), st.evidence.join("; "));
             for (k, s) in st.steps.iter().enumerate().take(6) {
                 let ph: Vec<String> =
@@ -30,7 +30,7 @@ fn main() {
             }
             if std::env::var("DUMP_ROLE").is_ok() {
                 let want = std::env::var("DUMP_ROLE").unwrap();
-                let (_, _, roles) = fragscope_trace::roles::device_roles_with(&snap, &lives);
+                let (_, _, roles) = fragscope_trace::device_roles_with(&snap, &lives);
                 for (l, rr) in lives.traced.iter().zip(&roles.traced) {
                     if rr.role.as_str() == want {
                         let end = if l.end == usize::MAX {

@@ -1,13 +1,13 @@
 //! Times `summary`'s analysis (what follows the read) in process, on a snapshot loaded
-//! once: [`summarize`](fragscope_trace::summary::summarize) as `fragscope summary`
+//! once: [`summarize`](fragscope_trace::summarize) as `fragscope summary`
 //! runs it (its threads side by side), wall and CPU seconds, best of REPEAT; then, one
 //! thread each, the parts its threads run, so that a change to one part can be judged
 //! on its own (device 0 only):
 //!
-//! * `lives`: the lifetime walk ([`BlockLives::replay`](fragscope_trace::lives::BlockLives::replay));
-//! * `steps`: the steps ([`steps`](fragscope_trace::steps::steps));
+//! * `lives`: the lifetime walk ([`BlockLives::replay`](fragscope_trace::BlockLives::replay));
+//! * `steps`: the steps ([`steps`](fragscope_trace::steps));
 //! * `roles`: the roles from the lives and the steps
-//!   ([`device_roles_from`](fragscope_trace::roles::device_roles_from));
+//!   ([`device_roles_from`](fragscope_trace::device_roles_from));
 //! * `table`: memory_summary's table ([`memory_table`](fragscope_replay::memory_table)).
 //!
 //! usage: cargo run --release -p fragscope-bench --bin summary_times -- FILE \[REPEAT\]
@@ -72,7 +72,7 @@ fn main() {
         println!("{label:9} {wall:.3} s wall  {cpu:.3} s cpu");
     };
     best("summary", &mut || {
-        std::hint::black_box(fragscope_trace::summary::summarize(&snap));
+        std::hint::black_box(fragscope_trace::summarize(&snap));
     });
     if only_summary {
         return;
@@ -80,15 +80,15 @@ fn main() {
     let d = 0;
     let mut lives = None;
     best("lives", &mut || {
-        lives = Some(fragscope_trace::lives::BlockLives::replay(&snap, d));
+        lives = Some(fragscope_trace::BlockLives::replay(&snap, d));
     });
     let mut st = None;
     best("steps", &mut || {
-        st = Some(fragscope_trace::steps::steps(&snap, d));
+        st = Some(fragscope_trace::steps(&snap, d));
     });
     if let (Some(lives), Some(st)) = (&lives, &st) {
         best("roles", &mut || {
-            std::hint::black_box(fragscope_trace::roles::device_roles_from(&snap, lives, st));
+            std::hint::black_box(fragscope_trace::device_roles_from(&snap, lives, st));
         });
     }
     best("table", &mut || {

@@ -9,8 +9,7 @@ use std::process::ExitCode;
 use fragscope_diagnose::analyze::{self, Analysis, AnalyzeOptions, DeviceAnalysis};
 use fragscope_diagnose::oom::{CapacitySource, OomFinding};
 use fragscope_diagnose::window::WindowInfo;
-use fragscope_trace::attribution::PeakAttribution;
-use fragscope_trace::timeline::{ReservedSource, SeriesPoint};
+use fragscope_trace::{PeakAttribution, ReservedSource, SeriesPoint};
 
 use crate::output::{bytes, grouped, percent};
 use crate::CliError;
@@ -130,7 +129,7 @@ fn device_text(d: &DeviceAnalysis) -> String {
     o.push('\n');
     n += 1;
     let _ = writeln!(o, "{n}. Memory by role");
-    o.push_str(&fragscope_trace::roles::text(&d.roles, bytes));
+    o.push_str(&fragscope_trace::roles_text(&d.roles, bytes));
     o.push('\n');
     n += 1;
     let _ = writeln!(o, "{n}. Leak suspects");

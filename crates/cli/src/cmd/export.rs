@@ -10,7 +10,7 @@
 //! * `trace_events`: every trace entry of every device, in order;
 //! * `allocations`: one row per allocation of the trace, its alloc entry paired with its
 //!   `free_requested` / `free_completed` (lifetime, sizes, stream, stack, call site,
-//!   annotation scope, and the role [`fragscope_trace::roles`] gives it), plus the
+//!   annotation scope, and the role [`fragscope_trace::classify_roles`] gives it), plus the
 //!   blocks live before the trace that it never frees;
 //! * `segments` and `blocks`: the allocator state of the snapshot (`segments`);
 //! * `stacks` and `frames`: the recorded stacks, normalised (a stack is rows of frame
@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use fragscope_diagnose::window::WindowInfo;
 use fragscope_snapshot::{FrameId, Snapshot, StackId, TraceEvent};
-use fragscope_trace::attribution::site_of;
+use fragscope_trace::site_of;
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
@@ -439,12 +439,12 @@ fn write_allocations(
     device: i64,
     tr: &[TraceEvent],
     rows: &[AllocRow],
-    roles: &[Option<fragscope_trace::roles::BlockRole>],
+    roles: &[Option<fragscope_trace::BlockRole>],
     allocs: &mut Table,
     used: &mut HashSet<StackId>,
 ) -> Result<(), CliError> {
     let cfg = fragscope_replay::recorded_config(snap);
-    let scopes = fragscope_trace::scopes::Scopes::new(snap, device);
+    let scopes = fragscope_trace::Scopes::new(snap, device);
     let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
     for (a, role) in rows.iter().zip(roles) {
         note(used, a.stack);

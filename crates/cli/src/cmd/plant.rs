@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_plant::{self as plant, Shape};
-use fragscope_trace::attribution::site_of;
+use fragscope_trace::site_of;
 
 use crate::output::bytes;
 use crate::CliError;

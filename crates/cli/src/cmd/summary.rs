@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use fragscope_diagnose::window::WindowInfo;
 use fragscope_snapshot::SourceFormat;
-use fragscope_trace::summary::{self, DeviceSummary, History, PoolFigures, Summary};
+use fragscope_trace::{summarize, DeviceSummary, History, PoolFigures, Summary};
 
 use crate::output::{self, Align, Table};
 use crate::CliError;
@@ -31,7 +31,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let results: Vec<(String, bool, Summary)> =
         fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
             windows.push(w);
-            Ok::<_, CliError>((name, example, summary::summarize(snap)))
+            Ok::<_, CliError>((name, example, summarize(snap)))
         })?;
     let text = if args.json {
         fragscope_commands::summary::summary_json(&results, &windows)?
@@ -104,7 +104,7 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
         o.push('\n');
         if let Some(r) = &d.roles {
             let _ = writeln!(o, "Memory by role (device {}):", d.device);
-            o.push_str(&fragscope_trace::roles::text(r, output::bytes));
+            o.push_str(&fragscope_trace::roles_text(r, output::bytes));
             o.push('\n');
         }
     }

@@ -14,7 +14,7 @@ use fragscope_diagnose::oom::{
 use fragscope_diagnose::recommend::{candidates, infer_era};
 use fragscope_replay::recorded_config;
 use fragscope_snapshot::{Action, Snapshot};
-use fragscope_trace::timeline::{self, ReservedSource};
+use fragscope_trace::{levels_at, ReservedSource};
 
 fn load(name: &str) -> Option<Snapshot> {
     let p = fragscope_testdata::real_file(name)?;
@@ -86,7 +86,7 @@ fn state_at_an_index_agrees_with_the_timeline() {
             let n = snap.trace(d).len();
             for at in [None, Some(n / 3), Some(n.saturating_sub(1))] {
                 let st = allocator_state_at(&snap, d, at).unwrap_or_else(|e| panic!("{name} dev {d}: {e}"));
-                let l = timeline::levels_at(&snap, d, at);
+                let l = levels_at(&snap, d, at);
                 assert_eq!(st.reserved(), l.reserved, "{name} dev {d} at {at:?}");
                 // The timeline sizes blocks freed before the end by their rounded request
                 // (a lower bound); the backward walk recovers unsplit whole blocks.

@@ -37,7 +37,7 @@ fn niu_train3_untouched_has_three_steps_and_no_suspect() {
 /// temporaries of each step), in a seeded random order; for each, its first freed alloc
 /// in each step.
 fn per_step_sites(snap: &Snapshot, seed: u64) -> Vec<(String, Vec<usize>)> {
-    let st = steps::steps(snap, 0);
+    let st = steps(snap, 0);
     let mut v: Vec<(String, Vec<usize>)> = plant::site_allocs(snap, 0)
         .into_iter()
         .filter(|s| !s.site.starts_with('<'))
@@ -99,7 +99,7 @@ fn one_step_or_none_cannot_tell() {
         ("niu-fwd-ctx100-fp32.pickle", fragscope_testdata::grid_file("niu-fwd-ctx100-fp32.pickle")),
     ] {
         let Some(snap) = read(path) else { continue };
-        let st = steps::steps(&snap, 0);
+        let st = steps(&snap, 0);
         let l = leaks::leaks_device(&snap, 0);
         assert!(st.steps.len() < 2, "{name}: {}", st.describe());
         assert_eq!((l.steps.source, l.steps.can_tell), (LeakStepSource::None, false), "{name}");

@@ -8,9 +8,7 @@ use fragscope_testdata::traces_dir;
 
 use fragscope_diagnose::{check, diff, leaks};
 use fragscope_snapshot::Snapshot;
-use fragscope_trace::attribution::{self, AttributionOptions};
-use fragscope_trace::summary;
-use fragscope_trace::timeline::{self, ReservedSource, TimelineOptions};
+use fragscope_trace::{attribute, summarize, timeline, timelines, AttributionOptions, ReservedSource, TimelineOptions};
 
 #[allow(dead_code)]
 fn read(name: &str) -> Option<Snapshot> {
@@ -30,9 +28,9 @@ fn every_real_file_no_crash_and_consistent() {
     for f in files {
         let Ok(snap) = fragscope_snapshot::read_path(&f) else { continue };
         let name = f.file_name().unwrap().to_string_lossy().to_string();
-        let sum = summary::summarize(&snap);
-        for tl in timeline::timelines(&snap, &TimelineOptions::default()) {
-            let att = attribution::attribute(&snap, &tl, &AttributionOptions::default());
+        let sum = summarize(&snap);
+        for tl in timelines(&snap, &TimelineOptions::default()) {
+            let att = attribute(&snap, &tl, &AttributionOptions::default());
             let lk = leaks::leaks_device(&snap, tl.device);
             eprintln!(
                 "{name} dev {}: ev {} complete {} seeded {:?} peakA {} @{:?} peakR {} @{:?} frag {:?} end {:?} steps {} {:?} suspects {} pinned {} {:?}",
@@ -97,7 +95,7 @@ fn peaks_match_independent_computations() {
         let Some(devs) = py.get(f.to_str().unwrap()).and_then(|v| v.as_object()) else { continue };
         let snap = fragscope_snapshot::read_path(f).unwrap();
         for (d, v) in devs {
-            let tl = timeline::timeline(&snap, d.parse().unwrap(), &TimelineOptions::default());
+            let tl = timeline(&snap, d.parse().unwrap(), &TimelineOptions::default());
             assert_eq!(tl.peak_reserved.bytes, v[0].as_u64().unwrap(), "{}: peak reserved, device {d}", f.display());
             assert_eq!(tl.peak_requested.bytes, v[1].as_u64().unwrap(), "{}: peak requested, device {d}", f.display());
             compared += 1;
@@ -108,7 +106,7 @@ fn peaks_match_independent_computations() {
     // state), fragmentation 1 − peak allocated / peak reserved ≈ 0.9%.
     // (Files only the full corpus has: `read` skips them visibly without it.)
     if let Some(snap) = read("cs336-2.7b-fwd-ctx128-bf16.pickle") {
-        let tl = timeline::timeline(&snap, 0, &TimelineOptions::default());
+        let tl = timeline(&snap, 0, &TimelineOptions::default());
         assert_eq!(tl.peak_reserved.bytes, 24245174272);
         assert_eq!(tl.peak_allocated.bytes, 24023981056);
         assert!((tl.peak_fragmentation.unwrap() - (1.0 - 24023981056.0 / 24245174272.0)).abs() < 1e-12);
@@ -118,7 +116,7 @@ fn peaks_match_independent_computations() {
     // the first sample) = the maximum `Total Allocated` the profiler itself wrote
     // (6.63 GB per SOURCES.md); reserved = its constant `Total Reserved`.
     let Some(snap) = read("kineto-hta-ddp-v100-rank1-profile-memory.json.gz") else { return };
-    let tl = timeline::timeline(&snap, 1, &TimelineOptions::default());
+    let tl = timeline(&snap, 1, &TimelineOptions::default());
     let max_alloc = snap.totals[1].iter().filter_map(|t| t.allocated).max().unwrap();
     let max_res = snap.totals[1].iter().filter_map(|t| t.reserved).max().unwrap();
     assert_eq!(tl.reserved_source, ReservedSource::ProfilerTotals);

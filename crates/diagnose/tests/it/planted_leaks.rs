@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use fragscope_diagnose::leaks;
 use fragscope_plant::{self as plant, Shape, SiteAllocs};
 use fragscope_snapshot::Snapshot;
-use fragscope_trace::timeline::{self, TimelineOptions};
+use fragscope_trace::{timeline, TimelineOptions};
 
 /// Traces with an allocation history long enough to plant into (device 0 unless said).
 const TRACES: &[(&str, i64)] = &[
@@ -75,7 +75,7 @@ fn read(name: &str) -> Option<Snapshot> {
 }
 
 fn peak_allocated(snap: &Snapshot, device: i64) -> u64 {
-    timeline::timeline(snap, device, &TimelineOptions { points: 1 }).peak_allocated.bytes
+    timeline(snap, device, &TimelineOptions { points: 1 }).peak_allocated.bytes
 }
 
 fn bytes_of(snap: &Snapshot, device: i64, allocs: &[usize]) -> u64 {
@@ -249,7 +249,7 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
                 let min = (4 * MIB).max(peak_allocated(&planted_snap, device) / 1000);
                 let mut per_site: BTreeMap<String, u64> = BTreeMap::new();
                 for &i in &allocs {
-                    let site = fragscope_trace::attribution::site_of(&s.frames, s.trace(device)[i].stack).site;
+                    let site = fragscope_trace::site_of(&s.frames, s.trace(device)[i].stack).site;
                     *per_site.entry(site).or_default() += bytes_of(&s, device, &[i]);
                 }
                 let missed: Vec<&String> = p
@@ -318,12 +318,12 @@ fn planted_files_are_consistent() {
         let mut s = snap.clone();
         let allocs = choose(&mut s, 0, "steady", &mut rng).unwrap();
         let (p, what) = plant::plant(&s, 0, &allocs).unwrap();
-        let a = timeline::timeline(&snap, 0, &TimelineOptions { points: 1 });
-        let b = timeline::timeline(&p, 0, &TimelineOptions { points: 1 });
+        let a = timeline(&snap, 0, &TimelineOptions { points: 1 });
+        let b = timeline(&p, 0, &TimelineOptions { points: 1 });
         assert_eq!(b.seeded.inconsistencies, 0, "{name}");
         assert_eq!(b.seeded.blocks, a.seeded.blocks, "{name}: nothing new seeded");
         assert_eq!(b.end.allocated, a.end.allocated + what.bytes, "{name}");
-        let sum = fragscope_trace::summary::summarize(&p);
+        let sum = fragscope_trace::summarize(&p);
         assert_eq!(sum.devices[0].all.allocated_bytes, b.end.allocated, "{name}: final state holds the leak");
         let v = fragscope_replay::verify(&p, 0, &Default::default());
         assert!(v.undecidable.is_none(), "{name}: {:?}", v.undecidable);

@@ -14,9 +14,7 @@ use std::collections::HashMap;
 use fragscope_diagnose::role_whatif::{self, shard, simulate_changes, Change, Layers, RoleWhatIf};
 use fragscope_replay::recorded_config;
 use fragscope_snapshot::{Action, BlockState, Snapshot};
-use fragscope_trace::lives::BlockLives;
-use fragscope_trace::roles::{self, Role};
-use fragscope_trace::steps::{self, Phase};
+use fragscope_trace::{device_roles_with, layer_spans, steps, BlockLives, Phase, Role};
 
 /// One block of the walk: its alloc entry, its free_completed entry (`usize::MAX` when
 /// live at the end), its request and its role.
@@ -32,7 +30,7 @@ struct Blk {
 fn walk(snap: &Snapshot, dev: i64) -> (u64, Vec<Blk>) {
     let trace = snap.trace(dev);
     let lives = BlockLives::replay(snap, dev);
-    let (_, _, r) = roles::device_roles_with(snap, &lives);
+    let (_, _, r) = device_roles_with(snap, &lives);
     let mut blocks: Vec<Blk> = Vec::new();
     let mut open: HashMap<u64, usize> = HashMap::new();
     let mut net: i128 = 0;
@@ -117,7 +115,7 @@ fn load(name: &str) -> Option<Snapshot> {
 fn shard_optimizer_on_niu_train3() {
     let Some(snap) = load(NIU) else { return };
     let (before, blocks) = walk(&snap, 0);
-    let st = steps::steps(&snap, 0);
+    let st = steps(&snap, 0);
     assert_eq!(st.steps.len(), 3);
     let opt_bytes_at_end: u64 =
         blocks.iter().filter(|b| b.role == Role::OptimizerState && b.freed == usize::MAX).map(|b| b.size).sum();
@@ -155,7 +153,7 @@ fn shard_optimizer_on_niu_train3() {
 fn shard_gradients_on_niu_train3() {
     let Some(snap) = load(NIU) else { return };
     let (before, blocks) = walk(&snap, 0);
-    let st = steps::steps(&snap, 0);
+    let st = steps(&snap, 0);
     let probes: Vec<usize> = st.steps.iter().map(|s| s.span(Phase::Optimizer).unwrap().0).collect();
     let n = 4;
     let changes = [Change::ShardOptimizer(n), Change::ShardGradients(n)];
@@ -214,12 +212,12 @@ fn saved_live(blocks: &[Blk], fwd: &[(usize, usize)], first_bwd: usize, p: usize
 
 fn checkpoint_case(name: &str, snap: &Snapshot) {
     let (before, blocks) = walk(snap, 0);
-    let st = steps::steps(snap, 0);
+    let st = steps(snap, 0);
     let mut probes = Vec::new();
     let mut expect_drop: HashMap<usize, u64> = HashMap::new();
     for s in &st.steps {
-        let fwd = steps::layer_spans(snap, 0, s, Phase::Forward).expect("layers");
-        let bwd = steps::layer_spans(snap, 0, s, Phase::Backward).expect("layers");
+        let fwd = layer_spans(snap, 0, s, Phase::Forward).expect("layers");
+        let bwd = layer_spans(snap, 0, s, Phase::Backward).expect("layers");
         assert_eq!(fwd.len(), bwd.len());
         let bs = s.span(Phase::Backward).unwrap().0;
         // When backward starts: every layer's saved activations are gone.
@@ -258,7 +256,7 @@ fn checkpoint_all_layers_on_kk_step() {
 fn shard_on_kk_step() {
     let Some(snap) = load("kk-2.7b-step-ctx128-fp32.pickle") else { return };
     let (before, blocks) = walk(&snap, 0);
-    let st = steps::steps(&snap, 0);
+    let st = steps(&snap, 0);
     let s = &st.steps[0];
     let (os, oe) = s.span(Phase::Optimizer).unwrap();
     let probes = vec![os, oe];
@@ -289,7 +287,7 @@ fn shard_on_kk_step() {
 /// with the refusal when the change cannot be applied.
 fn set_to_none_case(name: &str, snap: &Snapshot) -> Result<RoleWhatIf, String> {
     let (before, blocks) = walk(snap, 0);
-    let st = steps::steps(snap, 0);
+    let st = steps(snap, 0);
     let mut probes = Vec::new();
     let mut drop: HashMap<usize, u64> = HashMap::new();
     for s in &st.steps {
@@ -399,7 +397,7 @@ fn set_to_none_on_real_training_traces() {
     let mut seen = 0;
     for p in files {
         let Ok(snap) = fragscope_snapshot::read_path(&p) else { continue };
-        if !fragscope_replay::has_replayable_trace(&snap, 0) || steps::steps(&snap, 0).steps.is_empty() {
+        if !fragscope_replay::has_replayable_trace(&snap, 0) || steps(&snap, 0).steps.is_empty() {
             continue;
         }
         seen += 1;

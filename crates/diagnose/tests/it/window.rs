@@ -12,7 +12,7 @@ use fragscope_diagnose::analyze;
 use fragscope_diagnose::window::{cut, EndState, WindowBy, WindowError, WindowSpec};
 use fragscope_replay::{verify, Recorder, ReplayOptions};
 use fragscope_snapshot::{resolve_stack, Snapshot};
-use fragscope_trace::summary;
+use fragscope_trace::summarize;
 
 const MIB: u64 = 1 << 20;
 
@@ -115,7 +115,7 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
         assert_eq!(got, want, "{conf}: state at the window's end");
         assert_eq!(c.external_annotations, short.external_annotations, "{conf}");
         // Every figure the commands print.
-        assert_eq!(json(&summary::summarize(&c)), json(&summary::summarize(&short)), "{conf}: summary");
+        assert_eq!(json(&summarize(&c)), json(&summarize(&short)), "{conf}: summary");
         let o = analyze::AnalyzeOptions::default();
         assert_eq!(json(&analyze::analyze(&c, &o)), json(&analyze::analyze(&short, &o)), "{conf}: analyze");
 
@@ -128,7 +128,7 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
         assert_eq!(i2.devices[0].end_state, EndState::Recorded);
         assert_eq!(c2.device_traces, s2.device_traces);
         assert_eq!(state_of(&c2), state_of(&s2), "{conf}");
-        assert_eq!(json(&summary::summarize(&c2)), json(&summary::summarize(&s2)), "{conf}: summary of {s}..{n}");
+        assert_eq!(json(&summarize(&c2)), json(&summarize(&s2)), "{conf}: summary of {s}..{n}");
 
         // The same window by time: from the first entry to the first entry after it.
         let t0 = long.device_traces[0][0].time_us;
@@ -214,7 +214,7 @@ fn windows_of_real_traces_replay_exactly_into_their_cut_state() {
             let (cc, _) = cut(&cut(&snap, &spec(&format!("0..{b}"))).unwrap().0, &spec(&format!("{a}..{b}"))).unwrap();
             assert_eq!(state_of(&cc), state_of(&c), "{name} {a}..{b}");
             // The summary counts the window's entries.
-            let s = json(&summary::summarize(&c));
+            let s = json(&summarize(&c));
             assert_eq!(s["devices"][0]["trace_events"], serde_json::json!(b - a), "{name}");
         }
         ran += 1;

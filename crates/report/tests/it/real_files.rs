@@ -5,7 +5,7 @@
 use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
 use fragscope_report::layout::{Block, Segment};
 use fragscope_report::{file_data, render, ReportOptions};
-use fragscope_trace::summary::summarize;
+use fragscope_trace::summarize;
 
 use crate::decode::f64s;
 
@@ -13,7 +13,7 @@ use crate::decode::f64s;
 /// from the page's buckets as the page reads them: `at_peak` the roles at the finest
 /// bucket with the most allocated (its allocated maximum), `max` the largest of the
 /// buckets' maxima; a role the page leaves out held nothing.
-fn check_roles(what: &str, d: &fragscope_report::DeviceData, want: Option<&fragscope_trace::roles::DeviceRoles>) {
+fn check_roles(what: &str, d: &fragscope_report::DeviceData, want: Option<&fragscope_trace::DeviceRoles>) {
     let (Some(r), Some(want)) = (&d.roles, want) else {
         assert!(
             d.roles.is_none() && want.is_none(),
@@ -116,7 +116,7 @@ fn report_data_agrees_with_summary_and_analyze() {
 /// bytes of `analyze`'s timeline (where the timeline reads them from the segments).
 #[test]
 fn segment_lives_add_up_to_the_reserved_curve() {
-    use fragscope_trace::timeline::{timeline_walk, TimelineOptions};
+    use fragscope_trace::{timeline_walk, TimelineOptions};
     let files = fragscope_testdata::real_pickles();
     let mut checked = 0;
     for path in &files {
@@ -125,7 +125,7 @@ fn segment_lives_add_up_to_the_reserved_curve() {
             let mut reserved = Vec::new();
             let tl =
                 timeline_walk(&snap, d, &TimelineOptions { points: 1 }, |_, _| {}, |_, l| reserved.push(l.reserved));
-            if tl.reserved_source != fragscope_trace::timeline::ReservedSource::Segments {
+            if tl.reserved_source != fragscope_trace::ReservedSource::Segments {
                 continue;
             }
             let lives = fragscope_report::segments::segment_lives(&snap, d);
@@ -154,7 +154,7 @@ fn segment_lives_add_up_to_the_reserved_curve() {
 #[test]
 fn allocations_before_the_trace_are_the_timelines_seeded_blocks() {
     use fragscope_report::layout::Life;
-    use fragscope_trace::timeline::{timeline, TimelineOptions};
+    use fragscope_trace::{timeline, TimelineOptions};
     let files = fragscope_testdata::real_pickles();
     let opts = ReportOptions { top_allocations: 100_000, ..ReportOptions::default() };
     let mut seeded = 0;

@@ -2,10 +2,7 @@
 //! text front ends print and the JSON they emit cannot drift apart.
 
 use fragscope_snapshot::SourceFormat;
-use fragscope_trace::attribution::PeakKind;
-use fragscope_trace::steps::StepSource;
-use fragscope_trace::summary::History;
-use fragscope_trace::timeline::ReservedSource;
+use fragscope_trace::{History, PeakKind, ReservedSource, StepSource};
 
 fn same<T: serde::Serialize + std::fmt::Display>(values: &[T], names: &[&str]) {
     assert_eq!(values.len(), names.len());

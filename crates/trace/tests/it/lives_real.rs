@@ -1,10 +1,9 @@
-//! The block lives kept by the timeline walk ([`fragscope_trace::lives`]) on the real
+//! The block lives kept by the timeline walk ([`fragscope_trace::BlockLives`]) on the real
 //! snapshots: the same as a walk of their own, and the live sets read from them the same
 //! as a replay of the trace to each position gives.
 
 use fragscope_testdata::{min_count, real_pickles};
-use fragscope_trace::lives::BlockLives;
-use fragscope_trace::timeline::{self, TimelineOptions};
+use fragscope_trace::{live_sets_at, timeline, timeline_with_lives, BlockLives, TimelineOptions};
 
 #[test]
 fn lives_from_the_timeline_walk_match_a_replay() {
@@ -15,10 +14,10 @@ fn lives_from_the_timeline_walk_match_a_replay() {
         let snap = fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
         for d in snap.devices() {
             let opts = TimelineOptions::default();
-            let mut with = timeline::timeline_with_lives(&snap, d, &opts);
+            let mut with = timeline_with_lives(&snap, d, &opts);
             let lives = with.lives.take().expect("timeline_with_lives keeps the lives");
             // Keeping the lives changes nothing else.
-            let plain = timeline::timeline(&snap, d, &opts);
+            let plain = timeline(&snap, d, &opts);
             assert!(plain.lives.is_none());
             assert_eq!(
                 serde_json::to_value(&with).unwrap(),
@@ -36,7 +35,7 @@ fn lives_from_the_timeline_walk_match_a_replay() {
             at.extend((0..8).map(|k| Some(k * n / 8)));
             at.push(n.checked_sub(1));
             let from_lives = lives.live_sets_at(&snap, &at);
-            let replayed = timeline::live_sets_at(&snap, d, &at);
+            let replayed = live_sets_at(&snap, d, &at);
             assert_eq!(from_lives, replayed, "{name} device {d}");
         }
     }

@@ -21,8 +21,7 @@
 //!   so no step, no gradient and no optimizer state.
 
 use fragscope_snapshot::read_path;
-use fragscope_trace::roles::{self, DeviceRoles};
-use fragscope_trace::steps;
+use fragscope_trace::{device_roles, steps, DeviceRoles};
 
 const NIU_PARAM_BYTES: u64 = 90_785_792;
 const KK_PARAM_BYTES: u64 = 13_627_238_400;
@@ -122,8 +121,8 @@ fn training_recordings_match_their_ground_truth() {
     for t in TRAINING {
         let Some(path) = path_of(t.file, t.grid) else { continue };
         let snap = read_path(&path).unwrap();
-        let st = steps::steps(&snap, 0);
-        let r = roles::device_roles(&snap, 0);
+        let st = steps(&snap, 0);
+        let r = device_roles(&snap, 0);
         let (p, g, o) = (role_max(&r, "parameters"), role_max(&r, "gradients"), role_max(&r, "optimizer_state"));
         eprintln!(
             "{:<46} steps {} layers {:?} parameters {p} gradients {g} optimizer_state {o}",
@@ -159,8 +158,8 @@ fn forward_only_recordings_have_no_step_gradient_or_optimizer_state() {
     for file in FORWARD_ONLY {
         let Some(path) = path_of(file, true) else { continue };
         let snap = read_path(&path).unwrap();
-        let st = steps::steps(&snap, 0);
-        let r = roles::device_roles(&snap, 0);
+        let st = steps(&snap, 0);
+        let r = device_roles(&snap, 0);
         checked += 1;
         if !st.steps.is_empty() {
             failures.push(format!("{file}: {} steps, want none", st.steps.len()));

@@ -17,8 +17,7 @@ use std::collections::HashMap;
 
 use fragscope_replay::Recorder;
 use fragscope_snapshot::{Snapshot, StackId};
-use fragscope_trace::lives::BlockLives;
-use fragscope_trace::roles::{self, Reason, Role};
+use fragscope_trace::{device_roles, device_roles_with, BlockLives, DeviceRoles, Reason, Role};
 
 const MIB: u64 = 1 << 20;
 /// Weights and biases of a small model: two of one size, to make sizes repeat.
@@ -254,10 +253,10 @@ fn cannot_tell(r: Reason) -> bool {
 
 /// Every block's role is its truth or "cannot tell"; returns the blocks that could not
 /// be told, and the wrong ones (described).
-fn check(c: Case) -> (usize, Vec<String>, roles::DeviceRoles, Truth) {
+fn check(c: Case) -> (usize, Vec<String>, DeviceRoles, Truth) {
     let (snap, truth) = run(c);
     let lives = BlockLives::replay(&snap, 0);
-    let (dr, _st, r) = roles::device_roles_with(&snap, &lives);
+    let (dr, _st, r) = device_roles_with(&snap, &lives);
     assert_eq!(lives.traced.len(), truth.traced.len(), "{c:?}: traced blocks");
     assert_eq!(lives.seeded.len(), truth.seeded.len(), "{c:?}: seeded blocks");
     let mut wrong = Vec::new();
@@ -368,7 +367,7 @@ struct ByCut {
 fn by_cut(snap: &Snapshot, c: usize) -> ByCut {
     let trace = snap.trace(0);
     let lives = BlockLives::replay(snap, 0);
-    let (_, _, r) = roles::device_roles_with(snap, &lives);
+    let (_, _, r) = device_roles_with(snap, &lives);
     let mut live = HashMap::new();
     for (b, br) in lives.seeded.iter().zip(&r.seeded) {
         if b.end >= c {
@@ -401,7 +400,7 @@ fn cuts_of_real_training_traces_keep_their_roles() {
     for name in ["niu-train3-ctx100-fp32.pickle", "niu-train3-ctx150-fp32.pickle", "niu-train3-ctx200-fp32.pickle"] {
         let Some(p) = fragscope_testdata::grid_file(name).filter(|p| p.is_file()) else { continue };
         let full = fragscope_snapshot::read_path(&p).unwrap();
-        let st = fragscope_trace::steps::steps(&full, 0);
+        let st = fragscope_trace::steps(&full, 0);
         assert_eq!(st.steps.len(), 3, "{name}");
         // Points of every phase of the first two steps: each phase's start and middle.
         let mut points = Vec::new();
@@ -440,8 +439,8 @@ fn cuts_of_real_training_traces_keep_their_roles() {
             }
             // Totals, where a whole step follows the cut: the first step's forward not
             // yet begun, or any cut before the second step's.
-            let r = roles::device_roles(&cut, 0);
-            let whole_step_after = c <= st.steps[1].span(fragscope_trace::steps::Phase::Forward).unwrap().0;
+            let r = device_roles(&cut, 0);
+            let whole_step_after = c <= st.steps[1].span(fragscope_trace::Phase::Forward).unwrap().0;
             let (pm, om) = (r.by_role["parameters"].max, r.by_role["optimizer_state"].max);
             println!(
                 "{name} cut at {c}: {} live at the cut ({told} told), {} made after; parameters {pm}, optimizer state \
@@ -483,7 +482,7 @@ fn forward_only_cuts_do_not_claim_zero_parameters() {
     for name in ["niu-fwd-ctx100-fp32.pickle", "niu-fwd-ctx200-fp32.pickle"] {
         let Some(p) = fragscope_testdata::grid_file(name).filter(|p| p.is_file()) else { continue };
         let full = fragscope_snapshot::read_path(&p).unwrap();
-        let whole = roles::device_roles(&full, 0);
+        let whole = device_roles(&full, 0);
         let params = whole.by_role["parameters"].max;
         assert!(params > 0, "{name}: the whole trace finds its parameters by their frames");
         let n = full.trace(0).len();
@@ -499,7 +498,7 @@ fn forward_only_cuts_do_not_claim_zero_parameters() {
                         }
                     }
                 }
-                let r = roles::device_roles(&cut, 0);
+                let r = device_roles(&cut, 0);
                 let p = &r.by_role["parameters"];
                 println!("{name} cut at {c}, frames {frames}: parameters {} cannot tell {:?}", p.max, p.cannot_tell);
                 if frames {
@@ -527,7 +526,7 @@ fn forward_only_cuts_do_not_claim_zero_parameters() {
 fn a_step_the_recording_began_inside_is_not_complete() {
     for c in all_cases() {
         let (snap, _) = run(c);
-        let st = fragscope_trace::steps::steps(&snap, 0);
+        let st = fragscope_trace::steps(&snap, 0);
         let want = !matches!(c.begin, Begin::InForward | Begin::InBackward);
         assert_eq!(st.steps[0].complete, want, "{c:?}");
         assert!(st.steps[1..].iter().all(|s| s.complete), "{c:?}");
@@ -535,13 +534,13 @@ fn a_step_the_recording_began_inside_is_not_complete() {
     for name in ["niu-train3-ctx100-fp32.pickle", "niu-train3-ctx200-fp32.pickle"] {
         let Some(p) = fragscope_testdata::grid_file(name).filter(|p| p.is_file()) else { continue };
         let full = fragscope_snapshot::read_path(&p).unwrap();
-        let st = fragscope_trace::steps::steps(&full, 0);
+        let st = fragscope_trace::steps(&full, 0);
         let s1 = &st.steps[1];
-        let (fa, fb) = s1.span(fragscope_trace::steps::Phase::Forward).unwrap();
+        let (fa, fb) = s1.span(fragscope_trace::Phase::Forward).unwrap();
         for (c, whole) in [(s1.start, true), ((fa + fb) / 2, false), (fb - 1, false)] {
             let mut cut = full.clone();
             cut.device_traces[0].drain(..c);
-            let cs = fragscope_trace::steps::steps(&cut, 0);
+            let cs = fragscope_trace::steps(&cut, 0);
             println!("{name} cut at {c}: {} steps, first complete {}", cs.steps.len(), cs.steps[0].complete);
             assert_eq!(cs.steps.len(), 2, "{name} cut at {c}");
             assert_eq!(cs.steps[0].complete, whole, "{name} cut at {c}");
@@ -559,7 +558,7 @@ fn a_first_step_recorded_after_the_model_was_built_is_told_whole() {
         return;
     };
     let snap = fragscope_snapshot::read_path(&p).unwrap();
-    let r = roles::device_roles(&snap, 0);
+    let r = device_roles(&snap, 0);
     for (k, want) in [("parameters", PARAMS), ("gradients", PARAMS), ("optimizer_state", 2 * PARAMS)] {
         let b = &r.by_role[k];
         assert_eq!((b.max, b.cannot_tell.as_deref()), (want, None), "{k}");
@@ -574,7 +573,7 @@ fn a_first_step_recorded_after_the_model_was_built_is_told_whole() {
 fn parameters_are_told_among_other_blocks_of_their_sizes() {
     let Some(p) = fragscope_testdata::real_file("pytorchblog-resnet50-train-cppframes.pickle") else { return };
     let snap = fragscope_snapshot::read_path(&p).unwrap();
-    let r = roles::device_roles(&snap, 0);
+    let r = device_roles(&snap, 0);
     let b = &r.by_role["parameters"];
     assert_eq!((b.max, b.cannot_tell.as_deref()), (102_228_128, None));
     assert_eq!(r.by_role["gradients"].max, 102_228_128);
@@ -590,11 +589,11 @@ fn a_step_begun_inside_its_forward_still_tells_its_gradients() {
         return;
     };
     let full = fragscope_snapshot::read_path(&p).unwrap();
-    let st = fragscope_trace::steps::steps(&full, 0);
-    let (fa, fb) = st.steps[2].span(fragscope_trace::steps::Phase::Forward).unwrap();
+    let st = fragscope_trace::steps(&full, 0);
+    let (fa, fb) = st.steps[2].span(fragscope_trace::Phase::Forward).unwrap();
     let mut cut = full.clone();
     cut.device_traces[0].drain(..(fa + fb) / 2);
-    let r = roles::device_roles(&cut, 0);
+    let r = device_roles(&cut, 0);
     assert_eq!(r.step_count, 1);
     for (k, want) in [("parameters", PARAMS), ("gradients", PARAMS), ("optimizer_state", 2 * PARAMS)] {
         let b = &r.by_role[k];

@@ -4,7 +4,7 @@
 //! summary is the same: checked here on every real snapshot, with and without the roles.
 
 use fragscope_testdata::{min_count, real_pickles};
-use fragscope_trace::summary::summarize_device_threads;
+use fragscope_trace::summarize_device_threads;
 
 #[test]
 fn both_thread_layouts_give_the_same_summary() {
