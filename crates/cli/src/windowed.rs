@@ -2,7 +2,7 @@
 //! `report`, `export`): the clap option; the cut itself is
 //! [`fragscope_commands::windowed`].
 
-use fragscope_diagnose::window::WindowSpec;
+use fragscope_diagnose::WindowSpec;
 
 use crate::CliError;
 

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use fragscope::cmd;
 use fragscope_alloc::parse_config;
 use fragscope_commands::state::{HoldersBy, StateRequest};
-use fragscope_diagnose::advice;
-use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
-use fragscope_diagnose::check::{check, Limits};
-use fragscope_diagnose::diff::{diff, DiffOptions};
+use fragscope_diagnose::{
+    analyze, check, diff, simulate_empty_cache, simulate_uncached, AnalyzeOptions, CheckLimits, DiffOptions,
+    EmptyCacheAt,
+};
 use fragscope_predict::{Program, Recording};
 use fragscope_replay::{
     lab, parse_policy, recorded_config, replayable_devices, simulate_with, verify, ReplayOptions, SimOptions,
@@ -173,8 +173,8 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
             );
         }
         // The advice what-ifs (`--empty-cache-at step`, `--no-caching`).
-        let _ = advice::simulate_empty_cache(m, d, rec.clone(), Some(16 << 30), &advice::EmptyCacheAt::Steps);
-        let _ = serde_json::to_string(&advice::simulate_uncached(m, d, None)).expect("no-caching JSON");
+        let _ = simulate_empty_cache(m, d, rec.clone(), Some(16 << 30), &EmptyCacheAt::Steps);
+        let _ = serde_json::to_string(&simulate_uncached(m, d, None)).expect("no-caching JSON");
         // The allocator lab (`--allocator all`).
         let lab_rows = lab(m, d, &all_policies, Some(16 << 30));
         let _ = serde_json::to_string(&lab_rows).expect("lab JSON");
@@ -199,8 +199,8 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
     let n = m.device_traces.iter().map(|t| t.len()).max().unwrap_or(0);
     for text in [format!("{}..{}", n / 4, n / 2), "..1ms".to_string()] {
         // An empty window ("0..0" on a file without a trace) is refused by the parser: fine.
-        let Ok(spec) = fragscope_diagnose::window::WindowSpec::parse(&text) else { continue };
-        if let Ok((cut, info)) = fragscope_diagnose::window::cut(m, &spec) {
+        let Ok(spec) = fragscope_diagnose::WindowSpec::parse(&text) else { continue };
+        if let Ok((cut, info)) = fragscope_diagnose::cut_window(m, &spec) {
             let _ = serde_json::to_string(&summarize(&cut)).expect("windowed summary JSON");
             let _ = serde_json::to_string(&info).expect("window JSON");
         }
@@ -213,7 +213,7 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
     }
     let dd = diff(orig, m, &DiffOptions { top: 5 });
     let _ = serde_json::to_string(&dd).expect("diff JSON");
-    let lim = Limits {
+    let lim = CheckLimits {
         max_reserved: Some(1 << 30),
         max_allocated: Some(1 << 30),
         max_peak_fragmentation: Some(0.3),

@@ -1,8 +1,9 @@
 //! `check`: a memory budget gate (for CI, pytest): limits as a user writes them
-//! ([`CheckRequest`]) parsed into [`Limits`], the [`CheckResult`] document, and the line
+//! ([`CheckRequest`]) parsed into [`CheckLimits`], the [`CheckResult`] document, and the line
 //! that names the first broken limit in a front end's words.
 
-use fragscope_diagnose::check::{self, CheckResult, Failure, Limit, Limits, Value};
+use fragscope_diagnose::{parse_fraction, CheckFailure, CheckLimits, CheckResult, CheckValue, LimitKind};
+use fragscope_replay::parse_size;
 
 use crate::{Error, Param, Words};
 
@@ -18,17 +19,17 @@ pub struct CheckRequest {
 
 impl CheckRequest {
     /// The limits, or the argument error for a malformed size or fraction.
-    pub fn limits(&self) -> Result<Limits, Error> {
+    pub fn limits(&self) -> Result<CheckLimits, Error> {
         let size = |s: &Option<String>, p: Param| -> Result<Option<u64>, Error> {
-            s.as_deref().map(|v| check::parse_size(v).map_err(|e| Error::invalid(p, e))).transpose()
+            s.as_deref().map(|v| parse_size(v).map_err(|e| Error::invalid(p, e))).transpose()
         };
-        Ok(Limits {
+        Ok(CheckLimits {
             max_reserved: size(&self.max_reserved, Param::MaxReserved)?,
             max_allocated: size(&self.max_allocated, Param::MaxAllocated)?,
             max_peak_fragmentation: self
                 .max_peak_fragmentation
                 .as_deref()
-                .map(|v| check::parse_fraction(v).map_err(|e| Error::invalid(Param::MaxPeakFragmentation, e)))
+                .map(|v| parse_fraction(v).map_err(|e| Error::invalid(Param::MaxPeakFragmentation, e)))
                 .transpose()?,
             no_leaks: self.no_leaks,
         })
@@ -36,34 +37,34 @@ impl CheckRequest {
 }
 
 /// The parameter a failed limit came from.
-fn param(limit: Limit) -> Param {
+fn param(limit: LimitKind) -> Param {
     match limit {
-        Limit::MaxReserved => Param::MaxReserved,
-        Limit::MaxAllocated => Param::MaxAllocated,
-        Limit::MaxPeakFragmentation => Param::MaxPeakFragmentation,
-        Limit::NoLeaks => Param::NoLeaks,
+        LimitKind::MaxReserved => Param::MaxReserved,
+        LimitKind::MaxAllocated => Param::MaxAllocated,
+        LimitKind::MaxPeakFragmentation => Param::MaxPeakFragmentation,
+        LimitKind::NoLeaks => Param::NoLeaks,
     }
 }
 
-fn value(v: &Value) -> String {
+fn value(v: &CheckValue) -> String {
     match *v {
-        Value::Bytes(b) => fragscope_alloc::format_size(b),
-        Value::Ratio(r) => format!("{r:.4}"),
-        Value::Count(c) => c.to_string(),
+        CheckValue::Bytes(b) => fragscope_alloc::format_size(b),
+        CheckValue::Ratio(r) => format!("{r:.4}"),
+        CheckValue::Count(c) => c.to_string(),
     }
 }
 
 /// The text of one broken limit (without the `check failed: ` prefix), its parameter in
 /// `words`.
-pub fn failure_line(f: &Failure, words: Words) -> String {
+pub fn failure_line(f: &CheckFailure, words: Words) -> String {
     let p = param(f.limit).name(words);
     match f.limit {
-        Limit::NoLeaks => format!("{} leak suspect(s) on device {} ({p})", value(&f.measured), f.device),
+        LimitKind::NoLeaks => format!("{} leak suspect(s) on device {} ({p})", value(&f.measured), f.device),
         l => {
             let what = match l {
-                Limit::MaxReserved => "peak reserved",
-                Limit::MaxAllocated => "peak allocated",
-                Limit::MaxPeakFragmentation | Limit::NoLeaks => "peak fragmentation",
+                LimitKind::MaxReserved => "peak reserved",
+                LimitKind::MaxAllocated => "peak allocated",
+                LimitKind::MaxPeakFragmentation | LimitKind::NoLeaks => "peak fragmentation",
             };
             format!("{what} {} on device {} exceeds {p} {}", value(&f.measured), f.device, value(&f.allowed))
         }

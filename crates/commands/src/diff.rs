@@ -2,7 +2,7 @@
 //! whose live bytes at the allocated peak changed most; the document
 //! (`fragscope.diff/1`).
 
-use fragscope_diagnose::diff::Diff;
+use fragscope_diagnose::Diff;
 use serde::Serialize;
 
 pub const SCHEMA: &str = "fragscope.diff/1";

@@ -4,9 +4,7 @@
 //! from the JSON text of each rank, which may come from Dask or Ray workers), and the
 //! document `fragscope.ranks/1`.
 
-use fragscope_diagnose::analyze::Analysis;
-use fragscope_diagnose::oom::Verdict;
-use fragscope_diagnose::{compare_ranks, RankComparison, RankFigures};
+use fragscope_diagnose::{compare_ranks, Analysis, OomVerdict, RankComparison, RankFigures};
 use serde::{Deserialize as _, Serialize};
 use serde_json::Value;
 
@@ -23,7 +21,7 @@ pub fn figures_of_document(file: &Value) -> Result<RankFigures, Error> {
     for d in devices {
         if out.oom.is_none() {
             if let Some(v) = d.get("oom").and_then(|o| o.get("verdict")) {
-                out.oom = Some(Verdict::deserialize(v).map_err(|_| bad())?);
+                out.oom = Some(OomVerdict::deserialize(v).map_err(|_| bad())?);
             }
         }
         let t = d.pointer("/fragmentation/timeline").ok_or_else(bad)?;

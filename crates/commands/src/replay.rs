@@ -13,8 +13,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use fragscope_alloc::AllocatorConfig;
-use fragscope_diagnose::advice;
-use fragscope_diagnose::role_whatif::{self, RoleWhatIf};
+use fragscope_diagnose::{
+    simulate_change_sets, simulate_empty_cache, simulate_uncached, CheckpointLayers, EmptyCacheAt, EmptyCacheAtError,
+    RoleChange, RoleWhatIf,
+};
 use fragscope_replay::{
     self as replay, lab_with, parse_policy, recorded_config, replayable_devices, simulate_with, LabReport, PolicySpec,
     ReplayOptions, SimOptions, VerifyReport, WhatIf,
@@ -61,8 +63,8 @@ pub struct ReplayRequest {
 pub struct Checked {
     pub capacity: Option<u64>,
     /// `empty_cache()` placements, and whether to replay without caching.
-    pub advice: (Vec<advice::EmptyCacheAt>, bool),
-    pub changes: Vec<role_whatif::Change>,
+    pub advice: (Vec<EmptyCacheAt>, bool),
+    pub changes: Vec<RoleChange>,
 }
 
 impl ReplayRequest {
@@ -92,20 +94,20 @@ impl ReplayRequest {
 
     /// The advice to replay: (`empty_cache()` points, no caching). Without configs and
     /// without either, both defaults (every step, no caching).
-    fn advice_requested(&self) -> Result<(Vec<advice::EmptyCacheAt>, bool), Error> {
+    fn advice_requested(&self) -> Result<(Vec<EmptyCacheAt>, bool), Error> {
         if self.configs.is_empty() && self.empty_cache_at.is_empty() && !self.no_caching {
-            return Ok((vec![advice::EmptyCacheAt::Steps], true));
+            return Ok((vec![EmptyCacheAt::Steps], true));
         }
         let at = self
             .empty_cache_at
             .iter()
-            .map(|s| advice::EmptyCacheAt::parse(s).map_err(empty_cache_at_error))
+            .map(|s| EmptyCacheAt::parse(s).map_err(empty_cache_at_error))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((at, self.no_caching))
     }
 
     /// The role-level changes asked for (empty: none), checked.
-    fn role_changes(&self) -> Result<Vec<role_whatif::Change>, Error> {
+    fn role_changes(&self) -> Result<Vec<RoleChange>, Error> {
         let mut v = Vec::new();
         let ranks = |p: Param, n: u32| {
             if n < 2 {
@@ -115,17 +117,17 @@ impl ReplayRequest {
             }
         };
         if let Some(n) = self.shard_optimizer {
-            v.push(role_whatif::Change::ShardOptimizer(ranks(Param::ShardOptimizer, n)?));
+            v.push(RoleChange::ShardOptimizer(ranks(Param::ShardOptimizer, n)?));
         }
         if let Some(n) = self.shard_gradients {
-            v.push(role_whatif::Change::ShardGradients(ranks(Param::ShardGradients, n)?));
+            v.push(RoleChange::ShardGradients(ranks(Param::ShardGradients, n)?));
         }
         if self.grads_set_to_none {
-            v.push(role_whatif::Change::GradsSetToNone);
+            v.push(RoleChange::GradsSetToNone);
         }
         if let Some(l) = &self.checkpoint {
-            v.push(role_whatif::Change::Checkpoint(
-                role_whatif::Layers::parse(l).map_err(|e| Error::argument(msg![e.to_string()]))?,
+            v.push(RoleChange::Checkpoint(
+                CheckpointLayers::parse(l).map_err(|e| Error::argument(msg![e.to_string()]))?,
             ));
         }
         Ok(v)
@@ -133,8 +135,8 @@ impl ReplayRequest {
 }
 
 /// An `empty_cache_at` point that does not parse, its parameter in the reader's words.
-fn empty_cache_at_error(e: advice::EmptyCacheAtError) -> Error {
-    use advice::EmptyCacheAtError as E;
+fn empty_cache_at_error(e: EmptyCacheAtError) -> Error {
+    use EmptyCacheAtError as E;
     match e {
         E::Empty { param } => Error::argument(msg![Param::from(param), " needs `step` or a record_function name"]),
         E::BadEntries { param, text } => Error::argument(msg![
@@ -184,7 +186,7 @@ fn device_replayable(snap: &Snapshot, device: Option<i64>) -> Result<(), Error> 
 /// matches nothing is a typo, not a what-if to leave out with a note.
 fn empty_cache_found(specs: &[String], devices: &[DeviceResult]) -> Result<(), Error> {
     for s in specs {
-        let Ok(at) = advice::EmptyCacheAt::parse(s) else { continue };
+        let Ok(at) = EmptyCacheAt::parse(s) else { continue };
         let prefix = format!("{}: not replayed, ", at.describe());
         let reasons: Vec<&str> =
             devices.iter().filter_map(|d| d.notes.iter().find_map(|n| n.strip_prefix(prefix.as_str()))).collect();
@@ -281,7 +283,7 @@ fn settings_to_replay(configs: &[String], recorded: &AllocatorConfig) -> Result<
 /// The role-level what-ifs of device `d`, under the recorded settings or each config.
 fn role_whatifs(
     req: &ReplayRequest,
-    changes: &[role_whatif::Change],
+    changes: &[RoleChange],
     snap: &Snapshot,
     d: i64,
     capacity: Option<u64>,
@@ -292,7 +294,7 @@ fn role_whatifs(
         cfgs = req.configs.iter().map(|c| config_on_top(&recorded, c)).collect::<Result<_, _>>()?;
     }
     let sets = [changes.to_vec()];
-    Ok(cfgs.into_iter().flat_map(|c| role_whatif::simulate_change_sets(snap, d, &sets, c, capacity, &[])).collect())
+    Ok(cfgs.into_iter().flat_map(|c| simulate_change_sets(snap, d, &sets, c, capacity, &[])).collect())
 }
 
 /// The advice replays (`empty_cache()` placements, then no caching), side by side and
@@ -302,14 +304,14 @@ fn run_advice(
     d: i64,
     recorded: &AllocatorConfig,
     capacity: Option<u64>,
-    (at, no_caching): &(Vec<advice::EmptyCacheAt>, bool),
+    (at, no_caching): &(Vec<EmptyCacheAt>, bool),
     notes: &mut Vec<String>,
 ) -> Vec<WhatIf> {
     let jobs = at.len() + usize::from(*no_caching);
     let done = fragscope_trace::par_map(jobs, fragscope_trace::par_threads(), |k| match at.get(k) {
-        Some(a) => advice::simulate_empty_cache(snap, d, recorded.clone(), capacity, a)
+        Some(a) => simulate_empty_cache(snap, d, recorded.clone(), capacity, a)
             .map_err(|e| format!("{}: not replayed, {e}", a.describe())),
-        None => Ok(advice::simulate_uncached(snap, d, capacity)),
+        None => Ok(simulate_uncached(snap, d, capacity)),
     });
     let mut runs = Vec::new();
     for r in done {
@@ -348,12 +350,11 @@ pub fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
         for d in replayable_devices(&snap) {
             let cfg = recorded_config(&snap);
             let base = replay::simulate(&snap, d, cfg.clone(), capacity);
-            let (iters, ec) = match advice::simulate_empty_cache(&snap, d, cfg, capacity, &advice::EmptyCacheAt::Steps)
-            {
+            let (iters, ec) = match simulate_empty_cache(&snap, d, cfg, capacity, &EmptyCacheAt::Steps) {
                 Ok(w) => (w.advice_points.clone().unwrap_or_default(), cell(&w)),
                 Err(e) => (e.to_string(), "—".to_string()),
             };
-            let nc = advice::simulate_uncached(&snap, d, capacity);
+            let nc = simulate_uncached(&snap, d, capacity);
             let _ = writeln!(s, "| {name} | {d} | {iters} | {} | {ec} | {} |", cell(&base), cell(&nc));
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! The state (segments, free blocks per stream and pool, the largest free block) is
 //! rebuilt by the backward walk from the recorded final state over the entries after the
-//! moment ([`fragscope_diagnose::oom::allocator_state_at`]): a reading of the recording,
+//! moment ([`fragscope_diagnose::allocator_state_at`]): a reading of the recording,
 //! not a replay. The holders are the blocks allocated at that moment
 //! ([`fragscope_trace::live_at`]), grouped by the innermost user frame of
 //! their allocation stack ([`HoldersBy::Site`]), by the innermost `record_function` scope
@@ -11,8 +11,7 @@
 //! ([`HoldersBy::Role`]: parameters, gradients, ... as [`fragscope_trace::classify_roles`]
 //! classifies each block from its phase and lifetime in the trace).
 
-use fragscope_diagnose::oom::{allocator_state_at, state_figures, StateFigures};
-use fragscope_diagnose::window::{Bound, WindowSpec};
+use fragscope_diagnose::{allocator_state_at, state_figures, StateFigures, WindowBound, WindowSpec};
 use fragscope_trace::{bytes_by_site, live_at};
 use serde::Serialize;
 
@@ -138,7 +137,7 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
         }
         (None, Some(t)) => {
             let us = match WindowSpec::parse(&format!("..{t}")).map_err(|e| Error::argument(msg![e.to_string()]))?.end {
-                Some(Bound::TimeUs(us)) => us,
+                Some(WindowBound::TimeUs(us)) => us,
                 _ => {
                     return Err(Error::argument(msg![
                         Param::Time,

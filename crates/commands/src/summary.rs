@@ -1,8 +1,7 @@
 //! `summary` and `analyze`: the documents of one or several files (`fragscope.summary/1`,
 //! `fragscope.analyze/2`), each file with the window it was cut to.
 
-use fragscope_diagnose::analyze::{self, Analysis};
-use fragscope_diagnose::window::WindowInfo;
+use fragscope_diagnose::{Analysis, WindowInfo, ANALYZE_SCHEMA};
 use fragscope_trace::{Summary, SUMMARY_SCHEMA};
 use serde::Serialize;
 
@@ -77,7 +76,7 @@ pub fn check_top(top: i64) -> Result<usize, Error> {
 /// to (`windows[i]` for `results[i]`).
 pub fn analyze_json(results: &[(String, Analysis)], windows: &[Option<WindowInfo>]) -> Result<String, Error> {
     let out = AnalyzeOut {
-        schema: analyze::SCHEMA,
+        schema: ANALYZE_SCHEMA,
         files: results
             .iter()
             .enumerate()

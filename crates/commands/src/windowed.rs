@@ -1,11 +1,11 @@
 //! `window` for the commands that read snapshots (`summary`, `analyze`, `report`,
-//! `export`): each file is cut to the window ([`fragscope_diagnose::window::cut`]) before
+//! `export`): each file is cut to the window ([`fragscope_diagnose::cut_window`]) before
 //! the command runs on it unchanged, and the command says what the window covered
 //! ([`WindowInfo`]).
 
 use std::path::PathBuf;
 
-use fragscope_diagnose::window::{cut, WindowInfo, WindowSpec};
+use fragscope_diagnose::{cut_window, WindowInfo, WindowSpec};
 use fragscope_snapshot::Snapshot;
 
 use crate::{input, Error};
@@ -18,7 +18,7 @@ pub fn parse(text: Option<&str>) -> Result<Option<WindowSpec>, Error> {
 /// Cuts `snap` to `spec` (file `name` for the error line). A window the trace does not
 /// reach is about the input, not the request's syntax.
 pub fn cut_or_error(name: &str, snap: &Snapshot, spec: &WindowSpec) -> Result<(Snapshot, WindowInfo), Error> {
-    cut(snap, spec).map_err(|e| Error::input(format!("{name}: {e}")))
+    cut_window(snap, spec).map_err(|e| Error::input(format!("{name}: {e}")))
 }
 
 /// [`input::each_snapshot`] with the window applied: `f` gets the cut snapshot and what

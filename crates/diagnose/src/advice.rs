@@ -369,7 +369,7 @@ fn adopt_start_state(
 }
 
 /// The label of the no-caching alternative.
-pub const NO_CACHING: &str = "PYTORCH_NO_CUDA_MEMORY_CACHING=1";
+pub(crate) const NO_CACHING: &str = "PYTORCH_NO_CUDA_MEMORY_CACHING=1";
 
 #[cfg(test)]
 mod tests {

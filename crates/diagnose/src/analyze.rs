@@ -240,11 +240,6 @@ impl<'a> FileWork<'a> {
     }
 }
 
-/// Analyses one device.
-pub fn analyze_device(snap: &Snapshot, device: i64, opts: &AnalyzeOptions) -> DeviceAnalysis {
-    analyze_device_inner(snap, device, opts, &FileWork::new(snap, None), None)
-}
-
 /// One device's analysis: its parts, on threads beside this one ([`parts_beside`]) or in
 /// turn ([`parts_in_turn`]), then the live set at the OOM by role, the recommendations, the
 /// role what-ifs and the headline findings.
@@ -502,7 +497,7 @@ fn pct(x: f64) -> String {
 /// The headline list of a device, most important first: by severity (`high`,
 /// `medium`, `info`), then in section order (OOM, fragmentation, pinned segments, leaks,
 /// peak, recommendation).
-pub fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
+pub(crate) fn findings(d: &DeviceAnalysis) -> Vec<Finding> {
     let mut v = Vec::new();
     if let Some(o) = &d.oom {
         oom_findings(d, o, &mut v);

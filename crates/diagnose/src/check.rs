@@ -3,9 +3,8 @@
 //!
 //! Peaks and fragmentation come from [`fragscope_trace::timeline`] (for a state-only snapshot,
 //! the final state), leak suspects from [`crate::leaks`] (only computed when asked).
-//! Sizes are parsed by [`parse_size`], fractions by [`parse_fraction`].
+//! Sizes are parsed by [`fragscope_replay::parse_size`], fractions by [`parse_fraction`].
 
-pub use fragscope_replay::parse_size;
 use fragscope_snapshot::Snapshot;
 use serde::Serialize;
 
@@ -200,6 +199,7 @@ impl std::error::Error for FractionError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fragscope_replay::parse_size;
 
     #[test]
     fn sizes() {

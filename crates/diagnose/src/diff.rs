@@ -95,7 +95,7 @@ fn i(x: u64) -> i64 {
 }
 
 /// One device pair.
-pub fn diff_device(
+pub(crate) fn diff_device(
     a: &Snapshot,
     ta: &DeviceTimeline,
     b: &Snapshot,

@@ -71,27 +71,27 @@ use fragscope_snapshot::{FrameTable, Snapshot, NO_TIME};
 use serde::Serialize;
 
 use fragscope_trace::{
-    annotated_spans, classify_roles, has_step_annotations, live_bytes_at, step_inside_forward, steps, timelines,
-    BlockLives, Roles, Site, SiteTable, Step, StepSource, Steps, TimelineOptions, TracedLife, LIVE_AT_END,
+    annotated_spans, classify_roles, has_step_annotations, live_bytes_at, step_inside_forward, steps, BlockLives,
+    Roles, Site, SiteTable, Step, StepSource, Steps, TracedLife, LIVE_AT_END,
 };
 
 /// Share of step-to-step comparisons (after the first step) in which a suspect's live
 /// bytes must rise.
-pub const MIN_GROWING_SHARE: f64 = 0.75;
+pub(crate) const MIN_GROWING_SHARE: f64 = 0.75;
 /// Fewest training steps in which leaks can be told (growth across steps needs two).
-pub const MIN_STEPS: usize = 2;
+pub(crate) const MIN_STEPS: usize = 2;
 /// When the suspects' growth is more than this share of the bytes allocated after the
 /// first step, steps bounded by backward passes alone keep most of their work: a build-up,
 /// not a steady loop (module doc; not applied to optimizer steps or step annotations).
-pub const MAX_KEPT_SHARE: f64 = 0.5;
+pub(crate) const MAX_KEPT_SHARE: f64 = 0.5;
 /// Points of a suspect's curve, at most.
-pub const CURVE_POINTS: usize = 48;
+pub(crate) const CURVE_POINTS: usize = 48;
 /// Steps listed in a suspect's `grew_in`, at most.
-pub const MAX_SPANS: usize = 32;
+pub(crate) const MAX_SPANS: usize = 32;
 /// Sample points the report's curves use, at most.
 pub const MAX_SAMPLES: usize = 4096;
 /// Name of a declared cache's `record_function` scope (`fragscope.torch.cache()`).
-pub const CACHE_SCOPE: &str = "fragscope.cache";
+pub(crate) const CACHE_SCOPE: &str = "fragscope.cache";
 
 /// Where the steps the leak test compared come from (`source` of [`LeakSteps`] in JSON).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -212,9 +212,9 @@ pub struct DeviceLeaks {
 /// Why leaks cannot be told from a trace with `st`'s steps (fewer than [`MIN_STEPS`]),
 /// and how to record one that can.
 /// How to record a trace from which leaks can be told.
-pub const HOW_TO_RECORD: &str = "record two training steps or more (start recording before a step and dump after the next one), or mark each step with fragscope.torch.phase(\"step\")";
+pub(crate) const HOW_TO_RECORD: &str = "record two training steps or more (start recording before a step and dump after the next one), or mark each step with fragscope.torch.phase(\"step\")";
 
-pub fn cannot_tell(st: &Steps) -> String {
+pub(crate) fn cannot_tell(st: &Steps) -> String {
     let how = HOW_TO_RECORD;
     match st.steps.len() {
         0 => format!(
@@ -287,7 +287,7 @@ pub fn leaks_device(snap: &Snapshot, device: i64) -> DeviceLeaks {
 /// (`SiteBytes`, declared caches left out) must grow (`growing_sites`); the growth must
 /// not be a build-up (`build_up`); the suspects then carry their evidence
 /// (`evidence_of`, `suspect`).
-pub fn leaks_device_with(
+pub(crate) fn leaks_device_with(
     snap: &Snapshot,
     device: i64,
     st: &Steps,
@@ -636,11 +636,6 @@ fn suspect(
         grew_in: a.spans.into_values().take(MAX_SPANS).collect(),
         evidence,
     }
-}
-
-/// Leak suspects of every device with a trace.
-pub fn leaks(snap: &Snapshot) -> Vec<DeviceLeaks> {
-    timelines(snap, &TimelineOptions { points: 1 }).iter().map(|tl| leaks_device(snap, tl.device)).collect()
 }
 
 #[cfg(test)]

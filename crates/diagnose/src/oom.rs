@@ -306,7 +306,7 @@ pub fn state_figures(st: &RecordedState, request: Option<(u64, (u64, u64), bool)
 
 /// A stack as `file:line:function` strings, innermost first, each run of library frames
 /// (see [`is_library_frame`]) folded into one `… N library frames` entry.
-pub fn folded_frames(frames: &FrameTable, stack: Option<StackId>) -> Vec<String> {
+pub(crate) fn folded_frames(frames: &FrameTable, stack: Option<StackId>) -> Vec<String> {
     let Some(id) = stack else { return Vec::new() };
     let mut out = Vec::new();
     let mut run = 0usize;
@@ -423,7 +423,7 @@ pub struct AdviceOutcome {
 /// raising), at every step boundary when the trace has two training steps or more, and
 /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`; fills `advice` and `advice_summary`. Needs the
 /// baseline replay to reproduce the OOM (otherwise nothing can be measured).
-pub fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
+pub(crate) fn advise(snap: &Snapshot, device: i64, f: &mut OomFinding) {
     use crate::advice::{simulate_empty_cache, simulate_uncached, EmptyCacheAt};
     if f.replay_reproduces_oom != Some(true) {
         return;
@@ -812,7 +812,7 @@ impl OomFigures<'_> {
 }
 
 /// Fills `fixes` from replays already made (baseline = recorded settings).
-pub fn apply_trials(f: &mut OomFinding, base: Trial, trials: Vec<Trial>) {
+pub(crate) fn apply_trials(f: &mut OomFinding, base: Trial, trials: Vec<Trial>) {
     let idx = f.event_index;
     let reproduces = base.first_oom_index.is_some_and(|i| i <= idx);
     f.replay_reproduces_oom = Some(reproduces);

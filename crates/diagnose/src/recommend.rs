@@ -32,10 +32,10 @@ use serde::Serialize;
 use fragscope_replay::{self as replay, simulate};
 
 /// Smallest relative cut of the peak reserved bytes worth recommending.
-pub const MIN_GAIN: f64 = 0.05;
+pub(crate) const MIN_GAIN: f64 = 0.05;
 
 /// Memory fraction set with the GC candidates (GC is inert without one, §5.5).
-pub const GC_FRACTION: f64 = 0.99;
+pub(crate) const GC_FRACTION: f64 = 0.99;
 
 /// The PyTorch version range a file's format points to (SOURCES.md "version era").
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -272,7 +272,7 @@ fn trial_of(setting: &str, cand: Option<&Candidate>, cfg: &AllocatorConfig, w: r
 
 /// Replays the recorded configuration and every candidate on `device`, on `threads`
 /// threads. Returns (baseline, trials in candidate order).
-pub fn run_trials(
+pub(crate) fn run_trials(
     snap: &Snapshot,
     device: i64,
     recorded: &AllocatorConfig,
@@ -352,7 +352,7 @@ fn avoids_baseline_oom(base: &Trial, t: &Trial, oom_at: Option<usize>) -> bool {
 
 /// Ranks replayed trials against the baseline (module doc). `oom_at` = the recorded
 /// OOM's trace index, when the device has one.
-pub fn rank(base: &Trial, trials: &[Trial], oom_at: Option<usize>) -> Vec<Recommendation> {
+pub(crate) fn rank(base: &Trial, trials: &[Trial], oom_at: Option<usize>) -> Vec<Recommendation> {
     let mut v: Vec<Recommendation> = Vec::new();
     for t in trials {
         let avoids = avoids_baseline_oom(base, t, oom_at);
@@ -407,21 +407,10 @@ pub fn rank(base: &Trial, trials: &[Trial], oom_at: Option<usize>) -> Vec<Recomm
     v
 }
 
-/// Recommendations of `device`: replays (on `threads` threads) when `measure`.
-/// `capacity` = the device size to replay on (`None` = unlimited).
-pub fn recommend(
-    snap: &Snapshot,
-    device: i64,
-    measure: bool,
-    capacity: Option<u64>,
-    threads: usize,
-) -> Recommendations {
-    recommend_in_era(snap, device, infer_era(snap), measure, capacity, threads)
-}
-
-/// [`recommend`] with the file's era already inferred ([`infer_era`] looks at every
-/// trace entry).
-pub fn recommend_in_era(
+/// Recommendations of `device`, in the file's era (inferred once, [`infer_era`] looks at
+/// every trace entry): replays (on `threads` threads) when `measure`. `capacity` = the
+/// device size to replay on (`None` = unlimited).
+pub(crate) fn recommend_in_era(
     snap: &Snapshot,
     device: i64,
     era: Era,

@@ -54,11 +54,11 @@ use fragscope_replay::{simulate_ops, simulate_with, Op, SimOptions, WhatIf};
 use fragscope_trace::{device_roles_with, layer_spans, BlockLives, Phase, Role, Roles, Steps, LIVE_AT_END};
 
 /// How every role-level what-if is labelled.
-pub const LABEL: &str =
+pub(crate) const LABEL: &str =
     "a model of the change: the recorded trace transformed and replayed through the allocator model, not a recording";
 
 /// What a role-level what-if leaves out (module doc).
-pub const NOT_MODELLED: &[&str] = &[
+pub(crate) const NOT_MODELLED: &[&str] = &[
     "communication buffers (all-reduce/reduce-scatter buckets, all-gathered parameters) of sharding",
     "the full-size gradient a rank holds until it is reduced (ZeRO-2 shards it at once)",
     "the temporaries of a checkpointed layer's recomputed forward",
@@ -799,7 +799,7 @@ pub fn reserved_floor(w: &WhatIf) -> Option<String> {
 /// The role-level what-ifs `analyze` replays (with `--what-if`, or at an exhaustion
 /// OOM): the optimizer state sharded over 2, 4 and 8 ranks (ZeRO-1), with the gradients
 /// too (ZeRO-2), `zero_grad(set_to_none=True)`, and checkpointing of every layer.
-pub fn default_sets() -> Vec<Vec<Change>> {
+pub(crate) fn default_sets() -> Vec<Vec<Change>> {
     let mut v: Vec<Vec<Change>> = [2, 4, 8].iter().map(|&n| vec![Change::ShardOptimizer(n)]).collect();
     v.extend([2, 4, 8].iter().map(|&n| vec![Change::ShardOptimizer(n), Change::ShardGradients(n)]));
     v.push(vec![Change::GradsSetToNone]);
@@ -844,7 +844,7 @@ pub struct RoleRows {
 }
 
 /// [`RoleRows`] of `device` on `capacity` bytes (`None`: as [`simulate_changes`]).
-pub fn analyze_rows(snap: &Snapshot, device: i64, capacity: Option<u64>) -> RoleRows {
+pub(crate) fn analyze_rows(snap: &Snapshot, device: i64, capacity: Option<u64>) -> RoleRows {
     let sets = default_sets();
     let cfg = fragscope_replay::recorded_config(snap);
     let runs = simulate_change_sets(snap, device, &sets, cfg, capacity, &[]);

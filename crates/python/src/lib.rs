@@ -24,8 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fragscope_commands::{self as commands, Error, ErrorKind, Words};
-use fragscope_diagnose::analyze::{self, AnalyzeOptions};
-use fragscope_diagnose::{check, diff};
+use fragscope_diagnose::{analyze, check, diff, AnalyzeOptions, DiffOptions};
 use fragscope_snapshot::Snapshot as Snap;
 use fragscope_trace::summarize;
 use pyo3::prelude::*;
@@ -146,7 +145,7 @@ impl Snapshot {
         let (snap, name) = (self.inner.clone(), self.name.clone());
         py.allow_threads(move || {
             let (snap, w) = windowed(&name, snap, window.as_deref())?;
-            commands::summary::analyze_json(&[(name, analyze::analyze(&snap, &analyze_options(top, what_if)))], &[w])
+            commands::summary::analyze_json(&[(name, analyze(&snap, &analyze_options(top, what_if)))], &[w])
         })
         .map_err(|e| Fail(e).into())
     }
@@ -241,7 +240,7 @@ impl Snapshot {
         let snap = self.inner.clone();
         py.allow_threads(move || {
             let limits = req.limits()?;
-            let result = check::check(&snap, &limits);
+            let result = check(&snap, &limits);
             let first = commands::check::failed_line(&result, Words::Python);
             Ok((commands::check::json(&result)?, result.ok, first))
         })
@@ -254,7 +253,7 @@ impl Snapshot {
         let top = commands::summary::check_top(top).map_err(Fail)?;
         let (a, b) = (self.inner.clone(), other.inner.clone());
         let (na, nb) = (self.name.clone(), other.name.clone());
-        py.allow_threads(move || commands::diff::json(&na, &nb, &diff::diff(&a, &b, &diff::DiffOptions { top })))
+        py.allow_threads(move || commands::diff::json(&na, &nb, &diff(&a, &b, &DiffOptions { top })))
             .map_err(|e| Fail(e).into())
     }
 
@@ -333,7 +332,7 @@ fn windowed(
     name: &str,
     snap: Arc<Snap>,
     window: Option<&str>,
-) -> Result<(Arc<Snap>, Option<fragscope_diagnose::window::WindowInfo>), Error> {
+) -> Result<(Arc<Snap>, Option<fragscope_diagnose::WindowInfo>), Error> {
     match commands::windowed::parse(window)? {
         None => Ok((snap, None)),
         Some(spec) => {
@@ -447,7 +446,7 @@ fn analyze_many(py: Python<'_>, paths: Vec<PathBuf>, top: usize, what_if: bool, 
                     let Some(path) = paths.get(i) else { break };
                     let name = path.display().to_string();
                     let r = read_file(path, name.clone()).and_then(|snap| {
-                        Ok(commands::summary::analyze_json(&[(name, analyze::analyze(&snap.inner, &opts))], &[])?)
+                        Ok(commands::summary::analyze_json(&[(name, analyze(&snap.inner, &opts))], &[])?)
                     });
                     let r = match r {
                         Ok(j) => (true, j),
@@ -513,7 +512,7 @@ fn report_html_many(py: Python<'_>, snapshots: Vec<PyRef<'_, Snapshot>>) -> Stri
         let data: Vec<_> =
             snaps.iter().map(|(s, n, e)| fragscope_report::file_data_shared(n, *e, s, &each, page)).collect();
         if let [(a, _, _), (b, _, _)] = snaps.as_slice() {
-            let d = fragscope_diagnose::diff::diff(a, b, &fragscope_diagnose::diff::DiffOptions::default());
+            let d = fragscope_diagnose::diff(a, b, &fragscope_diagnose::DiffOptions::default());
             fragscope_report::render_with_diff(&data, Some(&d))
         } else {
             fragscope_report::render(&data)

@@ -170,7 +170,7 @@ impl std::error::Error for CapacityError {}
 pub enum Param {
     /// The device size a replay assumes ([`parse_capacity`]).
     Capacity,
-    /// Where `empty_cache()` is added (`fragscope_diagnose::advice::EmptyCacheAt`).
+    /// Where `empty_cache()` is added (`fragscope_diagnose::EmptyCacheAt`).
     EmptyCacheAt,
 }
 

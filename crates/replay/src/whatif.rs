@@ -29,16 +29,16 @@ pub struct SimOptions {
     /// Keep the simulated events and final state as a [`Snapshot`].
     pub collect_snapshot: bool,
     /// Call `torch.cuda.empty_cache()` right before these trace entries (ascending), on
-    /// top of the calls the recording itself made (`fragscope_diagnose::advice`).
+    /// top of the calls the recording itself made (`fragscope_diagnose::simulate_empty_cache`).
     pub empty_cache_at: Vec<usize>,
     /// Trace entries (ascending) before which to read the allocator's live bytes into
     /// [`WhatIf::probes`]: after every operation a transformation inserted at that entry,
-    /// before the entry itself (`fragscope_diagnose::role_whatif`'s checks read them).
+    /// before the entry itself (`fragscope_diagnose::simulate_changes`' checks read them).
     pub probes: Vec<usize>,
 }
 
 /// One request or free of the workload a simulation serves: a trace entry as recorded,
-/// or one that a transformation of the trace changed or inserted (`fragscope_diagnose::role_whatif`).
+/// or one that a transformation of the trace changed or inserted (`fragscope_diagnose::simulate_changes`).
 #[derive(Clone, Copy, Debug)]
 pub struct Op {
     /// The trace entry it stands at: `empty_cache()` points, OOM indices and probes are

@@ -1,14 +1,13 @@
 //! Per-step curves of the leak suspects: the live bytes of each suspect's call site
 //! at each step boundary `analyze` used (the trace state just before the boundary
-//! entry, thinned to at most [`MAX_SAMPLES`] as `analyze` thins them), so the page can
+//! entry, thinned to at most [`MAX_LEAK_SAMPLES`] as `analyze` thins them), so the page can
 //! draw the growth the suspect was reported for.
 //!
 //! Call sites are `analyze`'s ([`site_of`], by its `file:line:function` name); blocks
 //! allocated before the trace began belong to no suspect, as in `analyze`. The bytes are
 //! counted from the block lives ([`BlockLives`]) of the walk the analysis made.
 
-use fragscope_diagnose::analyze::Analysis;
-use fragscope_diagnose::leaks::MAX_SAMPLES;
+use fragscope_diagnose::{Analysis, MAX_LEAK_SAMPLES};
 use fragscope_snapshot::{FxHashMap, Snapshot, StackId};
 use fragscope_trace::{live_bytes_at, site_of, BlockLives};
 use serde::Serialize;
@@ -31,10 +30,10 @@ pub fn curves(snap: &Snapshot, device: i64, ana: &Analysis, lives: &BlockLives) 
         return (Vec::new(), Vec::new());
     }
     let b = &d.leak_steps.boundaries;
-    let used: Vec<usize> = if b.len() <= MAX_SAMPLES {
+    let used: Vec<usize> = if b.len() <= MAX_LEAK_SAMPLES {
         b.clone()
     } else {
-        (0..MAX_SAMPLES).map(|k| b[k * (b.len() - 1) / (MAX_SAMPLES - 1)]).collect()
+        (0..MAX_LEAK_SAMPLES).map(|k| b[k * (b.len() - 1) / (MAX_LEAK_SAMPLES - 1)]).collect()
     };
     let names: Vec<&str> = d.leak_suspects.iter().map(|s| s.site.site.as_str()).collect();
     // The live bytes of each suspect's blocks at each boundary, from the block lives

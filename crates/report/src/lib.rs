@@ -39,7 +39,7 @@ pub mod whatif;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use fragscope_diagnose::analyze::{self, AnalyzeOptions};
+use fragscope_diagnose::{analyze_with_timelines, Analysis, AnalyzeOptions};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, TraceEvent};
 use fragscope_trace::{summarize_with, BlockLives, Summary};
 use serde::Serialize;
@@ -405,7 +405,7 @@ fn walk_and_draw(
     snap: &Snapshot,
     opts: &ReportOptions,
     table: &mut StackTable,
-) -> (analyze::Analysis, Vec<Drawn>, LivesOf, Summary) {
+) -> (Analysis, Vec<Drawn>, LivesOf, Summary) {
     let aopts = AnalyzeOptions::default();
     let device_list = snap.devices();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -436,7 +436,7 @@ fn walk_and_draw(
                 // lives (set below), and a second walk of the trace for them is spared.
                 let _ = summary_slot.set(summarize_with(snap, false));
             };
-            analyze::analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
+            analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
         });
         // The analysis walks every device, in this order, one message each (fewer only
         // when its thread ended early: it panicked, and the join below says so).
@@ -479,7 +479,7 @@ fn walk_and_draw(
 
 /// Gives the summary `sum` analyze's roles (as `summary` computes them: without the live
 /// set at the OOM, which only `analyze` gives), for every device with a trace.
-fn summary_roles(snap: &Snapshot, sum: &mut Summary, ana: &analyze::Analysis) {
+fn summary_roles(snap: &Snapshot, sum: &mut Summary, ana: &Analysis) {
     for s in &mut sum.devices {
         if let Some(a) = ana.devices.iter().find(|a| a.device == s.device).filter(|_| !snap.trace(s.device).is_empty())
         {
@@ -490,7 +490,7 @@ fn summary_roles(snap: &Snapshot, sum: &mut Summary, ana: &analyze::Analysis) {
 
 /// Each drawn device's page data: its drawn parts, with the leak curves, the role
 /// buckets and the what-if curves of the analysis `ana` over its block lives.
-fn device_data(snap: &Snapshot, ana: &analyze::Analysis, lives_of: &LivesOf, drawn: Vec<Drawn>) -> Vec<DeviceData> {
+fn device_data(snap: &Snapshot, ana: &Analysis, lives_of: &LivesOf, drawn: Vec<Drawn>) -> Vec<DeviceData> {
     let mut devices = Vec::new();
     for (
         d,
@@ -823,7 +823,7 @@ pub fn render(files: &[FileData]) -> String {
 
 /// [`render`], with the comparison of two runs (`fragscope diff`'s result, A = the first
 /// file, B = the second) drawn beside the files.
-pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_diagnose::diff::Diff>) -> String {
+pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_diagnose::Diff>) -> String {
     let title = match files {
         [one] if one.example => "fragscope report: built-in example".to_string(),
         [one] => format!("fragscope report: {}", one.name),
@@ -841,7 +841,7 @@ pub fn render_predict(p: &predict::PredictPage) -> String {
 fn page_html(
     title: &str,
     files: &[FileData],
-    diff: Option<&fragscope_diagnose::diff::Diff>,
+    diff: Option<&fragscope_diagnose::Diff>,
     predict: Option<&predict::PredictPage>,
 ) -> String {
     #[derive(Serialize)]
@@ -849,7 +849,7 @@ fn page_html(
         schema: &'static str,
         version: &'static str,
         files: &'a [FileData],
-        diff: Option<&'a fragscope_diagnose::diff::Diff>,
+        diff: Option<&'a fragscope_diagnose::Diff>,
         /// Several files compared (the median, the outliers and their call sites), for
         /// the page's table of files; only with several files.
         #[serde(skip_serializing_if = "Option::is_none")]

@@ -32,7 +32,7 @@
 //! and for `fragscope report --state-at`.
 
 use fragscope_alloc::rounding::round_size;
-use fragscope_diagnose::analyze::Analysis;
+use fragscope_diagnose::Analysis;
 use fragscope_replay::{home_of, recorded_config, BState, BlockRec, Inconsistency, RecordedState, SegRec, SplitRules};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId};
 use fragscope_trace::DeviceTimeline;

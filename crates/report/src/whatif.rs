@@ -11,8 +11,7 @@
 //! curve against the fraction of its own trace, and marks the first OOM at its recorded
 //! trace index.
 
-use fragscope_diagnose::analyze::Analysis;
-use fragscope_diagnose::recommend::Trial;
+use fragscope_diagnose::{Analysis, Trial};
 use fragscope_replay::{simulate_with, SimOptions};
 use fragscope_snapshot::Snapshot;
 use fragscope_trace::{timeline, TimelineOptions};

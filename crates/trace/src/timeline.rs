@@ -97,7 +97,7 @@ pub struct DeviceTimeline {
     /// for attribution and leak detection (not serialised; `None` from [`timeline`]).
     #[serde(skip)]
     pub lives: Option<Arc<BlockLives>>,
-    /// The first `oom` entry of the trace (the one `fragscope_diagnose::oom::oom_finding` is about),
+    /// The first `oom` entry of the trace (the one `fragscope_diagnose::oom_finding` is about),
     /// seen in the walk so that callers need not look through millions of entries again
     /// (not serialised).
     #[serde(skip)]
@@ -122,7 +122,7 @@ pub fn timeline_with_lives(snap: &Snapshot, device: i64, opts: &TimelineOptions)
 
 /// [`timeline`], and every state of the walk that makes it, for a front end that draws
 /// more than the downsampled series and also needs the timeline (the HTML report gives
-/// it to `analyze`, see `fragscope_diagnose::analyze::analyze_with_timelines`): `on_change(state,
+/// it to `analyze`, see `fragscope_diagnose::analyze_with_timelines`): `on_change(state,
 /// block)` is told when a block enters or leaves the allocated set (blocks live before
 /// the trace at state 0); `on_state(state, levels)` follows, once per state 0..=events
 /// (state `i + 1` is after event `i`). The timeline keeps its

@@ -2,11 +2,11 @@
 //!
 //! `cargo run --release -p fragscope-bench --bin leak_bench -- [--reps N] FILE...`
 //!
-//! Each file is read once, then [`leaks_device`](fragscope_diagnose::leaks::leaks_device)
+//! Each file is read once, then [`leaks_device`]
 //! runs N times (default 3) on each device with a trace, with a peak of 0 as `analyze`
 //! calls it. One line per file and device: `RESULT file=... device=... events=...
 //! best_cpu_s=... suspects=... steps=SOURCE:COUNT`.
-use fragscope_diagnose::leaks;
+use fragscope_diagnose::leaks_device;
 
 /// CPU seconds of this thread (user + system, from `/proc/thread-self/stat`, in clock
 /// ticks of 10 ms: take the best of several repetitions of runs well over that).
@@ -44,7 +44,7 @@ fn main() {
             let mut last = None;
             for _ in 0..reps.max(1) {
                 let t = cpu_s();
-                let l = leaks::leaks_device(&snap, d);
+                let l = leaks_device(&snap, d);
                 best = best.min(cpu_s() - t);
                 last = Some(l);
             }

@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_diagnose::analyze::{self, Analysis, AnalyzeOptions, DeviceAnalysis};
-use fragscope_diagnose::oom::{CapacitySource, OomFinding};
-use fragscope_diagnose::window::WindowInfo;
+use fragscope_diagnose::{
+    analyze, Analysis, AnalyzeOptions, DeviceAnalysis, OomCapacitySource, OomFinding, WindowInfo,
+};
 use fragscope_trace::{PeakAttribution, ReservedSource, SeriesPoint};
 
 use crate::output::{bytes, grouped, percent};
@@ -40,7 +40,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let results =
         fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
             windows.push(w);
-            Ok::<_, CliError>((name, analyze::analyze(snap, &opts)))
+            Ok::<_, CliError>((name, analyze(snap, &opts)))
         })?;
     let text = if args.json {
         fragscope_commands::summary::analyze_json(&results, &windows)?
@@ -182,7 +182,7 @@ fn device_text(d: &DeviceAnalysis) -> String {
 }
 
 /// The role-level what-ifs: one row per change replayed, or why it cannot be.
-fn role_rows_text(r: &fragscope_diagnose::role_whatif::RoleRows) -> String {
+fn role_rows_text(r: &fragscope_diagnose::RoleRows) -> String {
     let mut o = String::new();
     let on = r.capacity_bytes.map_or("an unlimited device".to_string(), |c| format!("a {} device", bytes(c)));
     let _ = writeln!(
@@ -255,7 +255,7 @@ fn oom_request_text(o: &mut String, f: &OomFinding) {
         o,
         "  Device capacity         {}{}",
         bytes(f.capacity_bytes),
-        if f.capacity_source == CapacitySource::File {
+        if f.capacity_source == OomCapacitySource::File {
             " (stated by the file)"
         } else {
             " (estimate: reserved + device free at the OOM; a lower bound)"
@@ -336,7 +336,7 @@ fn oom_site_text(o: &mut String, f: &OomFinding) {
 /// The fixes measured by replaying the trace (`b`: the baseline replay; `rep`: whether it
 /// reproduces the OOM): each setting tried and its outcome, the fixes found, and the usual
 /// advice replayed the same way.
-fn oom_fixes_text(o: &mut String, f: &OomFinding, b: &fragscope_diagnose::recommend::Trial, rep: bool) {
+fn oom_fixes_text(o: &mut String, f: &OomFinding, b: &fragscope_diagnose::Trial, rep: bool) {
     let _ = writeln!(
         o,
         "  Fixes measured by replaying the trace on a {} device (recorded settings: {}):",
@@ -348,7 +348,7 @@ fn oom_fixes_text(o: &mut String, f: &OomFinding, b: &fragscope_diagnose::recomm
         }
     );
     for t in &f.fixes_tried {
-        let outcome = if rep && fragscope_diagnose::oom::avoids(t, f.event_index) {
+        let outcome = if rep && fragscope_diagnose::avoids_oom(t, f.event_index) {
             "avoids the OOM".to_string()
         } else {
             match t.first_oom_index {
@@ -487,7 +487,7 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
 }
 
 /// Why a leak suspect is one: its evidence, the steps that it outlived, its curve.
-fn leak_evidence(s: &fragscope_diagnose::leaks::LeakSuspect) -> String {
+fn leak_evidence(s: &fragscope_diagnose::LeakSuspect) -> String {
     let mut o = String::new();
     let pad = "                 ";
     for e in &s.evidence {

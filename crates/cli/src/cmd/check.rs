@@ -5,7 +5,7 @@
 //! exit 1 with one `check failed: ...` line naming the first broken limit and the
 //! measured value (`(and N more)` when several broke), exit 2 on unreadable input or a
 //! bad limit. Both lines go to stdout. `--json` prints the result object
-//! (`fragscope_diagnose::check::CheckResult`) instead, with the same exit codes.
+//! (`fragscope_diagnose::CheckResult`) instead, with the same exit codes.
 //!
 //! Sizes: plain bytes, binary units `KiB MiB GiB TiB` (and `K M G T`), decimal units
 //! `KB MB GB TB` (`20GB` = 20,000,000,000 bytes). Fragmentation: `0.15` or `15%`,
@@ -60,7 +60,7 @@ impl Args {
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let limits = args.request().limits()?;
     let snap = input::load(&args.file, args.json)?;
-    let result = check::check(&snap, &limits);
+    let result = check(&snap, &limits);
     let text = if args.json {
         json(&result)?
     } else if let Some(line) = failed_line(&result, Words::Cli) {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_diagnose::diff::{self, DiffOptions};
+use fragscope_diagnose::{diff, DiffOptions};
 
 use crate::output::{bytes, Align, Table};
 use crate::CliError;
@@ -41,7 +41,7 @@ fn frag(f: Option<f64>) -> String {
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let a = input::load(&args.a, args.json)?;
     let b = input::load(&args.b, args.json)?;
-    let d = diff::diff(&a, &b, &DiffOptions { top: args.top });
+    let d = diff(&a, &b, &DiffOptions { top: args.top });
     let text = if args.json {
         fragscope_commands::diff::json(&args.a.display().to_string(), &args.b.display().to_string(), &d)?
     } else {

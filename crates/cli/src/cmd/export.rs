@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use fragscope_diagnose::window::WindowInfo;
+use fragscope_diagnose::WindowInfo;
 use fragscope_snapshot::{FrameId, Snapshot, StackId, TraceEvent};
 use fragscope_trace::site_of;
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_commands::replay::{self, DeviceResult, LabRequest, ReplayRequest};
-use fragscope_diagnose::role_whatif::RoleWhatIf;
+use fragscope_diagnose::RoleWhatIf;
 use fragscope_replay::{fidelity_table, fidelity_verdict, WhatIf, SYNCS_NOTE};
 use fragscope_snapshot::Snapshot;
 

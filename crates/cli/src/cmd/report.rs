@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use fragscope_diagnose::diff::{diff, DiffOptions};
+use fragscope_diagnose::{diff, DiffOptions};
 use fragscope_report::{file_data_shared, render, render_with_diff, ReportOptions};
 
 use crate::CliError;

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_diagnose::window::WindowInfo;
+use fragscope_diagnose::WindowInfo;
 use fragscope_snapshot::SourceFormat;
 use fragscope_trace::{summarize, DeviceSummary, History, PoolFigures, Summary};
 

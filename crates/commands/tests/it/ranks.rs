@@ -1,7 +1,6 @@
 use fragscope_commands::ranks::{figures_of_document, json_of_analyses, json_of_documents};
 use fragscope_commands::summary::analyze_json;
-use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
-use fragscope_diagnose::RankFigures;
+use fragscope_diagnose::{analyze, AnalyzeOptions, RankFigures};
 
 /// Python builds its rank comparison from each rank's `analyze` document; the report from
 /// the analyses. Both must read the same figures, so that they compare ranks alike.

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fragscope_diagnose::advice::{
+use fragscope_diagnose::{
     empty_cache_points, simulate_empty_cache, simulate_uncached, EmptyCacheAt, NoEmptyCachePoint,
 };
 use fragscope_replay::{has_replayable_trace, recorded_config, simulate};

@@ -7,11 +7,10 @@ use std::path::PathBuf;
 
 use fragscope_testdata::traces_dir;
 
-use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
-use fragscope_diagnose::oom::{
-    allocator_state_at, oom_finding, CapacitySource, OomOptions, PoolKind, StateSource, Verdict,
+use fragscope_diagnose::{
+    allocator_state_at, analyze, candidates, infer_era, oom_finding, AnalyzeOptions, OomCapacitySource, OomOptions,
+    OomStateSource, OomVerdict, PoolKind,
 };
-use fragscope_diagnose::recommend::{candidates, infer_era};
 use fragscope_replay::recorded_config;
 use fragscope_snapshot::{Action, Snapshot};
 use fragscope_trace::{levels_at, ReservedSource};
@@ -45,13 +44,13 @@ fn codeloc_oom_is_exhaustion_with_the_recorded_request() {
     // free_completed up to entry 421 in Python leaves 111 live blocks whose requests,
     // rounded to 512 B (expandable segments always split), sum to 84,063,358,976 B;
     // segment_map − segment_unmap sums to 84,202,749,952 B.
-    assert_eq!(f.state_source, StateSource::BackwardWalk);
+    assert_eq!(f.state_source, OomStateSource::BackwardWalk);
     assert_eq!(f.state.reserved_bytes, 84_202_749_952);
     assert_eq!(f.state.allocated_bytes, 84_063_358_976);
     assert_eq!(f.state.active_bytes, 84_063_358_976);
     assert_eq!(f.state.cached_free_bytes, 139_390_976);
     // Capacity is not in the file: estimate = reserved + device_free.
-    assert_eq!(f.capacity_source, CapacitySource::EstimateReservedPlusDeviceFree);
+    assert_eq!(f.capacity_source, OomCapacitySource::EstimateReservedPlusDeviceFree);
     assert_eq!(f.capacity_bytes, 84_202_749_952 + 95_682_560);
     // The verdict: live 84,063,358,976 + request 5,308,694,528 = 89,372,053,504 B, more
     // than the 84,298,432,512 B estimate (by 5,073,620,992 B = 4.73 GiB) and more than an
@@ -59,7 +58,7 @@ fn codeloc_oom_is_exhaustion_with_the_recorded_request() {
     // (largest block 17.3 MB) and CUDA 95,682,560 B: 235 MB against a 5.31 GB request.
     // Exhaustion, not fragmentation: expandable segments were already on and no setting
     // can fit it.
-    assert_eq!(f.verdict, Verdict::Exhaustion);
+    assert_eq!(f.verdict, OomVerdict::Exhaustion);
     assert_eq!(f.bytes_over_capacity, 89_372_053_504 - 84_298_432_512);
     assert!(85_899_345_920 < f.state.active_bytes + f.request_bytes);
     assert!(f.state.largest_free_block_bytes < f.request_bytes);

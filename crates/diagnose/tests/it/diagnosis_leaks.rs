@@ -6,7 +6,7 @@
 //! none (a single training step; forward passes; a loop the frames do not show as steps)
 //! say that leaks cannot be told, and never read their layers as iterations.
 
-use fragscope_diagnose::leaks::{self, LeakStepSource};
+use fragscope_diagnose::{leaks_device, LeakStepSource};
 use fragscope_plant as plant;
 use fragscope_snapshot::Snapshot;
 use fragscope_trace::steps;
@@ -22,7 +22,7 @@ const TRAIN3: [&str; 3] =
 fn niu_train3_untouched_has_three_steps_and_no_suspect() {
     for name in TRAIN3 {
         let Some(snap) = read(fragscope_testdata::grid_file(name)) else { continue };
-        let l = leaks::leaks_device(&snap, 0);
+        let l = leaks_device(&snap, 0);
         assert_eq!(
             (l.steps.source, l.steps.steps, l.steps.can_tell),
             (LeakStepSource::Steps, 3, true),
@@ -66,7 +66,7 @@ fn a_block_kept_per_niu_train3_step_is_found_at_its_site() {
         let Some(snap) = read(fragscope_testdata::grid_file(name)) else { continue };
         for (site, picks) in per_step_sites(&snap, seed).into_iter().take(2) {
             let (planted, what) = plant::plant(&snap, 0, &picks).unwrap();
-            let l = leaks::leaks_device(&planted, 0);
+            let l = leaks_device(&planted, 0);
             assert!(l.steps.can_tell, "{name}: {:?}", l.steps);
             let found: Vec<&str> = l.suspects.iter().map(|s| s.site.site.as_str()).collect();
             assert_eq!(found, [site.as_str()], "{name}: planted {} B in {} blocks at {site}", what.bytes, picks.len());
@@ -100,7 +100,7 @@ fn one_step_or_none_cannot_tell() {
     ] {
         let Some(snap) = read(path) else { continue };
         let st = steps(&snap, 0);
-        let l = leaks::leaks_device(&snap, 0);
+        let l = leaks_device(&snap, 0);
         assert!(st.steps.len() < 2, "{name}: {}", st.describe());
         assert_eq!((l.steps.source, l.steps.can_tell), (LeakStepSource::None, false), "{name}");
         assert!(l.suspects.is_empty(), "{name}");

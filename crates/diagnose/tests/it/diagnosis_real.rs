@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use fragscope_testdata::traces_dir;
 
-use fragscope_diagnose::{check, diff, leaks};
+use fragscope_diagnose::{check, diff, leaks_device, CheckLimits, CheckValue, DiffOptions, LimitKind};
+use fragscope_replay::parse_size;
 use fragscope_snapshot::Snapshot;
 use fragscope_trace::{attribute, summarize, timeline, timelines, AttributionOptions, ReservedSource, TimelineOptions};
 
@@ -31,7 +32,7 @@ fn every_real_file_no_crash_and_consistent() {
         let sum = summarize(&snap);
         for tl in timelines(&snap, &TimelineOptions::default()) {
             let att = attribute(&snap, &tl, &AttributionOptions::default());
-            let lk = leaks::leaks_device(&snap, tl.device);
+            let lk = leaks_device(&snap, tl.device);
             eprintln!(
                 "{name} dev {}: ev {} complete {} seeded {:?} peakA {} @{:?} peakR {} @{:?} frag {:?} end {:?} steps {} {:?} suspects {} pinned {} {:?}",
                 tl.device, tl.events, tl.history_complete, tl.seeded, tl.peak_allocated.bytes, tl.peak_allocated.event_index,
@@ -131,7 +132,7 @@ fn diff_fp32_vs_bf16_forward() {
     else {
         return;
     };
-    let d = diff::diff(&a, &b, &diff::DiffOptions::default());
+    let d = diff(&a, &b, &DiffOptions::default());
     assert_eq!(d.devices.len(), 1);
     let dev = &d.devices[0];
     assert_eq!(dev.a.peak_reserved, 19667091456);
@@ -148,17 +149,17 @@ fn diff_fp32_vs_bf16_forward() {
 #[test]
 fn check_limits_on_a_real_file() {
     let Some(snap) = read("cs336-2.7b-fwd-ctx128-bf16.pickle") else { return };
-    let lim = check::Limits { max_reserved: Some(check::parse_size("20GiB").unwrap()), ..Default::default() };
-    let r = check::check(&snap, &lim);
+    let lim = CheckLimits { max_reserved: Some(parse_size("20GiB").unwrap()), ..Default::default() };
+    let r = check(&snap, &lim);
     assert!(!r.ok);
-    assert_eq!(r.failures[0].limit, check::Limit::MaxReserved);
-    assert_eq!(r.failures[0].measured, check::Value::Bytes(24245174272));
-    let lim = check::Limits {
+    assert_eq!(r.failures[0].limit, LimitKind::MaxReserved);
+    assert_eq!(r.failures[0].measured, CheckValue::Bytes(24245174272));
+    let lim = CheckLimits {
         max_reserved: Some(30 << 30),
         max_peak_fragmentation: Some(0.15),
         no_leaks: true,
         ..Default::default()
     };
-    let r = check::check(&snap, &lim);
+    let r = check(&snap, &lim);
     assert!(r.ok, "{:?}", r.failures);
 }

@@ -1,10 +1,9 @@
 //! The enums of the JSON documents serialize as their `as_str` (and `Display`) says: the
 //! text front ends print and the JSON they emit cannot drift apart.
 
-use fragscope_diagnose::check::Limit;
-use fragscope_diagnose::leaks::LeakStepSource;
-use fragscope_diagnose::oom::{CapacitySource, PoolKind, StateSource};
-use fragscope_diagnose::window::{EndState, WindowBy};
+use fragscope_diagnose::{
+    LeakStepSource, LimitKind, OomCapacitySource, OomStateSource, PoolKind, WindowBy, WindowEndState,
+};
 
 fn same<T: serde::Serialize + std::fmt::Display>(values: &[T], names: &[&str]) {
     assert_eq!(values.len(), names.len());
@@ -21,17 +20,17 @@ fn json_names_are_the_display_names() {
     assert!(PoolKind::Large < PoolKind::Small);
     same(
         &[
-            CapacitySource::File,
-            CapacitySource::EstimateReservedPlusDeviceFree,
-            CapacitySource::EstimateMemoryFractionCap,
+            OomCapacitySource::File,
+            OomCapacitySource::EstimateReservedPlusDeviceFree,
+            OomCapacitySource::EstimateMemoryFractionCap,
         ],
         &["file", "estimate_reserved_plus_device_free", "estimate_memory_fraction_cap"],
     );
-    same(&[StateSource::BackwardWalk, StateSource::Timeline], &["backward_walk", "timeline"]);
-    same(&[EndState::Recorded, EndState::BackwardWalk], &["recorded", "backward_walk"]);
+    same(&[OomStateSource::BackwardWalk, OomStateSource::Timeline], &["backward_walk", "timeline"]);
+    same(&[WindowEndState::Recorded, WindowEndState::BackwardWalk], &["recorded", "backward_walk"]);
     same(&[WindowBy::Index, WindowBy::Time], &["index", "time"]);
     same(
-        &[Limit::MaxReserved, Limit::MaxAllocated, Limit::MaxPeakFragmentation, Limit::NoLeaks],
+        &[LimitKind::MaxReserved, LimitKind::MaxAllocated, LimitKind::MaxPeakFragmentation, LimitKind::NoLeaks],
         &["max_reserved", "max_allocated", "max_peak_fragmentation", "no_leaks"],
     );
     same(&[LeakStepSource::Steps, LeakStepSource::None], &["steps", "none"]);

@@ -11,7 +11,7 @@
 //! at once), `cpp` (a site whose stacks are made C++-only), `uneven` (a site whose
 //! requests vary by 4x or more, every other alloc).
 //!
-//! Leaks are told across training steps only ([`fragscope_diagnose::leaks`]): a plant into a
+//! Leaks are told across training steps only ([`fragscope_diagnose::leaks_device`]): a plant into a
 //! trace with fewer than two complete steps is `untold`, and must get no suspect.
 //!
 //! The default set runs one seed on a handful of traces (bounded for debug builds);
@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use fragscope_diagnose::leaks;
+use fragscope_diagnose::leaks_device;
 use fragscope_plant::{self as plant, Shape, SiteAllocs};
 use fragscope_snapshot::Snapshot;
 use fragscope_trace::{timeline, TimelineOptions};
@@ -211,7 +211,7 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
     for &(name, device) in traces {
         let Some(snap) = read(name) else { continue };
         let peak = peak_allocated(&snap, device);
-        let base = leaks::leaks_device(&snap, device);
+        let base = leaks_device(&snap, device);
         let _ = peak;
         let base_fp = base.suspects.len();
         if base_fp > 0 {
@@ -241,7 +241,7 @@ fn run(traces: &[(&str, i64)], seeds: std::ops::Range<u64>) -> (String, Vec<Stri
                     }
                 };
                 let (planted_snap, p) = plant::plant(&s, device, &allocs).unwrap();
-                let l = leaks::leaks_device(&planted_snap, device);
+                let l = leaks_device(&planted_snap, device);
                 let flagged: Vec<&str> = l.suspects.iter().map(|x| x.site.site.as_str()).collect();
                 // A planted site must be named when its own planted bytes reach the
                 // reporting threshold; a C++-only site split by operator can leave a
@@ -418,7 +418,7 @@ fn untouched_real_files_have_no_suspects() {
     for f in &files {
         let Ok(snap) = fragscope_snapshot::read_path(f) else { continue };
         for d in snap.devices() {
-            let l = leaks::leaks_device(&snap, d);
+            let l = leaks_device(&snap, d);
             checked += 1;
             for s in &l.suspects {
                 found.push(format!("{} device {d}: {} ({} B/step)", f.display(), s.site.site, s.growth_bytes_per_step));
@@ -445,7 +445,7 @@ fn untouched_traces_cut_at_the_start_have_no_suspects() {
             let Ok(d) = usize::try_from(device) else { continue };
             let n = s.device_traces[d].len();
             s.device_traces[d].drain(..n * num / den);
-            let l = leaks::leaks_device(&s, device);
+            let l = leaks_device(&s, device);
             checked += 1;
             for x in &l.suspects {
                 found.push(format!(

@@ -11,7 +11,7 @@
 //! `analyze --what-if` said no caching "would raise the peak from 5.51 to 7.88 GiB" on
 //! device 0, where on the whole trace it lowers it from 7.96.
 
-use fragscope_diagnose::recommend::{advice_headline, advice_trials, from_trials, refusal, Recommendations};
+use fragscope_diagnose::{advice_headline, advice_trials, from_trials, trials_refusal, Recommendations};
 use fragscope_replay::{backward_walk, recorded_config, simulate, RecordedState, SplitRules, StartState};
 use fragscope_snapshot::Snapshot;
 
@@ -62,7 +62,7 @@ fn expandable_state_before_the_trace_is_seeded_and_the_advice_compares_like_the_
         let (adv_full, _) = advice_trials(&full, device, &cfg, None);
         let base_half = simulate(&half, device, cfg.clone(), None);
         let base_full = simulate(&full, device, cfg.clone(), None);
-        let nc = |v: &[fragscope_diagnose::recommend::Trial]| {
+        let nc = |v: &[fragscope_diagnose::Trial]| {
             v.iter().find(|t| t.setting.contains("NO_CUDA_MEMORY_CACHING")).expect("no caching replayed").clone()
         };
         let (h, f) = (nc(&adv_half), nc(&adv_full));
@@ -89,13 +89,13 @@ fn runs_that_start_from_another_state_are_not_compared() {
     let cfg = recorded_config(&half);
     let (advice, _) = advice_trials(&half, 0, &cfg, None);
     let base = advice.iter().find(|t| t.setting.contains("NO_CUDA")).unwrap().clone();
-    let mut base = fragscope_diagnose::recommend::Trial { setting: "recorded".into(), ..base };
-    assert_eq!(refusal(&base, &advice), None, "all runs rebuilt: comparable");
+    let mut base = fragscope_diagnose::Trial { setting: "recorded".into(), ..base };
+    assert_eq!(trials_refusal(&base, &advice), None, "all runs rebuilt: comparable");
     let headline = advice_headline(&base, &advice).unwrap();
     assert!(headline.starts_with("Replayed on this run"), "{headline}");
     base.start_state = StartState::NotSeeded;
     base.notes.push("the state before the trace could not be seeded (test); started empty".into());
-    let why = refusal(&base, &advice).expect("a run started empty");
+    let why = trials_refusal(&base, &advice).expect("a run started empty");
     assert!(why.contains("could not be seeded") && why.contains("recorded"), "{why}");
     let headline = advice_headline(&base, &advice).unwrap();
     assert!(headline.contains("not compared") && headline.contains("could not be seeded"), "{headline}");
@@ -103,7 +103,7 @@ fn runs_that_start_from_another_state_are_not_compared() {
         device: 0,
         measured: false,
         note: None,
-        era: fragscope_diagnose::recommend::infer_era(&half),
+        era: fragscope_diagnose::infer_era(&half),
         capacity_bytes: None,
         baseline: None,
         recommended: Vec::new(),

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use fragscope_diagnose::role_whatif::{self, shard, simulate_changes, Change, Layers, RoleWhatIf};
+use fragscope_diagnose::{reserved_floor, shard_size, simulate_changes, CheckpointLayers, RoleChange, RoleWhatIf};
 use fragscope_replay::recorded_config;
 use fragscope_snapshot::{Action, BlockState, Snapshot};
 use fragscope_trace::{device_roles_with, layer_spans, steps, BlockLives, Phase, Role};
@@ -127,7 +127,7 @@ fn shard_optimizer_on_niu_train3() {
         probes.push((bs + be) / 2);
     }
     for n in [2u32, 4, 8] {
-        let r = simulate_changes(&snap, 0, &[Change::ShardOptimizer(n)], recorded_config(&snap), None, &probes);
+        let r = simulate_changes(&snap, 0, &[RoleChange::ShardOptimizer(n)], recorded_config(&snap), None, &probes);
         print(&format!("niu shard-optimizer {n}"), &r);
         let opt_phase = |b: &Blk| st.phase_at(b.alloc) == Phase::Optimizer;
         check("niu shard-optimizer", &r, before, &blocks, &probes, |p| {
@@ -136,7 +136,7 @@ fn shard_optimizer_on_niu_train3() {
                     .iter()
                     .filter(|b| b.alloc < p && b.freed >= p)
                     .filter(|b| b.role == Role::OptimizerState || (b.role == Role::Temporaries && opt_phase(b)))
-                    .map(|b| b.size - shard(b.size, n))
+                    .map(|b| b.size - shard_size(b.size, n))
                     .sum::<u64>()
         });
         let c = r.changed.as_ref().unwrap();
@@ -156,7 +156,7 @@ fn shard_gradients_on_niu_train3() {
     let st = steps(&snap, 0);
     let probes: Vec<usize> = st.steps.iter().map(|s| s.span(Phase::Optimizer).unwrap().0).collect();
     let n = 4;
-    let changes = [Change::ShardOptimizer(n), Change::ShardGradients(n)];
+    let changes = [RoleChange::ShardOptimizer(n), RoleChange::ShardGradients(n)];
     let r = simulate_changes(&snap, 0, &changes, recorded_config(&snap), None, &probes);
     print("niu zero-2 4", &r);
     let opt_phase = |b: &Blk| st.phase_at(b.alloc) == Phase::Optimizer;
@@ -174,7 +174,7 @@ fn shard_gradients_on_niu_train3() {
                     matches!(b.role, Role::OptimizerState | Role::Gradients)
                         || (b.role == Role::Temporaries && opt_phase(b))
                 })
-                .map(|b| b.size - shard(b.size, n))
+                .map(|b| b.size - shard_size(b.size, n))
                 .sum::<u64>()
     });
 }
@@ -184,7 +184,7 @@ fn shard_gradients_on_niu_train3() {
 #[test]
 fn set_to_none_is_refused_where_the_recording_already_does_it() {
     let Some(snap) = load(NIU) else { return };
-    let r = simulate_changes(&snap, 0, &[Change::GradsSetToNone], recorded_config(&snap), None, &[]);
+    let r = simulate_changes(&snap, 0, &[RoleChange::GradsSetToNone], recorded_config(&snap), None, &[]);
     assert!(!r.applied && r.changed.is_none());
     let why = r.changes[0].cannot_apply.as_deref().unwrap();
     assert!(why.contains("already frees them"), "{why}");
@@ -229,7 +229,14 @@ fn checkpoint_case(name: &str, snap: &Snapshot) {
         probes.extend([fwd[0].1, bs, s.span(Phase::Backward).unwrap().1]);
     }
     probes.sort_unstable();
-    let r = simulate_changes(snap, 0, &[Change::Checkpoint(Layers::All)], recorded_config(snap), None, &probes);
+    let r = simulate_changes(
+        snap,
+        0,
+        &[RoleChange::Checkpoint(CheckpointLayers::All)],
+        recorded_config(snap),
+        None,
+        &probes,
+    );
     print(name, &r);
     assert!(expect_drop.values().any(|&d| d > 0));
     check(name, &r, before, &blocks, &probes, |p| live_at(before, &blocks, p) - expect_drop[&p]);
@@ -261,7 +268,7 @@ fn shard_on_kk_step() {
     let (os, oe) = s.span(Phase::Optimizer).unwrap();
     let probes = vec![os, oe];
     let n = 4;
-    let changes = [Change::ShardOptimizer(n), Change::ShardGradients(n)];
+    let changes = [RoleChange::ShardOptimizer(n), RoleChange::ShardGradients(n)];
     let r = simulate_changes(&snap, 0, &changes, recorded_config(&snap), None, &probes);
     print("kk zero-2 4", &r);
     let opt_phase = |b: &Blk| st.phase_at(b.alloc) == Phase::Optimizer;
@@ -274,7 +281,7 @@ fn shard_on_kk_step() {
                     matches!(b.role, Role::OptimizerState | Role::Gradients)
                         || (b.role == Role::Temporaries && opt_phase(b))
                 })
-                .map(|b| b.size - shard(b.size, n))
+                .map(|b| b.size - shard_size(b.size, n))
                 .sum::<u64>()
     });
     let g: u64 =
@@ -302,7 +309,7 @@ fn set_to_none_case(name: &str, snap: &Snapshot) -> Result<RoleWhatIf, String> {
     }
     probes.sort_unstable();
     probes.dedup();
-    let r = simulate_changes(snap, 0, &[Change::GradsSetToNone], recorded_config(snap), None, &probes);
+    let r = simulate_changes(snap, 0, &[RoleChange::GradsSetToNone], recorded_config(snap), None, &probes);
     if !r.applied {
         return Err(r.changes[0].cannot_apply.clone().unwrap());
     }
@@ -421,8 +428,12 @@ fn set_to_none_on_real_training_traces() {
 #[test]
 fn refusals_say_why() {
     let Some(snap) = load("niu-fwd-ctx100-fp32.pickle") else { return };
-    let all =
-        [Change::ShardOptimizer(4), Change::ShardGradients(4), Change::GradsSetToNone, Change::Checkpoint(Layers::All)];
+    let all = [
+        RoleChange::ShardOptimizer(4),
+        RoleChange::ShardGradients(4),
+        RoleChange::GradsSetToNone,
+        RoleChange::Checkpoint(CheckpointLayers::All),
+    ];
     let r = simulate_changes(&snap, 0, &all, recorded_config(&snap), None, &[]);
     assert!(!r.applied && r.changed.is_none());
     for c in &r.changes {
@@ -430,10 +441,17 @@ fn refusals_say_why() {
         assert!(why.contains("no training step"), "{}: {why}", c.change);
     }
     let Some(snap) = load(NIU) else { return };
-    let r = simulate_changes(&snap, 0, &[Change::Checkpoint(Layers::Some(vec![9]))], recorded_config(&snap), None, &[]);
+    let r = simulate_changes(
+        &snap,
+        0,
+        &[RoleChange::Checkpoint(CheckpointLayers::Some(vec![9]))],
+        recorded_config(&snap),
+        None,
+        &[],
+    );
     let why = r.changes[0].cannot_apply.as_deref().unwrap();
     assert!(why.contains("layer 9 does not exist"), "{why}");
-    let r = simulate_changes(&snap, 0, &[Change::ShardOptimizer(1)], recorded_config(&snap), None, &[]);
+    let r = simulate_changes(&snap, 0, &[RoleChange::ShardOptimizer(1)], recorded_config(&snap), None, &[]);
     assert!(!r.applied);
 }
 
@@ -499,7 +517,7 @@ fn a_peak_reserved_before_the_trace_is_named_as_such() {
     let _ = params;
     let snap = r.finish();
     let (before, by_trace) = reserved_walk(&snap, 0);
-    let changes = [Change::ShardOptimizer(4), Change::ShardGradients(4)];
+    let changes = [RoleChange::ShardOptimizer(4), RoleChange::ShardGradients(4)];
     let w = simulate_changes(&snap, 0, &changes, recorded_config(&snap), None, &[]);
     let c = w.changed.as_ref().unwrap();
     println!(
@@ -519,8 +537,8 @@ fn a_peak_reserved_before_the_trace_is_named_as_such() {
     assert!(w.recorded.peak_reserved > before && w.recorded.peak_reserved == by_trace);
     assert_eq!(c.peak_reserved, before);
     assert!(c.peak_reserved_by_trace > 0 && c.peak_reserved_by_trace < before);
-    assert!(role_whatif::reserved_floor(&w.recorded).is_none());
-    let f = role_whatif::reserved_floor(c).unwrap();
+    assert!(reserved_floor(&w.recorded).is_none());
+    let f = reserved_floor(c).unwrap();
     assert!(f.contains("already reserved when the recording began") && f.contains("cudaMallocs reach"), "{f}");
     assert!(w.verdict.contains(&f), "{}", w.verdict);
 }
@@ -533,7 +551,7 @@ fn kk_step_sharding_floor_is_the_reservation_before_the_trace() {
     let Some(snap) = load("kk-2.7b-step-ctx128-fp32.pickle") else { return };
     let (before, by_trace) = reserved_walk(&snap, 0);
     for n in [2, 4, 8] {
-        let changes = [Change::ShardOptimizer(n), Change::ShardGradients(n)];
+        let changes = [RoleChange::ShardOptimizer(n), RoleChange::ShardGradients(n)];
         let w = simulate_changes(&snap, 0, &changes, recorded_config(&snap), None, &[]);
         let c = w.changed.as_ref().unwrap();
         println!(

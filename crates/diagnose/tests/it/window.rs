@@ -8,8 +8,7 @@
 //! allocator model replays exactly, the forward replay of the window (from the state the
 //! walk gives at its start) must end exactly in the cut's segments.
 
-use fragscope_diagnose::analyze;
-use fragscope_diagnose::window::{cut, EndState, WindowBy, WindowError, WindowSpec};
+use fragscope_diagnose::{analyze, cut_window, AnalyzeOptions, WindowBy, WindowEndState, WindowError, WindowSpec};
 use fragscope_replay::{verify, Recorder, ReplayOptions};
 use fragscope_snapshot::{resolve_stack, Snapshot};
 use fragscope_trace::summarize;
@@ -106,8 +105,8 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
         assert!(long.device_traces[0].len() > n + 100, "{conf}: the longer run goes on");
         assert_eq!(&long.device_traces[0][..n], &short.device_traces[0][..], "{conf}: same run");
 
-        let (c, info) = cut(&long, &spec(&format!("0..{n}"))).unwrap_or_else(|e| panic!("{conf}: {e}"));
-        assert_eq!(info.devices[0].end_state, EndState::BackwardWalk);
+        let (c, info) = cut_window(&long, &spec(&format!("0..{n}"))).unwrap_or_else(|e| panic!("{conf}: {e}"));
+        assert_eq!(info.devices[0].end_state, WindowEndState::BackwardWalk);
         assert_eq!(info.devices[0].undone_entries, long.device_traces[0].len() - n);
         assert_eq!(c.device_traces[0], short.device_traces[0], "{conf}");
         let (want, got) = (state_of(&short), state_of(&c));
@@ -116,16 +115,16 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
         assert_eq!(c.external_annotations, short.external_annotations, "{conf}");
         // Every figure the commands print.
         assert_eq!(json(&summarize(&c)), json(&summarize(&short)), "{conf}: summary");
-        let o = analyze::AnalyzeOptions::default();
-        assert_eq!(json(&analyze::analyze(&c, &o)), json(&analyze::analyze(&short, &o)), "{conf}: analyze");
+        let o = AnalyzeOptions::default();
+        assert_eq!(json(&analyze(&c, &o)), json(&analyze(&short, &o)), "{conf}: analyze");
 
         // A window that starts later: the same as that window of the short recording
         // (whose end is the recorded state itself).
         let s = n / 3;
         let w = spec(&format!("{s}..{n}"));
-        let (c2, _) = cut(&long, &w).unwrap();
-        let (s2, i2) = cut(&short, &w).unwrap();
-        assert_eq!(i2.devices[0].end_state, EndState::Recorded);
+        let (c2, _) = cut_window(&long, &w).unwrap();
+        let (s2, i2) = cut_window(&short, &w).unwrap();
+        assert_eq!(i2.devices[0].end_state, WindowEndState::Recorded);
         assert_eq!(c2.device_traces, s2.device_traces);
         assert_eq!(state_of(&c2), state_of(&s2), "{conf}");
         assert_eq!(json(&summarize(&c2)), json(&summarize(&s2)), "{conf}: summary of {s}..{n}");
@@ -133,7 +132,7 @@ fn a_longer_recording_cut_at_n_steps_equals_the_recording_dumped_there() {
         // The same window by time: from the first entry to the first entry after it.
         let t0 = long.device_traces[0][0].time_us;
         let t_end = long.device_traces[0][n].time_us - t0;
-        let (c3, i3) = cut(&long, &spec(&format!("..{t_end}us"))).unwrap();
+        let (c3, i3) = cut_window(&long, &spec(&format!("..{t_end}us"))).unwrap();
         assert_eq!((i3.by, i3.devices[0].start_index, i3.devices[0].end_index), (WindowBy::Time, 0, n));
         assert_eq!(state_of(&c3), want, "{conf}: by time");
     }
@@ -147,12 +146,12 @@ fn bad_windows_are_refused_in_one_line() {
     }
     let snap = workload("", 2);
     let n = snap.device_traces[0].len();
-    let e = cut(&snap, &spec(&format!("{}..{}", n + 10, n + 20))).map(|_| ()).unwrap_err();
+    let e = cut_window(&snap, &spec(&format!("{}..{}", n + 10, n + 20))).map(|_| ()).unwrap_err();
     assert!(matches!(&e, WindowError::Empty { traces, .. } if traces[0].entries == n), "{e:?}");
     assert!(e.to_string().contains("holds no trace entry"), "{e}");
     let mut untimed = snap.clone();
     untimed.device_traces[0][3].time_us = fragscope_snapshot::NO_TIME;
-    let e = cut(&untimed, &spec("1s..2s")).map(|_| ()).unwrap_err();
+    let e = cut_window(&untimed, &spec("1s..2s")).map(|_| ()).unwrap_err();
     assert_eq!(e, WindowError::Untimed);
     assert!(e.to_string().contains("by entry index"));
 }
@@ -176,11 +175,11 @@ fn a_state_that_cannot_be_rebuilt_is_an_error_not_a_guess() {
     let b = snap.segments.iter_mut().flat_map(|s| &mut s.blocks).find(|b| b.address == last).unwrap();
     b.state = fragscope_snapshot::BlockState::Inactive;
     // A window ending before that block's allocation would need an undo of it.
-    let e = cut(&snap, &spec(&format!("0..{}", n / 2))).map(|_| ()).unwrap_err();
+    let e = cut_window(&snap, &spec(&format!("0..{}", n / 2))).map(|_| ()).unwrap_err();
     assert!(matches!(&e, WindowError::EndState { entry, error, .. } if *entry == n / 2 && error.entry == k), "{e:?}");
     assert!(e.to_string().contains("cannot rebuild the allocator state"), "{e}");
     // A window reaching the end keeps the recorded state and needs no walk.
-    assert!(cut(&snap, &spec(&format!("{}..", n / 2))).is_ok());
+    assert!(cut_window(&snap, &spec(&format!("{}..", n / 2))).is_ok());
 }
 
 /// Real traces that the allocator model replays exactly (tests/replay_real.rs): the
@@ -202,16 +201,22 @@ fn windows_of_real_traces_replay_exactly_into_their_cut_state() {
         let snap = fragscope_snapshot::read_path(&path).unwrap();
         let n = snap.device_traces[0].len();
         for (a, b) in [(n / 4, 3 * n / 4), (0, n / 2), (n / 2, n)] {
-            let (c, info) = cut(&snap, &spec(&format!("{a}..{b}"))).unwrap_or_else(|e| panic!("{name} {a}..{b}: {e}"));
+            let (c, info) =
+                cut_window(&snap, &spec(&format!("{a}..{b}"))).unwrap_or_else(|e| panic!("{name} {a}..{b}: {e}"));
             assert_eq!(c.device_traces[0].len(), b - a);
-            assert_eq!(info.devices[0].end_state, if b == n { EndState::Recorded } else { EndState::BackwardWalk });
+            assert_eq!(
+                info.devices[0].end_state,
+                if b == n { WindowEndState::Recorded } else { WindowEndState::BackwardWalk }
+            );
             let r = verify(&c, 0, &ReplayOptions::default());
             assert!(r.undecidable.is_none(), "{name} {a}..{b}: {:?}", r.undecidable);
             assert_eq!(r.allocs_matched, r.allocs, "{name} {a}..{b}: {:?}", r.first_divergence);
             assert_eq!(r.segment_events_matched, r.segment_events, "{name} {a}..{b}");
             assert_eq!(r.final_state_matches, Some(true), "{name} {a}..{b}");
             // Cutting twice is cutting once.
-            let (cc, _) = cut(&cut(&snap, &spec(&format!("0..{b}"))).unwrap().0, &spec(&format!("{a}..{b}"))).unwrap();
+            let (cc, _) =
+                cut_window(&cut_window(&snap, &spec(&format!("0..{b}"))).unwrap().0, &spec(&format!("{a}..{b}")))
+                    .unwrap();
             assert_eq!(state_of(&cc), state_of(&c), "{name} {a}..{b}");
             // The summary counts the window's entries.
             let s = json(&summarize(&c));

@@ -2,7 +2,7 @@
 //! does, the state at the end sums to `summary`'s totals, and the page is well formed.
 //! (The browser tests in tests/browser check the drawn page itself.)
 
-use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
+use fragscope_diagnose::{analyze, AnalyzeOptions};
 use fragscope_report::layout::{Block, Segment};
 use fragscope_report::{file_data, render, ReportOptions};
 use fragscope_trace::summarize;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use fragscope_diagnose::analyze::{analyze, AnalyzeOptions};
+use fragscope_diagnose::{analyze, AnalyzeOptions};
 use fragscope_replay::{BState, SegRec};
 use fragscope_report::state::{state_at, walk};
 use fragscope_report::ReportOptions;
