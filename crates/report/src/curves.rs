@@ -8,7 +8,7 @@
 //! bookkeeping, so the peaks drawn are the peaks `summary` and `analyze` print.
 
 use fragscope_snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
-use fragscope_trace::{timeline_walk, BlockLives, DeviceTimeline, TimelineOptions};
+use fragscope_trace::{timeline_walk, BlockLives, DeviceTimeline, OnAllocated, OnLevels, TimelineOptions};
 use serde::Serialize;
 
 use crate::{encode, ReportOptions, StackTable};
@@ -347,21 +347,23 @@ pub fn curves_and_timeline(
         snap,
         device,
         &TimelineOptions { points: points.max(1) },
-        |_, c| peaks.change(c.stack, c.size as i64 * c.delta),
-        |state, l| {
-            if state >= next {
-                store(b, &cur);
-                // At most one bucket per state: n <= states.
-                b += 1;
-                next = ((b + 1) * states).div_ceil(n);
-                cur = (None, 0, 0);
-            }
-            if cur.0.is_none_or(|(a, _)| l.allocated > a) {
-                cur.0 = Some((l.allocated, state));
-            }
-            cur.1 = cur.1.max(l.requested);
-            cur.2 = cur.2.max(l.reserved);
-        },
+        &mut (
+            OnAllocated(|_, c| peaks.change(c.stack, c.size as i64 * c.delta)),
+            OnLevels(|state, l| {
+                if state >= next {
+                    store(b, &cur);
+                    // At most one bucket per state: n <= states.
+                    b += 1;
+                    next = ((b + 1) * states).div_ceil(n);
+                    cur = (None, 0, 0);
+                }
+                if cur.0.is_none_or(|(a, _)| l.allocated > a) {
+                    cur.0 = Some((l.allocated, state));
+                }
+                cur.1 = cur.1.max(l.requested);
+                cur.2 = cur.2.max(l.reserved);
+            }),
+        ),
     );
     store(b, &cur);
     // The call sites with the most live bytes at their own peak; among equals, the one

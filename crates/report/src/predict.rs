@@ -12,7 +12,7 @@
 //! Principal types: [`PredictPage`] (what the page gets), [`Curve`], [`CurveBuilder`].
 
 use fragscope_snapshot::Snapshot;
-use fragscope_trace::{timeline_walk, TimelineOptions};
+use fragscope_trace::{timeline_walk, OnLevels, TimelineOptions};
 use serde::Serialize;
 
 use crate::encode;
@@ -110,7 +110,12 @@ impl PredictedCurve {
 pub fn recorded_curve(snap: &Snapshot, device: i64, buckets: usize) -> Curve {
     let states = snap.trace(device).len() + 1;
     let mut b = CurveBuilder::new(states, buckets);
-    timeline_walk(snap, device, &TimelineOptions { points: 1 }, |_, _| {}, |s, l| b.level(s, l.reserved, l.allocated));
+    timeline_walk(
+        snap,
+        device,
+        &TimelineOptions { points: 1 },
+        &mut OnLevels(|s, l| b.level(s, l.reserved, l.allocated)),
+    );
     b.finish()
 }
 

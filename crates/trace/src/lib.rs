@@ -7,14 +7,19 @@
 //!
 //! * The bookkeeping walk every other part builds on (`walk.rs`): the trace's entries
 //!   applied in order to the live blocks and the four [`Levels`], from the state seeded
-//!   before the first entry ([`SeededStart`]); no allocator model.
-//! * [`DeviceTimeline`] ([`timeline()`], [`timeline_walk`]): the curves of one device
-//!   (allocated, active, requested and reserved over time, downsampled into
-//!   [`SeriesPoint`]s), their [`Peak`]s and fragmentation, from that walk; the live
-//!   blocks at any entry ([`live_at`] → [`LiveBlock`]).
+//!   before the first entry ([`SeededStart`]); no allocator model. It reports to a
+//!   [`WalkSink`] — each block entering or leaving the allocated set ([`AllocatedChange`])
+//!   and the levels at every state — so that one walk feeds several consumers (a tuple of
+//!   sinks is a sink; [`OnAllocated`] and [`OnLevels`] make one of a closure).
+//! * [`DeviceTimeline`] ([`timeline()`]): the curves of one device (allocated, active,
+//!   requested and reserved over time, downsampled into [`SeriesPoint`]s), their
+//!   [`Peak`]s and fragmentation — the timeline's own sink of the walk; the live blocks at
+//!   any entry ([`live_at`] → [`LiveBlock`]). [`timeline_walk`] lends the same walk to a
+//!   sink of the caller's (the HTML report's curves).
 //! * [`BlockLives`]: every block's `allocated` life ([`TracedLife`], [`SeededLife`]), kept
-//!   by the same walk ([`timeline_with_lives`]) or by one of their own
-//!   ([`BlockLives::replay`]), shared by the analyses that ask "who was live when".
+//!   by a sink of the same walk ([`timeline_with_lives`]) or by a walk of their own
+//!   ([`BlockLives::replay`], from its first pass alone), shared by the analyses that ask
+//!   "who was live when": attribution, roles, leak detection.
 //! * [`Scopes`]: the `record_function` scopes open at any moment; [`Site`]: the call site
 //!   of a stack ([`site_of`]); [`DeviceAttribution`] ([`attribute`]): the sites and scopes
 //!   holding the memory at the peaks, read from the lives.
@@ -70,7 +75,10 @@ pub use summary::{
     Settings as RecordedSettings, Summary, TraceSummary, SCHEMA as SUMMARY_SCHEMA,
 };
 pub use timeline::{
-    levels_at, live_at, live_sets_at, timeline, timeline_walk, timeline_with_lives, timelines, AllocatedChange,
-    DeviceTimeline, Peak, SeriesPoint, TimelineOptions, DEFAULT_POINTS,
+    levels_at, live_at, live_sets_at, timeline, timeline_walk, timeline_with_lives, timelines, DeviceTimeline, Peak,
+    SeriesPoint, TimelineOptions, DEFAULT_POINTS,
 };
-pub use walk::{Levels, LiveBlock, ReservedSource, Seeded as SeededStart, SeededLife, TracedLife, LIVE_AT_END};
+pub use walk::{
+    AllocatedChange, Levels, LiveBlock, OnAllocated, OnLevels, ReservedSource, Seeded as SeededStart, SeededLife,
+    TracedLife, WalkSink, LIVE_AT_END,
+};

@@ -16,8 +16,8 @@
 use fragscope_snapshot::{Snapshot, NO_TIME};
 
 use crate::hugepages::HugePages;
-use crate::walk::{LifeIndexParts, Live, LiveBlock, LivesDraft, Replayer, TraceFacts};
-pub use crate::walk::{SeededLife, TracedLife, LIVE_AT_END};
+use crate::walk::{AllocatedChange, LifeIndexParts, LiveBlock, LivesDraft, Replayer, TraceFacts, WalkSink};
+pub(crate) use crate::walk::{SeededLife, TracedLife, LIVE_AT_END};
 
 /// The `allocated` lives of every block of one device's trace (module doc).
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -40,46 +40,54 @@ impl std::fmt::Debug for BlockLives {
     }
 }
 
-/// Records the lives during a [`Replayer`] walk: [`LivesRecorder::start`] before the
-/// first step, [`LivesRecorder::change`] from every `on_change` of the steps.
+/// Records the lives during a [`Replayer`] walk: a [`WalkSink`] of the allocated
+/// changes. The walk reports the blocks seeded as allocated first (state 0, numbered in
+/// that order), then each block the trace allocates (numbered in `alloc` order) and the
+/// entry that ends each life.
 pub(crate) struct LivesRecorder {
     lives: BlockLives,
 }
 
 impl LivesRecorder {
-    /// Takes the blocks seeded as allocated; numbers them ([`Live::life`]) in the order
-    /// the replay lists them, which is the order its walks report them at state 0.
-    pub fn start(r: &mut Replayer, device: i64) -> Self {
-        let mut seeded = Vec::new();
-        r.each_seeded(|address, b| {
-            if b.allocated {
-                b.life = seeded.len() as u32;
-                seeded.push(SeededLife { address, size: b.size, request: b.request, stack: b.stack, end: LIVE_AT_END });
-            }
-        });
-        let traced = Vec::with_capacity(r.allocs);
-        LivesRecorder { lives: BlockLives { device, seeded, traced } }
-    }
-
-    /// Block `b` entered (`delta` > 0) or left the allocated set at entry `entry`.
-    // Called for every alloc and free of the walk: inlined into it (measured: the
-    // report's walk of a 6.4 M-entry trace 0.27 -> 0.22 s with this and SitePeaks').
-    #[inline(always)]
-    pub fn change(&mut self, entry: usize, b: &Live, delta: i64) {
-        if delta > 0 {
-            // Only `alloc` entries add blocks after state 0, numbered in trace order.
-            debug_assert_eq!(b.life as usize, self.lives.traced.len());
-            let l = TracedLife { alloc: b.alloc_event, end: LIVE_AT_END, size: b.size, stack: b.stack };
-            self.lives.traced.push(l);
-        } else if b.before_trace() {
-            self.lives.seeded[b.life as usize].end = entry;
-        } else {
-            self.lives.traced[b.life as usize].end = entry;
-        }
+    /// Room for `allocs` traced lives (the trace's `alloc` entries: growing a vector of
+    /// millions of lives would copy them).
+    pub fn new(device: i64, allocs: usize) -> Self {
+        LivesRecorder { lives: BlockLives { device, seeded: Vec::new(), traced: Vec::with_capacity(allocs) } }
     }
 
     pub fn finish(self) -> BlockLives {
         self.lives
+    }
+}
+
+impl WalkSink for LivesRecorder {
+    /// A block entered (`delta` > 0) or left the allocated set after entry `state − 1`.
+    // Called for every alloc and free of the walk: inlined into it (measured: the
+    // report's walk of a 6.4 M-entry trace 0.27 -> 0.22 s with this and SitePeaks').
+    #[inline(always)]
+    fn allocated(&mut self, state: usize, c: &AllocatedChange) {
+        if c.delta > 0 {
+            if c.before_trace {
+                debug_assert_eq!(c.life, self.lives.seeded.len());
+                let l = SeededLife {
+                    address: c.address,
+                    size: c.size,
+                    request: c.request,
+                    stack: c.stack,
+                    end: LIVE_AT_END,
+                };
+                self.lives.seeded.push(l);
+            } else {
+                // Only `alloc` entries add blocks after state 0, numbered in trace order.
+                debug_assert_eq!(c.life, self.lives.traced.len());
+                let alloc = c.alloc_event.unwrap_or(LIVE_AT_END);
+                self.lives.traced.push(TracedLife { alloc, end: LIVE_AT_END, size: c.size, stack: c.stack });
+            }
+        } else if c.before_trace {
+            self.lives.seeded[c.life].end = state - 1;
+        } else {
+            self.lives.traced[c.life].end = state - 1;
+        }
     }
 }
 

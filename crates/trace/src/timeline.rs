@@ -11,17 +11,19 @@
 //! the walk is O(events) time and O(live blocks) memory.
 //!
 //! The walk itself, the block sizes it counts and the state it seeds before the first
-//! entry are [`crate::walk`]'s.
+//! entry are [`crate::walk`]'s. The curves are one of its sinks ([`WalkSink`]); the block
+//! lives another ([`crate::lives`]); [`timeline_walk`] lends the same walk to a sink of
+//! the caller's.
 //!
 
-use fragscope_snapshot::{Action, Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{Action, Snapshot, TraceEvent, NO_TIME};
 use serde::Serialize;
 use std::sync::Arc;
 
 use crate::lives::{BlockLives, LivesRecorder};
 use crate::scopes::Scopes;
-use crate::walk::{opt_time, Live, Replayer};
-pub use crate::walk::{Levels, LiveBlock, ReservedSource, Seeded};
+use crate::walk::{opt_time, Replayer, WalkSink};
+pub(crate) use crate::walk::{Levels, LiveBlock, ReservedSource, Seeded};
 
 /// Default number of points of [`DeviceTimeline::series`].
 pub const DEFAULT_POINTS: usize = 60;
@@ -111,78 +113,81 @@ pub fn timelines(snap: &Snapshot, opts: &TimelineOptions) -> Vec<DeviceTimeline>
 
 /// The timeline of one device: O(events) time, O(live blocks + points) memory.
 pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
-    walk(snap, device, opts, false, |_, _| {}, |_, _| {})
+    walk(snap, device, opts, false, &mut ())
 }
 
 /// [`timeline`] with [`DeviceTimeline::lives`] kept (for `analyze`, whose attribution
 /// and leak detection read them instead of walking the trace again).
 pub fn timeline_with_lives(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
-    walk(snap, device, opts, true, |_, _| {}, |_, _| {})
+    walk(snap, device, opts, true, &mut ())
 }
 
 /// [`timeline`], and every state of the walk that makes it, for a front end that draws
 /// more than the downsampled series and also needs the timeline (the HTML report gives
-/// it to `analyze`, see `fragscope_diagnose::analyze_with_timelines`): `on_change(state,
-/// block)` is told when a block enters or leaves the allocated set (blocks live before
-/// the trace at state 0); `on_state(state, levels)` follows, once per state 0..=events
-/// (state `i + 1` is after event `i`). The timeline keeps its
-/// [`DeviceTimeline::lives`], as [`timeline_with_lives`].
-pub fn timeline_walk(
-    snap: &Snapshot,
-    device: i64,
-    opts: &TimelineOptions,
-    on_change: impl FnMut(usize, &AllocatedChange),
-    on_state: impl FnMut(usize, &Levels),
-) -> DeviceTimeline {
-    walk(snap, device, opts, true, on_change, on_state)
+/// it to `analyze`, see `fragscope_diagnose::analyze_with_timelines`): the same walk
+/// reports to `sink` too ([`WalkSink`]: the blocks entering and leaving the allocated set,
+/// the levels at every state 0..=events; [`crate::OnAllocated`] and [`crate::OnLevels`]
+/// make a sink of a closure). The timeline keeps its [`DeviceTimeline::lives`], as
+/// [`timeline_with_lives`].
+pub fn timeline_walk(snap: &Snapshot, device: i64, opts: &TimelineOptions, sink: &mut impl WalkSink) -> DeviceTimeline {
+    walk(snap, device, opts, true, sink)
 }
 
-fn walk(
-    snap: &Snapshot,
-    device: i64,
-    opts: &TimelineOptions,
-    keep_lives: bool,
-    mut on_change: impl FnMut(usize, &AllocatedChange),
-    mut on_state: impl FnMut(usize, &Levels),
-) -> DeviceTimeline {
-    let change =
-        |b: &Live, delta: i64| AllocatedChange { stack: b.stack, size: b.size, delta, before_trace: b.before_trace() };
-    let mut r = Replayer::new(snap, device);
-    let mut lives = keep_lives.then(|| LivesRecorder::start(&mut r, device));
-    r.each_seeded(|_, b| {
-        if b.allocated {
-            on_change(0, &change(b, 1));
+/// The timeline's own sink: the peaks of the four curves, the downsampled series and the
+/// first `oom` entry, from the levels at each state.
+struct Curves {
+    states: usize,
+    buckets: usize,
+    series: Vec<SeriesPoint>,
+    /// Allocated, active, requested, reserved.
+    peaks: [Peak; 4],
+    /// Allocated bytes at the (first) reserved peak, kept as the peak moves.
+    alloc_at_res_peak: u64,
+    /// The first state of the next point of the series.
+    next_point: usize,
+    first_oom: Option<usize>,
+}
+
+impl Curves {
+    fn new(states: usize, opts: &TimelineOptions) -> Self {
+        let buckets = opts.points.max(1).min(states);
+        Curves {
+            states,
+            buckets,
+            series: Vec::with_capacity(buckets),
+            peaks: [Peak::default(); 4],
+            alloc_at_res_peak: 0,
+            next_point: 0,
+            first_oom: None,
         }
-    });
-    let n = r.trace.len();
-    let states = n + 1;
-    let buckets = opts.points.max(1).min(states);
-    let mut series: Vec<SeriesPoint> = Vec::with_capacity(buckets);
-    let start = r.cur;
-    let mut peaks = [Peak::default(); 4];
-    // Allocated bytes at the (first) reserved peak, kept as the peak moves.
-    let mut alloc_at_res_peak = 0u64;
-    let mut next_point = 0usize;
-    let levels = |l: &Levels| [l.allocated, l.active, l.requested, l.reserved];
-    let mut record = |state: usize, l: &Levels, t: i64, series: &mut Vec<SeriesPoint>, peaks: &mut [Peak; 4]| {
+    }
+}
+
+impl WalkSink for Curves {
+    #[inline(always)]
+    fn levels(&mut self, state: usize, entry: Option<&TraceEvent>, l: &Levels) {
+        let t = entry.map_or(NO_TIME, |e| e.time_us);
+        if entry.is_some_and(|e| e.action == Action::Oom) && self.first_oom.is_none() {
+            self.first_oom = Some(state - 1);
+        }
         let ev = state.checked_sub(1);
-        for (k, (p, v)) in peaks.iter_mut().zip(levels(l)).enumerate() {
+        for (k, (p, v)) in self.peaks.iter_mut().zip([l.allocated, l.active, l.requested, l.reserved]).enumerate() {
             // The first maximum wins (state 0 always sets the starting value).
             if state == 0 || v > p.bytes {
                 *p = Peak { bytes: v, event_index: ev, time_us: opt_time(t) };
                 if k == 3 {
-                    alloc_at_res_peak = l.allocated;
+                    self.alloc_at_res_peak = l.allocated;
                 }
             }
         }
         // The point of `state` is `state * buckets / states` (at most one more than the
         // last one's, as buckets <= states); its first state is followed instead of a
         // division per event.
-        if state >= next_point {
-            next_point = ((series.len() + 1) * states).div_ceil(buckets);
-            series.push(SeriesPoint { first_event: ev, last_event: ev, time_us: opt_time(t), max: *l });
+        if state >= self.next_point {
+            self.next_point = ((self.series.len() + 1) * self.states).div_ceil(self.buckets);
+            self.series.push(SeriesPoint { first_event: ev, last_event: ev, time_us: opt_time(t), max: *l });
         } else {
-            let s = series.last_mut().unwrap();
+            let s = self.series.last_mut().unwrap();
             s.last_event = ev;
             if s.time_us.is_none() {
                 s.time_us = opt_time(t);
@@ -192,27 +197,24 @@ fn walk(
             s.max.requested = s.max.requested.max(l.requested);
             s.max.reserved = s.max.reserved.max(l.reserved);
         }
-    };
-    let mut first_oom = None;
-    record(0, &start, NO_TIME, &mut series, &mut peaks);
-    on_state(0, &start);
-    for i in 0..n {
-        r.step(i, &mut |b, d| {
-            if let Some(l) = lives.as_mut() {
-                l.change(i, b, d);
-            }
-            on_change(i + 1, &change(b, d))
-        });
-        let e = &r.trace[i];
-        if e.action == Action::Oom && first_oom.is_none() {
-            first_oom = Some(i);
-        }
-        let t = e.time_us;
-        let cur = r.cur;
-        record(i + 1, &cur, t, &mut series, &mut peaks);
-        on_state(i + 1, &cur);
     }
-    let [pa, pact, preq, pres] = peaks;
+}
+
+/// One walk feeding the curves, the lives when `keep_lives`, and `sink`.
+fn walk(
+    snap: &Snapshot,
+    device: i64,
+    opts: &TimelineOptions,
+    keep_lives: bool,
+    sink: &mut impl WalkSink,
+) -> DeviceTimeline {
+    let mut r = Replayer::new(snap, device);
+    let n = r.trace.len();
+    let start = r.cur;
+    let mut curves = Curves::new(n + 1, opts);
+    let mut lives = keep_lives.then(|| LivesRecorder::new(device, r.allocs));
+    r.run(&mut (&mut curves, (&mut lives, sink)));
+    let Curves { peaks: [pa, pact, preq, pres], alloc_at_res_peak, series, first_oom, .. } = curves;
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
     DeviceTimeline {
         device,
@@ -240,7 +242,7 @@ pub fn levels_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Le
     let mut r = Replayer::new(snap, device);
     let stop = after_event.map_or(0, |i| (i + 1).min(r.trace.len()));
     for i in 0..stop {
-        r.step(i, &mut |_, _| {});
+        r.step(i, &mut ());
     }
     r.cur
 }
@@ -258,7 +260,7 @@ pub fn live_sets_at(snap: &Snapshot, device: i64, positions: &[Option<usize>]) -
     let mut state = 0usize;
     for (target, k) in order {
         while state < target {
-            r.step(state, &mut |_, _| {});
+            r.step(state, &mut ());
             state += 1;
         }
         let mut v: Vec<LiveBlock> = r
@@ -285,21 +287,10 @@ pub fn live_at(snap: &Snapshot, device: i64, after_event: Option<usize>) -> Vec<
     live_sets_at(snap, device, &[after_event]).pop().unwrap_or_default()
 }
 
-/// A block entering (`delta` +1) or leaving (−1) the allocated set, for [`timeline_walk`].
-#[derive(Clone, Copy, Debug)]
-pub struct AllocatedChange {
-    /// Allocation stack.
-    pub stack: Option<StackId>,
-    /// Block size (see the module doc for the basis).
-    pub size: u64,
-    pub delta: i64,
-    /// Allocated before the trace began (seeded at state 0).
-    pub before_trace: bool,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::walk::AllocatedChange;
     use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, TraceEvent};
 
     fn ev(a: Action, addr: u64, size: u64) -> TraceEvent {
@@ -371,47 +362,93 @@ mod tests {
         assert_eq!(live.iter().filter(|b| b.alloc_event.is_none()).count(), 2);
     }
 
-    /// The lives as the steps give them to a [`LivesRecorder`] (what the timeline's walk
-    /// keeps): the definition [`Replayer::lives`] is held to.
+    /// The lives as the walk reports them to a [`LivesRecorder`] (what the timeline's walk
+    /// keeps): the definition [`BlockLives::replay`] is held to.
     fn lives_by_steps(snap: &Snapshot, device: i64) -> BlockLives {
         let mut r = Replayer::new(snap, device);
-        let mut rec = LivesRecorder::start(&mut r, device);
-        for i in 0..r.trace.len() {
-            r.step(i, &mut |b, d| rec.change(i, b, d));
-        }
+        let mut rec = LivesRecorder::new(device, r.allocs);
+        r.run(&mut rec);
         rec.finish()
+    }
+
+    /// A random trace over a few addresses, so that every odd case comes up: an `alloc` at
+    /// a live address, frees of unknown blocks (before and after an alloc there), a second
+    /// `free_requested`, a `free_completed` alone, final blocks the trace never saw or left
+    /// free.
+    fn random_snapshot(rng: &mut fragscope_testdata::Rng) -> Snapshot {
+        let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc];
+        let mut snap = Snapshot::default();
+        let addrs: Vec<u64> = (0..1 + rng.below(6)).map(|k| 0x1000 * (k as u64 + 1)).collect();
+        let trace: Vec<TraceEvent> = (0..rng.below(60))
+            .map(|_| {
+                let a = actions[rng.below(actions.len())];
+                ev(a, addrs[rng.below(addrs.len())], 1 + rng.below(3 * MIB as usize) as u64)
+            })
+            .collect();
+        let states = [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive];
+        let mut blocks: Vec<Block> = Vec::new();
+        for &a in addrs.iter().chain(&[0x9000_0000]) {
+            if rng.below(2) == 0 {
+                blocks.push(blk(a, 512 * (1 + rng.below(8) as u64), states[rng.below(3)]));
+            }
+        }
+        if !blocks.is_empty() {
+            snap.segments.push(seg(0, 1 << 32, blocks));
+        }
+        snap.device_traces.push(trace);
+        snap
     }
 
     #[test]
     fn lives_without_the_levels_are_the_lives_of_the_steps() {
-        // Random traces over a few addresses, so that every odd case comes up: an
-        // `alloc` at a live address, frees of unknown blocks (before and after an alloc
-        // there), a second `free_requested`, a `free_completed` alone, final blocks the
-        // trace never saw or left free.
         let mut rng = fragscope_testdata::Rng(23);
-        let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc];
         for _ in 0..400 {
-            let mut snap = Snapshot::default();
-            let addrs: Vec<u64> = (0..1 + rng.below(6)).map(|k| 0x1000 * (k as u64 + 1)).collect();
-            let trace: Vec<TraceEvent> = (0..rng.below(60))
-                .map(|_| {
-                    let a = actions[rng.below(actions.len())];
-                    ev(a, addrs[rng.below(addrs.len())], 1 + rng.below(3 * MIB as usize) as u64)
-                })
-                .collect();
-            let states = [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive];
-            let mut blocks: Vec<Block> = Vec::new();
-            for &a in addrs.iter().chain(&[0x9000_0000]) {
-                if rng.below(2) == 0 {
-                    blocks.push(blk(a, 512 * (1 + rng.below(8) as u64), states[rng.below(3)]));
-                }
-            }
-            if !blocks.is_empty() {
-                snap.segments.push(seg(0, 1 << 32, blocks));
-            }
-            snap.device_traces.push(trace);
+            let snap = random_snapshot(&mut rng);
             let want = lives_by_steps(&snap, 0);
             assert_eq!(BlockLives::replay(&snap, 0), want, "{:?}", snap.device_traces[0]);
+        }
+    }
+
+    /// Reads both kinds of report: the allocated bytes the changes add up to, and the
+    /// levels of every state with that sum beside them.
+    #[derive(Default)]
+    struct Both {
+        sum: i64,
+        seen: Vec<(usize, Levels, i64)>,
+    }
+
+    impl WalkSink for Both {
+        fn allocated(&mut self, _state: usize, c: &AllocatedChange) {
+            self.sum += c.size as i64 * c.delta;
+        }
+        fn levels(&mut self, state: usize, _entry: Option<&TraceEvent>, l: &Levels) {
+            self.seen.push((state, *l, self.sum));
+        }
+    }
+
+    #[test]
+    fn a_sink_beside_the_timeline_sees_what_walks_of_their_own_see() {
+        // One walk feeding the curves, the lives and a sink of the caller's (the report's
+        // way) gives each what it gets alone: the timeline of `timeline`, the lives of a
+        // replay, the levels of `levels_at` at every state, and changes that add up to the
+        // allocated level.
+        let mut rng = fragscope_testdata::Rng(29);
+        for _ in 0..300 {
+            let snap = random_snapshot(&mut rng);
+            let opts = TimelineOptions { points: 1 + rng.below(8) };
+            let mut both = Both::default();
+            let mut tl = timeline_walk(&snap, 0, &opts, &mut both);
+            let lives = tl.lives.take().expect("timeline_walk keeps the lives");
+            assert_eq!(*lives, BlockLives::replay(&snap, 0));
+            let alone = timeline(&snap, 0, &opts);
+            assert_eq!(serde_json::to_string(&tl).unwrap(), serde_json::to_string(&alone).unwrap());
+            let n = snap.trace(0).len();
+            assert_eq!(both.seen.len(), n + 1);
+            for (k, &(state, l, sum)) in both.seen.iter().enumerate() {
+                assert_eq!(state, k);
+                assert_eq!(l, levels_at(&snap, 0, k.checked_sub(1)), "state {k} of {:?}", snap.device_traces[0]);
+                assert_eq!(sum, l.allocated as i64, "state {k} of {:?}", snap.device_traces[0]);
+            }
         }
     }
 

@@ -5,6 +5,16 @@
 //! `free_requested` ends its `allocated` life, `free_completed` its `active` life;
 //! segment entries add and remove reserved bytes.
 //!
+//! # What the walk reports
+//!
+//! [`Replayer::run`] tells a [`WalkSink`] what happens, in trace order: each block that
+//! enters or leaves the `allocated` set ([`AllocatedChange`]; the blocks live before the
+//! trace enter at state 0), and the levels at every state. Its consumers — the timeline's
+//! curves and peaks, the block lives ([`crate::lives`]), a front end's own curves — are
+//! sinks, and one walk feeds any number of them (a tuple of sinks is a sink). A sink
+//! implements the methods it reads; the others do nothing, and since the walk is generic
+//! over its sink they cost nothing either.
+//!
 //! # Block sizes (`allocated_size_basis`)
 //!
 //! The trace records the unrounded request, not the block size (spec §10.11). A block
@@ -147,6 +157,129 @@ impl TracedLife {
     }
 }
 
+/// A block entering (`delta` +1) or leaving (−1) the allocated set, as the walk reports
+/// it to a [`WalkSink`].
+#[derive(Clone, Copy, Debug)]
+pub struct AllocatedChange {
+    /// Allocation stack.
+    pub stack: Option<StackId>,
+    /// Block size (see the module doc for the basis).
+    pub size: u64,
+    pub delta: i64,
+    /// Allocated before the trace began (seeded at state 0).
+    pub before_trace: bool,
+    /// The block's address.
+    pub address: u64,
+    /// Unrounded request.
+    pub request: u64,
+    /// Index of its `alloc` entry; `None` when it was live before the trace began.
+    pub alloc_event: Option<usize>,
+    /// Its life: the index of its [`TracedLife`] among the blocks the trace allocates
+    /// (`alloc` order), or, `before_trace`, of its [`SeededLife`] among the blocks seeded
+    /// as allocated (the order the walk reports them at state 0) — the indexes of
+    /// `BlockLives::traced` and `BlockLives::seeded`.
+    pub life: usize,
+}
+
+impl AllocatedChange {
+    #[inline(always)]
+    fn of(address: u64, b: &Live, delta: i64) -> Self {
+        AllocatedChange {
+            stack: b.stack,
+            size: b.size,
+            delta,
+            before_trace: b.before_trace(),
+            address,
+            request: b.request,
+            alloc_event: (!b.before_trace()).then_some(b.alloc_event),
+            life: b.life as usize,
+        }
+    }
+}
+
+/// What [`Replayer::run`] reports, one method per kind of report, in this order: the
+/// blocks allocated at state 0 ([`WalkSink::allocated`] with state 0), the levels at
+/// state 0, then for each entry `i` the blocks it made or ended (state `i + 1`) and the
+/// levels after it. State `s` is the state after the first `s` entries.
+///
+/// Every method does nothing unless implemented. `()` is the sink that reads nothing,
+/// `(A, B)` feeds both, `Option<S>` feeds `S` when there is one, `&mut S` lends one;
+/// [`OnAllocated`] and [`OnLevels`] make a sink of a closure.
+pub trait WalkSink {
+    /// `change.delta` = +1: a block entered the allocated set at `state`; −1: it left it.
+    #[inline(always)]
+    fn allocated(&mut self, state: usize, change: &AllocatedChange) {
+        let _ = (state, change);
+    }
+    /// The levels at `state`, after its changes; `entry` is the trace entry that led to
+    /// it (`None` for state 0).
+    #[inline(always)]
+    fn levels(&mut self, state: usize, entry: Option<&TraceEvent>, levels: &Levels) {
+        let _ = (state, entry, levels);
+    }
+}
+
+impl WalkSink for () {}
+
+impl<S: WalkSink + ?Sized> WalkSink for &mut S {
+    #[inline(always)]
+    fn allocated(&mut self, state: usize, change: &AllocatedChange) {
+        (**self).allocated(state, change)
+    }
+    #[inline(always)]
+    fn levels(&mut self, state: usize, entry: Option<&TraceEvent>, levels: &Levels) {
+        (**self).levels(state, entry, levels)
+    }
+}
+
+impl<S: WalkSink> WalkSink for Option<S> {
+    #[inline(always)]
+    fn allocated(&mut self, state: usize, change: &AllocatedChange) {
+        if let Some(s) = self {
+            s.allocated(state, change)
+        }
+    }
+    #[inline(always)]
+    fn levels(&mut self, state: usize, entry: Option<&TraceEvent>, levels: &Levels) {
+        if let Some(s) = self {
+            s.levels(state, entry, levels)
+        }
+    }
+}
+
+impl<A: WalkSink, B: WalkSink> WalkSink for (A, B) {
+    #[inline(always)]
+    fn allocated(&mut self, state: usize, change: &AllocatedChange) {
+        self.0.allocated(state, change);
+        self.1.allocated(state, change);
+    }
+    #[inline(always)]
+    fn levels(&mut self, state: usize, entry: Option<&TraceEvent>, levels: &Levels) {
+        self.0.levels(state, entry, levels);
+        self.1.levels(state, entry, levels);
+    }
+}
+
+/// A sink of the allocated changes only: `f(state, change)` ([`WalkSink::allocated`]).
+pub struct OnAllocated<F: FnMut(usize, &AllocatedChange)>(pub F);
+
+impl<F: FnMut(usize, &AllocatedChange)> WalkSink for OnAllocated<F> {
+    #[inline(always)]
+    fn allocated(&mut self, state: usize, change: &AllocatedChange) {
+        (self.0)(state, change)
+    }
+}
+
+/// A sink of the levels only: `f(state, levels)` ([`WalkSink::levels`]).
+pub struct OnLevels<F: FnMut(usize, &Levels)>(pub F);
+
+impl<F: FnMut(usize, &Levels)> WalkSink for OnLevels<F> {
+    #[inline(always)]
+    fn levels(&mut self, state: usize, _entry: Option<&TraceEvent>, levels: &Levels) {
+        (self.0)(state, levels)
+    }
+}
+
 /// A live block at some trace position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Live {
@@ -160,9 +293,10 @@ pub(crate) struct Live {
     pub alloc_event: usize,
     /// Not yet `free_requested`.
     pub allocated: bool,
-    /// Number of the block's life ([`crate::lives`]): traced blocks in `alloc` order,
-    /// seeded ones as [`crate::lives::LivesRecorder::start`] numbers them. 32 bits: a
-    /// trace of 4 G entries (40 bytes each in memory) could not be loaded.
+    /// Number of the block's life ([`AllocatedChange::life`]): traced blocks in `alloc`
+    /// order, seeded ones (allocated at state 0) in the order the walk reports them
+    /// ([`Replayer::number_seeded`]). 32 bits: a trace of 4 G entries (40 bytes each in
+    /// memory) could not be loaded.
     pub life: u32,
 }
 
@@ -214,7 +348,7 @@ pub(crate) struct Replayer<'a> {
     pub(crate) live: Vec<Option<Live>>,
     /// Slots of the blocks seeded at state 0, in the order the replay has always listed
     /// them (the iteration order of the address-keyed map that seeds them), which
-    /// numbers the seeded lives ([`crate::lives::LivesRecorder::start`]).
+    /// numbers the seeded lives ([`Replayer::number_seeded`]).
     pub(crate) seeded_order: Vec<u32>,
     pub cur: Levels,
     totals: &'a [TotalsSample],
@@ -671,7 +805,21 @@ impl<'a> Replayer<'a> {
         if reserved_from_totals {
             r.seed_profiler_baseline();
         }
+        r.number_seeded();
         r
+    }
+
+    /// Numbers the blocks seeded as allocated ([`Live::life`]) in the order the walk
+    /// reports them at state 0, the order of `BlockLives::seeded` (pending-free ones are
+    /// never reported allocated).
+    fn number_seeded(&mut self) {
+        let mut n = 0u32;
+        for &k in &self.seeded_order {
+            if let Some(b) = self.live[k as usize].as_mut().filter(|b| b.allocated) {
+                b.life = n;
+                n += 1;
+            }
+        }
     }
 
     /// A profiler trace (Kineto) has no segments: one totals sample per profiler event
@@ -697,13 +845,21 @@ impl<'a> Replayer<'a> {
         self.advance_totals(trace.first().map_or(i64::MIN, |e| e.time_us));
     }
 
-    /// Calls `f` with each block seeded at state 0 and its address, in the order the
-    /// replay lists them (call before the first step: the state at t = 0).
-    pub fn each_seeded(&mut self, mut f: impl FnMut(u64, &mut Live)) {
+    /// The whole walk from state 0, reported to `sink` ([`WalkSink`]'s order): the blocks
+    /// seeded as allocated, in the order the replay lists them, and the levels at state 0;
+    /// then each entry's changes and the levels after it.
+    #[inline(always)]
+    pub fn run(&mut self, sink: &mut impl WalkSink) {
         for &k in &self.seeded_order {
-            if let Some(b) = self.live[k as usize].as_mut() {
-                f(self.addr_of[k as usize], b);
+            if let Some(b) = self.live[k as usize].as_ref().filter(|b| b.allocated) {
+                sink.allocated(0, &AllocatedChange::of(self.addr_of[k as usize], b, 1));
             }
+        }
+        sink.levels(0, None, &self.cur);
+        let trace = self.trace;
+        for (i, e) in trace.iter().enumerate() {
+            self.step(i, sink);
+            sink.levels(i + 1, Some(e), &self.cur);
         }
     }
 
@@ -729,11 +885,11 @@ impl<'a> Replayer<'a> {
         }
     }
 
-    /// Applies event `i`. `on_change(block, +1/−1)` is told when a block enters or leaves
-    /// the allocated set (what attribution counts as live). Events are applied in trace
-    /// order, each once, from 0.
+    /// Applies event `i`, telling `sink` ([`WalkSink::allocated`], at state `i + 1`) when a
+    /// block enters or leaves the allocated set (what attribution counts as live). Events
+    /// are applied in trace order, each once, from 0.
     #[inline(always)]
-    pub fn step(&mut self, i: usize, on_change: &mut impl FnMut(&Live, i64)) {
+    pub fn step(&mut self, i: usize, sink: &mut impl WalkSink) {
         let e = &self.trace[i];
         let c = &mut self.cur;
         match e.action {
@@ -761,13 +917,13 @@ impl<'a> Replayer<'a> {
                     c.requested = c.requested.saturating_sub(old.request);
                     if old.allocated {
                         c.allocated = c.allocated.saturating_sub(old.size);
-                        on_change(&old, -1);
+                        sink.allocated(i + 1, &AllocatedChange::of(e.addr, &old, -1));
                     }
                 }
                 c.allocated += size;
                 c.active += size;
                 c.requested += e.size;
-                on_change(&b, 1);
+                sink.allocated(i + 1, &AllocatedChange::of(e.addr, &b, 1));
             }
             Action::FreeRequested => {
                 if let Some(b) = self.live[self.slot_of[i] as usize].as_mut() {
@@ -775,7 +931,7 @@ impl<'a> Replayer<'a> {
                         b.allocated = false;
                         c.allocated = c.allocated.saturating_sub(b.size);
                         let b = *b;
-                        on_change(&b, -1);
+                        sink.allocated(i + 1, &AllocatedChange::of(e.addr, &b, -1));
                     }
                 }
             }
@@ -786,7 +942,7 @@ impl<'a> Replayer<'a> {
                     if b.allocated {
                         // No free_requested recorded (e.g. skip_actions): it ends here.
                         c.allocated = c.allocated.saturating_sub(b.size);
-                        on_change(&b, -1);
+                        sink.allocated(i + 1, &AllocatedChange::of(e.addr, &b, -1));
                     }
                 }
             }

@@ -116,15 +116,19 @@ fn report_data_agrees_with_summary_and_analyze() {
 /// bytes of `analyze`'s timeline (where the timeline reads them from the segments).
 #[test]
 fn segment_lives_add_up_to_the_reserved_curve() {
-    use fragscope_trace::{timeline_walk, TimelineOptions};
+    use fragscope_trace::{timeline_walk, OnLevels, TimelineOptions};
     let files = fragscope_testdata::real_pickles();
     let mut checked = 0;
     for path in &files {
         let snap = fragscope_snapshot::read_path(path).unwrap();
         for d in snap.devices() {
             let mut reserved = Vec::new();
-            let tl =
-                timeline_walk(&snap, d, &TimelineOptions { points: 1 }, |_, _| {}, |_, l| reserved.push(l.reserved));
+            let tl = timeline_walk(
+                &snap,
+                d,
+                &TimelineOptions { points: 1 },
+                &mut OnLevels(|_, l| reserved.push(l.reserved)),
+            );
             if tl.reserved_source != fragscope_trace::ReservedSource::Segments {
                 continue;
             }
