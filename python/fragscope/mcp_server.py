@@ -27,16 +27,22 @@ Run: ``fragscope mcp`` (or ``python -m fragscope.mcp_server``).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import os
+import re
+import stat
+import threading
 from typing import Any, Callable, Dict, List, Literal, Optional
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from pydantic import ConfigDict, ValidationError
 
-from . import _native
-from ._errors import FragscopeError
+from . import __version__, _native
+from ._errors import FragscopeError, RefusedPickleError, SnapshotError
 
 INSTRUCTIONS = (
     "fragscope reads PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot "
@@ -47,13 +53,25 @@ INSTRUCTIONS = (
     "role); `roles` says what the memory is for (parameters, gradients, optimizer state, "
     "activations, ...); `predict` takes recordings at two or more sizes (batch size, sequence "
     "length) and predicts the memory at another; `window` (START..END by entry index, or "
-    "12.5s..14s) restricts summary, analyze and roles to a stretch of the trace."
+    "12.5s..14s) restricts summary, analyze and roles to a stretch of the trace. Paths are "
+    "files under the folder the server was started for (FRAGSCOPE_MCP_ROOT). Results are "
+    "compact (stacks without C++ frames, lists cut); `full: true` on analyze and "
+    "replay_what_if returns every frame and row."
 )
-
-server = MCPServer("fragscope", instructions=INSTRUCTIONS)
 
 #: Seconds a single command may run (a replay of a multi-GB trace takes a while).
 TIMEOUT_S = float(os.environ.get("FRAGSCOPE_MCP_TIMEOUT", "900"))
+
+#: Commands running at once, at most: one per core by default (each is one thread of Rust
+#: work). A call past it fails at once with a "busy" error instead of queueing behind
+#: replays that may take minutes; the protocol itself (ping, tools/list) is never queued.
+JOBS = max(1, int(os.environ.get("FRAGSCOPE_MCP_JOBS") or os.cpu_count() or 2))
+
+#: The folder whose files the tools may read (the user's choice, FRAGSCOPE_MCP_ROOT; by
+#: default the folder the server was started in). A path an agent names is resolved
+#: (symbolic links included) and refused outside it, so that an agent talked into naming
+#: ~/.ssh/id_rsa or /etc/shadow gets a refusal, not an answer about the file.
+ROOT = os.path.realpath(os.path.expanduser(os.environ.get("FRAGSCOPE_MCP_ROOT") or os.getcwd()))
 
 READ = "recording: figures read from the snapshot (final state and trace), no replay"
 WALK = "recording: allocator state rebuilt by the backward walk from the recorded final state, no replay"
@@ -69,47 +87,251 @@ REPLAY = (
 
 
 #: Worker threads for the commands: a command's Rust code runs with the GIL released, so a
-#: long replay never stalls the server's event loop or another tool call.
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="fragscope")
+#: long replay never stalls the server's event loop or another tool call. The tools are
+#: coroutines that await these threads: they take none of the SDK's worker threads, which
+#: its stdio transport needs to read the next message (40 blocked synchronous tools used to
+#: leave it none, and the server stopped answering even ping).
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS, thread_name_prefix="fragscope")
+#: Slots of running commands. Released when the command's thread finishes, not when the
+#: call gives up (timeout, cancellation): Rust code cannot be interrupted mid-replay, and
+#: the limit counts the work actually running.
+_SLOTS = threading.BoundedSemaphore(JOBS)
 
 
-def _run(what: str, work: Callable[[], str]) -> Dict[str, Any]:
-    """Runs one library command (``work`` returns its JSON document) and returns the
-    document, or raises a ToolError with fragscope's one-line message. Past TIMEOUT_S
-    the tool answers with an error; the command finishes on its worker thread (Rust code
-    cannot be interrupted mid-replay) and its result is dropped."""
-    future = _POOL.submit(work)
+async def _run(what: str, work: Callable[[], str]) -> Dict[str, Any]:
+    """Runs one library command (``work`` returns its JSON document) on a worker thread and
+    returns the document, or raises a ToolError with fragscope's one-line message. With
+    JOBS commands already running it fails at once ("busy"). Past TIMEOUT_S the tool
+    answers with an error; the command finishes on its thread and its result is dropped."""
+    if not _SLOTS.acquire(blocking=False):
+        raise ToolError(
+            f"fragscope is busy: {JOBS} command(s) already running (FRAGSCOPE_MCP_JOBS); "
+            "call again when one has answered"
+        )
     try:
-        text = future.result(timeout=TIMEOUT_S)
-    except concurrent.futures.TimeoutError:
+        future = _POOL.submit(lambda: json.loads(work()))
+    except BaseException:
+        _SLOTS.release()
+        raise
+    future.add_done_callback(lambda _: _SLOTS.release())
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future), TIMEOUT_S)
+    except asyncio.TimeoutError:
         raise ToolError(f"fragscope {what} took longer than {TIMEOUT_S:.0f} s (FRAGSCOPE_MCP_TIMEOUT)")
     except FragscopeError as e:
         raise ToolError(str(e))
     except OSError as e:
         raise ToolError(f"cannot read: {e}")
-    return json.loads(text)
-
-
-def _load(path: str) -> Any:
-    """The snapshot at ``path`` (refused or unreadable: FragscopeError, a tool error)."""
-    return _native.load(_file(path))
 
 
 def _file(path: str) -> str:
+    """The real path of the snapshot file an agent named, checked: under ROOT (relative
+    paths are relative to it), existing, a regular file (a FIFO would block a worker
+    forever, a device read endlessly). Refusals are one line and say nothing about a file
+    outside ROOT, not even whether it exists."""
     if not path:
         raise ToolError("give the path of a snapshot file")
-    p = os.path.expanduser(path)
-    if not os.path.exists(p):
+    real = os.path.realpath(os.path.join(ROOT, os.path.expanduser(path)))
+    if os.path.commonpath([real, ROOT]) != ROOT:
+        raise ToolError(f"{path} is outside {ROOT}, the folder this server reads (set FRAGSCOPE_MCP_ROOT to widen it)")
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
         raise ToolError(f"no such file: {path}")
-    return p
+    except OSError as e:
+        raise ToolError(f"cannot read {path}: {e.strerror}")
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise ToolError(f"{path} is {kind}, not a regular file: give a snapshot file")
+    return real
+
+
+#: Reasons of the reader that quote nothing from the file (lengths and offsets only).
+_SAFE_REASONS = [
+    r"the file is empty",
+    r"truncated: the data ends at byte \d+ in the middle of the pickle",
+    r"pickle opcode [A-Z0-9_]+ at byte \d+ would [a-z ()_,]+; refusing",
+]
+_UNRECOGNISED = "unrecognised format (starts with "
+_UNRECOGNISED_END = "); expected a pickle from torch.cuda.memory._dump_snapshot"
+
+
+def _content_free(message: str, real: str, shown: str) -> str:
+    """The reader's one line for a file it refused, without anything read from the file.
+
+    The reader quotes what it found (the first bytes of an unrecognised file, a key, a
+    string where a number belongs) so that a user at a terminal sees what is wrong. Through
+    MCP that is a file-read oracle: an agent talked into naming a text file of secrets
+    would be told its first line. Only reasons made of lengths and offsets pass; the others
+    are named by kind, and the CLI (which the user runs) still prints the full reason."""
+    # The reader names the file by the path it opened; the agent sees its own.
+    if message.startswith(real + " "):
+        message = shown + message[len(real):]
+    elif message.startswith(f"cannot read {real}: "):
+        message = f"cannot read {shown}: " + message[len(f"cannot read {real}: "):]
+    prefix = f"{shown} is not a memory snapshot: "
+    if not message.startswith(prefix):
+        # "cannot read PATH: <OS error>" (or the file changed while read): nothing of the file.
+        return message if message.startswith(f"cannot read {shown}: ") else f"{shown} is not a memory snapshot"
+    reason = message[len(prefix):]
+    if any(re.fullmatch(r, reason) for r in _SAFE_REASONS):
+        return message
+    if reason.startswith(_UNRECOGNISED) and _UNRECOGNISED_END in reason:
+        rest = reason[reason.rindex(_UNRECOGNISED_END) + 3 :]
+        return prefix + "unrecognised format; " + rest.split("; ")[0]
+    corrupt = re.match(r"corrupt pickle at byte \d+", reason)
+    if corrupt:
+        return prefix + corrupt.group(0)
+    return prefix + (
+        "it does not have the shape of one (the reader's reason quotes the file, so it is not "
+        "repeated here; `fragscope summary FILE` in a terminal prints it)"
+    )
+
+
+def _load(path: str) -> Any:
+    """The snapshot at ``path`` (an agent's path, checked by :func:`_file`). Refused or
+    unreadable: a FragscopeError whose message quotes nothing read from the file."""
+    real = _file(path)
+    try:
+        return _native.load(real, path)
+    except RefusedPickleError:
+        raise  # "pickle opcode GLOBAL at byte N would import code; refusing": nothing quoted.
+    except SnapshotError as e:
+        raise SnapshotError(_content_free(str(e), real, path)) from None
+
+
+#: How many frames of a stack a compact result keeps (innermost first).
+STACK_FRAMES = 8
+#: Frames the report leaves out of a stack by default (crates/report/assets/js/data.js:
+#: the unwinder, CapturedTraceback, the dispatcher's boxing and registration, CPython's
+#: call machinery), by function name and by file.
+_OMIT_FUNCTIONS = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start", "__libc_start_main",
+                   "PyEval_", "PyObject_", "PyFunction_")
+_OMIT_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c", "Objects/call.c",
+               "Objects/methodobject.c", "pycore_ceval.h", "ceval.c", "cpython/abstract.h")
+
+
+def _frames(stack: List[str]) -> List[str]:
+    """A stack (``file:line:function`` strings, innermost first) as an agent can afford it:
+    the Python frames when there are any (the code a user can change), else the frames the
+    report shows; at most STACK_FRAMES, then one string saying how many were left out."""
+    def parts(f: str) -> tuple:
+        m = re.match(r"^(.*?):(-?\d+):(.*)$", f, re.S)
+        return (m.group(1), m.group(3)) if m else (f, "")
+
+    shown = [
+        f for f in stack
+        if not any(x in parts(f)[1] for x in _OMIT_FUNCTIONS) and not any(x in parts(f)[0] for x in _OMIT_FILES)
+    ]
+    python = [f for f in shown if parts(f)[0].endswith(".py")]
+    kept = (python or shown)[:STACK_FRAMES]
+    if len(kept) < len(stack):
+        kept.append(f"<{len(stack) - len(kept)} more frames: C++ or outer; full: true lists them>")
+    return kept
+
+
+def _compact_stacks(x: Any) -> Any:
+    """``x`` with every ``stack`` list of frame strings cut by :func:`_frames`."""
+    if isinstance(x, dict):
+        return {
+            k: _frames(v) if k == "stack" and isinstance(v, list) and all(isinstance(f, str) for f in v)
+            else _compact_stacks(v)
+            for k, v in x.items()
+        }
+    if isinstance(x, list):
+        return [_compact_stacks(v) for v in x]
+    return x
+
+
+class _StrictTool(Tool):
+    """A tool whose arguments are exactly its parameters. The SDK builds each tool's
+    argument model from the function's signature and ignores names it does not know
+    (``allocator_state_at {"entry": 421}`` would answer for the end of the trace, an
+    ``isError: false`` answer to a question nobody asked). Here the model forbids extra
+    fields (the published schema says ``additionalProperties: false``) and an unknown
+    name is a one-line tool error naming the arguments there are; so are the SDK's
+    validation errors, which pydantic writes on several lines with a link."""
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], **kwargs: Any) -> "_StrictTool":
+        tool = super().from_function(fn, **kwargs)
+        base = tool.fn_metadata.arg_model
+        strict = type(base.__name__, (base,), {"model_config": ConfigDict(**base.model_config, extra="forbid")})
+        tool.fn_metadata.arg_model = strict
+        tool.parameters = strict.model_json_schema(by_alias=True)
+        return tool
+
+    def _signature(self) -> str:
+        required = set(self.parameters.get("required", []))
+        names = [n + (" (required)" if n in required else "") for n in self.parameters.get("properties", {})]
+        return f"{self.name} takes {', '.join(names)}"
+
+    async def run(self, arguments: Dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        unknown = [k for k in arguments if k not in self.parameters.get("properties", {})]
+        if unknown:
+            raise ToolError(
+                f"Error executing tool {self.name}: unknown argument{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(repr(k) for k in unknown)}; {self._signature()}"
+            )
+        try:
+            return await super().run(arguments, context, convert_result)
+        except ToolError as e:
+            cause = e.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            errors = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in cause.errors()
+            )
+            raise ToolError(f"Error executing tool {self.name}: {errors}; {self._signature()}") from cause
+
+
+_TOOLS: List[Callable[..., Any]] = []
+
+
+def _tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Registers ``fn`` as a tool (the server is built from them at the end of the module)."""
+    _TOOLS.append(fn)
+    return fn
 
 
 def _pick(d: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
     return {k: d[k] for k in keys if k in d}
 
 
-@server.tool()
-def summary(path: str, window: Optional[str] = None) -> Dict[str, Any]:
+def _settings(settings: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The recorded allocator settings with ``roundup_power2_divisions`` cut to the sizes
+    that have divisions (PyTorch lists all 16 size classes, almost always with 0)."""
+    if not settings or not isinstance(settings.get("roundup_power2_divisions"), list):
+        return settings
+    out = dict(settings)
+    out["roundup_power2_divisions"] = [p for p in settings["roundup_power2_divisions"] if p and p[-1]]
+    return out
+
+
+#: What a compact analyze keeps of each replayed setting (recommendations' rows).
+_SETTING_ROW = ["setting", "paste", "extra_call", "min_version", "peak_reserved_bytes", "peak_allocated_bytes",
+                "cuda_mallocs", "syncs", "ooms", "first_oom_index", "notes"]
+
+
+def _compact_recommendations(rec: Optional[Dict[str, Any]], top: int) -> Optional[Dict[str, Any]]:
+    if not rec:
+        return rec
+    out = dict(rec)
+    if isinstance(rec.get("era"), dict):
+        out["era"] = rec["era"].get("label")
+    for key in ("baseline",):
+        if isinstance(rec.get(key), dict):
+            out[key] = _pick(rec[key], _SETTING_ROW)
+    for key in ("recommended", "tried"):
+        if isinstance(rec.get(key), list):
+            out[key] = [_pick(r, _SETTING_ROW) if isinstance(r, dict) else r for r in rec[key][:top]]
+            if len(rec[key]) > top:
+                out[key + "_more"] = len(rec[key]) - top
+    return out
+
+
+@_tool
+async def summary(path: str, window: Optional[str] = None) -> Dict[str, Any]:
     """Memory figures of a snapshot as torch.cuda.memory_summary() names them, per device:
     reserved/allocated/active bytes in the final state, fragmentation, largest free block,
     what the trace covers.
@@ -120,7 +342,7 @@ def summary(path: str, window: Optional[str] = None) -> Dict[str, Any]:
             ("1000..5000") or time since the first entry ("12.5s..14s", "..300ms").
     """
     _file(path)
-    d = _run("summary", lambda: _load(path).summary_json(window))
+    d = await _run("summary", lambda: _load(path).summary_json(window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
@@ -152,13 +374,13 @@ def summary(path: str, window: Optional[str] = None) -> Dict[str, Any]:
         "method": READ,
         "window": f.get("window"),
         "format": f.get("format"),
-        "settings": f.get("settings"),
+        "settings": _settings(f.get("settings")),
         "devices": devices,
     }
 
 
-@server.tool()
-def analyze(path: str, window: Optional[str] = None, top: int = 5) -> Dict[str, Any]:
+@_tool
+async def analyze(path: str, window: Optional[str] = None, top: int = 5, full: bool = False) -> Dict[str, Any]:
     """Explain a snapshot, findings first (most important first): the OOM (exhaustion,
     fragmentation or stranded memory, and settings a replay shows would have avoided it),
     fragmentation over time, leak suspects, who holds memory at the peaks, recommended
@@ -167,25 +389,31 @@ def analyze(path: str, window: Optional[str] = None, top: int = 5) -> Dict[str, 
     Args:
         path: snapshot file.
         window: optional stretch of the trace (see `summary`).
-        top: call sites / suspects listed per table (1..50).
+        top: call sites / suspects / settings listed per table (1..50).
+        full: every field of the CLI's `analyze --json` (recommendations' replay rows
+            in full); by default cut to what an answer needs.
     """
     top = max(1, min(int(top), 50))
     _file(path)
-    d = _run("analyze", lambda: _load(path).analyze_json(top, False, window))
+    d = await _run("analyze", lambda: _load(path).analyze_json(top, False, window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
         out: Dict[str, Any] = {"device": dev.get("device"), "findings": dev.get("findings", [])}
+        headlines = {x.get("headline") for x in out["findings"]}
         oom = dev.get("oom")
         if oom:
             out["oom"] = {
                 k: v
                 for k, v in oom.items()
-                if not isinstance(v, (list, dict)) or k in ("fixes", "verdict", "state", "holders")
+                if (not isinstance(v, (list, dict)) or k in ("fixes", "verdict", "state", "holders"))
+                # The findings already say it, word for word.
+                and (full or not (isinstance(v, str) and v in headlines))
             }
         out["peak_fragmentation"] = dev.get("peak_fragmentation")
         out["leak_suspects"] = (dev.get("leak_suspects") or [])[:top]
-        out["recommendations"] = dev.get("recommendations")
+        rec = dev.get("recommendations")
+        out["recommendations"] = rec if full else _compact_recommendations(rec, top)
         peaks = dev.get("peaks") or {}
         out["peaks"] = peaks
         devices.append(out)
@@ -195,28 +423,36 @@ def analyze(path: str, window: Optional[str] = None, top: int = 5) -> Dict[str, 
         "method": READ + "; OOM fixes and recommendations measured by " + REPLAY,
         "window": f.get("window"),
         "recorded_config": f.get("recorded_config"),
-        "devices": devices,
+        "devices": devices if full else _compact_stacks(devices),
     }
 
 
-@server.tool()
-def explain_oom_text(text: str) -> Dict[str, Any]:
+@_tool
+async def explain_oom_text(text: str) -> Dict[str, Any]:
     """Explain a CUDA out-of-memory error message from its text (paste the whole
     "CUDA out of memory. Tried to allocate ..." message): the figures, whether
-    fragmentation is the likely cause, and what to record next. No snapshot needed.
+    fragmentation is the likely cause, and what to record next. No snapshot needed; the
+    text is the message itself, never a file's path (no file is read).
 
     Args:
         text: the error message (one or several; from a log).
     """
     if not text or not text.strip():
         raise ToolError("give the text of the CUDA out-of-memory error")
-    d = _run("oom", lambda: _native.explain_oom_json(text))
+    try:
+        d = await _run("oom", lambda: _native.explain_oom_json(text))
+    except ToolError as e:
+        if "no CUDA out-of-memory message found" not in str(e):
+            raise
+        # An agent may pass a log's path: this tool reads no file (a path would make it a
+        # reader of any file the server can open), so say what `text` is.
+        raise ToolError(f"{e} (`text` is the message itself: this tool never reads a file)") from None
     d["method"] = "the error message's own figures (no snapshot, no replay)"
     return d
 
 
-@server.tool()
-def replay_what_if(
+@_tool
+async def replay_what_if(
     path: str,
     config: Optional[List[str]] = None,
     capacity: Optional[str] = None,
@@ -227,6 +463,7 @@ def replay_what_if(
     shard_gradients: Optional[int] = None,
     grads_set_to_none: bool = False,
     checkpoint: Optional[str] = None,
+    full: bool = False,
 ) -> Dict[str, Any]:
     """Measure what other allocator settings would have done, by replaying the recorded
     trace through fragscope's model of PyTorch's caching allocator: peak reserved, peak
@@ -248,6 +485,10 @@ def replay_what_if(
             zero_grad(set_to_none=True), activation checkpointing of "all" layers or
             "0,2,5-7". Each device then has "role_whatif": peaks before/after, whether a
             recorded OOM would be avoided, and why a change cannot be applied.
+        full: every field of the CLI's `replay --json` (each first OOM's whole stack,
+            cudaMalloc/cudaFree counts by size, every note); by default: a first OOM's
+            stack is its Python frames (at most 8), the size histograms and all but 3
+            notes are left out.
     """
     _file(path)
 
@@ -264,7 +505,7 @@ def replay_what_if(
             checkpoint=str(checkpoint) if checkpoint else None,
         )
 
-    d = _run("replay", work)
+    d = await _run("replay", work)
     files = d.get("files") or [{}]
     devices = []
     for dev in files[0].get("devices", []):
@@ -274,10 +515,16 @@ def replay_what_if(
         )
         rows = []
         for w in dev.get("whatif", []):
+            if full:
+                rows.append(w)
+                continue
             row = {k: v for k, v in w.items() if k not in ("notes",)}
+            if isinstance(w.get("driver"), dict):
+                # cudaMalloc/cudaFree counts by size class: lists of zeros, mostly.
+                row["driver"] = {k: v for k, v in w["driver"].items() if not isinstance(v, list)}
             if w.get("notes"):
                 row["notes"] = w["notes"][:3]
-            rows.append(row)
+            rows.append(_compact_stacks(row))
         entry = {"device": dev.get("device"), "model_fidelity": fidelity, "whatif": rows}
         if "role_whatif" in dev:
             entry["role_whatif"] = [
@@ -295,7 +542,7 @@ def replay_what_if(
     }
 
 
-def _state(
+async def _state(
     path: str, event: Optional[int], time: Optional[str], device: Optional[int], by: str, top: int
 ) -> Dict[str, Any]:
     if event is not None and time is not None:
@@ -304,11 +551,11 @@ def _state(
         raise ToolError("event is a trace entry index (>= 0)")
     top = max(1, min(int(top), 100))
     _file(path)
-    return _run("state", lambda: _load(path).state_json(event, time, device, by, top))
+    return await _run("state", lambda: _load(path).state_json(event, time, device, by, top))
 
 
-@server.tool()
-def allocator_state_at(
+@_tool
+async def allocator_state_at(
     path: str, event: Optional[int] = None, time: Optional[str] = None, device: Optional[int] = None
 ) -> Dict[str, Any]:
     """The allocator state at one moment: reserved, allocated, cached free bytes, the
@@ -320,15 +567,15 @@ def allocator_state_at(
         time: or a time since the first trace entry ("12.5s", "300ms").
         device: device (default: the first with a trace).
     """
-    d = _state(path, event, time, device, "site", 5)
+    d = await _state(path, event, time, device, "site", 5)
     d.pop("holders", None)
     d.pop("other_bytes", None)
     d.pop("holders_by", None)
     return d
 
 
-@server.tool()
-def top_holders(
+@_tool
+async def top_holders(
     path: str,
     event: Optional[int] = None,
     time: Optional[str] = None,
@@ -349,7 +596,7 @@ def top_holders(
         top: rows listed (the rest is summed in other_bytes).
         device: device (default: the first with a trace).
     """
-    d = _state(path, event, time, device, by, top)
+    d = await _state(path, event, time, device, by, top)
     return _pick(
         d,
         [
@@ -367,8 +614,8 @@ def top_holders(
     )
 
 
-@server.tool()
-def roles(path: str, window: Optional[str] = None, device: Optional[int] = None) -> Dict[str, Any]:
+@_tool
+async def roles(path: str, window: Optional[str] = None, device: Optional[int] = None) -> Dict[str, Any]:
     """What the memory is for, per device: bytes held by parameters, gradients,
     optimizer_state, activations, temporaries, inputs and other, at the allocated peak
     (at_peak) and at most (max), with the training steps found and each role's
@@ -380,7 +627,7 @@ def roles(path: str, window: Optional[str] = None, device: Optional[int] = None)
         device: only this device.
     """
     _file(path)
-    d = _run("summary", lambda: _load(path).summary_json(window))
+    d = await _run("summary", lambda: _load(path).summary_json(window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
@@ -426,8 +673,8 @@ def roles(path: str, window: Optional[str] = None, device: Optional[int] = None)
     }
 
 
-@server.tool()
-def predict(
+@_tool
+async def predict(
     paths: List[str],
     sizes: List[int],
     at: Optional[List[int]] = None,
@@ -457,15 +704,16 @@ def predict(
         raise ToolError(f"sizes gives {len(sizes)} size(s) for {len(paths)} path(s): one per recording, in order")
     if not at and not max_fit:
         raise ToolError("give the sizes to predict (at), or max_fit with capacity")
-    files = [_file(p) for p in paths]
+    for p in paths:
+        _file(p)
 
     def work() -> str:
-        snaps = [_native.load(f, p) for f, p in zip(files, paths)]
+        snaps = [_load(p) for p in paths]
         return _native.predict_json(
             snaps, [int(x) for x in sizes], [int(x) for x in at or []], config or None, capacity or None, bool(max_fit), device
         )
 
-    d = _run("predict", work)
+    d = await _run("predict", work)
     preds = []
     for p in d.get("predictions", []):
         row = {
@@ -474,7 +722,7 @@ def predict(
             if not isinstance(v, (list, dict)) or k in ("oom", "fit_quality", "breakdown")
         }
         if isinstance(row.get("oom"), dict):
-            row["oom"] = {k: v for k, v in row["oom"].items() if k != "stack"}
+            row["oom"] = _compact_stacks(row["oom"])
         row["notes"] = (p.get("notes") or [])[:3]
         preds.append(row)
     fits = []
@@ -496,8 +744,8 @@ def predict(
     return out
 
 
-@server.tool()
-def diff(path_a: str, path_b: str, top: int = 10) -> Dict[str, Any]:
+@_tool
+async def diff(path_a: str, path_b: str, top: int = 10) -> Dict[str, Any]:
     """Compare two snapshots (before/after a change): peak allocated / reserved /
     fragmentation per device and the call sites whose live memory at the peak changed
     most.
@@ -509,9 +757,20 @@ def diff(path_a: str, path_b: str, top: int = 10) -> Dict[str, Any]:
     """
     top = max(1, min(int(top), 100))
     _file(path_a), _file(path_b)
-    d = _run("diff", lambda: _load(path_a).diff_json(_load(path_b), top))
+    d = await _run("diff", lambda: _load(path_a).diff_json(_load(path_b), top))
     d["method"] = READ + " (peaks from each trace's timeline)"
     return d
+
+
+server = MCPServer(
+    "fragscope",
+    version=__version__,
+    instructions=INSTRUCTIONS,
+    tools=[_StrictTool.from_function(fn) for fn in _TOOLS],
+)
+
+#: The tools' names, in the order tools/list gives them (``fragscope mcp --help`` lists these).
+TOOL_NAMES = [fn.__name__ for fn in _TOOLS]
 
 
 def main() -> None:

@@ -9,13 +9,16 @@ import asyncio
 import json
 import os
 import pickle
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 
-from conftest import TRACES, grid_file, real_pickles, run_cli
+import fragscope
+from conftest import TRACES, grid_file, real_file, real_pickles, run_cli
 
 mcp = pytest.importorskip("mcp", reason="the MCP client library (pip install 'fragscope[mcp]') is not installed")
 from mcp import ClientSession  # noqa: E402
@@ -76,11 +79,15 @@ def error_text(result) -> str:
     return " ".join(getattr(c, "text", "") for c in result.content)
 
 
-async def session_run(body):
+async def session_run(body, env_extra=None, args=("-m", "fragscope", "mcp")):
     env = dict(os.environ)
     # The server calls the library in its own process: no fragscope binary on PATH needed.
     env["PATH"] = os.defpath
-    params = StdioServerParameters(command=sys.executable, args=["-m", "fragscope", "mcp"], env=env)
+    # The real files are outside the working directory (the default root): these tests
+    # let the server read the whole file system; test_paths_* narrow it.
+    env["FRAGSCOPE_MCP_ROOT"] = os.path.abspath(os.sep)
+    env.update(env_extra or {})
+    params = StdioServerParameters(command=sys.executable, args=list(args), env=env)
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as s:
@@ -88,15 +95,23 @@ async def session_run(body):
                 await body(s, init)
 
 
-def run(body):
-    asyncio.run(asyncio.wait_for(session_run(body), timeout=900))
+def run(body, env_extra=None, args=("-m", "fragscope", "mcp")):
+    asyncio.run(asyncio.wait_for(session_run(body, env_extra, args), timeout=900))
 
 
 def test_initialize_and_list_tools():
     async def body(s, init):
         assert init.server_info.name == "fragscope"
+        assert init.server_info.version == fragscope.__version__ and fragscope.__version__
         tools = (await s.list_tools()).tools
         assert {t.name for t in tools} == TOOLS
+        # Unknown argument names are refused (issue 42): every schema says so.
+        assert all(t.input_schema.get("additionalProperties") is False for t in tools)
+        # `fragscope mcp --help` lists exactly these tools.
+        h = subprocess.run([sys.executable, "-m", "fragscope", "mcp", "--help"], capture_output=True, text=True)
+        assert h.returncode == 0, h.stderr
+        listed = h.stdout.split("Tools (run in this process by fragscope's library):")[1].split("Environment:")[0]
+        assert sorted(x.strip() for x in listed.split(",")) == sorted(t.name for t in tools)
         for t in tools:
             assert t.description and len(t.description) > 40, t.name
             props = t.input_schema["properties"]
@@ -290,5 +305,197 @@ def test_bad_input_is_a_tool_error_and_the_server_goes_on(tmp_path):
         assert "error" in e
         # The server still answers.
         assert payload(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))["schema"] == "fragscope.oom/2"
+
+    run(body)
+
+
+def test_unknown_and_bad_arguments_are_one_line_errors():
+    # Issue 42: `allocator_state_at {"entry": 421}` answered for the end of the trace and
+    # `replay_what_if {"configs": [...]}` ran the defaults, both isError: false.
+    p = str(traced_files()[0]) if traced_files() else None
+    if p is None:
+        pytest.skip(f"no real traced snapshot under {TRACES}")
+
+    async def body(s, init):
+        e = error_text(await s.call_tool("allocator_state_at", {"path": p, "entry": 421}))
+        assert "unknown argument 'entry'" in e and "allocator_state_at takes path (required), event, time, device" in e
+        e = error_text(await s.call_tool("replay_what_if", {"path": p, "configs": ["expandable_segments:True"]}))
+        assert "unknown argument 'configs'" in e and "config," in e
+        e = error_text(await s.call_tool("explain_oom_text", {"text": OOM_TEXT, "path": p, "verbose": True}))
+        assert "unknown arguments 'path', 'verbose'" in e and "explain_oom_text takes text (required)" in e
+        # A wrong type or a missing argument: one line naming the argument, no pydantic URL.
+        e = error_text(await s.call_tool("allocator_state_at", {"path": p, "event": "middle"}))
+        assert e.startswith("Error executing tool allocator_state_at: event: ") and "\n" not in e
+        assert "errors.pydantic.dev" not in e and "takes path (required)" in e
+        e = error_text(await s.call_tool("summary", {}))
+        assert e.startswith("Error executing tool summary: path: Field required") and "\n" not in e
+        # The right names still work.
+        got = payload(await s.call_tool("allocator_state_at", {"path": p, "event": 3}))
+        assert got["after_event"] == 3
+
+    run(body)
+
+
+def test_paths_are_regular_files_under_the_root(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    snap = min(real_pickles(), key=lambda p: p.stat().st_size)
+    (root / "snap.pickle").write_bytes(snap.read_bytes())
+    outside = tmp_path / "outside.pickle"
+    outside.write_bytes(snap.read_bytes())
+    (root / "escape.pickle").symlink_to(outside)
+    (root / "inner.pickle").symlink_to(root / "snap.pickle")
+    os.mkfifo(root / "fifo.pickle")
+    (root / "dir.pickle").mkdir()
+
+    async def body(s, init):
+        # Relative paths are relative to the root; a link that stays inside it is followed.
+        assert payload(await s.call_tool("summary", {"path": "snap.pickle"}))["file"] == "snap.pickle"
+        assert payload(await s.call_tool("summary", {"path": str(root / "inner.pickle")}))["devices"]
+        for p in (str(outside), str(root / "escape.pickle"), "../outside.pickle", "/etc/passwd",
+                  str(tmp_path / "missing.pickle")):
+            e = error_text(await s.call_tool("summary", {"path": p}))
+            assert f"{p} is outside {os.path.realpath(root)}" in e and "FRAGSCOPE_MCP_ROOT" in e, e
+        e = error_text(await s.call_tool("diff", {"path_a": "snap.pickle", "path_b": str(outside)}))
+        assert "is outside" in e
+        e = error_text(await s.call_tool("predict", {"paths": ["snap.pickle", str(outside)], "sizes": [1, 2], "at": [3]}))
+        assert "is outside" in e
+        # A FIFO would block a worker forever: refused before anything opens it.
+        t = time.monotonic()
+        e = error_text(await s.call_tool("analyze", {"path": "fifo.pickle"}))
+        assert "fifo.pickle is a FIFO, not a regular file" in e and time.monotonic() - t < 30
+        e = error_text(await s.call_tool("roles", {"path": "dir.pickle"}))
+        assert "dir.pickle is a directory, not a regular file" in e
+        e = error_text(await s.call_tool("summary", {"path": "missing.pickle"}))
+        assert "no such file: missing.pickle" in e
+
+    run(body, {"FRAGSCOPE_MCP_ROOT": str(root)})
+
+
+def test_no_file_content_in_any_error(tmp_path):
+    # Issue 43: "unrecognised format (starts with text: 'OPENAI_API_KEY=sk-live-…')" made
+    # the server a reader of the first line of any file an agent could be talked into naming.
+    secret = "sk-live-0123456789abcdef"
+    files = {
+        "env.txt": f"OPENAI_API_KEY={secret}\n".encode(),
+        "bytes.bin": b"\x00\x01" + secret.encode(),
+        "object.json": json.dumps({"traceEvents": secret}).encode(),
+        "dict.pickle": pickle.dumps({secret: 1}, protocol=2),
+        "list.pickle": pickle.dumps([secret], protocol=2),
+        "state.pickle": pickle.dumps(
+            {"segments": [{"device": 0, "address": 0, "total_size": 512, "allocated_size": 0, "active_size": 0,
+                           "requested_size": 0, "stream": 0, "segment_type": "small",
+                           "blocks": [{"size": 512, "state": secret, "requested_size": 0}]}], "device_traces": []},
+            protocol=2),
+        "empty.pickle": b"",
+        "truncated.pickle": pickle.dumps({"segments": [1, 2, 3]}, protocol=2)[:-4],
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    cli_lines = {name: run_cli("summary", str(tmp_path / name)).stderr for name in files}
+    # The CLI (run by the user) keeps the reader's full reason.
+    assert secret in cli_lines["env.txt"] and secret in cli_lines["state.pickle"]
+
+    async def body(s, init):
+        for name in files:
+            for tool in ("summary", "analyze", "top_holders"):
+                e = error_text(await s.call_tool(tool, {"path": name}))
+                assert f"{name} is not a memory snapshot" in e and "\n" not in e, e
+                for leak in (secret, "sk-live", "OPENAI", "00 01 73"):
+                    assert leak not in e, (name, e)
+        # Reasons made of lengths and offsets only are the CLI's own words.
+        for name in ("empty.pickle", "truncated.pickle"):
+            e = error_text(await s.call_tool("summary", {"path": name}))
+            assert e.strip().endswith(cli_lines[name].strip().removeprefix("error: ").replace(str(tmp_path / name), name))
+        e = error_text(await s.call_tool("summary", {"path": "env.txt"}))
+        assert "unrecognised format; expected a pickle from torch.cuda.memory._dump_snapshot" in e
+
+    run(body, {"FRAGSCOPE_MCP_ROOT": str(tmp_path)})
+
+
+def test_explain_oom_text_never_reads_a_file(tmp_path):
+    log = tmp_path / "oom.log"
+    log.write_text(OOM_TEXT)
+
+    async def body(s, init):
+        for text in (str(log), "oom.log", "hello"):
+            e = error_text(await s.call_tool("explain_oom_text", {"text": text}))
+            assert "no CUDA out-of-memory message found" in e and "never reads a file" in e
+        assert payload(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))["schema"] == "fragscope.oom/2"
+
+    run(body, {"FRAGSCOPE_MCP_ROOT": str(tmp_path)})
+
+
+# The server with its library's explain_oom_json held until a file appears: commands that
+# stay running for as long as a test needs, without a multi-GB trace.
+SLOW_SERVER = """
+import os, sys, time, types
+import fragscope._native as native
+import fragscope.mcp_server as m
+gate = os.environ["SLOW_GATE"]
+def slow(text):
+    open(os.path.join(gate, "started-%d" % time.monotonic_ns()), "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(gate, "release")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return native.explain_oom_json(text)
+m._native = types.SimpleNamespace(**{k: getattr(native, k) for k in dir(native) if not k.startswith("__")})
+m._native.explain_oom_json = slow
+m.main()
+"""
+
+
+def test_a_busy_server_answers_busy_and_ping(tmp_path):
+    # Issue 43: 40 blocked calls took every worker thread and the server stopped answering
+    # even ping. Now at most FRAGSCOPE_MCP_JOBS commands run; the next call fails at once.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+
+    async def body(s, init):
+        running = [asyncio.create_task(s.call_tool("explain_oom_text", {"text": OOM_TEXT})) for _ in range(2)]
+        t = time.monotonic()
+        while len(list(gate.glob("started-*"))) < 2:
+            assert time.monotonic() - t < 60, "the two commands did not start"
+            await asyncio.sleep(0.02)
+        t = time.monotonic()
+        e = error_text(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))
+        assert "fragscope is busy: 2 command(s) already running (FRAGSCOPE_MCP_JOBS)" in e
+        await s.send_ping()
+        assert (await s.list_tools()).tools
+        assert time.monotonic() - t < 10, "busy, ping and tools/list answered at once"
+        (gate / "release").touch()
+        for task in running:
+            assert payload(await task)["schema"] == "fragscope.oom/2"
+        # The slots are free again.
+        assert payload(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))["schema"] == "fragscope.oom/2"
+
+    run(body, {"FRAGSCOPE_MCP_JOBS": "2", "SLOW_GATE": str(gate)}, args=("-c", SLOW_SERVER))
+
+
+def test_results_are_compact_and_full_asks_for_more():
+    # Issue 42: results of 50-80 KB with raw C++ unwinder frames. The 3-GPU OOM file
+    # replayed on 8 GiB: every replay's first OOM carries a 56-frame stack.
+    p = str(real_file("codeloc-qwen3-gnn-expandable-oom-3gpu.pickle"))
+    want = cli_json("replay", "--json", p, "--capacity", "8GiB")
+
+    async def body(s, init):
+        res = await s.call_tool("replay_what_if", {"path": p, "capacity": "8GiB"})
+        got = payload(res)
+        assert len(res.content[0].text) < 40_000
+        stacks = [w["first_oom"]["stack"] for d in got["devices"] for w in d["whatif"] if w.get("first_oom")]
+        assert stacks
+        for st in stacks:
+            assert len(st) <= 9 and not any("unwind" in f or "c10::" in f for f in st), st
+            # Innermost first, Python frames only: the user code that asked for the memory.
+            assert all(".py:" in f for f in st[:-1]) and any("/models.py:" in f for f in st) and "more frames" in st[-1], st
+        full = payload(await s.call_tool("replay_what_if", {"path": p, "capacity": "8GiB", "full": True}))
+        assert [w for d in full["devices"] for w in d["whatif"]] == [w for d in want["files"][0]["devices"] for w in d["whatif"]]
+        got = payload(await s.call_tool("analyze", {"path": p}))
+        want_a = cli_json("analyze", "--json", p)["files"][0]
+        assert [d["findings"] for d in got["devices"]] == [d["findings"] for d in want_a["devices"]]
+        rec = got["devices"][1]["recommendations"]
+        assert rec["era"] == want_a["devices"][1]["recommendations"]["era"]["label"] and len(rec["tried"]) <= 5
+        summ = payload(await s.call_tool("summary", {"path": p}))
+        assert all(div for _, div in summ["settings"]["roundup_power2_divisions"])
 
     run(body)
