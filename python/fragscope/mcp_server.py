@@ -12,10 +12,24 @@ Built on the official MCP Python SDK (``pip install 'fragscope[mcp]'``, the ``mc
 package, 2.x). Each tool calls fragscope's library commands in this process (the Rust
 extension ``fragscope._native``: the same typed requests and JSON documents the CLI
 prints, docs/json-schema.md) on a worker thread with the GIL released, and returns a
-compact digest of the document. A file fragscope refuses (unreadable, not a snapshot, a
-pickle that asks to import code) or a bad argument is a tool error carrying the one-line
-message, its parameters named as this server's arguments; the reader refuses hostile
-input without panicking, so no file can take the server down.
+compact digest of the document (``full`` asks analyze and replay_what_if for every field).
+A file fragscope refuses (unreadable, not a snapshot, a pickle that asks to import code)
+or a bad argument is a one-line tool error, its parameters named as this server's
+arguments; the reader refuses hostile input without panicking, so no file can take the
+server down.
+
+An agent is talked into things, so the server is strict where the CLI trusts its user
+(issues 42 and 43):
+
+* **arguments** are exactly the tool's: an unknown name is an error naming the ones there
+  are (:class:`_StrictTool`), never silently dropped;
+* **paths** are regular files under ``FRAGSCOPE_MCP_ROOT`` (default: the working
+  directory), links resolved (:func:`_file`); ``explain_oom_text`` reads no file at all;
+* **no file content in an error**: the reader quotes what it found (the first bytes of an
+  unrecognised file), which through MCP would read any file's first line to the agent
+  (:func:`_content_free`);
+* **at most JOBS commands run** (``FRAGSCOPE_MCP_JOBS``, default one per core); a call
+  past it answers "busy" at once, and ping is always answered (:func:`_run`).
 
 Why Python and not the Rust SDK: ``rmcp`` went from 0.1 to 3.11 through three major
 versions, and a minimal rmcp 3.11 stdio server (tokio, schemars, 97 crates) took 2145 s
