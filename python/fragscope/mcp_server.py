@@ -270,7 +270,7 @@ class _StrictTool(Tool):
     def from_function(cls, fn: Callable[..., Any], **kwargs: Any) -> "_StrictTool":
         tool = super().from_function(fn, **kwargs)
         base = tool.fn_metadata.arg_model
-        strict = type(base.__name__, (base,), {"model_config": ConfigDict(**base.model_config, extra="forbid")})
+        strict = type(base.__name__, (base,), {"model_config": ConfigDict(**{**base.model_config, "extra": "forbid"})})
         tool.fn_metadata.arg_model = strict
         tool.parameters = strict.model_json_schema(by_alias=True)
         return tool
@@ -325,6 +325,26 @@ def _settings(settings: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
 #: What a compact analyze keeps of each replayed setting (recommendations' rows).
 _SETTING_ROW = ["setting", "paste", "extra_call", "min_version", "peak_reserved_bytes", "peak_allocated_bytes",
                 "cuda_mallocs", "syncs", "ooms", "first_oom_index", "notes"]
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _fit_verdict(row: Dict[str, Any]) -> str:
+    """One line that leads a replay on a GPU size the agent asked for: whether the run
+    fits, and where it stops when it does not. A run that cannot even start (the tensors
+    alive before the trace exceed the GPU) says so first, not in a note."""
+    cap, ooms = row.get("capacity"), row.get("ooms") or 0
+    if not ooms:
+        return f"fits: no allocation fails on {_gib(cap)}"
+    before = row.get("allocated_before_trace") or 0
+    if before > cap:
+        return (f"does not fit: the tensors alive before the trace alone hold {_gib(before)}, more than "
+                f"the {_gib(cap)} GPU; the run cannot start on it")
+    first = (row.get("first_oom") or {}).get("index")
+    where = f", the first at trace entry {first}" if first is not None else ""
+    return f"does not fit on {_gib(cap)}: {ooms} allocation(s) fail{where}"
 
 
 def _compact_recommendations(rec: Optional[Dict[str, Any]], top: int) -> Optional[Dict[str, Any]]:
@@ -499,6 +519,7 @@ async def replay_what_if(
             zero_grad(set_to_none=True), activation checkpointing of "all" layers or
             "0,2,5-7". Each device then has "role_whatif": peaks before/after, whether a
             recorded OOM would be avoided, and why a change cannot be applied.
+        With capacity, each row leads with "verdict": fits, or does not fit and where.
         full: every field of the CLI's `replay --json` (each first OOM's whole stack,
             cudaMalloc/cudaFree counts by size, every note); by default: a first OOM's
             stack is its Python frames (at most 8), the size histograms and all but 3
@@ -538,6 +559,8 @@ async def replay_what_if(
                 row["driver"] = {k: v for k, v in w["driver"].items() if not isinstance(v, list)}
             if w.get("notes"):
                 row["notes"] = w["notes"][:3]
+            if capacity and isinstance(w.get("capacity"), int):
+                row = {"verdict": _fit_verdict(w), **row}
             rows.append(_compact_stacks(row))
         entry = {"device": dev.get("device"), "model_fidelity": fidelity, "whatif": rows}
         if "role_whatif" in dev:

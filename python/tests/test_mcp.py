@@ -488,6 +488,11 @@ def test_results_are_compact_and_full_asks_for_more():
             assert len(st) <= 9 and not any("unwind" in f or "c10::" in f for f in st), st
             # Innermost first, Python frames only: the user code that asked for the memory.
             assert all(".py:" in f for f in st[:-1]) and any("/models.py:" in f for f in st) and "more frames" in st[-1], st
+        # A GPU size: each row leads with whether the run fits (issue 42: it was in a note).
+        for d in got["devices"]:
+            for w in d["whatif"]:
+                assert list(w)[0] == "verdict" and w["verdict"].startswith("fits" if not w["ooms"] else "does not fit")
+        assert any(w["verdict"].startswith("does not fit on 8.00 GiB: ") for d in got["devices"] for w in d["whatif"])
         full = payload(await s.call_tool("replay_what_if", {"path": p, "capacity": "8GiB", "full": True}))
         assert [w for d in full["devices"] for w in d["whatif"]] == [w for d in want["files"][0]["devices"] for w in d["whatif"]]
         got = payload(await s.call_tool("analyze", {"path": p}))
@@ -497,5 +502,23 @@ def test_results_are_compact_and_full_asks_for_more():
         assert rec["era"] == want_a["devices"][1]["recommendations"]["era"]["label"] and len(rec["tried"]) <= 5
         summ = payload(await s.call_tool("summary", {"path": p}))
         assert all(div for _, div in summ["settings"]["roundup_power2_divisions"])
+
+    run(body)
+
+
+def test_a_gpu_the_run_cannot_start_on_leads_the_answer():
+    # A 2.7B training step holds ~13 GiB of tensors before its trace: on 1 GiB it cannot start.
+    p = str(real_file("cs336-2.7b-trainstep-ctx128-fp32.pickle"))
+
+    async def body(s, init):
+        got = payload(await s.call_tool("replay_what_if", {"path": p, "capacity": "1GiB", "config": ["expandable_segments:True"]}))
+        row = got["devices"][0]["whatif"][0]
+        want = cli_json("replay", "--json", p, "--capacity", "1GiB", "--config", "expandable_segments:True")
+        before = want["files"][0]["devices"][0]["whatif"][0]["allocated_before_trace"]
+        assert before > 2**30
+        assert row["verdict"].startswith(f"does not fit: the tensors alive before the trace alone hold {before / 2**30:.2f} GiB")
+        assert row["verdict"].endswith("the run cannot start on it")
+        got = payload(await s.call_tool("replay_what_if", {"path": p, "capacity": "80GiB", "config": ["expandable_segments:True"]}))
+        assert got["devices"][0]["whatif"][0]["verdict"] == "fits: no allocation fails on 80.00 GiB"
 
     run(body)
