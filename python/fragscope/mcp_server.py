@@ -165,6 +165,8 @@ _SAFE_REASONS = [
     r"the file is empty",
     r"truncated: the data ends at byte \d+ in the middle of the pickle",
     r"pickle opcode [A-Z0-9_]+ at byte \d+ would [a-z ()_,]+; refusing",
+    r"JSON without 'traceEvents': not a torch\.profiler trace",
+    r"is a directory",
 ]
 _UNRECOGNISED = "unrecognised format (starts with "
 _UNRECOGNISED_END = "); expected a pickle from torch.cuda.memory._dump_snapshot"

@@ -380,6 +380,7 @@ def test_no_file_content_in_any_error(tmp_path):
         "env.txt": f"OPENAI_API_KEY={secret}\n".encode(),
         "bytes.bin": b"\x00\x01" + secret.encode(),
         "object.json": json.dumps({"traceEvents": secret}).encode(),
+        "other.json": json.dumps({"password": secret}).encode(),
         "dict.pickle": pickle.dumps({secret: 1}, protocol=2),
         "list.pickle": pickle.dumps([secret], protocol=2),
         "state.pickle": pickle.dumps(
@@ -404,7 +405,7 @@ def test_no_file_content_in_any_error(tmp_path):
                 for leak in (secret, "sk-live", "OPENAI", "00 01 73"):
                     assert leak not in e, (name, e)
         # Reasons made of lengths and offsets only are the CLI's own words.
-        for name in ("empty.pickle", "truncated.pickle"):
+        for name in ("empty.pickle", "truncated.pickle", "other.json"):
             e = error_text(await s.call_tool("summary", {"path": name}))
             assert e.strip().endswith(cli_lines[name].strip().removeprefix("error: ").replace(str(tmp_path / name), name))
         e = error_text(await s.call_tool("summary", {"path": "env.txt"}))
