@@ -311,7 +311,7 @@ impl Snapshot {
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let snap = self.inner.clone();
         py.allow_threads(move || {
-            fragscope_snapshot::pickle::write::write_path(&snap, &path)
+            commands::outfile::save_snapshot(&snap, &path)
                 .map_err(|e| Fail(Error::output(format!("cannot write {}: {e}", path.display()))))
         })
         .map_err(PyErr::from)
