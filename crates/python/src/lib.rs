@@ -342,6 +342,18 @@ fn windowed(
     }
 }
 
+/// Writes `text` to `path` as the CLI writes its files ([`commands::outfile`]): a regular
+/// file or nothing there (a directory, FIFO, device or symlink is refused), through an
+/// exclusive temporary file beside it renamed over it. `Report.save` calls it.
+#[pyfunction]
+fn save_text(py: Python<'_>, path: PathBuf, text: String) -> PyResult<()> {
+    py.allow_threads(move || {
+        commands::outfile::write_bytes(&path, text.as_bytes())
+            .map_err(|e| Fail(Error::output(format!("cannot write {}: {e}", path.display()))))
+    })
+    .map_err(PyErr::from)
+}
+
 /// PyTorch's `format_size` (`1.50 GiB`): the one byte formatter every front end's text uses.
 #[pyfunction]
 fn format_size(n: u64) -> String {
@@ -534,6 +546,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(predict_json, m)?)?;
     m.add_function(wrap_pyfunction!(explain_oom_json, m)?)?;
     m.add_function(wrap_pyfunction!(format_size, m)?)?;
+    m.add_function(wrap_pyfunction!(save_text, m)?)?;
     m.add_function(wrap_pyfunction!(ranks_json, m)?)?;
     Ok(())
 }
