@@ -515,7 +515,7 @@ class Report:
         renamed over ``path``, so a failure never leaves a partial page). ``path`` must be a
         regular file or absent: a directory, FIFO, device or symlink there raises
         :class:`FragscopeError` and is left as it was."""
-        _native.save_text(os.fspath(path), self.html)
+        _native.save_bytes(os.fspath(path), self.html.encode("utf-8"))
 
     def show(self, path: PathLike = "fragscope-report.html", height: int = 720) -> "_IFrame":
         """Saves the page to ``path`` (relative to the notebook's folder, so that Jupyter

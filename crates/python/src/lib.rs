@@ -342,13 +342,14 @@ fn windowed(
     }
 }
 
-/// Writes `text` to `path` as the CLI writes its files ([`commands::outfile`]): a regular
+/// Writes `data` to `path` as the CLI writes its files ([`commands::outfile`]): a regular
 /// file or nothing there (a directory, FIFO, device or symlink is refused), through an
-/// exclusive temporary file beside it renamed over it. `Report.save` calls it.
+/// exclusive temporary file beside it renamed over it. `Report.save` and
+/// `fragscope.torch.dump_snapshot` call it.
 #[pyfunction]
-fn save_text(py: Python<'_>, path: PathBuf, text: String) -> PyResult<()> {
+fn save_bytes(py: Python<'_>, path: PathBuf, data: &[u8]) -> PyResult<()> {
     py.allow_threads(move || {
-        commands::outfile::write_bytes(&path, text.as_bytes())
+        commands::outfile::write_bytes(&path, data)
             .map_err(|e| Fail(Error::output(format!("cannot write {}: {e}", path.display()))))
     })
     .map_err(PyErr::from)
@@ -546,7 +547,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(predict_json, m)?)?;
     m.add_function(wrap_pyfunction!(explain_oom_json, m)?)?;
     m.add_function(wrap_pyfunction!(format_size, m)?)?;
-    m.add_function(wrap_pyfunction!(save_text, m)?)?;
+    m.add_function(wrap_pyfunction!(save_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(ranks_json, m)?)?;
     Ok(())
 }
