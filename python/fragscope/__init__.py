@@ -511,17 +511,11 @@ class Report:
         self.html = html
 
     def save(self, path: PathLike) -> None:
-        """Writes the page to ``path`` (through a temporary file beside it, renamed over
-        ``path``, so a failure never leaves a partial page)."""
-        path = os.fspath(path)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self.html)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        """Writes the page to ``path`` (through an exclusive temporary file beside it,
+        renamed over ``path``, so a failure never leaves a partial page). ``path`` must be a
+        regular file or absent: a directory, FIFO, device or symlink there raises
+        :class:`FragscopeError` and is left as it was."""
+        _native.save_bytes(os.fspath(path), self.html.encode("utf-8"))
 
     def show(self, path: PathLike = "fragscope-report.html", height: int = 720) -> "_IFrame":
         """Saves the page to ``path`` (relative to the notebook's folder, so that Jupyter

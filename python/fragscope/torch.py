@@ -91,10 +91,9 @@ def dump_snapshot(path: "os.PathLike[str] | str") -> str:
     torch = _torch()
     path = os.fspath(path)
     data = torch.cuda.memory._snapshot()
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        pickle.dump(data, f, protocol=4)
-    os.replace(tmp, path)
+    # Written as every fragscope output is (a regular file or nothing at ``path``, through
+    # an exclusive temporary file renamed over it): a symlink or FIFO there is refused.
+    fragscope._native.save_bytes(path, pickle.dumps(data, protocol=4))
     return path
 
 

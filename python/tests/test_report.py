@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
 import fragscope
@@ -55,3 +58,22 @@ def test_jupyter_shows_the_page_in_a_sandboxed_iframe(monkeypatch):
     # The whole page is inside srcdoc, escaped: no raw tag of the page leaks out.
     assert "<script" not in shown and "&lt;script" in shown
     assert len(r.html) > 10_000 and r.html.lstrip().lower().startswith("<!doctype html")
+
+
+def test_save_refuses_a_symlink_or_a_fifo(tmp_path):
+    # Report.save and Snapshot.save write as the CLI does (issue 43): a regular file or
+    # nothing at the path; a symlink or FIFO there is refused and left as it was.
+    snap = fragscope.example()
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "out.html"
+    link.symlink_to(target)
+    fifo = tmp_path / "pipe.html"
+    os.mkfifo(fifo)
+    for save in (snap.report().save, snap.save):
+        for path in (link, fifo):
+            with pytest.raises(fragscope.FragscopeError, match="symlink|FIFO"):
+                save(path)
+    assert link.is_symlink() and target.read_text() == "keep me"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out.html", "pipe.html", "precious.txt"]

@@ -7,8 +7,9 @@
 //! Principal types: [`Error`] (one error type; its [`ErrorKind`] is what front ends map to
 //! exit codes and exception classes, its [`Param`]s are written in each front end's
 //! [`Words`]); the inputs ([`input::load`], [`input::each_snapshot`], the built-in
-//! [`example`], [`windowed`] cuts); and one module per command with its request and its
-//! document.
+//! [`example`], [`windowed`] cuts); the one way files are written ([`outfile`]: regular files
+//! only, through an exclusive temporary file); and one module per command with its request
+//! and its document.
 
 pub mod check;
 pub mod diff;
@@ -18,6 +19,7 @@ pub mod example;
 pub mod export;
 pub mod input;
 pub mod oom;
+pub mod outfile;
 pub mod predict;
 pub mod ranks;
 pub mod replay;

@@ -365,7 +365,7 @@ pub fn advice_table(files: &[PathBuf], capacity: Option<u64>) -> String {
 /// Writes the simulated run to `save_snapshot`, when asked and there is one.
 pub fn save(req: &ReplayRequest, saved: Option<&Snapshot>) -> Result<(), Error> {
     if let (Some(path), Some(s)) = (&req.save_snapshot, saved) {
-        fragscope_snapshot::pickle::write::write_path(s, path)
+        crate::outfile::save_snapshot(s, path)
             .map_err(|e| Error::output(format!("cannot write {}: {e}", path.display())))?;
     }
     Ok(())

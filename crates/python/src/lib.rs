@@ -311,7 +311,7 @@ impl Snapshot {
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let snap = self.inner.clone();
         py.allow_threads(move || {
-            fragscope_snapshot::pickle::write::write_path(&snap, &path)
+            commands::outfile::save_snapshot(&snap, &path)
                 .map_err(|e| Fail(Error::output(format!("cannot write {}: {e}", path.display()))))
         })
         .map_err(PyErr::from)
@@ -340,6 +340,19 @@ fn windowed(
             Ok((Arc::new(cut), Some(info)))
         }
     }
+}
+
+/// Writes `data` to `path` as the CLI writes its files ([`commands::outfile`]): a regular
+/// file or nothing there (a directory, FIFO, device or symlink is refused), through an
+/// exclusive temporary file beside it renamed over it. `Report.save` and
+/// `fragscope.torch.dump_snapshot` call it.
+#[pyfunction]
+fn save_bytes(py: Python<'_>, path: PathBuf, data: &[u8]) -> PyResult<()> {
+    py.allow_threads(move || {
+        commands::outfile::write_bytes(&path, data)
+            .map_err(|e| Fail(Error::output(format!("cannot write {}: {e}", path.display()))))
+    })
+    .map_err(PyErr::from)
 }
 
 /// PyTorch's `format_size` (`1.50 GiB`): the one byte formatter every front end's text uses.
@@ -534,6 +547,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(predict_json, m)?)?;
     m.add_function(wrap_pyfunction!(explain_oom_json, m)?)?;
     m.add_function(wrap_pyfunction!(format_size, m)?)?;
+    m.add_function(wrap_pyfunction!(save_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(ranks_json, m)?)?;
     Ok(())
 }

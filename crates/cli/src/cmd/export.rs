@@ -40,6 +40,7 @@ use serde::Serialize;
 
 use crate::CliError;
 use fragscope_commands::export::{self, AllocRow};
+use fragscope_commands::outfile::Staged;
 
 /// Version of the tables' layout (docs/export.md).
 pub const SCHEMA: &str = "fragscope.export/2";
@@ -98,7 +99,9 @@ const INTERN_MAX: usize = 1 << 16;
 /// Rows kept before a row group is written.
 const ROW_GROUP: usize = 1 << 20;
 
-/// One table being written: its columns buffered up to [`ROW_GROUP`] rows.
+/// One table being written: its columns buffered up to [`ROW_GROUP`] rows, into a
+/// temporary file in the output folder that [`run`] renames over `path` only once every
+/// table was written ([`Staged::commit_all`]).
 struct Table {
     name: &'static str,
     path: PathBuf,
@@ -106,6 +109,7 @@ struct Table {
     rows: usize,
     total: u64,
     writer: SerializedFileWriter<File>,
+    staged: Staged,
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> CliError {
@@ -135,7 +139,9 @@ impl Table {
             .set_key_value_metadata(Some(vec![KeyValue::new("fragscope.schema".into(), SCHEMA.to_string())]))
             .build();
         let path = dir.join(format!("{name}.parquet"));
-        let f = File::create(&path).map_err(|e| io_err(&path, e))?;
+        // Never `File::create(path)`: it would follow a symlink at `path` (out of the
+        // folder, when dangling) and hang on a FIFO.
+        let (staged, f) = Staged::new(&path).map_err(|e| io_err(&path, e))?;
         let writer = SerializedFileWriter::new(f, schema, Arc::new(props)).map_err(|e| io_err(&path, e))?;
         let cols = columns
             .iter()
@@ -149,7 +155,7 @@ impl Table {
                 intern: Default::default(),
             })
             .collect();
-        Ok(Table { name, path, cols, rows: 0, total: 0, writer })
+        Ok(Table { name, path, cols, rows: 0, total: 0, writer, staged })
     }
 
     fn row(&mut self, cells: &[V]) -> Result<(), CliError> {
@@ -216,11 +222,14 @@ impl Table {
         Ok(())
     }
 
-    fn finish(mut self) -> Result<TableOut, CliError> {
+    /// Writes the footer and syncs the temporary file; returns what to report and the
+    /// file to rename.
+    fn finish(mut self) -> Result<(TableOut, Staged), CliError> {
         self.flush()?;
         let path = self.path.clone();
-        self.writer.close().map_err(|e| io_err(&path, e))?;
-        Ok(TableOut { name: self.name, path: path.display().to_string(), rows: self.total })
+        self.writer.finish().map_err(|e| io_err(&path, e))?;
+        self.writer.inner().sync_all().map_err(|e| io_err(&path, e))?;
+        Ok((TableOut { name: self.name, path: path.display().to_string(), rows: self.total }, self.staged))
     }
 }
 
@@ -561,16 +570,34 @@ fn write_stacks(
     Ok(())
 }
 
+/// Writes every table of every file of `args` into `args.output`, all or nothing: the
+/// tables go to temporary files in the folder, renamed over `DIR/<table>.parquet` only
+/// once every one was written (an error drops them and leaves the folder as it was).
+fn write_tables(
+    args: &Args,
+    spec: Option<&fragscope_diagnose::WindowSpec>,
+) -> Result<(Vec<FileOut>, Vec<TableOut>), CliError> {
+    let mut tables = create_tables(&args.output)?;
+    let files = fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec, |name, snap, window| {
+        export_snapshot(&name, snap, &mut tables)?;
+        Ok::<_, CliError>(FileOut { file: name, window })
+    })?;
+    let (tables, staged): (Vec<TableOut>, Vec<Staged>) =
+        tables.into_iter().map(Table::finish).collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
+    Staged::commit_all(staged).map_err(|e| CliError::usage(format!("cannot write {}: {e}", args.output.display())))?;
+    Ok((files, tables))
+}
+
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let spec = args.window.spec()?;
+    let created = std::fs::symlink_metadata(&args.output).is_err();
     std::fs::create_dir_all(&args.output).map_err(|e| io_err(&args.output, e))?;
-    let mut tables = create_tables(&args.output)?;
-    let files =
-        fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, window| {
-            export_snapshot(&name, snap, &mut tables)?;
-            Ok::<_, CliError>(FileOut { file: name, window })
-        })?;
-    let tables = tables.into_iter().map(Table::finish).collect::<Result<Vec<_>, _>>()?;
+    let written = write_tables(args, spec.as_ref());
+    if written.is_err() && created {
+        // The folder this run made goes too (empty: the tables' temporary files are gone).
+        let _ = std::fs::remove_dir(&args.output);
+    }
+    let (files, tables) = written?;
     let text = if args.json {
         let out =
             JsonOut { schema: SCHEMA, format: &args.format, output: args.output.display().to_string(), files, tables };

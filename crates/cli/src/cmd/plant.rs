@@ -105,7 +105,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     chosen.sort_unstable();
     let chosen = shape.pick(&chosen, trace_len);
     let (planted, what) = plant::plant(&snap, device, &chosen).map_err(CliError::usage)?;
-    fragscope_snapshot::pickle::write::write_path(&planted, &args.output)
+    fragscope_commands::outfile::save_snapshot(&planted, &args.output)
         .map_err(|e| CliError::usage(format!("cannot write {}: {e}", args.output.display())))?;
     let mut o = String::new();
     let _ = writeln!(

@@ -4,7 +4,6 @@
 //! by side (ranks); two files are also compared (`diff`). The page is built by the
 //! `fragscope-report` crate.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -92,22 +91,10 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`, so a
-/// failed run never leaves a partial report behind.
+/// Writes `bytes` to `path` through an exclusive temporary file beside it, renamed over
+/// `path` ([`fragscope_commands::outfile`]), so a failed run never leaves a partial report
+/// behind and a FIFO, device or symlink at `path` is refused, never replaced.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path.file_name().ok_or_else(|| CliError::usage(format!("{} is not a file name", path.display())))?;
-    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-    let fail = |e: std::io::Error| CliError::usage(format!("cannot write {}: {e}", path.display()));
-    let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(fail(e));
-    }
-    Ok(())
+    fragscope_commands::outfile::write_bytes(path, bytes)
+        .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))
 }

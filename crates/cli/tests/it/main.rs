@@ -10,6 +10,7 @@ mod guide;
 mod h200_recordings;
 mod lab_cli;
 mod oom_pasted_cli;
+mod output_paths;
 mod predict_cli;
 mod real_traces;
 mod role_whatif_cli;
