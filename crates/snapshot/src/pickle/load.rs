@@ -829,7 +829,11 @@ impl SnapshotAbsorber {
     /// dict's MEMOIZE; on success `ev` holds the entry and the bytes used are returned.
     #[inline(always)]
     fn decode_entry(&mut self, st: &mut VmState, buf: &[u8], ev: &mut TraceEvent) -> Option<usize> {
-        debug_assert!(buf[0] == 0x94 && buf[1] == b'(');
+        // The caller saw these two bytes; a mapped file rewritten under the reader may
+        // show others now (tests/it changed_while_read): the generic path then decides.
+        if buf.len() < 2 || buf[0] != 0x94 || buf[1] != b'(' {
+            return None;
+        }
         let mut p = 2;
         *ev = TraceEvent::new(Action::Alloc, 0, 0);
         let mut vals = EntryValues::new([0, 0, 0, ev.time_us]);
