@@ -71,11 +71,15 @@ pub fn failure_line(f: &CheckFailure, words: Words) -> String {
     }
 }
 
-/// `check failed: <first broken limit>[ (and N more)]`, or `None` when every limit held.
+/// `check failed: <first broken limit>[ (and N more: <limit> on device D, ...)]`, or `None`
+/// when every limit held. The others are named (their figures are in `--json`), so that a
+/// CI log says every budget that broke.
 pub fn failed_line(result: &CheckResult, words: Words) -> Option<String> {
     let first = result.failures.first()?;
-    let more = result.failures.len() - 1;
-    let suffix = if more > 0 { format!(" (and {more} more)") } else { String::new() };
+    let rest: Vec<String> =
+        result.failures[1..].iter().map(|f| format!("{} on device {}", param(f.limit).name(words), f.device)).collect();
+    let suffix =
+        if rest.is_empty() { String::new() } else { format!(" (and {} more: {})", rest.len(), rest.join(", ")) };
     Some(format!("check failed: {}{suffix}", failure_line(first, words)))
 }
 
