@@ -181,8 +181,8 @@ mod tests {
     /// total; the same count of entries one byte smaller each fits.
     #[test]
     fn totals_past_u64_are_refused() {
-        let mut snap = Snapshot::default();
-        snap.segments = (0..(1u64 << 16)).map(|k| seg(k << 49 >> 8, MAX_BYTES)).collect();
+        let mut snap =
+            Snapshot { segments: (0..(1u64 << 16)).map(|k| seg(k << 41, MAX_BYTES)).collect(), ..Default::default() };
         let e = check(&snap).unwrap_err().to_string();
         assert!(e.contains("segments' total_size add up to 18446744073709551616 bytes"), "{e}");
         snap.segments.iter_mut().for_each(|s| {
