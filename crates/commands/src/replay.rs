@@ -211,7 +211,8 @@ pub fn replay_snapshot(
     saved: &mut Option<Snapshot>,
 ) -> Result<Vec<DeviceResult>, Error> {
     device_replayable(snap, req.device)?;
-    let devices = replay_devices(req, checked, snap, saved)?;
+    // Segments grouped by device once: each device's replay reads only its own.
+    let devices = snap.with_device_index(|snap| replay_devices(req, checked, snap, saved))?;
     empty_cache_found(&req.empty_cache_at, &devices)?;
     Ok(devices)
 }

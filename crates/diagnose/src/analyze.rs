@@ -199,6 +199,16 @@ fn analyze_inner(
     timeline_of: Option<TimelineOf>,
     beside: Option<Beside>,
 ) -> Analysis {
+    // Segments grouped by device once: every per-device step reads only its own.
+    snap.with_device_index(|snap| analyze_indexed(snap, opts, timeline_of, beside))
+}
+
+fn analyze_indexed(
+    snap: &Snapshot,
+    opts: &AnalyzeOptions,
+    timeline_of: Option<TimelineOf>,
+    beside: Option<Beside>,
+) -> Analysis {
     // One look at every trace entry for the era, shared by the devices; with threads to
     // spare it is taken on the thread that finds the first device's iterations, beside
     // its walk (only the recommendations need it).

@@ -413,6 +413,7 @@ fn window_skeleton(snap: &Snapshot) -> Snapshot {
         frames: snap.frames.clone(),
         format: snap.format,
         notes: snap.notes.clone(),
+        device_index: Default::default(),
     }
 }
 

@@ -7,6 +7,11 @@
 //! ([`MAX_ADDRESS`]: 5-level paging's user space ends below it). A file beyond either
 //! was corrupted or hand-edited; refusing it with the offending field is clearer than
 //! the nonsense (or the overflow) the figures would give.
+//!
+//! Capping each entry does not cap their sums: 2^16 segments of 256 TiB already add up
+//! past 2^64. So the totals an analysis adds (segment sizes, block sizes, requests, trace
+//! sizes) are added here in `u128`, and a file whose total cannot be held in a `u64` is
+//! refused too, naming the total.
 
 use crate::{ReadError, Segment, Snapshot, TraceEvent};
 
@@ -50,7 +55,32 @@ fn addr(v: u64, what: impl FnOnce() -> String) -> Result<(), ReadError> {
     Ok(())
 }
 
+/// Refuses a total of byte counts that a `u64` cannot hold.
+fn total(sum: u128, what: impl FnOnce() -> String) -> Result<(), ReadError> {
+    if sum > u128::from(u64::MAX) {
+        return Err(bad(format!("the {} add up to {sum} bytes, more than 2^64", what())));
+    }
+    Ok(())
+}
+
 fn segments(list: &[Segment], name: &str) -> Result<(), ReadError> {
+    // Sums of the fields the analyses add up, over the whole list (every device's).
+    let mut sums = [0u128; 6];
+    for s in list {
+        let fields = [s.total_size, s.allocated_size, s.active_size, s.requested_size.unwrap_or(0)];
+        for (sum, v) in sums.iter_mut().zip(fields) {
+            *sum += u128::from(v);
+        }
+        for b in &s.blocks {
+            sums[4] += u128::from(b.size);
+            sums[5] += u128::from(b.requested_size.unwrap_or(0));
+        }
+    }
+    let fields =
+        ["total_size", "allocated_size", "active_size", "requested_size", "block sizes", "block requested_size"];
+    for (sum, field) in sums.into_iter().zip(fields) {
+        total(sum, || format!("{name}' {field}"))?;
+    }
     for (i, s) in list.iter().enumerate() {
         let at = || format!("{name}[{i}]");
         addr(s.address, || format!("{} address", at()))?;
@@ -77,7 +107,7 @@ fn trace(t: &[TraceEvent], name: &str) -> Result<(), ReadError> {
         addr(e.addr, || format!("{name} entry {i} ({}) addr", e.action.as_str()))?;
         size(e.size, || format!("{name} entry {i} ({}) size", e.action.as_str()))?;
     }
-    Ok(())
+    total(t.iter().map(|e| u128::from(e.size)).sum(), || format!("{name} entries' sizes"))
 }
 
 /// [`check`] after a read, given the reader's bound on every trace entry it made (`None`:
@@ -85,7 +115,13 @@ fn trace(t: &[TraceEvent], name: &str) -> Result<(), ReadError> {
 /// entry by entry as [`check`] does, so the error names the same first offender.
 pub(crate) fn check_read(snap: &Snapshot, max: Option<TraceMax>) -> Result<(), ReadError> {
     match max {
-        Some(m) if m.addr < MAX_ADDRESS && m.size <= MAX_BYTES => {
+        // Every entry's size is at most `m.size`: when that many of them fit in a `u64`,
+        // so do the sums of any trace's.
+        Some(m)
+            if m.addr < MAX_ADDRESS
+                && m.size <= MAX_BYTES
+                && entries(snap).checked_mul(u128::from(m.size)).is_some_and(|t| t <= u128::from(u64::MAX)) =>
+        {
             segments(&snap.segments, "segments")?;
             segments(snap.host_segments.as_deref().unwrap_or(&[]), "host_segments")
         }
@@ -93,7 +129,15 @@ pub(crate) fn check_read(snap: &Snapshot, max: Option<TraceMax>) -> Result<(), R
     }
 }
 
-/// Checks every address and byte count of `snap` against [`MAX_ADDRESS`] and [`MAX_BYTES`].
+/// Trace entries of `snap`, device and host traces alike.
+fn entries(snap: &Snapshot) -> u128 {
+    let n: usize =
+        snap.device_traces.iter().map(Vec::len).sum::<usize>() + snap.host_traces.as_ref().map_or(0, Vec::len);
+    n as u128
+}
+
+/// Checks every address and byte count of `snap` against [`MAX_ADDRESS`] and [`MAX_BYTES`],
+/// and that their totals fit in a `u64`.
 pub fn check(snap: &Snapshot) -> Result<(), ReadError> {
     segments(&snap.segments, "segments")?;
     segments(snap.host_segments.as_deref().unwrap_or(&[]), "host_segments")?;
@@ -102,4 +146,56 @@ pub fn check(snap: &Snapshot) -> Result<(), ReadError> {
     }
     trace(snap.host_traces.as_deref().unwrap_or(&[]), "host_traces")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Action, Block, BlockState, SegmentType};
+
+    fn seg(address: u64, size: u64) -> Segment {
+        Segment {
+            device: 0,
+            address,
+            total_size: size,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            segment_pool_id: None,
+            is_expandable: None,
+            stack: None,
+            blocks: vec![Block {
+                address,
+                size,
+                requested_size: None,
+                state: BlockState::Inactive,
+                stack: None,
+                history: None,
+            }],
+        }
+    }
+
+    /// Each segment and entry within its bound, the totals past 2^64: refused, naming the
+    /// total; the same count of entries one byte smaller each fits.
+    #[test]
+    fn totals_past_u64_are_refused() {
+        let mut snap =
+            Snapshot { segments: (0..(1u64 << 16)).map(|k| seg(k << 41, MAX_BYTES)).collect(), ..Default::default() };
+        let e = check(&snap).unwrap_err().to_string();
+        assert!(e.contains("segments' total_size add up to 18446744073709551616 bytes"), "{e}");
+        snap.segments.iter_mut().for_each(|s| {
+            s.total_size -= 1;
+            s.blocks[0].size -= 1;
+        });
+        assert!(check(&snap).is_ok());
+        snap.device_traces = vec![vec![TraceEvent::new(Action::Alloc, 0, MAX_BYTES); 1 << 16]];
+        let e = check(&snap).unwrap_err().to_string();
+        assert!(e.contains("device_traces[0] entries' sizes add up to"), "{e}");
+        let max = TraceMax { addr: 0, size: MAX_BYTES };
+        assert_eq!(check_read(&snap, Some(max)).unwrap_err().to_string(), e, "the read's check agrees");
+        snap.device_traces[0].pop();
+        assert!(check_read(&snap, Some(max)).is_ok());
+    }
 }

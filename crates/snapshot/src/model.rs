@@ -534,6 +534,78 @@ pub struct Snapshot {
     pub frames: FrameTable,
     pub format: SourceFormat,
     pub notes: ReadNotes,
+    /// The segments grouped by device while [`Snapshot::with_device_index`] runs (empty
+    /// otherwise): `Default::default()` in a struct literal.
+    #[doc(hidden)]
+    pub device_index: DeviceIndexSlot,
+}
+
+/// The segments' positions grouped by device, built once for a walk over every device
+/// (a file with 100 k devices filtered all segments per device: quadratic).
+#[derive(Debug)]
+struct DeviceIndex {
+    /// Positions in [`Snapshot::segments`], by device, each device's in file order.
+    order: Vec<u32>,
+    /// A device's range in `order`.
+    ranges: HashMap<i64, (u32, u32)>,
+}
+
+impl DeviceIndex {
+    fn of(segments: &[Segment]) -> Option<DeviceIndex> {
+        let n = u32::try_from(segments.len()).ok()?;
+        let mut order: Vec<u32> = (0..n).collect();
+        // Stable: each device's segments keep their file order.
+        order.sort_by_key(|&i| segments[i as usize].device);
+        let mut ranges = HashMap::new();
+        let mut lo = 0usize;
+        while lo < order.len() {
+            let d = segments[order[lo] as usize].device;
+            let hi = lo + order[lo..].partition_point(|&i| segments[i as usize].device == d);
+            ranges.insert(d, (lo as u32, hi as u32));
+            lo = hi;
+        }
+        Some(DeviceIndex { order, ranges })
+    }
+}
+
+/// Where [`Snapshot::with_device_index`] keeps its index: set only while that call holds
+/// the snapshot borrowed (so the segments cannot change under it), cleared when it
+/// returns or unwinds. A clone starts empty.
+#[derive(Debug, Default)]
+pub struct DeviceIndexSlot(std::sync::RwLock<Option<std::sync::Arc<DeviceIndex>>>);
+
+impl Clone for DeviceIndexSlot {
+    fn clone(&self) -> Self {
+        DeviceIndexSlot::default()
+    }
+}
+
+impl DeviceIndexSlot {
+    fn get(&self) -> Option<std::sync::Arc<DeviceIndex>> {
+        self.0.read().map_or(None, |g| g.clone())
+    }
+    fn set(&self, index: Option<std::sync::Arc<DeviceIndex>>) {
+        if let Ok(mut g) = self.0.write() {
+            *g = index;
+        }
+    }
+}
+
+/// A device's segments: filtered from all of them, or read from the index.
+enum DeviceSegments<'a> {
+    Filter(std::slice::Iter<'a, Segment>, i64),
+    Indexed(&'a [Segment], std::sync::Arc<DeviceIndex>, std::ops::Range<usize>),
+}
+
+impl<'a> Iterator for DeviceSegments<'a> {
+    type Item = &'a Segment;
+    #[inline]
+    fn next(&mut self) -> Option<&'a Segment> {
+        match self {
+            DeviceSegments::Filter(it, device) => it.find(|s| s.device == *device),
+            DeviceSegments::Indexed(segs, index, range) => range.next().map(|k| &segs[index.order[k] as usize]),
+        }
+    }
 }
 
 impl Snapshot {
@@ -587,9 +659,36 @@ impl Snapshot {
         d.dedup();
         d
     }
-    /// Segments of one device, in file order.
+    /// Segments of one device, in file order: O(segments) each call, or O(the device's)
+    /// inside [`Snapshot::with_device_index`].
     pub fn device_segments(&self, device: i64) -> impl Iterator<Item = &Segment> {
-        self.segments.iter().filter(move |s| s.device == device)
+        match self.device_index.get() {
+            Some(index) => {
+                let (lo, hi) = index.ranges.get(&device).copied().unwrap_or((0, 0));
+                DeviceSegments::Indexed(&self.segments, index, lo as usize..hi as usize)
+            }
+            None => DeviceSegments::Filter(self.segments.iter(), device),
+        }
+    }
+    /// Runs `f` with the segments grouped by device once, so that every
+    /// [`Snapshot::device_segments`] inside it costs the device's segments only: for a
+    /// walk over every device. The snapshot stays borrowed for the whole call, so the
+    /// index cannot go stale; nested calls share the outer index.
+    pub fn with_device_index<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
+        if self.device_index.get().is_some() {
+            return f(self);
+        }
+        /// Clears the index when `f` returns or unwinds.
+        struct Clear<'a>(&'a DeviceIndexSlot);
+        impl Drop for Clear<'_> {
+            fn drop(&mut self) {
+                self.0.set(None);
+            }
+        }
+        let Some(index) = DeviceIndex::of(&self.segments) else { return f(self) };
+        self.device_index.set(Some(std::sync::Arc::new(index)));
+        let _clear = Clear(&self.device_index);
+        f(self)
     }
     /// Trace of one device (empty when none was recorded).
     pub fn trace(&self, device: i64) -> &[TraceEvent] {
@@ -728,4 +827,55 @@ pub fn semantic_diff(a: &Snapshot, b: &Snapshot) -> Option<String> {
     ne!("totals", a.totals, b.totals);
     ne!("device_capacity", a.device_capacity, b.device_capacity);
     None
+}
+
+#[cfg(test)]
+mod device_index_tests {
+    use super::*;
+
+    fn seg(device: i64, address: u64) -> Segment {
+        Segment {
+            device,
+            address,
+            total_size: 1 << 21,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            segment_pool_id: None,
+            is_expandable: None,
+            stack: None,
+            blocks: Vec::new(),
+        }
+    }
+
+    /// Inside `with_device_index` every device's segments are the filtered ones, in file
+    /// order (devices interleaved and out of order in the file), a device without
+    /// segments has none, and the index is gone afterwards (also after a panic).
+    #[test]
+    fn indexed_segments_are_the_filtered_ones() {
+        let mut snap = Snapshot::default();
+        for k in 0..500u64 {
+            snap.segments.push(seg(((k * 7) % 13) as i64 - 1, k << 21));
+        }
+        let filtered: Vec<Vec<u64>> = (-2..14).map(|d| snap.device_segments(d).map(|s| s.address).collect()).collect();
+        let indexed: Vec<Vec<u64>> = snap.with_device_index(|snap| {
+            assert!(snap.device_index.get().is_some());
+            let nested = snap.with_device_index(|snap| snap.device_segments(3).count());
+            assert_eq!(nested, filtered[5].len());
+            (-2..14).map(|d| snap.device_segments(d).map(|s| s.address).collect()).collect()
+        });
+        assert_eq!(indexed, filtered);
+        assert!(filtered[0].is_empty() && !filtered[1].is_empty());
+        assert!(snap.device_index.get().is_none());
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            snap.with_device_index(|_| panic!("inside"));
+        }));
+        assert!(unwound.is_err());
+        assert!(snap.device_index.get().is_none(), "cleared on unwind");
+        let mut copy = snap.clone();
+        copy.segments.push(seg(20, 0));
+        assert_eq!(copy.with_device_index(|s| s.device_segments(20).count()), 1);
+    }
 }

@@ -470,7 +470,9 @@ pub fn summarize(snap: &Snapshot) -> Summary {
 
 /// [`summarize`], without the roles when `roles` is false ([`summarize_device_with`]).
 pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
-    let devices = snap.devices().into_iter().map(|d| summarize_device_with(snap, d, roles)).collect();
+    // Segments grouped by device once: every per-device step reads only its own.
+    let devices = snap
+        .with_device_index(|snap| snap.devices().into_iter().map(|d| summarize_device_with(snap, d, roles)).collect());
     let settings = snap.recorded_settings().map(|s| Settings {
         conf: s.conf,
         max_split_size: s.max_split_size,

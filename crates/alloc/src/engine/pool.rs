@@ -413,33 +413,93 @@ impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> 
     }
 }
 
+/// The per-stream free sets of one pool, streams ascending. Real traces use one
+/// to a handful of streams, where a scan of a short vector beats any index; a
+/// pool that sees more than `FEW_STREAMS` moves them into a B-tree, so a
+/// recording with thousands of distinct streams costs O(log n) per lookup and
+/// per new stream instead of O(n). Streams are never removed (PyTorch keeps the
+/// pool's set as one ordered set; an empty stream's set is simply empty).
+#[derive(Clone, Debug)]
+enum Streams {
+    Few(Vec<(StreamId, StreamFree)>),
+    Many(BTreeMap<StreamId, StreamFree>),
+}
+
+const FEW_STREAMS: usize = 8;
+
+impl Default for Streams {
+    fn default() -> Self {
+        Streams::Few(Vec::new())
+    }
+}
+
+impl Streams {
+    #[inline]
+    fn get(&self, stream: StreamId) -> Option<&StreamFree> {
+        match self {
+            Streams::Few(v) => v.iter().find(|s| s.0 == stream).map(|s| &s.1),
+            Streams::Many(m) => m.get(&stream),
+        }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, stream: StreamId) -> Option<&mut StreamFree> {
+        match self {
+            Streams::Few(v) => v.iter_mut().find(|s| s.0 == stream).map(|s| &mut s.1),
+            Streams::Many(m) => m.get_mut(&stream),
+        }
+    }
+
+    #[inline]
+    fn entry(&mut self, stream: StreamId) -> &mut StreamFree {
+        if let Streams::Few(v) = self {
+            if v.len() >= FEW_STREAMS && !v.iter().any(|s| s.0 == stream) {
+                *self = Streams::Many(std::mem::take(v).into_iter().collect());
+            }
+        }
+        match self {
+            Streams::Few(v) => {
+                let pos = match v.iter().position(|s| s.0 == stream) {
+                    Some(p) => p,
+                    None => {
+                        let at = v.partition_point(|s| s.0 < stream);
+                        v.insert(at, (stream, StreamFree::default()));
+                        at
+                    }
+                };
+                &mut v[pos].1
+            }
+            Streams::Many(m) => m.entry(stream).or_default(),
+        }
+    }
+
+    /// Each stream's set, streams ascending.
+    fn values(&self) -> impl Iterator<Item = &StreamFree> {
+        match self {
+            Streams::Few(v) => Either::A(v.iter().map(|s| &s.1)),
+            Streams::Many(m) => Either::B(m.values()),
+        }
+    }
+}
+
 /// One pool's free blocks ordered like PyTorch's free set, (stream, size,
 /// \[registration,\] address): one ordered set per stream, streams ascending, so
 /// a lookup never compares stream ids and whole-pool walks keep the set order.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FreeSet {
-    streams: Vec<(StreamId, StreamFree)>,
+    streams: Streams,
     len: usize,
 }
 
 impl FreeSet {
     #[inline]
     fn map(&self, stream: StreamId) -> Option<&StreamFree> {
-        // Few streams: a linear scan beats any index.
-        self.streams.iter().find(|s| s.0 == stream).map(|s| &s.1)
+        self.streams.get(stream)
     }
 
     #[inline]
     fn map_mut(&mut self, stream: StreamId) -> &mut StreamFree {
-        let pos = match self.streams.iter().position(|s| s.0 == stream) {
-            Some(p) => p,
-            None => {
-                let at = self.streams.partition_point(|s| s.0 < stream);
-                self.streams.insert(at, (stream, StreamFree::default()));
-                at
-            }
-        };
-        &mut self.streams[pos].1
+        self.streams.entry(stream)
     }
 
     #[inline]
@@ -451,8 +511,8 @@ impl FreeSet {
 
     #[inline]
     pub fn remove(&mut self, stream: StreamId, key: &FreeKey) -> bool {
-        let Some(s) = self.streams.iter_mut().find(|s| s.0 == stream) else { return false };
-        let removed = s.1.remove(key);
+        let Some(s) = self.streams.get_mut(stream) else { return false };
+        let removed = s.remove(key);
         self.len -= removed as usize;
         removed
     }
@@ -502,7 +562,7 @@ impl FreeSet {
 
     /// Every block in set order (stream, then key).
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.streams.iter().flat_map(|s| match &s.1 {
+        self.streams.values().flat_map(|s| match s {
             StreamFree::Buckets(b) => Either::A(b.buckets.iter().flat_map(move |x| b.entries(x).map(|e| e.2))),
             StreamFree::Tree(t) => Either::B(t.values().copied()),
         })
@@ -646,7 +706,7 @@ mod tests {
                 assert_eq!(fs.remove(stream, &k), reference.remove(&(stream, k)).is_some());
             }
             assert_eq!(fs.len(), reference.len());
-            let trees = fs.streams.iter().filter(|s| matches!(s.1, StreamFree::Tree(_))).count();
+            let trees = fs.streams.values().filter(|s| matches!(s, StreamFree::Tree(_))).count();
             if step % 60_000 == 14_999 {
                 assert_eq!(trees, 2, "both streams promoted to the B-tree");
             }
@@ -656,8 +716,8 @@ mod tests {
             if step % 60_000 == 44_999 {
                 let chunks: usize = fs
                     .streams
-                    .iter()
-                    .map(|s| match &s.1 {
+                    .values()
+                    .map(|s| match s {
                         StreamFree::Buckets(b) => b.lists.iter().map(|l| l.chunks.len()).sum(),
                         StreamFree::Tree(_) => 0,
                     })
@@ -693,5 +753,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Past `FEW_STREAMS` streams the sets move into the stream-indexed map and
+    /// keep the reference order: lookups per stream, the whole-pool walk
+    /// (streams ascending, inserted in scrambled order), removals.
+    #[test]
+    fn free_set_with_many_streams_matches_ordered_map() {
+        let mut fs = FreeSet::default();
+        let mut reference: BTreeMap<(StreamId, FreeKey), u32> = BTreeMap::new();
+        for i in 0..3_000u32 {
+            // Scrambled stream ids, 500 distinct, several blocks each.
+            let stream = (u64::from(i % 500) * 7919) % 1009;
+            let key = free_key(u64::from(i % 7 + 1) * 512, 0, u64::from(i) * 512);
+            assert_eq!(fs.insert(stream, key, i), reference.insert((stream, key), i).is_none());
+            if i == FEW_STREAMS as u32 - 1 {
+                assert!(matches!(fs.streams, Streams::Few(_)));
+            }
+        }
+        assert!(matches!(fs.streams, Streams::Many(_)));
+        assert_eq!(fs.iter().collect::<Vec<_>>(), reference.values().copied().collect::<Vec<_>>());
+        for (&(stream, key), &i) in reference.iter().step_by(3) {
+            assert!(fs.contains(stream, &key, i));
+            assert_eq!(
+                fs.first_at_least(stream, 0).map(|f| f.0),
+                Some(reference.range((stream, free_key(0, 0, 0))..).next().unwrap().0 .1 .0)
+            );
+        }
+        let gone: Vec<(StreamId, FreeKey)> = reference.keys().step_by(2).copied().collect();
+        for (stream, key) in gone {
+            assert!(fs.remove(stream, &key));
+            reference.remove(&(stream, key));
+        }
+        assert!(!fs.remove(2_000, &free_key(512, 0, 0)), "a stream never seen");
+        assert_eq!(fs.len(), reference.len());
+        assert_eq!(fs.iter().collect::<Vec<_>>(), reference.values().copied().collect::<Vec<_>>());
     }
 }

@@ -10,4 +10,5 @@ mod enum_names;
 mod planted_leaks;
 mod replay_start_state;
 mod role_whatif;
+mod scaling;
 mod window;

@@ -13,5 +13,6 @@ mod replay_mutated;
 mod replay_real;
 mod replay_selfcheck;
 mod replay_unsplit_remainder;
+mod scaling;
 mod seeded_example;
 mod settings_roundtrip;

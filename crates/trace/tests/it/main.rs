@@ -6,4 +6,5 @@ mod enum_names;
 mod lives_real;
 mod roles_ground_truth;
 mod roles_late_start;
+mod scaling;
 mod summary_layouts;

@@ -1,0 +1,78 @@
+//! Replay stays linear in the number of distinct streams (issue 43: a pool's per-stream
+//! free sets were a vector scanned per lookup, so 50 k allocations on distinct streams
+//! took 30–40 s). The same recording shape at n and 4n streams: a linear replay takes
+//! about 4× as long, a quadratic one 16×; the test fails past 6×. Best of three runs
+//! each, so that a busy machine's pauses do not count.
+
+use fragscope_replay::{verify, ReplayOptions};
+use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+/// One device; on each of `n` streams a 2 MiB segment is created, a 512-byte tensor
+/// made in it and freed, so the pool ends with one free block per stream. The final
+/// segments are the trace's end state.
+fn distinct_streams(n: u64) -> Snapshot {
+    let mut snap = Snapshot::default();
+    let mut trace = Vec::with_capacity(4 * n as usize);
+    for k in 0..n {
+        let (addr, stream) = ((k + 1) * 2 * MIB, k + 1);
+        for (action, size) in [
+            (Action::SegmentAlloc, 2 * MIB),
+            (Action::Alloc, 512),
+            (Action::FreeRequested, 512),
+            (Action::FreeCompleted, 512),
+        ] {
+            let mut ev = TraceEvent::new(action, addr, size);
+            assert!(snap.set_stream(&mut ev, stream));
+            trace.push(ev);
+        }
+        snap.segments.push(Segment {
+            device: 0,
+            address: addr,
+            total_size: 2 * MIB,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: Some(0),
+            stream,
+            segment_type: SegmentType::Large,
+            segment_pool_id: Some((0, 0)),
+            is_expandable: Some(false),
+            stack: None,
+            blocks: vec![Block {
+                address: addr,
+                size: 2 * MIB,
+                requested_size: Some(0),
+                state: BlockState::Inactive,
+                stack: None,
+                history: None,
+            }],
+        });
+    }
+    snap.device_traces.push(trace);
+    snap
+}
+
+fn best_of_three(snap: &Snapshot, n: u64) -> Duration {
+    (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            let r = verify(snap, 0, &ReplayOptions::default());
+            let took = t.elapsed();
+            assert_eq!((r.allocs, r.allocs_matched), (n, n), "every allocation replayed exactly");
+            assert_eq!(r.segment_events_matched, n);
+            took
+        })
+        .min()
+        .unwrap()
+}
+
+#[test]
+fn replay_is_linear_in_distinct_streams() {
+    let n = 5_000;
+    let (small, large) = (distinct_streams(n), distinct_streams(4 * n));
+    let (t1, t4) = (best_of_three(&small, n), best_of_three(&large, 4 * n));
+    let ratio = t4.as_secs_f64() / t1.as_secs_f64().max(1e-4);
+    assert!(ratio < 6.0, "{n} streams {t1:?}, {} streams {t4:?}: ×{ratio:.1}, not linear", 4 * n);
+}
