@@ -7,6 +7,11 @@ use fragscope_diagnose::{analyze, AnalyzeOptions};
 use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, Snapshot};
 use std::time::{Duration, Instant};
 
+/// 4× the input must cost less than this many times the time: linear work is ×4 (×4.6 with
+/// a log factor), quadratic ×16; 8 leaves room for a loaded CI machine (the old code
+/// measured ×11–20 here).
+const MAX_RATIO: f64 = 8.0;
+
 const MIB: u64 = 1 << 20;
 
 /// `n` devices, each with one 2 MiB segment holding a 512-byte tensor; no trace.
@@ -63,5 +68,5 @@ fn analyze_is_linear_in_devices() {
     let (small, large) = (devices(n), devices(4 * n));
     let (t1, t4) = (best_of_three(&small, n), best_of_three(&large, 4 * n));
     let r = t4.as_secs_f64() / t1.as_secs_f64().max(1e-4);
-    assert!(r < 6.0, "{n} devices {t1:?}, {} devices {t4:?}: ×{r:.1}, not linear", 4 * n);
+    assert!(r < MAX_RATIO, "{n} devices {t1:?}, {} devices {t4:?}: ×{r:.1}, not linear", 4 * n);
 }

@@ -8,6 +8,11 @@ use fragscope_replay::{verify, ReplayOptions};
 use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
 use std::time::{Duration, Instant};
 
+/// 4× the input must cost less than this many times the time: linear work is ×4 (×4.6 with
+/// a log factor), quadratic ×16; 8 leaves room for a loaded CI machine (the old code
+/// measured ×11–20 here).
+const MAX_RATIO: f64 = 8.0;
+
 const MIB: u64 = 1 << 20;
 
 /// One device; on each of `n` streams a 2 MiB segment is created, a 512-byte tensor
@@ -74,5 +79,5 @@ fn replay_is_linear_in_distinct_streams() {
     let (small, large) = (distinct_streams(n), distinct_streams(4 * n));
     let (t1, t4) = (best_of_three(&small, n), best_of_three(&large, 4 * n));
     let ratio = t4.as_secs_f64() / t1.as_secs_f64().max(1e-4);
-    assert!(ratio < 6.0, "{n} streams {t1:?}, {} streams {t4:?}: ×{ratio:.1}, not linear", 4 * n);
+    assert!(ratio < MAX_RATIO, "{n} streams {t1:?}, {} streams {t4:?}: ×{ratio:.1}, not linear", 4 * n);
 }

@@ -7,6 +7,11 @@ use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, Snapshot};
 use fragscope_trace::summarize;
 use std::time::{Duration, Instant};
 
+/// 4× the input must cost less than this many times the time: linear work is ×4 (×4.6 with
+/// a log factor), quadratic ×16; 8 leaves room for a loaded CI machine (the old code
+/// measured ×11–20 here).
+const MAX_RATIO: f64 = 8.0;
+
 const MIB: u64 = 1 << 20;
 
 /// `n` segments of 2 MiB, each with a 512-byte tensor live at its start, on device
@@ -69,12 +74,12 @@ fn ratio(n: u64, shape: impl Fn(u64) -> (Snapshot, usize)) -> (Duration, Duratio
 fn summary_is_linear_in_devices() {
     let n = 6_000;
     let (t1, t4, r) = ratio(n, |n| (segments(n, |k| k as i64), n as usize));
-    assert!(r < 6.0, "{n} devices {t1:?}, {} devices {t4:?}: ×{r:.1}, not linear", 4 * n);
+    assert!(r < MAX_RATIO, "{n} devices {t1:?}, {} devices {t4:?}: ×{r:.1}, not linear", 4 * n);
 }
 
 #[test]
 fn summary_is_linear_in_segments() {
     let n = 5_000;
     let (t1, t4, r) = ratio(n, |n| (segments(n, |_| 0), 1));
-    assert!(r < 6.0, "{n} segments {t1:?}, {} segments {t4:?}: ×{r:.1}, not linear", 4 * n);
+    assert!(r < MAX_RATIO, "{n} segments {t1:?}, {} segments {t4:?}: ×{r:.1}, not linear", 4 * n);
 }
