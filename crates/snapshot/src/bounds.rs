@@ -76,11 +76,6 @@ fn segments(list: &[Segment], name: &str) -> Result<(), ReadError> {
             sums[5] += u128::from(b.requested_size.unwrap_or(0));
         }
     }
-    let fields =
-        ["total_size", "allocated_size", "active_size", "requested_size", "block sizes", "block requested_size"];
-    for (sum, field) in sums.into_iter().zip(fields) {
-        total(sum, || format!("{name}' {field}"))?;
-    }
     for (i, s) in list.iter().enumerate() {
         let at = || format!("{name}[{i}]");
         addr(s.address, || format!("{} address", at()))?;
@@ -97,6 +92,12 @@ fn segments(list: &[Segment], name: &str) -> Result<(), ReadError> {
                 size(h.real_size, || format!("{} block {j} history real_size", at()))?;
             }
         }
+    }
+    // The totals after every entry: a single impossible entry is named as such.
+    let fields =
+        ["total_size", "allocated_size", "active_size", "requested_size", "block sizes", "block requested_size"];
+    for (sum, field) in sums.into_iter().zip(fields) {
+        total(sum, || format!("{name}' {field}"))?;
     }
     Ok(())
 }
