@@ -104,11 +104,11 @@ fn analyze_without_file_runs_on_the_example_and_finds_its_leak() {
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let suspects = v["files"][0]["devices"][0]["leak_suspects"].as_array().unwrap();
-    // The example keeps every step's loss alive at train.py:63 (see crates/cli/src/example.rs).
+    // The example keeps every step's loss alive at train.py:63 (see crates/commands/src/example.rs).
     assert_eq!(suspects.len(), 1, "{suspects:?}");
     assert_eq!(suspects[0]["site"], "train.py:63:<listcomp>");
     // It ends in an evaluation request that fails by fragmentation, and replay shows that
-    // expandable segments would have fitted it (see crates/cli/src/example.rs).
+    // expandable segments would have fitted it (see crates/commands/src/example.rs).
     let oom = &v["files"][0]["devices"][0]["oom"];
     assert_eq!(oom["verdict"], "fragmentation", "{oom}");
     assert_eq!(oom["request_bytes"], 20_100u64 << 20);
