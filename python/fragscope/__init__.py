@@ -833,7 +833,13 @@ class RankSummary:
 
     def __repr__(self) -> str:
         ex = _fmt_bytes(int(self.excess_over_median)) if self.excess_over_median is not None else "—"
-        return f"<fragscope RankSummary of {len(self.ranks)} ranks: peak rank {self.peak_rank} (+{ex} over the median), OOM ranks {self.oom_ranks}>"
+        unread = [r["rank"] for r in self.ranks if r["error"] is not None]
+        failed = f", unreadable ranks {unread}" if unread else ""
+        out = f", outliers {[o['rank'] for o in self.outliers]}" if self.outliers else ""
+        return (
+            f"<fragscope RankSummary of {len(self.ranks)} ranks: peak rank {self.peak_rank} "
+            f"(+{ex} over the median), OOM ranks {self.oom_ranks}{out}{failed}>"
+        )
 
     def _repr_html_(self) -> str:
         rows = [
@@ -864,7 +870,7 @@ class Prediction(Result):
 def predict(
     snapshots: Sequence[Union["Snapshot", PathLike]],
     sizes: Sequence[int],
-    at: Sequence[int],
+    at: Sequence[int] = (),
     config: Optional[str] = None,
     capacity: Union[int, str, None] = None,
     max_fit: bool = False,
@@ -874,7 +880,7 @@ def predict(
     paths) of one program at ``sizes`` (batch size, sequence length, ...), predicted at
     each size in ``at`` by replaying the synthesised trace through the allocator model.
     ``capacity`` (bytes, ``"80GiB"`` or a GPU name) says whether each fits; ``max_fit``
-    finds the largest size that fits on it."""
+    finds the largest size that fits on it (then ``at`` may be left out)."""
     snaps = [s if isinstance(s, Snapshot) else load(s) for s in snapshots]
     return Prediction(
         _native.predict_json(

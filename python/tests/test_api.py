@@ -185,6 +185,10 @@ def test_predict_equals_cli():
                      "--capacity", "4GiB"],
                     lambda: fragscope.predict([str(a), str(b)], sizes=[100, 150], at=[200], capacity="4GiB"))
     assert r.schema == "fragscope.predict/1" and r.predictions[0]["at"] == 200
+    # The largest size that fits needs no sizes to predict.
+    m = same_as_cli(["predict", "--json", str(a), str(b), "--sizes", "100,150", "--max-fit", "--capacity", "4GiB"],
+                    lambda: fragscope.predict([str(a), str(b)], sizes=[100, 150], max_fit=True, capacity="4GiB"))
+    assert m.to_dict()["max_fit"] and not m.predictions
     # One recording: the CLI's line, which says what to record.
     with pytest.raises(fragscope.FragscopeError, match="fragscope.torch.record"):
         fragscope.predict([str(a)], sizes=[100], at=[200])

@@ -85,6 +85,8 @@ def test_unreadable_rank_is_reported_not_raised(tmp_path):
     assert s.ranks[1]["error"] == str(e.value)
     assert s.analyses[1] is None and s.analyses[0] is not None and s.analyses[2] is not None
     assert s.peak_rank in (0, 2)
+    # The repr says which rank could not be read (a summary must not hide a failed rank).
+    assert repr(s).endswith("unreadable ranks [1]>"), repr(s)
 
 
 def test_thread_count_does_not_change_results():
