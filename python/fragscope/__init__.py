@@ -866,6 +866,21 @@ class Prediction(Result):
     """``fragscope predict --json``: memory of one program at sizes nobody recorded
     (``predictions``: one per size and device), from recordings at other sizes."""
 
+    def __repr__(self) -> str:
+        d = self._body()
+        sizes = ", ".join(str(f["size"]) for f in d.get("files", []))
+        parts = []
+        for p in d.get("predictions", []):
+            fit = "" if p.get("capacity") is None else (", fits" if p.get("fits") else ", does not fit")
+            parts.append(
+                f"{p['at']} on cuda:{p['device']}: peak allocated {_fmt_bytes(p['peak_allocated'])}, "
+                f"peak reserved {_fmt_bytes(p['peak_reserved'])}{fit}"
+            )
+        for m in d.get("max_fit", []):
+            cfg = f" with {m['config']}" if m.get("config") else ""
+            parts.append(f"largest that fits{cfg} on cuda:{m['device']}: {m['largest']}")
+        return f"<fragscope.Prediction from sizes {sizes}: {'; '.join(parts) or 'nothing predicted'}>"
+
 
 def predict(
     snapshots: Sequence[Union["Snapshot", PathLike]],

@@ -189,6 +189,10 @@ def test_predict_equals_cli():
     m = same_as_cli(["predict", "--json", str(a), str(b), "--sizes", "100,150", "--max-fit", "--capacity", "4GiB"],
                     lambda: fragscope.predict([str(a), str(b)], sizes=[100, 150], max_fit=True, capacity="4GiB"))
     assert m.to_dict()["max_fit"] and not m.predictions
+    # The reprs say the answer, not the fields' counts.
+    assert repr(r).startswith("<fragscope.Prediction from sizes 100, 150: 200 on cuda:0: peak allocated "), repr(r)
+    assert repr(r).endswith(", fits>"), repr(r)
+    assert "largest that fits on cuda:0: " in repr(m), repr(m)
     # One recording: the CLI's line, which says what to record.
     with pytest.raises(fragscope.FragscopeError, match="fragscope.torch.record"):
         fragscope.predict([str(a)], sizes=[100], at=[200])
