@@ -106,9 +106,9 @@ class Fields(dict):  # type: ignore[type-arg]
 def _short(v: Any) -> str:
     """A value as a repr shows it: scalars in full (long strings cut), containers by size."""
     if isinstance(v, dict):
-        return f"{{{len(v)} keys}}"
+        return f"{{{len(v)} key{'' if len(v) == 1 else 's'}}}"
     if isinstance(v, list):
-        return f"[{len(v)} items]"
+        return f"[{len(v)} item{'' if len(v) == 1 else 's'}]"
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, str) and len(v) > 60:

@@ -68,7 +68,9 @@ def test_replay_lab_diff_check_reprs():
 def test_nested_fields_print_their_values(snap):
     d = snap.analyze().devices[0]
     r = repr(d)
-    assert r.startswith(f"Fields(device={d['device']}, findings=[{len(d['findings'])} items]")
+    n = len(d["findings"])
+    assert r.startswith(f"Fields(device={d['device']}, findings=[{n} item{'' if n == 1 else 's'}]")
+    assert fragscope._short([1]) == "[1 item]" and fragscope._short([1, 2]) == "[2 items]"
     assert len(r) < 400
     site = snap.analyze().devices[0].peaks.allocated_peak.sites[0]
     assert repr(site).startswith(f"Fields(site={fragscope._short(site['site'])}, ")

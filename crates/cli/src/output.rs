@@ -60,6 +60,11 @@ pub fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, crat
     Ok(s)
 }
 
+/// `n` (digits grouped) and the noun for that count: `1 trace entry`, `2 trace entries`.
+pub fn count_of(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", grouped(n), if n == 1 { one } else { many })
+}
+
 /// A percentage with one decimal (`"12.5%"`).
 pub fn percent(part: f64) -> String {
     format!("{:.1}%", part * 100.0)
@@ -192,6 +197,9 @@ mod tests {
         assert_eq!(summary_count(800_000, 800_000), "    800 K ");
         assert_eq!(grouped(1234567), "1,234,567");
         assert_eq!(grouped(12), "12");
+        assert_eq!(count_of(1, "trace entry", "trace entries"), "1 trace entry");
+        assert_eq!(count_of(1234, "trace entry", "trace entries"), "1,234 trace entries");
+        assert_eq!(count_of(0, "trace entry", "trace entries"), "0 trace entries");
     }
 
     #[test]

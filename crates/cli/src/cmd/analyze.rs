@@ -419,8 +419,8 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
         ("allocated", series.iter().map(|p| p.max.allocated).collect(), tl.peak_allocated.bytes),
         ("requested", series.iter().map(|p| p.max.requested).collect(), tl.peak_requested.bytes),
     ];
-    let _ =
-        writeln!(o, "  {} trace entries; curves show the maximum per bucket, one scale:", grouped(tl.events as u64));
+    let entries = crate::output::count_of(tl.events as u64, "trace entry", "trace entries");
+    let _ = writeln!(o, "  {entries}; curves show the maximum per bucket, one scale:");
     for (name, v, peak) in &curves {
         let _ = writeln!(o, "  {name:<10} {}  peak {}", sparkline(v, max), bytes(*peak));
     }

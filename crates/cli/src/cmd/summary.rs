@@ -135,8 +135,8 @@ fn window_table(t: &fragscope_replay::MemoryTable) -> String {
         ("Tot Freed", Align::Right),
     ]);
     tb.banner(format!(
-        "memory_summary() over the recorded window ({} trace entries), not the whole process",
-        output::grouped(t.entries)
+        "memory_summary() over the recorded window ({}), not the whole process",
+        output::count_of(t.entries, "trace entry", "trace entries")
     ));
     let rows: [(&str, &StatRow, bool); 7] = [
         ("Allocated memory", &t.allocated_bytes, true),
