@@ -13,6 +13,8 @@
 //! count of skips, so `cargo test` shows each one. Under CI (`CI` set) a missing corpus is
 //! a failure instead: a green CI run must mean every real file was read.
 
+pub mod scaling;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,16 +1,12 @@
 //! `analyze` stays linear in devices (issue 43: every device's steps filtered all
 //! segments). The same snapshot shape at n and 4n devices: a linear analysis takes about
-//! 4× as long, a quadratic one 16×; the test fails past 6×. Best of three runs each, so
-//! that a busy machine's pauses do not count.
+//! 4× as long, a quadratic one 16×; see
+//! [`fragscope_testdata::scaling`].
 
 use fragscope_diagnose::{analyze, AnalyzeOptions};
 use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, Snapshot};
-use std::time::{Duration, Instant};
-
-/// 4× the input must cost less than this many times the time: linear work is ×4 (×4.6 with
-/// a log factor), quadratic ×16; 8 leaves room for a loaded CI machine (the old code
-/// measured ×11–20 here).
-const MAX_RATIO: f64 = 8.0;
+use fragscope_testdata::scaling::{assert_linear, best_of_three};
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
@@ -48,25 +44,14 @@ fn devices(n: u64) -> Snapshot {
     snap
 }
 
-fn best_of_three(snap: &Snapshot, n: u64) -> Duration {
+fn timed(snap: &Snapshot, n: u64) -> Duration {
     let opts = AnalyzeOptions { what_if: false, threads: 1, ..AnalyzeOptions::default() };
-    (0..3)
-        .map(|_| {
-            let t = Instant::now();
-            let a = analyze(snap, &opts);
-            let took = t.elapsed();
-            assert_eq!(a.devices.len() as u64, n);
-            took
-        })
-        .min()
-        .unwrap()
+    best_of_three(|| assert_eq!(analyze(snap, &opts).devices.len() as u64, n))
 }
 
 #[test]
 fn analyze_is_linear_in_devices() {
     let n = 6_000;
     let (small, large) = (devices(n), devices(4 * n));
-    let (t1, t4) = (best_of_three(&small, n), best_of_three(&large, 4 * n));
-    let r = t4.as_secs_f64() / t1.as_secs_f64().max(1e-4);
-    assert!(r < MAX_RATIO, "{n} devices {t1:?}, {} devices {t4:?}: ×{r:.1}, not linear", 4 * n);
+    assert_linear("devices", n, timed(&small, n), timed(&large, 4 * n));
 }

@@ -1,17 +1,13 @@
 //! Replay stays linear in the number of distinct streams (issue 43: a pool's per-stream
 //! free sets were a vector scanned per lookup, so 50 k allocations on distinct streams
 //! took 30–40 s). The same recording shape at n and 4n streams: a linear replay takes
-//! about 4× as long, a quadratic one 16×; the test fails past 6×. Best of three runs
-//! each, so that a busy machine's pauses do not count.
+//! about 4× as long, a quadratic one 16×; see
+//! [`fragscope_testdata::scaling`].
 
 use fragscope_replay::{verify, ReplayOptions};
 use fragscope_snapshot::{Action, Block, BlockState, Segment, SegmentType, Snapshot, TraceEvent};
-use std::time::{Duration, Instant};
-
-/// 4× the input must cost less than this many times the time: linear work is ×4 (×4.6 with
-/// a log factor), quadratic ×16; 8 leaves room for a loaded CI machine (the old code
-/// measured ×11–20 here).
-const MAX_RATIO: f64 = 8.0;
+use fragscope_testdata::scaling::{assert_linear, best_of_three};
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
@@ -59,25 +55,17 @@ fn distinct_streams(n: u64) -> Snapshot {
     snap
 }
 
-fn best_of_three(snap: &Snapshot, n: u64) -> Duration {
-    (0..3)
-        .map(|_| {
-            let t = Instant::now();
-            let r = verify(snap, 0, &ReplayOptions::default());
-            let took = t.elapsed();
-            assert_eq!((r.allocs, r.allocs_matched), (n, n), "every allocation replayed exactly");
-            assert_eq!(r.segment_events_matched, n);
-            took
-        })
-        .min()
-        .unwrap()
+fn timed(snap: &Snapshot, n: u64) -> Duration {
+    best_of_three(|| {
+        let r = verify(snap, 0, &ReplayOptions::default());
+        assert_eq!((r.allocs, r.allocs_matched), (n, n), "every allocation replayed exactly");
+        assert_eq!(r.segment_events_matched, n);
+    })
 }
 
 #[test]
 fn replay_is_linear_in_distinct_streams() {
     let n = 5_000;
     let (small, large) = (distinct_streams(n), distinct_streams(4 * n));
-    let (t1, t4) = (best_of_three(&small, n), best_of_three(&large, 4 * n));
-    let ratio = t4.as_secs_f64() / t1.as_secs_f64().max(1e-4);
-    assert!(ratio < MAX_RATIO, "{n} streams {t1:?}, {} streams {t4:?}: ×{ratio:.1}, not linear", 4 * n);
+    assert_linear("streams", n, timed(&small, n), timed(&large, 4 * n));
 }

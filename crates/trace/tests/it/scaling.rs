@@ -1,16 +1,12 @@
 //! `summary` stays linear in devices and in segments (issue 43: every device's steps
 //! filtered all segments, so 100 k devices took 200 s). The same snapshot shape at n and
-//! 4n: a linear summary takes about 4× as long, a quadratic one 16×; the test fails
-//! past 6×. Best of three runs each, so that a busy machine's pauses do not count.
+//! 4n: a linear summary takes about 4× as long, a quadratic one 16×; see
+//! [`fragscope_testdata::scaling`].
 
 use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, Snapshot};
+use fragscope_testdata::scaling::{assert_linear, best_of_three};
 use fragscope_trace::summarize;
-use std::time::{Duration, Instant};
-
-/// 4× the input must cost less than this many times the time: linear work is ×4 (×4.6 with
-/// a log factor), quadratic ×16; 8 leaves room for a loaded CI machine (the old code
-/// measured ×11–20 here).
-const MAX_RATIO: f64 = 8.0;
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
@@ -49,37 +45,30 @@ fn segments(n: u64, device: impl Fn(u64) -> i64) -> Snapshot {
     snap
 }
 
-fn best_of_three(snap: &Snapshot, devices: usize, reserved: u64) -> Duration {
-    (0..3)
-        .map(|_| {
-            let t = Instant::now();
-            let s = summarize(snap);
-            let took = t.elapsed();
-            assert_eq!(s.devices.len(), devices);
-            assert_eq!(s.devices.iter().map(|d| d.all.reserved_bytes).sum::<u64>(), reserved);
-            took
-        })
-        .min()
-        .unwrap()
+fn timed(snap: &Snapshot, devices: usize, reserved: u64) -> Duration {
+    best_of_three(|| {
+        let s = summarize(snap);
+        assert_eq!(s.devices.len(), devices);
+        assert_eq!(s.devices.iter().map(|d| d.all.reserved_bytes).sum::<u64>(), reserved);
+    })
 }
 
-fn ratio(n: u64, shape: impl Fn(u64) -> (Snapshot, usize)) -> (Duration, Duration, f64) {
+/// `shape(n)` and `shape(4n)` (a snapshot and its device count) summarised, timed.
+fn both(n: u64, shape: impl Fn(u64) -> (Snapshot, usize)) -> (Duration, Duration) {
     let ((small, d1), (large, d4)) = (shape(n), shape(4 * n));
-    let t1 = best_of_three(&small, d1, n * 2 * MIB);
-    let t4 = best_of_three(&large, d4, 4 * n * 2 * MIB);
-    (t1, t4, t4.as_secs_f64() / t1.as_secs_f64().max(1e-4))
+    (timed(&small, d1, n * 2 * MIB), timed(&large, d4, 4 * n * 2 * MIB))
 }
 
 #[test]
 fn summary_is_linear_in_devices() {
     let n = 6_000;
-    let (t1, t4, r) = ratio(n, |n| (segments(n, |k| k as i64), n as usize));
-    assert!(r < MAX_RATIO, "{n} devices {t1:?}, {} devices {t4:?}: ×{r:.1}, not linear", 4 * n);
+    let (t1, t4) = both(n, |n| (segments(n, |k| k as i64), n as usize));
+    assert_linear("devices", n, t1, t4);
 }
 
 #[test]
 fn summary_is_linear_in_segments() {
     let n = 5_000;
-    let (t1, t4, r) = ratio(n, |n| (segments(n, |_| 0), 1));
-    assert!(r < MAX_RATIO, "{n} segments {t1:?}, {} segments {t4:?}: ×{r:.1}, not linear", 4 * n);
+    let (t1, t4) = both(n, |n| (segments(n, |_| 0), 1));
+    assert_linear("segments", n, t1, t4);
 }
