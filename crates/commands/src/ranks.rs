@@ -70,16 +70,22 @@ pub fn json_of_documents(files: &[(String, Result<String, String>)]) -> Result<S
             }),
         })
         .collect();
-    let ranks: Vec<(&str, Result<&RankFigures, &str>)> =
-        files.iter().zip(&figures).map(|((n, _), f)| (n.as_str(), f.as_ref().map_err(String::as_str))).collect();
-    crate::to_json(&RanksOut { schema: SCHEMA, comparison: &compare_ranks(&ranks) })
+    document(files.iter().map(|(n, _)| n.as_str()), &figures)
 }
 
 /// The ranks document of analyses held in memory.
 pub fn json_of_analyses(files: &[(String, Result<&Analysis, String>)]) -> Result<String, Error> {
     let figures: Vec<Result<RankFigures, String>> =
         files.iter().map(|(_, r)| r.as_ref().map(|a| RankFigures::of(a)).map_err(Clone::clone)).collect();
+    document(files.iter().map(|(n, _)| n.as_str()), &figures)
+}
+
+/// The document of ranks named `names`, each with its figures or why it has none.
+fn document<'a>(
+    names: impl Iterator<Item = &'a str>,
+    figures: &[Result<RankFigures, String>],
+) -> Result<String, Error> {
     let ranks: Vec<(&str, Result<&RankFigures, &str>)> =
-        files.iter().zip(&figures).map(|((n, _), f)| (n.as_str(), f.as_ref().map_err(String::as_str))).collect();
+        names.zip(figures).map(|(n, f)| (n, f.as_ref().map_err(String::as_str))).collect();
     crate::to_json(&RanksOut { schema: SCHEMA, comparison: &compare_ranks(&ranks) })
 }

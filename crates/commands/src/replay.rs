@@ -269,7 +269,7 @@ fn replay_devices(
 /// without any, the recorded settings and every alternative that differs from them.
 fn settings_to_replay(configs: &[String], recorded: &AllocatorConfig) -> Result<Vec<AllocatorConfig>, Error> {
     if !configs.is_empty() {
-        return configs.iter().map(|c| config_on_top(recorded, c)).collect();
+        return configs_on_top(configs, recorded);
     }
     let mut cfgs = vec![recorded.clone()];
     for alt in replay::ALTERNATIVES {
@@ -281,6 +281,11 @@ fn settings_to_replay(configs: &[String], recorded: &AllocatorConfig) -> Result<
     Ok(cfgs)
 }
 
+/// Each of `configs` on top of the recorded settings.
+fn configs_on_top(configs: &[String], recorded: &AllocatorConfig) -> Result<Vec<AllocatorConfig>, Error> {
+    configs.iter().map(|c| config_on_top(recorded, c)).collect()
+}
+
 /// The role-level what-ifs of device `d`, under the recorded settings or each config.
 fn role_whatifs(
     req: &ReplayRequest,
@@ -290,10 +295,7 @@ fn role_whatifs(
     capacity: Option<u64>,
 ) -> Result<Vec<RoleWhatIf>, Error> {
     let recorded = recorded_config(snap);
-    let mut cfgs = vec![recorded.clone()];
-    if !req.configs.is_empty() {
-        cfgs = req.configs.iter().map(|c| config_on_top(&recorded, c)).collect::<Result<_, _>>()?;
-    }
+    let cfgs = if req.configs.is_empty() { vec![recorded] } else { configs_on_top(&req.configs, &recorded)? };
     let sets = [changes.to_vec()];
     Ok(cfgs.into_iter().flat_map(|c| simulate_change_sets(snap, d, &sets, c, capacity, &[])).collect())
 }
