@@ -11,7 +11,7 @@ from fragscope._native import run_cli
 
 def main() -> None:
     if sys.argv[1:2] == ["mcp"]:
-        # The MCP server is Python (the official MCP SDK): `fragscope[mcp]`.
+        # The MCP server is Python (the official MCP SDK): the `[mcp]` extra.
         from fragscope.mcp_cli import serve
 
         raise SystemExit(serve(sys.argv[2:]))

@@ -28,7 +28,7 @@ def usage() -> str:
     except ImportError as e:
         if not str(getattr(e, "name", "") or "").startswith("mcp"):
             raise
-        return USAGE.format(tools="Tools: need the MCP SDK, pip install 'fragscope[mcp]'.")
+        return USAGE.format(tools="Tools: need the MCP SDK, pip install 'mcp>=2.3,<3' (or '.[mcp]' from a clone).")
     lines, line = [], "Tools (run in this process by fragscope's library):"
     for name in TOOL_NAMES:
         if len(line) + len(name) + 2 > 88:
@@ -50,7 +50,7 @@ def serve(args: List[str]) -> int:
         from fragscope.mcp_server import main
     except ImportError as e:
         if getattr(e, "name", "") and str(getattr(e, "name", "")).startswith("mcp"):
-            sys.stderr.write("error: fragscope mcp needs the MCP SDK: pip install 'fragscope[mcp]'\n")
+            sys.stderr.write("error: fragscope mcp needs the MCP SDK: pip install 'mcp>=2.3,<3' (or '.[mcp]' from a clone)\n")
             return 2
         raise
     main()

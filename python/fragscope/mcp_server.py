@@ -8,7 +8,7 @@ PyTorch's caching allocator (replay_what_if), and the memory at a size nobody re
 (predict). Every result says what it measured and how (``method``), and which window of
 the trace it covers when a window was given.
 
-Built on the official MCP Python SDK (``pip install 'fragscope[mcp]'``, the ``mcp``
+Built on the official MCP Python SDK (``pip install '.[mcp]'`` from a clone, the ``mcp``
 package, 2.x). Each tool calls fragscope's library commands in this process (the Rust
 extension ``fragscope._native``: the same typed requests and JSON documents the CLI
 prints, docs/json-schema.md) on a worker thread with the GIL released, and returns a

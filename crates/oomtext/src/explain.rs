@@ -1172,45 +1172,54 @@ fn recording_steps(m: &OomMessage) -> Vec<String> {
     let analyze = "Then run `fragscope analyze oom.pickle`.".to_string();
     match m.form {
         MessageForm::Legacy => {
-            let mut v = vec![format!(
+            // RuntimeError (no OutOfMemoryError class yet) or the "cached" wording: < 1.13,
+            // which cannot record allocation history at all: upgrading comes first, and the
+            // snippet is the one for the version upgraded to (not a 1.13 snippet that this
+            // version could not run).
+            let old = m.exception.as_deref() == Some("RuntimeError") || m.raw.to_ascii_lowercase().contains("cached)");
+            if old {
+                return vec![
+                    "This message probably comes from a PyTorch older than 1.13 (it was raised as \
+                     RuntimeError or says 'cached'), which cannot record allocation history: \
+                     upgrade PyTorch first."
+                        .into(),
+                    format!(
+                        "Then record a snapshot at the next OOM:\n{}",
+                        record_snippet("torch.cuda.OutOfMemoryError")
+                    ),
+                    analyze,
+                ];
+            }
+            vec![
                 "Record a snapshot at the next OOM (PyTorch 1.13 / 2.0 API):\n\
                  import pickle, torch\n\
                  torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=100000)  # at the start\n\
                  try:\n    main()  # your training / inference code\n\
-                 except torch.cuda.OutOfMemoryError:  # RuntimeError before 1.13\n\
+                 except torch.cuda.OutOfMemoryError:\n\
                  \x20   with open(\"oom.pickle\", \"wb\") as f:\n\
                  \x20       pickle.dump(torch.cuda.memory._snapshot(), f)\n\
                  \x20   raise"
-            )];
-            // RuntimeError (no OutOfMemoryError class yet) or the "cached" wording: < 1.13
-            let old = m.exception.as_deref() == Some("RuntimeError") || m.raw.to_ascii_lowercase().contains("cached)");
-            if old {
-                v.push(
-                    "This message probably comes from a PyTorch older than 1.13 (it was \
-                     raised as RuntimeError or says 'cached'), which cannot record allocation \
-                     history; upgrade to record a snapshot."
-                        .into(),
-                );
-            }
-            v.push(analyze);
-            v
+                    .to_string(),
+                analyze,
+            ]
         }
         MessageForm::CudaMallocAsync => vec![
             format!(
                 "The cudaMallocAsync backend cannot record allocation history. Reproduce once \
                  with the native allocator (drop `backend:cudaMallocAsync` from \
                  PYTORCH_CUDA_ALLOC_CONF) and record a snapshot:\n{}",
-                record_snippet("torch.OutOfMemoryError")
+                record_snippet("torch.cuda.OutOfMemoryError")
             ),
             analyze,
         ],
         _ => {
-            // The top-level alias torch.OutOfMemoryError only exists in newer releases;
-            // torch.cuda.OutOfMemoryError works on every 2.x, so 2.1–2.4 messages get that.
+            // The top-level alias torch.OutOfMemoryError only exists from 2.4 (on 2.1–2.3 the
+            // `except` clause itself raises AttributeError and no snapshot is written);
+            // torch.cuda.OutOfMemoryError works from 1.13 on, so it is the default, and the
+            // message's own exception name is kept when it printed one.
             let exc = match m.exception.as_deref() {
                 Some(e) if e.ends_with("OutOfMemoryError") && e.starts_with("torch.") => e,
-                _ if matches!(m.form, MessageForm::V2_1 | MessageForm::V2_2) => "torch.cuda.OutOfMemoryError",
-                _ => "torch.OutOfMemoryError",
+                _ => "torch.cuda.OutOfMemoryError",
             };
             vec![format!("Record a snapshot at the next OOM:\n{}", record_snippet(exc)), analyze]
         }

@@ -1,4 +1,4 @@
-//! docs/GUIDE.md stays true: every output block in it is regenerated from the command in
+//! docs/GUIDE.md and README.md stay true: every output block in them is regenerated from the command in
 //! the marker comment above it, and this test fails when the file differs.
 //!
 //! A block is
@@ -17,7 +17,7 @@
 //! in a shell); the block shows only the `fragscope` command, marked `# excerpt` when
 //! stages cut its output, so readers are not handed grep pipelines.
 //!
-//! Regenerate (rewrites docs/GUIDE.md in place):
+//! Regenerate (rewrites docs/GUIDE.md and README.md in place):
 //!     FRAGSCOPE_WRITE_GUIDE=1 cargo test -p fragscope --test it guide::
 
 use std::io::Write;
@@ -166,21 +166,21 @@ fn regenerate(text: &str) -> Result<(String, usize), String> {
     Ok((out, blocks))
 }
 
-#[test]
-fn guide_outputs_are_current() {
+/// Checks (or, with FRAGSCOPE_WRITE_GUIDE set, rewrites) one document's generated blocks.
+fn check_document(rel: &str, min_blocks: usize) {
     // The commands read the real snapshots; without them (outside CI) nothing can be checked.
     if !fragscope_testdata::has_corpus() {
-        fragscope_testdata::skip("docs/GUIDE.md check (its commands read corpus files)");
+        fragscope_testdata::skip(&format!("{rel} check (its commands read corpus files)"));
         return;
     }
-    let path = root().join("docs/GUIDE.md");
+    let path = root().join(rel);
     let text = std::fs::read_to_string(&path).unwrap();
-    let (fresh, blocks) = regenerate(&text).unwrap_or_else(|e| panic!("docs/GUIDE.md: {e}"));
-    assert!(blocks >= 7, "docs/GUIDE.md has only {blocks} generated blocks");
+    let (fresh, blocks) = regenerate(&text).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    assert!(blocks >= min_blocks, "{rel} has only {blocks} generated blocks");
     if std::env::var_os("FRAGSCOPE_WRITE_GUIDE").is_some() {
         if fresh != text {
             std::fs::write(&path, &fresh).unwrap();
-            eprintln!("docs/GUIDE.md rewritten ({blocks} blocks)");
+            eprintln!("{rel} rewritten ({blocks} blocks)");
         }
         return;
     }
@@ -188,12 +188,24 @@ fn guide_outputs_are_current() {
         let (a, b): (Vec<&str>, Vec<&str>) = (text.lines().collect(), fresh.lines().collect());
         let i = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
         panic!(
-            "docs/GUIDE.md is stale: its outputs differ from what fragscope prints now (first at line {}:\n  file: {}\n  now:  {})\nRegenerate it with:\n    {REGEN}",
+            "{rel} is stale: its outputs differ from what fragscope prints now (first at line {}:\n  file: {}\n  now:  {})\nRegenerate it with:\n    {REGEN}",
             i + 1,
             a.get(i).unwrap_or(&"<end>"),
             b.get(i).unwrap_or(&"<end>")
         );
     }
+}
+
+#[test]
+fn guide_outputs_are_current() {
+    check_document("docs/GUIDE.md", 7);
+}
+
+/// The README's output excerpts are generated the same way (issue 42 item 8: excerpts that
+/// had drifted from today's output).
+#[test]
+fn readme_outputs_are_current() {
+    check_document("README.md", 5);
 }
 
 #[test]

@@ -123,6 +123,32 @@ fn legacy_cached_wording() {
     let e = explain(&m);
     assert_eq!(e.verdict, Likely::Borderline, "{e}");
     assert!(e.next_steps.iter().any(|s| s.contains("older than 1.13")));
+    // Issue 42 item 7: upgrading comes before any recording snippet (a version that cannot
+    // record was handed one before being told so), and the snippet is one that runs.
+    let upgrade = e.next_steps.iter().position(|s| s.contains("older than 1.13")).unwrap();
+    let snippet = e.next_steps.iter().position(|s| s.contains("_record_memory_history")).unwrap();
+    assert!(upgrade < snippet, "{:#?}", e.next_steps);
+    assert!(e.next_steps[snippet].contains("except torch.cuda.OutOfMemoryError:"), "{}", e.next_steps[snippet]);
+}
+
+/// Issue 42 item 8: `except torch.OutOfMemoryError` raises AttributeError before 2.4, so no
+/// snapshot is written; every snippet `oom` prints catches `torch.cuda.OutOfMemoryError`
+/// (1.13 on) unless the message itself named the top-level alias.
+#[test]
+fn recording_snippets_catch_an_exception_every_version_has() {
+    for entry in std::fs::read_dir(data_dir()).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        let m = parsed(&name);
+        let e = explain(&m);
+        for s in e.next_steps.iter().filter(|s| s.contains("except ")) {
+            let named_alias = m.exception.as_deref() == Some("torch.OutOfMemoryError");
+            assert!(
+                s.contains("except torch.cuda.OutOfMemoryError:")
+                    || (named_alias && s.contains("except torch.OutOfMemoryError:")),
+                "{name}: {s}"
+            );
+        }
+    }
 }
 
 #[test]
