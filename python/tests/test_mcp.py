@@ -20,7 +20,7 @@ import pytest
 import fragscope
 from conftest import TRACES, grid_file, real_file, real_pickles, run_cli
 
-mcp = pytest.importorskip("mcp", reason="the MCP client library (pip install 'fragscope[mcp]') is not installed")
+mcp = pytest.importorskip("mcp", reason="the MCP client library (pip install '.[mcp]') is not installed")
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 

@@ -68,7 +68,7 @@ enum Command {
     /// and fragmentation, and who holds the memory (by call site or annotation).
     State(cmd::state::Args),
     /// Serve fragscope's tools to coding agents over the Model Context Protocol (stdio):
-    /// provided by the Python package, `pip install 'fragscope[mcp]'`.
+    /// provided by the Python package with its `[mcp]` extra (`pip install '.[mcp]'`).
     Mcp(cmd::mcp::Args),
     /// (For testing the leak detector.) Drop the frees of a call site's allocations in a
     /// snapshot's trace, keeping the final state consistent, and write the result.

@@ -70,6 +70,23 @@ pub fn percent(part: f64) -> String {
     format!("{:.1}%", part * 100.0)
 }
 
+/// `text` cut after its commas into pieces of at most `max` characters (a piece without a
+/// comma may be longer): a long `PYTORCH_CUDA_ALLOC_CONF` string as continuation lines of a
+/// table cell instead of one column that makes the table 170 characters wide.
+pub fn wrap_at_commas(text: &str, max: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for part in text.split_inclusive(',') {
+        match out.last_mut() {
+            Some(cur) if cur.chars().count() + part.chars().count() <= max => cur.push_str(part),
+            _ => out.push(part.to_string()),
+        }
+    }
+    if out.is_empty() {
+        out.push(String::new());
+    }
+    out
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Align {
     Left,
@@ -186,6 +203,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn long_settings_wrap_after_commas() {
+        let w = wrap_at_commas("garbage_collection_threshold:0.8,per_process_memory_fraction:0.95", 36);
+        assert_eq!(w, ["garbage_collection_threshold:0.8,", "per_process_memory_fraction:0.95"]);
+        assert_eq!(wrap_at_commas("expandable_segments:True", 36), ["expandable_segments:True"]);
+        assert_eq!(wrap_at_commas("a:1,b:2,c:3", 8), ["a:1,b:2,", "c:3"]);
+        assert_eq!(wrap_at_commas("", 8), [""]);
+    }
+
+    #[test]
     fn pytorch_styles() {
         assert_eq!(bytes(1024), "1024 bytes");
         assert_eq!(bytes(1 << 20), "1024.00 KiB");
@@ -215,3 +241,4 @@ mod tests {
         assert!(s.contains("| bbb    |        22 |"), "{s}");
     }
 }
+

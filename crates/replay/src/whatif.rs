@@ -235,7 +235,10 @@ fn simulated_capacity(
         Some(c) => c,
         None if cfg.per_process_memory_fraction < 1.0 => {
             let c = super::driver::capacity_for(snap, device, None, cfg);
-            notes.push(format!("memory fraction taken of a {c}-byte device (no capacity given)"));
+            notes.push(format!(
+                "memory fraction taken of a {} device (no capacity given)",
+                fragscope_alloc::format_size(c)
+            ));
             c
         }
         None => UNLIMITED,

@@ -240,9 +240,11 @@ fn whatif_text(s: &mut String, r: &DeviceResult, runs: &[WhatIf]) {
         ("first OOM", Align::Left),
     ]);
     for w in runs {
-        let name = whatif_label(w);
+        // Long settings strings continue on the next lines of their cell (issue 42 item 7:
+        // one 65-character label made the table 170 characters wide).
+        let mut name = output::wrap_at_commas(&whatif_label(w), 36).into_iter();
         t.row([
-            name,
+            name.next().unwrap_or_default(),
             output::bytes(w.peak_reserved),
             output::bytes(w.peak_allocated),
             output::percent(w.peak_fragmentation),
@@ -255,6 +257,9 @@ fn whatif_text(s: &mut String, r: &DeviceResult, runs: &[WhatIf]) {
                 Some(o) => format!("event {}: {}", o.index, output::bytes(o.requested)),
             },
         ]);
+        for more in name {
+            t.row(std::iter::once(more).chain(std::iter::repeat_n(String::new(), 8)));
+        }
     }
     s.push_str(&t.render());
     for n in &r.notes {
