@@ -241,4 +241,3 @@ mod tests {
         assert!(s.contains("| bbb    |        22 |"), "{s}");
     }
 }
-
