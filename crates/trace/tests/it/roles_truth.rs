@@ -42,7 +42,7 @@ fn truth_path() -> PathBuf {
 }
 
 fn load_truth(p: &std::path::Path) -> Vec<Truth> {
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let files = doc["files"].as_array().expect("truth.json: `files` is an array");
     files
