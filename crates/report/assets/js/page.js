@@ -92,7 +92,7 @@ function build() {
   }
   verdictLine(file);
   main.textContent = '';
-  flameRoots.length = 0;
+  flameRoots.length = 0; flameLabels.length = 0;
   keyStep = null;
   for (const k of Object.keys(views)) delete views[k];
   if (DATA.files.length > 1) main.append(ranksView());

@@ -257,7 +257,7 @@ function tlGeom(c, w, h) {
 // An allocation's colour: its call site's, or (colour mode "allocation", as memory_viz
 // draws them) one of its own, from its address and alloc event.
 function allocColour(c, i) {
-  return S.colour === 'allocation' ? color(Math.abs(Math.round(c.allocs[i * AL + LIFE.address] / 512) * 31 + c.allocs[i * AL + LIFE.start]) % 9973) : color(c.allocs[i * AL + LIFE.stack]);
+  return S.colour === 'allocation' ? color(Math.abs(Math.round(c.allocs[i * AL + LIFE.address] / 512) * 31 + c.allocs[i * AL + LIFE.start]) % 9973) : siteColour(DATA.files[S.file], c.allocs[i * AL + LIFE.stack]);
 }
 api.allocColours = () => (S.c && S.c.drawn ? S.c.drawn.map((i) => ({ index: i, stack: S.c.allocs[i * AL + LIFE.stack], colour: allocColour(S.c, i) })) : []);
 // Whether an allocation is dimmed by the current highlight (search or click).
@@ -366,7 +366,7 @@ function drawTimeline(file, dev, c, cv, info) {
       const a = A[i * AL + LIFE.start], end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : c.states;
       if (end < S.x0 || a > S.x1) continue;
       const P = G.pts.get(i), size = A[i * AL + LIFE.size];
-      g.fillStyle = S.colour === 'allocation' ? color(Math.abs(Math.round(A[i * AL + LIFE.address] / 512) * 31 + a) % 9973) : color(A[i * AL + LIFE.stack]);
+      g.fillStyle = S.colour === 'allocation' ? color(Math.abs(Math.round(A[i * AL + LIFE.address] / 512) * 31 + a) % 9973) : siteColour(file, A[i * AL + LIFE.stack]);
       g.globalAlpha = S.highlight && !S.highlight.has(A[i * AL + LIFE.stack]) ? 0.2 : 1;
       shown++;
       for (let q = 0; q < P.length; q += 2) {
@@ -416,7 +416,7 @@ function drawTimeline(file, dev, c, cv, info) {
         if (v <= 0) continue;
         const si = dev.curves.site_stacks[j];
         g.globalAlpha = S.highlight && !S.highlight.has(si) ? 0.25 : 1;
-        g.fillStyle = color(si);
+        g.fillStyle = siteColour(file, si);
         g.fillRect(xa, Y(base + v), bw, Y(base) - Y(base + v));
         base += v;
       }

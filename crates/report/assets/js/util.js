@@ -37,6 +37,18 @@ function color(i) {
   const h = 20 + ((i * 137.508) % 300);
   return `hsl(${h.toFixed(0)},62%,${52 + (i % 3) * 6}%)`;
 }
+// The colour of stack si's call site: one colour per call site as `analyze` names it
+// (file.sites), whatever the stack above it (the same `attention.py:191` reached in
+// different steps is one site, one colour). Sites are numbered in the order of the
+// file's stack table, once per file.
+function siteColour(file, si) {
+  if (si == null || si < 0 || !file.sites || file.sites[si] == null) return color(-1);
+  if (!file._siteIx) {
+    const byName = new Map();
+    file._siteIx = file.sites.map((n) => { if (!byName.has(n)) byName.set(n, byName.size); return byName.get(n); });
+  }
+  return color(file._siteIx[si]);
+}
 function fig(key, value, label, shown) {
   return el('div', { class: 'fig', 'data-fig': key, 'data-value': String(value) }, el('b', {}, shown), el('span', {}, label));
 }
