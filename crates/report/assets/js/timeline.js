@@ -279,33 +279,49 @@ function drawTimeline(file, dev, c, cv, info) {
   g.save();
   g.beginPath(); g.rect(TL_LEFT, 0, pw, h); g.clip();
   // Phases: nested scopes shaded, each depth's names on a line of its own (the first
-  // PHASE_ROWS depths; deeper ones are shaded only), a name only where it fits.
-  let labelled = 0;
+  // PHASE_ROWS depths; deeper ones are shaded only), a name only where it fits: shortened
+  // with "…" to its phase's width, and left out where an earlier name of its line still
+  // runs (on the wall clock, phases a pause apart in events can meet in time).
+  g.font = '10px sans-serif';
+  const rowEnd = [];
+  const label = (text, x, room, row, kind) => {
+    if (x < (rowEnd[row] ?? -Infinity) + 6 || room < 24) return false;
+    let t = text;
+    if (g.measureText(t).width > room) {
+      let lo = 0, hi = t.length - 1;
+      while (lo < hi) { const m = (lo + hi + 1) >> 1; if (g.measureText(t.slice(0, m) + '…').width <= room) lo = m; else hi = m - 1; }
+      if (lo < 2) return false;
+      t = t.slice(0, lo) + '…';
+    }
+    const y = TL_TOP + 10 + row * 11, tw = g.measureText(t).width;
+    g.fillStyle = '#475467';
+    g.fillText(t, x, y);
+    rowEnd[row] = x + tw;
+    phaseLabels.push({ x, y: y - 9, w: tw, h: 11, depth: row, kind, text: t });
+    return true;
+  };
   for (const p of dev.phases) {
     if (p.end < S.x0 || p.start > S.x1) continue;
     const a = Math.max(TL_LEFT, X(p.start)), b = Math.min(w, X(p.end + 1));
     g.fillStyle = p.depth % 2 ? 'rgba(148,163,184,0.10)' : 'rgba(99,102,241,0.08)';
     g.fillRect(a, TL_TOP, Math.max(1, b - a), ph);
-    g.fillStyle = '#475467'; g.font = '10px sans-serif';
-    if (b - a > 30 && p.depth < PHASE_ROWS) {
-      const text = p.name.slice(0, Math.floor((b - a) / 6)), y = TL_TOP + 10 + p.depth * 11;
-      g.fillText(text, a + 2, y);
-      phaseLabels.push({ x: a + 2, y: y - 9, w: Math.min(g.measureText(text).width, b - a - 2), h: 11, depth: p.depth });
-    }
+    if (p.depth < PHASE_ROWS) label(p.name, a + 2, b - a - 4, p.depth, 'phase');
   }
   // Wall clock: pauses (consecutive events far apart in time) shaded, so they read as
-  // gaps rather than as memory held. Only where the knots are consecutive states.
+  // gaps rather than as memory held. Only where the knots are consecutive states. Their
+  // words go on the line under the phases' names, where nothing is written yet.
   let gaps = 0;
   if (timeAxis()) {
     const { KS, KT } = c.clock;
-    g.fillStyle = 'rgba(100,116,139,0.13)'; g.font = '10px sans-serif';
+    const row = Math.min(rowEnd.length, PHASE_ROWS);
     for (let i = 0; i + 1 < KS.length; i++) {
       if (KS[i + 1] < S.x0 || KS[i] > S.x1 || KS[i + 1] - KS[i] > 1) continue;
       const xa = X(KS[i]), xb = X(KS[i + 1]);
       if (xb - xa < 12) continue;
       gaps++;
+      g.fillStyle = 'rgba(100,116,139,0.13)';
       g.fillRect(xa, TL_TOP, xb - xa, ph);
-      if (xb - xa > 70) { g.fillStyle = '#475467'; g.fillText(`no event for ${((KT[i + 1] - KT[i]) / 1e6).toFixed(3)} s`, xa + 3, TL_TOP + 22); g.fillStyle = 'rgba(100,116,139,0.13)'; }
+      if (xb - xa > 70) label(`no event for ${((KT[i + 1] - KT[i]) / 1e6).toFixed(3)} s`, Math.max(TL_LEFT, xa) + 3, Math.min(w, xb) - Math.max(TL_LEFT, xa) - 6, row, 'gap');
     }
   }
   cv.dataset.gaps = String(gaps);
@@ -505,26 +521,32 @@ function drawMinimap(c, mini) {
 }
 function axes(g, w, h, ph, ymax, c, lv, pw) {
   g.fillStyle = '#667085'; g.strokeStyle = '#e4e7ec'; g.font = '10px sans-serif'; g.lineWidth = 1;
-  for (let t = 0; t <= 4; t++) {
-    const v = (ymax / 1.05) * (t / 4), y = TL_TOP + ph - (v / ymax) * ph;
+  const yt = byteTicks(ymax / 1.05, 4);
+  for (const v of yt) {
+    const y = TL_TOP + ph - (v / ymax) * ph;
     g.beginPath(); g.moveTo(TL_LEFT, y); g.lineTo(w, y); g.stroke();
     g.fillText(bytes(v), 2, y + 3);
   }
   const k = timeAxis() ? c.clock : null;
-  for (let t = 0; t <= 5; t++) {
-    const x = TL_LEFT + (pw * t) / 5;
-    if (c.states < 6 && t > 0) break;
-    let label;
-    if (k) {
-      // Evenly spaced in time: seconds since the first timed event.
-      const a = k.at(S.x0), b = k.at(S.x1);
-      label = ((a + ((b - a) * t) / 5 - k.t0) / 1e6).toFixed(b - a < 5e3 ? 6 : b - a < 5e6 ? 3 : 1) + ' s';
-    } else {
-      const s = S.x0 + ((S.x1 - S.x0) * t) / 5;
-      label = String(Math.min(Math.floor(s), c.states - 1));
-    }
-    g.fillText(label, Math.max(0, Math.min(x, w - g.measureText(label).width - 2)), h - 4);
+  // x ticks: round event numbers (or round times), each label kept clear of the last.
+  const xt = [];
+  if (k) {
+    // Seconds since the first timed event, evenly spaced in time.
+    const a = k.at(S.x0), b = k.at(S.x1);
+    for (let t = 0; t <= 5; t++) xt.push([TL_LEFT + (pw * t) / 5, ((a + ((b - a) * t) / 5 - k.t0) / 1e6).toFixed(b - a < 5e3 ? 6 : b - a < 5e6 ? 3 : 1) + ' s']);
+  } else if (c.states < 6) {
+    xt.push([TL_LEFT, String(Math.floor(S.x0))]);
+  } else {
+    for (const s of countTicks(S.x0, Math.min(S.x1, c.states - 1), 5)) xt.push([TL_LEFT + xOf(s, pw), String(s)]);
   }
+  let last = -Infinity;
+  for (const [x, label] of xt) {
+    const lw = g.measureText(label).width, lx = Math.max(0, Math.min(x - (x > TL_LEFT ? lw / 2 : 0), w - lw - 2));
+    if (lx < last + 8) continue;
+    g.fillText(label, lx, h - 4);
+    last = lx + lw;
+  }
+  g.canvas.dataset.yTicks = JSON.stringify(yt);
 }
 function timelineClick(file, dev, c, x, y, w, h) {
   if (x < TL_LEFT) return;

@@ -49,7 +49,9 @@ function whatIfChart(dev, capacity) {
     ymax *= 1.05;
     const Y = (v) => TL_TOP + ph - (v / ymax) * ph, X = (f) => TL_LEFT + f * pw;
     g.font = '10px sans-serif'; g.fillStyle = '#667085';
-    for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4); g.fillText(bytes(v), 2, Y(v) + 3); }
+    const yt = byteTicks(ymax / 1.05, 4);
+    for (const v of yt) g.fillText(bytes(v), 2, Y(v) + 3);
+    cv.dataset.yTicks = JSON.stringify(yt);
     if (capacity) { g.strokeStyle = '#111'; g.setLineDash([5, 4]); g.beginPath(); g.moveTo(TL_LEFT, Y(capacity)); g.lineTo(w, Y(capacity)); g.stroke(); g.setLineDash([]); }
     // The recorded settings last, on top: the alternatives often follow it for a while.
     const marks = [];
