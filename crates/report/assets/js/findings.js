@@ -21,6 +21,12 @@ function findingsView(file, dev) {
   }
   for (const [key, p] of [['allocated peak', a.peaks.allocated_peak], ['reserved peak', a.peaks.reserved_peak]]) {
     if (!p) continue;
+    if (p.event_index == null && !p.live_blocks) {
+      // A peak known only as a total (a torch.profiler trace's reserved bytes): which
+      // blocks were live then is not in the file.
+      sec.append(el('h3', {}, `Live at the ${key}`), el('p', { class: 'note', 'data-peak': key }, 'not recorded: the file gives this peak as a total, not at a trace entry, so what was live then is not known.'));
+      continue;
+    }
     sec.append(el('h3', {}, `Live at the ${key} (${bytes(p.live_bytes)} in ${p.live_blocks} blocks${p.event_index != null ? ', event ' + p.event_index : ''})`));
     sec.append(flame(p));
   }

@@ -275,6 +275,16 @@ function drawTimeline(file, dev, c, cv, info) {
   const Y = (v) => TL_TOP + ph - (v / ymax) * ph;
   const X = (s) => TL_LEFT + xOf(s, pw);
   const next = (i) => (i + 1 < lv.n ? lv.first[i + 1] : c.states);
+  // The pixels of a life from state a to state b (exclusive), widened to the buckets of
+  // the level drawn and to whole pixels: the curves are the buckets' maxima, so a life
+  // live at a bucket's maximum fills that bucket's whole width, and a peak narrower than
+  // its bucket (or than a pixel) is drawn filled up to its curve at every zoom level.
+  // At the finest level of a short trace a bucket is one state: the life's own span.
+  const bucketOf = (s) => { let lo = 0, hi = lv.n - 1; while (lo < hi) { const m = (lo + hi + 1) >> 1; if (lv.first[m] <= s) lo = m; else hi = m - 1; } return lo; };
+  const span = (a, b) => {
+    const xa = Math.floor(Math.max(TL_LEFT, X(lv.first[bucketOf(a)])));
+    return [xa, Math.min(w, Math.max(xa + 1, Math.ceil(X(next(bucketOf(Math.max(a, b - 1)))))))];
+  };
   const k = c.k;
   g.save();
   g.beginPath(); g.rect(TL_LEFT, 0, pw, h); g.clip();
@@ -357,7 +367,7 @@ function drawTimeline(file, dev, c, cv, info) {
         if (sa > S.x1) break;
         const sb = q + 2 < P.length ? P[q + 2] : end;
         if (sb < S.x0) continue;
-        const xa = Math.max(TL_LEFT, X(sa)), xb = Math.min(w, X(sb)), off = P[q + 1];
+        const [xa, xb] = span(sa, sb), off = P[q + 1];
         if (rx >= 0 && xa - rx < 1) { rxb = xb; rlo = Math.min(rlo, off); rhi = Math.max(rhi, off + size); continue; }
         flush();
         rx = xa; rxb = xb; rlo = off; rhi = off + size;
@@ -388,8 +398,8 @@ function drawTimeline(file, dev, c, cv, info) {
       for (let q = 0; q < P.length; q += 2) {
         const sb = q + 2 < P.length ? P[q + 2] : end;
         if (sb < S.x0 || P[q] > S.x1) continue;
-        const xa = Math.max(TL_LEFT, X(P[q])), xb = Math.min(w, X(sb)), off = P[q + 1];
-        g.fillRect(xa, Y(off + size), Math.max(0.7, xb - xa), Math.max(0.5, Y(off) - Y(off + size)));
+        const [xa, xb] = span(P[q], sb), off = P[q + 1];
+        g.fillRect(xa, Y(off + size), xb - xa, Math.max(0.5, Y(off) - Y(off + size)));
       }
       if (i === G.sel) {
         g.globalAlpha = 1; g.strokeStyle = '#111'; g.lineWidth = 1.5;
@@ -422,9 +432,9 @@ function drawTimeline(file, dev, c, cv, info) {
       if (rest > 0) { g.fillStyle = '#e2e8f0'; g.fillRect(xa, Y(base + rest), bw, Y(base) - Y(base + rest)); }
     }
   } else {
-    // Stacked call-site bands, then the rest of allocated.
+    // Stacked call-site bands, then the rest of allocated (whole pixels, as above).
     for (let i = i0; i <= i1; i++) {
-      const xa = Math.max(TL_LEFT, X(lv.first[i])), xb = Math.min(w, X(next(i)));
+      const xa = Math.floor(Math.max(TL_LEFT, X(lv.first[i]))), xb = Math.ceil(Math.min(w, X(next(i))));
       const bw = Math.max(1, xb - xa);
       let base = 0;
       for (let j = 0; j < S.bands && j < k; j++) {
@@ -654,6 +664,22 @@ function allocInfo(file, c, i, extra) {
   showStack(file, A[o + LIFE.stack], 'Allocated at ' + siteName(file, A[o + LIFE.stack]), extra ? el('div', {}, extra, head) : head);
   detail.append(el('button', { onclick: () => { S.highlight = null; S.sel = -1; redrawAll(); } }, 'clear highlight'));
 }
+// For the tests: per pixel column of the plot (canvas pixels), the top of the allocated
+// curve there (the most allocated of the buckets the column shows) and the bottom of the
+// plot: the fill must reach the curve in every column.
+api.allocatedColumns = () => {
+  const c = S.c, cv = document.querySelector('canvas.tl');
+  const w = cv.clientWidth, h = cv.clientHeight, G = tlGeom(c, w, h), { lv, i0, i1 } = G;
+  const Y = (v) => TL_TOP + G.ph - (v / G.ymax) * G.ph, X = (s) => TL_LEFT + xOf(s, G.pw);
+  const top = new Float64Array(w).fill(-1);
+  for (let i = i0; i <= i1; i++) {
+    const xa = Math.max(TL_LEFT, X(lv.first[i])), xb = Math.min(w, X(i + 1 < lv.n ? lv.first[i + 1] : c.states));
+    for (let x = Math.floor(xa); x < Math.max(Math.floor(xa) + 1, Math.ceil(xb)) && x < w; x++) top[x] = Math.max(top[x], lv.alloc[i]);
+  }
+  const out = [];
+  for (let x = TL_LEFT; x < w; x++) if (top[x] > 0) out.push({ x, y: Y(top[x]), bottom: Y(0), bytes: top[x] });
+  return out;
+};
 // For the tests: the drawn allocations visible now, each with a point inside it (page
 // pixels relative to the canvas) on its widest step.
 api.allocBoxes = () => {
