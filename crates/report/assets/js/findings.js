@@ -48,7 +48,12 @@ function sparkline(ys) {
 // For the tests: the names of the flame graphs' boxes, and the labels drawn.
 const flameRoots = [], flameLabels = [];
 api.flameLabels = () => flameLabels.flat();
-api.flameRoots = () => flameRoots.map((r) => [...r.kids.keys()]);
+// Per graph: its roots (the frames under "all") and every frame drawn below a root.
+api.flameRoots = () => flameRoots.map((r) => {
+  const deeper = new Set(); const walk = (n) => { for (const k of n.kids.values()) { deeper.add(k.name); walk(k); } };
+  for (const k of r.kids.values()) walk(k);
+  return { roots: [...r.kids.keys()], deeper: [...deeper] };
+});
 api.flameNames = () => { const out = []; const walk = (n) => { out.push(n.name); for (const k of n.kids.values()) walk(k); }; flameRoots.forEach(walk); return out; };
 // The frames of each folded stack of a peak, outer → inner, rooted at the outermost
 // frame. `analyze` keeps the innermost 8 user frames of a stack (the site and its
