@@ -666,6 +666,19 @@ test('call-site colours: one colour per call site as analyze names it, whatever 
     }
   }
   assert.ok(shared > 0, 'some call site is reached by several stacks (else nothing was tested)');
+  // A click on an allocation highlights its call site: every stack of it, as it is coloured.
+  await page.evaluate(() => window.fragscope.select(0, 0));
+  const sites = await page.evaluate(() => window.fragscope.file().sites);
+  const boxes = (await page.evaluate(() => window.fragscope.allocBoxes())).filter((b) => b.stack >= 0 && b.w >= 3 && b.h >= 3);
+  const stacksOf = (site) => new Set(boxes.filter((b) => sites[b.stack] === site).map((b) => b.stack));
+  const target = boxes.sort((x, y) => y.area - x.area).find((b) => stacksOf(sites[b.stack]).size > 1);
+  assert.ok(target, 'an allocation of a call site with several stacks to click');
+  const tl = await page.$eval('canvas.tl', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { x: r.left, y: r.top }; });
+  await page.mouse.click(tl.x + target.x, tl.y + target.y);
+  const dims = await page.evaluate(() => window.fragscope.dimmed());
+  const site = sites[target.stack];
+  for (const d of dims) assert.equal(d.dim, sites[d.stack] !== site, `allocation ${d.index} (${sites[d.stack]}) dimmed only when not of ${site}`);
+  assert.ok(dims.some((d) => d.dim), 'other call sites dimmed');
   assert.deepEqual(errors, []);
   await page.close();
 });

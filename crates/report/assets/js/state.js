@@ -190,7 +190,7 @@ function blockInfo(file, c, b) {
     el('div', { class: 'note' }, `segment ${hex(m.segs[SEG.len * b.seg + SEG.address])}, ${bytes(m.segs[SEG.len * b.seg + SEG.size])}, stream ${streamName(file, m.segs[SEG.len * b.seg + SEG.stream])}${m.segs[SEG.len * b.seg + SEG.flags] & 1 ? ', small pool' : ', large pool'}${m.segs[SEG.len * b.seg + SEG.flags] & 2 ? ', expandable' : ''}${m.segs[SEG.len * b.seg + SEG.flags] & 4 ? ', private pool' : ''}`));
   if (B[i + BLK.state] === 0) { detail.textContent = ''; detail.append(head); return; }
   // Linked by call site: the timeline dims the other sites' bands.
-  S.highlight = new Set([B[i + BLK.stack]]);
+  S.highlight = siteStacks(file, B[i + BLK.stack]);
   redrawAll();
   showStack(file, B[i + BLK.stack], 'Allocated at ' + siteName(file, B[i + BLK.stack]), head);
   detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));

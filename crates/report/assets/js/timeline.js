@@ -597,7 +597,7 @@ function timelineClick(file, dev, c, x, y, w, h) {
     detail.append(head);
     if (hit < 0) { S.highlight = null; redrawAll(); detail.append(el('p', { class: 'note' }, 'Click a segment for its address, life and stack.')); return; }
     const o = hit * AL, si = A[o + LIFE.stack];
-    S.highlight = new Set([si]);
+    S.highlight = siteStacks(file, si);
     redrawAll();
     const made = A[o + LIFE.start] > 0 ? `reserved at event ${A[o + LIFE.start] - 1}` : 'reserved before the trace';
     const gone = A[o + LIFE.end] >= 0 ? `released at event ${A[o + LIFE.end] - 1}` : 'still reserved at the end';
@@ -638,7 +638,7 @@ function timelineClick(file, dev, c, x, y, w, h) {
   if (hit != null) {
     const si = dev.curves.site_stacks[hit];
     // Linked by call site: the state view dims every block of other sites.
-    S.highlight = new Set([si]);
+    S.highlight = siteStacks(file, si);
     redrawAll();
     showStack(file, si, `Call site ${siteName(file, si)}: ${bytes(lv.sites[lo * c.k + hit])} live here`, head);
     detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));
@@ -652,7 +652,7 @@ function timelineClick(file, dev, c, x, y, w, h) {
 function allocInfo(file, c, i, extra) {
   const A = c.allocs, o = i * AL;
   S.sel = i;
-  S.highlight = new Set([A[o + LIFE.stack]]);
+  S.highlight = siteStacks(file, A[o + LIFE.stack]);
   redrawAll();
   const t0 = c.clock ? c.clock.t0 : NaN;
   const when = (t) => (isNaN(t) ? '' : isNaN(t0) ? ` (time ${t} µs)` : ` (t = ${((t - t0) / 1e6).toFixed(6)} s)`);

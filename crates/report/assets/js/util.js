@@ -71,6 +71,14 @@ function siteColour(file, si) {
   }
   return color(file._siteIx[si]);
 }
+// Every stack of the file whose call site is stack si's (a highlight of a call site
+// covers all of them, as its colour does).
+function siteStacks(file, si) {
+  if (si == null || si < 0 || !file.sites || file.sites[si] == null) return new Set([si]);
+  const name = file.sites[si], out = new Set();
+  file.sites.forEach((n, i) => { if (n === name) out.add(i); });
+  return out;
+}
 function fig(key, value, label, shown) {
   return el('div', { class: 'fig', 'data-fig': key, 'data-value': String(value) }, el('b', {}, shown), el('span', {}, label));
 }
