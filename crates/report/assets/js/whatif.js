@@ -7,7 +7,9 @@ function whatIfView(file, dev) {
   const r = a && a.recommendations;
   if (!r || !r.baseline) {
     // The command that replays them, named in full (`report` takes --what-if too).
-    const how = `fragscope report --what-if ${file.example ? '' : quoteArg(file.name)}`.trim();
+    // A windowed page is titled `file [window A..B]`: the command takes the window back.
+    const win = /^(.*) \[window (.+)\]$/s.exec(file.name);
+    const how = `fragscope report --what-if ${file.example ? '' : win ? `${quoteArg(win[1])} --window ${win[2]}` : quoteArg(file.name)}`.trim();
     sec.append(el('p', { class: 'note', id: 'whatif-none' }, ((r && r.note) || 'No replay was run for this device (replays run on devices with an OOM)').replace(/\.$/, '') +
       `. \`${how}\` replays the candidate settings on every device and draws them here (\`fragscope analyze --what-if\` gives the same replays as text).`));
     return sec;
