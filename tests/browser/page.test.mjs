@@ -607,3 +607,209 @@ test('segment timeline: the stacked segments are the reserved bytes at the peak 
     await page.close();
   }
 });
+
+// ---------- issue 42 item 4: the what-if view, call-site colours, flame graphs, labels ----------
+
+/** The table rows and the chart's curves of the what-if view. */
+async function whatIfRows(page) {
+  return page.evaluate(() => ({
+    rows: Array.from(document.querySelectorAll('#whatif-table tr[data-setting]')).map((r) => ({ setting: r.dataset.setting, recommended: r.dataset.recommended === '1', peak: r.children[1].textContent })),
+    curves: Number(document.querySelector('canvas.wi')?.dataset.curves ?? 0),
+    none: document.querySelector('#whatif-none')?.textContent ?? null,
+  }));
+}
+
+test('what-if: every replayed row in the table (as the chart), and report --what-if replays a file without OOM', async () => {
+  // The built-in example runs out of memory: analyze replays the settings there.
+  const ana = json(['analyze', '--json']).files[0].devices.find((d) => d.oom).recommendations;
+  const { page, errors } = await open(ctx, report([], join(OUT, 'whatif-example.html')));
+  const got = await whatIfRows(page);
+  const want = ['recorded', ...ana.tried.map((t) => t.setting)];
+  assert.ok(want.length > 2, `the example replays several settings: ${want}`);
+  assert.deepEqual(got.rows.map((r) => r.setting), want, 'one row per replay, in analyze\u2019s order');
+  assert.equal(got.curves, want.length, 'as many curves as rows');
+  const rec = new Set(ana.recommended.map((r) => r.setting));
+  for (const r of got.rows.slice(1)) assert.equal(r.recommended, rec.has(r.setting), `${r.setting}: recommended as analyze says`);
+  const shownPeaks = await page.evaluate((xs) => xs.map((x) => window.fragscope.bytes(x)), [ana.baseline.peak_reserved_bytes, ...ana.tried.map((t) => t.peak_reserved_bytes)]);
+  assert.deepEqual(got.rows.map((r) => r.peak), shownPeaks, 'each row\u2019s peak reserved is analyze\u2019s');
+  assert.deepEqual(errors, []);
+  await page.close();
+  // A file without OOM: the page names the command that replays it, and that command does.
+  const path = real('effdl-course-liger-ce.pickle');
+  const plain = await open(ctx, report([path], join(OUT, 'whatif-plain.html')));
+  const none = await whatIfRows(plain.page);
+  assert.equal(none.rows.length, 0, 'no replay without --what-if');
+  assert.ok(none.none && none.none.includes(`fragscope report --what-if ${path}`), `names the command: ${none.none}`);
+  await plain.page.close();
+  const wi = json(['analyze', '--what-if', '--json', path]).files[0].devices[0].recommendations;
+  const withIt = await open(ctx, report([path], join(OUT, 'whatif-flag.html'), ['--what-if']));
+  const rows = await whatIfRows(withIt.page);
+  assert.deepEqual(rows.rows.map((r) => r.setting), ['recorded', ...wi.tried.map((t) => t.setting)], 'the replays analyze --what-if runs');
+  assert.equal(rows.curves, rows.rows.length, 'each drawn');
+  assert.deepEqual(withIt.errors, []);
+  await withIt.page.close();
+});
+
+test('call-site colours: one colour per call site as analyze names it, whatever the stack above it', async () => {
+  const path = real('effdl-aphelack-customfsdp-4gpu.pickle');
+  const { page, errors } = await open(ctx, report([path], join(OUT, 'site-colours.html')));
+  let shared = 0;
+  const devs = await page.evaluate(() => window.fragscope.file().devices.length);
+  for (let di = 0; di < devs; di++) {
+    await page.evaluate((d) => window.fragscope.select(0, d), di);
+    const cols = await page.evaluate(() => { const f = window.fragscope.file(); return window.fragscope.allocColours().map((x) => ({ ...x, site: x.stack >= 0 ? f.sites[x.stack] : '<no stack>' })); });
+    const bySite = new Map();
+    for (const x of cols) { if (!bySite.has(x.site)) bySite.set(x.site, { colours: new Set(), stacks: new Set() }); bySite.get(x.site).colours.add(x.colour); bySite.get(x.site).stacks.add(x.stack); }
+    for (const [site, v] of bySite) {
+      if (v.stacks.size > 1) shared++;
+      assert.equal(v.colours.size, 1, `cuda:${di} ${site}: ${v.stacks.size} stacks, one colour (got ${[...v.colours]})`);
+    }
+  }
+  assert.ok(shared > 0, 'some call site is reached by several stacks (else nothing was tested)');
+  // A click on an allocation highlights its call site: every stack of it, as it is coloured.
+  await page.evaluate(() => window.fragscope.select(0, 0));
+  const sites = await page.evaluate(() => window.fragscope.file().sites);
+  const boxes = (await page.evaluate(() => window.fragscope.allocBoxes())).filter((b) => b.stack >= 0 && b.w >= 3 && b.h >= 3);
+  const stacksOf = (site) => new Set(boxes.filter((b) => sites[b.stack] === site).map((b) => b.stack));
+  const target = boxes.sort((x, y) => y.area - x.area).find((b) => stacksOf(sites[b.stack]).size > 1);
+  assert.ok(target, 'an allocation of a call site with several stacks to click');
+  const tl = await page.$eval('canvas.tl', (c) => { c.scrollIntoView(); const r = c.getBoundingClientRect(); return { x: r.left, y: r.top }; });
+  await page.mouse.click(tl.x + target.x, tl.y + target.y);
+  const dims = await page.evaluate(() => window.fragscope.dimmed());
+  const site = sites[target.stack];
+  for (const d of dims) assert.equal(d.dim, sites[d.stack] !== site, `allocation ${d.index} (${sites[d.stack]}) dimmed only when not of ${site}`);
+  assert.ok(dims.some((d) => d.dim), 'other call sites dimmed');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('flame graphs: rooted at the outermost frame, labels that never cut a size', async () => {
+  for (const name of ['sketchkv-llama-kvquant-stateonly.pickle', 'effdl-aphelack-customfsdp-4gpu.pickle']) {
+    const path = real(name);
+    const { page, errors } = await open(ctx, report([path], join(OUT, `flame-${name}.html`)));
+    const graphs = await page.evaluate(() => window.fragscope.flameRoots());
+    assert.ok(graphs.length > 0, `${name}: flame graphs drawn`);
+    for (const [i, g] of graphs.entries()) {
+      const deeper = new Set(g.deeper);
+      const twice = g.roots.filter((r) => deeper.has(r));
+      assert.deepEqual(twice, [], `${name} graph ${i}: a root that is also drawn under a caller`);
+    }
+    const labels = await page.evaluate(() => window.fragscope.flameLabels());
+    assert.ok(labels.length > 0, `${name}: labels drawn`);
+    let shortened = 0;
+    for (const l of labels) {
+      const base = l.name.replace(/^.*\//, '');
+      const whole = l.text === `${base} ${l.bytes}`;
+      const cutName = l.text.endsWith(`\u2026 ${l.bytes}`) && base.startsWith(l.text.slice(0, -(l.bytes.length + 2)));
+      const nameOnly = l.text.endsWith('\u2026') && base.startsWith(l.text.slice(0, -1));
+      assert.ok(whole || cutName || nameOnly, `${name}: label "${l.text}" for ${base} ${l.bytes}`);
+      assert.ok(l.w <= l.span - 2, `${name}: label "${l.text}" (${l.w} px) inside its box (${l.span} px)`);
+      if (!whole) shortened++;
+    }
+    console.log(`# ${name}: ${labels.length} flame labels, ${shortened} shortened`);
+    assert.deepEqual(errors, []);
+    await page.close();
+  }
+});
+
+/** Whether two label boxes overlap. */
+const overlaps = (a, b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
+/** Whether the ticks are 0, s, 2s, ... for a round step s (1, 2, 2.5 or 5 × 10^k of a KiB/MiB/GiB unit or of bytes). */
+function roundTicks(ticks) {
+  if (ticks.length < 2 || ticks[0] !== 0) return false;
+  const s = ticks[1];
+  if (!ticks.every((v, i) => Math.abs(v - i * s) <= 1e-6 * s)) return false;
+  return [1, 1024, 2 ** 20, 2 ** 30].some((u) => { const q = s / u, k = Math.pow(10, Math.floor(Math.log10(q))); return [1, 2, 2.5, 5, 10].some((m) => Math.abs(q - m * k) < 1e-9 * q); });
+}
+
+test('labels: phase and pause labels never overlap on either axis; byte axes at round values', async () => {
+  const path = real('cs336-small-fwd-annotated.pickle');
+  const inputs = path ? [path] : [];
+  const { page, errors } = await open(ctx, report(inputs, join(OUT, 'labels.html')));
+  for (const axis of ['events', 'time']) {
+    await page.evaluate((a) => window.fragscope.setAxis(a), axis);
+    const labels = await page.evaluate(() => window.fragscope.phaseLabels());
+    if (path) assert.ok(labels.length > 1, `${axis}: phase labels drawn`);
+    for (let i = 0; i < labels.length; i++) for (let j = i + 1; j < labels.length; j++) {
+      assert.ok(!overlaps(labels[i], labels[j]), `${axis}: "${labels[i].text}" and "${labels[j].text}" overlap`);
+    }
+  }
+  await page.evaluate(() => window.fragscope.setAxis('events'));
+  const yt = JSON.parse(await page.$eval('canvas.tl', (c) => c.dataset.yTicks));
+  assert.ok(roundTicks(yt), `timeline ticks at round values: ${yt}`);
+  await page.evaluate(() => window.fragscope.zoom(0.37, 1000));
+  const zt = JSON.parse(await page.$eval('canvas.tl', (c) => c.dataset.yTicks));
+  assert.ok(roundTicks(zt), `zoomed timeline ticks at round values: ${zt}`);
+  assert.deepEqual(errors, []);
+  await page.close();
+  // The what-if chart too (the example has one), and the tick maker on awkward maxima.
+  const ex = await open(ctx, report([], join(OUT, 'labels-example.html')));
+  const wt = JSON.parse(await ex.page.$eval('canvas.wi', (c) => c.dataset.yTicks));
+  assert.ok(roundTicks(wt), `what-if ticks at round values: ${wt}`);
+  for (const max of [514 * 2 ** 20 * 1.07, 56.91 * 2 ** 30, 3000, 1.5 * 2 ** 30, 999, 7]) {
+    const t = await ex.page.evaluate((m) => window.fragscope.byteTicks(m, 4), max);
+    assert.ok(roundTicks(t) && t[t.length - 1] <= max && t.length >= 3 && t.length <= 9, `ticks for ${max}: ${t}`);
+  }
+  await ex.page.close();
+});
+
+/** Pixel columns of the timeline where the fill does not reach the allocated curve. */
+async function unfilledColumns(page) {
+  return page.evaluate(() => {
+    const cols = window.fragscope.allocatedColumns();
+    const cv = document.querySelector('canvas.tl'), dpr = window.devicePixelRatio || 1;
+    const img = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+    const bad = [];
+    for (const col of cols) {
+      if (col.bottom - col.y < 8) continue;
+      // From 3 pixels under the curve (its line) to the bottom: a pixel is empty when
+      // nothing opaque is drawn there or only the white-grey of the grid.
+      let empty = 0, n = 0;
+      for (let y = Math.ceil(col.y + 3); y < col.bottom - 1; y++) {
+        const o = (Math.floor(y * dpr) * cv.width + Math.floor((col.x + 0.5) * dpr)) * 4;
+        n++;
+        if (img[o + 3] < 128 || Math.min(img[o], img[o + 1], img[o + 2]) > 215) empty++;
+      }
+      if (empty > 0.1 * n) bad.push(col.x);
+    }
+    return { columns: cols.length, bad };
+  });
+}
+
+test('narrow peaks: the fill reaches the allocated curve in every pixel column, at every zoom level', async () => {
+  const cases = [['example', []], ...['sqattn-qwen2-compress-segment-churn.pickle', 'decomfl-opt-zeroth-order-windows.pickle'].map((n) => [n, real(n)]).filter(([, p]) => p).map(([n, p]) => [n, [p]])];
+  for (const [name, inputs] of cases) {
+    const { page, errors } = await open(ctx, report(inputs, join(OUT, `filled-${name}.html`)));
+    const { states } = await page.evaluate(() => window.fragscope.view());
+    for (const [zoom, at] of [[1, 0], [0.25, states * 0.3], [0.02, states * 0.6]]) {
+      await page.click('#zoom-reset');
+      if (zoom < 1) await page.evaluate(([f, s]) => window.fragscope.zoom(f, s), [zoom, at]);
+      for (const mode of ['allocation', 'site']) {
+        await page.evaluate((m) => window.fragscope.setStack(m), mode);
+        const r = await unfilledColumns(page);
+        assert.ok(r.columns > 0, `${name}: columns`);
+        assert.deepEqual(r.bad, [], `${name} zoom ${zoom} by ${mode}: ${r.bad.length} of ${r.columns} columns unfilled under the curve`);
+      }
+    }
+    assert.deepEqual(errors, []);
+    await page.close();
+  }
+});
+
+test('not recorded: a torch.profiler trace says so for the state it does not hold, never 0 bytes', async (t) => {
+  const path = real('kineto-hta-ddp-v100-rank1-profile-memory.json.gz');
+  if (!path) return t.skip('corpus file absent');
+  const sum = json(['summary', '--json', path]).files[0];
+  const { page, errors } = await open(ctx, report([path], join(OUT, 'kineto.html')));
+  const figs = await page.$$eval('#figures [data-fig]', (els) => Object.fromEntries(els.map((e) => [e.dataset.fig, { value: e.dataset.value, text: e.querySelector('b').textContent }])));
+  for (const k of ['reserved_bytes', 'allocated_bytes', 'active_bytes', 'segments', 'largest_free_block_bytes', 'free_space_fragmentation']) {
+    assert.deepEqual(figs[k], { value: 'null', text: 'not recorded' }, `${k}`);
+  }
+  const p = sum.profiler_totals[0];
+  assert.equal(Number(figs.profiler_last_allocated_bytes.value), p.last_allocated_bytes, 'the profiler\u2019s allocated at the end, as summary says');
+  assert.equal(figs.profiler_last_allocated_bytes.text, await page.evaluate((n) => window.fragscope.bytes(n), p.last_allocated_bytes));
+  const peakNote = await page.$eval('#findings [data-peak="reserved peak"]', (e) => e.textContent);
+  assert.match(peakNote, /^not recorded/, 'no flame graph of zeros at a peak the file gives only as a total');
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -65,6 +65,9 @@ pub struct ReportOptions {
     /// trace entry): the whole trace when it fits, else windows around the OOM, the
     /// peaks and the end ([`event_windows`]).
     pub event_values: usize,
+    /// Replay the candidate settings on every device, as `analyze --what-if` does
+    /// ([`AnalyzeOptions::what_if`]); without it only devices with an OOM are replayed.
+    pub what_if: bool,
 }
 
 impl Default for ReportOptions {
@@ -76,6 +79,7 @@ impl Default for ReportOptions {
             moments: 24,
             state_values: 1_200_000,
             event_values: 150_000,
+            what_if: false,
         }
     }
 }
@@ -406,7 +410,7 @@ fn walk_and_draw(
     opts: &ReportOptions,
     table: &mut StackTable,
 ) -> (Analysis, Vec<Drawn>, LivesOf, Summary) {
-    let aopts = AnalyzeOptions::default();
+    let aopts = AnalyzeOptions { what_if: opts.what_if, ..AnalyzeOptions::default() };
     let device_list = snap.devices();
     let (tx, rx) = std::sync::mpsc::channel();
     let (scan_tx, scan_rx) = std::sync::mpsc::channel();

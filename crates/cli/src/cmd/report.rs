@@ -33,6 +33,11 @@ pub struct Args {
     /// one), else coarse keyframes (small neighbouring blocks merged).
     #[arg(long = "state-budget", value_name = "VALUES")]
     pub state_budget: Option<usize>,
+    /// Replay the candidate allocator settings on every device, as `analyze --what-if`
+    /// does, and draw and table each replay in the "What if" view (without it, only
+    /// devices with an OOM are replayed).
+    #[arg(long = "what-if")]
+    pub what_if: bool,
     #[command(flatten)]
     pub window: crate::windowed::WindowArg,
 }
@@ -59,7 +64,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         println!("{}", serde_json::json!({ "state": n, "files": files }));
         return Ok(ExitCode::SUCCESS);
     }
-    let mut opts = ReportOptions::default();
+    let mut opts = ReportOptions { what_if: args.what_if, ..ReportOptions::default() };
     if let Some(v) = args.state_budget {
         opts.state_values = v;
     }

@@ -48,7 +48,8 @@ function drawFrag(c, cv) {
   // on the right.
   g.fillStyle = '#667085'; g.font = '10px sans-serif';
   g.fillText('100%', 2, TL_TOP + 3); g.fillText('50%', 2, TL_TOP + ph / 2 + 3); g.fillText('0%', 2, TL_TOP + ph + 3);
-  for (const f of [0, 0.5, 1]) { const v = bmax * 1.05 * f, label = bytes(v); g.fillText(label, w - g.measureText(label).width - 3, YB(v) + (f === 1 ? 9 : f === 0 ? -2 : 3)); }
+  // Round byte values (byteTicks), kept inside the plot at its top and bottom.
+  for (const v of byteTicks(bmax * 1.05, 2)) { const label = bytes(v), y = YB(v); g.fillText(label, w - g.measureText(label).width - 3, Math.max(TL_TOP + 9, Math.min(TL_TOP + ph - 2, y + 3))); }
   g.fillText('left: fragmentation · right: bytes', TL_LEFT + 4, TL_TOP - 4);
   cv.dataset.x0 = S.x0; cv.dataset.x1 = S.x1;
 }

@@ -92,7 +92,7 @@ function build() {
   }
   verdictLine(file);
   main.textContent = '';
-  flameRoots.length = 0;
+  flameRoots.length = 0; flameLabels.length = 0;
   keyStep = null;
   for (const k of Object.keys(views)) delete views[k];
   if (DATA.files.length > 1) main.append(ranksView());
@@ -135,7 +135,21 @@ function figuresView(file) {
   sec.append(el('h2', {}, title + ' — ' + ({ dict: 'PyTorch 2.x snapshot', segment_list: 'PyTorch 1.13 snapshot', kineto: 'torch.profiler trace' }[file.summary.format] || file.summary.format)));
   const figs = el('div', { class: 'figs' });
   const s = summaryDev(file), a = analysisDev(file);
-  if (s) {
+  // A torch.profiler trace records no allocator state (no segment, no block): what the
+  // state at the end would say is not in the file, and is written so, never as 0 bytes.
+  // The profiler's own figure of what was allocated at the end is shown beside it.
+  const stateless = file.summary.format === 'kineto';
+  const nr = (key, label) => fig(key, 'null', label, 'not recorded');
+  if (s && stateless) {
+    figs.append(
+      nr('reserved_bytes', 'reserved at the end'), nr('allocated_bytes', 'allocated at the end'), nr('active_bytes', 'active at the end'),
+      nr('segments', 'segments'), nr('largest_free_block_bytes', 'largest free block'), nr('free_space_fragmentation', 'free-space fragmentation'),
+      fig('trace_events', s.trace_events, 'trace events', String(s.trace_events)),
+    );
+    for (const p of file.summary.profiler_totals || []) {
+      if (p.device === s.device) figs.append(fig('profiler_last_allocated_bytes', p.last_allocated_bytes ?? 'null', `profiler: allocated at the end (device ${p.device})`, p.last_allocated_bytes == null ? 'not recorded' : bytes(p.last_allocated_bytes)));
+    }
+  } else if (s) {
     figs.append(
       fig('reserved_bytes', s.reserved_bytes, 'reserved at the end', bytes(s.reserved_bytes)),
       fig('allocated_bytes', s.allocated_bytes, 'allocated at the end', bytes(s.allocated_bytes)),
@@ -156,8 +170,9 @@ function figuresView(file) {
     );
   }
   for (const p of file.summary.profiler_totals || []) {
-    figs.append(fig('profiler_peak_reserved_bytes', p.peak_reserved_bytes ?? 'null', `profiler peak reserved (device ${p.device})`, bytes(p.peak_reserved_bytes)),
-      fig('profiler_peak_allocated_bytes', p.peak_allocated_bytes ?? 'null', `profiler peak allocated (device ${p.device})`, bytes(p.peak_allocated_bytes)));
+    const b = (v) => (v == null ? 'not recorded' : bytes(v));
+    figs.append(fig('profiler_peak_reserved_bytes', p.peak_reserved_bytes ?? 'null', `profiler peak reserved (device ${p.device})`, b(p.peak_reserved_bytes)),
+      fig('profiler_peak_allocated_bytes', p.peak_allocated_bytes ?? 'null', `profiler peak allocated (device ${p.device})`, b(p.peak_allocated_bytes)));
   }
   sec.append(figs);
   if (file.budget_note) sec.append(el('p', { class: 'note', id: 'budget-note' }, file.budget_note + '.'));

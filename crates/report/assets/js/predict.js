@@ -45,7 +45,7 @@ function predictView(P) {
       ymax *= 1.05;
       const Y = (v) => T + ph - (v / ymax) * ph;
       g.fillStyle = '#667085'; g.strokeStyle = '#e4e7ec'; g.font = '10px sans-serif'; g.lineWidth = 1;
-      for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4), y = Y(v); g.beginPath(); g.moveTo(L, y); g.lineTo(L + pw, y); g.stroke(); g.fillText(bytes(v), 2, y + 3); }
+      for (const v of byteTicks(ymax / 1.05, 4)) { const y = Y(v); g.beginPath(); g.moveTo(L, y); g.lineTo(L + pw, y); g.stroke(); g.fillText(bytes(v), 2, y + 3); }
       for (let t = 0; t <= 4; t++) { const x = L + (pw * t) / 4; g.fillText(`${25 * t}%`, Math.min(x, w - 30), h - 4); }
       if (cap != null && !capIn) { g.fillStyle = '#b42318'; g.fillText(`capacity ${bytes(cap)} (above the chart)`, L + 4, T + 8); }
       if (capIn) {

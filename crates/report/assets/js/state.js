@@ -141,7 +141,7 @@ function drawState(file, dev, c, cv, label, figs) {
     // State 3: several small blocks merged (a coarse keyframe), shaded by the share
     // of their bytes allocated.
     const fill = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : st === 3 ? `rgba(71,85,105,${(0.15 + 0.75 * blocks[i + BLK.requested] / Math.max(1, blocks[i + BLK.size])).toFixed(2)})`
-      : S.colour === 'allocation' ? color(Math.round(blocks[i + BLK.address] / 512) % 9973) : color(stack);
+      : S.colour === 'allocation' ? color(Math.round(blocks[i + BLK.address] / 512) % 9973) : siteColour(file, stack);
     g.globalAlpha = S.highlight && (st === 1 || st === 2) && !S.highlight.has(stack) ? 0.2 : 1;
     // Rounding slack (block − request) at the block's end: the last bytes.
     const slackFrom = st === 1 && blocks[i + BLK.requested] < blocks[i + BLK.size] ? o + blocks[i + BLK.requested] : Infinity;
@@ -190,7 +190,7 @@ function blockInfo(file, c, b) {
     el('div', { class: 'note' }, `segment ${hex(m.segs[SEG.len * b.seg + SEG.address])}, ${bytes(m.segs[SEG.len * b.seg + SEG.size])}, stream ${streamName(file, m.segs[SEG.len * b.seg + SEG.stream])}${m.segs[SEG.len * b.seg + SEG.flags] & 1 ? ', small pool' : ', large pool'}${m.segs[SEG.len * b.seg + SEG.flags] & 2 ? ', expandable' : ''}${m.segs[SEG.len * b.seg + SEG.flags] & 4 ? ', private pool' : ''}`));
   if (B[i + BLK.state] === 0) { detail.textContent = ''; detail.append(head); return; }
   // Linked by call site: the timeline dims the other sites' bands.
-  S.highlight = new Set([B[i + BLK.stack]]);
+  S.highlight = siteStacks(file, B[i + BLK.stack]);
   redrawAll();
   showStack(file, B[i + BLK.stack], 'Allocated at ' + siteName(file, B[i + BLK.stack]), head);
   detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));

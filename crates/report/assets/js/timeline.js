@@ -257,7 +257,7 @@ function tlGeom(c, w, h) {
 // An allocation's colour: its call site's, or (colour mode "allocation", as memory_viz
 // draws them) one of its own, from its address and alloc event.
 function allocColour(c, i) {
-  return S.colour === 'allocation' ? color(Math.abs(Math.round(c.allocs[i * AL + LIFE.address] / 512) * 31 + c.allocs[i * AL + LIFE.start]) % 9973) : color(c.allocs[i * AL + LIFE.stack]);
+  return S.colour === 'allocation' ? color(Math.abs(Math.round(c.allocs[i * AL + LIFE.address] / 512) * 31 + c.allocs[i * AL + LIFE.start]) % 9973) : siteColour(DATA.files[S.file], c.allocs[i * AL + LIFE.stack]);
 }
 api.allocColours = () => (S.c && S.c.drawn ? S.c.drawn.map((i) => ({ index: i, stack: S.c.allocs[i * AL + LIFE.stack], colour: allocColour(S.c, i) })) : []);
 // Whether an allocation is dimmed by the current highlight (search or click).
@@ -275,37 +275,63 @@ function drawTimeline(file, dev, c, cv, info) {
   const Y = (v) => TL_TOP + ph - (v / ymax) * ph;
   const X = (s) => TL_LEFT + xOf(s, pw);
   const next = (i) => (i + 1 < lv.n ? lv.first[i + 1] : c.states);
+  // The pixels of a life from state a to state b (exclusive), widened to the buckets of
+  // the level drawn and to whole pixels: the curves are the buckets' maxima, so a life
+  // live at a bucket's maximum fills that bucket's whole width, and a peak narrower than
+  // its bucket (or than a pixel) is drawn filled up to its curve at every zoom level.
+  // At the finest level of a short trace a bucket is one state: the life's own span.
+  const bucketOf = (s) => { let lo = 0, hi = lv.n - 1; while (lo < hi) { const m = (lo + hi + 1) >> 1; if (lv.first[m] <= s) lo = m; else hi = m - 1; } return lo; };
+  const span = (a, b) => {
+    const xa = Math.floor(Math.max(TL_LEFT, X(lv.first[bucketOf(a)])));
+    return [xa, Math.min(w, Math.max(xa + 1, Math.ceil(X(next(bucketOf(Math.max(a, b - 1)))))))];
+  };
   const k = c.k;
   g.save();
   g.beginPath(); g.rect(TL_LEFT, 0, pw, h); g.clip();
   // Phases: nested scopes shaded, each depth's names on a line of its own (the first
-  // PHASE_ROWS depths; deeper ones are shaded only), a name only where it fits.
-  let labelled = 0;
+  // PHASE_ROWS depths; deeper ones are shaded only), a name only where it fits: shortened
+  // with "…" to its phase's width, and left out where an earlier name of its line still
+  // runs (on the wall clock, phases a pause apart in events can meet in time).
+  g.font = '10px sans-serif';
+  const rowEnd = [];
+  const label = (text, x, room, row, kind) => {
+    if (x < (rowEnd[row] ?? -Infinity) + 6 || room < 24) return false;
+    let t = text;
+    if (g.measureText(t).width > room) {
+      let lo = 0, hi = t.length - 1;
+      while (lo < hi) { const m = (lo + hi + 1) >> 1; if (g.measureText(t.slice(0, m) + '…').width <= room) lo = m; else hi = m - 1; }
+      if (lo < 2) return false;
+      t = t.slice(0, lo) + '…';
+    }
+    const y = TL_TOP + 10 + row * 11, tw = g.measureText(t).width;
+    g.fillStyle = '#475467';
+    g.fillText(t, x, y);
+    rowEnd[row] = x + tw;
+    phaseLabels.push({ x, y: y - 9, w: tw, h: 11, depth: row, kind, text: t });
+    return true;
+  };
   for (const p of dev.phases) {
     if (p.end < S.x0 || p.start > S.x1) continue;
     const a = Math.max(TL_LEFT, X(p.start)), b = Math.min(w, X(p.end + 1));
     g.fillStyle = p.depth % 2 ? 'rgba(148,163,184,0.10)' : 'rgba(99,102,241,0.08)';
     g.fillRect(a, TL_TOP, Math.max(1, b - a), ph);
-    g.fillStyle = '#475467'; g.font = '10px sans-serif';
-    if (b - a > 30 && p.depth < PHASE_ROWS) {
-      const text = p.name.slice(0, Math.floor((b - a) / 6)), y = TL_TOP + 10 + p.depth * 11;
-      g.fillText(text, a + 2, y);
-      phaseLabels.push({ x: a + 2, y: y - 9, w: Math.min(g.measureText(text).width, b - a - 2), h: 11, depth: p.depth });
-    }
+    if (p.depth < PHASE_ROWS) label(p.name, a + 2, b - a - 4, p.depth, 'phase');
   }
   // Wall clock: pauses (consecutive events far apart in time) shaded, so they read as
-  // gaps rather than as memory held. Only where the knots are consecutive states.
+  // gaps rather than as memory held. Only where the knots are consecutive states. Their
+  // words go on the line under the phases' names, where nothing is written yet.
   let gaps = 0;
   if (timeAxis()) {
     const { KS, KT } = c.clock;
-    g.fillStyle = 'rgba(100,116,139,0.13)'; g.font = '10px sans-serif';
+    const row = Math.min(rowEnd.length, PHASE_ROWS);
     for (let i = 0; i + 1 < KS.length; i++) {
       if (KS[i + 1] < S.x0 || KS[i] > S.x1 || KS[i + 1] - KS[i] > 1) continue;
       const xa = X(KS[i]), xb = X(KS[i + 1]);
       if (xb - xa < 12) continue;
       gaps++;
+      g.fillStyle = 'rgba(100,116,139,0.13)';
       g.fillRect(xa, TL_TOP, xb - xa, ph);
-      if (xb - xa > 70) { g.fillStyle = '#475467'; g.fillText(`no event for ${((KT[i + 1] - KT[i]) / 1e6).toFixed(3)} s`, xa + 3, TL_TOP + 22); g.fillStyle = 'rgba(100,116,139,0.13)'; }
+      if (xb - xa > 70) label(`no event for ${((KT[i + 1] - KT[i]) / 1e6).toFixed(3)} s`, Math.max(TL_LEFT, xa) + 3, Math.min(w, xb) - Math.max(TL_LEFT, xa) - 6, row, 'gap');
     }
   }
   cv.dataset.gaps = String(gaps);
@@ -341,7 +367,7 @@ function drawTimeline(file, dev, c, cv, info) {
         if (sa > S.x1) break;
         const sb = q + 2 < P.length ? P[q + 2] : end;
         if (sb < S.x0) continue;
-        const xa = Math.max(TL_LEFT, X(sa)), xb = Math.min(w, X(sb)), off = P[q + 1];
+        const [xa, xb] = span(sa, sb), off = P[q + 1];
         if (rx >= 0 && xa - rx < 1) { rxb = xb; rlo = Math.min(rlo, off); rhi = Math.max(rhi, off + size); continue; }
         flush();
         rx = xa; rxb = xb; rlo = off; rhi = off + size;
@@ -366,14 +392,14 @@ function drawTimeline(file, dev, c, cv, info) {
       const a = A[i * AL + LIFE.start], end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : c.states;
       if (end < S.x0 || a > S.x1) continue;
       const P = G.pts.get(i), size = A[i * AL + LIFE.size];
-      g.fillStyle = S.colour === 'allocation' ? color(Math.abs(Math.round(A[i * AL + LIFE.address] / 512) * 31 + a) % 9973) : color(A[i * AL + LIFE.stack]);
+      g.fillStyle = S.colour === 'allocation' ? color(Math.abs(Math.round(A[i * AL + LIFE.address] / 512) * 31 + a) % 9973) : siteColour(file, A[i * AL + LIFE.stack]);
       g.globalAlpha = S.highlight && !S.highlight.has(A[i * AL + LIFE.stack]) ? 0.2 : 1;
       shown++;
       for (let q = 0; q < P.length; q += 2) {
         const sb = q + 2 < P.length ? P[q + 2] : end;
         if (sb < S.x0 || P[q] > S.x1) continue;
-        const xa = Math.max(TL_LEFT, X(P[q])), xb = Math.min(w, X(sb)), off = P[q + 1];
-        g.fillRect(xa, Y(off + size), Math.max(0.7, xb - xa), Math.max(0.5, Y(off) - Y(off + size)));
+        const [xa, xb] = span(P[q], sb), off = P[q + 1];
+        g.fillRect(xa, Y(off + size), xb - xa, Math.max(0.5, Y(off) - Y(off + size)));
       }
       if (i === G.sel) {
         g.globalAlpha = 1; g.strokeStyle = '#111'; g.lineWidth = 1.5;
@@ -406,9 +432,9 @@ function drawTimeline(file, dev, c, cv, info) {
       if (rest > 0) { g.fillStyle = '#e2e8f0'; g.fillRect(xa, Y(base + rest), bw, Y(base) - Y(base + rest)); }
     }
   } else {
-    // Stacked call-site bands, then the rest of allocated.
+    // Stacked call-site bands, then the rest of allocated (whole pixels, as above).
     for (let i = i0; i <= i1; i++) {
-      const xa = Math.max(TL_LEFT, X(lv.first[i])), xb = Math.min(w, X(next(i)));
+      const xa = Math.floor(Math.max(TL_LEFT, X(lv.first[i]))), xb = Math.ceil(Math.min(w, X(next(i))));
       const bw = Math.max(1, xb - xa);
       let base = 0;
       for (let j = 0; j < S.bands && j < k; j++) {
@@ -416,7 +442,7 @@ function drawTimeline(file, dev, c, cv, info) {
         if (v <= 0) continue;
         const si = dev.curves.site_stacks[j];
         g.globalAlpha = S.highlight && !S.highlight.has(si) ? 0.25 : 1;
-        g.fillStyle = color(si);
+        g.fillStyle = siteColour(file, si);
         g.fillRect(xa, Y(base + v), bw, Y(base) - Y(base + v));
         base += v;
       }
@@ -505,26 +531,32 @@ function drawMinimap(c, mini) {
 }
 function axes(g, w, h, ph, ymax, c, lv, pw) {
   g.fillStyle = '#667085'; g.strokeStyle = '#e4e7ec'; g.font = '10px sans-serif'; g.lineWidth = 1;
-  for (let t = 0; t <= 4; t++) {
-    const v = (ymax / 1.05) * (t / 4), y = TL_TOP + ph - (v / ymax) * ph;
+  const yt = byteTicks(ymax / 1.05, 4);
+  for (const v of yt) {
+    const y = TL_TOP + ph - (v / ymax) * ph;
     g.beginPath(); g.moveTo(TL_LEFT, y); g.lineTo(w, y); g.stroke();
     g.fillText(bytes(v), 2, y + 3);
   }
   const k = timeAxis() ? c.clock : null;
-  for (let t = 0; t <= 5; t++) {
-    const x = TL_LEFT + (pw * t) / 5;
-    if (c.states < 6 && t > 0) break;
-    let label;
-    if (k) {
-      // Evenly spaced in time: seconds since the first timed event.
-      const a = k.at(S.x0), b = k.at(S.x1);
-      label = ((a + ((b - a) * t) / 5 - k.t0) / 1e6).toFixed(b - a < 5e3 ? 6 : b - a < 5e6 ? 3 : 1) + ' s';
-    } else {
-      const s = S.x0 + ((S.x1 - S.x0) * t) / 5;
-      label = String(Math.min(Math.floor(s), c.states - 1));
-    }
-    g.fillText(label, Math.max(0, Math.min(x, w - g.measureText(label).width - 2)), h - 4);
+  // x ticks: round event numbers (or round times), each label kept clear of the last.
+  const xt = [];
+  if (k) {
+    // Seconds since the first timed event, evenly spaced in time.
+    const a = k.at(S.x0), b = k.at(S.x1);
+    for (let t = 0; t <= 5; t++) xt.push([TL_LEFT + (pw * t) / 5, ((a + ((b - a) * t) / 5 - k.t0) / 1e6).toFixed(b - a < 5e3 ? 6 : b - a < 5e6 ? 3 : 1) + ' s']);
+  } else if (c.states < 6) {
+    xt.push([TL_LEFT, String(Math.floor(S.x0))]);
+  } else {
+    for (const s of countTicks(S.x0, Math.min(S.x1, c.states - 1), 5)) xt.push([TL_LEFT + xOf(s, pw), String(s)]);
   }
+  let last = -Infinity;
+  for (const [x, label] of xt) {
+    const lw = g.measureText(label).width, lx = Math.max(0, Math.min(x - (x > TL_LEFT ? lw / 2 : 0), w - lw - 2));
+    if (lx < last + 8) continue;
+    g.fillText(label, lx, h - 4);
+    last = lx + lw;
+  }
+  g.canvas.dataset.yTicks = JSON.stringify(yt);
 }
 function timelineClick(file, dev, c, x, y, w, h) {
   if (x < TL_LEFT) return;
@@ -565,7 +597,7 @@ function timelineClick(file, dev, c, x, y, w, h) {
     detail.append(head);
     if (hit < 0) { S.highlight = null; redrawAll(); detail.append(el('p', { class: 'note' }, 'Click a segment for its address, life and stack.')); return; }
     const o = hit * AL, si = A[o + LIFE.stack];
-    S.highlight = new Set([si]);
+    S.highlight = siteStacks(file, si);
     redrawAll();
     const made = A[o + LIFE.start] > 0 ? `reserved at event ${A[o + LIFE.start] - 1}` : 'reserved before the trace';
     const gone = A[o + LIFE.end] >= 0 ? `released at event ${A[o + LIFE.end] - 1}` : 'still reserved at the end';
@@ -606,7 +638,7 @@ function timelineClick(file, dev, c, x, y, w, h) {
   if (hit != null) {
     const si = dev.curves.site_stacks[hit];
     // Linked by call site: the state view dims every block of other sites.
-    S.highlight = new Set([si]);
+    S.highlight = siteStacks(file, si);
     redrawAll();
     showStack(file, si, `Call site ${siteName(file, si)}: ${bytes(lv.sites[lo * c.k + hit])} live here`, head);
     detail.append(el('button', { onclick: () => { S.highlight = null; redrawAll(); } }, 'clear highlight'));
@@ -620,7 +652,7 @@ function timelineClick(file, dev, c, x, y, w, h) {
 function allocInfo(file, c, i, extra) {
   const A = c.allocs, o = i * AL;
   S.sel = i;
-  S.highlight = new Set([A[o + LIFE.stack]]);
+  S.highlight = siteStacks(file, A[o + LIFE.stack]);
   redrawAll();
   const t0 = c.clock ? c.clock.t0 : NaN;
   const when = (t) => (isNaN(t) ? '' : isNaN(t0) ? ` (time ${t} µs)` : ` (t = ${((t - t0) / 1e6).toFixed(6)} s)`);
@@ -632,6 +664,22 @@ function allocInfo(file, c, i, extra) {
   showStack(file, A[o + LIFE.stack], 'Allocated at ' + siteName(file, A[o + LIFE.stack]), extra ? el('div', {}, extra, head) : head);
   detail.append(el('button', { onclick: () => { S.highlight = null; S.sel = -1; redrawAll(); } }, 'clear highlight'));
 }
+// For the tests: per pixel column of the plot (canvas pixels), the top of the allocated
+// curve there (the most allocated of the buckets the column shows) and the bottom of the
+// plot: the fill must reach the curve in every column.
+api.allocatedColumns = () => {
+  const c = S.c, cv = document.querySelector('canvas.tl');
+  const w = cv.clientWidth, h = cv.clientHeight, G = tlGeom(c, w, h), { lv, i0, i1 } = G;
+  const Y = (v) => TL_TOP + G.ph - (v / G.ymax) * G.ph, X = (s) => TL_LEFT + xOf(s, G.pw);
+  const top = new Float64Array(w).fill(-1);
+  for (let i = i0; i <= i1; i++) {
+    const xa = Math.max(TL_LEFT, X(lv.first[i])), xb = Math.min(w, X(i + 1 < lv.n ? lv.first[i + 1] : c.states));
+    for (let x = Math.floor(xa); x < Math.max(Math.floor(xa) + 1, Math.ceil(xb)) && x < w; x++) top[x] = Math.max(top[x], lv.alloc[i]);
+  }
+  const out = [];
+  for (let x = TL_LEFT; x < w; x++) if (top[x] > 0) out.push({ x, y: Y(top[x]), bottom: Y(0), bytes: top[x] });
+  return out;
+};
 // For the tests: the drawn allocations visible now, each with a point inside it (page
 // pixels relative to the canvas) on its widest step.
 api.allocBoxes = () => {

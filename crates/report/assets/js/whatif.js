@@ -6,22 +6,33 @@ function whatIfView(file, dev) {
   const a = analysisDev(file);
   const r = a && a.recommendations;
   if (!r || !r.baseline) {
-    sec.append(el('p', { class: 'note' }, (r && r.note) || 'No replay was run for this device (replays run on devices with an OOM; `fragscope analyze --what-if` runs them everywhere).'));
+    // The command that replays them, named in full (`report` takes --what-if too).
+    // A windowed page is titled `file [window A..B]`: the command takes the window back.
+    const win = /^(.*) \[window (.+)\]$/s.exec(file.name);
+    const how = `fragscope report --what-if ${file.example ? '' : win ? `${quoteArg(win[1])} --window ${win[2]}` : quoteArg(file.name)}`.trim();
+    sec.append(el('p', { class: 'note', id: 'whatif-none' }, ((r && r.note) || 'No replay was run for this device (replays run on devices with an OOM)').replace(/\.$/, '') +
+      `. \`${how}\` replays the candidate settings on every device and draws them here (\`fragscope analyze --what-if\` gives the same replays as text).`));
     return sec;
   }
-  const rows = [Object.assign({ setting: 'recorded settings', baseline: true }, r.baseline)].concat(r.recommended || []);
+  // Every replay the analysis ran, in its order (the chart's curves): the recorded
+  // settings, then each setting tried; a recommended one says so, with its rank.
+  const rec = new Map((r.recommended || []).map((x) => [x.setting, x]));
+  const rows = [Object.assign({ baseline: true }, r.baseline, { setting: 'recorded settings' })].concat((r.tried || []).map((t) => Object.assign({}, t, { rec: rec.get(t.setting) || null })));
   const peak = Math.max(...rows.map((x) => x.peak_reserved_bytes || 0), 1);
-  const t = el('table', {}, el('tr', {}, el('th', {}, 'setting'), el('th', { class: 'n' }, 'peak reserved'), el('th', {}, ''), el('th', { class: 'n' }, 'cudaMalloc'), el('th', {}, 'OOM')));
+  const t = el('table', { id: 'whatif-table' }, el('tr', {}, el('th', {}, 'setting'), el('th', { class: 'n' }, 'peak reserved'), el('th', {}, ''), el('th', { class: 'n' }, 'cudaMalloc'), el('th', {}, 'OOM'), el('th', {}, 'recommended')));
   for (const x of rows) {
-    const oom = x.baseline ? (x.ooms ? `OOM at event ${x.first_oom_index}` : 'no OOM') : x.avoids_oom ? 'gets past the OOM' : x.avoids_oom === false ? 'still OOMs' : '';
-    t.append(el('tr', { 'data-setting': x.setting }, el('td', {}, x.setting), el('td', { class: 'n' }, bytes(x.peak_reserved_bytes)),
-      el('td', {}, el('span', { class: 'bar', style: `width:${(200 * (x.peak_reserved_bytes || 0)) / peak}px;background:${x.baseline ? '#ef4444' : '#7c3aed'}` })),
-      el('td', { class: 'n' }, x.cuda_mallocs ?? '—'), el('td', {}, oom)));
+    const oom = x.ooms ? `OOM at event ${x.first_oom_index}` : 'no OOM';
+    const verdict = x.baseline ? '' : x.rec ? `#${x.rec.rank}` + (x.rec.avoids_oom ? ', gets past the OOM' : '') : 'no';
+    t.append(el('tr', { 'data-setting': x.baseline ? 'recorded' : x.setting, 'data-recommended': x.rec ? '1' : '0' }, el('td', {}, x.setting), el('td', { class: 'n' }, bytes(x.peak_reserved_bytes)),
+      el('td', {}, el('span', { class: 'bar', style: `width:${(200 * (x.peak_reserved_bytes || 0)) / peak}px;background:${x.baseline ? '#ef4444' : x.rec ? '#7c3aed' : '#a5b4fc'}` })),
+      el('td', { class: 'n' }, x.cuda_mallocs ?? '—'), el('td', {}, oom), el('td', {}, verdict)));
   }
   if (dev.whatif && dev.whatif.length) sec.append(whatIfChart(dev, r.capacity_bytes));
-  sec.append(t, el('p', { class: 'note' }, `Capacity ${bytes(r.capacity_bytes)}. ` + (r.recommended || []).map((x) => `${x.setting}: ${x.reason}.`).join(' ')));
+  sec.append(t, el('p', { class: 'note' }, `Capacity ${r.capacity_bytes == null ? 'not recorded' : bytes(r.capacity_bytes)}. ` + (r.recommended || []).map((x) => `${x.setting}: ${x.reason}.`).join(' ')));
   return sec;
 }
+// A file name as a shell argument (quoted when it holds anything but plain characters).
+const quoteArg = (s) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
 // Reserved curves of the replays, each against the fraction of its own trace (a replay
 // makes its own segment events); × marks the first OOM of each.
 function whatIfChart(dev, capacity) {
@@ -40,7 +51,9 @@ function whatIfChart(dev, capacity) {
     ymax *= 1.05;
     const Y = (v) => TL_TOP + ph - (v / ymax) * ph, X = (f) => TL_LEFT + f * pw;
     g.font = '10px sans-serif'; g.fillStyle = '#667085';
-    for (let t = 0; t <= 4; t++) { const v = (ymax / 1.05) * (t / 4); g.fillText(bytes(v), 2, Y(v) + 3); }
+    const yt = byteTicks(ymax / 1.05, 4);
+    for (const v of yt) g.fillText(bytes(v), 2, Y(v) + 3);
+    cv.dataset.yTicks = JSON.stringify(yt);
     if (capacity) { g.strokeStyle = '#111'; g.setLineDash([5, 4]); g.beginPath(); g.moveTo(TL_LEFT, Y(capacity)); g.lineTo(w, Y(capacity)); g.stroke(); g.setLineDash([]); }
     // The recorded settings last, on top: the alternatives often follow it for a while.
     const marks = [];
