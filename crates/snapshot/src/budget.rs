@@ -47,7 +47,7 @@ pub fn allowance(input: u64) -> u64 {
 
 /// `n` bytes in words (`64 MiB`), for messages.
 pub(crate) fn size(n: u64) -> String {
-    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 7] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = n as f64;
     let mut u = 0;
     while v >= 1024.0 && u + 1 < UNITS.len() {
@@ -101,7 +101,10 @@ impl Spend {
                 self.left = l;
                 Ok(())
             }
-            None => Err(over("the snapshot's values, memo references copied where the model holds copies, grow", self.input)),
+            None => Err(over(
+                "the snapshot's values, memo references copied where the model holds copies, grow",
+                self.input,
+            )),
         }
     }
 }
