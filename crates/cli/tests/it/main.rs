@@ -7,6 +7,7 @@ mod analyze_cli;
 mod cli;
 mod diagnosis_cli;
 mod guide;
+mod hostile_input_cli;
 mod h200_recordings;
 mod lab_cli;
 mod oom_pasted_cli;

@@ -122,8 +122,8 @@ pub(crate) struct VmState {
     pub table: FrameTable,
     /// Offset of the opcode being executed, for messages.
     pub offset: u64,
-    /// Bytes held by container items, tuples, byte strings and big ints so far (an
-    /// estimate, never decreased): with the arenas' and the stack's lengths, what
+    /// Bytes held by container items, tuples, byte strings and big ints (an estimate:
+    /// the items of an absorbed dict or interned list are given back): with the arenas' and the stack's lengths, what
     /// [`Vm::check_budget`] weighs against the input read.
     pub held: u64,
 }
@@ -175,6 +175,7 @@ impl VmState {
     pub fn retire_dict(&mut self, h: Handle, replacement: Value, recycle: bool) {
         let slot = &mut self.dicts[h.idx as usize];
         let memo = slot.memo;
+        self.held = self.held.saturating_sub((slot.items.len() * size_of::<(Value, Value)>()) as u64);
         if recycle {
             // Keep the Vec's capacity: the next trace entry reuses it without allocating.
             slot.items.clear();
@@ -218,6 +219,7 @@ impl VmState {
     /// Replaces a list's memo entry (after its content was interned as a stack).
     pub fn retire_list(&mut self, h: Handle, replacement: Value) {
         let slot = &mut self.lists[h.idx as usize];
+        self.held = self.held.saturating_sub((slot.items.len() * size_of::<Value>()) as u64);
         slot.items = Vec::new();
         // Stale handles to this list (taken before interning) resolve to the stack.
         slot.replaced = Some(replacement);
@@ -1156,6 +1158,7 @@ impl<R: Read> Vm<R> {
         self.stack.push(d);
         if complete {
             let Value::Dict(h) = d else { unreachable!() };
+            self.state.held += (n * size_of::<Value>()) as u64;
             let slot = &mut self.state.dicts[h.idx as usize];
             slot.items.extend(self.items[..n].chunks_exact(2).map(|kv| (kv[0], kv[1])));
         } else {
