@@ -165,9 +165,15 @@ where
 /// joined with `; `, without the closing "For more information, try '--help'." (the usage
 /// says what to run). clap writes them on up to 18 lines.
 fn one_line_usage_error(rendered: &str) -> String {
-    let parts: Vec<&str> =
-        rendered.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("For more information")).collect();
-    output::escape_text(&parts.join("; "), false).into_owned()
+    let mut line = String::new();
+    for part in rendered.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("For more information")) {
+        if !line.is_empty() {
+            // "the following required arguments were not provided: <B>"
+            line.push_str(if line.ends_with(':') { " " } else { "; " });
+        }
+        line.push_str(part);
+    }
+    output::escape_text(&line, false).into_owned()
 }
 
 /// Writes to stdout, terminal escapes in it escaped ([`output::escape_text`]); a closed

@@ -11,7 +11,11 @@
 //! `from_dict` walks the live dict of `torch.cuda.memory._snapshot()` into it).
 //!
 //! Reading never executes anything: the pickle reader accepts data opcodes only and
-//! refuses, by opcode and byte offset, any pickle that asks to import or call code.
+//! refuses, by opcode and byte offset, any pickle that asks to import or call code. Nor
+//! can a small file make it allocate without bound: [`budget`] bounds the values it
+//! builds, the model's copies of memo-shared values, string lengths, memo indices and
+//! decompressed bytes, relative to the input (docs/limits.md), and gzip and zip
+//! checksums are verified.
 //! Memory stays below the file's size on multi-GB files, because stacks are interned
 //! once and trace entries become flat records as they are read.
 //! [`read_path`] reads a plain pickle file mapped into memory, handing the pages it has

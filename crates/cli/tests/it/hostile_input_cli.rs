@@ -131,7 +131,7 @@ fn argument_errors_are_one_line() {
     for args in [
         &["summary", "--jsn", "x"][..],
         &["nosuchcommand"],
-        &["summary"],
+        &["diff", "x"],
         &["summary", "x", "y", "--bogus"],
         &["summary", "--json", "--json", "x"],
     ] {
