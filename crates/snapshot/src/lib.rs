@@ -295,20 +295,39 @@ fn gzip_error(e: std::io::Error) -> ReadError {
 
 /// The rest of a JSON text, refused at its first control byte other than whitespace
 /// (JSON has none outside strings, where they are escaped): a stream of zeros after a
-/// `{` (`(printf '{'; cat /dev/zero)`) stops at once instead of filling memory.
+/// `{` (`(printf '{'; cat /dev/zero)`) stops at once instead of filling memory, and so
+/// does a run of more than 1 MiB of white space.
 fn read_json_text<R: BufRead>(r: &mut R) -> Result<Vec<u8>, ReadError> {
+    // A run of white space longer than any indentation is refused too: it would only fill
+    // memory (inside a string, 1 MiB of spaces is no trace either).
+    const MAX_BLANK: u64 = 1 << 20;
+    let mut blank = 0u64;
     let mut bytes = Vec::new();
     loop {
         let chunk = r.fill_buf().map_err(gzip_error)?;
         if chunk.is_empty() {
             return Ok(bytes);
         }
-        if let Some(i) = chunk.iter().position(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r')) {
-            return Err(ReadError::Json(format!(
-                "control byte {:#04x} at byte {}: not JSON text",
-                chunk[i],
-                bytes.len() + i
-            )));
+        for (i, &b) in chunk.iter().enumerate() {
+            if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                blank += 1;
+                if blank > MAX_BLANK {
+                    return Err(ReadError::Limit(format!(
+                        "more than {} of white space at byte {}: not a profiler trace (a gzip'd file of \
+                         spaces once took 6 GB)",
+                        budget::size(MAX_BLANK),
+                        bytes.len() + i
+                    )));
+                }
+                continue;
+            }
+            blank = 0;
+            if b < 0x20 {
+                return Err(ReadError::Json(format!(
+                    "control byte {b:#04x} at byte {}: not JSON text",
+                    bytes.len() + i
+                )));
+            }
         }
         bytes.extend_from_slice(chunk);
         let n = chunk.len();

@@ -123,8 +123,8 @@ pub(crate) struct VmState {
     /// Offset of the opcode being executed, for messages.
     pub offset: u64,
     /// Bytes held by container items, tuples, byte strings and big ints (an estimate:
-    /// the items of an absorbed dict or interned list are given back): with the arenas' and the stack's lengths, what
-    /// [`Vm::check_budget`] weighs against the input read.
+    /// the items of an absorbed dict or interned list are given back): with the arenas'
+    /// and the stack's lengths, what [`Vm::check_budget`] weighs against the input read.
     pub held: u64,
 }
 

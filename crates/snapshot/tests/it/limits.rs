@@ -206,6 +206,16 @@ fn json_followed_by_zeros_stops_at_the_first() {
     assert_eq!(e, "invalid JSON: control byte 0x00 at byte 1: not JSON text");
     let e = read_from(b"[{\"a\": 1}, \x07]".as_slice()).unwrap_err().to_string();
     assert!(e.contains("control byte 0x07 at byte 11"), "{e}");
+    // A gzip'd JSON of spaces (6 MB once took 6 GB): stopped after 1 MiB of them.
+    let mut spaces = b"{".to_vec();
+    spaces.extend(std::iter::repeat_n(b' ', 8 << 20));
+    spaces.push(b'}');
+    let e = read_from(&common::gzip(&spaces)[..]).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "refusing: more than 1 MiB of white space at byte 1048577: not a profiler trace (a gzip'd file of spaces \
+         once took 6 GB)"
+    );
 }
 
 /// `{'segments': [], 'note': 'abc'}`: a snapshot whose bytes can change without
