@@ -133,9 +133,15 @@ where
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
-            // clap's own rendering: usage errors exit 2, --help / --version exit 0.
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            use clap::error::ErrorKind;
+            // --help, --version and the help shown for a missing subcommand: clap's own
+            // rendering. An argument error: one line, as every other error.
+            if !e.use_stderr() || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                let _ = e.print();
+                return if e.use_stderr() { 2 } else { 0 };
+            }
+            let _ = writeln!(std::io::stderr(), "{}", one_line_usage_error(&e.render().to_string()));
+            return 2;
         }
     };
     match cli.command.run() {
@@ -149,14 +155,31 @@ where
             }
         }
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {}", e.message);
+            let _ = writeln!(std::io::stderr(), "error: {}", output::escape_text(&e.message, false));
             e.code
         }
     }
 }
 
-/// Writes to stdout; a closed pipe (`fragscope summary | head`) ends quietly.
+/// A clap error as one line: its lines (the error, any tip and possible values, the usage)
+/// joined with `; `, without the closing "For more information, try '--help'." (the usage
+/// says what to run). clap writes them on up to 18 lines.
+fn one_line_usage_error(rendered: &str) -> String {
+    let mut line = String::new();
+    for part in rendered.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("For more information")) {
+        if !line.is_empty() {
+            // "the following required arguments were not provided: <B>"
+            line.push_str(if line.ends_with(':') { " " } else { "; " });
+        }
+        line.push_str(part);
+    }
+    output::escape_text(&line, false).into_owned()
+}
+
+/// Writes to stdout, terminal escapes in it escaped ([`output::escape_text`]); a closed
+/// pipe (`fragscope summary | head`) ends quietly.
 pub fn print_stdout(text: &str) -> Result<(), CliError> {
+    let text = output::escape_text(text, true);
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),

@@ -51,6 +51,36 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// `s` safe to write to a terminal: control characters (ESC of an OSC title or a
+/// clear-screen sequence, BEL, CR, backspace, DEL, the C1 range) and the invisible
+/// characters that reorder or hide text (bidi embeddings, overrides and isolates, the
+/// marks, line and paragraph separators) written as `\u001b`, `\u202e`, ... Newlines and
+/// tabs are kept (`lines: true`) or escaped too (`lines: false`, for a one-line message).
+///
+/// Every text the command line writes goes through it ([`crate::print_stdout`], error
+/// lines): frame names, annotation names and file names come from the file and the user.
+/// The form is a JSON escape, so a JSON document through it still parses to the same
+/// strings (serde_json leaves the C1 range and the bidi characters raw).
+pub fn escape_text(s: &str, lines: bool) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| match c {
+        '\n' | '\t' => !lines,
+        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}' => true,
+        c => c.is_control(),
+    };
+    if !s.chars().any(unsafe_char) {
+        return s.into();
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
 /// A `--json` document as every command prints it: serde_json's pretty form and a newline.
 /// The Python package returns exactly this text from its results' `to_json()`.
 pub fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, crate::CliError> {

@@ -35,6 +35,11 @@ pub enum ReadError {
     /// A valid pickle or JSON that is not a memory snapshot (or profiler trace).
     Shape(String),
     Json(String),
+    /// The input asks for more memory than any memory snapshot needs: a string longer
+    /// than a snapshot holds, data that inflates past the compression ratio of real files,
+    /// values that expand past the reader's budget (see [`crate::budget`]). The text names
+    /// the limit.
+    Limit(String),
     /// The file changed while it was read (truncated or rewritten by another process, as
     /// a job that dumps its snapshot to the same path does), or its pages became unreadable.
     Changed,
@@ -64,6 +69,7 @@ impl fmt::Display for ReadError {
             ),
             ReadError::Shape(s) => write!(f, "{}", one_line(s)),
             ReadError::Json(s) => write!(f, "invalid JSON: {}", one_line(s)),
+            ReadError::Limit(s) => write!(f, "refusing: {}", one_line(s)),
             ReadError::Changed => write!(
                 f,
                 "the file changed while it was being read (another process truncated or rewrote it); \
@@ -89,6 +95,11 @@ impl std::error::Error for ReadError {}
 
 impl From<std::io::Error> for ReadError {
     fn from(e: std::io::Error) -> Self {
+        // A limit hit inside a reader chain (the inflation guard) comes back as an
+        // io::Error carrying the ReadError.
+        if e.get_ref().is_some_and(|inner| inner.is::<ReadError>()) {
+            return *e.into_inner().expect("checked").downcast::<ReadError>().expect("checked");
+        }
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             return ReadError::Truncated { offset: 0 };
         }

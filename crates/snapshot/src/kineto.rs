@@ -41,9 +41,11 @@ use crate::pyobj::PyObj;
 const DEVICE_TYPE_CUDA: i64 = 1;
 
 #[derive(Deserialize)]
-struct Top<'a> {
-    #[serde(rename = "traceEvents", borrow, default)]
-    trace_events: Option<Vec<Event<'a>>>,
+struct Top {
+    /// Only the CUDA `[memory]` events, kept as they are parsed ([`MemEvents`]): a tree of
+    /// every event cost up to 95 times the file.
+    #[serde(rename = "traceEvents", default)]
+    trace_events: Option<MemEvents>,
     #[serde(rename = "deviceProperties", default)]
     device_properties: Option<Vec<DeviceProp>>,
     /// Present in a JSON export of a snapshot; see [`read_snapshot_json`].
@@ -113,6 +115,77 @@ fn num_u64(n: &Lenient) -> Option<u64> {
     n.num()?.as_u64().or_else(|| num_i64(n).and_then(|i| u64::try_from(i).ok()))
 }
 
+/// The `[memory]` events of `traceEvents`, taken one by one as the array is parsed
+/// (each [`Event`] is dropped once looked at), with the counts of those skipped.
+#[derive(Default)]
+struct MemEvents {
+    mem: Vec<MemEvent>,
+    n_memory: u64,
+    skipped_device: BTreeMap<String, u64>,
+    malformed: u64,
+}
+
+impl<'de> Deserialize<'de> for MemEvents {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = MemEvents;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of trace events")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<MemEvents, A::Error> {
+                let mut out = MemEvents::default();
+                let mut i = 0usize;
+                while let Some(e) = seq.next_element::<Event<'de>>()? {
+                    out.take(i, &e);
+                    i += 1;
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(Visit)
+    }
+}
+
+impl MemEvents {
+    /// Keeps event number `i` if it is a CUDA `[memory]` event, else counts why not.
+    fn take(&mut self, i: usize, e: &Event<'_>) {
+        if e.name.as_deref() != Some("[memory]") {
+            return;
+        }
+        self.n_memory += 1;
+        let a = e.args.as_ref();
+        let dev_type = a.and_then(|a| a.device_type.as_ref()).and_then(num_i64);
+        if dev_type != Some(DEVICE_TYPE_CUDA) {
+            let what = dev_type.map_or("no Device Type".to_string(), |t| format!("Device Type {t}"));
+            *self.skipped_device.entry(what).or_default() += 1;
+            return;
+        }
+        let a = a.expect("device type came from args");
+        let device = a.device_id.as_ref().and_then(num_i64).and_then(|d| usize::try_from(d).ok());
+        let (Some(device), Some(bytes), Some(ts)) =
+            (device, a.bytes.as_ref().and_then(num_i64), e.ts.as_ref().and_then(num_i64))
+        else {
+            self.malformed += 1;
+            return;
+        };
+        // Device ordinals are small; a huge one would only make us allocate empty lists.
+        if device > 1024 {
+            self.malformed += 1;
+            return;
+        }
+        self.mem.push(MemEvent {
+            ts,
+            ev_idx: a.ev_idx.as_ref().and_then(num_i64).unwrap_or(i as i64),
+            device,
+            bytes,
+            addr: a.addr.as_ref().and_then(num_u64),
+            allocated: a.total_allocated.as_ref().and_then(num_u64),
+            reserved: a.total_reserved.as_ref().and_then(num_u64),
+        });
+    }
+}
+
 /// One CUDA `[memory]` event, before sorting.
 struct MemEvent {
     ts: i64,
@@ -130,7 +203,7 @@ pub fn read_json(bytes: &[u8]) -> Result<Snapshot, ReadError> {
     if first != Some(b'{') {
         return Err(not_a_trace());
     }
-    let top: Top<'_> = serde_json::from_slice(bytes).map_err(|e| ReadError::Json(e.to_string()))?;
+    let top: Top = serde_json::from_slice(bytes).map_err(|e| ReadError::Json(e.to_string()))?;
     let Some(events) = top.trace_events else {
         if top.segments.is_some() || top.device_traces.is_some() {
             return read_snapshot_json(bytes);
@@ -146,44 +219,7 @@ pub fn read_json(bytes: &[u8]) -> Result<Snapshot, ReadError> {
         }
     }
 
-    let mut mem = Vec::new();
-    let (mut n_memory, mut skipped_device): (u64, BTreeMap<String, u64>) = (0, BTreeMap::new());
-    let mut malformed = 0u64;
-    for (i, e) in events.iter().enumerate() {
-        if e.name.as_deref() != Some("[memory]") {
-            continue;
-        }
-        n_memory += 1;
-        let a = e.args.as_ref();
-        let dev_type = a.and_then(|a| a.device_type.as_ref()).and_then(num_i64);
-        if dev_type != Some(DEVICE_TYPE_CUDA) {
-            let what = dev_type.map_or("no Device Type".to_string(), |t| format!("Device Type {t}"));
-            *skipped_device.entry(what).or_default() += 1;
-            continue;
-        }
-        let a = a.expect("device type came from args");
-        let device = a.device_id.as_ref().and_then(num_i64).and_then(|d| usize::try_from(d).ok());
-        let (Some(device), Some(bytes), Some(ts)) =
-            (device, a.bytes.as_ref().and_then(num_i64), e.ts.as_ref().and_then(num_i64))
-        else {
-            malformed += 1;
-            continue;
-        };
-        // Device ordinals are small; a huge one would only make us allocate empty lists.
-        if device > 1024 {
-            malformed += 1;
-            continue;
-        }
-        mem.push(MemEvent {
-            ts,
-            ev_idx: a.ev_idx.as_ref().and_then(num_i64).unwrap_or(i as i64),
-            device,
-            bytes,
-            addr: a.addr.as_ref().and_then(num_u64),
-            allocated: a.total_allocated.as_ref().and_then(num_u64),
-            reserved: a.total_reserved.as_ref().and_then(num_u64),
-        });
-    }
+    let MemEvents { mut mem, n_memory, skipped_device, malformed } = events;
     if n_memory == 0 {
         return Err(ReadError::Shape(
             "profiler trace without [memory] events: profile_memory=True was not set \
@@ -252,7 +288,7 @@ fn not_a_trace() -> ReadError {
 /// the pickle reader, so both forms get exactly the same checks and model.
 fn read_snapshot_json(bytes: &[u8]) -> Result<Snapshot, ReadError> {
     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| ReadError::Json(e.to_string()))?;
-    let obj = json_to_pyobj(&v);
+    let obj = json_to_pyobj(v);
     let mut buf = Vec::new();
     crate::pickle::write::write_pyobj(&obj, &mut buf)?;
     drop(obj);
@@ -261,12 +297,13 @@ fn read_snapshot_json(bytes: &[u8]) -> Result<Snapshot, ReadError> {
     Ok(snap)
 }
 
-/// serde_json bounds nesting (128 levels), so this recursion is bounded too.
-fn json_to_pyobj(v: &serde_json::Value) -> PyObj {
+/// serde_json bounds nesting (128 levels), so this recursion is bounded too. Takes the
+/// tree by value, so that each part of it is freed as it is converted.
+fn json_to_pyobj(v: serde_json::Value) -> PyObj {
     use serde_json::Value as J;
     match v {
         J::Null => PyObj::None,
-        J::Bool(b) => PyObj::Bool(*b),
+        J::Bool(b) => PyObj::Bool(b),
         J::Number(n) => {
             if let Some(i) = n.as_i64() {
                 PyObj::Int(i)
@@ -276,8 +313,8 @@ fn json_to_pyobj(v: &serde_json::Value) -> PyObj {
                 PyObj::Float(n.as_f64().unwrap_or(f64::NAN))
             }
         }
-        J::String(s) => PyObj::Str(s.clone()),
-        J::Array(a) => PyObj::List(a.iter().map(json_to_pyobj).collect()),
-        J::Object(o) => PyObj::Dict(o.iter().map(|(k, v)| (PyObj::Str(k.clone()), json_to_pyobj(v))).collect()),
+        J::String(s) => PyObj::Str(s),
+        J::Array(a) => PyObj::List(a.into_iter().map(json_to_pyobj).collect()),
+        J::Object(o) => PyObj::Dict(o.into_iter().map(|(k, v)| (PyObj::Str(k), json_to_pyobj(v))).collect()),
     }
 }

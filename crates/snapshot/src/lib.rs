@@ -11,7 +11,11 @@
 //! `from_dict` walks the live dict of `torch.cuda.memory._snapshot()` into it).
 //!
 //! Reading never executes anything: the pickle reader accepts data opcodes only and
-//! refuses, by opcode and byte offset, any pickle that asks to import or call code.
+//! refuses, by opcode and byte offset, any pickle that asks to import or call code. Nor
+//! can a small file make it allocate without bound: [`budget`] bounds the values it
+//! builds, the model's copies of memo-shared values, string lengths, memo indices and
+//! decompressed bytes, relative to the input (docs/limits.md), and gzip and zip
+//! checksums are verified.
 //! Memory stays below the file's size on multi-GB files, because stacks are interned
 //! once and trace entries become flat records as they are read.
 //! [`read_path`] reads a plain pickle file mapped into memory, handing the pages it has
@@ -30,6 +34,7 @@
 //! ```
 
 pub mod bounds;
+pub mod budget;
 pub mod error;
 pub mod kineto;
 pub mod model;
@@ -190,14 +195,17 @@ pub fn read_from<R: Read>(r: R) -> Result<Snapshot, ReadError> {
 }
 
 fn read_from_bounded<R: Read>(r: R) -> Result<Bounded, ReadError> {
-    let mut r = BufReader::with_capacity(1 << 16, r);
+    // The compressed bytes read, against which the inflated ones are bounded.
+    let compressed = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let mut r = BufReader::with_capacity(1 << 16, budget::Counted { inner: r, count: compressed.clone() });
     let head = r.fill_buf()?;
     if head.is_empty() {
         return Err(ReadError::Empty);
     }
     if head.starts_with(GZIP_MAGIC) {
         let gz = flate2::read::MultiGzDecoder::new(r);
-        let mut inner = BufReader::with_capacity(1 << 16, gz);
+        let guarded = budget::Inflated { inner: gz, compressed, out: 0, what: "gzip stream" };
+        let mut inner = BufReader::with_capacity(1 << 16, guarded);
         let head = inner.fill_buf().map_err(gzip_error)?;
         if head.is_empty() {
             return Err(ReadError::Shape("gzip file holds no data".into()));
@@ -205,9 +213,32 @@ fn read_from_bounded<R: Read>(r: R) -> Result<Bounded, ReadError> {
         if head.starts_with(GZIP_MAGIC) {
             return Err(ReadError::Shape("gzip inside gzip is not supported".into()));
         }
-        return read_plain(inner);
+        let read = read_plain(&mut inner)?;
+        // The gzip trailer's CRC-32 and length are checked when the decoder reaches the
+        // end, which a pickle's STOP comes before: a damaged download must not be analysed
+        // as intact.
+        drain(&mut inner, "gzip")?;
+        return Ok(read);
     }
     read_plain(r)
+}
+
+/// Reads `r` to its end, so that the decompressor under it verifies its checksums; what
+/// follows the data read (nothing, in a snapshot) is bounded like the rest
+/// ([`budget::Inflated`]).
+pub(crate) fn drain(r: &mut impl Read, what: &str) -> Result<(), ReadError> {
+    match std::io::copy(r, &mut std::io::sink()) {
+        Ok(_) => Ok(()),
+        Err(e) => match ReadError::from(e) {
+            ReadError::Io(e) => Err(ReadError::Shape(format!(
+                "damaged {what} data: {e}; the file is corrupt or incomplete (download it again)"
+            ))),
+            ReadError::Truncated { .. } => {
+                Err(ReadError::Shape(format!("damaged {what} data: it ends early; the file is incomplete")))
+            }
+            other => Err(other),
+        },
+    }
 }
 
 /// How the first bytes of a file that is not a snapshot read in an error: a text file by
@@ -256,7 +287,52 @@ fn json_list(text: &str) -> bool {
 }
 
 fn gzip_error(e: std::io::Error) -> ReadError {
+    if e.get_ref().is_some_and(|inner| inner.is::<ReadError>()) {
+        return ReadError::from(e);
+    }
     ReadError::Corrupt { what: format!("gzip stream: {e}"), offset: 0 }
+}
+
+/// The rest of a JSON text, refused at its first control byte other than whitespace
+/// (JSON has none outside strings, where they are escaped): a stream of zeros after a
+/// `{` (`(printf '{'; cat /dev/zero)`) stops at once instead of filling memory, and so
+/// does a run of more than 1 MiB of white space.
+fn read_json_text<R: BufRead>(r: &mut R) -> Result<Vec<u8>, ReadError> {
+    // A run of white space longer than any indentation is refused too: it would only fill
+    // memory (inside a string, 1 MiB of spaces is no trace either).
+    const MAX_BLANK: u64 = 1 << 20;
+    let mut blank = 0u64;
+    let mut bytes = Vec::new();
+    loop {
+        let chunk = r.fill_buf().map_err(gzip_error)?;
+        if chunk.is_empty() {
+            return Ok(bytes);
+        }
+        for (i, &b) in chunk.iter().enumerate() {
+            if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                blank += 1;
+                if blank > MAX_BLANK {
+                    return Err(ReadError::Limit(format!(
+                        "more than {} of white space at byte {}: not a profiler trace (a gzip'd file of \
+                         spaces once took 6 GB)",
+                        budget::size(MAX_BLANK),
+                        bytes.len() + i
+                    )));
+                }
+                continue;
+            }
+            blank = 0;
+            if b < 0x20 {
+                return Err(ReadError::Json(format!(
+                    "control byte {b:#04x} at byte {}: not JSON text",
+                    bytes.len() + i
+                )));
+            }
+        }
+        bytes.extend_from_slice(chunk);
+        let n = chunk.len();
+        r.consume(n);
+    }
 }
 
 fn read_plain<R: BufRead>(mut r: R) -> Result<Bounded, ReadError> {
@@ -280,8 +356,7 @@ fn read_plain<R: BufRead>(mut r: R) -> Result<Bounded, ReadError> {
             Err(starts_with(head))
         }
         _ if matches!(first, Some(b'{') | Some(b'[')) => {
-            let mut bytes = Vec::new();
-            r.read_to_end(&mut bytes).map_err(gzip_error)?;
+            let bytes = read_json_text(&mut r)?;
             kineto::read_json(&bytes).map(|s| (s, None))
         }
         Some(_) => Err(starts_with(head)),

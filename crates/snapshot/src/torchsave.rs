@@ -48,7 +48,13 @@ pub fn read_zip<R: Read + Seek>(r: R) -> Result<Snapshot, ReadError> {
         )));
     };
     let entry = z.by_name(name).map_err(|e| shape(format!("zip entry {name}: {e}")))?;
-    crate::pickle::load::read_pickle(BufReader::with_capacity(1 << 16, entry), &mut |_| {}).map(|(s, _)| s)
+    // A deflated entry is bounded like a gzip stream; a stored one inflates nothing.
+    let compressed = std::rc::Rc::new(std::cell::Cell::new(entry.compressed_size()));
+    let mut entry = crate::budget::Inflated { inner: entry, compressed, out: 0, what: "zip entry data.pkl" };
+    let (snap, _) = crate::pickle::load::read_pickle(BufReader::with_capacity(1 << 16, &mut entry), &mut |_| {})?;
+    // The entry's CRC-32 is checked at its end, which the pickle's STOP comes before.
+    crate::drain(&mut entry, "zip entry")?;
+    Ok(snap)
 }
 
 /// Reads a legacy torch.save stream: skips the magic number, protocol version and system

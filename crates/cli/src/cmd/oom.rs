@@ -28,11 +28,7 @@ pub struct Args {
 
 fn read_input(args: &Args) -> Result<String, CliError> {
     match args.text.as_deref() {
-        None | Some("-") => {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
-            Ok(s)
-        }
+        None | Some("-") => read_text(std::io::stdin().lock()),
         Some(t) if !t.contains('\n') && t.len() < 4096 && Path::new(t).is_file() => {
             let cannot = |e: std::io::Error| CliError::usage(format!("cannot read {t}: {e}"));
             let mut f = std::fs::File::open(t).map_err(cannot)?;
@@ -61,6 +57,47 @@ fn read_input(args: &Args) -> Result<String, CliError> {
         },
         Some(t) => Ok(t.to_string()),
     }
+}
+
+/// The most text read from stdin: a log holding an OOM message is megabytes, and stdin
+/// may be endless (`fragscope oom < /dev/zero`).
+const MAX_TEXT: u64 = 1 << 30;
+
+/// The text on `r`, refused at the first NUL byte (text has none: it is binary data, or a
+/// device of zeros) and past [`MAX_TEXT`], each with one line.
+fn read_text(r: impl Read) -> Result<String, CliError> {
+    let mut bytes = Vec::new();
+    let mut r = r.take(MAX_TEXT + 1);
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        let n = match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(CliError::usage(format!("cannot read stdin: {e}"))),
+        };
+        if bytes.is_empty() {
+            if let Some(what) = fragscope_snapshot::binary_kind(&chunk[..n]) {
+                return Err(CliError::usage(format!("stdin is {what}, not the text of an error")));
+            }
+        }
+        if let Some(i) = chunk[..n].iter().position(|&b| b == 0) {
+            return Err(CliError::usage(format!(
+                "stdin holds a NUL byte at byte {}: binary data, not the text of an error",
+                bytes.len() + i
+            )));
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+        if bytes.len() as u64 > MAX_TEXT {
+            return Err(CliError::usage(
+                "stdin holds more than 1 GiB of text: pass the part of the log with the error",
+            ));
+        }
+    }
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// What reads the file instead (`what`: [`fragscope_snapshot::binary_kind`]'s words).

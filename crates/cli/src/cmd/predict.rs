@@ -91,7 +91,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     if let Some(path) = &args.report {
         let html = fragscope_report::render_predict(&report_page(&out, &refs, &json_text)?);
         super::report::write_atomically(path, html.as_bytes())?;
-        eprintln!("wrote {} ({} bytes)", path.display(), html.len());
+        eprintln!("wrote {} ({} bytes)", crate::output::escape_text(&path.display().to_string(), false), html.len());
     }
     let text = if args.json { json_text } else { render_text(&out, args.capacity.as_deref()) };
     print_stdout(&text)?;

@@ -92,7 +92,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         render(&data)
     };
     write_atomically(&args.output, html.as_bytes())?;
-    eprintln!("wrote {} ({} bytes)", args.output.display(), html.len());
+    eprintln!("wrote {} ({} bytes)", crate::output::escape_text(&args.output.display().to_string(), false), html.len());
     Ok(ExitCode::SUCCESS)
 }
 

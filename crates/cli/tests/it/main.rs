@@ -8,6 +8,7 @@ mod cli;
 mod diagnosis_cli;
 mod guide;
 mod h200_recordings;
+mod hostile_input_cli;
 mod lab_cli;
 mod oom_pasted_cli;
 mod output_paths;

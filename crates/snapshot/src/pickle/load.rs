@@ -9,6 +9,7 @@ use super::shape::{self, EntryShape, Slot};
 use super::successors::Successors;
 use super::vm::{Absorb, Absorber, Handle, Value, Vm, VmState, MAX_DEPTH};
 use crate::bounds::TraceMax;
+use crate::budget;
 use crate::error::ReadError;
 use crate::model::*;
 use crate::pyobj::PyObj;
@@ -1496,13 +1497,15 @@ fn run<R: Read>(vm: &mut Vm<R>, progress: &mut dyn FnMut(u64)) -> Result<(Snapsh
     let top = vm.run(&mut abs, progress)?;
     abs.prefault = None; // parsing is done: stop and join the helper
     let max = abs.max;
-    Ok((finish(&mut vm.state, abs, top)?, max))
+    let input = vm.state.offset + 1;
+    Ok((finish(&mut vm.state, abs, top, input)?, max))
 }
 
 /// The model of the top-level value `top`, once every list has been absorbed (shared by
-/// the pickle reader and [`Feeder`]).
-fn finish(st: &mut VmState, mut abs: SnapshotAbsorber, top: Value) -> Result<Snapshot, ReadError> {
-    let mut b = Builder { st, abs: &mut abs, snap: Snapshot::default() };
+/// the pickle reader and [`Feeder`]). `input`: the bytes read (or their equivalent), for
+/// the budget of the model's copies of memo-shared values ([`budget::Spend`]).
+fn finish(st: &mut VmState, mut abs: SnapshotAbsorber, top: Value, input: u64) -> Result<Snapshot, ReadError> {
+    let mut b = Builder { st, abs: &mut abs, snap: Snapshot::default(), spend: budget::Spend::new(input) };
     b.build(top)?;
     let mut snap = b.snap;
     // Tolerated oddities, by name.
@@ -1536,6 +1539,9 @@ pub struct FeedValue(Value);
 pub struct Feeder {
     st: VmState,
     abs: SnapshotAbsorber,
+    /// What the values handed over would take in a pickle, roughly (the input size the
+    /// model's budget is relative to, [`budget::Spend`]).
+    fed: u64,
 }
 
 impl Default for Feeder {
@@ -1548,7 +1554,7 @@ impl Feeder {
     pub fn new() -> Self {
         let mut st = VmState::new();
         let abs = SnapshotAbsorber::new(&mut st);
-        Feeder { st, abs }
+        Feeder { st, abs, fed: 0 }
     }
     pub fn none(&self) -> FeedValue {
         FeedValue(Value::None)
@@ -1561,6 +1567,7 @@ impl Feeder {
     }
     /// An integer outside `i64`, as little-endian two's complement bytes.
     pub fn big_int(&mut self, le_bytes: Vec<u8>) -> FeedValue {
+        self.fed += le_bytes.len() as u64 + 2;
         self.st.bigs.push(le_bytes);
         FeedValue(Value::Big(self.st.bigs.len() as u32 - 1))
     }
@@ -1568,13 +1575,16 @@ impl Feeder {
         FeedValue(Value::Float(f))
     }
     pub fn str(&mut self, s: &str) -> FeedValue {
+        self.fed += s.len() as u64 + 2;
         FeedValue(Value::Str(self.st.table.intern_str(s)))
     }
     pub fn bytes(&mut self, b: Vec<u8>) -> FeedValue {
+        self.fed += b.len() as u64 + 2;
         self.st.bytes.push(b);
         FeedValue(Value::Bytes(self.st.bytes.len() as u32 - 1))
     }
     pub fn tuple(&mut self, items: Vec<FeedValue>) -> FeedValue {
+        self.fed += items.len() as u64 * 2 + 1;
         FeedValue(self.st.new_tuple(items.into_iter().map(|v| v.0).collect()))
     }
     /// An empty list; fill it with [`Feeder::append`].
@@ -1584,6 +1594,7 @@ impl Feeder {
     /// Appends `item` to `list` (a trace entry or frame dict is absorbed here).
     pub fn append(&mut self, list: FeedValue, item: FeedValue) -> Result<(), ReadError> {
         let Value::List(h) = list.0 else { return Err(self.st.corrupt("append to something that is not a list")) };
+        self.fed += 2;
         self.st.list(h)?;
         let item = self.st.resolve(item.0);
         if let Absorb::Keep(v) = self.abs.on_append(&mut self.st, h.idx, item)? {
@@ -1622,6 +1633,7 @@ impl Feeder {
     }
     pub fn set_item(&mut self, dict: FeedValue, key: FeedValue, value: FeedValue) -> Result<(), ReadError> {
         let Value::Dict(h) = dict.0 else { return Err(self.st.corrupt("set_item on something that is not a dict")) };
+        self.fed += 4;
         self.st.dict(h)?;
         self.st.dicts[h.idx as usize].items.push((key.0, value.0));
         Ok(())
@@ -1629,7 +1641,7 @@ impl Feeder {
     /// The snapshot whose top-level object is `top` (the 2.x dict, or 1.13's segment list).
     pub fn finish(mut self, top: FeedValue) -> Result<Snapshot, ReadError> {
         self.abs.prefault = None;
-        finish(&mut self.st, self.abs, top.0)
+        finish(&mut self.st, self.abs, top.0, self.fed)
     }
     /// [`Feeder::finish`], then refusing sizes and addresses no real snapshot has, as
     /// [`crate::read_path_checked`] does, from the bound the absorber kept on the trace
@@ -1642,10 +1654,14 @@ impl Feeder {
     }
 }
 
+/// Builds the model from the VM's values. The model holds segments, blocks, history
+/// entries, annotations and kept values by value, so a memo-shared one is copied per
+/// reference: `spend` bounds those copies.
 struct Builder<'a> {
     st: &'a mut VmState,
     abs: &'a mut SnapshotAbsorber,
     snap: Snapshot,
+    spend: budget::Spend,
 }
 
 fn type_name(v: Value) -> &'static str {
@@ -1704,6 +1720,14 @@ impl Builder<'_> {
             Value::Str(s) => Ok(self.st.str(s).to_string()),
             _ => Err(self.shape(format!("{what} is a {}, not a str", type_name(v)))),
         }
+    }
+
+    /// [`Builder::string`] for a string the model keeps (a copy per reference).
+    fn kept_string(&mut self, v: Value, what: &str) -> Result<String, ReadError> {
+        if let Value::Str(s) = v {
+            self.spend.charge(self.st.str(s).len())?;
+        }
+        self.string(v, what)
     }
 
     fn build(&mut self, top: Value) -> Result<(), ReadError> {
@@ -1774,14 +1798,15 @@ impl Builder<'_> {
     }
 
     fn annotation(&mut self, v: Value) -> Result<Annotation, ReadError> {
+        self.spend.charge(size_of::<Annotation>())?;
         let mut a =
             Annotation { device: 0, time_us: NO_TIME, name: String::new(), stage: String::new(), extra: Vec::new() };
         for (k, val) in self.dict_items(v, "an external annotation")? {
             match k.as_str() {
                 "device" => a.device = self.int(val, "annotation 'device'")?,
                 "time_us" => a.time_us = self.int(val, "annotation 'time_us'")?,
-                "name" => a.name = self.string(val, "annotation 'name'")?,
-                "stage" => a.stage = self.string(val, "annotation 'stage'")?,
+                "name" => a.name = self.kept_string(val, "annotation 'name'")?,
+                "stage" => a.stage = self.kept_string(val, "annotation 'stage'")?,
                 _ => {
                     let obj = self.pyobj(val, 0)?;
                     a.extra.push((k, obj));
@@ -1800,6 +1825,7 @@ impl Builder<'_> {
     }
 
     fn segment(&mut self, v: Value, what: &str) -> Result<Segment, ReadError> {
+        self.spend.charge(size_of::<Segment>())?;
         let items = self.dict_items(v, what)?;
         let mut seg = Segment {
             device: 0,
@@ -1875,6 +1901,7 @@ impl Builder<'_> {
     }
 
     fn block(&mut self, v: Value, next_addr: u64, what: &str) -> Result<Block, ReadError> {
+        self.spend.charge(size_of::<Block>())?;
         let items = self.dict_items(v, what)?;
         let mut b = Block {
             address: next_addr,
@@ -1900,6 +1927,7 @@ impl Builder<'_> {
                 "history" => {
                     let mut hist = Vec::new();
                     for h in self.list_items(val, "block 'history'")? {
+                        self.spend.charge(size_of::<HistoryEntry>())?;
                         let mut e = HistoryEntry { addr: 0, real_size: 0, stack: None };
                         for (hk, hv) in self.dict_items(h, "a block history entry")? {
                             match hk.as_str() {
@@ -1931,7 +1959,20 @@ impl Builder<'_> {
         if depth > MAX_DEPTH {
             return Err(self.shape("nesting deeper than 256 levels: not a memory snapshot"));
         }
-        Ok(match self.st.resolve(v) {
+        let v = self.st.resolve(v);
+        // What this node adds to the model: itself and what it holds by value.
+        let own = match v {
+            Value::Str(s) => self.st.str(s).len(),
+            Value::Big(i) => self.st.bigs[i as usize].len(),
+            Value::Bytes(i) => self.st.bytes[i as usize].len(),
+            Value::Frame(f) => {
+                let fr = self.st.table.frame(f);
+                6 * size_of::<PyObj>() + self.st.str(fr.filename).len() + self.st.str(fr.name).len()
+            }
+            _ => 0,
+        };
+        self.spend.charge(size_of::<PyObj>() + own)?;
+        Ok(match v {
             Value::None => PyObj::None,
             Value::Bool(b) => PyObj::Bool(b),
             Value::Int(i) => PyObj::Int(i),

@@ -61,6 +61,12 @@ impl Memo {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// The bytes the memo holds, but for its chunks' bodies (4 bytes per index, and
+    /// indices are bounded by the input offset).
+    pub fn held_bytes(&self) -> usize {
+        self.chunks.len() * (size_of::<Option<Box<[u32; CHUNK]>>>() + size_of::<u16>())
+            + self.others.len() * size_of::<Value>()
+    }
     /// Takes the next index without writing it (MEMOIZE of a dict that may be absorbed).
     #[inline]
     pub fn reserve(&mut self) -> usize {

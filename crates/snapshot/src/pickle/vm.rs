@@ -13,6 +13,7 @@
 use std::io::Read;
 
 use super::memo::Memo;
+use crate::budget;
 use crate::error::ReadError;
 use crate::model::{FrameId, FrameTable, StackId, StrId};
 
@@ -121,6 +122,10 @@ pub(crate) struct VmState {
     pub table: FrameTable,
     /// Offset of the opcode being executed, for messages.
     pub offset: u64,
+    /// Bytes held by container items, tuples, byte strings and big ints (an estimate:
+    /// the items of an absorbed dict or interned list are given back): with the arenas'
+    /// and the stack's lengths, what [`Vm::check_budget`] weighs against the input read.
+    pub held: u64,
 }
 
 impl VmState {
@@ -135,6 +140,7 @@ impl VmState {
             memo: Memo::new(),
             table: FrameTable::default(),
             offset: 0,
+            held: 0,
         }
     }
     pub fn dict(&self, h: Handle) -> Result<&DictSlot, ReadError> {
@@ -169,6 +175,7 @@ impl VmState {
     pub fn retire_dict(&mut self, h: Handle, replacement: Value, recycle: bool) {
         let slot = &mut self.dicts[h.idx as usize];
         let memo = slot.memo;
+        self.held = self.held.saturating_sub((slot.items.len() * size_of::<(Value, Value)>()) as u64);
         if recycle {
             // Keep the Vec's capacity: the next trace entry reuses it without allocating.
             slot.items.clear();
@@ -212,6 +219,7 @@ impl VmState {
     /// Replaces a list's memo entry (after its content was interned as a stack).
     pub fn retire_list(&mut self, h: Handle, replacement: Value) {
         let slot = &mut self.lists[h.idx as usize];
+        self.held = self.held.saturating_sub((slot.items.len() * size_of::<Value>()) as u64);
         slot.items = Vec::new();
         // Stale handles to this list (taken before interning) resolve to the stack.
         slot.replaced = Some(replacement);
@@ -240,6 +248,7 @@ impl VmState {
                 return Value::Pair(a, b);
             }
         }
+        self.held += (items.len() * size_of::<Value>()) as u64;
         self.tuples.push(items);
         Value::Tuple(self.tuples.len() as u32 - 1)
     }
@@ -345,7 +354,8 @@ impl<R: Read> Input<R> {
                                 what: format!("compressed stream: {e}"),
                                 offset: self.base + self.end as u64,
                             },
-                            _ => ReadError::Io(e),
+                            // A limit of the reader under it (the inflation guard) or an I/O error.
+                            _ => ReadError::from(e),
                         });
                     }
                 }
@@ -560,7 +570,12 @@ pub(crate) struct Vm<R: Read> {
     /// The batch decoder was just offered the entry at the input's position and took
     /// nothing: that entry goes the generic way (see [`Vm::resume_batch`]).
     declined: bool,
+    /// The offset at which progress is next reported ([`Vm::checkpoint`]).
+    next_report: u64,
 }
+
+/// Input bytes between two checks of the values' budget.
+const CHECK_EVERY: u64 = 1 << 20;
 
 impl<R: Read> Vm<R> {
     /// The input's whole length when it is known before reading (a mapped file): `None`
@@ -580,6 +595,7 @@ impl<R: Read> Vm<R> {
             marks: Vec::with_capacity(64),
             items: Box::new([Value::None; FAST_ITEMS]),
             declined: false,
+            next_report: 0,
         }
     }
 
@@ -599,6 +615,7 @@ impl<R: Read> Vm<R> {
         Ok(m)
     }
     fn push_str(&mut self, n: usize) -> Result<(), ReadError> {
+        self.check_len(n)?;
         let bytes = self.input.take(n)?;
         // Python writes lone surrogates with 'surrogatepass'; keep such strings readable.
         let id = match std::str::from_utf8(bytes) {
@@ -621,6 +638,7 @@ impl<R: Read> Vm<R> {
         } else if let Some(i) = crate::pyobj::bigint_to_i64(b) {
             Value::Int(i)
         } else {
+            self.state.held += n as u64;
             self.state.bigs.push(b.to_vec());
             Value::Big(self.state.bigs.len() as u32 - 1)
         };
@@ -629,8 +647,14 @@ impl<R: Read> Vm<R> {
     }
     fn memo_put(&mut self, idx: usize) -> Result<(), ReadError> {
         let v = self.top()?;
-        if idx > self.state.memo.len() + (1 << 20) {
-            return Err(self.state.corrupt("memo index out of range"));
+        // A pickler numbers its memo by one per object from 0, so an index is below the
+        // offset it is written at; one far past it would only make the memo allocate.
+        if idx as u64 > self.state.offset + budget::MEMO_SLACK {
+            return Err(ReadError::Limit(format!(
+                "memo index {idx} at byte {}: past any index a pickler writes by then (limit: the offset + {})",
+                self.state.offset,
+                budget::MEMO_SLACK
+            )));
         }
         self.state.memo_put(idx, v);
         Ok(())
@@ -696,6 +720,7 @@ impl<R: Read> Vm<R> {
             let item = self.state.resolve(self.stack[i]);
             if let Absorb::Keep(v) = abs.on_append(&mut self.state, h.idx, item)? {
                 self.state.list_mut(h)?.items.push(v);
+                self.state.held += size_of::<Value>() as u64;
             }
         }
         self.stack.truncate(from);
@@ -710,6 +735,7 @@ impl<R: Read> Vm<R> {
             return Err(self.state.corrupt("odd number of items for a dict"));
         }
         self.state.dict(h)?;
+        self.state.held += ((self.stack.len() - from) * size_of::<Value>()) as u64;
         let slot = &mut self.state.dicts[h.idx as usize];
         slot.items.extend(self.stack[from..].chunks_exact(2).map(|kv| (kv[0], kv[1])));
         self.stack.truncate(from);
@@ -724,12 +750,12 @@ impl<R: Read> Vm<R> {
     /// for a call, and only the rare ones (control, unused data, errors) are out of line.
     /// Measured against the single `match` it replaced: no slowdown (see the commit).
     pub fn run<A: Absorber>(&mut self, abs: &mut A, progress: &mut dyn FnMut(u64)) -> Result<Value, ReadError> {
-        let mut next_report = 0u64;
+        let mut next_check = 0u64;
         loop {
             let off = self.input.offset();
             self.state.offset = off;
-            if off >= next_report {
-                next_report = self.report_progress(off, progress);
+            if off >= next_check {
+                next_check = self.checkpoint(off, progress)?;
             }
             let op = self.input.byte()?;
             match op {
@@ -752,16 +778,50 @@ impl<R: Read> Vm<R> {
         }
     }
 
-    /// Hands `off` to the caller's progress callback and lets a mapped input drop the pages
-    /// before the read position (never read again: this keeps the resident size flat on a
-    /// multi-GB file). Called every 8 MiB; returns the offset of the next report.
+    /// Every 1 MiB of input: weighs the values built against the input read
+    /// ([`Vm::check_budget`]); every 8 MiB, also hands `off` to the caller's progress
+    /// callback and lets a mapped input drop the pages before the read position (never
+    /// read again: this keeps the resident size flat on a multi-GB file). Returns the
+    /// offset of the next checkpoint.
     #[inline(never)]
-    fn report_progress(&mut self, off: u64, progress: &mut dyn FnMut(u64)) -> u64 {
-        progress(off);
-        if let Buf::Mapped(m) = &mut self.input.buf {
-            m.release_before(self.input.pos);
+    fn checkpoint(&mut self, off: u64, progress: &mut dyn FnMut(u64)) -> Result<u64, ReadError> {
+        self.check_budget(off)?;
+        if off >= self.next_report {
+            self.next_report = off + (8 << 20);
+            progress(off);
+            if let Buf::Mapped(m) = &mut self.input.buf {
+                m.release_before(self.input.pos);
+            }
         }
-        off + (8 << 20)
+        Ok(off + CHECK_EVERY)
+    }
+
+    /// Refuses a pickle whose live values (containers and their items, the stack and its
+    /// marks, byte strings) outgrow [`budget::allowance`] of the `off` bytes read: 60 M
+    /// one-byte EMPTY_LISTs cost 4 GB otherwise. Trace entries absorbed into the model are
+    /// not values here; a real snapshot's segments and blocks stay far below.
+    fn check_budget(&self, off: u64) -> Result<(), ReadError> {
+        let st = &self.state;
+        let live = st.held
+            + (st.dicts.len() * size_of::<DictSlot>()
+                + st.lists.len() * size_of::<ListSlot>()
+                + st.tuples.len() * size_of::<Vec<Value>>()
+                + self.stack.len() * size_of::<Value>()
+                + self.marks.len() * size_of::<usize>()
+                + st.memo.held_bytes()) as u64;
+        if live > budget::allowance(off) {
+            return Err(budget::over("the pickle's values grow", off));
+        }
+        Ok(())
+    }
+
+    /// Refuses a declared string or byte-string length past [`budget::MAX_STRING`] before
+    /// its bytes are buffered (in a stream, they would be, up to the declared length).
+    fn check_len(&self, n: usize) -> Result<(), ReadError> {
+        if n > budget::MAX_STRING {
+            return Err(budget::long_string(n as u64, self.state.offset));
+        }
+        Ok(())
     }
 
     /// MEMOIZE, BINGET, LONG_BINGET, BINPUT, LONG_BINPUT. The memo is how a pickle shares
@@ -1098,6 +1158,7 @@ impl<R: Read> Vm<R> {
         self.stack.push(d);
         if complete {
             let Value::Dict(h) = d else { unreachable!() };
+            self.state.held += (n * size_of::<Value>()) as u64;
             let slot = &mut self.state.dicts[h.idx as usize];
             slot.items.extend(self.items[..n].chunks_exact(2).map(|kv| (kv[0], kv[1])));
         } else {
@@ -1161,6 +1222,8 @@ impl<R: Read> Vm<R> {
     }
 
     fn push_bytes(&mut self, n: usize) -> Result<(), ReadError> {
+        self.check_len(n)?;
+        self.state.held += n as u64;
         let b = self.input.take(n)?.to_vec();
         self.state.bytes.push(b);
         self.stack.push(Value::Bytes(self.state.bytes.len() as u32 - 1));

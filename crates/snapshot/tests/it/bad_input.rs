@@ -299,14 +299,19 @@ fn deeply_nested_lists() {
 #[test]
 fn memo_and_length_bombs() {
     // LONG_BINPUT 0xFFFFFFF0: would be a 64 GB memo if trusted.
-    refused(&p4(b"Nr\xf0\xff\xff\xff."), "corrupt pickle at byte 3: memo index out of range");
+    refused(&p4(b"Nr\xf0\xff\xff\xff."), "memo index 4294967280 at byte 3: past any index a pickler writes");
     // LONG_BINGET of an index never defined.
     refused(&p4(b"j\xf0\xff\xff\xff."), "memo key 4294967280 is not defined");
-    // A 2^62-byte string, bytes object and 4 GB string, with only a few bytes behind them.
-    refused(&p4(b"\x8d\x00\x00\x00\x00\x00\x00\x00\x40abc"), "truncated: the data ends at byte 14 ");
-    refused(&p4(b"\x8e\x00\x00\x00\x00\x00\x00\x00\x40abc"), "truncated");
-    refused(&p4(b"X\xff\xff\xff\xffabc"), "truncated: the data ends at byte 10 ");
-    refused(&p4(b"B\xff\xff\xff\xffabc"), "truncated");
+    // A 2^62-byte string, bytes object and 4 GB string and bytes: refused by their length,
+    // before any byte behind them is read (limits.rs has them with the bytes behind).
+    let long = "longer than any memory snapshot holds (limit 64 MiB)";
+    refused(&p4(b"\x8d\x00\x00\x00\x00\x00\x00\x00\x40abc"), "a string of 4 EiB at byte 2, ");
+    refused(&p4(b"\x8e\x00\x00\x00\x00\x00\x00\x00\x40abc"), long);
+    refused(&p4(b"X\xff\xff\xff\xffabc"), "a string of 4.0 GiB at byte 2, ");
+    refused(&p4(b"B\xff\xff\xff\xffabc"), long);
+    // Lengths within the limit with only a few bytes behind them.
+    refused(&p4(b"X\x00\x00\x00\x01abc"), "truncated: the data ends at byte 10 ");
+    refused(&p4(b"\x8e\x00\x00\x10\x00\x00\x00\x00\x00abc"), "truncated: the data ends at byte 14 ");
     // A 4 GB integer.
     refused(&p4(b"\x8b\xff\xff\xff\xff\x00"), "a 4294967295-byte integer at byte 2 is not supported");
     // A FRAME claiming 2^64−1 bytes is only a hint.

@@ -12,6 +12,7 @@ mod changed_while_read;
 mod common;
 mod fresh_stacks;
 mod kineto;
+mod limits;
 mod long_trace_mapped;
 mod roundtrip;
 mod torch_save;
