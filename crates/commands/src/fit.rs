@@ -19,7 +19,7 @@
 //!    each alone and on top of each free change ("bases"). A base on which checkpointing
 //!    every layer does not fit is pruned; otherwise the number of layers is bisected.
 //! 4. Changes that cost communication: ZeRO-1 and ZeRO-2 over the fewest ranks (2 … 64, by
-//!    bisection over powers of two after the largest fits), on each base; when neither
+//!    bisection after the largest fits), on each base; when neither
 //!    checkpointing nor ZeRO fits alone, ZeRO-2 with every layer checkpointed.
 //! 5. With recordings at several sizes (`sizes`): the largest size that fits, from
 //!    [`fragscope_predict::Program::max_fit`].
@@ -221,6 +221,11 @@ pub struct DeviceFit {
     /// The steps and layers the role-level changes were placed by, in words.
     pub steps: String,
     pub layers: usize,
+    /// Per layer (forward order): the activations checkpointing it alone frees (requested
+    /// bytes, each block once, over the trace's steps), as `replay --checkpoint N` says.
+    pub layer_saved_bytes: Vec<u64>,
+    /// Per layer: its forward time per step from the trace's timestamps (`null`: not timed).
+    pub layer_forward_us: Vec<Option<u64>>,
     /// The most bytes the live tensors requested at once: no allocator setting holds less.
     pub live_bytes_peak: u64,
     /// The recording replayed on an unlimited device.
@@ -304,6 +309,8 @@ fn fit_file(
             device: d,
             steps: dev.steps.clone(),
             layers: dev.layers.len(),
+            layer_saved_bytes: dev.layers.iter().map(|l| l.saved).collect(),
+            layer_forward_us: dev.layers.iter().map(|l| l.forward_us).collect(),
             live_bytes_peak: dev.live_peak,
             peak_reserved_unlimited: unlimited.peak_reserved,
             peak_allocated_unlimited: unlimited.peak_allocated,
@@ -681,7 +688,7 @@ impl Search<'_, '_> {
 
     /// ZeRO-1 and ZeRO-2 over the fewest ranks, on each base (module doc, 4).
     fn zero(&mut self, bases: &[Spec], checkpoint_all: bool) -> bool {
-        let ranks: Vec<u32> = std::iter::successors(Some(2u32), |&n| (n < MAX_RANKS).then_some(n * 2)).collect();
+        let ranks: Vec<u32> = (2..=MAX_RANKS).collect();
         let ck: Vec<usize> = if checkpoint_all { (0..self.dev.layers.len()).collect() } else { Vec::new() };
         let mut any = false;
         let mut cut = 0;
@@ -699,21 +706,18 @@ impl Search<'_, '_> {
                     continue;
                 };
                 any = true;
-                let (mut lo, mut hi, mut best) = (None::<usize>, ranks.len() - 1, w);
-                loop {
-                    let mid = lo.map_or(0, |l| (l + hi).div_ceil(2).min(hi));
-                    if mid >= hi || lo == Some(mid) {
-                        break;
-                    }
-                    let s = Spec { zero: Some((stage, ranks[mid])), checkpoint: ck.clone(), ..Spec::default() };
+                // Fewest ranks that fit: ranks[hi] fits, ranks[lo] does not (−1: none tried).
+                let (mut lo, mut hi, mut best) = (-1isize, ranks.len() as isize - 1, w);
+                while hi - lo > 1 {
+                    let mid = (lo + hi) / 2;
+                    let s =
+                        Spec { zero: Some((stage, ranks[mid as usize])), checkpoint: ck.clone(), ..Spec::default() };
                     match self.fits_one(&s.with_free(b)) {
                         Some(w) => (hi, best) = (mid, w),
-                        None => lo = Some(mid),
-                    }
-                    if lo.is_some_and(|l| hi - l <= 1) {
-                        break;
+                        None => lo = mid,
                     }
                 }
+                let hi = hi as usize;
                 let s = Spec { zero: Some((stage, ranks[hi])), checkpoint: ck.clone(), ..Spec::default() };
                 self.found.push((s.with_free(b), best));
             }
@@ -901,14 +905,20 @@ fn rank_options(dev: &Dev, cap: u64, found: &[(Spec, Ran)], size: Option<(u64, u
     }
     opts.extend(size.map(|x| (size_fit_option(dev, cap, x), 0)));
     opts.sort_by_key(|(o, free)| cost_key(o, *free));
-    // An option is left out when an earlier one of its class costs no more and adds no
-    // more free changes (the earlier one is then at least as cheap on every count).
+    // An option is left out when an earlier one of its class costs no more, adds no more
+    // free changes, checkpoints no more layers and shards over no more ranks (the earlier
+    // one is then at least as cheap on every count).
     let mut kept: Vec<(FitOption, u64)> = Vec::new();
     for (o, free) in opts {
         let k = cost_key(&o, free);
         let beaten = kept.iter().any(|(p, pf)| {
             let pk = cost_key(p, *pf);
-            pk.0 == k.0 && pk.1 <= k.1 && pk.2 <= k.2 && k.0 != CostClass::Free
+            pk.0 == k.0
+                && pk.1 <= k.1
+                && pk.2 <= k.2
+                && k.0 != CostClass::Free
+                && p.checkpoint_layers.len() <= o.checkpoint_layers.len()
+                && p.zero.as_ref().map(|z| (z.ranks, z.stage)) <= o.zero.as_ref().map(|z| (z.ranks, z.stage))
         });
         if !beaten {
             kept.push((o, free));
