@@ -1007,39 +1007,24 @@ fn cost_words(s: &Spec, w: &WhatIf, recompute: Option<u64>, zero: Option<&Zero>)
     let mut v = Vec::new();
     if let Some(z) = zero {
         v.push(match z.bytes_per_step {
-            Some(b) => format!(
-                "{} GPUs; about {} sent per rank per step (reduce-scatter of gradients, all-gather of parameters)",
-                z.ranks,
-                fs(b)
-            ),
-            None => format!("{} GPUs and their communication (no gradient found to size it)", z.ranks),
+            Some(b) => format!("{} GPUs, ~{} sent per rank per step", z.ranks, fs(b)),
+            None => format!("{} GPUs (no gradient found to size the communication)", z.ranks),
         });
     }
     if !s.checkpoint.is_empty() {
         v.push(match recompute {
-            Some(us) => format!(
-                "recompute {} layer(s)' forward: about {:.1} ms per step (their forward time in the trace)",
-                s.checkpoint.len(),
-                us as f64 / 1000.0
-            ),
-            None => {
-                format!("recompute {} layer(s)' forward (not timed: the trace has no layer times)", s.checkpoint.len())
-            }
+            Some(us) => format!("recompute {} layer(s): ~{:.1} ms per step", s.checkpoint.len(), us as f64 / 1000.0),
+            None => format!("recompute {} layer(s) (not timed)", s.checkpoint.len()),
         });
     }
     if s.empty_cache {
-        v.push(format!(
-            "{} cudaMalloc, {} cudaFree, {} syncs in the replay",
-            w.cuda_mallocs,
-            w.cuda_frees,
-            w.driver.syncs()
-        ));
+        v.push(format!("{} cudaMalloc, {} syncs", w.cuda_mallocs, w.driver.syncs()));
     }
     if s.setting.is_some() {
-        v.push("free: an environment variable".into());
+        v.push("free (environment)".into());
     }
     if s.set_to_none {
-        v.push("free: one argument in the code".into());
+        v.push("free (one argument)".into());
     }
     if v.is_empty() {
         v.push("nothing".into());
