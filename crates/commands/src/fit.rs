@@ -47,6 +47,7 @@ use fragscope_replay::{self as replay, recorded_config, replayable_devices, What
 use fragscope_snapshot::Snapshot;
 use fragscope_trace::{device_roles_with, layer_spans, BlockLives, Phase, LIVE_AT_END};
 use serde::Serialize;
+use std::sync::OnceLock;
 
 use crate::{msg, Error, Param};
 
@@ -222,7 +223,8 @@ pub struct DeviceFit {
     pub steps: String,
     pub layers: usize,
     /// Per layer (forward order): the activations checkpointing it alone frees (requested
-    /// bytes, each block once, over the trace's steps), as `replay --checkpoint N` says.
+    /// bytes, each block once, over the trace's steps), as `replay --checkpoint N` says;
+    /// empty when no card needed checkpointing (measuring it costs a replay per layer).
     pub layer_saved_bytes: Vec<u64>,
     /// Per layer: its forward time per step from the trace's timestamps (`null`: not timed).
     pub layer_forward_us: Vec<Option<u64>>,
@@ -308,9 +310,9 @@ fn fit_file(
         devices.push(DeviceFit {
             device: d,
             steps: dev.steps.clone(),
-            layers: dev.layers.len(),
-            layer_saved_bytes: dev.layers.iter().map(|l| l.saved).collect(),
-            layer_forward_us: dev.layers.iter().map(|l| l.forward_us).collect(),
+            layers: dev.n_layers,
+            layer_saved_bytes: dev.ranked.get().map_or_else(Vec::new, |r| r.0.iter().map(|l| l.saved).collect()),
+            layer_forward_us: dev.forward.clone(),
             live_bytes_peak: dev.live_peak,
             peak_reserved_unlimited: unlimited.peak_reserved,
             peak_allocated_unlimited: unlimited.peak_allocated,
@@ -327,6 +329,9 @@ struct Layer {
     forward_us: Option<u64>,
 }
 
+/// Layers measured, and the orders to checkpoint them in.
+type Ranked = (Vec<Layer>, Vec<(&'static str, Vec<usize>)>);
+
 /// What the search knows of one device before it replays anything.
 struct Dev<'a> {
     snap: &'a Snapshot,
@@ -336,9 +341,13 @@ struct Dev<'a> {
     settings: Vec<(&'static str, AllocatorConfig)>,
     live_peak: u64,
     steps: String,
-    layers: Vec<Layer>,
-    /// Layer orders for checkpointing: (what it minimises, layers best first).
-    orders: Vec<(&'static str, Vec<usize>)>,
+    /// Layers in a pass (0: none found).
+    n_layers: usize,
+    /// Each layer's forward time per step.
+    forward: Vec<Option<u64>>,
+    /// The layers and the orders to checkpoint them in (what it minimises, layers best
+    /// first), measured when the search first needs them ([`Dev::layers`]).
+    ranked: OnceLock<Ranked>,
     gradient_bytes: Option<u64>,
     /// The fitted program and the recorded size (with `sizes`).
     program: Option<(Program<'a>, u64)>,
@@ -360,31 +369,39 @@ impl<'a> Dev<'a> {
         let gradient_bytes = roles.by_role.get("gradients").map(|r| r.max).filter(|&b| b > 0);
         let n_layers = steps.steps.iter().filter_map(|s| s.layers).max().unwrap_or(0);
         let forward = forward_times(snap, device, &steps.steps, n_layers);
-        let mut dev = Dev {
+        Ok(Dev {
             snap,
             device,
             recorded,
             settings,
             live_peak,
             steps: steps.describe(),
-            layers: Vec::new(),
-            orders: Vec::new(),
+            n_layers,
+            forward,
+            ranked: OnceLock::new(),
             gradient_bytes,
             program,
-        };
-        if n_layers > 0 {
-            // Each layer checkpointed alone, on an unlimited device: what it saves.
+        })
+    }
+
+    /// The layers (what checkpointing each alone saves, replayed once each on an unlimited
+    /// device, and its forward time) and the orders to checkpoint them in, measured once.
+    fn ranked(&self) -> &Ranked {
+        self.ranked.get_or_init(|| {
+            if self.n_layers == 0 {
+                return (Vec::new(), Vec::new());
+            }
             let sets: Vec<Vec<RoleChange>> =
-                (0..n_layers).map(|j| vec![RoleChange::Checkpoint(CheckpointLayers::Some(vec![j]))]).collect();
-            let runs = simulate_change_sets(snap, device, &sets, dev.recorded.clone(), None, &[]);
-            dev.layers = runs
+                (0..self.n_layers).map(|j| vec![RoleChange::Checkpoint(CheckpointLayers::Some(vec![j]))]).collect();
+            let runs = simulate_change_sets(self.snap, self.device, &sets, self.recorded.clone(), None, &[]);
+            let layers: Vec<Layer> = runs
                 .iter()
-                .zip(&forward)
+                .zip(&self.forward)
                 .map(|(r, &f)| Layer { saved: r.changes.first().map_or(0, |c| c.bytes), forward_us: f })
                 .collect();
-            dev.orders = layer_orders(&dev.layers);
-        }
-        Ok(dev)
+            let orders = layer_orders(&layers);
+            (layers, orders)
+        })
     }
 }
 
@@ -643,7 +660,7 @@ impl Search<'_, '_> {
 
     /// Activation checkpointing on each base (module doc, 3).
     fn checkpoint(&mut self, bases: &[Spec]) -> bool {
-        let n = self.dev.layers.len();
+        let n = self.dev.n_layers;
         if n == 0 {
             self.pruned.push(format!("activation checkpointing: no layers found ({})", self.dev.steps));
             return false;
@@ -659,7 +676,7 @@ impl Search<'_, '_> {
                 continue;
             };
             any = true;
-            for (_, order) in self.dev.orders.clone() {
+            for (_, order) in self.dev.ranked().1.clone() {
                 // Smallest prefix of `order` that fits: `n` fits.
                 let (mut lo, mut hi, mut best) = (0usize, n, w.clone());
                 while hi - lo > 1 {
@@ -689,7 +706,7 @@ impl Search<'_, '_> {
     /// ZeRO-1 and ZeRO-2 over the fewest ranks, on each base (module doc, 4).
     fn zero(&mut self, bases: &[Spec], checkpoint_all: bool) -> bool {
         let ranks: Vec<u32> = (2..=MAX_RANKS).collect();
-        let ck: Vec<usize> = if checkpoint_all { (0..self.dev.layers.len()).collect() } else { Vec::new() };
+        let ck: Vec<usize> = if checkpoint_all { (0..self.dev.n_layers).collect() } else { Vec::new() };
         let mut any = false;
         let mut cut = 0;
         for stage in [1u8, 2] {
@@ -774,7 +791,7 @@ fn search(dev: &Dev, card: &Card) -> CardFit {
         let bases = s.bases();
         let ck = s.checkpoint(&bases);
         let zero = s.zero(&bases, false);
-        if !ck && !zero && !dev.layers.is_empty() {
+        if !ck && !zero && dev.n_layers > 0 {
             s.zero(&[Spec::default()], true);
         }
         size_option(&mut s);
@@ -821,7 +838,7 @@ fn smallest_capacities(s: &mut Search) -> Vec<SmallestCapacity> {
     }
     // The most aggressive change that applies to this trace: every role-level change,
     // then fewer (a change that cannot be applied makes its set unreplayable).
-    let n = s.dev.layers.len();
+    let n = s.dev.n_layers;
     let ck: Vec<usize> = (0..n).collect();
     let zero = Some((2, MAX_RANKS));
     let tries = [
@@ -856,7 +873,7 @@ fn describe(dev: &Dev, s: &Spec) -> String {
         parts.push("empty_cache() at every step boundary".into());
     }
     if !s.checkpoint.is_empty() {
-        let n = dev.layers.len();
+        let n = dev.n_layers;
         parts.push(if s.checkpoint.len() == n {
             format!("checkpoint all {n} layers")
         } else {
@@ -971,8 +988,11 @@ fn fit_option(dev: &Dev, cap: u64, s: &Spec, ran: &Ran) -> FitOption {
     } else {
         CostClass::None
     };
-    let recompute: Option<u64> =
-        if s.checkpoint.is_empty() { None } else { s.checkpoint.iter().map(|&j| dev.layers[j].forward_us).sum() };
+    let recompute: Option<u64> = if s.checkpoint.is_empty() {
+        None
+    } else {
+        s.checkpoint.iter().map(|&j| dev.forward.get(j).copied().flatten()).sum()
+    };
     let zero = s.zero.map(|(stage, ranks)| Zero {
         stage,
         ranks,
