@@ -346,7 +346,7 @@ struct Dev<'a> {
     /// Each layer's forward time per step.
     forward: Vec<Option<u64>>,
     /// The layers and the orders to checkpoint them in (what it minimises, layers best
-    /// first), measured when the search first needs them ([`Dev::layers`]).
+    /// first), measured when the search first needs them ([`Dev::ranked`]).
     ranked: OnceLock<Ranked>,
     gradient_bytes: Option<u64>,
     /// The fitted program and the recorded size (with `sizes`).

@@ -2,7 +2,7 @@
 //! own fields, not from the search's runs), and no cheaper single change the search left out
 //! fits (brute force over every layer subset and rank count on small cases).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use fragscope_commands::fit::{evaluate, CardFit, CostClass, DeviceFit, Fit, FitOption, Request};
 use fragscope_commands::{ErrorKind, Words};
@@ -14,7 +14,7 @@ fn h200(name: &str) -> PathBuf {
     fragscope_testdata::h200_dir().join(name)
 }
 
-fn read(p: &PathBuf) -> Snapshot {
+fn read(p: &Path) -> Snapshot {
     fragscope_snapshot::read_path(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -247,7 +247,7 @@ fn with_sizes_the_largest_size_that_fits_is_an_option() {
     let Some(paths) = names.iter().map(|n| fragscope_testdata::grid_file(n)).collect::<Option<Vec<_>>>() else {
         return;
     };
-    let snaps: Vec<Snapshot> = paths.iter().map(read).collect();
+    let snaps: Vec<Snapshot> = paths.iter().map(|p| read(p)).collect();
     let refs: Vec<&Snapshot> = snaps.iter().collect();
     let top = &snaps[2];
     let peak = simulate(top, 0, recorded_config(top), None).peak_reserved;
