@@ -61,6 +61,7 @@ __all__ = [
     "Diff",
     "Check",
     "Prediction",
+    "Fit",
     "RankSummary",
     "load",
     "loads",
@@ -70,6 +71,7 @@ __all__ = [
     "report",
     "analyze_file",
     "predict",
+    "fit",
     "run_cli",
 ]
 
@@ -902,6 +904,70 @@ def predict(
             [s._native for s in snaps], list(sizes), list(at), config, _size("capacity", capacity), max_fit, device
         )
     )
+
+
+class Fit(Result):
+    """``fragscope fit --json``: per file, device and card (``capacity``), the changes that
+    make the run fit, cheapest first, each replayed (``options``); when nothing fits, the
+    smallest capacity that would (``smallest_capacity``). Role-level changes are a model of
+    the change (``model``), not a recording."""
+
+    def cards(self) -> List[Dict[str, Any]]:
+        """Every card of every device of every file, with ``file`` and ``device`` added."""
+        out = []
+        for f in self._data.get("files", []):
+            for d in f.get("devices", []):
+                for c in d.get("cards", []):
+                    out.append(dict(c, file=f["file"], device=d["device"]))
+        return out
+
+    def cheapest(self, capacity: Optional[str] = None) -> Optional[Dict[str, Any]]:
+        """The cheapest option on the first card (or the card named ``capacity``), or
+        ``None`` when nothing tried fits there."""
+        for c in self.cards():
+            if capacity is None or c["capacity"] == capacity:
+                return c["options"][0] if c["options"] else None
+        raise ArgumentError(f"capacity {capacity!r} was not asked for; cards: {', '.join(c['capacity'] for c in self.cards())}")
+
+    def __repr__(self) -> str:
+        parts = []
+        for c in self.cards():
+            where = f"{c['capacity']} (cuda:{c['device']})"
+            if c["fits_as_recorded"]:
+                parts.append(f"{where}: fits as recorded, {_fmt_bytes(c['options'][0]['margin'])} to spare")
+            elif c["options"]:
+                o = c["options"][0]
+                more = f" (+{len(c['options']) - 1} more)" if len(c["options"]) > 1 else ""
+                model = ", model" if o["model"] else ""
+                parts.append(f"{where}: {o['change']}, {_fmt_bytes(o['margin'])} to spare{model}{more}")
+            else:
+                need = c["smallest_capacity"][0] if c["smallest_capacity"] else None
+                tail = f", needs {_fmt_bytes(need['bytes'])} as recorded" if need else ""
+                parts.append(f"{where}: nothing tried fits{tail}")
+        return f"<fragscope.Fit {'; '.join(parts) or 'no device'}>"
+
+
+def fit(
+    snapshots: Union["Snapshot", PathLike, Sequence[Union["Snapshot", PathLike]]],
+    capacity: Union[int, str, Sequence[Union[int, str]]],
+    sizes: Optional[Sequence[int]] = None,
+    device: Optional[int] = None,
+) -> Fit:
+    """``fragscope fit FILE... --capacity ...``: the cheapest changes that make the recorded
+    run fit on ``capacity`` (bytes, ``"40GB"``, a GPU name, or a list of them: one answer per
+    card), each replayed: allocator settings, ``set_to_none``, ``empty_cache()``, activation
+    checkpointing, ZeRO, and with ``sizes`` (one per recording of one program) the largest
+    size that fits."""
+    one = isinstance(snapshots, (Snapshot, str, os.PathLike))
+    items = [snapshots] if one else list(snapshots)  # type: ignore[arg-type]
+    snaps = [s if isinstance(s, Snapshot) else load(s) for s in items]
+    caps = [capacity] if isinstance(capacity, (int, str)) and not isinstance(capacity, bool) else capacity
+    if isinstance(caps, (bool, bytes)) or not isinstance(caps, (list, tuple)):
+        raise ArgumentError(f"capacity must be bytes, a size such as \"40GB\", a GPU name, or a list of them, not {_kind(capacity)}")
+    text = ",".join(_size("capacity", c) or "" for c in caps)
+    if sizes is not None and (isinstance(sizes, (str, bytes)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)):
+        raise ArgumentError(f"sizes must be a list of ints, not {_kind(sizes)}")
+    return Fit(_native.fit_json([s._native for s in snaps], text, list(sizes or []), device))
 
 
 def analyze_file(path: PathLike, top: int = 10, what_if: bool = False) -> Tuple[bool, str]:

@@ -784,6 +784,74 @@ async def predict(
 
 
 @_tool
+async def make_it_fit(
+    path: str,
+    capacity: str,
+    sizes_paths: Optional[List[str]] = None,
+    sizes: Optional[List[int]] = None,
+    device: Optional[int] = None,
+    top: int = 3,
+) -> Dict[str, Any]:
+    """Make it fit on X: the cheapest changes that make a recorded run fit on a GPU
+    (allocator settings, zero_grad(set_to_none=True), empty_cache(), activation
+    checkpointing of the fewest layers or least recomputation, ZeRO over the fewest ranks,
+    a smaller batch), each replayed through fragscope's model of PyTorch's caching
+    allocator. Cards where it does not fit come first; when nothing fits, the smallest
+    capacity that would and which GPUs have it.
+
+    Args:
+        path: the snapshot of the run.
+        capacity: the card(s): a size ("40GB", "39.5GiB") or GPU names, comma-separated
+            ("A100-40GB,L40S,H100-80GB").
+        sizes_paths: with sizes, other recordings of the same program at other sizes (then
+            the largest size that fits is an option too).
+        sizes: the size (batch, sequence) of path and of each of sizes_paths, in order.
+        device: only this device.
+        top: options kept per card (1 to 20).
+    """
+    top = max(1, min(int(top), 20))
+    paths = [path] + list(sizes_paths or [])
+    if sizes_paths and (not sizes or len(sizes) != len(paths)):
+        raise ToolError(f"sizes must give one size for path and each of sizes_paths ({len(paths)} in all)")
+    if sizes and not sizes_paths:
+        raise ToolError("sizes needs sizes_paths: recordings of the same program at other sizes")
+    for p in paths:
+        _file(p)
+
+    def work() -> str:
+        snaps = [_load(p) for p in paths]
+        return _native.fit_json(snaps, str(capacity), [int(x) for x in sizes or []], device)
+
+    d = await _run("fit", work)
+    keep = ["rank", "change", "cost_class", "cost", "peak_reserved", "peak_allocated", "margin", "model"]
+    cards = []
+    for f in d.get("files", []):
+        for dev in f.get("devices", []):
+            for c in dev.get("cards", []):
+                cards.append(
+                    {
+                        "file": f.get("file"),
+                        "device": dev.get("device"),
+                        "capacity": c.get("capacity"),
+                        "capacity_bytes": c.get("capacity_bytes"),
+                        "fits_as_recorded": c.get("fits_as_recorded"),
+                        "verdict": c.get("verdict"),
+                        "options": [_pick(o, keep) for o in c.get("options", [])[:top]],
+                        "options_total": len(c.get("options", [])),
+                        "smallest_capacity": c.get("smallest_capacity"),
+                    }
+                )
+    # Does-not-fit first: those are what the agent must act on.
+    cards.sort(key=lambda c: (bool(c["fits_as_recorded"]), bool(c["options"])))
+    return {
+        "schema": d.get("schema"),
+        "method": "each option " + REPLAY + "; model: true marks a role-level change (the recorded trace "
+        "transformed, not a recording), which leaves out communication buffers and recomputation temporaries",
+        "cards": cards,
+    }
+
+
+@_tool
 async def diff(path_a: str, path_b: str, top: int = 10) -> Dict[str, Any]:
     """Compare two snapshots (before/after a change): peak allocated / reserved /
     fragmentation per device and the call sites whose live memory at the peak changed

@@ -513,3 +513,32 @@ def test_typed_and_documented():
     for f in (fragscope.load, fragscope.loads, fragscope.from_dict, fragscope.analyze_many,
               fragscope.Snapshot.analyze, fragscope.Snapshot.replay, fragscope.Snapshot.check):
         assert f.__doc__, f
+
+
+def test_fit_equals_cli():
+    # An H200 recording (in the repository): 8 layers, 10.59 GiB reserved at its peak.
+    f = REPO / "crates" / "testdata" / "h200" / "gpt-s512-b16.pickle.gz"
+    r = same_as_cli(["fit", "--json", str(f), "--capacity", "10GB,H100-80GB"],
+                    lambda: fragscope.fit(str(f), capacity=["10GB", "H100-80GB"]))
+    assert r.schema == "fragscope.fit/1"
+    small, big = r.cards()
+    assert not small["fits_as_recorded"] and small["options"] and big["fits_as_recorded"]
+    assert r.cheapest("10GB") == small["options"][0]
+    assert r.cheapest("H100-80GB")["cost_class"] == "none"
+    # The repr says the answer per card.
+    text = repr(r)
+    assert text.startswith("<fragscope.Fit 10GB (cuda:0): "), text
+    assert "H100-80GB (cuda:0): fits as recorded, " in text, text
+    # Nothing fits on 1 GB: the smallest capacity as recorded.
+    tiny = fragscope.fit(fragscope.load(str(f)), capacity="1GB")
+    assert "nothing tried fits, needs " in repr(tiny), repr(tiny)
+    assert tiny.cheapest() is None
+    # Bad input: the CLI's line, in Python's words.
+    with pytest.raises(fragscope.ArgumentError, match="invalid capacity '40 potatoes'"):
+        fragscope.fit(str(f), capacity="40 potatoes")
+    with pytest.raises(fragscope.ArgumentError, match="capacity must be"):
+        fragscope.fit(str(f), capacity=None)  # type: ignore[arg-type]
+    with pytest.raises(fragscope.ArgumentError, match="sizes"):
+        fragscope.fit([str(f), str(f)], capacity="40GB", sizes=[1])
+    with pytest.raises(fragscope.ArgumentError, match="was not asked for"):
+        r.cheapest("T4")

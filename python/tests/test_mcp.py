@@ -33,6 +33,7 @@ TOOLS = {
     "top_holders",
     "roles",
     "predict",
+    "make_it_fit",
     "diff",
 }
 
@@ -272,6 +273,35 @@ def test_predict_equals_the_cli():
         assert "capacity" in e
         again = payload(await s.call_tool("predict", args))
         assert again["predictions"] == got["predictions"]
+
+    run(body)
+
+
+def test_make_it_fit_equals_the_cli_does_not_fit_first():
+    f = Path(__file__).resolve().parents[2] / "crates" / "testdata" / "h200" / "gpt-s512-b16.pickle.gz"
+    want = cli_json("fit", "--json", str(f), "--capacity", "H100-80GB,10GB")
+    cards = want["files"][0]["devices"][0]["cards"]
+
+    async def body(s, init):
+        got = payload(await s.call_tool("make_it_fit", {"path": str(f), "capacity": "H100-80GB,10GB", "top": 2}))
+        assert got["schema"] == "fragscope.fit/1" and "replay" in got["method"]
+        # The card where it does not fit comes first, though asked second.
+        assert [c["capacity"] for c in got["cards"]] == ["10GB", "H100-80GB"]
+        small = got["cards"][0]
+        assert not small["fits_as_recorded"] and small["options_total"] == len(cards[1]["options"])
+        assert len(small["options"]) == min(2, len(cards[1]["options"]))
+        for g, w in zip(small["options"], cards[1]["options"]):
+            for k in ("rank", "change", "cost_class", "peak_reserved", "peak_allocated", "margin", "model"):
+                assert g[k] == w[k], k
+        # Bad input: tool errors (unknown arguments refused), and the server goes on.
+        e = error_text(await s.call_tool("make_it_fit", {"path": str(f), "capacity": "40 potatoes"}))
+        assert "invalid capacity" in e
+        e = error_text(await s.call_tool("make_it_fit", {"path": str(f), "capacity": "40GB", "gpu": "A100"}))
+        assert "gpu" in e
+        e = error_text(await s.call_tool("make_it_fit", {"path": str(f), "capacity": "40GB", "sizes": [1]}))
+        assert "sizes_paths" in e
+        again = payload(await s.call_tool("make_it_fit", {"path": str(f), "capacity": "H100-80GB,10GB", "top": 2}))
+        assert again == got
 
     run(body)
 

@@ -60,6 +60,10 @@ enum Command {
     /// recordings of the same program at two or more sizes, replayed through the
     /// allocator model; --capacity says whether it fits, --max-fit finds the largest size.
     Predict(cmd::predict::Args),
+    /// The cheapest changes that make a recorded run fit on a device size or GPUs
+    /// (--capacity 40GB, A100-40GB,L40S): allocator settings, set_to_none, empty_cache(),
+    /// activation checkpointing, ZeRO, a smaller size (--sizes), each replayed.
+    Fit(cmd::fit::Args),
     /// Write a snapshot as tables for SQL and dataframes (Parquet: trace events,
     /// allocations, segments, blocks, stacks, frames, annotations; docs/export.md).
     #[cfg(feature = "export")]
@@ -87,6 +91,7 @@ impl Command {
             Command::Check(a) => cmd::check::run(a),
             Command::Report(a) => cmd::report::run(a),
             Command::Predict(a) => cmd::predict::run(a),
+            Command::Fit(a) => cmd::fit::run(a),
             Command::PlantLeak(a) => cmd::plant::run(a),
             #[cfg(feature = "export")]
             Command::Export(a) => cmd::export::run(a),

@@ -195,6 +195,11 @@ fn run_commands(orig: &Snapshot, m: &Snapshot) {
         let _ = serde_json::to_string(&p).expect("predict JSON");
         let _ = serde_json::to_string(&prog.max_fit(&rec, 16 << 30, 1 << 12)).expect("max-fit JSON");
     }
+    // `fragscope fit` on a card the file may or may not fit on (every search step runs).
+    let req = fragscope_commands::fit::Request { capacity: "1GiB".into(), ..Default::default() };
+    if let Ok(f) = fragscope_commands::fit::evaluate(&["f".into()], &[m], &req) {
+        let _ = fragscope_commands::fit::json(&f).expect("fit JSON");
+    }
     // `--window` (the cut and the summary of the cut) and `fragscope state` at an entry.
     let n = m.device_traces.iter().map(|t| t.len()).max().unwrap_or(0);
     for text in [format!("{}..{}", n / 4, n / 2), "..1ms".to_string()] {
@@ -327,6 +332,7 @@ fn impossible_sizes_are_refused_by_every_command() {
         vec!["diff", good, f],
         vec!["check", f, "--max-reserved", "1GiB"],
         vec!["predict", good, f, "--sizes", "1,2", "--at", "4"],
+        vec!["fit", f, "--capacity", "40GB"],
     ] {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_fragscope")).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

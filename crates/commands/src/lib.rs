@@ -17,6 +17,7 @@ mod document;
 mod error;
 pub mod example;
 pub mod export;
+pub mod fit;
 pub mod input;
 pub mod oom;
 pub mod outfile;

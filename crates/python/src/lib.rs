@@ -503,6 +503,28 @@ fn predict_json(
     .map_err(|e| Fail(e).into())
 }
 
+/// `fragscope fit --json FILE... --capacity ...`: the cheapest changes that make each
+/// snapshot's run fit on `capacity` (sizes or GPU names, comma-separated); with `sizes`, the
+/// snapshots are recordings of one program at those sizes and the largest is fitted.
+#[pyfunction]
+#[pyo3(signature = (snapshots, capacity, sizes = Vec::new(), device = None))]
+fn fit_json(
+    py: Python<'_>,
+    snapshots: Vec<PyRef<'_, Snapshot>>,
+    capacity: String,
+    sizes: Vec<u64>,
+    device: Option<i64>,
+) -> PyResult<String> {
+    let snaps: Vec<(Arc<Snap>, String)> = snapshots.iter().map(|s| (s.inner.clone(), s.name.clone())).collect();
+    py.allow_threads(move || {
+        let req = commands::fit::Request { capacity, device, sizes };
+        let refs: Vec<&Snap> = snaps.iter().map(|(s, _)| s.as_ref()).collect();
+        let names: Vec<String> = snaps.iter().map(|(_, n)| n.clone()).collect();
+        commands::fit::json(&commands::fit::evaluate(&names, &refs, &req)?)
+    })
+    .map_err(|e| Fail(e).into())
+}
+
 /// Runs the `fragscope` command line on `argv` (program name first) and returns its exit
 /// code: 0 ok, 1 a `check` gate failed, 2 bad usage or unreadable input.
 #[pyfunction]
@@ -545,6 +567,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(report_html_many, m)?)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(predict_json, m)?)?;
+    m.add_function(wrap_pyfunction!(fit_json, m)?)?;
     m.add_function(wrap_pyfunction!(explain_oom_json, m)?)?;
     m.add_function(wrap_pyfunction!(format_size, m)?)?;
     m.add_function(wrap_pyfunction!(save_bytes, m)?)?;

@@ -70,7 +70,7 @@ pub use memstats::{memory_table, memory_table_by_replay, memory_table_noted, Mem
 pub use recorder::{allocator_settings, Recorder};
 pub use seeded::{Seeded, StartError};
 pub use settings::{
-    config_on_top, parse_capacity, parse_size, CapacityError, Param, SizeError, SizeProblem, ALTERNATIVES,
+    config_on_top, known_gpus, parse_capacity, parse_size, CapacityError, Param, SizeError, SizeProblem, ALTERNATIVES,
 };
 pub use state::{
     backward_walk, home_of, Ambiguity, BState, BlockRec, Home, Inconsistency, Initial, RecordedState, SegMap, SegRec,

@@ -134,6 +134,19 @@ fn gib_hundredths(h: u64) -> u64 {
     (h * (1 << 30) + 50) / 100
 }
 
+/// The GPUs [`parse_capacity`] knows, each once (aliases of one size left out), smallest
+/// first: `(name, bytes PyTorch sees)`. `fragscope fit` names the cards a capacity is.
+pub fn known_gpus() -> Vec<(&'static str, u64)> {
+    let mut v: Vec<(&'static str, u64)> = Vec::new();
+    for &(n, h) in GPUS {
+        if !v.iter().any(|&(_, b)| b == gib_hundredths(h)) {
+            v.push((n, gib_hundredths(h)));
+        }
+    }
+    v.sort_by_key(|&(_, b)| b);
+    v
+}
+
 /// `80GiB`, `80GB` (decimal), `80G` (= GiB), `1234` (bytes), or a GPU name.
 pub fn parse_capacity(s: &str) -> Result<u64, CapacityError> {
     // GPU names compare without case, spaces, '-' or '_': "RTX 4090", "rtx-4090", "H100_80GB".

@@ -8,6 +8,7 @@ pub mod check;
 pub mod diff;
 #[cfg(feature = "export")]
 pub mod export;
+pub mod fit;
 pub mod lab;
 pub mod mcp;
 pub mod oom;

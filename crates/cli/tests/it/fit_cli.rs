@@ -1,0 +1,77 @@
+//! `fragscope fit` through the binary: the JSON document (`fragscope.fit/1`) and the text on
+//! an H200 recording, and every bad input a one-line error with exit code 2.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fragscope")).args(args).output().unwrap()
+}
+
+fn h200(name: &str) -> String {
+    fragscope_testdata::h200_dir().join(name).display().to_string()
+}
+
+#[test]
+fn fit_json_per_card_with_replayed_options() {
+    let f = h200("gpt-s512-b16.pickle.gz");
+    let o = run(&["fit", &f, "--capacity", "10GB,H100-80GB", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "fragscope.fit/1");
+    let d = &v["files"][0]["devices"][0];
+    assert_eq!(d["layers"], 8);
+    let cards = d["cards"].as_array().unwrap();
+    assert_eq!(cards.len(), 2);
+    let (small, big) = (&cards[0], &cards[1]);
+    assert_eq!(small["capacity_bytes"], 10_000_000_000u64);
+    assert_eq!(small["fits_as_recorded"], false);
+    let opts = small["options"].as_array().unwrap();
+    assert!(!opts.is_empty(), "{small}");
+    for (k, o) in opts.iter().enumerate() {
+        assert_eq!(o["rank"], k + 1);
+        let reserved = o["peak_reserved"].as_u64().unwrap();
+        assert!(reserved <= 10_000_000_000, "{o}");
+        assert_eq!(o["margin"].as_u64().unwrap(), 10_000_000_000 - reserved);
+        for key in ["change", "cost_class", "cost", "config", "peak_allocated", "model", "basis", "not_modelled"] {
+            assert!(o.get(key).is_some(), "{key} missing: {o}");
+        }
+    }
+    assert_eq!(big["fits_as_recorded"], true);
+    assert_eq!(big["options"][0]["cost_class"], "none");
+    // The text says the same, card by card.
+    let o = run(&["fit", &f, "--capacity", "10GB,H100-80GB"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("10GB: does not fit on 10GB (9.31 GiB) as recorded; cheapest: "), "{text}");
+    assert!(text.contains("H100-80GB: fits on H100-80GB (79.11 GiB) as recorded"), "{text}");
+    let first = opts[0]["change"].as_str().unwrap();
+    assert!(text.contains(first), "{text}");
+}
+
+#[test]
+fn fit_bad_input_is_one_line_and_exit_2() {
+    let f = h200("gpt-s256-b8.pickle.gz");
+    let g = h200("gpt-s512-b8.pickle.gz");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["fit", &f, "--capacity", "40 potatoes"], "invalid capacity '40 potatoes'"),
+        (vec!["fit", &f, "--capacity", "H200"], "invalid capacity 'H200'"),
+        (vec!["fit", &f, "--capacity", ""], "--capacity is required"),
+        (vec!["fit", &f, "--capacity", "0B"], "a device of 0 bytes"),
+        (vec!["fit", &f, "--capacity", "40GB", "--device", "5"], "--device=5"),
+        (vec!["fit", &f, &g, "--capacity", "40GB", "--sizes", "256"], "--sizes gives 1 size(s) for 2 file(s)"),
+        (vec!["fit", &f, &g, "--capacity", "40GB", "--sizes", "256,x"], "whole numbers"),
+        (vec!["fit", "/nonexistent.pickle", "--capacity", "40GB"], "cannot read"),
+    ];
+    for (args, want) in cases {
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    // clap's own usage errors: no capacity, no file.
+    for args in [vec!["fit", f.as_str()], vec!["fit", "--capacity", "40GB"]] {
+        assert_eq!(run(&args).status.code(), Some(2), "{args:?}");
+    }
+}

@@ -1,0 +1,312 @@
+//! `fit`: every option listed fits when replayed on its own (re-run here from the option's
+//! own fields, not from the search's runs), and no cheaper single change the search left out
+//! fits (brute force over every layer subset and rank count on small cases).
+
+use std::path::{Path, PathBuf};
+
+use fragscope_commands::fit::{evaluate, CardFit, CostClass, DeviceFit, Fit, FitOption, Request};
+use fragscope_commands::{ErrorKind, Words};
+use fragscope_diagnose::{simulate_change_sets, simulate_empty_cache, CheckpointLayers, EmptyCacheAt, RoleChange};
+use fragscope_replay::{recorded_config, simulate, WhatIf};
+use fragscope_snapshot::Snapshot;
+
+fn h200(name: &str) -> PathBuf {
+    fragscope_testdata::h200_dir().join(name)
+}
+
+fn read(p: &Path) -> Snapshot {
+    fragscope_snapshot::read_path(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn fit(snap: &Snapshot, capacity: &str) -> Fit {
+    let req = Request { capacity: capacity.into(), ..Default::default() };
+    evaluate(&["f".into()], &[snap], &req).expect("fit")
+}
+
+/// The option replayed again from its fields alone, through the public replay API.
+fn replay_option(snap: &Snapshot, device: i64, o: &FitOption, cap: u64) -> WhatIf {
+    let cfg = fragscope_alloc::parse_config(&o.config).expect("the option's config parses");
+    let mut changes = Vec::new();
+    if let Some(z) = &o.zero {
+        changes.push(RoleChange::ShardOptimizer(z.ranks));
+        if z.stage == 2 {
+            changes.push(RoleChange::ShardGradients(z.ranks));
+        }
+    }
+    if o.set_to_none {
+        changes.push(RoleChange::GradsSetToNone);
+    }
+    if !o.checkpoint_layers.is_empty() {
+        changes.push(RoleChange::Checkpoint(CheckpointLayers::Some(o.checkpoint_layers.clone())));
+    }
+    if o.empty_cache_at_steps {
+        assert!(changes.is_empty(), "empty_cache() is not combined with role changes: {}", o.change);
+        return simulate_empty_cache(snap, device, cfg, Some(cap), &EmptyCacheAt::Steps).expect("replayable");
+    }
+    if changes.is_empty() {
+        return simulate(snap, device, cfg, Some(cap));
+    }
+    let r = simulate_change_sets(snap, device, &[changes], cfg, Some(cap), &[]).remove(0);
+    assert!(r.changes.iter().all(|c| c.applied), "{}: {:?}", o.change, r.changes);
+    r.changed.expect("applied")
+}
+
+fn fits(w: &WhatIf, cap: u64) -> bool {
+    w.ooms == 0 && w.peak_reserved <= cap
+}
+
+/// Every option of every card fits when replayed on its own, with the figures it shows;
+/// returns how many options were checked.
+fn check_options(snap: &Snapshot, f: &Fit) -> usize {
+    let mut n = 0;
+    for d in &f.files[0].devices {
+        for c in &d.cards {
+            let mut last = None;
+            for o in &c.options {
+                if o.size.is_some() {
+                    continue; // a predicted size: not a replay of this recording
+                }
+                let w = replay_option(snap, d.device, o, c.capacity_bytes);
+                assert!(
+                    fits(&w, c.capacity_bytes),
+                    "{} on {}: {} does not fit",
+                    o.change,
+                    c.capacity,
+                    fs(w.peak_reserved)
+                );
+                assert_eq!((w.peak_reserved, w.peak_allocated), (o.peak_reserved, o.peak_allocated), "{}", o.change);
+                assert_eq!(o.margin, c.capacity_bytes - w.peak_reserved);
+                assert_eq!(
+                    o.model,
+                    o.zero.is_some() || o.set_to_none || !o.checkpoint_layers.is_empty(),
+                    "{}",
+                    o.change
+                );
+                // Ranked: classes never go down.
+                assert!(last.is_none_or(|l| l <= o.cost_class), "{} ranked after a costlier class", o.change);
+                last = Some(o.cost_class);
+                n += 1;
+            }
+            assert_eq!(c.fits_as_recorded, c.options.first().is_some_and(|o| o.cost_class == CostClass::None));
+            if c.options.is_empty() {
+                assert!(
+                    !c.smallest_capacity.is_empty(),
+                    "nothing fits on {}: the smallest capacity is said",
+                    c.capacity
+                );
+                for s in &c.smallest_capacity {
+                    assert!(s.bytes > c.capacity_bytes, "{}: {} needs {} ≤ the card", c.capacity, s.change, s.bytes);
+                }
+            }
+        }
+    }
+    n
+}
+
+fn fs(b: u64) -> String {
+    fragscope_alloc::format_size(b)
+}
+
+/// Capacities around a device's peak: as recorded fits, then less and less.
+fn capacities(snap: &Snapshot) -> String {
+    let d = fragscope_replay::replayable_devices(snap)[0];
+    let peak = simulate(snap, d, recorded_config(snap), None).peak_reserved;
+    [1.05, 0.95, 0.85, 0.7, 0.5, 0.3]
+        .iter()
+        .map(|f| ((peak as f64 * f) as u64).to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+fn every_option_listed_fits_when_replayed_on_its_own() {
+    let mut files =
+        vec![h200("gpt-s512-b16.pickle.gz"), h200("gpt-s1024-b8.pickle.gz"), h200("live-mlp-20-steps.pickle.gz")];
+    files.extend(fragscope_testdata::grid_file("niu-train3-ctx200-fp32.pickle"));
+    if fragscope_testdata::has_corpus() {
+        files.extend(fragscope_testdata::real_file("cs336-2.7b-trainstep-ctx128-fp32.pickle"));
+        files.extend(fragscope_testdata::real_file("pytorchblog-resnet50-train-cppframes.pickle"));
+    } else {
+        fragscope_testdata::skip("fit on the corpus's training recordings");
+    }
+    let (mut options, mut compute) = (0, 0);
+    for p in &files {
+        let snap = read(p);
+        let f = fit(&snap, &capacities(&snap));
+        let n = check_options(&snap, &f);
+        assert!(n > 0, "{}: no option on any capacity", p.display());
+        options += n;
+        compute += f.files[0]
+            .devices
+            .iter()
+            .flat_map(|d| &d.cards)
+            .flat_map(|c| &c.options)
+            .filter(|o| o.cost_class >= CostClass::Compute)
+            .count();
+    }
+    assert!(options >= 3 * files.len(), "{options} options on {} files", files.len());
+    assert!(compute > 0, "no option that costs compute or communication was found on any file");
+}
+
+/// The cheapest pure checkpointing option and pure ZeRO options of a card, if listed.
+fn cheapest(c: &CardFit) -> (Option<&FitOption>, Option<&FitOption>, Option<&FitOption>) {
+    let pure = |o: &&FitOption| o.setting.is_none() && !o.set_to_none && !o.empty_cache_at_steps;
+    let ck = c.options.iter().filter(pure).find(|o| o.zero.is_none() && !o.checkpoint_layers.is_empty());
+    let z = |st: u8| {
+        c.options
+            .iter()
+            .filter(pure)
+            .find(|o| o.checkpoint_layers.is_empty() && o.zero.as_ref().is_some_and(|z| z.stage == st))
+    };
+    (ck, z(1), z(2))
+}
+
+/// Brute force on the 8-layer GPT at capacities where compute or communication is needed:
+/// no allocator setting, set_to_none or empty_cache() alone fits when the search says no
+/// free change does; no subset of fewer layers (nor of less forward time) than the
+/// cheapest checkpointing listed fits; no ZeRO over fewer ranks fits.
+#[test]
+fn no_cheaper_single_change_the_search_skipped_fits() {
+    let p = h200("gpt-s512-b16.pickle.gz");
+    let snap = read(&p);
+    let d = 0;
+    let recorded = recorded_config(&snap);
+    let mut checked = 0;
+    for cap_text in ["10GB", "9GB", "8GB"] {
+        let f = fit(&snap, cap_text);
+        let dev: &DeviceFit = &f.files[0].devices[0];
+        let c = &dev.cards[0];
+        let cap = c.capacity_bytes;
+        assert!(!c.fits_as_recorded);
+        let free_fits = c.options.iter().any(|o| o.cost_class <= CostClass::DriverCalls);
+        if !free_fits {
+            for alt in fragscope_replay::ALTERNATIVES {
+                let cfg = fragscope_replay::config_on_top(&recorded, alt).unwrap();
+                assert!(!fits(&simulate(&snap, d, cfg.clone(), Some(cap)), cap), "{alt} fits on {cap_text}");
+                let ec = simulate_empty_cache(&snap, d, cfg, Some(cap), &EmptyCacheAt::Steps).unwrap();
+                assert!(!fits(&ec, cap), "{alt} + empty_cache fits on {cap_text}");
+            }
+            let stn =
+                simulate_change_sets(&snap, d, &[vec![RoleChange::GradsSetToNone]], recorded.clone(), Some(cap), &[]);
+            assert!(!stn[0].changed.as_ref().is_some_and(|w| fits(w, cap)), "set_to_none fits on {cap_text}");
+        }
+        let (ck, z1, z2) = cheapest(c);
+        let n = dev.layers;
+        assert_eq!(n, 8, "the GPT has 8 layers");
+        // Every subset of layers, replayed in one batch (one replay of the recording).
+        let subsets: Vec<Vec<usize>> =
+            (1u32..(1 << n)).map(|m| (0..n).filter(|j| m & (1 << j) != 0).collect()).collect();
+        let sets: Vec<Vec<RoleChange>> =
+            subsets.iter().map(|s| vec![RoleChange::Checkpoint(CheckpointLayers::Some(s.clone()))]).collect();
+        let runs = simulate_change_sets(&snap, d, &sets, recorded.clone(), Some(cap), &[]);
+        let time = |s: &[usize]| s.iter().map(|&j| dev.layer_forward_us[j].unwrap_or(0)).sum::<u64>();
+        // The fewest layers and the least recomputation the pure checkpointing options list.
+        let pure_ck = c
+            .options
+            .iter()
+            .filter(|x| x.zero.is_none() && x.setting.is_none() && !x.set_to_none && !x.checkpoint_layers.is_empty());
+        let fewest = pure_ck.clone().map(|x| x.checkpoint_layers.len()).min();
+        let least = pure_ck.filter_map(|x| x.recompute_us_per_step).min();
+        assert_eq!(fewest.is_some(), ck.is_some());
+        for (s, r) in subsets.iter().zip(&runs) {
+            let ok = r.changed.as_ref().is_some_and(|w| fits(w, cap));
+            let cheaper = fewest.is_none_or(|k| s.len() < k) || least.is_some_and(|t| time(s) < t);
+            assert!(
+                !(ok && cheaper),
+                "{cap_text}: checkpointing {s:?} fits, cheaper than every checkpointing option listed"
+            );
+            checked += 1;
+        }
+        for (stage, best) in [(1u8, z1), (2, z2)] {
+            let limit = best.and_then(|o| o.zero.as_ref()).map_or(fragscope_commands::fit::MAX_RANKS + 1, |z| z.ranks);
+            let sets: Vec<Vec<RoleChange>> = (2..limit)
+                .map(|n| {
+                    let mut v = vec![RoleChange::ShardOptimizer(n)];
+                    if stage == 2 {
+                        v.push(RoleChange::ShardGradients(n));
+                    }
+                    v
+                })
+                .collect();
+            for (k, r) in simulate_change_sets(&snap, d, &sets, recorded.clone(), Some(cap), &[]).iter().enumerate() {
+                assert!(
+                    !r.changed.as_ref().is_some_and(|w| fits(w, cap)),
+                    "{cap_text}: ZeRO-{stage} over {} fits",
+                    k + 2
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 3 * 255, "{checked} single changes brute-forced");
+}
+
+#[test]
+fn with_sizes_the_largest_size_that_fits_is_an_option() {
+    let names = ["niu-train3-ctx100-fp32.pickle", "niu-train3-ctx150-fp32.pickle", "niu-train3-ctx200-fp32.pickle"];
+    let Some(paths) = names.iter().map(|n| fragscope_testdata::grid_file(n)).collect::<Option<Vec<_>>>() else {
+        return;
+    };
+    let snaps: Vec<Snapshot> = paths.iter().map(|p| read(p)).collect();
+    let refs: Vec<&Snapshot> = snaps.iter().collect();
+    let top = &snaps[2];
+    let peak = simulate(top, 0, recorded_config(top), None).peak_reserved;
+    let req =
+        Request { capacity: ((peak as f64 * 0.9) as u64).to_string(), sizes: vec![100, 150, 200], device: Some(0) };
+    let f = evaluate(&names.map(String::from), &refs, &req).unwrap();
+    assert_eq!(f.files[0].size, Some(200), "the largest recording is the run fitted");
+    let c = &f.files[0].devices[0].cards[0];
+    let o = c.options.iter().find(|o| o.size.is_some()).unwrap_or_else(|| panic!("no size option: {}", c.verdict));
+    assert!(o.size.unwrap() < 200 && o.peak_reserved <= c.capacity_bytes && o.model, "{o:?}");
+    assert_eq!(o.cost_class, CostClass::Size);
+    check_options(top, &f);
+}
+
+#[test]
+fn bad_requests_are_refused_naming_the_parameter() {
+    let cases: &[(Request, usize, &str)] = &[
+        (Request::default(), 1, "--capacity is required"),
+        (Request { capacity: "40 potatoes".into(), ..Default::default() }, 1, "invalid capacity '40 potatoes'"),
+        (Request { capacity: "A100-40GB,,L40S".into(), ..Default::default() }, 1, "invalid capacity"),
+        (Request { capacity: "0".into(), ..Default::default() }, 1, "a device of 0 bytes"),
+        (
+            Request { capacity: "40GB".into(), sizes: vec![1, 2], ..Default::default() },
+            3,
+            "--sizes gives 2 size(s) for 3 file(s)",
+        ),
+        (Request { capacity: "40GB".into(), sizes: vec![2, 2], ..Default::default() }, 2, ""),
+        (Request { capacity: "40GB".into(), ..Default::default() }, 0, "needs a snapshot"),
+    ];
+    for (req, files, want) in cases {
+        let e = req.check(*files).expect_err(want);
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{want}");
+        let line = e.render(Words::Cli);
+        assert!(line.contains(want) && !line.contains('\n'), "{line:?} lacks {want:?}");
+    }
+    let e = Request::default().check(1).unwrap_err();
+    assert!(e.render(Words::Python).starts_with("capacity is required"), "{}", e.render(Words::Python));
+    let snap = read(&h200("gpt-s256-b8.pickle.gz"));
+    let req = Request { capacity: "40GB".into(), device: Some(3), ..Default::default() };
+    let e = evaluate(&["f".into()], &[&snap], &req).unwrap_err();
+    assert!(e.render(Words::Cli).starts_with("--device=3: f has no replayable trace on device 3"), "{e:?}");
+}
+
+#[test]
+fn a_list_of_gpus_gives_one_answer_per_card_and_the_smallest_capacity_when_nothing_fits() {
+    let snap = read(&h200("gpt-s256-b8.pickle.gz"));
+    let f = fit(&snap, "T4,1GB,H100-80GB");
+    let cards = &f.files[0].devices[0].cards;
+    assert_eq!(cards.iter().map(|c| c.capacity.as_str()).collect::<Vec<_>>(), ["T4", "1GB", "H100-80GB"]);
+    assert!(cards[2].fits_as_recorded && cards[2].verdict.starts_with("fits on H100-80GB"), "{}", cards[2].verdict);
+    let tiny = &cards[1];
+    assert!(tiny.options.is_empty(), "{:?}", tiny.options);
+    let s = &tiny.smallest_capacity[0];
+    assert_eq!(s.change, "as recorded");
+    // Found by replay: it fits there and not 2 MiB below.
+    let cfg = recorded_config(&snap);
+    assert!(fits(&simulate(&snap, 0, cfg.clone(), Some(s.bytes)), s.bytes));
+    assert!(!fits(&simulate(&snap, 0, cfg, Some(s.bytes - (2 << 20))), s.bytes - (2 << 20)));
+    assert!(s.gpus.contains(&"T4") == (s.bytes <= fragscope_replay::parse_capacity("T4").unwrap()));
+    assert!(tiny.verdict.starts_with("nothing tried fits on 1GB"), "{}", tiny.verdict);
+    check_options(&snap, &f);
+}
