@@ -67,6 +67,9 @@ pub struct Args {
 enum V<'a> {
     I(i64),
     S(&'a str),
+    /// A string that lives as long as the process (action, role and reason names, the
+    /// file's name): its buffer is shared without a reference count or a lookup.
+    T(&'static str),
     B(bool),
     /// Null (only in optional columns).
     N,
@@ -210,6 +213,8 @@ impl Table {
                     let b = c.bytes(s);
                     c.strs.push(b)
                 }
+                // The same bytes as a counted buffer of them: the same cell in the file.
+                V::T(s) => c.strs.push(ByteArray::from(bytes::Bytes::from_static(s.as_bytes()))),
                 V::B(b) => c.bools.push(*b),
             }
             if c.optional {
@@ -406,6 +411,10 @@ fn opt_time(t: i64) -> V<'static> {
 /// Writes one snapshot's rows into the tables.
 fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), CliError> {
     let [trace, allocs, segs, blocks, stacks, frames, anns] = t else { unreachable!("seven tables") };
+    // The file's name is a cell of every row of the two long tables: kept for the
+    // process's life (a few bytes per file exported), its cells are shared buffers
+    // without a count ([`V::T`]).
+    let file_static: &'static str = Box::leak(file.into());
     // The stacks any row names: only those go into `stacks` and `frames`.
     let mut used: HashSet<StackId> = HashSet::new();
     // Each context's pool as the text the column holds, once per context.
@@ -415,7 +424,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
         // Two files that share nothing: `trace_events` on a thread of its own beside the
         // allocations (their pairing, the roles' walks and their rows), each table's rows
         // in the order one thread would write them.
-        let (pools, trace) = (&pools, &mut *trace);
+        let (pools, trace, file) = (&pools, &mut *trace, file_static);
         let (events, allocations) = std::thread::scope(|sc| {
             let events = sc.spawn(move || {
                 let mut used = HashSet::new();
@@ -447,7 +456,7 @@ fn note(used: &mut HashSet<StackId>, s: Option<StackId>) {
 /// Writes device `device`'s trace entries `tr` into `trace_events`, one row per entry in
 /// order; `pools` is each context's pool column text (by context index).
 fn write_trace_events(
-    file: &str,
+    file: &'static str,
     snap: &Snapshot,
     device: i64,
     tr: &[TraceEvent],
@@ -462,10 +471,10 @@ fn write_trace_events(
         let um = c.user_metadata.map(|c| snap.frames.str(c));
         let pool = e.context.index().and_then(|i| pools.get(i)?.as_deref());
         trace.row(&[
-            V::S(file),
+            V::T(file),
             V::I(device),
             V::I(i as i64),
-            V::S(e.action.as_str()),
+            V::T(e.action.as_str()),
             V::I(e.addr as i64),
             V::I(e.size as i64),
             V::I(snap.stream(e) as i64),
@@ -484,7 +493,7 @@ fn write_trace_events(
 /// recorded allocator settings, the call site and the innermost annotation scope.
 #[allow(clippy::too_many_arguments)]
 fn write_allocations(
-    file: &str,
+    file: &'static str,
     snap: &Snapshot,
     device: i64,
     tr: &[TraceEvent],
@@ -507,7 +516,7 @@ fn write_allocations(
         let ann = start_time.and_then(|t| scopes.innermost_at(t));
         let rounded = fragscope_alloc::rounding::round_size(a.req, &cfg);
         allocs.row(&[
-            V::S(file),
+            V::T(file),
             V::I(device),
             a.alloc.map_or(V::N, |k| V::I(k as i64)),
             a.fr.map_or(V::N, |k| V::I(k as i64)),
@@ -522,8 +531,8 @@ fn write_allocations(
             sid(a.stack),
             V::S(site),
             ann.map_or(V::N, V::S),
-            role.map_or(V::N, |r| V::S(r.role.as_str())),
-            role.map_or(V::N, |r| V::S(r.reason.describe())),
+            role.map_or(V::N, |r| V::T(r.role.as_str())),
+            role.map_or(V::N, |r| V::T(r.reason.describe())),
         ])?;
     }
     Ok(())
@@ -550,7 +559,7 @@ fn write_segments(
             V::I(s.active_size as i64),
             s.requested_size.map_or(V::N, |r| V::I(r as i64)),
             V::I(s.stream as i64),
-            V::S(s.segment_type.as_str()),
+            V::T(s.segment_type.as_str()),
             pool.as_deref().map_or(V::N, V::S),
             s.is_expandable.map_or(V::N, V::B),
             sid(s.stack),
@@ -566,7 +575,7 @@ fn write_segments(
                 V::I(b.address as i64),
                 V::I(b.size as i64),
                 b.requested_size.map_or(V::N, |r| V::I(r as i64)),
-                V::S(b.state.as_str()),
+                V::T(b.state.as_str()),
                 sid(b.stack),
                 site.as_deref().map_or(V::N, V::S),
             ])?;
