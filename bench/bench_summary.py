@@ -23,7 +23,7 @@ needs no torch import for `stats`): take it from a torch wheel (`torch/cuda/_mem
 `bench/RESULTS.md` says which). It is not in this repository.
 
 usage: bench_summary.py FILE... --memory-viz-py PATH --bin NAME=PATH [--bin NAME=PATH]
-                        [--repeat N] [--warmup N] [--markdown OUT.md]
+                        [--repeat N] [--warmup N] [--markdown OUT.md] [--no-pickle-load]
 """
 import argparse
 import os
@@ -59,12 +59,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each command before each timed run")
     ap.add_argument("--markdown")
+    ap.add_argument("--no-pickle-load", action="store_true", help="leave CPython's pickle.load out (halves the run)")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bin]
     cmds = [
         ("_memory_viz.py stats", lambda f: [sys.executable, a.memory_viz_py, "stats", f]),
-        ("pickle.load", lambda f: [sys.executable, "-c", PICKLE_LOAD, f]),
-    ] + [(f"fragscope {name}", lambda f, p=path: [p, "summary", "--json", f]) for name, path in bins]
+    ] + ([] if a.no_pickle_load else [("pickle.load", lambda f: [sys.executable, "-c", PICKLE_LOAD, f])]) + [(f"fragscope {name}", lambda f, p=path: [p, "summary", "--json", f]) for name, path in bins]
     times = {(f, c): [] for f in a.files for c, _ in cmds}
     load = [os.getloadavg()[0]]
     for r in range(a.repeat):
@@ -86,12 +86,16 @@ def main():
         mb = os.path.getsize(f) / 1e6
         best = {c: min(times[(f, c)]) for c, _ in cmds}
         med = {c: statistics.median(times[(f, c)]) for c, _ in cmds}
+
+        def pl(t):
+            return f"{best['pickle.load'] / t:.1f}x" if "pickle.load" in best else "—"
+
         for c, _ in cmds:
             t = times[(f, c)]
             fs = c.startswith("fragscope")
             lines.append(
                 f"| {os.path.basename(f)} | {mb:.0f} | {c} | {min(t):.3f} | {statistics.median(t):.3f} | "
-                + (f"{best['_memory_viz.py stats'] / min(t):.1f}x | {best['pickle.load'] / min(t):.1f}x | {mb / min(t):.0f} | "
+                + (f"{best['_memory_viz.py stats'] / min(t):.1f}x | {pl(min(t))} | {mb / min(t):.0f} | "
                    f"{med['_memory_viz.py stats'] / med[c]:.1f}x |"
                    if fs else "| | | |")
             )

@@ -127,10 +127,13 @@ impl BlockLives {
         let facts = std::mem::take(&mut r.facts);
         let mut traced = d.traced;
         traced.shrink_to_fit();
-        // The real sizes of the blocks live at the end (both lists in `alloc` order).
+        // The real sizes of the blocks live at the end (both lists in `alloc` order). A
+        // galloping search from the last one found: a trace that leaves 110 k blocks live
+        // among 2.2 M lives spent 12 % of `summary`'s CPU in binary searches over the whole
+        // rest of the lives, a cache miss per step.
         let mut at = 0;
         for &(idx, size) in &r.final_sizes {
-            at += traced[at..].partition_point(|l| l.alloc < idx);
+            at += gallop(&traced[at..], |l| l.alloc < idx);
             if let Some(l) = traced.get_mut(at).filter(|l| l.alloc == idx) {
                 l.size = size;
             }
@@ -207,6 +210,20 @@ impl BlockLives {
             })
             .collect()
     }
+}
+
+/// `v.partition_point(below)` for a `below` that holds on a prefix of `v`, probing from
+/// the start at steps 1, 2, 4, … before the binary search: O(log d) for a boundary `d`
+/// from the start, touching only the memory near it when `d` is small.
+fn gallop<T>(v: &[T], below: impl Fn(&T) -> bool) -> usize {
+    let mut lo = 0;
+    let mut step = 1;
+    while lo + step <= v.len() && below(&v[lo + step - 1]) {
+        lo += step;
+        step *= 2;
+    }
+    let hi = (lo + step).min(v.len());
+    lo + v[lo..hi].partition_point(below)
 }
 
 /// Live bytes per key at each of `positions` (ascending; position *p* = state *p*, the
@@ -325,6 +342,19 @@ mod tests {
             }
             want.push(end);
             assert_eq!(got, want, "positions {positions:?} lives {lives:?}");
+        }
+    }
+
+    #[test]
+    fn gallop_finds_what_partition_point_finds() {
+        let mut rng = Rng(13);
+        for _ in 0..500 {
+            let mut v: Vec<usize> = (0..rng.below(200)).map(|_| rng.below(1000)).collect();
+            v.sort_unstable();
+            for _ in 0..20 {
+                let x = rng.below(1100);
+                assert_eq!(gallop(&v, |&y| y < x), v.partition_point(|&y| y < x), "x {x} v {v:?}");
+            }
         }
     }
 

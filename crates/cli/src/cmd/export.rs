@@ -67,6 +67,9 @@ pub struct Args {
 enum V<'a> {
     I(i64),
     S(&'a str),
+    /// A string that lives as long as the process (action, role and reason names, the
+    /// file's name): its buffer is shared without a reference count or a lookup.
+    T(&'static str),
     B(bool),
     /// Null (only in optional columns).
     N,
@@ -91,6 +94,43 @@ struct Col {
     /// fresh buffer per cell made allocation the export's largest cost (a profile of the
     /// 6.9 M-entry benchmark file: malloc and free ~40 % of its CPU time).
     intern: fragscope_snapshot::FxHashMap<Box<str>, ByteArray>,
+    /// The last strings met, by the address of the cell's `&str`: most cells are
+    /// `&'static` names (actions, roles) or the snapshot's own strings, passed again
+    /// and again from the same place, and are found here by one compare of their bytes
+    /// instead of a hash of them and a probe of `intern` (hashing and comparing strings
+    /// were ~20 % of the export's CPU on the 6.4 M-event benchmark file). The bytes are
+    /// compared: an address alone could be a freed string's, reused.
+    recent: [Option<(usize, ByteArray)>; RECENT],
+}
+
+/// Strings [`Col::recent`] keeps.
+const RECENT: usize = 8;
+
+impl Col {
+    /// The cell `s` as a shared buffer.
+    #[inline]
+    fn bytes(&mut self, s: &str) -> ByteArray {
+        let at = s.as_ptr() as usize;
+        let slot = (at.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - RECENT.trailing_zeros()))
+            ^ (s.len() & (RECENT - 1));
+        if let Some((a, b)) = &self.recent[slot] {
+            if *a == at && b.data() == s.as_bytes() {
+                return b.clone();
+            }
+        }
+        let b = match self.intern.get(s) {
+            Some(b) => b.clone(),
+            None => {
+                let b = ByteArray::from(s);
+                if self.intern.len() < INTERN_MAX {
+                    self.intern.insert(s.into(), b.clone());
+                }
+                b
+            }
+        };
+        self.recent[slot] = Some((at, b.clone()));
+        b
+    }
 }
 
 /// Distinct strings a column keeps shared (past it, new strings get their own buffer).
@@ -153,6 +193,7 @@ impl Table {
                 bools: Vec::new(),
                 defs: Vec::new(),
                 intern: Default::default(),
+                recent: Default::default(),
             })
             .collect();
         Ok(Table { name, path, cols, rows: 0, total: 0, writer, staged })
@@ -169,18 +210,11 @@ impl Table {
                 }
                 V::I(x) => c.ints.push(*x),
                 V::S(s) => {
-                    let b = match c.intern.get(*s) {
-                        Some(b) => b.clone(),
-                        None => {
-                            let b = ByteArray::from(*s);
-                            if c.intern.len() < INTERN_MAX {
-                                c.intern.insert((*s).into(), b.clone());
-                            }
-                            b
-                        }
-                    };
+                    let b = c.bytes(s);
                     c.strs.push(b)
                 }
+                // The same bytes as a counted buffer of them: the same cell in the file.
+                V::T(s) => c.strs.push(ByteArray::from(bytes::Bytes::from_static(s.as_bytes()))),
                 V::B(b) => c.bools.push(*b),
             }
             if c.optional {
@@ -377,16 +411,32 @@ fn opt_time(t: i64) -> V<'static> {
 /// Writes one snapshot's rows into the tables.
 fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), CliError> {
     let [trace, allocs, segs, blocks, stacks, frames, anns] = t else { unreachable!("seven tables") };
+    // The file's name is a cell of every row of the two long tables: kept for the
+    // process's life (a few bytes per file exported), its cells are shared buffers
+    // without a count ([`V::T`]).
+    let file_static: &'static str = Box::leak(file.into());
     // The stacks any row names: only those go into `stacks` and `frames`.
     let mut used: HashSet<StackId> = HashSet::new();
     // Each context's pool as the text the column holds, once per context.
     let pools: Vec<Option<String>> = snap.contexts.iter().map(|c| c.pool_id.map(|(a, b)| format!("{a},{b}"))).collect();
     for (d, tr) in snap.device_traces.iter().enumerate() {
         let device = d as i64;
-        write_trace_events(file, snap, device, tr, &pools, trace, &mut used)?;
-        let mut rows = export::pair_allocations(snap, tr);
-        let row_roles = export::allocation_roles(snap, device, tr, &mut rows);
-        write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used)?;
+        // Two files that share nothing: `trace_events` on a thread of its own beside the
+        // allocations (their pairing, the roles' walks and their rows), each table's rows
+        // in the order one thread would write them.
+        let (pools, trace, file) = (&pools, &mut *trace, file_static);
+        let (events, allocations) = std::thread::scope(|sc| {
+            let events = sc.spawn(move || {
+                let mut used = HashSet::new();
+                write_trace_events(file, snap, device, tr, pools, trace, &mut used).map(|()| used)
+            });
+            let mut rows = export::pair_allocations(snap, tr);
+            let row_roles = export::allocation_roles(snap, device, tr, &mut rows);
+            let allocations = write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used);
+            (events.join().expect("trace_events thread"), allocations)
+        });
+        used.extend(events?);
+        allocations?;
     }
     write_segments(file, snap, segs, blocks, &mut used)?;
     write_stacks(file, snap, used, stacks, frames)?;
@@ -406,7 +456,7 @@ fn note(used: &mut HashSet<StackId>, s: Option<StackId>) {
 /// Writes device `device`'s trace entries `tr` into `trace_events`, one row per entry in
 /// order; `pools` is each context's pool column text (by context index).
 fn write_trace_events(
-    file: &str,
+    file: &'static str,
     snap: &Snapshot,
     device: i64,
     tr: &[TraceEvent],
@@ -421,10 +471,10 @@ fn write_trace_events(
         let um = c.user_metadata.map(|c| snap.frames.str(c));
         let pool = e.context.index().and_then(|i| pools.get(i)?.as_deref());
         trace.row(&[
-            V::S(file),
+            V::T(file),
             V::I(device),
             V::I(i as i64),
-            V::S(e.action.as_str()),
+            V::T(e.action.as_str()),
             V::I(e.addr as i64),
             V::I(e.size as i64),
             V::I(snap.stream(e) as i64),
@@ -443,7 +493,7 @@ fn write_trace_events(
 /// recorded allocator settings, the call site and the innermost annotation scope.
 #[allow(clippy::too_many_arguments)]
 fn write_allocations(
-    file: &str,
+    file: &'static str,
     snap: &Snapshot,
     device: i64,
     tr: &[TraceEvent],
@@ -461,11 +511,12 @@ fn write_allocations(
         let end_time = end.map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
         let start_time = (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
         let life = start_time.zip(end_time).map(|(s, e)| e - s);
-        let site = site_cache.entry(a.stack).or_insert_with(|| site_of(&snap.frames, a.stack).site).clone();
+        // Borrowed from the cache, not cloned: one string per call site, at one address.
+        let site: &str = site_cache.entry(a.stack).or_insert_with(|| site_of(&snap.frames, a.stack).site);
         let ann = start_time.and_then(|t| scopes.innermost_at(t));
         let rounded = fragscope_alloc::rounding::round_size(a.req, &cfg);
         allocs.row(&[
-            V::S(file),
+            V::T(file),
             V::I(device),
             a.alloc.map_or(V::N, |k| V::I(k as i64)),
             a.fr.map_or(V::N, |k| V::I(k as i64)),
@@ -478,10 +529,10 @@ fn write_allocations(
             V::I(rounded as i64),
             V::I(a.stream),
             sid(a.stack),
-            V::S(&site),
+            V::S(site),
             ann.map_or(V::N, V::S),
-            role.map_or(V::N, |r| V::S(r.role.as_str())),
-            role.map_or(V::N, |r| V::S(r.reason.describe())),
+            role.map_or(V::N, |r| V::T(r.role.as_str())),
+            role.map_or(V::N, |r| V::T(r.reason.describe())),
         ])?;
     }
     Ok(())
@@ -508,7 +559,7 @@ fn write_segments(
             V::I(s.active_size as i64),
             s.requested_size.map_or(V::N, |r| V::I(r as i64)),
             V::I(s.stream as i64),
-            V::S(s.segment_type.as_str()),
+            V::T(s.segment_type.as_str()),
             pool.as_deref().map_or(V::N, V::S),
             s.is_expandable.map_or(V::N, V::B),
             sid(s.stack),
@@ -524,7 +575,7 @@ fn write_segments(
                 V::I(b.address as i64),
                 V::I(b.size as i64),
                 b.requested_size.map_or(V::N, |r| V::I(r as i64)),
-                V::S(b.state.as_str()),
+                V::T(b.state.as_str()),
                 sid(b.stack),
                 site.as_deref().map_or(V::N, V::S),
             ])?;

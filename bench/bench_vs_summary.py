@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""`fragscope report` and `fragscope export` against `fragscope summary --json` on the same
+files, alternated (issue 44: report ≤ 2× summary, export ≤ 2× summary, medians).
+
+Every round runs, on each FILE and for each binary, `summary --json FILE`, `report FILE -o
+TMP.html` and `export FILE -o TMPDIR` one after the other, in an order that rotates from
+round to round, each a child process. Reported per file and binary: the median wall time
+and its range, the median CPU time (user + system of the child) and its range, and the
+ratios of the medians (report / summary, export / summary) for wall and CPU. Wall ratios
+on a loaded machine say little: the CPU ratios are the steadier figure, and the 1-minute
+load average is printed after each round.
+
+usage: bench_vs_summary.py FILE... --bin NAME=PATH [--bin NAME=PATH] [--repeat 5]
+                           [--markdown OUT.md]
+"""
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def timed(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:3])} failed ({p.returncode}): {p.stderr.decode(errors='replace').strip()[:500]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--bin", action="append", required=True, help="NAME=PATH of a fragscope binary")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--markdown")
+    a = ap.parse_args()
+    bins = [b.split("=", 1) for b in a.bin]
+    tmp = tempfile.mkdtemp(prefix="fragscope-bench-vs-summary-")
+    html, tables = os.path.join(tmp, "page.html"), os.path.join(tmp, "tables")
+    cmds = []
+    for name, path in bins:
+        cmds += [
+            (name, "summary", lambda f, p=path: [p, "summary", "--json", f]),
+            (name, "report", lambda f, p=path: [p, "report", f, "-o", html]),
+            (name, "export", lambda f, p=path: [p, "export", f, "-o", tables]),
+        ]
+    times = {(f, b, c): [] for f in a.files for b, c, _ in cmds}
+    load = [os.getloadavg()[0]]
+    try:
+        for r in range(a.repeat):
+            for f in a.files:
+                order = cmds[r % len(cmds):] + cmds[: r % len(cmds)]
+                for b, c, make in order:
+                    times[(f, b, c)].append(timed(make(f)))
+            load.append(os.getloadavg()[0])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    lines = [
+        f"{a.repeat} rounds; 1-minute load average at the start and after each round: "
+        + ", ".join(f"{x:.1f}" for x in load),
+        "",
+        "| file | binary | command | wall median (range) s | CPU median (range) s | / summary, wall | / summary, CPU |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for f in a.files:
+        for b, _ in bins:
+            med = {}
+            for c in ("summary", "report", "export"):
+                t = times[(f, b, c)]
+                w, u = [x[0] for x in t], [x[1] for x in t]
+                med[c] = (statistics.median(w), statistics.median(u))
+                ratio = "" if c == "summary" else f"{med[c][0] / med['summary'][0]:.2f} | {med[c][1] / med['summary'][1]:.2f}"
+                lines.append(
+                    f"| {os.path.basename(f)} | {b} | {c} | {med[c][0]:.2f} ({min(w):.2f}–{max(w):.2f}) | "
+                    f"{med[c][1]:.2f} ({min(u):.2f}–{max(u):.2f}) | {ratio or ' | '} |"
+                )
+    text = "\n".join(lines)
+    print(text)
+    if a.markdown:
+        with open(a.markdown, "w") as out:
+            out.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
