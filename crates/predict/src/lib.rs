@@ -279,6 +279,21 @@ fn far_beyond(at: u64, sizes: &[u64]) -> Option<String> {
     })
 }
 
+/// The state a prediction starts from (the template's state before the trace) does not
+/// fit the device: the run cannot even begin at this size on this capacity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StartOverCapacity {
+    /// Bytes of the blocks live before the trace (allocated, or pending their free).
+    pub live: u64,
+    /// Bytes reserved before the trace that no release can return: the segments that
+    /// hold live blocks, once the cache's free segments are released (as the allocator
+    /// releases them when a `cudaMalloc` fails).
+    pub reserved: u64,
+    pub capacity: u64,
+    /// `reserved - capacity`.
+    pub over: u64,
+}
+
 /// One synthesised run: the program at size `at`, replayed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Prediction {
@@ -292,12 +307,23 @@ pub struct Prediction {
     pub peak_allocated: u64,
     /// Null when every request was served.
     pub oom: Option<PredictedOom>,
+    /// Set when the state before the trace alone exceeds `capacity` (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_over_capacity: Option<StartOverCapacity>,
     pub breakdown: PeakBreakdown,
     /// Share of the allocated peak extrapolated without a check (0 to 1).
     pub extrapolated_share: f64,
     /// Requests whose law gives no positive size at `at` (left out).
     pub vanished_requests: u64,
     pub notes: Vec<String>,
+}
+
+impl Prediction {
+    /// Whether the run fits its capacity: the state before the trace fits and every
+    /// request was served. Always true without a capacity.
+    pub fn fits(&self) -> bool {
+        self.oom.is_none() && self.start_over_capacity.is_none()
+    }
 }
 
 /// Result of [`Program::max_fit`].
@@ -391,6 +417,7 @@ impl<'a> Program<'a> {
         let mut notes = Vec::new();
         let cap = self.replay_capacity(cfg, capacity);
         let (mut eng, mut blocks, mut live, mut cat_of) = self.seeded_engine(cfg, cap, &mut notes);
+        let start_over_capacity = start_within(&mut eng, cap, live.before_trace, &mut notes);
         let mut at_peak = live;
         let mut peak_alloc = eng.stats().allocated_bytes.all().current.max(0) as u64;
         // Peaks count from the first request: cached segments the template held before
@@ -476,6 +503,7 @@ impl<'a> Program<'a> {
             peak_reserved,
             peak_allocated,
             oom,
+            start_over_capacity,
             breakdown: at_peak,
             extrapolated_share: at_peak.extrapolated_share(),
             vanished_requests: vanished,
@@ -550,7 +578,7 @@ impl<'a> Program<'a> {
             replays += 1;
             self.predict(x, cfg, Some(capacity))
         };
-        let fits = |p: &Prediction| p.oom.is_none();
+        let fits = |p: &Prediction| p.fits();
         // Bracket: lo fits, hi does not.
         let start = self.template_size.clamp(1, limit.max(1));
         let p0 = run(start);
@@ -613,6 +641,40 @@ impl<'a> Program<'a> {
             replays,
         }
     }
+}
+
+/// Holds the seeded engine `eng` to the device's `cap` bytes: the seeding adopts the
+/// recorded segments whatever the device's size, and a replay whose start already
+/// exceeds the device would serve requests from a cache no real run of that size could
+/// hold. When the start exceeds `cap`, the cache's free segments are released (what the
+/// allocator does when a `cudaMalloc` fails, spec §3.7) with a note; what is left over
+/// `cap` (segments holding the `live` bytes) means the run does not fit.
+fn start_within(
+    eng: &mut CachingAllocator<SimulatedDevice>,
+    cap: u64,
+    live: u64,
+    notes: &mut Vec<String>,
+) -> Option<StartOverCapacity> {
+    let reserved = eng.reserved_bytes();
+    if reserved <= cap {
+        return None;
+    }
+    eng.empty_cache();
+    let kept = eng.reserved_bytes();
+    if kept <= cap {
+        notes.push(format!(
+            "the template's state before the trace reserved {reserved} B, more than the capacity ({cap} B): its \
+             cached free segments ({} B) were released before the trace, as the allocator does when cudaMalloc fails",
+            reserved - kept
+        ));
+        return None;
+    }
+    notes.push(format!(
+        "the state before the trace does not fit the capacity: {live} B live in {kept} B of segments, {} B over \
+         {cap} B",
+        kept - cap
+    ));
+    Some(StartOverCapacity { live, reserved: kept, capacity: cap, over: kept - cap })
 }
 
 /// Bytes of the blocks live at the first entry (allocated, or pending their free).

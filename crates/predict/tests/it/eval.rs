@@ -29,8 +29,8 @@ use fragscope_replay::{recorded_config, simulate_with, SimOptions};
 use fragscope_snapshot::Snapshot;
 
 /// A program recorded at several sizes: file name with `{}` for the size, where it lives.
-struct Family {
-    name: &'static str,
+pub(crate) struct Family {
+    pub(crate) name: &'static str,
     pattern: &'static str,
     sizes: &'static [u64],
     h200: bool,
@@ -38,7 +38,7 @@ struct Family {
     steps: bool,
 }
 
-const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "niu-fwd",
         pattern: "niu-fwd-ctx{}-fp32.pickle",
@@ -100,7 +100,7 @@ impl Form {
     }
 }
 
-fn load(f: &Family, size: u64) -> Option<Snapshot> {
+pub(crate) fn load(f: &Family, size: u64) -> Option<Snapshot> {
     let name = f.pattern.replace("{}", &size.to_string());
     let p =
         if f.h200 { Some(fragscope_testdata::h200_dir().join(&name)) } else { fragscope_testdata::grid_file(&name) };
@@ -113,7 +113,7 @@ fn load(f: &Family, size: u64) -> Option<Snapshot> {
 
 /// `snap` cut after its first step (the window `START..` the CLI's `--window` takes, START
 /// the second step's first entry).
-fn warm(snap: &Snapshot, what: &str) -> Snapshot {
+pub(crate) fn warm(snap: &Snapshot, what: &str) -> Snapshot {
     let steps = fragscope_trace::steps(snap, 0);
     let start =
         steps.steps.get(1).unwrap_or_else(|| panic!("{what}: fewer than two steps ({})", steps.describe())).start;
@@ -128,7 +128,7 @@ fn expandable_config(snap: &Snapshot) -> AllocatorConfig {
 }
 
 /// `snap` replayed under `expandable_segments:True`, written back as a snapshot.
-fn expandable(snap: &Snapshot) -> Snapshot {
+pub(crate) fn expandable(snap: &Snapshot) -> Snapshot {
     let w =
         simulate_with(snap, 0, expandable_config(snap), &SimOptions { collect_snapshot: true, ..Default::default() });
     w.snapshot.expect("collected")

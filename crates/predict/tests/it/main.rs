@@ -3,4 +3,5 @@
 //! at another recorded size, recorded cold as they are, cut after their first step (warm:
 //! the template starts with a full cache) and replayed under `expandable_segments:True`.
 
+mod capacity;
 mod eval;
