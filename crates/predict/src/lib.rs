@@ -72,6 +72,10 @@ pub enum PredictError {
     /// The recordings at `size` and `template_size` align on only `aligned` (0–1) of
     /// their allocations, below [`MIN_ALIGNED`]: not the same program.
     NotSameProgram { size: u64, template_size: u64, aligned: f64 },
+    /// The template's (at `size`) state before the trace was rebuilt but the allocator
+    /// model cannot hold it under the recorded settings (why): predictions would start
+    /// empty, without the memory live before the trace.
+    StartNotHeld { size: u64, why: String },
 }
 
 impl std::fmt::Display for PredictError {
@@ -104,6 +108,11 @@ impl std::fmt::Display for PredictError {
                  same precision",
                 aligned * 100.0,
                 MIN_ALIGNED * 100.0
+            ),
+            PredictError::StartNotHeld { size, why } => write!(
+                f,
+                "the recording at size {size}: its allocator state before the trace could not be held ({why}); a \
+                 prediction would start without the memory live then"
             ),
         }
     }
@@ -310,6 +319,11 @@ pub struct Prediction {
     /// Set when the state before the trace alone exceeds `capacity` (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_over_capacity: Option<StartOverCapacity>,
+    /// Set when the template's state before the trace could not be held under `config`
+    /// (why): the replay started empty, its figures are not a prediction (absent
+    /// otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_refused: Option<String>,
     pub breakdown: PeakBreakdown,
     /// Share of the allocated peak extrapolated without a check (0 to 1).
     pub extrapolated_share: f64,
@@ -319,10 +333,10 @@ pub struct Prediction {
 }
 
 impl Prediction {
-    /// Whether the run fits its capacity: the state before the trace fits and every
-    /// request was served. Always true without a capacity.
+    /// Whether the run fits its capacity: the state before the trace was held and fits,
+    /// and every request was served.
     pub fn fits(&self) -> bool {
-        self.oom.is_none() && self.start_over_capacity.is_none()
+        self.oom.is_none() && self.start_over_capacity.is_none() && self.start_refused.is_none()
     }
 }
 
@@ -368,6 +382,10 @@ impl<'a> Program<'a> {
         let fits: Vec<SizeFit> = points.iter().map(|p| fit::fit(p)).collect();
         let quality = fit_quality(template, trace, &req_index, &fits, &points, &in_all, alignments);
         let (seeded, notes) = state_before(recs, &order, t, device);
+        let recorded = recorded_config(template);
+        if let Err(StartError::NotSeeded(e)) = seeded.allocator(recorded.clone(), UNLIMITED) {
+            return Err(PredictError::StartNotHeld { size: recs[t].size, why: e.to_string() });
+        }
         let mut sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
         sizes.sort_unstable();
         Ok(Program {
@@ -379,7 +397,7 @@ impl<'a> Program<'a> {
             fits,
             quality,
             seeded,
-            recorded_config: recorded_config(template),
+            recorded_config: recorded,
             notes,
         })
     }
@@ -416,7 +434,9 @@ impl<'a> Program<'a> {
         let trace = snap.trace(device);
         let mut notes = Vec::new();
         let cap = self.replay_capacity(cfg, capacity);
-        let (mut eng, mut blocks, mut live, mut cat_of) = self.seeded_engine(cfg, cap, &mut notes);
+        let mut start_refused = None;
+        let (mut eng, mut blocks, mut live, mut cat_of) = self.seeded_engine(cfg, cap, &mut start_refused);
+        notes.extend(start_refused.clone());
         let start_over_capacity = start_within(&mut eng, cap, live.before_trace, &mut notes);
         let mut at_peak = live;
         let mut peak_alloc = eng.stats().allocated_bytes.all().current.max(0) as u64;
@@ -504,6 +524,7 @@ impl<'a> Program<'a> {
             peak_allocated,
             oom,
             start_over_capacity,
+            start_refused,
             breakdown: at_peak,
             extrapolated_share: at_peak.extrapolated_share(),
             vanished_requests: vanished,
@@ -524,36 +545,46 @@ impl<'a> Program<'a> {
     /// The allocator a prediction replays on (`cfg`, a device of `cap` bytes), seeded
     /// with the template's state before the trace when it is known: the engine, the
     /// template's addresses mapped to its blocks, the live bytes by category, and the
-    /// category and size of each live block. When the state cannot be seeded, a note
-    /// says so and the engine starts empty.
+    /// category and size of each live block. Expandable reservations made before the trace
+    /// keep the size the recording's device gave them ([`Seeded::allocator`]), whatever
+    /// `cap` is: seeded at an unlimited device's size, two of them overlapped and the
+    /// prediction started empty. When the state still cannot be held, `refused` says why
+    /// and the engine starts empty: the prediction does not fit ([`Prediction::fits`]).
     fn seeded_engine(
         &self,
         cfg: &AllocatorConfig,
         cap: u64,
-        notes: &mut Vec<String>,
+        refused: &mut Option<String>,
     ) -> (CachingAllocator<SimulatedDevice>, BlockMap, PeakBreakdown, CatOf) {
-        let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-        eng.set_record_events(false);
+        let empty = || {
+            let mut e = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+            e.set_record_events(false);
+            e
+        };
         let mut blocks = BlockMap::default();
         // Live bytes by category, and the category of each live block.
         let mut live = PeakBreakdown::default();
         let mut cat_of: CatOf = HashMap::default();
-        match self.seeded.seed(&mut eng) {
-            Ok(()) => {
+        let eng = match self.seeded.allocator(cfg.clone(), cap) {
+            Ok(mut eng) => {
+                eng.set_record_events(false);
                 for b in self.seeded.live_blocks() {
                     blocks.seeded(b.addr);
                     live.add(Cat::Before, b.size);
                     cat_of.insert(b.addr, (Cat::Before, b.size));
                 }
+                eng
             }
             Err(StartError::NotSeeded(e)) => {
-                notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
-                eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-                eng.set_record_events(false);
+                *refused = Some(format!(
+                    "the state before the trace could not be held under {} ({e}): no prediction from an empty start",
+                    conf_or_defaults(&cfg.to_conf_string())
+                ));
+                empty()
             }
             // Unknown: said once, in the program's notes ([`state_before`]).
-            Err(StartError::Unknown(_)) => {}
-        }
+            Err(StartError::Unknown(_)) => empty(),
+        };
         (eng, blocks, live, cat_of)
     }
 
@@ -859,6 +890,15 @@ fn predicted_oom(
         allocated: o.allocated,
         site: site_of(&snap.frames, ev.stack).site,
         stack: stack_strings(snap, ev.stack),
+    }
+}
+
+/// A canonical `PYTORCH_CUDA_ALLOC_CONF`, or "the default settings" when empty.
+fn conf_or_defaults(c: &str) -> String {
+    if c.is_empty() {
+        "the default settings".into()
+    } else {
+        c.to_string()
     }
 }
 

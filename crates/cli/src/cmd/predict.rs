@@ -231,6 +231,7 @@ fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacit
     ]);
     for (p, _) in predictions {
         let oom = match (&p.start_over_capacity, &p.oom) {
+            _ if p.start_refused.is_some() => "state before the trace not held (note)".to_string(),
             (Some(o), _) => format!("before the trace: {} live, {} over", bytes(o.live), bytes(o.over)),
             (None, None) => "none".to_string(),
             (None, Some(o)) => format!(
@@ -241,7 +242,9 @@ fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacit
                 if o.site.is_empty() { String::new() } else { format!(" at {}", o.site) }
             ),
         };
-        let fits = if p.capacity.is_none() {
+        let fits = if p.start_refused.is_some() {
+            "no".to_string()
+        } else if p.capacity.is_none() {
             "n/a".to_string()
         } else if p.fits() {
             "yes".to_string()
