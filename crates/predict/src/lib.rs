@@ -31,6 +31,7 @@
 
 mod align;
 mod fit;
+mod warm;
 
 use std::collections::HashMap;
 
@@ -190,6 +191,11 @@ pub struct Program<'a> {
     /// Settings the template recorded.
     pub recorded_config: AllocatorConfig,
     pub notes: Vec<String>,
+    /// The template held a cache at its first request (recorded after warm-up steps):
+    /// predictions rebuild the cache of their own size ([`Program::predict_observed`]).
+    pub started_warm: bool,
+    /// What the template's trace carries from one step to the next.
+    carry: warm::Carry,
 }
 
 /// Bytes live at the predicted peak of allocated memory, by how far their sizes can be
@@ -303,6 +309,14 @@ pub struct StartOverCapacity {
     pub over: u64,
 }
 
+/// The first step's peaks of a prediction from a template that started warm, where they
+/// differ from the steady state's (the prediction's own peaks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FirstStep {
+    pub peak_reserved: u64,
+    pub peak_allocated: u64,
+}
+
 /// One synthesised run: the program at size `at`, replayed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Prediction {
@@ -324,6 +338,10 @@ pub struct Prediction {
     /// otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_refused: Option<String>,
+    /// A warm template's first step from an empty cache, where its peaks differ from the
+    /// steady state's (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_step: Option<FirstStep>,
     pub breakdown: PeakBreakdown,
     /// Share of the allocated peak extrapolated without a check (0 to 1).
     pub extrapolated_share: f64,
@@ -383,6 +401,8 @@ impl<'a> Program<'a> {
         let quality = fit_quality(template, trace, &req_index, &fits, &points, &in_all, alignments);
         let (seeded, notes) = state_before(recs, &order, t, device);
         let recorded = recorded_config(template);
+        let warm = started_warm(&seeded, &recorded, &req_index);
+        let carry = warm::carry(trace, &req_index, &seeded);
         if let Err(StartError::NotSeeded(e)) = seeded.allocator(recorded.clone(), UNLIMITED) {
             return Err(PredictError::StartNotHeld { size: recs[t].size, why: e.to_string() });
         }
@@ -396,6 +416,8 @@ impl<'a> Program<'a> {
             req_index,
             fits,
             quality,
+            started_warm: warm,
+            carry,
             seeded,
             recorded_config: recorded,
             notes,
@@ -429,33 +451,90 @@ impl<'a> Program<'a> {
         capacity: Option<u64>,
         mut observe: impl FnMut(usize, [u64; 4]),
     ) -> Prediction {
-        let snap = self.template;
-        let device = self.device;
-        let trace = snap.trace(device);
         let mut notes = Vec::new();
         let cap = self.replay_capacity(cfg, capacity);
         let mut start_refused = None;
-        let (mut eng, mut blocks, mut live, mut cat_of) = self.seeded_engine(cfg, cap, &mut start_refused);
+        let (mut eng, blocks, live, cat_of) = self.seeded_engine(cfg, cap, &mut start_refused);
         notes.extend(start_refused.clone());
         let start_over_capacity = start_within(&mut eng, cap, live.before_trace, &mut notes);
-        let mut at_peak = live;
-        let mut peak_alloc = eng.stats().allocated_bytes.all().current.max(0) as u64;
+        let mut run = Run { eng, blocks, live, cat_of, oom: None, vanished: 0 };
+        let warm = self.started_warm && start_refused.is_none() && start_over_capacity.is_none();
+        if warm {
+            self.rebuild_start(at, cfg, &mut run);
+        }
+        // A template that started warm: the step again from its own end until the reserved
+        // bytes at its end repeat (the cache the target size builds), the last pass
+        // reported; a cold one: once.
+        let mut first: Option<PassPeaks> = None;
+        let mut last;
+        let mut passes = 0u32;
+        loop {
+            let mut seen = Vec::new();
+            last = self.pass(at, cfg, &mut run, &mut |i, l| seen.push((i, l)));
+            passes += 1;
+            let repeat = first.as_ref().is_some_and(|_| last.end_reserved == last.start_reserved);
+            if !warm || run.oom.is_some() || repeat || passes >= MAX_PASSES {
+                for (i, l) in seen {
+                    observe(i, l);
+                }
+                break;
+            }
+            if first.is_none() {
+                first = Some(last.clone());
+            }
+            self.carry_over(&mut run);
+        }
+        let first_step = first.filter(|f| (f.reserved, f.allocated) != (last.reserved, last.allocated));
+        if warm {
+            notes.push(warm_note(passes, first_step.as_ref(), &last));
+        }
+        self.size_notes(at, run.vanished, &mut notes);
+        Prediction {
+            at,
+            device: self.device,
+            config: cfg.to_conf_string(),
+            capacity,
+            peak_reserved: last.reserved,
+            peak_allocated: last.allocated,
+            oom: run.oom,
+            start_over_capacity,
+            start_refused,
+            first_step: first_step.map(|f| FirstStep { peak_reserved: f.reserved, peak_allocated: f.allocated }),
+            breakdown: last.at_peak,
+            extrapolated_share: last.at_peak.extrapolated_share(),
+            vanished_requests: run.vanished,
+            notes,
+        }
+    }
+
+    /// One pass of the template's trace at size `at` on `run`, calling `observe` after
+    /// each entry from the first request on: its peaks, which count from that request.
+    fn pass(
+        &self,
+        at: u64,
+        cfg: &AllocatorConfig,
+        run: &mut Run,
+        observe: &mut dyn FnMut(usize, [u64; 4]),
+    ) -> PassPeaks {
+        let snap = self.template;
+        let trace = snap.trace(self.device);
+        let start_reserved = run.eng.reserved_bytes();
+        let mut at_peak = run.live;
+        let mut peak_alloc = 0;
         // Peaks count from the first request: cached segments the template held before
         // the trace (history of what ran earlier in its process, at its own size) and
         // released by an `empty_cache()` before any request are not part of this run.
         let mut started = false;
         let mut ec = self.seeded.empty_cache_before().iter().copied().peekable();
-        let mut oom: Option<PredictedOom> = None;
-        let mut vanished = 0u64;
         let mut q = 0usize; // next template request
         for (i, ev) in trace.iter().enumerate() {
             // The entry before this one is done (entries end early with `continue`).
             if started {
-                observe(i - 1, levels(&eng));
+                observe(i - 1, levels(&run.eng));
             }
             while ec.peek().is_some_and(|&k| k <= i) {
                 ec.next();
-                eng.empty_cache();
+                run.eng.empty_cache();
             }
             let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
             match ev.action {
@@ -463,72 +542,106 @@ impl<'a> Program<'a> {
                     debug_assert_eq!(self.req_index[q], i);
                     if !started {
                         started = true;
-                        eng.reset_peak_stats();
-                        peak_alloc = eng.stats().allocated_bytes.all().current.max(0) as u64;
-                        at_peak = live;
+                        run.eng.reset_peak_stats();
+                        peak_alloc = run.eng.stats().allocated_bytes.all().current.max(0) as u64;
+                        at_peak = run.live;
                     }
                     let f = self.fits[q];
                     q += 1;
                     let Some(n) = f.at(at) else {
-                        vanished += 1;
+                        run.vanished += 1;
                         if ev.action == Action::Alloc {
-                            blocks.allocated(ev.addr, None);
+                            run.blocks.allocated(ev.addr, None);
                         }
                         continue;
                     };
-                    match eng.malloc_in_pool(n, snap.stream(ev), pool) {
+                    match run.eng.malloc_in_pool(n, snap.stream(ev), pool) {
                         Ok(a) => {
                             if ev.action == Action::Oom {
-                                let _ = eng.free(a);
+                                let _ = run.eng.free(a);
                             } else {
-                                blocks.allocated(ev.addr, Some(a));
+                                run.blocks.allocated(ev.addr, Some(a));
                                 let r = round_size(n, cfg);
-                                live.add(Cat::Fit(f.evidence), r);
-                                cat_of.insert(a, (Cat::Fit(f.evidence), r));
-                                let cur = eng.stats().allocated_bytes.all().current.max(0) as u64;
+                                run.live.add(Cat::Fit(f.evidence), r);
+                                run.cat_of.insert(a, (Cat::Fit(f.evidence), r));
+                                let cur = run.eng.stats().allocated_bytes.all().current.max(0) as u64;
                                 if cur > peak_alloc {
                                     peak_alloc = cur;
-                                    at_peak = live;
+                                    at_peak = run.live;
                                 }
                             }
                         }
                         Err(o) => {
                             if ev.action == Action::Alloc {
-                                blocks.allocated(ev.addr, None);
+                                run.blocks.allocated(ev.addr, None);
                             }
-                            if oom.is_none() {
-                                oom = Some(predicted_oom(snap, i, ev, &f, &o));
+                            if run.oom.is_none() {
+                                run.oom = Some(predicted_oom(snap, i, ev, &f, &o));
                             }
                         }
                     }
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
-                    replay_free(&mut eng, &mut blocks, &mut cat_of, &mut live, ev);
+                    replay_free(&mut run.eng, &mut run.blocks, &mut run.cat_of, &mut run.live, ev);
                 }
                 _ => {}
             }
         }
         if started {
-            observe(trace.len() - 1, levels(&eng));
+            observe(trace.len() - 1, levels(&run.eng));
         }
-        self.size_notes(at, vanished, &mut notes);
-        let st = eng.stats();
-        let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
-        let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
-        Prediction {
-            at,
-            device,
-            config: cfg.to_conf_string(),
-            capacity,
-            peak_reserved,
-            peak_allocated,
-            oom,
-            start_over_capacity,
-            start_refused,
-            breakdown: at_peak,
-            extrapolated_share: at_peak.extrapolated_share(),
-            vanished_requests: vanished,
-            notes,
+        let st = run.eng.stats();
+        PassPeaks {
+            reserved: st.reserved_bytes.all().peak.max(0) as u64,
+            allocated: st.allocated_bytes.all().peak.max(0) as u64,
+            at_peak,
+            start_reserved,
+            end_reserved: run.eng.reserved_bytes(),
+        }
+    }
+
+    /// The start of a warm template's prediction at size `at`: the previous step's
+    /// leftovers (blocks live before the trace that the trace frees, [`warm::Carry`])
+    /// replaced by their counterparts at `at`, and the template's cache released, so that
+    /// the step builds the cache of its own size.
+    fn rebuild_start(&self, at: u64, cfg: &AllocatorConfig, run: &mut Run) {
+        let trace = self.template.trace(self.device);
+        for &(addr, _) in &self.carry.pairs {
+            if let Some(a) = run.blocks.target(addr) {
+                let _ = run.eng.free(a);
+                if let Some((c, n)) = run.cat_of.remove(&a) {
+                    run.live.sub(c, n);
+                }
+                run.blocks.completed(addr);
+            }
+        }
+        run.eng.empty_cache();
+        for &(addr, q) in &self.carry.pairs {
+            let ev = &trace[self.req_index[q]];
+            let f = self.fits[q];
+            let Some(n) = f.at(at) else { continue };
+            let pool = self.template.pool_id(ev).unwrap_or(DEFAULT_POOL);
+            if let Ok(a) = run.eng.malloc_in_pool(n, self.template.stream(ev), pool) {
+                run.blocks.allocated(addr, Some(a));
+                let r = round_size(n, cfg);
+                run.live.add(Cat::Before, r);
+                run.cat_of.insert(a, (Cat::Before, r));
+            }
+        }
+    }
+
+    /// Between two passes: what this pass left live stands for the blocks the next pass
+    /// frees before allocating them ([`warm::Carry`]).
+    fn carry_over(&self, run: &mut Run) {
+        let trace = self.template.trace(self.device);
+        let key = |q: usize| trace[self.req_index[q]].addr;
+        let targets: Vec<(u64, Option<u64>)> =
+            self.carry.pairs.iter().map(|&(addr, q)| (addr, run.blocks.target(key(q)))).collect();
+        for &(_, q) in &self.carry.pairs {
+            run.blocks.completed(key(q));
+        }
+        for (addr, a) in targets {
+            run.blocks.allocated(addr, a);
         }
     }
 
@@ -706,6 +819,62 @@ fn start_within(
         kept - cap
     ));
     Some(StartOverCapacity { live, reserved: kept, capacity: cap, over: kept - cap })
+}
+
+/// Whether the template held a cache at its first request: free bytes in its segments
+/// once the `empty_cache()` calls before that request are made, more than 5 % of what it
+/// reserved (the free tails of segments that hold live blocks are not a cache).
+fn started_warm(seeded: &Seeded, cfg: &AllocatorConfig, req_index: &[usize]) -> bool {
+    let Ok(mut eng) = seeded.allocator(cfg.clone(), UNLIMITED) else { return false };
+    let first = req_index.first().copied().unwrap_or(0);
+    if seeded.empty_cache_before().iter().any(|&k| k <= first) {
+        eng.empty_cache();
+    }
+    let reserved = eng.reserved_bytes();
+    let live = live_bytes(seeded);
+    reserved.saturating_sub(live) * 20 > reserved
+}
+
+/// Passes a warm template's prediction makes at most before it reports the last.
+const MAX_PASSES: u32 = 4;
+
+/// The replay state of one predicted run, carried from pass to pass.
+struct Run {
+    eng: CachingAllocator<SimulatedDevice>,
+    /// Template addresses → the run's blocks.
+    blocks: BlockMap,
+    /// Live bytes by category, and the category of each live block.
+    live: PeakBreakdown,
+    cat_of: CatOf,
+    oom: Option<PredictedOom>,
+    vanished: u64,
+}
+
+/// What one pass over the template's trace measured.
+#[derive(Clone)]
+struct PassPeaks {
+    reserved: u64,
+    allocated: u64,
+    at_peak: PeakBreakdown,
+    /// Reserved bytes when the pass began and when it ended.
+    start_reserved: u64,
+    end_reserved: u64,
+}
+
+/// The note of a warm template's prediction: how its cache was rebuilt, and the first
+/// step's peaks where they differ from the steady state's.
+fn warm_note(passes: u32, first: Option<&PassPeaks>, last: &PassPeaks) -> String {
+    let mut n = format!(
+        "the template started warm (a cache built before its trace): the cache was rebuilt at this size by \
+         replaying the predicted step {passes} time(s) from the live state; peaks are the last pass's"
+    );
+    if let Some(f) = first {
+        n.push_str(&format!(
+            " (steady state: {} B reserved, {} B allocated; the first step from an empty cache: {} B, {} B)",
+            last.reserved, last.allocated, f.reserved, f.allocated
+        ));
+    }
+    n
 }
 
 /// Bytes of the blocks live at the first entry (allocated, or pending their free).

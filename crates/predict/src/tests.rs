@@ -82,6 +82,8 @@ fn own_program(snap: &Snapshot, device: i64) -> Program<'_> {
         seeded: Seeded::rebuild(snap, device),
         recorded_config: recorded_config(snap),
         notes: Vec::new(),
+        started_warm: false,
+        carry: warm::Carry::default(),
     }
 }
 

@@ -15,8 +15,9 @@
 //!   reservations made before the trace).
 //!
 //! Cases: leave-one-out on families of three or more sizes, up (fitted on the two smallest,
-//! every larger size: 2×, 4×), down (fitted on the two largest, every smaller size), and a
-//! fitted size predicted (the smaller of two recordings, where the family has two).
+//! every larger size: 2×, 4×), down (fitted on the two largest, every smaller size), a
+//! fitted size predicted (the smaller of two recordings, where the family has two), and
+//! the template's own size (fitted on every size).
 //!
 //! The table of errors is printed (`cargo test -p fragscope-predict -- --nocapture eval`)
 //! and copied into docs/fidelity.md. Each case is held to the error it had when the table
@@ -172,6 +173,9 @@ fn cases(sizes: &[u64]) -> Vec<(&'static str, Vec<u64>, u64)> {
     } else {
         out.push(("self", sizes.to_vec(), sizes[0]));
     }
+    // The self-check: the template's own size (a warm template's rebuilt cache must give
+    // its recorded peak).
+    out.push(("own", sizes.to_vec(), sizes[n - 1]));
     // Leave-one-out already covers some up and down cases: one row each.
     let mut seen = Vec::new();
     out.retain(|c| {
@@ -213,39 +217,28 @@ fn evaluate(f: &Family, form: Form) -> Vec<Row> {
     rows
 }
 
-/// Today's error (|%|, reserved then allocated) of every case, rounded up: a case may not
-/// get worse than this. Cases within 3 % are held to 3 % (the issue's target).
+/// The error (|%|, reserved then allocated) of every case over 3 % when the warm cache
+/// was rebuilt (issue 37 item 2), rounded up: a case may not get worse than this. Cases
+/// not listed are held to 3 % (the issue's target). The errors before any change are in
+/// docs/fidelity.md.
 const BUDGET: &[(&str, f64, f64)] = &[
-    ("niu-train3 warm loo [150, 200]->100", 67.0, 3.0),
-    ("niu-train3 warm loo [100, 200]->150", 30.0, 3.0),
-    ("niu-train3 warm loo [100, 150]->200", 12.0, 3.0),
-    ("niu-train3 warm-expandable loo [150, 200]->100", 71.0, 3.0),
-    ("niu-train3 warm-expandable loo [100, 200]->150", 21.0, 3.0),
-    ("h200-batch warm loo [8, 16, 32]->4", 281.0, 32.0),
-    ("h200-batch warm loo [4, 16, 32]->8", 173.0, 9.0),
-    ("h200-batch warm loo [4, 8, 32]->16", 58.0, 3.0),
-    ("h200-batch warm loo [4, 8, 16]->32", 8.0, 3.0),
-    ("h200-batch warm down [16, 32]->4", 281.0, 32.0),
-    ("h200-batch warm down [16, 32]->8", 173.0, 9.0),
-    ("h200-batch warm-expandable loo [8, 16, 32]->4", 296.0, 32.0),
-    ("h200-batch warm-expandable loo [4, 16, 32]->8", 179.0, 9.0),
-    ("h200-batch warm-expandable loo [4, 8, 32]->16", 67.0, 3.0),
-    ("h200-batch warm-expandable loo [4, 8, 16]->32", 7.0, 3.0),
-    ("h200-batch warm-expandable up [4, 8]->16", 6.0, 3.0),
-    ("h200-batch warm-expandable up [4, 8]->32", 5.0, 3.0),
-    ("h200-batch warm-expandable down [16, 32]->4", 296.0, 32.0),
-    ("h200-batch warm-expandable down [16, 32]->8", 179.0, 9.0),
-    ("h200-amp warm loo [8, 16]->4", 63.0, 3.0),
-    ("h200-amp warm loo [4, 16]->8", 28.0, 3.0),
-    ("h200-amp warm loo [4, 8]->16", 6.0, 3.0),
+    ("kk-step expandable own [128, 256]->256", 8.0, 3.0),
+    ("h200-batch warm loo [8, 16, 32]->4", 10.0, 3.0),
+    ("h200-batch warm loo [4, 8, 32]->16", 5.0, 3.0),
+    ("h200-batch warm down [16, 32]->4", 10.0, 3.0),
+    ("h200-batch warm-expandable loo [4, 8, 32]->16", 11.0, 3.0),
+    ("h200-batch warm-expandable loo [4, 8, 16]->32", 12.0, 3.0),
+    ("h200-amp warm loo [8, 16]->4", 7.0, 3.0),
+    ("h200-amp warm loo [4, 16]->8", 10.0, 3.0),
+    ("h200-amp warm loo [4, 8]->16", 5.0, 3.0),
+    ("h200-amp warm own [4, 8, 16]->16", 5.0, 3.0),
     ("h200-amp expandable loo [4, 16]->8", 6.0, 3.0),
-    ("h200-amp warm-expandable loo [8, 16]->4", 71.0, 3.0),
-    ("h200-amp warm-expandable loo [4, 16]->8", 23.0, 3.0),
-    ("h200-seq warm loo [512, 1024]->256", 101.0, 7.0),
-    ("h200-seq warm loo [256, 1024]->512", 43.0, 3.0),
-    ("h200-seq warm-expandable loo [512, 1024]->256", 107.0, 7.0),
-    ("h200-seq warm-expandable loo [256, 1024]->512", 45.0, 3.0),
-    ("h200-seq warm-expandable loo [256, 512]->1024", 6.0, 3.0),
+    ("h200-amp warm-expandable loo [4, 8]->16", 7.0, 3.0),
+    ("h200-amp warm-expandable own [4, 8, 16]->16", 7.0, 3.0),
+    ("h200-seq warm loo [512, 1024]->256", 8.0, 3.0),
+    ("h200-seq warm loo [256, 1024]->512", 7.0, 3.0),
+    ("h200-seq warm own [256, 512, 1024]->1024", 6.0, 3.0),
+    ("h200-seq warm-expandable loo [512, 1024]->256", 6.0, 3.0),
 ];
 
 fn budget(label: &str) -> (f64, f64) {

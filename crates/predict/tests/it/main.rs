@@ -5,3 +5,4 @@
 
 mod capacity;
 mod eval;
+mod warm;
