@@ -374,9 +374,22 @@ pub struct MaxFit {
     pub fits_at: Option<Prediction>,
     /// The replay at `largest + 1` (the first OOM), when bounded.
     pub next: Option<Prediction>,
-    /// Replays the search made.
+    /// Replays the search made (the band check's included).
     pub replays: u32,
+    /// Sizes just below `largest` (the [`MAX_FIT_BAND`] sizes under it) whose own replay
+    /// does not fit: the allocator's luck (a cached block of the right size, a split
+    /// that happens to leave room) makes the curve non-monotone there, and a user who
+    /// picks one of them runs out of memory. Empty when every size checked fits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fails_below: Vec<u64>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` (on top of the settings searched) under which every
+    /// size of `fails_below` fits, when one of [`fragscope_replay::ALTERNATIVES`] does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fails_below_fixed_by: Option<String>,
 }
+
+/// How many sizes right below a `max_fit` answer are replayed too ([`MaxFit::fails_below`]).
+pub const MAX_FIT_BAND: u64 = 16;
 
 impl<'a> Program<'a> {
     /// Align and fit `recs` (two or more, of one program, distinct non-zero sizes) on
@@ -761,6 +774,8 @@ impl<'a> Program<'a> {
                 fits_at: lo_p,
                 next: None,
                 replays,
+                fails_below: Vec::new(),
+                fails_below_fixed_by: None,
             };
         };
         while h - lo > 1 {
@@ -774,6 +789,9 @@ impl<'a> Program<'a> {
                 hi_p = Some(p);
             }
         }
+        // The band below the answer: bisection assumed a monotone curve.
+        let fails_below: Vec<u64> = (lo.saturating_sub(MAX_FIT_BAND).max(1)..lo).filter(|&x| !run(x).fits()).collect();
+        let fails_below_fixed_by = self.band_fix(cfg, capacity, &fails_below, &mut replays);
         MaxFit {
             device: self.device,
             config: cfg.to_conf_string(),
@@ -783,7 +801,25 @@ impl<'a> Program<'a> {
             fits_at: lo_p,
             next: hi_p,
             replays,
+            fails_below,
+            fails_below_fixed_by,
         }
+    }
+
+    /// The first of [`fragscope_replay::ALTERNATIVES`] (on top of `cfg`) under which every
+    /// size of `failing` fits on `capacity` bytes; `replays` counts the replays made.
+    fn band_fix(&self, cfg: &AllocatorConfig, capacity: u64, failing: &[u64], replays: &mut u32) -> Option<String> {
+        if failing.is_empty() {
+            return None;
+        }
+        fragscope_replay::ALTERNATIVES.iter().find_map(|alt| {
+            let c = fragscope_replay::config_on_top(cfg, alt).ok().filter(|c| c != cfg)?;
+            let all = failing.iter().all(|&x| {
+                *replays += 1;
+                self.predict(x, &c, Some(capacity)).fits()
+            });
+            all.then(|| alt.to_string())
+        })
     }
 }
 

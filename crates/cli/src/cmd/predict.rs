@@ -309,6 +309,20 @@ fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
     }
     let cap = capacity.unwrap_or("");
     let _ = writeln!(s, "\n  largest size that fits on {cap} (bisection over replays)\n{}", t.render());
+    for m in maxfits.iter().filter(|m| !m.fails_below.is_empty()) {
+        let sizes: Vec<String> = m.fails_below.iter().map(u64::to_string).collect();
+        let fix = match &m.fails_below_fixed_by {
+            Some(c) => format!("; all of them fit with {c}"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  note ({}): below {}, size(s) {} do not fit (allocator luck: the curve is not monotone there){fix}",
+            conf_label(&m.config),
+            m.largest.unwrap_or(0),
+            sizes.join(", ")
+        );
+    }
     write_notes(s, maxfits.iter().flat_map(|m| m.fits_at.iter()));
 }
 

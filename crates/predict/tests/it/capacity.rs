@@ -74,3 +74,31 @@ fn max_fit_answers_a_size_that_fits() {
         assert!(!prog.predict(x + 1, &cfg, Some(cap)).fits(), "{gib} GiB: {} fits too", x + 1);
     }
 }
+
+#[test]
+fn max_fit_reports_the_sizes_below_it_that_do_not_fit() {
+    // kk-2.7b training step (the corpus) on an H100 80GB less the CUDA context, under
+    // garbage_collection_threshold:0.8,per_process_memory_fraction:0.95: bisection answers
+    // 882, and sizes just below it run out of memory by the allocator's luck.
+    let f = FAMILIES.iter().find(|f| f.name == "kk-step").expect("the family");
+    let (Some(a), Some(b)) = (load(f, 128), load(f, 256)) else { return };
+    let prog =
+        Program::fit(&[Recording { snap: &a, size: 128 }, Recording { snap: &b, size: 256 }], Some(0)).expect("aligns");
+    let cfg = fragscope_replay::config_on_top(
+        &prog.recorded_config,
+        "garbage_collection_threshold:0.8,per_process_memory_fraction:0.95",
+    )
+    .expect("a setting");
+    let cap = 84_356_513_137;
+    let m = prog.max_fit(&cfg, cap, 1 << 20);
+    let x = m.largest.expect("fits");
+    assert!(!m.fails_below.is_empty(), "{m:?}");
+    for y in x.saturating_sub(fragscope_predict::MAX_FIT_BAND).max(1)..x {
+        let fits = prog.predict(y, &cfg, Some(cap)).fits();
+        assert_eq!(fits, !m.fails_below.contains(&y), "size {y}");
+    }
+    let fix = m.fails_below_fixed_by.as_deref().expect("a setting removes them");
+    let fixed = fragscope_replay::config_on_top(&cfg, fix).expect("a setting");
+    assert!(m.fails_below.iter().all(|&y| prog.predict(y, &fixed, Some(cap)).fits()));
+    eprintln!("MAXFIT kk-step band: {x}, failing below {:?}, fixed by {fix}", m.fails_below);
+}
