@@ -38,11 +38,9 @@ pub(crate) fn carry(trace: &[TraceEvent], req_index: &[usize], seeded: &Seeded) 
                     live.insert(ev.addr, q);
                 }
             }
-            Action::FreeRequested | Action::FreeCompleted => {
-                if live.remove(&ev.addr).is_none() {
-                    if let Some(req) = before.remove(&ev.addr) {
-                        freed_before.push((ev.addr, req));
-                    }
+            Action::FreeRequested | Action::FreeCompleted if live.remove(&ev.addr).is_none() => {
+                if let Some(req) = before.remove(&ev.addr) {
+                    freed_before.push((ev.addr, req));
                 }
             }
             _ => {}
