@@ -22,6 +22,9 @@ struct JsonOut<'a> {
     predictions: Vec<JsonPrediction<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     max_fit: Vec<&'a MaxFit>,
+    /// How the capacity was taken from a GPU name (absent for a capacity in bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity_note: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -68,13 +71,46 @@ pub fn parse_sizes(s: &str, what: Param) -> Result<Vec<u64>, Error> {
     Ok(v)
 }
 
+/// Bytes a process loses to the CUDA context and library workspaces before PyTorch's
+/// allocator gets any: what a GPU name's total capacity is reduced by. Measured as
+/// "this process has X in use" less what PyTorch reserved, in real OOM messages: 0.51 GiB
+/// on our H200 (both OOM recordings of `crates/testdata/h200`; 552,402,944 bytes between
+/// `total_memory` and the free memory at the start of each `fit.jsonl` process), 0.51 and
+/// 0.54 GiB on two RTX 4090s and 0.34 GiB on an L40S in public issues (one more process
+/// showed 1.15 GiB, other libraries loaded). 560 MiB covers all but that one; give the
+/// real figure (`torch.cuda.mem_get_info()[0]` at the start of the process) in bytes.
+pub const CUDA_CONTEXT_ALLOWANCE: u64 = 560 << 20;
+
+/// A capacity as `predict --capacity` takes it: bytes as given; a GPU name's total less
+/// [`CUDA_CONTEXT_ALLOWANCE`], with the note that says so.
+pub fn parse_capacity(text: Option<&str>) -> Result<(Option<u64>, Option<String>), Error> {
+    let Some(t) = text else { return Ok((None, None)) };
+    let total = crate::replay::parse_capacity(Some(t))?.expect("given");
+    if fragscope_replay::parse_size(t).is_ok() {
+        return Ok((Some(total), None));
+    }
+    let usable = total.saturating_sub(CUDA_CONTEXT_ALLOWANCE);
+    let note = format!(
+        "{t}: {} total capacity less {} for the CUDA context and library workspaces (measured in real OOM \
+         messages: 0.34-0.54 GiB) = {usable} B for PyTorch's allocator; give the bytes torch.cuda.mem_get_info()[0] \
+         reports at the start of your process as --capacity for the exact figure",
+        fragscope_alloc::format_size(total),
+        fragscope_alloc::format_size(CUDA_CONTEXT_ALLOWANCE),
+    );
+    Ok((Some(usable), Some(note)))
+}
+
 /// What to predict: the parsed arguments without the files ([`check_request`] checks it).
 #[derive(Clone, Debug, Default)]
 pub struct Request {
     pub sizes: Vec<u64>,
     pub at: Vec<u64>,
     pub config: Option<String>,
+    /// Bytes PyTorch's allocator may hold (a GPU name already less the CUDA context:
+    /// [`parse_capacity`]).
     pub capacity: Option<u64>,
+    /// How `capacity` was derived from a GPU name, shown with the results.
+    pub capacity_note: Option<String>,
     pub max_fit: bool,
     pub max_size: u64,
     pub device: Option<i64>,
@@ -89,6 +125,8 @@ pub struct Outcome<'a> {
     /// Each prediction with the index of its program.
     pub predictions: Vec<(Prediction, usize)>,
     pub max_fit: Vec<MaxFit>,
+    /// [`Request::capacity_note`].
+    pub capacity_note: Option<String>,
 }
 
 /// Checks the usage of `predict` for `files` recordings (before reading any file): the
@@ -178,7 +216,14 @@ pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> 
             }
         }
     }
-    Ok(Outcome { names: names.to_vec(), sizes: req.sizes.clone(), programs, predictions, max_fit })
+    Ok(Outcome {
+        names: names.to_vec(),
+        sizes: req.sizes.clone(),
+        programs,
+        predictions,
+        max_fit,
+        capacity_note: req.capacity_note.clone(),
+    })
 }
 
 /// The `--json` document (schema `fragscope.predict/1`): what `fragscope predict --json`
@@ -199,7 +244,7 @@ pub fn json(out: &Outcome) -> Result<String, Error> {
                 let prog = &out.programs[*k];
                 JsonPrediction {
                     prediction: p,
-                    fits: p.oom.is_none(),
+                    fits: p.fits(),
                     fit_quality: CompactQuality {
                         aligned_fraction: prog.quality.aligned_fraction,
                         unexplained: prog.quality.unexplained_total,
@@ -209,6 +254,25 @@ pub fn json(out: &Outcome) -> Result<String, Error> {
             })
             .collect(),
         max_fit: out.max_fit.iter().collect(),
+        capacity_note: out.capacity_note.as_deref(),
     };
     crate::to_json(&doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_name_leaves_room_for_the_cuda_context_and_says_so() {
+        let total = crate::replay::parse_capacity(Some("H100-80GB")).unwrap().unwrap();
+        let (cap, note) = parse_capacity(Some("H100-80GB")).unwrap();
+        assert_eq!(cap, Some(total - CUDA_CONTEXT_ALLOWANCE));
+        let note = note.expect("said");
+        assert!(note.contains("CUDA context") && note.contains("mem_get_info"), "{note}");
+        // Bytes are what the allocator may use, as given.
+        assert_eq!(parse_capacity(Some("80GB")).unwrap(), (Some(80_000_000_000), None));
+        assert_eq!(parse_capacity(None).unwrap(), (None, None));
+        assert!(parse_capacity(Some("H900")).is_err());
+    }
 }

@@ -31,6 +31,7 @@
 
 mod align;
 mod fit;
+mod warm;
 
 use std::collections::HashMap;
 
@@ -72,6 +73,10 @@ pub enum PredictError {
     /// The recordings at `size` and `template_size` align on only `aligned` (0–1) of
     /// their allocations, below [`MIN_ALIGNED`]: not the same program.
     NotSameProgram { size: u64, template_size: u64, aligned: f64 },
+    /// The template's (at `size`) state before the trace was rebuilt but the allocator
+    /// model cannot hold it under the recorded settings (why): predictions would start
+    /// empty, without the memory live before the trace.
+    StartNotHeld { size: u64, why: String },
 }
 
 impl std::fmt::Display for PredictError {
@@ -104,6 +109,11 @@ impl std::fmt::Display for PredictError {
                  same precision",
                 aligned * 100.0,
                 MIN_ALIGNED * 100.0
+            ),
+            PredictError::StartNotHeld { size, why } => write!(
+                f,
+                "the recording at size {size}: its allocator state before the trace could not be held ({why}); a \
+                 prediction would start without the memory live then"
             ),
         }
     }
@@ -181,6 +191,11 @@ pub struct Program<'a> {
     /// Settings the template recorded.
     pub recorded_config: AllocatorConfig,
     pub notes: Vec<String>,
+    /// The template held a cache at its first request (recorded after warm-up steps):
+    /// predictions rebuild the cache of their own size ([`Program::predict_observed`]).
+    pub started_warm: bool,
+    /// What the template's trace carries from one step to the next.
+    carry: warm::Carry,
 }
 
 /// Bytes live at the predicted peak of allocated memory, by how far their sizes can be
@@ -279,6 +294,29 @@ fn far_beyond(at: u64, sizes: &[u64]) -> Option<String> {
     })
 }
 
+/// The state a prediction starts from (the template's state before the trace) does not
+/// fit the device: the run cannot even begin at this size on this capacity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StartOverCapacity {
+    /// Bytes of the blocks live before the trace (allocated, or pending their free).
+    pub live: u64,
+    /// Bytes reserved before the trace that no release can return: the segments that
+    /// hold live blocks, once the cache's free segments are released (as the allocator
+    /// releases them when a `cudaMalloc` fails).
+    pub reserved: u64,
+    pub capacity: u64,
+    /// `reserved - capacity`.
+    pub over: u64,
+}
+
+/// The first step's peaks of a prediction from a template that started warm, where they
+/// differ from the steady state's (the prediction's own peaks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FirstStep {
+    pub peak_reserved: u64,
+    pub peak_allocated: u64,
+}
+
 /// One synthesised run: the program at size `at`, replayed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Prediction {
@@ -292,12 +330,32 @@ pub struct Prediction {
     pub peak_allocated: u64,
     /// Null when every request was served.
     pub oom: Option<PredictedOom>,
+    /// Set when the state before the trace alone exceeds `capacity` (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_over_capacity: Option<StartOverCapacity>,
+    /// Set when the template's state before the trace could not be held under `config`
+    /// (why): the replay started empty, its figures are not a prediction (absent
+    /// otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_refused: Option<String>,
+    /// A warm template's first step from an empty cache, where its peaks differ from the
+    /// steady state's (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_step: Option<FirstStep>,
     pub breakdown: PeakBreakdown,
     /// Share of the allocated peak extrapolated without a check (0 to 1).
     pub extrapolated_share: f64,
     /// Requests whose law gives no positive size at `at` (left out).
     pub vanished_requests: u64,
     pub notes: Vec<String>,
+}
+
+impl Prediction {
+    /// Whether the run fits its capacity: the state before the trace was held and fits,
+    /// and every request was served.
+    pub fn fits(&self) -> bool {
+        self.oom.is_none() && self.start_over_capacity.is_none() && self.start_refused.is_none()
+    }
 }
 
 /// Result of [`Program::max_fit`].
@@ -316,9 +374,22 @@ pub struct MaxFit {
     pub fits_at: Option<Prediction>,
     /// The replay at `largest + 1` (the first OOM), when bounded.
     pub next: Option<Prediction>,
-    /// Replays the search made.
+    /// Replays the search made (the band check's included).
     pub replays: u32,
+    /// Sizes just below `largest` (the [`MAX_FIT_BAND`] sizes under it) whose own replay
+    /// does not fit: the allocator's luck (a cached block of the right size, a split
+    /// that happens to leave room) makes the curve non-monotone there, and a user who
+    /// picks one of them runs out of memory. Empty when every size checked fits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fails_below: Vec<u64>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` (on top of the settings searched) under which every
+    /// size of `fails_below` fits, when one of [`fragscope_replay::ALTERNATIVES`] does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fails_below_fixed_by: Option<String>,
 }
+
+/// How many sizes right below a `max_fit` answer are replayed too ([`MaxFit::fails_below`]).
+pub const MAX_FIT_BAND: u64 = 16;
 
 impl<'a> Program<'a> {
     /// Align and fit `recs` (two or more, of one program, distinct non-zero sizes) on
@@ -342,6 +413,12 @@ impl<'a> Program<'a> {
         let fits: Vec<SizeFit> = points.iter().map(|p| fit::fit(p)).collect();
         let quality = fit_quality(template, trace, &req_index, &fits, &points, &in_all, alignments);
         let (seeded, notes) = state_before(recs, &order, t, device);
+        let recorded = recorded_config(template);
+        let warm = started_warm(&seeded, &recorded, &req_index);
+        let carry = warm::carry(trace, &req_index, &seeded);
+        if let Err(StartError::NotSeeded(e)) = seeded.allocator(recorded.clone(), UNLIMITED) {
+            return Err(PredictError::StartNotHeld { size: recs[t].size, why: e.to_string() });
+        }
         let mut sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
         sizes.sort_unstable();
         Ok(Program {
@@ -352,8 +429,10 @@ impl<'a> Program<'a> {
             req_index,
             fits,
             quality,
+            started_warm: warm,
+            carry,
             seeded,
-            recorded_config: recorded_config(template),
+            recorded_config: recorded,
             notes,
         })
     }
@@ -385,30 +464,90 @@ impl<'a> Program<'a> {
         capacity: Option<u64>,
         mut observe: impl FnMut(usize, [u64; 4]),
     ) -> Prediction {
-        let snap = self.template;
-        let device = self.device;
-        let trace = snap.trace(device);
         let mut notes = Vec::new();
         let cap = self.replay_capacity(cfg, capacity);
-        let (mut eng, mut blocks, mut live, mut cat_of) = self.seeded_engine(cfg, cap, &mut notes);
-        let mut at_peak = live;
-        let mut peak_alloc = eng.stats().allocated_bytes.all().current.max(0) as u64;
+        let mut start_refused = None;
+        let (mut eng, blocks, live, cat_of) = self.seeded_engine(cfg, cap, &mut start_refused);
+        notes.extend(start_refused.clone());
+        let start_over_capacity = start_within(&mut eng, cap, live.before_trace, &mut notes);
+        let mut run = Run { eng, blocks, live, cat_of, oom: None, vanished: 0 };
+        let warm = self.started_warm && start_refused.is_none() && start_over_capacity.is_none();
+        if warm {
+            self.rebuild_start(at, cfg, &mut run);
+        }
+        // A template that started warm: the step again from its own end until the reserved
+        // bytes at its end repeat (the cache the target size builds), the last pass
+        // reported; a cold one: once.
+        let mut first: Option<PassPeaks> = None;
+        let mut last;
+        let mut passes = 0u32;
+        loop {
+            let mut seen = Vec::new();
+            last = self.pass(at, cfg, &mut run, &mut |i, l| seen.push((i, l)));
+            passes += 1;
+            let repeat = first.as_ref().is_some_and(|_| last.end_reserved == last.start_reserved);
+            if !warm || run.oom.is_some() || repeat || passes >= MAX_PASSES {
+                for (i, l) in seen {
+                    observe(i, l);
+                }
+                break;
+            }
+            if first.is_none() {
+                first = Some(last.clone());
+            }
+            self.carry_over(&mut run);
+        }
+        let first_step = first.filter(|f| (f.reserved, f.allocated) != (last.reserved, last.allocated));
+        if warm {
+            notes.push(warm_note(passes, first_step.as_ref(), &last));
+        }
+        self.size_notes(at, run.vanished, &mut notes);
+        Prediction {
+            at,
+            device: self.device,
+            config: cfg.to_conf_string(),
+            capacity,
+            peak_reserved: last.reserved,
+            peak_allocated: last.allocated,
+            oom: run.oom,
+            start_over_capacity,
+            start_refused,
+            first_step: first_step.map(|f| FirstStep { peak_reserved: f.reserved, peak_allocated: f.allocated }),
+            breakdown: last.at_peak,
+            extrapolated_share: last.at_peak.extrapolated_share(),
+            vanished_requests: run.vanished,
+            notes,
+        }
+    }
+
+    /// One pass of the template's trace at size `at` on `run`, calling `observe` after
+    /// each entry from the first request on: its peaks, which count from that request.
+    fn pass(
+        &self,
+        at: u64,
+        cfg: &AllocatorConfig,
+        run: &mut Run,
+        observe: &mut dyn FnMut(usize, [u64; 4]),
+    ) -> PassPeaks {
+        let snap = self.template;
+        let trace = snap.trace(self.device);
+        let start_reserved = run.eng.reserved_bytes();
+        let mut at_peak = run.live;
+        let mut peak_alloc = 0;
         // Peaks count from the first request: cached segments the template held before
         // the trace (history of what ran earlier in its process, at its own size) and
         // released by an `empty_cache()` before any request are not part of this run.
         let mut started = false;
         let mut ec = self.seeded.empty_cache_before().iter().copied().peekable();
-        let mut oom: Option<PredictedOom> = None;
-        let mut vanished = 0u64;
         let mut q = 0usize; // next template request
         for (i, ev) in trace.iter().enumerate() {
             // The entry before this one is done (entries end early with `continue`).
             if started {
-                observe(i - 1, levels(&eng));
+                observe(i - 1, levels(&run.eng));
             }
             while ec.peek().is_some_and(|&k| k <= i) {
                 ec.next();
-                eng.empty_cache();
+                run.eng.empty_cache();
             }
             let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
             match ev.action {
@@ -416,70 +555,106 @@ impl<'a> Program<'a> {
                     debug_assert_eq!(self.req_index[q], i);
                     if !started {
                         started = true;
-                        eng.reset_peak_stats();
-                        peak_alloc = eng.stats().allocated_bytes.all().current.max(0) as u64;
-                        at_peak = live;
+                        run.eng.reset_peak_stats();
+                        peak_alloc = run.eng.stats().allocated_bytes.all().current.max(0) as u64;
+                        at_peak = run.live;
                     }
                     let f = self.fits[q];
                     q += 1;
                     let Some(n) = f.at(at) else {
-                        vanished += 1;
+                        run.vanished += 1;
                         if ev.action == Action::Alloc {
-                            blocks.allocated(ev.addr, None);
+                            run.blocks.allocated(ev.addr, None);
                         }
                         continue;
                     };
-                    match eng.malloc_in_pool(n, snap.stream(ev), pool) {
+                    match run.eng.malloc_in_pool(n, snap.stream(ev), pool) {
                         Ok(a) => {
                             if ev.action == Action::Oom {
-                                let _ = eng.free(a);
+                                let _ = run.eng.free(a);
                             } else {
-                                blocks.allocated(ev.addr, Some(a));
+                                run.blocks.allocated(ev.addr, Some(a));
                                 let r = round_size(n, cfg);
-                                live.add(Cat::Fit(f.evidence), r);
-                                cat_of.insert(a, (Cat::Fit(f.evidence), r));
-                                let cur = eng.stats().allocated_bytes.all().current.max(0) as u64;
+                                run.live.add(Cat::Fit(f.evidence), r);
+                                run.cat_of.insert(a, (Cat::Fit(f.evidence), r));
+                                let cur = run.eng.stats().allocated_bytes.all().current.max(0) as u64;
                                 if cur > peak_alloc {
                                     peak_alloc = cur;
-                                    at_peak = live;
+                                    at_peak = run.live;
                                 }
                             }
                         }
                         Err(o) => {
                             if ev.action == Action::Alloc {
-                                blocks.allocated(ev.addr, None);
+                                run.blocks.allocated(ev.addr, None);
                             }
-                            if oom.is_none() {
-                                oom = Some(predicted_oom(snap, i, ev, &f, &o));
+                            if run.oom.is_none() {
+                                run.oom = Some(predicted_oom(snap, i, ev, &f, &o));
                             }
                         }
                     }
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
-                    replay_free(&mut eng, &mut blocks, &mut cat_of, &mut live, ev);
+                    replay_free(&mut run.eng, &mut run.blocks, &mut run.cat_of, &mut run.live, ev);
                 }
                 _ => {}
             }
         }
         if started {
-            observe(trace.len() - 1, levels(&eng));
+            observe(trace.len() - 1, levels(&run.eng));
         }
-        self.size_notes(at, vanished, &mut notes);
-        let st = eng.stats();
-        let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
-        let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
-        Prediction {
-            at,
-            device,
-            config: cfg.to_conf_string(),
-            capacity,
-            peak_reserved,
-            peak_allocated,
-            oom,
-            breakdown: at_peak,
-            extrapolated_share: at_peak.extrapolated_share(),
-            vanished_requests: vanished,
-            notes,
+        let st = run.eng.stats();
+        PassPeaks {
+            reserved: st.reserved_bytes.all().peak.max(0) as u64,
+            allocated: st.allocated_bytes.all().peak.max(0) as u64,
+            at_peak,
+            start_reserved,
+            end_reserved: run.eng.reserved_bytes(),
+        }
+    }
+
+    /// The start of a warm template's prediction at size `at`: the previous step's
+    /// leftovers (blocks live before the trace that the trace frees, [`warm::Carry`])
+    /// replaced by their counterparts at `at`, and the template's cache released, so that
+    /// the step builds the cache of its own size.
+    fn rebuild_start(&self, at: u64, cfg: &AllocatorConfig, run: &mut Run) {
+        let trace = self.template.trace(self.device);
+        for &(addr, _) in &self.carry.pairs {
+            if let Some(a) = run.blocks.target(addr) {
+                let _ = run.eng.free(a);
+                if let Some((c, n)) = run.cat_of.remove(&a) {
+                    run.live.sub(c, n);
+                }
+                run.blocks.completed(addr);
+            }
+        }
+        run.eng.empty_cache();
+        for &(addr, q) in &self.carry.pairs {
+            let ev = &trace[self.req_index[q]];
+            let f = self.fits[q];
+            let Some(n) = f.at(at) else { continue };
+            let pool = self.template.pool_id(ev).unwrap_or(DEFAULT_POOL);
+            if let Ok(a) = run.eng.malloc_in_pool(n, self.template.stream(ev), pool) {
+                run.blocks.allocated(addr, Some(a));
+                let r = round_size(n, cfg);
+                run.live.add(Cat::Before, r);
+                run.cat_of.insert(a, (Cat::Before, r));
+            }
+        }
+    }
+
+    /// Between two passes: what this pass left live stands for the blocks the next pass
+    /// frees before allocating them ([`warm::Carry`]).
+    fn carry_over(&self, run: &mut Run) {
+        let trace = self.template.trace(self.device);
+        let key = |q: usize| trace[self.req_index[q]].addr;
+        let targets: Vec<(u64, Option<u64>)> =
+            self.carry.pairs.iter().map(|&(addr, q)| (addr, run.blocks.target(key(q)))).collect();
+        for &(_, q) in &self.carry.pairs {
+            run.blocks.completed(key(q));
+        }
+        for (addr, a) in targets {
+            run.blocks.allocated(addr, a);
         }
     }
 
@@ -496,36 +671,46 @@ impl<'a> Program<'a> {
     /// The allocator a prediction replays on (`cfg`, a device of `cap` bytes), seeded
     /// with the template's state before the trace when it is known: the engine, the
     /// template's addresses mapped to its blocks, the live bytes by category, and the
-    /// category and size of each live block. When the state cannot be seeded, a note
-    /// says so and the engine starts empty.
+    /// category and size of each live block. Expandable reservations made before the trace
+    /// keep the size the recording's device gave them ([`Seeded::allocator`]), whatever
+    /// `cap` is: seeded at an unlimited device's size, two of them overlapped and the
+    /// prediction started empty. When the state still cannot be held, `refused` says why
+    /// and the engine starts empty: the prediction does not fit ([`Prediction::fits`]).
     fn seeded_engine(
         &self,
         cfg: &AllocatorConfig,
         cap: u64,
-        notes: &mut Vec<String>,
+        refused: &mut Option<String>,
     ) -> (CachingAllocator<SimulatedDevice>, BlockMap, PeakBreakdown, CatOf) {
-        let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-        eng.set_record_events(false);
+        let empty = || {
+            let mut e = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
+            e.set_record_events(false);
+            e
+        };
         let mut blocks = BlockMap::default();
         // Live bytes by category, and the category of each live block.
         let mut live = PeakBreakdown::default();
         let mut cat_of: CatOf = HashMap::default();
-        match self.seeded.seed(&mut eng) {
-            Ok(()) => {
+        let eng = match self.seeded.allocator(cfg.clone(), cap) {
+            Ok(mut eng) => {
+                eng.set_record_events(false);
                 for b in self.seeded.live_blocks() {
                     blocks.seeded(b.addr);
                     live.add(Cat::Before, b.size);
                     cat_of.insert(b.addr, (Cat::Before, b.size));
                 }
+                eng
             }
             Err(StartError::NotSeeded(e)) => {
-                notes.push(format!("the state before the trace could not be seeded ({e}); started empty"));
-                eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
-                eng.set_record_events(false);
+                *refused = Some(format!(
+                    "the state before the trace could not be held under {} ({e}): no prediction from an empty start",
+                    conf_or_defaults(&cfg.to_conf_string())
+                ));
+                empty()
             }
             // Unknown: said once, in the program's notes ([`state_before`]).
-            Err(StartError::Unknown(_)) => {}
-        }
+            Err(StartError::Unknown(_)) => empty(),
+        };
         (eng, blocks, live, cat_of)
     }
 
@@ -550,7 +735,7 @@ impl<'a> Program<'a> {
             replays += 1;
             self.predict(x, cfg, Some(capacity))
         };
-        let fits = |p: &Prediction| p.oom.is_none();
+        let fits = |p: &Prediction| p.fits();
         // Bracket: lo fits, hi does not.
         let start = self.template_size.clamp(1, limit.max(1));
         let p0 = run(start);
@@ -589,6 +774,8 @@ impl<'a> Program<'a> {
                 fits_at: lo_p,
                 next: None,
                 replays,
+                fails_below: Vec::new(),
+                fails_below_fixed_by: None,
             };
         };
         while h - lo > 1 {
@@ -602,6 +789,9 @@ impl<'a> Program<'a> {
                 hi_p = Some(p);
             }
         }
+        // The band below the answer: bisection assumed a monotone curve.
+        let fails_below: Vec<u64> = (lo.saturating_sub(MAX_FIT_BAND).max(1)..lo).filter(|&x| !run(x).fits()).collect();
+        let fails_below_fixed_by = self.band_fix(cfg, capacity, &fails_below, &mut replays);
         MaxFit {
             device: self.device,
             config: cfg.to_conf_string(),
@@ -611,8 +801,116 @@ impl<'a> Program<'a> {
             fits_at: lo_p,
             next: hi_p,
             replays,
+            fails_below,
+            fails_below_fixed_by,
         }
     }
+
+    /// The first of [`fragscope_replay::ALTERNATIVES`] (on top of `cfg`) under which every
+    /// size of `failing` fits on `capacity` bytes; `replays` counts the replays made.
+    fn band_fix(&self, cfg: &AllocatorConfig, capacity: u64, failing: &[u64], replays: &mut u32) -> Option<String> {
+        if failing.is_empty() {
+            return None;
+        }
+        fragscope_replay::ALTERNATIVES.iter().find_map(|alt| {
+            let c = fragscope_replay::config_on_top(cfg, alt).ok().filter(|c| c != cfg)?;
+            let all = failing.iter().all(|&x| {
+                *replays += 1;
+                self.predict(x, &c, Some(capacity)).fits()
+            });
+            all.then(|| alt.to_string())
+        })
+    }
+}
+
+/// Holds the seeded engine `eng` to the device's `cap` bytes: the seeding adopts the
+/// recorded segments whatever the device's size, and a replay whose start already
+/// exceeds the device would serve requests from a cache no real run of that size could
+/// hold. When the start exceeds `cap`, the cache's free segments are released (what the
+/// allocator does when a `cudaMalloc` fails, spec §3.7) with a note; what is left over
+/// `cap` (segments holding the `live` bytes) means the run does not fit.
+fn start_within(
+    eng: &mut CachingAllocator<SimulatedDevice>,
+    cap: u64,
+    live: u64,
+    notes: &mut Vec<String>,
+) -> Option<StartOverCapacity> {
+    let reserved = eng.reserved_bytes();
+    if reserved <= cap {
+        return None;
+    }
+    eng.empty_cache();
+    let kept = eng.reserved_bytes();
+    if kept <= cap {
+        notes.push(format!(
+            "the template's state before the trace reserved {reserved} B, more than the capacity ({cap} B): its \
+             cached free segments ({} B) were released before the trace, as the allocator does when cudaMalloc fails",
+            reserved - kept
+        ));
+        return None;
+    }
+    notes.push(format!(
+        "the state before the trace does not fit the capacity: {live} B live in {kept} B of segments, {} B over \
+         {cap} B",
+        kept - cap
+    ));
+    Some(StartOverCapacity { live, reserved: kept, capacity: cap, over: kept - cap })
+}
+
+/// Whether the template held a cache at its first request: free bytes in its segments
+/// once the `empty_cache()` calls before that request are made, more than 5 % of what it
+/// reserved (the free tails of segments that hold live blocks are not a cache).
+fn started_warm(seeded: &Seeded, cfg: &AllocatorConfig, req_index: &[usize]) -> bool {
+    let Ok(mut eng) = seeded.allocator(cfg.clone(), UNLIMITED) else { return false };
+    let first = req_index.first().copied().unwrap_or(0);
+    if seeded.empty_cache_before().iter().any(|&k| k <= first) {
+        eng.empty_cache();
+    }
+    let reserved = eng.reserved_bytes();
+    let live = live_bytes(seeded);
+    reserved.saturating_sub(live) * 20 > reserved
+}
+
+/// Passes a warm template's prediction makes at most before it reports the last.
+const MAX_PASSES: u32 = 4;
+
+/// The replay state of one predicted run, carried from pass to pass.
+struct Run {
+    eng: CachingAllocator<SimulatedDevice>,
+    /// Template addresses → the run's blocks.
+    blocks: BlockMap,
+    /// Live bytes by category, and the category of each live block.
+    live: PeakBreakdown,
+    cat_of: CatOf,
+    oom: Option<PredictedOom>,
+    vanished: u64,
+}
+
+/// What one pass over the template's trace measured.
+#[derive(Clone)]
+struct PassPeaks {
+    reserved: u64,
+    allocated: u64,
+    at_peak: PeakBreakdown,
+    /// Reserved bytes when the pass began and when it ended.
+    start_reserved: u64,
+    end_reserved: u64,
+}
+
+/// The note of a warm template's prediction: how its cache was rebuilt, and the first
+/// step's peaks where they differ from the steady state's.
+fn warm_note(passes: u32, first: Option<&PassPeaks>, last: &PassPeaks) -> String {
+    let mut n = format!(
+        "the template started warm (a cache built before its trace): the cache was rebuilt at this size by \
+         replaying the predicted step {passes} time(s) from the live state; peaks are the last pass's"
+    );
+    if let Some(f) = first {
+        n.push_str(&format!(
+            " (steady state: {} B reserved, {} B allocated; the first step from an empty cache: {} B, {} B)",
+            last.reserved, last.allocated, f.reserved, f.allocated
+        ));
+    }
+    n
 }
 
 /// Bytes of the blocks live at the first entry (allocated, or pending their free).
@@ -797,6 +1095,15 @@ fn predicted_oom(
         allocated: o.allocated,
         site: site_of(&snap.frames, ev.stack).site,
         stack: stack_strings(snap, ev.stack),
+    }
+}
+
+/// A canonical `PYTORCH_CUDA_ALLOC_CONF`, or "the default settings" when empty.
+fn conf_or_defaults(c: &str) -> String {
+    if c.is_empty() {
+        "the default settings".into()
+    } else {
+        c.to_string()
     }
 }
 

@@ -61,10 +61,17 @@ fn leave_out(grid: &str, fit: &[u64], target: u64) -> Option<Outcome> {
 /// Peak reserved and allocated of a recording replayed as itself (one recording "fitted"
 /// and predicted at its own size is its own trace): the reference predictions compare with.
 fn own_peaks(snap: &Snapshot, device: i64) -> (u64, u64) {
+    let prog = own_program(snap, device);
+    let p = prog.predict(1, &prog.recorded_config.clone(), None);
+    (p.peak_reserved, p.peak_allocated)
+}
+
+/// One recording as a program of its own (size 1): every request at its recorded size.
+fn own_program(snap: &Snapshot, device: i64) -> Program<'_> {
     let s = snap.trace(device);
     let req_index = align::requests(s);
     let fits = req_index.iter().map(|&i| fit::fit(&[(1, s[i].size)])).collect();
-    let prog = Program {
+    Program {
         device,
         template: snap,
         template_size: 1,
@@ -75,9 +82,9 @@ fn own_peaks(snap: &Snapshot, device: i64) -> (u64, u64) {
         seeded: Seeded::rebuild(snap, device),
         recorded_config: recorded_config(snap),
         notes: Vec::new(),
-    };
-    let p = prog.predict(1, &prog.recorded_config.clone(), None);
-    (p.peak_reserved, p.peak_allocated)
+        started_warm: false,
+        carry: warm::Carry::default(),
+    }
 }
 
 /// Leave one out on a three-size grid: every pair predicts the third.
@@ -197,4 +204,38 @@ fn different_programs_and_bad_sizes_are_refused() {
     let same = Program::fit(&[Recording { snap: &f, size: 7 }, Recording { snap: &f, size: 7 }], None).err();
     assert_eq!(same, Some(PredictError::DuplicateSize(7)));
     assert!(same.unwrap().to_string().contains("different size"));
+}
+
+/// `snap` cut after its first step, as `--window` cuts it.
+fn after_first_step(snap: &Snapshot) -> Snapshot {
+    let start = fragscope_trace::steps(snap, 0).steps[1].start;
+    let spec = fragscope_diagnose::WindowSpec::parse(&format!("{start}..")).expect("a window");
+    fragscope_diagnose::cut_window(snap, &spec).expect("cut").0
+}
+
+#[test]
+fn an_expandable_recording_is_predicted_from_its_recorded_state() {
+    // A real recording under expandable_segments:True, cut after its first step: its state
+    // before the trace holds the H200's expandable reservations (small and large pool).
+    // Seeded on an unlimited device they used to overlap ("started empty"): the parameters
+    // and optimizer state vanished from the prediction.
+    let p = fragscope_testdata::h200_dir().join("gpt-s512-b16-expandable.pickle.gz");
+    let snap = after_first_step(&fragscope_snapshot::read_path(&p).expect("shipped in the repository"));
+    let seeded = Seeded::rebuild(&snap, 0);
+    assert!(seeded.segments().any(|s| s.expandable), "expandable reservations before the trace");
+    let live = live_bytes(&seeded);
+    let cfg = recorded_config(&snap);
+    assert!(cfg.expandable_segments);
+    let (rr, ra) = own_peaks(&snap, 0);
+    let truth = fragscope_replay::simulate(&snap, 0, cfg.clone(), None);
+    assert_eq!(truth.start_state, fragscope_replay::StartState::Rebuilt, "{:?}", truth.notes);
+    assert_eq!((rr, ra), (truth.peak_reserved, truth.peak_allocated), "the replay as itself");
+    assert!(ra > live, "the peak holds what was live before the trace ({live} B): {ra}");
+    // Without a capacity, the same answer as with a large one.
+    let prog = own_program(&snap, 0);
+    let big = prog.predict(1, &cfg, Some(140 << 30));
+    let free = prog.predict(1, &cfg, None);
+    assert!(free.notes.iter().all(|n| !n.contains("started empty")), "{:?}", free.notes);
+    assert_eq!((free.peak_reserved, free.peak_allocated), (big.peak_reserved, big.peak_allocated));
+    assert!(big.fits());
 }

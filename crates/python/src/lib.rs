@@ -493,8 +493,17 @@ fn predict_json(
 ) -> PyResult<String> {
     let snaps: Vec<(Arc<Snap>, String)> = snapshots.iter().map(|s| (s.inner.clone(), s.name.clone())).collect();
     py.allow_threads(move || {
-        let capacity = commands::replay::parse_capacity(capacity.as_deref())?;
-        let req = commands::predict::Request { sizes, at, config, capacity, max_fit, max_size: 1 << 20, device };
+        let (capacity, capacity_note) = commands::predict::parse_capacity(capacity.as_deref())?;
+        let req = commands::predict::Request {
+            sizes,
+            at,
+            config,
+            capacity,
+            capacity_note,
+            max_fit,
+            max_size: 1 << 20,
+            device,
+        };
         let refs: Vec<&Snap> = snaps.iter().map(|(s, _)| s.as_ref()).collect();
         let names: Vec<String> = snaps.iter().map(|(_, n)| n.clone()).collect();
         let prediction = commands::predict::evaluate(&names, &refs, &req)?;

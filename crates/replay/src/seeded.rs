@@ -120,6 +120,11 @@ impl Seeded {
     }
 
     /// Seeds `eng`, which must hold nothing yet, with the state at the first entry.
+    /// Expandable reservations are placed at the size `eng`'s device gives them: on a
+    /// device of another size than the recording's (an unlimited one), two recorded
+    /// reservations can overlap and this fails. A replay on a [`SimulatedDevice`] starts
+    /// from [`Seeded::allocator`] instead, which keeps the recorded sizes (`predict` seeded
+    /// with this and started empty on expandable recordings, issue 37).
     pub fn seed<D: DeviceMemory>(&self, eng: &mut CachingAllocator<D>) -> Result<(), StartError> {
         let state = self.initial.as_ref().map_err(|why| StartError::Unknown(why.clone()))?;
         seed_segments(eng, state).map_err(StartError::NotSeeded)

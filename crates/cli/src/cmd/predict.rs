@@ -34,8 +34,10 @@ pub struct Args {
     /// on top of them).
     #[arg(long, value_name = "STRING")]
     pub config: Option<String>,
-    /// Device memory: bytes with a unit (80GiB) or a GPU name (H100-80GB, A100-40GB,
-    /// ...), as `replay --capacity`. Without it the replay has no limit.
+    /// Device memory PyTorch's allocator may use: bytes with a unit (80GiB; best:
+    /// `torch.cuda.mem_get_info()[0]` at the start of the process) or a GPU name
+    /// (H100-80GB, A100-40GB, ...), whose total is reduced by 560 MiB for the CUDA context
+    /// (said in the output). Without it the replay has no limit.
     #[arg(long, value_name = "SIZE|GPU")]
     pub capacity: Option<String>,
     /// The largest size that fits on --capacity (bisection over replays), under the
@@ -64,13 +66,14 @@ impl Args {
             Some(s) => parse_sizes(s, Param::At)?,
             None => Vec::new(),
         };
-        let capacity = fragscope_commands::replay::parse_capacity(self.capacity.as_deref())?;
+        let (capacity, capacity_note) = fragscope_commands::predict::parse_capacity(self.capacity.as_deref())?;
         let sizes = if self.files.len() < 2 { Vec::new() } else { parse_sizes(&self.sizes, Param::Sizes)? };
         let req = Request {
             sizes,
             at,
             config: self.config.clone(),
             capacity,
+            capacity_note,
             max_fit: self.max_fit,
             max_size: self.max_size,
             device: self.device,
@@ -162,6 +165,9 @@ fn render_text(out: &Outcome, capacity: Option<&str>) -> String {
     let mut s = String::new();
     let listed: Vec<String> = names.iter().zip(sizes).map(|(n, z)| format!("{n} (size {z})")).collect();
     let _ = writeln!(s, "predict from {}", listed.join(", "));
+    if let Some(n) = &out.capacity_note {
+        let _ = writeln!(s, "  capacity: {n}");
+    }
     programs_text(&mut s, &out.programs);
     if !out.predictions.is_empty() {
         predictions_text(&mut s, &out.predictions, capacity);
@@ -224,9 +230,11 @@ fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacit
         ("extrapolated", Align::Right),
     ]);
     for (p, _) in predictions {
-        let oom = match &p.oom {
-            None => "none".to_string(),
-            Some(o) => format!(
+        let oom = match (&p.start_over_capacity, &p.oom) {
+            _ if p.start_refused.is_some() => "state before the trace not held (note)".to_string(),
+            (Some(o), _) => format!("before the trace: {} live, {} over", bytes(o.live), bytes(o.over)),
+            (None, None) => "none".to_string(),
+            (None, Some(o)) => format!(
                 "entry {}: {} ({}){}",
                 o.index,
                 bytes(o.requested),
@@ -234,9 +242,11 @@ fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacit
                 if o.site.is_empty() { String::new() } else { format!(" at {}", o.site) }
             ),
         };
-        let fits = if p.capacity.is_none() {
+        let fits = if p.start_refused.is_some() {
+            "no".to_string()
+        } else if p.capacity.is_none() {
             "n/a".to_string()
-        } else if p.oom.is_none() {
+        } else if p.fits() {
             "yes".to_string()
         } else {
             "no".to_string()
@@ -281,9 +291,10 @@ fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
             (Some(x), false) => format!("≥ {x} (all tried fit)"),
         };
         let next = match &m.next {
-            Some(p) => match &p.oom {
-                Some(o) => format!("{} at entry {} ({})", p.at, o.index, bytes(o.requested)),
-                None => format!("{}: fits", p.at),
+            Some(p) => match (&p.start_over_capacity, &p.oom) {
+                (Some(o), _) => format!("{} before the trace ({} over)", p.at, bytes(o.over)),
+                (None, Some(o)) => format!("{} at entry {} ({})", p.at, o.index, bytes(o.requested)),
+                (None, None) => format!("{}: fits", p.at),
             },
             None => "—".into(),
         };
@@ -298,6 +309,20 @@ fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
     }
     let cap = capacity.unwrap_or("");
     let _ = writeln!(s, "\n  largest size that fits on {cap} (bisection over replays)\n{}", t.render());
+    for m in maxfits.iter().filter(|m| !m.fails_below.is_empty()) {
+        let sizes: Vec<String> = m.fails_below.iter().map(u64::to_string).collect();
+        let fix = match &m.fails_below_fixed_by {
+            Some(c) => format!("; all of them fit with {c}"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  note ({}): below {}, size(s) {} do not fit (allocator luck: the curve is not monotone there){fix}",
+            conf_label(&m.config),
+            m.largest.unwrap_or(0),
+            sizes.join(", ")
+        );
+    }
     write_notes(s, maxfits.iter().flat_map(|m| m.fits_at.iter()));
 }
 
