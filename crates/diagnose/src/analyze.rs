@@ -22,8 +22,9 @@ use std::sync::Arc;
 
 use fragscope_snapshot::{Snapshot, SourceFormat};
 
+use crate::imbalance::{imbalance, Imbalance};
 use crate::leaks::{self, LeakSteps, LeakSuspect};
-use crate::oom::{self, OomFinding, OomOptions, StateFigures};
+use crate::oom::{self, first_oom, OomFinding, OomLead, OomOptions, StateFigures};
 use crate::recommend::{self, Era, Recommendations};
 use fragscope_alloc::format_size as fs;
 use fragscope_replay as replay;
@@ -74,6 +75,8 @@ pub enum FindingKind {
     Peak,
     Advice,
     Recommendation,
+    /// One device holding far more than its peers ([`crate::imbalance`]); a file-level finding.
+    DeviceImbalance,
 }
 
 /// How much a finding matters (`"high"`, `"medium"`, `"info"` in JSON and text); ordered
@@ -159,7 +162,26 @@ pub struct Analysis {
     pub era: Era,
     /// Recorded `PYTORCH_CUDA_ALLOC_CONF` (canonical; `null` before 2.3 files).
     pub recorded_config: Option<String>,
+    /// The file's first OOM ([`crate::oom::first_oom`]): the device and entry every front end
+    /// leads with; `null` without one.
+    pub oom: Option<OomLead>,
+    /// Findings about the file as a whole, before any device's: device imbalance
+    /// ([`crate::imbalance`]).
+    pub findings: Vec<Finding>,
+    /// One device holding far more than its peers, when one does.
+    pub device_imbalance: Option<Imbalance>,
     pub devices: Vec<DeviceAnalysis>,
+}
+
+impl Analysis {
+    /// The devices in the order a reader should meet them: the OOM's device first, then the
+    /// others ascending.
+    pub fn devices_oom_first(&self) -> Vec<&DeviceAnalysis> {
+        let first = self.oom.as_ref().map(|o| o.device);
+        let mut v: Vec<&DeviceAnalysis> = self.devices.iter().collect();
+        v.sort_by_key(|d| Some(d.device) != first);
+        v
+    }
 }
 
 /// Analyses every device of `snap`.
@@ -213,11 +235,29 @@ fn analyze_indexed(
     // spare it is taken on the thread that finds the first device's iterations, beside
     // its walk (only the recommendations need it).
     let work = FileWork::new(snap, beside);
-    let devices = snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
+    let devices: Vec<DeviceAnalysis> =
+        snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
     work.beside_walk();
+    let oom = first_oom(snap)
+        .and_then(|(dev, _)| devices.iter().find(|d| d.device == dev))
+        .and_then(|d| d.oom.as_ref())
+        .map(OomLead::of);
+    let ooms: Vec<i64> = devices.iter().filter(|d| d.oom.is_some()).map(|d| d.device).collect();
+    let device_imbalance = imbalance(&devices.iter().map(|d| &d.fragmentation.timeline).collect::<Vec<_>>(), &ooms);
+    let findings = device_imbalance
+        .iter()
+        .map(|i| Finding {
+            kind: FindingKind::DeviceImbalance,
+            severity: if i.oom { Severity::High } else { Severity::Medium },
+            headline: i.headline(),
+        })
+        .collect();
     Analysis {
         format: snap.format,
         recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
+        oom,
+        findings,
+        device_imbalance,
         devices,
         era: work.era().clone(),
     }

@@ -17,6 +17,8 @@
 //!   [`CheckpointLayers`]), replayed;
 //! * [`Analysis`] ([`analyze()`]): all of the above for each device ([`DeviceAnalysis`]),
 //!   most important first ([`Finding`]);
+//! * [`OomLead`] ([`first_oom`]): where a file's OOM is, which every surface leads with;
+//!   [`Imbalance`] ([`imbalance()`]): one device holding far more than its peers;
 //! * [`Diff`] ([`diff()`]) and [`CheckResult`] ([`check()`] against [`CheckLimits`]): two
 //!   snapshots compared, and a CI gate;
 //! * [`RankComparison`] ([`compare_ranks`]): several ranks compared: the median, the
@@ -31,6 +33,7 @@ mod advice;
 mod analyze;
 mod check;
 mod diff;
+mod imbalance;
 mod leaks;
 mod oom;
 mod ranks;
@@ -50,14 +53,15 @@ pub use check::{
     Limits as CheckLimits, Value as CheckValue, SCHEMA as CHECK_SCHEMA,
 };
 pub use diff::{diff, Delta, DeviceDiff, Diff, DiffOptions, Figures as DiffFigures, SiteDelta};
+pub use imbalance::{imbalance, Imbalance, FACTOR as IMBALANCE_FACTOR, MIN_EXCESS as IMBALANCE_MIN_EXCESS};
 pub use leaks::{
     leaks_device, CurvePoint, DeviceLeaks, GrowthSpan, LeakStepSource, LeakSteps, LeakSuspect,
     MAX_SAMPLES as MAX_LEAK_SAMPLES,
 };
 pub use oom::{
-    allocator_state_at, avoids as avoids_oom, oom_finding, state_figures, AdviceOutcome,
-    CapacitySource as OomCapacitySource, Fix as OomFix, FreeSpace, OomFinding, OomOptions, PoolKind, StateAtError,
-    StateFigures, StateSource as OomStateSource, Verdict as OomVerdict,
+    allocator_state_at, avoids as avoids_oom, first_oom, oom_finding, state_figures, AdviceOutcome,
+    CapacitySource as OomCapacitySource, Fix as OomFix, FreeSpace, OomFinding, OomLead, OomOptions, PoolKind,
+    StateAtError, StateFigures, StateSource as OomStateSource, Verdict as OomVerdict,
 };
 pub use ranks::{
     compare_ranks, Outlier, RankComparison, RankFigures, RankRow, SiteExcess, MIN_RANKS_FOR_OUTLIERS, OUTLIER_FACTOR,
