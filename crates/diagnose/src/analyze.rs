@@ -517,6 +517,7 @@ fn recommendations_at_oom(device: i64, era: &Era, f: &OomFinding) -> Recommendat
         tried: Vec::new(),
         advice: Vec::new(),
         advice_notes: Vec::new(),
+        ranked: Vec::new(),
     };
     if let Some(base) = &f.baseline {
         recommend::from_trials(&mut r, base.clone(), f.fixes_tried.clone(), Some(f.event_index));
@@ -719,34 +720,37 @@ fn peak_finding(d: &DeviceAnalysis) -> Option<Finding> {
     })
 }
 
-/// Without an OOM, the advice headline (`medium` when it lowers the peak by the ranking's
-/// threshold); then the best recommended setting (`high` when it avoids an OOM).
+/// The one ranking's first entry (`high` when it avoids an OOM, else `medium`;
+/// [`Recommendations::headline`]: never a debugging-only setting), then, without an OOM,
+/// the usual advice replayed (`medium` when a piece of it that is not debugging-only saves
+/// at least the ranking's threshold, else `info`): findings and recommendations read the
+/// same ranking ([`crate::recommend`], "One ranking").
 fn recommendation_findings(d: &DeviceAnalysis, v: &mut Vec<Finding>) {
     let r = &d.recommendations;
-    if let (None, Some(base), Some(h)) =
-        (&d.oom, &r.baseline, r.baseline.as_ref().and_then(|b| recommend::advice_headline(b, &r.advice)))
-    {
-        // Advice that lowers the peak by at least the ranking's threshold is worth reading.
-        let helps = r.advice.iter().any(|t| {
-            t.ooms == 0
-                && (t.peak_reserved_bytes as f64) <= base.peak_reserved_bytes as f64 * (1.0 - recommend::MIN_GAIN)
+    if let Some(best) = r.headline() {
+        let why = match best.cost {
+            recommend::Cost::Free => String::new(),
+            c => format!(" (cost: {})", c.as_str()),
+        };
+        v.push(Finding {
+            kind: if best.kind == "setting" { FindingKind::Recommendation } else { FindingKind::Advice },
+            severity: if best.avoids_oom { Severity::High } else { Severity::Medium },
+            headline: format!(
+                "{} {}{}: {}{why}.",
+                if best.kind == "setting" { "Set" } else { "Call" },
+                if best.kind == "setting" { best.paste.as_str() } else { best.setting.as_str() },
+                best.extra_call.as_ref().map_or(String::new(), |c| format!(" and call {c}")),
+                best.reason
+            ),
         });
+    }
+    if let (None, Some(h)) = (&d.oom, r.baseline.as_ref().and_then(|b| recommend::advice_headline(b, &r.advice))) {
+        // Advice worth reading is in the ranking and not debugging-only.
+        let helps = r.ranked.iter().any(|x| x.kind == "advice" && x.cost != recommend::Cost::DebuggingOnly);
         v.push(Finding {
             kind: FindingKind::Advice,
             severity: if helps { Severity::Medium } else { Severity::Info },
             headline: h,
-        });
-    }
-    if let Some(best) = r.recommended.first() {
-        v.push(Finding {
-            kind: FindingKind::Recommendation,
-            severity: if best.avoids_oom { Severity::High } else { Severity::Medium },
-            headline: format!(
-                "Set {}{}: {}.",
-                best.paste,
-                best.extra_call.as_ref().map_or(String::new(), |c| format!(" and call {c}")),
-                best.reason
-            ),
         });
     }
 }

@@ -8,7 +8,9 @@
 //!   ([`allocator_state_at`] → [`StateFigures`]) and the settings a replay shows would
 //!   have avoided it ([`OomFix`]);
 //! * [`Recommendations`]: allocator settings ([`Candidate`]s of the recording's PyTorch
-//!   [`Era`]) replayed as [`Trial`]s and ranked ([`Recommendation`]);
+//!   [`Era`]) replayed as [`Trial`]s and ranked ([`Recommendation`]); with the usual advice,
+//!   one ranking by saving and [`Cost`] ([`Ranked`], [`rank_key`]) that findings,
+//!   recommendations, the report and MCP all read;
 //! * the usual advice replayed ([`simulate_empty_cache`] at [`EmptyCacheAt`],
 //!   [`simulate_uncached`]), each a [`fragscope_replay::WhatIf`] beside the settings';
 //! * [`DeviceLeaks`] ([`leaks_device`]): leak suspects ([`LeakSuspect`]) on training steps;
@@ -68,8 +70,8 @@ pub use ranks::{
     TOP_SITES,
 };
 pub use recommend::{
-    advice_headline, advice_trials, candidates, from_trials, infer_era, refusal as trials_refusal, Candidate, Era,
-    Recommendation, Recommendations, Trial,
+    advice_headline, advice_trials, candidates, from_trials, infer_era, rank_key, refusal as trials_refusal, Candidate,
+    Cost, Era, Ranked, Recommendation, Recommendations, Trial,
 };
 pub use role_whatif::{
     reserved_floor, shard as shard_size, simulate_change_sets, simulate_changes, CannotApply, Change as RoleChange,

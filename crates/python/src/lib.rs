@@ -132,7 +132,7 @@ impl Snapshot {
         let (snap, name, example) = (self.inner.clone(), self.name.clone(), self.example);
         py.allow_threads(move || {
             let (snap, w) = windowed(&name, snap, window.as_deref())?;
-            commands::summary::summary_json(&[(name, example, summarize(&snap))], &[w])
+            commands::summary::summary_json(&[(name, example, commands::summary::FileSummary::of(&snap))], &[w])
         })
         .map_err(|e| Fail(e).into())
     }

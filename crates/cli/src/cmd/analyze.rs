@@ -608,6 +608,13 @@ fn recommend_text(d: &DeviceAnalysis) -> String {
         }
         let _ = writeln!(o, "     {} (PyTorch ≥ {})", x.reason, x.min_version.unwrap_or("?"));
     }
+    // The usual advice in the same ranking as the settings, when any of it saves.
+    if r.ranked.iter().any(|x| x.kind == "advice") {
+        let _ = writeln!(o, "  Settings and the usual advice in one ranking (each avoids the OOM or saves at least 5%; free before synchronising, debugging-only last):");
+        for x in &r.ranked {
+            let _ = writeln!(o, "  {}. {} [{}]: {}", x.rank, x.setting, x.cost.as_str(), x.reason);
+        }
+    }
     if r.measured && !r.tried.is_empty() {
         if let Some(b) = &r.baseline {
             let _ = writeln!(
