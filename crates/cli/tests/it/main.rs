@@ -11,6 +11,7 @@ mod h200_recordings;
 mod lab_cli;
 mod oom_pasted_cli;
 mod output_paths;
+mod peak_allocated;
 mod predict_cli;
 mod real_traces;
 mod role_whatif_cli;
