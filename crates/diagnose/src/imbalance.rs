@@ -144,6 +144,50 @@ mod tests {
         assert_eq!(imbalance(&under.iter().collect::<Vec<_>>(), &[]), None);
     }
 
+    /// A synthetic two-device snapshot (state only, one segment per device, fully allocated):
+    /// `analyze` names the heavy device in the file's findings, and not when they are even.
+    #[test]
+    fn analyze_names_the_heavy_device_of_a_synthetic_snapshot() {
+        use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, Snapshot};
+        fn seg(device: i64, address: u64, size: u64) -> Segment {
+            Segment {
+                device,
+                address,
+                total_size: size,
+                allocated_size: size,
+                active_size: size,
+                requested_size: Some(size),
+                stream: 0,
+                segment_type: SegmentType::Large,
+                segment_pool_id: Some((0, 0)),
+                is_expandable: Some(false),
+                stack: None,
+                blocks: vec![Block {
+                    address,
+                    size,
+                    requested_size: Some(size),
+                    state: BlockState::ActiveAllocated,
+                    stack: None,
+                    history: None,
+                }],
+            }
+        }
+        let two = |heavy: u64| {
+            let mut s = Snapshot::default();
+            s.segments.push(seg(0, 1 << 40, 2 * GIB));
+            s.segments.push(seg(1, 2 << 40, heavy));
+            crate::analyze(&s, &crate::AnalyzeOptions::default())
+        };
+        let a = two(6 * GIB);
+        let i = a.device_imbalance.as_ref().expect("device 1 holds 3× device 0");
+        assert_eq!((i.device, i.peak_allocated_bytes, i.peers_median_bytes), (1, 6 * GIB, 2 * GIB));
+        assert_eq!(a.findings.len(), 1);
+        assert_eq!(a.findings[0].kind, crate::FindingKind::DeviceImbalance);
+        assert!(a.findings[0].headline.starts_with("Device 1 held up to 6.00 GiB"), "{}", a.findings[0].headline);
+        let even = two(2 * GIB + (GIB / 2));
+        assert!(even.device_imbalance.is_none() && even.findings.is_empty());
+    }
+
     #[test]
     fn devices_that_reserved_nothing_are_not_peers() {
         // A file naming a device the process never used: one device, nothing to compare.

@@ -9,6 +9,7 @@ mod diagnosis_cli;
 mod guide;
 mod h200_recordings;
 mod lab_cli;
+mod oom_first;
 mod oom_pasted_cli;
 mod output_paths;
 mod peak_allocated;
