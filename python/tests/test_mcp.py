@@ -164,7 +164,11 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
             # analyze: findings first, equal to the CLI's.
             got = payload(await s.call_tool("analyze", {"path": p, "top": 5}))
             want = cli_json("analyze", "--json", "--top", "5", p)["files"][0]
-            assert [d["findings"] for d in got["devices"]] == [d["findings"] for d in want["devices"]]
+            # (the tool puts the OOM's device first; the CLI's JSON keeps devices ascending)
+            assert [d["findings"] for d in sorted(got["devices"], key=lambda d: d["device"])] == [
+                d["findings"] for d in want["devices"]
+            ]
+            assert got["oom"] == want["oom"] and got["findings"] == want["findings"]
             assert list(got["devices"][0])[:2] == ["device", "findings"]
 
             # replay_what_if: the same replay as the CLI's.
@@ -184,7 +188,17 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
             want = cli_json("state", "--json", p, "--at", str(k))
             assert got["state"] == want["state"] and got["after_event"] == k
             assert "backward walk" in got["method"]
-            end = payload(await s.call_tool("allocator_state_at", {"path": p}))
+            dflt = payload(await s.call_tool("allocator_state_at", {"path": p}))
+            lead = cli_json("summary", "--json", p)["files"][0]["oom"]
+            # Issue 42: on a file with an OOM the default is its device and moment, said so.
+            on = {}
+            if lead is not None:
+                assert (dflt["device"], dflt["after_event"]) == (lead["device"], lead["event_index"])
+                assert dflt["choice"].startswith("the moment of the OOM")
+                on = {"device": dflt["device"]}
+            else:
+                assert "choice" not in dflt
+            end = payload(await s.call_tool("allocator_state_at", {"path": p, **on}))
             summ = cli_json("summary", "--json", p)["files"][0]["devices"]
             dev = [d for d in summ if d["device"] == end["device"]][0]
             # The state at the end is the recorded final state.
@@ -199,7 +213,7 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
             got = payload(await s.call_tool("top_holders", {"path": p, "event": k, "by": "role", "top": 7}))
             assert got["other_bytes"] == 0 and got["holders_total_bytes"] == sum(h["bytes"] for h in got["holders"])
             assert {h["key"] for h in got["holders"]} <= ROLE_NAMES and "roles" in got["method"]
-            at_end = payload(await s.call_tool("top_holders", {"path": p, "by": "role", "top": 7}))
+            at_end = payload(await s.call_tool("top_holders", {"path": p, "by": "role", "top": 7, **on}))
             assert at_end["holders_total_bytes"] == end["state"]["allocated_bytes"]
 
             # roles: summary's roles, compact.
