@@ -75,7 +75,7 @@ pub enum FindingKind {
     Peak,
     Advice,
     Recommendation,
-    /// One device holding far more than its peers ([`crate::imbalance`]); a file-level finding.
+    /// One device holding far more than its peers ([`mod@crate::imbalance`]); a file-level finding.
     DeviceImbalance,
 }
 
@@ -166,7 +166,7 @@ pub struct Analysis {
     /// leads with; `null` without one.
     pub oom: Option<OomLead>,
     /// Findings about the file as a whole, before any device's: device imbalance
-    /// ([`crate::imbalance`]).
+    /// ([`mod@crate::imbalance`]).
     pub findings: Vec<Finding>,
     /// One device holding far more than its peers, when one does.
     pub device_imbalance: Option<Imbalance>,

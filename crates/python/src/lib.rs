@@ -26,7 +26,6 @@ use std::sync::Arc;
 use fragscope_commands::{self as commands, Error, ErrorKind, Words};
 use fragscope_diagnose::{analyze, check, diff, AnalyzeOptions, DiffOptions};
 use fragscope_snapshot::Snapshot as Snap;
-use fragscope_trace::summarize;
 use pyo3::prelude::*;
 
 /// The exception classes of `fragscope/_errors.py`, imported from the `fragscope` package
