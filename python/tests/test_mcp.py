@@ -512,8 +512,19 @@ def test_results_are_compact_and_full_asks_for_more():
         assert [w for d in full["devices"] for w in d["whatif"]] == [w for d in want["files"][0]["devices"] for w in d["whatif"]]
         got = payload(await s.call_tool("analyze", {"path": p}))
         want_a = cli_json("analyze", "--json", p)["files"][0]
-        assert [d["findings"] for d in got["devices"]] == [d["findings"] for d in want_a["devices"]]
-        rec = got["devices"][1]["recommendations"]
+        # Issue 42: the OOM's device (1) first, after the OOM itself and the file's findings.
+        assert got["oom"]["device"] == 1 and got["oom"]["event_index"] == 421
+        assert [d["device"] for d in got["devices"]] == [1, 0, 2]
+        assert [f["kind"] for f in got["findings"]] == ["device_imbalance"]
+        for tool in ("top_holders", "allocator_state_at"):
+            st = payload(await s.call_tool(tool, {"path": p}))
+            assert (st["device"], st["after_event"]) == (1, 421), tool
+            assert st["choice"].startswith("the moment of the OOM: device 1, trace entry 421"), st["choice"]
+        st = payload(await s.call_tool("top_holders", {"path": p, "event": 421}))
+        assert st["device"] == 1 and st["choice"].startswith("device 1: its entry 421 is the OOM")
+        by_dev = sorted(got["devices"], key=lambda d: d["device"])
+        assert [d["findings"] for d in by_dev] == [d["findings"] for d in want_a["devices"]]
+        rec = by_dev[1]["recommendations"]
         assert rec["era"] == want_a["devices"][1]["recommendations"]["era"]["label"] and len(rec["tried"]) <= 5
         summ = payload(await s.call_tool("summary", {"path": p}))
         assert all(div for _, div in summ["settings"]["roundup_power2_divisions"])
