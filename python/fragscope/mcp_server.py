@@ -326,7 +326,7 @@ def _settings(settings: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
 
 #: What a compact analyze keeps of each replayed setting (recommendations' rows).
 _SETTING_ROW = ["setting", "paste", "extra_call", "min_version", "peak_reserved_bytes", "peak_allocated_bytes",
-                "cuda_mallocs", "syncs", "ooms", "first_oom_index", "notes"]
+                "cuda_mallocs", "syncs", "ooms", "first_oom_index", "notes", "cost"]
 
 
 def _gib(n: int) -> str:
@@ -363,6 +363,11 @@ def _compact_recommendations(rec: Optional[Dict[str, Any]], top: int) -> Optiona
             out[key] = [_pick(r, _SETTING_ROW) if isinstance(r, dict) else r for r in rec[key][:top]]
             if len(rec[key]) > top:
                 out[key + "_more"] = len(rec[key]) - top
+    # The one ranking of settings and advice (what the findings' headline names), first `top`.
+    if isinstance(rec.get("ranked"), list):
+        out["ranked"] = rec["ranked"][:top]
+        if len(rec["ranked"]) > top:
+            out["ranked_more"] = len(rec["ranked"]) - top
     return out
 
 
@@ -407,6 +412,8 @@ async def summary(path: str, window: Optional[str] = None) -> Dict[str, Any]:
     return {
         "schema": d.get("schema"),
         "file": f.get("file"),
+        # The OOM first (device, entry, verdict), as the CLI's summary leads with it.
+        "oom": f.get("oom"),
         "method": READ,
         "window": f.get("window"),
         "format": f.get("format"),
@@ -453,9 +460,15 @@ async def analyze(path: str, window: Optional[str] = None, top: int = 5, full: b
         peaks = dev.get("peaks") or {}
         out["peaks"] = peaks
         devices.append(out)
+    # The OOM's device first, as the CLI's analyze prints it.
+    lead = f.get("oom")
+    if lead:
+        devices.sort(key=lambda x: x.get("device") != lead.get("device"))
     return {
         "schema": d.get("schema"),
         "file": f.get("file"),
+        "oom": lead,
+        "findings": f.get("findings", []),
         "method": READ + "; OOM fixes and recommendations measured by " + REPLAY,
         "window": f.get("window"),
         "recorded_config": f.get("recorded_config"),
@@ -602,9 +615,12 @@ async def allocator_state_at(
 
     Args:
         path: snapshot file.
-        event: the state after this trace entry (0-based index). Default: the end.
+        event: the state after this trace entry (0-based index). Default: on a file with
+            an OOM (and no device given), the OOM entry; else the end.
         time: or a time since the first trace entry ("12.5s", "300ms").
-        device: device (default: the first with a trace).
+        device: device (default: with event N, the device whose entry N is the OOM; else
+            the OOM's device; else the first with a trace). "choice" says why, when the
+            OOM chose.
     """
     d = await _state(path, event, time, device, "site", 5)
     d.pop("holders", None)
@@ -629,11 +645,14 @@ async def top_holders(
 
     Args:
         path: snapshot file.
-        event: after this trace entry (0-based). Default: the end of the trace.
+        event: after this trace entry (0-based). Default: on a file with an OOM (and no
+            device given), the OOM entry; else the end of the trace.
         time: or a time since the first trace entry ("12.5s").
         by: "site", "annotation" or "role".
         top: rows listed (the rest is summed in other_bytes).
-        device: device (default: the first with a trace).
+        device: device (default: with event N, the device whose entry N is the OOM; else
+            the OOM's device; else the first with a trace). "choice" says why, when the
+            OOM chose.
     """
     d = await _state(path, event, time, device, by, top)
     return _pick(
@@ -649,6 +668,7 @@ async def top_holders(
             "holders_total_bytes",
             "holders",
             "other_bytes",
+            "choice",
         ],
     )
 

@@ -150,6 +150,9 @@ class FileSummary(TypedDict):
     profiler_totals: List[Dict[str, Any]]
     #: ``None`` for the whole file; with ``--window`` the window the figures cover.
     window: Optional[Dict[str, Any]]
+    #: The file's first OOM (``device``, ``event_index``, ``time_us``, ``verdict``,
+    #: ``headline``), which the text leads with; ``None`` without one.
+    oom: Optional[Dict[str, Any]]
 
 
 class SummaryDoc(TypedDict):
@@ -181,6 +184,8 @@ class Recommendations(TypedDict):
     tried: List[Dict[str, Any]]
     advice: List[Dict[str, Any]]
     advice_notes: List[str]
+    #: Settings and advice that save, in the one ranking (saving, then cost; docs/glossary.md).
+    ranked: List[Dict[str, Any]]
 
 
 class LeakSteps(TypedDict):
@@ -255,6 +260,12 @@ class FileAnalysis(TypedDict):
     format: str
     era: Dict[str, Any]
     recorded_config: Optional[str]
+    #: The file's first OOM, as in ``FileSummary.oom``; ``None`` without one.
+    oom: Optional[Dict[str, Any]]
+    #: Findings about the file as a whole (``device_imbalance``).
+    findings: List[Finding]
+    #: The device holding far more than its peers, when one does.
+    device_imbalance: Optional[Dict[str, Any]]
     devices: List[DeviceAnalysis]
     #: ``None`` for the whole file; with ``--window`` the window the figures cover.
     window: Optional[Dict[str, Any]]

@@ -165,7 +165,11 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
             # analyze: findings first, equal to the CLI's.
             got = payload(await s.call_tool("analyze", {"path": p, "top": 5}))
             want = cli_json("analyze", "--json", "--top", "5", p)["files"][0]
-            assert [d["findings"] for d in got["devices"]] == [d["findings"] for d in want["devices"]]
+            # (the tool puts the OOM's device first; the CLI's JSON keeps devices ascending)
+            assert [d["findings"] for d in sorted(got["devices"], key=lambda d: d["device"])] == [
+                d["findings"] for d in want["devices"]
+            ]
+            assert got["oom"] == want["oom"] and got["findings"] == want["findings"]
             assert list(got["devices"][0])[:2] == ["device", "findings"]
 
             # replay_what_if: the same replay as the CLI's.
@@ -185,7 +189,17 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
             want = cli_json("state", "--json", p, "--at", str(k))
             assert got["state"] == want["state"] and got["after_event"] == k
             assert "backward walk" in got["method"]
-            end = payload(await s.call_tool("allocator_state_at", {"path": p}))
+            dflt = payload(await s.call_tool("allocator_state_at", {"path": p}))
+            lead = cli_json("summary", "--json", p)["files"][0]["oom"]
+            # Issue 42: on a file with an OOM the default is its device and moment, said so.
+            on = {}
+            if lead is not None:
+                assert (dflt["device"], dflt["after_event"]) == (lead["device"], lead["event_index"])
+                assert dflt["choice"].startswith("the moment of the OOM")
+                on = {"device": dflt["device"]}
+            else:
+                assert "choice" not in dflt
+            end = payload(await s.call_tool("allocator_state_at", {"path": p, **on}))
             summ = cli_json("summary", "--json", p)["files"][0]["devices"]
             dev = [d for d in summ if d["device"] == end["device"]][0]
             # The state at the end is the recorded final state.
@@ -200,7 +214,7 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
             got = payload(await s.call_tool("top_holders", {"path": p, "event": k, "by": "role", "top": 7}))
             assert got["other_bytes"] == 0 and got["holders_total_bytes"] == sum(h["bytes"] for h in got["holders"])
             assert {h["key"] for h in got["holders"]} <= ROLE_NAMES and "roles" in got["method"]
-            at_end = payload(await s.call_tool("top_holders", {"path": p, "by": "role", "top": 7}))
+            at_end = payload(await s.call_tool("top_holders", {"path": p, "by": "role", "top": 7, **on}))
             assert at_end["holders_total_bytes"] == end["state"]["allocated_bytes"]
 
             # roles: summary's roles, compact.
@@ -528,8 +542,19 @@ def test_results_are_compact_and_full_asks_for_more():
         assert [w for d in full["devices"] for w in d["whatif"]] == [w for d in want["files"][0]["devices"] for w in d["whatif"]]
         got = payload(await s.call_tool("analyze", {"path": p}))
         want_a = cli_json("analyze", "--json", p)["files"][0]
-        assert [d["findings"] for d in got["devices"]] == [d["findings"] for d in want_a["devices"]]
-        rec = got["devices"][1]["recommendations"]
+        # Issue 42: the OOM's device (1) first, after the OOM itself and the file's findings.
+        assert got["oom"]["device"] == 1 and got["oom"]["event_index"] == 421
+        assert [d["device"] for d in got["devices"]] == [1, 0, 2]
+        assert [f["kind"] for f in got["findings"]] == ["device_imbalance"]
+        for tool in ("top_holders", "allocator_state_at"):
+            st = payload(await s.call_tool(tool, {"path": p}))
+            assert (st["device"], st["after_event"]) == (1, 421), tool
+            assert st["choice"].startswith("the moment of the OOM: device 1, trace entry 421"), st["choice"]
+        st = payload(await s.call_tool("top_holders", {"path": p, "event": 421}))
+        assert st["device"] == 1 and st["choice"].startswith("device 1: its entry 421 is the OOM")
+        by_dev = sorted(got["devices"], key=lambda d: d["device"])
+        assert [d["findings"] for d in by_dev] == [d["findings"] for d in want_a["devices"]]
+        rec = by_dev[1]["recommendations"]
         assert rec["era"] == want_a["devices"][1]["recommendations"]["era"]["label"] and len(rec["tried"]) <= 5
         summ = payload(await s.call_tool("summary", {"path": p}))
         assert all(div for _, div in summ["settings"]["roundup_power2_divisions"])

@@ -140,7 +140,7 @@ fn mutate(s: &mut Snapshot, r: &mut Rng) -> String {
 
 /// What each command runs, in process (the CLI's own library calls and text renderers).
 fn run_commands(orig: &Snapshot, m: &Snapshot) {
-    let sum = summarize(m);
+    let sum = fragscope_commands::summary::FileSummary::of(m);
     let _ = cmd::summary::render_text("f", false, &sum);
     let _ = serde_json::to_string(&sum).expect("summary JSON");
     let opts = AnalyzeOptions { threads: 1, ..AnalyzeOptions::default() };

@@ -12,6 +12,7 @@
 //! classifies each block from its phase and lifetime in the trace).
 
 use fragscope_diagnose::{allocator_state_at, state_figures, StateFigures, WindowBound, WindowSpec};
+use fragscope_snapshot::{Action, Snapshot};
 use fragscope_trace::{bytes_by_site, live_at};
 use serde::Serialize;
 
@@ -58,12 +59,14 @@ impl HoldersBy {
 /// The moment and the grouping.
 #[derive(Debug, Clone)]
 pub struct StateRequest {
-    /// The state after trace entry N (0-based). Default: the end of the trace.
+    /// The state after trace entry N (0-based). Default: the OOM entry on a file with an OOM
+    /// (when no device is given), else the end of the trace.
     pub at: Option<usize>,
     /// A time since the first trace entry (`12.5s`, `300ms`, `50us`): after the last entry
     /// at or before it.
     pub time: Option<String>,
-    /// Device (default: the first with a trace).
+    /// Device (default: the OOM's device when the file has one, else the first with a trace;
+    /// see [`default_device`]).
     pub device: Option<i64>,
     pub by: HoldersBy,
     /// Holders listed (the rest is summed).
@@ -104,17 +107,17 @@ pub struct StateOut {
     pub holders: Vec<Holder>,
     /// Bytes of the holders past `--top`.
     pub other_bytes: u64,
+    /// Why this device and moment, when the request named no device and the file's OOM
+    /// chose them ([`default_device`]); absent when the request chose them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choice: Option<String>,
 }
 
 /// The state of `snap` at the moment `req` names.
 pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest) -> Result<StateOut, Error> {
-    let device = match req.device {
-        Some(d) => d,
-        None => snap
-            .devices()
-            .into_iter()
-            .find(|&d| !snap.trace(d).is_empty())
-            .ok_or_else(|| Error::input(format!("{name}: no device has a trace")))?,
+    let (device, oom_default, choice) = match req.device {
+        Some(d) => (d, None, None),
+        None => default_device(snap, req).ok_or_else(|| Error::input(format!("{name}: no device has a trace")))?,
     };
     let trace = snap.trace(device);
     if trace.is_empty() {
@@ -149,7 +152,7 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
             let k = trace.partition_point(|e| e.time_us <= t0.saturating_add(us));
             k.checked_sub(1)
         }
-        (None, None) => Some(trace.len() - 1),
+        (None, None) => Some(oom_default.unwrap_or(trace.len() - 1)),
     };
     let st = allocator_state_at(snap, device, after)
         .map_err(|e| Error::input(format!("{name}: the state at that moment cannot be rebuilt: {e}")))?;
@@ -204,6 +207,48 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
         holders_total_bytes: total,
         holders: rows,
         other_bytes,
+        choice,
+    })
+}
+
+/// The device (and, with neither `at` nor `time`, the moment) a request without a device
+/// means, and why, in words: the OOM first, as every surface leads with it.
+///
+/// * With `at` = N: the device whose entry N is an `oom` entry (the entry `analyze` names);
+///   else the file's OOM device when its trace reaches N; else the first device whose trace
+///   does (the first with a trace when none does: the range error names it).
+/// * With `time`: the file's OOM device, else the first device with a trace.
+/// * With neither: on a file with an OOM, its device and the OOM entry (the state the failed
+///   request saw); else the first device with a trace, at its end.
+fn default_device(snap: &Snapshot, req: &StateRequest) -> Option<(i64, Option<usize>, Option<String>)> {
+    let with_trace: Vec<i64> = snap.devices().into_iter().filter(|&d| !snap.trace(d).is_empty()).collect();
+    let first = *with_trace.first()?;
+    let oom = fragscope_diagnose::first_oom(snap);
+    let several = with_trace.len() > 1;
+    Some(match (req.at, &req.time, oom) {
+        (Some(n), _, _) => {
+            let is_oom = |d: i64| snap.trace(d).get(n).is_some_and(|e| e.action == Action::Oom);
+            if let Some(d) = with_trace.iter().copied().find(|&d| is_oom(d)) {
+                let why = several.then(|| format!("device {d}: its entry {n} is the OOM (--device to choose another)"));
+                (d, None, why)
+            } else if let Some((d, _)) = oom.filter(|&(d, _)| n < snap.trace(d).len()) {
+                (d, None, several.then(|| format!("device {d}, the device of the OOM (--device to choose another)")))
+            } else {
+                (with_trace.iter().copied().find(|&d| n < snap.trace(d).len()).unwrap_or(first), None, None)
+            }
+        }
+        (None, Some(_), Some((d, _))) => {
+            (d, None, several.then(|| format!("device {d}, the device of the OOM (--device to choose another)")))
+        }
+        (None, None, Some((d, i))) => (
+            d,
+            Some(i),
+            Some(format!(
+                "the moment of the OOM: device {d}, trace entry {i}, the state the failed request saw \
+                 (--at N or --time T for another moment)"
+            )),
+        ),
+        _ => (first, None, None),
     })
 }
 

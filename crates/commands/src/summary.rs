@@ -1,11 +1,29 @@
 //! `summary` and `analyze`: the documents of one or several files (`fragscope.summary/1`,
 //! `fragscope.analyze/2`), each file with the window it was cut to.
 
-use fragscope_diagnose::{Analysis, WindowInfo, ANALYZE_SCHEMA};
-use fragscope_trace::{Summary, SUMMARY_SCHEMA};
+use fragscope_diagnose::{Analysis, OomLead, WindowInfo, ANALYZE_SCHEMA};
+use fragscope_snapshot::Snapshot;
+use fragscope_trace::{summarize, Summary, SUMMARY_SCHEMA};
 use serde::Serialize;
 
 use crate::{msg, Error, Param};
+
+/// What `summary` says of one file: the figures ([`Summary`]) and, first, the file's OOM.
+#[derive(Clone, Debug, Serialize)]
+pub struct FileSummary {
+    /// The file's first OOM (device, entry, verdict; [`OomLead`]), which `summary` leads
+    /// with; `null` without one.
+    pub oom: Option<OomLead>,
+    #[serde(flatten)]
+    pub summary: Summary,
+}
+
+impl FileSummary {
+    /// The summary of `snap`, with its OOM's verdict (the state at the OOM, no replay).
+    pub fn of(snap: &Snapshot) -> FileSummary {
+        FileSummary { oom: OomLead::of_file(snap), summary: summarize(snap) }
+    }
+}
 
 #[derive(Serialize)]
 struct SummaryOut<'a> {
@@ -22,13 +40,13 @@ struct SummaryFile<'a> {
     /// What the figures cover when a window was given (`null`: the whole file).
     window: Option<&'a WindowInfo>,
     #[serde(flatten)]
-    summary: &'a Summary,
+    summary: &'a FileSummary,
 }
 
 /// The summary document of `(file name, is the built-in example, summary)` per file, with
 /// the window each was cut to (`windows[i]` for `results[i]`; missing or `None`: the whole
 /// file).
-pub fn summary_json(results: &[(String, bool, Summary)], windows: &[Option<WindowInfo>]) -> Result<String, Error> {
+pub fn summary_json(results: &[(String, bool, FileSummary)], windows: &[Option<WindowInfo>]) -> Result<String, Error> {
     let out = SummaryOut {
         schema: SUMMARY_SCHEMA,
         files: results

@@ -22,8 +22,9 @@ use std::sync::Arc;
 
 use fragscope_snapshot::{Snapshot, SourceFormat};
 
+use crate::imbalance::{imbalance, Imbalance};
 use crate::leaks::{self, LeakSteps, LeakSuspect};
-use crate::oom::{self, OomFinding, OomOptions, StateFigures};
+use crate::oom::{self, first_oom, OomFinding, OomLead, OomOptions, StateFigures};
 use crate::recommend::{self, Era, Recommendations};
 use fragscope_alloc::format_size as fs;
 use fragscope_replay as replay;
@@ -74,6 +75,8 @@ pub enum FindingKind {
     Peak,
     Advice,
     Recommendation,
+    /// One device holding far more than its peers ([`mod@crate::imbalance`]); a file-level finding.
+    DeviceImbalance,
 }
 
 /// How much a finding matters (`"high"`, `"medium"`, `"info"` in JSON and text); ordered
@@ -159,7 +162,26 @@ pub struct Analysis {
     pub era: Era,
     /// Recorded `PYTORCH_CUDA_ALLOC_CONF` (canonical; `null` before 2.3 files).
     pub recorded_config: Option<String>,
+    /// The file's first OOM ([`crate::oom::first_oom`]): the device and entry every front end
+    /// leads with; `null` without one.
+    pub oom: Option<OomLead>,
+    /// Findings about the file as a whole, before any device's: device imbalance
+    /// ([`mod@crate::imbalance`]).
+    pub findings: Vec<Finding>,
+    /// One device holding far more than its peers, when one does.
+    pub device_imbalance: Option<Imbalance>,
     pub devices: Vec<DeviceAnalysis>,
+}
+
+impl Analysis {
+    /// The devices in the order a reader should meet them: the OOM's device first, then the
+    /// others ascending.
+    pub fn devices_oom_first(&self) -> Vec<&DeviceAnalysis> {
+        let first = self.oom.as_ref().map(|o| o.device);
+        let mut v: Vec<&DeviceAnalysis> = self.devices.iter().collect();
+        v.sort_by_key(|d| Some(d.device) != first);
+        v
+    }
 }
 
 /// Analyses every device of `snap`.
@@ -213,11 +235,29 @@ fn analyze_indexed(
     // spare it is taken on the thread that finds the first device's iterations, beside
     // its walk (only the recommendations need it).
     let work = FileWork::new(snap, beside);
-    let devices = snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
+    let devices: Vec<DeviceAnalysis> =
+        snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
     work.beside_walk();
+    let oom = first_oom(snap)
+        .and_then(|(dev, _)| devices.iter().find(|d| d.device == dev))
+        .and_then(|d| d.oom.as_ref())
+        .map(OomLead::of);
+    let ooms: Vec<i64> = devices.iter().filter(|d| d.oom.is_some()).map(|d| d.device).collect();
+    let device_imbalance = imbalance(&devices.iter().map(|d| &d.fragmentation.timeline).collect::<Vec<_>>(), &ooms);
+    let findings = device_imbalance
+        .iter()
+        .map(|i| Finding {
+            kind: FindingKind::DeviceImbalance,
+            severity: if i.oom { Severity::High } else { Severity::Medium },
+            headline: i.headline(),
+        })
+        .collect();
     Analysis {
         format: snap.format,
         recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
+        oom,
+        findings,
+        device_imbalance,
         devices,
         era: work.era().clone(),
     }
@@ -477,6 +517,7 @@ fn recommendations_at_oom(device: i64, era: &Era, f: &OomFinding) -> Recommendat
         tried: Vec::new(),
         advice: Vec::new(),
         advice_notes: Vec::new(),
+        ranked: Vec::new(),
     };
     if let Some(base) = &f.baseline {
         recommend::from_trials(&mut r, base.clone(), f.fixes_tried.clone(), Some(f.event_index));
@@ -679,34 +720,37 @@ fn peak_finding(d: &DeviceAnalysis) -> Option<Finding> {
     })
 }
 
-/// Without an OOM, the advice headline (`medium` when it lowers the peak by the ranking's
-/// threshold); then the best recommended setting (`high` when it avoids an OOM).
+/// The one ranking's first entry (`high` when it avoids an OOM, else `medium`;
+/// [`Recommendations::headline`]: never a debugging-only setting), then, without an OOM,
+/// the usual advice replayed (`medium` when a piece of it that is not debugging-only saves
+/// at least the ranking's threshold, else `info`): findings and recommendations read the
+/// same ranking ([`crate::recommend`], "One ranking").
 fn recommendation_findings(d: &DeviceAnalysis, v: &mut Vec<Finding>) {
     let r = &d.recommendations;
-    if let (None, Some(base), Some(h)) =
-        (&d.oom, &r.baseline, r.baseline.as_ref().and_then(|b| recommend::advice_headline(b, &r.advice)))
-    {
-        // Advice that lowers the peak by at least the ranking's threshold is worth reading.
-        let helps = r.advice.iter().any(|t| {
-            t.ooms == 0
-                && (t.peak_reserved_bytes as f64) <= base.peak_reserved_bytes as f64 * (1.0 - recommend::MIN_GAIN)
+    if let Some(best) = r.headline() {
+        let why = match best.cost {
+            recommend::Cost::Free => String::new(),
+            c => format!(" (cost: {})", c.as_str()),
+        };
+        v.push(Finding {
+            kind: if best.kind == "setting" { FindingKind::Recommendation } else { FindingKind::Advice },
+            severity: if best.avoids_oom { Severity::High } else { Severity::Medium },
+            headline: format!(
+                "{} {}{}: {}{why}.",
+                if best.kind == "setting" { "Set" } else { "Call" },
+                if best.kind == "setting" { best.paste.as_str() } else { best.setting.as_str() },
+                best.extra_call.as_ref().map_or(String::new(), |c| format!(" and call {c}")),
+                best.reason
+            ),
         });
+    }
+    if let (None, Some(h)) = (&d.oom, r.baseline.as_ref().and_then(|b| recommend::advice_headline(b, &r.advice))) {
+        // Advice worth reading is in the ranking and not debugging-only.
+        let helps = r.ranked.iter().any(|x| x.kind == "advice" && x.cost != recommend::Cost::DebuggingOnly);
         v.push(Finding {
             kind: FindingKind::Advice,
             severity: if helps { Severity::Medium } else { Severity::Info },
             headline: h,
-        });
-    }
-    if let Some(best) = r.recommended.first() {
-        v.push(Finding {
-            kind: FindingKind::Recommendation,
-            severity: if best.avoids_oom { Severity::High } else { Severity::Medium },
-            headline: format!(
-                "Set {}{}: {}.",
-                best.paste,
-                best.extra_call.as_ref().map_or(String::new(), |c| format!(" and call {c}")),
-                best.reason
-            ),
         });
     }
 }

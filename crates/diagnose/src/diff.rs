@@ -5,7 +5,10 @@
 //! Devices are matched by ordinal; when each file has exactly one device they are
 //! matched whatever their ordinals (a run moved from `cuda:0` to `cuda:1`). Sites are
 //! matched by their `file:line:function` text (the frame tables of two files are
-//! unrelated). Figures come from [`fragscope_trace::timeline`] and [`fragscope_trace::attribute`].
+//! unrelated). Figures come from [`fragscope_trace::timeline`] and [`fragscope_trace::attribute`]:
+//! peak allocated as `memory_stats()` counts block bytes (docs/glossary.md); the sites' bytes
+//! are the blocks live at the peak's moment at the trace's sizes, so their deltas add up to
+//! the delta of the curves' maxima, which can be below the peaks by the unsplit remainders.
 
 use std::collections::BTreeMap;
 

@@ -342,6 +342,66 @@ pub struct Fix {
     pub cuda_mallocs: u64,
 }
 
+/// Where a file's OOM is, for the first line of every surface: the device and trace entry
+/// of the file's first recorded `oom` entry ([`first_oom`]), its verdict in one sentence,
+/// and the command to run next.
+#[derive(Clone, Debug, Serialize)]
+pub struct OomLead {
+    pub device: i64,
+    /// Index of the `oom` entry in the device's trace (what `state --at` takes).
+    pub event_index: usize,
+    pub time_us: Option<i64>,
+    pub verdict: Verdict,
+    /// The verdict in one sentence, with its figures: the first sentence of the finding's
+    /// `explanation`, without its "This OOM was " (`"exhaustion: tensors in use held …"`).
+    pub headline: String,
+}
+
+impl OomLead {
+    /// The lead of a finding already made.
+    pub fn of(f: &OomFinding) -> OomLead {
+        OomLead {
+            device: f.device,
+            event_index: f.event_index,
+            time_us: f.time_us,
+            verdict: f.verdict,
+            headline: {
+                // "This OOM was exhaustion: …" reads "OOM on device 1 at entry 421: exhaustion: …".
+                let s = first_sentence(&f.explanation);
+                s.strip_prefix("This OOM was ").unwrap_or(s).to_string()
+            },
+        }
+    }
+
+    /// The lead of `snap`'s first OOM ([`first_oom`]), without the replays of the fixes (the
+    /// verdict needs only the state at the OOM); `None` when no device recorded one.
+    pub fn of_file(snap: &Snapshot) -> Option<OomLead> {
+        let (device, _) = first_oom(snap)?;
+        oom_finding(snap, device, &OomOptions { top: 1, replay: false, threads: 1 }).map(|f| OomLead::of(&f))
+    }
+}
+
+/// Up to the first full stop followed by a space (sizes such as `4.94 GiB` have none).
+fn first_sentence(s: &str) -> &str {
+    s.find(". ").map_or(s, |i| &s[..=i])
+}
+
+/// The device and trace index of a file's first recorded OOM: the earliest `oom` entry by
+/// `time_us` over all devices (a process usually stops at its first), the lowest device
+/// when the entries have no time; `None` when no device recorded one. Every surface that
+/// leads with the OOM, or defaults to it (`state`, MCP `top_holders`), asks this.
+pub fn first_oom(snap: &Snapshot) -> Option<(i64, usize)> {
+    snap.devices()
+        .into_iter()
+        .filter_map(|d| {
+            let t = snap.trace(d);
+            let i = t.iter().position(|e| e.action == Action::Oom)?;
+            Some((t[i].time().unwrap_or(i64::MAX), d, i))
+        })
+        .min()
+        .map(|(_, d, i)| (d, i))
+}
+
 /// The OOM of one device.
 #[derive(Clone, Debug, Serialize)]
 pub struct OomFinding {

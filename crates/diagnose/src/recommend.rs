@@ -21,9 +21,24 @@
 //! Every candidate and the recorded settings themselves (the baseline) are replayed with
 //! [`fragscope_replay::simulate`] on the same device size. A candidate is recommended when
 //! it avoids an OOM the baseline replay hits, or lowers the peak reserved bytes by at
-//! least [`MIN_GAIN`] without running out of memory where the baseline did not. Ranking:
-//! avoided OOMs first, then the lower peak reserved, then fewer `cudaMalloc` calls.
+//! least [`MIN_GAIN`] without running out of memory where the baseline did not.
 //! Nothing is recommended when nothing beats the recorded settings by that margin.
+//!
+//! # One ranking
+//!
+//! Settings and the usual advice (`empty_cache()` at step boundaries,
+//! `PYTORCH_NO_CUDA_MEMORY_CACHING=1`) are ranked together by [`rank_key`], the one ranking
+//! `analyze`'s findings, its recommendations, the report and MCP read
+//! ([`Recommendations::ranked`]). The saving decides what is listed at all (an avoided OOM,
+//! or at least [`MIN_GAIN`] less peak reserved); among what is listed:
+//!
+//! 1. what avoids the recorded OOM first;
+//! 2. then by cost ([`Cost`]): `free` (no more synchronisations than the recorded run)
+//!    before `synchronisation` (more `cudaFree` calls, each a device-wide synchronisation);
+//!    `debugging_only` (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`: every free a `cudaFree`, made
+//!    for memory checkers, not for training) always last, whatever it saves, and never a
+//!    headline;
+//! 3. then the larger saving (the lower peak reserved), fewer `cudaMalloc` calls, the name.
 
 use fragscope_alloc::AllocatorConfig;
 use fragscope_snapshot::{Action, Snapshot, SourceFormat};
@@ -293,6 +308,68 @@ pub(crate) fn run_trials(
     (base, it.collect())
 }
 
+/// What a setting or a piece of advice costs besides memory (module doc, "One ranking");
+/// ordered cheapest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cost {
+    /// No more synchronisations than the recorded run.
+    Free,
+    /// More `cudaFree` calls (or unmapped ranges) than the recorded run: each synchronises
+    /// the device.
+    Synchronisation,
+    /// A setting made for debugging (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`), never advice to
+    /// train with.
+    DebuggingOnly,
+}
+
+impl Cost {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cost::Free => "free",
+            Cost::Synchronisation => "synchronisation",
+            Cost::DebuggingOnly => "debugging only",
+        }
+    }
+
+    /// The cost of replay `t` against the recorded settings' replay `base`.
+    pub fn of(t: &Trial, base: &Trial) -> Cost {
+        if t.setting == crate::advice::NO_CACHING {
+            Cost::DebuggingOnly
+        } else if t.syncs > base.syncs {
+            Cost::Synchronisation
+        } else {
+            Cost::Free
+        }
+    }
+}
+
+/// The one ranking (module doc): the key that sorts settings and advice, best first.
+pub fn rank_key(avoids_oom: bool, cost: Cost, peak_reserved: u64, cuda_mallocs: u64) -> impl Ord {
+    (cost == Cost::DebuggingOnly, !avoids_oom, cost, peak_reserved, cuda_mallocs)
+}
+
+/// One entry of the one ranking: a setting or a piece of advice that saves.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ranked {
+    pub rank: usize,
+    /// The option, or the advice in words.
+    pub setting: String,
+    /// `"setting"` (an allocator option, also in `recommended`) or `"advice"`.
+    pub kind: &'static str,
+    pub paste: String,
+    pub extra_call: Option<String>,
+    pub avoids_oom: bool,
+    pub cost: Cost,
+    /// `1 − peak reserved / baseline peak reserved`.
+    pub peak_reserved_saving: f64,
+    pub peak_reserved_bytes: u64,
+    pub syncs: u64,
+    pub baseline_syncs: u64,
+    /// Why, in words, with the measured figures and the cost.
+    pub reason: String,
+}
+
 /// A ranked setting.
 #[derive(Clone, Debug, Serialize)]
 pub struct Recommendation {
@@ -310,6 +387,8 @@ pub struct Recommendation {
     pub peak_reserved_saving: f64,
     pub cuda_mallocs: u64,
     pub baseline_cuda_mallocs: u64,
+    /// What it costs besides memory ([`Cost`]).
+    pub cost: Cost,
 }
 
 /// Recommendations of one device.
@@ -331,6 +410,95 @@ pub struct Recommendations {
     pub advice: Vec<Trial>,
     /// Advice that could not be replayed, and why.
     pub advice_notes: Vec<String>,
+    /// Settings and advice that save, in the one ranking (module doc): what the findings'
+    /// headline, the report and MCP read first.
+    pub ranked: Vec<Ranked>,
+}
+
+impl Recommendations {
+    /// Fills [`Recommendations::ranked`] from `recommended` and `advice` (call after both).
+    pub fn rank_all(&mut self) {
+        let Some(base) = &self.baseline else {
+            self.ranked.clear();
+            return;
+        };
+        let mut v: Vec<Ranked> = self
+            .recommended
+            .iter()
+            .map(|x| {
+                let syncs = self.tried.iter().find(|t| t.setting == x.setting).map_or(base.syncs, |t| t.syncs);
+                Ranked {
+                    rank: 0,
+                    setting: x.setting.clone(),
+                    kind: "setting",
+                    paste: x.paste.clone(),
+                    extra_call: x.extra_call.clone(),
+                    avoids_oom: x.avoids_oom,
+                    cost: x.cost,
+                    peak_reserved_saving: x.peak_reserved_saving,
+                    peak_reserved_bytes: x.peak_reserved_bytes,
+                    syncs,
+                    baseline_syncs: base.syncs,
+                    reason: x.reason.clone(),
+                }
+            })
+            .collect();
+        if refusal(base, &self.advice).is_none() {
+            for t in &self.advice {
+                let saving = saving_of(base, t);
+                let avoids = avoids_baseline_oom(base, t, None);
+                if !(avoids || (saving >= MIN_GAIN && !(base.ooms == 0 && t.ooms > 0))) {
+                    continue;
+                }
+                let cost = Cost::of(t, base);
+                v.push(Ranked {
+                    rank: 0,
+                    setting: t.setting.clone(),
+                    kind: "advice",
+                    paste: t.paste.clone(),
+                    extra_call: t.extra_call.clone(),
+                    avoids_oom: avoids,
+                    cost,
+                    peak_reserved_saving: saving,
+                    peak_reserved_bytes: t.peak_reserved_bytes,
+                    syncs: t.syncs,
+                    baseline_syncs: base.syncs,
+                    reason: format!(
+                        "peak reserved {} instead of {} ({:.1}% less), {} synchronisations instead of {}",
+                        fragscope_alloc::format_size(t.peak_reserved_bytes),
+                        fragscope_alloc::format_size(base.peak_reserved_bytes),
+                        saving * 100.0,
+                        t.syncs,
+                        base.syncs
+                    ),
+                });
+            }
+        }
+        v.sort_by(|a, b| {
+            rank_key(a.avoids_oom, a.cost, a.peak_reserved_bytes, 0)
+                .cmp(&rank_key(b.avoids_oom, b.cost, b.peak_reserved_bytes, 0))
+                .then_with(|| a.setting.cmp(&b.setting))
+        });
+        for (i, r) in v.iter_mut().enumerate() {
+            r.rank = i + 1;
+        }
+        self.ranked = v;
+    }
+
+    /// The entry a headline may name: the first of the ranking, unless it is
+    /// debugging-only (module doc).
+    pub fn headline(&self) -> Option<&Ranked> {
+        self.ranked.first().filter(|r| r.cost != Cost::DebuggingOnly)
+    }
+}
+
+/// `1 − t's peak reserved / base's` (0 when the baseline reserved nothing).
+fn saving_of(base: &Trial, t: &Trial) -> f64 {
+    if base.peak_reserved_bytes == 0 {
+        0.0
+    } else {
+        1.0 - t.peak_reserved_bytes as f64 / base.peak_reserved_bytes as f64
+    }
 }
 
 /// Does the baseline run out of memory where `t` does not (at or before `oom_at`, the
@@ -356,11 +524,7 @@ pub(crate) fn rank(base: &Trial, trials: &[Trial], oom_at: Option<usize>) -> Vec
     let mut v: Vec<Recommendation> = Vec::new();
     for t in trials {
         let avoids = avoids_baseline_oom(base, t, oom_at);
-        let saving = if base.peak_reserved_bytes == 0 {
-            0.0
-        } else {
-            1.0 - t.peak_reserved_bytes as f64 / base.peak_reserved_bytes as f64
-        };
+        let saving = saving_of(base, t);
         let new_oom = base.ooms == 0 && t.ooms > 0;
         if !(avoids || (saving >= MIN_GAIN && !new_oom)) {
             continue;
@@ -379,6 +543,10 @@ pub(crate) fn rank(base: &Trial, trials: &[Trial], oom_at: Option<usize>) -> Vec
         if t.cuda_mallocs != base.cuda_mallocs {
             reason.push_str(&format!(", {} cudaMalloc calls instead of {}", t.cuda_mallocs, base.cuda_mallocs));
         }
+        let cost = Cost::of(t, base);
+        if cost == Cost::Synchronisation {
+            reason.push_str(&format!(", {} synchronisations instead of {}", t.syncs, base.syncs));
+        }
         v.push(Recommendation {
             rank: 0,
             setting: t.setting.clone(),
@@ -392,14 +560,13 @@ pub(crate) fn rank(base: &Trial, trials: &[Trial], oom_at: Option<usize>) -> Vec
             peak_reserved_saving: saving,
             cuda_mallocs: t.cuda_mallocs,
             baseline_cuda_mallocs: base.cuda_mallocs,
+            cost,
         });
     }
     v.sort_by(|a, b| {
-        b.avoids_oom
-            .cmp(&a.avoids_oom)
-            .then(a.peak_reserved_bytes.cmp(&b.peak_reserved_bytes))
-            .then(a.cuda_mallocs.cmp(&b.cuda_mallocs))
-            .then(a.setting.cmp(&b.setting))
+        rank_key(a.avoids_oom, a.cost, a.peak_reserved_bytes, a.cuda_mallocs)
+            .cmp(&rank_key(b.avoids_oom, b.cost, b.peak_reserved_bytes, b.cuda_mallocs))
+            .then_with(|| a.setting.cmp(&b.setting))
     });
     for (i, r) in v.iter_mut().enumerate() {
         r.rank = i + 1;
@@ -429,6 +596,7 @@ pub(crate) fn recommend_in_era(
         tried: Vec::new(),
         advice: Vec::new(),
         advice_notes: Vec::new(),
+        ranked: Vec::new(),
     };
     if !replay::has_replayable_trace(snap, device) {
         r.note = Some("no allocation trace to replay on this device".into());
@@ -447,6 +615,7 @@ pub(crate) fn recommend_in_era(
     let (advice, notes) = advice_trials(snap, device, &cfg, capacity);
     r.advice = advice;
     r.advice_notes = notes;
+    r.rank_all();
     r
 }
 
@@ -503,8 +672,10 @@ pub fn advice_headline(base: &Trial, advice: &[Trial]) -> Option<String> {
                     fs(t.peak_reserved_bytes)
                 )
             };
+            // A debugging setting is said to be one, wherever it is named.
+            let debug = if Cost::of(t, base) == Cost::DebuggingOnly { " (a debugging setting)" } else { "" };
             format!(
-                "{} {effect}, for {} cudaMalloc + {} cudaFree instead of {} + {} ({} synchronisations instead of {})",
+                "{}{debug} {effect}, for {} cudaMalloc + {} cudaFree instead of {} + {} ({} synchronisations instead of {})",
                 t.setting, t.cuda_mallocs, t.cuda_frees, base.cuda_mallocs, base.cuda_frees, t.syncs, base.syncs
             )
         })
@@ -542,4 +713,109 @@ pub fn from_trials(r: &mut Recommendations, base: Trial, trials: Vec<Trial>, oom
     }
     r.baseline = Some(base);
     r.tried = trials;
+    r.rank_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn trial(setting: &str, peak_reserved: u64, syncs: u64) -> Trial {
+        Trial {
+            setting: setting.into(),
+            config: String::new(),
+            paste: format!("PYTORCH_CUDA_ALLOC_CONF={setting}"),
+            extra_call: None,
+            min_version: None,
+            capacity_bytes: None,
+            peak_reserved_bytes: peak_reserved,
+            peak_allocated_bytes: 40 * GIB,
+            peak_fragmentation: 0.0,
+            cuda_mallocs: 100,
+            cuda_frees: syncs,
+            empty_cache_calls: 0,
+            syncs,
+            alloc_retries: 0,
+            ooms: 0,
+            first_oom_index: None,
+            recorded_ooms_that_fit: 0,
+            start_state: replay::StartState::Rebuilt,
+            notes: Vec::new(),
+        }
+    }
+
+    fn recommendations(base: Trial, settings: Vec<Trial>, advice: Vec<Trial>) -> Recommendations {
+        let mut r = Recommendations {
+            device: 0,
+            measured: false,
+            note: None,
+            era: Era { min: [2, 10], max: None, label: "2.10+".into(), evidence: Vec::new() },
+            capacity_bytes: None,
+            baseline: None,
+            recommended: Vec::new(),
+            tried: Vec::new(),
+            advice,
+            advice_notes: Vec::new(),
+            ranked: Vec::new(),
+        };
+        from_trials(&mut r, base, settings, None);
+        r
+    }
+
+    /// The 2.7B training step of issue 42 in figures: no caching saves the most but costs
+    /// 14× the synchronisations; expandable segments save 8.9% for nothing.
+    #[test]
+    fn a_debugging_setting_never_ranks_above_a_free_one_that_saves() {
+        let base = trial("recorded", 100 * GIB, 430);
+        let free = trial("expandable_segments:True", 91 * GIB, 430);
+        let gc = trial("garbage_collection_threshold:0.6", 90 * GIB, 709);
+        let no_cache = trial(crate::advice::NO_CACHING, 80 * GIB, 5894);
+        let r = recommendations(base, vec![gc, free], vec![no_cache]);
+        let order: Vec<(&str, Cost)> = r.ranked.iter().map(|x| (x.setting.as_str(), x.cost)).collect();
+        assert_eq!(
+            order,
+            [
+                ("expandable_segments:True", Cost::Free),
+                ("garbage_collection_threshold:0.6", Cost::Synchronisation),
+                (crate::advice::NO_CACHING, Cost::DebuggingOnly),
+            ]
+        );
+        // The settings' own list is in the same order.
+        let settings: Vec<&str> = r.recommended.iter().map(|x| x.setting.as_str()).collect();
+        assert_eq!(settings, ["expandable_segments:True", "garbage_collection_threshold:0.6"]);
+        assert_eq!(r.headline().map(|x| x.setting.as_str()), Some("expandable_segments:True"));
+    }
+
+    #[test]
+    fn a_debugging_setting_is_never_the_headline() {
+        // Nothing but no caching saves: it is ranked, last and alone, and no headline names it.
+        let base = trial("recorded", 100 * GIB, 430);
+        let r = recommendations(
+            base,
+            vec![trial("roundup_power2_divisions:4", 99 * GIB, 430)],
+            vec![trial(crate::advice::NO_CACHING, 50 * GIB, 9000)],
+        );
+        assert_eq!(r.ranked.len(), 1);
+        assert_eq!(r.ranked[0].cost, Cost::DebuggingOnly);
+        assert!(r.headline().is_none());
+    }
+
+    #[test]
+    fn an_avoided_oom_ranks_first_whatever_it_costs() {
+        let mut base = trial("recorded", 100 * GIB, 10);
+        base.ooms = 1;
+        base.first_oom_index = Some(50);
+        let mut gc = trial("garbage_collection_threshold:0.8", 99 * GIB, 40);
+        gc.ooms = 0;
+        let free = trial("expandable_segments:True", 80 * GIB, 10);
+        let mut free_oom = free.clone();
+        free_oom.ooms = 1;
+        free_oom.first_oom_index = Some(40);
+        let r = recommendations(base, vec![free_oom, gc], Vec::new());
+        assert_eq!(r.ranked[0].setting, "garbage_collection_threshold:0.8");
+        assert!(r.ranked[0].avoids_oom);
+        assert_eq!(r.ranked[0].cost, Cost::Synchronisation);
+    }
 }

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use fragscope_commands::{self as commands, Error, ErrorKind, Words};
 use fragscope_diagnose::{analyze, check, diff, AnalyzeOptions, DiffOptions};
 use fragscope_snapshot::Snapshot as Snap;
-use fragscope_trace::summarize;
 use pyo3::prelude::*;
 
 /// The exception classes of `fragscope/_errors.py`, imported from the `fragscope` package
@@ -132,7 +131,7 @@ impl Snapshot {
         let (snap, name, example) = (self.inner.clone(), self.name.clone(), self.example);
         py.allow_threads(move || {
             let (snap, w) = windowed(&name, snap, window.as_deref())?;
-            commands::summary::summary_json(&[(name, example, summarize(&snap))], &[w])
+            commands::summary::summary_json(&[(name, example, commands::summary::FileSummary::of(&snap))], &[w])
         })
         .map_err(|e| Fail(e).into())
     }

@@ -75,8 +75,8 @@ pub use summary::{
     Settings as RecordedSettings, Summary, TraceSummary, SCHEMA as SUMMARY_SCHEMA,
 };
 pub use timeline::{
-    levels_at, live_at, live_sets_at, timeline, timeline_walk, timeline_with_lives, timelines, DeviceTimeline, Peak,
-    SeriesPoint, TimelineOptions, DEFAULT_POINTS,
+    levels_at, live_at, live_sets_at, peak_allocated, timeline, timeline_walk, timeline_with_lives, timelines,
+    DeviceTimeline, Peak, PeakAllocatedSource, SeriesPoint, TimelineOptions, DEFAULT_POINTS,
 };
 pub use walk::{
     AllocatedChange, Levels, LiveBlock, OnAllocated, OnLevels, ReservedSource, Seeded as SeededStart, SeededLife,

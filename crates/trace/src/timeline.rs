@@ -15,6 +15,20 @@
 //! lives another ([`crate::lives`]); [`timeline_walk`] lends the same walk to a sink of
 //! the caller's.
 //!
+//! # Peak allocated
+//!
+//! [`DeviceTimeline::peak_allocated`] is *the* peak allocated of every surface
+//! (docs/glossary.md): the block peak `torch.cuda.max_memory_allocated()` /
+//! `memory_stats()["allocated_bytes.all.peak"]` would report over the recorded window. The
+//! curves count a freed block at its rounded request (the trace does not state its size),
+//! which misses the unsplit remainder PyTorch leaves in a block (up to 1 MiB in the large
+//! pool); the block sizes are known only to the replay's walk with the block layout
+//! ([`fragscope_replay::memory_table`]), so the peak's bytes come from there
+//! ([`peak_allocated`]), and from the curves only where that walk cannot be made (the trace
+//! and the final state disagree; profiler traces), which
+//! [`DeviceTimeline::peak_allocated_source`] says. The requested-bytes peak is
+//! [`DeviceTimeline::peak_requested`], named apart.
+//!
 
 use fragscope_snapshot::{Action, Snapshot, TraceEvent, NO_TIME};
 use serde::Serialize;
@@ -82,7 +96,14 @@ pub struct DeviceTimeline {
     /// Levels before the first event and after the last.
     pub start: Levels,
     pub end: Levels,
+    /// The peak allocated (module doc, "Peak allocated"): bytes as `memory_stats()` counts
+    /// them; `event_index` and `time_us` where the curves peak (the same entry unless the
+    /// curves' rounded sizes moved the maximum).
     pub peak_allocated: Peak,
+    /// Where `peak_allocated.bytes` comes from: `"memory_stats"` (the replay's block sizes,
+    /// or a state without a trace) or `"trace_sizes"` (the curves' sizes, a lower bound:
+    /// the replay could not count the window).
+    pub peak_allocated_source: PeakAllocatedSource,
     pub peak_active: Peak,
     pub peak_requested: Peak,
     pub peak_reserved: Peak,
@@ -104,6 +125,37 @@ pub struct DeviceTimeline {
     /// (not serialised).
     #[serde(skip)]
     pub first_oom: Option<usize>,
+}
+
+/// Where [`DeviceTimeline::peak_allocated`]'s bytes come from (`"memory_stats"`,
+/// `"trace_sizes"` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakAllocatedSource {
+    /// The block sizes PyTorch counts: the replay's walk with the block layout, or the
+    /// final state's blocks when there is no trace.
+    MemoryStats,
+    /// The curves' sizes (freed blocks at their rounded request): a lower bound.
+    TraceSizes,
+}
+
+/// The one peak allocated of `device` (module doc): `walked` = the curves' peak, whose
+/// bytes are replaced by `memory_stats()`'s peak when the replay can count the window.
+/// Every surface that says "peak allocated" reads it from [`DeviceTimeline::peak_allocated`]
+/// or from here.
+pub fn peak_allocated(snap: &Snapshot, device: i64, walked: Peak) -> (Peak, PeakAllocatedSource) {
+    if snap.trace(device).is_empty() {
+        // One moment, the final state's own block sizes.
+        return (walked, PeakAllocatedSource::MemoryStats);
+    }
+    if snap.format == fragscope_snapshot::SourceFormat::Kineto {
+        // A profiler trace has no blocks to lay out.
+        return (walked, PeakAllocatedSource::TraceSizes);
+    }
+    match fragscope_replay::memory_table(snap, device) {
+        Ok(t) => (Peak { bytes: t.allocated_bytes.all.peak, ..walked }, PeakAllocatedSource::MemoryStats),
+        Err(_) => (walked, PeakAllocatedSource::TraceSizes),
+    }
 }
 
 /// Timelines of every device that has segments or trace events.
@@ -215,6 +267,7 @@ fn walk(
     let mut lives = keep_lives.then(|| LivesRecorder::new(device, r.allocs));
     r.run(&mut (&mut curves, (&mut lives, sink)));
     let Curves { peaks: [pa, pact, preq, pres], alloc_at_res_peak, series, first_oom, .. } = curves;
+    let (pa, peak_allocated_source) = peak_allocated(snap, device, pa);
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
     DeviceTimeline {
         device,
@@ -226,6 +279,7 @@ fn walk(
         start,
         end: r.cur,
         peak_allocated: pa,
+        peak_allocated_source,
         peak_active: pact,
         peak_requested: preq,
         peak_reserved: pres,

@@ -99,9 +99,49 @@ pub fn render_text(file: &str, a: &Analysis) -> String {
     if a.devices.is_empty() {
         let _ = writeln!(o, "\nNo device has segments or trace events in this file.");
     }
-    for d in &a.devices {
+    o.push_str(&lead_text(file, a));
+    // The OOM's device first: it is what the reader came for.
+    for d in a.devices_oom_first() {
         o.push('\n');
         o.push_str(&device_text(d));
+    }
+    o
+}
+
+/// `FILE` as a shell word for a command line to paste (single-quoted when it needs to be;
+/// nothing for the built-in example, which is what a command without FILE reads), with a
+/// space before it.
+pub(crate) fn file_arg(file: &str) -> String {
+    if file == fragscope_commands::input::EXAMPLE_NAME {
+        return String::new();
+    }
+    let plain = file.chars().all(|c| c.is_ascii_alphanumeric() || "._/+-=:,@".contains(c));
+    if plain && !file.is_empty() {
+        format!(" {file}")
+    } else {
+        format!(" '{}'", file.replace('\'', r"'\''"))
+    }
+}
+
+/// What comes before the devices: the OOM (device, entry, verdict, the next command) and
+/// the findings about the file as a whole (device imbalance).
+fn lead_text(file: &str, a: &Analysis) -> String {
+    let mut o = String::new();
+    if let Some(l) = &a.oom {
+        let _ = writeln!(o, "\nOOM on device {} at trace entry {}: {}", l.device, l.event_index, l.headline);
+        let _ = writeln!(
+            o,
+            "  Its findings come first (device {}); who held the memory then: fragscope state{} --at {}",
+            l.device,
+            file_arg(file),
+            l.event_index
+        );
+    }
+    if !a.findings.is_empty() {
+        let _ = writeln!(o, "\nFindings about the file:");
+        for f in &a.findings {
+            let _ = writeln!(o, "  [{}] {}", f.severity, f.headline);
+        }
     }
     o
 }
@@ -567,6 +607,13 @@ fn recommend_text(d: &DeviceAnalysis) -> String {
             let _ = writeln!(o, "     and call {c}");
         }
         let _ = writeln!(o, "     {} (PyTorch ≥ {})", x.reason, x.min_version.unwrap_or("?"));
+    }
+    // The usual advice in the same ranking as the settings, when any of it saves.
+    if r.ranked.iter().any(|x| x.kind == "advice") {
+        let _ = writeln!(o, "  Settings and the usual advice in one ranking (each avoids the OOM or saves at least 5%; free before synchronising, debugging-only last):");
+        for x in &r.ranked {
+            let _ = writeln!(o, "  {}. {} [{}]: {}", x.rank, x.setting, x.cost.as_str(), x.reason);
+        }
     }
     if r.measured && !r.tried.is_empty() {
         if let Some(b) = &r.baseline {

@@ -18,14 +18,16 @@ use crate::CliError;
 pub struct Args {
     /// Snapshot file. Without FILE: the built-in example snapshot.
     pub file: Option<PathBuf>,
-    /// The state after trace entry N (0-based). Default: the end of the trace.
+    /// The state after trace entry N (0-based). Default: on a file with an OOM (and no
+    /// --device), the OOM entry on its device; else the end of the trace.
     #[arg(long, value_name = "N", conflicts_with = "time")]
     pub at: Option<usize>,
     /// The state at a time since the first trace entry (`12.5s`, `300ms`, `50us`): after
     /// the last entry at or before it.
     #[arg(long, value_name = "T")]
     pub time: Option<String>,
-    /// Device (default: the first with a trace).
+    /// Device (default: with --at N, the device whose entry N is the OOM; else the OOM's
+    /// device; else the first with a trace).
     #[arg(long)]
     pub device: Option<i64>,
     /// Group the holders by `site` (innermost user frame), `annotation` (innermost
@@ -70,6 +72,9 @@ fn render_text(o: &StateOut) -> String {
     let mut s = String::new();
     let at = o.after_event.map_or("before the first trace entry".to_string(), |i| format!("after trace entry {i}"));
     let when = o.time_s.map_or(String::new(), |t| format!(", {t:.3} s after the first entry"));
+    if let Some(c) = &o.choice {
+        let _ = writeln!(s, "Showing {c}.");
+    }
     let _ = writeln!(s, "Allocator state of {} device {}, {at}{when} ({}):", o.file, o.device, o.method);
     let f = &o.state;
     let _ = writeln!(s, "  Reserved           {}", bytes(f.reserved_bytes));

@@ -5,9 +5,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use fragscope_commands::summary::FileSummary;
 use fragscope_diagnose::WindowInfo;
 use fragscope_snapshot::SourceFormat;
-use fragscope_trace::{summarize, DeviceSummary, History, PoolFigures, Summary};
+use fragscope_trace::{DeviceSummary, History, PoolFigures, Summary};
 
 use crate::output::{self, Align, Table};
 use crate::CliError;
@@ -28,10 +29,10 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let example = args.files.is_empty();
     let spec = args.window.spec()?;
     let mut windows: Vec<Option<WindowInfo>> = Vec::new();
-    let results: Vec<(String, bool, Summary)> =
+    let results: Vec<(String, bool, FileSummary)> =
         fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
             windows.push(w);
-            Ok::<_, CliError>((name, example, summarize(snap)))
+            Ok::<_, CliError>((name, example, FileSummary::of(snap)))
         })?;
     let text = if args.json {
         fragscope_commands::summary::summary_json(&results, &windows)?
@@ -61,8 +62,9 @@ fn format_name(f: SourceFormat) -> &'static str {
     }
 }
 
-/// The whole text report of one file.
-pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
+/// The whole text report of one file: its OOM first, when it has one.
+pub fn render_text(file: &str, example: bool, fs: &FileSummary) -> String {
+    let s = &fs.summary;
     let mut o = String::new();
     if example {
         let _ = writeln!(
@@ -73,6 +75,14 @@ pub fn render_text(file: &str, example: bool, s: &Summary) -> String {
         );
     } else {
         let _ = writeln!(o, "fragscope summary of {file} ({})\n", format_name(s.format));
+    }
+    if let Some(l) = &fs.oom {
+        let _ = writeln!(o, "OOM on device {} at trace entry {}: {}", l.device, l.event_index, l.headline);
+        let _ = writeln!(
+            o,
+            "  Next: fragscope analyze{} (which settings or changes would have avoided it, replayed)\n",
+            crate::cmd::analyze::file_arg(file)
+        );
     }
     if s.devices.is_empty() {
         let _ = writeln!(o, "No device has segments or trace events in this file.");

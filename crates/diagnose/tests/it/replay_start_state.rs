@@ -110,6 +110,7 @@ fn runs_that_start_from_another_state_are_not_compared() {
         tried: Vec::new(),
         advice: Vec::new(),
         advice_notes: Vec::new(),
+        ranked: Vec::new(),
     };
     from_trials(&mut r, base, advice, None);
     assert!(r.recommended.is_empty());

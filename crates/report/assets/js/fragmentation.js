@@ -4,7 +4,7 @@ function fragView(file, dev, c) {
   sec.append(el('h2', {}, '3. Fragmentation over time'));
   const a = analysisDev(file);
   const cv = canvas('fr', 180);
-  sec.append(cv, el('div', { class: 'legend note' }, el('i', { style: 'background:#7c3aed' }), 'fragmentation 1 − allocated/reserved (bucket maxima)',
+  sec.append(cv, el('div', { class: 'legend note' }, el('i', { style: 'background:#7c3aed' }), 'peak fragmentation so far: 1 − peak allocated / peak reserved up to each moment (cached memory tensors used before is not fragmentation; docs/glossary.md)',
     el('i', { style: 'background:#0ea5e9' }), 'largest free block, at the captured moments only (dots; right scale)', el('i', { style: 'background:#f97316' }), 'largest request in the bucket (right scale)'));
   if (a) {
     const p = a.fragmentation.pinned_segments;
@@ -25,8 +25,13 @@ function drawFrag(c, cv) {
   const X = (s) => TL_LEFT + xOf(s, pw);
   const next = (i) => (i + 1 < lv.n ? lv.first[i + 1] : c.states);
   g.strokeStyle = '#7c3aed'; g.lineWidth = 1.5; g.beginPath();
+  // The peaks so far, from the first bucket whatever the zoom: memory freed but kept cached
+  // (after an OOM, between steps) leaves the curve where the peaks put it.
+  let pa = 0, pr = 0;
+  for (let i = 0; i < i0; i++) { pa = Math.max(pa, lv.alloc[i]); pr = Math.max(pr, lv.res[i]); }
   for (let i = i0; i <= i1; i++) {
-    const f = lv.res[i] > 0 ? Math.max(0, 1 - lv.alloc[i] / lv.res[i]) : 0;
+    pa = Math.max(pa, lv.alloc[i]); pr = Math.max(pr, lv.res[i]);
+    const f = pr > 0 ? Math.max(0, 1 - pa / pr) : 0;
     const y = TL_TOP + ph * (1 - f);
     if (i === i0) g.moveTo(Math.max(TL_LEFT, X(lv.first[i])), y); else g.lineTo(X(lv.first[i]), y);
     g.lineTo(Math.min(w, X(next(i))), y);
