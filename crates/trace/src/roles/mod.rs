@@ -866,10 +866,28 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// decide nothing.
     fn layer_structure(&mut self) -> Found {
         let (lives, req, st) = (self.lives, self.req, self.st);
-        let model_reason = |r: Reason| matches!(r, Reason::OtherBeforeTrace | Reason::ParamBuiltNoBackward);
+        // Before the trace: blocks whose frames (where a ring buffer kept them) do not
+        // say they were made in a pass (an activation, a library's workspace made at a
+        // pass's first matmul).
         let seeded: Vec<usize> = (0..lives.seeded.len())
-            .filter(|&i| lives.seeded[i].end == LIVE_AT_END && model_reason(self.seeded[i].reason))
+            .filter(|&i| {
+                let b = &lives.seeded[i];
+                b.end == LIVE_AT_END
+                    && match self.seeded[i].reason {
+                        Reason::ParamBuiltNoBackward => true,
+                        Reason::OtherBeforeTrace => self.ev.of(b.stack) & (steps::PHASES | WORKSPACE) == 0,
+                        _ => false,
+                    }
+            })
             .collect();
+        // Where frames show blocks being built with the model, a block whose frames do
+        // not is none of its weights (a workspace, a batch).
+        let built = |r: &BlockRole| r.reason == Reason::ParamBuiltNoBackward;
+        let seeded: Vec<usize> = if seeded.iter().any(|&i| built(&self.seeded[i])) {
+            seeded.into_iter().filter(|&i| built(&self.seeded[i]) || lives.seeded[i].stack.is_none()).collect()
+        } else {
+            seeded
+        };
         // A whole history: the model is built in the trace, before its first forward.
         let first_fwd = (0..self.n).find(|&e| st.phase_at(e) == Phase::Forward).unwrap_or(self.n);
         let traced: Vec<usize> = if seeded.is_empty() {
@@ -997,14 +1015,16 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 unknown.len()
             )
         };
-        // The parameters' sizes, where known: a gradient or a moment has one of them.
-        let mut sizes: FxHashMap<u64, usize> = params.sizes.clone();
+        // The parameters' sizes, where all are known (every gradient of a whole step
+        // matched, or one model's structure): a gradient or a moment has one of them.
+        let whole_step = params.grad_step.filter(|&k| backward_whole(st, k));
+        let mut sizes: FxHashMap<u64, usize> =
+            if params.matched && whole_step.is_some() { params.sizes.clone() } else { FxHashMap::default() };
         if let Found::One(m) = model {
             for &(s, _) in m.per_layer.iter().chain(&m.outside_layers) {
                 sizes.insert(s, 1);
             }
         }
-        let whole_step = params.grad_step.filter(|&k| backward_whole(st, k));
         let could = |role: Role| -> Vec<&(u64, u8, bool)> {
             unknown
                 .iter()
@@ -1032,6 +1052,10 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 format!(
                     "the blocks kept through the trace show the layers of more than one model ({} layers): which one the recording runs is not in their sizes",
                     l.join(" and ")
+                )
+            } else if let Found::Mixed(layers, sizes) = model {
+                format!(
+                    "the blocks kept through the trace repeat over {layers} layers in {sizes} distinct sizes per layer, more than a layer's weights: per-layer state besides them (a KV cache, buffers) repeats with them, and the sizes do not tell which is which"
                 )
             } else if params.grad_sizes.is_empty() {
                 "no backward pass gives the parameters' sizes, and their sizes show no repeated layer".into()

@@ -29,6 +29,9 @@ const MAX_PER_LAYER: usize = 8;
 /// The most copies of the parameters a training state holds (weights, gradients, Adam's
 /// two moments).
 const MAX_COPIES: usize = 4;
+/// The most distinct sizes a layer's weights come in (attention's q/o and k/v under
+/// grouped-query attention, the MLP's two orientations, norms, biases).
+const MAX_LAYER_SIZES: usize = 6;
 /// Tensors outside the layers (embedding, head, final norm, positions): at most this
 /// many of one size per copy.
 const MAX_OUTSIDE: usize = 4;
@@ -96,6 +99,10 @@ pub enum Found {
     /// Layers of more than one model (their layer counts): which the recording runs
     /// is not in the sizes.
     Several(Vec<usize>),
+    /// Layers (how many) whose tensors come in more distinct sizes (how many) than a
+    /// layer's weights do: per-layer state besides the weights (a KV cache, buffers)
+    /// repeats with them, and the sizes do not tell which is which.
+    Mixed(usize, usize),
 }
 
 /// The structure in the counts of the blocks' sizes (`counts`: tensor bytes → blocks;
@@ -111,8 +118,11 @@ pub fn find(counts: &BTreeMap<u64, usize>) -> Found {
     let Some((layers, per_layer)) = layers_of(&per) else { return Found::Nothing };
     let layered_bytes: u64 = per_layer.iter().map(|(s, m)| s * (m * layers) as u64).sum();
     let per_bytes: u64 = per.iter().map(|(s, c)| s * *c as u64).sum();
-    if 2 * layered_bytes < per_bytes {
+    if 3 * layered_bytes < per_bytes {
         return Found::Nothing;
+    }
+    if per_layer.len() > MAX_LAYER_SIZES {
+        return Found::Mixed(layers, per_layer.len());
     }
     // The sizes left: a second model's layers, or tensors outside the layers. Those
     // share the layers' common factor (the width times the element size: a norm is
@@ -173,21 +183,26 @@ fn copies(counts: &BTreeMap<u64, usize>, total: u64) -> usize {
         .unwrap_or(1)
 }
 
-/// The layers in one copy's counts: the `L` whose per-layer multiset (sizes counted
-/// `m·L + r` times, `1 ≤ m ≤` [`MAX_PER_LAYER`], `r ≤ 2`: a final norm outside) holds the
-/// most bytes, and of those the most layers; at least two layers and two sizes per layer.
+/// The layers in one copy's counts: the `L ≥ 3` whose per-layer multiset (sizes counted
+/// `m·L + r` times, `1 ≤ m ≤` [`MAX_PER_LAYER`], `r ≤ 2`: a final norm outside; two
+/// sizes at least with `r = 0`) holds the most bytes, and of those the most layers (half
+/// as many layers with twice the tensors each fit as well). Two "layers" would take in
+/// an embedding and its head.
 fn layers_of(per: &BTreeMap<u64, usize>) -> Option<(usize, Vec<(u64, usize)>)> {
     let most = per.values().copied().max().unwrap_or(0);
     let mut best: Option<(u64, usize, Vec<(u64, usize)>)> = None;
-    for l in 2..=most {
+    for l in 3..=most {
+        let mut exact = 0;
         let layer: Vec<(u64, usize)> = per
             .iter()
             .filter_map(|(&s, &c)| {
                 let m = c / l;
-                ((1..=MAX_PER_LAYER).contains(&m) && c % l <= 2).then_some((s, m))
+                let fits = (1..=MAX_PER_LAYER).contains(&m) && c % l <= 2;
+                exact += usize::from(fits && c % l == 0);
+                fits.then_some((s, m))
             })
             .collect();
-        if layer.len() < 2 {
+        if exact < 2 {
             continue;
         }
         let bytes: u64 = layer.iter().map(|(s, m)| s * (m * l) as u64).sum();
@@ -269,6 +284,19 @@ mod tests {
             *c.entry(s).or_default() += n;
         }
         assert!(matches!(find(&c), Found::Several(_)), "{:?}", find(&c));
+    }
+
+    #[test]
+    fn layers_that_hold_more_than_weights_are_not_the_parameters() {
+        // A KV cache per layer (keys and values, and a quantised copy's scales) repeats
+        // with the weights.
+        let mut layer = transformer(4096);
+        layer.extend([(32_768_000, 2), (16_384_000, 1), (2_048_000, 3), (1_536_000, 1)]);
+        let c = model(32, &layer, &[(4 * 32_000 * 4096, 2), (4 * 4096, 1)], 1, &[]);
+        assert_eq!(find(&c), Found::Mixed(32, 7));
+        // Near miss: the weights alone are one model.
+        let c = model(32, &transformer(4096), &[(4 * 32_000 * 4096, 2)], 1, &[]);
+        assert!(matches!(find(&c), Found::One(_)));
     }
 
     #[test]

@@ -6,5 +6,6 @@ mod enum_names;
 mod lives_real;
 mod roles_ground_truth;
 mod roles_late_start;
+mod roles_model_state;
 mod scaling;
 mod summary_layouts;
