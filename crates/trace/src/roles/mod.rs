@@ -865,7 +865,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// rest gradients or optimizer state, undecided (rule 6 says so). Two models' layers
     /// decide nothing.
     fn layer_structure(&mut self) -> Found {
-        let (lives, req, st) = (self.lives, self.req, self.st);
+        let (lives, req) = (self.lives, self.req);
         // Before the trace: blocks whose frames (where a ring buffer kept them) do not
         // say they were made in a pass (an activation, a library's workspace made at a
         // pass's first matmul).
@@ -888,11 +888,10 @@ impl<'a, 'e> Classifier<'a, 'e> {
         } else {
             seeded
         };
-        // A whole history: the model is built in the trace, before its first forward.
-        let first_fwd = (0..self.n).find(|&e| st.phase_at(e) == Phase::Forward).unwrap_or(self.n);
+        // A whole history: the model is built in the trace, and kept to its end (where a
+        // pass begins is no bound: loading a model runs modules' code too).
         let traced: Vec<usize> = if seeded.is_empty() {
             (0..lives.traced.len())
-                .take_while(|&i| lives.traced[i].alloc < first_fwd)
                 .filter(|&i| {
                     lives.traced[i].end == LIVE_AT_END
                         && matches!(
@@ -1050,7 +1049,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
             let why = if let Found::Several(layers) = model {
                 let l: Vec<String> = layers.iter().map(|l| l.to_string()).collect();
                 format!(
-                    "the blocks kept through the trace show the layers of more than one model ({} layers): which one the recording runs is not in their sizes",
+                    "the blocks kept through the trace show the layers of more than one model ({} layers; tensors of more than one width): which one the recording runs is not in their sizes",
                     l.join(" and ")
                 )
             } else if let Found::Mixed(layers, sizes) = model {
@@ -1799,6 +1798,9 @@ pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
                 );
             }
         }
+    }
+    if let Some(m) = &r.model_state {
+        let _ = writeln!(o, "  Model state (from the sizes of the blocks kept through the trace): {}.", m.describe());
     }
     if let Some(at) = &r.at_oom {
         let v: [u64; 7] = std::array::from_fn(|k| at.get(Role::ALL[k].as_str()).copied().unwrap_or(0));

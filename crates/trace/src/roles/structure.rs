@@ -23,9 +23,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 /// The most blocks of one size a layer makes (per copy): attention's q, k, v, o and a
-/// gated MLP's three matrices share sizes, a mixture of experts more; a count that would
-/// need more per layer is read as more layers instead.
-const MAX_PER_LAYER: usize = 8;
+/// gated MLP's three matrices share sizes, and the width-sized vectors more (four
+/// attention biases, the output projection's, two layer norms' weights and biases: 9 in
+/// OPT); a count that would need more per layer is read as more layers instead.
+const MAX_PER_LAYER: usize = 12;
 /// The most copies of the parameters a training state holds (weights, gradients, Adam's
 /// two moments).
 const MAX_COPIES: usize = 4;
@@ -120,6 +121,12 @@ pub fn find(counts: &BTreeMap<u64, usize>) -> Found {
     let per_bytes: u64 = per.iter().map(|(s, c)| s * *c as u64).sum();
     if 3 * layered_bytes < per_bytes {
         return Found::Nothing;
+    }
+    // One model's layer has one width: every tensor of it a multiple of the smallest (a
+    // norm's `d`). Two widths are two models' layers that happen to fit one count.
+    let smallest = per_layer.iter().map(|x| x.0).min().unwrap_or(1);
+    if per_layer.iter().any(|x| x.0 % smallest != 0) {
+        return Found::Several(vec![layers]);
     }
     if per_layer.len() > MAX_LAYER_SIZES {
         return Found::Mixed(layers, per_layer.len());
@@ -279,8 +286,8 @@ mod tests {
 
     #[test]
     fn two_models_layers_are_not_one_model() {
-        let mut c = model(32, &transformer(2560), &[(4 * 10_000 * 2560, 2)], 1, &[]);
-        for (s, n) in model(48, &transformer(1600), &[(4 * 10_000 * 1600, 2)], 2, &[]) {
+        let mut c = model(32, &transformer(2560), &[(4 * 10_000 * 2560, 2), (4 * 2560, 1)], 1, &[]);
+        for (s, n) in model(48, &transformer(1600), &[(4 * 10_000 * 1600, 2), (4 * 1600, 1)], 2, &[]) {
             *c.entry(s).or_default() += n;
         }
         assert!(matches!(find(&c), Found::Several(_)), "{:?}", find(&c));
@@ -291,7 +298,7 @@ mod tests {
         // A KV cache per layer (keys and values, and a quantised copy's scales) repeats
         // with the weights.
         let mut layer = transformer(4096);
-        layer.extend([(32_768_000, 2), (16_384_000, 1), (2_048_000, 3), (1_536_000, 1)]);
+        layer.extend([(16_384 * 1000, 2), (16_384 * 500, 1), (16_384 * 62, 3), (16_384 * 47, 1)]);
         let c = model(32, &layer, &[(4 * 32_000 * 4096, 2), (4 * 4096, 1)], 1, &[]);
         assert_eq!(find(&c), Found::Mixed(32, 7));
         // Near miss: the weights alone are one model.
