@@ -894,6 +894,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
             (0..lives.traced.len())
                 .filter(|&i| {
                     lives.traced[i].end == LIVE_AT_END
+                        && self.ev.of(lives.traced[i].stack) & (steps::PHASES | WORKSPACE) == 0
                         && matches!(
                             self.traced[i].reason,
                             Reason::ParamBuiltNoBackward | Reason::OtherUndecided | Reason::OtherNoSteps
@@ -902,6 +903,18 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 .collect()
         } else {
             Vec::new()
+        };
+        let built_t: Vec<bool> =
+            traced.iter().map(|&i| built(&self.traced[i]) || built_model(self.ev, lives.traced[i].stack)).collect();
+        let traced: Vec<usize> = if built_t.iter().any(|&b| b) {
+            traced
+                .iter()
+                .zip(&built_t)
+                .filter(|(&i, &b)| b || lives.traced[i].stack.is_none())
+                .map(|(&i, _)| i)
+                .collect()
+        } else {
+            traced
         };
         let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
         for &i in &seeded {
@@ -1049,7 +1062,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
             let why = if let Found::Several(layers) = model {
                 let l: Vec<String> = layers.iter().map(|l| l.to_string()).collect();
                 format!(
-                    "the blocks kept through the trace show the layers of more than one model ({} layers; tensors of more than one width): which one the recording runs is not in their sizes",
+                    "the blocks kept through the trace show the layers of more than one model ({} layers): which one the recording runs is not in their sizes",
                     l.join(" and ")
                 )
             } else if let Found::Mixed(layers, sizes) = model {

@@ -23,16 +23,21 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 /// The most blocks of one size a layer makes (per copy): attention's q, k, v, o and a
-/// gated MLP's three matrices share sizes, and the width-sized vectors more (four
-/// attention biases, the output projection's, two layer norms' weights and biases: 9 in
-/// OPT); a count that would need more per layer is read as more layers instead.
-const MAX_PER_LAYER: usize = 12;
+/// gated MLP's three matrices share sizes; a count that would need more per layer is
+/// read as more layers instead.
+const MAX_PER_LAYER: usize = 8;
+/// The same for vectors (a size under 1/64 of the largest in the counts): the width-sized
+/// ones come more often (four attention biases, the output projection's, two layer
+/// norms' weights and biases: 9 in OPT).
+const MAX_VECTORS_PER_LAYER: usize = 12;
 /// The most copies of the parameters a training state holds (weights, gradients, Adam's
 /// two moments).
 const MAX_COPIES: usize = 4;
 /// The most distinct sizes a layer's weights come in (attention's q/o and k/v under
 /// grouped-query attention, the MLP's two orientations, norms, biases).
 const MAX_LAYER_SIZES: usize = 6;
+/// The most layers looked for.
+const MAX_LAYERS: usize = 1024;
 /// Tensors outside the layers (embedding, head, final norm, positions): at most this
 /// many of one size per copy.
 const MAX_OUTSIDE: usize = 4;
@@ -122,12 +127,6 @@ pub fn find(counts: &BTreeMap<u64, usize>) -> Found {
     if 3 * layered_bytes < per_bytes {
         return Found::Nothing;
     }
-    // One model's layer has one width: every tensor of it a multiple of the smallest (a
-    // norm's `d`). Two widths are two models' layers that happen to fit one count.
-    let smallest = per_layer.iter().map(|x| x.0).min().unwrap_or(1);
-    if per_layer.iter().any(|x| x.0 % smallest != 0) {
-        return Found::Several(vec![layers]);
-    }
     if per_layer.len() > MAX_LAYER_SIZES {
         return Found::Mixed(layers, per_layer.len());
     }
@@ -152,12 +151,13 @@ pub fn find(counts: &BTreeMap<u64, usize>) -> Found {
             rest.insert(s, left);
         }
     }
-    if let Some((other_layers, other)) = layers_of(&rest) {
-        let bytes: u64 = other.iter().map(|(s, m)| s * (m * other_layers) as u64).sum();
-        // A second structure worth more than the accuracy asked of the first.
-        if bytes * 100 > per_bytes {
-            return Found::Several(vec![layers, other_layers]);
-        }
+    // Sizes repeated more often than tensors outside the layers come, that the layers do
+    // not explain: a second model's (worth more than the accuracy asked of the first).
+    let rest_bytes: u64 = rest.iter().map(|(s, c)| s * *c as u64).sum();
+    if rest_bytes * 100 > per_bytes {
+        let mut several = vec![layers];
+        several.extend(layers_of(&rest).map(|x| x.0));
+        return Found::Several(several);
     }
     let by_size_desc = |v: &mut Vec<(u64, usize)>| v.sort_by(|a, b| b.0.cmp(&a.0));
     let mut per_layer = per_layer;
@@ -197,14 +197,18 @@ fn copies(counts: &BTreeMap<u64, usize>, total: u64) -> usize {
 /// an embedding and its head.
 fn layers_of(per: &BTreeMap<u64, usize>) -> Option<(usize, Vec<(u64, usize)>)> {
     let most = per.values().copied().max().unwrap_or(0);
+    let largest = per.keys().copied().max().unwrap_or(0);
     let mut best: Option<(u64, usize, Vec<(u64, usize)>)> = None;
-    for l in 3..=most {
+    // No model has a thousand layers; the bound keeps a device of a million blocks of one
+    // size linear.
+    for l in 3..=most.min(MAX_LAYERS) {
         let mut exact = 0;
         let layer: Vec<(u64, usize)> = per
             .iter()
             .filter_map(|(&s, &c)| {
                 let m = c / l;
-                let fits = (1..=MAX_PER_LAYER).contains(&m) && c % l <= 2;
+                let cap = if s.saturating_mul(64) < largest { MAX_VECTORS_PER_LAYER } else { MAX_PER_LAYER };
+                let fits = (1..=cap).contains(&m) && c % l <= 2;
                 exact += usize::from(fits && c % l == 0);
                 fits.then_some((s, m))
             })
