@@ -36,6 +36,8 @@ const MAX_COPIES: usize = 4;
 /// The most distinct sizes a layer's weights come in (attention's q/o and k/v under
 /// grouped-query attention, the MLP's two orientations, norms, biases).
 const MAX_LAYER_SIZES: usize = 6;
+/// One layer's tensors: (tensor bytes, how many of that size).
+type Layer = Vec<(u64, usize)>;
 /// The most layers looked for.
 const MAX_LAYERS: usize = 1024;
 /// Tensors outside the layers (embedding, head, final norm, positions): at most this
@@ -159,7 +161,7 @@ pub fn find(counts: &BTreeMap<u64, usize>) -> Found {
         several.extend(layers_of(&rest).map(|x| x.0));
         return Found::Several(several);
     }
-    let by_size_desc = |v: &mut Vec<(u64, usize)>| v.sort_by(|a, b| b.0.cmp(&a.0));
+    let by_size_desc = |v: &mut Vec<(u64, usize)>| v.sort_by_key(|x| std::cmp::Reverse(x.0));
     let mut per_layer = per_layer;
     by_size_desc(&mut per_layer);
     by_size_desc(&mut outside);
@@ -198,7 +200,8 @@ fn copies(counts: &BTreeMap<u64, usize>, total: u64) -> usize {
 fn layers_of(per: &BTreeMap<u64, usize>) -> Option<(usize, Vec<(u64, usize)>)> {
     let most = per.values().copied().max().unwrap_or(0);
     let largest = per.keys().copied().max().unwrap_or(0);
-    let mut best: Option<(u64, usize, Vec<(u64, usize)>)> = None;
+    // (bytes in the layers, layers, the per-layer multiset) of the best so far.
+    let mut best: Option<(u64, usize, Layer)> = None;
     // No model has a thousand layers; the bound keeps a device of a million blocks of one
     // size linear.
     for l in 3..=most.min(MAX_LAYERS) {
