@@ -10,5 +10,6 @@ mod enum_names;
 mod planted_leaks;
 mod replay_start_state;
 mod role_whatif;
+mod roles_truth_cut;
 mod scaling;
 mod window;

@@ -7,5 +7,6 @@ mod lives_real;
 mod roles_ground_truth;
 mod roles_late_start;
 mod roles_model_state;
+mod roles_truth;
 mod scaling;
 mod summary_layouts;
