@@ -925,6 +925,9 @@ impl<'a, 'e> Classifier<'a, 'e> {
         }
         let mut found = structure::find(&counts);
         let Found::One(model) = &mut found else { return found };
+        if let Some(n) = self.st.steps.iter().find_map(|s| s.layers) {
+            *model = structure::with_pass_layers(model.clone(), n);
+        }
         model.half_size_casts = self.half_size_casts(model);
         let param = match (model.copies, model.half_size_casts) {
             (1, 0) => Reason::ParamLayerStructure,

@@ -177,6 +177,28 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
+/// `s` read again where the trace shows how many layers one pass runs (`pass_layers`,
+/// from the steps): a structure of `c·pass_layers` layers (`c` from 2 to
+/// [`MAX_COPIES`]) whose tensors outside the layers `c` divides is `c` copies of a model of
+/// `pass_layers` layers (the weights and their gradients, say), not one model of more
+/// layers than its passes run.
+pub fn with_pass_layers(mut s: Structure, pass_layers: usize) -> Structure {
+    if s.copies != 1 || pass_layers == 0 || s.layers % pass_layers != 0 {
+        return s;
+    }
+    let c = s.layers / pass_layers;
+    if !(2..=MAX_COPIES).contains(&c) || s.outside_layers.iter().any(|x| x.1 % c != 0) {
+        return s;
+    }
+    s.layers = pass_layers;
+    s.copies = c;
+    for x in s.outside_layers.iter_mut() {
+        x.1 /= c;
+    }
+    s.copy_bytes /= c as u64;
+    s
+}
+
 /// Whole copies: the most `k` (up to [`MAX_COPIES`]) such that the sizes whose counts
 /// `k` divides hold 99 % of the bytes and every other size has fewer than `k` blocks (a
 /// buffer, made once, not copied with the parameters). The weights' small tensors (norms,
@@ -311,6 +333,20 @@ mod tests {
         // Near miss: the weights alone are one model.
         let c = model(32, &transformer(4096), &[(4 * 32_000 * 4096, 2)], 1, &[]);
         assert!(matches!(find(&c), Found::One(_)));
+    }
+
+    #[test]
+    fn the_layers_a_pass_runs_tell_copies_from_layers() {
+        // Two copies of 12 layers whose counts are all even read as 24 layers; a pass
+        // that runs 12 says 2 copies. Near miss: a pass of 24 layers changes nothing.
+        // (A buffer made five times keeps the counts from showing the copies.)
+        let c = model(12, &transformer(768), &[(4 * 10_000 * 768, 2), (4 * 768, 1)], 2, &[(256, 5)]);
+        let s = one(find(&c));
+        assert_eq!((s.layers, s.copies), (24, 1));
+        let t = with_pass_layers(s.clone(), 12);
+        assert_eq!((t.layers, t.copies, t.copy_bytes * 2), (12, 2, s.copy_bytes));
+        assert_eq!(t.per_copy(4 * 10_000 * 768), 2, "{t:?}");
+        assert_eq!(with_pass_layers(s.clone(), 24), s);
     }
 
     #[test]
