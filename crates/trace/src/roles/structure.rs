@@ -183,7 +183,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 /// `pass_layers` layers (the weights and their gradients, say), not one model of more
 /// layers than its passes run.
 pub fn with_pass_layers(mut s: Structure, pass_layers: usize) -> Structure {
-    if s.copies != 1 || pass_layers == 0 || s.layers % pass_layers != 0 {
+    if s.copies != 1 || pass_layers == 0 || !s.layers.is_multiple_of(pass_layers) {
         return s;
     }
     let c = s.layers / pass_layers;
