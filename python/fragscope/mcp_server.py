@@ -718,6 +718,9 @@ async def roles(path: str, window: Optional[str] = None, device: Optional[int] =
                 "peak_state": r.get("peak_state"),
                 "peak_allocated": r.get("peak_allocated"),
                 "by_role": by_role,
+                # The model's layer structure and its copies, where the sizes show it
+                # (recordings without a backward pass); absent otherwise.
+                **({"model_state": r["model_state"]} if r.get("model_state") else {}),
             }
         )
     if device is not None and not devices:

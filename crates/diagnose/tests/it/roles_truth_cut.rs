@@ -64,7 +64,6 @@ fn largest_bytes_named(text: &str) -> Option<u64> {
 }
 
 #[test]
-#[ignore = "issue 38 item 3: fails until the classifier is fixed"]
 fn optimizer_copies_before_the_trace_are_never_reported_as_zero() {
     let mut seen = 0;
     let mut bad = Vec::new();

@@ -35,5 +35,21 @@ function roleLegend(file, dev, c) {
   }
   box.append(t, el('div', {}, 'Tensor bytes (requests) by role, as summary and analyze count them' + (steps ? ` (${steps})` : '') +
     '; the light band above them is the rest of allocated (blocks\u2019 rounding). Roles are inferred from phases, lifetimes and sizes: click a band for the evidence.'));
+  const ms = a && a.roles ? a.roles.model_state : null;
+  if (ms) box.append(el('div', { id: 'role-model-state' }, 'Model state, from the sizes of the blocks kept through the trace: ' + modelStateText(ms)));
+  // Roles whose totals the trace cannot tell: never shown as 0.
+  const byRole = a && a.roles && a.roles.by_role ? a.roles.by_role : {};
+  for (const [name, b] of Object.entries(byRole)) {
+    if (b.cannot_tell) box.append(el('div', { class: 'role-cannot-tell', 'data-role': name }, `${ROLE_LABEL[name] || name}: cannot tell \u2014 ${b.cannot_tell}`));
+  }
   return box;
+}
+// "32 layers of 10 tensors (3 × 100.0 MiB, …), 4 outside them; 1 copy of 12.7 GiB" (roles.model_state).
+function modelStateText(ms) {
+  const list = (v) => v.slice(0, 4).map(([b, n]) => `${n} \u00d7 ${bytes(b)}`).join(', ') + (v.length > 4 ? ', \u2026' : '');
+  const n = ms.per_layer.reduce((s, x) => s + x[1], 0), out = ms.outside_layers.reduce((s, x) => s + x[1], 0);
+  let t = `${ms.layers} layers of ${n} tensors (${list(ms.per_layer)}), ${out} tensor(s) outside them (${list(ms.outside_layers)}); ${ms.copies} ${ms.copies === 1 ? 'copy' : 'copies'} of ${bytes(ms.copy_bytes)}`;
+  if (ms.copies > 1) t += `: the parameters and ${ms.copies - 1} of gradients or optimizer state, which the sizes do not tell apart`;
+  if (ms.half_size_casts) t += `; autocast\u2019s half-size casts of ${ms.half_size_casts} per-layer size(s) seen`;
+  return t + '.';
 }

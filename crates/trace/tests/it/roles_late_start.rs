@@ -474,8 +474,9 @@ fn cuts_of_real_training_traces_keep_their_roles() {
 /// A forward-only recording begun late (the in-repository niu-fwd grids, cut): the
 /// parameters are live before the trace and no backward pass gives their sizes. With the
 /// stacks a ring buffer keeps they are the blocks made while building the model, as in the
-/// whole trace; without stacks the parameters cannot be told (never "0"), while no
-/// gradient or optimizer state is claimed (no training step in the trace).
+/// whole trace; without stacks the parameters come from the model's layer structure or
+/// cannot be told (never "0"), while no gradient or optimizer state is claimed (no
+/// training step in the trace).
 #[test]
 fn forward_only_cuts_do_not_claim_zero_parameters() {
     let mut seen = 0;
@@ -506,10 +507,25 @@ fn forward_only_cuts_do_not_claim_zero_parameters() {
                     // may still make it say it cannot tell the whole.
                     assert_eq!(p.max, params, "{name} cut at {c}");
                 } else {
-                    assert!(p.max == params || p.cannot_tell.is_some(), "{name} cut at {c}: {}", p.max);
+                    // Or the model's layer structure from the sizes alone (rule 7): exact
+                    // but for frameless blocks outside the layers that share their width
+                    // (here cuBLAS's 8.1 MiB workspace, made at the first matmul, is
+                    // counted: sizes alone do not tell it from a tensor outside the
+                    // layers) — a known limit, bounded here so that it stays visible.
+                    let by_structure = r.model_state.as_ref().is_some_and(|m| m.layers == 4)
+                        && p.max >= params
+                        && p.max - params <= 8_519_680;
+                    assert!(
+                        p.max == params || p.cannot_tell.is_some() || by_structure,
+                        "{name} cut at {c}: {} {:?}",
+                        p.max,
+                        r.model_state
+                    );
                 }
+                // No gradient or optimizer state claimed; left open where undecided
+                // memory could hold it (issue 38 item 3), never a figure.
                 for k in ["gradients", "optimizer_state"] {
-                    assert_eq!((r.by_role[k].max, r.by_role[k].cannot_tell.is_none()), (0, true), "{name} {k}");
+                    assert_eq!(r.by_role[k].max, 0, "{name} {k}");
                 }
                 seen += 1;
             }

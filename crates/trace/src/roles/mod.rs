@@ -37,6 +37,10 @@ use crate::lives::{BlockLives, LIVE_AT_END};
 use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
 use crate::walk::LifeIndexParts;
 
+pub mod structure;
+use structure::Found;
+pub use structure::Structure;
+
 /// A step's backward and optimizer spans (entries `start..end`), and where its forward
 /// starts.
 type StepSpans = (Option<(usize, usize)>, Option<(usize, usize)>, Option<usize>);
@@ -110,6 +114,10 @@ pub enum Reason {
     OtherNoSteps,
     OtherBeforeTrace,
     OtherReplacesUnknown,
+    ParamLayerStructure,
+    ParamLayerStructureCasts,
+    ParamModelStateCounted,
+    OtherModelStateCopies,
     OtherUndecided,
 }
 
@@ -122,6 +130,9 @@ impl Reason {
             | ParamBeforeTraceCounted
             | ParamSetupMatchesGradient
             | ParamBuiltNoBackward
+            | ParamLayerStructure
+            | ParamLayerStructureCasts
+            | ParamModelStateCounted
             | ParamReplacedInStep => Role::Parameters,
             GradOutlivesBackward | GradOutlivesBackwardUnmatched | GradBeforeTraceFreedBeforeBackward => {
                 Role::Gradients
@@ -142,6 +153,7 @@ impl Reason {
             | OtherNoSteps
             | OtherBeforeTrace
             | OtherReplacesUnknown
+            | OtherModelStateCopies
             | OtherUndecided => Role::Other,
         }
     }
@@ -171,6 +183,11 @@ impl Reason {
             // The totals are decided, the block's own role is not.
             ParamBeforeTraceCounted | OptBeforeTraceCounted => 0.5,
             GradBeforeTraceFreedBeforeBackward => 0.7,
+            // Sizes alone: a repeated layer is strong evidence of a model, not of which
+            // blocks of a size are its weights; casts at the reading layer confirm them.
+            ParamLayerStructure => 0.75,
+            ParamLayerStructureCasts => 0.85,
+            ParamModelStateCounted | OtherModelStateCopies => 0.5,
         }
     }
     /// The evidence, in words.
@@ -205,6 +222,10 @@ impl Reason {
             ParamBeforeTraceCounted => "live before the trace among more blocks of a gradient's size than gradients (the optimizer's state, a BatchNorm's running statistics), without frames that tell them apart: counted by size (as many parameters as gradients of each size; the total is exact, which block is which cannot be told)",
             OptBeforeTraceCounted => "live before the trace with the parameters, both the sizes of the gradients and without frames that tell them apart: counted by size (the copies beyond the parameters; the totals are exact, which block is which cannot be told)",
             GradBeforeTraceFreedBeforeBackward => "live before the trace and freed outside every phase (zero_grad) before a backward pass that makes the gradients again; no more of its size than there are gradients",
+            ParamLayerStructure => "kept to the end of the trace, made before it or while loading the model; its size is one of the model's layer structure (one multiset of sizes repeated once per layer, the vocabulary-sized matrices and norms outside the layers; model_state)",
+            ParamLayerStructureCasts => "kept to the end of the trace, made before it or while loading the model; its size is one of the model's layer structure (model_state), and autocast makes a half-size cast of the layer weights at the layer that reads them",
+            ParamModelStateCounted => "kept through the trace; one of several whole copies of the model's layer structure (model_state): as many counted as parameters as one copy holds (the total is exact, which copy is the weights cannot be told)",
+            OtherModelStateCopies => "kept through the trace; the copies of the model's layer structure beyond the parameters (model_state): gradients or optimizer state, which the sizes do not tell apart",
         }
     }
 }
@@ -233,6 +254,8 @@ pub struct Roles {
     pub from_state: HashMap<usize, usize>,
     /// Roles whose totals the trace cannot decide, with why ([`RoleBytes::cannot_tell`]).
     pub cannot_tell: BTreeMap<Role, String>,
+    /// The model's layer structure, where rule 7 read it ([`structure`]).
+    pub model_state: Option<Structure>,
 }
 
 /// One reason's share of a role.
@@ -306,6 +329,10 @@ pub struct DeviceRoles {
     /// Tensor bytes by role just before the trace's first `oom` entry (`analyze` fills
     /// it; `null` without an OOM).
     pub at_oom: Option<BTreeMap<&'static str, u64>>,
+    /// The model's layer structure and its copies, where the blocks' sizes show it on a
+    /// recording without a backward pass (rule 7); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_state: Option<Structure>,
 }
 
 /// The roles of one device's blocks (module doc).
@@ -455,8 +482,14 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     }
     let (from_state, replace_unknown) = c.out_of_place_updates(&found.kept);
     c.outside_the_phases(&found.outside, params.first_bwd.is_none());
-    let cannot_tell = c.cannot_tell(&params, &replace_unknown);
-    Roles { seeded: c.seeded, traced: c.traced, from_state, cannot_tell }
+    let model =
+        if params.sizes.is_empty() && params.grad_sizes.is_empty() { c.layer_structure() } else { Found::Nothing };
+    let cannot_tell = c.cannot_tell(&params, &replace_unknown, &model);
+    let model_state = match model {
+        Found::One(s) => Some(s),
+        _ => None,
+    };
+    Roles { seeded: c.seeded, traced: c.traced, from_state, cannot_tell, model_state }
 }
 
 /// What the classifier's rules read (the lives, the steps, the frames) and the roles
@@ -823,67 +856,252 @@ impl<'a, 'e> Classifier<'a, 'e> {
         }
     }
 
-    /// Rule 6. Roles the trace cannot total: memory live before the trace whose role no
-    /// rule decided (and the blocks that replace it, `replace_unknown`) may hold
-    /// parameters, gradients or optimizer state, unless what was found is whole: the
-    /// parameters one for one with the gradients of a whole step (one the recording did
-    /// not begin inside), and the optimizer state whole copies of those parameters when
-    /// that step's optimizer ends. A block whose frames say where it was made (a forward
-    /// pass, say) only leaves open the roles made there.
-    fn cannot_tell(&mut self, params: &Parameters, replace_unknown: &[usize]) -> BTreeMap<Role, String> {
-        let st = self.st;
-        let mut unknown: Vec<(u64, u8)> = Vec::new();
-        for (b, r) in self.lives.seeded.iter().zip(&self.seeded) {
-            if r.reason == Reason::OtherBeforeTrace {
-                unknown.push((b.request, self.ev.of(b.stack)));
+    /// Rule 7. The model's layer structure, on a recording whose backward passes give no
+    /// parameter sizes (forward-only, inference, or begun after training): the blocks kept
+    /// through the trace that no rule decided, made before it (or, when the recording
+    /// holds the whole history, before the first forward pass), grouped by size
+    /// ([`structure::find`]). One structure of one copy: its blocks are the parameters;
+    /// of `k` copies: one copy's worth of each size counted as the parameters and the
+    /// rest gradients or optimizer state, undecided (rule 6 says so). Two models' layers
+    /// decide nothing.
+    fn layer_structure(&mut self) -> Found {
+        let (lives, req) = (self.lives, self.req);
+        // Before the trace: blocks whose frames (where a ring buffer kept them) do not
+        // say they were made in a pass (an activation, a library's workspace made at a
+        // pass's first matmul).
+        let seeded: Vec<usize> = (0..lives.seeded.len())
+            .filter(|&i| {
+                let b = &lives.seeded[i];
+                b.end == LIVE_AT_END
+                    && match self.seeded[i].reason {
+                        Reason::ParamBuiltNoBackward => true,
+                        Reason::OtherBeforeTrace => self.ev.of(b.stack) & (steps::PHASES | WORKSPACE) == 0,
+                        _ => false,
+                    }
+            })
+            .collect();
+        // Where frames show blocks being built with the model, a block whose frames do
+        // not is none of its weights (a workspace, a batch).
+        let built = |r: &BlockRole| r.reason == Reason::ParamBuiltNoBackward;
+        let seeded: Vec<usize> = if seeded.iter().any(|&i| built(&self.seeded[i])) {
+            seeded.into_iter().filter(|&i| built(&self.seeded[i]) || lives.seeded[i].stack.is_none()).collect()
+        } else {
+            seeded
+        };
+        // A whole history: the model is built in the trace, and kept to its end (where a
+        // pass begins is no bound: loading a model runs modules' code too).
+        let traced: Vec<usize> = if seeded.is_empty() {
+            (0..lives.traced.len())
+                .filter(|&i| {
+                    lives.traced[i].end == LIVE_AT_END
+                        && self.ev.of(lives.traced[i].stack) & (steps::PHASES | WORKSPACE) == 0
+                        && matches!(
+                            self.traced[i].reason,
+                            Reason::ParamBuiltNoBackward | Reason::OtherUndecided | Reason::OtherNoSteps
+                        )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let built_t: Vec<bool> =
+            traced.iter().map(|&i| built(&self.traced[i]) || built_model(self.ev, lives.traced[i].stack)).collect();
+        let traced: Vec<usize> = if built_t.iter().any(|&b| b) {
+            traced
+                .iter()
+                .zip(&built_t)
+                .filter(|(&i, &b)| b || lives.traced[i].stack.is_none())
+                .map(|(&i, _)| i)
+                .collect()
+        } else {
+            traced
+        };
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        for &i in &seeded {
+            *counts.entry(lives.seeded[i].request).or_default() += 1;
+        }
+        for &i in &traced {
+            *counts.entry(req[i]).or_default() += 1;
+        }
+        let mut found = structure::find(&counts);
+        let Found::One(model) = &mut found else { return found };
+        if let Some(n) = self.st.steps.iter().find_map(|s| s.layers) {
+            *model = structure::with_pass_layers(model.clone(), n);
+        }
+        model.half_size_casts = self.half_size_casts(model);
+        let param = match (model.copies, model.half_size_casts) {
+            (1, 0) => Reason::ParamLayerStructure,
+            (1, _) => Reason::ParamLayerStructureCasts,
+            _ => Reason::ParamModelStateCounted,
+        };
+        // Per size, one copy's worth the parameters, the rest the other copies (any
+        // choice of blocks gives the same totals).
+        let mut left: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
+        for &s in counts.keys() {
+            let p = model.per_copy(s);
+            if p > 0 {
+                left.insert(s, (p, p * (model.copies - 1)));
             }
         }
-        unknown.extend(replace_unknown.iter().map(|&i| (self.req[i], steps::OPTIMIZER)));
+        let mut give = |size: u64| -> Option<BlockRole> {
+            let l = left.get_mut(&size)?;
+            if l.0 > 0 {
+                l.0 -= 1;
+                Some(BlockRole::of(param))
+            } else if l.1 > 0 {
+                l.1 -= 1;
+                Some(BlockRole::of(Reason::OtherModelStateCopies))
+            } else {
+                None
+            }
+        };
+        for &i in &seeded {
+            if let Some(r) = give(lives.seeded[i].request) {
+                self.seeded[i] = r;
+            }
+        }
+        for &i in &traced {
+            if let Some(r) = give(req[i]) {
+                self.traced[i] = r;
+            }
+        }
+        found
+    }
+
+    /// For rule 7: how many of the model's per-layer sizes the trace shows autocast's
+    /// half-size casts of: blocks made outside the backward and optimizer phases, of half
+    /// a per-layer size, at least once per layer for each tensor of that size.
+    fn half_size_casts(&self, model: &Structure) -> usize {
+        let mut half: FxHashMap<u64, usize> = FxHashMap::default();
+        for &(s, _) in &model.per_layer {
+            if s % 2 == 0 {
+                half.insert(s / 2, 0);
+            }
+        }
+        for (i, l) in self.lives.traced.iter().enumerate() {
+            if let Some(c) = half.get_mut(&self.req[i]) {
+                if matches!(self.st.phase_at(l.alloc), Phase::Forward | Phase::Outside) {
+                    *c += 1;
+                }
+            }
+        }
+        model.per_layer.iter().filter(|(s, m)| s % 2 == 0 && half[&(s / 2)] >= m * model.layers).count()
+    }
+
+    /// Rule 6. Roles the trace cannot total: memory live before the trace whose role no
+    /// rule decided (and the blocks that replace it, `replace_unknown`; and the copies of
+    /// the model beyond its parameters, rule 7) may hold parameters, gradients or
+    /// optimizer state, unless what was found is whole: the parameters one for one with
+    /// the gradients of a whole step (one the recording did not begin inside) or the one
+    /// model of rule 7, and the optimizer state whole copies of those parameters when
+    /// that step's optimizer ends. A block whose frames say where it was made (a forward
+    /// pass, say) only leaves open the roles made there; once the parameters' sizes are
+    /// known, only a block of one of them can be a gradient or optimizer state. Every
+    /// text counts all the undecided memory, and says how much of it could hold the role.
+    fn cannot_tell(&mut self, params: &Parameters, replace_unknown: &[usize], model: &Found) -> BTreeMap<Role, String> {
+        let st = self.st;
+        // (request, frames' evidence, a copy of the model's state beyond its parameters)
+        let mut unknown: Vec<(u64, u8, bool)> = Vec::new();
+        for (b, r) in self.lives.seeded.iter().zip(&self.seeded) {
+            match r.reason {
+                Reason::OtherBeforeTrace => unknown.push((b.request, self.ev.of(b.stack), false)),
+                Reason::OtherModelStateCopies => unknown.push((b.request, 0, true)),
+                _ => {}
+            }
+        }
+        for (i, r) in self.traced.iter().enumerate() {
+            if r.reason == Reason::OtherModelStateCopies {
+                unknown.push((self.req[i], 0, true));
+            }
+        }
+        unknown.extend(replace_unknown.iter().map(|&i| (self.req[i], steps::OPTIMIZER, false)));
         let mut cannot_tell = BTreeMap::new();
         if unknown.is_empty() {
             return cannot_tell;
         }
         let fs = fragscope_alloc::format_size;
-        let what = |v: &[&(u64, u8)]| {
+        let all: u64 = unknown.iter().map(|x| x.0).sum();
+        let what = |v: &[&(u64, u8, bool)]| {
+            let part: u64 = v.iter().map(|x| x.0).sum();
+            let could = if part == all { String::new() } else { format!(", {} of it could", fs(part)) };
             format!(
-                "{} live before the trace ({} block(s)) has a role the trace does not decide",
-                fs(v.iter().map(|x| x.0).sum()),
-                v.len()
+                "{} live before the trace or kept through it ({} block(s)) has a role the trace does not decide{could}",
+                fs(all),
+                unknown.len()
             )
         };
+        // The parameters' sizes, where all are known (every gradient of a whole step
+        // matched, or one model's structure): a gradient or a moment has one of them.
         let whole_step = params.grad_step.filter(|&k| backward_whole(st, k));
-        let could = |role: Role| -> Vec<&(u64, u8)> { unknown.iter().filter(|x| open_to(x.1, role)).collect() };
+        let mut sizes: FxHashMap<u64, usize> =
+            if params.matched && whole_step.is_some() { params.sizes.clone() } else { FxHashMap::default() };
+        if let Found::One(m) = model {
+            for &(s, _) in m.per_layer.iter().chain(&m.outside_layers) {
+                sizes.insert(s, 1);
+            }
+        }
+        let could = |role: Role| -> Vec<&(u64, u8, bool)> {
+            unknown
+                .iter()
+                .filter(|x| match role {
+                    Role::Parameters => !x.2 && open_to(x.1, role),
+                    _ => x.2 || (open_to(x.1, role) && (sizes.is_empty() || sizes.contains_key(&x.0))),
+                })
+                .collect()
+        };
+        let copies = match model {
+            Found::One(m) if m.copies > 1 => format!(
+                "; the model's state is {} whole copies of its layer structure, {} each: the parameters and {} cop{} of gradients or optimizer state, which the sizes do not tell apart",
+                m.copies,
+                fs(m.copy_bytes),
+                m.copies - 1,
+                if m.copies == 2 { "y" } else { "ies" }
+            ),
+            _ => String::new(),
+        };
         let p = could(Role::Parameters);
-        if !p.is_empty() && (!params.matched || whole_step.is_none()) {
-            let why = if params.grad_sizes.is_empty() {
-                "no backward pass gives the parameters' sizes"
+        let one_model = matches!(model, Found::One(_));
+        if !p.is_empty() && !one_model && (!params.matched || whole_step.is_none()) {
+            let why = if let Found::Several(layers) = model {
+                let l: Vec<String> = layers.iter().map(|l| l.to_string()).collect();
+                format!(
+                    "the blocks kept through the trace show the layers of more than one model ({} layers): which one the recording runs is not in their sizes",
+                    l.join(" and ")
+                )
+            } else if let Found::Mixed(layers, sizes) = model {
+                format!(
+                    "the blocks kept through the trace repeat over {layers} layers in {sizes} distinct sizes per layer, more than a layer's weights: per-layer state besides them (a KV cache, buffers) repeats with them, and the sizes do not tell which is which"
+                )
+            } else if params.grad_sizes.is_empty() {
+                "no backward pass gives the parameters' sizes, and their sizes show no repeated layer".into()
             } else if whole_step.is_none() {
-                "the recording began inside the only step with gradients, so they may not all be in it"
+                "the recording began inside the only step with gradients, so they may not all be in it".into()
             } else {
-                "the parameters found do not match the gradients one for one"
+                "the parameters found do not match the gradients one for one".into()
             };
             cannot_tell.insert(Role::Parameters, format!("{}; {why}", what(&p)));
         }
         let g = could(Role::Gradients);
-        if !g.is_empty() && !st.steps.is_empty() && whole_step.is_none() {
-            cannot_tell.insert(
-                Role::Gradients,
-                format!("{}; no whole step's backward pass makes the gradients in the trace", what(&g)),
-            );
+        if !g.is_empty() && whole_step.is_none() {
+            let why = if st.steps.is_empty() {
+                "no backward pass in the trace"
+            } else {
+                "no whole step's backward pass makes the gradients in the trace"
+            };
+            cannot_tell.insert(Role::Gradients, format!("{}; {why}{copies}", what(&g)));
         }
         let o = could(Role::OptimizerState);
-        if !o.is_empty() && !st.steps.is_empty() {
+        if !o.is_empty() {
             // Parameters and optimizer state live when the whole step's optimizer ends
             // (an optimizer makes its state in its first step).
             let at = whole_step.and_then(|k| self.spans[k].1).map(|x| x.1);
             if !at.is_some_and(|t| self.state_copies_parameters_at(t)) {
-                cannot_tell.insert(
-                    Role::OptimizerState,
-                    format!(
-                        "{}; the optimizer state found is not whole copies of the parameters of a whole step",
-                        what(&o)
-                    ),
-                );
+                let why = if st.steps.is_empty() {
+                    "no optimizer step in the trace"
+                } else {
+                    "the optimizer state found is not whole copies of the parameters of a whole step"
+                };
+                cannot_tell.insert(Role::OptimizerState, format!("{}; {why}{copies}", what(&o)));
             }
         }
         cannot_tell
@@ -1510,6 +1728,7 @@ fn summarize_with(snap: &Snapshot, lives: &BlockLives, roles: &Roles, st: &Steps
         peak_allocated: peak.max(0) as u64,
         by_role,
         at_oom: None,
+        model_state: roles.model_state.clone(),
     }
 }
 
@@ -1595,6 +1814,9 @@ pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
                 );
             }
         }
+    }
+    if let Some(m) = &r.model_state {
+        let _ = writeln!(o, "  Model state (from the sizes of the blocks kept through the trace): {}.", m.describe());
     }
     if let Some(at) = &r.at_oom {
         let v: [u64; 7] = std::array::from_fn(|k| at.get(Role::ALL[k].as_str()).copied().unwrap_or(0));
@@ -1710,6 +1932,7 @@ mod tests {
                 traced: traced.iter().map(|_| role(&mut rng)).collect(),
                 from_state: HashMap::new(),
                 cannot_tell: Default::default(),
+                model_state: None,
             };
             for (i, l) in traced.iter().enumerate() {
                 if rng.below(5) == 0 {
@@ -2136,13 +2359,72 @@ mod tests {
     fn rule_6_a_block_of_unknown_role_leaves_the_totals_open() {
         // No step, one block live before the trace: it could be a parameter, and no
         // backward pass gives their sizes.
+        // Nor any other role: with no parameter size known, it could be a gradient or
+        // a moment too (undecided is never zero), and each text counts all of it.
         let roles = Mini::new(2).before(R, END).classify();
-        assert_eq!(roles.cannot_tell.keys().collect::<Vec<_>>(), [&Role::Parameters]);
-        assert!(roles.cannot_tell[&Role::Parameters].ends_with("no backward pass gives the parameters' sizes"));
+        assert_eq!(
+            roles.cannot_tell.keys().collect::<Vec<_>>(),
+            [&Role::Parameters, &Role::Gradients, &Role::OptimizerState]
+        );
+        assert!(roles.cannot_tell[&Role::Parameters].ends_with("their sizes show no repeated layer"));
+        assert!(roles.cannot_tell[&Role::Gradients].ends_with("no backward pass in the trace"));
+        for why in roles.cannot_tell.values() {
+            assert!(why.starts_with(&format!("{} live before", fragscope_alloc::format_size(R))), "{why}");
+        }
         // Near misses: its frames say it was made in a forward pass; no such block.
         let forward: Frames = &[("/u/model.py", 3, "forward"), ("/u/train.py", 1, "main")];
         assert!(Mini::new(2).before_by(R, END, forward).classify().cannot_tell.is_empty());
         assert!(Mini::new(2).made(0, END).classify().cannot_tell.is_empty());
+    }
+
+    /// A model of `layers` layers (3 MLP, 4 attention matrices and 2 norms each), an
+    /// embedding and a head and a final norm, `copies` times, live before a trace with
+    /// no step, and one block of another size besides.
+    fn model_before(layers: usize, copies: usize) -> Mini {
+        let (mlp, att, norm, vocab) = (3 * MIB_, MIB_, 4096, 5 * MIB_);
+        let mut m = Mini::new(2).before(777, END);
+        for _ in 0..copies {
+            for _ in 0..layers {
+                m = m.before(mlp, END).before(mlp, END).before(mlp, END);
+                m = m.before(att, END).before(att, END).before(att, END).before(att, END);
+                m = m.before(norm, END).before(norm, END);
+            }
+            m = m.before(vocab, END).before(vocab, END).before(norm, END);
+        }
+        m
+    }
+    const MIB_: u64 = 1 << 20;
+
+    #[test]
+    fn rule_7_the_layer_structure_gives_the_parameters_without_a_backward_pass() {
+        use Reason::*;
+        let one = 6 * (3 * 3 * MIB_ + 4 * MIB_ + 2 * 4096) + 2 * 5 * MIB_ + 4096;
+        let roles = model_before(6, 1).classify();
+        let m = roles.model_state.clone().expect("a structure");
+        assert_eq!((m.layers, m.copies, m.copy_bytes), (6, 1, one));
+        let reasons = reasons(&roles.seeded);
+        assert_eq!(reasons[0], OtherBeforeTrace, "the odd block is no parameter");
+        assert!(reasons[1..].iter().all(|&r| r == ParamLayerStructure), "{reasons:?}");
+        // The block of another size cannot be a gradient (no parameter has its size),
+        // nor is the parameters' total open.
+        assert!(roles.cannot_tell.is_empty(), "{:?}", roles.cannot_tell);
+        // Four copies: the weights counted, three copies gradients or optimizer state,
+        // undecided, and the texts count them (and the odd block) whole.
+        let roles = model_before(6, 4).classify();
+        let m = roles.model_state.clone().expect("a structure");
+        assert_eq!((m.layers, m.copies, m.copy_bytes), (6, 4, one));
+        let count = |r: Reason| roles.seeded.iter().filter(|x| x.reason == r).count();
+        assert_eq!((count(ParamModelStateCounted), count(OtherModelStateCopies)), (6 * 9 + 3, 3 * (6 * 9 + 3)));
+        let undecided = fragscope_alloc::format_size(3 * one + 777);
+        for role in [Role::Gradients, Role::OptimizerState] {
+            let why = &roles.cannot_tell[&role];
+            assert!(why.starts_with(&format!("{undecided} live before")) && why.contains("4 whole copies"), "{why}");
+        }
+        assert!(!roles.cannot_tell.contains_key(&Role::Parameters));
+        // Near miss: without the repeated layers, nothing is decided.
+        let roles = Mini::new(2).before(3 * MIB_, END).before(MIB_, END).classify();
+        assert!(roles.model_state.is_none());
+        assert!(roles.cannot_tell.contains_key(&Role::Parameters));
     }
 
     #[test]
