@@ -857,6 +857,7 @@ async def make_it_fit(
                         "device": dev.get("device"),
                         "capacity": c.get("capacity"),
                         "capacity_bytes": c.get("capacity_bytes"),
+                        "capacity_note": c.get("capacity_note"),
                         "fits_as_recorded": c.get("fits_as_recorded"),
                         "verdict": c.get("verdict"),
                         "options": [_pick(o, keep) for o in c.get("options", [])[:top]],

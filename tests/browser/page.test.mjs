@@ -542,7 +542,9 @@ test('predict --report: recorded and predicted curves, peaks as --json and analy
     const t = json(['analyze', '--json', path]).files[0].devices[0].fragmentation.timeline;
     const c = curves.find((x) => x.kind === 'recorded' && x.size === size);
     assert.equal(c.reserved, t.peak_reserved.bytes, `recorded ${size}: drawn peak reserved`);
-    assert.equal(c.allocated, t.peak_allocated.bytes, `recorded ${size}: drawn peak allocated`);
+    // The recorded curve is the timeline's walk; peak allocated (memory_stats' block peak)
+    // is at or above it (docs/glossary.md).
+    assert.ok(c.allocated <= t.peak_allocated.bytes && c.allocated >= t.peak_requested.bytes, `recorded ${size}: drawn peak allocated ${c.allocated} against ${t.peak_requested.bytes}..${t.peak_allocated.bytes}`);
   }
   assert.match(await page.$eval('#predict-label', (x) => x.textContent), /predictions, not recordings/);
   assert.equal(await page.$$eval('canvas.predict-chart', (cs) => cs.length), 1, 'one chart per device');

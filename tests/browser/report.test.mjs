@@ -108,7 +108,10 @@ async function checkDevice(page, name, fi, di, sum, ana, path) {
   // where analyze's timeline does.
   const tl = await page.$eval('canvas.tl', (c) => ({ ...c.dataset }));
   assert.equal(Number(tl.peakReserved), t.peak_reserved.bytes, `${where}: curve's reserved peak`);
-  assert.equal(Number(tl.peakAllocated), t.peak_allocated.bytes, `${where}: curve's allocated peak`);
+  // The allocated curve is the timeline's walk (a block's final size, else its rounded
+  // request: `allocated_size_basis`); peak allocated is memory_stats' block peak, at or
+  // above it (docs/glossary.md).
+  assert.ok(Number(tl.peakAllocated) <= t.peak_allocated.bytes, `${where}: curve's allocated peak ${tl.peakAllocated} above peak allocated ${t.peak_allocated.bytes}`);
 
   if (dev.moments > 0) {
     // The state view at the end: its own sums over the drawn blocks equal summary's totals.

@@ -78,7 +78,11 @@ pub struct Request {
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Card {
     pub name: String,
+    /// What PyTorch's allocator may hold there: bytes as given, a GPU name's total less
+    /// the CUDA context ([`crate::predict::parse_capacity`], the same reading as `predict`).
     pub bytes: u64,
+    /// For a GPU name: what was taken off and why.
+    pub note: Option<String>,
 }
 
 impl Request {
@@ -97,11 +101,13 @@ impl Request {
         }
         let mut cards = Vec::new();
         for part in text.split(',') {
-            let bytes = crate::replay::parse_capacity(Some(part.trim()))?.unwrap_or_default();
+            // A GPU name means what it means to `predict`: its total less the CUDA context.
+            let (bytes, note) = crate::predict::parse_capacity(Some(part.trim()))?;
+            let bytes = bytes.unwrap_or_default();
             if bytes == 0 {
                 return Err(Error::argument(msg![Param::Capacity, format!(" '{}': a device of 0 bytes", part.trim())]));
             }
-            cards.push(Card { name: part.trim().to_string(), bytes });
+            cards.push(Card { name: part.trim().to_string(), bytes, note });
         }
         if !self.sizes.is_empty() {
             if files < 2 || self.sizes.len() != files {
@@ -202,6 +208,9 @@ pub struct SmallestCapacity {
 pub struct CardFit {
     pub capacity: String,
     pub capacity_bytes: u64,
+    /// For a GPU name: the CUDA context taken off its total (as `predict` says it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_note: Option<String>,
     pub fits_as_recorded: bool,
     /// Cheapest first; every one replayed on the card and fitting.
     pub options: Vec<FitOption>,
@@ -806,6 +815,7 @@ fn search(dev: &Dev, card: &Card) -> CardFit {
     CardFit {
         capacity: card.name.clone(),
         capacity_bytes: card.bytes,
+        capacity_note: card.note.clone(),
         fits_as_recorded: as_recorded.is_some(),
         options,
         pruned: s.pruned,
@@ -831,7 +841,14 @@ fn size_option(s: &mut Search) {
 /// When nothing fits: the smallest capacity as recorded, and with the most aggressive
 /// change tried (module doc, 6).
 fn smallest_capacities(s: &mut Search) -> Vec<SmallestCapacity> {
-    let gpus = |b: u64| replay::known_gpus().into_iter().filter(|&(_, c)| c >= b).map(|(n, _)| n).collect();
+    // A GPU has what its allocator may hold: its total less the CUDA context, as for a card.
+    let gpus = |b: u64| {
+        replay::known_gpus()
+            .into_iter()
+            .filter(|&(_, c)| c.saturating_sub(crate::predict::CUDA_CONTEXT_ALLOWANCE) >= b)
+            .map(|(n, _)| n)
+            .collect()
+    };
     let mut v = Vec::new();
     if let Some(b) = s.smallest_capacity(&Spec::default()) {
         v.push(SmallestCapacity { change: "as recorded".into(), bytes: b, gpus: gpus(b) });

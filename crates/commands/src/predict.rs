@@ -92,10 +92,11 @@ pub fn parse_capacity(text: Option<&str>) -> Result<(Option<u64>, Option<String>
     let usable = total.saturating_sub(CUDA_CONTEXT_ALLOWANCE);
     let note = format!(
         "{t}: {} total capacity less {} for the CUDA context and library workspaces (measured in real OOM \
-         messages: 0.34-0.54 GiB) = {usable} B for PyTorch's allocator; give the bytes torch.cuda.mem_get_info()[0] \
+         messages: 0.34-0.54 GiB) = {usable} for PyTorch's allocator; give the bytes torch.cuda.mem_get_info()[0] \
          reports at the start of your process as --capacity for the exact figure",
         fragscope_alloc::format_size(total),
         fragscope_alloc::format_size(CUDA_CONTEXT_ALLOWANCE),
+        usable = fragscope_alloc::format_size(usable),
     );
     Ok((Some(usable), Some(note)))
 }

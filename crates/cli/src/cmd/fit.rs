@@ -128,6 +128,9 @@ fn render_card(s: &mut String, c: &CardFit, top: usize) {
             );
         }
     }
+    if let Some(n) = &c.capacity_note {
+        let _ = writeln!(s, "  capacity: {n}");
+    }
     for p in &c.pruned {
         let _ = writeln!(s, "  pruned: {p}");
     }

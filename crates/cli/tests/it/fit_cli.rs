@@ -44,7 +44,11 @@ fn fit_json_per_card_with_replayed_options() {
     let o = run(&["fit", &f, "--capacity", "10GB,H100-80GB"]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("10GB: does not fit on 10GB (9.31 GiB) as recorded; cheapest: "), "{text}");
-    assert!(text.contains("H100-80GB: fits on H100-80GB (79.11 GiB) as recorded"), "{text}");
+    // A GPU name is read as `predict` reads it: its total less the CUDA context, said so.
+    assert!(text.contains("H100-80GB: fits on H100-80GB (78.56 GiB) as recorded"), "{text}");
+    assert!(text.contains("79.11 GiB total capacity less 560.00 MiB for the CUDA context"), "{text}");
+    assert_eq!(big["capacity_bytes"].as_u64(), Some((7911 * (1u64 << 30) + 50) / 100 - (560 << 20)), "{big}");
+    assert!(small.get("capacity_note").is_none(), "bytes as given: {small}");
     let first = opts[0]["change"].as_str().unwrap();
     assert!(text.contains(first), "{text}");
 }
