@@ -35,6 +35,7 @@
 
 mod align;
 pub mod behaviour;
+mod degenerate;
 mod fit;
 mod warm;
 
@@ -445,9 +446,9 @@ impl<'a> Program<'a> {
         if req_index.is_empty() {
             return Err(PredictError::NothingToFit { size: recs[t].size, device });
         }
-        same_recordings(recs, device)?;
+        degenerate::same_recordings(recs, device)?;
         let (points, in_all, alignments) = align_recordings(recs, &order, t, device, &req_index)?;
-        let shrink_note = shrinking(recs, &points)?;
+        let shrink_note = degenerate::shrinking(recs, &points)?;
         let fits: Vec<SizeFit> = points.iter().map(|p| fit::fit(p)).collect();
         let quality = fit_quality(template, trace, &req_index, &fits, &points, &in_all, alignments);
         let (seeded, mut notes) = state_before(recs, &order, t, device);
@@ -1018,57 +1019,6 @@ fn align_recordings(
         alignments.push(Alignment { size: r.size, requests: rreq.len(), aligned, fraction });
     }
     Ok((points, in_all, alignments))
-}
-
-/// Refuses two recordings of `recs` whose traces on `device` are the same, entry for
-/// entry (action, address, size, time): the same file given under two sizes.
-fn same_recordings(recs: &[Recording<'_>], device: i64) -> Result<(), PredictError> {
-    let key = |e: &TraceEvent| (e.action, e.addr, e.size, e.time_us);
-    for (i, a) in recs.iter().enumerate() {
-        for b in &recs[i + 1..] {
-            let (ta, tb) = (a.snap.trace(device), b.snap.trace(device));
-            if !ta.is_empty() && ta.len() == tb.len() && ta.iter().zip(tb).all(|(x, y)| key(x) == key(y)) {
-                let (lo, hi) = (a.size.min(b.size), a.size.max(b.size));
-                return Err(PredictError::SameRecording { a: lo, b: hi });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Least share of the requests whose size varies that must shrink as the size grows for
-/// [`PredictError::SizesShrink`]; above half, a note says so.
-const SHRINK_REFUSED: f64 = 0.9;
-
-/// Whether the template's requests (their `(size, bytes)` `points` in every recording)
-/// mostly shrink as the size parameter grows: refused when nearly all of those whose
-/// size varies do ([`SHRINK_REFUSED`]), a note when most do, nothing otherwise.
-fn shrinking(recs: &[Recording<'_>], points: &[Vec<(u64, u64)>]) -> Result<Option<String>, PredictError> {
-    let (mut grow, mut shrink) = (0usize, 0usize);
-    for p in points {
-        let lo = p.iter().min_by_key(|x| x.0);
-        let hi = p.iter().max_by_key(|x| x.0);
-        if let (Some(lo), Some(hi)) = (lo, hi) {
-            match hi.1.cmp(&lo.1) {
-                std::cmp::Ordering::Greater => grow += 1,
-                std::cmp::Ordering::Less => shrink += 1,
-                std::cmp::Ordering::Equal => {}
-            }
-        }
-    }
-    let varying = grow + shrink;
-    let sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
-    if varying >= 10 && shrink as f64 >= SHRINK_REFUSED * varying as f64 {
-        return Err(PredictError::SizesShrink { shrinking: shrink, varying, sizes });
-    }
-    Ok((shrink > grow).then(|| {
-        format!(
-            "{shrink} of the {varying} allocations whose size changes between the recordings get smaller as the \
-             size grows: check that the sizes are given in file order (--sizes {}); predictions extrapolate these \
-             laws as they are",
-            sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")
-        )
-    }))
 }
 
 /// How well the template's requests (`req_index`, entries of `trace`) fit: counts by law
