@@ -15,8 +15,8 @@
 //!   `torch/amp/autocast_mode.py`), else its casts: each linear layer casts its fp32 weight
 //!   to a 16-bit copy in the forward, a request of exactly half a parameter's bytes
 //!   ([`Behaviour::half_cast_share`]);
-//! * **the model**: the sizes of the blocks live from before the first forward to the
-//!   end of the trace (parameters, buffers, optimizer state), compared as multisets
+//! * **the model**: the sizes of the blocks held from before the first forward pass
+//!   through it (parameters, buffers, optimizer state), compared as multisets
 //!   ([`Behaviour::persistent`]).
 //!
 //! [`differences`] compares two of them and says each difference found with its evidence;
@@ -54,8 +54,9 @@ pub struct Behaviour {
     /// half their bytes matches (an fp32 weight cast to 16 bits by autocast); `None`
     /// without persistent blocks or forward requests.
     pub half_cast_share: Option<f64>,
-    /// Sizes (bytes, at least 64 KiB) of the blocks live from before the first forward to
-    /// the end of the trace, ascending.
+    /// Sizes (bytes, at least 64 KiB) of the blocks allocated before the first forward
+    /// pass and live when it ends, and of those allocated before the trace that it never
+    /// frees, ascending.
     pub persistent: Vec<u64>,
 }
 
@@ -128,10 +129,11 @@ impl Behaviour {
         if fwd_bytes > 0 {
             b.forward_kept = Some(kept_bytes as f64 / fwd_bytes as f64);
         }
-        // Persistent: allocated before the first forward pass and live when it ended (no
-        // forward pass: live at the end), and the blocks allocated before the trace that
-        // it never frees (the snapshot's).
-        let mut persistent = persistent.unwrap_or_else(|| held_since_before(&live, usize::MAX));
+        // Persistent: allocated before the first forward pass and live when it ended
+        // (none without a forward pass: what is live at the end of a trace without phases
+        // may be activations, whose sizes vary with the size), and the blocks allocated
+        // before the trace that it never frees (the snapshot's).
+        let mut persistent = persistent.unwrap_or_default();
         persistent.extend(blocks_before_trace(snap, device, trace));
         persistent.retain(|&s| s >= MIN_PARAM);
         persistent.sort_unstable();
@@ -254,14 +256,16 @@ pub fn differences(a: &Behaviour, sa: u64, b: &Behaviour, sb: u64) -> Vec<Differ
             ),
         });
     }
+    // Models are compared where both recordings show forward passes: without phases,
+    // the blocks held before the trace may include a step's activations.
     let share = shared_share(&a.persistent, &b.persistent);
-    if share < 0.5 {
+    if share < 0.5 && a.forward_passes > 0 && b.forward_passes > 0 {
         let mib = |v: &[u64]| v.iter().sum::<u64>() as f64 / (1u64 << 20) as f64;
         out.push(Difference {
             what: "model",
             text: format!(
-                "the blocks held from before the first forward to the end (parameters, buffers, optimizer state) \
-                 differ: {} blocks, {:.1} MiB at size {sa}; {} blocks, {:.1} MiB at size {sb}; only {:.0}% of \
+                "the blocks held from before the first forward pass through it (parameters, buffers, optimizer \
+                 state) differ: {} blocks, {:.1} MiB at size {sa}; {} blocks, {:.1} MiB at size {sb}; only {:.0}% of \
                  their bytes have a block of the same size in the other: two different models",
                 a.persistent.len(),
                 mib(&a.persistent),
@@ -334,4 +338,41 @@ fn grad_mode(a: &Behaviour, sa: u64, b: &Behaviour, sb: u64) -> Option<Differenc
             lo.0 * 100.0
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_snapshot::TraceEvent;
+
+    /// A trace without frames: `n` blocks of `bytes` allocated, the last kept.
+    fn frameless(n: u64, bytes: u64) -> Snapshot {
+        let mut t = Vec::new();
+        for k in 0..n {
+            t.push(TraceEvent::new(Action::Alloc, 0x1000 + k * 0x10_0000, bytes));
+            if k + 1 < n {
+                t.push(TraceEvent::new(Action::FreeRequested, 0x1000 + k * 0x10_0000, bytes));
+                t.push(TraceEvent::new(Action::FreeCompleted, 0x1000 + k * 0x10_0000, bytes));
+            }
+        }
+        Snapshot { device_traces: vec![t], ..Snapshot::default() }
+    }
+
+    #[test]
+    fn no_evidence_no_difference() {
+        // Without frames there are no phases: nothing is said, whatever differs in size
+        // (what stays live at the end of such a trace may be activations).
+        let (a, b) = (Behaviour::of(&frameless(8, 1 << 20), 0), Behaviour::of(&frameless(8, 4 << 20), 0));
+        assert_eq!((a.forward_passes, a.backward_requests, a.autocast_entries), (0, 0, 0));
+        assert!(a.persistent.is_empty() && a.forward_kept.is_none());
+        assert!(differences(&a, 1, &b, 4).is_empty());
+    }
+
+    #[test]
+    fn shared_share_counts_equal_sizes_over_the_smaller_total() {
+        // Parameters only, against parameters, gradients and optimizer state: all shared.
+        assert_eq!(shared_share(&[4, 8], &[4, 4, 8, 8, 8]), 1.0);
+        assert_eq!(shared_share(&[4, 8], &[16, 32]), 0.0);
+        assert!((shared_share(&[4, 8], &[8, 32]) - 8.0 / 12.0).abs() < 1e-12);
+    }
 }
