@@ -86,6 +86,22 @@ fn autocast_vs_fp32_names_precision() {
 }
 
 #[test]
+fn autocast_without_its_frames_seen_in_the_casts() {
+    // A recording whose stacks do not show autocast (frames cut, another build): the
+    // casts themselves, forward requests of half a parameter's bytes, tell it.
+    let (mut fp32, mut amp) =
+        (Behaviour::of(&h200("gpt-s512-b8.pickle.gz"), 0), Behaviour::of(&h200("gpt-s512-b16-amp.pickle.gz"), 0));
+    let (hf, ha) = (fp32.half_cast_share.unwrap(), amp.half_cast_share.unwrap());
+    assert!(ha >= 0.8 && hf <= 0.5, "half casts: fp32 {hf}, amp {ha}");
+    fp32.autocast_entries = 0;
+    amp.autocast_entries = 0;
+    let d = differences(&fp32, 8, &amp, 16);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].what, "precision");
+    assert!(d[0].text.contains("those at size 8"), "{}", d[0].text);
+}
+
+#[test]
 fn different_models_named() {
     let (Some(niu), Some(kk)) = (grid("niu-fwd-ctx100-fp32.pickle"), grid("kk-2.7b-fwd-ctx256-fp32.pickle")) else {
         return;
