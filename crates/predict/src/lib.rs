@@ -25,7 +25,8 @@
 //! 4. **Largest size that fits** ([`Program::max_fit`]): bisection over such replays.
 //!
 //! Principal types: [`Recording`] (a snapshot and its size), [`Program`] (the fitted
-//! program of one device), [`Prediction`] (one replay at one size), [`MaxFit`].
+//! program of one device), [`Prediction`] (one replay at one size), [`MaxFit`],
+//! [`behaviour::Behaviour`] (what one recording's program does, for the same-program check).
 //!
 //! What it cannot know is said, not hidden: requests whose size follows no law
 //! ([`Law::Unfit`]) or that were seen at one size only are listed; each prediction says
