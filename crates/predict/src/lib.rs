@@ -6,8 +6,12 @@
 //!
 //! 1. **Align** ([`align`]) the recordings request by request: the same call sites in
 //!    the same order, the allocator's own segment events left out, requests present at
-//!    some sizes only skipped. Recordings that do not align are not the same program
-//!    and are refused ([`PredictError`]).
+//!    some sizes only skipped. Recordings that do not align, or that align but do
+//!    something else ([`behaviour`]: a training step and an inference run, grad
+//!    enabled or not, autocast or fp32, another model), are not the same program and
+//!    are refused with the difference found ([`PredictError::NotSameProgram`]); so is
+//!    one recording given under two sizes, and sizes under which nearly every varying
+//!    request shrinks as the size grows (labels in the wrong order).
 //! 2. **Fit** ([`fit`]) each aligned request's requested bytes as the simplest exact
 //!    law of the size parameter (constant, `c·x`, `c·x²`, affine, quadratic): requested
 //!    sizes are exact tensor bytes, the allocator's rounding comes later, in the model.
@@ -21,7 +25,8 @@
 //! 4. **Largest size that fits** ([`Program::max_fit`]): bisection over such replays.
 //!
 //! Principal types: [`Recording`] (a snapshot and its size), [`Program`] (the fitted
-//! program of one device), [`Prediction`] (one replay at one size), [`MaxFit`].
+//! program of one device), [`Prediction`] (one replay at one size), [`MaxFit`],
+//! [`behaviour::Behaviour`] (what one recording's program does, for the same-program check).
 //!
 //! What it cannot know is said, not hidden: requests whose size follows no law
 //! ([`Law::Unfit`]) or that were seen at one size only are listed; each prediction says
@@ -30,6 +35,8 @@
 //! ([`PeakBreakdown`]). Blocks live before the trace are the template's, unscaled.
 
 mod align;
+pub mod behaviour;
+mod degenerate;
 mod fit;
 mod warm;
 
@@ -70,9 +77,18 @@ pub enum PredictError {
     NothingToFit { size: u64, device: i64 },
     /// No device has a trace in every recording.
     NoCommonDevice,
-    /// The recordings at `size` and `template_size` align on only `aligned` (0–1) of
-    /// their allocations, below [`MIN_ALIGNED`]: not the same program.
-    NotSameProgram { size: u64, template_size: u64, aligned: f64 },
+    /// The recordings at `size` and `template_size` are not the same program: they
+    /// align on only `aligned` (0–1) of their allocations, below [`MIN_ALIGNED`], or
+    /// what they do differs ([`behaviour::differences`]: training or inference, grad
+    /// mode, precision, model), each difference in words with its evidence.
+    NotSameProgram { size: u64, template_size: u64, aligned: f64, differences: Vec<String> },
+    /// The recordings at sizes `a` and `b` have the same trace, entry for entry (the
+    /// same file given twice): nothing varies with the size.
+    SameRecording { a: u64, b: u64 },
+    /// Of the `varying` requests whose size changes between the recordings, `shrinking`
+    /// get smaller as the size parameter (`sizes`, in the order given) grows: the sizes
+    /// are given in the wrong order, or the parameter is not one the memory grows with.
+    SizesShrink { shrinking: usize, varying: usize, sizes: Vec<u64> },
     /// The template's (at `size`) state before the trace was rebuilt but the allocator
     /// model cannot hold it under the recorded settings (why): predictions would start
     /// empty, without the memory live before the trace.
@@ -101,14 +117,36 @@ impl std::fmt::Display for PredictError {
             PredictError::NoCommonDevice => {
                 f.write_str("the recordings share no device with a trace: nothing to align")
             }
-            PredictError::NotSameProgram { size, template_size, aligned } => write!(
+            PredictError::NotSameProgram { size, template_size, aligned, differences } if !differences.is_empty() => {
+                write!(
+                    f,
+                    "the recordings at sizes {size} and {template_size} are not the same program: {} ({:.0}% of \
+                     their allocations align: same call sites in the same order)",
+                    differences.join("; "),
+                    aligned * 100.0
+                )
+            }
+            PredictError::NotSameProgram { size, template_size, aligned, .. } => write!(
                 f,
                 "the recordings at sizes {size} and {template_size} are not the same program: {:.0}% of their \
-                 allocations align (same call sites in the same order; {:.0}% needed). A run under torch.autocast \
-                 is another program than the fp32 run and cannot be predicted from it: record both sizes with the \
-                 same precision",
+                 allocations align (same call sites in the same order; {:.0}% needed), and they do not differ in \
+                 training or inference, grad mode, precision or model: the script or the code path it takes \
+                 changed between the recordings; record every size with the same script and settings",
                 aligned * 100.0,
                 MIN_ALIGNED * 100.0
+            ),
+            PredictError::SameRecording { a, b } => write!(
+                f,
+                "the recordings at sizes {a} and {b} are the same recording (identical traces, entry for entry): \
+                 the same file given twice? Record the program once at each size"
+            ),
+            PredictError::SizesShrink { shrinking, varying, sizes } => write!(
+                f,
+                "{shrinking} of the {varying} allocations whose size changes between the recordings get smaller as \
+                 the size grows (sizes given: {}): the sizes are likely given in the wrong order (--sizes lists each \
+                 file's size, in file order); if the memory really shrinks as this parameter grows (micro-batches, \
+                 devices), give the size it grows with instead (the micro-batch size)",
+                sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")
             ),
             PredictError::StartNotHeld { size, why } => write!(
                 f,
@@ -409,10 +447,13 @@ impl<'a> Program<'a> {
         if req_index.is_empty() {
             return Err(PredictError::NothingToFit { size: recs[t].size, device });
         }
+        degenerate::same_recordings(recs, device)?;
         let (points, in_all, alignments) = align_recordings(recs, &order, t, device, &req_index)?;
+        let shrink_note = degenerate::shrinking(recs, &points)?;
         let fits: Vec<SizeFit> = points.iter().map(|p| fit::fit(p)).collect();
         let quality = fit_quality(template, trace, &req_index, &fits, &points, &in_all, alignments);
-        let (seeded, notes) = state_before(recs, &order, t, device);
+        let (seeded, mut notes) = state_before(recs, &order, t, device);
+        notes.extend(shrink_note);
         let recorded = recorded_config(template);
         let warm = started_warm(&seeded, &recorded, &req_index);
         let carry = warm::carry(trace, &req_index, &seeded);
@@ -950,6 +991,7 @@ fn align_recordings(
     let mut points: Vec<Vec<(u64, u64)>> = req_index.iter().map(|&i| vec![(recs[t].size, trace[i].size)]).collect();
     let mut in_all = vec![true; req_index.len()];
     let mut alignments = Vec::new();
+    let tb = behaviour::Behaviour::of(template, device);
     for &k in order.iter().filter(|&&k| k != t) {
         let r = &recs[k];
         let rt = r.snap.trace(device);
@@ -958,8 +1000,16 @@ fn align_recordings(
         let m = align::align(&tkeys, &rkeys);
         let aligned = m.iter().filter(|x| x.is_some()).count();
         let fraction = aligned as f64 / rreq.len().max(req_index.len()) as f64;
-        if fraction < MIN_ALIGNED {
-            return Err(PredictError::NotSameProgram { size: r.size, template_size: recs[t].size, aligned: fraction });
+        // What the programs do, compared whether or not their call sites align: a
+        // `no_grad` forward makes the requests of a grad-enabled one.
+        let diffs = behaviour::differences(&behaviour::Behaviour::of(r.snap, device), r.size, &tb, recs[t].size);
+        if fraction < MIN_ALIGNED || !diffs.is_empty() {
+            return Err(PredictError::NotSameProgram {
+                size: r.size,
+                template_size: recs[t].size,
+                aligned: fraction,
+                differences: diffs.into_iter().map(|d| d.text).collect(),
+            });
         }
         for (q, j) in m.iter().enumerate() {
             match j {

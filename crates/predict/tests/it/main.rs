@@ -5,4 +5,5 @@
 
 mod capacity;
 mod eval;
+mod same_program;
 mod warm;
