@@ -37,6 +37,7 @@ use crate::lives::{BlockLives, LIVE_AT_END};
 use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
 use crate::walk::LifeIndexParts;
 
+pub mod passes;
 pub mod structure;
 use structure::Found;
 pub use structure::Structure;
@@ -108,6 +109,7 @@ pub enum Reason {
     TempFreedBetweenSteps,
 
     InputBeforeForward,
+    InputBeforePass,
     OtherOutlivesStep,
     OtherBackwardNoParameter,
     OtherWorkspace,
@@ -118,6 +120,11 @@ pub enum Reason {
     ParamLayerStructureCasts,
     ParamModelStateCounted,
     OtherModelStateCopies,
+    ActSavedInPass,
+    TempFreedInPass,
+    TempNoGradPass,
+    OtherOutlivesNoGradPass,
+    /// Last: the tally of [`summarize_with`] counts the reasons up to it.
     OtherUndecided,
 }
 
@@ -144,9 +151,9 @@ impl Reason {
             | OptBeforeTraceCopiesOfParams
             | OptBeforeTraceFrames
             | OptBeforeTraceCounted => Role::OptimizerState,
-            ActKeptForBackward | ActKeptLastStep => Role::Activations,
-            TempFreedInPhase | TempFreedBetweenSteps => Role::Temporaries,
-            InputBeforeForward => Role::Inputs,
+            ActKeptForBackward | ActKeptLastStep | ActSavedInPass => Role::Activations,
+            TempFreedInPhase | TempFreedBetweenSteps | TempFreedInPass | TempNoGradPass => Role::Temporaries,
+            InputBeforeForward | InputBeforePass => Role::Inputs,
             OtherOutlivesStep
             | OtherBackwardNoParameter
             | OtherWorkspace
@@ -154,6 +161,7 @@ impl Reason {
             | OtherBeforeTrace
             | OtherReplacesUnknown
             | OtherModelStateCopies
+            | OtherOutlivesNoGradPass
             | OtherUndecided => Role::Other,
         }
     }
@@ -175,7 +183,7 @@ impl Reason {
             TempFreedInPhase => 0.9,
             TempFreedBetweenSteps => 0.6,
             OtherNoSteps => 0.3,
-            InputBeforeForward => 0.6,
+            InputBeforeForward | InputBeforePass => 0.6,
             OtherOutlivesStep | OtherBackwardNoParameter => 0.4,
             OtherWorkspace => 0.9,
             OtherBeforeTrace | OtherUndecided | OtherReplacesUnknown => 0.3,
@@ -188,6 +196,10 @@ impl Reason {
             ParamLayerStructure => 0.75,
             ParamLayerStructureCasts => 0.85,
             ParamModelStateCounted | OtherModelStateCopies => 0.5,
+            // Lifetime against the pass's layers (rule 8): whether the layers keep memory
+            // tells grad mode, with no frame to confirm it.
+            ActSavedInPass | TempNoGradPass | OtherOutlivesNoGradPass => 0.7,
+            TempFreedInPass => 0.8,
         }
     }
     /// The evidence, in words.
@@ -211,8 +223,13 @@ impl Reason {
             ActKeptLastStep => "made in the last step's forward, still live when backward starts and at the end of the trace",
             TempFreedInPhase => "freed in the phase that made it",
             TempFreedBetweenSteps => "made and freed outside the steps' phases",
-            OtherNoSteps => "made in a pass that no training step bounds: activations cannot be told from temporaries",
+            OtherNoSteps => "made in a pass that no training step bounds, whose layers do not show whether it keeps memory for a backward pass (no repeated layers found, or some layers keep memory to the pass's end and others do not): activations cannot be told from temporaries",
+            ActSavedInPass => "made in a grad-enabled forward pass that no training step bounds and kept through its layers (still live when the last layer starts, or made in it and live when the pass ends): every layer keeps memory, live bytes growing layer after layer (saved for backward)",
+            TempFreedInPass => "made in a grad-enabled forward pass that no training step bounds and freed within its layers (before the last layer starts, or made in it and freed before the pass ends)",
+            TempNoGradPass => "made in a forward pass under no_grad / inference_mode (no layer's memory outlives the next layer: nothing accumulates across layers, so no activations) and freed",
+            OtherOutlivesNoGradPass => "made in a forward pass under no_grad / inference_mode and kept after it ends (its output, a cache)",
             InputBeforeForward => "made outside the steps' phases and still live when the next forward pass starts",
+            InputBeforePass => "made before a forward pass that no training step bounds, still live when it starts and freed after it ends (a batch the pass reads)",
             OtherOutlivesStep => "made in forward and kept beyond the next step",
             OtherBeforeTrace => "live before the trace, not matched to a parameter or optimizer state",
             OtherUndecided => "no rule decided it",
@@ -469,7 +486,7 @@ impl<'a> StepCursor<'a> {
 
 /// The roles of the lives of `lives` (module doc): the rules in order, evidence strongest
 /// first, each later rule reading the roles the earlier ones gave.
-fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
+fn classify_with<'a>(snap: &'a Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
     let mut c = Classifier::new(snap, lives, st, ev, ix);
     c.workspaces_before_trace();
     let found = c.by_phase_and_lifetime();
@@ -484,6 +501,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     c.outside_the_phases(&found.outside, params.first_bwd.is_none());
     let model =
         if params.sizes.is_empty() && params.grad_sizes.is_empty() { c.layer_structure() } else { Found::Nothing };
+    c.forward_passes();
     let cannot_tell = c.cannot_tell(&params, &replace_unknown, &model);
     let model_state = match model {
         Found::One(s) => Some(s),
@@ -495,6 +513,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
 /// What the classifier's rules read (the lives, the steps, the frames) and the roles
 /// they give: each block's role so far, which the later rules read and refine.
 struct Classifier<'a, 'e> {
+    snap: &'a Snapshot,
     lives: &'a BlockLives,
     st: &'a Steps,
     ev: &'a mut StackEvidence<'e>,
@@ -507,6 +526,8 @@ struct Classifier<'a, 'e> {
     n: usize,
     /// Per step: its backward and optimizer spans, and where its forward starts.
     spans: Vec<StepSpans>,
+    /// The forward passes no step holds (rules 5 and 8), entries `start..end`.
+    passes: Vec<(usize, usize)>,
     traced: Vec<BlockRole>,
     seeded: Vec<BlockRole>,
 }
@@ -544,7 +565,7 @@ struct Parameters {
 
 impl<'a, 'e> Classifier<'a, 'e> {
     fn new(
-        snap: &Snapshot,
+        snap: &'a Snapshot,
         lives: &'a BlockLives,
         st: &'a Steps,
         ev: &'a mut StackEvidence<'e>,
@@ -552,6 +573,8 @@ impl<'a, 'e> Classifier<'a, 'e> {
     ) -> Self {
         let none = BlockRole::of(Reason::OtherUndecided);
         Classifier {
+            snap,
+            passes: passes::unbounded(st),
             lives,
             st,
             ev,
@@ -836,6 +859,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
                     }
                 }
                 Some(_) => Reason::TempFreedBetweenSteps,
+                None if self.read_by_pass(l.alloc, l.end) => Reason::InputBeforePass,
                 None if no_backward && l.end == LIVE_AT_END && built_model(self.ev, l.stack) => {
                     Reason::ParamBuiltNoBackward
                 }
@@ -852,6 +876,69 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 Reason::ParamBuiltNoBackward
             } else {
                 Reason::OtherBeforeTrace
+            });
+        }
+    }
+
+    /// For rule 5: whether a block made at entry `alloc` and freed at `end` is a batch that
+    /// a forward pass no step holds reads: live when the next such pass starts, freed after
+    /// it ends (and before the trace does).
+    fn read_by_pass(&self, alloc: usize, end: usize) -> bool {
+        let next = self.passes.partition_point(|p| p.0 <= alloc);
+        self.passes.get(next).is_some_and(|&(s, e)| end >= s.max(e) && end < self.n)
+    }
+
+    /// Rule 8. Forward passes that no training step bounds ([`passes`]): the blocks made
+    /// in one that no rule decided, by what the pass's layers keep. Grad-enabled, those
+    /// still live when the pass ends are activations and those freed in it temporaries;
+    /// under `no_grad` / `inference_mode`, those freed are temporaries and those kept
+    /// after the pass `other`. A pass whose layers do not tell stays `other`.
+    fn forward_passes(&mut self) {
+        let runs = std::mem::take(&mut self.passes);
+        for &(start, end) in &runs {
+            let outer = self.layers_of(start, end);
+            let inner = outer.first().map_or(0, |&(a, b)| self.layers_of(a, b).len());
+            for (ps, pe) in passes::split(start, end, &outer, inner) {
+                let layers = if (ps, pe) == (start, end) { outer.clone() } else { self.layers_of(ps, pe) };
+                self.forward_pass(ps, pe, &layers);
+            }
+        }
+        self.passes = runs;
+    }
+
+    /// For rule 8: the layers of the forward entries `start..end` ([`steps::layer_spans`]).
+    fn layers_of(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        let step = steps::Step {
+            start,
+            end,
+            phases: vec![steps::PhaseSpan { phase: Phase::Forward, start, end }],
+            complete: true,
+            layers: None,
+        };
+        steps::layer_spans(self.snap, self.lives.device, &step, Phase::Forward).unwrap_or_default()
+    }
+
+    /// For rule 8: one pass `start..end` with its layers. Grad-enabled, a block made
+    /// before the last layer starts is an activation when still live then, one made
+    /// later when still live as the pass ends; the rest temporaries.
+    fn forward_pass(&mut self, start: usize, end: usize, layers: &[(usize, usize)]) {
+        let lives = self.lives;
+        let from = lives.traced.partition_point(|l| l.alloc < start);
+        let made: Vec<usize> = (from..lives.traced.len())
+            .take_while(|&i| lives.traced[i].alloc < end)
+            .filter(|&i| self.traced[i].reason == Reason::OtherNoSteps)
+            .collect();
+        let kind = passes::judge(lives, self.req, &made, layers);
+        let mark = layers.last().map_or(end, |l| l.0);
+        for i in made {
+            let l = &lives.traced[i];
+            let kept = if l.alloc < mark { l.end >= mark } else { l.end >= end };
+            self.traced[i] = BlockRole::of(match (kind, kept) {
+                (passes::PassKind::Grad, true) => Reason::ActSavedInPass,
+                (passes::PassKind::Grad, false) => Reason::TempFreedInPass,
+                (passes::PassKind::NoGrad, _) if l.end >= end => Reason::OtherOutlivesNoGradPass,
+                (passes::PassKind::NoGrad, _) => Reason::TempNoGradPass,
+                (passes::PassKind::Undecided, _) => Reason::OtherNoSteps,
             });
         }
     }
