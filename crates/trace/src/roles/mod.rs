@@ -898,7 +898,10 @@ impl<'a, 'e> Classifier<'a, 'e> {
         for &(start, end) in &runs {
             let outer = self.layers_of(start, end);
             let inner = outer.first().map_or(0, |&(a, b)| self.layers_of(a, b).len());
-            for (ps, pe) in passes::split(start, end, &outer, inner) {
+            let trace = self.snap.trace(self.lives.device);
+            let allocs: Vec<usize> =
+                (start..end).filter(|&k| trace[k].action == fragscope_snapshot::Action::Alloc).collect();
+            for (ps, pe) in passes::split(start, end, &allocs, &outer, inner) {
                 let layers = if (ps, pe) == (start, end) { outer.clone() } else { self.layers_of(ps, pe) };
                 self.forward_pass(ps, pe, &layers);
             }

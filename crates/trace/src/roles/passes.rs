@@ -61,16 +61,27 @@ pub fn judge(lives: &BlockLives, req: &[u64], made: &[usize], layers: &[(usize, 
 }
 
 /// Where a run of forward entries `start..end` holds several passes (a loop calling the
-/// model: the entries between them carry no frame that ends the run), the passes: the
-/// run's repeats (`outer`, from [`crate::steps::layer_spans`]) are passes when the first
-/// of them itself repeats a pattern (`inner_layers`, its layers). The first pass takes
-/// the entries before the first repeat, the last those after it. Else the run is one pass.
-pub fn split(start: usize, end: usize, outer: &[(usize, usize)], inner_layers: usize) -> Vec<(usize, usize)> {
-    if outer.len() < 2 || inner_layers < 2 {
-        return vec![(start, end)];
-    }
+/// model: the entries between the calls carry no frame that ends the run), the passes.
+/// The run's repeats (`outer`, from [`crate::steps::layer_spans`]) are passes when the
+/// first of them itself repeats a pattern (`inner_layers`, its layers). The repeats are
+/// found from one allocation that recurs once per pass, wherever in the pass it falls:
+/// with the run beginning as the first pass does, the passes are `period` allocations
+/// each from the run's first (`allocs`: the run's `alloc` entries). Else the run is one
+/// pass.
+pub fn split(
+    start: usize,
+    end: usize,
+    allocs: &[usize],
+    outer: &[(usize, usize)],
+    inner_layers: usize,
+) -> Vec<(usize, usize)> {
+    let at = |e: usize| allocs.binary_search(&e).ok();
+    let period = match (outer.first().and_then(|s| at(s.0)), outer.get(1).and_then(|s| at(s.0))) {
+        (Some(a), Some(b)) if b > a && inner_layers >= 2 => b - a,
+        _ => return vec![(start, end)],
+    };
     let mut cuts: Vec<usize> = vec![start];
-    cuts.extend(outer[1..].iter().map(|s| s.0));
+    cuts.extend((1..outer.len()).filter_map(|k| allocs.get(k * period).copied()));
     cuts.push(end);
     cuts.windows(2).map(|w| (w[0], w[1])).collect()
 }
