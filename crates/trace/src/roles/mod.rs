@@ -2215,6 +2215,58 @@ mod tests {
         roles.iter().map(|r| r.reason).collect()
     }
 
+    /// Rule 8's synthetic pair: a batch (entry 0), one forward pass of `layers` layers of
+    /// five allocations (sizes 4096, 8192, 1024, 2048, 3072, the same each layer) that no
+    /// step bounds, two entries after it. Each layer's first block is its output: kept
+    /// until after the pass when `grad` (autograd saves it), else freed in the next layer
+    /// (the last layer's, read by the head, after the pass). The next three are freed at
+    /// once, within the layer; its fifth entry's block is not followed.
+    fn forward_pass(layers: usize, grad: impl Fn(usize) -> bool) -> Roles {
+        let pass_end = 1 + 5 * layers;
+        let mut m = Mini::new(pass_end + 2);
+        m.phase_of[1..pass_end].fill(Phase::Forward);
+        m = m.made_sized(0, pass_end + 1, 100);
+        for j in 0..layers {
+            let a = 1 + 5 * j;
+            let out_end = if grad(j) || j + 1 == layers { pass_end } else { a + 6 };
+            m = m.made_sized(a, out_end, 4096);
+            m = m.made_sized(a + 1, a + 2, 8192).made_sized(a + 2, a + 3, 1024).made_sized(a + 3, a + 4, 2048);
+            m.snap.device_traces[0][a + 4].size = 3072;
+        }
+        m.classify()
+    }
+
+    #[test]
+    fn rule_8_a_grad_enabled_pass_keeps_activations_a_no_grad_pass_none() {
+        use Reason::*;
+        let grad = forward_pass(6, |_| true);
+        let r = reasons(&grad.traced);
+        assert_eq!(r[0], InputBeforePass, "the batch, read by the pass and freed after it");
+        for j in 0..6 {
+            assert_eq!(r[1 + 4 * j..5 + 4 * j], [ActSavedInPass, TempFreedInPass, TempFreedInPass, TempFreedInPass]);
+        }
+        assert_eq!(r.len(), 25);
+        let no_grad = forward_pass(6, |_| false);
+        let r = reasons(&no_grad.traced);
+        assert_eq!(r[0], InputBeforePass);
+        assert!(!r.iter().any(|x| x.role() == Role::Activations), "{r:?}");
+        assert_eq!(r[1..21].iter().filter(|&&x| x == TempNoGradPass).count(), 20, "{r:?}");
+        // The last layer's output, read after the pass: kept past it, not an activation.
+        assert_eq!(r[21], OtherOutlivesNoGradPass);
+        assert_eq!(r[22..], [TempNoGradPass; 3]);
+    }
+
+    #[test]
+    fn rule_8_layers_that_do_not_agree_or_too_few_decide_nothing() {
+        use Reason::*;
+        // Half the layers keep their output: neither a graph nor no_grad.
+        let mixed = forward_pass(6, |j| j % 2 == 0);
+        assert!(reasons(&mixed.traced)[1..].iter().all(|&x| x == OtherNoSteps));
+        // Two layers: only the last two, which no_grad keeps too.
+        let short = forward_pass(2, |_| true);
+        assert!(reasons(&short.traced)[1..].iter().all(|&x| x == OtherNoSteps));
+    }
+
     #[test]
     fn rule_1_reads_phase_and_lifetime() {
         use Phase::*;

@@ -102,3 +102,20 @@ pub fn unbounded(st: &crate::steps::Steps) -> Vec<(usize, usize)> {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_repeated_passes_is_cut_every_period_from_its_start() {
+        // 3 passes of 10 allocations at entries 100, 102, ...; the allocation that recurs
+        // once per pass is the 6th of each: the cuts fall at the 10th and 20th.
+        let allocs: Vec<usize> = (0..30).map(|k| 100 + 2 * k).collect();
+        let outer = [(110, 130), (130, 150), (150, 170)];
+        assert_eq!(split(99, 170, &allocs, &outer, 4), [(99, 120), (120, 140), (140, 170)]);
+        // The repeats have no layers of their own: they are the layers of one pass.
+        assert_eq!(split(99, 170, &allocs, &outer, 0), [(99, 170)]);
+        assert_eq!(split(99, 170, &allocs, &outer[..1], 4), [(99, 170)]);
+    }
+}
