@@ -223,7 +223,7 @@ impl Reason {
             ActKeptLastStep => "made in the last step's forward, still live when backward starts and at the end of the trace",
             TempFreedInPhase => "freed in the phase that made it",
             TempFreedBetweenSteps => "made and freed outside the steps' phases",
-            OtherNoSteps => "made in a pass that no training step bounds, whose layers do not show whether it keeps memory for a backward pass (no repeated layers found, or some layers keep memory to the pass's end and others do not): activations cannot be told from temporaries",
+            OtherNoSteps => "made in a pass that no training step bounds, whose layers do not show whether it keeps memory for a backward pass (under three repeated layers found, or some layers' memory outlives the layers after them and some does not): activations cannot be told from temporaries",
             ActSavedInPass => "made in a grad-enabled forward pass that no training step bounds and kept through its layers (still live when the last layer starts, or made in it and live when the pass ends): every layer keeps memory, live bytes growing layer after layer (saved for backward)",
             TempFreedInPass => "made in a grad-enabled forward pass that no training step bounds and freed within its layers (before the last layer starts, or made in it and freed before the pass ends)",
             TempNoGradPass => "made in a forward pass under no_grad / inference_mode (no layer's memory outlives the next layer: nothing accumulates across layers, so no activations) and freed",
