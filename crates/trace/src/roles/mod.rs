@@ -486,13 +486,7 @@ impl<'a> StepCursor<'a> {
 
 /// The roles of the lives of `lives` (module doc): the rules in order, evidence strongest
 /// first, each later rule reading the roles the earlier ones gave.
-fn classify_with<'a>(
-    snap: &'a Snapshot,
-    lives: &BlockLives,
-    st: &Steps,
-    ev: &mut StackEvidence,
-    ix: &LifeIndex,
-) -> Roles {
+fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
     let mut c = Classifier::new(snap, lives, st, ev, ix);
     c.workspaces_before_trace();
     let found = c.by_phase_and_lifetime();
