@@ -17,6 +17,10 @@
 //!   sizes one for one are the parameters; optimizer state made before the first step
 //!   (an optimizer that allocates its moments in its constructor) is recognised by its
 //!   sizes being whole copies of the parameters' and its living across the steps;
+//! * **the layers of a forward pass** that no step bounds (a forward-only or inference
+//!   recording, [`passes`]): a grad-enabled pass keeps memory in every layer to its end
+//!   (activations), a `no_grad` / `inference_mode` pass frees each layer's output in the
+//!   next (temporaries, no activations);
 //! * **frames** only where neither decides (a block made while building the model, with
 //!   no backward pass to confirm it, is a parameter at low confidence). Nothing is put in
 //!   a role on a name alone.
