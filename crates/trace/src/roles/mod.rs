@@ -17,6 +17,10 @@
 //!   sizes one for one are the parameters; optimizer state made before the first step
 //!   (an optimizer that allocates its moments in its constructor) is recognised by its
 //!   sizes being whole copies of the parameters' and its living across the steps;
+//! * **the layers of a forward pass** that no step bounds (a forward-only or inference
+//!   recording, [`passes`]): a grad-enabled pass keeps memory in every layer to its end
+//!   (activations), a `no_grad` / `inference_mode` pass frees each layer's output in the
+//!   next (temporaries, no activations);
 //! * **frames** only where neither decides (a block made while building the model, with
 //!   no backward pass to confirm it, is a parameter at low confidence). Nothing is put in
 //!   a role on a name alone.
@@ -37,6 +41,7 @@ use crate::lives::{BlockLives, LIVE_AT_END};
 use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
 use crate::walk::LifeIndexParts;
 
+pub mod passes;
 pub mod structure;
 use structure::Found;
 pub use structure::Structure;
@@ -108,6 +113,7 @@ pub enum Reason {
     TempFreedBetweenSteps,
 
     InputBeforeForward,
+    InputBeforePass,
     OtherOutlivesStep,
     OtherBackwardNoParameter,
     OtherWorkspace,
@@ -118,6 +124,11 @@ pub enum Reason {
     ParamLayerStructureCasts,
     ParamModelStateCounted,
     OtherModelStateCopies,
+    ActSavedInPass,
+    TempFreedInPass,
+    TempNoGradPass,
+    OtherOutlivesNoGradPass,
+    /// Last: the tally of [`summarize_with`] counts the reasons up to it.
     OtherUndecided,
 }
 
@@ -144,9 +155,9 @@ impl Reason {
             | OptBeforeTraceCopiesOfParams
             | OptBeforeTraceFrames
             | OptBeforeTraceCounted => Role::OptimizerState,
-            ActKeptForBackward | ActKeptLastStep => Role::Activations,
-            TempFreedInPhase | TempFreedBetweenSteps => Role::Temporaries,
-            InputBeforeForward => Role::Inputs,
+            ActKeptForBackward | ActKeptLastStep | ActSavedInPass => Role::Activations,
+            TempFreedInPhase | TempFreedBetweenSteps | TempFreedInPass | TempNoGradPass => Role::Temporaries,
+            InputBeforeForward | InputBeforePass => Role::Inputs,
             OtherOutlivesStep
             | OtherBackwardNoParameter
             | OtherWorkspace
@@ -154,6 +165,7 @@ impl Reason {
             | OtherBeforeTrace
             | OtherReplacesUnknown
             | OtherModelStateCopies
+            | OtherOutlivesNoGradPass
             | OtherUndecided => Role::Other,
         }
     }
@@ -175,7 +187,7 @@ impl Reason {
             TempFreedInPhase => 0.9,
             TempFreedBetweenSteps => 0.6,
             OtherNoSteps => 0.3,
-            InputBeforeForward => 0.6,
+            InputBeforeForward | InputBeforePass => 0.6,
             OtherOutlivesStep | OtherBackwardNoParameter => 0.4,
             OtherWorkspace => 0.9,
             OtherBeforeTrace | OtherUndecided | OtherReplacesUnknown => 0.3,
@@ -188,6 +200,10 @@ impl Reason {
             ParamLayerStructure => 0.75,
             ParamLayerStructureCasts => 0.85,
             ParamModelStateCounted | OtherModelStateCopies => 0.5,
+            // Lifetime against the pass's layers (rule 8): whether the layers keep memory
+            // tells grad mode, with no frame to confirm it.
+            ActSavedInPass | TempNoGradPass | OtherOutlivesNoGradPass => 0.7,
+            TempFreedInPass => 0.8,
         }
     }
     /// The evidence, in words.
@@ -211,8 +227,13 @@ impl Reason {
             ActKeptLastStep => "made in the last step's forward, still live when backward starts and at the end of the trace",
             TempFreedInPhase => "freed in the phase that made it",
             TempFreedBetweenSteps => "made and freed outside the steps' phases",
-            OtherNoSteps => "made in a pass that no training step bounds: activations cannot be told from temporaries",
+            OtherNoSteps => "made in a pass that no training step bounds, whose layers do not show whether it keeps memory for a backward pass (under three repeated layers found, or some layers' memory outlives the layers after them and some does not): activations cannot be told from temporaries",
+            ActSavedInPass => "made in a grad-enabled forward pass that no training step bounds and kept through its layers (still live when the last layer starts, or made in it and live when the pass ends): every layer keeps memory, live bytes growing layer after layer (saved for backward)",
+            TempFreedInPass => "made in a grad-enabled forward pass that no training step bounds and freed within its layers (before the last layer starts, or made in it and freed before the pass ends)",
+            TempNoGradPass => "made in a forward pass under no_grad / inference_mode (no layer's memory outlives the next layer: nothing accumulates across layers, so no activations) and freed",
+            OtherOutlivesNoGradPass => "made in a forward pass under no_grad / inference_mode and kept after it ends (its output, a cache)",
             InputBeforeForward => "made outside the steps' phases and still live when the next forward pass starts",
+            InputBeforePass => "made before a forward pass that no training step bounds, still live when it starts and freed after it ends (a batch the pass reads)",
             OtherOutlivesStep => "made in forward and kept beyond the next step",
             OtherBeforeTrace => "live before the trace, not matched to a parameter or optimizer state",
             OtherUndecided => "no rule decided it",
@@ -484,6 +505,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
     c.outside_the_phases(&found.outside, params.first_bwd.is_none());
     let model =
         if params.sizes.is_empty() && params.grad_sizes.is_empty() { c.layer_structure() } else { Found::Nothing };
+    c.forward_passes();
     let cannot_tell = c.cannot_tell(&params, &replace_unknown, &model);
     let model_state = match model {
         Found::One(s) => Some(s),
@@ -495,6 +517,7 @@ fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut Stack
 /// What the classifier's rules read (the lives, the steps, the frames) and the roles
 /// they give: each block's role so far, which the later rules read and refine.
 struct Classifier<'a, 'e> {
+    snap: &'a Snapshot,
     lives: &'a BlockLives,
     st: &'a Steps,
     ev: &'a mut StackEvidence<'e>,
@@ -507,6 +530,8 @@ struct Classifier<'a, 'e> {
     n: usize,
     /// Per step: its backward and optimizer spans, and where its forward starts.
     spans: Vec<StepSpans>,
+    /// The forward passes no step holds (rules 5 and 8), entries `start..end`.
+    passes: Vec<(usize, usize)>,
     traced: Vec<BlockRole>,
     seeded: Vec<BlockRole>,
 }
@@ -544,7 +569,7 @@ struct Parameters {
 
 impl<'a, 'e> Classifier<'a, 'e> {
     fn new(
-        snap: &Snapshot,
+        snap: &'a Snapshot,
         lives: &'a BlockLives,
         st: &'a Steps,
         ev: &'a mut StackEvidence<'e>,
@@ -552,6 +577,8 @@ impl<'a, 'e> Classifier<'a, 'e> {
     ) -> Self {
         let none = BlockRole::of(Reason::OtherUndecided);
         Classifier {
+            snap,
+            passes: passes::unbounded(st),
             lives,
             st,
             ev,
@@ -836,6 +863,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
                     }
                 }
                 Some(_) => Reason::TempFreedBetweenSteps,
+                None if self.read_by_pass(l.alloc, l.end) => Reason::InputBeforePass,
                 None if no_backward && l.end == LIVE_AT_END && built_model(self.ev, l.stack) => {
                     Reason::ParamBuiltNoBackward
                 }
@@ -852,6 +880,72 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 Reason::ParamBuiltNoBackward
             } else {
                 Reason::OtherBeforeTrace
+            });
+        }
+    }
+
+    /// For rule 5: whether a block made at entry `alloc` and freed at `end` is a batch that
+    /// a forward pass no step holds reads: live when the next such pass starts, freed after
+    /// it ends (and before the trace does).
+    fn read_by_pass(&self, alloc: usize, end: usize) -> bool {
+        let next = self.passes.partition_point(|p| p.0 <= alloc);
+        self.passes.get(next).is_some_and(|&(s, e)| end >= s.max(e) && end < self.n)
+    }
+
+    /// Rule 8. Forward passes that no training step bounds ([`passes`]): the blocks made
+    /// in one that no rule decided, by what the pass's layers keep. Grad-enabled, those
+    /// still live when the pass ends are activations and those freed in it temporaries;
+    /// under `no_grad` / `inference_mode`, those freed are temporaries and those kept
+    /// after the pass `other`. A pass whose layers do not tell stays `other`.
+    fn forward_passes(&mut self) {
+        let runs = std::mem::take(&mut self.passes);
+        for &(start, end) in &runs {
+            let outer = self.layers_of(start, end);
+            let inner = outer.first().map_or(0, |&(a, b)| self.layers_of(a, b).len());
+            let trace = self.snap.trace(self.lives.device);
+            let allocs: Vec<usize> =
+                (start..end).filter(|&k| trace[k].action == fragscope_snapshot::Action::Alloc).collect();
+            for (ps, pe) in passes::split(start, end, &allocs, &outer, inner) {
+                let layers = if (ps, pe) == (start, end) { outer.clone() } else { self.layers_of(ps, pe) };
+                self.forward_pass(ps, pe, &layers);
+            }
+        }
+        self.passes = runs;
+    }
+
+    /// For rule 8: the layers of the forward entries `start..end` ([`steps::layer_spans`]).
+    fn layers_of(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        let step = steps::Step {
+            start,
+            end,
+            phases: vec![steps::PhaseSpan { phase: Phase::Forward, start, end }],
+            complete: true,
+            layers: None,
+        };
+        steps::layer_spans(self.snap, self.lives.device, &step, Phase::Forward).unwrap_or_default()
+    }
+
+    /// For rule 8: one pass `start..end` with its layers. Grad-enabled, a block made
+    /// before the last layer starts is an activation when still live then, one made
+    /// later when still live as the pass ends; the rest temporaries.
+    fn forward_pass(&mut self, start: usize, end: usize, layers: &[(usize, usize)]) {
+        let lives = self.lives;
+        let from = lives.traced.partition_point(|l| l.alloc < start);
+        let made: Vec<usize> = (from..lives.traced.len())
+            .take_while(|&i| lives.traced[i].alloc < end)
+            .filter(|&i| self.traced[i].reason == Reason::OtherNoSteps)
+            .collect();
+        let kind = passes::judge(lives, self.req, &made, layers);
+        let mark = layers.last().map_or(end, |l| l.0);
+        for i in made {
+            let l = &lives.traced[i];
+            let kept = if l.alloc < mark { l.end >= mark } else { l.end >= end };
+            self.traced[i] = BlockRole::of(match (kind, kept) {
+                (passes::PassKind::Grad, true) => Reason::ActSavedInPass,
+                (passes::PassKind::Grad, false) => Reason::TempFreedInPass,
+                (passes::PassKind::NoGrad, _) if l.end >= end => Reason::OtherOutlivesNoGradPass,
+                (passes::PassKind::NoGrad, _) => Reason::TempNoGradPass,
+                (passes::PassKind::Undecided, _) => Reason::OtherNoSteps,
             });
         }
     }
@@ -2123,6 +2217,58 @@ mod tests {
 
     fn reasons(roles: &[BlockRole]) -> Vec<Reason> {
         roles.iter().map(|r| r.reason).collect()
+    }
+
+    /// Rule 8's synthetic pair: a batch (entry 0), one forward pass of `layers` layers of
+    /// five allocations (sizes 4096, 8192, 1024, 2048, 3072, the same each layer) that no
+    /// step bounds, two entries after it. Each layer's first block is its output: kept
+    /// until after the pass when `grad` (autograd saves it), else freed in the next layer
+    /// (the last layer's, read by the head, after the pass). The next three are freed at
+    /// once, within the layer; its fifth entry's block is not followed.
+    fn forward_pass(layers: usize, grad: impl Fn(usize) -> bool) -> Roles {
+        let pass_end = 1 + 5 * layers;
+        let mut m = Mini::new(pass_end + 2);
+        m.phase_of[1..pass_end].fill(Phase::Forward);
+        m = m.made_sized(0, pass_end + 1, 100);
+        for j in 0..layers {
+            let a = 1 + 5 * j;
+            let out_end = if grad(j) || j + 1 == layers { pass_end } else { a + 6 };
+            m = m.made_sized(a, out_end, 4096);
+            m = m.made_sized(a + 1, a + 2, 8192).made_sized(a + 2, a + 3, 1024).made_sized(a + 3, a + 4, 2048);
+            m.snap.device_traces[0][a + 4].size = 3072;
+        }
+        m.classify()
+    }
+
+    #[test]
+    fn rule_8_a_grad_enabled_pass_keeps_activations_a_no_grad_pass_none() {
+        use Reason::*;
+        let grad = forward_pass(6, |_| true);
+        let r = reasons(&grad.traced);
+        assert_eq!(r[0], InputBeforePass, "the batch, read by the pass and freed after it");
+        for j in 0..6 {
+            assert_eq!(r[1 + 4 * j..5 + 4 * j], [ActSavedInPass, TempFreedInPass, TempFreedInPass, TempFreedInPass]);
+        }
+        assert_eq!(r.len(), 25);
+        let no_grad = forward_pass(6, |_| false);
+        let r = reasons(&no_grad.traced);
+        assert_eq!(r[0], InputBeforePass);
+        assert!(!r.iter().any(|x| x.role() == Role::Activations), "{r:?}");
+        assert_eq!(r[1..21].iter().filter(|&&x| x == TempNoGradPass).count(), 20, "{r:?}");
+        // The last layer's output, read after the pass: kept past it, not an activation.
+        assert_eq!(r[21], OtherOutlivesNoGradPass);
+        assert_eq!(r[22..], [TempNoGradPass; 3]);
+    }
+
+    #[test]
+    fn rule_8_layers_that_do_not_agree_or_too_few_decide_nothing() {
+        use Reason::*;
+        // Half the layers keep their output: neither a graph nor no_grad.
+        let mixed = forward_pass(6, |j| j % 2 == 0);
+        assert!(reasons(&mixed.traced)[1..].iter().all(|&x| x == OtherNoSteps));
+        // Two layers: only the last two, which no_grad keeps too.
+        let short = forward_pass(2, |_| true);
+        assert!(reasons(&short.traced)[1..].iter().all(|&x| x == OtherNoSteps));
     }
 
     #[test]

@@ -110,3 +110,33 @@ fn a_state_of_parameter_copies_before_the_trace_is_never_zero_gradients_or_state
     }
     assert!(checked >= 1);
 }
+
+/// Rule 8 on real forward-only recordings: both grids run their forwards with autograd
+/// on (no `no_grad` in the source programs, GRIDS.md): each pass's layers keep their
+/// saved tensors to its end, so the passes' memory is activations and temporaries, none
+/// of it left `other` for want of a step; and the activations grow with the sequence
+/// length, at the allocated peak (the end of a pass) among them.
+#[test]
+fn grad_enabled_forward_passes_keep_activations_growing_with_the_sequence() {
+    let mut checked = 0;
+    for files in [
+        &["niu-fwd-ctx100-fp32.pickle", "niu-fwd-ctx150-fp32.pickle", "niu-fwd-ctx200-fp32.pickle"][..],
+        &["kk-2.7b-fwd-ctx128-fp32.pickle", "kk-2.7b-fwd-ctx256-fp32.pickle"][..],
+    ] {
+        let mut last = 0;
+        for file in files {
+            let Some(snap) = grid(file) else { continue };
+            let r = device_roles(&snap, 0);
+            let act = &r.by_role["activations"];
+            assert!(act.at_peak > 0 && act.max > last, "{file}: {act:?} after {last}");
+            assert!(r.by_role["temporaries"].max > 0, "{file}");
+            let undecided =
+                r.by_role["other"].evidence.iter().any(|e| e.evidence == fragscope_trace::Reason::OtherNoSteps);
+            assert!(!undecided, "{file}: {:?}", r.by_role["other"]);
+            last = act.max;
+            checked += 1;
+        }
+    }
+    // The niu grid is in the repository.
+    assert!(checked >= 3);
+}
