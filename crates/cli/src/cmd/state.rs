@@ -82,7 +82,14 @@ fn render_text(o: &StateOut) -> String {
     let _ = writeln!(s, "  Cached free        {}", bytes(f.cached_free_bytes));
     let _ = writeln!(s, "  Largest free block {}", bytes(f.largest_free_block_bytes));
     if let Some(fr) = f.free_space_fragmentation {
-        let _ = writeln!(s, "  Free-space fragmentation {:.1}%", fr * 100.0);
+        // Of the cached free bytes only (docs/glossary.md): beside an exhaustion with little
+        // cached, a bare percentage reads as a diagnosis.
+        let _ = writeln!(
+            s,
+            "  Free-space fragmentation {:.1}% (of the {} cached free: 1 − largest free block / cached free)",
+            fr * 100.0,
+            bytes(f.cached_free_bytes)
+        );
     }
     let _ = writeln!(s, "\nWho holds the {} allocated (by {}):", bytes(o.holders_total_bytes), o.holders_by);
     for h in &o.holders {

@@ -101,7 +101,11 @@ pub fn render_text(file: &str, example: bool, fs: &FileSummary) -> String {
         }
         o.push('\n');
     }
-    for d in &s.devices {
+    // The OOM's device first, as `analyze` prints it (issue 42 item 1); the others in order.
+    let oom_device = fs.oom.as_ref().map(|l| l.device);
+    let mut ordered: Vec<_> = s.devices.iter().collect();
+    ordered.sort_by_key(|d| Some(d.device) != oom_device);
+    for d in ordered {
         o.push_str(&device_table(file, example, d));
         o.push('\n');
         if let Some(t) = &d.memory_table {
