@@ -845,7 +845,7 @@ fn smallest_capacities(s: &mut Search) -> Vec<SmallestCapacity> {
     let gpus = |b: u64| {
         replay::known_gpus()
             .into_iter()
-            .filter(|&(_, c)| c.saturating_sub(crate::predict::CUDA_CONTEXT_ALLOWANCE) >= b)
+            .filter(|&(_, c)| crate::predict::usable_bytes(c) >= b)
             .map(|(n, _)| n)
             .collect()
     };

@@ -81,6 +81,13 @@ pub fn parse_sizes(s: &str, what: Param) -> Result<Vec<u64>, Error> {
 /// real figure (`torch.cuda.mem_get_info()[0]` at the start of the process) in bytes.
 pub const CUDA_CONTEXT_ALLOWANCE: u64 = 560 << 20;
 
+/// What PyTorch's allocator may hold on a GPU of `total` bytes: the total less
+/// [`CUDA_CONTEXT_ALLOWANCE`]. Every reading of a GPU name (`predict`, `fit`'s cards and the
+/// GPUs it names) goes through here.
+pub fn usable_bytes(total: u64) -> u64 {
+    total.saturating_sub(CUDA_CONTEXT_ALLOWANCE)
+}
+
 /// A capacity as `predict --capacity` takes it: bytes as given; a GPU name's total less
 /// [`CUDA_CONTEXT_ALLOWANCE`], with the note that says so.
 pub fn parse_capacity(text: Option<&str>) -> Result<(Option<u64>, Option<String>), Error> {
@@ -89,7 +96,7 @@ pub fn parse_capacity(text: Option<&str>) -> Result<(Option<u64>, Option<String>
     if fragscope_replay::parse_size(t).is_ok() {
         return Ok((Some(total), None));
     }
-    let usable = total.saturating_sub(CUDA_CONTEXT_ALLOWANCE);
+    let usable = usable_bytes(total);
     let note = format!(
         "{t}: {} total capacity less {} for the CUDA context and library workspaces (measured in real OOM \
          messages: 0.34-0.54 GiB) = {usable} for PyTorch's allocator; give the bytes torch.cuda.mem_get_info()[0] \
