@@ -3,6 +3,7 @@
 mod examples;
 mod expandable;
 mod fallbacks;
+mod options;
 mod props;
 
 use crate::device::{SimulatedDevice, SYNTHETIC_ALIGN, SYNTHETIC_BASE};
