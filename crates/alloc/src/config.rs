@@ -36,6 +36,39 @@ pub enum Backend {
     CudaMallocAsync,
 }
 
+/// Which device's caching allocator wrote the recording. The snapshot API is the same on
+/// every PyTorch backend that has one, but the rules differ in places; a config string
+/// cannot say which, so the replay sets it from the file (`fragscope_replay::settings`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub enum Accelerator {
+    /// NVIDIA CUDA: the rules of spec §1–§9.
+    #[default]
+    Cuda,
+    /// AMD ROCm (HIP): the same `CUDACachingAllocator.cpp`, hipified. Its expandable
+    /// segments sit on HIP's virtual-memory API, whose granularity is not modelled:
+    /// replayed as CUDA, expect differences there.
+    Rocm,
+    /// Intel XPU (`c10/xpu/XPUCachingAllocator.cpp`): `round_size` is 512-byte rounding
+    /// with no `roundup_power2_divisions`; segment sizes as CUDA's.
+    Xpu,
+    /// Huawei Ascend NPU (`torch_npu`'s `NPUCachingAllocator.cpp`): `round_size` adds 32
+    /// bytes before the 512-byte rounding (512 B becomes a 1,024-byte block), no
+    /// divisions; segment sizes, pools, split and oversize rules as CUDA's.
+    Npu,
+}
+
+impl Accelerator {
+    /// The name PyTorch's messages give the device (`CUDA`, `HIP`, `XPU`, `NPU`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Accelerator::Cuda => "CUDA",
+            Accelerator::Rocm => "HIP",
+            Accelerator::Xpu => "XPU",
+            Accelerator::Npu => "NPU",
+        }
+    }
+}
+
 /// Value of `expandable_segments_reserve` (§6.1, §9.3).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ReserveSpec {
@@ -82,6 +115,8 @@ pub struct AllocatorConfig {
     pub expandable_segments_reserve_by_class: Vec<(String, ReserveSpec)>,
     pub tie_break: TieBreak,
     pub rounding_rule: RoundingRule,
+    /// Whose allocator's rules apply (no key: set from the recording).
+    pub accelerator: Accelerator,
 }
 
 impl Default for AllocatorConfig {
@@ -110,9 +145,166 @@ impl Default for AllocatorConfig {
             expandable_segments_reserve_by_class: Vec::new(),
             tie_break: TieBreak::Address,
             rounding_rule: RoundingRule::Table,
+            accelerator: Accelerator::Cuda,
         }
     }
 }
+
+/// What the replay does with an allocator option (the table of docs/fidelity.md,
+/// "Allocator options").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fidelity {
+    /// Changes allocation decisions, and the model makes them as PyTorch does.
+    Modelled,
+    /// Read and validated as PyTorch does, but it changes no device-memory decision a
+    /// replay makes (host allocator, locking), or its effect is already in the recorded
+    /// trace; a what-if that changes it may be refused ([`AllocatorConfig::refusal`]).
+    Read,
+    /// Not reproducible: a what-if that sets it is refused by name.
+    Refused,
+}
+
+/// One allocator option: its key, the first release that has it, what the replay does
+/// with it and the test that shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct OptionInfo {
+    pub key: &'static str,
+    pub since: &'static str,
+    pub fidelity: Fidelity,
+    /// The test (path from the crate root) that shows the behaviour claimed.
+    pub evidence: &'static str,
+}
+
+/// Every key [`parse`] accepts, 2.11's and its neighbours' (spec §9.3). The ROCm
+/// spellings (`release_lock_on_hipmalloc`, `pinned_use_hip_host_register`) are aliases.
+pub const OPTIONS: &[OptionInfo] = &[
+    OptionInfo {
+        key: "max_split_size_mb",
+        since: "1.10",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc tests::examples::max_split_size_oversize_rules",
+    },
+    OptionInfo {
+        key: "max_non_split_rounding_mb",
+        since: "2.6",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc tests::examples::max_non_split_rounding_widens_the_slack",
+    },
+    OptionInfo {
+        key: "roundup_power2_divisions",
+        since: "1.13",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc rounding::tests::per_interval_table_is_used",
+    },
+    OptionInfo {
+        key: "roundup_bypass_threshold_mb",
+        since: "1.13 (to 2.0)",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc rounding::tests::legacy_bypass_rule",
+    },
+    OptionInfo {
+        key: "garbage_collection_threshold",
+        since: "1.12",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc tests::fallbacks::gc_releases_old_whole_segments_by_mean_age",
+    },
+    OptionInfo {
+        key: "expandable_segments",
+        since: "2.1",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc tests::expandable::maps_pages_and_grows_in_place",
+    },
+    OptionInfo {
+        key: "large_segment_size_mb",
+        since: "2.11",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc tests::options::large_segment_size_sets_the_segment_of_mid_sized_requests",
+    },
+    OptionInfo {
+        key: "per_process_memory_fraction",
+        since: "2.10",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc tests::fallbacks::memory_fraction_fails_before_cuda",
+    },
+    OptionInfo {
+        key: "throw_on_cudamalloc_oom",
+        since: "2.12",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc tests::fallbacks::throw_on_cudamalloc_oom_rejects_without_fallbacks",
+    },
+    OptionInfo {
+        key: "expandable_segments_reserve",
+        since: "2.15",
+        fidelity: Fidelity::Modelled,
+        evidence: "alloc tests::options::expandable_segments_reserve_shrinks_the_reservation",
+    },
+    OptionInfo {
+        key: "backend",
+        since: "2.0",
+        fidelity: Fidelity::Refused,
+        evidence: "alloc config::tests::refusals_name_the_option",
+    },
+    OptionInfo {
+        key: "graph_capture_record_stream_reuse",
+        since: "2.9",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::refusals_name_the_option",
+    },
+    OptionInfo {
+        key: "expandable_segments_reserve_by_class",
+        since: "2.15",
+        fidelity: Fidelity::Refused,
+        evidence: "alloc config::tests::refusals_name_the_option",
+    },
+    OptionInfo {
+        key: "release_lock_on_cudamalloc",
+        since: "2.2",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::inert_keys_are_validated",
+    },
+    OptionInfo {
+        key: "pinned_use_cuda_host_register",
+        since: "2.2",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::inert_keys_are_validated",
+    },
+    OptionInfo {
+        key: "pinned_num_register_threads",
+        since: "2.2",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::inert_keys_are_validated",
+    },
+    OptionInfo {
+        key: "pinned_use_background_threads",
+        since: "2.6",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::inert_keys_are_validated",
+    },
+    OptionInfo {
+        key: "pinned_reserve_segment_size_mb",
+        since: "2.10",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::inert_keys_are_validated",
+    },
+    OptionInfo {
+        key: "pinned_free_catch_all",
+        since: "2.12",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::inert_keys_are_validated",
+    },
+    OptionInfo {
+        key: "pinned_max_round_threshold_mb",
+        since: "2.13",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::inert_keys_are_validated",
+    },
+    OptionInfo {
+        key: "pinned_max_cached_size_mb",
+        since: "2.13",
+        fidelity: Fidelity::Read,
+        evidence: "alloc config::tests::inert_keys_are_validated",
+    },
+];
 
 /// A rejected config string; `Display` gives PyTorch's wording.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,6 +315,11 @@ pub struct ConfigError {
 impl ConfigError {
     fn new(message: impl Into<String>) -> Self {
         ConfigError { message: message.into() }
+    }
+    /// A valid option whose effect the model cannot reproduce, refused by name
+    /// ([`AllocatorConfig::refusal`]).
+    pub fn unmodelled(key: &str, why: &str) -> Self {
+        ConfigError::new(format!("{key} is not modelled: {why}"))
     }
     pub fn message(&self) -> &str {
         &self.message
@@ -575,6 +772,87 @@ fn fmt_reserve(r: &ReserveSpec) -> String {
 }
 
 impl AllocatorConfig {
+    /// Refuses, by name, an option of `self` (a what-if: the recorded settings with
+    /// `--config` on top) whose effect the model cannot reproduce when it differs from
+    /// `recorded`: the `cudaMallocAsync` backend (the driver's pool, no caching-allocator
+    /// decisions to replay), `graph_capture_record_stream_reuse` (acts inside CUDA-graph
+    /// capture, on `record_stream` uses the trace does not carry) and
+    /// `expandable_segments_reserve_by_class` (stream classes are set by a C++ call the
+    /// recording does not show).
+    pub fn refusal(&self, recorded: &AllocatorConfig) -> Result<(), ConfigError> {
+        if self.backend != Backend::Native {
+            return Err(ConfigError::unmodelled(
+                "backend:cudaMallocAsync",
+                "that backend hands every request to the CUDA driver's pool, which keeps no caching-allocator state to replay",
+            ));
+        }
+        if self.graph_capture_record_stream_reuse != recorded.graph_capture_record_stream_reuse {
+            return Err(ConfigError::unmodelled(
+                "graph_capture_record_stream_reuse",
+                "it acts only during CUDA-graph capture, on record_stream uses the trace does not carry; \
+                 a recording made with it already shows its effect in its free_completed entries",
+            ));
+        }
+        if self.expandable_segments_reserve_by_class != recorded.expandable_segments_reserve_by_class {
+            return Err(ConfigError::unmodelled(
+                "expandable_segments_reserve_by_class",
+                "stream classes are assigned by a C++ call the recording does not show; use expandable_segments_reserve",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Named remarks on what this configuration sets that a reader of a replay should
+    /// know: options read but not acted on, a combination with a reported PyTorch
+    /// pathology the model reproduces, and another accelerator's rules. Empty for the
+    /// defaults and for every plain CUDA configuration without such options.
+    pub fn remarks(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.max_split_size.is_some() && self.expandable_segments {
+            out.push(
+                "max_split_size_mb with expandable_segments: PyTorch applies the oversize rule to blocks inside \
+                 expandable segments, so a freed range at or above max_split_size is not reused and reserved memory \
+                 can grow without bound (pytorch/pytorch#123548); the replay does the same"
+                    .to_string(),
+            );
+        }
+        if self.graph_capture_record_stream_reuse {
+            out.push(
+                "graph_capture_record_stream_reuse: acts only during CUDA-graph capture; its effect is in the \
+                 recorded free_completed entries, which the replay follows"
+                    .to_string(),
+            );
+        }
+        if !self.expandable_segments_reserve_by_class.is_empty() {
+            out.push(
+                "expandable_segments_reserve_by_class: stream classes are not modelled; every stream gets the \
+                 default reservation"
+                    .to_string(),
+            );
+        }
+        match self.accelerator {
+            Accelerator::Cuda => {}
+            Accelerator::Rocm if self.expandable_segments => out.push(
+                "ROCm (HIP) expandable segments: modelled as CUDA, expect differences (HIP's page granularity is \
+                 not modelled)"
+                    .to_string(),
+            ),
+            Accelerator::Rocm => {}
+            Accelerator::Xpu => out.push(
+                "Intel XPU: replayed with XPUCachingAllocator's 512-byte rounding without roundup_power2_divisions; \
+                 its other rules modelled as CUDA, expect differences"
+                    .to_string(),
+            ),
+            Accelerator::Npu => out.push(
+                "Ascend NPU: replayed with torch_npu's rounding (32 bytes added before 512-byte rounding, no \
+                 roundup_power2_divisions); its other rules modelled as CUDA, expect differences; torch_npu's \
+                 workspace allocator is not in the snapshot"
+                    .to_string(),
+            ),
+        }
+        out
+    }
+
     /// Canonical config string; `parse(cfg.to_conf_string())` gives back every
     /// option the string can express. `tie_break` is a version switch with no
     /// key, and `rounding_rule` is only expressed through the bypass key.
@@ -783,6 +1061,53 @@ mod tests {
         // Bad reserve values only warn in PyTorch.
         assert_eq!(parse("expandable_segments_reserve:-1").unwrap().expandable_segments_reserve, None);
         assert!(err("max_split_size_mb:40 expandable_segments:True").contains("Invalid value"));
+    }
+
+    /// What-ifs that set an option the model cannot reproduce are refused, naming it;
+    /// the recording's own value of such an option is not a refusal.
+    #[test]
+    fn refusals_name_the_option() {
+        let rec = AllocatorConfig::default();
+        let e = parse("backend:cudaMallocAsync").unwrap().refusal(&rec).unwrap_err().to_string();
+        assert!(e.starts_with("backend:cudaMallocAsync is not modelled: "), "{e}");
+        let reuse = parse("graph_capture_record_stream_reuse:True").unwrap();
+        let e = reuse.refusal(&rec).unwrap_err().to_string();
+        assert!(e.starts_with("graph_capture_record_stream_reuse is not modelled: "), "{e}");
+        assert_eq!(reuse.refusal(&reuse), Ok(()), "as recorded: its effect is in the trace");
+        let by_class = parse("expandable_segments_reserve_by_class:[a:0.5]").unwrap();
+        assert!(by_class.refusal(&rec).unwrap_err().to_string().starts_with("expandable_segments_reserve_by_class"));
+        assert_eq!(parse("max_split_size_mb:128,expandable_segments:True").unwrap().refusal(&rec), Ok(()));
+    }
+
+    #[test]
+    fn remarks_name_what_the_replay_does_with_an_option() {
+        assert!(AllocatorConfig::default().remarks().is_empty());
+        assert!(parse("max_split_size_mb:128").unwrap().remarks().is_empty());
+        let r = parse("max_split_size_mb:128,expandable_segments:True").unwrap().remarks();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].starts_with("max_split_size_mb with expandable_segments") && r[0].contains("#123548"), "{r:?}");
+        let npu = AllocatorConfig { accelerator: Accelerator::Npu, ..Default::default() };
+        assert!(npu.remarks()[0].contains("expect differences"));
+        let rocm = AllocatorConfig { accelerator: Accelerator::Rocm, ..Default::default() };
+        assert!(rocm.remarks().is_empty(), "ROCm without expandable segments runs CUDA's rules");
+        let rocm_exp = AllocatorConfig { expandable_segments: true, ..rocm };
+        assert!(rocm_exp.remarks()[0].contains("modelled as CUDA, expect differences"));
+    }
+
+    /// The fidelity table names every key the parser accepts (each parses with a valid
+    /// value) and no key twice.
+    #[test]
+    fn options_table_covers_the_parser() {
+        let mut seen = std::collections::HashSet::new();
+        for o in OPTIONS {
+            assert!(seen.insert(o.key), "{} twice", o.key);
+            let e = err(&format!("{}:", o.key));
+            assert!(!e.starts_with("Unrecognized key"), "{}: {e}", o.key);
+        }
+        assert_eq!(OPTIONS.len(), 21);
+        for k in ["foo", "expandable_segment", "large_segment_size"] {
+            assert!(err(&format!("{k}:1")).starts_with("Unrecognized key"), "{k}");
+        }
     }
 
     #[test]

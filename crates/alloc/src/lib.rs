@@ -51,7 +51,10 @@ pub type PoolId = (u64, u64);
 /// The default pools' id.
 pub const DEFAULT_POOL: PoolId = (0, 0);
 
-pub use config::{parse as parse_config, AllocatorConfig, ConfigError, ReserveSpec, RoundingRule, TieBreak};
+pub use config::{
+    parse as parse_config, Accelerator, AllocatorConfig, ConfigError, Fidelity, OptionInfo, ReserveSpec, RoundingRule,
+    TieBreak, OPTIONS,
+};
 pub use device::{AddressSource, DeviceMemory, OracleMismatch, SimulatedDevice};
 pub use engine::{
     BlockInfo, BlockState, CachingAllocator, Event, FreeError, InvariantError, Oom, SeedBlock, SeedError, SeedSegment,

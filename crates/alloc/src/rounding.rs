@@ -3,7 +3,7 @@
 //! Every decision downstream (pool choice, best fit, split) works on the
 //! *rounded* size, so these functions must match PyTorch bit for bit.
 
-use crate::config::{AllocatorConfig, RoundingRule};
+use crate::config::{Accelerator, AllocatorConfig, RoundingRule};
 
 pub use crate::constants::*;
 
@@ -43,6 +43,15 @@ fn pow2_division_round(n: u64, d: u64) -> u64 {
 /// `round_size(n)`: the block size a request of `n` bytes occupies (§1.2, §1.4).
 #[inline]
 pub fn round_size(n: u64, cfg: &AllocatorConfig) -> u64 {
+    match cfg.accelerator {
+        Accelerator::Cuda | Accelerator::Rocm => {}
+        // XPUCachingAllocator::round_size: 512-byte rounding, no divisions table.
+        Accelerator::Xpu => return round_up(n.max(1), MIN_BLOCK_SIZE),
+        // torch_npu's NPUCachingAllocator::round_size: 32 bytes are added first (the
+        // device needs room past the end of a tensor), then 512-byte rounding; no
+        // divisions table. A 512-byte request so takes a 1,024-byte block.
+        Accelerator::Npu => return round_up(n.saturating_add(32), MIN_BLOCK_SIZE),
+    }
     if n < MIN_BLOCK_SIZE {
         return MIN_BLOCK_SIZE;
     }
@@ -157,6 +166,28 @@ mod tests {
         c2.roundup_power2_divisions = [0; 16];
         c2.roundup_power2_divisions[0] = 4;
         assert_eq!(round_size(3 * MIB + 1, &c2), 3 * MIB + MIB / 2);
+    }
+
+    /// The rules of the other accelerators, from their sources: torch_npu's
+    /// `NPUCachingAllocator::round_size` (`size + 32`, then 512-byte rounding) and
+    /// `c10/xpu/XPUCachingAllocator.cpp`'s (512-byte rounding, no divisions).
+    #[test]
+    fn npu_and_xpu_rounding() {
+        let npu = AllocatorConfig { accelerator: Accelerator::Npu, ..with_div(4) };
+        assert_eq!(round_size(0, &npu), 512);
+        assert_eq!(round_size(480, &npu), 512);
+        assert_eq!(round_size(481, &npu), 1024);
+        assert_eq!(round_size(512, &npu), 1024, "512 B becomes a 1,024-byte block");
+        assert_eq!(round_size(MIB, &npu), MIB + 512, "1 MiB leaves the small pool");
+        assert!(!is_small(round_size(MIB, &npu)));
+        assert_eq!(round_size(100 * MIB, &npu), 100 * MIB + 512, "no divisions on NPU");
+        let xpu = AllocatorConfig { accelerator: Accelerator::Xpu, ..with_div(4) };
+        assert_eq!(round_size(1, &xpu), 512);
+        assert_eq!(round_size(512, &xpu), 512);
+        assert_eq!(round_size(9000, &xpu), 9216, "no divisions on XPU (CUDA: 10240)");
+        assert_eq!(round_size(9000, &with_div(4)), 10240);
+        let rocm = AllocatorConfig { accelerator: Accelerator::Rocm, ..with_div(4) };
+        assert_eq!(round_size(9000, &rocm), 10240, "ROCm runs CUDA's allocator");
     }
 
     #[test]

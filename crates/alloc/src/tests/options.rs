@@ -18,7 +18,10 @@ fn large_segment_size_sets_the_segment_of_mid_sized_requests() {
     let p = a.malloc(5 * MIB, 0).unwrap();
     assert_eq!(
         a.drain_events(),
-        vec![Event::SegmentAlloc { addr: p, size: 12 * MIB, stream: 0 }, Event::Alloc { addr: p, size: 5 * MIB, stream: 0 }]
+        vec![
+            Event::SegmentAlloc { addr: p, size: 12 * MIB, stream: 0 },
+            Event::Alloc { addr: p, size: 5 * MIB, stream: 0 }
+        ]
     );
     // The 7 MiB left of the 12 MiB segment serves the next 5 MiB request: no new segment.
     let q = a.malloc(5 * MIB, 0).unwrap();
@@ -87,4 +90,38 @@ fn max_split_size_with_expandable_segments_grows_reserved_without_bound() {
         let r = run(alone);
         assert!(r[19] < 500 * MIB, "{alone}: reserved {} MiB after 20 cycles", r[19] / MIB);
     }
+}
+
+/// `expandable_segments_reserve:1G` (2.15): a new reservation covers 1 GiB rounded up to
+/// whole 20 MiB pages instead of 9/8 of the device, so a second 600 MiB request opens a
+/// second reservation, and one larger than a reservation fails (§6.1).
+#[test]
+fn expandable_segments_reserve_shrinks_the_reservation() {
+    let mut a = sim(cfg("expandable_segments:True,expandable_segments_reserve:1G"));
+    let p = a.malloc(600 * MIB, 0).unwrap();
+    let q = a.malloc(600 * MIB, 0).unwrap();
+    assert_ne!(q, p + 600 * MIB, "the 440 MiB left of a 1,040 MiB reservation cannot hold it");
+    assert_eq!(a.segments().len(), 2);
+    assert!(a.malloc(2 * GIB, 0).is_err(), "larger than a fresh reservation");
+    ok(&a);
+    // The default reservation (9/8 of 80 GiB) holds both, one after the other.
+    let mut d = sim(cfg("expandable_segments:True"));
+    let p = d.malloc(600 * MIB, 0).unwrap();
+    assert_eq!(d.malloc(600 * MIB, 0).unwrap(), p + 600 * MIB);
+}
+
+/// Ascend NPU rules (torch_npu): a 512-byte request takes a 1,024-byte block, so two
+/// of them fill 2 KiB of the 2 MiB small segment where CUDA's fill 1 KiB.
+#[test]
+fn npu_blocks_are_32_bytes_larger_before_rounding() {
+    let npu = AllocatorConfig { accelerator: crate::Accelerator::Npu, ..AllocatorConfig::default() };
+    let mut a = sim(npu);
+    let p = a.malloc(512, 0).unwrap();
+    let q = a.malloc(512, 0).unwrap();
+    assert_eq!(q, p + 1024);
+    assert_eq!(a.stats().allocated_bytes.all().current, 2048);
+    ok(&a);
+    let mut c = sim(AllocatorConfig::default());
+    let p = c.malloc(512, 0).unwrap();
+    assert_eq!(c.malloc(512, 0).unwrap(), p + 512);
 }
