@@ -275,6 +275,7 @@ fn replay_forward<'a>(
     if let Some(note) = private_pool_note(snap, device) {
         rep.notes.push(note);
     }
+    rep.notes.extend(crate::settings::recording_remarks(snap, cfg));
     rep.initial_segments = initial.state.segs.len();
     let capacity = capacity_knowing_maps(snap, device, opts.capacity, cfg, counts.segment_maps > 0);
     let mut d = Driver {

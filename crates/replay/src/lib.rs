@@ -70,7 +70,8 @@ pub use memstats::{memory_table, memory_table_by_replay, memory_table_noted, Mem
 pub use recorder::{allocator_settings, Recorder};
 pub use seeded::{Seeded, StartError};
 pub use settings::{
-    config_on_top, known_gpus, parse_capacity, parse_size, CapacityError, Param, SizeError, SizeProblem, ALTERNATIVES,
+    config_on_top, detect_accelerator, known_gpus, parse_capacity, parse_size, recording_remarks, CapacityError,
+    DetectedAccelerator, Param, SizeError, SizeProblem, ALTERNATIVES,
 };
 pub use state::{
     backward_walk, home_of, Ambiguity, BState, BlockRec, Home, Inconsistency, Initial, RecordedState, SegMap, SegRec,
@@ -185,7 +186,11 @@ impl VerifyReport {
 
 /// The configuration a snapshot recorded (`allocator_settings`, 2.3+), else defaults.
 pub fn recorded_config(snap: &Snapshot) -> AllocatorConfig {
-    let Some(rs) = snap.recorded_settings() else { return AllocatorConfig::default() };
+    // Another accelerator's rules where the file shows one (settings::detect_accelerator).
+    let accelerator = settings::detect_accelerator(snap).map_or(fragscope_alloc::Accelerator::Cuda, |d| d.accelerator);
+    let Some(rs) = snap.recorded_settings() else {
+        return AllocatorConfig { accelerator, ..AllocatorConfig::default() };
+    };
     // Keys without a typed field (large_segment_size_mb, max_non_split_rounding_mb, ...)
     // come from the string; the typed fields win because `_set_allocator_settings`
     // may have changed them after the environment variable was read.
@@ -207,6 +212,7 @@ pub fn recorded_config(snap: &Snapshot) -> AllocatorConfig {
         }
         cfg.roundup_power2_divisions = t;
     }
+    cfg.accelerator = accelerator;
     cfg
 }
 

@@ -1,10 +1,12 @@
 //! What a replay can be asked to assume besides the recording: a device size (in bytes or
 //! by GPU name, [`parse_capacity`]), allocator settings on top of the recorded ones
 //! ([`config_on_top`]), and the settings tried beside the recorded ones when none is asked
-//! for ([`ALTERNATIVES`]). Defined once here for every front end (CLI, Python, report) and
-//! every analysis that replays (`diagnose`, `predict`).
+//! for ([`ALTERNATIVES`]), and which device's allocator wrote the recording
+//! ([`detect_accelerator`], [`recording_remarks`]). Defined once here for every front end
+//! (CLI, Python, report) and every analysis that replays (`diagnose`, `predict`).
 
-use fragscope_alloc::{AllocatorConfig, ConfigError};
+use fragscope_alloc::{Accelerator, AllocatorConfig, ConfigError};
+use fragscope_snapshot::{PyObj, Snapshot};
 
 /// Parses a byte size: a plain integer (bytes) or a number with a unit. Binary units
 /// `KiB`, `MiB`, `GiB`, `TiB` and the one-letter forms `K`, `M`, `G`, `T` (as
@@ -208,7 +210,11 @@ pub const ALTERNATIVES: &[&str] = &[
 ];
 
 /// `extra` (a `PYTORCH_CUDA_ALLOC_CONF` string) applied on top of `base`: the options it
-/// names replace `base`'s, the others stay. An empty `extra` is `base` itself.
+/// names replace `base`'s, the others stay. An empty `extra` is `base` itself. The
+/// accelerator whose rules apply is `base`'s (no string can change it). An option the
+/// model cannot reproduce is refused by name when `extra` changes it
+/// ([`AllocatorConfig::refusal`]: `backend:cudaMallocAsync`,
+/// `graph_capture_record_stream_reuse`, `expandable_segments_reserve_by_class`).
 pub fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorConfig, ConfigError> {
     let b = base.to_conf_string();
     let joined = match (b.is_empty(), extra.is_empty()) {
@@ -216,7 +222,81 @@ pub fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorCon
         (true, false) => extra.to_string(),
         (false, false) => format!("{b},{extra}"),
     };
-    fragscope_alloc::parse_config(&joined)
+    let mut cfg = fragscope_alloc::parse_config(&joined)?;
+    cfg.accelerator = base.accelerator;
+    cfg.refusal(base)?;
+    Ok(cfg)
+}
+
+/// Which device's caching allocator wrote a recording, and what in the file says so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DetectedAccelerator {
+    pub accelerator: Accelerator,
+    /// The string in the file that decided it (a frame's file, a settings key).
+    pub evidence: String,
+}
+
+/// The accelerator a recording comes from, from what the file carries: every backend
+/// writes the same snapshot dict, so the signs are in its strings. Frames from
+/// `torch_npu` (Ascend's PyTorch plugin) → NPU; from `torch/xpu/` or
+/// `intel_extension_for_pytorch` → XPU; HIP's allocator or runtime in a C++ frame
+/// (`c10/hip/`, `HIPCachingAllocator`, `hipMalloc`) or a `PYTORCH_HIP_ALLOC_CONF` /
+/// `*_hipmalloc` settings key → ROCm; a settings key naming NPU or XPU likewise. `None`:
+/// nothing but CUDA's signs (or none at all), replayed under CUDA's rules.
+pub fn detect_accelerator(snap: &Snapshot) -> Option<DetectedAccelerator> {
+    // Most specific first: torch_npu and IPEX recordings also carry torch's own frames.
+    const SIGNS: &[(&str, Accelerator)] = &[
+        ("torch_npu", Accelerator::Npu),
+        ("PYTORCH_NPU_ALLOC_CONF", Accelerator::Npu),
+        ("torch/xpu/", Accelerator::Xpu),
+        ("intel_extension_for_pytorch", Accelerator::Xpu),
+        ("PYTORCH_XPU_ALLOC_CONF", Accelerator::Xpu),
+        ("c10/hip/", Accelerator::Rocm),
+        ("HIPCachingAllocator", Accelerator::Rocm),
+        ("hipMalloc", Accelerator::Rocm),
+        ("PYTORCH_HIP_ALLOC_CONF", Accelerator::Rocm),
+        ("release_lock_on_hipmalloc", Accelerator::Rocm),
+    ];
+    let t = &snap.frames;
+    let mut keys: Vec<&str> = Vec::new();
+    if let Some(PyObj::Dict(items)) = &snap.allocator_settings {
+        keys.extend(items.iter().filter_map(|(k, _)| k.as_str()));
+    }
+    let strings = (0..t.num_strings()).map(|i| t.str_at(i)).chain(keys);
+    let mut best: Option<(usize, &str)> = None;
+    for s in strings {
+        if let Some(rank) = SIGNS.iter().position(|(sign, _)| s.contains(sign)) {
+            if best.is_none_or(|(r, _)| rank < r) {
+                best = Some((rank, s));
+            }
+        }
+    }
+    best.map(|(rank, s)| DetectedAccelerator { accelerator: SIGNS[rank].1, evidence: s.to_string() })
+}
+
+/// What a reader of a replay of `snap` under `cfg` should be told about the settings:
+/// another accelerator's rules and the sign that chose them, the named remarks of
+/// [`AllocatorConfig::remarks`], and a settings string that asks for expandable segments
+/// the allocator did not use (PyTorch 2.9.1 ignored `expandable_segments` given through
+/// `PYTORCH_ALLOC_CONF` on CUDA, pytorch/pytorch#183387; the recorded flag wins).
+pub fn recording_remarks(snap: &Snapshot, cfg: &AllocatorConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(d) = detect_accelerator(snap).filter(|d| d.accelerator == cfg.accelerator) {
+        out.push(format!("recorded on {} (the file has {:?})", d.accelerator.name(), d.evidence));
+    }
+    out.extend(cfg.remarks());
+    if let Some(rs) = snap.recorded_settings() {
+        let asked = rs.conf.as_deref().and_then(|c| fragscope_alloc::parse_config(c).ok());
+        if asked.is_some_and(|a| a.expandable_segments) && rs.expandable_segments == Some(false) {
+            out.push(
+                "the settings string asks for expandable_segments:True but the allocator ran without it \
+                 (PyTorch 2.9.1 ignored it when given through PYTORCH_ALLOC_CONF, pytorch/pytorch#183387; \
+                 PYTORCH_CUDA_ALLOC_CONF works in every version); replayed as it ran"
+                    .to_string(),
+            );
+        }
+    }
+    out
 }
 
 #[cfg(test)]

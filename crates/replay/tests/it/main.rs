@@ -2,6 +2,7 @@
 //! (each binary links the whole dependency tree: one per crate keeps `cargo test` mostly
 //! testing, not linking). Run one file's tests with `cargo test -p CRATE --test it FILE::`.
 
+mod allocator_options;
 mod driver_work_real;
 mod empty_cache_pending_free;
 mod lab_failed_request;
