@@ -22,7 +22,13 @@ const NO_CACHING_GRANULARITY: u64 = 20 << 20;
 pub fn message_advice(m: &OomMessage) -> Option<String> {
     let unalloc = m.reserved_unallocated?;
     let request = m.tried_to_allocate?;
-    let (drv_malloc, drv_free) = if m.is_rocm() { ("hipMalloc", "hipFree") } else { ("cudaMalloc", "cudaFree") };
+    let (drv_malloc, drv_free) = if m.is_npu() {
+        ("aclrtMalloc", "aclrtFree")
+    } else if m.is_rocm() {
+        ("hipMalloc", "hipFree")
+    } else {
+        ("cudaMalloc", "cudaFree")
+    };
     let mut s = format!(
         "torch.cuda.empty_cache() would not have avoided this error: PyTorch already released every cached \
          segment holding no tensor and retried before raising it, so the {} reserved but unallocated here sits \

@@ -207,18 +207,26 @@ fn requests_in_words(segment: u64) -> Option<String> {
 
 /// What this platform calls its allocator variable, its process viewer and its driver calls.
 struct Names {
-    /// `PYTORCH_CUDA_ALLOC_CONF`, `PYTORCH_HIP_ALLOC_CONF` on ROCm.
+    /// `PYTORCH_CUDA_ALLOC_CONF`, `PYTORCH_HIP_ALLOC_CONF` on ROCm, `PYTORCH_NPU_ALLOC_CONF`
+    /// on Ascend.
     conf: &'static str,
-    /// `nvidia-smi` / `rocm-smi`.
+    /// `nvidia-smi` / `rocm-smi` / `npu-smi info`.
     smi: &'static str,
-    /// `CUDA_VISIBLE_DEVICES` / `HIP_VISIBLE_DEVICES`.
+    /// `CUDA_VISIBLE_DEVICES` / `HIP_VISIBLE_DEVICES` / `ASCEND_RT_VISIBLE_DEVICES`.
     visible: &'static str,
-    /// `CUDA` / `HIP`: who hands memory to PyTorch.
+    /// `CUDA` / `HIP` / `NPU`: who hands memory to PyTorch.
     driver: &'static str,
 }
 
 fn names(m: &OomMessage) -> Names {
-    if m.is_rocm() {
+    if m.is_npu() {
+        Names {
+            conf: "PYTORCH_NPU_ALLOC_CONF",
+            smi: "npu-smi info",
+            visible: "ASCEND_RT_VISIBLE_DEVICES",
+            driver: "NPU",
+        }
+    } else if m.is_rocm() {
         Names { conf: "PYTORCH_HIP_ALLOC_CONF", smi: "rocm-smi", visible: "HIP_VISIBLE_DEVICES", driver: "HIP" }
     } else {
         Names { conf: "PYTORCH_CUDA_ALLOC_CONF", smi: "nvidia-smi", visible: "CUDA_VISIBLE_DEVICES", driver: "CUDA" }
@@ -658,7 +666,7 @@ impl<'a> Explainer<'a> {
              expandable_segments:True on the same device and says whether it would have fit."
                 .into(),
         );
-        if m.form.has_expandable_segments() && !m.expandable_segments_hint {
+        if m.has_expandable_segments() && !m.expandable_segments_hint {
             self.next_steps.push(format!(
                 "Worth a try, not a sure fix: set `{}=expandable_segments:True` in the environment \
                  before the process starts (before its first {} allocation); if the OOM stays, \
@@ -926,7 +934,7 @@ impl<'a> Explainer<'a> {
                  optimizer state, KV caches) first and together usually closes them."
                     .into(),
             );
-        } else if m.form.has_expandable_segments() {
+        } else if m.has_expandable_segments() {
             let n = names(m);
             let mut step = format!(
                 "Set `{}=expandable_segments:True` in the environment before the process starts \
@@ -982,7 +990,13 @@ impl<'a> Explainer<'a> {
 
     fn other_processes_advice(&mut self) {
         let n = names(self.m);
-        self.findings.push(if self.m.is_rocm() {
+        self.findings.push(if self.m.is_npu() {
+            "Memory held by other processes, or by this process outside PyTorch's allocator \
+             (HCCL buffers, CANN operator workspaces: torch_npu keeps a separate workspace \
+             allocator whose memory the caching allocator does not count), is invisible to the \
+             caching allocator."
+                .to_string()
+        } else if self.m.is_rocm() {
             "Memory held by other processes, or by this process outside PyTorch's allocator \
              (another framework, RCCL buffers, rocBLAS/MIOpen workspaces), is invisible to the \
              caching allocator. On a GPU that shares the host's memory (an APU), the total is \
@@ -1170,6 +1184,25 @@ impl<'a> Explainer<'a> {
 /// printed the message, then the fragscope command.
 fn recording_steps(m: &OomMessage) -> Vec<String> {
     let analyze = "Then run `fragscope analyze oom.pickle`.".to_string();
+    if m.is_npu() {
+        // torch_npu raises RuntimeError in the ≤ 2.0 layout whatever its version, so the
+        // legacy branch's "older than 1.13" reading does not apply; it has its own copy of
+        // the recording API (torch_npu.npu.memory, Ascend Extension for PyTorch 6.0.0+).
+        return vec![
+            "Record a snapshot at the next OOM with torch_npu's recording API (fragscope sees the \
+             torch_npu frames in the file and replays it under the NPU allocator's rounding, 32 bytes \
+             added before the 512-byte rounding):\n\
+             import torch, torch_npu\n\
+             torch_npu.npu.memory._record_memory_history(max_entries=100000)  # at the start\n\
+             try:\n    main()  # your training / inference code\n\
+             except RuntimeError as e:\n\
+             \x20   if \"out of memory\" in str(e):\n\
+             \x20       torch_npu.npu.memory._dump_snapshot(\"oom.pickle\")\n\
+             \x20   raise"
+                .to_string(),
+            analyze,
+        ];
+    }
     match m.form {
         MessageForm::Legacy => {
             // RuntimeError (no OutOfMemoryError class yet) or the "cached" wording: < 1.13,

@@ -22,6 +22,12 @@
 //! ROCm builds print the same text with `HIP` for `CUDA` (`HIP out of memory`, `(e.g., HIP
 //! Graphs)`); they are accepted, [`OomMessage::accelerator`] says which word was used, and the
 //! advice then names ROCm's own variables and tools (`PYTORCH_HIP_ALLOC_CONF`, `rocm-smi`).
+//! Ascend NPU messages (`torch_npu`, whose `NPUCachingAllocator` is a fork of CUDA's) print
+//! the `Legacy` layout in every version, with `NPU d` for `GPU d` and an extra `current
+//! active` figure (not kept): they are accepted with [`OomMessage::accelerator`] `"NPU"`,
+//! the advice names `PYTORCH_NPU_ALLOC_CONF`, `npu-smi`, `ASCEND_RT_VISIBLE_DEVICES` and
+//! `torch_npu.npu.memory`'s recording API, and offers `expandable_segments` (torch_npu has
+//! them whatever the layout says).
 //! Intel XPU and Apple MPS messages come from other allocators (other rounding, other
 //! settings): they are refused with [`ParseError::Unsupported`], not read as CUDA.
 //!

@@ -117,7 +117,7 @@ pub struct OomMessage {
     /// The Python exception name in front of the message (`torch.OutOfMemoryError`,
     /// `torch.cuda.OutOfMemoryError`, `RuntimeError`, …) when the text had one.
     pub exception: Option<String>,
-    /// `"CUDA"`, or `"HIP"` for ROCm builds.
+    /// `"CUDA"`, `"HIP"` for ROCm builds, or `"NPU"` for Ascend's `torch_npu`.
     pub accelerator: String,
     /// The message as found in the input (from `CUDA out of memory` / `Allocation on device`
     /// to its last recognised word), line breaks included.
@@ -150,6 +150,18 @@ impl OomMessage {
     /// True for a ROCm build's message (`HIP out of memory`).
     pub fn is_rocm(&self) -> bool {
         self.accelerator == "HIP"
+    }
+
+    /// True for an Ascend NPU message (`NPU out of memory`, from `torch_npu`, whose
+    /// allocator is a fork of CUDA's printing the ≤ 2.0 layout in every version).
+    pub fn is_npu(&self) -> bool {
+        self.accelerator == "NPU"
+    }
+
+    /// Whether this build has `expandable_segments`: every 2.1+ form, and torch_npu, which
+    /// has them although it prints the legacy layout.
+    pub(crate) fn has_expandable_segments(&self) -> bool {
+        self.form.has_expandable_segments() || self.is_npu()
     }
 
     /// ± bytes of [`OomMessage::outside_allocator`]: the printed precision of total, free and

@@ -285,9 +285,9 @@ fn expect_ci(s: &str, pos: usize, needle: &str) -> Option<usize> {
 /// One message start found in the flattened text.
 #[derive(Clone, Copy)]
 enum Anchor {
-    /// `CUDA out of memory.` / `HIP out of memory.`; `start` is at the accelerator word,
-    /// `after` just past the full stop.
-    Native { start: usize, after: usize, hip: bool },
+    /// `CUDA out of memory.` / `HIP out of memory.` / `NPU out of memory.` (torch_npu);
+    /// `start` is at the accelerator word, `after` just past the full stop.
+    Native { start: usize, after: usize, accel: &'static str },
     /// `Allocation on device N would exceed allowed memory`.
     Async { start: usize },
     /// The figures without the `CUDA out of memory.` sentence before them: `Tried to
@@ -383,14 +383,15 @@ fn next_anchor(flat: &str, from: usize) -> Option<Anchor> {
             let word = &before[word_start..];
             // The accelerator word, or a word glued to it in upper case ("whyCUDA" in an
             // issue title); "XPU"/"MPS" messages are another allocator's and are not anchors.
-            let accel = ["CUDA", "HIP"]
+            // torch_npu's NPUCachingAllocator is a fork of CUDA's and prints its ≤ 2.0 text.
+            let accel = ["CUDA", "HIP", "NPU"]
                 .into_iter()
                 .find(|a| word.eq_ignore_ascii_case(a) || (word.len() > a.len() && word.ends_with(a)));
             if let Some(a) = accel {
                 break Some(Anchor::Native {
                     start: before.len() - a.len(),
                     after: i + "out of memory.".len(),
-                    hip: a == "HIP",
+                    accel: a,
                 });
             }
         }
@@ -571,10 +572,10 @@ fn parse_all_in(text: &str) -> Vec<OomMessage> {
         // message never borrows figures from the one after it.
         let limit = next_anchor(s, anchor.search_past()).map_or(s.len(), |a| a.start());
         let (mut msg, end) = match anchor {
-            Anchor::Native { start, after, hip } => parse_native(s, start, after, hip, limit),
+            Anchor::Native { start, after, accel } => parse_native(s, start, after, accel, limit),
             Anchor::Async { start } => parse_async(s, start, limit),
             Anchor::Headerless { start, .. } => {
-                let (mut m, mut end) = parse_native(s, start, start, false, limit);
+                let (mut m, mut end) = parse_native(s, start, start, "CUDA", limit);
                 if m.tried_to_allocate.is_none() {
                     parse_v2(s, start, start, limit, &mut m, &mut end);
                 }
@@ -780,7 +781,7 @@ fn exception_before(s: &str, start: usize) -> Option<String> {
     (tok.ends_with("Error") || tok.ends_with("Exception")).then(|| tok.to_string())
 }
 
-fn empty_message(form: MessageForm, hip: bool) -> OomMessage {
+fn empty_message(form: MessageForm, accel: &str) -> OomMessage {
     OomMessage {
         form,
         device: None,
@@ -797,7 +798,7 @@ fn empty_message(form: MessageForm, hip: bool) -> OomMessage {
         exceeds_expandable_reserve: false,
         expandable_reserve: None,
         exception: None,
-        accelerator: if hip { "HIP" } else { "CUDA" }.to_string(),
+        accelerator: accel.to_string(),
         raw: String::new(),
         log_prefix: None,
         headerless: false,
@@ -808,8 +809,8 @@ fn empty_message(form: MessageForm, hip: bool) -> OomMessage {
 }
 
 /// Everything that starts `CUDA out of memory.`; returns the message and the end offset.
-fn parse_native(s: &str, start: usize, after: usize, hip: bool, limit: usize) -> (OomMessage, usize) {
-    let mut m = empty_message(MessageForm::Partial, hip);
+fn parse_native(s: &str, start: usize, after: usize, accel: &str, limit: usize) -> (OomMessage, usize) {
+    let mut m = empty_message(MessageForm::Partial, accel);
     let mut end = after;
 
     if let Some(p) = expect_ci(s, after, "Allocation was preemptively rejected") {
@@ -861,6 +862,9 @@ fn parse_native(s: &str, start: usize, after: usize, hip: bool, limit: usize) ->
 /// `(GPU 0; 6.00 GiB total capacity; 3.49 GiB already allocated; 1.04 GiB free;
 /// [L allowed; ]3.50 GiB reserved in total by PyTorch)`; very old builds end with
 /// `X cached)`, where "cached" meant memory held but not used (the later R − A).
+/// torch_npu prints `(NPU 0; …; A already allocated; A' current active; F free; …)`:
+/// the device is `NPU d`, and "current active" (allocated plus blocks waiting on
+/// streams) is not kept.
 fn parse_legacy(s: &str, open: usize, limit: usize, m: &mut OomMessage, end: &mut usize) {
     let Some(close) = s[open..limit.max(open)].find(')').map(|k| open + k) else {
         return;
@@ -869,7 +873,7 @@ fn parse_legacy(s: &str, open: usize, limit: usize, m: &mut OomMessage, end: &mu
     for part in s[open + 1..close].split(';') {
         let part = part.trim();
         let lower = part.to_ascii_lowercase();
-        if let Some(rest) = lower.strip_prefix("gpu") {
+        if let Some(rest) = lower.strip_prefix("gpu").or_else(|| lower.strip_prefix("npu")) {
             m.device = uint_at(rest, 0).map(|(d, _)| d);
             continue;
         }
@@ -1068,7 +1072,7 @@ fn parse_processes(s: &str, from: usize, to: usize, m: &mut OomMessage) {
 /// `Allocation on device 0 would exceed allowed memory. (out of memory)` followed by the
 /// `Currently allocated : …` lines of the cudaMallocAsync backend.
 fn parse_async(s: &str, start: usize, limit: usize) -> (OomMessage, usize) {
-    let mut m = empty_message(MessageForm::CudaMallocAsync, false);
+    let mut m = empty_message(MessageForm::CudaMallocAsync, "CUDA");
     let mut end = start + "Allocation on device".len();
     if let Some((d, e)) = uint_at(s, end) {
         m.device = Some(d);

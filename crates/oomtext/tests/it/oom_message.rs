@@ -133,7 +133,8 @@ fn legacy_cached_wording() {
 
 /// Issue 42 item 8: `except torch.OutOfMemoryError` raises AttributeError before 2.4, so no
 /// snapshot is written; every snippet `oom` prints catches `torch.cuda.OutOfMemoryError`
-/// (1.13 on) unless the message itself named the top-level alias.
+/// (1.13 on) unless the message itself named the top-level alias; torch_npu's catch
+/// RuntimeError, which its OOM is.
 #[test]
 fn recording_snippets_catch_an_exception_every_version_has() {
     for entry in std::fs::read_dir(data_dir()).unwrap() {
@@ -144,7 +145,9 @@ fn recording_snippets_catch_an_exception_every_version_has() {
             let named_alias = m.exception.as_deref() == Some("torch.OutOfMemoryError");
             assert!(
                 s.contains("except torch.cuda.OutOfMemoryError:")
-                    || (named_alias && s.contains("except torch.OutOfMemoryError:")),
+                    || (named_alias && s.contains("except torch.OutOfMemoryError:"))
+                    // torch_npu raises RuntimeError for its OOM, in every version
+                    || (m.is_npu() && s.contains("except RuntimeError as e:")),
                 "{name}: {s}"
             );
         }
@@ -994,4 +997,42 @@ fn format_size_pm_shows_only_known_digits() {
     // 1.25 GiB − 1.24 GiB
     assert_eq!(format_size_pm(10737418, 2 * GIB.div_ceil(200)), "0–21 MiB");
     assert_eq!(format_size_pm(193273528, 2 * GIB.div_ceil(200)), "174–195 MiB");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ascend NPU (torch_npu): CUDA's ≤ 2.0 layout with `NPU d` and a `current active` figure
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn npu_fragmentation_in_its_own_words() {
+    let m = parsed("npu-fragmentation.txt");
+    assert_eq!(m.accelerator, "NPU");
+    assert!(m.is_npu() && !m.is_rocm());
+    assert_eq!(m.form, MessageForm::Legacy);
+    assert_eq!(m.device, Some(3));
+    assert_eq!(m.exception.as_deref(), Some("RuntimeError"));
+    assert_eq!(m.tried_to_allocate, Some(5400921375)); // 5.03 GiB
+    assert_eq!(m.total_capacity, Some(65455301591)); // 60.96 GiB
+    assert_eq!(m.allocated_by_pytorch, Some(53118008033)); // 49.47 GiB; "current active" is not it
+    assert_eq!(m.free, Some(1417339208)); // 1.32 GiB
+    assert_eq!(m.reserved_total, Some(61793841971)); // 57.55 GiB
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Fragmentation, "{e}");
+    let text = e.to_string();
+    assert!(text.contains("PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"), "{text}");
+    assert!(!text.contains("PYTORCH_CUDA_ALLOC_CONF") && !text.contains("nvidia-smi"), "{text}");
+    assert!(!text.contains("older than 1.13"), "torch_npu prints this layout in every version: {text}");
+    assert!(text.contains("torch_npu.npu.memory._record_memory_history"), "{text}");
+}
+
+#[test]
+fn npu_exhaustion_and_other_processes_words() {
+    let m = parsed("npu-exhaustion.txt");
+    assert_eq!((m.accelerator.as_str(), m.device), ("NPU", Some(0)));
+    assert_eq!(m.tried_to_allocate, Some(37913823805)); // 35.31 GiB
+    assert_eq!(m.free, Some(36303211069)); // 33.81 GiB
+    let e = explain(&m);
+    assert_eq!(e.verdict, Likely::Exhaustion, "{e}");
+    let text = e.to_string();
+    assert!(!text.contains("CUDA_VISIBLE_DEVICES") && !text.contains("cudaMalloc"), "{text}");
 }
