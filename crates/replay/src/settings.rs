@@ -255,7 +255,9 @@ pub fn detect_accelerator(snap: &Snapshot) -> Option<DetectedAccelerator> {
         ("HIPCachingAllocator", Accelerator::Rocm),
         ("hipMalloc", Accelerator::Rocm),
         ("PYTORCH_HIP_ALLOC_CONF", Accelerator::Rocm),
+        // hipify rewrites the settings keys the snapshot writer spells out
         ("release_lock_on_hipmalloc", Accelerator::Rocm),
+        ("pinned_use_hip_host_register", Accelerator::Rocm),
     ];
     let t = &snap.frames;
     let mut keys: Vec<&str> = Vec::new();
@@ -301,7 +303,56 @@ pub fn recording_remarks(snap: &Snapshot, cfg: &AllocatorConfig) -> Vec<String> 
 
 #[cfg(test)]
 mod tests {
-    use super::{config_on_top, parse_capacity, parse_size, ALTERNATIVES};
+    use super::{config_on_top, detect_accelerator, parse_capacity, parse_size, recording_remarks, ALTERNATIVES};
+    use fragscope_alloc::Accelerator;
+    use fragscope_snapshot::{PyObj, Snapshot};
+
+    fn with_strings(strings: &[&str]) -> Snapshot {
+        let mut s = Snapshot::default();
+        for t in strings {
+            s.frames.intern_str(t);
+        }
+        s
+    }
+
+    /// The signs of each accelerator, and the most specific wins (a torch_npu or IPEX
+    /// recording also has torch's own frames; an NPU one may run hipify-free C++ frames).
+    #[test]
+    fn accelerators_are_told_apart_by_the_strings_of_the_file() {
+        let cases = [
+            (&["/site-packages/torch/cuda/memory.py"][..], None),
+            (
+                &["/site-packages/torch_npu/npu/memory.py", "/site-packages/torch/nn/modules/module.py"],
+                Some(Accelerator::Npu),
+            ),
+            (&["/site-packages/torch/xpu/memory.py"], Some(Accelerator::Xpu)),
+            (&["/site-packages/intel_extension_for_pytorch/frontend.py"], Some(Accelerator::Xpu)),
+            (&["c10/hip/HIPCachingAllocator.cpp"], Some(Accelerator::Rocm)),
+            (&["c10::hip::HIPCachingAllocator::malloc", "torch_npu/x.py"], Some(Accelerator::Npu)),
+            (&["chip_design.py", "relationship.py"], None),
+        ];
+        for (strings, want) in cases {
+            let got = detect_accelerator(&with_strings(strings)).map(|d| d.accelerator);
+            assert_eq!(got, want, "{strings:?}");
+        }
+        // A hipified settings key is a sign too.
+        let mut s = Snapshot::default();
+        s.allocator_settings =
+            Some(PyObj::Dict(vec![(PyObj::Str("release_lock_on_hipmalloc".into()), PyObj::Bool(false))]));
+        let d = detect_accelerator(&s).unwrap();
+        assert_eq!((d.accelerator, d.evidence.as_str()), (Accelerator::Rocm, "release_lock_on_hipmalloc"));
+    }
+
+    #[test]
+    fn remarks_say_which_accelerator_and_why() {
+        let s = with_strings(&["/site-packages/torch_npu/npu/memory.py"]);
+        let npu = fragscope_alloc::AllocatorConfig { accelerator: Accelerator::Npu, ..Default::default() };
+        let r = recording_remarks(&s, &npu);
+        assert_eq!(r[0], "recorded on NPU (the file has \"/site-packages/torch_npu/npu/memory.py\")");
+        assert!(r[1].starts_with("Ascend NPU: replayed with torch_npu's rounding"), "{r:?}");
+        // Replayed under CUDA's rules on purpose (a what-if): no claim about the recording.
+        assert!(recording_remarks(&s, &Default::default()).is_empty());
+    }
 
     #[test]
     fn capacities_by_size_or_gpu_name() {
