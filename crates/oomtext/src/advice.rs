@@ -1,5 +1,6 @@
 //! What the text of an OOM message alone says about the usual advice
-//! (`torch.cuda.empty_cache()`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`), for `fragscope oom`.
+//! (`torch.cuda.empty_cache()`, `PYTORCH_NO_CUDA_MEMORY_CACHING=1`; torch_npu's `torch.npu` and
+//! `PYTORCH_NO_NPU_MEMORY_CACHING` for an NPU message), for `fragscope oom`.
 //!
 //! Before raising, PyTorch's allocator releases every cached segment that holds no
 //! tensor and retries (`release_cached_blocks`, spec §3.7 / §5.2; not during a CUDA
@@ -22,15 +23,17 @@ const NO_CACHING_GRANULARITY: u64 = 20 << 20;
 pub fn message_advice(m: &OomMessage) -> Option<String> {
     let unalloc = m.reserved_unallocated?;
     let request = m.tried_to_allocate?;
-    let (drv_malloc, drv_free) = if m.is_npu() {
-        ("aclrtMalloc", "aclrtFree")
+    // The driver calls, the cache-release call and the no-caching variable in the
+    // platform's own names (torch_npu: aclrt*, torch.npu, PYTORCH_NO_NPU_MEMORY_CACHING).
+    let (a_drv_malloc, drv_free, empty_cache, no_caching) = if m.is_npu() {
+        ("an aclrtMalloc", "aclrtFree", "torch.npu.empty_cache()", "PYTORCH_NO_NPU_MEMORY_CACHING=1")
     } else if m.is_rocm() {
-        ("hipMalloc", "hipFree")
+        ("a hipMalloc", "hipFree", "torch.cuda.empty_cache()", "PYTORCH_NO_CUDA_MEMORY_CACHING=1")
     } else {
-        ("cudaMalloc", "cudaFree")
+        ("a cudaMalloc", "cudaFree", "torch.cuda.empty_cache()", "PYTORCH_NO_CUDA_MEMORY_CACHING=1")
     };
     let mut s = format!(
-        "torch.cuda.empty_cache() would not have avoided this error: PyTorch already released every cached \
+        "{empty_cache} would not have avoided this error: PyTorch already released every cached \
          segment holding no tensor and retried before raising it, so the {} reserved but unallocated here sits \
          in segments that also hold live tensors, which empty_cache() cannot return.",
         format_size_pm(unalloc, m.reserved_unallocated_uncertainty)
@@ -46,7 +49,7 @@ pub fn message_advice(m: &OomMessage) -> Option<String> {
             + m.reserved_unallocated_uncertainty;
         if need <= avail && avail - need <= NO_CACHING_GRANULARITY + pm || need > avail && need - avail <= pm {
             s.push_str(&format!(
-                " Whether PYTORCH_NO_CUDA_MEMORY_CACHING=1 would have fit it cannot be told: the tensors would hold {} \
+                " Whether {no_caching} would have fit it cannot be told: the tensors would hold {} \
                  and this request {} more, {} against the about {} this process could use (reserved + free), a \
                  margin of {} {}, within the figures' rounding and the driver's allocation granularity.",
                 format_size(live),
@@ -58,10 +61,10 @@ pub fn message_advice(m: &OomMessage) -> Option<String> {
             ));
         } else if need <= avail {
             s.push_str(&format!(
-                " With PYTORCH_NO_CUDA_MEMORY_CACHING=1 the tensors would hold {} and this request {} more, {} \
+                " With {no_caching} the tensors would hold {} and this request {} more, {} \
                  of the about {} this process could use (reserved + free): by these figures it would fit this once \
                  (each tensor then being its own driver allocation, whose rounding the text cannot count), at the \
-                 cost of a {drv_malloc} and a device-synchronising {drv_free} for every tensor.",
+                 cost of {a_drv_malloc} and a device-synchronising {drv_free} for every tensor.",
                 format_size(live),
                 format_size(request),
                 format_size(need),
@@ -69,7 +72,7 @@ pub fn message_advice(m: &OomMessage) -> Option<String> {
             ));
         } else {
             s.push_str(&format!(
-                " PYTORCH_NO_CUDA_MEMORY_CACHING=1 would not help either: the tensors alone hold {} and this \
+                " {no_caching} would not help either: the tensors alone hold {} and this \
                  request needs {} more, {} over the about {} this process could use (reserved + free).",
                 format_size(live),
                 format_size(request),

@@ -108,6 +108,14 @@ impl fmt::Display for OomExplanation {
 pub fn explain(msg: &OomMessage) -> OomExplanation {
     let mut x = Explainer::new(msg);
     x.run();
+    if msg.is_npu() {
+        x.findings.push(
+            "torch_npu prints PyTorch 2.0's message layout in every version, so the 'legacy' form \
+             says nothing about the torch_npu version; its allocator is CUDA's with one rounding \
+             difference (32 bytes are added to a request before the 512-byte rounding)."
+                .into(),
+        );
+    }
     x.next_steps.extend(recording_steps(msg));
     OomExplanation { verdict: x.verdict, headline: x.headline, findings: x.findings, next_steps: x.next_steps }
 }
@@ -920,12 +928,12 @@ impl<'a> Explainer<'a> {
 
     fn fragmentation_advice(&mut self) {
         let m = self.m;
-        self.findings.push(
+        self.findings.push(format!(
             "At the OOM PyTorch had already returned every fully free cached segment to the driver \
              and retried, so the remaining unallocated bytes sit inside segments that still hold \
-             live tensors; torch.cuda.empty_cache() cannot release them."
-                .into(),
-        );
+             live tensors; {}.empty_cache() cannot release them.",
+            if m.is_npu() { "torch.npu" } else { "torch.cuda" }
+        ));
         if m.expandable_segments_hint {
             self.next_steps.push(
                 "Expandable segments are already on, so what is left is fragmentation inside a \

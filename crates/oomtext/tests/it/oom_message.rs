@@ -1023,6 +1023,11 @@ fn npu_fragmentation_in_its_own_words() {
     assert!(!text.contains("PYTORCH_CUDA_ALLOC_CONF") && !text.contains("nvidia-smi"), "{text}");
     assert!(!text.contains("older than 1.13"), "torch_npu prints this layout in every version: {text}");
     assert!(text.contains("torch_npu.npu.memory._record_memory_history"), "{text}");
+    assert!(!text.contains("torch.cuda.") && !text.contains("PYTORCH_NO_CUDA"), "{text}");
+    assert!(text.contains("torch.npu.empty_cache()"), "{text}");
+    let advice = fragscope_oomtext::message_advice(&m).expect("figures present");
+    assert!(advice.starts_with("torch.npu.empty_cache() would not have avoided"), "{advice}");
+    assert!(advice.contains("PYTORCH_NO_NPU_MEMORY_CACHING=1") && advice.contains("an aclrtMalloc"), "{advice}");
 }
 
 #[test]
@@ -1035,4 +1040,6 @@ fn npu_exhaustion_and_other_processes_words() {
     assert_eq!(e.verdict, Likely::Exhaustion, "{e}");
     let text = e.to_string();
     assert!(!text.contains("CUDA_VISIBLE_DEVICES") && !text.contains("cudaMalloc"), "{text}");
+    assert!(!text.contains("torch.cuda.") && !text.contains("PYTORCH_NO_CUDA"), "{text}");
+    assert!(e.findings.iter().any(|f| f.starts_with("torch_npu prints PyTorch 2.0's message layout")));
 }
