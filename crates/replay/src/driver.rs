@@ -41,7 +41,32 @@ type Engine = CachingAllocator<SimulatedDevice>;
 
 /// Replay `device`'s trace through the model and compare every decision.
 pub fn verify(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> VerifyReport {
-    verify_inner(snap, device, opts).0
+    let mut rep = verify_inner(snap, device, opts).0;
+    rep.notes.extend(cuda_rules_note(snap, device, opts));
+    rep
+}
+
+/// For a recording replayed under another accelerator's rules (NPU, XPU: its file showed
+/// the signs, `settings::detect_accelerator`), the same replay under CUDA's rules, said in
+/// one note: how much of the recording CUDA's rules reproduce and where they first differ.
+/// `None` for CUDA and ROCm recordings and when the caller chose the settings.
+fn cuda_rules_note(snap: &Snapshot, device: i64, opts: &ReplayOptions) -> Option<String> {
+    use fragscope_alloc::Accelerator;
+    let cfg = recorded_config(snap);
+    if opts.config.is_some() || matches!(cfg.accelerator, Accelerator::Cuda | Accelerator::Rocm) {
+        return None;
+    }
+    let cuda = AllocatorConfig { accelerator: Accelerator::Cuda, ..cfg };
+    let r = verify_inner(snap, device, &ReplayOptions { config: Some(cuda), ..opts.clone() }).0;
+    let first = match (&r.first_divergence, &r.undecidable) {
+        (Some(d), _) => format!("; first divergence at entry {}: {}", d.index, d.model),
+        (None, Some(u)) => format!("; {u}"),
+        (None, None) => String::new(),
+    };
+    Some(format!(
+        "under CUDA's rules instead: {}/{} allocations and {}/{} segment events match{first}",
+        r.allocs_matched, r.allocs, r.segment_events_matched, r.segment_events
+    ))
 }
 
 /// What the replay inferred about the recording, reused by the what-if mode.

@@ -89,11 +89,23 @@ fn npu_recording_replays_under_npu_rules_and_cuda_rules_diverge() {
     let r = verify(&snap, 0, &ReplayOptions::default());
     assert!(r.allocs > 0 && r.fully_matched(), "{:?} {:?}", r.first_divergence, r.undecidable);
     assert!(r.notes.iter().any(|n| n.starts_with("recorded on NPU")), "{:?}", r.notes);
+    // The CUDA rules' error, beside: the same numbers as the replay under CUDA's rules below.
+    let beside = r.notes.iter().find(|n| n.starts_with("under CUDA's rules instead: ")).expect("named");
+    assert!(beside.contains(" allocations and ") && beside.contains("first divergence at entry "), "{beside}");
     let cuda = ReplayOptions { config: Some(AllocatorConfig::default()), ..Default::default() };
     let c = verify(&snap, 0, &cuda);
     assert!(c.allocs_matched < c.allocs, "CUDA's rounding places NPU blocks elsewhere");
     let d = c.first_divergence.expect("the first divergence is named");
     assert!(!d.model.is_empty());
+    let counts = format!(
+        "{}/{} allocations and {}/{} segment events",
+        c.allocs_matched, c.allocs, c.segment_events_matched, c.segment_events
+    );
+    assert!(
+        beside.contains(&counts) && beside.contains(&format!("entry {}: {}", d.index, d.model)),
+        "{beside} vs {counts}"
+    );
+    assert!(c.notes.iter().all(|n| !n.starts_with("under CUDA's rules")), "no note when the caller chose the rules");
 }
 
 /// No sign of another backend: CUDA's rules; a what-if keeps the recording's accelerator
