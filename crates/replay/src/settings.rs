@@ -336,9 +336,13 @@ mod tests {
             assert_eq!(got, want, "{strings:?}");
         }
         // A hipified settings key is a sign too.
-        let mut s = Snapshot::default();
-        s.allocator_settings =
-            Some(PyObj::Dict(vec![(PyObj::Str("release_lock_on_hipmalloc".into()), PyObj::Bool(false))]));
+        let s = Snapshot {
+            allocator_settings: Some(PyObj::Dict(vec![(
+                PyObj::Str("release_lock_on_hipmalloc".into()),
+                PyObj::Bool(false),
+            )])),
+            ..Default::default()
+        };
         let d = detect_accelerator(&s).unwrap();
         assert_eq!((d.accelerator, d.evidence.as_str()), (Accelerator::Rocm, "release_lock_on_hipmalloc"));
     }
