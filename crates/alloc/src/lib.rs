@@ -9,6 +9,11 @@
 //! from a `PYTORCH_CUDA_ALLOC_CONF` string) or the device size and replay
 //! again to answer "what if".
 //!
+//! [`OPTIONS`] lists every allocator option with what the model does with it
+//! ([`Fidelity`]: modelled, read, refused; docs/fidelity.md prints it), and
+//! [`Accelerator`] selects another backend's rules where they differ from CUDA's (Ascend
+//! NPU and Intel XPU rounding); the replay sets it from the recording.
+//!
 //! The rules are those of `shared/spec/pytorch-allocator.md`; comments cite
 //! its sections (§). Device memory is behind the [`DeviceMemory`] trait: the
 //! [`SimulatedDevice`] either invents addresses or replays the ones a trace
