@@ -149,6 +149,40 @@ fn central_entry(name: &str, crc: u32, len: u32, offset: u32) -> Vec<u8> {
     v
 }
 
+/// A zip archive of `pickle` as a torch.save writes it: `archive/data.pkl`, stored.
+fn stored_zip(pickle: &[u8]) -> Vec<u8> {
+    let mut c = flate2::Crc::new();
+    c.update(pickle);
+    let (crc, len) = (c.sum(), pickle.len() as u32);
+    let mut v = local_header("archive/data.pkl", crc, len);
+    v.extend(pickle);
+    let cd_at = v.len() as u32;
+    let cd = central_entry("archive/data.pkl", crc, len, 0);
+    v.extend(&cd);
+    v.extend(b"PK\x05\x06\0\0\0\0\x01\0\x01\0");
+    v.extend((cd.len() as u32).to_le_bytes());
+    v.extend(cd_at.to_le_bytes());
+    v.extend(0u16.to_le_bytes());
+    v
+}
+
+#[test]
+fn pickle_bombs_in_a_torch_save_zip_on_stdin_end_in_one_line() {
+    // The archive goes through the stdin spill (a temporary file), plain and gzip'd.
+    let zip = stored_zip(&memo_doubling());
+    one_line_exit_2(limited(&["summary", "-"], Stdio::piped(), bytes_in(zip.clone())), "memo references copied");
+    one_line_exit_2(limited(&["summary", "-"], Stdio::piped(), bytes_in(gzip(&zip))), "memo references copied");
+    let mut long = b"\x80\x04\x8e".to_vec();
+    long.extend((6u64 << 30).to_le_bytes());
+    long.extend(std::iter::repeat_n(0u8, 8 << 20));
+    one_line_exit_2(
+        limited(&["summary", "-"], Stdio::piped(), bytes_in(gzip(&stored_zip(&long)))),
+        "longer than any memory snapshot holds (limit 64 MiB)",
+    );
+    // An archive that ends early: one line, not a hang or a panic.
+    one_line_exit_2(limited(&["summary", "-"], Stdio::piped(), bytes_in(zip[..zip.len() / 2].to_vec())), "zip");
+}
+
 #[test]
 fn a_torch_save_zip_on_stdin_is_not_held_in_memory() {
     // Issue 43: a torch.save archive on stdin was read whole into memory (the zip reader
