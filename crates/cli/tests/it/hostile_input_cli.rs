@@ -236,6 +236,46 @@ fn a_torch_save_zip_on_stdin_is_not_held_in_memory() {
 }
 
 #[test]
+fn byte_totals_past_2_64_are_refused_in_one_line() {
+    // Issue 43: bounds capped each entry, not their sums; 2^16 segments of 256 TiB (each
+    // within its bound) add up to 2^64 bytes. By path, on stdin and gzip'd on stdin.
+    use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, Snapshot};
+    let size = fragscope_snapshot::bounds::MAX_BYTES;
+    let segment = |k: u64| Segment {
+        device: 0,
+        address: k << 41,
+        total_size: size,
+        allocated_size: 0,
+        active_size: 0,
+        requested_size: None,
+        stream: 0,
+        segment_type: SegmentType::Large,
+        segment_pool_id: None,
+        is_expandable: None,
+        stack: None,
+        blocks: vec![Block {
+            address: k << 41,
+            size,
+            requested_size: None,
+            state: BlockState::Inactive,
+            stack: None,
+            history: None,
+        }],
+    };
+    let snap = Snapshot { segments: (0..1u64 << 16).map(segment).collect(), ..Default::default() };
+    let dir = tempfile::Builder::new().prefix("fragscope-sums-").tempdir().unwrap();
+    let f = dir.path().join("sums.pickle");
+    fragscope_snapshot::pickle::write::write_path(&snap, &f).unwrap();
+    let want = "the segments' total_size add up to 18446744073709551616 bytes, more than 2^64";
+    let bytes = std::fs::read(&f).unwrap();
+    for args in [&["summary", f.to_str().unwrap()][..], &["analyze", f.to_str().unwrap()]] {
+        one_line_exit_2(limited(args, Stdio::null(), None), want);
+    }
+    one_line_exit_2(limited(&["summary", "-"], Stdio::piped(), bytes_in(bytes.clone())), want);
+    one_line_exit_2(limited(&["replay", "-"], Stdio::piped(), bytes_in(gzip(&bytes))), want);
+}
+
+#[test]
 fn terminal_escapes_in_names_are_escaped_in_text() {
     let src = fragscope_testdata::in_repo_dir().join("effdl-course-liger-ce.pickle");
     let tmp = tempfile::Builder::new().prefix("fragscope-escapes-").tempdir().unwrap();
