@@ -930,6 +930,8 @@ async def _serve_stdio() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay)
             await lowlevel.run(receive, write_stream, lowlevel.create_initialization_options())
+            # The server is done (the client closed the connection): stop relaying.
+            tg.cancel_scope.cancel()
 
 
 def main() -> None:
