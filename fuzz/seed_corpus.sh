@@ -25,7 +25,7 @@ done
 # The memory bombs of issue 43 (crates/snapshot/tests/it/limits.rs has them as tests),
 # small as they are, so that mutations explore around the reader's limits.
 python3 - "$out" <<'PY'
-import gzip, sys
+import gzip, io, sys, zipfile
 out = sys.argv[1]
 d = bytearray(b"\x80\x04}(\x8c\x08segments]\x8c\x04evil]q\x00")
 for k in range(1, 65):
@@ -38,6 +38,13 @@ seeds = {
     "bomb-declared-6gib.pickle.gz": gzip.compress(b"\x80\x04\x8e" + (6 << 30).to_bytes(8, "little") + bytes(1 << 16)),
     "bomb-empty-lists.pickle.gz": gzip.compress(b"\x80\x04" + b"]" * (1 << 20)),
 }
+# The same doubling as torch.save writes it (a zip archive, stored), plain and gzip'd: read
+# from a stream, an archive goes through the spill to a temporary file (spill.rs).
+z = io.BytesIO()
+with zipfile.ZipFile(z, "w", zipfile.ZIP_STORED) as zf:
+    zf.writestr("archive/data.pkl", bytes(d))
+seeds["bomb-memo-doubling.pt"] = z.getvalue()
+seeds["bomb-memo-doubling.pt.gz"] = gzip.compress(z.getvalue())
 for name, data in seeds.items():
     with open(f"{out}/{name}", "wb") as f:
         f.write(data)

@@ -16,7 +16,8 @@ Environment:
                          folder the server starts in); paths outside it are refused
   FRAGSCOPE_MCP_JOBS     commands running at once (default: one per core); a call
                          past it answers "busy" at once
-  FRAGSCOPE_MCP_TIMEOUT  seconds per tool call (default 900)
+  FRAGSCOPE_MCP_TIMEOUT  seconds per tool call (default 900); past them, or when the
+                         agent cancels the call, its process is killed
 """
 
 
@@ -29,7 +30,7 @@ def usage() -> str:
         if not str(getattr(e, "name", "") or "").startswith("mcp"):
             raise
         return USAGE.format(tools="Tools: need the MCP SDK, pip install 'mcp>=2.3,<3' (or '.[mcp]' from a clone).")
-    lines, line = [], "Tools (run in this process by fragscope's library):"
+    lines, line = [], "Tools (each call runs fragscope's library in a process of its own):"
     for name in TOOL_NAMES:
         if len(line) + len(name) + 2 > 88:
             lines.append(line)

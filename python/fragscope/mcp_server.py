@@ -9,10 +9,11 @@ PyTorch's caching allocator (replay_what_if), and the memory at a size nobody re
 the trace it covers when a window was given.
 
 Built on the official MCP Python SDK (``pip install '.[mcp]'`` from a clone, the ``mcp``
-package, 2.x). Each tool calls fragscope's library commands in this process (the Rust
-extension ``fragscope._native``: the same typed requests and JSON documents the CLI
-prints, docs/json-schema.md) on a worker thread with the GIL released, and returns a
-compact digest of the document (``full`` asks analyze and replay_what_if for every field).
+package, 2.x). Each tool call runs fragscope's library commands (the Rust extension
+``fragscope._native``: the same typed requests and JSON documents the CLI prints,
+docs/json-schema.md) in a child process of its own (:mod:`fragscope._mcp_worker`), which
+a cancellation or a timeout kills, and returns a compact digest of the document (``full``
+asks analyze and replay_what_if for every field).
 A file fragscope refuses (unreadable, not a snapshot, a pickle that asks to import code)
 or a bad argument is a one-line tool error, its parameters named as this server's
 arguments; the reader refuses hostile input without panicking, so no file can take the
@@ -29,7 +30,12 @@ An agent is talked into things, so the server is strict where the CLI trusts its
   unrecognised file), which through MCP would read any file's first line to the agent
   (:func:`_content_free`);
 * **at most JOBS commands run** (``FRAGSCOPE_MCP_JOBS``, default one per core); a call
-  past it answers "busy" at once, and ping is always answered (:func:`_run`).
+  past it answers "busy" at once, and ping is always answered (:func:`_run`);
+* **a cancelled call stops**: ``notifications/cancelled``, or a call past
+  ``FRAGSCOPE_MCP_TIMEOUT``, kills the call's child process (Rust code cannot be
+  interrupted mid-replay; a process can), freeing its memory and its slot at once;
+* **malformed JSON-RPC gets a JSON-RPC error** (parse error, invalid request), not
+  silence (:func:`_serve_stdio`).
 
 Why Python and not the Rust SDK: ``rmcp`` went from 0.1 to 3.11 through three major
 versions, and a minimal rmcp 3.11 stdio server (tokio, schemars, 97 crates) took 2145 s
@@ -42,21 +48,23 @@ Run: ``fragscope mcp`` (or ``python -m fragscope.mcp_server``).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import os
 import re
-import stat
-import threading
+import sys
 from typing import Any, Callable, Dict, List, Literal, Optional
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp.types.jsonrpc import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 from pydantic import ConfigDict, ValidationError
 
-from . import __version__, _native
-from ._errors import FragscopeError, RefusedPickleError, SnapshotError
+from . import __version__
+from ._mcp_worker import EXIT_ERROR, PathRefused, check_file
 
 INSTRUCTIONS = (
     "fragscope reads PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot "
@@ -73,10 +81,11 @@ INSTRUCTIONS = (
     "replay_what_if returns every frame and row."
 )
 
-#: Seconds a single command may run (a replay of a multi-GB trace takes a while).
+#: Seconds a single command may run (a replay of a multi-GB trace takes a while); past
+#: them the call answers with an error and its child process is killed.
 TIMEOUT_S = float(os.environ.get("FRAGSCOPE_MCP_TIMEOUT", "900"))
 
-#: Commands running at once, at most: one per core by default (each is one thread of Rust
+#: Commands running at once, at most: one per core by default (each is one process of Rust
 #: work). A call past it fails at once with a "busy" error instead of queueing behind
 #: replays that may take minutes; the protocol itself (ping, tools/list) is never queued.
 JOBS = max(1, int(os.environ.get("FRAGSCOPE_MCP_JOBS") or os.cpu_count() or 2))
@@ -100,120 +109,92 @@ REPLAY = (
 )
 
 
-#: Worker threads for the commands: a command's Rust code runs with the GIL released, so a
-#: long replay never stalls the server's event loop or another tool call. The tools are
-#: coroutines that await these threads: they take none of the SDK's worker threads, which
-#: its stdio transport needs to read the next message (40 blocked synchronous tools used to
-#: leave it none, and the server stopped answering even ping).
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS, thread_name_prefix="fragscope")
-#: Slots of running commands. Released when the command's thread finishes, not when the
-#: call gives up (timeout, cancellation): Rust code cannot be interrupted mid-replay, and
-#: the limit counts the work actually running.
-_SLOTS = threading.BoundedSemaphore(JOBS)
+#: The command line of a tool call's child process (:mod:`fragscope._mcp_worker`): this
+#: interpreter, importing the same fragscope package as the server.
+WORKER = [
+    sys.executable,
+    "-c",
+    "import sys; sys.path.insert(0, %r); from fragscope._mcp_worker import main; main()"
+    % os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+]
+#: Commands running now (children alive). A child counts until it has exited: a call that
+#: gave up (timeout, cancellation) kills its child first, so its slot comes back at once.
+_running = 0
 
 
-async def _run(what: str, work: Callable[[], str]) -> Dict[str, Any]:
-    """Runs one library command (``work`` returns its JSON document) on a worker thread and
-    returns the document, or raises a ToolError with fragscope's one-line message. With
-    JOBS commands already running it fails at once ("busy"). Past TIMEOUT_S the tool
-    answers with an error; the command finishes on its thread and its result is dropped."""
-    if not _SLOTS.acquire(blocking=False):
+async def _run(what: str, request: Dict[str, Any]) -> Dict[str, Any]:
+    """Runs one library command in a child process (:mod:`fragscope._mcp_worker`; ``request``
+    names the command, its paths and arguments) and returns its JSON document, or raises a
+    ToolError with fragscope's one-line message.
+
+    With JOBS commands already running it fails at once ("busy"), so that the server's own
+    loop (ping, tools/list, cancellations) never waits behind a replay. Past TIMEOUT_S, or
+    when the client cancels the call (``notifications/cancelled``, which the SDK delivers
+    as a cancellation of this coroutine), the child is killed: Rust code cannot be
+    interrupted mid-replay, a process can."""
+    global _running
+    if _running >= JOBS:
         raise ToolError(
             f"fragscope is busy: {JOBS} command(s) already running (FRAGSCOPE_MCP_JOBS); "
             "call again when one has answered"
         )
+    _running += 1
+    proc = None
     try:
-        future = _POOL.submit(lambda: json.loads(work()))
-    except BaseException:
-        _SLOTS.release()
-        raise
-    future.add_done_callback(lambda _: _SLOTS.release())
+        proc = await asyncio.create_subprocess_exec(
+            *WORKER, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        try:
+            with anyio.fail_after(TIMEOUT_S):
+                out, _ = await proc.communicate(json.dumps({**request, "root": ROOT}).encode())
+        except TimeoutError:
+            raise ToolError(
+                f"fragscope {what} took longer than {TIMEOUT_S:g} s (FRAGSCOPE_MCP_TIMEOUT) and was stopped"
+            ) from None
+    finally:
+        if proc is not None and proc.returncode is None:
+            _kill(proc)
+            # Reaped even while this call is being cancelled (anyio re-raises the
+            # cancellation at every await of a cancelled scope; the shield lets this one wait).
+            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                await proc.wait()
+        _running -= 1
+    if proc.returncode == 0:
+        return json.loads(out)
+    if proc.returncode == EXIT_ERROR:
+        raise ToolError(out.decode("utf-8", "replace").strip() or f"fragscope {what} failed")
+    how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+    raise ToolError(f"fragscope {what} failed: its process ended with {how} (the server's log has its message)")
+
+
+def _kill(proc: "asyncio.subprocess.Process") -> None:
+    """Kills a child that is still running (one that has just exited is left alone)."""
     try:
-        return await asyncio.wait_for(asyncio.wrap_future(future), TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise ToolError(f"fragscope {what} took longer than {TIMEOUT_S:.0f} s (FRAGSCOPE_MCP_TIMEOUT)")
-    except FragscopeError as e:
-        raise ToolError(str(e))
-    except OSError as e:
-        raise ToolError(f"cannot read: {e}")
+        proc.kill()
+    except ProcessLookupError:
+        pass
 
 
 def _file(path: str) -> str:
-    """The real path of the snapshot file an agent named, checked: under ROOT (relative
-    paths are relative to it), existing, a regular file (a FIFO would block a worker
-    forever, a device read endlessly). Refusals are one line and say nothing about a file
-    outside ROOT, not even whether it exists."""
-    if not path:
-        raise ToolError("give the path of a snapshot file")
-    real = os.path.realpath(os.path.join(ROOT, os.path.expanduser(path)))
-    if os.path.commonpath([real, ROOT]) != ROOT:
-        raise ToolError(f"{path} is outside {ROOT}, the folder this server reads (set FRAGSCOPE_MCP_ROOT to widen it)")
+    """The real path of the snapshot file an agent named, checked (under ROOT, a regular
+    file: :func:`fragscope._mcp_worker.check_file`), before a child is started for it; a
+    refusal is a one-line ToolError."""
     try:
-        mode = os.stat(real).st_mode
-    except FileNotFoundError:
-        raise ToolError(f"no such file: {path}")
-    except OSError as e:
-        raise ToolError(f"cannot read {path}: {e.strerror}")
-    if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise ToolError(f"{path} is {kind}, not a regular file: give a snapshot file")
-    return real
+        return check_file(path, ROOT)
+    except PathRefused as e:
+        raise ToolError(str(e)) from None
 
 
-#: Reasons of the reader that quote nothing from the file (lengths and offsets only).
-_SAFE_REASONS = [
-    r"the file is empty",
-    r"truncated: the data ends at byte \d+ in the middle of the pickle",
-    r"pickle opcode [A-Z0-9_]+ at byte \d+ would [a-z ()_,]+; refusing",
-    r"JSON without 'traceEvents': not a torch\.profiler trace",
-    r"is a directory",
-]
-_UNRECOGNISED = "unrecognised format (starts with "
-_UNRECOGNISED_END = "); expected a pickle from torch.cuda.memory._dump_snapshot"
+def _snapshot_call(paths: List[str], name: str, *args: Any, **kwargs: Any) -> Dict[str, Any]:
+    """The request for the method ``name`` of the first path's snapshot (the other paths'
+    snapshots first among its arguments)."""
+    return {"paths": paths, "target": "snapshot", "name": name, "args": list(args), "kwargs": kwargs}
 
 
-def _content_free(message: str, real: str, shown: str) -> str:
-    """The reader's one line for a file it refused, without anything read from the file.
-
-    The reader quotes what it found (the first bytes of an unrecognised file, a key, a
-    string where a number belongs) so that a user at a terminal sees what is wrong. Through
-    MCP that is a file-read oracle: an agent talked into naming a text file of secrets
-    would be told its first line. Only reasons made of lengths and offsets pass; the others
-    are named by kind, and the CLI (which the user runs) still prints the full reason."""
-    # The reader names the file by the path it opened; the agent sees its own.
-    if message.startswith(real + " "):
-        message = shown + message[len(real):]
-    elif message.startswith(f"cannot read {real}: "):
-        message = f"cannot read {shown}: " + message[len(f"cannot read {real}: "):]
-    prefix = f"{shown} is not a memory snapshot: "
-    if not message.startswith(prefix):
-        # "cannot read PATH: <OS error>" (or the file changed while read): nothing of the file.
-        return message if message.startswith(f"cannot read {shown}: ") else f"{shown} is not a memory snapshot"
-    reason = message[len(prefix):]
-    if any(re.fullmatch(r, reason) for r in _SAFE_REASONS):
-        return message
-    if reason.startswith(_UNRECOGNISED) and _UNRECOGNISED_END in reason:
-        rest = reason[reason.rindex(_UNRECOGNISED_END) + 3 :]
-        return prefix + "unrecognised format; " + rest.split("; ")[0]
-    corrupt = re.match(r"corrupt pickle at byte \d+", reason)
-    if corrupt:
-        return prefix + corrupt.group(0)
-    return prefix + (
-        "it does not have the shape of one (the reader's reason quotes the file, so it is not "
-        "repeated here; `fragscope summary FILE` in a terminal prints it)"
-    )
-
-
-def _load(path: str) -> Any:
-    """The snapshot at ``path`` (an agent's path, checked by :func:`_file`). Refused or
-    unreadable: a FragscopeError whose message quotes nothing read from the file."""
-    real = _file(path)
-    try:
-        return _native.load(real, path)
-    except RefusedPickleError:
-        raise  # "pickle opcode GLOBAL at byte N would import code; refusing": nothing quoted.
-    except SnapshotError as e:
-        raise SnapshotError(_content_free(str(e), real, path)) from None
+def _native_call(paths: List[str], name: str, *args: Any, **kwargs: Any) -> Dict[str, Any]:
+    """The request for ``fragscope._native.<name>`` (the paths' snapshots, as a list, first
+    among its arguments when there are paths)."""
+    return {"paths": paths, "target": "native", "name": name, "args": list(args), "kwargs": kwargs}
 
 
 #: How many frames of a stack a compact result keeps (innermost first).
@@ -383,7 +364,7 @@ async def summary(path: str, window: Optional[str] = None) -> Dict[str, Any]:
             ("1000..5000") or time since the first entry ("12.5s..14s", "..300ms").
     """
     _file(path)
-    d = await _run("summary", lambda: _load(path).summary_json(window))
+    d = await _run("summary", _snapshot_call([path], "summary_json", window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
@@ -438,7 +419,7 @@ async def analyze(path: str, window: Optional[str] = None, top: int = 5, full: b
     """
     top = max(1, min(int(top), 50))
     _file(path)
-    d = await _run("analyze", lambda: _load(path).analyze_json(top, False, window))
+    d = await _run("analyze", _snapshot_call([path], "analyze_json", top, False, window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
@@ -489,7 +470,7 @@ async def explain_oom_text(text: str) -> Dict[str, Any]:
     if not text or not text.strip():
         raise ToolError("give the text of the CUDA out-of-memory error")
     try:
-        d = await _run("oom", lambda: _native.explain_oom_json(text))
+        d = await _run("oom", _native_call([], "explain_oom_json", text))
     except ToolError as e:
         if "no CUDA out-of-memory message found" not in str(e):
             raise
@@ -542,19 +523,19 @@ async def replay_what_if(
     """
     _file(path)
 
-    def work() -> str:
-        return _load(path).replay_json(
-            configs=list(config or []),
-            capacity=capacity or None,
-            device=device,
-            empty_cache_at=list(empty_cache_at or []),
-            no_caching=bool(no_caching),
-            shard_optimizer=None if shard_optimizer is None else int(shard_optimizer),
-            shard_gradients=None if shard_gradients is None else int(shard_gradients),
-            grads_set_to_none=bool(grads_set_to_none),
-            checkpoint=str(checkpoint) if checkpoint else None,
-        )
-
+    work = _snapshot_call(
+        [path],
+        "replay_json",
+        configs=list(config or []),
+        capacity=capacity or None,
+        device=device,
+        empty_cache_at=list(empty_cache_at or []),
+        no_caching=bool(no_caching),
+        shard_optimizer=None if shard_optimizer is None else int(shard_optimizer),
+        shard_gradients=None if shard_gradients is None else int(shard_gradients),
+        grads_set_to_none=bool(grads_set_to_none),
+        checkpoint=str(checkpoint) if checkpoint else None,
+    )
     d = await _run("replay", work)
     files = d.get("files") or [{}]
     devices = []
@@ -603,7 +584,7 @@ async def _state(
         raise ToolError("event is a trace entry index (>= 0)")
     top = max(1, min(int(top), 100))
     _file(path)
-    return await _run("state", lambda: _load(path).state_json(event, time, device, by, top))
+    return await _run("state", _snapshot_call([path], "state_json", event, time, device, by, top))
 
 
 @_tool
@@ -686,7 +667,7 @@ async def roles(path: str, window: Optional[str] = None, device: Optional[int] =
         device: only this device.
     """
     _file(path)
-    d = await _run("summary", lambda: _load(path).summary_json(window))
+    d = await _run("summary", _snapshot_call([path], "summary_json", window))
     f = d["files"][0]
     devices = []
     for dev in f.get("devices", []):
@@ -769,11 +750,10 @@ async def predict(
     for p in paths:
         _file(p)
 
-    def work() -> str:
-        snaps = [_load(p) for p in paths]
-        return _native.predict_json(
-            snaps, [int(x) for x in sizes], [int(x) for x in at or []], config or None, capacity or None, bool(max_fit), device
-        )
+    work = _native_call(
+        list(paths), "predict_json", [int(x) for x in sizes], [int(x) for x in at or []], config or None,
+        capacity or None, bool(max_fit), device,
+    )
 
     d = await _run("predict", work)
     preds = []
@@ -841,9 +821,7 @@ async def make_it_fit(
     for p in paths:
         _file(p)
 
-    def work() -> str:
-        snaps = [_load(p) for p in paths]
-        return _native.fit_json(snaps, str(capacity), [int(x) for x in sizes or []], device)
+    work = _native_call(list(paths), "fit_json", str(capacity), [int(x) for x in sizes or []], device)
 
     d = await _run("fit", work)
     keep = ["rank", "change", "cost_class", "cost", "peak_reserved", "peak_allocated", "margin", "model"]
@@ -888,7 +866,7 @@ async def diff(path_a: str, path_b: str, top: int = 10) -> Dict[str, Any]:
     """
     top = max(1, min(int(top), 100))
     _file(path_a), _file(path_b)
-    d = await _run("diff", lambda: _load(path_a).diff_json(_load(path_b), top))
+    d = await _run("diff", _snapshot_call([path_a, path_b], "diff_json", top))
     d["method"] = READ + " (peaks from each trace's timeline)"
     return d
 
@@ -904,9 +882,61 @@ server = MCPServer(
 TOOL_NAMES = [fn.__name__ for fn in _TOOLS]
 
 
+def _malformed_reply(exc: Exception) -> JSONRPCError:
+    """The JSON-RPC error for a line the transport could not read as a message: "Parse
+    error" (-32700) for text that is not JSON, "Invalid Request" (-32600) for JSON that is
+    not a JSON-RPC message, answering the message's id when it has a usable one (JSON-RPC
+    2.0 §5: null when it cannot be told)."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if errors and all(e.get("type") == "json_invalid" for e in errors):
+        return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=PARSE_ERROR, message="Parse error: not JSON"))
+    rid = None
+    for e in errors:
+        sent = e.get("input")
+        if isinstance(sent, dict) and isinstance(sent.get("id"), (str, int)) and not isinstance(sent.get("id"), bool):
+            rid = sent["id"]
+            break
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=rid,
+        error=ErrorData(code=INVALID_REQUEST, message="Invalid Request: not a JSON-RPC 2.0 request or notification"),
+    )
+
+
+async def _serve_stdio() -> None:
+    """Serves over stdio, answering malformed input.
+
+    The SDK's stdio transport hands a line it cannot parse to the server as an exception,
+    which the server only logs: the client is left waiting for an answer that never comes.
+    Between the transport and the server, this relay answers each such line with a
+    JSON-RPC error (:func:`_malformed_reply`) and passes every message on. It needs the
+    SDK's low-level server (``MCPServer._lowlevel_server``, SDK 2.x); without it, the
+    server runs as the SDK does."""
+    lowlevel = getattr(server, "_lowlevel_server", None)
+    if lowlevel is None:
+        await server.run_stdio_async()
+        return
+    async with stdio_server() as (read_stream, write_stream):
+        send, receive = anyio.create_memory_object_stream(0)
+
+        async def relay() -> None:
+            async with send:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        await write_stream.send(SessionMessage(_malformed_reply(item)))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay)
+            await lowlevel.run(receive, write_stream, lowlevel.create_initialization_options())
+            # The server is done (the client closed the connection): stop relaying.
+            tg.cancel_scope.cancel()
+
+
 def main() -> None:
     """Serves over stdio until the client closes the connection."""
-    server.run("stdio")
+    anyio.run(_serve_stdio)
 
 
 if __name__ == "__main__":

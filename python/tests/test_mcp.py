@@ -111,7 +111,7 @@ def test_initialize_and_list_tools():
         # `fragscope mcp --help` lists exactly these tools.
         h = subprocess.run([sys.executable, "-m", "fragscope", "mcp", "--help"], capture_output=True, text=True)
         assert h.returncode == 0, h.stderr
-        listed = h.stdout.split("Tools (run in this process by fragscope's library):")[1].split("Environment:")[0]
+        listed = h.stdout.split("Tools (each call runs fragscope's library in a process of its own):")[1].split("Environment:")[0]
         assert sorted(x.strip() for x in listed.split(",")) == sorted(t.name for t in tools)
         for t in tools:
             assert t.description and len(t.description) > 40, t.name
@@ -471,23 +471,57 @@ def test_explain_oom_text_never_reads_a_file(tmp_path):
     run(body, {"FRAGSCOPE_MCP_ROOT": str(tmp_path)})
 
 
-# The server with its library's explain_oom_json held until a file appears: commands that
-# stay running for as long as a test needs, without a multi-GB trace.
-SLOW_SERVER = """
+# The server whose commands' child process (fragscope._mcp_worker) holds explain_oom_json
+# until a file appears: commands that stay running for as long as a test needs, without a
+# multi-GB trace. Each started child leaves `started-<pid>` in the gate folder.
+SLOW_WORKER = """
 import os, sys, time, types
 import fragscope._native as native
-import fragscope.mcp_server as m
+import fragscope._mcp_worker as w
 gate = os.environ["SLOW_GATE"]
 def slow(text):
-    open(os.path.join(gate, "started-%d" % time.monotonic_ns()), "w").close()
+    open(os.path.join(gate, "started-%d" % os.getpid()), "w").close()
     deadline = time.monotonic() + 120
     while not os.path.exists(os.path.join(gate, "release")) and time.monotonic() < deadline:
         time.sleep(0.02)
     return native.explain_oom_json(text)
-m._native = types.SimpleNamespace(**{k: getattr(native, k) for k in dir(native) if not k.startswith("__")})
-m._native.explain_oom_json = slow
+w._native = types.SimpleNamespace(**{k: getattr(native, k) for k in dir(native) if not k.startswith("__")})
+w._native.explain_oom_json = slow
+w.main()
+"""
+SLOW_SERVER = f"""
+import sys
+import fragscope.mcp_server as m
+m.WORKER = [sys.executable, "-c", {SLOW_WORKER!r}]
 m.main()
 """
+
+
+def started_pids(gate: Path, n: int) -> list[int]:
+    """The pids of the first `n` slow children once they have started (60 s at most)."""
+    t = time.monotonic()
+    while len(list(gate.glob("started-*"))) < n:
+        assert time.monotonic() - t < 60, f"{n} command(s) did not start"
+        time.sleep(0.02)
+    return [int(p.name.split("-")[1]) for p in gate.glob("started-*")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process `pid` has ended (and been reaped) within `within` seconds."""
+    t = time.monotonic()
+    while alive(pid):
+        if time.monotonic() - t > within:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def test_a_busy_server_answers_busy_and_ping(tmp_path):
@@ -498,10 +532,7 @@ def test_a_busy_server_answers_busy_and_ping(tmp_path):
 
     async def body(s, init):
         running = [asyncio.create_task(s.call_tool("explain_oom_text", {"text": OOM_TEXT})) for _ in range(2)]
-        t = time.monotonic()
-        while len(list(gate.glob("started-*"))) < 2:
-            assert time.monotonic() - t < 60, "the two commands did not start"
-            await asyncio.sleep(0.02)
+        await asyncio.to_thread(started_pids, gate, 2)
         t = time.monotonic()
         e = error_text(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))
         assert "fragscope is busy: 2 command(s) already running (FRAGSCOPE_MCP_JOBS)" in e
@@ -515,6 +546,91 @@ def test_a_busy_server_answers_busy_and_ping(tmp_path):
         assert payload(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))["schema"] == "fragscope.oom/2"
 
     run(body, {"FRAGSCOPE_MCP_JOBS": "2", "SLOW_GATE": str(gate)}, args=("-c", SLOW_SERVER))
+
+
+def test_a_cancelled_call_kills_its_process_and_frees_its_slot(tmp_path):
+    # Issue 43: `notifications/cancelled` left the command running (on a thread nothing can
+    # interrupt). Now each call runs in a child process, which the cancellation kills.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+
+    async def body(s, init):
+        task = asyncio.create_task(s.call_tool("explain_oom_text", {"text": OOM_TEXT}))
+        (pid,) = await asyncio.to_thread(started_pids, gate, 1)
+        assert alive(pid)
+        # Cancelling the client's call sends notifications/cancelled (the SDK's courtesy cancel).
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await gone(pid), f"the cancelled call's process {pid} still runs"
+        # Its slot is free (FRAGSCOPE_MCP_JOBS=1): the next call is not "busy". Released so
+        # that it answers at once.
+        (gate / "release").touch()
+        assert payload(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))["schema"] == "fragscope.oom/2"
+        await s.send_ping()
+
+    run(body, {"FRAGSCOPE_MCP_JOBS": "1", "SLOW_GATE": str(gate)}, args=("-c", SLOW_SERVER))
+
+
+def test_a_call_past_its_timeout_is_stopped(tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+
+    async def body(s, init):
+        # 5 s: time for the child to start (it imports the extension) and reach the slow part.
+        task = asyncio.create_task(s.call_tool("explain_oom_text", {"text": OOM_TEXT}))
+        (pid,) = await asyncio.to_thread(started_pids, gate, 1)
+        e = error_text(await asyncio.wait_for(task, 60))
+        assert "fragscope oom took longer than 5 s (FRAGSCOPE_MCP_TIMEOUT) and was stopped" in e, e
+        assert await gone(pid), f"the timed-out call's process {pid} still runs"
+        (gate / "release").touch()
+        assert payload(await s.call_tool("explain_oom_text", {"text": OOM_TEXT}))["schema"] == "fragscope.oom/2"
+
+    run(body, {"FRAGSCOPE_MCP_JOBS": "1", "FRAGSCOPE_MCP_TIMEOUT": "5", "SLOW_GATE": str(gate)}, args=("-c", SLOW_SERVER))
+
+
+def test_malformed_json_rpc_gets_a_json_rpc_error():
+    # Issue 43: a line that is not JSON-RPC got no reply at all (the client waits forever).
+    # Raw stdio here: the SDK's client cannot send a malformed message.
+    env = dict(os.environ, FRAGSCOPE_MCP_ROOT=os.path.abspath(os.sep))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "fragscope", "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+    try:
+
+        def ask(line: str) -> Dict[str, Any]:
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+            out: list = []
+            reader = __import__("threading").Thread(target=lambda: out.append(p.stdout.readline()))
+            reader.start()
+            reader.join(60)
+            assert out and out[0], f"no reply to {line!r}"
+            return json.loads(out[0])
+
+        r = ask("{this is not json")
+        assert r["jsonrpc"] == "2.0" and r["id"] is None and r["error"]["code"] == -32700, r
+        r = ask('{"jsonrpc": "2.0", "id": 7, "method": 5}')
+        assert r["id"] == 7 and r["error"]["code"] == -32600, r
+        r = ask("[1, 2, 3]")
+        assert r["id"] is None and r["error"]["code"] == -32600, r
+        # The server goes on: a well-formed request is answered.
+        init = {
+            "jsonrpc": "2.0",
+            "id": 8,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        }
+        r = ask(json.dumps(init))
+        assert r["id"] == 8 and r["result"]["serverInfo"]["name"] == "fragscope", r
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
 
 
 def test_results_are_compact_and_full_asks_for_more():

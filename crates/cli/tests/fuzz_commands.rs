@@ -318,9 +318,10 @@ fn impossible_sizes_are_refused_by_every_command() {
     let Some(p) = fragscope_testdata::real_file("decomfl-opt-zeroth-order-windows.pickle") else { return };
     let mut s = fragscope_snapshot::read_path(&p).unwrap();
     s.segments[0].blocks[0].size = u64::MAX;
-    let dir = std::env::temp_dir().join(format!("fragscope-bounds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("huge.pickle");
+    // Removed when dropped, a failing assertion too (a 229 MB folder was once left behind
+    // by each failure).
+    let dir = tempfile::Builder::new().prefix("fragscope-bounds-").tempdir().unwrap();
+    let f = dir.path().join("huge.pickle");
     fragscope_snapshot::pickle::write::write_path(&s, &f).unwrap();
     let f = f.to_str().unwrap();
     let good = p.to_str().unwrap();
@@ -340,5 +341,4 @@ fn impossible_sizes_are_refused_by_every_command() {
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains("segments[0] block 0 size") && err.contains("over 256 TiB"), "{args:?}: {err}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,7 +22,8 @@
 //! passed back as it goes (on a large file a helper thread maps the pages ahead of the
 //! reader in and hands those behind it back, and another faults in the event array's
 //! pages ahead of the parser: the second core takes the page-table work); compressed
-//! files, archives and streams ([`read_from`]) go through a buffer. Front ends read with [`read_path_checked`] / [`read_from_checked`],
+//! files, archives and streams ([`read_from`]) go through a buffer; a torch.save archive
+//! on a stream is spilled to a temporary file first, as the zip reader seeks ([`spill`]). Front ends read with [`read_path_checked`] / [`read_from_checked`],
 //! which also refuse sizes and addresses no real snapshot has ([`bounds`]) before any
 //! analysis sums them.
 //!
@@ -41,6 +42,7 @@ pub mod model;
 pub mod pickle;
 pub mod pyobj;
 pub mod settings;
+pub mod spill;
 pub mod torchsave;
 
 use std::io::{BufRead, BufReader, Read, Seek};
@@ -342,10 +344,10 @@ fn read_plain<R: BufRead>(mut r: R) -> Result<Bounded, ReadError> {
         return torchsave::read_legacy(r).map(|s| (s, None));
     }
     if head.starts_with(torchsave::ZIP_MAGIC) {
-        // From a stream (stdin): the zip reader needs to seek, so buffer the archive.
-        let mut bytes = Vec::new();
-        r.read_to_end(&mut bytes)?;
-        return torchsave::read_zip(std::io::Cursor::new(bytes)).map(|s| (s, None));
+        // From a stream (stdin): the zip reader seeks, so the archive goes to a temporary
+        // file (memory stays flat, the copy bounded by `spill::MAX_SPILL`).
+        let file = spill::spill(r, spill::MAX_SPILL)?;
+        return torchsave::read_zip(file).map(|s| (s, None));
     }
     match head.first() {
         Some(0x80) => pickle::load::read_pickle(r, &mut |_| {}).map(|(s, max)| (s, Some(max))),

@@ -11,9 +11,16 @@ use std::path::Path;
 fn the_guard_comes_back_after_sigbus_is_reset() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/real/decomfl-opt-zeroth-order-windows.pickle");
     let bytes = std::fs::read(&src).unwrap();
-    let dir = std::env::temp_dir().join(format!("fragscope-guard-again-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("s.pickle");
+    // Removed when dropped, by a failing assertion too.
+    struct Scratch(std::path::PathBuf);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("fragscope-guard-again-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let p = dir.0.join("s.pickle");
     let write = || std::fs::File::create(&p).unwrap().write_all(&bytes).unwrap();
     // A first read installs the guard.
     write();
@@ -32,5 +39,4 @@ fn the_guard_comes_back_after_sigbus_is_reset() {
         }
     });
     assert!(matches!(r, Err(ReadError::Changed)), "{:?}", r.err().map(|e| e.to_string()));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -204,7 +204,8 @@ fn mapped_file_reads_like_the_stream() {
     if files.is_empty() {
         return; // traces_dir() printed why (and fails under CI)
     }
-    let path = common::scratch_dir("mapped").join("case.pickle");
+    let dir = common::scratch_dir("mapped");
+    let path = dir.join("case.pickle");
     let mut runner = TestRunner::new(Config {
         cases: 300,
         failure_persistence: None,
@@ -244,7 +245,8 @@ fn mapped_file_reads_like_the_stream() {
 fn truncated_files_on_disk_are_refused() {
     let Some(p) = common::real_file("selectn-gpt2-generate-stateonly.pickle") else { return };
     let full = std::fs::read(&p).unwrap();
-    let path = common::scratch_dir("mapped-cut").join("cut.pickle");
+    let dir = common::scratch_dir("mapped-cut");
+    let path = dir.join("cut.pickle");
     for cut in (1..full.len()).step_by(97) {
         std::fs::write(&path, &full[..cut]).unwrap();
         let e = fragscope_snapshot::read_path(&path).err().unwrap_or_else(|| panic!("cut {cut} accepted"));

@@ -7,12 +7,24 @@ fn fragscope(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fragscope")).args(args).output().unwrap()
 }
 
-fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fragscope-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
+/// A file in a temporary folder of its own, removed when dropped (a failing test too).
+struct TempFile {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> TempFile {
+    let dir = tempfile::Builder::new().prefix("fragscope-cli-test-").tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    TempFile { path, _dir: dir }
 }
 
 fn assert_one_line_error(out: &Output, expect: &str) {
@@ -51,7 +63,8 @@ fn random_bytes_are_refused() {
 #[test]
 fn global_pickle_is_refused_without_running_it() {
     // pickle.dumps of os.system("touch ...") via __reduce__, protocol 2 (GLOBAL + REDUCE).
-    let marker = std::env::temp_dir().join(format!("fragscope-pwned-{}", std::process::id()));
+    let marker_dir = tempfile::Builder::new().prefix("fragscope-pwned-").tempdir().unwrap();
+    let marker = marker_dir.path().join("pwned");
     let cmd = format!("touch {}", marker.display());
     let mut bytes = b"\x80\x02cposix\nsystem\nq\x00X".to_vec();
     bytes.extend((cmd.len() as u32).to_le_bytes());
@@ -135,7 +148,8 @@ fn json_has_the_documented_keys() {
 fn dash_reads_standard_input() {
     use std::io::Write;
     // Write the built-in example as a pickle through replay --save-snapshot, then pipe it.
-    let pickle = std::env::temp_dir().join(format!("fragscope-stdin-{}.pickle", std::process::id()));
+    let dir = tempfile::Builder::new().prefix("fragscope-stdin-").tempdir().unwrap();
+    let pickle = dir.path().join("example.pickle");
     let saved = fragscope(&["replay", "--config", "", "--save-snapshot", pickle.to_str().unwrap()]);
     assert!(saved.status.success(), "{}", String::from_utf8_lossy(&saved.stderr));
     let bytes = std::fs::read(&pickle).unwrap();

@@ -14,9 +14,19 @@ fn limited(
     stdin: Stdio,
     feed: Option<Box<dyn FnOnce(std::process::ChildStdin) + Send>>,
 ) -> (i32, String, String) {
+    limited_to(4_000_000, args, stdin, feed)
+}
+
+/// [`limited`] under `ulimit -v KIB`.
+fn limited_to(
+    kib: u64,
+    args: &[&str],
+    stdin: Stdio,
+    feed: Option<Box<dyn FnOnce(std::process::ChildStdin) + Send>>,
+) -> (i32, String, String) {
     let mut child = Command::new("sh")
         .arg("-c")
-        .arg("ulimit -v 4000000 && exec \"$0\" \"$@\"")
+        .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_fragscope"))
         .args(args)
         .stdin(stdin)
@@ -106,11 +116,170 @@ fn endless_zeros_stop_at_once() {
     one_line_exit_2(limited(&["oom"], Stdio::from(zero), None), "stdin holds a NUL byte at byte 0");
 }
 
+/// A stored (uncompressed) zip entry's local header, as torch.save writes them: sizes and
+/// CRC-32 known up front, no data descriptor.
+fn local_header(name: &str, crc: u32, len: u32) -> Vec<u8> {
+    let mut v = b"PK\x03\x04".to_vec();
+    v.extend(20u16.to_le_bytes()); // version needed
+    v.extend([0u8; 6]); // flags, method (stored), time
+    v.extend(0x21u16.to_le_bytes()); // date: 1980-01-01
+    v.extend(crc.to_le_bytes());
+    v.extend(len.to_le_bytes());
+    v.extend(len.to_le_bytes());
+    v.extend((name.len() as u16).to_le_bytes());
+    v.extend(0u16.to_le_bytes());
+    v.extend(name.as_bytes());
+    v
+}
+
+/// The central directory entry of a stored entry whose local header is at `offset`.
+fn central_entry(name: &str, crc: u32, len: u32, offset: u32) -> Vec<u8> {
+    let mut v = b"PK\x01\x02".to_vec();
+    v.extend(20u16.to_le_bytes()); // version made by
+    v.extend(20u16.to_le_bytes()); // version needed
+    v.extend([0u8; 6]);
+    v.extend(0x21u16.to_le_bytes());
+    v.extend(crc.to_le_bytes());
+    v.extend(len.to_le_bytes());
+    v.extend(len.to_le_bytes());
+    v.extend((name.len() as u16).to_le_bytes());
+    v.extend([0u8; 12]); // extra, comment, disk, attributes
+    v.extend(offset.to_le_bytes());
+    v.extend(name.as_bytes());
+    v
+}
+
+/// A zip archive of `pickle` as a torch.save writes it: `archive/data.pkl`, stored.
+fn stored_zip(pickle: &[u8]) -> Vec<u8> {
+    let mut c = flate2::Crc::new();
+    c.update(pickle);
+    let (crc, len) = (c.sum(), pickle.len() as u32);
+    let mut v = local_header("archive/data.pkl", crc, len);
+    v.extend(pickle);
+    let cd_at = v.len() as u32;
+    let cd = central_entry("archive/data.pkl", crc, len, 0);
+    v.extend(&cd);
+    v.extend(b"PK\x05\x06\0\0\0\0\x01\0\x01\0");
+    v.extend((cd.len() as u32).to_le_bytes());
+    v.extend(cd_at.to_le_bytes());
+    v.extend(0u16.to_le_bytes());
+    v
+}
+
+#[test]
+fn pickle_bombs_in_a_torch_save_zip_on_stdin_end_in_one_line() {
+    // The archive goes through the stdin spill (a temporary file), plain and gzip'd.
+    let zip = stored_zip(&memo_doubling());
+    one_line_exit_2(limited(&["summary", "-"], Stdio::piped(), bytes_in(zip.clone())), "memo references copied");
+    one_line_exit_2(limited(&["summary", "-"], Stdio::piped(), bytes_in(gzip(&zip))), "memo references copied");
+    let mut long = b"\x80\x04\x8e".to_vec();
+    long.extend((6u64 << 30).to_le_bytes());
+    long.extend(std::iter::repeat_n(0u8, 8 << 20));
+    one_line_exit_2(
+        limited(&["summary", "-"], Stdio::piped(), bytes_in(gzip(&stored_zip(&long)))),
+        "longer than any memory snapshot holds (limit 64 MiB)",
+    );
+    // An archive that ends early: one line, not a hang or a panic.
+    one_line_exit_2(limited(&["summary", "-"], Stdio::piped(), bytes_in(zip[..zip.len() / 2].to_vec())), "zip");
+}
+
+#[test]
+fn a_torch_save_zip_on_stdin_is_not_held_in_memory() {
+    // Issue 43: a torch.save archive on stdin was read whole into memory (the zip reader
+    // seeks): memory grew with the stream (a 3 GB one took 2.1 GB before "out of memory").
+    // Here a real snapshot as `archive/data.pkl`, then a 512 MiB tensor storage
+    // (`archive/data/0`, zeros), streamed under a 300 MB address-space limit: only a
+    // reader that does not hold the archive in memory gets through it.
+    let pickle = std::fs::read(fragscope_testdata::in_repo_dir().join("effdl-course-liger-ce.pickle")).unwrap();
+    const STORAGE: u32 = 512 << 20;
+    let zeros = vec![0u8; 1 << 20];
+    let mut crc = flate2::Crc::new();
+    for _ in 0..STORAGE >> 20 {
+        crc.update(&zeros);
+    }
+    let (crc_storage, crc_pickle) = (crc.sum(), {
+        let mut c = flate2::Crc::new();
+        c.update(&pickle);
+        c.sum()
+    });
+    let len = pickle.len() as u32;
+    let mut head = local_header("archive/data.pkl", crc_pickle, len);
+    head.extend(&pickle);
+    let storage_at = head.len() as u32;
+    head.extend(local_header("archive/data/0", crc_storage, STORAGE));
+    let mut tail = central_entry("archive/data.pkl", crc_pickle, len, 0);
+    tail.extend(central_entry("archive/data/0", crc_storage, STORAGE, storage_at));
+    let cd_size = tail.len() as u32;
+    tail.extend(b"PK\x05\x06\0\0\0\0\x02\0\x02\0");
+    tail.extend(cd_size.to_le_bytes());
+    tail.extend((head.len() as u32 + STORAGE).to_le_bytes());
+    tail.extend(0u16.to_le_bytes());
+    let feed: Box<dyn FnOnce(std::process::ChildStdin) + Send> = Box::new(move |mut w| {
+        let _ = (|| -> std::io::Result<()> {
+            w.write_all(&head)?;
+            for _ in 0..STORAGE >> 20 {
+                w.write_all(&zeros)?;
+            }
+            w.write_all(&tail)
+        })();
+    });
+    let (code, out, err) = limited_to(300_000, &["summary", "--json", "-"], Stdio::piped(), Some(feed));
+    assert_eq!(code, 0, "{err}");
+    // The same figures as the pickle read from its file.
+    let by_path = Command::new(env!("CARGO_BIN_EXE_fragscope"))
+        .args(["summary", "--json"])
+        .arg(fragscope_testdata::in_repo_dir().join("effdl-course-liger-ce.pickle"))
+        .output()
+        .unwrap();
+    let devices = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap()["files"][0]["devices"].clone();
+    assert_eq!(devices(out.as_bytes()), devices(&by_path.stdout));
+}
+
+#[test]
+fn byte_totals_past_2_64_are_refused_in_one_line() {
+    // Issue 43: bounds capped each entry, not their sums; 2^16 segments of 256 TiB (each
+    // within its bound) add up to 2^64 bytes. By path, on stdin and gzip'd on stdin.
+    use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, Snapshot};
+    let size = fragscope_snapshot::bounds::MAX_BYTES;
+    let segment = |k: u64| Segment {
+        device: 0,
+        address: k << 41,
+        total_size: size,
+        allocated_size: 0,
+        active_size: 0,
+        requested_size: None,
+        stream: 0,
+        segment_type: SegmentType::Large,
+        segment_pool_id: None,
+        is_expandable: None,
+        stack: None,
+        blocks: vec![Block {
+            address: k << 41,
+            size,
+            requested_size: None,
+            state: BlockState::Inactive,
+            stack: None,
+            history: None,
+        }],
+    };
+    let snap = Snapshot { segments: (0..1u64 << 16).map(segment).collect(), ..Default::default() };
+    let dir = tempfile::Builder::new().prefix("fragscope-sums-").tempdir().unwrap();
+    let f = dir.path().join("sums.pickle");
+    fragscope_snapshot::pickle::write::write_path(&snap, &f).unwrap();
+    let want = "the segments' total_size add up to 18446744073709551616 bytes, more than 2^64";
+    let bytes = std::fs::read(&f).unwrap();
+    for args in [&["summary", f.to_str().unwrap()][..], &["analyze", f.to_str().unwrap()]] {
+        one_line_exit_2(limited(args, Stdio::null(), None), want);
+    }
+    one_line_exit_2(limited(&["summary", "-"], Stdio::piped(), bytes_in(bytes.clone())), want);
+    one_line_exit_2(limited(&["replay", "-"], Stdio::piped(), bytes_in(gzip(&bytes))), want);
+}
+
 #[test]
 fn terminal_escapes_in_names_are_escaped_in_text() {
     let src = fragscope_testdata::in_repo_dir().join("effdl-course-liger-ce.pickle");
-    let dir = std::env::temp_dir().join(format!("fragscope-escapes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("fragscope-escapes-").tempdir().unwrap();
+    let dir = tmp.path();
     // An OSC window title, a clear screen and a right-to-left override in a file name.
     let path = dir.join("a\u{1b}]0;pwned\u{7}\u{1b}[2J\u{202e}b.pickle");
     std::fs::copy(&src, &path).unwrap();
@@ -123,7 +292,6 @@ fn terminal_escapes_in_names_are_escaped_in_text() {
     let (code, _, err) = limited(&["summary", missing.to_str().unwrap()], Stdio::null(), None);
     assert_eq!(code, 2);
     assert!(err.contains("gone\\u001b[2J.pickle") && !err.contains('\u{1b}'), "{err:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

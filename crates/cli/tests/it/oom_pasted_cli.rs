@@ -36,8 +36,8 @@ fn oom_explains_every_message_of_a_log() {
 /// as text, a 460 MB pickle took 66 s and 6.9 GB of memory to find no message).
 #[test]
 fn oom_on_a_snapshot_says_what_to_run_instead() {
-    let dir = std::env::temp_dir().join(format!("fragscope-oom-not-text-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("fragscope-oom-not-text-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let snap =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/real/flexgen-opt-oom-v2.0-history-format.pickle");
     let gz = dir.join("train.log.gz");
@@ -64,5 +64,4 @@ fn oom_on_a_snapshot_says_what_to_run_instead() {
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains(says) && err.contains(&arg.display().to_string()), "{err}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,12 +12,18 @@ fn fragscope(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fragscope")).args(args).output().unwrap()
 }
 
-/// A fresh, empty folder for one test.
-fn folder(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fragscope-outpaths-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh, empty folder for one test, removed when dropped (a failing test too).
+struct Folder(tempfile::TempDir);
+
+impl std::ops::Deref for Folder {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+fn folder(test: &str) -> Folder {
+    Folder(tempfile::Builder::new().prefix(&format!("fragscope-outpaths-{test}-")).tempdir().unwrap())
 }
 
 fn s(p: &Path) -> &str {
@@ -80,7 +86,8 @@ fn report_over_a_symlink_is_refused_and_its_target_untouched() {
 #[test]
 fn report_over_a_dangling_symlink_writes_nothing_outside() {
     let dir = folder("report-dangling");
-    let outside = folder("report-dangling-outside").join("planted.html");
+    let outside_dir = folder("report-dangling-outside");
+    let outside = outside_dir.join("planted.html");
     let link = dir.join("out.html");
     symlink(&outside, &link).unwrap();
     assert_refused(&fragscope(&["report", "-o", s(&link)]), "symlink");
@@ -137,7 +144,8 @@ fn export_never_follows_a_symlink_or_opens_a_fifo_in_its_folder() {
     let snap = small_snapshot();
     for (case, expect) in [("symlink", "symlink"), ("dangling", "symlink"), ("fifo", "FIFO")] {
         let dir = folder(&format!("export-{case}"));
-        let outside = folder(&format!("export-{case}-outside")).join("target.parquet");
+        let outside_dir = folder(&format!("export-{case}-outside"));
+        let outside = outside_dir.join("target.parquet");
         let planted = dir.join("blocks.parquet");
         match case {
             "symlink" => {
@@ -169,7 +177,8 @@ fn failed_export_leaves_its_folder_as_it_was() {
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(listing(&dir), before);
     // A folder the failed run created is removed again.
-    let fresh = folder("export-failure-fresh").join("new");
+    let fresh_dir = folder("export-failure-fresh");
+    let fresh = fresh_dir.join("new");
     let out = fragscope(&["export", s(&small_snapshot()), s(&bad), "-o", s(&fresh)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(!fresh.exists());

@@ -19,12 +19,13 @@ fn source() -> Vec<u8> {
 
 /// `bytes` written to a scratch file dated a day back (so that a rewrite now changes its
 /// modification time even on a file system with coarse timestamps).
-fn scratch_file(tag: &str, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = common::scratch_dir(tag).join(name);
+fn scratch_file(tag: &str, name: &str, bytes: &[u8]) -> (common::Scratch, PathBuf) {
+    let dir = common::scratch_dir(tag);
+    let p = dir.join(name);
     let mut f = std::fs::File::create(&p).unwrap();
     f.write_all(bytes).unwrap();
     f.set_modified(SystemTime::now() - Duration::from_secs(86_400)).unwrap();
-    p
+    (dir, p)
 }
 
 /// Runs `case` without, then with, the helper that maps a file ahead of its reader, one
@@ -65,7 +66,7 @@ fn an_untouched_file_reads() {
     // The snapshot as read from memory: the mapped read, either way, must give the same.
     let want = fragscope_snapshot::read_from(&bytes[..]).unwrap();
     both_ways(|how| {
-        let p = scratch_file("changed", "same.pickle", &bytes);
+        let (_dir, p) = scratch_file("changed", "same.pickle", &bytes);
         let snap = read_while(&p, |_| {}).expect("the file did not change");
         assert!(!snap.segments.is_empty());
         assert_eq!(fragscope_snapshot::semantic_diff(&want, &snap), None, "{how}");
@@ -77,7 +78,7 @@ fn a_file_truncated_while_mapped_is_a_clean_error() {
     let bytes = source();
     both_ways(|how| {
         for (name, keep) in [("empty.pickle", 0), ("half.pickle", bytes.len() as u64 / 2), ("page.pickle", 4096)] {
-            let p = scratch_file("changed", name, &bytes);
+            let (_dir, p) = scratch_file("changed", name, &bytes);
             assert_changed(read_while(&p, |p| truncate(p, keep)), &format!("{name}, {how}"));
         }
     });
@@ -90,7 +91,7 @@ fn a_file_rewritten_while_read_is_a_clean_error() {
         // Truncated and written again with the very same bytes: every page is readable
         // again, but the file was rewritten under the reader (it could as well be another
         // snapshot).
-        let p = scratch_file("changed", "rewritten.pickle", &bytes);
+        let (_dir, p) = scratch_file("changed", "rewritten.pickle", &bytes);
         assert_changed(
             read_while(&p, |p| {
                 truncate(p, 0);
@@ -101,7 +102,7 @@ fn a_file_rewritten_while_read_is_a_clean_error() {
     });
     // Streamed (gzip-compressed), cut short.
     let gz = common::gzip(&bytes);
-    let p = scratch_file("changed", "cut.pickle.gz", &gz);
+    let (_dir, p) = scratch_file("changed", "cut.pickle.gz", &gz);
     assert_changed(read_while(&p, |p| truncate(p, gz.len() as u64 / 3)), "gzip, cut short");
 }
 

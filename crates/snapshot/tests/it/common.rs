@@ -17,14 +17,38 @@ pub fn small_pickles(max: u64) -> Vec<PathBuf> {
     real_pickles().into_iter().filter(|p| std::fs::metadata(p).unwrap().len() <= max).collect()
 }
 
-/// A fresh scratch directory under the system temp dir.
-pub fn scratch_dir(tag: &str) -> PathBuf {
+/// A scratch directory, removed when dropped (by a failing test too: 462 leftover
+/// `fragscope-changed-*` folders, 420 MB, were once found in /tmp). Keep it bound for as
+/// long as its files are used.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh scratch directory under the system temp dir ([`Scratch`]).
+pub fn scratch_dir(tag: &str) -> Scratch {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let d = std::env::temp_dir().join(format!("fragscope-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 /// `python3`, if it runs. Like the traces, required under CI.

@@ -250,7 +250,8 @@ fn a_torch_save_zip_whose_entry_fails_its_crc_is_damaged() {
     let e = read_from(&bad[..]).map(|_| ()).unwrap_err().to_string();
     assert_eq!(e, "damaged zip entry data: Invalid checksum; the file is corrupt or incomplete (download it again)");
     // Read in place from a file, too.
-    let path = common::scratch_dir("limits-zip-crc").join("bad.pt");
+    let dir = common::scratch_dir("limits-zip-crc");
+    let path = dir.join("bad.pt");
     std::fs::write(&path, &bad).unwrap();
     let e2 = read_path(&path).map(|_| ()).unwrap_err().to_string();
     assert_eq!(e, e2);
