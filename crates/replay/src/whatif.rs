@@ -209,9 +209,12 @@ pub fn simulate_ops(
     };
     // 2. Serve the workload, with the recording's own empty_cache() calls and the ones
     // asked for, in trace order.
-    let mut points: Vec<usize> = inferred.empty_cache_before.clone();
-    points.extend(opts.empty_cache_at.iter().copied());
-    points.sort_unstable();
+    let mut points: Vec<(usize, Release)> = inferred.empty_cache_before.iter().map(|&k| (k, Release::All)).collect();
+    points.extend(opts.empty_cache_at.iter().map(|&k| (k, Release::All)));
+    // Private pools: when each became freeable, and the recording's emptyCache(pool) calls.
+    points.extend(inferred.pool_freeable_before.iter().map(|&(k, p)| (k, Release::Freeable(p))));
+    points.extend(inferred.pool_empty_cache_before.iter().map(|&(k, p)| (k, Release::Pool(p))));
+    points.sort_by_key(|&(k, r)| (k, r.order()));
     let mut run = SimRun::new(eng, blocks, points, opts);
     for op in ops {
         run.serve(snap, opts, &op);
@@ -299,6 +302,28 @@ fn probe(eng: &CachingAllocator<SimulatedDevice>, at: usize) -> Probe {
     }
 }
 
+/// A release the recording made (or a what-if asks for) before a trace entry.
+#[derive(Clone, Copy, Debug)]
+enum Release {
+    /// A private pool's use count dropped to zero (found by the verify replay).
+    Freeable(PoolId),
+    /// `torch.cuda.empty_cache()`.
+    All,
+    /// `emptyCache(pool)` of one private pool.
+    Pool(PoolId),
+}
+
+impl Release {
+    /// At one entry: a pool becomes freeable before any call releases it.
+    fn order(self) -> u8 {
+        match self {
+            Release::Freeable(_) => 0,
+            Release::All => 1,
+            Release::Pool(_) => 2,
+        }
+    }
+}
+
 /// A what-if in progress: the simulated allocator and what [`simulate_ops`] counts while
 /// it serves the workload one [`Op`] at a time ([`SimRun::serve`]).
 ///
@@ -309,8 +334,9 @@ struct SimRun<'o> {
     eng: CachingAllocator<SimulatedDevice>,
     /// Recorded blocks → simulated blocks.
     blocks: BlockMap,
-    /// The `empty_cache()` points still to come (trace entries, ascending).
-    ec: std::iter::Peekable<std::vec::IntoIter<usize>>,
+    /// The `empty_cache()` points still to come (trace entries, ascending), with the
+    /// private pools' releases.
+    ec: std::iter::Peekable<std::vec::IntoIter<(usize, Release)>>,
     /// The probes still to read (trace entries, ascending), and those read.
     probe_at: std::iter::Peekable<std::iter::Copied<std::slice::Iter<'o, usize>>>,
     probes: Vec<Probe>,
@@ -348,7 +374,7 @@ impl<'o> SimRun<'o> {
     fn new(
         mut eng: CachingAllocator<SimulatedDevice>,
         blocks: BlockMap,
-        points: Vec<usize>,
+        points: Vec<(usize, Release)>,
         opts: &'o SimOptions,
     ) -> Self {
         let mut seed_events: Vec<Event> = Vec::new();
@@ -388,10 +414,18 @@ impl<'o> SimRun<'o> {
         while let Some(p) = self.probe_at.next_if(|&p| p < i || (p == i && !op.inserted)) {
             self.probes.push(probe(&self.eng, p));
         }
-        while self.ec.peek().is_some_and(|&k| k <= i) {
-            self.ec.next();
-            self.eng.empty_cache();
-            self.empty_cache_calls += 1;
+        while let Some((_, r)) = self.ec.next_if(|&(k, _)| k <= i) {
+            match r {
+                Release::Freeable(p) => self.eng.set_pool_freeable(p, true),
+                Release::All => {
+                    self.eng.empty_cache();
+                    self.empty_cache_calls += 1;
+                }
+                Release::Pool(p) => {
+                    self.eng.empty_cache_pool(p);
+                    self.empty_cache_calls += 1;
+                }
+            }
         }
         let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
         let reserved_before_op = self.eng.reserved_bytes();
