@@ -171,6 +171,8 @@ fn a_captured_pool_keeps_its_blocks_from_default_requests() {
     assert_ne!(s, t2);
     let snap = run.finish();
     assert_eq!(snap.segments.iter().filter(|s| s.segment_pool_id == Some(GRAPH)).count(), 2);
+    let bands = fragscope_replay::RecordedState::from_snapshot(&snap, 0).pool_bands();
+    assert_eq!(bands.iter().map(|b| (b.pool, b.segments)).collect::<Vec<_>>(), vec![(DEFAULT_POOL, 2), (GRAPH, 2)]);
     let r = exact(&snap);
     assert_eq!(r.allocs, 6);
 }
@@ -262,4 +264,39 @@ fn a_default_request_fallback_releases_freeable_pools_too() {
     let snap = run.finish();
     let r = exact(&snap);
     assert_eq!(r.empty_cache_calls, 0, "a fallback, not an explicit call");
+}
+
+/// The verl/vLLM state (two `MemPool`s beside the default pools, no trace): each pool's
+/// band adds up to what PyTorch itself wrote on the pool's segments (`total_size`,
+/// `allocated_size`), and the bands together are the device.
+#[test]
+fn pool_bands_of_a_real_private_pool_state_add_up_to_the_recorded_segments() {
+    let path = fragscope_testdata::real_file("verl-megatron-vllm-qwen2-private-pools-stateonly.pickle")
+        .expect("in the repository");
+    let snap = fragscope_snapshot::read_path(&path).unwrap();
+    let bands = fragscope_replay::RecordedState::from_snapshot(&snap, 0).pool_bands();
+    let pools: Vec<PoolId> = bands.iter().map(|b| b.pool).collect();
+    assert_eq!(pools, vec![DEFAULT_POOL, (0, 1), (0, 2)]);
+    for b in &bands {
+        let segs: Vec<&Segment> = snap.segments.iter().filter(|s| s.segment_pool_id == Some(b.pool)).collect();
+        assert_eq!(b.segments, segs.len() as u64, "{:?}", b.pool);
+        assert_eq!(b.reserved_bytes, segs.iter().map(|s| s.total_size).sum::<u64>(), "{:?}", b.pool);
+        assert_eq!(b.allocated_bytes, segs.iter().map(|s| s.allocated_size).sum::<u64>(), "{:?}", b.pool);
+        let inactive: Vec<u64> = segs
+            .iter()
+            .flat_map(|s| s.blocks.iter())
+            .filter(|k| k.state == BlockState::Inactive)
+            .map(|k| k.size)
+            .collect();
+        assert_eq!(b.cached_free_bytes, inactive.iter().sum::<u64>(), "{:?}", b.pool);
+        assert_eq!(b.largest_free_block_bytes, inactive.iter().copied().max().unwrap_or(0), "{:?}", b.pool);
+    }
+    assert_eq!(
+        bands.iter().map(|b| b.reserved_bytes).sum::<u64>(),
+        snap.segments.iter().map(|s| s.total_size).sum::<u64>()
+    );
+    // A file without private pools has no bands to show apart.
+    let plain = fragscope_testdata::real_file("effdl-course-liger-ce.pickle").expect("in the repository");
+    let plain = fragscope_snapshot::read_path(&plain).unwrap();
+    assert!(fragscope_replay::RecordedState::from_snapshot(&plain, 0).pool_bands().is_empty());
 }
