@@ -415,17 +415,7 @@ impl<'o> SimRun<'o> {
             self.probes.push(probe(&self.eng, p));
         }
         while let Some((_, r)) = self.ec.next_if(|&(k, _)| k <= i) {
-            match r {
-                Release::Freeable(p) => self.eng.set_pool_freeable(p, true),
-                Release::All => {
-                    self.eng.empty_cache();
-                    self.empty_cache_calls += 1;
-                }
-                Release::Pool(p) => {
-                    self.eng.empty_cache_pool(p);
-                    self.empty_cache_calls += 1;
-                }
-            }
+            self.release(r);
         }
         let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
         let reserved_before_op = self.eng.reserved_bytes();
@@ -515,6 +505,22 @@ impl<'o> SimRun<'o> {
         }
     }
 
+    /// One release the recording made before an op (or a what-if asks for).
+    #[inline(always)]
+    fn release(&mut self, r: Release) {
+        match r {
+            Release::Freeable(p) => self.eng.set_pool_freeable(p, true),
+            Release::All => {
+                self.eng.empty_cache();
+                self.empty_cache_calls += 1;
+            }
+            Release::Pool(p) => {
+                self.eng.empty_cache_pool(p);
+                self.empty_cache_calls += 1;
+            }
+        }
+    }
+
     /// The events of the op that produced `ev` (after any seeding events still
     /// unread, which are not counted): counted as driver work and, with
     /// `SimOptions::collect_snapshot`, kept as trace entries carrying `ev`'s stack and time.
@@ -549,9 +555,8 @@ impl<'o> SimRun<'o> {
         start_state: StartState,
         mut notes: Vec<String>,
     ) -> WhatIf {
-        for _ in self.ec.by_ref() {
-            self.eng.empty_cache();
-            self.empty_cache_calls += 1;
+        while let Some((_, r)) = self.ec.next() {
+            self.release(r);
         }
         let eng = &self.eng;
         self.probes.extend(self.probe_at.by_ref().map(|p| probe(eng, p)));

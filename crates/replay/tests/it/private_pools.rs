@@ -300,3 +300,25 @@ fn pool_bands_of_a_real_private_pool_state_add_up_to_the_recorded_segments() {
     let plain = fragscope_snapshot::read_path(&plain).unwrap();
     assert!(fragscope_replay::RecordedState::from_snapshot(&plain, 0).pool_bands().is_empty());
 }
+
+/// The same `emptyCache(pool)` as the last thing the trace records: the what-if makes it
+/// after its last op, as that pool's release alone.
+#[test]
+fn a_pool_release_at_the_end_of_the_trace_stays_a_pool_release_in_what_ifs() {
+    let mut run = Run::new(8 << 30);
+    let d = run.malloc(4 * MIB, DEFAULT_POOL).unwrap();
+    let m = run.malloc(4 * MIB, MEMPOOL).unwrap();
+    run.free(m);
+    run.free(d);
+    run.eng.set_pool_freeable(MEMPOOL, true);
+    run.empty_cache_pool(MEMPOOL);
+    let snap = run.finish();
+    assert_eq!(snap.trace(0).last().map(|e| e.action), Some(Action::SegmentFree));
+    let r = exact(&snap);
+    assert_eq!(r.empty_cache_calls, 1);
+    let cfg = fragscope_replay::recorded_config(&snap);
+    let w = simulate_with(&snap, 0, cfg, &SimOptions { collect_snapshot: true, ..SimOptions::default() });
+    assert_eq!((w.cuda_frees, w.final_reserved), (1, 20 * MIB));
+    let kept: Vec<_> = w.snapshot.expect("collected").segments.iter().map(|s| s.segment_pool_id).collect();
+    assert_eq!(kept, vec![Some(DEFAULT_POOL)], "the MemPool's segment went, the default pool's stayed");
+}
