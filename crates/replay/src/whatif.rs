@@ -8,7 +8,7 @@
 //! every other segment decision is the simulated allocator's own.
 
 use super::AddrBuild;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use fragscope_alloc::{AllocatorConfig, CachingAllocator, Event, PoolId, SimulatedDevice, DEFAULT_POOL};
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
@@ -190,9 +190,9 @@ pub fn simulate_ops(
     let mut notes = Vec::new();
     // 1. The simulated device and the state before the trace.
     let cap = simulated_capacity(snap, device, &cfg, opts, &mut notes);
-    if let Some(n) = super::driver::private_pool_note(snap, device) {
-        notes.push(n);
-    }
+    let private_pools = super::driver::private_pool_note(snap, device);
+    let has_private_pools = private_pools.is_some();
+    notes.extend(private_pools);
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     // Events are always read: the driver work is counted from them.
     eng.set_record_events(true);
@@ -215,7 +215,7 @@ pub fn simulate_ops(
     points.extend(inferred.pool_freeable_before.iter().map(|&(k, p)| (k, Release::Freeable(p))));
     points.extend(inferred.pool_empty_cache_before.iter().map(|&(k, p)| (k, Release::Pool(p))));
     points.sort_by_key(|&(k, r)| (k, r.order()));
-    let mut run = SimRun::new(eng, blocks, points, opts);
+    let mut run = SimRun::new(eng, blocks, points, opts, has_private_pools);
     for op in ops {
         run.serve(snap, opts, &op);
     }
@@ -346,6 +346,10 @@ struct SimRun<'o> {
     out_contexts: Vec<fragscope_snapshot::EntryContext>,
     /// Scratch for each op's events, reused.
     evbuf: Vec<Event>,
+    /// With a saved run of a trace with private pools: the pool of each segment (and
+    /// mapped range) by address, so the saved entries carry their `pool_id`
+    /// ([`event_pool`]); `None` otherwise.
+    seg_pools: Option<BTreeMap<u64, PoolId>>,
     first_oom: Option<SimOom>,
     recorded_fit: u64,
     skipped_frees: u64,
@@ -376,11 +380,14 @@ impl<'o> SimRun<'o> {
         blocks: BlockMap,
         points: Vec<(usize, Release)>,
         opts: &'o SimOptions,
+        private_pools: bool,
     ) -> Self {
         let mut seed_events: Vec<Event> = Vec::new();
         eng.drain_events_into(&mut seed_events);
         let reserved_before_trace = eng.reserved_bytes();
         let allocated_before_trace = eng.stats().allocated_bytes.all().current.max(0) as u64;
+        let seg_pools = (private_pools && opts.collect_snapshot)
+            .then(|| eng.segments().iter().map(|s| (s.address, s.pool)).collect());
         SimRun {
             eng,
             blocks,
@@ -390,6 +397,7 @@ impl<'o> SimRun<'o> {
             out_events: Vec::new(),
             out_contexts: Vec::new(),
             evbuf: Vec::new(),
+            seg_pools,
             first_oom: None,
             recorded_fit: 0,
             skipped_frees: 0,
@@ -427,7 +435,7 @@ impl<'o> SimRun<'o> {
         if self.eng.reserved_bytes() > reserved_before_op {
             self.peak_reserved_by_trace = self.peak_reserved_by_trace.max(self.eng.reserved_bytes());
         }
-        self.take_events(opts, ev);
+        self.take_events(opts, ev, pool);
     }
 
     /// An allocation, or a request the recording refused (a recorded OOM): served if the
@@ -525,7 +533,7 @@ impl<'o> SimRun<'o> {
     /// unread, which are not counted): counted as driver work and, with
     /// `SimOptions::collect_snapshot`, kept as trace entries carrying `ev`'s stack and time.
     #[inline(always)]
-    fn take_events(&mut self, opts: &SimOptions, ev: &TraceEvent) {
+    fn take_events(&mut self, opts: &SimOptions, ev: &TraceEvent, pool: PoolId) {
         self.evbuf.clear();
         let seeded = self.seed_events.len();
         self.evbuf.append(&mut self.seed_events);
@@ -533,7 +541,8 @@ impl<'o> SimRun<'o> {
         self.evbuf[seeded..].iter().for_each(|e| self.driver.observe(e));
         if opts.collect_snapshot {
             for m in &self.evbuf {
-                let mut t = crate::recorder::trace_event(m, &mut self.out_contexts);
+                let p = self.seg_pools.as_mut().map(|segs| event_pool(&self.eng, segs, m, pool));
+                let mut t = crate::recorder::trace_event_in_pool(m, p, &mut self.out_contexts);
                 if matches!(m, Event::Alloc { .. } | Event::Oom { .. }) || t.action == ev.action {
                     t.stack = ev.stack;
                     t.time_us = ev.time_us;
@@ -569,9 +578,12 @@ impl<'o> SimRun<'o> {
         let st = eng.stats().clone();
         let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
         let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
-        let (mut out_events, mut out_contexts) = (self.out_events, self.out_contexts);
+        let (mut out_events, mut out_contexts, mut seg_pools) = (self.out_events, self.out_contexts, self.seg_pools);
         let snapshot = opts.collect_snapshot.then(|| {
-            out_events.extend(tail.iter().map(|m| crate::recorder::trace_event(m, &mut out_contexts)));
+            out_events.extend(tail.iter().map(|m| {
+                let p = seg_pools.as_mut().map(|segs| event_pool(&eng, segs, m, DEFAULT_POOL));
+                crate::recorder::trace_event_in_pool(m, p, &mut out_contexts)
+            }));
             build_snapshot(snap, device, &eng, out_events, out_contexts)
         });
         WhatIf {
@@ -627,6 +639,29 @@ impl<'o> SimRun<'o> {
                 "{by_retry} free_completed entr{} already completed by the cache release of an allocation retry",
                 if by_retry == 1 { "y" } else { "ies" }
             ));
+        }
+    }
+}
+
+/// The pool of a simulated event, for a saved run's `pool_id`: the request's own pool
+/// for its allocation or OOM, else the pool of the segment the address is in now, or, for
+/// a segment already released, the one it was made in (`segs`, kept up to date here).
+fn event_pool(
+    eng: &CachingAllocator<SimulatedDevice>,
+    segs: &mut BTreeMap<u64, PoolId>,
+    m: &Event,
+    op_pool: PoolId,
+) -> PoolId {
+    match *m {
+        Event::Alloc { .. } | Event::Oom { .. } => op_pool,
+        Event::SegmentFree { addr, .. } => segs.remove(&addr).or_else(|| eng.pool_at(addr)).unwrap_or(op_pool),
+        Event::SegmentAlloc { addr, .. } | Event::SegmentMap { addr, .. } => {
+            let p = eng.pool_at(addr).unwrap_or(op_pool);
+            segs.insert(addr, p);
+            p
+        }
+        Event::FreeRequested { addr, .. } | Event::FreeCompleted { addr, .. } | Event::SegmentUnmap { addr, .. } => {
+            eng.pool_at(addr).or_else(|| segs.range(..=addr).next_back().map(|(_, &p)| p)).unwrap_or(op_pool)
         }
     }
 }

@@ -485,6 +485,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// The pool of the segment (or expandable reservation) containing `addr`, if any.
+    pub fn pool_at(&self, addr: Addr) -> Option<PoolId> {
+        let (_, &si) = self.seg_by_addr.range(..=addr).next_back()?;
+        let seg = &self.segs[si];
+        (addr < seg.base + seg.size).then(|| self.pools[seg.pool as usize].id)
+    }
+
     /// Number of allocated plus pending-free blocks.
     pub fn active_blocks(&self) -> usize {
         self.active.len()

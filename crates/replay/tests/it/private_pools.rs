@@ -322,3 +322,35 @@ fn a_pool_release_at_the_end_of_the_trace_stays_a_pool_release_in_what_ifs() {
     let kept: Vec<_> = w.snapshot.expect("collected").segments.iter().map(|s| s.segment_pool_id).collect();
     assert_eq!(kept, vec![Some(DEFAULT_POOL)], "the MemPool's segment went, the default pool's stayed");
 }
+
+/// A what-if's saved run (`replay --save-snapshot`) keeps each entry's pool: written,
+/// read back and verified, it replays exactly, under the recorded settings and others.
+#[test]
+fn a_saved_what_if_run_keeps_its_pools_and_replays_exactly() {
+    let mut run = Run::new(8 << 30);
+    let d = run.malloc(6 * MIB, DEFAULT_POOL).unwrap();
+    let t1 = run.malloc(4 * MIB, GRAPH).unwrap();
+    let t2 = run.malloc(3000, GRAPH).unwrap();
+    run.free(t1);
+    let out = run.malloc(30 * MIB, GRAPH).unwrap();
+    run.free(t2);
+    run.free(d);
+    let d2 = run.malloc(40 * MIB, DEFAULT_POOL).unwrap();
+    run.free(out);
+    run.eng.set_pool_freeable(GRAPH, true);
+    run.empty_cache();
+    run.free(d2);
+    let snap = run.finish();
+    exact(&snap);
+    for conf in ["", "expandable_segments:True", "max_split_size_mb:32", "roundup_power2_divisions:4"] {
+        let cfg = fragscope_alloc::parse_config(conf).unwrap();
+        let w = simulate_with(&snap, 0, cfg, &SimOptions { collect_snapshot: true, ..SimOptions::default() });
+        let sim = w.snapshot.expect("collected");
+        assert!(sim.trace(0).iter().any(|e| sim.pool_id(e) == Some(GRAPH)), "[{conf}]");
+        let mut bytes = Vec::new();
+        fragscope_snapshot::pickle::write::write_snapshot(&sim, &mut bytes).unwrap();
+        let back = fragscope_snapshot::read_from(&bytes[..]).unwrap();
+        let r = exact(&back);
+        assert!(r.allocs >= 5, "[{conf}]");
+    }
+}
