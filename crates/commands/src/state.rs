@@ -107,6 +107,10 @@ pub struct StateOut {
     pub holders: Vec<Holder>,
     /// Bytes of the holders past `--top`.
     pub other_bytes: u64,
+    /// Each pool's band at that moment (the default pools first) when a private pool (CUDA
+    /// graph, `MemPool`) holds segments; absent otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<fragscope_replay::PoolBand>,
     /// Why this device and moment, when the request named no device and the file's OOM
     /// chose them ([`default_device`]); absent when the request chose them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -157,6 +161,7 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
     let st = allocator_state_at(snap, device, after)
         .map_err(|e| Error::input(format!("{name}: the state at that moment cannot be rebuilt: {e}")))?;
     let figures = state_figures(&st, None);
+    let pools = st.pool_bands();
     let live = live_at(snap, device, after);
     let total: u64 = live.iter().map(|b| b.size).sum();
     let mut rows: Vec<Holder> = if req.by == HoldersBy::Site {
@@ -207,6 +212,7 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
         holders_total_bytes: total,
         holders: rows,
         other_bytes,
+        pools,
         choice,
     })
 }

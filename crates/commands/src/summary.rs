@@ -16,12 +16,34 @@ pub struct FileSummary {
     pub oom: Option<OomLead>,
     #[serde(flatten)]
     pub summary: Summary,
+    /// Per device with private pools (CUDA graphs, `MemPool`s) in its final segments, each
+    /// pool's band (the default pools first); absent when no segment is in a private pool.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub private_pools: Vec<DevicePools>,
+}
+
+/// One device's pools ([`fragscope_replay::RecordedState::pool_bands`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct DevicePools {
+    pub device: i64,
+    pub pools: Vec<fragscope_replay::PoolBand>,
 }
 
 impl FileSummary {
     /// The summary of `snap`, with its OOM's verdict (the state at the OOM, no replay).
     pub fn of(snap: &Snapshot) -> FileSummary {
-        FileSummary { oom: OomLead::of_file(snap), summary: summarize(snap) }
+        let summary = summarize(snap);
+        let any_private = snap.segments.iter().any(|s| s.segment_pool_id.is_some_and(|p| p != (0, 0)));
+        let private_pools = summary
+            .devices
+            .iter()
+            .filter(|_| any_private)
+            .filter_map(|d| {
+                let pools = fragscope_replay::RecordedState::from_snapshot(snap, d.device).pool_bands();
+                (!pools.is_empty()).then_some(DevicePools { device: d.device, pools })
+            })
+            .collect();
+        FileSummary { oom: OomLead::of_file(snap), summary, private_pools }
     }
 }
 

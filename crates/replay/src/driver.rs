@@ -79,6 +79,13 @@ pub(crate) struct Inferred {
     pub released_before: Vec<usize>,
     /// State at entry 0, if the backward walk succeeded.
     pub initial: Option<RecordedState>,
+    /// Private pools found freeable right before these entries: their use count had
+    /// dropped to zero (`releasePool`), which the trace does not record; the first
+    /// release of one of their segments shows it.
+    pub pool_freeable_before: Vec<(usize, PoolId)>,
+    /// `emptyCache(pool)` of one private pool right before these entries (a burst that
+    /// releases private-pool segments only, as a `MemPool`'s destructor does).
+    pub pool_empty_cache_before: Vec<(usize, PoolId)>,
 }
 
 /// Device memory for the replay: given, else stated by the file, else inferred from
@@ -112,7 +119,7 @@ pub fn infer_expandable_capacity(snap: &Snapshot, device: i64, cfg: &AllocatorCo
 }
 
 /// A memory pool id as PyTorch writes it: `(graph id, pool id)`.
-type PoolId = (u64, u64);
+pub(crate) type PoolId = (u64, u64);
 /// What makes expandable reservations separate: `(stream, pool, small)`.
 type ReservationKind = (u64, PoolId, bool);
 
@@ -315,11 +322,8 @@ fn replay_forward<'a>(
         cursor: None,
         cursor_pos: 0,
         resv: Vec::new(),
-        inferred: Inferred {
-            empty_cache_before: Vec::new(),
-            released_before: Vec::new(),
-            initial: Some(initial.state),
-        },
+        inferred: Inferred { initial: Some(initial.state), ..Inferred::default() },
+        freeable: Vec::new(),
         unknown_sizes: initial.ambiguous,
         stopped: false,
         no_resync: opts.no_resync,
@@ -337,23 +341,33 @@ fn replay_forward<'a>(
     if !d.stopped {
         d.rep.final_state_matches = Some(same_state(&d.eng, snap, device, strict));
     }
+    if let Some(&(at, _)) = d.inferred.pool_freeable_before.first() {
+        let pools: Vec<String> =
+            d.inferred.pool_freeable_before.iter().map(|&(_, (a, b))| format!("({a}, {b})")).collect();
+        d.rep.notes.push(format!(
+            "{} private pool(s) found freeable (no graph or MemPool used them any more) by the release of \
+             their segments: {} (first before event {at})",
+            pools.len(),
+            pools.join(", ")
+        ));
+    }
     d
 }
 
-/// What the replay does not model about private pools (CUDA graphs, `MemPool`), said
-/// when the trace has entries in one (issue 21 item 3). PyTorch releases a private pool's
-/// free segments on `empty_cache()` once no graph or `MemPool` uses it
-/// (`graph_pools_freeable`); the trace does not record when that happens, so the replay
-/// never marks a pool freeable and keeps every private pool's cache. During a capture
-/// PyTorch does not release cached blocks before an OOM; captures are not in the trace
-/// either, so the replay's fallbacks run as outside a capture.
+/// How the replay treats private pools (CUDA graphs, `MemPool`), said when the trace
+/// has entries in one (docs/fidelity.md, "Private pools"). Each pool keeps its own
+/// blocks; a request in a private pool is made during a capture or a `use_mem_pool`
+/// context, so it gets no release-and-retry fallback; the moment a pool's use count
+/// drops to zero (`releasePool`) is not in the trace and is inferred from the first
+/// release of its segments.
 pub(crate) fn private_pool_note(snap: &Snapshot, device: i64) -> Option<String> {
     let n = snap.trace(device).iter().filter(|e| snap.pool_id(e).is_some_and(|p| p != DEFAULT_POOL)).count();
     (n > 0).then(|| {
         format!(
-            "{n} entries are in private pools (CUDA graphs, MemPools); not modelled: the release of a pool's \
-             cache once no graph uses it (graph_pools_freeable, on empty_cache()), and the absence of the \
-             release-and-retry fallback during a graph capture (neither is in the trace)"
+            "{n} entries are in private pools (CUDA graphs, MemPools): each pool serves only its own \
+             requests, and a request in one gets no release-and-retry before an OOM (a capture is under \
+             way); when a pool became freeable is not in the trace and is taken from the first release \
+             of its segments"
         )
     })
 }
@@ -440,6 +454,7 @@ fn same_state(eng: &Engine, snap: &Snapshot, device: i64, pool_kind: bool) -> bo
         g.address == w.address
             && g.total_size == w.total_size
             && same_blocks
+            && w.segment_pool_id.is_none_or(|p| p == g.pool)
             && (!pool_kind || g.is_large == (w.segment_type != fragscope_snapshot::SegmentType::Small))
     })
 }
@@ -505,6 +520,8 @@ struct Driver<'a> {
     /// Known expandable reservations `(base, size, stream, pool, small)`.
     resv: Vec<(u64, u64, u64, PoolId, bool)>,
     inferred: Inferred,
+    /// Private pools found freeable so far (kept across re-seeding).
+    freeable: Vec<PoolId>,
     /// Blocks alive at entry 0 whose size the trace does not fix (the walk's
     /// choices), to say so at a divergence next to one.
     unknown_sizes: Vec<super::state::Ambiguity>,
@@ -589,9 +606,7 @@ impl Driver<'_> {
         let trace = self.trace;
         let unexplained_new =
             self.pend.iter().any(|&k| matches!(trace[k].action, Action::SegmentAlloc | Action::SegmentMap));
-        self.eng.empty_cache();
-        self.rep.empty_cache_calls += 1;
-        self.inferred.empty_cache_before.push(at);
+        self.explicit_empty_cache(at, unexplained_new);
         let ok = self.compare_segments();
         if !ok || unexplained_new {
             self.take_model_events();
@@ -611,6 +626,56 @@ impl Driver<'_> {
             self.eng.clear_events();
         }
         self.pend.clear();
+    }
+
+    /// The private pools whose segments the buffered releases give back, in the order
+    /// of their first release, and whether a default-pool segment is released too.
+    fn released_pools(&self) -> (Vec<PoolId>, bool) {
+        let mut private = Vec::new();
+        let mut default = false;
+        for &k in &self.pend {
+            let e = &self.trace[k];
+            if !matches!(e.action, Action::SegmentFree | Action::SegmentUnmap) {
+                continue;
+            }
+            match home_of(self.snap, e).pool {
+                DEFAULT_POOL => default = true,
+                p if !private.contains(&p) => private.push(p),
+                _ => {}
+            }
+        }
+        (private, default)
+    }
+
+    /// A private pool whose segment is released was freeable (PyTorch releases a
+    /// private pool's cache only then): mark it so in the model, before entry `at`.
+    fn mark_freeable(&mut self, at: usize, pools: &[PoolId]) {
+        for &p in pools {
+            if !self.freeable.contains(&p) {
+                self.freeable.push(p);
+                self.eng.set_pool_freeable(p, true);
+                self.inferred.pool_freeable_before.push((at, p));
+            }
+        }
+    }
+
+    /// The buffered releases are an explicit call before entry `at`: `emptyCache(pool)`
+    /// of each private pool when they release private-pool segments only (a `MemPool`
+    /// destroyed; also what `empty_cache()` does during a capture), else
+    /// `torch.cuda.empty_cache()`. `whole`: the default call whatever was released.
+    fn explicit_empty_cache(&mut self, at: usize, whole: bool) {
+        let (private, default) = self.released_pools();
+        self.mark_freeable(at, &private);
+        if private.is_empty() || default || whole {
+            self.eng.empty_cache();
+            self.inferred.empty_cache_before.push(at);
+        } else {
+            for &p in &private {
+                self.eng.empty_cache_pool(p);
+                self.inferred.pool_empty_cache_before.push((at, p));
+            }
+        }
+        self.rep.empty_cache_calls += 1;
     }
 
     fn in_known_reservation(&self, addr: u64, stream: u64, pool: (u64, u64), small: bool) -> bool {
@@ -659,12 +724,20 @@ impl Driver<'_> {
             }
         }
         let mut fallback = false;
+        if has_release && recorded_oom {
+            // The OOM's own fallbacks release them (private pools freeable).
+            let (private, _) = self.released_pools();
+            self.mark_freeable(i, &private);
+        }
         if has_release && !recorded_oom {
-            if !has_new || self.eng.would_hit_cache(n, stream, pool) {
-                self.eng.empty_cache();
-                self.rep.empty_cache_calls += 1;
-                self.inferred.empty_cache_before.push(i);
+            // A request in a private pool has no release_cached_blocks fallback (a capture
+            // is under way), only the max_split_size release in its own pool.
+            let fallback_possible = pool == DEFAULT_POOL || self.cfg.max_split_size.is_some();
+            if !has_new || !fallback_possible || self.eng.would_hit_cache(n, stream, pool) {
+                self.explicit_empty_cache(i, false);
             } else {
+                let (private, _) = self.released_pools();
+                self.mark_freeable(i, &private);
                 fallback = true;
                 self.inferred.released_before.push(i);
                 if self.cfg.expandable_segments {
@@ -858,6 +931,9 @@ impl Driver<'_> {
             }
         }
         self.pend.clear();
+        for &p in &self.freeable {
+            self.eng.set_pool_freeable(p, true);
+        }
         seed_segments(&mut self.eng, st)
     }
 

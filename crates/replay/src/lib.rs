@@ -74,8 +74,8 @@ pub use settings::{
     DetectedAccelerator, Param, SizeError, SizeProblem, ALTERNATIVES,
 };
 pub use state::{
-    backward_walk, home_of, Ambiguity, BState, BlockRec, Home, Inconsistency, Initial, RecordedState, SegMap, SegRec,
-    SplitRules,
+    backward_walk, home_of, Ambiguity, BState, BlockRec, Home, Inconsistency, Initial, PoolBand, RecordedState, SegMap,
+    SegRec, SplitRules,
 };
 pub use whatif::{
     simulate, simulate_ops, simulate_with, stack_strings, BlockMap, Op, Probe, SimOom, SimOptions, StartState, WhatIf,

@@ -175,6 +175,16 @@ impl Recorder {
 /// other entries have the address); its stream is interned in `contexts`, the table of the
 /// snapshot the entry goes into ([`Snapshot::contexts`]).
 pub(crate) fn trace_event(ev: &Event, contexts: &mut Vec<EntryContext>) -> TraceEvent {
+    trace_event_in_pool(ev, None, contexts)
+}
+
+/// [`trace_event`] with the entry's `pool_id` (`None`: the key absent, as for a run
+/// without private pools).
+pub(crate) fn trace_event_in_pool(
+    ev: &Event,
+    pool: Option<fragscope_alloc::PoolId>,
+    contexts: &mut Vec<EntryContext>,
+) -> TraceEvent {
     let (action, addr, size, stream) = match *ev {
         Event::Alloc { addr, size, stream } => (Action::Alloc, addr, size, stream),
         Event::FreeRequested { addr, size, stream } => (Action::FreeRequested, addr, size, stream),
@@ -187,7 +197,8 @@ pub(crate) fn trace_event(ev: &Event, contexts: &mut Vec<EntryContext>) -> Trace
     };
     let mut te = TraceEvent::new(action, addr, size);
     // Past 16,777,215 distinct contexts (never, for a model's few streams) stream 0.
-    te.context = intern_context(contexts, EntryContext { stream, ..EntryContext::default() }).unwrap_or_default();
+    te.context =
+        intern_context(contexts, EntryContext { stream, pool_id: pool, ..EntryContext::default() }).unwrap_or_default();
     te
 }
 

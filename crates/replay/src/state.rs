@@ -249,6 +249,21 @@ pub fn home_of(snap: &Snapshot, ev: &TraceEvent) -> Home {
     Home { stream: c.stream, pool: c.pool_id.unwrap_or(fragscope_alloc::DEFAULT_POOL) }
 }
 
+/// One memory pool's share of a device's state: the default pools `(0, 0)` or a private
+/// pool (a CUDA graph's, `(graph, 0)`, or a `MemPool`'s, `(0, n)`), whose free blocks serve
+/// only that pool's requests ([`RecordedState::pool_bands`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PoolBand {
+    /// `(0, 0)`: the default pools.
+    pub pool: (u64, u64),
+    pub segments: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    /// Free (inactive) blocks: reusable by this pool's requests only.
+    pub cached_free_bytes: u64,
+    pub largest_free_block_bytes: u64,
+}
+
 /// One device's segments, keyed by address.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RecordedState {
@@ -551,6 +566,47 @@ impl RecordedState {
             segs.insert(s.address, seg_rec_of(s, true));
         }
         RecordedState { segs }
+    }
+
+    /// Each pool's segments, reserved, allocated and cached free bytes, the default pools
+    /// first, then the private pools by id; empty when every segment is in the default
+    /// pools (the usual file: nothing to show apart).
+    pub fn pool_bands(&self) -> Vec<PoolBand> {
+        let mut bands: Vec<PoolBand> = Vec::new();
+        for seg in self.segs.values() {
+            let at = match bands.iter().position(|b| b.pool == seg.pool) {
+                Some(k) => k,
+                None => {
+                    bands.push(PoolBand {
+                        pool: seg.pool,
+                        segments: 0,
+                        reserved_bytes: 0,
+                        allocated_bytes: 0,
+                        cached_free_bytes: 0,
+                        largest_free_block_bytes: 0,
+                    });
+                    bands.len() - 1
+                }
+            };
+            let b = &mut bands[at];
+            b.segments += 1;
+            b.reserved_bytes += seg.size;
+            for blk in &seg.blocks {
+                match blk.state {
+                    BState::Allocated => b.allocated_bytes += blk.size,
+                    BState::Free => {
+                        b.cached_free_bytes += blk.size;
+                        b.largest_free_block_bytes = b.largest_free_block_bytes.max(blk.size);
+                    }
+                    BState::Pending => {}
+                }
+            }
+        }
+        if bands.iter().all(|b| b.pool == (0, 0)) {
+            return Vec::new();
+        }
+        bands.sort_by_key(|b| (b.pool != (0, 0), b.pool));
+        bands
     }
 
     /// The segment containing `addr`.

@@ -8,7 +8,7 @@
 //! every other segment decision is the simulated allocator's own.
 
 use super::AddrBuild;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use fragscope_alloc::{AllocatorConfig, CachingAllocator, Event, PoolId, SimulatedDevice, DEFAULT_POOL};
 use fragscope_snapshot::{Action, Snapshot, TraceEvent};
@@ -190,9 +190,9 @@ pub fn simulate_ops(
     let mut notes = Vec::new();
     // 1. The simulated device and the state before the trace.
     let cap = simulated_capacity(snap, device, &cfg, opts, &mut notes);
-    if let Some(n) = super::driver::private_pool_note(snap, device) {
-        notes.push(n);
-    }
+    let private_pools = super::driver::private_pool_note(snap, device);
+    let has_private_pools = private_pools.is_some();
+    notes.extend(private_pools);
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     // Events are always read: the driver work is counted from them.
     eng.set_record_events(true);
@@ -209,10 +209,13 @@ pub fn simulate_ops(
     };
     // 2. Serve the workload, with the recording's own empty_cache() calls and the ones
     // asked for, in trace order.
-    let mut points: Vec<usize> = inferred.empty_cache_before.clone();
-    points.extend(opts.empty_cache_at.iter().copied());
-    points.sort_unstable();
-    let mut run = SimRun::new(eng, blocks, points, opts);
+    let mut points: Vec<(usize, Release)> = inferred.empty_cache_before.iter().map(|&k| (k, Release::All)).collect();
+    points.extend(opts.empty_cache_at.iter().map(|&k| (k, Release::All)));
+    // Private pools: when each became freeable, and the recording's emptyCache(pool) calls.
+    points.extend(inferred.pool_freeable_before.iter().map(|&(k, p)| (k, Release::Freeable(p))));
+    points.extend(inferred.pool_empty_cache_before.iter().map(|&(k, p)| (k, Release::Pool(p))));
+    points.sort_by_key(|&(k, r)| (k, r.order()));
+    let mut run = SimRun::new(eng, blocks, points, opts, has_private_pools);
     for op in ops {
         run.serve(snap, opts, &op);
     }
@@ -299,6 +302,28 @@ fn probe(eng: &CachingAllocator<SimulatedDevice>, at: usize) -> Probe {
     }
 }
 
+/// A release the recording made (or a what-if asks for) before a trace entry.
+#[derive(Clone, Copy, Debug)]
+enum Release {
+    /// A private pool's use count dropped to zero (found by the verify replay).
+    Freeable(PoolId),
+    /// `torch.cuda.empty_cache()`.
+    All,
+    /// `emptyCache(pool)` of one private pool.
+    Pool(PoolId),
+}
+
+impl Release {
+    /// At one entry: a pool becomes freeable before any call releases it.
+    fn order(self) -> u8 {
+        match self {
+            Release::Freeable(_) => 0,
+            Release::All => 1,
+            Release::Pool(_) => 2,
+        }
+    }
+}
+
 /// A what-if in progress: the simulated allocator and what [`simulate_ops`] counts while
 /// it serves the workload one [`Op`] at a time ([`SimRun::serve`]).
 ///
@@ -309,8 +334,9 @@ struct SimRun<'o> {
     eng: CachingAllocator<SimulatedDevice>,
     /// Recorded blocks → simulated blocks.
     blocks: BlockMap,
-    /// The `empty_cache()` points still to come (trace entries, ascending).
-    ec: std::iter::Peekable<std::vec::IntoIter<usize>>,
+    /// The `empty_cache()` points still to come (trace entries, ascending), with the
+    /// private pools' releases.
+    ec: std::iter::Peekable<std::vec::IntoIter<(usize, Release)>>,
     /// The probes still to read (trace entries, ascending), and those read.
     probe_at: std::iter::Peekable<std::iter::Copied<std::slice::Iter<'o, usize>>>,
     probes: Vec<Probe>,
@@ -320,6 +346,10 @@ struct SimRun<'o> {
     out_contexts: Vec<fragscope_snapshot::EntryContext>,
     /// Scratch for each op's events, reused.
     evbuf: Vec<Event>,
+    /// With a saved run of a trace with private pools: the pool of each segment (and
+    /// mapped range) by address, so the saved entries carry their `pool_id`
+    /// ([`event_pool`]); `None` otherwise.
+    seg_pools: Option<BTreeMap<u64, PoolId>>,
     first_oom: Option<SimOom>,
     recorded_fit: u64,
     skipped_frees: u64,
@@ -348,13 +378,16 @@ impl<'o> SimRun<'o> {
     fn new(
         mut eng: CachingAllocator<SimulatedDevice>,
         blocks: BlockMap,
-        points: Vec<usize>,
+        points: Vec<(usize, Release)>,
         opts: &'o SimOptions,
+        private_pools: bool,
     ) -> Self {
         let mut seed_events: Vec<Event> = Vec::new();
         eng.drain_events_into(&mut seed_events);
         let reserved_before_trace = eng.reserved_bytes();
         let allocated_before_trace = eng.stats().allocated_bytes.all().current.max(0) as u64;
+        let seg_pools = (private_pools && opts.collect_snapshot)
+            .then(|| eng.segments().iter().map(|s| (s.address, s.pool)).collect());
         SimRun {
             eng,
             blocks,
@@ -364,6 +397,7 @@ impl<'o> SimRun<'o> {
             out_events: Vec::new(),
             out_contexts: Vec::new(),
             evbuf: Vec::new(),
+            seg_pools,
             first_oom: None,
             recorded_fit: 0,
             skipped_frees: 0,
@@ -388,10 +422,8 @@ impl<'o> SimRun<'o> {
         while let Some(p) = self.probe_at.next_if(|&p| p < i || (p == i && !op.inserted)) {
             self.probes.push(probe(&self.eng, p));
         }
-        while self.ec.peek().is_some_and(|&k| k <= i) {
-            self.ec.next();
-            self.eng.empty_cache();
-            self.empty_cache_calls += 1;
+        while let Some((_, r)) = self.ec.next_if(|&(k, _)| k <= i) {
+            self.release(r);
         }
         let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
         let reserved_before_op = self.eng.reserved_bytes();
@@ -403,7 +435,7 @@ impl<'o> SimRun<'o> {
         if self.eng.reserved_bytes() > reserved_before_op {
             self.peak_reserved_by_trace = self.peak_reserved_by_trace.max(self.eng.reserved_bytes());
         }
-        self.take_events(opts, ev);
+        self.take_events(opts, ev, pool);
     }
 
     /// An allocation, or a request the recording refused (a recorded OOM): served if the
@@ -481,11 +513,27 @@ impl<'o> SimRun<'o> {
         }
     }
 
+    /// One release the recording made before an op (or a what-if asks for).
+    #[inline(always)]
+    fn release(&mut self, r: Release) {
+        match r {
+            Release::Freeable(p) => self.eng.set_pool_freeable(p, true),
+            Release::All => {
+                self.eng.empty_cache();
+                self.empty_cache_calls += 1;
+            }
+            Release::Pool(p) => {
+                self.eng.empty_cache_pool(p);
+                self.empty_cache_calls += 1;
+            }
+        }
+    }
+
     /// The events of the op that produced `ev` (after any seeding events still
     /// unread, which are not counted): counted as driver work and, with
     /// `SimOptions::collect_snapshot`, kept as trace entries carrying `ev`'s stack and time.
     #[inline(always)]
-    fn take_events(&mut self, opts: &SimOptions, ev: &TraceEvent) {
+    fn take_events(&mut self, opts: &SimOptions, ev: &TraceEvent, pool: PoolId) {
         self.evbuf.clear();
         let seeded = self.seed_events.len();
         self.evbuf.append(&mut self.seed_events);
@@ -493,7 +541,8 @@ impl<'o> SimRun<'o> {
         self.evbuf[seeded..].iter().for_each(|e| self.driver.observe(e));
         if opts.collect_snapshot {
             for m in &self.evbuf {
-                let mut t = crate::recorder::trace_event(m, &mut self.out_contexts);
+                let p = self.seg_pools.as_mut().map(|segs| event_pool(&self.eng, segs, m, pool));
+                let mut t = crate::recorder::trace_event_in_pool(m, p, &mut self.out_contexts);
                 if matches!(m, Event::Alloc { .. } | Event::Oom { .. }) || t.action == ev.action {
                     t.stack = ev.stack;
                     t.time_us = ev.time_us;
@@ -515,9 +564,8 @@ impl<'o> SimRun<'o> {
         start_state: StartState,
         mut notes: Vec<String>,
     ) -> WhatIf {
-        for _ in self.ec.by_ref() {
-            self.eng.empty_cache();
-            self.empty_cache_calls += 1;
+        while let Some((_, r)) = self.ec.next() {
+            self.release(r);
         }
         let eng = &self.eng;
         self.probes.extend(self.probe_at.by_ref().map(|p| probe(eng, p)));
@@ -530,9 +578,12 @@ impl<'o> SimRun<'o> {
         let st = eng.stats().clone();
         let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
         let peak_allocated = st.allocated_bytes.all().peak.max(0) as u64;
-        let (mut out_events, mut out_contexts) = (self.out_events, self.out_contexts);
+        let (mut out_events, mut out_contexts, mut seg_pools) = (self.out_events, self.out_contexts, self.seg_pools);
         let snapshot = opts.collect_snapshot.then(|| {
-            out_events.extend(tail.iter().map(|m| crate::recorder::trace_event(m, &mut out_contexts)));
+            out_events.extend(tail.iter().map(|m| {
+                let p = seg_pools.as_mut().map(|segs| event_pool(&eng, segs, m, DEFAULT_POOL));
+                crate::recorder::trace_event_in_pool(m, p, &mut out_contexts)
+            }));
             build_snapshot(snap, device, &eng, out_events, out_contexts)
         });
         WhatIf {
@@ -588,6 +639,29 @@ impl<'o> SimRun<'o> {
                 "{by_retry} free_completed entr{} already completed by the cache release of an allocation retry",
                 if by_retry == 1 { "y" } else { "ies" }
             ));
+        }
+    }
+}
+
+/// The pool of a simulated event, for a saved run's `pool_id`: the request's own pool
+/// for its allocation or OOM, else the pool of the segment the address is in now, or, for
+/// a segment already released, the one it was made in (`segs`, kept up to date here).
+fn event_pool(
+    eng: &CachingAllocator<SimulatedDevice>,
+    segs: &mut BTreeMap<u64, PoolId>,
+    m: &Event,
+    op_pool: PoolId,
+) -> PoolId {
+    match *m {
+        Event::Alloc { .. } | Event::Oom { .. } => op_pool,
+        Event::SegmentFree { addr, .. } => segs.remove(&addr).or_else(|| eng.pool_at(addr)).unwrap_or(op_pool),
+        Event::SegmentAlloc { addr, .. } | Event::SegmentMap { addr, .. } => {
+            let p = eng.pool_at(addr).unwrap_or(op_pool);
+            segs.insert(addr, p);
+            p
+        }
+        Event::FreeRequested { addr, .. } | Event::FreeCompleted { addr, .. } | Event::SegmentUnmap { addr, .. } => {
+            eng.pool_at(addr).or_else(|| segs.range(..=addr).next_back().map(|(_, &p)| p)).unwrap_or(op_pool)
         }
     }
 }

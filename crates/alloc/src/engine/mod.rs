@@ -319,8 +319,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.fraction_in_force().then_some(self.allowed_max)
     }
 
-    /// Mark a private pool freeable (its user count dropped to zero): its whole
-    /// free segments go at the next `release_cached_blocks` (§7).
+    /// Mark a private pool freeable (its use count dropped to zero: `releasePool`
+    /// after the last graph or `MemPool` using it went): its whole free segments go
+    /// at the next `release_cached_blocks`, explicit or the OOM fallback (§7).
     pub fn set_pool_freeable(&mut self, pool: PoolId, freeable: bool) {
         if pool == DEFAULT_POOL {
             return;
@@ -332,15 +333,35 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// Whether `pool` is marked freeable (see [`Self::set_pool_freeable`]).
+    pub fn is_pool_freeable(&self, pool: PoolId) -> bool {
+        self.freeable.contains(&pool)
+    }
+
+    /// The private pools the allocator knows (those a request was routed to or a
+    /// seeded segment belongs to, less those erased once freeable and empty), by id.
+    pub fn private_pools(&self) -> Vec<PoolId> {
+        self.private_pools.keys().copied().collect()
+    }
+
     /// `malloc(n, stream)` in the default pools.
     pub fn malloc(&mut self, n: u64, stream: StreamId) -> Result<Addr, Oom> {
         self.malloc_in_pool(n, stream, DEFAULT_POOL)
     }
 
     /// `malloc(n, stream)` routed to `pool` (§3, §7).
+    ///
+    /// A request routed to a private pool is made while a capture or a
+    /// `use_mem_pool` context is under way (PyTorch's `get_pool` routes to a private
+    /// pool only through `captures_underway`), and PyTorch then neither processes
+    /// outstanding events first (`cudaEventQuery` is illegal during capture) nor
+    /// falls back to `release_cached_blocks` before the OOM: only the free-list
+    /// search, `cudaMalloc`, and the `max_split_size` release in the request's own
+    /// pool are tried (docs/fidelity.md, "Private pools").
     pub fn malloc_in_pool(&mut self, n: u64, stream: StreamId, pool: PoolId) -> Result<Addr, Oom> {
+        let capturing = pool != DEFAULT_POOL;
         // Step 0 (§3.1): frees whose events have completed become usable first.
-        if self.auto_pending > 0 {
+        if self.auto_pending > 0 && !capturing {
             self.process_events();
         }
         // Step 1 (§3.2).
@@ -365,7 +386,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             {
                 found = self.alloc_block(p, stream, s, alloc_size, false).unwrap_or(None);
             }
-            if found.is_none() {
+            if found.is_none() && !capturing {
                 self.release_cached_blocks();
                 found = self.alloc_block(p, stream, s, alloc_size, true).unwrap_or(None);
             }
@@ -430,9 +451,22 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(())
     }
 
-    /// `torch.cuda.empty_cache()` (§5.2).
+    /// `torch.cuda.empty_cache()` (§5.2): the default pools, then every freeable
+    /// private pool.
     pub fn empty_cache(&mut self) {
         self.release_cached_blocks();
+    }
+
+    /// `emptyCache(mempool_id)` for a private pool (what `MemPool`'s destructor calls
+    /// after `releasePool`): when `pool` is freeable, its pending frees complete and
+    /// its whole free segments go; otherwise nothing happens. The default pools are
+    /// untouched. `DEFAULT_POOL` is [`Self::empty_cache`].
+    pub fn empty_cache_pool(&mut self, pool: PoolId) {
+        if pool == DEFAULT_POOL {
+            self.release_cached_blocks();
+        } else {
+            self.release_freeable_pool(pool);
+        }
     }
 
     /// Free blocks of the right pool and stream with size ≥ round(n), in set order.
@@ -449,6 +483,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             Some(p) => self.find_free_block(p, stream, s).is_some(),
             None => false,
         }
+    }
+
+    /// The pool of the segment (or expandable reservation) containing `addr`, if any.
+    pub fn pool_at(&self, addr: Addr) -> Option<PoolId> {
+        let (_, &si) = self.seg_by_addr.range(..=addr).next_back()?;
+        let seg = &self.segs[si];
+        (addr < seg.base + seg.size).then(|| self.pools[seg.pool as usize].id)
     }
 
     /// Number of allocated plus pending-free blocks.

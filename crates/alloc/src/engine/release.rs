@@ -4,7 +4,7 @@
 use super::block::{State, NIL};
 use super::{CachingAllocator, Event};
 use crate::device::DeviceMemory;
-use crate::StreamId;
+use crate::{PoolId, StreamId};
 
 impl<D: DeviceMemory> CachingAllocator<D> {
     /// §5.1: release one whole free non-expandable segment.
@@ -46,15 +46,51 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     /// §5.2 / `empty_cache`: sync events, then large pool before small pool,
-    /// then freeable private pools (small before large).
+    /// then freeable private pools (small before large). A freeable pool left
+    /// without segments is erased (PyTorch's `cudaMalloc_count == 0`): a later
+    /// request with its id starts a new pool.
     pub(super) fn release_cached_blocks(&mut self) {
         self.synchronize_and_free_events();
         self.release_blocks(0);
         self.release_blocks(1);
-        let freeable: Vec<u32> = self.freeable.iter().filter_map(|id| self.private_pools.get(id).copied()).collect();
-        for large in freeable {
-            self.release_blocks(large + 1);
-            self.release_blocks(large);
+        let freeable: Vec<PoolId> = self.freeable.iter().copied().collect();
+        for id in freeable {
+            if let Some(&large) = self.private_pools.get(&id) {
+                self.release_blocks(large + 1);
+                self.release_blocks(large);
+                self.erase_pool_if_empty(id, large);
+            }
+        }
+    }
+
+    /// `release_cached_blocks(mempool_id)` for one private pool: nothing unless it is
+    /// freeable; then its own pending frees complete (PyTorch syncs only that pool's
+    /// events) and its whole free segments go, small pool first.
+    pub(super) fn release_freeable_pool(&mut self, id: PoolId) {
+        if !self.freeable.contains(&id) {
+            return;
+        }
+        let Some(&large) = self.private_pools.get(&id) else { return };
+        let mine: Vec<u32> = self
+            .pending
+            .values()
+            .filter(|&i| self.blocks[i].pool == large || self.blocks[i].pool == large + 1)
+            .collect();
+        for i in mine {
+            self.complete_free(i);
+        }
+        self.release_blocks(large + 1);
+        self.release_blocks(large);
+        self.erase_pool_if_empty(id, large);
+    }
+
+    /// Forget private pool `id` (large pool index `large`) when no segment is left in
+    /// it: PyTorch erases a freeable pool whose `cudaMalloc_count` is back to zero.
+    fn erase_pool_if_empty(&mut self, id: PoolId, large: u32) {
+        let holds = self.seg_by_addr.values().any(|&si| self.segs[si].pool == large || self.segs[si].pool == large + 1);
+        if !holds {
+            self.private_pools.remove(&id);
+            self.freeable.remove(&id);
         }
     }
 

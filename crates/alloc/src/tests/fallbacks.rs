@@ -195,3 +195,171 @@ fn gc_is_off_without_a_fraction() {
     a.malloc(30 * MIB, 1).unwrap();
     assert!(!a.drain_events().iter().any(|e| matches!(e, Event::SegmentFree { .. })));
 }
+
+// ----- private pools (CUDA graphs, MemPools): docs/fidelity.md "Private pools" -----
+
+const GRAPH: (u64, u64) = (1, 0);
+const MEMPOOL: (u64, u64) = (0, 1);
+
+#[test]
+fn private_pool_request_never_takes_a_default_pool_block_and_vice_versa() {
+    let mut a = sim(AllocatorConfig::default());
+    let d = a.malloc(4 * MIB, 0).unwrap();
+    let g = a.malloc_in_pool(4 * MIB, 0, GRAPH).unwrap();
+    a.free(d).unwrap();
+    a.free(g).unwrap();
+    a.drain_events();
+    // Each pool has a free 20 MiB segment; a request in either pool takes its own.
+    let g2 = a.malloc_in_pool(4 * MIB, 0, GRAPH).unwrap();
+    let d2 = a.malloc(4 * MIB, 0).unwrap();
+    assert_eq!((g2, d2), (g, d));
+    assert_eq!(a.block_at(g2).map(|b| b.address), Some(g));
+    // A third pool gets neither: a new segment.
+    a.drain_events();
+    let m = a.malloc_in_pool(4 * MIB, 0, MEMPOOL).unwrap();
+    assert!(m != g && m != d);
+    assert!(matches!(a.drain_events()[..], [Event::SegmentAlloc { .. }, Event::Alloc { .. }]));
+    let pools: Vec<_> = a.segments().iter().map(|s| s.pool).collect();
+    assert_eq!(pools.iter().filter(|&&p| p == GRAPH).count(), 1);
+    assert_eq!(pools.iter().filter(|&&p| p == MEMPOOL).count(), 1);
+    ok(&a);
+}
+
+#[test]
+fn private_pool_request_has_no_release_and_retry_fallback() {
+    // During a capture (a request routed to a private pool) PyTorch skips
+    // release_cached_blocks: the default pool's cached segment stays, no retry is
+    // counted, and the request fails with an `oom` entry.
+    let mut a = oracle(AllocatorConfig::default());
+    a.device_mut().push_oracle_segment(A0, 12 * MIB);
+    let p = a.malloc(12 * MIB, 0).unwrap();
+    a.free(p).unwrap();
+    a.drain_events();
+    let err = a.malloc_in_pool(30 * MIB, 0, GRAPH).unwrap_err();
+    assert_eq!(err.pool, GRAPH);
+    assert!(matches!(a.drain_events()[..], [Event::Oom { size, stream: 0, .. }] if size == 30 * MIB));
+    assert_eq!(a.segments().len(), 1, "the default pool's free segment was not released");
+    let st = a.stats();
+    assert_eq!((st.num_alloc_retries, st.num_ooms, st.num_sync_all_streams), (0, 1, 0));
+    // The same request in the default pool releases it and retries (§3.7).
+    let _ = a.malloc(30 * MIB, 0).unwrap_err();
+    assert!(a.segments().is_empty());
+    assert_eq!(a.stats().num_alloc_retries, 1);
+    ok(&a);
+}
+
+#[test]
+fn private_pool_request_keeps_the_max_split_release_in_its_own_pool() {
+    // release_available_cached_blocks works on the request's pool, capture or not.
+    let mut a = oracle(cfg("max_split_size_mb:100"));
+    a.device_mut().push_oracle_segment(A0, 300 * MIB);
+    a.device_mut().push_oracle_segment(A0 + GIB, 300 * MIB);
+    let d = a.malloc(300 * MIB, 0).unwrap();
+    let g = a.malloc_in_pool(300 * MIB, 0, GRAPH).unwrap();
+    a.free(d).unwrap();
+    a.free(g).unwrap();
+    a.drain_events();
+    a.device_mut().fail_next_malloc();
+    a.device_mut().push_oracle_segment(A0 + 2 * GIB, 250 * MIB);
+    let r = a.malloc_in_pool(250 * MIB, 0, GRAPH).unwrap();
+    assert_eq!(r, A0 + 2 * GIB);
+    assert_eq!(
+        a.drain_events(),
+        vec![
+            Event::SegmentFree { addr: A0 + GIB, size: 300 * MIB, stream: 0 },
+            Event::SegmentAlloc { addr: A0 + 2 * GIB, size: 250 * MIB, stream: 0 },
+            Event::Alloc { addr: A0 + 2 * GIB, size: 250 * MIB, stream: 0 },
+        ]
+    );
+    ok(&a);
+}
+
+#[test]
+fn private_pool_request_does_not_process_events_first() {
+    // cudaEventQuery is illegal during capture: a free waiting on another stream
+    // stays pending through a private-pool request, and completes at the next
+    // default-pool request.
+    let mut a = sim(AllocatorConfig::default());
+    let p = a.malloc(4 * MIB, 0).unwrap();
+    a.record_stream(p, 7).unwrap();
+    a.free(p).unwrap();
+    let _ = a.malloc_in_pool(1000, 0, GRAPH).unwrap();
+    assert_eq!(a.block_at(p).map(|b| b.state), Some(crate::BlockState::PendingFree));
+    let _ = a.malloc(1000, 0).unwrap();
+    assert!(a.block_at(p).is_none());
+    ok(&a);
+}
+
+#[test]
+fn pool_empty_cache_releases_only_a_freeable_pool() {
+    let mut a = sim(AllocatorConfig::default());
+    let d = a.malloc(4 * MIB, 0).unwrap();
+    let m = a.malloc_in_pool(4 * MIB, 0, MEMPOOL).unwrap();
+    let g = a.malloc_in_pool(4 * MIB, 0, GRAPH).unwrap();
+    a.free(d).unwrap();
+    a.free(m).unwrap();
+    a.free(g).unwrap();
+    a.drain_events();
+    // In use: emptyCache(pool) does nothing.
+    a.empty_cache_pool(MEMPOOL);
+    assert_eq!(a.segments().len(), 3);
+    // Freeable: only that pool's segment goes; the default pool and the graph pool keep theirs.
+    a.set_pool_freeable(MEMPOOL, true);
+    a.empty_cache_pool(MEMPOOL);
+    assert_eq!(a.drain_events(), vec![Event::SegmentFree { addr: m, size: 20 * MIB, stream: 0 }]);
+    let left: Vec<_> = a.segments().iter().map(|s| s.pool).collect();
+    assert_eq!(left.len(), 2);
+    assert!(!left.contains(&MEMPOOL));
+    // Left without segments, the pool is erased: the id starts a new pool, in use.
+    assert!(!a.private_pools().contains(&MEMPOOL));
+    assert!(!a.is_pool_freeable(MEMPOOL));
+    let m2 = a.malloc_in_pool(4 * MIB, 0, MEMPOOL).unwrap();
+    a.free(m2).unwrap();
+    a.empty_cache();
+    let left: Vec<_> = a.segments().iter().map(|s| s.pool).collect();
+    assert_eq!(left, vec![GRAPH, MEMPOOL], "the graph pool and the new pool are in use");
+    ok(&a);
+}
+
+#[test]
+fn pool_empty_cache_completes_only_its_own_pending_frees() {
+    let mut a = sim(AllocatorConfig::default());
+    let d = a.malloc(4 * MIB, 0).unwrap();
+    let m = a.malloc_in_pool(4 * MIB, 0, MEMPOOL).unwrap();
+    a.free_requested(d).unwrap();
+    a.free_requested(m).unwrap();
+    a.set_pool_freeable(MEMPOOL, true);
+    a.drain_events();
+    a.empty_cache_pool(MEMPOOL);
+    assert_eq!(
+        a.drain_events(),
+        vec![
+            Event::FreeCompleted { addr: m, size: 4 * MIB, stream: 0 },
+            Event::SegmentFree { addr: m, size: 20 * MIB, stream: 0 },
+        ]
+    );
+    assert_eq!(a.block_at(d).map(|b| b.state), Some(crate::BlockState::PendingFree));
+    ok(&a);
+}
+
+#[test]
+fn empty_cache_releases_freeable_pools_small_before_large_and_keeps_split_segments() {
+    let mut a = sim(AllocatorConfig::default());
+    let small = a.malloc_in_pool(1000, 0, GRAPH).unwrap();
+    let large = a.malloc_in_pool(4 * MIB, 0, GRAPH).unwrap();
+    let kept = a.malloc_in_pool(4 * MIB, 0, GRAPH).unwrap(); // same segment as `large`
+    a.free(small).unwrap();
+    a.free(large).unwrap();
+    a.set_pool_freeable(GRAPH, true);
+    a.drain_events();
+    a.empty_cache();
+    assert_eq!(a.drain_events(), vec![Event::SegmentFree { addr: small, size: 2 * MIB, stream: 0 }]);
+    // The large segment is split (`kept` is live): not released, and the pool stays.
+    assert!(a.private_pools().contains(&GRAPH));
+    a.free(kept).unwrap();
+    a.drain_events();
+    a.empty_cache();
+    assert_eq!(a.drain_events(), vec![Event::SegmentFree { addr: large, size: 20 * MIB, stream: 0 }]);
+    assert!(a.private_pools().is_empty());
+    ok(&a);
+}

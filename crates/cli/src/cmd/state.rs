@@ -91,12 +91,42 @@ fn render_text(o: &StateOut) -> String {
             bytes(f.cached_free_bytes)
         );
     }
+    s.push_str(&pool_bands_text(&o.pools));
     let _ = writeln!(s, "\nWho holds the {} allocated (by {}):", bytes(o.holders_total_bytes), o.holders_by);
     for h in &o.holders {
         let _ = writeln!(s, "  {:>12}  {:>5.1}%  {:>6} blocks  {}", bytes(h.bytes), h.share * 100.0, h.blocks, h.key);
     }
     if o.other_bytes > 0 {
         let _ = writeln!(s, "  {:>12}  (the rest)", bytes(o.other_bytes));
+    }
+    s
+}
+
+/// One line per memory pool when a private pool (CUDA graph, `MemPool`) holds segments
+/// (empty otherwise): a private pool's free blocks serve only its own requests, so its
+/// cached memory is apart from the rest (as `_memory_viz.py`'s private-pool view shows it).
+pub(crate) fn pool_bands_text(bands: &[fragscope_replay::PoolBand]) -> String {
+    let mut s = String::new();
+    if bands.is_empty() {
+        return s;
+    }
+    let _ = writeln!(s, "  By pool (a private pool's free blocks serve only its own requests):");
+    for b in bands {
+        let name = match b.pool {
+            (0, 0) => "default pools".to_string(),
+            (g, 0) => format!("pool ({g}, 0), CUDA graph"),
+            (0, m) => format!("pool (0, {m}), MemPool"),
+            (a, b) => format!("pool ({a}, {b})"),
+        };
+        let _ = writeln!(
+            s,
+            "    {name:<26} {:>3} segments  reserved {:>11}  allocated {:>11}  cached free {:>11}  largest free {:>11}",
+            b.segments,
+            bytes(b.reserved_bytes),
+            bytes(b.allocated_bytes),
+            bytes(b.cached_free_bytes),
+            bytes(b.largest_free_block_bytes)
+        );
     }
     s
 }

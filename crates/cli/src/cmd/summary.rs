@@ -113,6 +113,9 @@ pub fn render_text(file: &str, example: bool, fs: &FileSummary) -> String {
             o.push('\n');
         }
         o.push_str(&fragmentation_text(d));
+        if let Some(p) = fs.private_pools.iter().find(|p| p.device == d.device) {
+            o.push_str(&crate::cmd::state::pool_bands_text(&p.pools));
+        }
         o.push('\n');
         o.push_str(&trace_text(d));
         o.push('\n');

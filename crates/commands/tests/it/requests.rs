@@ -88,3 +88,40 @@ fn state_groupings_and_the_moment() {
     assert_eq!(sum, out.holders_total_bytes);
     assert_eq!(out.holders_by, "role");
 }
+
+/// Issue 40: `state` shows each pool apart when a private pool holds segments. A real trace
+/// moved whole into pool (1, 0) (as a CUDA graph's pool is named): one band, whose figures
+/// are the state's own; the file as recorded (default pools only) has no band, and its JSON
+/// no `pools` key.
+#[test]
+fn state_shows_a_private_pool_as_its_own_band() {
+    let path = fragscope_testdata::real_file("effdl-course-liger-ce.pickle").expect("in the repository");
+    let mut snap = fragscope_snapshot::read_path(&path).unwrap();
+    let req = StateRequest { at: Some(snap.trace(0).len() / 2), ..StateRequest::default() };
+    let plain = state("plain", &snap, &req).unwrap();
+    assert!(plain.pools.is_empty());
+    assert!(!fragscope_commands::state::json(&plain).unwrap().contains("\"pools\""));
+    for s in &mut snap.segments {
+        s.segment_pool_id = Some((1, 0));
+    }
+    let pool =
+        snap.intern_context(fragscope_snapshot::EntryContext { pool_id: Some((1, 0)), ..Default::default() }).unwrap();
+    for e in &mut snap.device_traces[0] {
+        e.context = pool;
+    }
+    let out = state("graph", &snap, &req).unwrap();
+    assert_eq!(out.pools.len(), 1, "{:?}", out.pools);
+    let b = &out.pools[0];
+    assert_eq!(b.pool, (1, 0));
+    assert_eq!(
+        (b.reserved_bytes, b.allocated_bytes, b.cached_free_bytes, b.largest_free_block_bytes),
+        (
+            out.state.reserved_bytes,
+            out.state.allocated_bytes,
+            out.state.cached_free_bytes,
+            out.state.largest_free_block_bytes
+        )
+    );
+    assert!(b.reserved_bytes > 0);
+    assert!(fragscope_commands::state::json(&out).unwrap().contains("\"pools\""));
+}

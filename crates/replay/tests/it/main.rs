@@ -10,6 +10,7 @@ mod lab_real;
 mod memstats_fast;
 mod memstats_real;
 mod not_seeded;
+mod private_pools;
 mod replay_mutated;
 mod replay_real;
 mod replay_selfcheck;
