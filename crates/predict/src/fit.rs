@@ -345,6 +345,53 @@ mod tests {
     }
 
     #[test]
+    fn step_like_sizes_have_a_law_of_their_own() {
+        // 1,279 / 1,279 / 1,535 bytes: a plateau, then a step of 256; the quadratic through
+        // the three points would be only determined.
+        let pts = [(4, 1279), (8, 1279), (16, 1535)];
+        let f = fit(&pts);
+        assert_eq!((f.law, f.evidence), (Law::Step, Evidence::Determined));
+        // Along the line through the smallest and largest, rounded up to the 256-byte grid.
+        let at = |x: u64| f.at(x).unwrap();
+        assert_eq!(at(16), 1535);
+        assert_eq!((at(28) - 255) % 256, 0);
+        assert!(at(28) >= 1535 + 12 * 256 / 12);
+        // Alternatives: the plateau goes on; the next step comes at the last rate.
+        let alts = alternatives(&pts, &f);
+        assert_eq!(alts.iter().map(|g| g.at(64).unwrap()).collect::<Vec<_>>(), vec![1535, 1535 + 48 * 32]);
+        // A cap (a plateau at the top) stays where it is.
+        let mib = 1 << 20;
+        let cap = [(4, 64 * mib), (8, 128 * mib), (16, 132 * mib), (32, 132 * mib)];
+        let f = fit(&cap);
+        assert_eq!((f.law, f.at(170)), (Law::Step, Some(132 * mib)));
+        // Not step-like: growing without a plateau, or shrinking.
+        assert_ne!(fit(&[(4, 100), (8, 300), (16, 400)]).law, Law::Step);
+        assert_ne!(fit(&[(4, 500), (8, 500), (16, 400)]).law, Law::Step);
+    }
+
+    #[test]
+    fn alternatives_only_where_the_recordings_leave_the_law_open() {
+        // Confirmed and constant laws: none.
+        assert!(alternatives(&[(1, 10), (2, 20), (4, 40)], &fit(&[(1, 10), (2, 20), (4, 40)])).is_empty());
+        assert!(alternatives(&[(1, 10), (2, 10)], &fit(&[(1, 10), (2, 10)])).is_empty());
+        // A line only determined by two points: the quadratics through them.
+        let two = [(100, 1700), (200, 2400)];
+        let alts = alternatives(&two, &fit(&two));
+        assert_eq!(alts.iter().map(|g| g.law).collect::<Vec<_>>(), vec![Law::LinearSquare, Law::ConstantSquare]);
+        for g in &alts {
+            assert_eq!((g.at(100), g.at(200)), (Some(1700), Some(2400)), "{:?}", g.law);
+            assert_ne!(g.at(800), fit(&two).at(800));
+        }
+        // A quadratic only determined by three points: the line through the two largest.
+        let three = [(4, 64), (8, 128), (16, 132)];
+        let f = fit(&three);
+        assert_eq!((f.law, f.evidence), (Law::Quadratic, Evidence::Determined));
+        let alts = alternatives(&three, &f);
+        assert_eq!(alts.len(), 1);
+        assert_eq!(alts[0].at(24), Some(136));
+    }
+
+    #[test]
     fn unfit_and_single() {
         // Three sizes no law of degree ≤ 2 with ≤ 2 parameters gives, and a fourth that
         // breaks the quadratic: listed as unfit, extrapolated along the last segment.
