@@ -598,10 +598,10 @@ impl<'a> Program<'a> {
         if sc == Scenario::Point {
             return f.at(at);
         }
-        let all = std::iter::once(f).chain(&self.alts[q]);
-        let pick = |g: &&SizeFit| g.at(at).unwrap_or(0);
-        let g = if sc == Scenario::Low { all.min_by_key(pick) } else { all.max_by_key(pick) }?;
-        let n = g.at(at)?;
+        // A size that reaches nothing is an artefact of a law that bends down (a
+        // quadratic through a cap), not a plausible size: the least among those left.
+        let all = std::iter::once(f).chain(&self.alts[q]).filter_map(|g| Some((g.at(at)?, g)));
+        let (n, g) = if sc == Scenario::Low { all.min_by_key(|x| x.0) } else { all.max_by_key(|x| x.0) }?;
         let m = far_margin(at, &self.sizes);
         let top = *self.sizes.last()?;
         match g.at(top) {
@@ -643,8 +643,18 @@ impl<'a> Program<'a> {
         if open > 0 {
             let lo = self.predict_scenario(p.at, cfg, p.capacity, Scenario::Low);
             let hi = self.predict_scenario(p.at, cfg, p.capacity, Scenario::High);
+            // A scenario moves every open size its own way, and the cache's overhead over
+            // the live bytes (reserved less allocated at their peaks) with them: each
+            // replay's overhead on each scenario's allocated peak is as plausible (far
+            // out under expandable segments the low scenario kept 12 GB over allocated,
+            // the high one and the real run under 1 GB).
+            let over = |x: &Prediction| x.peak_reserved.saturating_sub(x.peak_allocated);
+            let overheads = [over(p), over(&lo), over(&hi)];
             for x in [&lo, &hi] {
                 widen(x.peak_reserved, x.peak_allocated);
+                for o in overheads {
+                    widen(x.peak_allocated + o, x.peak_allocated);
+                }
                 if let Some(f) = &x.first_step {
                     widen(f.peak_reserved, f.peak_allocated);
                 }
