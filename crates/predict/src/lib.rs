@@ -625,42 +625,50 @@ impl<'a> Program<'a> {
     /// with the point's own peaks and a warm template's first step among them.
     fn range_of(&self, p: &Prediction, cfg: &AllocatorConfig) -> Range {
         let open = self.open_requests(p.at);
+        // Peaks from replays without the capacity: a replay that runs out of memory stops
+        // counting at its OOM, which would cut the range's high end short.
+        let free = |sc: Scenario| self.predict_scenario(p.at, cfg, None, sc);
+        let point = if p.capacity.is_some() && !p.fits() { free(Scenario::Point) } else { p.clone() };
         let mut r = Range {
-            reserved: [p.peak_reserved; 2],
-            allocated: [p.peak_allocated; 2],
+            reserved: [point.peak_reserved; 2],
+            allocated: [point.peak_allocated; 2],
             low_fits: p.fits(),
             high_fits: p.fits(),
             open_requests: open,
             far_margin: far_margin(p.at, &self.sizes),
         };
-        let mut widen = |res: u64, alloc: u64| {
-            r.reserved = [r.reserved[0].min(res), r.reserved[1].max(res)];
-            r.allocated = [r.allocated[0].min(alloc), r.allocated[1].max(alloc)];
+        let mut widen = |x: &Prediction, overhead: Option<u64>| {
+            let mut w = |res: u64, alloc: u64| {
+                r.reserved = [r.reserved[0].min(res), r.reserved[1].max(res)];
+                r.allocated = [r.allocated[0].min(alloc), r.allocated[1].max(alloc)];
+            };
+            w(x.peak_reserved, x.peak_allocated);
+            if let Some(o) = overhead {
+                w(x.peak_allocated + o, x.peak_allocated);
+            }
+            if let Some(f) = &x.first_step {
+                w(f.peak_reserved, f.peak_allocated);
+            }
         };
-        if let Some(f) = &p.first_step {
-            widen(f.peak_reserved, f.peak_allocated);
-        }
+        widen(&point, None);
         if open > 0 {
-            let lo = self.predict_scenario(p.at, cfg, p.capacity, Scenario::Low);
-            let hi = self.predict_scenario(p.at, cfg, p.capacity, Scenario::High);
+            let (lo, hi) = (free(Scenario::Low), free(Scenario::High));
             // A scenario moves every open size its own way, and the cache's overhead over
             // the live bytes (reserved less allocated at their peaks) with them: each
             // replay's overhead on each scenario's allocated peak is as plausible (far
             // out under expandable segments the low scenario kept 12 GB over allocated,
             // the high one and the real run under 1 GB).
             let over = |x: &Prediction| x.peak_reserved.saturating_sub(x.peak_allocated);
-            let overheads = [over(p), over(&lo), over(&hi)];
             for x in [&lo, &hi] {
-                widen(x.peak_reserved, x.peak_allocated);
-                for o in overheads {
-                    widen(x.peak_allocated + o, x.peak_allocated);
-                }
-                if let Some(f) = &x.first_step {
-                    widen(f.peak_reserved, f.peak_allocated);
+                for o in [over(&point), over(&lo), over(&hi)] {
+                    widen(x, Some(o));
                 }
             }
-            r.low_fits = lo.fits() || p.fits();
-            r.high_fits = hi.fits() && p.fits();
+            if p.capacity.is_some() {
+                let fits = |sc: Scenario| self.predict_scenario(p.at, cfg, p.capacity, sc).fits();
+                r.low_fits = p.fits() || fits(Scenario::Low);
+                r.high_fits = p.fits() && fits(Scenario::High);
+            }
         }
         // The model's own residual, whatever the laws: the allocator's decisions on
         // requests the template does not share with the target.
