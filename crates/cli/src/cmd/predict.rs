@@ -287,9 +287,10 @@ fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacit
     let _ = writeln!(
         s,
         "  range: the peaks replayed under the plausible alternatives of the laws the recordings leave open \
-         (line vs quadratic, step-like sizes, sizes no law explains; past twice the largest recording, growth up \
-         to {:.0}% slower or faster, all of it from four times on) and a warm template's first step, widened by \
+         (line vs quadratic, step-like sizes, sizes no law explains; more than {} times past the largest \
+         recording, growth {:.0}% slower or faster) and a warm template's first step, widened by \
          the model's residual ({:.1}%)",
+        fragscope_predict::FAR_BEYOND,
         fragscope_predict::FAR_MARGIN * 100.0,
         fragscope_predict::RESIDUAL * 100.0
     );
