@@ -23,10 +23,17 @@
 //!    under the recorded settings or any other, on a device of any size: peaks, and
 //!    where the first OOM would be.
 //! 4. **Largest size that fits** ([`Program::max_fit`]): bisection over such replays.
+//! 5. **Ranges, not false precision** ([`Range`], [`Program::max_fit_range`]): where the
+//!    recordings leave a law open (only determined, step-like, no law, or the target more
+//!    than [`FAR_BEYOND`] times past them), the same replay under the low and the high
+//!    [`Scenario`] (each open request at the least or the most of its plausible
+//!    alternatives, [`fit::alternatives`]) bounds the peaks; `--max-fit` reports the
+//!    largest size that fits for certain and the largest that might.
 //!
 //! Principal types: [`Recording`] (a snapshot and its size), [`Program`] (the fitted
-//! program of one device), [`Prediction`] (one replay at one size), [`MaxFit`],
-//! [`behaviour::Behaviour`] (what one recording's program does, for the same-program check).
+//! program of one device), [`Prediction`] (one replay at one size, with its [`Range`]),
+//! [`MaxFit`] (with its [`MaxFitRange`]), [`behaviour::Behaviour`] (what one recording's
+//! program does, for the same-program check).
 //!
 //! What it cannot know is said, not hidden: requests whose size follows no law
 //! ([`Law::Unfit`]) or that were seen at one size only are listed; each prediction says
