@@ -144,6 +144,13 @@ fn far_cases() -> Vec<Case> {
             let cap = runs[0].free_at_start;
             let m = prog.max_fit_range(&cfg, cap, 1 << 12);
             let r = m.range.expect("max_fit_range gives a range");
+            assert!(
+                r.certain <= m.largest && m.largest <= r.might,
+                "{sizes:?} {conf}: for certain {:?} <= answer {:?} <= might {:?}",
+                r.certain,
+                m.largest,
+                r.might
+            );
             for run in runs.iter().filter(|r| r.conf == conf) {
                 assert!(run.fits, "fit.jsonl: batch {} fit", run.batch);
                 let p = prog.predict(run.batch, &cfg, None);
