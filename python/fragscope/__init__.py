@@ -874,13 +874,17 @@ class Prediction(Result):
         parts = []
         for p in d.get("predictions", []):
             fit = "" if p.get("capacity") is None else (", fits" if p.get("fits") else ", does not fit")
+            r = p.get("range")
+            span = "" if r is None else f" ({_fmt_bytes(r['reserved'][0])} to {_fmt_bytes(r['reserved'][1])})"
             parts.append(
                 f"{p['at']} on cuda:{p['device']}: peak allocated {_fmt_bytes(p['peak_allocated'])}, "
-                f"peak reserved {_fmt_bytes(p['peak_reserved'])}{fit}"
+                f"peak reserved {_fmt_bytes(p['peak_reserved'])}{span}{fit}"
             )
         for m in d.get("max_fit", []):
             cfg = f" with {m['config']}" if m.get("config") else ""
-            parts.append(f"largest that fits{cfg} on cuda:{m['device']}: {m['largest']}")
+            r = m.get("range")
+            span = "" if r is None else f" (for certain {r['certain']}, might {r['might']})"
+            parts.append(f"largest that fits{cfg} on cuda:{m['device']}: {m['largest']}{span}")
         return f"<fragscope.Prediction from sizes {sizes}: {'; '.join(parts) or 'nothing predicted'}>"
 
 

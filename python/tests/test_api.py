@@ -184,7 +184,7 @@ def test_predict_equals_cli():
     r = same_as_cli(["predict", "--json", str(a), str(b), "--sizes", "100,150", "--at", "200",
                      "--capacity", "4GiB"],
                     lambda: fragscope.predict([str(a), str(b)], sizes=[100, 150], at=[200], capacity="4GiB"))
-    assert r.schema == "fragscope.predict/1" and r.predictions[0]["at"] == 200
+    assert r.schema == "fragscope.predict/2" and r.predictions[0]["at"] == 200
     # The largest size that fits needs no sizes to predict.
     m = same_as_cli(["predict", "--json", str(a), str(b), "--sizes", "100,150", "--max-fit", "--capacity", "4GiB"],
                     lambda: fragscope.predict([str(a), str(b)], sizes=[100, 150], max_fit=True, capacity="4GiB"))

@@ -1,7 +1,8 @@
 //! `predict`: memory of the same program at a size nobody recorded (batch size, sequence
 //! length, ...), from recordings at other sizes, replayed through the allocator model
 //! ([`fragscope_predict`]). [`Request`] → [`evaluate`] → [`Outcome`] → [`json`]
-//! (`fragscope.predict/1`).
+//! (`fragscope.predict/2`: each prediction with its `range`, each max-fit answer with
+//! the sizes that fit for certain and that might).
 
 use fragscope_predict::{check_size_list, FitQuality, MaxFit, Prediction, Program, Recording};
 use fragscope_replay::ALTERNATIVES;
@@ -11,7 +12,7 @@ use serde::Serialize;
 use crate::replay::config_on_top;
 use crate::{msg, Error, Param};
 
-pub const SCHEMA: &str = "fragscope.predict/1";
+pub const SCHEMA: &str = "fragscope.predict/2";
 
 #[derive(Serialize)]
 struct JsonOut<'a> {
@@ -216,10 +217,10 @@ pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> 
             predictions.push((prog.predict(x, &cfg, req.capacity), k));
         }
         if let (true, Some(cap)) = (req.max_fit, req.capacity) {
-            max_fit.push(prog.max_fit(&cfg, cap, req.max_size));
+            max_fit.push(prog.max_fit_range(&cfg, cap, req.max_size));
             if req.config.is_none() {
                 for alt in ALTERNATIVES {
-                    max_fit.push(prog.max_fit(&config_on_top(&base, alt)?, cap, req.max_size));
+                    max_fit.push(prog.max_fit_range(&config_on_top(&base, alt)?, cap, req.max_size));
                 }
             }
         }
@@ -234,7 +235,7 @@ pub fn evaluate<'a>(names: &[String], snaps: &[&'a Snapshot], req: &Request) -> 
     })
 }
 
-/// The `--json` document (schema `fragscope.predict/1`): what `fragscope predict --json`
+/// The `--json` document (schema `fragscope.predict/2`): what `fragscope predict --json`
 /// prints.
 pub fn json(out: &Outcome) -> Result<String, Error> {
     let doc = JsonOut {

@@ -38,6 +38,12 @@ pub enum Law {
     Unfit,
     /// Seen at one recorded size only: kept at that size, and listed.
     Single,
+    /// Step-like sizes (three or more recordings, non-decreasing, with a plateau: 1,279 /
+    /// 1,279 / 1,535 bytes, or 64 / 128 / 132 / 132 MiB): a size chosen by a kernel or a
+    /// library in steps, or capped. Kept at the largest recorded size where it ends on a
+    /// plateau (a cap), else along the line through the smallest and largest recordings,
+    /// rounded up to the step the recordings show ([`step_fit`]).
+    Step,
 }
 
 impl Law {
@@ -47,7 +53,7 @@ impl Law {
             Law::Constant | Law::Single => [true, false, false],
             Law::Linear => [false, true, false],
             Law::Square => [false, false, true],
-            Law::Affine | Law::Unfit => [true, true, false],
+            Law::Affine | Law::Unfit | Law::Step => [true, true, false],
             Law::LinearSquare => [false, true, true],
             Law::ConstantSquare => [true, false, true],
             Law::Quadratic => [true, true, true],
@@ -67,6 +73,7 @@ impl Law {
             Law::Quadratic => "a+b*x+c*x^2",
             Law::Unfit => "unfit",
             Law::Single => "single",
+            Law::Step => "step",
         }
     }
 }
@@ -101,13 +108,22 @@ pub struct SizeFit {
     c: [f64; 3],
     #[serde(skip)]
     scale: f64,
+    /// Sizes rounded up to `offset + k·step` (a [`Law::Step`]); 0: not rounded.
+    #[serde(skip)]
+    step: u64,
+    #[serde(skip)]
+    offset: u64,
 }
 
 impl SizeFit {
     /// The predicted requested bytes at `x`, rounded to the nearest byte; `None` when
     /// the law gives no positive size there (a size that shrinks to nothing).
     pub fn at(&self, x: u64) -> Option<u64> {
-        let v = self.value(x as f64);
+        let mut v = self.value(x as f64);
+        if self.step > 0 && v.is_finite() && v > self.offset as f64 {
+            let k = ((v - self.offset as f64) / self.step as f64 - 1e-9).ceil();
+            v = self.offset as f64 + k * self.step as f64;
+        }
         // Capped at 256 TiB (the largest size a snapshot may hold): far past any device,
         // and the allocator's arithmetic stays in range.
         (v.is_finite() && v >= 0.5).then(|| (v.round() as u64).min(MAX_REQUEST))
@@ -118,14 +134,119 @@ impl SizeFit {
     }
 }
 
-/// Fit `points` (size parameter, requested bytes; distinct parameters, any order).
-/// `points` must not be empty.
+/// Fit `points` (size parameter, requested bytes; distinct parameters, any order):
+/// the simplest exact law, unless no law is confirmed and the sizes are step-like
+/// ([`Law::Step`]). `points` must not be empty.
 pub fn fit(points: &[(u64, u64)]) -> SizeFit {
+    let f = exact_fit(points);
+    if matches!(f.evidence, Evidence::Determined | Evidence::Unfitted) {
+        if let Some(s) = step_fit(points) {
+            return s;
+        }
+    }
+    f
+}
+
+/// The line through `a` and `b` (size parameter, bytes), scaled by `scale`.
+fn line(a: (u64, u64), b: (u64, u64), scale: f64, law: Law, evidence: Evidence) -> SizeFit {
+    let c = solve(Law::Affine, &[a, b], scale).unwrap_or([b.1 as f64, 0.0, 0.0]);
+    SizeFit { law, evidence, c, scale, step: 0, offset: 0 }
+}
+
+fn constant(v: u64, scale: f64, law: Law, evidence: Evidence) -> SizeFit {
+    SizeFit { law, evidence, c: [v as f64, 0.0, 0.0], scale, step: 0, offset: 0 }
+}
+
+/// `points` sorted by size parameter, and the scale a fit of them uses.
+fn sorted(points: &[(u64, u64)]) -> (Vec<(u64, u64)>, f64) {
+    let mut by_x = points.to_vec();
+    by_x.sort_unstable();
+    let scale = by_x.last().map_or(1, |p| p.0).max(1) as f64;
+    (by_x, scale)
+}
+
+/// The [`Law::Step`] of `points` when they are step-like: three or more, non-decreasing
+/// as the size parameter grows, not all equal, two neighbours equal (a plateau). The step
+/// is the greatest common divisor of the recorded increments (1,279 → 1,535: 256), the
+/// grid's offset the largest size modulo the step (255): sizes stay on that grid.
+fn step_fit(points: &[(u64, u64)]) -> Option<SizeFit> {
+    let (p, scale) = sorted(points);
+    let n = p.len();
+    let rising = p.windows(2).all(|w| w[1].1 >= w[0].1);
+    let plateau = p.windows(2).any(|w| w[1].1 == w[0].1);
+    if n < 3 || !rising || !plateau || p[0].1 == p[n - 1].1 {
+        return None;
+    }
+    let step = p.windows(2).map(|w| w[1].1 - w[0].1).filter(|&d| d > 0).fold(0, gcd);
+    let top = p[n - 1].1;
+    // A plateau at the top is a cap: the size stays there; else it grows at the recorded
+    // average rate, on the grid.
+    let mut f = if p[n - 2].1 == top {
+        constant(top, scale, Law::Step, Evidence::Determined)
+    } else {
+        line(p[0], p[n - 1], scale, Law::Step, Evidence::Determined)
+    };
+    f.step = step;
+    f.offset = top % step;
+    Some(f)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The plausible alternatives of `f`, the fit of `points`: the laws the recordings do
+/// not rule out, which a prediction's range replays ([`crate::Prediction::range`]).
+///
+/// * a confirmed or constant law, or a size seen once: none (a recording it was not
+///   fitted to agrees, or there is no evidence at all);
+/// * a law only determined by two recordings (`a + b·x`): the other two-parameter laws
+///   through the same points (`b·x + c·x²`, `a + c·x²`): line vs quadratic;
+/// * a quadratic only determined by three recordings: the line through the two largest;
+/// * a size that follows no law: kept at the largest recording's size, and the line
+///   through the smallest and largest;
+/// * a step-like size: kept at the largest recorded size (the plateau goes on), and the
+///   line through the two largest recordings, on the step's grid (the next step comes
+///   sooner).
+pub fn alternatives(points: &[(u64, u64)], f: &SizeFit) -> Vec<SizeFit> {
+    let (p, scale) = sorted(points);
+    let n = p.len();
+    if n < 2 || matches!(f.evidence, Evidence::Constant | Evidence::Confirmed) {
+        return Vec::new();
+    }
+    let (lo, hi) = (p[0], p[n - 1]);
+    let ev = f.evidence;
+    match f.law {
+        Law::Step => {
+            let mut up = line(p[n - 2], hi, scale, Law::Step, ev);
+            (up.step, up.offset) = (f.step, f.offset);
+            vec![constant(hi.1, scale, Law::Step, ev), up]
+        }
+        Law::Unfit => vec![constant(hi.1, scale, Law::Unfit, ev), line(lo, hi, scale, Law::Unfit, ev)],
+        _ if f.law.params() == 2 && n == 2 => [Law::Affine, Law::LinearSquare, Law::ConstantSquare]
+            .into_iter()
+            .filter(|&l| l != f.law)
+            .filter_map(|l| {
+                let c = solve(l, &p, scale)?;
+                let g = SizeFit { law: l, evidence: ev, c, scale, step: 0, offset: 0 };
+                p.iter().all(|&(x, s)| (g.value(x as f64) - s as f64).abs() <= 0.5 + 1e-12 * s as f64).then_some(g)
+            })
+            .collect(),
+        _ => vec![line(p[n - 2], hi, scale, Law::Affine, ev)],
+    }
+}
+
+/// The simplest exact law of `points` (module doc), else [`Law::Unfit`].
+fn exact_fit(points: &[(u64, u64)]) -> SizeFit {
     let scale = points.iter().map(|p| p.0).max().unwrap_or(1).max(1) as f64;
     if points.len() == 1 || points.iter().all(|p| p.1 == points[0].1) {
         let law = if points.len() == 1 { Law::Single } else { Law::Constant };
         let evidence = if points.len() == 1 { Evidence::Unfitted } else { Evidence::Constant };
-        return SizeFit { law, evidence, c: [points[0].1 as f64, 0.0, 0.0], scale };
+        return SizeFit { law, evidence, c: [points[0].1 as f64, 0.0, 0.0], scale, step: 0, offset: 0 };
     }
     for law in LAWS.iter().copied().skip(1) {
         let p = law.params();
@@ -138,6 +259,8 @@ pub fn fit(points: &[(u64, u64)]) -> SizeFit {
                 evidence: if p < points.len() { Evidence::Confirmed } else { Evidence::Determined },
                 c,
                 scale,
+                step: 0,
+                offset: 0,
             };
             if points.iter().all(|&(x, s)| (f.value(x as f64) - s as f64).abs() <= 0.5 + 1e-12 * s as f64) {
                 return f;
@@ -150,7 +273,7 @@ pub fn fit(points: &[(u64, u64)]) -> SizeFit {
     by_x.sort_unstable();
     let two = &by_x[by_x.len() - 2..];
     let c = solve(Law::Affine, two, scale).unwrap_or([two[1].1 as f64, 0.0, 0.0]);
-    SizeFit { law: Law::Unfit, evidence: Evidence::Unfitted, c, scale }
+    SizeFit { law: Law::Unfit, evidence: Evidence::Unfitted, c, scale, step: 0, offset: 0 }
 }
 
 /// Least-squares coefficients of `law` on `points` (exact when the law has as many
@@ -219,6 +342,53 @@ mod tests {
         assert_eq!(f.law, Law::LinearSquare);
         assert_eq!(f.evidence, Evidence::Confirmed);
         assert_eq!(f.at(4096), Some(tri(4096)));
+    }
+
+    #[test]
+    fn step_like_sizes_have_a_law_of_their_own() {
+        // 1,279 / 1,279 / 1,535 bytes: a plateau, then a step of 256; the quadratic through
+        // the three points would be only determined.
+        let pts = [(4, 1279), (8, 1279), (16, 1535)];
+        let f = fit(&pts);
+        assert_eq!((f.law, f.evidence), (Law::Step, Evidence::Determined));
+        // Along the line through the smallest and largest, rounded up to the 256-byte grid.
+        let at = |x: u64| f.at(x).unwrap();
+        assert_eq!(at(16), 1535);
+        assert_eq!((at(28) - 255) % 256, 0);
+        assert!(at(28) >= 1535 + 12 * 256 / 12);
+        // Alternatives: the plateau goes on; the next step comes at the last rate.
+        let alts = alternatives(&pts, &f);
+        assert_eq!(alts.iter().map(|g| g.at(64).unwrap()).collect::<Vec<_>>(), vec![1535, 1535 + 48 * 32]);
+        // A cap (a plateau at the top) stays where it is.
+        let mib = 1 << 20;
+        let cap = [(4, 64 * mib), (8, 128 * mib), (16, 132 * mib), (32, 132 * mib)];
+        let f = fit(&cap);
+        assert_eq!((f.law, f.at(170)), (Law::Step, Some(132 * mib)));
+        // Not step-like: growing without a plateau, or shrinking.
+        assert_ne!(fit(&[(4, 100), (8, 300), (16, 400)]).law, Law::Step);
+        assert_ne!(fit(&[(4, 500), (8, 500), (16, 400)]).law, Law::Step);
+    }
+
+    #[test]
+    fn alternatives_only_where_the_recordings_leave_the_law_open() {
+        // Confirmed and constant laws: none.
+        assert!(alternatives(&[(1, 10), (2, 20), (4, 40)], &fit(&[(1, 10), (2, 20), (4, 40)])).is_empty());
+        assert!(alternatives(&[(1, 10), (2, 10)], &fit(&[(1, 10), (2, 10)])).is_empty());
+        // A line only determined by two points: the quadratics through them.
+        let two = [(100, 1700), (200, 2400)];
+        let alts = alternatives(&two, &fit(&two));
+        assert_eq!(alts.iter().map(|g| g.law).collect::<Vec<_>>(), vec![Law::LinearSquare, Law::ConstantSquare]);
+        for g in &alts {
+            assert_eq!((g.at(100), g.at(200)), (Some(1700), Some(2400)), "{:?}", g.law);
+            assert_ne!(g.at(800), fit(&two).at(800));
+        }
+        // A quadratic only determined by three points: the line through the two largest.
+        let three = [(4, 64), (8, 128), (16, 132)];
+        let f = fit(&three);
+        assert_eq!((f.law, f.evidence), (Law::Quadratic, Evidence::Determined));
+        let alts = alternatives(&three, &f);
+        assert_eq!(alts.len(), 1);
+        assert_eq!(alts[0].at(24), Some(136));
     }
 
     #[test]

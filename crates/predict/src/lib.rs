@@ -23,10 +23,17 @@
 //!    under the recorded settings or any other, on a device of any size: peaks, and
 //!    where the first OOM would be.
 //! 4. **Largest size that fits** ([`Program::max_fit`]): bisection over such replays.
+//! 5. **Ranges, not false precision** ([`Range`], [`Program::max_fit_range`]): where the
+//!    recordings leave a law open (only determined, step-like, no law, or the target more
+//!    than [`FAR_BEYOND`] times past them), the same replay under the low and the high
+//!    [`Scenario`] (each open request at the least or the most of its plausible
+//!    alternatives, [`fit::alternatives`]) bounds the peaks; `--max-fit` reports the
+//!    largest size that fits for certain and the largest that might.
 //!
 //! Principal types: [`Recording`] (a snapshot and its size), [`Program`] (the fitted
-//! program of one device), [`Prediction`] (one replay at one size), [`MaxFit`],
-//! [`behaviour::Behaviour`] (what one recording's program does, for the same-program check).
+//! program of one device), [`Prediction`] (one replay at one size, with its [`Range`]),
+//! [`MaxFit`] (with its [`MaxFitRange`]), [`behaviour::Behaviour`] (what one recording's
+//! program does, for the same-program check).
 //!
 //! What it cannot know is said, not hidden: requests whose size follows no law
 //! ([`Law::Unfit`]) or that were seen at one size only are listed; each prediction says
@@ -47,7 +54,7 @@ use fragscope_alloc::{AllocatorConfig, CachingAllocator, SimulatedDevice, DEFAUL
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
 
-pub use fit::{Evidence, Law, SizeFit};
+pub use fit::{alternatives, Evidence, Law, SizeFit};
 use fragscope_replay::{
     capacity_for, recorded_config, replayable_devices, stack_strings, BlockMap, Seeded, StartError, UNLIMITED,
 };
@@ -222,6 +229,9 @@ pub struct Program<'a> {
     /// Trace indices of the template's requests, and the fit of each.
     req_index: Vec<usize>,
     fits: Vec<SizeFit>,
+    /// The plausible alternatives of each request's law ([`fit::alternatives`]): what a
+    /// prediction's [`Range`] replays.
+    alts: Vec<Vec<SizeFit>>,
     pub quality: FitQuality,
     /// The template's state before the trace (unknown: replays start empty) and the
     /// `empty_cache()` calls it made.
@@ -385,6 +395,10 @@ pub struct Prediction {
     pub extrapolated_share: f64,
     /// Requests whose law gives no positive size at `at` (left out).
     pub vanished_requests: u64,
+    /// The peaks under the plausible alternatives of the laws ([`Range`]); absent from
+    /// the replays a search makes ([`Program::predict_scenario`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<Range>,
     pub notes: Vec<String>,
 }
 
@@ -393,6 +407,65 @@ impl Prediction {
     /// and every request was served.
     pub fn fits(&self) -> bool {
         self.oom.is_none() && self.start_over_capacity.is_none() && self.start_refused.is_none()
+    }
+}
+
+/// Which sizes the requests of a replay take: their laws' (the point estimate), or the
+/// least or the most of the plausible alternatives ([`fit::alternatives`]), the growth
+/// past the recordings slowed or sped up by [`far_margin`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    Point,
+    Low,
+    High,
+}
+
+/// The peaks a prediction may have, given what the recordings leave open: the point
+/// estimate and the replays of the low and high [`Scenario`] (and a warm template's first
+/// step), least and most.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Range {
+    /// `[low, high]` of the peak reserved bytes.
+    pub reserved: [u64; 2],
+    /// `[low, high]` of the peak allocated bytes.
+    pub allocated: [u64; 2],
+    /// The low scenario (or the point) fits the capacity: the size might fit.
+    pub low_fits: bool,
+    /// The high scenario and the point fit: the size fits for certain (as far as the
+    /// alternatives go).
+    pub high_fits: bool,
+    /// Requests whose size at this size the recordings leave open (a law only
+    /// determined, a step-like size, a size no law explains, or growth far past the
+    /// recordings).
+    pub open_requests: usize,
+    /// The share by which growth past the largest recording is slowed and sped up
+    /// ([`far_margin`]): 0 up to [`FAR_BEYOND`] times the largest recording.
+    pub far_margin: f64,
+}
+
+/// The share of a peak a prediction's range adds on each side whatever the laws: the
+/// model's residual where every law is confirmed. Measured on the frozen evaluation's
+/// cold and expandable cases with nothing left open: at most 0.15 % (kk-2.7b training
+/// step, reserved; most are within 0.02 %), from requests one recording makes and another
+/// does not (a workspace at some sizes only) and blocks live before the trace.
+pub const RESIDUAL: f64 = 0.002;
+
+/// The largest share by which a prediction's range lets sizes grow slower or faster than
+/// their laws past the recordings ([`far_margin`]). Measured: a GPT step predicted at
+/// batch 170 from batches up to 16 and up to 32 (`crates/testdata/h200/fit.jsonl`) grew
+/// 13.5 % and 15.1 % less from the largest recording than its confirmed laws said (one
+/// logits-sized tensor fewer at the peak, past 2³¹ elements); 0.2 covers both.
+pub const FAR_MARGIN: f64 = 0.2;
+
+/// The growth margin of a prediction at `at`: [`FAR_MARGIN`] past [`FAR_BEYOND`] times
+/// the largest of `sizes` (where [`far_beyond`]'s note says the laws were not checked),
+/// none nearer (every case measured up to four times the largest recording, up to 8× the
+/// smallest, matched its laws: `crates/predict/tests/it/eval.rs`).
+pub fn far_margin(at: u64, sizes: &[u64]) -> f64 {
+    match sizes.iter().max() {
+        Some(&max) if at > max.saturating_mul(FAR_BEYOND) => FAR_MARGIN,
+        _ => 0.0,
     }
 }
 
@@ -424,6 +497,30 @@ pub struct MaxFit {
     /// size of `fails_below` fits, when one of [`fragscope_replay::ALTERNATIVES`] does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fails_below_fixed_by: Option<String>,
+    /// The answer's range ([`Program::max_fit_range`]; absent from [`Program::max_fit`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<MaxFitRange>,
+}
+
+/// What [`Program::search`] found: the largest size that fits (0: none) and its replay,
+/// the smallest that does not and its replay (None: every size tried fits).
+struct Found {
+    lo: u64,
+    lo_p: Option<Prediction>,
+    hi: Option<(u64, Prediction)>,
+}
+
+/// The range of a [`MaxFit`] answer ([`Program::max_fit_range`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MaxFitRange {
+    /// The largest size that fits under the high scenario too (at most the answer):
+    /// fits whichever plausible law holds. `None`: no size does.
+    pub certain: Option<u64>,
+    /// The largest size that fits under the low scenario (at least the answer): fits if
+    /// the lowest plausible laws hold.
+    pub might: Option<u64>,
+    /// False when every size tried fits under the low scenario (`might` is a lower bound).
+    pub might_bounded: bool,
 }
 
 /// How many sizes right below a `max_fit` answer are replayed too ([`MaxFit::fails_below`]).
@@ -451,6 +548,7 @@ impl<'a> Program<'a> {
         let (points, in_all, alignments) = align_recordings(recs, &order, t, device, &req_index)?;
         let shrink_note = degenerate::shrinking(recs, &points)?;
         let fits: Vec<SizeFit> = points.iter().map(|p| fit::fit(p)).collect();
+        let alts: Vec<Vec<SizeFit>> = points.iter().zip(&fits).map(|(p, f)| fit::alternatives(p, f)).collect();
         let quality = fit_quality(template, trace, &req_index, &fits, &points, &in_all, alignments);
         let (seeded, mut notes) = state_before(recs, &order, t, device);
         notes.extend(shrink_note);
@@ -469,6 +567,7 @@ impl<'a> Program<'a> {
             sizes,
             req_index,
             fits,
+            alts,
             quality,
             started_warm: warm,
             carry,
@@ -494,6 +593,102 @@ impl<'a> Program<'a> {
         self.predict_observed(at, cfg, capacity, |_, _| {})
     }
 
+    /// [`Program::predict`] under one [`Scenario`] of the laws, without a range: what
+    /// [`Program::predict`]'s range and [`Program::max_fit_range`] replay.
+    pub fn predict_scenario(&self, at: u64, cfg: &AllocatorConfig, capacity: Option<u64>, sc: Scenario) -> Prediction {
+        self.replay_at(at, cfg, capacity, sc, &mut |_, _| {})
+    }
+
+    /// The requested size of template request `q` at `at` under scenario `sc`: its law's
+    /// ([`Scenario::Point`]), or the least or the most of its law and its alternatives,
+    /// with the growth past the recordings slowed or sped up by [`far_margin`].
+    fn size_at(&self, q: usize, at: u64, sc: Scenario) -> Option<u64> {
+        let f = &self.fits[q];
+        if sc == Scenario::Point {
+            return f.at(at);
+        }
+        // A size that reaches nothing is an artefact of a law that bends down (a
+        // quadratic through a cap), not a plausible size: the least among those left.
+        let all = std::iter::once(f).chain(&self.alts[q]).filter_map(|g| Some((g.at(at)?, g)));
+        let (n, g) = if sc == Scenario::Low { all.min_by_key(|x| x.0) } else { all.max_by_key(|x| x.0) }?;
+        let m = far_margin(at, &self.sizes);
+        let top = *self.sizes.last()?;
+        match g.at(top) {
+            Some(base) if m > 0.0 && n > base => {
+                let k = if sc == Scenario::Low { 1.0 - m } else { 1.0 + m };
+                Some(base + ((n - base) as f64 * k).round() as u64)
+            }
+            _ => Some(n),
+        }
+    }
+
+    /// How many template requests have a size at `at` that their alternatives or the
+    /// margin past the recordings leave open.
+    fn open_requests(&self, at: u64) -> usize {
+        (0..self.fits.len())
+            .filter(|&q| self.size_at(q, at, Scenario::Low) != self.size_at(q, at, Scenario::High))
+            .count()
+    }
+
+    /// The range of the prediction `p` (the point): the low and high scenarios replayed,
+    /// with the point's own peaks and a warm template's first step among them.
+    fn range_of(&self, p: &Prediction, cfg: &AllocatorConfig) -> Range {
+        let open = self.open_requests(p.at);
+        // Peaks from replays without the capacity: a replay that runs out of memory stops
+        // counting at its OOM, which would cut the range's high end short.
+        let free = |sc: Scenario| self.predict_scenario(p.at, cfg, None, sc);
+        let point = if p.capacity.is_some() && !p.fits() { free(Scenario::Point) } else { p.clone() };
+        let mut r = Range {
+            reserved: [point.peak_reserved; 2],
+            allocated: [point.peak_allocated; 2],
+            low_fits: p.fits(),
+            high_fits: p.fits(),
+            open_requests: open,
+            far_margin: far_margin(p.at, &self.sizes),
+        };
+        let mut widen = |x: &Prediction, overhead: Option<u64>| {
+            let mut w = |res: u64, alloc: u64| {
+                r.reserved = [r.reserved[0].min(res), r.reserved[1].max(res)];
+                r.allocated = [r.allocated[0].min(alloc), r.allocated[1].max(alloc)];
+            };
+            w(x.peak_reserved, x.peak_allocated);
+            if let Some(o) = overhead {
+                w(x.peak_allocated + o, x.peak_allocated);
+            }
+            if let Some(f) = &x.first_step {
+                w(f.peak_reserved, f.peak_allocated);
+            }
+        };
+        widen(&point, None);
+        if open > 0 {
+            let (lo, hi) = (free(Scenario::Low), free(Scenario::High));
+            // A scenario moves every open size its own way, and the cache's overhead over
+            // the live bytes (reserved less allocated at their peaks) with them: each
+            // replay's overhead on each scenario's allocated peak is as plausible (far
+            // out under expandable segments the low scenario kept 12 GB over allocated,
+            // the high one and the real run under 1 GB).
+            let over = |x: &Prediction| x.peak_reserved.saturating_sub(x.peak_allocated);
+            for x in [&lo, &hi] {
+                for o in [over(&point), over(&lo), over(&hi)] {
+                    widen(x, Some(o));
+                }
+            }
+            if p.capacity.is_some() {
+                let fits = |sc: Scenario| self.predict_scenario(p.at, cfg, p.capacity, sc).fits();
+                r.low_fits = p.fits() || fits(Scenario::Low);
+                r.high_fits = p.fits() && fits(Scenario::High);
+            }
+        }
+        // The model's own residual, whatever the laws: the allocator's decisions on
+        // requests the template does not share with the target.
+        let widen_by = |[lo, hi]: [u64; 2]| {
+            [(lo as f64 * (1.0 - RESIDUAL)).floor() as u64, (hi as f64 * (1.0 + RESIDUAL)).ceil() as u64]
+        };
+        r.reserved = widen_by(r.reserved);
+        r.allocated = widen_by(r.allocated);
+        r
+    }
+
     /// [`Program::predict`], calling `observe(i, levels)` after each entry `i` of the
     /// template's trace from the first request on (the peaks count from there), with the
     /// replay's reserved and allocated bytes then and their peaks so far (`[reserved,
@@ -505,13 +700,28 @@ impl<'a> Program<'a> {
         capacity: Option<u64>,
         mut observe: impl FnMut(usize, [u64; 4]),
     ) -> Prediction {
+        let mut p = self.replay_at(at, cfg, capacity, Scenario::Point, &mut observe);
+        p.range = Some(self.range_of(&p, cfg));
+        p
+    }
+
+    /// One prediction under scenario `sc` (module doc of [`Program::predict_observed`]),
+    /// without its range.
+    fn replay_at(
+        &self,
+        at: u64,
+        cfg: &AllocatorConfig,
+        capacity: Option<u64>,
+        sc: Scenario,
+        observe: &mut dyn FnMut(usize, [u64; 4]),
+    ) -> Prediction {
         let mut notes = Vec::new();
         let cap = self.replay_capacity(cfg, capacity);
         let mut start_refused = None;
         let (mut eng, blocks, live, cat_of) = self.seeded_engine(cfg, cap, &mut start_refused);
         notes.extend(start_refused.clone());
         let start_over_capacity = start_within(&mut eng, cap, live.before_trace, &mut notes);
-        let mut run = Run { eng, blocks, live, cat_of, oom: None, vanished: 0 };
+        let mut run = Run { eng, blocks, live, cat_of, oom: None, vanished: 0, scenario: sc };
         let warm = self.started_warm && start_refused.is_none() && start_over_capacity.is_none();
         if warm {
             self.rebuild_start(at, cfg, &mut run);
@@ -557,6 +767,7 @@ impl<'a> Program<'a> {
             breakdown: last.at_peak,
             extrapolated_share: last.at_peak.extrapolated_share(),
             vanished_requests: run.vanished,
+            range: None,
             notes,
         }
     }
@@ -601,8 +812,9 @@ impl<'a> Program<'a> {
                         at_peak = run.live;
                     }
                     let f = self.fits[q];
+                    let size = self.size_at(q, at, run.scenario);
                     q += 1;
-                    let Some(n) = f.at(at) else {
+                    let Some(n) = size else {
                         run.vanished += 1;
                         if ev.action == Action::Alloc {
                             run.blocks.allocated(ev.addr, None);
@@ -672,8 +884,7 @@ impl<'a> Program<'a> {
         run.eng.empty_cache();
         for &(addr, q) in &self.carry.pairs {
             let ev = &trace[self.req_index[q]];
-            let f = self.fits[q];
-            let Some(n) = f.at(at) else { continue };
+            let Some(n) = self.size_at(q, at, run.scenario) else { continue };
             let pool = self.template.pool_id(ev).unwrap_or(DEFAULT_POOL);
             if let Ok(a) = run.eng.malloc_in_pool(n, self.template.stream(ev), pool) {
                 run.blocks.allocated(addr, Some(a));
@@ -772,66 +983,30 @@ impl<'a> Program<'a> {
     /// search still runs and says so in the notes of `fits_at`). Sizes up to `limit`.
     pub fn max_fit(&self, cfg: &AllocatorConfig, capacity: u64, limit: u64) -> MaxFit {
         let mut replays = 0u32;
-        let mut run = |x: u64| {
-            replays += 1;
-            self.predict(x, cfg, Some(capacity))
-        };
-        let fits = |p: &Prediction| p.fits();
-        // Bracket: lo fits, hi does not.
-        let start = self.template_size.clamp(1, limit.max(1));
-        let p0 = run(start);
-        let (mut lo, mut lo_p, mut hi, mut hi_p);
-        if fits(&p0) {
-            lo = start;
-            lo_p = Some(p0);
-            hi = None;
-            hi_p = None;
-            let mut x = start;
-            while x < limit {
-                x = x.saturating_mul(2).min(limit);
-                let p = run(x);
-                if fits(&p) {
-                    lo = x;
-                    lo_p = Some(p);
-                } else {
-                    hi = Some(x);
-                    hi_p = Some(p);
-                    break;
-                }
-            }
-        } else {
-            hi = Some(start);
-            hi_p = Some(p0);
-            lo = 0;
-            lo_p = None;
-        }
-        let Some(mut h) = hi else {
+        let found = self.search(cfg, capacity, limit, Scenario::Point, &mut replays);
+        let Some(hi) = found.hi else {
             return MaxFit {
                 device: self.device,
                 config: cfg.to_conf_string(),
                 capacity,
-                largest: Some(lo),
+                largest: Some(found.lo),
                 bounded: false,
-                fits_at: lo_p,
+                fits_at: found.lo_p,
                 next: None,
                 replays,
                 fails_below: Vec::new(),
                 fails_below_fixed_by: None,
+                range: None,
             };
         };
-        while h - lo > 1 {
-            let mid = lo + (h - lo) / 2;
-            let p = run(mid);
-            if fits(&p) {
-                lo = mid;
-                lo_p = Some(p);
-            } else {
-                h = mid;
-                hi_p = Some(p);
-            }
-        }
+        let lo = found.lo;
         // The band below the answer: bisection assumed a monotone curve.
-        let fails_below: Vec<u64> = (lo.saturating_sub(MAX_FIT_BAND).max(1)..lo).filter(|&x| !run(x).fits()).collect();
+        let fails_below: Vec<u64> = (lo.saturating_sub(MAX_FIT_BAND).max(1)..lo)
+            .filter(|&x| {
+                replays += 1;
+                !self.predict_scenario(x, cfg, Some(capacity), Scenario::Point).fits()
+            })
+            .collect();
         let fails_below_fixed_by = self.band_fix(cfg, capacity, &fails_below, &mut replays);
         MaxFit {
             device: self.device,
@@ -839,12 +1014,74 @@ impl<'a> Program<'a> {
             capacity,
             largest: (lo > 0).then_some(lo),
             bounded: true,
-            fits_at: lo_p,
-            next: hi_p,
+            fits_at: found.lo_p,
+            next: Some(hi.1),
             replays,
             fails_below,
             fails_below_fixed_by,
+            range: None,
         }
+    }
+
+    /// [`Program::max_fit`] with its range ([`MaxFitRange`]): the same search under the
+    /// high scenario (the largest size that fits for certain) and the low one (the
+    /// largest that might), each capped or floored by the point's answer.
+    pub fn max_fit_range(&self, cfg: &AllocatorConfig, capacity: u64, limit: u64) -> MaxFit {
+        let mut m = self.max_fit(cfg, capacity, limit);
+        let mut replays = 0u32;
+        let point = m.largest.unwrap_or(0);
+        let high = self.search(cfg, capacity, limit, Scenario::High, &mut replays);
+        let low = self.search(cfg, capacity, limit, Scenario::Low, &mut replays);
+        let certain = high.lo.min(point);
+        m.range = Some(MaxFitRange {
+            certain: (certain > 0).then_some(certain),
+            might: (low.lo.max(point) > 0).then_some(low.lo.max(point)),
+            might_bounded: low.hi.is_some() || !m.bounded,
+        });
+        m.replays += replays;
+        m
+    }
+
+    /// Bracket and bisection of the sizes up to `limit` that fit on `capacity` under `cfg`
+    /// and scenario `sc`, from the template's size, assuming a monotone curve;
+    /// `replays` counts the replays made.
+    fn search(&self, cfg: &AllocatorConfig, capacity: u64, limit: u64, sc: Scenario, replays: &mut u32) -> Found {
+        let mut run = |x: u64| {
+            *replays += 1;
+            self.predict_scenario(x, cfg, Some(capacity), sc)
+        };
+        // Bracket: lo fits (0: nothing does), hi does not (None: every size tried fits).
+        let start = self.template_size.clamp(1, limit.max(1));
+        let p0 = run(start);
+        let mut f = Found { lo: 0, lo_p: None, hi: None };
+        if p0.fits() {
+            (f.lo, f.lo_p) = (start, Some(p0));
+            let mut x = start;
+            while x < limit {
+                x = x.saturating_mul(2).min(limit);
+                let p = run(x);
+                if p.fits() {
+                    (f.lo, f.lo_p) = (x, Some(p));
+                } else {
+                    f.hi = Some((x, p));
+                    break;
+                }
+            }
+        } else {
+            f.hi = Some((start, p0));
+        }
+        let Some((mut h, mut hp)) = f.hi.take() else { return f };
+        while h - f.lo > 1 {
+            let mid = f.lo + (h - f.lo) / 2;
+            let p = run(mid);
+            if p.fits() {
+                (f.lo, f.lo_p) = (mid, Some(p));
+            } else {
+                (h, hp) = (mid, p);
+            }
+        }
+        f.hi = Some((h, hp));
+        f
     }
 
     /// The first of [`fragscope_replay::ALTERNATIVES`] (on top of `cfg`) under which every
@@ -857,7 +1094,7 @@ impl<'a> Program<'a> {
             let c = fragscope_replay::config_on_top(cfg, alt).ok().filter(|c| c != cfg)?;
             let all = failing.iter().all(|&x| {
                 *replays += 1;
-                self.predict(x, &c, Some(capacity)).fits()
+                self.predict_scenario(x, &c, Some(capacity), Scenario::Point).fits()
             });
             all.then(|| alt.to_string())
         })
@@ -925,6 +1162,8 @@ struct Run {
     cat_of: CatOf,
     oom: Option<PredictedOom>,
     vanished: u64,
+    /// Which sizes the requests take.
+    scenario: Scenario,
 }
 
 /// What one pass over the template's trace measured.

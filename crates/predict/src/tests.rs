@@ -70,8 +70,9 @@ fn own_peaks(snap: &Snapshot, device: i64) -> (u64, u64) {
 fn own_program(snap: &Snapshot, device: i64) -> Program<'_> {
     let s = snap.trace(device);
     let req_index = align::requests(s);
-    let fits = req_index.iter().map(|&i| fit::fit(&[(1, s[i].size)])).collect();
+    let fits: Vec<SizeFit> = req_index.iter().map(|&i| fit::fit(&[(1, s[i].size)])).collect();
     Program {
+        alts: vec![Vec::new(); fits.len()],
         device,
         template: snap,
         template_size: 1,

@@ -50,7 +50,7 @@ pub struct Args {
     /// Only this device.
     #[arg(long)]
     pub device: Option<i64>,
-    /// Print JSON (schema `fragscope.predict/1`) instead of text.
+    /// Print JSON (schema `fragscope.predict/2`) instead of text.
     #[arg(long)]
     pub json: bool,
     /// Also write an HTML page (self-contained, like `report`) drawing each recording's
@@ -225,6 +225,8 @@ fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacit
         ("device", Align::Right),
         ("peak reserved", Align::Right),
         ("peak allocated", Align::Right),
+        ("range reserved", Align::Right),
+        ("range allocated", Align::Right),
         (&format!("fits ({cap})"), Align::Left),
         ("first OOM", Align::Left),
         ("extrapolated", Align::Right),
@@ -246,16 +248,28 @@ fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacit
             "no".to_string()
         } else if p.capacity.is_none() {
             "n/a".to_string()
-        } else if p.fits() {
-            "yes".to_string()
         } else {
-            "no".to_string()
+            let r = p.range.as_ref();
+            match (p.fits(), r.is_none_or(|r| r.high_fits), r.is_some_and(|r| r.low_fits)) {
+                (true, true, _) => "yes",
+                (true, false, _) => "yes (not for certain)",
+                (false, _, true) => "no (might)",
+                (false, _, false) => "no",
+            }
+            .to_string()
+        };
+        let span = |lh: Option<[u64; 2]>| match lh {
+            Some([l, h]) if l != h => format!("{} – {}", bytes(l), bytes(h)),
+            Some(_) => "exact".to_string(),
+            None => "—".to_string(),
         };
         t.row([
             p.at.to_string(),
             p.device.to_string(),
             bytes(p.peak_reserved),
             bytes(p.peak_allocated),
+            span(p.range.as_ref().map(|r| r.reserved)),
+            span(p.range.as_ref().map(|r| r.allocated)),
             fits,
             oom,
             percent(p.extrapolated_share),
@@ -270,6 +284,16 @@ fn predictions_text(s: &mut String, predictions: &[(Prediction, usize)], capacit
         "  extrapolated: share of the allocated peak whose size only the recordings determine (no recording \
          checked the law) or that follows no law"
     );
+    let _ = writeln!(
+        s,
+        "  range: the peaks replayed under the plausible alternatives of the laws the recordings leave open \
+         (line vs quadratic, step-like sizes, sizes no law explains; more than {} times past the largest \
+         recording, growth {:.0}% slower or faster) and a warm template's first step, widened by \
+         the model's residual ({:.1}%)",
+        fragscope_predict::FAR_BEYOND,
+        fragscope_predict::FAR_MARGIN * 100.0,
+        fragscope_predict::RESIDUAL * 100.0
+    );
     write_notes(s, predictions.iter().map(|(p, _)| p));
 }
 
@@ -280,6 +304,8 @@ fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
         ("PYTORCH_CUDA_ALLOC_CONF", Align::Left),
         ("device", Align::Right),
         ("largest size that fits", Align::Right),
+        ("for certain", Align::Right),
+        ("might fit", Align::Right),
         ("its peak reserved", Align::Right),
         ("next size: first OOM", Align::Left),
         ("replays", Align::Right),
@@ -298,10 +324,23 @@ fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
             },
             None => "—".into(),
         };
+        let (certain, might) = match &m.range {
+            Some(r) => (
+                r.certain.map_or("none".to_string(), |x| x.to_string()),
+                match (r.might, r.might_bounded) {
+                    (None, _) => "none".to_string(),
+                    (Some(x), true) => x.to_string(),
+                    (Some(x), false) => format!("≥ {x}"),
+                },
+            ),
+            None => ("—".to_string(), "—".to_string()),
+        };
         t.row([
             conf_label(&m.config),
             m.device.to_string(),
             largest,
+            certain,
+            might,
             m.fits_at.as_ref().map(|p| bytes(p.peak_reserved)).unwrap_or_else(|| "—".into()),
             next,
             m.replays.to_string(),

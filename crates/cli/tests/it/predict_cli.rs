@@ -19,7 +19,7 @@ fn predict_json_on_the_niu_grid() {
     let o = run(&["predict", &a, &b, "--sizes", "100,150", "--at", "200,400", "--capacity", "4GiB", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["schema"], "fragscope.predict/1");
+    assert_eq!(v["schema"], "fragscope.predict/2");
     let preds = v["predictions"].as_array().unwrap();
     assert_eq!(preds.len(), 2);
     for p in preds {

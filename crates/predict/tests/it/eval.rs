@@ -39,6 +39,16 @@ pub(crate) struct Family {
     steps: bool,
 }
 
+impl Family {
+    pub(crate) fn sizes(&self) -> &'static [u64] {
+        self.sizes
+    }
+    /// Recordings of several steps (a warm form exists).
+    pub(crate) fn steps(&self) -> bool {
+        self.steps
+    }
+}
+
 pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "niu-fwd",

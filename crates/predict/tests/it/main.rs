@@ -5,5 +5,6 @@
 
 mod capacity;
 mod eval;
+mod ranges;
 mod same_program;
 mod warm;
