@@ -67,6 +67,10 @@ pub struct Recording {
     pub one_pool: Option<(u64, u64)>,
     /// Actions `skip_actions` left out, per device in device order.
     pub skipped: Vec<Skipped>,
+    /// Devices whose trace has allocs but no segment event, with nothing to prove the
+    /// events missing: every segment predates the recording (a warm cache), or
+    /// `skip_actions` left them out; the file cannot tell which.
+    pub no_segment_events: Vec<i64>,
 }
 
 /// The hint for a snapshot taken without `_record_memory_history`: one line.
@@ -86,6 +90,13 @@ impl Recording {
             out.push(format!(
                 "one memory pool only: every segment is pool ({a}, {b}) (a MemPool snapshot); the default pool \
                  and any other pool's memory are not in this file"
+            ));
+        }
+        for d in &self.no_segment_events {
+            out.push(format!(
+                "device {d}: the trace allocates but holds no segment event: either every segment predates the \
+                 recording, or skip_actions left segment_alloc/segment_free out (then reserved memory over the trace \
+                 is not known, and replay --verify diverges where PyTorch reserved memory)"
             ));
         }
         for s in &self.skipped {
@@ -128,11 +139,16 @@ pub fn recording(snap: &Snapshot) -> Recording {
         Some(Some(p)) if p != (0, 0) && pools.all(|q| q == Some(p)) => Some(p),
         _ => None,
     };
-    let mut skipped = Vec::new();
+    let (mut skipped, mut no_segment_events) = (Vec::new(), Vec::new());
     for (d, trace) in snap.device_traces.iter().enumerate() {
-        skipped.extend(skipped_in(snap, d as i64, trace));
+        let found = skipped_in(snap, d as i64, trace);
+        let segments_proven = found.iter().any(|s| s.action == Action::SegmentAlloc);
+        if !segments_proven && trace.iter().any(|e| e.action == Action::Alloc) && !has_segment_event(trace) {
+            no_segment_events.push(d as i64);
+        }
+        skipped.extend(found);
     }
-    Recording { history_off, state_only, one_pool, skipped }
+    Recording { history_off, state_only, one_pool, skipped, no_segment_events }
 }
 
 fn has_frames(snap: &Snapshot, s: Option<crate::model::StackId>) -> bool {
@@ -207,13 +223,26 @@ fn skipped_in(snap: &Snapshot, device: i64, trace: &[TraceEvent]) -> Vec<Skipped
     if let Some(ev) = no_complete {
         out.push(skip(Action::FreeCompleted, ev));
     }
-    let segment_events = [Action::SegmentAlloc, Action::SegmentFree, Action::SegmentMap, Action::SegmentUnmap];
-    if segment_events.iter().all(|&a| n(a) == 0) {
+    if !has_segment_event(trace) {
         if let Some(ev) = alloc_outside_segments(snap, device, trace) {
             out.push(skip(Action::SegmentAlloc, ev));
         }
     }
     out
+}
+
+/// Whether `device`'s trace certainly lacks its segment events (no segment event at all,
+/// and an alloc in no segment of the final state): reserved memory over the trace cannot
+/// be told. Cheaper than [`recording`] (stops at the first segment event).
+pub fn segment_events_missing(snap: &Snapshot, device: i64) -> bool {
+    let trace = snap.trace(device);
+    !has_segment_event(trace) && alloc_outside_segments(snap, device, trace).is_some()
+}
+
+fn has_segment_event(trace: &[TraceEvent]) -> bool {
+    trace.iter().any(|e| {
+        matches!(e.action, Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap)
+    })
 }
 
 /// The first alloc of `trace` at an address no segment of the final state holds, in
@@ -355,9 +384,16 @@ mod tests {
 
     #[test]
     fn a_full_trace_lacks_nothing() {
-        let s = snap(vec![ev(Alloc, 0x1000), ev(FreeRequested, 0x1000), ev(FreeCompleted, 0x1000), ev(Alloc, 0x1000)]);
+        let s = snap(vec![
+            TraceEvent::new(SegmentAlloc, 0x1000, 4096),
+            ev(Alloc, 0x1000),
+            ev(FreeRequested, 0x1000),
+            ev(FreeCompleted, 0x1000),
+            ev(Alloc, 0x1000),
+        ]);
         let r = recording(&s);
         assert_eq!(r.skipped, vec![]);
+        assert!(r.no_segment_events.is_empty());
         assert!(!r.history_off && !r.state_only && r.lines().is_empty());
     }
 
@@ -405,16 +441,22 @@ mod tests {
 
     #[test]
     fn segment_events_skipped_needs_an_alloc_outside_the_final_segments() {
-        // Every alloc inside a final segment, no segment event: a warm cache, not a skip.
+        // Every alloc inside a final segment, no segment event: a warm cache or a skip,
+        // said as such.
         let s = snap(vec![ev(Alloc, 0x1000)]);
-        assert!(recording(&s).skipped.is_empty());
+        let r = recording(&s);
+        assert!(r.skipped.is_empty());
+        assert_eq!(r.no_segment_events, [0]);
+        assert!(r.lines()[0].contains("either every segment predates the recording"));
         let s = snap(vec![ev(Alloc, 0x1000), ev(Alloc, 0x9000)]);
         let r = recording(&s);
         assert_eq!(r.skipped.iter().map(|k| k.action).collect::<Vec<_>>(), [SegmentAlloc]);
         assert!(r.lines()[0].contains("segment_alloc/segment_free entries were not recorded"), "{:?}", r.lines());
+        assert!(r.no_segment_events.is_empty() && segment_events_missing(&s, 0));
         // With a segment event in the trace, the alloc outside is that event's business.
         let s = snap(vec![TraceEvent::new(SegmentFree, 0x9000, 4096), ev(Alloc, 0x9000)]);
-        assert!(recording(&s).skipped.is_empty());
+        let r = recording(&s);
+        assert!(r.skipped.is_empty() && r.no_segment_events.is_empty() && !segment_events_missing(&s, 0));
     }
 
     #[test]

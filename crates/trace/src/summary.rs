@@ -125,7 +125,8 @@ pub struct DeviceSummary {
     pub fragmentation: Fragmentation,
     pub trace: TraceSummary,
     /// memory_summary()'s Cur/Peak/Tot Alloc/Tot Freed over the recorded window (see
-    /// [`fragscope_replay::memory_table`]); `None` without a trace or when the trace and the state disagree.
+    /// [`fragscope_replay::memory_table`]); `None` without a trace, when the trace and the state disagree,
+    /// or when the trace lacks its segment events (`skip_actions`: reserved memory over it is unknown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_table: Option<fragscope_replay::MemoryTable>,
     /// Memory by role over the trace ([`crate::roles`]); absent without a trace.
@@ -258,6 +259,11 @@ pub struct Notes {
     pub unknown_actions: BTreeMap<String, u64>,
     pub missing_optional: BTreeMap<String, u64>,
     pub remarks: Vec<String>,
+    /// How the file was recorded, one line each ([`fragscope_snapshot::recording`]):
+    /// history never switched on, one pool only, actions `skip_actions` left out and
+    /// what was restored. Absent when there is nothing to say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recording: Vec<String>,
 }
 
 fn pool_figures<'a>(segs: impl Iterator<Item = &'a Segment>) -> PoolFigures {
@@ -446,7 +452,12 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
             let _ = to_lives.send(steps_of());
         }
         drop(to_lives);
-        let table = fragscope_replay::memory_table(snap, device).ok();
+        // Without its segment events (skip_actions) the table's reserved rows would be
+        // the final state's, over a window in which memory was reserved and released:
+        // no table rather than wrong figures (the recording notes say why).
+        let table = fragscope_replay::memory_table(snap, device)
+            .ok()
+            .filter(|_| !fragscope_snapshot::recording::segment_events_missing(snap, device));
         (table, lived.join().expect("lives thread"))
     });
     DeviceSummary {
@@ -490,6 +501,7 @@ pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
             unknown_actions: n.unknown_actions.clone(),
             missing_optional: n.missing_optional.clone(),
             remarks: n.remarks.clone(),
+            recording: n.recording.clone(),
         },
         format: snap.format,
         profiler_totals: profiler_totals(snap),

@@ -76,6 +76,15 @@ pub fn render_text(file: &str, example: bool, fs: &FileSummary) -> String {
     } else {
         let _ = writeln!(o, "fragscope summary of {file} ({})\n", format_name(s.format));
     }
+    // How the file was recorded comes before any figure: it says which figures below
+    // cannot be told (history never on, one pool only, actions skip_actions left out).
+    if !s.notes.recording.is_empty() {
+        let _ = writeln!(o, "Recording:");
+        for l in &s.notes.recording {
+            let _ = writeln!(o, "  {l}");
+        }
+        o.push('\n');
+    }
     if let Some(l) = &fs.oom {
         let _ = writeln!(o, "OOM on device {} at trace entry {}: {}", l.device, l.event_index, l.headline);
         let _ = writeln!(
