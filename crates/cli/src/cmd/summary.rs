@@ -131,6 +131,10 @@ pub fn render_text(file: &str, example: bool, fs: &FileSummary) -> String {
             o.push('\n');
         }
     }
+    if let Some(h) = &s.host {
+        o.push_str(&host_text(h));
+        o.push('\n');
+    }
     o.push_str(&settings_text(s));
     if s.devices.iter().any(|d| d.all.segments > 0) {
         let _ = writeln!(o, "\n_memory_viz.py stats would print (all devices):");
@@ -397,6 +401,30 @@ fn settings_text(s: &Summary) -> String {
         ("roundup_power2_divisions".into(), if divs.is_empty() { "none".into() } else { divs.join(", ") }),
     ];
     push_rows(&mut o, &rows);
+    o
+}
+
+/// Pinned host memory, apart from every device's figures (it is CPU RAM).
+fn host_text(h: &fragscope_trace::HostSummary) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "Pinned host memory (host_segments; CPU RAM, not in any device figure above):");
+    let _ = writeln!(
+        o,
+        "  Pinned             {} in {}",
+        output::bytes(h.reserved_bytes),
+        output::count_of(h.segments, "host block", "host blocks")
+    );
+    let _ = writeln!(o, "  In use             {}  (held by tensors)", output::bytes(h.allocated_bytes));
+    let _ = writeln!(o, "  Cached free        {}  (kept pinned for reuse)", output::bytes(h.cached_free_bytes));
+    if let Some(a) = &h.trace_actions {
+        let total: u64 = a.values().sum();
+        let parts: Vec<String> = a.iter().map(|(k, v)| format!("{k} {}", output::grouped(*v))).collect();
+        let list = if parts.is_empty() { String::new() } else { format!("  ({})", parts.join(", ")) };
+        let _ = writeln!(o, "  host_traces        {}{list}", output::grouped(total));
+    }
+    if let Some(p) = h.trace_peak_requested_bytes.filter(|&p| p > 0) {
+        let _ = writeln!(o, "  Peak requested     {}  (live at once over host_traces)", output::bytes(p));
+    }
     o
 }
 
