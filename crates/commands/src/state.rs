@@ -137,7 +137,11 @@ pub struct StateOut {
 pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest) -> Result<StateOut, Error> {
     let (device, oom_default, choice) = match req.device {
         Some(d) => (d, None, None),
-        None => default_device(snap, req).ok_or_else(|| Error::input(format!("{name}: no device has a trace")))?,
+        None => default_device(snap, req).ok_or_else(|| {
+            // The recording notes say why (history never switched on, alloc entries skipped).
+            let why = snap.notes.recording.first().map_or(String::new(), |l| format!(" ({l})"));
+            Error::input(format!("{name}: no device has a trace{why}"))
+        })?,
     };
     let trace = snap.trace(device);
     if trace.is_empty() {

@@ -338,7 +338,13 @@ pub struct PeakAttribution {
 /// empty when no block has a string the program or `torch.compile` set (only
 /// placeholders: before the trace, not recorded, none set, outside compiled regions), as
 /// annotations are listed only when a file has them.
-fn by_context(snap: &Snapshot, device: i64, blocks: &[LiveBlock], field: ContextField, top: usize) -> Vec<AnnotationBytes> {
+fn by_context(
+    snap: &Snapshot,
+    device: i64,
+    blocks: &[LiveBlock],
+    field: ContextField,
+    top: usize,
+) -> Vec<AnnotationBytes> {
     let mut m: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut any_set = false;
     for b in blocks {
@@ -574,7 +580,15 @@ pub fn attribute(snap: &Snapshot, tl: &DeviceTimeline, opts: &AttributionOptions
             &sets[0],
             opts.top,
         ),
-        reserved_peak: peak_attribution(snap, device, &scopes, PeakKind::ReservedPeak, &tl.peak_reserved, &sets[1], opts.top),
+        reserved_peak: peak_attribution(
+            snap,
+            device,
+            &scopes,
+            PeakKind::ReservedPeak,
+            &tl.peak_reserved,
+            &sets[1],
+            opts.top,
+        ),
         pinned_segments: pinned_segments(snap, device, opts.top),
     }
 }
