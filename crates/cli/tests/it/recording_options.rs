@@ -250,6 +250,30 @@ fn state_and_analyze_group_by_compile_context_and_user_metadata() {
     assert!(!plain.contains("By compile_context") && !plain.contains("By user_metadata"));
     let bad = run(&["state", "--by", "metadata", ps]);
     assert_eq!(bad.status.code(), Some(2));
+    // export: the allocations table carries both strings, as recorded, per alloc entry.
+    let out = dir.join("export");
+    ok(&["export", "-o", out.to_str().unwrap(), ps]);
+    let (mut with_region, mut with_tag, mut rows_in_trace) = (0, 0, 0);
+    for row in parquet_rows(&out.join("allocations.parquet")) {
+        let get = |k: &str| row.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();
+        if get("alloc_idx") != "null" {
+            rows_in_trace += 1;
+        }
+        with_region += (get("compile_context") == "\"Torch-Compiled Region: 0/0\"") as usize;
+        with_tag += (get("user_metadata").contains("phase")) as usize;
+    }
+    assert_eq!((with_region, with_tag), (n_region, n_tag), "one row per alloc entry, its strings as recorded");
+    assert_eq!(rows_in_trace, n_region + n_tag);
+}
+
+/// The rows of a Parquet file as `(column, value)` pairs, values as the reader prints them.
+fn parquet_rows(p: &Path) -> Vec<Vec<(String, String)>> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let r = SerializedFileReader::new(std::fs::File::open(p).unwrap()).unwrap();
+    r.get_row_iter(None)
+        .unwrap()
+        .map(|row| row.unwrap().get_column_iter().map(|(n, f)| (n.clone(), f.to_string())).collect())
+        .collect()
 }
 
 fn host_block_segment(address: u64, size: u64, state: BlockState) -> Segment {
