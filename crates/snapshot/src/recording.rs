@@ -65,6 +65,11 @@ pub struct Recording {
     /// file is one `MemPool`'s snapshot (`MemPool.snapshot()`, `memory_snapshot(mempool_id=...)`),
     /// and the rest of the device's memory is not in it.
     pub one_pool: Option<(u64, u64)>,
+    /// The file is a bare list of segments with PyTorch 2.x keys (`requested_size`,
+    /// `segment_pool_id`): what `torch.cuda.memory_snapshot()` returns (with or without
+    /// `include_traces`, 2.11+, it keeps only `segments`) or `MemPool.snapshot()`, not a
+    /// 1.13 snapshot, though both are lists.
+    pub segment_list_2x: bool,
     /// Actions `skip_actions` left out, per device in device order.
     pub skipped: Vec<Skipped>,
     /// Devices whose trace has allocs but no segment event, with nothing to prove the
@@ -85,6 +90,14 @@ impl Recording {
         let mut out = Vec::new();
         if self.history_off {
             out.push(HISTORY_OFF_HINT.to_string());
+        }
+        if self.segment_list_2x {
+            out.push(
+                "a list of segments with PyTorch 2.x keys: what torch.cuda.memory_snapshot() or MemPool.snapshot() \
+                 returns, the state alone (no trace, whatever include_traces was); for the history, save \
+                 torch.cuda.memory._dump_snapshot() instead"
+                    .to_string(),
+            );
         }
         if let Some((a, b)) = self.one_pool {
             out.push(format!(
@@ -148,7 +161,9 @@ pub fn recording(snap: &Snapshot) -> Recording {
         }
         skipped.extend(found);
     }
-    Recording { history_off, state_only, one_pool, skipped, no_segment_events }
+    let segment_list_2x = snap.format == crate::model::SourceFormat::SegmentList
+        && snap.segments.iter().any(|s| s.segment_pool_id.is_some() || s.requested_size.is_some());
+    Recording { history_off, state_only, one_pool, segment_list_2x, skipped, no_segment_events }
 }
 
 fn has_frames(snap: &Snapshot, s: Option<crate::model::StackId>) -> bool {
@@ -479,5 +494,14 @@ mod tests {
         two.segment_pool_id = Some((0, 0));
         s.segments.push(two);
         assert_eq!(recording(&s).one_pool, None);
+        // A list of 2.x segments (memory_snapshot()), not a 1.13 file.
+        assert!(!recording(&s).segment_list_2x);
+        s.format = crate::model::SourceFormat::SegmentList;
+        assert!(recording(&s).segment_list_2x);
+        s.segments.iter_mut().for_each(|g| {
+            g.segment_pool_id = None;
+            g.requested_size = None;
+        });
+        assert!(!recording(&s).segment_list_2x, "1.13 segments have neither key");
     }
 }

@@ -196,6 +196,13 @@ fn history_never_switched_on_and_one_pool() {
     write_path(&snap, &pool).unwrap();
     let s = ok(&["summary", pool.to_str().unwrap()]);
     assert!(s.contains("one memory pool only: every segment is pool (0, 1)"), "{s}");
+    // Pickled as the list memory_snapshot(mempool_id=...) returns: said to be one, not 1.13.
+    snap.format = fragscope_snapshot::SourceFormat::SegmentList;
+    let list = dir.join("one-pool-list.pickle");
+    write_path(&snap, &list).unwrap();
+    let s = ok(&["summary", list.to_str().unwrap()]);
+    assert!(s.contains("a list of segments with PyTorch 2.x keys: what torch.cuda.memory_snapshot()"), "{s}");
+    assert!(s.contains("one memory pool only"), "{s}");
     // The real file holds three pools: no such note.
     assert!(!ok(&["summary", src.to_str().unwrap()]).contains("one memory pool only"));
 }

@@ -98,3 +98,15 @@ fn host_segments_and_host_traces_are_read() {
     // Host memory is no device's: the devices are the CUDA ones only.
     assert!(snap.devices().is_empty() && snap.segments.is_empty());
 }
+
+/// The corpus's list of 2.x segments (`torch.cuda.memory_snapshot()`, pickled) is told from
+/// a 1.13 snapshot, which is a list too.
+#[test]
+fn a_memory_snapshot_list_is_not_a_1_13_file() {
+    let Some(p) = common::real_file("layoutedit-sd-lcm-segments-list.pkl") else { return };
+    let snap = read_path(&p).unwrap();
+    assert_eq!(snap.format, fragscope_snapshot::SourceFormat::SegmentList);
+    let r = recording(&snap);
+    assert!(r.segment_list_2x && r.state_only);
+    assert!(r.lines().iter().any(|l| l.contains("torch.cuda.memory_snapshot()")));
+}
