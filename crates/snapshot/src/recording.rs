@@ -161,9 +161,14 @@ pub fn recording(snap: &Snapshot) -> Recording {
         }
         skipped.extend(found);
     }
-    let segment_list_2x = snap.format == crate::model::SourceFormat::SegmentList
-        && snap.segments.iter().any(|s| s.segment_pool_id.is_some() || s.requested_size.is_some());
+    let segment_list_2x = is_segment_list_2x(snap);
     Recording { history_off, state_only, one_pool, segment_list_2x, skipped, no_segment_events }
+}
+
+/// Whether `snap` is a list of segments with 2.x keys ([`Recording::segment_list_2x`]).
+pub fn is_segment_list_2x(snap: &Snapshot) -> bool {
+    snap.format == crate::model::SourceFormat::SegmentList
+        && snap.segments.iter().any(|s| s.segment_pool_id.is_some() || s.requested_size.is_some())
 }
 
 fn has_frames(snap: &Snapshot, s: Option<crate::model::StackId>) -> bool {

@@ -53,6 +53,10 @@ pub struct Summary {
     /// device's figures; absent when the file has neither key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostSummary>,
+    /// A `segment_list` file with 2.x keys (`torch.cuda.memory_snapshot()`, not 1.13), for
+    /// the text's name of the format; the JSON says it in `notes.recording`.
+    #[serde(skip)]
+    pub segment_list_2x: bool,
 }
 
 /// Pinned host memory: the CUDA host allocator's blocks (`torch.empty(..., pin_memory=True)`,
@@ -575,6 +579,7 @@ pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
         format: snap.format,
         profiler_totals: profiler_totals(snap),
         host: host_summary(snap),
+        segment_list_2x: fragscope_snapshot::recording::is_segment_list_2x(snap),
     }
 }
 

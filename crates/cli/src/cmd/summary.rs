@@ -74,7 +74,12 @@ pub fn render_text(file: &str, example: bool, fs: &FileSummary) -> String {
              torch.cuda.memory._dump_snapshot().\n"
         );
     } else {
-        let _ = writeln!(o, "fragscope summary of {file} ({})\n", format_name(s.format));
+        let name = if s.segment_list_2x {
+            "PyTorch 2.x segment list, torch.cuda.memory_snapshot()"
+        } else {
+            format_name(s.format)
+        };
+        let _ = writeln!(o, "fragscope summary of {file} ({name})\n");
     }
     // How the file was recorded comes before any figure: it says which figures below
     // cannot be told (history never on, one pool only, actions skip_actions left out).
