@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{Action, Snapshot, TraceEvent};
+use crate::model::{Action, Snapshot, SourceFormat, TraceEvent};
 
 /// An action one device's trace lacks, and why that is certain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,7 +153,10 @@ pub fn recording(snap: &Snapshot) -> Recording {
         _ => None,
     };
     let (mut skipped, mut no_segment_events) = (Vec::new(), Vec::new());
-    for (d, trace) in snap.device_traces.iter().enumerate() {
+    // A profiler trace has no allocator state and no segment events of its own: none of
+    // `_record_memory_history`'s options applies to it.
+    let traces = if snap.format == SourceFormat::Kineto { &[][..] } else { &snap.device_traces[..] };
+    for (d, trace) in traces.iter().enumerate() {
         let found = skipped_in(snap, d as i64, trace);
         let segments_proven = found.iter().any(|s| s.action == Action::SegmentAlloc);
         if !segments_proven && trace.iter().any(|e| e.action == Action::Alloc) && !has_segment_event(trace) {
@@ -167,7 +170,7 @@ pub fn recording(snap: &Snapshot) -> Recording {
 
 /// Whether `snap` is a list of segments with 2.x keys ([`Recording::segment_list_2x`]).
 pub fn is_segment_list_2x(snap: &Snapshot) -> bool {
-    snap.format == crate::model::SourceFormat::SegmentList
+    snap.format == SourceFormat::SegmentList
         && snap.segments.iter().any(|s| s.segment_pool_id.is_some() || s.requested_size.is_some())
 }
 
@@ -256,7 +259,9 @@ fn skipped_in(snap: &Snapshot, device: i64, trace: &[TraceEvent]) -> Vec<Skipped
 /// be told. Cheaper than [`recording`] (stops at the first segment event).
 pub fn segment_events_missing(snap: &Snapshot, device: i64) -> bool {
     let trace = snap.trace(device);
-    !has_segment_event(trace) && alloc_outside_segments(snap, device, trace).is_some()
+    snap.format != SourceFormat::Kineto
+        && !has_segment_event(trace)
+        && alloc_outside_segments(snap, device, trace).is_some()
 }
 
 fn has_segment_event(trace: &[TraceEvent]) -> bool {
@@ -468,7 +473,12 @@ mod tests {
         assert!(r.skipped.is_empty());
         assert_eq!(r.no_segment_events, [0]);
         assert!(r.lines()[0].contains("either every segment predates the recording"));
-        let s = snap(vec![ev(Alloc, 0x1000), ev(Alloc, 0x9000)]);
+        let mut s = snap(vec![ev(Alloc, 0x1000), ev(Alloc, 0x9000)]);
+        // A profiler trace: no allocator recording, nothing to say.
+        s.format = SourceFormat::Kineto;
+        assert_eq!(recording(&s), Recording::default());
+        assert!(!segment_events_missing(&s, 0));
+        s.format = SourceFormat::Dict;
         let r = recording(&s);
         assert_eq!(r.skipped.iter().map(|k| k.action).collect::<Vec<_>>(), [SegmentAlloc]);
         assert!(r.lines()[0].contains("segment_alloc/segment_free entries were not recorded"), "{:?}", r.lines());
@@ -501,7 +511,7 @@ mod tests {
         assert_eq!(recording(&s).one_pool, None);
         // A list of 2.x segments (memory_snapshot()), not a 1.13 file.
         assert!(!recording(&s).segment_list_2x);
-        s.format = crate::model::SourceFormat::SegmentList;
+        s.format = SourceFormat::SegmentList;
         assert!(recording(&s).segment_list_2x);
         s.segments.iter_mut().for_each(|g| {
             g.segment_pool_id = None;

@@ -21,6 +21,14 @@ fn no_real_recording_is_taken_for_a_skipping_one() {
         n += 1;
     }
     assert!(n >= 5, "{n} real pickles read");
+    // Profiler traces have allocs and no segment event by nature: no option applies.
+    for name in
+        ["kineto-hta-ddp-v100-rank1-profile-memory.json.gz", "kineto-tbplugin-resnet50-v100-no-addr.pt.trace.json.gz"]
+    {
+        let Some(p) = common::real_file(name) else { return };
+        let snap = read_path(&p).unwrap();
+        assert_eq!(recording(&snap).lines(), Vec::<String>::new(), "{name}");
+    }
 }
 
 /// The corpus's snapshot without history (no trace, no stack anywhere) is named so; the
