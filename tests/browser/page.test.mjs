@@ -815,3 +815,45 @@ test('not recorded: a torch.profiler trace says so for the state it does not hol
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('recording options: skip_actions notes, pinned host memory apart, live bytes by compile_context and user_metadata', async (t) => {
+  const src = real('ckpttry-activation-ckpt-toy.pickle');
+  if (!src) return t.skip('corpus file absent');
+  // The real trace without its free_requested entries (skip_actions), every other alloc
+  // in a compiled region and the rest with user metadata, and two pinned host blocks.
+  const out = join(OUT, 'recopts.pickle');
+  const script = `import pickle, sys
+d = pickle.load(open(sys.argv[1], 'rb'))
+n = 0
+for t in d['device_traces']:
+    t[:] = [e for e in t if e['action'] != 'free_requested']
+    for e in t:
+        if e['action'] == 'alloc':
+            n += 1
+            if n % 2: e['compile_context'] = 'Torch-Compiled Region: 0/0'
+            else: e['user_metadata'] = 'phase=eval'
+seg = lambda a, s, st: {'device': -1, 'address': a, 'total_size': s, 'allocated_size': s if st == 'active_allocated' else 0, 'active_size': s if st == 'active_allocated' else 0, 'requested_size': s, 'stream': 0, 'segment_type': 'small', 'segment_pool_id': (0, 0), 'is_expandable': False, 'frames': [], 'blocks': [{'address': a, 'size': s, 'requested_size': s, 'state': st, 'frames': []}]}
+d['host_segments'] = [seg(1 << 40, 64 << 20, 'active_allocated'), seg((1 << 40) + (1 << 30), 16 << 20, 'inactive')]
+d['host_traces'] = []
+pickle.dump(d, open(sys.argv[2], 'wb'))`;
+  execFileSync('python3', ['-c', script, src, out]);
+  const ana = json(['analyze', '--json', out]).files[0].devices[0];
+  const { page, errors } = await open(ctx, report([out], join(OUT, 'recopts.html')));
+  const notes = await page.$$eval('#findings p.recording', (els) => els.map((e) => e.textContent));
+  assert.ok(notes.some((n) => /free_requested entries were not recorded \(skip_actions\)/.test(n)), notes.join('\n'));
+  assert.ok(notes.some((n) => /free_requested entries restored/.test(n)), notes.join('\n'));
+  const host = await page.$eval('#host-memory', (e) => e.textContent);
+  assert.match(host, /64\.00 MiB in use/);
+  assert.match(host, /80\.00 MiB pinned/);
+  const figs = await page.$$eval('#figures [data-fig]', (els) => Object.fromEntries(els.map((e) => [e.dataset.fig, e.dataset.value])));
+  assert.equal(Number(figs.reserved_bytes), json(['summary', '--json', src]).files[0].devices[0].reserved_bytes, 'host memory never added to the device');
+  for (const [k, by] of [['by_compile_context', 'compile_context'], ['by_user_metadata', 'user_metadata']]) {
+    const want = ana.peaks.allocated_peak[k];
+    assert.ok(want && want.length, `${k} in analyze --json`);
+    const rows = await page.$$eval(`#findings table.by-context[data-by="${by}"][data-peak="allocated peak"] tr`, (trs) => trs.slice(1).map((tr) => [...tr.children].map((td) => td.textContent)));
+    assert.deepEqual(rows.map((r) => r[0]), want.map((w) => w.name), `${by}: the rows analyze lists`);
+    assert.deepEqual(rows.map((r) => Number(r[2])), want.map((w) => w.blocks));
+  }
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -16,6 +16,7 @@ pub const PROGRESS_THRESHOLD: u64 = 64 * 1024 * 1024;
 pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, Error> {
     if path.as_os_str() == "-" {
         return fragscope_snapshot::read_from_checked(std::io::stdin().lock())
+            .map(prepared)
             .map_err(|e| read_error(Path::new("<stdin>"), &e));
     }
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -36,7 +37,15 @@ pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, Error> {
     };
     // Checked: a snapshot with impossible sizes or addresses (`fragscope_snapshot::bounds`)
     // is refused, so that no command's arithmetic meets them.
-    result.map_err(|e| read_error(path, &e))
+    result.map(prepared).map_err(|e| read_error(path, &e))
+}
+
+/// A snapshot as every command analyses it: what `skip_actions` left out restored where
+/// the trace determines it, and how the file was recorded in `notes.recording`
+/// ([`fragscope_snapshot::recording::prepare`]).
+pub fn prepared(mut snap: Snapshot) -> Snapshot {
+    fragscope_snapshot::recording::prepare(&mut snap);
+    snap
 }
 
 /// The one line for a file that cannot be used (without the `error: ` prefix).

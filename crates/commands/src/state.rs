@@ -7,13 +7,15 @@
 //! not a replay. The holders are the blocks allocated at that moment
 //! ([`fragscope_trace::live_at`]), grouped by the innermost user frame of
 //! their allocation stack ([`HoldersBy::Site`]), by the innermost `record_function` scope
-//! open when they were allocated ([`HoldersBy::Annotation`]), or by what they are for
+//! open when they were allocated ([`HoldersBy::Annotation`]), by what they are for
 //! ([`HoldersBy::Role`]: parameters, gradients, ... as [`fragscope_trace::classify_roles`]
-//! classifies each block from its phase and lifetime in the trace).
+//! classifies each block from its phase and lifetime in the trace), or by the
+//! `compile_context` or `user_metadata` string of their `alloc` entry
+//! ([`HoldersBy::CompileContext`], [`HoldersBy::UserMetadata`]).
 
 use fragscope_diagnose::{allocator_state_at, state_figures, StateFigures, WindowBound, WindowSpec};
 use fragscope_snapshot::{Action, Snapshot};
-use fragscope_trace::{bytes_by_site, live_at};
+use fragscope_trace::{bytes_by_site, context_key, live_at, ContextField};
 use serde::Serialize;
 
 use crate::{msg, Error, Param};
@@ -30,11 +32,15 @@ pub enum HoldersBy {
     Annotation,
     /// What the block is for (parameters, gradients, ...).
     Role,
+    /// The `compile_context` of the allocation (the `torch.compile` region it was made in).
+    CompileContext,
+    /// The `user_metadata` of the allocation (`torch.cuda.memory._set_memory_metadata`).
+    UserMetadata,
 }
 
 impl HoldersBy {
     /// Every grouping, as users name them.
-    pub const NAMES: [&'static str; 3] = ["site", "annotation", "role"];
+    pub const NAMES: [&'static str; 5] = ["site", "annotation", "role", "compile_context", "user_metadata"];
 
     /// The grouping's name (`site`, `annotation`, `role`).
     pub fn as_str(self) -> &'static str {
@@ -42,6 +48,8 @@ impl HoldersBy {
             HoldersBy::Site => "site",
             HoldersBy::Annotation => "annotation",
             HoldersBy::Role => "role",
+            HoldersBy::CompileContext => "compile_context",
+            HoldersBy::UserMetadata => "user_metadata",
         }
     }
 
@@ -51,7 +59,11 @@ impl HoldersBy {
             "site" => Ok(HoldersBy::Site),
             "annotation" => Ok(HoldersBy::Annotation),
             "role" => Ok(HoldersBy::Role),
-            _ => Err(Error::argument(msg![format!("by={s:?}: one of site, annotation, role")])),
+            "compile_context" => Ok(HoldersBy::CompileContext),
+            "user_metadata" => Ok(HoldersBy::UserMetadata),
+            _ => Err(Error::argument(msg![format!(
+                "by={s:?}: one of site, annotation, role, compile_context, user_metadata"
+            )])),
         }
     }
 }
@@ -115,17 +127,31 @@ pub struct StateOut {
     /// chose them ([`default_device`]); absent when the request chose them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub choice: Option<String>,
+    /// How the file was recorded, one line each (`notes.recording` of the snapshot: actions
+    /// `skip_actions` left out and what was restored, one pool only); absent when nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recording: Vec<String>,
+    /// Pinned host memory in the final state (`host_segments`, CPU RAM), apart from the
+    /// device's figures; absent when the file has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<fragscope_trace::HostSummary>,
 }
 
 /// The state of `snap` at the moment `req` names.
 pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest) -> Result<StateOut, Error> {
     let (device, oom_default, choice) = match req.device {
         Some(d) => (d, None, None),
-        None => default_device(snap, req).ok_or_else(|| Error::input(format!("{name}: no device has a trace")))?,
+        None => default_device(snap, req).ok_or_else(|| {
+            // The recording notes say why (history never switched on, alloc entries skipped).
+            let why = snap.notes.recording.first().map_or(String::new(), |l| format!(" ({l})"));
+            Error::input(format!("{name}: no device has a trace{why}"))
+        })?,
     };
     let trace = snap.trace(device);
     if trace.is_empty() {
-        return Err(Error::input(format!("{name}: device {device} has no trace")));
+        // The recording notes say why (history never switched on, alloc entries skipped).
+        let why = snap.notes.recording.first().map_or(String::new(), |l| format!(" ({l})"));
+        return Err(Error::input(format!("{name}: device {device} has no trace{why}")));
     }
     if req.at.is_some() && req.time.is_some() {
         return Err(Error::argument(msg!["give ", Param::At, " or ", Param::Time, ", not both"]));
@@ -172,9 +198,16 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
     } else if req.by == HoldersBy::Role {
         holders_by_role(snap, device, after, total)
     } else {
+        // Grouped by a string of the allocation: its annotation scope, compile context or
+        // user metadata.
+        let key = |b: &fragscope_trace::LiveBlock| match req.by {
+            HoldersBy::CompileContext => context_key(snap, device, b.alloc_event, ContextField::CompileContext),
+            HoldersBy::UserMetadata => context_key(snap, device, b.alloc_event, ContextField::UserMetadata),
+            _ => b.annotation.clone().unwrap_or_else(|| "(no annotation)".into()),
+        };
         let mut m: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
         for b in &live {
-            let e = m.entry(b.annotation.clone().unwrap_or_else(|| "(no annotation)".into())).or_default();
+            let e = m.entry(key(b)).or_default();
             e.0 += b.size;
             e.1 += 1;
         }
@@ -214,6 +247,8 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
         other_bytes,
         pools,
         choice,
+        recording: snap.notes.recording.clone(),
+        host: fragscope_trace::host_summary(snap),
     })
 }
 

@@ -321,6 +321,7 @@ fn read_file(path: &Path, name: String) -> Res<Snapshot> {
     // Checked as the CLI's reads are: a snapshot with sizes or addresses no real one has is
     // refused before any analysis sums them.
     let snap = fragscope_snapshot::read_path_checked(path, &mut |_, _| {})
+        .map(commands::input::prepared)
         .map_err(|e| commands::input::read_error(path, &e))?;
     Ok(Snapshot { inner: Arc::new(snap), name, example: false })
 }
@@ -403,6 +404,7 @@ fn loads(py: Python<'_>, data: &[u8], name: Option<String>) -> PyResult<Snapshot
     let name = name.unwrap_or_else(|| "<bytes>".to_string());
     py.allow_threads(|| {
         let snap = fragscope_snapshot::read_from_checked(data)
+            .map(commands::input::prepared)
             .map_err(|e| commands::input::read_error(Path::new(&name), &e))?;
         Ok(Snapshot { inner: Arc::new(snap), name: name.clone(), example: false })
     })

@@ -27,6 +27,10 @@
 //! which also refuse sizes and addresses no real snapshot has ([`bounds`]) before any
 //! analysis sums them.
 //!
+//! [`recording`] tells how a file was recorded (history never switched on, one
+//! `MemPool` only, actions `skip_actions` left out) and restores what the trace
+//! determines; front ends call [`recording::prepare`] after reading.
+//!
 //! ```no_run
 //! let snap = fragscope_snapshot::read_path("snapshot.pickle".as_ref()).unwrap();
 //! for dev in snap.devices() {
@@ -41,6 +45,7 @@ pub mod kineto;
 pub mod model;
 pub mod pickle;
 pub mod pyobj;
+pub mod recording;
 pub mod settings;
 pub mod spill;
 pub mod torchsave;

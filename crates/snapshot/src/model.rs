@@ -498,6 +498,10 @@ pub struct ReadNotes {
     pub missing_optional: BTreeMap<String, u64>,
     /// Free-form notes (e.g. a Kineto file without addresses).
     pub remarks: Vec<String>,
+    /// How the file was recorded and what was restored for the analyses, one line each
+    /// ([`crate::recording::prepare`]): history never switched on, one pool only, actions
+    /// `skip_actions` left out.
+    pub recording: Vec<String>,
 }
 
 impl ReadNotes {

@@ -38,6 +38,7 @@ use fragscope_snapshot::{FrameTable, FxHashMap, Snapshot, StackId, NO_TIME};
 use serde::Serialize;
 
 use crate::blocks::is_pinned;
+use crate::contexts::{context_key, ContextField};
 use crate::scopes::Scopes;
 use crate::timeline::{self, DeviceTimeline, LiveBlock, Peak};
 
@@ -323,6 +324,44 @@ pub struct PeakAttribution {
     pub open_annotations: Vec<String>,
     /// Top scopes by live bytes allocated inside them (nested scopes both count).
     pub by_annotation: Vec<AnnotationBytes>,
+    /// Live bytes by the `compile_context` of their allocation (the `torch.compile`
+    /// region; [`crate::context_key`]); absent unless a live block was allocated in one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_compile_context: Vec<AnnotationBytes>,
+    /// Live bytes by the `user_metadata` of their allocation; absent unless a live
+    /// block's allocation carries a string the program set.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_user_metadata: Vec<AnnotationBytes>,
+}
+
+/// `blocks` grouped by `field` of their allocation, most bytes first, the first `top`;
+/// empty when no block has a string the program or `torch.compile` set (only
+/// placeholders: before the trace, not recorded, none set, outside compiled regions), as
+/// annotations are listed only when a file has them.
+fn by_context(
+    snap: &Snapshot,
+    device: i64,
+    blocks: &[LiveBlock],
+    field: ContextField,
+    top: usize,
+) -> Vec<AnnotationBytes> {
+    let mut m: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut any_set = false;
+    for b in blocks {
+        let key = context_key(snap, device, b.alloc_event, field);
+        any_set |= !(key.starts_with('(') || key.starts_with("N/A ("));
+        let e = m.entry(key).or_default();
+        e.0 += b.size;
+        e.1 += 1;
+    }
+    if !any_set {
+        return Vec::new();
+    }
+    let mut v: Vec<AnnotationBytes> =
+        m.into_iter().map(|(name, (bytes, blocks))| AnnotationBytes { name, bytes, blocks }).collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+    v.truncate(top);
+    v
 }
 
 /// One group of pinned segments (module doc).
@@ -407,6 +446,7 @@ pub fn bytes_by_site(snap: &Snapshot, blocks: &[LiveBlock]) -> Vec<SiteBytes> {
 
 fn peak_attribution(
     snap: &Snapshot,
+    device: i64,
     scopes: &Scopes,
     at: PeakKind,
     peak: &Peak,
@@ -450,6 +490,8 @@ fn peak_attribution(
             .map(|n| scopes.names[n].clone())
             .collect(),
         by_annotation,
+        by_compile_context: by_context(snap, device, blocks, ContextField::CompileContext, top),
+        by_user_metadata: by_context(snap, device, blocks, ContextField::UserMetadata, top),
     }
 }
 
@@ -531,13 +573,22 @@ pub fn attribute(snap: &Snapshot, tl: &DeviceTimeline, opts: &AttributionOptions
         device,
         allocated_peak: peak_attribution(
             snap,
+            device,
             &scopes,
             PeakKind::AllocatedPeak,
             &tl.peak_allocated,
             &sets[0],
             opts.top,
         ),
-        reserved_peak: peak_attribution(snap, &scopes, PeakKind::ReservedPeak, &tl.peak_reserved, &sets[1], opts.top),
+        reserved_peak: peak_attribution(
+            snap,
+            device,
+            &scopes,
+            PeakKind::ReservedPeak,
+            &tl.peak_reserved,
+            &sets[1],
+            opts.top,
+        ),
         pinned_segments: pinned_segments(snap, device, opts.top),
     }
 }

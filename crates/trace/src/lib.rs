@@ -22,12 +22,14 @@
 //!   "who was live when": attribution, roles, leak detection.
 //! * [`Scopes`]: the `record_function` scopes open at any moment; [`Site`]: the call site
 //!   of a stack ([`site_of`]); [`DeviceAttribution`] ([`attribute`]): the sites and scopes
-//!   holding the memory at the peaks, read from the lives.
+//!   holding the memory at the peaks, read from the lives; [`context_key`]: an
+//!   allocation's `compile_context` or `user_metadata` ([`ContextField`]) as a grouping key.
 //! * [`Steps`] ([`steps()`]): training steps and their phases (forward, backward,
 //!   optimizer) from the stacks' evidence; [`DeviceRoles`] ([`device_roles`]): what each
 //!   block is for — parameters, gradients, optimizer state, activations, temporaries —
 //!   from the lives and the steps ([`Roles`], one [`BlockRole`] per life).
-//! * [`Summary`] ([`summarize`]): the `memory_summary()` figures plus fragmentation, the
+//! * [`Summary`] ([`summarize`]): the `memory_summary()` figures plus fragmentation, pinned
+//!   host memory apart ([`HostSummary`]), the
 //!   trace's counts, steps and roles in one document ([`DeviceSummary`] per device).
 //!
 //! Modules are private; everything above is re-exported here, a few under a name that says
@@ -36,13 +38,14 @@
 //! call site and interns the sites as it goes.
 //!
 //! Modules depend downwards only, in this order (checked by `.ci/check_module_graph.py`):
-//! `hugepages`, `par`, `blocks`, `scopes` → `walk` → `lives` → `timeline` → `attribution`;
+//! `hugepages`, `par`, `blocks`, `contexts`, `scopes` → `walk` → `lives` → `timeline` → `attribution`;
 //! `steps` → `roles` → `summary`. The allocator's own rules (rounding, the recorded
 //! settings, `memory_stats()`) come from `fragscope-replay`; the verdicts built on these
 //! results are `fragscope-diagnose`'s.
 
 mod attribution;
 mod blocks;
+mod contexts;
 mod hugepages;
 mod lives;
 mod par;
@@ -57,6 +60,7 @@ pub use attribution::{
     attribute, bytes_by_site, is_library_frame, site_of, AnnotationBytes, AttributionOptions, DeviceAttribution,
     PeakAttribution, PeakKind, PinnedGroup, PinnedSegments, Site, SiteBytes, SiteTable,
 };
+pub use contexts::{context_key, ContextField, BEFORE_TRACE};
 pub use lives::{live_bytes_at, BlockLives};
 pub use par::{map as par_map, threads as par_threads};
 pub use roles::{
@@ -70,9 +74,9 @@ pub use steps::{
     Step, StepSource, Steps,
 };
 pub use summary::{
-    summarize, summarize_device, summarize_device_threads, summarize_device_with, summarize_with, DeviceSummary,
-    Fragmentation, History, MemvizStats, Notes as ReaderNotes, PoolFigures, Pools, ProfilerTotals,
-    Settings as RecordedSettings, Summary, TraceSummary, SCHEMA as SUMMARY_SCHEMA,
+    host_summary, summarize, summarize_device, summarize_device_threads, summarize_device_with, summarize_with,
+    DeviceSummary, Fragmentation, History, HostSummary, MemvizStats, Notes as ReaderNotes, PoolFigures, Pools,
+    ProfilerTotals, Settings as RecordedSettings, Summary, TraceSummary, SCHEMA as SUMMARY_SCHEMA,
 };
 pub use timeline::{
     levels_at, live_at, live_sets_at, peak_allocated, timeline, timeline_walk, timeline_with_lives, timelines,

@@ -48,6 +48,79 @@ pub struct Summary {
     /// Device totals a profiler trace reported (`Total Allocated` / `Total Reserved`, or the
     /// running sum of `Bytes` when the old schema has nothing else); empty for snapshots.
     pub profiler_totals: Vec<ProfilerTotals>,
+    /// Pinned host memory (`host_segments`, `host_traces`: recorded with
+    /// `_record_memory_history(record_pinned_host_memory=True)`, 2.14+), never added to a
+    /// device's figures; absent when the file has neither key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostSummary>,
+    /// A `segment_list` file with 2.x keys (`torch.cuda.memory_snapshot()`, not 1.13), for
+    /// the text's name of the format; the JSON says it in `notes.recording`.
+    #[serde(skip)]
+    pub segment_list_2x: bool,
+}
+
+/// Pinned host memory: the CUDA host allocator's blocks (`torch.empty(..., pin_memory=True)`,
+/// `tensor.pin_memory()`), which live in CPU RAM, not on a GPU. PyTorch writes each as a
+/// pseudo-segment of one block with `device` −1 (spec §10.8).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HostSummary {
+    /// Host segments in the final state (one per pinned block PyTorch holds).
+    pub segments: u64,
+    /// Their bytes: pinned host memory PyTorch holds, in use or cached.
+    pub reserved_bytes: u64,
+    /// Of which in blocks a tensor holds (state `active_allocated`).
+    pub allocated_bytes: u64,
+    /// Of which cached free (state `inactive`): kept pinned for reuse.
+    pub cached_free_bytes: u64,
+    /// `host_traces` entries by action (PyTorch's names), when the file has the key.
+    pub trace_actions: Option<BTreeMap<String, u64>>,
+    /// The most requested bytes live at once over `host_traces` (`alloc` adds its size,
+    /// its `free_requested` takes it off; blocks from before the trace not counted).
+    pub trace_peak_requested_bytes: Option<u64>,
+}
+
+/// The pinned host memory of `snap` ([`HostSummary`]); `None` when the file has neither
+/// `host_segments` nor `host_traces`.
+pub fn host_summary(snap: &Snapshot) -> Option<HostSummary> {
+    if snap.host_segments.is_none() && snap.host_traces.is_none() {
+        return None;
+    }
+    let mut h = HostSummary::default();
+    for seg in snap.host_segments.iter().flatten() {
+        h.segments += 1;
+        h.reserved_bytes += seg.total_size;
+        for b in &seg.blocks {
+            match b.state {
+                BlockState::ActiveAllocated => h.allocated_bytes += b.size,
+                BlockState::Inactive => h.cached_free_bytes += b.size,
+                BlockState::ActivePendingFree => {}
+            }
+        }
+    }
+    if let Some(trace) = &snap.host_traces {
+        let mut actions: BTreeMap<String, u64> = BTreeMap::new();
+        let mut live: HashMap<u64, u64> = HashMap::new();
+        let (mut now, mut peak) = (0u64, 0u64);
+        for e in trace {
+            *actions.entry(e.action.as_str().to_string()).or_default() += 1;
+            match e.action {
+                Action::Alloc => {
+                    if let Some(old) = live.insert(e.addr, e.size) {
+                        now = now.saturating_sub(old);
+                    }
+                    now = now.saturating_add(e.size);
+                    peak = peak.max(now);
+                }
+                Action::FreeRequested => {
+                    now = now.saturating_sub(live.remove(&e.addr).unwrap_or(0));
+                }
+                _ => {}
+            }
+        }
+        h.trace_actions = Some(actions);
+        h.trace_peak_requested_bytes = Some(peak);
+    }
+    Some(h)
 }
 
 /// What a torch.profiler trace says about one device's totals: all a user with only a
@@ -125,7 +198,8 @@ pub struct DeviceSummary {
     pub fragmentation: Fragmentation,
     pub trace: TraceSummary,
     /// memory_summary()'s Cur/Peak/Tot Alloc/Tot Freed over the recorded window (see
-    /// [`fragscope_replay::memory_table`]); `None` without a trace or when the trace and the state disagree.
+    /// [`fragscope_replay::memory_table`]); `None` without a trace, when the trace and the state disagree,
+    /// or when the trace lacks its segment events (`skip_actions`: reserved memory over it is unknown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_table: Option<fragscope_replay::MemoryTable>,
     /// Memory by role over the trace ([`crate::roles`]); absent without a trace.
@@ -258,6 +332,11 @@ pub struct Notes {
     pub unknown_actions: BTreeMap<String, u64>,
     pub missing_optional: BTreeMap<String, u64>,
     pub remarks: Vec<String>,
+    /// How the file was recorded, one line each ([`fragscope_snapshot::recording`]):
+    /// history never switched on, one pool only, actions `skip_actions` left out and
+    /// what was restored. Absent when there is nothing to say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recording: Vec<String>,
 }
 
 fn pool_figures<'a>(segs: impl Iterator<Item = &'a Segment>) -> PoolFigures {
@@ -446,7 +525,12 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
             let _ = to_lives.send(steps_of());
         }
         drop(to_lives);
-        let table = fragscope_replay::memory_table(snap, device).ok();
+        // Without its segment events (skip_actions) the table's reserved rows would be
+        // the final state's, over a window in which memory was reserved and released:
+        // no table rather than wrong figures (the recording notes say why).
+        let table = fragscope_replay::memory_table(snap, device)
+            .ok()
+            .filter(|_| !fragscope_snapshot::recording::segment_events_missing(snap, device));
         (table, lived.join().expect("lives thread"))
     });
     DeviceSummary {
@@ -490,9 +574,12 @@ pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
             unknown_actions: n.unknown_actions.clone(),
             missing_optional: n.missing_optional.clone(),
             remarks: n.remarks.clone(),
+            recording: n.recording.clone(),
         },
         format: snap.format,
         profiler_totals: profiler_totals(snap),
+        host: host_summary(snap),
+        segment_list_2x: fragscope_snapshot::recording::is_segment_list_2x(snap),
     }
 }
 

@@ -37,9 +37,12 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { top: args.top as usize, what_if: args.what_if, ..AnalyzeOptions::default() };
     let spec = args.window.spec()?;
     let mut windows: Vec<Option<WindowInfo>> = Vec::new();
+    // How each file was recorded (skip_actions, history never on), said before its findings.
+    let mut recording: Vec<Vec<String>> = Vec::new();
     let results =
         fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec.as_ref(), |name, snap, w| {
             windows.push(w);
+            recording.push(snap.notes.recording.clone());
             Ok::<_, CliError>((name, analyze(snap, &opts)))
         })?;
     let text = if args.json {
@@ -53,6 +56,9 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             if let Some(Some(w)) = windows.get(i) {
                 s.push_str(&w.line());
                 s.push('\n');
+            }
+            for l in recording.get(i).into_iter().flatten() {
+                s.push_str(&format!("Recording: {l}\n"));
             }
             s.push_str(&render_text(file, a));
         }
@@ -590,6 +596,18 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
         let _ = writeln!(o, "    By record_function scope (where the live blocks were allocated):");
         for a in &p.by_annotation {
             let _ = writeln!(o, "    {:>12}  {:>5} blocks  {}", bytes(a.bytes), a.blocks, a.name);
+        }
+    }
+    // The strings PyTorch attaches to each allocation, listed as the scopes are.
+    for (rows, what) in [
+        (&p.by_compile_context, "By compile_context (the torch.compile region of the allocation):"),
+        (&p.by_user_metadata, "By user_metadata (set with torch.cuda.memory._set_memory_metadata):"),
+    ] {
+        if !rows.is_empty() {
+            let _ = writeln!(o, "    {what}");
+            for a in rows {
+                let _ = writeln!(o, "    {:>12}  {:>5} blocks  {}", bytes(a.bytes), a.blocks, a.name);
+            }
         }
     }
     o

@@ -29,7 +29,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use fragscope_diagnose::WindowInfo;
-use fragscope_snapshot::{FrameId, Snapshot, StackId, TraceEvent};
+use fragscope_snapshot::{FrameId, Snapshot, StackId, StrId, TraceEvent};
 use fragscope_trace::site_of;
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};
 use parquet::file::metadata::KeyValue;
@@ -334,6 +334,8 @@ const TABLES: [TableSpec; 7] = [
             ("annotation", Str, true),
             ("role", Str, true),
             ("role_evidence", Str, true),
+            ("compile_context", Str, true),
+            ("user_metadata", Str, true),
         ],
     ),
     (
@@ -505,6 +507,11 @@ fn write_allocations(
     let cfg = fragscope_replay::recorded_config(snap);
     let scopes = fragscope_trace::Scopes::new(snap, device);
     let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
+    // The alloc entry's compile_context / user_metadata as recorded (null before the
+    // trace or when the entry has none), to group by as by annotation.
+    let context = |alloc: Option<usize>, pick: fn(fragscope_snapshot::EntryContext) -> Option<StrId>| {
+        alloc.and_then(|k| tr.get(k)).and_then(|e| pick(snap.context(e))).map_or(V::N, |id| V::S(snap.frames.str(id)))
+    };
     for (a, role) in rows.iter().zip(roles) {
         note(used, a.stack);
         let end = a.fc.or(a.fr);
@@ -533,6 +540,8 @@ fn write_allocations(
             ann.map_or(V::N, V::S),
             role.map_or(V::N, |r| V::T(r.role.as_str())),
             role.map_or(V::N, |r| V::T(r.reason.describe())),
+            context(a.alloc, |c| c.compile_context),
+            context(a.alloc, |c| c.user_metadata),
         ])?;
     }
     Ok(())

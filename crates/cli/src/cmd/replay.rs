@@ -158,11 +158,15 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut saved: Option<Snapshot> = None;
+    // How each file was recorded (actions skip_actions left out, what was restored): what
+    // the replay below can and cannot tell.
+    let mut recording: Vec<Vec<String>> = Vec::new();
     let out: Vec<(String, Vec<DeviceResult>)> = input::each_snapshot(&args.files, args.json, |name, snap| {
+        recording.push(snap.notes.recording.clone());
         Ok::<_, CliError>((name, replay::replay_snapshot(&req, &checked, snap, &mut saved)?))
     })?;
     replay::save(&req, saved.as_ref())?;
-    let text = if args.json { replay::json(&out, args.verify)? } else { render_text(&out, args.verify) };
+    let text = if args.json { replay::json(&out, args.verify)? } else { render_text(&out, &recording, args.verify) };
     print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -175,10 +179,13 @@ fn frac(a: u64, b: u64) -> String {
     }
 }
 
-fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String {
+fn render_text(out: &[(String, Vec<DeviceResult>)], recording: &[Vec<String>], verify_only: bool) -> String {
     let mut s = String::new();
-    for (file, rs) in out {
+    for (i, (file, rs)) in out.iter().enumerate() {
         let _ = writeln!(s, "{file}");
+        for l in recording.get(i).into_iter().flatten() {
+            let _ = writeln!(s, "  Recording: {l}");
+        }
         if rs.is_empty() {
             let _ = writeln!(s, "  no allocation trace to replay (state-only snapshot)\n");
             continue;

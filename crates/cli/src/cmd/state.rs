@@ -1,4 +1,5 @@
-//! `fragscope state FILE [--at N | --time T] [--by site|annotation|role] [--json]`: the
+//! `fragscope state FILE [--at N | --time T] [--by site|annotation|role|compile_context|user_metadata]
+//! [--json]`: the
 //! allocator state at one moment of the recording and who holds the memory then.
 //!
 //! The figures and the holders are [`fragscope_commands::state`]'s; this is the clap
@@ -31,8 +32,10 @@ pub struct Args {
     #[arg(long)]
     pub device: Option<i64>,
     /// Group the holders by `site` (innermost user frame), `annotation` (innermost
-    /// record_function scope at the allocation) or `role` (parameters, gradients,
-    /// optimizer_state, activations, temporaries, inputs, other; from the trace).
+    /// record_function scope at the allocation), `role` (parameters, gradients,
+    /// optimizer_state, activations, temporaries, inputs, other; from the trace),
+    /// `compile_context` (the torch.compile region of the allocation) or `user_metadata`
+    /// (the string set with torch.cuda.memory._set_memory_metadata).
     #[arg(long, default_value = "site", value_parser = HoldersBy::NAMES)]
     pub by: String,
     /// Holders listed (the rest is summed).
@@ -70,6 +73,9 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 
 fn render_text(o: &StateOut) -> String {
     let mut s = String::new();
+    for l in &o.recording {
+        let _ = writeln!(s, "Recording: {l}");
+    }
     let at = o.after_event.map_or("before the first trace entry".to_string(), |i| format!("after trace entry {i}"));
     let when = o.time_s.map_or(String::new(), |t| format!(", {t:.3} s after the first entry"));
     if let Some(c) = &o.choice {
@@ -98,6 +104,17 @@ fn render_text(o: &StateOut) -> String {
     }
     if o.other_bytes > 0 {
         let _ = writeln!(s, "  {:>12}  (the rest)", bytes(o.other_bytes));
+    }
+    if let Some(h) = &o.host {
+        // CPU RAM: said apart, never added to the device's figures.
+        let _ = writeln!(
+            s,
+            "\nPinned host memory at the end of the recording (host_segments, CPU RAM, not in the figures above):\n  \
+             {} pinned, {} in use, {} cached free",
+            bytes(h.reserved_bytes),
+            bytes(h.allocated_bytes),
+            bytes(h.cached_free_bytes)
+        );
     }
     s
 }

@@ -74,7 +74,21 @@ pub fn render_text(file: &str, example: bool, fs: &FileSummary) -> String {
              torch.cuda.memory._dump_snapshot().\n"
         );
     } else {
-        let _ = writeln!(o, "fragscope summary of {file} ({})\n", format_name(s.format));
+        let name = if s.segment_list_2x {
+            "PyTorch 2.x segment list, torch.cuda.memory_snapshot()"
+        } else {
+            format_name(s.format)
+        };
+        let _ = writeln!(o, "fragscope summary of {file} ({name})\n");
+    }
+    // How the file was recorded comes before any figure: it says which figures below
+    // cannot be told (history never on, one pool only, actions skip_actions left out).
+    if !s.notes.recording.is_empty() {
+        let _ = writeln!(o, "Recording:");
+        for l in &s.notes.recording {
+            let _ = writeln!(o, "  {l}");
+        }
+        o.push('\n');
     }
     if let Some(l) = &fs.oom {
         let _ = writeln!(o, "OOM on device {} at trace entry {}: {}", l.device, l.event_index, l.headline);
@@ -124,6 +138,10 @@ pub fn render_text(file: &str, example: bool, fs: &FileSummary) -> String {
             o.push_str(&fragscope_trace::roles_text(r, output::bytes));
             o.push('\n');
         }
+    }
+    if let Some(h) = &s.host {
+        o.push_str(&host_text(h));
+        o.push('\n');
     }
     o.push_str(&settings_text(s));
     if s.devices.iter().any(|d| d.all.segments > 0) {
@@ -391,6 +409,30 @@ fn settings_text(s: &Summary) -> String {
         ("roundup_power2_divisions".into(), if divs.is_empty() { "none".into() } else { divs.join(", ") }),
     ];
     push_rows(&mut o, &rows);
+    o
+}
+
+/// Pinned host memory, apart from every device's figures (it is CPU RAM).
+fn host_text(h: &fragscope_trace::HostSummary) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "Pinned host memory (host_segments; CPU RAM, not in any device figure above):");
+    let _ = writeln!(
+        o,
+        "  Pinned             {} in {}",
+        output::bytes(h.reserved_bytes),
+        output::count_of(h.segments, "host block", "host blocks")
+    );
+    let _ = writeln!(o, "  In use             {}  (held by tensors)", output::bytes(h.allocated_bytes));
+    let _ = writeln!(o, "  Cached free        {}  (kept pinned for reuse)", output::bytes(h.cached_free_bytes));
+    if let Some(a) = &h.trace_actions {
+        let total: u64 = a.values().sum();
+        let parts: Vec<String> = a.iter().map(|(k, v)| format!("{k} {}", output::grouped(*v))).collect();
+        let list = if parts.is_empty() { String::new() } else { format!("  ({})", parts.join(", ")) };
+        let _ = writeln!(o, "  host_traces        {}{list}", output::grouped(total));
+    }
+    if let Some(p) = h.trace_peak_requested_bytes.filter(|&p| p > 0) {
+        let _ = writeln!(o, "  Peak requested     {}  (live at once over host_traces)", output::bytes(p));
+    }
     o
 }
 

@@ -17,6 +17,7 @@ mod output_paths;
 mod peak_allocated;
 mod predict_cli;
 mod real_traces;
+mod recording_options;
 mod role_whatif_cli;
 mod snapshots;
 mod torch_save_cli;

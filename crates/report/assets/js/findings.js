@@ -3,6 +3,11 @@
 function findingsView(file, dev) {
   const sec = el('section', { id: 'findings' });
   sec.append(el('h2', {}, '5. Findings'));
+  // How the file was recorded (actions skip_actions left out, history never on, one pool
+  // only), then pinned host memory: CPU RAM, said apart from every device figure.
+  for (const l of (file.summary.notes && file.summary.notes.recording) || []) sec.append(el('p', { class: 'note recording' }, 'Recording: ' + l));
+  const h = file.summary.host;
+  if (h) sec.append(el('p', { id: 'host-memory' }, el('b', {}, 'Pinned host memory '), `(host_segments; CPU RAM, not in any device figure): ${bytes(h.reserved_bytes)} pinned, ${bytes(h.allocated_bytes)} in use, ${bytes(h.cached_free_bytes)} cached free.`));
   const a = analysisDev(file);
   if (!a) { sec.append(el('p', { class: 'note' }, 'No analysis for this device.')); return sec; }
   const ul = el('ul', { id: 'finding-list' });
@@ -29,6 +34,13 @@ function findingsView(file, dev) {
     }
     sec.append(el('h3', {}, `Live at the ${key} (${bytes(p.live_bytes)} in ${p.live_blocks} blocks${p.event_index != null ? ', event ' + p.event_index : ''})`));
     sec.append(flame(p));
+    // Live bytes by the strings PyTorch attaches to each allocation, as analyze lists them.
+    for (const [k, what] of [['by_compile_context', 'compile_context'], ['by_user_metadata', 'user_metadata']]) {
+      if (!(p[k] || []).length) continue;
+      const t = el('table', { class: 'by-context', 'data-by': what, 'data-peak': key }, el('tr', {}, el('th', {}, what), el('th', { class: 'n' }, 'live bytes'), el('th', { class: 'n' }, 'blocks')));
+      for (const r of p[k]) t.append(el('tr', {}, el('td', {}, r.name), el('td', { class: 'n' }, bytes(r.bytes)), el('td', { class: 'n' }, String(r.blocks))));
+      sec.append(el('h4', {}, `By ${what} at the ${key}`), t);
+    }
   }
   return sec;
 }

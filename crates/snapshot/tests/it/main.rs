@@ -14,5 +14,6 @@ mod fresh_stacks;
 mod kineto;
 mod limits;
 mod long_trace_mapped;
+mod recording;
 mod roundtrip;
 mod torch_save;

@@ -1,0 +1,81 @@
+//! The `compile_context` and `user_metadata` of an allocation, as a grouping key: the
+//! strings PyTorch attaches to each trace entry (`compile_context` with
+//! `_record_memory_history(compile_context=True)`, 2.8+: the `torch.compile` region the
+//! allocation happened in; `user_metadata`, 2.10+: the string the program set with
+//! `torch.cuda.memory._set_memory_metadata`). `state --by`, `analyze` and `export` group
+//! allocations by them as they do by `record_function` annotation ([`ContextField`],
+//! [`context_key`]).
+
+use fragscope_snapshot::{Action, Snapshot};
+
+/// Which of an entry's strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContextField {
+    CompileContext,
+    UserMetadata,
+}
+
+impl ContextField {
+    /// The key PyTorch writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextField::CompileContext => "compile_context",
+            ContextField::UserMetadata => "user_metadata",
+        }
+    }
+}
+
+/// Key of a block allocated before the trace (no `alloc` entry to read).
+pub const BEFORE_TRACE: &str = "(allocated before the trace)";
+
+/// The string `field` of the `alloc` entry `alloc_event` of `device`'s trace, as a
+/// grouping key: `None` for a block allocated before the trace ([`BEFORE_TRACE`] is its
+/// key), else the string, `"(not recorded)"` when the entry has none (before 2.8, or
+/// `compile_context=False`), `"(none set)"` for an empty `user_metadata` (its default),
+/// and `"N/A (outside torch.compile regions)"` for the `"N/A"` PyTorch writes outside them.
+pub fn context_key(snap: &Snapshot, device: i64, alloc_event: Option<usize>, field: ContextField) -> String {
+    let Some(ev) = alloc_event.and_then(|i| snap.trace(device).get(i)).filter(|e| e.action == Action::Alloc) else {
+        return BEFORE_TRACE.to_string();
+    };
+    let id = match field {
+        ContextField::CompileContext => snap.compile_context(ev),
+        ContextField::UserMetadata => snap.user_metadata(ev),
+    };
+    match id.map(|s| snap.frames.str(s)) {
+        None => "(not recorded)".to_string(),
+        Some("") => "(none set)".to_string(),
+        Some("N/A") if field == ContextField::CompileContext => "N/A (outside torch.compile regions)".to_string(),
+        Some(s) => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_snapshot::{EntryContext, TraceEvent};
+
+    #[test]
+    fn keys_name_what_was_recorded() {
+        let mut snap = Snapshot::default();
+        let cc = snap.frames.intern_str("torch-compiled region: 0/1");
+        let um = snap.frames.intern_str("");
+        let na = snap.frames.intern_str("N/A");
+        let mut a = TraceEvent::new(Action::Alloc, 0x1000, 512);
+        a.context = snap
+            .intern_context(EntryContext { compile_context: Some(cc), user_metadata: Some(um), ..Default::default() })
+            .unwrap();
+        let mut b = TraceEvent::new(Action::Alloc, 0x2000, 512);
+        b.context = snap.intern_context(EntryContext { compile_context: Some(na), ..Default::default() }).unwrap();
+        let free = TraceEvent::new(Action::FreeRequested, 0x1000, 512);
+        snap.device_traces = vec![vec![a, b, free]];
+        let k = |i, f| context_key(&snap, 0, i, f);
+        assert_eq!(k(Some(0), ContextField::CompileContext), "torch-compiled region: 0/1");
+        assert_eq!(k(Some(0), ContextField::UserMetadata), "(none set)");
+        assert_eq!(k(Some(1), ContextField::CompileContext), "N/A (outside torch.compile regions)");
+        assert_eq!(k(Some(1), ContextField::UserMetadata), "(not recorded)");
+        assert_eq!(k(None, ContextField::UserMetadata), BEFORE_TRACE);
+        // Not an alloc entry, or past the trace: no allocation to read.
+        assert_eq!(k(Some(2), ContextField::CompileContext), BEFORE_TRACE);
+        assert_eq!(k(Some(9), ContextField::CompileContext), BEFORE_TRACE);
+    }
+}
