@@ -436,7 +436,12 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
         let (to_lives, steps_rx) = std::sync::mpsc::sync_channel(1);
         let steps = (want_roles && own_steps_thread).then(|| sc.spawn(steps_of));
         let lived = sc.spawn(move || {
-            let (lives, facts, index) = BlockLives::replay_with_facts(snap, device, want_roles);
+            // The lives only for the roles: without them, the walk's first pass alone.
+            let (lives, facts, index) = if want_roles {
+                BlockLives::replay_with_facts(snap, device, true)
+            } else {
+                (BlockLives::default(), crate::walk::Replayer::facts(snap, device), None)
+            };
             let trace = trace_summary(segs_ref, snap.trace(device), &facts);
             drop(facts);
             let steps = match steps {
