@@ -424,7 +424,7 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
     let steps_of = move || {
         let mut ev = crate::steps::StackEvidence::new(snap);
         let st = crate::steps::steps_with(snap, device, &mut ev);
-        let layered = crate::roles::passes::layered(snap.trace(device), &crate::roles::passes::unbounded(&st));
+        let layered = crate::roles::passes::layered(snap.trace(device), crate::roles::passes::unbounded(&st));
         (st, ev, layered)
     };
     // On two cores, two threads: the steps here before the table (together about as long

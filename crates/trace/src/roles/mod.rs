@@ -496,10 +496,9 @@ fn classify_with(
     st: &Steps,
     ev: &mut StackEvidence,
     ix: &LifeIndex,
-    layered: Option<Vec<passes::Pass>>,
+    layered: Option<passes::Layered>,
 ) -> Roles {
-    let mut c = Classifier::new(snap, lives, st, ev, ix);
-    c.layered = layered;
+    let mut c = Classifier::new(snap, lives, st, ev, ix, layered);
     c.workspaces_before_trace();
     let found = c.by_phase_and_lifetime();
     let params = c.parameters(&found);
@@ -541,7 +540,7 @@ struct Classifier<'a, 'e> {
     /// The forward passes no step holds (rules 5 and 8), entries `start..end`.
     passes: Vec<(usize, usize)>,
     /// Rule 8's passes with their layers ([`passes::layered`] of `passes`) when the
-    /// caller found them beside the lifetime walk; else rule 8 finds them.
+    /// caller found them beside the lifetime walk (with `passes`); else rule 8 finds them.
     layered: Option<Vec<passes::Pass>>,
     traced: Vec<BlockRole>,
     seeded: Vec<BlockRole>,
@@ -585,12 +584,17 @@ impl<'a, 'e> Classifier<'a, 'e> {
         st: &'a Steps,
         ev: &'a mut StackEvidence<'e>,
         ix: &'a LifeIndex,
+        layered: Option<passes::Layered>,
     ) -> Self {
         let none = BlockRole::of(Reason::OtherUndecided);
+        let (passes, layered) = match layered {
+            Some(l) => (l.runs, Some(l.passes)),
+            None => (passes::unbounded(st), None),
+        };
         Classifier {
             snap,
-            passes: passes::unbounded(st),
-            layered: None,
+            passes,
+            layered,
             lives,
             st,
             ev,
@@ -912,7 +916,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
     fn forward_passes(&mut self) {
         let layered = match self.layered.take() {
             Some(l) => l,
-            None => passes::layered(self.snap.trace(self.lives.device), &self.passes),
+            None => passes::layered(self.snap.trace(self.lives.device), self.passes.clone()).passes,
         };
         for p in &layered {
             self.forward_pass(p.start, p.end, &p.layers);
@@ -1851,7 +1855,7 @@ pub(crate) fn device_roles_from_ev(
     st: &Steps,
     ev: &mut StackEvidence,
     parts: Option<LifeIndexParts>,
-    layered: Option<Vec<passes::Pass>>,
+    layered: Option<passes::Layered>,
 ) -> (DeviceRoles, Roles) {
     let ix = match parts {
         Some(p) => LifeIndex::from_walk(lives, p),
@@ -2279,7 +2283,7 @@ mod tests {
         );
         let ix = LifeIndex::new(&snap, &lives);
         let mut ev = StackEvidence::new(&snap);
-        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         let found = c.by_phase_and_lifetime();
         use Reason::*;
         assert_eq!(
@@ -2313,7 +2317,7 @@ mod tests {
         );
         let ix = LifeIndex::new(&snap, &lives);
         let mut ev = StackEvidence::new(&snap);
-        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         // Decided by an earlier rule: left alone.
         c.traced[2] = BlockRole::of(Reason::ParamSetupMatchesGradient);
         c.outside_the_phases(&[0, 1, 2, 3, 4], false);
@@ -2371,7 +2375,7 @@ mod tests {
         let (snap, lives, st) = m.build();
         let ix = LifeIndex::new(&snap, &lives);
         let mut ev = StackEvidence::new(&snap);
-        let c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         let spans = &c.spans;
         // Freed at the phase's end (the first entry after it) is kept past it; at its
         // last entry, freed in it.
@@ -2448,12 +2452,12 @@ mod tests {
         let (snap, lives, st) = m.build();
         let ix = LifeIndex::new(&snap, &lives);
         let mut ev = StackEvidence::new(&snap);
-        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         c.optimizer_state_before_trace(&[(R, 1)].into_iter().collect(), 6);
         use Reason::*;
         assert_eq!(reasons(&c.seeded), [OptBeforeTraceCopiesOfParams, OptBeforeTraceCopiesOfParams, OtherUndecided]);
         // Near miss: with a parameter of `P` too, no copy of it is live then.
-        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         c.optimizer_state_before_trace(&[(R, 1), (P, 1)].into_iter().collect(), 6);
         assert_eq!(reasons(&c.seeded), [OtherUndecided; 3]);
     }

@@ -24,6 +24,13 @@ pub struct Pass {
     pub layers: Vec<(usize, usize)>,
 }
 
+/// The forward runs no step holds ([`unbounded`]) and their passes with their layers
+/// ([`layered`]), as `summary` hands them to the roles.
+pub struct Layered {
+    pub runs: Vec<(usize, usize)>,
+    pub passes: Vec<Pass>,
+}
+
 /// The passes of the forward runs `runs` (maximal runs of forward entries no step holds,
 /// [`unbounded`]) with their layers: each run cut into passes by [`split`], each pass's
 /// layers those of [`crate::steps::layer_spans`] over it. Each run is read from the trace
@@ -32,9 +39,9 @@ pub struct Pass {
 /// forward-only trace, reading the trace for each of them was a third of the roles'
 /// time). Reads only the trace and the steps: `summary` finds these on the steps' thread,
 /// beside the lifetime walk.
-pub fn layered(trace: &[TraceEvent], runs: &[(usize, usize)]) -> Vec<Pass> {
+pub fn layered(trace: &[TraceEvent], runs: Vec<(usize, usize)>) -> Layered {
     let mut out = Vec::new();
-    for &(start, end) in runs {
+    for &(start, end) in &runs {
         // Room for every entry: untouched capacity is address space, and growing vectors
         // of millions copied them (a fifth of this loop's time).
         // Signatures `(size, stack)` as numbers: hashed once here, not in each part's
@@ -56,7 +63,7 @@ pub fn layered(trace: &[TraceEvent], runs: &[(usize, usize)]) -> Vec<Pass> {
             out.push(Pass { start: ps, end: pe, layers });
         }
     }
-    out
+    Layered { runs, passes: out }
 }
 
 /// The layers of the forward entries `start..end` ([`crate::steps::layer_spans`] of one
