@@ -123,7 +123,7 @@ impl BlockLives {
         d.traced.huge_pages();
         d.req.huge_pages();
         d.ended.huge_pages();
-        let mut r = Replayer::build::<true>(snap, device, Some(&mut d));
+        let mut r = Replayer::build::<true, false>(snap, device, Some(&mut d));
         let facts = std::mem::take(&mut r.facts);
         let mut traced = d.traced;
         traced.shrink_to_fit();

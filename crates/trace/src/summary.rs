@@ -496,10 +496,15 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
     // vouch for).
     let want_roles = roles && !snap.trace(device).is_empty();
     let segs_ref = &segs;
+    // With the steps, rule 8's passes and their layers ([`crate::roles::passes::layered`]),
+    // which read only the trace and the steps: on the steps' thread they keep the two
+    // threads even (the lives' thread, with the roles, was the longer by about the time
+    // they take on a long forward-only trace).
     let steps_of = move || {
         let mut ev = crate::steps::StackEvidence::new(snap);
         let st = crate::steps::steps_with(snap, device, &mut ev);
-        (st, ev)
+        let layered = crate::roles::passes::layered(snap.trace(device), crate::roles::passes::unbounded(&st));
+        (st, ev, layered)
     };
     // On two cores, two threads: the steps here before the table (together about as long
     // as the lifetime walk and the roles), handed to the lives' thread; a third thread
@@ -510,15 +515,21 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
         let (to_lives, steps_rx) = std::sync::mpsc::sync_channel(1);
         let steps = (want_roles && own_steps_thread).then(|| sc.spawn(steps_of));
         let lived = sc.spawn(move || {
-            let (lives, facts, index) = BlockLives::replay_with_facts(snap, device, want_roles);
+            // The lives only for the roles: without them, the walk's first pass alone.
+            let (lives, facts, index) = if want_roles {
+                BlockLives::replay_with_facts(snap, device, true)
+            } else {
+                (BlockLives::default(), crate::walk::Replayer::facts(snap, device), None)
+            };
             let trace = trace_summary(segs_ref, snap.trace(device), &facts);
             drop(facts);
             let steps = match steps {
                 Some(h) => Some(h.join().expect("steps thread")),
                 None => steps_rx.recv().ok(),
             };
-            let roles =
-                steps.map(|(st, mut ev)| crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev, index).0);
+            let roles = steps.map(|(st, mut ev, layered)| {
+                crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev, index, Some(layered)).0
+            });
             (trace, roles)
         });
         if want_roles && !own_steps_thread {

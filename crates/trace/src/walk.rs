@@ -667,10 +667,21 @@ fn seed_levels(initial: &FxHashMap<u64, Live>, reserved0: u64, seeded: &mut Seed
 impl<'a> Replayer<'a> {
     /// Pass 1: works out the state at t = 0 (module doc). O(events), O(live) memory.
     pub fn new(snap: &'a Snapshot, device: i64) -> Self {
-        Self::build::<false>(snap, device, None)
+        Self::build::<false, true>(snap, device, None)
     }
 
-    pub(crate) fn build<const LIVES: bool>(
+    /// Pass 1 alone, for what `summary`'s trace figures read ([`TraceFacts`]): for a
+    /// caller that needs neither the walk nor the lives (the report's summary, whose roles
+    /// come from `analyze`'s walk), which then fills no per-entry slot table and records
+    /// no life (on a 6.4 M-entry trace, 25 MB and 2.2 M lives).
+    pub(crate) fn facts(snap: &'a Snapshot, device: i64) -> TraceFacts {
+        Self::build::<false, false>(snap, device, None).facts
+    }
+
+    /// Pass 1 ([`Replayer::new`]); with `LIVES`, the lives recorded into `draft`; with
+    /// `SLOTS`, each entry's slot kept for the walk (never both: the lives are made in
+    /// this pass, the walk is not taken).
+    pub(crate) fn build<const LIVES: bool, const SLOTS: bool>(
         snap: &'a Snapshot,
         device: i64,
         mut draft: Option<&mut LivesDraft>,
@@ -685,7 +696,7 @@ impl<'a> Replayer<'a> {
         let mut slots: FxHashMap<u64, u32> = FxHashMap::default();
         let mut recent = RecentSlots::new();
         // Not kept for the lives alone: the steps read it, the lives are made in this pass.
-        let mut slot_of: Vec<u32> = if LIVES { Vec::new() } else { vec![0; trace.len()] };
+        let mut slot_of: Vec<u32> = if SLOTS { vec![0; trace.len()] } else { Vec::new() };
         let mut addr_of: Vec<u64> = Vec::new();
         let mut traced: Vec<usize> = Vec::new();
         let mut orphan_pending: Vec<bool> = Vec::new();
@@ -713,7 +724,7 @@ impl<'a> Replayer<'a> {
                     if let Some(d) = draft.as_mut() {
                         d.entry(i, e, k, &cfg);
                     }
-                } else {
+                } else if SLOTS {
                     slot_of[i] = k as u32;
                 }
                 match e.action {

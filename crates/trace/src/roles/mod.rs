@@ -359,7 +359,7 @@ pub struct DeviceRoles {
 /// The roles of one device's blocks (module doc).
 pub fn classify(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> Roles {
     let mut ev = StackEvidence::new(snap);
-    classify_with(snap, lives, st, &mut ev, &LifeIndex::new(snap, lives))
+    classify_with(snap, lives, st, &mut ev, &LifeIndex::new(snap, lives), None)
 }
 
 /// What classifying and summing the roles both read about the lives, made once: each
@@ -490,8 +490,15 @@ impl<'a> StepCursor<'a> {
 
 /// The roles of the lives of `lives` (module doc): the rules in order, evidence strongest
 /// first, each later rule reading the roles the earlier ones gave.
-fn classify_with(snap: &Snapshot, lives: &BlockLives, st: &Steps, ev: &mut StackEvidence, ix: &LifeIndex) -> Roles {
-    let mut c = Classifier::new(snap, lives, st, ev, ix);
+fn classify_with(
+    snap: &Snapshot,
+    lives: &BlockLives,
+    st: &Steps,
+    ev: &mut StackEvidence,
+    ix: &LifeIndex,
+    layered: Option<passes::Layered>,
+) -> Roles {
+    let mut c = Classifier::new(snap, lives, st, ev, ix, layered);
     c.workspaces_before_trace();
     let found = c.by_phase_and_lifetime();
     let params = c.parameters(&found);
@@ -532,6 +539,9 @@ struct Classifier<'a, 'e> {
     spans: Vec<StepSpans>,
     /// The forward passes no step holds (rules 5 and 8), entries `start..end`.
     passes: Vec<(usize, usize)>,
+    /// Rule 8's passes with their layers ([`passes::layered`] of `passes`) when the
+    /// caller found them beside the lifetime walk (with `passes`); else rule 8 finds them.
+    layered: Option<Vec<passes::Pass>>,
     traced: Vec<BlockRole>,
     seeded: Vec<BlockRole>,
 }
@@ -574,11 +584,17 @@ impl<'a, 'e> Classifier<'a, 'e> {
         st: &'a Steps,
         ev: &'a mut StackEvidence<'e>,
         ix: &'a LifeIndex,
+        layered: Option<passes::Layered>,
     ) -> Self {
         let none = BlockRole::of(Reason::OtherUndecided);
+        let (passes, layered) = match layered {
+            Some(l) => (l.runs, Some(l.passes)),
+            None => (passes::unbounded(st), None),
+        };
         Classifier {
             snap,
-            passes: passes::unbounded(st),
+            passes,
+            layered,
             lives,
             st,
             ev,
@@ -898,31 +914,13 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// under `no_grad` / `inference_mode`, those freed are temporaries and those kept
     /// after the pass `other`. A pass whose layers do not tell stays `other`.
     fn forward_passes(&mut self) {
-        let runs = std::mem::take(&mut self.passes);
-        for &(start, end) in &runs {
-            let outer = self.layers_of(start, end);
-            let inner = outer.first().map_or(0, |&(a, b)| self.layers_of(a, b).len());
-            let trace = self.snap.trace(self.lives.device);
-            let allocs: Vec<usize> =
-                (start..end).filter(|&k| trace[k].action == fragscope_snapshot::Action::Alloc).collect();
-            for (ps, pe) in passes::split(start, end, &allocs, &outer, inner) {
-                let layers = if (ps, pe) == (start, end) { outer.clone() } else { self.layers_of(ps, pe) };
-                self.forward_pass(ps, pe, &layers);
-            }
-        }
-        self.passes = runs;
-    }
-
-    /// For rule 8: the layers of the forward entries `start..end` ([`steps::layer_spans`]).
-    fn layers_of(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
-        let step = steps::Step {
-            start,
-            end,
-            phases: vec![steps::PhaseSpan { phase: Phase::Forward, start, end }],
-            complete: true,
-            layers: None,
+        let layered = match self.layered.take() {
+            Some(l) => l,
+            None => passes::layered(self.snap.trace(self.lives.device), self.passes.clone()).passes,
         };
-        steps::layer_spans(self.snap, self.lives.device, &step, Phase::Forward).unwrap_or_default()
+        for p in &layered {
+            self.forward_pass(p.start, p.end, &p.layers);
+        }
     }
 
     /// For rule 8: one pass `start..end` with its layers. Grad-enabled, a block made
@@ -1839,29 +1837,31 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
     let mut ev = StackEvidence::new(snap);
     let st = steps::steps_with(snap, lives.device, &mut ev);
     let ix = LifeIndex::new(snap, lives);
-    let roles = classify_with(snap, lives, &st, &mut ev, &ix);
+    let roles = classify_with(snap, lives, &st, &mut ev, &ix, None);
     (summarize_with(snap, lives, &roles, &st, &ix), st, roles)
 }
 
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
-    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None)
+    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None, None)
 }
 
-/// [`device_roles_from`] with the stacks' evidence the steps gathered, and the index of
-/// the lives when the lifetime walk made it.
+/// [`device_roles_from`] with the stacks' evidence the steps gathered, the index of the
+/// lives when the lifetime walk made it, and rule 8's passes with their layers when the
+/// steps' thread found them ([`passes::layered`]).
 pub(crate) fn device_roles_from_ev(
     snap: &Snapshot,
     lives: &BlockLives,
     st: &Steps,
     ev: &mut StackEvidence,
     parts: Option<LifeIndexParts>,
+    layered: Option<passes::Layered>,
 ) -> (DeviceRoles, Roles) {
     let ix = match parts {
         Some(p) => LifeIndex::from_walk(lives, p),
         None => LifeIndex::new(snap, lives),
     };
-    let roles = classify_with(snap, lives, st, ev, &ix);
+    let roles = classify_with(snap, lives, st, ev, &ix, layered);
     (summarize_with(snap, lives, &roles, st, &ix), roles)
 }
 
@@ -2283,7 +2283,7 @@ mod tests {
         );
         let ix = LifeIndex::new(&snap, &lives);
         let mut ev = StackEvidence::new(&snap);
-        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         let found = c.by_phase_and_lifetime();
         use Reason::*;
         assert_eq!(
@@ -2317,7 +2317,7 @@ mod tests {
         );
         let ix = LifeIndex::new(&snap, &lives);
         let mut ev = StackEvidence::new(&snap);
-        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         // Decided by an earlier rule: left alone.
         c.traced[2] = BlockRole::of(Reason::ParamSetupMatchesGradient);
         c.outside_the_phases(&[0, 1, 2, 3, 4], false);
@@ -2375,7 +2375,7 @@ mod tests {
         let (snap, lives, st) = m.build();
         let ix = LifeIndex::new(&snap, &lives);
         let mut ev = StackEvidence::new(&snap);
-        let c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         let spans = &c.spans;
         // Freed at the phase's end (the first entry after it) is kept past it; at its
         // last entry, freed in it.
@@ -2452,12 +2452,12 @@ mod tests {
         let (snap, lives, st) = m.build();
         let ix = LifeIndex::new(&snap, &lives);
         let mut ev = StackEvidence::new(&snap);
-        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         c.optimizer_state_before_trace(&[(R, 1)].into_iter().collect(), 6);
         use Reason::*;
         assert_eq!(reasons(&c.seeded), [OptBeforeTraceCopiesOfParams, OptBeforeTraceCopiesOfParams, OtherUndecided]);
         // Near miss: with a parameter of `P` too, no copy of it is live then.
-        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix);
+        let mut c = Classifier::new(&snap, &lives, &st, &mut ev, &ix, None);
         c.optimizer_state_before_trace(&[(R, 1), (P, 1)].into_iter().collect(), 6);
         assert_eq!(reasons(&c.seeded), [OtherUndecided; 3]);
     }

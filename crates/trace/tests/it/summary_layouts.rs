@@ -1,7 +1,8 @@
 //! `summary` runs its walks on two threads on a two-core machine (the steps before the
 //! table on the calling thread, handed to the lifetime walk's thread) and on three on a
 //! larger one (the steps on a thread of their own). Whichever layout a machine takes, the
-//! summary is the same: checked here on every real snapshot, with and without the roles.
+//! summary is the same: checked here on every real snapshot, with and without the roles
+//! (and, without them, the same as with them less the roles).
 
 use fragscope_testdata::{min_count, real_pickles};
 use fragscope_trace::summarize_device_threads;
@@ -16,6 +17,7 @@ fn both_thread_layouts_give_the_same_summary() {
             if !snap.trace(d).is_empty() {
                 with_trace += 1;
             }
+            let mut with_roles = None;
             for roles in [true, false] {
                 let two = summarize_device_threads(&snap, d, roles, false);
                 let three = summarize_device_threads(&snap, d, roles, true);
@@ -25,6 +27,19 @@ fn both_thread_layouts_give_the_same_summary() {
                     serde_json::to_value(&three).unwrap(),
                     "{name} device {d}, roles {roles}"
                 );
+                // Without the roles the trace's figures come from the walk's first pass
+                // alone (no lives recorded): the same summary, less its roles.
+                match with_roles.take() {
+                    None => with_roles = Some(two),
+                    Some(mut w) => {
+                        w.roles = None;
+                        assert_eq!(
+                            serde_json::to_value(&w).unwrap(),
+                            serde_json::to_value(&two).unwrap(),
+                            "{name} device {d}: with the roles and without"
+                        );
+                    }
+                }
             }
         }
     }
