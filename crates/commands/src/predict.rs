@@ -92,7 +92,7 @@ pub fn usable_bytes(total: u64) -> u64 {
 /// [`CUDA_CONTEXT_ALLOWANCE`], with the note that says so.
 pub fn parse_capacity(text: Option<&str>) -> Result<(Option<u64>, Option<String>), Error> {
     let Some(t) = text else { return Ok((None, None)) };
-    let total = crate::replay::parse_capacity(Some(t))?.expect("given");
+    let total = crate::replay::parse_total_capacity(Some(t))?.expect("given");
     if fragscope_replay::parse_size(t).is_ok() {
         return Ok((Some(total), None));
     }
@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_gpu_name_leaves_room_for_the_cuda_context_and_says_so() {
-        let total = crate::replay::parse_capacity(Some("H100-80GB")).unwrap().unwrap();
+        let total = crate::replay::parse_total_capacity(Some("H100-80GB")).unwrap().unwrap();
         let (cap, note) = parse_capacity(Some("H100-80GB")).unwrap();
         assert_eq!(cap, Some(total - CUDA_CONTEXT_ALLOWANCE));
         let note = note.expect("said");

@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use fragscope_diagnose::{analyze_with_timelines, Analysis, AnalyzeOptions};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, TraceEvent};
-use fragscope_trace::{summarize_with, BlockLives, Summary};
+use fragscope_trace::{summarize_parts, BlockLives, Summary};
 use serde::Serialize;
 
 /// Schema name written into the page's data (`fragscope.report/1`).
@@ -438,7 +438,9 @@ fn walk_and_draw(
                 let _ = scan_tx.lock().expect("scan channel").send(scans);
                 // Without its roles: analyze's are the same figures over the same block
                 // lives (set below), and a second walk of the trace for them is spared.
-                let _ = summary_slot.set(summarize_with(snap, false));
+                // Without memory_summary's table: the timeline's walk computes it for the
+                // peak allocated, and the page draws no other figure of it.
+                let _ = summary_slot.set(summarize_parts(snap, false, false));
             };
             analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
         });
@@ -477,7 +479,7 @@ fn walk_and_draw(
         (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
     // The analysis runs `beside` exactly once.
-    let sum = summary_cell.into_inner().unwrap_or_else(|| summarize_with(snap, false));
+    let sum = summary_cell.into_inner().unwrap_or_else(|| summarize_parts(snap, false, false));
     (ana, drawn, lives_of, sum)
 }
 

@@ -44,9 +44,9 @@ pub struct Args {
     /// recorded settings. Without it: the recorded settings and common alternatives.
     #[arg(long = "config", value_name = "STRING")]
     pub config: Vec<String>,
-    /// Device memory: bytes with a unit (80GiB, 40GB, 24G) or a GPU name (H100-80GB,
-    /// A100-40GB, A100-80GB, L40S, T4, RTX-4090, V100-32GB, ...), which gives the total a
-    /// PyTorch process sees (the "total capacity" of its OOM messages).
+    /// Device memory PyTorch's allocator may hold: bytes with a unit (80GiB, 40GB, 24G), or
+    /// a GPU name (H100-80GB, A100-40GB, A100-80GB, L40S, T4, RTX-4090, V100-32GB, ...):
+    /// its total less 560 MiB for the CUDA context, as predict and fit read it.
     #[arg(long, value_name = "SIZE|GPU")]
     pub capacity: Option<String>,
     /// Only this device.
@@ -162,7 +162,14 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         Ok::<_, CliError>((name, replay::replay_snapshot(&req, &checked, snap, &mut saved)?))
     })?;
     replay::save(&req, saved.as_ref())?;
-    let text = if args.json { replay::json(&out, args.verify)? } else { render_text(&out, args.verify) };
+    let note = checked.capacity_note.as_deref();
+    let text = if args.json {
+        replay::json(&out, args.verify, note)?
+    } else {
+        // A GPU name means its total less the CUDA context, here as in predict and fit.
+        let head = note.map_or(String::new(), |n| format!("capacity: {n}\n"));
+        head + &render_text(&out, args.verify)
+    };
     print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
 }

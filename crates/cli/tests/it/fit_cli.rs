@@ -79,3 +79,30 @@ fn fit_bad_input_is_one_line_and_exit_2() {
         assert_eq!(run(&args).status.code(), Some(2), "{args:?}");
     }
 }
+
+/// One meaning for a GPU name in every command (issue 42): `replay --capacity H100-80GB`
+/// replays on the bytes `fit` and `predict` give PyTorch's allocator there (the total less
+/// the CUDA context) and says so, in the text and the JSON.
+#[test]
+fn a_gpu_name_means_the_same_bytes_in_replay_fit_and_predict() {
+    let f = h200("gpt-s256-b8.pickle.gz");
+    let o = run(&["fit", &f, "--capacity", "H100-80GB", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let fit_bytes = v["cards"][0]["bytes"].as_u64().unwrap();
+    let o = run(&["replay", &f, "--capacity", "H100-80GB", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let runs = v["files"][0]["devices"][0]["whatif"].as_array().unwrap();
+    assert!(!runs.is_empty());
+    for r in runs {
+        assert_eq!(r["capacity"].as_u64(), Some(fit_bytes), "{}", r["config"]);
+    }
+    assert!(v["capacity_note"].as_str().unwrap().contains("less 560.00 MiB for the CUDA context"), "{v}");
+    let text = String::from_utf8_lossy(&run(&["replay", &f, "--capacity", "H100-80GB"]).stdout).into_owned();
+    assert!(text.starts_with("capacity: H100-80GB: 79.11 GiB total capacity less 560.00 MiB"), "{text}");
+    // Bytes as given stay bytes, without a note.
+    let o = run(&["replay", &f, "--capacity", "40GB", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files"][0]["devices"][0]["whatif"][0]["capacity"].as_u64(), Some(40_000_000_000));
+    assert!(v.get("capacity_note").is_none(), "{v}");
+}

@@ -251,8 +251,12 @@ fn with_sizes_the_largest_size_that_fits_is_an_option() {
     let refs: Vec<&Snapshot> = snaps.iter().collect();
     let top = &snaps[2];
     let peak = simulate(top, 0, recorded_config(top), None).peak_reserved;
-    let req =
-        Request { capacity: ((peak as f64 * 0.9) as u64).to_string(), sizes: vec![100, 150, 200], device: Some(0) };
+    let req = Request {
+        capacity: ((peak as f64 * 0.9) as u64).to_string(),
+        sizes: vec![100, 150, 200],
+        device: Some(0),
+        at: None,
+    };
     let f = evaluate(&names.map(String::from), &refs, &req).unwrap();
     assert_eq!(f.files[0].size, Some(200), "the largest recording is the run fitted");
     let c = &f.files[0].devices[0].cards[0];
@@ -309,4 +313,63 @@ fn a_list_of_gpus_gives_one_answer_per_card_and_the_smallest_capacity_when_nothi
     assert!(s.gpus.contains(&"T4") == (s.bytes <= fragscope_replay::parse_capacity("T4").unwrap()));
     assert!(tiny.verdict.starts_with("nothing tried fits on 1GB"), "{}", tiny.verdict);
     check_options(&snap, &f);
+}
+
+/// `sizes` + `at`: the run predicted at a size nobody recorded is fitted; every option is
+/// that prediction (or a smaller size) predicted again from its own fields and fits with
+/// the figures it shows, and a size above the card's reach gets the largest size that fits.
+#[test]
+fn with_sizes_and_at_the_predicted_run_is_fitted() {
+    let names = ["niu-train3-ctx100-fp32.pickle", "niu-train3-ctx150-fp32.pickle", "niu-train3-ctx200-fp32.pickle"];
+    let Some(paths) = names.iter().map(|n| fragscope_testdata::grid_file(n)).collect::<Option<Vec<_>>>() else {
+        fragscope_testdata::skip("fit of a predicted run: the niu-train3 grid");
+        return;
+    };
+    let snaps: Vec<Snapshot> = paths.iter().map(|p| read(p)).collect();
+    let refs: Vec<&Snapshot> = snaps.iter().collect();
+    let recs: Vec<fragscope_predict::Recording> =
+        refs.iter().zip([100, 150, 200]).map(|(&snap, size)| fragscope_predict::Recording { snap, size }).collect();
+    let prog = fragscope_predict::Program::fit(&recs, Some(0)).unwrap();
+    let at = 300;
+    let cfg = recorded_config(&snaps[2]);
+    let peak = prog.predict(at, &cfg, None).peak_reserved;
+    let caps = [(peak as f64 * 1.1) as u64, (peak as f64 * 0.9) as u64, (peak as f64 * 0.2) as u64];
+    let capacity = caps.map(|c| c.to_string()).join(",");
+    let req = Request { capacity, sizes: vec![100, 150, 200], device: Some(0), at: Some(at) };
+    let f = evaluate(&names.map(String::from), &refs, &req).unwrap();
+    let file = &f.files[0];
+    assert!(file.predicted && file.size == Some(at), "{file:?}");
+    let d = &file.devices[0];
+    assert_eq!(d.peak_reserved_unlimited, peak, "the unlimited figure is the prediction's");
+    assert!(d.live_bytes_peak.is_none(), "no live bytes for a synthesised trace");
+    let cards = &d.cards;
+    assert!(cards[0].fits_as_recorded && cards[0].verdict.contains("as predicted"), "{}", cards[0].verdict);
+    assert!(!cards[1].fits_as_recorded, "{}", cards[1].verdict);
+    let mut sizes = 0;
+    for c in cards {
+        for o in &c.options {
+            assert!(o.model && o.basis.starts_with("predicted at size"), "{o:?}");
+            let cfg = fragscope_alloc::parse_config(&o.config).unwrap();
+            let p = prog.predict(o.size.unwrap_or(at), &cfg, Some(c.capacity_bytes));
+            assert!(p.fits() && p.peak_reserved <= c.capacity_bytes, "{} on {}", o.change, c.capacity);
+            assert_eq!((p.peak_reserved, p.peak_allocated), (o.peak_reserved, o.peak_allocated), "{}", o.change);
+            assert_eq!(o.margin, c.capacity_bytes - o.peak_reserved);
+            if let Some(x) = o.size {
+                assert!(x < at && o.cost_class == CostClass::Size, "{o:?}");
+                // The largest: the next size up does not fit under the same settings.
+                let next = prog.predict(x + 1, &cfg, Some(c.capacity_bytes));
+                assert!(!(next.fits() && next.peak_reserved <= c.capacity_bytes), "{} fits too", x + 1);
+                sizes += 1;
+            }
+        }
+        assert!(c.pruned.iter().any(|p| p.contains("not searched on a predicted run")), "{:?}", c.pruned);
+        if c.options.is_empty() {
+            let s = &c.smallest_capacity[0];
+            assert!(s.bytes > c.capacity_bytes && s.change == "as predicted", "{s:?}");
+        }
+    }
+    assert!(sizes > 0, "no smaller size offered on a card the prediction overflows");
+    // `at` needs `sizes`.
+    let e = Request { capacity: "40GB".into(), at: Some(64), ..Default::default() }.check(1).unwrap_err();
+    assert!(e.render(Words::Cli).starts_with("--at needs --sizes"), "{}", e.render(Words::Cli));
 }
