@@ -337,6 +337,11 @@ pub struct FileData {
     /// page's `ranks` ([`fragscope_diagnose::compare_ranks`]).
     #[serde(skip)]
     pub rank: fragscope_diagnose::RankFigures,
+    /// `fragscope report --fit CAPACITY`: this file's entry of the `fit` document
+    /// (`fragscope.fit/1`'s `files[i]`: per device and card the options, each replayed),
+    /// computed by the command and drawn as it is (view 4b); absent without `--fit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit: Option<serde_json::Value>,
 }
 
 /// Builds one file's report data (summary, analysis, curves, state moments, phases).
@@ -376,6 +381,7 @@ pub fn file_data_shared(
         streams: table.streams,
         budget_note,
         rank: fragscope_diagnose::RankFigures::of(&ana),
+        fit: None,
     }
 }
 
