@@ -453,29 +453,36 @@ fn search_predicted(
     let cap = card.bytes;
     let mut replays = 0u32;
     let mut options = Vec::new();
-    let mut pruned =
-        vec!["activation checkpointing, ZeRO, set_to_none and empty_cache(): not searched on a predicted run (they \
-         need a recording's steps and roles; fit a recording at this size for them)"
-            .to_string()];
-    let runs: Vec<fragscope_predict::Prediction> = settings
-        .iter()
-        .map(|(_, cfg)| {
+    let mut pruned = Vec::new();
+    // As predicted first: when it fits there is nothing to change (no other replay).
+    let fits_on = |p: &fragscope_predict::Prediction| p.fits() && p.peak_reserved <= cap;
+    let first = prog.predict(at, &settings[0].1, Some(cap));
+    replays += 1;
+    let fits_as_predicted = fits_on(&first);
+    if fits_as_predicted {
+        let change = format!("as predicted at size {at}");
+        options.push(predicted_option(change, CostClass::None, "nothing".into(), None, None, &first, cap));
+    } else {
+        pruned.push(
+            "activation checkpointing, ZeRO, set_to_none and empty_cache(): not searched on a predicted run (they \
+             need a recording's steps and roles; fit a recording at this size for them)"
+                .to_string(),
+        );
+        for (alt, cfg) in &settings[1..] {
             replays += 1;
-            prog.predict(at, cfg, Some(cap))
-        })
-        .collect();
-    let fits_as_predicted = runs[0].fits() && runs[0].peak_reserved <= cap;
-    for ((alt, _), p) in settings.iter().zip(&runs) {
-        if !(p.fits() && p.peak_reserved <= cap) {
-            continue;
-        }
-        let (change, class, cost) = match alt {
-            None => (format!("as predicted at size {at}"), CostClass::None, "nothing".to_string()),
-            Some(a) => (format!("PYTORCH_CUDA_ALLOC_CONF={a}"), CostClass::Free, "free (environment)".to_string()),
-        };
-        options.push(predicted_option(change, class, cost, *alt, None, p, cap));
-        if alt.is_none() {
-            break; // it fits as predicted: nothing to change
+            let p = prog.predict(at, cfg, Some(cap));
+            if let (Some(a), true) = (alt, fits_on(&p)) {
+                let change = format!("PYTORCH_CUDA_ALLOC_CONF={a}");
+                options.push(predicted_option(
+                    change,
+                    CostClass::Free,
+                    "free (environment)".into(),
+                    Some(a),
+                    None,
+                    &p,
+                    cap,
+                ));
+            }
         }
     }
     if options.is_empty() {

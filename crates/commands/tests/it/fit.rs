@@ -362,7 +362,8 @@ fn with_sizes_and_at_the_predicted_run_is_fitted() {
                 sizes += 1;
             }
         }
-        assert!(c.pruned.iter().any(|p| p.contains("not searched on a predicted run")), "{:?}", c.pruned);
+        let said = c.pruned.iter().any(|p| p.contains("not searched on a predicted run"));
+        assert_eq!(said, !c.fits_as_recorded, "{:?}", c.pruned);
         if c.options.is_empty() {
             let s = &c.smallest_capacity[0];
             assert!(s.bytes > c.capacity_bytes && s.change == "as predicted", "{s:?}");
