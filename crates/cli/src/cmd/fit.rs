@@ -120,7 +120,12 @@ fn render_card(s: &mut String, c: &CardFit, top: usize) {
                 format_size(o.peak_reserved),
                 format_size(o.peak_allocated),
                 format_size(o.margin),
-                if o.model { "model".to_string() } else { "replay".to_string() },
+                match (o.model, o.basis.starts_with("predicted")) {
+                    (false, _) => "replay",
+                    (true, true) => "prediction",
+                    (true, false) => "model",
+                }
+                .to_string(),
             ]);
         }
         s.push_str(&t.render());

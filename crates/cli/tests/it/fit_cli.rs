@@ -75,7 +75,12 @@ fn fit_bad_input_is_one_line_and_exit_2() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
     // clap's own usage errors: no capacity, no file.
-    for args in [vec!["fit", f.as_str()], vec!["fit", "--capacity", "40GB"]] {
+    // --at without --sizes: nothing to predict from.
+    for args in [
+        vec!["fit", f.as_str()],
+        vec!["fit", "--capacity", "40GB"],
+        vec!["fit", &f, "--capacity", "40GB", "--at", "64"],
+    ] {
         assert_eq!(run(&args).status.code(), Some(2), "{args:?}");
     }
 }
