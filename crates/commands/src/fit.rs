@@ -357,6 +357,8 @@ fn devices_to_fit(name: &str, snap: &Snapshot, req: &Request) -> Result<Vec<i64>
         }
         devs.retain(|&x| x == d);
     }
+    // A device that ran out of memory first (issue 42: every command leads with the OOM).
+    devs.sort_by_key(|&d| !snap.trace(d).iter().any(|e| e.action == fragscope_snapshot::Action::Oom));
     if devs.is_empty() {
         return Err(Error::input(format!(
             "{name}: no device with an allocation trace to replay (record with \

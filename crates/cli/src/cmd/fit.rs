@@ -74,6 +74,15 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 /// The text: per file and device, per card the verdict and the options, cheapest first.
 pub fn render_text(fit: &Fit, top: usize) -> String {
     let mut s = String::new();
+    // What a GPU name was read as: once, not under every card of every device.
+    for c in &fit.cards {
+        if let Some(n) = &c.note {
+            let _ = writeln!(s, "capacity: {n}");
+        }
+    }
+    if fit.cards.iter().any(|c| c.note.is_some()) {
+        s.push('\n');
+    }
     for f in &fit.files {
         let size = match f.size {
             Some(x) if f.predicted => format!(" (predicted at size {x})"),
@@ -147,9 +156,6 @@ fn render_card(s: &mut String, c: &CardFit, top: usize) {
                     .map_or(String::new(), |o| o.not_modelled.join("; "))
             );
         }
-    }
-    if let Some(n) = &c.capacity_note {
-        let _ = writeln!(s, "  capacity: {n}");
     }
     for p in &c.pruned {
         let _ = writeln!(s, "  pruned: {p}");

@@ -215,12 +215,16 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], verify_only: bool) -> String
             }
         }
         if !verify_only {
-            for r in rs {
+            // The device that ran out of memory first (issue 42: every command leads with
+            // the OOM); the others in device order.
+            let mut order: Vec<&DeviceResult> = rs.iter().collect();
+            order.sort_by_key(|r| r.verify.ooms == 0);
+            for r in &order {
                 for w in r.roles.iter().flatten() {
                     role_text(&mut s, w);
                 }
             }
-            for r in rs {
+            for r in order {
                 let Some(runs) = &r.whatif else { continue };
                 whatif_text(&mut s, r, runs);
             }
