@@ -88,7 +88,7 @@ pub struct Request {
 pub struct Card {
     pub name: String,
     /// What PyTorch's allocator may hold there: bytes as given, a GPU name's total less
-    /// the CUDA context ([`crate::predict::parse_capacity`], the same reading as `predict`).
+    /// the CUDA context ([`crate::capacity::parse_capacity`], the same reading as `predict`).
     pub bytes: u64,
     /// For a GPU name: what was taken off and why.
     pub note: Option<String>,
@@ -111,7 +111,7 @@ impl Request {
         let mut cards = Vec::new();
         for part in text.split(',') {
             // A GPU name means what it means to `predict`: its total less the CUDA context.
-            let (bytes, note) = crate::predict::parse_capacity(Some(part.trim()))?;
+            let (bytes, note) = crate::capacity::parse_capacity(Some(part.trim()))?;
             let bytes = bytes.unwrap_or_default();
             if bytes == 0 {
                 return Err(Error::argument(msg![Param::Capacity, format!(" '{}': a device of 0 bytes", part.trim())]));
@@ -566,7 +566,7 @@ fn smallest_predicted(
 /// Known GPUs on which PyTorch's allocator may hold `b` bytes (their total less the CUDA
 /// context, as a card's), smallest first.
 fn gpus_of(b: u64) -> Vec<&'static str> {
-    replay::known_gpus().into_iter().filter(|&(_, c)| crate::predict::usable_bytes(c) >= b).map(|(n, _)| n).collect()
+    replay::known_gpus().into_iter().filter(|&(_, c)| crate::capacity::usable_bytes(c) >= b).map(|(n, _)| n).collect()
 }
 
 /// One layer of the model: the activations checkpointing it frees, its forward time.

@@ -78,7 +78,7 @@ impl ReplayRequest {
         for c in &self.configs {
             fragscope_alloc::parse_config(c).map_err(|e| Error::argument(msg![e.to_string()]))?;
         }
-        let (capacity, capacity_note) = crate::predict::parse_capacity(self.capacity.as_deref())?;
+        let (capacity, capacity_note) = crate::capacity::parse_capacity(self.capacity.as_deref())?;
         let advice = self.advice_requested()?;
         let changes = self.role_changes()?;
         if !changes.is_empty()
@@ -153,15 +153,9 @@ fn empty_cache_at_error(e: EmptyCacheAtError) -> Error {
 
 /// A capacity as a user writes it (`80GB`, `H100-80GB`), parsed to the bytes PyTorch's
 /// allocator may hold: bytes as given, a GPU name's total less the CUDA context
-/// ([`crate::predict::parse_capacity`]: one meaning of a GPU name in every command).
+/// ([`crate::capacity::parse_capacity`]: one meaning of a GPU name in every command).
 pub fn parse_capacity(text: Option<&str>) -> Result<Option<u64>, Error> {
-    Ok(crate::predict::parse_capacity(text)?.0)
-}
-
-/// A capacity's total as written: a GPU name's whole memory, bytes as given (what
-/// [`crate::predict::parse_capacity`] takes the CUDA context off).
-pub(crate) fn parse_total_capacity(text: Option<&str>) -> Result<Option<u64>, Error> {
-    text.map(replay::parse_capacity).transpose().map_err(|e| Error::argument(msg![e.to_string()]))
+    Ok(crate::capacity::parse_capacity(text)?.0)
 }
 
 /// [`replay::config_on_top`], refused as an argument error (also `predict`'s).

@@ -70,8 +70,8 @@ pub use steps::{
     Step, StepSource, Steps,
 };
 pub use summary::{
-    summarize, summarize_device, summarize_device_threads, summarize_device_with, summarize_parts, summarize_with, DeviceSummary,
-    Fragmentation, History, MemvizStats, Notes as ReaderNotes, PoolFigures, Pools, ProfilerTotals,
+    summarize, summarize_device, summarize_device_threads, summarize_device_with, summarize_parts, summarize_with,
+    DeviceSummary, Fragmentation, History, MemvizStats, Notes as ReaderNotes, PoolFigures, Pools, ProfilerTotals,
     Settings as RecordedSettings, Summary, TraceSummary, SCHEMA as SUMMARY_SCHEMA,
 };
 pub use timeline::{
