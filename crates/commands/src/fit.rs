@@ -955,7 +955,9 @@ impl Search<'_, '_> {
         let ranks: Vec<u32> = (2..=MAX_RANKS).collect();
         let ck: Vec<usize> = if checkpoint_all { (0..self.dev.n_layers).collect() } else { Vec::new() };
         let mut any = false;
-        let mut cut = 0;
+        // Pairs that do not fit, and pairs the model cannot apply (no optimizer state or
+        // gradient found to shard, or a free change of the base that does not apply).
+        let (mut cut, mut cannot) = (0, 0);
         for stage in [1u8, 2] {
             let top: Vec<Spec> = bases
                 .iter()
@@ -965,7 +967,11 @@ impl Search<'_, '_> {
                 .collect();
             let runs = self.run(&top);
             for (b, r) in bases.iter().zip(runs) {
-                let Some(w) = r.filter(|w| fits(w, self.cap)) else {
+                let Some(r) = r else {
+                    cannot += 1;
+                    continue;
+                };
+                let Some(w) = Some(r).filter(|w| fits(w, self.cap)) else {
                     cut += 1;
                     continue;
                 };
@@ -986,10 +992,17 @@ impl Search<'_, '_> {
                 self.found.push((s.with_free(b), best));
             }
         }
+        let with = if checkpoint_all { " with every layer checkpointed" } else { "" };
         if cut > 0 {
             self.pruned.push(format!(
-                "ZeRO{}: {cut} of {} (stage, base) pairs do not fit even over {MAX_RANKS} ranks",
-                if checkpoint_all { " with every layer checkpointed" } else { "" },
+                "ZeRO{with}: {cut} of {} (stage, base) pairs do not fit even over {MAX_RANKS} ranks",
+                2 * bases.len()
+            ));
+        }
+        if cannot > 0 {
+            self.pruned.push(format!(
+                "ZeRO{with}: {cannot} of {} (stage, base) pairs cannot be applied to this trace (no optimizer state or \
+                 gradients found to shard, or a change of the base that does not apply)",
                 2 * bases.len()
             ));
         }
@@ -1323,7 +1336,13 @@ fn verdict(card: &Card, as_recorded: bool, options: &[FitOption], smallest: &[Sm
                         "{} needs {} ({})",
                         s.change,
                         fs(s.bytes),
-                        if s.gpus.is_empty() { "no GPU listed is that large".into() } else { s.gpus.join(", ") }
+                        if s.gpus.is_empty() {
+                            "no GPU listed is that large".into()
+                        } else if s.gpus.len() == replay::known_gpus().len() {
+                            "every GPU listed has it".into()
+                        } else {
+                            s.gpus.join(", ")
+                        }
                     )
                 })
                 .collect();

@@ -555,3 +555,23 @@ fn brute_force_no_single_change_that_fits_is_skipped() {
     }
     assert!(n > 3 * 255, "{n} single changes replayed");
 }
+
+/// A change the model cannot apply is said so, never "does not fit" (issue 42's walk-through:
+/// ZeRO on a forward-only recording read "24 of 24 pairs do not fit even over 64 ranks"),
+/// and a smallest capacity every GPU has is said in words, not as the whole list.
+#[test]
+fn zero_on_a_forward_only_run_cannot_be_applied() {
+    let p = fragscope_testdata::in_repo_dir().join("decomfl-opt-zeroth-order-windows.pickle");
+    let snap = read(&p);
+    let f = fit(&snap, "1MB");
+    let c = &f.files[0].devices[0].cards[0];
+    assert!(c.options.is_empty());
+    assert!(
+        c.pruned.iter().any(|p| p.starts_with("ZeRO: 24 of 24 (stage, base) pairs cannot be applied")),
+        "{:?}",
+        c.pruned
+    );
+    assert!(!c.pruned.iter().any(|p| p.contains("do not fit even over")), "{:?}", c.pruned);
+    assert!(c.verdict.contains("(every GPU listed has it)"), "{}", c.verdict);
+    assert_eq!(c.smallest_capacity[0].gpus.len(), fragscope_replay::known_gpus().len());
+}
