@@ -476,6 +476,9 @@ test('report --fit: the make-it-fit view draws fit --json, card by card', async 
   assert.equal(bad.status, 2);
   assert.equal(bad.stderr.toString().trim().split('\n').length, 1, String(bad.stderr));
   assert.ok(!existsSync(join(OUT, 'nofit.html')));
+  const empty = spawnSync(BIN, ['report', f, '--fit', '', '-o', join(OUT, 'nofit.html')]);
+  assert.equal(empty.status, 2);
+  assert.match(empty.stderr.toString(), /^error: --fit needs the device size/);
   const plain = join(OUT, 'plain.html');
   assert.equal(report([f], plain).status, 0);
   const p2 = await open(ctx, plain);

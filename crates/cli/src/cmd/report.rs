@@ -68,6 +68,9 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let spec = args.window.spec()?;
     // `--fit`'s capacities are checked before any file is read (one line, exit 2).
     let fit_req = match &args.fit {
+        Some(c) if c.trim().is_empty() => {
+            return Err(CliError::usage("--fit needs the device size to fit on (40GB, or GPU names: A100-40GB,L40S)"));
+        }
         Some(c) => {
             let req = FitRequest { capacity: c.clone(), ..FitRequest::default() };
             req.check(1)?;
