@@ -31,6 +31,7 @@ const MODULES: &[&str] = &[
     "state",
     "fragmentation",
     "whatif",
+    "fit",
     "findings",
     "ranks",
     "search",

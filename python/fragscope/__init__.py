@@ -922,7 +922,7 @@ class Fit(Result):
         for f in self._data.get("files", []):
             for d in f.get("devices", []):
                 for c in d.get("cards", []):
-                    out.append(dict(c, file=f["file"], device=d["device"]))
+                    out.append(dict(c, file=f["file"], device=d["device"], predicted=bool(f.get("predicted"))))
         return out
 
     def cheapest(self, capacity: Optional[str] = None) -> Optional[Dict[str, Any]]:
@@ -937,8 +937,9 @@ class Fit(Result):
         parts = []
         for c in self.cards():
             where = f"{c['capacity']} (cuda:{c['device']})"
+            run = "as predicted" if c.get("predicted") else "as recorded"
             if c["fits_as_recorded"]:
-                parts.append(f"{where}: fits as recorded, {_fmt_bytes(c['options'][0]['margin'])} to spare")
+                parts.append(f"{where}: fits {run}, {_fmt_bytes(c['options'][0]['margin'])} to spare")
             elif c["options"]:
                 o = c["options"][0]
                 more = f" (+{len(c['options']) - 1} more)" if len(c["options"]) > 1 else ""
@@ -946,7 +947,7 @@ class Fit(Result):
                 parts.append(f"{where}: {o['change']}, {_fmt_bytes(o['margin'])} to spare{model}{more}")
             else:
                 need = c["smallest_capacity"][0] if c["smallest_capacity"] else None
-                tail = f", needs {_fmt_bytes(need['bytes'])} as recorded" if need else ""
+                tail = f", needs {_fmt_bytes(need['bytes'])} {run}" if need else ""
                 parts.append(f"{where}: nothing tried fits{tail}")
         return f"<fragscope.Fit {'; '.join(parts) or 'no device'}>"
 
@@ -956,12 +957,14 @@ def fit(
     capacity: Union[int, str, Sequence[Union[int, str]]],
     sizes: Optional[Sequence[int]] = None,
     device: Optional[int] = None,
+    at: Optional[int] = None,
 ) -> Fit:
     """``fragscope fit FILE... --capacity ...``: the cheapest changes that make the recorded
     run fit on ``capacity`` (bytes, ``"40GB"``, a GPU name, or a list of them: one answer per
     card), each replayed: allocator settings, ``set_to_none``, ``empty_cache()``, activation
     checkpointing, ZeRO, and with ``sizes`` (one per recording of one program) the largest
-    size that fits."""
+    size that fits. With ``sizes`` and ``at``: the run predicted at size ``at`` is fitted
+    (allocator settings and a smaller size, each predicted)."""
     one = isinstance(snapshots, (Snapshot, str, os.PathLike))
     items = [snapshots] if one else list(snapshots)  # type: ignore[arg-type]
     snaps = [s if isinstance(s, Snapshot) else load(s) for s in items]
@@ -971,7 +974,9 @@ def fit(
     text = ",".join(_size("capacity", c) or "" for c in caps)
     if sizes is not None and (isinstance(sizes, (str, bytes)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)):
         raise ArgumentError(f"sizes must be a list of ints, not {_kind(sizes)}")
-    return Fit(_native.fit_json([s._native for s in snaps], text, list(sizes or []), device))
+    if at is not None and (isinstance(at, bool) or not isinstance(at, int)):
+        raise ArgumentError(f"at must be an int (a size), not {_kind(at)}")
+    return Fit(_native.fit_json([s._native for s in snaps], text, list(sizes or []), device, at))
 
 
 def analyze_file(path: PathLike, top: int = 10, what_if: bool = False) -> Tuple[bool, str]:

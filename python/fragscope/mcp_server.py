@@ -794,6 +794,7 @@ async def make_it_fit(
     sizes: Optional[List[int]] = None,
     device: Optional[int] = None,
     top: int = 3,
+    at: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Make it fit on X: the cheapest changes that make a recorded run fit on a GPU
     (allocator settings, zero_grad(set_to_none=True), empty_cache(), activation
@@ -811,6 +812,8 @@ async def make_it_fit(
         sizes: the size (batch, sequence) of path and of each of sizes_paths, in order.
         device: only this device.
         top: options kept per card (1 to 20).
+        at: with sizes: fit the run predicted at this size (nobody recorded it) instead of
+            the largest recording: allocator settings and a smaller size, each predicted.
     """
     top = max(1, min(int(top), 20))
     paths = [path] + list(sizes_paths or [])
@@ -818,10 +821,12 @@ async def make_it_fit(
         raise ToolError(f"sizes must give one size for path and each of sizes_paths ({len(paths)} in all)")
     if sizes and not sizes_paths:
         raise ToolError("sizes needs sizes_paths: recordings of the same program at other sizes")
+    if at is not None and not sizes:
+        raise ToolError("at needs sizes and sizes_paths: the run at another size is predicted from recordings")
     for p in paths:
         _file(p)
 
-    work = _native_call(list(paths), "fit_json", str(capacity), [int(x) for x in sizes or []], device)
+    work = _native_call(list(paths), "fit_json", str(capacity), [int(x) for x in sizes or []], device, at)
 
     d = await _run("fit", work)
     keep = ["rank", "change", "cost_class", "cost", "peak_reserved", "peak_allocated", "margin", "model"]

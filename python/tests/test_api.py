@@ -542,3 +542,17 @@ def test_fit_equals_cli():
         fragscope.fit([str(f), str(f)], capacity="40GB", sizes=[1])
     with pytest.raises(fragscope.ArgumentError, match="was not asked for"):
         r.cheapest("T4")
+
+
+def test_fit_of_a_predicted_run_equals_cli():
+    # Three recordings of one program (grids): the run at size 300, nobody recorded, fitted.
+    files = [str(grid_file(f"niu-train3-ctx{n}-fp32.pickle")) for n in (100, 150, 200)]
+    r = same_as_cli(["fit", "--json", *files, "--sizes", "100,150,200", "--at", "300", "--capacity", "1GB,H100-80GB"],
+                    lambda: fragscope.fit(files, capacity=["1GB", "H100-80GB"], sizes=[100, 150, 200], at=300))
+    assert r.to_dict()["files"][0]["predicted"] is True
+    text = repr(r)
+    assert "as predicted" in text and "as recorded" not in text, text
+    with pytest.raises(fragscope.ArgumentError, match="at must be an int"):
+        fragscope.fit(files, capacity="1GB", sizes=[100, 150, 200], at="300")  # type: ignore[arg-type]
+    with pytest.raises(fragscope.ArgumentError, match="at needs sizes"):
+        fragscope.fit(files[0], capacity="1GB", at=300)

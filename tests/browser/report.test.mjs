@@ -444,3 +444,68 @@ test('a file that cannot be written leaves nothing behind', () => {
   assert.match(r.stderr.toString(), /^error: cannot write/);
   assert.ok(!existsSync(join(OUT, 'no-such-dir')));
 });
+
+test('report --fit: the make-it-fit view draws fit --json, card by card', async () => {
+  const f = join(ROOT, 'crates/testdata/h200/gpt-s512-b16.pickle.gz');
+  const out = join(OUT, 'fit.html');
+  const r = spawnSync(BIN, ['report', f, '--fit', '10GB,H100-80GB', '-o', out]);
+  assert.equal(r.status, 0, String(r.stderr));
+  const want = json(['fit', f, '--capacity', '10GB,H100-80GB', '--json']).files[0].devices[0].cards;
+  const { page, errors, requests } = await open(ctx, out);
+  const cards = await page.$$eval('#fit .fit-card', (els) => els.map((c) => ({
+    capacity: c.dataset.capacity,
+    fits: c.dataset.fits === '1',
+    verdict: c.querySelector('.fit-verdict').textContent,
+    rows: [...c.querySelectorAll('tr[data-rank]')].map((t) => ({ rank: Number(t.dataset.rank), model: t.dataset.model === '1', reserved: Number(t.dataset.peakReserved), allocated: Number(t.dataset.peakAllocated), margin: Number(t.dataset.margin), kind: t.lastChild.textContent })),
+  })));
+  assert.deepEqual(cards.map((c) => c.capacity), want.map((c) => c.capacity));
+  for (const [c, w] of cards.map((c, i) => [c, want[i]])) {
+    assert.equal(c.verdict, w.verdict);
+    assert.equal(c.fits, w.fits_as_recorded);
+    assert.deepEqual(c.rows, w.options.map((o) => ({ rank: o.rank, model: o.model, reserved: o.peak_reserved, allocated: o.peak_allocated, margin: o.margin, kind: o.model ? 'model' : 'replay' })));
+  }
+  // The 10 GB card needs a change; its options say which are models of the change.
+  assert.equal(cards[0].fits, false);
+  assert.ok(cards[0].rows.length > 0 && cards[0].rows.some((o) => o.model), 'a model of a change among the options');
+  assert.match(await page.$eval('#fit', (x) => x.textContent), /CUDA context/);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, ['file://' + out]);
+  await page.close();
+  // A bad capacity: one line, exit 2, no page; without --fit, no view.
+  const bad = spawnSync(BIN, ['report', f, '--fit', '40 potatoes', '-o', join(OUT, 'nofit.html')]);
+  assert.equal(bad.status, 2);
+  assert.equal(bad.stderr.toString().trim().split('\n').length, 1, String(bad.stderr));
+  assert.ok(!existsSync(join(OUT, 'nofit.html')));
+  const empty = spawnSync(BIN, ['report', f, '--fit', '', '-o', join(OUT, 'nofit.html')]);
+  assert.equal(empty.status, 2);
+  assert.match(empty.stderr.toString(), /^error: --fit needs the device size/);
+  const plain = join(OUT, 'plain.html');
+  assert.equal(report([f], plain).status, 0);
+  const p2 = await open(ctx, plain);
+  assert.equal(await p2.page.$('#fit'), null, 'no fit view without --fit');
+  await p2.page.close();
+});
+
+test('the drawn allocated curve and the peak allocated figure agree, or the page says by how much', async () => {
+  // decomfl: block remainders put peak allocated 4.29 MB above the trace's sizes; the GPT
+  // recording: the two agree, and no note is shown.
+  for (const [f, differs] of [[join(ROOT, 'crates/testdata/real/decomfl-opt-zeroth-order-windows.pickle'), true], [join(ROOT, 'crates/testdata/h200/gpt-s256-b8.pickle.gz'), false]]) {
+    const out = join(OUT, 'basis.html');
+    assert.equal(report([f], out).status, 0);
+    const t = json(['analyze', '--json', f]).files[0].devices[0].fragmentation.timeline;
+    const drawn = Math.max(...t.series.map((p) => p.allocated));
+    const { page, errors } = await open(ctx, out);
+    const peakDrawn = Number(await page.$eval('canvas.tl', (c) => c.dataset.peakAllocated));
+    assert.equal(peakDrawn, drawn, `${f}: the curve drawn is analyze's series`);
+    const note = await page.$('#alloc-basis');
+    assert.equal(!!note, differs, `${f}: a note iff the curve is below peak allocated`);
+    assert.equal(drawn < t.peak_allocated.bytes, differs);
+    if (note) {
+      assert.equal(Number(await note.evaluate((x) => x.dataset.peak)), t.peak_allocated.bytes);
+      assert.equal(Number(await note.evaluate((x) => x.dataset.drawn)), drawn);
+      assert.match(await note.textContent(), /below peak allocated .*max_memory_allocated/);
+    }
+    assert.deepEqual(errors, []);
+    await page.close();
+  }
+});

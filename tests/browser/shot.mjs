@@ -6,7 +6,7 @@ const [file, prefix] = process.argv.slice(2);
 const ctx = await launch();
 const { page, errors, requests } = await open(ctx, resolve(file));
 await page.screenshot({ path: `${prefix}-full.png`, fullPage: true });
-for (const id of ['timeline', 'state', 'fragmentation', 'whatif', 'findings', 'ranks']) {
+for (const id of ['timeline', 'state', 'fragmentation', 'whatif', 'fit', 'findings', 'ranks']) {
   const s = await page.$('#' + id);
   if (s) await s.screenshot({ path: `${prefix}-${id}.png` });
 }

@@ -62,7 +62,8 @@ enum Command {
     Predict(cmd::predict::Args),
     /// The cheapest changes that make a recorded run fit on a device size or GPUs
     /// (--capacity 40GB, A100-40GB,L40S): allocator settings, set_to_none, empty_cache(),
-    /// activation checkpointing, ZeRO, a smaller size (--sizes), each replayed.
+    /// activation checkpointing, ZeRO, a smaller size (--sizes), each replayed; or of a run
+    /// predicted at another size (--sizes ... --at N).
     Fit(cmd::fit::Args),
     /// Write a snapshot as tables for SQL and dataframes (Parquet: trace events,
     /// allocations, segments, blocks, stacks, frames, annotations; docs/export.md).

@@ -23,6 +23,13 @@
 //!    checkpointing nor ZeRO fits alone, ZeRO-2 with every layer checkpointed.
 //! 5. With recordings at several sizes (`sizes`): the largest size that fits, from
 //!    [`fragscope_predict::Program::max_fit`].
+//!
+//! With `sizes` and `at`, the run fitted is the **predicted** run at size `at` (a size
+//! nobody recorded, [`fragscope_predict::Program::predict`]): the search is then the
+//! allocator settings (each predicted again under the setting) and the largest size that
+//! fits; the role-level changes and `empty_cache()` need a recording's steps and roles,
+//! which a predicted trace does not have (`pruned` says so). Every option is a prediction
+//! replayed through the allocator model, `model: true`.
 //! 6. When nothing fits: the smallest capacity that would (bisected by replay between the
 //!    live bytes and the unlimited replay's peak), as recorded and with the most aggressive
 //!    change tried, and which GPUs that is ([`fragscope_replay::known_gpus`]).
@@ -72,6 +79,8 @@ pub struct Request {
     /// in file order. The largest is the run to fit; `predict` adds the largest size that
     /// fits. Empty: each file is a run of its own.
     pub sizes: Vec<u64>,
+    /// With `sizes`: fit the run predicted at this size instead of the largest recording.
+    pub at: Option<u64>,
 }
 
 /// One device size to fit on: the name as given and its bytes.
@@ -79,7 +88,7 @@ pub struct Request {
 pub struct Card {
     pub name: String,
     /// What PyTorch's allocator may hold there: bytes as given, a GPU name's total less
-    /// the CUDA context ([`crate::predict::parse_capacity`], the same reading as `predict`).
+    /// the CUDA context ([`crate::capacity::parse_capacity`], the same reading as `predict`).
     pub bytes: u64,
     /// For a GPU name: what was taken off and why.
     pub note: Option<String>,
@@ -102,7 +111,7 @@ impl Request {
         let mut cards = Vec::new();
         for part in text.split(',') {
             // A GPU name means what it means to `predict`: its total less the CUDA context.
-            let (bytes, note) = crate::predict::parse_capacity(Some(part.trim()))?;
+            let (bytes, note) = crate::capacity::parse_capacity(Some(part.trim()))?;
             let bytes = bytes.unwrap_or_default();
             if bytes == 0 {
                 return Err(Error::argument(msg![Param::Capacity, format!(" '{}': a device of 0 bytes", part.trim())]));
@@ -121,6 +130,18 @@ impl Request {
                 ]));
             }
             fragscope_predict::check_size_list(&self.sizes).map_err(|e| Error::argument(msg![e.to_string()]))?;
+        }
+        match self.at {
+            Some(_) if self.sizes.is_empty() => {
+                return Err(Error::argument(msg![
+                    Param::At,
+                    " needs ",
+                    Param::Sizes,
+                    ": the run at another size is predicted from recordings of one program at known sizes"
+                ]))
+            }
+            Some(0) => return Err(Error::argument(msg![Param::At, " 0: sizes are at least 1"])),
+            _ => {}
         }
         Ok(cards)
     }
@@ -237,19 +258,25 @@ pub struct DeviceFit {
     pub layer_saved_bytes: Vec<u64>,
     /// Per layer: its forward time per step from the trace's timestamps (`null`: not timed).
     pub layer_forward_us: Vec<Option<u64>>,
-    /// The most bytes the live tensors requested at once: no allocator setting holds less.
-    pub live_bytes_peak: u64,
+    /// The most bytes the live tensors requested at once: no allocator setting holds less
+    /// (`null` for a predicted run: its trace is synthesised inside the replay).
+    pub live_bytes_peak: Option<u64>,
     /// The recording replayed on an unlimited device.
     pub peak_reserved_unlimited: u64,
     pub peak_allocated_unlimited: u64,
     pub cards: Vec<CardFit>,
 }
 
-/// One file (with `sizes`: the largest recording, the run to fit).
+/// One file (with `sizes`: the largest recording, the run to fit; with `at`, the
+/// recording the prediction is made from).
 #[derive(Clone, Debug, Serialize)]
 pub struct FileFit {
     pub file: String,
     pub size: Option<u64>,
+    /// With `at`: the run fitted is the prediction at `size`, not a recording (absent
+    /// otherwise).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub predicted: bool,
     pub devices: Vec<DeviceFit>,
 }
 
@@ -278,7 +305,10 @@ pub fn evaluate(names: &[String], snaps: &[&Snapshot], req: &Request) -> Result<
         let recs: Vec<Recording> =
             snaps.iter().zip(&req.sizes).map(|(&snap, &size)| Recording { snap, size }).collect();
         let top = (0..snaps.len()).max_by_key(|&k| req.sizes[k]).unwrap_or(0);
-        files.push(fit_file(&names[top], snaps[top], Some(&recs), Some(req.sizes[top]), req, &cards)?);
+        files.push(match req.at {
+            Some(at) => fit_predicted(&names[top], snaps[top], &recs, at, req, &cards)?,
+            None => fit_file(&names[top], snaps[top], Some(&recs), Some(req.sizes[top]), req, &cards)?,
+        });
     }
     Ok(Fit { schema: SCHEMA, cards, files })
 }
@@ -291,24 +321,8 @@ fn fit_file(
     req: &Request,
     cards: &[Card],
 ) -> Result<FileFit, Error> {
-    let mut devs = replayable_devices(snap);
-    if let Some(d) = req.device {
-        if !devs.contains(&d) {
-            return Err(Error::argument(msg![
-                Param::Device,
-                format!("={d}: {name} has no replayable trace on device {d} (devices: {devs:?})")
-            ]));
-        }
-        devs.retain(|&x| x == d);
-    }
-    if devs.is_empty() {
-        return Err(Error::input(format!(
-            "{name}: no device with an allocation trace to replay (record with \
-             torch.cuda.memory._record_memory_history())"
-        )));
-    }
     let mut devices = Vec::new();
-    for d in devs {
+    for d in devices_to_fit(name, snap, req)? {
         let program = match recs {
             Some(r) => Some(Program::fit(r, Some(d)).map_err(|e| Error::input(e.to_string()))?),
             None => None,
@@ -322,13 +336,237 @@ fn fit_file(
             layers: dev.n_layers,
             layer_saved_bytes: dev.ranked.get().map_or_else(Vec::new, |r| r.0.iter().map(|l| l.saved).collect()),
             layer_forward_us: dev.forward.clone(),
-            live_bytes_peak: dev.live_peak,
+            live_bytes_peak: Some(dev.live_peak),
             peak_reserved_unlimited: unlimited.peak_reserved,
             peak_allocated_unlimited: unlimited.peak_allocated,
             cards,
         });
     }
-    Ok(FileFit { file: name.to_string(), size, devices })
+    Ok(FileFit { file: name.to_string(), size, predicted: false, devices })
+}
+
+/// The devices of `snap` to fit, with `req.device` checked against them.
+fn devices_to_fit(name: &str, snap: &Snapshot, req: &Request) -> Result<Vec<i64>, Error> {
+    let mut devs = replayable_devices(snap);
+    if let Some(d) = req.device {
+        if !devs.contains(&d) {
+            return Err(Error::argument(msg![
+                Param::Device,
+                format!("={d}: {name} has no replayable trace on device {d} (devices: {devs:?})")
+            ]));
+        }
+        devs.retain(|&x| x == d);
+    }
+    // A device that ran out of memory first (issue 42: every command leads with the OOM).
+    devs.sort_by_key(|&d| !snap.trace(d).iter().any(|e| e.action == fragscope_snapshot::Action::Oom));
+    if devs.is_empty() {
+        return Err(Error::input(format!(
+            "{name}: no device with an allocation trace to replay (record with \
+             torch.cuda.memory._record_memory_history())"
+        )));
+    }
+    Ok(devs)
+}
+
+/// The run predicted at `at` from the recordings `recs`, fitted on each card (module doc:
+/// the allocator settings and the largest size that fits, each a prediction replayed).
+fn fit_predicted(
+    name: &str,
+    snap: &Snapshot,
+    recs: &[Recording],
+    at: u64,
+    req: &Request,
+    cards: &[Card],
+) -> Result<FileFit, Error> {
+    let mut devices = Vec::new();
+    for d in devices_to_fit(name, snap, req)? {
+        let prog = Program::fit(recs, Some(d)).map_err(|e| Error::input(e.to_string()))?;
+        let recorded = recorded_config(snap);
+        let mut settings: Vec<(Option<&'static str>, AllocatorConfig)> = vec![(None, recorded.clone())];
+        for alt in ALTERNATIVES {
+            let c = crate::replay::config_on_top(&recorded, alt)?;
+            if c != recorded {
+                settings.push((Some(*alt), c));
+            }
+        }
+        let unlimited = prog.predict(at, &recorded, None);
+        let sizes: Vec<String> = recs.iter().map(|r| r.size.to_string()).collect();
+        let cards = cards.iter().map(|c| search_predicted(&prog, at, &settings, &unlimited, c)).collect();
+        devices.push(DeviceFit {
+            device: d,
+            steps: format!("a run predicted at size {at} from the recordings at sizes {}", sizes.join(", ")),
+            layers: 0,
+            layer_saved_bytes: Vec::new(),
+            layer_forward_us: Vec::new(),
+            live_bytes_peak: None,
+            peak_reserved_unlimited: unlimited.peak_reserved,
+            peak_allocated_unlimited: unlimited.peak_allocated,
+            cards,
+        });
+    }
+    Ok(FileFit { file: name.to_string(), size: Some(at), predicted: true, devices })
+}
+
+/// An option of a predicted run: `cfg` (one of the settings) or a smaller size, predicted.
+fn predicted_option(
+    change: String,
+    class: CostClass,
+    cost: String,
+    setting: Option<&str>,
+    size: Option<u64>,
+    p: &fragscope_predict::Prediction,
+    cap: u64,
+) -> FitOption {
+    FitOption {
+        rank: 0,
+        change,
+        cost_class: class,
+        cost,
+        config: p.config.clone(),
+        setting: setting.map(str::to_string),
+        set_to_none: false,
+        empty_cache_at_steps: false,
+        checkpoint_layers: Vec::new(),
+        recompute_us_per_step: None,
+        zero: None,
+        size,
+        peak_reserved: p.peak_reserved,
+        peak_allocated: p.peak_allocated,
+        margin: cap.saturating_sub(p.peak_reserved),
+        model: true,
+        basis: format!(
+            "predicted at size {} from the recordings at other sizes and replayed through the allocator model \
+             (predict)",
+            p.at
+        ),
+        not_modelled: Vec::new(),
+    }
+}
+
+/// The search on one card for a predicted run: as predicted, each allocator setting, the
+/// largest size that fits; when nothing does, the smallest capacity as predicted.
+fn search_predicted(
+    prog: &Program,
+    at: u64,
+    settings: &[(Option<&'static str>, AllocatorConfig)],
+    unlimited: &fragscope_predict::Prediction,
+    card: &Card,
+) -> CardFit {
+    let cap = card.bytes;
+    let mut replays = 0u32;
+    let mut options = Vec::new();
+    let mut pruned = Vec::new();
+    // As predicted first: when it fits there is nothing to change (no other replay).
+    let fits_on = |p: &fragscope_predict::Prediction| p.fits() && p.peak_reserved <= cap;
+    let first = prog.predict(at, &settings[0].1, Some(cap));
+    replays += 1;
+    let fits_as_predicted = fits_on(&first);
+    if fits_as_predicted {
+        let change = format!("as predicted at size {at}");
+        options.push(predicted_option(change, CostClass::None, "nothing".into(), None, None, &first, cap));
+    } else {
+        pruned.push(
+            "activation checkpointing, ZeRO, set_to_none and empty_cache(): not searched on a predicted run (they \
+             need a recording's steps and roles; fit a recording at this size for them)"
+                .to_string(),
+        );
+        for (alt, cfg) in &settings[1..] {
+            replays += 1;
+            let p = prog.predict(at, cfg, Some(cap));
+            if let (Some(a), true) = (alt, fits_on(&p)) {
+                let change = format!("PYTORCH_CUDA_ALLOC_CONF={a}");
+                options.push(predicted_option(
+                    change,
+                    CostClass::Free,
+                    "free (environment)".into(),
+                    Some(a),
+                    None,
+                    &p,
+                    cap,
+                ));
+            }
+        }
+    }
+    if options.is_empty() {
+        let m = prog.max_fit(&settings[0].1, cap, MAX_SIZE);
+        replays += m.replays;
+        match (m.largest, &m.fits_at) {
+            (Some(x), Some(p)) if x < at && p.peak_reserved <= cap => options.push(predicted_option(
+                format!("size {x} instead of {at} (the largest that fits, predict --max-fit)"),
+                CostClass::Size,
+                format!("{:.0}% of the work per step ({x} of {at})", x as f64 * 100.0 / at as f64),
+                None,
+                Some(x),
+                p,
+                cap,
+            )),
+            _ => pruned
+                .push(format!("a smaller size: none that fits found by predict --max-fit ({} replays)", m.replays)),
+        }
+    }
+    options.sort_by_key(|o| (o.cost_class, u64::MAX - o.margin));
+    for (i, o) in options.iter_mut().enumerate() {
+        o.rank = i + 1;
+    }
+    let mut smallest = Vec::new();
+    if options.is_empty() {
+        smallest.extend(smallest_predicted(prog, at, &settings[0].1, unlimited, &mut replays));
+    }
+    let verdict = verdict(card, fits_as_predicted, &options, &smallest)
+        .replacen("as recorded", "as predicted", 1)
+        .replace(", a model of the change", ", a prediction");
+    CardFit {
+        capacity: card.name.clone(),
+        capacity_bytes: cap,
+        capacity_note: card.note.clone(),
+        fits_as_recorded: fits_as_predicted,
+        options,
+        pruned,
+        replays,
+        smallest_capacity: smallest,
+        verdict,
+    }
+}
+
+/// The smallest capacity on which the predicted run fits under `cfg`, bisected by
+/// prediction between 0 and its unlimited peak reserved (2 MiB resolution).
+fn smallest_predicted(
+    prog: &Program,
+    at: u64,
+    cfg: &AllocatorConfig,
+    unlimited: &fragscope_predict::Prediction,
+    replays: &mut u32,
+) -> Option<SmallestCapacity> {
+    let mut check = |c: u64| {
+        *replays += 1;
+        let p = prog.predict(at, cfg, Some(c));
+        p.fits() && p.peak_reserved <= c
+    };
+    let mut hi = unlimited.peak_reserved.max(1);
+    let mut grow = 0;
+    while !check(hi) {
+        hi += hi / 16 + 1;
+        grow += 1;
+        if grow > 16 {
+            return None;
+        }
+    }
+    let mut lo = 0;
+    while hi - lo > 2 << 20 {
+        let mid = lo + (hi - lo) / 2;
+        if check(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(SmallestCapacity { change: "as predicted".into(), bytes: hi, gpus: gpus_of(hi) })
+}
+
+/// Known GPUs on which PyTorch's allocator may hold `b` bytes (their total less the CUDA
+/// context, as a card's), smallest first.
+fn gpus_of(b: u64) -> Vec<&'static str> {
+    replay::known_gpus().into_iter().filter(|&(_, c)| crate::capacity::usable_bytes(c) >= b).map(|(n, _)| n).collect()
 }
 
 /// One layer of the model: the activations checkpointing it frees, its forward time.
@@ -717,7 +955,9 @@ impl Search<'_, '_> {
         let ranks: Vec<u32> = (2..=MAX_RANKS).collect();
         let ck: Vec<usize> = if checkpoint_all { (0..self.dev.n_layers).collect() } else { Vec::new() };
         let mut any = false;
-        let mut cut = 0;
+        // Pairs that do not fit, and pairs the model cannot apply (no optimizer state or
+        // gradient found to shard, or a free change of the base that does not apply).
+        let (mut cut, mut cannot) = (0, 0);
         for stage in [1u8, 2] {
             let top: Vec<Spec> = bases
                 .iter()
@@ -727,7 +967,11 @@ impl Search<'_, '_> {
                 .collect();
             let runs = self.run(&top);
             for (b, r) in bases.iter().zip(runs) {
-                let Some(w) = r.filter(|w| fits(w, self.cap)) else {
+                let Some(r) = r else {
+                    cannot += 1;
+                    continue;
+                };
+                let Some(w) = Some(r).filter(|w| fits(w, self.cap)) else {
                     cut += 1;
                     continue;
                 };
@@ -748,10 +992,17 @@ impl Search<'_, '_> {
                 self.found.push((s.with_free(b), best));
             }
         }
+        let with = if checkpoint_all { " with every layer checkpointed" } else { "" };
         if cut > 0 {
             self.pruned.push(format!(
-                "ZeRO{}: {cut} of {} (stage, base) pairs do not fit even over {MAX_RANKS} ranks",
-                if checkpoint_all { " with every layer checkpointed" } else { "" },
+                "ZeRO{with}: {cut} of {} (stage, base) pairs do not fit even over {MAX_RANKS} ranks",
+                2 * bases.len()
+            ));
+        }
+        if cannot > 0 {
+            self.pruned.push(format!(
+                "ZeRO{with}: {cannot} of {} (stage, base) pairs cannot be applied to this trace (no optimizer state or \
+                 gradients found to shard, or a change of the base that does not apply)",
                 2 * bases.len()
             ));
         }
@@ -842,13 +1093,7 @@ fn size_option(s: &mut Search) {
 /// change tried (module doc, 6).
 fn smallest_capacities(s: &mut Search) -> Vec<SmallestCapacity> {
     // A GPU has what its allocator may hold: its total less the CUDA context, as for a card.
-    let gpus = |b: u64| {
-        replay::known_gpus()
-            .into_iter()
-            .filter(|&(_, c)| crate::predict::usable_bytes(c) >= b)
-            .map(|(n, _)| n)
-            .collect()
-    };
+    let gpus = gpus_of;
     let mut v = Vec::new();
     if let Some(b) = s.smallest_capacity(&Spec::default()) {
         v.push(SmallestCapacity { change: "as recorded".into(), bytes: b, gpus: gpus(b) });
@@ -1091,7 +1336,13 @@ fn verdict(card: &Card, as_recorded: bool, options: &[FitOption], smallest: &[Sm
                         "{} needs {} ({})",
                         s.change,
                         fs(s.bytes),
-                        if s.gpus.is_empty() { "no GPU listed is that large".into() } else { s.gpus.join(", ") }
+                        if s.gpus.is_empty() {
+                            "no GPU listed is that large".into()
+                        } else if s.gpus.len() == replay::known_gpus().len() {
+                            "every GPU listed has it".into()
+                        } else {
+                            s.gpus.join(", ")
+                        }
                     )
                 })
                 .collect();

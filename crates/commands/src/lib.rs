@@ -11,6 +11,7 @@
 //! only, through an exclusive temporary file); and one module per command with its request
 //! and its document.
 
+pub mod capacity;
 pub mod check;
 pub mod diff;
 mod document;

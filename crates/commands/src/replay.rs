@@ -61,7 +61,11 @@ pub struct ReplayRequest {
 /// A [`ReplayRequest`] parsed: what [`replay_snapshot`] runs.
 #[derive(Debug, Clone)]
 pub struct Checked {
+    /// Bytes PyTorch's allocator may hold: a GPU name's total less the CUDA context, as
+    /// `predict` and `fit` read it ([`parse_capacity`]).
     pub capacity: Option<u64>,
+    /// For a GPU name: what was taken off its total and why (`None` for bytes as given).
+    pub capacity_note: Option<String>,
     /// `empty_cache()` placements, and whether to replay without caching.
     pub advice: (Vec<EmptyCacheAt>, bool),
     pub changes: Vec<RoleChange>,
@@ -74,7 +78,7 @@ impl ReplayRequest {
         for c in &self.configs {
             fragscope_alloc::parse_config(c).map_err(|e| Error::argument(msg![e.to_string()]))?;
         }
-        let capacity = parse_capacity(self.capacity.as_deref())?;
+        let (capacity, capacity_note) = crate::capacity::parse_capacity(self.capacity.as_deref())?;
         let advice = self.advice_requested()?;
         let changes = self.role_changes()?;
         if !changes.is_empty()
@@ -89,7 +93,7 @@ impl ReplayRequest {
                 Param::SaveSnapshot
             ]));
         }
-        Ok(Checked { capacity, advice, changes })
+        Ok(Checked { capacity, capacity_note, advice, changes })
     }
 
     /// The advice to replay: (`empty_cache()` points, no caching). Without configs and
@@ -147,9 +151,11 @@ fn empty_cache_at_error(e: EmptyCacheAtError) -> Error {
     }
 }
 
-/// A capacity as a user writes it (`80GB`, `H100-80GB`), parsed.
+/// A capacity as a user writes it (`80GB`, `H100-80GB`), parsed to the bytes PyTorch's
+/// allocator may hold: bytes as given, a GPU name's total less the CUDA context
+/// ([`crate::capacity::parse_capacity`]: one meaning of a GPU name in every command).
 pub fn parse_capacity(text: Option<&str>) -> Result<Option<u64>, Error> {
-    text.map(replay::parse_capacity).transpose().map_err(|e| Error::argument(msg![e.to_string()]))
+    Ok(crate::capacity::parse_capacity(text)?.0)
 }
 
 /// [`replay::config_on_top`], refused as an argument error (also `predict`'s).
@@ -395,6 +401,9 @@ fn merge_into(acc: &mut Option<Snapshot>, s: Snapshot) {
 #[derive(Serialize)]
 struct JsonOut<'a> {
     schema: &'static str,
+    /// For a GPU name given as the capacity: the CUDA context taken off its total.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity_note: Option<&'a str>,
     files: Vec<JsonFile<'a>>,
 }
 
@@ -418,9 +427,11 @@ struct JsonDevice<'a> {
 
 /// The document (`fragscope.replay.verify/1` with `verify`, else
 /// `fragscope.replay.whatif/2`) of `(file name, device results)` per file.
-pub fn json(out: &[(String, Vec<DeviceResult>)], verify: bool) -> Result<String, Error> {
+/// `capacity_note`: [`Checked::capacity_note`], said once at the top (absent for bytes).
+pub fn json(out: &[(String, Vec<DeviceResult>)], verify: bool, capacity_note: Option<&str>) -> Result<String, Error> {
     let j = JsonOut {
         schema: if verify { "fragscope.replay.verify/1" } else { "fragscope.replay.whatif/2" },
+        capacity_note,
         files: out
             .iter()
             .map(|(file, rs)| JsonFile {

@@ -189,7 +189,7 @@ impl Snapshot {
             let mut saved = None;
             let devices = commands::replay::replay_snapshot(&req, &checked, &snap, &mut saved)?;
             commands::replay::save(&req, saved.as_ref())?;
-            commands::replay::json(&[(name, devices)], verify)
+            commands::replay::json(&[(name, devices)], verify, checked.capacity_note.as_deref())
         })
         .map_err(|e| Fail(e).into())
     }
@@ -517,17 +517,18 @@ fn predict_json(
 /// snapshot's run fit on `capacity` (sizes or GPU names, comma-separated); with `sizes`, the
 /// snapshots are recordings of one program at those sizes and the largest is fitted.
 #[pyfunction]
-#[pyo3(signature = (snapshots, capacity, sizes = Vec::new(), device = None))]
+#[pyo3(signature = (snapshots, capacity, sizes = Vec::new(), device = None, at = None))]
 fn fit_json(
     py: Python<'_>,
     snapshots: Vec<PyRef<'_, Snapshot>>,
     capacity: String,
     sizes: Vec<u64>,
     device: Option<i64>,
+    at: Option<u64>,
 ) -> PyResult<String> {
     let snaps: Vec<(Arc<Snap>, String)> = snapshots.iter().map(|s| (s.inner.clone(), s.name.clone())).collect();
     py.allow_threads(move || {
-        let req = commands::fit::Request { capacity, device, sizes };
+        let req = commands::fit::Request { capacity, device, sizes, at };
         let refs: Vec<&Snap> = snaps.iter().map(|(s, _)| s.as_ref()).collect();
         let names: Vec<String> = snaps.iter().map(|(_, n)| n.clone()).collect();
         commands::fit::json(&commands::fit::evaluate(&names, &refs, &req)?)

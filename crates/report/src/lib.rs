@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use fragscope_diagnose::{analyze_with_timelines, Analysis, AnalyzeOptions};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, TraceEvent};
-use fragscope_trace::{summarize_with, BlockLives, Summary};
+use fragscope_trace::{summarize_parts, BlockLives, Summary};
 use serde::Serialize;
 
 /// Schema name written into the page's data (`fragscope.report/1`).
@@ -337,6 +337,11 @@ pub struct FileData {
     /// page's `ranks` ([`fragscope_diagnose::compare_ranks`]).
     #[serde(skip)]
     pub rank: fragscope_diagnose::RankFigures,
+    /// `fragscope report --fit CAPACITY`: this file's entry of the `fit` document
+    /// (`fragscope.fit/1`'s `files[i]`: per device and card the options, each replayed),
+    /// computed by the command and drawn as it is (view 4b); absent without `--fit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit: Option<serde_json::Value>,
 }
 
 /// Builds one file's report data (summary, analysis, curves, state moments, phases).
@@ -376,6 +381,7 @@ pub fn file_data_shared(
         streams: table.streams,
         budget_note,
         rank: fragscope_diagnose::RankFigures::of(&ana),
+        fit: None,
     }
 }
 
@@ -438,7 +444,9 @@ fn walk_and_draw(
                 let _ = scan_tx.lock().expect("scan channel").send(scans);
                 // Without its roles: analyze's are the same figures over the same block
                 // lives (set below), and a second walk of the trace for them is spared.
-                let _ = summary_slot.set(summarize_with(snap, false));
+                // Without memory_summary's table: the timeline's walk computes it for the
+                // peak allocated, and the page draws no other figure of it.
+                let _ = summary_slot.set(summarize_parts(snap, false, false));
             };
             analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
         });
@@ -477,7 +485,7 @@ fn walk_and_draw(
         (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
     // The analysis runs `beside` exactly once.
-    let sum = summary_cell.into_inner().unwrap_or_else(|| summarize_with(snap, false));
+    let sum = summary_cell.into_inner().unwrap_or_else(|| summarize_parts(snap, false, false));
     (ana, drawn, lives_of, sum)
 }
 

@@ -480,6 +480,19 @@ pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> Devic
 /// that both layouts give the same summary; a machine takes the one its cores suit).
 #[doc(hidden)]
 pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_steps_thread: bool) -> DeviceSummary {
+    summarize_device_parts(snap, device, roles, true, own_steps_thread)
+}
+
+/// [`summarize_device_threads`], without memory_summary's table when `table` is false
+/// (`memory_table` is then `None`): for a caller whose own walk already runs
+/// [`fragscope_replay::memory_table`] (the report's timeline, for its peak allocated).
+fn summarize_device_parts(
+    snap: &Snapshot,
+    device: i64,
+    roles: bool,
+    table: bool,
+    own_steps_thread: bool,
+) -> DeviceSummary {
     let segs: Vec<&Segment> = snap.device_segments(device).collect();
     let all = pool_figures(segs.iter().copied());
     let pools = Pools {
@@ -539,9 +552,13 @@ pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_s
         // Without its segment events (skip_actions) the table's reserved rows would be
         // the final state's, over a window in which memory was reserved and released:
         // no table rather than wrong figures (the recording notes say why).
-        let table = fragscope_replay::memory_table(snap, device)
-            .ok()
-            .filter(|_| !fragscope_snapshot::recording::segment_events_missing(snap, device));
+        let table = if table {
+            fragscope_replay::memory_table(snap, device)
+                .ok()
+                .filter(|_| !fragscope_snapshot::recording::segment_events_missing(snap, device))
+        } else {
+            None
+        };
         (table, lived.join().expect("lives thread"))
     });
     DeviceSummary {
@@ -565,9 +582,19 @@ pub fn summarize(snap: &Snapshot) -> Summary {
 
 /// [`summarize`], without the roles when `roles` is false ([`summarize_device_with`]).
 pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
+    summarize_parts(snap, roles, true)
+}
+
+/// [`summarize_with`], without memory_summary's table (`memory_table` is `None`) when
+/// `table` is false: the report's timeline walk computes that table for its peak
+/// allocated, and the page never draws the table, so the summary beside it skips the
+/// second computation.
+pub fn summarize_parts(snap: &Snapshot, roles: bool, table: bool) -> Summary {
+    let threads = crate::par::threads() > 2;
     // Segments grouped by device once: every per-device step reads only its own.
-    let devices = snap
-        .with_device_index(|snap| snap.devices().into_iter().map(|d| summarize_device_with(snap, d, roles)).collect());
+    let devices = snap.with_device_index(|snap| {
+        snap.devices().into_iter().map(|d| summarize_device_parts(snap, d, roles, table, threads)).collect()
+    });
     let settings = snap.recorded_settings().map(|s| Settings {
         conf: s.conf,
         max_split_size: s.max_split_size,

@@ -1,14 +1,15 @@
 //! `fragscope fit FILE… --capacity 40GB` (or GPU names, `A100-40GB,L40S,H100-80GB`): the
 //! changes that make the recorded run fit, each replayed, cheapest first
 //! (`fragscope_commands::fit`). With `--sizes`, the files are recordings of one program at
-//! those sizes: the largest is fitted, and `predict` adds the largest size that fits.
+//! those sizes: the largest is fitted, and `predict` adds the largest size that fits; with
+//! `--at N` too, the run predicted at size N is fitted instead.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fragscope_alloc::format_size;
-use fragscope_commands::fit::{evaluate, json, CardFit, Fit, Request};
+use fragscope_commands::fit::{evaluate, json, CardFit, Fit, FitOption, Request};
 use fragscope_commands::input;
 use fragscope_commands::predict::parse_sizes;
 use fragscope_commands::Param;
@@ -31,6 +32,10 @@ pub struct Args {
     /// the largest is fitted, and the largest size that fits is predicted.
     #[arg(long, value_name = "N,N,...")]
     pub sizes: Option<String>,
+    /// With --sizes: fit the run predicted at this size (nobody recorded it): allocator
+    /// settings and a smaller size, each predicted and replayed.
+    #[arg(long, value_name = "N", requires = "sizes")]
+    pub at: Option<u64>,
     /// Only this device.
     #[arg(long)]
     pub device: Option<i64>,
@@ -49,7 +54,7 @@ impl Args {
             Some(s) => parse_sizes(s, Param::Sizes)?,
             None => Vec::new(),
         };
-        let req = Request { capacity: self.capacity.clone(), device: self.device, sizes };
+        let req = Request { capacity: self.capacity.clone(), device: self.device, sizes, at: self.at };
         req.check(self.files.len())?;
         Ok(req)
     }
@@ -69,16 +74,30 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 /// The text: per file and device, per card the verdict and the options, cheapest first.
 pub fn render_text(fit: &Fit, top: usize) -> String {
     let mut s = String::new();
+    // What a GPU name was read as: once, not under every card of every device.
+    for c in &fit.cards {
+        if let Some(n) = &c.note {
+            let _ = writeln!(s, "capacity: {n}");
+        }
+    }
+    if fit.cards.iter().any(|c| c.note.is_some()) {
+        s.push('\n');
+    }
     for f in &fit.files {
-        let _ = writeln!(s, "{}{}", f.file, f.size.map_or(String::new(), |x| format!(" (size {x})")));
+        let size = match f.size {
+            Some(x) if f.predicted => format!(" (predicted at size {x})"),
+            Some(x) => format!(" (size {x})"),
+            None => String::new(),
+        };
+        let _ = writeln!(s, "{}{size}", f.file);
         for d in &f.devices {
+            let live = d.live_bytes_peak.map_or(String::new(), |b| format!("live tensors reach {}; ", format_size(b)));
             let _ = writeln!(
                 s,
-                "  device {}: peak reserved {} (allocated {}) on an unlimited device; live tensors reach {}; {}",
+                "  device {}: peak reserved {} (allocated {}) on an unlimited device; {live}{}",
                 d.device,
                 format_size(d.peak_reserved_unlimited),
                 format_size(d.peak_allocated_unlimited),
-                format_size(d.live_bytes_peak),
                 d.steps
             );
             for c in &d.cards {
@@ -110,14 +129,24 @@ fn render_card(s: &mut String, c: &CardFit, top: usize) {
                 format_size(o.peak_reserved),
                 format_size(o.peak_allocated),
                 format_size(o.margin),
-                if o.model { "model".to_string() } else { "replay".to_string() },
+                match (o.model, o.basis.starts_with("predicted")) {
+                    (false, _) => "replay",
+                    (true, true) => "prediction",
+                    (true, false) => "model",
+                }
+                .to_string(),
             ]);
         }
         s.push_str(&t.render());
         if c.options.len() > top {
             let _ = writeln!(s, "  ({} more in --json)", c.options.len() - top);
         }
-        if c.options.iter().take(top).any(|o| o.model) {
+        // Two kinds of model: a run predicted at another size, a recorded trace transformed.
+        let predicted = |o: &&FitOption| o.model && o.basis.starts_with("predicted");
+        if c.options.iter().take(top).any(|o| predicted(&o)) {
+            let _ = writeln!(s, "  model: predicted from the recordings at other sizes and replayed, not a recording");
+        }
+        if c.options.iter().take(top).any(|o| o.model && !predicted(&o)) {
             let _ = writeln!(
                 s,
                 "  model: the recorded trace transformed and replayed, not a recording; not modelled: {}",
@@ -127,9 +156,6 @@ fn render_card(s: &mut String, c: &CardFit, top: usize) {
                     .map_or(String::new(), |o| o.not_modelled.join("; "))
             );
         }
-    }
-    if let Some(n) = &c.capacity_note {
-        let _ = writeln!(s, "  capacity: {n}");
     }
     for p in &c.pruned {
         let _ = writeln!(s, "  pruned: {p}");

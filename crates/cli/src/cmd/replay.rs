@@ -44,9 +44,9 @@ pub struct Args {
     /// recorded settings. Without it: the recorded settings and common alternatives.
     #[arg(long = "config", value_name = "STRING")]
     pub config: Vec<String>,
-    /// Device memory: bytes with a unit (80GiB, 40GB, 24G) or a GPU name (H100-80GB,
-    /// A100-40GB, A100-80GB, L40S, T4, RTX-4090, V100-32GB, ...), which gives the total a
-    /// PyTorch process sees (the "total capacity" of its OOM messages).
+    /// Device memory PyTorch's allocator may hold: bytes with a unit (80GiB, 40GB, 24G), or
+    /// a GPU name (H100-80GB, A100-40GB, A100-80GB, L40S, T4, RTX-4090, V100-32GB, ...):
+    /// its total less 560 MiB for the CUDA context, as predict and fit read it.
     #[arg(long, value_name = "SIZE|GPU")]
     pub capacity: Option<String>,
     /// Only this device.
@@ -166,7 +166,14 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         Ok::<_, CliError>((name, replay::replay_snapshot(&req, &checked, snap, &mut saved)?))
     })?;
     replay::save(&req, saved.as_ref())?;
-    let text = if args.json { replay::json(&out, args.verify)? } else { render_text(&out, &recording, args.verify) };
+    let note = checked.capacity_note.as_deref();
+    let text = if args.json {
+        replay::json(&out, args.verify, note)?
+    } else {
+        // A GPU name means its total less the CUDA context, here as in predict and fit.
+        let head = note.map_or(String::new(), |n| format!("capacity: {n}\n"));
+        head + &render_text(&out, &recording, args.verify)
+    };
     print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -215,12 +222,16 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], recording: &[Vec<String>], v
             }
         }
         if !verify_only {
-            for r in rs {
+            // The device that ran out of memory first (issue 42: every command leads with
+            // the OOM); the others in device order.
+            let mut order: Vec<&DeviceResult> = rs.iter().collect();
+            order.sort_by_key(|r| r.verify.ooms == 0);
+            for r in &order {
                 for w in r.roles.iter().flatten() {
                     role_text(&mut s, w);
                 }
             }
-            for r in rs {
+            for r in order {
                 let Some(runs) = &r.whatif else { continue };
                 whatif_text(&mut s, r, runs);
             }

@@ -7,8 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use fragscope_commands::fit::Request as FitRequest;
 use fragscope_diagnose::{diff, DiffOptions};
 use fragscope_report::{file_data_shared, render, render_with_diff, ReportOptions};
+use fragscope_snapshot::Snapshot;
 
 use crate::CliError;
 use fragscope_commands::input;
@@ -38,13 +40,44 @@ pub struct Args {
     /// devices with an OOM are replayed).
     #[arg(long = "what-if")]
     pub what_if: bool,
+    /// Add view 4b, "make it fit": `fragscope fit`'s search on each file for these device
+    /// sizes (bytes with a unit, or GPU names, comma-separated: 40GB, A100-40GB,L40S), its
+    /// options drawn with their replayed peaks and margins.
+    #[arg(long = "fit", value_name = "SIZE|GPU,...")]
+    pub fit: Option<String>,
     #[command(flatten)]
     pub window: crate::windowed::WindowArg,
+}
+
+/// `fit`'s search on one file for `--fit`, as the page draws it (the document's file
+/// entry); a file the search cannot answer (no trace to replay) gets `{"error": line}`,
+/// said on its page, so that the other files' pages are still written.
+fn fit_of(req: Option<&FitRequest>, name: &str, snap: &Snapshot) -> Result<Option<serde_json::Value>, CliError> {
+    let Some(req) = req else { return Ok(None) };
+    match fragscope_commands::fit::evaluate(&[name.to_string()], &[snap], req) {
+        Ok(fit) => Ok(fit.files.first().map(|f| serde_json::to_value(f).unwrap_or(serde_json::Value::Null))),
+        Err(e) if e.kind == fragscope_commands::ErrorKind::Input => {
+            Ok(Some(serde_json::json!({ "error": e.render(fragscope_commands::Words::Cli) })))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let example = args.files.is_empty();
     let spec = args.window.spec()?;
+    // `--fit`'s capacities are checked before any file is read (one line, exit 2).
+    let fit_req = match &args.fit {
+        Some(c) if c.trim().is_empty() => {
+            return Err(CliError::usage("--fit needs the device size to fit on (40GB, or GPU names: A100-40GB,L40S)"));
+        }
+        Some(c) => {
+            let req = FitRequest { capacity: c.clone(), ..FitRequest::default() };
+            req.check(1)?;
+            Some(req)
+        }
+        None => None,
+    };
     // A windowed page is titled with its window (`file [window 1000..5000]`).
     let titled = |name: String| match &spec {
         Some(w) => format!("{name} [window {}]", w.text),
@@ -80,14 +113,20 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             sb = fragscope_commands::windowed::cut_or_error(&b.display().to_string(), &sb, w)?.0;
         }
         let d = diff(&sa, &sb, &DiffOptions::default());
-        let data = [
+        let mut data = [
             file_data_shared(&titled(a.display().to_string()), false, &sa, &each, page),
             file_data_shared(&titled(b.display().to_string()), false, &sb, &each, page),
         ];
+        data[0].fit = fit_of(fit_req.as_ref(), &a.display().to_string(), &sa)?;
+        data[1].fit = fit_of(fit_req.as_ref(), &b.display().to_string(), &sb)?;
         render_with_diff(&data, Some(&d))
     } else {
         let data = fragscope_commands::windowed::each_snapshot(&args.files, false, spec.as_ref(), |name, snap, _| {
-            Ok::<_, CliError>(file_data_shared(&titled(name), example, snap, &each, page))
+            let fit = fit_of(fit_req.as_ref(), &name, snap)?;
+            Ok::<_, CliError>(fragscope_report::FileData {
+                fit,
+                ..file_data_shared(&titled(name), example, snap, &each, page)
+            })
         })?;
         render(&data)
     };

@@ -75,7 +75,64 @@ fn fit_bad_input_is_one_line_and_exit_2() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
     // clap's own usage errors: no capacity, no file.
-    for args in [vec!["fit", f.as_str()], vec!["fit", "--capacity", "40GB"]] {
+    // --at without --sizes: nothing to predict from.
+    for args in [
+        vec!["fit", f.as_str()],
+        vec!["fit", "--capacity", "40GB"],
+        vec!["fit", &f, "--capacity", "40GB", "--at", "64"],
+    ] {
         assert_eq!(run(&args).status.code(), Some(2), "{args:?}");
     }
+}
+
+/// One meaning for a GPU name in every command (issue 42): `replay --capacity H100-80GB`
+/// replays on the bytes `fit` and `predict` give PyTorch's allocator there (the total less
+/// the CUDA context) and says so, in the text and the JSON.
+#[test]
+fn a_gpu_name_means_the_same_bytes_in_replay_fit_and_predict() {
+    let f = h200("gpt-s256-b8.pickle.gz");
+    let o = run(&["fit", &f, "--capacity", "H100-80GB", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let fit_bytes = v["cards"][0]["bytes"].as_u64().unwrap();
+    let o = run(&["replay", &f, "--capacity", "H100-80GB", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let runs = v["files"][0]["devices"][0]["whatif"].as_array().unwrap();
+    assert!(!runs.is_empty());
+    for r in runs {
+        assert_eq!(r["capacity"].as_u64(), Some(fit_bytes), "{}", r["config"]);
+    }
+    assert!(v["capacity_note"].as_str().unwrap().contains("less 560.00 MiB for the CUDA context"), "{v}");
+    let text = String::from_utf8_lossy(&run(&["replay", &f, "--capacity", "H100-80GB"]).stdout).into_owned();
+    assert!(text.starts_with("capacity: H100-80GB: 79.11 GiB total capacity less 560.00 MiB"), "{text}");
+    // Bytes as given stay bytes, without a note.
+    let o = run(&["replay", &f, "--capacity", "40GB", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files"][0]["devices"][0]["whatif"][0]["capacity"].as_u64(), Some(40_000_000_000));
+    assert!(v.get("capacity_note").is_none(), "{v}");
+}
+
+/// `replay` and `fit` lead with the OOM device (issue 42, item 1): on the 3-GPU file whose OOM
+/// is on device 1, its what-if table and its cards come before devices 0 and 2.
+#[test]
+fn replay_and_fit_show_the_oom_device_first() {
+    let Some(p) = fragscope_testdata::real_file("codeloc-qwen3-gnn-expandable-oom-3gpu.pickle") else {
+        fragscope_testdata::skip("replay's device order on the 3-GPU OOM file (corpus)");
+        return;
+    };
+    let o = run(&["replay", &p.display().to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let at = |d: &str| text.find(&format!("device {d}: what if")).unwrap_or_else(|| panic!("device {d}: {text}"));
+    assert!(at("1") < at("0") && at("0") < at("2"), "{text}");
+    // fit too: the OOM device's cards first, and a GPU name's reading said once at the top.
+    let o = run(&["fit", &p.display().to_string(), "--capacity", "H100-80GB", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let devs: Vec<u64> =
+        v["files"][0]["devices"].as_array().unwrap().iter().map(|d| d["device"].as_u64().unwrap()).collect();
+    assert_eq!(devs, [1, 0, 2]);
+    let o = run(&["fit", &p.display().to_string(), "--capacity", "H100-80GB"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.starts_with("capacity: H100-80GB: 79.11 GiB total capacity"), "{text}");
+    assert_eq!(text.matches("total capacity less").count(), 1, "{text}");
 }

@@ -251,8 +251,12 @@ fn with_sizes_the_largest_size_that_fits_is_an_option() {
     let refs: Vec<&Snapshot> = snaps.iter().collect();
     let top = &snaps[2];
     let peak = simulate(top, 0, recorded_config(top), None).peak_reserved;
-    let req =
-        Request { capacity: ((peak as f64 * 0.9) as u64).to_string(), sizes: vec![100, 150, 200], device: Some(0) };
+    let req = Request {
+        capacity: ((peak as f64 * 0.9) as u64).to_string(),
+        sizes: vec![100, 150, 200],
+        device: Some(0),
+        at: None,
+    };
     let f = evaluate(&names.map(String::from), &refs, &req).unwrap();
     assert_eq!(f.files[0].size, Some(200), "the largest recording is the run fitted");
     let c = &f.files[0].devices[0].cards[0];
@@ -309,4 +313,265 @@ fn a_list_of_gpus_gives_one_answer_per_card_and_the_smallest_capacity_when_nothi
     assert!(s.gpus.contains(&"T4") == (s.bytes <= fragscope_replay::parse_capacity("T4").unwrap()));
     assert!(tiny.verdict.starts_with("nothing tried fits on 1GB"), "{}", tiny.verdict);
     check_options(&snap, &f);
+}
+
+/// `sizes` + `at`: the run predicted at a size nobody recorded is fitted; every option is
+/// that prediction (or a smaller size) predicted again from its own fields and fits with
+/// the figures it shows, and a size above the card's reach gets the largest size that fits.
+#[test]
+fn with_sizes_and_at_the_predicted_run_is_fitted() {
+    let names = ["niu-train3-ctx100-fp32.pickle", "niu-train3-ctx150-fp32.pickle", "niu-train3-ctx200-fp32.pickle"];
+    let Some(paths) = names.iter().map(|n| fragscope_testdata::grid_file(n)).collect::<Option<Vec<_>>>() else {
+        fragscope_testdata::skip("fit of a predicted run: the niu-train3 grid");
+        return;
+    };
+    let snaps: Vec<Snapshot> = paths.iter().map(|p| read(p)).collect();
+    let refs: Vec<&Snapshot> = snaps.iter().collect();
+    let recs: Vec<fragscope_predict::Recording> =
+        refs.iter().zip([100, 150, 200]).map(|(&snap, size)| fragscope_predict::Recording { snap, size }).collect();
+    let prog = fragscope_predict::Program::fit(&recs, Some(0)).unwrap();
+    let at = 300;
+    let cfg = recorded_config(&snaps[2]);
+    let peak = prog.predict(at, &cfg, None).peak_reserved;
+    let caps = [(peak as f64 * 1.1) as u64, (peak as f64 * 0.9) as u64, (peak as f64 * 0.2) as u64];
+    let capacity = caps.map(|c| c.to_string()).join(",");
+    let req = Request { capacity, sizes: vec![100, 150, 200], device: Some(0), at: Some(at) };
+    let f = evaluate(&names.map(String::from), &refs, &req).unwrap();
+    let file = &f.files[0];
+    assert!(file.predicted && file.size == Some(at), "{file:?}");
+    let d = &file.devices[0];
+    assert_eq!(d.peak_reserved_unlimited, peak, "the unlimited figure is the prediction's");
+    assert!(d.live_bytes_peak.is_none(), "no live bytes for a synthesised trace");
+    let cards = &d.cards;
+    assert!(cards[0].fits_as_recorded && cards[0].verdict.contains("as predicted"), "{}", cards[0].verdict);
+    assert!(!cards[1].fits_as_recorded, "{}", cards[1].verdict);
+    let mut sizes = 0;
+    for c in cards {
+        for o in &c.options {
+            assert!(o.model && o.basis.starts_with("predicted at size"), "{o:?}");
+            let cfg = fragscope_alloc::parse_config(&o.config).unwrap();
+            let p = prog.predict(o.size.unwrap_or(at), &cfg, Some(c.capacity_bytes));
+            assert!(p.fits() && p.peak_reserved <= c.capacity_bytes, "{} on {}", o.change, c.capacity);
+            assert_eq!((p.peak_reserved, p.peak_allocated), (o.peak_reserved, o.peak_allocated), "{}", o.change);
+            assert_eq!(o.margin, c.capacity_bytes - o.peak_reserved);
+            if let Some(x) = o.size {
+                assert!(x < at && o.cost_class == CostClass::Size, "{o:?}");
+                // The largest: the next size up does not fit under the same settings.
+                let next = prog.predict(x + 1, &cfg, Some(c.capacity_bytes));
+                assert!(!(next.fits() && next.peak_reserved <= c.capacity_bytes), "{} fits too", x + 1);
+                sizes += 1;
+            }
+        }
+        let said = c.pruned.iter().any(|p| p.contains("not searched on a predicted run"));
+        assert_eq!(said, !c.fits_as_recorded, "{:?}", c.pruned);
+        if c.options.is_empty() {
+            let s = &c.smallest_capacity[0];
+            assert!(s.bytes > c.capacity_bytes && s.change == "as predicted", "{s:?}");
+        }
+    }
+    assert!(sizes > 0, "no smaller size offered on a card the prediction overflows");
+    // `at` needs `sizes`.
+    let e = Request { capacity: "40GB".into(), at: Some(64), ..Default::default() }.check(1).unwrap_err();
+    assert!(e.render(Words::Cli).starts_with("--at needs --sizes"), "{}", e.render(Words::Cli));
+}
+
+/// Replays `sets` of role-level changes under the recorded settings on `cap` bytes: which fit.
+fn role_sets_fit(snap: &Snapshot, d: i64, sets: &[Vec<RoleChange>], cap: u64) -> Vec<bool> {
+    simulate_change_sets(snap, d, sets, recorded_config(snap), Some(cap), &[])
+        .iter()
+        .map(|r| r.changes.iter().all(|c| c.applied) && r.changed.as_ref().is_some_and(|w| fits(w, cap)))
+        .collect()
+}
+
+/// Every subset of `0..n` with fewer than `below` layers, when there are at most `budget`
+/// of them (else the sizes up to the largest that keeps within it); the subset sizes covered.
+fn subsets(n: usize, below: usize, budget: usize) -> (Vec<Vec<usize>>, usize) {
+    let choose = |k: usize| (0..k).fold(1u128, |a, i| a * (n - i) as u128 / (i as u128 + 1));
+    let (mut upto, mut total) = (0, 0u128);
+    while upto + 1 < below && upto < n && total + choose(upto + 1) <= budget as u128 {
+        upto += 1;
+        total += choose(upto);
+    }
+    let mut v = Vec::new();
+    let mut s: Vec<usize> = Vec::new();
+    fn rec(j: usize, n: usize, upto: usize, s: &mut Vec<usize>, v: &mut Vec<Vec<usize>>) {
+        if !s.is_empty() {
+            v.push(s.clone());
+        }
+        if s.len() == upto {
+            return;
+        }
+        for k in j..n {
+            s.push(k);
+            rec(k + 1, n, upto, s, v);
+            s.pop();
+        }
+    }
+    rec(0, n, upto, &mut s, &mut v);
+    (v, upto)
+}
+
+/// Brute force on one snapshot at each capacity (issue 41, "Done means"): every listed
+/// option fits replayed alone ([`check_options`]), and every single change the search can
+/// make — each allocator setting, `set_to_none`, `empty_cache()` at the steps, ZeRO-1 and
+/// ZeRO-2 over every rank count, checkpointing every subset of layers (all of them with
+/// 10 layers or fewer; else every subset up to the size a budget of 600 replays allows) —
+/// that fits has an option listed at least as cheap. Returns the single changes replayed.
+fn brute_force(what: &str, snap: &Snapshot, fractions: &[f64]) -> usize {
+    let d = fragscope_replay::replayable_devices(snap)[0];
+    let recorded = recorded_config(snap);
+    let peak = simulate(snap, d, recorded.clone(), None).peak_reserved;
+    let caps: Vec<String> = fractions.iter().map(|f| ((peak as f64 * f) as u64).to_string()).collect();
+    let f = fit(snap, &caps.join(","));
+    check_options(snap, &f);
+    let dev = f.files[0].devices.iter().find(|x| x.device == d).unwrap();
+    let mut replayed = 0;
+    for c in &dev.cards {
+        let cap = c.capacity_bytes;
+        let at = format!("{what} on {}", fs(cap));
+        if c.fits_as_recorded {
+            continue; // nothing is cheaper than no change
+        }
+        let listed = |p: &dyn Fn(&FitOption) -> bool| c.options.iter().any(p);
+        let pure = |o: &FitOption| o.setting.is_none() && !o.set_to_none && !o.empty_cache_at_steps;
+        // Free changes: each that fits is listed as it is.
+        for alt in fragscope_replay::ALTERNATIVES {
+            let cfg = fragscope_replay::config_on_top(&recorded, alt).unwrap();
+            if cfg == recorded {
+                continue;
+            }
+            let w = simulate(snap, d, cfg.clone(), Some(cap));
+            let name = cfg.to_conf_string();
+            if fits(&w, cap) {
+                assert!(
+                    listed(&|o| o.config == name
+                        && !o.set_to_none
+                        && !o.empty_cache_at_steps
+                        && o.zero.is_none()
+                        && o.checkpoint_layers.is_empty()),
+                    "{at}: {alt} fits and is not listed"
+                );
+            }
+            // Err: no step boundary to call it at (the search cannot apply it either).
+            let ec = simulate_empty_cache(snap, d, cfg, Some(cap), &EmptyCacheAt::Steps);
+            if ec.is_ok_and(|w| fits(&w, cap)) {
+                assert!(listed(&|o| o.cost_class <= CostClass::DriverCalls), "{at}: {alt} + empty_cache() fits");
+            }
+            replayed += 2;
+        }
+        let ec = simulate_empty_cache(snap, d, recorded.clone(), Some(cap), &EmptyCacheAt::Steps);
+        assert!(
+            !ec.is_ok_and(|w| fits(&w, cap)) || listed(&|o| o.cost_class <= CostClass::DriverCalls),
+            "{at}: empty_cache() fits"
+        );
+        if role_sets_fit(snap, d, &[vec![RoleChange::GradsSetToNone]], cap)[0] {
+            assert!(listed(&|o| o.set_to_none && o.setting.is_none() && o.cost_class == CostClass::Free), "{at}: stn");
+        }
+        replayed += 2;
+        // A free change fits: the costlier ones are not needed (the search stops there).
+        if listed(&|o| o.cost_class <= CostClass::DriverCalls) {
+            continue;
+        }
+        // ZeRO: no sharding cheaper than the cheapest listed fits (fewer ranks, then the
+        // lower stage: ZeRO-1 over n ranks is listed instead of ZeRO-2 over n).
+        let best = c
+            .options
+            .iter()
+            .filter(|o| pure(o) && o.checkpoint_layers.is_empty())
+            .filter_map(|o| o.zero.as_ref().map(|z| (z.ranks, z.stage)))
+            .min()
+            .unwrap_or((fragscope_commands::fit::MAX_RANKS + 1, 0));
+        for stage in [1u8, 2] {
+            let sets: Vec<Vec<RoleChange>> = (2..=fragscope_commands::fit::MAX_RANKS)
+                .map(|n| {
+                    let mut v = vec![RoleChange::ShardOptimizer(n)];
+                    if stage == 2 {
+                        v.push(RoleChange::ShardGradients(n));
+                    }
+                    v
+                })
+                .collect();
+            for (k, ok) in role_sets_fit(snap, d, &sets, cap).into_iter().enumerate() {
+                let n = k as u32 + 2;
+                assert!(!(ok && (n, stage) < best), "{at}: ZeRO-{stage} over {n} fits, cheapest listed {best:?}");
+            }
+            replayed += sets.len();
+        }
+        // Checkpointing: no subset of fewer layers (nor of less forward time) than the
+        // cheapest pure checkpointing listed fits.
+        let n = dev.layers;
+        if n == 0 {
+            continue;
+        }
+        let ck = c.options.iter().filter(|o| pure(o) && o.zero.is_none() && !o.checkpoint_layers.is_empty());
+        let fewest = ck.clone().map(|o| o.checkpoint_layers.len()).min();
+        let least = ck.filter_map(|o| o.recompute_us_per_step).min();
+        let (sets, _) = subsets(n, if least.is_some() { n + 1 } else { fewest.unwrap_or(n + 1) }, 600);
+        let time = |s: &[usize]| s.iter().map(|&j| dev.layer_forward_us[j].unwrap_or(0)).sum::<u64>();
+        let changes: Vec<Vec<RoleChange>> =
+            sets.iter().map(|s| vec![RoleChange::Checkpoint(CheckpointLayers::Some(s.clone()))]).collect();
+        for (s, ok) in sets.iter().zip(role_sets_fit(snap, d, &changes, cap)) {
+            let cheaper = fewest.is_none_or(|k| s.len() < k) || least.is_some_and(|t| time(s) < t);
+            assert!(!(ok && cheaper), "{at}: checkpointing {s:?} fits, cheaper than every checkpointing listed");
+        }
+        replayed += sets.len();
+    }
+    eprintln!("{what}: {} layers, {replayed} single changes replayed", dev.layers);
+    replayed
+}
+
+/// The brute force on small cases: the in-repository H200 recordings (8-layer GPTs, every
+/// layer subset) and the MLP, the niu-train3 grid, and corpus training recordings cut
+/// short with the windowing (their first training step).
+#[test]
+fn brute_force_no_single_change_that_fits_is_skipped() {
+    let mut n = 0;
+    for name in ["gpt-s256-b8.pickle.gz", "gpt-s512-b4.pickle.gz", "live-mlp-20-steps.pickle.gz"] {
+        n += brute_force(name, &read(&h200(name)), &[0.95, 0.8, 0.6]);
+    }
+    match fragscope_testdata::grid_file("niu-train3-ctx150-fp32.pickle") {
+        Some(p) => n += brute_force("niu-train3-ctx150", &read(&p), &[0.95, 0.8]),
+        None => {
+            fragscope_testdata::skip("fit brute force on the niu-train3 grid");
+        }
+    }
+    // Corpus training recordings, cut short: the first part of the trace (`--window ..N`).
+    let windowed = [
+        ("pytorchblog-resnet50-train-cppframes.pickle", 0.5, &[0.9, 0.7][..]),
+        ("ckpttry-activation-ckpt-toy.pickle", 0.6, &[0.9, 0.7][..]),
+        ("cs336-sidsoc12-trainstep-ctx128-fp32.pickle", 0.8, &[0.75, 0.6][..]),
+    ];
+    for (name, part, fractions) in windowed {
+        let Some(p) = fragscope_testdata::real_file(name) else {
+            fragscope_testdata::skip("fit brute force on windowed corpus recordings");
+            continue;
+        };
+        let snap = read(&p);
+        let d = fragscope_replay::replayable_devices(&snap)[0];
+        let window = format!("..{}", (snap.trace(d).len() as f64 * part) as usize);
+        let spec = fragscope_diagnose::WindowSpec::parse(&window).unwrap();
+        let (cut, _) = fragscope_diagnose::cut_window(&snap, &spec).unwrap();
+        n += brute_force(&format!("{name} [window {window}]"), &cut, fractions);
+    }
+    assert!(n > 3 * 255, "{n} single changes replayed");
+}
+
+/// A change the model cannot apply is said so, never "does not fit" (issue 42's walk-through:
+/// ZeRO on a forward-only recording read "24 of 24 pairs do not fit even over 64 ranks"),
+/// and a smallest capacity every GPU has is said in words, not as the whole list.
+#[test]
+fn zero_on_a_forward_only_run_cannot_be_applied() {
+    let p = fragscope_testdata::in_repo_dir().join("decomfl-opt-zeroth-order-windows.pickle");
+    let snap = read(&p);
+    let f = fit(&snap, "1MB");
+    let c = &f.files[0].devices[0].cards[0];
+    assert!(c.options.is_empty());
+    assert!(
+        c.pruned.iter().any(|p| p.starts_with("ZeRO: 24 of 24 (stage, base) pairs cannot be applied")),
+        "{:?}",
+        c.pruned
+    );
+    assert!(!c.pruned.iter().any(|p| p.contains("do not fit even over")), "{:?}", c.pruned);
+    assert!(c.verdict.contains("(every GPU listed has it)"), "{}", c.verdict);
+    assert_eq!(c.smallest_capacity[0].gpus.len(), fragscope_replay::known_gpus().len());
 }

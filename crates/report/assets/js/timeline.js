@@ -218,6 +218,17 @@ function timelineView(file, dev, c) {
     el('i', { style: 'background:var(--req)' }), 'requested', restNote,
     ' · wheel: zoom, drag: pan, click: what is there and its stack · ',
     `${c.states - 1} events, finest level ${c.levels[0].n} buckets (max of each)` + (c.clock && !c.clock.exact ? '; wall clock interpolated inside buckets' : '')));
+  // The curves use the trace's sizes at every moment; peak allocated counts the allocator's
+  // blocks as torch.cuda.max_memory_allocated() does (docs/glossary.md). Where the blocks'
+  // remainders put that figure above the drawn curve, the page says by how much.
+  const ta = analysisDev(file), tpk = ta && ta.fragmentation.timeline.peak_allocated;
+  let drawnPeak = 0;
+  for (const v of c.levels[0].alloc) if (v > drawnPeak) drawnPeak = v;
+  if (tpk && drawnPeak < tpk.bytes) {
+    sec.append(el('p', { class: 'note', id: 'alloc-basis', 'data-drawn': String(drawnPeak), 'data-peak': String(tpk.bytes) },
+      `The allocated curve peaks at ${bytes(drawnPeak)}, ${bytes(tpk.bytes - drawnPeak)} below peak allocated (${bytes(tpk.bytes)}): the curve adds up the trace's sizes, ` +
+      'peak allocated counts the blocks the allocator holds, as torch.cuda.max_memory_allocated() does (a block\u2019s unsplit remainder the trace does not show; docs/glossary.md).'));
+  }
   let drag = null;
   cv.addEventListener('wheel', (e) => { e.preventDefault(); const r = cv.getBoundingClientRect(); zoomBy(e.deltaY < 0 ? 0.7 : 1 / 0.7, stateAt(e.clientX - r.left - cv.clientLeft - TL_LEFT, cv.clientWidth - TL_LEFT)); }, { passive: false });
   cv.addEventListener('mousedown', (e) => { drag = { x: e.clientX, x0: S.x0, x1: S.x1, moved: false }; });

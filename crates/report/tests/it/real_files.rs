@@ -95,6 +95,24 @@ fn report_data_agrees_with_summary_and_analyze() {
             check_roles(&path.display().to_string(), d, s.roles.as_ref());
             // The page's summary takes its roles from analyze: as `summary` gives them.
             let page = data.summary["devices"].as_array().unwrap().iter().find(|x| x["device"] == d.device).unwrap();
+            // memory_summary's table is computed once per device, by the timeline's walk
+            // for the peak allocated (issue 42): the summary beside it does not run it again.
+            assert!(page["memory_table"].is_null(), "{}: the table computed twice", path.display());
+            let page_peak = data.analysis["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["device"] == d.device)
+                .map(|x| x["fragmentation"]["timeline"]["peak_allocated"]["bytes"].as_u64());
+            assert_eq!(page_peak, Some(Some(t.peak_allocated.bytes)), "{}: the page's peak allocated", path.display());
+            if let Some(table) = &s.memory_table {
+                assert_eq!(
+                    table.allocated_bytes.all.peak,
+                    t.peak_allocated.bytes,
+                    "{}: peak allocated",
+                    path.display()
+                );
+            }
             assert_eq!(
                 page["roles"],
                 serde_json::to_value(&s.roles).unwrap(),
