@@ -154,6 +154,18 @@ fn far_cases() -> Vec<Case> {
             for run in runs.iter().filter(|r| r.conf == conf) {
                 assert!(run.fits, "fit.jsonl: batch {} fit", run.batch);
                 let p = prog.predict(run.batch, &cfg, None);
+                eprintln!(
+                    "POINT h200-batch {sizes:?}->{} {}: vanished {}, reserved {} (real {}, {:+.2}%), allocated {} (real {}, {:+.2}%)",
+                    run.batch,
+                    if conf.is_empty() { "defaults" } else { conf },
+                    p.vanished_requests,
+                    p.peak_reserved,
+                    run.max_memory_reserved,
+                    (p.peak_reserved as f64 / run.max_memory_reserved as f64 - 1.0) * 100.0,
+                    p.peak_allocated,
+                    run.max_memory_allocated,
+                    (p.peak_allocated as f64 / run.max_memory_allocated as f64 - 1.0) * 100.0
+                );
                 let label = format!(
                     "h200-batch far {sizes:?}->{} {}",
                     run.batch,
