@@ -80,8 +80,8 @@ pub(crate) fn recorded_peaks(recs: &[crate::Recording<'_>], device: i64) -> Vec<
 /// creates the optimizer's state among freed activations, and places the long-lived
 /// blocks in segments sized by that step), and the rebuild replays the steady step in its
 /// stead. Why both ways: on the frozen evaluation's warm forms the rebuild's error changes
-/// sign from one size to the next (h200-batch: +8.4 % at batch 4, −2.9 % at 32), so a
-/// recording's own error bounds how far off the rebuild is, not which way.
+/// sign from one size to the next (h200-batch from 16 and 32: +8.6 % at batch 4, −2.7 % at
+/// 32), so a recording's own error bounds how far off the rebuild is, not which way.
 pub(crate) fn cache_ratios(peaks: &[(u64, u64)], mut predicted: impl FnMut(u64) -> u64) -> [f64; 2] {
     let mut m = 0.0f64;
     for &(size, real) in peaks {

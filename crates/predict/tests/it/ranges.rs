@@ -227,7 +227,7 @@ fn ranges_hold_the_real_peak() {
     // template's cache (the real first step, which also creates AdamW's state, builds
     // another cache than the predicted step rebuilds; the range extends by the largest
     // error the rebuild makes at a recorded size, and the error at a size not recorded can
-    // be larger: reserved up to 8.4 % off where the range misses, allocated up to 0.42 %);
+    // be larger: the real reserved peak up to 10.5 % outside, allocated up to 0.42 %);
     // far out under expandable_segments (none since the turning quadratics are held); and
     // `kk-step expandable own`, whose truth replays the written-back snapshot under the
     // defaults (the evaluation's known anomaly, -7.05 % there too).
