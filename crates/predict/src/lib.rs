@@ -723,7 +723,16 @@ impl<'a> Program<'a> {
         mut observe: impl FnMut(usize, [u64; 4]),
     ) -> Prediction {
         let mut p = self.replay_at(at, cfg, capacity, Scenario::Point, &mut observe);
-        p.range = Some(self.range_of(&p, cfg));
+        let r = self.range_of(&p, cfg);
+        if let Some([_, hi]) = r.warm_cache {
+            p.notes.push(format!(
+                "the reserved range spans ±{:.1}% around the point for the rebuilt cache: the most by which \
+                 a recording's peak reserved differs from the prediction of its own size (the real cache was \
+                 built by a first step the recording does not hold)",
+                (hi - 1.0) * 100.0
+            ));
+        }
+        p.range = Some(r);
         p
     }
 

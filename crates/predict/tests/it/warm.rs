@@ -43,6 +43,7 @@ fn a_warm_range_at_the_templates_size_holds_its_recorded_peak() {
     let real = fragscope_replay::simulate_with(&hot[1], 0, cfg, &Default::default()).peak_reserved;
     let [lo, hi] = r.warm_cache.expect("a warm template's range has its cache ratios");
     assert!(lo < 1.0 && hi > 1.0, "{lo} {hi}");
+    assert!(p.notes.iter().any(|n| n.contains("for the rebuilt cache")), "{:?}", p.notes);
     assert!(
         r.reserved[0] <= real && real <= r.reserved[1],
         "{real} outside {:?} (point {})",
