@@ -113,6 +113,11 @@ pub struct SizeFit {
     step: u64,
     #[serde(skip)]
     offset: u64,
+    /// The size parameter past which the size holds ([`held`]): a concave law through
+    /// rising sizes turns over, and a size that grew over the recordings does not shrink
+    /// past them. `f64::INFINITY`: never held.
+    #[serde(skip)]
+    hold: f64,
 }
 
 impl SizeFit {
@@ -129,7 +134,7 @@ impl SizeFit {
         (v.is_finite() && v >= 0.5).then(|| (v.round() as u64).min(MAX_REQUEST))
     }
     fn value(&self, x: f64) -> f64 {
-        let u = x / self.scale;
+        let u = x.min(self.hold) / self.scale;
         self.c[0] + self.c[1] * u + self.c[2] * u * u
     }
 }
@@ -144,17 +149,36 @@ pub fn fit(points: &[(u64, u64)]) -> SizeFit {
             return s;
         }
     }
+    held(f, points)
+}
+
+/// `f` held at the value of its vertex past the recordings when it turns against the
+/// way the recorded sizes went: concave (`c·x²` with `c < 0`) while they grow, or convex
+/// while they shrink. A request that grew over the recordings does not shrink past them
+/// in a real program, nor does one that shrank grow back: the H200 GPT step has 48
+/// requests of 48 or 64, 128, 132 MiB at batches 4, 8, 16 whose quadratics give nothing
+/// from batch 24 on (the real size stays at its 132 MiB cap at batch 170), and 3 of
+/// 125 MB, …, 64 KiB whose quadratic bends up to 68 GB at batch 170 (+74 % on the
+/// reserved peak). Held from the vertex, or from the largest recording where the vertex
+/// lies before it (the size is then the largest recording's: a cap, or a floor).
+fn held(mut f: SizeFit, points: &[(u64, u64)]) -> SizeFit {
+    let (p, _) = sorted(points);
+    let (Some(lo), Some(hi)) = (p.first(), p.last()) else { return f };
+    if (f.c[2] < 0.0 && hi.1 > lo.1) || (f.c[2] > 0.0 && hi.1 < lo.1) {
+        let vertex = -f.c[1] / (2.0 * f.c[2]) * f.scale;
+        f.hold = vertex.max(hi.0 as f64);
+    }
     f
 }
 
 /// The line through `a` and `b` (size parameter, bytes), scaled by `scale`.
 fn line(a: (u64, u64), b: (u64, u64), scale: f64, law: Law, evidence: Evidence) -> SizeFit {
     let c = solve(Law::Affine, &[a, b], scale).unwrap_or([b.1 as f64, 0.0, 0.0]);
-    SizeFit { law, evidence, c, scale, step: 0, offset: 0 }
+    SizeFit { law, evidence, c, scale, step: 0, offset: 0, hold: f64::INFINITY }
 }
 
 fn constant(v: u64, scale: f64, law: Law, evidence: Evidence) -> SizeFit {
-    SizeFit { law, evidence, c: [v as f64, 0.0, 0.0], scale, step: 0, offset: 0 }
+    SizeFit { law, evidence, c: [v as f64, 0.0, 0.0], scale, step: 0, offset: 0, hold: f64::INFINITY }
 }
 
 /// `points` sorted by size parameter, and the scale a fit of them uses.
@@ -206,7 +230,9 @@ fn gcd(a: u64, b: u64) -> u64 {
 ///   fitted to agrees, or there is no evidence at all);
 /// * a law only determined by two recordings (`a + b·x`): the other two-parameter laws
 ///   through the same points (`b·x + c·x²`, `a + c·x²`): line vs quadratic;
-/// * a quadratic only determined by three recordings: the line through the two largest;
+/// * a quadratic only determined by three recordings: the line through the two largest
+///   (a concave one is held at its highest value past the recordings, [`held`]: the
+///   size that turns over and shrinks is not among the alternatives);
 /// * a size that follows no law: kept at the largest recording's size, and the line
 ///   through the smallest and largest;
 /// * a step-like size: kept at the largest recorded size (the plateau goes on), and the
@@ -232,8 +258,10 @@ pub fn alternatives(points: &[(u64, u64)], f: &SizeFit) -> Vec<SizeFit> {
             .filter(|&l| l != f.law)
             .filter_map(|l| {
                 let c = solve(l, &p, scale)?;
-                let g = SizeFit { law: l, evidence: ev, c, scale, step: 0, offset: 0 };
-                p.iter().all(|&(x, s)| (g.value(x as f64) - s as f64).abs() <= 0.5 + 1e-12 * s as f64).then_some(g)
+                let g = SizeFit { law: l, evidence: ev, c, scale, step: 0, offset: 0, hold: f64::INFINITY };
+                p.iter()
+                    .all(|&(x, s)| (g.value(x as f64) - s as f64).abs() <= 0.5 + 1e-12 * s as f64)
+                    .then(|| held(g, &p))
             })
             .collect(),
         _ => vec![line(p[n - 2], hi, scale, Law::Affine, ev)],
@@ -246,7 +274,15 @@ fn exact_fit(points: &[(u64, u64)]) -> SizeFit {
     if points.len() == 1 || points.iter().all(|p| p.1 == points[0].1) {
         let law = if points.len() == 1 { Law::Single } else { Law::Constant };
         let evidence = if points.len() == 1 { Evidence::Unfitted } else { Evidence::Constant };
-        return SizeFit { law, evidence, c: [points[0].1 as f64, 0.0, 0.0], scale, step: 0, offset: 0 };
+        return SizeFit {
+            law,
+            evidence,
+            c: [points[0].1 as f64, 0.0, 0.0],
+            scale,
+            step: 0,
+            offset: 0,
+            hold: f64::INFINITY,
+        };
     }
     for law in LAWS.iter().copied().skip(1) {
         let p = law.params();
@@ -261,6 +297,7 @@ fn exact_fit(points: &[(u64, u64)]) -> SizeFit {
                 scale,
                 step: 0,
                 offset: 0,
+                hold: f64::INFINITY,
             };
             if points.iter().all(|&(x, s)| (f.value(x as f64) - s as f64).abs() <= 0.5 + 1e-12 * s as f64) {
                 return f;
@@ -273,7 +310,7 @@ fn exact_fit(points: &[(u64, u64)]) -> SizeFit {
     by_x.sort_unstable();
     let two = &by_x[by_x.len() - 2..];
     let c = solve(Law::Affine, two, scale).unwrap_or([two[1].1 as f64, 0.0, 0.0]);
-    SizeFit { law: Law::Unfit, evidence: Evidence::Unfitted, c, scale, step: 0, offset: 0 }
+    SizeFit { law: Law::Unfit, evidence: Evidence::Unfitted, c, scale, step: 0, offset: 0, hold: f64::INFINITY }
 }
 
 /// Least-squares coefficients of `law` on `points` (exact when the law has as many
@@ -321,6 +358,27 @@ fn solve(law: Law, points: &[(u64, u64)], scale: f64) -> Option<[f64; 3]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_concave_law_through_rising_sizes_holds_past_the_recordings() {
+        // The H200 GPT step's capped request: 64, 128, 132 MiB at batches 4, 8, 16. The
+        // quadratic through them turns over at 12.2 and gives nothing from 24 on.
+        let mib = 1u64 << 20;
+        let f = fit(&[(4, 64 * mib), (8, 128 * mib), (16, 132 * mib)]);
+        assert_eq!((f.law, f.evidence), (Law::Quadratic, Evidence::Determined));
+        assert_eq!([f.at(4), f.at(8), f.at(16)], [Some(64 * mib), Some(128 * mib), Some(132 * mib)]);
+        assert_eq!([f.at(24), f.at(170)], [Some(132 * mib), Some(132 * mib)]);
+        // 11·x − x² through 10, 18, 24: still rising at the largest recording, held at its
+        // vertex (5.5: 30.25) past it.
+        let f = fit(&[(1, 10), (2, 18), (3, 24)]);
+        assert_eq!([f.at(3), f.at(4), f.at(5), f.at(100)], [Some(24), Some(28), Some(30), Some(30)]);
+        // Sizes that shrink over the recordings follow a concave law down; a convex law
+        // through shrinking sizes is held at its lowest value instead of growing back.
+        let f = fit(&[(1, 24), (2, 18), (3, 10)]);
+        assert_eq!(f.at(4), None);
+        let f = fit(&[(4, 125_000_000), (8, 30_000_000), (16, 65_536)]);
+        assert_eq!([f.at(16), f.at(170)], [Some(65_536), Some(65_536)]);
+    }
 
     #[test]
     fn simplest_exact_law() {

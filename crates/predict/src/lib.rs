@@ -244,6 +244,10 @@ pub struct Program<'a> {
     pub started_warm: bool,
     /// What the template's trace carries from one step to the next.
     carry: warm::Carry,
+    /// A warm program's recordings replayed as themselves: `(size, peak reserved)`, what
+    /// a range holds the rebuilt cache's error to ([`warm::cache_ratios`]). Empty for a
+    /// cold program.
+    warm_peaks: Vec<(u64, u64)>,
 }
 
 /// Bytes live at the predicted peak of allocated memory, by how far their sizes can be
@@ -442,6 +446,11 @@ pub struct Range {
     /// The share by which growth past the largest recording is slowed and sped up
     /// ([`far_margin`]): 0 up to [`FAR_BEYOND`] times the largest recording.
     pub far_margin: f64,
+    /// A warm template's rebuilt-cache ratios `[low, high]` ([`warm::cache_ratios`]): the
+    /// least and most of 1 and each recording's peak reserved over its own prediction,
+    /// by which the reserved range extends around the point.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_cache: Option<[f64; 2]>,
 }
 
 /// The share of a peak a prediction's range adds on each side whatever the laws: the
@@ -560,6 +569,7 @@ impl<'a> Program<'a> {
         }
         let mut sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
         sizes.sort_unstable();
+        let warm_peaks = if warm { warm::recorded_peaks(recs, device) } else { Vec::new() };
         Ok(Program {
             device,
             template,
@@ -571,6 +581,7 @@ impl<'a> Program<'a> {
             quality,
             started_warm: warm,
             carry,
+            warm_peaks,
             seeded,
             recorded_config: recorded,
             notes,
@@ -645,6 +656,7 @@ impl<'a> Program<'a> {
             high_fits: p.fits(),
             open_requests: open,
             far_margin: far_margin(p.at, &self.sizes),
+            warm_cache: None,
         };
         let mut widen = |x: &Prediction, overhead: Option<u64>| {
             let mut w = |res: u64, alloc: u64| {
@@ -679,6 +691,16 @@ impl<'a> Program<'a> {
                 r.high_fits = p.fits() && fits(Scenario::High);
             }
         }
+        // A warm template's cache: rebuilt by the predicted step, while the real one was
+        // built by a first step the recording does not hold (warm::cache_ratios).
+        if self.started_warm && p.start_refused.is_none() {
+            let predicted =
+                |s: u64| self.predict_scenario(s, &self.recorded_config, None, Scenario::Point).peak_reserved;
+            let [lo, hi] = warm::cache_ratios(&self.warm_peaks, predicted);
+            r.warm_cache = Some([lo, hi]);
+            let at = |k: f64| (point.peak_reserved as f64 * k).round() as u64;
+            r.reserved = [r.reserved[0].min(at(lo)), r.reserved[1].max(at(hi))];
+        }
         // The model's own residual, whatever the laws: the allocator's decisions on
         // requests the template does not share with the target.
         let widen_by = |[lo, hi]: [u64; 2]| {
@@ -701,7 +723,16 @@ impl<'a> Program<'a> {
         mut observe: impl FnMut(usize, [u64; 4]),
     ) -> Prediction {
         let mut p = self.replay_at(at, cfg, capacity, Scenario::Point, &mut observe);
-        p.range = Some(self.range_of(&p, cfg));
+        let r = self.range_of(&p, cfg);
+        if let Some([_, hi]) = r.warm_cache {
+            p.notes.push(format!(
+                "the reserved range spans ±{:.1}% around the point for the rebuilt cache: the most by which \
+                 a recording's peak reserved differs from the prediction of its own size (the real cache was \
+                 built by a first step the recording does not hold)",
+                (hi - 1.0) * 100.0
+            ));
+        }
+        p.range = Some(r);
         p
     }
 

@@ -85,6 +85,7 @@ fn own_program(snap: &Snapshot, device: i64) -> Program<'_> {
         notes: Vec::new(),
         started_warm: false,
         carry: warm::Carry::default(),
+        warm_peaks: Vec::new(),
     }
 }
 

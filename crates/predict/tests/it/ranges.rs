@@ -154,6 +154,18 @@ fn far_cases() -> Vec<Case> {
             for run in runs.iter().filter(|r| r.conf == conf) {
                 assert!(run.fits, "fit.jsonl: batch {} fit", run.batch);
                 let p = prog.predict(run.batch, &cfg, None);
+                eprintln!(
+                    "POINT h200-batch {sizes:?}->{} {}: vanished {}, reserved {} (real {}, {:+.2}%), allocated {} (real {}, {:+.2}%)",
+                    run.batch,
+                    if conf.is_empty() { "defaults" } else { conf },
+                    p.vanished_requests,
+                    p.peak_reserved,
+                    run.max_memory_reserved,
+                    (p.peak_reserved as f64 / run.max_memory_reserved as f64 - 1.0) * 100.0,
+                    p.peak_allocated,
+                    run.max_memory_allocated,
+                    (p.peak_allocated as f64 / run.max_memory_allocated as f64 - 1.0) * 100.0
+                );
                 let label = format!(
                     "h200-batch far {sizes:?}->{} {}",
                     run.batch,
@@ -213,11 +225,12 @@ fn ranges_hold_the_real_peak() {
     }
     // What the ranges are known not to hold (docs/fidelity.md), each counted: a warm
     // template's cache (the real first step, which also creates AdamW's state, builds
-    // another cache than the predicted step rebuilds; reserved up to 11 % off, allocated
-    // up to 0.42 %); far out under expandable_segments (the low scenario keeps 12 GB
-    // reserved over allocated where the real run kept 0.7 GB: reserved 3.5-5.2 % under
-    // the real peak); and `kk-step expandable own`, whose truth replays the written-back
-    // snapshot under the defaults (the evaluation's known anomaly, -7.05 % there too).
+    // another cache than the predicted step rebuilds; the range extends by the largest
+    // error the rebuild makes at a recorded size, and the error at a size not recorded can
+    // be larger: the real reserved peak up to 10.5 % outside, allocated up to 0.42 %);
+    // far out under expandable_segments (none since the turning quadratics are held); and
+    // `kk-step expandable own`, whose truth replays the written-back snapshot under the
+    // defaults (the evaluation's known anomaly, -7.05 % there too).
     let known = |l: &str| {
         if l.contains(" warm") {
             Some("warm")
@@ -235,8 +248,12 @@ fn ranges_hold_the_real_peak() {
         eprintln!("KNOWN {k}: outside in {} of {}", count(k), total(k));
     }
     // Frozen: these may only shrink.
-    assert!(count("warm") <= 36, "warm forms: {} outside (36 when frozen)", count("warm"));
-    assert!(count("far expandable") <= 4, "far expandable: {} outside (4 when frozen)", count("far expandable"));
+    assert!(count("warm") <= 9, "warm forms: {} outside (36 when frozen, 9 since the cache ratios)", count("warm"));
+    assert!(
+        count("far expandable") == 0,
+        "far expandable: {} outside (4 when frozen, 0 since held)",
+        count("far expandable")
+    );
     for c in cases.iter().filter(|c| known(&c.label) == Some("far expandable")) {
         assert!(c.inside().1, "{}: the allocated peak must be inside its range", c.label);
     }

@@ -29,3 +29,25 @@ fn fit(v: &[fragscope_snapshot::Snapshot]) -> Program<'_> {
     let recs = [Recording { snap: &v[0], size: 4 }, Recording { snap: &v[1], size: 8 }];
     Program::fit(&recs, Some(0)).expect("aligns")
 }
+
+/// The self-check (issue 37 item 2): a warm template's range at its own size holds the
+/// peak reserved the recording replays to, whatever the rebuilt cache gives.
+#[test]
+fn a_warm_range_at_the_templates_size_holds_its_recorded_peak() {
+    let f = FAMILIES.iter().find(|f| f.name == "h200-amp").expect("the family");
+    let hot: Vec<_> = [4u64, 8].iter().map(|&s| warm(&load(f, s).expect("shipped"), "h200 amp")).collect();
+    let prog = fit(&hot);
+    let p = prog.predict(8, &prog.recorded_config.clone(), None);
+    let r = p.range.expect("a range");
+    let cfg = fragscope_replay::recorded_config(&hot[1]);
+    let real = fragscope_replay::simulate_with(&hot[1], 0, cfg, &Default::default()).peak_reserved;
+    let [lo, hi] = r.warm_cache.expect("a warm template's range has its cache ratios");
+    assert!(lo < 1.0 && hi > 1.0, "{lo} {hi}");
+    assert!(p.notes.iter().any(|n| n.contains("for the rebuilt cache")), "{:?}", p.notes);
+    assert!(
+        r.reserved[0] <= real && real <= r.reserved[1],
+        "{real} outside {:?} (point {})",
+        r.reserved,
+        p.peak_reserved
+    );
+}
