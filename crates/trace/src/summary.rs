@@ -250,6 +250,10 @@ pub struct Settings {
     pub expandable_segments: Option<bool>,
     /// `[interval start in MiB, divisions]` pairs.
     pub roundup_power2_divisions: Vec<(u64, u64)>,
+    /// Parts of the settings string fragscope cannot read, which replays run without
+    /// (`fragscope_replay::read_recorded_conf`); left out of the JSON when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<fragscope_replay::UnreadSetting>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -474,6 +478,7 @@ pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
     let devices = snap
         .with_device_index(|snap| snap.devices().into_iter().map(|d| summarize_device_with(snap, d, roles)).collect());
     let settings = snap.recorded_settings().map(|s| Settings {
+        unread: s.conf.as_deref().map(|c| fragscope_replay::read_recorded_conf(c).1).unwrap_or_default(),
         conf: s.conf,
         max_split_size: s.max_split_size,
         garbage_collection_threshold: s.garbage_collection_threshold,
