@@ -100,7 +100,7 @@ def test_loads_reads_a_torch_save_archive_in_memory(tmp_path):
     pt = REPO / "crates/snapshot/tests/data/torchsave/memory_snapshot.pt"
     code = (
         "import sys, fragscope\n"
-        "s = fragscope.loads(open(sys.argv[1], 'rb').read())\n"
+        "s = fragscope.loads(open(sys.argv[1], 'rb').read(), name=sys.argv[1])\n"
         "print(s.summary().to_json())\n"
     )
     env = dict(os.environ, TMPDIR=str(tmp_path / "missing"))
