@@ -371,7 +371,7 @@ fn settings_text(s: &Summary) -> String {
     )];
     // Parts the parser refused: replays run without them, at PyTorch's defaults.
     for u in &st.unread {
-        rows.push(("  not read".to_string(), format!("\"{}\": {}", u.item, u.error)));
+        rows.push(("  not read".to_string(), format!("\"{}\": {} (replays run without it)", u.item, u.error)));
     }
     rows.extend([
         ("max_split_size".into(), st.max_split_size.map_or("unlimited".into(), output::bytes)),
