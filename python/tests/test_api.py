@@ -94,6 +94,21 @@ def test_bytes_equal_path(path):
     assert fragscope.loads(data, name=str(path)).summary().to_json() == by_path
 
 
+def test_loads_reads_a_torch_save_archive_in_memory(tmp_path):
+    """loads(bytes) of a torch.save zip reads it from memory: with the temporary folder
+    unusable it still reads (a stream, which is spilled to a file, would not)."""
+    pt = REPO / "crates/snapshot/tests/data/torchsave/memory_snapshot.pt"
+    code = (
+        "import sys, fragscope\n"
+        "s = fragscope.loads(open(sys.argv[1], 'rb').read(), name=sys.argv[1])\n"
+        "print(s.summary().to_json())\n"
+    )
+    env = dict(os.environ, TMPDIR=str(tmp_path / "missing"))
+    r = subprocess.run([sys.executable, "-c", code, str(pt)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == json.loads(fragscope.load(pt).summary().to_json())
+
+
 def _pickle_load(path: Path):
     import gzip
 

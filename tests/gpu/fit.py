@@ -1,10 +1,12 @@
 """Does the program of record.py fit at a batch size? The real answer, for `fragscope
 predict --max-fit` to be compared with (tests/gpu/README.md). One process per size:
 
-    python3 tests/gpu/fit.py BATCH [BATCH ...]      (PYTORCH_CUDA_ALLOC_CONF as wanted)
+    python3 tests/gpu/fit.py BATCH [BATCH ...]      (PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF as wanted)
 
 Prints one JSON line per size: whether 3 AdamW steps ran without an OOM, the peaks, and
-the device's free memory when the process began (what PyTorch could get).
+the device's free memory when the process began (what PyTorch could get), the torch
+version, and the allocator settings under both environment names and as torch read them
+(`record.alloc_conf_as_read`).
 """
 
 import json
@@ -16,12 +18,14 @@ CHILD = r"""
 import json, sys, torch
 import torch.nn.functional as F
 sys.path.insert(0, "tests/gpu")
-from record import GPT
+from record import GPT, alloc_conf_as_read
 b = int(sys.argv[1])
 free0, total = torch.cuda.mem_get_info()
 torch.manual_seed(0)
 dev = torch.device("cuda")
 out = {"batch": b, "conf": __import__("os").environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "free_at_start": free0, "total": total}
+out["torch"] = torch.__version__
+out["alloc_conf_as_read"] = alloc_conf_as_read()
 try:
     model = GPT(32000, 1024, 8, 16, 512, False).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)

@@ -64,6 +64,21 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
+def alloc_conf_as_read():
+    """The allocator settings of this process: both environment names (PyTorch 2.9+ reads
+    PYTORCH_ALLOC_CONF beside PYTORCH_CUDA_ALLOC_CONF, and 2.9.1 ignored expandable_segments
+    under the new name, pytorch/pytorch#183387), and what the allocator itself read, from a
+    snapshot's `allocator_settings` (2.3+; None before, or if the call fails)."""
+    env = {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    try:
+        read = torch.cuda.memory._snapshot().get("allocator_settings")
+        # JSON-safe: the settings dict holds ints, floats, bools, strings and a dict of ints.
+        read = json.loads(json.dumps(read, default=str)) if read is not None else None
+    except Exception as e:  # an older torch, or no CUDA context yet
+        read = {"error": f"{type(e).__name__}: {e}"[:200]}
+    return {"env": env, "read_by_torch": read}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, required=True)
@@ -111,6 +126,7 @@ def main():
         "amp": a.amp,
         "steps": a.steps,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "alloc_conf_as_read": alloc_conf_as_read(),
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(),
         "total_memory": torch.cuda.get_device_properties(0).total_memory,

@@ -141,6 +141,28 @@ pub struct OomMessage {
 }
 
 impl OomMessage {
+    /// Which software printed this message, for humans: the PyTorch versions of its form
+    /// ([`MessageForm::versions`]), except for Ascend's `torch_npu`, which prints PyTorch
+    /// 2.0's layout in every version, so that its form tells nothing of its version.
+    pub fn versions(&self) -> &'static str {
+        if self.is_npu() {
+            "torch_npu, whose version the message does not tell"
+        } else {
+            self.form.versions()
+        }
+    }
+
+    /// The message form and who prints it, for humans: `2.2+ message form: PyTorch 2.2 or
+    /// newer`; for `torch_npu`, which prints PyTorch 2.0's layout in every version, a
+    /// sentence that does not read as a PyTorch version.
+    pub fn form_text(&self) -> String {
+        if self.is_npu() && self.form == MessageForm::Legacy {
+            "torch_npu's message, in PyTorch 2.0's layout; the torch_npu version is not told by the message".to_string()
+        } else {
+            format!("{} message form: {}", self.form, self.versions())
+        }
+    }
+
     /// Bytes held by live tensors: "allocated by PyTorch" minus the private-pool share that
     /// 2.5+ folds into it (those bytes are free blocks owned by CUDA graphs / MemPools).
     pub fn live_allocated(&self) -> Option<u64> {

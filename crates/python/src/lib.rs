@@ -403,7 +403,7 @@ fn load(py: Python<'_>, path: PathBuf, name: Option<String>) -> PyResult<Snapsho
 fn loads(py: Python<'_>, data: &[u8], name: Option<String>) -> PyResult<Snapshot> {
     let name = name.unwrap_or_else(|| "<bytes>".to_string());
     py.allow_threads(|| {
-        let snap = fragscope_snapshot::read_from_checked(data)
+        let snap = fragscope_snapshot::read_bytes_checked(data)
             .map(commands::input::prepared)
             .map_err(|e| commands::input::read_error(Path::new(&name), &e))?;
         Ok(Snapshot { inner: Arc::new(snap), name: name.clone(), example: false })

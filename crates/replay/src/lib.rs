@@ -70,8 +70,8 @@ pub use memstats::{memory_table, memory_table_by_replay, memory_table_noted, Mem
 pub use recorder::{allocator_settings, Recorder};
 pub use seeded::{Seeded, StartError};
 pub use settings::{
-    config_on_top, detect_accelerator, known_gpus, parse_capacity, parse_size, recording_remarks, CapacityError,
-    DetectedAccelerator, Param, SizeError, SizeProblem, ALTERNATIVES,
+    config_on_top, detect_accelerator, known_gpus, parse_capacity, parse_size, read_recorded_conf, recording_remarks,
+    unread_settings, CapacityError, DetectedAccelerator, Param, SizeError, SizeProblem, UnreadSetting, ALTERNATIVES,
 };
 pub use state::{
     backward_walk, home_of, Ambiguity, BState, BlockRec, Home, Inconsistency, Initial, PoolBand, RecordedState, SegMap,
@@ -184,7 +184,9 @@ impl VerifyReport {
     }
 }
 
-/// The configuration a snapshot recorded (`allocator_settings`, 2.3+), else defaults.
+/// The configuration a snapshot recorded (`allocator_settings`, 2.3+), else defaults. A
+/// part of the recorded string the parser cannot read is left out ([`read_recorded_conf`],
+/// named by [`unread_settings`] and in the replay's notes), never the whole string.
 pub fn recorded_config(snap: &Snapshot) -> AllocatorConfig {
     // Another accelerator's rules where the file shows one (settings::detect_accelerator).
     let accelerator = settings::detect_accelerator(snap).map_or(fragscope_alloc::Accelerator::Cuda, |d| d.accelerator);
@@ -194,7 +196,9 @@ pub fn recorded_config(snap: &Snapshot) -> AllocatorConfig {
     // Keys without a typed field (large_segment_size_mb, max_non_split_rounding_mb, ...)
     // come from the string; the typed fields win because `_set_allocator_settings`
     // may have changed them after the environment variable was read.
-    let mut cfg = rs.conf.as_deref().and_then(|c| fragscope_alloc::parse_config(c).ok()).unwrap_or_default();
+    // A part the parser refuses is left out, by name (settings::read_recorded_conf; the
+    // replay's notes say which), not the whole string.
+    let mut cfg = rs.conf.as_deref().map(|c| settings::read_recorded_conf(c).0).unwrap_or_default();
     cfg.max_split_size = rs.max_split_size;
     if let Some(g) = rs.garbage_collection_threshold {
         cfg.garbage_collection_threshold = g;

@@ -211,7 +211,8 @@ pub const ALTERNATIVES: &[&str] = &[
 
 /// `extra` (a `PYTORCH_CUDA_ALLOC_CONF` string) applied on top of `base`: the options it
 /// names replace `base`'s, the others stay. An empty `extra` is `base` itself. The
-/// accelerator whose rules apply is `base`'s (no string can change it). An option the
+/// accelerator whose rules apply is `base`'s (no string can change it), and so is the
+/// free-list tie-break (`tie_break`, a version switch no string expresses). An option the
 /// model cannot reproduce is refused by name when `extra` changes it
 /// ([`AllocatorConfig::refusal`]: `backend:cudaMallocAsync`,
 /// `graph_capture_record_stream_reuse`, `expandable_segments_reserve_by_class`).
@@ -222,10 +223,145 @@ pub fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorCon
         (true, false) => extra.to_string(),
         (false, false) => format!("{b},{extra}"),
     };
-    let mut cfg = fragscope_alloc::parse_config(&joined)?;
-    cfg.accelerator = base.accelerator;
+    // Parsed together, so that PyTorch's checks between keys hold (max_split_size_mb is
+    // bounded by large_segment_size_mb); then only what `extra` changed is taken, so that
+    // a field of `base` the string does not carry exactly (the tie-break, the rounding
+    // rule, a recorded field) is never rebuilt from it.
+    let on_top = fragscope_alloc::parse_config(&joined)?;
+    let as_string = fragscope_alloc::parse_config(&b)?;
+    let cfg = changed_fields(base, &as_string, on_top);
     cfg.refusal(base)?;
     Ok(cfg)
+}
+
+/// `base` with each field that differs between `before` (the parse of `base`'s string)
+/// and `after` (that string with a what-if on top) taken from `after`. Every field is
+/// named, so that a field added to [`AllocatorConfig`] must be placed here.
+fn changed_fields(base: &AllocatorConfig, before: &AllocatorConfig, after: AllocatorConfig) -> AllocatorConfig {
+    let mut cfg = base.clone();
+    macro_rules! take {
+        ($($f:ident),* $(,)?) => {
+            $(if $f != before.$f { cfg.$f = $f; })*
+        };
+    }
+    // Bound by name (no `..`): a new field does not compile until it is placed, and one
+    // bound but not taken is an unused variable.
+    let AllocatorConfig {
+        max_split_size,
+        max_non_split_rounding,
+        roundup_power2_divisions,
+        roundup_bypass_threshold,
+        garbage_collection_threshold,
+        expandable_segments,
+        large_segment_size,
+        per_process_memory_fraction,
+        release_lock_on_cudamalloc,
+        backend,
+        pinned_use_cuda_host_register,
+        pinned_num_register_threads,
+        pinned_use_background_threads,
+        pinned_reserve_segment_size_mb,
+        pinned_max_round_threshold_mb,
+        pinned_max_cached_size_mb,
+        pinned_free_catch_all,
+        graph_capture_record_stream_reuse,
+        throw_on_cudamalloc_oom,
+        expandable_segments_reserve,
+        expandable_segments_reserve_by_class,
+        // Set by no key but roundup_bypass_threshold_mb (≤ 2.0's rule).
+        rounding_rule,
+        // Set by no key: always base's.
+        tie_break: _,
+        accelerator: _,
+    } = after;
+    take!(
+        max_split_size,
+        max_non_split_rounding,
+        roundup_power2_divisions,
+        roundup_bypass_threshold,
+        garbage_collection_threshold,
+        expandable_segments,
+        large_segment_size,
+        per_process_memory_fraction,
+        release_lock_on_cudamalloc,
+        backend,
+        pinned_use_cuda_host_register,
+        pinned_num_register_threads,
+        pinned_use_background_threads,
+        pinned_reserve_segment_size_mb,
+        pinned_max_round_threshold_mb,
+        pinned_max_cached_size_mb,
+        pinned_free_catch_all,
+        graph_capture_record_stream_reuse,
+        throw_on_cudamalloc_oom,
+        expandable_segments_reserve,
+        expandable_segments_reserve_by_class,
+        rounding_rule,
+    );
+    cfg
+}
+
+/// A part of a recorded settings string the parser refused: the item as written
+/// (`key:value`) and the parser's reason. PyTorch accepted the string when it ran, so such
+/// a part is an option of another version or backend; the replay runs without it, the
+/// option at its default, and says so ([`recording_remarks`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct UnreadSetting {
+    pub item: String,
+    pub error: String,
+}
+
+/// A recorded `PYTORCH_CUDA_ALLOC_CONF` string read as far as it goes: the whole string
+/// when it parses; otherwise each top-level `key:value` item (lists in brackets kept
+/// whole) is added in turn and kept when the items kept so far still parse with it, and
+/// the others are returned by name. `large_segment_size_mb` goes first, since the bounds
+/// of other keys depend on it (spec §9.3).
+pub fn read_recorded_conf(conf: &str) -> (AllocatorConfig, Vec<UnreadSetting>) {
+    if let Ok(cfg) = fragscope_alloc::parse_config(conf) {
+        return (cfg, Vec::new());
+    }
+    let mut items = top_level_items(conf);
+    items.sort_by_key(|i| !i.trim_start().starts_with("large_segment_size_mb"));
+    let mut kept: Vec<&str> = Vec::new();
+    let mut cfg = AllocatorConfig::default();
+    let mut unread = Vec::new();
+    for item in items {
+        kept.push(item);
+        match fragscope_alloc::parse_config(&kept.join(",")) {
+            Ok(c) => cfg = c,
+            Err(e) => {
+                kept.pop();
+                unread.push(UnreadSetting { item: item.trim().to_string(), error: e.to_string() });
+            }
+        }
+    }
+    (cfg, unread)
+}
+
+/// The parts of a settings string between commas outside brackets.
+fn top_level_items(conf: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i64, 0);
+    for (i, ch) in conf.char_indices() {
+        match ch {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth <= 0 => {
+                out.push(&conf[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&conf[start..]);
+    out
+}
+
+/// The parts of `snap`'s recorded settings string that [`read_recorded_conf`] could not
+/// read (empty when there are none, or no string).
+pub fn unread_settings(snap: &Snapshot) -> Vec<UnreadSetting> {
+    let conf = snap.recorded_settings().and_then(|rs| rs.conf);
+    conf.map(|c| read_recorded_conf(&c).1).unwrap_or_default()
 }
 
 /// Which device's caching allocator wrote a recording, and what in the file says so.
@@ -276,7 +412,22 @@ pub fn detect_accelerator(snap: &Snapshot) -> Option<DetectedAccelerator> {
     best.map(|(rank, s)| DetectedAccelerator { accelerator: SIGNS[rank].1, evidence: s.to_string() })
 }
 
+/// The note a replay carries when parts of the recorded settings string were not read.
+fn unread_note(unread: &[UnreadSetting]) -> Option<String> {
+    if unread.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = unread.iter().map(|u| format!("{:?} ({})", u.item, u.error)).collect();
+    Some(format!(
+        "the recorded PYTORCH_CUDA_ALLOC_CONF has {} part(s) fragscope cannot read, replayed as if absent \
+         (those options at their defaults; the settings recorded as their own entries still apply): {}",
+        unread.len(),
+        parts.join("; ")
+    ))
+}
+
 /// What a reader of a replay of `snap` under `cfg` should be told about the settings:
+/// parts of the recorded settings string not read ([`read_recorded_conf`]), by name;
 /// another accelerator's rules and the sign that chose them, the named remarks of
 /// [`AllocatorConfig::remarks`], and a settings string that asks for expandable segments
 /// the allocator did not use (PyTorch 2.9.1 ignored `expandable_segments` given through
@@ -288,7 +439,10 @@ pub fn recording_remarks(snap: &Snapshot, cfg: &AllocatorConfig) -> Vec<String> 
     }
     out.extend(cfg.remarks());
     if let Some(rs) = snap.recorded_settings() {
-        let asked = rs.conf.as_deref().and_then(|c| fragscope_alloc::parse_config(c).ok());
+        let (asked, unread) = rs.conf.as_deref().map(read_recorded_conf).unzip();
+        if let Some(note) = unread.as_deref().and_then(unread_note) {
+            out.push(note);
+        }
         if asked.is_some_and(|a| a.expandable_segments) && rs.expandable_segments == Some(false) {
             out.push(
                 "the settings string asks for expandable_segments:True but the allocator ran without it \

@@ -23,8 +23,10 @@
 //! reader in and hands those behind it back, and another faults in the event array's
 //! pages ahead of the parser: the second core takes the page-table work); compressed
 //! files, archives and streams ([`read_from`]) go through a buffer; a torch.save archive
-//! on a stream is spilled to a temporary file first, as the zip reader seeks ([`spill`]). Front ends read with [`read_path_checked`] / [`read_from_checked`],
-//! which also refuse sizes and addresses no real snapshot has ([`bounds`]) before any
+//! on a stream is spilled to a temporary file first, as the zip reader seeks ([`spill`]),
+//! and one already in memory is read from there ([`read_bytes_checked`]). Front ends read
+//! with [`read_path_checked`] / [`read_from_checked`] / [`read_bytes_checked`], which also
+//! refuse sizes and addresses no real snapshot has ([`bounds`]) before any
 //! analysis sums them.
 //!
 //! [`recording`] tells how a file was recorded (history never switched on, one
@@ -89,6 +91,20 @@ pub fn read_from_checked<R: Read>(r: R) -> Result<Snapshot, ReadError> {
     let (snap, max) = read_from_bounded(r)?;
     bounds::check_read(&snap, max)?;
     Ok(snap)
+}
+
+/// [`read_from_checked`] for bytes already in memory (Python's `fragscope.loads`): a
+/// torch.save zip archive is read in place from them, as from a file, rather than copied to
+/// a temporary file as a stream's must be ([`spill`]); the zip entry and the pickle in it
+/// are bounded by the same budgets ([`budget`]). Anything else, a gzip'd archive included
+/// (its inflated bytes are not in memory), is read as [`read_from_checked`] reads it.
+pub fn read_bytes_checked(data: &[u8]) -> Result<Snapshot, ReadError> {
+    if data.starts_with(torchsave::ZIP_MAGIC) {
+        let snap = torchsave::read_zip(std::io::Cursor::new(data))?;
+        bounds::check_read(&snap, None)?;
+        return Ok(snap);
+    }
+    read_from_checked(data)
 }
 
 /// A read, with the pickle reader's bound on the trace entries when it made them.

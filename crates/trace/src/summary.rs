@@ -324,6 +324,10 @@ pub struct Settings {
     pub expandable_segments: Option<bool>,
     /// `[interval start in MiB, divisions]` pairs.
     pub roundup_power2_divisions: Vec<(u64, u64)>,
+    /// Parts of the settings string fragscope cannot read, which replays run without
+    /// (`fragscope_replay::read_recorded_conf`); left out of the JSON when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<fragscope_replay::UnreadSetting>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -596,6 +600,7 @@ pub fn summarize_parts(snap: &Snapshot, roles: bool, table: bool) -> Summary {
         snap.devices().into_iter().map(|d| summarize_device_parts(snap, d, roles, table, threads)).collect()
     });
     let settings = snap.recorded_settings().map(|s| Settings {
+        unread: s.conf.as_deref().map(|c| fragscope_replay::read_recorded_conf(c).1).unwrap_or_default(),
         conf: s.conf,
         max_split_size: s.max_split_size,
         garbage_collection_threshold: s.garbage_collection_threshold,

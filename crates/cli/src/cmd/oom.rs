@@ -134,7 +134,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 
 fn render_text(m: &OomMessage, ex: &OomExplanation) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "{} out-of-memory error ({} message form: {})", m.accelerator, m.form, m.form.versions());
+    let _ = writeln!(o, "{} out-of-memory error ({})", m.accelerator, m.form_text());
     for x in &m.inconsistent {
         let _ = writeln!(o, "Inconsistent: {x}");
     }

@@ -383,14 +383,18 @@ fn settings_text(s: &Summary) -> String {
     let _ = writeln!(o, "Allocator settings (allocator_settings):");
     let divs: Vec<String> =
         st.roundup_power2_divisions.iter().filter(|(_, d)| *d != 0).map(|(k, d)| format!("{k}MiB:{d}")).collect();
-    let rows = vec![
-        (
-            "PYTORCH_CUDA_ALLOC_CONF".to_string(),
-            match st.conf.as_deref() {
-                Some("") | None => "(not set)".to_string(),
-                Some(c) => format!("\"{c}\""),
-            },
-        ),
+    let mut rows = vec![(
+        "PYTORCH_CUDA_ALLOC_CONF".to_string(),
+        match st.conf.as_deref() {
+            Some("") | None => "(not set)".to_string(),
+            Some(c) => format!("\"{c}\""),
+        },
+    )];
+    // Parts the parser refused: replays run without them, at PyTorch's defaults.
+    for u in &st.unread {
+        rows.push(("  not read".to_string(), format!("\"{}\": {} (replays run without it)", u.item, u.error)));
+    }
+    rows.extend([
         ("max_split_size".into(), st.max_split_size.map_or("unlimited".into(), output::bytes)),
         (
             "expandable_segments".into(),
@@ -407,7 +411,7 @@ fn settings_text(s: &Summary) -> String {
             }),
         ),
         ("roundup_power2_divisions".into(), if divs.is_empty() { "none".into() } else { divs.join(", ") }),
-    ];
+    ]);
     push_rows(&mut o, &rows);
     o
 }

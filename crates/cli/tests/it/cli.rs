@@ -180,3 +180,38 @@ fn dash_reads_standard_input() {
     let bad = child.wait_with_output().unwrap();
     assert_one_line_error(&bad, "<stdin> is not a memory snapshot");
 }
+
+/// A recorded settings string with a part the parser refuses: `summary`'s settings block
+/// and `replay`'s notes name the part, and the replay still uses the parts it read.
+#[test]
+fn unreadable_recorded_settings_are_named_in_summary_and_replay() {
+    use fragscope_snapshot::PyObj;
+    let mut r = fragscope_replay::Recorder::new("large_segment_size_mb:12", 80 << 30, 1_000, 10).unwrap();
+    let st = r.stack(&[("train.py", 10, "main")]);
+    for _ in 0..3 {
+        r.malloc(3 << 20, 0, st).unwrap();
+    }
+    let mut snap = r.finish();
+    let Some(PyObj::Dict(items)) = snap.allocator_settings.as_mut() else { panic!("settings") };
+    for (k, v) in items.iter_mut() {
+        if k.as_str() == Some("PYTORCH_CUDA_ALLOC_CONF") {
+            *v = PyObj::Str("large_segment_size_mb:12,some_future_option:7".into());
+        }
+    }
+    let mut bytes = Vec::new();
+    fragscope_snapshot::pickle::write::write_snapshot(&snap, &mut bytes).unwrap();
+    let f = temp_file("unread.pickle", &bytes);
+    let out = fragscope(&["summary", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text.lines().find(|l| l.trim_start().starts_with("not read")).unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("\"some_future_option:7\": Unrecognized key 'some_future_option'"), "{row}");
+    let out = fragscope(&["summary", "--json", f.to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["files"][0]["settings"]["unread"][0]["item"], "some_future_option:7", "{doc}");
+    let out = fragscope(&["replay", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("part(s) fragscope cannot read") && text.contains("\"some_future_option:7\""), "{text}");
+    assert!(text.contains("3/3"), "the 12 MiB segments replay exactly: {text}");
+}

@@ -1030,6 +1030,24 @@ fn npu_fragmentation_in_its_own_words() {
     assert!(advice.contains("PYTORCH_NO_NPU_MEMORY_CACHING=1") && advice.contains("an aclrtMalloc"), "{advice}");
 }
 
+/// torch_npu prints PyTorch 2.0's layout whatever its version: the label names torch_npu,
+/// not "PyTorch 2.0 or older"; a CUDA message of that layout keeps its version reading.
+#[test]
+fn npu_messages_are_labelled_torch_npu_without_a_version() {
+    for file in ["npu-fragmentation.txt", "npu-exhaustion.txt"] {
+        let m = parsed(file);
+        assert_eq!(m.versions(), "torch_npu, whose version the message does not tell", "{file}");
+        let text = m.form_text();
+        assert!(text.starts_with("torch_npu's message") && !text.contains("2.0 or older"), "{file}: {text}");
+    }
+    let cuda = parse(
+        "RuntimeError: CUDA out of memory. Tried to allocate 236.00 MiB (GPU 0; 15.78 GiB total capacity; \
+         14.25 GiB already allocated; 183.50 MiB free; 14.34 GiB reserved in total by PyTorch)",
+    )
+    .unwrap();
+    assert_eq!(cuda.form_text(), "legacy (≤ 2.0) message form: PyTorch 2.0 or older");
+}
+
 #[test]
 fn npu_exhaustion_and_other_processes_words() {
     let m = parsed("npu-exhaustion.txt");

@@ -17,4 +17,5 @@ mod replay_selfcheck;
 mod replay_unsplit_remainder;
 mod scaling;
 mod seeded_example;
+mod settings_on_top;
 mod settings_roundtrip;

@@ -89,3 +89,34 @@ fn a_damaged_archive_or_legacy_stream_is_an_error() {
         }
     }
 }
+
+/// Bytes already in memory (`fragscope.loads`) are read in place: with the temporary
+/// folder made unusable, a torch.save archive in memory still reads, while the same bytes
+/// as a stream (which must be spilled to a file) cannot. Run in a child process of this
+/// test binary, since `TMPDIR` is the whole process's.
+#[test]
+fn zip_bytes_in_memory_are_read_without_a_temporary_file() {
+    const CHILD: &str = "FRAGSCOPE_TEST_NO_TMPDIR";
+    let bytes = std::fs::read(fixture("memory_snapshot.pt")).unwrap();
+    if std::env::var_os(CHILD).is_some() {
+        let e = fragscope_snapshot::read_from_checked(&bytes[..]).unwrap_err().to_string();
+        assert!(e.contains("No such file or directory") || e.contains("not found"), "the stream is spilled: {e}");
+        let s = fragscope_snapshot::read_bytes_checked(&bytes).unwrap();
+        assert_eq!(semantic_diff(&original(), &s), None);
+        println!("child: read in place");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "torch_save::zip_bytes_in_memory_are_read_without_a_temporary_file", "--nocapture"])
+        .env(CHILD, "1")
+        .env("TMPDIR", "/nonexistent/fragscope-no-tmpdir")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("child: read in place"), "{text}");
+    // Everything else reads from bytes as from a stream.
+    let pickle = std::fs::read(fragscope_testdata::in_repo_dir().join("effdl-course-liger-ce.pickle")).unwrap();
+    assert_eq!(semantic_diff(&original(), &fragscope_snapshot::read_bytes_checked(&pickle).unwrap()), None);
+    let e = fragscope_snapshot::read_bytes_checked(&bytes[..bytes.len() / 2]).unwrap_err().to_string();
+    assert!(e.contains("zip"), "a damaged archive in memory: {e}");
+}
