@@ -124,8 +124,8 @@ class MemvizStats(TypedDict):
 
 
 # The key is PyTorch's environment variable name, not an identifier: the functional form.
-Settings = TypedDict(
-    "Settings",
+_SettingsKeys = TypedDict(
+    "_SettingsKeys",
     {
         "PYTORCH_CUDA_ALLOC_CONF": Optional[str],
         "max_split_size": Optional[int],
@@ -134,10 +134,24 @@ Settings = TypedDict(
         "roundup_power2_divisions": List[List[int]],
     },
 )
-Settings.__doc__ = "``allocator_settings`` as the file recorded them (PyTorch 2.3+)."
 
 
-class FileSummary(TypedDict):
+class Settings(_SettingsKeys, total=False):
+    """``allocator_settings`` as the file recorded them (PyTorch 2.3+)."""
+
+    #: Parts of the recorded settings string the parser cannot read (``item`` as written,
+    #: ``error`` the parser's words); absent when every part was read.
+    unread: List[Dict[str, str]]
+
+
+class _FileSummaryOptional(TypedDict, total=False):
+    #: Pinned host memory, apart from every device's figures (absent without it).
+    host: Dict[str, Any]
+    #: Per device, one band per memory pool (absent unless a private pool holds segments).
+    private_pools: List[Dict[str, Any]]
+
+
+class FileSummary(_FileSummaryOptional):
     """One FILE of ``fragscope summary --json``."""
 
     file: str

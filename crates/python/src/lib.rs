@@ -425,6 +425,9 @@ fn from_dict(obj: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<Snapshot>
                 e.to_string().replace("a pickled ", "a Python ")
             ))
         })?;
+    // Prepared as a file's snapshot is (what skip_actions left out restored, how it was
+    // recorded in its notes), so that a live dict and its file give the same figures.
+    let snap = commands::input::prepared(snap);
     Ok(Snapshot { inner: Arc::new(snap), name, example: false })
 }
 
