@@ -19,8 +19,9 @@
 //!
 //! Columns are Parquet INT64 (sizes, addresses, `cudaStream_t` values and indices; all
 //! below 2^63 in practice), UTF-8 strings and booleans; a missing value is null. The
-//! writer is the `parquet` crate's low-level one (no Arrow), uncompressed with
-//! dictionary encoding, one row group per file and table (more for tables over 1 M rows).
+//! writer is the `parquet` crate's low-level one (no Arrow), uncompressed, one row group
+//! per file and table (more for tables over 1 M rows); dictionary encoding but for the
+//! columns of distinct numbers ([`UNIQUE_INTS`]), min/max statistics of numbers only.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -33,9 +34,10 @@ use fragscope_snapshot::{FrameId, Snapshot, StackId, StrId, TraceEvent};
 use fragscope_trace::site_of;
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
+use parquet::schema::types::ColumnPath;
 use serde::Serialize;
 
 use crate::CliError;
@@ -136,6 +138,11 @@ impl Col {
 /// Distinct strings a column keeps shared (past it, new strings get their own buffer).
 const INTERN_MAX: usize = 1 << 16;
 
+/// INT64 columns whose values are (nearly) all distinct: written plain, without a
+/// dictionary.
+const UNIQUE_INTS: [&str; 7] =
+    ["idx", "time_us", "alloc_idx", "free_requested_idx", "free_completed_idx", "alloc_time_us", "free_time_us"];
+
 /// Rows kept before a row group is written.
 const ROW_GROUP: usize = 1 << 20;
 
@@ -150,6 +157,28 @@ struct Table {
     total: u64,
     writer: SerializedFileWriter<File>,
     staged: Staged,
+}
+
+/// The writer's properties for a table of `columns` (`(name, kind, optional)`).
+fn writer_properties(columns: &[(&str, Kind, bool)]) -> WriterProperties {
+    let mut props = WriterProperties::builder()
+        .set_created_by(format!("fragscope {}", env!("CARGO_PKG_VERSION")))
+        .set_key_value_metadata(Some(vec![KeyValue::new("fragscope.schema".into(), SCHEMA.to_string())]));
+    for &(n, k, _) in columns {
+        let col = || ColumnPath::from(n);
+        if k == Kind::Str {
+            // No min/max of strings: comparing every cell's bytes was ~8 % of the
+            // export's CPU, and a string's range prunes little (one row group per
+            // table up to 1 M rows, and every group holds most actions and roles).
+            props = props.set_column_statistics_enabled(col(), EnabledStatistics::None);
+        } else if k == Kind::I64 && UNIQUE_INTS.contains(&n) {
+            // A dictionary of values nearly all distinct falls back to plain
+            // encoding once full: its hashing (~17 % of the export's CPU, with
+            // the strings') bought nothing.
+            props = props.set_column_dictionary_enabled(col(), false);
+        }
+    }
+    props.build()
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> CliError {
@@ -174,10 +203,7 @@ impl Table {
             .collect();
         let message = format!("message {name} {{ {} }}", fields.join(" "));
         let schema = Arc::new(parse_message_type(&message).map_err(|e| io_err(dir, e))?);
-        let props = WriterProperties::builder()
-            .set_created_by(format!("fragscope {}", env!("CARGO_PKG_VERSION")))
-            .set_key_value_metadata(Some(vec![KeyValue::new("fragscope.schema".into(), SCHEMA.to_string())]))
-            .build();
+        let props = writer_properties(columns);
         let path = dir.join(format!("{name}.parquet"));
         // Never `File::create(path)`: it would follow a symlink at `path` (out of the
         // folder, when dangling) and hang on a FIFO.
