@@ -11,6 +11,9 @@
 # usage: bench/compare_outputs.sh [--summary-only | --all-commands] OLD_BIN NEW_BIN [FILE...]
 #   (default FILEs: ../shared/traces/*, then crates/testdata/real/* when that is absent)
 # Prints one line per difference and a count; exits 1 when anything differs.
+# EXPORT_ROWS_PY=PYTHON (an interpreter with duckdb): export's tables compared by their
+#   rows (bench/compare_exports.py) instead of their bytes, for a change of the writer's
+#   encodings or statistics.
 # Typical use: cp target/release/fragscope /tmp/fragscope-before before the change.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +65,13 @@ report_same() { # label, then the report's arguments
     fi
     rm -f "$out/old.html" "$out/new.html"
 }
+tables_same() { # old folder, new folder
+    if [ -n "${EXPORT_ROWS_PY:-}" ]; then
+        "$EXPORT_ROWS_PY" bench/compare_exports.py "$1" "$2" > /dev/null 2>&1
+    else
+        diff -r "$1" "$2" > /dev/null 2>&1
+    fi
+}
 export_same() { # label, file: the Parquet tables must be equal, or the errors
     local label=$1 f=$2
     # Each binary writes to a folder of the same name, so that the messages naming it match.
@@ -73,7 +83,7 @@ export_same() { # label, file: the Parquet tables must be equal, or the errors
     local rn=$?
     runs=$((runs + 1))
     if [ $ro != $rn ] || ! cmp -s "$out/old" "$out/new" \
-        || { [ $ro = 0 ] && ! diff -r "$out/old.d" "$out/tables" > /dev/null 2>&1; }; then
+        || { [ $ro = 0 ] && ! tables_same "$out/old.d" "$out/tables"; }; then
         echo "DIFF export $label (exit $ro / $rn)"
         diffs=$((diffs + 1))
     fi

@@ -19,8 +19,9 @@
 //!
 //! Columns are Parquet INT64 (sizes, addresses, `cudaStream_t` values and indices; all
 //! below 2^63 in practice), UTF-8 strings and booleans; a missing value is null. The
-//! writer is the `parquet` crate's low-level one (no Arrow), uncompressed with
-//! dictionary encoding, one row group per file and table (more for tables over 1 M rows).
+//! writer is the `parquet` crate's low-level one (no Arrow), uncompressed, one row group
+//! per file and table (more for tables over 1 M rows); dictionary encoding but for the
+//! columns of distinct numbers ([`UNIQUE_INTS`]), min/max statistics of numbers only.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -33,9 +34,10 @@ use fragscope_snapshot::{FrameId, Snapshot, StackId, StrId, TraceEvent};
 use fragscope_trace::site_of;
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int64Type};
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
+use parquet::schema::types::ColumnPath;
 use serde::Serialize;
 
 use crate::CliError;
@@ -136,6 +138,11 @@ impl Col {
 /// Distinct strings a column keeps shared (past it, new strings get their own buffer).
 const INTERN_MAX: usize = 1 << 16;
 
+/// INT64 columns whose values are (nearly) all distinct: written plain, without a
+/// dictionary.
+const UNIQUE_INTS: [&str; 7] =
+    ["idx", "time_us", "alloc_idx", "free_requested_idx", "free_completed_idx", "alloc_time_us", "free_time_us"];
+
 /// Rows kept before a row group is written.
 const ROW_GROUP: usize = 1 << 20;
 
@@ -150,6 +157,28 @@ struct Table {
     total: u64,
     writer: SerializedFileWriter<File>,
     staged: Staged,
+}
+
+/// The writer's properties for a table of `columns` (`(name, kind, optional)`).
+fn writer_properties(columns: &[(&str, Kind, bool)]) -> WriterProperties {
+    let mut props = WriterProperties::builder()
+        .set_created_by(format!("fragscope {}", env!("CARGO_PKG_VERSION")))
+        .set_key_value_metadata(Some(vec![KeyValue::new("fragscope.schema".into(), SCHEMA.to_string())]));
+    for &(n, k, _) in columns {
+        let col = || ColumnPath::from(n);
+        if k == Kind::Str {
+            // No min/max of strings: comparing every cell's bytes was ~8 % of the
+            // export's CPU, and a string's range prunes little (one row group per
+            // table up to 1 M rows, and every group holds most actions and roles).
+            props = props.set_column_statistics_enabled(col(), EnabledStatistics::None);
+        } else if k == Kind::I64 && UNIQUE_INTS.contains(&n) {
+            // A dictionary of values nearly all distinct falls back to plain
+            // encoding once full: its hashing (~17 % of the export's CPU, with
+            // the strings') bought nothing.
+            props = props.set_column_dictionary_enabled(col(), false);
+        }
+    }
+    props.build()
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> CliError {
@@ -174,10 +203,7 @@ impl Table {
             .collect();
         let message = format!("message {name} {{ {} }}", fields.join(" "));
         let schema = Arc::new(parse_message_type(&message).map_err(|e| io_err(dir, e))?);
-        let props = WriterProperties::builder()
-            .set_created_by(format!("fragscope {}", env!("CARGO_PKG_VERSION")))
-            .set_key_value_metadata(Some(vec![KeyValue::new("fragscope.schema".into(), SCHEMA.to_string())]))
-            .build();
+        let props = writer_properties(columns);
         let path = dir.join(format!("{name}.parquet"));
         // Never `File::create(path)`: it would follow a symlink at `path` (out of the
         // folder, when dangling) and hang on a FIFO.
@@ -678,4 +704,65 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     };
     crate::print_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    /// A table of `idx`, `action` and `addr` written with `props`: the file's bytes.
+    fn write(columns: &[(&str, Kind, bool)], props: WriterProperties, rows: usize) -> bytes::Bytes {
+        let message = "message t { required int64 idx; required binary action (STRING); required int64 addr; }";
+        let schema = Arc::new(parse_message_type(message).unwrap());
+        assert_eq!(columns.len(), 3);
+        let mut w = SerializedFileWriter::new(Vec::new(), schema, Arc::new(props)).unwrap();
+        let idx: Vec<i64> = (0..rows as i64).collect();
+        let names = ["alloc", "free_requested", "free_completed"];
+        let action: Vec<ByteArray> = (0..rows).map(|i| ByteArray::from(names[i % 3])).collect();
+        let addr: Vec<i64> = (0..rows as i64).map(|i| (i % 37) * 512).collect();
+        let mut rg = w.next_row_group().unwrap();
+        let mut c = rg.next_column().unwrap().unwrap();
+        c.typed::<Int64Type>().write_batch(&idx, None, None).unwrap();
+        c.close().unwrap();
+        let mut c = rg.next_column().unwrap().unwrap();
+        c.typed::<ByteArrayType>().write_batch(&action, None, None).unwrap();
+        c.close().unwrap();
+        let mut c = rg.next_column().unwrap().unwrap();
+        c.typed::<Int64Type>().write_batch(&addr, None, None).unwrap();
+        c.close().unwrap();
+        rg.close().unwrap();
+        bytes::Bytes::from(w.into_inner().unwrap())
+    }
+
+    /// The writer's properties change the encodings and statistics, not the rows: the
+    /// same table written with them and with the `parquet` crate's defaults (what the
+    /// export used before) reads back the same, and the file says which columns have a
+    /// dictionary and statistics.
+    #[test]
+    fn writer_properties_keep_the_rows_and_drop_what_they_say() {
+        let columns = [("idx", I64, false), ("action", Str, false), ("addr", I64, false)];
+        let ours = SerializedFileReader::new(write(&columns, writer_properties(&columns), 5000)).unwrap();
+        let before = SerializedFileReader::new(write(&columns, WriterProperties::builder().build(), 5000)).unwrap();
+        let rows = |r: &SerializedFileReader<bytes::Bytes>| -> Vec<String> {
+            r.get_row_iter(None).unwrap().map(|row| row.unwrap().to_string()).collect()
+        };
+        let (a, b) = (rows(&ours), rows(&before));
+        assert_eq!(a.len(), 5000);
+        assert_eq!(a, b);
+        let chunk = |r: &SerializedFileReader<bytes::Bytes>, k: usize| r.metadata().row_group(0).column(k).clone();
+        // `idx`: every value distinct, no dictionary; `action`: a dictionary, no min/max;
+        // `addr`: both.
+        assert!(chunk(&ours, 0).dictionary_page_offset().is_none());
+        assert!(chunk(&ours, 0).statistics().is_some());
+        assert!(chunk(&ours, 1).dictionary_page_offset().is_some());
+        assert!(chunk(&ours, 1).statistics().is_none());
+        assert!(chunk(&ours, 2).dictionary_page_offset().is_some());
+        assert!(chunk(&ours, 2).statistics().is_some());
+        // The defaults had a dictionary and statistics everywhere.
+        for k in 0..3 {
+            assert!(chunk(&before, k).dictionary_page_offset().is_some(), "column {k}");
+            assert!(chunk(&before, k).statistics().is_some(), "column {k}");
+        }
+    }
 }
