@@ -504,6 +504,22 @@ mod tests {
         assert!(r.skipped.is_empty());
         assert_eq!(r.no_segment_events, [0]);
         assert!(r.lines()[0].contains("either every segment predates the recording"));
+        // When the caller's replay explains it by a warm cache, the line says so instead;
+        // the check is asked only for the devices without segment events.
+        let mut asked = std::cell::RefCell::new(Vec::new());
+        let mut w = s.clone();
+        let r = prepare_with(&mut w, &|_, d| {
+            asked.borrow_mut().push(d);
+            true
+        });
+        assert_eq!((asked.get_mut().as_slice(), r.started_warm.as_slice()), (&[0][..], &[0][..]));
+        assert!(w.notes.recording[0].starts_with("device 0: started warm: no cudaMalloc was needed"), "{:?}", w.notes);
+        assert!(!w.notes.recording[0].contains("skip_actions"));
+        let mut w = s.clone();
+        prepare_with(&mut w, &|_, _| false);
+        assert!(w.notes.recording[0].contains("either every segment predates the recording"));
+        let mut full = snap(vec![TraceEvent::new(SegmentAlloc, 0x1000, 4096), ev(Alloc, 0x1000)]);
+        prepare_with(&mut full, &|_, _| panic!("asked only without segment events"));
         let mut s = snap(vec![ev(Alloc, 0x1000), ev(Alloc, 0x9000)]);
         // A profiler trace: no allocator recording, nothing to say.
         s.format = SourceFormat::Kineto;

@@ -379,3 +379,24 @@ fn pinned_host_memory_is_shown_apart() {
     let j: Value = serde_json::from_str(&ok(&["summary", "--json", src.to_str().unwrap()])).unwrap();
     assert!(j["files"][0].get("host").is_none());
 }
+
+/// Warm recordings (the trace allocates with no segment event, and the replay from the
+/// recorded state needs no cudaMalloc and matches every decision): said to have started
+/// warm, not suspected of `skip_actions`; `analyze --json` carries the same line.
+#[test]
+fn warm_recordings_are_said_to_start_warm() {
+    for name in ["cs336-magma27-mostly-cached.pickle", "pytorchblog-resnet50-train-cppframes.pickle"] {
+        let Some(p) = real_file(name) else { return };
+        let ps = p.to_str().unwrap();
+        let v: Value = serde_json::from_str(&ok(&["replay", "--verify", "--json", ps])).unwrap();
+        let d = &v["files"][0]["devices"][0];
+        assert_eq!(d["segment_events"], 0, "{name}");
+        assert_eq!(d["allocs_matched"], d["allocs"], "{name}: exact");
+        let s = ok(&["summary", ps]);
+        assert!(s.contains("device 0: started warm: no cudaMalloc was needed"), "{name}:\n{s}");
+        assert!(!s.contains("skip_actions left segment_alloc"), "{name}:\n{s}");
+        let a: Value = serde_json::from_str(&ok(&["analyze", "--json", ps])).unwrap();
+        let lines = a["files"][0]["recording"].as_array().unwrap();
+        assert!(lines.iter().any(|l| l.as_str().unwrap().contains("started warm")), "{name}: {lines:?}");
+    }
+}
