@@ -71,8 +71,8 @@ INSTRUCTIONS = (
     "pickles). Start with `analyze` on the snapshot (findings first: the OOM verdict, "
     "fragmentation, leaks, who holds memory at the peaks); `replay_what_if` measures "
     "allocator settings, a GPU size, empty_cache or no caching by replaying the trace; "
-    "`allocator_state_at` and `top_holders` look at one moment (by call site, annotation or "
-    "role); `roles` says what the memory is for (parameters, gradients, optimizer state, "
+    "`allocator_state_at` and `top_holders` look at one moment (by call site, annotation, "
+    "role, compile context or user metadata); `roles` says what the memory is for (parameters, gradients, optimizer state, "
     "activations, ...); `predict` takes recordings at two or more sizes (batch size, sequence "
     "length) and predicts the memory at another; `window` (START..END by entry index, or "
     "12.5s..14s) restricts summary, analyze and roles to a stretch of the trace. Paths are "
@@ -453,6 +453,8 @@ async def analyze(path: str, window: Optional[str] = None, top: int = 5, full: b
         "method": READ + "; OOM fixes and recommendations measured by " + REPLAY,
         "window": f.get("window"),
         "recorded_config": f.get("recorded_config"),
+        # How the file was recorded (skip_actions, history off, a warm start), when said.
+        **({"recording": f["recording"]} if f.get("recording") else {}),
         "devices": devices if full else _compact_stacks(devices),
     }
 
@@ -615,21 +617,25 @@ async def top_holders(
     path: str,
     event: Optional[int] = None,
     time: Optional[str] = None,
-    by: Literal["site", "annotation", "role"] = "site",
+    by: Literal["site", "annotation", "role", "compile_context", "user_metadata"] = "site",
     top: int = 10,
     device: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Who holds the allocated memory at one moment: live bytes grouped by call site
     (innermost user frame of the allocation stack), by annotation (innermost
-    record_function scope open at the allocation) or by role (parameters, gradients,
-    optimizer_state, activations, temporaries, inputs, other), most bytes first.
+    record_function scope open at the allocation), by role (parameters, gradients,
+    optimizer_state, activations, temporaries, inputs, other), by compile_context (the
+    torch.compile region the allocation was made in) or by user_metadata (the string set
+    with torch.cuda.memory._set_memory_metadata, PyTorch 2.10+), most bytes first. Blocks
+    whose alloc entry carries no such string are grouped under placeholders ("(not
+    recorded)", "(none set)", "(allocated before the trace)").
 
     Args:
         path: snapshot file.
         event: after this trace entry (0-based). Default: on a file with an OOM (and no
             device given), the OOM entry; else the end of the trace.
         time: or a time since the first trace entry ("12.5s").
-        by: "site", "annotation" or "role".
+        by: "site", "annotation", "role", "compile_context" or "user_metadata".
         top: rows listed (the rest is summed in other_bytes).
         device: device (default: with event N, the device whose entry N is the OOM; else
             the OOM's device; else the first with a trace). "choice" says why, when the

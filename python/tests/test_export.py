@@ -13,7 +13,17 @@ from conftest import params, real_files, run_cli
 
 duckdb = pytest.importorskip("duckdb", reason="duckdb (python/requirements-test.txt) is not installed")
 
-TABLES = ["trace_events", "allocations", "segments", "blocks", "stacks", "frames", "annotations"]
+TABLES = [
+    "trace_events",
+    "allocations",
+    "segments",
+    "blocks",
+    "stacks",
+    "frames",
+    "annotations",
+    "host_blocks",
+    "host_events",
+]
 
 
 def export(tmp_path: Path, *args: str) -> dict:
@@ -47,6 +57,14 @@ def test_tables_match_summary(path, tmp_path):
         kv = dict(q(con, f"SELECT key::VARCHAR, value::VARCHAR FROM parquet_kv_metadata('{t[name]}')"))
         assert kv.get("fragscope.schema") == "fragscope.export/2", name
     f = str(path)
+    # Pinned host memory: its own table, summing to summary's host figures (none without).
+    host_reserved, host_allocated = q(
+        con,
+        f"SELECT coalesce(sum(size), 0), coalesce(sum(size) FILTER (WHERE state = 'active_allocated'), 0) "
+        f"FROM '{t['host_blocks']}'",
+    )[0]
+    host = summ.get("host") or {}
+    assert (host_reserved, host_allocated) == (host.get("reserved_bytes", 0), host.get("allocated_bytes", 0))
     for dev in summ["devices"]:
         dv = dev["device"]
         entries = q(con, f"SELECT count(*) FROM '{t['trace_events']}' WHERE device = {dv} AND file = '{f}'")[0][0]

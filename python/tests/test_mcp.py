@@ -119,7 +119,7 @@ def test_initialize_and_list_tools():
             if t.name not in ("explain_oom_text", "diff", "predict"):
                 assert "path" in props and t.input_schema["required"][0] == "path", t.name
         by = {t.name: t for t in tools}
-        want = ["site", "annotation", "role"]
+        want = ["site", "annotation", "role", "compile_context", "user_metadata"]
         assert by["top_holders"].input_schema["properties"]["by"].get("enum") == want or any(
             o.get("enum") == want for o in by["top_holders"].input_schema["properties"]["by"].get("anyOf", [])
         )
@@ -205,9 +205,10 @@ def test_every_tool_on_real_snapshots_equals_the_cli(tmp_path):
             # The state at the end is the recorded final state.
             assert end["state"]["reserved_bytes"] == dev["reserved_bytes"]
             assert end["state"]["allocated_bytes"] == dev["allocated_bytes"]
-            for by in ("site", "annotation", "role"):
+            for by in ("site", "annotation", "role", "compile_context", "user_metadata"):
                 got = payload(await s.call_tool("top_holders", {"path": p, "event": k, "by": by, "top": 3}))
                 want = cli_json("state", "--json", p, "--at", str(k), "--by", by, "--top", "3")
+                assert got["holders_by"] == by, got
                 assert got["holders"] == want["holders"] and len(got["holders"]) <= 3
                 assert got["holders_total_bytes"] == sum(h["bytes"] for h in got["holders"]) + got["other_bytes"]
             # By role, every role listed (7 at most): the roles' blocks are the live blocks.

@@ -43,8 +43,13 @@ pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, Error> {
 /// A snapshot as every command analyses it: what `skip_actions` left out restored where
 /// the trace determines it, and how the file was recorded in `notes.recording`
 /// ([`fragscope_snapshot::recording::prepare`]).
+/// A trace without segment events whose replay from the recorded state is exact is said
+/// to have started warm, not to have lost its segment events to `skip_actions`.
 pub fn prepared(mut snap: Snapshot) -> Snapshot {
-    fragscope_snapshot::recording::prepare(&mut snap);
+    fragscope_snapshot::recording::prepare_with(&mut snap, &|s, d| {
+        let r = fragscope_replay::verify(s, d, &fragscope_replay::ReplayOptions::default());
+        r.allocs > 0 && r.fully_matched() && r.divergences == 0 && r.final_state_matches != Some(false)
+    });
     snap
 }
 

@@ -162,6 +162,11 @@ pub struct Analysis {
     pub era: Era,
     /// Recorded `PYTORCH_CUDA_ALLOC_CONF` (canonical; `null` before 2.3 files).
     pub recorded_config: Option<String>,
+    /// How the file was recorded, one line each (the snapshot's `notes.recording`:
+    /// `skip_actions`, history never switched on, one `MemPool`, a warm start); absent from
+    /// the JSON when empty. The text prints them before the analysis (`Recording: ...`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recording: Vec<String>,
     /// The file's first OOM ([`crate::oom::first_oom`]): the device and entry every front end
     /// leads with; `null` without one.
     pub oom: Option<OomLead>,
@@ -255,6 +260,7 @@ fn analyze_indexed(
     Analysis {
         format: snap.format,
         recorded_config: snap.recorded_settings().map(|_| replay::recorded_config(snap).to_conf_string()),
+        recording: snap.notes.recording.clone(),
         oom,
         findings,
         device_imbalance,

@@ -6,8 +6,11 @@
 //! memory may be reused, each recorded `oom` a request the recording could not serve
 //! (a probe: served and freed at once by a policy that can). Blocks alive before the
 //! trace (freed in it without being allocated in it, or live in the final `segments`
-//! without an `alloc`) are requested first, in address order. Pools are ignored: every
-//! request goes to its stream's default pool.
+//! without an `alloc`) are requested first, in address order. Private pools (CUDA graphs,
+//! `MemPool`s): every policy keeps its free memory per stream and never lends it to
+//! another stream, so each (stream, private pool) pair is given to the policies as a
+//! stream of its own ([`PoolLanes`]): no memory moves between a private pool and the
+//! default pools, as in PyTorch. What that leaves out is said in the report's notes.
 //!
 //! [`lab`] runs every asked policy twice: on an unlimited device (peak reserved, the
 //! ratio to peak live bytes, driver calls, speed) and on the recorded capacity (does the
@@ -168,9 +171,46 @@ pub struct LabWorkload {
     pub notes: Vec<String>,
 }
 
+/// The stream each request is served on by the lab's policies: its own stream in the
+/// default pools, and a stream of its own for each (stream, private pool) pair, numbered
+/// down from `u64::MAX` past every stream the trace or the segments use.
+struct PoolLanes {
+    used: std::collections::HashSet<u64>,
+    lanes: HashMap<(u64, (u64, u64)), u64>,
+    next: u64,
+}
+
+impl PoolLanes {
+    fn new(snap: &Snapshot, device: i64) -> PoolLanes {
+        let mut used: std::collections::HashSet<u64> = snap.trace(device).iter().map(|e| snap.stream(e)).collect();
+        used.extend(snap.segments.iter().filter(|s| s.device == device).map(|s| s.stream));
+        PoolLanes { used, lanes: HashMap::new(), next: u64::MAX }
+    }
+
+    fn lane(&mut self, stream: u64, pool: Option<(u64, u64)>) -> u64 {
+        let Some(pool) = pool.filter(|&p| p != fragscope_alloc::DEFAULT_POOL) else { return stream };
+        if let Some(&l) = self.lanes.get(&(stream, pool)) {
+            return l;
+        }
+        while self.used.contains(&self.next) {
+            self.next -= 1;
+        }
+        let l = self.next;
+        self.used.insert(l);
+        self.lanes.insert((stream, pool), l);
+        l
+    }
+
+    /// The private pools met.
+    fn pools(&self) -> usize {
+        self.lanes.keys().map(|(_, p)| p).collect::<std::collections::HashSet<_>>().len()
+    }
+}
+
 /// Reduce `device`'s trace to a [`Workload`] (see the module doc).
 pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
     let trace = snap.trace(device);
+    let mut lanes = PoolLanes::new(snap, device);
     let release = if trace.iter().any(|e| e.action == Action::FreeCompleted) {
         Action::FreeCompleted
     } else {
@@ -187,7 +227,7 @@ pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
             }
             a if a == release => {
                 if !seen.contains_key(&e.addr) {
-                    pre.push((e.addr, e.size, snap.stream(e)));
+                    pre.push((e.addr, e.size, lanes.lane(snap.stream(e), snap.pool_id(e))));
                 }
                 seen.insert(e.addr, false);
             }
@@ -198,7 +238,8 @@ pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
     for seg in snap.segments.iter().filter(|s| s.device == device) {
         for b in &seg.blocks {
             if b.state != BlockState::Inactive && !seen.contains_key(&b.address) {
-                pre.push((b.address, b.requested_size.filter(|&r| r > 0).unwrap_or(b.size), seg.stream));
+                let lane = lanes.lane(seg.stream, seg.segment_pool_id);
+                pre.push((b.address, b.requested_size.filter(|&r| r > 0).unwrap_or(b.size), lane));
             }
         }
     }
@@ -249,13 +290,14 @@ pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
             Action::Alloc => {
                 // An address allocated again while live (not allocator-consistent): the
                 // older block stays live, as in the recording.
-                if live.insert(e.addr, w.malloc(e.size, snap.stream(e), site(e))).is_some() {
+                let lane = lanes.lane(snap.stream(e), snap.pool_id(e));
+                if live.insert(e.addr, w.malloc(e.size, lane, site(e))).is_some() {
                     realloc += 1;
                 }
                 trace_index.push(i);
             }
             Action::Oom => {
-                w.probe(e.size, snap.stream(e), site(e));
+                w.probe(e.size, lanes.lane(snap.stream(e), snap.pool_id(e)), site(e));
                 recorded_ooms.push((i, e.addr));
                 trace_index.push(i);
             }
@@ -275,8 +317,15 @@ pub fn workload_of(snap: &Snapshot, device: i64) -> LabWorkload {
     if release == Action::FreeRequested && trace.iter().any(|e| e.action == Action::FreeRequested) {
         notes.push("no free_completed in the trace: memory taken as reusable at free_requested".into());
     }
-    if trace.iter().any(|e| snap.pool_id(e).is_some_and(|p| p != fragscope_alloc::DEFAULT_POOL)) {
-        notes.push("requests of private pools (CUDA graphs, MemPools) served as ordinary requests".into());
+    if !lanes.lanes.is_empty() {
+        notes.push(format!(
+            "{} private pool(s) (CUDA graphs, MemPools): each (stream, pool) pair served apart, as a stream of its \
+             own ({} in all), so no policy moves memory between a private pool and the default pools; not modelled: \
+             a private pool's free memory is given back with the rest at empty_cache() and before an OOM, where \
+             PyTorch gives it back only once the pool is freeable",
+            lanes.pools(),
+            lanes.lanes.len()
+        ));
     }
     LabWorkload { workload: w, trace_index, pre_existing: pre.len() as u64, recorded_ooms, notes }
 }

@@ -164,6 +164,24 @@ pub struct WhatIf {
     pub snapshot: Option<Snapshot>,
 }
 
+/// The note every what-if of `snap` carries when parts of its recorded settings string
+/// could not be read ([`super::unread_settings`]): the what-if's settings are built on the
+/// recorded ones ([`super::config_on_top`]), so those parts are missing from it as from the
+/// replay of the recording. `None` when every part was read.
+pub fn unread_settings_note(snap: &Snapshot) -> Option<String> {
+    let unread = super::unread_settings(snap);
+    if unread.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = unread.iter().map(|u| format!("{:?} ({})", u.item, u.error)).collect();
+    Some(format!(
+        "the recorded PYTORCH_CUDA_ALLOC_CONF has {} part(s) fragscope cannot read; this what-if runs without \
+         them too (those options at their defaults unless it sets them): {}",
+        unread.len(),
+        parts.join("; ")
+    ))
+}
+
 /// Replay `device`'s workload under `cfg` on a device of `capacity` bytes (unlimited
 /// when `None`), with synthetic addresses.
 pub fn simulate(snap: &Snapshot, device: i64, cfg: AllocatorConfig, capacity: Option<u64>) -> WhatIf {
@@ -193,6 +211,7 @@ pub fn simulate_ops(
     let private_pools = super::driver::private_pool_note(snap, device);
     let has_private_pools = private_pools.is_some();
     notes.extend(private_pools);
+    notes.extend(unread_settings_note(snap));
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     // Events are always read: the driver work is counted from them.
     eng.set_record_events(true);

@@ -31,7 +31,9 @@
 //!
 //! [`recording`] tells how a file was recorded (history never switched on, one
 //! `MemPool` only, actions `skip_actions` left out) and restores what the trace
-//! determines; front ends call [`recording::prepare`] after reading.
+//! determines; front ends call [`recording::prepare`] after reading (or
+//! [`recording::prepare_with`], whose replay check tells a warm start from segment events
+//! left out).
 //!
 //! ```no_run
 //! let snap = fragscope_snapshot::read_path("snapshot.pickle".as_ref()).unwrap();

@@ -76,6 +76,12 @@ pub struct Recording {
     /// events missing: every segment predates the recording (a warm cache), or
     /// `skip_actions` left them out; the file cannot tell which.
     pub no_segment_events: Vec<i64>,
+    /// Of [`Recording::no_segment_events`], the devices a warm cache explains: replayed from
+    /// the recorded state (every segment there before the first entry), the trace needs no
+    /// `cudaMalloc` and every decision matches (`replay --verify` exact). Their line says
+    /// the recording started warm, not that `skip_actions` may have dropped the segment
+    /// events. Filled by [`prepare_with`]'s caller-given check (this crate cannot replay).
+    pub started_warm: Vec<i64>,
 }
 
 /// The hint for a snapshot taken without `_record_memory_history`: one line.
@@ -106,6 +112,14 @@ impl Recording {
             ));
         }
         for d in &self.no_segment_events {
+            if self.started_warm.contains(d) {
+                out.push(format!(
+                    "device {d}: started warm: no cudaMalloc was needed (the trace allocates but holds no segment \
+                     event, and replayed from the recorded state every block it needed was already cached; replay \
+                     --verify is exact)"
+                ));
+                continue;
+            }
             out.push(format!(
                 "device {d}: the trace allocates but holds no segment event: either every segment predates the \
                  recording, or skip_actions left segment_alloc/segment_free out (then reserved memory over the trace \
@@ -165,7 +179,15 @@ pub fn recording(snap: &Snapshot) -> Recording {
         skipped.extend(found);
     }
     let segment_list_2x = is_segment_list_2x(snap);
-    Recording { history_off, state_only, one_pool, segment_list_2x, skipped, no_segment_events }
+    Recording {
+        history_off,
+        state_only,
+        one_pool,
+        segment_list_2x,
+        skipped,
+        no_segment_events,
+        started_warm: Vec::new(),
+    }
 }
 
 /// Whether `snap` is a list of segments with 2.x keys ([`Recording::segment_list_2x`]).
@@ -361,8 +383,17 @@ impl Restored {
 /// finding and per change in [`crate::ReadNotes::recording`]. Returns the findings (as
 /// they were before the restoring).
 pub fn prepare(snap: &mut Snapshot) -> Recording {
-    let rec = recording(snap);
+    prepare_with(snap, &|_, _| false)
+}
+
+/// [`prepare`], with `warm_exact(snap, device)` deciding, for each device whose trace
+/// allocates without a segment event, whether a warm cache explains it (the replay from
+/// the recorded state is exact: [`Recording::started_warm`]). Front ends that can replay
+/// pass `replay::verify`; the check runs only on such devices.
+pub fn prepare_with(snap: &mut Snapshot, warm_exact: &dyn Fn(&Snapshot, i64) -> bool) -> Recording {
+    let mut rec = recording(snap);
     let restored = restore_skipped(snap, &rec);
+    rec.started_warm = rec.no_segment_events.iter().copied().filter(|&d| warm_exact(snap, d)).collect();
     let mut lines = rec.lines();
     lines.extend(restored.iter().map(Restored::line));
     snap.notes.recording = lines;
@@ -473,6 +504,22 @@ mod tests {
         assert!(r.skipped.is_empty());
         assert_eq!(r.no_segment_events, [0]);
         assert!(r.lines()[0].contains("either every segment predates the recording"));
+        // When the caller's replay explains it by a warm cache, the line says so instead;
+        // the check is asked only for the devices without segment events.
+        let mut asked = std::cell::RefCell::new(Vec::new());
+        let mut w = s.clone();
+        let r = prepare_with(&mut w, &|_, d| {
+            asked.borrow_mut().push(d);
+            true
+        });
+        assert_eq!((asked.get_mut().as_slice(), r.started_warm.as_slice()), (&[0][..], &[0][..]));
+        assert!(w.notes.recording[0].starts_with("device 0: started warm: no cudaMalloc was needed"), "{:?}", w.notes);
+        assert!(!w.notes.recording[0].contains("skip_actions"));
+        let mut w = s.clone();
+        prepare_with(&mut w, &|_, _| false);
+        assert!(w.notes.recording[0].contains("either every segment predates the recording"));
+        let mut full = snap(vec![TraceEvent::new(SegmentAlloc, 0x1000, 4096), ev(Alloc, 0x1000)]);
+        prepare_with(&mut full, &|_, _| panic!("asked only without segment events"));
         let mut s = snap(vec![ev(Alloc, 0x1000), ev(Alloc, 0x9000)]);
         // A profiler trace: no allocator recording, nothing to say.
         s.format = SourceFormat::Kineto;

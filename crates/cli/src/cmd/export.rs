@@ -322,7 +322,7 @@ use Kind::{Bool, Str, I64};
 type TableSpec = (&'static str, &'static [(&'static str, Kind, bool)]);
 
 /// The tables, in the order [`export_snapshot`] fills them.
-const TABLES: [TableSpec; 7] = [
+const TABLES: [TableSpec; 9] = [
     (
         "trace_events",
         &[
@@ -417,6 +417,34 @@ const TABLES: [TableSpec; 7] = [
             ("stage", Str, false),
         ],
     ),
+    // Pinned host memory (`host_segments`, `host_traces`): CPU RAM held by the pinned
+    // (page-locked) allocator, in tables of their own so that no sum over the device
+    // tables ever counts it.
+    (
+        "host_blocks",
+        &[
+            ("file", Str, false),
+            ("segment_address", I64, false),
+            ("segment_size", I64, false),
+            ("address", I64, false),
+            ("size", I64, false),
+            ("requested_size", I64, true),
+            ("state", Str, false),
+            ("stack_id", I64, true),
+        ],
+    ),
+    (
+        "host_events",
+        &[
+            ("file", Str, false),
+            ("idx", I64, false),
+            ("action", Str, false),
+            ("addr", I64, false),
+            ("size", I64, false),
+            ("time_us", I64, true),
+            ("stack_id", I64, true),
+        ],
+    ),
 ];
 
 /// Creates the tables ([`TABLES`]) in `dir`.
@@ -438,7 +466,9 @@ fn opt_time(t: i64) -> V<'static> {
 
 /// Writes one snapshot's rows into the tables.
 fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), CliError> {
-    let [trace, allocs, segs, blocks, stacks, frames, anns] = t else { unreachable!("seven tables") };
+    let [trace, allocs, segs, blocks, stacks, frames, anns, host_blocks, host_events] = t else {
+        unreachable!("nine tables")
+    };
     // The file's name is a cell of every row of the two long tables: kept for the
     // process's life (a few bytes per file exported), its cells are shared buffers
     // without a count ([`V::T`]).
@@ -467,6 +497,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
         allocations?;
     }
     write_segments(file, snap, segs, blocks, &mut used)?;
+    write_host(file, snap, host_blocks, host_events, &mut used)?;
     write_stacks(file, snap, used, stacks, frames)?;
     for a in snap.external_annotations.iter().flatten() {
         anns.row(&[V::S(file), V::I(a.device), V::I(a.time_us), V::S(&a.name), V::S(&a.stage)])?;
@@ -615,6 +646,45 @@ fn write_segments(
                 site.as_deref().map_or(V::N, V::S),
             ])?;
         }
+    }
+    Ok(())
+}
+
+/// Writes pinned host memory: every block of every `host_segments` entry into
+/// `host_blocks`, every `host_traces` entry into `host_events` (none when not recorded).
+fn write_host(
+    file: &str,
+    snap: &Snapshot,
+    blocks: &mut Table,
+    events: &mut Table,
+    used: &mut HashSet<StackId>,
+) -> Result<(), CliError> {
+    for s in snap.host_segments.iter().flatten() {
+        for b in &s.blocks {
+            note(used, b.stack);
+            blocks.row(&[
+                V::S(file),
+                V::I(s.address as i64),
+                V::I(s.total_size as i64),
+                V::I(b.address as i64),
+                V::I(b.size as i64),
+                b.requested_size.map_or(V::N, |r| V::I(r as i64)),
+                V::T(b.state.as_str()),
+                sid(b.stack),
+            ])?;
+        }
+    }
+    for (i, e) in snap.host_traces.iter().flatten().enumerate() {
+        note(used, e.stack);
+        events.row(&[
+            V::S(file),
+            V::I(i as i64),
+            V::T(e.action.as_str()),
+            V::I(e.addr as i64),
+            V::I(e.size as i64),
+            opt_time(e.time_us),
+            sid(e.stack),
+        ])?;
     }
     Ok(())
 }

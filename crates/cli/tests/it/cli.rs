@@ -214,4 +214,16 @@ fn unreadable_recorded_settings_are_named_in_summary_and_replay() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("part(s) fragscope cannot read") && text.contains("\"some_future_option:7\""), "{text}");
     assert!(text.contains("3/3"), "the 12 MiB segments replay exactly: {text}");
+    // What-ifs run on top of the recorded settings: their notes say the part is missing
+    // from them too (replay --config, analyze --what-if).
+    let whatif_note = "this what-if runs without them too";
+    let out = fragscope(&["replay", f.to_str().unwrap(), "--config", "expandable_segments:True"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let note = text.lines().find(|l| l.contains(whatif_note)).unwrap_or_else(|| panic!("{text}"));
+    assert!(note.contains("\"some_future_option:7\""), "{note}");
+    let out = fragscope(&["analyze", "--what-if", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.contains(whatif_note) && l.contains("some_future_option:7")), "{text}");
 }

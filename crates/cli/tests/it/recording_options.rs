@@ -137,6 +137,14 @@ fn skipped_allocs_are_named_and_the_trace_set_aside() {
     assert_eq!(err.lines().count(), 1, "{err}");
     let a = ok(&["analyze", ps]);
     assert!(a.starts_with("Recording: device 0: alloc entries were not recorded"), "{a}");
+    // analyze --json carries the same lines as the text (`recording`, as summary's notes).
+    let j: Value = serde_json::from_str(&ok(&["analyze", "--json", ps])).unwrap();
+    let lines: Vec<&str> = j["files"][0]["recording"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    let text: Vec<&str> = a.lines().filter_map(|l| l.strip_prefix("Recording: ")).collect();
+    assert!(!lines.is_empty() && lines == text, "{lines:?} vs {text:?}");
+    // A full recording has nothing to say: no key.
+    let j: Value = serde_json::from_str(&ok(&["analyze", "--json", full.to_str().unwrap()])).unwrap();
+    assert!(j["files"][0].get("recording").is_none());
 }
 
 /// Segment events skipped: with no proof in the file (every alloc inside a segment that
@@ -348,7 +356,47 @@ fn pinned_host_memory_is_shown_apart() {
     let st = ok(&["state", p.to_str().unwrap()]);
     assert!(st.contains("Pinned host memory at the end of the recording"), "{st}");
     assert!(st.contains("80.00 MiB pinned, 64.00 MiB in use, 16.00 MiB cached free"), "{st}");
+    // export: host memory in tables of its own, never in the device tables.
+    let out = dir.join("export");
+    ok(&["export", "-o", out.to_str().unwrap(), p.to_str().unwrap()]);
+    let host_blocks = parquet_rows(&out.join("host_blocks.parquet"));
+    let cell = |row: &Vec<(String, String)>, k: &str| row.iter().find(|(n, _)| n == k).unwrap().1.clone();
+    let sizes: Vec<u64> = host_blocks.iter().map(|r| cell(r, "size").parse().unwrap()).collect();
+    assert_eq!(sizes, [64 * mib, 16 * mib]);
+    assert_eq!(cell(&host_blocks[0], "state"), "\"active_allocated\"");
+    let host_events = parquet_rows(&out.join("host_events.parquet"));
+    let actions: Vec<String> = host_events.iter().map(|r| cell(r, "action")).collect();
+    assert_eq!(actions.len(), 6);
+    assert_eq!((actions[0].as_str(), actions[5].as_str()), ("\"segment_alloc\"", "\"free_completed\""));
+    let full_out = dir.join("export-full");
+    ok(&["export", "-o", full_out.to_str().unwrap(), src.to_str().unwrap()]);
+    for table in ["segments", "blocks", "trace_events"] {
+        let n = |d: &Path| parquet_rows(&d.join(format!("{table}.parquet"))).len();
+        assert_eq!(n(&out), n(&full_out), "{table}: no host row among the device rows");
+    }
+    assert!(parquet_rows(&full_out.join("host_blocks.parquet")).is_empty());
     // A file without the keys: no section, no key.
     let j: Value = serde_json::from_str(&ok(&["summary", "--json", src.to_str().unwrap()])).unwrap();
     assert!(j["files"][0].get("host").is_none());
+}
+
+/// Warm recordings (the trace allocates with no segment event, and the replay from the
+/// recorded state needs no cudaMalloc and matches every decision): said to have started
+/// warm, not suspected of `skip_actions`; `analyze --json` carries the same line.
+#[test]
+fn warm_recordings_are_said_to_start_warm() {
+    for name in ["cs336-magma27-mostly-cached.pickle", "pytorchblog-resnet50-train-cppframes.pickle"] {
+        let Some(p) = real_file(name) else { return };
+        let ps = p.to_str().unwrap();
+        let v: Value = serde_json::from_str(&ok(&["replay", "--verify", "--json", ps])).unwrap();
+        let d = &v["files"][0]["devices"][0];
+        assert_eq!(d["segment_events"], 0, "{name}");
+        assert_eq!(d["allocs_matched"], d["allocs"], "{name}: exact");
+        let s = ok(&["summary", ps]);
+        assert!(s.contains("device 0: started warm: no cudaMalloc was needed"), "{name}:\n{s}");
+        assert!(!s.contains("skip_actions left segment_alloc"), "{name}:\n{s}");
+        let a: Value = serde_json::from_str(&ok(&["analyze", "--json", ps])).unwrap();
+        let lines = a["files"][0]["recording"].as_array().unwrap();
+        assert!(lines.iter().any(|l| l.as_str().unwrap().contains("started warm")), "{name}: {lines:?}");
+    }
 }

@@ -354,3 +354,34 @@ fn a_saved_what_if_run_keeps_its_pools_and_replays_exactly() {
         assert!(r.allocs >= 5, "[{conf}]");
     }
 }
+
+/// The allocator lab serves a private pool's requests apart from the default pools (each
+/// (stream, pool) pair a stream of its own to the policies): PyTorch's row reserves what
+/// the recording reserved, a new segment for the graph's request though the default pool
+/// holds a free block that fits, and every policy's peak counts the two apart.
+#[test]
+fn the_lab_serves_a_private_pool_apart() {
+    let mut run = Run::new(8 << 30);
+    let w = run.malloc(6 * MIB, DEFAULT_POOL).unwrap();
+    run.free(w);
+    let g = run.malloc(6 * MIB, GRAPH).unwrap();
+    assert_ne!(g, w, "the graph's request takes a segment of its own");
+    let snap = run.finish();
+    let reserved: u64 = snap.segments.iter().map(|s| s.total_size).sum();
+    assert_eq!(reserved, 40 * MIB, "two 20 MiB segments");
+    exact(&snap);
+    let lw = fragscope_replay::workload_of(&snap, 0);
+    assert_eq!(lw.workload.streams().len(), 2, "the graph's pool is a stream of its own");
+    assert!(
+        lw.notes.iter().any(|n| n.starts_with("1 private pool(s)") && n.contains("served apart")),
+        "{:?}",
+        lw.notes
+    );
+    let specs = [fragscope_replay::PolicySpec::PyTorch(String::new()), fragscope_replay::PolicySpec::BestFit];
+    let rep = fragscope_replay::lab(&snap, 0, &specs, None);
+    let pytorch = rep.rows.iter().find(|r| r.policy.starts_with("pytorch")).unwrap();
+    assert_eq!(pytorch.peak_reserved, reserved, "{:?}", rep.rows);
+    // Best fit reuses nothing across streams either: at least the two requests.
+    let best = rep.rows.iter().find(|r| !r.policy.starts_with("pytorch")).unwrap();
+    assert!(best.peak_reserved >= 12 * MIB, "{:?}", rep.rows);
+}
