@@ -501,7 +501,7 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
             "  Free space there        {} free in the cache, largest free block {}, free-space fragmentation {}",
             bytes(s.cached_free_bytes),
             bytes(s.largest_free_block_bytes),
-            s.free_space_fragmentation.map_or("n/a".to_string(), |x| format!("{x:.3}"))
+            s.free_space_fragmentation.map_or("n/a".to_string(), percent)
         );
     } else if let Some(n) = &d.fragmentation.at_reserved_peak_note {
         let _ = writeln!(o, "  Free space there        {n}");
@@ -509,8 +509,8 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
     if !tl.history_complete {
         let _ = writeln!(
             o,
-            "  Note: recording began mid-run; {} blocks ({}) live before the trace were seeded from the final state.",
-            tl.seeded.blocks,
+            "  Note: recording began mid-run; {} ({}) live before the trace were seeded from the final state.",
+            crate::output::count_of(tl.seeded.blocks as u64, "block", "blocks"),
             bytes(tl.seeded.allocated_bytes)
         );
     }
@@ -564,10 +564,10 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "  At the {name} ({}): {} live in {} blocks{}",
+        "  At the {name} ({}): {} live in {}{}",
         ev_at(p.event_index),
         bytes(p.live_bytes),
-        p.live_blocks,
+        crate::output::count_of(p.live_blocks as u64, "block", "blocks"),
         if p.before_trace_bytes > 0 {
             format!(", {} of it allocated before recording", bytes(p.before_trace_bytes))
         } else {
@@ -595,7 +595,11 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
     if !p.by_annotation.is_empty() {
         let _ = writeln!(o, "    By record_function scope (where the live blocks were allocated):");
         for a in &p.by_annotation {
-            let _ = writeln!(o, "    {:>12}  {:>5} blocks  {}", bytes(a.bytes), a.blocks, a.name);
+            let _ = writeln!(o, "    {:>12}  {:>5} {:<6}  {}",
+                bytes(a.bytes),
+                a.blocks,
+                if a.blocks == 1 { "block" } else { "blocks" },
+                a.name);
         }
     }
     // The strings PyTorch attaches to each allocation, listed as the scopes are.
@@ -606,7 +610,11 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
         if !rows.is_empty() {
             let _ = writeln!(o, "    {what}");
             for a in rows {
-                let _ = writeln!(o, "    {:>12}  {:>5} blocks  {}", bytes(a.bytes), a.blocks, a.name);
+                let _ = writeln!(o, "    {:>12}  {:>5} {:<6}  {}",
+                bytes(a.bytes),
+                a.blocks,
+                if a.blocks == 1 { "block" } else { "blocks" },
+                a.name);
             }
         }
     }
