@@ -459,16 +459,30 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
     let tl = &d.fragmentation.timeline;
     let series: &[SeriesPoint] = &tl.series;
     let max = series.iter().map(|p| p.max.reserved.max(p.max.active)).max().unwrap_or(0);
+    // Every curve's peak on the curves' own sizes (the block's final size, else the rounded
+    // request), so that active ≥ allocated holds between the rows. The peak allocated of the
+    // glossary counts blocks as memory_stats() does (the replay's block sizes); where the
+    // two differ it is named beside the curve, not printed as the curve's peak.
+    let alloc_curve: Vec<u64> = series.iter().map(|p| p.max.allocated).collect();
+    let alloc_curve_peak = alloc_curve.iter().copied().max().unwrap_or(0);
     let curves: [(&str, Vec<u64>, u64); 4] = [
         ("reserved", series.iter().map(|p| p.max.reserved).collect(), tl.peak_reserved.bytes),
         ("active", series.iter().map(|p| p.max.active).collect(), tl.peak_active.bytes),
-        ("allocated", series.iter().map(|p| p.max.allocated).collect(), tl.peak_allocated.bytes),
+        ("allocated", alloc_curve, if series.is_empty() { tl.peak_allocated.bytes } else { alloc_curve_peak }),
         ("requested", series.iter().map(|p| p.max.requested).collect(), tl.peak_requested.bytes),
     ];
     let entries = crate::output::count_of(tl.events as u64, "trace entry", "trace entries");
     let _ = writeln!(o, "  {entries}; curves show the maximum per bucket, one scale:");
     for (name, v, peak) in &curves {
-        let _ = writeln!(o, "  {name:<10} {}  peak {}", sparkline(v, max), bytes(*peak));
+        let label = if *name == "allocated" && *peak != tl.peak_allocated.bytes {
+            format!(
+                " (the trace's block sizes; peak allocated as memory_stats() counts it: {})",
+                bytes(tl.peak_allocated.bytes)
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(o, "  {name:<10} {}  peak {}{label}", sparkline(v, max), bytes(*peak));
     }
     if tl.reserved_source != ReservedSource::Segments {
         let _ = writeln!(o, "  (reserved from: {})", tl.reserved_source);
