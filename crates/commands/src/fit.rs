@@ -266,8 +266,8 @@ pub struct DeviceFit {
     pub peak_allocated_unlimited: u64,
     /// When the recording began warm: the cache PyTorch held before its first entry
     /// (reserved, no tensor in it), which every replay here keeps as recorded, so that
-    /// "as recorded needs" can exceed what the live tensors need. `null`: nothing was
-    /// cached before the trace (or a predicted run).
+    /// "as recorded needs" can exceed what the live tensors need. `null`: less than 1% of
+    /// the peak reserved was cached before the trace (or a predicted run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cached_before_trace: Option<CachedBeforeTrace>,
     pub cards: Vec<CardFit>,
@@ -288,19 +288,22 @@ pub struct CachedBeforeTrace {
 }
 
 impl CachedBeforeTrace {
-    /// `None` when the replay began with nothing cached.
+    /// `None` when the replay began with less than 1% of its peak reserved cached (a
+    /// rounding's worth that no verdict turns on).
     fn of(w: &WhatIf) -> Option<CachedBeforeTrace> {
         let cached = w.reserved_before_trace.saturating_sub(w.allocated_before_trace);
-        if cached == 0 {
+        if cached == 0 || cached.saturating_mul(100) < w.peak_reserved {
             return None;
         }
         let note = format!(
             "the recording began warm: {} reserved before its first entry, {} of it cached with no tensor in it; \
-             every replay here starts from that state as recorded and holds that cache, so the peaks include it. \
-             torch.cuda.empty_cache() before the step, or a fresh process, would not hold it; no change fit tries \
-             drops it before the trace (empty_cache() at every step boundary releases it from the first boundary on)",
+             every replay here starts from that state as recorded and holds that cache, so the peaks include it and \
+             no card below {} fits here. torch.cuda.empty_cache() before the step, or a fresh process, would not \
+             hold it; no change fit tries drops it (record from a fresh process, or after empty_cache(), to fit \
+             without it)",
             fs(w.reserved_before_trace),
-            fs(cached)
+            fs(cached),
+            fs(w.reserved_before_trace)
         );
         Some(CachedBeforeTrace {
             reserved_bytes: w.reserved_before_trace,
@@ -671,7 +674,7 @@ impl<'a> Dev<'a> {
             .any(|k| roles.by_role.get(*k).is_some_and(|r| r.blocks > 0 || r.max > 0));
         let zero_not_applicable = match (shardable, steps.steps.is_empty()) {
             (true, _) => None,
-            (false, true) => Some(format!("no training step in the trace ({})", steps.describe())),
+            (false, true) => Some(steps.describe()),
             (false, false) => Some("no optimizer state or gradients found to shard".to_string()),
         };
         let n_layers = steps.steps.iter().filter_map(|s| s.layers).max().unwrap_or(0);

@@ -609,11 +609,14 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
     if !p.by_annotation.is_empty() {
         let _ = writeln!(o, "    By record_function scope (where the live blocks were allocated):");
         for a in &p.by_annotation {
-            let _ = writeln!(o, "    {:>12}  {:>5} {:<6}  {}",
+            let _ = writeln!(
+                o,
+                "    {:>12}  {:>5} {:<6}  {}",
                 bytes(a.bytes),
                 a.blocks,
                 if a.blocks == 1 { "block" } else { "blocks" },
-                a.name);
+                a.name
+            );
         }
     }
     // The strings PyTorch attaches to each allocation, listed as the scopes are.
@@ -624,11 +627,14 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
         if !rows.is_empty() {
             let _ = writeln!(o, "    {what}");
             for a in rows {
-                let _ = writeln!(o, "    {:>12}  {:>5} {:<6}  {}",
-                bytes(a.bytes),
-                a.blocks,
-                if a.blocks == 1 { "block" } else { "blocks" },
-                a.name);
+                let _ = writeln!(
+                    o,
+                    "    {:>12}  {:>5} {:<6}  {}",
+                    bytes(a.bytes),
+                    a.blocks,
+                    if a.blocks == 1 { "block" } else { "blocks" },
+                    a.name
+                );
             }
         }
     }

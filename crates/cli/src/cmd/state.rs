@@ -100,12 +100,15 @@ fn render_text(o: &StateOut) -> String {
     s.push_str(&pool_bands_text(&o.pools));
     let _ = writeln!(s, "\nWho holds the {} allocated (by {}):", bytes(o.holders_total_bytes), o.holders_by);
     for h in &o.holders {
-        let _ = writeln!(s, "  {:>12}  {:>5.1}%  {:>6} {:<6}  {}",
+        let _ = writeln!(
+            s,
+            "  {:>12}  {:>5.1}%  {:>6} {:<6}  {}",
             bytes(h.bytes),
             h.share * 100.0,
             h.blocks,
             if h.blocks == 1 { "block" } else { "blocks" },
-            h.key);
+            h.key
+        );
     }
     if o.other_bytes > 0 {
         let _ = writeln!(s, "  {:>12}  (the rest)", bytes(o.other_bytes));
