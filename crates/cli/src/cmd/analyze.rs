@@ -525,7 +525,7 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
         let _ = writeln!(
             o,
             "  Note: recording began mid-run; {} ({}) live before the trace were seeded from the final state.",
-            crate::output::count_of(tl.seeded.blocks as u64, "block", "blocks"),
+            crate::output::count_of(tl.seeded.blocks, "block", "blocks"),
             bytes(tl.seeded.allocated_bytes)
         );
     }
@@ -582,7 +582,7 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
         "  At the {name} ({}): {} live in {}{}",
         ev_at(p.event_index),
         bytes(p.live_bytes),
-        crate::output::count_of(p.live_blocks as u64, "block", "blocks"),
+        crate::output::count_of(p.live_blocks, "block", "blocks"),
         if p.before_trace_bytes > 0 {
             format!(", {} of it allocated before recording", bytes(p.before_trace_bytes))
         } else {

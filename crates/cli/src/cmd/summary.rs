@@ -366,7 +366,7 @@ fn trace_text(d: &DeviceSummary) -> String {
             "Inconsistent".into(),
             format!(
                 "{} left live by the trace {} missing from the final state",
-                output::count_of(t.trace_live_missing_from_state as u64, "block", "blocks"),
+                output::count_of(t.trace_live_missing_from_state, "block", "blocks"),
                 if t.trace_live_missing_from_state == 1 { "is" } else { "are" }
             ),
         ));
