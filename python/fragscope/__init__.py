@@ -247,7 +247,7 @@ class Summary(Result):
     def _headline(self) -> str:
         parts = [
             f"device {d['device']}: reserved {_fmt_bytes(d['reserved_bytes'])}, allocated {_fmt_bytes(d['allocated_bytes'])}, "
-            f"free-space fragmentation {d['fragmentation']['free_space_fragmentation']:.3f}, {d['trace']['events']:,} trace events"
+            f"free-space fragmentation {d['fragmentation']['free_space_fragmentation'] * 100:.1f}%, {d['trace']['events']:,} trace events"
             for d in self._devices()[:4]
         ]
         more = len(self._devices()) - 4
@@ -264,7 +264,7 @@ class Summary(Result):
                     _fmt_bytes(d["reserved_bytes"]),
                     d["segments"],
                     _fmt_bytes(f["largest_free_block_bytes"]),
-                    f"{f['free_space_fragmentation']:.3f}",
+                    f"{f['free_space_fragmentation'] * 100:.1f}%",
                     f"{d['trace']['events']:,}",
                 )
             )
@@ -348,8 +348,21 @@ class Replay(Result):
     def _headline(self) -> str:
         parts = []
         for d in self._devices()[:4]:
-            p = f"device {d['device']}: model matches {d['allocs_matched']}/{d['allocs']} allocations, {d['divergences']} divergences"
             runs = d.get("whatif") or []
+            # The OOM first: under a capacity it is the answer, and the verify counts that
+            # follow (divergences included) are about the model, not about fitting.
+            ooms = [w for w in runs if w.get("first_oom")]
+            lead = ""
+            if ooms:
+                o = ooms[0]["first_oom"]
+                lead = (
+                    f"OOM: {_run_name(ooms[0])} runs out of memory at trace entry {o['index']} "
+                    f"(a {_fmt_bytes(o['requested'])} request with {_fmt_bytes(o['reserved'])} reserved)"
+                )
+                if len(ooms) > 1:
+                    lead += f", and {len(ooms) - 1} more run{'s' if len(ooms) > 2 else ''} of {len(runs)}"
+                lead += "; "
+            p = f"device {d['device']}: {lead}model matches {d['allocs_matched']}/{d['allocs']} allocations, {d['divergences']} divergences"
             if runs:
                 p += "; peak reserved " + ", ".join(f"{_run_name(w)} {_fmt_bytes(w['peak_reserved'])}" for w in runs[:4])
                 if len(runs) > 4:

@@ -30,7 +30,8 @@ def test_summary_repr_has_the_figures(snap):
     d = s.to_dict()["files"][0]["devices"][0]
     assert r.startswith(f"<fragscope.Summary of {BIG}: device {d['device']}: ")
     assert f"reserved {fmt(d['reserved_bytes'])}" in r and f"allocated {fmt(d['allocated_bytes'])}" in r
-    assert f"free-space fragmentation {d['fragmentation']['free_space_fragmentation']:.3f}" in r
+    # One format for the figure on every surface (docs/glossary.md): a percentage, as `state`.
+    assert f"free-space fragmentation {d['fragmentation']['free_space_fragmentation'] * 100:.1f}%" in r
     assert len(r) < 1200
 
 
@@ -63,6 +64,20 @@ def test_replay_lab_diff_check_reprs():
     bad = s.check(max_reserved="1MiB")
     assert repr(bad).startswith("<fragscope.Check ok=False: check failed: ") and bad.message in repr(bad)
     assert repr(s.check()).startswith("<fragscope.Check ok=True: passed (device 0 peak reserved ")
+
+
+def test_replay_repr_leads_with_the_oom_under_a_small_capacity():
+    s = fragscope.load(grid_file("niu-fwd-ctx200-fp32.pickle"))
+    peak = s.replay().to_dict()["files"][0]["devices"][0]["whatif"][0]["peak_reserved"]
+    rep = s.replay(capacity=peak // 2)
+    w = rep.to_dict()["files"][0]["devices"][0]["whatif"][0]
+    assert w["first_oom"], w
+    r = repr(rep)
+    name = rep.to_dict()["files"][0]["file"]
+    head = f"<fragscope.Replay of {name}: device 0: OOM: {fragscope._run_name(w)} runs out of memory at trace entry {w['first_oom']['index']} "
+    assert r.startswith(head), r
+    # Without a capacity nothing runs out: no OOM is claimed.
+    assert "OOM" not in repr(s.replay())
 
 
 def test_nested_fields_print_their_values(snap):

@@ -51,7 +51,8 @@ enum Command {
     /// the call sites whose live memory at the peak changed most.
     Diff(cmd::diff::Args),
     /// Gate for CI: exit 1 when a snapshot breaks a memory budget (--max-reserved,
-    /// --max-allocated, --max-peak-fragmentation, --no-leaks), 0 otherwise.
+    /// --max-allocated, --max-peak-fragmentation, --no-leaks), 0 otherwise; 2 when no
+    /// limit is given.
     Check(cmd::check::Args),
     /// One self-contained HTML file (offline, opens from file://): memory timeline,
     /// allocator state at any moment, fragmentation, findings. Without FILE: the example.

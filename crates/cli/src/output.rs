@@ -100,6 +100,24 @@ pub fn percent(part: f64) -> String {
     format!("{:.1}%", part * 100.0)
 }
 
+/// `text` cut between words into lines of at most `max` characters (a word longer than
+/// `max` is a line of its own): a sentence as continuation lines of a table cell.
+pub fn wrap_words(text: &str, max: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for w in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + w.chars().count() > max {
+            out.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(w);
+    }
+    out.push(line);
+    out
+}
+
 /// `text` cut after its commas into pieces of at most `max` characters (a piece without a
 /// comma may be longer): a long `PYTORCH_CUDA_ALLOC_CONF` string as continuation lines of a
 /// table cell instead of one column that makes the table 170 characters wide.
@@ -239,6 +257,9 @@ mod tests {
         assert_eq!(wrap_at_commas("expandable_segments:True", 36), ["expandable_segments:True"]);
         assert_eq!(wrap_at_commas("a:1,b:2,c:3", 8), ["a:1,b:2,", "c:3"]);
         assert_eq!(wrap_at_commas("", 8), [""]);
+        assert_eq!(wrap_words("one two three four", 9), ["one two", "three", "four"]);
+        assert_eq!(wrap_words("a verylongword b", 4), ["a", "verylongword", "b"]);
+        assert_eq!(wrap_words("", 8), [""]);
     }
 
     #[test]

@@ -264,7 +264,54 @@ pub struct DeviceFit {
     /// The recording replayed on an unlimited device.
     pub peak_reserved_unlimited: u64,
     pub peak_allocated_unlimited: u64,
+    /// When the recording began warm: the cache PyTorch held before its first entry
+    /// (reserved, no tensor in it), which every replay here keeps as recorded, so that
+    /// "as recorded needs" can exceed what the live tensors need. `null`: less than 1% of
+    /// the peak reserved was cached before the trace (or a predicted run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_before_trace: Option<CachedBeforeTrace>,
     pub cards: Vec<CardFit>,
+}
+
+/// The memory reserved but unallocated when the recording began (see
+/// [`DeviceFit::cached_before_trace`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct CachedBeforeTrace {
+    /// `memory_reserved()` at the first entry.
+    pub reserved_bytes: u64,
+    /// `memory_allocated()` at the first entry.
+    pub allocated_bytes: u64,
+    /// reserved − allocated: the cache the replays hold.
+    pub cached_bytes: u64,
+    /// What it means for the figures, in words.
+    pub note: String,
+}
+
+impl CachedBeforeTrace {
+    /// `None` when the replay began with less than 1% of its peak reserved cached (a
+    /// rounding's worth that no verdict turns on).
+    fn of(w: &WhatIf) -> Option<CachedBeforeTrace> {
+        let cached = w.reserved_before_trace.saturating_sub(w.allocated_before_trace);
+        if cached == 0 || cached.saturating_mul(100) < w.peak_reserved {
+            return None;
+        }
+        let note = format!(
+            "the recording began warm: {} reserved before its first entry, {} of it cached with no tensor in it; \
+             every replay here starts from that state as recorded and holds that cache, so the peaks include it and \
+             no card below {} fits here. torch.cuda.empty_cache() before the step, or a fresh process, would not \
+             hold it; no change fit tries drops it (record from a fresh process, or after empty_cache(), to fit \
+             without it)",
+            fs(w.reserved_before_trace),
+            fs(cached),
+            fs(w.reserved_before_trace)
+        );
+        Some(CachedBeforeTrace {
+            reserved_bytes: w.reserved_before_trace,
+            allocated_bytes: w.allocated_before_trace,
+            cached_bytes: cached,
+            note,
+        })
+    }
 }
 
 /// One file (with `sizes`: the largest recording, the run to fit; with `at`, the
@@ -339,6 +386,7 @@ fn fit_file(
             live_bytes_peak: Some(dev.live_peak),
             peak_reserved_unlimited: unlimited.peak_reserved,
             peak_allocated_unlimited: unlimited.peak_allocated,
+            cached_before_trace: CachedBeforeTrace::of(&unlimited),
             cards,
         });
     }
@@ -401,6 +449,7 @@ fn fit_predicted(
             live_bytes_peak: None,
             peak_reserved_unlimited: unlimited.peak_reserved,
             peak_allocated_unlimited: unlimited.peak_allocated,
+            cached_before_trace: None,
             cards,
         });
     }
@@ -596,6 +645,10 @@ struct Dev<'a> {
     /// first), measured when the search first needs them ([`Dev::ranked`]).
     ranked: OnceLock<Ranked>,
     gradient_bytes: Option<u64>,
+    /// Why ZeRO cannot apply to this trace (no training step, or neither optimizer state
+    /// nor gradients found), said once up front instead of replaying every (stage, base)
+    /// pair to find out; `None`: it may apply.
+    zero_not_applicable: Option<String>,
     /// The fitted program and the recorded size (with `sizes`).
     program: Option<(Program<'a>, u64)>,
 }
@@ -614,6 +667,16 @@ impl<'a> Dev<'a> {
         let live_peak = live_requested_peak(snap, device, &lives);
         let (roles, steps, _) = device_roles_with(snap, &lives);
         let gradient_bytes = roles.by_role.get("gradients").map(|r| r.max).filter(|&b| b > 0);
+        // ZeRO shards blocks of these two roles; with neither, every stage's replay would
+        // only find that out.
+        let shardable = ["gradients", "optimizer_state"]
+            .iter()
+            .any(|k| roles.by_role.get(*k).is_some_and(|r| r.blocks > 0 || r.max > 0));
+        let zero_not_applicable = match (shardable, steps.steps.is_empty()) {
+            (true, _) => None,
+            (false, true) => Some(steps.describe()),
+            (false, false) => Some("no optimizer state or gradients found to shard".to_string()),
+        };
         let n_layers = steps.steps.iter().filter_map(|s| s.layers).max().unwrap_or(0);
         let forward = forward_times(snap, device, &steps.steps, n_layers);
         Ok(Dev {
@@ -627,6 +690,7 @@ impl<'a> Dev<'a> {
             forward,
             ranked: OnceLock::new(),
             gradient_bytes,
+            zero_not_applicable,
             program,
         })
     }
@@ -1050,9 +1114,13 @@ fn search(dev: &Dev, card: &Card) -> CardFit {
     } else if !s.free() {
         let bases = s.bases();
         let ck = s.checkpoint(&bases);
-        let zero = s.zero(&bases, false);
-        if !ck && !zero && dev.n_layers > 0 {
-            s.zero(&[Spec::default()], true);
+        if let Some(why) = &dev.zero_not_applicable {
+            s.pruned.push(format!("ZeRO: not applicable: {why}"));
+        } else {
+            let zero = s.zero(&bases, false);
+            if !ck && !zero && dev.n_layers > 0 {
+                s.zero(&[Spec::default()], true);
+            }
         }
         size_option(&mut s);
         if s.found.is_empty() && s.size.is_none() {
@@ -1111,7 +1179,7 @@ fn smallest_capacities(s: &mut Search) -> Vec<SmallestCapacity> {
         Spec { set_to_none: true, ..Spec::default() },
     ];
     for most in tries {
-        if most.role_changes().is_empty() {
+        if most.role_changes().is_empty() || (most.zero.is_some() && s.dev.zero_not_applicable.is_some()) {
             continue;
         }
         if let Some(b) = s.smallest_capacity(&most) {

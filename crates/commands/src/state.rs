@@ -163,7 +163,11 @@ pub fn state(name: &str, snap: &fragscope_snapshot::Snapshot, req: &StateRequest
                 return Err(Error::argument(msg![
                     format!("{name}: "),
                     Param::At,
-                    format!(" {n} is past the trace of device {device} ({} entries)", trace.len())
+                    format!(
+                        " {n} is past the trace of device {device} ({} {})",
+                        trace.len(),
+                        if trace.len() == 1 { "entry" } else { "entries" }
+                    )
                 ]));
             }
             Some(*n)

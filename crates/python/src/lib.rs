@@ -240,7 +240,7 @@ impl Snapshot {
         py.allow_threads(move || {
             let limits = req.limits()?;
             let result = check(&snap, &limits);
-            let first = commands::check::failed_line(&result, Words::Python);
+            let first = commands::check::failed_line(&result, &req, Words::Python);
             Ok((commands::check::json(&result)?, result.ok, first))
         })
         .map_err(|e: Error| Fail(e).into())

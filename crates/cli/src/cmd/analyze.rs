@@ -459,16 +459,31 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
     let tl = &d.fragmentation.timeline;
     let series: &[SeriesPoint] = &tl.series;
     let max = series.iter().map(|p| p.max.reserved.max(p.max.active)).max().unwrap_or(0);
+    // Every curve's peak on the curves' own sizes (the block's final size, else the rounded
+    // request), so that active ≥ allocated holds between the rows. The peak allocated of the
+    // glossary counts blocks as memory_stats() does (the replay's block sizes); where the
+    // two differ it is named beside the curve, not printed as the curve's peak.
+    let alloc_curve: Vec<u64> = series.iter().map(|p| p.max.allocated).collect();
+    let alloc_curve_peak = alloc_curve.iter().copied().max().unwrap_or(0);
     let curves: [(&str, Vec<u64>, u64); 4] = [
         ("reserved", series.iter().map(|p| p.max.reserved).collect(), tl.peak_reserved.bytes),
         ("active", series.iter().map(|p| p.max.active).collect(), tl.peak_active.bytes),
-        ("allocated", series.iter().map(|p| p.max.allocated).collect(), tl.peak_allocated.bytes),
+        ("allocated", alloc_curve, if series.is_empty() { tl.peak_allocated.bytes } else { alloc_curve_peak }),
         ("requested", series.iter().map(|p| p.max.requested).collect(), tl.peak_requested.bytes),
     ];
     let entries = crate::output::count_of(tl.events as u64, "trace entry", "trace entries");
     let _ = writeln!(o, "  {entries}; curves show the maximum per bucket, one scale:");
     for (name, v, peak) in &curves {
-        let _ = writeln!(o, "  {name:<10} {}  peak {}", sparkline(v, max), bytes(*peak));
+        // Compared as printed: a difference below the last digit shown would only read as noise.
+        let label = if *name == "allocated" && bytes(*peak) != bytes(tl.peak_allocated.bytes) {
+            format!(
+                " (the trace's block sizes; peak allocated as memory_stats() counts it: {})",
+                bytes(tl.peak_allocated.bytes)
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(o, "  {name:<10} {}  peak {}{label}", sparkline(v, max), bytes(*peak));
     }
     if tl.reserved_source != ReservedSource::Segments {
         let _ = writeln!(o, "  (reserved from: {})", tl.reserved_source);
@@ -501,7 +516,7 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
             "  Free space there        {} free in the cache, largest free block {}, free-space fragmentation {}",
             bytes(s.cached_free_bytes),
             bytes(s.largest_free_block_bytes),
-            s.free_space_fragmentation.map_or("n/a".to_string(), |x| format!("{x:.3}"))
+            s.free_space_fragmentation.map_or("n/a".to_string(), percent)
         );
     } else if let Some(n) = &d.fragmentation.at_reserved_peak_note {
         let _ = writeln!(o, "  Free space there        {n}");
@@ -509,8 +524,8 @@ fn fragmentation_text(d: &DeviceAnalysis) -> String {
     if !tl.history_complete {
         let _ = writeln!(
             o,
-            "  Note: recording began mid-run; {} blocks ({}) live before the trace were seeded from the final state.",
-            tl.seeded.blocks,
+            "  Note: recording began mid-run; {} ({}) live before the trace were seeded from the final state.",
+            crate::output::count_of(tl.seeded.blocks, "block", "blocks"),
             bytes(tl.seeded.allocated_bytes)
         );
     }
@@ -564,10 +579,10 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "  At the {name} ({}): {} live in {} blocks{}",
+        "  At the {name} ({}): {} live in {}{}",
         ev_at(p.event_index),
         bytes(p.live_bytes),
-        p.live_blocks,
+        crate::output::count_of(p.live_blocks, "block", "blocks"),
         if p.before_trace_bytes > 0 {
             format!(", {} of it allocated before recording", bytes(p.before_trace_bytes))
         } else {
@@ -595,7 +610,14 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
     if !p.by_annotation.is_empty() {
         let _ = writeln!(o, "    By record_function scope (where the live blocks were allocated):");
         for a in &p.by_annotation {
-            let _ = writeln!(o, "    {:>12}  {:>5} blocks  {}", bytes(a.bytes), a.blocks, a.name);
+            let _ = writeln!(
+                o,
+                "    {:>12}  {:>5} {:<6}  {}",
+                bytes(a.bytes),
+                a.blocks,
+                if a.blocks == 1 { "block" } else { "blocks" },
+                a.name
+            );
         }
     }
     // The strings PyTorch attaches to each allocation, listed as the scopes are.
@@ -606,7 +628,14 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
         if !rows.is_empty() {
             let _ = writeln!(o, "    {what}");
             for a in rows {
-                let _ = writeln!(o, "    {:>12}  {:>5} blocks  {}", bytes(a.bytes), a.blocks, a.name);
+                let _ = writeln!(
+                    o,
+                    "    {:>12}  {:>5} {:<6}  {}",
+                    bytes(a.bytes),
+                    a.blocks,
+                    if a.blocks == 1 { "block" } else { "blocks" },
+                    a.name
+                );
             }
         }
     }

@@ -1,10 +1,12 @@
 //! `fragscope check FILE [--max-reserved SIZE] [--max-allocated SIZE]
 //! [--max-peak-fragmentation F] [--no-leaks] [--json]`: a memory budget gate for CI.
 //!
-//! Exit 0 with one `check passed: ...` line when every device is within the limits,
-//! exit 1 with one `check failed: ...` line naming the first broken limit and the
-//! measured value (`(and N more)` when several broke), exit 2 on unreadable input or a
-//! bad limit. Both lines go to stdout. `--json` prints the result object
+//! Exit 0 with one `check passed (LIMITS): ...` line when every device is within the
+//! limits, exit 1 with one `check failed: ...` line naming the first broken limit and the
+//! measured value (`(and N more: ...)` naming the others when several broke), exit 2 on
+//! unreadable input, a bad limit or no limit at all (there is no default budget: a gate
+//! without one would pass everything). Both lines go to stdout; each limit is echoed as
+//! given, with the bytes it was read as (`--max-reserved 40GB (40,000,000,000 bytes)`). `--json` prints the result object
 //! (`fragscope_diagnose::CheckResult`) instead, with the same exit codes.
 //!
 //! Sizes: plain bytes, binary units `KiB MiB GiB TiB` (and `K M G T`), decimal units
@@ -14,7 +16,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_commands::check::{failed_line, json, CheckRequest};
+use fragscope_commands::check::{failed_line, json, percent, CheckRequest};
 use fragscope_commands::Words;
 use fragscope_diagnose::check;
 
@@ -58,19 +60,26 @@ impl Args {
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
-    let limits = args.request().limits()?;
+    let req = args.request();
+    if !req.has_limit() {
+        return Err(CliError::usage(
+            "no limit given, so nothing would be checked; give --max-reserved SIZE, --max-allocated SIZE, \
+             --max-peak-fragmentation F or --no-leaks (`fragscope summary` shows the peaks)",
+        ));
+    }
+    let limits = req.limits()?;
     let snap = input::load(&args.file, args.json)?;
     let result = check(&snap, &limits);
     let text = if args.json {
         json(&result)?
-    } else if let Some(line) = failed_line(&result, Words::Cli) {
+    } else if let Some(line) = failed_line(&result, &req, Words::Cli) {
         line + "\n"
     } else {
         let devs: Vec<String> = result
             .devices
             .iter()
             .map(|d| {
-                let frag = d.peak_fragmentation.map_or("n/a".to_string(), |f| format!("{f:.4}"));
+                let frag = d.peak_fragmentation.map_or("n/a".to_string(), percent);
                 let leaks = match &d.leaks_not_told {
                     Some(why) => format!(" (--no-leaks not checked: {why})"),
                     None => String::new(),
@@ -84,7 +93,7 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
             })
             .collect();
         let body = if devs.is_empty() { "no device memory recorded".to_string() } else { devs.join("; ") };
-        format!("check passed: {}: {body}\n", args.file.display())
+        format!("check passed ({}): {}: {body}\n", req.given_all(Words::Cli), args.file.display())
     };
     crate::print_stdout(&text)?;
     Ok(if result.ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_GATE_FAILED) })

@@ -100,6 +100,9 @@ pub fn render_text(fit: &Fit, top: usize) -> String {
                 format_size(d.peak_allocated_unlimited),
                 d.steps
             );
+            if let Some(w) = &d.cached_before_trace {
+                let _ = writeln!(s, "  note: {}", w.note);
+            }
             for c in &d.cards {
                 render_card(&mut s, c, top);
             }

@@ -335,8 +335,11 @@ fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
             ),
             None => ("—".to_string(), "—".to_string()),
         };
+        // A long settings string continues on the next lines of its cell (issue 42 item 7:
+        // a 65-character label made this table 189 characters wide).
+        let mut label = crate::output::wrap_at_commas(&conf_label(&m.config), 36).into_iter();
         t.row([
-            conf_label(&m.config),
+            label.next().unwrap_or_default(),
             m.device.to_string(),
             largest,
             certain,
@@ -345,6 +348,9 @@ fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
             next,
             m.replays.to_string(),
         ]);
+        for more in label {
+            t.row(std::iter::once(more).chain(std::iter::repeat_n(String::new(), 7)));
+        }
     }
     let cap = capacity.unwrap_or("");
     let _ = writeln!(s, "\n  largest size that fits on {cap} (bisection over replays)\n{}", t.render());

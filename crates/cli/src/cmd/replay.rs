@@ -206,13 +206,19 @@ fn render_text(out: &[(String, Vec<DeviceResult>)], recording: &[Vec<String>], v
         ]);
         for r in rs {
             let v = &r.verify;
+            // A long divergence continues on the next lines of its cell (issue 42 item 7:
+            // one sentence made this table 246 characters wide).
+            let mut verdict = output::wrap_words(&fidelity_verdict(v).replace("exact", "none"), 72).into_iter();
             t.row([
                 v.device.to_string(),
                 frac(v.allocs_matched, v.allocs),
                 frac(v.segment_events_matched, v.segment_events),
                 frac(v.ooms_matched, v.ooms),
-                fidelity_verdict(v).replace("exact", "none"),
+                verdict.next().unwrap_or_default(),
             ]);
+            for more in verdict {
+                t.row(std::iter::repeat_n(String::new(), 4).chain(std::iter::once(more)));
+            }
         }
         s.push_str(&t.render());
         // Every note a replay makes is printed, as in --json.

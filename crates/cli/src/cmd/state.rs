@@ -100,7 +100,15 @@ fn render_text(o: &StateOut) -> String {
     s.push_str(&pool_bands_text(&o.pools));
     let _ = writeln!(s, "\nWho holds the {} allocated (by {}):", bytes(o.holders_total_bytes), o.holders_by);
     for h in &o.holders {
-        let _ = writeln!(s, "  {:>12}  {:>5.1}%  {:>6} blocks  {}", bytes(h.bytes), h.share * 100.0, h.blocks, h.key);
+        let _ = writeln!(
+            s,
+            "  {:>12}  {:>5.1}%  {:>6} {:<6}  {}",
+            bytes(h.bytes),
+            h.share * 100.0,
+            h.blocks,
+            if h.blocks == 1 { "block" } else { "blocks" },
+            h.key
+        );
     }
     if o.other_bytes > 0 {
         let _ = writeln!(s, "  {:>12}  (the rest)", bytes(o.other_bytes));
@@ -137,8 +145,9 @@ pub(crate) fn pool_bands_text(bands: &[fragscope_replay::PoolBand]) -> String {
         };
         let _ = writeln!(
             s,
-            "    {name:<26} {:>3} segments  reserved {:>11}  allocated {:>11}  cached free {:>11}  largest free {:>11}",
+            "    {name:<26} {:>3} {:<8}  reserved {:>11}  allocated {:>11}  cached free {:>11}  largest free {:>11}",
             b.segments,
+            if b.segments == 1 { "segment" } else { "segments" },
             bytes(b.reserved_bytes),
             bytes(b.allocated_bytes),
             bytes(b.cached_free_bytes),

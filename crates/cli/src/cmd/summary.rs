@@ -275,8 +275,8 @@ fn fragmentation_text(d: &DeviceSummary) -> String {
         (
             "Free-space fragmentation".into(),
             format!(
-                "{:.3}  (1 − largest free block / cached free; 0 = one contiguous block)",
-                f.free_space_fragmentation
+                "{}  (1 − largest free block / cached free; 0% = one contiguous block)",
+                output::percent(f.free_space_fragmentation)
             ),
         ),
         (
@@ -365,8 +365,9 @@ fn trace_text(d: &DeviceSummary) -> String {
         rows.push((
             "Inconsistent".into(),
             format!(
-                "{} blocks left live by the trace are missing from the final state",
-                t.trace_live_missing_from_state
+                "{} left live by the trace {} missing from the final state",
+                output::count_of(t.trace_live_missing_from_state, "block", "blocks"),
+                if t.trace_live_missing_from_state == 1 { "is" } else { "are" }
             ),
         ));
     }

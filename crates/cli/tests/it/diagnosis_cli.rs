@@ -23,7 +23,11 @@ fn check_exit_codes() {
 
     let o = fragscope(&["check", f, "--max-reserved", "20GiB"]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(stdout(&o), "check failed: peak reserved 22.58 GiB on device 0 exceeds --max-reserved 20.00 GiB\n");
+    // The limit echoed as given, with the bytes it was read as.
+    assert_eq!(
+        stdout(&o),
+        "check failed: peak reserved 22.58 GiB on device 0 exceeds --max-reserved 20GiB (21,474,836,480 bytes)\n"
+    );
 
     let o = fragscope(&[
         "check",
@@ -38,16 +42,25 @@ fn check_exit_codes() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert_eq!(stdout(&o).lines().count(), 1);
-    assert!(stdout(&o).starts_with("check passed: "));
+    assert!(
+        stdout(&o).starts_with(
+            "check passed (--max-reserved 30GiB (32,212,254,720 bytes), --max-allocated 23GiB (24,696,061,952 bytes), \
+             --max-peak-fragmentation 0.15 (15.0%), --no-leaks): "
+        ),
+        "{}",
+        stdout(&o)
+    );
 
     // 24,245,174,272 bytes reserved: above 24 GB (decimal units).
     let o = fragscope(&["check", f, "--max-reserved", "24GB"]);
     assert_eq!(o.status.code(), Some(1));
+    // A decimal limit stays as typed: not "22.35 GiB", which reads as another budget.
+    assert!(stdout(&o).ends_with("exceeds --max-reserved 24GB (24,000,000,000 bytes)\n"), "{}", stdout(&o));
     let o = fragscope(&["check", f, "--max-reserved", "25GB", "--max-peak-fragmentation", "0.5%"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stdout(&o)
-            .starts_with("check failed: peak fragmentation 0.0091 on device 0 exceeds --max-peak-fragmentation 0.0050"),
+            .starts_with("check failed: peak fragmentation 0.9% on device 0 exceeds --max-peak-fragmentation 0.5%"),
         "{}",
         stdout(&o)
     );
@@ -73,6 +86,9 @@ fn check_exit_codes() {
         &["check", f, "--max-reserved", "20 lightyears"][..],
         &["check", f, "--max-peak-fragmentation", "1.5"],
         &["check", "/nonexistent.pickle"],
+        // No limit: nothing would be checked, so no "passed" (there is no default budget).
+        &["check", f],
+        &["check", f, "--json"],
     ] {
         let o = fragscope(bad);
         assert_eq!(o.status.code(), Some(2), "{bad:?}");
@@ -128,6 +144,7 @@ fn check_no_leaks_says_when_leaks_cannot_be_told() {
         serde_json::from_slice(&fragscope(&["check", train, "--no-leaks", "--json"]).stdout).unwrap();
     assert!(v["devices"][0]["leaks_not_told"].is_null());
     // Without --no-leaks nothing about leaks is said.
-    let v: serde_json::Value = serde_json::from_slice(&fragscope(&["check", fwd, "--json"]).stdout).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&fragscope(&["check", fwd, "--max-reserved", "1TiB", "--json"]).stdout).unwrap();
     assert!(v["devices"][0]["leaks_not_told"].is_null() && v["devices"][0]["leak_suspects"].is_null());
 }

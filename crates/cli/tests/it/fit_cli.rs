@@ -136,3 +136,44 @@ fn replay_and_fit_show_the_oom_device_first() {
     assert!(text.starts_with("capacity: H100-80GB: 79.11 GiB total capacity"), "{text}");
     assert_eq!(text.matches("total capacity less").count(), 1, "{text}");
 }
+
+/// A recording begun warm (resnet50: 562 MiB reserved before its first entry, 347 MiB of it
+/// cached, live tensors at most 497.62 MiB): the text says the replays hold that cache and
+/// what would not, and the JSON carries the figures; a cold recording (the H200 GPT step)
+/// has neither.
+#[test]
+fn fit_says_when_the_replays_hold_a_cache_from_before_the_recording() {
+    let Some(f) = fragscope_testdata::real_file("pytorchblog-resnet50-train-cppframes.pickle") else { return };
+    let f = f.display().to_string();
+    let o = run(&["fit", &f, "--capacity", "530MiB"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let note =
+        text.lines().find(|l| l.starts_with("  note: the recording began warm: ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(note.contains("562.00 MiB reserved before its first entry, 347.19 MiB of it cached"), "{note}");
+    assert!(note.contains("torch.cuda.empty_cache() before the step, or a fresh process, would not hold it"), "{note}");
+    assert!(note.contains("no change fit tries drops it"), "{note}");
+    let v: Value = serde_json::from_slice(&run(&["fit", &f, "--capacity", "530MiB", "--json"]).stdout).unwrap();
+    let c = &v["files"][0]["devices"][0]["cached_before_trace"];
+    assert_eq!(c["reserved_bytes"].as_u64(), Some(562 << 20), "{c}");
+    assert_eq!(
+        c["cached_bytes"].as_u64().unwrap(),
+        c["reserved_bytes"].as_u64().unwrap() - c["allocated_bytes"].as_u64().unwrap()
+    );
+    let cold = run(&["fit", &h200("gpt-s512-b16.pickle.gz"), "--capacity", "10GB", "--json"]);
+    let v: Value = serde_json::from_slice(&cold.stdout).unwrap();
+    assert!(v["files"][0]["devices"][0].get("cached_before_trace").is_none(), "a cold recording has no cache note");
+}
+
+/// A forward-only recording: ZeRO is reported not applicable up front, with the reason, and
+/// not replayed (the base replayed 24 (stage, base) pairs to find that out).
+#[test]
+fn fit_skips_zero_on_a_forward_only_recording_with_the_reason() {
+    let f = fragscope_testdata::grid_file("niu-fwd-ctx100-fp32.pickle").expect("the grid ships in the repository");
+    let f = f.display().to_string();
+    let o = run(&["fit", &f, "--capacity", "300MB"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("  pruned: ZeRO: not applicable: no training step found (forward passes only"), "{text}");
+    assert!(!text.contains("(stage, base) pairs cannot be applied"), "{text}");
+}

@@ -17,6 +17,9 @@ fn run(args: &[&str]) -> String {
     let o = Command::new(env!("CARGO_BIN_EXE_fragscope"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
+        // clap wraps help to COLUMNS when built with `wrap_help`: one width for every
+        // machine should that feature be turned on.
+        .env("COLUMNS", "100")
         .output()
         .expect("the fragscope binary runs");
     let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -105,6 +108,13 @@ fn state_check_and_diff() {
         snap(&format!("{name}-state-json"), &["state", "--json", &f]);
         snap(&format!("{name}-check"), &["check", "--no-leaks", "--max-peak-fragmentation", "0.5", &f]);
     }
+    let liger = file("real/effdl-course-liger-ce.pickle");
+    // Each limit echoed as typed, with its bytes (not `40GB` printed back as 37.25 GiB).
+    snap("liger-check-decimal-limit", &["check", "--max-reserved", "40GB", "--max-allocated", "200MB", &liger]);
+    // No limit: refused (exit 2), never "passed" with nothing checked.
+    snap("liger-check-no-limit", &["check", &liger]);
+    // One holder of one block: "1 block", and the pools' "1 segment".
+    snap("liger-state", &["state", &liger]);
     let b8 = file("h200/gpt-s512-b8.pickle.gz");
     snap("gpt-b8-state-by-role", &["state", "--by", "role", &b8]);
     snap("gpt-b8-state-at", &["state", "--at", "1000", "--by", "annotation", &b8]);
@@ -146,4 +156,32 @@ fn refusals_are_one_line_and_exit_2() {
     snap("refused-missing-file", &["summary", "no-such-file.pickle"]);
     snap("refused-bad-capacity", &["replay", "--capacity", "lots", &file("real/effdl-course-liger-ce.pickle")]);
     snap("refused-bad-config", &["replay", "--config", "no_such_option:1", &file("real/effdl-course-liger-ce.pickle")]);
+}
+
+/// The commands `fragscope --help` lists (its `Commands:` section, `help` left out).
+fn commands() -> Vec<String> {
+    let top = run(&["--help"]);
+    let list = top.split("Commands:\n").nth(1).expect("`fragscope --help` lists its commands");
+    list.lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every command's `--help`, and the top-level one, so that a help text cannot regress
+/// unseen (a hidden command's text shown for another, a stale tool count).
+#[test]
+fn help_of_every_command() {
+    snap("help", &["--help"]);
+    let cmds = commands();
+    assert!(cmds.len() >= 12, "{cmds:?}");
+    for c in ["summary", "analyze", "check", "fit", "state", "export"] {
+        assert!(cmds.iter().any(|x| x == c), "{c} is listed: {cmds:?}");
+    }
+    for c in &cmds {
+        snap(&format!("help-{c}"), &[c, "--help"]);
+    }
 }
