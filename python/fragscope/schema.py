@@ -269,7 +269,12 @@ class DeviceAnalysis(TypedDict):
     roles: Dict[str, Any]
 
 
-class FileAnalysis(TypedDict):
+class _FileAnalysisOptional(TypedDict, total=False):
+    #: How the file was recorded (``notes.recording`` of ``summary``), absent when empty.
+    recording: List[str]
+
+
+class FileAnalysis(_FileAnalysisOptional):
     file: str
     format: str
     era: Dict[str, Any]
