@@ -170,7 +170,12 @@ impl std::fmt::Display for WindowError {
                             Some((a, b)) => format!(", {a:.3} s to {b:.3} s after the first entry"),
                             None => String::new(),
                         };
-                        format!("device {}: {} entries{span}", t.device, t.entries)
+                        format!(
+                            "device {}: {} {}{span}",
+                            t.device,
+                            t.entries,
+                            if t.entries == 1 { "entry" } else { "entries" }
+                        )
                     })
                     .collect();
                 write!(f, "window {window} holds no trace entry ({})", sizes.join(", "))

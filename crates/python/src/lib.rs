@@ -116,12 +116,14 @@ impl Snapshot {
 
     fn __repr__(&self) -> String {
         format!(
-            "<fragscope Snapshot {} ({}, devices {:?}, {} segments, {} trace events)>",
+            "<fragscope Snapshot {} ({}, devices {:?}, {} segment{}, {} trace event{})>",
             self.name,
             self.format(),
             self.devices(),
             self.segments(),
-            self.trace_events()
+            if self.segments() == 1 { "" } else { "s" },
+            self.trace_events(),
+            if self.trace_events() == 1 { "" } else { "s" }
         )
     }
 
