@@ -239,14 +239,16 @@ pub fn config_on_top(base: &AllocatorConfig, extra: &str) -> Result<AllocatorCon
 /// named, so that a field added to [`AllocatorConfig`] must be placed here.
 fn changed_fields(base: &AllocatorConfig, before: &AllocatorConfig, after: AllocatorConfig) -> AllocatorConfig {
     let mut cfg = base.clone();
-    macro_rules! take {
-        ($($f:ident),* $(,)?) => {
+    // Fields before `;` are taken where they changed; those after it are always base's.
+    // The struct is bound by name (no `..`), so a field added to [`AllocatorConfig`] does
+    // not compile until it is listed here.
+    macro_rules! take_changed {
+        ($($f:ident),* ; $($kept:ident),*) => {
+            let AllocatorConfig { $($f,)* $($kept: _,)* } = after;
             $(if $f != before.$f { cfg.$f = $f; })*
         };
     }
-    // Bound by name (no `..`): a new field does not compile until it is placed, and one
-    // bound but not taken is an unused variable.
-    let AllocatorConfig {
+    take_changed!(
         max_split_size,
         max_non_split_rounding,
         roundup_power2_divisions,
@@ -269,34 +271,10 @@ fn changed_fields(base: &AllocatorConfig, before: &AllocatorConfig, after: Alloc
         expandable_segments_reserve,
         expandable_segments_reserve_by_class,
         // Set by no key but roundup_bypass_threshold_mb (≤ 2.0's rule).
-        rounding_rule,
+        rounding_rule;
         // Set by no key: always base's.
-        tie_break: _,
-        accelerator: _,
-    } = after;
-    take!(
-        max_split_size,
-        max_non_split_rounding,
-        roundup_power2_divisions,
-        roundup_bypass_threshold,
-        garbage_collection_threshold,
-        expandable_segments,
-        large_segment_size,
-        per_process_memory_fraction,
-        release_lock_on_cudamalloc,
-        backend,
-        pinned_use_cuda_host_register,
-        pinned_num_register_threads,
-        pinned_use_background_threads,
-        pinned_reserve_segment_size_mb,
-        pinned_max_round_threshold_mb,
-        pinned_max_cached_size_mb,
-        pinned_free_catch_all,
-        graph_capture_record_stream_reuse,
-        throw_on_cudamalloc_oom,
-        expandable_segments_reserve,
-        expandable_segments_reserve_by_class,
-        rounding_rule,
+        tie_break,
+        accelerator
     );
     cfg
 }
