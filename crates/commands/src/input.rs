@@ -43,6 +43,7 @@ pub fn load(path: &Path, quiet: bool) -> Result<Snapshot, Error> {
 /// A snapshot as every command analyses it: what `skip_actions` left out restored where
 /// the trace determines it, and how the file was recorded in `notes.recording`
 /// ([`fragscope_snapshot::recording::prepare`]).
+///
 /// A trace without segment events whose replay from the recorded state is exact is said
 /// to have started warm, not to have lost its segment events to `skip_actions`.
 pub fn prepared(mut snap: Snapshot) -> Snapshot {
