@@ -254,3 +254,41 @@ fn truncated_files_on_disk_are_refused() {
         assert_eq!(e.to_string(), s.to_string(), "cut {cut}");
     }
 }
+
+/// One stack opcode inserted before every `APPEND`/`APPENDS`/`SETITEMS` byte of every
+/// seed file: the shapes that hand one value to a container twice (a `DUP` before
+/// `APPENDS` appended one trace entry twice and indexed a handed-over slot — a panic the
+/// random pass found only on CI's file order). Deterministic, so it fails the same way
+/// everywhere.
+#[test]
+fn a_stack_opcode_before_every_container_op() {
+    let files = corpus();
+    if files.is_empty() {
+        return; // traces_dir() printed why (and fails under CI)
+    }
+    // DUP, POP, MARK, POP_MARK, EMPTY_LIST, BINGET 0, MEMOIZE
+    let inserts: [&[u8]; 7] = [b"2", b"0", b"(", b"1", b"]", b"h\x00", b"\x94"];
+    let mut tried = 0u64;
+    for (name, input) in files {
+        // At most 250 sites per file, spread over it (so the batch decoder's batches are
+        // reached too): the whole pass stays within a few seconds of the test profile.
+        let sites: Vec<usize> =
+            input.iter().enumerate().filter(|(_, b)| matches!(b, b'a' | b'e' | b'u')).map(|(i, _)| i).collect();
+        for &i in sites.iter().step_by(sites.len().div_ceil(250).max(1)) {
+            for ins in inserts {
+                let mut b = Vec::with_capacity(input.len() + 2);
+                b.extend_from_slice(&input[..i]);
+                b.extend_from_slice(ins);
+                b.extend_from_slice(&input[i..]);
+                let r = std::panic::catch_unwind(|| fragscope_snapshot::read_from(&b[..]));
+                match r {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => assert!(!e.to_string().contains('\n'), "{name} @{i}: multi-line message"),
+                    Err(_) => panic!("{name}: {:?} inserted at {i} panics the reader", String::from_utf8_lossy(ins)),
+                }
+                tried += 1;
+            }
+        }
+    }
+    eprintln!("{tried} inserted stack opcodes");
+}

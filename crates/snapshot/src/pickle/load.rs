@@ -1347,7 +1347,12 @@ impl Absorber for SnapshotAbsorber {
     fn on_append(&mut self, st: &mut VmState, list: u32, item: Value) -> Result<Absorb, ReadError> {
         let h = match item {
             Value::Event(i) => {
-                self.push_event(list, self.pending[i as usize], st.offset);
+                // A trace entry is appended once; one appended again (a `DUP` or a memo
+                // `GET` of it) finds its slot already handed over.
+                let Some(&ev) = self.pending.get(i as usize) else {
+                    return Err(st.corrupt("a trace entry is appended to the trace twice"));
+                };
+                self.push_event(list, ev, st.offset);
                 self.pending_live -= 1;
                 if self.pending_live == 0 {
                     self.pending.clear();
