@@ -50,7 +50,7 @@ mod warm;
 use std::collections::HashMap;
 
 use fragscope_alloc::rounding::round_size;
-use fragscope_alloc::{AllocatorConfig, CachingAllocator, SimulatedDevice, DEFAULT_POOL};
+use fragscope_alloc::{AllocatorConfig, CachingAllocator, PoolId, SimulatedDevice, StreamId, DEFAULT_POOL};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
 
@@ -248,6 +248,12 @@ pub struct Program<'a> {
     /// a range holds the rebuilt cache's error to ([`warm::cache_ratios`]). Empty for a
     /// cold program.
     warm_peaks: Vec<(u64, u64)>,
+    /// How a warm training template's first rebuilt step starts: what it releases of the
+    /// state before the trace, and where it creates again what the trace never frees (the
+    /// optimizer's state at the first optimizer phase, [`warm::FirstStep`]). None for a
+    /// cold template, one without an optimizer phase, or one whose parameters or state
+    /// are replaced each step.
+    first_step_plan: Option<warm::FirstStep>,
 }
 
 /// Bytes live at the predicted peak of allocated memory, by how far their sizes can be
@@ -570,6 +576,7 @@ impl<'a> Program<'a> {
         let mut sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
         sizes.sort_unstable();
         let warm_peaks = if warm { warm::recorded_peaks(recs, device) } else { Vec::new() };
+        let first_step_plan = if warm { warm::first_step(template, device, req_index[0]) } else { None };
         Ok(Program {
             device,
             template,
@@ -582,6 +589,7 @@ impl<'a> Program<'a> {
             started_warm: warm,
             carry,
             warm_peaks,
+            first_step_plan,
             seeded,
             recorded_config: recorded,
             notes,
@@ -752,7 +760,7 @@ impl<'a> Program<'a> {
         let (mut eng, blocks, live, cat_of) = self.seeded_engine(cfg, cap, &mut start_refused);
         notes.extend(start_refused.clone());
         let start_over_capacity = start_within(&mut eng, cap, live.before_trace, &mut notes);
-        let mut run = Run { eng, blocks, live, cat_of, oom: None, vanished: 0, scenario: sc };
+        let mut run = Run { eng, blocks, live, cat_of, oom: None, vanished: 0, scenario: sc, pending: Vec::new() };
         let warm = self.started_warm && start_refused.is_none() && start_over_capacity.is_none();
         if warm {
             self.rebuild_start(at, cfg, &mut run);
@@ -833,6 +841,7 @@ impl<'a> Program<'a> {
                 run.eng.empty_cache();
             }
             let pool = snap.pool_id(ev).unwrap_or(DEFAULT_POOL);
+            self.create_lazy(i, cfg, run);
             match ev.action {
                 Action::Alloc | Action::Oom => {
                     debug_assert_eq!(self.req_index[q], i);
@@ -900,7 +909,9 @@ impl<'a> Program<'a> {
     /// The start of a warm template's prediction at size `at`: the previous step's
     /// leftovers (blocks live before the trace that the trace frees, [`warm::Carry`])
     /// replaced by their counterparts at `at`, and the template's cache released, so that
-    /// the step builds the cache of its own size.
+    /// the step builds the cache of its own size. A training template with a
+    /// [`warm::FirstStep`] (not under expandable segments) starts instead as its program's
+    /// first step did: from the parameters alone ([`Program::first_step_start`]).
     fn rebuild_start(&self, at: u64, cfg: &AllocatorConfig, run: &mut Run) {
         let trace = self.template.trace(self.device);
         for &(addr, _) in &self.carry.pairs {
@@ -912,6 +923,15 @@ impl<'a> Program<'a> {
                 run.blocks.completed(addr);
             }
         }
+        // Under expandable segments the first step would start from the pages the model's
+        // construction left mapped between the parameters, which `empty_cache()` unmaps here
+        // and the recording does not tell apart from the cache: the steady-state rebuild
+        // below is kept (measured: rebuilding the first step under expandable segments took
+        // h200 batch 4 from batches 16, 32 from +0.05 % to -4.1 %).
+        if let Some(f) = self.first_step_plan.as_ref().filter(|_| !cfg.expandable_segments) {
+            self.first_step_start(f, run);
+            return;
+        }
         run.eng.empty_cache();
         for &(addr, q) in &self.carry.pairs {
             let ev = &trace[self.req_index[q]];
@@ -922,6 +942,70 @@ impl<'a> Program<'a> {
                 let r = round_size(n, cfg);
                 run.live.add(Cat::Before, r);
                 run.cat_of.insert(a, (Cat::Before, r));
+            }
+        }
+    }
+
+    /// The start of the first rebuilt step of a warm training template ([`warm::FirstStep`]):
+    /// every block live before the trace but the parameters released, the template's cache
+    /// with them, and those the first step creates lazily queued for their entry.
+    fn first_step_start(&self, f: &warm::FirstStep, run: &mut Run) {
+        let mut where_: HashMap<u64, (StreamId, PoolId)> = HashMap::new();
+        for seg in run.eng.segments() {
+            for b in &seg.blocks {
+                where_.insert(b.address, (seg.stream, seg.pool));
+            }
+        }
+        let mut requested: HashMap<u64, (u64, StreamId, PoolId)> = HashMap::new();
+        for &addr in &f.dropped {
+            let Some(a) = run.blocks.target(addr) else { continue };
+            if let (Some(info), Some(&(stream, pool))) = (run.eng.block_at(a), where_.get(&a)) {
+                requested.insert(addr, (info.requested_size, stream, pool));
+            }
+            let _ = run.eng.free(a);
+            if let Some((c, n)) = run.cat_of.remove(&a) {
+                run.live.sub(c, n);
+            }
+            run.blocks.completed(addr);
+        }
+        run.eng.empty_cache();
+        run.pending = f
+            .lazy
+            .iter()
+            .filter_map(|&(addr, at)| requested.get(&addr).map(|&(n, stream, pool)| (at, addr, n, stream, pool)))
+            .collect();
+        run.pending.reverse();
+    }
+
+    /// The blocks the first rebuilt step creates lazily at or before entry `i`
+    /// ([`warm::FirstStep::lazy`]), live from then on as blocks of the state before the
+    /// trace (the trace never frees them).
+    fn create_lazy(&self, i: usize, cfg: &AllocatorConfig, run: &mut Run) {
+        while run.pending.last().is_some_and(|p| p.0 <= i) {
+            let Some((_, addr, n, stream, pool)) = run.pending.pop() else { break };
+            match run.eng.malloc_in_pool(n, stream, pool) {
+                Ok(a) => {
+                    run.blocks.allocated(addr, Some(a));
+                    let r = round_size(n, cfg);
+                    run.live.add(Cat::Before, r);
+                    run.cat_of.insert(a, (Cat::Before, r));
+                }
+                // Not served under the capacity: the run does not fit, here.
+                Err(o) if run.oom.is_none() => {
+                    run.oom = Some(PredictedOom {
+                        index: i,
+                        requested: o.requested,
+                        law: Law::Constant,
+                        rounded: o.rounded,
+                        alloc_size: o.alloc_size,
+                        reserved: o.reserved,
+                        allocated: o.allocated,
+                        site: "a block live before the trace, made by the first step (optimizer state, workspace)"
+                            .to_string(),
+                        stack: Vec::new(),
+                    });
+                }
+                Err(_) => {}
             }
         }
     }
@@ -1195,6 +1279,9 @@ struct Run {
     vanished: u64,
     /// Which sizes the requests take.
     scenario: Scenario,
+    /// Blocks the first rebuilt step creates lazily, last first: `(entry, template
+    /// address, requested bytes, stream, pool)` ([`warm::FirstStep`]).
+    pending: Vec<(usize, u64, u64, StreamId, PoolId)>,
 }
 
 /// What one pass over the template's trace measured.

@@ -86,6 +86,7 @@ fn own_program(snap: &Snapshot, device: i64) -> Program<'_> {
         started_warm: false,
         carry: warm::Carry::default(),
         warm_peaks: Vec::new(),
+        first_step_plan: None,
     }
 }
 

@@ -60,6 +60,62 @@ pub(crate) fn carry(trace: &[TraceEvent], req_index: &[usize], seeded: &Seeded) 
     Carry { pairs }
 }
 
+/// How a warm template's first rebuilt step starts: from what the program's real first
+/// step found live, not from the steady state the recording began in. Before a training
+/// program's first step only its parameters (and buffers) are live; the rest of what a
+/// recording made after warm-up holds before its trace was created by earlier steps, each
+/// at its own moment of the first one: the previous step's gradients and outputs (freed by
+/// the trace: they do not exist yet), `torch.optim`'s state (AdamW's `exp_avg` and
+/// `exp_avg_sq`, created lazily by the first `step()`, in `_init_group`), and blocks made
+/// once by the first use of a library (a cuBLAS workspace at the first matmul of each
+/// stream, never freed). The cache the first step builds depends on what was live while it
+/// ran: kept where the template's own first step put them, those blocks hold segments of
+/// the template's size (a 2,000 MiB activation segment at batch 32 held live by a 32 MiB
+/// workspace and a 125 MiB gradient, predicting batch 8).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FirstStep {
+    /// Template addresses of the blocks live before the trace that are not parameters:
+    /// released before the first rebuilt step.
+    pub(crate) dropped: Vec<u64>,
+    /// `(template address, entry)` of those among them the trace never frees: the first
+    /// step creates them, the optimizer's state at the trace's first optimizer entry,
+    /// others at its first request (where in the first step they were made, the recording
+    /// does not say; the earliest moment is taken).
+    pub(crate) lazy: Vec<(u64, usize)>,
+}
+
+/// The [`FirstStep`] of a warm template whose steps have an optimizer phase (a training
+/// step; None otherwise: its state is kept as recorded).
+pub(crate) fn first_step(snap: &fragscope_snapshot::Snapshot, device: i64, first_request: usize) -> Option<FirstStep> {
+    use fragscope_trace::{Phase, Role, LIVE_AT_END};
+    let lives = fragscope_trace::BlockLives::replay(snap, device);
+    let (_, steps, roles) = fragscope_trace::device_roles_with(snap, &lives);
+    let opt = steps.steps.iter().find_map(|s| s.span(Phase::Optimizer))?.0;
+    let mut plan = FirstStep::default();
+    for (l, r) in lives.seeded.iter().zip(&roles.seeded) {
+        let freed = l.end != LIVE_AT_END;
+        if matches!(r.role, Role::Parameters | Role::OptimizerState) && freed {
+            // Parameters or state a step replaces (updated out of place, not by
+            // `torch.optim`'s in-place `step()`): the template holds the last step's
+            // outputs, and where the program made the first ones (with the model, before
+            // any step) the recording does not say. The template's layout is kept.
+            return None;
+        }
+        if r.role == Role::Parameters {
+            continue;
+        }
+        plan.dropped.push(l.address);
+        if !freed {
+            let at = if r.role == Role::OptimizerState { opt } else { first_request };
+            plan.lazy.push((l.address, at));
+        }
+    }
+    // Created in entry order, in address order within one entry (parameter order for
+    // the state `_init_group` creates, as far as the template's addresses follow it).
+    plan.lazy.sort_unstable_by_key(|&(a, at)| (at, a));
+    (!plan.dropped.is_empty()).then_some(plan)
+}
+
 /// The peak reserved bytes of each recording of `recs` replayed as itself on `device`
 /// under its recorded settings (`(size, peak)`; a recording that does not replay without
 /// running out of memory is left out).

@@ -230,24 +230,15 @@ fn evaluate(f: &Family, form: Form) -> Vec<Row> {
 /// The error (|%|, reserved then allocated) of every case over 3 % when the warm cache
 /// was rebuilt (issue 37 item 2), rounded up: a case may not get worse than this. Cases
 /// not listed are held to 3 % (the issue's target). The errors before any change are in
-/// docs/fidelity.md.
+/// docs/fidelity.md. Since the first rebuilt step starts as the program's did
+/// (`warm::FirstStep`), every warm case without expandable segments is within 3 %.
 const BUDGET: &[(&str, f64, f64)] = &[
     ("kk-step expandable own [128, 256]->256", 8.0, 3.0),
-    ("h200-batch warm loo [8, 16, 32]->4", 10.0, 3.0),
-    ("h200-batch warm loo [4, 8, 32]->16", 5.0, 3.0),
-    ("h200-batch warm down [16, 32]->4", 10.0, 3.0),
     ("h200-batch warm-expandable loo [4, 8, 32]->16", 11.0, 3.0),
     ("h200-batch warm-expandable loo [4, 8, 16]->32", 12.0, 3.0),
-    ("h200-amp warm loo [8, 16]->4", 7.0, 3.0),
-    ("h200-amp warm loo [4, 16]->8", 10.0, 3.0),
-    ("h200-amp warm loo [4, 8]->16", 5.0, 3.0),
-    ("h200-amp warm own [4, 8, 16]->16", 5.0, 3.0),
     ("h200-amp expandable loo [4, 16]->8", 6.0, 3.0),
     ("h200-amp warm-expandable loo [4, 8]->16", 7.0, 3.0),
     ("h200-amp warm-expandable own [4, 8, 16]->16", 7.0, 3.0),
-    ("h200-seq warm loo [512, 1024]->256", 8.0, 3.0),
-    ("h200-seq warm loo [256, 1024]->512", 7.0, 3.0),
-    ("h200-seq warm own [256, 512, 1024]->1024", 6.0, 3.0),
     ("h200-seq warm-expandable loo [512, 1024]->256", 6.0, 3.0),
 ];
 
@@ -291,5 +282,11 @@ fn eval_every_family_every_form() {
     );
     // The niu grids and the H200 recordings ship in the repository: at least their cases ran.
     assert!(rows.len() >= 40, "only {} cases ran", rows.len());
+    // Frozen, may only grow: 91 when the warm cache was first rebuilt, 101 since the
+    // first rebuilt step starts from the parameters (where the corpus grids are present).
+    if rows.len() == 108 {
+        let n = within(&|r| err(r.reserved.0, r.reserved.1));
+        assert!(n >= 101, "reserved within 3% in {n} of 108 cases (101 frozen)");
+    }
     assert!(over.is_empty(), "cases worse than their frozen error:\n{}", over.join("\n"));
 }
