@@ -146,11 +146,39 @@ pub(crate) fn expandable(snap: &Snapshot) -> Snapshot {
 }
 
 /// Peak reserved and allocated of a recording replayed as itself under its own settings:
-/// the truth a prediction of its size compares with.
-fn truth(snap: &Snapshot) -> (u64, u64) {
-    let w = simulate_with(snap, 0, recorded_config(snap), &SimOptions::default());
+/// the truth a prediction of its size compares with. Counted, as a prediction's peaks are
+/// (`Program::predict`), from the trace's first request: the most of what the trace's
+/// requests reserved and of what was reserved when the first of them came. Segments the
+/// recording held before its trace and released by an `empty_cache()` before its first
+/// request are the recording process's earlier history, which no prediction of another
+/// run can know; counting them made the truth of `kk-step expandable own` the 61.1 GB its
+/// ctx-256 recording held before the trace (1,010 segments cached without expandable
+/// segments, released at entry 780) instead of what its step reserves. Every other case
+/// held the same truth either way (`eval_every_family_every_form` prints how many moved).
+pub(crate) fn truth(snap: &Snapshot) -> (u64, u64) {
+    let cfg = recorded_config(snap);
+    let w = simulate_with(snap, 0, cfg.clone(), &SimOptions::default());
     assert_eq!(w.ooms, 0);
+    (w.peak_reserved_by_trace.max(reserved_at_first_request(snap, &cfg)), w.peak_allocated)
+}
+
+/// The truth as the replay's own peak counts it (from the state before the trace).
+fn truth_from_start(snap: &Snapshot) -> (u64, u64) {
+    let w = simulate_with(snap, 0, recorded_config(snap), &SimOptions::default());
     (w.peak_reserved, w.peak_allocated)
+}
+
+/// Reserved bytes when `snap`'s first request comes: the state before the trace, less
+/// what the `empty_cache()` calls before that request release.
+fn reserved_at_first_request(snap: &Snapshot, cfg: &AllocatorConfig) -> u64 {
+    let seeded = fragscope_replay::Seeded::rebuild(snap, 0);
+    let Ok(mut eng) = seeded.allocator(cfg.clone(), fragscope_replay::UNLIMITED) else { return 0 };
+    let trace = snap.trace(0);
+    let first = trace.iter().position(|e| matches!(e.action, fragscope_snapshot::Action::Alloc)).unwrap_or(trace.len());
+    if seeded.empty_cache_before().iter().any(|&k| k <= first) {
+        eng.empty_cache();
+    }
+    eng.reserved_bytes()
 }
 
 /// One evaluated case.
@@ -217,6 +245,15 @@ fn evaluate(f: &Family, form: Form) -> Vec<Row> {
         let cfg = prog.recorded_config.clone();
         let p = prog.predict(target, &cfg, None);
         let (rr, ra) = truth(by_size(target));
+        if truth_from_start(by_size(target)) != (rr, ra) {
+            eprintln!(
+                "TRUTH counted from the first request {} {} {kind} {fit:?}->{target}: {:?} -> {:?}",
+                f.name,
+                form.as_str(),
+                truth_from_start(by_size(target)),
+                (rr, ra)
+            );
+        }
         rows.push(Row {
             label: format!("{} {} {kind} {fit:?}->{target}", f.name, form.as_str()),
             reserved: (p.peak_reserved, rr),
@@ -233,7 +270,6 @@ fn evaluate(f: &Family, form: Form) -> Vec<Row> {
 /// docs/fidelity.md. Since the first rebuilt step starts as the program's did
 /// (`warm::FirstStep`), every warm case without expandable segments is within 3 %.
 const BUDGET: &[(&str, f64, f64)] = &[
-    ("kk-step expandable own [128, 256]->256", 8.0, 3.0),
     ("h200-batch warm-expandable loo [4, 8, 32]->16", 11.0, 3.0),
     ("h200-batch warm-expandable loo [4, 8, 16]->32", 12.0, 3.0),
     ("h200-amp expandable loo [4, 16]->8", 6.0, 3.0),
@@ -282,11 +318,12 @@ fn eval_every_family_every_form() {
     );
     // The niu grids and the H200 recordings ship in the repository: at least their cases ran.
     assert!(rows.len() >= 40, "only {} cases ran", rows.len());
-    // Frozen, may only grow: 91 when the warm cache was first rebuilt, 101 since the
-    // first rebuilt step starts from the parameters (where the corpus grids are present).
+    // Frozen, may only grow: 91 when the warm cache was first rebuilt, 102 since the
+    // first rebuilt step starts from the parameters and the truth counts from the first
+    // request (where the corpus grids are present).
     if rows.len() == 108 {
         let n = within(&|r| err(r.reserved.0, r.reserved.1));
-        assert!(n >= 101, "reserved within 3% in {n} of 108 cases (101 frozen)");
+        assert!(n >= 102, "reserved within 3% in {n} of 108 cases (102 frozen)");
     }
     assert!(over.is_empty(), "cases worse than their frozen error:\n{}", over.join("\n"));
 }
