@@ -735,8 +735,8 @@ impl<'a> Program<'a> {
         if let Some([_, hi]) = r.warm_cache {
             p.notes.push(format!(
                 "the reserved range spans ±{:.1}% around the point for the rebuilt cache: the most by which \
-                 a recording's peak reserved differs from the prediction of its own size (the real cache was \
-                 built by a first step the recording does not hold)",
+                 a recording's peak reserved differs from the prediction of its own size, 3% at least (the real \
+                 cache was built by a first step the recording does not hold)",
                 (hi - 1.0) * 100.0
             ));
         }

@@ -216,10 +216,10 @@ fn ranges_hold_the_real_peak() {
         }
     }
     // What the ranges are known not to hold (docs/fidelity.md), each counted: a warm
-    // template's cache (the real first step, which also creates AdamW's state, builds
-    // another cache than the predicted step rebuilds; the range extends by the largest
-    // error the rebuild makes at a recorded size, and the error at a size not recorded can
-    // be larger: the real reserved peak up to 10.5 % outside, allocated up to 0.42 %);
+    // template's cache (the range extends by the largest error the rebuild makes at a
+    // recorded size, 3 % at least; under expandable segments the rebuild keeps the
+    // template's placement of the long-lived blocks and is off by up to 11 % at a size not
+    // recorded, outside its range in 3 cases, one of them by 0.02 % of allocated too);
     // far out under expandable_segments (none since the turning quadratics are held); and
     // `kk-step expandable own`, whose truth counted the cache its recording held before
     // the trace and released before its first request (none since the truth counts from
@@ -241,7 +241,11 @@ fn ranges_hold_the_real_peak() {
         eprintln!("KNOWN {k}: outside in {} of {}", count(k), total(k));
     }
     // Frozen: these may only shrink.
-    assert!(count("warm") <= 9, "warm forms: {} outside (36 when frozen, 9 since the cache ratios)", count("warm"));
+    assert!(
+        count("warm") <= 4,
+        "warm forms: {} outside (36 when frozen, 9 since the cache ratios, 4 since the first rebuilt step and the 3% floor)",
+        count("warm")
+    );
     assert!(
         count("far expandable") == 0,
         "far expandable: {} outside (4 when frozen, 0 since held)",
