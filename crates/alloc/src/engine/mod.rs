@@ -387,6 +387,11 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.no_split.contains(&pool)
     }
 
+    /// The pools marked no-split, by id.
+    pub fn no_split_pools(&self) -> Vec<PoolId> {
+        self.no_split.iter().copied().collect()
+    }
+
     /// The private pools the allocator knows (those a request was routed to or a
     /// seeded segment belongs to, less those erased once freeable and empty), by id.
     pub fn private_pools(&self) -> Vec<PoolId> {
@@ -538,6 +543,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             Some(p) => self.find_free_block(p, stream, s).is_some(),
             None => false,
         }
+    }
+
+    /// Would `try_mempool_fallback` find a block for `n` on `stream` in `pool`, were
+    /// `pool` use-on-OOM (§3.7 step 1: a non-expandable cached free block that fits)?
+    /// No side effects; for a caller that must say an outcome rests on `use_on_oom`.
+    pub fn fits_on_oom_fallback(&self, n: u64, stream: StreamId, pool: PoolId) -> bool {
+        let s = round_size(n, &self.cfg);
+        pool != DEFAULT_POOL
+            && self
+                .find_pool_index(pool, is_small(s))
+                .is_some_and(|p| self.find_free_block_es(p, stream, s, false).is_some())
     }
 
     /// The pool of the segment (or expandable reservation) containing `addr`, if any.
