@@ -106,26 +106,20 @@ pub fn bands(snap: &Snapshot, device: i64, n: usize, states: usize) -> Vec<PoolB
         m[0] = cur[k];
     }
     for (i, e) in trace.iter().enumerate() {
-        // Entry i leads to state i + 1.
+        // Entry i leads to state i + 1, which is in bucket b or the next one (n ≤ states).
+        if seg_event(e.action) {
+            let k = index[&pool_of(e)];
+            cur[k] = match e.action {
+                Action::SegmentAlloc | Action::SegmentMap => cur[k] + e.size as i128,
+                _ => (cur[k] - e.size as i128).max(0),
+            };
+            peak[k] = peak[k].max(cur[k]);
+        }
         let nb = bucket(i + 1);
-        if nb != b {
-            for (k, m) in max.iter_mut().enumerate() {
-                for slot in &mut m[b + 1..=nb] {
-                    *slot = cur[k];
-                }
-            }
-            b = nb;
+        for (k, m) in max.iter_mut().enumerate() {
+            m[nb] = if nb == b { m[nb].max(cur[k]) } else { cur[k] };
         }
-        if !seg_event(e.action) {
-            continue;
-        }
-        let k = index[&pool_of(e)];
-        cur[k] = match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => cur[k] + e.size as i128,
-            _ => (cur[k] - e.size as i128).max(0),
-        };
-        max[k][b] = max[k][b].max(cur[k]);
-        peak[k] = peak[k].max(cur[k]);
+        b = nb;
     }
     let finals = RecordedState::from_snapshot(snap, device).pool_bands();
     pools
@@ -192,6 +186,62 @@ mod tests {
             let segs = snap.segments.iter().filter(|s| s.segment_pool_id == Some(b.pool)).count();
             assert_eq!(addrs.len(), segs);
         }
+    }
+
+    /// A graph pool's second segment made and released: each bucket keeps the most of its
+    /// states (state s is after entry s − 1), the level before the trace comes from the end.
+    #[test]
+    fn each_bucket_keeps_the_most_of_its_states() {
+        use fragscope_snapshot::{Block, BlockState, EntryContext, Segment, SegmentType, TraceEvent};
+        const MIB: u64 = 1 << 20;
+        let (d, g) = ((0, 0), (1, 0));
+        let mut snap = Snapshot::default();
+        let mut trace = Vec::new();
+        for (action, addr, size, pool) in [
+            (Action::SegmentAlloc, 0, 20 * MIB, d),
+            (Action::SegmentAlloc, 100 * MIB, 20 * MIB, g),
+            (Action::SegmentAlloc, 200 * MIB, 24 * MIB, g),
+            (Action::SegmentFree, 200 * MIB, 24 * MIB, g),
+        ] {
+            let mut e = TraceEvent::new(action, addr, size);
+            e.context =
+                snap.intern_context(EntryContext { stream: 0, pool_id: Some(pool), ..Default::default() }).unwrap();
+            trace.push(e);
+        }
+        snap.device_traces.push(trace);
+        let seg = |address: u64, pool| Segment {
+            device: 0,
+            address,
+            total_size: 20 * MIB,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: Some(0),
+            stream: 0,
+            segment_type: SegmentType::Large,
+            segment_pool_id: Some(pool),
+            is_expandable: Some(false),
+            stack: None,
+            blocks: vec![Block {
+                address,
+                size: 20 * MIB,
+                requested_size: Some(0),
+                state: BlockState::Inactive,
+                stack: None,
+                history: None,
+            }],
+        };
+        snap.segments = vec![seg(0, d), seg(100 * MIB, g)];
+        let mib = |v: Vec<f64>| v.into_iter().map(|x| x / MIB as f64).collect::<Vec<_>>();
+        let b = bands(&snap, 0, 5, 5);
+        assert_eq!(b.iter().map(|b| b.pool).collect::<Vec<_>>(), vec![d, g]);
+        assert_eq!(mib(decode(&b[0].reserved)), vec![0.0, 20.0, 20.0, 20.0, 20.0]);
+        assert_eq!(mib(decode(&b[1].reserved)), vec![0.0, 0.0, 20.0, 44.0, 20.0]);
+        assert_eq!(b[1].peak_reserved_bytes, 44 * MIB);
+        assert_eq!(decode(&b[1].segment_addresses), vec![100.0 * MIB as f64, 200.0 * MIB as f64]);
+        // Two buckets: states 0–2 and 3–4.
+        let b = bands(&snap, 0, 2, 5);
+        assert_eq!(mib(decode(&b[1].reserved)), vec![20.0, 44.0]);
+        assert_eq!(mib(decode(&b[0].reserved)), vec![20.0, 20.0]);
     }
 
     #[test]
