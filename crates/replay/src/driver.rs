@@ -346,6 +346,10 @@ fn replay_forward<'a>(
     if !d.stopped {
         d.rep.final_state_matches = Some(same_state(&d.eng, snap, device, strict));
     }
+    if let Some(div) = &d.rep.first_divergence {
+        let note = crate::pools::no_split_divergence_note(snap, device, div, &d.inferred.no_split_pools);
+        d.rep.notes.extend(note);
+    }
     if let Some(&(at, _)) = d.inferred.pool_freeable_before.first() {
         let pools: Vec<String> =
             d.inferred.pool_freeable_before.iter().map(|&(_, (a, b))| format!("({a}, {b})")).collect();

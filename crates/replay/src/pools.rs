@@ -60,6 +60,31 @@ pub(crate) fn no_split_note(pools: &[PoolId]) -> Option<String> {
     })
 }
 
+/// When the first divergence of a replay is a request in a `MemPool` (`(0, n)`, not read
+/// as no-split) that the recording served with a new segment where the model served it from
+/// the pool's cached free blocks, what a no-split pool would explain: the note that says so.
+pub(crate) fn no_split_divergence_note(
+    snap: &Snapshot,
+    device: i64,
+    d: &crate::Divergence,
+    known: &[PoolId],
+) -> Option<String> {
+    let e = snap.trace(device).get(d.index)?;
+    let pool = snap.pool_id(e).filter(|&p| p.0 == 0 && p != DEFAULT_POOL && !known.contains(&p))?;
+    let grows = |a: &str| a == "segment_alloc" || a == "segment_map";
+    let recorded_new = d.recorded_segment_events.iter().any(|v| grows(&v.action));
+    let model_new = d.model_events.iter().any(|v| grows(&v.action));
+    (d.recorded.action == "alloc" && recorded_new && !model_new).then(|| {
+        format!(
+            "the first divergence (entry {}) is a request in MemPool ({}, {}) that the recording served with a \
+             new segment where the model took a cached free block of the pool: a MemPool made with \
+             no_split=True does that (the flag is not in the file, and the final state shows no block that \
+             tells)",
+            d.index, pool.0, pool.1
+        )
+    })
+}
+
 /// Default-pool requests of a what-if that failed while a user `MemPool` (id `(0, n)`:
 /// graph pools from `graph_pool_handle()` cannot be use-on-OOM) held a cached block
 /// `try_mempool_fallback` would have taken.

@@ -449,3 +449,22 @@ fn a_no_split_pool_is_read_off_the_final_state_and_replays_exactly() {
     assert_eq!(w.final_reserved, snap.segments.iter().map(|s| s.total_size).sum::<u64>());
     assert_eq!(w.peak_allocated, 20 * MIB + 20 * MIB + 2 * MIB + 4 * MIB);
 }
+
+/// A no-split `MemPool` whose final state does not show it (every block freed: each
+/// segment one free block): the replay splits, diverges at the request the flag changed,
+/// and says what would explain it.
+#[test]
+fn a_no_split_pool_the_final_state_hides_is_named_at_the_divergence() {
+    let mut run = Run::new(8 << 30);
+    run.eng.set_no_split(MEMPOOL, true);
+    let a = run.malloc(4 * MIB, MEMPOOL).unwrap();
+    let b = run.malloc(4 * MIB, MEMPOOL).unwrap();
+    run.free(a);
+    run.free(b);
+    let snap = run.finish();
+    let r = verify(&snap, 0, &ReplayOptions::default());
+    let d = r.first_divergence.as_ref().expect("the model splits the first segment");
+    assert_eq!(d.index, 3, "{d:?}");
+    assert!(r.notes.iter().any(|n| n.contains("MemPool (0, 1)") && n.contains("no_split=True")), "{:?}", r.notes);
+    assert!(!r.notes.iter().any(|n| n.contains("replayed as MemPool(no_split=True)")));
+}
