@@ -26,6 +26,7 @@ const MODULES: &[&str] = &[
     "util",
     "page",
     "predict",
+    "pools",
     "timeline",
     "roles",
     "state",

@@ -509,3 +509,58 @@ test('the drawn allocated curve and the peak allocated figure agree, or the page
     await page.close();
   }
 });
+
+test('private pools: each pool apart from the default pools, in a table, on the timeline and in the state view', async () => {
+  // A small snapshot with a CUDA graph's pool (1, 0) and a MemPool (0, 1), pool ids on every
+  // entry and segment (make_private_pools.py, which prints each pool's expected figures).
+  const snap = join(OUT, 'private-pools.pickle');
+  const expected = JSON.parse(execFileSync('python3', [join(ROOT, 'tests/browser/make_private_pools.py'), snap]).toString());
+  const out = join(OUT, 'private-pools.html');
+  const r = report([snap], out);
+  assert.equal(r.status, 0, String(r.stderr));
+  const want = json(['summary', '--json', snap]).files[0].private_pools[0].pools;
+  const { page, errors, requests } = await open(ctx, out);
+  const rows = await page.$$eval('#pools-table tr[data-pool]', (els) => els.map((t) => ({ pool: t.dataset.pool, reserved: Number(t.dataset.reserved),
+    allocated: Number(t.dataset.allocated), free: Number(t.dataset.free), segments: Number(t.dataset.segments), peak: Number(t.dataset.peak), text: t.textContent })));
+  assert.deepEqual(rows.map((x) => x.pool), ['0,0', '0,1', '1,0'], 'the default pools first, then each private pool by id');
+  // The figures at the end are summary's (what PyTorch wrote on each pool's segments).
+  for (const w of want) {
+    const row = rows.find((x) => x.pool === w.pool.join(','));
+    assert.deepEqual([row.reserved, row.allocated, row.free, row.segments], [w.reserved_bytes, w.allocated_bytes, w.cached_free_bytes, w.segments], `pool ${row.pool}`);
+  }
+  // Each pool's peak over the trace: the graph pool held 44 MiB before one segment went.
+  for (const [pool, e] of Object.entries(expected)) {
+    const row = rows.find((x) => x.pool === pool);
+    assert.deepEqual([row.reserved, row.peak, row.segments], [e.reserved, e.peak, e.segments], `pool ${pool}`);
+  }
+  assert.match(rows[1].text, /MemPool \(0, 1\)/);
+  assert.match(rows[2].text, /CUDA graph pool \(1, 0\)/);
+  // The timeline draws each private pool's reserved line, whose highest value is the peak,
+  // at the finest level and the coarsest; the legend names the private pools only.
+  const lines = await page.evaluate(() => window.fragscope.poolLines());
+  for (const l of lines) {
+    assert.equal(l.max, expected[l.pool].peak, `line of ${l.pool}`);
+    assert.equal(l.coarsest, expected[l.pool].peak, `coarsest line of ${l.pool}`);
+  }
+  assert.deepEqual(await page.$$eval('[data-pool-line]', (els) => els.map((e) => e.dataset.poolLine)), ['0,1', '1,0']);
+  // The state view names the pool of a private-pool segment's block.
+  await page.click('[data-jump="end"]');
+  const m1 = 0x7f0000000000 + 66 * 2 ** 20;
+  const target = await page.evaluate((a) => window.fragscope.blockRects().find((b) => b.addr === a), m1);
+  assert.ok(target, 'the MemPool block drawn');
+  await page.$eval('canvas.st', (c) => c.scrollIntoView());
+  const st = await page.$eval('canvas.st', (c) => { const q = c.getBoundingClientRect(); return { x: q.left, y: q.top }; });
+  await page.mouse.click(st.x + target.x + Math.min(target.w / 2, 4), st.y + target.y + target.h / 2);
+  assert.match(await page.$eval('#detail-body', (x) => x.textContent), /segment 0x7f0004200000, 20\.00 MiB, .*MemPool \(0, 1\)/);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, ['file://' + out]);
+  await page.close();
+  // A file with the default pools only shows no band.
+  const plain = join(OUT, 'no-pools.html');
+  assert.equal(report([join(ROOT, 'crates/testdata/real/decomfl-opt-zeroth-order-windows.pickle')], plain).status, 0);
+  const p2 = await open(ctx, plain);
+  assert.equal(await p2.page.$('#pools'), null);
+  assert.equal(await p2.page.$('[data-pool-line]'), null);
+  assert.deepEqual(p2.errors, []);
+  await p2.page.close();
+});

@@ -86,6 +86,9 @@ pub(crate) struct Inferred {
     /// `emptyCache(pool)` of one private pool right before these entries (a burst that
     /// releases private-pool segments only, as a `MemPool`'s destructor does).
     pub pool_empty_cache_before: Vec<(usize, PoolId)>,
+    /// Private pools the final state shows to be `MemPool(no_split=True)`
+    /// ([`crate::pools::no_split_pools`]); the model never splits their blocks.
+    pub no_split_pools: Vec<PoolId>,
 }
 
 /// Device memory for the replay: given, else stated by the file, else inferred from
@@ -307,6 +310,8 @@ fn replay_forward<'a>(
     if let Some(note) = private_pool_note(snap, device) {
         rep.notes.push(note);
     }
+    let no_split_pools = crate::pools::no_split_pools(snap, device, cfg);
+    rep.notes.extend(crate::pools::no_split_note(&no_split_pools));
     rep.notes.extend(crate::settings::recording_remarks(snap, cfg));
     rep.initial_segments = initial.state.segs.len();
     let capacity = capacity_knowing_maps(snap, device, opts.capacity, cfg, counts.segment_maps > 0);
@@ -322,7 +327,7 @@ fn replay_forward<'a>(
         cursor: None,
         cursor_pos: 0,
         resv: Vec::new(),
-        inferred: Inferred { initial: Some(initial.state), ..Inferred::default() },
+        inferred: Inferred { initial: Some(initial.state), no_split_pools, ..Inferred::default() },
         freeable: Vec::new(),
         unknown_sizes: initial.ambiguous,
         stopped: false,
@@ -340,6 +345,10 @@ fn replay_forward<'a>(
     d.run();
     if !d.stopped {
         d.rep.final_state_matches = Some(same_state(&d.eng, snap, device, strict));
+    }
+    if let Some(div) = &d.rep.first_divergence {
+        let note = crate::pools::no_split_divergence_note(snap, device, div, &d.inferred.no_split_pools);
+        d.rep.notes.extend(note);
     }
     if let Some(&(at, _)) = d.inferred.pool_freeable_before.first() {
         let pools: Vec<String> =
@@ -853,6 +862,9 @@ impl Driver<'_> {
                     match self.advance_cursor(start) {
                         Ok(()) => {
                             let mut e = new_engine(&self.cfg, self.capacity);
+                            for &p in &self.inferred.no_split_pools {
+                                e.set_no_split(p, true);
+                            }
                             match seed_segments(&mut e, self.cursor.as_ref().expect("advanced")) {
                                 Ok(()) => e.free_candidates(n, stream, pool),
                                 Err(_) => Vec::new(),
@@ -933,6 +945,9 @@ impl Driver<'_> {
         self.pend.clear();
         for &p in &self.freeable {
             self.eng.set_pool_freeable(p, true);
+        }
+        for &p in &self.inferred.no_split_pools {
+            self.eng.set_no_split(p, true);
         }
         seed_segments(&mut self.eng, st)
     }

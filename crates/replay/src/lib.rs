@@ -44,6 +44,7 @@ mod driver;
 mod fidelity;
 mod lab;
 mod memstats;
+mod pools;
 mod recorder;
 mod seeded;
 mod settings;

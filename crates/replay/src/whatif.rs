@@ -215,6 +215,11 @@ pub fn simulate_ops(
     let mut eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
     // Events are always read: the driver work is counted from them.
     eng.set_record_events(true);
+    // The recording's no-split MemPools stay no-split (a MemPool's flag, not a setting),
+    // as the recorded run showed them.
+    for &p in &inferred.no_split_pools {
+        eng.set_no_split(p, true);
+    }
     let mut blocks = BlockMap::default();
     let start_state = match &inferred.initial {
         Some(st) => seed_start_state(snap, device, &cfg, cap, st, &mut eng, &mut blocks, &mut notes),
@@ -290,10 +295,14 @@ fn seed_start_state(
                 "the state before the trace could not be seeded ({e}); started empty: this run is \
                  not comparable with runs that hold that state"
             ));
+            let no_split = eng.no_split_pools();
             *eng = CachingAllocator::new(cfg.clone(), SimulatedDevice::synthetic(cap));
             // Events are always read (the driver work is counted from them), as for a run
             // that was seeded.
             eng.set_record_events(true);
+            for p in no_split {
+                eng.set_no_split(p, true);
+            }
             StartState::NotSeeded
         }
         Ok(()) => {
@@ -370,6 +379,9 @@ struct SimRun<'o> {
     /// ([`event_pool`]); `None` otherwise.
     seg_pools: Option<BTreeMap<u64, PoolId>>,
     first_oom: Option<SimOom>,
+    /// Default-pool requests that failed while a MemPool could have served them, had it
+    /// been use-on-OOM (not in the snapshot).
+    use_on_oom: crate::pools::UseOnOom,
     recorded_fit: u64,
     skipped_frees: u64,
     /// `empty_cache()` synchronises and completes every pending free (spec §5.2), as does
@@ -418,6 +430,7 @@ impl<'o> SimRun<'o> {
             evbuf: Vec::new(),
             seg_pools,
             first_oom: None,
+            use_on_oom: Default::default(),
             recorded_fit: 0,
             skipped_frees: 0,
             pending: HashMap::default(),
@@ -475,6 +488,7 @@ impl<'o> SimRun<'o> {
                 if ev.action == Action::Alloc {
                     self.blocks.allocated(ev.addr, None);
                 }
+                self.use_on_oom.failed(&self.eng, i, ev.size, stream, pool);
                 if self.first_oom.is_none() {
                     self.first_oom = Some(SimOom {
                         index: i,
@@ -659,6 +673,7 @@ impl<'o> SimRun<'o> {
                 if by_retry == 1 { "y" } else { "ies" }
             ));
         }
+        notes.extend(self.use_on_oom.note());
     }
 }
 

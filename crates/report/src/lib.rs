@@ -30,6 +30,7 @@ pub mod encode;
 pub mod initial;
 pub mod layout;
 pub mod leakcurves;
+pub mod pools;
 pub mod predict;
 pub mod rolecurves;
 pub mod segments;
@@ -312,6 +313,9 @@ pub struct DeviceData {
     /// `allocations` is encoded; `segment_count` of them in all.
     pub segments: String,
     pub segment_count: usize,
+    /// Each pool apart when the device has private pools ([`pools`]); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<pools::PoolBand>,
 }
 
 /// One file of the report.
@@ -526,7 +530,9 @@ fn device_data(snap: &Snapshot, ana: &Analysis, lives_of: &LivesOf, drawn: Vec<D
             .find(|a| a.device == d)
             .filter(|_| states > 1)
             .map(|a| rolecurves::role_buckets(snap, &lives_of[&d], &a.block_roles, states, &amax).encode());
+        let pools = pools::bands(snap, d, curves.n, curves.states);
         devices.push(DeviceData {
+            pools,
             device: d,
             events: snap.trace(d).len(),
             curves,

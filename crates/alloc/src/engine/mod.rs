@@ -202,6 +202,12 @@ pub struct CachingAllocator<D: DeviceMemory> {
     private_pools: BTreeMap<PoolId, u32>,
     /// Private pools whose use count dropped to zero (§5.2 step 3).
     freeable: std::collections::BTreeSet<PoolId>,
+    /// `MemPool(use_on_oom=True)` pools (PyTorch's `use_on_oom_pools`, §3.7 step 1):
+    /// their cached free blocks serve a default-pool request whose `cudaMalloc` failed.
+    use_on_oom: std::collections::BTreeSet<PoolId>,
+    /// `MemPool(no_split=True)` pools (PyTorch's `no_split_pools`, §3.8): a block of
+    /// theirs is never split.
+    no_split: std::collections::BTreeSet<PoolId>,
     /// Allocated and pending-free blocks by address.
     active: AddrTable,
     /// Pending frees in request order (seq → block).
@@ -238,6 +244,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             pools: vec![BlockPool::new(DEFAULT_POOL, false), BlockPool::new(DEFAULT_POOL, true)],
             private_pools: BTreeMap::new(),
             freeable: Default::default(),
+            use_on_oom: Default::default(),
+            no_split: Default::default(),
             active: AddrTable::default(),
             pending: PendingQueue::default(),
             pending_seq: 0,
@@ -338,6 +346,52 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.freeable.contains(&pool)
     }
 
+    /// `setUseOnOOM(pool, on)`: with `on`, a default-pool request whose `cudaMalloc`
+    /// failed takes a cached free block of `pool` before any release
+    /// (`try_mempool_fallback`, §3.7 step 1), the block staying in `pool`.
+    /// PyTorch keeps these pools in a hash set and tries them in its (unspecified)
+    /// iteration order; the model tries them in id order, which only matters when
+    /// two such pools both hold a fitting block.
+    pub fn set_use_on_oom(&mut self, pool: PoolId, on: bool) {
+        if pool == DEFAULT_POOL {
+            return;
+        }
+        if on {
+            self.use_on_oom.insert(pool);
+        } else {
+            self.use_on_oom.remove(&pool);
+        }
+    }
+
+    /// Whether `pool` is marked use-on-OOM (see [`Self::set_use_on_oom`]).
+    pub fn is_use_on_oom(&self, pool: PoolId) -> bool {
+        self.use_on_oom.contains(&pool)
+    }
+
+    /// `setNoSplit(pool)` (with `on`; PyTorch has no call that clears it): a block of
+    /// `pool` is handed out whole, never split (`should_split`, §3.8), so each request
+    /// there takes a whole free block or a whole new segment.
+    pub fn set_no_split(&mut self, pool: PoolId, on: bool) {
+        if pool == DEFAULT_POOL {
+            return;
+        }
+        if on {
+            self.no_split.insert(pool);
+        } else {
+            self.no_split.remove(&pool);
+        }
+    }
+
+    /// Whether `pool` is marked no-split (see [`Self::set_no_split`]).
+    pub fn is_no_split(&self, pool: PoolId) -> bool {
+        self.no_split.contains(&pool)
+    }
+
+    /// The pools marked no-split, by id.
+    pub fn no_split_pools(&self) -> Vec<PoolId> {
+        self.no_split.iter().copied().collect()
+    }
+
     /// The private pools the allocator knows (those a request was routed to or a
     /// seeded segment belongs to, less those erased once freeable and empty), by id.
     pub fn private_pools(&self) -> Vec<PoolId> {
@@ -380,6 +434,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 Err(()) => return Err(self.oom_value(n, s, alloc_size, stream, pool, true)),
                 Ok(b) => b,
             };
+            // §3.7 step 1: a use-on-OOM pool's cached block, for a default-pool request.
+            if found.is_none() && !capturing && !self.use_on_oom.is_empty() {
+                if let Some(b) = self.try_mempool_fallback(stream, s) {
+                    return Ok(self.alloc_found_block_es(b, n, s, false));
+                }
+            }
             if found.is_none()
                 && self.cfg.max_split_size.is_some()
                 && self.release_available_cached_blocks(p, stream, s)
@@ -483,6 +543,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             Some(p) => self.find_free_block(p, stream, s).is_some(),
             None => false,
         }
+    }
+
+    /// Would `try_mempool_fallback` find a block for `n` on `stream` in `pool`, were
+    /// `pool` use-on-OOM (§3.7 step 1: a non-expandable cached free block that fits)?
+    /// No side effects; for a caller that must say an outcome rests on `use_on_oom`.
+    pub fn fits_on_oom_fallback(&self, n: u64, stream: StreamId, pool: PoolId) -> bool {
+        let s = round_size(n, &self.cfg);
+        pool != DEFAULT_POOL
+            && self
+                .find_pool_index(pool, is_small(s))
+                .is_some_and(|p| self.find_free_block_es(p, stream, s, false).is_some())
     }
 
     /// The pool of the segment (or expandable reservation) containing `addr`, if any.
@@ -778,15 +849,41 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     // ----- internals: the malloc path ------------------------------------------
 
+    /// `try_mempool_fallback` (§3.7 step 1): the first use-on-OOM pool with a cached
+    /// free block for `s` on `stream` gives it. PyTorch searches with
+    /// `is_expandable_segments_active = false` (its `AllocParams` for the fallback),
+    /// so blocks of expandable segments are skipped and the split follows the
+    /// non-expandable rule.
+    fn try_mempool_fallback(&mut self, stream: StreamId, s: u64) -> Option<u32> {
+        let pools: Vec<PoolId> = self.use_on_oom.iter().copied().collect();
+        for id in pools {
+            let Some(p) = self.find_pool_index(id, is_small(s)) else { continue };
+            if self.gc_enabled() {
+                self.pools[p as usize].search_count += 1;
+            }
+            if let Some(i) = self.find_free_block_es(p, stream, s, false) {
+                self.remove_free(i);
+                return Some(i);
+            }
+        }
+        None
+    }
+
     /// Step 2 lookup without side effects (§3.3 steps 2–4).
     #[inline]
     fn find_free_block(&self, p: u32, stream: StreamId, s: u64) -> Option<u32> {
+        self.find_free_block_es(p, stream, s, self.cfg.expandable_segments)
+    }
+
+    /// [`Self::find_free_block`] with PyTorch's `is_expandable_segments_active` given.
+    #[inline]
+    fn find_free_block_es(&self, p: u32, stream: StreamId, s: u64, es: bool) -> Option<u32> {
         let pool = &self.pools[p as usize];
         let (mut size, mut cur) = pool.free.first_at_least(stream, s)?;
         if self.blocks[cur].expandable {
             // Rare enough for the general iterator (its first item is `cur` again).
             let mut it = pool.free.at_least(stream, s).skip(1);
-            if self.cfg.expandable_segments {
+            if es {
                 // Prefer a block that cannot grow over a growable tail (§3.3 step 3).
                 let mut it = it.peekable();
                 while self.blocks[cur].expandable {
@@ -885,10 +982,20 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// Step 7 (§3.8): split (low part allocated) and hand out.
     fn alloc_found_block(&mut self, i: u32, n: u64, s: u64) -> Addr {
+        self.alloc_found_block_es(i, n, s, self.cfg.expandable_segments)
+    }
+
+    /// [`Self::alloc_found_block`] with PyTorch's `is_expandable_segments_active` given
+    /// (`should_split`: never in a no-split pool).
+    fn alloc_found_block_es(&mut self, i: u32, n: u64, s: u64, es: bool) -> Addr {
         let small = self.pool_small(i);
         let size = self.blocks[i].size;
         let rem = size - s;
-        let split = if small || self.cfg.expandable_segments {
+        let no_split =
+            !self.no_split.is_empty() && self.no_split.contains(&self.pools[self.blocks[i].pool as usize].id);
+        let split = if no_split {
+            false
+        } else if small || es {
             rem >= MIN_BLOCK_SIZE
         } else {
             s < self.max_split && rem > SMALL_SIZE

@@ -1,7 +1,7 @@
 //! Fallback order (§3.7), memory fraction, GC (§5.5), OOM events.
 
 use super::*;
-use crate::{Event, SimulatedDevice};
+use crate::{BlockState, Event, SimulatedDevice, DEFAULT_POOL};
 
 fn oracle(c: AllocatorConfig) -> CachingAllocator<SimulatedDevice> {
     CachingAllocator::new(c, SimulatedDevice::oracle(80 * GIB))
@@ -361,5 +361,108 @@ fn empty_cache_releases_freeable_pools_small_before_large_and_keeps_split_segmen
     a.empty_cache();
     assert_eq!(a.drain_events(), vec![Event::SegmentFree { addr: large, size: 20 * MIB, stream: 0 }]);
     assert!(a.private_pools().is_empty());
+    ok(&a);
+}
+
+// ----- use-on-OOM and no-split MemPools (§3.7 step 1, §3.8) -----
+
+fn state_at(a: &CachingAllocator<SimulatedDevice>, addr: u64) -> Option<BlockState> {
+    a.segments().into_iter().flat_map(|s| s.blocks).find(|b| b.address == addr).map(|b| b.state)
+}
+
+/// A `MemPool` with a cached free 20 MiB block and a default pool with a cached free
+/// 12 MiB segment, on a 40 MiB device: a 16 MiB default-pool request misses the
+/// free list and its `cudaMalloc` fails (32 + 16 > 40 MiB).
+fn pool_with_a_cached_block(c: AllocatorConfig) -> (CachingAllocator<SimulatedDevice>, u64, u64) {
+    let mut a = CachingAllocator::new(c, SimulatedDevice::synthetic(40 * MIB));
+    let m = a.malloc_in_pool(8 * MIB, 0, MEMPOOL).unwrap();
+    let d = a.malloc(12 * MIB, 0).unwrap();
+    a.free(m).unwrap();
+    a.free(d).unwrap();
+    a.drain_events();
+    (a, m, d)
+}
+
+#[test]
+fn use_on_oom_pool_serves_a_failed_default_request_before_any_release() {
+    // Not use-on-OOM: release_cached_blocks frees the default segment, the retry succeeds.
+    let (mut a, m, d) = pool_with_a_cached_block(AllocatorConfig::default());
+    let q = a.malloc(16 * MIB, 0).unwrap();
+    assert!(q != m);
+    assert!(
+        matches!(a.drain_events()[..], [Event::SegmentFree { addr, .. }, Event::SegmentAlloc { .. }, Event::Alloc { .. }] if addr == d)
+    );
+    assert_eq!(a.stats().num_alloc_retries, 1);
+    // use_on_oom=True: the pool's cached block serves it (split: 4 MiB left > 1 MiB),
+    // the block stays in the pool, nothing is released, no retry is counted.
+    let (mut a, m, d) = pool_with_a_cached_block(AllocatorConfig::default());
+    a.set_use_on_oom(MEMPOOL, true);
+    assert!(a.is_use_on_oom(MEMPOOL));
+    let q = a.malloc(16 * MIB, 0).unwrap();
+    assert_eq!(q, m);
+    assert_eq!(a.drain_events(), vec![Event::Alloc { addr: m, size: 16 * MIB, stream: 0 }]);
+    assert_eq!(a.block_at(q).map(|b| b.size), Some(16 * MIB));
+    assert_eq!(a.pool_at(q), Some(MEMPOOL));
+    assert!(a.segments().iter().any(|s| s.address == d && s.pool == DEFAULT_POOL), "the default segment stays");
+    assert_eq!(a.stats().num_alloc_retries, 0);
+    // Freed, it goes back to the pool: the next failed default request takes it again.
+    a.free(q).unwrap();
+    assert_eq!(a.malloc(16 * MIB, 0).unwrap(), m);
+    assert_eq!(a.pool_at(m), Some(MEMPOOL));
+    ok(&a);
+}
+
+#[test]
+fn use_on_oom_pool_serves_neither_a_private_request_nor_a_default_one_cuda_can_serve() {
+    // A request already routed to a private pool goes straight to OOM (no capture fallback).
+    let (mut a, m, _) = pool_with_a_cached_block(AllocatorConfig::default());
+    a.set_use_on_oom(MEMPOOL, true);
+    let err = a.malloc_in_pool(16 * MIB, 0, GRAPH).unwrap_err();
+    assert_eq!(err.pool, GRAPH);
+    assert_eq!(state_at(&a, m), Some(BlockState::Free));
+    // A default request cudaMalloc can serve gets a new segment: the pool is a last resort.
+    let mut a = sim(AllocatorConfig::default());
+    let m = a.malloc_in_pool(8 * MIB, 0, MEMPOOL).unwrap();
+    a.free(m).unwrap();
+    a.set_use_on_oom(MEMPOOL, true);
+    let q = a.malloc(8 * MIB, 0).unwrap();
+    assert!(q != m);
+    assert_eq!(a.pool_at(q), Some(DEFAULT_POOL));
+    ok(&a);
+}
+
+#[test]
+fn use_on_oom_fallback_skips_blocks_of_expandable_segments() {
+    // try_mempool_fallback searches with is_expandable_segments_active = false, so a
+    // free block of an expandable segment is passed over and the request fails.
+    let mut a = CachingAllocator::new(cfg("expandable_segments:True"), SimulatedDevice::synthetic(30 * MIB));
+    // Pages are 20 MiB: the pool maps one, the default request needs a second.
+    let m = a.malloc_in_pool(8 * MIB, 0, MEMPOOL).unwrap();
+    a.free(m).unwrap();
+    a.set_use_on_oom(MEMPOOL, true);
+    assert!(a.malloc(8 * MIB, 0).is_err());
+    assert_eq!(state_at(&a, m), Some(BlockState::Free));
+    ok(&a);
+}
+
+#[test]
+fn no_split_pool_hands_out_whole_blocks() {
+    let mut a = sim(AllocatorConfig::default());
+    a.set_no_split(MEMPOOL, true);
+    assert!(a.is_no_split(MEMPOOL));
+    let x = a.malloc_in_pool(4 * MIB, 0, MEMPOOL).unwrap();
+    let y = a.malloc_in_pool(4 * MIB, 0, MEMPOOL).unwrap();
+    let z = a.malloc_in_pool(1000, 0, MEMPOOL).unwrap();
+    // Each takes its whole new segment: 20 MiB, 20 MiB and the 2 MiB small buffer.
+    assert_eq!([x, y, z].map(|p| a.block_at(p).unwrap().size), [20 * MIB, 20 * MIB, 2 * MIB]);
+    assert_eq!(a.segments().iter().filter(|s| s.pool == MEMPOOL).count(), 3);
+    // The default pool splits as always.
+    let d = a.malloc(4 * MIB, 0).unwrap();
+    assert_eq!(a.block_at(d).unwrap().size, 4 * MIB);
+    assert_eq!(a.stats().allocated_bytes.all().current as u64, 46 * MIB);
+    // A freed whole block serves the next request whole again.
+    a.free(x).unwrap();
+    assert_eq!(a.malloc_in_pool(2 * MIB, 0, MEMPOOL).unwrap(), x);
+    assert_eq!(a.block_at(x).unwrap().size, 20 * MIB);
     ok(&a);
 }

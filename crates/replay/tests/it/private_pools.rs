@@ -45,8 +45,11 @@ impl Run {
         for ev in self.eng.drain_events() {
             let (action, addr, size, stream, p) = match ev {
                 Event::Alloc { addr, size, stream } => {
-                    self.block_pool.insert(addr, pool);
-                    (Action::Alloc, addr, size, stream, pool)
+                    // PyTorch writes the pool of the block (`block->pool`): a default
+                    // request served by a use-on-OOM pool names that pool.
+                    let p = self.eng.pool_at(addr).unwrap_or(pool);
+                    self.block_pool.insert(addr, p);
+                    (Action::Alloc, addr, size, stream, p)
                 }
                 Event::FreeRequested { addr, size, stream } => {
                     (Action::FreeRequested, addr, size, stream, self.block_pool[&addr])
@@ -384,4 +387,84 @@ fn the_lab_serves_a_private_pool_apart() {
     // Best fit reuses nothing across streams either: at least the two requests.
     let best = rep.rows.iter().find(|r| !r.policy.starts_with("pytorch")).unwrap();
     assert!(best.peak_reserved >= 12 * MIB, "{:?}", rep.rows);
+}
+
+/// `MemPool(use_on_oom=True)`: a default-pool request whose `cudaMalloc` failed took a
+/// cached block of the pool (`try_mempool_fallback`), and PyTorch wrote that pool's id on
+/// the entry. The snapshot does not say which pools are use-on-OOM; the replay serves the
+/// entry in the pool it names, from the same free-list search, so it replays exactly.
+/// A what-if where a default request fails while such a block fits says by name that
+/// the outcome rests on `use_on_oom`.
+#[test]
+fn a_use_on_oom_fallback_replays_in_the_pool_the_entry_names() {
+    let mut run = Run::new(40 * MIB);
+    run.eng.set_use_on_oom(MEMPOOL, true);
+    let m = run.malloc(8 * MIB, MEMPOOL).unwrap();
+    let d = run.malloc(12 * MIB, DEFAULT_POOL).unwrap();
+    run.free(m);
+    run.free(d);
+    // 16 MiB in the default pool: cudaMalloc fails (32 + 16 > 40 MiB); the MemPool's
+    // cached 20 MiB block serves it, nothing is released.
+    let q = run.malloc(16 * MIB, DEFAULT_POOL).unwrap();
+    assert_eq!(q, m);
+    assert!(segment_frees(&run.snap).is_empty());
+    assert_eq!(run.snap.trace(0).last().and_then(|e| run.snap.pool_id(e)), Some(MEMPOOL));
+    run.free(q);
+    let snap = run.finish();
+    exact(&snap);
+    // A what-if on a device too small for the pool's segment beside the default one: the
+    // default request fails while the MemPool holds a block that fits; the notes say the
+    // answer depends on use_on_oom, which the snapshot does not record.
+    let cfg = fragscope_replay::recorded_config(&snap);
+    let w = simulate_with(&snap, 0, cfg, &SimOptions { capacity: Some(24 * MIB), ..SimOptions::default() });
+    assert!(w.first_oom.is_some());
+    assert!(w.notes.iter().any(|n| n.contains("use_on_oom") && n.contains("(0, 1)")), "{:?}", w.notes);
+}
+
+/// `MemPool(no_split=True)`: every request in the pool takes a whole block. The snapshot
+/// does not carry the flag; the replay reads it off the final state (a live block of the
+/// pool that spans its segment with a remainder `should_split` would have split) and
+/// replays the pool unsplit.
+#[test]
+fn a_no_split_pool_is_read_off_the_final_state_and_replays_exactly() {
+    let mut run = Run::new(8 << 30);
+    run.eng.set_no_split(MEMPOOL, true);
+    let a = run.malloc(4 * MIB, MEMPOOL).unwrap();
+    let b = run.malloc(4 * MIB, MEMPOOL).unwrap();
+    let c = run.malloc(1000, MEMPOOL).unwrap();
+    let d = run.malloc(4 * MIB, DEFAULT_POOL).unwrap();
+    run.free(a);
+    let a2 = run.malloc(2 * MIB, MEMPOOL).unwrap();
+    assert_eq!(a2, a);
+    run.free(c);
+    let _ = (b, d);
+    let snap = run.finish();
+    assert_eq!(snap.segments.iter().filter(|s| s.segment_pool_id == Some(MEMPOOL)).count(), 3);
+    let r = exact(&snap);
+    assert!(r.notes.iter().any(|n| n.contains("no_split") && n.contains("(0, 1)")), "{:?}", r.notes);
+    // What-ifs keep the pool unsplit: under the recorded settings the run ends where the
+    // recording ended.
+    let cfg = fragscope_replay::recorded_config(&snap);
+    let w = simulate_with(&snap, 0, cfg, &SimOptions::default());
+    assert_eq!(w.final_reserved, snap.segments.iter().map(|s| s.total_size).sum::<u64>());
+    assert_eq!(w.peak_allocated, 20 * MIB + 20 * MIB + 2 * MIB + 4 * MIB);
+}
+
+/// A no-split `MemPool` whose final state does not show it (every block freed: each
+/// segment one free block): the replay splits, diverges at the request the flag changed,
+/// and says what would explain it.
+#[test]
+fn a_no_split_pool_the_final_state_hides_is_named_at_the_divergence() {
+    let mut run = Run::new(8 << 30);
+    run.eng.set_no_split(MEMPOOL, true);
+    let a = run.malloc(4 * MIB, MEMPOOL).unwrap();
+    let b = run.malloc(4 * MIB, MEMPOOL).unwrap();
+    run.free(a);
+    run.free(b);
+    let snap = run.finish();
+    let r = verify(&snap, 0, &ReplayOptions::default());
+    let d = r.first_divergence.as_ref().expect("the model splits the first segment");
+    assert_eq!(d.index, 3, "{d:?}");
+    assert!(r.notes.iter().any(|n| n.contains("MemPool (0, 1)") && n.contains("no_split=True")), "{:?}", r.notes);
+    assert!(!r.notes.iter().any(|n| n.contains("replayed as MemPool(no_split=True)")));
 }

@@ -107,13 +107,15 @@ function decodeDevice(dev) {
   const roles = dev.roles ? dev.roles.roles : [], R = roles.length;
   lvl0.rat = dev.roles ? f64(dev.roles.at_amax) : new Float64Array(0);
   lvl0.rmax = dev.roles ? f64(dev.roles.max) : new Float64Array(0);
+  // Each pool's reserved bytes (DeviceData.pools, only with private pools), the most of each bucket.
+  lvl0.pools = (dev.pools || []).map((p) => f64(p.reserved));
   // Coarser levels by pairwise maxima (sites follow the bucket with more allocated).
   const levels = [lvl0];
   while (levels[levels.length - 1].n > 64) {
     const p = levels[levels.length - 1], n = Math.ceil(p.n / 2);
     const q = { n, first: new Float64Array(n), time: new Float64Array(n), alloc: new Float64Array(n), req: new Float64Array(n),
       res: new Float64Array(n), maxreq: new Float64Array(n), sites: new Float64Array(n * k), amax: new Float64Array(n), pick: new Int32Array(n),
-      rat: new Float64Array(n * R), rmax: new Float64Array(n * R) };
+      rat: new Float64Array(n * R), rmax: new Float64Array(n * R), pools: p.pools.map(() => new Float64Array(n)) };
     for (let i = 0; i < n; i++) {
       const a = 2 * i, b = Math.min(2 * i + 1, p.n - 1);
       q.first[i] = p.first[a];
@@ -125,6 +127,7 @@ function decodeDevice(dev) {
       for (let j = 0; j < R; j++) { q.rat[i * R + j] = p.rat[m * R + j]; q.rmax[i * R + j] = Math.max(p.rmax[a * R + j], p.rmax[b * R + j]); }
       q.req[i] = Math.max(p.req[a], p.req[b]);
       q.res[i] = Math.max(p.res[a], p.res[b]);
+      p.pools.forEach((v, j) => { q.pools[j][i] = Math.max(v[a], v[b]); });
       q.maxreq[i] = Math.max(p.maxreq[a], p.maxreq[b]);
     }
     levels.push(q);

@@ -117,7 +117,7 @@ function build() {
     const useRp = rp && rp.state > 0 && !expandable;
     S.state = pre ? pre.state : useRp ? rp.state : ap ? ap.state : rp ? rp.state : c.states - 1;
     layoutAllocs(c, S.n);
-    main.append(timelineView(file, dev, c), stateView(file, dev, c), fragView(file, dev, c), whatIfView(file, dev));
+    main.append(timelineView(file, dev, c), stateView(file, dev, c), poolsView(file, dev), fragView(file, dev, c), whatIfView(file, dev));
     if (file.fit) main.append(fitView(file, dev));
     main.append(findingsView(file, dev));
   }

@@ -187,7 +187,7 @@ function blockInfo(file, c, b) {
   }
   const st = ['free', 'allocated', 'pending free'][B[i + BLK.state]];
   const head = el('div', {}, el('div', {}, `${st} block ${hex(B[i + BLK.address])}, ${bytes(B[i + BLK.size])}` + (B[i + BLK.state] === 1 ? ` (request ${bytes(B[i + BLK.requested])}, slack ${bytes(B[i + BLK.size] - B[i + BLK.requested])})` : '')),
-    el('div', { class: 'note' }, `segment ${hex(m.segs[SEG.len * b.seg + SEG.address])}, ${bytes(m.segs[SEG.len * b.seg + SEG.size])}, stream ${streamName(file, m.segs[SEG.len * b.seg + SEG.stream])}${m.segs[SEG.len * b.seg + SEG.flags] & 1 ? ', small pool' : ', large pool'}${m.segs[SEG.len * b.seg + SEG.flags] & 2 ? ', expandable' : ''}${m.segs[SEG.len * b.seg + SEG.flags] & 4 ? ', private pool' : ''}`));
+    el('div', { class: 'note' }, `segment ${hex(m.segs[SEG.len * b.seg + SEG.address])}, ${bytes(m.segs[SEG.len * b.seg + SEG.size])}, stream ${streamName(file, m.segs[SEG.len * b.seg + SEG.stream])}${m.segs[SEG.len * b.seg + SEG.flags] & 1 ? ', small pool' : ', large pool'}${m.segs[SEG.len * b.seg + SEG.flags] & 2 ? ', expandable' : ''}${m.segs[SEG.len * b.seg + SEG.flags] & 4 ? ', ' + poolNameAt(m.segs[SEG.len * b.seg + SEG.address]) : ''}`));
   if (B[i + BLK.state] === 0) { detail.textContent = ''; detail.append(head); return; }
   // Linked by call site: the timeline dims the other sites' bands.
   S.highlight = siteStacks(file, B[i + BLK.stack]);

@@ -215,7 +215,7 @@ function timelineView(file, dev, c) {
     restNote.append(text);
   };
   sec.append(el('div', { class: 'legend note' }, el('i', { style: 'background:var(--res)' }), 'reserved', el('i', { style: 'background:var(--alloc)' }), 'allocated',
-    el('i', { style: 'background:var(--req)' }), 'requested', restNote,
+    el('i', { style: 'background:var(--req)' }), 'requested', ...poolLegend(dev), restNote,
     ' · wheel: zoom, drag: pan, click: what is there and its stack · ',
     `${c.states - 1} events, finest level ${c.levels[0].n} buckets (max of each)` + (c.clock && !c.clock.exact ? '; wall clock interpolated inside buckets' : '')));
   // The curves use the trace's sizes at every moment; peak allocated counts the allocator's
@@ -474,6 +474,8 @@ function drawTimeline(file, dev, c, cv, info) {
     g.stroke(); g.setLineDash([]);
   };
   line(lv.res, '#ef4444');
+  // Private pools: each pool's reserved bytes, apart from the default pools' (pools.js).
+  (dev.pools || []).forEach((p, j) => { if (j > 0) line(lv.pools[j], poolColour(j), [2, 2]); });
   line(lv.req, '#10b981', [4, 3]);
   line(lv.alloc, '#1d4ed8');
   // Search hits: lifetimes of matching allocations.
