@@ -1123,8 +1123,11 @@ impl<'a, 'e> Classifier<'a, 'e> {
             )
         };
         // The parameters' sizes, where all are known (every gradient of a whole step
-        // matched, or one model's structure): a gradient or a moment has one of them.
-        let whole_step = params.grad_step.filter(|&k| backward_whole(st, k));
+        // matched, or one model's structure): a gradient or a moment has one of them. A
+        // step the recording began in the backward pass of is whole too when its
+        // optimizer made its state for each of those gradients (`state_made_per_gradient`).
+        let whole_step =
+            params.grad_step.filter(|&k| backward_whole(st, k) || self.state_made_per_gradient(k, &params.grad_sizes));
         let mut sizes: FxHashMap<u64, usize> =
             if params.matched && whole_step.is_some() { params.sizes.clone() } else { FxHashMap::default() };
         if let Found::One(m) = model {
@@ -1197,6 +1200,34 @@ impl<'a, 'e> Classifier<'a, 'e> {
             }
         }
         cannot_tell
+    }
+
+    /// For rule 6: whether step `k`, which the recording may have begun inside its
+    /// backward pass, holds all its gradients (`grads`, counted by request): its optimizer
+    /// phase follows the backward pass in the trace and made and kept the same whole
+    /// number (≥ 1) of blocks of each gradient's size per gradient, and of no other size.
+    /// `torch.optim` makes a parameter's state in the first `step()` that finds its
+    /// `.grad` (Adam's `exp_avg` and `exp_avg_sq` in `_init_group`), for every parameter
+    /// with a gradient: a gradient made before the trace would have its moments made here
+    /// all the same, one size or one count too many. The 0-dim `state_steps` tensors that
+    /// `capturable` and `fused` keep on the device (8 B or less) are no copy of a
+    /// parameter and are not counted. Without this, a recording begun at `loss.backward()`
+    /// (or a ring buffer that dropped the forward pass) left parameters, gradients and the
+    /// moments it found whole undecided, where the same program recorded from its forward
+    /// pass told them (issue 38, item 4).
+    fn state_made_per_gradient(&self, k: usize, grads: &FxHashMap<u64, usize>) -> bool {
+        let (Some((_, be)), Some((os, oe))) = (self.spans[k].0, self.spans[k].1) else { return false };
+        if be > os || grads.is_empty() {
+            return false;
+        }
+        let lives = &self.lives.traced;
+        let mut made: FxHashMap<u64, usize> = FxHashMap::default();
+        for i in lives.partition_point(|l| l.alloc < os)..lives.partition_point(|l| l.alloc < oe) {
+            if self.traced[i].reason == Reason::OptMadeInStepKept && self.req[i] > 8 {
+                *made.entry(self.req[i]).or_default() += 1;
+            }
+        }
+        whole_copies(grads, &made)
     }
 
     /// For rule 6: whether the optimizer state live at entry `t` is whole copies of the
@@ -2521,6 +2552,39 @@ mod tests {
         let forward: Frames = &[("/u/model.py", 3, "forward"), ("/u/train.py", 1, "main")];
         assert!(Mini::new(2).before_by(R, END, forward).classify().cannot_tell.is_empty());
         assert!(Mini::new(2).made(0, END).classify().cannot_tell.is_empty());
+    }
+
+    #[test]
+    fn rule_6_a_step_begun_at_its_backward_pass_is_whole_when_its_optimizer_made_state_per_gradient() {
+        use Phase::*;
+        // A recording begun at `loss.backward()` of a first step: the parameters (`R`,
+        // `P`) and an activation (2,000 B, freed in backward) live before the trace; the
+        // backward pass makes `gradients` (entries 0 and 1), the optimizer's first step
+        // Adam's two moments per parameter (entries 4 to 7), a 0-dim step counter kept
+        // on the device (entry 8) and a temporary.
+        let mini = |gradients: &[u64]| {
+            let step = [(Backward, 0, 4), (Optimizer, 4, 11)];
+            let mut m = Mini::new(11).step(&step).begun_inside();
+            for (i, &g) in gradients.iter().enumerate() {
+                m = m.made_sized(i, END, g);
+            }
+            m = m.made_sized(4, END, R).made_sized(5, END, R).made_sized(6, END, P).made_sized(7, END, P);
+            m = m.made_sized(8, END, 4).made_sized(9, 10, R);
+            m.before(R, END).before(P, END).before(2000, 1)
+        };
+        // Every gradient in the trace: the moments are two per gradient, so the step's
+        // gradients are all here; every total is told.
+        let roles = mini(&[R, P]).classify();
+        assert!(roles.cannot_tell.is_empty(), "{:?}", roles.cannot_tell);
+        assert_eq!(roles.seeded[..2].iter().map(|r| r.role).collect::<Vec<_>>(), [Role::Parameters; 2]);
+        // Near misses: a gradient made before the trace (live before it, of `P`): its
+        // moments are made all the same, one size the trace's gradients lack. And a step
+        // whose optimizer makes no state (it was made by an earlier step).
+        let roles = mini(&[R]).before(P, END).classify();
+        assert_eq!(
+            roles.cannot_tell.keys().collect::<Vec<_>>(),
+            [&Role::Parameters, &Role::Gradients, &Role::OptimizerState]
+        );
     }
 
     /// A model of `layers` layers (3 MLP, 4 attention matrices and 2 norms each), an
