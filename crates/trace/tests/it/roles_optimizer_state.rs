@@ -6,7 +6,10 @@
 //! The truth is `crates/testdata/roles-truth/truth.json`'s `optimizer_state` (frozen before
 //! the rules changed, from the programs' configurations in GRIDS.md and SOURCES.md: the
 //! parameter count × 8 B, AdamW's or Adam's two fp32 moments per parameter; never from
-//! fragscope's output). Every recording with that truth is read whole and cut, the cut
+//! fragscope's output), and for this project's own H200 recordings of one program at
+//! sequence lengths 256, 512 and 1024 and four batch sizes (`crates/testdata/h200/gpt-*`:
+//! three `torch.optim.AdamW` steps) the `optimizer_state_bytes` the recording process
+//! counted from the state's tensors (`*.truth.json`). Every recording is read whole and cut, the cut
 //! points found from the recording's own frames (not from the classifier):
 //!
 //! * `at forward`: begun at the first entry of a module's `forward`;
@@ -26,7 +29,7 @@ use fragscope_trace::device_roles;
 use serde_json::Value;
 
 /// (file relative to `../shared/traces`, device, optimizer-state bytes) of every training
-/// recording of `truth.json` with an optimizer-state truth.
+/// recording of `truth.json` with an optimizer-state truth, then the H200 recordings.
 fn training_truth() -> Vec<(String, i64, u64)> {
     let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/roles-truth/truth.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
@@ -39,14 +42,36 @@ fn training_truth() -> Vec<(String, i64, u64)> {
             let o = f["optimizer_state"].as_u64().filter(|&o| o > 0)?;
             Some((f["file"].as_str()?.to_string(), f["device"].as_i64()?, o))
         })
+        .chain(h200_truth())
         .collect()
 }
 
+/// (`h200/` + file, device 0, optimizer-state bytes) of the in-repository H200 training
+/// recordings, from the `optimizer_state_bytes` of their `*.truth.json`.
+fn h200_truth() -> Vec<(String, i64, u64)> {
+    let dir = fragscope_testdata::h200_dir();
+    let mut v: Vec<(String, i64, u64)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".truth.json")?;
+            let doc: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(&name)).ok()?).ok()?;
+            let o = doc["optimizer_state_bytes"].as_u64()?;
+            Some((format!("h200/{stem}.pickle.gz"), 0, o))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 fn resolve(file: &str) -> Option<std::path::PathBuf> {
-    let p = match file.strip_prefix("grids/") {
-        Some(name) => fragscope_testdata::grid_file(name),
-        None => fragscope_testdata::real_file(file),
-    }?;
+    let p = if let Some(name) = file.strip_prefix("h200/") {
+        fragscope_testdata::h200_dir().join(name)
+    } else if let Some(name) = file.strip_prefix("grids/") {
+        fragscope_testdata::grid_file(name)?
+    } else {
+        fragscope_testdata::real_file(file)?
+    };
     if p.is_file() {
         Some(p)
     } else {
@@ -106,7 +131,7 @@ fn begun_at(snap: &Snapshot, device: i64, from: usize) -> Snapshot {
 #[test]
 fn the_optimizer_state_is_told_on_every_training_recording_and_its_cuts() {
     let truth = training_truth();
-    assert!(truth.len() >= 7, "{} training recordings with an optimizer-state truth", truth.len());
+    assert!(truth.len() >= 7 + 11, "{} training recordings with an optimizer-state truth", truth.len());
     let (mut judged, mut bad, mut files) = (0, Vec::new(), 0);
     for (file, device, want) in &truth {
         let Some(p) = resolve(file) else { continue };
@@ -141,7 +166,7 @@ fn the_optimizer_state_is_told_on_every_training_recording_and_its_cuts() {
         }
     }
     println!("{judged} recordings and cuts of {files} files judged");
-    assert!(files >= fragscope_testdata::min_count(truth.len(), 3), "{files} files read");
+    assert!(files >= fragscope_testdata::min_count(truth.len(), 3 + 11), "{files} files read");
     assert!(bad.is_empty(), "{} of {judged} wrong:\n{}", bad.len(), bad.join("\n"));
 }
 
@@ -174,6 +199,6 @@ fn a_recording_begun_inside_the_backward_pass_never_gives_a_wrong_figure() {
         }
         judged += 1;
     }
-    assert!(judged >= fragscope_testdata::min_count(truth.len(), 3), "{judged} judged");
+    assert!(judged >= fragscope_testdata::min_count(truth.len(), 3 + 11), "{judged} judged");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
