@@ -1430,9 +1430,11 @@ fn lineages_live_at(
 /// decides; leaves the rest undecided.
 ///
 /// * Freed outside every phase (`zero_grad`) before a later backward pass, no more of a
-///   size than the gradients of that size: the last step's gradients.
+///   size than the gradients of that size (else those `zero_grad` frees): the last
+///   step's gradients.
 /// * Live when the first backward pass starts (themselves or their replacements,
-///   `live_at_fb`): the parameters, and with an optimizer
+///   `live_at_fb`), and not made in a forward or backward pass by their frames: the
+///   parameters, and with an optimizer
 ///   that keeps state, its buffers (Adam: two per parameter, each a parameter's size).
 ///   Per size, as many as the gradients: the parameters, one for one. A whole multiple
 ///   `(1 + k)` of them, with one `k` for every size: the parameters and `k` state
@@ -1455,10 +1457,19 @@ fn before_trace(
         return;
     }
     let undecided = |r: &BlockRole| r.reason == Reason::OtherUndecided;
-    gradients_freed_before_backward(lives, st, grad_sizes, bwd_starts, seeded);
-    // Parameters and optimizer state: live at the first backward pass.
+    gradients_freed_before_backward(lives, st, ev, grad_sizes, bwd_starts, seeded);
+    // Parameters and optimizer state: live at the first backward pass. Not a block whose
+    // frames show it made in a forward or backward pass (as rule 6's `open_to` reads
+    // them): a workspace a matmul made in the first forward, kept, can have a
+    // parameter's size (gpt-s256-b8: cuBLAS's 1 MiB, the size of the 256 × 1024
+    // position embedding), and counted here it made the copies per gradient no whole
+    // number, leaving AdamW's moments undecided at that sequence length alone.
     let live: Vec<usize> = (0..lives.seeded.len())
         .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
+        .filter(|&i| {
+            let bits = ev.of(lives.seeded[i].stack);
+            open_to(bits, Role::Parameters) || open_to(bits, Role::OptimizerState)
+        })
         .collect();
     let mut count: FxHashMap<u64, usize> = FxHashMap::default();
     for &i in &live {
@@ -1500,30 +1511,48 @@ fn before_trace(
 
 /// [`before_trace`]'s last step's gradients: blocks live before the trace of a
 /// gradient's size, freed outside every phase (`zero_grad`) before a backward pass that
-/// makes the gradients again, when there are no more of a size than gradients.
+/// makes the gradients again, per size when there are no more of it than gradients, or
+/// else those freed under `zero_grad`'s frames when no more than the gradients.
 fn gradients_freed_before_backward(
     lives: &BlockLives,
     st: &Steps,
+    ev: &mut StackEvidence,
     grad_sizes: &FxHashMap<u64, usize>,
     bwd_starts: &[usize],
     seeded: &mut [BlockRole],
 ) {
-    let old: Vec<usize> = (0..lives.seeded.len())
-        .filter(|&i| {
-            let b = &lives.seeded[i];
-            seeded[i].reason == Reason::OtherUndecided
-                && grad_sizes.contains_key(&b.request)
-                && b.end != LIVE_AT_END
-                && st.phase_at(b.end) == Phase::Outside
-                && bwd_starts.iter().any(|&s| s > b.end)
-        })
-        .collect();
-    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
-    for &i in &old {
-        *count.entry(lives.seeded[i].request).or_default() += 1;
+    let mut old: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
+    for i in 0..lives.seeded.len() {
+        let b = &lives.seeded[i];
+        if seeded[i].reason == Reason::OtherUndecided
+            && grad_sizes.contains_key(&b.request)
+            && b.end != LIVE_AT_END
+            && st.phase_at(b.end) == Phase::Outside
+            && bwd_starts.iter().any(|&s| s > b.end)
+        {
+            old.entry(b.request).or_default().push(i);
+        }
     }
-    if count.iter().all(|(s, c)| *c <= grad_sizes[s]) {
-        for &i in &old {
+    // Per size: a size with more of them than gradients holds something else too (the
+    // last batch, freed when the next is made: gpt-s256-b8's 8 × 256 int64 tokens are the
+    // size of its 4,096-float biases), and then those `zero_grad` frees (their free
+    // entry's frames) are the gradients, if no more than the gradients.
+    let trace = ev.snap().trace(lives.device);
+    for (size, v) in old {
+        let g = grad_sizes[&size];
+        let v = if v.len() <= g {
+            v
+        } else {
+            let z: Vec<usize> = v
+                .into_iter()
+                .filter(|&i| ev.mentions(trace.get(lives.seeded[i].end).and_then(|e| e.stack), "zero_grad"))
+                .collect();
+            if z.len() > g {
+                continue;
+            }
+            z
+        };
+        for i in v {
             seeded[i] = BlockRole::of(Reason::GradBeforeTraceFreedBeforeBackward);
         }
     }
