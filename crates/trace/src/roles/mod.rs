@@ -1433,8 +1433,8 @@ fn lineages_live_at(
 ///   size than the gradients of that size (else those `zero_grad` frees): the last
 ///   step's gradients.
 /// * Live when the first backward pass starts (themselves or their replacements,
-///   `live_at_fb`), and not made in a forward or backward pass by their frames: the
-///   parameters, and with an optimizer
+///   `live_at_fb`), not freed by that pass, and not made in a forward or backward pass
+///   by their frames: the parameters, and with an optimizer
 ///   that keeps state, its buffers (Adam: two per parameter, each a parameter's size).
 ///   Per size, as many as the gradients: the parameters, one for one. A whole multiple
 ///   `(1 + k)` of them, with one `k` for every size: the parameters and `k` state
@@ -1464,8 +1464,16 @@ fn before_trace(
     // parameter's size (gpt-s256-b8: cuBLAS's 1 MiB, the size of the 256 × 1024
     // position embedding), and counted here it made the copies per gradient no whole
     // number, leaving AdamW's moments undecided at that sequence length alone.
+    // Nor one the first backward pass frees (`fb..fbe`): a tensor saved for it (an
+    // activation; gpt-s512's 8 × 512 × 1,024 floats are the size of its 4,096 × 1,024
+    // weights, its 512 int64 positions of its 1,024-float norms), where a parameter and
+    // a moment outlive the pass. Counted with them they made the counts per size no
+    // whole number, or were counted as the parameters, on a recording begun there.
+    let fb = bwd_starts[0];
+    let fbe = st.steps.iter().find_map(|s| s.span(Phase::Backward)).map_or(fb, |b| b.1);
     let live: Vec<usize> = (0..lives.seeded.len())
         .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
+        .filter(|&i| !(fb..fbe).contains(&lives.seeded[i].end))
         .filter(|&i| {
             let bits = ev.of(lives.seeded[i].stack);
             open_to(bits, Role::Parameters) || open_to(bits, Role::OptimizerState)
@@ -1492,6 +1500,12 @@ fn before_trace(
     // size has exactly that many, else counted — and the rest undecided.
     if q < 2 || count.len() != grad_sizes.len() {
         let mut left = grad_sizes.clone();
+        // Counted, the longest-lived of a size first: a parameter lives through every
+        // step, where a block that shares its size is freed (gpt-s512-b4-amp's bf16
+        // logits, 4 × 512 × 32,000, are the size of its fp32 embedding; taken for a
+        // parameter, the parameters were no longer whole once the logits were freed).
+        let mut live = live;
+        live.sort_by_key(|&i| std::cmp::Reverse(lives.seeded[i].end));
         for &i in &live {
             let size = lives.seeded[i].request;
             let l = left.get_mut(&size).unwrap();
