@@ -778,12 +778,15 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// are whole copies of the parameters' sizes.
     fn optimizer_state_before_trace(&mut self, param_sizes: &FxHashMap<u64, usize>, os: usize) {
         let lives = self.lives;
+        // Not a block whose frames show it made in another phase (a forward pass's
+        // workspace), as in `before_trace`.
         let before: Vec<usize> = (0..lives.seeded.len())
             .filter(|&i| {
                 self.seeded[i].reason == Reason::OtherUndecided
                     && lives.seeded[i].end >= os
                     && param_sizes.contains_key(&lives.seeded[i].request)
             })
+            .filter(|&i| open_to(self.ev.of(lives.seeded[i].stack), Role::OptimizerState))
             .collect();
         let mut found: FxHashMap<u64, usize> = FxHashMap::default();
         for &i in &before {
@@ -2707,6 +2710,72 @@ mod tests {
         assert_eq!(reasons(&roles.seeded), [GradBeforeTraceFreedBeforeBackward, ParamBeforeTraceMatchesGradient]);
         let roles = after_setup().before(R, 0).before(R, 0).made_sized(4, END, R).classify();
         assert_eq!(reasons(&roles.seeded), [OtherBeforeTrace, OtherBeforeTrace]);
+    }
+
+    #[test]
+    fn before_the_trace_the_last_steps_gradients_by_size_and_by_their_zero_grad_frees() {
+        use Reason::*;
+        // Freed outside the phases before a backward pass that makes gradients of `R`
+        // and `S`: two blocks of `R` for one gradient (the gradient, freed by
+        // `zero_grad`, entry 0, and the last batch, freed at 1 as the next is made), one
+        // of `S`. The zero_grad free is the gradient; `S` is decided whatever `R` holds.
+        // Near miss: no zero_grad frames on the free, `R` undecided.
+        let zero: Frames = &[("/x/torch/optim/optimizer.py", 9, "zero_grad"), ("/u/train.py", 1, "main")];
+        for frames in [true, false] {
+            let mut m = after_setup();
+            if frames {
+                m.snap.device_traces[0][0].stack = m.stack(zero);
+            }
+            let m = m.before(R, 0).before(R, 1).before(S, 0).before(R, END).before(S, END);
+            let roles = m.made_sized(4, END, R).made_sized(5, END, S).classify();
+            let r0 = if frames { GradBeforeTraceFreedBeforeBackward } else { OtherBeforeTrace };
+            assert_eq!(
+                reasons(&roles.seeded),
+                [
+                    r0,
+                    OtherBeforeTrace,
+                    GradBeforeTraceFreedBeforeBackward,
+                    ParamBeforeTraceMatchesGradient,
+                    ParamBeforeTraceMatchesGradient
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn before_the_trace_what_the_backward_pass_frees_or_a_forward_made_is_no_model_state() {
+        use Reason::*;
+        // A parameter and Adam's two moments of `R` live before the trace, and a fourth
+        // block of `R`: an activation the backward pass (4..6) frees, or a workspace a
+        // forward pass made (its frames) and kept. Neither is a copy of the parameter:
+        // the parameter and two moments, counted. Near miss: the kept block without
+        // frames, which the sizes alone count as a third copy.
+        let forward: Frames = &[("/u/model.py", 3, "forward"), ("/u/train.py", 1, "main")];
+        let model = || after_setup().before(R, END).before(R, END).before(R, END).made_sized(4, END, R);
+        for m in [model().before(R, 5), model().before_by(R, END, forward)] {
+            let roles = m.classify();
+            assert_eq!(
+                reasons(&roles.seeded),
+                [ParamBeforeTraceCounted, OptBeforeTraceCounted, OptBeforeTraceCounted, OtherBeforeTrace]
+            );
+        }
+        let roles = model().before(R, END).classify();
+        assert_eq!(reasons(&roles.seeded)[3], OptBeforeTraceCounted);
+    }
+
+    #[test]
+    fn before_the_trace_counted_parameters_are_the_longest_lived_of_their_size() {
+        use Reason::*;
+        // Gradients of `R` and `S`; before the trace a block of `R` freed after the step
+        // (entry 8: the last logits, when the next are made), then the parameters. No
+        // whole number of copies: per size as many parameters as gradients, the
+        // longest-lived first; the logits undecided.
+        let m = after_setup().before(R, 8).before(R, END).before(S, END);
+        let roles = m.made_sized(4, END, R).made_sized(5, END, S).classify();
+        assert_eq!(
+            reasons(&roles.seeded),
+            [OtherBeforeTrace, ParamBeforeTraceCounted, ParamBeforeTraceMatchesGradient]
+        );
     }
 
     #[test]
