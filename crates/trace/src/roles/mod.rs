@@ -1539,8 +1539,7 @@ fn gradients_freed_before_backward(
     seeded: &mut [BlockRole],
 ) {
     let mut old: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
-    for i in 0..lives.seeded.len() {
-        let b = &lives.seeded[i];
+    for (i, b) in lives.seeded.iter().enumerate() {
         if seeded[i].reason == Reason::OtherUndecided
             && grad_sizes.contains_key(&b.request)
             && b.end != LIVE_AT_END
