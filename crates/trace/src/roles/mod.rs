@@ -16,7 +16,10 @@
 //!   backward pass (before the trace, or made while setting up) matching the gradients'
 //!   sizes one for one are the parameters; optimizer state made before the first step
 //!   (an optimizer that allocates its moments in its constructor) is recognised by its
-//!   sizes being whole copies of the parameters' and its living across the steps;
+//!   sizes being whole copies of the parameters' and its living across the steps. Before
+//!   the trace, a block the first backward pass frees or whose frames show it made in a
+//!   forward pass is neither (a saved activation or a workspace may share a parameter's
+//!   size at one batch or sequence length, and must not change the answer there);
 //! * **the layers of a forward pass** that no step bounds (a forward-only or inference
 //!   recording, [`passes`]): a grad-enabled pass keeps memory in every layer to its end
 //!   (activations), a `no_grad` / `inference_mode` pass frees each layer's output in the
