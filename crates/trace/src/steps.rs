@@ -351,6 +351,10 @@ impl<'a> StackEvidence<'a> {
         self.stacks[s.index()] = KNOWN | b;
         b
     }
+    /// The snapshot whose stacks these are.
+    pub fn snap(&self) -> &'a Snapshot {
+        self.snap
+    }
     /// Whether any frame of the stack names `needle` (function or file), case-insensitive.
     pub fn mentions(&mut self, s: Option<StackId>, needle: &'static str) -> bool {
         let Some(s) = s else { return false };

@@ -16,7 +16,10 @@
 //!   backward pass (before the trace, or made while setting up) matching the gradients'
 //!   sizes one for one are the parameters; optimizer state made before the first step
 //!   (an optimizer that allocates its moments in its constructor) is recognised by its
-//!   sizes being whole copies of the parameters' and its living across the steps;
+//!   sizes being whole copies of the parameters' and its living across the steps. Before
+//!   the trace, a block the first backward pass frees or whose frames show it made in a
+//!   forward pass is neither (a saved activation or a workspace may share a parameter's
+//!   size at one batch or sequence length, and must not change the answer there);
 //! * **the layers of a forward pass** that no step bounds (a forward-only or inference
 //!   recording, [`passes`]): a grad-enabled pass keeps memory in every layer to its end
 //!   (activations), a `no_grad` / `inference_mode` pass frees each layer's output in the
@@ -778,12 +781,15 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// are whole copies of the parameters' sizes.
     fn optimizer_state_before_trace(&mut self, param_sizes: &FxHashMap<u64, usize>, os: usize) {
         let lives = self.lives;
+        // Not a block whose frames show it made in another phase (a forward pass's
+        // workspace), as in `before_trace`.
         let before: Vec<usize> = (0..lives.seeded.len())
             .filter(|&i| {
                 self.seeded[i].reason == Reason::OtherUndecided
                     && lives.seeded[i].end >= os
                     && param_sizes.contains_key(&lives.seeded[i].request)
             })
+            .filter(|&i| open_to(self.ev.of(lives.seeded[i].stack), Role::OptimizerState))
             .collect();
         let mut found: FxHashMap<u64, usize> = FxHashMap::default();
         for &i in &before {
@@ -1123,8 +1129,11 @@ impl<'a, 'e> Classifier<'a, 'e> {
             )
         };
         // The parameters' sizes, where all are known (every gradient of a whole step
-        // matched, or one model's structure): a gradient or a moment has one of them.
-        let whole_step = params.grad_step.filter(|&k| backward_whole(st, k));
+        // matched, or one model's structure): a gradient or a moment has one of them. A
+        // step the recording began in the backward pass of is whole too when its
+        // optimizer made its state for each of those gradients (`state_made_per_gradient`).
+        let whole_step =
+            params.grad_step.filter(|&k| backward_whole(st, k) || self.state_made_per_gradient(k, &params.grad_sizes));
         let mut sizes: FxHashMap<u64, usize> =
             if params.matched && whole_step.is_some() { params.sizes.clone() } else { FxHashMap::default() };
         if let Found::One(m) = model {
@@ -1197,6 +1206,34 @@ impl<'a, 'e> Classifier<'a, 'e> {
             }
         }
         cannot_tell
+    }
+
+    /// For rule 6: whether step `k`, which the recording may have begun inside its
+    /// backward pass, holds all its gradients (`grads`, counted by request): its optimizer
+    /// phase follows the backward pass in the trace and made and kept the same whole
+    /// number (≥ 1) of blocks of each gradient's size per gradient, and of no other size.
+    /// `torch.optim` makes a parameter's state in the first `step()` that finds its
+    /// `.grad` (Adam's `exp_avg` and `exp_avg_sq` in `_init_group`), for every parameter
+    /// with a gradient: a gradient made before the trace would have its moments made here
+    /// all the same, one size or one count too many. The 0-dim `state_steps` tensors that
+    /// `capturable` and `fused` keep on the device (8 B or less) are no copy of a
+    /// parameter and are not counted. Without this, a recording begun at `loss.backward()`
+    /// (or a ring buffer that dropped the forward pass) left parameters, gradients and the
+    /// moments it found whole undecided, where the same program recorded from its forward
+    /// pass told them (issue 38, item 4).
+    fn state_made_per_gradient(&self, k: usize, grads: &FxHashMap<u64, usize>) -> bool {
+        let (Some((_, be)), Some((os, oe))) = (self.spans[k].0, self.spans[k].1) else { return false };
+        if be > os || grads.is_empty() {
+            return false;
+        }
+        let lives = &self.lives.traced;
+        let mut made: FxHashMap<u64, usize> = FxHashMap::default();
+        for i in lives.partition_point(|l| l.alloc < os)..lives.partition_point(|l| l.alloc < oe) {
+            if self.traced[i].reason == Reason::OptMadeInStepKept && self.req[i] > 8 {
+                *made.entry(self.req[i]).or_default() += 1;
+            }
+        }
+        whole_copies(grads, &made)
     }
 
     /// For rule 6: whether the optimizer state live at entry `t` is whole copies of the
@@ -1399,9 +1436,11 @@ fn lineages_live_at(
 /// decides; leaves the rest undecided.
 ///
 /// * Freed outside every phase (`zero_grad`) before a later backward pass, no more of a
-///   size than the gradients of that size: the last step's gradients.
+///   size than the gradients of that size (else those `zero_grad` frees): the last
+///   step's gradients.
 /// * Live when the first backward pass starts (themselves or their replacements,
-///   `live_at_fb`): the parameters, and with an optimizer
+///   `live_at_fb`), not freed by that pass, and not made in a forward or backward pass
+///   by their frames: the parameters, and with an optimizer
 ///   that keeps state, its buffers (Adam: two per parameter, each a parameter's size).
 ///   Per size, as many as the gradients: the parameters, one for one. A whole multiple
 ///   `(1 + k)` of them, with one `k` for every size: the parameters and `k` state
@@ -1424,10 +1463,27 @@ fn before_trace(
         return;
     }
     let undecided = |r: &BlockRole| r.reason == Reason::OtherUndecided;
-    gradients_freed_before_backward(lives, st, grad_sizes, bwd_starts, seeded);
-    // Parameters and optimizer state: live at the first backward pass.
+    gradients_freed_before_backward(lives, st, ev, grad_sizes, bwd_starts, seeded);
+    // Parameters and optimizer state: live at the first backward pass. Not a block whose
+    // frames show it made in a forward or backward pass (as rule 6's `open_to` reads
+    // them): a workspace a matmul made in the first forward, kept, can have a
+    // parameter's size (gpt-s256-b8: cuBLAS's 1 MiB, the size of the 256 × 1024
+    // position embedding), and counted here it made the copies per gradient no whole
+    // number, leaving AdamW's moments undecided at that sequence length alone.
+    // Nor one the first backward pass frees (`fb..fbe`): a tensor saved for it (an
+    // activation; gpt-s512's 8 × 512 × 1,024 floats are the size of its 4,096 × 1,024
+    // weights, its 512 int64 positions of its 1,024-float norms), where a parameter and
+    // a moment outlive the pass. Counted with them they made the counts per size no
+    // whole number, or were counted as the parameters, on a recording begun there.
+    let fb = bwd_starts[0];
+    let fbe = st.steps.iter().find_map(|s| s.span(Phase::Backward)).map_or(fb, |b| b.1);
     let live: Vec<usize> = (0..lives.seeded.len())
         .filter(|&i| undecided(&seeded[i]) && live_at_fb[i] && grad_sizes.contains_key(&lives.seeded[i].request))
+        .filter(|&i| !(fb..fbe).contains(&lives.seeded[i].end))
+        .filter(|&i| {
+            let bits = ev.of(lives.seeded[i].stack);
+            open_to(bits, Role::Parameters) || open_to(bits, Role::OptimizerState)
+        })
         .collect();
     let mut count: FxHashMap<u64, usize> = FxHashMap::default();
     for &i in &live {
@@ -1450,6 +1506,12 @@ fn before_trace(
     // size has exactly that many, else counted — and the rest undecided.
     if q < 2 || count.len() != grad_sizes.len() {
         let mut left = grad_sizes.clone();
+        // Counted, the longest-lived of a size first: a parameter lives through every
+        // step, where a block that shares its size is freed (gpt-s512-b4-amp's bf16
+        // logits, 4 × 512 × 32,000, are the size of its fp32 embedding; taken for a
+        // parameter, the parameters were no longer whole once the logits were freed).
+        let mut live = live;
+        live.sort_by_key(|&i| std::cmp::Reverse(lives.seeded[i].end));
         for &i in &live {
             let size = lives.seeded[i].request;
             let l = left.get_mut(&size).unwrap();
@@ -1469,30 +1531,47 @@ fn before_trace(
 
 /// [`before_trace`]'s last step's gradients: blocks live before the trace of a
 /// gradient's size, freed outside every phase (`zero_grad`) before a backward pass that
-/// makes the gradients again, when there are no more of a size than gradients.
+/// makes the gradients again, per size when there are no more of it than gradients, or
+/// else those freed under `zero_grad`'s frames when no more than the gradients.
 fn gradients_freed_before_backward(
     lives: &BlockLives,
     st: &Steps,
+    ev: &mut StackEvidence,
     grad_sizes: &FxHashMap<u64, usize>,
     bwd_starts: &[usize],
     seeded: &mut [BlockRole],
 ) {
-    let old: Vec<usize> = (0..lives.seeded.len())
-        .filter(|&i| {
-            let b = &lives.seeded[i];
-            seeded[i].reason == Reason::OtherUndecided
-                && grad_sizes.contains_key(&b.request)
-                && b.end != LIVE_AT_END
-                && st.phase_at(b.end) == Phase::Outside
-                && bwd_starts.iter().any(|&s| s > b.end)
-        })
-        .collect();
-    let mut count: FxHashMap<u64, usize> = FxHashMap::default();
-    for &i in &old {
-        *count.entry(lives.seeded[i].request).or_default() += 1;
+    let mut old: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
+    for (i, b) in lives.seeded.iter().enumerate() {
+        if seeded[i].reason == Reason::OtherUndecided
+            && grad_sizes.contains_key(&b.request)
+            && b.end != LIVE_AT_END
+            && st.phase_at(b.end) == Phase::Outside
+            && bwd_starts.iter().any(|&s| s > b.end)
+        {
+            old.entry(b.request).or_default().push(i);
+        }
     }
-    if count.iter().all(|(s, c)| *c <= grad_sizes[s]) {
-        for &i in &old {
+    // Per size: a size with more of them than gradients holds something else too (the
+    // last batch, freed when the next is made: gpt-s256-b8's 8 × 256 int64 tokens are the
+    // size of its 4,096-float biases), and then those `zero_grad` frees (their free
+    // entry's frames) are the gradients, if no more than the gradients.
+    let trace = ev.snap().trace(lives.device);
+    for (size, v) in old {
+        let g = grad_sizes[&size];
+        let v = if v.len() <= g {
+            v
+        } else {
+            let z: Vec<usize> = v
+                .into_iter()
+                .filter(|&i| ev.mentions(trace.get(lives.seeded[i].end).and_then(|e| e.stack), "zero_grad"))
+                .collect();
+            if z.len() > g {
+                continue;
+            }
+            z
+        };
+        for i in v {
             seeded[i] = BlockRole::of(Reason::GradBeforeTraceFreedBeforeBackward);
         }
     }
@@ -2523,6 +2602,39 @@ mod tests {
         assert!(Mini::new(2).made(0, END).classify().cannot_tell.is_empty());
     }
 
+    #[test]
+    fn rule_6_a_step_begun_at_its_backward_pass_is_whole_when_its_optimizer_made_state_per_gradient() {
+        use Phase::*;
+        // A recording begun at `loss.backward()` of a first step: the parameters (`R`,
+        // `P`) and an activation (2,000 B, freed in backward) live before the trace; the
+        // backward pass makes `gradients` (entries 0 and 1), the optimizer's first step
+        // Adam's two moments per parameter (entries 4 to 7), a 0-dim step counter kept
+        // on the device (entry 8) and a temporary.
+        let mini = |gradients: &[u64]| {
+            let step = [(Backward, 0, 4), (Optimizer, 4, 11)];
+            let mut m = Mini::new(11).step(&step).begun_inside();
+            for (i, &g) in gradients.iter().enumerate() {
+                m = m.made_sized(i, END, g);
+            }
+            m = m.made_sized(4, END, R).made_sized(5, END, R).made_sized(6, END, P).made_sized(7, END, P);
+            m = m.made_sized(8, END, 4).made_sized(9, 10, R);
+            m.before(R, END).before(P, END).before(2000, 1)
+        };
+        // Every gradient in the trace: the moments are two per gradient, so the step's
+        // gradients are all here; every total is told.
+        let roles = mini(&[R, P]).classify();
+        assert!(roles.cannot_tell.is_empty(), "{:?}", roles.cannot_tell);
+        assert_eq!(roles.seeded[..2].iter().map(|r| r.role).collect::<Vec<_>>(), [Role::Parameters; 2]);
+        // Near misses: a gradient made before the trace (live before it, of `P`): its
+        // moments are made all the same, one size the trace's gradients lack. And a step
+        // whose optimizer makes no state (it was made by an earlier step).
+        let roles = mini(&[R]).before(P, END).classify();
+        assert_eq!(
+            roles.cannot_tell.keys().collect::<Vec<_>>(),
+            [&Role::Parameters, &Role::Gradients, &Role::OptimizerState]
+        );
+    }
+
     /// A model of `layers` layers (3 MLP, 4 attention matrices and 2 norms each), an
     /// embedding and a head and a final norm, `copies` times, live before a trace with
     /// no step, and one block of another size besides.
@@ -2600,6 +2712,72 @@ mod tests {
         assert_eq!(reasons(&roles.seeded), [GradBeforeTraceFreedBeforeBackward, ParamBeforeTraceMatchesGradient]);
         let roles = after_setup().before(R, 0).before(R, 0).made_sized(4, END, R).classify();
         assert_eq!(reasons(&roles.seeded), [OtherBeforeTrace, OtherBeforeTrace]);
+    }
+
+    #[test]
+    fn before_the_trace_the_last_steps_gradients_by_size_and_by_their_zero_grad_frees() {
+        use Reason::*;
+        // Freed outside the phases before a backward pass that makes gradients of `R`
+        // and `S`: two blocks of `R` for one gradient (the gradient, freed by
+        // `zero_grad`, entry 0, and the last batch, freed at 1 as the next is made), one
+        // of `S`. The zero_grad free is the gradient; `S` is decided whatever `R` holds.
+        // Near miss: no zero_grad frames on the free, `R` undecided.
+        let zero: Frames = &[("/x/torch/optim/optimizer.py", 9, "zero_grad"), ("/u/train.py", 1, "main")];
+        for frames in [true, false] {
+            let mut m = after_setup();
+            if frames {
+                m.snap.device_traces[0][0].stack = m.stack(zero);
+            }
+            let m = m.before(R, 0).before(R, 1).before(S, 0).before(R, END).before(S, END);
+            let roles = m.made_sized(4, END, R).made_sized(5, END, S).classify();
+            let r0 = if frames { GradBeforeTraceFreedBeforeBackward } else { OtherBeforeTrace };
+            assert_eq!(
+                reasons(&roles.seeded),
+                [
+                    r0,
+                    OtherBeforeTrace,
+                    GradBeforeTraceFreedBeforeBackward,
+                    ParamBeforeTraceMatchesGradient,
+                    ParamBeforeTraceMatchesGradient
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn before_the_trace_what_the_backward_pass_frees_or_a_forward_made_is_no_model_state() {
+        use Reason::*;
+        // A parameter and Adam's two moments of `R` live before the trace, and a fourth
+        // block of `R`: an activation the backward pass (4..6) frees, or a workspace a
+        // forward pass made (its frames) and kept. Neither is a copy of the parameter:
+        // the parameter and two moments, counted. Near miss: the kept block without
+        // frames, which the sizes alone count as a third copy.
+        let forward: Frames = &[("/u/model.py", 3, "forward"), ("/u/train.py", 1, "main")];
+        let model = || after_setup().before(R, END).before(R, END).before(R, END).made_sized(4, END, R);
+        for m in [model().before(R, 5), model().before_by(R, END, forward)] {
+            let roles = m.classify();
+            assert_eq!(
+                reasons(&roles.seeded),
+                [ParamBeforeTraceCounted, OptBeforeTraceCounted, OptBeforeTraceCounted, OtherBeforeTrace]
+            );
+        }
+        let roles = model().before(R, END).classify();
+        assert_eq!(reasons(&roles.seeded)[3], OptBeforeTraceCounted);
+    }
+
+    #[test]
+    fn before_the_trace_counted_parameters_are_the_longest_lived_of_their_size() {
+        use Reason::*;
+        // Gradients of `R` and `S`; before the trace a block of `R` freed after the step
+        // (entry 8: the last logits, when the next are made), then the parameters. No
+        // whole number of copies: per size as many parameters as gradients, the
+        // longest-lived first; the logits undecided.
+        let m = after_setup().before(R, 8).before(R, END).before(S, END);
+        let roles = m.made_sized(4, END, R).made_sized(5, END, S).classify();
+        assert_eq!(
+            reasons(&roles.seeded),
+            [OtherBeforeTrace, ParamBeforeTraceCounted, ParamBeforeTraceMatchesGradient]
+        );
     }
 
     #[test]
