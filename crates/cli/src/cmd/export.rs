@@ -23,7 +23,6 @@
 //! per file and table (more for tables over 1 M rows); dictionary encoding but for the
 //! columns of distinct numbers ([`UNIQUE_INTS`]), min/max statistics of numbers only.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -88,55 +87,119 @@ struct Col {
     kind: Kind,
     optional: bool,
     ints: Vec<i64>,
-    strs: Vec<ByteArray>,
     bools: Vec<bool>,
+    /// Definition levels of an optional INT64 or BOOLEAN column (string columns say null
+    /// by [`NULL_ID`] in `ids`).
     defs: Vec<i16>,
-    /// Strings seen in this column, as shared buffers: most string columns repeat a few
-    /// values (the file, the action, call sites, roles) over millions of rows, and a
-    /// fresh buffer per cell made allocation the export's largest cost (a profile of the
-    /// 6.9 M-entry benchmark file: malloc and free ~40 % of its CPU time).
-    intern: fragscope_snapshot::FxHashMap<Box<str>, ByteArray>,
-    /// The last strings met, by the address of the cell's `&str`: most cells are
-    /// `&'static` names (actions, roles) or the snapshot's own strings, passed again
-    /// and again from the same place, and are found here by one compare of their bytes
-    /// instead of a hash of them and a probe of `intern` (hashing and comparing strings
-    /// were ~20 % of the export's CPU on the 6.4 M-event benchmark file). The bytes are
-    /// compared: an address alone could be a freed string's, reused.
-    recent: [Option<(usize, ByteArray)>; RECENT],
+    /// A string column's cells, one per row: an index into `dict`, [`SPILL`] plus an
+    /// index into `spill`, or [`NULL_ID`]. Four bytes a cell where a `ByteArray` is 32
+    /// with a reference count to touch: the buffered cells of a 1 M-row group and their
+    /// counts were ~15 % of the export's CPU (page faults, `Bytes` clones and drops).
+    ids: Vec<u32>,
+    /// The column's distinct strings, kept for the process's life (leaked, at most
+    /// [`INTERN_MAX`] of them), so that a cell's buffer is a `&'static` one: cloned and
+    /// dropped without a reference count.
+    dict: Vec<ByteArray>,
+    /// `dict`'s indices by string.
+    intern: fragscope_snapshot::FxHashMap<&'static str, u32>,
+    /// Strings of this row group past [`INTERN_MAX`]: their own buffers.
+    spill: Vec<ByteArray>,
+    /// The last strings met, by the address and length of the cell's `&str`, with their
+    /// index: most cells are `&'static` names (actions, roles) or the snapshot's own
+    /// strings, passed again and again from the same place, and are found here without a
+    /// hash of their bytes (hashing and comparing strings were ~20 % of the export's CPU
+    /// on the 6.4 M-event benchmark file). An entry made from a borrowed string has its
+    /// bytes compared too: its address alone could be a freed string's, reused; one made
+    /// from a string never freed (the last field) does not.
+    recent: [(usize, usize, u32, bool); RECENT],
 }
 
 /// Strings [`Col::recent`] keeps.
 const RECENT: usize = 8;
+/// A null string cell in [`Col::ids`].
+const NULL_ID: u32 = u32::MAX;
+/// [`Col::ids`] at or past it are indices into [`Col::spill`].
+const SPILL: u32 = 1 << 31;
 
 impl Col {
-    /// The cell `s` as a shared buffer.
-    #[inline]
-    fn bytes(&mut self, s: &str) -> ByteArray {
-        let at = s.as_ptr() as usize;
-        let slot = (at.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - RECENT.trailing_zeros()))
-            ^ (s.len() & (RECENT - 1));
-        if let Some((a, b)) = &self.recent[slot] {
-            if *a == at && b.data() == s.as_bytes() {
-                return b.clone();
-            }
+    fn new(kind: Kind, optional: bool) -> Col {
+        Col {
+            kind,
+            optional,
+            ints: Vec::new(),
+            bools: Vec::new(),
+            defs: Vec::new(),
+            ids: Vec::new(),
+            dict: Vec::new(),
+            intern: Default::default(),
+            spill: Vec::new(),
+            recent: [(0, 0, NULL_ID, false); RECENT],
         }
-        let b = match self.intern.get(s) {
-            Some(b) => b.clone(),
+    }
+
+    /// The slot of [`Col::recent`] for a string at `at` of `len` bytes.
+    #[inline]
+    fn slot(at: usize, len: usize) -> usize {
+        (at.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - RECENT.trailing_zeros())) ^ (len & (RECENT - 1))
+    }
+
+    /// The index of the cell `s` (`fixed`: `s` is never freed, its address names it).
+    #[inline]
+    fn id(&mut self, s: &str, fixed: bool) -> u32 {
+        let (at, len) = (s.as_ptr() as usize, s.len());
+        let slot = Self::slot(at, len);
+        let (a, l, id, kept) = self.recent[slot];
+        if a == at && l == len && id != NULL_ID && (kept || self.dict[id as usize].data() == s.as_bytes()) {
+            return id;
+        }
+        let id = match self.intern.get(s) {
+            Some(&id) => id,
+            None if self.dict.len() < INTERN_MAX => {
+                let kept: &'static str = Box::leak(s.into());
+                let id = self.dict.len() as u32;
+                self.dict.push(ByteArray::from(bytes::Bytes::from_static(kept.as_bytes())));
+                self.intern.insert(kept, id);
+                id
+            }
             None => {
-                let b = ByteArray::from(s);
-                if self.intern.len() < INTERN_MAX {
-                    self.intern.insert(s.into(), b.clone());
-                }
-                b
+                self.spill.push(ByteArray::from(s));
+                return SPILL + (self.spill.len() - 1) as u32;
             }
         };
-        self.recent[slot] = Some((at, b.clone()));
-        b
+        self.recent[slot] = (at, len, id, fixed);
+        id
+    }
+
+    /// Writes the buffered string cells into `w`, [`STR_BATCH`] rows at a time.
+    fn write_strs(
+        &self,
+        w: &mut parquet::column::writer::ColumnWriterImpl<'_, ByteArrayType>,
+    ) -> parquet::errors::Result<()> {
+        let mut values: Vec<ByteArray> = Vec::with_capacity(STR_BATCH);
+        let mut defs: Vec<i16> = Vec::with_capacity(STR_BATCH);
+        for ids in self.ids.chunks(STR_BATCH) {
+            values.clear();
+            defs.clear();
+            for &id in ids {
+                defs.push(i16::from(id != NULL_ID));
+                match id {
+                    NULL_ID => {}
+                    i if i >= SPILL => values.push(self.spill[(i - SPILL) as usize].clone()),
+                    i => values.push(self.dict[i as usize].clone()),
+                }
+            }
+            w.write_batch(&values, self.optional.then_some(defs.as_slice()), None)?;
+        }
+        Ok(())
     }
 }
 
-/// Distinct strings a column keeps shared (past it, new strings get their own buffer).
+/// Distinct strings a column keeps (past it, new strings get their own buffer per cell).
 const INTERN_MAX: usize = 1 << 16;
+
+/// String cells handed to the `parquet` writer at a time (a multiple of its 1,024-value
+/// write batch).
+const STR_BATCH: usize = 1 << 16;
 
 /// INT64 columns whose values are (nearly) all distinct: written plain, without a
 /// dictionary.
@@ -209,26 +272,35 @@ impl Table {
         // folder, when dangling) and hang on a FIFO.
         let (staged, f) = Staged::new(&path).map_err(|e| io_err(&path, e))?;
         let writer = SerializedFileWriter::new(f, schema, Arc::new(props)).map_err(|e| io_err(&path, e))?;
-        let cols = columns
-            .iter()
-            .map(|&(_, kind, optional)| Col {
-                kind,
-                optional,
-                ints: Vec::new(),
-                strs: Vec::new(),
-                bools: Vec::new(),
-                defs: Vec::new(),
-                intern: Default::default(),
-                recent: Default::default(),
-            })
-            .collect();
+        let cols = columns.iter().map(|&(_, kind, optional)| Col::new(kind, optional)).collect();
         Ok(Table { name, path, cols, rows: 0, total: 0, writer, staged })
+    }
+
+    /// Makes room for `rows` more rows (up to a row group's) before they come: the
+    /// columns then grow once, not by doubling and copying.
+    fn reserve(&mut self, rows: usize) {
+        let rows = rows.min(ROW_GROUP - self.rows);
+        for c in &mut self.cols {
+            match c.kind {
+                Kind::I64 => c.ints.reserve(rows),
+                Kind::Str => c.ids.reserve(rows),
+                Kind::Bool => c.bools.reserve(rows),
+            }
+            if c.optional && c.kind != Kind::Str {
+                c.defs.reserve(rows);
+            }
+        }
     }
 
     fn row(&mut self, cells: &[V]) -> Result<(), CliError> {
         debug_assert_eq!(cells.len(), self.cols.len());
         for (c, v) in self.cols.iter_mut().zip(cells) {
             match v {
+                V::N if c.kind == Kind::Str => {
+                    debug_assert!(c.optional);
+                    c.ids.push(NULL_ID);
+                    continue;
+                }
                 V::N => {
                     debug_assert!(c.optional);
                     c.defs.push(0);
@@ -236,11 +308,15 @@ impl Table {
                 }
                 V::I(x) => c.ints.push(*x),
                 V::S(s) => {
-                    let b = c.bytes(s);
-                    c.strs.push(b)
+                    let id = c.id(s, false);
+                    c.ids.push(id);
+                    continue;
                 }
-                // The same bytes as a counted buffer of them: the same cell in the file.
-                V::T(s) => c.strs.push(ByteArray::from(bytes::Bytes::from_static(s.as_bytes()))),
+                V::T(s) => {
+                    let id = c.id(s, true);
+                    c.ids.push(id);
+                    continue;
+                }
                 V::B(b) => c.bools.push(*b),
             }
             if c.optional {
@@ -266,13 +342,14 @@ impl Table {
             let defs = c.optional.then_some(c.defs.as_slice());
             match c.kind {
                 Kind::I64 => w.typed::<Int64Type>().write_batch(&c.ints, defs, None).map(|_| ()),
-                Kind::Str => w.typed::<ByteArrayType>().write_batch(&c.strs, defs, None).map(|_| ()),
+                Kind::Str => c.write_strs(w.typed::<ByteArrayType>()),
                 Kind::Bool => w.typed::<BoolType>().write_batch(&c.bools, defs, None).map(|_| ()),
             }
             .map_err(e)?;
             w.close().map_err(e)?;
             c.ints.clear();
-            c.strs.clear();
+            c.ids.clear();
+            c.spill.clear();
             c.bools.clear();
             c.defs.clear();
         }
@@ -474,7 +551,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
     // without a count ([`V::T`]).
     let file_static: &'static str = Box::leak(file.into());
     // The stacks any row names: only those go into `stacks` and `frames`.
-    let mut used: HashSet<StackId> = HashSet::new();
+    let mut used = Used::new(snap);
     // Each context's pool as the text the column holds, once per context.
     let pools: Vec<Option<String>> = snap.contexts.iter().map(|c| c.pool_id.map(|(a, b)| format!("{a},{b}"))).collect();
     for (d, tr) in snap.device_traces.iter().enumerate() {
@@ -485,7 +562,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
         let (pools, trace, file) = (&pools, &mut *trace, file_static);
         let (events, allocations) = std::thread::scope(|sc| {
             let events = sc.spawn(move || {
-                let mut used = HashSet::new();
+                let mut used = Used::new(snap);
                 write_trace_events(file, snap, device, tr, pools, trace, &mut used).map(|()| used)
             });
             let mut rows = export::pair_allocations(snap, tr);
@@ -493,7 +570,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
             let allocations = write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used);
             (events.join().expect("trace_events thread"), allocations)
         });
-        used.extend(events?);
+        used.merge(events?);
         allocations?;
     }
     write_segments(file, snap, segs, blocks, &mut used)?;
@@ -505,10 +582,30 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
     Ok(())
 }
 
-/// Adds `s` to the stacks the rows name (`None`: no stack, nothing to add).
-fn note(used: &mut HashSet<StackId>, s: Option<StackId>) {
-    if let Some(s) = s {
-        used.insert(s);
+/// The stacks the rows name, by their index in the snapshot's table: a slot per stack
+/// where a `HashSet` hashed every row's stack (SipHash, ~4 % of the export's CPU).
+struct Used(Vec<Option<StackId>>);
+
+impl Used {
+    fn new(snap: &Snapshot) -> Used {
+        Used(vec![None; snap.frames.num_stacks()])
+    }
+
+    /// Adds `s` to the stacks the rows name (`None`: no stack, nothing to add).
+    #[inline]
+    fn note(&mut self, s: Option<StackId>) {
+        if let Some(s) = s {
+            if s.index() >= self.0.len() {
+                self.0.resize(s.index() + 1, None);
+            }
+            self.0[s.index()] = Some(s);
+        }
+    }
+
+    fn merge(&mut self, other: Used) {
+        for s in other.0 {
+            self.note(s);
+        }
     }
 }
 
@@ -521,10 +618,11 @@ fn write_trace_events(
     tr: &[TraceEvent],
     pools: &[Option<String>],
     trace: &mut Table,
-    used: &mut HashSet<StackId>,
+    used: &mut Used,
 ) -> Result<(), CliError> {
+    trace.reserve(tr.len());
     for (i, e) in tr.iter().enumerate() {
-        note(used, e.stack);
+        used.note(e.stack);
         let c = snap.context(e);
         let cc = c.compile_context.map(|c| snap.frames.str(c));
         let um = c.user_metadata.map(|c| snap.frames.str(c));
@@ -559,7 +657,7 @@ fn write_allocations(
     rows: &[AllocRow],
     roles: &[Option<fragscope_trace::BlockRole>],
     allocs: &mut Table,
-    used: &mut HashSet<StackId>,
+    used: &mut Used,
 ) -> Result<(), CliError> {
     let cfg = fragscope_replay::recorded_config(snap);
     let scopes = fragscope_trace::Scopes::new(snap, device);
@@ -569,8 +667,9 @@ fn write_allocations(
     let context = |alloc: Option<usize>, pick: fn(fragscope_snapshot::EntryContext) -> Option<StrId>| {
         alloc.and_then(|k| tr.get(k)).and_then(|e| pick(snap.context(e))).map_or(V::N, |id| V::S(snap.frames.str(id)))
     };
+    allocs.reserve(rows.len());
     for (a, role) in rows.iter().zip(roles) {
-        note(used, a.stack);
+        used.note(a.stack);
         let end = a.fc.or(a.fr);
         let end_time = end.map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
         let start_time = (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
@@ -611,10 +710,10 @@ fn write_segments(
     snap: &Snapshot,
     segs: &mut Table,
     blocks: &mut Table,
-    used: &mut HashSet<StackId>,
+    used: &mut Used,
 ) -> Result<(), CliError> {
     for s in &snap.segments {
-        note(used, s.stack);
+        used.note(s.stack);
         let pool = s.segment_pool_id.map(|(a, b)| format!("{a},{b}"));
         segs.row(&[
             V::S(file),
@@ -632,7 +731,7 @@ fn write_segments(
             V::I(s.blocks.len() as i64),
         ])?;
         for b in &s.blocks {
-            note(used, b.stack);
+            used.note(b.stack);
             let site = b.stack.map(|st| site_of(&snap.frames, Some(st)).site);
             blocks.row(&[
                 V::S(file),
@@ -657,11 +756,11 @@ fn write_host(
     snap: &Snapshot,
     blocks: &mut Table,
     events: &mut Table,
-    used: &mut HashSet<StackId>,
+    used: &mut Used,
 ) -> Result<(), CliError> {
     for s in snap.host_segments.iter().flatten() {
         for b in &s.blocks {
-            note(used, b.stack);
+            used.note(b.stack);
             blocks.row(&[
                 V::S(file),
                 V::I(s.address as i64),
@@ -675,7 +774,7 @@ fn write_host(
         }
     }
     for (i, e) in snap.host_traces.iter().flatten().enumerate() {
-        note(used, e.stack);
+        used.note(e.stack);
         events.row(&[
             V::S(file),
             V::I(i as i64),
@@ -694,12 +793,12 @@ fn write_host(
 fn write_stacks(
     file: &str,
     snap: &Snapshot,
-    used: HashSet<StackId>,
+    used: Used,
     stacks: &mut Table,
     frames: &mut Table,
 ) -> Result<(), CliError> {
-    let mut used: Vec<StackId> = used.into_iter().collect();
-    used.sort_unstable();
+    // In id order: the slots are.
+    let used: Vec<StackId> = used.0.into_iter().flatten().collect();
     let mut used_frames: Vec<FrameId> = Vec::new();
     for &s in &used {
         if snap.frames.stack(s).is_empty() {
