@@ -41,6 +41,9 @@ use serde::Serialize;
 
 use crate::CliError;
 use fragscope_commands::export::{self, AllocRow};
+use parquet::schema::types::ColumnDescPtr;
+
+mod dict_chunk;
 use fragscope_commands::outfile::Staged;
 
 /// Version of the tables' layout (docs/export.md).
@@ -192,6 +195,40 @@ impl Col {
         }
         Ok(())
     }
+
+    /// The buffered string cells as a dictionary-encoded column chunk ([`dict_chunk`]) for
+    /// `descr`; `None` where the `parquet` crate's writer must write them: strings past
+    /// [`INTERN_MAX`], or a dictionary page over its limit (it falls back to plain
+    /// encoding there).
+    fn dict_chunk(
+        &self,
+        descr: ColumnDescPtr,
+    ) -> parquet::errors::Result<Option<(bytes::Bytes, parquet::column::writer::ColumnCloseResult)>> {
+        if !self.spill.is_empty() {
+            return Ok(None);
+        }
+        // The row group's dictionary: the values it uses, in the order they first come
+        // (as the crate's writer numbers them).
+        let mut local = vec![dict_chunk::NULL_KEY; self.dict.len()];
+        let mut values: Vec<&[u8]> = Vec::new();
+        let mut keys = Vec::with_capacity(self.ids.len());
+        for &id in &self.ids {
+            if id == NULL_ID {
+                keys.push(dict_chunk::NULL_KEY);
+                continue;
+            }
+            let k = &mut local[id as usize];
+            if *k == dict_chunk::NULL_KEY {
+                *k = values.len() as u32;
+                values.push(self.dict[id as usize].data());
+            }
+            keys.push(*k);
+        }
+        if dict_chunk::dict_page_len(&values) > dict_chunk::DICT_MAX_BYTES {
+            return Ok(None);
+        }
+        dict_chunk::write(descr, self.optional, &values, &keys).map(Some)
+    }
 }
 
 /// Distinct strings a column keeps (past it, new strings get their own buffer per cell).
@@ -216,6 +253,8 @@ struct Table {
     name: &'static str,
     path: PathBuf,
     cols: Vec<Col>,
+    /// The columns' descriptors (for the chunks [`Col::dict_chunk`] writes).
+    descrs: Vec<ColumnDescPtr>,
     rows: usize,
     total: u64,
     writer: SerializedFileWriter<File>,
@@ -273,7 +312,8 @@ impl Table {
         let (staged, f) = Staged::new(&path).map_err(|e| io_err(&path, e))?;
         let writer = SerializedFileWriter::new(f, schema, Arc::new(props)).map_err(|e| io_err(&path, e))?;
         let cols = columns.iter().map(|&(_, kind, optional)| Col::new(kind, optional)).collect();
-        Ok(Table { name, path, cols, rows: 0, total: 0, writer, staged })
+        let descrs = writer.schema_descr().columns().to_vec();
+        Ok(Table { name, path, cols, descrs, rows: 0, total: 0, writer, staged })
     }
 
     /// Makes room for `rows` more rows (up to a row group's) before they come: the
@@ -337,7 +377,13 @@ impl Table {
         let path = self.path.clone();
         let e = |x: parquet::errors::ParquetError| io_err(&path, x);
         let mut rg = self.writer.next_row_group().map_err(e)?;
-        for c in &mut self.cols {
+        for (c, descr) in self.cols.iter_mut().zip(&self.descrs) {
+            let chunk = if c.kind == Kind::Str { c.dict_chunk(descr.clone()).map_err(e)? } else { None };
+            if let Some((bytes, close)) = chunk {
+                rg.append_column(&bytes, close).map_err(e)?;
+                c.ids.clear();
+                continue;
+            }
             let mut w = rg.next_column().map_err(e)?.ok_or_else(|| io_err(&path, "schema mismatch"))?;
             let defs = c.optional.then_some(c.defs.as_slice());
             match c.kind {
