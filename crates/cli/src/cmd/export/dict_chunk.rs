@@ -178,3 +178,132 @@ fn varint(out: &mut Vec<u8>, mut x: u64) {
     }
     out.push(x as u8);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::data_type::{ByteArray, ByteArrayType};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::file::serialized_reader::ReadOptionsBuilder;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+    use std::sync::Arc;
+
+    /// A one-column file of `cells` (`None`: null) written by the crate's column writer
+    /// (`ours` false) or by [`write`], read back by the crate's reader with its page
+    /// index: the rows as text, and the number of data pages the offset index names.
+    fn roundtrip(cells: &[Option<String>], optional: bool, ours: bool) -> (Vec<String>, usize) {
+        let rep = if optional { "optional" } else { "required" };
+        let schema = Arc::new(parse_message_type(&format!("message t {{ {rep} binary s (STRING); }}")).unwrap());
+        let mut w =
+            SerializedFileWriter::new(Vec::new(), schema, Arc::new(WriterProperties::builder().build())).unwrap();
+        let descr = w.schema_descr().column(0);
+        let mut rg = w.next_row_group().unwrap();
+        if ours {
+            let mut dict: Vec<&[u8]> = Vec::new();
+            let keys: Vec<u32> = cells
+                .iter()
+                .map(|c| match c {
+                    None => NULL_KEY,
+                    Some(s) => match dict.iter().position(|d| *d == s.as_bytes()) {
+                        Some(k) => k as u32,
+                        None => {
+                            dict.push(s.as_bytes());
+                            dict.len() as u32 - 1
+                        }
+                    },
+                })
+                .collect();
+            let (bytes, close) = write(descr, optional, &dict, &keys).unwrap();
+            rg.append_column(&bytes, close).unwrap();
+        } else {
+            let values: Vec<ByteArray> = cells.iter().flatten().map(|s| ByteArray::from(s.as_str())).collect();
+            let defs: Vec<i16> = cells.iter().map(|c| i16::from(c.is_some())).collect();
+            let mut c = rg.next_column().unwrap().unwrap();
+            c.typed::<ByteArrayType>().write_batch(&values, optional.then_some(&defs[..]), None).unwrap();
+            c.close().unwrap();
+        }
+        rg.close().unwrap();
+        let file = Bytes::from(w.into_inner().unwrap());
+        let options = ReadOptionsBuilder::new().with_page_index().build();
+        let r = SerializedFileReader::new_with_options(file, options).unwrap();
+        let pages = r.metadata().page_index_for_row_group(0).offset_index(0).map_or(0, |o| o.page_locations().len());
+        let rows = r.get_row_iter(None).unwrap().map(|row| row.unwrap().to_string()).collect();
+        (rows, pages)
+    }
+
+    /// Cells in runs of 1 to 40 (so runs shorter and longer than eight, at every
+    /// alignment to the bit-packed groups), `distinct` values, every `null_every`th null.
+    fn cells(n: usize, distinct: u64, null_every: usize) -> Vec<Option<String>> {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let (run, v) = (1 + next() % 40, next() % distinct);
+            for _ in 0..run {
+                let null = null_every > 0 && out.len() % null_every == null_every / 2;
+                out.push((!null).then(|| format!("value {v}")));
+            }
+        }
+        out.truncate(n);
+        out
+    }
+
+    /// The chunks [`write`] makes read back as the crate's writer's do: one value (index
+    /// width 0), a few, more than 256 (width 9); required and optional columns, with
+    /// nulls in runs and alone; more rows than a page holds.
+    #[test]
+    fn chunks_read_back_as_the_crate_writes_them() {
+        for (n, distinct, null_every, optional) in [
+            (100, 1, 0, false),
+            (45_000, 1, 7, true),
+            (45_001, 5, 0, false),
+            (45_003, 5, 3, true),
+            (50_000, 300, 11, true),
+            (7, 300, 0, false),
+        ] {
+            let cells = cells(n, distinct, null_every);
+            let (ours, pages) = roundtrip(&cells, optional, true);
+            let (theirs, _) = roundtrip(&cells, optional, false);
+            assert_eq!(ours.len(), n);
+            assert!(ours == theirs, "{n} rows of {distinct} values, null every {null_every}: rows differ");
+            assert_eq!(pages, n.div_ceil(PAGE_ROWS), "{n} rows");
+            // Nulls among the cells where asked for, and read back where they were.
+            assert_eq!(cells.iter().any(Option::is_none), null_every > 0);
+            let first_null = cells.iter().position(Option::is_none);
+            if let Some(k) = first_null {
+                assert!(!ours[k].contains("value"), "row {k}: {}", ours[k]);
+            }
+        }
+    }
+
+    #[test]
+    fn hybrid_runs_and_groups() {
+        // 3 literals, then a run of 13: topped up to 8 literals from the run (5 of it),
+        // the 8 left as a run: one bit-packed group, one RLE run.
+        let mut out = Vec::new();
+        let mut values = vec![1, 2, 3];
+        values.extend([7; 13]);
+        hybrid(&mut out, &values, 3);
+        assert_eq!(out, [0b11, 0b1101_0001, 0b1111_1110, 0b1111_1111, 8 << 1, 7]);
+        // A run of 9 after 3 literals is too short to top them up and stay a run: two
+        // bit-packed groups (the last padded with zeros).
+        out.clear();
+        hybrid(&mut out, &values[..12], 3);
+        assert_eq!(out, [0b101, 0b1101_0001, 0b1111_1110, 0b1111_1111, 0b1111_1111, 0b1111, 0]);
+        // A run of nine from the start: one RLE run.
+        out.clear();
+        hybrid(&mut out, &[5; 9], 3);
+        assert_eq!(out, [9 << 1, 5]);
+        assert_eq!(bits(0), 0);
+        assert_eq!(bits(1), 1);
+        assert_eq!(bits(255), 8);
+        assert_eq!(bits(256), 9);
+    }
+}
