@@ -89,6 +89,8 @@ enum Kind {
 struct Col {
     kind: Kind,
     optional: bool,
+    /// An INT64 column with a dictionary (not one of [`UNIQUE_INTS`]).
+    dictionary: bool,
     ints: Vec<i64>,
     bools: Vec<bool>,
     /// Definition levels of an optional INT64 or BOOLEAN column (string columns say null
@@ -125,10 +127,11 @@ const NULL_ID: u32 = u32::MAX;
 const SPILL: u32 = 1 << 31;
 
 impl Col {
-    fn new(kind: Kind, optional: bool) -> Col {
+    fn new(kind: Kind, optional: bool, dictionary: bool) -> Col {
         Col {
             kind,
             optional,
+            dictionary,
             ints: Vec::new(),
             bools: Vec::new(),
             defs: Vec::new(),
@@ -181,6 +184,53 @@ impl Col {
         };
         self.recent[slot] = (at, len, id, fixed);
         id
+    }
+
+    /// The buffered cells of an INT64 column with a dictionary as a dictionary-encoded
+    /// column chunk ([`dict_chunk`]) for `descr`; `None` where the dictionary page would
+    /// be over the `parquet` crate's limit (its writer falls back to plain encoding
+    /// there, and writes the chunk).
+    fn int_chunk(
+        &self,
+        descr: ColumnDescPtr,
+    ) -> parquet::errors::Result<Option<(bytes::Bytes, parquet::column::writer::ColumnCloseResult)>> {
+        let most = dict_chunk::DICT_MAX_BYTES / 8;
+        let mut index: fragscope_snapshot::FxHashMap<i64, u32> = Default::default();
+        let mut values: Vec<i64> = Vec::new();
+        let mut keys = Vec::with_capacity(self.defs.len().max(self.ints.len()));
+        // Runs of one value are common (the device, a stream, a size): the row before
+        // answers them without a hash.
+        let mut last: Option<(i64, u32)> = None;
+        let mut key = |x: i64| -> Option<u32> {
+            if let Some((v, k)) = last {
+                if v == x {
+                    return Some(k);
+                }
+            }
+            let k = *index.entry(x).or_insert_with(|| {
+                values.push(x);
+                values.len() as u32 - 1
+            });
+            last = Some((x, k));
+            (values.len() <= most).then_some(k)
+        };
+        if self.optional {
+            let mut ints = self.ints.iter();
+            for &d in &self.defs {
+                if d == 0 {
+                    keys.push(dict_chunk::NULL_KEY);
+                } else {
+                    let Some(k) = key(*ints.next().expect("a value per defined row")) else { return Ok(None) };
+                    keys.push(k);
+                }
+            }
+        } else {
+            for &x in &self.ints {
+                let Some(k) = key(x) else { return Ok(None) };
+                keys.push(k);
+            }
+        }
+        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Ints(&values), &keys).map(Some)
     }
 
     /// Writes the buffered string cells into `w`, [`STR_BATCH`] rows at a time.
@@ -237,7 +287,7 @@ impl Col {
         if dict_chunk::dict_page_len(&values) > dict_chunk::DICT_MAX_BYTES {
             return Ok(None);
         }
-        dict_chunk::write(descr, self.optional, &values, &keys).map(Some)
+        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Strs(&values), &keys).map(Some)
     }
 }
 
@@ -321,7 +371,8 @@ impl Table {
         // folder, when dangling) and hang on a FIFO.
         let (staged, f) = Staged::new(&path).map_err(|e| io_err(&path, e))?;
         let writer = SerializedFileWriter::new(f, schema, Arc::new(props)).map_err(|e| io_err(&path, e))?;
-        let cols = columns.iter().map(|&(_, kind, optional)| Col::new(kind, optional)).collect();
+        let cols =
+            columns.iter().map(|&(n, kind, optional)| Col::new(kind, optional, !UNIQUE_INTS.contains(&n))).collect();
         let descrs = writer.schema_descr().columns().to_vec();
         Ok(Table { name, path, cols, descrs, rows: 0, total: 0, writer, staged })
     }
@@ -447,10 +498,16 @@ impl Table {
         let e = |x: parquet::errors::ParquetError| io_err(&path, x);
         let mut rg = self.writer.next_row_group().map_err(e)?;
         for (c, descr) in self.cols.iter_mut().zip(&self.descrs) {
-            let chunk = if c.kind == Kind::Str { c.dict_chunk(descr.clone()).map_err(e)? } else { None };
+            let chunk = match c.kind {
+                Kind::Str => c.dict_chunk(descr.clone()).map_err(e)?,
+                Kind::I64 if c.dictionary => c.int_chunk(descr.clone()).map_err(e)?,
+                _ => None,
+            };
             if let Some((bytes, close)) = chunk {
                 rg.append_column(&bytes, close).map_err(e)?;
                 c.ids.clear();
+                c.ints.clear();
+                c.defs.clear();
                 continue;
             }
             let mut w = rg.next_column().map_err(e)?.ok_or_else(|| io_err(&path, "schema mismatch"))?;
