@@ -161,9 +161,13 @@ pub fn write(descr: ColumnDescPtr, optional: bool, dict: Dict<'_>, keys: &[u32])
             buf[..4].copy_from_slice(&n.to_le_bytes());
         }
         buf.push(width);
-        scratch.clear();
-        scratch.extend(rows.iter().copied().filter(|&k| k != NULL_KEY));
-        hybrid(&mut buf, &scratch, width);
+        if optional {
+            scratch.clear();
+            scratch.extend(rows.iter().copied().filter(|&k| k != NULL_KEY));
+            hybrid(&mut buf, &scratch, width);
+        } else {
+            hybrid(&mut buf, rows, width);
+        }
         let len = buf.len();
         let page = Page::DataPage {
             buf: Bytes::from(buf),
@@ -233,24 +237,23 @@ fn bits(max: u32) -> u8 {
 /// with zeros: the reader knows how many values there are), so the values before an RLE
 /// run are topped up to a multiple of eight from the run itself.
 fn hybrid(out: &mut Vec<u8>, values: &[u32], width: u8) {
-    let mut literal: Vec<u32> = Vec::new();
+    // The values not yet written start here (they are bit-packed, topped up from the
+    // run that follows them: contiguous in `values`).
+    let mut literal = 0;
     let mut i = 0;
     while i < values.len() {
         let v = values[i];
         let run = values[i..].iter().take_while(|&&x| x == v).count();
-        let pad = (8 - literal.len() % 8) % 8;
+        let pad = (8 - (i - literal) % 8) % 8;
         if run >= pad + 8 {
-            literal.extend(std::iter::repeat_n(v, pad));
-            packed(out, &literal, width);
-            literal.clear();
+            packed(out, &values[literal..i + pad], width);
             varint(out, ((run - pad) as u64) << 1);
             out.extend_from_slice(&v.to_le_bytes()[..width.div_ceil(8) as usize]);
-        } else {
-            literal.extend_from_slice(&values[i..i + run]);
+            literal = i + run;
         }
         i += run;
     }
-    packed(out, &literal, width);
+    packed(out, &values[literal..], width);
 }
 
 /// Appends `values` as one bit-packed run (padded with zeros to a multiple of eight).
@@ -260,18 +263,31 @@ fn packed(out: &mut Vec<u8>, values: &[u32], width: u8) {
     }
     let groups = values.len().div_ceil(8);
     varint(out, ((groups as u64) << 1) | 1);
-    let (mut acc, mut held) = (0u64, 0u32);
-    for k in 0..groups * 8 {
-        acc |= u64::from(values.get(k).copied().unwrap_or(0)) << held;
-        held += u32::from(width);
-        while held >= 8 {
-            out.push(acc as u8);
-            acc >>= 8;
-            held -= 8;
+    let w = u32::from(width);
+    let mut group = [0u32; 8];
+    for chunk in values.chunks(8) {
+        group[..chunk.len()].copy_from_slice(chunk);
+        group[chunk.len()..].fill(0);
+        if w <= 16 {
+            // Eight values of `w` bits are `w` whole bytes: at most 128 bits.
+            let mut acc = 0u128;
+            for (k, &x) in group.iter().enumerate() {
+                acc |= u128::from(x) << (k as u32 * w);
+            }
+            out.extend_from_slice(&acc.to_le_bytes()[..w as usize]);
+        } else {
+            let (mut acc, mut held) = (0u64, 0u32);
+            for &x in &group {
+                acc |= u64::from(x) << held;
+                held += w;
+                while held >= 8 {
+                    out.push(acc as u8);
+                    acc >>= 8;
+                    held -= 8;
+                }
+            }
         }
     }
-    // Eight values of `width` bits are `width` whole bytes: nothing is left over.
-    debug_assert_eq!(held, 0);
 }
 
 /// Appends `x` as a ULEB128 varint.
@@ -398,14 +414,15 @@ mod tests {
         let mut rg = w.next_row_group().unwrap();
         if ours {
             let mut dict: Vec<i64> = Vec::new();
+            let mut at = std::collections::HashMap::new();
             let keys: Vec<u32> = cells
                 .iter()
                 .map(|c| match c {
                     None => NULL_KEY,
-                    Some(x) => dict.iter().position(|d| d == x).unwrap_or_else(|| {
+                    Some(x) => *at.entry(*x).or_insert_with(|| {
                         dict.push(*x);
-                        dict.len() - 1
-                    }) as u32,
+                        dict.len() as u32 - 1
+                    }),
                 })
                 .collect();
             let (bytes, close) = write(descr, optional, Dict::Ints(&dict), &keys).unwrap();
@@ -435,12 +452,14 @@ mod tests {
     /// pages, negative numbers.
     #[test]
     fn int_chunks_read_back_with_the_crate_writers_statistics() {
-        let n = 45_000;
-        let shapes: [(&str, Box<dyn Fn(usize) -> Option<i64>>, bool); 5] = [
+        let n = 70_000;
+        let shapes: [(&str, Box<dyn Fn(usize) -> Option<i64>>, bool); 6] = [
+            // 70,000 distinct values: 17-bit indices.
+            ("all distinct", Box::new(|i| Some(i as i64 * 3 - 1000)), false),
             ("rising", Box::new(|i| Some((i / 500) as i64)), false),
             ("falling, nulls", Box::new(|i| (i % 5 != 2).then_some(-((i / 700) as i64))), true),
             ("unordered", Box::new(|i| Some(((i * 7919) % 613) as i64 - 300)), false),
-            ("a null page", Box::new(|i| (!(20_000..40_000).contains(&i)).then_some((i % 3) as i64)), true),
+            ("a null page", Box::new(|i| (!(20_480..45_000).contains(&i)).then_some((i % 3) as i64)), true),
             ("one value", Box::new(|_| Some(i64::MIN)), true),
         ];
         for (what, f, optional) in shapes {
