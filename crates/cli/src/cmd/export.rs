@@ -22,6 +22,11 @@
 //! writer is the `parquet` crate's low-level one (no Arrow), uncompressed, one row group
 //! per file and table (more for tables over 1 M rows); dictionary encoding but for the
 //! columns of distinct numbers ([`UNIQUE_INTS`]), min/max statistics of numbers only.
+//!
+//! Rows are buffered by column ([`Table`], [`Col`]: a string cell is a 4-byte index into
+//! its column's dictionary) and each row group's dictionary-encoded columns are encoded
+//! here ([`dict_chunk`]) rather than by the crate's column writer, whose per-cell hashing
+//! was most of the export's CPU; the crate writes the rest, and the file around them.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
