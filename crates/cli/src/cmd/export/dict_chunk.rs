@@ -185,7 +185,6 @@ pub fn write(descr: ColumnDescPtr, optional: bool, dict: Dict<'_>, keys: &[u32])
         });
     }
     pages.close()?;
-    drop(pages);
     let bytes = Bytes::from(sink.into_inner()?);
     let total = bytes.len() as i64;
     let data_pages = locations.len() as i32;
@@ -453,7 +452,8 @@ mod tests {
     #[test]
     fn int_chunks_read_back_with_the_crate_writers_statistics() {
         let n = 70_000;
-        let shapes: [(&str, Box<dyn Fn(usize) -> Option<i64>>, bool); 6] = [
+        type Shape = Box<dyn Fn(usize) -> Option<i64>>;
+        let shapes: [(&str, Shape, bool); 6] = [
             // 70,000 distinct values: 17-bit indices.
             ("all distinct", Box::new(|i| Some(i as i64 * 3 - 1000)), false),
             ("rising", Box::new(|i| Some((i / 500) as i64)), false),
