@@ -386,6 +386,9 @@ mod tests {
             (45_003, 5, 3, true),
             (50_000, 300, 11, true),
             (7, 300, 0, false),
+            // Every cell null (compile_context and user_metadata mostly are): an empty
+            // dictionary.
+            (30_000, 1, 1, true),
         ] {
             let cells = cells(n, distinct, null_every);
             let (ours, pages) = roundtrip(&cells, optional, true);
@@ -453,7 +456,8 @@ mod tests {
     fn int_chunks_read_back_with_the_crate_writers_statistics() {
         let n = 70_000;
         type Shape = Box<dyn Fn(usize) -> Option<i64>>;
-        let shapes: [(&str, Shape, bool); 6] = [
+        let shapes: [(&str, Shape, bool); 7] = [
+            ("all null", Box::new(|_| None), true),
             // 70,000 distinct values: 17-bit indices.
             ("all distinct", Box::new(|i| Some(i as i64 * 3 - 1000)), false),
             ("rising", Box::new(|i| Some((i / 500) as i64)), false),
