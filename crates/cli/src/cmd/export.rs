@@ -1095,6 +1095,50 @@ mod tests {
         bytes::Bytes::from(w.into_inner().unwrap())
     }
 
+    /// Columns past what [`dict_chunk`] writes go to the crate's writer and read back
+    /// the same: strings past [`INTERN_MAX`] distinct (their own buffers), a dictionary
+    /// page past 1 MB (long strings; INT64 values past 131,072 distinct), with nulls, and
+    /// the cells' strings freed and their addresses reused from row to row.
+    #[test]
+    fn columns_past_the_dictionarys_limits_read_back() {
+        use parquet::record::Field;
+        let dir = tempfile::tempdir().unwrap();
+        let columns: &[(&'static str, Kind, bool)] =
+            &[("many", Str, true), ("long", Str, false), ("ints", I64, false), ("few", Str, true)];
+        let mut t = Table::create(dir.path(), "t", columns).unwrap();
+        let n = 140_000usize;
+        let many = |i: usize| (i % 5 != 1).then(|| format!("s{}", i % 70_001));
+        let long = |i: usize| format!("{:0>100}", i % 20_000);
+        for i in 0..n {
+            let (m, l) = (many(i), long(i));
+            let few = ["a", "bb"][i % 2];
+            let cells = [m.as_deref().map_or(V::N, V::S), V::S(&l), V::I(i as i64 * 7), V::S(few)];
+            t.row(&cells).unwrap();
+        }
+        // Which writer each column goes to: the crate's for the first three (strings of
+        // their own; dictionaries over 1 MB), `dict_chunk` for the last.
+        assert!(!t.cols[0].spill.is_empty());
+        assert!(t.cols[1].dict_chunk(t.descrs[1].clone()).unwrap().is_none());
+        assert!(t.cols[2].int_chunk(t.descrs[2].clone()).unwrap().is_none());
+        assert!(t.cols[3].dict_chunk(t.descrs[3].clone()).unwrap().is_some());
+        let (out, staged) = t.finish().unwrap();
+        Staged::commit_all(vec![staged]).unwrap();
+        assert_eq!(out.rows, n as u64);
+        let r = SerializedFileReader::new(File::open(dir.path().join("t.parquet")).unwrap()).unwrap();
+        let mut rows = 0;
+        for (i, row) in r.get_row_iter(None).unwrap().enumerate() {
+            let row = row.unwrap();
+            let cells: Vec<&Field> = row.get_column_iter().map(|(_, f)| f).collect();
+            let want_many = many(i).map_or(Field::Null, Field::Str);
+            assert_eq!(cells[0], &want_many, "row {i}");
+            assert_eq!(cells[1], &Field::Str(long(i)), "row {i}");
+            assert_eq!(cells[2], &Field::Long(i as i64 * 7), "row {i}");
+            assert_eq!(cells[3], &Field::Str(["a", "bb"][i % 2].to_string()), "row {i}");
+            rows += 1;
+        }
+        assert_eq!(rows, n);
+    }
+
     /// The writer's properties change the encodings and statistics, not the rows: the
     /// same table written with them and with the `parquet` crate's defaults (what the
     /// export used before) reads back the same, and the file says which columns have a
