@@ -576,7 +576,7 @@ impl<'a> Program<'a> {
         let mut sizes: Vec<u64> = recs.iter().map(|r| r.size).collect();
         sizes.sort_unstable();
         let warm_peaks = if warm { warm::recorded_peaks(recs, device) } else { Vec::new() };
-        let first_step_plan = if warm { warm::first_step(template, device, req_index[0]) } else { None };
+        let first_step_plan = if warm { warm::first_step(template, device, req_index[0], &seeded) } else { None };
         Ok(Program {
             device,
             template,
@@ -923,11 +923,14 @@ impl<'a> Program<'a> {
                 run.blocks.completed(addr);
             }
         }
-        // Under expandable segments the first step would start from the pages the model's
-        // construction left mapped between the parameters, which `empty_cache()` unmaps here
-        // and the recording does not tell apart from the cache: the steady-state rebuild
-        // below is kept (measured: rebuilding the first step under expandable segments took
-        // h200 batch 4 from batches 16, 32 from +0.05 % to -4.1 %).
+        // Under expandable segments the steady-state rebuild below is kept. Rebuilding the
+        // first step there (with the parameters told from AdamW's state by address,
+        // `warm::parameters_first`) reproduces the first two real steps' mapping but not
+        // the pages the real third step maps on top of them (h200 batch 4: 3.70, 4.24, then
+        // 4.51 GB mapped after steps 1, 2, 3; the rebuild stops at 4.24): measured on the
+        // frozen evaluation, batch 16 and 32 went from +11 % / +12 % to -0.6 %, but batch 4
+        // from within 3 % to -6.0 % and bf16 8 to -5.0 % (reserved within 3 % in 101 of 108
+        // instead of 102), and every warm-expandable error became an under-prediction.
         if let Some(f) = self.first_step_plan.as_ref().filter(|_| !cfg.expandable_segments) {
             self.first_step_start(f, run);
             return;
