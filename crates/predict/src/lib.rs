@@ -746,6 +746,14 @@ impl<'a> Program<'a> {
                 (hi - 1.0) * 100.0
             ));
         }
+        if self.started_warm && cfg.expandable_segments && self.first_step_plan.is_some() {
+            p.notes.push(
+                "under expandable_segments the reserved range also holds the first step rebuilt from the parameters \
+                 (which of the two rebuilds the real cache is nearer, a warm recording does not tell: measured -6% to \
+                 +11% either way)"
+                    .to_string(),
+            );
+        }
         p.range = Some(r);
         p
     }
@@ -961,10 +969,10 @@ impl<'a> Program<'a> {
         // `empty_cache()` calls, so what the first steps mapped stays, and each step maps
         // more where the large blocks it keeps across the step boundary (the last logits)
         // land on a layout the previous steps left. Measured on the frozen evaluation: the
-        // first-step rebuild gives the mapping after the real second step to the byte at
-        // h200 batch 4 (4.24 GB) and bf16 16 (8.00 GB) but not the third step's on top
-        // (4.51, 8.52 GB), -6.2 % to -0.2 % on every H200 warm-expandable case, where the
-        // steady-state rebuild gives -5.2 % to +12 %; as the point it took batch 16 and 32
+        // first-step rebuild gives the mapping after the real second step, to the byte at
+        // h200 batch 4 (4.24 GB), within 0.3 % at bf16 16 (8.00 GB), but not the third step's on top
+        // (4.51, 8.52 GB): -6.0 % to 0.0 % on the H200 warm-expandable cases, where the
+        // steady-state rebuild gives -5.9 % to +11.1 %; as the point it took batch 16 and 32
         // within 3 % and batch 4 and bf16 8 out of it (101 of 108 within 3 % against 102).
         if let Some(f) = self.first_step_plan.as_ref().filter(|_| !cfg.expandable_segments || run.from_parameters) {
             self.first_step_start(f, run);
