@@ -242,3 +242,36 @@ fn an_expandable_recording_is_predicted_from_its_recorded_state() {
     assert_eq!((free.peak_reserved, free.peak_allocated), (big.peak_reserved, big.peak_allocated));
     assert!(big.fits());
 }
+
+#[test]
+fn a_warm_expandable_template_keeps_its_parameters_at_the_reservation_start() {
+    // h200 batch 32 replayed under expandable_segments:True, written back and cut after its
+    // first step, as the frozen evaluation's warm-expandable form: its blocks carry no
+    // stacks, so the parameters are told from AdamW's state (same sizes) by address
+    // (`warm::parameters_first`). Counted in seeding order instead, the "parameters" spanned
+    // 8.4 GB of the reservation and the embedding at its start was called optimizer state.
+    let p = fragscope_testdata::h200_dir().join("gpt-s512-b32.pickle.gz");
+    let cold = fragscope_snapshot::read_path(&p).expect("shipped in the repository");
+    let mut cfg = recorded_config(&cold);
+    cfg.expandable_segments = true;
+    let opts = fragscope_replay::SimOptions { collect_snapshot: true, ..Default::default() };
+    let written = fragscope_replay::simulate_with(&cold, 0, cfg, &opts).snapshot.expect("collected");
+    let snap = after_first_step(&written);
+    let seeded = Seeded::rebuild(&snap, 0);
+    let first = snap.trace(0).iter().position(|e| e.action == Action::Alloc).expect("a request");
+    let plan = warm::first_step(&snap, 0, first, &seeded).expect("a training template");
+    let dropped: std::collections::HashSet<u64> = plan.dropped.iter().copied().collect();
+    let large = seeded.segments().find(|s| s.expandable && !s.small).expect("the large pool's reservation");
+    let kept: Vec<(u64, u64)> = large
+        .blocks
+        .iter()
+        .filter(|b| b.state == fragscope_replay::BState::Allocated && !dropped.contains(&b.addr))
+        .map(|b| (b.addr, b.size))
+        .collect();
+    let bytes: u64 = kept.iter().map(|b| b.1).sum();
+    let lo = kept.iter().map(|b| b.0).min().expect("parameters in the large pool");
+    let hi = kept.iter().map(|b| b.0 + b.1).max().expect("parameters in the large pool");
+    assert_eq!(lo, large.addr, "the first parameter at the reservation's start");
+    assert!(bytes > 600 << 20, "the large parameters ({bytes} B)");
+    assert!(hi - lo < bytes + bytes / 10, "parameters span {} B for {bytes} B", hi - lo);
+}

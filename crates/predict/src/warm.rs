@@ -86,11 +86,17 @@ pub(crate) struct FirstStep {
 
 /// The [`FirstStep`] of a warm template whose steps have an optimizer phase (a training
 /// step; None otherwise: its state is kept as recorded).
-pub(crate) fn first_step(snap: &fragscope_snapshot::Snapshot, device: i64, first_request: usize) -> Option<FirstStep> {
+pub(crate) fn first_step(
+    snap: &fragscope_snapshot::Snapshot,
+    device: i64,
+    first_request: usize,
+    seeded: &Seeded,
+) -> Option<FirstStep> {
     use fragscope_trace::{Phase, Role, LIVE_AT_END};
     let lives = fragscope_trace::BlockLives::replay(snap, device);
-    let (_, steps, roles) = fragscope_trace::device_roles_with(snap, &lives);
+    let (_, steps, mut roles) = fragscope_trace::device_roles_with(snap, &lives);
     let opt = steps.steps.iter().find_map(|s| s.span(Phase::Optimizer))?.0;
+    parameters_first(&lives, &mut roles.seeded, seeded);
     let mut plan = FirstStep::default();
     for (l, r) in lives.seeded.iter().zip(&roles.seeded) {
         let freed = l.end != LIVE_AT_END;
@@ -114,6 +120,51 @@ pub(crate) fn first_step(snap: &fragscope_snapshot::Snapshot, device: i64, first
     // the state `_init_group` creates, as far as the template's addresses follow it).
     plan.lazy.sort_unstable_by_key(|&(a, at)| (at, a));
     (!plan.dropped.is_empty()).then_some(plan)
+}
+
+/// Which of the blocks live before the trace are the parameters and which the optimizer's
+/// state, where the roles were only counted (`ParamBeforeTraceCounted`: no frames tell
+/// `torch.optim`'s `_init_group` from the model's construction, as in a snapshot written
+/// by a replay, whose blocks carry no stacks) and the blocks lie in expandable
+/// reservations: per size, the lowest addresses are the parameters. Why: the model's
+/// parameters are made before its first step creates AdamW's `exp_avg` / `exp_avg_sq`, and
+/// an expandable reservation maps its pages from its start on demand (spec §6.2: the first
+/// unmapped block in address order), so what is made earlier sits lower until something
+/// is freed below it; the state, made after backward freed the activations above the
+/// parameters, lands above them. The counting kept the first of each size in seeding
+/// order, which put AdamW state among the parameters and parameters 8 GB up the
+/// reservation (h200 batch 32, expandable, cut after its first step): the first rebuilt
+/// step then started with pages mapped all that way up. Totals are unchanged.
+fn parameters_first(lives: &fragscope_trace::BlockLives, roles: &mut [fragscope_trace::BlockRole], seeded: &Seeded) {
+    use fragscope_trace::{BlockRole, Reason, Role, LIVE_AT_END};
+    let mut reservations: Vec<(u64, u64)> =
+        seeded.segments().filter(|s| s.expandable).map(|s| (s.addr, s.end())).collect();
+    reservations.sort_unstable();
+    let expandable = |a: u64| {
+        let k = reservations.partition_point(|r| r.0 <= a);
+        k > 0 && a < reservations[k - 1].1
+    };
+    // Per requested size: the counted blocks (address, index) and how many are parameters.
+    let mut by_size: HashMap<u64, (Vec<(u64, usize)>, usize)> = HashMap::new();
+    for (i, (l, r)) in lives.seeded.iter().zip(roles.iter()).enumerate() {
+        let counted = matches!(r.reason, Reason::ParamBeforeTraceCounted | Reason::OptBeforeTraceCounted);
+        if !counted || l.end != LIVE_AT_END || !expandable(l.address) {
+            continue;
+        }
+        let e = by_size.entry(l.request).or_default();
+        e.0.push((l.address, i));
+        e.1 += usize::from(r.reason == Reason::ParamBeforeTraceCounted);
+    }
+    for (mut blocks, params) in by_size.into_values() {
+        blocks.sort_unstable();
+        for (k, &(_, i)) in blocks.iter().enumerate() {
+            roles[i] = if k < params {
+                BlockRole { role: Role::Parameters, reason: Reason::ParamBeforeTraceCounted }
+            } else {
+                BlockRole { role: Role::OptimizerState, reason: Reason::OptBeforeTraceCounted }
+            };
+        }
+    }
 }
 
 /// The peak reserved bytes of each recording of `recs` replayed as itself on `device`

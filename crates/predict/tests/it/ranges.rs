@@ -217,9 +217,10 @@ fn ranges_hold_the_real_peak() {
     }
     // What the ranges are known not to hold (docs/fidelity.md), each counted: a warm
     // template's cache (the range extends by the largest error the rebuild makes at a
-    // recorded size, 3 % at least; under expandable segments the rebuild keeps the
-    // template's placement of the long-lived blocks and is off by up to 11 % at a size not
-    // recorded, outside its range in 3 cases, one of them by 0.02 % of allocated too; and
+    // recorded size, 3 % at least; under expandable segments the range also holds the
+    // first step rebuilt from the parameters, and the real run maps more in its third step
+    // than either rebuild: outside its range in 2 cases, one of them by 0.02 % of
+    // allocated too; and
     // niu-train3 100 from 150, 200, whose allocated peak is 0.22 % above its range);
     // far out under expandable_segments (none since the turning quadratics are held); and
     // `kk-step expandable own`, whose truth counted the cache its recording held before
@@ -243,8 +244,8 @@ fn ranges_hold_the_real_peak() {
     }
     // Frozen: these may only shrink.
     assert!(
-        count("warm") <= 4,
-        "warm forms: {} outside (36 when frozen, 9 since the cache ratios, 4 since the first rebuilt step and the 3% floor)",
+        count("warm") <= 3,
+        "warm forms: {} outside (36 when frozen, 9 since the cache ratios, 4 since the first rebuilt step and the 3% floor, 3 since a warm expandable range holds the first step rebuilt from the parameters)",
         count("warm")
     );
     assert!(
