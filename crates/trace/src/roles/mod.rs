@@ -700,7 +700,10 @@ impl<'a, 'e> Classifier<'a, 'e> {
         let mut left = p.grad_sizes.clone();
         let bwd_starts: Vec<usize> = self.spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
         let live_at_fb = lineages_live_at(lives, &found.kept, &self.spans, &self.traced, req, self.ends, fb);
-        before_trace(lives, self.st, self.ev, &p.grad_sizes, &bwd_starts, &live_at_fb, &mut self.seeded);
+        // The gradients the trace's first backward pass keeps, by request.
+        let first_made = self.spans.iter().position(|s| s.0.is_some()).map(|k| &found.grads_by_step[k]);
+        let bwd = Backwards { starts: &bwd_starts, first_made: first_made.unwrap_or(&p.grad_sizes) };
+        before_trace(lives, self.st, self.ev, &p.grad_sizes, &bwd, &live_at_fb, &mut self.seeded);
         for (i, b) in lives.seeded.iter().enumerate() {
             if self.seeded[i].role == Role::Parameters {
                 if let Some(c) = left.get_mut(&b.request).filter(|c| **c > 0) {
@@ -722,7 +725,20 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 }
             }
         }
-        p.matched = !p.grad_sizes.is_empty() && left.values().all(|&c| c == 0);
+        // A size no parameter has, kept from the gradient step's backward pass but made
+        // in no other whole step's backward pass that makes gradients, is no gradient (a
+        // parameter's gradient is made again in every step after `zero_grad` frees it;
+        // cuBLAS's workspace on the autograd thread is made once, at its first matmul:
+        // gpt-s512's 32 MiB). Rule 2, continued, makes it `other`; the parameters match
+        // the gradients without it. (One step, or gradients kept across steps, leave
+        // nothing to compare: such a size still leaves the match undecided.)
+        let again: Vec<&FxHashMap<u64, usize>> = (0..found.grads_by_step.len())
+            .filter(|&k| Some(k) != grad_step && backward_whole(self.st, k) && !found.grads_by_step[k].is_empty())
+            .map(|k| &found.grads_by_step[k])
+            .collect();
+        let made_once =
+            |s: &u64| !p.sizes.contains_key(s) && !again.is_empty() && again.iter().all(|g| !g.contains_key(s));
+        p.matched = !p.grad_sizes.is_empty() && left.iter().all(|(s, &c)| c == 0 || made_once(s));
         p
     }
 
@@ -1455,15 +1471,16 @@ fn before_trace(
     st: &Steps,
     ev: &mut StackEvidence,
     grad_sizes: &FxHashMap<u64, usize>,
-    bwd_starts: &[usize],
+    bwd: &Backwards,
     live_at_fb: &[bool],
     seeded: &mut [BlockRole],
 ) {
+    let bwd_starts = bwd.starts;
     if bwd_starts.is_empty() {
         return;
     }
     let undecided = |r: &BlockRole| r.reason == Reason::OtherUndecided;
-    gradients_freed_before_backward(lives, st, ev, grad_sizes, bwd_starts, seeded);
+    gradients_freed_before_backward(lives, st, ev, grad_sizes, bwd, seeded);
     // Parameters and optimizer state: live at the first backward pass. Not a block whose
     // frames show it made in a forward or backward pass (as rule 6's `open_to` reads
     // them): a workspace a matmul made in the first forward, kept, can have a
@@ -1529,36 +1546,58 @@ fn before_trace(
     parameters_and_state_before_trace(lives, ev, grad_sizes, &live, q - 1, seeded);
 }
 
+/// The backward passes of the trace, for [`before_trace`]: where each starts, and the
+/// gradients the first one keeps, counted by request.
+struct Backwards<'b> {
+    starts: &'b [usize],
+    first_made: &'b FxHashMap<u64, usize>,
+}
+
 /// [`before_trace`]'s last step's gradients: blocks live before the trace of a
 /// gradient's size, freed outside every phase (`zero_grad`) before a backward pass that
 /// makes the gradients again, per size when there are no more of it than gradients, or
 /// else those freed under `zero_grad`'s frames when no more than the gradients.
+///
+/// A parameter has one `.grad`: a gradient the trace's first backward pass makes is one
+/// no gradient live before the trace holds then (`zero_grad` freed it, or none was made
+/// yet). So among the blocks still live when that pass starts, a size holds no more of
+/// the last step's gradients than that pass leaves unmade (none when it makes them all:
+/// a recording begun at a forward pass; some when it began inside the backward pass);
+/// those freed before it starts may be any of the gradients.
 fn gradients_freed_before_backward(
     lives: &BlockLives,
     st: &Steps,
     ev: &mut StackEvidence,
     grad_sizes: &FxHashMap<u64, usize>,
-    bwd_starts: &[usize],
+    bwd: &Backwards,
     seeded: &mut [BlockRole],
 ) {
-    let mut old: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
+    // Per (size, whether live when the first backward pass starts).
+    let mut old: FxHashMap<(u64, bool), Vec<usize>> = FxHashMap::default();
     for (i, b) in lives.seeded.iter().enumerate() {
         if seeded[i].reason == Reason::OtherUndecided
             && grad_sizes.contains_key(&b.request)
             && b.end != LIVE_AT_END
             && st.phase_at(b.end) == Phase::Outside
-            && bwd_starts.iter().any(|&s| s > b.end)
+            && bwd.starts.iter().any(|&s| s > b.end)
         {
-            old.entry(b.request).or_default().push(i);
+            old.entry((b.request, b.end >= bwd.starts[0])).or_default().push(i);
         }
     }
     // Per size: a size with more of them than gradients holds something else too (the
     // last batch, freed when the next is made: gpt-s256-b8's 8 × 256 int64 tokens are the
     // size of its 4,096-float biases), and then those `zero_grad` frees (their free
-    // entry's frames) are the gradients, if no more than the gradients.
+    // entry's frames) are the gradients, if no more than the gradients. Live through the
+    // first backward pass, they are no more than the gradients it leaves unmade: the
+    // batch of gpt-s256-b8 begun at its first forward, freed as the second step's is made,
+    // outlives a pass that makes every gradient, and is none of them.
     let trace = ev.snap().trace(lives.device);
-    for (size, v) in old {
-        let g = grad_sizes[&size];
+    for ((size, through_first), v) in old {
+        let made = bwd.first_made.get(&size).copied().unwrap_or(0);
+        let g = if through_first { grad_sizes[&size].saturating_sub(made) } else { grad_sizes[&size] };
+        if g == 0 {
+            continue;
+        }
         let v = if v.len() <= g {
             v
         } else {
