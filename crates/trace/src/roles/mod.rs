@@ -131,6 +131,7 @@ pub enum Reason {
     TempFreedInPass,
     TempNoGradPass,
     OtherOutlivesNoGradPass,
+    GradAccumulatedBeforeTrace,
     /// Last: the tally of [`summarize_with`] counts the reasons up to it.
     OtherUndecided,
 }
@@ -148,9 +149,10 @@ impl Reason {
             | ParamLayerStructureCasts
             | ParamModelStateCounted
             | ParamReplacedInStep => Role::Parameters,
-            GradOutlivesBackward | GradOutlivesBackwardUnmatched | GradBeforeTraceFreedBeforeBackward => {
-                Role::Gradients
-            }
+            GradOutlivesBackward
+            | GradOutlivesBackwardUnmatched
+            | GradBeforeTraceFreedBeforeBackward
+            | GradAccumulatedBeforeTrace => Role::Gradients,
             OptMadeInStepKept
             | OptReplacedInStep
             | OptSetupCopiesOfParams
@@ -198,6 +200,8 @@ impl Reason {
             // The totals are decided, the block's own role is not.
             ParamBeforeTraceCounted | OptBeforeTraceCounted => 0.5,
             GradBeforeTraceFreedBeforeBackward => 0.7,
+            // Sizes and the backward pass's lifetimes together, no frame to confirm.
+            GradAccumulatedBeforeTrace => 0.7,
             // Sizes alone: a repeated layer is strong evidence of a model, not of which
             // blocks of a size are its weights; casts at the reading layer confirm them.
             ParamLayerStructure => 0.75,
@@ -250,6 +254,7 @@ impl Reason {
             ParamLayerStructureCasts => "kept to the end of the trace, made before it or while loading the model; its size is one of the model's layer structure (model_state), and autocast makes a half-size cast of the layer weights at the layer that reads them",
             ParamModelStateCounted => "kept through the trace; one of several whole copies of the model's layer structure (model_state): as many counted as parameters as one copy holds (the total is exact, which copy is the weights cannot be told)",
             OtherModelStateCopies => "kept through the trace; the copies of the model's layer structure beyond the parameters (model_state): gradients or optimizer state, which the sizes do not tell apart",
+            GradAccumulatedBeforeTrace => "kept through the trace; the one copy of the model's layer structure beyond the parameters (model_state), into which a whole backward pass that keeps no gradient accumulates them: it makes and frees a block of each parameter's size (AccumulateGrad adds the new gradient into the .grad live before the trace, in place)",
         }
     }
 }
@@ -1079,7 +1084,43 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 self.traced[i] = r;
             }
         }
+        if model.copies == 2 && self.accumulates_gradients(model) {
+            let grads = BlockRole::of(Reason::GradAccumulatedBeforeTrace);
+            for r in self.seeded.iter_mut().chain(self.traced.iter_mut()) {
+                if r.reason == Reason::OtherModelStateCopies {
+                    *r = grads;
+                }
+            }
+        }
         found
+    }
+
+    /// For rule 7: whether a whole backward pass of the trace accumulates the gradients
+    /// into a copy of the model's state live through it. Rule 7 runs only where no
+    /// backward pass keeps a gradient; a pass that yet makes and frees, within it, at
+    /// least one block of each of the model's tensor sizes per tensor (AccumulateGrad's
+    /// new gradient, added in place into the `.grad` live before the trace and freed) has
+    /// gradients to add them to: of two copies, the one beyond the parameters (a program
+    /// that runs backward passes without `zero_grad`; cs336-magma27's warm-up passes).
+    /// With more copies, which of them are gradients and which optimizer state is not in
+    /// the sizes.
+    fn accumulates_gradients(&self, model: &Structure) -> bool {
+        let (lives, req) = (self.lives, self.req);
+        (0..self.st.steps.len()).filter(|&k| backward_whole(self.st, k)).any(|k| {
+            let Some((bs, be)) = self.spans[k].0 else { return false };
+            let from = lives.traced.partition_point(|l| l.alloc < bs);
+            let mut made: FxHashMap<u64, usize> = FxHashMap::default();
+            for i in (from..lives.traced.len()).take_while(|&i| lives.traced[i].alloc < be) {
+                if lives.traced[i].end < be {
+                    *made.entry(req[i]).or_default() += 1;
+                }
+            }
+            model
+                .per_layer
+                .iter()
+                .chain(&model.outside_layers)
+                .all(|&(s, _)| made.get(&s).copied().unwrap_or(0) >= model.per_copy(s))
+        })
     }
 
     /// For rule 7: how many of the model's per-layer sizes the trace shows autocast's
