@@ -2719,8 +2719,13 @@ mod tests {
     /// embedding and a head and a final norm, `copies` times, live before a trace with
     /// no step, and one block of another size besides.
     fn model_before(layers: usize, copies: usize) -> Mini {
+        model_before_in(Mini::new(2), layers, copies)
+    }
+
+    /// [`model_before`] in a trace of one's own.
+    fn model_before_in(m: Mini, layers: usize, copies: usize) -> Mini {
         let (mlp, att, norm, vocab) = (3 * MIB_, MIB_, 4096, 5 * MIB_);
-        let mut m = Mini::new(2).before(777, END);
+        let mut m = m.before(777, END);
         for _ in 0..copies {
             for _ in 0..layers {
                 m = m.before(mlp, END).before(mlp, END).before(mlp, END);
@@ -2763,6 +2768,96 @@ mod tests {
         let roles = Mini::new(2).before(3 * MIB_, END).before(MIB_, END).classify();
         assert!(roles.model_state.is_none());
         assert!(roles.cannot_tell.contains_key(&Role::Parameters));
+    }
+
+    #[test]
+    fn rule_7_two_copies_and_a_backward_pass_that_accumulates_into_them_are_parameters_and_gradients() {
+        use Reason::*;
+        // `model_before(6, 2)` and one forward and backward pass (entries 0..2, 2..70)
+        // that keeps no gradient; its backward pass makes and frees a block of each of
+        // the model's tensors (AccumulateGrad's new gradients, added into the live
+        // `.grad`): the second copy is the gradients, and no role is left open. Near
+        // miss: one of the vocabulary-sized tensors has no such block: undecided.
+        let (mlp, att, norm, vocab) = (3 * MIB_, MIB_, 4096, 5 * MIB_);
+        let mut one_copy: Vec<u64> = Vec::new();
+        for _ in 0..6 {
+            one_copy.extend([mlp, mlp, mlp, att, att, att, att, norm, norm]);
+        }
+        one_copy.extend([vocab, vocab, norm]);
+        for whole in [true, false] {
+            let trace = Mini::new(72).step(&[(Phase::Forward, 0, 2), (Phase::Backward, 2, 70)]);
+            let mut m = model_before_in(trace, 6, 2);
+            let made = if whole { &one_copy[..] } else { &one_copy[..one_copy.len() - 2] };
+            for (j, &size) in made.iter().enumerate() {
+                m = m.made_sized(2 + j, 3 + j, size);
+            }
+            let roles = m.classify();
+            let count = |r: Reason| roles.seeded.iter().filter(|x| x.reason == r).count();
+            if whole {
+                assert_eq!((count(ParamModelStateCounted), count(GradAccumulatedBeforeTrace)), (57, 57));
+                assert!(roles.cannot_tell.is_empty(), "{:?}", roles.cannot_tell);
+            } else {
+                assert_eq!((count(OtherModelStateCopies), count(GradAccumulatedBeforeTrace)), (57, 0));
+                assert!(roles.cannot_tell.contains_key(&Role::Gradients));
+            }
+        }
+    }
+
+    #[test]
+    fn before_the_trace_what_outlives_a_backward_pass_that_makes_every_gradient_is_none() {
+        use Reason::*;
+        // Two steps (forward, backward, optimizer: 1..7 and 8..13), each backward pass
+        // making the gradients of `R` and `S`, freed at 7 and at the end; live before the
+        // trace, the parameters and a block of `R` freed at 7, outside the phases, before
+        // the second backward pass (the last batch, freed as the next is made). The first
+        // backward pass made the gradient of `R`: the block is none (a parameter has one
+        // `.grad`). Near miss: the first backward pass makes no gradient of `R` (a
+        // recording begun inside it, after `R`'s): the block is the last step's gradient.
+        for first_makes_r in [true, false] {
+            let steps = [(Phase::Forward, 1, 3), (Phase::Backward, 3, 5), (Phase::Optimizer, 5, 7)];
+            let mut m = Mini::new(14).step(&steps).step(&[
+                (Phase::Forward, 8, 10),
+                (Phase::Backward, 10, 12),
+                (Phase::Optimizer, 12, 13),
+            ]);
+            if first_makes_r {
+                m = m.made_sized(3, 7, R);
+            }
+            m = m.made_sized(4, 7, S).made_sized(10, END, R).made_sized(11, END, S);
+            let roles = m.before(R, END).before(S, END).before(R, 7).classify();
+            // Undecided, the batch is a second block of `R` live at the first backward
+            // pass: the parameter of `R` is counted, the longest-lived.
+            let (param, batch) = if first_makes_r {
+                (ParamBeforeTraceCounted, OtherBeforeTrace)
+            } else {
+                (ParamBeforeTraceMatchesGradient, GradBeforeTraceFreedBeforeBackward)
+            };
+            assert_eq!(reasons(&roles.seeded), [param, ParamBeforeTraceMatchesGradient, batch]);
+        }
+    }
+
+    #[test]
+    fn rule_2_a_size_kept_from_one_backward_pass_only_leaves_the_parameters_matched() {
+        // Two whole steps whose backward passes make the gradient of `R`; the first also
+        // keeps a block of `S` that no parameter has (cuBLAS's workspace, made once).
+        // Live before the trace: the parameter of `R` and a block of another size, of no
+        // decided role. The parameters are told. Near miss: the second backward pass makes
+        // a block of `S` too (as a gradient is made each step): whether a parameter of `S`
+        // is missing is open.
+        for again in [false, true] {
+            let mut m = Mini::new(14)
+                .step(&[(Phase::Forward, 1, 3), (Phase::Backward, 3, 5), (Phase::Optimizer, 5, 7)])
+                .step(&[(Phase::Forward, 8, 10), (Phase::Backward, 10, 12), (Phase::Optimizer, 12, 13)])
+                .made_sized(3, 7, R)
+                .made_sized(4, END, S)
+                .made_sized(10, END, R);
+            if again {
+                m = m.made_sized(11, END, S);
+            }
+            let roles = m.before(R, END).before(777, END).classify();
+            assert_eq!(reasons(&roles.seeded)[0], Reason::ParamBeforeTraceMatchesGradient);
+            assert_eq!(roles.cannot_tell.contains_key(&Role::Parameters), again, "{:?}", roles.cannot_tell);
+        }
     }
 
     #[test]
