@@ -19,7 +19,11 @@
 //!   sizes being whole copies of the parameters' and its living across the steps. Before
 //!   the trace, a block the first backward pass frees or whose frames show it made in a
 //!   forward pass is neither (a saved activation or a workspace may share a parameter's
-//!   size at one batch or sequence length, and must not change the answer there);
+//!   size at one batch or sequence length, and must not change the answer there); a
+//!   block still live when the trace's first backward pass makes every gradient is none
+//!   of the last step's gradients (a parameter has one `.grad`); of two copies of the
+//!   model's layer structure, the one a backward pass accumulates into (it makes and
+//!   frees a block of each parameter's size, keeping none) is the gradients;
 //! * **the layers of a forward pass** that no step bounds (a forward-only or inference
 //!   recording, [`passes`]): a grad-enabled pass keeps memory in every layer to its end
 //!   (activations), a `no_grad` / `inference_mode` pass frees each layer's output in the
