@@ -295,17 +295,34 @@ fn shard_on_kk_step() {
 fn set_to_none_case(name: &str, snap: &Snapshot) -> Result<RoleWhatIf, String> {
     let (before, blocks) = walk(snap, 0);
     let st = steps(snap, 0);
+    // Gradients live before the trace (a program without zero_grad: cs336-magma27), with
+    // the entry that ends each.
+    let lives = BlockLives::replay(snap, 0);
+    let (_, _, roles) = device_roles_with(snap, &lives);
+    let seeded: Vec<(u64, usize)> = (lives.seeded.iter().zip(&roles.seeded))
+        .filter(|(_, r)| r.role == Role::Gradients)
+        .map(|(b, _)| (b.request, b.end))
+        .collect();
     let mut probes = Vec::new();
     let mut drop: HashMap<usize, u64> = HashMap::new();
     for s in &st.steps {
         let Some((bs, be)) = s.span(Phase::Backward) else { continue };
         let fs = s.span(Phase::Forward).map_or(s.start, |f| f.0);
         // Gradients live at the forward's start and kept until backward: freed there.
-        let kept: u64 =
-            blocks.iter().filter(|b| b.role == Role::Gradients && b.alloc < fs && b.freed >= bs).map(|b| b.size).sum();
+        let kept: u64 = blocks
+            .iter()
+            .filter(|b| b.role == Role::Gradients && b.alloc < fs && b.freed >= bs)
+            .map(|b| b.size)
+            .chain(seeded.iter().filter(|g| g.1 >= bs).map(|g| g.0))
+            .sum();
         drop.insert(fs, kept);
-        drop.insert(be, 0);
-        probes.extend([fs, be]);
+        probes.push(fs);
+        // A backward pass that ends the trace (cs336-magma27) has no entry at its end to
+        // probe before.
+        if be < snap.trace(0).len() {
+            drop.insert(be, 0);
+            probes.push(be);
+        }
     }
     probes.sort_unstable();
     probes.dedup();

@@ -19,7 +19,11 @@
 //!   sizes being whole copies of the parameters' and its living across the steps. Before
 //!   the trace, a block the first backward pass frees or whose frames show it made in a
 //!   forward pass is neither (a saved activation or a workspace may share a parameter's
-//!   size at one batch or sequence length, and must not change the answer there);
+//!   size at one batch or sequence length, and must not change the answer there); a
+//!   block still live when the trace's first backward pass makes every gradient is none
+//!   of the last step's gradients (a parameter has one `.grad`); of two copies of the
+//!   model's layer structure, the one a backward pass accumulates into (it makes and
+//!   frees a block of each parameter's size, keeping none) is the gradients;
 //! * **the layers of a forward pass** that no step bounds (a forward-only or inference
 //!   recording, [`passes`]): a grad-enabled pass keeps memory in every layer to its end
 //!   (activations), a `no_grad` / `inference_mode` pass frees each layer's output in the
@@ -131,6 +135,7 @@ pub enum Reason {
     TempFreedInPass,
     TempNoGradPass,
     OtherOutlivesNoGradPass,
+    GradAccumulatedBeforeTrace,
     /// Last: the tally of [`summarize_with`] counts the reasons up to it.
     OtherUndecided,
 }
@@ -148,9 +153,10 @@ impl Reason {
             | ParamLayerStructureCasts
             | ParamModelStateCounted
             | ParamReplacedInStep => Role::Parameters,
-            GradOutlivesBackward | GradOutlivesBackwardUnmatched | GradBeforeTraceFreedBeforeBackward => {
-                Role::Gradients
-            }
+            GradOutlivesBackward
+            | GradOutlivesBackwardUnmatched
+            | GradBeforeTraceFreedBeforeBackward
+            | GradAccumulatedBeforeTrace => Role::Gradients,
             OptMadeInStepKept
             | OptReplacedInStep
             | OptSetupCopiesOfParams
@@ -198,6 +204,8 @@ impl Reason {
             // The totals are decided, the block's own role is not.
             ParamBeforeTraceCounted | OptBeforeTraceCounted => 0.5,
             GradBeforeTraceFreedBeforeBackward => 0.7,
+            // Sizes and the backward pass's lifetimes together, no frame to confirm.
+            GradAccumulatedBeforeTrace => 0.7,
             // Sizes alone: a repeated layer is strong evidence of a model, not of which
             // blocks of a size are its weights; casts at the reading layer confirm them.
             ParamLayerStructure => 0.75,
@@ -250,6 +258,7 @@ impl Reason {
             ParamLayerStructureCasts => "kept to the end of the trace, made before it or while loading the model; its size is one of the model's layer structure (model_state), and autocast makes a half-size cast of the layer weights at the layer that reads them",
             ParamModelStateCounted => "kept through the trace; one of several whole copies of the model's layer structure (model_state): as many counted as parameters as one copy holds (the total is exact, which copy is the weights cannot be told)",
             OtherModelStateCopies => "kept through the trace; the copies of the model's layer structure beyond the parameters (model_state): gradients or optimizer state, which the sizes do not tell apart",
+            GradAccumulatedBeforeTrace => "kept through the trace; the one copy of the model's layer structure beyond the parameters (model_state), into which a whole backward pass that keeps no gradient accumulates them: it makes and frees a block of each parameter's size (AccumulateGrad adds the new gradient into the .grad live before the trace, in place)",
         }
     }
 }
@@ -700,7 +709,10 @@ impl<'a, 'e> Classifier<'a, 'e> {
         let mut left = p.grad_sizes.clone();
         let bwd_starts: Vec<usize> = self.spans.iter().filter_map(|s| s.0.map(|b| b.0)).collect();
         let live_at_fb = lineages_live_at(lives, &found.kept, &self.spans, &self.traced, req, self.ends, fb);
-        before_trace(lives, self.st, self.ev, &p.grad_sizes, &bwd_starts, &live_at_fb, &mut self.seeded);
+        // The gradients the trace's first backward pass keeps, by request.
+        let first_made = self.spans.iter().position(|s| s.0.is_some()).map(|k| &found.grads_by_step[k]);
+        let bwd = Backwards { starts: &bwd_starts, first_made: first_made.unwrap_or(&p.grad_sizes) };
+        before_trace(lives, self.st, self.ev, &p.grad_sizes, &bwd, &live_at_fb, &mut self.seeded);
         for (i, b) in lives.seeded.iter().enumerate() {
             if self.seeded[i].role == Role::Parameters {
                 if let Some(c) = left.get_mut(&b.request).filter(|c| **c > 0) {
@@ -722,7 +734,20 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 }
             }
         }
-        p.matched = !p.grad_sizes.is_empty() && left.values().all(|&c| c == 0);
+        // A size no parameter has, kept from the gradient step's backward pass but made
+        // in no other whole step's backward pass that makes gradients, is no gradient (a
+        // parameter's gradient is made again in every step after `zero_grad` frees it;
+        // cuBLAS's workspace on the autograd thread is made once, at its first matmul:
+        // gpt-s512's 32 MiB). Rule 2, continued, makes it `other`; the parameters match
+        // the gradients without it. (One step, or gradients kept across steps, leave
+        // nothing to compare: such a size still leaves the match undecided.)
+        let again: Vec<&FxHashMap<u64, usize>> = (0..found.grads_by_step.len())
+            .filter(|&k| Some(k) != grad_step && backward_whole(self.st, k) && !found.grads_by_step[k].is_empty())
+            .map(|k| &found.grads_by_step[k])
+            .collect();
+        let made_once =
+            |s: &u64| !p.sizes.contains_key(s) && !again.is_empty() && again.iter().all(|g| !g.contains_key(s));
+        p.matched = !p.grad_sizes.is_empty() && left.iter().all(|(s, &c)| c == 0 || made_once(s));
         p
     }
 
@@ -1063,7 +1088,43 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 self.traced[i] = r;
             }
         }
+        if model.copies == 2 && self.accumulates_gradients(model) {
+            let grads = BlockRole::of(Reason::GradAccumulatedBeforeTrace);
+            for r in self.seeded.iter_mut().chain(self.traced.iter_mut()) {
+                if r.reason == Reason::OtherModelStateCopies {
+                    *r = grads;
+                }
+            }
+        }
         found
+    }
+
+    /// For rule 7: whether a whole backward pass of the trace accumulates the gradients
+    /// into a copy of the model's state live through it. Rule 7 runs only where no
+    /// backward pass keeps a gradient; a pass that yet makes and frees, within it, at
+    /// least one block of each of the model's tensor sizes per tensor (AccumulateGrad's
+    /// new gradient, added in place into the `.grad` live before the trace and freed) has
+    /// gradients to add them to: of two copies, the one beyond the parameters (a program
+    /// that runs backward passes without `zero_grad`; cs336-magma27's warm-up passes).
+    /// With more copies, which of them are gradients and which optimizer state is not in
+    /// the sizes.
+    fn accumulates_gradients(&self, model: &Structure) -> bool {
+        let (lives, req) = (self.lives, self.req);
+        (0..self.st.steps.len()).filter(|&k| backward_whole(self.st, k)).any(|k| {
+            let Some((bs, be)) = self.spans[k].0 else { return false };
+            let from = lives.traced.partition_point(|l| l.alloc < bs);
+            let mut made: FxHashMap<u64, usize> = FxHashMap::default();
+            for i in (from..lives.traced.len()).take_while(|&i| lives.traced[i].alloc < be) {
+                if lives.traced[i].end < be {
+                    *made.entry(req[i]).or_default() += 1;
+                }
+            }
+            model
+                .per_layer
+                .iter()
+                .chain(&model.outside_layers)
+                .all(|&(s, _)| made.get(&s).copied().unwrap_or(0) >= model.per_copy(s))
+        })
     }
 
     /// For rule 7: how many of the model's per-layer sizes the trace shows autocast's
@@ -1455,15 +1516,16 @@ fn before_trace(
     st: &Steps,
     ev: &mut StackEvidence,
     grad_sizes: &FxHashMap<u64, usize>,
-    bwd_starts: &[usize],
+    bwd: &Backwards,
     live_at_fb: &[bool],
     seeded: &mut [BlockRole],
 ) {
+    let bwd_starts = bwd.starts;
     if bwd_starts.is_empty() {
         return;
     }
     let undecided = |r: &BlockRole| r.reason == Reason::OtherUndecided;
-    gradients_freed_before_backward(lives, st, ev, grad_sizes, bwd_starts, seeded);
+    gradients_freed_before_backward(lives, st, ev, grad_sizes, bwd, seeded);
     // Parameters and optimizer state: live at the first backward pass. Not a block whose
     // frames show it made in a forward or backward pass (as rule 6's `open_to` reads
     // them): a workspace a matmul made in the first forward, kept, can have a
@@ -1529,36 +1591,58 @@ fn before_trace(
     parameters_and_state_before_trace(lives, ev, grad_sizes, &live, q - 1, seeded);
 }
 
+/// The backward passes of the trace, for [`before_trace`]: where each starts, and the
+/// gradients the first one keeps, counted by request.
+struct Backwards<'b> {
+    starts: &'b [usize],
+    first_made: &'b FxHashMap<u64, usize>,
+}
+
 /// [`before_trace`]'s last step's gradients: blocks live before the trace of a
 /// gradient's size, freed outside every phase (`zero_grad`) before a backward pass that
 /// makes the gradients again, per size when there are no more of it than gradients, or
 /// else those freed under `zero_grad`'s frames when no more than the gradients.
+///
+/// A parameter has one `.grad`: a gradient the trace's first backward pass makes is one
+/// no gradient live before the trace holds then (`zero_grad` freed it, or none was made
+/// yet). So among the blocks still live when that pass starts, a size holds no more of
+/// the last step's gradients than that pass leaves unmade (none when it makes them all:
+/// a recording begun at a forward pass; some when it began inside the backward pass);
+/// those freed before it starts may be any of the gradients.
 fn gradients_freed_before_backward(
     lives: &BlockLives,
     st: &Steps,
     ev: &mut StackEvidence,
     grad_sizes: &FxHashMap<u64, usize>,
-    bwd_starts: &[usize],
+    bwd: &Backwards,
     seeded: &mut [BlockRole],
 ) {
-    let mut old: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
+    // Per (size, whether live when the first backward pass starts).
+    let mut old: FxHashMap<(u64, bool), Vec<usize>> = FxHashMap::default();
     for (i, b) in lives.seeded.iter().enumerate() {
         if seeded[i].reason == Reason::OtherUndecided
             && grad_sizes.contains_key(&b.request)
             && b.end != LIVE_AT_END
             && st.phase_at(b.end) == Phase::Outside
-            && bwd_starts.iter().any(|&s| s > b.end)
+            && bwd.starts.iter().any(|&s| s > b.end)
         {
-            old.entry(b.request).or_default().push(i);
+            old.entry((b.request, b.end >= bwd.starts[0])).or_default().push(i);
         }
     }
     // Per size: a size with more of them than gradients holds something else too (the
     // last batch, freed when the next is made: gpt-s256-b8's 8 × 256 int64 tokens are the
     // size of its 4,096-float biases), and then those `zero_grad` frees (their free
-    // entry's frames) are the gradients, if no more than the gradients.
+    // entry's frames) are the gradients, if no more than the gradients. Live through the
+    // first backward pass, they are no more than the gradients it leaves unmade: the
+    // batch of gpt-s256-b8 begun at its first forward, freed as the second step's is made,
+    // outlives a pass that makes every gradient, and is none of them.
     let trace = ev.snap().trace(lives.device);
-    for (size, v) in old {
-        let g = grad_sizes[&size];
+    for ((size, through_first), v) in old {
+        let made = bwd.first_made.get(&size).copied().unwrap_or(0);
+        let g = if through_first { grad_sizes[&size].saturating_sub(made) } else { grad_sizes[&size] };
+        if g == 0 {
+            continue;
+        }
         let v = if v.len() <= g {
             v
         } else {
@@ -2639,8 +2723,13 @@ mod tests {
     /// embedding and a head and a final norm, `copies` times, live before a trace with
     /// no step, and one block of another size besides.
     fn model_before(layers: usize, copies: usize) -> Mini {
+        model_before_in(Mini::new(2), layers, copies)
+    }
+
+    /// [`model_before`] in a trace of one's own.
+    fn model_before_in(m: Mini, layers: usize, copies: usize) -> Mini {
         let (mlp, att, norm, vocab) = (3 * MIB_, MIB_, 4096, 5 * MIB_);
-        let mut m = Mini::new(2).before(777, END);
+        let mut m = m.before(777, END);
         for _ in 0..copies {
             for _ in 0..layers {
                 m = m.before(mlp, END).before(mlp, END).before(mlp, END);
@@ -2683,6 +2772,96 @@ mod tests {
         let roles = Mini::new(2).before(3 * MIB_, END).before(MIB_, END).classify();
         assert!(roles.model_state.is_none());
         assert!(roles.cannot_tell.contains_key(&Role::Parameters));
+    }
+
+    #[test]
+    fn rule_7_two_copies_and_a_backward_pass_that_accumulates_into_them_are_parameters_and_gradients() {
+        use Reason::*;
+        // `model_before(6, 2)` and one forward and backward pass (entries 0..2, 2..70)
+        // that keeps no gradient; its backward pass makes and frees a block of each of
+        // the model's tensors (AccumulateGrad's new gradients, added into the live
+        // `.grad`): the second copy is the gradients, and no role is left open. Near
+        // miss: one of the vocabulary-sized tensors has no such block: undecided.
+        let (mlp, att, norm, vocab) = (3 * MIB_, MIB_, 4096, 5 * MIB_);
+        let mut one_copy: Vec<u64> = Vec::new();
+        for _ in 0..6 {
+            one_copy.extend([mlp, mlp, mlp, att, att, att, att, norm, norm]);
+        }
+        one_copy.extend([vocab, vocab, norm]);
+        for whole in [true, false] {
+            let trace = Mini::new(72).step(&[(Phase::Forward, 0, 2), (Phase::Backward, 2, 70)]);
+            let mut m = model_before_in(trace, 6, 2);
+            let made = if whole { &one_copy[..] } else { &one_copy[..one_copy.len() - 2] };
+            for (j, &size) in made.iter().enumerate() {
+                m = m.made_sized(2 + j, 3 + j, size);
+            }
+            let roles = m.classify();
+            let count = |r: Reason| roles.seeded.iter().filter(|x| x.reason == r).count();
+            if whole {
+                assert_eq!((count(ParamModelStateCounted), count(GradAccumulatedBeforeTrace)), (57, 57));
+                assert!(roles.cannot_tell.is_empty(), "{:?}", roles.cannot_tell);
+            } else {
+                assert_eq!((count(OtherModelStateCopies), count(GradAccumulatedBeforeTrace)), (57, 0));
+                assert!(roles.cannot_tell.contains_key(&Role::Gradients));
+            }
+        }
+    }
+
+    #[test]
+    fn before_the_trace_what_outlives_a_backward_pass_that_makes_every_gradient_is_none() {
+        use Reason::*;
+        // Two steps (forward, backward, optimizer: 1..7 and 8..13), each backward pass
+        // making the gradients of `R` and `S`, freed at 7 and at the end; live before the
+        // trace, the parameters and a block of `R` freed at 7, outside the phases, before
+        // the second backward pass (the last batch, freed as the next is made). The first
+        // backward pass made the gradient of `R`: the block is none (a parameter has one
+        // `.grad`). Near miss: the first backward pass makes no gradient of `R` (a
+        // recording begun inside it, after `R`'s): the block is the last step's gradient.
+        for first_makes_r in [true, false] {
+            let steps = [(Phase::Forward, 1, 3), (Phase::Backward, 3, 5), (Phase::Optimizer, 5, 7)];
+            let mut m = Mini::new(14).step(&steps).step(&[
+                (Phase::Forward, 8, 10),
+                (Phase::Backward, 10, 12),
+                (Phase::Optimizer, 12, 13),
+            ]);
+            if first_makes_r {
+                m = m.made_sized(3, 7, R);
+            }
+            m = m.made_sized(4, 7, S).made_sized(10, END, R).made_sized(11, END, S);
+            let roles = m.before(R, END).before(S, END).before(R, 7).classify();
+            // Undecided, the batch is a second block of `R` live at the first backward
+            // pass: the parameter of `R` is counted, the longest-lived.
+            let (param, batch) = if first_makes_r {
+                (ParamBeforeTraceCounted, OtherBeforeTrace)
+            } else {
+                (ParamBeforeTraceMatchesGradient, GradBeforeTraceFreedBeforeBackward)
+            };
+            assert_eq!(reasons(&roles.seeded), [param, ParamBeforeTraceMatchesGradient, batch]);
+        }
+    }
+
+    #[test]
+    fn rule_2_a_size_kept_from_one_backward_pass_only_leaves_the_parameters_matched() {
+        // Two whole steps whose backward passes make the gradient of `R`; the first also
+        // keeps a block of `S` that no parameter has (cuBLAS's workspace, made once).
+        // Live before the trace: the parameter of `R` and a block of another size, of no
+        // decided role. The parameters are told. Near miss: the second backward pass makes
+        // a block of `S` too (as a gradient is made each step): whether a parameter of `S`
+        // is missing is open.
+        for again in [false, true] {
+            let mut m = Mini::new(14)
+                .step(&[(Phase::Forward, 1, 3), (Phase::Backward, 3, 5), (Phase::Optimizer, 5, 7)])
+                .step(&[(Phase::Forward, 8, 10), (Phase::Backward, 10, 12), (Phase::Optimizer, 12, 13)])
+                .made_sized(3, 7, R)
+                .made_sized(4, END, S)
+                .made_sized(10, END, R);
+            if again {
+                m = m.made_sized(11, END, S);
+            }
+            let roles = m.before(R, END).before(777, END).classify();
+            assert_eq!(reasons(&roles.seeded)[0], Reason::ParamBeforeTraceMatchesGradient);
+            assert_eq!(roles.cannot_tell.contains_key(&Role::Parameters), again, "{:?}", roles.cannot_tell);
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod lives_real;
 mod roles_ground_truth;
 mod roles_late_start;
 mod roles_model_state;
+mod roles_model_state_cuts;
 mod roles_optimizer_state;
 mod roles_truth;
 mod scaling;

@@ -64,7 +64,7 @@ fn h200_truth() -> Vec<(String, i64, u64)> {
     v
 }
 
-fn resolve(file: &str) -> Option<std::path::PathBuf> {
+pub(super) fn resolve(file: &str) -> Option<std::path::PathBuf> {
     let p = if let Some(name) = file.strip_prefix("h200/") {
         fragscope_testdata::h200_dir().join(name)
     } else if let Some(name) = file.strip_prefix("grids/") {
@@ -102,7 +102,7 @@ fn zero_grad(_: &str, n: &str) -> bool {
 }
 
 /// The cut points of the module doc, by name, each an entry after the first.
-fn cut_points(snap: &Snapshot, device: i64) -> Vec<(&'static str, usize)> {
+pub(super) fn cut_points(snap: &Snapshot, device: i64) -> Vec<(&'static str, usize)> {
     let n = snap.trace(device).len();
     let first = |from: usize, to: usize, is: fn(&str, &str) -> bool| (from..to).find(|&i| under(snap, device, i, is));
     let mut cuts = Vec::new();
@@ -122,7 +122,7 @@ fn cut_points(snap: &Snapshot, device: i64) -> Vec<(&'static str, usize)> {
 }
 
 /// `snap` as a recording begun at entry `from` of `device` (the final state is the same).
-fn begun_at(snap: &Snapshot, device: i64, from: usize) -> Snapshot {
+pub(super) fn begun_at(snap: &Snapshot, device: i64, from: usize) -> Snapshot {
     let mut s = snap.clone();
     s.device_traces[device as usize].drain(..from);
     s
