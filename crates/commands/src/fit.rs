@@ -846,6 +846,12 @@ impl Dev<'_> {
     /// Replays `specs` on `cap` bytes (`None`: unlimited), side by side; role-level
     /// changes under one setting share one replay of the recording.
     fn replay(&self, specs: &[Spec], cap: Option<u64>) -> Vec<Run> {
+        self.replay_why(specs, cap).into_iter().map(Result::ok).collect()
+    }
+
+    /// [`Dev::replay`], with why a spec could not be replayed: the first change of it the
+    /// role model cannot apply to this trace, in its own words (`None`: no reason given).
+    fn replay_why(&self, specs: &[Spec], cap: Option<u64>) -> Vec<Result<Ran, Option<String>>> {
         let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
         let mut plain = Vec::new();
         for (i, s) in specs.iter().enumerate() {
@@ -862,7 +868,7 @@ impl Dev<'_> {
         let done = fragscope_trace::par_map(jobs, fragscope_trace::par_threads(), |k| {
             if k < plain.len() {
                 let s = &specs[plain[k]];
-                return vec![(plain[k], self.replay_plain(s, cap))];
+                return vec![(plain[k], self.replay_plain(s, cap).ok_or(None))];
             }
             let (setting, idx) = &groups[k - plain.len()];
             let cfg = setting.map_or_else(|| self.recorded.clone(), |j| self.settings[j].1.clone());
@@ -872,12 +878,15 @@ impl Dev<'_> {
                 .zip(runs)
                 .map(|(&i, r)| {
                     let model = Some((r.label, r.not_modelled));
-                    let ok = r.changes.iter().all(|c| c.applied);
-                    (i, r.changed.filter(|_| ok).map(|w| Ran { w, model }))
+                    let why = r.changes.iter().find(|c| !c.applied).map(|c| c.cannot_apply.clone());
+                    match (why, r.changed) {
+                        (None, Some(w)) => (i, Ok(Ran { w, model })),
+                        (why, _) => (i, Err(why.flatten())),
+                    }
                 })
                 .collect()
         });
-        let mut out: Vec<Run> = vec![None; specs.len()];
+        let mut out: Vec<Result<Ran, Option<String>>> = vec![Err(None); specs.len()];
         for (i, r) in done.into_iter().flatten() {
             out[i] = r;
         }
@@ -1022,6 +1031,8 @@ impl Search<'_, '_> {
         // Pairs that do not fit, and pairs the model cannot apply (no optimizer state or
         // gradient found to shard, or a free change of the base that does not apply).
         let (mut cut, mut cannot) = (0, 0);
+        // What the role model said of the pairs it could not apply, each once.
+        let mut reasons: Vec<String> = Vec::new();
         for stage in [1u8, 2] {
             let top: Vec<Spec> = bases
                 .iter()
@@ -1029,11 +1040,20 @@ impl Search<'_, '_> {
                     Spec { zero: Some((stage, MAX_RANKS)), checkpoint: ck.clone(), ..Spec::default() }.with_free(b)
                 })
                 .collect();
-            let runs = self.run(&top);
+            self.replays += top.len() as u32;
+            let runs = self.dev.replay_why(&top, Some(self.cap));
             for (b, r) in bases.iter().zip(runs) {
-                let Some(r) = r else {
-                    cannot += 1;
-                    continue;
+                let r = match r {
+                    Ok(r) => r,
+                    Err(why) => {
+                        cannot += 1;
+                        if let Some(why) = why {
+                            if !reasons.contains(&why) {
+                                reasons.push(why);
+                            }
+                        }
+                        continue;
+                    }
                 };
                 let Some(w) = Some(r).filter(|w| fits(w, self.cap)) else {
                     cut += 1;
@@ -1064,9 +1084,14 @@ impl Search<'_, '_> {
             ));
         }
         if cannot > 0 {
+            let why = if reasons.is_empty() {
+                "no optimizer state or gradients found to shard, or a change of the base that does not apply"
+                    .to_string()
+            } else {
+                reasons.join("; ")
+            };
             self.pruned.push(format!(
-                "ZeRO{with}: {cannot} of {} (stage, base) pairs cannot be applied to this trace (no optimizer state or \
-                 gradients found to shard, or a change of the base that does not apply)",
+                "ZeRO{with}: {cannot} of {} (stage, base) pairs cannot be applied to this trace ({why})",
                 2 * bases.len()
             ));
         }

@@ -577,3 +577,18 @@ fn zero_on_a_forward_only_run_cannot_be_applied() {
     assert!(c.verdict.contains("(every GPU listed has it)"), "{}", c.verdict);
     assert_eq!(c.smallest_capacity[0].gpus.len(), fragscope_replay::known_gpus().len());
 }
+
+/// Pairs the role model cannot apply are pruned with the role model's own reason, not a
+/// list of what it might have been (issue 38's review: magma27's gradients became known,
+/// and the line still said "no optimizer state or gradients found").
+#[test]
+fn zero_pairs_that_cannot_be_applied_say_why() {
+    let Some(p) = fragscope_testdata::real_file("pytorchblog-resnet50-train-cppframes.pickle") else { return };
+    let snap = read(&p);
+    let f = fit(&snap, "400MB");
+    let c = &f.files[0].devices[0].cards[0];
+    let line =
+        c.pruned.iter().find(|p| p.contains("pairs cannot be applied")).unwrap_or_else(|| panic!("{:?}", c.pruned));
+    assert!(line.contains("(no optimizer state found ("), "{line}");
+    assert!(!line.contains(", or a change of the base"), "{line}");
+}
