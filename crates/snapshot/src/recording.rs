@@ -26,7 +26,7 @@
 //! * `oom`, `snapshot`: nothing in the file shows they are missing; an OOM the program
 //!   raised is then simply not in the trace.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::model::{Action, Snapshot, SourceFormat, TraceEvent};
 
@@ -202,17 +202,24 @@ fn has_frames(snap: &Snapshot, s: Option<crate::model::StackId>) -> bool {
 
 /// The actions `trace` (of `device`) certainly lacks.
 fn skipped_in(snap: &Snapshot, device: i64, trace: &[TraceEvent]) -> Vec<Skipped> {
-    let mut count: BTreeMap<Action, u64> = BTreeMap::new();
+    // Counted by the action's number: a map lookup per entry was a tenth of `summary`'s
+    // CPU on a 6.4 M-entry trace.
+    let mut count = [0u64; Action::ALL.len()];
     for e in trace {
-        *count.entry(e.action).or_default() += 1;
+        count[e.action as usize] += 1;
     }
-    let n = |a: Action| count.get(&a).copied().unwrap_or(0);
+    let n = |a: Action| count[a as usize];
     let mut out = Vec::new();
     let skip = |action: Action, evidence: String| Skipped { device, action, evidence };
     // What each address holds as the trace goes: the last block action seen there.
     let mut last: HashMap<u64, (Action, usize)> = HashMap::new();
     let (mut no_request, mut no_complete, mut no_alloc) = (None, None, None);
-    for (i, e) in trace.iter().enumerate() {
+    // Each rule below looks for evidence only where one of the three block actions never
+    // occurs; a trace with all three (what every recording without `skip_actions` has)
+    // needs no walk by address (on 6.4 M entries, ~0.15 s of hashing).
+    let walk = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted].into_iter().any(|a| n(a) == 0);
+    let walked = if walk { trace } else { &[][..] };
+    for (i, e) in walked.iter().enumerate() {
         let prev = last.get(&e.addr).copied();
         match e.action {
             // A block the trace allocated completes its free: its free was requested
