@@ -1098,14 +1098,35 @@ pub fn layer_spans(snap: &Snapshot, device: i64, step: &Step, phase: Phase) -> O
 
 /// The layers `repeat_chain` found (`layers` of `period` allocations from `first`) as
 /// entry spans, over the `alloc` entries `entries` of a run that ends at `end`.
-fn layers_at(entries: &[usize], layers: usize, period: usize, first: usize, end: usize) -> Vec<(usize, usize)> {
+fn layers_at<P: Pos>(entries: &[P], layers: usize, period: usize, first: usize, end: usize) -> Vec<(usize, usize)> {
     (0..layers)
         .map(|j| {
-            let a = entries[first + j * period];
-            let b = entries.get(first + (j + 1) * period).copied().unwrap_or(end);
+            let a = entries[first + j * period].at();
+            let b = entries.get(first + (j + 1) * period).map_or(end, |p| p.at());
             (a, b)
         })
         .collect()
+}
+
+/// An entry's index as a list of them holds it: `u32` where the trace's length allows
+/// (rule 8's list of a forward-only run's `alloc` entries is millions long, and its
+/// memory adds to `summary`'s peak), `usize` otherwise.
+pub(crate) trait Pos: Copy + Ord {
+    fn at(self) -> usize;
+}
+
+impl Pos for u32 {
+    #[inline(always)]
+    fn at(self) -> usize {
+        self as usize
+    }
+}
+
+impl Pos for usize {
+    #[inline(always)]
+    fn at(self) -> usize {
+        self
+    }
 }
 
 /// [`layer_spans`] of one run of entries that ends at `end`, from its `alloc` entries
@@ -1113,23 +1134,35 @@ fn layers_at(entries: &[usize], layers: usize, period: usize, first: usize, end:
 /// `entries[i]`; equal signatures, equal numbers), for a caller that asks for the layers
 /// of many parts of one run: it reads the trace once for the run and hands each part its
 /// slices (rule 8 of the roles, on a 6.4 M-entry forward-only trace, read it three times
-/// over otherwise, and hashed each signature twice).
-pub(crate) fn layer_spans_of(entries: &[usize], sigs: &[u32], end: usize) -> Option<Vec<(usize, usize)>> {
+/// over otherwise, and hashed each signature twice). `numbered`: `Some(distinct)` when
+/// `sigs` are already numbered `0..distinct` in the order each first occurs (the whole
+/// run, as its reader numbered it), which numbering them again would not change.
+pub(crate) fn layer_spans_of<P: Pos>(
+    entries: &[P],
+    sigs: &[u32],
+    end: usize,
+    numbered: Option<usize>,
+) -> Option<Vec<(usize, usize)>> {
     debug_assert_eq!(entries.len(), sigs.len());
     if sigs.len() < 4 {
         return None;
     }
-    // Numbered again from 0 in this part (a part of a long run holds few of its
-    // signatures): the arrays by number stay the part's size.
-    let mut local: FxHashMap<u32, u32> = FxHashMap::default();
-    let s: Vec<u32> = sigs
-        .iter()
-        .map(|&x| {
-            let k = local.len() as u32;
-            *local.entry(x).or_insert(k)
-        })
-        .collect();
-    let (layers, period, first) = repeat_chain_numbered(&s, local.len())?;
+    let (layers, period, first) = match numbered {
+        Some(distinct) => repeat_chain_numbered(sigs, distinct)?,
+        None => {
+            // Numbered again from 0 in this part (a part of a long run holds few of its
+            // signatures): the arrays by number stay the part's size.
+            let mut local: FxHashMap<u32, u32> = FxHashMap::default();
+            let s: Vec<u32> = sigs
+                .iter()
+                .map(|&x| {
+                    let k = local.len() as u32;
+                    *local.entry(x).or_insert(k)
+                })
+                .collect();
+            repeat_chain_numbered(&s, local.len())?
+        }
+    };
     Some(layers_at(entries, layers, period, first, end))
 }
 
@@ -1160,7 +1193,7 @@ mod tests {
         // layers of any span, from the run's signatures numbered once and sliced
         // (`layer_spans_of`), are `layer_spans`' of that span read from the trace.
         let mut rng = fragscope_testdata::Rng(11);
-        let mut found = 0;
+        let (mut found, mut whole) = (0, 0);
         for round in 0..100 {
             let mut trace = Vec::new();
             for _ in 0..1 + rng.below(4) {
@@ -1185,6 +1218,9 @@ mod tests {
                 let next = ids.len() as u32;
                 sigs.push(*ids.entry(e.size).or_insert(next));
             }
+            let again = layer_spans_of(&allocs, &sigs, n, None);
+            assert_eq!(layer_spans_of(&allocs, &sigs, n, Some(ids.len())), again, "round {round}, whole run");
+            whole += again.is_some() as usize;
             let mut snap = Snapshot::default();
             snap.device_traces.push(trace);
             for _ in 0..20 {
@@ -1198,13 +1234,19 @@ mod tests {
                     layers: None,
                 };
                 let (lo, hi) = (allocs.partition_point(|&k| k < a), allocs.partition_point(|&k| k < b));
-                let got = layer_spans_of(&allocs[lo..hi], &sigs[lo..hi], b);
+                let got = layer_spans_of(&allocs[lo..hi], &sigs[lo..hi], b, None);
                 assert_eq!(got, layer_spans(&snap, 0, &step, Phase::Forward), "round {round}, entries {a}..{b}");
+                // Entries as `u32`, as rule 8 keeps them, give the same layers.
+                let short: Vec<u32> = allocs[lo..hi].iter().map(|&k| k as u32).collect();
+                assert_eq!(layer_spans_of(&short, &sigs[lo..hi], b, None), got, "round {round}, as u32");
                 found += got.is_some() as usize;
             }
         }
         // Spans with layers, not only spans without.
         assert!(found >= 100, "only {found} spans with layers");
+        // A whole run's signatures as numbered when read: the same layers without the
+        // numbering again.
+        assert!(whole >= 20, "only {whole} whole runs with layers");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 use fragscope_snapshot::{Action, FxHashMap, StackId, TraceEvent};
 
 use crate::lives::BlockLives;
+use crate::steps::Pos;
 
 /// One forward pass no step holds, entries `start..end`, with its layers (entry spans,
 /// in order; empty when its allocations repeat no pattern).
@@ -42,36 +43,52 @@ pub struct Layered {
 pub fn layered(trace: &[TraceEvent], runs: Vec<(usize, usize)>) -> Layered {
     let mut out = Vec::new();
     for &(start, end) in &runs {
-        // Room for every entry: untouched capacity is address space, and growing vectors
-        // of millions copied them (a fifth of this loop's time).
-        // Signatures `(size, stack)` as numbers: hashed once here, not in each part's
-        // search, and 4 bytes a signature where 16 made this thread's peak memory meet
-        // the lifetime walk's.
-        let (mut allocs, mut sigs) = (Vec::with_capacity(end - start), Vec::<u32>::with_capacity(end - start));
-        let mut ids: FxHashMap<(u64, Option<StackId>), u32> = FxHashMap::default();
-        for (k, e) in trace[start..end].iter().enumerate() {
-            if e.action == Action::Alloc {
-                allocs.push(start + k);
-                let next = ids.len() as u32;
-                sigs.push(*ids.entry((e.size, e.stack)).or_insert(next));
-            }
-        }
-        let outer = layers_in(&allocs, &sigs, start, end);
-        let inner = outer.first().map_or(0, |&(a, b)| layers_in(&allocs, &sigs, a, b).len());
-        for (ps, pe) in split(start, end, &allocs, &outer, inner) {
-            let layers = if (ps, pe) == (start, end) { outer.clone() } else { layers_in(&allocs, &sigs, ps, pe) };
-            out.push(Pass { start: ps, end: pe, layers });
+        // Entry indices in 4 bytes where they fit (every trace a snapshot can hold in
+        // memory): the list is millions long on a long forward-only trace, and it is made
+        // beside the lifetime walk, at `summary`'s peak memory.
+        if end <= u32::MAX as usize {
+            run_passes::<u32>(trace, start, end, &mut out);
+        } else {
+            run_passes::<usize>(trace, start, end, &mut out);
         }
     }
     Layered { runs, passes: out }
 }
 
+/// The passes of one run `start..end` with their layers ([`layered`]), `P` the type its
+/// list of `alloc` entries holds them in.
+fn run_passes<P: Pos + TryFrom<usize>>(trace: &[TraceEvent], start: usize, end: usize, out: &mut Vec<Pass>) {
+    // Room for every entry: untouched capacity is address space, and growing vectors
+    // of millions copied them (a fifth of this loop's time).
+    // Signatures `(size, stack)` as numbers: hashed once here, not in each part's
+    // search, and 4 bytes a signature where 16 made this thread's peak memory meet
+    // the lifetime walk's.
+    let (mut allocs, mut sigs) = (Vec::<P>::with_capacity(end - start), Vec::<u32>::with_capacity(end - start));
+    let mut ids: FxHashMap<(u64, Option<StackId>), u32> = FxHashMap::default();
+    for (k, e) in trace[start..end].iter().enumerate() {
+        if e.action == Action::Alloc {
+            // `P` holds every index below `end` (the caller's choice).
+            allocs.extend(P::try_from(start + k).ok());
+            let next = ids.len() as u32;
+            sigs.push(*ids.entry((e.size, e.stack)).or_insert(next));
+        }
+    }
+    // The run's signatures are numbered as first seen: its own layers need no second
+    // numbering (a hash of every one of millions of signatures, and a copy of them).
+    let outer = crate::steps::layer_spans_of(&allocs, &sigs, end, Some(ids.len())).unwrap_or_default();
+    let inner = outer.first().map_or(0, |&(a, b)| layers_in(&allocs, &sigs, a, b).len());
+    for (ps, pe) in split(start, end, &allocs, &outer, inner) {
+        let layers = if (ps, pe) == (start, end) { outer.clone() } else { layers_in(&allocs, &sigs, ps, pe) };
+        out.push(Pass { start: ps, end: pe, layers });
+    }
+}
+
 /// The layers of the forward entries `start..end` ([`crate::steps::layer_spans`] of one
 /// forward span), from a run's `alloc` entries `allocs` (ascending) and their signatures
 /// `sigs` (as numbers), which cover `start..end`.
-fn layers_in(allocs: &[usize], sigs: &[u32], start: usize, end: usize) -> Vec<(usize, usize)> {
-    let (lo, hi) = (allocs.partition_point(|&k| k < start), allocs.partition_point(|&k| k < end));
-    crate::steps::layer_spans_of(&allocs[lo..hi], &sigs[lo..hi], end).unwrap_or_default()
+fn layers_in<P: Pos>(allocs: &[P], sigs: &[u32], start: usize, end: usize) -> Vec<(usize, usize)> {
+    let (lo, hi) = (allocs.partition_point(|k| k.at() < start), allocs.partition_point(|k| k.at() < end));
+    crate::steps::layer_spans_of(&allocs[lo..hi], &sigs[lo..hi], end, None).unwrap_or_default()
 }
 
 /// What a forward pass's layers show about autograd.
@@ -129,20 +146,20 @@ pub fn judge(lives: &BlockLives, req: &[u64], made: &[usize], layers: &[(usize, 
 /// with the run beginning as the first pass does, the passes are `period` allocations
 /// each from the run's first (`allocs`: the run's `alloc` entries). Else the run is one
 /// pass.
-pub fn split(
+pub(crate) fn split<P: Pos>(
     start: usize,
     end: usize,
-    allocs: &[usize],
+    allocs: &[P],
     outer: &[(usize, usize)],
     inner_layers: usize,
 ) -> Vec<(usize, usize)> {
-    let at = |e: usize| allocs.binary_search(&e).ok();
+    let at = |e: usize| allocs.binary_search_by(|k| k.at().cmp(&e)).ok();
     let period = match (outer.first().and_then(|s| at(s.0)), outer.get(1).and_then(|s| at(s.0))) {
         (Some(a), Some(b)) if b > a && inner_layers >= 2 => b - a,
         _ => return vec![(start, end)],
     };
     let mut cuts: Vec<usize> = vec![start];
-    cuts.extend((1..outer.len()).filter_map(|k| allocs.get(k * period).copied()));
+    cuts.extend((1..outer.len()).filter_map(|k| allocs.get(k * period).map(|p| p.at())));
     cuts.push(end);
     cuts.windows(2).map(|w| (w[0], w[1])).collect()
 }
