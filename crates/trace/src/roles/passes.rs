@@ -52,7 +52,7 @@ pub fn layered(trace: &[TraceEvent], runs: Vec<(usize, usize)>) -> Layered {
         let mut ids: FxHashMap<(u64, Option<StackId>), u32> = FxHashMap::default();
         for (k, e) in trace[start..end].iter().enumerate() {
             if e.action == Action::Alloc {
-                if sigs.len() % Sparse::EVERY == 0 {
+                if sigs.len().is_multiple_of(Sparse::EVERY) {
                     marks.push(start + k);
                 }
                 let next = ids.len() as u32;
