@@ -3,5 +3,6 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    fragscope_snapshot::return_large_frees();
     ExitCode::from(fragscope::run_cli(std::env::args_os()))
 }

@@ -26,7 +26,7 @@
 //! * `oom`, `snapshot`: nothing in the file shows they are missing; an OOM the program
 //!   raised is then simply not in the trace.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::model::{Action, Snapshot, SourceFormat, TraceEvent};
 
@@ -202,22 +202,35 @@ fn has_frames(snap: &Snapshot, s: Option<crate::model::StackId>) -> bool {
 
 /// The actions `trace` (of `device`) certainly lacks.
 fn skipped_in(snap: &Snapshot, device: i64, trace: &[TraceEvent]) -> Vec<Skipped> {
-    let mut count: BTreeMap<Action, u64> = BTreeMap::new();
+    // Which of the three block actions occur: the rules below need no more, and a trace
+    // that has all three (every recording without `skip_actions`) shows them within its
+    // first entries. (A count in a map per entry was a tenth of `summary`'s CPU on a
+    // 6.4 M-entry trace; a count of every entry, 2 %.)
+    let mut seen = [false; Action::ALL.len()];
+    let block_actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted];
     for e in trace {
-        *count.entry(e.action).or_default() += 1;
+        seen[e.action as usize] = true;
+        if block_actions.iter().all(|&a| seen[a as usize]) {
+            break;
+        }
     }
-    let n = |a: Action| count.get(&a).copied().unwrap_or(0);
+    let occurs = |a: Action| seen[a as usize];
     let mut out = Vec::new();
     let skip = |action: Action, evidence: String| Skipped { device, action, evidence };
     // What each address holds as the trace goes: the last block action seen there.
     let mut last: HashMap<u64, (Action, usize)> = HashMap::new();
     let (mut no_request, mut no_complete, mut no_alloc) = (None, None, None);
-    for (i, e) in trace.iter().enumerate() {
+    // Each rule below looks for evidence only where one of the three block actions never
+    // occurs; a trace with all three (what every recording without `skip_actions` has)
+    // needs no walk by address (on 6.4 M entries, ~0.15 s of hashing).
+    let walk = block_actions.into_iter().any(|a| !occurs(a));
+    let walked = if walk { trace } else { &[][..] };
+    for (i, e) in walked.iter().enumerate() {
         let prev = last.get(&e.addr).copied();
         match e.action {
             // A block the trace allocated completes its free: its free was requested
             // between the two, and that entry is missing.
-            Action::FreeCompleted if n(Action::FreeRequested) == 0 => {
+            Action::FreeCompleted if !occurs(Action::FreeRequested) => {
                 if let (Some((Action::Alloc, j)), None) = (prev, &no_request) {
                     no_request = Some(format!(
                         "entry {i} completes the free of the block entry {j} allocated at {:#x}, with no \
@@ -228,7 +241,7 @@ fn skipped_in(snap: &Snapshot, device: i64, trace: &[TraceEvent]) -> Vec<Skipped
             }
             // A block whose free was requested is handed out again: its free completed
             // between the two.
-            Action::Alloc if n(Action::FreeCompleted) == 0 => {
+            Action::Alloc if !occurs(Action::FreeCompleted) => {
                 if let (Some((Action::FreeRequested, j)), None) = (prev, &no_complete) {
                     no_complete = Some(format!(
                         "entry {i} hands out {:#x} again after entry {j} requested its free, with no \
@@ -239,7 +252,7 @@ fn skipped_in(snap: &Snapshot, device: i64, trace: &[TraceEvent]) -> Vec<Skipped
             }
             // The same address freed twice with no alloc between: the second block's
             // alloc is missing.
-            Action::FreeRequested | Action::FreeCompleted if n(Action::Alloc) == 0 => {
+            Action::FreeRequested | Action::FreeCompleted if !occurs(Action::Alloc) => {
                 if let (Some((a, j)), None) = (prev, &no_alloc) {
                     // A free requested again after the last one was requested or completed,
                     // or completed twice.

@@ -117,12 +117,12 @@ impl BlockLives {
             rounded: Box::new([(u64::MAX, 0); 256]),
             index,
             req: if index { Vec::with_capacity(n) } else { Vec::new() },
-            ended: if index { vec![0; n] } else { Vec::new() },
+            by_end: if index { Vec::with_capacity(n) } else { Vec::new() },
         };
         // Tens of MB filled in one pass: in huge pages ([`crate::hugepages`]).
         d.traced.huge_pages();
         d.req.huge_pages();
-        d.ended.huge_pages();
+        d.by_end.huge_pages();
         let mut r = Replayer::build::<true, false>(snap, device, Some(&mut d));
         let facts = std::mem::take(&mut r.facts);
         let mut traced = d.traced;
@@ -141,20 +141,12 @@ impl BlockLives {
         // Seeded as `LivesRecorder::start` numbers them; each ends at the first entry
         // of its address (none for a block no entry names).
         let mut seeded = Vec::new();
-        let mut more = Vec::new();
         for &k in &r.seeded_order {
             let Some(b) = &r.live[k as usize] else { continue };
             if !b.allocated {
                 continue;
             }
             let end = d.first_of.get(k as usize).copied().unwrap_or(LIVE_AT_END);
-            if index && end != LIVE_AT_END {
-                let life = traced.len() + seeded.len();
-                match d.ended.get_mut(end) {
-                    Some(s) if *s == 0 && life < u32::MAX as usize => *s = life as u32 + 1,
-                    _ => more.push((end, life)),
-                }
-            }
             seeded.push(SeededLife {
                 address: r.addr_of[k as usize],
                 size: b.size,
@@ -163,8 +155,7 @@ impl BlockLives {
                 end,
             });
         }
-        more.sort_unstable();
-        let parts = index.then_some(LifeIndexParts { req: d.req, ended: d.ended, more });
+        let parts = index.then_some(LifeIndexParts { req: d.req, by_end: d.by_end });
         (BlockLives { device, seeded, traced }, facts, parts)
     }
 

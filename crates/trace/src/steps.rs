@@ -1093,44 +1093,90 @@ pub fn layer_spans(snap: &Snapshot, device: i64, step: &Step, phase: Phase) -> O
         spans.iter().flat_map(|s| (s.start..s.end).filter(|&k| trace[k].action == Action::Alloc)).collect();
     let sigs: Vec<(u64, Option<StackId>)> = entries.iter().map(|&k| (trace[k].size, trace[k].stack)).collect();
     let (layers, period, first) = repeat_chain(&sigs)?;
-    Some(layers_at(&entries, layers, period, first, spans.last()?.end))
+    Some(layers_at(|p| entries.get(p).copied(), layers, period, first, spans.last()?.end))
 }
 
 /// The layers `repeat_chain` found (`layers` of `period` allocations from `first`) as
-/// entry spans, over the `alloc` entries `entries` of a run that ends at `end`.
-fn layers_at(entries: &[usize], layers: usize, period: usize, first: usize, end: usize) -> Vec<(usize, usize)> {
+/// entry spans, over the `alloc` entries of a run that ends at `end` (`entry(p)`: the
+/// `p`-th, `None` past the last).
+fn layers_at(
+    entry: impl Fn(usize) -> Option<usize>,
+    layers: usize,
+    period: usize,
+    first: usize,
+    end: usize,
+) -> Vec<(usize, usize)> {
     (0..layers)
         .map(|j| {
-            let a = entries[first + j * period];
-            let b = entries.get(first + (j + 1) * period).copied().unwrap_or(end);
+            let a = entry(first + j * period).unwrap_or(end);
+            let b = entry(first + (j + 1) * period).unwrap_or(end);
             (a, b)
         })
         .collect()
 }
 
+/// A run's `alloc` entries by position, ascending: a list of them, or rule 8's sparse
+/// index over the trace ([`crate::roles::passes`], which on a long forward-only trace
+/// would otherwise hold millions of them at `summary`'s peak memory).
+pub(crate) trait Allocs {
+    /// How many.
+    fn count(&self) -> usize;
+    /// The entry of the `p`-th (`p < count()`).
+    fn entry(&self, p: usize) -> usize;
+    /// How many come before entry `e`.
+    fn before(&self, e: usize) -> usize;
+}
+
+impl Allocs for [usize] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn entry(&self, p: usize) -> usize {
+        self[p]
+    }
+    fn before(&self, e: usize) -> usize {
+        self.partition_point(|&k| k < e)
+    }
+}
+
 /// [`layer_spans`] of one run of entries that ends at `end`, from its `alloc` entries
-/// (`entries`, ascending) and their `(size, stack)` signatures as numbers (`sigs[i]` of
-/// `entries[i]`; equal signatures, equal numbers), for a caller that asks for the layers
-/// of many parts of one run: it reads the trace once for the run and hands each part its
-/// slices (rule 8 of the roles, on a 6.4 M-entry forward-only trace, read it three times
-/// over otherwise, and hashed each signature twice).
-pub(crate) fn layer_spans_of(entries: &[usize], sigs: &[u32], end: usize) -> Option<Vec<(usize, usize)>> {
-    debug_assert_eq!(entries.len(), sigs.len());
+/// (`allocs`, positions `lo..lo + sigs.len()` of them) and their `(size, stack)`
+/// signatures as numbers (`sigs[i]` of the allocation at position `lo + i`; equal
+/// signatures, equal numbers), for a caller that asks for the layers of many parts of one
+/// run: it reads the trace once for the run and hands each part its slices (rule 8 of the
+/// roles, on a 6.4 M-entry forward-only trace, read it three times over otherwise, and
+/// hashed each signature twice). `numbered`: `Some(distinct)` when `sigs` are already
+/// numbered `0..distinct` in the order each first occurs (the whole run, as its reader
+/// numbered it), which numbering them again would not change.
+pub(crate) fn layer_spans_of<A: Allocs + ?Sized>(
+    allocs: &A,
+    lo: usize,
+    sigs: &[u32],
+    end: usize,
+    numbered: Option<usize>,
+) -> Option<Vec<(usize, usize)>> {
+    debug_assert!(lo + sigs.len() <= allocs.count());
     if sigs.len() < 4 {
         return None;
     }
-    // Numbered again from 0 in this part (a part of a long run holds few of its
-    // signatures): the arrays by number stay the part's size.
-    let mut local: FxHashMap<u32, u32> = FxHashMap::default();
-    let s: Vec<u32> = sigs
-        .iter()
-        .map(|&x| {
-            let k = local.len() as u32;
-            *local.entry(x).or_insert(k)
-        })
-        .collect();
-    let (layers, period, first) = repeat_chain_numbered(&s, local.len())?;
-    Some(layers_at(entries, layers, period, first, end))
+    let (layers, period, first) = match numbered {
+        Some(distinct) => repeat_chain_numbered(sigs, distinct)?,
+        None => {
+            // Numbered again from 0 in this part (a part of a long run holds few of its
+            // signatures): the arrays by number stay the part's size.
+            let mut local: FxHashMap<u32, u32> = FxHashMap::default();
+            let s: Vec<u32> = sigs
+                .iter()
+                .map(|&x| {
+                    let k = local.len() as u32;
+                    *local.entry(x).or_insert(k)
+                })
+                .collect();
+            repeat_chain_numbered(&s, local.len())?
+        }
+    };
+    let entry = |p: usize| (p < sigs.len()).then(|| allocs.entry(lo + p));
+    Some(layers_at(entry, layers, period, first, end))
 }
 
 #[cfg(test)]
@@ -1160,7 +1206,7 @@ mod tests {
         // layers of any span, from the run's signatures numbered once and sliced
         // (`layer_spans_of`), are `layer_spans`' of that span read from the trace.
         let mut rng = fragscope_testdata::Rng(11);
-        let mut found = 0;
+        let (mut found, mut whole) = (0, 0);
         for round in 0..100 {
             let mut trace = Vec::new();
             for _ in 0..1 + rng.below(4) {
@@ -1185,6 +1231,9 @@ mod tests {
                 let next = ids.len() as u32;
                 sigs.push(*ids.entry(e.size).or_insert(next));
             }
+            let again = layer_spans_of(&allocs[..], 0, &sigs, n, None);
+            assert_eq!(layer_spans_of(&allocs[..], 0, &sigs, n, Some(ids.len())), again, "round {round}, whole run");
+            whole += again.is_some() as usize;
             let mut snap = Snapshot::default();
             snap.device_traces.push(trace);
             for _ in 0..20 {
@@ -1198,13 +1247,16 @@ mod tests {
                     layers: None,
                 };
                 let (lo, hi) = (allocs.partition_point(|&k| k < a), allocs.partition_point(|&k| k < b));
-                let got = layer_spans_of(&allocs[lo..hi], &sigs[lo..hi], b);
+                let got = layer_spans_of(&allocs[..], lo, &sigs[lo..hi], b, None);
                 assert_eq!(got, layer_spans(&snap, 0, &step, Phase::Forward), "round {round}, entries {a}..{b}");
                 found += got.is_some() as usize;
             }
         }
         // Spans with layers, not only spans without.
         assert!(found >= 100, "only {found} spans with layers");
+        // A whole run's signatures as numbered when read: the same layers without the
+        // numbering again.
+        assert!(whole >= 20, "only {whole} whole runs with layers");
     }
 
     #[test]

@@ -418,10 +418,10 @@ pub(crate) struct LivesDraft {
     /// Rounded requests: a few sizes recur millions of times.
     pub(crate) rounded: Box<[(u64, u64); 256]>,
     /// Kept for the roles ([`crate::roles`]'s `LifeIndex`) when asked for: per traced
-    /// life its request, and per entry 1 + the traced life it ended (0 for none).
+    /// life its request, and the traced lives in the order of the entries that ended them.
     pub(crate) index: bool,
     pub(crate) req: Vec<u64>,
-    pub(crate) ended: Vec<u32>,
+    pub(crate) by_end: Vec<u32>,
 }
 
 impl LivesDraft {
@@ -432,7 +432,8 @@ impl LivesDraft {
         if p != 0 {
             self.traced[p as usize - 1].end = i;
             if self.index {
-                self.ended[i] = p;
+                // Entries come in order, and each ends at most this one life.
+                self.by_end.push(p - 1);
             }
         }
         if e.action == Action::Alloc {
@@ -451,13 +452,12 @@ impl LivesDraft {
 }
 
 /// What [`crate::roles`]' `LifeIndex` is made of, from the lifetime walk
-/// ([`BlockLives::replay_with_facts`](crate::lives::BlockLives::replay_with_facts)): per traced life its request; per entry 1 + the life it ended
-/// (a traced index, or the number of traced lives + a seeded index; 0 for none); the
-/// (entry, life) that found their entry taken, sorted.
+/// ([`BlockLives::replay_with_facts`](crate::lives::BlockLives::replay_with_facts)): per
+/// traced life its request; the traced lives in the order of the entries that ended them
+/// (the roles place the seeded lives among them).
 pub(crate) struct LifeIndexParts {
     pub req: Vec<u64>,
-    pub ended: Vec<u32>,
-    pub more: Vec<(usize, usize)>,
+    pub by_end: Vec<u32>,
 }
 
 /// A block live before the trace that entry `e`, a free of an address no traced block

@@ -397,8 +397,8 @@ impl LifeIndex {
     /// the same as [`LifeIndex::new`]'s: `summary` reads it there, where the requests
     /// and the ends are at hand, instead of reading the trace again.
     fn from_walk(lives: &BlockLives, parts: LifeIndexParts) -> Self {
-        let LifeIndexParts { req, ended, more } = parts;
-        LifeIndex { req, ends: Ends { slot: ended, more, traced: lives.traced.len() } }
+        let LifeIndexParts { req, by_end } = parts;
+        LifeIndex { req, ends: Ends::from_walk(lives, by_end) }
     }
 }
 
@@ -409,19 +409,23 @@ enum Ended {
     Seeded(usize),
 }
 
-/// The lives that each trace entry ended, by entry. Both the sweep of [`summarize_with`] and
-/// the out-of-place updates of [`classify`] take the lives in the order they ended;
-/// sorting millions of lives by their ends was a tenth of `summary`'s time on a long
-/// trace. The lifetime walk ends at most one block per entry (an `alloc` the block its
-/// address held, a free the block it frees), so one slot per entry holds them; a second
-/// life at one entry (lives not made by that walk) goes to a sorted list.
+/// The lives by the entry that ended them. Both the sweep of [`summarize_with`] and the
+/// out-of-place updates of [`classify`] take the lives in the order they ended; sorting
+/// millions of lives by their ends was a tenth of `summary`'s time on a long trace. The
+/// lifetime walk ends at most one block per entry (an `alloc` the block its address held,
+/// a free the block it frees), and ends them in entry order: a list of the lives in that
+/// order holds them, each life's entry read from the life itself (4 bytes a life ended;
+/// a slot per entry, as this was, took 4 bytes per entry of the trace, 25 MB of
+/// `summary`'s peak on a 6.4 M-entry trace). A second life at one entry (lives not made
+/// by that walk) goes to a sorted list.
 #[cfg_attr(test, derive(Debug, PartialEq))]
 struct Ends {
-    /// Per entry: 0 for none, else 1 + the life: a traced index, or the number of
-    /// traced lives + a seeded index. Empty when that numbering does not fit 32 bits.
-    slot: Vec<u32>,
-    /// (entry, life as numbered in `slot`) of the lives that found their slot taken
-    /// (or no slot), sorted.
+    /// The lives with an entry of their own, in the order of those entries (one life per
+    /// entry), each numbered as a traced index, or the number of traced lives + a seeded
+    /// index. Empty when that numbering does not fit 32 bits.
+    by_end: Vec<u32>,
+    /// (entry, life as numbered in `by_end`) of the lives that found their entry taken
+    /// (or no room in `by_end`), sorted.
     more: Vec<(usize, usize)>,
     traced: usize,
 }
@@ -430,6 +434,8 @@ impl Ends {
     fn new(lives: &BlockLives, entries: usize) -> Self {
         let traced = lives.traced.len();
         let fits = traced + lives.seeded.len() < u32::MAX as usize;
+        // A slot per entry while the lives are placed (they come in `alloc` order), read
+        // out in entry order.
         let mut slot = vec![0u32; if fits { entries } else { 0 }];
         let mut more = Vec::new();
         let mut put = |end: usize, k: usize| {
@@ -448,7 +454,46 @@ impl Ends {
             put(b.end, traced + j);
         }
         more.sort_unstable();
-        Ends { slot, more, traced }
+        let by_end = slot.iter().filter(|&&k| k != 0).map(|&k| k - 1).collect();
+        Ends { by_end, more, traced }
+    }
+
+    /// [`Ends`] from the lifetime walk's list (`by_end`: the traced lives in the order of
+    /// the entries that ended them) and the seeded lives' ends, placed as [`Ends::new`]
+    /// places them: each at its entry when no life holds that entry yet, else in `more`.
+    fn from_walk(lives: &BlockLives, mut by_end: Vec<u32>) -> Self {
+        let traced = lives.traced.len();
+        let mut more = Vec::new();
+        // The seeded lives that take an entry of their own, by entry; the first of them
+        // (in seeded order) at an entry no traced life ended.
+        let mut own: Vec<(usize, u32)> = Vec::new();
+        let mut taken: FxHashMap<usize, ()> = FxHashMap::default();
+        for (j, b) in lives.seeded.iter().enumerate().filter(|(_, b)| b.end != LIVE_AT_END) {
+            let k = traced + j;
+            let at = by_end.partition_point(|&t| lives.traced[t as usize].end < b.end);
+            let traced_there = by_end.get(at).is_some_and(|&t| lives.traced[t as usize].end == b.end);
+            if k < u32::MAX as usize && !traced_there && taken.insert(b.end, ()).is_none() {
+                own.push((b.end, k as u32));
+            } else {
+                more.push((b.end, k));
+            }
+        }
+        if !own.is_empty() {
+            own.sort_unstable();
+            let mut merged = Vec::with_capacity(by_end.len() + own.len());
+            let mut o = own.into_iter().peekable();
+            for t in by_end {
+                let e = lives.traced[t as usize].end;
+                while let Some(x) = o.next_if(|x| x.0 < e) {
+                    merged.push(x.1);
+                }
+                merged.push(t);
+            }
+            merged.extend(o.map(|x| x.1));
+            by_end = merged;
+        }
+        more.sort_unstable();
+        Ends { by_end, more, traced }
     }
 
     fn life(&self, k: usize) -> Ended {
@@ -459,14 +504,26 @@ impl Ends {
         }
     }
 
+    /// The entry that ended life `k` (as `by_end` numbers them).
+    #[inline(always)]
+    fn end_of(&self, lives: &BlockLives, k: u32) -> usize {
+        let k = k as usize;
+        if k < self.traced {
+            lives.traced[k].end
+        } else {
+            lives.seeded[k - self.traced].end
+        }
+    }
+
     /// Every life that an entry of `entries` ended, with that entry.
-    fn each_in(&self, entries: std::ops::Range<usize>, mut f: impl FnMut(usize, Ended)) {
-        let lo = entries.start.min(self.slot.len());
-        let hi = entries.end.min(self.slot.len()).max(lo);
-        for (e, &k) in self.slot[lo..hi].iter().enumerate() {
-            if k != 0 {
-                f(lo + e, self.life(k as usize - 1));
+    fn each_in(&self, lives: &BlockLives, entries: std::ops::Range<usize>, mut f: impl FnMut(usize, Ended)) {
+        let lo = self.by_end.partition_point(|&k| self.end_of(lives, k) < entries.start);
+        for &k in &self.by_end[lo..] {
+            let e = self.end_of(lives, k);
+            if e >= entries.end {
+                break;
             }
+            f(e, self.life(k as usize));
         }
         let from = self.more.partition_point(|x| x.0 < entries.start);
         for &(e, k) in self.more[from..].iter().take_while(|x| x.0 < entries.end) {
@@ -864,7 +921,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// thousands of steps).
     fn freed_in_optimizer(&self, os: usize, oe: usize) -> FxHashMap<u64, Vec<(usize, Reason)>> {
         let mut freed: FxHashMap<u64, Vec<(usize, Reason)>> = FxHashMap::default();
-        self.ends.each_in(os..oe, |end, life| {
+        self.ends.each_in(self.lives, os..oe, |end, life| {
             let (r, size) = match life {
                 Ended::Seeded(i) => (self.seeded[i], self.lives.seeded[i].request),
                 Ended::Traced(i) => (self.traced[i], self.req[i]),
@@ -1463,7 +1520,7 @@ fn lineages_live_at(
             break;
         }
         let mut freed: FxHashMap<u64, Vec<(usize, usize)>> = FxHashMap::default();
-        ends.each_in(os..oe, |end, life| {
+        ends.each_in(lives, os..oe, |end, life| {
             let (r, size) = match life {
                 Ended::Seeded(i) => (Some(i), lives.seeded[i].request),
                 Ended::Traced(i) => (root.get(&i).copied(), req[i]),
@@ -1842,6 +1899,8 @@ struct Running<'a> {
     blk: i64,
     hi: Highs,
     e: usize,
+    /// The first of `ends.by_end` not applied.
+    at: usize,
     more_at: usize,
 }
 
@@ -1855,7 +1914,7 @@ impl<'a> Running<'a> {
             blk += b.size as i64;
         }
         let hi = Highs { max: cur, peak: blk, peak_state: 0, at_peak: cur };
-        Running { lives, roles, req: &ix.req, ends: &ix.ends, cur, blk, hi, e: 0, more_at: 0 }
+        Running { lives, roles, req: &ix.req, ends: &ix.ends, cur, blk, hi, e: 0, at: 0, more_at: 0 }
     }
 
     /// What the end of life `k` (as [`Ends`] numbers them) takes away: its role, tensor
@@ -1883,8 +1942,9 @@ impl<'a> Running<'a> {
             raised |= q < 0 || size < 0;
         };
         let ends: &'a Ends = self.ends;
-        if let Some(&k) = ends.slot.get(e).filter(|&&k| k != 0) {
-            take(self, k as usize - 1);
+        if let Some(&k) = ends.by_end.get(self.at).filter(|&&k| ends.end_of(self.lives, k) == e) {
+            take(self, k as usize);
+            self.at += 1;
         }
         while let Some(&(_, k)) = ends.more.get(self.more_at).filter(|x| x.0 == e) {
             take(self, k);
@@ -1897,22 +1957,25 @@ impl<'a> Running<'a> {
     #[inline(always)]
     fn ends_until(&mut self, upto: usize) {
         let ends: &'a Ends = self.ends;
-        let (slot, more) = (&ends.slot, &ends.more);
+        let (by_end, more, lives) = (&ends.by_end, &ends.more, self.lives);
         while self.e < upto {
             let e = self.e;
-            // Entries with no end in `more`: their slots, in bulk (the sums in locals
-            // while the loop runs).
-            let stop = upto.min(more.get(self.more_at).map_or(usize::MAX, |x| x.0)).min(slot.len()).max(e);
+            // Entries with no end in `more`: the lives they ended, in bulk (the sums in
+            // locals while the loop runs).
+            let stop = upto.min(more.get(self.more_at).map_or(usize::MAX, |x| x.0)).max(e);
             let (mut cur, mut blk) = (self.cur, self.blk);
-            for (j, &k) in slot.get(e..stop).unwrap_or_default().iter().enumerate() {
-                if k != 0 {
-                    let (r, q, size) = self.gone(k as usize - 1);
-                    cur[r] -= q;
-                    blk -= size;
-                    if q < 0 || size < 0 {
-                        self.hi.read(e + j + 1, 1 << r, &cur, blk);
-                    }
+            while let Some(&k) = by_end.get(self.at) {
+                let end = ends.end_of(lives, k);
+                if end >= stop {
+                    break;
                 }
+                let (r, q, size) = self.gone(k as usize);
+                cur[r] -= q;
+                blk -= size;
+                if q < 0 || size < 0 {
+                    self.hi.read(end + 1, 1 << r, &cur, blk);
+                }
+                self.at += 1;
             }
             (self.cur, self.blk, self.e) = (cur, blk, stop);
             if stop < upto {
@@ -2119,7 +2182,7 @@ mod tests {
                 blk += lives.traced[a].size as i64;
                 a += 1;
             }
-            ix.ends.each_in(s - 1..s, |_, life| {
+            ix.ends.each_in(lives, s - 1..s, |_, life| {
                 let (role, q, size) = match life {
                     Ended::Traced(i) => (roles.traced[i].role, req[i], lives.traced[i].size),
                     Ended::Seeded(i) => (roles.seeded[i].role, lives.seeded[i].request, lives.seeded[i].size),
