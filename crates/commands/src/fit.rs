@@ -878,7 +878,11 @@ impl Dev<'_> {
                 .zip(runs)
                 .map(|(&i, r)| {
                     let model = Some((r.label, r.not_modelled));
-                    let why = r.changes.iter().find(|c| !c.applied).map(|c| c.cannot_apply.clone());
+                    let why = r
+                        .changes
+                        .iter()
+                        .find(|c| !c.applied)
+                        .map(|c| c.cannot_apply.as_ref().map(|w| format!("{}: {w}", c.change)));
                     match (why, r.changed) {
                         (None, Some(w)) => (i, Ok(Ran { w, model })),
                         (why, _) => (i, Err(why.flatten())),

@@ -589,6 +589,6 @@ fn zero_pairs_that_cannot_be_applied_say_why() {
     let c = &f.files[0].devices[0].cards[0];
     let line =
         c.pruned.iter().find(|p| p.contains("pairs cannot be applied")).unwrap_or_else(|| panic!("{:?}", c.pruned));
-    assert!(line.contains("(no optimizer state found ("), "{line}");
+    assert!(line.contains(": no optimizer state found ("), "{line}");
     assert!(!line.contains(", or a change of the base"), "{line}");
 }
