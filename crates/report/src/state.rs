@@ -694,13 +694,28 @@ pub fn coarsen(segs: &[SegRec], max: usize) -> Vec<(usize, Group)> {
         }
         n
     };
+    // The bisection counts the records of ~30 thresholds: each count from the block
+    // sizes alone, in one flat list (a segment's start marked by `u64::MAX` before it),
+    // rather than by building every group of every block (3 % of the report's CPU on
+    // the 6.9 M-entry allocator-consistent benchmark file).
+    let mut sizes = Vec::with_capacity(segs.len() + segs.iter().map(|s| s.blocks.len()).sum::<usize>());
+    for s in segs {
+        sizes.push(u64::MAX);
+        sizes.extend(s.blocks.iter().map(|b| b.size));
+    }
+    let count = |t: u64| {
+        let c = count_groups(&sizes, t);
+        // Checked against the grouping itself in debug builds (the tests).
+        debug_assert_eq!(c, groups(t, None), "threshold {t}");
+        c
+    };
     let (mut lo, mut hi) = (0u64, segs.iter().map(|s| s.size).max().unwrap_or(0).saturating_add(1));
-    if groups(lo, None) > max {
+    if count(lo) > max {
         // Bisect the smallest threshold whose records fit (`hi` always does: one record
         // per segment).
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if groups(mid, None) <= max {
+            if count(mid) <= max {
                 hi = mid;
             } else {
                 lo = mid;
@@ -712,6 +727,35 @@ pub fn coarsen(segs: &[SegRec], max: usize) -> Vec<(usize, Group)> {
     let mut out = Vec::new();
     groups(hi, Some(&mut out));
     out
+}
+
+/// The number of records [`coarsen`]'s grouping makes with threshold `t` (its `groups`,
+/// counting only), from the blocks' sizes in address order, each segment's preceded by
+/// `u64::MAX` (a block size never is: blocks lie inside a segment's address range).
+fn count_groups(sizes: &[u64], t: u64) -> usize {
+    let mut n = 0usize;
+    // The size of the group being built, `None` when there is none.
+    let mut cur: Option<u64> = None;
+    for &size in sizes {
+        if size == u64::MAX {
+            // A new segment: the open group ends.
+            n += cur.take().is_some() as usize;
+            continue;
+        }
+        match cur.as_mut() {
+            Some(g) if size < t && *g + size <= t => *g += size,
+            _ => {
+                n += cur.is_some() as usize;
+                if size >= t {
+                    n += 1;
+                    cur = None;
+                } else {
+                    cur = Some(size);
+                }
+            }
+        }
+    }
+    n + cur.is_some() as usize
 }
 
 #[cfg(test)]
