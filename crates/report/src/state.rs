@@ -121,6 +121,9 @@ pub struct Walk {
     pub note: Option<String>,
     /// Coarse keyframes: at most this many block records each (module doc).
     pub coarse: Option<usize>,
+    /// [`final_stacks`], found by the walk as it meets the `alloc` entries (the entries
+    /// below the walk's last are scanned after it); `None` when the walk did not run.
+    pub final_stacks: Option<FxHashMap<u64, Option<StackId>>>,
 }
 
 fn seg_flags(s: &SegRec) -> u64 {
@@ -237,7 +240,15 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     let trace = snap.trace(device);
     let n = trace.len();
     let final_state = RecordedState::from_snapshot(snap, device);
-    let mut w = Walk { captured: Vec::new(), ops: Vec::new(), exact: false, first: n, note: None, coarse: None };
+    let mut w = Walk {
+        captured: Vec::new(),
+        ops: Vec::new(),
+        exact: false,
+        first: n,
+        note: None,
+        coarse: None,
+        final_stacks: None,
+    };
     if final_state.segs.is_empty() {
         w.note = Some("the file records no segments for this device".into());
         return w;
@@ -247,6 +258,11 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     let mut st = final_state;
     let mut want = wanted.iter().peekable();
     let mut scratch = Vec::new();
+    // The final blocks' stacks, less those of addresses an `alloc` names ([`final_stacks`]),
+    // removed as the walk meets each `alloc` (the entry is at hand: no second pass over
+    // the trace); `lowest` is the first entry met.
+    let mut stacks = final_block_stacks(snap, device);
+    let mut lowest = n;
     let mut take =
         |state: usize, st: &RecordedState, want: &mut std::iter::Peekable<std::slice::Iter<(usize, &'static str)>>| {
             let mut kinds = Vec::new();
@@ -274,6 +290,10 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
                 break;
             }
             let ev = &trace[i];
+            if ev.action == Action::Alloc && !stacks.is_empty() {
+                stacks.remove(&ev.addr);
+            }
+            lowest = i;
             let new = if w.exact { touched(&st, ev) } else { Vec::new() };
             if let Err(inc) = st.undo(i, ev, home_of(snap, ev), rules, &mut scratch) {
                 w.note = Some(format!(
@@ -311,6 +331,8 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     }
     w.ops = ops;
     w.captured.reverse();
+    forget_allocated(&mut stacks, &trace[..lowest]);
+    w.final_stacks = Some(stacks);
     w
 }
 
@@ -389,9 +411,9 @@ pub fn moments_at(
     table: &mut StackTable,
 ) -> StateView {
     let trace = snap.trace(device);
-    let w = walk_at(snap, device, marks, opts);
+    let mut w = walk_at(snap, device, marks, opts);
     // Stacks of the blocks: the latest alloc at each address before the position.
-    let mut stack_at = final_stacks(snap, device);
+    let mut stack_at = w.final_stacks.take().unwrap_or_else(|| final_stacks(snap, device));
     // One forward pass over the trace serves the keyframes and the deltas, in order.
     let mut pos = 0usize;
     let advance = |to: usize, pos: &mut usize, stack_at: &mut FxHashMap<u64, Option<StackId>>| {
@@ -445,20 +467,31 @@ pub fn moments_at(
 /// position (a small set, looked up per alloc, rather than a set of every address the
 /// trace allocates).
 fn final_stacks(snap: &Snapshot, device: i64) -> FxHashMap<u64, Option<StackId>> {
-    let trace = snap.trace(device);
+    let mut stack_at = final_block_stacks(snap, device);
+    forget_allocated(&mut stack_at, snap.trace(device));
+    stack_at
+}
+
+/// The stacks of device `device`'s allocated and pending-free blocks in its final state,
+/// by address.
+fn final_block_stacks(snap: &Snapshot, device: i64) -> FxHashMap<u64, Option<StackId>> {
     let mut stack_at: FxHashMap<u64, Option<StackId>> = FxHashMap::default();
     for s in snap.device_segments(device) {
         for b in s.blocks.iter().filter(|b| b.state.is_active()) {
             stack_at.insert(b.address, b.stack);
         }
     }
-    for e in trace.iter().filter(|e| e.action == Action::Alloc) {
+    stack_at
+}
+
+/// Removes from `stack_at` every address an `alloc` of `entries` names.
+fn forget_allocated(stack_at: &mut FxHashMap<u64, Option<StackId>>, entries: &[fragscope_snapshot::TraceEvent]) {
+    for e in entries.iter().filter(|e| e.action == Action::Alloc) {
         if stack_at.is_empty() {
             break;
         }
         stack_at.remove(&e.addr);
     }
-    stack_at
 }
 
 /// The page's index of the stack of the block at `addr` (state `code`; free blocks, code
