@@ -336,6 +336,162 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     w
 }
 
+/// The state view's keyframes taken in memory_summary's table walk
+/// ([`fragscope_replay::memory_table`], which `analyze`'s timeline makes for its peak
+/// allocated) rather than in a backward walk of their own: the two walks undo the same
+/// entries from the same final state. The timeline's walk runs forwards first; its peaks
+/// and first `oom` entry, which the keyframes mark, are followed here as it goes
+/// ([`MarksSink`]) and known when the table's walk starts. Keyframes only (no deltas:
+/// [`walk_at`] makes those, for traces short enough to have them), and only when that
+/// walk reaches the first entry and the marks followed are the timeline's own
+/// ([`SharedWalk::finish`]); otherwise [`walk_at`] walks again, as before.
+pub struct SharedWalk {
+    inner: std::rc::Rc<std::cell::RefCell<Shared>>,
+}
+
+/// What [`SharedWalk`]'s watch and its [`MarksSink`] share.
+struct Shared {
+    n: usize,
+    opts: ReportOptions,
+    /// The marks as the timeline's walk has found them so far.
+    marks: Marks,
+    /// The marks the keyframes were planned with.
+    planned: Option<Marks>,
+    /// The positions planned ([`plan`]), newest first, and how many are captured.
+    wanted: Vec<(usize, &'static str)>,
+    done: usize,
+    walk: Option<Walk>,
+}
+
+impl SharedWalk {
+    /// For device `device`'s trace, with its budgets `opts`.
+    pub fn new(snap: &Snapshot, device: i64, opts: &ReportOptions) -> SharedWalk {
+        let marks = Marks { oom: None, reserved_peak: 0, allocated_peak: 0 };
+        let shared = Shared {
+            n: snap.trace(device).len(),
+            opts: *opts,
+            marks,
+            planned: None,
+            wanted: Vec::new(),
+            done: 0,
+            walk: None,
+        };
+        SharedWalk { inner: std::rc::Rc::new(std::cell::RefCell::new(shared)) }
+    }
+
+    /// The watch to install around the timeline's walk ([`fragscope_replay::watching`]).
+    pub fn watch(&self) -> Box<dyn fragscope_replay::WalkWatch> {
+        Box::new(Watch(self.inner.clone()))
+    }
+
+    /// The sink that follows the marks in the timeline's walk.
+    pub fn marks_sink(&self) -> MarksSink {
+        MarksSink { shared: self.inner.clone(), allocated: 0, reserved: 0 }
+    }
+
+    /// The keyframes, when the table's walk took all of them with `marks` (the
+    /// timeline's own, [`Marks::new`]) marked.
+    pub fn finish(self, marks: Marks) -> Option<Walk> {
+        let mut sh = self.inner.borrow_mut();
+        if sh.planned != Some(marks) || sh.done != sh.wanted.len() {
+            return None;
+        }
+        let mut w = sh.walk.take()?;
+        w.first = w.captured.last().map_or(sh.n, |c| c.0);
+        w.captured.reverse();
+        Some(w)
+    }
+}
+
+/// [`SharedWalk`]'s watch of the table's walk.
+struct Watch(std::rc::Rc<std::cell::RefCell<Shared>>);
+
+impl fragscope_replay::WalkWatch for Watch {
+    fn start(&mut self, st: &RecordedState) -> usize {
+        let mut sh = self.0.borrow_mut();
+        let sh = &mut *sh;
+        if st.segs.is_empty() {
+            return usize::MAX;
+        }
+        let mut w = Walk {
+            captured: Vec::new(),
+            ops: Vec::new(),
+            exact: false,
+            first: sh.n,
+            note: None,
+            coarse: None,
+            final_stacks: None,
+        };
+        let mut marks = sh.marks;
+        marks.oom = marks.oom.map(|o| o.min(sh.n));
+        sh.wanted = plan(sh.n, st, Some(marks), &sh.opts, &mut w);
+        if w.exact {
+            // Deltas too: [`walk_at`]'s.
+            return usize::MAX;
+        }
+        sh.planned = Some(marks);
+        sh.walk = Some(w);
+        sh.wanted.first().map_or(usize::MAX, |w| w.0)
+    }
+
+    fn at(&mut self, state: usize, st: &RecordedState) -> usize {
+        let mut sh = self.0.borrow_mut();
+        let sh = &mut *sh;
+        // As [`walk_at`]'s `take`: every mark of this position, once each.
+        let mut kinds = Vec::new();
+        while let Some(&(s, k)) = sh.wanted.get(sh.done) {
+            if s != state {
+                break;
+            }
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+            sh.done += 1;
+        }
+        if let (false, Some(w)) = (kinds.is_empty(), sh.walk.as_mut()) {
+            w.captured.push((state, kinds, st.segs.values().cloned().collect()));
+        }
+        sh.wanted.get(sh.done).map_or(usize::MAX, |w| w.0)
+    }
+}
+
+/// Follows, in the timeline's walk, what [`Marks::new`] reads from the timeline: the
+/// first state with the most allocated bytes, the first with the most reserved bytes
+/// (as the timeline's peaks: the first maximum wins), and the first `oom` entry.
+pub struct MarksSink {
+    shared: std::rc::Rc<std::cell::RefCell<Shared>>,
+    allocated: u64,
+    reserved: u64,
+}
+
+impl fragscope_trace::WalkSink for MarksSink {
+    #[inline(always)]
+    fn levels(&mut self, state: usize, entry: Option<&fragscope_snapshot::TraceEvent>, l: &fragscope_trace::Levels) {
+        let oom = entry.is_some_and(|e| e.action == Action::Oom);
+        if state == 0 || l.allocated > self.allocated || l.reserved > self.reserved || oom {
+            self.note(state, oom, l);
+        }
+    }
+}
+
+impl MarksSink {
+    #[inline(never)]
+    fn note(&mut self, state: usize, oom: bool, l: &fragscope_trace::Levels) {
+        let mut sh = self.shared.borrow_mut();
+        if state == 0 || l.allocated > self.allocated {
+            self.allocated = l.allocated;
+            sh.marks.allocated_peak = state;
+        }
+        if state == 0 || l.reserved > self.reserved {
+            self.reserved = l.reserved;
+            sh.marks.reserved_peak = state;
+        }
+        if oom && sh.marks.oom.is_none() {
+            sh.marks.oom = Some(state - 1);
+        }
+    }
+}
+
 /// The positions of device trace `n` entries long whose states the backward walk `w`
 /// captures, newest first, each with what it marks: the end, the `marks`, and evenly
 /// spaced steps. Sets `w.exact` (deltas of every entry fit `opts.state_values`) and
@@ -410,8 +566,20 @@ pub fn moments_at(
     opts: &ReportOptions,
     table: &mut StackTable,
 ) -> StateView {
+    moments_from(snap, device, marks, opts, table, None)
+}
+
+/// [`moments_at`], from the keyframes of a [`SharedWalk`] when there are (`walked`).
+pub fn moments_from(
+    snap: &Snapshot,
+    device: i64,
+    marks: Option<Marks>,
+    opts: &ReportOptions,
+    table: &mut StackTable,
+    walked: Option<Walk>,
+) -> StateView {
     let trace = snap.trace(device);
-    let mut w = walk_at(snap, device, marks, opts);
+    let mut w = walked.unwrap_or_else(|| walk_at(snap, device, marks, opts));
     // Stacks of the blocks: the latest alloc at each address before the position.
     let mut stack_at = w.final_stacks.take().unwrap_or_else(|| final_stacks(snap, device));
     // One forward pass over the trace serves the keyframes and the deltas, in order.
