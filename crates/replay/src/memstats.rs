@@ -31,6 +31,9 @@ use crate::{recorded_config, with_rules, RoundMemo};
 /// of [`memory_table`] made inside [`watching`], on that thread (the table is computed
 /// deep inside the timeline's walk, which takes no such argument).
 pub trait WalkWatch {
+    /// Whether it watches the next walk (a call of [`memory_table`] made before it is
+    /// ready walks unwatched, and leaves the watch to the next).
+    fn ready(&self) -> bool;
     /// The first state (trace position: `n` = the end, `0` = before the first entry) it
     /// wants, given the final state `st`; `usize::MAX` for none.
     fn start(&mut self, st: &RecordedState) -> usize;
@@ -239,7 +242,10 @@ fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, Tab
     let t = with_rules(&cfg, |rules| {
         let disagree = TableError::Disagree;
         let (st, tallies) = if noting {
-            let mut watch = WATCH.with(|w| w.borrow_mut().take());
+            let mut watch = WATCH.with(|w| {
+                let mut w = w.borrow_mut();
+                w.as_ref().is_some_and(|w| w.ready()).then(|| w.take()).flatten()
+            });
             walk_counting(fin, trace, &home, rules, &mut watch).map_err(disagree)?
         } else {
             (backward_walk(fin, trace, &home, rules).map_err(disagree)?.state, None)

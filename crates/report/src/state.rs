@@ -355,6 +355,8 @@ struct Shared {
     opts: ReportOptions,
     /// The marks as the timeline's walk has found them so far.
     marks: Marks,
+    /// The timeline's walk has passed its last state: the marks are final.
+    marked: bool,
     /// The marks the keyframes were planned with.
     planned: Option<Marks>,
     /// The positions planned ([`plan`]), newest first, and how many are captured.
@@ -371,6 +373,7 @@ impl SharedWalk {
             n: snap.trace(device).len(),
             opts: *opts,
             marks,
+            marked: false,
             planned: None,
             wanted: Vec::new(),
             done: 0,
@@ -386,7 +389,8 @@ impl SharedWalk {
 
     /// The sink that follows the marks in the timeline's walk.
     pub fn marks_sink(&self) -> MarksSink {
-        MarksSink { shared: self.inner.clone(), allocated: 0, reserved: 0 }
+        let last = self.inner.borrow().n;
+        MarksSink { shared: self.inner.clone(), allocated: 0, reserved: 0, last }
     }
 
     /// The keyframes, when the table's walk took all of them with `marks` (the
@@ -407,6 +411,12 @@ impl SharedWalk {
 struct Watch(std::rc::Rc<std::cell::RefCell<Shared>>);
 
 impl fragscope_replay::WalkWatch for Watch {
+    fn ready(&self) -> bool {
+        // Not before the timeline's walk has found the marks (the walk's seeding may
+        // make a table of its own first).
+        self.0.borrow().marked
+    }
+
     fn start(&mut self, st: &RecordedState) -> usize {
         let mut sh = self.0.borrow_mut();
         let sh = &mut *sh;
@@ -462,13 +472,15 @@ pub struct MarksSink {
     shared: std::rc::Rc<std::cell::RefCell<Shared>>,
     allocated: u64,
     reserved: u64,
+    /// The walk's last state (the trace's length).
+    last: usize,
 }
 
 impl fragscope_trace::WalkSink for MarksSink {
     #[inline(always)]
     fn levels(&mut self, state: usize, entry: Option<&fragscope_snapshot::TraceEvent>, l: &fragscope_trace::Levels) {
         let oom = entry.is_some_and(|e| e.action == Action::Oom);
-        if state == 0 || l.allocated > self.allocated || l.reserved > self.reserved || oom {
+        if state == 0 || l.allocated > self.allocated || l.reserved > self.reserved || oom || state == self.last {
             self.note(state, oom, l);
         }
     }
@@ -488,6 +500,9 @@ impl MarksSink {
         }
         if oom && sh.marks.oom.is_none() {
             sh.marks.oom = Some(state - 1);
+        }
+        if state == self.last {
+            sh.marked = true;
         }
     }
 }
