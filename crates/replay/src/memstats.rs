@@ -14,7 +14,8 @@
 //! expandable segments are not counted in `segment`).
 //!
 //! Principal types: [`MemoryTable`] (one per device) of [`StatRow`]s, each with `all`,
-//! `large_pool` and `small_pool` [`Stat`]s.
+//! `large_pool` and `small_pool` [`Stat`]s; [`WalkWatch`], shown the table walk's states
+//! at the positions it asks for ([`watching`]; the HTML report's keyframes).
 
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;

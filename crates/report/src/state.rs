@@ -28,6 +28,12 @@
 //! forward pass over the trace; blocks allocated before recording began keep the stack
 //! the final state records for them, when they are still there).
 //!
+//! **One backward walk.** `analyze`'s timeline makes memory_summary's table
+//! ([`fragscope_replay::memory_table`]) for its peak allocated, itself a backward walk
+//! from the final state; the keyframes are taken in that walk ([`SharedWalk`], watching
+//! it through [`fragscope_replay::watching`]) when no deltas are embedded, and
+//! [`walk_at`] walks only where that walk cannot serve (deltas; a trace it cannot undo).
+//!
 //! [`state_at`] is the same backward walk stopped at one position, for the page's tests
 //! and for `fragscope report --state-at`.
 
