@@ -67,7 +67,10 @@ pub use lab::{
     lab, lab_with, make_policy, make_policy_on, parse_policy, smallest_capacity, thread_cpu_seconds, workload_of,
     Calls, LabBounds, LabOom, LabReport, LabRow, LabRunError, LabWorkload, PolicyError, PolicySpec,
 };
-pub use memstats::{memory_table, memory_table_by_replay, memory_table_noted, MemoryTable, Stat, StatRow, TableError};
+pub use memstats::{
+    memory_table, memory_table_by_replay, memory_table_noted, watching, MemoryTable, Stat, StatRow, TableError,
+    WalkWatch,
+};
 pub use recorder::{allocator_settings, Recorder};
 pub use seeded::{Seeded, StartError};
 pub use settings::{

@@ -14,7 +14,8 @@
 //! expandable segments are not counted in `segment`).
 //!
 //! Principal types: [`MemoryTable`] (one per device) of [`StatRow`]s, each with `all`,
-//! `large_pool` and `small_pool` [`Stat`]s.
+//! `large_pool` and `small_pool` [`Stat`]s; [`WalkWatch`], shown the table walk's states
+//! at the positions it asks for ([`watching`]; the HTML report's keyframes).
 
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, TraceEvent};
 use serde::Serialize;
@@ -24,6 +25,43 @@ use crate::state::{
     SMALL_BUFFER,
 };
 use crate::{recorded_config, with_rules, RoundMemo};
+
+/// A watcher of [`memory_table`]'s backward walk: it is shown the walk's state at the
+/// positions it asks for, so that a caller who needs states of the same walk (the HTML
+/// report's keyframes) need not walk the trace a second time. Installed for the calls
+/// of [`memory_table`] made inside [`watching`], on that thread (the table is computed
+/// deep inside the timeline's walk, which takes no such argument).
+pub trait WalkWatch {
+    /// Whether it watches the next walk (a call of [`memory_table`] made before it is
+    /// ready walks unwatched, and leaves the watch to the next).
+    fn ready(&self) -> bool;
+    /// The first state (trace position: `n` = the end, `0` = before the first entry) it
+    /// wants, given the final state `st`; `usize::MAX` for none.
+    fn start(&mut self, st: &RecordedState) -> usize;
+    /// The walk's state at `state`, as asked; returns the next (lower) state it wants,
+    /// `usize::MAX` for none.
+    fn at(&mut self, state: usize, st: &RecordedState) -> usize;
+}
+
+thread_local! {
+    static WATCH: std::cell::RefCell<Option<Box<dyn WalkWatch>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `watch` shown the backward walk of the first [`memory_table`] call
+/// inside it on this thread (none: the watch sees nothing; the walk stops at an entry
+/// it cannot undo: the watch sees the states down to there only).
+pub fn watching<R>(watch: Box<dyn WalkWatch>, f: impl FnOnce() -> R) -> R {
+    WATCH.with(|w| *w.borrow_mut() = Some(watch));
+    let r = f();
+    WATCH.with(|w| w.borrow_mut().take());
+    r
+}
+
+/// The watch's next wanted state after showing it `state` (`usize::MAX`: none).
+#[inline(never)]
+fn show(watch: &mut Option<Box<dyn WalkWatch>>, state: usize, st: &RecordedState) -> usize {
+    watch.as_mut().map_or(usize::MAX, |w| w.at(state, st))
+}
 
 /// One counter over the window: as `memory_stats()` names the metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -205,7 +243,11 @@ fn table(snap: &Snapshot, device: i64, noting: bool) -> (Result<MemoryTable, Tab
     let t = with_rules(&cfg, |rules| {
         let disagree = TableError::Disagree;
         let (st, tallies) = if noting {
-            walk_counting(fin, trace, &home, rules).map_err(disagree)?
+            let mut watch = WATCH.with(|w| {
+                let mut w = w.borrow_mut();
+                w.as_ref().is_some_and(|w| w.ready()).then(|| w.take()).flatten()
+            });
+            walk_counting(fin, trace, &home, rules, &mut watch).map_err(disagree)?
         } else {
             (backward_walk(fin, trace, &home, rules).map_err(disagree)?.state, None)
         };
@@ -491,8 +533,14 @@ fn walk_counting(
     trace: &[TraceEvent],
     home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
+    watch: &mut Option<Box<dyn WalkWatch>>,
 ) -> Result<(RecordedState, Option<Counted>), Inconsistency> {
     let mut exact = segments_apart(&st);
+    // The next state the watch wants (`usize::MAX`: none, or no watch).
+    let mut next = watch.as_mut().map_or(usize::MAX, |w| w.start(&st));
+    if next == trace.len() {
+        next = show(watch, next, &st);
+    }
     // Where the blocks tile their segments, a `free_requested` right before its block's
     // `free_completed` is undone with it ([`RecordedState::undo_free_pair`]).
     let tiled = st.blocks_tile_segments();
@@ -540,7 +588,9 @@ fn walk_counting(
             Action::FreeCompleted => {
                 // Its `free_requested` right before it (the usual case): both at once.
                 let fr = i.checked_sub(1).map(|k| &trace[k]);
-                let paired = fr.filter(|fr| tiled && fr.action == Action::FreeRequested && fr.addr == ev.addr);
+                // (Not when the watch wants the state between the two.)
+                let paired =
+                    fr.filter(|fr| tiled && fr.action == Action::FreeRequested && fr.addr == ev.addr && next != i);
                 let Undone { block: b, small, revised, .. } = match paired {
                     Some(fr) => st.undo_free_pair(i, ev, fr, rounded.of(ev.size, rules.round), rules, &mut scratch)?.0,
                     None => undo_lone_free_completed(&mut st, i, ev, rules, &mut scratch)?,
@@ -576,9 +626,12 @@ fn walk_counting(
             }
             _ => st.undo_segment(i, ev, home(ev))?,
         }
+        if i == next {
+            next = show(watch, i, &st);
+        }
     }
     // The counts cannot vouch from here on: the walk alone.
-    walk_rest(&mut st, &trace[..i], home, rules)?;
+    walk_rest(&mut st, &trace[..i], home, rules, watch, next)?;
     t.unpair();
     Ok((st, exact.then_some(Counted { tallies: t, requests_differ })))
 }
@@ -593,11 +646,16 @@ fn walk_rest(
     trace: &[TraceEvent],
     home: &dyn Fn(&TraceEvent) -> Home,
     rules: &SplitRules,
+    watch: &mut Option<Box<dyn WalkWatch>>,
+    mut next: usize,
 ) -> Result<(), Inconsistency> {
     let mut scratch = Vec::new();
     for (i, ev) in trace.iter().enumerate().rev() {
         st.undo(i, ev, home(ev), rules, &mut scratch)?;
         scratch.clear();
+        if i == next {
+            next = show(watch, i, st);
+        }
     }
     Ok(())
 }

@@ -321,6 +321,19 @@ pub fn curves_and_timeline(
     opts: &ReportOptions,
     points: usize,
 ) -> (CurvesWalk, DeviceTimeline) {
+    curves_and_timeline_marked(snap, device, opts, points, None)
+}
+
+/// [`curves_and_timeline`], with `marks` following the state view's marks in the same
+/// walk ([`crate::state::SharedWalk`]).
+pub fn curves_and_timeline_marked(
+    snap: &Snapshot,
+    device: i64,
+    opts: &ReportOptions,
+    points: usize,
+    marks: Option<crate::state::MarksSink>,
+) -> (CurvesWalk, DeviceTimeline) {
+    let mut marks = marks;
     let states = snap.trace(device).len() + 1;
     let n = opts.buckets.max(1).min(states);
     let mut alloc = vec![-1.0f64; n];
@@ -348,7 +361,7 @@ pub fn curves_and_timeline(
         device,
         &TimelineOptions { points: points.max(1) },
         &mut (
-            OnAllocated(|_, c| peaks.change(c.stack, c.size as i64 * c.delta)),
+            (OnAllocated(|_, c| peaks.change(c.stack, c.size as i64 * c.delta)), &mut marks),
             OnLevels(|state, l| {
                 if state >= next {
                     store(b, &cur);

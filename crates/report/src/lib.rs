@@ -431,9 +431,18 @@ fn walk_and_draw(
         let analysis = s.spawn(move || {
             let tx = std::sync::Mutex::new(tx);
             let timeline_of = |d: i64| {
-                let (c, tl) = curves::curves_and_timeline(snap, d, opts, aopts.points);
+                // The state view's keyframes are taken in the walk of memory_summary's
+                // table that the timeline makes for its peak allocated (one backward walk
+                // for both; `None` where that walk cannot serve: then its own).
+                let shared = state::SharedWalk::new(snap, d, opts);
+                let sink = Some(shared.marks_sink());
+                let (c, tl) = fragscope_replay::watching(shared.watch(), || {
+                    curves::curves_and_timeline_marked(snap, d, opts, aopts.points, sink)
+                });
+                let marks = state::Marks::new(snap, &tl);
+                let keyframes = shared.finish(marks);
                 // The receiver waits for every device: a failed send cannot happen.
-                let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone(), state::Marks::new(snap, &tl)));
+                let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone(), marks, keyframes));
                 tl
             };
             // What is read from the traces alone, then the summary, on the analysis'
@@ -458,9 +467,9 @@ fn walk_and_draw(
         // when its thread ended early: it panicked, and the join below says so).
         let mut walked = FxHashMap::default();
         let mut lives_of = FxHashMap::default();
-        for (d, c, lives, marks) in rx.iter().take(device_list.len()) {
+        for (d, c, lives, marks, keyframes) in rx.iter().take(device_list.len()) {
             let lives = lives.unwrap_or_else(|| Arc::new(BlockLives::replay(snap, d)));
-            walked.insert(d, (c, marks));
+            walked.insert(d, (c, marks, keyframes));
             // Kept for the curves' call sites, the largest allocations and the leak
             // suspects' curves.
             lives_of.insert(d, lives);
@@ -470,7 +479,7 @@ fn walk_and_draw(
             if let std::collections::hash_map::Entry::Vacant(slot) = lives_of.entry(d) {
                 let (c, tl) = curves::curves_and_timeline(snap, d, opts, aopts.points);
                 let lives = tl.lives.clone().unwrap_or_else(|| Arc::new(BlockLives::replay(snap, d)));
-                walked.insert(d, (c, state::Marks::new(snap, &tl)));
+                walked.insert(d, (c, state::Marks::new(snap, &tl), None));
                 slot.insert(lives);
             }
         }
@@ -577,8 +586,9 @@ struct Part {
     scan: TraceScan,
 }
 
-/// A walked device's curves as the walk leaves them and the state view's marks.
-type Walked = (curves::CurvesWalk, state::Marks);
+/// A walked device's curves as the walk leaves them, the state view's marks, and its
+/// keyframes when memory_summary's table walk took them ([`state::SharedWalk`]).
+type Walked = (curves::CurvesWalk, state::Marks, Option<state::Walk>);
 
 /// What [`file_data`] draws of a device before its analysis is done.
 type Drawn = (
@@ -606,20 +616,20 @@ fn draw(
     let drawn: Vec<_> = parts
         .into_iter()
         .map(|Part { device: d, largest, scan }| {
-            let (c, marks) = walked.remove(&d).expect("every device is walked before it is drawn");
+            let (c, marks, keyframes) = walked.remove(&d).expect("every device is walked before it is drawn");
             let amax = (c.states(), c.amax().to_vec());
             let (c, sites) = c.finish(&lives_of[&d], scan.buckets);
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, largest, table);
             let initial = initial::encode(snap, d, &lives_of[&d], opts.top_allocations, table);
             let segs = segments::encode(snap, d, segments::segment_lives(snap, d), opts.top_allocations, table);
-            (d, curves, allocations, initial, scan.requests, scan.phases, marks, (amax, segs))
+            (d, curves, allocations, initial, scan.requests, scan.phases, (marks, keyframes), (amax, segs))
         })
         .collect();
     drawn
         .into_iter()
-        .map(|(d, curves, allocations, initial, requests, phases, marks, amax)| {
-            let view = state::moments_at(snap, d, Some(marks), opts, table);
+        .map(|(d, curves, allocations, initial, requests, phases, (marks, keyframes), amax)| {
+            let view = state::moments_from(snap, d, Some(marks), opts, table, keyframes);
             let events = event_windows(snap, d, Some(marks), opts, table);
             (d, curves, allocations, initial, requests, phases, (marks, view, events, amax))
         })

@@ -73,7 +73,7 @@ pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: 
             events.push((l.end + 1, r.role as u8, 7, trace[l.alloc].size));
         }
     }
-    events.sort_unstable_by_key(|e| e.0);
+    let events = by_state(events, states);
     let mut out = RoleBuckets { at_amax: vec![[0; 7]; n], max: vec![[0; 7]; n] };
     if n == 0 {
         return out;
@@ -137,6 +137,38 @@ pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: 
     out
 }
 
+/// `events` in order of their state (the first field, at most `states`), by a counting
+/// sort: one count per state, then each event moved to its place. The events of one
+/// state keep no particular order (the sweep applies them together, and its sums do not
+/// depend on their order). On the 6.9 M-entry allocator-consistent benchmark file (2.2 M
+/// events) the comparison sort it replaces took ~4 % of the report's CPU; a pass over
+/// the counts and two over the events cost less than its ~21 comparisons per event.
+fn by_state(events: Vec<(usize, u8, u8, u64)>, states: usize) -> Vec<(usize, u8, u8, u64)> {
+    let limit = states.saturating_add(1);
+    // The counts are u32: more events than that (or a state past the end, which no
+    // life has) falls back to the comparison sort.
+    if events.len() >= u32::MAX as usize || events.iter().any(|e| e.0 >= limit) {
+        let mut events = events;
+        events.sort_unstable_by_key(|e| e.0);
+        return events;
+    }
+    // `start[s]`: where the events of state `s` begin in the output.
+    let mut start = vec![0u32; limit + 1];
+    for e in &events {
+        start[e.0 + 1] += 1;
+    }
+    for s in 1..start.len() {
+        start[s] += start[s - 1];
+    }
+    let mut out = vec![(0usize, 0u8, 0u8, 0u64); events.len()];
+    for e in events {
+        let at = &mut start[e.0];
+        out[*at as usize] = e;
+        *at += 1;
+    }
+    out
+}
+
 impl RoleBuckets {
     /// Encoded for the page: only the roles that held bytes at some moment.
     pub fn encode(&self) -> RoleCurves {
@@ -156,6 +188,24 @@ mod tests {
     use fragscope_snapshot::{Action, TraceEvent};
     use fragscope_testdata::Rng;
     use fragscope_trace::{classify_roles, role_bytes_at};
+
+    /// The counting sort puts the events in the order of their states, each event once.
+    #[test]
+    fn by_state_orders_by_state_and_keeps_every_event() {
+        let mut rng = Rng(9);
+        for round in 0..100 {
+            let states = 1 + rng.below(50);
+            let events: Vec<(usize, u8, u8, u64)> = (0..rng.below(300))
+                .map(|k| (rng.below(states + 1), rng.below(7) as u8, rng.below(8) as u8, k as u64))
+                .collect();
+            let got = by_state(events.clone(), states);
+            assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "round {round}: out of order");
+            let (mut a, mut b) = (got.clone(), events.clone());
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!(a, b, "round {round}: not the same events");
+        }
+    }
 
     /// Each bucket against the roles' bytes at every one of its states, counted by
     /// [`role_bytes_at`] (the analysis' own count at one state), on random traces and

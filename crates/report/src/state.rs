@@ -28,6 +28,12 @@
 //! forward pass over the trace; blocks allocated before recording began keep the stack
 //! the final state records for them, when they are still there).
 //!
+//! **One backward walk.** `analyze`'s timeline makes memory_summary's table
+//! ([`fragscope_replay::memory_table`]) for its peak allocated, itself a backward walk
+//! from the final state; the keyframes are taken in that walk ([`SharedWalk`], watching
+//! it through [`fragscope_replay::watching`]) when no deltas are embedded, and
+//! [`walk_at`] walks only where that walk cannot serve (deltas; a trace it cannot undo).
+//!
 //! [`state_at`] is the same backward walk stopped at one position, for the page's tests
 //! and for `fragscope report --state-at`.
 
@@ -121,6 +127,9 @@ pub struct Walk {
     pub note: Option<String>,
     /// Coarse keyframes: at most this many block records each (module doc).
     pub coarse: Option<usize>,
+    /// [`final_stacks`], found by the walk as it meets the `alloc` entries (the entries
+    /// below the walk's last are scanned after it); `None` when the walk did not run.
+    pub final_stacks: Option<FxHashMap<u64, Option<StackId>>>,
 }
 
 fn seg_flags(s: &SegRec) -> u64 {
@@ -237,7 +246,15 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     let trace = snap.trace(device);
     let n = trace.len();
     let final_state = RecordedState::from_snapshot(snap, device);
-    let mut w = Walk { captured: Vec::new(), ops: Vec::new(), exact: false, first: n, note: None, coarse: None };
+    let mut w = Walk {
+        captured: Vec::new(),
+        ops: Vec::new(),
+        exact: false,
+        first: n,
+        note: None,
+        coarse: None,
+        final_stacks: None,
+    };
     if final_state.segs.is_empty() {
         w.note = Some("the file records no segments for this device".into());
         return w;
@@ -247,6 +264,11 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     let mut st = final_state;
     let mut want = wanted.iter().peekable();
     let mut scratch = Vec::new();
+    // The final blocks' stacks, less those of addresses an `alloc` names ([`final_stacks`]),
+    // removed as the walk meets each `alloc` (the entry is at hand: no second pass over
+    // the trace); `lowest` is the first entry met.
+    let mut stacks = final_block_stacks(snap, device);
+    let mut lowest = n;
     let mut take =
         |state: usize, st: &RecordedState, want: &mut std::iter::Peekable<std::slice::Iter<(usize, &'static str)>>| {
             let mut kinds = Vec::new();
@@ -274,6 +296,10 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
                 break;
             }
             let ev = &trace[i];
+            if ev.action == Action::Alloc && !stacks.is_empty() {
+                stacks.remove(&ev.addr);
+            }
+            lowest = i;
             let new = if w.exact { touched(&st, ev) } else { Vec::new() };
             if let Err(inc) = st.undo(i, ev, home_of(snap, ev), rules, &mut scratch) {
                 w.note = Some(format!(
@@ -311,7 +337,180 @@ pub fn walk_at(snap: &Snapshot, device: i64, marks: Option<Marks>, opts: &Report
     }
     w.ops = ops;
     w.captured.reverse();
+    forget_allocated(&mut stacks, &trace[..lowest]);
+    w.final_stacks = Some(stacks);
     w
+}
+
+/// The state view's keyframes taken in memory_summary's table walk
+/// ([`fragscope_replay::memory_table`], which `analyze`'s timeline makes for its peak
+/// allocated) rather than in a backward walk of their own: the two walks undo the same
+/// entries from the same final state. The timeline's walk runs forwards first; its peaks
+/// and first `oom` entry, which the keyframes mark, are followed here as it goes
+/// ([`MarksSink`]) and known when the table's walk starts. Keyframes only (no deltas:
+/// [`walk_at`] makes those, for traces short enough to have them), and only when that
+/// walk reaches the first entry and the marks followed are the timeline's own
+/// ([`SharedWalk::finish`]); otherwise [`walk_at`] walks again, as before.
+pub struct SharedWalk {
+    inner: std::rc::Rc<std::cell::RefCell<Shared>>,
+}
+
+/// What [`SharedWalk`]'s watch and its [`MarksSink`] share.
+struct Shared {
+    n: usize,
+    opts: ReportOptions,
+    /// The marks as the timeline's walk has found them so far.
+    marks: Marks,
+    /// The timeline's walk has passed its last state: the marks are final.
+    marked: bool,
+    /// The marks the keyframes were planned with.
+    planned: Option<Marks>,
+    /// The positions planned ([`plan`]), newest first, and how many are captured.
+    wanted: Vec<(usize, &'static str)>,
+    done: usize,
+    walk: Option<Walk>,
+}
+
+impl SharedWalk {
+    /// For device `device`'s trace, with its budgets `opts`.
+    pub fn new(snap: &Snapshot, device: i64, opts: &ReportOptions) -> SharedWalk {
+        let marks = Marks { oom: None, reserved_peak: 0, allocated_peak: 0 };
+        let shared = Shared {
+            n: snap.trace(device).len(),
+            opts: *opts,
+            marks,
+            marked: false,
+            planned: None,
+            wanted: Vec::new(),
+            done: 0,
+            walk: None,
+        };
+        SharedWalk { inner: std::rc::Rc::new(std::cell::RefCell::new(shared)) }
+    }
+
+    /// The watch to install around the timeline's walk ([`fragscope_replay::watching`]).
+    pub fn watch(&self) -> Box<dyn fragscope_replay::WalkWatch> {
+        Box::new(Watch(self.inner.clone()))
+    }
+
+    /// The sink that follows the marks in the timeline's walk.
+    pub fn marks_sink(&self) -> MarksSink {
+        let last = self.inner.borrow().n;
+        MarksSink { shared: self.inner.clone(), allocated: 0, reserved: 0, last }
+    }
+
+    /// The keyframes, when the table's walk took all of them with `marks` (the
+    /// timeline's own, [`Marks::new`]) marked.
+    pub fn finish(self, marks: Marks) -> Option<Walk> {
+        let mut sh = self.inner.borrow_mut();
+        if sh.planned != Some(marks) || sh.done != sh.wanted.len() {
+            return None;
+        }
+        let mut w = sh.walk.take()?;
+        w.first = w.captured.last().map_or(sh.n, |c| c.0);
+        w.captured.reverse();
+        Some(w)
+    }
+}
+
+/// [`SharedWalk`]'s watch of the table's walk.
+struct Watch(std::rc::Rc<std::cell::RefCell<Shared>>);
+
+impl fragscope_replay::WalkWatch for Watch {
+    fn ready(&self) -> bool {
+        // Not before the timeline's walk has found the marks (the walk's seeding may
+        // make a table of its own first).
+        self.0.borrow().marked
+    }
+
+    fn start(&mut self, st: &RecordedState) -> usize {
+        let mut sh = self.0.borrow_mut();
+        let sh = &mut *sh;
+        if st.segs.is_empty() {
+            return usize::MAX;
+        }
+        let mut w = Walk {
+            captured: Vec::new(),
+            ops: Vec::new(),
+            exact: false,
+            first: sh.n,
+            note: None,
+            coarse: None,
+            final_stacks: None,
+        };
+        let mut marks = sh.marks;
+        marks.oom = marks.oom.map(|o| o.min(sh.n));
+        sh.wanted = plan(sh.n, st, Some(marks), &sh.opts, &mut w);
+        if w.exact {
+            // Deltas too: [`walk_at`]'s.
+            return usize::MAX;
+        }
+        sh.planned = Some(marks);
+        sh.walk = Some(w);
+        sh.wanted.first().map_or(usize::MAX, |w| w.0)
+    }
+
+    fn at(&mut self, state: usize, st: &RecordedState) -> usize {
+        let mut sh = self.0.borrow_mut();
+        let sh = &mut *sh;
+        // As [`walk_at`]'s `take`: every mark of this position, once each.
+        let mut kinds = Vec::new();
+        while let Some(&(s, k)) = sh.wanted.get(sh.done) {
+            if s != state {
+                break;
+            }
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+            sh.done += 1;
+        }
+        if let (false, Some(w)) = (kinds.is_empty(), sh.walk.as_mut()) {
+            w.captured.push((state, kinds, st.segs.values().cloned().collect()));
+        }
+        sh.wanted.get(sh.done).map_or(usize::MAX, |w| w.0)
+    }
+}
+
+/// Follows, in the timeline's walk, what [`Marks::new`] reads from the timeline: the
+/// first state with the most allocated bytes, the first with the most reserved bytes
+/// (as the timeline's peaks: the first maximum wins), and the first `oom` entry.
+pub struct MarksSink {
+    shared: std::rc::Rc<std::cell::RefCell<Shared>>,
+    allocated: u64,
+    reserved: u64,
+    /// The walk's last state (the trace's length).
+    last: usize,
+}
+
+impl fragscope_trace::WalkSink for MarksSink {
+    #[inline(always)]
+    fn levels(&mut self, state: usize, entry: Option<&fragscope_snapshot::TraceEvent>, l: &fragscope_trace::Levels) {
+        let oom = entry.is_some_and(|e| e.action == Action::Oom);
+        if state == 0 || l.allocated > self.allocated || l.reserved > self.reserved || oom || state == self.last {
+            self.note(state, oom, l);
+        }
+    }
+}
+
+impl MarksSink {
+    #[inline(never)]
+    fn note(&mut self, state: usize, oom: bool, l: &fragscope_trace::Levels) {
+        let mut sh = self.shared.borrow_mut();
+        if state == 0 || l.allocated > self.allocated {
+            self.allocated = l.allocated;
+            sh.marks.allocated_peak = state;
+        }
+        if state == 0 || l.reserved > self.reserved {
+            self.reserved = l.reserved;
+            sh.marks.reserved_peak = state;
+        }
+        if oom && sh.marks.oom.is_none() {
+            sh.marks.oom = Some(state - 1);
+        }
+        if state == self.last {
+            sh.marked = true;
+        }
+    }
 }
 
 /// The positions of device trace `n` entries long whose states the backward walk `w`
@@ -388,10 +587,22 @@ pub fn moments_at(
     opts: &ReportOptions,
     table: &mut StackTable,
 ) -> StateView {
+    moments_from(snap, device, marks, opts, table, None)
+}
+
+/// [`moments_at`], from the keyframes of a [`SharedWalk`] when there are (`walked`).
+pub fn moments_from(
+    snap: &Snapshot,
+    device: i64,
+    marks: Option<Marks>,
+    opts: &ReportOptions,
+    table: &mut StackTable,
+    walked: Option<Walk>,
+) -> StateView {
     let trace = snap.trace(device);
-    let w = walk_at(snap, device, marks, opts);
+    let mut w = walked.unwrap_or_else(|| walk_at(snap, device, marks, opts));
     // Stacks of the blocks: the latest alloc at each address before the position.
-    let mut stack_at = final_stacks(snap, device);
+    let mut stack_at = w.final_stacks.take().unwrap_or_else(|| final_stacks(snap, device));
     // One forward pass over the trace serves the keyframes and the deltas, in order.
     let mut pos = 0usize;
     let advance = |to: usize, pos: &mut usize, stack_at: &mut FxHashMap<u64, Option<StackId>>| {
@@ -445,20 +656,31 @@ pub fn moments_at(
 /// position (a small set, looked up per alloc, rather than a set of every address the
 /// trace allocates).
 fn final_stacks(snap: &Snapshot, device: i64) -> FxHashMap<u64, Option<StackId>> {
-    let trace = snap.trace(device);
+    let mut stack_at = final_block_stacks(snap, device);
+    forget_allocated(&mut stack_at, snap.trace(device));
+    stack_at
+}
+
+/// The stacks of device `device`'s allocated and pending-free blocks in its final state,
+/// by address.
+fn final_block_stacks(snap: &Snapshot, device: i64) -> FxHashMap<u64, Option<StackId>> {
     let mut stack_at: FxHashMap<u64, Option<StackId>> = FxHashMap::default();
     for s in snap.device_segments(device) {
         for b in s.blocks.iter().filter(|b| b.state.is_active()) {
             stack_at.insert(b.address, b.stack);
         }
     }
-    for e in trace.iter().filter(|e| e.action == Action::Alloc) {
+    stack_at
+}
+
+/// Removes from `stack_at` every address an `alloc` of `entries` names.
+fn forget_allocated(stack_at: &mut FxHashMap<u64, Option<StackId>>, entries: &[fragscope_snapshot::TraceEvent]) {
+    for e in entries.iter().filter(|e| e.action == Action::Alloc) {
         if stack_at.is_empty() {
             break;
         }
         stack_at.remove(&e.addr);
     }
-    stack_at
 }
 
 /// The page's index of the stack of the block at `addr` (state `code`; free blocks, code
@@ -694,13 +916,28 @@ pub fn coarsen(segs: &[SegRec], max: usize) -> Vec<(usize, Group)> {
         }
         n
     };
+    // The bisection counts the records of ~30 thresholds: each count from the block
+    // sizes alone, in one flat list (a segment's start marked by `u64::MAX` before it),
+    // rather than by building every group of every block (3 % of the report's CPU on
+    // the 6.9 M-entry allocator-consistent benchmark file).
+    let mut sizes = Vec::with_capacity(segs.len() + segs.iter().map(|s| s.blocks.len()).sum::<usize>());
+    for s in segs {
+        sizes.push(u64::MAX);
+        sizes.extend(s.blocks.iter().map(|b| b.size));
+    }
+    let count = |t: u64| {
+        let c = count_groups(&sizes, t);
+        // Checked against the grouping itself in debug builds (the tests).
+        debug_assert_eq!(c, groups(t, None), "threshold {t}");
+        c
+    };
     let (mut lo, mut hi) = (0u64, segs.iter().map(|s| s.size).max().unwrap_or(0).saturating_add(1));
-    if groups(lo, None) > max {
+    if count(lo) > max {
         // Bisect the smallest threshold whose records fit (`hi` always does: one record
         // per segment).
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if groups(mid, None) <= max {
+            if count(mid) <= max {
                 hi = mid;
             } else {
                 lo = mid;
@@ -712,6 +949,35 @@ pub fn coarsen(segs: &[SegRec], max: usize) -> Vec<(usize, Group)> {
     let mut out = Vec::new();
     groups(hi, Some(&mut out));
     out
+}
+
+/// The number of records [`coarsen`]'s grouping makes with threshold `t` (its `groups`,
+/// counting only), from the blocks' sizes in address order, each segment's preceded by
+/// `u64::MAX` (a block size never is: blocks lie inside a segment's address range).
+fn count_groups(sizes: &[u64], t: u64) -> usize {
+    let mut n = 0usize;
+    // The size of the group being built, `None` when there is none.
+    let mut cur: Option<u64> = None;
+    for &size in sizes {
+        if size == u64::MAX {
+            // A new segment: the open group ends.
+            n += cur.take().is_some() as usize;
+            continue;
+        }
+        match cur.as_mut() {
+            Some(g) if size < t && *g + size <= t => *g += size,
+            _ => {
+                n += cur.is_some() as usize;
+                if size >= t {
+                    n += 1;
+                    cur = None;
+                } else {
+                    cur = Some(size);
+                }
+            }
+        }
+    }
+    n + cur.is_some() as usize
 }
 
 #[cfg(test)]

@@ -289,3 +289,56 @@ fn a_page_of_several_files_carries_their_comparison() {
     assert_eq!(outliers, want);
     assert!(page_data(&render(&data[..1]))["ranks"].is_null(), "one file: no comparison");
 }
+
+/// The state view's keyframes taken in memory_summary's table walk
+/// ([`fragscope_report::state::SharedWalk`]) are the ones its own backward walk takes
+/// (positions, marks and every segment and block), on every real file and device, at
+/// two budgets too small for deltas (full keyframes, and coarse ones); and that walk
+/// serves most devices.
+#[test]
+fn keyframes_of_the_table_walk_are_the_state_views_own() {
+    use fragscope_report::{curves, state};
+    let files = fragscope_testdata::real_pickles();
+    let (mut served, mut devices) = (0, 0);
+    for path in &files {
+        let snap = fragscope_snapshot::read_path(path).unwrap();
+        for d in snap.devices() {
+            for state_values in [200_000, 2_000] {
+                let opts = ReportOptions { state_values, ..ReportOptions::default() };
+                let shared = state::SharedWalk::new(&snap, d, &opts);
+                let sink = Some(shared.marks_sink());
+                let (_, tl) = fragscope_replay::watching(shared.watch(), || {
+                    curves::curves_and_timeline_marked(&snap, d, &opts, 8, sink)
+                });
+                let marks = state::Marks::new(&snap, &tl);
+                let own = state::walk_at(&snap, d, Some(marks), &opts);
+                devices += 1;
+                let Some(got) = shared.finish(marks) else {
+                    // Not served: deltas were planned (at the larger budget, or on a
+                    // short trace; the walk may then turn to keyframes only), the walk
+                    // stopped, or the table's walk could not be made.
+                    let planned_exact = state_values > 2_000 || snap.trace(d).len() < 100;
+                    assert!(
+                        planned_exact
+                            || own.note.is_some()
+                            || own.first > 0
+                            || fragscope_replay::memory_table(&snap, d).is_err(),
+                        "{} cuda:{d}: a full walk of keyframes the table's walk did not serve",
+                        path.display()
+                    );
+                    continue;
+                };
+                served += 1;
+                let what = format!("{} cuda:{d} ({state_values} values)", path.display());
+                assert!(!own.exact && own.note.is_none(), "{what}");
+                assert_eq!((got.first, got.coarse), (own.first, own.coarse), "{what}");
+                assert_eq!(got.captured.len(), own.captured.len(), "{what}: keyframes");
+                for (g, o) in got.captured.iter().zip(&own.captured) {
+                    assert_eq!((g.0, &g.1), (o.0, &o.1), "{what}: position and marks");
+                    assert!(g.2 == o.2, "{what}: the state at {} differs", g.0);
+                }
+            }
+        }
+    }
+    assert!(served * 4 >= devices && served >= fragscope_testdata::min_count(20, 1), "{served} of {devices} served");
+}
