@@ -230,6 +230,19 @@ pub struct CachingAllocator<D: DeviceMemory> {
     last_requested: u32,
 }
 
+/// Marks (`on`) or unmarks a private pool in one of the pools' flag sets; the default pool
+/// has none of those flags.
+fn mark(set: &mut std::collections::BTreeSet<PoolId>, pool: PoolId, on: bool) {
+    if pool == DEFAULT_POOL {
+        return;
+    }
+    if on {
+        set.insert(pool);
+    } else {
+        set.remove(&pool);
+    }
+}
+
 impl<D: DeviceMemory> CachingAllocator<D> {
     pub fn new(cfg: AllocatorConfig, device: D) -> Self {
         let max_split = cfg.max_split_size.unwrap_or(u64::MAX);
@@ -331,14 +344,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// after the last graph or `MemPool` using it went): its whole free segments go
     /// at the next `release_cached_blocks`, explicit or the OOM fallback (§7).
     pub fn set_pool_freeable(&mut self, pool: PoolId, freeable: bool) {
-        if pool == DEFAULT_POOL {
-            return;
-        }
-        if freeable {
-            self.freeable.insert(pool);
-        } else {
-            self.freeable.remove(&pool);
-        }
+        mark(&mut self.freeable, pool, freeable);
     }
 
     /// Whether `pool` is marked freeable (see [`Self::set_pool_freeable`]).
@@ -353,14 +359,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// iteration order; the model tries them in id order, which only matters when
     /// two such pools both hold a fitting block.
     pub fn set_use_on_oom(&mut self, pool: PoolId, on: bool) {
-        if pool == DEFAULT_POOL {
-            return;
-        }
-        if on {
-            self.use_on_oom.insert(pool);
-        } else {
-            self.use_on_oom.remove(&pool);
-        }
+        mark(&mut self.use_on_oom, pool, on);
     }
 
     /// Whether `pool` is marked use-on-OOM (see [`Self::set_use_on_oom`]).
@@ -372,14 +371,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// `pool` is handed out whole, never split (`should_split`, §3.8), so each request
     /// there takes a whole free block or a whole new segment.
     pub fn set_no_split(&mut self, pool: PoolId, on: bool) {
-        if pool == DEFAULT_POOL {
-            return;
-        }
-        if on {
-            self.no_split.insert(pool);
-        } else {
-            self.no_split.remove(&pool);
-        }
+        mark(&mut self.no_split, pool, on);
     }
 
     /// Whether `pool` is marked no-split (see [`Self::set_no_split`]).

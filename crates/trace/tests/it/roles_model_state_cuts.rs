@@ -22,8 +22,7 @@
 //!   inside a whole step of the trace (a forward, its backward and an optimizer step, or
 //!   the gradients accumulated by a backward pass over gradients live before it).
 
-use super::roles_optimizer_state::{begun_at, cut_points, resolve};
-use fragscope_snapshot::read_path;
+use super::roles_optimizer_state::recording_and_cuts;
 use fragscope_trace::device_roles;
 use serde_json::Value;
 
@@ -63,13 +62,8 @@ fn parameters_and_gradients_are_told_on_every_training_recording_and_its_cuts() 
     assert!(truth.len() >= 9 + 11, "{} training recordings with a parameter truth", truth.len());
     let (mut judged, mut files, mut wrong, mut untold) = (0, 0, Vec::new(), Vec::new());
     for (file, device, params, grads) in &truth {
-        let Some(p) = resolve(file) else { continue };
-        let snap = read_path(&p).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let Some(cases) = recording_and_cuts(file, *device) else { continue };
         files += 1;
-        let mut cases = vec![("whole", snap.clone())];
-        for (name, at) in cut_points(&snap, *device) {
-            cases.push((name, begun_at(&snap, *device, at)));
-        }
         for (name, s) in &cases {
             let r = device_roles(s, *device);
             for (role, want) in [("parameters", *params), ("gradients", *grads)] {

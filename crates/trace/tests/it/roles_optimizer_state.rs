@@ -122,10 +122,23 @@ pub(super) fn cut_points(snap: &Snapshot, device: i64) -> Vec<(&'static str, usi
 }
 
 /// `snap` as a recording begun at entry `from` of `device` (the final state is the same).
-pub(super) fn begun_at(snap: &Snapshot, device: i64, from: usize) -> Snapshot {
+fn begun_at(snap: &Snapshot, device: i64, from: usize) -> Snapshot {
     let mut s = snap.clone();
     s.device_traces[device as usize].drain(..from);
     s
+}
+
+/// The recording of `file` whole and begun at each of its cut points, by name (`None`: the
+/// file is not here; `resolve` said so).
+pub(super) fn recording_and_cuts(file: &str, device: i64) -> Option<Vec<(&'static str, Snapshot)>> {
+    let p = resolve(file)?;
+    let snap = read_path(&p).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let mut cases = Vec::new();
+    for (name, at) in cut_points(&snap, device) {
+        cases.push((name, begun_at(&snap, device, at)));
+    }
+    cases.insert(0, ("whole", snap));
+    Some(cases)
 }
 
 #[test]
@@ -134,13 +147,8 @@ fn the_optimizer_state_is_told_on_every_training_recording_and_its_cuts() {
     assert!(truth.len() >= 7 + 11, "{} training recordings with an optimizer-state truth", truth.len());
     let (mut judged, mut bad, mut files) = (0, Vec::new(), 0);
     for (file, device, want) in &truth {
-        let Some(p) = resolve(file) else { continue };
-        let snap = read_path(&p).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let Some(cases) = recording_and_cuts(file, *device) else { continue };
         files += 1;
-        let mut cases = vec![("whole", snap.clone())];
-        for (name, at) in cut_points(&snap, *device) {
-            cases.push((name, begun_at(&snap, *device, at)));
-        }
         for (name, s) in &cases {
             let r = device_roles(s, *device);
             let o = &r.by_role["optimizer_state"];
