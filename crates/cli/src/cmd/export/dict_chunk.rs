@@ -8,7 +8,7 @@
 //! strings were done here), whose dictionary indices are found here by a cheaper hash
 //! and a check of the row before.
 //!
-//! [`write`] takes the chunk's distinct values ([`Dict`]) and each row's index into
+//! [`write()`] takes the chunk's distinct values ([`Dict`]) and each row's index into
 //! them, and writes what the crate's writer writes for such a column: one PLAIN
 //! dictionary page, then data pages (format v1, uncompressed, 20,480 rows each) of
 //! definition levels (optional columns) and indices, both in the RLE / bit-packed
@@ -28,14 +28,14 @@ use parquet::file::statistics::{Statistics, ValueStatistics};
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
-/// A null row in the `keys` of [`write`].
+/// A null row in the `keys` of [`write()`].
 pub const NULL_KEY: u32 = u32::MAX;
 
 /// Rows per data page: where the `parquet` crate's writer ends its pages with its
 /// default limit of 20,000 rows, checked after each batch of 1,024 values.
 const PAGE_ROWS: usize = 20 * 1024;
 
-/// The largest dictionary page [`write`] is for: the `parquet` crate's default limit,
+/// The largest dictionary page [`write()`] is for: the `parquet` crate's default limit,
 /// past which its writer falls back to plain encoding (the caller then lets it).
 pub const DICT_MAX_BYTES: usize = 1 << 20;
 
@@ -310,7 +310,7 @@ mod tests {
     use std::sync::Arc;
 
     /// A one-column file of `cells` (`None`: null) written by the crate's column writer
-    /// (`ours` false) or by [`write`], read back by the crate's reader with its page
+    /// (`ours` false) or by [`write()`], read back by the crate's reader with its page
     /// index: the rows as text, and the number of data pages the offset index names.
     fn roundtrip(cells: &[Option<String>], optional: bool, ours: bool) -> (Vec<String>, usize) {
         let rep = if optional { "optional" } else { "required" };
@@ -374,7 +374,7 @@ mod tests {
         out
     }
 
-    /// The chunks [`write`] makes read back as the crate's writer's do: one value (index
+    /// The chunks [`write()`] makes read back as the crate's writer's do: one value (index
     /// width 0), a few, more than 256 (width 9); required and optional columns, with
     /// nulls in runs and alone; more rows than a page holds.
     #[test]
@@ -406,7 +406,7 @@ mod tests {
     }
 
     /// A one-column INT64 file of `cells` written by the crate's writer (`ours` false) or
-    /// by [`write`]: its rows, its chunk statistics and its column index, as text.
+    /// by [`write()`]: its rows, its chunk statistics and its column index, as text.
     fn ints_roundtrip(cells: &[Option<i64>], optional: bool, ours: bool) -> (Vec<String>, String, String) {
         let rep = if optional { "optional" } else { "required" };
         let schema = Arc::new(parse_message_type(&format!("message t {{ {rep} int64 x; }}")).unwrap());
@@ -478,7 +478,7 @@ mod tests {
     }
 
     /// A column index's text without its level histograms (the crate's writer keeps
-    /// them; [`write`] does not).
+    /// them; [`write()`] does not).
     fn strip_histograms(index: &str) -> String {
         let cut = index.find("definition_level_histograms").or_else(|| index.find("repetition_level_histograms"));
         index[..cut.unwrap_or(index.len())].to_string()
