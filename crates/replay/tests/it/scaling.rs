@@ -67,5 +67,5 @@ fn timed(snap: &Snapshot, n: u64) -> Duration {
 fn replay_is_linear_in_distinct_streams() {
     let n = 5_000;
     let (small, large) = (distinct_streams(n), distinct_streams(4 * n));
-    assert_linear("streams", n, timed(&small, n), timed(&large, 4 * n));
+    assert_linear("streams", n, || (timed(&small, n), timed(&large, 4 * n)));
 }
