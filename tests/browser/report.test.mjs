@@ -552,6 +552,24 @@ test('private pools: each pool apart from the default pools, in a table, on the 
   const st = await page.$eval('canvas.st', (c) => { const q = c.getBoundingClientRect(); return { x: q.left, y: q.top }; });
   await page.mouse.click(st.x + target.x + Math.min(target.w / 2, 4), st.y + target.y + target.h / 2);
   assert.match(await page.$eval('#detail-body', (x) => x.textContent), /segment 0x7f0004200000, 20\.00 MiB, .*MemPool \(0, 1\)/);
+  // Stacked by segment, a private pool's segment names its pool in the state view's words
+  // (the graph pool's released segment too); a default-pools segment names none.
+  await page.$eval('canvas.tl', (c) => c.scrollIntoView());
+  assert.equal(await page.evaluate(() => window.fragscope.setStack('segment')), 'segment');
+  const segs = await page.evaluate(() => window.fragscope.segmentBoxes());
+  const base = 0x7f0000000000, MiB = 2 ** 20;
+  const segPool = { [base]: '', [base + 20 * MiB]: 'CUDA graph pool (1, 0)', [base + 40 * MiB]: 'CUDA graph pool (1, 0)', [base + 64 * MiB]: 'MemPool (0, 1)', [base + 66 * MiB]: 'MemPool (0, 1)' };
+  assert.deepEqual(segs.map((b) => b.addr).sort((a, b) => a - b), Object.keys(segPool).map(Number), 'every segment drawn');
+  for (const b of segs) {
+    assert.ok(b.h >= 2 && b.w >= 2, `segment ${b.addr.toString(16)} big enough to click`);
+    const tl = await page.$eval('canvas.tl', (c) => { const q = c.getBoundingClientRect(); return { x: q.left, y: q.top }; });
+    await page.mouse.click(tl.x + b.x, tl.y + b.y);
+    const info = await page.$eval('#segment-info', (x) => ({ addr: Number(x.dataset.addr), pool: x.dataset.pool }));
+    assert.deepEqual(info, { addr: b.addr, pool: segPool[b.addr] }, `segment ${b.addr.toString(16)}`);
+    const text = await page.$eval('#detail-body', (x) => x.textContent);
+    if (info.pool) assert.ok(text.includes(`Segment 0x${b.addr.toString(16)}: `) && text.includes(`, ${info.pool}`), text);
+    else assert.doesNotMatch(text, /pool \(/);
+  }
   assert.deepEqual(errors, []);
   assert.deepEqual(requests, ['file://' + out]);
   await page.close();

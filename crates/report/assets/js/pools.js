@@ -1,7 +1,7 @@
 // pools.js: the private-pool band (DeviceData.pools, only for a device with private pools:
 // CUDA graphs, MemPools), like memory_viz's private-pool view: each pool's memory apart
 // from the default pools, as a table at the end and a reserved line on the timeline; the
-// state view names the pool of a private-pool segment.
+// state view and the timeline's segments name the pool of a private-pool segment.
 const POOL_COLOURS = ['#ef4444', '#7c3aed', '#d97706', '#0891b2', '#be185d', '#4d7c0f'];
 function poolColour(j) { return POOL_COLOURS[j % POOL_COLOURS.length]; }
 function poolName(p) { return p.kind === 'default pools' ? 'default pools' : `${p.kind} (${p.pool[0]}, ${p.pool[1]})`; }
@@ -11,15 +11,27 @@ function poolLegend(dev) {
   (dev.pools || []).forEach((p, j) => { if (j > 0) out.push(el('i', { style: `background:${poolColour(j)}`, 'data-pool-line': p.pool.join(',') }), `${poolName(p)} reserved`); });
   return out;
 }
-// The pool of the selected device's segment at `addr` ('private pool' when unknown).
-function poolNameAt(addr) {
+// The pools of the selected device whose segments (at the end, or made during the trace)
+// include one at `addr`: more than one when segments of two pools reused the address.
+function poolsAt(addr) {
   const d = DATA.files[S.file].devices[S.dev];
-  for (const p of (d && d.pools) || []) {
-    if (p.kind === 'default pools') continue;
+  return ((d && d.pools) || []).filter((p) => {
     if (!p._addrs) p._addrs = new Set(f64(p.segment_addresses));
-    if (p._addrs.has(addr)) return poolName(p);
-  }
-  return 'private pool';
+    return p._addrs.has(addr);
+  });
+}
+// The pool of the selected device's segment at `addr`, one PyTorch marked as a private
+// pool's ('private pool' when its pool cannot be told).
+function poolNameAt(addr) {
+  const p = poolsAt(addr).find((q) => q.kind !== 'default pools');
+  return p ? poolName(p) : 'private pool';
+}
+// The name of the private pool of the segment at `addr` for the timeline's segments, whose
+// lives do not carry PyTorch's pool mark: null unless exactly one pool, a private one, holds
+// the address (the pools' lists do not say when an address changed pools).
+function privatePoolNameAt(addr) {
+  const ps = poolsAt(addr);
+  return ps.length === 1 && ps[0].kind !== 'default pools' ? poolName(ps[0]) : null;
 }
 function poolsView(file, dev) {
   if (!dev.pools || !dev.pools.length) return document.createDocumentFragment();

@@ -614,8 +614,11 @@ function timelineClick(file, dev, c, x, y, w, h) {
     redrawAll();
     const made = A[o + LIFE.start] > 0 ? `reserved at event ${A[o + LIFE.start] - 1}` : 'reserved before the trace';
     const gone = A[o + LIFE.end] >= 0 ? `released at event ${A[o + LIFE.end] - 1}` : 'still reserved at the end';
-    showStack(file, si, `Segment ${hex(A[o + LIFE.address])}: ${bytes(A[o + LIFE.size])}, ${made}, ${gone}`, head);
-    detail.append(el('div', { id: 'segment-info', class: 'note', 'data-addr': String(A[o + LIFE.address]), 'data-size': String(A[o + LIFE.size]) }, 'The stack that reserved it (cudaMalloc or, for an expandable segment, the mapping).'));
+    // A private pool's segment says whose (pools.js), in the state view's words.
+    const pool = privatePoolNameAt(A[o + LIFE.address]);
+    showStack(file, si, `Segment ${hex(A[o + LIFE.address])}: ${bytes(A[o + LIFE.size])}, ${made}, ${gone}${pool ? ', ' + pool : ''}`, head);
+    detail.append(el('div', { id: 'segment-info', class: 'note', 'data-addr': String(A[o + LIFE.address]), 'data-size': String(A[o + LIFE.size]), 'data-pool': pool || '' },
+      'The stack that reserved it (cudaMalloc or, for an expandable segment, the mapping).'));
     return;
   }
   if (S.stack === 'role') {
@@ -693,16 +696,16 @@ api.allocatedColumns = () => {
   for (let x = TL_LEFT; x < w; x++) if (top[x] > 0) out.push({ x, y: Y(top[x]), bottom: Y(0), bytes: top[x] });
   return out;
 };
-// For the tests: the drawn allocations visible now, each with a point inside it (page
-// pixels relative to the canvas) on its widest step.
-api.allocBoxes = () => {
+// For the tests: the drawn lives (allocations or segments) visible now, each with a point
+// inside it (page pixels relative to the canvas) on its widest step.
+function livesBoxes(A, pts, drawn) {
   const c = S.c, cv = document.querySelector('canvas.tl');
-  if (!c || !cv || !c.drawn) return [];
+  if (!c || !cv || !drawn) return [];
   const w = cv.clientWidth, h = cv.clientHeight, G = tlGeom(c, w, h);
   const Y = (v) => TL_TOP + G.ph - (v / G.ymax) * G.ph, X = (s) => TL_LEFT + xOf(s, G.pw);
   const out = [];
-  for (const i of c.drawn) {
-    const A = c.allocs, P = c.pts.get(i), end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : c.states, size = A[i * AL + LIFE.size];
+  for (const i of drawn) {
+    const P = pts.get(i), end = A[i * AL + LIFE.end] >= 0 ? A[i * AL + LIFE.end] : c.states, size = A[i * AL + LIFE.size];
     let best = null;
     for (let q = 0; q < P.length; q += 2) {
       const sa = Math.max(P[q], S.x0), sb = Math.min(q + 2 < P.length ? P[q + 2] : end, S.x1);
@@ -713,4 +716,11 @@ api.allocBoxes = () => {
     if (best) out.push({ index: i, addr: A[i * AL + LIFE.address], size, stack: A[i * AL + LIFE.stack], ...best, x: best.x + cv.clientLeft, y: best.y + cv.clientTop });
   }
   return out;
+}
+api.allocBoxes = () => (S.c && S.c.drawn ? livesBoxes(S.c.allocs, S.c.pts, S.c.drawn) : []);
+// The segments' boxes, as the "stacked by: segment" mode draws them.
+api.segmentBoxes = () => {
+  if (!S.c || !S.c.segs || !S.c.segs.n) return [];
+  const G = layoutSegments(S.c);
+  return livesBoxes(G.A, G.pts, G.drawn);
 };
