@@ -1,5 +1,6 @@
 //! Sizes in text as PyTorch prints them, so users see the numbers their error message and
-//! `torch.cuda.memory_summary()` showed.
+//! `torch.cuda.memory_summary()` showed; and the exact counts and percentages beside them,
+//! written one way by every front end.
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -18,6 +19,24 @@ pub fn format_size(bytes: u64) -> String {
     } else {
         format!("{:.2} GiB", bytes as f64 / GIB as f64)
     }
+}
+
+/// An integer with thousands separators (`1,234,567`), for exact figures.
+pub fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A fraction as a percentage with one decimal (`"12.5%"`).
+pub fn percent(fraction: f64) -> String {
+    format!("{:.1}%", fraction * 100.0)
 }
 
 #[cfg(test)]

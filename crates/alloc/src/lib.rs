@@ -65,7 +65,7 @@ pub use engine::{
     BlockInfo, BlockState, CachingAllocator, Event, FreeError, InvariantError, Oom, SeedBlock, SeedError, SeedSegment,
     SegmentInfo,
 };
-pub use format::format_size;
+pub use format::{format_size, grouped, percent};
 pub use stats::{Stat, StatArray, Stats};
 pub use uncached::UncachedAllocator;
 pub use vmm::StrictVmm;

@@ -4,6 +4,7 @@
 /// PyTorch's `format_size` (OOM messages): `≤ 1024` → `"<n> bytes"`, then two decimals
 /// with KiB / MiB / GiB (`"1.50 GiB"`; exactly 1 MiB prints `"1024.00 KiB"`).
 pub use fragscope_alloc::format_size as bytes;
+pub use fragscope_alloc::{grouped, percent};
 
 /// A byte cell of `torch.cuda.memory_summary()`: integer (width 6), a space and a unit
 /// chosen from `pref` (the `all` row's value): move to the next unit while `pref` ≥
@@ -36,19 +37,6 @@ pub fn summary_count(value: u64, pref: u64) -> String {
         p /= 1000.0;
     }
     format!("{v:7} {unit} ")
-}
-
-/// An integer with `_`-free thousands separators (`1,234,567`), for exact figures.
-pub fn grouped(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `s` safe to write to a terminal: control characters (ESC of an OSC title or a
@@ -93,11 +81,6 @@ pub fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, crat
 /// `n` (digits grouped) and the noun for that count: `1 trace entry`, `2 trace entries`.
 pub fn count_of(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", grouped(n), if n == 1 { one } else { many })
-}
-
-/// A percentage with one decimal (`"12.5%"`).
-pub fn percent(part: f64) -> String {
-    format!("{:.1}%", part * 100.0)
 }
 
 /// `text` cut between words into lines of at most `max` characters (a word longer than

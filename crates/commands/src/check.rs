@@ -2,6 +2,7 @@
 //! ([`CheckRequest`]) parsed into [`CheckLimits`], the [`CheckResult`] document, and the line
 //! that names the first broken limit in a front end's words.
 
+use fragscope_alloc::{grouped, percent};
 use fragscope_diagnose::{parse_fraction, CheckFailure, CheckLimits, CheckResult, CheckValue, LimitKind};
 use fragscope_replay::parse_size;
 
@@ -107,24 +108,6 @@ fn value(v: &CheckValue) -> String {
         CheckValue::Ratio(r) => percent(r),
         CheckValue::Count(c) => c.to_string(),
     }
-}
-
-/// A fraction as a percentage with one decimal (`"0.8%"`).
-pub fn percent(r: f64) -> String {
-    format!("{:.1}%", r * 100.0)
-}
-
-/// `n` with thousands separators (`40,000,000,000`).
-fn grouped(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The text of one broken limit (without the `check failed: ` prefix), the limit as `req`

@@ -607,21 +607,9 @@ fn peak_text(name: &str, p: &PeakAttribution) -> String {
     if !p.open_annotations.is_empty() {
         let _ = writeln!(o, "    Open record_function scopes: {}", p.open_annotations.join(" > "));
     }
-    if !p.by_annotation.is_empty() {
-        let _ = writeln!(o, "    By record_function scope (where the live blocks were allocated):");
-        for a in &p.by_annotation {
-            let _ = writeln!(
-                o,
-                "    {:>12}  {:>5} {:<6}  {}",
-                bytes(a.bytes),
-                a.blocks,
-                if a.blocks == 1 { "block" } else { "blocks" },
-                a.name
-            );
-        }
-    }
-    // The strings PyTorch attaches to each allocation, listed as the scopes are.
+    // The scopes, then the strings PyTorch attaches to each allocation, listed alike.
     for (rows, what) in [
+        (&p.by_annotation, "By record_function scope (where the live blocks were allocated):"),
         (&p.by_compile_context, "By compile_context (the torch.compile region of the allocation):"),
         (&p.by_user_metadata, "By user_metadata (set with torch.cuda.memory._set_memory_metadata):"),
     ] {

@@ -16,11 +16,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragscope_commands::check::{failed_line, json, percent, CheckRequest};
+use fragscope_commands::check::{failed_line, json, CheckRequest};
 use fragscope_commands::Words;
 use fragscope_diagnose::check;
 
-use crate::output::bytes;
+use crate::output::{bytes, percent};
 use crate::{CliError, EXIT_GATE_FAILED};
 use fragscope_commands::input;
 
