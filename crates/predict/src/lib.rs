@@ -641,6 +641,11 @@ impl<'a> Program<'a> {
         }
     }
 
+    /// The largest request of the template's step at `at` (its point size).
+    fn largest_request(&self, at: u64) -> u64 {
+        (0..self.fits.len()).filter_map(|q| self.size_at(q, at, Scenario::Point)).max().unwrap_or(0)
+    }
+
     /// How many template requests have a size at `at` that their alternatives or the
     /// margin past the recordings leave open.
     fn open_requests(&self, at: u64) -> usize {
@@ -702,8 +707,18 @@ impl<'a> Program<'a> {
         // Under expandable segments, a warm training template's first step rebuilt from
         // the parameters is as plausible as the point's steady-state rebuild
         // (`Program::rebuild_start`): the range holds both.
+        let mut later_steps = None;
         if self.started_warm && cfg.expandable_segments && self.first_step_plan.is_some() {
-            widen(&self.replay_from(p.at, cfg, None, Scenario::Point, true, &mut |_, _| {}), None);
+            let from_parameters = self.replay_from(p.at, cfg, None, Scenario::Point, true, &mut |_, _| {});
+            widen(&from_parameters, None);
+            // And what a later step adds on top of the program's history so rebuilt where
+            // one request finds no free run of its size (warm::fresh_pages): the real
+            // runs' third steps did, past both rebuilds.
+            let fresh = warm::fresh_pages(self.largest_request(p.at), cfg.large_segment_size);
+            later_steps = Some(from_parameters.peak_reserved + fresh);
+        }
+        if let Some(hi) = later_steps {
+            r.reserved[1] = r.reserved[1].max(hi);
         }
         // A warm template's cache: rebuilt by the predicted step, while the real one was
         // built by a first step the recording does not hold (warm::cache_ratios).
@@ -750,7 +765,9 @@ impl<'a> Program<'a> {
             p.notes.push(
                 "under expandable_segments the reserved range also holds the first step rebuilt from the parameters \
                  (which of the two rebuilds the real cache is nearer, a warm recording does not tell: measured -6% to \
-                 +11% either way)"
+                 +11% either way), and that first-step rebuild with the largest request's pages more (pages stay \
+                 mapped until empty_cache(), and a later step whose largest request finds no free run of its size \
+                 maps it anew)"
                     .to_string(),
             );
         }

@@ -218,9 +218,10 @@ fn ranges_hold_the_real_peak() {
     // What the ranges are known not to hold (docs/fidelity.md), each counted: a warm
     // template's cache (the range extends by the largest error the rebuild makes at a
     // recorded size, 3 % at least; under expandable segments the range also holds the
-    // first step rebuilt from the parameters, and the real run maps more in its third step
-    // than either rebuild: outside its range in 2 cases, one of them by 0.02 % of
-    // allocated too; and
+    // first step rebuilt from the parameters, and that rebuild plus the pages of the
+    // largest request, which a later step maps anew where it finds no free run
+    // (warm::fresh_pages): none outside for reserved since; h200-seq 256 from 512, 1024
+    // expandable, whose allocated peak is 0.02 % below its range; and
     // niu-train3 100 from 150, 200, whose allocated peak is 0.22 % above its range);
     // far out under expandable_segments (none since the turning quadratics are held); and
     // `kk-step expandable own`, whose truth counted the cache its recording held before
@@ -244,8 +245,8 @@ fn ranges_hold_the_real_peak() {
     }
     // Frozen: these may only shrink.
     assert!(
-        count("warm") <= 3,
-        "warm forms: {} outside (36 when frozen, 9 since the cache ratios, 4 since the first rebuilt step and the 3% floor, 3 since a warm expandable range holds the first step rebuilt from the parameters)",
+        count("warm") <= 2,
+        "warm forms: {} outside (36 when frozen, 9 since the cache ratios, 4 since the first rebuilt step and the 3% floor, 3 since a warm expandable range holds the first step rebuilt from the parameters, 2 since it holds the largest request's pages more)",
         count("warm")
     );
     assert!(
