@@ -254,6 +254,10 @@ pub struct Program<'a> {
     /// cold template, one without an optimizer phase, or one whose parameters or state
     /// are replaced each step.
     first_step_plan: Option<warm::FirstStep>,
+    /// The blocks live before a warm template's trace that the trace never frees and whose
+    /// size the recordings show scales: `(template address, law)`, rebuilt at the target
+    /// size ([`warm::scaled_before`]). Empty for a cold template.
+    scaled_before: Vec<(u64, SizeFit)>,
 }
 
 /// Bytes live at the predicted peak of allocated memory, by how far their sizes can be
@@ -577,6 +581,17 @@ impl<'a> Program<'a> {
         sizes.sort_unstable();
         let warm_peaks = if warm { warm::recorded_peaks(recs, device) } else { Vec::new() };
         let first_step_plan = if warm { warm::first_step(template, device, req_index[0], &seeded) } else { None };
+        let scaled_before = if warm { warm::scaled_before(recs, t, device, &seeded) } else { Vec::new() };
+        if !scaled_before.is_empty() {
+            for n in notes.iter_mut().filter(|n| n.starts_with("blocks live before the trace differ")) {
+                *n = n.replace("(the state before the trace is not scaled)", "but for the blocks below");
+            }
+            notes.push(format!(
+                "{} block(s) live before the trace that it never frees differ in size from one recording to the \
+                 next as the size does: the rebuilt start holds them at the target size",
+                scaled_before.len()
+            ));
+        }
         Ok(Program {
             device,
             template,
@@ -590,6 +605,7 @@ impl<'a> Program<'a> {
             carry,
             warm_peaks,
             first_step_plan,
+            scaled_before,
             seeded,
             recorded_config: recorded,
             notes,
@@ -992,35 +1008,30 @@ impl<'a> Program<'a> {
         // steady-state rebuild gives -5.9 % to +11.1 %; as the point it took batch 16 and 32
         // within 3 % and batch 4 and bf16 8 out of it (101 of 108 within 3 % against 102).
         if let Some(f) = self.first_step_plan.as_ref().filter(|_| !cfg.expandable_segments || run.from_parameters) {
-            self.first_step_start(f, run);
+            self.first_step_start(f, at, cfg, run);
             return;
         }
+        self.rescale_before(at, cfg, run, self.scaled_before.iter().map(|s| s.0).collect());
         run.eng.empty_cache();
         for &(addr, q) in &self.carry.pairs {
             let ev = &trace[self.req_index[q]];
             let Some(n) = self.size_at(q, at, run.scenario) else { continue };
             let pool = self.template.pool_id(ev).unwrap_or(DEFAULT_POOL);
-            if let Ok(a) = run.eng.malloc_in_pool(n, self.template.stream(ev), pool) {
-                run.blocks.allocated(addr, Some(a));
-                let r = round_size(n, cfg);
-                run.live.add(Cat::Before, r);
-                run.cat_of.insert(a, (Cat::Before, r));
-            }
+            self.malloc_before(run, cfg, addr, n, self.template.stream(ev), pool);
         }
     }
 
-    /// The start of the first rebuilt step of a warm training template ([`warm::FirstStep`]):
-    /// every block live before the trace but the parameters released, the template's cache
-    /// with them, and those the first step creates lazily queued for their entry.
-    fn first_step_start(&self, f: &warm::FirstStep, run: &mut Run) {
+    /// Releases the blocks live before the trace at template addresses `addrs` (those the
+    /// run still holds), returning each one's requested bytes, stream and pool.
+    fn release_before(&self, run: &mut Run, addrs: impl Iterator<Item = u64>) -> HashMap<u64, (u64, StreamId, PoolId)> {
         let mut where_: HashMap<u64, (StreamId, PoolId)> = HashMap::new();
         for seg in run.eng.segments() {
             for b in &seg.blocks {
                 where_.insert(b.address, (seg.stream, seg.pool));
             }
         }
-        let mut requested: HashMap<u64, (u64, StreamId, PoolId)> = HashMap::new();
-        for &addr in &f.dropped {
+        let mut requested = HashMap::new();
+        for addr in addrs {
             let Some(a) = run.blocks.target(addr) else { continue };
             if let (Some(info), Some(&(stream, pool))) = (run.eng.block_at(a), where_.get(&a)) {
                 requested.insert(addr, (info.requested_size, stream, pool));
@@ -1031,11 +1042,66 @@ impl<'a> Program<'a> {
             }
             run.blocks.completed(addr);
         }
+        requested
+    }
+
+    /// The blocks live before the trace at template addresses `addrs` that the
+    /// recordings show scale ([`warm::scaled_before`]) made again at their size at `at`,
+    /// each at once where it was released: the block the program made at that size lives
+    /// where the template's did, as far as it fits (kept in place, it put a small segment
+    /// more into the rebuilt cache once the `empty_cache()` after it released the old).
+    fn rescale_before(&self, at: u64, cfg: &AllocatorConfig, run: &mut Run, addrs: Vec<u64>) {
+        for addr in addrs {
+            let Some(law) = self.scaled_before.iter().find(|s| s.0 == addr).map(|s| s.1) else { continue };
+            // Where its size at `at` is the template's, the block stays as it is.
+            let now = run.blocks.target(addr).and_then(|a| run.eng.block_at(a)).map(|b| b.requested_size);
+            if now.is_none() || now == law.at(at) {
+                continue;
+            }
+            let released = self.release_before(run, std::iter::once(addr));
+            if let (Some(&(_, stream, pool)), Some(n)) = (released.get(&addr), law.at(at)) {
+                self.malloc_before(run, cfg, addr, n, stream, pool);
+            }
+        }
+    }
+
+    /// A block of `n` bytes standing for the block live before the trace at template
+    /// address `addr` (a leftover carried over, a block rebuilt at the target size).
+    fn malloc_before(&self, run: &mut Run, cfg: &AllocatorConfig, addr: u64, n: u64, stream: StreamId, pool: PoolId) {
+        if let Ok(a) = run.eng.malloc_in_pool(n, stream, pool) {
+            run.blocks.allocated(addr, Some(a));
+            let r = round_size(n, cfg);
+            run.live.add(Cat::Before, r);
+            run.cat_of.insert(a, (Cat::Before, r));
+        }
+    }
+
+    /// The start of the first rebuilt step of a warm training template ([`warm::FirstStep`]):
+    /// every block live before the trace but the parameters released, the template's cache
+    /// with them, and those the first step creates lazily queued for their entry; the
+    /// blocks the recordings show scale ([`warm::scaled_before`]) at their size at `at`
+    /// (made again at once where the counting took them for parameters).
+    fn first_step_start(&self, f: &warm::FirstStep, at: u64, cfg: &AllocatorConfig, run: &mut Run) {
+        let law = |addr: u64| self.scaled_before.iter().find(|s| s.0 == addr).map(|s| s.1);
+        self.rescale_before(
+            at,
+            cfg,
+            run,
+            self.scaled_before.iter().map(|s| s.0).filter(|a| !f.dropped.contains(a)).collect(),
+        );
+        let requested = self.release_before(run, f.dropped.iter().copied());
         run.eng.empty_cache();
         run.pending = f
             .lazy
             .iter()
-            .filter_map(|&(addr, at)| requested.get(&addr).map(|&(n, stream, pool)| (at, addr, n, stream, pool)))
+            .filter_map(|&(addr, entry)| {
+                let &(n, stream, pool) = requested.get(&addr)?;
+                let n = match law(addr) {
+                    Some(l) => l.at(at)?,
+                    None => n,
+                };
+                Some((entry, addr, n, stream, pool))
+            })
             .collect();
         run.pending.reverse();
     }

@@ -87,6 +87,7 @@ fn own_program(snap: &Snapshot, device: i64) -> Program<'_> {
         carry: warm::Carry::default(),
         warm_peaks: Vec::new(),
         first_step_plan: None,
+        scaled_before: Vec::new(),
     }
 }
 
