@@ -746,6 +746,18 @@ impl<'a> Program<'a> {
             let at = |k: f64| (point.peak_reserved as f64 * k).round() as u64;
             r.reserved = [r.reserved[0].min(at(lo)), r.reserved[1].max(at(hi))];
         }
+        // A warm template's rebuilt cache without expandable segments: which cached block
+        // serves each request decides what it counts whole (spec §3.8: a large-pool block
+        // is split only where more than 1 MiB would remain, and allocated bytes count the
+        // block), and the real cache is not the rebuilt one. What the point's layout left
+        // unsplit at its peak, another layout may leave as much again or none of.
+        if self.started_warm && p.start_refused.is_none() && !cfg.expandable_segments {
+            let unsplit = warm::unsplit_bytes(point.peak_allocated, point.breakdown.total());
+            r.allocated = [
+                r.allocated[0].min(point.peak_allocated - unsplit),
+                r.allocated[1].max(point.peak_allocated + unsplit),
+            ];
+        }
         // The model's own residual, whatever the laws: the allocator's decisions on
         // requests the template does not share with the target.
         let widen_by = |[lo, hi]: [u64; 2]| {

@@ -92,3 +92,22 @@ fn a_warm_templates_scaled_blocks_are_rebuilt_at_the_target_size() {
     let e = (p.peak_allocated as f64 / real as f64 - 1.0).abs();
     assert!(e < 1e-4, "allocated {} against {real}", p.peak_allocated);
 }
+
+/// A warm template's allocated range, without expandable segments, spans the remainders
+/// the rebuilt cache handed out whole (`warm::unsplit_bytes`, spec §3.8): niu-train3 at
+/// 100 from 150 and 200, cut after their first step. The real cache left 2.9 MB more
+/// unsplit at the peak than the rebuilt one, past the point and its residual.
+#[test]
+fn a_warm_range_holds_what_another_cache_hands_out_whole() {
+    let f = FAMILIES.iter().find(|f| f.name == "niu-train3").expect("the family");
+    let hot: Vec<_> = [100u64, 150, 200].iter().map(|&s| warm(&load(f, s).expect("shipped"), "niu")).collect();
+    let recs = [Recording { snap: &hot[1], size: 150 }, Recording { snap: &hot[2], size: 200 }];
+    let prog = Program::fit(&recs, Some(0)).expect("aligns");
+    assert!(prog.started_warm && !prog.recorded_config.expandable_segments);
+    let p = prog.predict(100, &prog.recorded_config.clone(), None);
+    let (_, real) = truth(&hot[0]);
+    // The near miss: the point and the model's residual stop short of the real peak.
+    assert!(real as f64 > p.peak_allocated as f64 * (1.0 + fragscope_predict::RESIDUAL), "{} {real}", p.peak_allocated);
+    let r = p.range.as_ref().expect("a range");
+    assert!(r.allocated[0] <= real && real <= r.allocated[1], "{real} outside {:?}", r.allocated);
+}
