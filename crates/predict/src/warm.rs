@@ -3,7 +3,11 @@
 //! loss, ...) matched with the blocks the trace allocates and leaves live at its end (this
 //! step's leftovers, which the next step frees). With the match a predicted step can be
 //! replayed again from its own end ([`Carry`]), which is how a prediction rebuilds the
-//! cache the target size would build instead of keeping the template's.
+//! cache the target size would build instead of keeping the template's. Also here: how the
+//! first rebuilt step starts ([`FirstStep`]), the blocks live before the trace that scale
+//! with the size ([`scaled_before`]), and what a warm prediction's range adds for the cache
+//! it cannot know ([`cache_ratios`], [`fresh_pages`] under expandable segments,
+//! [`unsplit_bytes`] without).
 
 use std::collections::HashMap;
 
