@@ -266,15 +266,16 @@ fn evaluate(f: &Family, form: Form) -> Vec<Row> {
 
 /// The error (|%|, reserved then allocated) of every case over 3 % when the warm cache
 /// was rebuilt (issue 37 item 2), rounded up: a case may not get worse than this. Cases
-/// not listed are held to 3 % (the issue's target). The errors before any change are in
+/// not listed are held to 3 % (the issue's target); those listed, to their error in
+/// warmexp3's table rounded up to the next whole percent. The errors before any change are in
 /// docs/fidelity.md. Since the first rebuilt step starts as the program's did
 /// (`warm::FirstStep`), every warm case without expandable segments is within 3 %.
 const BUDGET: &[(&str, f64, f64)] = &[
-    ("h200-batch warm-expandable loo [4, 8, 32]->16", 11.0, 3.0),
+    ("h200-batch warm-expandable loo [4, 8, 32]->16", 10.0, 3.0),
     ("h200-batch warm-expandable loo [4, 8, 16]->32", 12.0, 3.0),
-    ("h200-amp expandable loo [4, 16]->8", 6.0, 3.0),
-    ("h200-amp warm-expandable loo [4, 8]->16", 7.0, 3.0),
-    ("h200-amp warm-expandable own [4, 8, 16]->16", 7.0, 3.0),
+    ("h200-amp expandable loo [4, 16]->8", 5.0, 3.0),
+    ("h200-amp warm-expandable loo [4, 8]->16", 6.0, 3.0),
+    ("h200-amp warm-expandable own [4, 8, 16]->16", 6.0, 3.0),
     ("h200-seq warm-expandable loo [512, 1024]->256", 6.0, 3.0),
 ];
 
