@@ -20,9 +20,14 @@ pub const MAX_BYTES: u64 = 1 << 48;
 /// Largest address accepted (2^57).
 pub const MAX_ADDRESS: u64 = 1 << 57;
 
-/// The largest `addr` and `size` over every trace entry a read made (device and host
-/// traces alike, and entries it later set aside: an upper bound). When both are within
-/// this module's limits no trace entry needs checking one by one.
+/// A bound on the `addr` and `size` of every trace entry a read made (device and host
+/// traces alike, and entries it later set aside): the bitwise OR of each, at least the
+/// largest and less than twice it. When both are within this module's limits no trace
+/// entry needs checking one by one; when not, the entries are checked one by one, so a
+/// bound above the largest value only costs that walk. Why an OR: the reader adds every
+/// entry to it, and an OR is one instruction per lane where a 64-bit unsigned `max` (no
+/// such instruction in SSE2) was a compare-and-blend sequence, ~5 % of the reading
+/// thread's samples.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct TraceMax {
     pub(crate) addr: u64,
@@ -32,8 +37,8 @@ pub(crate) struct TraceMax {
 impl TraceMax {
     #[inline(always)]
     pub(crate) fn add(&mut self, ev: &TraceEvent) {
-        self.addr = self.addr.max(ev.addr);
-        self.size = self.size.max(ev.size);
+        self.addr |= ev.addr;
+        self.size |= ev.size;
     }
 }
 
