@@ -1924,7 +1924,9 @@ impl Builder<'_> {
             return Err(self.shape(format!("{what} lacks 'blocks': not a memory snapshot segment")));
         };
         let mut addr = seg.address;
-        for (j, b) in self.list_items(blocks_v, "segment 'blocks'")?.into_iter().enumerate() {
+        let blocks = self.list_items(blocks_v, "segment 'blocks'")?;
+        seg.blocks.reserve_exact(blocks.len());
+        for (j, b) in blocks.into_iter().enumerate() {
             let blk = self.block(b, addr, &format_args!("{what}.blocks[{j}]"))?;
             addr = blk.address.wrapping_add(blk.size);
             seg.blocks.push(blk);
