@@ -183,6 +183,24 @@ mod tests {
         }
     }
 
+    /// The read's bound is an OR of the entries' values, above their largest where their
+    /// bits differ: past a limit that no entry is past, the entries are checked one by
+    /// one, with `check`'s answer; past a limit that one is past, `check`'s error.
+    #[test]
+    fn the_reads_bound_above_the_largest_value_gives_checks_answer() {
+        let mut max = TraceMax::default();
+        let events = [TraceEvent::new(Action::Alloc, MAX_ADDRESS - 1, MAX_BYTES), TraceEvent::new(Action::Alloc, 1, 1)];
+        events.iter().for_each(|e| max.add(e));
+        assert!(max.size > MAX_BYTES, "the OR is past the limit, the largest size is not");
+        let mut snap = Snapshot { device_traces: vec![events.to_vec()], ..Default::default() };
+        assert!(check(&snap).is_ok());
+        assert!(check_read(&snap, Some(max)).is_ok());
+        snap.device_traces[0][1].size = MAX_BYTES + 1;
+        max.add(&snap.device_traces[0][1]);
+        let e = check(&snap).unwrap_err().to_string();
+        assert_eq!(check_read(&snap, Some(max)).unwrap_err().to_string(), e);
+    }
+
     /// Each segment and entry within its bound, the totals past 2^64: refused, naming the
     /// total; the same count of entries one byte smaller each fits.
     #[test]

@@ -1981,8 +1981,8 @@ impl Builder<'_> {
                 "requested_size" => b.requested_size = Some(self.uint(val, "block 'requested_size'")?),
                 "state" => {
                     let s = self.str_of(val, "block 'state'")?;
-                    b.state = BlockState::parse(s)
-                        .ok_or_else(|| self.shape(format!("{what}: unknown block state '{s}'")))?;
+                    b.state =
+                        BlockState::parse(s).ok_or_else(|| self.shape(format!("{what}: unknown block state '{s}'")))?;
                     have_state = true;
                 }
                 "frames" => b.stack = self.abs.stack_of(self.st, val)?,
