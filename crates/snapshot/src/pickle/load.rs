@@ -94,9 +94,9 @@ struct SnapshotAbsorber {
     input_len: Option<u64>,
     /// The list that was given that capacity (one reservation per list).
     reserved_list: u32,
-    /// The largest `addr` and `size` of any trace entry absorbed, kept as entries are
-    /// made (while they are in cache), so that the bounds check after reading need not
-    /// walk every entry again ([`TraceMax`]).
+    /// A bound on the `addr` and `size` of every trace entry absorbed (their ORs), kept as
+    /// entries are made (while they are in cache), so that the bounds check after reading
+    /// need not walk every entry again ([`TraceMax`]).
     max: TraceMax,
     /// Trace entries completed on the fast path, waiting for their APPENDS.
     pending: Vec<TraceEvent>,
