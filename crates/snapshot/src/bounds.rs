@@ -20,9 +20,14 @@ pub const MAX_BYTES: u64 = 1 << 48;
 /// Largest address accepted (2^57).
 pub const MAX_ADDRESS: u64 = 1 << 57;
 
-/// The largest `addr` and `size` over every trace entry a read made (device and host
-/// traces alike, and entries it later set aside: an upper bound). When both are within
-/// this module's limits no trace entry needs checking one by one.
+/// A bound on the `addr` and `size` of every trace entry a read made (device and host
+/// traces alike, and entries it later set aside): the bitwise OR of each, at least the
+/// largest and less than twice it. When both are within this module's limits no trace
+/// entry needs checking one by one; when not, the entries are checked one by one, so a
+/// bound above the largest value only costs that walk. Why an OR: the reader adds every
+/// entry to it, and an OR is one instruction per lane where a 64-bit unsigned `max` (no
+/// such instruction in SSE2) was a compare-and-blend sequence, ~5 % of the reading
+/// thread's samples.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct TraceMax {
     pub(crate) addr: u64,
@@ -32,8 +37,8 @@ pub(crate) struct TraceMax {
 impl TraceMax {
     #[inline(always)]
     pub(crate) fn add(&mut self, ev: &TraceEvent) {
-        self.addr = self.addr.max(ev.addr);
-        self.size = self.size.max(ev.size);
+        self.addr |= ev.addr;
+        self.size |= ev.size;
     }
 }
 
@@ -176,6 +181,24 @@ mod tests {
                 history: None,
             }],
         }
+    }
+
+    /// The read's bound is an OR of the entries' values, above their largest where their
+    /// bits differ: past a limit that no entry is past, the entries are checked one by
+    /// one, with `check`'s answer; past a limit that one is past, `check`'s error.
+    #[test]
+    fn the_reads_bound_above_the_largest_value_gives_checks_answer() {
+        let mut max = TraceMax::default();
+        let events = [TraceEvent::new(Action::Alloc, MAX_ADDRESS - 1, MAX_BYTES), TraceEvent::new(Action::Alloc, 1, 1)];
+        events.iter().for_each(|e| max.add(e));
+        assert!(max.size > MAX_BYTES, "the OR is past the limit, the largest size is not");
+        let mut snap = Snapshot { device_traces: vec![events.to_vec()], ..Default::default() };
+        assert!(check(&snap).is_ok());
+        assert!(check_read(&snap, Some(max)).is_ok());
+        snap.device_traces[0][1].size = MAX_BYTES + 1;
+        max.add(&snap.device_traces[0][1]);
+        let e = check(&snap).unwrap_err().to_string();
+        assert_eq!(check_read(&snap, Some(max)).unwrap_err().to_string(), e);
     }
 
     /// Each segment and entry within its bound, the totals past 2^64: refused, naming the

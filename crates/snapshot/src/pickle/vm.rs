@@ -64,6 +64,12 @@ pub(crate) struct DictSlot {
     /// Set when the dict was absorbed but its slot is kept (frames are shared, and may be
     /// referenced again in the same APPENDS batch): references resolve to this instead.
     pub replaced: Option<Value>,
+    /// The absorber saw these items whole ([`Absorber::on_dict`]) and kept the dict as a
+    /// dict: appended to a list, it is kept again without asking (its answer would be the
+    /// same, from the same items). Cleared when items are added. Why: a segment's blocks
+    /// are such dicts, 100,000s of them in an allocator-consistent file, and asking again
+    /// copied and sorted each block's keys twice more.
+    plain: bool,
 }
 
 pub(crate) struct ListSlot {
@@ -181,6 +187,7 @@ impl VmState {
             slot.items.clear();
             slot.gen = slot.gen.wrapping_add(1);
             slot.memo = NO_MEMO;
+            slot.plain = false;
             self.free_dicts.push(h.idx);
         } else {
             slot.items = Vec::new();
@@ -231,10 +238,11 @@ impl VmState {
         if let Some(idx) = self.free_dicts.pop() {
             let slot = &mut self.dicts[idx as usize];
             slot.replaced = None;
+            slot.plain = false;
             return Value::Dict(Handle { idx, gen: slot.gen });
         }
         let idx = self.dicts.len() as u32;
-        self.dicts.push(DictSlot { gen: 0, memo: NO_MEMO, items: Vec::new(), replaced: None });
+        self.dicts.push(DictSlot { gen: 0, memo: NO_MEMO, items: Vec::new(), replaced: None, plain: false });
         Value::Dict(Handle { idx, gen: 0 })
     }
     pub(crate) fn new_list(&mut self) -> (Value, u32) {
@@ -718,7 +726,14 @@ impl<R: Read> Vm<R> {
         self.state.list(h)?;
         for i in from..self.stack.len() {
             let item = self.state.resolve(self.stack[i]);
-            if let Absorb::Keep(v) = abs.on_append(&mut self.state, h.idx, item)? {
+            let plain = match item {
+                Value::Dict(d) => self.state.dicts.get(d.idx as usize).is_some_and(|s| s.gen == d.gen && s.plain),
+                _ => false,
+            };
+            if plain {
+                self.state.list_mut(h)?.items.push(item);
+                self.state.held += size_of::<Value>() as u64;
+            } else if let Absorb::Keep(v) = abs.on_append(&mut self.state, h.idx, item)? {
                 self.state.list_mut(h)?.items.push(v);
                 self.state.held += size_of::<Value>() as u64;
             }
@@ -737,6 +752,7 @@ impl<R: Read> Vm<R> {
         self.state.dict(h)?;
         self.state.held += ((self.stack.len() - from) * size_of::<Value>()) as u64;
         let slot = &mut self.state.dicts[h.idx as usize];
+        slot.plain = false;
         slot.items.extend(self.stack[from..].chunks_exact(2).map(|kv| (kv[0], kv[1])));
         self.stack.truncate(from);
         Ok(())
@@ -1161,6 +1177,8 @@ impl<R: Read> Vm<R> {
             self.state.held += (n * size_of::<Value>()) as u64;
             let slot = &mut self.state.dicts[h.idx as usize];
             slot.items.extend(self.items[..n].chunks_exact(2).map(|kv| (kv[0], kv[1])));
+            // `on_dict` above saw these items and kept the dict.
+            slot.plain = true;
         } else {
             self.marks.push(self.stack.len());
             self.stack.extend_from_slice(&self.items[..n]);

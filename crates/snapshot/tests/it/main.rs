@@ -11,6 +11,7 @@ mod bounds;
 mod changed_while_read;
 mod common;
 mod fresh_stacks;
+mod kept_dicts;
 mod kineto;
 mod limits;
 mod long_trace_mapped;
