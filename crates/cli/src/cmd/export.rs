@@ -94,8 +94,11 @@ enum Kind {
 struct Col {
     kind: Kind,
     optional: bool,
-    /// An INT64 column with a dictionary (not one of [`UNIQUE_INTS`]).
+    /// An INT64 column with a dictionary (not one of [`UNIQUE_INTS`]): its cells are
+    /// kept as indices into the row group's dictionary ([`Col::ids`], [`Col::values`]),
+    /// found as each cell comes.
     dictionary: bool,
+    /// An INT64 column's cells without a dictionary (one of [`UNIQUE_INTS`]).
     ints: Vec<i64>,
     bools: Vec<bool>,
     /// Definition levels of an optional INT64 or BOOLEAN column (string columns say null
@@ -105,7 +108,20 @@ struct Col {
     /// index into `spill`, or [`NULL_ID`]. Four bytes a cell where a `ByteArray` is 32
     /// with a reference count to touch: the buffered cells of a 1 M-row group and their
     /// counts were ~15 % of the export's CPU (page faults, `Bytes` clones and drops).
+    ///
+    /// An INT64 column's with a dictionary: the cell's index into `values`, or
+    /// [`NULL_ID`]: the chunk's dictionary indices as [`dict_chunk`] writes them, found
+    /// once per cell as it comes rather than by a second pass over 8-byte cells kept
+    /// until the row group is written (half the memory to fill, one pass fewer).
     ids: Vec<u32>,
+    /// An INT64 column with a dictionary: the row group's distinct values, in the order
+    /// they first came (as the `parquet` crate's writer numbers them).
+    values: Vec<i64>,
+    /// `values`' indices by value.
+    value_ids: fragscope_snapshot::FxHashMap<i64, u32>,
+    /// The last value met and its index: runs of one value are common (the device, a
+    /// stream, a size) and are answered without a hash.
+    last_value: Option<(i64, u32)>,
     /// The column's distinct strings, kept for the process's life (leaked, at most
     /// [`INTERN_MAX`] of them), so that a cell's buffer is a `&'static` one: cloned and
     /// dropped without a reference count.
@@ -138,6 +154,9 @@ impl Col {
             optional,
             dictionary,
             ints: Vec::new(),
+            values: Vec::new(),
+            value_ids: Default::default(),
+            last_value: None,
             bools: Vec::new(),
             defs: Vec::new(),
             ids: Vec::new(),
@@ -148,13 +167,19 @@ impl Col {
         }
     }
 
+    /// Whether the cells are kept in [`Col::ids`] (strings, INT64 with a dictionary).
+    fn by_id(&self) -> bool {
+        self.kind == Kind::Str || (self.kind == Kind::I64 && self.dictionary)
+    }
+
     /// Rows buffered.
     fn len(&self) -> usize {
         match self.kind {
-            Kind::Str => self.ids.len(),
+            _ if self.by_id() => self.ids.len(),
             _ if self.optional => self.defs.len(),
             Kind::I64 => self.ints.len(),
             Kind::Bool => self.bools.len(),
+            Kind::Str => unreachable!("strings are kept by id"),
         }
     }
 
@@ -191,51 +216,62 @@ impl Col {
         id
     }
 
+    /// Appends an INT64 cell to a column with a dictionary (`None`: null).
+    #[inline]
+    fn push_value(&mut self, x: Option<i64>) {
+        let Some(x) = x else {
+            self.ids.push(NULL_ID);
+            return;
+        };
+        if let Some((v, k)) = self.last_value {
+            if v == x {
+                self.ids.push(k);
+                return;
+            }
+        }
+        let values = &mut self.values;
+        let k = *self.value_ids.entry(x).or_insert_with(|| {
+            values.push(x);
+            values.len() as u32 - 1
+        });
+        self.last_value = Some((x, k));
+        self.ids.push(k);
+    }
+
     /// The buffered cells of an INT64 column with a dictionary as a dictionary-encoded
-    /// column chunk ([`dict_chunk`]) for `descr`; `None` where the dictionary page would
-    /// be over the `parquet` crate's limit (its writer falls back to plain encoding
-    /// there, and writes the chunk).
+    /// column chunk ([`dict_chunk`]) for `descr`, written into `out`; `None` where the
+    /// dictionary page would be over the `parquet` crate's limit (its writer falls back
+    /// to plain encoding there, and writes the chunk: [`Col::plain_ints`]).
     fn int_chunk(
         &self,
         descr: ColumnDescPtr,
-    ) -> parquet::errors::Result<Option<(bytes::Bytes, parquet::column::writer::ColumnCloseResult)>> {
-        let most = dict_chunk::DICT_MAX_BYTES / 8;
-        let mut index: fragscope_snapshot::FxHashMap<i64, u32> = Default::default();
-        let mut values: Vec<i64> = Vec::new();
-        let mut keys = Vec::with_capacity(self.defs.len().max(self.ints.len()));
-        // Runs of one value are common (the device, a stream, a size): the row before
-        // answers them without a hash.
-        let mut last: Option<(i64, u32)> = None;
-        let mut key = |x: i64| -> Option<u32> {
-            if let Some((v, k)) = last {
-                if v == x {
-                    return Some(k);
-                }
-            }
-            let k = *index.entry(x).or_insert_with(|| {
-                values.push(x);
-                values.len() as u32 - 1
-            });
-            last = Some((x, k));
-            (values.len() <= most).then_some(k)
-        };
-        if self.optional {
-            let mut ints = self.ints.iter();
-            for &d in &self.defs {
-                if d == 0 {
-                    keys.push(dict_chunk::NULL_KEY);
-                } else {
-                    let Some(k) = key(*ints.next().expect("a value per defined row")) else { return Ok(None) };
-                    keys.push(k);
-                }
-            }
-        } else {
-            for &x in &self.ints {
-                let Some(k) = key(x) else { return Ok(None) };
-                keys.push(k);
-            }
+        out: &mut Vec<u8>,
+    ) -> parquet::errors::Result<Option<parquet::column::writer::ColumnCloseResult>> {
+        if self.values.len() > dict_chunk::DICT_MAX_BYTES / 8 {
+            return Ok(None);
         }
-        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Ints(&values), &keys).map(Some)
+        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Ints(&self.values), &self.ids, out).map(Some)
+    }
+
+    /// The buffered cells of an INT64 column with a dictionary as the values and
+    /// definition levels the `parquet` crate's column writer takes.
+    fn plain_ints(&self) -> (Vec<i64>, Vec<i16>) {
+        let values = self.ids.iter().filter(|&&k| k != NULL_ID).map(|&k| self.values[k as usize]).collect();
+        let defs = self.ids.iter().map(|&k| i16::from(k != NULL_ID)).collect();
+        (values, defs)
+    }
+
+    /// Empties the buffered cells (keeping their memory) and the row group's dictionary
+    /// of INT64 values, after a row group is written.
+    fn clear(&mut self) {
+        self.ints.clear();
+        self.ids.clear();
+        self.spill.clear();
+        self.bools.clear();
+        self.defs.clear();
+        self.values.clear();
+        self.value_ids.clear();
+        self.last_value = None;
     }
 
     /// Writes the buffered string cells into `w`, [`STR_BATCH`] rows at a time.
@@ -268,7 +304,8 @@ impl Col {
     fn dict_chunk(
         &self,
         descr: ColumnDescPtr,
-    ) -> parquet::errors::Result<Option<(bytes::Bytes, parquet::column::writer::ColumnCloseResult)>> {
+        scratch: &mut Scratch,
+    ) -> parquet::errors::Result<Option<parquet::column::writer::ColumnCloseResult>> {
         if !self.spill.is_empty() {
             return Ok(None);
         }
@@ -276,7 +313,8 @@ impl Col {
         // (as the crate's writer numbers them).
         let mut local = vec![dict_chunk::NULL_KEY; self.dict.len()];
         let mut values: Vec<&[u8]> = Vec::new();
-        let mut keys = Vec::with_capacity(self.ids.len());
+        let keys = &mut scratch.keys;
+        keys.clear();
         for &id in &self.ids {
             if id == NULL_ID {
                 keys.push(dict_chunk::NULL_KEY);
@@ -292,8 +330,19 @@ impl Col {
         if dict_chunk::dict_page_len(&values) > dict_chunk::DICT_MAX_BYTES {
             return Ok(None);
         }
-        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Strs(&values), &keys).map(Some)
+        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Strs(&values), keys, &mut scratch.out).map(Some)
     }
+}
+
+/// Buffers a table keeps from column chunk to column chunk (a fresh one per chunk is a
+/// page fault per 4 KiB it fills: with `fragscope`'s 1 MiB mmap threshold each is
+/// mapped anew, ~40 % of the export's page faults).
+#[derive(Default)]
+struct Scratch {
+    /// A string chunk's dictionary indices.
+    keys: Vec<u32>,
+    /// A chunk's bytes ([`dict_chunk::write`]).
+    out: Vec<u8>,
 }
 
 /// Distinct strings a column keeps (past it, new strings get their own buffer per cell).
@@ -322,6 +371,7 @@ struct Table {
     descrs: Vec<ColumnDescPtr>,
     rows: usize,
     total: u64,
+    scratch: Scratch,
     writer: SerializedFileWriter<File>,
     staged: Staged,
 }
@@ -346,6 +396,27 @@ fn writer_properties(columns: &[(&str, Kind, bool)]) -> WriterProperties {
         }
     }
     props.build()
+}
+
+/// Makes room for `more` elements in `v`, asking for transparent huge pages for a new
+/// allocation before it is written (Linux; elsewhere a plain `reserve`): the buffered
+/// columns of a row group are tens of MB, filled once front to back, and each fresh 4 KiB
+/// page costs a fault where a 2 MiB one takes one for 512 of them (with `madvise` mode,
+/// Linux's default, as `summary`'s large arrays do).
+fn reserve_huge<T>(v: &mut Vec<T>, more: usize) {
+    let before = v.capacity();
+    v.reserve(more);
+    #[cfg(target_os = "linux")]
+    if v.capacity() != before {
+        const HUGE: usize = 2 << 20;
+        let start = v.as_mut_ptr() as usize;
+        let end = start + v.capacity() * std::mem::size_of::<T>();
+        let (a, b) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
+        if b > a {
+            // SAFETY: advice on memory this vector owns; it changes no contents.
+            unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
+        }
+    }
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> CliError {
@@ -379,7 +450,7 @@ impl Table {
         let cols =
             columns.iter().map(|&(n, kind, optional)| Col::new(kind, optional, !UNIQUE_INTS.contains(&n))).collect();
         let descrs = writer.schema_descr().columns().to_vec();
-        Ok(Table { name, path, cols, descrs, rows: 0, total: 0, writer, staged })
+        Ok(Table { name, path, cols, descrs, rows: 0, total: 0, scratch: Scratch::default(), writer, staged })
     }
 
     /// Makes room for `rows` more rows (up to a row group's) before they come: the
@@ -388,14 +459,16 @@ impl Table {
         let rows = rows.min(ROW_GROUP - self.rows);
         for c in &mut self.cols {
             match c.kind {
-                Kind::I64 => c.ints.reserve(rows),
-                Kind::Str => c.ids.reserve(rows),
-                Kind::Bool => c.bools.reserve(rows),
+                _ if c.by_id() => reserve_huge(&mut c.ids, rows),
+                Kind::I64 => reserve_huge(&mut c.ints, rows),
+                Kind::Str => unreachable!("strings are kept by id"),
+                Kind::Bool => reserve_huge(&mut c.bools, rows),
             }
-            if c.optional && c.kind != Kind::Str {
-                c.defs.reserve(rows);
+            if c.optional && !c.by_id() {
+                reserve_huge(&mut c.defs, rows);
             }
         }
+        reserve_huge(&mut self.scratch.keys, rows);
     }
 
     // The cells of one row of a long table, column by column (`k`: the column's
@@ -406,6 +479,10 @@ impl Table {
     fn int(&mut self, k: usize, x: i64) {
         let c = &mut self.cols[k];
         debug_assert!(c.kind == Kind::I64);
+        if c.dictionary {
+            c.push_value(Some(x));
+            return;
+        }
         c.ints.push(x);
         if c.optional {
             c.defs.push(1);
@@ -416,6 +493,10 @@ impl Table {
     fn opt_int(&mut self, k: usize, x: Option<i64>) {
         let c = &mut self.cols[k];
         debug_assert!(c.kind == Kind::I64 && c.optional);
+        if c.dictionary {
+            c.push_value(x);
+            return;
+        }
         match x {
             Some(x) => {
                 c.ints.push(x);
@@ -461,9 +542,13 @@ impl Table {
         debug_assert_eq!(cells.len(), self.cols.len());
         for (c, v) in self.cols.iter_mut().zip(cells) {
             match v {
-                V::N if c.kind == Kind::Str => {
+                V::N if c.by_id() => {
                     debug_assert!(c.optional);
                     c.ids.push(NULL_ID);
+                    continue;
+                }
+                V::I(x) if c.dictionary => {
+                    c.push_value(Some(*x));
                     continue;
                 }
                 V::N => {
@@ -502,33 +587,32 @@ impl Table {
         let path = self.path.clone();
         let e = |x: parquet::errors::ParquetError| io_err(&path, x);
         let mut rg = self.writer.next_row_group().map_err(e)?;
+        let scratch = &mut self.scratch;
         for (c, descr) in self.cols.iter_mut().zip(&self.descrs) {
             let chunk = match c.kind {
-                Kind::Str => c.dict_chunk(descr.clone()).map_err(e)?,
-                Kind::I64 if c.dictionary => c.int_chunk(descr.clone()).map_err(e)?,
+                Kind::Str => c.dict_chunk(descr.clone(), scratch).map_err(e)?,
+                Kind::I64 if c.dictionary => c.int_chunk(descr.clone(), &mut scratch.out).map_err(e)?,
                 _ => None,
             };
-            if let Some((bytes, close)) = chunk {
-                rg.append_column(&bytes, close).map_err(e)?;
-                c.ids.clear();
-                c.ints.clear();
-                c.defs.clear();
+            if let Some(close) = chunk {
+                rg.append_column(&dict_chunk::Chunk(&scratch.out), close).map_err(e)?;
+                c.clear();
                 continue;
             }
             let mut w = rg.next_column().map_err(e)?.ok_or_else(|| io_err(&path, "schema mismatch"))?;
             let defs = c.optional.then_some(c.defs.as_slice());
             match c.kind {
+                Kind::I64 if c.dictionary => {
+                    let (ints, defs) = c.plain_ints();
+                    w.typed::<Int64Type>().write_batch(&ints, c.optional.then_some(defs.as_slice()), None).map(|_| ())
+                }
                 Kind::I64 => w.typed::<Int64Type>().write_batch(&c.ints, defs, None).map(|_| ()),
                 Kind::Str => c.write_strs(w.typed::<ByteArrayType>()),
                 Kind::Bool => w.typed::<BoolType>().write_batch(&c.bools, defs, None).map(|_| ()),
             }
             .map_err(e)?;
             w.close().map_err(e)?;
-            c.ints.clear();
-            c.ids.clear();
-            c.spill.clear();
-            c.bools.clear();
-            c.defs.clear();
+            c.clear();
         }
         rg.close().map_err(e)?;
         self.total += self.rows as u64;
@@ -1097,30 +1181,50 @@ mod tests {
 
     /// Columns past what [`dict_chunk`] writes go to the crate's writer and read back
     /// the same: strings past [`INTERN_MAX`] distinct (their own buffers), a dictionary
-    /// page past 1 MB (long strings; INT64 values past 131,072 distinct), with nulls, and
-    /// the cells' strings freed and their addresses reused from row to row.
+    /// page past 1 MB (long strings; INT64 values past 131,072 distinct, required and
+    /// with nulls), with nulls, and the cells' strings freed and their addresses reused
+    /// from row to row; the columns within the limits go to [`dict_chunk`] and read back
+    /// the same too (INT64 cells in runs and not, with nulls).
     #[test]
     fn columns_past_the_dictionarys_limits_read_back() {
         use parquet::record::Field;
         let dir = tempfile::tempdir().unwrap();
-        let columns: &[(&'static str, Kind, bool)] =
-            &[("many", Str, true), ("long", Str, false), ("ints", I64, false), ("few", Str, true)];
+        let columns: &[(&'static str, Kind, bool)] = &[
+            ("many", Str, true),
+            ("long", Str, false),
+            ("ints", I64, false),
+            ("opt_ints", I64, true),
+            ("few", Str, true),
+            ("few_ints", I64, true),
+        ];
         let mut t = Table::create(dir.path(), "t", columns).unwrap();
         let n = 140_000usize;
         let many = |i: usize| (i % 5 != 1).then(|| format!("s{}", i % 70_001));
         let long = |i: usize| format!("{:0>100}", i % 20_000);
+        let opt_ints = |i: usize| (i % 50 != 0).then_some(-(i as i64));
+        let few_ints = |i: usize| (i % 7 != 3).then_some([5, 5, 5, -1, 1 << 40][(i / 3) % 5]);
         for i in 0..n {
             let (m, l) = (many(i), long(i));
             let few = ["a", "bb"][i % 2];
-            let cells = [m.as_deref().map_or(V::N, V::S), V::S(&l), V::I(i as i64 * 7), V::S(few)];
+            let cells = [
+                m.as_deref().map_or(V::N, V::S),
+                V::S(&l),
+                V::I(i as i64 * 7),
+                opt_ints(i).map_or(V::N, V::I),
+                V::S(few),
+                few_ints(i).map_or(V::N, V::I),
+            ];
             t.row(&cells).unwrap();
         }
-        // Which writer each column goes to: the crate's for the first three (strings of
-        // their own; dictionaries over 1 MB), `dict_chunk` for the last.
+        // Which writer each column goes to: the crate's for the first four (strings of
+        // their own; dictionaries over 1 MB), `dict_chunk` for the last two.
+        let mut scratch = Scratch::default();
         assert!(!t.cols[0].spill.is_empty());
-        assert!(t.cols[1].dict_chunk(t.descrs[1].clone()).unwrap().is_none());
-        assert!(t.cols[2].int_chunk(t.descrs[2].clone()).unwrap().is_none());
-        assert!(t.cols[3].dict_chunk(t.descrs[3].clone()).unwrap().is_some());
+        assert!(t.cols[1].dict_chunk(t.descrs[1].clone(), &mut scratch).unwrap().is_none());
+        assert!(t.cols[2].int_chunk(t.descrs[2].clone(), &mut scratch.out).unwrap().is_none());
+        assert!(t.cols[3].int_chunk(t.descrs[3].clone(), &mut scratch.out).unwrap().is_none());
+        assert!(t.cols[4].dict_chunk(t.descrs[4].clone(), &mut scratch).unwrap().is_some());
+        assert!(t.cols[5].int_chunk(t.descrs[5].clone(), &mut scratch.out).unwrap().is_some());
         let (out, staged) = t.finish().unwrap();
         Staged::commit_all(vec![staged]).unwrap();
         assert_eq!(out.rows, n as u64);
@@ -1133,7 +1237,9 @@ mod tests {
             assert_eq!(cells[0], &want_many, "row {i}");
             assert_eq!(cells[1], &Field::Str(long(i)), "row {i}");
             assert_eq!(cells[2], &Field::Long(i as i64 * 7), "row {i}");
-            assert_eq!(cells[3], &Field::Str(["a", "bb"][i % 2].to_string()), "row {i}");
+            assert_eq!(cells[3], &opt_ints(i).map_or(Field::Null, Field::Long), "row {i}");
+            assert_eq!(cells[4], &Field::Str(["a", "bb"][i % 2].to_string()), "row {i}");
+            assert_eq!(cells[5], &few_ints(i).map_or(Field::Null, Field::Long), "row {i}");
             rows += 1;
         }
         assert_eq!(rows, n);
