@@ -426,6 +426,12 @@ const UNIQUE_INTS: [&str; 7] =
 /// Rows kept before a row group is written.
 const ROW_GROUP: usize = 1 << 20;
 
+/// Rows of a long table written column by column at a time: few enough
+/// that the block's trace entries (32 bytes each) or allocation rows (88) stay in the
+/// CPU's cache from one column to the next; each column's pass over a whole row group
+/// would read them from memory again.
+const BLOCK: usize = 4096;
+
 /// One table being written: its columns buffered up to [`ROW_GROUP`] rows, into a
 /// temporary file in the output folder that [`run`] renames over `path` only once every
 /// table was written ([`Staged::commit_all`]).
@@ -537,8 +543,8 @@ impl Table {
         reserve_huge(&mut self.scratch.keys, rows);
     }
 
-    // The long tables are written a block of rows at a time (as many as the row group
-    // has room for, [`Table::room`]), column by column (`k`: the column's position),
+    // The long tables are written a block of rows at a time ([`BLOCK`], or as many as
+    // the row group has room for, [`Table::room`]), column by column (`k`: the column's position),
     // then [`Table::add_rows`]: each column's cells in one loop, its kind and
     // dictionary looked at once per block rather than once per cell (the per-cell calls
     // were ~20 % of the export's CPU on the 6.4 M-entry benchmark files).
@@ -999,7 +1005,7 @@ fn write_trace_events(
     }
     let mut start = 0;
     while start < tr.len() {
-        let n = trace.room().min(tr.len() - start);
+        let n = trace.room().min(tr.len() - start).min(BLOCK);
         let rows = &tr[start..start + n];
         let context = |pick: fn(fragscope_snapshot::EntryContext) -> Option<StrId>| {
             rows.iter().map(move |e| pick(snap.context(e)).map(|c| snap.frames.str(c)))
@@ -1069,9 +1075,10 @@ fn write_allocations(
             sites[k] = Some(site_of(&snap.frames, a.stack).site);
         }
     }
+    let mut site_ids: Vec<Option<u32>> = vec![None; sites.len()];
     let mut start = 0;
     while start < rows.len() {
-        let n = allocs.room().min(rows.len() - start);
+        let n = allocs.room().min(rows.len() - start).min(BLOCK);
         let (block, block_roles) = (&rows[start..start + n], &roles[start..start + n]);
         ends.clear();
         ends.extend(block.iter().map(end_time));
@@ -1090,8 +1097,21 @@ fn write_allocations(
         allocs.ints(10, block.iter().map(|a| fragscope_alloc::rounding::round_size(a.req, &cfg) as i64));
         allocs.ints(11, block.iter().map(|a| a.stream));
         allocs.opt_ints(12, block.iter().map(|a| a.stack.map(|s| s.index() as i64)));
-        // Borrowed from `sites`, not cloned: one string per call site, at one address.
-        allocs.strs(13, block.iter().map(|a| sites[slot(a.stack)].as_deref()), false);
+        // Each call site's index in the column found once (the string's bytes compared
+        // once, not per row), where it has one for the process's life.
+        let c = &mut allocs.cols[13];
+        for a in block {
+            let k = slot(a.stack);
+            let id = match site_ids[k] {
+                Some(id) => id,
+                None => {
+                    let id = c.id(sites[k].as_deref().expect("a site per stack of a row"), false);
+                    site_ids[k] = (id < SPILL).then_some(id);
+                    id
+                }
+            };
+            c.ids.push(id);
+        }
         allocs.strs(14, block.iter().map(|a| start_time(a).and_then(|t| scopes.innermost_at(t))), false);
         allocs.strs(15, block_roles.iter().map(|r| r.map(|r| r.role.as_str())), true);
         allocs.strs(16, block_roles.iter().map(|r| r.map(|r| r.reason.describe())), true);
