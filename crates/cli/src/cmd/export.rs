@@ -1000,13 +1000,13 @@ fn write_trace_events(
     for a in Action::ALL {
         action_k[a as usize] = trace.index_of(3, a.as_str());
     }
-    for e in tr {
-        used.note(e.stack);
-    }
     let mut start = 0;
     while start < tr.len() {
         let n = trace.room().min(tr.len() - start).min(BLOCK);
         let rows = &tr[start..start + n];
+        for e in rows {
+            used.note(e.stack);
+        }
         let context = |pick: fn(fragscope_snapshot::EntryContext) -> Option<StrId>| {
             rows.iter().map(move |e| pick(snap.context(e)).map(|c| snap.frames.str(c)))
         };
@@ -1065,21 +1065,22 @@ fn write_allocations(
     debug_assert_eq!(column_names(1)[12..17], ["stack_id", "site", "annotation", "role", "role_evidence"]);
     let file_k = allocs.index_of(0, file);
     let idx = |k: Option<usize>| k.map(|k| k as i64);
-    for a in rows {
-        used.note(a.stack);
-        let k = slot(a.stack);
-        if k >= sites.len() {
-            sites.resize(k + 1, None);
-        }
-        if sites[k].is_none() {
-            sites[k] = Some(site_of(&snap.frames, a.stack).site);
-        }
-    }
-    let mut site_ids: Vec<Option<u32>> = vec![None; sites.len()];
+    let mut site_ids: Vec<Option<u32>> = Vec::new();
     let mut start = 0;
     while start < rows.len() {
         let n = allocs.room().min(rows.len() - start).min(BLOCK);
         let (block, block_roles) = (&rows[start..start + n], &roles[start..start + n]);
+        for a in block {
+            used.note(a.stack);
+            let k = slot(a.stack);
+            if k >= sites.len() {
+                sites.resize(k + 1, None);
+                site_ids.resize(k + 1, None);
+            }
+            if sites[k].is_none() {
+                sites[k] = Some(site_of(&snap.frames, a.stack).site);
+            }
+        }
         ends.clear();
         ends.extend(block.iter().map(end_time));
         contexts.clear();
