@@ -475,18 +475,48 @@ fn writer_properties(columns: &[(&str, Kind, bool)]) -> WriterProperties {
 /// columns of a row group are tens of MB, filled once front to back, and each fresh 4 KiB
 /// page costs a fault where a 2 MiB one takes one for 512 of them (with `madvise` mode,
 /// Linux's default, as `summary`'s large arrays do).
+///
+/// A huge page needs a 2 MiB-aligned stretch of the mapping. The C library maps a large
+/// allocation on its own, its length the bytes asked for plus a small header rounded up
+/// to whole pages, and Linux places a mapping whose length is a multiple of 2 MiB on a
+/// 2 MiB boundary: so the capacity is rounded up to fill such a length (a page under a
+/// multiple of 2 MiB). Without it the buffers' mappings fell anywhere and half of each
+/// 4 MiB one was 4 KiB pages (~17,000 page faults on the 6.4 M-entry benchmark file).
+/// Either way the memory and its contents are the same: this only makes faults fewer.
 fn reserve_huge<T>(v: &mut Vec<T>, more: usize) {
-    let before = v.capacity();
-    v.reserve(more);
+    const HUGE: usize = 2 << 20;
+    const PAGE: usize = 4096;
+    let need = v.len() + more;
+    if need <= v.capacity() {
+        return;
+    }
+    let size = std::mem::size_of::<T>().max(1);
+    let cap = if cfg!(target_os = "linux") && need * size >= HUGE {
+        ((need * size + PAGE).next_multiple_of(HUGE) - PAGE) / size
+    } else {
+        need
+    };
+    v.reserve_exact(cap - v.len());
     #[cfg(target_os = "linux")]
-    if v.capacity() != before {
-        const HUGE: usize = 2 << 20;
+    if v.capacity() * size >= HUGE {
+        // From the page the allocation starts in (the mapping's first, where the header
+        // is) to the one it ends in.
         let start = v.as_mut_ptr() as usize;
-        let end = start + v.capacity() * std::mem::size_of::<T>();
-        let (a, b) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
-        if b > a {
-            // SAFETY: advice on memory this vector owns; it changes no contents.
-            unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
+        let end = start + v.capacity() * size;
+        let (a, b) = (start / PAGE * PAGE, end.next_multiple_of(PAGE));
+        // SAFETY: advice on the pages that hold this vector's memory (the rest of the
+        // first and last page is the allocator's own, or another allocation's); it
+        // changes no contents. Where the system's pages are not 4 KiB it fails (EINVAL)
+        // and nothing happens.
+        unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
+        if a % HUGE == 0 {
+            // The allocator wrote its header in the mapping's first page before the
+            // advice: that 2 MiB would stay in 4 KiB pages (a fault per 4 KiB of the
+            // first 2 MiB of every buffer) unless collapsed into a huge page now
+            // (`MADV_COLLAPSE`, Linux 6.1; refused, as older ones do, it changes nothing).
+            const MADV_COLLAPSE: libc::c_int = 25;
+            // SAFETY: as above; collapsing keeps the contents.
+            unsafe { libc::madvise(a as *mut libc::c_void, HUGE, MADV_COLLAPSE) };
         }
     }
 }
