@@ -103,14 +103,20 @@ impl IntStats {
 
     /// A page of `rows` (indices into `dict`, or [`NULL_KEY`]).
     fn page(&mut self, dict: &[i64], rows: &[u32]) {
-        let mut page: Option<(i64, i64)> = None;
-        let mut nulls = 0u64;
+        // Plain minimum and maximum (no `Option` per row, which kept the loop from
+        // being compiled to branch-free code): the page has a value unless every row is
+        // null.
+        let (mut lo, mut hi, mut nulls) = (i64::MAX, i64::MIN, 0u64);
         for &k in rows {
             match dict.get(k as usize) {
                 None => nulls += 1,
-                Some(&v) => page = Some(page.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v)))),
+                Some(&v) => {
+                    lo = lo.min(v);
+                    hi = hi.max(v);
+                }
             }
         }
+        let page = (nulls < rows.len() as u64).then_some((lo, hi));
         self.nulls += nulls;
         match page {
             None => self.index.append(true, vec![], vec![], nulls as i64, None),
@@ -200,8 +206,16 @@ pub fn write(
         }
         buf.push(width);
         if optional {
+            // The non-null rows' indices, without a branch per row (nulls come mixed
+            // with values in some columns: a branch mispredicted on each).
             scratch.clear();
-            scratch.extend(rows.iter().copied().filter(|&k| k != NULL_KEY));
+            scratch.resize(rows.len(), 0);
+            let mut n = 0;
+            for &k in rows {
+                scratch[n] = k;
+                n += usize::from(k != NULL_KEY);
+            }
+            scratch.truncate(n);
             hybrid(&mut buf, &scratch, width);
         } else {
             hybrid(&mut buf, rows, width);
