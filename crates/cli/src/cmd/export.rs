@@ -24,9 +24,15 @@
 //! columns of distinct numbers ([`UNIQUE_INTS`]), min/max statistics of numbers only.
 //!
 //! Rows are buffered by column ([`Table`], [`Col`]: a string cell is a 4-byte index into
-//! its column's dictionary) and each row group's dictionary-encoded columns are encoded
-//! here ([`dict_chunk`]) rather than by the crate's column writer, whose per-cell hashing
-//! was most of the export's CPU; the crate writes the rest, and the file around them.
+//! its column's dictionary, an INT64 cell of a dictionary-encoded column its index into
+//! the row group's distinct values, found as it comes by an [`IntIndex`]) and each row
+//! group's dictionary-encoded columns are encoded here ([`dict_chunk`]) rather than by the
+//! crate's column writer, whose per-cell hashing was most of the export's CPU; the crate
+//! writes the rest, and the file around them. The two long tables (`trace_events`,
+//! `allocations`) are filled [`BLOCK`] rows at a time, column by column; the buffers are
+//! kept from row group to row group, in huge pages where Linux gives them
+//! ([`reserve_huge`]). The files are the same, byte for byte, as when each cell was
+//! written in turn.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -498,18 +504,21 @@ fn reserve_huge<T>(v: &mut Vec<T>, more: usize) {
     };
     v.reserve_exact(cap - v.len());
     #[cfg(target_os = "linux")]
-    if v.capacity() * size >= HUGE {
+    if need * size >= HUGE {
         // From the page the allocation starts in (the mapping's first, where the header
-        // is) to the one it ends in.
+        // is) to the last whole 2 MiB the `need` elements fill: past them (16 bytes, the
+        // header's shift, for a buffer of a whole number of MiB) a huge page would be
+        // resident for a few bytes (+66 MB of peak RSS on the benchmark file when the
+        // advice went to the capacity's end).
         let start = v.as_mut_ptr() as usize;
-        let end = start + v.capacity() * size;
-        let (a, b) = (start / PAGE * PAGE, end.next_multiple_of(PAGE));
-        // SAFETY: advice on the pages that hold this vector's memory (the rest of the
-        // first and last page is the allocator's own, or another allocation's); it
-        // changes no contents. Where the system's pages are not 4 KiB it fails (EINVAL)
-        // and nothing happens.
-        unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
-        if a % HUGE == 0 {
+        let (a, b) = (start / PAGE * PAGE, (start + need * size) / HUGE * HUGE);
+        if b > a {
+            // SAFETY: advice on pages that hold this vector's memory (the rest of the
+            // first page is the allocator's own); it changes no contents. Where the
+            // system's pages are not 4 KiB it fails (EINVAL) and nothing happens.
+            unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
+        }
+        if a % HUGE == 0 && b >= a + HUGE {
             // The allocator wrote its header in the mapping's first page before the
             // advice: that 2 MiB would stay in 4 KiB pages (a fault per 4 KiB of the
             // first 2 MiB of every buffer) unless collapsed into a huge page now
