@@ -518,7 +518,7 @@ fn reserve_huge<T>(v: &mut Vec<T>, more: usize) {
             // system's pages are not 4 KiB it fails (EINVAL) and nothing happens.
             unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
         }
-        if a % HUGE == 0 && b >= a + HUGE {
+        if a.is_multiple_of(HUGE) && b >= a + HUGE {
             // The allocator wrote its header in the mapping's first page before the
             // advice: that 2 MiB would stay in 4 KiB pages (a fault per 4 KiB of the
             // first 2 MiB of every buffer) unless collapsed into a huge page now
@@ -1402,7 +1402,7 @@ mod tests {
         let n = 140_000usize;
         let many = |i: usize| (i % 5 != 1).then(|| format!("s{}", i % 70_001));
         let long = |i: usize| format!("{:0>100}", i % 20_000);
-        let opt_ints = |i: usize| (i % 50 != 0).then_some(-(i as i64));
+        let opt_ints = |i: usize| (!i.is_multiple_of(50)).then_some(-(i as i64));
         let few_ints = |i: usize| (i % 7 != 3).then_some([5, 5, 5, -1, 1 << 40][(i / 3) % 5]);
         for i in 0..n {
             let (m, l) = (many(i), long(i));
