@@ -1446,6 +1446,24 @@ mod tests {
         assert_eq!(rows, n);
     }
 
+    /// [`reserve_huge`] makes room as `reserve` does and keeps the elements, for
+    /// buffers under 2 MiB and over (rounded to fill whole 2 MiB of mapping), empty or
+    /// not.
+    #[test]
+    fn reserve_huge_makes_room_and_keeps_the_elements() {
+        for (before, more) in [(0usize, 10usize), (0, 1 << 20), (3, 1 << 19), (5, (1 << 18) + 7)] {
+            let mut v: Vec<u64> = (0..before as u64).collect();
+            reserve_huge(&mut v, more);
+            assert!(v.capacity() >= before + more, "{before} + {more}");
+            assert_eq!(v, (0..before as u64).collect::<Vec<_>>());
+            let cap = v.capacity();
+            v.extend(0..more as u64);
+            assert_eq!(v.capacity(), cap, "{before} + {more}: no growth while filling");
+            reserve_huge(&mut v, 0);
+            assert_eq!(v.capacity(), cap);
+        }
+    }
+
     /// [`IntIndex`] numbers values as a map does, in the order they first come: values
     /// that collide in their home slot (multiples of 2^40), negative ones, `i64::MIN`
     /// and `i64::MAX`, past several growths, and again after [`IntIndex::clear`].
