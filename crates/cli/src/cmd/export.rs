@@ -24,9 +24,15 @@
 //! columns of distinct numbers ([`UNIQUE_INTS`]), min/max statistics of numbers only.
 //!
 //! Rows are buffered by column ([`Table`], [`Col`]: a string cell is a 4-byte index into
-//! its column's dictionary) and each row group's dictionary-encoded columns are encoded
-//! here ([`dict_chunk`]) rather than by the crate's column writer, whose per-cell hashing
-//! was most of the export's CPU; the crate writes the rest, and the file around them.
+//! its column's dictionary, an INT64 cell of a dictionary-encoded column its index into
+//! the row group's distinct values, found as it comes by an [`IntIndex`]) and each row
+//! group's dictionary-encoded columns are encoded here ([`dict_chunk`]) rather than by the
+//! crate's column writer, whose per-cell hashing was most of the export's CPU; the crate
+//! writes the rest, and the file around them. The two long tables (`trace_events`,
+//! `allocations`) are filled [`BLOCK`] rows at a time, column by column; the buffers are
+//! kept from row group to row group, in huge pages where Linux gives them
+//! ([`reserve_huge`]). The files are the same, byte for byte, as when each cell was
+//! written in turn.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -94,8 +100,11 @@ enum Kind {
 struct Col {
     kind: Kind,
     optional: bool,
-    /// An INT64 column with a dictionary (not one of [`UNIQUE_INTS`]).
+    /// An INT64 column with a dictionary (not one of [`UNIQUE_INTS`]): its cells are
+    /// kept as indices into the row group's dictionary ([`Col::ids`], [`Col::values`]),
+    /// found as each cell comes.
     dictionary: bool,
+    /// An INT64 column's cells without a dictionary (one of [`UNIQUE_INTS`]).
     ints: Vec<i64>,
     bools: Vec<bool>,
     /// Definition levels of an optional INT64 or BOOLEAN column (string columns say null
@@ -105,7 +114,20 @@ struct Col {
     /// index into `spill`, or [`NULL_ID`]. Four bytes a cell where a `ByteArray` is 32
     /// with a reference count to touch: the buffered cells of a 1 M-row group and their
     /// counts were ~15 % of the export's CPU (page faults, `Bytes` clones and drops).
+    ///
+    /// An INT64 column's with a dictionary: the cell's index into `values`, or
+    /// [`NULL_ID`]: the chunk's dictionary indices as [`dict_chunk`] writes them, found
+    /// once per cell as it comes rather than by a second pass over 8-byte cells kept
+    /// until the row group is written (half the memory to fill, one pass fewer).
     ids: Vec<u32>,
+    /// An INT64 column with a dictionary: the row group's distinct values, in the order
+    /// they first came (as the `parquet` crate's writer numbers them).
+    values: Vec<i64>,
+    /// `values`' indices by value.
+    value_ids: IntIndex,
+    /// The last value met and its index: runs of one value are common (the device, a
+    /// stream, a size) and are answered without a hash.
+    last_value: Option<(i64, u32)>,
     /// The column's distinct strings, kept for the process's life (leaked, at most
     /// [`INTERN_MAX`] of them), so that a cell's buffer is a `&'static` one: cloned and
     /// dropped without a reference count.
@@ -138,6 +160,9 @@ impl Col {
             optional,
             dictionary,
             ints: Vec::new(),
+            values: Vec::new(),
+            value_ids: Default::default(),
+            last_value: None,
             bools: Vec::new(),
             defs: Vec::new(),
             ids: Vec::new(),
@@ -148,13 +173,19 @@ impl Col {
         }
     }
 
+    /// Whether the cells are kept in [`Col::ids`] (strings, INT64 with a dictionary).
+    fn by_id(&self) -> bool {
+        self.kind == Kind::Str || (self.kind == Kind::I64 && self.dictionary)
+    }
+
     /// Rows buffered.
     fn len(&self) -> usize {
         match self.kind {
-            Kind::Str => self.ids.len(),
+            _ if self.by_id() => self.ids.len(),
             _ if self.optional => self.defs.len(),
             Kind::I64 => self.ints.len(),
             Kind::Bool => self.bools.len(),
+            Kind::Str => unreachable!("strings are kept by id"),
         }
     }
 
@@ -191,51 +222,59 @@ impl Col {
         id
     }
 
+    /// Appends an INT64 cell to a column with a dictionary (`None`: null).
+    #[inline(always)]
+    fn push_value(&mut self, x: Option<i64>) {
+        let k = match (x, self.last_value) {
+            (None, _) => NULL_ID,
+            (Some(x), Some((v, k))) if v == x => k,
+            (Some(x), _) => self.value_id(x),
+        };
+        self.ids.push(k);
+    }
+
+    /// The index of `x` in `values`, added where new.
+    #[inline]
+    fn value_id(&mut self, x: i64) -> u32 {
+        let k = self.value_ids.get_or_insert(x, &mut self.values);
+        self.last_value = Some((x, k));
+        k
+    }
+
     /// The buffered cells of an INT64 column with a dictionary as a dictionary-encoded
-    /// column chunk ([`dict_chunk`]) for `descr`; `None` where the dictionary page would
-    /// be over the `parquet` crate's limit (its writer falls back to plain encoding
-    /// there, and writes the chunk).
+    /// column chunk ([`dict_chunk`]) for `descr`, written into `out`; `None` where the
+    /// dictionary page would be over the `parquet` crate's limit (its writer falls back
+    /// to plain encoding there, and writes the chunk: [`Col::plain_ints`]).
     fn int_chunk(
         &self,
         descr: ColumnDescPtr,
-    ) -> parquet::errors::Result<Option<(bytes::Bytes, parquet::column::writer::ColumnCloseResult)>> {
-        let most = dict_chunk::DICT_MAX_BYTES / 8;
-        let mut index: fragscope_snapshot::FxHashMap<i64, u32> = Default::default();
-        let mut values: Vec<i64> = Vec::new();
-        let mut keys = Vec::with_capacity(self.defs.len().max(self.ints.len()));
-        // Runs of one value are common (the device, a stream, a size): the row before
-        // answers them without a hash.
-        let mut last: Option<(i64, u32)> = None;
-        let mut key = |x: i64| -> Option<u32> {
-            if let Some((v, k)) = last {
-                if v == x {
-                    return Some(k);
-                }
-            }
-            let k = *index.entry(x).or_insert_with(|| {
-                values.push(x);
-                values.len() as u32 - 1
-            });
-            last = Some((x, k));
-            (values.len() <= most).then_some(k)
-        };
-        if self.optional {
-            let mut ints = self.ints.iter();
-            for &d in &self.defs {
-                if d == 0 {
-                    keys.push(dict_chunk::NULL_KEY);
-                } else {
-                    let Some(k) = key(*ints.next().expect("a value per defined row")) else { return Ok(None) };
-                    keys.push(k);
-                }
-            }
-        } else {
-            for &x in &self.ints {
-                let Some(k) = key(x) else { return Ok(None) };
-                keys.push(k);
-            }
+        out: &mut Vec<u8>,
+    ) -> parquet::errors::Result<Option<parquet::column::writer::ColumnCloseResult>> {
+        if self.values.len() > dict_chunk::DICT_MAX_BYTES / 8 {
+            return Ok(None);
         }
-        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Ints(&values), &keys).map(Some)
+        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Ints(&self.values), &self.ids, out).map(Some)
+    }
+
+    /// The buffered cells of an INT64 column with a dictionary as the values and
+    /// definition levels the `parquet` crate's column writer takes.
+    fn plain_ints(&self) -> (Vec<i64>, Vec<i16>) {
+        let values = self.ids.iter().filter(|&&k| k != NULL_ID).map(|&k| self.values[k as usize]).collect();
+        let defs = self.ids.iter().map(|&k| i16::from(k != NULL_ID)).collect();
+        (values, defs)
+    }
+
+    /// Empties the buffered cells (keeping their memory) and the row group's dictionary
+    /// of INT64 values, after a row group is written.
+    fn clear(&mut self) {
+        self.ints.clear();
+        self.ids.clear();
+        self.spill.clear();
+        self.bools.clear();
+        self.defs.clear();
+        self.values.clear();
+        self.value_ids.clear();
+        self.last_value = None;
     }
 
     /// Writes the buffered string cells into `w`, [`STR_BATCH`] rows at a time.
@@ -268,7 +307,8 @@ impl Col {
     fn dict_chunk(
         &self,
         descr: ColumnDescPtr,
-    ) -> parquet::errors::Result<Option<(bytes::Bytes, parquet::column::writer::ColumnCloseResult)>> {
+        scratch: &mut Scratch,
+    ) -> parquet::errors::Result<Option<parquet::column::writer::ColumnCloseResult>> {
         if !self.spill.is_empty() {
             return Ok(None);
         }
@@ -276,7 +316,8 @@ impl Col {
         // (as the crate's writer numbers them).
         let mut local = vec![dict_chunk::NULL_KEY; self.dict.len()];
         let mut values: Vec<&[u8]> = Vec::new();
-        let mut keys = Vec::with_capacity(self.ids.len());
+        let keys = &mut scratch.keys;
+        keys.clear();
         for &id in &self.ids {
             if id == NULL_ID {
                 keys.push(dict_chunk::NULL_KEY);
@@ -292,8 +333,88 @@ impl Col {
         if dict_chunk::dict_page_len(&values) > dict_chunk::DICT_MAX_BYTES {
             return Ok(None);
         }
-        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Strs(&values), &keys).map(Some)
+        dict_chunk::write(descr, self.optional, dict_chunk::Dict::Strs(&values), keys, &mut scratch.out).map(Some)
     }
+}
+
+/// The indices of a row group's distinct INT64 values ([`Col::values`]) by value: open
+/// addressing with linear probing, by Fibonacci hashing of the value (its high bits:
+/// addresses and sizes, multiples of 512, differ in their middle bits). It does what an
+/// `FxHashMap<i64, u32>` did, with one multiplication and, most of the time, one probe
+/// of one 16-byte slot: the lookups were ~11 % of the export's CPU.
+#[derive(Default)]
+struct IntIndex {
+    /// `(value, index)`, [`NULL_ID`] as the index of an empty slot; a power of two long
+    /// (or empty).
+    slots: Vec<(i64, u32)>,
+    /// Slots in use.
+    len: usize,
+}
+
+impl IntIndex {
+    /// The slot `x` hashes to in a table of `2^bits` slots.
+    #[inline]
+    fn home(x: i64, bits: u32) -> usize {
+        ((x as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+    }
+
+    /// The index of `x`; where it is new, `values.len()`, and `x` is pushed on `values`.
+    #[inline]
+    fn get_or_insert(&mut self, x: i64, values: &mut Vec<i64>) -> u32 {
+        if 2 * (self.len + 1) > self.slots.len() {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = Self::home(x, self.slots.len().trailing_zeros());
+        loop {
+            let (v, k) = self.slots[i];
+            if k == NULL_ID {
+                let k = values.len() as u32;
+                values.push(x);
+                self.slots[i] = (x, k);
+                self.len += 1;
+                return k;
+            }
+            if v == x {
+                return k;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Twice the slots (at least 1,024), every value placed again.
+    #[cold]
+    fn grow(&mut self) {
+        let n = (self.slots.len() * 2).max(1024);
+        let old = std::mem::replace(&mut self.slots, vec![(0, NULL_ID); n]);
+        let (mask, bits) = (n - 1, n.trailing_zeros());
+        for (v, k) in old.into_iter().filter(|&(_, k)| k != NULL_ID) {
+            let mut i = Self::home(v, bits);
+            while self.slots[i].1 != NULL_ID {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = (v, k);
+        }
+    }
+
+    /// Empties the index, keeping its slots.
+    fn clear(&mut self) {
+        if self.len > 0 {
+            self.slots.fill((0, NULL_ID));
+            self.len = 0;
+        }
+    }
+}
+
+/// Buffers a table keeps from column chunk to column chunk (a fresh one per chunk is a
+/// page fault per 4 KiB it fills: with `fragscope`'s 1 MiB mmap threshold each is
+/// mapped anew, ~40 % of the export's page faults).
+#[derive(Default)]
+struct Scratch {
+    /// A string chunk's dictionary indices.
+    keys: Vec<u32>,
+    /// A chunk's bytes ([`dict_chunk::write`]).
+    out: Vec<u8>,
 }
 
 /// Distinct strings a column keeps (past it, new strings get their own buffer per cell).
@@ -311,6 +432,12 @@ const UNIQUE_INTS: [&str; 7] =
 /// Rows kept before a row group is written.
 const ROW_GROUP: usize = 1 << 20;
 
+/// Rows of a long table written column by column at a time: few enough
+/// that the block's trace entries (32 bytes each) or allocation rows (88) stay in the
+/// CPU's cache from one column to the next; each column's pass over a whole row group
+/// would read them from memory again.
+const BLOCK: usize = 4096;
+
 /// One table being written: its columns buffered up to [`ROW_GROUP`] rows, into a
 /// temporary file in the output folder that [`run`] renames over `path` only once every
 /// table was written ([`Staged::commit_all`]).
@@ -322,6 +449,7 @@ struct Table {
     descrs: Vec<ColumnDescPtr>,
     rows: usize,
     total: u64,
+    scratch: Scratch,
     writer: SerializedFileWriter<File>,
     staged: Staged,
 }
@@ -346,6 +474,60 @@ fn writer_properties(columns: &[(&str, Kind, bool)]) -> WriterProperties {
         }
     }
     props.build()
+}
+
+/// Makes room for `more` elements in `v`, asking for transparent huge pages for a new
+/// allocation before it is written (Linux; elsewhere a plain `reserve`): the buffered
+/// columns of a row group are tens of MB, filled once front to back, and each fresh 4 KiB
+/// page costs a fault where a 2 MiB one takes one for 512 of them (with `madvise` mode,
+/// Linux's default, as `summary`'s large arrays do).
+///
+/// A huge page needs a 2 MiB-aligned stretch of the mapping. The C library maps a large
+/// allocation on its own, its length the bytes asked for plus a small header rounded up
+/// to whole pages, and Linux places a mapping whose length is a multiple of 2 MiB on a
+/// 2 MiB boundary: so the capacity is rounded up to fill such a length (a page under a
+/// multiple of 2 MiB). Without it the buffers' mappings fell anywhere and half of each
+/// 4 MiB one was 4 KiB pages (~17,000 page faults on the 6.4 M-entry benchmark file).
+/// Either way the memory and its contents are the same: this only makes faults fewer.
+fn reserve_huge<T>(v: &mut Vec<T>, more: usize) {
+    const HUGE: usize = 2 << 20;
+    const PAGE: usize = 4096;
+    let need = v.len() + more;
+    if need <= v.capacity() {
+        return;
+    }
+    let size = std::mem::size_of::<T>().max(1);
+    let cap = if cfg!(target_os = "linux") && need * size >= HUGE {
+        ((need * size + PAGE).next_multiple_of(HUGE) - PAGE) / size
+    } else {
+        need
+    };
+    v.reserve_exact(cap - v.len());
+    #[cfg(target_os = "linux")]
+    if need * size >= HUGE {
+        // From the page the allocation starts in (the mapping's first, where the header
+        // is) to the last whole 2 MiB the `need` elements fill: past them (16 bytes, the
+        // header's shift, for a buffer of a whole number of MiB) a huge page would be
+        // resident for a few bytes (+66 MB of peak RSS on the benchmark file when the
+        // advice went to the capacity's end).
+        let start = v.as_mut_ptr() as usize;
+        let (a, b) = (start / PAGE * PAGE, (start + need * size) / HUGE * HUGE);
+        if b > a {
+            // SAFETY: advice on pages that hold this vector's memory (the rest of the
+            // first page is the allocator's own); it changes no contents. Where the
+            // system's pages are not 4 KiB it fails (EINVAL) and nothing happens.
+            unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
+        }
+        if a.is_multiple_of(HUGE) && b >= a + HUGE {
+            // The allocator wrote its header in the mapping's first page before the
+            // advice: that 2 MiB would stay in 4 KiB pages (a fault per 4 KiB of the
+            // first 2 MiB of every buffer) unless collapsed into a huge page now
+            // (`MADV_COLLAPSE`, Linux 6.1; refused, as older ones do, it changes nothing).
+            const MADV_COLLAPSE: libc::c_int = 25;
+            // SAFETY: as above; collapsing keeps the contents.
+            unsafe { libc::madvise(a as *mut libc::c_void, HUGE, MADV_COLLAPSE) };
+        }
+    }
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> CliError {
@@ -379,7 +561,7 @@ impl Table {
         let cols =
             columns.iter().map(|&(n, kind, optional)| Col::new(kind, optional, !UNIQUE_INTS.contains(&n))).collect();
         let descrs = writer.schema_descr().columns().to_vec();
-        Ok(Table { name, path, cols, descrs, rows: 0, total: 0, writer, staged })
+        Ok(Table { name, path, cols, descrs, rows: 0, total: 0, scratch: Scratch::default(), writer, staged })
     }
 
     /// Makes room for `rows` more rows (up to a row group's) before they come: the
@@ -388,69 +570,113 @@ impl Table {
         let rows = rows.min(ROW_GROUP - self.rows);
         for c in &mut self.cols {
             match c.kind {
-                Kind::I64 => c.ints.reserve(rows),
-                Kind::Str => c.ids.reserve(rows),
-                Kind::Bool => c.bools.reserve(rows),
+                _ if c.by_id() => reserve_huge(&mut c.ids, rows),
+                Kind::I64 => reserve_huge(&mut c.ints, rows),
+                Kind::Str => unreachable!("strings are kept by id"),
+                Kind::Bool => reserve_huge(&mut c.bools, rows),
             }
-            if c.optional && c.kind != Kind::Str {
-                c.defs.reserve(rows);
+            if c.optional && !c.by_id() {
+                reserve_huge(&mut c.defs, rows);
             }
         }
+        reserve_huge(&mut self.scratch.keys, rows);
     }
 
-    // The cells of one row of a long table, column by column (`k`: the column's
-    // position), then [`Table::end_row`]: no [`V`] built and matched per cell, a
-    // quarter of the export's own CPU in `row` on the 6.4 M-entry benchmark files.
+    // The long tables are written a block of rows at a time ([`BLOCK`], or as many as
+    // the row group has room for, [`Table::room`]), column by column (`k`: the column's position),
+    // then [`Table::add_rows`]: each column's cells in one loop, its kind and
+    // dictionary looked at once per block rather than once per cell (the per-cell calls
+    // were ~20 % of the export's CPU on the 6.4 M-entry benchmark files).
 
+    /// Rows the row group being filled has room for.
+    fn room(&self) -> usize {
+        ROW_GROUP - self.rows
+    }
+
+    /// Cells of INT64 column `k`.
     #[inline]
-    fn int(&mut self, k: usize, x: i64) {
+    fn ints(&mut self, k: usize, xs: impl Iterator<Item = i64>) {
         let c = &mut self.cols[k];
         debug_assert!(c.kind == Kind::I64);
-        c.ints.push(x);
+        if c.dictionary {
+            for x in xs {
+                c.push_value(Some(x));
+            }
+            return;
+        }
+        let before = c.ints.len();
+        c.ints.extend(xs);
         if c.optional {
-            c.defs.push(1);
+            c.defs.resize(c.defs.len() + c.ints.len() - before, 1);
         }
     }
 
+    /// Cells of an optional INT64 column `k` (`None`: null).
     #[inline]
-    fn opt_int(&mut self, k: usize, x: Option<i64>) {
+    fn opt_ints(&mut self, k: usize, xs: impl Iterator<Item = Option<i64>>) {
         let c = &mut self.cols[k];
         debug_assert!(c.kind == Kind::I64 && c.optional);
-        match x {
-            Some(x) => {
-                c.ints.push(x);
-                c.defs.push(1);
+        if c.dictionary {
+            for x in xs {
+                c.push_value(x);
             }
-            None => c.defs.push(0),
+            return;
+        }
+        for x in xs {
+            match x {
+                Some(x) => {
+                    c.ints.push(x);
+                    c.defs.push(1);
+                }
+                None => c.defs.push(0),
+            }
         }
     }
 
-    /// A string cell, `fixed`: `s` is never freed ([`Col::id`]); `None`: null.
+    /// Cells of string column `k` (`None`: null), `fixed`: the strings are never freed
+    /// ([`Col::id`]).
     #[inline]
-    fn opt_str(&mut self, k: usize, s: Option<&str>, fixed: bool) {
+    fn strs<'s>(&mut self, k: usize, xs: impl Iterator<Item = Option<&'s str>>, fixed: bool) {
         let c = &mut self.cols[k];
-        debug_assert!(c.kind == Kind::Str && (c.optional || s.is_some()));
-        let id = s.map_or(NULL_ID, |s| c.id(s, fixed));
-        c.ids.push(id);
+        debug_assert!(c.kind == Kind::Str);
+        for s in xs {
+            let id = s.map_or(NULL_ID, |s| c.id(s, fixed));
+            c.ids.push(id);
+        }
     }
 
-    /// A string cell by the index [`Table::index_of`] gave (`None`: found each time).
-    #[inline]
-    fn str_index(&mut self, k: usize, id: Option<u32>, s: &'static str) {
+    /// `n` cells of string column `k`, all `s` (never freed), by the index
+    /// [`Table::index_of`] gave (`None`: found for the block).
+    fn same_str(&mut self, k: usize, id: Option<u32>, s: &'static str, n: usize) {
         let c = &mut self.cols[k];
         let id = id.unwrap_or_else(|| c.id(s, true));
-        c.ids.push(id);
+        c.ids.resize(c.ids.len() + n, id);
+    }
+
+    /// Cells of string column `k`, each a string never freed with the index
+    /// [`Table::index_of`] gave it (`None`: found each time).
+    #[inline]
+    fn static_strs(&mut self, k: usize, xs: impl Iterator<Item = (Option<u32>, &'static str)>) {
+        let c = &mut self.cols[k];
+        for (id, s) in xs {
+            let id = id.unwrap_or_else(|| c.id(s, true));
+            c.ids.push(id);
+        }
     }
 
     /// The index of `s` (never freed) in column `k`'s dictionary, for
-    /// [`Table::str_index`]; `None` past [`INTERN_MAX`] strings.
+    /// [`Table::same_str`] and [`Table::static_strs`]; `None` past [`INTERN_MAX`]
+    /// strings.
     fn index_of(&mut self, k: usize, s: &'static str) -> Option<u32> {
         Some(self.cols[k].id(s, true)).filter(|&id| id < SPILL)
     }
 
-    fn end_row(&mut self) -> Result<(), CliError> {
-        debug_assert!(self.cols.iter().all(|c| c.len() == self.rows + 1), "a cell per column");
-        self.rows += 1;
+    /// Ends a block of `n` rows (every column given its `n` cells), writing the row
+    /// group once full.
+    fn add_rows(&mut self, n: usize) -> Result<(), CliError> {
+        debug_assert!(self.cols.iter().all(|c| c.len() == self.rows + n), "a cell per column");
+        debug_assert!(n <= self.room());
+        self.rows += n;
         if self.rows >= ROW_GROUP {
             self.flush()?;
         }
@@ -461,9 +687,13 @@ impl Table {
         debug_assert_eq!(cells.len(), self.cols.len());
         for (c, v) in self.cols.iter_mut().zip(cells) {
             match v {
-                V::N if c.kind == Kind::Str => {
+                V::N if c.by_id() => {
                     debug_assert!(c.optional);
                     c.ids.push(NULL_ID);
+                    continue;
+                }
+                V::I(x) if c.dictionary => {
+                    c.push_value(Some(*x));
                     continue;
                 }
                 V::N => {
@@ -502,33 +732,32 @@ impl Table {
         let path = self.path.clone();
         let e = |x: parquet::errors::ParquetError| io_err(&path, x);
         let mut rg = self.writer.next_row_group().map_err(e)?;
+        let scratch = &mut self.scratch;
         for (c, descr) in self.cols.iter_mut().zip(&self.descrs) {
             let chunk = match c.kind {
-                Kind::Str => c.dict_chunk(descr.clone()).map_err(e)?,
-                Kind::I64 if c.dictionary => c.int_chunk(descr.clone()).map_err(e)?,
+                Kind::Str => c.dict_chunk(descr.clone(), scratch).map_err(e)?,
+                Kind::I64 if c.dictionary => c.int_chunk(descr.clone(), &mut scratch.out).map_err(e)?,
                 _ => None,
             };
-            if let Some((bytes, close)) = chunk {
-                rg.append_column(&bytes, close).map_err(e)?;
-                c.ids.clear();
-                c.ints.clear();
-                c.defs.clear();
+            if let Some(close) = chunk {
+                rg.append_column(&dict_chunk::Chunk(&scratch.out), close).map_err(e)?;
+                c.clear();
                 continue;
             }
             let mut w = rg.next_column().map_err(e)?.ok_or_else(|| io_err(&path, "schema mismatch"))?;
             let defs = c.optional.then_some(c.defs.as_slice());
             match c.kind {
+                Kind::I64 if c.dictionary => {
+                    let (ints, defs) = c.plain_ints();
+                    w.typed::<Int64Type>().write_batch(&ints, c.optional.then_some(defs.as_slice()), None).map(|_| ())
+                }
                 Kind::I64 => w.typed::<Int64Type>().write_batch(&c.ints, defs, None).map(|_| ()),
                 Kind::Str => c.write_strs(w.typed::<ByteArrayType>()),
                 Kind::Bool => w.typed::<BoolType>().write_batch(&c.bools, defs, None).map(|_| ()),
             }
             .map_err(e)?;
             w.close().map_err(e)?;
-            c.ints.clear();
-            c.ids.clear();
-            c.spill.clear();
-            c.bools.clear();
-            c.defs.clear();
+            c.clear();
         }
         rg.close().map_err(e)?;
         self.total += self.rows as u64;
@@ -810,25 +1039,30 @@ fn write_trace_events(
     for a in Action::ALL {
         action_k[a as usize] = trace.index_of(3, a.as_str());
     }
-    for (i, e) in tr.iter().enumerate() {
-        used.note(e.stack);
-        let c = snap.context(e);
-        let cc = c.compile_context.map(|c| snap.frames.str(c));
-        let um = c.user_metadata.map(|c| snap.frames.str(c));
-        let pool = e.context.index().and_then(|i| pools.get(i)?.as_deref());
-        trace.str_index(0, file_k, file);
-        trace.int(1, device);
-        trace.int(2, i as i64);
-        trace.str_index(3, action_k[e.action as usize], e.action.as_str());
-        trace.int(4, e.addr as i64);
-        trace.int(5, e.size as i64);
-        trace.int(6, snap.stream(e) as i64);
-        trace.opt_int(7, (e.time_us != fragscope_snapshot::NO_TIME).then_some(e.time_us));
-        trace.opt_int(8, e.stack.map(|s| s.index() as i64));
-        trace.opt_str(9, pool, false);
-        trace.opt_str(10, cc, false);
-        trace.opt_str(11, um, false);
-        trace.end_row()?;
+    let mut start = 0;
+    while start < tr.len() {
+        let n = trace.room().min(tr.len() - start).min(BLOCK);
+        let rows = &tr[start..start + n];
+        for e in rows {
+            used.note(e.stack);
+        }
+        let context = |pick: fn(fragscope_snapshot::EntryContext) -> Option<StrId>| {
+            rows.iter().map(move |e| pick(snap.context(e)).map(|c| snap.frames.str(c)))
+        };
+        trace.same_str(0, file_k, file, n);
+        trace.ints(1, std::iter::repeat_n(device, n));
+        trace.ints(2, (start..start + n).map(|i| i as i64));
+        trace.static_strs(3, rows.iter().map(|e| (action_k[e.action as usize], e.action.as_str())));
+        trace.ints(4, rows.iter().map(|e| e.addr as i64));
+        trace.ints(5, rows.iter().map(|e| e.size as i64));
+        trace.ints(6, rows.iter().map(|e| snap.stream(e) as i64));
+        trace.opt_ints(7, rows.iter().map(|e| (e.time_us != fragscope_snapshot::NO_TIME).then_some(e.time_us)));
+        trace.opt_ints(8, rows.iter().map(|e| e.stack.map(|s| s.index() as i64)));
+        trace.strs(9, rows.iter().map(|e| e.context.index().and_then(|i| pools.get(i)?.as_deref())), false);
+        trace.strs(10, context(|c| c.compile_context), false);
+        trace.strs(11, context(|c| c.user_metadata), false);
+        trace.add_rows(n)?;
+        start += n;
     }
     Ok(())
 }
@@ -849,47 +1083,82 @@ fn write_allocations(
 ) -> Result<(), CliError> {
     let cfg = fragscope_replay::recorded_config(snap);
     let scopes = fragscope_trace::Scopes::new(snap, device);
-    let mut site_cache: fragscope_snapshot::FxHashMap<Option<StackId>, String> = Default::default();
+    // Each call site once, by its stack's slot (0: no stack; the stack's index + 1).
+    let mut sites: Vec<Option<String>> = Vec::new();
+    let slot = |s: Option<StackId>| s.map_or(0, |s| s.index() + 1);
     // The alloc entry's compile_context / user_metadata as recorded (null before the
     // trace or when the entry has none), to group by as by annotation.
-    let context = |alloc: Option<usize>, pick: fn(fragscope_snapshot::EntryContext) -> Option<StrId>| {
-        alloc.and_then(|k| tr.get(k)).and_then(|e| pick(snap.context(e))).map(|id| snap.frames.str(id))
+    let context = |c: &Option<fragscope_snapshot::EntryContext>,
+                   pick: fn(&fragscope_snapshot::EntryContext) -> Option<StrId>| {
+        c.as_ref().and_then(pick).map(|id| snap.frames.str(id))
     };
+    let mut contexts: Vec<Option<fragscope_snapshot::EntryContext>> = Vec::new();
+    let start_time = |a: &AllocRow| (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
+    let end_time = |a: &AllocRow| a.fc.or(a.fr).map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
+    // What each row reads from the trace at its free (a cache miss per row: the trace is
+    // hundreds of MB, the frees far from their allocations), read once per row for the
+    // columns that need it.
+    let mut ends: Vec<Option<i64>> = Vec::new();
     allocs.reserve(rows.len());
     debug_assert_eq!(column_names(1)[..2], ["file", "device"]);
     debug_assert_eq!(column_names(1)[12..17], ["stack_id", "site", "annotation", "role", "role_evidence"]);
     let file_k = allocs.index_of(0, file);
-    let some = |k: usize| Some(k as i64);
-    for (a, role) in rows.iter().zip(roles) {
-        used.note(a.stack);
-        let end = a.fc.or(a.fr);
-        let end_time = end.map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
-        let start_time = (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
-        let life = start_time.zip(end_time).map(|(s, e)| e - s);
-        // Borrowed from the cache, not cloned: one string per call site, at one address.
-        let site: &str = site_cache.entry(a.stack).or_insert_with(|| site_of(&snap.frames, a.stack).site);
-        let ann = start_time.and_then(|t| scopes.innermost_at(t));
-        let rounded = fragscope_alloc::rounding::round_size(a.req, &cfg);
-        allocs.str_index(0, file_k, file);
-        allocs.int(1, device);
-        allocs.opt_int(2, a.alloc.and_then(some));
-        allocs.opt_int(3, a.fr.and_then(some));
-        allocs.opt_int(4, a.fc.and_then(some));
-        allocs.opt_int(5, start_time);
-        allocs.opt_int(6, end_time);
-        allocs.opt_int(7, life);
-        allocs.int(8, a.addr as i64);
-        allocs.int(9, a.req as i64);
-        allocs.int(10, rounded as i64);
-        allocs.int(11, a.stream);
-        allocs.opt_int(12, a.stack.map(|s| s.index() as i64));
-        allocs.opt_str(13, Some(site), false);
-        allocs.opt_str(14, ann, false);
-        allocs.opt_str(15, role.map(|r| r.role.as_str()), true);
-        allocs.opt_str(16, role.map(|r| r.reason.describe()), true);
-        allocs.opt_str(17, context(a.alloc, |c| c.compile_context), false);
-        allocs.opt_str(18, context(a.alloc, |c| c.user_metadata), false);
-        allocs.end_row()?;
+    let idx = |k: Option<usize>| k.map(|k| k as i64);
+    let mut site_ids: Vec<Option<u32>> = Vec::new();
+    let mut start = 0;
+    while start < rows.len() {
+        let n = allocs.room().min(rows.len() - start).min(BLOCK);
+        let (block, block_roles) = (&rows[start..start + n], &roles[start..start + n]);
+        for a in block {
+            used.note(a.stack);
+            let k = slot(a.stack);
+            if k >= sites.len() {
+                sites.resize(k + 1, None);
+                site_ids.resize(k + 1, None);
+            }
+            if sites[k].is_none() {
+                sites[k] = Some(site_of(&snap.frames, a.stack).site);
+            }
+        }
+        ends.clear();
+        ends.extend(block.iter().map(end_time));
+        contexts.clear();
+        contexts.extend(block.iter().map(|a| a.alloc.and_then(|k| tr.get(k)).map(|e| snap.context(e))));
+        allocs.same_str(0, file_k, file, n);
+        allocs.ints(1, std::iter::repeat_n(device, n));
+        allocs.opt_ints(2, block.iter().map(|a| idx(a.alloc)));
+        allocs.opt_ints(3, block.iter().map(|a| idx(a.fr)));
+        allocs.opt_ints(4, block.iter().map(|a| idx(a.fc)));
+        allocs.opt_ints(5, block.iter().map(start_time));
+        allocs.opt_ints(6, ends.iter().copied());
+        allocs.opt_ints(7, block.iter().zip(&ends).map(|(a, &end)| start_time(a).zip(end).map(|(s, e)| e - s)));
+        allocs.ints(8, block.iter().map(|a| a.addr as i64));
+        allocs.ints(9, block.iter().map(|a| a.req as i64));
+        allocs.ints(10, block.iter().map(|a| fragscope_alloc::rounding::round_size(a.req, &cfg) as i64));
+        allocs.ints(11, block.iter().map(|a| a.stream));
+        allocs.opt_ints(12, block.iter().map(|a| a.stack.map(|s| s.index() as i64)));
+        // Each call site's index in the column found once (the string's bytes compared
+        // once, not per row), where it has one for the process's life.
+        let c = &mut allocs.cols[13];
+        for a in block {
+            let k = slot(a.stack);
+            let id = match site_ids[k] {
+                Some(id) => id,
+                None => {
+                    let id = c.id(sites[k].as_deref().expect("a site per stack of a row"), false);
+                    site_ids[k] = (id < SPILL).then_some(id);
+                    id
+                }
+            };
+            c.ids.push(id);
+        }
+        allocs.strs(14, block.iter().map(|a| start_time(a).and_then(|t| scopes.innermost_at(t))), false);
+        allocs.strs(15, block_roles.iter().map(|r| r.map(|r| r.role.as_str())), true);
+        allocs.strs(16, block_roles.iter().map(|r| r.map(|r| r.reason.describe())), true);
+        allocs.strs(17, contexts.iter().map(|c| context(c, |c| c.compile_context)), false);
+        allocs.strs(18, contexts.iter().map(|c| context(c, |c| c.user_metadata)), false);
+        allocs.add_rows(n)?;
+        start += n;
     }
     Ok(())
 }
@@ -1034,7 +1303,23 @@ fn write_tables(
     Ok((files, tables))
 }
 
+/// Keeps up to 64 MiB of freed memory at the top of each glibc heap rather than handing
+/// it back to the system at once (its default threshold, 128 KiB, stays fixed once
+/// `fragscope` sets the mmap threshold, [`fragscope_snapshot::return_large_frees`]): the
+/// `parquet` crate's column writer allocates and frees a buffer of ~160 KB per data page
+/// of the columns without a dictionary, and each one trimmed was faulted in again by the
+/// next (~40,000 page faults on the 6.4 M-entry benchmark file). Only the `export`
+/// command's process is changed; a no-op where the C library is not glibc.
+fn keep_freed_heap_top() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only sets a tuning parameter of the C allocator.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+    }
+}
+
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    keep_freed_heap_top();
     let spec = args.window.spec()?;
     let created = std::fs::symlink_metadata(&args.output).is_err();
     std::fs::create_dir_all(&args.output).map_err(|e| io_err(&args.output, e))?;
@@ -1097,30 +1382,50 @@ mod tests {
 
     /// Columns past what [`dict_chunk`] writes go to the crate's writer and read back
     /// the same: strings past [`INTERN_MAX`] distinct (their own buffers), a dictionary
-    /// page past 1 MB (long strings; INT64 values past 131,072 distinct), with nulls, and
-    /// the cells' strings freed and their addresses reused from row to row.
+    /// page past 1 MB (long strings; INT64 values past 131,072 distinct, required and
+    /// with nulls), with nulls, and the cells' strings freed and their addresses reused
+    /// from row to row; the columns within the limits go to [`dict_chunk`] and read back
+    /// the same too (INT64 cells in runs and not, with nulls).
     #[test]
     fn columns_past_the_dictionarys_limits_read_back() {
         use parquet::record::Field;
         let dir = tempfile::tempdir().unwrap();
-        let columns: &[(&'static str, Kind, bool)] =
-            &[("many", Str, true), ("long", Str, false), ("ints", I64, false), ("few", Str, true)];
+        let columns: &[(&'static str, Kind, bool)] = &[
+            ("many", Str, true),
+            ("long", Str, false),
+            ("ints", I64, false),
+            ("opt_ints", I64, true),
+            ("few", Str, true),
+            ("few_ints", I64, true),
+        ];
         let mut t = Table::create(dir.path(), "t", columns).unwrap();
         let n = 140_000usize;
         let many = |i: usize| (i % 5 != 1).then(|| format!("s{}", i % 70_001));
         let long = |i: usize| format!("{:0>100}", i % 20_000);
+        let opt_ints = |i: usize| (!i.is_multiple_of(50)).then_some(-(i as i64));
+        let few_ints = |i: usize| (i % 7 != 3).then_some([5, 5, 5, -1, 1 << 40][(i / 3) % 5]);
         for i in 0..n {
             let (m, l) = (many(i), long(i));
             let few = ["a", "bb"][i % 2];
-            let cells = [m.as_deref().map_or(V::N, V::S), V::S(&l), V::I(i as i64 * 7), V::S(few)];
+            let cells = [
+                m.as_deref().map_or(V::N, V::S),
+                V::S(&l),
+                V::I(i as i64 * 7),
+                opt_ints(i).map_or(V::N, V::I),
+                V::S(few),
+                few_ints(i).map_or(V::N, V::I),
+            ];
             t.row(&cells).unwrap();
         }
-        // Which writer each column goes to: the crate's for the first three (strings of
-        // their own; dictionaries over 1 MB), `dict_chunk` for the last.
+        // Which writer each column goes to: the crate's for the first four (strings of
+        // their own; dictionaries over 1 MB), `dict_chunk` for the last two.
+        let mut scratch = Scratch::default();
         assert!(!t.cols[0].spill.is_empty());
-        assert!(t.cols[1].dict_chunk(t.descrs[1].clone()).unwrap().is_none());
-        assert!(t.cols[2].int_chunk(t.descrs[2].clone()).unwrap().is_none());
-        assert!(t.cols[3].dict_chunk(t.descrs[3].clone()).unwrap().is_some());
+        assert!(t.cols[1].dict_chunk(t.descrs[1].clone(), &mut scratch).unwrap().is_none());
+        assert!(t.cols[2].int_chunk(t.descrs[2].clone(), &mut scratch.out).unwrap().is_none());
+        assert!(t.cols[3].int_chunk(t.descrs[3].clone(), &mut scratch.out).unwrap().is_none());
+        assert!(t.cols[4].dict_chunk(t.descrs[4].clone(), &mut scratch).unwrap().is_some());
+        assert!(t.cols[5].int_chunk(t.descrs[5].clone(), &mut scratch.out).unwrap().is_some());
         let (out, staged) = t.finish().unwrap();
         Staged::commit_all(vec![staged]).unwrap();
         assert_eq!(out.rows, n as u64);
@@ -1133,10 +1438,62 @@ mod tests {
             assert_eq!(cells[0], &want_many, "row {i}");
             assert_eq!(cells[1], &Field::Str(long(i)), "row {i}");
             assert_eq!(cells[2], &Field::Long(i as i64 * 7), "row {i}");
-            assert_eq!(cells[3], &Field::Str(["a", "bb"][i % 2].to_string()), "row {i}");
+            assert_eq!(cells[3], &opt_ints(i).map_or(Field::Null, Field::Long), "row {i}");
+            assert_eq!(cells[4], &Field::Str(["a", "bb"][i % 2].to_string()), "row {i}");
+            assert_eq!(cells[5], &few_ints(i).map_or(Field::Null, Field::Long), "row {i}");
             rows += 1;
         }
         assert_eq!(rows, n);
+    }
+
+    /// [`reserve_huge`] makes room as `reserve` does and keeps the elements, for
+    /// buffers under 2 MiB and over (rounded to fill whole 2 MiB of mapping), empty or
+    /// not.
+    #[test]
+    fn reserve_huge_makes_room_and_keeps_the_elements() {
+        for (before, more) in [(0usize, 10usize), (0, 1 << 20), (3, 1 << 19), (5, (1 << 18) + 7)] {
+            let mut v: Vec<u64> = (0..before as u64).collect();
+            reserve_huge(&mut v, more);
+            assert!(v.capacity() >= before + more, "{before} + {more}");
+            assert_eq!(v, (0..before as u64).collect::<Vec<_>>());
+            let cap = v.capacity();
+            v.extend(0..more as u64);
+            assert_eq!(v.capacity(), cap, "{before} + {more}: no growth while filling");
+            reserve_huge(&mut v, 0);
+            assert_eq!(v.capacity(), cap);
+        }
+    }
+
+    /// [`IntIndex`] numbers values as a map does, in the order they first come: values
+    /// that collide in their home slot (multiples of 2^40), negative ones, `i64::MIN`
+    /// and `i64::MAX`, past several growths, and again after [`IntIndex::clear`].
+    #[test]
+    fn int_index_numbers_values_as_a_map_does() {
+        let mut index = IntIndex::default();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for round in 0..2 {
+            let (mut values, mut want_values) = (Vec::new(), Vec::new());
+            let mut map = std::collections::HashMap::new();
+            for i in 0..50_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let v = match i % 4 {
+                    0 => ((x % 3000) << 40) as i64,
+                    1 => -((x % 5000) as i64),
+                    2 => [i64::MIN, i64::MAX, 0][(x % 3) as usize],
+                    _ => (x % 20_000) as i64 * 512,
+                };
+                let want = *map.entry(v).or_insert_with(|| {
+                    want_values.push(v);
+                    want_values.len() as u32 - 1
+                });
+                assert_eq!(index.get_or_insert(v, &mut values), want, "round {round}, value {v}");
+            }
+            assert_eq!(values, want_values, "round {round}");
+            assert_eq!(index.len, map.len());
+            index.clear();
+        }
     }
 
     /// The writer's properties change the encodings and statistics, not the rows: the
