@@ -414,3 +414,53 @@ fn fit_and_max_fit_answers_hold_when_rechecked() {
     assert!(a.cases >= 20 && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
     assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
 }
+
+/// Capacities at `fractions` of the file's peak reserved on an unlimited device (its first
+/// device), in bytes: the sweep a user makes over the cards they might rent.
+fn sweep(file: &Path, fractions: &[f64]) -> String {
+    let v = json_of(&[s("fit"), file.display().to_string(), s("--capacity"), s("100TB"), s("--json")]);
+    let peak = u(&v["files"][0]["devices"][0]["peak_reserved_unlimited"]) as f64;
+    fractions.iter().map(|f| format!("{}B", (peak * f) as u64)).collect::<Vec<_>>().join(",")
+}
+
+#[test]
+fn fit_answers_hold_on_a_sweep_of_capacities() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Audit::default();
+    let fr = [0.97, 0.9, 0.8, 0.65];
+    let mut files: Vec<PathBuf> = Vec::new();
+    for name in [
+        "oom-fragmentation.pickle.gz",
+        "oom-exhaustion.pickle.gz",
+        "live-mlp-20-steps.pickle.gz",
+        "gpt-s512-b8-amp.pickle.gz",
+        "gpt-s512-b16-ckpt.pickle.gz",
+    ] {
+        files.push(h200(name).unwrap());
+    }
+    for name in [
+        "cs336-2.7b-trainstep-ctx128-fp32.pickle",
+        "codeloc-qwen3-gnn-expandable-oom-3gpu.pickle",
+        "selectn-llama7b-offload-multistream.pickle",
+        "ckpttry-activation-ckpt-toy.pickle",
+        "effdl26-dmasloff-liger-fused-linear-ce.pickle",
+        "eor-cnn-counterfactuals.pickle",
+        "mlsysexp-linear-toy.pkl",
+        "effdl-aphelack-customfsdp-4gpu.pickle",
+    ] {
+        files.extend(corpus(name));
+    }
+    let live = h200("live-mlp-20-steps.pickle.gz").unwrap();
+    files.push(warm(&live, dir.path()));
+    files.push(warm(&expandable(&live, dir.path()), dir.path()));
+    for f in &files {
+        let caps = sweep(f, &fr);
+        audit_fit(&mut a, std::slice::from_ref(f), &caps, None, None);
+    }
+    eprintln!("fit audit (sweep): {} cases, {} checks, {} findings", a.cases, a.checks, a.findings.len());
+    for f in &a.findings {
+        eprintln!("finding: {f}");
+    }
+    assert!(a.cases >= 10 && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
+    assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
+}
