@@ -592,3 +592,38 @@ fn zero_pairs_that_cannot_be_applied_say_why() {
     assert!(line.contains(": no optimizer state found ("), "{line}");
     assert!(!line.contains(", or a change of the base"), "{line}");
 }
+
+/// `fit` offers `empty_cache()` at every step under an allocator setting; `replay --config
+/// SETTING --empty-cache-at step` must replay that same change (it replayed `empty_cache()`
+/// under the recorded settings, dropping the setting: the fit audit's finding on the H200
+/// checkpointed recording). Near miss: without `--config` the placement stays under the
+/// recorded settings, unlabelled.
+#[test]
+fn replay_empty_cache_at_steps_runs_under_the_config_given() {
+    use fragscope_commands::replay::{replay_snapshot, ReplayRequest};
+    let snap = read(&h200("gpt-s512-b16-ckpt.pickle.gz"));
+    let cap = 7_540_918_190u64;
+    let run = |configs: Vec<String>| {
+        let req = ReplayRequest {
+            configs,
+            capacity: Some(format!("{cap}B")),
+            empty_cache_at: vec!["step".into()],
+            ..Default::default()
+        };
+        let out = replay_snapshot(&req, &req.check().unwrap(), &snap, &mut None).unwrap();
+        out[0].whatif.clone().expect("what-if runs").pop().expect("the empty_cache() run, last")
+    };
+    let cfg = fragscope_alloc::parse_config("expandable_segments:True").unwrap();
+    let want = simulate_empty_cache(&snap, 0, cfg, Some(cap), &EmptyCacheAt::Steps).unwrap();
+    let w = run(vec!["expandable_segments:True".into()]);
+    assert_eq!(w.config, "expandable_segments:True");
+    assert_eq!((w.peak_reserved, w.ooms), (want.peak_reserved, want.ooms));
+    assert!(w.advice.as_deref().is_some_and(|a| a.ends_with(" under expandable_segments:True")), "{:?}", w.advice);
+    // Near miss: no --config, the recorded settings (the defaults), and no "under".
+    let plain = run(Vec::new());
+    let recorded = simulate_empty_cache(&snap, 0, recorded_config(&snap), Some(cap), &EmptyCacheAt::Steps).unwrap();
+    assert_eq!(plain.config, "");
+    assert_eq!((plain.peak_reserved, plain.ooms), (recorded.peak_reserved, recorded.ooms));
+    assert!(plain.advice.as_deref().is_some_and(|a| !a.contains(" under ")), "{:?}", plain.advice);
+    assert_ne!((plain.peak_reserved, plain.ooms), (w.peak_reserved, w.ooms), "the two settings differ here");
+}
