@@ -464,3 +464,47 @@ fn fit_answers_hold_on_a_sweep_of_capacities() {
     assert!(a.cases >= 10 && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
     assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
 }
+
+/// The requests a user makes around the recorded sizes: files not in size order, a size
+/// below every recording, a recorded size, far up, a capacity below the parameters with a
+/// predicted run, two recordings only.
+#[test]
+fn fit_and_max_fit_answers_hold_around_the_recorded_sizes() {
+    let mut a = Audit::default();
+    let (b4, b8, b16) = (h200("gpt-s512-b4.pickle.gz"), h200("gpt-s512-b8.pickle.gz"), h200("gpt-s512-b16.pickle.gz"));
+    let (b4, b8, b16) = (b4.unwrap(), b8.unwrap(), b16.unwrap());
+    let h = [b4.clone(), b8.clone(), b16.clone()];
+    audit_fit(&mut a, &[b16.clone(), b4.clone(), b8.clone()], "10GB,6GB", Some("16,4,8"), None);
+    audit_fit(&mut a, &h, "3GB,2GB", Some("4,8,16"), Some(2));
+    audit_fit(&mut a, &h, "10GB,7GB", Some("4,8,16"), Some(8));
+    audit_fit(&mut a, &[b8.clone(), b16.clone()], "40GB,20GB", Some("8,16"), Some(64));
+    audit_max_fit(&mut a, &[b8, b16], "8,16", "20GB");
+    let amp: Vec<PathBuf> =
+        ["4", "8", "16"].iter().map(|b| h200(&format!("gpt-s512-b{b}-amp.pickle.gz")).unwrap()).collect();
+    audit_max_fit(&mut a, &amp, "4,8,16", "L40S");
+    let seq: Vec<PathBuf> =
+        ["256", "512", "1024"].iter().map(|q| h200(&format!("gpt-s{q}-b8.pickle.gz")).unwrap()).collect();
+    audit_max_fit(&mut a, &seq, "256,512,1024", "24GB");
+    audit_fit(&mut a, &seq, "24GB,10GB", Some("256,512,1024"), Some(2048));
+    let nf: Vec<PathBuf> =
+        ["100", "150", "200"].iter().map(|c| grid(&format!("niu-fwd-ctx{c}-fp32.pickle")).unwrap()).collect();
+    audit_max_fit(&mut a, &nf, "100,150,200", "500MB");
+    let kk: Vec<PathBuf> =
+        ["128", "256", "512"].iter().filter_map(|c| grid(&format!("kk-2.7b-fwd-ctx{c}-fp32.pickle"))).collect();
+    if kk.len() == 3 {
+        audit_fit(&mut a, &kk, "40GB,20GB", Some("128,256,512"), Some(2048));
+        audit_fit(&mut a, &kk, "10GB", Some("128,256,512"), Some(256));
+    }
+    let ks: Vec<PathBuf> =
+        ["128", "256"].iter().filter_map(|c| grid(&format!("kk-2.7b-step-ctx{c}-fp32.pickle"))).collect();
+    if ks.len() == 2 {
+        audit_max_fit(&mut a, &ks, "128,256", "A100-80GB");
+        audit_fit(&mut a, &ks, "A100-80GB,H100-NVL", Some("128,256"), None);
+    }
+    eprintln!("fit audit (around): {} cases, {} checks, {} findings", a.cases, a.checks, a.findings.len());
+    for f in &a.findings {
+        eprintln!("finding: {f}");
+    }
+    assert!(a.cases >= 12 && a.checks >= 100, "{} cases, {} checks", a.cases, a.checks);
+    assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
+}
