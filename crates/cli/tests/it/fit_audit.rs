@@ -219,6 +219,17 @@ fn audit_fit(a: &mut Audit, files: &[PathBuf], capacity: &str, sizes: Option<&st
                         });
                     }
                 }
+                // With sizes, a card with no size option says why no smaller size fits.
+                let opts = c["options"].as_array().unwrap();
+                if sizes.is_some() && c["fits_as_recorded"] == false && !opts.iter().any(|o| o["cost_class"] == "size")
+                {
+                    let said = c["pruned"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|p| p.as_str().unwrap().starts_with("a smaller size"));
+                    a.check(said, || format!("{what}: no smaller size offered and no word why: {}", c["pruned"]));
+                }
                 // The largest size that fits: the same answer as predict --max-fit.
                 if let (Some(z), None) = (sizes, at) {
                     if let Some(o) = c["options"].as_array().unwrap().iter().find(|o| o["cost_class"] == "size") {
@@ -494,6 +505,7 @@ fn fit_and_max_fit_answers_hold_around_the_recorded_sizes() {
     if kk.len() == 3 {
         audit_fit(&mut a, &kk, "40GB,20GB", Some("128,256,512"), Some(2048));
         audit_fit(&mut a, &kk, "10GB", Some("128,256,512"), Some(256));
+        audit_fit(&mut a, &kk, "10GB", Some("128,256,512"), None);
     }
     let ks: Vec<PathBuf> =
         ["128", "256"].iter().filter_map(|c| grid(&format!("kk-2.7b-step-ctx{c}-fp32.pickle"))).collect();
@@ -507,4 +519,26 @@ fn fit_and_max_fit_answers_hold_around_the_recorded_sizes() {
     }
     assert!(a.cases >= 12 && a.checks >= 100, "{} cases, {} checks", a.cases, a.checks);
     assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
+}
+
+#[test]
+#[ignore]
+fn zz_dump_forms() {
+    let d = Path::new("/tmp/fa");
+    std::fs::create_dir_all(d).unwrap();
+    for n in [
+        "gpt-s512-b16.pickle.gz",
+        "gpt-s512-b8.pickle.gz",
+        "gpt-s512-b4.pickle.gz",
+        "live-mlp-20-steps.pickle.gz",
+        "gpt-s512-b8-amp.pickle.gz",
+    ] {
+        let f = h200(n).unwrap();
+        warm(&f, d);
+        let e = expandable(&f, d);
+        warm(&e, d);
+    }
+    let niu = grid("niu-train3-ctx200-fp32.pickle").unwrap();
+    warm(&niu, d);
+    warm(&expandable(&niu, d), d);
 }
