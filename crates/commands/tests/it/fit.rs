@@ -627,3 +627,30 @@ fn replay_empty_cache_at_steps_runs_under_the_config_given() {
     assert!(plain.advice.as_deref().is_some_and(|a| !a.contains(" under ")), "{:?}", plain.advice);
     assert_ne!((plain.peak_reserved, plain.ooms), (w.peak_reserved, w.ooms), "the two settings differ here");
 }
+
+/// With recordings at several sizes and a card below the parameters, `fit` says why no
+/// smaller size helps (the fit audit found it silent: "nothing tried fits" and no word on
+/// sizes); near miss: on a card that holds them, the smaller size is an option and no such
+/// line is printed.
+#[test]
+fn fit_with_sizes_says_why_no_smaller_size_fits() {
+    let names = ["128", "256", "512"].map(|c| format!("kk-2.7b-fwd-ctx{c}-fp32.pickle"));
+    let Some(paths) = names.iter().map(|n| fragscope_testdata::grid_file(n)).collect::<Option<Vec<_>>>() else {
+        return;
+    };
+    let snaps: Vec<Snapshot> = paths.iter().map(|p| read(p)).collect();
+    let refs: Vec<&Snapshot> = snaps.iter().collect();
+    let names: Vec<String> = names.to_vec();
+    let run = |cap: &str| {
+        let req = Request { capacity: cap.into(), sizes: vec![128, 256, 512], ..Default::default() };
+        evaluate(&names, &refs, &req).unwrap().files[0].devices[0].cards[0].clone()
+    };
+    let small = run("10GB");
+    assert!(small.options.is_empty(), "{:?}", small.options);
+    let line = small.pruned.iter().find(|p| p.starts_with("a smaller size: none")).expect("the sizes' line");
+    assert!(line.contains("even at size 1, the state before the trace"), "{line}");
+    assert!(line.contains("over the card"), "{line}");
+    let big = run("40GB");
+    assert!(big.options.iter().any(|o| o.cost_class == CostClass::Size), "{:?}", big.options);
+    assert!(big.pruned.iter().all(|p| !p.starts_with("a smaller size")), "{:?}", big.pruned);
+}
