@@ -432,6 +432,13 @@ fn fit_and_max_fit_answers_hold_when_rechecked() {
     audit_max_fit(&mut a, &w, "4,8,16", "40GB");
     let e: Vec<PathBuf> = h.iter().map(|f| expandable(f, dir.path())).collect();
     audit_max_fit(&mut a, &e, "4,8,16", "40GB");
+    // Predicted runs from warm and expandable templates, and both at once.
+    audit_fit(&mut a, &w, "20GB,12GB", Some("4,8,16"), Some(32));
+    audit_fit(&mut a, &e, "20GB,12GB", Some("4,8,16"), Some(32));
+    let we: Vec<PathBuf> = e.iter().map(|f| warm(f, dir.path())).collect();
+    audit_fit(&mut a, &we, "20GB,12GB", Some("4,8,16"), Some(32));
+    audit_fit(&mut a, &we, "10GB,6GB", Some("4,8,16"), None);
+    audit_max_fit(&mut a, &we, "4,8,16", "40GB");
     audit_max_fit(&mut a, &n, "100,150,200", "2GB");
     let kk: Vec<PathBuf> =
         ["128", "256", "512"].iter().filter_map(|c| grid(&format!("kk-2.7b-fwd-ctx{c}-fp32.pickle"))).collect();
