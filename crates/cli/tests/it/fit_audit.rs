@@ -397,14 +397,14 @@ fn fit_and_max_fit_answers_hold_when_rechecked() {
     let (b4, b8, b16) = (h200("gpt-s512-b4.pickle.gz"), h200("gpt-s512-b8.pickle.gz"), h200("gpt-s512-b16.pickle.gz"));
     let (b4, b8, b16) = (b4.unwrap(), b8.unwrap(), b16.unwrap());
     // Single recordings: cold, warm (cut after the first step), expandable, warm expandable.
-    audit_fit(&mut a, &[b16.clone()], "10GB,8GB,H100-80GB", None, None);
+    audit_fit(&mut a, std::slice::from_ref(&b16), "10GB,8GB,H100-80GB", None, None);
     let w16 = warm(&b16, dir.path());
     audit_fit(&mut a, &[w16], "10GB,8GB", None, None);
     audit_fit(&mut a, &[h200("gpt-s512-b16-expandable.pickle.gz").unwrap()], "10GB,8GB", None, None);
     let e16 = expandable(&b16, dir.path());
     audit_fit(&mut a, &[warm(&e16, dir.path())], "10GB", None, None);
     let niu = grid("niu-train3-ctx200-fp32.pickle").unwrap();
-    audit_fit(&mut a, &[niu.clone()], "1.2GB,1GB", None, None);
+    audit_fit(&mut a, std::slice::from_ref(&niu), "1.2GB,1GB", None, None);
     audit_fit(&mut a, &[warm(&niu, dir.path())], "1.2GB,1GB", None, None);
     audit_fit(&mut a, &[warm(&expandable(&niu, dir.path()), dir.path())], "1GB", None, None);
     // Corpus training steps, on the cards of the guide.
