@@ -550,3 +550,42 @@ fn fit_and_max_fit_answers_hold_around_the_recorded_sizes() {
     assert!(a.cases >= 12 && a.checks >= 100, "{} cases, {} checks", a.cases, a.checks);
     assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
 }
+
+/// The measured truth (`crates/testdata/h200/fit.jsonl`: batches run on the H200 from
+/// batches 4, 8, 16 of the same program): every batch that really fit is predicted to fit
+/// on the bytes free at the start of its process, under its settings, and its measured peak
+/// reserved lies inside the predicted range.
+#[test]
+fn max_fit_agrees_with_the_h200_measurements() {
+    let mut a = Audit::default();
+    let h: Vec<String> = ["4", "8", "16"]
+        .iter()
+        .map(|b| h200(&format!("gpt-s512-b{b}.pickle.gz")).unwrap().display().to_string())
+        .collect();
+    let text = std::fs::read_to_string(fragscope_testdata::h200_dir().join("fit.jsonl")).unwrap();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let row: Value = serde_json::from_str(line).unwrap();
+        let (batch, conf, free) = (u(&row["batch"]), row["conf"].as_str().unwrap(), u(&row["free_at_start"]));
+        a.cases += 1;
+        let what = format!("H200 batch {batch} under {conf:?} (measured fits: {})", row["fits"]);
+        let (r, fits) = predict_at(&h, "4,8,16", batch, conf, free);
+        a.check(fits == (row["fits"] == true), || {
+            format!("{what}: predicted fits {fits} (peak reserved {r} on {free})")
+        });
+        let mut args = vec![s("predict")];
+        args.extend(h.iter().cloned());
+        args.extend([s("--sizes"), s("4,8,16"), s("--at"), s(batch), s("--json")]);
+        if !conf.is_empty() {
+            args.extend([s("--config"), s(conf)]);
+        }
+        let v = json_of(&args);
+        let range = &v["predictions"][0]["range"]["reserved"];
+        let (lo, hi) = (u(&range[0]), u(&range[1]));
+        if let Some(m) = row["max_memory_reserved"].as_u64() {
+            a.check(lo <= m && m <= hi, || format!("{what}: measured peak reserved {m} outside [{lo}, {hi}]"));
+        }
+    }
+    eprintln!("fit audit (H200 measured): {} cases, {} checks, {} findings", a.cases, a.checks, a.findings.len());
+    assert!(a.cases >= 8, "{} rows", a.cases);
+    assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
+}
