@@ -343,6 +343,14 @@ fn audit_max_fit(a: &mut Audit, files: &[PathBuf], sizes: &str, capacity: &str) 
             let next = u(&m["next"]["at"]);
             let (r, fits) = predict_at(&names, sizes, next, cfg, cap);
             a.check(!fits, || format!("{what}: {next}, reported failing, fits when predicted ({r} on {cap})"));
+            // Above the first OOM: a size that fits again is reported (`fits_above`).
+            let above: Vec<u64> = m["fits_above"].as_array().map_or(Vec::new(), |v| v.iter().map(u).collect());
+            for y in next + 1..=next + 16 {
+                let (r, fits) = predict_at(&names, sizes, y, cfg, cap);
+                a.check(fits == above.contains(&y), || {
+                    format!("{what}: {y}, above the first OOM {next}: fits {fits} ({r}), reported {above:?}")
+                });
+            }
         }
         for b in m["fails_below"].as_array().map_or(&[][..], |v| v) {
             let (r, fits) = predict_at(&names, sizes, u(b), cfg, cap);
