@@ -460,7 +460,9 @@ fn fit_and_max_fit_answers_hold_when_rechecked() {
     for f in &a.findings {
         eprintln!("finding: {f}");
     }
-    assert!(a.cases >= 20 && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
+    // 27 with the corpus; 21 with the in-repository files only (the skips are counted).
+    let least = if fragscope_testdata::has_corpus() { 27 } else { 21 };
+    assert!(a.cases >= least && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
     assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
 }
 
@@ -510,7 +512,9 @@ fn fit_answers_hold_on_a_sweep_of_capacities() {
     for f in &a.findings {
         eprintln!("finding: {f}");
     }
-    assert!(a.cases >= 10 && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
+    // 15 with the corpus; 8 with the in-repository files only (the skips are counted).
+    let least = if fragscope_testdata::has_corpus() { 15 } else { 8 };
+    assert!(a.cases >= least && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
     assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
 }
 
@@ -555,7 +559,9 @@ fn fit_and_max_fit_answers_hold_around_the_recorded_sizes() {
     for f in &a.findings {
         eprintln!("finding: {f}");
     }
-    assert!(a.cases >= 12 && a.checks >= 100, "{} cases, {} checks", a.cases, a.checks);
+    // 14 with the corpus; 9 with the in-repository files only (the skips are counted).
+    let least = if fragscope_testdata::has_corpus() { 14 } else { 9 };
+    assert!(a.cases >= least && a.checks >= 100, "{} cases, {} checks", a.cases, a.checks);
     assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
 }
 
