@@ -549,8 +549,7 @@ fn search_predicted(
                 p,
                 cap,
             )),
-            _ => pruned
-                .push(format!("a smaller size: none that fits found by predict --max-fit ({} replays)", m.replays)),
+            _ => pruned.push(no_smaller_size(&m, at)),
         }
     }
     options.sort_by_key(|o| (o.cost_class, u64::MAX - o.margin));
@@ -1179,11 +1178,38 @@ fn size_option(s: &mut Search) {
     let Some((prog, recorded)) = &s.dev.program else { return };
     let m = prog.max_fit(&s.dev.recorded, s.cap, MAX_SIZE);
     s.replays += m.replays;
-    if let (Some(x), Some(p)) = (m.largest, &m.fits_at) {
-        if x < *recorded && p.peak_reserved <= s.cap {
+    match (m.largest, &m.fits_at) {
+        (Some(x), Some(p)) if x < *recorded && p.peak_reserved <= s.cap => {
             s.size = Some((x, p.peak_reserved, p.peak_allocated));
         }
+        _ => s.pruned.push(no_smaller_size(&m, *recorded)),
     }
+}
+
+/// Why `predict --max-fit` offers no smaller size than `recorded`, in words: a user told
+/// "nothing fits" is told why a smaller batch would not help either (the state before the
+/// trace, the parameters and optimizer state, over the card at every size).
+fn no_smaller_size(m: &fragscope_predict::MaxFit, recorded: u64) -> String {
+    let head = format!("a smaller size: none that fits found by predict --max-fit ({} replays)", m.replays);
+    let why = match (m.largest, &m.next) {
+        (Some(x), _) if x >= recorded => format!(
+            "the largest size predicted to fit, {x}, is not below the recorded {recorded}: the prediction there \
+             differs from the recording's replay"
+        ),
+        (_, Some(p)) => match (&p.start_over_capacity, &p.start_refused) {
+            (Some(o), _) => format!(
+                "even at size {}, the state before the trace (tensors live when the recording began: parameters, \
+                 optimizer state) holds {} reserved, {} over the card",
+                p.at,
+                fs(o.reserved),
+                fs(o.over)
+            ),
+            (None, Some(why)) => format!("the state before the trace could not be held: {why}"),
+            (None, None) => format!("size {} already runs out of memory", p.at),
+        },
+        _ => return head,
+    };
+    format!("{head}: {why}")
 }
 
 /// When nothing fits: the smallest capacity as recorded, and with the most aggressive

@@ -263,7 +263,11 @@ fn replay_devices(
                     merge_into(saved, s);
                 }
             }
-            runs.extend(run_advice(snap, d, &recorded, capacity, &checked.advice, &mut notes));
+            // `empty_cache()` is replayed under the first `--config` given (on top of the
+            // recorded settings), as `fit` offers it with a setting: the flags together are
+            // the change, never the setting silently dropped.
+            let base = if req.configs.is_empty() { recorded.clone() } else { cfgs[0].clone() };
+            runs.extend(run_advice(snap, d, &base, capacity, &checked.advice, &mut notes));
             Some(runs)
         };
         results.push(DeviceResult { verify, whatif, notes, roles: None });
@@ -306,19 +310,27 @@ fn role_whatifs(
     Ok(cfgs.into_iter().flat_map(|c| simulate_change_sets(snap, d, &sets, c, capacity, &[])).collect())
 }
 
-/// The advice replays (`empty_cache()` placements, then no caching), side by side and
-/// kept in order; a placement that cannot be replayed on `d` becomes a note.
+/// The advice replays (`empty_cache()` placements under `base`, the settings they are
+/// made under, then no caching), side by side and kept in order; a placement that cannot be
+/// replayed on `d` becomes a note.
 fn run_advice(
     snap: &Snapshot,
     d: i64,
-    recorded: &AllocatorConfig,
+    base: &AllocatorConfig,
     capacity: Option<u64>,
     (at, no_caching): &(Vec<EmptyCacheAt>, bool),
     notes: &mut Vec<String>,
 ) -> Vec<WhatIf> {
     let jobs = at.len() + usize::from(*no_caching);
     let done = fragscope_trace::par_map(jobs, fragscope_trace::par_threads(), |k| match at.get(k) {
-        Some(a) => simulate_empty_cache(snap, d, recorded.clone(), capacity, a)
+        Some(a) => simulate_empty_cache(snap, d, base.clone(), capacity, a)
+            .map(|mut w| {
+                // Under a setting of the user's, the row says which.
+                if !w.config.is_empty() && *base != recorded_config(snap) {
+                    w.advice = w.advice.map(|x| format!("{x} under {}", w.config));
+                }
+                w
+            })
             .map_err(|e| format!("{}: not replayed, {e}", a.describe())),
         None => Ok(simulate_uncached(snap, d, capacity)),
     });

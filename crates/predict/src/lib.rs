@@ -516,6 +516,12 @@ pub struct MaxFit {
     /// size of `fails_below` fits, when one of [`fragscope_replay::ALTERNATIVES`] does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fails_below_fixed_by: Option<String>,
+    /// Sizes just above `next` (the [`MAX_FIT_BAND`] sizes over the first OOM) whose own
+    /// replay fits: the same luck the other way, so that `largest` is the largest size below
+    /// the first OOM the bisection met, not the largest that fits (the fit audit found
+    /// 458–460 fitting over an answer of 454). Empty when none does.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fits_above: Vec<u64>,
     /// The answer's range ([`Program::max_fit_range`]; absent from [`Program::max_fit`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub range: Option<MaxFitRange>,
@@ -1252,6 +1258,7 @@ impl<'a> Program<'a> {
                 replays,
                 fails_below: Vec::new(),
                 fails_below_fixed_by: None,
+                fits_above: Vec::new(),
                 range: None,
             };
         };
@@ -1264,6 +1271,13 @@ impl<'a> Program<'a> {
             })
             .collect();
         let fails_below_fixed_by = self.band_fix(cfg, capacity, &fails_below, &mut replays);
+        // The band above the first OOM: sizes a user would be told do not fit.
+        let fits_above: Vec<u64> = (hi.0 + 1..=hi.0.saturating_add(MAX_FIT_BAND).min(limit))
+            .filter(|&x| {
+                replays += 1;
+                self.predict_scenario(x, cfg, Some(capacity), Scenario::Point).fits()
+            })
+            .collect();
         MaxFit {
             device: self.device,
             config: cfg.to_conf_string(),
@@ -1275,6 +1289,7 @@ impl<'a> Program<'a> {
             replays,
             fails_below,
             fails_below_fixed_by,
+            fits_above,
             range: None,
         }
     }

@@ -368,6 +368,18 @@ fn max_fit_text(s: &mut String, maxfits: &[MaxFit], capacity: Option<&str>) {
             sizes.join(", ")
         );
     }
+    for m in maxfits.iter().filter(|m| !m.fits_above.is_empty()) {
+        let sizes: Vec<String> = m.fits_above.iter().map(u64::to_string).collect();
+        let _ = writeln!(
+            s,
+            "  note ({}): above {}, the first OOM, size(s) {} fit again (allocator luck: the curve is not monotone \
+             there); {} is the largest size below the first OOM",
+            conf_label(&m.config),
+            m.next.as_ref().map_or(0, |p| p.at),
+            sizes.join(", "),
+            m.largest.unwrap_or(0)
+        );
+    }
     write_notes(s, maxfits.iter().flat_map(|m| m.fits_at.iter()));
 }
 

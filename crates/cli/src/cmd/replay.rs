@@ -58,8 +58,9 @@ pub struct Args {
     /// Also replay with torch.cuda.empty_cache() called at WHERE: `step` (the start of
     /// every training step: optimizer steps, backward passes or step annotations; the old
     /// name `iteration` is the same), a record_function name (when it starts) or NAME@end
-    /// (repeatable). Without --config and these flags: step and --no-caching are
-    /// replayed beside the alternatives.
+    /// (repeatable), under the first --config when one is given (else the recorded
+    /// settings). Without --config and these flags: step and --no-caching are replayed
+    /// beside the alternatives.
     #[arg(long = "empty-cache-at", value_name = "WHERE")]
     pub empty_cache_at: Vec<String>,
     /// Also replay with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every allocation a cudaMalloc,

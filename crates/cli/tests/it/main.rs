@@ -6,6 +6,7 @@ mod advice_cli;
 mod analyze_cli;
 mod cli;
 mod diagnosis_cli;
+mod fit_audit;
 mod fit_cli;
 mod guide;
 mod h200_recordings;

@@ -592,3 +592,65 @@ fn zero_pairs_that_cannot_be_applied_say_why() {
     assert!(line.contains(": no optimizer state found ("), "{line}");
     assert!(!line.contains(", or a change of the base"), "{line}");
 }
+
+/// `fit` offers `empty_cache()` at every step under an allocator setting; `replay --config
+/// SETTING --empty-cache-at step` must replay that same change (it replayed `empty_cache()`
+/// under the recorded settings, dropping the setting: the fit audit's finding on the H200
+/// checkpointed recording). Near miss: without `--config` the placement stays under the
+/// recorded settings, unlabelled.
+#[test]
+fn replay_empty_cache_at_steps_runs_under_the_config_given() {
+    use fragscope_commands::replay::{replay_snapshot, ReplayRequest};
+    let snap = read(&h200("gpt-s512-b16-ckpt.pickle.gz"));
+    let cap = 7_540_918_190u64;
+    let run = |configs: Vec<String>| {
+        let req = ReplayRequest {
+            configs,
+            capacity: Some(format!("{cap}B")),
+            empty_cache_at: vec!["step".into()],
+            ..Default::default()
+        };
+        let out = replay_snapshot(&req, &req.check().unwrap(), &snap, &mut None).unwrap();
+        out[0].whatif.clone().expect("what-if runs").pop().expect("the empty_cache() run, last")
+    };
+    let cfg = fragscope_alloc::parse_config("expandable_segments:True").unwrap();
+    let want = simulate_empty_cache(&snap, 0, cfg, Some(cap), &EmptyCacheAt::Steps).unwrap();
+    let w = run(vec!["expandable_segments:True".into()]);
+    assert_eq!(w.config, "expandable_segments:True");
+    assert_eq!((w.peak_reserved, w.ooms), (want.peak_reserved, want.ooms));
+    assert!(w.advice.as_deref().is_some_and(|a| a.ends_with(" under expandable_segments:True")), "{:?}", w.advice);
+    // Near miss: no --config, the recorded settings (the defaults), and no "under".
+    let plain = run(Vec::new());
+    let recorded = simulate_empty_cache(&snap, 0, recorded_config(&snap), Some(cap), &EmptyCacheAt::Steps).unwrap();
+    assert_eq!(plain.config, "");
+    assert_eq!((plain.peak_reserved, plain.ooms), (recorded.peak_reserved, recorded.ooms));
+    assert!(plain.advice.as_deref().is_some_and(|a| !a.contains(" under ")), "{:?}", plain.advice);
+    assert_ne!((plain.peak_reserved, plain.ooms), (w.peak_reserved, w.ooms), "the two settings differ here");
+}
+
+/// With recordings at several sizes and a card below the parameters, `fit` says why no
+/// smaller size helps (the fit audit found it silent: "nothing tried fits" and no word on
+/// sizes); near miss: on a card that holds them, the smaller size is an option and no such
+/// line is printed.
+#[test]
+fn fit_with_sizes_says_why_no_smaller_size_fits() {
+    let names = ["128", "256", "512"].map(|c| format!("kk-2.7b-fwd-ctx{c}-fp32.pickle"));
+    let Some(paths) = names.iter().map(|n| fragscope_testdata::grid_file(n)).collect::<Option<Vec<_>>>() else {
+        return;
+    };
+    let snaps: Vec<Snapshot> = paths.iter().map(|p| read(p)).collect();
+    let refs: Vec<&Snapshot> = snaps.iter().collect();
+    let names: Vec<String> = names.to_vec();
+    let run = |cap: &str| {
+        let req = Request { capacity: cap.into(), sizes: vec![128, 256, 512], ..Default::default() };
+        evaluate(&names, &refs, &req).unwrap().files[0].devices[0].cards[0].clone()
+    };
+    let small = run("10GB");
+    assert!(small.options.is_empty(), "{:?}", small.options);
+    let line = small.pruned.iter().find(|p| p.starts_with("a smaller size: none")).expect("the sizes' line");
+    assert!(line.contains("even at size 1, the state before the trace"), "{line}");
+    assert!(line.contains("over the card"), "{line}");
+    let big = run("40GB");
+    assert!(big.options.iter().any(|o| o.cost_class == CostClass::Size), "{:?}", big.options);
+    assert!(big.pruned.iter().all(|p| !p.starts_with("a smaller size")), "{:?}", big.pruned);
+}

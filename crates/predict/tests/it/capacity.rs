@@ -102,3 +102,29 @@ fn max_fit_reports_the_sizes_below_it_that_do_not_fit() {
     assert!(m.fails_below.iter().all(|&y| prog.predict(y, &fixed, Some(cap)).fits()));
     eprintln!("MAXFIT kk-step band: {x}, failing below {:?}, fixed by {fix}", m.fails_below);
 }
+
+#[test]
+fn max_fit_reports_the_sizes_above_the_first_oom_that_fit() {
+    // niu-train3 (in the repository) on 2 GB under expandable_segments:True: bisection
+    // answers 297 and its first OOM is 298, yet 299 fits (the fit audit's finding); every
+    // size of the band above the first OOM is as `fits_above` says. Near miss: under the
+    // defaults the curve is monotone there and nothing is reported.
+    let f = FAMILIES.iter().find(|f| f.name == "niu-train3").expect("the family");
+    let snaps: Vec<Snapshot> = [100, 150, 200].iter().filter_map(|&s| load(f, s)).collect();
+    if snaps.len() < 3 {
+        return;
+    }
+    let recs: Vec<Recording> = snaps.iter().zip([100, 150, 200]).map(|(snap, size)| Recording { snap, size }).collect();
+    let prog = Program::fit(&recs, Some(0)).expect("aligns");
+    let cap = 2_000_000_000;
+    let exp = fragscope_replay::config_on_top(&prog.recorded_config, "expandable_segments:True").expect("a setting");
+    for (cfg, reported) in [(&exp, true), (&prog.recorded_config, false)] {
+        let m = prog.max_fit(cfg, cap, 1 << 20);
+        let next = m.next.as_ref().expect("bounded").at;
+        assert_eq!(m.fits_above.is_empty(), !reported, "{:?}", m.fits_above);
+        for y in next + 1..=next + fragscope_predict::MAX_FIT_BAND {
+            assert_eq!(prog.predict(y, cfg, Some(cap)).fits(), m.fits_above.contains(&y), "size {y}");
+        }
+        eprintln!("MAXFIT niu-train3 band above: {:?}, first OOM {next}, fits above {:?}", m.largest, m.fits_above);
+    }
+}
