@@ -32,7 +32,15 @@ pub struct DevicePools {
 impl FileSummary {
     /// The summary of `snap`, with its OOM's verdict (the state at the OOM, no replay).
     pub fn of(snap: &Snapshot) -> FileSummary {
-        let summary = summarize(snap);
+        // The OOM lead (a scan of every device's trace for its first `oom` entry, then the
+        // state there) reads only the snapshot: on a thread beside the summary's two, it
+        // runs while either of them waits or after the shorter one ends, rather than after
+        // both (on a 6.9 M-entry trace, 15 ms of a post-read wall of about 190 ms).
+        let (summary, oom) = std::thread::scope(|sc| {
+            let oom = sc.spawn(|| OomLead::of_file(snap));
+            let summary = summarize(snap);
+            (summary, oom.join().expect("OOM lead thread"))
+        });
         let any_private = snap.segments.iter().any(|s| s.segment_pool_id.is_some_and(|p| p != (0, 0)));
         let private_pools = summary
             .devices
@@ -43,7 +51,7 @@ impl FileSummary {
                 (!pools.is_empty()).then_some(DevicePools { device: d.device, pools })
             })
             .collect();
-        FileSummary { oom: OomLead::of_file(snap), summary, private_pools }
+        FileSummary { oom, summary, private_pools }
     }
 }
 
