@@ -53,8 +53,7 @@ fn both_thread_layouts_give_the_same_summary() {
 fn the_job_beside_the_summary_runs_once_and_changes_nothing() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let mut files = 0;
-    let mut empty = fragscope_snapshot::Snapshot::default();
-    empty.format = fragscope_snapshot::SourceFormat::Dict;
+    let empty = fragscope_snapshot::Snapshot { format: fragscope_snapshot::SourceFormat::Dict, ..Default::default() };
     let snaps = real_pickles().into_iter().map(|p| {
         let name = p.file_name().unwrap().to_string_lossy().to_string();
         let snap = fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
