@@ -3,7 +3,7 @@
 
 use fragscope_diagnose::{Analysis, OomLead, WindowInfo, ANALYZE_SCHEMA};
 use fragscope_snapshot::Snapshot;
-use fragscope_trace::{summarize, Summary, SUMMARY_SCHEMA};
+use fragscope_trace::{summarize_beside, Summary, SUMMARY_SCHEMA};
 use serde::Serialize;
 
 use crate::{msg, Error, Param};
@@ -32,7 +32,10 @@ pub struct DevicePools {
 impl FileSummary {
     /// The summary of `snap`, with its OOM's verdict (the state at the OOM, no replay).
     pub fn of(snap: &Snapshot) -> FileSummary {
-        let summary = summarize(snap);
+        // The OOM lead (a scan of every device's trace for its first `oom` entry, then the
+        // state there) reads only the snapshot: on the summary's thread that ends first,
+        // not after both (on a 6.9 M-entry trace, 15 ms of a post-read wall of ~190 ms).
+        let (summary, oom) = summarize_beside(snap, || OomLead::of_file(snap));
         let any_private = snap.segments.iter().any(|s| s.segment_pool_id.is_some_and(|p| p != (0, 0)));
         let private_pools = summary
             .devices
@@ -43,7 +46,7 @@ impl FileSummary {
                 (!pools.is_empty()).then_some(DevicePools { device: d.device, pools })
             })
             .collect();
-        FileSummary { oom: OomLead::of_file(snap), summary, private_pools }
+        FileSummary { oom, summary, private_pools }
     }
 }
 

@@ -953,7 +953,7 @@ fn phase_runs(phase_of: &[Phase], tags: &[Option<Tag>]) -> Vec<PhaseRun> {
 /// The end of the run of one phase that starts at entry `k`. A pass runs for hundreds
 /// or thousands of entries: they are compared a block at a time, with a test without
 /// branches that the compiler makes a few vector instructions, rather than one by one.
-fn run_end(phase_of: &[Phase], mut k: usize) -> usize {
+pub(crate) fn run_end(phase_of: &[Phase], mut k: usize) -> usize {
     const BLOCK: usize = 32;
     let p = phase_of[k];
     while let Some(block) = phase_of.get(k..k + BLOCK) {

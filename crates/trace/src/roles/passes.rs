@@ -199,8 +199,46 @@ pub(crate) fn split<A: Allocs + ?Sized>(
 }
 
 /// The forward passes outside every step: maximal runs of forward entries `(start, end)`
-/// that no step holds.
+/// that no step holds ([`unbounded_by_entry`], the definition). Read run by run over the
+/// entries between steps, not entry by entry with a search of the steps for each (on a
+/// 6.4 M-entry forward-only trace, 5 ms beside the lifetime walk).
 pub fn unbounded(st: &crate::steps::Steps) -> Vec<(usize, usize)> {
+    use crate::steps::Phase;
+    // [`crate::steps::Steps::step_of`] finds an entry's step among the steps by their
+    // starts: in start order, as the steps are found, entry `k` from one step's start to
+    // the next one's is held when before the step's end.
+    if !st.steps.windows(2).all(|w| w[0].start <= w[1].start) {
+        return unbounded_by_entry(st);
+    }
+    let phase_of = &st.phase_of[..];
+    let n = phase_of.len();
+    let mut v: Vec<(usize, usize)> = Vec::new();
+    // The forward runs of the entries `a..b`, which no step holds, joined to the run
+    // before them where it ends at `a`.
+    let mut free = |a: usize, b: usize| {
+        let mut k = a;
+        while k < b {
+            let e = k + crate::steps::run_end(&phase_of[k..b], 0);
+            if phase_of[k] == Phase::Forward {
+                match v.last_mut() {
+                    Some(last) if last.1 == k => last.1 = e,
+                    _ => v.push((k, e)),
+                }
+            }
+            k = e;
+        }
+    };
+    free(0, st.steps.first().map_or(n, |s| s.start.min(n)));
+    for (j, s) in st.steps.iter().enumerate() {
+        let next = st.steps.get(j + 1).map_or(n, |t| t.start.min(n));
+        free(s.start.max(s.end).min(next), next);
+    }
+    v
+}
+
+/// [`unbounded`] entry by entry: the definition, and the way for steps out of start
+/// order.
+fn unbounded_by_entry(st: &crate::steps::Steps) -> Vec<(usize, usize)> {
     use crate::steps::Phase;
     let mut v: Vec<(usize, usize)> = Vec::new();
     for (k, &p) in st.phase_of.iter().enumerate() {
@@ -229,6 +267,49 @@ mod tests {
         // The repeats have no layers of their own: they are the layers of one pass.
         assert_eq!(split(99, 170, &allocs[..], &outer, 0), [(99, 170)]);
         assert_eq!(split(99, 170, &allocs[..], &outer[..1], 4), [(99, 170)]);
+    }
+
+    #[test]
+    fn forward_runs_outside_the_steps_are_the_definitions() {
+        // Random phases and steps (some empty, some out of the trace, some overlapping the
+        // next, some out of start order): the runs read between the steps are those of
+        // the entry-by-entry definition.
+        use crate::steps::{Phase, Step, StepSource, Steps};
+        let mut rng = fragscope_testdata::Rng(17);
+        let phases = [Phase::Outside, Phase::Forward, Phase::Forward, Phase::Backward, Phase::Optimizer];
+        let (mut runs, mut held) = (0, 0);
+        for round in 0..300 {
+            let n = rng.below(200);
+            let mut phase_of = Vec::with_capacity(n);
+            while phase_of.len() < n {
+                let p = phases[rng.below(phases.len())];
+                let len = 1 + rng.below(20);
+                phase_of.extend(std::iter::repeat_n(p, len.min(n - phase_of.len())));
+            }
+            let mut starts: Vec<usize> = (0..rng.below(6)).map(|_| rng.below(n + 10)).collect();
+            if rng.below(4) != 0 {
+                starts.sort_unstable();
+            }
+            let steps = starts
+                .iter()
+                .map(|&s| Step { start: s, end: s + rng.below(60), phases: Vec::new(), complete: true, layers: None })
+                .collect();
+            let st = Steps {
+                device: 0,
+                source: StepSource::None,
+                evidence: Vec::new(),
+                steps,
+                after_last_step: None,
+                reason: None,
+                phase_of,
+            };
+            let want = unbounded_by_entry(&st);
+            assert_eq!(unbounded(&st), want, "round {round}");
+            runs += want.len();
+            held += (0..n).filter(|&k| st.step_of(k).is_some()).count();
+        }
+        // The rounds had runs to find, and entries the steps hold.
+        assert!(runs > 100 && held > 1000, "{runs} runs, {held} held entries");
     }
 
     #[test]
