@@ -51,7 +51,7 @@ use parquet::schema::types::ColumnPath;
 use serde::Serialize;
 
 use crate::CliError;
-use fragscope_commands::export::{self, AllocRow};
+use fragscope_commands::export::{self, AllocRow, Allocations};
 use parquet::schema::types::ColumnDescPtr;
 
 mod dict_chunk;
@@ -977,7 +977,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                 let mut used = Used::new(snap);
                 write_trace_events(file, snap, device, tr, pools, trace, &mut used).map(|()| used)
             });
-            let mut rows = export::pair_allocations(snap, tr);
+            let mut rows = export::pair_allocations(tr);
             let row_roles = export::allocation_roles(snap, device, tr, &mut rows);
             let allocations = write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used);
             (events.join().expect("trace_events thread"), allocations)
@@ -1076,7 +1076,7 @@ fn write_allocations(
     snap: &Snapshot,
     device: i64,
     tr: &[TraceEvent],
-    rows: &[AllocRow],
+    rows: &Allocations,
     roles: &[Option<fragscope_trace::BlockRole>],
     allocs: &mut Table,
     used: &mut Used,
@@ -1105,11 +1105,14 @@ fn write_allocations(
     let file_k = allocs.index_of(0, file);
     let idx = |k: Option<usize>| k.map(|k| k as i64);
     let mut site_ids: Vec<Option<u32>> = Vec::new();
+    // The block's rows, read from the pairs' entries once per block into one buffer.
+    let mut block: Vec<AllocRow> = Vec::with_capacity(BLOCK);
     let mut start = 0;
     while start < rows.len() {
         let n = allocs.room().min(rows.len() - start).min(BLOCK);
-        let (block, block_roles) = (&rows[start..start + n], &roles[start..start + n]);
-        for a in block {
+        rows.rows_into(snap, tr, start..start + n, &mut block);
+        let block_roles = &roles[start..start + n];
+        for a in &block {
             used.note(a.stack);
             let k = slot(a.stack);
             if k >= sites.len() {
@@ -1140,7 +1143,7 @@ fn write_allocations(
         // Each call site's index in the column found once (the string's bytes compared
         // once, not per row), where it has one for the process's life.
         let c = &mut allocs.cols[13];
-        for a in block {
+        for a in &block {
             let k = slot(a.stack);
             let id = match site_ids[k] {
                 Some(id) => id,
