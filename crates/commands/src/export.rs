@@ -9,6 +9,8 @@ use std::ops::Range;
 
 use fragscope_snapshot::{Action, Snapshot, StackId, TraceEvent};
 
+use crate::hugepages::reserve_huge;
+
 /// One row of `allocations` before its columns are derived: the alloc entry, the free
 /// entries paired with it, and what the alloc (or, without one, the free) recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,9 +167,10 @@ pub fn pair_allocations(tr: &[TraceEvent]) -> Allocations {
 /// index of `tr` and [`Idx::NONE`] besides).
 fn pair<I: Idx>(tr: &[TraceEvent]) -> Vec<Pair<I>> {
     // A row per alloc entry and per free without one before it: never more than the
-    // trace's entries. Reserved at once, the untouched rest costs address space only,
-    // where growing by doubling wrote every row again.
-    let mut rows: Vec<Pair<I>> = Vec::with_capacity(tr.len());
+    // trace's entries. Reserved at once (the untouched rest costs address space only,
+    // where growing by doubling faulted in each new buffer), in huge pages.
+    let mut rows: Vec<Pair<I>> = Vec::new();
+    reserve_huge(&mut rows, tr.len());
     // The row of each address allocated or freed and not yet `free_completed`.
     let mut open: fragscope_snapshot::FxHashMap<u64, usize> = Default::default();
     let none = Pair { alloc: I::NONE, fr: I::NONE, fc: I::NONE, origin: I::NONE };
@@ -246,7 +249,8 @@ pub fn allocation_roles(
             })
         }
     };
-    let mut row_roles: Vec<Option<fragscope_trace::BlockRole>> = Vec::with_capacity(rows.len());
+    let mut row_roles: Vec<Option<fragscope_trace::BlockRole>> = Vec::new();
+    reserve_huge(&mut row_roles, rows.len());
     match &rows.pairs {
         Pairs::Narrow(p) => {
             row_roles.extend(p.iter().map(|p| role(p.alloc.get(), p.fr.get().or(p.fc.get()), p.origin.get())))
