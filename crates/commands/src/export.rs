@@ -292,3 +292,200 @@ fn stream_at(segs: &[(u64, u64, i64)], addr: u64) -> i64 {
     let k = segs.partition_point(|s| s.0 <= addr);
     k.checked_sub(1).map(|k| segs[k]).filter(|s| addr < s.0.saturating_add(s.1)).map_or(0, |s| s.2)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fragscope_snapshot::{EntryContext, NO_TIME};
+
+    /// The pairing as it was written before rows became indices (a full [`AllocRow`]
+    /// per row, pushed as the entries come): what [`pair_allocations`] must still give.
+    fn reference(snap: &Snapshot, tr: &[TraceEvent]) -> Vec<AllocRow> {
+        let mut rows: Vec<AllocRow> = Vec::new();
+        let mut open: std::collections::HashMap<u64, usize> = Default::default();
+        for (i, e) in tr.iter().enumerate() {
+            let row = |alloc, time| AllocRow {
+                alloc,
+                fr: None,
+                fc: None,
+                addr: e.addr,
+                req: e.size,
+                stream: snap.stream(e) as i64,
+                stack: e.stack,
+                time,
+            };
+            match e.action {
+                Action::Alloc => {
+                    open.insert(e.addr, rows.len());
+                    rows.push(row(Some(i), e.time_us));
+                }
+                Action::FreeRequested | Action::FreeCompleted => {
+                    let k = *open.entry(e.addr).or_insert_with(|| {
+                        rows.push(row(None, NO_TIME));
+                        rows.len() - 1
+                    });
+                    if e.action == Action::FreeRequested {
+                        rows[k].fr = Some(i);
+                    } else {
+                        rows[k].fc = Some(i);
+                        open.remove(&e.addr);
+                    }
+                }
+                _ => {}
+            }
+        }
+        rows
+    }
+
+    /// Both widths of index, each against the reference, and every block of `rows_into`.
+    fn check(snap: &Snapshot, tr: &[TraceEvent], what: &str) {
+        let want = reference(snap, tr);
+        for (width, got) in [
+            ("narrow", Allocations { pairs: Pairs::Narrow(pair::<u32>(tr)), whole: Vec::new() }),
+            ("wide", Allocations { pairs: Pairs::Wide(pair::<usize>(tr)), whole: Vec::new() }),
+            ("chosen", pair_allocations(tr)),
+        ] {
+            assert_eq!(got.len(), want.len(), "{what}, {width}");
+            assert!(got.rows(snap, tr) == want, "{what}, {width}: rows differ from the reference");
+            let mut block = Vec::new();
+            for start in (0..want.len()).step_by(7) {
+                let end = (start + 7).min(want.len());
+                got.rows_into(snap, tr, start..end, &mut block);
+                assert_eq!(block, want[start..end], "{what}, {width}: rows {start}..{end}");
+            }
+        }
+    }
+
+    /// A trace of `n` entries at a few addresses, so that every case of the pairing comes
+    /// often: allocs with both frees, with one or none, frees whose alloc is before the
+    /// trace (`free_requested` twice, or `free_completed` alone), an alloc at an address
+    /// still open, and entries the pairing skips.
+    fn random_trace(snap: &mut Snapshot, seed: u64, n: usize) -> Vec<TraceEvent> {
+        let mut rng = fragscope_testdata::Rng(seed);
+        let streams: Vec<_> = (0..3u64)
+            .map(|s| snap.intern_context(EntryContext { stream: s * 0x1000, ..Default::default() }).unwrap())
+            .collect();
+        let (filename, name) = (snap.frames.intern_str("f.py"), snap.frames.intern_str("g"));
+        let mut stacks: Vec<Option<StackId>> = vec![None];
+        for line in 0..3 {
+            let f = snap.frames.intern_frame(fragscope_snapshot::Frame { filename, line, name });
+            stacks.push(Some(snap.frames.intern_stack(&[f])));
+        }
+        (0..n)
+            .map(|i| {
+                let action = match rng.below(10) {
+                    0..=3 => Action::Alloc,
+                    4..=5 => Action::FreeRequested,
+                    6..=8 => Action::FreeCompleted,
+                    _ => [Action::SegmentAlloc, Action::Snapshot, Action::Oom][rng.below(3)],
+                };
+                let mut e = TraceEvent::new(action, 512 * rng.below(12) as u64, 512 + rng.below(1 << 20) as u64);
+                e.time_us = if rng.below(8) == 0 { NO_TIME } else { 1_000 + i as i64 };
+                e.stack = stacks[rng.below(stacks.len())];
+                e.context = streams[rng.below(streams.len())];
+                e
+            })
+            .collect()
+    }
+
+    /// [`pair_allocations`] gives the reference's rows on random traces, with narrow and
+    /// wide indices, whole or by blocks.
+    #[test]
+    fn pairing_gives_the_reference_rows() {
+        for (seed, n) in [(1, 0), (2, 1), (3, 2), (4, 50), (5, 5_000), (6, 20_000)] {
+            let mut snap = Snapshot::default();
+            let tr = random_trace(&mut snap, seed, n);
+            check(&snap, &tr, &format!("seed {seed}, {n} entries"));
+        }
+    }
+
+    /// The cases by hand: an alloc with both frees; a block freed twice without a
+    /// completion (its later `free_requested` is the row's, its first entry's size the
+    /// row's); a `free_completed` alone; an alloc at an address still allocated (the
+    /// earlier row keeps no frees).
+    #[test]
+    fn pairing_cases_by_hand() {
+        let snap = Snapshot::default();
+        let e = |a, addr, size| TraceEvent { time_us: 7, ..TraceEvent::new(a, addr, size) };
+        use Action::{Alloc, FreeCompleted, FreeRequested, SegmentAlloc};
+        let tr = [
+            e(Alloc, 0x1000, 100),
+            e(FreeRequested, 0x1000, 100),
+            e(SegmentAlloc, 0x1000, 1 << 21),
+            e(FreeRequested, 0x2000, 30),
+            e(FreeRequested, 0x2000, 40),
+            e(FreeCompleted, 0x1000, 100),
+            e(FreeCompleted, 0x2000, 50),
+            e(FreeCompleted, 0x3000, 60),
+            e(Alloc, 0x4000, 70),
+            e(Alloc, 0x4000, 80),
+            e(FreeCompleted, 0x4000, 80),
+        ];
+        let row = |alloc, fr, fc, addr, req, time| AllocRow { alloc, fr, fc, addr, req, stream: 0, stack: None, time };
+        let want = [
+            row(Some(0), Some(1), Some(5), 0x1000, 100, 7),
+            row(None, Some(4), Some(6), 0x2000, 30, NO_TIME),
+            row(None, None, Some(7), 0x3000, 60, NO_TIME),
+            row(Some(8), None, None, 0x4000, 70, 7),
+            row(Some(9), None, Some(10), 0x4000, 80, 7),
+        ];
+        assert_eq!(pair_allocations(&tr).rows(&snap, &tr), want);
+        check(&snap, &tr, "by hand");
+    }
+
+    /// Rows without entries (blocks live through the whole trace, appended by
+    /// [`allocation_roles`]) come after the trace's, whole or in blocks that straddle them.
+    #[test]
+    fn rows_without_entries_follow_the_traces() {
+        let mut snap = Snapshot::default();
+        let tr = random_trace(&mut snap, 9, 300);
+        let mut got = pair_allocations(&tr);
+        let whole: Vec<AllocRow> = (0..5u64)
+            .map(|k| AllocRow {
+                alloc: None,
+                fr: None,
+                fc: None,
+                addr: 1 << 30 | k << 9,
+                req: k + 1,
+                stream: 0,
+                stack: None,
+                time: NO_TIME,
+            })
+            .collect();
+        got.whole.extend_from_slice(&whole);
+        let mut want = reference(&snap, &tr);
+        let traced = want.len();
+        want.extend_from_slice(&whole);
+        assert_eq!(got.len(), want.len());
+        assert!(got.rows(&snap, &tr) == want);
+        let mut block = Vec::new();
+        for range in [traced - 3..traced + 2, traced..traced + 5, traced + 1..traced + 4, 0..want.len(), 4..4] {
+            got.rows_into(&snap, &tr, range.clone(), &mut block);
+            assert_eq!(block, want[range.clone()], "rows {range:?}");
+        }
+    }
+
+    /// On real recordings, every device's trace: [`pair_allocations`] gives the
+    /// reference's rows, and [`allocation_roles`] a role for each row (those it adds
+    /// included).
+    #[test]
+    fn pairing_real_recordings() {
+        let files = fragscope_testdata::pickles_in(&fragscope_testdata::in_repo_dir());
+        assert!(files.len() >= 3, "in-repo recordings: {files:?}");
+        let mut checked = 0;
+        for path in files {
+            let snap = fragscope_snapshot::read_path(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for (d, tr) in snap.device_traces.iter().enumerate() {
+                let what = format!("{} device {d}", path.display());
+                check(&snap, tr, &what);
+                let mut rows = pair_allocations(tr);
+                let traced = rows.len();
+                let roles = allocation_roles(&snap, d as i64, tr, &mut rows);
+                assert_eq!(roles.len(), rows.len(), "{what}");
+                assert!(rows.rows(&snap, tr)[traced..].iter().all(|r| r.alloc.is_none() && r.fr.is_none()), "{what}");
+                checked += traced;
+            }
+        }
+        assert!(checked > 10_000, "{checked} rows of real traces");
+    }
+}
