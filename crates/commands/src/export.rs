@@ -28,6 +28,9 @@ pub struct AllocRow {
     pub stack: Option<StackId>,
     /// The alloc entry's `time_us` ([`fragscope_snapshot::NO_TIME`] without one).
     pub time: i64,
+    /// The `time_us` of the free that ended it: its `free_completed`, else its
+    /// `free_requested` ([`fragscope_snapshot::NO_TIME`] without either).
+    pub end: i64,
 }
 
 /// A device's allocations, in the order of [`pair_allocations`]: the rows the trace's
@@ -84,15 +87,19 @@ impl Idx for usize {
 }
 
 /// One row of the trace: its alloc, `free_requested` and `free_completed` entries
-/// ([`Idx::NONE`] where it has none) and the entry whose address, size, stream and stack
+/// ([`Idx::NONE`] where it has none), the entry whose address, size, stream and stack
 /// the row holds (the alloc entry; without one, the free that made the row — a later
-/// `free_requested` at the address replaces `fr`, not the row's origin).
+/// `free_requested` at the address replaces `fr`, not the row's origin) and
+/// [`AllocRow::end`], noted as the pairing passes the free: read later from the trace it
+/// was a cache miss per row (the frees are far from their allocations in a trace of
+/// hundreds of MB).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Pair<I> {
     alloc: I,
     fr: I,
     fc: I,
     origin: I,
+    end: i64,
 }
 
 impl<I: Idx> Pair<I> {
@@ -110,6 +117,7 @@ impl<I: Idx> Pair<I> {
             stream: snap.stream(e) as i64,
             stack: e.stack,
             time: if alloc.is_some() { e.time_us } else { fragscope_snapshot::NO_TIME },
+            end: self.end,
         }
     }
 }
@@ -173,7 +181,7 @@ fn pair<I: Idx>(tr: &[TraceEvent]) -> Vec<Pair<I>> {
     reserve_huge(&mut rows, tr.len());
     // The row of each address allocated or freed and not yet `free_completed`.
     let mut open: fragscope_snapshot::FxHashMap<u64, usize> = Default::default();
-    let none = Pair { alloc: I::NONE, fr: I::NONE, fc: I::NONE, origin: I::NONE };
+    let none = Pair { alloc: I::NONE, fr: I::NONE, fc: I::NONE, origin: I::NONE, end: fragscope_snapshot::NO_TIME };
     for (i, e) in tr.iter().enumerate() {
         match e.action {
             Action::Alloc => {
@@ -181,15 +189,19 @@ fn pair<I: Idx>(tr: &[TraceEvent]) -> Vec<Pair<I>> {
                 rows.push(Pair { alloc: I::of(i), origin: I::of(i), ..none });
             }
             Action::FreeRequested => match open.entry(e.addr) {
-                std::collections::hash_map::Entry::Occupied(o) => rows[*o.get()].fr = I::of(i),
+                // An open row has no `free_completed` yet: this free ends it, until one.
+                std::collections::hash_map::Entry::Occupied(o) => {
+                    let row = &mut rows[*o.get()];
+                    (row.fr, row.end) = (I::of(i), e.time_us);
+                }
                 std::collections::hash_map::Entry::Vacant(v) => {
                     v.insert(rows.len());
-                    rows.push(Pair { fr: I::of(i), origin: I::of(i), ..none });
+                    rows.push(Pair { fr: I::of(i), origin: I::of(i), end: e.time_us, ..none });
                 }
             },
             Action::FreeCompleted => match open.remove(&e.addr) {
-                Some(k) => rows[k].fc = I::of(i),
-                None => rows.push(Pair { fc: I::of(i), origin: I::of(i), ..none }),
+                Some(k) => (rows[k].fc, rows[k].end) = (I::of(i), e.time_us),
+                None => rows.push(Pair { fc: I::of(i), origin: I::of(i), end: e.time_us, ..none }),
             },
             _ => {}
         }
@@ -279,6 +291,7 @@ pub fn allocation_roles(
                 stream: stream_at(&dev_segs, l.address),
                 stack: l.stack,
                 time: fragscope_snapshot::NO_TIME,
+                end: fragscope_snapshot::NO_TIME,
             });
             row_roles.push(Some(role_of.seeded[k]));
         }
@@ -313,6 +326,7 @@ mod tests {
                 stream: snap.stream(e) as i64,
                 stack: e.stack,
                 time,
+                end: NO_TIME,
             };
             match e.action {
                 Action::Alloc => {
@@ -330,6 +344,9 @@ mod tests {
                         rows[k].fc = Some(i);
                         open.remove(&e.addr);
                     }
+                    // As the CLI read it from the trace before the pairing noted it.
+                    let r = &mut rows[k];
+                    r.end = r.fc.or(r.fr).map_or(NO_TIME, |k| tr[k].time_us);
                 }
                 _ => {}
             }
@@ -421,13 +438,23 @@ mod tests {
             e(Alloc, 0x4000, 80),
             e(FreeCompleted, 0x4000, 80),
         ];
-        let row = |alloc, fr, fc, addr, req, time| AllocRow { alloc, fr, fc, addr, req, stream: 0, stack: None, time };
+        let row = |alloc, fr, fc, addr, req, time, end| AllocRow {
+            alloc,
+            fr,
+            fc,
+            addr,
+            req,
+            stream: 0,
+            stack: None,
+            time,
+            end,
+        };
         let want = [
-            row(Some(0), Some(1), Some(5), 0x1000, 100, 7),
-            row(None, Some(4), Some(6), 0x2000, 30, NO_TIME),
-            row(None, None, Some(7), 0x3000, 60, NO_TIME),
-            row(Some(8), None, None, 0x4000, 70, 7),
-            row(Some(9), None, Some(10), 0x4000, 80, 7),
+            row(Some(0), Some(1), Some(5), 0x1000, 100, 7, 7),
+            row(None, Some(4), Some(6), 0x2000, 30, NO_TIME, 7),
+            row(None, None, Some(7), 0x3000, 60, NO_TIME, 7),
+            row(Some(8), None, None, 0x4000, 70, 7, NO_TIME),
+            row(Some(9), None, Some(10), 0x4000, 80, 7, 7),
         ];
         assert_eq!(pair_allocations(&tr).rows(&snap, &tr), want);
         check(&snap, &tr, "by hand");
@@ -450,6 +477,7 @@ mod tests {
                 stream: 0,
                 stack: None,
                 time: NO_TIME,
+                end: NO_TIME,
             })
             .collect();
         got.whole.extend_from_slice(&whole);

@@ -1041,11 +1041,9 @@ fn write_allocations(
     };
     let mut contexts: Vec<Option<fragscope_snapshot::EntryContext>> = Vec::new();
     let start_time = |a: &AllocRow| (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
-    let end_time = |a: &AllocRow| a.fc.or(a.fr).map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
-    // What each row reads from the trace at its free (a cache miss per row: the trace is
-    // hundreds of MB, the frees far from their allocations), read once per row for the
-    // columns that need it.
-    let mut ends: Vec<Option<i64>> = Vec::new();
+    // The time of the free, which the pairing notes as it passes it (read here from the
+    // trace, a cache miss per row).
+    let end_time = |a: &AllocRow| (a.end != fragscope_snapshot::NO_TIME).then_some(a.end);
     allocs.reserve(rows.len());
     debug_assert_eq!(column_names(1)[..2], ["file", "device"]);
     debug_assert_eq!(column_names(1)[12..17], ["stack_id", "site", "annotation", "role", "role_evidence"]);
@@ -1070,8 +1068,6 @@ fn write_allocations(
                 sites[k] = Some(site_of(&snap.frames, a.stack).site);
             }
         }
-        ends.clear();
-        ends.extend(block.iter().map(end_time));
         contexts.clear();
         contexts.extend(block.iter().map(|a| a.alloc.and_then(|k| tr.get(k)).map(|e| snap.context(e))));
         allocs.same_str(0, file_k, file, n);
@@ -1080,8 +1076,8 @@ fn write_allocations(
         allocs.opt_ints(3, block.iter().map(|a| idx(a.fr)));
         allocs.opt_ints(4, block.iter().map(|a| idx(a.fc)));
         allocs.opt_ints(5, block.iter().map(start_time));
-        allocs.opt_ints(6, ends.iter().copied());
-        allocs.opt_ints(7, block.iter().zip(&ends).map(|(a, &end)| start_time(a).zip(end).map(|(s, e)| e - s)));
+        allocs.opt_ints(6, block.iter().map(end_time));
+        allocs.opt_ints(7, block.iter().map(|a| start_time(a).zip(end_time(a)).map(|(s, e)| e - s)));
         allocs.ints(8, block.iter().map(|a| a.addr as i64));
         allocs.ints(9, block.iter().map(|a| a.req as i64));
         allocs.ints(10, block.iter().map(|a| fragscope_alloc::rounding::round_size(a.req, &cfg) as i64));
