@@ -31,7 +31,7 @@
 //! writes the rest, and the file around them. The two long tables (`trace_events`,
 //! `allocations`) are filled [`BLOCK`] rows at a time, column by column; the buffers are
 //! kept from row group to row group, in huge pages where Linux gives them
-//! ([`reserve_huge`](fragscope_commands::hugepages::reserve_huge)). The files are the same, byte for byte, as when each cell was
+//! ([`reserve_huge`]). The files are the same, byte for byte, as when each cell was
 //! written in turn.
 
 use std::fs::File;
