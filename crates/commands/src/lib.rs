@@ -19,6 +19,7 @@ mod error;
 pub mod example;
 pub mod export;
 pub mod fit;
+pub mod hugepages;
 pub mod input;
 pub mod oom;
 pub mod outfile;

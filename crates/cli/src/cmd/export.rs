@@ -51,7 +51,8 @@ use parquet::schema::types::ColumnPath;
 use serde::Serialize;
 
 use crate::CliError;
-use fragscope_commands::export::{self, AllocRow};
+use fragscope_commands::export::{self, AllocRow, Allocations};
+use fragscope_commands::hugepages::reserve_huge;
 use parquet::schema::types::ColumnDescPtr;
 
 mod dict_chunk;
@@ -474,60 +475,6 @@ fn writer_properties(columns: &[(&str, Kind, bool)]) -> WriterProperties {
         }
     }
     props.build()
-}
-
-/// Makes room for `more` elements in `v`, asking for transparent huge pages for a new
-/// allocation before it is written (Linux; elsewhere a plain `reserve`): the buffered
-/// columns of a row group are tens of MB, filled once front to back, and each fresh 4 KiB
-/// page costs a fault where a 2 MiB one takes one for 512 of them (with `madvise` mode,
-/// Linux's default, as `summary`'s large arrays do).
-///
-/// A huge page needs a 2 MiB-aligned stretch of the mapping. The C library maps a large
-/// allocation on its own, its length the bytes asked for plus a small header rounded up
-/// to whole pages, and Linux places a mapping whose length is a multiple of 2 MiB on a
-/// 2 MiB boundary: so the capacity is rounded up to fill such a length (a page under a
-/// multiple of 2 MiB). Without it the buffers' mappings fell anywhere and half of each
-/// 4 MiB one was 4 KiB pages (~17,000 page faults on the 6.4 M-entry benchmark file).
-/// Either way the memory and its contents are the same: this only makes faults fewer.
-fn reserve_huge<T>(v: &mut Vec<T>, more: usize) {
-    const HUGE: usize = 2 << 20;
-    const PAGE: usize = 4096;
-    let need = v.len() + more;
-    if need <= v.capacity() {
-        return;
-    }
-    let size = std::mem::size_of::<T>().max(1);
-    let cap = if cfg!(target_os = "linux") && need * size >= HUGE {
-        ((need * size + PAGE).next_multiple_of(HUGE) - PAGE) / size
-    } else {
-        need
-    };
-    v.reserve_exact(cap - v.len());
-    #[cfg(target_os = "linux")]
-    if need * size >= HUGE {
-        // From the page the allocation starts in (the mapping's first, where the header
-        // is) to the last whole 2 MiB the `need` elements fill: past them (16 bytes, the
-        // header's shift, for a buffer of a whole number of MiB) a huge page would be
-        // resident for a few bytes (+66 MB of peak RSS on the benchmark file when the
-        // advice went to the capacity's end).
-        let start = v.as_mut_ptr() as usize;
-        let (a, b) = (start / PAGE * PAGE, (start + need * size) / HUGE * HUGE);
-        if b > a {
-            // SAFETY: advice on pages that hold this vector's memory (the rest of the
-            // first page is the allocator's own); it changes no contents. Where the
-            // system's pages are not 4 KiB it fails (EINVAL) and nothing happens.
-            unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
-        }
-        if a.is_multiple_of(HUGE) && b >= a + HUGE {
-            // The allocator wrote its header in the mapping's first page before the
-            // advice: that 2 MiB would stay in 4 KiB pages (a fault per 4 KiB of the
-            // first 2 MiB of every buffer) unless collapsed into a huge page now
-            // (`MADV_COLLAPSE`, Linux 6.1; refused, as older ones do, it changes nothing).
-            const MADV_COLLAPSE: libc::c_int = 25;
-            // SAFETY: as above; collapsing keeps the contents.
-            unsafe { libc::madvise(a as *mut libc::c_void, HUGE, MADV_COLLAPSE) };
-        }
-    }
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> CliError {
@@ -977,7 +924,7 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
                 let mut used = Used::new(snap);
                 write_trace_events(file, snap, device, tr, pools, trace, &mut used).map(|()| used)
             });
-            let mut rows = export::pair_allocations(snap, tr);
+            let mut rows = export::pair_allocations(tr);
             let row_roles = export::allocation_roles(snap, device, tr, &mut rows);
             let allocations = write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used);
             (events.join().expect("trace_events thread"), allocations)
@@ -1076,7 +1023,7 @@ fn write_allocations(
     snap: &Snapshot,
     device: i64,
     tr: &[TraceEvent],
-    rows: &[AllocRow],
+    rows: &Allocations,
     roles: &[Option<fragscope_trace::BlockRole>],
     allocs: &mut Table,
     used: &mut Used,
@@ -1094,22 +1041,23 @@ fn write_allocations(
     };
     let mut contexts: Vec<Option<fragscope_snapshot::EntryContext>> = Vec::new();
     let start_time = |a: &AllocRow| (a.time != fragscope_snapshot::NO_TIME).then_some(a.time);
-    let end_time = |a: &AllocRow| a.fc.or(a.fr).map(|k| tr[k].time_us).filter(|&t| t != fragscope_snapshot::NO_TIME);
-    // What each row reads from the trace at its free (a cache miss per row: the trace is
-    // hundreds of MB, the frees far from their allocations), read once per row for the
-    // columns that need it.
-    let mut ends: Vec<Option<i64>> = Vec::new();
+    // The time of the free, which the pairing notes as it passes it (read here from the
+    // trace, a cache miss per row).
+    let end_time = |a: &AllocRow| (a.end != fragscope_snapshot::NO_TIME).then_some(a.end);
     allocs.reserve(rows.len());
     debug_assert_eq!(column_names(1)[..2], ["file", "device"]);
     debug_assert_eq!(column_names(1)[12..17], ["stack_id", "site", "annotation", "role", "role_evidence"]);
     let file_k = allocs.index_of(0, file);
     let idx = |k: Option<usize>| k.map(|k| k as i64);
     let mut site_ids: Vec<Option<u32>> = Vec::new();
+    // The block's rows, read from the pairs' entries once per block into one buffer.
+    let mut block: Vec<AllocRow> = Vec::with_capacity(BLOCK);
     let mut start = 0;
     while start < rows.len() {
         let n = allocs.room().min(rows.len() - start).min(BLOCK);
-        let (block, block_roles) = (&rows[start..start + n], &roles[start..start + n]);
-        for a in block {
+        rows.rows_into(snap, tr, start..start + n, &mut block);
+        let block_roles = &roles[start..start + n];
+        for a in &block {
             used.note(a.stack);
             let k = slot(a.stack);
             if k >= sites.len() {
@@ -1120,8 +1068,6 @@ fn write_allocations(
                 sites[k] = Some(site_of(&snap.frames, a.stack).site);
             }
         }
-        ends.clear();
-        ends.extend(block.iter().map(end_time));
         contexts.clear();
         contexts.extend(block.iter().map(|a| a.alloc.and_then(|k| tr.get(k)).map(|e| snap.context(e))));
         allocs.same_str(0, file_k, file, n);
@@ -1130,8 +1076,8 @@ fn write_allocations(
         allocs.opt_ints(3, block.iter().map(|a| idx(a.fr)));
         allocs.opt_ints(4, block.iter().map(|a| idx(a.fc)));
         allocs.opt_ints(5, block.iter().map(start_time));
-        allocs.opt_ints(6, ends.iter().copied());
-        allocs.opt_ints(7, block.iter().zip(&ends).map(|(a, &end)| start_time(a).zip(end).map(|(s, e)| e - s)));
+        allocs.opt_ints(6, block.iter().map(end_time));
+        allocs.opt_ints(7, block.iter().map(|a| start_time(a).zip(end_time(a)).map(|(s, e)| e - s)));
         allocs.ints(8, block.iter().map(|a| a.addr as i64));
         allocs.ints(9, block.iter().map(|a| a.req as i64));
         allocs.ints(10, block.iter().map(|a| fragscope_alloc::rounding::round_size(a.req, &cfg) as i64));
@@ -1140,7 +1086,7 @@ fn write_allocations(
         // Each call site's index in the column found once (the string's bytes compared
         // once, not per row), where it has one for the process's life.
         let c = &mut allocs.cols[13];
-        for a in block {
+        for a in &block {
             let k = slot(a.stack);
             let id = match site_ids[k] {
                 Some(id) => id,
@@ -1444,24 +1390,6 @@ mod tests {
             rows += 1;
         }
         assert_eq!(rows, n);
-    }
-
-    /// [`reserve_huge`] makes room as `reserve` does and keeps the elements, for
-    /// buffers under 2 MiB and over (rounded to fill whole 2 MiB of mapping), empty or
-    /// not.
-    #[test]
-    fn reserve_huge_makes_room_and_keeps_the_elements() {
-        for (before, more) in [(0usize, 10usize), (0, 1 << 20), (3, 1 << 19), (5, (1 << 18) + 7)] {
-            let mut v: Vec<u64> = (0..before as u64).collect();
-            reserve_huge(&mut v, more);
-            assert!(v.capacity() >= before + more, "{before} + {more}");
-            assert_eq!(v, (0..before as u64).collect::<Vec<_>>());
-            let cap = v.capacity();
-            v.extend(0..more as u64);
-            assert_eq!(v.capacity(), cap, "{before} + {more}: no growth while filling");
-            reserve_huge(&mut v, 0);
-            assert_eq!(v.capacity(), cap);
-        }
     }
 
     /// [`IntIndex`] numbers values as a map does, in the order they first come: values
