@@ -40,6 +40,17 @@ impl Audit {
             self.findings.push(what());
         }
     }
+
+    /// Prints the audit's counts and findings, then asserts that at least `least` cases
+    /// and `checks` checks ran (fewer: files went missing) and that nothing was found.
+    fn finish(&self, name: &str, least: usize, checks: usize) {
+        eprintln!("fit audit{name}: {} cases, {} checks, {} findings", self.cases, self.checks, self.findings.len());
+        for f in &self.findings {
+            eprintln!("finding: {f}");
+        }
+        assert!(self.cases >= least && self.checks >= checks, "{} cases, {} checks", self.cases, self.checks);
+        assert!(self.findings.is_empty(), "{} findings:\n{}", self.findings.len(), self.findings.join("\n"));
+    }
 }
 
 fn json_of(args: &[String]) -> Value {
@@ -456,14 +467,9 @@ fn fit_and_max_fit_answers_hold_when_rechecked() {
         // 13,627,238,400 bytes of parameters (GRIDS.md).
         audit_below_parameters(&mut a, &kk[0], "10GB", 13_627_238_400);
     }
-    eprintln!("fit audit: {} cases, {} checks, {} findings", a.cases, a.checks, a.findings.len());
-    for f in &a.findings {
-        eprintln!("finding: {f}");
-    }
     // 27 with the corpus; 21 with the in-repository files only (the skips are counted).
     let least = if fragscope_testdata::has_corpus() { 27 } else { 21 };
-    assert!(a.cases >= least && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
-    assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
+    a.finish("", least, 200);
 }
 
 /// Capacities at `fractions` of the file's peak reserved on an unlimited device (its first
@@ -508,14 +514,9 @@ fn fit_answers_hold_on_a_sweep_of_capacities() {
         let caps = sweep(f, &fr);
         audit_fit(&mut a, std::slice::from_ref(f), &caps, None, None);
     }
-    eprintln!("fit audit (sweep): {} cases, {} checks, {} findings", a.cases, a.checks, a.findings.len());
-    for f in &a.findings {
-        eprintln!("finding: {f}");
-    }
     // 15 with the corpus; 8 with the in-repository files only (the skips are counted).
     let least = if fragscope_testdata::has_corpus() { 15 } else { 8 };
-    assert!(a.cases >= least && a.checks >= 200, "{} cases, {} checks", a.cases, a.checks);
-    assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
+    a.finish(" (sweep)", least, 200);
 }
 
 /// The requests a user makes around the recorded sizes: files not in size order, a size
@@ -555,14 +556,9 @@ fn fit_and_max_fit_answers_hold_around_the_recorded_sizes() {
         audit_max_fit(&mut a, &ks, "128,256", "A100-80GB");
         audit_fit(&mut a, &ks, "A100-80GB,H100-NVL", Some("128,256"), None);
     }
-    eprintln!("fit audit (around): {} cases, {} checks, {} findings", a.cases, a.checks, a.findings.len());
-    for f in &a.findings {
-        eprintln!("finding: {f}");
-    }
     // 14 with the corpus; 9 with the in-repository files only (the skips are counted).
     let least = if fragscope_testdata::has_corpus() { 14 } else { 9 };
-    assert!(a.cases >= least && a.checks >= 100, "{} cases, {} checks", a.cases, a.checks);
-    assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
+    a.finish(" (around)", least, 100);
 }
 
 /// The measured truth (`crates/testdata/h200/fit.jsonl`: batches run on the H200 from
@@ -599,7 +595,5 @@ fn max_fit_agrees_with_the_h200_measurements() {
             a.check(lo <= m && m <= hi, || format!("{what}: measured peak reserved {m} outside [{lo}, {hi}]"));
         }
     }
-    eprintln!("fit audit (H200 measured): {} cases, {} checks, {} findings", a.cases, a.checks, a.findings.len());
-    assert!(a.cases >= 8, "{} rows", a.cases);
-    assert!(a.findings.is_empty(), "{} findings:\n{}", a.findings.len(), a.findings.join("\n"));
+    a.finish(" (H200 measured)", 8, 0);
 }
