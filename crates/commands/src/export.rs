@@ -228,11 +228,9 @@ pub fn allocation_roles(
     let (lives, role_of) = if tr.is_empty() {
         (fragscope_trace::BlockLives::default(), fragscope_trace::Roles::default())
     } else {
-        let lives = fragscope_trace::BlockLives::replay(snap, device);
-        // The roles `device_roles_with` gives, without the sums by role it makes from
-        // them (`summarize_with`, ~2 % of the export's CPU, unread here).
-        let roles = fragscope_trace::classify_roles(snap, &lives, &fragscope_trace::steps(snap, device));
-        (lives, roles)
+        // `summary`'s lives and roles from its one walk (which indexes the lives as it
+        // goes), without the sums by role it makes from them (unread here).
+        fragscope_trace::device_block_roles(snap, device)
     };
     // The rows with an alloc entry come in trace order, as the traced lives do (one per
     // `alloc` entry): a cursor finds each row's life, where a binary search over millions

@@ -10,7 +10,7 @@
 //! * `trace_events`: every trace entry of every device, in order;
 //! * `allocations`: one row per allocation of the trace, its alloc entry paired with its
 //!   `free_requested` / `free_completed` (lifetime, sizes, stream, stack, call site,
-//!   annotation scope, and the role [`fragscope_trace::classify_roles`] gives it), plus the
+//!   annotation scope, and the role [`fragscope_trace::device_block_roles`] gives it), plus the
 //!   blocks live before the trace that it never frees;
 //! * `segments` and `blocks`: the allocator state of the snapshot (`segments`);
 //! * `stacks` and `frames`: the recorded stacks, normalised (a stack is rows of frame

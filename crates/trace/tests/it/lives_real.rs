@@ -42,3 +42,34 @@ fn lives_from_the_timeline_walk_match_a_replay() {
     assert!(devices_with_trace >= min_count(25, 6), "only {devices_with_trace} devices with a trace");
     assert!(lives_checked > 0);
 }
+
+/// `export`'s roles ([`fragscope_trace::device_block_roles`]: one walk that indexes the
+/// lives as it goes, as `summary`'s) are those of the lives of a walk of their own
+/// classified from scratch ([`fragscope_trace::classify_roles`]), block for block.
+#[test]
+fn roles_from_the_one_walk_match_a_classification_from_scratch() {
+    let mut devices_with_trace = 0;
+    let mut blocks_checked = 0usize;
+    for p in real_pickles() {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let snap = fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for d in snap.devices() {
+            if snap.trace(d).is_empty() {
+                continue;
+            }
+            devices_with_trace += 1;
+            let (lives, roles) = fragscope_trace::device_block_roles(&snap, d);
+            let own = BlockLives::replay(&snap, d);
+            assert_eq!(lives, own, "{name} device {d}");
+            let want = fragscope_trace::classify_roles(&snap, &own, &fragscope_trace::steps(&snap, d));
+            assert_eq!(roles.traced, want.traced, "{name} device {d}");
+            assert_eq!(roles.seeded, want.seeded, "{name} device {d}");
+            assert_eq!(roles.from_state, want.from_state, "{name} device {d}");
+            assert_eq!(roles.cannot_tell, want.cannot_tell, "{name} device {d}");
+            assert_eq!(format!("{:?}", roles.model_state), format!("{:?}", want.model_state), "{name} device {d}");
+            blocks_checked += roles.traced.len() + roles.seeded.len();
+        }
+    }
+    assert!(devices_with_trace >= min_count(25, 6), "only {devices_with_trace} devices with a trace");
+    assert!(blocks_checked > 0);
+}
