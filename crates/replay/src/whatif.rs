@@ -105,6 +105,8 @@ pub struct CarriedCache {
     /// Free bytes in segments of such kind that were whole: released by the retry, so 0
     /// when the replay ran PyTorch's fallback (kept to show it).
     pub whole_free: u64,
+    /// What the device had left at the OOM (`cudaMemGetInfo`'s free bytes).
+    pub device_free: u64,
 }
 
 /// The allocator state a simulated run started from: the alternatives of one device
@@ -540,7 +542,8 @@ impl<'o> SimRun<'o> {
         if !self.eng.config().expandable_segments {
             return None;
         }
-        let mut c = CarriedCache { segments: 0, bytes: 0, free: 0, whole_free: 0 };
+        let device_free = fragscope_alloc::DeviceMemory::free_memory(self.eng.device());
+        let mut c = CarriedCache { segments: 0, bytes: 0, free: 0, whole_free: 0, device_free };
         for seg in self.eng.segments().iter().filter(|s| !s.is_expandable) {
             let free = seg.total_size - seg.active_size();
             c.segments += 1;
@@ -733,17 +736,23 @@ impl<'o> SimRun<'o> {
 fn carried_cache_note(oom: &SimOom) -> Option<String> {
     let c = oom.carried_cache.as_ref().filter(|c| c.free > 0)?;
     let size = fragscope_alloc::format_size;
+    // Whether those pieces, had they been returned, and the device's own free bytes would
+    // have held the request: the carried cache is then what the OOM comes from.
+    let would = if c.free.saturating_add(c.device_free) >= oom.rounded { "would" } else { "would not" };
     Some(format!(
         "first OOM (entry {}): {} free in the cache lay in {} segment(s) ({}) made before the trace by the \
          recorded settings, not expandable, none wholly free: PyTorch's release before an OOM \
-         (release_cached_blocks) returns only whole free segments, so the {} request needed new pages. This \
-         replays a process that switched expandable_segments:True on holding that cache; a run with the setting \
-         from its start would have built it as expandable pages: whether that run fits, this recording cannot tell",
+         (release_cached_blocks) returns only whole free segments, so the {} request needed new pages, with {} left \
+         on the device (with those pieces it {} have fit). This replays a process that switched \
+         expandable_segments:True on holding that cache; a run with the setting from its start would have built it \
+         as expandable pages: whether that run fits, this recording cannot tell",
         oom.index,
         size(c.free),
         c.segments,
         size(c.bytes),
         size(oom.rounded),
+        size(c.device_free),
+        would,
     ))
 }
 
