@@ -736,14 +736,11 @@ impl<'o> SimRun<'o> {
 fn carried_cache_note(oom: &SimOom) -> Option<String> {
     let c = oom.carried_cache.as_ref().filter(|c| c.free > 0)?;
     let size = fragscope_alloc::format_size;
-    // Whether those pieces, had they been returned, and the device's own free bytes would
-    // have held the request: the carried cache is then what the OOM comes from.
-    let would = if c.free.saturating_add(c.device_free) >= oom.rounded { "would" } else { "would not" };
     Some(format!(
         "first OOM (entry {}): {} free in the cache lay in {} segment(s) ({}) made before the trace by the \
          recorded settings, not expandable, none wholly free: PyTorch's release before an OOM \
-         (release_cached_blocks) returns only whole free segments, so the {} request needed new pages, with {} left \
-         on the device (with those pieces it {} have fit). This replays a process that switched \
+         (release_cached_blocks) returns only whole free segments, so the {} request needed new pages with {} left \
+         on the device ({} with those pieces too). This replays a process that switched \
          expandable_segments:True on holding that cache; a run with the setting from its start would have built it \
          as expandable pages: whether that run fits, this recording cannot tell",
         oom.index,
@@ -752,7 +749,7 @@ fn carried_cache_note(oom: &SimOom) -> Option<String> {
         size(c.bytes),
         size(oom.rounded),
         size(c.device_free),
-        would,
+        size(c.free.saturating_add(c.device_free)),
     ))
 }
 

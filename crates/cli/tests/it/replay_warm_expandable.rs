@@ -79,7 +79,9 @@ fn replay_warm_cut_under_expandable_ooms_on_the_carried_cache_and_says_so() {
     let (text, _) = replay(&cut, Some("expandable_segments:True"), false);
     let text = String::from_utf8(text).unwrap();
     assert!(text.contains("made before the trace by the recorded settings, not expandable"), "{text}");
-    assert!(text.contains("with those pieces it would have fit"), "{text}");
+    let sz = fragscope_alloc::format_size;
+    let both = format!("{} left on the device ({} with those pieces too)", sz(left), sz(free + left));
+    assert!(text.contains(&both), "{both}: {text}");
     assert!(text.contains("this recording cannot tell"), "{text}");
 
     // Near miss: the same run made under expandable_segments:True from its start and cut
