@@ -734,7 +734,7 @@ impl<'o> SimRun<'o> {
 /// of memory while its cache held free bytes, and what the replay cannot tell
 /// ([`CarriedCache`]); `None` when the first OOM held no such segment.
 fn carried_cache_note(oom: &SimOom) -> Option<String> {
-    let c = oom.carried_cache.as_ref().filter(|c| c.free > 0)?;
+    let c = oom.carried_cache.as_ref().filter(|c| c.free > 0 && c.whole_free == 0)?;
     let size = fragscope_alloc::format_size;
     Some(format!(
         "first OOM (entry {}): {} free in the cache lay in {} segment(s) ({}) made before the trace by the \
