@@ -284,6 +284,7 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
                         reserved: a.in_use,
                         allocated: a.in_use,
                         stack: fragscope_replay::stack_strings(snap, ev.stack),
+                        carried_cache: None,
                     });
                 }
                 match (ev.action, got) {

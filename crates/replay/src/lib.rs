@@ -23,7 +23,9 @@
 //!   reports over files.
 //! * [`simulate`] / [`simulate_with`] → [`WhatIf`] ("what if"): the same trace under
 //!   another configuration and/or device size ([`SimOptions`]), with synthetic addresses:
-//!   peaks, fragmentation, cudaMalloc counts, first OOM ([`SimOom`]), the driver work it
+//!   peaks, fragmentation, cudaMalloc counts, first OOM ([`SimOom`]; under
+//!   `expandable_segments:True` from a cache made without it, what that cache held then:
+//!   [`CarriedCache`]), the driver work it
 //!   implies ([`DriverWork`]) and the start it had ([`StartState`]); [`simulate_ops`]
 //!   serves a transformed trace ([`Op`]) the same way.
 //! * [`lab()`] → [`LabReport`]: other allocation policies ([`PolicySpec`]) on the same
@@ -82,8 +84,8 @@ pub use state::{
     SegRec, SplitRules,
 };
 pub use whatif::{
-    simulate, simulate_ops, simulate_with, stack_strings, BlockMap, Op, Probe, SimOom, SimOptions, StartState, WhatIf,
-    UNLIMITED,
+    simulate, simulate_ops, simulate_with, stack_strings, BlockMap, CarriedCache, Op, Probe, SimOom, SimOptions,
+    StartState, WhatIf, UNLIMITED,
 };
 
 /// Options of [`verify`].

@@ -78,6 +78,35 @@ pub struct SimOom {
     pub allocated: u64,
     /// Allocation stack, innermost first, `file:line:name`.
     pub stack: Vec<String>,
+    /// Under `expandable_segments:True` from a recording that began with segments made
+    /// without it: what those segments held at the OOM ([`CarriedCache`]); `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub carried_cache: Option<CarriedCache>,
+}
+
+/// The non-expandable segments a run under `expandable_segments:True` inherited from the
+/// state before the trace (made by the recorded settings), as they stood at the first OOM.
+///
+/// PyTorch's fallback before an OOM, `release_cached_blocks` (spec §3.7, §5.2), returns
+/// only whole free segments; a segment that still holds a live block keeps its free
+/// pieces, which serve only requests that fit in them, so a large request maps new pages
+/// (§6.2) however much of that free space there is. The replay does what PyTorch would do
+/// in a process that switched the setting on with this cache; a process run with the
+/// setting from its start would have built that cache as expandable pages instead, a
+/// layout the recording cannot tell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CarriedCache {
+    /// Such segments still held at the OOM.
+    pub segments: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Free bytes inside them (each holds a live block: none could be released).
+    pub free: u64,
+    /// Free bytes in segments of such kind that were whole: released by the retry, so 0
+    /// when the replay ran PyTorch's fallback (kept to show it).
+    pub whole_free: u64,
+    /// What the device had left at the OOM (`cudaMemGetInfo`'s free bytes).
+    pub device_free: u64,
 }
 
 /// The allocator state a simulated run started from: the alternatives of one device
@@ -499,10 +528,33 @@ impl<'o> SimRun<'o> {
                         reserved: o.reserved,
                         allocated: o.allocated,
                         stack: stack_strings(snap, ev.stack),
+                        carried_cache: self.carried_cache(),
                     });
                 }
             }
         }
+    }
+
+    /// Under `expandable_segments:True`, the non-expandable segments held now: every one
+    /// was seeded from the state before the trace (the engine maps pages for every new
+    /// request under the setting), so they are the cache the recorded settings built.
+    fn carried_cache(&self) -> Option<CarriedCache> {
+        if !self.eng.config().expandable_segments {
+            return None;
+        }
+        let device_free = fragscope_alloc::DeviceMemory::free_memory(self.eng.device());
+        let mut c = CarriedCache { segments: 0, bytes: 0, free: 0, whole_free: 0, device_free };
+        for seg in self.eng.segments().iter().filter(|s| !s.is_expandable) {
+            let free = seg.total_size - seg.active_size();
+            c.segments += 1;
+            c.bytes += seg.total_size;
+            if free == seg.total_size {
+                c.whole_free += free;
+            } else {
+                c.free += free;
+            }
+        }
+        (c.segments > 0).then_some(c)
     }
 
     /// A `free_requested` or `free_completed` of the block the recorded address maps to.
@@ -607,6 +659,7 @@ impl<'o> SimRun<'o> {
         self.eng.drain_events_into(&mut tail);
         tail[seeded..].iter().for_each(|e| self.driver.observe(e));
         self.push_notes(&mut notes);
+        notes.extend(self.first_oom.as_ref().and_then(carried_cache_note));
         let eng = self.eng;
         let st = eng.stats().clone();
         let peak_reserved = st.reserved_bytes.all().peak.max(0) as u64;
@@ -675,6 +728,29 @@ impl<'o> SimRun<'o> {
         }
         notes.extend(self.use_on_oom.note());
     }
+}
+
+/// Why a run under `expandable_segments:True` from a recording made without it ran out
+/// of memory while its cache held free bytes, and what the replay cannot tell
+/// ([`CarriedCache`]); `None` when the first OOM held no such segment.
+fn carried_cache_note(oom: &SimOom) -> Option<String> {
+    let c = oom.carried_cache.as_ref().filter(|c| c.free > 0 && c.whole_free == 0)?;
+    let size = fragscope_alloc::format_size;
+    Some(format!(
+        "first OOM (entry {}): {} free in the cache lay in {} segment(s) ({}) made before the trace by the \
+         recorded settings, not expandable, none wholly free: PyTorch's release before an OOM \
+         (release_cached_blocks) returns only whole free segments, so the {} request needed new pages with {} left \
+         on the device ({} with those pieces too). This replays a process that switched \
+         expandable_segments:True on holding that cache; a run with the setting from its start would have built it \
+         as expandable pages: whether that run fits, this recording cannot tell",
+        oom.index,
+        size(c.free),
+        c.segments,
+        size(c.bytes),
+        size(oom.rounded),
+        size(c.device_free),
+        size(c.free.saturating_add(c.device_free)),
+    ))
 }
 
 /// The pool of a simulated event, for a saved run's `pool_id`: the request's own pool

@@ -189,3 +189,59 @@ fn seeded_expandable_ranges_share_a_reservation() {
     );
     ok(&a);
 }
+
+/// A non-expandable segment seeded into an allocator run under `expandable_segments:True`
+/// (a cache the recorded settings made before the trace) with `blocks`, at `addr`.
+fn seed_plain(a: &mut CachingAllocator<crate::SimulatedDevice>, addr: u64, blocks: &[(u64, BlockState)]) {
+    use crate::{SeedBlock, SeedSegment};
+    let mut at = addr;
+    let blocks: Vec<SeedBlock> = blocks
+        .iter()
+        .map(|&(size, state)| {
+            let b = SeedBlock { address: at, size, requested_size: size, state };
+            at += size;
+            b
+        })
+        .collect();
+    let seg = SeedSegment {
+        address: addr,
+        size: at - addr,
+        stream: 0,
+        pool: (0, 0),
+        is_large: true,
+        is_expandable: false,
+        registration: None,
+        blocks,
+    };
+    a.seed_segment(seg).unwrap();
+}
+
+#[test]
+fn a_failed_map_releases_whole_seeded_segments_but_not_split_ones() {
+    use BlockState::*;
+    // A 200 MiB device holding a 100 MiB non-expandable segment from before the trace.
+    // A 120 MiB request finds no free block of its size and maps 6 pages: over the
+    // device. PyTorch's fallback, release_cached_blocks (§3.7, §5.2), returns the
+    // segment when it is wholly free, and the retried map fits.
+    let mut a = CachingAllocator::new(cfg("expandable_segments:True"), crate::SimulatedDevice::synthetic(200 * MIB));
+    seed_plain(&mut a, 0x2_0000_0000, &[(100 * MIB, Free)]);
+    a.drain_events();
+    let p = a.malloc(120 * MIB, 0).unwrap();
+    let ev = a.drain_events();
+    assert!(matches!(ev[0], Event::SegmentFree { addr: 0x2_0000_0000, size, .. } if size == 100 * MIB), "{ev:?}");
+    assert!(matches!(ev[1], Event::SegmentMap { size, .. } if size == 120 * MIB), "{ev:?}");
+    assert_eq!(a.block_at(p).map(|b| b.size), Some(120 * MIB));
+    assert_eq!(a.stats().num_alloc_retries, 1);
+    ok(&a);
+    // Near miss: the same segment holding a 10 MiB live tensor keeps its 90 MiB free
+    // piece (too small for the request, never released): the map fails twice, OOM.
+    let mut a = CachingAllocator::new(cfg("expandable_segments:True"), crate::SimulatedDevice::synthetic(200 * MIB));
+    seed_plain(&mut a, 0x2_0000_0000, &[(10 * MIB, Allocated), (90 * MIB, Free)]);
+    a.drain_events();
+    let e = a.malloc(120 * MIB, 0).unwrap_err();
+    assert_eq!(e.reserved, 100 * MIB);
+    assert!(matches!(a.drain_events()[..], [Event::Oom { size, .. }] if size == 120 * MIB));
+    assert_eq!(a.segments().len(), 1, "the split segment stays");
+    assert_eq!(a.stats().num_alloc_retries, 1);
+    ok(&a);
+}

@@ -19,6 +19,7 @@ mod peak_allocated;
 mod predict_cli;
 mod real_traces;
 mod recording_options;
+mod replay_warm_expandable;
 mod role_whatif_cli;
 mod snapshots;
 mod torch_save_cli;
