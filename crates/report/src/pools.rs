@@ -58,6 +58,14 @@ fn kind(pool: (u64, u64)) -> &'static str {
 /// curves' own split: the bucket of state `s` is `s * n / states`). Empty when no
 /// segment or segment event of the device is in a private pool.
 pub fn bands(snap: &Snapshot, device: i64, n: usize, states: usize) -> Vec<PoolBand> {
+    // Most files name no private pool: skip the scan of the trace then (the answer below
+    // would be empty anyway, every event and segment falling in the default pools).
+    let private = |p: &Option<(u64, u64)>| p.is_some_and(|p| p != DEFAULT_POOL);
+    if !snap.contexts.iter().any(|c| private(&c.pool_id))
+        && !snap.segments.iter().any(|s| s.device == device && private(&s.segment_pool_id))
+    {
+        return Vec::new();
+    }
     let trace = snap.trace(device);
     let pool_of = |e| snap.pool_id(e).unwrap_or(DEFAULT_POOL);
     let seg_event =
