@@ -622,7 +622,7 @@ fn draw(
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, largest, table);
             let initial = initial::encode(snap, d, &lives_of[&d], opts.top_allocations, table);
-            let segs = segments::encode(snap, d, segments::segment_lives(snap, d), opts.top_allocations, table);
+            let segs = segments::encode(snap, d, scan.segments, opts.top_allocations, table);
             (d, curves, allocations, initial, scan.requests, scan.phases, (marks, keyframes), (amax, segs))
         })
         .collect();
@@ -677,6 +677,8 @@ struct TraceScan {
     phases: Vec<Phase>,
     /// The figures of the curves' buckets read from the trace.
     buckets: curves::TraceBuckets,
+    /// The segment timeline's lives ([`segments::segment_lives`]).
+    segments: Vec<segments::SegmentLife>,
 }
 
 impl TraceScan {
@@ -684,14 +686,17 @@ impl TraceScan {
         let trace = snap.trace(device);
         let mut largest = LargestAllocs::new(opts.top_allocations);
         let mut buckets = curves::TraceBuckets::scan(trace.len(), opts);
-        // One pass over the entries for both: a long trace is hundreds of MB, read once
-        // rather than twice.
+        let mut segs = segments::SegmentScan::default();
+        // One pass over the entries for all three: a long trace is hundreds of MB, read
+        // once rather than three times.
         for (i, e) in trace.iter().enumerate() {
             largest.entry(i, e);
             buckets.entry(i, e);
+            segs.entry(i, e);
         }
         let (largest, requests) = largest.finish();
-        TraceScan { largest, requests, phases: phases(snap, device), buckets: buckets.finish() }
+        let segments = segs.finish(snap, device);
+        TraceScan { largest, requests, phases: phases(snap, device), buckets: buckets.finish(), segments }
     }
 }
 

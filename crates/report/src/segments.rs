@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use fragscope_snapshot::{Action, Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
 
 use crate::layout::Life;
 use crate::{encode, StackTable};
@@ -34,75 +34,102 @@ pub struct SegmentLife {
 
 /// Every segment life of a device's trace, in no particular order.
 pub fn segment_lives(snap: &Snapshot, device: i64) -> Vec<SegmentLife> {
-    let trace = snap.trace(device);
-    let mut out = Vec::new();
-    // Reserved ranges open now: start address → (size, start state, stack).
-    let mut open: BTreeMap<u64, (u64, usize, Option<StackId>)> = BTreeMap::new();
-    for (i, e) in trace.iter().enumerate() {
+    let mut scan = SegmentScan::default();
+    for (i, e) in snap.trace(device).iter().enumerate() {
+        scan.entry(i, e);
+    }
+    scan.finish(snap, device)
+}
+
+/// [`segment_lives`] read entry by entry, so that the report's one pass over a trace
+/// (`TraceScan`) makes them too: a long trace is hundreds of MB, read once rather than
+/// twice.
+#[derive(Default)]
+pub struct SegmentScan {
+    out: Vec<SegmentLife>,
+    /// Reserved ranges open now: start address → (size, start state, stack).
+    open: BTreeMap<u64, (u64, usize, Option<StackId>)>,
+}
+
+impl SegmentScan {
+    /// Entry `i` of the trace, in order from 0.
+    #[inline]
+    pub fn entry(&mut self, i: usize, e: &TraceEvent) {
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => {
-                open.insert(e.addr, (e.size, i + 1, e.stack));
+                self.open.insert(e.addr, (e.size, i + 1, e.stack));
             }
             Action::SegmentFree | Action::SegmentUnmap => {
                 let (a, z) = (e.addr, e.addr.saturating_add(e.size));
                 // Open ranges that overlap [a, z): the one starting before a, and those in it.
-                let mut hit: Vec<u64> = open.range(a..z).map(|(&k, _)| k).collect();
-                if let Some((&k, &(s, _, _))) = open.range(..a).next_back() {
+                let mut hit: Vec<u64> = self.open.range(a..z).map(|(&k, _)| k).collect();
+                if let Some((&k, &(s, _, _))) = self.open.range(..a).next_back() {
                     if k.saturating_add(s) > a {
                         hit.insert(0, k);
                     }
                 }
                 let mut covered = 0u64;
                 for k in hit {
-                    let (s, start, stack) = open.remove(&k).expect("an open range");
+                    let (s, start, stack) = self.open.remove(&k).expect("an open range");
                     let (lo, hi) = (k.max(a), k.saturating_add(s).min(z));
                     covered += hi - lo;
-                    out.push(SegmentLife { address: lo, size: hi - lo, start, end: i + 1, stack });
+                    self.out.push(SegmentLife { address: lo, size: hi - lo, start, end: i + 1, stack });
                     // What the free leaves of the range stays reserved.
                     if k < lo {
-                        open.insert(k, (lo - k, start, stack));
+                        self.open.insert(k, (lo - k, start, stack));
                     }
                     if k.saturating_add(s) > hi {
-                        open.insert(hi, (k + s - hi, start, stack));
+                        self.open.insert(hi, (k + s - hi, start, stack));
                     }
                 }
                 // Freed but never seen reserved: reserved before the trace.
                 if covered < e.size {
-                    out.push(SegmentLife { address: a, size: e.size - covered, start: 0, end: i + 1, stack: e.stack });
+                    self.out.push(SegmentLife {
+                        address: a,
+                        size: e.size - covered,
+                        start: 0,
+                        end: i + 1,
+                        stack: e.stack,
+                    });
                 }
             }
             _ => {}
         }
     }
-    // The final state's segments: the parts the trace did not reserve were reserved
-    // before it.
-    for seg in snap.device_segments(device) {
-        let (a, z) = (seg.address, seg.address.saturating_add(seg.total_size));
-        let mut covered = 0u64;
-        for (&k, &(s, _, _)) in open.range(..z) {
-            let (lo, hi) = (k.max(a), k.saturating_add(s).min(z));
-            if hi > lo {
-                covered += hi - lo;
+
+    /// The lives, once every entry of `device`'s trace has been read.
+    pub fn finish(self, snap: &Snapshot, device: i64) -> Vec<SegmentLife> {
+        let SegmentScan { mut out, open } = self;
+        // The final state's segments: the parts the trace did not reserve were reserved
+        // before it.
+        for seg in snap.device_segments(device) {
+            let (a, z) = (seg.address, seg.address.saturating_add(seg.total_size));
+            let mut covered = 0u64;
+            for (&k, &(s, _, _)) in open.range(..z) {
+                let (lo, hi) = (k.max(a), k.saturating_add(s).min(z));
+                if hi > lo {
+                    covered += hi - lo;
+                }
+            }
+            if covered < seg.total_size {
+                out.push(SegmentLife {
+                    address: a,
+                    size: seg.total_size - covered,
+                    start: 0,
+                    end: usize::MAX,
+                    stack: seg.stack,
+                });
             }
         }
-        if covered < seg.total_size {
-            out.push(SegmentLife {
-                address: a,
-                size: seg.total_size - covered,
-                start: 0,
-                end: usize::MAX,
-                stack: seg.stack,
-            });
-        }
+        out.extend(open.into_iter().map(|(address, (size, start, stack))| SegmentLife {
+            address,
+            size,
+            start,
+            end: usize::MAX,
+            stack,
+        }));
+        out
     }
-    out.extend(open.into_iter().map(|(address, (size, start, stack))| SegmentLife {
-        address,
-        size,
-        start,
-        end: usize::MAX,
-        stack,
-    }));
-    out
 }
 
 /// The `top` largest lives (by size; the earlier first among equals) as the page's
