@@ -101,11 +101,14 @@ impl SegmentScan {
     pub fn finish(self, snap: &Snapshot, device: i64) -> Vec<SegmentLife> {
         let SegmentScan { mut out, open } = self;
         // The final state's segments: the parts the trace did not reserve were reserved
-        // before it.
+        // before it. Only the open ranges that start less than the largest open size
+        // before a segment can reach into it: the rest are not visited (all of them per
+        // segment was 2 % of the report's CPU on the allocator-consistent benchmark file).
+        let reach = open.values().map(|&(s, _, _)| s).max().unwrap_or(0);
         for seg in snap.device_segments(device) {
             let (a, z) = (seg.address, seg.address.saturating_add(seg.total_size));
             let mut covered = 0u64;
-            for (&k, &(s, _, _)) in open.range(..z) {
+            for (&k, &(s, _, _)) in open.range(a.saturating_sub(reach)..z) {
                 let (lo, hi) = (k.max(a), k.saturating_add(s).min(z));
                 if hi > lo {
                     covered += hi - lo;
