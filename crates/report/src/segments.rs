@@ -208,4 +208,43 @@ mod tests {
         live.sort();
         assert_eq!(live, [(100, 2), (102, 1), (105, 1)]);
     }
+
+    /// The final state's segments: what no range the trace left open covers was reserved
+    /// before the trace, found also where the covering range starts far before the
+    /// segment (a large range, with smaller ones between it and the segment).
+    #[test]
+    fn final_segments_count_what_the_trace_left_open() {
+        use fragscope_snapshot::{Segment, SegmentType};
+        let mb = 1u64 << 20;
+        let t = vec![
+            TraceEvent::new(Action::SegmentMap, 0, 64 * mb),
+            TraceEvent::new(Action::SegmentAlloc, 70 * mb, 2 * mb),
+            TraceEvent::new(Action::SegmentAlloc, 100 * mb, 2 * mb),
+        ];
+        let mut snap = Snapshot::default();
+        snap.device_traces.push(t);
+        for (address, total_size) in [(32 * mb, 48 * mb), (101 * mb, 4 * mb), (200 * mb, 2 * mb)] {
+            snap.segments.push(Segment {
+                device: 0,
+                address,
+                total_size,
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: None,
+                stream: 0,
+                segment_type: SegmentType::Large,
+                segment_pool_id: None,
+                is_expandable: None,
+                stack: None,
+                blocks: Vec::new(),
+            });
+        }
+        let lives = segment_lives(&snap, 0);
+        let mut before: Vec<(u64, u64)> =
+            lives.iter().filter(|l| l.start == 0).map(|l| (l.address / mb, l.size / mb)).collect();
+        before.sort();
+        // 32..80 MB: 32..64 and 70..72 open, 14 MB not; 101..105: 101..102 open, 3 not.
+        assert_eq!(before, [(32, 14), (101, 3), (200, 2)]);
+        assert!(lives.iter().all(|l| l.end == usize::MAX), "{lives:?}");
+    }
 }
