@@ -530,12 +530,7 @@ fn summarize_device_parts(
     // which read only the trace and the steps: on the steps' thread they keep the two
     // threads even (the lives' thread, with the roles, was the longer by about the time
     // they take on a long forward-only trace).
-    let steps_of = move || {
-        let mut ev = crate::steps::StackEvidence::new(snap);
-        let st = crate::steps::steps_with(snap, device, &mut ev);
-        let layered = crate::roles::passes::layered(snap.trace(device), crate::roles::passes::unbounded(&st));
-        (st, ev, layered)
-    };
+    let steps_of = move || crate::roles::steps_and_passes(snap, device);
     // On two cores, two threads: the steps here before the table (together about as long
     // as the lifetime walk and the roles), handed to the lives' thread; a third thread
     // would only take turns with these two (loopreq-6.9m, 8 interleaved in-process runs of

@@ -396,6 +396,13 @@ impl LifeIndex {
     /// The index the lifetime walk made as it went ([`crate::walk::LifeIndexParts`]),
     /// the same as [`LifeIndex::new`]'s: `summary` reads it there, where the requests
     /// and the ends are at hand, instead of reading the trace again.
+    fn from_walk_or_new(snap: &Snapshot, lives: &BlockLives, parts: Option<LifeIndexParts>) -> Self {
+        match parts {
+            Some(p) => LifeIndex::from_walk(lives, p),
+            None => LifeIndex::new(snap, lives),
+        }
+    }
+
     fn from_walk(lives: &BlockLives, parts: LifeIndexParts) -> Self {
         let LifeIndexParts { req, by_end } = parts;
         LifeIndex { req, ends: Ends::from_walk(lives, by_end) }
@@ -2077,15 +2084,21 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
 pub fn device_block_roles(snap: &Snapshot, device: i64) -> (BlockLives, Roles) {
     let (lives, facts, parts) = BlockLives::replay_with_facts(snap, device, true);
     drop(facts);
+    let (st, mut ev, layered) = steps_and_passes(snap, device);
+    let ix = LifeIndex::from_walk_or_new(snap, &lives, parts);
+    let roles = classify_with(snap, &lives, &st, &mut ev, &ix, Some(layered));
+    (lives, roles)
+}
+
+/// The steps of `device`'s trace, the stacks' evidence they gathered (the classifier reads
+/// it again) and rule 8's forward passes with their layers ([`passes::layered`], which read
+/// only the trace and the steps): what `summary` computes on its steps' thread and
+/// [`device_block_roles`] before classifying.
+pub(crate) fn steps_and_passes<'s>(snap: &'s Snapshot, device: i64) -> (Steps, StackEvidence<'s>, passes::Layered) {
     let mut ev = StackEvidence::new(snap);
     let st = steps::steps_with(snap, device, &mut ev);
     let layered = passes::layered(snap.trace(device), passes::unbounded(&st));
-    let ix = match parts {
-        Some(p) => LifeIndex::from_walk(&lives, p),
-        None => LifeIndex::new(snap, &lives),
-    };
-    let roles = classify_with(snap, &lives, &st, &mut ev, &ix, Some(layered));
-    (lives, roles)
+    (st, ev, layered)
 }
 
 /// [`device_roles_with`] with the steps already found.
@@ -2104,10 +2117,7 @@ pub(crate) fn device_roles_from_ev(
     parts: Option<LifeIndexParts>,
     layered: Option<passes::Layered>,
 ) -> (DeviceRoles, Roles) {
-    let ix = match parts {
-        Some(p) => LifeIndex::from_walk(lives, p),
-        None => LifeIndex::new(snap, lives),
-    };
+    let ix = LifeIndex::from_walk_or_new(snap, lives, parts);
     let roles = classify_with(snap, lives, st, ev, &ix, layered);
     (summarize_with(snap, lives, &roles, st, &ix), roles)
 }
