@@ -264,53 +264,52 @@ pub struct DeviceFit {
     /// The recording replayed on an unlimited device.
     pub peak_reserved_unlimited: u64,
     pub peak_allocated_unlimited: u64,
-    /// When the recording began warm: the cache PyTorch held before its first entry
-    /// (reserved, no tensor in it), which every replay here keeps as recorded, so that
-    /// "as recorded needs" can exceed what the live tensors need. `null`: less than 1% of
-    /// the peak reserved was cached before the trace (or a predicted run).
+    /// When the recording began warm: the cache PyTorch held when its first request came
+    /// (reserved, no tensor in it), which every replay on a card that holds it keeps as
+    /// recorded, so that "as recorded needs" can exceed what the live tensors need (on a
+    /// smaller card the replays release it first). `null`: less than 1% of the peak
+    /// reserved was cached then (or a predicted run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cached_before_trace: Option<CachedBeforeTrace>,
     pub cards: Vec<CardFit>,
 }
 
-/// The memory reserved but unallocated when the recording began (see
+/// The memory reserved but unallocated when the recording's first request came (see
 /// [`DeviceFit::cached_before_trace`]).
 #[derive(Clone, Debug, Serialize)]
 pub struct CachedBeforeTrace {
-    /// `memory_reserved()` at the first entry.
+    /// `memory_reserved()` when the first request came (after the recording's own
+    /// `empty_cache()` calls before it).
     pub reserved_bytes: u64,
-    /// `memory_allocated()` at the first entry.
+    /// `memory_allocated()` then.
     pub allocated_bytes: u64,
-    /// reserved − allocated: the cache the replays hold.
+    /// reserved − allocated: the cache the replays on a card that holds it start from.
     pub cached_bytes: u64,
     /// What it means for the figures, in words.
     pub note: String,
 }
 
 impl CachedBeforeTrace {
-    /// `None` when the replay began with less than 1% of its peak reserved cached (a
-    /// rounding's worth that no verdict turns on).
+    /// `None` when the run's first request found less than 1% of its peak reserved
+    /// cached (a rounding's worth that no verdict turns on), or none: a recording whose
+    /// program released the cache itself before asking for anything (`cs336-2.7b-trainstep`
+    /// begins with `empty_cache()` returning 28.8 GiB) starts cold.
     fn of(w: &WhatIf) -> Option<CachedBeforeTrace> {
-        let cached = w.reserved_before_trace.saturating_sub(w.allocated_before_trace);
+        let (reserved, allocated) = w.at_first_request;
+        let cached = reserved.saturating_sub(allocated);
         if cached == 0 || cached.saturating_mul(100) < w.peak_reserved {
             return None;
         }
         let note = format!(
-            "the recording began warm: {} reserved before its first entry, {} of it cached with no tensor in it; \
-             every replay here starts from that state as recorded and holds that cache, so the peaks include it and \
-             no card below {} fits here. torch.cuda.empty_cache() before the step, or a fresh process, would not \
-             hold it; no change fit tries drops it (record from a fresh process, or after empty_cache(), to fit \
-             without it)",
-            fs(w.reserved_before_trace),
-            fs(cached),
-            fs(w.reserved_before_trace)
+            "the recording began warm: {} reserved when its first request came, {} of it cached with no tensor in \
+             it. On a card that holds it, every replay here starts from that cache and holds it, so the peaks \
+             include it (torch.cuda.empty_cache() before the step, or a fresh process, would not hold it; no change \
+             fit tries drops it); on a smaller card the replays release it before the trace, as PyTorch does when \
+             cudaMalloc fails, and start from the segments that hold live tensors",
+            fs(reserved),
+            fs(cached)
         );
-        Some(CachedBeforeTrace {
-            reserved_bytes: w.reserved_before_trace,
-            allocated_bytes: w.allocated_before_trace,
-            cached_bytes: cached,
-            note,
-        })
+        Some(CachedBeforeTrace { reserved_bytes: reserved, allocated_bytes: allocated, cached_bytes: cached, note })
     }
 }
 

@@ -323,6 +323,8 @@ pub fn simulate_uncached(snap: &Snapshot, device: i64, capacity: Option<u64>) ->
         reserved_before_trace: before,
         allocated_before_trace: before,
         peak_reserved_by_trace: by_trace,
+        // Without a cache nothing is held but the live tensors.
+        at_first_request: (before, before),
         final_reserved: a.in_use,
         cuda_mallocs: a.cuda_mallocs,
         cuda_frees: a.cuda_frees,

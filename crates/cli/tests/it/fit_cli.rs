@@ -137,10 +137,10 @@ fn replay_and_fit_show_the_oom_device_first() {
     assert_eq!(text.matches("total capacity less").count(), 1, "{text}");
 }
 
-/// A recording begun warm (resnet50: 562 MiB reserved before its first entry, 347 MiB of it
-/// cached, live tensors at most 497.62 MiB): the text says the replays hold that cache and
-/// what would not, and the JSON carries the figures; a cold recording (the H200 GPT step)
-/// has neither.
+/// A recording begun warm (resnet50: 562 MiB reserved when its first request came, 347 MiB
+/// of it cached, live tensors at most 497.62 MiB): the text says where the replays hold that
+/// cache and what would not, and the JSON carries the figures; a cold recording (the H200
+/// GPT step) has neither.
 #[test]
 fn fit_says_when_the_replays_hold_a_cache_from_before_the_recording() {
     let Some(f) = fragscope_testdata::real_file("pytorchblog-resnet50-train-cppframes.pickle") else { return };
@@ -150,9 +150,11 @@ fn fit_says_when_the_replays_hold_a_cache_from_before_the_recording() {
     let text = String::from_utf8_lossy(&o.stdout);
     let note =
         text.lines().find(|l| l.starts_with("  note: the recording began warm: ")).unwrap_or_else(|| panic!("{text}"));
-    assert!(note.contains("562.00 MiB reserved before its first entry, 347.19 MiB of it cached"), "{note}");
+    assert!(note.contains("562.00 MiB reserved when its first request came, 347.19 MiB of it cached"), "{note}");
     assert!(note.contains("torch.cuda.empty_cache() before the step, or a fresh process, would not hold it"), "{note}");
     assert!(note.contains("no change fit tries drops it"), "{note}");
+    // 530 MiB is below the 562 MiB held: the replays there start without the cache.
+    assert!(note.contains("on a smaller card the replays release it before the trace"), "{note}");
     let v: Value = serde_json::from_slice(&run(&["fit", &f, "--capacity", "530MiB", "--json"]).stdout).unwrap();
     let c = &v["files"][0]["devices"][0]["cached_before_trace"];
     assert_eq!(c["reserved_bytes"].as_u64(), Some(562 << 20), "{c}");

@@ -21,5 +21,6 @@ mod real_traces;
 mod recording_options;
 mod replay_warm_expandable;
 mod role_whatif_cli;
+mod seeded_over_capacity;
 mod snapshots;
 mod torch_save_cli;
