@@ -242,7 +242,7 @@ pub(crate) fn first_step(
 /// +0.49 % and of sequence 256 from 512, 1024 from +1.58 % to +0.68 %. Empty (address
 /// order kept) when the state is not a whole number of blocks per parameter of its size.
 fn init_group_order(mut params: Vec<(u64, u64)>, state: Vec<(u64, u64)>) -> HashMap<u64, usize> {
-    if params.is_empty() || state.is_empty() || state.len() % params.len() != 0 {
+    if params.is_empty() || state.is_empty() || !state.len().is_multiple_of(params.len()) {
         return HashMap::new();
     }
     let per = state.len() / params.len();
