@@ -313,13 +313,16 @@ fn parameters_first(lives: &fragscope_trace::BlockLives, roles: &mut [fragscope_
 /// an unmapped candidate maps `min(C.size, s)` rounded up to pages). Why a warm
 /// expandable prediction's range adds it over its rebuilt peaks: pages stay mapped until
 /// `empty_cache()` (§6.4), so reserved is the most any step of the run ever mapped, and
-/// which step's layout leaves no hole for a large request neither rebuild foresees (the
-/// large blocks a step keeps across its end, the last logits, land on the layout earlier
-/// steps left). Measured on the H200 recordings replayed under expandable segments: the
-/// third step still mapped one request more than the first two — a 260 MiB logits-sized
-/// request at batch 4 (4.24 -> 4.51 GB), 500 MiB at bf16 batch 16 (8.02 -> 8.52 GB), 240 MiB at
-/// sequence 256 (4.25 -> 4.50 GB) — each under the largest request of its step; at bf16 16
-/// and sequence 256 past both rebuilds (+6.3 %, +5.4 % over the point).
+/// which step's layout leaves no hole for a large request depends on where the first step
+/// put each block (the large blocks a step keeps across its end, the last logits, land on
+/// the layout earlier steps left). Measured on the H200 recordings replayed under
+/// expandable segments: the third step still mapped one request more than the first two —
+/// a 260 MiB logits-sized request at batch 4 (4.24 -> 4.51 GB), 500 MiB at bf16 batch 16
+/// (8.00 -> 8.52 GB), 240 MiB at sequence 256 (4.25 -> 4.50 GB) — each under the largest
+/// request of its step. The rebuild from the parameters maps them too once the first
+/// step's workspaces are made where the template's were (`Program::place_lazies`), and
+/// misses them with those made at the first request (−6.0 %, −6.2 %, −5.6 %): a few entries
+/// decide it.
 pub(crate) fn fresh_pages(request: u64, page: u64) -> u64 {
     request.div_ceil(page.max(1)) * page.max(1)
 }
@@ -349,10 +352,11 @@ pub(crate) fn recorded_peaks(recs: &[crate::Recording<'_>], device: i64) -> Vec<
 
 /// The least share by which a warm template's rebuilt cache may be off either way. Measured
 /// on the frozen evaluation's warm forms without expandable segments, once the first
-/// rebuilt step started from the parameters ([`FirstStep`]): the recordings' own errors
-/// were at most 0.2 % on the H200 GPT families while the error at a size not among them
-/// reached 1.5 % (batch 4 from 8, 16, 32) and 2.9 % (niu-train3 100 from 150, 200); 3 %,
-/// the evaluation's tolerance, holds them all.
+/// rebuilt step started from the parameters ([`FirstStep`], the optimizer's state in
+/// `_init_group`'s order): the templates' own sizes were within 0.4 % on the H200 GPT
+/// families while the error at a size not among them reached 1.3 % (sequence 512 from 256,
+/// 1024) and 2.9 % (niu-train3 100 from 150, 200); 3 %, the evaluation's tolerance, holds
+/// them all.
 pub(crate) const CACHE_FLOOR: f64 = 0.03;
 
 /// How far a warm template's rebuilt cache may be off: `[1 − m, 1 + m]`, `m` the largest
