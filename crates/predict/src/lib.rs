@@ -598,7 +598,7 @@ impl<'a> Program<'a> {
                 scaled_before.len()
             ));
         }
-        Ok(Program {
+        let mut prog = Program {
             device,
             template,
             template_size: recs[t].size,
@@ -615,7 +615,66 @@ impl<'a> Program<'a> {
             seeded,
             recorded_config: recorded,
             notes,
-        })
+        };
+        let placed = prog.place_lazies();
+        if let Some(plan) = prog.first_step_plan.as_mut().filter(|_| !placed.is_empty()) {
+            for (addr, at) in placed {
+                if let Some(l) = plan.lazy.iter_mut().find(|l| l.0 == addr) {
+                    l.1 = at;
+                }
+            }
+            // Stable: the optimizer's state keeps `_init_group`'s order.
+            plan.lazy.sort_by_key(|&(_, at)| at);
+        }
+        Ok(prog)
+    }
+
+    /// When the first step of a warm template recorded under expandable segments made the
+    /// blocks it made once and kept ([`warm::FirstStep::unknown`]: a cuBLAS workspace at
+    /// the first matrix product of a pass, ...), as `(template address, entry)`. Why the
+    /// address tells: an expandable reservation maps its pages from its start on demand
+    /// and a request takes the best-fitting free run (spec §6.2, §6.3), so a block lies
+    /// where such a request was served when it was made; the first step rebuilt at the
+    /// template's own size (from the parameters, [`warm::FirstStep`]) makes each one at the
+    /// first entry at which a request of its size is served at its template address
+    /// ([`Program::place_at`]). Made at the step's first request instead, the 32 MiB
+    /// workspaces of the H200 GPT recordings sat under the optimizer's state, and the
+    /// rebuilt third step found room for a logits-sized request where the real one mapped
+    /// it anew: -6.0 % at batch 4, -6.2 % at bf16 16, -5.6 % at sequence 256; so placed
+    /// (at the forward's 12th and the backward's 10th entry, where the real first steps
+    /// made them at the 15th and the 12th), every one of those H200 cases within 0.4 %.
+    /// Empty where nothing is to place; a block never so served keeps the first request.
+    fn place_lazies(&self) -> Vec<(u64, usize)> {
+        let Some(f) = self.first_step_plan.as_ref() else { return Vec::new() };
+        let cfg = &self.recorded_config;
+        if !self.started_warm || !cfg.expandable_segments || f.unknown.is_empty() {
+            return Vec::new();
+        }
+        let mut refused = None;
+        let (eng, blocks, live, cat_of) = self.seeded_engine(cfg, self.replay_capacity(cfg, None), &mut refused);
+        if refused.is_some() {
+            return Vec::new();
+        }
+        let mut run = Run {
+            eng,
+            blocks,
+            live,
+            cat_of,
+            oom: None,
+            vanished: 0,
+            scenario: Scenario::Point,
+            pending: Vec::new(),
+            placing: None,
+        };
+        self.rebuild_start(self.template_size, cfg, &mut run);
+        for p in run.pending.iter_mut().filter(|p| f.unknown.contains(&p.1)) {
+            p.0 = usize::MAX;
+        }
+        // Still last first (stable), the blocks to place at the bottom.
+        run.pending.sort_by_key(|p| std::cmp::Reverse(p.0));
+        run.placing = Some(Placing { placed: Vec::new(), first_end: f.first_end });
+        self.pass(self.template_size, cfg, &mut run, &mut |_, _| {});
+        run.placing.map(|p| p.placed).unwrap_or_default()
     }
 
     /// Entries of the template's trace (the entries [`Program::predict_observed`] reports).
@@ -726,21 +785,13 @@ impl<'a> Program<'a> {
                 r.high_fits = p.fits() && fits(Scenario::High);
             }
         }
-        // Under expandable segments, a warm training template's first step rebuilt from
-        // the parameters is as plausible as the point's steady-state rebuild
-        // (`Program::rebuild_start`): the range holds both.
-        let mut later_steps = None;
+        // Under expandable segments, what a later step adds on top of the program's
+        // history as rebuilt from the parameters where one request finds no free run of
+        // its size (warm::fresh_pages): which step's layout leaves no hole for it depends
+        // on where each block of the first step went, which the rebuild infers.
         if self.started_warm && cfg.expandable_segments && self.first_step_plan.is_some() {
-            let from_parameters = self.replay_from(p.at, cfg, None, Scenario::Point, true, &mut |_, _| {});
-            widen(&from_parameters, None);
-            // And what a later step adds on top of the program's history so rebuilt where
-            // one request finds no free run of its size (warm::fresh_pages): the real
-            // runs' third steps did, past both rebuilds.
             let fresh = warm::fresh_pages(self.largest_request(p.at), cfg.large_segment_size);
-            later_steps = Some(from_parameters.peak_reserved + fresh);
-        }
-        if let Some(hi) = later_steps {
-            r.reserved[1] = r.reserved[1].max(hi);
+            r.reserved[1] = r.reserved[1].max(point.peak_reserved + fresh);
         }
         // A warm template's cache: rebuilt by the predicted step, while the real one was
         // built by a first step the recording does not hold (warm::cache_ratios).
@@ -797,11 +848,9 @@ impl<'a> Program<'a> {
         }
         if self.started_warm && cfg.expandable_segments && self.first_step_plan.is_some() {
             p.notes.push(
-                "under expandable_segments the reserved range also holds the first step rebuilt from the parameters \
-                 (which of the two rebuilds the real cache is nearer, a warm recording does not tell: measured -6% to \
-                 +11% either way), and that first-step rebuild with the largest request's pages more (pages stay \
-                 mapped until empty_cache(), and a later step whose largest request finds no free run of its size \
-                 maps it anew)"
+                "under expandable_segments the reserved range also holds the largest request's pages more than the \
+                 point (pages stay mapped until empty_cache(), and a later step whose largest request finds no free \
+                 run of its size maps it anew)"
                     .to_string(),
             );
         }
@@ -819,38 +868,14 @@ impl<'a> Program<'a> {
         sc: Scenario,
         observe: &mut dyn FnMut(usize, [u64; 4]),
     ) -> Prediction {
-        self.replay_from(at, cfg, capacity, sc, false, observe)
-    }
-
-    /// [`Program::replay_at`]; with `from_parameters`, a warm training template's first
-    /// rebuilt step starts from the parameters ([`warm::FirstStep`]) under expandable
-    /// segments too (the alternative a warm expandable prediction's range holds).
-    fn replay_from(
-        &self,
-        at: u64,
-        cfg: &AllocatorConfig,
-        capacity: Option<u64>,
-        sc: Scenario,
-        from_parameters: bool,
-        observe: &mut dyn FnMut(usize, [u64; 4]),
-    ) -> Prediction {
         let mut notes = Vec::new();
         let cap = self.replay_capacity(cfg, capacity);
         let mut start_refused = None;
         let (mut eng, blocks, live, cat_of) = self.seeded_engine(cfg, cap, &mut start_refused);
         notes.extend(start_refused.clone());
         let start_over_capacity = start_within(&mut eng, cap, live.before_trace, &mut notes);
-        let mut run = Run {
-            eng,
-            blocks,
-            live,
-            cat_of,
-            oom: None,
-            vanished: 0,
-            scenario: sc,
-            pending: Vec::new(),
-            from_parameters,
-        };
+        let mut run =
+            Run { eng, blocks, live, cat_of, oom: None, vanished: 0, scenario: sc, pending: Vec::new(), placing: None };
         let warm = self.started_warm && start_refused.is_none() && start_over_capacity.is_none();
         if warm {
             self.rebuild_start(at, cfg, &mut run);
@@ -1000,8 +1025,8 @@ impl<'a> Program<'a> {
     /// leftovers (blocks live before the trace that the trace frees, [`warm::Carry`])
     /// replaced by their counterparts at `at`, and the template's cache released, so that
     /// the step builds the cache of its own size. A training template with a
-    /// [`warm::FirstStep`] (not under expandable segments) starts instead as its program's
-    /// first step did: from the parameters alone ([`Program::first_step_start`]).
+    /// [`warm::FirstStep`] starts instead as its program's first step did: from the
+    /// parameters alone ([`Program::first_step_start`]).
     fn rebuild_start(&self, at: u64, cfg: &AllocatorConfig, run: &mut Run) {
         let trace = self.template.trace(self.device);
         for &(addr, _) in &self.carry.pairs {
@@ -1013,19 +1038,17 @@ impl<'a> Program<'a> {
                 run.blocks.completed(addr);
             }
         }
-        // Under expandable segments the point keeps the steady-state rebuild below, and the
-        // range holds the first step rebuilt from the parameters (`from_parameters`,
-        // `Program::range_of`). Which is nearer depends on where the real first step put
-        // each block, which a warm recording does not hold: no page is unmapped between
-        // `empty_cache()` calls, so what the first steps mapped stays, and each step maps
-        // more where the large blocks it keeps across the step boundary (the last logits)
-        // land on a layout the previous steps left. Measured on the frozen evaluation: the
-        // first-step rebuild gives the mapping after the real second step, to the byte at
-        // h200 batch 4 (4.24 GB), within 0.3 % at bf16 16 (8.00 GB), but not the third step's on top
-        // (4.51, 8.52 GB): -6.0 % to 0.0 % on the H200 warm-expandable cases, where the
-        // steady-state rebuild gives -5.9 % to +11.1 %; as the point it took batch 16 and 32
-        // within 3 % and batch 4 and bf16 8 out of it (101 of 108 within 3 % against 102).
-        if let Some(f) = self.first_step_plan.as_ref().filter(|_| !cfg.expandable_segments || run.from_parameters) {
+        // Under expandable segments too, since the blocks the first step made once are
+        // made where their addresses say (`Program::place_lazies`): no page is unmapped
+        // between `empty_cache()` calls, so what the first steps mapped stays, and each
+        // step maps more where the large blocks it keeps across the step boundary (the last
+        // logits) land on a layout the previous steps left, which starts with the first
+        // step's. The steady-state rebuild below keeps the template's optimizer state where
+        // the template's first step put it, among holes of the template's size: +9.6 % and
+        // +11.1 % at h200 batch 16 from 32 and 32 from 16 (warm, expandable); rebuilt from
+        // the parameters with the workspaces made at the first request, -6.0 % at batch 4
+        // (the real third step mapped a 250 MiB logits gradient anew).
+        if let Some(f) = self.first_step_plan.as_ref() {
             self.first_step_start(f, at, cfg, run);
             return;
         }
@@ -1128,32 +1151,86 @@ impl<'a> Program<'a> {
     /// ([`warm::FirstStep::lazy`]), live from then on as blocks of the state before the
     /// trace (the trace never frees them).
     fn create_lazy(&self, i: usize, cfg: &AllocatorConfig, run: &mut Run) {
+        if run.placing.as_ref().is_some_and(|p| i < p.first_end) {
+            self.place_at(i, cfg, run);
+        }
         while run.pending.last().is_some_and(|p| p.0 <= i) {
-            let Some((_, addr, n, stream, pool)) = run.pending.pop() else { break };
-            match run.eng.malloc_in_pool(n, stream, pool) {
-                Ok(a) => {
-                    run.blocks.allocated(addr, Some(a));
-                    let r = round_size(n, cfg);
-                    run.live.add(Cat::Before, r);
-                    run.cat_of.insert(a, (Cat::Before, r));
-                }
-                // Not served under the capacity: the run does not fit, here.
-                Err(o) if run.oom.is_none() => {
-                    run.oom = Some(PredictedOom {
-                        index: i,
-                        requested: o.requested,
-                        law: Law::Constant,
-                        rounded: o.rounded,
-                        alloc_size: o.alloc_size,
-                        reserved: o.reserved,
-                        allocated: o.allocated,
-                        site: "a block live before the trace, made by the first step (optimizer state, workspace)"
-                            .to_string(),
-                        stack: Vec::new(),
-                    });
-                }
-                Err(_) => {}
+            let Some(item) = run.pending.pop() else { break };
+            self.make_lazy(i, item, cfg, run);
+        }
+    }
+
+    /// [`Program::place_lazies`] at entry `i`: each block still to place (entry
+    /// `usize::MAX` in `run.pending`) whose template address is mapped and whose range no
+    /// block holds, and which a request of its size, tried now, gets at its template
+    /// address, is made here. A request tried and served elsewhere is freed again; where
+    /// it mapped pages to be served (a free block at the top of the mapping extended,
+    /// spec §6.2), they stay mapped in this run, which only says when.
+    fn place_at(&self, i: usize, cfg: &AllocatorConfig, run: &mut Run) {
+        if !run.pending.iter().any(|p| p.0 == usize::MAX) {
+            return;
+        }
+        let segs = run.eng.segments();
+        let mut mapped: Vec<(u64, u64)> =
+            segs.iter().filter(|s| s.is_expandable).map(|s| (s.address, s.address + s.total_size)).collect();
+        mapped.sort_unstable();
+        let mut taken: Vec<(u64, u64)> = segs
+            .iter()
+            .flat_map(|s| s.blocks.iter())
+            .filter(|b| b.state != fragscope_alloc::BlockState::Free)
+            .map(|b| (b.address, b.address + b.size))
+            .collect();
+        taken.sort_unstable();
+        let mut now = Vec::new();
+        for k in 0..run.pending.len() {
+            let (entry, a, n, stream, pool) = run.pending[k];
+            let r = round_size(n, cfg);
+            if entry != usize::MAX || !inside(&mapped, a) || overlaps(&taken, a, r) {
+                continue;
             }
+            if let Ok(got) = run.eng.malloc_in_pool(n, stream, pool) {
+                let _ = run.eng.free(got);
+                if got == a {
+                    now.push(k);
+                }
+            }
+        }
+        // Made in the stack's order (last first).
+        let items: Vec<_> = now.iter().rev().map(|&k| run.pending.remove(k)).collect();
+        if let Some(p) = run.placing.as_mut() {
+            p.placed.extend(items.iter().map(|item| (item.1, i)));
+        }
+        for item in items {
+            self.make_lazy(i, item, cfg, run);
+        }
+    }
+
+    /// One block of [`Program::create_lazy`], made at entry `i`.
+    fn make_lazy(&self, i: usize, item: (usize, u64, u64, StreamId, PoolId), cfg: &AllocatorConfig, run: &mut Run) {
+        let (_, addr, n, stream, pool) = item;
+        match run.eng.malloc_in_pool(n, stream, pool) {
+            Ok(a) => {
+                run.blocks.allocated(addr, Some(a));
+                let r = round_size(n, cfg);
+                run.live.add(Cat::Before, r);
+                run.cat_of.insert(a, (Cat::Before, r));
+            }
+            // Not served under the capacity: the run does not fit, here.
+            Err(o) if run.oom.is_none() => {
+                run.oom = Some(PredictedOom {
+                    index: i,
+                    requested: o.requested,
+                    law: Law::Constant,
+                    rounded: o.rounded,
+                    alloc_size: o.alloc_size,
+                    reserved: o.reserved,
+                    allocated: o.allocated,
+                    site: "a block live before the trace, made by the first step (optimizer state, workspace)"
+                        .to_string(),
+                    stack: Vec::new(),
+                });
+            }
+            Err(_) => {}
         }
     }
 
@@ -1438,9 +1515,27 @@ struct Run {
     /// Blocks the first rebuilt step creates lazily, last first: `(entry, template
     /// address, requested bytes, stream, pool)` ([`warm::FirstStep`]).
     pending: Vec<(usize, u64, u64, StreamId, PoolId)>,
-    /// The first rebuilt step starts from the parameters under expandable segments too
-    /// ([`Program::replay_from`]).
-    from_parameters: bool,
+    /// Set while [`Program::place_lazies`] finds when the first step made each block.
+    placing: Option<Placing>,
+}
+
+/// What [`Program::place_lazies`] records: `(template address, entry)` of each block
+/// made so far, the first step's end (no block is placed past it).
+struct Placing {
+    placed: Vec<(u64, usize)>,
+    first_end: usize,
+}
+
+/// Ranges `[start, end)` sorted by start, not overlapping: whether one holds `a`.
+fn inside(ranges: &[(u64, u64)], a: u64) -> bool {
+    let k = ranges.partition_point(|r| r.0 <= a);
+    k > 0 && a < ranges[k - 1].1
+}
+
+/// Ranges `[start, end)` sorted by start, not overlapping: whether `[a, a + n)` meets one.
+fn overlaps(ranges: &[(u64, u64)], a: u64, n: u64) -> bool {
+    let k = ranges.partition_point(|r| r.0 < a + n);
+    k > 0 && ranges[k - 1].1 > a
 }
 
 /// What one pass over the template's trace measured.

@@ -276,3 +276,13 @@ fn a_warm_expandable_template_keeps_its_parameters_at_the_reservation_start() {
     assert!(bytes > 600 << 20, "the large parameters ({bytes} B)");
     assert!(hi - lo < bytes + bytes / 10, "parameters span {} B for {bytes} B", hi - lo);
 }
+
+#[test]
+fn inside_and_overlaps_read_sorted_ranges() {
+    let ranges = [(100, 200), (300, 400)];
+    assert!(inside(&ranges, 100) && inside(&ranges, 199) && inside(&ranges, 300));
+    assert!(!inside(&ranges, 99) && !inside(&ranges, 200) && !inside(&ranges, 250) && !inside(&ranges, 400));
+    assert!(overlaps(&ranges, 150, 10) && overlaps(&ranges, 50, 51) && overlaps(&ranges, 399, 5));
+    assert!(!overlaps(&ranges, 200, 100) && !overlaps(&ranges, 0, 100) && !overlaps(&ranges, 400, 10));
+    assert!(!inside(&[], 5) && !overlaps(&[], 5, 5));
+}

@@ -167,10 +167,18 @@ pub(crate) struct FirstStep {
     /// released before the first rebuilt step.
     pub(crate) dropped: Vec<u64>,
     /// `(template address, entry)` of those among them the trace never frees: the first
-    /// step creates them, the optimizer's state at the trace's first optimizer entry,
-    /// others at its first request (where in the first step they were made, the recording
-    /// does not say; the earliest moment is taken).
+    /// step creates them, the optimizer's state at the trace's first optimizer entry (in
+    /// `_init_group`'s order, [`init_group_order`]), others at its first request (where in
+    /// the first step they were made, the recording does not say; the earliest moment is
+    /// taken) or, under expandable segments, where their address says
+    /// (`Program::place_lazies`).
     pub(crate) lazy: Vec<(u64, usize)>,
+    /// Template addresses of those of `lazy` that are not the optimizer's state: made
+    /// once by the first use of a library somewhere in the first step
+    /// (`Program::place_lazies` finds where, under expandable segments).
+    pub(crate) unknown: Vec<u64>,
+    /// One past the first step's last entry.
+    pub(crate) first_end: usize,
 }
 
 /// The [`FirstStep`] of a warm template whose steps have an optimizer phase (a training
@@ -186,7 +194,9 @@ pub(crate) fn first_step(
     let (_, steps, mut roles) = fragscope_trace::device_roles_with(snap, &lives);
     let opt = steps.steps.iter().find_map(|s| s.span(Phase::Optimizer))?.0;
     parameters_first(&lives, &mut roles.seeded, seeded);
-    let mut plan = FirstStep::default();
+    let mut plan = FirstStep { first_end: steps.steps.first().map_or(usize::MAX, |s| s.end), ..Default::default() };
+    let mut params: Vec<(u64, u64)> = Vec::new();
+    let mut state: Vec<(u64, u64)> = Vec::new();
     for (l, r) in lives.seeded.iter().zip(&roles.seeded) {
         let freed = l.end != LIVE_AT_END;
         if matches!(r.role, Role::Parameters | Role::OptimizerState) && freed {
@@ -197,18 +207,60 @@ pub(crate) fn first_step(
             return None;
         }
         if r.role == Role::Parameters {
+            params.push((l.address, l.request));
             continue;
         }
         plan.dropped.push(l.address);
         if !freed {
             let at = if r.role == Role::OptimizerState { opt } else { first_request };
             plan.lazy.push((l.address, at));
+            if r.role == Role::OptimizerState {
+                state.push((l.address, l.request));
+            } else {
+                plan.unknown.push(l.address);
+            }
         }
     }
-    // Created in entry order, in address order within one entry (parameter order for
-    // the state `_init_group` creates, as far as the template's addresses follow it).
-    plan.lazy.sort_unstable_by_key(|&(a, at)| (at, a));
+    // Created in entry order; within the optimizer's entry in `_init_group`'s order.
+    let rank = init_group_order(params, state);
+    plan.lazy.sort_unstable_by_key(|&(a, at)| (at, rank.get(&a).copied().unwrap_or(usize::MAX), a));
     (!plan.dropped.is_empty()).then_some(plan)
+}
+
+/// The order in which `torch.optim`'s `_init_group` creates the optimizer's state, as a
+/// rank per template address of a state block: parameter by parameter in the order the
+/// model made them (`params`, `(address, requested bytes)`: made one after the other before
+/// the first step, their addresses follow that order), each parameter's state tensors one
+/// after the other (AdamW: `exp_avg`, then `exp_avg_sq`, each of the parameter's size);
+/// each parameter takes the lowest-addressed state blocks of its size not yet taken. Why:
+/// where the first step puts each state block decides the holes later steps find, and the
+/// template's addresses of the state are where the recording's first step put them among
+/// the activations it had freed (best fit, not creation order). The real first step of the
+/// H200 bf16 batch 16 recording creates 125 MiB, 125 MiB, 2 MiB, 2 MiB, 4 KiB, ... (pairs,
+/// parameter order), while address order began 2 MiB, 4 MiB, 4 MiB, 12 MiB; so ordered,
+/// the warm (non-expandable) predictions of batch 4 from 8, 16, 32 went from −1.52 % to
+/// +0.49 % and of sequence 256 from 512, 1024 from +1.58 % to +0.68 %. Empty (address
+/// order kept) when the state is not a whole number of blocks per parameter of its size.
+fn init_group_order(mut params: Vec<(u64, u64)>, state: Vec<(u64, u64)>) -> HashMap<u64, usize> {
+    if params.is_empty() || state.is_empty() || !state.len().is_multiple_of(params.len()) {
+        return HashMap::new();
+    }
+    let per = state.len() / params.len();
+    params.sort_unstable();
+    let mut by_size: HashMap<u64, std::collections::VecDeque<u64>> = HashMap::new();
+    let mut sorted = state;
+    sorted.sort_unstable();
+    for (a, n) in sorted {
+        by_size.entry(n).or_default().push_back(a);
+    }
+    let mut rank = HashMap::new();
+    for (_, n) in params {
+        for _ in 0..per {
+            let Some(a) = by_size.get_mut(&n).and_then(|q| q.pop_front()) else { return HashMap::new() };
+            rank.insert(a, rank.len());
+        }
+    }
+    rank
 }
 
 /// Which of the blocks live before the trace are the parameters and which the optimizer's
@@ -261,13 +313,16 @@ fn parameters_first(lives: &fragscope_trace::BlockLives, roles: &mut [fragscope_
 /// an unmapped candidate maps `min(C.size, s)` rounded up to pages). Why a warm
 /// expandable prediction's range adds it over its rebuilt peaks: pages stay mapped until
 /// `empty_cache()` (§6.4), so reserved is the most any step of the run ever mapped, and
-/// which step's layout leaves no hole for a large request neither rebuild foresees (the
-/// large blocks a step keeps across its end, the last logits, land on the layout earlier
-/// steps left). Measured on the H200 recordings replayed under expandable segments: the
-/// third step still mapped one request more than the first two — a 260 MiB logits-sized
-/// request at batch 4 (4.24 -> 4.51 GB), 500 MiB at bf16 batch 16 (8.02 -> 8.52 GB), 240 MiB at
-/// sequence 256 (4.25 -> 4.50 GB) — each under the largest request of its step; at bf16 16
-/// and sequence 256 past both rebuilds (+6.3 %, +5.4 % over the point).
+/// which step's layout leaves no hole for a large request depends on where the first step
+/// put each block (the large blocks a step keeps across its end, the last logits, land on
+/// the layout earlier steps left). Measured on the H200 recordings replayed under
+/// expandable segments: the third step still mapped one request more than the first two —
+/// a 260 MiB logits-sized request at batch 4 (4.24 -> 4.51 GB), 500 MiB at bf16 batch 16
+/// (8.00 -> 8.52 GB), 240 MiB at sequence 256 (4.25 -> 4.50 GB) — each under the largest
+/// request of its step. The rebuild from the parameters maps them too once the first
+/// step's workspaces are made where the template's were (`Program::place_lazies`), and
+/// misses them with those made at the first request (−6.0 %, −6.2 %, −5.6 %): a few entries
+/// decide it.
 pub(crate) fn fresh_pages(request: u64, page: u64) -> u64 {
     request.div_ceil(page.max(1)) * page.max(1)
 }
@@ -297,10 +352,11 @@ pub(crate) fn recorded_peaks(recs: &[crate::Recording<'_>], device: i64) -> Vec<
 
 /// The least share by which a warm template's rebuilt cache may be off either way. Measured
 /// on the frozen evaluation's warm forms without expandable segments, once the first
-/// rebuilt step started from the parameters ([`FirstStep`]): the recordings' own errors
-/// were at most 0.2 % on the H200 GPT families while the error at a size not among them
-/// reached 1.5 % (batch 4 from 8, 16, 32) and 2.9 % (niu-train3 100 from 150, 200); 3 %,
-/// the evaluation's tolerance, holds them all.
+/// rebuilt step started from the parameters ([`FirstStep`], the optimizer's state in
+/// `_init_group`'s order): the templates' own sizes were within 0.4 % on the H200 GPT
+/// families while the error at a size not among them reached 1.3 % (sequence 512 from 256,
+/// 1024) and 2.9 % (niu-train3 100 from 150, 200); 3 %, the evaluation's tolerance, holds
+/// them all.
 pub(crate) const CACHE_FLOOR: f64 = 0.03;
 
 /// How far a warm template's rebuilt cache may be off: `[1 − m, 1 + m]`, `m` the largest
@@ -327,7 +383,26 @@ pub(crate) fn cache_ratios(peaks: &[(u64, u64)], mut predicted: impl FnMut(u64) 
 
 #[cfg(test)]
 mod tests {
-    use super::{cache_ratios, fresh_pages, CACHE_FLOOR};
+    use super::{cache_ratios, fresh_pages, init_group_order, CACHE_FLOOR};
+
+    #[test]
+    fn init_group_order_makes_each_parameters_state_one_after_the_other() {
+        // Parameters of 8, 2 and 8 bytes at 100, 200, 300; AdamW's two state tensors each,
+        // in the template at addresses whose order is not the creation order.
+        let params = vec![(300, 8), (100, 8), (200, 2)];
+        let state = vec![(1000, 8), (1100, 2), (1200, 8), (1300, 8), (1400, 2), (1500, 8)];
+        let rank = init_group_order(params, state);
+        let mut order: Vec<(u64, usize)> = rank.into_iter().collect();
+        order.sort_unstable_by_key(|&(_, r)| r);
+        let addrs: Vec<u64> = order.into_iter().map(|(a, _)| a).collect();
+        // Parameter 100 (8 B): the two lowest 8-byte blocks; 200 (2 B): both 2-byte ones;
+        // 300 (8 B): the rest.
+        assert_eq!(addrs, vec![1000, 1200, 1100, 1400, 1300, 1500]);
+        // Not a whole number of state blocks per parameter, or a size no parameter has:
+        // no order (the template's address order is kept).
+        assert!(init_group_order(vec![(100, 8), (200, 8)], vec![(1000, 8), (1100, 8), (1200, 8)]).is_empty());
+        assert!(init_group_order(vec![(100, 8)], vec![(1000, 4)]).is_empty());
+    }
 
     #[test]
     fn fresh_pages_round_a_request_up_to_whole_pages() {

@@ -266,18 +266,23 @@ fn evaluate(f: &Family, form: Form) -> Vec<Row> {
 
 /// The error (|%|, reserved then allocated) of every case over 3 % when the warm cache
 /// was rebuilt (issue 37 item 2), rounded up: a case may not get worse than this. Cases
-/// not listed are held to 3 % (the issue's target); those listed, to their error in
-/// warmexp3's table rounded up to the next whole percent. The errors before any change are in
-/// docs/fidelity.md. Since the first rebuilt step starts as the program's did
-/// (`warm::FirstStep`), every warm case without expandable segments is within 3 %.
-const BUDGET: &[(&str, f64, f64)] = &[
-    ("h200-batch warm-expandable loo [4, 8, 32]->16", 10.0, 3.0),
-    ("h200-batch warm-expandable loo [4, 8, 16]->32", 12.0, 3.0),
-    ("h200-amp expandable loo [4, 16]->8", 5.0, 3.0),
-    ("h200-amp warm-expandable loo [4, 8]->16", 6.0, 3.0),
-    ("h200-amp warm-expandable own [4, 8, 16]->16", 6.0, 3.0),
-    ("h200-seq warm-expandable loo [512, 1024]->256", 6.0, 3.0),
-];
+/// not listed are held to 3 % (the issue's target); those listed, to their error rounded
+/// up to the next whole percent. The errors before any change are in docs/fidelity.md.
+/// Since the first rebuilt step starts as the program's did (`warm::FirstStep`), every
+/// warm case without expandable segments is within 3 %; since it does so under expandable
+/// segments too, with the blocks it made once placed where their addresses say
+/// (`Program::place_lazies`), every warm expandable H200 case is within 0.4 % but one.
+///
+/// That one, bf16 batch 8 from 4 and 16 (warm, expandable), was −2.65 % before and is
+/// −4.61 % now: exactly the cold expandable prediction of the same size from the same
+/// recordings (5,207,228,416 B both), whose error is its laws'. 32 requests of 64 MiB at
+/// batch 4 and 132 MiB at 16 (128 MiB at 8) and 48 MiB / 132 MiB (96 MiB at 8) are capped
+/// sizes two recordings cannot tell from lines: the lines give 86.7 and 76 MiB at 8, and
+/// the real run maps 240 MiB more. The −2.65 % was the old rebuild's error (the
+/// template's optimizer state kept among holes of batch 16's size, +9.6 % and +11.1 % at
+/// batch 16 and 32) offsetting the laws'. Listed at its error, not at 3 %.
+const BUDGET: &[(&str, f64, f64)] =
+    &[("h200-amp expandable loo [4, 16]->8", 5.0, 3.0), ("h200-amp warm-expandable loo [4, 16]->8", 5.0, 3.0)];
 
 fn budget(label: &str) -> (f64, f64) {
     BUDGET.iter().find(|b| b.0 == label).map(|b| (b.1, b.2)).unwrap_or((3.0, 3.0))
@@ -321,10 +326,11 @@ fn eval_every_family_every_form() {
     assert!(rows.len() >= 40, "only {} cases ran", rows.len());
     // Frozen, may only grow: 91 when the warm cache was first rebuilt, 102 since the
     // first rebuilt step starts from the parameters and the truth counts from the first
-    // request (where the corpus grids are present).
+    // request, 106 since it does so under expandable segments too (where the corpus grids
+    // are present).
     if rows.len() == 108 {
         let n = within(&|r| err(r.reserved.0, r.reserved.1));
-        assert!(n >= 102, "reserved within 3% in {n} of 108 cases (102 frozen)");
+        assert!(n >= 106, "reserved within 3% in {n} of 108 cases (106 frozen)");
     }
     assert!(over.is_empty(), "cases worse than their frozen error:\n{}", over.join("\n"));
 }

@@ -52,25 +52,27 @@ fn a_warm_range_at_the_templates_size_holds_its_recorded_peak() {
     );
 }
 
-/// A warm expandable template's range holds what a later step maps anew (`warm::fresh_pages`):
-/// bf16 batch 16 predicted from batches 4 and 8 recorded under `expandable_segments:True`
-/// after their first step. The real run's third step mapped one request more than both
-/// rebuilds (8.52 GB against 8.02), past the rebuilt cache's ratios: the range holds it only
-/// with the first-step rebuild's peak plus the largest request's pages.
+/// A warm expandable template's first rebuilt step makes the blocks the program made once
+/// (its cuBLAS workspaces) where their addresses say (`Program::place_lazies`): bf16
+/// batch 16 predicted from batches 4 and 8 recorded under `expandable_segments:True`
+/// after their first step. The real run's third step maps a 1,000 MiB logits gradient
+/// anew (8.00 -> 8.52 GB); made at the first request, the workspaces sat under the
+/// optimizer's state and the rebuilt steps found room for it (8.00 GB, -6.2 %). The range
+/// holds what a later step may map anew on top of the point (`warm::fresh_pages`).
 #[test]
-fn a_warm_expandable_range_holds_what_a_later_step_maps() {
+fn a_warm_expandable_rebuild_makes_its_workspaces_where_the_template_did() {
     let f = FAMILIES.iter().find(|f| f.name == "h200-amp").expect("the family");
     let hot: Vec<_> =
         [4u64, 8, 16].iter().map(|&s| warm(&expandable(&load(f, s).expect("shipped")), "h200 amp")).collect();
     let prog = fit(&hot[..2]);
     assert!(prog.started_warm && prog.recorded_config.expandable_segments);
     let p = prog.predict(16, &prog.recorded_config.clone(), None);
-    let r = p.range.as_ref().expect("a range");
     let (real, _) = truth(&hot[2]);
-    let [_, hi] = r.warm_cache.expect("a warm template's range has its cache ratios");
-    // The near miss: the point and the cache ratios alone stop short of the real peak.
-    assert!((p.peak_reserved as f64 * hi) < real as f64, "{} * {hi} vs {real}", p.peak_reserved);
+    let e = (p.peak_reserved as f64 / real as f64 - 1.0).abs();
+    assert!(e < 0.005, "reserved {} against {real}", p.peak_reserved);
+    let r = p.range.as_ref().expect("a range");
     assert!(r.reserved[0] <= real && real <= r.reserved[1], "{real} outside {:?}", r.reserved);
+    assert!(r.reserved[1] >= p.peak_reserved + 1_000 * (1 << 20), "{:?} (point {})", r.reserved, p.peak_reserved);
     assert!(p.notes.iter().any(|n| n.contains("maps it anew")), "{:?}", p.notes);
 }
 
