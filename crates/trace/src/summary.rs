@@ -613,7 +613,8 @@ pub fn summarize_parts(snap: &Snapshot, roles: bool, table: bool) -> Summary {
 
 /// [`summarize`], and `beside` run on whichever of the summary's two threads ends its
 /// own work first (of the first device's; after the summary where no thread took it):
-/// for a job that reads the same snapshot, such as `summary`'s OOM lead. On two cores
+/// for a job that reads the same snapshot (`summary`'s OOM lead ran so until it was
+/// asked for only where the summary's counts show an `oom` entry). On two cores
 /// the threads seldom end together (on a 6.9 M-entry allocator-consistent trace the
 /// table's thread is the longer by ~20 ms, on a replicated one the lifetime walk's by
 /// ~60 ms), and a third thread would take turns with the longer one.
