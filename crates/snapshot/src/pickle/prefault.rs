@@ -104,10 +104,10 @@ fn populate(addr: usize, len: usize) {
 /// mode gives them on request; elsewhere, or with huge pages off, nothing happens and the
 /// memory and its contents are the same.
 ///
-/// Why, for the event array: in 4 KiB pages, its 220 MB on a 6.9 M-entry trace were 54 k
-/// faults for the helper (the kernel's `clear_page` and page-table work: ~20 ms of CPU),
-/// then 54 k pages for every walk of the analysis to look up, and 6-10 ms of the main
-/// thread's time to hand back when the snapshot is dropped (1 ms in huge pages).
+/// Why, for the event array: in 4 KiB pages, its 205 MB on a 6.4 M-entry trace were 50 k
+/// faults for the helper (the kernel's page-table and accounting work: ~20 ms of system
+/// time), then 50 k pages for every walk of the analysis to look up, and 6-10 ms of the
+/// main thread's time to hand back when the snapshot is dropped (1 ms in huge pages).
 #[cfg(target_os = "linux")]
 pub(crate) fn huge_pages(addr: usize, len: usize) {
     const HUGE: usize = 2 << 20;
