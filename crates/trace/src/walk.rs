@@ -606,10 +606,12 @@ impl SlotTables {
             }
         }
         if has_segments {
-            let final_live: FxHashMap<u64, ()> = snap
-                .device_segments(device)
-                .flat_map(|s| s.blocks.iter().filter(|b| b.state.is_active()).map(|b| (b.address, ())))
-                .collect();
+            // Sized at once (only looked up): grown by doubling, its tables were 5 % of
+            // `summary`'s page faults on a trace that leaves 114 k blocks live.
+            let active = || snap.device_segments(device).flat_map(|s| s.blocks.iter()).filter(|b| b.state.is_active());
+            let mut final_live: FxHashMap<u64, ()> =
+                FxHashMap::with_capacity_and_hasher(active().count(), Default::default());
+            final_live.extend(active().map(|b| (b.address, ())));
             // Blocks the trace leaves live that the final state lacks (a trimmed file).
             seeded.inconsistencies += (self.traced.iter().zip(&self.addr_of))
                 .filter(|&(&idx, a)| idx != NO_ALLOC && !final_live.contains_key(a))
@@ -621,7 +623,11 @@ impl SlotTables {
 
     /// The blocks the trace leaves live, by address, with their `alloc` entry.
     fn live_at_end(&self) -> FxHashMap<u64, usize> {
-        self.traced.iter().zip(&self.addr_of).filter(|&(&idx, _)| idx != NO_ALLOC).map(|(&idx, &a)| (a, idx)).collect()
+        // Sized at once (only looked up and counted, never read in its order).
+        let n = self.traced.iter().filter(|&&idx| idx != NO_ALLOC).count();
+        let mut m = FxHashMap::with_capacity_and_hasher(n, Default::default());
+        m.extend(self.traced.iter().zip(&self.addr_of).filter(|&(&idx, _)| idx != NO_ALLOC).map(|(&idx, &a)| (a, idx)));
+        m
     }
 
     /// The seeded blocks into their slots (one of their own for an address no entry

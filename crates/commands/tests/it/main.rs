@@ -4,3 +4,4 @@
 mod fit;
 mod ranks;
 mod requests;
+mod summary;

@@ -1254,8 +1254,12 @@ impl SnapshotAbsorber {
         self.reserved_list = self.cur_list;
         let rest = usize::try_from(total.saturating_sub(offset) / Self::MIN_ENTRY_BYTES).unwrap_or(usize::MAX);
         let spare = self.cur_events.capacity() - self.cur_events.len();
-        if rest > spare {
-            let _ = self.cur_events.try_reserve_exact(rest);
+        if rest > spare && self.cur_events.try_reserve_exact(rest).is_ok() {
+            // Hundreds of MB written once, front to back: in huge pages where the system
+            // gives them ([`super::prefault::huge_pages`]).
+            let size = std::mem::size_of::<TraceEvent>();
+            let (base, len) = (self.cur_events.as_ptr() as usize, self.cur_events.len() * size);
+            super::prefault::huge_pages(base + len, (self.cur_events.capacity() - self.cur_events.len()) * size);
         }
     }
 

@@ -9,7 +9,9 @@
 //! tables), so there is no data race; a range that a reallocation has meanwhile moved or
 //! freed just makes the call fail or fault in pages that are zero anyway. It stays at most
 //! [`AHEAD`] bytes ahead, which bounds the memory it can add. Where the call is not
-//! supported (old kernels, other systems) nothing happens.
+//! supported (old kernels, other systems) nothing happens. The array's reserved capacity
+//! is asked to be backed by transparent huge pages ([`huge_pages`]), so that the helper
+//! faults in 2 MiB at a time.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -96,6 +98,31 @@ fn populate(addr: usize, len: usize) {
         libc::madvise(addr as *mut libc::c_void, len, MADV_POPULATE_WRITE);
     }
 }
+
+/// Asks for transparent huge pages for the 2 MiB-aligned part of `[addr, addr + len)`,
+/// memory not yet written (pages already touched stay small). Linux's default `madvise`
+/// mode gives them on request; elsewhere, or with huge pages off, nothing happens and the
+/// memory and its contents are the same.
+///
+/// Why, for the event array: in 4 KiB pages, its 205 MB on a 6.4 M-entry trace were 50 k
+/// faults for the helper (the kernel's page-table and accounting work: ~20 ms of system
+/// time), then 50 k pages for every walk of the analysis to look up, and 6-10 ms of the
+/// main thread's time to hand back when the snapshot is dropped (1 ms in huge pages).
+#[cfg(target_os = "linux")]
+pub(crate) fn huge_pages(addr: usize, len: usize) {
+    const HUGE: usize = 2 << 20;
+    let (a, b) = (addr.next_multiple_of(HUGE), (addr + len) / HUGE * HUGE);
+    if b > a {
+        // SAFETY: advice on a range of this process's address space that the caller owns;
+        // it changes no contents (the kernel validates the range).
+        unsafe {
+            libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn huge_pages(_: usize, _: usize) {}
 
 #[cfg(target_os = "linux")]
 fn supported() -> bool {

@@ -14,6 +14,7 @@
 
 use fragscope_snapshot::{Action, FxHashMap, StackId, TraceEvent};
 
+use crate::hugepages::HugePages;
 use crate::lives::BlockLives;
 use crate::steps::Allocs;
 
@@ -48,6 +49,8 @@ pub fn layered(trace: &[TraceEvent], runs: Vec<(usize, usize)>) -> Layered {
         // the lifetime walk's. Room for every entry: untouched capacity is address
         // space, and growing vectors of millions copied them.
         let mut sigs = Vec::<u32>::with_capacity(end - start);
+        // Written once, front to back: in huge pages ([`crate::hugepages`]).
+        sigs.huge_pages();
         let mut marks = Vec::new();
         let mut ids: FxHashMap<(u64, Option<StackId>), u32> = FxHashMap::default();
         for (k, e) in trace[start..end].iter().enumerate() {
