@@ -709,6 +709,7 @@ impl Table {
         rg.close().map_err(e)?;
         self.total += self.rows as u64;
         self.rows = 0;
+        start_writeback(self.writer.inner());
         Ok(())
     }
 
@@ -917,15 +918,19 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
         let device = d as i64;
         // Two files that share nothing: `trace_events` on a thread of its own beside the
         // allocations (their pairing, the roles' walks and their rows), each table's rows
-        // in the order one thread would write them.
+        // in the order one thread would write them. The allocations' pairing on a thread
+        // of its own too, beside the roles' walks (which read the trace alone): the
+        // allocations' rows wait for both.
         let (pools, trace, file) = (&pools, &mut *trace, file_static);
         let (events, allocations) = std::thread::scope(|sc| {
             let events = sc.spawn(move || {
                 let mut used = Used::new(snap);
                 write_trace_events(file, snap, device, tr, pools, trace, &mut used).map(|()| used)
             });
-            let mut rows = export::pair_allocations(tr);
-            let row_roles = export::allocation_roles(snap, device, tr, &mut rows);
+            let pairing = sc.spawn(move || export::pair_allocations(tr));
+            let lives = export::block_roles(snap, device, tr);
+            let mut rows = pairing.join().expect("pairing thread");
+            let row_roles = export::roles_of_rows(snap, device, tr, &mut rows, lives);
             let allocations = write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used);
             (events.join().expect("trace_events thread"), allocations)
         });
@@ -1247,6 +1252,26 @@ fn write_tables(
         tables.into_iter().map(Table::finish).collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
     Staged::commit_all(staged).map_err(|e| CliError::usage(format!("cannot write {}: {e}", args.output.display())))?;
     Ok((files, tables))
+}
+
+/// Starts writing `f`'s dirty pages to disk without waiting for them, once a row group
+/// is written: the sync before the tables are renamed into place ([`Table::finish`])
+/// then waits only for the last ones. It waited for all of them (~0.12 s of a 0.9 s
+/// export of 230 MB of tables, with both cores idle). Linux only; elsewhere the sync does
+/// it all.
+fn start_writeback(f: &File) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `sync_file_range` reads no memory of ours; on a file descriptor that
+        // stays open for the call. An error (a file system without it) only leaves the
+        // work to the sync.
+        unsafe {
+            libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = f;
 }
 
 /// Keeps up to 64 MiB of freed memory at the top of each glibc heap rather than handing
