@@ -932,8 +932,8 @@ fn opt_time(t: i64) -> V<'static> {
     }
 }
 
-/// Writes one snapshot's rows into the tables.
-fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), CliError> {
+/// Writes one snapshot's rows into the tables; `last`: no snapshot comes after it.
+fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table], last: bool) -> Result<(), CliError> {
     let [trace, allocs, segs, blocks, stacks, frames, anns, host_blocks, host_events] = t else {
         unreachable!("nine tables")
     };
@@ -952,11 +952,19 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table]) -> Result<(), C
         // in the order one thread would write them. The allocations' pairing on a thread
         // of its own too, beside the roles' walks (which read the trace alone): the
         // allocations' rows wait for both.
+        // No rows come after the last device's of the last snapshot: its thread writes
+        // `trace_events`' last row group too, beside the allocations (the same rows, in
+        // the same group, as when [`Table::finish`] writes it, after them).
+        let ends_trace_events = last && d + 1 == snap.device_traces.len();
         let (pools, trace, file) = (&pools, &mut *trace, file_static);
         let (events, allocations) = std::thread::scope(|sc| {
             let events = sc.spawn(move || {
                 let mut used = Used::new(snap);
-                write_trace_events(file, snap, device, tr, pools, trace, &mut used).map(|()| used)
+                write_trace_events(file, snap, device, tr, pools, trace, &mut used)?;
+                if ends_trace_events {
+                    trace.flush()?;
+                }
+                Ok::<_, CliError>(used)
             });
             let pairing = sc.spawn(move || export::pair_allocations(tr));
             let lives = export::block_roles(snap, device, tr);
@@ -1288,8 +1296,11 @@ fn write_tables(
     spec: Option<&fragscope_diagnose::WindowSpec>,
 ) -> Result<(Vec<FileOut>, Vec<TableOut>), CliError> {
     let mut tables = create_tables(&args.output)?;
+    // One snapshot per file (the built-in example without any).
+    let (mut seen, snapshots) = (0, args.files.len().max(1));
     let files = fragscope_commands::windowed::each_snapshot(&args.files, args.json, spec, |name, snap, window| {
-        export_snapshot(&name, snap, &mut tables)?;
+        seen += 1;
+        export_snapshot(&name, snap, &mut tables, seen == snapshots)?;
         Ok::<_, CliError>(FileOut { file: name, window })
     })?;
     let (tables, staged): (Vec<TableOut>, Vec<Staged>) =
