@@ -59,9 +59,10 @@ pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: 
 const SPLIT_LIVES: usize = 1 << 16;
 
 /// [`role_buckets`], the states `0..mid` swept on a thread of their own beside `mid..`
-/// (`None`: all in one sweep). The two sweeps' buckets are merged: each state is in one
-/// run of one of them, so a bucket's maximum is the larger of the two and its stack the
-/// one of the sweep that holds its allocated maximum.
+/// (`None`: all in one sweep). The changes are read once, here, and dealt to the two
+/// sweeps; their buckets are merged: each state is in one run of one of them, so a
+/// bucket's maximum is the larger of the two and its stack the one of the sweep that
+/// holds its allocated maximum.
 fn role_buckets_split(
     snap: &Snapshot,
     lives: &BlockLives,
@@ -80,13 +81,15 @@ fn role_buckets_split(
     for &i in roles.from_state.keys() {
         start_role[i] = temp;
     }
-    let sweep = Sweep { snap, lives, roles, start_role: &start_role, states, amax };
-    let Some(mid) = mid.filter(|_| n > 0) else {
-        return sweep.run(0..states);
+    let sweep = Sweep { snap, lives, start_role: &start_role, states, amax };
+    let mid = mid.filter(|_| n > 0);
+    let (first, second) = sweep.parts(roles, mid.unwrap_or(states));
+    let Some(mid) = mid else {
+        return sweep.run(first);
     };
     let (first, second) = std::thread::scope(|s| {
-        let first = s.spawn(|| sweep.run(0..mid));
-        let second = sweep.run(mid..states);
+        let first = s.spawn(|| sweep.run(first));
+        let second = sweep.run(second);
         (first.join().expect("the role buckets' thread panicked"), second)
     });
     let mut out = second;
@@ -101,65 +104,96 @@ fn role_buckets_split(
     out
 }
 
-/// What one sweep of [`role_buckets_split`] reads.
+/// What the sweeps of [`role_buckets_split`] read.
 struct Sweep<'a> {
     snap: &'a Snapshot,
     lives: &'a BlockLives,
-    roles: &'a Roles,
     /// The role each traced life starts in.
     start_role: &'a [u8],
     states: usize,
     amax: &'a [usize],
 }
 
+/// The states one sweep covers, the role bytes at its first state before that state's
+/// allocations and the changes after it ([`Sweep::parts`]).
+struct Part {
+    states: std::ops::Range<usize>,
+    /// The bytes of each role once every change up to `states.start` (its own included,
+    /// but for the blocks the trace allocates at it, which the sweep adds) is made.
+    cur: [i64; 7],
+    /// The changes in the sweep's states past its first, as (state, role left, role
+    /// entered or 7 for none, request), in no order.
+    events: Vec<(usize, u8, u8, u64)>,
+    /// The first traced life the sweep adds (made at or after `states.start`).
+    first_life: usize,
+}
+
 impl Sweep<'_> {
-    /// The buckets' figures at the states `part` (the rest of each bucket left at 0).
-    ///
-    /// The bytes at state `x` are those of the blocks live before the trace plus every
-    /// change at a state up to `x` (a block made at `alloc + 1`, freed at `end + 1`, or
-    /// changing role at its `from_state`): the changes up to `part.start` are summed
-    /// before the sweep, those in `part` swept in order of their state.
-    fn run(&self, part: std::ops::Range<usize>) -> RoleBuckets {
-        let Sweep { snap, lives, roles, start_role, states, amax } = *self;
-        let n = amax.len();
+    /// The states `0..mid` and `mid..` as the two sweeps take them, from one pass over
+    /// the changes. The bytes at state `x` are those of the blocks live before the trace
+    /// plus every change at a state up to `x`: a block made at `alloc + 1`, freed at
+    /// `end + 1`, or changing role at its `from_state`.
+    fn parts(&self, roles: &Roles, mid: usize) -> (Part, Part) {
+        let Sweep { snap, lives, start_role, states, .. } = *self;
         let trace = snap.trace(lives.device);
-        let temp = Role::Temporaries as usize;
-        let (lo, hi) = (part.start, part.end);
-        let mut cur = [0i64; 7];
-        // The changes before the sweep (`lo` itself included: the sweep's first run
-        // starts there) go into `cur`; those it meets, as (state, role left, role
-        // entered or 7 for none, request).
-        let mut events: Vec<(usize, u8, u8, u64)> = Vec::new();
-        let mut change = |state: usize, left: u8, entered: u8, q: u64, cur: &mut [i64; 7]| {
-            if state <= lo {
-                cur[left as usize] -= q as i64;
-                if entered < 7 {
-                    cur[entered as usize] += q as i64;
-                }
-            } else if state < hi {
-                events.push((state, left, entered, q));
+        let temp = Role::Temporaries as u8;
+        let mut initial = [0i64; 7];
+        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+            initial[r.role as usize] += b.request as i64;
+        }
+        let (mut first, mut second) = (
+            Part { states: 0..mid, cur: initial, events: Vec::new(), first_life: 0 },
+            Part { states: mid..states, cur: initial, events: Vec::new(), first_life: 0 },
+        );
+        let apply = |cur: &mut [i64; 7], left: u8, entered: u8, q: u64| {
+            cur[left as usize] -= q as i64;
+            if entered < 7 {
+                cur[entered as usize] += q as i64;
+            }
+        };
+        let mut change = |state: usize, left: u8, entered: u8, q: u64| {
+            if state == 0 {
+                apply(&mut first.cur, left, entered, q);
+            } else if state < mid {
+                first.events.push((state, left, entered, q));
+            }
+            if state <= mid {
+                apply(&mut second.cur, left, entered, q);
+            } else if state < states {
+                second.events.push((state, left, entered, q));
             }
         };
         for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-            cur[r.role as usize] += b.request as i64;
             if b.end != LIVE_AT_END {
-                change(b.end + 1, r.role as u8, 7, b.request, &mut cur);
+                change(b.end + 1, r.role as u8, 7, b.request);
             }
         }
         for (&i, &f) in &roles.from_state {
-            let q = trace[lives.traced[i].alloc].size;
-            change(f, temp as u8, roles.traced[i].role as u8, q, &mut cur);
+            change(f, temp, roles.traced[i].role as u8, trace[lives.traced[i].alloc].size);
         }
         for (l, r) in lives.traced.iter().zip(&roles.traced) {
             if l.end != LIVE_AT_END {
-                change(l.end + 1, r.role as u8, 7, trace[l.alloc].size, &mut cur);
+                change(l.end + 1, r.role as u8, 7, trace[l.alloc].size);
             }
         }
-        // The lives made by `lo` (in the order of their alloc entries) are in `cur`.
-        let mut a = lives.traced.partition_point(|l| l.alloc < lo);
-        for (l, &r) in lives.traced[..a].iter().zip(start_role.iter()) {
-            cur[r as usize] += trace[l.alloc].size as i64;
+        // The lives made by `mid` (in the order of their alloc entries) are in the second
+        // sweep's first bytes; with no second sweep (`mid` is the end), none is read.
+        if mid < states {
+            second.first_life = lives.traced.partition_point(|l| l.alloc < mid);
+            for (l, &r) in lives.traced[..second.first_life].iter().zip(start_role) {
+                second.cur[r as usize] += trace[l.alloc].size as i64;
+            }
         }
+        (first, second)
+    }
+
+    /// The buckets' figures at the states of `part` (the rest of each bucket left at 0).
+    fn run(&self, part: Part) -> RoleBuckets {
+        let Sweep { snap, lives, start_role, states, amax } = *self;
+        let Part { states: part_states, mut cur, events, first_life } = part;
+        let (lo, hi) = (part_states.start, part_states.end);
+        let n = amax.len();
+        let trace = snap.trace(lives.device);
         let events = by_state(events, lo, hi);
         let mut out = RoleBuckets { at_amax: vec![[0; 7]; n], max: vec![[0; 7]; n] };
         if n == 0 {
@@ -194,7 +228,7 @@ impl Sweep<'_> {
                 }
             }
         };
-        let (mut e, mut from) = (0usize, lo);
+        let (mut a, mut e, mut from) = (first_life, 0usize, lo);
         loop {
             let next_a = lives.traced.get(a).map(|l| l.alloc + 1).filter(|&s| s < hi);
             let next_e = events.get(e).map(|x| x.0);
