@@ -1175,6 +1175,9 @@ fn write_segments(
     blocks: &mut Table,
     used: &mut Used,
 ) -> Result<(), CliError> {
+    // Each stack's call site once (by the stack's index): the blocks of a segment often
+    // share their stack, and finding a site walks its frames.
+    let mut sites: Vec<Option<String>> = Vec::new();
     for s in &snap.segments {
         used.note(s.stack);
         let pool = s.segment_pool_id.map(|(a, b)| format!("{a},{b}"));
@@ -1195,7 +1198,12 @@ fn write_segments(
         ])?;
         for b in &s.blocks {
             used.note(b.stack);
-            let site = b.stack.map(|st| site_of(&snap.frames, Some(st)).site);
+            let site = b.stack.map(|st| {
+                if st.index() >= sites.len() {
+                    sites.resize(st.index() + 1, None);
+                }
+                sites[st.index()].get_or_insert_with(|| site_of(&snap.frames, Some(st)).site).as_str()
+            });
             blocks.row(&[
                 V::S(file),
                 V::I(s.device),
@@ -1205,7 +1213,7 @@ fn write_segments(
                 b.requested_size.map_or(V::N, |r| V::I(r as i64)),
                 V::T(b.state.as_str()),
                 sid(b.stack),
-                site.as_deref().map_or(V::N, V::S),
+                site.map_or(V::N, V::S),
             ])?;
         }
     }
