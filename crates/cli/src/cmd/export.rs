@@ -949,16 +949,20 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table], last: bool) -> 
         let device = d as i64;
         // Two files that share nothing: `trace_events` on a thread of its own beside the
         // allocations (their pairing, the roles' walks and their rows), each table's rows
-        // in the order one thread would write them. The allocations' pairing on a thread
-        // of its own too, beside the roles' walks (which read the trace alone): the
-        // allocations' rows wait for both.
+        // in the order one thread would write them. That thread pairs the allocations
+        // first, beside the roles' walks (which read the trace alone; their steps on a
+        // thread of their own): the allocations' rows wait for both. Three threads, not
+        // four: the walks, which the allocations wait for, get more of the two cores.
         // No rows come after the last device's of the last snapshot: its thread writes
         // `trace_events`' last row group too, beside the allocations (the same rows, in
         // the same group, as when [`Table::finish`] writes it, after them).
         let ends_trace_events = last && d + 1 == snap.device_traces.len();
         let (pools, trace, file) = (&pools, &mut *trace, file_static);
         let (events, allocations) = std::thread::scope(|sc| {
+            let (pairs_tx, pairs) = std::sync::mpsc::sync_channel(1);
             let events = sc.spawn(move || {
+                // Received below unless that thread has failed (the scope then says so).
+                let _ = pairs_tx.send(export::pair_allocations(tr));
                 let mut used = Used::new(snap);
                 write_trace_events(file, snap, device, tr, pools, trace, &mut used)?;
                 if ends_trace_events {
@@ -966,9 +970,8 @@ fn export_snapshot(file: &str, snap: &Snapshot, t: &mut [Table], last: bool) -> 
                 }
                 Ok::<_, CliError>(used)
             });
-            let pairing = sc.spawn(move || export::pair_allocations(tr));
             let lives = export::block_roles(snap, device, tr);
-            let mut rows = pairing.join().expect("pairing thread");
+            let mut rows = pairs.recv().expect("the trace_events thread pairs the allocations first");
             let row_roles = export::roles_of_rows(snap, device, tr, &mut rows, lives);
             let allocations = write_allocations(file, snap, device, tr, &rows, &row_roles, allocs, &mut used);
             (events.join().expect("trace_events thread"), allocations)
