@@ -1,7 +1,9 @@
 //! `export`: the rows of the export's `allocations` table, derived here so that every
 //! front end exports the same thing — each alloc entry paired with its frees
 //! ([`pair_allocations`], into [`Allocations`]) and the role the trace analysis gives
-//! each ([`allocation_roles`]: the block lives `summary`'s roles use). Writing the tables
+//! each ([`allocation_roles`]: the block lives `summary`'s roles use; [`block_roles`] and
+//! [`roles_of_rows`] its two halves, for a caller that finds the roles beside the pairing,
+//! as the CLI does). Writing the tables
 //! (Parquet) is the CLI's, a block of rows at a time ([`Allocations::rows_into`] gives
 //! them as [`AllocRow`]s).
 
