@@ -1,7 +1,9 @@
 //! `export`: the rows of the export's `allocations` table, derived here so that every
 //! front end exports the same thing — each alloc entry paired with its frees
 //! ([`pair_allocations`], into [`Allocations`]) and the role the trace analysis gives
-//! each ([`allocation_roles`]: the block lives `summary`'s roles use). Writing the tables
+//! each ([`allocation_roles`]: the block lives `summary`'s roles use; [`block_roles`] and
+//! [`roles_of_rows`] its two halves, for a caller that finds the roles beside the pairing,
+//! as the CLI does). Writing the tables
 //! (Parquet) is the CLI's, a block of rows at a time ([`Allocations::rows_into`] gives
 //! them as [`AllocRow`]s).
 
@@ -225,13 +227,34 @@ pub fn allocation_roles(
     tr: &[TraceEvent],
     rows: &mut Allocations,
 ) -> Vec<Option<fragscope_trace::BlockRole>> {
-    let (lives, role_of) = if tr.is_empty() {
-        (fragscope_trace::BlockLives::default(), fragscope_trace::Roles::default())
+    roles_of_rows(snap, device, tr, rows, block_roles(snap, device, tr))
+}
+
+/// Device `device`'s block lives and each one's role (trace `tr`): what
+/// [`allocation_roles`] matches to the rows. It reads the trace alone, not the rows: the
+/// CLI finds it beside [`pair_allocations`], on another thread.
+pub fn block_roles(snap: &Snapshot, device: i64, tr: &[TraceEvent]) -> BlockRoles {
+    if tr.is_empty() {
+        BlockRoles::default()
     } else {
         // `summary`'s lives and roles from its one walk (which indexes the lives as it
         // goes), without the sums by role it makes from them (unread here).
         fragscope_trace::device_block_roles(snap, device)
-    };
+    }
+}
+
+/// A device's block lives and their roles ([`block_roles`]).
+pub type BlockRoles = (fragscope_trace::BlockLives, fragscope_trace::Roles);
+
+/// [`allocation_roles`] with the lives and roles [`block_roles`] found for the device
+/// (dropped once matched: tens of MB on a long trace).
+pub fn roles_of_rows(
+    snap: &Snapshot,
+    device: i64,
+    tr: &[TraceEvent],
+    rows: &mut Allocations,
+    (lives, role_of): BlockRoles,
+) -> Vec<Option<fragscope_trace::BlockRole>> {
     // The rows with an alloc entry come in trace order, as the traced lives do (one per
     // `alloc` entry): a cursor finds each row's life, where a binary search over millions
     // of lives per row cost a few percent of the export.

@@ -45,124 +45,246 @@ pub struct RoleBuckets {
 /// One sweep over the states where a block is made, freed or changes role (as
 /// the figures of [`fragscope_trace::DeviceRoles`] are counted); between two of them every
 /// role's bytes are constant, so each run of states updates the buckets it covers.
+///
+/// On a long trace the states are swept in two halves, the first on a thread of its
+/// own: the report computes this once the analysis is done, with the second core idle
+/// (it was ~6 % of the report's wall time on the 6.9 M-entry allocator-consistent
+/// benchmark file).
 pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: usize, amax: &[usize]) -> RoleBuckets {
+    let mid = (lives.traced.len() >= SPLIT_LIVES).then_some(states / 2);
+    role_buckets_split(snap, lives, roles, states, amax, mid)
+}
+
+/// Traced lives from which [`role_buckets`] sweeps in two halves.
+const SPLIT_LIVES: usize = 1 << 16;
+
+/// [`role_buckets`], the states `0..mid` swept on a thread of their own beside `mid..`
+/// (`None`: all in one sweep). The changes are read once, here, and dealt to the two
+/// sweeps; their buckets are merged: each state is in one run of one of them, so a
+/// bucket's maximum is the larger of the two and its stack the one of the sweep that
+/// holds its allocated maximum.
+fn role_buckets_split(
+    snap: &Snapshot,
+    lives: &BlockLives,
+    roles: &Roles,
+    states: usize,
+    amax: &[usize],
+    mid: Option<usize>,
+) -> RoleBuckets {
     let n = amax.len();
-    let trace = snap.trace(lives.device);
-    let temp = Role::Temporaries as usize;
-    let mut cur = [0i64; 7];
-    // (state, role left, role entered or 7 for none, request)
-    let mut events: Vec<(usize, u8, u8, u64)> = Vec::with_capacity(lives.traced.len() + lives.seeded.len());
-    for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-        cur[r.role as usize] += b.request as i64;
-        if b.end != LIVE_AT_END {
-            events.push((b.end + 1, r.role as u8, 7, b.request));
-        }
-    }
+    let temp = Role::Temporaries as u8;
     // The role each traced life starts in, by life index: an out-of-place update
     // ([`Roles::from_state`]) starts as a temporary. One pass over the map instead of a
     // hash lookup per life, twice (a tenth of the report's CPU on the 6.9 M-entry
     // allocator-consistent benchmark file).
     let mut start_role: Vec<u8> = roles.traced.iter().map(|r| r.role as u8).collect();
-    for (&i, &f) in &roles.from_state {
-        let q = trace[lives.traced[i].alloc].size;
-        events.push((f, temp as u8, roles.traced[i].role as u8, q));
-        start_role[i] = temp as u8;
+    for &i in roles.from_state.keys() {
+        start_role[i] = temp;
     }
-    for (l, r) in lives.traced.iter().zip(&roles.traced) {
-        if l.end != LIVE_AT_END {
-            events.push((l.end + 1, r.role as u8, 7, trace[l.alloc].size));
-        }
-    }
-    let events = by_state(events, states);
-    let mut out = RoleBuckets { at_amax: vec![[0; 7]; n], max: vec![[0; 7]; n] };
-    if n == 0 {
-        return out;
-    }
-    // `s * n` fits 64 bits for any trace a snapshot can hold (states and buckets below
-    // 2^32 each); u128 only past that, where a u128 division (a library call) per run
-    // of states cost more than the sweep around it.
-    let (states_d, n_d) = (states.max(1) as u64, n as u64);
-    let bucket = |s: usize| {
-        let b = match (s as u64).checked_mul(n_d) {
-            Some(x) => x / states_d,
-            None => ((s as u128 * n_d as u128) / states_d as u128) as u64,
-        };
-        b.min(n_d - 1) as usize
+    let sweep = Sweep { snap, lives, start_role: &start_role, states, amax };
+    let mid = mid.filter(|_| n > 0);
+    let (first, second) = sweep.parts(roles, mid.unwrap_or(states));
+    let Some(mid) = mid else {
+        return sweep.run(first);
     };
-    let clamp = |v: &[i64; 7]| -> [u64; 7] { std::array::from_fn(|k| v[k].max(0) as u64) };
-    // The states [from, to) hold `v`: every bucket they cover takes its maximum, and a
-    // bucket whose allocated maximum lies among them takes them as its stack.
-    let mut run = |from: usize, to: usize, v: &[i64; 7]| {
-        if from >= to || from >= states {
-            return;
+    let (first, second) = std::thread::scope(|s| {
+        let first = s.spawn(|| sweep.run(first));
+        let second = sweep.run(second);
+        (first.join().expect("the role buckets' thread panicked"), second)
+    });
+    let mut out = second;
+    for (b, &a) in amax.iter().enumerate() {
+        for (m, x) in out.max[b].iter_mut().zip(first.max[b]) {
+            *m = (*m).max(x);
         }
-        let v = clamp(v);
-        let (b0, b1) = (bucket(from), bucket(to.min(states) - 1));
-        for ((max, at), &a) in out.max[b0..=b1].iter_mut().zip(&mut out.at_amax[b0..=b1]).zip(&amax[b0..=b1]) {
-            for (m, x) in max.iter_mut().zip(v) {
-                *m = (*m).max(x);
-            }
-            if (from..to).contains(&a) {
-                *at = v;
-            }
+        if a < mid {
+            out.at_amax[b] = first.at_amax[b];
         }
-    };
-    let (mut a, mut e, mut from) = (0usize, 0usize, 0usize);
-    loop {
-        let next_a = lives.traced.get(a).map(|l| l.alloc + 1);
-        let next_e = events.get(e).map(|x| x.0);
-        let s = match (next_a, next_e) {
-            (None, None) => break,
-            (Some(x), Some(y)) => x.min(y),
-            (Some(x), None) => x,
-            (None, Some(y)) => y,
-        };
-        run(from, s, &cur);
-        while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
-            let l = &lives.traced[a];
-            cur[start_role[a] as usize] += trace[l.alloc].size as i64;
-            a += 1;
-        }
-        while e < events.len() && events[e].0 == s {
-            let (_, from_role, to, q) = events[e];
-            cur[from_role as usize] -= q as i64;
-            if to < 7 {
-                cur[to as usize] += q as i64;
-            }
-            e += 1;
-        }
-        from = s;
     }
-    run(from, states, &cur);
     out
 }
 
-/// `events` in order of their state (the first field, at most `states`), by a counting
+/// What the sweeps of [`role_buckets_split`] read.
+struct Sweep<'a> {
+    snap: &'a Snapshot,
+    lives: &'a BlockLives,
+    /// The role each traced life starts in.
+    start_role: &'a [u8],
+    states: usize,
+    amax: &'a [usize],
+}
+
+/// The states one sweep covers, the role bytes at its first state before that state's
+/// allocations and the changes after it ([`Sweep::parts`]).
+struct Part {
+    states: std::ops::Range<usize>,
+    /// The bytes of each role once every change up to `states.start` (its own included,
+    /// but for the blocks the trace allocates at it, which the sweep adds) is made.
+    cur: [i64; 7],
+    /// The changes in the sweep's states past its first, as (state, role left, role
+    /// entered or 7 for none, request), in no order.
+    events: Vec<(usize, u8, u8, u64)>,
+    /// The first traced life the sweep adds (made at or after `states.start`).
+    first_life: usize,
+}
+
+impl Sweep<'_> {
+    /// The states `0..mid` and `mid..` as the two sweeps take them, from one pass over
+    /// the changes. The bytes at state `x` are those of the blocks live before the trace
+    /// plus every change at a state up to `x`: a block made at `alloc + 1`, freed at
+    /// `end + 1`, or changing role at its `from_state`.
+    fn parts(&self, roles: &Roles, mid: usize) -> (Part, Part) {
+        let Sweep { snap, lives, start_role, states, .. } = *self;
+        let trace = snap.trace(lives.device);
+        let temp = Role::Temporaries as u8;
+        let mut initial = [0i64; 7];
+        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+            initial[r.role as usize] += b.request as i64;
+        }
+        let (mut first, mut second) = (
+            Part { states: 0..mid, cur: initial, events: Vec::new(), first_life: 0 },
+            Part { states: mid..states, cur: initial, events: Vec::new(), first_life: 0 },
+        );
+        let apply = |cur: &mut [i64; 7], left: u8, entered: u8, q: u64| {
+            cur[left as usize] -= q as i64;
+            if entered < 7 {
+                cur[entered as usize] += q as i64;
+            }
+        };
+        let mut change = |state: usize, left: u8, entered: u8, q: u64| {
+            if state == 0 {
+                apply(&mut first.cur, left, entered, q);
+            } else if state < mid {
+                first.events.push((state, left, entered, q));
+            }
+            if state <= mid {
+                apply(&mut second.cur, left, entered, q);
+            } else if state < states {
+                second.events.push((state, left, entered, q));
+            }
+        };
+        for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
+            if b.end != LIVE_AT_END {
+                change(b.end + 1, r.role as u8, 7, b.request);
+            }
+        }
+        for (&i, &f) in &roles.from_state {
+            change(f, temp, roles.traced[i].role as u8, trace[lives.traced[i].alloc].size);
+        }
+        for (l, r) in lives.traced.iter().zip(&roles.traced) {
+            if l.end != LIVE_AT_END {
+                change(l.end + 1, r.role as u8, 7, trace[l.alloc].size);
+            }
+        }
+        // The lives made by `mid` (in the order of their alloc entries) are in the second
+        // sweep's first bytes; with no second sweep (`mid` is the end), none is read.
+        if mid < states {
+            second.first_life = lives.traced.partition_point(|l| l.alloc < mid);
+            for (l, &r) in lives.traced[..second.first_life].iter().zip(start_role) {
+                second.cur[r as usize] += trace[l.alloc].size as i64;
+            }
+        }
+        (first, second)
+    }
+
+    /// The buckets' figures at the states of `part` (the rest of each bucket left at 0).
+    fn run(&self, part: Part) -> RoleBuckets {
+        let Sweep { snap, lives, start_role, states, amax } = *self;
+        let Part { states: part_states, mut cur, events, first_life } = part;
+        let (lo, hi) = (part_states.start, part_states.end);
+        let n = amax.len();
+        let trace = snap.trace(lives.device);
+        let events = by_state(events, lo, hi);
+        let mut out = RoleBuckets { at_amax: vec![[0; 7]; n], max: vec![[0; 7]; n] };
+        if n == 0 {
+            return out;
+        }
+        // `s * n` fits 64 bits for any trace a snapshot can hold (states and buckets
+        // below 2^32 each); u128 only past that, where a u128 division (a library call)
+        // per run of states cost more than the sweep around it.
+        let (states_d, n_d) = (states.max(1) as u64, n as u64);
+        let bucket = |s: usize| {
+            let b = match (s as u64).checked_mul(n_d) {
+                Some(x) => x / states_d,
+                None => ((s as u128 * n_d as u128) / states_d as u128) as u64,
+            };
+            b.min(n_d - 1) as usize
+        };
+        let clamp = |v: &[i64; 7]| -> [u64; 7] { std::array::from_fn(|k| v[k].max(0) as u64) };
+        // The states [from, to) hold `v`: every bucket they cover takes its maximum, and
+        // a bucket whose allocated maximum lies among them takes them as its stack.
+        let mut run = |from: usize, to: usize, v: &[i64; 7]| {
+            if from >= to || from >= states {
+                return;
+            }
+            let v = clamp(v);
+            let (b0, b1) = (bucket(from), bucket(to.min(states) - 1));
+            for ((max, at), &a) in out.max[b0..=b1].iter_mut().zip(&mut out.at_amax[b0..=b1]).zip(&amax[b0..=b1]) {
+                for (m, x) in max.iter_mut().zip(v) {
+                    *m = (*m).max(x);
+                }
+                if (from..to).contains(&a) {
+                    *at = v;
+                }
+            }
+        };
+        let (mut a, mut e, mut from) = (first_life, 0usize, lo);
+        loop {
+            let next_a = lives.traced.get(a).map(|l| l.alloc + 1).filter(|&s| s < hi);
+            let next_e = events.get(e).map(|x| x.0);
+            let s = match (next_a, next_e) {
+                (None, None) => break,
+                (Some(x), Some(y)) => x.min(y),
+                (Some(x), None) => x,
+                (None, Some(y)) => y,
+            };
+            run(from, s, &cur);
+            while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+                let l = &lives.traced[a];
+                cur[start_role[a] as usize] += trace[l.alloc].size as i64;
+                a += 1;
+            }
+            while e < events.len() && events[e].0 == s {
+                let (_, from_role, to, q) = events[e];
+                cur[from_role as usize] -= q as i64;
+                if to < 7 {
+                    cur[to as usize] += q as i64;
+                }
+                e += 1;
+            }
+            from = s;
+        }
+        run(from, hi, &cur);
+        out
+    }
+}
+
+/// `events` in order of their state (the first field, in `lo..=hi`), by a counting
 /// sort: one count per state, then each event moved to its place. The events of one
 /// state keep no particular order (the sweep applies them together, and its sums do not
 /// depend on their order). On the 6.9 M-entry allocator-consistent benchmark file (2.2 M
 /// events) the comparison sort it replaces took ~4 % of the report's CPU; a pass over
 /// the counts and two over the events cost less than its ~21 comparisons per event.
-fn by_state(events: Vec<(usize, u8, u8, u64)>, states: usize) -> Vec<(usize, u8, u8, u64)> {
-    let limit = states.saturating_add(1);
-    // The counts are u32: more events than that (or a state past the end, which no
-    // life has) falls back to the comparison sort.
-    if events.len() >= u32::MAX as usize || events.iter().any(|e| e.0 >= limit) {
+fn by_state(events: Vec<(usize, u8, u8, u64)>, lo: usize, hi: usize) -> Vec<(usize, u8, u8, u64)> {
+    let limit = hi.saturating_sub(lo).saturating_add(1);
+    // The counts are u32: more events than that (or a state out of the range, which no
+    // change has) falls back to the comparison sort.
+    if events.len() >= u32::MAX as usize || events.iter().any(|e| e.0 < lo || e.0 - lo >= limit) {
         let mut events = events;
         events.sort_unstable_by_key(|e| e.0);
         return events;
     }
-    // `start[s]`: where the events of state `s` begin in the output.
+    // `start[s - lo]`: where the events of state `s` begin in the output.
     let mut start = vec![0u32; limit + 1];
     for e in &events {
-        start[e.0 + 1] += 1;
+        start[e.0 - lo + 1] += 1;
     }
     for s in 1..start.len() {
         start[s] += start[s - 1];
     }
     let mut out = vec![(0usize, 0u8, 0u8, 0u64); events.len()];
     for e in events {
-        let at = &mut start[e.0];
+        let at = &mut start[e.0 - lo];
         out[*at as usize] = e;
         *at += 1;
     }
@@ -198,7 +320,7 @@ mod tests {
             let events: Vec<(usize, u8, u8, u64)> = (0..rng.below(300))
                 .map(|k| (rng.below(states + 1), rng.below(7) as u8, rng.below(8) as u8, k as u64))
                 .collect();
-            let got = by_state(events.clone(), states);
+            let got = by_state(events.clone(), 0, states);
             assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "round {round}: out of order");
             let (mut a, mut b) = (got.clone(), events.clone());
             a.sort_unstable();
@@ -239,6 +361,12 @@ mod tests {
                 let n = buckets.min(states);
                 let amax: Vec<usize> = (0..n).map(|b| (b * states).div_ceil(n)).collect();
                 let got = role_buckets(&snap, &lives, &block_roles, states, &amax);
+                // Swept in two halves, split anywhere: the same buckets.
+                for mid in [0, 1, states / 3, states / 2, states - 1, states] {
+                    let split = role_buckets_split(&snap, &lives, &block_roles, states, &amax, Some(mid));
+                    assert_eq!(split.max, got.max, "round {round}, {buckets} buckets, split at {mid}");
+                    assert_eq!(split.at_amax, got.at_amax, "round {round}, {buckets} buckets, split at {mid}");
+                }
                 let mut want_max = vec![[0u64; 7]; n];
                 for s in 0..states {
                     let v = role_bytes_at(&snap, &lives, &block_roles, s);

@@ -2090,10 +2090,16 @@ pub fn device_roles_with(snap: &Snapshot, lives: &BlockLives) -> (DeviceRoles, S
 /// per-allocation roles: [`classify`] on the lives of [`BlockLives::replay`] reads the
 /// trace once more for the index (`LifeIndex::new`, ~40 % of `export`'s page faults on a
 /// 6.9 M-entry trace) and gathers the stacks' evidence twice.
+///
+/// The steps (and rule 8's passes) read only the trace: they are found on a thread of
+/// their own beside the lifetime walk, as `summary`'s steps thread finds them.
 pub fn device_block_roles(snap: &Snapshot, device: i64) -> (BlockLives, Roles) {
-    let (lives, facts, parts) = BlockLives::replay_with_facts(snap, device, true);
+    let ((lives, facts, parts), (st, mut ev, layered)) = std::thread::scope(|s| {
+        let steps = s.spawn(|| steps_and_passes(snap, device));
+        let walk = BlockLives::replay_with_facts(snap, device, true);
+        (walk, steps.join().expect("the steps thread panicked"))
+    });
     drop(facts);
-    let (st, mut ev, layered) = steps_and_passes(snap, device);
     let ix = LifeIndex::from_walk_or_new(snap, &lives, parts);
     let roles = classify_with(snap, &lives, &st, &mut ev, &ix, Some(layered));
     (lives, roles)
