@@ -1820,8 +1820,9 @@ impl Builder<'_> {
 
     /// [`Builder::dict_items`] with the keys as string ids, in a buffer of [`Builder::bufs`]
     /// (hand it back there when done): the same checks, in the same order, without a
-    /// `String` per key. Segments and blocks are read this way (an allocator-consistent
-    /// file of 114,000 blocks spent a tenth of its reading time copying their keys).
+    /// `String` per key. Segments and the blocks not decoded whole ([`FlatBlock`]) are
+    /// read this way (an allocator-consistent file of 114,000 blocks spent a tenth of its
+    /// reading time copying their keys before its blocks were decoded whole).
     fn dict_ids(&mut self, v: Value, what: &dyn std::fmt::Display) -> Result<Vec<(StrId, Value)>, ReadError> {
         let mut out = self.bufs.pop().unwrap_or_default();
         let items = match self.items_of(v, what) {

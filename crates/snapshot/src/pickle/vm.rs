@@ -2,9 +2,10 @@
 //!
 //! Why not a generic pickle crate: a multi-GB snapshot holds tens of millions of small
 //! dicts, and a value tree of them costs 10–30× the file size. This VM keeps values as
-//! `Copy` handles into arenas and lets the snapshot layer *absorb* trace-entry dicts and
-//! frame dicts the moment they are appended to a list, so that what stays in memory is
-//! the compact model, not the pickle's object graph.
+//! `Copy` handles into arenas and lets the snapshot layer *absorb* trace-entry dicts,
+//! frame dicts and plain block dicts ([`FlatBlock`]) the moment they complete or are
+//! appended to a list, so that what stays in memory is the compact model, not the
+//! pickle's object graph.
 //!
 //! Safety: every opcode that would import, call or build an object (GLOBAL, REDUCE, ...)
 //! is refused before anything else happens; nothing is ever executed. All sizes read from
@@ -105,8 +106,8 @@ pub(crate) struct DictSlot {
     /// The absorber saw these items whole ([`Absorber::on_dict`]) and kept the dict as a
     /// dict: appended to a list, it is kept again without asking (its answer would be the
     /// same, from the same items). Cleared when items are added. Why: a segment's blocks
-    /// are such dicts, 100,000s of them in an allocator-consistent file, and asking again
-    /// copied and sorted each block's keys twice more.
+    /// the absorber does not decode whole ([`FlatBlock`] says which it does) are such
+    /// dicts, and asking again copied and sorted each block's keys twice more.
     plain: bool,
 }
 
