@@ -7,7 +7,8 @@ use std::io::Read;
 
 use super::shape::{self, EntryShape, Slot};
 use super::successors::Successors;
-use super::vm::{Absorb, Absorber, Handle, Value, Vm, VmState, MAX_DEPTH};
+use super::vm::{Absorb, Absorber, FlatBlock, Handle, Value, Vm, VmState, MAX_DEPTH};
+use super::vm::{BK_ADDRESS, BK_FRAMES, BK_REQUESTED, BK_SIZE, BK_STATE};
 use crate::bounds::TraceMax;
 use crate::budget;
 use crate::error::ReadError;
@@ -114,6 +115,14 @@ const K_FRAMES: u8 = 6;
 const K_CC: u8 = 7;
 const K_UM: u8 = 8;
 const K_POOL: u8 = 9;
+/// Block keys and states (a trace entry's unknown keys, like [`K_OTHER`]): a block dict
+/// is read by the same one-load-per-key table ([`SnapshotAbsorber::flat_block`]).
+const K_B_ADDRESS: u8 = 10;
+const K_B_REQUESTED: u8 = 11;
+const K_B_STATE: u8 = 12;
+const K_S_ALLOCATED: u8 = 13;
+const K_S_PENDING: u8 = 14;
+const K_S_INACTIVE: u8 = 15;
 const K_FIRST_ACTION: u8 = 32;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -593,6 +602,57 @@ impl SnapshotAbsorber {
         Some(st.table.intern_frame(Frame { filename, line, name }))
     }
 
+    /// A segment's block dict, decoded whole from its items `flat` (`[k, v, k, v, ..]`)
+    /// when it is one of the plain kind [`FlatBlock`] describes; `None` leaves the dict to
+    /// the builder. Side effects: none but naming the block keys met.
+    fn flat_block(&mut self, st: &mut VmState, flat: &[Value]) -> Option<FlatBlock> {
+        let mut b = FlatBlock {
+            ints: [0; 3],
+            state: BlockState::Inactive,
+            state_str: None,
+            frames: Value::None,
+            seen: 0,
+            order: 0,
+            n: 0,
+            dict: None,
+        };
+        for kv in flat.chunks_exact(2) {
+            let Value::Str(k) = kv[0] else { return None };
+            let code = match self.key_code(st, k) {
+                K_B_ADDRESS => BK_ADDRESS,
+                K_SIZE => BK_SIZE,
+                K_B_REQUESTED => BK_REQUESTED,
+                K_B_STATE => BK_STATE,
+                K_FRAMES => BK_FRAMES,
+                _ => return None,
+            };
+            // A key given twice: the dict keeps both items, the builder reads the last.
+            if b.seen & 1 << code != 0 {
+                return None;
+            }
+            match (code, kv[1]) {
+                (BK_STATE, Value::Str(s)) => {
+                    b.state = match self.key_code(st, s) {
+                        K_S_ALLOCATED => BlockState::ActiveAllocated,
+                        K_S_PENDING => BlockState::ActivePendingFree,
+                        K_S_INACTIVE => BlockState::Inactive,
+                        _ => return None,
+                    };
+                    b.state_str = Some(s);
+                }
+                (BK_FRAMES, v @ (Value::List(_) | Value::Stack(_) | Value::None)) => b.frames = v,
+                (BK_ADDRESS | BK_SIZE | BK_REQUESTED, Value::Int(x)) => b.ints[code as usize] = x,
+                _ => return None,
+            }
+            st.block_keys[code as usize] = Some(k);
+            b.seen |= 1 << code;
+            b.order |= (code as u16) << (3 * b.n);
+            b.n += 1;
+        }
+        const NEED: u8 = 1 << BK_SIZE | 1 << BK_STATE;
+        (b.seen & NEED == NEED).then_some(b)
+    }
+
     fn flatten(&mut self, st: &VmState, h: Handle) -> Result<Vec<Value>, ReadError> {
         let mut flat = std::mem::take(&mut self.flat);
         flat.clear();
@@ -672,8 +732,23 @@ impl SnapshotAbsorber {
             for j in self.key_codes.len()..st.table.num_strings() {
                 let code = known.iter().find(|(s, _)| s.index() == j).map_or(K_OTHER, |&(_, c)| c);
                 // Action names get their own codes, so parsing an action is one lookup too.
-                let code = match Action::ALL.iter().position(|a| a.as_str() == st.table.str_at(j)) {
+                let s = st.table.str_at(j);
+                let code = match Action::ALL.iter().position(|a| a.as_str() == s) {
                     Some(a) if code == K_OTHER => K_FIRST_ACTION + a as u8,
+                    _ => code,
+                };
+                // Block keys and states by their text, not interned here: a string the
+                // file never wrote would be one more in the table.
+                let code = match (code, BlockState::parse(s)) {
+                    (K_OTHER, Some(BlockState::ActiveAllocated)) => K_S_ALLOCATED,
+                    (K_OTHER, Some(BlockState::ActivePendingFree)) => K_S_PENDING,
+                    (K_OTHER, Some(BlockState::Inactive)) => K_S_INACTIVE,
+                    (K_OTHER, None) => match s {
+                        "address" => K_B_ADDRESS,
+                        "requested_size" => K_B_REQUESTED,
+                        "state" => K_B_STATE,
+                        _ => K_OTHER,
+                    },
                     _ => code,
                 };
                 self.key_codes.push(code);
@@ -1456,6 +1531,13 @@ impl Absorber for SnapshotAbsorber {
     }
 
     fn on_dict(&mut self, st: &mut VmState, flat: &[Value]) -> Result<Option<(Value, Value)>, ReadError> {
+        // A block first: a block dict is never a trace entry or a frame (it has neither an
+        // `action` nor a `filename`), and a trace entry's first key rules it out at once.
+        if let Some(b) = self.flat_block(st, flat) {
+            let v = Value::Block(st.blocks.len() as u32);
+            st.blocks.push(b);
+            return Ok(Some((v, v)));
+        }
         self.pending.push(TraceEvent::new(Action::Alloc, 0, 0));
         let slot = self.pending.len() - 1;
         let mut ev = self.pending[slot];
@@ -1664,6 +1746,23 @@ impl Feeder {
     }
 }
 
+/// A dict's items as [`Builder::items_of`] finds them: a dict's own, or a block's given
+/// back.
+enum DictItems<'a> {
+    Dict(&'a [(Value, Value)]),
+    Block(Vec<(Value, Value)>),
+}
+
+impl std::ops::Deref for DictItems<'_> {
+    type Target = [(Value, Value)];
+    fn deref(&self) -> &[(Value, Value)] {
+        match self {
+            DictItems::Dict(items) => items,
+            DictItems::Block(items) => items,
+        }
+    }
+}
+
 /// Builds the model from the VM's values. The model holds segments, blocks, history
 /// entries, annotations and kept values by value, so a memo-shared one is copied per
 /// reference: `spend` bounds those copies.
@@ -1688,7 +1787,7 @@ fn type_name(v: Value) -> &'static str {
         Value::List(_) | Value::Stack(_) => "list",
         Value::Dict(_) | Value::Frame(_) | Value::Consumed => "dict",
         Value::Undef => "undefined",
-        Value::Event(_) => "dict",
+        Value::Event(_) | Value::Block(_) => "dict",
         Value::Tuple(_) | Value::Pair(..) => "tuple",
     }
 }
@@ -1698,14 +1797,19 @@ impl Builder<'_> {
         ReadError::Shape(what.into())
     }
 
+    /// The items of dict `v` (a dict, or a block decoded whole: its items given back).
+    fn items_of(&self, v: Value, what: &dyn std::fmt::Display) -> Result<DictItems<'_>, ReadError> {
+        match self.st.resolve(v) {
+            Value::Dict(h) => Ok(DictItems::Dict(&self.st.dict(h)?.items)),
+            Value::Block(i) => Ok(DictItems::Block(self.st.block_items(i))),
+            v => Err(self.shape(format!("{what} is a {} where a dict was expected", type_name(v)))),
+        }
+    }
+
     fn dict_items(&self, v: Value, what: &str) -> Result<Vec<(String, Value)>, ReadError> {
-        let v = self.st.resolve(v);
-        let Value::Dict(h) = v else {
-            return Err(self.shape(format!("{what} is a {} where a dict was expected", type_name(v))));
-        };
-        let d = self.st.dict(h)?;
-        let mut out = Vec::with_capacity(d.items.len());
-        for &(k, val) in &d.items {
+        let items = self.items_of(v, &what)?;
+        let mut out = Vec::with_capacity(items.len());
+        for &(k, val) in items.iter() {
             match k {
                 Value::Str(s) => out.push((self.st.str(s).to_string(), val)),
                 _ => return Err(self.shape(format!("{what} has a non-string key"))),
@@ -1716,16 +1820,20 @@ impl Builder<'_> {
 
     /// [`Builder::dict_items`] with the keys as string ids, in a buffer of [`Builder::bufs`]
     /// (hand it back there when done): the same checks, in the same order, without a
-    /// `String` per key. Segments and blocks are read this way (an allocator-consistent
-    /// file of 114,000 blocks spent a tenth of its reading time copying their keys).
+    /// `String` per key. Segments and the blocks not decoded whole ([`FlatBlock`]) are
+    /// read this way (an allocator-consistent file of 114,000 blocks spent a tenth of its
+    /// reading time copying their keys before its blocks were decoded whole).
     fn dict_ids(&mut self, v: Value, what: &dyn std::fmt::Display) -> Result<Vec<(StrId, Value)>, ReadError> {
-        let v = self.st.resolve(v);
-        let Value::Dict(h) = v else {
-            return Err(self.shape(format!("{what} is a {} where a dict was expected", type_name(v))));
-        };
         let mut out = self.bufs.pop().unwrap_or_default();
+        let items = match self.items_of(v, what) {
+            Ok(items) => items,
+            Err(e) => {
+                self.bufs.push(out);
+                return Err(e);
+            }
+        };
         out.clear();
-        for &(k, val) in &self.st.dict(h)?.items {
+        for &(k, val) in items.iter() {
             match k {
                 Value::Str(s) => out.push((s, val)),
                 _ => {
@@ -1782,7 +1890,7 @@ impl Builder<'_> {
                 self.snap.segments = self.segments(&segs, "segments")?;
                 Ok(())
             }
-            Value::Dict(_) => {
+            Value::Dict(_) | Value::Block(_) => {
                 self.snap.format = SourceFormat::Dict;
                 let items = self.dict_items(top, "the top-level object")?;
                 if !items.iter().any(|(k, _)| k == "segments") {
@@ -1956,10 +2064,28 @@ impl Builder<'_> {
 
     fn block(&mut self, v: Value, next_addr: u64, what: &dyn std::fmt::Display) -> Result<Block, ReadError> {
         self.spend.charge(size_of::<Block>())?;
+        if let Value::Block(i) = self.st.resolve(v) {
+            return self.flat_block(self.st.blocks[i as usize], next_addr);
+        }
         let items = self.dict_ids(v, what)?;
         let b = self.block_from(&items, next_addr, what);
         self.bufs.push(items);
         b
+    }
+
+    /// [`Builder::block`] from a block decoded whole: what [`Builder::block_from`] makes
+    /// of its items (no key of such a block is unknown or badly typed, so only its
+    /// `frames` can fail, as there).
+    fn flat_block(&mut self, b: FlatBlock, next_addr: u64) -> Result<Block, ReadError> {
+        let has = |code: u8| b.seen & 1 << code != 0;
+        Ok(Block {
+            address: if has(BK_ADDRESS) { b.ints[BK_ADDRESS as usize] as u64 } else { next_addr },
+            size: b.ints[BK_SIZE as usize] as u64,
+            requested_size: has(BK_REQUESTED).then_some(b.ints[BK_REQUESTED as usize] as u64),
+            state: b.state,
+            stack: if has(BK_FRAMES) { self.abs.stack_of(self.st, b.frames)? } else { None },
+            history: None,
+        })
     }
 
     /// [`Builder::block`] from its dict's items.
@@ -2055,8 +2181,8 @@ impl Builder<'_> {
                 let items = self.st.list(h)?.items.clone();
                 PyObj::List(items.into_iter().map(|x| self.pyobj(x, depth + 1)).collect::<Result<_, _>>()?)
             }
-            Value::Dict(h) => {
-                let items = self.st.dict(h)?.items.clone();
+            Value::Dict(_) | Value::Block(_) => {
+                let items = self.items_of(v, &"a kept dict")?.iter().copied().collect::<Vec<_>>();
                 let mut out = Vec::with_capacity(items.len());
                 for (k, x) in items {
                     out.push((self.pyobj(k, depth + 1)?, self.pyobj(x, depth + 1)?));

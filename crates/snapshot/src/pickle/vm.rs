@@ -2,9 +2,10 @@
 //!
 //! Why not a generic pickle crate: a multi-GB snapshot holds tens of millions of small
 //! dicts, and a value tree of them costs 10–30× the file size. This VM keeps values as
-//! `Copy` handles into arenas and lets the snapshot layer *absorb* trace-entry dicts and
-//! frame dicts the moment they are appended to a list, so that what stays in memory is
-//! the compact model, not the pickle's object graph.
+//! `Copy` handles into arenas and lets the snapshot layer *absorb* trace-entry dicts,
+//! frame dicts and plain block dicts ([`FlatBlock`]) the moment they complete or are
+//! appended to a list, so that what stays in memory is the compact model, not the
+//! pickle's object graph.
 //!
 //! Safety: every opcode that would import, call or build an object (GLOBAL, REDUCE, ...)
 //! is refused before anything else happens; nothing is ever executed. All sizes read from
@@ -15,7 +16,7 @@ use std::io::Read;
 use super::memo::Memo;
 use crate::budget;
 use crate::error::ReadError;
-use crate::model::{FrameId, FrameTable, StackId, StrId};
+use crate::model::{BlockState, FrameId, FrameTable, StackId, StrId};
 
 /// A value on the VM stack or in the memo. `Copy`: containers are arena handles.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,7 +48,45 @@ pub(crate) enum Value {
     /// A trace entry the absorber built as its dict completed, waiting to be appended
     /// to its list (index into the absorber's pending entries).
     Event(u32),
+    /// A segment's block dict the absorber decoded whole as it completed (index into
+    /// [`VmState::blocks`]); a dict again wherever one is looked at ([`VmState::block_items`]).
+    Block(u32),
 }
+
+/// A segment's block dict decoded whole as it completed ([`Value::Block`]), never built as
+/// a dict: an allocator-consistent file holds 100,000s of them, and a dict each (its arena
+/// slot, its item vector, then a copy of its items to read them) was most of the time the
+/// reader spent before the first trace entry. Only a dict whose every key is one of
+/// `address`, `size`, `requested_size`, `state` and `frames`, each once, with an int
+/// where an int goes, a known state and a frame list (or `None`) for `frames`, is taken
+/// so; any other stays a dict, for the builder to read (and name what is wrong) as before.
+/// [`VmState::block_items`] gives back its items as the dict held them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlatBlock {
+    /// `address`, `size` and `requested_size` as written, by key code ([`BK_ADDRESS`]..).
+    pub ints: [i64; 3],
+    pub state: BlockState,
+    /// The `state` string as written (`active_awaiting_free` too parses); always there
+    /// once the block is kept.
+    pub state_str: Option<StrId>,
+    /// The `frames` value (a list, a stack or `None`), interned by the builder as a dict's.
+    pub frames: Value,
+    /// A bit per key code present.
+    pub seen: u8,
+    /// The key codes in the dict's order, 3 bits each, the first lowest; `n` of them.
+    pub order: u16,
+    pub n: u8,
+    /// The dict it became when a pickle added items to it after it completed (SETITEMS
+    /// on a memo reference): references resolve to that dict from then on.
+    pub dict: Option<Handle>,
+}
+
+/// Key codes of [`FlatBlock`], in [`VmState::block_keys`] and [`FlatBlock::order`].
+pub(crate) const BK_ADDRESS: u8 = 0;
+pub(crate) const BK_SIZE: u8 = 1;
+pub(crate) const BK_REQUESTED: u8 = 2;
+pub(crate) const BK_STATE: u8 = 3;
+pub(crate) const BK_FRAMES: u8 = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Handle {
@@ -67,8 +106,8 @@ pub(crate) struct DictSlot {
     /// The absorber saw these items whole ([`Absorber::on_dict`]) and kept the dict as a
     /// dict: appended to a list, it is kept again without asking (its answer would be the
     /// same, from the same items). Cleared when items are added. Why: a segment's blocks
-    /// are such dicts, 100,000s of them in an allocator-consistent file, and asking again
-    /// copied and sorted each block's keys twice more.
+    /// the absorber does not decode whole ([`FlatBlock`] says which it does) are such
+    /// dicts, and asking again copied and sorted each block's keys twice more.
     plain: bool,
 }
 
@@ -132,6 +171,11 @@ pub(crate) struct VmState {
     /// the items of an absorbed dict or interned list are given back): with the arenas'
     /// and the stack's lengths, what [`Vm::check_budget`] weighs against the input read.
     pub held: u64,
+    /// Block dicts decoded whole ([`Value::Block`]).
+    pub blocks: Vec<FlatBlock>,
+    /// The key strings of [`FlatBlock`]s by key code, as the pickle named them (their
+    /// interned ids), to give a block's items back.
+    pub block_keys: [Option<StrId>; 5],
 }
 
 impl VmState {
@@ -147,6 +191,8 @@ impl VmState {
             table: FrameTable::default(),
             offset: 0,
             held: 0,
+            blocks: Vec::new(),
+            block_keys: [None; 5],
         }
     }
     pub fn dict(&self, h: Handle) -> Result<&DictSlot, ReadError> {
@@ -219,9 +265,44 @@ impl VmState {
                     }
                 }
             }
+            Value::Block(i) => {
+                if let Some(h) = self.blocks[i as usize].dict {
+                    return Value::Dict(h);
+                }
+            }
             _ => {}
         }
         v
+    }
+    /// The items of the block dict decoded whole as [`Value::Block`]`(i)`, in the dict's
+    /// order, as the dict would have held them.
+    pub fn block_items(&self, i: u32) -> Vec<(Value, Value)> {
+        let b = &self.blocks[i as usize];
+        (0..b.n)
+            .map(|j| {
+                let code = (b.order >> (3 * j)) & 7;
+                let key = self.block_keys[code as usize].expect("a block key is named before its block is kept");
+                let v = match code as u8 {
+                    BK_STATE => b.state_str.map_or(Value::None, Value::Str),
+                    BK_FRAMES => b.frames,
+                    c => Value::Int(b.ints[c as usize]),
+                };
+                (Value::Str(key), v)
+            })
+            .collect()
+    }
+    /// The dict of [`Value::Block`]`(i)`, built now (once) because a pickle adds items to
+    /// it: from then on the block resolves to this dict.
+    fn block_dict(&mut self, i: u32) -> Handle {
+        if let Some(h) = self.blocks[i as usize].dict {
+            return h;
+        }
+        let items = self.block_items(i);
+        let Value::Dict(h) = self.new_dict() else { unreachable!("new_dict makes a dict") };
+        self.held += (items.len() * size_of::<(Value, Value)>()) as u64;
+        self.dicts[h.idx as usize].items = items;
+        self.blocks[i as usize].dict = Some(h);
+        h
     }
     /// Replaces a list's memo entry (after its content was interned as a stack).
     pub fn retire_list(&mut self, h: Handle, replacement: Value) {
@@ -744,6 +825,7 @@ impl<R: Read> Vm<R> {
     fn set_items(&mut self, dict: Value, from: usize) -> Result<(), ReadError> {
         let h = match dict {
             Value::Dict(h) => h,
+            Value::Block(i) => self.state.block_dict(i),
             _ => return Err(self.state.corrupt("SETITEM on something that is not a dict")),
         };
         if !(self.stack.len() - from).is_multiple_of(2) {
@@ -822,6 +904,7 @@ impl<R: Read> Vm<R> {
             + (st.dicts.len() * size_of::<DictSlot>()
                 + st.lists.len() * size_of::<ListSlot>()
                 + st.tuples.len() * size_of::<Vec<Value>>()
+                + st.blocks.len() * size_of::<FlatBlock>()
                 + self.stack.len() * size_of::<Value>()
                 + self.marks.len() * size_of::<usize>()
                 + st.memo.held_bytes()) as u64;

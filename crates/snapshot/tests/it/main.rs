@@ -10,6 +10,7 @@ mod bad_input;
 mod bounds;
 mod changed_while_read;
 mod common;
+mod flat_blocks;
 mod fresh_stacks;
 mod kept_dicts;
 mod kineto;
