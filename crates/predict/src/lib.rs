@@ -1449,24 +1449,19 @@ impl<'a> Program<'a> {
     }
 }
 
-/// Holds the seeded engine `eng` to the device's `cap` bytes: the seeding adopts the
-/// recorded segments whatever the device's size, and a replay whose start already
-/// exceeds the device would serve requests from a cache no real run of that size could
-/// hold. When the start exceeds `cap`, the cache's free segments are released (what the
-/// allocator does when a `cudaMalloc` fails, spec §3.7) with a note; what is left over
-/// `cap` (segments holding the `live` bytes) means the run does not fit.
+/// Holds the seeded engine `eng` to the device's `cap` bytes
+/// ([`fragscope_replay::release_cache_over`], as the what-ifs do): the seeding adopts the
+/// recorded segments whatever the device's size, and a replay whose start already exceeds
+/// the device would serve requests from a cache no real run of that size could hold. When
+/// the start exceeds `cap`, the cache's free segments are released with a note; what is
+/// left over `cap` (segments holding the `live` bytes) means the run does not fit.
 fn start_within(
     eng: &mut CachingAllocator<SimulatedDevice>,
     cap: u64,
     live: u64,
     notes: &mut Vec<String>,
 ) -> Option<StartOverCapacity> {
-    let reserved = eng.reserved_bytes();
-    if reserved <= cap {
-        return None;
-    }
-    eng.empty_cache();
-    let kept = eng.reserved_bytes();
+    let (reserved, kept) = fragscope_replay::release_cache_over(eng, cap)?;
     if kept <= cap {
         notes.push(format!(
             "the template's state before the trace reserved {reserved} B, more than the capacity ({cap} B): its \

@@ -74,7 +74,7 @@ pub use memstats::{
     WalkWatch,
 };
 pub use recorder::{allocator_settings, Recorder};
-pub use seeded::{Seeded, StartError};
+pub use seeded::{release_cache_over, Seeded, StartError};
 pub use settings::{
     config_on_top, detect_accelerator, known_gpus, parse_capacity, parse_size, read_recorded_conf, recording_remarks,
     unread_settings, CapacityError, DetectedAccelerator, Param, SizeError, SizeProblem, UnreadSetting, ALTERNATIVES,

@@ -167,3 +167,20 @@ pub(crate) fn seed_at_recorded_size(
     eng.device_mut().set_capacity(capacity);
     seeded
 }
+
+/// Holds a seeded `eng` to `cap` bytes: when the state it was seeded with (at the recorded
+/// device's size, [`seed_at_recorded_size`]) reserves more, its cached free segments are
+/// released, as PyTorch does when a `cudaMalloc` fails (spec §3.7): a process on a device
+/// of `cap` bytes could never have held that cache. Returns `(reserved before, reserved
+/// after)` when it released, `None` when the state was within `cap`; what is still over
+/// `cap` (segments holding live blocks) is the caller's to count. Reserved bytes are what
+/// the engine holds against its device's size. The what-ifs
+/// ([`crate::simulate_with`]) and `fragscope_predict`'s replays both start so.
+pub fn release_cache_over(eng: &mut CachingAllocator<SimulatedDevice>, cap: u64) -> Option<(u64, u64)> {
+    let held = eng.reserved_bytes();
+    if held <= cap {
+        return None;
+    }
+    eng.empty_cache();
+    Some((held, eng.reserved_bytes()))
+}

@@ -15,7 +15,7 @@ use fragscope_snapshot::{Action, Snapshot, TraceEvent};
 use serde::Serialize;
 
 use super::driver::verify_inner;
-use super::seeded::{seed_at_recorded_size, seed_capacity};
+use super::seeded::{release_cache_over, seed_at_recorded_size, seed_capacity};
 use super::state::{BState, RecordedState};
 use super::ReplayOptions;
 
@@ -352,29 +352,20 @@ fn seed_start_state(
     }
 }
 
-/// Holds a seeded `eng` to the simulated device's `cap` bytes. The seeding adopts the
-/// recorded segments at the recorded device's size, so a what-if on a smaller device
-/// can start above it: with the cache a process of the recorded size built, which a
-/// process on this device could never have held. PyTorch answers a `cudaMalloc` that
-/// fails by releasing its cached free segments and trying again (spec §3.7), so on this
-/// device the earlier steps would have left at most the segments that hold live blocks:
-/// the free ones are released before the trace, with a note. Counted from the seeded
-/// state instead, a recording that began warm (a 28.8 GiB cache above 12.8 GiB of live
+/// Holds a seeded `eng` to the simulated device's `cap` bytes ([`release_cache_over`]):
+/// the seeding adopts the recorded segments at the recorded device's size, so a what-if on
+/// a smaller device can start above it, with a cache no process on this device could have
+/// held; it is released before the trace, with a note. Counted from the seeded state
+/// instead, a recording that began warm (a 28.8 GiB cache above 12.8 GiB of live
 /// parameters and state, `cs336-2.7b-trainstep`) fitted no device below 41.6 GiB under any
 /// change `fit` tried, though the recording's own first entries release that cache
-/// (`empty_cache()`); `fragscope_predict` holds its seeded state to the capacity the same
-/// way. What is still over `cap` (live blocks and the segments they hold) is the run's
-/// start and counts: such a run does not fit.
+/// (`empty_cache()`). What is still over `cap` (live blocks and the segments they hold) is
+/// the run's start and counts: such a run does not fit.
 #[inline(always)]
 fn hold_to_device(eng: &mut CachingAllocator<SimulatedDevice>, cap: u64, notes: &mut Vec<String>) {
-    let held = eng.device().used();
-    if held <= cap {
-        return;
-    }
-    eng.empty_cache();
+    let Some((held, kept)) = release_cache_over(eng, cap) else { return };
     // The run's peaks count from here: the state released was never on this device.
     eng.reset_peak_stats();
-    let kept = eng.device().used();
     if kept < held {
         notes.push(format!(
             "the state before the trace reserved {held} B, more than the device's {cap} B: its cached free \
