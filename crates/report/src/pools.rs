@@ -200,7 +200,7 @@ mod tests {
     /// states (state s is after entry s − 1), the level before the trace comes from the end.
     #[test]
     fn each_bucket_keeps_the_most_of_its_states() {
-        use fragscope_snapshot::{Block, BlockState, EntryContext, Segment, SegmentType, TraceEvent};
+        use fragscope_snapshot::{Block, BlockState, EntryContext, Segment, TraceEvent};
         const MIB: u64 = 1 << 20;
         let (d, g) = ((0, 0), (1, 0));
         let mut snap = Snapshot::default();
@@ -218,17 +218,9 @@ mod tests {
         }
         snap.device_traces.push(trace);
         let seg = |address: u64, pool| Segment {
-            device: 0,
-            address,
-            total_size: 20 * MIB,
-            allocated_size: 0,
-            active_size: 0,
             requested_size: Some(0),
-            stream: 0,
-            segment_type: SegmentType::Large,
             segment_pool_id: Some(pool),
             is_expandable: Some(false),
-            stack: None,
             blocks: vec![Block {
                 address,
                 size: 20 * MIB,
@@ -237,6 +229,7 @@ mod tests {
                 stack: None,
                 history: None,
             }],
+            ..Segment::new(0, address, 20 * MIB)
         };
         snap.segments = vec![seg(0, d), seg(100 * MIB, g)];
         let mib = |v: Vec<f64>| v.into_iter().map(|x| x / MIB as f64).collect::<Vec<_>>();

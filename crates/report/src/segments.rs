@@ -214,7 +214,7 @@ mod tests {
     /// segment (a large range, with smaller ones between it and the segment).
     #[test]
     fn final_segments_count_what_the_trace_left_open() {
-        use fragscope_snapshot::{Segment, SegmentType};
+        use fragscope_snapshot::Segment;
         let mb = 1u64 << 20;
         let t = vec![
             TraceEvent::new(Action::SegmentMap, 0, 64 * mb),
@@ -224,20 +224,7 @@ mod tests {
         let mut snap = Snapshot::default();
         snap.device_traces.push(t);
         for (address, total_size) in [(32 * mb, 48 * mb), (101 * mb, 4 * mb), (200 * mb, 2 * mb)] {
-            snap.segments.push(Segment {
-                device: 0,
-                address,
-                total_size,
-                allocated_size: 0,
-                active_size: 0,
-                requested_size: None,
-                stream: 0,
-                segment_type: SegmentType::Large,
-                segment_pool_id: None,
-                is_expandable: None,
-                stack: None,
-                blocks: Vec::new(),
-            });
+            snap.segments.push(Segment::new(0, address, total_size));
         }
         let lives = segment_lives(&snap, 0);
         let mut before: Vec<(u64, u64)> =

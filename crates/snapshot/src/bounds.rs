@@ -157,21 +157,10 @@ pub fn check(snap: &Snapshot) -> Result<(), ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Action, Block, BlockState, SegmentType};
+    use crate::{Action, Block, BlockState};
 
     fn seg(address: u64, size: u64) -> Segment {
         Segment {
-            device: 0,
-            address,
-            total_size: size,
-            allocated_size: 0,
-            active_size: 0,
-            requested_size: None,
-            stream: 0,
-            segment_type: SegmentType::Large,
-            segment_pool_id: None,
-            is_expandable: None,
-            stack: None,
             blocks: vec![Block {
                 address,
                 size,
@@ -180,6 +169,7 @@ mod tests {
                 stack: None,
                 history: None,
             }],
+            ..Segment::new(0, address, size)
         }
     }
 

@@ -434,6 +434,29 @@ pub struct Segment {
     pub blocks: Vec<Block>,
 }
 
+impl Segment {
+    /// A segment of `total_size` bytes at `address` on `device` with every other field as
+    /// a dict that gives only those keys reads: a large-pool segment of stream 0, no blocks,
+    /// nothing allocated, the optional keys absent. What the reader starts each segment
+    /// from, and what tests build theirs on (`Segment { blocks, ..Segment::new(…) }`).
+    pub fn new(device: i64, address: u64, total_size: u64) -> Segment {
+        Segment {
+            device,
+            address,
+            total_size,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            segment_pool_id: None,
+            is_expandable: None,
+            stack: None,
+            blocks: Vec::new(),
+        }
+    }
+}
+
 /// One `record_function` enter/exit (`external_annotations`, 2.5+).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Annotation {
@@ -838,20 +861,7 @@ mod device_index_tests {
     use super::*;
 
     fn seg(device: i64, address: u64) -> Segment {
-        Segment {
-            device,
-            address,
-            total_size: 1 << 21,
-            allocated_size: 0,
-            active_size: 0,
-            requested_size: None,
-            stream: 0,
-            segment_type: SegmentType::Large,
-            segment_pool_id: None,
-            is_expandable: None,
-            stack: None,
-            blocks: Vec::new(),
-        }
+        Segment::new(device, address, 1 << 21)
     }
 
     /// Inside `with_device_index` every device's segments are the filtered ones, in file

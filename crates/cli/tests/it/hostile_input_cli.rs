@@ -239,20 +239,9 @@ fn a_torch_save_zip_on_stdin_is_not_held_in_memory() {
 fn byte_totals_past_2_64_are_refused_in_one_line() {
     // Issue 43: bounds capped each entry, not their sums; 2^16 segments of 256 TiB (each
     // within its bound) add up to 2^64 bytes. By path, on stdin and gzip'd on stdin.
-    use fragscope_snapshot::{Block, BlockState, Segment, SegmentType, Snapshot};
+    use fragscope_snapshot::{Block, BlockState, Segment, Snapshot};
     let size = fragscope_snapshot::bounds::MAX_BYTES;
     let segment = |k: u64| Segment {
-        device: 0,
-        address: k << 41,
-        total_size: size,
-        allocated_size: 0,
-        active_size: 0,
-        requested_size: None,
-        stream: 0,
-        segment_type: SegmentType::Large,
-        segment_pool_id: None,
-        is_expandable: None,
-        stack: None,
         blocks: vec![Block {
             address: k << 41,
             size,
@@ -261,6 +250,7 @@ fn byte_totals_past_2_64_are_refused_in_one_line() {
             stack: None,
             history: None,
         }],
+        ..Segment::new(0, k << 41, size)
     };
     let snap = Snapshot { segments: (0..1u64 << 16).map(segment).collect(), ..Default::default() };
     let dir = tempfile::Builder::new().prefix("fragscope-sums-").tempdir().unwrap();

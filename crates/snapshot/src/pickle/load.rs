@@ -1987,20 +1987,7 @@ impl Builder<'_> {
 
     /// [`Builder::segment`] from its dict's items.
     fn segment_from(&mut self, items: &[(StrId, Value)], what: &dyn std::fmt::Display) -> Result<Segment, ReadError> {
-        let mut seg = Segment {
-            device: 0,
-            address: 0,
-            total_size: 0,
-            allocated_size: 0,
-            active_size: 0,
-            requested_size: None,
-            stream: 0,
-            segment_type: SegmentType::Large,
-            segment_pool_id: None,
-            is_expandable: None,
-            stack: None,
-            blocks: Vec::new(),
-        };
+        let mut seg = Segment::new(0, 0, 0);
         let (mut have_addr, mut have_total, mut blocks_v, mut have) = (false, false, None, [false; 5]);
         for &(k, val) in items {
             match self.st.str(k) {
