@@ -44,7 +44,7 @@ use std::collections::{BTreeMap, HashMap};
 use fragscope_snapshot::{FxHashMap, Snapshot};
 use serde::Serialize;
 
-use crate::lives::{BlockLives, LIVE_AT_END};
+use crate::lives::{BlockLives, TracedLife, LIVE_AT_END};
 use crate::steps::{self, Phase, StackEvidence, Steps, OPTIMIZER, WORKSPACE};
 use crate::walk::LifeIndexParts;
 
@@ -1023,30 +1023,64 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// later when still live as the pass ends; the rest temporaries. The blocks no
     /// earlier rule decided are read from the roles twice (to judge the pass, then to
     /// decide them), not listed: the list of a 2.2 M-life pass was 17 MB of fresh pages.
+    /// A long pass is read in two halves on two threads (a forward-only trace can be one
+    /// pass of millions of lives, the longest part of `summary`'s roles, while the
+    /// steps' thread has ended its work).
     fn forward_pass(&mut self, start: usize, end: usize, layers: &[(usize, usize)]) {
+        /// Below this many lives a pass is read on one thread.
+        const HALVES_FROM: usize = 1 << 16;
         let lives = self.lives;
+        let req = self.req;
         let from = lives.traced.partition_point(|l| l.alloc < start);
         let to = from + lives.traced[from..].partition_point(|l| l.alloc < end);
+        let mid = (to - from >= HALVES_FROM && crate::par::threads() >= 2).then_some(from + (to - from) / 2);
         let open = |r: &BlockRole| r.reason == Reason::OtherNoSteps;
         let traced = &self.traced;
-        let kind = passes::judge(lives, self.req, (from..to).filter(|&i| open(&traced[i])), layers);
-        if kind == passes::PassKind::Undecided {
-            return;
-        }
-        let mark = layers.last().map_or(end, |l| l.0);
-        for (l, r) in lives.traced[from..to].iter().zip(&mut self.traced[from..to]) {
-            if !open(r) {
-                continue;
+        let tally = |a: usize, b: usize| passes::kept_by_layer(lives, req, (a..b).filter(|&i| open(&traced[i])), layers);
+        let kept = match mid {
+            None => tally(from, to),
+            Some(mid) => {
+                let (mut first, second) = std::thread::scope(|s| {
+                    let first = s.spawn(|| tally(from, mid));
+                    let second = tally(mid, to);
+                    (first.join().expect("rule 8's thread panicked"), second)
+                });
+                for (x, y) in first.iter_mut().zip(second) {
+                    *x += y;
+                }
+                first
             }
-            let grad = kind == passes::PassKind::Grad;
-            let kept = if l.alloc < mark { l.end >= mark } else { l.end >= end };
-            *r = BlockRole::of(match (grad, kept) {
-                (true, true) => Reason::ActSavedInPass,
-                (true, false) => Reason::TempFreedInPass,
-                // `no_grad`: kept past the pass's end or not.
-                (false, _) if l.end >= end => Reason::OtherOutlivesNoGradPass,
-                (false, _) => Reason::TempNoGradPass,
-            });
+        };
+        let grad = match passes::verdict(&kept) {
+            passes::PassKind::Undecided => return,
+            kind => kind == passes::PassKind::Grad,
+        };
+        let mark = layers.last().map_or(end, |l| l.0);
+        let decide = |lives: &[TracedLife], roles: &mut [BlockRole]| {
+            for (l, r) in lives.iter().zip(roles) {
+                if !open(r) {
+                    continue;
+                }
+                let kept = if l.alloc < mark { l.end >= mark } else { l.end >= end };
+                *r = BlockRole::of(match (grad, kept) {
+                    (true, true) => Reason::ActSavedInPass,
+                    (true, false) => Reason::TempFreedInPass,
+                    // `no_grad`: kept past the pass's end or not.
+                    (false, _) if l.end >= end => Reason::OtherOutlivesNoGradPass,
+                    (false, _) => Reason::TempNoGradPass,
+                });
+            }
+        };
+        let (lv, rs) = (&lives.traced[from..to], &mut self.traced[from..to]);
+        match mid {
+            None => decide(lv, rs),
+            Some(mid) => {
+                let ((l1, l2), (r1, r2)) = (lv.split_at(mid - from), rs.split_at_mut(mid - from));
+                std::thread::scope(|s| {
+                    s.spawn(|| decide(l1, r1));
+                    decide(l2, r2);
+                });
+            }
         }
     }
 
@@ -2196,7 +2230,7 @@ pub fn text(r: &DeviceRoles, fmt: impl Fn(u64) -> String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lives::{SeededLife, TracedLife};
+    use crate::lives::SeededLife;
     use fragscope_snapshot::{Action, TraceEvent};
 
     /// The sweep as it was first written, every state read in full: the definition

@@ -138,26 +138,31 @@ pub enum PassKind {
     Undecided,
 }
 
-/// Judges one pass with layers `layers` (entry spans, in order), from the traced blocks
-/// made in it (`made`, indices into `lives.traced` in `alloc` order, with their requests
+/// A pass is judged ([`verdict`]) from this tally, with layers `layers` (entry spans, in
+/// order), of the traced blocks made in it (`made`, indices into `lives.traced` in `alloc` order, with their requests
 /// `req`): per layer but the last two, whether blocks it made are still live when the
 /// last layer starts (`no_grad` frees a layer's output in the next layer, so only the
 /// last two layers' memory can be live then; autograd keeps every layer's saved
 /// tensors). Three quarters of those layers keeping memory is a grad-enabled pass, at
 /// most a quarter a `no_grad` one (a stray kept block, a cache filled once, does not make
 /// a graph); between, or with under three layers, undecided.
-pub fn judge(
+///
+/// The tally: per judged layer (all but the last two), the request bytes of the blocks
+/// in `made` it made that are still live when the last layer starts. Tallies of parts of
+/// `made` add up to the tally of the whole (so a long pass is tallied in parts on
+/// several threads).
+pub fn kept_by_layer(
     lives: &BlockLives,
     req: &[u64],
     made: impl IntoIterator<Item = usize>,
     layers: &[(usize, usize)],
-) -> PassKind {
+) -> Vec<u64> {
     let judged = layers.len().saturating_sub(2);
+    let mut kept = vec![0u64; judged];
     if judged == 0 {
-        return PassKind::Undecided;
+        return kept;
     }
     let mark = layers[layers.len() - 1].0;
-    let mut kept = vec![0u64; judged];
     // The layer that made a block: the last whose start is at or before its `alloc`.
     // The blocks come in `alloc` order, so a cursor over the layers finds it (a search
     // per block was a third of rule 8 on a 2.2 M-life pass with thousands of layers).
@@ -173,6 +178,15 @@ pub fn judge(
         if j >= 1 && j - 1 < judged && l.alloc < layers[j - 1].1 {
             kept[j - 1] += req[i];
         }
+    }
+    kept
+}
+
+/// What a pass's tally ([`kept_by_layer`]) shows.
+pub fn verdict(kept: &[u64]) -> PassKind {
+    let judged = kept.len();
+    if judged == 0 {
+        return PassKind::Undecided;
     }
     let keeping = kept.iter().filter(|&&b| b > 0).count();
     if keeping * 4 >= judged * 3 {
