@@ -67,7 +67,7 @@
 
 use std::collections::BTreeMap;
 
-use fragscope_snapshot::{FrameTable, Snapshot, NO_TIME};
+use fragscope_snapshot::{FrameTable, Snapshot, TraceEvent, NO_TIME};
 use serde::Serialize;
 
 use fragscope_trace::{
@@ -317,7 +317,7 @@ pub(crate) fn leaks_device_with(
     let trace = snap.trace(device);
     let pos = sample_points(run, trace.len());
     let caches = declared_caches(snap, device);
-    let bytes = SiteBytes::measure(&snap.frames, lives, &pos, &caches);
+    let bytes = SiteBytes::measure(&snap.frames, snap.trace(lives.device), lives, &pos, &caches);
     let rows = &bytes.rows;
     let cands = growing_sites(rows, bytes.table.sites.len(), n_steps);
     let boundaries = pos.clone();
@@ -415,7 +415,15 @@ impl SiteBytes {
     /// live bytes, though never made in a step), and their live bytes at `pos`. Blocks
     /// allocated inside a declared cache (`caches`, sorted disjoint entry intervals) get no
     /// site.
-    fn measure(frames: &FrameTable, lives: &BlockLives, pos: &[usize], caches: &[(usize, usize)]) -> SiteBytes {
+    /// `trace`: the device's trace the lives were walked from (their stacks are their
+    /// `alloc` entries').
+    fn measure(
+        frames: &FrameTable,
+        trace: &[TraceEvent],
+        lives: &BlockLives,
+        pos: &[usize],
+        caches: &[(usize, usize)],
+    ) -> SiteBytes {
         let in_cache = |a: usize| {
             let k = caches.partition_point(|c| c.0 <= a);
             k > 0 && a < caches[k - 1].1
@@ -425,7 +433,7 @@ impl SiteBytes {
         let blocks = lives.traced.as_slice();
         let sites: Vec<Option<u32>> = blocks
             .iter()
-            .map(|l| (!in_cache(l.alloc)).then(|| table.of_block(frames, l.stack, false) as u32))
+            .map(|l| (!in_cache(l.alloc)).then(|| table.of_block(frames, l.stack(trace), false) as u32))
             .collect();
         let nsites = table.sites.len();
         let rows = live_bytes_at(
@@ -641,7 +649,7 @@ fn suspect(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fragscope_snapshot::{Action, StackId, TraceEvent};
+    use fragscope_snapshot::{Action, StackId};
 
     const MIB: u64 = 1 << 20;
 
@@ -1125,7 +1133,7 @@ mod tests {
         let lives = BlockLives::replay(snap, 0);
         let st = steps(snap, 0);
         let pos = sample_points(&st.steps[begun_inside(&st)..], snap.trace(0).len());
-        let bytes = SiteBytes::measure(&snap.frames, &lives, &pos, &[]);
+        let bytes = SiteBytes::measure(&snap.frames, snap.trace(0), &lives, &pos, &[]);
         let cands = growing_sites(&bytes.rows, bytes.table.sites.len(), pos.len() - 1);
         assert!(!cands.is_empty());
         build_up(snap, 0, &st, &lives.traced, &pos, &bytes.rows, &cands)
@@ -1158,16 +1166,18 @@ mod tests {
         assert_eq!(declared_caches(&snap, 0), [(0, 1), (1, 2)]);
         // The blocks made at entries 1 and 2, inside [2, 4) (entry 4 is past it), are left
         // out of the sites and of their live bytes.
-        let life = |alloc: usize| TracedLife { alloc, end: LIVE_AT_END, size: 100, stack: None };
+        let life = |alloc: usize| TracedLife { alloc, end: LIVE_AT_END, size: 100 };
         let lives = BlockLives { device: 0, seeded: Vec::new(), traced: (1..5).map(life).collect() };
-        let bytes = SiteBytes::measure(&snap.frames, &lives, &[0, 5], &[(2, 4)]);
+        // Their `alloc` entries, without stacks.
+        let trace = vec![TraceEvent::new(Action::Alloc, 0, 100); 5];
+        let bytes = SiteBytes::measure(&snap.frames, &trace, &lives, &[0, 5], &[(2, 4)]);
         assert_eq!(bytes.sites.iter().map(Option::is_some).collect::<Vec<_>>(), [true, false, false, true]);
         assert_eq!(bytes.rows.iter().map(|r| r.iter().sum::<u64>()).collect::<Vec<_>>(), [0, 200, 200]);
     }
 
     #[test]
     fn evidence_of_counts_blocks_that_outlive_their_step_and_are_never_freed() {
-        let life = |alloc: usize, end: usize, size: u64| TracedLife { alloc, end, size, stack: None };
+        let life = |alloc: usize, end: usize, size: u64| TracedLife { alloc, end, size };
         // Three steps, ending at entries 10, 20 and 30.
         let pos = [0, 10, 20, 30];
         let blocks = [

@@ -115,8 +115,13 @@ impl CurvesWalk {
 
     /// The curves, with the figures read from the trace and the drawn sites' live bytes
     /// at each bucket's allocated maximum (from `lives`, the lives of the walk that made
-    /// this), and those sites.
-    pub fn finish(self, lives: &BlockLives, trace: TraceBuckets) -> (Curves, Vec<Option<StackId>>) {
+    /// this, over `events`, the device's trace), and those sites.
+    pub fn finish(
+        self,
+        events: &[TraceEvent],
+        lives: &BlockLives,
+        trace: TraceBuckets,
+    ) -> (Curves, Vec<Option<StackId>>) {
         debug_assert_eq!(trace.n, self.n, "the trace's buckets are the walk's");
         let k = self.sites.len();
         let mut slot = vec![usize::MAX; self.sites.iter().map(|&s| site_slot(s) + 1).max().unwrap_or(0)];
@@ -124,15 +129,14 @@ impl CurvesWalk {
             slot[site_slot(s)] = j;
         }
         let key = |s: Option<StackId>| slot.get(site_slot(s)).copied().filter(|&j| j != usize::MAX);
-        let rows = fragscope_trace::live_bytes_at(
-            &self.amax,
-            k,
-            lives
-                .seeded
-                .iter()
-                .filter_map(|b| Some((key(b.stack)?, None, b.end, b.size)))
-                .chain(lives.traced.iter().filter_map(|l| Some((key(l.stack)?, Some(l.alloc), l.end, l.size)))),
-        );
+        let rows =
+            fragscope_trace::live_bytes_at(
+                &self.amax,
+                k,
+                lives.seeded.iter().filter_map(|b| Some((key(b.stack)?, None, b.end, b.size))).chain(
+                    lives.traced.iter().filter_map(|l| Some((key(l.stack(events))?, Some(l.alloc), l.end, l.size))),
+                ),
+            );
         // One row per bucket (the last row is the end of the trace).
         let sites: Vec<f64> = rows.iter().take(self.amax.len()).flat_map(|r| r.iter().map(|&v| v as f64)).collect();
         let as_f64 = |v: &[u64]| encode::f64s(&v.iter().map(|&x| x as f64).collect::<Vec<_>>());

@@ -618,7 +618,7 @@ fn draw(
         .map(|Part { device: d, largest, scan }| {
             let (c, marks, keyframes) = walked.remove(&d).expect("every device is walked before it is drawn");
             let amax = (c.states(), c.amax().to_vec());
-            let (c, sites) = c.finish(&lives_of[&d], scan.buckets);
+            let (c, sites) = c.finish(snap.trace(d), &lives_of[&d], scan.buckets);
             let curves = c.with_stacks(snap, &sites, table);
             let allocations = encode_allocations(snap, d, largest, table);
             let initial = initial::encode(snap, d, &lives_of[&d], opts.top_allocations, table);

@@ -81,7 +81,7 @@ impl WalkSink for LivesRecorder {
                 // Only `alloc` entries add blocks after state 0, numbered in trace order.
                 debug_assert_eq!(c.life, self.lives.traced.len());
                 let alloc = c.alloc_event.unwrap_or(LIVE_AT_END);
-                self.lives.traced.push(TracedLife { alloc, end: LIVE_AT_END, size: c.size, stack: c.stack });
+                self.lives.traced.push(TracedLife { alloc, end: LIVE_AT_END, size: c.size });
             }
         } else if c.before_trace {
             self.lives.seeded[c.life].end = state - 1;
@@ -188,7 +188,7 @@ impl BlockLives {
                         address: e.addr,
                         size: l.size,
                         requested: e.size,
-                        stack: l.stack,
+                        stack: e.stack,
                         alloc_event: Some(l.alloc),
                         alloc_time_us: opt_time(e.time_us),
                         annotation: scopes.innermost_at(e.time_us).map(str::to_string),

@@ -130,11 +130,11 @@ pub struct TracedLife {
     pub end: usize,
     /// Block size (see [`mod@crate::timeline`]'s module doc for the basis).
     pub size: u64,
-    /// The `alloc` entry's stack, kept here because leak detection reads it for every
-    /// block: from the trace it would cost a cache miss each. (Its `time_us`, read for
-    /// a few blocks only, is the trace's: 32 bytes a life, millions of lives.)
-    pub stack: Option<StackId>,
+    // Its stack and time are its `alloc` entry's ([`TracedLife::stack`]): 24 bytes a
+    // life, millions of lives, each byte a fresh page's worth of zeroing on a long trace.
 }
+
+const _: () = assert!(std::mem::size_of::<TracedLife>() == 24);
 
 /// A block seeded as allocated at state 0 (live before the trace began).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +151,14 @@ pub struct SeededLife {
 pub const LIVE_AT_END: usize = usize::MAX;
 
 impl TracedLife {
+    /// Its allocation stack: its `alloc` entry's (`trace` is the device's trace the
+    /// lives were walked from). Read in `alloc` order, as the lives are kept, the
+    /// entries are read forward.
+    #[inline]
+    pub fn stack(&self, trace: &[TraceEvent]) -> Option<StackId> {
+        trace[self.alloc].stack
+    }
+
     /// The entry that ended its life, `None` when it is live at the end.
     pub fn end_entry(&self) -> Option<usize> {
         (self.end != LIVE_AT_END).then_some(self.end)
@@ -441,7 +449,7 @@ impl LivesDraft {
             if m.0 != e.size {
                 *m = (e.size, round_size(e.size, cfg));
             }
-            self.traced.push(TracedLife { alloc: i, end: LIVE_AT_END, size: m.1, stack: e.stack });
+            self.traced.push(TracedLife { alloc: i, end: LIVE_AT_END, size: m.1 });
             if self.index {
                 self.req.push(e.size);
             }

@@ -708,6 +708,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
     #[inline(never)]
     fn by_phase_and_lifetime(&mut self) -> PhaseFindings {
         let (lives, st, req, n) = (self.lives, self.st, self.req, self.n);
+        let trace = self.snap.trace(lives.device);
         let spans: &[StepSpans] = &self.spans;
         // The roles and the findings in vectors of this function's own while the loop
         // runs (as the rules were first written): behind `self` or in one struct, the
@@ -722,7 +723,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
             let a = l.alloc;
             let e = l.end; // LIVE_AT_END is past every entry
             let k = step_of.at(a);
-            if ev.of(l.stack) & WORKSPACE != 0 {
+            if ev.of(l.stack(trace)) & WORKSPACE != 0 {
                 traced[i] = BlockRole::of(Reason::OtherWorkspace);
                 continue;
             }
@@ -838,6 +839,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// made.
     fn optimizer_state_made_in_setup(&mut self, outside: &[usize], param_sizes: &FxHashMap<u64, usize>, os: usize) {
         let (lives, req) = (self.lives, self.req);
+        let trace = self.snap.trace(lives.device);
         let setup: Vec<usize> = outside
             .iter()
             .copied()
@@ -858,7 +860,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
             }
         } else {
             for &i in &setup {
-                if self.ev.mentions(lives.traced[i].stack, "optim") {
+                if self.ev.mentions(lives.traced[i].stack(trace), "optim") {
                     self.traced[i] = BlockRole::of(Reason::OptSetupOptimizerFrames);
                 }
             }
@@ -958,6 +960,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// parameters by the frames a ring buffer keeps.
     fn outside_the_phases(&mut self, outside: &[usize], no_backward: bool) {
         let (lives, n) = (self.lives, self.n);
+        let trace = self.snap.trace(lives.device);
         let forward_starts: Vec<usize> = self.spans.iter().filter_map(|s| s.2).collect();
         for &i in outside {
             let l = &lives.traced[i];
@@ -967,7 +970,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
             let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc)).copied();
             let reason = match next_fwd {
                 Some(f) if l.end >= f => {
-                    if self.ev.mentions(l.stack, "__init__") {
+                    if self.ev.mentions(l.stack(trace), "__init__") {
                         Reason::OtherUndecided
                     } else {
                         Reason::InputBeforeForward
@@ -975,7 +978,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 }
                 Some(_) => Reason::TempFreedBetweenSteps,
                 None if self.read_by_pass(l.alloc, l.end) => Reason::InputBeforePass,
-                None if no_backward && l.end == LIVE_AT_END && built_model(self.ev, l.stack) => {
+                None if no_backward && l.end == LIVE_AT_END && built_model(self.ev, l.stack(trace)) => {
                     Reason::ParamBuiltNoBackward
                 }
                 None if l.end < n => Reason::TempFreedBetweenSteps,
@@ -1036,7 +1039,8 @@ impl<'a, 'e> Classifier<'a, 'e> {
         let mid = (to - from >= HALVES_FROM && crate::par::threads() >= 2).then_some(from + (to - from) / 2);
         let open = |r: &BlockRole| r.reason == Reason::OtherNoSteps;
         let traced = &self.traced;
-        let tally = |a: usize, b: usize| passes::kept_by_layer(lives, req, (a..b).filter(|&i| open(&traced[i])), layers);
+        let tally =
+            |a: usize, b: usize| passes::kept_by_layer(lives, req, (a..b).filter(|&i| open(&traced[i])), layers);
         let kept = match mid {
             None => tally(from, to),
             Some(mid) => {
@@ -1094,6 +1098,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
     /// decide nothing.
     fn layer_structure(&mut self) -> Found {
         let (lives, req) = (self.lives, self.req);
+        let trace = self.snap.trace(lives.device);
         // Before the trace: blocks whose frames (where a ring buffer kept them) do not
         // say they were made in a pass (an activation, a library's workspace made at a
         // pass's first matmul).
@@ -1122,7 +1127,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
             (0..lives.traced.len())
                 .filter(|&i| {
                     lives.traced[i].end == LIVE_AT_END
-                        && self.ev.of(lives.traced[i].stack) & (steps::PHASES | WORKSPACE) == 0
+                        && self.ev.of(lives.traced[i].stack(trace)) & (steps::PHASES | WORKSPACE) == 0
                         && matches!(
                             self.traced[i].reason,
                             Reason::ParamBuiltNoBackward | Reason::OtherUndecided | Reason::OtherNoSteps
@@ -1132,13 +1137,15 @@ impl<'a, 'e> Classifier<'a, 'e> {
         } else {
             Vec::new()
         };
-        let built_t: Vec<bool> =
-            traced.iter().map(|&i| built(&self.traced[i]) || built_model(self.ev, lives.traced[i].stack)).collect();
+        let built_t: Vec<bool> = traced
+            .iter()
+            .map(|&i| built(&self.traced[i]) || built_model(self.ev, lives.traced[i].stack(trace)))
+            .collect();
         let traced: Vec<usize> = if built_t.iter().any(|&b| b) {
             traced
                 .iter()
                 .zip(&built_t)
-                .filter(|(&i, &b)| b || lives.traced[i].stack.is_none())
+                .filter(|(&i, &b)| b || lives.traced[i].stack(trace).is_none())
                 .map(|(&i, _)| i)
                 .collect()
         } else {
@@ -2313,7 +2320,7 @@ mod tests {
             allocs.dedup();
             let traced: Vec<TracedLife> = allocs
                 .iter()
-                .map(|&a| TracedLife { alloc: a, end: end(&mut rng, a + 1), size: size(&mut rng), stack: None })
+                .map(|&a| TracedLife { alloc: a, end: end(&mut rng, a + 1), size: size(&mut rng) })
                 .collect();
             let seeded: Vec<SeededLife> = (0..rng.below(4))
                 .map(|_| SeededLife {
@@ -2464,8 +2471,9 @@ mod tests {
         fn made_by(mut self, alloc: usize, end: usize, request: u64, frames: Frames) -> Self {
             assert!(self.traced.last().is_none_or(|l| l.alloc < alloc), "lives in `alloc` order");
             self.snap.device_traces[0][alloc].size = request;
-            let stack = self.stack(frames);
-            self.traced.push(TracedLife { alloc, end, size: request.max(512), stack });
+            // A life's stack is its `alloc` entry's.
+            self.snap.device_traces[0][alloc].stack = self.stack(frames);
+            self.traced.push(TracedLife { alloc, end, size: request.max(512) });
             self
         }
 
