@@ -1887,11 +1887,24 @@ impl Highs {
 /// lower them) only where a size past `i64` made an end raise one. (Every state read
 /// in full was 60 instructions a state on a long trace.)
 fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> Figures {
+    /// Below this many traced lives the states are swept on one thread.
+    const HALVES_FROM: usize = 1 << 18;
+    let n = lives.traced.len();
+    let mid = (n >= HALVES_FROM && crate::par::threads() >= 2).then(|| lives.traced[n / 2].alloc + 1);
+    sweep_halves(lives, roles, ix, entries, mid)
+}
+
+/// [`sweep`], the states before `mid` on a thread of their own beside those from `mid`
+/// on (`None`, or a `mid` outside the states: all in one sweep). The second sweep starts
+/// from the figures at state `mid − 1`, summed from the lives (every change at a state
+/// before `mid`: an `alloc`, a move, an end), not swept to; each reads the highs of its
+/// own states, and the two are merged: a role's maximum is the larger, the allocated
+/// peak the first state that reaches the larger (the first sweep's on a tie).
+fn sweep_halves(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize, mid: Option<usize>) -> Figures {
     const TEMP: usize = Role::Temporaries as usize;
     let req = &ix.req;
     let mut moves: Vec<(usize, usize)> = roles.from_state.iter().map(|(&i, &f)| (f, i)).collect();
     moves.sort_unstable();
-    let mut r = Running::new(lives, roles, ix);
     // The last state anything happens at: ends are entries of the trace (a life ended
     // past it, which the lifetime walk never makes, is still counted).
     let last = entries
@@ -1906,39 +1919,96 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> F
     // a lookup per life.
     let mut moved: Vec<usize> = roles.from_state.keys().copied().collect();
     moved.sort_unstable();
-    let (mut a, mut m, mut mv) = (0usize, 0usize, 0usize);
-    // The states where a figure can rise, in order: an `alloc`'s (alloc + 1; the lives
-    // are in `alloc` order), a move's.
-    loop {
-        let s = lives.traced.get(a).map_or(usize::MAX, |l| l.alloc + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
-        if s > last {
-            break;
-        }
-        r.ends_until(s - 1);
-        let mut touched = r.end_entry(s - 1).0;
-        r.e = s;
-        while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
-            while mv < moved.len() && moved[mv] < a {
-                mv += 1;
+    // The states `s < stop` where a figure can rise, in order, from the life `a` and the
+    // move `m` on: an `alloc`'s (alloc + 1; the lives are in `alloc` order), a move's;
+    // then the ends up to state `stop - 1`.
+    let run = |mut r: Running, mut a: usize, mut m: usize, stop: usize| -> Highs {
+        let mut mv = moved.partition_point(|&i| i < a);
+        loop {
+            let s =
+                lives.traced.get(a).map_or(usize::MAX, |l| l.alloc + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
+            if s > last || s >= stop {
+                break;
             }
-            let role = if moved.get(mv) == Some(&a) { TEMP } else { roles.traced[a].role as usize };
-            r.cur[role] += req[a] as i64;
-            r.blk += lives.traced[a].size as i64;
-            touched |= 1 << role;
-            a += 1;
+            r.ends_until(s - 1);
+            let mut touched = r.end_entry(s - 1).0;
+            r.e = s;
+            while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+                while mv < moved.len() && moved[mv] < a {
+                    mv += 1;
+                }
+                let role = if moved.get(mv) == Some(&a) { TEMP } else { roles.traced[a].role as usize };
+                r.cur[role] += req[a] as i64;
+                r.blk += lives.traced[a].size as i64;
+                touched |= 1 << role;
+                a += 1;
+            }
+            while m < moves.len() && moves[m].0 == s {
+                let i = moves[m].1;
+                let role = roles.traced[i].role as usize;
+                r.cur[TEMP] -= req[i] as i64;
+                r.cur[role] += req[i] as i64;
+                touched |= 1 << TEMP | 1 << role;
+                m += 1;
+            }
+            r.hi.read(s, touched, &r.cur, r.blk);
         }
-        while m < moves.len() && moves[m].0 == s {
-            let i = moves[m].1;
-            let role = roles.traced[i].role as usize;
+        r.ends_until(stop - 1);
+        r.hi
+    };
+    let whole = last + 1;
+    let Some(mid) = mid.filter(|&m| m >= 2 && m <= last) else {
+        let hi = run(Running::new(lives, roles, ix), 0, 0, whole);
+        return (hi.max, hi.peak, hi.peak_state, hi.at_peak);
+    };
+    // The figures at state `mid - 1`: every change at a state up to it.
+    let second_start = || {
+        let upto = mid - 1;
+        let mut r = Running::new(lives, roles, ix);
+        let mut mv = 0;
+        for (k, l) in lives.traced.iter().enumerate() {
+            let (q, size, role) = (req[k] as i64, l.size as i64, roles.traced[k].role as usize);
+            if l.alloc < upto {
+                while mv < moved.len() && moved[mv] < k {
+                    mv += 1;
+                }
+                r.cur[if moved.get(mv) == Some(&k) { TEMP } else { role }] += q;
+                r.blk += size;
+            }
+            if l.end != LIVE_AT_END && l.end < upto {
+                r.cur[role] -= q;
+                r.blk -= size;
+            }
+        }
+        for (b, role) in lives.seeded.iter().zip(&roles.seeded) {
+            if b.end != LIVE_AT_END && b.end < upto {
+                r.cur[role.role as usize] -= b.request as i64;
+                r.blk -= b.size as i64;
+            }
+        }
+        for &(_, i) in moves.iter().take_while(|x| x.0 <= upto) {
             r.cur[TEMP] -= req[i] as i64;
-            r.cur[role] += req[i] as i64;
-            touched |= 1 << TEMP | 1 << role;
-            m += 1;
+            r.cur[roles.traced[i].role as usize] += req[i] as i64;
         }
-        r.hi.read(s, touched, &r.cur, r.blk);
-    }
-    r.ends_until(last);
-    (r.hi.max, r.hi.peak, r.hi.peak_state, r.hi.at_peak)
+        // The ends applied: those of the entries before `upto`.
+        let ends = &ix.ends;
+        r.e = upto;
+        r.at = ends.by_end.partition_point(|&k| ends.end_of(lives, k) < upto);
+        r.more_at = ends.more.partition_point(|x| x.0 < upto);
+        // Its own highs, from nothing: the state it starts at is the first sweep's.
+        r.hi = Highs { max: [i64::MIN; 7], peak: i64::MIN, peak_state: 0, at_peak: r.cur };
+        let a = lives.traced.partition_point(|l| l.alloc + 1 < mid);
+        let m = moves.partition_point(|x| x.0 < mid);
+        run(r, a, m, whole)
+    };
+    let (first, second) = std::thread::scope(|sc| {
+        let first = sc.spawn(|| run(Running::new(lives, roles, ix), 0, 0, mid));
+        let second = second_start();
+        (first.join().expect("the roles' sweep thread panicked"), second)
+    });
+    let max = std::array::from_fn(|k| first.max[k].max(second.max[k]));
+    let peak = if second.peak > first.peak { &second } else { &first };
+    (max, peak.peak, peak.peak_state, peak.at_peak)
 }
 
 /// What [`sweep`] carries from state to state: each role's tensor bytes (`cur`) and the
@@ -2346,7 +2416,12 @@ mod tests {
             }
             let lives = BlockLives { device: 0, seeded, traced };
             let ix = LifeIndex::new(&snap, &lives);
-            assert_eq!(sweep(&lives, &roles, &ix, n), sweep_by_states(&lives, &roles, &ix, n), "round {round}");
+            let want = sweep_by_states(&lives, &roles, &ix, n);
+            assert_eq!(sweep(&lives, &roles, &ix, n), want, "round {round}");
+            // Cut in two at every state.
+            for mid in 0..n + 4 {
+                assert_eq!(sweep_halves(&lives, &roles, &ix, n, Some(mid)), want, "round {round}, halves at {mid}");
+            }
         }
     }
 
