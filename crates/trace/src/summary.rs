@@ -488,18 +488,7 @@ pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> Devic
 /// that both layouts give the same summary; a machine takes the one its cores suit).
 #[doc(hidden)]
 pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_steps_thread: bool) -> DeviceSummary {
-    summarize_device_parts(snap, device, roles, true, own_steps_thread, None)
-}
-
-/// A job for whichever of the summary's threads ends its own work first
-/// ([`summarize_beside`]): taken once.
-type Beside<'a> = std::sync::Mutex<Option<Box<dyn FnOnce() + Send + 'a>>>;
-
-/// Runs the job of `beside`, unless a thread has taken it.
-fn run_beside(beside: Option<&Beside>) {
-    if let Some(job) = beside.and_then(|b| b.lock().expect("job beside the summary").take()) {
-        job();
-    }
+    summarize_device_parts(snap, device, roles, true, own_steps_thread)
 }
 
 /// [`summarize_device_threads`], without memory_summary's table when `table` is false
@@ -511,7 +500,6 @@ fn summarize_device_parts(
     roles: bool,
     table: bool,
     own_steps_thread: bool,
-    beside: Option<&Beside>,
 ) -> DeviceSummary {
     let segs: Vec<&Segment> = snap.device_segments(device).collect();
     let all = pool_figures(segs.iter().copied());
@@ -559,7 +547,6 @@ fn summarize_device_parts(
                 crate::roles::device_roles_from_ev(snap, &lives, &st, &mut ev, index, Some(layered)).0
             });
             drop(lives);
-            run_beside(beside);
             (trace, roles)
         });
         if want_roles && !own_steps_thread {
@@ -576,7 +563,6 @@ fn summarize_device_parts(
         } else {
             None
         };
-        run_beside(beside);
         (table, lived.join().expect("lives thread"))
     });
     DeviceSummary {
@@ -608,34 +594,10 @@ pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
 /// allocated, and the page never draws the table, so the summary beside it skips the
 /// second computation.
 pub fn summarize_parts(snap: &Snapshot, roles: bool, table: bool) -> Summary {
-    summarize_parts_beside(snap, roles, table, None)
-}
-
-/// [`summarize`], and `beside` run on whichever of the summary's two threads ends its
-/// own work first (of the first device's; after the summary where no thread took it):
-/// for a job that reads the same snapshot (`summary`'s OOM lead ran so until it was
-/// asked for only where the summary's counts show an `oom` entry). On two cores
-/// the threads seldom end together (on a 6.9 M-entry allocator-consistent trace the
-/// table's thread is the longer by ~20 ms, on a replicated one the lifetime walk's by
-/// ~60 ms), and a third thread would take turns with the longer one.
-pub fn summarize_beside<T: Send>(snap: &Snapshot, beside: impl FnOnce() -> T + Send) -> (Summary, T) {
-    let out = std::sync::Mutex::new(None);
-    let job: Beside = std::sync::Mutex::new(Some(Box::new(|| {
-        let t = beside();
-        *out.lock().expect("result beside the summary") = Some(t);
-    })));
-    let summary = summarize_parts_beside(snap, true, true, Some(&job));
-    run_beside(Some(&job));
-    drop(job);
-    let t = out.into_inner().expect("result beside the summary").expect("the job beside the summary ran");
-    (summary, t)
-}
-
-fn summarize_parts_beside(snap: &Snapshot, roles: bool, table: bool, beside: Option<&Beside>) -> Summary {
     let threads = crate::par::threads() > 2;
     // Segments grouped by device once: every per-device step reads only its own.
     let devices = snap.with_device_index(|snap| {
-        snap.devices().into_iter().map(|d| summarize_device_parts(snap, d, roles, table, threads, beside)).collect()
+        snap.devices().into_iter().map(|d| summarize_device_parts(snap, d, roles, table, threads)).collect()
     });
     let settings = snap.recorded_settings().map(|s| Settings {
         unread: s.conf.as_deref().map(|c| fragscope_replay::read_recorded_conf(c).1).unwrap_or_default(),

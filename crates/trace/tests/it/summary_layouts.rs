@@ -46,39 +46,3 @@ fn both_thread_layouts_give_the_same_summary() {
     // Devices with a trace, where the layouts differ in what runs where.
     assert!(with_trace >= min_count(20, 5), "only {with_trace} devices with a trace");
 }
-
-/// `summarize_beside` runs its job once, on one of the summary's threads (or after the
-/// summary, for a snapshot with no device), and gives the summary `summarize` gives.
-#[test]
-fn the_job_beside_the_summary_runs_once_and_changes_nothing() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let mut files = 0;
-    let empty = fragscope_snapshot::Snapshot { format: fragscope_snapshot::SourceFormat::Dict, ..Default::default() };
-    let snaps = real_pickles().into_iter().map(|p| {
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        let snap = fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
-        (name, snap)
-    });
-    for (name, snap) in std::iter::once(("no device".to_string(), empty)).chain(snaps) {
-        let runs = AtomicUsize::new(0);
-        let caller = std::thread::current().id();
-        let (sum, (got, on)) = fragscope_trace::summarize_beside(&snap, || {
-            runs.fetch_add(1, Ordering::Relaxed);
-            (snap.devices().len(), std::thread::current().id())
-        });
-        assert_eq!(runs.load(Ordering::Relaxed), 1, "{name}");
-        assert_eq!(got, snap.devices().len(), "{name}");
-        assert_eq!(
-            serde_json::to_value(&sum).unwrap(),
-            serde_json::to_value(fragscope_trace::summarize(&snap)).unwrap(),
-            "{name}"
-        );
-        // With a device, on the caller's thread (the table's) or the lifetime walk's;
-        // without, after the summary, on the caller's.
-        if snap.devices().is_empty() {
-            assert_eq!(on, caller, "{name}");
-        }
-        files += 1;
-    }
-    assert!(files >= min_count(10, 3), "only {files} files");
-}
