@@ -361,7 +361,6 @@ fn seed_start_state(
 /// change `fit` tried, though the recording's own first entries release that cache
 /// (`empty_cache()`). What is still over `cap` (live blocks and the segments they hold) is
 /// the run's start and counts: such a run does not fit.
-#[inline(always)]
 fn hold_to_device(eng: &mut CachingAllocator<SimulatedDevice>, cap: u64, notes: &mut Vec<String>) {
     let Some((held, kept)) = release_cache_over(eng, cap) else { return };
     // The run's peaks count from here: the state released was never on this device.
