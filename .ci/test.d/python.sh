@@ -13,7 +13,7 @@ rm -rf "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -r python/requirements-test.txt
 # pip shows the build backend's output only with -v: say what the silent minutes are.
-echo "python.sh: pip install . (maturin builds the Rust extension with Cargo's wheel profile; minutes on a fresh machine)"
+echo "python.sh: pip install . (maturin builds the Rust extension with Cargo's release profile: seconds after the test command's release build, minutes on its own)"
 start=$(date +%s)
 "$VENV/bin/python" -m pip install --quiet .
 echo "python.sh: pip install . took $(( $(date +%s) - start )) s"
