@@ -8,7 +8,9 @@
 //! bookkeeping, so the peaks drawn are the peaks `summary` and `analyze` print.
 
 use fragscope_snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
-use fragscope_trace::{timeline_walk, BlockLives, DeviceTimeline, OnAllocated, OnLevels, TimelineOptions};
+use fragscope_trace::{
+    timeline_walk, timeline_walk_then, BlockLives, DeviceTimeline, OnAllocated, OnLevels, TimelineOptions,
+};
 use serde::Serialize;
 
 use crate::{encode, ReportOptions, StackTable};
@@ -325,17 +327,19 @@ pub fn curves_and_timeline(
     opts: &ReportOptions,
     points: usize,
 ) -> (CurvesWalk, DeviceTimeline) {
-    curves_and_timeline_marked(snap, device, opts, points, None)
+    curves_and_timeline_marked(snap, device, opts, points, None, None)
 }
 
 /// [`curves_and_timeline`], with `marks` following the state view's marks in the same
-/// walk ([`crate::state::SharedWalk`]).
+/// walk ([`crate::state::SharedWalk`]), and `on_lives` told the walk's block lives before
+/// the timeline's table ([`fragscope_trace::OnLives`]).
 pub fn curves_and_timeline_marked(
     snap: &Snapshot,
     device: i64,
     opts: &ReportOptions,
     points: usize,
     marks: Option<crate::state::MarksSink>,
+    on_lives: Option<fragscope_trace::OnLives>,
 ) -> (CurvesWalk, DeviceTimeline) {
     let mut marks = marks;
     let states = snap.trace(device).len() + 1;
@@ -360,28 +364,29 @@ pub fn curves_and_timeline_marked(
         }
         (req[b], res[b]) = (cur.1, cur.2);
     };
-    let tl = timeline_walk(
-        snap,
-        device,
-        &TimelineOptions { points: points.max(1) },
-        &mut (
-            (OnAllocated(|_, c| peaks.change(c.stack, c.size as i64 * c.delta)), &mut marks),
-            OnLevels(|state, l| {
-                if state >= next {
-                    store(b, &cur);
-                    // At most one bucket per state: n <= states.
-                    b += 1;
-                    next = ((b + 1) * states).div_ceil(n);
-                    cur = (None, 0, 0);
-                }
-                if cur.0.is_none_or(|(a, _)| l.allocated > a) {
-                    cur.0 = Some((l.allocated, state));
-                }
-                cur.1 = cur.1.max(l.requested);
-                cur.2 = cur.2.max(l.reserved);
-            }),
-        ),
+    let mut sink = (
+        (OnAllocated(|_, c| peaks.change(c.stack, c.size as i64 * c.delta)), &mut marks),
+        OnLevels(|state, l| {
+            if state >= next {
+                store(b, &cur);
+                // At most one bucket per state: n <= states.
+                b += 1;
+                next = ((b + 1) * states).div_ceil(n);
+                cur = (None, 0, 0);
+            }
+            if cur.0.is_none_or(|(a, _)| l.allocated > a) {
+                cur.0 = Some((l.allocated, state));
+            }
+            cur.1 = cur.1.max(l.requested);
+            cur.2 = cur.2.max(l.reserved);
+        }),
     );
+    let topts = TimelineOptions { points: points.max(1) };
+    let tl = match on_lives {
+        Some(tell) => timeline_walk_then(snap, device, &topts, &mut sink, tell),
+        None => timeline_walk(snap, device, &topts, &mut sink),
+    };
+    drop(sink);
     store(b, &cur);
     // The call sites with the most live bytes at their own peak; among equals, the one
     // met first in the walk (site ids are in that order). Not by stack id: ids follow the

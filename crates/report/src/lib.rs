@@ -369,9 +369,9 @@ pub fn file_data_shared(
     let per_device = opts.share(ndev);
     let (full, why) = page_budget(opts, page, ndev);
     let mut table = StackTable::default();
-    let (ana, drawn, lives_of, mut sum) = walk_and_draw(snap, &per_device, &mut table);
+    let (ana, drawn, lives_of, mut sum, role_curves) = walk_and_draw(snap, &per_device, &mut table);
     summary_roles(snap, &mut sum, &ana);
-    let devices = device_data(snap, &ana, &lives_of, drawn);
+    let devices = device_data(snap, &ana, &lives_of, drawn, role_curves);
     let budget_note = budget_note(&devices, &per_device, &full, &why);
     FileData {
         name: name.to_string(),
@@ -407,9 +407,28 @@ fn page_budget(opts: &ReportOptions, page: Option<(&ReportOptions, usize)>, ndev
 /// A device's block lives (from the analysis' walk, or its own), by device.
 type LivesOf = FxHashMap<i64, Arc<BlockLives>>;
 
+/// The role buckets of the devices whose analysis gave them ([`role_curves`]), by device.
+type RoleCurvesOf = FxHashMap<i64, rolecurves::RoleCurves>;
+
+/// A device's role buckets ([`rolecurves::role_buckets`]) over the analysis' block roles,
+/// for a page of `states` states with the curves' buckets `amax`; `None` for a trace of
+/// one state or a device the analysis does not have.
+fn role_curves(
+    snap: &Snapshot,
+    ana: &Analysis,
+    d: i64,
+    lives: &BlockLives,
+    states: usize,
+    amax: &[usize],
+) -> Option<rolecurves::RoleCurves> {
+    let a = ana.devices.iter().find(|a| a.device == d).filter(|_| states > 1)?;
+    Some(rolecurves::role_buckets(snap, lives, &a.block_roles, states, amax).encode())
+}
+
 /// Runs the analysis and draws every device beside it (`opts`: a device's budgets), with
 /// the call sites drawn into `table`: the analysis, each device's drawn parts, its block
-/// lives, and the summary (without its roles: [`summary_roles`]).
+/// lives, the summary (without its roles: [`summary_roles`]) and the role buckets
+/// (taken on the analysis' thread once it ends, beside the drawing here).
 ///
 /// `analyze` runs beside the report's other walks of the trace; the curves are drawn in
 /// the walk that makes analyze's timeline (one walk for both). Once every device is
@@ -419,7 +438,7 @@ fn walk_and_draw(
     snap: &Snapshot,
     opts: &ReportOptions,
     table: &mut StackTable,
-) -> (Analysis, Vec<Drawn>, LivesOf, Summary) {
+) -> (Analysis, Vec<Drawn>, LivesOf, Summary, RoleCurvesOf) {
     let aopts = AnalyzeOptions { what_if: opts.what_if, ..AnalyzeOptions::default() };
     let device_list = snap.devices();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -427,20 +446,27 @@ fn walk_and_draw(
     let summary_cell = std::sync::OnceLock::new();
     let summary_slot = &summary_cell;
     let devices_scanned = &device_list;
-    let (ana, drawn, lives_of) = std::thread::scope(|s| {
+    let ((ana, role_curves_of), drawn, lives_of) = std::thread::scope(|s| {
         let analysis = s.spawn(move || {
             let tx = std::sync::Mutex::new(tx);
-            let timeline_of = |d: i64| {
+            // Each walked device's page states, curve buckets and lives, for its role
+            // buckets once the analysis has the block roles.
+            let for_roles = std::sync::Mutex::new(Vec::new());
+            let timeline_of = |d: i64, on_lives: fragscope_trace::OnLives| {
                 // The state view's keyframes are taken in the walk of memory_summary's
                 // table that the timeline makes for its peak allocated (one backward walk
                 // for both; `None` where that walk cannot serve: then its own).
                 let shared = state::SharedWalk::new(snap, d, opts);
                 let sink = Some(shared.marks_sink());
                 let (c, tl) = fragscope_replay::watching(shared.watch(), || {
-                    curves::curves_and_timeline_marked(snap, d, opts, aopts.points, sink)
+                    curves::curves_and_timeline_marked(snap, d, opts, aopts.points, sink, Some(on_lives))
                 });
                 let marks = state::Marks::new(snap, &tl);
                 let keyframes = shared.finish(marks);
+                if let Some(lives) = &tl.lives {
+                    let kept = (d, c.states(), c.amax().to_vec(), Arc::clone(lives));
+                    for_roles.lock().expect("role buckets' inputs").push(kept);
+                }
                 // The receiver waits for every device: a failed send cannot happen.
                 let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone(), marks, keyframes));
                 tl
@@ -461,7 +487,16 @@ fn walk_and_draw(
                 // peak allocated, and the page draws no other figure of it.
                 let _ = summary_slot.set(summarize_parts(snap, false, false));
             };
-            analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside))
+            let ana = analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside));
+            // The role buckets here, while the caller's thread draws the curves and the
+            // state view: they read only the analysis and the walk's lives (on a
+            // 6.9 M-entry trace the drawing was 0.1 s with this core idle).
+            let inputs = for_roles.into_inner().expect("role buckets' inputs");
+            let role_curves_of: RoleCurvesOf = inputs
+                .into_iter()
+                .filter_map(|(d, states, amax, lives)| Some((d, role_curves(snap, &ana, d, &lives, states, &amax)?)))
+                .collect();
+            (ana, role_curves_of)
         });
         // The analysis walks every device, in this order, one message each (fewer only
         // when its thread ended early: it panicked, and the join below says so).
@@ -499,7 +534,7 @@ fn walk_and_draw(
     });
     // The analysis runs `beside` exactly once.
     let sum = summary_cell.into_inner().unwrap_or_else(|| summarize_parts(snap, false, false));
-    (ana, drawn, lives_of, sum)
+    (ana, drawn, lives_of, sum, role_curves_of)
 }
 
 /// Gives the summary `sum` analyze's roles (as `summary` computes them: without the live
@@ -515,7 +550,13 @@ fn summary_roles(snap: &Snapshot, sum: &mut Summary, ana: &Analysis) {
 
 /// Each drawn device's page data: its drawn parts, with the leak curves, the role
 /// buckets and the what-if curves of the analysis `ana` over its block lives.
-fn device_data(snap: &Snapshot, ana: &Analysis, lives_of: &LivesOf, drawn: Vec<Drawn>) -> Vec<DeviceData> {
+fn device_data(
+    snap: &Snapshot,
+    ana: &Analysis,
+    lives_of: &LivesOf,
+    drawn: Vec<Drawn>,
+    mut role_curves_of: RoleCurvesOf,
+) -> Vec<DeviceData> {
     let mut devices = Vec::new();
     for (
         d,
@@ -532,13 +573,9 @@ fn device_data(snap: &Snapshot, ana: &Analysis, lives_of: &LivesOf, drawn: Vec<D
         debug_assert_eq!(Some(marks), state::Marks::of(snap, d, ana), "device {d}");
         let (moments, moments_note, state_ops) = state;
         let (leak_boundaries, leaks) = leakcurves::curves(snap, d, ana, &lives_of[&d]);
-        // The roles of the analysis' blocks, over the same lives, in the curves' buckets.
-        let roles = ana
-            .devices
-            .iter()
-            .find(|a| a.device == d)
-            .filter(|_| states > 1)
-            .map(|a| rolecurves::role_buckets(snap, &lives_of[&d], &a.block_roles, states, &amax).encode());
+        // The roles of the analysis' blocks, over the same lives, in the curves' buckets
+        // (taken beside the drawing, unless the walk kept no lives).
+        let roles = role_curves_of.remove(&d).or_else(|| role_curves(snap, ana, d, &lives_of[&d], states, &amax));
         let pools = pools::bands(snap, d, curves.n, curves.states);
         devices.push(DeviceData {
             pools,

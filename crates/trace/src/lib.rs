@@ -79,8 +79,9 @@ pub use summary::{
     Pools, ProfilerTotals, Settings as RecordedSettings, Summary, TraceSummary, SCHEMA as SUMMARY_SCHEMA,
 };
 pub use timeline::{
-    levels_at, live_at, live_sets_at, peak_allocated, timeline, timeline_walk, timeline_with_lives, timelines,
-    DeviceTimeline, Peak, PeakAllocatedSource, SeriesPoint, TimelineOptions, DEFAULT_POINTS,
+    levels_at, live_at, live_sets_at, peak_allocated, timeline, timeline_walk, timeline_walk_then, timeline_with_lives,
+    timeline_with_lives_then, timelines, DeviceTimeline, OnLives, Peak, PeakAllocatedSource, SeriesPoint,
+    TimelineOptions, DEFAULT_POINTS,
 };
 pub use walk::{
     AllocatedChange, Levels, LiveBlock, OnAllocated, OnLevels, ReservedSource, Seeded as SeededStart, SeededLife,

@@ -165,13 +165,31 @@ pub fn timelines(snap: &Snapshot, opts: &TimelineOptions) -> Vec<DeviceTimeline>
 
 /// The timeline of one device: O(events) time, O(live blocks + points) memory.
 pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
-    walk(snap, device, opts, false, &mut ())
+    walk(snap, device, opts, false, &mut (), None)
 }
+
+/// Told the block lives of a timeline's walk ([`timeline_with_lives_then`],
+/// [`timeline_walk_then`]) as soon as its forward pass has made them: the timeline's last
+/// part, memory_summary's table for its peak allocated ([`peak_allocated`]), is a backward
+/// walk about as long, and a caller that reads the lives (the roles, the leak tests) can
+/// start on another core meanwhile.
+pub type OnLives<'a> = &'a mut dyn FnMut(&Arc<BlockLives>);
 
 /// [`timeline`] with [`DeviceTimeline::lives`] kept (for `analyze`, whose attribution
 /// and leak detection read them instead of walking the trace again).
 pub fn timeline_with_lives(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceTimeline {
-    walk(snap, device, opts, true, &mut ())
+    walk(snap, device, opts, true, &mut (), None)
+}
+
+/// [`timeline_with_lives`], with `lives` told the lives before the timeline's table
+/// ([`OnLives`]).
+pub fn timeline_with_lives_then(
+    snap: &Snapshot,
+    device: i64,
+    opts: &TimelineOptions,
+    lives: OnLives,
+) -> DeviceTimeline {
+    walk(snap, device, opts, true, &mut (), Some(lives))
 }
 
 /// [`timeline`], and every state of the walk that makes it, for a front end that draws
@@ -182,7 +200,19 @@ pub fn timeline_with_lives(snap: &Snapshot, device: i64, opts: &TimelineOptions)
 /// make a sink of a closure). The timeline keeps its [`DeviceTimeline::lives`], as
 /// [`timeline_with_lives`].
 pub fn timeline_walk(snap: &Snapshot, device: i64, opts: &TimelineOptions, sink: &mut impl WalkSink) -> DeviceTimeline {
-    walk(snap, device, opts, true, sink)
+    walk(snap, device, opts, true, sink, None)
+}
+
+/// [`timeline_walk`], with `lives` told the lives before the timeline's table
+/// ([`OnLives`]).
+pub fn timeline_walk_then(
+    snap: &Snapshot,
+    device: i64,
+    opts: &TimelineOptions,
+    sink: &mut impl WalkSink,
+    lives: OnLives,
+) -> DeviceTimeline {
+    walk(snap, device, opts, true, sink, Some(lives))
 }
 
 /// The timeline's own sink: the peaks of the four curves, the downsampled series and the
@@ -259,6 +289,7 @@ fn walk(
     opts: &TimelineOptions,
     keep_lives: bool,
     sink: &mut impl WalkSink,
+    on_lives: Option<OnLives>,
 ) -> DeviceTimeline {
     let mut r = Replayer::new(snap, device);
     let n = r.trace.len();
@@ -267,6 +298,10 @@ fn walk(
     let mut lives = keep_lives.then(|| LivesRecorder::new(device, r.allocs));
     r.run(&mut (&mut curves, (&mut lives, sink)));
     let Curves { peaks: [pa, pact, preq, pres], alloc_at_res_peak, series, first_oom, .. } = curves;
+    let lives = lives.map(|l| Arc::new(l.finish()));
+    if let (Some(tell), Some(l)) = (on_lives, &lives) {
+        tell(l);
+    }
     let (pa, peak_allocated_source) = peak_allocated(snap, device, pa);
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
     DeviceTimeline {
@@ -286,7 +321,7 @@ fn walk(
         peak_fragmentation: frac(pa.bytes, pres.bytes),
         fragmentation_at_reserved_peak: frac(alloc_at_res_peak, pres.bytes),
         series,
-        lives: lives.map(|l| Arc::new(l.finish())),
+        lives,
         first_oom,
     }
 }

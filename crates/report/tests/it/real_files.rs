@@ -308,7 +308,7 @@ fn keyframes_of_the_table_walk_are_the_state_views_own() {
                 let shared = state::SharedWalk::new(&snap, d, &opts);
                 let sink = Some(shared.marks_sink());
                 let (_, tl) = fragscope_replay::watching(shared.watch(), || {
-                    curves::curves_and_timeline_marked(&snap, d, &opts, 8, sink)
+                    curves::curves_and_timeline_marked(&snap, d, &opts, 8, sink, None)
                 });
                 let marks = state::Marks::new(&snap, &tl);
                 let own = state::walk_at(&snap, d, Some(marks), &opts);
