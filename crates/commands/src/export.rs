@@ -260,11 +260,11 @@ pub fn roles_of_rows(
     // of lives per row cost a few percent of the export.
     let mut at = 0;
     let mut traced_role = |alloc: usize| {
-        debug_assert!(at == 0 || lives.traced[at - 1].alloc < alloc, "rows out of alloc order");
-        while lives.traced.get(at).is_some_and(|l| l.alloc < alloc) {
+        debug_assert!(at == 0 || lives.traced[at - 1].alloc() < alloc, "rows out of alloc order");
+        while lives.traced.get(at).is_some_and(|l| l.alloc() < alloc) {
             at += 1;
         }
-        let found = lives.traced.get(at).is_some_and(|l| l.alloc == alloc);
+        let found = lives.traced.get(at).is_some_and(|l| l.alloc() == alloc);
         found.then(|| {
             at += 1;
             role_of.traced[at - 1]

@@ -727,10 +727,10 @@ fn live_requested_peak(snap: &Snapshot, device: i64, lives: &BlockLives) -> u64 
         }
     }
     for t in &lives.traced {
-        let req = i128::from(trace[t.alloc].size);
-        delta.push((t.alloc, req));
-        if t.end != LIVE_AT_END {
-            delta.push((t.end, -req));
+        let req = i128::from(trace[t.alloc()].size);
+        delta.push((t.alloc(), req));
+        if t.end() != LIVE_AT_END {
+            delta.push((t.end(), -req));
         }
     }
     // Frees before allocations at one entry (an entry is one or the other).

@@ -313,9 +313,9 @@ fn holders_by_role(snap: &fragscope_snapshot::Snapshot, device: i64, after: Opti
             by[r.role as usize].1 += 1;
         }
     }
-    let k = lives.traced.partition_point(|l| l.alloc < s);
+    let k = lives.traced.partition_point(|l| l.alloc() < s);
     for (i, (l, r)) in lives.traced[..k].iter().zip(&roles.traced).enumerate() {
-        if l.end >= s {
+        if l.end() >= s {
             let role = match roles.from_state.get(&i) {
                 Some(&f) if s < f => Role::Temporaries,
                 _ => r.role,

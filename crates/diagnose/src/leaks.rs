@@ -433,14 +433,14 @@ impl SiteBytes {
         let blocks = lives.traced.as_slice();
         let sites: Vec<Option<u32>> = blocks
             .iter()
-            .map(|l| (!in_cache(l.alloc)).then(|| table.of_block(frames, l.stack(trace), false) as u32))
+            .map(|l| (!in_cache(l.alloc())).then(|| table.of_block(frames, l.stack(trace), false) as u32))
             .collect();
         let nsites = table.sites.len();
         let rows = live_bytes_at(
             pos,
             nsites,
             lives.seeded.iter().zip(&seeded_sites).map(|(b, &s)| (s, None, b.end, b.size)).chain(
-                blocks.iter().zip(&sites).filter_map(|(l, s)| Some(((*s)? as usize, Some(l.alloc), l.end, l.size))),
+                blocks.iter().zip(&sites).filter_map(|(l, s)| Some(((*s)? as usize, Some(l.alloc()), l.end(), l.size))),
             ),
         );
         SiteBytes { table, sites, rows }
@@ -488,7 +488,7 @@ fn build_up(
 ) -> Option<String> {
     let n_steps = pos.len() - 1;
     let (from, to) = (pos[1], pos[n_steps]);
-    let allocated: u64 = blocks.iter().filter(|b| b.alloc >= from && b.alloc < to).map(|b| b.size).sum();
+    let allocated: u64 = blocks.iter().filter(|b| b.alloc() >= from && b.alloc() < to).map(|b| b.size).sum();
     let grown: u64 = cands.iter().map(|&(s, _)| rows[n_steps][s] - rows[1][s]).sum();
     let build_up = st.source == StepSource::Backward
         && allocated > 0
@@ -540,30 +540,30 @@ fn evidence_of(
     for (i, (l, s)) in blocks.iter().zip(sites).enumerate() {
         let Some(&ci) = s.and_then(|s| cand_index.get(&(s as usize))) else { continue };
         let a = &mut acc[ci];
-        if l.end != LIVE_AT_END {
+        if l.end() != LIVE_AT_END {
             a.freed += 1;
         }
-        if l.alloc < step_start {
+        if l.alloc() < step_start {
             continue;
         }
-        let k = pos[1..].partition_point(|&e| e <= l.alloc); // the step that made it (by ends)
-        if k < n_steps && l.end >= pos[k + 1] {
+        let k = pos[1..].partition_point(|&e| e <= l.alloc()); // the step that made it (by ends)
+        if k < n_steps && l.end() >= pos[k + 1] {
             let g = a.spans.entry(k).or_insert(GrowthSpan {
                 window: k,
-                first_entry: l.alloc,
-                last_entry: l.alloc,
+                first_entry: l.alloc(),
+                last_entry: l.alloc(),
                 blocks: 0,
                 bytes: 0,
             });
-            g.last_entry = l.alloc;
+            g.last_entry = l.alloc();
             g.blocks += 1;
             g.bytes += l.size;
         }
-        if l.end == LIVE_AT_END && l.alloc < pos[n_steps] {
+        if l.end() == LIVE_AT_END && l.alloc() < pos[n_steps] {
             a.nf_blocks += 1;
             a.nf_bytes += l.size;
-            a.first_nf.get_or_insert(l.alloc);
-            a.last_nf = Some(l.alloc);
+            a.first_nf.get_or_insert(l.alloc());
+            a.last_nf = Some(l.alloc());
             if let Some(r) = block_roles {
                 *a.roles.entry(r.traced[i].role.as_str()).or_default() += l.size;
             }
@@ -1166,7 +1166,7 @@ mod tests {
         assert_eq!(declared_caches(&snap, 0), [(0, 1), (1, 2)]);
         // The blocks made at entries 1 and 2, inside [2, 4) (entry 4 is past it), are left
         // out of the sites and of their live bytes.
-        let life = |alloc: usize| TracedLife { alloc, end: LIVE_AT_END, size: 100 };
+        let life = |alloc: usize| TracedLife::new(alloc, LIVE_AT_END, 100);
         let lives = BlockLives { device: 0, seeded: Vec::new(), traced: (1..5).map(life).collect() };
         // Their `alloc` entries, without stacks.
         let trace = vec![TraceEvent::new(Action::Alloc, 0, 100); 5];
@@ -1177,7 +1177,7 @@ mod tests {
 
     #[test]
     fn evidence_of_counts_blocks_that_outlive_their_step_and_are_never_freed() {
-        let life = |alloc: usize, end: usize, size: u64| TracedLife { alloc, end, size };
+        let life = |alloc: usize, end: usize, size: u64| TracedLife::new(alloc, end, size);
         // Three steps, ending at entries 10, 20 and 30.
         let pos = [0, 10, 20, 30];
         let blocks = [

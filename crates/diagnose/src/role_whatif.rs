@@ -231,14 +231,14 @@ impl Ctx<'_> {
     fn request(&self, l: Life) -> u64 {
         match l {
             Life::Seeded(i) => self.lives.seeded[i].request,
-            Life::Traced(i) => self.trace[self.lives.traced[i].alloc].size,
+            Life::Traced(i) => self.trace[self.lives.traced[i].alloc()].size,
         }
     }
     /// Entry that ended its life ([`LIVE_AT_END`] when none did).
     fn end(&self, l: Life) -> usize {
         match l {
             Life::Seeded(i) => self.lives.seeded[i].end,
-            Life::Traced(i) => self.lives.traced[i].end,
+            Life::Traced(i) => self.lives.traced[i].end(),
         }
     }
     fn all(&self) -> impl Iterator<Item = Life> {
@@ -352,7 +352,7 @@ fn plan_shard(ctx: &Ctx, plans: &mut Plans, n: u32, what: Role) -> Result<(u64, 
     if what == Role::OptimizerState {
         // The step runs on the shard: its temporaries shrink with it.
         for (i, l) in ctx.lives.traced.iter().enumerate() {
-            if ctx.roles.traced[i].role == Role::Temporaries && ctx.steps.phase_at(l.alloc) == Phase::Optimizer {
+            if ctx.roles.traced[i].role == Role::Temporaries && ctx.steps.phase_at(l.alloc()) == Phase::Optimizer {
                 chosen.push(Life::Traced(i));
                 temps += 1;
             }
@@ -386,7 +386,7 @@ fn plan_set_to_none(ctx: &Ctx, plans: &mut Plans) -> Result<(u64, u64, String), 
     }
     let alloc_of = |l: Life| match l {
         Life::Seeded(_) => None,
-        Life::Traced(i) => Some(ctx.lives.traced[i].alloc),
+        Life::Traced(i) => Some(ctx.lives.traced[i].alloc()),
     };
     let (mut blocks, mut bytes, mut gaps, mut matched) = (0u64, 0u64, 0u64, 0u64);
     let mut seen: std::collections::HashSet<Life> = Default::default();
@@ -403,13 +403,13 @@ fn plan_set_to_none(ctx: &Ctx, plans: &mut Plans) -> Result<(u64, u64, String), 
         // incoming gradient AccumulateGrad adds), in order, by size.
         let mut frees: HashMap<u64, Vec<usize>> = HashMap::new();
         for (i, l) in ctx.lives.traced.iter().enumerate() {
-            if l.alloc >= bs
-                && l.alloc < be
+            if l.alloc() >= bs
+                && l.alloc() < be
                 && ctx.roles.traced[i].role == Role::Temporaries
-                && l.end != LIVE_AT_END
-                && l.end < be
+                && l.end() != LIVE_AT_END
+                && l.end() < be
             {
-                frees.entry(ctx.trace[l.alloc].size).or_default().push(l.end);
+                frees.entry(ctx.trace[l.alloc()].size).or_default().push(l.end());
             }
         }
         for v in frees.values_mut() {
@@ -492,15 +492,15 @@ fn plan_checkpoint(ctx: &Ctx, plans: &mut Plans, layers: &Layers) -> Result<(u64
         let bwd_layer_of = |e: usize| bwd.iter().rposition(|&(a, _)| a <= e);
         for j in chosen {
             let (fa, fb) = fwd[j];
-            let mine: Vec<usize> = (ctx.lives.traced.partition_point(|l| l.alloc < fa)
-                ..ctx.lives.traced.partition_point(|l| l.alloc < fb))
+            let mine: Vec<usize> = (ctx.lives.traced.partition_point(|l| l.alloc() < fa)
+                ..ctx.lives.traced.partition_point(|l| l.alloc() < fb))
                 .filter(|&i| ctx.roles.traced[i].role == Role::Activations)
                 .collect();
             let Some((&out, saved)) = mine.split_last() else { continue };
             let _ = out; // the layer's output: the next layer's input, kept
             kept_out += 1;
             for &i in saved {
-                let end = ctx.lives.traced[i].end;
+                let end = ctx.lives.traced[i].end();
                 let mut r = bwd[nl - 1 - j].0;
                 if end < r {
                     match bwd_layer_of(end) {
@@ -517,7 +517,7 @@ fn plan_checkpoint(ctx: &Ctx, plans: &mut Plans, layers: &Layers) -> Result<(u64
                 }
                 plans.entry(Life::Traced(i)).or_default().gaps.push((fb, r));
                 blocks += 1;
-                bytes += ctx.trace[ctx.lives.traced[i].alloc].size;
+                bytes += ctx.trace[ctx.lives.traced[i].alloc()].size;
             }
         }
     }

@@ -131,14 +131,13 @@ impl CurvesWalk {
             slot[site_slot(s)] = j;
         }
         let key = |s: Option<StackId>| slot.get(site_slot(s)).copied().filter(|&j| j != usize::MAX);
-        let rows =
-            fragscope_trace::live_bytes_at(
-                &self.amax,
-                k,
-                lives.seeded.iter().filter_map(|b| Some((key(b.stack)?, None, b.end, b.size))).chain(
-                    lives.traced.iter().filter_map(|l| Some((key(l.stack(events))?, Some(l.alloc), l.end, l.size))),
-                ),
-            );
+        let rows = fragscope_trace::live_bytes_at(
+            &self.amax,
+            k,
+            lives.seeded.iter().filter_map(|b| Some((key(b.stack)?, None, b.end, b.size))).chain(
+                lives.traced.iter().filter_map(|l| Some((key(l.stack(events))?, Some(l.alloc()), l.end(), l.size))),
+            ),
+        );
         // One row per bucket (the last row is the end of the trace).
         let sites: Vec<f64> = rows.iter().take(self.amax.len()).flat_map(|r| r.iter().map(|&v| v as f64)).collect();
         let as_f64 = |v: &[u64]| encode::f64s(&v.iter().map(|&x| x as f64).collect::<Vec<_>>());

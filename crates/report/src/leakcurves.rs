@@ -49,7 +49,7 @@ pub fn curves(snap: &Snapshot, device: i64, ana: &Analysis, lives: &BlockLives) 
     let rows = live_bytes_at(
         &used,
         names.len(),
-        lives.traced.iter().filter_map(|l| Some((suspect(l.stack(events))?, Some(l.alloc), l.end, l.size))),
+        lives.traced.iter().filter_map(|l| Some((suspect(l.stack(events))?, Some(l.alloc()), l.end(), l.size))),
     );
     let samples: Vec<Vec<f64>> =
         (0..names.len()).map(|k| rows.iter().take(used.len()).map(|r| r[k] as f64).collect()).collect();

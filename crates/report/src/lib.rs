@@ -805,7 +805,7 @@ fn largest_lives(trace: &[TraceEvent], lives: &BlockLives, allocs: &[usize]) -> 
     for &j in allocs {
         // The lives are one per `alloc` entry, in order (the walk of the same trace made
         // them); an entry without one would be drawn as never freed.
-        let life = lives.traced.get(lives.traced.partition_point(|l| l.alloc < j)).filter(|l| l.alloc == j);
+        let life = lives.traced.get(lives.traced.partition_point(|l| l.alloc() < j)).filter(|l| l.alloc() == j);
         debug_assert!(life.is_some(), "alloc entry {j} has no life");
         let free = match life.and_then(|l| l.end_entry()) {
             None => usize::MAX,

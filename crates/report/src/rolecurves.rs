@@ -169,19 +169,19 @@ impl Sweep<'_> {
             }
         }
         for (&i, &f) in &roles.from_state {
-            change(f, temp, roles.traced[i].role as u8, trace[lives.traced[i].alloc].size);
+            change(f, temp, roles.traced[i].role as u8, trace[lives.traced[i].alloc()].size);
         }
         for (l, r) in lives.traced.iter().zip(&roles.traced) {
-            if l.end != LIVE_AT_END {
-                change(l.end + 1, r.role as u8, 7, trace[l.alloc].size);
+            if l.end() != LIVE_AT_END {
+                change(l.end() + 1, r.role as u8, 7, trace[l.alloc()].size);
             }
         }
         // The lives made by `mid` (in the order of their alloc entries) are in the second
         // sweep's first bytes; with no second sweep (`mid` is the end), none is read.
         if mid < states {
-            second.first_life = lives.traced.partition_point(|l| l.alloc < mid);
+            second.first_life = lives.traced.partition_point(|l| l.alloc() < mid);
             for (l, &r) in lives.traced[..second.first_life].iter().zip(start_role) {
-                second.cur[r as usize] += trace[l.alloc].size as i64;
+                second.cur[r as usize] += trace[l.alloc()].size as i64;
             }
         }
         (first, second)
@@ -230,7 +230,7 @@ impl Sweep<'_> {
         };
         let (mut a, mut e, mut from) = (first_life, 0usize, lo);
         loop {
-            let next_a = lives.traced.get(a).map(|l| l.alloc + 1).filter(|&s| s < hi);
+            let next_a = lives.traced.get(a).map(|l| l.alloc() + 1).filter(|&s| s < hi);
             let next_e = events.get(e).map(|x| x.0);
             let s = match (next_a, next_e) {
                 (None, None) => break,
@@ -239,9 +239,9 @@ impl Sweep<'_> {
                 (None, Some(y)) => y,
             };
             run(from, s, &cur);
-            while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+            while a < lives.traced.len() && lives.traced[a].alloc() + 1 == s {
                 let l = &lives.traced[a];
-                cur[start_role[a] as usize] += trace[l.alloc].size as i64;
+                cur[start_role[a] as usize] += trace[l.alloc()].size as i64;
                 a += 1;
             }
             while e < events.len() && events[e].0 == s {

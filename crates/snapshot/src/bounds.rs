@@ -19,6 +19,17 @@ use crate::{ReadError, Segment, Snapshot, TraceEvent};
 pub const MAX_BYTES: u64 = 1 << 48;
 /// Largest address accepted (2^57).
 pub const MAX_ADDRESS: u64 = 1 << 57;
+/// Most entries accepted in one trace: the analyses number entries in 32 bits (a block's
+/// life is two of them). A trace that long would be 137 GB of entries in memory.
+pub const MAX_TRACE_ENTRIES: usize = u32::MAX as usize - 1;
+
+/// Refuses a trace of more than [`MAX_TRACE_ENTRIES`] entries.
+fn trace_len(t: &[TraceEvent], name: &str) -> Result<(), ReadError> {
+    if t.len() > MAX_TRACE_ENTRIES {
+        return Err(bad(format!("{name} has {} entries, more than {MAX_TRACE_ENTRIES}", t.len())));
+    }
+    Ok(())
+}
 
 /// A bound on the `addr` and `size` of every trace entry a read made (device and host
 /// traces alike, and entries it later set aside): the bitwise OR of each, at least the
@@ -108,6 +119,7 @@ fn segments(list: &[Segment], name: &str) -> Result<(), ReadError> {
 }
 
 fn trace(t: &[TraceEvent], name: &str) -> Result<(), ReadError> {
+    trace_len(t, name)?;
     for (i, e) in t.iter().enumerate() {
         // An `oom` entry's `addr` holds the device's free bytes, a size like any other.
         addr(e.addr, || format!("{name} entry {i} ({}) addr", e.action.as_str()))?;
@@ -128,6 +140,10 @@ pub(crate) fn check_read(snap: &Snapshot, max: Option<TraceMax>) -> Result<(), R
                 && m.size <= MAX_BYTES
                 && entries(snap).checked_mul(u128::from(m.size)).is_some_and(|t| t <= u128::from(u64::MAX)) =>
         {
+            for (d, t) in snap.device_traces.iter().enumerate() {
+                trace_len(t, &format!("device_traces[{d}]"))?;
+            }
+            trace_len(snap.host_traces.as_deref().unwrap_or(&[]), "host_traces")?;
             segments(&snap.segments, "segments")?;
             segments(snap.host_segments.as_deref().unwrap_or(&[]), "host_segments")
         }

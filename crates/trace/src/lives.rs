@@ -81,12 +81,12 @@ impl WalkSink for LivesRecorder {
                 // Only `alloc` entries add blocks after state 0, numbered in trace order.
                 debug_assert_eq!(c.life, self.lives.traced.len());
                 let alloc = c.alloc_event.unwrap_or(LIVE_AT_END);
-                self.lives.traced.push(TracedLife { alloc, end: LIVE_AT_END, size: c.size });
+                self.lives.traced.push(TracedLife::new(alloc, LIVE_AT_END, c.size));
             }
         } else if c.before_trace {
             self.lives.seeded[c.life].end = state - 1;
         } else {
-            self.lives.traced[c.life].end = state - 1;
+            self.lives.traced[c.life].set_end(state - 1);
         }
     }
 }
@@ -133,8 +133,8 @@ impl BlockLives {
         // rest of the lives, a cache miss per step.
         let mut at = 0;
         for &(idx, size) in &r.final_sizes {
-            at += gallop(&traced[at..], |l| l.alloc < idx);
-            if let Some(l) = traced.get_mut(at).filter(|l| l.alloc == idx) {
+            at += gallop(&traced[at..], |l| l.alloc() < idx);
+            if let Some(l) = traced.get_mut(at).filter(|l| l.alloc() == idx) {
                 l.size = size;
             }
         }
@@ -181,15 +181,15 @@ impl BlockLives {
                     annotation: scopes.innermost_at(NO_TIME).map(str::to_string),
                 });
                 // Traced lives are in `alloc` order: those allocated before `s` are a prefix.
-                let k = self.traced.partition_point(|l| l.alloc < s);
-                let traced = self.traced[..k].iter().filter(|l| l.end >= s).map(|l| {
-                    let e = &trace[l.alloc];
+                let k = self.traced.partition_point(|l| l.alloc() < s);
+                let traced = self.traced[..k].iter().filter(|l| l.end() >= s).map(|l| {
+                    let e = &trace[l.alloc()];
                     LiveBlock {
                         address: e.addr,
                         size: l.size,
                         requested: e.size,
                         stack: e.stack,
-                        alloc_event: Some(l.alloc),
+                        alloc_event: Some(l.alloc()),
                         alloc_time_us: opt_time(e.time_us),
                         annotation: scopes.innermost_at(e.time_us).map(str::to_string),
                     }

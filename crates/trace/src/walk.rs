@@ -122,19 +122,22 @@ pub struct Seeded {
 }
 
 /// A block allocated by the trace.
+///
+/// 16 bytes: its entries as 32-bit numbers (a snapshot to analyse is refused past
+/// [`fragscope_snapshot::bounds::MAX_TRACE_ENTRIES`]), its stack and time its `alloc` entry's
+/// ([`TracedLife::stack`]). Millions of lives on a long trace, each byte of them a fresh
+/// page's worth of zeroing: at 24 bytes the lives of a 6.4 M-entry trace were 53 MB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TracedLife {
-    /// Index of its `alloc` entry (address and request are that entry's).
-    pub alloc: usize,
-    /// Index of the entry that ended its `allocated` life; [`LIVE_AT_END`] when none did.
-    pub end: usize,
+    /// Index of its `alloc` entry ([`TracedLife::alloc`]).
+    alloc_at: u32,
+    /// Index of the entry that ended its life, `u32::MAX` for none ([`TracedLife::end`]).
+    end_at: u32,
     /// Block size (see [`mod@crate::timeline`]'s module doc for the basis).
     pub size: u64,
-    // Its stack and time are its `alloc` entry's ([`TracedLife::stack`]): 24 bytes a
-    // life, millions of lives, each byte a fresh page's worth of zeroing on a long trace.
 }
 
-const _: () = assert!(std::mem::size_of::<TracedLife>() == 24);
+const _: () = assert!(std::mem::size_of::<TracedLife>() == 16);
 
 /// A block seeded as allocated at state 0 (live before the trace began).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,17 +154,47 @@ pub struct SeededLife {
 pub const LIVE_AT_END: usize = usize::MAX;
 
 impl TracedLife {
+    /// The life of a block allocated at entry `alloc`, ended at entry `end` ([`LIVE_AT_END`]
+    /// when none did), of `size` bytes. Entries are below `u32::MAX` (the reader's bound).
+    #[inline]
+    pub fn new(alloc: usize, end: usize, size: u64) -> Self {
+        debug_assert!(alloc < u32::MAX as usize && (end < u32::MAX as usize || end == LIVE_AT_END));
+        TracedLife { alloc_at: alloc as u32, end_at: end.min(u32::MAX as usize) as u32, size }
+    }
+
+    /// Index of its `alloc` entry (address and request are that entry's).
+    #[inline]
+    pub fn alloc(&self) -> usize {
+        self.alloc_at as usize
+    }
+
+    /// Index of the entry that ended its `allocated` life; [`LIVE_AT_END`] when none did.
+    #[inline]
+    pub fn end(&self) -> usize {
+        if self.end_at == u32::MAX {
+            LIVE_AT_END
+        } else {
+            self.end_at as usize
+        }
+    }
+
+    /// Ends its life at entry `end` ([`LIVE_AT_END`]: live at the end).
+    #[inline]
+    pub fn set_end(&mut self, end: usize) {
+        self.end_at = end.min(u32::MAX as usize) as u32;
+    }
+
     /// Its allocation stack: its `alloc` entry's (`trace` is the device's trace the
     /// lives were walked from). Read in `alloc` order, as the lives are kept, the
     /// entries are read forward.
     #[inline]
     pub fn stack(&self, trace: &[TraceEvent]) -> Option<StackId> {
-        trace[self.alloc].stack
+        trace[self.alloc()].stack
     }
 
     /// The entry that ended its life, `None` when it is live at the end.
     pub fn end_entry(&self) -> Option<usize> {
-        (self.end != LIVE_AT_END).then_some(self.end)
+        (self.end_at != u32::MAX).then_some(self.end_at as usize)
     }
 }
 
@@ -438,7 +471,7 @@ impl LivesDraft {
     fn entry(&mut self, i: usize, e: &TraceEvent, k: usize, cfg: &AllocatorConfig) {
         let p = std::mem::take(&mut self.pending[k]);
         if p != 0 {
-            self.traced[p as usize - 1].end = i;
+            self.traced[p as usize - 1].set_end(i);
             if self.index {
                 // Entries come in order, and each ends at most this one life.
                 self.by_end.push(p - 1);
@@ -449,7 +482,7 @@ impl LivesDraft {
             if m.0 != e.size {
                 *m = (e.size, round_size(e.size, cfg));
             }
-            self.traced.push(TracedLife { alloc: i, end: LIVE_AT_END, size: m.1 });
+            self.traced.push(TracedLife::new(i, LIVE_AT_END, m.1));
             if self.index {
                 self.req.push(e.size);
             }

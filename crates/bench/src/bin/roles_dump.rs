@@ -33,16 +33,16 @@ fn main() {
                 let (_, _, roles) = fragscope_trace::device_roles_with(&snap, &lives);
                 for (l, rr) in lives.traced.iter().zip(&roles.traced) {
                     if rr.role.as_str() == want {
-                        let end = if l.end == usize::MAX {
+                        let end = if l.end() == usize::MAX {
                             "live".to_string()
                         } else {
-                            format!("{} {}", l.end, st.phase_at(l.end).as_str())
+                            format!("{} {}", l.end(), st.phase_at(l.end()).as_str())
                         };
                         println!(
                             "   {want} size {} alloc {} {} end {end} {:?}",
                             l.size,
-                            l.alloc,
-                            st.phase_at(l.alloc).as_str(),
+                            l.alloc(),
+                            st.phase_at(l.alloc()).as_str(),
                             rr.reason
                         );
                     }

@@ -388,7 +388,7 @@ impl LifeIndex {
     fn new(snap: &Snapshot, lives: &BlockLives) -> Self {
         let trace = snap.trace(lives.device);
         LifeIndex {
-            req: lives.traced.iter().map(|l| trace[l.alloc].size).collect(),
+            req: lives.traced.iter().map(|l| trace[l.alloc()].size).collect(),
             ends: Ends::new(lives, trace.len()),
         }
     }
@@ -455,7 +455,7 @@ impl Ends {
             }
         };
         for (i, l) in lives.traced.iter().enumerate() {
-            put(l.end, i);
+            put(l.end(), i);
         }
         for (j, b) in lives.seeded.iter().enumerate() {
             put(b.end, traced + j);
@@ -477,8 +477,8 @@ impl Ends {
         let mut taken: FxHashMap<usize, ()> = FxHashMap::default();
         for (j, b) in lives.seeded.iter().enumerate().filter(|(_, b)| b.end != LIVE_AT_END) {
             let k = traced + j;
-            let at = by_end.partition_point(|&t| lives.traced[t as usize].end < b.end);
-            let traced_there = by_end.get(at).is_some_and(|&t| lives.traced[t as usize].end == b.end);
+            let at = by_end.partition_point(|&t| lives.traced[t as usize].end() < b.end);
+            let traced_there = by_end.get(at).is_some_and(|&t| lives.traced[t as usize].end() == b.end);
             if k < u32::MAX as usize && !traced_there && taken.insert(b.end, ()).is_none() {
                 own.push((b.end, k as u32));
             } else {
@@ -490,7 +490,7 @@ impl Ends {
             let mut merged = Vec::with_capacity(by_end.len() + own.len());
             let mut o = own.into_iter().peekable();
             for t in by_end {
-                let e = lives.traced[t as usize].end;
+                let e = lives.traced[t as usize].end();
                 while let Some(x) = o.next_if(|x| x.0 < e) {
                     merged.push(x.1);
                 }
@@ -516,7 +516,7 @@ impl Ends {
     fn end_of(&self, lives: &BlockLives, k: u32) -> usize {
         let k = k as usize;
         if k < self.traced {
-            lives.traced[k].end
+            lives.traced[k].end()
         } else {
             lives.seeded[k - self.traced].end
         }
@@ -720,8 +720,8 @@ impl<'a, 'e> Classifier<'a, 'e> {
         let mut kept: Vec<Vec<(usize, usize)>> = vec![Vec::new(); st.steps.len()];
         let mut step_of = StepCursor::new(st);
         for (i, l) in lives.traced.iter().enumerate() {
-            let a = l.alloc;
-            let e = l.end; // LIVE_AT_END is past every entry
+            let a = l.alloc();
+            let e = l.end(); // LIVE_AT_END is past every entry
             let k = step_of.at(a);
             if ev.of(l.stack(trace)) & WORKSPACE != 0 {
                 traced[i] = BlockRole::of(Reason::OtherWorkspace);
@@ -788,10 +788,10 @@ impl<'a, 'e> Classifier<'a, 'e> {
         }
         for &i in &found.outside {
             let l = &lives.traced[i];
-            if l.alloc >= fb {
+            if l.alloc() >= fb {
                 break;
             }
-            if l.end >= fb && self.traced[i].reason == Reason::OtherUndecided {
+            if l.end() >= fb && self.traced[i].reason == Reason::OtherUndecided {
                 if let Some(c) = left.get_mut(&req[i]).filter(|c| **c > 0) {
                     *c -= 1;
                     self.traced[i] = BlockRole::of(Reason::ParamSetupMatchesGradient);
@@ -843,10 +843,10 @@ impl<'a, 'e> Classifier<'a, 'e> {
         let setup: Vec<usize> = outside
             .iter()
             .copied()
-            .take_while(|&i| lives.traced[i].alloc < os)
+            .take_while(|&i| lives.traced[i].alloc() < os)
             .filter(|&i| {
                 self.traced[i].reason == Reason::OtherUndecided
-                    && lives.traced[i].end >= os
+                    && lives.traced[i].end() >= os
                     && param_sizes.contains_key(&req[i])
             })
             .collect();
@@ -967,9 +967,9 @@ impl<'a, 'e> Classifier<'a, 'e> {
             if self.traced[i].reason != Reason::OtherUndecided {
                 continue;
             }
-            let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc)).copied();
+            let next_fwd = forward_starts.get(forward_starts.partition_point(|&f| f <= l.alloc())).copied();
             let reason = match next_fwd {
-                Some(f) if l.end >= f => {
+                Some(f) if l.end() >= f => {
                     if self.ev.mentions(l.stack(trace), "__init__") {
                         Reason::OtherUndecided
                     } else {
@@ -977,11 +977,11 @@ impl<'a, 'e> Classifier<'a, 'e> {
                     }
                 }
                 Some(_) => Reason::TempFreedBetweenSteps,
-                None if self.read_by_pass(l.alloc, l.end) => Reason::InputBeforePass,
-                None if no_backward && l.end == LIVE_AT_END && built_model(self.ev, l.stack(trace)) => {
+                None if self.read_by_pass(l.alloc(), l.end()) => Reason::InputBeforePass,
+                None if no_backward && l.end() == LIVE_AT_END && built_model(self.ev, l.stack(trace)) => {
                     Reason::ParamBuiltNoBackward
                 }
-                None if l.end < n => Reason::TempFreedBetweenSteps,
+                None if l.end() < n => Reason::TempFreedBetweenSteps,
                 None => Reason::OtherUndecided,
             };
             self.traced[i] = BlockRole::of(reason);
@@ -1034,8 +1034,8 @@ impl<'a, 'e> Classifier<'a, 'e> {
         const HALVES_FROM: usize = 1 << 16;
         let lives = self.lives;
         let req = self.req;
-        let from = lives.traced.partition_point(|l| l.alloc < start);
-        let to = from + lives.traced[from..].partition_point(|l| l.alloc < end);
+        let from = lives.traced.partition_point(|l| l.alloc() < start);
+        let to = from + lives.traced[from..].partition_point(|l| l.alloc() < end);
         let mid = (to - from >= HALVES_FROM && crate::par::threads() >= 2).then_some(from + (to - from) / 2);
         let open = |r: &BlockRole| r.reason == Reason::OtherNoSteps;
         let traced = &self.traced;
@@ -1065,12 +1065,12 @@ impl<'a, 'e> Classifier<'a, 'e> {
                 if !open(r) {
                     continue;
                 }
-                let kept = if l.alloc < mark { l.end >= mark } else { l.end >= end };
+                let kept = if l.alloc() < mark { l.end() >= mark } else { l.end() >= end };
                 *r = BlockRole::of(match (grad, kept) {
                     (true, true) => Reason::ActSavedInPass,
                     (true, false) => Reason::TempFreedInPass,
                     // `no_grad`: kept past the pass's end or not.
-                    (false, _) if l.end >= end => Reason::OtherOutlivesNoGradPass,
+                    (false, _) if l.end() >= end => Reason::OtherOutlivesNoGradPass,
                     (false, _) => Reason::TempNoGradPass,
                 });
             }
@@ -1126,7 +1126,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
         let traced: Vec<usize> = if seeded.is_empty() {
             (0..lives.traced.len())
                 .filter(|&i| {
-                    lives.traced[i].end == LIVE_AT_END
+                    lives.traced[i].end() == LIVE_AT_END
                         && self.ev.of(lives.traced[i].stack(trace)) & (steps::PHASES | WORKSPACE) == 0
                         && matches!(
                             self.traced[i].reason,
@@ -1224,10 +1224,10 @@ impl<'a, 'e> Classifier<'a, 'e> {
         let (lives, req) = (self.lives, self.req);
         (0..self.st.steps.len()).filter(|&k| backward_whole(self.st, k)).any(|k| {
             let Some((bs, be)) = self.spans[k].0 else { return false };
-            let from = lives.traced.partition_point(|l| l.alloc < bs);
+            let from = lives.traced.partition_point(|l| l.alloc() < bs);
             let mut made: FxHashMap<u64, usize> = FxHashMap::default();
-            for i in (from..lives.traced.len()).take_while(|&i| lives.traced[i].alloc < be) {
-                if lives.traced[i].end < be {
+            for i in (from..lives.traced.len()).take_while(|&i| lives.traced[i].alloc() < be) {
+                if lives.traced[i].end() < be {
                     *made.entry(req[i]).or_default() += 1;
                 }
             }
@@ -1251,7 +1251,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
         }
         for (i, l) in self.lives.traced.iter().enumerate() {
             if let Some(c) = half.get_mut(&self.req[i]) {
-                if matches!(self.st.phase_at(l.alloc), Phase::Forward | Phase::Outside) {
+                if matches!(self.st.phase_at(l.alloc()), Phase::Forward | Phase::Outside) {
                     *c += 1;
                 }
             }
@@ -1401,7 +1401,7 @@ impl<'a, 'e> Classifier<'a, 'e> {
         }
         let lives = &self.lives.traced;
         let mut made: FxHashMap<u64, usize> = FxHashMap::default();
-        for i in lives.partition_point(|l| l.alloc < os)..lives.partition_point(|l| l.alloc < oe) {
+        for i in lives.partition_point(|l| l.alloc() < os)..lives.partition_point(|l| l.alloc() < oe) {
             if self.traced[i].reason == Reason::OptMadeInStepKept && self.req[i] > 8 {
                 *made.entry(self.req[i]).or_default() += 1;
             }
@@ -1427,9 +1427,9 @@ impl<'a, 'e> Classifier<'a, 'e> {
         }
         // The blocks made before `t`, the role read first: few of them hold one of these
         // two roles, and the roles are a smaller array than the lives.
-        let made = lives.traced.partition_point(|l| l.alloc < t);
+        let made = lives.traced.partition_point(|l| l.alloc() < t);
         for (i, r) in self.traced[..made].iter().enumerate() {
-            if matches!(r.role, Role::OptimizerState | Role::Parameters) && lives.traced[i].end >= t {
+            if matches!(r.role, Role::OptimizerState | Role::Parameters) && lives.traced[i].end() >= t {
                 count(r.role, req[i]);
             }
         }
@@ -1594,7 +1594,7 @@ fn lineages_live_at(
             }
             if let Some((_, r)) = freed.get_mut(&req[i]).and_then(Vec::pop) {
                 root.insert(i, r);
-                if alloc < fb && lives.traced[i].end >= fb {
+                if alloc < fb && lives.traced[i].end() >= fb {
                     live[r] = true;
                 }
             }
@@ -1838,14 +1838,14 @@ pub fn bytes_at(snap: &Snapshot, lives: &BlockLives, roles: &Roles, state: usize
             v[r.role as usize] += b.request;
         }
     }
-    let k = lives.traced.partition_point(|l| l.alloc < state);
+    let k = lives.traced.partition_point(|l| l.alloc() < state);
     for (i, (l, r)) in lives.traced[..k].iter().zip(&roles.traced).enumerate() {
-        if l.end >= state {
+        if l.end() >= state {
             let role = match roles.from_state.get(&i) {
                 Some(&f) if state < f => Role::Temporaries,
                 _ => r.role,
             };
-            v[role as usize] += trace[l.alloc].size;
+            v[role as usize] += trace[l.alloc()].size;
         }
     }
     v
@@ -1890,7 +1890,7 @@ fn sweep(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usize) -> F
     /// Below this many traced lives the states are swept on one thread.
     const HALVES_FROM: usize = 1 << 18;
     let n = lives.traced.len();
-    let mid = (n >= HALVES_FROM && crate::par::threads() >= 2).then(|| lives.traced[n / 2].alloc + 1);
+    let mid = (n >= HALVES_FROM && crate::par::threads() >= 2).then(|| lives.traced[n / 2].alloc() + 1);
     sweep_halves(lives, roles, ix, entries, mid)
 }
 
@@ -1910,7 +1910,7 @@ fn sweep_halves(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usiz
     let last = entries
         .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
         .max(moves.last().map_or(0, |x| x.0))
-        .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
+        .max(lives.traced.last().map_or(0, |l| l.alloc() + 1));
     // A move at state 0 held back every move (the sweep starts at state 1).
     if moves.first().is_some_and(|x| x.0 == 0) {
         moves.clear();
@@ -1926,14 +1926,14 @@ fn sweep_halves(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usiz
         let mut mv = moved.partition_point(|&i| i < a);
         loop {
             let s =
-                lives.traced.get(a).map_or(usize::MAX, |l| l.alloc + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
+                lives.traced.get(a).map_or(usize::MAX, |l| l.alloc() + 1).min(moves.get(m).map_or(usize::MAX, |x| x.0));
             if s > last || s >= stop {
                 break;
             }
             r.ends_until(s - 1);
             let mut touched = r.end_entry(s - 1).0;
             r.e = s;
-            while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+            while a < lives.traced.len() && lives.traced[a].alloc() + 1 == s {
                 while mv < moved.len() && moved[mv] < a {
                     mv += 1;
                 }
@@ -1968,14 +1968,14 @@ fn sweep_halves(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usiz
         let mut mv = 0;
         for (k, l) in lives.traced.iter().enumerate() {
             let (q, size, role) = (req[k] as i64, l.size as i64, roles.traced[k].role as usize);
-            if l.alloc < upto {
+            if l.alloc() < upto {
                 while mv < moved.len() && moved[mv] < k {
                     mv += 1;
                 }
                 r.cur[if moved.get(mv) == Some(&k) { TEMP } else { role }] += q;
                 r.blk += size;
             }
-            if l.end != LIVE_AT_END && l.end < upto {
+            if l.end() != LIVE_AT_END && l.end() < upto {
                 r.cur[role] -= q;
                 r.blk -= size;
             }
@@ -1997,7 +1997,7 @@ fn sweep_halves(lives: &BlockLives, roles: &Roles, ix: &LifeIndex, entries: usiz
         r.more_at = ends.more.partition_point(|x| x.0 < upto);
         // Its own highs, from nothing: the state it starts at is the first sweep's.
         r.hi = Highs { max: [i64::MIN; 7], peak: i64::MIN, peak_state: 0, at_peak: r.cur };
-        let a = lives.traced.partition_point(|l| l.alloc + 1 < mid);
+        let a = lives.traced.partition_point(|l| l.alloc() + 1 < mid);
         let m = moves.partition_point(|x| x.0 < mid);
         run(r, a, m, whole)
     };
@@ -2328,10 +2328,10 @@ mod tests {
         let last = entries
             .max(ix.ends.more.last().map_or(0, |x| x.0 + 1))
             .max(moves.last().map_or(0, |x| x.0))
-            .max(lives.traced.last().map_or(0, |l| l.alloc + 1));
+            .max(lives.traced.last().map_or(0, |l| l.alloc() + 1));
         let (mut a, mut m) = (0usize, 0usize);
         for s in 1..=last {
-            while a < lives.traced.len() && lives.traced[a].alloc + 1 == s {
+            while a < lives.traced.len() && lives.traced[a].alloc() + 1 == s {
                 let role = if roles.from_state.contains_key(&a) { TEMP } else { roles.traced[a].role as usize };
                 cur[role] += req[a] as i64;
                 blk += lives.traced[a].size as i64;
@@ -2388,10 +2388,8 @@ mod tests {
             let sparse = 2 + round % 3;
             let mut allocs: Vec<usize> = (0..n).filter(|_| rng.below(sparse) == 0).collect();
             allocs.dedup();
-            let traced: Vec<TracedLife> = allocs
-                .iter()
-                .map(|&a| TracedLife { alloc: a, end: end(&mut rng, a + 1), size: size(&mut rng) })
-                .collect();
+            let traced: Vec<TracedLife> =
+                allocs.iter().map(|&a| TracedLife::new(a, end(&mut rng, a + 1), size(&mut rng))).collect();
             let seeded: Vec<SeededLife> = (0..rng.below(4))
                 .map(|_| SeededLife {
                     address: 0,
@@ -2411,7 +2409,7 @@ mod tests {
             };
             for (i, l) in traced.iter().enumerate() {
                 if rng.below(5) == 0 {
-                    roles.from_state.insert(i, l.alloc + 1 + rng.below(n + 2));
+                    roles.from_state.insert(i, l.alloc() + 1 + rng.below(n + 2));
                 }
             }
             let lives = BlockLives { device: 0, seeded, traced };
@@ -2544,11 +2542,11 @@ mod tests {
         }
 
         fn made_by(mut self, alloc: usize, end: usize, request: u64, frames: Frames) -> Self {
-            assert!(self.traced.last().is_none_or(|l| l.alloc < alloc), "lives in `alloc` order");
+            assert!(self.traced.last().is_none_or(|l| l.alloc() < alloc), "lives in `alloc` order");
             self.snap.device_traces[0][alloc].size = request;
             // A life's stack is its `alloc` entry's.
             self.snap.device_traces[0][alloc].stack = self.stack(frames);
-            self.traced.push(TracedLife { alloc, end, size: request.max(512) });
+            self.traced.push(TracedLife::new(alloc, end, request.max(512)));
             self
         }
 

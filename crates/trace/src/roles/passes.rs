@@ -169,13 +169,13 @@ pub fn kept_by_layer(
     let mut j = 0;
     for i in made {
         let l = &lives.traced[i];
-        while j < layers.len() && layers[j].0 <= l.alloc {
+        while j < layers.len() && layers[j].0 <= l.alloc() {
             j += 1;
         }
-        if l.end < mark {
+        if l.end() < mark {
             continue;
         }
-        if j >= 1 && j - 1 < judged && l.alloc < layers[j - 1].1 {
+        if j >= 1 && j - 1 < judged && l.alloc() < layers[j - 1].1 {
             kept[j - 1] += req[i];
         }
     }

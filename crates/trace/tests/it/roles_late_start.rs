@@ -287,7 +287,10 @@ fn check(c: Case) -> (usize, Vec<String>, DeviceRoles, Truth) {
             } else {
                 wrong.push(format!(
                     "traced #{i} {} B at entry {} is {t:?}, called {:?} ({:?})",
-                    trace[l.alloc].size, l.alloc, br.role, br.reason
+                    trace[l.alloc()].size,
+                    l.alloc(),
+                    br.role,
+                    br.reason
                 ));
             }
         }
@@ -376,10 +379,10 @@ fn by_cut(snap: &Snapshot, c: usize) -> ByCut {
     }
     let mut made = HashMap::new();
     for (l, br) in lives.traced.iter().zip(&r.traced) {
-        if l.alloc < c && l.end >= c {
-            live.insert(trace[l.alloc].addr, (br.role, br.reason));
-        } else if l.alloc >= c {
-            made.insert(l.alloc, (br.role, br.reason));
+        if l.alloc() < c && l.end() >= c {
+            live.insert(trace[l.alloc()].addr, (br.role, br.reason));
+        } else if l.alloc() >= c {
+            made.insert(l.alloc(), (br.role, br.reason));
         }
     }
     ByCut { live, made }
