@@ -12,4 +12,5 @@ mod replay_start_state;
 mod role_whatif;
 mod roles_truth_cut;
 mod scaling;
+mod timelines_of;
 mod window;
