@@ -385,7 +385,6 @@ pub fn curves_and_timeline_marked(
         Some(tell) => timeline_walk_then(snap, device, &topts, &mut sink, tell),
         None => timeline_walk(snap, device, &topts, &mut sink),
     };
-    drop(sink);
     store(b, &cur);
     // The call sites with the most live bytes at their own peak; among equals, the one
     // met first in the walk (site ids are in that order). Not by stack id: ids follow the

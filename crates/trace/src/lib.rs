@@ -17,9 +17,11 @@
 //!   any entry ([`live_at`] → [`LiveBlock`]). [`timeline_walk`] lends the same walk to a
 //!   sink of the caller's (the HTML report's curves).
 //! * [`BlockLives`]: every block's `allocated` life ([`TracedLife`], [`SeededLife`]), kept
-//!   by a sink of the same walk ([`timeline_with_lives`]) or by a walk of their own
-//!   ([`BlockLives::replay`], from its first pass alone), shared by the analyses that ask
-//!   "who was live when": attribution, roles, leak detection.
+//!   by a sink of the same walk ([`timeline_with_lives`]; [`timeline_with_lives_then`] and
+//!   [`timeline_walk_then`] hand them to an [`OnLives`] before the timeline's last part, so
+//!   that the roles can start) or by a walk of their own ([`BlockLives::replay`], from its
+//!   first pass alone), shared by the analyses that ask "who was live when": attribution,
+//!   roles, leak detection.
 //! * [`Scopes`]: the `record_function` scopes open at any moment; [`Site`]: the call site
 //!   of a stack ([`site_of`]); [`DeviceAttribution`] ([`attribute`]): the sites and scopes
 //!   holding the memory at the peaks, read from the lives; [`context_key`]: an
