@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use fragscope_diagnose::{analyze_with_timelines, Analysis, AnalyzeOptions};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, TraceEvent};
-use fragscope_trace::{summarize_parts, BlockLives, Summary};
+use fragscope_trace::{summarize_from_timelines, BlockLives, Summary};
 use serde::Serialize;
 
 /// Schema name written into the page's data (`fragscope.report/1`).
@@ -443,10 +443,8 @@ fn walk_and_draw(
     let device_list = snap.devices();
     let (tx, rx) = std::sync::mpsc::channel();
     let (scan_tx, scan_rx) = std::sync::mpsc::channel();
-    let summary_cell = std::sync::OnceLock::new();
-    let summary_slot = &summary_cell;
     let devices_scanned = &device_list;
-    let ((ana, role_curves_of), drawn, lives_of) = std::thread::scope(|s| {
+    let ((ana, role_curves_of, sum), drawn, lives_of) = std::thread::scope(|s| {
         let analysis = s.spawn(move || {
             let tx = std::sync::Mutex::new(tx);
             // Each walked device's page states, curve buckets and lives, for its role
@@ -471,21 +469,17 @@ fn walk_and_draw(
                 let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone(), marks, keyframes));
                 tl
             };
-            // What is read from the traces alone, then the summary, on the analysis'
-            // thread beside the first walk (the core the walk does not use has room for
-            // them; a thread of their own would share). The scans are sent as soon as
-            // they are done: they are drawn once the walk ends.
+            // What is read from the traces alone, on the analysis' thread beside the
+            // first walk (the core the walk does not use has room for it; a thread of its
+            // own would share). The scans are sent as soon as they are done: they are
+            // drawn once the walk ends. (The summary no longer walks each trace here for
+            // its figures beside the timeline's own walk: it reads that walk's, below.)
             let scan_tx = std::sync::Mutex::new(scan_tx);
             let beside = move || {
                 let scans: FxHashMap<i64, TraceScan> =
                     devices_scanned.iter().map(|&d| (d, TraceScan::new(snap, d, opts))).collect();
                 // Received below, unless that thread has already failed.
                 let _ = scan_tx.lock().expect("scan channel").send(scans);
-                // Without its roles: analyze's are the same figures over the same block
-                // lives (set below), and a second walk of the trace for them is spared.
-                // Without memory_summary's table: the timeline's walk computes it for the
-                // peak allocated, and the page draws no other figure of it.
-                let _ = summary_slot.set(summarize_parts(snap, false, false));
             };
             let ana = analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside));
             // The role buckets here, while the caller's thread draws the curves and the
@@ -496,7 +490,14 @@ fn walk_and_draw(
                 .into_iter()
                 .filter_map(|(d, states, amax, lives)| Some((d, role_curves(snap, &ana, d, &lives, states, &amax)?)))
                 .collect();
-            (ana, role_curves_of)
+            // The summary, from the timelines' own first passes (no walk of its own);
+            // without its roles: analyze's are the same figures over the same block lives
+            // (set by `summary_roles`); without memory_summary's table: the timeline's
+            // walk computes it for the peak allocated, and the page draws no other figure
+            // of it.
+            let timeline_of = |d: i64| ana.devices.iter().find(|a| a.device == d).map(|a| &a.fragmentation.timeline);
+            let sum = summarize_from_timelines(snap, &timeline_of);
+            (ana, role_curves_of, sum)
         });
         // The analysis walks every device, in this order, one message each (fewer only
         // when its thread ended early: it panicked, and the join below says so).
@@ -532,8 +533,6 @@ fn walk_and_draw(
         let drawn = draw(snap, opts, parts, walked, &lives_of, table);
         (analysis.join().expect("the analysis thread panicked"), drawn, lives_of)
     });
-    // The analysis runs `beside` exactly once.
-    let sum = summary_cell.into_inner().unwrap_or_else(|| summarize_parts(snap, false, false));
     (ana, drawn, lives_of, sum, role_curves_of)
 }
 

@@ -76,9 +76,10 @@ pub use steps::{
     Step, StepSource, Steps,
 };
 pub use summary::{
-    host_summary, summarize, summarize_device, summarize_device_threads, summarize_device_with, summarize_parts,
-    summarize_with, DeviceSummary, Fragmentation, History, HostSummary, MemvizStats, Notes as ReaderNotes, PoolFigures,
-    Pools, ProfilerTotals, Settings as RecordedSettings, Summary, TraceSummary, SCHEMA as SUMMARY_SCHEMA,
+    host_summary, summarize, summarize_device, summarize_device_threads, summarize_device_with,
+    summarize_from_timelines, summarize_parts, summarize_with, DeviceSummary, Fragmentation, History, HostSummary,
+    MemvizStats, Notes as ReaderNotes, PoolFigures, Pools, ProfilerTotals, Settings as RecordedSettings, Summary,
+    TraceSummary, SCHEMA as SUMMARY_SCHEMA,
 };
 pub use timeline::{
     levels_at, live_at, live_sets_at, peak_allocated, timeline, timeline_walk, timeline_walk_then, timeline_with_lives,

@@ -20,6 +20,7 @@
 //! blocks, internal free = `size` − request (rounding slack); external free = the sizes
 //! of every other block (pending-free counts as free there). See [`Fragmentation`].
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use fragscope_snapshot::{Action, BlockState, FxHashMap, Segment, SegmentType, Snapshot, SourceFormat, TraceEvent};
@@ -488,7 +489,7 @@ pub fn summarize_device_with(snap: &Snapshot, device: i64, roles: bool) -> Devic
 /// that both layouts give the same summary; a machine takes the one its cores suit).
 #[doc(hidden)]
 pub fn summarize_device_threads(snap: &Snapshot, device: i64, roles: bool, own_steps_thread: bool) -> DeviceSummary {
-    summarize_device_parts(snap, device, roles, true, own_steps_thread)
+    summarize_device_parts(snap, device, roles, true, own_steps_thread, None)
 }
 
 /// [`summarize_device_threads`], without memory_summary's table when `table` is false
@@ -500,6 +501,7 @@ fn summarize_device_parts(
     roles: bool,
     table: bool,
     own_steps_thread: bool,
+    facts: Option<&TraceFacts>,
 ) -> DeviceSummary {
     let segs: Vec<&Segment> = snap.device_segments(device).collect();
     let all = pool_figures(segs.iter().copied());
@@ -531,11 +533,15 @@ fn summarize_device_parts(
         let (to_lives, steps_rx) = std::sync::mpsc::sync_channel(1);
         let steps = (want_roles && own_steps_thread).then(|| sc.spawn(steps_of));
         let lived = sc.spawn(move || {
-            // The lives only for the roles: without them, the walk's first pass alone.
-            let (lives, facts, index) = if want_roles {
-                BlockLives::replay_with_facts(snap, device, true)
-            } else {
-                (BlockLives::default(), crate::walk::Replayer::facts(snap, device), None)
+            // The lives only for the roles: without them, the walk's first pass alone (or
+            // the caller's, `facts`).
+            let (lives, facts, index) = match (want_roles, facts) {
+                (true, _) => {
+                    let (lives, f, index) = BlockLives::replay_with_facts(snap, device, true);
+                    (lives, Cow::Owned(f), index)
+                }
+                (false, Some(f)) => (BlockLives::default(), Cow::Borrowed(f), None),
+                (false, None) => (BlockLives::default(), Cow::Owned(crate::walk::Replayer::facts(snap, device)), None),
             };
             let trace = trace_summary(segs_ref, snap.trace(device), &facts);
             drop(facts);
@@ -594,10 +600,38 @@ pub fn summarize_with(snap: &Snapshot, roles: bool) -> Summary {
 /// allocated, and the page never draws the table, so the summary beside it skips the
 /// second computation.
 pub fn summarize_parts(snap: &Snapshot, roles: bool, table: bool) -> Summary {
+    summarize_with_facts(snap, roles, table, &|_| None)
+}
+
+/// [`summarize_parts`] without the roles and memory_summary's table, the trace figures
+/// read from the first pass of each device's timeline walk, `timeline_of(device)` (a
+/// device without one: a walk of its own): for the report, whose timeline walks made
+/// them, so that its summary does not walk each trace again.
+pub fn summarize_from_timelines<'t>(
+    snap: &Snapshot,
+    timeline_of: &dyn Fn(i64) -> Option<&'t crate::DeviceTimeline>,
+) -> Summary {
+    summarize_with_facts(snap, false, false, &|d| timeline_of(d).and_then(|t| t.facts.clone()))
+}
+
+fn summarize_with_facts(
+    snap: &Snapshot,
+    roles: bool,
+    table: bool,
+    facts_of: &dyn Fn(i64) -> Option<std::sync::Arc<TraceFacts>>,
+) -> Summary {
     let threads = crate::par::threads() > 2;
     // Segments grouped by device once: every per-device step reads only its own.
     let devices = snap.with_device_index(|snap| {
-        snap.devices().into_iter().map(|d| summarize_device_parts(snap, d, roles, table, threads)).collect()
+        snap.devices()
+            .into_iter()
+            .map(|d| {
+                // The caller's facts serve only a summary without roles (the roles need the
+                // lives, whose walk gives the facts anyway).
+                let facts = if roles { None } else { facts_of(d) };
+                summarize_device_parts(snap, d, roles, table, threads, facts.as_deref())
+            })
+            .collect()
     });
     let settings = snap.recorded_settings().map(|s| Settings {
         unread: s.conf.as_deref().map(|c| fragscope_replay::read_recorded_conf(c).1).unwrap_or_default(),

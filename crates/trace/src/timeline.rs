@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use crate::lives::{BlockLives, LivesRecorder};
 use crate::scopes::Scopes;
-use crate::walk::{opt_time, Replayer, WalkSink};
+use crate::walk::{opt_time, Replayer, TraceFacts, WalkSink};
 pub(crate) use crate::walk::{Levels, LiveBlock, ReservedSource, Seeded};
 
 /// Default number of points of [`DeviceTimeline::series`].
@@ -125,6 +125,11 @@ pub struct DeviceTimeline {
     /// (not serialised).
     #[serde(skip)]
     pub first_oom: Option<usize>,
+    /// What `summary`'s trace figures read from the trace, from the walk's first pass, so
+    /// that a caller with the timelines needs no walk for them
+    /// ([`crate::summarize_from_timelines`]; not serialised).
+    #[serde(skip)]
+    pub(crate) facts: Option<Arc<TraceFacts>>,
 }
 
 /// Where [`DeviceTimeline::peak_allocated`]'s bytes come from (`"memory_stats"`,
@@ -304,6 +309,7 @@ fn walk(
     }
     let (pa, peak_allocated_source) = peak_allocated(snap, device, pa);
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
+    let facts = Some(Arc::new(std::mem::take(&mut r.facts)));
     DeviceTimeline {
         device,
         events: n,
@@ -323,6 +329,7 @@ fn walk(
         series,
         lives,
         first_oom,
+        facts,
     }
 }
 
