@@ -23,12 +23,14 @@ pub const MAX_ADDRESS: u64 = 1 << 57;
 /// life is two of them). A trace that long would be 137 GB of entries in memory.
 pub const MAX_TRACE_ENTRIES: usize = u32::MAX as usize - 1;
 
-/// Refuses a trace of more than [`MAX_TRACE_ENTRIES`] entries.
-fn trace_len(t: &[TraceEvent], name: &str) -> Result<(), ReadError> {
-    if t.len() > MAX_TRACE_ENTRIES {
-        return Err(bad(format!("{name} has {} entries, more than {MAX_TRACE_ENTRIES}", t.len())));
+/// Refuses a snapshot with a trace of more than [`MAX_TRACE_ENTRIES`] entries.
+fn trace_lens(snap: &Snapshot) -> Result<(), ReadError> {
+    let device = snap.device_traces.iter().enumerate().map(|(d, t)| (format!("device_traces[{d}]"), t.len()));
+    let host = snap.host_traces.iter().map(|t| ("host_traces".to_string(), t.len()));
+    match device.chain(host).find(|(_, n)| *n > MAX_TRACE_ENTRIES) {
+        Some((name, n)) => Err(bad(format!("{name} has {n} entries, more than {MAX_TRACE_ENTRIES}"))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A bound on the `addr` and `size` of every trace entry a read made (device and host
@@ -119,7 +121,6 @@ fn segments(list: &[Segment], name: &str) -> Result<(), ReadError> {
 }
 
 fn trace(t: &[TraceEvent], name: &str) -> Result<(), ReadError> {
-    trace_len(t, name)?;
     for (i, e) in t.iter().enumerate() {
         // An `oom` entry's `addr` holds the device's free bytes, a size like any other.
         addr(e.addr, || format!("{name} entry {i} ({}) addr", e.action.as_str()))?;
@@ -140,10 +141,7 @@ pub(crate) fn check_read(snap: &Snapshot, max: Option<TraceMax>) -> Result<(), R
                 && m.size <= MAX_BYTES
                 && entries(snap).checked_mul(u128::from(m.size)).is_some_and(|t| t <= u128::from(u64::MAX)) =>
         {
-            for (d, t) in snap.device_traces.iter().enumerate() {
-                trace_len(t, &format!("device_traces[{d}]"))?;
-            }
-            trace_len(snap.host_traces.as_deref().unwrap_or(&[]), "host_traces")?;
+            trace_lens(snap)?;
             segments(&snap.segments, "segments")?;
             segments(snap.host_segments.as_deref().unwrap_or(&[]), "host_segments")
         }
@@ -159,8 +157,10 @@ fn entries(snap: &Snapshot) -> u128 {
 }
 
 /// Checks every address and byte count of `snap` against [`MAX_ADDRESS`] and [`MAX_BYTES`],
-/// and that their totals fit in a `u64`.
+/// that their totals fit in a `u64`, and every trace's length against
+/// [`MAX_TRACE_ENTRIES`].
 pub fn check(snap: &Snapshot) -> Result<(), ReadError> {
+    trace_lens(snap)?;
     segments(&snap.segments, "segments")?;
     segments(snap.host_segments.as_deref().unwrap_or(&[]), "host_segments")?;
     for (d, t) in snap.device_traces.iter().enumerate() {

@@ -611,14 +611,14 @@ pub fn summarize_from_timelines<'t>(
     snap: &Snapshot,
     timeline_of: &dyn Fn(i64) -> Option<&'t crate::DeviceTimeline>,
 ) -> Summary {
-    summarize_with_facts(snap, false, false, &|d| timeline_of(d).and_then(|t| t.facts.clone()))
+    summarize_with_facts(snap, false, false, &|d| timeline_of(d).map(|t| &*t.facts))
 }
 
-fn summarize_with_facts(
+fn summarize_with_facts<'t>(
     snap: &Snapshot,
     roles: bool,
     table: bool,
-    facts_of: &dyn Fn(i64) -> Option<std::sync::Arc<TraceFacts>>,
+    facts_of: &dyn Fn(i64) -> Option<&'t TraceFacts>,
 ) -> Summary {
     let threads = crate::par::threads() > 2;
     // Segments grouped by device once: every per-device step reads only its own.
@@ -629,7 +629,7 @@ fn summarize_with_facts(
                 // The caller's facts serve only a summary without roles (the roles need the
                 // lives, whose walk gives the facts anyway).
                 let facts = if roles { None } else { facts_of(d) };
-                summarize_device_parts(snap, d, roles, table, threads, facts.as_deref())
+                summarize_device_parts(snap, d, roles, table, threads, facts)
             })
             .collect()
     });

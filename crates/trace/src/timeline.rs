@@ -129,7 +129,7 @@ pub struct DeviceTimeline {
     /// that a caller with the timelines needs no walk for them
     /// ([`crate::summarize_from_timelines`]; not serialised).
     #[serde(skip)]
-    pub(crate) facts: Option<Arc<TraceFacts>>,
+    pub(crate) facts: Arc<TraceFacts>,
 }
 
 /// Where [`DeviceTimeline::peak_allocated`]'s bytes come from (`"memory_stats"`,
@@ -309,7 +309,7 @@ fn walk(
     }
     let (pa, peak_allocated_source) = peak_allocated(snap, device, pa);
     let frac = |a: u64, r: u64| (r > 0).then(|| (1.0 - a as f64 / r as f64).max(0.0));
-    let facts = Some(Arc::new(std::mem::take(&mut r.facts)));
+    let facts = Arc::new(std::mem::take(&mut r.facts));
     DeviceTimeline {
         device,
         events: n,
