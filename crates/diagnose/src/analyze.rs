@@ -245,7 +245,13 @@ fn analyze_indexed(
     let devices: Vec<DeviceAnalysis> =
         snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
     work.beside_walk();
-    let oom = first_oom(snap)
+    // The lead is a device's OOM finding: without any, no look for the first `oom` entry
+    // (a pass over every trace entry).
+    let oom = devices
+        .iter()
+        .any(|d| d.oom.is_some())
+        .then(|| first_oom(snap))
+        .flatten()
         .and_then(|(dev, _)| devices.iter().find(|d| d.device == dev))
         .and_then(|d| d.oom.as_ref())
         .map(OomLead::of);

@@ -34,11 +34,11 @@
 
 use std::collections::BTreeMap;
 
-use fragscope_snapshot::{FrameTable, FxHashMap, Snapshot, StackId, NO_TIME};
+use fragscope_snapshot::{FrameTable, FxHashMap, Snapshot, StackId, StrId, NO_TIME};
 use serde::Serialize;
 
 use crate::blocks::is_pinned;
-use crate::contexts::{context_key, ContextField};
+use crate::contexts::{context_key_id, context_key_named, ContextField};
 use crate::scopes::Scopes;
 use crate::timeline::{self, DeviceTimeline, LiveBlock, Peak};
 
@@ -345,14 +345,32 @@ fn by_context(
     field: ContextField,
     top: usize,
 ) -> Vec<AnnotationBytes> {
-    let mut m: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let mut any_set = false;
+    let set = |key: &str| !(key.starts_with('(') || key.starts_with("N/A ("));
+    // Only strings the trace's entry contexts hold can be keys: without one the program
+    // or `torch.compile` set, nothing to list, and no look at the blocks' entries.
+    let field_of = |c: &fragscope_snapshot::EntryContext| match field {
+        ContextField::CompileContext => c.compile_context,
+        ContextField::UserMetadata => c.user_metadata,
+    };
+    if !snap.contexts.iter().filter_map(field_of).any(|id| set(&context_key_named(snap, Some(Some(id)), field))) {
+        return Vec::new();
+    }
+    // By string id first, then by name: a `String` per distinct id, not per block (a
+    // peak holds hundreds of thousands of blocks and a few contexts).
+    let mut by_id: FxHashMap<Option<Option<StrId>>, (u64, u64)> = FxHashMap::default();
     for b in blocks {
-        let key = context_key(snap, device, b.alloc_event, field);
-        any_set |= !(key.starts_with('(') || key.starts_with("N/A ("));
-        let e = m.entry(key).or_default();
+        let e = by_id.entry(context_key_id(snap, device, b.alloc_event, field)).or_default();
         e.0 += b.size;
         e.1 += 1;
+    }
+    let mut m: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut any_set = false;
+    for (id, (bytes, n)) in by_id {
+        let key = context_key_named(snap, id, field);
+        any_set |= set(&key);
+        let e = m.entry(key).or_default();
+        e.0 += bytes;
+        e.1 += n;
     }
     if !any_set {
         return Vec::new();

@@ -6,7 +6,7 @@
 //! allocations by them as they do by `record_function` annotation ([`ContextField`],
 //! [`context_key`]).
 
-use fragscope_snapshot::{Action, Snapshot};
+use fragscope_snapshot::{Action, Snapshot, StrId};
 
 /// Which of an entry's strings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,13 +34,28 @@ pub const BEFORE_TRACE: &str = "(allocated before the trace)";
 /// `compile_context=False`), `"(none set)"` for an empty `user_metadata` (its default),
 /// and `"N/A (outside torch.compile regions)"` for the `"N/A"` PyTorch writes outside them.
 pub fn context_key(snap: &Snapshot, device: i64, alloc_event: Option<usize>, field: ContextField) -> String {
-    let Some(ev) = alloc_event.and_then(|i| snap.trace(device).get(i)).filter(|e| e.action == Action::Alloc) else {
-        return BEFORE_TRACE.to_string();
-    };
-    let id = match field {
+    context_key_named(snap, context_key_id(snap, device, alloc_event, field), field)
+}
+
+/// What [`context_key`] names, before it is named: `None` for a block allocated before the
+/// trace, else the entry's string id (`Some(None)`: none recorded). For a caller that groups
+/// many blocks: one key per distinct id, not a `String` per block.
+pub fn context_key_id(
+    snap: &Snapshot,
+    device: i64,
+    alloc_event: Option<usize>,
+    field: ContextField,
+) -> Option<Option<StrId>> {
+    let ev = alloc_event.and_then(|i| snap.trace(device).get(i)).filter(|e| e.action == Action::Alloc)?;
+    Some(match field {
         ContextField::CompileContext => snap.compile_context(ev),
         ContextField::UserMetadata => snap.user_metadata(ev),
-    };
+    })
+}
+
+/// The key [`context_key`] gives a block whose [`context_key_id`] is `id`.
+pub fn context_key_named(snap: &Snapshot, id: Option<Option<StrId>>, field: ContextField) -> String {
+    let Some(id) = id else { return BEFORE_TRACE.to_string() };
     match id.map(|s| snap.frames.str(s)) {
         None => "(not recorded)".to_string(),
         Some("") => "(none set)".to_string(),

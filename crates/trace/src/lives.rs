@@ -171,33 +171,57 @@ impl BlockLives {
             .iter()
             .map(|p| {
                 let s = p.map_or(0, |i| (i + 1).min(n));
-                let seeded = self.seeded.iter().filter(|b| b.end >= s).map(|b| LiveBlock {
-                    address: b.address,
-                    size: b.size,
-                    requested: b.request,
-                    stack: b.stack,
-                    alloc_event: None,
-                    alloc_time_us: None,
-                    annotation: scopes.innermost_at(NO_TIME).map(str::to_string),
-                });
                 // Traced lives are in `alloc` order: those allocated before `s` are a prefix.
                 let k = self.traced.partition_point(|l| l.alloc() < s);
-                let traced = self.traced[..k].iter().filter(|l| l.end() >= s).map(|l| {
-                    let e = &trace[l.alloc()];
-                    LiveBlock {
-                        address: e.addr,
-                        size: l.size,
-                        requested: e.size,
-                        stack: e.stack,
-                        alloc_event: Some(l.alloc()),
-                        alloc_time_us: opt_time(e.time_us),
-                        annotation: scopes.innermost_at(e.time_us).map(str::to_string),
-                    }
-                });
-                let mut v: Vec<LiveBlock> = seeded.chain(traced).collect();
-                // Addresses of live blocks are distinct: the order is the replay's.
-                v.sort_unstable_by_key(|b| b.address);
-                v
+                // The live ones by address (distinct: the order is the replay's), sorted as
+                // 16-byte keys before the blocks are made: sorting the blocks themselves
+                // moved ~100 bytes per swap (15 ms of the report on a 6.4 M-entry trace).
+                // With the `SEEDED` bit, a seeded life's number; else a traced life's.
+                const SEEDED: u64 = 1 << 63;
+                let mut order: Vec<(u64, u64)> = self
+                    .seeded
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.end >= s)
+                    .map(|(i, b)| (b.address, SEEDED | i as u64))
+                    .chain(
+                        self.traced[..k]
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, l)| l.end() >= s)
+                            .map(|(i, l)| (trace[l.alloc()].addr, i as u64)),
+                    )
+                    .collect();
+                order.sort_unstable();
+                order
+                    .into_iter()
+                    .map(|(_, i)| {
+                        if i & SEEDED != 0 {
+                            let b = &self.seeded[(i & !SEEDED) as usize];
+                            LiveBlock {
+                                address: b.address,
+                                size: b.size,
+                                requested: b.request,
+                                stack: b.stack,
+                                alloc_event: None,
+                                alloc_time_us: None,
+                                annotation: scopes.innermost_at(NO_TIME).map(str::to_string),
+                            }
+                        } else {
+                            let l = &self.traced[i as usize];
+                            let e = &trace[l.alloc()];
+                            LiveBlock {
+                                address: e.addr,
+                                size: l.size,
+                                requested: e.size,
+                                stack: e.stack,
+                                alloc_event: Some(l.alloc()),
+                                alloc_time_us: opt_time(e.time_us),
+                                annotation: scopes.innermost_at(e.time_us).map(str::to_string),
+                            }
+                        }
+                    })
+                    .collect()
             })
             .collect()
     }
