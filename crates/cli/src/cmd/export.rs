@@ -20,7 +20,7 @@
 //! Columns are Parquet INT64 (sizes, addresses, `cudaStream_t` values and indices; all
 //! below 2^63 in practice), UTF-8 strings and booleans; a missing value is null. The
 //! writer is the `parquet` crate's low-level one (no Arrow), uncompressed, one row group
-//! per file and table (more for tables over 1 M rows); dictionary encoding but for the
+//! per file and table (more for tables over [`ROW_GROUP`] rows); dictionary encoding but for the
 //! columns of distinct numbers ([`UNIQUE_INTS`]), min/max statistics of numbers only.
 //!
 //! Rows are buffered by column ([`Table`], [`Col`]: a string cell is a 4-byte index into
@@ -433,8 +433,14 @@ const STR_BATCH: usize = 1 << 16;
 const UNIQUE_INTS: [&str; 7] =
     ["idx", "time_us", "alloc_idx", "free_requested_idx", "free_completed_idx", "alloc_time_us", "free_time_us"];
 
-/// Rows kept before a row group is written.
-const ROW_GROUP: usize = 1 << 20;
+/// Rows kept before a row group is written. The columns' buffers hold a row group (4 or
+/// 8 bytes a cell, ~180 MB for both long tables at 1 M rows) and are reused from one
+/// group to the next: fresh memory is faulted in once per buffer, which on the machines
+/// the benchmarks run on costs more than the writing it saves. At 256 k rows `export` of
+/// the benchmark files was 8-10 % faster (`bench/RESULTS.md`, 8 alternated runs: cons
+/// 1.127 -> 1.032 s, rep 0.926 -> 0.830 s; system time -35 %) and the files 0.8 % smaller
+/// (a dictionary per row group is smaller); readers read a row group at a time anyway.
+const ROW_GROUP: usize = 1 << 18;
 
 /// Rows of a long table written column by column at a time: few enough
 /// that the block's trace entries (32 bytes each) or allocation rows (88) stay in the
@@ -468,7 +474,7 @@ fn writer_properties(columns: &[(&str, Kind, bool)]) -> WriterProperties {
         if k == Kind::Str {
             // No min/max of strings: comparing every cell's bytes was ~8 % of the
             // export's CPU, and a string's range prunes little (one row group per
-            // table up to 1 M rows, and every group holds most actions and roles).
+            // table up to 256 k rows, and every group holds most actions and roles).
             props = props.set_column_statistics_enabled(col(), EnabledStatistics::None);
         } else if k == Kind::I64 && UNIQUE_INTS.contains(&n) {
             // A dictionary of values nearly all distinct falls back to plain
