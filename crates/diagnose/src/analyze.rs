@@ -29,9 +29,10 @@ use crate::recommend::{self, Era, Recommendations};
 use fragscope_alloc::format_size as fs;
 use fragscope_replay as replay;
 use fragscope_trace::{
-    attribute, describe_role_bytes, device_roles_from, role_bytes_at, timeline_with_lives_then, AttributionOptions,
-    BlockLives, DeviceAttribution, DeviceRoles, DeviceTimeline, OnLives, PeakAttribution, PinnedSegments,
-    ReservedSource, Role, Roles, Steps, TimelineOptions, DEFAULT_POINTS,
+    attribute, describe_role_bytes, device_roles_from, device_roles_from_index, role_bytes_at,
+    timeline_with_lives_then, AttributionOptions, BlockLives, DeviceAttribution, DeviceRoles, DeviceTimeline,
+    LivesIndex, OnLives, PeakAttribution, PinnedSegments, ReservedSource, Role, Roles, Steps, TimelineOptions,
+    DEFAULT_POINTS,
 };
 
 /// Schema name of `fragscope analyze --json`.
@@ -413,22 +414,22 @@ fn parts_beside(
         // soon as the timeline's walk has made the lives, beside the rest of the timeline
         // (memory_summary's table, a backward walk) and then beside attribution. On a
         // 6.9 M-entry trace that table was 0.15–0.2 s of the report with one core idle.
-        let (lives_tx, lives_rx) = std::sync::mpsc::sync_channel::<Arc<BlockLives>>(1);
+        let (lives_tx, lives_rx) = std::sync::mpsc::sync_channel::<(Arc<BlockLives>, Option<LivesIndex>)>(1);
         let h_roles = s.spawn(move || {
-            let lives = lives_rx.recv().ok()?;
+            let (lives, index) = lives_rx.recv().ok()?;
             // No iterations only when that thread panicked: the caller joins it.
             let st = it_rx.recv().ok()?;
-            let (r, rr) = device_roles_from(snap, &lives, &st);
+            let (r, rr) = device_roles_from_index(snap, &lives, &st, index);
             let lk = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
             Some(((r, st, rr, lives), lk))
         });
         let mut told = false;
-        let tl = device_timeline(snap, device, opts, timeline_of, &mut |l: &Arc<BlockLives>| {
-            told = lives_tx.send(Arc::clone(l)).is_ok();
+        let tl = device_timeline(snap, device, opts, timeline_of, &mut |l: &Arc<BlockLives>, index| {
+            told = lives_tx.send((Arc::clone(l), index)).is_ok();
         });
         if !told {
             // A timeline without its lives (or a caller that did not tell them): a replay.
-            let _ = lives_tx.send(lives_of(snap, device, &tl));
+            let _ = lives_tx.send((lives_of(snap, device, &tl), None));
         }
         drop(lives_tx);
         let (attribution, at_peak, at_peak_note) = attribution_at_peaks(snap, device, opts, &tl);
@@ -457,7 +458,7 @@ fn parts_in_turn(
     work: &FileWork,
     timeline_of: Option<TimelineOf>,
 ) -> DeviceParts {
-    let tl = device_timeline(snap, device, opts, timeline_of, &mut |_| {});
+    let tl = device_timeline(snap, device, opts, timeline_of, &mut |_, _| {});
     let lives = lives_of(snap, device, &tl);
     let st = fragscope_trace::steps(snap, device);
     let (r, rr) = device_roles_from(snap, &lives, &st);

@@ -67,8 +67,8 @@ pub use lives::{live_bytes_at, BlockLives};
 pub use par::{map as par_map, threads as par_threads};
 pub use roles::{
     bytes_at as role_bytes_at, classify as classify_roles, describe_bytes as describe_role_bytes, device_block_roles,
-    device_roles, device_roles_from, device_roles_with, text as roles_text, BlockRole, DeviceRoles, Reason, Role,
-    RoleBytes, RoleEvidence, Roles, Structure as ModelStructure,
+    device_roles, device_roles_from, device_roles_from_index, device_roles_with, text as roles_text, BlockRole,
+    DeviceRoles, Reason, Role, RoleBytes, RoleEvidence, Roles, Structure as ModelStructure,
 };
 pub use scopes::Scopes;
 pub use steps::{
@@ -83,7 +83,7 @@ pub use summary::{
 };
 pub use timeline::{
     levels_at, live_at, live_sets_at, peak_allocated, timeline, timeline_walk, timeline_walk_then, timeline_with_lives,
-    timeline_with_lives_then, timelines, DeviceTimeline, OnLives, Peak, PeakAllocatedSource, SeriesPoint,
+    timeline_with_lives_then, timelines, DeviceTimeline, LivesIndex, OnLives, Peak, PeakAllocatedSource, SeriesPoint,
     TimelineOptions, DEFAULT_POINTS,
 };
 pub use walk::{

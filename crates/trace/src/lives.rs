@@ -46,17 +46,27 @@ impl std::fmt::Debug for BlockLives {
 /// entry that ends each life.
 pub(crate) struct LivesRecorder {
     lives: BlockLives,
+    /// The roles' index of the lives, made as they are ([`LifeIndexParts`]: each traced
+    /// life's request, the traced lives in the order their entries ended them), when
+    /// asked for; dropped (`None`) if two lives end at one entry, which the index's
+    /// list cannot say (the roles then make it from the lives).
+    index: Option<LifeIndexParts>,
 }
 
 impl LivesRecorder {
     /// Room for `allocs` traced lives (the trace's `alloc` entries: growing a vector of
-    /// millions of lives would copy them).
-    pub fn new(device: i64, allocs: usize) -> Self {
-        LivesRecorder { lives: BlockLives { device, seeded: Vec::new(), traced: Vec::with_capacity(allocs) } }
+    /// millions of lives would copy them); with the roles' index of the lives when
+    /// `index` (for a trace of under 2^32 entries).
+    pub fn new(device: i64, allocs: usize, index: bool) -> Self {
+        LivesRecorder {
+            lives: BlockLives { device, seeded: Vec::new(), traced: Vec::with_capacity(allocs) },
+            index: index
+                .then(|| LifeIndexParts { req: Vec::with_capacity(allocs), by_end: Vec::with_capacity(allocs) }),
+        }
     }
 
-    pub fn finish(self) -> BlockLives {
-        self.lives
+    pub fn finish(self) -> (BlockLives, Option<LifeIndexParts>) {
+        (self.lives, self.index)
     }
 }
 
@@ -82,11 +92,30 @@ impl WalkSink for LivesRecorder {
                 debug_assert_eq!(c.life, self.lives.traced.len());
                 let alloc = c.alloc_event.unwrap_or(LIVE_AT_END);
                 self.lives.traced.push(TracedLife::new(alloc, LIVE_AT_END, c.size));
+                if let Some(ix) = &mut self.index {
+                    ix.req.push(c.request);
+                }
             }
         } else if c.before_trace {
             self.lives.seeded[c.life].end = state - 1;
         } else {
             self.lives.traced[c.life].set_end(state - 1);
+            if self.index.is_some() {
+                self.ended(state - 1, c.life);
+            }
+        }
+    }
+}
+
+impl LivesRecorder {
+    /// Traced life `life` ended at entry `at` (entries come in order).
+    #[inline(always)]
+    fn ended(&mut self, at: usize, life: usize) {
+        let Some(ix) = &mut self.index else { return };
+        let same_entry = ix.by_end.last().is_some_and(|&l| self.lives.traced[l as usize].end() == at);
+        match u32::try_from(life) {
+            Ok(l) if !same_entry => ix.by_end.push(l),
+            _ => self.index = None,
         }
     }
 }

@@ -2230,6 +2230,17 @@ pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (De
     device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None, None)
 }
 
+/// [`device_roles_from`] with the index of the lives the timeline's walk made with them
+/// ([`crate::OnLives`]; `None`: made here from the lives).
+pub fn device_roles_from_index(
+    snap: &Snapshot,
+    lives: &BlockLives,
+    st: &Steps,
+    index: Option<crate::LivesIndex>,
+) -> (DeviceRoles, Roles) {
+    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), index.map(|i| i.0), None)
+}
+
 /// [`device_roles_from`] with the stacks' evidence the steps gathered, the index of the
 /// lives when the lifetime walk made it, and rule 8's passes with their layers when the
 /// steps' thread found them ([`passes::layered`]).
@@ -2432,6 +2443,7 @@ mod tests {
         let mut rng = fragscope_testdata::Rng(31);
         let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc];
         let states = [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive];
+        let mut made_by_timeline = 0;
         for _ in 0..400 {
             let mut snap = Snapshot::default();
             let addrs: Vec<u64> = (0..1 + rng.below(6)).map(|k| 0x1000 * (k as u64 + 1)).collect();
@@ -2481,7 +2493,24 @@ mod tests {
                 "{:?}",
                 snap.device_traces[0]
             );
+            // The timeline's walk makes it too, for the caller it tells the lives.
+            let mut told = None;
+            let opts = crate::TimelineOptions::default();
+            crate::timeline_with_lives_then(&snap, 0, &opts, &mut |l, ix| told = Some((std::sync::Arc::clone(l), ix)));
+            let (tl_lives, ix) = told.expect("the timeline tells its lives");
+            assert_eq!(*tl_lives, lives, "{:?}", snap.device_traces[0]);
+            if let Some(ix) = ix {
+                made_by_timeline += 1;
+                assert_eq!(
+                    LifeIndex::from_walk(&lives, ix.0),
+                    LifeIndex::new(&snap, &lives),
+                    "{:?}",
+                    snap.device_traces[0]
+                );
+            }
         }
+        // Dropped only where two lives end at one entry.
+        assert!(made_by_timeline > 300, "{made_by_timeline} of 400 timelines made the index");
     }
 
     /// A minimal hand-built trace for the rules: `n` entries, each an `alloc` of its own
