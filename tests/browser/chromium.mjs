@@ -2,7 +2,7 @@
 // it off the network (no background requests, no component updates), and a fresh
 // profile each time. Shared by the tests and the screenshot/benchmark scripts.
 import { chromium } from 'playwright-core';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -10,9 +10,27 @@ export const EXECUTABLE = process.env.CHROMIUM || '/usr/bin/chromium';
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
+/**
+ * A new folder under the system's temporary one, removed when the process exits: each
+ * run of the browser tests wrote ~200 MB of pages and profiles there and left them (2.6 GB
+ * after a day's runs). With FRAGSCOPE_KEEP_PAGES=1 the pages and screenshots are kept and
+ * their folder named, to look at.
+ */
+export function scratchDir(prefix, keepable = true) {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  if (keepable && process.env.FRAGSCOPE_KEEP_PAGES) {
+    console.log(`# kept: ${dir}`);
+  } else {
+    process.on('exit', () => {
+      try { rmSync(dir, { recursive: true, force: true }); } catch { /* still in use: left */ }
+    });
+  }
+  return dir;
+}
+
 /** A persistent context on a new empty profile directory (Chromium's --user-data-dir). */
 export async function launch() {
-  const dir = mkdtempSync(join(tmpdir(), 'fragscope-chromium-'));
+  const dir = scratchDir('fragscope-chromium-', false);
   return chromium.launchPersistentContext(dir, { executablePath: EXECUTABLE, headless: true, args: FLAGS,
     viewport: { width: 1400, height: 900 } });
 }

@@ -13,17 +13,16 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve, dirname, basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launch, open } from './chromium.mjs';
+import { launch, open, scratchDir } from './chromium.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '../..');
 const BIN = process.env.FRAGSCOPE || join(ROOT, 'target/release/fragscope');
 const DIRS = [process.env.TRACES || resolve(ROOT, '../shared/traces'), join(ROOT, 'crates/testdata/real')];
-const OUT = mkdtempSync(join(tmpdir(), 'fragscope-page-'));
+const OUT = scratchDir('fragscope-page-');
 
 assert.ok(existsSync(BIN), `${BIN} missing: run cargo build --release first`);
 

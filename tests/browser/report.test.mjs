@@ -10,11 +10,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launch, open } from './chromium.mjs';
+import { launch, open, scratchDir } from './chromium.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = process.env.FRAGSCOPE || join(ROOT, 'target/release/fragscope');
@@ -34,7 +33,7 @@ const needs = (...names) => {
   console.log(`# ${why}`);
   return why;
 };
-const OUT = mkdtempSync(join(tmpdir(), 'fragscope-reports-'));
+const OUT = scratchDir('fragscope-reports-');
 
 assert.ok(existsSync(BIN), `${BIN} missing: run cargo build --release first`);
 
