@@ -975,7 +975,6 @@ fn settle(sizes: &mut Vec<u64>, lo: u64, hi: u64) -> usize {
     let mut kept = 0usize;
     // The current run: where it starts in `sizes` and its bytes.
     let (mut start, mut sum) = (0usize, 0u64);
-    let mut i = 0usize;
     let n = sizes.len();
     let flush = |sizes: &mut Vec<u64>, start: usize, end: usize, sum: u64, kept: &mut usize| {
         if end == start {
@@ -994,7 +993,8 @@ fn settle(sizes: &mut Vec<u64>, lo: u64, hi: u64) -> usize {
         *kept += end - start;
         0
     };
-    while i < n {
+    // Entries are read before the kept ones overwrite them (`kept` never passes `i`).
+    for i in 0..n {
         let x = sizes[i];
         if x == u64::MAX || x >= hi {
             fixed += flush(sizes, start, i, sum, &mut kept);
@@ -1003,7 +1003,6 @@ fn settle(sizes: &mut Vec<u64>, lo: u64, hi: u64) -> usize {
         } else {
             sum = sum.saturating_add(x);
         }
-        i += 1;
     }
     fixed += flush(sizes, start, n, sum, &mut kept);
     sizes.truncate(kept);

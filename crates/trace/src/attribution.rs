@@ -348,11 +348,8 @@ fn by_context(
     let set = |key: &str| !(key.starts_with('(') || key.starts_with("N/A ("));
     // Only strings the trace's entry contexts hold can be keys: without one the program
     // or `torch.compile` set, nothing to list, and no look at the blocks' entries.
-    let field_of = |c: &fragscope_snapshot::EntryContext| match field {
-        ContextField::CompileContext => c.compile_context,
-        ContextField::UserMetadata => c.user_metadata,
-    };
-    if !snap.contexts.iter().filter_map(field_of).any(|id| set(&context_key_named(snap, Some(Some(id)), field))) {
+    if !snap.contexts.iter().filter_map(|c| field.of(c)).any(|id| set(&context_key_named(snap, Some(Some(id)), field)))
+    {
         return Vec::new();
     }
     // By string id first, then by name: a `String` per distinct id, not per block (a

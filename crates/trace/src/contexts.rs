@@ -6,7 +6,7 @@
 //! allocations by them as they do by `record_function` annotation ([`ContextField`],
 //! [`context_key`]).
 
-use fragscope_snapshot::{Action, Snapshot, StrId};
+use fragscope_snapshot::{Action, EntryContext, Snapshot, StrId};
 
 /// Which of an entry's strings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +16,14 @@ pub enum ContextField {
 }
 
 impl ContextField {
+    /// This field of an entry's context.
+    pub fn of(self, c: &EntryContext) -> Option<StrId> {
+        match self {
+            ContextField::CompileContext => c.compile_context,
+            ContextField::UserMetadata => c.user_metadata,
+        }
+    }
+
     /// The key PyTorch writes.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -47,10 +55,7 @@ pub fn context_key_id(
     field: ContextField,
 ) -> Option<Option<StrId>> {
     let ev = alloc_event.and_then(|i| snap.trace(device).get(i)).filter(|e| e.action == Action::Alloc)?;
-    Some(match field {
-        ContextField::CompileContext => snap.compile_context(ev),
-        ContextField::UserMetadata => snap.user_metadata(ev),
-    })
+    Some(field.of(&snap.context(ev)))
 }
 
 /// The key [`context_key`] gives a block whose [`context_key_id`] is `id`.

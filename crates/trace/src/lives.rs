@@ -68,6 +68,20 @@ impl LivesRecorder {
     pub fn finish(self) -> (BlockLives, Option<LifeIndexParts>) {
         (self.lives, self.index)
     }
+
+    /// Traced life `life` ended at entry `at` (entries come in order): the index's next
+    /// life, or no index when the life before ended at the same entry.
+    #[inline(always)]
+    fn ended(&mut self, at: usize, life: usize) {
+        let Some(ix) = &mut self.index else { return };
+        if ix.by_end.last().is_some_and(|&l| self.lives.traced[l as usize].end() == at) {
+            self.index = None;
+        } else {
+            // Lives are fewer than entries, and an index is kept only for a trace of
+            // under 2^32 entries ([`LivesRecorder::new`]'s caller).
+            ix.by_end.push(life as u32);
+        }
+    }
 }
 
 impl WalkSink for LivesRecorder {
@@ -100,22 +114,7 @@ impl WalkSink for LivesRecorder {
             self.lives.seeded[c.life].end = state - 1;
         } else {
             self.lives.traced[c.life].set_end(state - 1);
-            if self.index.is_some() {
-                self.ended(state - 1, c.life);
-            }
-        }
-    }
-}
-
-impl LivesRecorder {
-    /// Traced life `life` ended at entry `at` (entries come in order).
-    #[inline(always)]
-    fn ended(&mut self, at: usize, life: usize) {
-        let Some(ix) = &mut self.index else { return };
-        let same_entry = ix.by_end.last().is_some_and(|&l| self.lives.traced[l as usize].end() == at);
-        match u32::try_from(life) {
-            Ok(l) if !same_entry => ix.by_end.push(l),
-            _ => self.index = None,
+            self.ended(state - 1, c.life);
         }
     }
 }
