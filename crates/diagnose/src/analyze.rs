@@ -192,7 +192,7 @@ impl Analysis {
 
 /// Analyses every device of `snap`.
 pub fn analyze(snap: &Snapshot, opts: &AnalyzeOptions) -> Analysis {
-    analyze_inner(snap, opts, None, None)
+    analyze_inner(snap, opts, None, None, None)
 }
 
 /// A device's timeline made by the caller (see [`analyze_with_timelines`]); the caller
@@ -204,6 +204,12 @@ pub type TimelineOf<'a> = &'a (dyn Fn(i64, OnLives<'_>) -> DeviceTimeline + Sync
 /// [`analyze_with_timelines`]).
 pub type Beside<'a> = &'a (dyn Fn() + Sync);
 
+/// Told a device's block roles as soon as they are made, on the thread that made them,
+/// with the lives they were read from (see [`analyze_with_timelines`]): for a front end
+/// whose own work on the roles (the report's role buckets) can then run beside the rest
+/// of the analysis (memory_summary's table, attribution) instead of after it.
+pub type OnRoles<'a> = &'a (dyn Fn(i64, &Arc<BlockLives>, &Roles) + Sync);
+
 /// [`analyze`], with each device's timeline made by `timeline_of(device)`, which must
 /// return what [`fragscope_trace::timeline`] returns with `opts.points`: for a front end that
 /// walks the trace itself and gets the timeline from the same walk
@@ -214,13 +220,17 @@ pub type Beside<'a> = &'a (dyn Fn() + Sync);
 /// `beside`, when given, runs once on the thread that works beside the first device's
 /// walk (after the iterations and the era; on this thread when there are no devices or
 /// no threads to spare): the front end's own look at the trace, kept off the walk's core.
+///
+/// `on_roles`, when given, is told each device's block roles as soon as they are made
+/// ([`OnRoles`]): the same [`DeviceAnalysis::block_roles`] the analysis returns.
 pub fn analyze_with_timelines(
     snap: &Snapshot,
     opts: &AnalyzeOptions,
     timeline_of: TimelineOf,
     beside: Option<Beside>,
+    on_roles: Option<OnRoles>,
 ) -> Analysis {
-    analyze_inner(snap, opts, Some(timeline_of), beside)
+    analyze_inner(snap, opts, Some(timeline_of), beside, on_roles)
 }
 
 fn analyze_inner(
@@ -228,21 +238,21 @@ fn analyze_inner(
     opts: &AnalyzeOptions,
     timeline_of: Option<TimelineOf>,
     beside: Option<Beside>,
+    on_roles: Option<OnRoles>,
 ) -> Analysis {
     // Segments grouped by device once: every per-device step reads only its own.
-    snap.with_device_index(|snap| analyze_indexed(snap, opts, timeline_of, beside))
+    snap.with_device_index(|snap| analyze_indexed(snap, opts, timeline_of, FileWork::new(snap, beside, on_roles)))
 }
 
 fn analyze_indexed(
     snap: &Snapshot,
     opts: &AnalyzeOptions,
     timeline_of: Option<TimelineOf>,
-    beside: Option<Beside>,
+    work: FileWork,
 ) -> Analysis {
     // One look at every trace entry for the era, shared by the devices; with threads to
     // spare it is taken on the thread that finds the first device's iterations, beside
     // its walk (only the recommendations need it).
-    let work = FileWork::new(snap, beside);
     let devices: Vec<DeviceAnalysis> =
         snap.devices().into_iter().map(|d| analyze_device_inner(snap, d, opts, &work, timeline_of)).collect();
     work.beside_walk();
@@ -279,17 +289,25 @@ fn analyze_indexed(
 }
 
 /// The file's [`Era`], inferred on first use (by whichever thread asks first), and the
-/// caller's work to run beside the first walk.
+/// caller's work: to run beside the first walk, and to be told each device's roles.
 struct FileWork<'a> {
     snap: &'a Snapshot,
     era: std::sync::OnceLock<Era>,
     beside: Option<Beside<'a>>,
     beside_done: std::sync::Once,
+    on_roles: Option<OnRoles<'a>>,
 }
 
 impl<'a> FileWork<'a> {
-    fn new(snap: &'a Snapshot, beside: Option<Beside<'a>>) -> Self {
-        FileWork { snap, era: std::sync::OnceLock::new(), beside, beside_done: std::sync::Once::new() }
+    fn new(snap: &'a Snapshot, beside: Option<Beside<'a>>, on_roles: Option<OnRoles<'a>>) -> Self {
+        FileWork { snap, era: std::sync::OnceLock::new(), beside, beside_done: std::sync::Once::new(), on_roles }
+    }
+
+    /// Tells the caller device `device`'s block roles ([`OnRoles`]).
+    fn roles_made(&self, device: i64, lives: &Arc<BlockLives>, roles: &Roles) {
+        if let Some(f) = self.on_roles {
+            f(device, lives, roles);
+        }
     }
 
     fn era(&self) -> &Era {
@@ -421,6 +439,9 @@ fn parts_beside(
             let st = it_rx.recv().ok()?;
             let (r, rr) = device_roles_from_index(snap, &lives, &st, index);
             let lk = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
+            // The caller's work on the roles here too, beside memory_summary's table and
+            // attribution on the walk's thread (this core was idle for their last part).
+            work.roles_made(device, &lives, &rr);
             Some(((r, st, rr, lives), lk))
         });
         let mut told = false;
@@ -463,6 +484,7 @@ fn parts_in_turn(
     let st = fragscope_trace::steps(snap, device);
     let (r, rr) = device_roles_from(snap, &lives, &st);
     let leaks = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
+    work.roles_made(device, &lives, &rr);
     let (attribution, at_peak, at_peak_note) = attribution_at_peaks(snap, device, opts, &tl);
     let oom = oom_with_replays(snap, device, opts, work);
     DeviceParts { timeline: tl, attribution, at_peak, at_peak_note, leaks, oom, quick: None, roles: (r, st, rr, lives) }

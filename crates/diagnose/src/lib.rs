@@ -48,7 +48,7 @@ pub use advice::{
 };
 pub use analyze::{
     analyze, analyze_with_timelines, Analysis, AnalyzeOptions, Beside, DeviceAnalysis, Finding, FindingKind,
-    FragmentationFindings, Peaks, Severity, TimelineOf, SCHEMA as ANALYZE_SCHEMA,
+    FragmentationFindings, OnRoles, Peaks, Severity, TimelineOf, SCHEMA as ANALYZE_SCHEMA,
 };
 pub use check::{
     check, parse_fraction, CheckResult, DeviceCheck, Failure as CheckFailure, FractionError, Limit as LimitKind,

@@ -9,7 +9,7 @@
 
 use fragscope_snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
 use fragscope_trace::{
-    timeline_walk, timeline_walk_then, BlockLives, DeviceTimeline, OnAllocated, OnLevels, TimelineOptions,
+    timeline_walk, timeline_walk_then, BlockLives, DeviceTimeline, LivesIndex, OnAllocated, OnLevels, TimelineOptions,
 };
 use serde::Serialize;
 
@@ -329,16 +329,21 @@ pub fn curves_and_timeline(
     curves_and_timeline_marked(snap, device, opts, points, None, None)
 }
 
+/// Told the walk's block lives before the timeline's table ([`fragscope_trace::OnLives`]),
+/// with the curves' [`CurvesWalk::amax`], whole by then: what the role buckets read
+/// besides the roles.
+pub type OnWalked<'a> = &'a mut dyn FnMut(&std::sync::Arc<BlockLives>, Option<LivesIndex>, &[usize]);
+
 /// [`curves_and_timeline`], with `marks` following the state view's marks in the same
-/// walk ([`crate::state::SharedWalk`]), and `on_lives` told the walk's block lives before
-/// the timeline's table ([`fragscope_trace::OnLives`]).
+/// walk ([`crate::state::SharedWalk`]), and `on_lives` told the walk's block lives and the
+/// curves' allocated maxima before the timeline's table ([`OnWalked`]).
 pub fn curves_and_timeline_marked(
     snap: &Snapshot,
     device: i64,
     opts: &ReportOptions,
     points: usize,
     marks: Option<crate::state::MarksSink>,
-    on_lives: Option<fragscope_trace::OnLives>,
+    on_lives: Option<OnWalked>,
 ) -> (CurvesWalk, DeviceTimeline) {
     let mut marks = marks;
     let states = snap.trace(device).len() + 1;
@@ -357,17 +362,23 @@ pub fn curves_and_timeline_marked(
     // The most allocated bytes and the first state with them; the most requested and
     // reserved bytes.
     let mut cur: (Option<(u64, usize)>, u64, u64) = (None, 0, 0);
-    let mut store = |b: usize, cur: &(Option<(u64, usize)>, u64, u64)| {
+    // `amax` as it is at the walk's last state, for `on_lives` (which the walk calls
+    // while the sink below still holds `amax`).
+    let amax_at_end = std::cell::OnceCell::new();
+    let mut store = |b: usize, cur: &(Option<(u64, usize)>, u64, u64), last: bool| {
         if let Some((a, s)) = cur.0 {
             (alloc[b], amax[b]) = (a as f64, s);
         }
         (req[b], res[b]) = (cur.1, cur.2);
+        if last {
+            let _ = amax_at_end.set(amax.clone());
+        }
     };
     let mut sink = (
         (OnAllocated(|_, c| peaks.change(c.stack, c.size as i64 * c.delta)), &mut marks),
         OnLevels(|state, l| {
             if state >= next {
-                store(b, &cur);
+                store(b, &cur, false);
                 // At most one bucket per state: n <= states.
                 b += 1;
                 next = ((b + 1) * states).div_ceil(n);
@@ -378,14 +389,23 @@ pub fn curves_and_timeline_marked(
             }
             cur.1 = cur.1.max(l.requested);
             cur.2 = cur.2.max(l.reserved);
+            if state + 1 == states {
+                store(b, &cur, true);
+            }
         }),
     );
     let topts = TimelineOptions { points: points.max(1) };
     let tl = match on_lives {
-        Some(tell) => timeline_walk_then(snap, device, &topts, &mut sink, tell),
+        Some(tell) => {
+            let mut tell = |l: &std::sync::Arc<BlockLives>, ix: Option<LivesIndex>| {
+                tell(l, ix, amax_at_end.get().map_or(&[][..], Vec::as_slice))
+            };
+            timeline_walk_then(snap, device, &topts, &mut sink, &mut tell)
+        }
         None => timeline_walk(snap, device, &topts, &mut sink),
     };
-    store(b, &cur);
+    // The last bucket again (stored at the walk's last state; as it was, without one).
+    store(b, &cur, false);
     // The call sites with the most live bytes at their own peak; among equals, the one
     // met first in the walk (site ids are in that order). Not by stack id: ids follow the
     // order in which the reader interned the stacks, which depends on how it read them

@@ -448,16 +448,37 @@ fn walk_and_draw(
         let analysis = s.spawn(move || {
             let tx = std::sync::Mutex::new(tx);
             // Each walked device's page states, curve buckets and lives, for its role
-            // buckets once the analysis has the block roles.
+            // buckets once the analysis has the block roles (when they were not made
+            // as the roles were, below).
             let for_roles = std::sync::Mutex::new(Vec::new());
+            // The role buckets' inputs from each device's walk (its states and its
+            // curves' allocated maxima), set before the walk tells the analysis its lives,
+            // and the role buckets made from them as soon as the analysis has the roles:
+            // on the roles' thread, beside memory_summary's table and attribution on the
+            // walk's (this core was idle for ~0.1 s of the report there on the 6.9 M-entry
+            // allocator-consistent benchmark file).
+            let walked_buckets = std::sync::Mutex::new(FxHashMap::<i64, (usize, Vec<usize>)>::default());
+            let made_role_curves = std::sync::Mutex::new(RoleCurvesOf::default());
+            let on_roles = |d: i64, lives: &Arc<BlockLives>, roles: &fragscope_trace::Roles| {
+                let inputs = walked_buckets.lock().expect("role buckets' inputs").remove(&d);
+                if let Some((states, amax)) = inputs.filter(|(states, _)| *states > 1) {
+                    let rc = rolecurves::role_buckets(snap, lives, roles, states, &amax).encode();
+                    made_role_curves.lock().expect("role buckets").insert(d, rc);
+                }
+            };
             let timeline_of = |d: i64, on_lives: fragscope_trace::OnLives| {
                 // The state view's keyframes are taken in the walk of memory_summary's
                 // table that the timeline makes for its peak allocated (one backward walk
                 // for both; `None` where that walk cannot serve: then its own).
                 let shared = state::SharedWalk::new(snap, d, opts);
                 let sink = Some(shared.marks_sink());
+                let states = snap.trace(d).len() + 1;
+                let mut on_walked = |l: &Arc<BlockLives>, ix: Option<fragscope_trace::LivesIndex>, amax: &[usize]| {
+                    walked_buckets.lock().expect("role buckets' inputs").insert(d, (states, amax.to_vec()));
+                    on_lives(l, ix)
+                };
                 let (c, tl) = fragscope_replay::watching(shared.watch(), || {
-                    curves::curves_and_timeline_marked(snap, d, opts, aopts.points, sink, Some(on_lives))
+                    curves::curves_and_timeline_marked(snap, d, opts, aopts.points, sink, Some(&mut on_walked))
                 });
                 let marks = state::Marks::new(snap, &tl);
                 let keyframes = shared.finish(marks);
@@ -481,15 +502,20 @@ fn walk_and_draw(
                 // Received below, unless that thread has already failed.
                 let _ = scan_tx.lock().expect("scan channel").send(scans);
             };
-            let ana = analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside));
-            // The role buckets here, while the caller's thread draws the curves and the
-            // state view: they read only the analysis and the walk's lives (on a
-            // 6.9 M-entry trace the drawing was 0.1 s with this core idle).
+            let ana = analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside), Some(&on_roles));
+            // The role buckets the roles' thread did not make, here, while the caller's
+            // thread draws the curves and the state view: they read only the analysis and
+            // the walk's lives.
             let inputs = for_roles.into_inner().expect("role buckets' inputs");
-            let role_curves_of: RoleCurvesOf = inputs
-                .into_iter()
-                .filter_map(|(d, states, amax, lives)| Some((d, role_curves(snap, &ana, d, &lives, states, &amax)?)))
-                .collect();
+            let mut role_curves_of = made_role_curves.into_inner().expect("role buckets");
+            for (d, states, amax, lives) in inputs {
+                if role_curves_of.contains_key(&d) {
+                    continue;
+                }
+                if let Some(rc) = role_curves(snap, &ana, d, &lives, states, &amax) {
+                    role_curves_of.insert(d, rc);
+                }
+            }
             // The summary, from the timelines' own first passes (no walk of its own);
             // without its roles: analyze's are the same figures over the same block lives
             // (set by `summary_roles`); without memory_summary's table: the timeline's
