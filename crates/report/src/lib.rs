@@ -675,23 +675,37 @@ fn draw(
     lives_of: &FxHashMap<i64, Arc<BlockLives>>,
     table: &mut StackTable,
 ) -> Vec<Drawn> {
-    let drawn: Vec<_> = parts
-        .into_iter()
-        .map(|Part { device: d, largest, scan }| {
-            let (c, marks, keyframes) = walked.remove(&d).expect("every device is walked before it is drawn");
-            let amax = (c.states(), c.amax().to_vec());
-            let (c, sites) = c.finish(snap.trace(d), &lives_of[&d], scan.buckets);
-            let curves = c.with_stacks(snap, &sites, table);
-            let allocations = encode_allocations(snap, d, largest, table);
-            let initial = initial::encode(snap, d, &lives_of[&d], opts.top_allocations, table);
-            let segs = segments::encode(snap, d, scan.segments, opts.top_allocations, table);
-            (d, curves, allocations, initial, scan.requests, scan.phases, (marks, keyframes), (amax, segs))
-        })
-        .collect();
+    // The keyframes' coarse records read only the captured states: made on a thread of
+    // their own while this one finishes the curves and encodes the allocations.
+    let keyframes: FxHashMap<i64, Option<state::Walk>> = walked.iter_mut().map(|(d, w)| (*d, w.2.take())).collect();
+    let (drawn, mut coarse) = std::thread::scope(|s| {
+        let coarse = s.spawn(|| {
+            keyframes
+                .iter()
+                .filter_map(|(d, w)| Some((*d, state::coarse_keyframes(w.as_ref()?))))
+                .collect::<FxHashMap<i64, Vec<state::CoarseKeyframe>>>()
+        });
+        let drawn: Vec<_> = parts
+            .into_iter()
+            .map(|Part { device: d, largest, scan }| {
+                let (c, marks, _) = walked.remove(&d).expect("every device is walked before it is drawn");
+                let amax = (c.states(), c.amax().to_vec());
+                let (c, sites) = c.finish(snap.trace(d), &lives_of[&d], scan.buckets);
+                let curves = c.with_stacks(snap, &sites, table);
+                let allocations = encode_allocations(snap, d, largest, table);
+                let initial = initial::encode(snap, d, &lives_of[&d], opts.top_allocations, table);
+                let segs = segments::encode(snap, d, scan.segments, opts.top_allocations, table);
+                (d, curves, allocations, initial, scan.requests, scan.phases, marks, (amax, segs))
+            })
+            .collect();
+        (drawn, coarse.join().expect("the keyframes' thread panicked"))
+    });
+    let mut keyframes = keyframes;
     drawn
         .into_iter()
-        .map(|(d, curves, allocations, initial, requests, phases, (marks, keyframes), amax)| {
-            let view = state::moments_from(snap, d, Some(marks), opts, table, keyframes);
+        .map(|(d, curves, allocations, initial, requests, phases, marks, amax)| {
+            let walk = keyframes.remove(&d).flatten();
+            let view = state::moments_from(snap, d, Some(marks), opts, table, walk, coarse.remove(&d));
             let events = event_windows(snap, d, Some(marks), opts, table);
             (d, curves, allocations, initial, requests, phases, (marks, view, events, amax))
         })

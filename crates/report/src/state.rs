@@ -587,7 +587,7 @@ pub fn moments_at(
     opts: &ReportOptions,
     table: &mut StackTable,
 ) -> StateView {
-    moments_from(snap, device, marks, opts, table, None)
+    moments_from(snap, device, marks, opts, table, None, None)
 }
 
 /// [`moments_at`], from the keyframes of a [`SharedWalk`] when there are (`walked`).
@@ -598,6 +598,7 @@ pub fn moments_from(
     opts: &ReportOptions,
     table: &mut StackTable,
     walked: Option<Walk>,
+    coarse_ahead: Option<Vec<CoarseKeyframe>>,
 ) -> StateView {
     let trace = snap.trace(device);
     let mut w = walked.unwrap_or_else(|| walk_at(snap, device, marks, opts));
@@ -640,10 +641,16 @@ pub fn moments_from(
                 oi += 1;
             }
         };
-    for (state, kinds, segs) in &w.captured {
+    // The coarse records made ahead for these keyframes (of `walked`'s, by index), else here.
+    let mut ahead = coarse_ahead.filter(|a| a.len() == w.captured.len());
+    for (k, (state, kinds, segs)) in w.captured.iter().enumerate() {
         emit_ops_until(*state, &mut pos, &mut stack_at, table);
         advance(*state, &mut pos, &mut stack_at);
-        out.push(keyframe(snap, *state, kinds, segs, w.coarse, table, &stack_at));
+        let coarse = match ahead.as_mut() {
+            Some(a) => a[k].take(),
+            None => coarse_keyframe(segs, w.coarse),
+        };
+        out.push(keyframe(snap, *state, kinds, segs, coarse, table, &stack_at));
     }
     emit_ops_until(usize::MAX, &mut pos, &mut stack_at, table);
     let count = ov.len() / OP_LEN;
@@ -711,23 +718,42 @@ fn block_record(segment: usize, address: u64, size: u64, requested: u64, state: 
     }
 }
 
+/// A coarse keyframe's block records and its state's figures ([`coarsen`],
+/// [`figures_of`]); `None` for a keyframe drawn block by block.
+pub type CoarseKeyframe = Option<(Vec<(usize, Group)>, MomentFigures)>;
+
+/// The coarse records of a captured state `segs` when it has more blocks than `coarse`
+/// allows ([`Walk::coarse`]).
+fn coarse_keyframe(segs: &[SegRec], coarse: Option<usize>) -> CoarseKeyframe {
+    let nblocks: usize = segs.iter().map(|s| s.blocks.len()).sum();
+    let max = coarse.filter(|&max| nblocks > max)?;
+    Some((coarsen(segs, max), figures_of(segs)))
+}
+
+/// The coarse records of each of `w`'s keyframes, in order, for [`moments_from`]: they
+/// read only the captured states, so a caller can make them on another core while it
+/// draws the rest (on the 6.9 M-entry allocator-consistent benchmark file, 25 keyframes
+/// of up to 120 k blocks, ~0.1 s, were a quarter of the report's last stretch, on one
+/// thread; capturing them is ~45 ms).
+pub fn coarse_keyframes(w: &Walk) -> Vec<CoarseKeyframe> {
+    w.captured.iter().map(|(_, _, segs)| coarse_keyframe(segs, w.coarse)).collect()
+}
+
 /// The keyframe of the captured state at position `state` (`kinds`: what it marks,
 /// `segs`: its segments) as the page gets it: its segments' and blocks' records, the
-/// blocks merged into at most `coarse` records when there are more (then with the
-/// state's figures), each block with its stack's index from `stack_at`.
+/// blocks merged into `coarse`'s records when it has them (then with the state's
+/// figures), each block with its stack's index from `stack_at`.
 fn keyframe(
     snap: &Snapshot,
     state: usize,
     kinds: &[&'static str],
     segs: &[SegRec],
-    coarse: Option<usize>,
+    coarse: CoarseKeyframe,
     table: &mut StackTable,
     stack_at: &FxHashMap<u64, Option<StackId>>,
 ) -> Moment {
     let mut sv = Vec::with_capacity(segs.len() * layout::Segment::LEN);
     let mut bv = Vec::new();
-    let nblocks: usize = segs.iter().map(|s| s.blocks.len()).sum();
-    let coarse = coarse.filter(|&max| nblocks > max);
     for s in segs.iter() {
         layout::Segment {
             address: s.addr as f64,
@@ -737,8 +763,9 @@ fn keyframe(
         }
         .push_to(&mut sv);
     }
-    if let Some(max) = coarse {
-        for (si, g) in coarsen(segs, max) {
+    let (groups, figures) = coarse.unzip();
+    if let Some(groups) = groups {
+        for (si, g) in groups {
             let code = if g.count > 1 { MERGED } else { state_code(g.state) };
             let stack = match code {
                 MERGED => g.count as i64,
@@ -761,7 +788,7 @@ fn keyframe(
         kinds: kinds.to_vec(),
         segments: encode::f64s(&sv),
         blocks: encode::f64s(&bv),
-        figures: coarse.map(|_| figures_of(segs)),
+        figures,
     }
 }
 
