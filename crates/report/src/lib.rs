@@ -38,6 +38,7 @@ pub mod state;
 pub mod whatif;
 
 use std::collections::{BinaryHeap, HashMap};
+use std::io::Write;
 use std::sync::Arc;
 
 use fragscope_diagnose::{analyze_with_timelines, Analysis, AnalyzeOptions};
@@ -933,26 +934,69 @@ pub fn render(files: &[FileData]) -> String {
 /// [`render`], with the comparison of two runs (`fragscope diff`'s result, A = the first
 /// file, B = the second) drawn beside the files.
 pub fn render_with_diff(files: &[FileData], diff: Option<&fragscope_diagnose::Diff>) -> String {
+    page_string(|w| write_report(w, files, diff).map(|_| ()))
+}
+
+/// [`render_with_diff`], written to `out` as it is made (the page's JSON is never a
+/// string of its own: ~19 MB on the benchmark files); returns the bytes written.
+pub fn write_report(
+    out: &mut dyn Write,
+    files: &[FileData],
+    diff: Option<&fragscope_diagnose::Diff>,
+) -> std::io::Result<u64> {
     let title = match files {
         [one] if one.example => "fragscope report: built-in example".to_string(),
         [one] => format!("fragscope report: {}", one.name),
         many => format!("fragscope report: {} files", many.len()),
     };
-    page_html(&title, files, diff, None)
+    let mut counted = Counted { out, n: 0 };
+    write_page(&mut counted, &title, files, diff, None)?;
+    Ok(counted.n)
 }
 
 /// The page of `fragscope predict --report`: the recorded and predicted curves
 /// ([`predict`]).
 pub fn render_predict(p: &predict::PredictPage) -> String {
-    page_html("fragscope predict: recorded and predicted memory", &[], None, Some(p))
+    page_string(|w| write_page(w, "fragscope predict: recorded and predicted memory", &[], None, Some(p)))
 }
 
-fn page_html(
+/// A page written by `write` into memory.
+fn page_string(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> String {
+    let mut v = Vec::new();
+    // Writing into memory fails only where serializing the page does (it cannot: its
+    // maps have string or integer keys); the page is then empty JSON, as it was.
+    if write(&mut v).is_err() {
+        v.clear();
+        let _ = fill_template(&mut v, TEMPLATE, "", CSS, "", |w| w.write_all(b"{}"));
+    }
+    // Every escape replaces ASCII or a whole character: the bytes stay UTF-8.
+    String::from_utf8(v).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// A writer that counts what passes through it.
+struct Counted<'a> {
+    out: &'a mut dyn Write,
+    n: u64,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+fn write_page(
+    out: &mut dyn Write,
     title: &str,
     files: &[FileData],
     diff: Option<&fragscope_diagnose::Diff>,
     predict: Option<&predict::PredictPage>,
-) -> String {
+) -> std::io::Result<()> {
     #[derive(Serialize)]
     struct Page<'a> {
         schema: &'static str,
@@ -972,35 +1016,44 @@ fn page_html(
         fragscope_diagnose::compare_ranks(&each)
     });
     let page = Page { schema: SCHEMA, version: env!("CARGO_PKG_VERSION"), files, diff, ranks, predict };
-    let json = serde_json::to_string(&page).unwrap_or_else(|_| "{}".into());
-    fill_template(TEMPLATE, &html_escape(title), CSS, &JS.replace("</script", "<\\/script"), &json)
+    let js = JS.replace("</script", "<\\/script");
+    fill_template(out, TEMPLATE, &html_escape(title), CSS, &js, |w| {
+        let mut data = ScriptData::new(w);
+        serde_json::to_writer(&mut data, &page)?;
+        data.finish()
+    })
 }
 
 /// The page from its template, each `{{NAME}}` replaced once, in one pass over the
 /// template only: a value that contains `{{DATA}}` or `{{JS}}` (a file name, a frame) is
-/// never itself searched for placeholders. `{{DATA}}` is the JSON text `json`, made safe
-/// as it is copied in ([`script_data`]: written straight into the page, not into a copy
-/// of its own first, ~19 MB on the benchmark files).
-fn fill_template(template: &str, title: &str, css: &str, js: &str, json: &str) -> String {
-    let data_len = json.len() + json.len() / 64;
-    let mut out = String::with_capacity(template.len() + title.len() + css.len() + js.len() + data_len);
+/// never itself searched for placeholders. `{{DATA}}` is what `data` writes (the page's
+/// JSON, through [`ScriptData`]).
+fn fill_template(
+    out: &mut dyn Write,
+    template: &str,
+    title: &str,
+    css: &str,
+    js: &str,
+    data: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut data = Some(data);
     let mut rest = template;
     while let Some(at) = rest.find("{{") {
-        out.push_str(&rest[..at]);
+        out.write_all(&rest.as_bytes()[..at])?;
         let tail = &rest[at..];
-        let (value, key) = [("{{TITLE}}", title), ("{{CSS}}", css), ("{{JS}}", js), ("{{DATA}}", json)]
+        let (value, key) = [("{{TITLE}}", title), ("{{CSS}}", css), ("{{JS}}", js), ("{{DATA}}", "")]
             .into_iter()
             .find(|(k, _)| tail.starts_with(k))
             .map_or(("{{", "{{"), |(k, v)| (v, k));
-        if key == "{{DATA}}" {
-            push_script_data(&mut out, value);
-        } else {
-            out.push_str(value);
+        // The page's one `{{DATA}}` (a second would be left empty).
+        let write = if key == "{{DATA}}" { data.take() } else { None };
+        match write {
+            Some(write) => write(out)?,
+            None => out.write_all(value.as_bytes())?,
         }
         rest = &tail[key.len()..];
     }
-    out.push_str(rest);
-    out
+    out.write_all(rest.as_bytes())
 }
 
 /// JSON text made safe inside `<script type="application/json">`: in the HTML
@@ -1010,47 +1063,117 @@ fn fill_template(template: &str, title: &str, css: &str, js: &str, json: &str) -
 /// for older JavaScript parsers). JSON's syntax uses none of them outside strings, and
 /// inside a string the escape reads back as the same character.
 pub fn script_data(json: &str) -> String {
-    let mut out = String::with_capacity(json.len() + json.len() / 64);
-    push_script_data(&mut out, json);
-    out
+    let mut data = ScriptData::new(Vec::with_capacity(json.len() + json.len() / 64));
+    // Writing into memory does not fail.
+    let _ = data.write_all(json.as_bytes()).and_then(|_| data.finish());
+    String::from_utf8(data.out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// [`script_data`] of `json`, appended to `out`.
-fn push_script_data(out: &mut String, json: &str) {
-    /// Bytes looked at together: most of the page is base64 text, with nothing to
-    /// escape; a block's test compiles to a few vector comparisons, where a test per
-    /// byte was ~2 % of the report's CPU.
-    const BLOCK: usize = 32;
-    let b = json.as_bytes();
-    let mut from = 0;
-    let mut i = 0;
-    while i < b.len() {
-        if let Some(block) = b.get(i..i + BLOCK) {
-            let any = block.iter().fold(false, |any, &c| any | (c == b'<') | (c == b'>') | (c == b'&') | (c == 0xE2));
-            if !any {
-                i += BLOCK;
-                continue;
+/// [`script_data`] as a writer: the JSON written through it reaches `out` made safe, in
+/// whatever pieces it comes (a U+2028 or U+2029 split between two writes is held back
+/// until its last byte comes).
+struct ScriptData<W: Write> {
+    out: W,
+    /// The first bytes (E2, or E2 80) of what may be a U+2028 or U+2029 whose rest is in
+    /// the next write, and how many.
+    held: ([u8; 2], usize),
+}
+
+/// The escape of the character that starts `b` when it is one to escape, and its length
+/// in bytes; `None` when it is not (or `b` ends before it is known: see [`is_line_start`]).
+fn escape_at(b: &[u8]) -> Option<(&'static str, usize)> {
+    match b {
+        [b'<', ..] => Some(("\\u003c", 1)),
+        [b'>', ..] => Some(("\\u003e", 1)),
+        [b'&', ..] => Some(("\\u0026", 1)),
+        // U+2028 and U+2029 are E2 80 A8 and E2 80 A9 in UTF-8.
+        [0xE2, 0x80, 0xA8, ..] => Some(("\\u2028", 3)),
+        [0xE2, 0x80, 0xA9, ..] => Some(("\\u2029", 3)),
+        _ => None,
+    }
+}
+
+/// Whether `b` (shorter than three bytes) may be the start of U+2028 or U+2029.
+fn is_line_start(b: &[u8]) -> bool {
+    matches!(b, [0xE2] | [0xE2, 0x80])
+}
+
+impl<W: Write> ScriptData<W> {
+    fn new(out: W) -> Self {
+        ScriptData { out, held: ([0; 2], 0) }
+    }
+
+    /// Writes the bytes held back (they did not become an escape).
+    fn finish(&mut self) -> std::io::Result<()> {
+        let (h, n) = std::mem::take(&mut self.held);
+        self.out.write_all(&h[..n])
+    }
+}
+
+impl<W: Write> Write for ScriptData<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let mut b = buf;
+        if self.held.1 > 0 {
+            // The held bytes and what follows them: an escape, still a start, or neither.
+            let (h, n) = self.held;
+            let take = (3 - n).min(b.len());
+            let mut seq = [0u8; 3];
+            seq[..n].copy_from_slice(&h[..n]);
+            seq[n..n + take].copy_from_slice(&b[..take]);
+            let seq = &seq[..n + take];
+            if let Some((esc, _)) = escape_at(seq) {
+                self.out.write_all(esc.as_bytes())?;
+                b = &b[take..];
+            } else if is_line_start(seq) {
+                self.held.0[..seq.len()].copy_from_slice(seq);
+                self.held.1 = seq.len();
+                return Ok(());
+            } else {
+                self.out.write_all(&h[..n])?;
+            }
+            self.held.1 = 0;
+        }
+        /// Bytes looked at together: most of the page is base64 text, with nothing to
+        /// escape; a block's test compiles to a few vector comparisons, where a test per
+        /// byte was ~2 % of the report's CPU.
+        const BLOCK: usize = 32;
+        let mut from = 0;
+        let mut i = 0;
+        while i < b.len() {
+            if let Some(block) = b.get(i..i + BLOCK) {
+                let any =
+                    block.iter().fold(false, |any, &c| any | (c == b'<') | (c == b'>') | (c == b'&') | (c == 0xE2));
+                if !any {
+                    i += BLOCK;
+                    continue;
+                }
+            }
+            if let Some((esc, len)) = escape_at(&b[i..]) {
+                self.out.write_all(&b[from..i])?;
+                self.out.write_all(esc.as_bytes())?;
+                i += len;
+                from = i;
+            } else if b.len() - i < 3 && is_line_start(&b[i..]) {
+                // The write ends in what may be the start of U+2028 or U+2029.
+                self.out.write_all(&b[from..i])?;
+                self.held.0[..b.len() - i].copy_from_slice(&b[i..]);
+                self.held.1 = b.len() - i;
+                return Ok(());
+            } else {
+                i += 1;
             }
         }
-        let c = b[i];
-        let esc = match c {
-            b'<' => "\\u003c",
-            b'>' => "\\u003e",
-            b'&' => "\\u0026",
-            // U+2028 and U+2029 are E2 80 A8 and E2 80 A9 in UTF-8.
-            0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA8) => "\\u2028",
-            0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA9) => "\\u2029",
-            _ => {
-                i += 1;
-                continue;
-            }
-        };
-        out.push_str(&json[from..i]);
-        out.push_str(esc);
-        from = if c == 0xE2 { i + 3 } else { i + 1 };
-        i += 1;
+        self.out.write_all(&b[from..])
     }
-    out.push_str(&json[from..]);
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn html_escape(s: &str) -> String {
@@ -1150,16 +1273,55 @@ mod tests {
                 text.push_str(&"y".repeat(rng.below(40)));
             }
             let json = serde_json::to_string(&text).unwrap();
-            assert_eq!(script_data(&json), script_data_reference(&json), "round {round}: {json}");
-            let page = fill_template("<p>{{DATA}}</p>", "", "", "", &json);
-            assert_eq!(page, format!("<p>{}</p>", script_data_reference(&json)), "round {round}");
+            let want = script_data_reference(&json);
+            assert_eq!(script_data(&json), want, "round {round}: {json}");
+            let page = filled("<p>{{DATA}}</p>", "", "", "", &json);
+            assert_eq!(page, format!("<p>{want}</p>"), "round {round}");
+            // Through the writer in pieces of every size, cut anywhere (inside a
+            // U+2028 too): the same bytes.
+            let mut data = ScriptData::new(Vec::new());
+            let mut rest = json.as_bytes();
+            while !rest.is_empty() {
+                let (piece, tail) = rest.split_at((1 + rng.below(9)).min(rest.len()));
+                data.write_all(piece).unwrap();
+                rest = tail;
+            }
+            data.finish().unwrap();
+            assert_eq!(String::from_utf8(data.out).unwrap(), want, "round {round}: in pieces");
         }
+    }
+
+    /// [`fill_template`] into a string, with `json` as the page's data.
+    fn filled(template: &str, title: &str, css: &str, js: &str, json: &str) -> String {
+        let mut out = Vec::new();
+        fill_template(&mut out, template, title, css, js, |w| {
+            let mut data = ScriptData::new(w);
+            data.write_all(json.as_bytes())?;
+            data.finish()
+        })
+        .unwrap();
+        String::from_utf8(out).unwrap()
     }
 
     #[test]
     fn the_template_is_filled_in_one_pass() {
-        let page = fill_template("<t>{{TITLE}}</t>{{CSS}}|{{JS}}|{{DATA}}|{{OTHER}}", "{{DATA}}", "c{{JS}}", "j", "d");
+        let page = filled("<t>{{TITLE}}</t>{{CSS}}|{{JS}}|{{DATA}}|{{OTHER}}", "{{DATA}}", "c{{JS}}", "j", "d");
         assert_eq!(page, "<t>{{DATA}}</t>c{{JS}}|j|d|{{OTHER}}");
+    }
+
+    /// The page written to a writer is the page [`render`] gives, and its length is the
+    /// count [`write_report`] returns.
+    #[test]
+    fn the_page_written_is_the_page_rendered() {
+        let path = fragscope_testdata::real_file("effdl-course-liger-ce.pickle").expect("in the repository");
+        let snap = fragscope_snapshot::read_path(&path).unwrap();
+        let data = file_data("liger<ce>&.pickle", false, &snap, &ReportOptions::default());
+        let files = std::slice::from_ref(&data);
+        let mut out = Vec::new();
+        let n = write_report(&mut out, files, None).unwrap();
+        assert_eq!(n, out.len() as u64);
+        assert_eq!(String::from_utf8(out).unwrap(), render(files));
+        assert!(render(files).contains("\"schema\""), "the page has its data");
     }
 
     #[test]

@@ -783,13 +783,7 @@ fn keyframe(
             }
         }
     }
-    Moment {
-        state,
-        kinds: kinds.to_vec(),
-        segments: encode::f64s(&sv),
-        blocks: encode::f64s(&bv),
-        figures,
-    }
+    Moment { state, kinds: kinds.to_vec(), segments: encode::f64s(&sv), blocks: encode::f64s(&bv), figures }
 }
 
 /// Figures of the allocator state at one trace position (what the page's state view
