@@ -82,14 +82,15 @@ fn role_buckets_split(
         start_role[i] = temp;
     }
     let sweep = Sweep { snap, lives, start_role: &start_role, states, amax };
-    let mid = mid.filter(|_| n > 0);
-    let (first, second) = sweep.parts(roles, mid.unwrap_or(states));
-    let Some(mid) = mid else {
-        return sweep.run(first);
+    let Some(mid) = mid.filter(|_| n > 0) else {
+        return sweep.run(sweep.part(roles, 0, states));
     };
+    // Each sweep reads the changes for its own states (both pass over every life; each
+    // keeps its half): on the 6.9 M-entry consistent benchmark file the one pass that
+    // dealt them to the two was ~40 % of the role buckets' time, with the other core idle.
     let (first, second) = std::thread::scope(|s| {
-        let first = s.spawn(|| sweep.run(first));
-        let second = sweep.run(second);
+        let first = s.spawn(|| sweep.run(sweep.part(roles, 0, mid)));
+        let second = sweep.run(sweep.part(roles, mid, states));
         (first.join().expect("the role buckets' thread panicked"), second)
     });
     let mut out = second;
@@ -129,43 +130,33 @@ struct Part {
 }
 
 impl Sweep<'_> {
-    /// The states `0..mid` and `mid..` as the two sweeps take them, from one pass over
-    /// the changes. The bytes at state `x` are those of the blocks live before the trace
-    /// plus every change at a state up to `x`: a block made at `alloc + 1`, freed at
-    /// `end + 1`, or changing role at its `from_state`.
-    fn parts(&self, roles: &Roles, mid: usize) -> (Part, Part) {
-        let Sweep { snap, lives, start_role, states, .. } = *self;
+    /// The states `lo..hi` as a sweep takes them, from one pass over the changes: those
+    /// at `lo` or before it in its first bytes, those past it and before `hi` in its list.
+    /// The bytes at state `x` are those of the blocks live before the trace plus every
+    /// change at a state up to `x`: a block made at `alloc + 1`, freed at `end + 1`, or
+    /// changing role at its `from_state`.
+    fn part(&self, roles: &Roles, lo: usize, hi: usize) -> Part {
+        let Sweep { snap, lives, start_role, .. } = *self;
         let trace = snap.trace(lives.device);
         let temp = Role::Temporaries as u8;
-        let mut initial = [0i64; 7];
+        let mut cur = [0i64; 7];
         for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
-            initial[r.role as usize] += b.request as i64;
+            cur[r.role as usize] += b.request as i64;
         }
-        // Room for every change in each half at once (a change per life and per role
-        // change at most): grown by doubling, the lists were copied and faulted in
-        // again at each step (a tenth of the report's page faults on the 6.4 M-entry
-        // consistent benchmark file). Capacity never written is address space only.
+        // Room for every change at once (a change per life and per role change at
+        // most): grown by doubling, the list was copied and faulted in again at each
+        // step (a tenth of the report's page faults on the 6.4 M-entry consistent
+        // benchmark file). Capacity never written is address space only.
         let most = lives.seeded.len() + lives.traced.len() + roles.from_state.len();
-        let (mut first, mut second) = (
-            Part { states: 0..mid, cur: initial, events: Vec::with_capacity(most), first_life: 0 },
-            Part { states: mid..states, cur: initial, events: Vec::with_capacity(most), first_life: 0 },
-        );
-        let apply = |cur: &mut [i64; 7], left: u8, entered: u8, q: u64| {
-            cur[left as usize] -= q as i64;
-            if entered < 7 {
-                cur[entered as usize] += q as i64;
-            }
-        };
+        let mut events = Vec::with_capacity(most);
         let mut change = |state: usize, left: u8, entered: u8, q: u64| {
-            if state == 0 {
-                apply(&mut first.cur, left, entered, q);
-            } else if state < mid {
-                first.events.push((state, left, entered, q));
-            }
-            if state <= mid {
-                apply(&mut second.cur, left, entered, q);
-            } else if state < states {
-                second.events.push((state, left, entered, q));
+            if state <= lo {
+                cur[left as usize] -= q as i64;
+                if entered < 7 {
+                    cur[entered as usize] += q as i64;
+                }
+            } else if state < hi {
+                events.push((state, left, entered, q));
             }
         };
         for (b, r) in lives.seeded.iter().zip(&roles.seeded) {
@@ -181,15 +172,13 @@ impl Sweep<'_> {
                 change(l.end() + 1, r.role as u8, 7, trace[l.alloc()].size);
             }
         }
-        // The lives made by `mid` (in the order of their alloc entries) are in the second
-        // sweep's first bytes; with no second sweep (`mid` is the end), none is read.
-        if mid < states {
-            second.first_life = lives.traced.partition_point(|l| l.alloc() < mid);
-            for (l, &r) in lives.traced[..second.first_life].iter().zip(start_role) {
-                second.cur[r as usize] += trace[l.alloc()].size as i64;
-            }
+        // The lives made by `lo` (in the order of their alloc entries) are in the sweep's
+        // first bytes (none for the first sweep).
+        let first_life = lives.traced.partition_point(|l| l.alloc() < lo);
+        for (l, &r) in lives.traced[..first_life].iter().zip(start_role) {
+            cur[r as usize] += trace[l.alloc()].size as i64;
         }
-        (first, second)
+        Part { states: lo..hi, cur, events, first_life }
     }
 
     /// The buckets' figures at the states of `part` (the rest of each bucket left at 0).
