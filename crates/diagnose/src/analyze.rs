@@ -29,10 +29,9 @@ use crate::recommend::{self, Era, Recommendations};
 use fragscope_alloc::format_size as fs;
 use fragscope_replay as replay;
 use fragscope_trace::{
-    attribute, describe_role_bytes, device_roles_from, device_roles_from_index, role_bytes_at,
-    timeline_with_lives_then, AttributionOptions, BlockLives, DeviceAttribution, DeviceRoles, DeviceTimeline,
-    LivesIndex, OnLives, PeakAttribution, PinnedSegments, ReservedSource, Role, Roles, Steps, TimelineOptions,
-    DEFAULT_POINTS,
+    attribute, describe_role_bytes, device_roles_from, device_roles_prepared, role_bytes_at, timeline_with_lives_then,
+    AttributionOptions, BlockLives, DeviceAttribution, DeviceRoles, DeviceTimeline, LivesIndex, OnLives,
+    PeakAttribution, PinnedSegments, ReservedSource, Role, Roles, Steps, TimelineOptions, DEFAULT_POINTS,
 };
 
 /// Schema name of `fragscope analyze --json`.
@@ -420,9 +419,11 @@ fn parts_beside(
         let (it_tx, it_rx) = std::sync::mpsc::sync_channel(1);
         let h_it = s.spawn(move || {
             // Sent as soon as found: the leak tests start when the walk ends, even if
-            // the work below is not done.
-            let st = fragscope_trace::steps(snap, device);
-            let _ = it_tx.send(st);
+            // the work below is not done. With the steps, what else the roles read from
+            // the trace alone (rule 8's passes), here beside the walk rather than on the
+            // roles' thread after it.
+            let prep = fragscope_trace::roles_prep(snap, device);
+            let _ = it_tx.send(prep);
             // The era (a look at every entry) and the caller's work too, here rather
             // than on threads of their own: one helper beside the walk keeps the
             // walk's core to itself.
@@ -436,8 +437,9 @@ fn parts_beside(
         let h_roles = s.spawn(move || {
             let (lives, index) = lives_rx.recv().ok()?;
             // No iterations only when that thread panicked: the caller joins it.
-            let st = it_rx.recv().ok()?;
-            let (r, rr) = device_roles_from_index(snap, &lives, &st, index);
+            let mut prep = it_rx.recv().ok()?;
+            let (r, rr) = device_roles_prepared(snap, &lives, &mut prep, index);
+            let st = prep.steps;
             let lk = leaks::leaks_device_with(snap, device, &st, &lives, Some(&rr));
             // The caller's work on the roles here too, beside memory_summary's table and
             // attribution on the walk's thread (this core was idle for their last part).

@@ -2225,6 +2225,35 @@ pub(crate) fn steps_and_passes<'s>(snap: &'s Snapshot, device: i64) -> (Steps, S
     (st, ev, layered)
 }
 
+/// What the roles read besides the lives, from the trace alone: the steps, the stacks'
+/// evidence they gathered (the classifier reads it again) and rule 8's forward passes
+/// with their layers ([`roles_prep`]). For a caller that finds them on another thread
+/// while the lives are being made (`analyze` beside its timeline's walk), as `summary`
+/// does: [`device_roles_prepared`] then classifies without finding them again.
+pub struct RolesPrep<'s> {
+    pub steps: Steps,
+    ev: StackEvidence<'s>,
+    layered: Option<passes::Layered>,
+}
+
+/// [`RolesPrep`] of `device`'s trace.
+pub fn roles_prep(snap: &Snapshot, device: i64) -> RolesPrep<'_> {
+    let (steps, ev, layered) = steps_and_passes(snap, device);
+    RolesPrep { steps, ev, layered: Some(layered) }
+}
+
+/// [`device_roles_from_index`] with what [`roles_prep`] found (its passes are taken:
+/// a second call finds them again).
+pub fn device_roles_prepared(
+    snap: &Snapshot,
+    lives: &BlockLives,
+    prep: &mut RolesPrep,
+    index: Option<crate::LivesIndex>,
+) -> (DeviceRoles, Roles) {
+    let RolesPrep { steps, ev, layered } = prep;
+    device_roles_from_ev(snap, lives, steps, ev, index.map(|i| i.0), layered.take())
+}
+
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
     device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None, None)

@@ -73,3 +73,40 @@ fn roles_from_the_one_walk_match_a_classification_from_scratch() {
     assert!(devices_with_trace >= min_count(25, 6), "only {devices_with_trace} devices with a trace");
     assert!(blocks_checked > 0);
 }
+
+/// The roles from what [`fragscope_trace::roles_prep`] found beside the walk (the steps,
+/// their stacks' evidence and rule 8's passes: `analyze`'s path) are the roles found from
+/// the steps alone ([`fragscope_trace::device_roles_from`]), with the index of the lives
+/// the walk made and without it, on every real snapshot.
+#[test]
+fn roles_from_the_prepared_steps_are_the_roles_from_the_steps() {
+    use fragscope_trace::{device_roles_from, device_roles_prepared, roles_prep, timeline_with_lives_then};
+    let mut devices = 0;
+    for p in real_pickles() {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let snap = fragscope_snapshot::read_path(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for d in snap.devices().into_iter().filter(|&d| !snap.trace(d).is_empty()) {
+            let mut told = None;
+            let tl = timeline_with_lives_then(&snap, d, &TimelineOptions::default(), &mut |l, ix| {
+                told = Some((std::sync::Arc::clone(l), ix));
+            });
+            let (lives, mut index) = told.expect("the walk tells its lives");
+            assert!(tl.lives.is_some());
+            let (want, want_roles) = device_roles_from(&snap, &lives, &fragscope_trace::steps(&snap, d));
+            for with_index in [true, false] {
+                let mut prep = roles_prep(&snap, d);
+                let ix = if with_index { index.take() } else { None };
+                let (got, got_roles) = device_roles_prepared(&snap, &lives, &mut prep, ix);
+                assert_eq!(
+                    serde_json::to_value(&got).unwrap(),
+                    serde_json::to_value(&want).unwrap(),
+                    "{name} cuda:{d}"
+                );
+                assert_eq!(got_roles.traced, want_roles.traced, "{name} cuda:{d}");
+                assert_eq!(got_roles.seeded, want_roles.seeded, "{name} cuda:{d}");
+            }
+            devices += 1;
+        }
+    }
+    assert!(devices >= min_count(25, 6), "{devices} devices with a trace");
+}
