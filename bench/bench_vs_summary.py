@@ -6,9 +6,11 @@ Every round runs, on each FILE and for each binary, `summary --json FILE`, `repo
 TMP.html` and `export FILE -o TMPDIR` one after the other, in an order that rotates from
 round to round, each a child process. Reported per file and binary: the median wall time
 and its range, the median CPU time (user + system of the child) and its range, and the
-ratios of the medians (report / summary, export / summary) for wall and CPU. Wall ratios
-on a loaded machine say little: the CPU ratios are the steadier figure, and the 1-minute
-load average is printed after each round.
+ratios of the medians (report / summary, export / summary) for wall and CPU; then the wall
+ratios against the median of every binary's `summary` runs together (for binaries whose
+`summary` is the same code: `summary`'s time moves most with what ran before it). Wall
+ratios on a loaded machine say little: the CPU ratios are the steadier figure, and the
+1-minute load average is printed after each round.
 
 usage: bench_vs_summary.py FILE... --bin NAME=PATH [--bin NAME=PATH] [--repeat 5]
                            [--markdown OUT.md]
@@ -83,6 +85,27 @@ def main():
                     f"| {os.path.basename(f)} | {b} | {c} | {med[c][0]:.2f} ({min(w):.2f}–{max(w):.2f}) | "
                     f"{med[c][1]:.2f} ({min(u):.2f}–{max(u):.2f}) | {ratio or ' | '} |"
                 )
+    # `summary` is the command whose time moves most with what ran before it (how much of
+    # the memory it writes was just freed by the process before: RESULTS, "this machine's
+    # fresh pages"), and each binary's summary median comes from a few runs. When the
+    # binaries share `summary`'s code, its runs of every binary together are one sample
+    # of one program: the ratios against their median say the same with less noise.
+    lines += [
+        "",
+        "Against the median of every binary's `summary` runs together (meaningful when the binaries' `summary` is the same code):",
+        "",
+        "| file | summary, all binaries: wall median (range) s | binary | report / summary, wall | export / summary, wall |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for f in a.files:
+        pooled = [x[0] for b, _ in bins for x in times[(f, b, "summary")]]
+        m = statistics.median(pooled)
+        for b, _ in bins:
+            rep = statistics.median(x[0] for x in times[(f, b, "report")])
+            exp = statistics.median(x[0] for x in times[(f, b, "export")])
+            lines.append(
+                f"| {os.path.basename(f)} | {m:.2f} ({min(pooled):.2f}–{max(pooled):.2f}) | {b} | {rep / m:.2f} | {exp / m:.2f} |"
+            )
     text = "\n".join(lines)
     print(text)
     if a.markdown:
