@@ -41,7 +41,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::io::Write;
 use std::sync::Arc;
 
-use fragscope_diagnose::{analyze_with_timelines, Analysis, AnalyzeOptions};
+use fragscope_diagnose::{analyze_with_timelines, Analysis, AnalyzeOptions, OnRoles};
 use fragscope_snapshot::{Action, FxHashMap, Snapshot, StackId, TraceEvent};
 use fragscope_trace::{summarize_from_timelines, BlockLives, Summary};
 use serde::Serialize;
@@ -429,7 +429,7 @@ fn role_curves(
 /// Runs the analysis and draws every device beside it (`opts`: a device's budgets), with
 /// the call sites drawn into `table`: the analysis, each device's drawn parts, its block
 /// lives, the summary (without its roles: [`summary_roles`]) and the role buckets
-/// (taken on the analysis' thread once it ends, beside the drawing here).
+/// (made on the analysis' roles thread as soon as it has the roles, [`OnRoles`]).
 ///
 /// `analyze` runs beside the report's other walks of the trace; the curves are drawn in
 /// the walk that makes analyze's timeline (one walk for both). Once every device is
@@ -503,7 +503,8 @@ fn walk_and_draw(
                 // Received below, unless that thread has already failed.
                 let _ = scan_tx.lock().expect("scan channel").send(scans);
             };
-            let ana = analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside), Some(&on_roles));
+            let on_roles: OnRoles = &on_roles;
+            let ana = analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside), Some(on_roles));
             // The role buckets the roles' thread did not make, here, while the caller's
             // thread draws the curves and the state view: they read only the analysis and
             // the walk's lives.

@@ -47,9 +47,9 @@ pub struct RoleBuckets {
 /// role's bytes are constant, so each run of states updates the buckets it covers.
 ///
 /// On a long trace the states are swept in two halves, the first on a thread of its
-/// own: the report computes this once the analysis is done, with the second core idle
-/// (it was ~6 % of the report's wall time on the 6.9 M-entry allocator-consistent
-/// benchmark file).
+/// own (it was ~6 % of the report's wall time on the 6.9 M-entry allocator-consistent
+/// benchmark file, with the second core idle; the report now makes it as soon as the
+/// roles are, beside the rest of the analysis).
 pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: usize, amax: &[usize]) -> RoleBuckets {
     let mid = (lives.traced.len() >= SPLIT_LIVES).then_some(states / 2);
     role_buckets_split(snap, lives, roles, states, amax, mid)
@@ -59,9 +59,9 @@ pub fn role_buckets(snap: &Snapshot, lives: &BlockLives, roles: &Roles, states: 
 const SPLIT_LIVES: usize = 1 << 16;
 
 /// [`role_buckets`], the states `0..mid` swept on a thread of their own beside `mid..`
-/// (`None`: all in one sweep). The changes are read once, here, and dealt to the two
-/// sweeps; their buckets are merged: each state is in one run of one of them, so a
-/// bucket's maximum is the larger of the two and its stack the one of the sweep that
+/// (`None`: all in one sweep). Each sweep reads the changes of its own states
+/// ([`Sweep::part`]); their buckets are merged: each state is in one run of one of them,
+/// so a bucket's maximum is the larger of the two and its stack the one of the sweep that
 /// holds its allocated maximum.
 fn role_buckets_split(
     snap: &Snapshot,
@@ -116,7 +116,7 @@ struct Sweep<'a> {
 }
 
 /// The states one sweep covers, the role bytes at its first state before that state's
-/// allocations and the changes after it ([`Sweep::parts`]).
+/// allocations and the changes after it ([`Sweep::part`]).
 struct Part {
     states: std::ops::Range<usize>,
     /// The bytes of each role once every change up to `states.start` (its own included,
