@@ -24,11 +24,10 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fragscope-recopts-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A folder of this test's recordings, removed when dropped (even by a failing test: a
+/// folder per test and run, 3 MB the largest, was left in the temporary folder).
+fn scratch(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("fragscope-recopts-{tag}-")).tempdir().unwrap()
 }
 
 fn read(p: &Path) -> Snapshot {
@@ -75,7 +74,8 @@ const SOURCES: [&str; 2] = ["cs336-2.7b-trainstep-ctx128-fp32.pickle", "selectn-
 fn skipped_frees_give_the_full_files_answers() {
     for name in SOURCES {
         let Some(full) = real_file(name) else { return };
-        let dir = scratch("frees");
+        let tmp = scratch("frees");
+        let dir = tmp.path();
         let snap = read(&full);
         let full_s = full.to_str().unwrap();
         let summary = ok(&["summary", full_s]);
@@ -112,7 +112,8 @@ fn skipped_frees_give_the_full_files_answers() {
 #[test]
 fn skipped_allocs_are_named_and_the_trace_set_aside() {
     let Some(full) = real_file(SOURCES[0]) else { return };
-    let dir = scratch("alloc");
+    let tmp = scratch("alloc");
+    let dir = tmp.path();
     let p = without(&read(&full), &[Action::Alloc], &dir, "no-alloc.pickle");
     let ps = p.to_str().unwrap();
     let s = ok(&["summary", ps]);
@@ -154,7 +155,8 @@ fn skipped_allocs_are_named_and_the_trace_set_aside() {
 #[test]
 fn skipped_segment_events_are_said_and_reserved_figures_not_invented() {
     let Some(full) = real_file(SOURCES[0]) else { return };
-    let dir = scratch("seg");
+    let tmp = scratch("seg");
+    let dir = tmp.path();
     let segs = [Action::SegmentAlloc, Action::SegmentFree, Action::SegmentMap, Action::SegmentUnmap];
     let mut snap = read(&full);
     let p = without(&snap, &segs, &dir, "no-seg.pickle");
@@ -179,7 +181,8 @@ fn skipped_segment_events_are_said_and_reserved_figures_not_invented() {
 #[test]
 fn history_never_switched_on_and_one_pool() {
     let Some(src) = real_file("verl-megatron-vllm-qwen2-private-pools-stateonly.pickle") else { return };
-    let dir = scratch("state");
+    let tmp = scratch("state");
+    let dir = tmp.path();
     let mut snap = read(&src);
     snap.device_traces.iter_mut().for_each(Vec::clear);
     for g in &mut snap.segments {
@@ -221,7 +224,8 @@ fn history_never_switched_on_and_one_pool() {
 #[test]
 fn state_and_analyze_group_by_compile_context_and_user_metadata() {
     let Some(src) = real_file(SOURCES[0]) else { return };
-    let dir = scratch("ctx");
+    let tmp = scratch("ctx");
+    let dir = tmp.path();
     let mut snap = read(&src);
     let region = snap.frames.intern_str("Torch-Compiled Region: 0/0");
     let tag = snap.frames.intern_str("{\"phase\": \"optimizer\"}");
@@ -314,7 +318,8 @@ fn host_block_segment(address: u64, size: u64, state: BlockState) -> Segment {
 #[test]
 fn pinned_host_memory_is_shown_apart() {
     let Some(src) = real_file(SOURCES[0]) else { return };
-    let dir = scratch("host");
+    let tmp = scratch("host");
+    let dir = tmp.path();
     let mut snap = read(&src);
     let mib = 1u64 << 20;
     snap.host_segments = Some(vec![
