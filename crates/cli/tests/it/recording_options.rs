@@ -82,7 +82,7 @@ fn skipped_frees_give_the_full_files_answers() {
         let verify = ok(&["replay", "--verify", "--json", full_s]);
         let state = ok(&["state", "--json", full_s]);
         for (drop, tag) in [(Action::FreeRequested, "free_requested"), (Action::FreeCompleted, "free_completed")] {
-            let p = without(&snap, &[drop], &dir, &format!("no-{tag}.pickle"));
+            let p = without(&snap, &[drop], dir, &format!("no-{tag}.pickle"));
             let ps = p.to_str().unwrap();
             let s = ok(&["summary", ps]);
             assert!(
@@ -114,7 +114,7 @@ fn skipped_allocs_are_named_and_the_trace_set_aside() {
     let Some(full) = real_file(SOURCES[0]) else { return };
     let tmp = scratch("alloc");
     let dir = tmp.path();
-    let p = without(&read(&full), &[Action::Alloc], &dir, "no-alloc.pickle");
+    let p = without(&read(&full), &[Action::Alloc], dir, "no-alloc.pickle");
     let ps = p.to_str().unwrap();
     let s = ok(&["summary", ps]);
     assert!(s.contains("alloc entries were not recorded (skip_actions)"), "{s}");
@@ -159,7 +159,7 @@ fn skipped_segment_events_are_said_and_reserved_figures_not_invented() {
     let dir = tmp.path();
     let segs = [Action::SegmentAlloc, Action::SegmentFree, Action::SegmentMap, Action::SegmentUnmap];
     let mut snap = read(&full);
-    let p = without(&snap, &segs, &dir, "no-seg.pickle");
+    let p = without(&snap, &segs, dir, "no-seg.pickle");
     let s = ok(&["summary", p.to_str().unwrap()]);
     assert!(s.contains("the trace allocates but holds no segment event"), "{s}");
     let v = ok(&["replay", "--verify", p.to_str().unwrap()]);
@@ -168,7 +168,7 @@ fn skipped_segment_events_are_said_and_reserved_figures_not_invented() {
     // segment_free skipped with the rest).
     let first = snap.device_traces[0].iter().find(|e| e.action == Action::Alloc).unwrap().addr;
     snap.segments.retain(|g| !(g.address <= first && first < g.address + g.total_size));
-    let p = without(&snap, &segs, &dir, "no-seg-proven.pickle");
+    let p = without(&snap, &segs, dir, "no-seg-proven.pickle");
     let out: Value = serde_json::from_str(&ok(&["summary", "--json", p.to_str().unwrap()])).unwrap();
     let f = &out["files"][0];
     let notes = f["notes"]["recording"].as_array().unwrap();
