@@ -404,8 +404,8 @@ pub fn curves_and_timeline_marked(
         }
         None => timeline_walk(snap, device, &topts, &mut sink),
     };
-    // The last bucket again (stored at the walk's last state; as it was, without one).
-    store(b, &cur, false);
+    // The last bucket was stored at the walk's last state (the walk reports every state).
+    debug_assert!(amax_at_end.get().is_some(), "the walk reached its last state");
     // The call sites with the most live bytes at their own peak; among equals, the one
     // met first in the walk (site ids are in that order). Not by stack id: ids follow the
     // order in which the reader interned the stacks, which depends on how it read them

@@ -448,10 +448,6 @@ fn walk_and_draw(
     let ((ana, role_curves_of, sum), drawn, lives_of) = std::thread::scope(|s| {
         let analysis = s.spawn(move || {
             let tx = std::sync::Mutex::new(tx);
-            // Each walked device's page states, curve buckets and lives, for its role
-            // buckets once the analysis has the block roles (when they were not made
-            // as the roles were, below).
-            let for_roles = std::sync::Mutex::new(Vec::new());
             // The role buckets' inputs from each device's walk (its states and its
             // curves' allocated maxima), set before the walk tells the analysis its lives,
             // and the role buckets made from them as soon as the analysis has the roles:
@@ -483,10 +479,6 @@ fn walk_and_draw(
                 });
                 let marks = state::Marks::new(snap, &tl);
                 let keyframes = shared.finish(marks);
-                if let Some(lives) = &tl.lives {
-                    let kept = (d, c.states(), c.amax().to_vec(), Arc::clone(lives));
-                    for_roles.lock().expect("role buckets' inputs").push(kept);
-                }
                 // The receiver waits for every device: a failed send cannot happen.
                 let _ = tx.lock().expect("curves channel").send((d, c, tl.lives.clone(), marks, keyframes));
                 tl
@@ -505,19 +497,9 @@ fn walk_and_draw(
             };
             let on_roles: OnRoles = &on_roles;
             let ana = analyze_with_timelines(snap, &aopts, &timeline_of, Some(&beside), Some(on_roles));
-            // The role buckets the roles' thread did not make, here, while the caller's
-            // thread draws the curves and the state view: they read only the analysis and
-            // the walk's lives.
-            let inputs = for_roles.into_inner().expect("role buckets' inputs");
-            let mut role_curves_of = made_role_curves.into_inner().expect("role buckets");
-            for (d, states, amax, lives) in inputs {
-                if role_curves_of.contains_key(&d) {
-                    continue;
-                }
-                if let Some(rc) = role_curves(snap, &ana, d, &lives, states, &amax) {
-                    role_curves_of.insert(d, rc);
-                }
-            }
+            // A device whose roles' thread did not make them gets them when it is drawn
+            // ([`device_data`]).
+            let role_curves_of = made_role_curves.into_inner().expect("role buckets");
             // The summary, from the timelines' own first passes (no walk of its own);
             // without its roles: analyze's are the same figures over the same block lives
             // (set by `summary_roles`); without memory_summary's table: the timeline's

@@ -67,9 +67,8 @@ pub use lives::{live_bytes_at, BlockLives};
 pub use par::{map as par_map, threads as par_threads};
 pub use roles::{
     bytes_at as role_bytes_at, classify as classify_roles, describe_bytes as describe_role_bytes, device_block_roles,
-    device_roles, device_roles_from, device_roles_from_index, device_roles_prepared, device_roles_with, roles_prep,
-    text as roles_text, BlockRole, DeviceRoles, Reason, Role, RoleBytes, RoleEvidence, Roles, RolesPrep,
-    Structure as ModelStructure,
+    device_roles, device_roles_from, device_roles_prepared, device_roles_with, roles_prep, text as roles_text,
+    BlockRole, DeviceRoles, Reason, Role, RoleBytes, RoleEvidence, Roles, RolesPrep, Structure as ModelStructure,
 };
 pub use scopes::Scopes;
 pub use steps::{

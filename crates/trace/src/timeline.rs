@@ -178,12 +178,12 @@ pub fn timeline(snap: &Snapshot, device: i64, opts: &TimelineOptions) -> DeviceT
 /// part, memory_summary's table for its peak allocated ([`peak_allocated`]), is a backward
 /// walk about as long, and a caller that reads the lives (the roles, the leak tests) can
 /// start on another core meanwhile. With them, the roles' index of the lives the walk made
-/// as it went ([`LivesIndex`], for [`crate::device_roles_from_index`]), where it could.
+/// as it went ([`LivesIndex`], for [`crate::device_roles_prepared`]), where it could.
 pub type OnLives<'a> = &'a mut dyn FnMut(&Arc<BlockLives>, Option<LivesIndex>);
 
 /// The index of a timeline's block lives that the roles read (each traced life's request,
 /// the lives in the order their entries ended them), made by the walk that made the lives
-/// ([`OnLives`]): [`crate::device_roles_from_index`] takes it instead of making it from
+/// ([`OnLives`]): [`crate::device_roles_prepared`] takes it instead of making it from
 /// the lives (a pass over them, and 4 bytes per trace entry while it runs: in `perf` of
 /// `report` on the 6.4 M-entry consistent benchmark file, ~0.15 s of samples on the roles'
 /// thread, and a sixth of its page faults).

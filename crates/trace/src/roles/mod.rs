@@ -2242,8 +2242,9 @@ pub fn roles_prep(snap: &Snapshot, device: i64) -> RolesPrep<'_> {
     RolesPrep { steps, ev, layered: Some(layered) }
 }
 
-/// [`device_roles_from_index`] with what [`roles_prep`] found (its passes are taken:
-/// a second call finds them again).
+/// The roles of `device` from its lives and what [`roles_prep`] found, with the index of
+/// the lives the timeline's walk made with them ([`crate::OnLives`]; `None`: made here
+/// from the lives). Its passes are taken: a second call finds them again.
 pub fn device_roles_prepared(
     snap: &Snapshot,
     lives: &BlockLives,
@@ -2257,17 +2258,6 @@ pub fn device_roles_prepared(
 /// [`device_roles_with`] with the steps already found.
 pub fn device_roles_from(snap: &Snapshot, lives: &BlockLives, st: &Steps) -> (DeviceRoles, Roles) {
     device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), None, None)
-}
-
-/// [`device_roles_from`] with the index of the lives the timeline's walk made with them
-/// ([`crate::OnLives`]; `None`: made here from the lives).
-pub fn device_roles_from_index(
-    snap: &Snapshot,
-    lives: &BlockLives,
-    st: &Steps,
-    index: Option<crate::LivesIndex>,
-) -> (DeviceRoles, Roles) {
-    device_roles_from_ev(snap, lives, st, &mut StackEvidence::new(snap), index.map(|i| i.0), None)
 }
 
 /// [`device_roles_from`] with the stacks' evidence the steps gathered, the index of the
