@@ -33,7 +33,7 @@ pub const NULL_KEY: u32 = u32::MAX;
 
 /// Rows per data page: where the `parquet` crate's writer ends its pages with its
 /// default limit of 20,000 rows, checked after each batch of 1,024 values.
-const PAGE_ROWS: usize = 20 * 1024;
+pub(super) const PAGE_ROWS: usize = 20 * 1024;
 
 /// The largest dictionary page [`write()`] is for: the `parquet` crate's default limit,
 /// past which its writer falls back to plain encoding (the caller then lets it).
@@ -79,7 +79,7 @@ impl Dict<'_> {
 
 /// The INT64 statistics of a chunk and of its pages, as the crate's writer keeps them
 /// (`EnabledStatistics::Page`, its default).
-struct IntStats {
+pub(super) struct IntStats {
     min_max: Option<(i64, i64)>,
     nulls: u64,
     index: ColumnIndexBuilder,
@@ -90,7 +90,7 @@ struct IntStats {
 }
 
 impl IntStats {
-    fn new() -> IntStats {
+    pub(super) fn new() -> IntStats {
         IntStats {
             min_max: None,
             nulls: 0,
@@ -116,7 +116,21 @@ impl IntStats {
                 }
             }
         }
-        let page = (nulls < rows.len() as u64).then_some((lo, hi));
+        self.add_page((nulls < rows.len() as u64).then_some((lo, hi)), nulls);
+    }
+
+    /// A page of `values` (its non-null rows') and `nulls` null rows.
+    pub(super) fn page_values(&mut self, values: &[i64], nulls: u64) {
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+        for &v in values {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        self.add_page((!values.is_empty()).then_some((lo, hi)), nulls);
+    }
+
+    /// A page with these least and greatest values (`None`: every row null).
+    fn add_page(&mut self, page: Option<(i64, i64)>, nulls: u64) {
         self.nulls += nulls;
         match page {
             None => self.index.append(true, vec![], vec![], nulls as i64, None),
@@ -130,6 +144,25 @@ impl IntStats {
                 self.index.append(false, lo.to_le_bytes().to_vec(), hi.to_le_bytes().to_vec(), nulls as i64, None);
             }
         }
+    }
+}
+
+impl IntStats {
+    /// The chunk's statistics set on `metadata`, and its column index.
+    pub(super) fn finish(
+        mut self,
+        metadata: parquet::file::metadata::ColumnChunkMetaDataBuilder,
+    ) -> Result<(parquet::file::metadata::ColumnChunkMetaDataBuilder, parquet::file::page_index::column_index::ColumnIndexMetaData)> {
+        let (min, max) = self.min_max.unzip();
+        let values =
+            ValueStatistics::new(min, max, None, Some(self.nulls), false).with_backwards_compatible_min_max(true);
+        // As the crate orders them: equal pages, or only null ones, count as ascending.
+        self.index.set_boundary_order(match (self.ascending, self.descending) {
+            (true, _) => BoundaryOrder::ASCENDING,
+            (false, true) => BoundaryOrder::DESCENDING,
+            (false, false) => BoundaryOrder::UNORDERED,
+        });
+        Ok((metadata.set_statistics(Statistics::Int64(values)), self.index.build()?))
     }
 }
 
@@ -253,18 +286,10 @@ pub fn write(
         .set_dictionary_page_offset(Some(0))
         .set_data_page_offset(locations.first().map_or(total, |l| l.offset));
     let mut column_index = None;
-    if let Some(mut stats) = stats {
-        let (min, max) = stats.min_max.unzip();
-        let values =
-            ValueStatistics::new(min, max, None, Some(stats.nulls), false).with_backwards_compatible_min_max(true);
-        metadata = metadata.set_statistics(Statistics::Int64(values));
-        // As the crate orders them: equal pages, or only null ones, count as ascending.
-        stats.index.set_boundary_order(match (stats.ascending, stats.descending) {
-            (true, _) => BoundaryOrder::ASCENDING,
-            (false, true) => BoundaryOrder::DESCENDING,
-            (false, false) => BoundaryOrder::UNORDERED,
-        });
-        column_index = Some(stats.index.build()?);
+    if let Some(stats) = stats {
+        let (with_stats, index) = stats.finish(metadata)?;
+        metadata = with_stats;
+        column_index = Some(index);
     }
     let close = ColumnCloseResult {
         bytes_written: total as u64,
@@ -287,7 +312,7 @@ fn bits(max: u32) -> u8 {
 /// bit-packed run must hold a multiple of eight values but for the last one (padded
 /// with zeros: the reader knows how many values there are), so the values before an RLE
 /// run are topped up to a multiple of eight from the run itself.
-fn hybrid(out: &mut Vec<u8>, values: &[u32], width: u8) {
+pub(super) fn hybrid(out: &mut Vec<u8>, values: &[u32], width: u8) {
     // The values not yet written start here (they are bit-packed, topped up from the
     // run that follows them: contiguous in `values`).
     let mut literal = 0;
@@ -322,8 +347,15 @@ fn packed(out: &mut Vec<u8>, values: &[u32], width: u8) {
     if values.is_empty() {
         return;
     }
+    varint(out, ((values.len().div_ceil(8) as u64) << 1) | 1);
+    pack_groups(out, values, width);
+}
+
+/// Appends `values` (each below 2^`width`) bit-packed, LSB first, in groups of eight
+/// (`width` bytes each; the last group padded with zeros): the bit-packed run's body,
+/// and a DELTA_BINARY_PACKED miniblock's ([`super::delta_chunk`]).
+pub(super) fn pack_groups(out: &mut Vec<u8>, values: &[u32], width: u8) {
     let groups = values.len().div_ceil(8);
-    varint(out, ((groups as u64) << 1) | 1);
     let w = u32::from(width);
     debug_assert!(w <= 32, "u32 values are at most 32 bits wide");
     // Eight values of `w` bits are `w` whole bytes: each half of the group is at most 128
@@ -362,7 +394,7 @@ fn packed(out: &mut Vec<u8>, values: &[u32], width: u8) {
 }
 
 /// Appends `x` as a ULEB128 varint.
-fn varint(out: &mut Vec<u8>, mut x: u64) {
+pub(super) fn varint(out: &mut Vec<u8>, mut x: u64) {
     while x >= 0x80 {
         out.push((x as u8) | 0x80);
         x >>= 7;
@@ -526,14 +558,29 @@ mod tests {
 
     /// A one-column INT64 file of `cells` written by the crate's writer (`ours` false) or
     /// by [`write()`]: its rows, its chunk statistics and its column index, as text.
-    fn ints_roundtrip(cells: &[Option<i64>], optional: bool, ours: bool) -> (Vec<String>, String, String) {
+    /// Who writes the chunk of [`ints_roundtrip`].
+    #[derive(Clone, Copy, PartialEq)]
+    enum By {
+        Crate,
+        Dictionary,
+        /// [`super::super::delta_chunk::write`].
+        Delta,
+    }
+
+    fn ints_roundtrip(cells: &[Option<i64>], optional: bool, by: By) -> (Vec<String>, String, String) {
         let rep = if optional { "optional" } else { "required" };
         let schema = Arc::new(parse_message_type(&format!("message t {{ {rep} int64 x; }}")).unwrap());
         let mut w =
             SerializedFileWriter::new(Vec::new(), schema, Arc::new(WriterProperties::builder().build())).unwrap();
         let descr = w.schema_descr().column(0);
         let mut rg = w.next_row_group().unwrap();
-        if ours {
+        if by == By::Delta {
+            let defs: Vec<i16> = if optional { cells.iter().map(|c| i16::from(c.is_some())).collect() } else { vec![] };
+            let values: Vec<i64> = cells.iter().flatten().copied().collect();
+            let mut out = vec![0xAA; 3];
+            let close = super::super::delta_chunk::write(descr, optional, &defs, &values, &mut out).unwrap();
+            rg.append_column(&Chunk(&out), close).unwrap();
+        } else if by == By::Dictionary {
             let mut dict: Vec<i64> = Vec::new();
             let mut at = std::collections::HashMap::new();
             let keys: Vec<u32> = cells
@@ -576,7 +623,11 @@ mod tests {
     fn int_chunks_read_back_with_the_crate_writers_statistics() {
         let n = 70_000;
         type Shape = Box<dyn Fn(usize) -> Option<i64>>;
-        let shapes: [(&str, Shape, bool); 7] = [
+        let shapes: [(&str, Shape, bool); 9] = [
+            // Deltas that wrap and need all 64 bits, and 33-48 bits (a delta chunk's
+            // widest miniblocks).
+            ("extremes", Box::new(|i| Some(if i % 2 == 0 { i64::MIN } else { i64::MAX - i as i64 })), false),
+            ("wide", Box::new(|i| (i % 9 != 4).then_some((i as i64).wrapping_mul(0x9E37_79B9_7F4A) >> 7)), true),
             ("all null", Box::new(|_| None), true),
             // 70,000 distinct values: 17-bit indices.
             ("all distinct", Box::new(|i| Some(i as i64 * 3 - 1000)), false),
@@ -588,12 +639,15 @@ mod tests {
         ];
         for (what, f, optional) in shapes {
             let cells: Vec<Option<i64>> = (0..n).map(&f).collect();
-            let (rows, stats, index) = ints_roundtrip(&cells, optional, true);
-            let (their_rows, their_stats, their_index) = ints_roundtrip(&cells, optional, false);
-            assert_eq!(rows.len(), n);
-            assert!(rows == their_rows, "{what}: rows differ");
-            assert_eq!(stats, their_stats, "{what}");
-            assert_eq!(strip_histograms(&index), strip_histograms(&their_index), "{what}");
+            let (their_rows, their_stats, their_index) = ints_roundtrip(&cells, optional, By::Crate);
+            for by in [By::Dictionary, By::Delta] {
+                let (rows, stats, index) = ints_roundtrip(&cells, optional, by);
+                let what = format!("{what}, {}", if by == By::Delta { "delta" } else { "dictionary" });
+                assert_eq!(rows.len(), n);
+                assert!(rows == their_rows, "{what}: rows differ");
+                assert_eq!(stats, their_stats, "{what}");
+                assert_eq!(strip_histograms(&index), strip_histograms(&their_index), "{what}");
+            }
         }
     }
 
