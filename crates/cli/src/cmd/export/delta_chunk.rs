@@ -24,7 +24,7 @@ use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation}
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
-use super::dict_chunk::{hybrid, pack_groups, varint, IntStats, PAGE_ROWS};
+use super::dict_chunk::{hybrid, varint, IntStats, PAGE_ROWS};
 
 /// Values per block, and miniblocks per block: the `parquet` crate's encoder's layout
 /// for INT64 (`DeltaBitPackEncoder::new`).
@@ -132,10 +132,10 @@ pub fn encode(out: &mut Vec<u8>, values: &[i64]) {
         let n = (values.len() - from).min(BLOCK);
         // The deltas as two's-complement differences; the least compared as signed.
         let mut least = i64::MAX;
-        for k in 0..n {
-            let d = values[from + k].wrapping_sub(values[from + k - 1]);
-            least = least.min(d);
-            deltas[k] = d as u64;
+        for (d, w) in deltas.iter_mut().zip(values[from - 1..from + n].windows(2)) {
+            let x = w[1].wrapping_sub(w[0]);
+            least = least.min(x);
+            *d = x as u64;
         }
         varint(out, zigzag(least));
         let widths_at = out.len();
@@ -160,20 +160,21 @@ fn zigzag(x: i64) -> u64 {
 }
 
 /// Appends a miniblock's `values` (each below 2^`width`), LSB first, padded with zeros
-/// to [`MINI`] values: `8 × width` bytes. Up to 32 bits (every delta of an index or a
-/// time in a real trace) by [`pack_groups`]' eight values at a time; wider a value at a
-/// time.
+/// to [`MINI`] values: `8 × width` bytes. Up to 56 bits (every delta of an index or a
+/// time in a real trace) without a branch per value, by [`pack_by_width`]; wider, a
+/// value at a time.
 fn pack64(out: &mut Vec<u8>, values: &[u64], width: u32) {
     if width == 0 {
         return;
     }
     let start = out.len();
-    if width <= 32 {
-        let mut narrow = [0u32; MINI];
-        for (n, &v) in narrow.iter_mut().zip(values) {
-            *n = v as u32;
-        }
-        pack_groups(out, &narrow[..values.len()], width as u8);
+    let bytes = 8 * width as usize;
+    if width <= 56 {
+        let mut padded = [0u64; MINI];
+        padded[..values.len()].copy_from_slice(values);
+        // Room for the last 8-byte store past the miniblock's bytes, cut back after.
+        out.resize(start + bytes + 8, 0);
+        pack_by_width(&mut out[start..], &padded, width);
     } else {
         let (mut acc, mut held) = (0u128, 0u32);
         for &v in values {
@@ -189,7 +190,42 @@ fn pack64(out: &mut Vec<u8>, values: &[u64], width: u32) {
             out.extend_from_slice(&(acc as u64).to_le_bytes()[..held.div_ceil(8) as usize]);
         }
     }
-    out.resize(start + 8 * width as usize, 0);
+    out.resize(start + bytes, 0);
+}
+
+/// Packs 64 values of `width` <= 56 bits into `buf[..8 × width]`: [`pack_const`] for
+/// the width, whose shifts are then constants.
+#[inline]
+fn pack_by_width(buf: &mut [u8], values: &[u64; MINI], width: u32) {
+    macro_rules! by_width {
+        ($($w:literal)*) => {
+            match width {
+                $($w => pack_const::<$w>(buf, values),)*
+                _ => unreachable!("widths 1 to 56"),
+            }
+        };
+    }
+    by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28
+        29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56)
+}
+
+/// [`pack_by_width`] for one width `W`: value `i`'s bits start at bit `i × W`, in the
+/// 64-bit word of that bit and, past its end, the next; the words written out in turn.
+/// The loop's bounds and `W` are constants: unrolled, every shift and index is one.
+#[inline(always)]
+fn pack_const<const W: usize>(buf: &mut [u8], values: &[u64; MINI]) {
+    let mut words = [0u64; 57];
+    for (i, &v) in values.iter().enumerate() {
+        let bit = i * W;
+        let (word, off) = (bit / 64, bit % 64);
+        words[word] |= v << off;
+        if off + W > 64 {
+            words[word + 1] |= v >> (64 - off);
+        }
+    }
+    for (k, w) in words[..W].iter().enumerate() {
+        buf[8 * k..8 * k + 8].copy_from_slice(&w.to_le_bytes());
+    }
 }
 
 #[cfg(test)]

@@ -152,7 +152,10 @@ impl IntStats {
     pub(super) fn finish(
         mut self,
         metadata: parquet::file::metadata::ColumnChunkMetaDataBuilder,
-    ) -> Result<(parquet::file::metadata::ColumnChunkMetaDataBuilder, parquet::file::page_index::column_index::ColumnIndexMetaData)> {
+    ) -> Result<(
+        parquet::file::metadata::ColumnChunkMetaDataBuilder,
+        parquet::file::page_index::column_index::ColumnIndexMetaData,
+    )> {
         let (min, max) = self.min_max.unzip();
         let values =
             ValueStatistics::new(min, max, None, Some(self.nulls), false).with_backwards_compatible_min_max(true);
@@ -347,15 +350,8 @@ fn packed(out: &mut Vec<u8>, values: &[u32], width: u8) {
     if values.is_empty() {
         return;
     }
-    varint(out, ((values.len().div_ceil(8) as u64) << 1) | 1);
-    pack_groups(out, values, width);
-}
-
-/// Appends `values` (each below 2^`width`) bit-packed, LSB first, in groups of eight
-/// (`width` bytes each; the last group padded with zeros): the bit-packed run's body,
-/// and a DELTA_BINARY_PACKED miniblock's ([`super::delta_chunk`]).
-pub(super) fn pack_groups(out: &mut Vec<u8>, values: &[u32], width: u8) {
     let groups = values.len().div_ceil(8);
+    varint(out, ((groups as u64) << 1) | 1);
     let w = u32::from(width);
     debug_assert!(w <= 32, "u32 values are at most 32 bits wide");
     // Eight values of `w` bits are `w` whole bytes: each half of the group is at most 128
