@@ -47,9 +47,12 @@ def main():
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bin]
     tmp = tempfile.mkdtemp(prefix="fragscope-bench-vs-summary-")
-    html, tables = os.path.join(tmp, "page.html"), os.path.join(tmp, "tables")
     cmds = []
     for name, path in bins:
+        # Each binary its own page and tables: a build that writes smaller tables would
+        # otherwise pay for dropping the other's larger ones it replaces (and the other
+        # for its smaller ones).
+        html, tables = os.path.join(tmp, f"page-{name}.html"), os.path.join(tmp, f"tables-{name}")
         cmds += [
             (name, "summary", lambda f, p=path: [p, "summary", "--json", f]),
             (name, "report", lambda f, p=path: [p, "report", f, "-o", html]),
