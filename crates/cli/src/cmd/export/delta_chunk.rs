@@ -14,17 +14,16 @@
 //! chunks' ([`super::dict_chunk`]), with the same statistics (chunk min, max and null
 //! count; the page-level column index) and an offset index.
 
-use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, PageType};
-use parquet::column::page::{CompressedPage, Page, PageWriter};
+use parquet::column::page::PageWriter;
 use parquet::column::writer::ColumnCloseResult;
 use parquet::errors::Result;
 use parquet::file::metadata::{ColumnChunkMetaData, PageEncodingStats};
-use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation};
+use parquet::file::page_index::offset_index::OffsetIndexMetaData;
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
-use super::dict_chunk::{hybrid, varint, IntStats, PAGE_ROWS};
+use super::dict_chunk::{data_page, def_levels, varint, IntStats, PAGE_ROWS};
 
 /// Values per block, and miniblocks per block: the `parquet` crate's encoder's layout
 /// for INT64 (`DeltaBitPackEncoder::new`).
@@ -60,10 +59,7 @@ pub fn write(
             let page_defs = &defs[start..end];
             levels.clear();
             levels.extend(page_defs.iter().map(|&d| u32::from(d == 1)));
-            buf.extend_from_slice(&[0; 4]);
-            hybrid(&mut buf, &levels, 1);
-            let len = (buf.len() - 4) as u32;
-            buf[..4].copy_from_slice(&len.to_le_bytes());
+            def_levels(&mut buf, &levels);
             levels.iter().sum::<u32>() as usize
         } else {
             end - start
@@ -72,21 +68,7 @@ pub fn write(
         at += n;
         stats.page_values(page_values, (end - start - n) as u64);
         encode(&mut buf, page_values);
-        let len = buf.len();
-        let page = Page::DataPage {
-            buf: Bytes::from(buf),
-            num_values: (end - start) as u32,
-            encoding: Encoding::DELTA_BINARY_PACKED,
-            def_level_encoding: Encoding::RLE,
-            rep_level_encoding: Encoding::RLE,
-            statistics: None,
-        };
-        let spec = pages.write_page(CompressedPage::new(page, len))?;
-        locations.push(PageLocation {
-            offset: spec.offset as i64,
-            compressed_page_size: spec.compressed_size as i32,
-            first_row_index: (p * PAGE_ROWS) as i64,
-        });
+        data_page(&mut pages, buf, end - start, Encoding::DELTA_BINARY_PACKED, p, &mut locations)?;
     }
     pages.close()?;
     let out = sink.into_inner()?;

@@ -235,10 +235,7 @@ pub fn write(
         if optional {
             scratch.clear();
             scratch.extend(rows.iter().map(|&k| u32::from(k != NULL_KEY)));
-            buf.extend_from_slice(&[0; 4]);
-            hybrid(&mut buf, &scratch, 1);
-            let n = (buf.len() - 4) as u32;
-            buf[..4].copy_from_slice(&n.to_le_bytes());
+            def_levels(&mut buf, &scratch);
         }
         buf.push(width);
         if optional {
@@ -256,21 +253,7 @@ pub fn write(
         } else {
             hybrid(&mut buf, rows, width);
         }
-        let len = buf.len();
-        let page = Page::DataPage {
-            buf: Bytes::from(buf),
-            num_values: rows.len() as u32,
-            encoding: Encoding::RLE_DICTIONARY,
-            def_level_encoding: Encoding::RLE,
-            rep_level_encoding: Encoding::RLE,
-            statistics: None,
-        };
-        let spec = pages.write_page(CompressedPage::new(page, len))?;
-        locations.push(PageLocation {
-            offset: spec.offset as i64,
-            compressed_page_size: spec.compressed_size as i32,
-            first_row_index: (p * PAGE_ROWS) as i64,
-        });
+        data_page(&mut pages, buf, rows.len(), Encoding::RLE_DICTIONARY, p, &mut locations)?;
     }
     pages.close()?;
     let out = sink.into_inner()?;
@@ -303,6 +286,45 @@ pub fn write(
         offset_index: Some(OffsetIndexMetaData { page_locations: locations, unencoded_byte_array_data_bytes: None }),
     };
     Ok(close)
+}
+
+/// Appends a data page's definition levels (`levels`, 1 for a value, 0 for a null),
+/// their byte count first, as the format's v1 data pages have them.
+pub(super) fn def_levels(buf: &mut Vec<u8>, levels: &[u32]) {
+    let at = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    hybrid(buf, levels, 1);
+    let n = (buf.len() - at - 4) as u32;
+    buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
+}
+
+/// Writes `buf` as the chunk's data page `p` (the `PAGE_ROWS` rows from `p × PAGE_ROWS`,
+/// `rows` of them), uncompressed, and notes where it went in `locations` (the offset
+/// index).
+pub(super) fn data_page<W: std::io::Write + Send>(
+    pages: &mut SerializedPageWriter<W>,
+    buf: Vec<u8>,
+    rows: usize,
+    encoding: Encoding,
+    p: usize,
+    locations: &mut Vec<PageLocation>,
+) -> Result<()> {
+    let len = buf.len();
+    let page = Page::DataPage {
+        buf: Bytes::from(buf),
+        num_values: rows as u32,
+        encoding,
+        def_level_encoding: Encoding::RLE,
+        rep_level_encoding: Encoding::RLE,
+        statistics: None,
+    };
+    let spec = pages.write_page(CompressedPage::new(page, len))?;
+    locations.push(PageLocation {
+        offset: spec.offset as i64,
+        compressed_page_size: spec.compressed_size as i32,
+        first_row_index: (p * PAGE_ROWS) as i64,
+    });
+    Ok(())
 }
 
 /// Bits that hold `max`.
