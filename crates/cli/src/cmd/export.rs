@@ -1510,6 +1510,48 @@ mod tests {
         assert_eq!(rows, n);
     }
 
+    /// The columns written as deltas ([`UNIQUE_INTS`], [`delta_chunk`]) over more rows
+    /// than a row group holds (the buffers cleared and refilled between groups): every
+    /// cell reads back, nulls where they were, and each chunk says DELTA_BINARY_PACKED.
+    #[test]
+    fn delta_columns_read_back_across_row_groups() {
+        use parquet::basic::Encoding;
+        use parquet::file::reader::FileReader;
+        use parquet::record::Field;
+        let dir = tempfile::tempdir().unwrap();
+        let columns: &[(&'static str, Kind, bool)] = &[("idx", I64, false), ("time_us", I64, true)];
+        let mut t = Table::create(dir.path(), "t", columns).unwrap();
+        let n = ROW_GROUP + ROW_GROUP / 3 + 5;
+        // Rising times with a null now and then, jumps back, and a value past 2^62.
+        let time = |i: usize| match i % 1000 {
+            7 => None,
+            500 => Some(1 << 62),
+            k => Some(1_700_000_000_000_000 + (i as i64) * 37 - (k % 3) as i64 * 1_000_000),
+        };
+        for i in 0..n {
+            t.row(&[V::I(i as i64), time(i).map_or(V::N, V::I)]).unwrap();
+        }
+        let (out, staged) = t.finish().unwrap();
+        Staged::commit_all(vec![staged]).unwrap();
+        assert_eq!(out.rows, n as u64);
+        let r = SerializedFileReader::new(File::open(dir.path().join("t.parquet")).unwrap()).unwrap();
+        assert_eq!(r.metadata().num_row_groups(), 2);
+        for g in r.metadata().row_groups() {
+            for c in g.columns() {
+                assert!(c.encodings().any(|e| e == Encoding::DELTA_BINARY_PACKED), "{:?}", c.column_path());
+            }
+        }
+        let mut rows = 0;
+        for (i, row) in r.get_row_iter(None).unwrap().enumerate() {
+            let row = row.unwrap();
+            let cells: Vec<&Field> = row.get_column_iter().map(|(_, f)| f).collect();
+            assert_eq!(cells[0], &Field::Long(i as i64), "row {i}");
+            assert_eq!(cells[1], &time(i).map_or(Field::Null, Field::Long), "row {i}");
+            rows += 1;
+        }
+        assert_eq!(rows, n);
+    }
+
     /// [`IntIndex`] numbers values as a map does, in the order they first come: values
     /// that collide in their home slot (multiples of 2^40), negative ones, `i64::MIN`
     /// and `i64::MAX`, past several growths, and again after [`IntIndex::clear`].
