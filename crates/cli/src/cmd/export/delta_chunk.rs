@@ -1,14 +1,14 @@
 //! An INT64 column's chunk of a row group in Parquet's DELTA_BINARY_PACKED encoding,
 //! written here for the columns of nearly distinct numbers (entry indices and times,
-//! `UNIQUE_INTS`): plain, they were 8 bytes a cell, ~200 of the 220 MB of tables a
-//! 6.9 M-entry trace exports to, and writing those bytes (page cache filled, written
-//! back, dropped again when the tables are replaced) was a large part of `export`'s
-//! system time. Their deltas are small (an index column's are all 1, a time's a few
-//! bits): the tables become ~4× smaller.
+//! `UNIQUE_INTS`): plain, they were 8 bytes a cell, ~200 of the 228 MB of tables the
+//! 6.4 M-entry consistent benchmark file exports to, and writing those bytes (page cache
+//! filled, written back, dropped again when the tables are replaced) was a large part of
+//! `export`'s system time. Their deltas are small (an index column's are all 1, a time's
+//! a few bits): the tables become ~4× smaller (59 MB).
 //!
-//! Why not the `parquet` crate's writer with that encoding: its encoder is generic (a
-//! bit writer called per value, the miniblocks' deltas copied twice); set on these
-//! columns it made `export` slower than plain (`bench/RESULTS.md`). [`write()`] writes
+//! Why not the `parquet` crate's writer with that encoding: its encoder packs through a
+//! bit writer, a call per value; set on these columns it made `export` slower than plain
+//! (`bench/RESULTS.md`, seventh session). [`write()`] writes
 //! what that encoder writes (blocks of 256 values, four miniblocks of 64, empty
 //! miniblocks' widths 0), in data pages of [`PAGE_ROWS`] rows like the dictionary
 //! chunks' ([`super::dict_chunk`]), with the same statistics (chunk min, max and null
