@@ -661,7 +661,7 @@ fn draw(
 ) -> Vec<Drawn> {
     // The keyframes' coarse records read only the captured states: made on a thread of
     // their own while this one finishes the curves and encodes the allocations.
-    let keyframes: FxHashMap<i64, Option<state::Walk>> = walked.iter_mut().map(|(d, w)| (*d, w.2.take())).collect();
+    let mut keyframes: FxHashMap<i64, Option<state::Walk>> = walked.iter_mut().map(|(d, w)| (*d, w.2.take())).collect();
     let (drawn, mut coarse) = std::thread::scope(|s| {
         let coarse = s.spawn(|| {
             keyframes
@@ -684,7 +684,6 @@ fn draw(
             .collect();
         (drawn, coarse.join().expect("the keyframes' thread panicked"))
     });
-    let mut keyframes = keyframes;
     drawn
         .into_iter()
         .map(|(d, curves, allocations, initial, requests, phases, marks, amax)| {

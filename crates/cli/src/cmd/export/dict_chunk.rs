@@ -145,9 +145,7 @@ impl IntStats {
             }
         }
     }
-}
 
-impl IntStats {
     /// The chunk's statistics set on `metadata`, and its column index.
     pub(super) fn finish(
         mut self,
@@ -337,7 +335,7 @@ fn bits(max: u32) -> u8 {
 /// bit-packed run must hold a multiple of eight values but for the last one (padded
 /// with zeros: the reader knows how many values there are), so the values before an RLE
 /// run are topped up to a multiple of eight from the run itself.
-pub(super) fn hybrid(out: &mut Vec<u8>, values: &[u32], width: u8) {
+fn hybrid(out: &mut Vec<u8>, values: &[u32], width: u8) {
     // The values not yet written start here (they are bit-packed, topped up from the
     // run that follows them: contiguous in `values`).
     let mut literal = 0;
